@@ -1,0 +1,120 @@
+// Package device is the only part of kvcm that knows about accelerators.
+//
+// It defines one small interface for memory, streams, events, stream-ordered
+// host functions and batch copies. Backends implement it: emu (a faithful host
+// emulation, the default where there is no GPU) and, later, cuda.
+//
+// Asynchronous failure model. Work enqueued on a stream may fail after the call
+// that enqueued it has returned. Such a failure is carried by events: an event
+// reports (from Query and Synchronize) the first failure of the work enqueued on
+// its stream between the previous Record on that stream and this Record,
+// including failures inherited through Wait on a failed event. A later Record
+// starts a clean interval, so one failed migration does not poison unrelated
+// work that follows it. Stream.Synchronize reports the first failure since the
+// previous Record or Synchronize on that stream.
+package device
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Ptr is an address in the device's address space. For HostMapped memory it is
+// also the host address of the same bytes.
+type Ptr uintptr
+
+// Add returns p advanced by n bytes.
+func (p Ptr) Add(n int64) Ptr { return p + Ptr(n) }
+
+// MemoryKind says where an allocation lives.
+type MemoryKind int
+
+const (
+	// DeviceMemory is accelerator memory; the host reaches it only by copies.
+	DeviceMemory MemoryKind = iota
+	// HostMapped is page-locked host memory mapped into the device address
+	// space at the same address as on the host.
+	HostMapped
+)
+
+func (k MemoryKind) String() string {
+	switch k {
+	case DeviceMemory:
+		return "device"
+	case HostMapped:
+		return "host-mapped"
+	}
+	return fmt.Sprintf("MemoryKind(%d)", int(k))
+}
+
+// Memory is one allocation. It is freed exactly once with Free; the caller must
+// make sure no enqueued work still uses it.
+type Memory interface {
+	Ptr() Ptr
+	Size() int64
+	Kind() MemoryKind
+	// Host returns the host view of HostMapped memory and nil for DeviceMemory.
+	Host() []byte
+	Free() error
+}
+
+// CopyDesc is one copy of Size bytes from Src to Dst; both may be device or
+// host-mapped addresses.
+type CopyDesc struct {
+	Dst, Src Ptr
+	Size     int64
+}
+
+// Stream is an ordered queue of asynchronous work.
+type Stream interface {
+	// BatchCopy enqueues all descriptors as one submission. On a synchronous
+	// error nothing is enqueued. A backend whose host memory is registered in
+	// regions splits a descriptor at a region boundary itself; callers never
+	// split for that reason.
+	BatchCopy(descs []CopyDesc) error
+	// HostFunc enqueues fn to run on a host thread in stream order. A non-nil
+	// return is an asynchronous failure of the stream (see the package doc).
+	HostFunc(fn func() error) error
+	// Record captures the work enqueued so far into ev.
+	Record(ev Event) error
+	// Wait makes work enqueued later wait until ev has completed. A failure
+	// carried by ev is inherited by this stream.
+	Wait(ev Event) error
+	// Synchronize blocks until all enqueued work has completed.
+	Synchronize() error
+	// Handle is the native handle of the stream (a CUstream for cuda, an
+	// opaque nonzero token for emu), as handed to codecs.
+	Handle() uintptr
+	Close() error
+}
+
+// Event is a completion point in a stream.
+type Event interface {
+	// Query reports whether the recorded work has completed and, if so, its
+	// failure. An event never recorded is complete.
+	Query() (done bool, err error)
+	// Synchronize blocks until the recorded work has completed.
+	Synchronize() error
+	Close() error
+}
+
+// Device is one accelerator (or its emulation).
+type Device interface {
+	Name() string
+	Alloc(kind MemoryKind, size int64) (Memory, error)
+	NewStream() (Stream, error)
+	NewEvent() (Event, error)
+	// StreamFromHandle returns the Stream whose Handle is h, for streams this
+	// device created; codecs receive handles and enqueue work through it.
+	StreamFromHandle(h uintptr) (Stream, error)
+	Close() error
+}
+
+// Errors shared by backends.
+var (
+	ErrOutOfMemory   = errors.New("device: out of memory")
+	ErrInvalidCopy   = errors.New("device: copy outside any live allocation")
+	ErrClosed        = errors.New("device: use after close")
+	ErrInjected      = errors.New("device: injected failure")
+	ErrUnknownStream = errors.New("device: unknown stream handle")
+)
