@@ -28,12 +28,15 @@ type PoolDesc struct {
 }
 
 // PoolGroupDesc describes one hot pool group as handed to a cold-page codec:
-// its index, how many slots it has, and its pools in slot-layout order. One
-// slot index addresses the same slot in every pool of the group.
+// its index, how many slots it has, the lifecycles whose pages it holds (in
+// ascending order), and its pools in slot-layout order. One slot index
+// addresses the same slot in every pool of the group; a page of any member
+// lifecycle occupies one whole slot.
 type PoolGroupDesc struct {
-	Index    PoolGroupIndex
-	NumSlots int64
-	Pools    []PoolDesc
+	Index      PoolGroupIndex
+	NumSlots   int64
+	LifeCycles []LifeCycleID
+	Pools      []PoolDesc
 }
 
 // PageBytes is the total bytes one slot occupies across all pools.
