@@ -1,0 +1,306 @@
+// Package config holds the manager's configuration, mirroring
+// KVCacheManagerV2's KVCacheManagerConfig, and its validation.
+//
+// A Config is plain data: build it as a literal, call Validate (the manager
+// does so too), and every error names the offending field with its path, such
+// as "layers[2].buffers[0].size".
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+)
+
+// Token is one input token id.
+type Token = int32
+
+// DataRole names one buffer of a layer, such as "key" or "value".
+type DataRole string
+
+// Common roles.
+const (
+	RoleKey   DataRole = "key"
+	RoleValue DataRole = "value"
+)
+
+// BufferConfig is one per-layer buffer: its role and the bytes it needs for
+// one block of tokens.
+type BufferConfig struct {
+	Role DataRole
+	Size int64
+}
+
+// AttentionLayerConfig describes one attention layer. SlidingWindowSize 0
+// means full attention; NumSinkTokens are the leading tokens a sliding-window
+// layer always keeps.
+type AttentionLayerConfig struct {
+	LayerID           int32
+	Buffers           []BufferConfig
+	SlidingWindowSize int
+	NumSinkTokens     int
+}
+
+// TierKind is the kind of a cache tier.
+type TierKind int
+
+const (
+	// GPUTier is device memory, where batches execute. Exactly one, first.
+	GPUTier TierKind = iota
+	// HostTier is mapped pinned host memory.
+	HostTier
+	// DiskTier is one file per cold pool group under a directory.
+	DiskTier
+)
+
+func (k TierKind) String() string {
+	switch k {
+	case GPUTier:
+		return "gpu"
+	case HostTier:
+		return "host"
+	case DiskTier:
+		return "disk"
+	}
+	return fmt.Sprintf("TierKind(%d)", int(k))
+}
+
+// CacheTierConfig is one cache tier with its byte quota. Path is the
+// directory of a disk tier.
+type CacheTierConfig struct {
+	Kind  TierKind
+	Quota int64
+	Path  string
+}
+
+// GPU, Host and Disk build tier configurations.
+func GPU(quota int64) CacheTierConfig  { return CacheTierConfig{Kind: GPUTier, Quota: quota} }
+func Host(quota int64) CacheTierConfig { return CacheTierConfig{Kind: HostTier, Quota: quota} }
+func Disk(quota int64, path string) CacheTierConfig {
+	return CacheTierConfig{Kind: DiskTier, Quota: quota, Path: path}
+}
+
+// RequestDesc is one request of a batch: how many tokens it holds pages for
+// and how many of them are already computed.
+type RequestDesc struct {
+	Capacity      int
+	HistoryLength int
+}
+
+// BatchDesc is one batch step.
+type BatchDesc struct {
+	Requests []RequestDesc
+}
+
+// DefaultMaxUtilForResume is used when Config.MaxUtilForResume is zero.
+const DefaultMaxUtilForResume = 0.95
+
+// Config is the manager's configuration.
+type Config struct {
+	TokensPerBlock int
+	// CacheTiers are ordered from hottest to coldest: one GPU tier, then at
+	// most one host tier, then at most one disk tier.
+	CacheTiers []CacheTierConfig
+	Layers     []AttentionLayerConfig
+	// MaxUtilForResume: Resume refuses while the GPU tier's utilization by
+	// active caches is above this fraction. Zero selects the default.
+	MaxUtilForResume float64
+	// EnablePartialReuse lets a request reuse the matching head of a cached
+	// block by copying it into a private page.
+	EnablePartialReuse bool
+	// InitialPoolRatio is one hot-tier byte ratio per layer group, in layer
+	// group order. When empty, TypicalStep decides; else Constraints; else
+	// every layer group gets the same number of slots.
+	InitialPoolRatio []float64
+	TypicalStep      *BatchDesc
+	// Constraints are batches the GPU tier must always be able to hold; they
+	// set floors on hot slot counts and never affect cold tiers.
+	Constraints []BatchDesc
+	EnableStats bool
+}
+
+// Error is a configuration error naming the offending field.
+type Error struct {
+	Field string
+	Msg   string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("invalid config: %s: %s", e.Field, e.Msg) }
+
+// ErrInvalid is matched by every configuration error (errors.Is).
+var ErrInvalid = errors.New("invalid config")
+
+func (e *Error) Is(target error) bool { return target == ErrInvalid }
+
+func fieldErr(field, format string, args ...any) error {
+	return &Error{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// ErrTierNotSupported marks a tier kind the current build cannot serve.
+var ErrTierNotSupported = errors.New("cache tier not supported")
+
+// MaxUtil returns MaxUtilForResume with the default applied.
+func (c *Config) MaxUtil() float64 {
+	if c.MaxUtilForResume == 0 {
+		return DefaultMaxUtilForResume
+	}
+	return c.MaxUtilForResume
+}
+
+// Tier returns the configuration of the tier of the given kind, if any.
+func (c *Config) Tier(kind TierKind) (CacheTierConfig, bool) {
+	for _, t := range c.CacheTiers {
+		if t.Kind == kind {
+			return t, true
+		}
+	}
+	return CacheTierConfig{}, false
+}
+
+// Validate checks the configuration; numLayerGroups is the number of
+// lifecycles the layers form (the layout computes it), used to check
+// InitialPoolRatio's length.
+func (c *Config) Validate(numLayerGroups int) error {
+	if c.TokensPerBlock <= 0 {
+		return fieldErr("tokens_per_block", "must be positive, got %d", c.TokensPerBlock)
+	}
+	if err := c.validateTiers(); err != nil {
+		return err
+	}
+	if err := c.validateLayers(); err != nil {
+		return err
+	}
+	if u := c.MaxUtilForResume; math.IsNaN(u) || u < 0 || u > 1 {
+		return fieldErr("max_util_for_resume", "must be in (0, 1], got %v", u)
+	}
+	if len(c.InitialPoolRatio) > 0 {
+		if len(c.InitialPoolRatio) != numLayerGroups {
+			return fieldErr("initial_pool_ratio", "has %d entries, want one per layer group (%d)",
+				len(c.InitialPoolRatio), numLayerGroups)
+		}
+		for i, r := range c.InitialPoolRatio {
+			if !(r > 0) || math.IsInf(r, 0) {
+				return fieldErr(fmt.Sprintf("initial_pool_ratio[%d]", i), "must be positive and finite, got %v", r)
+			}
+		}
+	}
+	if c.TypicalStep != nil {
+		if err := validateBatch("typical_step", *c.TypicalStep); err != nil {
+			return err
+		}
+	}
+	for i, b := range c.Constraints {
+		if err := validateBatch(fmt.Sprintf("constraints[%d]", i), b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Config) validateTiers() error {
+	if len(c.CacheTiers) == 0 {
+		return fieldErr("cache_tiers", "needs a GPU tier")
+	}
+	for i, t := range c.CacheTiers {
+		f := fmt.Sprintf("cache_tiers[%d]", i)
+		switch {
+		case t.Kind < GPUTier || t.Kind > DiskTier:
+			return fieldErr(f+".kind", "unknown tier kind %d", int(t.Kind))
+		case i == 0 && t.Kind != GPUTier:
+			return fieldErr(f+".kind", "the first tier must be the GPU tier, got %v", t.Kind)
+		case i > 0 && t.Kind <= c.CacheTiers[i-1].Kind:
+			return fieldErr(f+".kind", "tiers must be gpu, then host, then disk, each at most once; %v follows %v",
+				t.Kind, c.CacheTiers[i-1].Kind)
+		case t.Quota <= 0:
+			return fieldErr(f+".quota", "must be positive, got %d", t.Quota)
+		case t.Kind != DiskTier && t.Path != "":
+			return fieldErr(f+".path", "only a disk tier has a path")
+		case t.Kind == DiskTier:
+			if err := checkDiskPath(f+".path", t.Path); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func checkDiskPath(field, path string) error {
+	if path == "" {
+		return fieldErr(field, "a disk tier needs a directory")
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		return fieldErr(field, "%v", err)
+	}
+	if !info.IsDir() {
+		return fieldErr(field, "%q is not a directory", path)
+	}
+	probe, err := os.CreateTemp(path, ".kvcm-probe-*")
+	if err != nil {
+		return fieldErr(field, "directory is not writable: %v", err)
+	}
+	name := probe.Name()
+	probe.Close()
+	os.Remove(filepath.Clean(name))
+	return nil
+}
+
+func (c *Config) validateLayers() error {
+	if len(c.Layers) == 0 {
+		return fieldErr("layers", "needs at least one layer")
+	}
+	seen := make(map[int32]int, len(c.Layers))
+	for i, l := range c.Layers {
+		f := fmt.Sprintf("layers[%d]", i)
+		if j, dup := seen[l.LayerID]; dup {
+			return fieldErr(f+".layer_id", "duplicates layers[%d].layer_id (%d)", j, l.LayerID)
+		}
+		seen[l.LayerID] = i
+		if l.SlidingWindowSize < 0 {
+			return fieldErr(f+".sliding_window_size", "must not be negative, got %d", l.SlidingWindowSize)
+		}
+		if l.NumSinkTokens < 0 {
+			return fieldErr(f+".num_sink_tokens", "must not be negative, got %d", l.NumSinkTokens)
+		}
+		if l.NumSinkTokens > 0 && l.SlidingWindowSize == 0 {
+			return fieldErr(f+".num_sink_tokens", "sink tokens need a sliding window")
+		}
+		if len(l.Buffers) == 0 {
+			return fieldErr(f+".buffers", "needs at least one buffer")
+		}
+		roles := make([]DataRole, 0, len(l.Buffers))
+		for j, b := range l.Buffers {
+			bf := fmt.Sprintf("%s.buffers[%d]", f, j)
+			if b.Role == "" {
+				return fieldErr(bf+".role", "must not be empty")
+			}
+			if slices.Contains(roles, b.Role) {
+				return fieldErr(bf+".role", "duplicate role %q in the layer", b.Role)
+			}
+			roles = append(roles, b.Role)
+			if b.Size <= 0 {
+				return fieldErr(bf+".size", "must be positive, got %d", b.Size)
+			}
+		}
+	}
+	return nil
+}
+
+func validateBatch(field string, b BatchDesc) error {
+	if len(b.Requests) == 0 {
+		return fieldErr(field+".requests", "must not be empty")
+	}
+	for i, r := range b.Requests {
+		f := fmt.Sprintf("%s.requests[%d]", field, i)
+		if r.Capacity <= 0 {
+			return fieldErr(f+".capacity", "must be positive, got %d", r.Capacity)
+		}
+		if r.HistoryLength < 0 || r.HistoryLength > r.Capacity {
+			return fieldErr(f+".history_length", "must be in [0, capacity=%d], got %d", r.Capacity, r.HistoryLength)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,121 @@
+package core
+
+import (
+	"fmt"
+
+	"github.com/kvcm/kvcm/core/device"
+)
+
+// sharedEvent is one recorded device event referenced by every slot it
+// protects; it goes back to the pool when the last reference is dropped.
+type sharedEvent struct {
+	ev   device.Event
+	refs int
+}
+
+// eventPool recycles device events. Not safe for concurrent use: the manager
+// lock covers it.
+type eventPool struct {
+	dev  device.Device
+	free []device.Event
+}
+
+// record captures the work enqueued on s so far into a new shared event with
+// one reference.
+func (p *eventPool) record(s device.Stream) (*sharedEvent, error) {
+	var ev device.Event
+	if n := len(p.free); n > 0 {
+		ev, p.free = p.free[n-1], p.free[:n-1]
+	} else {
+		var err error
+		if ev, err = p.dev.NewEvent(); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.Record(ev); err != nil {
+		p.free = append(p.free, ev)
+		return nil, err
+	}
+	return &sharedEvent{ev: ev, refs: 1}, nil
+}
+
+func (p *eventPool) release(e *sharedEvent) {
+	e.refs--
+	if e.refs == 0 {
+		p.free = append(p.free, e.ev)
+	}
+}
+
+func (p *eventPool) close() {
+	for _, ev := range p.free {
+		ev.Close()
+	}
+	p.free = nil
+}
+
+// fence is the set of events that must complete before a slot's bytes are
+// stable and before the slot may be written again: the last write into it and
+// every read of it since.
+type fence []*sharedEvent
+
+// add attaches e, first dropping events that completed cleanly so the set
+// stays small.
+func (f *fence) add(p *eventPool, e *sharedEvent) {
+	kept := (*f)[:0]
+	for _, x := range *f {
+		if done, err := x.ev.Query(); done && err == nil {
+			p.release(x)
+			continue
+		}
+		kept = append(kept, x)
+	}
+	e.refs++
+	*f = append(kept, e)
+}
+
+// moveTo hands every event of f to dst and empties f.
+func (f *fence) moveTo(p *eventPool, dst *fence) {
+	for _, x := range *f {
+		dst.add(p, x)
+		p.release(x)
+	}
+	*f = (*f)[:0]
+}
+
+// failure returns the asynchronous failure of a completed event of f, if any.
+func (f fence) failure() error {
+	for _, x := range f {
+		if done, err := x.ev.Query(); done && err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitSet makes a stream wait on each distinct event once.
+type waitSet map[*sharedEvent]struct{}
+
+func (w waitSet) addFence(f fence) {
+	for _, x := range f {
+		w[x] = struct{}{}
+	}
+}
+
+func (w waitSet) apply(s device.Stream) error {
+	for x := range w {
+		if err := s.Wait(x.ev); err != nil {
+			return fmt.Errorf("wait on page fence: %w", err)
+		}
+	}
+	return nil
+}
+
+// synchronize blocks until every event has completed.
+func (w waitSet) synchronize() error {
+	for x := range w {
+		if err := x.ev.Synchronize(); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,720 @@
+package core
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/device"
+	"github.com/kvcm/kvcm/core/layout"
+)
+
+// Status is a cache's place in its lifecycle: SUSPENDED → ACTIVE → CLOSED,
+// with ACTIVE ⇄ SUSPENDED as often as the engine needs.
+type Status int
+
+const (
+	// Suspended: the cache holds its pages but the engine does not use
+	// them; with colder levels they may move there.
+	Suspended Status = iota
+	// Active: the pages are on the GPU, pinned, and in use on the cache's
+	// stream.
+	Active
+	// Closed: every page is released. Terminal.
+	Closed
+)
+
+func (s Status) String() string {
+	switch s {
+	case Suspended:
+		return "SUSPENDED"
+	case Active:
+		return "ACTIVE"
+	case Closed:
+		return "CLOSED"
+	}
+	return fmt.Sprintf("Status(%d)", int(s))
+}
+
+// BadPageIndex marks a block without a page in a layer group (released out of
+// a sliding window, or beyond the capacity).
+const BadPageIndex int32 = -1
+
+// PriorityFunc returns the eviction priority of the cache's block at
+// blockIndex when it is committed, in [MinPriority, MaxPriority].
+type PriorityFunc func(blockIndex int) int
+
+// CacheOptions configures CreateKVCache.
+type CacheOptions struct {
+	// Scope separates reuse: blocks are shared only within one scope.
+	Scope blockhash.Scope
+	// InputTokens is the prompt; the longest cached prefix of it is reused,
+	// at most len(InputTokens)-1 tokens so the engine computes the last one.
+	InputTokens []config.Token
+	// Priority, if set, gives committed blocks their eviction priority.
+	Priority PriorityFunc
+}
+
+// cacheBlock is one block of a cache: its page per lifecycle (nil where a
+// sliding window released it) and, once registered or reused, its tree node.
+type cacheBlock struct {
+	pages []*page
+	node  *node
+}
+
+// KVCache is one request's KV cache. The invariant
+// committed ≤ history ≤ capacity holds at every return.
+type KVCache struct {
+	m        *Manager
+	id       uint64
+	status   Status
+	scope    blockhash.Scope
+	stream   device.Stream
+	priority PriorityFunc
+	tokens   []config.Token
+	history  int
+	capacity int
+	blocks   []cacheBlock
+	// chain is the tree node of the last committed full block (the scope
+	// root before any); the cache pins it so later commits can link to it.
+	chain          *node
+	stopped        bool
+	pendingPartial bool
+	reused         int
+}
+
+// match is the reusable prefix of some input.
+type match struct {
+	path    []*node // nodes of the reused full blocks
+	partial *node   // source of a partially reused block
+	partLen int
+}
+
+func (mt *match) tokens(tpb int) int { return len(mt.path)*tpb + mt.partLen }
+
+// findMatch walks the tree along input. It changes nothing.
+func (m *Manager) findMatch(scope blockhash.Scope, input []config.Token) match {
+	var mt match
+	limit := len(input) - 1
+	if limit <= 0 {
+		return mt
+	}
+	root := m.roots[scope.Root()]
+	if root == nil {
+		return mt
+	}
+	tpb := m.cfg.TokensPerBlock
+	cur := root
+	var path []*node
+	for b := 0; (b+1)*tpb <= limit; b++ {
+		blk := input[b*tpb : (b+1)*tpb]
+		c := cur.child(m.hasher.Next(cur.key, blk))
+		if c == nil || !slices.Equal(c.tokens, blk) {
+			break
+		}
+		path = append(path, c)
+		cur = c
+	}
+	mt.path = path[:m.usablePrefix(path)]
+	if !m.cfg.EnablePartialReuse {
+		return mt
+	}
+	parent := root
+	if len(mt.path) > 0 {
+		parent = mt.path[len(mt.path)-1]
+	}
+	rest := input[len(mt.path)*tpb : limit]
+	rest = rest[:min(len(rest), tpb)]
+	var best *node
+	bestLen := 0
+	for _, c := range sortedChildren(parent) {
+		if !m.hotComplete(c) {
+			continue
+		}
+		if l := min(commonPrefix(c.tokens, rest), tpb-1); l > bestLen {
+			best, bestLen = c, l
+		}
+	}
+	mt.partial, mt.partLen = best, bestLen
+	return mt
+}
+
+// sortedChildren lists a node's children in a deterministic order.
+func sortedChildren(n *node) []*node {
+	out := make([]*node, 0, len(n.children)+len(n.partials))
+	for _, c := range n.children {
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b *node) int {
+		switch {
+		case a.key < b.key:
+			return -1
+		case a.key > b.key:
+			return 1
+		}
+		return 0
+	})
+	return append(out, n.partials...)
+}
+
+// hotComplete: the node has a page for every lifecycle, all on the GPU level,
+// so it can be copied from.
+func (m *Manager) hotComplete(n *node) bool {
+	for _, p := range n.pages {
+		if p == nil || p.level() != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// usablePrefix returns the largest j such that every lifecycle has the pages
+// it needs to continue after the first j blocks of path.
+func (m *Manager) usablePrefix(path []*node) int {
+	tpb := m.cfg.TokensPerBlock
+	for j := len(path); j > 0; j-- {
+		ok := true
+		for lc := range m.lt.LifeCycles {
+			for b := 0; b < j && ok; b++ {
+				if m.lt.Needs(layout.LifeCycleID(lc), b, j*tpb) && path[b].pages[lc] == nil {
+					ok = false
+				}
+			}
+			if !ok {
+				break
+			}
+		}
+		if ok {
+			return j
+		}
+	}
+	return 0
+}
+
+// ProbeReuse returns how many tokens of input a new cache in scope would
+// reuse now. It changes nothing.
+func (m *Manager) ProbeReuse(scope blockhash.Scope, input []config.Token) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mt := m.findMatch(scope, input)
+	return mt.tokens(m.cfg.TokensPerBlock)
+}
+
+// CreateKVCache creates a SUSPENDED cache holding the longest reusable cached
+// prefix of opts.InputTokens: full blocks are shared; with partial reuse, the
+// matching head of one more block is copied into a private page.
+func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkOpen(); err != nil {
+		return nil, err
+	}
+	tpb := m.cfg.TokensPerBlock
+	mt := m.findMatch(opts.Scope, opts.InputTokens)
+	c := &KVCache{m: m, scope: opts.Scope, priority: opts.Priority}
+	m.nextID++
+	c.id = m.nextID
+
+	var partPages []*page
+	if mt.partial != nil {
+		partPages = m.copyPartial(mt.partial)
+		if partPages == nil {
+			mt.partLen = 0
+		}
+	}
+	reused := mt.tokens(tpb)
+	c.tokens = slices.Clone(opts.InputTokens[:reused])
+	c.history, c.capacity, c.reused = reused, reused, reused
+	c.chain = m.root(opts.Scope)
+	if len(mt.path) > 0 {
+		c.chain = mt.path[len(mt.path)-1]
+	}
+	c.chain.users++
+	for b, n := range mt.path {
+		cb := cacheBlock{pages: make([]*page, len(m.lt.LifeCycles)), node: n}
+		for lc, p := range n.pages {
+			if m.lt.Needs(layout.LifeCycleID(lc), b, reused) {
+				cb.pages[lc] = p
+				m.ref(p, false)
+			}
+		}
+		c.blocks = append(c.blocks, cb)
+	}
+	if partPages != nil {
+		c.blocks = append(c.blocks, cacheBlock{pages: partPages})
+	}
+	m.caches[c.id] = c
+	m.stats.onCreate(len(opts.InputTokens)/tpb, len(mt.path), mt.partLen > 0)
+	m.safePoint()
+	return c, nil
+}
+
+// copyPartial copies every page of src into new private GPU pages held by the
+// new cache, on the manager's stream. It returns nil, changing nothing, when
+// the GPU level has no room.
+func (m *Manager) copyPartial(src *node) []*page {
+	lvl := m.levels[0]
+	n := need{}
+	for lc := range src.pages {
+		n[lvl.groupOf(layout.LifeCycleID(lc))]++
+	}
+	if m.reserve(n) != nil {
+		return nil
+	}
+	pages := make([]*page, len(src.pages))
+	var descs []device.CopyDesc
+	waits := waitSet{}
+	for lc, sp := range src.pages {
+		dp := m.newPage(lvl.groupOf(layout.LifeCycleID(lc)), layout.LifeCycleID(lc))
+		dp.held = 1
+		pages[lc] = dp
+		waits.addFence(sp.group.fences[sp.slot])
+		waits.addFence(dp.group.fences[dp.slot])
+		for pool := range sp.group.desc.PoolBytes {
+			descs = append(descs, device.CopyDesc{
+				Dst: dp.group.slotAddr(pool, dp.slot), Src: sp.group.slotAddr(pool, sp.slot),
+				Size: sp.group.desc.PoolBytes[pool],
+			})
+		}
+	}
+	ev, err := m.submit(waits, descs)
+	if err != nil {
+		for _, p := range pages {
+			m.freePage(p)
+		}
+		return nil
+	}
+	for lc, sp := range src.pages {
+		sp.group.fences[sp.slot].add(&m.events, ev)
+		dp := pages[lc]
+		dp.group.fences[dp.slot].add(&m.events, ev)
+	}
+	m.events.release(ev)
+	return pages
+}
+
+// submit runs one copy transaction on the manager's stream: wait, copy,
+// record one finish event (returned with one reference).
+func (m *Manager) submit(waits waitSet, descs []device.CopyDesc) (*sharedEvent, error) {
+	if err := waits.apply(m.stream); err != nil {
+		return nil, err
+	}
+	if err := m.stream.BatchCopy(descs); err != nil {
+		return nil, err
+	}
+	return m.events.record(m.stream)
+}
+
+// ID returns the cache's id, unique within its manager.
+func (c *KVCache) ID() uint64 { return c.id }
+
+// Status returns the cache's status.
+func (c *KVCache) Status() Status {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return c.status
+}
+
+// NumCommittedTokens returns how many tokens are committed.
+func (c *KVCache) NumCommittedTokens() int {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return len(c.tokens)
+}
+
+// HistoryLength returns how many tokens have their KV computed.
+func (c *KVCache) HistoryLength() int {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return c.history
+}
+
+// Capacity returns how many tokens the cache holds pages for.
+func (c *KVCache) Capacity() int {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return c.capacity
+}
+
+// ReusedTokens returns how many tokens were reused at creation.
+func (c *KVCache) ReusedTokens() int { return c.reused }
+
+// Stream returns the stream of an ACTIVE cache, nil otherwise.
+func (c *KVCache) Stream() device.Stream {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return c.stream
+}
+
+func (c *KVCache) eachPage(fn func(p *page)) {
+	for _, b := range c.blocks {
+		for _, p := range b.pages {
+			if p != nil {
+				fn(p)
+			}
+		}
+	}
+}
+
+// Resume makes a SUSPENDED cache ACTIVE on stream: its pages are pinned on
+// the GPU and stream waits until they are ready. It returns ErrResumeRefused
+// while the GPU level is busier than MaxUtilForResume.
+func (c *KVCache) Resume(stream device.Stream) error {
+	m := c.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c.status != Suspended {
+		return stateErr("resume", c.status)
+	}
+	if stream == nil {
+		return argErr("stream", "must not be nil")
+	}
+	if u := m.hotUtilization(); u > m.cfg.MaxUtil() {
+		return fmt.Errorf("%w (%.3f > %.3f)", ErrResumeRefused, u, m.cfg.MaxUtil())
+	}
+	waits := waitSet{}
+	c.eachPage(func(p *page) { waits.addFence(p.group.fences[p.slot]) })
+	if err := waits.apply(stream); err != nil {
+		return err
+	}
+	c.eachPage(func(p *page) {
+		p.held--
+		m.ref(p, true)
+	})
+	c.stream, c.status = stream, Active
+	return nil
+}
+
+// attachStreamEvent records an event on the cache's stream and adds it to the
+// fence of every given page: later users wait for this cache's work.
+func (c *KVCache) attachStreamEvent(pages func(fn func(p *page))) error {
+	ev, err := c.m.events.record(c.stream)
+	if err != nil {
+		return fmt.Errorf("record cache event: %w", err)
+	}
+	pages(func(p *page) { p.group.fences[p.slot].add(&c.m.events, ev) })
+	c.m.events.release(ev)
+	return nil
+}
+
+// Suspend makes an ACTIVE cache SUSPENDED. Its pages stay reachable; with
+// colder levels they may be evicted there and come back on Resume.
+func (c *KVCache) Suspend() error {
+	m := c.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c.status != Active {
+		return stateErr("suspend", c.status)
+	}
+	if err := c.attachStreamEvent(c.eachPage); err != nil {
+		return err
+	}
+	c.eachPage(func(p *page) {
+		p.held++
+		m.unref(p, true)
+	})
+	c.stream, c.status = nil, Suspended
+	m.safePoint()
+	return nil
+}
+
+// Close releases every page: committed blocks stay cached for reuse until
+// evicted, private pages are freed. Closing a closed cache does nothing.
+func (c *KVCache) Close() error {
+	m := c.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c.status == Closed {
+		return nil
+	}
+	active := c.status == Active
+	if active {
+		if err := c.attachStreamEvent(c.eachPage); err != nil {
+			return err
+		}
+	}
+	if c.pendingPartial {
+		c.registerPartial()
+	}
+	// Deepest first, so a chain's tail is released (and evicted) first.
+	for b := len(c.blocks) - 1; b >= 0; b-- {
+		for _, p := range c.blocks[b].pages {
+			if p != nil {
+				m.unref(p, active)
+			}
+		}
+	}
+	c.blocks = nil
+	c.chain.users--
+	if c.chain.prunable() {
+		m.prune = append(m.prune, c.chain)
+	}
+	c.stream, c.status = nil, Closed
+	delete(m.caches, c.id)
+	m.safePoint()
+	return nil
+}
+
+// Resize sets the capacity (tokens with pages) and the history length (tokens
+// whose KV is computed; a negative value keeps it) of an ACTIVE cache. New
+// pages come from the GPU level, evicting if needed; pages a sliding window no
+// longer needs are released. On error nothing changes.
+func (c *KVCache) Resize(capacity, history int) error {
+	m := c.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c.status != Active {
+		return stateErr("resize", c.status)
+	}
+	if history < 0 {
+		history = c.history
+	}
+	switch {
+	case history < c.history:
+		return argErr("history_length", "must not decrease (%d < %d)", history, c.history)
+	case capacity < history:
+		return argErr("capacity", "must be at least history_length (%d < %d)", capacity, history)
+	}
+	lt, lvl := m.lt, m.levels[0]
+	oldBlocks, newBlocks := len(c.blocks), lt.BlocksFor(capacity)
+	n := need{}
+	for b := oldBlocks; b < newBlocks; b++ {
+		for lc := range lt.LifeCycles {
+			if lt.Needs(layout.LifeCycleID(lc), b, history) {
+				n[lvl.groupOf(layout.LifeCycleID(lc))]++
+			}
+		}
+	}
+	if err := m.reserve(n); err != nil {
+		return fmt.Errorf("resize cache %d to %d tokens: %w", c.id, capacity, err)
+	}
+	waits := waitSet{}
+	var added []*page
+	for b := oldBlocks; b < newBlocks; b++ {
+		cb := cacheBlock{pages: make([]*page, len(lt.LifeCycles))}
+		for lc := range lt.LifeCycles {
+			if lt.Needs(layout.LifeCycleID(lc), b, history) {
+				p := m.newPage(lvl.groupOf(layout.LifeCycleID(lc)), layout.LifeCycleID(lc))
+				m.ref(p, true)
+				cb.pages[lc] = p
+				added = append(added, p)
+				waits.addFence(p.group.fences[p.slot])
+			}
+		}
+		c.blocks = append(c.blocks, cb)
+	}
+	var released []*page
+	for b := range c.blocks {
+		for lc, p := range c.blocks[b].pages {
+			if p != nil && (b >= newBlocks || !lt.Needs(layout.LifeCycleID(lc), b, history)) {
+				released = append(released, p)
+			}
+		}
+	}
+	err := waits.apply(c.stream)
+	if err == nil && len(released) > 0 {
+		// The stream may still read or write the released pages.
+		err = c.attachStreamEvent(func(fn func(p *page)) {
+			for _, p := range released {
+				fn(p)
+			}
+		})
+	}
+	if err != nil {
+		c.blocks = c.blocks[:oldBlocks]
+		for _, p := range added {
+			m.unref(p, true)
+		}
+		return err
+	}
+	for b := range c.blocks {
+		for lc, p := range c.blocks[b].pages {
+			if p != nil && (b >= newBlocks || !lt.Needs(layout.LifeCycleID(lc), b, history)) {
+				c.blocks[b].pages[lc] = nil
+			}
+		}
+	}
+	for i := len(released) - 1; i >= 0; i-- {
+		m.unref(released[i], true)
+	}
+	c.blocks = c.blocks[:min(len(c.blocks), newBlocks)]
+	c.capacity, c.history = capacity, history
+	m.stats.onAllocate(len(added))
+	m.safePoint()
+	return nil
+}
+
+// Commit appends computed tokens to the committed sequence; every block they
+// complete is published in the radix tree for reuse. With isEnd no further
+// commits are accepted, and with partial reuse enabled the trailing partial
+// block is published when the cache closes.
+func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
+	m := c.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case c.status != Active:
+		return stateErr("commit", c.status)
+	case c.stopped:
+		return fmt.Errorf("%w: commit after stop_committing or is_end", ErrInvalidState)
+	case len(c.tokens)+len(tokens) > c.history:
+		return argErr("tokens", "committing %d tokens after %d would pass history_length %d",
+			len(tokens), len(c.tokens), c.history)
+	}
+	tpb := m.cfg.TokensPerBlock
+	first := len(c.tokens) / tpb
+	c.tokens = append(c.tokens, tokens...)
+	var published []*page
+	for b := first; (b+1)*tpb <= len(c.tokens); b++ {
+		published = append(published, c.publish(b)...)
+	}
+	if len(published) > 0 {
+		if err := c.attachStreamEvent(func(fn func(p *page)) {
+			for _, p := range published {
+				fn(p)
+			}
+		}); err != nil {
+			return err
+		}
+	}
+	if isEnd {
+		c.stopped = true
+		c.pendingPartial = m.cfg.EnablePartialReuse && len(c.tokens)%tpb != 0
+	}
+	return nil
+}
+
+// StopCommitting refuses further commits; tokens computed from now on (for
+// example generated ones) are never published.
+func (c *KVCache) StopCommitting() {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	c.stopped = true
+}
+
+// publish links block b into the tree after the cache's chain. If an equal
+// block is already there, the cache keeps its own pages private and follows
+// the existing node.
+func (c *KVCache) publish(b int) []*page {
+	m := c.m
+	tpb := m.cfg.TokensPerBlock
+	blk := c.tokens[b*tpb : (b+1)*tpb]
+	cb := &c.blocks[b]
+	if cb.node != nil {
+		return nil
+	}
+	key := m.hasher.Next(c.chain.key, blk)
+	next := c.chain.child(key)
+	var published []*page
+	if next == nil {
+		next = newNode(c.chain, key, slices.Clone(blk), len(m.lt.LifeCycles))
+		c.setPriority(next, b)
+		c.adopt(next, cb.pages)
+		published = cb.pages
+		c.chain.addChild(next, tpb)
+		cb.node = next
+	}
+	c.chain.users--
+	next.users++
+	c.chain = next
+	return nonNil(published)
+}
+
+// adopt moves private pages into node n.
+func (c *KVCache) adopt(n *node, pages []*page) {
+	for lc, p := range pages {
+		if p != nil {
+			p.node = n
+			n.pages[lc] = p
+			p.refresh(len(c.m.levels))
+		}
+	}
+}
+
+func (c *KVCache) setPriority(n *node, b int) {
+	if c.priority == nil {
+		return
+	}
+	pr := min(max(c.priority(b), MinPriority), MaxPriority)
+	n.priority = pr
+	// Ancestors never rank below descendants, so a chain drains from its tail.
+	for a := n.parent; a != nil && a.priority < pr; a = a.parent {
+		a.priority = pr
+		for _, p := range a.pages {
+			if p != nil {
+				p.refresh(len(c.m.levels))
+			}
+		}
+	}
+}
+
+// registerPartial publishes the trailing partial block at close, when nobody
+// writes into it any more.
+func (c *KVCache) registerPartial() {
+	m := c.m
+	tpb := m.cfg.TokensPerBlock
+	b := len(c.tokens) / tpb
+	if b >= len(c.blocks) || c.blocks[b].node != nil {
+		return
+	}
+	for _, p := range c.blocks[b].pages {
+		if p == nil {
+			return
+		}
+	}
+	blk := slices.Clone(c.tokens[b*tpb:])
+	for _, sib := range c.chain.partials {
+		if slices.Equal(sib.tokens, blk) {
+			return
+		}
+	}
+	n := newNode(c.chain, m.hasher.Next(c.chain.key, blk), blk, len(m.lt.LifeCycles))
+	c.setPriority(n, b)
+	c.adopt(n, c.blocks[b].pages)
+	c.chain.addChild(n, tpb)
+	c.blocks[b].node = n
+}
+
+func nonNil(ps []*page) []*page {
+	out := ps[:0:0]
+	for _, p := range ps {
+		if p != nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// BasePageIndices returns, for an ACTIVE cache, the GPU slot of each block in
+// layer group lg, BadPageIndex where the block has no page. Turn a base index
+// into a buffer's page index with BufferLocation.PageIndex.
+func (c *KVCache) BasePageIndices(lg layout.LayerGroupID) ([]int32, error) {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return c.basePageIndices(lg, nil)
+}
+
+// AppendBasePageIndices is BasePageIndices appending to dst.
+func (c *KVCache) AppendBasePageIndices(dst []int32, lg layout.LayerGroupID) ([]int32, error) {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return c.basePageIndices(lg, dst)
+}
+
+func (c *KVCache) basePageIndices(lg layout.LayerGroupID, dst []int32) ([]int32, error) {
+	if c.status != Active {
+		return nil, stateErr("page indices", c.status)
+	}
+	if lg < 0 || int(lg) >= len(c.m.lt.LifeCycles) {
+		return nil, argErr("layer_group_id", "%d out of [0, %d)", lg, len(c.m.lt.LifeCycles))
+	}
+	for _, b := range c.blocks {
+		if p := b.pages[lg]; p != nil {
+			dst = append(dst, p.slot)
+		} else {
+			dst = append(dst, BadPageIndex)
+		}
+	}
+	return dst, nil
+}

@@ -1,0 +1,255 @@
+// Package layout derives the physical storage layout from a configuration:
+// lifecycles (layer groups) from attention-window shapes, pools from same-size
+// buffers, pool groups per cache level, and slot counts from byte quotas.
+//
+// Every cache level has its own lifecycle→pool-group mapping. The hot level
+// groups lifecycles with identical slot layouts (one slot id addresses every
+// pool of the group); cold levels hold one opaque blob per page and group
+// lifecycles by their encoded page size, one pool per group. Pool-group
+// indices of different levels are unrelated.
+package layout
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/kvcm/kvcm/core/config"
+)
+
+// Window is the attention-window shape that defines a lifecycle. Size 0 is
+// full attention.
+type Window struct {
+	Size  int
+	Sinks int
+}
+
+// BufferKey names one buffer: a layer and a role.
+type BufferKey struct {
+	Layer int32
+	Role  config.DataRole
+}
+
+// Pool is one hot pool of a lifecycle: same-size buffers coalesced so that a
+// slot holds each of them once, in Buffers order.
+type Pool struct {
+	BufferBytes int64
+	Buffers     []BufferKey
+}
+
+// SlotBytes is the size of one slot of the pool.
+func (p Pool) SlotBytes() int64 { return p.BufferBytes * int64(len(p.Buffers)) }
+
+// LifeCycle is one layer group.
+type LifeCycle struct {
+	ID     LifeCycleID
+	Window Window
+	Layers []int32
+	Pools  []Pool
+}
+
+// PageBytes is the hot size of one page: one slot in every pool.
+func (lc *LifeCycle) PageBytes() int64 {
+	var n int64
+	for _, p := range lc.Pools {
+		n += p.SlotBytes()
+	}
+	return n
+}
+
+// BufferLocation says where a buffer lives in the hot layout. The kernel-facing
+// page index of the buffer for base page (slot) s is s*Scale + Offset, counted
+// in units of the buffer's size from its pool's base address.
+type BufferLocation struct {
+	LifeCycle LifeCycleID
+	Pool      int
+	Scale     int64
+	Offset    int64
+	Bytes     int64
+}
+
+// Group is one pool group of a level: its member lifecycles (ascending) and
+// the slot bytes of each of its pools.
+type Group struct {
+	Index      PoolGroupIndex
+	LifeCycles []LifeCycleID
+	PoolBytes  []int64
+}
+
+// PageBytes is the size of one slot across the group's pools.
+func (g *Group) PageBytes() int64 {
+	var n int64
+	for _, b := range g.PoolBytes {
+		n += b
+	}
+	return n
+}
+
+// Level is the grouping of one cache level.
+type Level struct {
+	Kind             config.TierKind
+	Groups           []Group
+	LifeCycleToGroup []PoolGroupIndex
+}
+
+// GroupOf returns the pool group of lifecycle lc at this level.
+func (l *Level) GroupOf(lc LifeCycleID) *Group { return &l.Groups[l.LifeCycleToGroup[lc]] }
+
+// Layout is the derived layout of a configuration.
+type Layout struct {
+	TokensPerBlock int
+	LifeCycles     []LifeCycle
+	Buffers        map[BufferKey]BufferLocation
+	// Levels has one entry per configured tier; Levels[0] is the hot level.
+	// Cold levels are filled by SetColdPageBytes.
+	Levels []Level
+}
+
+// NumLifeCycles returns the number of lifecycles (layer groups).
+func NumLifeCycles(cfg *config.Config) int {
+	seen := map[Window]bool{}
+	for _, l := range cfg.Layers {
+		seen[Window{l.SlidingWindowSize, l.NumSinkTokens}] = true
+	}
+	return len(seen)
+}
+
+// New derives the hot layout. Lifecycle ids follow the ascending layer id of
+// each window shape's first layer; pools within a lifecycle are ordered by
+// descending buffer size, buffers within a pool by layer id and then by the
+// role order of the layer's configuration.
+func New(cfg *config.Config) *Layout {
+	layers := slices.Clone(cfg.Layers)
+	slices.SortFunc(layers, func(a, b config.AttentionLayerConfig) int { return cmp.Compare(a.LayerID, b.LayerID) })
+
+	lt := &Layout{TokensPerBlock: cfg.TokensPerBlock, Buffers: map[BufferKey]BufferLocation{}}
+	byWindow := map[Window]LifeCycleID{}
+	for _, l := range layers {
+		w := Window{l.SlidingWindowSize, l.NumSinkTokens}
+		id, ok := byWindow[w]
+		if !ok {
+			id = LifeCycleID(len(lt.LifeCycles))
+			byWindow[w] = id
+			lt.LifeCycles = append(lt.LifeCycles, LifeCycle{ID: id, Window: w})
+		}
+		lt.LifeCycles[id].Layers = append(lt.LifeCycles[id].Layers, l.LayerID)
+	}
+	for i := range lt.LifeCycles {
+		lt.buildPools(&lt.LifeCycles[i], layers)
+	}
+	lt.Levels = make([]Level, len(cfg.CacheTiers))
+	for i, t := range cfg.CacheTiers {
+		lt.Levels[i].Kind = t.Kind
+	}
+	lt.Levels[0] = hotLevel(lt.LifeCycles)
+	return lt
+}
+
+func (lt *Layout) buildPools(lc *LifeCycle, layers []config.AttentionLayerConfig) {
+	bySize := map[int64]int{}
+	for _, l := range layers {
+		if !slices.Contains(lc.Layers, l.LayerID) {
+			continue
+		}
+		for _, b := range l.Buffers {
+			i, ok := bySize[b.Size]
+			if !ok {
+				i = len(lc.Pools)
+				bySize[b.Size] = i
+				lc.Pools = append(lc.Pools, Pool{BufferBytes: b.Size})
+			}
+			lc.Pools[i].Buffers = append(lc.Pools[i].Buffers, BufferKey{l.LayerID, b.Role})
+		}
+	}
+	slices.SortStableFunc(lc.Pools, func(a, b Pool) int { return cmp.Compare(b.BufferBytes, a.BufferBytes) })
+	for pi, p := range lc.Pools {
+		for off, k := range p.Buffers {
+			lt.Buffers[k] = BufferLocation{
+				LifeCycle: lc.ID, Pool: pi, Scale: int64(len(p.Buffers)), Offset: int64(off), Bytes: p.BufferBytes,
+			}
+		}
+	}
+}
+
+// hotLevel groups lifecycles whose slot layouts (pool slot sizes in order) are
+// identical.
+func hotLevel(lcs []LifeCycle) Level {
+	lvl := Level{Kind: config.GPUTier, LifeCycleToGroup: make([]PoolGroupIndex, len(lcs))}
+	for i := range lcs {
+		sizes := make([]int64, len(lcs[i].Pools))
+		for j, p := range lcs[i].Pools {
+			sizes[j] = p.SlotBytes()
+		}
+		g := slices.IndexFunc(lvl.Groups, func(g Group) bool { return slices.Equal(g.PoolBytes, sizes) })
+		if g < 0 {
+			g = len(lvl.Groups)
+			lvl.Groups = append(lvl.Groups, Group{Index: PoolGroupIndex(g), PoolBytes: sizes})
+		}
+		lvl.Groups[g].LifeCycles = append(lvl.Groups[g].LifeCycles, lcs[i].ID)
+		lvl.LifeCycleToGroup[i] = PoolGroupIndex(g)
+	}
+	return lvl
+}
+
+// SetColdPageBytes builds the grouping of every cold level from each
+// lifecycle's encoded page size: lifecycles with equal sizes share one cold
+// pool group of one pool. All cold levels share the same grouping, so blobs
+// copy between them unchanged.
+func (lt *Layout) SetColdPageBytes(coldBytes []int64) error {
+	if len(coldBytes) != len(lt.LifeCycles) {
+		return fmt.Errorf("layout: %d cold page sizes for %d lifecycles", len(coldBytes), len(lt.LifeCycles))
+	}
+	cold := Level{LifeCycleToGroup: make([]PoolGroupIndex, len(coldBytes))}
+	for lc, n := range coldBytes {
+		if n <= 0 {
+			return fmt.Errorf("layout: lifecycle %d has cold page size %d", lc, n)
+		}
+		g := slices.IndexFunc(cold.Groups, func(g Group) bool { return g.PoolBytes[0] == n })
+		if g < 0 {
+			g = len(cold.Groups)
+			cold.Groups = append(cold.Groups, Group{Index: PoolGroupIndex(g), PoolBytes: []int64{n}})
+		}
+		cold.Groups[g].LifeCycles = append(cold.Groups[g].LifeCycles, LifeCycleID(lc))
+		cold.LifeCycleToGroup[lc] = PoolGroupIndex(g)
+	}
+	for i := 1; i < len(lt.Levels); i++ {
+		kind := lt.Levels[i].Kind
+		lt.Levels[i] = cold
+		lt.Levels[i].Kind = kind
+		lt.Levels[i].Groups = slices.Clone(cold.Groups)
+	}
+	return nil
+}
+
+// BlocksFor returns how many blocks a sequence of n tokens spans.
+func (lt *Layout) BlocksFor(n int) int { return (n + lt.TokensPerBlock - 1) / lt.TokensPerBlock }
+
+// SinkBlocks returns how many leading blocks hold sink tokens of lifecycle lc.
+func (lt *Layout) SinkBlocks(lc LifeCycleID) int {
+	return lt.BlocksFor(lt.LifeCycles[lc].Window.Sinks)
+}
+
+// FirstKeptBlock returns the first non-sink block lifecycle lc still needs
+// once history tokens are computed: later tokens attend back at most the
+// window size from the first uncomputed position.
+func (lt *Layout) FirstKeptBlock(lc LifeCycleID, history int) int {
+	w := lt.LifeCycles[lc].Window.Size
+	if w == 0 || history <= w {
+		return 0
+	}
+	return (history - w) / lt.TokensPerBlock
+}
+
+// Needs reports whether lifecycle lc needs block b of a sequence whose first
+// history tokens are computed.
+func (lt *Layout) Needs(lc LifeCycleID, b, history int) bool {
+	return b < lt.SinkBlocks(lc) || b >= lt.FirstKeptBlock(lc, history)
+}
+
+// PagesNeeded returns the pages lifecycle lc holds for one request.
+func (lt *Layout) PagesNeeded(lc LifeCycleID, r config.RequestDesc) int64 {
+	total := lt.BlocksFor(r.Capacity)
+	first := min(lt.FirstKeptBlock(lc, r.HistoryLength), total)
+	sinks := min(lt.SinkBlocks(lc), first)
+	return int64(total - first + sinks)
+}

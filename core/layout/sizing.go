@@ -1,0 +1,158 @@
+package layout
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+
+	"github.com/kvcm/kvcm/core/config"
+)
+
+// ByteWeights derives one positive hot-tier byte weight per lifecycle (layer
+// group), normalized to sum to 1: from InitialPoolRatio, else from the pages a
+// typical step needs, else from the largest constraint, else equal slot counts.
+func (lt *Layout) ByteWeights(cfg *config.Config) []float64 {
+	w := make([]float64, len(lt.LifeCycles))
+	switch {
+	case len(cfg.InitialPoolRatio) > 0:
+		copy(w, cfg.InitialPoolRatio)
+	case cfg.TypicalStep != nil:
+		w = lt.batchBytes(*cfg.TypicalStep)
+	case len(cfg.Constraints) > 0:
+		for _, b := range cfg.Constraints {
+			for i, x := range lt.batchBytes(b) {
+				w[i] = max(w[i], x)
+			}
+		}
+	default:
+		for i := range lt.LifeCycles {
+			w[i] = float64(lt.LifeCycles[i].PageBytes())
+		}
+	}
+	var sum float64
+	for i := range w {
+		// A lifecycle a batch never touches still needs room to exist.
+		w[i] = max(w[i], float64(lt.LifeCycles[i].PageBytes()))
+		sum += w[i]
+	}
+	for i := range w {
+		w[i] /= sum
+	}
+	return w
+}
+
+func (lt *Layout) batchBytes(b config.BatchDesc) []float64 {
+	w := make([]float64, len(lt.LifeCycles))
+	for i := range lt.LifeCycles {
+		for _, r := range b.Requests {
+			w[i] += float64(lt.PagesNeeded(LifeCycleID(i), r)) * float64(lt.LifeCycles[i].PageBytes())
+		}
+	}
+	return w
+}
+
+// HotFloors returns, per lifecycle, the slots the largest constraint batch
+// needs on the hot level.
+func (lt *Layout) HotFloors(cfg *config.Config) []int64 {
+	floors := make([]int64, len(lt.LifeCycles))
+	for _, b := range cfg.Constraints {
+		for i := range lt.LifeCycles {
+			var n int64
+			for _, r := range b.Requests {
+				n += lt.PagesNeeded(LifeCycleID(i), r)
+			}
+			floors[i] = max(floors[i], n)
+		}
+	}
+	return floors
+}
+
+// HotSlots sizes every hot pool group from the quota: each group gets the byte
+// weights of its lifecycles, then groups below their constraint floors are
+// raised to them and the rest is shared again by weight. It fails when the
+// floors (or one slot per group) do not fit in the quota.
+func (lt *Layout) HotSlots(quota int64, weights []float64, floors []int64) ([]int64, error) {
+	lvl := &lt.Levels[0]
+	gw := make([]float64, len(lvl.Groups))
+	gfloor := make([]int64, len(lvl.Groups))
+	for lc, g := range lvl.LifeCycleToGroup {
+		gw[g] += weights[lc]
+		gfloor[g] += floors[lc]
+	}
+	for g := range gfloor {
+		gfloor[g] = max(gfloor[g], 1)
+	}
+	return shareQuota("gpu", quota, lvl.Groups, gw, gfloor)
+}
+
+// ColdSlots sizes the pool groups of cold level lvl. Each lifecycle's hot byte
+// weight becomes a slot-count weight through its hot page size, then cold
+// bytes through its cold page size, so layer-group slot proportions survive a
+// change of page size or grouping. Cold groups get only the structural minimum
+// of one slot; constraint floors never apply here.
+func (lt *Layout) ColdSlots(level int, quota int64, weights []float64) ([]int64, error) {
+	lvl := &lt.Levels[level]
+	gw := make([]float64, len(lvl.Groups))
+	for lc, g := range lvl.LifeCycleToGroup {
+		slotWeight := weights[lc] / float64(lt.LifeCycles[lc].PageBytes())
+		gw[g] += slotWeight * float64(lvl.Groups[g].PageBytes())
+	}
+	var sum float64
+	for _, x := range gw {
+		sum += x
+	}
+	floors := make([]int64, len(gw))
+	for g := range gw {
+		gw[g] /= sum
+		floors[g] = 1
+	}
+	return shareQuota(lvl.Kind.String(), quota, lvl.Groups, gw, floors)
+}
+
+func shareQuota(tier string, quota int64, groups []Group, weights []float64, floors []int64) ([]int64, error) {
+	var need int64
+	for g := range groups {
+		b, ok := mulChecked(floors[g], groups[g].PageBytes())
+		if !ok || need+b < need {
+			return nil, fmt.Errorf("layout: %s floors overflow", tier)
+		}
+		need += b
+	}
+	if need > quota {
+		return nil, fmt.Errorf("layout: %s quota %d bytes is below the %d bytes its minimum slots need", tier, quota, need)
+	}
+	slots := make([]int64, len(groups))
+	pinned := make([]bool, len(groups))
+	for {
+		budget, wsum := float64(quota), 0.0
+		for g := range groups {
+			if pinned[g] {
+				budget -= float64(floors[g] * groups[g].PageBytes())
+			} else {
+				wsum += weights[g]
+			}
+		}
+		raised := false
+		for g := range groups {
+			if pinned[g] {
+				slots[g] = floors[g]
+				continue
+			}
+			slots[g] = int64(math.Floor(budget * weights[g] / wsum / float64(groups[g].PageBytes())))
+			if slots[g] < floors[g] {
+				pinned[g], raised = true, true
+			}
+		}
+		if !raised {
+			return slots, nil
+		}
+	}
+}
+
+func mulChecked(a, b int64) (int64, bool) {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi != 0 || lo > math.MaxInt64 {
+		return 0, false
+	}
+	return int64(lo), true
+}

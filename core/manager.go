@@ -1,0 +1,372 @@
+// Package core is kvcm's Go API: a paged KV-cache manager with prefix reuse,
+// eviction and (with cold tiers) migration, over the device interface.
+//
+// A Manager owns every page of every cache level. Engines create one KVCache
+// per request with its prompt tokens; the cache starts SUSPENDED holding the
+// longest reusable cached prefix. Resume(stream) makes it ACTIVE on the
+// engine's stream, Resize allocates pages for the tokens the next step
+// computes, BasePageIndices tells the engine's kernels where the pages are,
+// Commit publishes computed tokens for reuse, Suspend lets its pages be
+// evicted, and Close releases it.
+//
+// All methods of a Manager and of its caches are safe for concurrent use: one
+// mutex per manager serializes them.
+package core
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/device"
+	"github.com/kvcm/kvcm/core/device/emu"
+	"github.com/kvcm/kvcm/core/layout"
+)
+
+// Option configures NewManager.
+type Option func(*options)
+
+type options struct {
+	dev device.Device
+}
+
+// WithDevice selects the device; by default the manager creates (and owns)
+// an emulated device.
+func WithDevice(d device.Device) Option { return func(o *options) { o.dev = d } }
+
+// Manager is a paged KV-cache manager.
+type Manager struct {
+	mu      sync.Mutex
+	cfg     config.Config
+	lt      *layout.Layout
+	dev     device.Device
+	ownDev  bool
+	stream  device.Stream
+	events  eventPool
+	levels  []*storageLevel
+	roots   map[blockhash.Key]*node
+	hasher  *blockhash.Hasher
+	tick    uint64
+	prune   []*node
+	nextID  uint64
+	caches  map[uint64]*KVCache
+	stats   statCounters
+	closed  bool
+}
+
+// NewManager validates cfg, derives the layout and allocates every level.
+func NewManager(cfg config.Config, opts ...Option) (*Manager, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := cfg.Validate(layout.NumLifeCycles(&cfg)); err != nil {
+		return nil, err
+	}
+	for i, t := range cfg.CacheTiers {
+		if t.Kind != config.GPUTier {
+			return nil, fmt.Errorf("%w: cache_tiers[%d]: %v tier not yet supported", config.ErrTierNotSupported, i, t.Kind)
+		}
+	}
+	m := &Manager{
+		cfg:    cfg,
+		lt:     layout.New(&cfg),
+		dev:    o.dev,
+		roots:  map[blockhash.Key]*node{},
+		hasher: blockhash.NewHasher(),
+		caches: map[uint64]*KVCache{},
+	}
+	if m.dev == nil {
+		m.dev, m.ownDev = emu.New(emu.Options{}), true
+	}
+	m.events.dev = m.dev
+	if err := m.initStorage(); err != nil {
+		m.release()
+		return nil, err
+	}
+	var err error
+	if m.stream, err = m.dev.NewStream(); err != nil {
+		m.release()
+		return nil, fmt.Errorf("create manager stream: %w", err)
+	}
+	return m, nil
+}
+
+func (m *Manager) initStorage() error {
+	weights := m.lt.ByteWeights(&m.cfg)
+	hot := m.cfg.CacheTiers[0]
+	slots, err := m.lt.HotSlots(hot.Quota, weights, m.lt.HotFloors(&m.cfg))
+	if err != nil {
+		return fmt.Errorf("%w: cache_tiers[0].quota: %v", ErrInvalidConfig, err)
+	}
+	lvl := &storageLevel{index: 0, kind: hot.Kind, quota: hot.Quota, lcMap: m.lt.Levels[0].LifeCycleToGroup}
+	m.levels = append(m.levels, lvl)
+	for gi, gl := range m.lt.Levels[0].Groups {
+		g, err := newSlotGroup(m.dev, lvl, gl, slots[gi], device.DeviceMemory)
+		if err != nil {
+			return err
+		}
+		lvl.groups = append(lvl.groups, g)
+	}
+	return nil
+}
+
+// Close releases every level's memory. Caches must be closed first.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	for _, c := range m.caches {
+		if c.status != Closed {
+			return fmt.Errorf("%w: close the manager's caches first (cache %d is %v)", ErrInvalidState, c.id, c.status)
+		}
+	}
+	m.closed = true
+	var err error
+	if m.stream != nil {
+		err = m.stream.Synchronize()
+	}
+	m.release()
+	return err
+}
+
+func (m *Manager) release() {
+	for _, l := range m.levels {
+		for _, g := range l.groups {
+			g.freeMemory()
+		}
+	}
+	m.levels = nil
+	if m.stream != nil {
+		m.stream.Close()
+	}
+	m.events.close()
+	if m.ownDev {
+		m.dev.Close()
+	}
+}
+
+// Device returns the device the manager allocates from.
+func (m *Manager) Device() device.Device { return m.dev }
+
+// Layout returns the derived storage layout. It must not be modified.
+func (m *Manager) Layout() *layout.Layout { return m.lt }
+
+// TokensPerBlock returns the configured block size.
+func (m *Manager) TokensPerBlock() int { return m.cfg.TokensPerBlock }
+
+// NumLayerGroups returns the number of layer groups (lifecycles).
+func (m *Manager) NumLayerGroups() int { return len(m.lt.LifeCycles) }
+
+// PoolGroupDescs describes the hot pool groups: index, slots, member
+// lifecycles and pools with base addresses. Addresses change when the GPU
+// level is resized.
+func (m *Manager) PoolGroupDescs() []layout.PoolGroupDesc {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.hotDescs()
+}
+
+func (m *Manager) hotDescs() []layout.PoolGroupDesc {
+	var out []layout.PoolGroupDesc
+	for _, g := range m.levels[0].groups {
+		d := layout.PoolGroupDesc{Index: g.desc.Index, NumSlots: g.numSlots, LifeCycles: g.desc.LifeCycles}
+		for i, b := range g.desc.PoolBytes {
+			d.Pools = append(d.Pools, layout.PoolDesc{Base: g.poolBase(i), SlotBytes: b})
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// BufferLocation describes where the buffer of a layer and role lives in the
+// hot layout: its pool base address, its stride (bytes per page index) and the
+// scale and offset that turn a base page index into the buffer's page index.
+type BufferLocation struct {
+	layout.BufferLocation
+	PoolBase device.Ptr
+}
+
+// PageIndex converts a base page index of the buffer's layer group into the
+// buffer's kernel-facing page index.
+func (b BufferLocation) PageIndex(base int32) int64 {
+	if base < 0 {
+		return -1
+	}
+	return int64(base)*b.Scale + b.Offset
+}
+
+// Buffer returns the location of a layer's buffer.
+func (m *Manager) Buffer(layer int32, role config.DataRole) (BufferLocation, error) {
+	loc, ok := m.lt.Buffers[layout.BufferKey{Layer: layer, Role: role}]
+	if !ok {
+		return BufferLocation{}, argErr("layer/role", "no buffer %q in layer %d", role, layer)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	g := m.levels[0].groupOf(loc.LifeCycle)
+	return BufferLocation{BufferLocation: loc, PoolBase: g.poolBase(loc.Pool)}, nil
+}
+
+// LayerGroupOf returns the layer group (lifecycle) of a layer.
+func (m *Manager) LayerGroupOf(layer int32) (layout.LayerGroupID, error) {
+	for _, lc := range m.lt.LifeCycles {
+		for _, l := range lc.Layers {
+			if l == layer {
+				return lc.ID, nil
+			}
+		}
+	}
+	return -1, argErr("layer", "unknown layer %d", layer)
+}
+
+// hotUtilization is the largest fraction, over hot pool groups, of slots
+// that are neither free nor evictable.
+func (m *Manager) hotUtilization() float64 {
+	var u float64
+	for _, g := range m.levels[0].groups {
+		busy := g.used() - int64(len(g.victims))
+		u = math.Max(u, float64(busy)/float64(g.numSlots))
+	}
+	return u
+}
+
+// need counts slots to take per group of one level.
+type need map[*slotGroup]int
+
+// reserve makes sure every group of n has enough free slots, evicting where
+// needed. It changes nothing when the total cannot be met.
+func (m *Manager) reserve(n need) error {
+	for g, k := range n {
+		if avail := len(g.free) + len(g.victims); avail < k {
+			return fmt.Errorf("%w: %v pool group %d needs %d slots, %d free and %d evictable of %d",
+				ErrOutOfPages, g.level.kind, g.desc.Index, k, len(g.free), len(g.victims), g.numSlots)
+		}
+	}
+	for g, k := range n {
+		for len(g.free) < k {
+			m.evictOne(g)
+		}
+	}
+	return nil
+}
+
+// evictOne frees the slot of g's best victim. With no colder level the page
+// is dropped: its tree entry is pruned at the next safe point.
+func (m *Manager) evictOne(g *slotGroup) {
+	p := g.victims[0]
+	m.drop(p)
+	m.stats.onEvict()
+}
+
+// drop removes an unreferenced tree page from storage and from its node.
+func (m *Manager) drop(p *page) {
+	if p.heapIdx >= 0 {
+		heap.Remove(&p.group.victims, p.heapIdx)
+	}
+	n := p.node
+	n.pages[p.lc] = nil
+	p.group.release(p)
+	p.node = nil
+	if !n.hasPages() {
+		m.prune = append(m.prune, n)
+	}
+}
+
+// newPage takes a free slot of g for lifecycle lc; reserve must have made
+// room. The page starts private, unreferenced.
+func (m *Manager) newPage(g *slotGroup, lc layout.LifeCycleID) *page {
+	p := &page{lc: lc}
+	g.take(p)
+	return p
+}
+
+// freePage returns a private page's slot.
+func (m *Manager) freePage(p *page) {
+	if p.heapIdx >= 0 {
+		heap.Remove(&p.group.victims, p.heapIdx)
+	}
+	p.group.release(p)
+}
+
+// unref drops one reference of a cache and refreshes eviction state; private
+// pages that nobody references any more are freed.
+func (m *Manager) unref(p *page, active bool) {
+	if active {
+		p.active--
+	} else {
+		p.held--
+	}
+	m.tick++
+	p.lastUsed = m.tick
+	if p.active == 0 && p.held == 0 && p.node == nil {
+		m.freePage(p)
+		return
+	}
+	p.refresh(len(m.levels))
+}
+
+// ref adds a reference of a cache.
+func (m *Manager) ref(p *page, active bool) {
+	if active {
+		p.active++
+	} else {
+		p.held++
+	}
+	p.refresh(len(m.levels))
+}
+
+// safePoint prunes tree nodes that lost all pages. It runs at the end of
+// public operations, never while an operation may still be evicting.
+func (m *Manager) safePoint() {
+	for len(m.prune) > 0 {
+		n := m.prune[len(m.prune)-1]
+		m.prune = m.prune[:len(m.prune)-1]
+		if !n.prunable() || (n.parent.child(n.key) != n && !containsNode(n.parent.partials, n)) {
+			continue
+		}
+		n.parent.removeChild(n)
+		if n.parent.parent == nil && n.parent.users == 0 && len(n.parent.children) == 0 && len(n.parent.partials) == 0 {
+			delete(m.roots, n.parent.key)
+		} else if n.parent.prunable() {
+			m.prune = append(m.prune, n.parent)
+		}
+	}
+}
+
+func containsNode(list []*node, n *node) bool {
+	for _, x := range list {
+		if x == n {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Manager) root(scope blockhash.Scope) *node {
+	k := scope.Root()
+	r := m.roots[k]
+	if r == nil {
+		r = newNode(nil, k, nil, len(m.lt.LifeCycles))
+		m.roots[k] = r
+	}
+	return r
+}
+
+var errClosed = fmt.Errorf("%w", ErrClosed)
+
+func (m *Manager) checkOpen() error {
+	if m.closed {
+		return errClosed
+	}
+	return nil
+}
+
+// isOutOfPages reports whether err means a level ran out of pages.
+func isOutOfPages(err error) bool { return errors.Is(err, ErrOutOfPages) }

@@ -1,0 +1,150 @@
+package core
+
+import (
+	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/layout"
+)
+
+// BlockStats counts block allocation outcomes. Blocks are counted once per
+// cache, whatever the number of layer groups.
+type BlockStats struct {
+	// AllocTotalBlocks = AllocNewBlocks + ReusedBlocks.
+	AllocTotalBlocks int64
+	// AllocNewBlocks were allocated fresh by Resize.
+	AllocNewBlocks int64
+	// ReusedBlocks were matched in the tree at creation (partial ones too).
+	ReusedBlocks int64
+	// MissedBlocks are full input blocks that were not reused.
+	MissedBlocks int64
+	// Evictions counts pages evicted from any level.
+	Evictions int64
+}
+
+// HitRate is ReusedBlocks over the blocks looked up.
+func (s BlockStats) HitRate() float64 {
+	if n := s.ReusedBlocks + s.MissedBlocks; n > 0 {
+		return float64(s.ReusedBlocks) / float64(n)
+	}
+	return 0
+}
+
+func (s *BlockStats) add(d BlockStats) {
+	s.AllocTotalBlocks += d.AllocTotalBlocks
+	s.AllocNewBlocks += d.AllocNewBlocks
+	s.ReusedBlocks += d.ReusedBlocks
+	s.MissedBlocks += d.MissedBlocks
+	s.Evictions += d.Evictions
+}
+
+type statCounters struct {
+	total, iter BlockStats
+}
+
+func (s *statCounters) count(d BlockStats) {
+	s.total.add(d)
+	s.iter.add(d)
+}
+
+func (s *statCounters) onCreate(inputBlocks, reusedFull int, partial bool) {
+	reused := reusedFull
+	if partial {
+		reused++
+	}
+	s.count(BlockStats{
+		AllocTotalBlocks: int64(reused), ReusedBlocks: int64(reused),
+		MissedBlocks: int64(max(inputBlocks-reusedFull, 0)),
+	})
+}
+
+func (s *statCounters) onAllocate(newBlocks int) {
+	s.count(BlockStats{AllocTotalBlocks: int64(newBlocks), AllocNewBlocks: int64(newBlocks)})
+}
+
+func (s *statCounters) onEvict() { s.count(BlockStats{Evictions: 1}) }
+
+// Stats returns the cumulative block statistics.
+func (m *Manager) Stats() BlockStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stats.total
+}
+
+// GetAndResetIterationStats returns the block statistics since the previous
+// call and starts a new iteration.
+func (m *Manager) GetAndResetIterationStats() BlockStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.stats.iter
+	m.stats.iter = BlockStats{}
+	return s
+}
+
+// PoolGroupStats is the state of one pool group of one level, in slots.
+// Available = Free + Evictable.
+type PoolGroupStats struct {
+	Level      layout.CacheLevel
+	Tier       config.TierKind
+	Index      layout.PoolGroupIndex
+	LifeCycles []layout.LifeCycleID
+	PageBytes  int64
+	Total      int64
+	Free       int64
+	Evictable  int64
+	Available  int64
+}
+
+// StorageStats returns the state of every pool group of level, in that
+// level's own grouping order.
+func (m *Manager) StorageStats(level layout.CacheLevel) ([]PoolGroupStats, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	lvl, err := m.level(level)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]PoolGroupStats, 0, len(lvl.groups))
+	for _, g := range lvl.groups {
+		free, ev := int64(len(g.free)), int64(len(g.victims))
+		out = append(out, PoolGroupStats{
+			Level: level, Tier: lvl.kind, Index: g.desc.Index, LifeCycles: g.desc.LifeCycles,
+			PageBytes: g.desc.PageBytes(), Total: g.numSlots, Free: free, Evictable: ev, Available: free + ev,
+		})
+	}
+	return out, nil
+}
+
+// PeakBlockStats is the largest number of slots in use in one pool group
+// during an iteration.
+type PeakBlockStats struct {
+	Index    layout.PoolGroupIndex
+	PeakUsed int64
+	Total    int64
+}
+
+// GetAndResetIterationPeakBlockStats returns, per pool group of level in that
+// level's grouping order, the peak of used slots since the previous call, and
+// restarts the peaks from the current use.
+func (m *Manager) GetAndResetIterationPeakBlockStats(level layout.CacheLevel) ([]PeakBlockStats, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	lvl, err := m.level(level)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]PeakBlockStats, 0, len(lvl.groups))
+	for _, g := range lvl.groups {
+		out = append(out, PeakBlockStats{Index: g.desc.Index, PeakUsed: g.peakUsed, Total: g.numSlots})
+		g.peakUsed = g.used()
+	}
+	return out, nil
+}
+
+func (m *Manager) level(level layout.CacheLevel) (*storageLevel, error) {
+	if err := m.checkOpen(); err != nil {
+		return nil, err
+	}
+	if level < 0 || int(level) >= len(m.levels) {
+		return nil, argErr("level", "%d out of [0, %d)", level, len(m.levels))
+	}
+	return m.levels[level], nil
+}

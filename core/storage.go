@@ -1,0 +1,183 @@
+package core
+
+import (
+	"container/heap"
+	"fmt"
+
+	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/device"
+	"github.com/kvcm/kvcm/core/layout"
+)
+
+// page is one lifecycle's data for one block, occupying one slot of its
+// lifecycle's pool group at its current level.
+type page struct {
+	lc    layout.LifeCycleID
+	group *slotGroup
+	slot  int32
+	// node is the radix-tree block the page belongs to; nil for a page
+	// private to one cache.
+	node *node
+	// active counts references from active caches: the page is pinned in
+	// place. held counts references from suspended caches: the page may move
+	// to another level but must not be dropped.
+	active, held int
+	lastUsed     uint64
+	heapIdx      int
+}
+
+func (p *page) level() int { return p.group.level.index }
+
+func (p *page) priority() int {
+	if p.node != nil {
+		return p.node.priority
+	}
+	return DefaultPriority
+}
+
+func (p *page) depth() int {
+	if p.node != nil {
+		return p.node.depth
+	}
+	return 0
+}
+
+// slotGroup is one pool group of one level: its memory, its free slots, the
+// fence of every slot and the eviction candidates.
+type slotGroup struct {
+	level    *storageLevel
+	desc     layout.Group
+	mem      []device.Memory // one allocation per pool
+	numSlots int64
+	free     []int32
+	owner    []*page
+	fences   []fence
+	victims  victimHeap
+	peakUsed int64
+}
+
+func (g *slotGroup) used() int64 { return g.numSlots - int64(len(g.free)) }
+
+func (g *slotGroup) poolBase(pool int) device.Ptr { return g.mem[pool].Ptr() }
+
+// slotAddr is the address of slot s in pool i.
+func (g *slotGroup) slotAddr(pool int, s int32) device.Ptr {
+	return g.mem[pool].Ptr().Add(int64(s) * g.desc.PoolBytes[pool])
+}
+
+// storageLevel is one cache tier.
+type storageLevel struct {
+	index  int
+	kind   config.TierKind
+	quota  int64
+	groups []*slotGroup
+	lcMap  []layout.PoolGroupIndex
+}
+
+func (l *storageLevel) groupOf(lc layout.LifeCycleID) *slotGroup { return l.groups[l.lcMap[lc]] }
+
+func newSlotGroup(dev device.Device, lvl *storageLevel, desc layout.Group, slots int64, kind device.MemoryKind) (*slotGroup, error) {
+	g := &slotGroup{level: lvl, desc: desc, numSlots: slots}
+	for i, b := range desc.PoolBytes {
+		mem, err := dev.Alloc(kind, slots*b)
+		if err != nil {
+			g.freeMemory()
+			return nil, fmt.Errorf("allocate %v pool %d of group %d (%d slots of %d bytes): %w",
+				lvl.kind, i, desc.Index, slots, b, err)
+		}
+		g.mem = append(g.mem, mem)
+	}
+	g.free = make([]int32, slots)
+	for i := range g.free {
+		// Pop order hands out low slots first, which keeps tests readable.
+		g.free[i] = int32(slots) - 1 - int32(i)
+	}
+	g.owner = make([]*page, slots)
+	g.fences = make([]fence, slots)
+	return g, nil
+}
+
+func (g *slotGroup) freeMemory() {
+	for _, m := range g.mem {
+		m.Free()
+	}
+	g.mem = nil
+}
+
+// take hands out a free slot to p.
+func (g *slotGroup) take(p *page) {
+	n := len(g.free)
+	s := g.free[n-1]
+	g.free = g.free[:n-1]
+	g.owner[s] = p
+	p.group, p.slot, p.heapIdx = g, s, -1
+	g.peakUsed = max(g.peakUsed, g.used())
+}
+
+// release returns p's slot; the slot keeps its fence so the next owner waits
+// for every access of the previous one.
+func (g *slotGroup) release(p *page) {
+	g.owner[p.slot] = nil
+	g.free = append(g.free, p.slot)
+	p.group = nil
+}
+
+// victimHeap orders evictable pages: lowest priority first, then least
+// recently released, then deepest (so a chain drains from its tail).
+type victimHeap []*page
+
+func (h victimHeap) Len() int { return len(h) }
+func (h victimHeap) Less(i, j int) bool {
+	a, b := h[i], h[j]
+	if pa, pb := a.priority(), b.priority(); pa != pb {
+		return pa < pb
+	}
+	if a.lastUsed != b.lastUsed {
+		return a.lastUsed < b.lastUsed
+	}
+	return a.depth() > b.depth()
+}
+func (h victimHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIdx, h[j].heapIdx = i, j
+}
+func (h *victimHeap) Push(x any) {
+	p := x.(*page)
+	p.heapIdx = len(*h)
+	*h = append(*h, p)
+}
+func (h *victimHeap) Pop() any {
+	old := *h
+	p := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	p.heapIdx = -1
+	return p
+}
+
+// evictable reports whether p may leave its slot: nobody uses it in place and
+// either a colder level can take it or nobody holds it at all.
+func (p *page) evictable(lastLevel bool) bool {
+	if p.active > 0 {
+		return false
+	}
+	if p.held > 0 {
+		return !lastLevel
+	}
+	return p.node != nil
+}
+
+// refresh puts p into or out of its group's victim heap after a change of
+// references, level or priority.
+func (p *page) refresh(numLevels int) {
+	g := p.group
+	want := p.evictable(g.level.index == numLevels-1)
+	switch {
+	case want && p.heapIdx < 0:
+		heap.Push(&g.victims, p)
+	case !want && p.heapIdx >= 0:
+		heap.Remove(&g.victims, p.heapIdx)
+	case want:
+		heap.Fix(&g.victims, p.heapIdx)
+	}
+}
