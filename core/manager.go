@@ -40,22 +40,22 @@ func WithDevice(d device.Device) Option { return func(o *options) { o.dev = d } 
 
 // Manager is a paged KV-cache manager.
 type Manager struct {
-	mu      sync.Mutex
-	cfg     config.Config
-	lt      *layout.Layout
-	dev     device.Device
-	ownDev  bool
-	stream  device.Stream
-	events  eventPool
-	levels  []*storageLevel
-	roots   map[blockhash.Key]*node
-	hasher  *blockhash.Hasher
-	tick    uint64
-	prune   []*node
-	nextID  uint64
-	caches  map[uint64]*KVCache
-	stats   statCounters
-	closed  bool
+	mu     sync.Mutex
+	cfg    config.Config
+	lt     *layout.Layout
+	dev    device.Device
+	ownDev bool
+	stream device.Stream
+	events eventPool
+	levels []*storageLevel
+	roots  map[blockhash.Key]*node
+	hasher *blockhash.Hasher
+	tick   uint64
+	prune  []*node
+	nextID uint64
+	caches map[uint64]*KVCache
+	stats  statCounters
+	closed bool
 }
 
 // NewManager validates cfg, derives the layout and allocates every level.

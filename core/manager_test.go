@@ -1,0 +1,402 @@
+package core
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/device"
+	"github.com/kvcm/kvcm/core/device/emu"
+	"github.com/kvcm/kvcm/core/layout"
+)
+
+const tpb = 4
+
+// smallConfig: two full-attention layers (key+value, 64 bytes a block each),
+// quota for exactly `slots` pages.
+func smallConfig(slots int64) config.Config {
+	layer := func(id int32) config.AttentionLayerConfig {
+		return config.AttentionLayerConfig{LayerID: id, Buffers: []config.BufferConfig{
+			{Role: config.RoleKey, Size: 64}, {Role: config.RoleValue, Size: 64},
+		}}
+	}
+	return config.Config{
+		TokensPerBlock: tpb,
+		CacheTiers:     []config.CacheTierConfig{config.GPU(slots * 256)},
+		Layers:         []config.AttentionLayerConfig{layer(0), layer(1)},
+	}
+}
+
+type fixture struct {
+	t      *testing.T
+	m      *Manager
+	dev    *emu.Device
+	stream device.Stream
+}
+
+func newFixture(t *testing.T, cfg config.Config) *fixture {
+	t.Helper()
+	dev := emu.New(emu.Options{Seed: 1})
+	m, err := NewManager(cfg, WithDevice(dev))
+	require.NoError(t, err)
+	s, err := dev.NewStream()
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		s.Close()
+		m.Close()
+		dev.Close()
+	})
+	return &fixture{t: t, m: m, dev: dev, stream: s}
+}
+
+func seq(start, n int) []config.Token {
+	out := make([]config.Token, n)
+	for i := range out {
+		out[i] = config.Token(start + i)
+	}
+	return out
+}
+
+// serve runs a request: create with reuse, resume, compute the rest of the
+// prompt, commit it all, close. It returns the reused token count.
+func (f *fixture) serve(scope blockhash.Scope, prompt []config.Token) int {
+	f.t.Helper()
+	c := f.open(scope, prompt)
+	reused := c.ReusedTokens()
+	require.NoError(f.t, c.Close())
+	return reused
+}
+
+// open is serve without the close: the cache stays ACTIVE.
+func (f *fixture) open(scope blockhash.Scope, prompt []config.Token) *KVCache {
+	f.t.Helper()
+	c, err := f.m.CreateKVCache(CacheOptions{Scope: scope, InputTokens: prompt})
+	require.NoError(f.t, err)
+	require.NoError(f.t, c.Resume(f.stream))
+	require.NoError(f.t, c.Resize(len(prompt), len(prompt)))
+	require.NoError(f.t, c.Commit(prompt[c.NumCommittedTokens():], false))
+	return c
+}
+
+func (f *fixture) hotStats() PoolGroupStats {
+	st, err := f.m.StorageStats(layout.GPULevel)
+	require.NoError(f.t, err)
+	require.Len(f.t, st, 1)
+	return st[0]
+}
+
+func TestCacheStateMachine(t *testing.T) {
+	f := newFixture(t, smallConfig(16))
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 8)})
+	require.NoError(t, err)
+	assert.Equal(t, Suspended, c.Status())
+
+	assert.ErrorIs(t, c.Suspend(), ErrInvalidState, "suspend needs ACTIVE")
+	assert.ErrorIs(t, c.Resize(4, 0), ErrInvalidState, "resize needs ACTIVE")
+	assert.ErrorIs(t, c.Commit(seq(0, 1), false), ErrInvalidState, "commit needs ACTIVE")
+	_, err = c.BasePageIndices(0)
+	assert.ErrorIs(t, err, ErrInvalidState)
+	assert.ErrorIs(t, c.Resume(nil), ErrInvalidArgument)
+
+	require.NoError(t, c.Resume(f.stream))
+	assert.Equal(t, Active, c.Status())
+	assert.ErrorIs(t, c.Resume(f.stream), ErrInvalidState, "already ACTIVE")
+	require.NoError(t, c.Suspend())
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Close())
+	assert.Equal(t, Closed, c.Status())
+	assert.ErrorIs(t, c.Resume(f.stream), ErrInvalidState, "CLOSED is terminal")
+	assert.NoError(t, c.Close(), "closing twice is harmless")
+}
+
+func TestCommittedHistoryCapacityInvariant(t *testing.T) {
+	f := newFixture(t, smallConfig(16))
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 10)})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+
+	assert.ErrorIs(t, c.Resize(4, 6), ErrInvalidArgument, "history above capacity")
+	require.NoError(t, c.Resize(8, 4))
+	assert.ErrorIs(t, c.Resize(8, 3), ErrInvalidArgument, "history never decreases")
+	assert.ErrorIs(t, c.Commit(seq(0, 5), false), ErrInvalidArgument, "commit past history")
+	assert.Equal(t, 0, c.NumCommittedTokens(), "a failed commit commits nothing")
+	require.NoError(t, c.Commit(seq(0, 4), false))
+	assert.Equal(t, 4, c.NumCommittedTokens())
+	assert.ErrorIs(t, c.Resize(3, -1), ErrInvalidArgument, "capacity below history")
+
+	idx, err := c.BasePageIndices(0)
+	require.NoError(t, err)
+	assert.Len(t, idx, 2, "8 tokens span two blocks")
+	assert.NotEqual(t, idx[0], idx[1])
+	require.NoError(t, c.Close())
+}
+
+func TestPrefixReuseSharesPages(t *testing.T) {
+	f := newFixture(t, smallConfig(32))
+	prompt := seq(100, 13) // three full blocks and one token
+	a := f.open(blockhash.Scope{}, prompt)
+	aIdx, err := a.BasePageIndices(0)
+	require.NoError(t, err)
+
+	assert.Equal(t, 12, f.m.ProbeReuse(blockhash.Scope{}, prompt), "all full blocks, less the last token")
+	b, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	assert.Equal(t, 12, b.ReusedTokens())
+	assert.Equal(t, 12, b.NumCommittedTokens())
+	require.NoError(t, b.Resume(f.stream))
+	bIdx, err := b.BasePageIndices(0)
+	require.NoError(t, err)
+	assert.Equal(t, aIdx[:3], bIdx, "reused blocks are the same pages")
+
+	other := blockhash.Scope{LoRAID: 7}
+	assert.Zero(t, f.m.ProbeReuse(other, prompt), "scopes never share")
+	assert.Zero(t, f.m.ProbeReuse(blockhash.Scope{}, prompt[:1]), "a single token is never reused")
+	assert.Equal(t, 4, f.m.ProbeReuse(blockhash.Scope{}, append(seq(100, 4), 9, 9, 9, 9, 9)))
+
+	require.NoError(t, a.Close())
+	require.NoError(t, b.Close())
+	st := f.m.Stats()
+	assert.Equal(t, int64(3), st.ReusedBlocks)
+}
+
+func TestReuseLimitedToInputMinusOne(t *testing.T) {
+	f := newFixture(t, smallConfig(32))
+	f.serve(blockhash.Scope{}, seq(0, 8))
+	assert.Equal(t, 4, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 8)),
+		"the engine must compute the last token, so the second block cannot be reused")
+	assert.Equal(t, 8, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 9)))
+}
+
+func TestEvictionDropsLeastRecentlyReleasedTailFirst(t *testing.T) {
+	f := newFixture(t, smallConfig(6))
+	f.serve(blockhash.Scope{}, seq(0, 12))   // blocks A1 A2 A3
+	f.serve(blockhash.Scope{}, seq(100, 12)) // blocks B1 B2 B3: pool now full
+	assert.Equal(t, int64(6), f.hotStats().Evictable)
+
+	// Two new pages: A's tail goes first (A3, then A2), A1 and B stay.
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(500, 8)})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Resize(8, 8))
+	assert.Equal(t, 4, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 13)), "A1 survives")
+	assert.Equal(t, 12, f.m.ProbeReuse(blockhash.Scope{}, seq(100, 13)), "B is intact")
+	assert.Equal(t, int64(2), f.m.Stats().Evictions)
+	require.NoError(t, c.Close())
+}
+
+func TestEvictionHonoursPriorities(t *testing.T) {
+	f := newFixture(t, smallConfig(4))
+	keep := func(int) int { return MaxPriority }
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 8), Priority: keep})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Resize(8, 8))
+	require.NoError(t, c.Commit(seq(0, 8), false))
+	require.NoError(t, c.Close())
+	f.serve(blockhash.Scope{}, seq(100, 8)) // released later, but default priority
+
+	d := f.open(blockhash.Scope{}, seq(500, 8))
+	assert.Equal(t, 8, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 9)), "high priority blocks stay")
+	assert.Zero(t, f.m.ProbeReuse(blockhash.Scope{}, seq(100, 9)), "default priority went first")
+	require.NoError(t, d.Close())
+}
+
+func TestOutOfPagesChangesNothing(t *testing.T) {
+	f := newFixture(t, smallConfig(4))
+	a := f.open(blockhash.Scope{}, seq(0, 12)) // 3 pinned pages
+	f.serve(blockhash.Scope{}, seq(100, 4))    // 1 evictable page
+	before := f.hotStats()
+
+	b, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(200, 8)})
+	require.NoError(t, err)
+	require.NoError(t, b.Resume(f.stream))
+	err = b.Resize(8, 0)
+	require.ErrorIs(t, err, ErrOutOfPages)
+	assert.Contains(t, err.Error(), "needs 2 slots")
+	assert.Equal(t, before, f.hotStats(), "nothing evicted by a failed call")
+	assert.Zero(t, b.Capacity())
+	assert.Equal(t, 4, f.m.ProbeReuse(blockhash.Scope{}, seq(100, 5)), "the cached block survived")
+
+	require.NoError(t, b.Resize(4, 0), "one page fits after evicting")
+	require.NoError(t, a.Close())
+	require.NoError(t, b.Close())
+}
+
+func TestSlidingWindowReleasesOutOfWindowBlocks(t *testing.T) {
+	cfg := smallConfig(64)
+	cfg.Layers[1].SlidingWindowSize = 8
+	cfg.Layers[1].NumSinkTokens = 2
+	f := newFixture(t, cfg)
+	require.Equal(t, 2, f.m.NumLayerGroups())
+	swa, err := f.m.LayerGroupOf(1)
+	require.NoError(t, err)
+
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 24)})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Resize(24, 20))
+	idx, err := c.BasePageIndices(swa)
+	require.NoError(t, err)
+	// History 20, window 8: tokens from 12 on are needed, so blocks 3..5,
+	// plus block 0 for the sink tokens.
+	assert.NotEqual(t, BadPageIndex, idx[0], "sink block kept")
+	assert.Equal(t, []int32{BadPageIndex, BadPageIndex}, idx[1:3])
+	for _, i := range idx[3:] {
+		assert.NotEqual(t, BadPageIndex, i)
+	}
+	full, err := c.BasePageIndices(0)
+	require.NoError(t, err)
+	assert.NotContains(t, full, BadPageIndex, "full attention keeps everything")
+	require.NoError(t, c.Close())
+}
+
+func TestPartialReuseCopiesMatchedHead(t *testing.T) {
+	cfg := smallConfig(16)
+	cfg.EnablePartialReuse = true
+	f := newFixture(t, cfg)
+	src := f.open(blockhash.Scope{}, seq(0, 8))
+	srcIdx, err := src.BasePageIndices(0)
+	require.NoError(t, err)
+	loc, err := f.m.Buffer(0, config.RoleKey)
+	require.NoError(t, err)
+	pattern := f.fillPage(loc, srcIdx[1], 7)
+	require.NoError(t, src.Close())
+
+	// Shares block 0 and the first two tokens of block 1.
+	prompt := append(seq(0, 6), 50, 51, 52)
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	assert.Equal(t, 6, c.ReusedTokens())
+	require.NoError(t, c.Resume(f.stream))
+	idx, err := c.BasePageIndices(0)
+	require.NoError(t, err)
+	require.Len(t, idx, 2)
+	assert.Equal(t, srcIdx[0], idx[0], "full block shared")
+	assert.NotEqual(t, srcIdx[1], idx[1], "partial block copied into a private page")
+	assert.Equal(t, pattern, f.readPage(loc, idx[1]), "copied to the byte")
+	require.NoError(t, c.Close())
+}
+
+// fillPage writes a pattern into one buffer page through the device.
+func (f *fixture) fillPage(loc BufferLocation, base int32, seed byte) []byte {
+	f.t.Helper()
+	host, err := f.dev.Alloc(device.HostMapped, loc.Bytes)
+	require.NoError(f.t, err)
+	defer host.Free()
+	for i := range host.Host() {
+		host.Host()[i] = seed + byte(i*31)
+	}
+	dst := loc.PoolBase.Add(loc.PageIndex(base) * loc.Bytes)
+	require.NoError(f.t, f.stream.BatchCopy([]device.CopyDesc{{Dst: dst, Src: host.Ptr(), Size: loc.Bytes}}))
+	require.NoError(f.t, f.stream.Synchronize())
+	return append([]byte(nil), host.Host()...)
+}
+
+func (f *fixture) readPage(loc BufferLocation, base int32) []byte {
+	f.t.Helper()
+	host, err := f.dev.Alloc(device.HostMapped, loc.Bytes)
+	require.NoError(f.t, err)
+	defer host.Free()
+	src := loc.PoolBase.Add(loc.PageIndex(base) * loc.Bytes)
+	require.NoError(f.t, f.stream.BatchCopy([]device.CopyDesc{{Dst: host.Ptr(), Src: src, Size: loc.Bytes}}))
+	require.NoError(f.t, f.stream.Synchronize())
+	return append([]byte(nil), host.Host()...)
+}
+
+func TestResumeRefusedAboveMaxUtil(t *testing.T) {
+	cfg := smallConfig(4)
+	cfg.MaxUtilForResume = 0.5
+	f := newFixture(t, cfg)
+	a := f.open(blockhash.Scope{}, seq(0, 12)) // 3 of 4 pages pinned
+	b, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(100, 4)})
+	require.NoError(t, err)
+	assert.ErrorIs(t, b.Resume(f.stream), ErrResumeRefused)
+	assert.Equal(t, Suspended, b.Status())
+	require.NoError(t, a.Close())
+	require.NoError(t, b.Resume(f.stream), "cached pages of a closed cache are evictable, not busy")
+	require.NoError(t, b.Close())
+}
+
+func TestConstraintFloorsOnHotLevel(t *testing.T) {
+	cfg := smallConfig(0)
+	cfg.Layers[1].SlidingWindowSize = 8
+	cfg.CacheTiers[0].Quota = 100 * 128
+	cfg.InitialPoolRatio = []float64{0.99, 0.01}
+	cfg.Constraints = []config.BatchDesc{{Requests: []config.RequestDesc{{Capacity: 64, HistoryLength: 0}}}}
+	f := newFixture(t, cfg)
+	st, err := f.m.StorageStats(layout.GPULevel)
+	require.NoError(t, err)
+	require.Len(t, st, 1, "both lifecycles have the same slot layout: one group")
+
+	cfg.Layers[1].Buffers = []config.BufferConfig{{Role: config.RoleKey, Size: 32}}
+	f = newFixture(t, cfg)
+	st, err = f.m.StorageStats(layout.GPULevel)
+	require.NoError(t, err)
+	require.Len(t, st, 2)
+	assert.GreaterOrEqual(t, st[1].Total, int64(16), "the floor (64 tokens = 16 blocks) beats the 1%% ratio")
+
+	cfg.Constraints[0].Requests[0].Capacity = 1 << 20
+	_, err = NewManager(cfg)
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "cache_tiers[0].quota")
+}
+
+func TestBadConfigurationsNameTheField(t *testing.T) {
+	for name, tc := range map[string]struct {
+		mutate func(*config.Config)
+		field  string
+	}{
+		"zero block":        {func(c *config.Config) { c.TokensPerBlock = 0 }, "tokens_per_block"},
+		"no tiers":          {func(c *config.Config) { c.CacheTiers = nil }, "cache_tiers"},
+		"host first":        {func(c *config.Config) { c.CacheTiers[0].Kind = config.HostTier }, "cache_tiers[0].kind"},
+		"zero quota":        {func(c *config.Config) { c.CacheTiers[0].Quota = 0 }, "cache_tiers[0].quota"},
+		"no layers":         {func(c *config.Config) { c.Layers = nil }, "layers"},
+		"duplicate layer":   {func(c *config.Config) { c.Layers[1].LayerID = 0 }, "layers[1].layer_id"},
+		"bad buffer":        {func(c *config.Config) { c.Layers[1].Buffers[1].Size = -1 }, "layers[1].buffers[1].size"},
+		"duplicate role":    {func(c *config.Config) { c.Layers[0].Buffers[1].Role = config.RoleKey }, "layers[0].buffers[1].role"},
+		"sinks without swa": {func(c *config.Config) { c.Layers[0].NumSinkTokens = 4 }, "layers[0].num_sink_tokens"},
+		"util":              {func(c *config.Config) { c.MaxUtilForResume = 1.5 }, "max_util_for_resume"},
+		"ratio length":      {func(c *config.Config) { c.InitialPoolRatio = []float64{1, 1} }, "initial_pool_ratio"},
+		"ratio value":       {func(c *config.Config) { c.InitialPoolRatio = []float64{0} }, "initial_pool_ratio[0]"},
+		"typical step": {func(c *config.Config) {
+			c.TypicalStep = &config.BatchDesc{Requests: []config.RequestDesc{{Capacity: 4, HistoryLength: 5}}}
+		}, "typical_step.requests[0].history_length"},
+		"disk without path": {func(c *config.Config) {
+			c.CacheTiers = append(c.CacheTiers, config.Disk(1<<20, ""))
+		}, "cache_tiers[1].path"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := smallConfig(8)
+			tc.mutate(&cfg)
+			_, err := NewManager(cfg)
+			require.ErrorIs(t, err, ErrInvalidConfig)
+			var ce *config.Error
+			require.ErrorAs(t, err, &ce)
+			assert.Equal(t, tc.field, ce.Field)
+		})
+	}
+}
+
+func TestIterationPeakAndStorageStats(t *testing.T) {
+	f := newFixture(t, smallConfig(8))
+	a := f.open(blockhash.Scope{}, seq(0, 12))
+	require.NoError(t, a.Close())
+	peaks, err := f.m.GetAndResetIterationPeakBlockStats(layout.GPULevel)
+	require.NoError(t, err)
+	require.Len(t, peaks, 1)
+	assert.Equal(t, int64(3), peaks[0].PeakUsed)
+	st := f.hotStats()
+	assert.Equal(t, PoolGroupStats{
+		Level: 0, Tier: config.GPUTier, Index: 0, LifeCycles: []layout.LifeCycleID{0},
+		PageBytes: 256, Total: 8, Free: 5, Evictable: 3, Available: 8,
+	}, st)
+	_, err = f.m.StorageStats(3)
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+
+	iter := f.m.GetAndResetIterationStats()
+	assert.Equal(t, int64(3), iter.AllocNewBlocks)
+	assert.Zero(t, f.m.GetAndResetIterationStats().AllocNewBlocks, "reset")
+}
