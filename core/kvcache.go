@@ -607,29 +607,38 @@ func (c *KVCache) publish(b int) []*page {
 	key := m.hasher.Next(c.chain.key, blk)
 	next := c.chain.child(key)
 	var published []*page
-	if next == nil {
+	switch {
+	case next == nil:
 		next = newNode(c.chain, key, slices.Clone(blk), len(m.lt.LifeCycles))
 		c.setPriority(next, b)
-		c.adopt(next, cb.pages)
-		published = cb.pages
+		published = c.adopt(next, cb.pages)
 		c.chain.addChild(next, tpb)
 		cb.node = next
+		m.emitStored(next)
+	case !next.hasPages():
+		// An equal block lost its pages to eviction: ours repopulate it.
+		published = c.adopt(next, cb.pages)
+		cb.node = next
+		m.emitStored(next)
 	}
 	c.chain.users--
 	next.users++
 	c.chain = next
-	return nonNil(published)
+	return published
 }
 
-// adopt moves private pages into node n.
-func (c *KVCache) adopt(n *node, pages []*page) {
+// adopt moves private pages into node n and returns them.
+func (c *KVCache) adopt(n *node, pages []*page) []*page {
+	var adopted []*page
 	for lc, p := range pages {
 		if p != nil {
 			p.node = n
 			n.pages[lc] = p
 			p.refresh(len(c.m.levels))
+			adopted = append(adopted, p)
 		}
 	}
+	return adopted
 }
 
 func (c *KVCache) setPriority(n *node, b int) {
@@ -674,16 +683,7 @@ func (c *KVCache) registerPartial() {
 	c.adopt(n, c.blocks[b].pages)
 	c.chain.addChild(n, tpb)
 	c.blocks[b].node = n
-}
-
-func nonNil(ps []*page) []*page {
-	out := ps[:0:0]
-	for _, p := range ps {
-		if p != nil {
-			out = append(out, p)
-		}
-	}
-	return out
+	m.emitStored(n)
 }
 
 // BasePageIndices returns, for an ACTIVE cache, the GPU slot of each block in

@@ -31,7 +31,8 @@ import (
 type Option func(*options)
 
 type options struct {
-	dev device.Device
+	dev       device.Device
+	listeners []EventListener
 }
 
 // WithDevice selects the device; by default the manager creates (and owns)
@@ -56,6 +57,9 @@ type Manager struct {
 	caches map[uint64]*KVCache
 	stats  statCounters
 	closed bool
+
+	listeners []EventListener
+	eventSeq  uint64
 }
 
 // NewManager validates cfg, derives the layout and allocates every level.
@@ -79,6 +83,8 @@ func NewManager(cfg config.Config, opts ...Option) (*Manager, error) {
 		roots:  map[blockhash.Key]*node{},
 		hasher: blockhash.NewHasher(),
 		caches: map[uint64]*KVCache{},
+
+		listeners: o.listeners,
 	}
 	if m.dev == nil {
 		m.dev, m.ownDev = emu.New(emu.Options{}), true
@@ -275,6 +281,7 @@ func (m *Manager) drop(p *page) {
 	p.group.release(p)
 	p.node = nil
 	if !n.hasPages() {
+		m.emitRemoved(n)
 		m.prune = append(m.prune, n)
 	}
 }

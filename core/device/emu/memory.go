@@ -1,0 +1,178 @@
+package emu
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"syscall"
+	"unsafe"
+
+	"github.com/kvcm/kvcm/core/device"
+)
+
+// allocation is one anonymous mapping. Its fields other than freed never
+// change; freed is guarded by Device.memMu.
+type allocation struct {
+	base  device.Ptr
+	buf   []byte
+	kind  device.MemoryKind
+	freed bool
+}
+
+func (a *allocation) size() int64 { return int64(len(a.buf)) }
+
+// memory is the device.Memory handed to callers.
+type memory struct {
+	dev *Device
+	a   *allocation
+}
+
+var _ device.Memory = (*memory)(nil)
+
+// Alloc maps size bytes (size > 0) of the given kind. Both kinds come from
+// anonymous mmap, so addresses are stable, outside the Go heap and usable from
+// C. Exceeding the kind's limit fails with an error wrapping
+// device.ErrOutOfMemory, as does a failed mmap.
+func (d *Device) Alloc(kind device.MemoryKind, size int64) (device.Memory, error) {
+	if kind != device.DeviceMemory && kind != device.HostMapped {
+		return nil, fmt.Errorf("emu: alloc %d bytes: unknown memory kind %v", size, kind)
+	}
+	if size <= 0 || int64(int(size)) != size {
+		return nil, fmt.Errorf("emu: alloc %d bytes of %v memory: size must be positive and fit in an int", size, kind)
+	}
+	d.memMu.Lock()
+	defer d.memMu.Unlock()
+	// Checked under memMu so that Close, which unmaps under memMu after
+	// setting closed, never misses an allocation made concurrently.
+	if d.isClosed() {
+		return nil, fmt.Errorf("emu: alloc %d bytes of %v memory: %w", size, kind, device.ErrClosed)
+	}
+	limit := d.opts.DeviceMemoryLimit
+	if kind == device.HostMapped {
+		limit = d.opts.HostMemoryLimit
+	}
+	if live := d.liveBytes[kind].Load(); limit > 0 && size > limit-live {
+		return nil, fmt.Errorf("emu: alloc %d bytes of %v memory with %d of %d bytes live: %w",
+			size, kind, live, limit, device.ErrOutOfMemory)
+	}
+	buf, err := syscall.Mmap(-1, 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		return nil, fmt.Errorf("emu: alloc %d bytes of %v memory: mmap: %w: %w", size, kind, err, device.ErrOutOfMemory)
+	}
+	// The slice of an mmap'd region never moves, so its address is a stable
+	// Ptr. Going from pointer to uintptr (never back) keeps vet's unsafeptr
+	// check clean.
+	a := &allocation{base: device.Ptr(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))), buf: buf, kind: kind}
+	i, _ := slices.BinarySearchFunc(d.allocs, a.base, func(x *allocation, p device.Ptr) int { return cmpPtr(x.base, p) })
+	d.allocs = slices.Insert(d.allocs, i, a)
+	d.allocCount[kind].Add(1)
+	d.liveAllocs[kind].Add(1)
+	d.liveBytes[kind].Add(size)
+	return &memory{dev: d, a: a}, nil
+}
+
+func cmpPtr(a, b device.Ptr) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Ptr is the base address; for HostMapped memory it is the host address.
+func (m *memory) Ptr() device.Ptr { return m.a.base }
+
+// Size is the size requested from Alloc.
+func (m *memory) Size() int64 { return m.a.size() }
+
+// Kind is the kind requested from Alloc.
+func (m *memory) Kind() device.MemoryKind { return m.a.kind }
+
+// Host returns the bytes of HostMapped memory; nil for DeviceMemory and after
+// the memory is freed. A slice obtained before Free must not be used after it:
+// its pages are unmapped.
+func (m *memory) Host() []byte {
+	if m.a.kind != device.HostMapped {
+		return nil
+	}
+	m.dev.memMu.RLock()
+	defer m.dev.memMu.RUnlock()
+	if m.a.freed {
+		return nil
+	}
+	return m.a.buf[:len(m.a.buf):len(m.a.buf)]
+}
+
+// Free unmaps the memory. It waits for a copy touching any memory that is
+// running at that moment; copies queued later that name this memory fail
+// asynchronously with device.ErrInvalidCopy. Freeing twice fails with
+// ErrDoubleFree; after Device.Close (which frees everything) it fails with
+// device.ErrClosed.
+func (m *memory) Free() error {
+	d := m.dev
+	d.memMu.Lock()
+	defer d.memMu.Unlock()
+	if m.a.freed {
+		if d.isClosed() {
+			return fmt.Errorf("emu: free %v memory at %#x: %w", m.a.kind, m.a.base, device.ErrClosed)
+		}
+		return fmt.Errorf("emu: free %v memory at %#x: %w", m.a.kind, m.a.base, ErrDoubleFree)
+	}
+	i, found := slices.BinarySearchFunc(d.allocs, m.a.base, func(x *allocation, p device.Ptr) int { return cmpPtr(x.base, p) })
+	if !found || d.allocs[i] != m.a {
+		// Unreachable while the registry is consistent; say so rather than
+		// unmapping memory that the registry does not own.
+		return fmt.Errorf("emu: free %v memory at %#x: not in the allocation registry", m.a.kind, m.a.base)
+	}
+	d.allocs = slices.Delete(d.allocs, i, i+1)
+	return d.unmapLocked(m.a)
+}
+
+// unmapLocked unmaps a, already removed from the registry. memMu is held for
+// writing.
+func (d *Device) unmapLocked(a *allocation) error {
+	a.freed = true
+	d.liveAllocs[a.kind].Add(-1)
+	d.liveBytes[a.kind].Add(-a.size())
+	if err := syscall.Munmap(a.buf); err != nil {
+		return fmt.Errorf("emu: munmap %v memory at %#x: %w", a.kind, a.base, err)
+	}
+	return nil
+}
+
+// freeAll unmaps every live allocation; Close calls it once the stream
+// workers have stopped.
+func (d *Device) freeAll() error {
+	d.memMu.Lock()
+	defer d.memMu.Unlock()
+	var errs []error
+	for _, a := range d.allocs {
+		errs = append(errs, d.unmapLocked(a))
+	}
+	d.allocs = nil
+	return errors.Join(errs...)
+}
+
+// resolveLocked finds the live allocation holding [p, p+n) (n > 0) and the
+// offset of p in it. memMu is held.
+func (d *Device) resolveLocked(p device.Ptr, n int64) (*allocation, int64, error) {
+	i, found := slices.BinarySearchFunc(d.allocs, p, func(x *allocation, p device.Ptr) int { return cmpPtr(x.base, p) })
+	if !found {
+		i-- // the allocation starting below p, if any
+	}
+	if i < 0 {
+		return nil, 0, fmt.Errorf("[%#x, +%d) is below every live allocation", p, n)
+	}
+	a := d.allocs[i]
+	off := int64(p - a.base)
+	if off >= a.size() {
+		return nil, 0, fmt.Errorf("[%#x, +%d) is not in a live allocation", p, n)
+	}
+	if n > a.size()-off {
+		return nil, 0, fmt.Errorf("[%#x, +%d) runs %d bytes past the end of the %v allocation [%#x, +%d)",
+			p, n, n-(a.size()-off), a.kind, a.base, a.size())
+	}
+	return a, off, nil
+}

@@ -1,0 +1,122 @@
+package emu_test
+
+import (
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm/kvcm/core/device"
+	"github.com/kvcm/kvcm/core/device/emu"
+)
+
+func TestDeviceMemoryIsNotReachableFromTheHost(t *testing.T) {
+	d := newDevice(t, emu.Options{})
+	m := alloc(t, d, device.DeviceMemory, 4096)
+
+	assert.Nil(t, m.Host())
+	assert.NotZero(t, m.Ptr())
+	assert.Equal(t, int64(4096), m.Size())
+	assert.Equal(t, device.DeviceMemory, m.Kind())
+}
+
+func TestHostMappedPtrIsTheHostAddressOfItsBytes(t *testing.T) {
+	d := newDevice(t, emu.Options{})
+	m := alloc(t, d, device.HostMapped, 100)
+
+	h := m.Host()
+	require.Len(t, h, 100)
+	assert.Equal(t, device.Ptr(uintptr(unsafe.Pointer(&h[0]))), m.Ptr())
+	assert.Equal(t, device.HostMapped, m.Kind())
+	assert.Equal(t, h, make([]byte, 100), "fresh memory is zeroed")
+}
+
+func TestAllocRejectsBadArguments(t *testing.T) {
+	d := newDevice(t, emu.Options{})
+	for _, size := range []int64{0, -1} {
+		_, err := d.Alloc(device.DeviceMemory, size)
+		assert.Error(t, err, "size %d", size)
+	}
+	_, err := d.Alloc(device.MemoryKind(7), 64)
+	assert.Error(t, err)
+}
+
+func TestMemoryLimitsApplyPerKind(t *testing.T) {
+	d := newDevice(t, emu.Options{DeviceMemoryLimit: 1 << 16, HostMemoryLimit: 1 << 12})
+
+	dev := alloc(t, d, device.DeviceMemory, 1<<16)
+	_, err := d.Alloc(device.DeviceMemory, 1)
+	requireErrorContains(t, err, device.ErrOutOfMemory, "device")
+
+	// The device limit does not constrain host-mapped memory, and vice versa.
+	host := alloc(t, d, device.HostMapped, 1<<12)
+	_, err = d.Alloc(device.HostMapped, 1)
+	requireErrorContains(t, err, device.ErrOutOfMemory, "host-mapped")
+
+	// Freeing gives the bytes back.
+	require.NoError(t, dev.Free())
+	alloc(t, d, device.DeviceMemory, 1<<15)
+	alloc(t, d, device.DeviceMemory, 1<<15)
+	require.NoError(t, host.Free())
+	alloc(t, d, device.HostMapped, 1<<12)
+
+	st := d.Stats()
+	assert.Equal(t, emu.KindCounts{Device: 3, HostMapped: 2}, st.Allocs)
+	assert.Equal(t, emu.KindCounts{Device: 2, HostMapped: 1}, st.LiveAllocs)
+	assert.Equal(t, emu.KindCounts{Device: 1 << 16, HostMapped: 1 << 12}, st.LiveBytes)
+	assert.Equal(t, int64(1<<16+1<<12), st.LiveBytes.Total())
+	assert.Equal(t, int64(1<<12), st.LiveBytes.Of(device.HostMapped))
+}
+
+func TestFreeTwiceFailsAndHostViewGoesAway(t *testing.T) {
+	d := newDevice(t, emu.Options{})
+	m := alloc(t, d, device.HostMapped, 64)
+
+	require.NoError(t, m.Free())
+	assert.Nil(t, m.Host())
+	assert.ErrorIs(t, m.Free(), emu.ErrDoubleFree)
+	assert.Zero(t, d.Stats().LiveAllocs.Total())
+}
+
+func TestCopyOfFreedMemoryIsRejectedSynchronously(t *testing.T) {
+	d := newDevice(t, emu.Options{})
+	s := newStream(t, d)
+	src := alloc(t, d, device.DeviceMemory, 64)
+	dst := alloc(t, d, device.DeviceMemory, 64)
+	require.NoError(t, src.Free())
+
+	err := s.BatchCopy([]device.CopyDesc{{Dst: dst.Ptr(), Src: src.Ptr(), Size: 64}})
+	requireErrorContains(t, err, device.ErrInvalidCopy, "descriptor 0")
+}
+
+// Freeing memory that queued work still names is a caller bug; the emulator
+// reports it as an asynchronous failure instead of touching unmapped pages.
+func TestUseAfterFreeIsAnAsynchronousFailure(t *testing.T) {
+	for _, side := range []string{"source", "destination"} {
+		t.Run(side, func(t *testing.T) {
+			d := newDevice(t, emu.Options{})
+			s := newStream(t, d)
+			src := alloc(t, d, device.HostMapped, 4096)
+			dst := alloc(t, d, device.DeviceMemory, 4096)
+			ev := newEvent(t, d)
+
+			block, release := blocker()
+			defer release()
+			require.NoError(t, s.HostFunc(block))
+			require.NoError(t, s.BatchCopy([]device.CopyDesc{{Dst: dst.Ptr(), Src: src.Ptr(), Size: 4096}}))
+			require.NoError(t, s.Record(ev))
+			victim := src
+			if side == "destination" {
+				victim = dst
+			}
+			require.NoError(t, victim.Free(), "free does not wait for queued work")
+			release()
+
+			err := ev.Synchronize()
+			requireErrorContains(t, err, device.ErrInvalidCopy, "descriptor 0")
+			assert.Contains(t, err.Error(), side)
+			assert.Zero(t, d.Stats().BytesCopied, "a failed descriptor copies nothing")
+		})
+	}
+}

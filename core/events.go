@@ -1,0 +1,83 @@
+package core
+
+import (
+	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/layout"
+)
+
+// EventKind says what happened to a cached block.
+type EventKind int
+
+const (
+	// BlockStored: a block was published in the radix tree (on commit).
+	BlockStored EventKind = iota
+	// BlockRemoved: a block left the tree; it can no longer be reused.
+	BlockRemoved
+	// BlockUpdated: a page of the block moved to another cache level.
+	BlockUpdated
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case BlockStored:
+		return "stored"
+	case BlockRemoved:
+		return "removed"
+	case BlockUpdated:
+		return "updated"
+	}
+	return "unknown"
+}
+
+// CacheEvent reports a change of the set of reusable blocks. Seq increases by
+// one per event of a manager, starting at 1.
+type CacheEvent struct {
+	Seq    uint64
+	Kind   EventKind
+	Key    blockhash.Key
+	Parent blockhash.Key
+	// Tokens of a stored block (shared with the tree: do not modify).
+	Tokens []config.Token
+	// LayerGroup and Level of an updated page: the level it is on now.
+	LayerGroup layout.LayerGroupID
+	Level      layout.CacheLevel
+}
+
+// EventListener receives every CacheEvent in order, synchronously, with the
+// manager's lock held: it must not call back into the manager.
+type EventListener func(CacheEvent)
+
+// WithEventListener registers a listener for cache events.
+func WithEventListener(l EventListener) Option {
+	return func(o *options) { o.listeners = append(o.listeners, l) }
+}
+
+func (m *Manager) emit(e CacheEvent) {
+	if len(m.listeners) == 0 {
+		return
+	}
+	m.eventSeq++
+	e.Seq = m.eventSeq
+	for _, l := range m.listeners {
+		l(e)
+	}
+}
+
+func (m *Manager) emitStored(n *node) {
+	m.emit(CacheEvent{Kind: BlockStored, Key: n.key, Parent: n.parent.key, Tokens: n.tokens})
+}
+
+func (m *Manager) emitRemoved(n *node) {
+	m.emit(CacheEvent{Kind: BlockRemoved, Key: n.key, Parent: n.parent.key})
+}
+
+func (m *Manager) emitMoved(p *page) {
+	if p.node == nil {
+		return
+	}
+	m.emit(CacheEvent{
+		Kind: BlockUpdated, Key: p.node.key, Parent: p.node.parent.key,
+		LayerGroup: p.lc, Level: layout.CacheLevel(p.level()),
+	})
+}
