@@ -72,15 +72,25 @@ type Stream interface {
 	// regions splits a descriptor at a region boundary itself; callers never
 	// split for that reason.
 	BatchCopy(descs []CopyDesc) error
+	// CopyFromHost enqueues a copy of src into device-accessible memory at
+	// dst. src is ordinary (pageable) host memory that the call consumes
+	// before it returns, so the caller may reuse it at once; the copy itself
+	// runs in stream order. This is the index upload of device-index codecs
+	// (one cuMemcpyBatchAsync entry with SRC_ACCESS_ORDER_DURING_API_CALL).
+	CopyFromHost(dst Ptr, src []byte) error
 	// HostFunc enqueues fn to run on a host thread in stream order. A non-nil
 	// return is an asynchronous failure of the stream (see the package doc).
 	HostFunc(fn func() error) error
 	// Record captures the work enqueued so far into ev.
 	Record(ev Event) error
-	// Wait makes work enqueued later wait until ev has completed. A failure
-	// carried by ev is inherited by this stream.
+	// Wait makes work enqueued later wait until ev has completed, as
+	// captured by its latest Record at the time of this call (re-recording ev
+	// later does not affect this wait). A failure carried by ev is inherited
+	// by this stream's current interval.
 	Wait(ev Event) error
-	// Synchronize blocks until all enqueued work has completed.
+	// Synchronize blocks until all enqueued work has completed. It does not
+	// start a new event interval: a failure it reports is still carried by the
+	// next Record.
 	Synchronize() error
 	// Handle is the native handle of the stream (a CUstream for cuda, an
 	// opaque nonzero token for emu), as handed to codecs.

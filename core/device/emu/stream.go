@@ -17,6 +17,7 @@ const (
 	opRecord
 	opWait
 	opSync
+	opUpload
 )
 
 // piece is one copy as executed: a caller's descriptor, or part of one after
@@ -36,6 +37,8 @@ type op struct {
 	fn     func() error // opHostFunc
 	cap    *capture     // opRecord: completed by it; opWait: waited for
 	reply  chan<- error // opSync: buffered, receives the interval's failure
+	dst    device.Ptr   // opUpload
+	data   []byte       // opUpload: private copy of the caller's bytes
 }
 
 // stream is a device.Stream: an unbounded FIFO of ops served by one worker
@@ -184,6 +187,42 @@ func (d *Device) toRegionEnd(a *allocation, off int64) int64 {
 	return r - off%r
 }
 
+// CopyFromHost validates that [dst, dst+len(src)) lies in one live
+// allocation, copies src before returning, and enqueues the write of those
+// bytes to dst. It counts as one batch call of one descriptor.
+func (s *stream) CopyFromHost(dst device.Ptr, src []byte) error {
+	if err := s.checkOpen("copy from host"); err != nil || len(src) == 0 {
+		return err
+	}
+	s.dev.memMu.RLock()
+	_, _, err := s.dev.resolveLocked(dst, int64(len(src)))
+	s.dev.memMu.RUnlock()
+	if err != nil {
+		return fmt.Errorf("emu: stream %#x: copy from host to %#x (%d bytes): %w: %v",
+			s.handle, dst, len(src), device.ErrInvalidCopy, err)
+	}
+	if err := s.enqueue("copy from host", op{kind: opUpload, dst: dst, data: append([]byte(nil), src...)}); err != nil {
+		return err
+	}
+	s.dev.batchCalls.Add(1)
+	s.dev.descriptors.Add(1)
+	return nil
+}
+
+func (s *stream) runUpload(dst device.Ptr, data []byte) {
+	d := s.dev
+	d.memMu.RLock()
+	defer d.memMu.RUnlock()
+	a, off, err := d.resolveLocked(dst, int64(len(data)))
+	if err != nil {
+		s.fail(fmt.Errorf("emu: stream %#x: copy from host: destination freed before the copy ran: %w: %v",
+			s.handle, device.ErrInvalidCopy, err))
+		return
+	}
+	copy(a.buf[off:], data)
+	d.bytesCopied.Add(int64(len(data)))
+}
+
 // HostFunc enqueues fn to run on the stream's goroutine in stream order. A
 // non-nil return, or a panic (recovered and converted), is an asynchronous
 // failure of the stream. fn must not wait for work queued after it on the same
@@ -319,6 +358,8 @@ func (s *stream) run(o *op) {
 		s.runCopy(o.pieces)
 	case opHostFunc:
 		s.fail(s.runHostFunc(o.fn))
+	case opUpload:
+		s.runUpload(o.dst, o.data)
 	case opRecord:
 		o.cap.complete(s.evErr)
 		s.evErr, s.syncErr = nil, nil

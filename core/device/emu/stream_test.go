@@ -333,3 +333,23 @@ func TestStatsCountSubmissions(t *testing.T) {
 	assert.Equal(t, int64(64), d.Stats().BytesCopied)
 	assert.Equal(t, emu.KindCounts{Device: 2}, d.Stats().LiveAllocs)
 }
+
+func TestCopyFromHostConsumesSourceBeforeReturning(t *testing.T) {
+	d := emu.New(emu.Options{Seed: 3, MaxDelay: 2 * time.Millisecond})
+	defer d.Close()
+	s, err := d.NewStream()
+	require.NoError(t, err)
+	dst, err := d.Alloc(device.HostMapped, 8)
+	require.NoError(t, err)
+
+	src := []byte{1, 2, 3, 4, 5, 6, 7, 8}
+	require.NoError(t, s.CopyFromHost(dst.Ptr(), src))
+	for i := range src {
+		src[i] = 0xEE // reused at once, as the contract allows
+	}
+	require.NoError(t, s.Synchronize())
+	assert.Equal(t, []byte{1, 2, 3, 4, 5, 6, 7, 8}, dst.Host())
+
+	err = s.CopyFromHost(dst.Ptr().Add(4), src)
+	assert.ErrorIs(t, err, device.ErrInvalidCopy, "past the allocation's end")
+}
