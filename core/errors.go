@@ -23,6 +23,9 @@ var (
 	ErrResumeRefused = errors.New("resume refused: gpu utilization above max_util_for_resume")
 	// ErrInvalidConfig matches every configuration error.
 	ErrInvalidConfig = config.ErrInvalid
+	// ErrDataLost: an asynchronous failure (for example of a codec)
+	// destroyed pages a cache holds; the cache can only be closed.
+	ErrDataLost = errors.New("cache data lost")
 	// ErrClosed: the manager has been closed.
 	ErrClosed = errors.New("manager closed")
 )

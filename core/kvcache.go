@@ -210,6 +210,7 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	if err := m.checkOpen(); err != nil {
 		return nil, err
 	}
+	m.settle()
 	tpb := m.cfg.TokensPerBlock
 	mt := m.findMatch(opts.Scope, opts.InputTokens)
 	c := &KVCache{m: m, scope: opts.Scope, priority: opts.Priority}
@@ -259,7 +260,7 @@ func (m *Manager) copyPartial(src *node) []*page {
 	for lc := range src.pages {
 		n[lvl.groupOf(layout.LifeCycleID(lc))]++
 	}
-	if m.reserve(n) != nil {
+	if m.reserveAt(0, n) != nil {
 		return nil
 	}
 	pages := make([]*page, len(src.pages))
@@ -357,9 +358,12 @@ func (c *KVCache) eachPage(fn func(p *page)) {
 	}
 }
 
-// Resume makes a SUSPENDED cache ACTIVE on stream: its pages are pinned on
-// the GPU and stream waits until they are ready. It returns ErrResumeRefused
-// while the GPU level is busier than MaxUtilForResume.
+// Resume makes a SUSPENDED cache ACTIVE on stream: pages on colder levels are
+// brought back to the GPU (decoded), every page is pinned there, and stream
+// waits until they are ready. It returns ErrResumeRefused while the GPU level
+// is busier than MaxUtilForResume, ErrOutOfPages when the GPU cannot take the
+// pages back, and ErrDataLost when an asynchronous failure destroyed one of
+// them (close the cache then). On error the cache stays SUSPENDED.
 func (c *KVCache) Resume(stream device.Stream) error {
 	m := c.m
 	m.mu.Lock()
@@ -370,19 +374,88 @@ func (c *KVCache) Resume(stream device.Stream) error {
 	if stream == nil {
 		return argErr("stream", "must not be nil")
 	}
+	m.settle()
+	m.settlePages(c.eachPage)
+	if err := c.checkLost(); err != nil {
+		return err
+	}
 	if u := m.hotUtilization(); u > m.cfg.MaxUtil() {
 		return fmt.Errorf("%w (%.3f > %.3f)", ErrResumeRefused, u, m.cfg.MaxUtil())
 	}
-	waits := waitSet{}
-	c.eachPage(func(p *page) { waits.addFence(p.group.fences[p.slot]) })
-	if err := waits.apply(stream); err != nil {
-		return err
-	}
-	c.eachPage(func(p *page) {
+	var pinned, cold []*page
+	pin := func(p *page) {
 		p.held--
 		m.ref(p, true)
+		pinned = append(pinned, p)
+	}
+	c.eachPage(func(p *page) {
+		if p.level() == 0 {
+			pin(p)
+		} else {
+			cold = append(cold, p)
+		}
 	})
+	err := m.migrate(cold, 0)
+	if err == nil {
+		for _, p := range cold {
+			pin(p)
+		}
+		waits := waitSet{}
+		c.eachPage(func(p *page) { waits.addFence(p.group.fences[p.slot]) })
+		err = waits.apply(stream)
+	}
+	if err != nil {
+		for _, p := range pinned {
+			p.active--
+			p.held++
+			p.refresh(len(m.levels))
+		}
+		m.safePoint()
+		return fmt.Errorf("resume cache %d: %w", c.id, err)
+	}
 	c.stream, c.status = stream, Active
+	m.safePoint()
+	return nil
+}
+
+func (c *KVCache) checkLost() error {
+	lost := 0
+	c.eachPage(func(p *page) {
+		if p.lost {
+			lost++
+		}
+	})
+	if lost > 0 {
+		return fmt.Errorf("%w: cache %d has %d pages whose migration failed", ErrDataLost, c.id, lost)
+	}
+	return nil
+}
+
+// Prefetch moves the pages of a SUSPENDED cache that are on levels colder
+// than level up to level, without pinning them: they stay evictable, and
+// Resume finds them closer. On error some pages may have moved; none is lost.
+func (c *KVCache) Prefetch(level layout.CacheLevel) error {
+	m := c.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c.status != Suspended {
+		return stateErr("prefetch", c.status)
+	}
+	if _, err := m.level(level); err != nil {
+		return err
+	}
+	m.settle()
+	var up []*page
+	c.eachPage(func(p *page) {
+		if p.level() > int(level) {
+			up = append(up, p)
+		}
+	})
+	err := m.migrate(up, int(level))
+	m.safePoint()
+	if err != nil {
+		return fmt.Errorf("prefetch cache %d to level %d: %w", c.id, level, err)
+	}
 	return nil
 }
 
@@ -486,7 +559,7 @@ func (c *KVCache) Resize(capacity, history int) error {
 			}
 		}
 	}
-	if err := m.reserve(n); err != nil {
+	if err := m.reserveAt(0, n); err != nil {
 		return fmt.Errorf("resize cache %d to %d tokens: %w", c.id, capacity, err)
 	}
 	waits := waitSet{}

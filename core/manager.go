@@ -21,10 +21,12 @@ import (
 	"sync"
 
 	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/codec"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/device/emu"
 	"github.com/kvcm/kvcm/core/layout"
+	"github.com/kvcm/kvcm/core/staging"
 )
 
 // Option configures NewManager.
@@ -32,6 +34,7 @@ type Option func(*options)
 
 type options struct {
 	dev       device.Device
+	codec     *codec.Owned
 	listeners []EventListener
 }
 
@@ -60,21 +63,44 @@ type Manager struct {
 
 	listeners []EventListener
 	eventSeq  uint64
+
+	codec      codec.ColdPageCodec
+	lcCodec    []lcCodec
+	pageRing   *staging.Ring
+	indexRing  *staging.IndexRing
+	pending    []*inflight
+	migrations [numPaths]MigrationCounter
+	// Scratch reused by every migration.
+	descs     []device.CopyDesc
+	pairs     []codec.PageIndexPair
+	pairBytes []byte
 }
 
-// NewManager validates cfg, derives the layout and allocates every level.
-func NewManager(cfg config.Config, opts ...Option) (*Manager, error) {
+// NewManager validates cfg, derives the layout and allocates every level, in
+// the design's order: consume the codec (WithColdPageCodec, else the default),
+// validate, allocate the hot level, configure the codec with the hot pool
+// groups, query and validate every lifecycle's cold format, build the cold
+// grouping, allocate the cold levels and staging. On failure everything is
+// released, the supplied codec included.
+func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
+	cc, err := o.codec.Take()
+	if err != nil {
+		return nil, fmt.Errorf("cold_page_codec: %w", err)
+	}
+	if cc == nil {
+		cc = codec.NewDefault()
+	}
+	defer func() {
+		if err != nil {
+			codec.Destroy(cc)
+		}
+	}()
 	if err := cfg.Validate(layout.NumLifeCycles(&cfg)); err != nil {
 		return nil, err
-	}
-	for i, t := range cfg.CacheTiers {
-		if t.Kind != config.GPUTier {
-			return nil, fmt.Errorf("%w: cache_tiers[%d]: %v tier not yet supported", config.ErrTierNotSupported, i, t.Kind)
-		}
 	}
 	m := &Manager{
 		cfg:    cfg,
@@ -90,20 +116,38 @@ func NewManager(cfg config.Config, opts ...Option) (*Manager, error) {
 		m.dev, m.ownDev = emu.New(emu.Options{}), true
 	}
 	m.events.dev = m.dev
-	if err := m.initStorage(); err != nil {
+	if err := m.init(cc); err != nil {
 		m.release()
 		return nil, err
 	}
-	var err error
-	if m.stream, err = m.dev.NewStream(); err != nil {
-		m.release()
-		return nil, fmt.Errorf("create manager stream: %w", err)
-	}
+	m.codec = cc
 	return m, nil
 }
 
-func (m *Manager) initStorage() error {
+func (m *Manager) init(cc codec.ColdPageCodec) error {
 	weights := m.lt.ByteWeights(&m.cfg)
+	if err := m.initHotLevel(weights); err != nil {
+		return err
+	}
+	m.codec = cc
+	defer func() { m.codec = nil }() // owned by NewManager until success
+	if err := m.configureCodec(); err != nil {
+		return err
+	}
+	if err := m.initColdLevels(weights); err != nil {
+		return err
+	}
+	if err := m.initStaging(); err != nil {
+		return err
+	}
+	var err error
+	if m.stream, err = m.dev.NewStream(); err != nil {
+		return fmt.Errorf("create migration stream: %w", err)
+	}
+	return nil
+}
+
+func (m *Manager) initHotLevel(weights []float64) error {
 	hot := m.cfg.CacheTiers[0]
 	slots, err := m.lt.HotSlots(hot.Quota, weights, m.lt.HotFloors(&m.cfg))
 	if err != nil {
@@ -143,6 +187,16 @@ func (m *Manager) Close() error {
 }
 
 func (m *Manager) release() {
+	if m.pageRing != nil {
+		m.pageRing.Close()
+	}
+	if m.indexRing != nil {
+		m.indexRing.Close()
+	}
+	if m.codec != nil {
+		codec.Destroy(m.codec)
+		m.codec = nil
+	}
 	for _, l := range m.levels {
 		for _, g := range l.groups {
 			g.freeMemory()
@@ -246,31 +300,6 @@ func (m *Manager) hotUtilization() float64 {
 // need counts slots to take per group of one level.
 type need map[*slotGroup]int
 
-// reserve makes sure every group of n has enough free slots, evicting where
-// needed. It changes nothing when the total cannot be met.
-func (m *Manager) reserve(n need) error {
-	for g, k := range n {
-		if avail := len(g.free) + len(g.victims); avail < k {
-			return fmt.Errorf("%w: %v pool group %d needs %d slots, %d free and %d evictable of %d",
-				ErrOutOfPages, g.level.kind, g.desc.Index, k, len(g.free), len(g.victims), g.numSlots)
-		}
-	}
-	for g, k := range n {
-		for len(g.free) < k {
-			m.evictOne(g)
-		}
-	}
-	return nil
-}
-
-// evictOne frees the slot of g's best victim. With no colder level the page
-// is dropped: its tree entry is pruned at the next safe point.
-func (m *Manager) evictOne(g *slotGroup) {
-	p := g.victims[0]
-	m.drop(p)
-	m.stats.onEvict()
-}
-
 // drop removes an unreferenced tree page from storage and from its node.
 func (m *Manager) drop(p *page) {
 	if p.heapIdx >= 0 {
@@ -332,6 +361,7 @@ func (m *Manager) ref(p *page, active bool) {
 // safePoint prunes tree nodes that lost all pages. It runs at the end of
 // public operations, never while an operation may still be evicting.
 func (m *Manager) safePoint() {
+	m.settle()
 	for len(m.prune) > 0 {
 		n := m.prune[len(m.prune)-1]
 		m.prune = m.prune[:len(m.prune)-1]

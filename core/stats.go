@@ -38,6 +38,7 @@ func (s *BlockStats) add(d BlockStats) {
 
 type statCounters struct {
 	total, iter BlockStats
+	lost        int64
 }
 
 func (s *statCounters) count(d BlockStats) {

@@ -2,7 +2,11 @@ package core
 
 import (
 	"container/heap"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
 
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
@@ -24,6 +28,12 @@ type page struct {
 	active, held int
 	lastUsed     uint64
 	heapIdx      int
+	// moving: a migration is placing the page; it is no eviction candidate.
+	moving bool
+	// inflight is the transaction that last moved the page, until settled.
+	inflight *inflight
+	// lost: an asynchronous failure destroyed the page's data.
+	lost bool
 }
 
 func (p *page) level() int { return p.group.level.index }
@@ -47,7 +57,8 @@ func (p *page) depth() int {
 type slotGroup struct {
 	level    *storageLevel
 	desc     layout.Group
-	mem      []device.Memory // one allocation per pool
+	mem      []device.Memory // one allocation per pool; none on disk
+	file     *os.File        // the group's blob file on a disk level
 	numSlots int64
 	free     []int32
 	owner    []*page
@@ -87,14 +98,46 @@ func newSlotGroup(dev device.Device, lvl *storageLevel, desc layout.Group, slots
 		}
 		g.mem = append(g.mem, mem)
 	}
-	g.free = make([]int32, slots)
+	g.initSlots()
+	return g, nil
+}
+
+func (g *slotGroup) initSlots() {
+	g.free = make([]int32, g.numSlots)
 	for i := range g.free {
 		// Pop order hands out low slots first, which keeps tests readable.
-		g.free[i] = int32(slots) - 1 - int32(i)
+		g.free[i] = int32(g.numSlots) - 1 - int32(i)
 	}
-	g.owner = make([]*page, slots)
-	g.fences = make([]fence, slots)
+	g.owner = make([]*page, g.numSlots)
+	g.fences = make([]fence, g.numSlots)
+}
+
+// newDiskGroup creates the group's blob file under dir, with its space
+// reserved up front so a full disk fails here rather than during a write.
+func newDiskGroup(lvl *storageLevel, desc layout.Group, slots int64, dir string) (*slotGroup, error) {
+	f, err := os.CreateTemp(dir, fmt.Sprintf("kvcm-group%d-*.blob", desc.Index))
+	if err != nil {
+		return nil, fmt.Errorf("disk tier %s: %w", dir, err)
+	}
+	g := &slotGroup{level: lvl, desc: desc, numSlots: slots, file: f}
+	if err := g.reserveFile(slots); err != nil {
+		g.freeMemory()
+		return nil, err
+	}
+	g.initSlots()
 	return g, nil
+}
+
+func (g *slotGroup) reserveFile(slots int64) error {
+	size := slots * g.desc.PoolBytes[0]
+	if err := g.file.Truncate(size); err != nil {
+		return fmt.Errorf("disk tier %s: size blob file to %d bytes: %w", filepath.Dir(g.file.Name()), size, err)
+	}
+	err := syscall.Fallocate(int(g.file.Fd()), 0, 0, size)
+	if err != nil && !errors.Is(err, syscall.EOPNOTSUPP) {
+		return fmt.Errorf("disk tier %s: reserve %d bytes: %w", filepath.Dir(g.file.Name()), size, err)
+	}
+	return nil
 }
 
 func (g *slotGroup) freeMemory() {
@@ -102,17 +145,43 @@ func (g *slotGroup) freeMemory() {
 		m.Free()
 	}
 	g.mem = nil
+	if g.file != nil {
+		g.file.Close()
+		os.Remove(g.file.Name())
+		g.file = nil
+	}
+}
+
+// blobBytes is the cold page size of a one-pool cold group.
+func (g *slotGroup) blobBytes() int64 { return g.desc.PoolBytes[0] }
+
+// onDisk reports whether the group's slots live in a file.
+func (g *slotGroup) onDisk() bool { return g.file != nil }
+
+// hostSlot is the host view of slot s of a host-level cold group.
+func (g *slotGroup) hostSlot(s int32) []byte {
+	n := g.blobBytes()
+	return g.mem[0].Host()[int64(s)*n : int64(s+1)*n]
 }
 
 // take hands out a free slot to p.
 func (g *slotGroup) take(p *page) {
+	s := g.takeSlot()
+	g.owner[s] = p
+	p.group, p.slot, p.heapIdx = g, s, -1
+}
+
+// takeSlot reserves a free slot for a page about to arrive.
+func (g *slotGroup) takeSlot() int32 {
 	n := len(g.free)
 	s := g.free[n-1]
 	g.free = g.free[:n-1]
-	g.owner[s] = p
-	p.group, p.slot, p.heapIdx = g, s, -1
 	g.peakUsed = max(g.peakUsed, g.used())
+	return s
 }
+
+// releaseSlot returns a reserved slot nobody arrived in.
+func (g *slotGroup) releaseSlot(s int32) { g.free = append(g.free, s) }
 
 // release returns p's slot; the slot keeps its fence so the next owner waits
 // for every access of the previous one.
@@ -158,7 +227,7 @@ func (h *victimHeap) Pop() any {
 // evictable reports whether p may leave its slot: nobody uses it in place and
 // either a colder level can take it or nobody holds it at all.
 func (p *page) evictable(lastLevel bool) bool {
-	if p.active > 0 {
+	if p.active > 0 || p.moving || p.lost {
 		return false
 	}
 	if p.held > 0 {

@@ -139,9 +139,6 @@ func fieldErr(field, format string, args ...any) error {
 	return &Error{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
-// ErrTierNotSupported marks a tier kind the current build cannot serve.
-var ErrTierNotSupported = errors.New("cache tier not supported")
-
 // MaxUtil returns MaxUtilForResume with the default applied.
 func (c *Config) MaxUtil() float64 {
 	if c.MaxUtilForResume == 0 {

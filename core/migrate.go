@@ -1,0 +1,552 @@
+package core
+
+import (
+	"container/heap"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/kvcm/kvcm/core/codec"
+	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/device"
+	"github.com/kvcm/kvcm/core/layout"
+	"github.com/kvcm/kvcm/core/staging"
+)
+
+// Path is one of the design's migration paths.
+type Path int
+
+const (
+	HotToHost Path = iota
+	HostToHot
+	HotToDisk
+	DiskToHot
+	HostToDisk
+	DiskToHost
+	HotToHot
+	ColdToCold
+	numPaths
+)
+
+var pathNames = [numPaths]string{
+	"gpu→host", "host→gpu", "gpu→disk", "disk→gpu", "host→disk", "disk→host", "gpu→gpu", "cold→cold",
+}
+
+func (p Path) String() string {
+	if p >= 0 && p < numPaths {
+		return pathNames[p]
+	}
+	return fmt.Sprintf("Path(%d)", int(p))
+}
+
+// Paths lists every migration path.
+func Paths() []Path {
+	out := make([]Path, numPaths)
+	for i := range out {
+		out[i] = Path(i)
+	}
+	return out
+}
+
+// MigrationCounter counts pages and bytes moved on one path (bytes as they
+// travel: hot page bytes on hot/hot, cold blob bytes otherwise).
+type MigrationCounter struct {
+	Pages, Bytes int64
+}
+
+func pathOf(src, dst *slotGroup) Path {
+	sk, dk := src.level.kind, dst.level.kind
+	switch {
+	case sk == config.GPUTier && dk == config.GPUTier:
+		return HotToHot
+	case sk == config.GPUTier && dk == config.HostTier:
+		return HotToHost
+	case sk == config.GPUTier:
+		return HotToDisk
+	case dk == config.GPUTier && sk == config.HostTier:
+		return HostToHot
+	case dk == config.GPUTier:
+		return DiskToHot
+	case sk == config.HostTier && dk == config.DiskTier:
+		return HostToDisk
+	case sk == config.DiskTier && dk == config.HostTier:
+		return DiskToHost
+	}
+	return ColdToCold
+}
+
+// move is one page's transfer from its slot to a new slot.
+type move struct {
+	p       *page
+	srcSlot int32
+	dstSlot int32
+}
+
+// unit is one transaction: moves sharing source group, destination group and
+// (for hot/cold conversions) batching representative, small enough for one
+// codec call.
+type unit struct {
+	src, dst *slotGroup
+	rep      layout.LayerGroupID
+	moves    []move
+}
+
+// inflight is a submitted transaction whose finish event has not been seen
+// complete: an asynchronous failure marks its pages lost.
+type inflight struct {
+	ev    *sharedEvent
+	pages []*page
+}
+
+// migrate moves pages to level dst, one transaction per unit: destination
+// slots are allocated first, the migration stream waits for the source and
+// destination fences, the transfer is submitted, one finish event is
+// recorded and attached to both sides, observers are notified, and only then
+// does the page change slots. A unit that fails synchronously releases its
+// destination slots and leaves its pages where they were (retryable); the
+// error reports every failed unit.
+func (m *Manager) migrate(pages []*page, dst int) error {
+	if len(pages) == 0 {
+		return nil
+	}
+	for _, p := range pages {
+		p.moving = true
+		p.refresh(len(m.levels))
+	}
+	defer func() {
+		for _, p := range pages {
+			p.moving = false
+			p.refresh(len(m.levels))
+		}
+	}()
+	dl := m.levels[dst]
+	n := need{}
+	for _, p := range pages {
+		n[dl.groupOf(p.lc)]++
+	}
+	if err := m.reserveAt(dst, n); err != nil {
+		return err
+	}
+	var errs []error
+	for _, u := range m.plan(pages, dl) {
+		if err := m.runUnit(u); err != nil {
+			for _, mv := range u.moves {
+				u.dst.releaseSlot(mv.dstSlot)
+			}
+			errs = append(errs, fmt.Errorf("%v migration of %d pages: %w", pathOf(u.src, u.dst), len(u.moves), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// plan takes destination slots and groups the moves into units, in order of
+// first appearance.
+func (m *Manager) plan(pages []*page, dl *storageLevel) []unit {
+	type key struct {
+		src, dst *slotGroup
+		rep      layout.LayerGroupID
+	}
+	var order []key
+	byKey := map[key][]move{}
+	for _, p := range pages {
+		dg := dl.groupOf(p.lc)
+		k := key{src: p.group, dst: dg, rep: -1}
+		if (p.group.level.index == 0) != (dl.index == 0) {
+			k.rep = m.lcCodec[p.lc].rep
+		}
+		if _, ok := byKey[k]; !ok {
+			order = append(order, k)
+		}
+		byKey[k] = append(byKey[k], move{p: p, srcSlot: p.slot, dstSlot: dg.takeSlot()})
+	}
+	var units []unit
+	for _, k := range order {
+		moves := byKey[k]
+		for len(moves) > 0 {
+			n := m.unitSize(k.src, k.dst, k.rep, len(moves))
+			units = append(units, unit{src: k.src, dst: k.dst, rep: k.rep, moves: moves[:n]})
+			moves = moves[n:]
+		}
+	}
+	return units
+}
+
+// unitSize caps a unit: device-index codec calls at the 64 KiB index batch,
+// disk staging at what the page ring holds.
+func (m *Manager) unitSize(src, dst *slotGroup, rep layout.LayerGroupID, n int) int {
+	if rep >= 0 && m.lcCodec[rep].loc == codec.Device {
+		n = min(n, staging.MaxIndexBatchPairs)
+	}
+	if rep >= 0 && (src.onDisk() || dst.onDisk()) {
+		blob := m.lcCodec[rep].coldBytes
+		n = min(n, int(max(m.pageRing.Capacity()/blob/staging.PageRingCopies, 1)))
+	}
+	return n
+}
+
+// runUnit submits one transaction on the migration stream and, on success,
+// moves ownership.
+func (m *Manager) runUnit(u unit) error {
+	waits := waitSet{}
+	for _, mv := range u.moves {
+		waits.addFence(u.src.fences[mv.srcSlot])
+		waits.addFence(u.dst.fences[mv.dstSlot])
+	}
+	if err := waits.apply(m.stream); err != nil {
+		return err
+	}
+	release, err := m.submitUnit(u)
+	if err != nil {
+		return err
+	}
+	ev, err := m.events.record(m.stream)
+	if release != nil {
+		// Released after the finish event, so the event keeps the unit's
+		// failures and the staging bytes are protected by it.
+		if rerr := release(); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	if err != nil {
+		// Work may be in flight: nothing may reuse either side before the
+		// stream has drained.
+		m.stream.Synchronize()
+		return err
+	}
+	fl := &inflight{ev: ev}
+	path := pathOf(u.src, u.dst)
+	for _, mv := range u.moves {
+		p := mv.p
+		u.src.fences[mv.srcSlot].add(&m.events, ev)
+		u.dst.fences[mv.dstSlot].add(&m.events, ev)
+		u.src.release(p)
+		u.dst.owner[mv.dstSlot] = p
+		p.group, p.slot = u.dst, mv.dstSlot
+		fl.pages = append(fl.pages, p)
+		p.inflight = fl
+		m.emitMoved(p)
+		c := &m.migrations[path]
+		c.Pages++
+		if path == HotToHot {
+			c.Bytes += u.src.desc.PageBytes()
+		} else {
+			c.Bytes += m.lcCodec[p.lc].coldBytes
+		}
+	}
+	m.pending = append(m.pending, fl)
+	return nil
+}
+
+// submitUnit enqueues the transfer of one unit. It returns a function that
+// releases the unit's staging leases, to be called after the finish event is
+// recorded.
+func (m *Manager) submitUnit(u unit) (func() error, error) {
+	srcHot, dstHot := u.src.level.index == 0, u.dst.level.index == 0
+	switch {
+	case srcHot && dstHot:
+		return nil, m.copyHot(u)
+	case srcHot && !u.dst.onDisk():
+		return m.codecCall(u, true, u.dst.mem[0].Ptr(), func(i int, mv move) codec.PageIndexPair {
+			return codec.PageIndexPair{Dst: mv.dstSlot, Src: mv.srcSlot}
+		})
+	case dstHot && !u.src.onDisk():
+		return m.codecCall(u, false, u.src.mem[0].Ptr(), func(i int, mv move) codec.PageIndexPair {
+			return codec.PageIndexPair{Dst: mv.dstSlot, Src: mv.srcSlot}
+		})
+	case srcHot:
+		return m.encodeToDisk(u)
+	case dstHot:
+		return m.decodeFromDisk(u)
+	}
+	return nil, m.copyCold(u)
+}
+
+// copyHot is the per-pool hot copy used by defragmentation.
+func (m *Manager) copyHot(u unit) error {
+	descs := m.descs[:0]
+	for _, mv := range u.moves {
+		for pool, b := range u.src.desc.PoolBytes {
+			descs = append(descs, device.CopyDesc{
+				Dst: u.dst.slotAddr(pool, mv.dstSlot), Src: u.src.slotAddr(pool, mv.srcSlot), Size: b,
+			})
+		}
+	}
+	m.descs = descs
+	return m.stream.BatchCopy(descs)
+}
+
+// codecCall makes one encode (toCold) or decode call for the unit with the
+// cold side at coldBase, uploading the index pairs first when the codec
+// reads them from device memory.
+func (m *Manager) codecCall(u unit, toCold bool, coldBase device.Ptr, pair func(int, move) codec.PageIndexPair) (func() error, error) {
+	pairs := m.pairs[:0]
+	for i, mv := range u.moves {
+		pairs = append(pairs, pair(i, mv))
+	}
+	m.pairs = pairs
+	idx := codec.HostIndices(pairs)
+	var release func() error
+	if m.lcCodec[u.rep].loc == codec.Device {
+		buf := m.pairBytes[:0]
+		for _, p := range pairs {
+			buf = binary.LittleEndian.AppendUint32(buf, uint32(p.Dst))
+			buf = binary.LittleEndian.AppendUint32(buf, uint32(p.Src))
+		}
+		m.pairBytes = buf
+		lease, err := m.indexRing.Upload(buf, m.stream)
+		if err != nil {
+			return nil, fmt.Errorf("upload page indices: %w", err)
+		}
+		release = lease.Release
+		idx = codec.DeviceIndices(lease.Ptr(), len(pairs))
+	}
+	var ok bool
+	if toCold {
+		ok = m.codec.Encode(u.rep, coldBase, idx, m.stream)
+	} else {
+		ok = m.codec.Decode(u.rep, coldBase, idx, m.stream)
+	}
+	if !ok {
+		op := "Decode"
+		if toCold {
+			op = "Encode"
+		}
+		err := fmt.Errorf("%w: %s(layer group %d, %d pages) returned false", ErrCodecRejected, op, u.rep, len(pairs))
+		if release != nil {
+			release()
+		}
+		return nil, err
+	}
+	return release, nil
+}
+
+// stage leases pinned staging for the unit's blobs on the migration stream.
+func (m *Manager) stage(u unit) (*staging.StagingBuffer, int64, error) {
+	blob := m.lcCodec[u.rep].coldBytes
+	req, err := staging.PageRequest(blob, int64(len(u.moves)), int64(len(u.moves)))
+	if err != nil {
+		return nil, 0, err
+	}
+	buf, err := m.pageRing.Acquire(req, m.stream)
+	if err != nil {
+		return nil, 0, fmt.Errorf("page staging: %w", err)
+	}
+	return buf, blob, nil
+}
+
+// encodeToDisk encodes into pinned staging, then writes each blob to its
+// slot of the disk group's file, in stream order.
+func (m *Manager) encodeToDisk(u unit) (func() error, error) {
+	buf, blob, err := m.stage(u)
+	if err != nil {
+		return nil, err
+	}
+	release, err := m.codecCall(u, true, buf.Ptr(), func(i int, mv move) codec.PageIndexPair {
+		return codec.PageIndexPair{Dst: int32(i), Src: mv.srcSlot}
+	})
+	if err == nil {
+		host, file, slots := buf.Host(), u.dst.file, dstSlots(u)
+		err = m.stream.HostFunc(func() error {
+			for i, s := range slots {
+				if _, err := file.WriteAt(host[int64(i)*blob:int64(i+1)*blob], int64(s)*blob); err != nil {
+					return fmt.Errorf("disk write: %w", err)
+				}
+			}
+			return nil
+		})
+	}
+	return joinRelease(release, buf.Release), err
+}
+
+// decodeFromDisk reads the blobs into pinned staging, then decodes them.
+func (m *Manager) decodeFromDisk(u unit) (func() error, error) {
+	buf, blob, err := m.stage(u)
+	if err != nil {
+		return nil, err
+	}
+	host, file, slots := buf.Host(), u.src.file, srcSlots(u)
+	err = m.stream.HostFunc(func() error {
+		for i, s := range slots {
+			if _, err := file.ReadAt(host[int64(i)*blob:int64(i+1)*blob], int64(s)*blob); err != nil {
+				return fmt.Errorf("disk read: %w", err)
+			}
+		}
+		return nil
+	})
+	var release func() error
+	if err == nil {
+		release, err = m.codecCall(u, false, buf.Ptr(), func(i int, mv move) codec.PageIndexPair {
+			return codec.PageIndexPair{Dst: mv.dstSlot, Src: int32(i)}
+		})
+	}
+	return joinRelease(release, buf.Release), err
+}
+
+// copyCold moves raw blobs between cold groups: a batch copy between host
+// slots, file I/O in stream order otherwise.
+func (m *Manager) copyCold(u unit) error {
+	blob := u.src.blobBytes()
+	if !u.src.onDisk() && !u.dst.onDisk() {
+		descs := m.descs[:0]
+		for _, mv := range u.moves {
+			descs = append(descs, device.CopyDesc{
+				Dst: u.dst.mem[0].Ptr().Add(int64(mv.dstSlot) * blob),
+				Src: u.src.mem[0].Ptr().Add(int64(mv.srcSlot) * blob), Size: blob,
+			})
+		}
+		m.descs = descs
+		return m.stream.BatchCopy(descs)
+	}
+	src, dst, moves := u.src, u.dst, u.moves
+	return m.stream.HostFunc(func() error {
+		tmp := make([]byte, blob)
+		for _, mv := range moves {
+			var err error
+			switch {
+			case src.onDisk() && dst.onDisk():
+				if _, err = src.file.ReadAt(tmp, int64(mv.srcSlot)*blob); err == nil {
+					_, err = dst.file.WriteAt(tmp, int64(mv.dstSlot)*blob)
+				}
+			case src.onDisk():
+				_, err = src.file.ReadAt(dst.hostSlot(mv.dstSlot), int64(mv.srcSlot)*blob)
+			default:
+				_, err = dst.file.WriteAt(src.hostSlot(mv.srcSlot), int64(mv.dstSlot)*blob)
+			}
+			if err != nil {
+				return fmt.Errorf("blob copy: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+func dstSlots(u unit) []int32 {
+	out := make([]int32, len(u.moves))
+	for i, mv := range u.moves {
+		out[i] = mv.dstSlot
+	}
+	return out
+}
+
+func srcSlots(u unit) []int32 {
+	out := make([]int32, len(u.moves))
+	for i, mv := range u.moves {
+		out[i] = mv.srcSlot
+	}
+	return out
+}
+
+func joinRelease(fns ...func() error) func() error {
+	return func() error {
+		var errs []error
+		for _, f := range fns {
+			if f != nil {
+				errs = append(errs, f())
+			}
+		}
+		return errors.Join(errs...)
+	}
+}
+
+// settle retires completed transactions. A transaction that failed
+// asynchronously leaves its pages' data unusable: they are marked lost,
+// taken out of the tree, and their caches refuse to resume.
+func (m *Manager) settle() {
+	kept := m.pending[:0]
+	for _, fl := range m.pending {
+		done, err := fl.ev.ev.Query()
+		if !done {
+			kept = append(kept, fl)
+			continue
+		}
+		for _, p := range fl.pages {
+			if p.inflight == fl {
+				p.inflight = nil
+				if err != nil {
+					m.lose(p)
+				}
+			}
+		}
+		m.events.release(fl.ev)
+	}
+	for i := len(kept); i < len(m.pending); i++ {
+		m.pending[i] = nil
+	}
+	m.pending = kept
+}
+
+// settlePages waits for the transactions that still move any of pages, then
+// settles.
+func (m *Manager) settlePages(pages func(fn func(p *page))) {
+	waits := waitSet{}
+	pages(func(p *page) {
+		if p.inflight != nil {
+			waits[p.inflight.ev] = struct{}{}
+		}
+	})
+	if len(waits) > 0 {
+		waits.synchronize()
+		m.settle()
+	}
+}
+
+// lose marks a page whose data an asynchronous failure destroyed.
+func (m *Manager) lose(p *page) {
+	p.lost = true
+	if n := p.node; n != nil {
+		n.pages[p.lc] = nil
+		p.node = nil
+		if !n.hasPages() {
+			m.emitRemoved(n)
+			m.prune = append(m.prune, n)
+		}
+	}
+	m.stats.lost++
+	if p.active == 0 && p.held == 0 && p.group != nil {
+		m.freePage(p)
+		return
+	}
+	p.refresh(len(m.levels))
+}
+
+// reserveAt makes sure every group of n at level li has enough free slots.
+// Victims fall to the next level (a hot page is encoded on the way); on the
+// last level, or when the next level cannot take them, pages nobody holds are
+// dropped. It fails, evicting nothing, when the free and evictable slots of
+// a group cannot cover its need.
+func (m *Manager) reserveAt(li int, n need) error {
+	for g, k := range n {
+		if avail := len(g.free) + len(g.victims); avail < k {
+			return fmt.Errorf("%w: %v pool group %d needs %d slots, %d free and %d evictable of %d",
+				ErrOutOfPages, g.level.kind, g.desc.Index, k, len(g.free), len(g.victims), g.numSlots)
+		}
+	}
+	var victims []*page
+	for g, k := range n {
+		for taken := 0; len(g.free)+taken < k; taken++ {
+			victims = append(victims, heap.Pop(&g.victims).(*page))
+		}
+	}
+	if li+1 < len(m.levels) {
+		// Best effort: what cannot move is dropped or stays, below.
+		_ = m.migrate(victims, li+1)
+	}
+	for _, v := range victims {
+		switch {
+		case v.group.level.index != li:
+			m.stats.onEvict()
+		case v.held == 0 && v.active == 0 && v.node != nil:
+			m.drop(v)
+			m.stats.onEvict()
+		default:
+			v.refresh(len(m.levels))
+		}
+	}
+	for g, k := range n {
+		if len(g.free) < k {
+			return fmt.Errorf("%w: %v pool group %d needs %d slots; the next level could not take the held pages",
+				ErrOutOfPages, g.level.kind, g.desc.Index, k)
+		}
+	}
+	return nil
+}
