@@ -501,12 +501,31 @@ func (m *Manager) lose(p *page) {
 			m.prune = append(m.prune, n)
 		}
 	}
-	m.stats.lost++
+	m.stats.onLost()
 	if p.active == 0 && p.held == 0 && p.group != nil {
 		m.freePage(p)
 		return
 	}
 	p.refresh(len(m.levels))
+}
+
+// fitAt returns the pages level li can take, as far as its free and
+// evictable slots go.
+func (m *Manager) fitAt(li int, pages []*page) []*page {
+	lvl := m.levels[li]
+	room := map[*slotGroup]int{}
+	var fit []*page
+	for _, p := range pages {
+		g := lvl.groupOf(p.lc)
+		if _, ok := room[g]; !ok {
+			room[g] = len(g.free) + len(g.victims)
+		}
+		if room[g] > 0 {
+			room[g]--
+			fit = append(fit, p)
+		}
+	}
+	return fit
 }
 
 // reserveAt makes sure every group of n at level li has enough free slots.
@@ -527,9 +546,17 @@ func (m *Manager) reserveAt(li int, n need) error {
 			victims = append(victims, heap.Pop(&g.victims).(*page))
 		}
 	}
-	if li+1 < len(m.levels) {
-		// Best effort: what cannot move is dropped or stays, below.
-		_ = m.migrate(victims, li+1)
+	// Victims fall to the next level; what it cannot take falls further.
+	rest := victims
+	for next := li + 1; next < len(m.levels) && len(rest) > 0; next++ {
+		_ = m.migrate(m.fitAt(next, rest), next) // best effort: what did not move is handled below
+		still := rest[:0:0]
+		for _, v := range rest {
+			if v.group.level.index == li {
+				still = append(still, v)
+			}
+		}
+		rest = still
 	}
 	for _, v := range victims {
 		switch {

@@ -18,6 +18,8 @@ type BlockStats struct {
 	MissedBlocks int64
 	// Evictions counts pages evicted from any level.
 	Evictions int64
+	// LostPages counts pages whose migration failed asynchronously.
+	LostPages int64
 }
 
 // HitRate is ReusedBlocks over the blocks looked up.
@@ -34,11 +36,11 @@ func (s *BlockStats) add(d BlockStats) {
 	s.ReusedBlocks += d.ReusedBlocks
 	s.MissedBlocks += d.MissedBlocks
 	s.Evictions += d.Evictions
+	s.LostPages += d.LostPages
 }
 
 type statCounters struct {
 	total, iter BlockStats
-	lost        int64
 }
 
 func (s *statCounters) count(d BlockStats) {
@@ -62,6 +64,21 @@ func (s *statCounters) onAllocate(newBlocks int) {
 }
 
 func (s *statCounters) onEvict() { s.count(BlockStats{Evictions: 1}) }
+
+func (s *statCounters) onLost() { s.count(BlockStats{LostPages: 1}) }
+
+// MigrationStats returns the pages and bytes moved on every migration path
+// since the manager was created. Offload is the sum of the paths leaving the
+// GPU, onboard of those reaching it.
+func (m *Manager) MigrationStats() map[Path]MigrationCounter {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[Path]MigrationCounter, numPaths)
+	for p, c := range m.migrations {
+		out[Path(p)] = c
+	}
+	return out
+}
 
 // Stats returns the cumulative block statistics.
 func (m *Manager) Stats() BlockStats {
