@@ -379,7 +379,7 @@ func (c *KVCache) Resume(stream device.Stream) error {
 	if err := c.checkLost(); err != nil {
 		return err
 	}
-	if u := m.hotUtilization(); u > m.cfg.MaxUtil() {
+	if u := m.hotUtilization(c); u > m.cfg.MaxUtil() {
 		return fmt.Errorf("%w (%.3f > %.3f)", ErrResumeRefused, u, m.cfg.MaxUtil())
 	}
 	var pinned, cold []*page

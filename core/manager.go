@@ -149,14 +149,19 @@ func (m *Manager) init(cc codec.ColdPageCodec) error {
 
 func (m *Manager) initHotLevel(weights []float64) error {
 	hot := m.cfg.CacheTiers[0]
-	slots, err := m.lt.HotSlots(hot.Quota, weights, m.lt.HotFloors(&m.cfg))
+	floors := m.lt.HotFloors(&m.cfg)
+	slots, err := m.lt.HotSlots(hot.Quota, weights, floors)
 	if err != nil {
 		return fmt.Errorf("%w: cache_tiers[0].quota: %v", ErrInvalidConfig, err)
+	}
+	capacity, err := m.lt.HotSlots(hot.MaxQuotaOrQuota(), weights, floors)
+	if err != nil {
+		return fmt.Errorf("%w: cache_tiers[0].max_quota: %v", ErrInvalidConfig, err)
 	}
 	lvl := &storageLevel{index: 0, kind: hot.Kind, quota: hot.Quota, lcMap: m.lt.Levels[0].LifeCycleToGroup}
 	m.levels = append(m.levels, lvl)
 	for gi, gl := range m.lt.Levels[0].Groups {
-		g, err := newSlotGroup(m.dev, lvl, gl, slots[gi], device.DeviceMemory)
+		g, err := newHotGroup(m.dev, lvl, gl, slots[gi], max(capacity[gi], slots[gi]))
 		if err != nil {
 			return err
 		}
@@ -224,9 +229,10 @@ func (m *Manager) TokensPerBlock() int { return m.cfg.TokensPerBlock }
 // NumLayerGroups returns the number of layer groups (lifecycles).
 func (m *Manager) NumLayerGroups() int { return len(m.lt.LifeCycles) }
 
-// PoolGroupDescs describes the hot pool groups: index, slots, member
-// lifecycles and pools with base addresses. Addresses change when the GPU
-// level is resized.
+// PoolGroupDescs describes the hot pool groups: index, reserved slots (the
+// most the group can ever use; StorageStats reports how many it has now),
+// member lifecycles and pools with base addresses. Base addresses never
+// change, also when the GPU level is resized.
 func (m *Manager) PoolGroupDescs() []layout.PoolGroupDesc {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -236,7 +242,7 @@ func (m *Manager) PoolGroupDescs() []layout.PoolGroupDesc {
 func (m *Manager) hotDescs() []layout.PoolGroupDesc {
 	var out []layout.PoolGroupDesc
 	for _, g := range m.levels[0].groups {
-		d := layout.PoolGroupDesc{Index: g.desc.Index, NumSlots: g.numSlots, LifeCycles: g.desc.LifeCycles}
+		d := layout.PoolGroupDesc{Index: g.desc.Index, NumSlots: g.capacity, LifeCycles: g.desc.LifeCycles}
 		for i, b := range g.desc.PoolBytes {
 			d.Pools = append(d.Pools, layout.PoolDesc{Base: g.poolBase(i), SlotBytes: b})
 		}
@@ -287,11 +293,18 @@ func (m *Manager) LayerGroupOf(layer int32) (layout.LayerGroupID, error) {
 }
 
 // hotUtilization is the largest fraction, over hot pool groups, of slots
-// that are neither free nor evictable.
-func (m *Manager) hotUtilization() float64 {
+// that are neither free nor evictable, not counting the GPU pages of the
+// cache about to resume (they are its own, already in place).
+func (m *Manager) hotUtilization(resuming *KVCache) float64 {
+	own := map[*slotGroup]int64{}
+	resuming.eachPage(func(p *page) {
+		if p.level() == 0 && p.heapIdx < 0 {
+			own[p.group]++
+		}
+	})
 	var u float64
 	for _, g := range m.levels[0].groups {
-		busy := g.used() - int64(len(g.victims))
+		busy := g.used() - int64(len(g.victims)) - own[g]
 		u = math.Max(u, float64(busy)/float64(g.numSlots))
 	}
 	return u

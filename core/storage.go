@@ -60,6 +60,9 @@ type slotGroup struct {
 	mem      []device.Memory // one allocation per pool; none on disk
 	file     *os.File        // the group's blob file on a disk level
 	numSlots int64
+	// capacity is the most slots the group can grow to in place: hot pools
+	// reserve it; cold groups grow by reallocation, so it equals numSlots.
+	capacity int64
 	free     []int32
 	owner    []*page
 	fences   []fence
@@ -87,8 +90,25 @@ type storageLevel struct {
 
 func (l *storageLevel) groupOf(lc layout.LifeCycleID) *slotGroup { return l.groups[l.lcMap[lc]] }
 
+// newHotGroup reserves capacity slots in every pool and commits slots.
+func newHotGroup(dev device.Device, lvl *storageLevel, desc layout.Group, slots, capacity int64) (*slotGroup, error) {
+	g := &slotGroup{level: lvl, desc: desc, numSlots: slots, capacity: capacity}
+	for i, b := range desc.PoolBytes {
+		mem, err := dev.Reserve(slots*b, capacity*b)
+		if err != nil {
+			g.freeMemory()
+			return nil, fmt.Errorf("reserve gpu pool %d of group %d (%d of %d slots of %d bytes): %w",
+				i, desc.Index, slots, capacity, b, err)
+		}
+		g.mem = append(g.mem, mem)
+	}
+	g.initSlots()
+	return g, nil
+}
+
+// newSlotGroup allocates a host-level cold group.
 func newSlotGroup(dev device.Device, lvl *storageLevel, desc layout.Group, slots int64, kind device.MemoryKind) (*slotGroup, error) {
-	g := &slotGroup{level: lvl, desc: desc, numSlots: slots}
+	g := &slotGroup{level: lvl, desc: desc, numSlots: slots, capacity: slots}
 	for i, b := range desc.PoolBytes {
 		mem, err := dev.Alloc(kind, slots*b)
 		if err != nil {
@@ -119,7 +139,7 @@ func newDiskGroup(lvl *storageLevel, desc layout.Group, slots int64, dir string)
 	if err != nil {
 		return nil, fmt.Errorf("disk tier %s: %w", dir, err)
 	}
-	g := &slotGroup{level: lvl, desc: desc, numSlots: slots, file: f}
+	g := &slotGroup{level: lvl, desc: desc, numSlots: slots, capacity: slots, file: f}
 	if err := g.reserveFile(slots); err != nil {
 		g.freeMemory()
 		return nil, err

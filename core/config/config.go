@@ -69,11 +69,15 @@ func (k TierKind) String() string {
 }
 
 // CacheTierConfig is one cache tier with its byte quota. Path is the
-// directory of a disk tier.
+// directory of a disk tier. MaxQuota, for the GPU tier only, is the largest
+// quota Manager.ResizeLevel may grow it to: its pools reserve that much
+// address space up front so their base addresses never change (0 means
+// Quota: the GPU tier can shrink and grow back, never beyond).
 type CacheTierConfig struct {
-	Kind  TierKind
-	Quota int64
-	Path  string
+	Kind     TierKind
+	Quota    int64
+	Path     string
+	MaxQuota int64
 }
 
 // GPU, Host and Disk build tier configurations.
@@ -137,6 +141,14 @@ func (e *Error) Is(target error) bool { return target == ErrInvalid }
 
 func fieldErr(field, format string, args ...any) error {
 	return &Error{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// MaxQuotaOrQuota returns MaxQuota, or Quota when it is unset.
+func (t CacheTierConfig) MaxQuotaOrQuota() int64 {
+	if t.MaxQuota == 0 {
+		return t.Quota
+	}
+	return t.MaxQuota
 }
 
 // MaxUtil returns MaxUtilForResume with the default applied.
@@ -215,6 +227,10 @@ func (c *Config) validateTiers() error {
 			return fieldErr(f+".quota", "must be positive, got %d", t.Quota)
 		case t.Kind != DiskTier && t.Path != "":
 			return fieldErr(f+".path", "only a disk tier has a path")
+		case t.Kind != GPUTier && t.MaxQuota != 0:
+			return fieldErr(f+".max_quota", "only the GPU tier has a max_quota")
+		case t.MaxQuota != 0 && t.MaxQuota < t.Quota:
+			return fieldErr(f+".max_quota", "must be at least quota (%d), got %d", t.Quota, t.MaxQuota)
 		case t.Kind == DiskTier:
 			if err := checkDiskPath(f+".path", t.Path); err != nil {
 				return err

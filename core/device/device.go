@@ -58,6 +58,20 @@ type Memory interface {
 	Free() error
 }
 
+// Growable is device memory reserved at a fixed base address whose usable
+// size changes without moving it (CUDA's virtual memory management), so hot
+// pools keep the addresses engines and codecs were given while a cache level
+// is resized.
+type Growable interface {
+	Memory
+	// Capacity is the reserved size, the most Resize may grow to.
+	Capacity() int64
+	// Resize commits or releases memory at the end so that Size becomes
+	// size, in (0, Capacity]. The caller makes sure no enqueued work still
+	// uses a released tail.
+	Resize(size int64) error
+}
+
 // CopyDesc is one copy of Size bytes from Src to Dst; both may be device or
 // host-mapped addresses.
 type CopyDesc struct {
@@ -112,6 +126,9 @@ type Event interface {
 type Device interface {
 	Name() string
 	Alloc(kind MemoryKind, size int64) (Memory, error)
+	// Reserve reserves capacity bytes of device address space and commits
+	// the first size of them.
+	Reserve(size, capacity int64) (Growable, error)
 	NewStream() (Stream, error)
 	NewEvent() (Event, error)
 	// StreamFromHandle returns the Stream whose Handle is h, for streams this

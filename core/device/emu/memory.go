@@ -10,16 +10,18 @@ import (
 	"github.com/kvcm/kvcm/core/device"
 )
 
-// allocation is one anonymous mapping. Its fields other than freed never
-// change; freed is guarded by Device.memMu.
+// allocation is one anonymous mapping. base, buf and kind never change;
+// committed and freed are guarded by Device.memMu. Only the first committed
+// bytes of buf are addressable (less than len(buf) for a reservation).
 type allocation struct {
-	base  device.Ptr
-	buf   []byte
-	kind  device.MemoryKind
-	freed bool
+	base      device.Ptr
+	buf       []byte
+	kind      device.MemoryKind
+	committed int64
+	freed     bool
 }
 
-func (a *allocation) size() int64 { return int64(len(a.buf)) }
+func (a *allocation) size() int64 { return a.committed }
 
 // memory is the device.Memory handed to callers.
 type memory struct {
@@ -40,35 +42,105 @@ func (d *Device) Alloc(kind device.MemoryKind, size int64) (device.Memory, error
 	if size <= 0 || int64(int(size)) != size {
 		return nil, fmt.Errorf("emu: alloc %d bytes of %v memory: size must be positive and fit in an int", size, kind)
 	}
+	a, err := d.mapLocked(kind, size, size)
+	if err != nil {
+		return nil, fmt.Errorf("emu: alloc %d bytes of %v memory: %w", size, kind, err)
+	}
+	return &memory{dev: d, a: a}, nil
+}
+
+// Reserve maps capacity bytes of device memory (without reserving swap, so
+// untouched pages cost nothing) and makes the first size of them
+// addressable. The device memory limit counts committed bytes.
+func (d *Device) Reserve(size, capacity int64) (device.Growable, error) {
+	if size <= 0 || size > capacity || int64(int(capacity)) != capacity {
+		return nil, fmt.Errorf("emu: reserve %d of %d bytes: need 0 < size <= capacity", size, capacity)
+	}
+	a, err := d.mapLocked(device.DeviceMemory, size, capacity)
+	if err != nil {
+		return nil, fmt.Errorf("emu: reserve %d of %d bytes: %w", size, capacity, err)
+	}
+	return &growable{memory{dev: d, a: a}}, nil
+}
+
+// mapLocked maps capacity bytes and registers the first size of them. It
+// takes memMu itself.
+func (d *Device) mapLocked(kind device.MemoryKind, size, capacity int64) (*allocation, error) {
 	d.memMu.Lock()
 	defer d.memMu.Unlock()
 	// Checked under memMu so that Close, which unmaps under memMu after
 	// setting closed, never misses an allocation made concurrently.
 	if d.isClosed() {
-		return nil, fmt.Errorf("emu: alloc %d bytes of %v memory: %w", size, kind, device.ErrClosed)
+		return nil, device.ErrClosed
 	}
-	limit := d.opts.DeviceMemoryLimit
-	if kind == device.HostMapped {
-		limit = d.opts.HostMemoryLimit
+	if err := d.checkLimitLocked(kind, size); err != nil {
+		return nil, err
 	}
-	if live := d.liveBytes[kind].Load(); limit > 0 && size > limit-live {
-		return nil, fmt.Errorf("emu: alloc %d bytes of %v memory with %d of %d bytes live: %w",
-			size, kind, live, limit, device.ErrOutOfMemory)
-	}
-	buf, err := syscall.Mmap(-1, 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	buf, err := syscall.Mmap(-1, 0, int(capacity), syscall.PROT_READ|syscall.PROT_WRITE,
+		syscall.MAP_ANON|syscall.MAP_PRIVATE|syscall.MAP_NORESERVE)
 	if err != nil {
-		return nil, fmt.Errorf("emu: alloc %d bytes of %v memory: mmap: %w: %w", size, kind, err, device.ErrOutOfMemory)
+		return nil, fmt.Errorf("mmap: %w: %w", err, device.ErrOutOfMemory)
 	}
 	// The slice of an mmap'd region never moves, so its address is a stable
 	// Ptr. Going from pointer to uintptr (never back) keeps vet's unsafeptr
 	// check clean.
-	a := &allocation{base: device.Ptr(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))), buf: buf, kind: kind}
+	a := &allocation{base: device.Ptr(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))), buf: buf, kind: kind, committed: size}
 	i, _ := slices.BinarySearchFunc(d.allocs, a.base, func(x *allocation, p device.Ptr) int { return cmpPtr(x.base, p) })
 	d.allocs = slices.Insert(d.allocs, i, a)
 	d.allocCount[kind].Add(1)
 	d.liveAllocs[kind].Add(1)
 	d.liveBytes[kind].Add(size)
-	return &memory{dev: d, a: a}, nil
+	return a, nil
+}
+
+func (d *Device) checkLimitLocked(kind device.MemoryKind, more int64) error {
+	limit := d.opts.DeviceMemoryLimit
+	if kind == device.HostMapped {
+		limit = d.opts.HostMemoryLimit
+	}
+	if live := d.liveBytes[kind].Load(); limit > 0 && more > limit-live {
+		return fmt.Errorf("%d more bytes of %v memory with %d of %d bytes live: %w",
+			more, kind, live, limit, device.ErrOutOfMemory)
+	}
+	return nil
+}
+
+// growable is a device.Growable over one reserved mapping.
+type growable struct{ memory }
+
+var _ device.Growable = (*growable)(nil)
+
+func (g *growable) Capacity() int64 { return int64(len(g.a.buf)) }
+
+// Resize moves the end of the addressable range. Released bytes are returned
+// to the system (their contents are lost); copies that name them fail.
+func (g *growable) Resize(size int64) error {
+	d := g.dev
+	d.memMu.Lock()
+	defer d.memMu.Unlock()
+	a := g.a
+	switch {
+	case a.freed:
+		return fmt.Errorf("emu: resize freed memory at %#x", a.base)
+	case size <= 0 || size > int64(len(a.buf)):
+		return fmt.Errorf("emu: resize memory at %#x to %d bytes: need 0 < size <= capacity %d", a.base, size, len(a.buf))
+	case size > a.committed:
+		if err := d.checkLimitLocked(a.kind, size-a.committed); err != nil {
+			return fmt.Errorf("emu: grow memory at %#x to %d bytes: %w", a.base, size, err)
+		}
+	case size < a.committed:
+		clear(a.buf[size:a.committed]) // what a later grow exposes must not be stale data
+		// Whole pages of the tail go back to the system.
+		page := int64(syscall.Getpagesize())
+		if from := (size + page - 1) / page * page; from < a.committed {
+			if err := syscall.Madvise(a.buf[from:a.committed], syscall.MADV_DONTNEED); err != nil {
+				return fmt.Errorf("emu: release %d bytes at %#x: %w", a.committed-from, a.base.Add(from), err)
+			}
+		}
+	}
+	d.liveBytes[a.kind].Add(size - a.committed)
+	a.committed = size
+	return nil
 }
 
 func cmpPtr(a, b device.Ptr) int {
@@ -102,7 +174,7 @@ func (m *memory) Host() []byte {
 	if m.a.freed {
 		return nil
 	}
-	return m.a.buf[:len(m.a.buf):len(m.a.buf)]
+	return m.a.buf[:m.a.committed:m.a.committed]
 }
 
 // Free unmaps the memory. It waits for a copy touching any memory that is

@@ -120,3 +120,32 @@ func TestUseAfterFreeIsAnAsynchronousFailure(t *testing.T) {
 		})
 	}
 }
+
+func TestReserveGrowsAndShrinksInPlace(t *testing.T) {
+	d := emu.New(emu.Options{DeviceMemoryLimit: 1 << 20})
+	defer d.Close()
+	s, err := d.NewStream()
+	require.NoError(t, err)
+	g, err := d.Reserve(4096, 1<<30)
+	require.NoError(t, err)
+	base := g.Ptr()
+	assert.Equal(t, int64(4096), g.Size())
+	assert.Equal(t, int64(1<<30), g.Capacity())
+	assert.Equal(t, int64(4096), d.Stats().LiveBytes.Device, "only committed bytes count")
+
+	host, err := d.Alloc(device.HostMapped, 8192)
+	require.NoError(t, err)
+	err = s.BatchCopy([]device.CopyDesc{{Dst: base.Add(4096), Src: host.Ptr(), Size: 4096}})
+	assert.ErrorIs(t, err, device.ErrInvalidCopy, "beyond the committed size")
+
+	require.NoError(t, g.Resize(8192))
+	assert.Equal(t, base, g.Ptr(), "growing never moves the base")
+	require.NoError(t, s.BatchCopy([]device.CopyDesc{{Dst: base.Add(4096), Src: host.Ptr(), Size: 4096}}))
+	require.NoError(t, s.Synchronize())
+
+	assert.ErrorIs(t, g.Resize(2<<20), device.ErrOutOfMemory, "the limit counts committed bytes")
+	require.NoError(t, g.Resize(4096))
+	assert.Equal(t, int64(4096), d.Stats().LiveBytes.Device)
+	assert.Error(t, g.Resize(0))
+	require.NoError(t, g.Free())
+}

@@ -1,0 +1,194 @@
+package core
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/kvcm/kvcm/core/device"
+	"github.com/kvcm/kvcm/core/layout"
+)
+
+// Quota returns the byte quota of a cache level.
+func (m *Manager) Quota(level layout.CacheLevel) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	lvl, err := m.level(level)
+	if err != nil {
+		return 0, err
+	}
+	return lvl.quota, nil
+}
+
+// ResizeLevel changes the byte quota of a cache level. The new quota is shared
+// among the level's pool groups by the layer-group weights, as at
+// construction (constraint floors on the GPU level only). Shrinking evicts
+// what no longer fits, defragments the survivors into the slots that remain
+// and releases the rest; growing adds slots. GPU pools grow and shrink in
+// place within cache_tiers[0].max_quota, so base addresses and the page
+// indices of ACTIVE caches stay valid; pages that ACTIVE caches pin in slots
+// beyond the new size make shrinking fail. On error nothing was released
+// (evicted pages may have moved to colder levels).
+func (m *Manager) ResizeLevel(level layout.CacheLevel, quota int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	lvl, err := m.level(level)
+	if err != nil {
+		return err
+	}
+	if quota <= 0 {
+		return argErr("quota", "must be positive, got %d", quota)
+	}
+	m.settle()
+	target, err := m.slotsFor(lvl, quota)
+	if err != nil {
+		return err
+	}
+	if err := m.checkShrink(lvl, target); err != nil {
+		return err
+	}
+	for i, g := range lvl.groups {
+		if target[i] < g.numSlots {
+			if err := m.reserveAt(lvl.index, need{g: int(g.numSlots - target[i])}); err != nil {
+				return fmt.Errorf("resize %v level to %d bytes: %w", lvl.kind, quota, err)
+			}
+		}
+	}
+	for i, g := range lvl.groups {
+		if target[i] < g.numSlots {
+			if err := m.defragment(g, target[i]); err != nil {
+				return fmt.Errorf("resize %v level to %d bytes: defragment: %w", lvl.kind, quota, err)
+			}
+		}
+	}
+	if err := m.drainLevel(lvl); err != nil {
+		return err
+	}
+	for i, g := range lvl.groups {
+		if err := m.resizeGroup(g, target[i]); err != nil {
+			return fmt.Errorf("resize %v level to %d bytes: %w", lvl.kind, quota, err)
+		}
+	}
+	lvl.quota = quota
+	m.safePoint()
+	return nil
+}
+
+// slotsFor shares quota among the level's groups.
+func (m *Manager) slotsFor(lvl *storageLevel, quota int64) ([]int64, error) {
+	weights := m.lt.ByteWeights(&m.cfg)
+	var slots []int64
+	var err error
+	if lvl.index == 0 {
+		slots, err = m.lt.HotSlots(quota, weights, m.lt.HotFloors(&m.cfg))
+	} else {
+		slots, err = m.lt.ColdSlots(lvl.index, quota, weights)
+	}
+	if err != nil {
+		return nil, argErr("quota", "%v", err)
+	}
+	for i, g := range lvl.groups {
+		if lvl.index == 0 && slots[i] > g.capacity {
+			return nil, argErr("quota", "%d bytes needs %d slots in gpu pool group %d, which reserved %d (raise cache_tiers[0].max_quota)",
+				quota, slots[i], g.desc.Index, g.capacity)
+		}
+	}
+	return slots, nil
+}
+
+// checkShrink fails, changing nothing, when a group cannot get down to its
+// target: too many slots are neither free nor evictable, or (on the GPU) an
+// ACTIVE cache pins a page in a slot that would go.
+func (m *Manager) checkShrink(lvl *storageLevel, target []int64) error {
+	for i, g := range lvl.groups {
+		if target[i] >= g.numSlots {
+			continue
+		}
+		if busy := g.used() - int64(len(g.victims)); busy > target[i] {
+			return fmt.Errorf("%w: %v pool group %d has %d busy slots, more than the %d it would keep",
+				ErrOutOfPages, lvl.kind, g.desc.Index, busy, target[i])
+		}
+		for s := target[i]; s < g.numSlots; s++ {
+			if p := g.owner[s]; p != nil && (p.active > 0 || p.moving) {
+				return fmt.Errorf("%w: an active cache pins slot %d of %v pool group %d, beyond the new size %d",
+					ErrInvalidState, s, lvl.kind, g.desc.Index, target[i])
+			}
+		}
+	}
+	return nil
+}
+
+// defragment moves the pages in slots at or beyond keep into free slots
+// below it, on the same level.
+func (m *Manager) defragment(g *slotGroup, keep int64) error {
+	g.free = slices.DeleteFunc(g.free, func(s int32) bool { return int64(s) >= keep })
+	var movers []*page
+	for s := keep; s < g.numSlots; s++ {
+		if p := g.owner[s]; p != nil {
+			movers = append(movers, p)
+		}
+	}
+	err := m.migrate(movers, g.level.index)
+	g.free = slices.DeleteFunc(g.free, func(s int32) bool { return int64(s) >= keep })
+	return err
+}
+
+// drainLevel waits until no work touches the level's memory.
+func (m *Manager) drainLevel(lvl *storageLevel) error {
+	if err := m.stream.Synchronize(); err != nil {
+		return fmt.Errorf("drain migration stream: %w", err)
+	}
+	waits := waitSet{}
+	for _, g := range lvl.groups {
+		for _, f := range g.fences {
+			waits.addFence(f)
+		}
+	}
+	waits.synchronize() // failures were reported to whoever recorded them
+	m.settle()
+	return nil
+}
+
+// resizeGroup gives g exactly slots slots; the slots beyond it are free.
+func (m *Manager) resizeGroup(g *slotGroup, slots int64) error {
+	if slots == g.numSlots {
+		return nil
+	}
+	keep := min(slots, g.numSlots)
+	switch {
+	case g.onDisk():
+		if err := g.reserveFile(slots); err != nil {
+			return err
+		}
+	case g.level.index == 0:
+		for i, mem := range g.mem {
+			if err := mem.(device.Growable).Resize(slots * g.desc.PoolBytes[i]); err != nil {
+				return err
+			}
+		}
+	default:
+		mem, err := m.dev.Alloc(device.HostMapped, slots*g.blobBytes())
+		if err != nil {
+			return err
+		}
+		copy(mem.Host(), g.mem[0].Host()[:keep*g.blobBytes()])
+		g.mem[0].Free()
+		g.mem[0] = mem
+		g.capacity = slots
+	}
+	for _, f := range g.fences[keep:] {
+		for _, e := range f {
+			m.events.release(e)
+		}
+	}
+	owner := make([]*page, slots)
+	copy(owner, g.owner[:keep])
+	fences := make([]fence, slots)
+	copy(fences, g.fences[:keep])
+	g.owner, g.fences, g.numSlots = owner, fences, slots
+	g.free = slices.DeleteFunc(g.free, func(s int32) bool { return int64(s) >= keep })
+	for s := slots - 1; s >= keep; s-- {
+		g.free = append(g.free, int32(s))
+	}
+	g.peakUsed = min(g.peakUsed, slots)
+	return nil
+}
