@@ -16,7 +16,7 @@ func TestGPULevelShrinksAndGrowsInPlace(t *testing.T) {
 	f := newTieredFixture(t, cfg)
 	base := f.m.PoolGroupDescs()[0].Pools[0].Base
 
-	a := f.compute(blockhash.Scope{}, seq(0, 16), 1)  // slots 0-3, suspended below
+	a := f.compute(blockhash.Scope{}, seq(0, 16), 1)   // slots 0-3, suspended below
 	b := f.compute(blockhash.Scope{}, seq(100, 16), 2) // slots 4-7, stays ACTIVE
 	require.NoError(t, a.Suspend())
 
