@@ -321,7 +321,7 @@ func (m *Manager) drop(p *page) {
 	n := p.node
 	n.pages[p.lc] = nil
 	p.group.release(p)
-	p.node = nil
+	p.node, p.inflight = nil, nil
 	if !n.hasPages() {
 		m.emitRemoved(n)
 		m.prune = append(m.prune, n)
@@ -336,12 +336,14 @@ func (m *Manager) newPage(g *slotGroup, lc layout.LifeCycleID) *page {
 	return p
 }
 
-// freePage returns a private page's slot.
+// freePage returns a private page's slot. Its data no longer matters, so a
+// transaction still moving it is of no concern any more.
 func (m *Manager) freePage(p *page) {
 	if p.heapIdx >= 0 {
 		heap.Remove(&p.group.victims, p.heapIdx)
 	}
 	p.group.release(p)
+	p.inflight = nil
 }
 
 // unref drops one reference of a cache and refreshes eviction state; private

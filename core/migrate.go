@@ -502,7 +502,7 @@ func (m *Manager) lose(p *page) {
 		}
 	}
 	m.stats.onLost()
-	if p.active == 0 && p.held == 0 && p.group != nil {
+	if p.active == 0 && p.held == 0 {
 		m.freePage(p)
 		return
 	}

@@ -492,3 +492,21 @@ func TestColdPoolRatiosProjectThroughSlotCounts(t *testing.T) {
 	assert.Equal(t, hot[0].Total, hot[1].Total, "equal hot byte ratios and equal hot page sizes: equal slots")
 	assert.Equal(t, cold[0].Total, cold[1].Total, "slot proportions survive different cold sizes")
 }
+
+func TestConstraintFloorsStayOnTheHotLevel(t *testing.T) {
+	cfg := tieredConfig(t, 64, 0, 0)
+	cfg.Layers[1].SlidingWindowSize = 8
+	cfg.Layers[1].Buffers = []config.BufferConfig{{Role: config.RoleKey, Size: 96}, {Role: config.RoleValue, Size: 32}}
+	cfg.InitialPoolRatio = []float64{0.999, 0.001}
+	cfg.Constraints = []config.BatchDesc{{Requests: []config.RequestDesc{{Capacity: 64}}}}
+	cfg.CacheTiers = append(cfg.CacheTiers, config.Host(64*128))
+	f := newTieredFixture(t, cfg)
+	hot, err := f.m.StorageStats(0)
+	require.NoError(t, err)
+	cold, err := f.m.StorageStats(1)
+	require.NoError(t, err)
+	require.Len(t, hot, 2)
+	require.Len(t, cold, 1, "both lifecycles encode to 128 bytes")
+	assert.GreaterOrEqual(t, hot[1].Total, int64(16), "a 64-token prefill needs 16 blocks: the floor beats the 0.1% ratio on the GPU")
+	assert.Equal(t, int64(64), cold[0].Total, "cold slots follow the quota alone")
+}
