@@ -170,18 +170,30 @@ func (m *Manager) hotComplete(n *node) bool {
 }
 
 // usablePrefix returns the largest j such that every lifecycle has the pages
-// it needs to continue after the first j blocks of path.
+// it needs to continue after the first j blocks of path: all of them under
+// full attention, the sink blocks and those within the window otherwise.
 func (m *Manager) usablePrefix(path []*node) int {
 	tpb := m.cfg.TokensPerBlock
+	// missing[lc][b] counts the blocks before b without a page of lc.
+	missing := make([][]int, len(m.lt.LifeCycles))
+	for lc := range missing {
+		row := make([]int, len(path)+1)
+		for b, n := range path {
+			row[b+1] = row[b]
+			if n.pages[lc] == nil {
+				row[b+1]++
+			}
+		}
+		missing[lc] = row
+	}
 	for j := len(path); j > 0; j-- {
 		ok := true
-		for lc := range m.lt.LifeCycles {
-			for b := 0; b < j && ok; b++ {
-				if m.lt.Needs(layout.LifeCycleID(lc), b, j*tpb) && path[b].pages[lc] == nil {
-					ok = false
-				}
-			}
-			if !ok {
+		for lc, row := range missing {
+			id := layout.LifeCycleID(lc)
+			sinks := min(m.lt.SinkBlocks(id), j)
+			first := max(m.lt.FirstKeptBlock(id, j*tpb), sinks)
+			if row[sinks] > 0 || row[j]-row[first] > 0 {
+				ok = false
 				break
 			}
 		}

@@ -400,3 +400,27 @@ func TestIterationPeakAndStorageStats(t *testing.T) {
 	assert.Equal(t, int64(3), iter.AllocNewBlocks)
 	assert.Zero(t, f.m.GetAndResetIterationStats().AllocNewBlocks, "reset")
 }
+
+func TestSlidingWindowReuseNeedsOnlyWindowAndSinkPages(t *testing.T) {
+	cfg := smallConfig(9) // 18 slots of 128 bytes shared by both lifecycles
+	cfg.Layers[1].SlidingWindowSize = 8
+	f := newFixture(t, cfg)
+	prompt := seq(0, 33)
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	for pos := 0; pos < 32; pos += 4 { // chunked prefill: the window slides
+		require.NoError(t, c.Resize(pos+4, pos+4))
+		require.NoError(t, c.Commit(prompt[pos:pos+4], false))
+	}
+	require.NoError(t, c.Close())
+	assert.Equal(t, 12, f.m.ProbeReuse(blockhash.Scope{}, prompt[:13]), "released window pages stay cached")
+
+	// Two more pages are needed than are free: the oldest go, and those are
+	// the windowed pages the prefill released first (blocks 0 and 1).
+	f.serve(blockhash.Scope{LoRAID: 1}, seq(0, 8))
+	assert.Equal(t, 32, f.m.ProbeReuse(blockhash.Scope{}, prompt),
+		"reusing 32 tokens needs windowed pages of the last 8 tokens only")
+	assert.Equal(t, 0, f.m.ProbeReuse(blockhash.Scope{}, prompt[:13]),
+		"reusing 12 tokens needs the windowed page of block 1, evicted")
+}
