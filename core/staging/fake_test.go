@@ -16,6 +16,10 @@ import (
 // is appended to a log ("new e1", "record e1 s1", "wait s2 e1", "sync s1",
 // "evsync e1", "close e1", "alloc ...", "free ...").
 type fakeDevice struct {
+	// The nil embedded interface keeps the fake a device.Device as the
+	// interface grows; methods staging does not use panic if called.
+	device.Device
+
 	mu      sync.Mutex
 	log     []string
 	nEvents int
@@ -130,6 +134,8 @@ func (d *fakeDevice) event(name string) *fakeEvent {
 }
 
 type fakeMem struct {
+	device.Memory // see fakeDevice
+
 	d     *fakeDevice
 	ptr   device.Ptr
 	kind  device.MemoryKind
@@ -171,6 +177,8 @@ func completeState() *evState {
 }
 
 type fakeEvent struct {
+	device.Event // see fakeDevice
+
 	d    *fakeDevice
 	name string
 
@@ -226,6 +234,8 @@ func (e *fakeEvent) done() bool {
 }
 
 type fakeStream struct {
+	device.Stream // see fakeDevice
+
 	d      *fakeDevice
 	name   string
 	handle uintptr
