@@ -58,9 +58,18 @@ func (p *eventPool) close() {
 // every read of it since.
 type fence []*sharedEvent
 
-// add attaches e, first dropping events that completed cleanly so the set
-// stays small.
+// fencePruneAt is the fence size from which add drops completed events:
+// querying every event on every add would cost more than the waits saved.
+const fencePruneAt = 4
+
+// add attaches e, first dropping events that completed cleanly once the set
+// has grown, so it stays small.
 func (f *fence) add(p *eventPool, e *sharedEvent) {
+	e.refs++
+	if len(*f) < fencePruneAt {
+		*f = append(*f, e)
+		return
+	}
 	kept := (*f)[:0]
 	for _, x := range *f {
 		if done, err := x.ev.Query(); done && err == nil {
@@ -69,7 +78,6 @@ func (f *fence) add(p *eventPool, e *sharedEvent) {
 		}
 		kept = append(kept, x)
 	}
-	e.refs++
 	*f = append(kept, e)
 }
 

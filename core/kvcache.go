@@ -229,14 +229,35 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	m.nextID++
 	c.id = m.nextID
 
-	var partPages []*page
+	// Hold the path first, so making room for a partial copy cannot evict it.
+	full := len(mt.path) * tpb
+	for b, n := range mt.path {
+		cb := cacheBlock{pages: make([]*page, len(m.lt.LifeCycles)), node: n}
+		for lc, p := range n.pages {
+			if m.lt.Needs(layout.LifeCycleID(lc), b, full) {
+				cb.pages[lc] = p
+				m.ref(p, false)
+			}
+		}
+		c.blocks = append(c.blocks, cb)
+	}
 	if mt.partial != nil {
-		partPages = m.copyPartial(mt.partial)
-		if partPages == nil {
+		if pages := m.copyPartial(mt.partial); pages != nil {
+			c.blocks = append(c.blocks, cacheBlock{pages: pages})
+		} else {
 			mt.partLen = 0
 		}
 	}
 	reused := mt.tokens(tpb)
+	// The partial tokens may slide a window past some of the path's pages.
+	for b := range mt.path {
+		for lc, p := range c.blocks[b].pages {
+			if p != nil && !m.lt.Needs(layout.LifeCycleID(lc), b, reused) {
+				c.blocks[b].pages[lc] = nil
+				m.unref(p, false)
+			}
+		}
+	}
 	c.tokens = slices.Clone(opts.InputTokens[:reused])
 	c.history, c.capacity, c.reused = reused, reused, reused
 	c.chain = m.root(opts.Scope)
@@ -244,19 +265,6 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 		c.chain = mt.path[len(mt.path)-1]
 	}
 	c.chain.users++
-	for b, n := range mt.path {
-		cb := cacheBlock{pages: make([]*page, len(m.lt.LifeCycles)), node: n}
-		for lc, p := range n.pages {
-			if m.lt.Needs(layout.LifeCycleID(lc), b, reused) {
-				cb.pages[lc] = p
-				m.ref(p, false)
-			}
-		}
-		c.blocks = append(c.blocks, cb)
-	}
-	if partPages != nil {
-		c.blocks = append(c.blocks, cacheBlock{pages: partPages})
-	}
 	m.caches[c.id] = c
 	m.stats.onCreate(len(opts.InputTokens)/tpb, len(mt.path), mt.partLen > 0)
 	m.safePoint()
@@ -269,9 +277,17 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 func (m *Manager) copyPartial(src *node) []*page {
 	lvl := m.levels[0]
 	n := need{}
-	for lc := range src.pages {
+	for lc, sp := range src.pages {
 		n[lvl.groupOf(layout.LifeCycleID(lc))]++
+		sp.active++ // pinned in place while room is made and the copy is submitted
+		sp.refresh(len(m.levels))
 	}
+	defer func() {
+		for _, sp := range src.pages {
+			sp.active--
+			sp.refresh(len(m.levels))
+		}
+	}()
 	if m.reserveAt(0, n) != nil {
 		return nil
 	}
@@ -700,11 +716,21 @@ func (c *KVCache) publish(b int) []*page {
 		c.chain.addChild(next, tpb)
 		cb.node = next
 		m.emitStored(next)
-	case !next.hasPages():
-		// An equal block lost its pages to eviction: ours repopulate it.
-		published = c.adopt(next, cb.pages)
-		cb.node = next
-		m.emitStored(next)
+	default:
+		// An equal block lost pages to eviction: ours fill the gaps.
+		had := next.hasPages()
+		missing := make([]*page, len(cb.pages))
+		for lc, p := range cb.pages {
+			if next.pages[lc] == nil {
+				missing[lc] = p
+			}
+		}
+		if published = c.adopt(next, missing); len(published) > 0 {
+			cb.node = next
+			if !had {
+				m.emitStored(next)
+			}
+		}
 	}
 	c.chain.users--
 	next.users++

@@ -43,6 +43,7 @@ func (s Scope) Root() Key {
 type Hasher struct {
 	h   hash.Hash
 	buf []byte
+	sum [sha256.Size]byte
 }
 
 // NewHasher returns a Hasher.
@@ -58,7 +59,7 @@ func (x *Hasher) Next(parent Key, tokens []int32) Key {
 	}
 	x.h.Reset()
 	x.h.Write(x.buf)
-	return sum(x.h)
+	return Key(binary.LittleEndian.Uint64(x.h.Sum(x.sum[:0])))
 }
 
 // Chain returns the keys of the full blocks of tokens in scope.

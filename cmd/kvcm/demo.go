@@ -1,0 +1,247 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"time"
+
+	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/device/emu"
+	"github.com/kvcm/kvcm/core/fakeengine"
+	"github.com/kvcm/kvcm/core/layout"
+)
+
+var demoCommand = command{
+	name:    "demo",
+	summary: "serve a shared-prefix workload on the emulated device and check every reused byte",
+	synopsis: `Serves groups of requests that share a long system prompt, in shuffled order,
+through the manager with the fake engine on the emulated device. The engine
+writes deterministic KV bytes for every computed token and verifies, byte for
+byte, every page a request reuses and every page it holds when it finishes.
+The GPU quota is small enough by default that the workload does not fit, so
+blocks are evicted and some prefixes must be recomputed.
+
+The last line is "integrity: <N> pages verified, <M> mismatches"; the exit
+status is 1 when M > 0.`,
+	setup: setupDemo,
+}
+
+// The demo's model: full-attention layers and sliding-window layers, each
+// with a key and a value buffer of demoBufferBytesPerToken bytes a token.
+const (
+	demoFullLayers          = 6
+	demoWindowLayers        = 2
+	demoBufferBytesPerToken = 64
+)
+
+type demoFlags struct {
+	seed                                       int64
+	groups, perGroup                           int
+	systemTokens, questionTokens, outputTokens int
+	tokensPerBlock, window, chunk              int
+	gpuQuota                                   byteSize
+	maxDelay                                   time.Duration
+	progress                                   string
+}
+
+func setupDemo(fs *flag.FlagSet) func(stdout, stderr io.Writer) int {
+	f := &demoFlags{gpuQuota: 8 << 20}
+	fs.Int64Var(&f.seed, "seed", 1, "seed of the workload, the fake model and the device's delays")
+	fs.IntVar(&f.groups, "groups", 16, "request groups; a group's requests share one system prompt")
+	fs.IntVar(&f.perGroup, "per-group", 8, "requests per group")
+	fs.IntVar(&f.systemTokens, "system-tokens", 1024, "tokens of each group's system prompt")
+	fs.IntVar(&f.questionTokens, "question-tokens", 64, "mean tokens of a request's own question (uniform in [n/2, 3n/2])")
+	fs.IntVar(&f.outputTokens, "output-tokens", 32, "tokens generated per request")
+	fs.IntVar(&f.tokensPerBlock, "tokens-per-block", 32, "tokens per KV block")
+	fs.IntVar(&f.window, "window", 512, "attention window of the model's sliding-window layers (0: all layers attend fully)")
+	fs.IntVar(&f.chunk, "chunk-tokens", 256, "prefill chunk: prompt tokens computed per engine step")
+	fs.Var(&f.gpuQuota, "gpu-quota", "GPU tier quota, in bytes or with a unit (KiB, MiB, GiB)")
+	fs.DurationVar(&f.maxDelay, "max-delay", 0, "emulated device: delay every stream operation by a random duration below this")
+	fs.StringVar(&f.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
+	return func(stdout, stderr io.Writer) int { return runDemo(f, stdout, stderr) }
+}
+
+func (f *demoFlags) validate() error {
+	for _, c := range []struct {
+		name string
+		v    int
+		min  int
+	}{
+		{"groups", f.groups, 1}, {"per-group", f.perGroup, 1}, {"system-tokens", f.systemTokens, 0},
+		{"question-tokens", f.questionTokens, 1}, {"output-tokens", f.outputTokens, 0},
+		{"tokens-per-block", f.tokensPerBlock, 1}, {"window", f.window, 0}, {"chunk-tokens", f.chunk, 1},
+	} {
+		if c.v < c.min {
+			return fmt.Errorf("--%s must be at least %d, got %d", c.name, c.min, c.v)
+		}
+	}
+	if f.gpuQuota <= 0 {
+		return errors.New("--gpu-quota must be positive")
+	}
+	if f.progress != "auto" && f.progress != "always" && f.progress != "never" {
+		return fmt.Errorf("--progress must be auto, always or never, got %q", f.progress)
+	}
+	return nil
+}
+
+func (f *demoFlags) config() config.Config {
+	size := int64(demoBufferBytesPerToken * f.tokensPerBlock)
+	kv := []config.BufferConfig{{Role: config.RoleKey, Size: size}, {Role: config.RoleValue, Size: size}}
+	cfg := config.Config{TokensPerBlock: f.tokensPerBlock, CacheTiers: []config.CacheTierConfig{config.GPU(int64(f.gpuQuota))}}
+	for l := range demoFullLayers + demoWindowLayers {
+		layer := config.AttentionLayerConfig{LayerID: int32(l), Buffers: kv}
+		if l >= demoFullLayers {
+			layer.SlidingWindowSize = f.window
+		}
+		cfg.Layers = append(cfg.Layers, layer)
+	}
+	return cfg
+}
+
+// demoRequest is one request of the workload and its group.
+type demoRequest struct {
+	fakeengine.Request
+	group int
+}
+
+// workload returns the requests in serving order.
+func (f *demoFlags) workload() []demoRequest {
+	rng := rand.New(rand.NewPCG(uint64(f.seed), 0x64656d6f)) // "demo"
+	tokens := func(n int) []config.Token {
+		out := make([]config.Token, n)
+		for i := range out {
+			out[i] = config.Token(rng.IntN(32000))
+		}
+		return out
+	}
+	var reqs []demoRequest
+	for g := range f.groups {
+		system := tokens(f.systemTokens)
+		for range f.perGroup {
+			lo := max(f.questionTokens/2, 1)
+			q := tokens(lo + rng.IntN(f.questionTokens+f.questionTokens/2-lo+1))
+			prompt := append(append(make([]config.Token, 0, len(system)+len(q)), system...), q...)
+			reqs = append(reqs, demoRequest{fakeengine.Request{Prompt: prompt, OutputLen: f.outputTokens}, g})
+		}
+	}
+	rng.Shuffle(len(reqs), func(i, j int) { reqs[i], reqs[j] = reqs[j], reqs[i] })
+	return reqs
+}
+
+func runDemo(f *demoFlags, stdout, stderr io.Writer) int {
+	if err := f.validate(); err != nil {
+		fmt.Fprintf(stderr, "kvcm demo: %v\n", err)
+		return exitUsage
+	}
+	if err := demo(f, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "kvcm demo: %v\n", err)
+		return exitFail
+	}
+	return exitOK
+}
+
+// errMismatch reports that the integrity check failed; demo has printed it.
+var errMismatch = errors.New("KV integrity check failed")
+
+func demo(f *demoFlags, stdout, stderr io.Writer) (err error) {
+	cfg := f.config()
+	dev := emu.New(emu.Options{Seed: f.seed, MaxDelay: f.maxDelay})
+	defer func() { err = errors.Join(err, dev.Close()) }()
+	m, err := core.NewManager(cfg, core.WithDevice(dev))
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, m.Close()) }()
+	e, err := fakeengine.New(m, cfg, fakeengine.Options{Seed: uint64(f.seed), ChunkTokens: f.chunk})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, e.Close()) }()
+	stream, err := dev.NewStream()
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, stream.Close()) }()
+
+	reqs := f.workload()
+	st, err := m.StorageStats(layout.GPULevel)
+	if err != nil {
+		return err
+	}
+	f.printHeader(stdout, e, st, len(reqs))
+
+	showBar := f.progress == "always" || (f.progress == "auto" && isTerminal(stderr))
+	bar := newProgress(stderr, showBar, "serving", len(reqs))
+	tpb := f.tokensPerBlock
+	seen := make([]bool, f.groups) // groups served at least once
+	var promptTokens, reusedTokens, idealTokens, computedTokens int64
+	start := time.Now()
+	for i, req := range reqs {
+		res, err := e.Serve(stream, req.Request)
+		if err != nil {
+			bar.finish()
+			return fmt.Errorf("request %d of %d: %w", i+1, len(reqs), err)
+		}
+		promptTokens += int64(len(req.Prompt))
+		reusedTokens += int64(res.Reused)
+		computedTokens += int64(len(res.Tokens) - res.Reused)
+		// With unlimited memory every request but its group's first reuses
+		// the whole blocks of the system prompt.
+		if seen[req.group] {
+			idealTokens += int64(f.systemTokens / tpb * tpb)
+		}
+		seen[req.group] = true
+		bar.set(i + 1)
+	}
+	elapsed := time.Since(start)
+	bar.finish()
+
+	ms := m.Stats()
+	es := e.Stats()
+	fmt.Fprintf(stdout, "requests served: %d\n", len(reqs))
+	fmt.Fprintf(stdout, "reuse hit ratio: %.1f%% of prompt blocks (%d of %d, BlockStats.HitRate); %.1f%% of prompt tokens (%d of %d; %.1f%% with unlimited GPU memory)\n",
+		100*ms.HitRate(), ms.ReusedBlocks, ms.ReusedBlocks+ms.MissedBlocks,
+		pct(reusedTokens, promptTokens), reusedTokens, promptTokens, pct(idealTokens, promptTokens))
+	fmt.Fprintf(stdout, "evictions: %d pages\n", ms.Evictions)
+	fmt.Fprintf(stdout, "throughput: %.1f requests/s, %.0f computed tokens/s (%v)\n",
+		float64(len(reqs))/elapsed.Seconds(), float64(computedTokens)/elapsed.Seconds(), elapsed.Round(time.Millisecond))
+	if es.FirstMismatch != nil {
+		fmt.Fprintf(stderr, "kvcm demo: first mismatch: %v\n", es.FirstMismatch)
+	}
+	fmt.Fprintf(stdout, "integrity: %d pages verified, %d mismatches\n", es.PagesVerified, es.Mismatches)
+	if es.Mismatches > 0 {
+		return errMismatch
+	}
+	return nil
+}
+
+func (f *demoFlags) printHeader(w io.Writer, e *fakeengine.Engine, st []core.PoolGroupStats, n int) {
+	fmt.Fprintf(w, "kvcm demo: %d requests = %d groups x %d, system prompt %d + question %d..%d tokens, %d output tokens; seed %d\n",
+		n, f.groups, f.perGroup, f.systemTokens, max(f.questionTokens/2, 1), f.questionTokens+f.questionTokens/2,
+		f.outputTokens, f.seed)
+	layers := "all attend fully"
+	if f.window > 0 {
+		layers = fmt.Sprintf("%d full attention, %d with a %d-token window", demoFullLayers, demoWindowLayers, f.window)
+	}
+	fmt.Fprintf(w, "model: %d layers (%s), %s of KV per token, %d tokens per block\n",
+		demoFullLayers+demoWindowLayers, layers, formatBytes(e.TokenBytes()), f.tokensPerBlock)
+	groups := ""
+	for i, g := range st {
+		if i > 0 {
+			groups += " + "
+		}
+		groups += fmt.Sprintf("%d slots of %s", g.Total, formatBytes(g.PageBytes))
+	}
+	fmt.Fprintf(w, "gpu: %s quota = %s; emulated device, max delay %v\n", formatBytes(int64(f.gpuQuota)), groups, f.maxDelay)
+}
+
+func pct(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return 100 * float64(a) / float64(b)
+}
