@@ -829,3 +829,13 @@ func (c *KVCache) basePageIndices(lg layout.LayerGroupID, dst []int32) ([]int32,
 	}
 	return dst, nil
 }
+
+// Residency returns how many of the cache's pages are on each cache level,
+// indexed by level.
+func (c *KVCache) Residency() []int {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	out := make([]int, len(c.m.levels))
+	c.eachPage(func(p *page) { out[p.level()]++ })
+	return out
+}

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"time"
 
 	"github.com/kvcm/kvcm/core"
 	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/device/emu"
 	"github.com/kvcm/kvcm/core/fakeengine"
 	"github.com/kvcm/kvcm/core/layout"
@@ -22,8 +24,13 @@ var demoCommand = command{
 through the manager with the fake engine on the emulated device. The engine
 writes deterministic KV bytes for every computed token and verifies, byte for
 byte, every page a request reuses and every page it holds when it finishes.
-The GPU quota is small enough by default that the workload does not fit, so
-blocks are evicted and some prefixes must be recomputed.
+The GPU quota is small enough by default that the workload does not fit:
+evicted blocks fall to a host tier and then to a disk tier, and come back
+(decoded) when a later request reuses them. Every eighth request is
+preempted after its first step, its pages prefetched back to the host tier
+while another request runs, and resumed. Twice during the run the GPU and
+host tiers are shrunk (evicting and defragmenting) and grown back. A table of
+migrations per path is printed at the end.
 
 The last line is "integrity: <N> pages verified, <M> mismatches"; the exit
 status is 1 when M > 0.`,
@@ -43,13 +50,14 @@ type demoFlags struct {
 	groups, perGroup                           int
 	systemTokens, questionTokens, outputTokens int
 	tokensPerBlock, window, chunk              int
-	gpuQuota                                   byteSize
+	gpuQuota, hostQuota, diskQuota             byteSize
+	diskPath                                   string
 	maxDelay                                   time.Duration
 	progress                                   string
 }
 
 func setupDemo(fs *flag.FlagSet) func(stdout, stderr io.Writer) int {
-	f := &demoFlags{gpuQuota: 8 << 20}
+	f := &demoFlags{gpuQuota: 8 << 20, hostQuota: 2 << 20, diskQuota: 64 << 20}
 	fs.Int64Var(&f.seed, "seed", 1, "seed of the workload, the fake model and the device's delays")
 	fs.IntVar(&f.groups, "groups", 16, "request groups; a group's requests share one system prompt")
 	fs.IntVar(&f.perGroup, "per-group", 8, "requests per group")
@@ -60,6 +68,9 @@ func setupDemo(fs *flag.FlagSet) func(stdout, stderr io.Writer) int {
 	fs.IntVar(&f.window, "window", 512, "attention window of the model's sliding-window layers (0: all layers attend fully)")
 	fs.IntVar(&f.chunk, "chunk-tokens", 256, "prefill chunk: prompt tokens computed per engine step")
 	fs.Var(&f.gpuQuota, "gpu-quota", "GPU tier quota, in bytes or with a unit (KiB, MiB, GiB)")
+	fs.Var(&f.hostQuota, "host-quota", "host tier quota (0: no host tier)")
+	fs.Var(&f.diskQuota, "disk-quota", "disk tier quota (0: no disk tier)")
+	fs.StringVar(&f.diskPath, "disk-path", "", "directory of the disk tier (default: a temporary directory, removed afterwards)")
 	fs.DurationVar(&f.maxDelay, "max-delay", 0, "emulated device: delay every stream operation by a random duration below this")
 	fs.StringVar(&f.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
 	return func(stdout, stderr io.Writer) int { return runDemo(f, stdout, stderr) }
@@ -82,16 +93,25 @@ func (f *demoFlags) validate() error {
 	if f.gpuQuota <= 0 {
 		return errors.New("--gpu-quota must be positive")
 	}
+	if f.hostQuota < 0 || f.diskQuota < 0 {
+		return errors.New("--host-quota and --disk-quota must not be negative")
+	}
 	if f.progress != "auto" && f.progress != "always" && f.progress != "never" {
 		return fmt.Errorf("--progress must be auto, always or never, got %q", f.progress)
 	}
 	return nil
 }
 
-func (f *demoFlags) config() config.Config {
+func (f *demoFlags) config(diskPath string) config.Config {
 	size := int64(demoBufferBytesPerToken * f.tokensPerBlock)
 	kv := []config.BufferConfig{{Role: config.RoleKey, Size: size}, {Role: config.RoleValue, Size: size}}
 	cfg := config.Config{TokensPerBlock: f.tokensPerBlock, CacheTiers: []config.CacheTierConfig{config.GPU(int64(f.gpuQuota))}}
+	if f.hostQuota > 0 {
+		cfg.CacheTiers = append(cfg.CacheTiers, config.Host(int64(f.hostQuota)))
+	}
+	if f.diskQuota > 0 {
+		cfg.CacheTiers = append(cfg.CacheTiers, config.Disk(int64(f.diskQuota), diskPath))
+	}
 	for l := range demoFullLayers + demoWindowLayers {
 		layer := config.AttentionLayerConfig{LayerID: int32(l), Buffers: kv}
 		if l >= demoFullLayers {
@@ -148,7 +168,14 @@ func runDemo(f *demoFlags, stdout, stderr io.Writer) int {
 var errMismatch = errors.New("KV integrity check failed")
 
 func demo(f *demoFlags, stdout, stderr io.Writer) (err error) {
-	cfg := f.config()
+	diskPath := f.diskPath
+	if f.diskQuota > 0 && diskPath == "" {
+		if diskPath, err = os.MkdirTemp("", "kvcm-demo-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(diskPath)
+	}
+	cfg := f.config(diskPath)
 	dev := emu.New(emu.Options{Seed: f.seed, MaxDelay: f.maxDelay})
 	defer func() { err = errors.Join(err, dev.Close()) }()
 	m, err := core.NewManager(cfg, core.WithDevice(dev))
@@ -179,22 +206,58 @@ func demo(f *demoFlags, stdout, stderr io.Writer) (err error) {
 	tpb := f.tokensPerBlock
 	seen := make([]bool, f.groups) // groups served at least once
 	var promptTokens, reusedTokens, idealTokens, computedTokens int64
-	start := time.Now()
-	for i, req := range reqs {
-		res, err := e.Serve(stream, req.Request)
-		if err != nil {
-			bar.finish()
-			return fmt.Errorf("request %d of %d: %w", i+1, len(reqs), err)
-		}
+	account := func(req demoRequest, reused, generated int) {
 		promptTokens += int64(len(req.Prompt))
-		reusedTokens += int64(res.Reused)
-		computedTokens += int64(len(res.Tokens) - res.Reused)
+		reusedTokens += int64(reused)
+		computedTokens += int64(len(req.Prompt) + generated - reused)
 		// With unlimited memory every request but its group's first reuses
 		// the whole blocks of the system prompt.
 		if seen[req.group] {
 			idealTokens += int64(f.systemTokens / tpb * tpb)
 		}
 		seen[req.group] = true
+	}
+	serve := func(i int) error {
+		if err := f.squeeze(m, i, len(reqs)); err != nil {
+			return err
+		}
+		res, err := e.Serve(stream, reqs[i].Request)
+		if err != nil {
+			return fmt.Errorf("request %d of %d: %w", i+1, len(reqs), err)
+		}
+		account(reqs[i], res.Reused, reqs[i].OutputLen)
+		bar.set(i + 1)
+		return nil
+	}
+	start := time.Now()
+	for i := 0; i < len(reqs); i++ {
+		if i%demoPreemptEvery != demoPreemptEvery-1 || i+demoPreemptSpan >= len(reqs) {
+			if err := serve(i); err != nil {
+				bar.finish()
+				return err
+			}
+			continue
+		}
+		// Preempt this request after one step while the next ones run.
+		if err := f.squeeze(m, i, len(reqs)); err != nil {
+			bar.finish()
+			return err
+		}
+		first := i
+		reused, err := preempted(e, m, stream, reqs[i].Request, func() error {
+			for j := first + 1; j <= first+demoPreemptSpan; j++ {
+				if err := serve(j); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			bar.finish()
+			return fmt.Errorf("request %d of %d (preempted): %w", i+1, len(reqs), err)
+		}
+		account(reqs[i], reused, reqs[i].OutputLen)
+		i += demoPreemptSpan
 		bar.set(i + 1)
 	}
 	elapsed := time.Since(start)
@@ -207,6 +270,7 @@ func demo(f *demoFlags, stdout, stderr io.Writer) (err error) {
 		100*ms.HitRate(), ms.ReusedBlocks, ms.ReusedBlocks+ms.MissedBlocks,
 		pct(reusedTokens, promptTokens), reusedTokens, promptTokens, pct(idealTokens, promptTokens))
 	fmt.Fprintf(stdout, "evictions: %d pages\n", ms.Evictions)
+	printMigrations(stdout, m.MigrationStats())
 	fmt.Fprintf(stdout, "throughput: %.1f requests/s, %.0f computed tokens/s (%v)\n",
 		float64(len(reqs))/elapsed.Seconds(), float64(computedTokens)/elapsed.Seconds(), elapsed.Round(time.Millisecond))
 	if es.FirstMismatch != nil {
@@ -236,7 +300,8 @@ func (f *demoFlags) printHeader(w io.Writer, e *fakeengine.Engine, st []core.Poo
 		}
 		groups += fmt.Sprintf("%d slots of %s", g.Total, formatBytes(g.PageBytes))
 	}
-	fmt.Fprintf(w, "gpu: %s quota = %s; emulated device, max delay %v\n", formatBytes(int64(f.gpuQuota)), groups, f.maxDelay)
+	fmt.Fprintf(w, "gpu: %s quota = %s; host %s, disk %s; emulated device, max delay %v\n",
+		formatBytes(int64(f.gpuQuota)), groups, formatBytes(int64(f.hostQuota)), formatBytes(int64(f.diskQuota)), f.maxDelay)
 }
 
 func pct(a, b int64) float64 {
@@ -244,4 +309,86 @@ func pct(a, b int64) float64 {
 		return 0
 	}
 	return 100 * float64(a) / float64(b)
+}
+
+// Every demoPreemptEvery-th request is preempted after its first step while
+// the next demoPreemptSpan requests run: long enough for its pages to be
+// pushed past the host tier to disk.
+const (
+	demoPreemptEvery = 16
+	demoPreemptSpan  = 12
+)
+
+// preempted runs req the way an engine preempts a request: one step, then
+// suspended while other work runs (between), its pages prefetched back to the
+// host tier, then resumed (and its pages verified) and finished.
+func preempted(e *fakeengine.Engine, m *core.Manager, stream device.Stream, req fakeengine.Request, between func() error) (reused int, err error) {
+	s, err := e.Start(req)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { err = errors.Join(err, s.Close()) }()
+	if _, err := s.Resume(stream); err != nil {
+		return 0, err
+	}
+	if _, err := s.Advance(); err != nil {
+		return 0, err
+	}
+	if err := s.Suspend(); err != nil {
+		return 0, err
+	}
+	if err := between(); err != nil {
+		return 0, err
+	}
+	if len(m.Layout().Levels) > 1 {
+		if err := s.Cache().Prefetch(1); err != nil && !errors.Is(err, core.ErrOutOfPages) {
+			return 0, err
+		}
+	}
+	if _, err := s.Resume(stream); err != nil {
+		return 0, err
+	}
+	for done := false; !done; {
+		if done, err = s.Advance(); err != nil {
+			return 0, err
+		}
+	}
+	return s.Reused(), nil
+}
+
+// squeeze plays an operator reclaiming memory: at a third and at two thirds
+// of the run the GPU tier is halved and restored (evicting and
+// defragmenting), and the host tier is cut to a sixty-fourth for a few
+// requests, so evictions skip it and go straight to disk.
+func (f *demoFlags) squeeze(m *core.Manager, i, n int) error {
+	for _, at := range []int{n / 3, 2 * n / 3} {
+		switch {
+		case i == at:
+			q := int64(f.gpuQuota)
+			if err := m.ResizeLevel(layout.GPULevel, q/2); err != nil {
+				return fmt.Errorf("shrink the gpu tier: %w", err)
+			}
+			if err := m.ResizeLevel(layout.GPULevel, q); err != nil {
+				return fmt.Errorf("grow the gpu tier back: %w", err)
+			}
+			if f.hostQuota > 0 && f.diskQuota > 0 {
+				if err := m.ResizeLevel(1, int64(f.hostQuota)/64); err != nil {
+					return fmt.Errorf("shrink the host tier: %w", err)
+				}
+			}
+		case i == at+4 && f.hostQuota > 0 && f.diskQuota > 0:
+			if err := m.ResizeLevel(1, int64(f.hostQuota)); err != nil {
+				return fmt.Errorf("grow the host tier back: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+func printMigrations(w io.Writer, stats map[core.Path]core.MigrationCounter) {
+	fmt.Fprintf(w, "migrations:\n  %-10s %10s %12s\n", "path", "pages", "bytes")
+	for _, p := range core.Paths() {
+		c := stats[p]
+		fmt.Fprintf(w, "  %-10s %10d %12s\n", p, c.Pages, formatBytes(c.Bytes))
+	}
 }

@@ -44,6 +44,18 @@ func TestDemoSmall(t *testing.T) {
 	assert.Equal(t, strip(out), strip(again))
 }
 
+func TestDemoDefaultsUseEveryMigrationPath(t *testing.T) {
+	if testing.Short() {
+		t.Skip("full demo")
+	}
+	code, out, errOut := runCLI("demo")
+	require.Equal(t, exitOK, code, errOut)
+	for _, path := range []string{"gpu→host", "host→gpu", "gpu→disk", "disk→gpu", "host→disk", "disk→host", "gpu→gpu", "cold→cold"} {
+		assert.Regexp(t, `\n  `+path+` +[1-9][0-9]* `, out, "path %s used", path)
+	}
+	assert.Regexp(t, `integrity: [1-9][0-9]* pages verified, 0 mismatches\n$`, out)
+}
+
 func TestDemoProgressAlways(t *testing.T) {
 	code, out, errOut := runCLI("demo", "--groups", "2", "--per-group", "2", "--system-tokens", "64",
 		"--progress", "always")
