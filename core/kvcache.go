@@ -641,7 +641,7 @@ func (c *KVCache) Resize(capacity, history int) error {
 	}
 	c.blocks = c.blocks[:min(len(c.blocks), newBlocks)]
 	c.capacity, c.history = capacity, history
-	m.stats.onAllocate(len(added))
+	m.stats.onAllocate(max(newBlocks-oldBlocks, 0))
 	m.safePoint()
 	return nil
 }

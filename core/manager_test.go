@@ -250,6 +250,7 @@ func TestSlidingWindowReleasesOutOfWindowBlocks(t *testing.T) {
 	full, err := c.BasePageIndices(0)
 	require.NoError(t, err)
 	assert.NotContains(t, full, BadPageIndex, "full attention keeps everything")
+	assert.Equal(t, int64(6), f.m.Stats().AllocNewBlocks, "blocks, not pages of each layer group")
 	require.NoError(t, c.Close())
 }
 
