@@ -1,0 +1,100 @@
+package migrate
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Main is `kvcm bench migrate`: it parses args, runs the benchmark on a CUDA
+// GPU and prints the table last. It returns the process exit code.
+//
+//	-total SIZE     bytes moved per direction and run (default 1GiB)
+//	-chunks LIST    chunk sizes, comma-separated (default 4KiB,16KiB,64KiB,1MiB)
+//	-pools N        pools per page (default 4)
+//	-runs N         timed runs, median reported (default 7)
+//	-codecs LIST    default,gather,quant (default all); gather:KERNEL picks a
+//	                gpucodec.GatherKernels variant
+//	-index-chunk N  index pairs per kernel codec call (default 8192, 64 KiB)
+//	-device N       CUDA device ordinal (default 0)
+//	-json FILE      also write the results as JSON
+//	-no-verify      skip the byte verification (not for recorded results)
+func Main(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench migrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	total := fs.String("total", "1GiB", "bytes moved per direction and run")
+	chunks := fs.String("chunks", "4KiB,16KiB,64KiB,1MiB", "chunk sizes (bytes of one page in one pool)")
+	pools := fs.Int("pools", 4, "pools per page")
+	runs := fs.Int("runs", 7, "timed runs (median reported)")
+	codecs := fs.String("codecs", "default,gather,quant", "codecs to measure")
+	ordinal := fs.Int("device", 0, "CUDA device ordinal")
+	jsonOut := fs.String("json", "", "also write the results as JSON to this file")
+	indexChunk := fs.Int("index-chunk", 8192, "index pairs per kernel codec call")
+	noVerify := fs.Bool("no-verify", false, "skip verifying the copied bytes")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg := Config{Pools: *pools, Runs: *runs, SkipVerify: *noVerify, IndexChunkPairs: *indexChunk}
+	var err error
+	if cfg.TotalBytes, err = ParseSize(*total); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	for _, c := range strings.Split(*chunks, ",") {
+		n, err := ParseSize(c)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 2
+		}
+		cfg.Chunks = append(cfg.Chunks, n)
+	}
+	for _, c := range strings.Split(*codecs, ",") {
+		cfg.Codecs = append(cfg.Codecs, strings.TrimSpace(c))
+	}
+	res, header, err := runOnGPU(*ordinal, cfg, stderr)
+	if len(res) > 0 {
+		if *jsonOut != "" {
+			if b, jerr := json.MarshalIndent(res, "", "  "); jerr == nil {
+				jerr = os.WriteFile(*jsonOut, b, 0o644)
+				if jerr != nil {
+					fmt.Fprintln(stderr, jerr)
+				}
+			}
+		}
+		fmt.Fprintln(stdout, header)
+		rows := make([]TableRow, len(res))
+		for i, r := range res {
+			rows[i] = r.Row()
+		}
+		WriteTable(stdout, rows)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "bench migrate:", err)
+		return 1
+	}
+	return 0
+}
+
+// ParseSize reads "4096", "4KiB", "4K", "16MiB", "1GiB" (binary units).
+func ParseSize(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		m      int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}} {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("bad size %q", s)
+	}
+	return n * mult, nil
+}

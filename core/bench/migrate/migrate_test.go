@@ -1,0 +1,73 @@
+package migrate
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm/kvcm/core/device/cuda"
+)
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"4096": 4096, "4KiB": 4096, "16K": 16384, "1MiB": 1 << 20, "1GiB": 1 << 30, " 64 KiB": 65536} {
+		got, err := ParseSize(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
+	}
+	for _, bad := range []string{"", "x", "-4K", "0"} {
+		_, err := ParseSize(bad)
+		assert.Error(t, err, bad)
+	}
+}
+
+func TestWriteTable(t *testing.T) {
+	var b bytes.Buffer
+	WriteTable(&b, []TableRow{
+		Result{Codec: Default, Chunk: 4096, Pools: 4, Pages: 10, EncGBs: 8, DecGBs: 2.5, LimitD2H: 55, LimitH2D: 54,
+			Units: 40, UnitName: "desc", RawEncGBs: 8.1, RawDecGBs: 2.5, PageBytes: 16384, ColdPageBytes: 16384, Verified: true}.Row(),
+		Result{Codec: Quant, Chunk: 1 << 20, Pools: 4, Pages: 1, EncGBs: 90, DecGBs: 80, LimitD2H: 55, LimitH2D: 54,
+			Units: 1, UnitName: "page", PageBytes: 4 << 20, ColdPageBytes: 2 << 20, Verified: true, MaxRelErr: 0.06, RMSRelErr: 0.01}.Row(),
+	})
+	out := b.String()
+	assert.Contains(t, out, "| default | 4 KiB × 4 | 10 | 8.00 | 2.50 | 55.0 / 54.0 | 0.145 | 0.046 |")
+	assert.Contains(t, out, "0.988, 1.000")
+	assert.Contains(t, out, "quant 1 MiB: max |err|/block max 0.0600")
+}
+
+func TestConfigDefaultsAndValidation(t *testing.T) {
+	c := Config{}
+	require.NoError(t, c.fill())
+	assert.EqualValues(t, 1<<30, c.TotalBytes)
+	assert.Equal(t, []string{Default, Gather, Quant}, c.Codecs)
+	bad := Config{Chunks: []int64{1000}}
+	assert.Error(t, bad.fill())
+	bad = Config{Codecs: []string{"zip"}}
+	assert.Error(t, bad.fill())
+}
+
+func TestMainWithoutGPUFailsCleanly(t *testing.T) {
+	if cuda.Available() {
+		t.Skip("a GPU is present")
+	}
+	var out, errb bytes.Buffer
+	assert.Equal(t, 1, Main([]string{"-total", "16MiB"}, &out, &errb))
+	assert.Contains(t, errb.String(), "no usable CUDA")
+	assert.Equal(t, 2, Main([]string{"-chunks", "x"}, &out, &errb))
+}
+
+// A small run on the GPU: every codec verified at two chunk sizes.
+func TestSmallRunOnGPU(t *testing.T) {
+	if !cuda.Available() {
+		t.Skip("no usable CUDA GPU")
+	}
+	var out, errb bytes.Buffer
+	code := Main([]string{"-total", "32MiB", "-chunks", "4KiB,64KiB", "-runs", "2"}, &out, &errb)
+	t.Log(errb.String())
+	t.Log(out.String())
+	require.Equal(t, 0, code)
+	assert.Contains(t, out.String(), "| gather | 64 KiB × 4 |")
+	_ = errors.New
+}

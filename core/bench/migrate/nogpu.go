@@ -1,0 +1,14 @@
+//go:build !cgo
+
+package migrate
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/kvcm/kvcm/core/device/cuda"
+)
+
+func runOnGPU(int, Config, io.Writer) ([]Result, string, error) {
+	return nil, "", fmt.Errorf("%w: the benchmark needs cgo", cuda.ErrUnavailable)
+}

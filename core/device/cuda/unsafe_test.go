@@ -1,0 +1,7 @@
+//go:build cgo
+
+package cuda
+
+import "unsafe"
+
+func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
