@@ -2,17 +2,22 @@ package migrate
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/kvcm/kvcm/core/device/cuda"
 )
 
-// Main is `kvcm bench migrate`: it parses args, runs the benchmark on a CUDA
-// GPU and prints the table last. It returns the process exit code.
+// Main is `kvcm bench migrate`: it parses args, runs the benchmark on the
+// chosen device (a CUDA GPU when there is one, else the emulated device) and
+// prints the table last. It returns the process exit code.
 //
+//	-on NAME        cuda, emu or auto (default auto)
 //	-total SIZE     bytes moved per direction and run (default 1GiB)
 //	-chunks LIST    chunk sizes, comma-separated (default 4KiB,16KiB,64KiB,1MiB)
 //	-pools N        pools per page (default 4)
@@ -35,6 +40,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	jsonOut := fs.String("json", "", "also write the results as JSON to this file")
 	indexChunk := fs.Int("index-chunk", 8192, "index pairs per kernel codec call")
 	noVerify := fs.Bool("no-verify", false, "skip verifying the copied bytes")
+	on := fs.String("on", "auto", "device: cuda, emu, or auto (cuda when a GPU is present)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -55,7 +61,24 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	for _, c := range strings.Split(*codecs, ",") {
 		cfg.Codecs = append(cfg.Codecs, strings.TrimSpace(c))
 	}
-	res, header, err := runOnGPU(*ordinal, cfg, stderr)
+	var res []Result
+	var header string
+	switch *on {
+	case "cuda":
+		res, header, err = runOnGPU(*ordinal, cfg, stderr)
+	case "emu":
+		cfg.Codecs = []string{Default}
+		res, header, err = RunEmu(cfg, stderr)
+	case "auto":
+		if res, header, err = runOnGPU(*ordinal, cfg, stderr); errors.Is(err, cuda.ErrUnavailable) {
+			fmt.Fprintln(stderr, "bench migrate: no CUDA GPU; measuring the default codec on the emulated device")
+			cfg.Codecs = []string{Default}
+			res, header, err = RunEmu(cfg, stderr)
+		}
+	default:
+		fmt.Fprintf(stderr, "bench migrate: -on must be cuda, emu or auto, got %q\n", *on)
+		return 2
+	}
 	if len(res) > 0 {
 		if *jsonOut != "" {
 			if b, jerr := json.MarshalIndent(res, "", "  "); jerr == nil {
