@@ -2,7 +2,7 @@
 GO ?= go
 GOFLAGS_TEST ?= -race -count=1
 
-.PHONY: all demo test fmt-check vet go-test build
+.PHONY: all demo test fmt-check vet go-test build generate generate-check lib
 
 all: build
 
@@ -12,7 +12,7 @@ build:
 demo:
 	$(GO) run ./cmd/kvcm demo
 
-test: fmt-check vet go-test
+test: generate-check fmt-check vet go-test py-test
 
 fmt-check:
 	@out="$$(gofmt -l .)"; \
@@ -23,3 +23,53 @@ vet:
 
 go-test:
 	$(GO) test $(GOFLAGS_TEST) ./...
+
+# The C ABI: kvcmgen writes the public header, the cgo export shim, the C++
+# declarations, the Python ctypes layer and docs/api.md from gen/abi.
+generate:
+	$(GO) run ./gen/cmd/kvcmgen
+
+# Fails when a generated file differs from what kvcmgen writes now.
+generate-check:
+	$(GO) run ./gen/cmd/kvcmgen -check
+
+# libkvcm.so with our generated header as its public header (cgo's own
+# header is dropped).
+lib:
+	@mkdir -p build/include/kvcm
+	$(GO) build -buildmode=c-shared -o build/libkvcm.so ./capi/libkvcm
+	rm -f build/libkvcm.h
+	cp include/kvcm/kvcm.h build/include/kvcm/kvcm.h
+
+# The Python bindings' tests, against the in-tree package and build/libkvcm.so
+# (built first). pytest's exit code 5 ("no tests collected") fails when test
+# files exist.
+PYTHON ?= python3
+.PHONY: py-test
+py-test: lib
+	@cd bindings/python && \
+	KVCM_LIBRARY="$(CURDIR)/build/libkvcm.so" \
+	$(PYTHON) -m pytest -q -p no:cacheprovider tests; rc=$$?; \
+	if [ $$rc -eq 5 ]; then \
+		if ls tests/test_*.py >/dev/null 2>&1; then echo "py-test: pytest collected no tests, but tests exist"; exit 1; fi; \
+		echo "py-test: no Python tests"; exit 0; \
+	fi; exit $$rc
+
+# C++ bindings (bindings/cpp): CMake builds libkvcm.so from the Go sources,
+# the GoogleTest tests (also under AddressSanitizer) and the find_package test;
+# ctest runs them. cpp-test runs everything, cpp-test-asan only the ASan runs.
+CMAKE ?= cmake
+CTEST ?= ctest
+CPP_BUILD_DIR ?= build/cmake
+CMAKE_GENERATOR_FLAG := $(if $(shell command -v ninja 2>/dev/null),-G Ninja,)
+
+.PHONY: cpp-build cpp-test cpp-test-asan
+cpp-build:
+	@if [ ! -f $(CPP_BUILD_DIR)/CMakeCache.txt ]; then $(CMAKE) -S . -B $(CPP_BUILD_DIR) $(CMAKE_GENERATOR_FLAG); fi
+	$(CMAKE) --build $(CPP_BUILD_DIR)
+
+cpp-test: cpp-build
+	$(CTEST) --test-dir $(CPP_BUILD_DIR) --output-on-failure -j2
+
+cpp-test-asan: cpp-build
+	$(CTEST) --test-dir $(CPP_BUILD_DIR) --output-on-failure -j2 -L asan

@@ -1,0 +1,129 @@
+"""Cold-page codecs: native only, handed over by consumption.
+
+A codec transforms a hot page (spread over the GPU pools of its pool group)
+into one opaque cold blob and back. In Python a codec is always a *native*
+codec object, a C vtable with its ``self`` pointer (``kvcm_cold_page_codec``),
+made by :func:`create_default_kv_cache_cold_page_codec` or by a C/C++ factory
+(:meth:`KVCacheColdPageCodec.from_factory`). Python implementations and
+subclasses are not supported (a non-goal of the design): the codec runs with
+the manager's lock held, on the migration path, from any thread.
+
+Passing a codec to ``KVCacheManager(config, cold_page_codec=codec)`` consumes
+it whether construction succeeds or fails; the wrapper is unusable from then
+on and raises :class:`~kvcm.ConsumedError`. A codec never handed over is
+destroyed by ``close()`` (or when garbage collected).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+from . import _native
+from ._managed import Managed
+from ._native import ffi
+
+__all__ = ["KVCacheColdPageCodec", "create_default_kv_cache_cold_page_codec", "CODEC_FACTORY"]
+
+#: The C signature of a codec factory: ``kvcm_status* factory(kvcm_cold_page_codec* out)``,
+#: the same as ``kvcm_create_default_cold_page_codec``.
+CODEC_FACTORY = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.POINTER(ffi.kvcm_cold_page_codec))
+
+_PRIVATE = object()
+
+_SUBCLASS_REFUSED = (
+    "Python implementations and subclasses of the cold-page codec are not supported: a codec "
+    "must be native (C or C++). Use create_default_kv_cache_cold_page_codec(), or build a C/C++ "
+    "codec and wrap its factory with KVCacheColdPageCodec.from_factory(address)."
+)
+
+
+class KVCacheColdPageCodec(Managed):
+    """A native cold-page codec object (``kvcm_cold_page_codec``).
+
+    Not constructible directly and not subclassable. Make one with
+    :func:`create_default_kv_cache_cold_page_codec`,
+    :meth:`from_factory` or :meth:`from_native`.
+    """
+
+    _what = "cold-page codec"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        raise TypeError(_SUBCLASS_REFUSED)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if len(args) != 2 or args[0] is not _PRIVATE:
+            raise TypeError(
+                "KVCacheColdPageCodec cannot be constructed directly; use "
+                "create_default_kv_cache_cold_page_codec() or KVCacheColdPageCodec.from_factory(). "
+                + _SUBCLASS_REFUSED
+            )
+        super().__init__()
+        self._adopt(args[1])
+
+    @classmethod
+    def from_factory(cls, factory: Any) -> "KVCacheColdPageCodec":
+        """Call a native codec factory and wrap the codec it makes.
+
+        ``factory`` is the address of (or a ctypes function pointer to) a C
+        function ``kvcm_status* factory(kvcm_cold_page_codec* out)``, the
+        signature of ``kvcm_create_default_cold_page_codec``: for example
+        ``ctypes.CDLL("libmycodec.so").my_codec_factory``. The new codec is
+        owned by the returned wrapper until it is handed to a manager.
+        """
+        if isinstance(factory, int) and not isinstance(factory, bool):
+            if factory == 0:
+                raise ValueError("factory: NULL function address")
+            fn = CODEC_FACTORY(factory)
+        elif isinstance(factory, ctypes._CFuncPtr):  # type: ignore[attr-defined]
+            fn = ctypes.cast(factory, CODEC_FACTORY)
+        else:
+            raise TypeError(
+                "factory: expected the address (int) of a C function "
+                "`kvcm_status* f(kvcm_cold_page_codec* out)` or a ctypes function pointer, "
+                f"got {type(factory).__name__}"
+            )
+        out = ffi.kvcm_cold_page_codec()
+        st = fn(ctypes.byref(out))
+        _native.check(st)
+        return cls._wrap(out)
+
+    @classmethod
+    def from_native(cls, vtable: int, self_ptr: int | None) -> "KVCacheColdPageCodec":
+        """Adopt a codec object already made in C: the address of its
+        ``kvcm_cold_page_codec_vtable`` and its ``self`` pointer. Ownership
+        moves to the wrapper (which destroys it through the vtable's destroy
+        slot unless it hands it on)."""
+        if not isinstance(vtable, int) or isinstance(vtable, bool) or vtable == 0:
+            raise ValueError("vtable: expected a non-NULL address (int)")
+        out = ffi.kvcm_cold_page_codec()
+        out.vtable = ctypes.cast(ctypes.c_void_p(vtable), type(out.vtable))
+        out.self = ctypes.c_void_p(self_ptr or 0)
+        return cls._wrap(out)
+
+    @classmethod
+    def _wrap(cls, struct: Any) -> "KVCacheColdPageCodec":
+        if not struct.vtable:
+            raise ValueError("the codec object has a NULL vtable")
+        return cls(_PRIVATE, struct)
+
+    def _release(self, struct: Any) -> None:
+        _native.check(_native.lib.kvcm_cold_page_codec_destroy(ctypes.byref(struct)))
+
+    def __repr__(self) -> str:
+        state = "consumed" if self._state == "consumed" else ("closed" if self.closed else "owned")
+        return f"<KVCacheColdPageCodec {state}>"
+
+
+def create_default_kv_cache_cold_page_codec() -> KVCacheColdPageCodec:
+    """The default lossless concatenating codec, as a codec object.
+
+    Not needed to select the default (``KVCacheManager(config)`` does); it is
+    the reference for native codec authors and shows the ownership transfer::
+
+        codec = create_default_kv_cache_cold_page_codec()
+        manager = KVCacheManager(config, cold_page_codec=codec)  # codec consumed
+    """
+    out = ffi.kvcm_cold_page_codec()
+    _native.call("kvcm_create_default_cold_page_codec", ctypes.byref(out))
+    return KVCacheColdPageCodec._wrap(out)

@@ -1,0 +1,212 @@
+"""The manager configuration, with TensorRT-LLM kv_cache_manager_v2's names.
+
+These classes are plain data. The library validates a configuration when a
+:class:`~kvcm.KVCacheManager` is created and raises
+:class:`~kvcm.InvalidConfigError` whose ``field`` names the offending field
+with its path (``"layers[2].buffers[0].size"``), exactly as the Go core does;
+the Python layer itself only checks types, raising ``TypeError`` with the
+same field paths.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass, field
+from typing import Sequence, Union
+
+__all__ = [
+    "CacheTier",
+    "DataRole",
+    "BufferConfig",
+    "AttentionLayerConfig",
+    "GpuCacheTierConfig",
+    "HostCacheTierConfig",
+    "DiskCacheTierConfig",
+    "CacheTierConfig",
+    "RequestDesc",
+    "BatchDesc",
+    "KVCacheManagerConfig",
+]
+
+DataRole = str
+"""A buffer's role within its layer, such as ``"key"`` or ``"value"``."""
+
+
+class CacheTier(enum.IntEnum):
+    """A cache tier's kind (the C ABI's ``kvcm_tier_kind``)."""
+
+    GPU_MEM = 0
+    HOST_MEM = 1
+    DISK = 2
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_int(path: str, v: object, *, optional: bool = False) -> None:
+    if optional and v is None:
+        return
+    if not _is_int(v):
+        raise TypeError(f"{path}: expected an int, got {type(v).__name__}")
+
+
+@dataclass(slots=True)
+class BufferConfig:
+    """One per-layer buffer: its role and the bytes it needs per block."""
+
+    role: DataRole
+    size: int
+
+    def _check_types(self, path: str) -> None:
+        if not isinstance(self.role, str):
+            raise TypeError(f"{path}.role: expected a str, got {type(self.role).__name__}")
+        _check_int(f"{path}.size", self.size)
+
+
+@dataclass(slots=True)
+class AttentionLayerConfig:
+    """One attention layer. ``sliding_window_size=None`` is full attention;
+    ``num_sink_tokens`` are the leading tokens a windowed layer always keeps."""
+
+    layer_id: int
+    buffers: list[BufferConfig]
+    sliding_window_size: int | None = None
+    num_sink_tokens: int | None = None
+
+    @property
+    def window_size(self) -> int | None:
+        return self.sliding_window_size
+
+    def _check_types(self, path: str) -> None:
+        _check_int(f"{path}.layer_id", self.layer_id)
+        _check_int(f"{path}.sliding_window_size", self.sliding_window_size, optional=True)
+        _check_int(f"{path}.num_sink_tokens", self.num_sink_tokens, optional=True)
+        if isinstance(self.buffers, (str, bytes)) or not isinstance(self.buffers, Sequence):
+            raise TypeError(f"{path}.buffers: expected a list of BufferConfig")
+        for j, b in enumerate(self.buffers):
+            if not isinstance(b, BufferConfig):
+                raise TypeError(f"{path}.buffers[{j}]: expected a BufferConfig, got {type(b).__name__}")
+            b._check_types(f"{path}.buffers[{j}]")
+
+
+@dataclass(slots=True)
+class GpuCacheTierConfig:
+    """The GPU tier: ``quota`` bytes, growable by ``KVCacheManager.resize`` up
+    to ``max_quota`` (default: ``quota``), reserved up front so pool base
+    addresses never move."""
+
+    quota: int
+    max_quota: int | None = None
+
+    @property
+    def tier(self) -> CacheTier:
+        return CacheTier.GPU_MEM
+
+
+@dataclass(slots=True)
+class HostCacheTierConfig:
+    """A host tier of mapped pinned memory, ``quota`` bytes."""
+
+    quota: int
+
+    @property
+    def tier(self) -> CacheTier:
+        return CacheTier.HOST_MEM
+
+
+@dataclass(slots=True)
+class DiskCacheTierConfig:
+    """A disk tier: one file per cold pool group under directory ``path``."""
+
+    quota: int
+    path: Union[str, "os.PathLike[str]"]
+
+    @property
+    def tier(self) -> CacheTier:
+        return CacheTier.DISK
+
+
+CacheTierConfig = Union[GpuCacheTierConfig, HostCacheTierConfig, DiskCacheTierConfig]
+
+
+@dataclass(slots=True)
+class RequestDesc:
+    """One request of a batch: tokens with pages, and computed tokens."""
+
+    capacity: int
+    history_length: int = 0
+
+
+@dataclass(slots=True)
+class BatchDesc:
+    """One batch step: its requests."""
+
+    requests: list[RequestDesc]
+
+
+def _check_batch(path: str, b: object) -> None:
+    if not isinstance(b, BatchDesc):
+        raise TypeError(f"{path}: expected a BatchDesc, got {type(b).__name__}")
+    for i, r in enumerate(b.requests):
+        if not isinstance(r, RequestDesc):
+            raise TypeError(f"{path}.requests[{i}]: expected a RequestDesc, got {type(r).__name__}")
+        _check_int(f"{path}.requests[{i}].capacity", r.capacity)
+        _check_int(f"{path}.requests[{i}].history_length", r.history_length)
+
+
+@dataclass(slots=True)
+class KVCacheManagerConfig:
+    """The manager's configuration (TensorRT-LLM's ``KVCacheManagerConfig``).
+
+    ``cache_tiers`` are hottest first: one GPU tier, then at most one host
+    tier, then at most one disk tier. ``max_util_for_resume`` (default 0.95)
+    refuses ``resume`` while the GPU tier is busier. ``initial_pool_ratio``
+    has one hot-tier byte ratio per layer group; without it ``typical_step``
+    decides, else ``constraints``, else every layer group gets the same
+    number of slots. ``constraints`` are batches the GPU tier must always
+    hold.
+    """
+
+    tokens_per_block: int
+    cache_tiers: list[CacheTierConfig]
+    layers: list[AttentionLayerConfig]
+    max_util_for_resume: float = 0.95
+    enable_partial_reuse: bool = False
+    initial_pool_ratio: list[float] | None = None
+    typical_step: BatchDesc | None = None
+    constraints: list[BatchDesc] = field(default_factory=list)
+    enable_stats: bool = False
+
+    def _check_types(self) -> None:
+        _check_int("tokens_per_block", self.tokens_per_block)
+        for name in ("cache_tiers", "layers"):
+            v = getattr(self, name)
+            if isinstance(v, (str, bytes)) or not isinstance(v, Sequence):
+                raise TypeError(f"{name}: expected a list, got {type(v).__name__}")
+        for i, t in enumerate(self.cache_tiers):
+            if not isinstance(t, (GpuCacheTierConfig, HostCacheTierConfig, DiskCacheTierConfig)):
+                raise TypeError(
+                    f"cache_tiers[{i}]: expected GpuCacheTierConfig, HostCacheTierConfig or "
+                    f"DiskCacheTierConfig, got {type(t).__name__}"
+                )
+            _check_int(f"cache_tiers[{i}].quota", t.quota)
+            if isinstance(t, GpuCacheTierConfig):
+                _check_int(f"cache_tiers[{i}].max_quota", t.max_quota, optional=True)
+            if isinstance(t, DiskCacheTierConfig) and not isinstance(t.path, (str, os.PathLike)):
+                raise TypeError(f"cache_tiers[{i}].path: expected a str or path, got {type(t.path).__name__}")
+        for i, layer in enumerate(self.layers):
+            if not isinstance(layer, AttentionLayerConfig):
+                raise TypeError(f"layers[{i}]: expected an AttentionLayerConfig, got {type(layer).__name__}")
+            layer._check_types(f"layers[{i}]")
+        if not isinstance(self.max_util_for_resume, (int, float)) or isinstance(self.max_util_for_resume, bool):
+            raise TypeError("max_util_for_resume: expected a float")
+        if self.initial_pool_ratio is not None:
+            for i, r in enumerate(self.initial_pool_ratio):
+                if not isinstance(r, (int, float)) or isinstance(r, bool):
+                    raise TypeError(f"initial_pool_ratio[{i}]: expected a float, got {type(r).__name__}")
+        if self.typical_step is not None:
+            _check_batch("typical_step", self.typical_step)
+        for i, b in enumerate(self.constraints or ()):
+            _check_batch(f"constraints[{i}]", b)

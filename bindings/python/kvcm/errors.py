@@ -1,0 +1,162 @@
+"""Exceptions of the kvcm package.
+
+Every failing call of the C library returns a status with a code and a
+message; the binding raises the exception class mapped from the code, carrying
+both. All of them derive from :class:`KVCacheError`. Classes that correspond
+to a builtin category also derive from it (an :class:`InvalidArgumentError`
+is a ``ValueError``), so ordinary ``except ValueError`` code keeps working.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "KVCacheError",
+    "InvalidArgumentError",
+    "InvalidHandleError",
+    "InvalidStateError",
+    "OutOfPagesError",
+    "ResumeRefusedError",
+    "InvalidConfigError",
+    "CodecRejectedError",
+    "DataLostError",
+    "BufferTooSmallError",
+    "ManagerClosedError",
+    "DeviceError",
+    "UnsupportedError",
+    "InternalError",
+    "PoisonedError",
+    "ClosedError",
+    "ConsumedError",
+    "LibraryNotFoundError",
+]
+
+
+class KVCacheError(Exception):
+    """Base class of every kvcm error.
+
+    ``code`` is the C status code (``None`` for errors raised by the Python
+    layer itself) and ``message`` the library's message.
+    """
+
+    code: int | None = None
+
+    def __init__(self, message: str, code: int | None = None):
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+
+class InvalidArgumentError(KVCacheError, ValueError):
+    """An argument is out of its documented range; the message names it."""
+
+
+class InvalidHandleError(KVCacheError):
+    """A handle is stale: freed, consumed or never issued."""
+
+
+class InvalidStateError(KVCacheError):
+    """The call is not allowed in the object's current state."""
+
+
+class OutOfPagesError(KVCacheError, MemoryError):
+    """A cache level cannot supply the pages the call needs."""
+
+
+class ResumeRefusedError(KVCacheError):
+    """Resume was refused: GPU utilization is above ``max_util_for_resume``."""
+
+
+class InvalidConfigError(KVCacheError, ValueError):
+    """The manager configuration is invalid.
+
+    ``field`` is the offending field's path, such as
+    ``"layers[2].buffers[0].size"``, when the library names one.
+    """
+
+    field: str | None
+
+    _FIELD = re.compile(r"invalid config: ([A-Za-z_][A-Za-z0-9_.\[\]]*): ")
+
+    def __init__(self, message: str, code: int | None = None, field: str | None = None):
+        super().__init__(message, code)
+        if field is None:
+            m = self._FIELD.search(message)
+            field = m.group(1) if m else None
+        self.field = field
+
+
+class CodecRejectedError(KVCacheError):
+    """The cold-page codec rejected the configuration."""
+
+
+class DataLostError(KVCacheError):
+    """An asynchronous failure destroyed pages of the cache; close it."""
+
+
+class BufferTooSmallError(KVCacheError):
+    """A caller-provided buffer was too small (a binding bug if it escapes)."""
+
+
+class ManagerClosedError(KVCacheError):
+    """The manager has been closed."""
+
+
+class DeviceError(KVCacheError):
+    """The device (or its emulation) failed."""
+
+
+class UnsupportedError(KVCacheError, NotImplementedError):
+    """Valid, but this build or machine cannot serve it."""
+
+
+class InternalError(KVCacheError):
+    """A bug inside the library; the library is poisoned from now on."""
+
+
+class PoisonedError(KVCacheError):
+    """An earlier call panicked; restart the process."""
+
+
+class ClosedError(KVCacheError):
+    """The Python object was closed; it cannot be used any more."""
+
+
+class ConsumedError(KVCacheError):
+    """The Python object was handed over (consumed) and cannot be used any more."""
+
+
+class LibraryNotFoundError(KVCacheError, ImportError):
+    """libkvcm.so was found neither next to the package nor via KVCM_LIBRARY."""
+
+
+# C status code -> exception class. The values are the ABI's stable codes;
+# _status.py checks them against the generated layer at import time.
+_BY_CODE: dict[int, type[KVCacheError]] = {
+    1: InvalidArgumentError,
+    2: InvalidHandleError,
+    3: InvalidStateError,
+    4: OutOfPagesError,
+    5: ResumeRefusedError,
+    6: InvalidConfigError,
+    7: CodecRejectedError,
+    8: DataLostError,
+    9: BufferTooSmallError,
+    10: ManagerClosedError,
+    11: DeviceError,
+    12: UnsupportedError,
+    13: InternalError,
+    14: PoisonedError,
+}
+
+for _code, _cls in _BY_CODE.items():
+    _cls.code = _code
+del _code, _cls
+
+
+def error_for_code(code: int, message: str) -> KVCacheError:
+    """The exception for a C status code and message."""
+    cls = _BY_CODE.get(code, KVCacheError)
+    return cls(message, code)

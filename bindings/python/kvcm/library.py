@@ -1,0 +1,44 @@
+"""Library-wide queries: versions, live handles, poisoning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import _native
+from ._library import find_library
+
+__all__ = ["version", "abi_version", "live_handle_count", "is_poisoned", "library_path"]
+
+
+def library_path() -> Path:
+    """The libkvcm.so this process uses (or would load)."""
+    return find_library()
+
+
+def version() -> str:
+    """The library's version, "major.minor.patch"."""
+    v = _native.lib.kvcm_get_library_version()
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def abi_version() -> int:
+    """The library's ABI version (KVCM_ABI_VERSION of the loaded library)."""
+    return int(_native.lib.kvcm_get_abi_version())
+
+
+def live_handle_count() -> int:
+    """Live handles of every type (managers, caches, unconsumed default
+    codecs) in this process, for leak tests."""
+    return int(_native.lib.kvcm_live_handle_count())
+
+
+def is_poisoned() -> bool:
+    """Whether a panic inside the library poisoned it."""
+    return bool(_native.lib.kvcm_is_poisoned())
+
+
+def _debug_panic(message: str = "debug panic") -> None:
+    """Panic inside the library (only with KVCM_ENABLE_DEBUG_PANIC=1): the
+    call raises InternalError and the library is poisoned for the rest of
+    the process. For tests, in a subprocess."""
+    _native.call("kvcm_debug_panic", message.encode())

@@ -1,0 +1,162 @@
+"""Configuration errors name the offending field, from the library's validation."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import small_config
+
+import kvcm
+from kvcm import (
+    AttentionLayerConfig,
+    BatchDesc,
+    BufferConfig,
+    DiskCacheTierConfig,
+    GpuCacheTierConfig,
+    HostCacheTierConfig,
+    InvalidConfigError,
+    KVCacheManager,
+    RequestDesc,
+)
+
+
+def expect_field(cfg, field: str, fragment: str = "") -> InvalidConfigError:
+    with pytest.raises(InvalidConfigError) as ei:
+        KVCacheManager(cfg, device="emu")
+    e = ei.value
+    assert e.field == field, str(e)
+    assert field in str(e)
+    assert fragment in str(e)
+    assert isinstance(e, ValueError) and isinstance(e, kvcm.KVCacheError)
+    assert e.code == 6
+    return e
+
+
+def test_tokens_per_block():
+    expect_field(_with(tokens_per_block=0), "tokens_per_block", "positive")
+
+
+def _with(**changes):
+    cfg = small_config()
+    for k, v in changes.items():
+        setattr(cfg, k, v)
+    return cfg
+
+
+def test_buffer_size_names_nested_field():
+    cfg = small_config()
+    cfg.layers[1].buffers[0].size = 0
+    expect_field(cfg, "layers[1].buffers[0].size", "positive")
+
+
+def test_duplicate_role():
+    cfg = small_config()
+    cfg.layers[0].buffers[1].role = "key"
+    expect_field(cfg, "layers[0].buffers[1].role", "duplicate")
+
+
+def test_duplicate_layer_id():
+    cfg = small_config()
+    cfg.layers[2].layer_id = 0
+    expect_field(cfg, "layers[2].layer_id")
+
+
+def test_sink_tokens_need_window():
+    cfg = small_config()
+    cfg.layers[0].num_sink_tokens = 4
+    expect_field(cfg, "layers[0].num_sink_tokens", "window")
+
+
+def test_first_tier_must_be_gpu():
+    expect_field(_with(cache_tiers=[HostCacheTierConfig(1 << 20)]), "cache_tiers[0].kind")
+
+
+def test_tier_order():
+    tiers = [GpuCacheTierConfig(1 << 20), HostCacheTierConfig(1 << 20), HostCacheTierConfig(1 << 20)]
+    expect_field(_with(cache_tiers=tiers), "cache_tiers[2].kind")
+
+
+def test_quota_positive():
+    expect_field(_with(cache_tiers=[GpuCacheTierConfig(0)]), "cache_tiers[0].quota", "positive")
+
+
+def test_max_quota_at_least_quota():
+    expect_field(_with(cache_tiers=[GpuCacheTierConfig(1 << 20, max_quota=1 << 10)]), "cache_tiers[0].max_quota")
+
+
+def test_disk_path_must_exist(tmp_path):
+    tiers = [GpuCacheTierConfig(1 << 20), DiskCacheTierConfig(1 << 20, tmp_path / "missing")]
+    expect_field(_with(cache_tiers=tiers), "cache_tiers[1].path")
+
+
+def test_max_util_for_resume_range():
+    expect_field(_with(max_util_for_resume=1.5), "max_util_for_resume")
+
+
+def test_initial_pool_ratio_length():
+    expect_field(_with(initial_pool_ratio=[1.0, 1.0, 1.0]), "initial_pool_ratio", "one per layer group")
+
+
+def test_initial_pool_ratio_entries():
+    expect_field(_with(initial_pool_ratio=[1.0, -1.0]), "initial_pool_ratio[1]")
+
+
+def test_constraint_history_length():
+    bad = BatchDesc([RequestDesc(capacity=8, history_length=16)])
+    expect_field(_with(constraints=[BatchDesc([RequestDesc(4)]), bad]), "constraints[1].requests[0].history_length")
+
+
+def test_typical_step_capacity():
+    expect_field(_with(typical_step=BatchDesc([RequestDesc(capacity=0)])), "typical_step.requests[0].capacity")
+
+
+def test_no_layers():
+    expect_field(_with(layers=[]), "layers", "at least one")
+
+
+def test_quota_too_small_for_one_slot():
+    e = expect_field(_with(cache_tiers=[GpuCacheTierConfig(16)]), "cache_tiers[0].quota")
+    assert "gpu" in str(e)
+
+
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (lambda c: setattr(c, "tokens_per_block", "4"), "tokens_per_block"),
+        (lambda c: c.layers.append("layer"), "layers[3]"),
+        (lambda c: c.layers[0].buffers.append(("key", 1)), "layers[0].buffers[2]"),
+        (lambda c: setattr(c.layers[1].buffers[0], "size", 1.5), "layers[1].buffers[0].size"),
+        (lambda c: c.cache_tiers.append(object()), "cache_tiers[1]"),
+        (lambda c: setattr(c, "constraints", [BatchDesc([RequestDesc("8")])]), "constraints[0].requests[0].capacity"),
+    ],
+)
+def test_type_errors_name_the_field(mutate, field):
+    cfg = small_config()
+    mutate(cfg)
+    with pytest.raises(TypeError) as ei:
+        KVCacheManager(cfg, device="emu")
+    assert str(ei.value).startswith(field + ":"), str(ei.value)
+
+
+def test_valid_config_with_every_tier(tmp_path):
+    cfg = small_config(
+        tiers=[GpuCacheTierConfig(64 << 10, max_quota=128 << 10), HostCacheTierConfig(64 << 10),
+               DiskCacheTierConfig(64 << 10, str(tmp_path))],
+        initial_pool_ratio=[3.0, 1.0],
+        constraints=[BatchDesc([RequestDesc(16, 8)])],
+        enable_partial_reuse=True,
+        enable_stats=True,
+    )
+    with KVCacheManager(cfg, device="emu") as m:
+        assert m.num_cache_levels == 3
+        assert m.cache_tier_list == [kvcm.CacheTier.GPU_MEM, kvcm.CacheTier.HOST_MEM, kvcm.CacheTier.DISK]
+        assert m.get_quota(0) == 64 << 10
+        assert m.enable_partial_match
+
+
+def test_trtllm_defaults():
+    layer = AttentionLayerConfig(layer_id=3, buffers=[BufferConfig(role="key", size=64)])
+    assert layer.sliding_window_size is None and layer.num_sink_tokens is None and layer.window_size is None
+    cfg = small_config()
+    assert cfg.max_util_for_resume == 0.95
+    assert GpuCacheTierConfig(10).max_quota is None
+    assert GpuCacheTierConfig(10).tier == kvcm.CacheTier.GPU_MEM

@@ -1,0 +1,143 @@
+package capi
+
+/*
+#include "kvcm/kvcm.h"
+#include "shim_generated.h"
+#include "kvcm_internal.h"
+*/
+import "C"
+
+import (
+	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/layout"
+)
+
+// kvCacheObj is what a kvcm_kv_cache handle refers to.
+type kvCacheObj struct {
+	handle uint64
+	mgr    *managerObj
+	c      *core.KVCache
+}
+
+func glueKVCacheCreate(mgr *managerObj, opts *C.kvcm__const_kvcm_kv_cache_options, out *C.kvcm_kv_cache) error {
+	scope, err := goScope(&opts.scope, "options.scope")
+	if err != nil {
+		return err
+	}
+	tokens, err := goTokens(opts.input_tokens, opts.num_input_tokens, "options.input_tokens")
+	if err != nil {
+		return err
+	}
+	co := core.CacheOptions{Scope: scope, InputTokens: tokens}
+	if opts.priority != nil {
+		fn, user := opts.priority, C.kvcm__get_kv_cache_options_priority_user_data(opts)
+		co.Priority = func(block int) int {
+			return int(C.kvcm__call_priority_func(fn, user, C.int64_t(block)))
+		}
+	}
+	mgr.mu.Lock()
+	defer mgr.mu.Unlock()
+	if mgr.gone {
+		return errorf(codeInvalidHandle, "manager is being destroyed")
+	}
+	c, err := mgr.m.CreateKVCache(co)
+	if err != nil {
+		return err
+	}
+	obj := &kvCacheObj{mgr: mgr, c: c}
+	obj.handle = newHandle(obj)
+	mgr.caches[obj.handle] = obj
+	*out = C.kvcm_kv_cache(obj.handle)
+	return nil
+}
+
+func glueKVCacheClose(c *kvCacheObj) error {
+	if !deleteHandle(c.handle) {
+		return errorf(codeInvalidHandle, "cache: %#x was closed concurrently", c.handle)
+	}
+	c.mgr.mu.Lock()
+	delete(c.mgr.caches, c.handle)
+	c.mgr.mu.Unlock()
+	return c.c.Close()
+}
+
+func glueKVCacheResume(c *kvCacheObj, stream C.kvcm_stream) error {
+	if stream == 0 {
+		return argError("stream", "is 0")
+	}
+	s, err := c.mgr.dev.StreamFromHandle(uintptr(stream))
+	if err != nil {
+		return argError("stream", "%#x is not a stream of the manager's device: %v", uintptr(stream), err)
+	}
+	return c.c.Resume(s)
+}
+
+func glueKVCacheSuspend(c *kvCacheObj) error { return c.c.Suspend() }
+
+func glueKVCacheResize(c *kvCacheObj, capacity, history C.int64_t) error {
+	if capacity < 0 || int64(capacity) > maxElems {
+		return argError("capacity", "must be in [0, 2^40], got %d", int64(capacity))
+	}
+	h := int(history)
+	if history < 0 {
+		h = -1
+	} else if int64(history) > maxElems {
+		return argError("history_length", "%d is too large", int64(history))
+	}
+	return c.c.Resize(int(capacity), h)
+}
+
+func glueKVCacheCommit(c *kvCacheObj, tokens *C.kvcm__const_kvcm_token, n C.size_t, isEnd C.bool) error {
+	ts, err := goTokens(tokens, n, "tokens")
+	if err != nil {
+		return err
+	}
+	return c.c.Commit(ts, bool(isEnd))
+}
+
+func glueKVCacheStopCommitting(c *kvCacheObj) error {
+	c.c.StopCommitting()
+	return nil
+}
+
+func glueKVCachePrefetch(c *kvCacheObj, level C.kvcm_cache_level) error {
+	return c.c.Prefetch(layout.CacheLevel(level))
+}
+
+func glueKVCacheGetStatus(c *kvCacheObj, out *C.kvcm_cache_status) error {
+	*out = C.kvcm_cache_status(c.c.Status())
+	return nil
+}
+
+func glueKVCacheGetID(c *kvCacheObj, out *C.uint64_t) error {
+	*out = C.uint64_t(c.c.ID())
+	return nil
+}
+
+func glueKVCacheGetNumCommittedTokens(c *kvCacheObj, out *C.int64_t) error {
+	*out = C.int64_t(c.c.NumCommittedTokens())
+	return nil
+}
+
+func glueKVCacheGetHistoryLength(c *kvCacheObj, out *C.int64_t) error {
+	*out = C.int64_t(c.c.HistoryLength())
+	return nil
+}
+
+func glueKVCacheGetCapacity(c *kvCacheObj, out *C.int64_t) error {
+	*out = C.int64_t(c.c.Capacity())
+	return nil
+}
+
+func glueKVCacheGetReusedTokens(c *kvCacheObj, out *C.int64_t) error {
+	*out = C.int64_t(c.c.ReusedTokens())
+	return nil
+}
+
+func glueKVCacheGetBasePageIndices(c *kvCacheObj, lg C.kvcm_layer_group_id, indices *C.int32_t, capacity C.size_t, needed *C.size_t) error {
+	idx, err := c.c.BasePageIndices(layout.LayerGroupID(lg))
+	if err != nil {
+		return err
+	}
+	return fill(idx, indices, capacity, needed, func(i int32) C.int32_t { return C.int32_t(i) })
+}

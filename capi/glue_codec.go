@@ -1,0 +1,427 @@
+package capi
+
+/*
+#include <stdlib.h>
+#include "kvcm/kvcm.h"
+#include "shim_generated.h"
+#include "kvcm_internal.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/kvcm/kvcm/core/codec"
+	"github.com/kvcm/kvcm/core/device"
+	"github.com/kvcm/kvcm/core/layout"
+)
+
+// ---- Consuming a codec object ----
+
+// coldPageCodecArg is a codec object taken from a caller: the codec wrapped
+// for transfer, or the error found while taking it. The shim takes it before
+// anything else and releases it on return, so whatever path the call takes
+// the codec is either handed on (to core.NewManager, which consumes it) or
+// destroyed.
+type coldPageCodecArg struct {
+	supplied bool         // a codec object was passed (not NULL)
+	owned    *codec.Owned // nil when none was passed or taking it failed
+	err      error        // why the codec object is unusable
+}
+
+// consumeColdPageCodec takes the codec object p. It never fails: problems
+// are recorded in err and reported by the glue, after the object has been
+// destroyed where that is possible.
+func consumeColdPageCodec(p *C.kvcm__const_kvcm_cold_page_codec) *coldPageCodecArg {
+	a := &coldPageCodecArg{}
+	if p == nil {
+		return a
+	}
+	a.supplied = true
+	vt := p.vtable
+	self := C.kvcm__get_cold_page_codec_self(p)
+	if vt == nil {
+		a.err = argError("codec.vtable", "is NULL (the codec cannot be destroyed)")
+		return a
+	}
+	if vt == C.kvcm__default_vtable() {
+		obj, ok := takeDefaultCodec(uint64(self))
+		if !ok {
+			a.err = errorf(codeInvalidHandle, "codec: the default codec object %#x was already consumed or never created", uint64(self))
+			return a
+		}
+		a.owned = codec.Own(obj.ColdPageCodec)
+		return a
+	}
+	cc := &cCodec{vt: vt, self: self}
+	if err := cc.validate(); err != nil {
+		a.err = err
+		cc.Close() // consumed, also when unusable
+		return a
+	}
+	a.owned = codec.Own(cc)
+	return a
+}
+
+// release destroys the codec unless it was handed on.
+func (a *coldPageCodecArg) release() {
+	if a.owned != nil && !a.owned.Consumed() {
+		a.owned.Discard()
+	}
+}
+
+func glueColdPageCodecDestroy(codecArg *coldPageCodecArg) error {
+	// release (deferred by the shim) destroys it.
+	return codecArg.err
+}
+
+// ---- The C codec adapter: core/codec.ColdPageCodec over a C vtable ----
+
+// cCodec calls a C codec through its vtable. Optional slots are used only
+// when the vtable's struct_size covers them and they are non-null.
+type cCodec struct {
+	vt        *C.kvcm_cold_page_codec_vtable
+	self      C.uintptr_t
+	destroyed atomic.Bool
+}
+
+var _ codec.ColdPageCodec = (*cCodec)(nil)
+
+func (c *cCodec) validate() error {
+	if c.vt.abi_version == 0 {
+		return argError("codec.vtable.abi_version", "is 0: set it to KVCM_ABI_VERSION")
+	}
+	if c.vt.struct_size < C.KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V1 {
+		return argError("codec.vtable.struct_size", "is %d, less than the %d bytes of ABI version 1", c.vt.struct_size, C.KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V1)
+	}
+	for _, s := range []struct {
+		name string
+		ok   C.int
+	}{
+		{"configure", C.kvcm__has_cold_page_codec_vtable_configure(c.vt)},
+		{"query_cold_page_bytes", C.kvcm__has_cold_page_codec_vtable_query_cold_page_bytes(c.vt)},
+		{"query_page_index_location", C.kvcm__has_cold_page_codec_vtable_query_page_index_location(c.vt)},
+		{"encode", C.kvcm__has_cold_page_codec_vtable_encode(c.vt)},
+		{"decode", C.kvcm__has_cold_page_codec_vtable_decode(c.vt)},
+		{"destroy", C.kvcm__has_cold_page_codec_vtable_destroy(c.vt)},
+	} {
+		if s.ok == 0 {
+			return argError("codec.vtable."+s.name, "is NULL")
+		}
+	}
+	return nil
+}
+
+// Configure hands the codec the descriptors in C memory, valid for the call.
+func (c *cCodec) Configure(gpuDescs []layout.PoolGroupDesc) bool {
+	descs, free := cPoolGroupDescs(gpuDescs)
+	defer free()
+	return bool(C.kvcm__call_cold_page_codec_vtable_configure(c.vt, c.self, descs, C.kvcm_pool_group_index(len(gpuDescs))))
+}
+
+func (c *cCodec) QueryColdPageBytes(lg layout.LayerGroupID) int64 {
+	n := C.kvcm__call_cold_page_codec_vtable_query_cold_page_bytes(c.vt, c.self, C.kvcm_layer_group_id(lg))
+	if uint64(n) > math.MaxInt64 {
+		return 0
+	}
+	return int64(n)
+}
+
+func (c *cCodec) GetBatchingLayerGroupID(lg layout.LayerGroupID) layout.LayerGroupID {
+	if C.kvcm__has_cold_page_codec_vtable_get_batching_layer_group_id(c.vt) == 0 {
+		return lg
+	}
+	return layout.LayerGroupID(C.kvcm__call_cold_page_codec_vtable_get_batching_layer_group_id(c.vt, c.self, C.kvcm_layer_group_id(lg)))
+}
+
+func (c *cCodec) QueryPageIndexLocation(lg layout.LayerGroupID) codec.PageIndexLocation {
+	return codec.PageIndexLocation(C.kvcm__call_cold_page_codec_vtable_query_page_index_location(c.vt, c.self, C.kvcm_layer_group_id(lg)))
+}
+
+// pairsOf returns the C view of the index pairs: host pairs are the manager's
+// slice itself (PageIndexPair has the C layout and holds no Go pointers, so
+// cgo pins it for the call), device pairs their device address.
+func pairsOf(idx codec.PageIndices) *C.kvcm_page_index_pair {
+	switch idx.Location() {
+	case codec.Host:
+		if h := idx.Host(); len(h) > 0 {
+			return (*C.kvcm_page_index_pair)(unsafe.Pointer(&h[0]))
+		}
+		return nil
+	case codec.Device:
+		return C.kvcm__pairs_at(C.uintptr_t(idx.DevicePtr()))
+	}
+	return nil
+}
+
+func (c *cCodec) Encode(lg layout.LayerGroupID, dstBase device.Ptr, idx codec.PageIndices, stream device.Stream) bool {
+	if stream == nil {
+		return false
+	}
+	return bool(C.kvcm__call_cold_page_codec_vtable_encode(c.vt, c.self, C.kvcm_layer_group_id(lg), C.uintptr_t(dstBase),
+		pairsOf(idx), C.size_t(idx.Len()), C.kvcm_stream(stream.Handle())))
+}
+
+func (c *cCodec) Decode(lg layout.LayerGroupID, srcBase device.Ptr, idx codec.PageIndices, stream device.Stream) bool {
+	if stream == nil {
+		return false
+	}
+	return bool(C.kvcm__call_cold_page_codec_vtable_decode(c.vt, c.self, C.kvcm_layer_group_id(lg), C.uintptr_t(srcBase),
+		pairsOf(idx), C.size_t(idx.Len()), C.kvcm_stream(stream.Handle())))
+}
+
+// Close calls the destroy slot, exactly once.
+func (c *cCodec) Close() error {
+	if c.destroyed.CompareAndSwap(false, true) && C.kvcm__has_cold_page_codec_vtable_destroy(c.vt) != 0 {
+		C.kvcm__call_cold_page_codec_vtable_destroy(c.vt, c.self)
+	}
+	return nil
+}
+
+// cPoolGroupDescs copies descriptors into one C allocation (descriptors,
+// then layer groups, then pools), so the codec never sees Go memory that
+// holds pointers. free releases it.
+func cPoolGroupDescs(descs []layout.PoolGroupDesc) (*C.kvcm_pool_group_desc, func()) {
+	if len(descs) == 0 {
+		return nil, func() {}
+	}
+	var nlc, npool int
+	for _, d := range descs {
+		nlc += len(d.LifeCycles)
+		npool += len(d.Pools)
+	}
+	dSize := C.size_t(len(descs)) * C.sizeof_kvcm_pool_group_desc
+	pSize := C.size_t(npool) * C.sizeof_kvcm_pool_desc
+	lSize := C.size_t(nlc) * C.sizeof_kvcm_layer_group_id
+	mem := C.calloc(1, dSize+pSize+lSize+1)
+	if mem == nil {
+		panic("out of C memory for pool group descriptors")
+	}
+	cd := unsafe.Slice((*C.kvcm_pool_group_desc)(mem), len(descs))
+	pools := unsafe.Slice((*C.kvcm_pool_desc)(unsafe.Add(mem, dSize)), npool)
+	lcs := unsafe.Slice((*C.kvcm_layer_group_id)(unsafe.Add(mem, dSize+pSize)), nlc)
+	fillPoolGroupDescs(descs, cd, lcs, pools)
+	return &cd[0], func() { C.free(mem) }
+}
+
+// fillPoolGroupDescs writes descriptors whose arrays point into lcs and pools
+// (which must be C memory and large enough).
+func fillPoolGroupDescs(descs []layout.PoolGroupDesc, cd []C.kvcm_pool_group_desc, lcs []C.kvcm_layer_group_id, pools []C.kvcm_pool_desc) {
+	li, pi := 0, 0
+	for i, d := range descs {
+		cd[i] = C.kvcm_pool_group_desc{
+			index:           C.kvcm_pool_group_index(d.Index),
+			num_slots:       C.int64_t(d.NumSlots),
+			num_life_cycles: C.size_t(len(d.LifeCycles)),
+			num_pools:       C.size_t(len(d.Pools)),
+		}
+		if len(d.LifeCycles) > 0 {
+			cd[i].life_cycles = &lcs[li]
+		}
+		for _, lc := range d.LifeCycles {
+			lcs[li] = C.kvcm_layer_group_id(lc)
+			li++
+		}
+		if len(d.Pools) > 0 {
+			cd[i].pools = &pools[pi]
+		}
+		for _, p := range d.Pools {
+			pools[pi] = C.kvcm_pool_desc{base: C.kvcm_device_ptr(p.Base), slot_bytes: C.int64_t(p.SlotBytes)}
+			pi++
+		}
+	}
+}
+
+// goPoolGroupDescs copies C descriptors into Go.
+func goPoolGroupDescs(p *C.kvcm_pool_group_desc, n int) ([]layout.PoolGroupDesc, error) {
+	if n < 0 || (n > 0 && p == nil) {
+		return nil, fmt.Errorf("bad descriptor array")
+	}
+	out := make([]layout.PoolGroupDesc, n)
+	for i, d := range unsafe.Slice(p, n) {
+		g := layout.PoolGroupDesc{Index: layout.PoolGroupIndex(d.index), NumSlots: int64(d.num_slots)}
+		if d.num_life_cycles > 0 {
+			if d.life_cycles == nil {
+				return nil, fmt.Errorf("descriptor %d: life_cycles is NULL", i)
+			}
+			for _, lc := range unsafe.Slice(d.life_cycles, int(d.num_life_cycles)) {
+				g.LifeCycles = append(g.LifeCycles, layout.LifeCycleID(lc))
+			}
+		}
+		if d.num_pools > 0 {
+			if d.pools == nil {
+				return nil, fmt.Errorf("descriptor %d: pools is NULL", i)
+			}
+			for _, pd := range unsafe.Slice(d.pools, int(d.num_pools)) {
+				g.Pools = append(g.Pools, layout.PoolDesc{Base: device.Ptr(pd.base), SlotBytes: int64(pd.slot_bytes)})
+			}
+		}
+		out[i] = g
+	}
+	return out, nil
+}
+
+// ---- The default codec object ----
+
+// defaultCodecObj is the Go default codec behind a codec object made by
+// kvcm_create_default_cold_page_codec; self is its handle. Taking it (by
+// kvcm_manager_create) or destroying it frees the handle, so the object can be
+// consumed once.
+type defaultCodecObj struct {
+	codec.ColdPageCodec
+	mu sync.Mutex // serializes direct slot calls
+}
+
+func glueCreateDefaultColdPageCodec(out *C.kvcm_cold_page_codec) error {
+	h := newHandle(&defaultCodecObj{ColdPageCodec: codec.NewDefault()})
+	out.vtable = C.kvcm__default_vtable()
+	C.kvcm__set_cold_page_codec_self(out, C.uintptr_t(h))
+	return nil
+}
+
+// takeDefaultCodec frees the handle and returns its codec.
+func takeDefaultCodec(h uint64) (*defaultCodecObj, bool) {
+	v, ok := handleValue(h)
+	if !ok {
+		return nil, false
+	}
+	obj, ok := v.(*defaultCodecObj)
+	if !ok || !deleteHandle(h) {
+		return nil, false
+	}
+	return obj, true
+}
+
+func defaultCodecOf(self C.uintptr_t) *defaultCodecObj {
+	v, ok := handleValue(uint64(self))
+	if !ok {
+		return nil
+	}
+	obj, _ := v.(*defaultCodecObj)
+	return obj
+}
+
+// recoverSlot turns a panic in a default-codec slot into its failure value
+// and poisons the library.
+func recoverSlot(name string) {
+	if r := recover(); r != nil {
+		poison(name, r)
+	}
+}
+
+//export kvcm__go_default_configure
+func kvcm__go_default_configure(self C.uintptr_t, gpuDescs *C.kvcm_pool_group_desc, n C.kvcm_pool_group_index) (ok C.bool) {
+	defer recoverSlot("default codec configure")
+	obj := defaultCodecOf(self)
+	if obj == nil || isPoisoned() {
+		return false
+	}
+	descs, err := goPoolGroupDescs(gpuDescs, int(n))
+	if err != nil {
+		return false
+	}
+	obj.mu.Lock()
+	defer obj.mu.Unlock()
+	return C.bool(obj.Configure(descs))
+}
+
+//export kvcm__go_default_query_cold_page_bytes
+func kvcm__go_default_query_cold_page_bytes(self C.uintptr_t, lg C.kvcm_layer_group_id) (n C.size_t) {
+	defer recoverSlot("default codec query_cold_page_bytes")
+	obj := defaultCodecOf(self)
+	if obj == nil || isPoisoned() {
+		return 0
+	}
+	obj.mu.Lock()
+	defer obj.mu.Unlock()
+	return C.size_t(max(obj.QueryColdPageBytes(layout.LayerGroupID(lg)), 0))
+}
+
+//export kvcm__go_default_get_batching_layer_group_id
+func kvcm__go_default_get_batching_layer_group_id(self C.uintptr_t, lg C.kvcm_layer_group_id) (id C.kvcm_layer_group_id) {
+	id = -1
+	defer recoverSlot("default codec get_batching_layer_group_id")
+	obj := defaultCodecOf(self)
+	if obj == nil || isPoisoned() {
+		return -1
+	}
+	obj.mu.Lock()
+	defer obj.mu.Unlock()
+	return C.kvcm_layer_group_id(obj.GetBatchingLayerGroupID(layout.LayerGroupID(lg)))
+}
+
+//export kvcm__go_default_query_page_index_location
+func kvcm__go_default_query_page_index_location(self C.uintptr_t, lg C.kvcm_layer_group_id) (loc C.kvcm_page_index_location) {
+	loc = C.KVCM_PAGE_INDEX_BAD_LOCATION
+	defer recoverSlot("default codec query_page_index_location")
+	obj := defaultCodecOf(self)
+	if obj == nil || isPoisoned() {
+		return C.KVCM_PAGE_INDEX_BAD_LOCATION
+	}
+	obj.mu.Lock()
+	defer obj.mu.Unlock()
+	return C.kvcm_page_index_location(obj.QueryPageIndexLocation(layout.LayerGroupID(lg)))
+}
+
+// goIndices views the caller's pairs in the location the codec selected.
+func goIndices(c codec.ColdPageCodec, lg C.kvcm_layer_group_id, pairs C.uintptr_t, n C.size_t) (codec.PageIndices, bool) {
+	if n > 0 && pairs == 0 || uint64(n) > math.MaxInt32 {
+		return codec.PageIndices{}, false
+	}
+	switch c.QueryPageIndexLocation(layout.LayerGroupID(lg)) {
+	case codec.Host:
+		if n == 0 {
+			return codec.HostIndices(nil), true
+		}
+		p := (*codec.PageIndexPair)(C.kvcm__ptr(pairs))
+		return codec.HostIndices(unsafe.Slice(p, int(n))), true
+	case codec.Device:
+		return codec.DeviceIndices(device.Ptr(pairs), int(n)), true
+	}
+	return codec.PageIndices{}, false
+}
+
+//export kvcm__go_default_encode
+func kvcm__go_default_encode(self C.uintptr_t, lg C.kvcm_layer_group_id, dst C.uintptr_t, pairs C.uintptr_t, n C.size_t, stream C.kvcm_stream) (ok C.bool) {
+	defer recoverSlot("default codec encode")
+	return defaultTransform(self, lg, dst, pairs, n, stream, true)
+}
+
+//export kvcm__go_default_decode
+func kvcm__go_default_decode(self C.uintptr_t, lg C.kvcm_layer_group_id, src C.uintptr_t, pairs C.uintptr_t, n C.size_t, stream C.kvcm_stream) (ok C.bool) {
+	defer recoverSlot("default codec decode")
+	return defaultTransform(self, lg, src, pairs, n, stream, false)
+}
+
+func defaultTransform(self C.uintptr_t, lg C.kvcm_layer_group_id, base C.uintptr_t, pairs C.uintptr_t, n C.size_t, stream C.kvcm_stream, encode bool) C.bool {
+	obj := defaultCodecOf(self)
+	if obj == nil || isPoisoned() {
+		return false
+	}
+	s, err := resolveStream(stream)
+	if err != nil {
+		return false
+	}
+	obj.mu.Lock()
+	defer obj.mu.Unlock()
+	idx, ok := goIndices(obj, lg, pairs, n)
+	if !ok {
+		return false
+	}
+	if encode {
+		return C.bool(obj.Encode(layout.LayerGroupID(lg), device.Ptr(base), idx, s))
+	}
+	return C.bool(obj.Decode(layout.LayerGroupID(lg), device.Ptr(base), idx, s))
+}
+
+//export kvcm__go_default_destroy
+func kvcm__go_default_destroy(self C.uintptr_t) {
+	defer recoverSlot("default codec destroy")
+	if obj, ok := takeDefaultCodec(uint64(self)); ok {
+		codec.Destroy(obj.ColdPageCodec)
+	}
+}

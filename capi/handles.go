@@ -1,0 +1,103 @@
+package capi
+
+/*
+#include "kvcm/kvcm.h"
+#include "shim_generated.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime/cgo"
+	"sync"
+)
+
+// Handles are cgo.Handle values. cgo.Handle.Value panics on a freed handle
+// (and a forged value could alias a live one of another type), so every
+// lookup first checks a registry of live handles and then the value's type:
+// a stale, consumed or forged handle is reported, never dereferenced.
+// cgo.Handle values are never reused within a process, so a freed handle
+// stays invalid forever.
+var handles struct {
+	mu   sync.Mutex
+	live map[cgo.Handle]struct{}
+}
+
+// newHandle registers v and returns its handle.
+func newHandle(v any) uint64 {
+	h := cgo.NewHandle(v)
+	handles.mu.Lock()
+	defer handles.mu.Unlock()
+	if handles.live == nil {
+		handles.live = map[cgo.Handle]struct{}{}
+	}
+	handles.live[h] = struct{}{}
+	return uint64(h)
+}
+
+// handleValue returns the value of a live handle.
+func handleValue(h uint64) (any, bool) {
+	handles.mu.Lock()
+	defer handles.mu.Unlock()
+	if _, ok := handles.live[cgo.Handle(h)]; !ok {
+		return nil, false
+	}
+	return cgo.Handle(h).Value(), true
+}
+
+// deleteHandle frees a handle; it reports false when it was not live (so
+// exactly one of concurrent deleters wins).
+func deleteHandle(h uint64) bool {
+	handles.mu.Lock()
+	defer handles.mu.Unlock()
+	if _, ok := handles.live[cgo.Handle(h)]; !ok {
+		return false
+	}
+	delete(handles.live, cgo.Handle(h))
+	cgo.Handle(h).Delete()
+	return true
+}
+
+func liveHandles() uint64 {
+	handles.mu.Lock()
+	defer handles.mu.Unlock()
+	return uint64(len(handles.live))
+}
+
+// lookup resolves a handle argument to a value of type T, or reports
+// INVALID_HANDLE naming the argument.
+func lookup[T any](fn, arg string, h uint64, what string) (T, *C.kvcm_status) {
+	var zero T
+	if h == 0 {
+		return zero, newStatus(codeInvalidHandle, fmt.Sprintf("%s: %s: handle 0 is never valid", fn, arg))
+	}
+	v, ok := handleValue(h)
+	if !ok {
+		return zero, newStatus(codeInvalidHandle, fmt.Sprintf("%s: %s: %#x is not a live handle (freed, consumed or never issued)", fn, arg, h))
+	}
+	t, ok := v.(T)
+	if !ok {
+		return zero, newStatus(codeInvalidHandle, fmt.Sprintf("%s: %s: handle %#x is a %s, not a %s", fn, arg, h, kindOf(v), what))
+	}
+	return t, nil
+}
+
+func kindOf(v any) string {
+	switch v.(type) {
+	case *managerObj:
+		return "manager"
+	case *kvCacheObj:
+		return "KV cache"
+	case *defaultCodecObj:
+		return "default codec"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+func lookupManager(fn, arg string, h C.kvcm_manager) (*managerObj, *C.kvcm_status) {
+	return lookup[*managerObj](fn, arg, uint64(h), "manager")
+}
+
+func lookupKVCache(fn, arg string, h C.kvcm_kv_cache) (*kvCacheObj, *C.kvcm_status) {
+	return lookup[*kvCacheObj](fn, arg, uint64(h), "KV cache")
+}

@@ -1,0 +1,171 @@
+package capi
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../include
+#include "kvcm/kvcm.h"
+#include "shim_generated.h"
+#include "kvcm_internal.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/codec"
+	"github.com/kvcm/kvcm/core/device"
+	"github.com/kvcm/kvcm/core/device/cuda"
+)
+
+// Status codes, as the header defines them.
+const (
+	codeOK              = C.KVCM_OK
+	codeInvalidArgument = C.KVCM_ERR_INVALID_ARGUMENT
+	codeInvalidHandle   = C.KVCM_ERR_INVALID_HANDLE
+	codeInvalidState    = C.KVCM_ERR_INVALID_STATE
+	codeOutOfPages      = C.KVCM_ERR_OUT_OF_PAGES
+	codeResumeRefused   = C.KVCM_ERR_RESUME_REFUSED
+	codeInvalidConfig   = C.KVCM_ERR_INVALID_CONFIG
+	codeCodecRejected   = C.KVCM_ERR_CODEC_REJECTED
+	codeDataLost        = C.KVCM_ERR_DATA_LOST
+	codeBufferTooSmall  = C.KVCM_ERR_BUFFER_TOO_SMALL
+	codeClosed          = C.KVCM_ERR_CLOSED
+	codeDevice          = C.KVCM_ERR_DEVICE
+	codeUnsupported     = C.KVCM_ERR_UNSUPPORTED
+	codeInternal        = C.KVCM_ERR_INTERNAL
+	codePoisoned        = C.KVCM_ERR_POISONED
+)
+
+// Error is an error with an explicit status code, for failures the glue
+// detects itself.
+type Error struct {
+	Code C.kvcm_status_code
+	Msg  string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+func errorf(code C.kvcm_status_code, format string, args ...any) error {
+	return &Error{Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
+// argError is an INVALID_ARGUMENT error naming the argument.
+func argError(arg, format string, args ...any) error {
+	return &Error{Code: codeInvalidArgument, Msg: arg + ": " + fmt.Sprintf(format, args...)}
+}
+
+// codeOf maps an error to its status code: core's sentinels first, then
+// device errors.
+func codeOf(err error) C.kvcm_status_code {
+	var e *Error
+	var hf *HostFuncError
+	switch {
+	case errors.As(err, &e):
+		return e.Code
+	case errors.As(err, &hf):
+		return codeDevice
+	case errors.Is(err, cuda.ErrUnavailable):
+		return codeUnsupported
+	case errors.Is(err, core.ErrInvalidConfig):
+		return codeInvalidConfig
+	case errors.Is(err, core.ErrCodecRejected), errors.Is(err, codec.ErrQuery):
+		return codeCodecRejected
+	case errors.Is(err, core.ErrInvalidArgument):
+		return codeInvalidArgument
+	case errors.Is(err, core.ErrInvalidState):
+		return codeInvalidState
+	case errors.Is(err, core.ErrOutOfPages):
+		return codeOutOfPages
+	case errors.Is(err, core.ErrResumeRefused):
+		return codeResumeRefused
+	case errors.Is(err, core.ErrDataLost):
+		return codeDataLost
+	case errors.Is(err, core.ErrClosed):
+		return codeClosed
+	case errors.Is(err, codec.ErrConsumed):
+		return codeInvalidHandle
+	case errors.Is(err, device.ErrOutOfMemory), errors.Is(err, device.ErrInvalidCopy),
+		errors.Is(err, device.ErrClosed), errors.Is(err, device.ErrInjected),
+		errors.Is(err, device.ErrUnknownStream):
+		return codeDevice
+	}
+	return codeInternal
+}
+
+// newStatus allocates a status in C memory.
+func newStatus(code C.kvcm_status_code, msg string) *C.kvcm_status {
+	var p *C.char
+	if len(msg) > 0 {
+		p = (*C.char)(unsafe.Pointer(unsafe.StringData(msg)))
+	}
+	s := C.kvcm__status_new(code, p, C.size_t(len(msg)))
+	if s == nil {
+		return &C.kvcm__status_oom
+	}
+	return s
+}
+
+// statusOf turns the glue's error into a status (nil for success).
+func statusOf(fn string, err error) *C.kvcm_status {
+	if err == nil {
+		return nil
+	}
+	return newStatus(codeOf(err), fn+": "+err.Error())
+}
+
+// argStatus reports an invalid argument by name.
+func argStatus(fn, arg, msg string) *C.kvcm_status {
+	return newStatus(codeInvalidArgument, fn+": "+arg+": "+msg)
+}
+
+// checkVersion validates the struct_size and abi_version of a versioned
+// struct the caller passed.
+func checkVersion(fn, arg string, size, version, minSize uint32) *C.kvcm_status {
+	if version == 0 {
+		return argStatus(fn, arg+".abi_version", "is 0: initialize the struct with its _INIT macro (abi_version = KVCM_ABI_VERSION)")
+	}
+	if size < minSize {
+		return argStatus(fn, arg+".struct_size", fmt.Sprintf("is %d, less than the %d bytes of ABI version 1: set it to sizeof the struct", size, minSize))
+	}
+	return nil
+}
+
+// Poisoning: the first panic wins and is reported by every later call.
+var (
+	poisoned   atomic.Bool
+	poisonedBy atomic.Value // string
+)
+
+func isPoisoned() bool { return poisoned.Load() }
+
+func poisonedStatus(fn string) *C.kvcm_status {
+	by, _ := poisonedBy.Load().(string)
+	return newStatus(codePoisoned, fn+": library poisoned by an earlier panic ("+by+"); restart the process")
+}
+
+// poison records a panic and poisons the library.
+func poison(fn string, r any) string {
+	msg := fmt.Sprintf("%s: panic: %v", fn, r)
+	if poisoned.CompareAndSwap(false, true) {
+		poisonedBy.Store(msg)
+		if debugStacks {
+			fmt.Printf("%s\n%s", msg, debug.Stack())
+		}
+	}
+	return msg
+}
+
+// panicStatus poisons the library and reports the panic as INTERNAL.
+func panicStatus(fn string, r any) *C.kvcm_status {
+	return newStatus(codeInternal, poison(fn, r))
+}
+
+// discardStatus frees a status a value-returning export cannot report.
+func discardStatus(s *C.kvcm_status) { C.kvcm_status_free(s) }
+
+// debugStacks prints the stack of the poisoning panic (KVCM_DEBUG_STACKS=1).
+var debugStacks = envIs("KVCM_DEBUG_STACKS", "1")

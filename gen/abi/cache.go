@@ -1,0 +1,186 @@
+package abi
+
+import "github.com/kvcm/kvcm/gen/spec"
+
+// ReuseScope separates reuse: blocks are shared only within one scope (a
+// LoRA adapter id and an optional salt, for example a tenant).
+//
+//kvcm:struct
+//kvcm:since 1
+type ReuseScope struct {
+	// LoraID is the LoRA adapter id (0 for none).
+	LoraID int64
+	// Salt is salt_len bytes (NULL when salt_len is 0); it may contain NULs.
+	Salt spec.CStr `len:"SaltLen" nullable:"true" own:"borrowed"`
+	// SaltLen is the length of salt in bytes.
+	SaltLen spec.Size
+}
+
+// KVCacheOptions configures kvcm_kv_cache_create. Zero-initialize it and set
+// struct_size = sizeof(kvcm_kv_cache_options) and abi_version =
+// KVCM_ABI_VERSION.
+//
+//kvcm:struct
+//kvcm:versioned
+//kvcm:since 1
+type KVCacheOptions struct {
+	// Scope is the reuse scope.
+	Scope ReuseScope
+	// InputTokens is the prompt; the longest cached prefix of it is reused,
+	// at most num_input_tokens-1 tokens so the engine computes the last one.
+	InputTokens spec.In[Token] `len:"NumInputTokens" nullable:"true" own:"borrowed"`
+	// NumInputTokens is the length of input_tokens.
+	NumInputTokens spec.Size
+	// Priority, when not NULL, gives committed blocks their eviction
+	// priority. It is called with the manager's lock held.
+	Priority PriorityFunc `nullable:"true"`
+	// PriorityUserData is passed to priority; the library never
+	// dereferences it. It must stay valid until the cache is closed.
+	PriorityUserData spec.VoidPtr `nullable:"true" own:"borrowed"`
+}
+
+// KVCacheCreate creates a SUSPENDED KV cache holding the longest reusable
+// cached prefix of the input tokens: full blocks are shared; with partial
+// reuse, the matching head of one more block is copied into a private page.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param options borrowed The cache options; read during the call only (priority_user_data excepted).
+//kvcm:param out out Receives the cache handle (0 on failure).
+type KVCacheCreate func(manager Manager, options spec.In[KVCacheOptions], out spec.Out[KVCache]) *Status
+
+// KVCacheClose releases every page of the cache and frees its handle:
+// committed blocks stay cached for reuse until evicted, private pages are
+// freed. The handle is consumed even when an error is reported.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param cache consumed The cache to close.
+type KVCacheClose func(cache KVCache) *Status
+
+// KVCacheResume makes a SUSPENDED cache ACTIVE on a stream: pages on colder
+// levels are brought back to the GPU (decoded), every page is pinned there,
+// and the stream waits until they are ready. Fails with
+// KVCM_ERR_RESUME_REFUSED while the GPU level is busier than
+// max_util_for_resume, KVCM_ERR_OUT_OF_PAGES when the GPU cannot take the
+// pages back and KVCM_ERR_DATA_LOST when an asynchronous failure destroyed one
+// of them (close the cache then). On error the cache stays SUSPENDED. The
+// stream must stay valid until the cache is suspended or closed.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param stream in The engine's stream, created by kvcm_manager_create_stream on this manager.
+type KVCacheResume func(cache KVCache, stream Stream) *Status
+
+// KVCacheSuspend makes an ACTIVE cache SUSPENDED. Its pages stay reachable;
+// with colder levels they may be evicted there and come back on resume.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+type KVCacheSuspend func(cache KVCache) *Status
+
+// KVCacheResize sets the capacity (tokens with pages) and the history length
+// (tokens whose KV is computed) of an ACTIVE cache. New pages come from the
+// GPU level, evicting if needed; pages a sliding window no longer needs are
+// released. On error nothing changes.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param capacity in The new capacity in tokens.
+//kvcm:param historyLength in The new history length in tokens; negative keeps it.
+type KVCacheResize func(cache KVCache, capacity int64, historyLength int64) *Status
+
+// KVCacheCommit appends computed tokens to the committed sequence; every
+// block they complete is published for reuse. With is_end no further commits
+// are accepted.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param tokens borrowed,nullable,len=numTokens The tokens (NULL only when num_tokens is 0).
+//kvcm:param numTokens in The number of tokens.
+//kvcm:param isEnd in Whether these are the last tokens to commit.
+type KVCacheCommit func(cache KVCache, tokens spec.In[Token], numTokens spec.Size, isEnd bool) *Status
+
+// KVCacheStopCommitting refuses further commits; tokens computed from now on
+// (for example generated ones) are never published.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+type KVCacheStopCommitting func(cache KVCache) *Status
+
+// KVCachePrefetch moves the pages of a SUSPENDED cache that are on levels
+// colder than level up to level, without pinning them.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param level in The level to bring pages up to.
+type KVCachePrefetch func(cache KVCache, level CacheLevel) *Status
+
+// KVCacheGetStatus returns the cache's status.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param out out Receives the status.
+type KVCacheGetStatus func(cache KVCache, out spec.Out[CacheStatus]) *Status
+
+// KVCacheGetID returns the cache's id, unique within its manager.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param out out Receives the id.
+type KVCacheGetID func(cache KVCache, out spec.Out[uint64]) *Status
+
+// KVCacheGetNumCommittedTokens returns how many tokens are committed.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param out out Receives the count.
+type KVCacheGetNumCommittedTokens func(cache KVCache, out spec.Out[int64]) *Status
+
+// KVCacheGetHistoryLength returns how many tokens have their KV computed.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param out out Receives the count.
+type KVCacheGetHistoryLength func(cache KVCache, out spec.Out[int64]) *Status
+
+// KVCacheGetCapacity returns how many tokens the cache holds pages for.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param out out Receives the count.
+type KVCacheGetCapacity func(cache KVCache, out spec.Out[int64]) *Status
+
+// KVCacheGetReusedTokens returns how many tokens were reused at creation.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param out out Receives the count.
+type KVCacheGetReusedTokens func(cache KVCache, out spec.Out[int64]) *Status
+
+// KVCacheGetBasePageIndices writes, for an ACTIVE cache, the GPU slot of each
+// block in a layer group (KVCM_BAD_PAGE_INDEX where the block has no page).
+// Turn a base index b into a buffer's page index with b*scale + offset from
+// kvcm_manager_get_buffer_location.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param layerGroup in The layer group.
+//kvcm:param indices out,nullable,len=capacity Receives one index per block.
+//kvcm:param capacity in Capacity of indices, in elements.
+//kvcm:param needed out Receives the number of blocks.
+type KVCacheGetBasePageIndices func(cache KVCache, layerGroup LayerGroupID, indices spec.Out[int32], capacity spec.Size, needed spec.Out[spec.Size]) *Status

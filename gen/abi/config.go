@@ -1,0 +1,124 @@
+package abi
+
+import "github.com/kvcm/kvcm/gen/spec"
+
+// CacheTierConfig is one cache tier with its byte quota.
+//
+//kvcm:struct
+//kvcm:since 1
+type CacheTierConfig struct {
+	// Kind is the tier kind; tiers are ordered gpu, then host, then disk,
+	// each at most once, the GPU tier first.
+	Kind TierKind
+	// Quota is the tier's byte quota (positive).
+	Quota int64
+	// MaxQuota, for the GPU tier only, is the largest quota
+	// kvcm_manager_resize_level may grow it to (0 means quota).
+	MaxQuota int64
+	// Path is the directory of a disk tier (NULL for other tiers).
+	Path spec.CStr `nullable:"true" own:"borrowed"`
+}
+
+// BufferConfig is one per-layer buffer: its role and the bytes it needs for
+// one block of tokens.
+//
+//kvcm:struct
+//kvcm:since 1
+type BufferConfig struct {
+	// Role names the buffer within its layer, such as "key" or "value".
+	Role spec.CStr `own:"borrowed"`
+	// Size is the buffer's bytes per block (positive).
+	Size int64
+}
+
+// AttentionLayerConfig describes one attention layer.
+//
+//kvcm:struct
+//kvcm:since 1
+type AttentionLayerConfig struct {
+	// LayerID is the layer's id, unique in the configuration.
+	LayerID int32
+	// SlidingWindowSize is the attention window in tokens; 0 is full
+	// attention.
+	SlidingWindowSize int32
+	// NumSinkTokens are the leading tokens a sliding-window layer always
+	// keeps.
+	NumSinkTokens int32
+	// Buffers are the layer's buffers.
+	Buffers spec.In[BufferConfig] `len:"NumBuffers" own:"borrowed"`
+	// NumBuffers is the length of buffers (at least 1).
+	NumBuffers spec.Size
+}
+
+// RequestDesc is one request of a batch: how many tokens it holds pages for
+// and how many of them are already computed.
+//
+//kvcm:struct
+//kvcm:since 1
+type RequestDesc struct {
+	// Capacity is the request's tokens with pages (positive).
+	Capacity int64
+	// HistoryLength is the request's computed tokens, in [0, capacity].
+	HistoryLength int64
+}
+
+// BatchDesc is one batch step.
+//
+//kvcm:struct
+//kvcm:since 1
+type BatchDesc struct {
+	// Requests are the batch's requests (at least 1).
+	Requests spec.In[RequestDesc] `len:"NumRequests" own:"borrowed"`
+	// NumRequests is the length of requests.
+	NumRequests spec.Size
+}
+
+// ManagerConfig is the manager's configuration, mirroring
+// KVCacheManagerV2's KVCacheManagerConfig. Every pointer is borrowed for the
+// call to kvcm_manager_create only. Zero-initialize it and set struct_size =
+// sizeof(kvcm_manager_config) and abi_version = KVCM_ABI_VERSION.
+//
+//kvcm:struct
+//kvcm:versioned
+//kvcm:since 1
+type ManagerConfig struct {
+	// TokensPerBlock is the number of tokens of one block (page).
+	TokensPerBlock int32
+	// Device selects the device (KVCM_DEVICE_AUTO by default).
+	Device DeviceKind
+	// DeviceOrdinal selects which CUDA device (0 by default).
+	DeviceOrdinal int32
+	// EventQueueCapacity bounds the queue of cache events that
+	// kvcm_manager_drain_events returns; events beyond it are dropped and
+	// counted. 0 means KVCM_DEFAULT_EVENT_QUEUE_CAPACITY.
+	EventQueueCapacity uint32
+	// CacheTiers are ordered from hottest to coldest: one GPU tier, then at
+	// most one host tier, then at most one disk tier.
+	CacheTiers spec.In[CacheTierConfig] `len:"NumCacheTiers" own:"borrowed"`
+	// NumCacheTiers is the length of cache_tiers.
+	NumCacheTiers spec.Size
+	// Layers are the attention layers.
+	Layers spec.In[AttentionLayerConfig] `len:"NumLayers" own:"borrowed"`
+	// NumLayers is the length of layers.
+	NumLayers spec.Size
+	// MaxUtilForResume: resume is refused while the GPU tier's utilization
+	// by active caches is above this fraction; 0 selects the default (0.95).
+	MaxUtilForResume float64
+	// EnablePartialReuse lets a request reuse the matching head of a cached
+	// block by copying it into a private page.
+	EnablePartialReuse bool
+	// EnableStats enables statistics collection.
+	EnableStats bool
+	// InitialPoolRatio is one hot-tier byte ratio per layer group, in layer
+	// group order (NULL when unused). When empty, typical_step decides; else
+	// constraints; else every layer group gets the same number of slots.
+	InitialPoolRatio spec.In[float64] `len:"NumInitialPoolRatio" nullable:"true" own:"borrowed"`
+	// NumInitialPoolRatio is the length of initial_pool_ratio.
+	NumInitialPoolRatio spec.Size
+	// TypicalStep is a typical batch step (NULL when unused).
+	TypicalStep spec.In[BatchDesc] `nullable:"true" own:"borrowed"`
+	// Constraints are batches the GPU tier must always be able to hold.
+	Constraints spec.In[BatchDesc] `len:"NumConstraints" nullable:"true" own:"borrowed"`
+	// NumConstraints is the length of constraints.
+	NumConstraints spec.Size
+}

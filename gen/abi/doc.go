@@ -1,0 +1,82 @@
+// Package abi is the description of kvcm's C ABI: the single source of truth
+// from which kvcmgen writes include/kvcm/kvcm.h, the cgo export shim in capi/,
+// the C++ declarations, the Python ctypes layer and docs/api.md.
+//
+// Conventions of the ABI (see shared/design/ABI.md):
+//
+//   - Every function that can fail returns kvcm_status*: NULL means success;
+//     otherwise the status carries a code and a copied message and is freed
+//     with kvcm_status_free. Where the design fixes a signature (the codec's
+//     bool and size_t returns) the design's convention applies.
+//   - Every options struct and every vtable begins with uint32_t struct_size
+//     and uint32_t abi_version. Fields are only ever appended; the library
+//     reads a field only when struct_size covers it, and a vtable slot only
+//     when struct_size covers it and it is non-null. Array element structs
+//     (tiers, layers, buffers, requests, descriptors) are frozen: extending
+//     one means a new element type and a new field in its versioned parent.
+//   - Handles (kvcm_manager, kvcm_kv_cache) are cgo.Handle values. 0 is never
+//     valid; a freed or consumed handle is detected and reported as
+//     KVCM_ERR_INVALID_HANDLE, never dereferenced.
+//   - Query results are written into caller-provided buffers with a count of
+//     the elements needed; passing a NULL buffer with capacity 0 asks for the
+//     count only.
+//   - A panic inside the library becomes KVCM_ERR_INTERNAL and poisons the
+//     library: every later call fails fast with KVCM_ERR_POISONED.
+//   - Consumed means consumed, also on failure: a codec passed to
+//     kvcm_manager_create is destroyed on every failure path.
+//
+// This package is read, never linked: its declarations only need to compile.
+package abi
+
+import "github.com/kvcm/kvcm/gen/spec"
+
+// ABIVersion is the version of the ABI described here: the version of the
+// newest struct layouts, vtable slots and functions this header declares.
+//
+//kvcm:since 1
+const ABIVersion uint32 = 1
+
+// VersionMajor is the library's major version.
+//
+//kvcm:since 1
+const VersionMajor uint32 = 0
+
+// VersionMinor is the library's minor version.
+//
+//kvcm:since 1
+const VersionMinor uint32 = 1
+
+// VersionPatch is the library's patch version.
+//
+//kvcm:since 1
+const VersionPatch uint32 = 0
+
+// VersionString is the library's version as "major.minor.patch".
+//
+//kvcm:since 1
+const VersionString = "0.1.0"
+
+// BadPageIndex marks a block without a page in a layer group (released out of
+// a sliding window, or beyond the capacity) in base page index arrays.
+//
+//kvcm:since 1
+const BadPageIndex int32 = -1
+
+// MinPriority is the lowest eviction priority a priority callback may return.
+//
+//kvcm:since 1
+const MinPriority int32 = 0
+
+// MaxPriority is the highest eviction priority a priority callback may return.
+//
+//kvcm:since 1
+const MaxPriority int32 = 100
+
+// DefaultEventQueueCapacity is the capacity of a manager's event queue when
+// kvcm_manager_config.event_queue_capacity is 0.
+//
+//kvcm:since 1
+const DefaultEventQueueCapacity uint32 = 4096
+
+// keep the spec import used even if every file above changes.
+var _ spec.Size

@@ -1,0 +1,354 @@
+package abi
+
+import "github.com/kvcm/kvcm/gen/spec"
+
+// BufferLocation says where the buffer of a layer and role lives in the hot
+// layout. The buffer's kernel-facing page index for base page index b is
+// b*scale + offset, counted in units of bytes from pool_base.
+//
+//kvcm:struct
+//kvcm:since 1
+type BufferLocation struct {
+	// LayerGroup is the buffer's layer group.
+	LayerGroup LayerGroupID
+	// Pool is the buffer's pool within its hot pool group.
+	Pool int32
+	// PoolBase is the pool's base address; it never changes.
+	PoolBase DevicePtr
+	// Scale multiplies a base page index.
+	Scale int64
+	// Offset is added to the scaled base page index.
+	Offset int64
+	// Bytes is the buffer's size per block (its stride unit).
+	Bytes int64
+}
+
+// BlockStats counts block allocation outcomes. Blocks are counted once per
+// cache, whatever the number of layer groups.
+//
+//kvcm:struct
+//kvcm:since 1
+type BlockStats struct {
+	// AllocTotalBlocks = alloc_new_blocks + reused_blocks.
+	AllocTotalBlocks int64
+	// AllocNewBlocks were allocated fresh by resize.
+	AllocNewBlocks int64
+	// ReusedBlocks were matched at creation (partial ones too).
+	ReusedBlocks int64
+	// MissedBlocks are full input blocks that were not reused.
+	MissedBlocks int64
+	// Evictions counts pages evicted from any level.
+	Evictions int64
+	// LostPages counts pages whose migration failed asynchronously.
+	LostPages int64
+	// HitRate is reused_blocks / (reused_blocks + missed_blocks), 0 when
+	// nothing was looked up.
+	HitRate float64
+}
+
+// PoolGroupStats is the state of one pool group of one level, in slots.
+// available = free + evictable.
+//
+//kvcm:struct
+//kvcm:since 1
+type PoolGroupStats struct {
+	// Level is the cache level.
+	Level CacheLevel
+	// Tier is the level's tier kind.
+	Tier TierKind
+	// Index is the pool group's index within its level.
+	Index PoolGroupIndex
+	// PageBytes is the bytes of one page (slot) of the group.
+	PageBytes int64
+	// Total is the group's slots.
+	Total int64
+	// Free is the group's unused slots.
+	Free int64
+	// Evictable is the group's slots held only by the cache (reusable).
+	Evictable int64
+	// Available = free + evictable.
+	Available int64
+}
+
+// PeakBlockStats is the largest number of slots in use in one pool group
+// during an iteration.
+//
+//kvcm:struct
+//kvcm:since 1
+type PeakBlockStats struct {
+	// Index is the pool group's index within its level.
+	Index PoolGroupIndex
+	// PeakUsed is the peak of used slots since the previous call.
+	PeakUsed int64
+	// Total is the group's slots.
+	Total int64
+}
+
+// MigrationStats counts the pages and bytes moved on one migration path
+// (bytes as they travel: hot page bytes on GPU to GPU, cold blob bytes
+// otherwise).
+//
+//kvcm:struct
+//kvcm:since 1
+type MigrationStats struct {
+	// Path is the migration path.
+	Path MigrationPath
+	// Pages is the number of pages moved.
+	Pages int64
+	// Bytes is the number of bytes moved.
+	Bytes int64
+}
+
+// CacheEvent reports a change of the set of reusable blocks. seq increases
+// by one per event of a manager, starting at 1.
+//
+//kvcm:struct
+//kvcm:since 1
+type CacheEvent struct {
+	// Seq is the event's sequence number.
+	Seq uint64
+	// Key is the block's chained content hash.
+	Key uint64
+	// Parent is the key of the previous block (or the scope's root).
+	Parent uint64
+	// Kind says what happened.
+	Kind EventKind
+	// LayerGroup is the layer group of an updated page.
+	LayerGroup LayerGroupID
+	// Level is the level an updated page is on now.
+	Level CacheLevel
+	// Tokens of a stored block: points into the caller's token buffer
+	// passed to kvcm_manager_drain_events (NULL when num_tokens is 0).
+	Tokens spec.In[Token] `len:"NumTokens" nullable:"true" own:"borrowed"`
+	// NumTokens is the length of tokens.
+	NumTokens spec.Size
+}
+
+// ManagerCreate validates the configuration, selects the device, derives the
+// layout and allocates every level, in the design's order: consume the codec,
+// validate, allocate the GPU level, configure the codec with the GPU pool
+// groups, query and validate every layer group's cold format, allocate the
+// cold levels and staging.
+//
+// The codec is consumed by this call, on success and on every failure path:
+// whatever this function returns (including KVCM_ERR_INVALID_ARGUMENT for a
+// NULL out or a bad config, KVCM_ERR_POISONED, or a codec that rejects the
+// configuration), the codec's destroy slot has been called (or, for the
+// default codec object, the library's codec released) by the time it
+// returns, unless the manager now owns the codec. The caller must never use
+// or destroy the codec object again. Pass NULL to use the default codec. (A
+// codec object whose vtable is NULL, or whose vtable's struct_size does not
+// cover the destroy slot, cannot be destroyed: it is reported as
+// KVCM_ERR_INVALID_ARGUMENT and leaked.)
+//
+//kvcm:since 1
+//kvcm:thread any
+//kvcm:param config borrowed The configuration; read during the call only.
+//kvcm:param codec consumed,nullable The cold-page codec object, or NULL for the default codec. Consumed on success and on failure.
+//kvcm:param out out Receives the manager handle (0 on failure).
+type ManagerCreate func(config spec.In[ManagerConfig], codec spec.In[ColdPageCodec], out spec.Out[Manager]) *Status
+
+// ManagerDestroy closes every KV cache of the manager still open (their
+// handles become invalid), waits for the manager's work, releases every
+// level's memory and the codec, and frees the handle. The handle is consumed
+// even when an error is reported.
+//
+//kvcm:since 1
+//kvcm:thread handle
+//kvcm:param manager consumed The manager to destroy.
+type ManagerDestroy func(manager Manager) *Status
+
+// ManagerGetTokensPerBlock returns the configured block size.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param out out Receives the tokens per block.
+type ManagerGetTokensPerBlock func(manager Manager, out spec.Out[int32]) *Status
+
+// ManagerGetNumLayerGroups returns the number of layer groups.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param out out Receives the number of layer groups.
+type ManagerGetNumLayerGroups func(manager Manager, out spec.Out[int32]) *Status
+
+// ManagerGetNumLevels returns the number of cache levels (configured tiers).
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param out out Receives the number of levels.
+type ManagerGetNumLevels func(manager Manager, out spec.Out[int32]) *Status
+
+// ManagerGetDeviceKind returns the kind of device the manager selected
+// (KVCM_DEVICE_EMU or KVCM_DEVICE_CUDA, never AUTO).
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param out out Receives the device kind.
+type ManagerGetDeviceKind func(manager Manager, out spec.Out[DeviceKind]) *Status
+
+// ManagerGetLayerGroupOf returns the layer group of a layer.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param layerID in The layer id.
+//kvcm:param out out Receives the layer group.
+type ManagerGetLayerGroupOf func(manager Manager, layerID int32, out spec.Out[LayerGroupID]) *Status
+
+// ManagerGetBufferLocation returns where the buffer of a layer and role
+// lives in the hot layout.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param layerID in The layer id.
+//kvcm:param role borrowed The buffer's role, such as "key".
+//kvcm:param out out Receives the location.
+type ManagerGetBufferLocation func(manager Manager, layerID int32, role spec.CStr, out spec.Out[BufferLocation]) *Status
+
+// ManagerGetPoolGroupDescs describes the pool groups of a level in that
+// level's grouping order. For the GPU level these are the descriptors a codec
+// is configured with (pools with base addresses; num_slots is the reserved
+// maximum). For a cold level each group has one pool of the encoded page size
+// and base 0. The descriptors' life_cycles and pools point into the caller's
+// life_cycles and pools buffers. The three counts are always written; when
+// any buffer is smaller than its count, nothing else is written and
+// KVCM_ERR_BUFFER_TOO_SMALL is returned (NULL buffers with capacity 0 ask for
+// the counts, successfully).
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param level in The cache level.
+//kvcm:param descs out,nullable,len=descsCap Receives the descriptors.
+//kvcm:param descsCap in Capacity of descs, in elements.
+//kvcm:param lifeCycles out,nullable,len=lifeCyclesCap Receives every descriptor's layer groups.
+//kvcm:param lifeCyclesCap in Capacity of life_cycles, in elements.
+//kvcm:param pools out,nullable,len=poolsCap Receives every descriptor's pools.
+//kvcm:param poolsCap in Capacity of pools, in elements.
+//kvcm:param numDescs out Receives the number of descriptors.
+//kvcm:param numLifeCycles out Receives the total number of layer-group entries.
+//kvcm:param numPools out Receives the total number of pools.
+type ManagerGetPoolGroupDescs func(manager Manager, level CacheLevel, descs spec.Out[PoolGroupDesc], descsCap spec.Size, lifeCycles spec.Out[LayerGroupID], lifeCyclesCap spec.Size, pools spec.Out[PoolDesc], poolsCap spec.Size, numDescs spec.Out[spec.Size], numLifeCycles spec.Out[spec.Size], numPools spec.Out[spec.Size]) *Status
+
+// ManagerGetQuota returns the byte quota of a cache level.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param level in The cache level.
+//kvcm:param out out Receives the quota in bytes.
+type ManagerGetQuota func(manager Manager, level CacheLevel, out spec.Out[int64]) *Status
+
+// ManagerResizeLevel changes the byte quota of a cache level. Shrinking
+// evicts what no longer fits, defragments the survivors and releases the
+// rest; growing adds slots. GPU pools grow and shrink in place within the
+// GPU tier's max_quota, so base addresses and the page indices of ACTIVE
+// caches stay valid.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param level in The cache level.
+//kvcm:param quota in The new quota in bytes (positive).
+type ManagerResizeLevel func(manager Manager, level CacheLevel, quota int64) *Status
+
+// ManagerProbeReuse returns how many tokens of an input a new KV cache in a
+// scope would reuse now. It changes nothing.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param scope borrowed The reuse scope.
+//kvcm:param tokens borrowed,nullable,len=numTokens The input tokens (NULL only when num_tokens is 0).
+//kvcm:param numTokens in The number of tokens.
+//kvcm:param out out Receives the number of reusable tokens.
+type ManagerProbeReuse func(manager Manager, scope spec.In[ReuseScope], tokens spec.In[Token], numTokens spec.Size, out spec.Out[int64]) *Status
+
+// ManagerGetStats returns the cumulative block statistics.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param out out Receives the statistics.
+type ManagerGetStats func(manager Manager, out spec.Out[BlockStats]) *Status
+
+// ManagerGetAndResetIterationStats returns the block statistics since the
+// previous call and starts a new iteration.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param out out Receives the statistics.
+type ManagerGetAndResetIterationStats func(manager Manager, out spec.Out[BlockStats]) *Status
+
+// ManagerGetStorageStats returns the state of every pool group of a level, in
+// that level's grouping order.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param level in The cache level.
+//kvcm:param stats out,nullable,len=capacity Receives one entry per pool group.
+//kvcm:param capacity in Capacity of stats, in elements.
+//kvcm:param needed out Receives the number of pool groups.
+type ManagerGetStorageStats func(manager Manager, level CacheLevel, stats spec.Out[PoolGroupStats], capacity spec.Size, needed spec.Out[spec.Size]) *Status
+
+// ManagerGetAndResetIterationPeakBlockStats returns, per pool group of a
+// level, the peak of used slots since the previous call, and restarts the
+// peaks from the current use. When the buffer is too small nothing is reset.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param level in The cache level.
+//kvcm:param stats out,nullable,len=capacity Receives one entry per pool group.
+//kvcm:param capacity in Capacity of stats, in elements.
+//kvcm:param needed out Receives the number of pool groups.
+type ManagerGetAndResetIterationPeakBlockStats func(manager Manager, level CacheLevel, stats spec.Out[PeakBlockStats], capacity spec.Size, needed spec.Out[spec.Size]) *Status
+
+// ManagerGetMigrationStats returns the pages and bytes moved on every
+// migration path since the manager was created, one entry per path in path
+// order.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param stats out,nullable,len=capacity Receives one entry per path.
+//kvcm:param capacity in Capacity of stats, in elements.
+//kvcm:param needed out Receives the number of paths.
+type ManagerGetMigrationStats func(manager Manager, stats spec.Out[MigrationStats], capacity spec.Size, needed spec.Out[spec.Size]) *Status
+
+// ManagerDrainEvents removes the oldest queued cache events, as many whole
+// events as fit in both buffers, and writes them in order. A stored block's
+// tokens go into the tokens buffer and the event points at them. dropped
+// receives the number of events lost to a full queue since the previous
+// drain. Call it until num_events is 0 to empty the queue.
+//
+//kvcm:since 1
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param events out,nullable,len=eventsCap Receives the events.
+//kvcm:param eventsCap in Capacity of events, in elements.
+//kvcm:param tokens out,nullable,len=tokensCap Receives the tokens of stored blocks.
+//kvcm:param tokensCap in Capacity of tokens, in elements.
+//kvcm:param numEvents out Receives the number of events written.
+//kvcm:param numTokens out Receives the number of tokens written.
+//kvcm:param dropped out,nullable Receives the number of events dropped since the previous drain.
+type ManagerDrainEvents func(manager Manager, events spec.Out[CacheEvent], eventsCap spec.Size, tokens spec.Out[Token], tokensCap spec.Size, numEvents spec.Out[spec.Size], numTokens spec.Out[spec.Size], dropped spec.Out[uint64]) *Status
+
+// ConfigValidate checks a configuration as kvcm_manager_create would (every
+// error names the field, such as "layers[2].buffers[0].size"), without
+// opening a device or allocating anything. A disk tier's directory is
+// checked for writability. It does not run a codec, so a configuration it
+// accepts may still be rejected by one.
+//
+//kvcm:since 1
+//kvcm:thread any
+//kvcm:param config borrowed The configuration; read during the call only.
+type ConfigValidate func(config spec.In[ManagerConfig]) *Status

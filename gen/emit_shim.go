@@ -1,0 +1,461 @@
+package gen
+
+import (
+	"bytes"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/dave/jennifer/jen"
+)
+
+func init() { emitters = append(emitters, emitShim) }
+
+// The shim is three generated files in the export package:
+//
+//   - shim_generated.h: C helpers every cgo file of the package includes:
+//     const typedefs (so that exports can be declared with the header's
+//     const pointers), prototypes of the internal exports, accessors for
+//     void* struct fields and callers of vtable slots and callbacks that
+//     carry opaque pointers as uintptr_t (Go never holds a foreign value in a
+//     pointer-typed variable: a small integer there can crash the runtime),
+//     and the v1 sizes of versioned structs.
+//   - exports_generated.go: one //export per Go-implemented function: recover
+//     and poison, consumption of consumed arguments on every path, NULL and
+//     struct_size checks naming the argument, handle lookup, out-parameter
+//     zeroing, then a call to the hand-written glue<Name> function.
+//   - api_generated.c: kvcm_get_api's table and the public C wrappers of
+//     functions that take void* (they forward to kvcm__go_<name> with
+//     uintptr_t).
+const (
+	shimHeader = "shim_generated.h"
+	shimGo     = "exports_generated.go"
+	shimC      = "api_generated.c"
+)
+
+// constTypedef is the name of the const typedef of a type used behind In[T].
+func constTypedef(t *Type) string {
+	return "kvcm__const_" + strings.ReplaceAll(t.CName(), " ", "_")
+}
+
+// hasVoidPtr reports whether a signature passes opaque pointers.
+func hasVoidPtr(s *Sig) bool {
+	for _, p := range s.Params {
+		if p.Type.Kind == KVoidPtr || p.Type.Kind == KConstVoidPtr {
+			return true
+		}
+	}
+	return false
+}
+
+// exportName is the symbol the Go side exports for f.
+func exportName(m *Model, f *Func) string {
+	if hasVoidPtr(f.Sig) {
+		return m.Prefix + "__go_" + strings.TrimPrefix(f.CName, m.Prefix+"_")
+	}
+	return f.CName
+}
+
+// shimCType renders the C type a Go export uses for a parameter: const
+// pointers through their typedef, opaque pointers as uintptr_t.
+func shimCType(t *Type) string {
+	switch t.Kind {
+	case KPtr:
+		if t.Dir == DirIn {
+			return constTypedef(t.Elem) + "*"
+		}
+		return t.CName()
+	case KCStr:
+		return "kvcm__const_char*"
+	case KVoidPtr, KConstVoidPtr:
+		return "uintptr_t"
+	}
+	return t.CName()
+}
+
+// goCType renders the cgo Go type of a parameter of an export.
+func goCType(t *Type) jen.Code {
+	switch t.Kind {
+	case KPtr:
+		if t.Dir == DirIn {
+			return jen.Op("*").Qual("C", constTypedef(t.Elem))
+		}
+		return jen.Op("*").Add(goCType(t.Elem))
+	case KCStr:
+		return jen.Op("*").Qual("C", "kvcm__const_char")
+	case KVoidPtr, KConstVoidPtr:
+		return jen.Qual("C", "uintptr_t")
+	case KSize:
+		return jen.Qual("C", "size_t")
+	case KScalar:
+		return jen.Qual("C", t.Scalar)
+	case KNamed:
+		return jen.Qual("C", t.Decl.CName)
+	}
+	panic(fmt.Sprintf("gen: no cgo type for kind %d", t.Kind))
+}
+
+func emitShim(m *Model, p Paths) (map[string][]byte, error) {
+	h := emitShimHeader(m)
+	g, err := emitShimGo(m, p)
+	if err != nil {
+		return nil, err
+	}
+	c := emitShimC(m, p)
+	return map[string][]byte{
+		path.Join(p.ShimDir, shimHeader): []byte(h),
+		path.Join(p.ShimDir, shimGo):     g,
+		path.Join(p.ShimDir, shimC):      []byte(c),
+	}, nil
+}
+
+func emitShimHeader(m *Model) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "/* %s */\n", Banner)
+	b.WriteString("/* Internal helpers of the cgo export shim; not part of the public ABI. */\n")
+	guard := strings.ToUpper(m.Prefix) + "_SHIM_GENERATED_H"
+	fmt.Fprintf(&b, "#ifndef %s\n#define %s\n\n#include <stddef.h>\n#include <stdint.h>\n\n#include \"%s/%s.h\"\n\n", guard, guard, m.Prefix, m.Prefix)
+
+	// Const typedefs for every In[T] element of every export, sorted.
+	seen := map[string]string{"kvcm__const_char": "char"}
+	var walk func(t *Type)
+	walk = func(t *Type) {
+		if t.Kind == KPtr && t.Dir == DirIn {
+			seen[constTypedef(t.Elem)] = t.Elem.CName()
+		}
+	}
+	for _, f := range m.Funcs {
+		for _, p := range f.Sig.Params {
+			walk(p.Type)
+		}
+	}
+	names := make([]string, 0, len(seen))
+	for k := range seen {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	b.WriteString("/* Const element types, so that Go exports match the header's const pointers. */\n")
+	for _, n := range names {
+		fmt.Fprintf(&b, "typedef const %s %s;\n", seen[n], n)
+	}
+
+	b.WriteString("\n/* Internal exports behind the public wrappers of functions that take void*. */\n")
+	for _, f := range m.Funcs {
+		if f.Impl == "go" && hasVoidPtr(f.Sig) {
+			var ps []string
+			for _, p := range f.Sig.Params {
+				ps = append(ps, shimCType(p.Type)+" "+p.CName)
+			}
+			fmt.Fprintf(&b, "extern %s %s(%s);\n", f.Sig.Result.CName(), exportName(m, f), strings.Join(ps, ", "))
+		}
+	}
+
+	b.WriteString("\n/* Versioned structs: the bytes struct_size must cover, per version. */\n")
+	for _, d := range m.Decls {
+		if d.Versioned {
+			for v := d.Since; v <= m.MaxSince(); v++ {
+				fmt.Fprintf(&b, "#define %s_SIZE_V%d %d\n", strings.ToUpper(strings.Replace(d.CName, m.Prefix+"_", m.Prefix+"__", 1)), v, d.SizeV(v))
+			}
+		}
+	}
+
+	b.WriteString("\n/* Fields appended after a versioned struct's first version: read one only when it is present. */\n")
+	for _, d := range m.Decls {
+		if !d.Versioned {
+			continue
+		}
+		for _, f := range d.Fields {
+			if f.Since > d.Since {
+				fmt.Fprintf(&b, "static inline int kvcm__has_%s_%s(const %s* p) { return p->struct_size >= offsetof(%s, %s) + sizeof(p->%s); }\n",
+					strings.TrimPrefix(d.CName, m.Prefix+"_"), f.CName, d.CName, d.CName, f.CName, f.CName)
+			}
+		}
+	}
+
+	b.WriteString("\n/* Opaque pointer fields, read and written as uintptr_t. */\n")
+	for _, d := range m.Decls {
+		for _, f := range d.Fields {
+			if f.Type.Kind == KVoidPtr || f.Type.Kind == KConstVoidPtr {
+				fmt.Fprintf(&b, "static inline uintptr_t kvcm__get_%s_%s(const %s* p) { return (uintptr_t)p->%s; }\n",
+					strings.TrimPrefix(d.CName, m.Prefix+"_"), f.CName, d.CName, f.CName)
+				fmt.Fprintf(&b, "static inline void kvcm__set_%s_%s(%s* p, uintptr_t v) { p->%s = (%s)v; }\n",
+					strings.TrimPrefix(d.CName, m.Prefix+"_"), f.CName, d.CName, f.CName, f.Type.CName())
+			}
+		}
+	}
+
+	b.WriteString("\n/* Vtable slots: presence (struct_size covers the slot and it is non-null) and callers. */\n")
+	for _, d := range m.Decls {
+		if !d.Vtable {
+			continue
+		}
+		short := strings.TrimPrefix(d.CName, m.Prefix+"_")
+		for _, f := range d.Fields {
+			if f.Type.Kind != KFunc {
+				continue
+			}
+			fmt.Fprintf(&b, "static inline int kvcm__has_%s_%s(const %s* vt) {\n", short, f.CName, d.CName)
+			fmt.Fprintf(&b, "    return vt != NULL && vt->struct_size >= offsetof(%s, %s) + sizeof(vt->%s) && vt->%s != NULL;\n}\n",
+				d.CName, f.CName, f.CName, f.CName)
+			writeCaller(&b, fmt.Sprintf("kvcm__call_%s_%s", short, f.CName), "const "+d.CName+"* vt", "vt->"+f.CName, f.Type.Sig)
+		}
+	}
+	b.WriteString("\n/* Callbacks: callers that take opaque pointers as uintptr_t. */\n")
+	for _, d := range m.Decls {
+		if d.Kind == DCallback {
+			short := strings.TrimPrefix(d.CName, m.Prefix+"_")
+			writeCaller(&b, "kvcm__call_"+short, d.CName+" fn", "fn", d.Callback)
+		}
+	}
+	b.WriteString("\n/* Enumerator names (defined in " + shimC + "). */\n")
+	for _, d := range m.Decls {
+		if d.Kind == DEnum {
+			fmt.Fprintf(&b, "const char* kvcm__enum_name_%s(%s v);\n", strings.TrimPrefix(d.CName, m.Prefix+"_"), d.CName)
+		}
+	}
+	fmt.Fprintf(&b, "\n#endif /* %s */\n", guard)
+	return b.String()
+}
+
+// writeCaller writes a static inline function that calls target with the
+// signature's parameters, opaque pointers passed in as uintptr_t.
+func writeCaller(b *strings.Builder, name, first, target string, s *Sig) {
+	params := []string{first}
+	var args []string
+	for _, p := range s.Params {
+		switch p.Type.Kind {
+		case KVoidPtr, KConstVoidPtr:
+			params = append(params, "uintptr_t "+p.CName)
+			args = append(args, "("+p.Type.CName()+")"+p.CName)
+		default:
+			params = append(params, p.Type.CDecl(p.CName))
+			args = append(args, p.CName)
+		}
+	}
+	ret := "return "
+	if s.Result.Kind == KVoid {
+		ret = ""
+	}
+	fmt.Fprintf(b, "static inline %s %s(%s) { %s%s(%s); }\n", s.Result.CName(), name, strings.Join(params, ", "), ret, target, strings.Join(args, ", "))
+}
+
+func emitShimC(m *Model, p Paths) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "/* %s */\n", Banner)
+	b.WriteString("/* The function table and the public wrappers of functions that take void*. */\n")
+	fmt.Fprintf(&b, "#include <stddef.h>\n#include <stdint.h>\n\n#include \"%s\"\n#include \"%s\"\n\n", p.Include, shimHeader)
+	for _, f := range m.Funcs {
+		if f.Impl != "go" || !hasVoidPtr(f.Sig) {
+			continue
+		}
+		var args []string
+		for _, p := range f.Sig.Params {
+			if p.Type.Kind == KVoidPtr || p.Type.Kind == KConstVoidPtr {
+				args = append(args, "(uintptr_t)"+p.CName)
+			} else {
+				args = append(args, p.CName)
+			}
+		}
+		fmt.Fprintf(&b, "%s %s(%s) {\n    return %s(%s);\n}\n\n", f.Sig.Result.CName(), f.CName, f.Sig.CParams(), exportName(m, f), strings.Join(args, ", "))
+	}
+	for _, d := range m.Decls {
+		if d.Kind != DEnum {
+			continue
+		}
+		fmt.Fprintf(&b, "const char* kvcm__enum_name_%s(%s v) {\n    switch (v) {\n", strings.TrimPrefix(d.CName, m.Prefix+"_"), d.CName)
+		for _, e := range d.Members {
+			fmt.Fprintf(&b, "    case %s:\n        return \"%s\";\n", e.CName, e.CName)
+		}
+		fmt.Fprintf(&b, "    }\n    return NULL;\n}\n\n")
+	}
+	api := m.APIDecl()
+	var entry *Func
+	for _, f := range m.Funcs {
+		if f.Impl == "api" {
+			entry = f
+		}
+	}
+	if api != nil && entry != nil {
+		fmt.Fprintf(&b, "static const %s %s__table = {\n", api.CName, m.Prefix)
+		fmt.Fprintf(&b, "    (uint32_t)sizeof(%s),\n    %s_ABI_VERSION,\n", api.CName, strings.ToUpper(m.Prefix))
+		for _, f := range m.TableFuncs() {
+			fmt.Fprintf(&b, "    %s,\n", f.CName)
+		}
+		b.WriteString("};\n\n")
+		fmt.Fprintf(&b, "const %s* %s(uint32_t %s) {\n", api.CName, entry.CName, entry.Sig.Params[0].CName)
+		v := entry.Sig.Params[0].CName
+		fmt.Fprintf(&b, "    if (%s == 0 || %s > %s_ABI_VERSION) {\n        return NULL;\n    }\n", v, v, strings.ToUpper(m.Prefix))
+		fmt.Fprintf(&b, "    return &%s__table;\n}\n", m.Prefix)
+	}
+	return b.String()
+}
+
+func emitShimGo(m *Model, p Paths) ([]byte, error) {
+	f := jen.NewFile(p.ShimPkg)
+	f.HeaderComment(Banner)
+	f.CgoPreamble(fmt.Sprintf("#cgo CFLAGS: -I${SRCDIR}/%s\n#include \"%s\"\n#include \"%s\"\n#include \"%s_internal.h\"",
+		relInclude(p), p.Include, shimHeader, m.Prefix))
+	for _, fn := range m.Funcs {
+		if fn.Impl != "go" {
+			continue
+		}
+		code, err := shimFunc(m, fn)
+		if err != nil {
+			return nil, err
+		}
+		f.Comment(code.doc)
+		f.Comment("//export " + code.name)
+		f.Add(code.fn)
+		f.Line()
+	}
+	var buf bytes.Buffer
+	if err := f.Render(&buf); err != nil {
+		return nil, fmt.Errorf("render shim: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// relInclude is the include directory relative to the shim directory.
+func relInclude(p Paths) string {
+	depth := len(strings.Split(path.Clean(p.ShimDir), "/"))
+	return strings.Repeat("../", depth) + path.Dir(path.Dir(p.Header))
+}
+
+type shimCode struct {
+	name, doc string
+	fn        *jen.Statement
+}
+
+func shimFunc(m *Model, fn *Func) (shimCode, error) {
+	name := exportName(m, fn)
+	status := fn.Sig.Result.IsStatus()
+	var params []jen.Code
+	for _, p := range fn.Sig.Params {
+		params = append(params, jen.Id(p.CName).Add(goCType(p.Type)))
+	}
+	var result jen.Code
+	if status {
+		result = jen.Id("status").Op("*").Qual("C", m.StatusDecl().CName)
+	} else if fn.Sig.Result.Kind != KVoid {
+		result = jen.Id("result").Add(goCType(fn.Sig.Result))
+	}
+	var body []jen.Code
+	body = append(body, jen.Const().Id("kvcmFn").Op("=").Lit(fn.CName))
+	if status {
+		body = append(body, jen.Defer().Func().Params().Block(
+			jen.If(jen.Id("r").Op(":=").Recover(), jen.Id("r").Op("!=").Nil()).Block(
+				jen.Id("status").Op("=").Id("panicStatus").Call(jen.Id("kvcmFn"), jen.Id("r")),
+			),
+		).Call())
+	} else {
+		body = append(body, jen.Defer().Func().Params().Block(
+			jen.If(jen.Id("r").Op(":=").Recover(), jen.Id("r").Op("!=").Nil()).Block(
+				jen.Id("poison").Call(jen.Id("kvcmFn"), jen.Id("r")),
+			),
+		).Call())
+	}
+	args := map[string]jen.Code{}
+	// Consumed struct arguments are taken first, so they are released on
+	// every path below (poisoned library and bad arguments included).
+	for _, p := range fn.Sig.Params {
+		args[p.CName] = jen.Id(p.CName)
+		if p.Has("consumed") && p.Type.Kind == KPtr && p.Type.Elem.Kind == KNamed && p.Type.Elem.Decl.Kind == DStruct {
+			v := lowerCamel(p.CName) + "Arg"
+			body = append(body,
+				jen.Id(v).Op(":=").Id("consume"+p.Type.Elem.Decl.GoName).Call(jen.Id(p.CName)),
+				jen.Defer().Id(v).Dot("release").Call())
+			args[p.CName] = jen.Id(v)
+		}
+	}
+	// Zero the out-parameters (not buffers) so that a failure leaves them 0.
+	for _, p := range fn.Sig.Params {
+		if p.Type.Kind == KPtr && p.Type.Dir == DirOut && p.Len == "" && !p.Has("consumed") {
+			var zero jen.Code = jen.Lit(0)
+			if p.Type.Elem.Kind == KNamed && p.Type.Elem.Decl.Kind == DStruct {
+				zero = jen.Qual("C", p.Type.Elem.Decl.CName).Values()
+			}
+			body = append(body, jen.If(jen.Id(p.CName).Op("!=").Nil()).Block(jen.Op("*").Id(p.CName).Op("=").Add(zero)))
+		}
+	}
+	fail := func(c jen.Code) jen.Code {
+		if status {
+			return jen.Return(c)
+		}
+		return jen.Id("discardStatus").Call(c).Line().Return()
+	}
+	if status {
+		body = append(body, jen.If(jen.Id("isPoisoned").Call()).Block(jen.Return(jen.Id("poisonedStatus").Call(jen.Id("kvcmFn")))))
+	}
+	for _, p := range fn.Sig.Params {
+		if !status {
+			break
+		}
+		var isNil jen.Code
+		switch p.Type.Kind {
+		case KPtr, KCStr:
+			isNil = jen.Id(p.CName).Op("==").Nil()
+		case KVoidPtr, KConstVoidPtr:
+			isNil = jen.Id(p.CName).Op("==").Lit(0)
+		case KNamed:
+			if p.Type.Decl.Kind == DCallback {
+				isNil = jen.Id(p.CName).Op("==").Nil()
+			}
+		}
+		if isNil == nil {
+			continue
+		}
+		if p.Nullable && p.Len != "" {
+			body = append(body, jen.If(jen.Add(isNil).Op("&&").Id(p.Len).Op("!=").Lit(0)).Block(
+				jen.Return(jen.Id("argStatus").Call(jen.Id("kvcmFn"), jen.Lit(p.CName),
+					jen.Qual("fmt", "Sprintf").Call(jen.Lit("is NULL but "+p.Len+" is %d"), jen.Id(p.Len)))),
+			))
+		} else if !p.Nullable {
+			body = append(body, jen.If(isNil).Block(
+				jen.Return(jen.Id("argStatus").Call(jen.Id("kvcmFn"), jen.Lit(p.CName), jen.Lit("must not be NULL"))),
+			))
+		}
+	}
+	for _, p := range fn.Sig.Params {
+		if !status {
+			break
+		}
+		if p.Type.Kind == KPtr && p.Type.Dir == DirIn && p.Type.Elem.Kind == KNamed && p.Type.Elem.Decl.Versioned && !p.Has("consumed") {
+			d := p.Type.Elem.Decl
+			body = append(body, jen.If(
+				jen.Id("st").Op(":=").Id("checkVersion").Call(jen.Id("kvcmFn"), jen.Lit(p.CName),
+					jen.Uint32().Call(jen.Id(p.CName).Dot("struct_size")), jen.Uint32().Call(jen.Id(p.CName).Dot("abi_version")),
+					jen.Uint32().Call(jen.Qual("C", strings.ToUpper(strings.Replace(d.CName, m.Prefix+"_", m.Prefix+"__", 1))+fmt.Sprintf("_SIZE_V%d", d.Since)))),
+				jen.Id("st").Op("!=").Nil()).Block(jen.Return(jen.Id("st"))))
+		}
+	}
+	for _, p := range fn.Sig.Params {
+		if p.Type.Kind != KNamed || p.Type.Decl.Kind != DHandle {
+			continue
+		}
+		v := lowerCamel(p.CName) + "Obj"
+		body = append(body,
+			jen.List(jen.Id(v), jen.Id("st")).Op(":=").Id("lookup"+p.Type.Decl.GoName).Call(jen.Id("kvcmFn"), jen.Lit(p.CName), jen.Id(p.CName)),
+			jen.If(jen.Id("st").Op("!=").Nil()).Block(fail(jen.Id("st"))))
+		args[p.CName] = jen.Id(v)
+	}
+	var call []jen.Code
+	for _, p := range fn.Sig.Params {
+		call = append(call, args[p.CName])
+	}
+	glue := jen.Id("glue" + fn.GoName).Call(call...)
+	switch {
+	case status:
+		body = append(body, jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), glue)))
+	case fn.Sig.Result.Kind == KVoid:
+		body = append(body, glue)
+	default:
+		body = append(body, jen.Return(glue))
+	}
+	doc := fmt.Sprintf("%s is the export of %s (ABI version %d).", name, fn.CName, fn.Since)
+	sig := jen.Func().Id(name).Params(params...)
+	if result != nil {
+		sig = sig.Parens(result)
+	}
+	return shimCode{name: name, doc: doc, fn: sig.Block(body...)}, nil
+}

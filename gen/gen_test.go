@@ -1,0 +1,147 @@
+package gen
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
+
+// tinyPaths puts every output of the tiny description under one tree.
+var tinyPaths = Paths{
+	Header:  "include/kvcm/kvcm.h",
+	ShimDir: "capi",
+	ShimPkg: "capi",
+	Cpp:     "cpp/kvcm_generated.hpp",
+	Python:  "python/_ffi.py",
+	Doc:     "docs/api.md",
+	Include: "kvcm/kvcm.h",
+}
+
+func loadTiny(t *testing.T) *Model {
+	t.Helper()
+	m, err := Load("testdata/tiny", ".")
+	require.NoError(t, err)
+	return m
+}
+
+// TestGolden generates every output of testdata/tiny and compares it with
+// testdata/golden (go test ./gen -run TestGolden -update rewrites them).
+func TestGolden(t *testing.T) {
+	files, err := Generate(loadTiny(t), tinyPaths)
+	require.NoError(t, err)
+	root := filepath.Join("testdata", "golden")
+	if *update {
+		require.NoError(t, os.RemoveAll(root))
+		require.NoError(t, Write(root, files))
+	}
+	var want []string
+	require.NoError(t, filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(root, path)
+			want = append(want, filepath.ToSlash(rel))
+		}
+		return err
+	}))
+	assert.ElementsMatch(t, want, SortedKeys(files), "the set of generated files")
+	for _, name := range SortedKeys(files) {
+		golden, err := os.ReadFile(filepath.Join(root, name))
+		if !assert.NoError(t, err, name) {
+			continue
+		}
+		assert.Equal(t, string(golden), string(files[name]), "%s differs from its golden file (run with -update after checking)", name)
+	}
+}
+
+func TestDeterministic(t *testing.T) {
+	a, err := Generate(loadTiny(t), tinyPaths)
+	require.NoError(t, err)
+	b, err := Generate(loadTiny(t), tinyPaths)
+	require.NoError(t, err)
+	assert.Equal(t, a, b)
+}
+
+func TestEveryFileHasTheBanner(t *testing.T) {
+	files, err := Generate(loadTiny(t), tinyPaths)
+	require.NoError(t, err)
+	for name, data := range files {
+		first, _, _ := strings.Cut(string(data), "\n")
+		assert.Contains(t, first, Banner, name)
+	}
+}
+
+// TestKvcmDescription loads the real description: it must be complete (every
+// function documented, every parameter described) and its outputs must be
+// the checked-in files (the drift check make generate-check runs too).
+func TestKvcmDescription(t *testing.T) {
+	m, err := Load("..", "./gen/abi")
+	require.NoError(t, err)
+	for _, f := range m.Funcs {
+		assert.NotEmpty(t, f.Doc, f.CName)
+		assert.True(t, strings.HasPrefix(f.CName, "kvcm_"), f.CName)
+	}
+	files, err := Generate(m, DefaultPaths)
+	require.NoError(t, err)
+	diff, err := Check("..", files)
+	require.NoError(t, err)
+	assert.Empty(t, diff, "generated files are out of date: run make generate")
+}
+
+func TestModel(t *testing.T) {
+	m := loadTiny(t)
+	opts := m.Decl("Options")
+	require.NotNil(t, opts)
+	assert.Equal(t, "kvcm_options", opts.CName)
+	assert.Equal(t, []string{"struct_size", "abi_version", "flag", "pairs", "num_pairs", "label", "extra"}, fieldNames(opts))
+	assert.Equal(t, 48, opts.Size())
+	assert.Equal(t, 40, opts.SizeV(1), "extra appeared in version 2")
+	assert.Equal(t, 48, opts.SizeV(2))
+	pair := m.Decl("Pair")
+	assert.Equal(t, 8, pair.Alignment())
+	var names []string
+	for _, f := range m.TableFuncs() {
+		names = append(names, f.CName)
+	}
+	assert.Equal(t, []string{"kvcm_count", "kvcm_status_free", "kvcm_widget_create", "kvcm_widget_notify"}, names,
+		"the table is ordered by version, then name, and omits kvcm_get_api")
+}
+
+func fieldNames(d *Decl) []string {
+	var out []string
+	for _, f := range d.Fields {
+		out = append(out, f.CName)
+	}
+	return out
+}
+
+func TestNames(t *testing.T) {
+	for in, want := range map[string]string{
+		"KVCacheCreate": "kv_cache_create", "GetAPI": "get_api", "layerGroupID": "layer_group_id",
+		"ABIVersion": "abi_version", "PathGPUToHost": "path_gpu_to_host", "numGpuDescs": "num_gpu_descs",
+		"ColdPageCodecVtable": "cold_page_codec_vtable", "LoraID": "lora_id", "Dst": "dst",
+	} {
+		assert.Equal(t, want, Snake(in), in)
+	}
+	assert.Equal(t, "KvCacheOptions", Camel("kv_cache_options"))
+	assert.Equal(t, "LayerGroupId", Camel(Snake("LayerGroupID")))
+}
+
+func TestLoadErrors(t *testing.T) {
+	for dir, want := range map[string]string{
+		"multi":     "multi-value results are not allowed",
+		"gostring":  "not fixed-width",
+		"noparam":   "parameter v has no //kvcm:param",
+		"gopointer": "Go pointers are only allowed for the status result",
+	} {
+		_, err := Load(filepath.Join("testdata", "bad", dir), ".")
+		if assert.Error(t, err, dir) {
+			assert.Contains(t, err.Error(), want, dir)
+		}
+	}
+}

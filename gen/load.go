@@ -1,0 +1,593 @@
+package gen
+
+import (
+	"fmt"
+	"go/ast"
+	"go/token"
+	"go/types"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/tools/go/packages"
+)
+
+// SpecPath is the import path of the marker types.
+const SpecPath = "github.com/kvcm/kvcm/gen/spec"
+
+// Load reads the description package pattern (relative to dir) and builds
+// its model.
+func Load(dir, pattern string) (*Model, error) {
+	cfg := &packages.Config{
+		Mode: packages.NeedName | packages.NeedFiles | packages.NeedSyntax |
+			packages.NeedTypes | packages.NeedTypesInfo | packages.NeedImports | packages.NeedDeps,
+		Dir: dir,
+	}
+	pkgs, err := packages.Load(cfg, pattern)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", pattern, err)
+	}
+	if len(pkgs) != 1 {
+		return nil, fmt.Errorf("load %s: want one package, got %d", pattern, len(pkgs))
+	}
+	p := pkgs[0]
+	if len(p.Errors) > 0 {
+		var msgs []string
+		for _, e := range p.Errors {
+			msgs = append(msgs, e.Error())
+		}
+		return nil, fmt.Errorf("load %s: %s", pattern, strings.Join(msgs, "; "))
+	}
+	l := &loader{enumOpts: map[string]map[string]string{}, pkg: p, m: &Model{Package: p.PkgPath, Prefix: "kvcm", byGo: map[string]*Decl{}}}
+	if err := l.run(); err != nil {
+		return nil, err
+	}
+	return l.m, nil
+}
+
+type loader struct {
+	pkg      *packages.Package
+	m        *Model
+	specs    []typeSpec
+	enumOpts map[string]map[string]string
+}
+
+type typeSpec struct {
+	ts   *ast.TypeSpec
+	doc  *ast.CommentGroup
+	file string
+	pos  int
+}
+
+type directives map[string][]string // name → argument lines, in order
+
+func parseDirectives(groups ...*ast.CommentGroup) directives {
+	d := directives{}
+	for _, g := range groups {
+		if g == nil {
+			continue
+		}
+		for _, c := range g.List {
+			rest, ok := strings.CutPrefix(c.Text, "//kvcm:")
+			if !ok {
+				continue
+			}
+			name, args, _ := strings.Cut(rest, " ")
+			d[name] = append(d[name], strings.TrimSpace(args))
+		}
+	}
+	return d
+}
+
+func (d directives) has(name string) bool { _, ok := d[name]; return ok }
+
+func (d directives) one(name string) string {
+	if v := d[name]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// kv parses "a=b c=d".
+func kv(s string) map[string]string {
+	out := map[string]string{}
+	for _, f := range strings.Fields(s) {
+		k, v, _ := strings.Cut(f, "=")
+		out[k] = v
+	}
+	return out
+}
+
+func docText(g *ast.CommentGroup) string {
+	if g == nil {
+		return ""
+	}
+	return strings.TrimSpace(g.Text())
+}
+
+// renamed replaces the Go name a doc comment starts with by the C name.
+func renamed(doc, goName, cName string) string {
+	if rest, ok := strings.CutPrefix(doc, goName); ok && (rest == "" || rest[0] == ' ' || rest[0] == ',' || rest[0] == ':') {
+		return cName + rest
+	}
+	return doc
+}
+
+func (l *loader) since(d directives, where string) (int, error) {
+	s := d.one("since")
+	if s == "" {
+		return 0, fmt.Errorf("%s: missing //kvcm:since", where)
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 1 {
+		return 0, fmt.Errorf("%s: bad //kvcm:since %q", where, s)
+	}
+	return v, nil
+}
+
+func (l *loader) run() error {
+	files := slices.Clone(l.pkg.Syntax)
+	slices.SortFunc(files, func(a, b *ast.File) int {
+		return strings.Compare(l.fileName(a), l.fileName(b))
+	})
+	var consts []*ast.ValueSpec
+	constDoc := map[*ast.ValueSpec]*ast.CommentGroup{}
+	for _, f := range files {
+		for _, decl := range f.Decls {
+			gd, ok := decl.(*ast.GenDecl)
+			if !ok {
+				continue
+			}
+			for _, s := range gd.Specs {
+				doc := gd.Doc
+				switch s := s.(type) {
+				case *ast.TypeSpec:
+					if gd.Lparen.IsValid() || s.Doc != nil {
+						doc = s.Doc
+					}
+					l.specs = append(l.specs, typeSpec{ts: s, doc: doc, file: l.fileName(f), pos: l.pkg.Fset.Position(s.Pos()).Line})
+				case *ast.ValueSpec:
+					if gd.Tok != token.CONST {
+						continue
+					}
+					if gd.Lparen.IsValid() || s.Doc != nil {
+						doc = s.Doc
+					}
+					consts = append(consts, s)
+					constDoc[s] = doc
+				}
+			}
+		}
+	}
+	// Pass 1: declare every named type so that references resolve.
+	var funcs []typeSpec
+	for _, s := range l.specs {
+		d := parseDirectives(s.doc)
+		name := s.ts.Name.Name
+		if _, isFunc := s.ts.Type.(*ast.FuncType); isFunc && !d.has("callback") {
+			funcs = append(funcs, s)
+			continue
+		}
+		dc := &Decl{GoName: name, Doc: docText(s.doc), File: s.file, Pos: s.pos}
+		switch {
+		case d.has("enum"):
+			dc.Kind = DEnum
+		case d.has("typedef"):
+			dc.Kind = DTypedef
+		case d.has("handle"):
+			dc.Kind = DHandle
+		case d.has("callback"):
+			dc.Kind = DCallback
+		case d.has("opaque"):
+			dc.Kind = DOpaque
+		case d.has("struct"), d.has("vtable"):
+			dc.Kind = DStruct
+		default:
+			return fmt.Errorf("%s: type %s has no //kvcm: kind directive", s.file, name)
+		}
+		var err error
+		if dc.Since, err = l.since(d, name); err != nil {
+			return err
+		}
+		dc.CName = l.m.Prefix + "_" + Snake(name)
+		if c := d.one("cname"); c != "" {
+			dc.CName = c
+		}
+		dc.Doc = renamed(dc.Doc, name, dc.CName)
+		dc.CppName = Camel(Snake(name))
+		if dc.Kind == DHandle {
+			dc.CppName += "Handle"
+		}
+		if c := d.one("cpp"); c != "" {
+			dc.CppName = c
+		}
+		dc.CppAliases = d["cppalias"]
+		dc.Versioned = d.has("versioned")
+		dc.Vtable = d.has("vtable")
+		dc.Status = d.has("status")
+		dc.APITable = d.has("apitable")
+		if a := d.one("align"); a != "" {
+			dc.Align, _ = strconv.Atoi(a)
+		}
+		if e := kv(d.one("enum")); dc.Kind == DEnum {
+			if e["cpp"] != "" {
+				dc.CppName = e["cpp"]
+			}
+			dc.CppBase = e["cppbase"]
+			l.enumOpts[name] = e
+		}
+		l.m.byGo[name] = dc
+		l.m.Decls = append(l.m.Decls, dc)
+	}
+	// Pass 2: bodies.
+	for _, s := range l.specs {
+		dc := l.m.byGo[s.ts.Name.Name]
+		if dc == nil {
+			continue
+		}
+		if err := l.body(dc, s); err != nil {
+			return err
+		}
+	}
+	for _, vs := range consts {
+		if err := l.constSpec(vs, constDoc[vs]); err != nil {
+			return err
+		}
+	}
+	for _, s := range funcs {
+		f, err := l.function(s)
+		if err != nil {
+			return err
+		}
+		l.m.Funcs = append(l.m.Funcs, f)
+	}
+	slices.SortFunc(l.m.Funcs, func(a, b *Func) int { return strings.Compare(a.CName, b.CName) })
+	for _, d := range l.m.Decls {
+		slices.SortStableFunc(d.Members, func(a, b *EnumMember) int { return cmpInt(a.Value, b.Value) })
+	}
+	return l.order()
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (l *loader) fileName(f *ast.File) string {
+	return filepath.Base(l.pkg.Fset.File(f.Pos()).Name())
+}
+
+func (l *loader) body(dc *Decl, s typeSpec) error {
+	obj := l.pkg.TypesInfo.Defs[s.ts.Name].(*types.TypeName)
+	under := obj.Type().Underlying()
+	switch dc.Kind {
+	case DEnum, DTypedef, DHandle:
+		t, err := l.convert(under, dc.GoName)
+		if err != nil {
+			return err
+		}
+		if t.Kind != KScalar && t.Kind != KSize {
+			return fmt.Errorf("%s: enum, typedef and handle types must be scalars", dc.GoName)
+		}
+		dc.Base = t
+	case DCallback:
+		sig, err := l.signature(under.(*types.Signature), s.ts.Type.(*ast.FuncType), dc.GoName)
+		if err != nil {
+			return err
+		}
+		dc.Callback = sig
+	case DStruct:
+		st, ok := s.ts.Type.(*ast.StructType)
+		if !ok {
+			return fmt.Errorf("%s: //kvcm:struct on a non-struct", dc.GoName)
+		}
+		if dc.Versioned {
+			dc.Fields = append(dc.Fields,
+				&Field{GoName: "StructSize", CName: "struct_size", Type: &Type{Kind: KScalar, Scalar: "uint32_t"}, Since: dc.Since,
+					Doc: "Set to sizeof(" + dc.CName + "): the library reads only the fields it covers."},
+				&Field{GoName: "ABIVersion", CName: "abi_version", Type: &Type{Kind: KScalar, Scalar: "uint32_t"}, Since: dc.Since,
+					Doc: "Set to KVCM_ABI_VERSION, the version of the header the caller was built with."})
+		}
+		tstruct := under.(*types.Struct)
+		i := 0
+		for _, af := range st.Fields.List {
+			for _, name := range af.Names {
+				tf := tstruct.Field(i)
+				tag := reflect.StructTag(tstruct.Tag(i))
+				i++
+				where := dc.GoName + "." + name.Name
+				var t *Type
+				var err error
+				if sig, ok := tf.Type().(*types.Signature); ok {
+					var sg *Sig
+					sg, err = l.signature(sig, af.Type.(*ast.FuncType), where)
+					t = &Type{Kind: KFunc, Sig: sg}
+				} else {
+					t, err = l.convert(tf.Type(), where)
+				}
+				if err != nil {
+					return err
+				}
+				f := &Field{GoName: name.Name, CName: Snake(name.Name), Type: t, Doc: docText(af.Doc), Since: dc.Since,
+					Nullable: tag.Get("nullable") == "true", Own: tag.Get("own")}
+				if c := tag.Get("c"); c != "" {
+					f.CName = c
+				}
+				if v := tag.Get("since"); v != "" {
+					f.Since, _ = strconv.Atoi(v)
+				}
+				if n := tag.Get("len"); n != "" {
+					f.Len = Snake(n)
+				}
+				f.Doc = renamed(f.Doc, f.GoName, f.CName)
+				dc.Fields = append(dc.Fields, f)
+			}
+		}
+		if i != tstruct.NumFields() {
+			return fmt.Errorf("%s: embedded fields are not supported", dc.GoName)
+		}
+	}
+	return nil
+}
+
+func (l *loader) constSpec(vs *ast.ValueSpec, doc *ast.CommentGroup) error {
+	d := parseDirectives(doc)
+	for _, name := range vs.Names {
+		c := l.pkg.TypesInfo.Defs[name].(*types.Const)
+		if named, ok := c.Type().(*types.Named); ok {
+			dc := l.m.byGo[named.Obj().Name()]
+			if dc == nil || dc.Kind != DEnum {
+				return fmt.Errorf("constant %s: type %s is not an enum", name.Name, named.Obj().Name())
+			}
+			v, _ := strconv.ParseInt(c.Val().ExactString(), 10, 64)
+			opts := l.enumOpts[dc.GoName]
+			trimmed := strings.TrimPrefix(name.Name, opts["trim"])
+			mem := &EnumMember{GoName: name.Name, Value: v, Doc: docText(doc), Since: dc.Since,
+				CName:   opts["cprefix"] + strings.ToUpper(Snake(trimmed)),
+				CppName: "k" + Camel(Snake(trimmed)),
+				PyName:  strings.ToUpper(Snake(trimmed))}
+			if trimmed == "OK" {
+				mem.PyName, mem.CppName = "OK", "kOk"
+			}
+			if cn := d.one("cname"); cn != "" {
+				mem.CName = cn
+			}
+			mem.Doc = renamed(mem.Doc, name.Name, mem.CName)
+			if s := d.one("since"); s != "" {
+				mem.Since, _ = strconv.Atoi(s)
+			}
+			dc.Members = append(dc.Members, mem)
+			continue
+		}
+		since, err := l.since(d, name.Name)
+		if err != nil {
+			return err
+		}
+		k := &Const{GoName: name.Name, CName: strings.ToUpper(l.m.Prefix + "_" + Snake(name.Name)), Doc: docText(doc), Since: since}
+		if cn := d.one("cname"); cn != "" {
+			k.CName = cn
+		}
+		k.Doc = renamed(k.Doc, name.Name, k.CName)
+		b := c.Type().Underlying().(*types.Basic)
+		if b.Info()&types.IsString != 0 {
+			k.Str, k.Value = true, constantString(c)
+		} else {
+			t, err := l.convert(c.Type(), name.Name)
+			if err != nil {
+				return err
+			}
+			k.Type, k.Value = t, c.Val().ExactString()
+		}
+		l.m.Consts = append(l.m.Consts, k)
+	}
+	return nil
+}
+
+func constantString(c *types.Const) string {
+	s, _ := strconv.Unquote(c.Val().ExactString())
+	return s
+}
+
+func (l *loader) function(s typeSpec) (*Func, error) {
+	d := parseDirectives(s.doc)
+	name := s.ts.Name.Name
+	since, err := l.since(d, name)
+	if err != nil {
+		return nil, err
+	}
+	obj := l.pkg.TypesInfo.Defs[s.ts.Name].(*types.TypeName)
+	sig, err := l.signature(obj.Type().Underlying().(*types.Signature), s.ts.Type.(*ast.FuncType), name)
+	if err != nil {
+		return nil, err
+	}
+	f := &Func{GoName: name, CName: l.m.Prefix + "_" + Snake(name), Doc: docText(s.doc), Since: since,
+		Thread: d.one("thread"), Impl: d.one("impl"), Sig: sig, Returns: d.one("returns")}
+	if c := d.one("cname"); c != "" {
+		f.CName = c
+	}
+	f.Doc = renamed(f.Doc, name, f.CName)
+	if f.Impl == "" {
+		f.Impl = "go"
+	}
+	if f.Thread == "" {
+		return nil, fmt.Errorf("%s: missing //kvcm:thread", name)
+	}
+	if _, ok := threadDocs[f.Thread]; !ok {
+		return nil, fmt.Errorf("%s: unknown //kvcm:thread %q", name, f.Thread)
+	}
+	byName := map[string]*Param{}
+	for _, p := range sig.Params {
+		byName[p.GoName] = p
+	}
+	for _, line := range d["param"] {
+		fields := strings.SplitN(line, " ", 3)
+		if len(fields) < 2 {
+			return nil, fmt.Errorf("%s: bad //kvcm:param %q", name, line)
+		}
+		p := byName[fields[0]]
+		if p == nil {
+			return nil, fmt.Errorf("%s: //kvcm:param names unknown parameter %q", name, fields[0])
+		}
+		for _, fl := range strings.Split(fields[1], ",") {
+			if n, ok := strings.CutPrefix(fl, "len="); ok {
+				if byName[n] == nil {
+					return nil, fmt.Errorf("%s: %s: len names unknown parameter %q", name, p.GoName, n)
+				}
+				p.Len = Snake(n)
+				continue
+			}
+			switch fl {
+			case "in", "out", "borrowed", "owned", "consumed", "nullable":
+			default:
+				return nil, fmt.Errorf("%s: %s: unknown flag %q", name, p.GoName, fl)
+			}
+			p.Flags = append(p.Flags, fl)
+		}
+		p.Nullable = p.Has("nullable")
+		if len(fields) == 3 {
+			p.Doc = fields[2]
+		}
+	}
+	for _, p := range sig.Params {
+		if p.Doc == "" {
+			return nil, fmt.Errorf("%s: parameter %s has no //kvcm:param", name, p.GoName)
+		}
+	}
+	return f, nil
+}
+
+func (l *loader) signature(sig *types.Signature, ft *ast.FuncType, where string) (*Sig, error) {
+	out := &Sig{Result: &Type{Kind: KVoid}}
+	for i := range sig.Params().Len() {
+		v := sig.Params().At(i)
+		if v.Name() == "" || v.Name() == "_" {
+			return nil, fmt.Errorf("%s: every parameter needs a name", where)
+		}
+		t, err := l.convert(v.Type(), where+"("+v.Name()+")")
+		if err != nil {
+			return nil, err
+		}
+		out.Params = append(out.Params, &Param{GoName: v.Name(), CName: Snake(v.Name()), Type: t})
+	}
+	switch sig.Results().Len() {
+	case 0:
+	case 1:
+		t, err := l.convert(sig.Results().At(0).Type(), where+" result")
+		if err != nil {
+			return nil, err
+		}
+		out.Result = t
+	default:
+		return nil, fmt.Errorf("%s: multi-value results are not allowed in the ABI", where)
+	}
+	_ = ft
+	return out, nil
+}
+
+var scalars = map[types.BasicKind]string{
+	types.Int8: "int8_t", types.Int16: "int16_t", types.Int32: "int32_t", types.Int64: "int64_t",
+	types.Uint8: "uint8_t", types.Uint16: "uint16_t", types.Uint32: "uint32_t", types.Uint64: "uint64_t",
+	types.Float32: "float", types.Float64: "double", types.Bool: "bool", types.Uintptr: "uintptr_t",
+}
+
+func (l *loader) convert(t types.Type, where string) (*Type, error) {
+	switch t := t.(type) {
+	case *types.Basic:
+		if s, ok := scalars[t.Kind()]; ok {
+			return &Type{Kind: KScalar, Scalar: s}, nil
+		}
+		return nil, fmt.Errorf("%s: type %s is not fixed-width (use int32, int64, ...)", where, t)
+	case *types.Pointer:
+		el, err := l.convert(t.Elem(), where)
+		if err != nil {
+			return nil, err
+		}
+		if el.Kind != KNamed || !el.Decl.Status {
+			return nil, fmt.Errorf("%s: Go pointers are only allowed for the status result (use spec.In/Out)", where)
+		}
+		return &Type{Kind: KPtr, Elem: el, Dir: DirOut}, nil
+	case *types.Named:
+		obj := t.Obj()
+		if obj.Pkg() != nil && obj.Pkg().Path() == SpecPath {
+			switch obj.Name() {
+			case "Size":
+				return &Type{Kind: KSize}, nil
+			case "CStr":
+				return &Type{Kind: KCStr}, nil
+			case "VoidPtr":
+				return &Type{Kind: KVoidPtr}, nil
+			case "ConstVoidPtr":
+				return &Type{Kind: KConstVoidPtr}, nil
+			case "In", "Out", "InOut":
+				el, err := l.convert(t.TypeArgs().At(0), where)
+				if err != nil {
+					return nil, err
+				}
+				dir := map[string]Dir{"In": DirIn, "Out": DirOut, "InOut": DirInOut}[obj.Name()]
+				return &Type{Kind: KPtr, Elem: el, Dir: dir}, nil
+			}
+			return nil, fmt.Errorf("%s: unknown marker spec.%s", where, obj.Name())
+		}
+		if obj.Pkg() != nil && obj.Pkg().Path() == l.pkg.PkgPath {
+			if d := l.m.byGo[obj.Name()]; d != nil {
+				return &Type{Kind: KNamed, Decl: d}, nil
+			}
+			return nil, fmt.Errorf("%s: type %s is not an ABI type (add a //kvcm: directive)", where, obj.Name())
+		}
+		return nil, fmt.Errorf("%s: type %s from another package", where, t)
+	}
+	return nil, fmt.Errorf("%s: unsupported type %s", where, t)
+}
+
+// order sorts declarations: dependencies first (a struct after every struct
+// it embeds by value, every callback after the types its signature names),
+// otherwise by kind then name, and computes struct layouts.
+func (l *loader) order() error {
+	rank := map[DeclKind]int{DTypedef: 0, DHandle: 0, DEnum: 1, DOpaque: 2, DCallback: 3, DStruct: 4}
+	decls := slices.Clone(l.m.Decls)
+	slices.SortStableFunc(decls, func(a, b *Decl) int {
+		if r := rank[a.Kind] - rank[b.Kind]; r != 0 {
+			return r
+		}
+		return strings.Compare(a.CName, b.CName)
+	})
+	var out []*Decl
+	state := map[*Decl]int{}
+	var visit func(d *Decl) error
+	visit = func(d *Decl) error {
+		switch state[d] {
+		case 1:
+			return fmt.Errorf("type %s: cycle of by-value struct fields", d.GoName)
+		case 2:
+			return nil
+		}
+		state[d] = 1
+		for _, f := range d.Fields {
+			if f.Type.Kind == KNamed && f.Type.Decl.Kind == DStruct {
+				if err := visit(f.Type.Decl); err != nil {
+					return err
+				}
+			}
+		}
+		state[d] = 2
+		if d.Kind == DStruct {
+			d.layout()
+		}
+		out = append(out, d)
+		return nil
+	}
+	for _, d := range decls {
+		if err := visit(d); err != nil {
+			return err
+		}
+	}
+	l.m.Decls = out
+	return nil
+}

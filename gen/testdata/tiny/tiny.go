@@ -1,0 +1,176 @@
+// Package tiny is a small ABI description for kvcmgen's golden-file tests:
+// one of each kind of declaration.
+package tiny
+
+import "github.com/kvcm/kvcm/gen/spec"
+
+// ABIVersion is the ABI version.
+//
+//kvcm:since 1
+const ABIVersion uint32 = 1
+
+// Name is a string constant.
+//
+//kvcm:since 1
+const Name = "tiny"
+
+// Code is a status code.
+//
+//kvcm:enum trim=Err cprefix=KVCM_ERR_ cpp=Code
+//kvcm:since 1
+type Code int32
+
+const (
+	// OK is success.
+	//
+	//kvcm:cname KVCM_OK
+	OK Code = 0
+	// ErrBadArgument: an argument is bad.
+	ErrBadArgument Code = 1
+)
+
+// Where is a location with a negative value.
+//
+//kvcm:enum trim=Where cprefix=KVCM_WHERE_ cpp=Where cppbase=int
+//kvcm:since 1
+type Where int32
+
+const (
+	// WhereNowhere is failure.
+	WhereNowhere Where = -1
+	// WhereHere is here.
+	WhereHere Where = 0
+)
+
+// Widget is a handle.
+//
+//kvcm:handle
+//kvcm:since 1
+type Widget uint64
+
+// Ptr is an address.
+//
+//kvcm:typedef
+//kvcm:cppalias Address
+//kvcm:since 1
+type Ptr uint64
+
+// Status is an error.
+//
+//kvcm:opaque
+//kvcm:status
+//kvcm:since 1
+type Status struct{}
+
+// API is the function table.
+//
+//kvcm:opaque
+//kvcm:apitable
+//kvcm:since 1
+type API struct{}
+
+// Notify is a callback.
+//
+//kvcm:callback
+//kvcm:since 1
+type Notify func(userData spec.VoidPtr, value int64) int32
+
+// Pair is an aligned pair.
+//
+//kvcm:struct
+//kvcm:align 8
+//kvcm:since 1
+type Pair struct {
+	// A is first.
+	A int32
+	// B is second.
+	B int32
+}
+
+// Options are versioned options.
+//
+//kvcm:struct
+//kvcm:versioned
+//kvcm:since 1
+type Options struct {
+	// Flag is a flag.
+	Flag bool
+	// Pairs are pairs.
+	Pairs spec.In[Pair] `len:"NumPairs" nullable:"true" own:"borrowed"`
+	// NumPairs is the length of pairs.
+	NumPairs spec.Size
+	// Label is a label.
+	Label spec.CStr `nullable:"true" own:"borrowed"`
+	// Extra appeared later.
+	Extra int64 `since:"2"`
+}
+
+// Plugin is a vtable.
+//
+//kvcm:vtable
+//kvcm:versioned
+//kvcm:since 1
+type Plugin struct {
+	// Run runs.
+	Run func(self spec.VoidPtr, pairs spec.In[Pair], n spec.Size) bool
+	// Probe is optional.
+	Probe func(self spec.VoidPtr) int32 `nullable:"true"`
+	// Destroy destroys.
+	Destroy func(self spec.VoidPtr)
+}
+
+// PluginObject is a plugin and its self.
+//
+//kvcm:struct
+//kvcm:since 1
+type PluginObject struct {
+	// Vtable is the table.
+	Vtable spec.In[Plugin] `own:"borrowed"`
+	// Self is the state.
+	Self spec.VoidPtr `own:"owned"`
+}
+
+// GetAPI returns the table.
+//
+//kvcm:since 1
+//kvcm:thread any
+//kvcm:impl api
+//kvcm:param version in The version.
+//kvcm:returns The table or NULL.
+type GetAPI func(version uint32) spec.In[API]
+
+// WidgetCreate creates a widget, consuming the plugin.
+//
+//kvcm:since 1
+//kvcm:thread any
+//kvcm:param options borrowed The options.
+//kvcm:param plugin consumed,nullable The plugin.
+//kvcm:param out out Receives the widget.
+type WidgetCreate func(options spec.In[Options], plugin spec.In[PluginObject], out spec.Out[Widget]) *Status
+
+// WidgetNotify calls fn with user data.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param widget in The widget.
+//kvcm:param fn in The callback.
+//kvcm:param userData borrowed,nullable Passed to fn.
+//kvcm:param pairs out,nullable,len=capacity Receives pairs.
+//kvcm:param capacity in Capacity of pairs.
+//kvcm:param needed out Receives the count.
+type WidgetNotify func(widget Widget, fn Notify, userData spec.VoidPtr, pairs spec.Out[Pair], capacity spec.Size, needed spec.Out[spec.Size]) *Status
+
+// Count returns a count.
+//
+//kvcm:since 1
+//kvcm:thread any
+//kvcm:returns The count.
+type Count func() uint64
+
+// StatusFree frees a status.
+//
+//kvcm:since 1
+//kvcm:thread any
+//kvcm:impl c
+//kvcm:param status consumed,nullable The status.
+type StatusFree func(status spec.Out[Status])
