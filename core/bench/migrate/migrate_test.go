@@ -48,14 +48,21 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 	assert.Error(t, bad.fill())
 }
 
-func TestMainWithoutGPUFailsCleanly(t *testing.T) {
+func TestMainWithoutGPU(t *testing.T) {
 	if cuda.Available() {
 		t.Skip("a GPU is present")
 	}
 	var out, errb bytes.Buffer
-	assert.Equal(t, 1, Main([]string{"-total", "16MiB"}, &out, &errb))
+	assert.Equal(t, 1, Main([]string{"-on", "cuda", "-total", "16MiB"}, &out, &errb), "cuda demanded: a clean failure")
 	assert.Contains(t, errb.String(), "no usable CUDA")
 	assert.Equal(t, 2, Main([]string{"-chunks", "x"}, &out, &errb))
+	assert.Equal(t, 2, Main([]string{"-on", "tpu"}, &out, &errb))
+
+	out.Reset()
+	errb.Reset()
+	require.Equal(t, 0, Main([]string{"-total", "4MiB", "-chunks", "64KiB", "-runs", "1"}, &out, &errb), errb.String())
+	assert.Contains(t, errb.String(), "measuring the default codec on the emulated device")
+	assert.Regexp(t, `\| default \| 64 KiB × 4 \| 16 \| .* \| every byte \|`, out.String())
 }
 
 // A small run on the GPU: every codec verified at two chunk sizes.
