@@ -12,7 +12,7 @@ build:
 demo:
 	$(GO) run ./cmd/kvcm demo
 
-test: generate-check fmt-check vet go-test py-test
+test: generate-check fmt-check vet go-test py-test cpp-test
 
 fmt-check:
 	@out="$$(gofmt -l .)"; \
@@ -37,7 +37,7 @@ generate-check:
 # header is dropped).
 lib:
 	@mkdir -p build/include/kvcm
-	$(GO) build -buildmode=c-shared -o build/libkvcm.so ./capi/libkvcm
+	$(GO) build -buildmode=c-shared -ldflags=-extldflags=-Wl,-soname,libkvcm.so -o build/libkvcm.so ./capi/libkvcm
 	rm -f build/libkvcm.h
 	cp include/kvcm/kvcm.h build/include/kvcm/kvcm.h
 

@@ -2,6 +2,7 @@ package gen
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -110,21 +111,43 @@ Requires C++17.`)
 	}
 
 	b.WriteString("// ---- Structures (the C structs themselves; layouts checked below) ----\n\n")
+	var nested []string
 	for _, d := range m.Decls {
 		if d.Kind != DStruct {
 			continue
 		}
-		cppComment(&b, "", d.Doc)
-		fmt.Fprintf(&b, "using %s = ::%s;\n", d.CppName, d.CName)
-		fmt.Fprintf(&b, "static_assert(std::is_standard_layout_v<%s> && std::is_trivially_copyable_v<%s>);\n", d.CppName, d.CppName)
-		fmt.Fprintf(&b, "static_assert(sizeof(%s) == %d && alignof(%s) == %d);\n", d.CppName, d.size, d.CppName, d.align)
-		if d.Versioned {
-			fmt.Fprintf(&b, "\n// make%s returns a zeroed %s with struct_size and abi_version set.\n", d.CppName, d.CppName)
-			fmt.Fprintf(&b, "inline %s make%s() noexcept {\n    %s v{};\n    v.struct_size = static_cast<std::uint32_t>(sizeof(%s));\n    v.abi_version = %s_ABI_VERSION;\n    return v;\n}\n",
-				d.CppName, d.CppName, d.CppName, d.CppName, strings.ToUpper(m.Prefix))
+		if d.CppNamespace != "" {
+			if !slices.Contains(nested, d.CppNamespace) {
+				nested = append(nested, d.CppNamespace)
+			}
+			continue
 		}
-		b.WriteString("\n")
+		cppStruct(&b, m, d)
+	}
+	slices.Sort(nested)
+	for _, ns := range nested {
+		fmt.Fprintf(&b, "// ---- Structures that borrow pointers for one call: %s::%s ----\n\n", m.Prefix, ns)
+		fmt.Fprintf(&b, "namespace %s {\n\n", ns)
+		for _, d := range m.Decls {
+			if d.Kind == DStruct && d.CppNamespace == ns {
+				cppStruct(&b, m, d)
+			}
+		}
+		fmt.Fprintf(&b, "}  // namespace %s\n\n", ns)
 	}
 	fmt.Fprintf(&b, "}  // namespace %s\n\n#endif  // %s\n", m.Prefix, guard)
 	return b.String()
+}
+
+func cppStruct(b *strings.Builder, m *Model, d *Decl) {
+	cppComment(b, "", d.Doc)
+	fmt.Fprintf(b, "using %s = ::%s;\n", d.CppName, d.CName)
+	fmt.Fprintf(b, "static_assert(std::is_standard_layout_v<%s> && std::is_trivially_copyable_v<%s>);\n", d.CppName, d.CppName)
+	fmt.Fprintf(b, "static_assert(sizeof(%s) == %d && alignof(%s) == %d);\n", d.CppName, d.size, d.CppName, d.align)
+	if d.Versioned {
+		fmt.Fprintf(b, "\n// make%s returns a zeroed %s with struct_size and abi_version set.\n", d.CppName, d.CppName)
+		fmt.Fprintf(b, "inline %s make%s() noexcept {\n    %s v{};\n    v.struct_size = static_cast<std::uint32_t>(sizeof(%s));\n    v.abi_version = %s_ABI_VERSION;\n    return v;\n}\n",
+			d.CppName, d.CppName, d.CppName, d.CppName, strings.ToUpper(m.Prefix))
+	}
+	b.WriteString("\n")
 }

@@ -204,6 +204,7 @@ func (l *loader) run() error {
 			dc.CppName = c
 		}
 		dc.CppAliases = d["cppalias"]
+		dc.CppNamespace = d.one("cppns")
 		dc.Versioned = d.has("versioned")
 		dc.Vtable = d.has("vtable")
 		dc.Status = d.has("status")

@@ -116,6 +116,10 @@ type Decl struct {
 	Base       *Type // enum, typedef, handle: the scalar
 	CppBase    string
 	CppAliases []string
+	// CppNamespace nests the C++ alias in namespace <prefix>::<it>: for
+	// structs that borrow pointers for one call, whose plain names belong to
+	// the owning C++ types of the hand-written header.
+	CppNamespace string
 	Members    []*EnumMember
 	Fields     []*Field // struct
 	Versioned  bool

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm/kvcm/core/device/devicetest"
 )
 
 const (
@@ -27,10 +29,16 @@ func smallConfig(gpuPages, hostPages int64) Config {
 	return cfg
 }
 
-// testDevice is the device kind the tests run on: KVCM_ABITEST_DEVICE=cuda
-// runs them on a GPU; the emulated device otherwise.
+// testDevice is the device kind the tests run on, as devicetest picks it:
+// KVCM_DEVICE=cuda (or auto on a GPU machine) runs them on a GPU, the
+// emulated device otherwise. KVCM_ABITEST_DEVICE=cuda, the older switch,
+// still works.
 func testDevice() int32 {
-	if os.Getenv("KVCM_ABITEST_DEVICE") == "cuda" {
+	name, err := devicetest.Resolved()
+	if err != nil {
+		panic(err)
+	}
+	if name == "cuda" || os.Getenv("KVCM_ABITEST_DEVICE") == "cuda" {
 		return 2
 	}
 	return 1

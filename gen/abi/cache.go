@@ -7,6 +7,7 @@ import "github.com/kvcm/kvcm/gen/spec"
 //
 //kvcm:struct
 //kvcm:since 1
+//kvcm:cppns c
 type ReuseScope struct {
 	// LoraID is the LoRA adapter id (0 for none).
 	LoraID int64
@@ -23,6 +24,7 @@ type ReuseScope struct {
 //kvcm:struct
 //kvcm:versioned
 //kvcm:since 1
+//kvcm:cppns c
 type KVCacheOptions struct {
 	// Scope is the reuse scope.
 	Scope ReuseScope

@@ -6,6 +6,7 @@ import "github.com/kvcm/kvcm/gen/spec"
 //
 //kvcm:struct
 //kvcm:since 1
+//kvcm:cppns c
 type CacheTierConfig struct {
 	// Kind is the tier kind; tiers are ordered gpu, then host, then disk,
 	// each at most once, the GPU tier first.
@@ -24,6 +25,7 @@ type CacheTierConfig struct {
 //
 //kvcm:struct
 //kvcm:since 1
+//kvcm:cppns c
 type BufferConfig struct {
 	// Role names the buffer within its layer, such as "key" or "value".
 	Role spec.CStr `own:"borrowed"`
@@ -35,6 +37,7 @@ type BufferConfig struct {
 //
 //kvcm:struct
 //kvcm:since 1
+//kvcm:cppns c
 type AttentionLayerConfig struct {
 	// LayerID is the layer's id, unique in the configuration.
 	LayerID int32
@@ -55,6 +58,7 @@ type AttentionLayerConfig struct {
 //
 //kvcm:struct
 //kvcm:since 1
+//kvcm:cppns c
 type RequestDesc struct {
 	// Capacity is the request's tokens with pages (positive).
 	Capacity int64
@@ -66,6 +70,7 @@ type RequestDesc struct {
 //
 //kvcm:struct
 //kvcm:since 1
+//kvcm:cppns c
 type BatchDesc struct {
 	// Requests are the batch's requests (at least 1).
 	Requests spec.In[RequestDesc] `len:"NumRequests" own:"borrowed"`
@@ -81,6 +86,7 @@ type BatchDesc struct {
 //kvcm:struct
 //kvcm:versioned
 //kvcm:since 1
+//kvcm:cppns c
 type ManagerConfig struct {
 	// TokensPerBlock is the number of tokens of one block (page).
 	TokensPerBlock int32

@@ -104,6 +104,7 @@ type MigrationStats struct {
 //
 //kvcm:struct
 //kvcm:since 1
+//kvcm:cppns c
 type CacheEvent struct {
 	// Seq is the event's sequence number.
 	Seq uint64

@@ -92,6 +92,7 @@ type Pair struct {
 //kvcm:struct
 //kvcm:versioned
 //kvcm:since 1
+//kvcm:cppns c
 type Options struct {
 	// Flag is a flag.
 	Flag bool

@@ -388,27 +388,11 @@ using PriorityFunc = ::kvcm_priority_func;
 
 // ---- Structures (the C structs themselves; layouts checked below) ----
 
-// kvcm_attention_layer_config describes one attention layer.
-using AttentionLayerConfig = ::kvcm_attention_layer_config;
-static_assert(std::is_standard_layout_v<AttentionLayerConfig> && std::is_trivially_copyable_v<AttentionLayerConfig>);
-static_assert(sizeof(AttentionLayerConfig) == 32 && alignof(AttentionLayerConfig) == 8);
-
-// kvcm_batch_desc is one batch step.
-using BatchDesc = ::kvcm_batch_desc;
-static_assert(std::is_standard_layout_v<BatchDesc> && std::is_trivially_copyable_v<BatchDesc>);
-static_assert(sizeof(BatchDesc) == 16 && alignof(BatchDesc) == 8);
-
 // kvcm_block_stats counts block allocation outcomes. Blocks are counted once per
 // cache, whatever the number of layer groups.
 using BlockStats = ::kvcm_block_stats;
 static_assert(std::is_standard_layout_v<BlockStats> && std::is_trivially_copyable_v<BlockStats>);
 static_assert(sizeof(BlockStats) == 56 && alignof(BlockStats) == 8);
-
-// kvcm_buffer_config is one per-layer buffer: its role and the bytes it needs for
-// one block of tokens.
-using BufferConfig = ::kvcm_buffer_config;
-static_assert(std::is_standard_layout_v<BufferConfig> && std::is_trivially_copyable_v<BufferConfig>);
-static_assert(sizeof(BufferConfig) == 16 && alignof(BufferConfig) == 8);
 
 // kvcm_buffer_location says where the buffer of a layer and role lives in the hot
 // layout. The buffer's kernel-facing page index for base page index b is
@@ -416,17 +400,6 @@ static_assert(sizeof(BufferConfig) == 16 && alignof(BufferConfig) == 8);
 using BufferLocation = ::kvcm_buffer_location;
 static_assert(std::is_standard_layout_v<BufferLocation> && std::is_trivially_copyable_v<BufferLocation>);
 static_assert(sizeof(BufferLocation) == 40 && alignof(BufferLocation) == 8);
-
-// kvcm_cache_event reports a change of the set of reusable blocks. seq increases
-// by one per event of a manager, starting at 1.
-using CacheEvent = ::kvcm_cache_event;
-static_assert(std::is_standard_layout_v<CacheEvent> && std::is_trivially_copyable_v<CacheEvent>);
-static_assert(sizeof(CacheEvent) == 56 && alignof(CacheEvent) == 8);
-
-// kvcm_cache_tier_config is one cache tier with its byte quota.
-using CacheTierConfig = ::kvcm_cache_tier_config;
-static_assert(std::is_standard_layout_v<CacheTierConfig> && std::is_trivially_copyable_v<CacheTierConfig>);
-static_assert(sizeof(CacheTierConfig) == 32 && alignof(CacheTierConfig) == 8);
 
 // kvcm_cold_page_codec is a codec object: a vtable and the self pointer its slots
 // receive. Ownership of a codec object is transferred (consumed) by the
@@ -473,43 +446,6 @@ using CopyDesc = ::kvcm_copy_desc;
 static_assert(std::is_standard_layout_v<CopyDesc> && std::is_trivially_copyable_v<CopyDesc>);
 static_assert(sizeof(CopyDesc) == 24 && alignof(CopyDesc) == 8);
 
-// kvcm_reuse_scope separates reuse: blocks are shared only within one scope (a
-// LoRA adapter id and an optional salt, for example a tenant).
-using ReuseScope = ::kvcm_reuse_scope;
-static_assert(std::is_standard_layout_v<ReuseScope> && std::is_trivially_copyable_v<ReuseScope>);
-static_assert(sizeof(ReuseScope) == 24 && alignof(ReuseScope) == 8);
-
-// kvcm_kv_cache_options configures kvcm_kv_cache_create. Zero-initialize it and set
-// struct_size = sizeof(kvcm_kv_cache_options) and abi_version =
-// KVCM_ABI_VERSION.
-using KvCacheOptions = ::kvcm_kv_cache_options;
-static_assert(std::is_standard_layout_v<KvCacheOptions> && std::is_trivially_copyable_v<KvCacheOptions>);
-static_assert(sizeof(KvCacheOptions) == 64 && alignof(KvCacheOptions) == 8);
-
-// makeKvCacheOptions returns a zeroed KvCacheOptions with struct_size and abi_version set.
-inline KvCacheOptions makeKvCacheOptions() noexcept {
-    KvCacheOptions v{};
-    v.struct_size = static_cast<std::uint32_t>(sizeof(KvCacheOptions));
-    v.abi_version = KVCM_ABI_VERSION;
-    return v;
-}
-
-// kvcm_manager_config is the manager's configuration, mirroring
-// KVCacheManagerV2's KVCacheManagerConfig. Every pointer is borrowed for the
-// call to kvcm_manager_create only. Zero-initialize it and set struct_size =
-// sizeof(kvcm_manager_config) and abi_version = KVCM_ABI_VERSION.
-using ManagerConfig = ::kvcm_manager_config;
-static_assert(std::is_standard_layout_v<ManagerConfig> && std::is_trivially_copyable_v<ManagerConfig>);
-static_assert(sizeof(ManagerConfig) == 112 && alignof(ManagerConfig) == 8);
-
-// makeManagerConfig returns a zeroed ManagerConfig with struct_size and abi_version set.
-inline ManagerConfig makeManagerConfig() noexcept {
-    ManagerConfig v{};
-    v.struct_size = static_cast<std::uint32_t>(sizeof(ManagerConfig));
-    v.abi_version = KVCM_ABI_VERSION;
-    return v;
-}
-
 // kvcm_migration_stats counts the pages and bytes moved on one migration path
 // (bytes as they travel: hot page bytes on GPU to GPU, cold blob bytes
 // otherwise).
@@ -551,11 +487,81 @@ using PoolGroupStats = ::kvcm_pool_group_stats;
 static_assert(std::is_standard_layout_v<PoolGroupStats> && std::is_trivially_copyable_v<PoolGroupStats>);
 static_assert(sizeof(PoolGroupStats) == 56 && alignof(PoolGroupStats) == 8);
 
+// ---- Structures that borrow pointers for one call: kvcm::c ----
+
+namespace c {
+
+// kvcm_attention_layer_config describes one attention layer.
+using AttentionLayerConfig = ::kvcm_attention_layer_config;
+static_assert(std::is_standard_layout_v<AttentionLayerConfig> && std::is_trivially_copyable_v<AttentionLayerConfig>);
+static_assert(sizeof(AttentionLayerConfig) == 32 && alignof(AttentionLayerConfig) == 8);
+
+// kvcm_batch_desc is one batch step.
+using BatchDesc = ::kvcm_batch_desc;
+static_assert(std::is_standard_layout_v<BatchDesc> && std::is_trivially_copyable_v<BatchDesc>);
+static_assert(sizeof(BatchDesc) == 16 && alignof(BatchDesc) == 8);
+
+// kvcm_buffer_config is one per-layer buffer: its role and the bytes it needs for
+// one block of tokens.
+using BufferConfig = ::kvcm_buffer_config;
+static_assert(std::is_standard_layout_v<BufferConfig> && std::is_trivially_copyable_v<BufferConfig>);
+static_assert(sizeof(BufferConfig) == 16 && alignof(BufferConfig) == 8);
+
+// kvcm_cache_event reports a change of the set of reusable blocks. seq increases
+// by one per event of a manager, starting at 1.
+using CacheEvent = ::kvcm_cache_event;
+static_assert(std::is_standard_layout_v<CacheEvent> && std::is_trivially_copyable_v<CacheEvent>);
+static_assert(sizeof(CacheEvent) == 56 && alignof(CacheEvent) == 8);
+
+// kvcm_cache_tier_config is one cache tier with its byte quota.
+using CacheTierConfig = ::kvcm_cache_tier_config;
+static_assert(std::is_standard_layout_v<CacheTierConfig> && std::is_trivially_copyable_v<CacheTierConfig>);
+static_assert(sizeof(CacheTierConfig) == 32 && alignof(CacheTierConfig) == 8);
+
+// kvcm_reuse_scope separates reuse: blocks are shared only within one scope (a
+// LoRA adapter id and an optional salt, for example a tenant).
+using ReuseScope = ::kvcm_reuse_scope;
+static_assert(std::is_standard_layout_v<ReuseScope> && std::is_trivially_copyable_v<ReuseScope>);
+static_assert(sizeof(ReuseScope) == 24 && alignof(ReuseScope) == 8);
+
+// kvcm_kv_cache_options configures kvcm_kv_cache_create. Zero-initialize it and set
+// struct_size = sizeof(kvcm_kv_cache_options) and abi_version =
+// KVCM_ABI_VERSION.
+using KvCacheOptions = ::kvcm_kv_cache_options;
+static_assert(std::is_standard_layout_v<KvCacheOptions> && std::is_trivially_copyable_v<KvCacheOptions>);
+static_assert(sizeof(KvCacheOptions) == 64 && alignof(KvCacheOptions) == 8);
+
+// makeKvCacheOptions returns a zeroed KvCacheOptions with struct_size and abi_version set.
+inline KvCacheOptions makeKvCacheOptions() noexcept {
+    KvCacheOptions v{};
+    v.struct_size = static_cast<std::uint32_t>(sizeof(KvCacheOptions));
+    v.abi_version = KVCM_ABI_VERSION;
+    return v;
+}
+
+// kvcm_manager_config is the manager's configuration, mirroring
+// KVCacheManagerV2's KVCacheManagerConfig. Every pointer is borrowed for the
+// call to kvcm_manager_create only. Zero-initialize it and set struct_size =
+// sizeof(kvcm_manager_config) and abi_version = KVCM_ABI_VERSION.
+using ManagerConfig = ::kvcm_manager_config;
+static_assert(std::is_standard_layout_v<ManagerConfig> && std::is_trivially_copyable_v<ManagerConfig>);
+static_assert(sizeof(ManagerConfig) == 112 && alignof(ManagerConfig) == 8);
+
+// makeManagerConfig returns a zeroed ManagerConfig with struct_size and abi_version set.
+inline ManagerConfig makeManagerConfig() noexcept {
+    ManagerConfig v{};
+    v.struct_size = static_cast<std::uint32_t>(sizeof(ManagerConfig));
+    v.abi_version = KVCM_ABI_VERSION;
+    return v;
+}
+
 // kvcm_request_desc is one request of a batch: how many tokens it holds pages for
 // and how many of them are already computed.
 using RequestDesc = ::kvcm_request_desc;
 static_assert(std::is_standard_layout_v<RequestDesc> && std::is_trivially_copyable_v<RequestDesc>);
 static_assert(sizeof(RequestDesc) == 16 && alignof(RequestDesc) == 8);
+
+}  // namespace c
 
 }  // namespace kvcm
 

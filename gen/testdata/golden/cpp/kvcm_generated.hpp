@@ -86,19 +86,6 @@ using Notify = ::kvcm_notify;
 
 // ---- Structures (the C structs themselves; layouts checked below) ----
 
-// kvcm_options are versioned options.
-using Options = ::kvcm_options;
-static_assert(std::is_standard_layout_v<Options> && std::is_trivially_copyable_v<Options>);
-static_assert(sizeof(Options) == 48 && alignof(Options) == 8);
-
-// makeOptions returns a zeroed Options with struct_size and abi_version set.
-inline Options makeOptions() noexcept {
-    Options v{};
-    v.struct_size = static_cast<std::uint32_t>(sizeof(Options));
-    v.abi_version = KVCM_ABI_VERSION;
-    return v;
-}
-
 // kvcm_pair is an aligned pair.
 using Pair = ::kvcm_pair;
 static_assert(std::is_standard_layout_v<Pair> && std::is_trivially_copyable_v<Pair>);
@@ -121,6 +108,25 @@ inline Plugin makePlugin() noexcept {
 using PluginObject = ::kvcm_plugin_object;
 static_assert(std::is_standard_layout_v<PluginObject> && std::is_trivially_copyable_v<PluginObject>);
 static_assert(sizeof(PluginObject) == 16 && alignof(PluginObject) == 8);
+
+// ---- Structures that borrow pointers for one call: kvcm::c ----
+
+namespace c {
+
+// kvcm_options are versioned options.
+using Options = ::kvcm_options;
+static_assert(std::is_standard_layout_v<Options> && std::is_trivially_copyable_v<Options>);
+static_assert(sizeof(Options) == 48 && alignof(Options) == 8);
+
+// makeOptions returns a zeroed Options with struct_size and abi_version set.
+inline Options makeOptions() noexcept {
+    Options v{};
+    v.struct_size = static_cast<std::uint32_t>(sizeof(Options));
+    v.abi_version = KVCM_ABI_VERSION;
+    return v;
+}
+
+}  // namespace c
 
 }  // namespace kvcm
 

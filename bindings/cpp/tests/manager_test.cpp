@@ -1,0 +1,511 @@
+// Manager and KV cache tests: RAII lifecycle, getters, page indices, error
+// codes on bad arguments, stats, events, pool descriptors, quota and resize,
+// the stream helper, and live handles back to zero.
+#include "test_support.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+using namespace kvcm_test;
+
+namespace {
+
+class ManagerTest : public ::testing::Test
+{
+protected:
+    void TearDown() override { EXPECT_EQ(kvcm::liveHandleCount(), mHandlesBefore); }
+
+    uint64_t mHandlesBefore = kvcm::liveHandleCount();
+};
+
+TEST_F(ManagerTest, LibraryInfo)
+{
+    EXPECT_EQ(kvcm::libraryVersion(), KVCM_VERSION_STRING);
+    EXPECT_GE(kvcm::abiVersion(), kvcm::kAbiVersion);
+    kvcm_api const* api = kvcm_get_api(KVCM_ABI_VERSION);
+    ASSERT_NE(api, nullptr);
+    EXPECT_GE(api->struct_size, sizeof(uint32_t) * 2);
+    EXPECT_EQ(kvcm_get_api(0), nullptr);
+    EXPECT_FALSE(kvcm::isPoisoned());
+    EXPECT_STREQ(kvcm::statusCodeName(kvcm::StatusCode::kInvalidArgument), "KVCM_ERR_INVALID_ARGUMENT");
+}
+
+TEST_F(ManagerTest, DefaultCodecManagerBasics)
+{
+    auto cfg = smallConfig(64 << 10);
+    kvcm::KVCacheManager m(cfg, kvcm::createDefaultKvCacheColdPageCodec());
+    EXPECT_TRUE(m);
+    EXPECT_NE(m.handle(), 0u);
+    EXPECT_EQ(m.tokensPerBlock(), 4);
+    EXPECT_EQ(m.numLayerGroups(), 1);
+    EXPECT_EQ(m.numLevels(), 1);
+    EXPECT_EQ(m.deviceKind(), testDevice());
+    EXPECT_EQ(m.layerGroupOf(0), 0);
+    EXPECT_EQ(m.layerGroupOf(1), 0);
+    EXPECT_EQ(m.quota(0), 64 << 10);
+
+    // Buffer locations: one pool of 4 buffers (2 layers x key, value).
+    auto const k0 = m.bufferLocation(0, "key");
+    auto const v1 = m.bufferLocation(1, "value");
+    EXPECT_EQ(k0.layer_group, 0);
+    EXPECT_EQ(k0.bytes, 128);
+    EXPECT_EQ(k0.scale, 4);
+    EXPECT_EQ(k0.pool_base, v1.pool_base);
+    EXPECT_NE(k0.offset, v1.offset);
+
+    // Pool descriptors of the GPU level: what the codec was configured with.
+    auto const descs = m.poolGroupDescs();
+    ASSERT_EQ(descs.size(), 1u);
+    EXPECT_EQ(descs[0].index, 0);
+    ASSERT_EQ(descs[0].num_life_cycles, 1u);
+    EXPECT_EQ(descs[0].life_cycles[0], 0);
+    ASSERT_EQ(descs[0].num_pools, 1u);
+    EXPECT_EQ(descs[0].pools[0].base, k0.pool_base);
+    EXPECT_EQ(descs[0].pools[0].slot_bytes, 512);
+    EXPECT_EQ(descs[0].num_slots, (64 << 10) / 512);
+    auto moved = std::move(const_cast<kvcm::PoolGroupDescs&>(descs));
+    EXPECT_EQ(moved[0].pools[0].slot_bytes, 512); // pointers survive moves
+
+    auto st = m.storageStats(0);
+    ASSERT_EQ(st.size(), 1u);
+    EXPECT_EQ(st[0].total, 128);
+    EXPECT_EQ(st[0].free, 128);
+    EXPECT_EQ(st[0].available, 128);
+    EXPECT_EQ(st[0].tier, KVCM_TIER_GPU);
+}
+
+TEST_F(ManagerTest, KVCacheRaiiLifecycle)
+{
+    auto cfg = smallConfig(64 << 10);
+    kvcm::KVCacheManager m(cfg);
+    auto stream = m.createStream();
+    auto const prompt = tokenRange(10, 10);
+
+    uint64_t const withManager = kvcm::liveHandleCount();
+    {
+        kvcm::KVCache c = m.createKVCache(prompt);
+        EXPECT_TRUE(c);
+        EXPECT_EQ(kvcm::liveHandleCount(), withManager + 1);
+        EXPECT_EQ(c.status(), kvcm::CacheStatus::kSuspended);
+        EXPECT_EQ(c.reusedTokens(), 0);
+        EXPECT_EQ(c.capacity(), 0);
+        EXPECT_EQ(c.historyLength(), 0);
+        EXPECT_EQ(c.numCommittedTokens(), 0);
+        uint64_t const id = c.id();
+        EXPECT_GT(id, 0u);
+
+        // Resize needs an ACTIVE cache.
+        EXPECT_KVCM_ERROR(c.resize(10, 0), kvcm::StatusCode::kInvalidState);
+        c.resume(stream);
+        EXPECT_EQ(c.status(), kvcm::CacheStatus::kActive);
+        EXPECT_KVCM_ERROR(c.resume(stream), kvcm::StatusCode::kInvalidState);
+
+        c.resize(10, 0);
+        EXPECT_EQ(c.capacity(), 10);
+        auto idx = c.basePageIndices(0);
+        ASSERT_EQ(idx.size(), 3u); // ceil(10 / 4)
+        for (int32_t i : idx)
+        {
+            EXPECT_GE(i, 0);
+        }
+        // Into a caller buffer.
+        int32_t buf[8];
+        EXPECT_EQ(c.basePageIndices(0, buf, 8), 3u);
+        EXPECT_EQ(std::vector<int32_t>(buf, buf + 3), idx);
+        EXPECT_KVCM_ERROR(c.basePageIndices(0, buf, 2), kvcm::StatusCode::kBufferTooSmall);
+
+        c.resize(10, 8);
+        EXPECT_EQ(c.historyLength(), 8);
+        c.commit(prompt.data(), 8);
+        EXPECT_EQ(c.numCommittedTokens(), 8);
+        c.suspend();
+        EXPECT_EQ(c.status(), kvcm::CacheStatus::kSuspended);
+        c.resume(stream);
+
+        // Moving keeps one owner.
+        kvcm::KVCache moved = std::move(c);
+        EXPECT_FALSE(c); // NOLINT(bugprone-use-after-move)
+        EXPECT_EQ(moved.id(), id);
+        EXPECT_EQ(kvcm::liveHandleCount(), withManager + 1);
+        moved.close();
+        EXPECT_FALSE(moved);
+        moved.close(); // closing a closed cache does nothing
+        EXPECT_EQ(kvcm::liveHandleCount(), withManager);
+        // A closed object's calls are refused: its handle is gone.
+        EXPECT_KVCM_ERROR(moved.resize(1, 0), kvcm::StatusCode::kInvalidHandle);
+        EXPECT_KVCM_ERROR((void)moved.status(), kvcm::StatusCode::kInvalidHandle);
+    }
+    EXPECT_EQ(kvcm::liveHandleCount(), withManager);
+
+    // The committed blocks are reused by a new cache; the destructor closes it.
+    {
+        auto c = m.createKVCache(prompt);
+        EXPECT_EQ(c.reusedTokens(), 8);
+        EXPECT_EQ(c.historyLength(), 8);
+        EXPECT_EQ(c.numCommittedTokens(), 8);
+        EXPECT_EQ(kvcm::liveHandleCount(), withManager + 1);
+    }
+    EXPECT_EQ(kvcm::liveHandleCount(), withManager);
+
+    // stopCommitting refuses later commits.
+    {
+        auto c = m.createKVCache(prompt);
+        c.resume(stream);
+        c.resize(12, 12);
+        c.stopCommitting();
+        EXPECT_KVCM_ERROR(c.commit(prompt, false), kvcm::StatusCode::kInvalidState);
+    }
+}
+
+TEST_F(ManagerTest, DestroyingManagerFirstIsSafe)
+{
+    // Caches and streams outliving their manager: the manager closed them; the
+    // C++ objects' destructors then find their handles gone and do nothing.
+    kvcm::KVCache c;
+    kvcm::Stream s;
+    {
+        kvcm::KVCacheManager m(smallConfig(64 << 10));
+        s = m.createStream();
+        c = m.createKVCache(tokenRange(0, 9));
+        c.resume(s);
+        c.resize(9, 0);
+    }
+    EXPECT_KVCM_ERROR((void)c.status(), kvcm::StatusCode::kInvalidHandle);
+}
+
+TEST_F(ManagerTest, ErrorCodesOnBadArguments)
+{
+    auto cfg = smallConfig(64 << 10);
+    kvcm::KVCacheManager m(cfg);
+    auto stream = m.createStream();
+
+    EXPECT_KVCM_ERROR((void)m.layerGroupOf(99), kvcm::StatusCode::kInvalidArgument);
+    EXPECT_KVCM_ERROR((void)m.bufferLocation(0, "query"), kvcm::StatusCode::kInvalidArgument);
+    EXPECT_KVCM_ERROR((void)m.storageStats(3), kvcm::StatusCode::kInvalidArgument);
+    EXPECT_KVCM_ERROR((void)m.quota(-1), kvcm::StatusCode::kInvalidArgument);
+    EXPECT_KVCM_ERROR(m.resizeLevel(0, 0), kvcm::StatusCode::kInvalidArgument);
+    EXPECT_KVCM_ERROR((void)m.allocMemory(kvcm::MemoryKind::kHostMapped, 0), kvcm::StatusCode::kInvalidArgument);
+
+    auto c = m.createKVCache(tokenRange(0, 8));
+    c.resume(stream);
+    c.resize(8, 4);
+    EXPECT_KVCM_ERROR(c.resize(8, 2), kvcm::StatusCode::kInvalidArgument);  // history must not decrease
+    EXPECT_KVCM_ERROR(c.resize(4, 8), kvcm::StatusCode::kInvalidArgument);  // history beyond capacity
+    EXPECT_KVCM_ERROR(c.resize(1 << 20, -1), kvcm::StatusCode::kOutOfPages); // more pages than the GPU has
+    EXPECT_EQ(c.capacity(), 8); // a failed call changes nothing
+    EXPECT_KVCM_ERROR(c.prefetch(0), kvcm::StatusCode::kInvalidState);      // only SUSPENDED caches
+
+    // Errors carry the library's message, naming the argument.
+    try
+    {
+        (void)m.layerGroupOf(99);
+        FAIL();
+    }
+    catch (kvcm::Error const& e)
+    {
+        EXPECT_NE(std::string(e.what()).find("KVCM_ERR_INVALID_ARGUMENT"), std::string::npos);
+        EXPECT_NE(e.message().find("99"), std::string::npos) << e.message();
+        EXPECT_STREQ(e.codeName(), "KVCM_ERR_INVALID_ARGUMENT");
+    }
+
+    // The C layer under the classes: bad handles and NULL outputs.
+    int64_t v = 0;
+    kvcm_cache_status st{};
+    auto code = [](kvcm_status* s)
+    {
+        auto const result = kvcm_status_get_code(s);
+        kvcm_status_free(s);
+        return result;
+    };
+    EXPECT_EQ(code(kvcm_kv_cache_get_status(0, &st)), KVCM_ERR_INVALID_HANDLE);
+    EXPECT_EQ(code(kvcm_kv_cache_get_capacity(0xdeadbeef, &v)), KVCM_ERR_INVALID_HANDLE);
+    EXPECT_EQ(code(kvcm_kv_cache_get_capacity(c.handle(), nullptr)), KVCM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(code(kvcm_manager_get_quota(c.handle(), 0, &v)), KVCM_ERR_INVALID_HANDLE); // a handle of another type
+    EXPECT_EQ(code(kvcm_manager_create(nullptr, nullptr, nullptr)), KVCM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(code(kvcm_kv_cache_resume(c.handle(), 0)), KVCM_ERR_INVALID_ARGUMENT); // stream 0
+    EXPECT_EQ(kvcm_status_get_code(nullptr), KVCM_OK);
+    EXPECT_STREQ(kvcm_status_get_message(nullptr), "");
+
+    // A bad struct_size is refused.
+    kvcm_kv_cache_options opts{};
+    opts.struct_size = 4;
+    opts.abi_version = KVCM_ABI_VERSION;
+    kvcm_kv_cache out = 0;
+    EXPECT_EQ(code(kvcm_kv_cache_create(m.handle(), &opts, &out)), KVCM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(out, 0u);
+}
+
+TEST_F(ManagerTest, StatsEventsAndPeaks)
+{
+    auto cfg = smallConfig(64 << 10);
+    cfg.enableStats = true;
+    kvcm::KVCacheManager m(cfg);
+    auto stream = m.createStream();
+    auto const prompt = tokenRange(100, 12);
+    {
+        auto c = m.createKVCache(prompt);
+        c.resume(stream);
+        c.resize(12, 12);
+        c.commit(prompt, true);
+    }
+    auto s = m.stats();
+    EXPECT_EQ(s.alloc_new_blocks, 3);
+    EXPECT_EQ(s.missed_blocks, 3);
+    EXPECT_EQ(s.reused_blocks, 0);
+
+    auto events = m.drainEvents();
+    ASSERT_EQ(events.size(), 3u);
+    for (size_t i = 0; i < events.size(); ++i)
+    {
+        EXPECT_EQ(events[i].kind, kvcm::EventKind::kBlockStored);
+        EXPECT_EQ(events[i].seq, i + 1);
+        EXPECT_EQ(events[i].tokens, std::vector<kvcm::Token>(prompt.begin() + 4 * i, prompt.begin() + 4 * i + 4));
+        if (i > 0)
+        {
+            EXPECT_EQ(events[i].parent, events[i - 1].key);
+        }
+    }
+    EXPECT_TRUE(m.drainEvents().empty());
+
+    {
+        auto p2 = prompt;
+        p2.push_back(1);
+        auto c = m.createKVCache(p2);
+        EXPECT_EQ(c.reusedTokens(), 12);
+    }
+    auto it = m.getAndResetIterationStats();
+    EXPECT_EQ(it.reused_blocks, 3);
+    EXPECT_EQ(it.alloc_new_blocks, 3);
+    EXPECT_GT(it.hit_rate, 0.0);
+    EXPECT_EQ(m.getAndResetIterationStats().reused_blocks, 0);
+
+    auto peaks = m.getAndResetIterationPeakBlockStats(0);
+    ASSERT_EQ(peaks.size(), 1u);
+    EXPECT_GE(peaks[0].peak_used, 3);
+    EXPECT_EQ(peaks[0].total, 128);
+
+    auto mig = m.migrationStats();
+    EXPECT_EQ(mig.size(), 8u);
+    for (size_t i = 0; i < mig.size(); ++i)
+    {
+        EXPECT_EQ(mig[i].path, static_cast<kvcm_migration_path>(i));
+    }
+}
+
+TEST_F(ManagerTest, QuotaAndResizeLevel)
+{
+    auto cfg = smallConfig(32 << 10, 32 << 10);
+    cfg.cacheTiers[0].maxQuota = 64 << 10;
+    kvcm::KVCacheManager m(cfg);
+    EXPECT_EQ(m.numLevels(), 2);
+    EXPECT_EQ(m.quota(0), 32 << 10);
+    EXPECT_EQ(m.quota(1), 32 << 10);
+    auto const base = m.poolGroupDescs()[0].pools[0].base;
+    EXPECT_EQ(m.storageStats(0)[0].total, 64);
+
+    m.resizeLevel(0, 64 << 10);
+    EXPECT_EQ(m.quota(0), 64 << 10);
+    EXPECT_EQ(m.storageStats(0)[0].total, 128);
+    m.resizeLevel(0, 16 << 10);
+    EXPECT_EQ(m.storageStats(0)[0].total, 32);
+    EXPECT_EQ(m.poolGroupDescs()[0].pools[0].base, base); // base addresses never move
+    EXPECT_KVCM_ERROR(m.resizeLevel(0, 128 << 10), kvcm::StatusCode::kInvalidArgument); // beyond max_quota
+
+    m.resizeLevel(1, 8 << 10);
+    EXPECT_EQ(m.quota(1), 8 << 10);
+    auto const cold = m.poolGroupDescs(1);
+    ASSERT_EQ(cold.size(), 1u);
+    EXPECT_EQ(cold[0].pools[0].base, 0u); // cold storage is never exposed
+}
+
+TEST_F(ManagerTest, PriorityCallback)
+{
+    kvcm::KVCacheManager m(smallConfig(64 << 10));
+    auto stream = m.createStream();
+    std::vector<int64_t> asked;
+    {
+        auto const t = tokenRange(0, 12);
+        auto c = m.createKVCache(t, {}, [&](int64_t block) {
+            asked.push_back(block);
+            return kvcm::kMaxPriority;
+        });
+        kvcm::KVCache moved = std::move(c); // the callback survives moves
+        moved.resume(stream);
+        moved.resize(12, 12);
+        moved.commit(t, true);
+    }
+    EXPECT_EQ(asked, (std::vector<int64_t>{0, 1, 2}));
+}
+
+TEST_F(ManagerTest, ReuseScopes)
+{
+    kvcm::KVCacheManager m(smallConfig(64 << 10));
+    auto stream = m.createStream();
+    auto const t = tokenRange(0, 9);
+    kvcm::ReuseScope const tenant{7, std::string("ten\0ant", 7)};
+    {
+        auto c = m.createKVCache(t, tenant);
+        c.resume(stream);
+        c.resize(9, 8);
+        c.commit(t.data(), 8);
+    }
+    EXPECT_EQ(m.probeReuse(t, tenant), 8);
+    EXPECT_EQ(m.probeReuse(t), 0);
+    EXPECT_EQ(m.probeReuse(t, {7, "ten"}), 0); // the salt may hold NULs
+    EXPECT_EQ(m.probeReuse(t, {8, std::string("ten\0ant", 7)}), 0);
+}
+
+TEST_F(ManagerTest, StreamHelper)
+{
+    kvcm::KVCacheManager m(smallConfig(64 << 10));
+    auto s = m.createStream();
+    EXPECT_TRUE(s);
+    EXPECT_NE(s.cudaStream(), nullptr);
+    EXPECT_EQ(kvcm::StreamView(s.cudaStream()).handle(), s.handle());
+
+    auto a = m.allocMemory(kvcm::MemoryKind::kHostMapped, 4096);
+    auto d = m.allocMemory(kvcm::MemoryKind::kDevice, 4096);
+    auto b = m.allocMemory(kvcm::MemoryKind::kHostMapped, 4096);
+    ASSERT_NE(a.hostData(), nullptr);
+    EXPECT_EQ(d.hostData(), nullptr);
+    std::memset(a.hostData(), 0xab, 4096);
+
+    // Host functions run in stream order, after the copies enqueued before them.
+    std::vector<int> order;
+    s.batchCopy({{d.ptr(), a.ptr(), 4096}});
+    s.enqueueHostFunc([&] { order.push_back(1); });
+    s.batchCopy({{b.ptr(), d.ptr(), 4096}});
+    s.enqueueHostFunc([&, p = static_cast<uint8_t*>(b.hostData())] {
+        order.push_back(p[4095] == 0xab ? 2 : -2);
+        return true;
+    });
+    uint8_t const pattern[3] = {1, 2, 3};
+    s.copyFromHost(b.ptr() + 8, pattern, 3); // pageable source, consumed now
+    s.synchronize();
+    EXPECT_EQ(order, (std::vector<int>{1, 2}));
+    EXPECT_EQ(static_cast<uint8_t*>(b.hostData())[9], 2);
+
+    // A failing host function is an asynchronous failure of the stream.
+    s.enqueueHostFunc([] { return 5; });
+    EXPECT_KVCM_ERROR(s.synchronize(), kvcm::StatusCode::kDevice);
+    s.enqueueHostFunc([]() -> void { throw std::runtime_error("boom"); });
+    EXPECT_KVCM_ERROR(s.synchronize(), kvcm::StatusCode::kDevice);
+    s.synchronize(); // the next interval is clean
+
+    // A copy outside any allocation is refused synchronously.
+    EXPECT_KVCM_ERROR(s.batchCopy({{a.ptr(), 0x10, 16}}), kvcm::StatusCode::kDevice);
+    EXPECT_TRUE(s.tryBatchCopy(nullptr, 0)); // an empty batch is a no-op
+
+    a.free();
+    EXPECT_EQ(a.ptr(), 0u);
+    s.destroy();
+    EXPECT_FALSE(s);
+}
+
+TEST_F(ManagerTest, ManagerMoveAndExplicitDestroy)
+{
+    kvcm::KVCacheManager m(smallConfig(64 << 10));
+    kvcm::KVCacheManager m2 = std::move(m);
+    EXPECT_FALSE(m); // NOLINT(bugprone-use-after-move)
+    EXPECT_TRUE(m2);
+    EXPECT_EQ(m2.tokensPerBlock(), 4);
+    m2.destroy();
+    EXPECT_FALSE(m2);
+    EXPECT_KVCM_ERROR((void)m2.tokensPerBlock(), kvcm::StatusCode::kInvalidHandle);
+}
+
+TEST_F(ManagerTest, ConcurrentCachesFromThreads)
+{
+    kvcm::KVCacheManager m(smallConfig(256 << 10));
+    std::vector<std::thread> threads;
+    std::atomic<int> failures{0};
+    std::mutex mu;
+    std::string firstError;
+    for (int t = 0; t < 4; ++t)
+    {
+        threads.emplace_back(
+            [&, t]
+            {
+                try
+                {
+                    auto s = m.createStream();
+                    for (int i = 0; i < 20; ++i)
+                    {
+                        auto const toks = tokenRange(t * 1000 + (i % 3) * 100, 13);
+                        auto c = m.createKVCache(toks);
+                        c.resume(s);
+                        c.resize(13, 13);
+                        auto const done = static_cast<size_t>(c.numCommittedTokens()); // the reused prefix
+                        c.commit(toks.data() + done, toks.size() - done);
+                    }
+                }
+                catch (std::exception const& e)
+                {
+                    std::lock_guard<std::mutex> lock(mu);
+                    if (failures++ == 0)
+                    {
+                        firstError = e.what();
+                    }
+                }
+            });
+    }
+    for (auto& th : threads)
+    {
+        th.join();
+    }
+    EXPECT_EQ(failures, 0) << firstError;
+}
+
+// A Go panic inside the library becomes kvcm::Error(kInternal) and poisons it:
+// every later call fails fast with kPoisoned. Run in a child process (a
+// re-executed copy of this binary, never a bare fork of a process that loaded
+// the Go runtime) since it poisons the library for good; under the ASan
+// build this also proves the Go runtime's panic path works there.
+TEST(PanicDeathTest, PanicPoisonsLibrary)
+{
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    // Read by the Go runtime when the child loads the library.
+    setenv("KVCM_ENABLE_DEBUG_PANIC", "1", 1);
+    EXPECT_EXIT(
+        {
+            int rc = 0;
+            try
+            {
+                kvcm::detail::check(kvcm_debug_panic("deliberate"));
+                rc = 1; // did not throw
+            }
+            catch (kvcm::Error const& e)
+            {
+                if (e.code() != kvcm::StatusCode::kInternal || e.message().find("deliberate") == std::string::npos)
+                {
+                    rc = 2;
+                }
+            }
+            if (rc == 0 && !kvcm::isPoisoned())
+            {
+                rc = 3;
+            }
+            if (rc == 0)
+            {
+                try
+                {
+                    kvcm::KVCacheManager m(smallConfig(16 << 10));
+                    rc = 4;
+                }
+                catch (kvcm::Error const& e)
+                {
+                    rc = e.code() == kvcm::StatusCode::kPoisoned ? 0 : 5;
+                }
+            }
+            std::fprintf(stderr, "child done rc=%d\n", rc);
+            std::_Exit(rc);
+        },
+        ::testing::ExitedWithCode(0), "child done rc=0");
+    unsetenv("KVCM_ENABLE_DEBUG_PANIC");
+    EXPECT_FALSE(kvcm::isPoisoned()); // this process is untouched
+}
+
+} // namespace
