@@ -9,6 +9,7 @@ import (
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
+	"github.com/kvcm/kvcm/core/device/devicetest"
 	"github.com/kvcm/kvcm/core/device/emu"
 	"github.com/kvcm/kvcm/core/layout"
 )
@@ -33,13 +34,13 @@ func smallConfig(slots int64) config.Config {
 type fixture struct {
 	t      *testing.T
 	m      *Manager
-	dev    *emu.Device
+	dev    device.Device // the emulation, or the backend KVCM_DEVICE names (devicetest)
 	stream device.Stream
 }
 
 func newFixture(t *testing.T, cfg config.Config) *fixture {
 	t.Helper()
-	dev := emu.New(emu.Options{Seed: 1})
+	dev := devicetest.Open(t, emu.Options{Seed: 1})
 	m, err := NewManager(cfg, WithDevice(dev))
 	require.NoError(t, err)
 	s, err := dev.NewStream()

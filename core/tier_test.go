@@ -10,8 +10,10 @@ import (
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/codec"
 	"github.com/kvcm/kvcm/core/codec/codectest"
+	"github.com/kvcm/kvcm/core/codec/gpucodec"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
+	"github.com/kvcm/kvcm/core/device/devicetest"
 	"github.com/kvcm/kvcm/core/device/emu"
 	"github.com/kvcm/kvcm/core/layout"
 )
@@ -31,7 +33,7 @@ func tieredConfig(t *testing.T, gpu, host, disk int64) config.Config {
 
 func newTieredFixture(t *testing.T, cfg config.Config, opts ...Option) *fixture {
 	t.Helper()
-	dev := emu.New(emu.Options{Seed: 7, MaxDelay: 50e3}) // up to 50µs per op
+	dev := devicetest.Open(t, emu.Options{Seed: 7, MaxDelay: 50e3}) // emu: up to 50µs per op
 	m, err := NewManager(cfg, append([]Option{WithDevice(dev)}, opts...)...)
 	require.NoError(t, err)
 	s, err := dev.NewStream()
@@ -263,7 +265,7 @@ func (f *fixture) evictAndRestore() {
 }
 
 func TestCompressingCodecRoundTripsExactly(t *testing.T) {
-	dev := emu.New(emu.Options{Seed: 3})
+	dev := devicetest.Open(t, emu.Options{Seed: 3})
 	half := codectest.NewHalf(dev)
 	cfg := tieredConfig(t, 4, 2, 8)
 	m, err := NewManager(cfg, WithDevice(dev), WithColdPageCodec(codec.Own(half)))
@@ -289,6 +291,46 @@ func TestCompressingCodecRoundTripsExactly(t *testing.T) {
 	assert.Equal(t, 16, f.verifyAll(a, 1), "4 blocks × 4 buffers")
 	require.NoError(t, a.Close())
 	assert.Positive(t, m.MigrationStats()[HotToDisk].Pages+m.MigrationStats()[HostToDisk].Pages)
+}
+
+// The auto codec through every cold path: the gather kernel on CUDA (the
+// 64-byte slots are far below the crossover), the default codec on emu.
+func TestAutoCodecRoundTripsThroughHostAndDisk(t *testing.T) {
+	dev := devicetest.Open(t, emu.Options{Seed: 11, MaxDelay: 20e3})
+	auto, err := gpucodec.NewAuto(dev)
+	require.NoError(t, err)
+	m, err := NewManager(tieredConfig(t, 4, 4, 8), WithDevice(dev), WithColdPageCodec(codec.Own(auto)))
+	require.NoError(t, err)
+	s, err := dev.NewStream()
+	require.NoError(t, err)
+	f := &fixture{t: t, m: m, dev: dev, stream: s}
+	defer func() {
+		s.Close()
+		require.NoError(t, m.Close())
+		dev.Close()
+	}()
+	want := gpucodec.DMA
+	if !devicetest.IsEmu(dev) {
+		want = gpucodec.Kernel
+	}
+	got, ok := auto.Choice(0)
+	require.True(t, ok)
+	assert.Equal(t, want, got)
+	a := f.compute(blockhash.Scope{}, seq(0, 16), 1)
+	require.NoError(t, a.Suspend())
+	for i := range 3 {
+		x := f.compute(blockhash.Scope{}, seq(100*(i+1), 16), 2+i)
+		require.NoError(t, x.Close())
+	}
+	require.NoError(t, a.Prefetch(1), "disk→host")
+	require.NoError(t, a.Resume(f.stream))
+	assert.Equal(t, 16, f.verifyAll(a, 1), "4 blocks × 4 buffers")
+	require.NoError(t, a.Close())
+	ms := m.MigrationStats()
+	assert.Positive(t, ms[DiskToHost].Pages)
+	assert.Positive(t, ms[HotToHost].Pages)
+	assert.Positive(t, ms[HotToDisk].Pages+ms[HostToDisk].Pages)
+	assert.Positive(t, ms[HostToHot].Pages+ms[DiskToHot].Pages)
 }
 
 func TestConstructionConsumesTheCodec(t *testing.T) {
@@ -396,8 +438,11 @@ func TestDeviceIndexCodecUsesLazyRingAndChunks(t *testing.T) {
 	cfg.Layers = cfg.Layers[:1]
 	cfg.Layers[0].Buffers = []config.BufferConfig{{Role: config.RoleKey, Size: 16}}
 	cfg.CacheTiers = []config.CacheTierConfig{config.GPU(10000 * 16), config.Host(20000 * 16)}
-	dev := emu.New(emu.Options{Seed: 5})
-	di := codectest.NewDeviceIndexed(dev)
+	dev := devicetest.Open(t, emu.Options{Seed: 5})
+	// codectest.DeviceIndexed on emu; on CUDA the gather kernel codec, as
+	// DeviceIndexed submits copies from a host function.
+	di, pairsPerCall, err := devicetest.DeviceIndexCodec(dev)
+	require.NoError(t, err)
 	m, err := NewManager(cfg, WithDevice(dev), WithColdPageCodec(codec.Own(di)))
 	require.NoError(t, err)
 	s, err := dev.NewStream()
@@ -416,13 +461,13 @@ func TestDeviceIndexCodecUsesLazyRingAndChunks(t *testing.T) {
 	b := f.compute(blockhash.Scope{}, seq(n, n), 2) // pushes 8000 of A's 9000 pages down
 	require.NoError(t, b.Close())
 	assert.True(t, m.indexRing.Allocated())
-	for _, k := range di.PairsPerCall() {
+	for _, k := range pairsPerCall() {
 		assert.LessOrEqual(t, k*codec.PageIndexPairBytes, 64<<10, "a codec call gets at most 64 KiB of indices")
 	}
 	require.NoError(t, a.Resume(f.stream))
 	assert.Equal(t, 9000, f.verifyAll(a, 1), "4 blocks × 4 buffers")
 	require.NoError(t, a.Close())
-	assert.Greater(t, len(di.PairsPerCall()), 2, "large batches were split into chunks")
+	assert.Greater(t, len(pairsPerCall()), 2, "large batches were split into chunks")
 }
 
 func TestAsyncCodecFailureIsFenced(t *testing.T) {

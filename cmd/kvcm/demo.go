@@ -10,8 +10,12 @@ import (
 	"time"
 
 	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/codec"
+	"github.com/kvcm/kvcm/core/codec/gpucodec"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
+	"github.com/kvcm/kvcm/core/device/backend"
+	"github.com/kvcm/kvcm/core/device/cuda"
 	"github.com/kvcm/kvcm/core/device/emu"
 	"github.com/kvcm/kvcm/core/fakeengine"
 	"github.com/kvcm/kvcm/core/layout"
@@ -19,9 +23,10 @@ import (
 
 var demoCommand = command{
 	name:    "demo",
-	summary: "serve a shared-prefix workload on the emulated device and check every reused byte",
+	summary: "serve a shared-prefix workload on a GPU or the emulated device and check every reused byte",
 	synopsis: `Serves groups of requests that share a long system prompt, in shuffled order,
-through the manager with the fake engine on the emulated device. The engine
+through the manager with the fake engine, on a CUDA GPU when there is one
+(--device auto, the default) or on the emulated device. The engine
 writes deterministic KV bytes for every computed token and verifies, byte for
 byte, every page a request reuses and every page it holds when it finishes.
 The GPU quota is small enough by default that the workload does not fit:
@@ -31,6 +36,11 @@ preempted after its first step, its pages prefetched back to the host tier
 while another request runs, and resumed. Twice during the run the GPU and
 host tiers are shrunk (evicting and defragmenting) and grown back. A table of
 migrations per path is printed at the end.
+
+Cold pages are moved by the auto codec by default (--codec auto): on a GPU,
+per layer group, the gather kernel below the chunk size where DMA catches up
+(gpucodec.AutoCrossoverBytes) and DMA above it; on the emulated device, the
+default codec. --codec default always uses the default (DMA) codec.
 
 The last line is "integrity: <N> pages verified, <M> mismatches"; the exit
 status is 1 when M > 0.`,
@@ -54,6 +64,7 @@ type demoFlags struct {
 	diskPath                                   string
 	maxDelay                                   time.Duration
 	progress                                   string
+	device, codec                              string
 }
 
 func setupDemo(fs *flag.FlagSet) func(stdout, stderr io.Writer) int {
@@ -71,6 +82,8 @@ func setupDemo(fs *flag.FlagSet) func(stdout, stderr io.Writer) int {
 	fs.Var(&f.hostQuota, "host-quota", "host tier quota (0: no host tier)")
 	fs.Var(&f.diskQuota, "disk-quota", "disk tier quota (0: no disk tier)")
 	fs.StringVar(&f.diskPath, "disk-path", "", "directory of the disk tier (default: a temporary directory, removed afterwards)")
+	fs.StringVar(&f.device, "device", backend.Auto, "device: cuda, emu, or auto (cuda when a GPU is present, else emu)")
+	fs.StringVar(&f.codec, "codec", "auto", "cold-page codec: auto (gather kernel or DMA per layer group by chunk size; DMA on emu) or default (DMA)")
 	fs.DurationVar(&f.maxDelay, "max-delay", 0, "emulated device: delay every stream operation by a random duration below this")
 	fs.StringVar(&f.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
 	return func(stdout, stderr io.Writer) int { return runDemo(f, stdout, stderr) }
@@ -95,6 +108,14 @@ func (f *demoFlags) validate() error {
 	}
 	if f.hostQuota < 0 || f.diskQuota < 0 {
 		return errors.New("--host-quota and --disk-quota must not be negative")
+	}
+	switch f.device {
+	case backend.Auto, backend.CUDA, backend.Emu:
+	default:
+		return fmt.Errorf("--device must be auto, cuda or emu, got %q", f.device)
+	}
+	if f.codec != "auto" && f.codec != "default" {
+		return fmt.Errorf("--codec must be auto or default, got %q", f.codec)
 	}
 	if f.progress != "auto" && f.progress != "always" && f.progress != "never" {
 		return fmt.Errorf("--progress must be auto, always or never, got %q", f.progress)
@@ -176,9 +197,20 @@ func demo(f *demoFlags, stdout, stderr io.Writer) (err error) {
 		defer os.RemoveAll(diskPath)
 	}
 	cfg := f.config(diskPath)
-	dev := emu.New(emu.Options{Seed: f.seed, MaxDelay: f.maxDelay})
+	dev, err := backend.OpenWith(f.device, backend.Options{Emu: emu.Options{Seed: f.seed, MaxDelay: f.maxDelay}})
+	if err != nil {
+		return err
+	}
 	defer func() { err = errors.Join(err, dev.Close()) }()
-	m, err := core.NewManager(cfg, core.WithDevice(dev))
+	opts := []core.Option{core.WithDevice(dev)}
+	var auto *gpucodec.Auto
+	if f.codec == "auto" {
+		if auto, err = gpucodec.NewAuto(dev); err != nil {
+			return err
+		}
+		opts = append(opts, core.WithColdPageCodec(codec.Own(auto)))
+	}
+	m, err := core.NewManager(cfg, opts...)
 	if err != nil {
 		return err
 	}
@@ -200,6 +232,7 @@ func demo(f *demoFlags, stdout, stderr io.Writer) (err error) {
 		return err
 	}
 	f.printHeader(stdout, e, st, len(reqs))
+	fmt.Fprintf(stdout, "device: %s; codec: %s\n", describeDevice(dev, f.maxDelay), describeCodec(m, auto))
 
 	showBar := f.progress == "always" || (f.progress == "auto" && isTerminal(stderr))
 	bar := newProgress(stderr, showBar, "serving", len(reqs))
@@ -300,8 +333,34 @@ func (f *demoFlags) printHeader(w io.Writer, e *fakeengine.Engine, st []core.Poo
 		}
 		groups += fmt.Sprintf("%d slots of %s", g.Total, formatBytes(g.PageBytes))
 	}
-	fmt.Fprintf(w, "gpu: %s quota = %s; host %s, disk %s; emulated device, max delay %v\n",
-		formatBytes(int64(f.gpuQuota)), groups, formatBytes(int64(f.hostQuota)), formatBytes(int64(f.diskQuota)), f.maxDelay)
+	fmt.Fprintf(w, "gpu: %s quota = %s; host %s, disk %s\n",
+		formatBytes(int64(f.gpuQuota)), groups, formatBytes(int64(f.hostQuota)), formatBytes(int64(f.diskQuota)))
+}
+
+// describeDevice names the device the demo runs on.
+func describeDevice(d device.Device, maxDelay time.Duration) string {
+	if p, ok := d.(interface{ Properties() cuda.Properties }); ok {
+		pr := p.Properties()
+		return fmt.Sprintf("cuda %d (%s, sm_%d%d, driver %d.%d)", pr.Ordinal, pr.Name, pr.ComputeMajor, pr.ComputeMinor,
+			pr.DriverVersion/1000, pr.DriverVersion%1000/10)
+	}
+	return fmt.Sprintf("emulated, max delay %v", maxDelay)
+}
+
+// describeCodec says how each layer group's cold pages move.
+func describeCodec(m *core.Manager, auto *gpucodec.Auto) string {
+	if auto == nil {
+		return "default (DMA)"
+	}
+	out := "auto ("
+	for lg := range m.NumLayerGroups() {
+		c, _ := auto.Choice(layout.LayerGroupID(lg))
+		if lg > 0 {
+			out += ", "
+		}
+		out += fmt.Sprintf("layer group %d: %v", lg, c)
+	}
+	return out + ")"
 }
 
 func pct(a, b int64) float64 {

@@ -1,6 +1,7 @@
 // Command kvcm is kvcm's command-line tool: demos, benchmarks and the serving
 // simulator, one subcommand each.
 //
+//	kvcm bench migrate   codec throughput against the contiguous-copy limit
 //	kvcm demo [flags]    serve a shared-prefix workload and check every reused byte
 //	kvcm help [command]  describe a command
 //
@@ -23,10 +24,14 @@ type command struct {
 	summary  string // one line, for the command list
 	synopsis string // a paragraph, for kvcm help <command>
 	setup    func(fs *flag.FlagSet) func(stdout, stderr io.Writer) int
+	// main, if set, runs the command with its raw arguments instead: for
+	// commands with subcommands of their own.
+	main func(args []string, stdout, stderr io.Writer) int
 }
 
 // commands is the subcommand table. Keep it sorted by name.
 var commands = []command{
+	benchCommand,
 	demoCommand,
 }
 
@@ -70,6 +75,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kvcm: unknown command %q\n", name)
 		usage(stderr)
 		return exitUsage
+	}
+	if c.main != nil {
+		return c.main(rest, stdout, stderr)
 	}
 	fs := newFlagSet(c)
 	runCmd := c.setup(fs)

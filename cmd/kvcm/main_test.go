@@ -16,7 +16,7 @@ func runCLI(args ...string) (code int, stdout, stderr string) {
 }
 
 func TestDemoSmall(t *testing.T) {
-	code, out, errOut := runCLI("demo", "--groups", "3", "--per-group", "4", "--system-tokens", "200",
+	code, out, errOut := runCLI("demo", "--device", testDevice, "--groups", "3", "--per-group", "4", "--system-tokens", "200",
 		"--question-tokens", "20", "--output-tokens", "5", "--tokens-per-block", "16", "--window", "64",
 		"--gpu-quota", "512KiB", "--max-delay", "10us", "--seed", "7")
 	require.Equal(t, exitOK, code, "stderr: %s", errOut)
@@ -28,14 +28,14 @@ func TestDemoSmall(t *testing.T) {
 	assert.Regexp(t, `evictions: [1-9][0-9]* pages`, out)
 
 	// The same seed serves the same workload with the same outcome.
-	code, again, _ := runCLI("demo", "--groups", "3", "--per-group", "4", "--system-tokens", "200",
+	code, again, _ := runCLI("demo", "--device", testDevice, "--groups", "3", "--per-group", "4", "--system-tokens", "200",
 		"--question-tokens", "20", "--output-tokens", "5", "--tokens-per-block", "16", "--window", "64",
 		"--gpu-quota", "512KiB", "--seed", "7")
 	require.Equal(t, exitOK, code)
 	strip := func(s string) string { // drop the timing line and the delay
 		var keep []string
 		for _, l := range strings.Split(s, "\n") {
-			if !strings.HasPrefix(l, "throughput:") && !strings.HasPrefix(l, "gpu:") {
+			if !strings.HasPrefix(l, "throughput:") && !strings.HasPrefix(l, "device:") {
 				keep = append(keep, l)
 			}
 		}
@@ -48,7 +48,7 @@ func TestDemoDefaultsUseEveryMigrationPath(t *testing.T) {
 	if testing.Short() {
 		t.Skip("full demo")
 	}
-	code, out, errOut := runCLI("demo")
+	code, out, errOut := runCLI("demo", "--device", testDevice)
 	require.Equal(t, exitOK, code, errOut)
 	for _, path := range []string{"gpu→host", "host→gpu", "gpu→disk", "disk→gpu", "host→disk", "disk→host", "gpu→gpu", "cold→cold"} {
 		assert.Regexp(t, `\n  `+path+` +[1-9][0-9]* `, out, "path %s used", path)
@@ -57,7 +57,7 @@ func TestDemoDefaultsUseEveryMigrationPath(t *testing.T) {
 }
 
 func TestDemoProgressAlways(t *testing.T) {
-	code, out, errOut := runCLI("demo", "--groups", "2", "--per-group", "2", "--system-tokens", "64",
+	code, out, errOut := runCLI("demo", "--device", testDevice, "--groups", "2", "--per-group", "2", "--system-tokens", "64",
 		"--progress", "always")
 	require.Equal(t, exitOK, code, errOut)
 	assert.Contains(t, errOut, "serving [")
@@ -86,7 +86,7 @@ func TestUsageErrors(t *testing.T) {
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, errOut, "unexpected arguments: extra")
 
-	code, _, errOut = runCLI("demo", "--gpu-quota", "1KiB")
+	code, _, errOut = runCLI("demo", "--device", testDevice, "--gpu-quota", "1KiB")
 	assert.Equal(t, exitFail, code)
 	assert.Contains(t, errOut, "quota")
 
@@ -114,4 +114,16 @@ func TestByteSize(t *testing.T) {
 	assert.Equal(t, "8MiB", formatBytes(8<<20))
 	assert.Equal(t, "1.5KiB", formatBytes(1536))
 	assert.Equal(t, "100B", formatBytes(100))
+}
+
+func TestBenchMigrateOnTheEmulatedDevice(t *testing.T) {
+	code, out, errOut := runCLI("bench", "migrate", "-on", "emu", "-total", "4MiB", "-chunks", "4KiB,64KiB", "-runs", "1")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "emulated device")
+	assert.Regexp(t, `\| default \| 4 KiB × 4 \| 256 \| .* \| every byte \|`, out)
+	assert.Regexp(t, `\| default \| 64 KiB × 4 \| 16 \| .* \| every byte \|`, out)
+
+	code, _, errOut = runCLI("bench", "nothing")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "usage: kvcm bench migrate")
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/kvcm/kvcm/core/codec/codectest"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
+	"github.com/kvcm/kvcm/core/device/devicetest"
 	"github.com/kvcm/kvcm/core/device/emu"
 	"github.com/kvcm/kvcm/core/fakeengine"
 	"github.com/kvcm/kvcm/core/layout"
@@ -84,7 +85,7 @@ func (s setup) config() config.Config {
 type rig struct {
 	t   *testing.T
 	cfg config.Config
-	dev *emu.Device
+	dev device.Device // emu, or the backend KVCM_DEVICE names (devicetest)
 	m   *core.Manager
 	e   *fakeengine.Engine
 }
@@ -98,7 +99,7 @@ func newRig(t *testing.T, s setup) *rig {
 		s.diskDir = t.TempDir()
 	}
 	r := &rig{t: t, cfg: s.config()}
-	r.dev = emu.New(emu.Options{Seed: s.seed, MaxDelay: s.maxDelay})
+	r.dev = devicetest.Open(t, emu.Options{Seed: s.seed, MaxDelay: s.maxDelay})
 	opts := []core.Option{core.WithDevice(r.dev)}
 	if s.half {
 		opts = append(opts, core.WithColdPageCodec(codec.Own(codectest.NewHalf(r.dev))))

@@ -201,15 +201,6 @@ func (b *bench) series(fns ...func() error) (gpu, host []time.Duration, err erro
 	return gpu, host, nil
 }
 
-func median(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
 func (b *bench) gbs(d time.Duration) float64 { return float64(b.cfg.TotalBytes) / d.Seconds() / 1e9 }
 
 // layoutFor is the hot pool group for chunk size c.

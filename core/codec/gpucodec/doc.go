@@ -10,6 +10,10 @@
 //     with 16-byte loads, several in flight per lane, which keeps mapped
 //     pinned host memory busy across PCIe. Layouts not aligned to 16 bytes
 //     fall back to a byte-wise kernel.
+//   - Auto (NewAuto): per lifecycle, DMA (the default codec) or Gather, from
+//     the lifecycle's chunk size (mean slot bytes per pool) against the
+//     crossover `kvcm bench migrate` measured (AutoCrossoverBytes). On the
+//     emulated device, or without cgo, it is the default codec.
 //   - Quant (NewQuant): a fixed-ratio lossy codec for fp16 or bf16 pages:
 //     FP8 e4m3 with one float32 scale per block of BlockElems elements (128
 //     by default: 0.516 of the hot bytes). Its error against the original is
@@ -25,6 +29,7 @@
 // calls) fails the stream with an error wrapping codec.ErrBadIndex, the device
 // package's asynchronous failure model. Batching is the identity.
 //
-// The package needs cgo and a GPU at run time; without cgo it is empty, and
-// its tests skip where there is no GPU.
+// The kernel codecs need cgo and a GPU at run time; without cgo the package
+// holds only Auto (then always DMA), and the GPU tests skip where there is
+// no GPU.
 package gpucodec

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm/kvcm/core/device/cuda"
+	"github.com/kvcm/kvcm/core/device/devicetest"
+)
+
+// testDevice is the --device the demo tests pass: KVCM_DEVICE, or emu when
+// it is unset (devicetest).
+var testDevice = devicetest.Name()
+
+func TestDemoDeviceAndCodecFlags(t *testing.T) {
+	small := []string{"--groups", "2", "--per-group", "3", "--system-tokens", "96", "--question-tokens", "8",
+		"--output-tokens", "3", "--tokens-per-block", "16", "--window", "32", "--gpu-quota", "256KiB", "--seed", "3"}
+	demo := func(extra ...string) (int, string, string) {
+		return runCLI(append(append([]string{"demo"}, extra...), small...)...)
+	}
+	code, auto, errOut := demo("--device", testDevice, "--codec", "auto")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Regexp(t, `integrity: [1-9][0-9]* pages verified, 0 mismatches\n$`, auto)
+	resolved, err := devicetest.Resolved()
+	require.NoError(t, err)
+	if resolved == "cuda" {
+		assert.Regexp(t, `\ndevice: cuda 0 \(`, auto)
+		assert.Contains(t, auto, "codec: auto (layer group 0: gather, layer group 1: gather)", "2 KiB chunks: the kernel")
+	} else {
+		assert.Contains(t, auto, "device: emulated, max delay 0s; codec: auto (layer group 0: dma, layer group 1: dma)")
+	}
+	code, def, errOut := demo("--device", testDevice, "--codec", "default")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, def, "codec: default (DMA)")
+	strip := func(s string) string {
+		var keep []string
+		for _, l := range strings.Split(s, "\n") {
+			if !strings.HasPrefix(l, "throughput:") && !strings.HasPrefix(l, "device:") {
+				keep = append(keep, l)
+			}
+		}
+		return strings.Join(keep, "\n")
+	}
+	assert.Equal(t, strip(def), strip(auto), "the codecs move the same pages with the same outcome")
+
+	code, _, errOut = demo("--device", "tpu")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "--device must be auto, cuda or emu")
+	code, _, errOut = demo("--codec", "zip")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "--codec must be auto or default")
+	if !cuda.Available() {
+		code, _, errOut = demo("--device", "cuda")
+		assert.Equal(t, exitFail, code)
+		assert.Contains(t, errOut, "cuda")
+		code, out, errOut := demo("--device", "auto")
+		require.Equal(t, exitOK, code, errOut)
+		assert.Contains(t, out, "device: emulated", "auto without a GPU is the emulation")
+	}
+}
