@@ -120,16 +120,16 @@ type Decl struct {
 	// structs that borrow pointers for one call, whose plain names belong to
 	// the owning C++ types of the hand-written header.
 	CppNamespace string
-	Members    []*EnumMember
-	Fields     []*Field // struct
-	Versioned  bool
-	Vtable     bool
-	Align      int
-	Status     bool // the status type
-	APITable   bool // the generated function table
-	Callback   *Sig
-	File       string
-	Pos        int
+	Members      []*EnumMember
+	Fields       []*Field // struct
+	Versioned    bool
+	Vtable       bool
+	Align        int
+	Status       bool // the status type
+	APITable     bool // the generated function table
+	Callback     *Sig
+	File         string
+	Pos          int
 
 	size, align int // computed layout (structs)
 }
