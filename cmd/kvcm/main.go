@@ -3,6 +3,7 @@
 //
 //	kvcm bench migrate   codec throughput against the contiguous-copy limit
 //	kvcm demo [flags]    serve a shared-prefix workload and check every reused byte
+//	kvcm simulate        the CP-aware scheduling simulator
 //	kvcm help [command]  describe a command
 //
 // Each subcommand lives in its own file and registers itself in commands.
@@ -33,6 +34,7 @@ type command struct {
 var commands = []command{
 	benchCommand,
 	demoCommand,
+	simulateCommand,
 }
 
 func main() {

@@ -1,0 +1,221 @@
+package cp
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/layout"
+)
+
+func TestManagerBackedScoresWhatIsCachedNow(t *testing.T) {
+	r := newRig(t, tinyConfig(64), ManagerBackedOptions{})
+	tr := NewTracker(r.m, r.x)
+	sys := seq(1000, 16) // 4 blocks
+	q := cat(sys, seq(1, 8))
+
+	assert.Zero(t, r.x.PredictPrefixReuse("q", q), "nothing cached yet")
+	r.serve(tr, "writer", cat(sys, seq(50, 3)))
+	assert.InDelta(t, 16.0/24, r.x.PredictPrefixReuse("q", q), 1e-12,
+		"the writer's 4 system blocks stay cached after it finished")
+	assert.Equal(t, blockhash.Chain(blockhash.Scope{}, tpb, sys), r.x.GetCPCachedBlocks("q"))
+
+	other := ManagerBackedOptions{ScopeOf: func(string) blockhash.Scope { return blockhash.Scope{LoRAID: 3} }}
+	r2 := newRig(t, tinyConfig(64), other)
+	r2.serve(NewTracker(r2.m, r2.x), "w", cat(sys, seq(50, 3)))
+	assert.Zero(t, r2.x.PredictPrefixReuse("q", q), "scope LoRA 3 sees the blocks of scope LoRA 3 only")
+}
+
+func TestManagerBackedFollowsEvictionOfBlocksThatOutlivedTheirRequest(t *testing.T) {
+	r := newRig(t, tinyConfig(8), ManagerBackedOptions{})
+	tr := NewTracker(r.m, r.x)
+	a := seq(0, 16)
+	r.serve(tr, "a", a)
+	probe := cat(a, seq(9000, 4))
+	require.InDelta(t, 0.8, r.x.PredictPrefixReuse("p", probe), 1e-12)
+	g := r.x.Generation()
+
+	r.serve(tr, "b", seq(500, 32)) // needs all 8 pages: evicts a's blocks
+	assert.Zero(t, r.x.PredictPrefixReuse("p", probe), "evicted blocks no longer count")
+	assert.NotEqual(t, g, r.x.Generation(), "eviction of a watched block changes the generation")
+	assert.Zero(t, r.m.ProbeReuse(blockhash.Scope{}, probe), "and the manager agrees")
+}
+
+func TestManagerBackedAgreesWithProbeReuseUnderRandomLoad(t *testing.T) {
+	r := newRig(t, tinyConfig(40), ManagerBackedOptions{})
+	tr := NewTracker(r.m, r.x)
+	rng := rand.New(rand.NewPCG(7, 7))
+	prefixes := [][]config.Token{seq(0, 12), seq(100, 20), seq(200, 8), seq(300, 16)}
+	prompt := func() []config.Token {
+		p := prefixes[rng.IntN(len(prefixes))]
+		return cat(p[:rng.IntN(len(p)+1)], seq(10000+rng.IntN(50)*10, rng.IntN(9)))
+	}
+	var open []*TrackedCache
+	for i := 0; i < 400; i++ {
+		switch {
+		case len(open) > 0 && rng.IntN(3) == 0:
+			j := rng.IntN(len(open))
+			require.NoError(t, open[j].Close())
+			open = append(open[:j], open[j+1:]...)
+		default:
+			p := prompt()
+			if len(p) == 0 {
+				continue
+			}
+			c, err := tr.Create(fmt.Sprint("r", i), core.CacheOptions{InputTokens: p})
+			require.NoError(t, err)
+			require.NoError(t, c.Resume(r.stream))
+			if err := c.Resize(len(p), len(p)); err != nil {
+				require.ErrorIs(t, err, core.ErrOutOfPages)
+				require.NoError(t, c.Close())
+				continue
+			}
+			require.NoError(t, c.Commit(p[c.NumCommittedTokens():], false))
+			open = append(open, c)
+		}
+		q := prompt()
+		if len(q) == 0 {
+			continue
+		}
+		want := float64(r.m.ProbeReuse(blockhash.Scope{}, q)) / float64(len(q))
+		assert.InDelta(t, want, r.x.PredictPrefixReuse(fmt.Sprint("q", i), q), 1e-12, "step %d", i)
+	}
+	for _, c := range open {
+		require.NoError(t, c.Close())
+	}
+}
+
+func TestManagerBackedDiscountsColderLevels(t *testing.T) {
+	// The GPU-only manager never moves blocks; feed the level-change events
+	// a manager with cold tiers emits through the index's listener.
+	r := newRig(t, tinyConfig(64), ManagerBackedOptions{LevelWeights: []float64{1, 0.5, 0.25}})
+	tr := NewTracker(r.m, r.x)
+	sys := seq(0, 8)
+	r.serve(tr, "w", sys)
+	keys := blockhash.Chain(blockhash.Scope{}, tpb, sys)
+	q := cat(sys, seq(77, 8)) // 16 tokens, 2 cached blocks
+	require.InDelta(t, 0.5, r.x.PredictPrefixReuse("q", q), 1e-12)
+
+	emit := r.x.Listener()
+	emit(core.CacheEvent{Kind: core.BlockUpdated, Key: keys[1], LayerGroup: 0, Level: 1})
+	assert.InDelta(t, (4+2)/16.0, r.x.PredictPrefixReuse("q", q), 1e-12, "host block saves half")
+	emit(core.CacheEvent{Kind: core.BlockUpdated, Key: keys[0], LayerGroup: 0, Level: 2})
+	assert.InDelta(t, (1+2)/16.0, r.x.PredictPrefixReuse("q", q), 1e-12, "disk block saves a quarter")
+	lv, ok := r.x.BlockLevels(keys[0])
+	require.True(t, ok)
+	assert.Equal(t, []int32{int32(layout.CacheLevel(2))}, lv)
+	emit(core.CacheEvent{Kind: core.BlockRemoved, Key: keys[0]})
+	assert.Zero(t, r.x.PredictPrefixReuse("q", q), "a prefix stops at the first missing block")
+}
+
+func TestManagerBackedMemoizesScoresUntilTheirBlocksChange(t *testing.T) {
+	r := newRig(t, tinyConfig(64), ManagerBackedOptions{})
+	tr := NewTracker(r.m, r.x)
+	q := cat(seq(0, 8), seq(100, 4))
+	r.x.PredictPrefixReuse("q", q)
+	g, n := r.x.Generation(), r.x.ScoreComputations()
+	for i := 0; i < 10; i++ {
+		r.x.PredictPrefixReuse("q", q)
+	}
+	r.serve(tr, "unrelated", seq(5000, 16))
+	assert.Equal(t, n, r.x.ScoreComputations(), "no event touched q's blocks: served from the memo")
+	assert.Equal(t, g, r.x.Generation(), "blocks nobody watches do not change the generation")
+
+	r.serve(tr, "w", seq(0, 8))
+	assert.NotEqual(t, g, r.x.Generation(), "q's first block was stored")
+	assert.InDelta(t, 8.0/12, r.x.PredictPrefixReuse("q", q), 1e-12)
+	assert.Equal(t, n+1, r.x.ScoreComputations())
+
+	r.x.ReleaseScore("q")
+	g = r.x.Generation()
+	r.x.Listener()(core.CacheEvent{Kind: core.BlockRemoved, Key: blockhash.Chain(blockhash.Scope{}, tpb, q)[0]})
+	assert.Equal(t, g, r.x.Generation(), "released requests are not watched")
+	assert.Zero(t, r.x.PredictPrefixReuse("q", q), "asking again watches it anew, with a fresh score")
+}
+
+func TestManagerBackedPriorityOrdersByScoreAndIsAPermutation(t *testing.T) {
+	r := newRig(t, tinyConfig(64), ManagerBackedOptions{})
+	tr := NewTracker(r.m, r.x)
+	r.serve(tr, "w", seq(0, 16))
+	r.x.PredictPrefixReuse("none", seq(900, 9))
+	r.x.PredictPrefixReuse("half", cat(seq(0, 8), seq(900, 8)))
+	r.x.PredictPrefixReuse("most", cat(seq(0, 16), seq(900, 1)))
+	r.x.PredictPrefixReuse("none2", seq(800, 9))
+	ids := []string{"none", "half", "unknown", "most", "none2", "half"}
+	assert.Equal(t, []string{"most", "half", "half", "none", "unknown", "none2"}, r.x.GetAllocationPriority(ids),
+		"highest overlap first; equal scores (and unknown ids, scored 0) keep input order")
+	assert.Nil(t, r.x.GetAllocationPriority(nil))
+}
+
+func TestManagerBackedNotificationsDoNotDecideWhatIsCached(t *testing.T) {
+	r := newRig(t, tinyConfig(64), ManagerBackedOptions{})
+	tr := NewTracker(r.m, r.x)
+	c := r.open(tr, "w", seq(0, 9))
+	keys := c.Keys()
+	require.Len(t, keys, 2)
+	assert.Equal(t, keys, r.x.GetCPCachedBlocks("w"), "blocks notified allocated and cached")
+	require.NoError(t, c.Close()) // terminal free
+	assert.Nil(t, r.x.GetCPCachedBlocks("w"), "the request is forgotten")
+	assert.InDelta(t, 8.0/12, r.x.PredictPrefixReuse("next", cat(seq(0, 8), seq(50, 4))), 1e-12,
+		"but its blocks stay cached: freed is not evicted")
+
+	r.x.NotifyBlocksAllocated("ghost", []blockhash.Key{12345})
+	assert.Empty(t, r.x.GetCPCachedBlocks("ghost"), "a notified block the manager never stored is not cached")
+}
+
+func TestManagerBackedIsSafeUnderConcurrentUse(t *testing.T) {
+	r := newRig(t, tinyConfig(256), ManagerBackedOptions{})
+	tr := NewTracker(r.m, r.x)
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				id := fmt.Sprint(w, "-", i)
+				r.x.PredictPrefixReuse(id, seq(i%5*100, 20))
+				r.x.GetAllocationPriority([]string{id, "x"})
+				if w%2 == 0 {
+					r.serve(tr, id, seq(i%5*100, 12))
+				}
+				r.x.Generation()
+			}
+		}(w)
+	}
+	wg.Wait()
+}
+
+func TestManagerBackedWithSeveralLayerGroupsUsesProbeReuse(t *testing.T) {
+	cfg := tinyConfig(64)
+	cfg.Layers = append(cfg.Layers, config.AttentionLayerConfig{
+		LayerID: 1, SlidingWindowSize: 8, Buffers: []config.BufferConfig{{Role: config.RoleKey, Size: 8}},
+	})
+	cfg.CacheTiers[0].Quota = 64 * 16
+	r := newRig(t, cfg, ManagerBackedOptions{})
+	require.Equal(t, 2, r.m.NumLayerGroups())
+	tr := NewTracker(r.m, r.x)
+	p := seq(0, 24)
+	r.serve(tr, "w", p)
+	for _, q := range [][]config.Token{cat(p, seq(99, 3)), cat(p[:13], seq(99, 5)), seq(0, 9)} {
+		want := float64(r.m.ProbeReuse(blockhash.Scope{}, q)) / float64(len(q))
+		assert.InDelta(t, want, r.x.PredictPrefixReuse(fmt.Sprint(len(q)), q), 1e-12)
+	}
+}
+
+func TestManagerBackedUsesKnownChainsAsIfItHashedThem(t *testing.T) {
+	q := cat(seq(0, 16), seq(500, 5))
+	chain := blockhash.Chain(blockhash.Scope{}, tpb, q)
+	for _, known := range [][]blockhash.Key{nil, chain[:1], chain[:3], chain} {
+		r := newRig(t, tinyConfig(64), ManagerBackedOptions{KnownChain: func(string) []blockhash.Key { return known }})
+		r.serve(NewTracker(r.m, r.x), "w", seq(0, 12))
+		assert.InDelta(t, 12.0/21, r.x.PredictPrefixReuse("q", q), 1e-12, "%d known keys", len(known))
+		assert.Equal(t, chain[:3], r.x.GetCPCachedBlocks("q"))
+	}
+}

@@ -1,0 +1,204 @@
+package sim
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+
+	"github.com/kvcm/kvcm/core/sched"
+)
+
+// CLI holds the flags of `kvcm simulate`. Register them on a flag set, then
+// call Run.
+type CLI struct {
+	workloads, policies, loads string
+	seeds                      int
+	seedBase                   uint64
+	full                       bool
+	shrink                     int
+	jsonOut, markdown          bool
+	fromJSON                   string
+	plots                      string
+	cdfLoad                    float64
+	tracePath, writeTrace      string
+	index                      string
+	capacity                   int64
+	workers                    int
+	opts                       Options
+}
+
+// Full-matrix defaults (--full): the command that produced docs/scheduling.md.
+const (
+	FullWorkloads = "w1,w2:0:0.25,w2:0.8:0.25,w2:1.2:0.25,w2:0:0.5,w2:0.8:0.5,w2:1.2:0.5,w4,w5"
+	FullLoads     = "0.3,0.5,0.7,0.85,0.95"
+	FullSeeds     = 5
+	// DefaultPolicies are the five policies of EVALUATION.md §3.
+	DefaultPolicies = "fcfs,lpm:128,klpm:4,window:64,resort"
+)
+
+// Register defines the flags on fs.
+func (c *CLI) Register(fs *flag.FlagSet) {
+	c.opts = DefaultOptions()
+	d := c.opts.Cost
+	fs.StringVar(&c.workloads, "workloads", "w2:0.8:0.25,w5", "comma-separated workloads: w1, w2:ALPHA:CAPACITY (Zipf alpha, capacity as a fraction of the distinct-prefix footprint), w4, w5")
+	fs.StringVar(&c.policies, "policies", DefaultPolicies, "comma-separated policies: fcfs, lpm[:scancap], klpm:K[:scancap], window:N, resort")
+	fs.StringVar(&c.loads, "loads", "0.85,0.95", "comma-separated loads, as fractions of each workload's FCFS saturation throughput")
+	fs.IntVar(&c.seeds, "seeds", 3, "number of seeds (traces) per point")
+	fs.Uint64Var(&c.seedBase, "seed-base", 1, "first seed")
+	fs.BoolVar(&c.full, "full", false, "the full matrix: workloads "+FullWorkloads+", loads "+FullLoads+", "+strconv.Itoa(FullSeeds)+" seeds (about 35 minutes on 2 cores)")
+	fs.IntVar(&c.shrink, "shrink", 1, "divide every workload's request count by this (a quick look at the same shape)")
+	fs.BoolVar(&c.jsonOut, "json", false, "write the report as JSON on stdout instead of tables")
+	fs.BoolVar(&c.markdown, "markdown", false, "write the tables as Markdown")
+	fs.StringVar(&c.fromJSON, "from-json", "", "comma-separated JSON reports (from --json) to print again instead of simulating")
+	fs.StringVar(&c.plots, "plots", "", "write PNG plots (TTFT CDF per policy, TTFT vs load) into this directory")
+	fs.Float64Var(&c.cdfLoad, "cdf-load", 0.85, "load of the TTFT CDF plots (the nearest one run)")
+	fs.StringVar(&c.tracePath, "trace", "", "replay this JSONL trace instead of generated workloads (loads relative to its own FCFS saturation)")
+	fs.StringVar(&c.writeTrace, "write-trace", "", "write the first workload's trace for the first seed (unit arrival rate) as JSONL to this file, and exit")
+	fs.StringVar(&c.index, "index", string(IndexManager), "CP-aware index: manager (the manager-backed one), null, none")
+	fs.Int64Var(&c.capacity, "capacity", 0, "KV capacity in tokens for every workload (0: each workload's own)")
+	fs.IntVar(&c.workers, "workers", 0, "simulations run at once (0: one per CPU)")
+	fs.IntVar(&c.opts.TokenBudget, "budget", c.opts.TokenBudget, "token budget per step")
+	fs.IntVar(&c.opts.MaxBatch, "max-batch", c.opts.MaxBatch, "most requests running at once")
+	fs.IntVar(&c.opts.TokensPerBlock, "block", c.opts.TokensPerBlock, "tokens per KV block")
+	fs.Float64Var(&c.opts.Warmup, "warmup", c.opts.Warmup, "fraction of requests (in arrival order) dropped as warm-up")
+	fs.Float64Var(&c.opts.Cost.T0, "t0", d.T0, "prefill step fixed cost (s)")
+	fs.Float64Var(&c.opts.Cost.Beta, "beta", d.Beta, "prefill cost per uncached token (s)")
+	fs.Float64Var(&c.opts.Cost.Gamma, "gamma", d.Gamma, "prefill attention cost per uncached token per context token (s)")
+	fs.Float64Var(&c.opts.Cost.D0, "d0", d.D0, "decode step fixed cost (s)")
+	fs.Float64Var(&c.opts.Cost.D1, "d1", d.D1, "decode cost per running request (s)")
+	fs.Float64Var(&c.opts.Cost.D2, "d2", d.D2, "decode cost per context token (s)")
+}
+
+// Matrix builds the experiment from the parsed flags.
+func (c *CLI) Matrix() (Matrix, error) {
+	wl, loads, seeds := c.workloads, c.loads, c.seeds
+	if c.full {
+		wl, loads, seeds = FullWorkloads, FullLoads, max(seeds, FullSeeds)
+	}
+	var mx Matrix
+	if c.tracePath != "" {
+		f, err := os.Open(c.tracePath)
+		if err != nil {
+			return mx, err
+		}
+		tr, err := ReadJSONL(f, c.tracePath)
+		f.Close()
+		if err != nil {
+			return mx, err
+		}
+		mx.Workloads = []Workload{FromTrace(tr)}
+		seeds = 1
+	} else {
+		for _, s := range splitList(wl) {
+			w, err := ParseWorkload(s)
+			if err != nil {
+				return mx, err
+			}
+			mx.Workloads = append(mx.Workloads, w.Shrink(c.shrink))
+		}
+	}
+	for _, s := range splitList(c.policies) {
+		p, err := sched.ParsePolicy(s)
+		if err != nil {
+			return mx, err
+		}
+		mx.Policies = append(mx.Policies, p)
+	}
+	for _, s := range splitList(loads) {
+		l, err := strconv.ParseFloat(s, 64)
+		if err != nil || !(l > 0) {
+			return mx, fmt.Errorf("bad load %q", s)
+		}
+		mx.Loads = append(mx.Loads, l)
+	}
+	if seeds < 1 {
+		return mx, errors.New("need at least one seed")
+	}
+	for i := 0; i < seeds; i++ {
+		mx.Seeds = append(mx.Seeds, c.seedBase+uint64(i))
+	}
+	mx.Base = c.opts
+	mx.Base.Index = Index(c.index)
+	mx.Base.CapacityTokens = c.capacity
+	mx.Workers = c.workers
+	mx.KeepTTFTs = c.plots != ""
+	return mx, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// Run runs the command: tables (or JSON with --json) on stdout, plots into
+// --plots. progress, if not nil, is called after every simulation.
+func (c *CLI) Run(stdout, stderr io.Writer, progress func(done, total int)) error {
+	if c.fromJSON != "" {
+		var rs []io.Reader
+		for _, p := range splitList(c.fromJSON) {
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			rs = append(rs, f)
+		}
+		rep, err := ReadReports(rs...)
+		if err != nil {
+			return err
+		}
+		return c.print(stdout, rep)
+	}
+	mx, err := c.Matrix()
+	if err != nil {
+		return err
+	}
+	if c.writeTrace != "" {
+		f, err := os.Create(c.writeTrace)
+		if err != nil {
+			return err
+		}
+		if err := mx.Workloads[0].Trace(mx.Seeds[0]).WriteJSONL(f); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}
+	// The simulator allocates briskly; trading memory for GC time pays.
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
+	mx.Progress = progress
+	rep, err := mx.Run()
+	if err != nil {
+		return err
+	}
+	if c.plots != "" {
+		paths, err := WritePlots(rep, c.plots, c.cdfLoad)
+		if err != nil {
+			return err
+		}
+		for _, p := range paths {
+			fmt.Fprintln(stderr, "wrote", p)
+		}
+	}
+	return c.print(stdout, rep)
+}
+
+func (c *CLI) print(stdout io.Writer, rep *Report) error {
+	switch {
+	case c.jsonOut:
+		return rep.WriteJSON(stdout)
+	case c.markdown:
+		return rep.WriteMarkdown(stdout)
+	}
+	return rep.WriteTable(stdout)
+}

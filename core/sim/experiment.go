@@ -1,0 +1,359 @@
+package sim
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/kvcm/kvcm/core/sched"
+)
+
+// Matrix is an experiment: every workload × policy × load × seed, with the
+// load ρ relative to each workload's FCFS saturation throughput.
+//
+// Saturation: per workload and seed, the trace's backlog (every request at
+// time 0, no think time; Trace.Backlog) is served by FCFS, and the
+// saturation throughput μ is requests finished over the makespan; a
+// workload's μ is the mean over its seeds. At load ρ the trace's Poisson
+// arrivals are scaled to rate ρ·μ (W4: session starts at ρ·μ divided by the
+// mean turns per session, think times unchanged).
+type Matrix struct {
+	Workloads []Workload
+	Policies  []sched.Policy
+	Loads     []float64
+	Seeds     []uint64
+	// Base is the run configuration; Policy and CapacityTokens are set per
+	// run (CapacityTokens only when Base leaves it 0).
+	Base Options
+	// Workers runs that many simulations at once (0: GOMAXPROCS).
+	Workers int
+	// Progress, if set, is called after every finished run.
+	Progress func(done, total int)
+	// KeepTTFTs keeps every measured TTFT (for CDF plots).
+	KeepTTFTs bool
+}
+
+// Report is a finished experiment.
+type Report struct {
+	Cost        CostModel       `json:"cost"`
+	TokenBudget int             `json:"token_budget"`
+	MaxBatch    int             `json:"max_batch"`
+	Block       int             `json:"tokens_per_block"`
+	Warmup      float64         `json:"warmup"`
+	Index       Index           `json:"index"`
+	Seeds       []uint64        `json:"seeds"`
+	Workloads   []WorkloadPoint `json:"workloads"`
+	WallSeconds float64         `json:"wall_seconds"`
+}
+
+// WorkloadPoint is one workload's results.
+type WorkloadPoint struct {
+	Name           string  `json:"name"`
+	Requests       int     `json:"requests"`
+	CapacityTokens int64   `json:"capacity_tokens"`
+	Footprint      int64   `json:"distinct_prefix_tokens"`
+	Saturation     float64 `json:"fcfs_saturation_rps"`
+	// SaturationBySeed is each seed's μ.
+	SaturationBySeed []float64 `json:"fcfs_saturation_rps_by_seed"`
+	Points           []Point   `json:"points"`
+}
+
+// Point is one policy at one load, over seeds.
+type Point struct {
+	Policy string  `json:"policy"`
+	Bound  string  `json:"starvation_bound"`
+	Load   float64 `json:"load"`
+	// Runs are the per-seed metrics, in Seeds order.
+	Runs []Metrics `json:"runs"`
+	// Mean and CI over seeds of each metric.
+	Agg Aggregate `json:"agg"`
+	// GainVsFCFS: per seed, 1 - policy/FCFS (paired on the same trace), for
+	// mean and p99 TTFT; positive is better. Nil for FCFS itself or when
+	// the matrix has no FCFS.
+	GainMean *Estimate `json:"ttft_mean_gain_vs_fcfs,omitempty"`
+	GainP99  *Estimate `json:"ttft_p99_gain_vs_fcfs,omitempty"`
+	// TTFTs pools the measured TTFTs of every seed (KeepTTFTs only).
+	TTFTs []float64 `json:"-"`
+}
+
+// Aggregate holds the over-seed estimates of the metrics.
+type Aggregate struct {
+	TTFTMean, TTFTP50, TTFTP90, TTFTP99     Estimate
+	QueueMean, QueueP50, QueueP90, QueueP99 Estimate
+	PrefillMean, PrefillP99                 Estimate
+	HitRatio, PrefillTokens, Evictions      Estimate
+	MaxWait, MaxBypass, BoundViolations     Estimate
+	SchedMicros, Throughput                 Estimate
+	// WorstWait and WorstBypass are the largest over seeds.
+	WorstWait, WorstBypass float64
+}
+
+func aggregate(runs []Metrics) Aggregate {
+	f := func(get func(m Metrics) float64) Estimate {
+		xs := make([]float64, len(runs))
+		for i, m := range runs {
+			xs[i] = get(m)
+		}
+		return Estimate95(xs)
+	}
+	var worstWait, worstBypass float64
+	for _, m := range runs {
+		worstWait, worstBypass = max(worstWait, m.MaxWait), max(worstBypass, m.MaxBypass)
+	}
+	return Aggregate{
+		WorstWait: worstWait, WorstBypass: worstBypass,
+		TTFTMean:        f(func(m Metrics) float64 { return m.TTFT.Mean }),
+		TTFTP50:         f(func(m Metrics) float64 { return m.TTFT.P50 }),
+		TTFTP90:         f(func(m Metrics) float64 { return m.TTFT.P90 }),
+		TTFTP99:         f(func(m Metrics) float64 { return m.TTFT.P99 }),
+		QueueMean:       f(func(m Metrics) float64 { return m.Queue.Mean }),
+		QueueP50:        f(func(m Metrics) float64 { return m.Queue.P50 }),
+		QueueP90:        f(func(m Metrics) float64 { return m.Queue.P90 }),
+		QueueP99:        f(func(m Metrics) float64 { return m.Queue.P99 }),
+		PrefillMean:     f(func(m Metrics) float64 { return m.Prefill.Mean }),
+		PrefillP99:      f(func(m Metrics) float64 { return m.Prefill.P99 }),
+		HitRatio:        f(func(m Metrics) float64 { return m.HitRatio }),
+		PrefillTokens:   f(func(m Metrics) float64 { return m.PrefillTokens }),
+		Evictions:       f(func(m Metrics) float64 { return m.Evictions }),
+		MaxWait:         f(func(m Metrics) float64 { return m.MaxWait }),
+		MaxBypass:       f(func(m Metrics) float64 { return m.MaxBypass }),
+		BoundViolations: f(func(m Metrics) float64 { return m.BoundViolations }),
+		SchedMicros:     f(func(m Metrics) float64 { return m.SchedMicros }),
+		Throughput:      f(func(m Metrics) float64 { return m.Throughput }),
+	}
+}
+
+type job2 struct {
+	wi, pi, li, si int
+	backlog        bool
+}
+
+// Run runs the experiment.
+func (mx Matrix) Run() (*Report, error) {
+	start := time.Now()
+	if len(mx.Workloads) == 0 || len(mx.Policies) == 0 || len(mx.Loads) == 0 || len(mx.Seeds) == 0 {
+		return nil, fmt.Errorf("sim: an experiment needs workloads, policies, loads and seeds")
+	}
+	for _, l := range mx.Loads {
+		if !(l > 0) {
+			return nil, fmt.Errorf("sim: load %v must be positive", l)
+		}
+	}
+	workers := mx.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	nw, np, nl, ns := len(mx.Workloads), len(mx.Policies), len(mx.Loads), len(mx.Seeds)
+	total := nw*ns + nw*np*nl*ns
+	var mu sync.Mutex
+	done := 0
+	tick := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		done++
+		if mx.Progress != nil {
+			mx.Progress(done, total)
+		}
+	}
+	traces := make([][]*Trace, nw)
+	for wi, w := range mx.Workloads {
+		traces[wi] = make([]*Trace, ns)
+		for si, s := range mx.Seeds {
+			traces[wi][si] = w.Trace(s)
+		}
+	}
+	opts := func(w Workload, p sched.Policy) Options {
+		o := mx.Base
+		o.Policy = p
+		if o.CapacityTokens == 0 {
+			o.CapacityTokens = w.Capacity()
+		}
+		return o
+	}
+
+	// Phase 1: saturation, per workload and seed.
+	sat := make([][]float64, nw)
+	for wi := range sat {
+		sat[wi] = make([]float64, ns)
+	}
+	var jobs []job2
+	for wi := range mx.Workloads {
+		for si := range mx.Seeds {
+			jobs = append(jobs, job2{wi: wi, si: si, backlog: true})
+		}
+	}
+	err := parallel(workers, jobs, func(j job2) error {
+		w := mx.Workloads[j.wi]
+		res, err := Run(traces[j.wi][j.si].Backlog(), opts(w, sched.FCFS()))
+		if err != nil {
+			return fmt.Errorf("%s seed %d saturation: %w", w.Name(), mx.Seeds[j.si], err)
+		}
+		sat[j.wi][j.si] = float64(len(res.Requests)) / res.SimTime
+		tick()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	// Phase 2: the matrix.
+	runs := make([][][][]Metrics, nw)
+	ttfts := make([][][][][]float64, nw)
+	for wi := range runs {
+		runs[wi] = make([][][]Metrics, np)
+		ttfts[wi] = make([][][][]float64, np)
+		for pi := range runs[wi] {
+			runs[wi][pi] = make([][]Metrics, nl)
+			ttfts[wi][pi] = make([][][]float64, nl)
+			for li := range runs[wi][pi] {
+				runs[wi][pi][li] = make([]Metrics, ns)
+				ttfts[wi][pi][li] = make([][]float64, ns)
+			}
+		}
+	}
+	jobs = jobs[:0]
+	for wi := range mx.Workloads {
+		for li := range mx.Loads {
+			for si := range mx.Seeds {
+				for pi := range mx.Policies {
+					jobs = append(jobs, job2{wi: wi, pi: pi, li: li, si: si})
+				}
+			}
+		}
+	}
+	mus := make([]float64, nw)
+	for wi := range mus {
+		mus[wi] = mean(sat[wi])
+	}
+	err = parallel(workers, jobs, func(j job2) error {
+		w, p := mx.Workloads[j.wi], mx.Policies[j.pi]
+		tr := traces[j.wi][j.si]
+		rate := mx.Loads[j.li] * mus[j.wi]
+		if w.Kind == W4 || hasSessions(tr) {
+			rate /= float64(len(tr.Requests)) / float64(countFirstTurns(tr))
+		}
+		res, err := Run(tr.TimeScaled(1/rate), opts(w, p))
+		if err != nil {
+			return fmt.Errorf("%s %v load %v seed %d: %w", w.Name(), p, mx.Loads[j.li], mx.Seeds[j.si], err)
+		}
+		runs[j.wi][j.pi][j.li][j.si] = res.Metrics()
+		if mx.KeepTTFTs {
+			ttfts[j.wi][j.pi][j.li][j.si] = res.TTFTs()
+		}
+		tick()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	rep := &Report{
+		Cost: mx.Base.Cost, TokenBudget: mx.Base.TokenBudget, MaxBatch: mx.Base.MaxBatch,
+		Block: mx.Base.TokensPerBlock, Warmup: mx.Base.Warmup, Index: mx.Base.Index, Seeds: mx.Seeds,
+	}
+	fcfs := slices.IndexFunc(mx.Policies, func(p sched.Policy) bool { return p.Kind == sched.KindFCFS })
+	for wi, w := range mx.Workloads {
+		wp := WorkloadPoint{
+			Name: w.Name(), Requests: len(traces[wi][0].Requests), CapacityTokens: opts(w, sched.FCFS()).CapacityTokens,
+			Footprint: w.Footprint(), Saturation: mus[wi], SaturationBySeed: sat[wi],
+		}
+		for li, load := range mx.Loads {
+			for pi, p := range mx.Policies {
+				pt := Point{Policy: p.String(), Bound: p.BoundString(), Load: load, Runs: runs[wi][pi][li]}
+				pt.Agg = aggregate(pt.Runs)
+				if fcfs >= 0 && pi != fcfs {
+					base := runs[wi][fcfs][li]
+					gm := make([]float64, ns)
+					gp := make([]float64, ns)
+					for si := range gm {
+						gm[si] = gain(base[si].TTFT.Mean, pt.Runs[si].TTFT.Mean)
+						gp[si] = gain(base[si].TTFT.P99, pt.Runs[si].TTFT.P99)
+					}
+					em, ep := Estimate95(gm), Estimate95(gp)
+					pt.GainMean, pt.GainP99 = &em, &ep
+				}
+				if mx.KeepTTFTs {
+					for _, x := range ttfts[wi][pi][li] {
+						pt.TTFTs = append(pt.TTFTs, x...)
+					}
+				}
+				wp.Points = append(wp.Points, pt)
+			}
+		}
+		rep.Workloads = append(rep.Workloads, wp)
+	}
+	rep.WallSeconds = time.Since(start).Seconds()
+	return rep, nil
+}
+
+// gain is the relative improvement of x over base: 1 - x/base.
+func gain(base, x float64) float64 {
+	if base == 0 {
+		return 0
+	}
+	return 1 - x/base
+}
+
+func mean(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
+
+func hasSessions(t *Trace) bool {
+	for _, r := range t.Requests {
+		if r.Turn > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func countFirstTurns(t *Trace) int {
+	n := 0
+	for _, r := range t.Requests {
+		if r.Turn == 0 {
+			n++
+		}
+	}
+	return max(n, 1)
+}
+
+// parallel runs fn over jobs on n workers and returns the first error.
+func parallel[T any](n int, jobs []T, fn func(T) error) error {
+	ch := make(chan T)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range ch {
+				mu.Lock()
+				failed := first != nil
+				mu.Unlock()
+				if failed {
+					continue
+				}
+				if err := fn(j); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, j := range jobs {
+		ch <- j
+	}
+	close(ch)
+	wg.Wait()
+	return first
+}

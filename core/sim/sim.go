@@ -1,0 +1,601 @@
+package sim
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/cp"
+	"github.com/kvcm/kvcm/core/device"
+	"github.com/kvcm/kvcm/core/layout"
+	"github.com/kvcm/kvcm/core/sched"
+)
+
+// Index selects the CP-aware index a run uses.
+type Index string
+
+const (
+	// IndexNone: no index; the scheduler falls back to cp.Null and caches
+	// notify nobody.
+	IndexNone Index = "none"
+	// IndexNull: cp.Null, wired to the scheduler and to the caches.
+	IndexNull Index = "null"
+	// IndexManager: cp.ManagerBacked over the run's manager.
+	IndexManager Index = "manager"
+)
+
+// Options configures a run. Start from DefaultOptions.
+type Options struct {
+	Policy sched.Policy
+	Index  Index
+	Cost   CostModel
+	// TokenBudget is the most tokens (prefill chunks plus one per decoding
+	// request) one step computes.
+	TokenBudget int
+	// MaxBatch is the most requests running at once.
+	MaxBatch int
+	// TokensPerBlock is the manager's block size.
+	TokensPerBlock int
+	// CapacityTokens is the GPU KV capacity; 0 takes the workload's.
+	CapacityTokens int64
+	// Warmup is the fraction of requests, in arrival order, left out of the
+	// metrics.
+	Warmup float64
+	// LevelWeights configures the manager-backed index (nil: defaults).
+	LevelWeights []float64
+}
+
+// DefaultOptions: FCFS, manager-backed index, default cost model, budget
+// 8192, batch 256, 16 tokens a block, 10% warm-up.
+func DefaultOptions() Options {
+	return Options{
+		Policy: sched.FCFS(), Index: IndexManager, Cost: DefaultCost(),
+		TokenBudget: 8192, MaxBatch: 256, TokensPerBlock: 16, Warmup: 0.1,
+	}
+}
+
+// RequestResult is what happened to one request. Times are in seconds.
+type RequestResult struct {
+	ID         string  `json:"id"`
+	Arrival    float64 `json:"arrival"`
+	Admit      float64 `json:"admit"`
+	FirstToken float64 `json:"first_token"`
+	Finish     float64 `json:"finish"`
+	Prompt     int     `json:"prompt"`
+	Reused     int     `json:"reused"`
+	Bypassed   int     `json:"bypassed"`
+}
+
+// TTFT is the time to first token: queueing plus prefill.
+func (r RequestResult) TTFT() float64 { return r.FirstToken - r.Arrival }
+
+// Queueing is the time from arrival to admission.
+func (r RequestResult) Queueing() float64 { return r.Admit - r.Arrival }
+
+// Prefill is the time from admission to the first token.
+func (r RequestResult) Prefill() float64 { return r.FirstToken - r.Admit }
+
+// Result is one run.
+type Result struct {
+	Trace  string
+	Policy string
+	// Requests, every one, in arrival order; the first Skip are warm-up.
+	Requests []RequestResult
+	Skip     int
+	Steps    int
+	SimTime  float64
+	// Evictions counts pages the manager evicted during the whole run.
+	Evictions      int64
+	CapacityBlocks int64
+	SchedTime      time.Duration
+	Sched          sched.Stats
+}
+
+// Measured returns the requests after the warm-up.
+func (r *Result) Measured() []RequestResult { return r.Requests[r.Skip:] }
+
+type phase int
+
+const (
+	waiting phase = iota
+	prefilling
+	decoding
+	finished
+)
+
+type job struct {
+	idx         int
+	req         *Request
+	prompt      []config.Token
+	full        []config.Token
+	chain       []blockhash.Key
+	cache       *cp.TrackedCache
+	pins        []blockhash.Key
+	phase       phase
+	p, l        int
+	reused      int
+	computed    int
+	committed   int
+	capBlocks   int
+	totalBlocks int
+	generated   int
+	chunk       int
+	arrival     float64
+	admitT      float64
+	firstT      float64
+	bypass      int
+}
+
+type engine struct {
+	opts    Options
+	tr      *Trace
+	m       *core.Manager
+	stream  device.Stream
+	tracker *cp.Tracker
+	sch     *sched.Scheduler
+	tpb     int
+
+	// The simulator's own mirror of the tree, from the manager's events,
+	// and the pages running requests pin: admission control is exact.
+	cached     map[blockhash.Key]struct{}
+	pins       map[blockhash.Key]int
+	committing *job
+
+	jobs        []job
+	byID        map[string]*job
+	running     []*job
+	outstanding int
+	budget      int
+	t           float64
+	open        []int
+	nextOpen    int
+	followups   arrivals
+	nextTurn    []int
+	done        int
+	err         error
+	res         Result
+}
+
+// Run simulates the trace under opts. It is deterministic for a given trace
+// and options (only Result.SchedTime, a wall-clock measure, varies).
+func Run(tr *Trace, opts Options) (*Result, error) {
+	if err := tr.Validate(); err != nil {
+		return nil, err
+	}
+	if err := opts.Policy.Validate(); err != nil {
+		return nil, err
+	}
+	switch {
+	case opts.TokenBudget <= opts.MaxBatch:
+		return nil, fmt.Errorf("sim: token budget %d must exceed max batch %d", opts.TokenBudget, opts.MaxBatch)
+	case opts.MaxBatch < 1 || opts.TokensPerBlock < 1 || opts.CapacityTokens < 1:
+		return nil, errors.New("sim: max batch, tokens per block and capacity must be positive")
+	case opts.Warmup < 0 || opts.Warmup >= 1:
+		return nil, fmt.Errorf("sim: warm-up fraction %v out of [0, 1)", opts.Warmup)
+	}
+	e := &engine{opts: opts, tr: tr, tpb: opts.TokensPerBlock,
+		cached: map[blockhash.Key]struct{}{}, pins: map[blockhash.Key]int{}}
+	if err := e.init(); err != nil {
+		return nil, err
+	}
+	defer e.close()
+	for e.done < len(e.jobs) && e.err == nil {
+		e.step()
+	}
+	if e.err != nil {
+		return nil, e.err
+	}
+	return e.result(), nil
+}
+
+func (e *engine) init() error {
+	blocks := (e.opts.CapacityTokens + int64(e.tpb) - 1) / int64(e.tpb)
+	cfg := config.Config{
+		TokensPerBlock: e.tpb,
+		CacheTiers:     []config.CacheTierConfig{config.GPU(blocks * 8)},
+		Layers: []config.AttentionLayerConfig{{LayerID: 0, Buffers: []config.BufferConfig{
+			{Role: config.RoleKey, Size: 8},
+		}}},
+		MaxUtilForResume: 1,
+	}
+	listen := core.WithEventListener(e.onEvent)
+	var index cp.CPAwareKVManager
+	var err error
+	switch e.opts.Index {
+	case IndexManager:
+		var mb *cp.ManagerBacked
+		e.m, mb, err = cp.NewManagerWithIndex(cfg, cp.ManagerBackedOptions{
+			LevelWeights: e.opts.LevelWeights,
+			KnownChain: func(id string) []blockhash.Key {
+				if j := e.byID[id]; j != nil {
+					return j.chain
+				}
+				return nil
+			},
+		}, listen)
+		index = mb
+	case IndexNull, IndexNone, "":
+		e.m, err = core.NewManager(cfg, listen)
+		if e.opts.Index == IndexNull {
+			index = cp.Null{}
+		}
+	default:
+		return fmt.Errorf("sim: unknown index %q (none, null, manager)", e.opts.Index)
+	}
+	if err != nil {
+		return err
+	}
+	if e.stream, err = e.m.Device().NewStream(); err != nil {
+		e.m.Close()
+		return err
+	}
+	st, err := e.m.StorageStats(layout.GPULevel)
+	if err != nil {
+		e.close()
+		return err
+	}
+	for _, g := range st {
+		e.res.CapacityBlocks += g.Total
+	}
+	e.tracker = cp.NewTracker(e.m, index)
+	if e.sch, err = sched.New(e.opts.Policy, index); err != nil {
+		e.close()
+		return err
+	}
+
+	n := len(e.tr.Requests)
+	e.jobs = make([]job, n)
+	e.byID = make(map[string]*job, n)
+	e.nextTurn = make([]int, n)
+	turnIdx := map[string]map[int]int{}
+	for i := range e.tr.Requests {
+		r := &e.tr.Requests[i]
+		j := &e.jobs[i]
+		j.idx, j.req, j.p, j.l = i, r, r.PromptLen(), r.Output
+		j.totalBlocks = (j.p + j.l - 1 + e.tpb - 1) / e.tpb
+		if int64(j.totalBlocks) > e.res.CapacityBlocks {
+			e.close()
+			return fmt.Errorf("sim: request %q needs %d blocks, more than the capacity of %d",
+				r.ID, j.totalBlocks, e.res.CapacityBlocks)
+		}
+		e.byID[r.ID] = j
+		e.nextTurn[i] = -1
+		if r.Session != "" {
+			if turnIdx[r.Session] == nil {
+				turnIdx[r.Session] = map[int]int{}
+			}
+			turnIdx[r.Session][r.Turn] = i
+		}
+		if r.Turn == 0 {
+			e.open = append(e.open, i)
+		}
+	}
+	for i := range e.tr.Requests {
+		r := &e.tr.Requests[i]
+		if r.Turn > 0 {
+			e.nextTurn[turnIdx[r.Session][r.Turn-1]] = i
+		}
+	}
+	sort.SliceStable(e.open, func(a, b int) bool {
+		return e.tr.Requests[e.open[a]].Arrival < e.tr.Requests[e.open[b]].Arrival
+	})
+	e.res.Trace, e.res.Policy = e.tr.Name, e.opts.Policy.String()
+	return nil
+}
+
+func (e *engine) close() {
+	for _, j := range e.running {
+		j.cache.Close()
+	}
+	e.running = nil
+	if e.stream != nil {
+		e.stream.Close()
+	}
+	e.m.Close()
+}
+
+// onEvent keeps the simulator's mirror; it runs with the manager's lock held.
+func (e *engine) onEvent(ev core.CacheEvent) {
+	switch ev.Kind {
+	case core.BlockStored:
+		e.cached[ev.Key] = struct{}{}
+		if j := e.committing; j != nil {
+			// The committing request's own page now backs the block.
+			j.pins = append(j.pins, ev.Key)
+			e.pins[ev.Key]++
+		}
+	case core.BlockRemoved:
+		delete(e.cached, ev.Key)
+	}
+}
+
+func (e *engine) fail(err error) {
+	if e.err == nil {
+		e.err = err
+	}
+}
+
+func (e *engine) available() int {
+	st, err := e.m.StorageStats(layout.GPULevel)
+	if err != nil {
+		e.fail(err)
+		return 0
+	}
+	var a int64
+	for _, g := range st {
+		a += g.Available
+	}
+	return int(a)
+}
+
+// nextArrival returns the time of the next arrival, or +Inf.
+func (e *engine) nextArrival() float64 {
+	t := math.Inf(1)
+	if e.nextOpen < len(e.open) {
+		t = e.tr.Requests[e.open[e.nextOpen]].Arrival
+	}
+	if len(e.followups) > 0 {
+		t = min(t, e.followups[0].t)
+	}
+	return t
+}
+
+// enqueueArrivals moves every request that arrived by now to the queue, in
+// arrival order.
+func (e *engine) enqueueArrivals() {
+	for {
+		var idx int
+		var at float64
+		switch {
+		case e.nextOpen < len(e.open) && e.tr.Requests[e.open[e.nextOpen]].Arrival <= e.t &&
+			(len(e.followups) == 0 || e.tr.Requests[e.open[e.nextOpen]].Arrival <= e.followups[0].t):
+			idx = e.open[e.nextOpen]
+			at = e.tr.Requests[idx].Arrival
+			e.nextOpen++
+		case len(e.followups) > 0 && e.followups[0].t <= e.t:
+			a := heap.Pop(&e.followups).(arrival)
+			idx, at = a.idx, a.t
+		default:
+			return
+		}
+		j := &e.jobs[idx]
+		j.arrival = at
+		j.prompt = j.req.PromptTokens()
+		usable := max(j.p-1, 0) / e.tpb * e.tpb
+		j.chain = blockhash.Chain(blockhash.Scope{}, e.tpb, j.prompt[:usable])
+		e.sch.Enqueue(j.req.ID, j.prompt)
+	}
+}
+
+// step runs one engine step: admit, allocate, compute, commit, finish.
+func (e *engine) step() {
+	e.enqueueArrivals()
+	if len(e.running) == 0 && e.sch.Len() == 0 {
+		next := e.nextArrival()
+		if math.IsInf(next, 1) {
+			e.fail(fmt.Errorf("sim: %d of %d requests never arrived", len(e.jobs)-e.done, len(e.jobs)))
+			return
+		}
+		e.t = next
+		return
+	}
+	e.budget = e.opts.TokenBudget
+	for _, j := range e.running {
+		if j.phase == decoding {
+			e.budget--
+		}
+	}
+	for _, j := range e.running {
+		if j.phase == prefilling {
+			j.chunk = min(j.p-j.computed, e.budget)
+			e.budget -= j.chunk
+		}
+	}
+	if e.budget > 0 && len(e.running) < e.opts.MaxBatch && e.sch.Len() > 0 {
+		start := time.Now()
+		adm := e.sch.Admit(e.offer)
+		e.res.SchedTime += time.Since(start)
+		for _, a := range adm {
+			e.byID[a.ID].bypass = a.Bypassed
+		}
+	}
+	if e.err != nil {
+		return
+	}
+	if len(e.running) == 0 {
+		// Cannot happen: with nothing running the whole capacity is free.
+		e.fail(fmt.Errorf("sim: nothing admissible at t=%.3f with %d waiting", e.t, e.sch.Len()))
+		return
+	}
+
+	var sc stepCost
+	for _, j := range e.running {
+		n := 1
+		if j.phase == prefilling {
+			n = j.chunk
+			if n == 0 {
+				continue
+			}
+			sc.prefill(n, j.computed)
+		} else {
+			sc.decode(j.computed + 1)
+		}
+		if need := (j.computed + n + e.tpb - 1) / e.tpb; need > j.capBlocks {
+			if err := j.cache.Resize(need*e.tpb, -1); err != nil {
+				e.fail(fmt.Errorf("sim: request %q: %w (admission control should prevent this)", j.req.ID, err))
+				return
+			}
+			e.outstanding -= need - j.capBlocks
+			j.capBlocks = need
+		}
+	}
+	e.t += e.opts.Cost.step(&sc)
+	e.res.Steps++
+
+	kept := e.running[:0]
+	for _, j := range e.running {
+		switch j.phase {
+		case prefilling:
+			if j.chunk == 0 {
+				break
+			}
+			j.computed += j.chunk
+			if j.computed == j.p {
+				j.phase, j.firstT, j.generated = decoding, e.t, 1
+				j.full = append(j.prompt, j.req.OutputTokens()...)
+			}
+			e.commit(j)
+		case decoding:
+			j.computed++
+			j.generated++
+		}
+		if j.phase == decoding && j.generated == j.l {
+			// Generated blocks are published when the request ends: nobody
+			// can reuse them earlier, and one commit is cheaper than many.
+			e.commit(j)
+			e.finish(j)
+			continue
+		}
+		kept = append(kept, j)
+	}
+	clear(e.running[len(kept):])
+	e.running = kept
+}
+
+// commit publishes the full blocks computed so far.
+func (e *engine) commit(j *job) {
+	target := j.computed / e.tpb * e.tpb
+	if target <= j.committed {
+		return
+	}
+	src := j.full
+	if src == nil {
+		src = j.prompt
+	}
+	if err := j.cache.Resize(j.capBlocks*e.tpb, j.computed); err != nil {
+		e.fail(err)
+		return
+	}
+	e.committing = j
+	err := j.cache.Commit(src[j.committed:target], false)
+	e.committing = nil
+	if err != nil {
+		e.fail(err)
+		return
+	}
+	j.committed = target
+}
+
+// offer tries to admit a waiting request this step.
+func (e *engine) offer(id string) bool {
+	j := e.byID[id]
+	if len(e.running) >= e.opts.MaxBatch || e.budget <= 0 || e.err != nil {
+		return false
+	}
+	reused := 0
+	for reused < len(j.chain) {
+		if _, ok := e.cached[j.chain[reused]]; !ok {
+			break
+		}
+		reused++
+	}
+	unpinned := 0
+	for _, k := range j.chain[:reused] {
+		if e.pins[k] == 0 {
+			unpinned++
+		}
+	}
+	need := j.totalBlocks - reused
+	if e.available()-e.outstanding-unpinned < need {
+		return false
+	}
+	c, err := e.tracker.CreateWithKeys(id, core.CacheOptions{InputTokens: j.prompt}, j.chain)
+	if err != nil {
+		e.fail(err)
+		return false
+	}
+	if c.ReusedTokens() != reused*e.tpb {
+		c.Close()
+		e.fail(fmt.Errorf("sim: request %q reuses %d tokens, the mirror predicted %d", id, c.ReusedTokens(), reused*e.tpb))
+		return false
+	}
+	if err := c.Resume(e.stream); err != nil {
+		c.Close()
+		e.fail(err)
+		return false
+	}
+	j.cache, j.phase, j.admitT = c, prefilling, e.t
+	j.reused, j.computed, j.committed, j.capBlocks = reused*e.tpb, reused*e.tpb, reused*e.tpb, reused
+	j.pins = slices.Clone(j.chain[:reused])
+	for _, k := range j.pins {
+		e.pins[k]++
+	}
+	e.outstanding += need
+	j.chunk = min(j.p-j.computed, e.budget)
+	e.budget -= j.chunk
+	e.running = append(e.running, j)
+	return true
+}
+
+func (e *engine) finish(j *job) {
+	if err := j.cache.Close(); err != nil {
+		e.fail(err)
+		return
+	}
+	for _, k := range j.pins {
+		if e.pins[k]--; e.pins[k] == 0 {
+			delete(e.pins, k)
+		}
+	}
+	e.outstanding -= j.totalBlocks - j.capBlocks
+	j.phase = finished
+	e.res.Requests = append(e.res.Requests, RequestResult{
+		ID: j.req.ID, Arrival: j.arrival, Admit: j.admitT, FirstToken: j.firstT, Finish: e.t,
+		Prompt: j.p, Reused: j.reused, Bypassed: j.bypass,
+	})
+	j.prompt, j.full, j.chain, j.pins, j.cache = nil, nil, nil, nil, nil
+	if nt := e.nextTurn[j.idx]; nt >= 0 {
+		heap.Push(&e.followups, arrival{t: e.t + e.tr.Requests[nt].Think, idx: nt})
+	}
+	e.done++
+}
+
+func (e *engine) result() *Result {
+	r := e.res
+	sort.SliceStable(r.Requests, func(a, b int) bool { return r.Requests[a].Arrival < r.Requests[b].Arrival })
+	r.Skip = int(math.Floor(e.opts.Warmup * float64(len(r.Requests))))
+	r.SimTime = e.t
+	r.Evictions = e.m.Stats().Evictions
+	r.Sched = e.sch.Stats()
+	return &r
+}
+
+type arrival struct {
+	t   float64
+	idx int
+}
+
+type arrivals []arrival
+
+func (h arrivals) Len() int { return len(h) }
+func (h arrivals) Less(i, j int) bool {
+	if h[i].t != h[j].t {
+		return h[i].t < h[j].t
+	}
+	return h[i].idx < h[j].idx
+}
+func (h arrivals) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *arrivals) Push(x any)   { *h = append(*h, x.(arrival)) }
+func (h *arrivals) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
