@@ -243,6 +243,18 @@ func (s *Stream) CopyFromHost(dst device.Ptr, src []byte) error {
 			s.handle, dst, len(src), device.ErrInvalidCopy, err)
 	}
 	off := int64(dst - a.base)
+	if a.kind == device.HostMapped {
+		// The host writes mapped memory itself, in stream order, from a
+		// private copy: the source is consumed before returning, as for a
+		// device destination. (A batch entry of pageable source into pinned
+		// host memory was seen not to land on the H200's driver.)
+		data := slices.Clone(src)
+		mapping := a.mapping
+		return s.enqueueJob(&hostJob{fn: func() error {
+			copy(mapping[off:off+int64(len(data))], data)
+			return nil
+		}})
+	}
 	for done := int64(0); done < int64(len(src)); {
 		n := min(int64(len(src))-done, d.toRegionEnd(a, off+done))
 		r := C.kv_copy_from_host(d.ctx, s.h, d.mode, fn, C.kv_CUdeviceptr(dst.Add(done)),
