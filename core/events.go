@@ -39,10 +39,17 @@ type CacheEvent struct {
 	Parent blockhash.Key
 	// Tokens of a stored block (shared with the tree: do not modify).
 	Tokens []config.Token
-	// LayerGroup and Level of an updated page: the level it is on now.
+	// CacheID is the cache whose commit stored the block; 0 for other kinds.
+	CacheID uint64
+	// LayerGroup and Level of an updated page: the level it is on now, or
+	// DroppedLevel when that layer group's page left the cache while the
+	// block keeps pages of other layer groups.
 	LayerGroup layout.LayerGroupID
 	Level      layout.CacheLevel
 }
+
+// DroppedLevel is the Level of a BlockUpdated event whose page was dropped.
+const DroppedLevel layout.CacheLevel = -1
 
 // EventListener receives every CacheEvent in order, synchronously, with the
 // manager's lock held: it must not call back into the manager.
@@ -64,8 +71,8 @@ func (m *Manager) emit(e CacheEvent) {
 	}
 }
 
-func (m *Manager) emitStored(n *node) {
-	m.emit(CacheEvent{Kind: BlockStored, Key: n.key, Parent: n.parent.key, Tokens: n.tokens})
+func (m *Manager) emitStored(n *node, cache uint64) {
+	m.emit(CacheEvent{Kind: BlockStored, Key: n.key, Parent: n.parent.key, Tokens: n.tokens, CacheID: cache})
 }
 
 func (m *Manager) emitRemoved(n *node) {
@@ -76,8 +83,19 @@ func (m *Manager) emitMoved(p *page) {
 	if p.node == nil {
 		return
 	}
-	m.emit(CacheEvent{
-		Kind: BlockUpdated, Key: p.node.key, Parent: p.node.parent.key,
-		LayerGroup: p.lc, Level: layout.CacheLevel(p.level()),
-	})
+	m.emitUpdated(p.node, p.lc, layout.CacheLevel(p.level()))
+}
+
+func (m *Manager) emitUpdated(n *node, lc layout.LifeCycleID, level layout.CacheLevel) {
+	m.emit(CacheEvent{Kind: BlockUpdated, Key: n.key, Parent: n.parent.key, LayerGroup: lc, Level: level})
+}
+
+// emitDropped reports that n lost its page of lc: the block is gone when it
+// has no page left, else only that layer group's page is.
+func (m *Manager) emitDropped(n *node, lc layout.LifeCycleID) {
+	if n.hasPages() {
+		m.emitUpdated(n, lc, DroppedLevel)
+		return
+	}
+	m.emitRemoved(n)
 }

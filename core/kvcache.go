@@ -715,7 +715,7 @@ func (c *KVCache) publish(b int) []*page {
 		published = c.adopt(next, cb.pages)
 		c.chain.addChild(next, tpb)
 		cb.node = next
-		m.emitStored(next)
+		m.emitStored(next, c.id)
 	default:
 		// An equal block lost pages to eviction: ours fill the gaps.
 		had := next.hasPages()
@@ -728,7 +728,7 @@ func (c *KVCache) publish(b int) []*page {
 		if published = c.adopt(next, missing); len(published) > 0 {
 			cb.node = next
 			if !had {
-				m.emitStored(next)
+				m.emitStored(next, c.id)
 			}
 		}
 	}
@@ -794,7 +794,7 @@ func (c *KVCache) registerPartial() {
 	c.adopt(n, c.blocks[b].pages)
 	c.chain.addChild(n, tpb)
 	c.blocks[b].node = n
-	m.emitStored(n)
+	m.emitStored(n, c.id)
 }
 
 // BasePageIndices returns, for an ACTIVE cache, the GPU slot of each block in

@@ -322,8 +322,8 @@ func (m *Manager) drop(p *page) {
 	n.pages[p.lc] = nil
 	p.group.release(p)
 	p.node, p.inflight = nil, nil
+	m.emitDropped(n, p.lc)
 	if !n.hasPages() {
-		m.emitRemoved(n)
 		m.prune = append(m.prune, n)
 	}
 }

@@ -496,8 +496,8 @@ func (m *Manager) lose(p *page) {
 	if n := p.node; n != nil {
 		n.pages[p.lc] = nil
 		p.node = nil
+		m.emitDropped(n, p.lc)
 		if !n.hasPages() {
-			m.emitRemoved(n)
 			m.prune = append(m.prune, n)
 		}
 	}
