@@ -200,6 +200,18 @@ static const kvcm_api kvcm__table = {
     kvcm_stream_enqueue_host_func,
     kvcm_stream_free_memory,
     kvcm_stream_synchronize,
+    kvcm_cp_create_delegating,
+    kvcm_cp_create_manager_backed,
+    kvcm_cp_create_null,
+    kvcm_cp_destroy,
+    kvcm_cp_get_allocation_priority,
+    kvcm_cp_get_cached_blocks,
+    kvcm_cp_get_fault_count,
+    kvcm_cp_notify_blocks_allocated,
+    kvcm_cp_notify_blocks_freed,
+    kvcm_cp_predict_prefix_reuse,
+    kvcm_manager_attach_cp,
+    kvcm_manager_detach_cp,
 };
 
 const kvcm_api* kvcm_get_api(uint32_t version) {

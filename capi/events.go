@@ -51,6 +51,7 @@ func (e *eventQueue) drain(events []C.kvcm_cache_event, tokens []C.kvcm_token) (
 			seq: C.uint64_t(ev.Seq), key: C.uint64_t(ev.Key), parent: C.uint64_t(ev.Parent),
 			kind: C.kvcm_event_kind(ev.Kind), layer_group: C.kvcm_layer_group_id(ev.LayerGroup),
 			level: C.kvcm_cache_level(ev.Level), num_tokens: C.size_t(len(ev.Tokens)),
+			cache_id: C.uint64_t(ev.CacheID),
 		}
 		if len(ev.Tokens) > 0 {
 			ce.tokens = &tokens[ntok]

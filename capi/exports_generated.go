@@ -55,6 +55,275 @@ func kvcm_config_validate(config *C.kvcm__const_kvcm_manager_config) (status *C.
 	return statusOf(kvcmFn, glueConfigValidate(config))
 }
 
+// kvcm_cp_create_delegating is the export of kvcm_cp_create_delegating (ABI version 2).
+//
+//export kvcm_cp_create_delegating
+func kvcm_cp_create_delegating(object *C.kvcm__const_kvcm_cp_index_object, out *C.kvcm_cp_index) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_cp_create_delegating"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	objectArg := consumeCPIndexObject(object)
+	defer objectArg.release()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if object == nil {
+		return argStatus(kvcmFn, "object", "must not be NULL")
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	return statusOf(kvcmFn, glueCPCreateDelegating(objectArg, out))
+}
+
+// kvcm_cp_create_manager_backed is the export of kvcm_cp_create_manager_backed (ABI version 2).
+//
+//export kvcm_cp_create_manager_backed
+func kvcm_cp_create_manager_backed(manager C.kvcm_manager, options *C.kvcm__const_kvcm_cp_manager_backed_options, out *C.kvcm_cp_index) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_cp_create_manager_backed"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if options == nil {
+		return argStatus(kvcmFn, "options", "must not be NULL")
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	if st := checkVersion(kvcmFn, "options", uint32(options.struct_size), uint32(options.abi_version), uint32(C.KVCM__CP_MANAGER_BACKED_OPTIONS_SIZE_V2)); st != nil {
+		return st
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueCPCreateManagerBacked(managerObj, options, out))
+}
+
+// kvcm_cp_create_null is the export of kvcm_cp_create_null (ABI version 2).
+//
+//export kvcm_cp_create_null
+func kvcm_cp_create_null(out *C.kvcm_cp_index) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_cp_create_null"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	return statusOf(kvcmFn, glueCPCreateNull(out))
+}
+
+// kvcm_cp_destroy is the export of kvcm_cp_destroy (ABI version 2).
+//
+//export kvcm_cp_destroy
+func kvcm_cp_destroy(cp C.kvcm_cp_index) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_cp_destroy"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	cpObj, st := lookupCPIndex(kvcmFn, "cp", cp)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueCPDestroy(cpObj))
+}
+
+// kvcm_cp_get_allocation_priority is the export of kvcm_cp_get_allocation_priority (ABI version 2).
+//
+//export kvcm_cp_get_allocation_priority
+func kvcm_cp_get_allocation_priority(cp C.kvcm_cp_index, request_ids *C.kvcm__const_kvcm_cp_request_id, num_request_ids C.size_t, order *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_cp_get_allocation_priority"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if request_ids == nil && num_request_ids != 0 {
+		return argStatus(kvcmFn, "request_ids", fmt.Sprintf("is NULL but num_request_ids is %d", num_request_ids))
+	}
+	if order == nil && num_request_ids != 0 {
+		return argStatus(kvcmFn, "order", fmt.Sprintf("is NULL but num_request_ids is %d", num_request_ids))
+	}
+	cpObj, st := lookupCPIndex(kvcmFn, "cp", cp)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueCPGetAllocationPriority(cpObj, request_ids, num_request_ids, order))
+}
+
+// kvcm_cp_get_cached_blocks is the export of kvcm_cp_get_cached_blocks (ABI version 2).
+//
+//export kvcm_cp_get_cached_blocks
+func kvcm_cp_get_cached_blocks(cp C.kvcm_cp_index, request_id *C.kvcm__const_char, request_id_len C.size_t, keys *C.uint64_t, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_cp_get_cached_blocks"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if needed != nil {
+		*needed = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if request_id == nil && request_id_len != 0 {
+		return argStatus(kvcmFn, "request_id", fmt.Sprintf("is NULL but request_id_len is %d", request_id_len))
+	}
+	if keys == nil && capacity != 0 {
+		return argStatus(kvcmFn, "keys", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if needed == nil {
+		return argStatus(kvcmFn, "needed", "must not be NULL")
+	}
+	cpObj, st := lookupCPIndex(kvcmFn, "cp", cp)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueCPGetCachedBlocks(cpObj, request_id, request_id_len, keys, capacity, needed))
+}
+
+// kvcm_cp_get_fault_count is the export of kvcm_cp_get_fault_count (ABI version 2).
+//
+//export kvcm_cp_get_fault_count
+func kvcm_cp_get_fault_count(cp C.kvcm_cp_index, out *C.uint64_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_cp_get_fault_count"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	cpObj, st := lookupCPIndex(kvcmFn, "cp", cp)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueCPGetFaultCount(cpObj, out))
+}
+
+// kvcm_cp_notify_blocks_allocated is the export of kvcm_cp_notify_blocks_allocated (ABI version 2).
+//
+//export kvcm_cp_notify_blocks_allocated
+func kvcm_cp_notify_blocks_allocated(cp C.kvcm_cp_index, request_id *C.kvcm__const_char, request_id_len C.size_t, keys *C.kvcm__const_uint64_t, num_keys C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_cp_notify_blocks_allocated"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if request_id == nil && request_id_len != 0 {
+		return argStatus(kvcmFn, "request_id", fmt.Sprintf("is NULL but request_id_len is %d", request_id_len))
+	}
+	if keys == nil && num_keys != 0 {
+		return argStatus(kvcmFn, "keys", fmt.Sprintf("is NULL but num_keys is %d", num_keys))
+	}
+	cpObj, st := lookupCPIndex(kvcmFn, "cp", cp)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueCPNotifyBlocksAllocated(cpObj, request_id, request_id_len, keys, num_keys))
+}
+
+// kvcm_cp_notify_blocks_freed is the export of kvcm_cp_notify_blocks_freed (ABI version 2).
+//
+//export kvcm_cp_notify_blocks_freed
+func kvcm_cp_notify_blocks_freed(cp C.kvcm_cp_index, request_id *C.kvcm__const_char, request_id_len C.size_t, keys *C.kvcm__const_uint64_t, num_keys C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_cp_notify_blocks_freed"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if request_id == nil && request_id_len != 0 {
+		return argStatus(kvcmFn, "request_id", fmt.Sprintf("is NULL but request_id_len is %d", request_id_len))
+	}
+	if keys == nil && num_keys != 0 {
+		return argStatus(kvcmFn, "keys", fmt.Sprintf("is NULL but num_keys is %d", num_keys))
+	}
+	cpObj, st := lookupCPIndex(kvcmFn, "cp", cp)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueCPNotifyBlocksFreed(cpObj, request_id, request_id_len, keys, num_keys))
+}
+
+// kvcm_cp_predict_prefix_reuse is the export of kvcm_cp_predict_prefix_reuse (ABI version 2).
+//
+//export kvcm_cp_predict_prefix_reuse
+func kvcm_cp_predict_prefix_reuse(cp C.kvcm_cp_index, request_id *C.kvcm__const_char, request_id_len C.size_t, tokens *C.kvcm__const_kvcm_token, num_tokens C.size_t, out *C.double) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_cp_predict_prefix_reuse"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if request_id == nil && request_id_len != 0 {
+		return argStatus(kvcmFn, "request_id", fmt.Sprintf("is NULL but request_id_len is %d", request_id_len))
+	}
+	if tokens == nil && num_tokens != 0 {
+		return argStatus(kvcmFn, "tokens", fmt.Sprintf("is NULL but num_tokens is %d", num_tokens))
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	cpObj, st := lookupCPIndex(kvcmFn, "cp", cp)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueCPPredictPrefixReuse(cpObj, request_id, request_id_len, tokens, num_tokens, out))
+}
+
 // kvcm_create_default_cold_page_codec is the export of kvcm_create_default_cold_page_codec (ABI version 1).
 //
 //export kvcm_create_default_cold_page_codec
@@ -518,6 +787,30 @@ func kvcm_manager_alloc_memory(manager C.kvcm_manager, kind C.kvcm_memory_kind, 
 	return statusOf(kvcmFn, glueManagerAllocMemory(managerObj, kind, size, out))
 }
 
+// kvcm_manager_attach_cp is the export of kvcm_manager_attach_cp (ABI version 2).
+//
+//export kvcm_manager_attach_cp
+func kvcm_manager_attach_cp(manager C.kvcm_manager, cp C.kvcm_cp_index) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_attach_cp"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	cpObj, st := lookupCPIndex(kvcmFn, "cp", cp)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerAttachCP(managerObj, cpObj))
+}
+
 // kvcm_manager_create is the export of kvcm_manager_create (ABI version 1).
 //
 //export kvcm_manager_create
@@ -612,6 +905,26 @@ func kvcm_manager_destroy_stream(manager C.kvcm_manager, stream C.kvcm_stream) (
 		return st
 	}
 	return statusOf(kvcmFn, glueManagerDestroyStream(managerObj, stream))
+}
+
+// kvcm_manager_detach_cp is the export of kvcm_manager_detach_cp (ABI version 2).
+//
+//export kvcm_manager_detach_cp
+func kvcm_manager_detach_cp(manager C.kvcm_manager) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_detach_cp"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerDetachCP(managerObj))
 }
 
 // kvcm_manager_drain_events is the export of kvcm_manager_drain_events (ABI version 1).

@@ -9,6 +9,8 @@ import "C"
 
 import (
 	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/cp"
 	"github.com/kvcm/kvcm/core/layout"
 )
 
@@ -17,6 +19,19 @@ type kvCacheObj struct {
 	handle uint64
 	mgr    *managerObj
 	c      *core.KVCache
+	tc     *cp.TrackedCache // non-nil when a CP index is notified
+	cpRef  *cpObj           // the index tc notifies
+}
+
+// close closes the cache; a tracked one notifies its terminal free first
+// and lets go of its index.
+func (c *kvCacheObj) close() error {
+	if c.tc == nil {
+		return c.c.Close()
+	}
+	err := c.tc.Close()
+	c.cpRef.release()
+	return err
 }
 
 func glueKVCacheCreate(mgr *managerObj, opts *C.kvcm__const_kvcm_kv_cache_options, out *C.kvcm_kv_cache) error {
@@ -35,18 +50,39 @@ func glueKVCacheCreate(mgr *managerObj, opts *C.kvcm__const_kvcm_kv_cache_option
 			return int(C.kvcm__call_priority_func(fn, user, C.int64_t(block)))
 		}
 	}
+	var requestID string
+	if C.kvcm__has_kv_cache_options_request_id_len(opts) != 0 {
+		if opts.request_id == nil && opts.request_id_len != 0 {
+			return argError("options.request_id", "is NULL but request_id_len is %d", uint64(opts.request_id_len))
+		}
+		if requestID, err = goID(opts.request_id, opts.request_id_len, "options.request_id"); err != nil {
+			return err
+		}
+	}
 	mgr.mu.Lock()
-	defer mgr.mu.Unlock()
 	if mgr.gone {
+		mgr.mu.Unlock()
 		return errorf(codeInvalidHandle, "manager is being destroyed")
 	}
 	c, err := mgr.m.CreateKVCache(co)
 	if err != nil {
+		mgr.mu.Unlock()
 		return err
 	}
 	obj := &kvCacheObj{mgr: mgr, c: c}
+	var added []blockhash.Key
+	if idx := mgr.attached; idx != nil && requestID != "" {
+		idx.acquire()
+		obj.tc, added = cp.NewTracker(mgr.m, idx.index).Wrap(requestID, c, co)
+		obj.cpRef = idx
+	}
 	obj.handle = newHandle(obj)
 	mgr.caches[obj.handle] = obj
+	mgr.mu.Unlock()
+	// Notified without the manager's locks: the index may be foreign code.
+	if len(added) > 0 {
+		obj.cpRef.index.NotifyBlocksAllocated(requestID, added)
+	}
 	*out = C.kvcm_kv_cache(obj.handle)
 	return nil
 }
@@ -58,7 +94,7 @@ func glueKVCacheClose(c *kvCacheObj) error {
 	c.mgr.mu.Lock()
 	delete(c.mgr.caches, c.handle)
 	c.mgr.mu.Unlock()
-	return c.c.Close()
+	return c.close()
 }
 
 func glueKVCacheResume(c *kvCacheObj, stream C.kvcm_stream) error {
@@ -91,6 +127,9 @@ func glueKVCacheCommit(c *kvCacheObj, tokens *C.kvcm__const_kvcm_token, n C.size
 	ts, err := goTokens(tokens, n, "tokens")
 	if err != nil {
 		return err
+	}
+	if c.tc != nil {
+		return c.tc.Commit(ts, bool(isEnd))
 	}
 	return c.c.Commit(ts, bool(isEnd))
 }

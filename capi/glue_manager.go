@@ -13,6 +13,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/kvcm/kvcm/core"
 	"github.com/kvcm/kvcm/core/blockhash"
@@ -29,11 +30,54 @@ type managerObj struct {
 	devKind C.kvcm_device_kind
 	events  *eventQueue
 
-	mu      sync.Mutex // guards caches, streams, mem, destroyed
-	caches  map[uint64]*kvCacheObj
-	streams map[uintptr]device.Stream
-	mem     map[device.Ptr]device.Memory
-	gone    bool
+	mu       sync.Mutex // guards caches, streams, mem, destroyed, attached
+	caches   map[uint64]*kvCacheObj
+	streams  map[uintptr]device.Stream
+	mem      map[device.Ptr]device.Memory
+	gone     bool
+	attached *cpObj // the CP index new caches notify (kvcm_manager_attach_cp)
+	closed   atomic.Bool
+
+	lmu       sync.Mutex // guards listeners, nextL, emitted
+	listeners map[int]core.EventListener
+	nextL     int
+	emitted   bool
+}
+
+// onEvent is the manager's event listener (called with the manager's lock
+// held): the extra listeners (manager-backed CP indexes), then the queue.
+func (mgr *managerObj) onEvent(e core.CacheEvent) {
+	mgr.lmu.Lock()
+	mgr.emitted = true
+	for _, l := range mgr.listeners {
+		l(e)
+	}
+	mgr.lmu.Unlock()
+	mgr.events.push(e)
+}
+
+// listen adds a listener that must see every event of the manager: it fails
+// once the manager has emitted one. The returned func removes it.
+func (mgr *managerObj) listen(l core.EventListener) (func(), error) {
+	mgr.lmu.Lock()
+	defer mgr.lmu.Unlock()
+	if mgr.closed.Load() {
+		return nil, errorf(codeInvalidHandle, "manager is being destroyed")
+	}
+	if mgr.emitted {
+		return nil, errorf(codeInvalidState, "the manager has already stored blocks: create the manager-backed index before the first commit")
+	}
+	if mgr.listeners == nil {
+		mgr.listeners = map[int]core.EventListener{}
+	}
+	id := mgr.nextL
+	mgr.nextL++
+	mgr.listeners[id] = l
+	return func() {
+		mgr.lmu.Lock()
+		delete(mgr.listeners, id)
+		mgr.lmu.Unlock()
+	}, nil
 }
 
 // ---- Configuration ----
@@ -154,7 +198,7 @@ func glueManagerCreate(cfgC *C.kvcm__const_kvcm_manager_config, codecArg *coldPa
 		caches: map[uint64]*kvCacheObj{}, streams: map[uintptr]device.Stream{}, mem: map[device.Ptr]device.Memory{},
 	}
 	// NewManager takes the codec as its first act and destroys it on failure.
-	m, err := core.NewManager(cfg, core.WithDevice(dev), core.WithColdPageCodec(codecArg.owned), core.WithEventListener(obj.events.push))
+	m, err := core.NewManager(cfg, core.WithDevice(dev), core.WithColdPageCodec(codecArg.owned), core.WithEventListener(obj.onEvent))
 	if err != nil {
 		dev.Close()
 		return err
@@ -170,8 +214,11 @@ func glueManagerDestroy(mgr *managerObj) error {
 	if !deleteHandle(mgr.handle) {
 		return errorf(codeInvalidHandle, "manager: %#x was destroyed concurrently", mgr.handle)
 	}
+	mgr.closed.Store(true)
 	mgr.mu.Lock()
 	mgr.gone = true
+	attached := mgr.attached
+	mgr.attached = nil
 	caches := slices.Collect(maps.Values(mgr.caches))
 	streams := slices.Collect(maps.Values(mgr.streams))
 	mems := slices.Collect(maps.Values(mgr.mem))
@@ -183,9 +230,12 @@ func glueManagerDestroy(mgr *managerObj) error {
 	slices.SortFunc(caches, func(a, b *kvCacheObj) int { return int(a.handle - b.handle) })
 	for _, c := range caches {
 		deleteHandle(c.handle)
-		if err := c.c.Close(); err != nil {
+		if err := c.close(); err != nil {
 			errs = append(errs, fmt.Errorf("close cache %d: %w", c.c.ID(), err))
 		}
+	}
+	if attached != nil {
+		attached.release()
 	}
 	// Work the engine (or a codec) queued on the manager's streams runs
 	// before the codec is destroyed and the device closed.

@@ -90,6 +90,8 @@ func kindOf(v any) string {
 		return "KV cache"
 	case *defaultCodecObj:
 		return "default codec"
+	case *cpObj:
+		return "CP index"
 	}
 	return fmt.Sprintf("%T", v)
 }

@@ -12,11 +12,15 @@
 typedef const char kvcm__const_char;
 typedef const kvcm_cold_page_codec kvcm__const_kvcm_cold_page_codec;
 typedef const kvcm_copy_desc kvcm__const_kvcm_copy_desc;
+typedef const kvcm_cp_index_object kvcm__const_kvcm_cp_index_object;
+typedef const kvcm_cp_manager_backed_options kvcm__const_kvcm_cp_manager_backed_options;
+typedef const kvcm_cp_request_id kvcm__const_kvcm_cp_request_id;
 typedef const kvcm_kv_cache_options kvcm__const_kvcm_kv_cache_options;
 typedef const kvcm_manager_config kvcm__const_kvcm_manager_config;
 typedef const kvcm_reuse_scope kvcm__const_kvcm_reuse_scope;
 typedef const kvcm_status kvcm__const_kvcm_status;
 typedef const kvcm_token kvcm__const_kvcm_token;
+typedef const uint64_t kvcm__const_uint64_t;
 
 /* Internal exports behind the public wrappers of functions that take void*. */
 extern kvcm_status* kvcm__go_stream_copy_from_host(kvcm_stream stream, kvcm_device_ptr dst, uintptr_t src, size_t size);
@@ -24,14 +28,23 @@ extern kvcm_status* kvcm__go_stream_enqueue_host_func(kvcm_stream stream, kvcm_h
 
 /* Versioned structs: the bytes struct_size must cover, per version. */
 #define KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V1 64
+#define KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V2 64
+#define KVCM__CP_INDEX_VTABLE_SIZE_V2 56
+#define KVCM__CP_MANAGER_BACKED_OPTIONS_SIZE_V2 48
 #define KVCM__KV_CACHE_OPTIONS_SIZE_V1 64
+#define KVCM__KV_CACHE_OPTIONS_SIZE_V2 80
 #define KVCM__MANAGER_CONFIG_SIZE_V1 112
+#define KVCM__MANAGER_CONFIG_SIZE_V2 112
 
 /* Fields appended after a versioned struct's first version: read one only when it is present. */
+static inline int kvcm__has_kv_cache_options_request_id(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, request_id) + sizeof(p->request_id); }
+static inline int kvcm__has_kv_cache_options_request_id_len(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, request_id_len) + sizeof(p->request_id_len); }
 
 /* Opaque pointer fields, read and written as uintptr_t. */
 static inline uintptr_t kvcm__get_cold_page_codec_self(const kvcm_cold_page_codec* p) { return (uintptr_t)p->self; }
 static inline void kvcm__set_cold_page_codec_self(kvcm_cold_page_codec* p, uintptr_t v) { p->self = (void*)v; }
+static inline uintptr_t kvcm__get_cp_index_object_self(const kvcm_cp_index_object* p) { return (uintptr_t)p->self; }
+static inline void kvcm__set_cp_index_object_self(kvcm_cp_index_object* p, uintptr_t v) { p->self = (void*)v; }
 static inline uintptr_t kvcm__get_kv_cache_options_priority_user_data(const kvcm_kv_cache_options* p) { return (uintptr_t)p->priority_user_data; }
 static inline void kvcm__set_kv_cache_options_priority_user_data(kvcm_kv_cache_options* p, uintptr_t v) { p->priority_user_data = (void*)v; }
 
@@ -64,6 +77,30 @@ static inline int kvcm__has_cold_page_codec_vtable_destroy(const kvcm_cold_page_
     return vt != NULL && vt->struct_size >= offsetof(kvcm_cold_page_codec_vtable, destroy) + sizeof(vt->destroy) && vt->destroy != NULL;
 }
 static inline void kvcm__call_cold_page_codec_vtable_destroy(const kvcm_cold_page_codec_vtable* vt, uintptr_t self) { vt->destroy((void*)self); }
+static inline int kvcm__has_cp_index_vtable_predict_prefix_reuse(const kvcm_cp_index_vtable* vt) {
+    return vt != NULL && vt->struct_size >= offsetof(kvcm_cp_index_vtable, predict_prefix_reuse) + sizeof(vt->predict_prefix_reuse) && vt->predict_prefix_reuse != NULL;
+}
+static inline int32_t kvcm__call_cp_index_vtable_predict_prefix_reuse(const kvcm_cp_index_vtable* vt, uintptr_t self, const char* request_id, size_t request_id_len, const kvcm_token* tokens, size_t num_tokens, double* score) { return vt->predict_prefix_reuse((void*)self, request_id, request_id_len, tokens, num_tokens, score); }
+static inline int kvcm__has_cp_index_vtable_get_cp_cached_blocks(const kvcm_cp_index_vtable* vt) {
+    return vt != NULL && vt->struct_size >= offsetof(kvcm_cp_index_vtable, get_cp_cached_blocks) + sizeof(vt->get_cp_cached_blocks) && vt->get_cp_cached_blocks != NULL;
+}
+static inline int32_t kvcm__call_cp_index_vtable_get_cp_cached_blocks(const kvcm_cp_index_vtable* vt, uintptr_t self, const char* request_id, size_t request_id_len, uint64_t* keys, size_t capacity, size_t* needed) { return vt->get_cp_cached_blocks((void*)self, request_id, request_id_len, keys, capacity, needed); }
+static inline int kvcm__has_cp_index_vtable_notify_blocks_allocated(const kvcm_cp_index_vtable* vt) {
+    return vt != NULL && vt->struct_size >= offsetof(kvcm_cp_index_vtable, notify_blocks_allocated) + sizeof(vt->notify_blocks_allocated) && vt->notify_blocks_allocated != NULL;
+}
+static inline int32_t kvcm__call_cp_index_vtable_notify_blocks_allocated(const kvcm_cp_index_vtable* vt, uintptr_t self, const char* request_id, size_t request_id_len, const uint64_t* keys, size_t num_keys) { return vt->notify_blocks_allocated((void*)self, request_id, request_id_len, keys, num_keys); }
+static inline int kvcm__has_cp_index_vtable_notify_blocks_freed(const kvcm_cp_index_vtable* vt) {
+    return vt != NULL && vt->struct_size >= offsetof(kvcm_cp_index_vtable, notify_blocks_freed) + sizeof(vt->notify_blocks_freed) && vt->notify_blocks_freed != NULL;
+}
+static inline int32_t kvcm__call_cp_index_vtable_notify_blocks_freed(const kvcm_cp_index_vtable* vt, uintptr_t self, const char* request_id, size_t request_id_len, const uint64_t* keys, size_t num_keys) { return vt->notify_blocks_freed((void*)self, request_id, request_id_len, keys, num_keys); }
+static inline int kvcm__has_cp_index_vtable_get_allocation_priority(const kvcm_cp_index_vtable* vt) {
+    return vt != NULL && vt->struct_size >= offsetof(kvcm_cp_index_vtable, get_allocation_priority) + sizeof(vt->get_allocation_priority) && vt->get_allocation_priority != NULL;
+}
+static inline int32_t kvcm__call_cp_index_vtable_get_allocation_priority(const kvcm_cp_index_vtable* vt, uintptr_t self, const kvcm_cp_request_id* request_ids, size_t num_request_ids, size_t* order) { return vt->get_allocation_priority((void*)self, request_ids, num_request_ids, order); }
+static inline int kvcm__has_cp_index_vtable_destroy(const kvcm_cp_index_vtable* vt) {
+    return vt != NULL && vt->struct_size >= offsetof(kvcm_cp_index_vtable, destroy) + sizeof(vt->destroy) && vt->destroy != NULL;
+}
+static inline void kvcm__call_cp_index_vtable_destroy(const kvcm_cp_index_vtable* vt, uintptr_t self) { vt->destroy((void*)self); }
 
 /* Callbacks: callers that take opaque pointers as uintptr_t. */
 static inline int32_t kvcm__call_host_func(kvcm_host_func fn, uintptr_t user_data) { return fn((void*)user_data); }

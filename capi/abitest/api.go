@@ -430,10 +430,12 @@ func BlockStats(m uint64) (reused, missed, evictions int64, err error) {
 
 // Event is a drained kvcm_cache_event.
 type Event struct {
-	Seq    uint64
-	Kind   int32
-	Key    uint64
-	Tokens []int32
+	Seq     uint64
+	Kind    int32
+	Key     uint64
+	Tokens  []int32
+	CacheID uint64
+	Level   int32
 }
 
 // DrainEvents calls kvcm_manager_drain_events with the given capacities.
@@ -447,7 +449,7 @@ func DrainEvents(m uint64, eventsCap, tokensCap int) ([]Event, uint64, error) {
 	}
 	var out []Event
 	for _, e := range evs[:ne] {
-		ev := Event{Seq: uint64(e.seq), Kind: int32(e.kind), Key: uint64(e.key)}
+		ev := Event{Seq: uint64(e.seq), Kind: int32(e.kind), Key: uint64(e.key), CacheID: uint64(e.cache_id), Level: int32(e.level)}
 		if e.num_tokens > 0 {
 			for _, t := range unsafe.Slice(e.tokens, int(e.num_tokens)) {
 				ev.Tokens = append(ev.Tokens, int32(t))

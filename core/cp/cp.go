@@ -16,13 +16,15 @@
 // Every method of every implementation here is safe for concurrent use and
 // never panics on any input.
 //
-// Bindings: the interface is shaped for a C vtable whose slots may be null.
-// Each method is one slot taking plain data (a request id string, a token
-// array, a block-key array) and returning a status; an external index given
-// through such a vtable (or a Python object probed with getattr) becomes an
-// External whose missing slots are nil funcs and whose failing statuses are
-// errors, wrapped by Delegating. The manager-backed index needs no callbacks:
-// a binding exposes it as a handle created with its manager.
+// Bindings: the C ABI (kvcm_cp_*, see capi/glue_cp.go) exposes every
+// implementation as a kvcm_cp_index handle. An external index is a
+// kvcm_cp_index_vtable whose method slots may be null: each slot takes plain
+// data (a request id with its length, a token array, a block-key array) and
+// returns 0 or a failure code; it becomes an External whose missing slots are
+// nil funcs and whose failures are errors, wrapped by Delegating. The C++
+// binding fills the slots a class overrides, the Python binding those a
+// middleware has (getattr + callable). kvcm_manager_attach_cp wires a Tracker
+// into the C manager's caches.
 //
 // Wiring: Tracker creates KV caches that notify allocations (reused blocks
 // at creation, completed blocks at each commit) and terminal frees (close)

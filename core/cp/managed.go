@@ -45,10 +45,19 @@ type ManagerBackedOptions struct {
 // block counts its tokens times the mean, over layer groups, of the weight of
 // the level its page is on. The score is that sum over len(tokens).
 //
-// With more than one layer group (sliding-window layouts) the manager may
-// drop one layer group's page of a block without an event; the index then
-// caps the reusable prefix with Manager.ProbeReuse, which is exact but costs
-// one hash walk per score.
+// A layer group's page dropped while the block keeps others arrives as a
+// BlockUpdated event at core.DroppedLevel: the page stops counting, and the
+// block's weight is the mean over the pages it still has.
+//
+// With more than one layer group (sliding-window layouts) the events still do
+// not say which pages a block has: a cache may publish a block whose windowed
+// page it already released (Resize before Commit), announced by a plain
+// BlockStored, and a cache that publishes an equal block fills the pages the
+// tree's block had lost without any event. Neither can be mirrored, so the
+// index caps the reusable prefix with Manager.ProbeReuse, which is exact but
+// costs one hash walk per score. (Two events in core would make the probe
+// unnecessary: a DroppedLevel update for each page a stored block lacks, and
+// a level update for each page filled into an existing block.)
 //
 // Scores are memoized per request and recomputed only after an event touched
 // one of the request's blocks; Generation changes exactly then.
@@ -186,7 +195,8 @@ func (x *ManagerBacked) NumBlocks() int {
 }
 
 // BlockLevels returns the cache level of each layer group's page of a cached
-// block, and whether the block is cached.
+// block (core.DroppedLevel for a page it no longer has), and whether the
+// block is cached.
 func (x *ManagerBacked) BlockLevels(key blockhash.Key) ([]int32, bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -224,10 +234,14 @@ func (x *ManagerBacked) drain() {
 			if b == nil || int(e.LayerGroup) < 0 || int(e.LayerGroup) >= len(b.levels) {
 				continue
 			}
-			if b.levels[e.LayerGroup] == int32(e.Level) {
+			lv := int32(e.Level)
+			if e.Level < 0 {
+				lv = droppedLevel
+			}
+			if b.levels[e.LayerGroup] == lv {
 				continue
 			}
-			b.levels[e.LayerGroup] = int32(e.Level)
+			b.levels[e.LayerGroup] = lv
 		default:
 			continue
 		}
@@ -243,16 +257,27 @@ func (x *ManagerBacked) drain() {
 	}
 }
 
+// droppedLevel marks a layer group's page the block no longer has.
+const droppedLevel = int32(core.DroppedLevel)
+
+// weight is the mean, over the pages the block has, of their levels'
+// weights. Dropped pages do not count: a page the reuse needs is never
+// dropped within the reusable prefix (ProbeReuse caps it), and one it does
+// not need costs nothing to bring back.
 func (x *ManagerBacked) weight(b *blockEntry) float64 {
 	var s float64
+	n := 0
 	for _, l := range b.levels {
-		i := min(int(max(l, 0)), len(x.weights)-1)
-		s += x.weights[i]
+		if l < 0 {
+			continue
+		}
+		s += x.weights[min(int(l), len(x.weights)-1)]
+		n++
 	}
-	if len(b.levels) == 0 {
+	if n == 0 {
 		return x.weights[0]
 	}
-	return s / float64(len(b.levels))
+	return s / float64(n)
 }
 
 // register (re)creates the state of a request from its tokens.

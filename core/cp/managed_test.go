@@ -3,6 +3,7 @@ package cp
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 
@@ -218,4 +219,118 @@ func TestManagerBackedUsesKnownChainsAsIfItHashedThem(t *testing.T) {
 		assert.InDelta(t, 12.0/21, r.x.PredictPrefixReuse("q", q), 1e-12, "%d known keys", len(known))
 		assert.Equal(t, chain[:3], r.x.GetCPCachedBlocks("q"))
 	}
+}
+
+// slidingConfig: a full-attention layer and a 4-token sliding-window layer,
+// `slots` pages shared by both layer groups.
+func slidingConfig(slots int64) config.Config {
+	cfg := tinyConfig(slots)
+	cfg.Layers = append(cfg.Layers, config.AttentionLayerConfig{
+		LayerID: 1, SlidingWindowSize: 4, Buffers: []config.BufferConfig{{Role: config.RoleKey, Size: 8}},
+	})
+	return cfg
+}
+
+func TestManagerBackedFollowsDroppedPagesAndStaysExactUnderSlidingWindows(t *testing.T) {
+	r := newRig(t, slidingConfig(24), ManagerBackedOptions{})
+	require.Equal(t, 2, r.m.NumLayerGroups())
+	tr := NewTracker(r.m, r.x)
+	rng := rand.New(rand.NewPCG(11, 3))
+	prefixes := [][]config.Token{seq(0, 16), seq(100, 12), seq(200, 20)}
+	prompt := func() []config.Token {
+		p := prefixes[rng.IntN(len(prefixes))]
+		return cat(p[:rng.IntN(len(p)+1)], seq(10000+rng.IntN(40)*10, rng.IntN(6)))
+	}
+	var open []*TrackedCache
+	sawDropped := 0
+	for i := 0; i < 500; i++ {
+		if len(open) > 0 && (len(open) > 2 || rng.IntN(2) == 0) {
+			j := rng.IntN(len(open))
+			require.NoError(t, open[j].Close())
+			open = append(open[:j], open[j+1:]...)
+		} else if p := prompt(); len(p) > 0 {
+			c, err := tr.Create(fmt.Sprint("r", i), core.CacheOptions{InputTokens: p})
+			require.NoError(t, err)
+			require.NoError(t, c.Resume(r.stream))
+			if err := c.Resize(len(p), len(p)); err != nil {
+				require.ErrorIs(t, err, core.ErrOutOfPages)
+				require.NoError(t, c.Close())
+			} else {
+				require.NoError(t, c.Commit(p[c.NumCommittedTokens():], false))
+				open = append(open, c)
+			}
+		}
+		q := prompt()
+		if len(q) == 0 {
+			continue
+		}
+		// GPU only: every page the reuse keeps weighs 1, so the score is the
+		// manager's reusable full blocks over the prompt.
+		want := float64(r.m.ProbeReuse(blockhash.Scope{}, q)/tpb*tpb) / float64(len(q))
+		assert.InDelta(t, want, r.x.PredictPrefixReuse(fmt.Sprint("q", i), q), 1e-12, "step %d", i)
+		for _, p := range prefixes {
+			for _, k := range blockhash.Chain(blockhash.Scope{}, tpb, p) {
+				if lv, ok := r.x.BlockLevels(k); ok && slices.Contains(lv, int32(core.DroppedLevel)) {
+					sawDropped++
+				}
+			}
+		}
+	}
+	for _, c := range open {
+		require.NoError(t, c.Close())
+	}
+	assert.Positive(t, sawDropped, "the workload drops single layer groups' pages, and the index sees it")
+}
+
+func TestManagerBackedWeighsOnlyThePagesABlockStillHas(t *testing.T) {
+	r := newRig(t, slidingConfig(64), ManagerBackedOptions{LevelWeights: []float64{1, 0.5}})
+	tr := NewTracker(r.m, r.x)
+	sys := seq(0, 8)
+	r.serve(tr, "w", sys)
+	keys := blockhash.Chain(blockhash.Scope{}, tpb, sys)
+	q := cat(sys, seq(77, 8)) // 16 tokens, 2 cached blocks
+	require.InDelta(t, 0.5, r.x.PredictPrefixReuse("q", q), 1e-12)
+
+	// Block 0: its full-attention page moves to the host, its windowed page
+	// is dropped (reusing 8 tokens never needs it).
+	emit := r.x.Listener()
+	emit(core.CacheEvent{Kind: core.BlockUpdated, Key: keys[0], LayerGroup: 0, Level: 1})
+	assert.InDelta(t, (4*0.75+4)/16.0, r.x.PredictPrefixReuse("q", q), 1e-12, "mean of host and GPU pages")
+	emit(core.CacheEvent{Kind: core.BlockUpdated, Key: keys[0], LayerGroup: 1, Level: core.DroppedLevel})
+	assert.InDelta(t, (4*0.5+4)/16.0, r.x.PredictPrefixReuse("q", q), 1e-12,
+		"the dropped page no longer counts: only the host page is left")
+	lv, ok := r.x.BlockLevels(keys[0])
+	require.True(t, ok)
+	assert.Equal(t, []int32{1, int32(core.DroppedLevel)}, lv)
+	emit(core.CacheEvent{Kind: core.BlockStored, Key: keys[0], Parent: 0})
+	assert.InDelta(t, 0.5, r.x.PredictPrefixReuse("q", q), 1e-12, "stored again: all pages back on the GPU")
+}
+
+// The manager's events alone cannot tell which pages a block has: a cache
+// that resizes past a sliding window before committing publishes blocks
+// without their windowed pages, announced by a plain BlockStored. This is why
+// ManagerBacked still caps the prefix with ProbeReuse for several layer
+// groups. If this test fails, core now reports those pages and the probe can
+// go.
+func TestManagerEventsAloneMissPagesReleasedBeforeCommit(t *testing.T) {
+	r := newRig(t, slidingConfig(64), ManagerBackedOptions{})
+	p := seq(0, 24)
+	c, err := r.m.CreateKVCache(core.CacheOptions{InputTokens: p})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(r.stream))
+	require.NoError(t, c.Resize(len(p), len(p))) // releases the windowed pages of blocks 0..4
+	require.NoError(t, c.Commit(p, false))
+	require.NoError(t, c.Close())
+
+	r.events.mu.Lock()
+	for _, e := range r.events.evs {
+		assert.Equal(t, core.BlockStored, e.Kind, "only stores: nothing says block 1 lacks its windowed page")
+		assert.Equal(t, c.ID(), e.CacheID, "each names the committing cache")
+	}
+	r.events.mu.Unlock()
+	q := cat(p[:8], seq(900, 4))
+	assert.Less(t, r.m.ProbeReuse(blockhash.Scope{}, q), 8,
+		"reusing 8 tokens needs block 1's windowed page, which the cache released before committing")
+	assert.InDelta(t, float64(r.m.ProbeReuse(blockhash.Scope{}, q)/tpb*tpb)/12, r.x.PredictPrefixReuse("q", q), 1e-12,
+		"the index, probing, agrees with the manager")
 }

@@ -69,15 +69,29 @@ func (t *Tracker) CreateWithKeys(requestID string, opts core.CacheOptions, keys 
 	if err != nil {
 		return nil, err
 	}
-	tc := &TrackedCache{
-		KVCache: c, t: t, requestID: requestID, scope: opts.Scope,
-		hasher: blockhash.NewHasher(), last: opts.Scope.Root(), known: keys,
-	}
-	added := tc.extend(opts.InputTokens[:c.ReusedTokens()])
+	tc, added := t.wrap(requestID, c, opts, keys)
 	if len(added) > 0 {
 		t.cp.NotifyBlocksAllocated(requestID, added)
 	}
 	return tc, nil
+}
+
+// Wrap tracks a cache the caller created with t's manager and opts (for a
+// caller that must create it under a lock of its own): it returns the
+// tracked cache and the keys of the full blocks the cache reuses, which the
+// caller must notify allocated (t.CP().NotifyBlocksAllocated, skipped when
+// empty) before any Commit or Close of the tracked cache, preferably without
+// holding locks an index's callbacks could need.
+func (t *Tracker) Wrap(requestID string, c *core.KVCache, opts core.CacheOptions) (*TrackedCache, []blockhash.Key) {
+	return t.wrap(requestID, c, opts, nil)
+}
+
+func (t *Tracker) wrap(requestID string, c *core.KVCache, opts core.CacheOptions, keys []blockhash.Key) (*TrackedCache, []blockhash.Key) {
+	tc := &TrackedCache{
+		KVCache: c, t: t, requestID: requestID, scope: opts.Scope,
+		hasher: blockhash.NewHasher(), last: opts.Scope.Root(), known: keys,
+	}
+	return tc, tc.extend(opts.InputTokens[:c.ReusedTokens()])
 }
 
 // RequestID returns the id the cache was created for.

@@ -39,6 +39,12 @@ type KVCacheOptions struct {
 	// PriorityUserData is passed to priority; the library never
 	// dereferences it. It must stay valid until the cache is closed.
 	PriorityUserData spec.VoidPtr `nullable:"true" own:"borrowed"`
+	// RequestID names the request the cache serves, for the CP index
+	// attached to the manager (kvcm_manager_attach_cp): request_id_len bytes,
+	// not NUL-terminated. A cache without one (length 0) notifies nothing.
+	RequestID spec.CStr `len:"RequestIDLen" nullable:"true" own:"borrowed" since:"2"`
+	// RequestIDLen is the length of request_id in bytes.
+	RequestIDLen spec.Size `since:"2"`
 }
 
 // KVCacheCreate creates a SUSPENDED KV cache holding the longest reusable

@@ -116,13 +116,18 @@ type CacheEvent struct {
 	Kind EventKind
 	// LayerGroup is the layer group of an updated page.
 	LayerGroup LayerGroupID
-	// Level is the level an updated page is on now.
+	// Level is the level an updated page is on now, or -1 when that layer
+	// group's page was dropped while the block keeps pages of other layer
+	// groups (a block losing its last page is KVCM_EVENT_BLOCK_REMOVED).
 	Level CacheLevel
 	// Tokens of a stored block: points into the caller's token buffer
 	// passed to kvcm_manager_drain_events (NULL when num_tokens is 0).
 	Tokens spec.In[Token] `len:"NumTokens" nullable:"true" own:"borrowed"`
 	// NumTokens is the length of tokens.
 	NumTokens spec.Size
+	// CacheID is the id (kvcm_kv_cache_get_id) of the cache whose commit
+	// stored the block; 0 for other kinds.
+	CacheID uint64 `since:"2"`
 }
 
 // ManagerCreate validates the configuration, selects the device, derives the

@@ -153,7 +153,9 @@ const (
 	EventBlockStored EventKind = 0
 	// EventBlockRemoved: a block left the cache; it can no longer be reused.
 	EventBlockRemoved EventKind = 1
-	// EventBlockUpdated: a page of the block moved to another cache level.
+	// EventBlockUpdated: a page of the block moved to another cache level,
+	// or (level -1) one layer group's page was dropped while the block keeps
+	// others.
 	EventBlockUpdated EventKind = 2
 )
 

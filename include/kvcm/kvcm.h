@@ -66,9 +66,11 @@ extern "C" {
 /**
  * KVCM_ABI_VERSION is the version of the ABI described here: the version of the
  * newest struct layouts, vtable slots and functions this header declares.
+ * Version 2 added the CP-aware index (kvcm_cp_*), the request id of
+ * kvcm_kv_cache_options and the cache id of kvcm_cache_event.
  * @since ABI version 1.
  */
-#define KVCM_ABI_VERSION 1u
+#define KVCM_ABI_VERSION 2u
 
 /**
  * KVCM_VERSION_MAJOR is the library's major version.
@@ -127,6 +129,17 @@ extern "C" {
  * @since ABI version 1.
  */
 typedef int32_t kvcm_cache_level;
+
+/**
+ * kvcm_cp_index is the handle of a CP-aware KV index (the five-method interface of
+ * core/cp: predict_prefix_reuse, get_cp_cached_blocks,
+ * notify_blocks_allocated, notify_blocks_freed, get_allocation_priority).
+ * 0 is never valid. A CP index is a null index, a manager-backed index or a
+ * delegating index over a caller's vtable; the kvcm_cp_* functions work on
+ * every kind. Every kind is safe for concurrent use.
+ * @since ABI version 2.
+ */
+typedef uint64_t kvcm_cp_index;
 
 /**
  * kvcm_device_ptr is an address in the device's address space (a CUdeviceptr on
@@ -236,7 +249,9 @@ enum {
      */
     KVCM_EVENT_BLOCK_REMOVED = 1,
     /**
-     * KVCM_EVENT_BLOCK_UPDATED: a page of the block moved to another cache level.
+     * KVCM_EVENT_BLOCK_UPDATED: a page of the block moved to another cache level,
+     * or (level -1) one layer group's page was dropped while the block keeps
+     * others.
      */
     KVCM_EVENT_BLOCK_UPDATED = 2,
 };
@@ -477,7 +492,11 @@ typedef struct kvcm_cache_tier_config kvcm_cache_tier_config;
 typedef struct kvcm_cold_page_codec kvcm_cold_page_codec;
 typedef struct kvcm_cold_page_codec_vtable kvcm_cold_page_codec_vtable;
 typedef struct kvcm_copy_desc kvcm_copy_desc;
+typedef struct kvcm_cp_index_object kvcm_cp_index_object;
+typedef struct kvcm_cp_index_vtable kvcm_cp_index_vtable;
 typedef struct kvcm_reuse_scope kvcm_reuse_scope;
+typedef struct kvcm_cp_manager_backed_options kvcm_cp_manager_backed_options;
+typedef struct kvcm_cp_request_id kvcm_cp_request_id;
 typedef struct kvcm_kv_cache_options kvcm_kv_cache_options;
 typedef struct kvcm_manager_config kvcm_manager_config;
 typedef struct kvcm_migration_stats kvcm_migration_stats;
@@ -645,7 +664,9 @@ struct kvcm_cache_event {
      */
     kvcm_layer_group_id layer_group;
     /**
-     * level is the level an updated page is on now.
+     * level is the level an updated page is on now, or -1 when that layer
+     * group's page was dropped while the block keeps pages of other layer
+     * groups (a block losing its last page is KVCM_EVENT_BLOCK_REMOVED).
      */
     kvcm_cache_level level;
     /**
@@ -657,6 +678,11 @@ struct kvcm_cache_event {
      * num_tokens is the length of tokens.
      */
     size_t num_tokens;
+    /**
+     * cache_id is the id (kvcm_kv_cache_get_id) of the cache whose commit
+     * stored the block; 0 for other kinds. (since ABI version 2)
+     */
+    uint64_t cache_id;
 };
 
 /**
@@ -798,6 +824,95 @@ struct kvcm_copy_desc {
 };
 
 /**
+ * kvcm_cp_index_object is an external CP index: a vtable and the self pointer its
+ * slots receive. kvcm_cp_create_delegating consumes it.
+ * @since ABI version 2.
+ */
+struct kvcm_cp_index_object {
+    /**
+     * [borrowed] vtable is the index's function table; it must stay valid until destroy
+     * has been called (static storage is typical).
+     */
+    const kvcm_cp_index_vtable* vtable;
+    /**
+     * [owned] self is passed as the first argument of every slot.
+     */
+    void* self;
+};
+
+/**
+ * kvcm_cp_index_vtable is the C form of an external CP index (the design's
+ * CPAwareKVManager). Every method slot may be NULL: a missing method behaves
+ * as the null index's (score 0, no cached blocks, no-op, input order), which
+ * is how an index offers only some capabilities. A slot is called only when
+ * struct_size covers it and it is non-null. Every slot takes the object's
+ * self first; request ids are request_id_len bytes at request_id (not
+ * NUL-terminated), tokens int32 arrays, block keys uint64 arrays of the
+ * chained block hashes the manager's radix tree uses. Pointer arguments are
+ * borrowed for the call.
+ *
+ * Every method slot returns 0 on success; any other value is a failure,
+ * which the library contains: it counts a fault (kvcm_cp_get_fault_count)
+ * and answers with the null behaviour. Scores are clamped into [0, 1] (NaN
+ * becomes 0); a priority order that is not a permutation is repaired (ids
+ * invented or repeated are dropped, omitted ids appended in input order). An
+ * external index can never break scheduling.
+ *
+ * The library may call slots from any thread, concurrently; slots must not
+ * call functions that take a manager's lock (notifications arrive from
+ * inside kvcm_kv_cache_create, kvcm_kv_cache_commit and
+ * kvcm_kv_cache_close of caches of a manager the index is attached to).
+ * destroy, when non-null, is called exactly once, after every other call.
+ *
+ * Versioned: initialize with KVCM_CP_INDEX_VTABLE_INIT (or zero it and set struct_size and abi_version).
+ * @since ABI version 2.
+ */
+struct kvcm_cp_index_vtable {
+    /**
+     * Set to sizeof(kvcm_cp_index_vtable): the library reads only the fields it covers.
+     */
+    uint32_t struct_size;
+    /**
+     * Set to KVCM_ABI_VERSION, the version of the header the caller was built with.
+     */
+    uint32_t abi_version;
+    /**
+     * [nullable] predict_prefix_reuse writes to score the predicted fraction of the
+     * request's tokens whose KV can be reused, in [0, 1].
+     */
+    int32_t (*predict_prefix_reuse)(void* self, const char* request_id, size_t request_id_len, const kvcm_token* tokens, size_t num_tokens, double* score);
+    /**
+     * [nullable] get_cp_cached_blocks writes to keys (capacity elements) the keys of blocks
+     * the index knows to be cached for the request, in chain order, and their
+     * number to needed. When needed exceeds capacity it writes nothing else;
+     * the library calls again with a larger buffer.
+     */
+    int32_t (*get_cp_cached_blocks)(void* self, const char* request_id, size_t request_id_len, uint64_t* keys, size_t capacity, size_t* needed);
+    /**
+     * [nullable] notify_blocks_allocated: the request holds these blocks (allocation,
+     * registration at commit).
+     */
+    int32_t (*notify_blocks_allocated)(void* self, const char* request_id, size_t request_id_len, const uint64_t* keys, size_t num_keys);
+    /**
+     * [nullable] notify_blocks_freed: the request released these blocks for good (terminal
+     * frees only; suspend, resume and level moves never call it).
+     */
+    int32_t (*notify_blocks_freed)(void* self, const char* request_id, size_t request_id_len, const uint64_t* keys, size_t num_keys);
+    /**
+     * [nullable] get_allocation_priority writes to order (num_request_ids elements) the
+     * indices of request_ids from highest to lowest predicted overlap.
+     */
+    int32_t (*get_allocation_priority)(void* self, const kvcm_cp_request_id* request_ids, size_t num_request_ids, size_t* order);
+    /**
+     * [nullable] destroy releases the index. Called exactly once; may be NULL.
+     */
+    void (*destroy)(void* self);
+};
+
+/** Initializer of a kvcm_cp_index_vtable: struct_size and abi_version set, every other field zero. */
+#define KVCM_CP_INDEX_VTABLE_INIT { (uint32_t)sizeof(kvcm_cp_index_vtable), KVCM_ABI_VERSION }
+
+/**
  * kvcm_reuse_scope separates reuse: blocks are shared only within one scope (a
  * LoRA adapter id and an optional salt, for example a tenant).
  * @since ABI version 1.
@@ -815,6 +930,59 @@ struct kvcm_reuse_scope {
      * salt_len is the length of salt in bytes.
      */
     size_t salt_len;
+};
+
+/**
+ * kvcm_cp_manager_backed_options configures kvcm_cp_create_manager_backed.
+ * Zero-initialize it and set struct_size = sizeof(kvcm_cp_manager_backed_options)
+ * and abi_version = KVCM_ABI_VERSION.
+ *
+ * Versioned: initialize with KVCM_CP_MANAGER_BACKED_OPTIONS_INIT (or zero it and set struct_size and abi_version).
+ * @since ABI version 2.
+ */
+struct kvcm_cp_manager_backed_options {
+    /**
+     * Set to sizeof(kvcm_cp_manager_backed_options): the library reads only the fields it covers.
+     */
+    uint32_t struct_size;
+    /**
+     * Set to KVCM_ABI_VERSION, the version of the header the caller was built with.
+     */
+    uint32_t abi_version;
+    /**
+     * [borrowed, nullable, array of num_level_weights] LevelWeights[l] is the fraction of a block's recompute cost that reuse
+     * saves when the block is cached on level l (0 = GPU); levels past the
+     * end use the last weight; each is clamped into [0, 1]. Empty selects
+     * the defaults {1, 0.5, 0.25}.
+     */
+    const double* level_weights;
+    /**
+     * num_level_weights is the length of level_weights.
+     */
+    size_t num_level_weights;
+    /**
+     * scope is the reuse scope of every request the index scores.
+     */
+    kvcm_reuse_scope scope;
+};
+
+/** Initializer of a kvcm_cp_manager_backed_options: struct_size and abi_version set, every other field zero. */
+#define KVCM_CP_MANAGER_BACKED_OPTIONS_INIT { (uint32_t)sizeof(kvcm_cp_manager_backed_options), KVCM_ABI_VERSION }
+
+/**
+ * kvcm_cp_request_id is one request id: len bytes at data (UTF-8 by convention; not
+ * NUL-terminated; may be empty, data is then NULL or anything).
+ * @since ABI version 2.
+ */
+struct kvcm_cp_request_id {
+    /**
+     * [borrowed, nullable, array of len] data holds the id's bytes.
+     */
+    const char* data;
+    /**
+     * len is the id's length in bytes.
+     */
+    size_t len;
 };
 
 /**
@@ -857,6 +1025,16 @@ struct kvcm_kv_cache_options {
      * dereferences it. It must stay valid until the cache is closed.
      */
     void* priority_user_data;
+    /**
+     * [borrowed, nullable, array of request_id_len] request_id names the request the cache serves, for the CP index
+     * attached to the manager (kvcm_manager_attach_cp): request_id_len bytes,
+     * not NUL-terminated. A cache without one (length 0) notifies nothing. (since ABI version 2)
+     */
+    const char* request_id;
+    /**
+     * request_id_len is the length of request_id in bytes. (since ABI version 2)
+     */
+    size_t request_id_len;
 };
 
 /** Initializer of a kvcm_kv_cache_options: struct_size and abi_version set, every other field zero. */
@@ -1154,6 +1332,172 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cold_page_codec_destroy(const kvcm_c
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_config_validate(const kvcm_manager_config* config);
+
+/**
+ * kvcm_cp_create_delegating creates a CP index that forwards to an external index
+ * given as a vtable whose method slots may be NULL (see
+ * kvcm_cp_index_vtable). The object is consumed by this call, on success and
+ * on every failure path: when this function returns, either the new index
+ * owns it or its destroy slot (when non-null and covered by struct_size) has
+ * been called. The caller must never use or destroy the object again.
+ *
+ * @param object [in, consumed] The external index. Consumed on success and on failure.
+ * @param out [out] Receives the index handle (0 on failure).
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_create_delegating(const kvcm_cp_index_object* object, kvcm_cp_index* out);
+
+/**
+ * kvcm_cp_create_manager_backed creates a CP index scoring requests from the
+ * manager's own block index across cache levels: the longest cached prefix
+ * of the request's full blocks (as the manager would reuse it), each block
+ * weighted by the level its pages are on, over the request's tokens. It
+ * mirrors the manager's cache events, so it must be created before the
+ * manager stores its first block (KVCM_ERR_INVALID_STATE otherwise). The
+ * index stays valid after the manager is destroyed; its scores are then 0.
+ *
+ * @param manager [in] The manager whose blocks the index scores.
+ * @param options [in, borrowed] The options; read during the call only.
+ * @param out [out] Receives the index handle (0 on failure).
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_create_manager_backed(kvcm_manager manager, const kvcm_cp_manager_backed_options* options, kvcm_cp_index* out);
+
+/**
+ * kvcm_cp_create_null creates the null CP index: every score is 0, every order the
+ * input order, no state, notifications ignored. Enabling it changes nothing.
+ *
+ * @param out [out] Receives the index handle (0 on failure).
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_create_null(kvcm_cp_index* out);
+
+/**
+ * kvcm_cp_destroy frees a CP index handle. A delegating index's destroy slot runs
+ * once nothing uses the index any more: at once, or when the last manager it
+ * is attached to and the last cache created while it was attached are done
+ * with it. The handle is consumed even when an error is reported.
+ *
+ * @param cp [in, consumed] The index.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe, but no other call may use the handle concurrently or afterwards. Must not be called from a codec callback or a priority callback.
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_destroy(kvcm_cp_index cp);
+
+/**
+ * kvcm_cp_get_allocation_priority orders requests from highest to lowest predicted
+ * overlap with the cache: order receives a permutation of 0 ..
+ * num_request_ids-1 (ties keep the input order).
+ *
+ * @param cp [in] The index.
+ * @param request_ids [in, borrowed, nullable, array of num_request_ids] The request ids (NULL only when num_request_ids is 0).
+ * @param num_request_ids [in] The number of request ids.
+ * @param order [out, nullable, array of num_request_ids] Receives num_request_ids indices into request_ids.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_get_allocation_priority(kvcm_cp_index cp, const kvcm_cp_request_id* request_ids, size_t num_request_ids, size_t* order);
+
+/**
+ * kvcm_cp_get_cached_blocks writes the keys of blocks the index knows to be cached
+ * for the request, in chain order. needed is always written; when capacity
+ * is smaller, nothing else is written and KVCM_ERR_BUFFER_TOO_SMALL is
+ * returned (NULL with capacity 0 asks for the count, successfully). The
+ * answer can change between two calls.
+ *
+ * @param cp [in] The index.
+ * @param request_id [in, borrowed, nullable, array of request_id_len] The request id's bytes (NULL only when request_id_len is 0).
+ * @param request_id_len [in] The request id's length in bytes.
+ * @param keys [out, nullable, array of capacity] Receives the block keys.
+ * @param capacity [in] Capacity of keys, in elements.
+ * @param needed [out] Receives the number of keys.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_get_cached_blocks(kvcm_cp_index cp, const char* request_id, size_t request_id_len, uint64_t* keys, size_t capacity, size_t* needed);
+
+/**
+ * kvcm_cp_get_fault_count returns how many failures, out-of-range scores and
+ * repaired orders a delegating index's external index produced (0 for the
+ * other kinds).
+ *
+ * @param cp [in] The index.
+ * @param out [out] Receives the count.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_get_fault_count(kvcm_cp_index cp, uint64_t* out);
+
+/**
+ * kvcm_cp_notify_blocks_allocated tells the index that the request holds these
+ * blocks (on allocation and on registration at commit). A manager with the
+ * index attached calls it itself.
+ *
+ * @param cp [in] The index.
+ * @param request_id [in, borrowed, nullable, array of request_id_len] The request id's bytes (NULL only when request_id_len is 0).
+ * @param request_id_len [in] The request id's length in bytes.
+ * @param keys [in, borrowed, nullable, array of num_keys] The block keys (NULL only when num_keys is 0).
+ * @param num_keys [in] The number of keys.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_notify_blocks_allocated(kvcm_cp_index cp, const char* request_id, size_t request_id_len, const uint64_t* keys, size_t num_keys);
+
+/**
+ * kvcm_cp_notify_blocks_freed tells the index that the request released these blocks
+ * for good: terminal frees only (finish, abort); suspend, resume and moves
+ * between cache levels never call it. A manager with the index attached
+ * calls it itself when a cache closes.
+ *
+ * @param cp [in] The index.
+ * @param request_id [in, borrowed, nullable, array of request_id_len] The request id's bytes (NULL only when request_id_len is 0).
+ * @param request_id_len [in] The request id's length in bytes.
+ * @param keys [in, borrowed, nullable, array of num_keys] The block keys (NULL only when num_keys is 0).
+ * @param num_keys [in] The number of keys.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_notify_blocks_freed(kvcm_cp_index cp, const char* request_id, size_t request_id_len, const uint64_t* keys, size_t num_keys);
+
+/**
+ * kvcm_cp_predict_prefix_reuse returns the predicted fraction of the request's
+ * tokens whose KV can be reused, in [0, 1] (never NaN). It may register the
+ * request's tokens for later get_allocation_priority and get_cached_blocks
+ * calls.
+ *
+ * @param cp [in] The index.
+ * @param request_id [in, borrowed, nullable, array of request_id_len] The request id's bytes (NULL only when request_id_len is 0).
+ * @param request_id_len [in] The request id's length in bytes.
+ * @param tokens [in, borrowed, nullable, array of num_tokens] The request's tokens (NULL only when num_tokens is 0).
+ * @param num_tokens [in] The number of tokens.
+ * @param out [out] Receives the score.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_predict_prefix_reuse(kvcm_cp_index cp, const char* request_id, size_t request_id_len, const kvcm_token* tokens, size_t num_tokens, double* out);
 
 /**
  * kvcm_create_default_cold_page_codec creates the default lossless concatenating codec
@@ -1467,6 +1811,27 @@ KVCM_API uint64_t kvcm_live_handle_count(void);
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_alloc_memory(kvcm_manager manager, kvcm_memory_kind kind, uint64_t size, kvcm_device_ptr* out);
 
 /**
+ * kvcm_manager_attach_cp makes the manager notify a CP index about the caches
+ * created with a request id (kvcm_kv_cache_options.request_id): the full
+ * blocks a cache reuses at kvcm_kv_cache_create and the full blocks each
+ * kvcm_kv_cache_commit completes are notified allocated, and every block
+ * notified allocated is notified freed once, when the cache closes (also by
+ * kvcm_manager_destroy). Suspend, resume, resize, prefetch and moves between
+ * cache levels notify nothing. Caches keep the index they were created with;
+ * attaching another index (or kvcm_manager_detach_cp) affects only caches
+ * created afterwards. The manager keeps the index alive while it uses it,
+ * also after kvcm_cp_destroy.
+ *
+ * @param manager [in] The manager.
+ * @param cp [in] The index to notify.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_attach_cp(kvcm_manager manager, kvcm_cp_index cp);
+
+/**
  * kvcm_manager_create validates the configuration, selects the device, derives the
  * layout and allocates every level, in the design's order: consume the codec,
  * validate, allocate the GPU level, configure the codec with the GPU pool
@@ -1534,6 +1899,18 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_destroy(kvcm_manager manager
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_destroy_stream(kvcm_manager manager, kvcm_stream stream);
+
+/**
+ * kvcm_manager_detach_cp stops notifying the attached CP index about caches
+ * created from now on. Nothing attached is not an error.
+ *
+ * @param manager [in] The manager.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_detach_cp(kvcm_manager manager);
 
 /**
  * kvcm_manager_drain_events removes the oldest queued cache events, as many whole
@@ -2063,6 +2440,30 @@ struct kvcm_api {
     kvcm_status* (*stream_free_memory)(kvcm_stream stream, kvcm_device_ptr ptr);
     /** kvcm_stream_synchronize (since ABI version 1). */
     kvcm_status* (*stream_synchronize)(kvcm_stream stream);
+    /** kvcm_cp_create_delegating (since ABI version 2). */
+    kvcm_status* (*cp_create_delegating)(const kvcm_cp_index_object* object, kvcm_cp_index* out);
+    /** kvcm_cp_create_manager_backed (since ABI version 2). */
+    kvcm_status* (*cp_create_manager_backed)(kvcm_manager manager, const kvcm_cp_manager_backed_options* options, kvcm_cp_index* out);
+    /** kvcm_cp_create_null (since ABI version 2). */
+    kvcm_status* (*cp_create_null)(kvcm_cp_index* out);
+    /** kvcm_cp_destroy (since ABI version 2). */
+    kvcm_status* (*cp_destroy)(kvcm_cp_index cp);
+    /** kvcm_cp_get_allocation_priority (since ABI version 2). */
+    kvcm_status* (*cp_get_allocation_priority)(kvcm_cp_index cp, const kvcm_cp_request_id* request_ids, size_t num_request_ids, size_t* order);
+    /** kvcm_cp_get_cached_blocks (since ABI version 2). */
+    kvcm_status* (*cp_get_cached_blocks)(kvcm_cp_index cp, const char* request_id, size_t request_id_len, uint64_t* keys, size_t capacity, size_t* needed);
+    /** kvcm_cp_get_fault_count (since ABI version 2). */
+    kvcm_status* (*cp_get_fault_count)(kvcm_cp_index cp, uint64_t* out);
+    /** kvcm_cp_notify_blocks_allocated (since ABI version 2). */
+    kvcm_status* (*cp_notify_blocks_allocated)(kvcm_cp_index cp, const char* request_id, size_t request_id_len, const uint64_t* keys, size_t num_keys);
+    /** kvcm_cp_notify_blocks_freed (since ABI version 2). */
+    kvcm_status* (*cp_notify_blocks_freed)(kvcm_cp_index cp, const char* request_id, size_t request_id_len, const uint64_t* keys, size_t num_keys);
+    /** kvcm_cp_predict_prefix_reuse (since ABI version 2). */
+    kvcm_status* (*cp_predict_prefix_reuse)(kvcm_cp_index cp, const char* request_id, size_t request_id_len, const kvcm_token* tokens, size_t num_tokens, double* out);
+    /** kvcm_manager_attach_cp (since ABI version 2). */
+    kvcm_status* (*manager_attach_cp)(kvcm_manager manager, kvcm_cp_index cp);
+    /** kvcm_manager_detach_cp (since ABI version 2). */
+    kvcm_status* (*manager_detach_cp)(kvcm_manager manager);
 };
 
 /* ---- Layout checks: released layouts are frozen ---- */
@@ -2103,7 +2504,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_buffer_location, pool_base) == 8, "layout of kv
 KVCM_STATIC_ASSERT(offsetof(kvcm_buffer_location, scale) == 16, "layout of kvcm_buffer_location changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_buffer_location, offset) == 24, "layout of kvcm_buffer_location changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_buffer_location, bytes) == 32, "layout of kvcm_buffer_location changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_cache_event) == 56, "layout of kvcm_cache_event changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_cache_event) == 64, "layout of kvcm_cache_event changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_cache_event) == 8, "alignment of kvcm_cache_event changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_cache_event, seq) == 0, "layout of kvcm_cache_event changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_cache_event, key) == 8, "layout of kvcm_cache_event changed");
@@ -2113,6 +2514,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_cache_event, layer_group) == 28, "layout of kvc
 KVCM_STATIC_ASSERT(offsetof(kvcm_cache_event, level) == 32, "layout of kvcm_cache_event changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_cache_event, tokens) == 40, "layout of kvcm_cache_event changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_cache_event, num_tokens) == 48, "layout of kvcm_cache_event changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_cache_event, cache_id) == 56, "layout of kvcm_cache_event changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_cache_tier_config) == 32, "layout of kvcm_cache_tier_config changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_cache_tier_config) == 8, "alignment of kvcm_cache_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_cache_tier_config, kind) == 0, "layout of kvcm_cache_tier_config changed");
@@ -2139,12 +2541,37 @@ KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_copy_desc) == 8, "alignment of kvcm_copy_de
 KVCM_STATIC_ASSERT(offsetof(kvcm_copy_desc, dst) == 0, "layout of kvcm_copy_desc changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_copy_desc, src) == 8, "layout of kvcm_copy_desc changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_copy_desc, size) == 16, "layout of kvcm_copy_desc changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_cp_index_object) == 16, "layout of kvcm_cp_index_object changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_cp_index_object) == 8, "alignment of kvcm_cp_index_object changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_cp_index_object, vtable) == 0, "layout of kvcm_cp_index_object changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_cp_index_object, self) == 8, "layout of kvcm_cp_index_object changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_cp_index_vtable) == 56, "layout of kvcm_cp_index_vtable changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_cp_index_vtable) == 8, "alignment of kvcm_cp_index_vtable changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_cp_index_vtable, struct_size) == 0, "layout of kvcm_cp_index_vtable changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_cp_index_vtable, abi_version) == 4, "layout of kvcm_cp_index_vtable changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_cp_index_vtable, predict_prefix_reuse) == 8, "layout of kvcm_cp_index_vtable changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_cp_index_vtable, get_cp_cached_blocks) == 16, "layout of kvcm_cp_index_vtable changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_cp_index_vtable, notify_blocks_allocated) == 24, "layout of kvcm_cp_index_vtable changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_cp_index_vtable, notify_blocks_freed) == 32, "layout of kvcm_cp_index_vtable changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_cp_index_vtable, get_allocation_priority) == 40, "layout of kvcm_cp_index_vtable changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_cp_index_vtable, destroy) == 48, "layout of kvcm_cp_index_vtable changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_reuse_scope) == 24, "layout of kvcm_reuse_scope changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_reuse_scope) == 8, "alignment of kvcm_reuse_scope changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_reuse_scope, lora_id) == 0, "layout of kvcm_reuse_scope changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_reuse_scope, salt) == 8, "layout of kvcm_reuse_scope changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_reuse_scope, salt_len) == 16, "layout of kvcm_reuse_scope changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_kv_cache_options) == 64, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_cp_manager_backed_options) == 48, "layout of kvcm_cp_manager_backed_options changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_cp_manager_backed_options) == 8, "alignment of kvcm_cp_manager_backed_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_cp_manager_backed_options, struct_size) == 0, "layout of kvcm_cp_manager_backed_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_cp_manager_backed_options, abi_version) == 4, "layout of kvcm_cp_manager_backed_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_cp_manager_backed_options, level_weights) == 8, "layout of kvcm_cp_manager_backed_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_cp_manager_backed_options, num_level_weights) == 16, "layout of kvcm_cp_manager_backed_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_cp_manager_backed_options, scope) == 24, "layout of kvcm_cp_manager_backed_options changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_cp_request_id) == 16, "layout of kvcm_cp_request_id changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_cp_request_id) == 8, "alignment of kvcm_cp_request_id changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_cp_request_id, data) == 0, "layout of kvcm_cp_request_id changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_cp_request_id, len) == 8, "layout of kvcm_cp_request_id changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_kv_cache_options) == 80, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_kv_cache_options) == 8, "alignment of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, struct_size) == 0, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, abi_version) == 4, "layout of kvcm_kv_cache_options changed");
@@ -2153,6 +2580,8 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, input_tokens) == 32, "layout 
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, num_input_tokens) == 40, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, priority) == 48, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, priority_user_data) == 56, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, request_id) == 64, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, request_id_len) == 72, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_manager_config) == 112, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_manager_config) == 8, "alignment of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, struct_size) == 0, "layout of kvcm_manager_config changed");

@@ -57,6 +57,12 @@ its own manager.
 
 from ._managed import ForkedProcessError, Managed
 from .codec import KVCacheColdPageCodec, create_default_kv_cache_cold_page_codec
+from .cp import (
+    CPAwareKVManager,
+    ContextPilotKVManager,
+    ManagerBackedCPAwareKVManager,
+    NullCPAwareKVManager,
+)
 from .config import (
     AttentionLayerConfig,
     BatchDesc,
@@ -120,6 +126,8 @@ __all__ = [
     # manager, caches, codecs, device helper
     "KVCacheManager", "_KVCache", "KVCacheColdPageCodec", "create_default_kv_cache_cold_page_codec",
     "Stream", "DeviceMemory", "MemoryKind", "Managed",
+    # CP-aware KV management
+    "CPAwareKVManager", "NullCPAwareKVManager", "ManagerBackedCPAwareKVManager", "ContextPilotKVManager",
     # results and enums
     "BAD_PAGE_INDEX", "BlockStats", "BufferLocation", "CacheEvent", "CacheStatus", "DeviceKind",
     "EventKind", "MigrationPath", "MigrationStats", "PeakBlockStats", "PoolDesc", "PoolGroupDesc",

@@ -17,7 +17,9 @@ import os
 
 # KVCM_ABI_VERSION is the version of the ABI described here: the version of the
 # newest struct layouts, vtable slots and functions this header declares.
-KVCM_ABI_VERSION = 1
+# Version 2 added the CP-aware index (kvcm_cp_*), the request id of
+# kvcm_kv_cache_options and the cache id of kvcm_cache_event.
+KVCM_ABI_VERSION = 2
 
 # KVCM_VERSION_MAJOR is the library's major version.
 KVCM_VERSION_MAJOR = 0
@@ -48,6 +50,7 @@ KVCM_DEFAULT_EVENT_QUEUE_CAPACITY = 4096
 # ---- Scalar types and handles ----
 
 kvcm_cache_level = ctypes.c_int32
+kvcm_cp_index = ctypes.c_uint64
 kvcm_device_ptr = ctypes.c_uint64
 kvcm_kv_cache = ctypes.c_uint64
 kvcm_layer_group_id = ctypes.c_int32
@@ -308,9 +311,54 @@ class kvcm_copy_desc(ctypes.Structure):
     """
 
 
+class kvcm_cp_index_object(ctypes.Structure):
+    """kvcm_cp_index_object is an external CP index: a vtable and the self pointer its
+    slots receive. kvcm_cp_create_delegating consumes it.
+    """
+
+
+class kvcm_cp_index_vtable(ctypes.Structure):
+    """kvcm_cp_index_vtable is the C form of an external CP index (the design's
+    CPAwareKVManager). Every method slot may be NULL: a missing method behaves
+    as the null index's (score 0, no cached blocks, no-op, input order), which
+    is how an index offers only some capabilities. A slot is called only when
+    struct_size covers it and it is non-null. Every slot takes the object's
+    self first; request ids are request_id_len bytes at request_id (not
+    NUL-terminated), tokens int32 arrays, block keys uint64 arrays of the
+    chained block hashes the manager's radix tree uses. Pointer arguments are
+    borrowed for the call.
+
+    Every method slot returns 0 on success; any other value is a failure,
+    which the library contains: it counts a fault (kvcm_cp_get_fault_count)
+    and answers with the null behaviour. Scores are clamped into [0, 1] (NaN
+    becomes 0); a priority order that is not a permutation is repaired (ids
+    invented or repeated are dropped, omitted ids appended in input order). An
+    external index can never break scheduling.
+
+    The library may call slots from any thread, concurrently; slots must not
+    call functions that take a manager's lock (notifications arrive from
+    inside kvcm_kv_cache_create, kvcm_kv_cache_commit and
+    kvcm_kv_cache_close of caches of a manager the index is attached to).
+    destroy, when non-null, is called exactly once, after every other call.
+    """
+
+
 class kvcm_reuse_scope(ctypes.Structure):
     """kvcm_reuse_scope separates reuse: blocks are shared only within one scope (a
     LoRA adapter id and an optional salt, for example a tenant).
+    """
+
+
+class kvcm_cp_manager_backed_options(ctypes.Structure):
+    """kvcm_cp_manager_backed_options configures kvcm_cp_create_manager_backed.
+    Zero-initialize it and set struct_size = sizeof(kvcm_cp_manager_backed_options)
+    and abi_version = KVCM_ABI_VERSION.
+    """
+
+
+class kvcm_cp_request_id(ctypes.Structure):
+    """kvcm_cp_request_id is one request id: len bytes at data (UTF-8 by convention; not
+    NUL-terminated; may be empty, data is then NULL or anything).
     """
 
 
@@ -424,6 +472,7 @@ kvcm_cache_event._fields_ = [
     ("level", kvcm_cache_level),
     ("tokens", ctypes.POINTER(kvcm_token)),
     ("num_tokens", ctypes.c_size_t),
+    ("cache_id", ctypes.c_uint64),
 ]
 
 kvcm_cache_tier_config._fields_ = [
@@ -463,10 +512,45 @@ kvcm_copy_desc._fields_ = [
     ("size", ctypes.c_uint64),
 ]
 
+kvcm_cp_index_object._fields_ = [
+    ("vtable", ctypes.POINTER(kvcm_cp_index_vtable)),
+    ("self", ctypes.c_void_p),
+]
+
+kvcm_cp_index_vtable_predict_prefix_reuse = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_double))
+kvcm_cp_index_vtable_get_cp_cached_blocks = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t))
+kvcm_cp_index_vtable_notify_blocks_allocated = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t)
+kvcm_cp_index_vtable_notify_blocks_freed = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t)
+kvcm_cp_index_vtable_get_allocation_priority = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.POINTER(kvcm_cp_request_id), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t))
+kvcm_cp_index_vtable_destroy = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+kvcm_cp_index_vtable._fields_ = [
+    ("struct_size", ctypes.c_uint32),
+    ("abi_version", ctypes.c_uint32),
+    ("predict_prefix_reuse", kvcm_cp_index_vtable_predict_prefix_reuse),
+    ("get_cp_cached_blocks", kvcm_cp_index_vtable_get_cp_cached_blocks),
+    ("notify_blocks_allocated", kvcm_cp_index_vtable_notify_blocks_allocated),
+    ("notify_blocks_freed", kvcm_cp_index_vtable_notify_blocks_freed),
+    ("get_allocation_priority", kvcm_cp_index_vtable_get_allocation_priority),
+    ("destroy", kvcm_cp_index_vtable_destroy),
+]
+
 kvcm_reuse_scope._fields_ = [
     ("lora_id", ctypes.c_int64),
     ("salt", ctypes.c_char_p),
     ("salt_len", ctypes.c_size_t),
+]
+
+kvcm_cp_manager_backed_options._fields_ = [
+    ("struct_size", ctypes.c_uint32),
+    ("abi_version", ctypes.c_uint32),
+    ("level_weights", ctypes.POINTER(ctypes.c_double)),
+    ("num_level_weights", ctypes.c_size_t),
+    ("scope", kvcm_reuse_scope),
+]
+
+kvcm_cp_request_id._fields_ = [
+    ("data", ctypes.c_char_p),
+    ("len", ctypes.c_size_t),
 ]
 
 kvcm_kv_cache_options._fields_ = [
@@ -477,6 +561,8 @@ kvcm_kv_cache_options._fields_ = [
     ("num_input_tokens", ctypes.c_size_t),
     ("priority", kvcm_priority_func),
     ("priority_user_data", ctypes.c_void_p),
+    ("request_id", ctypes.c_char_p),
+    ("request_id_len", ctypes.c_size_t),
 ]
 
 kvcm_manager_config._fields_ = [
@@ -555,13 +641,17 @@ LAYOUTS = {
     "kvcm_block_stats": (56, 8, {"alloc_total_blocks": 0, "alloc_new_blocks": 8, "reused_blocks": 16, "missed_blocks": 24, "evictions": 32, "lost_pages": 40, "hit_rate": 48}),
     "kvcm_buffer_config": (16, 8, {"role": 0, "size": 8}),
     "kvcm_buffer_location": (40, 8, {"layer_group": 0, "pool": 4, "pool_base": 8, "scale": 16, "offset": 24, "bytes": 32}),
-    "kvcm_cache_event": (56, 8, {"seq": 0, "key": 8, "parent": 16, "kind": 24, "layer_group": 28, "level": 32, "tokens": 40, "num_tokens": 48}),
+    "kvcm_cache_event": (64, 8, {"seq": 0, "key": 8, "parent": 16, "kind": 24, "layer_group": 28, "level": 32, "tokens": 40, "num_tokens": 48, "cache_id": 56}),
     "kvcm_cache_tier_config": (32, 8, {"kind": 0, "quota": 8, "max_quota": 16, "path": 24}),
     "kvcm_cold_page_codec": (16, 8, {"vtable": 0, "self": 8}),
     "kvcm_cold_page_codec_vtable": (64, 8, {"struct_size": 0, "abi_version": 4, "configure": 8, "query_cold_page_bytes": 16, "get_batching_layer_group_id": 24, "query_page_index_location": 32, "encode": 40, "decode": 48, "destroy": 56}),
     "kvcm_copy_desc": (24, 8, {"dst": 0, "src": 8, "size": 16}),
+    "kvcm_cp_index_object": (16, 8, {"vtable": 0, "self": 8}),
+    "kvcm_cp_index_vtable": (56, 8, {"struct_size": 0, "abi_version": 4, "predict_prefix_reuse": 8, "get_cp_cached_blocks": 16, "notify_blocks_allocated": 24, "notify_blocks_freed": 32, "get_allocation_priority": 40, "destroy": 48}),
     "kvcm_reuse_scope": (24, 8, {"lora_id": 0, "salt": 8, "salt_len": 16}),
-    "kvcm_kv_cache_options": (64, 8, {"struct_size": 0, "abi_version": 4, "scope": 8, "input_tokens": 32, "num_input_tokens": 40, "priority": 48, "priority_user_data": 56}),
+    "kvcm_cp_manager_backed_options": (48, 8, {"struct_size": 0, "abi_version": 4, "level_weights": 8, "num_level_weights": 16, "scope": 24}),
+    "kvcm_cp_request_id": (16, 8, {"data": 0, "len": 8}),
+    "kvcm_kv_cache_options": (80, 8, {"struct_size": 0, "abi_version": 4, "scope": 8, "input_tokens": 32, "num_input_tokens": 40, "priority": 48, "priority_user_data": 56, "request_id": 64, "request_id_len": 72}),
     "kvcm_manager_config": (112, 8, {"struct_size": 0, "abi_version": 4, "tokens_per_block": 8, "device": 12, "device_ordinal": 16, "event_queue_capacity": 20, "cache_tiers": 24, "num_cache_tiers": 32, "layers": 40, "num_layers": 48, "max_util_for_resume": 56, "enable_partial_reuse": 64, "enable_stats": 65, "initial_pool_ratio": 72, "num_initial_pool_ratio": 80, "typical_step": 88, "constraints": 96, "num_constraints": 104}),
     "kvcm_migration_stats": (24, 8, {"path": 0, "pages": 8, "bytes": 16}),
     "kvcm_page_index_pair": (8, 8, {"dst": 0, "src": 4}),
@@ -598,6 +688,16 @@ def check_layouts():
 FUNCTIONS = {
     "kvcm_cold_page_codec_destroy": (ctypes.POINTER(kvcm_status), [ctypes.POINTER(kvcm_cold_page_codec)]),
     "kvcm_config_validate": (ctypes.POINTER(kvcm_status), [ctypes.POINTER(kvcm_manager_config)]),
+    "kvcm_cp_create_delegating": (ctypes.POINTER(kvcm_status), [ctypes.POINTER(kvcm_cp_index_object), ctypes.POINTER(kvcm_cp_index)]),
+    "kvcm_cp_create_manager_backed": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_cp_manager_backed_options), ctypes.POINTER(kvcm_cp_index)]),
+    "kvcm_cp_create_null": (ctypes.POINTER(kvcm_status), [ctypes.POINTER(kvcm_cp_index)]),
+    "kvcm_cp_destroy": (ctypes.POINTER(kvcm_status), [kvcm_cp_index]),
+    "kvcm_cp_get_allocation_priority": (ctypes.POINTER(kvcm_status), [kvcm_cp_index, ctypes.POINTER(kvcm_cp_request_id), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    "kvcm_cp_get_cached_blocks": (ctypes.POINTER(kvcm_status), [kvcm_cp_index, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    "kvcm_cp_get_fault_count": (ctypes.POINTER(kvcm_status), [kvcm_cp_index, ctypes.POINTER(ctypes.c_uint64)]),
+    "kvcm_cp_notify_blocks_allocated": (ctypes.POINTER(kvcm_status), [kvcm_cp_index, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]),
+    "kvcm_cp_notify_blocks_freed": (ctypes.POINTER(kvcm_status), [kvcm_cp_index, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]),
+    "kvcm_cp_predict_prefix_reuse": (ctypes.POINTER(kvcm_status), [kvcm_cp_index, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_double)]),
     "kvcm_create_default_cold_page_codec": (ctypes.POINTER(kvcm_status), [ctypes.POINTER(kvcm_cold_page_codec)]),
     "kvcm_debug_panic": (ctypes.POINTER(kvcm_status), [ctypes.c_char_p]),
     "kvcm_get_abi_version": (ctypes.c_uint32, []),
@@ -621,10 +721,12 @@ FUNCTIONS = {
     "kvcm_kv_cache_suspend": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache]),
     "kvcm_live_handle_count": (ctypes.c_uint64, []),
     "kvcm_manager_alloc_memory": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_memory_kind, ctypes.c_uint64, ctypes.POINTER(kvcm_device_ptr)]),
+    "kvcm_manager_attach_cp": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cp_index]),
     "kvcm_manager_create": (ctypes.POINTER(kvcm_status), [ctypes.POINTER(kvcm_manager_config), ctypes.POINTER(kvcm_cold_page_codec), ctypes.POINTER(kvcm_manager)]),
     "kvcm_manager_create_stream": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_stream)]),
     "kvcm_manager_destroy": (ctypes.POINTER(kvcm_status), [kvcm_manager]),
     "kvcm_manager_destroy_stream": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_stream]),
+    "kvcm_manager_detach_cp": (ctypes.POINTER(kvcm_status), [kvcm_manager]),
     "kvcm_manager_drain_events": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_cache_event), ctypes.c_size_t, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_uint64)]),
     "kvcm_manager_free_memory": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_device_ptr]),
     "kvcm_manager_get_and_reset_iteration_peak_block_stats": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cache_level, ctypes.POINTER(kvcm_peak_block_stats), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
@@ -658,6 +760,16 @@ FUNCTIONS = {
 PARAMETERS = {
     "kvcm_cold_page_codec_destroy": ("codec",),
     "kvcm_config_validate": ("config",),
+    "kvcm_cp_create_delegating": ("object", "out"),
+    "kvcm_cp_create_manager_backed": ("manager", "options", "out"),
+    "kvcm_cp_create_null": ("out",),
+    "kvcm_cp_destroy": ("cp",),
+    "kvcm_cp_get_allocation_priority": ("cp", "request_ids", "num_request_ids", "order"),
+    "kvcm_cp_get_cached_blocks": ("cp", "request_id", "request_id_len", "keys", "capacity", "needed"),
+    "kvcm_cp_get_fault_count": ("cp", "out"),
+    "kvcm_cp_notify_blocks_allocated": ("cp", "request_id", "request_id_len", "keys", "num_keys"),
+    "kvcm_cp_notify_blocks_freed": ("cp", "request_id", "request_id_len", "keys", "num_keys"),
+    "kvcm_cp_predict_prefix_reuse": ("cp", "request_id", "request_id_len", "tokens", "num_tokens", "out"),
     "kvcm_create_default_cold_page_codec": ("out",),
     "kvcm_debug_panic": ("message",),
     "kvcm_get_abi_version": (),
@@ -681,10 +793,12 @@ PARAMETERS = {
     "kvcm_kv_cache_suspend": ("cache",),
     "kvcm_live_handle_count": (),
     "kvcm_manager_alloc_memory": ("manager", "kind", "size", "out"),
+    "kvcm_manager_attach_cp": ("manager", "cp"),
     "kvcm_manager_create": ("config", "codec", "out"),
     "kvcm_manager_create_stream": ("manager", "out"),
     "kvcm_manager_destroy": ("manager",),
     "kvcm_manager_destroy_stream": ("manager", "stream"),
+    "kvcm_manager_detach_cp": ("manager",),
     "kvcm_manager_drain_events": ("manager", "events", "events_cap", "tokens", "tokens_cap", "num_events", "num_tokens", "dropped"),
     "kvcm_manager_free_memory": ("manager", "ptr"),
     "kvcm_manager_get_and_reset_iteration_peak_block_stats": ("manager", "level", "stats", "capacity", "needed"),

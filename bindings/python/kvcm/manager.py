@@ -138,7 +138,11 @@ class CacheEvent:
     parent: int
     tokens: tuple[int, ...]
     layer_group: int
+    #: The level an updated page is on now; -1 when that layer group's page
+    #: was dropped while the block keeps others.
     level: int
+    #: The id of the cache whose commit stored the block (stored events).
+    cache_id: int = 0
 
 
 _TIER_KIND = {GpuCacheTierConfig: 0, HostCacheTierConfig: 1, DiskCacheTierConfig: 2}
@@ -428,14 +432,36 @@ class KVCacheManager(Managed):
         custom_priority_callback: Callable[[int, Any], int] | None = None,
         *,
         salt: bytes | str | None = None,
+        request_id: str | bytes | None = None,
     ) -> "_KVCache":
         """A SUSPENDED cache holding the longest reusable cached prefix of
         input_tokens (see ``num_committed_tokens``). ``lora_task_id`` and
         ``salt`` form the reuse scope. ``custom_priority_callback(block_index,
         id)`` gives committed blocks their eviction priority in [0, 100]; it
         runs with the manager's lock held and must not call into the manager;
-        an exception it raises is re-raised by the call that committed."""
-        return _KVCache(self, lora_task_id, input_tokens, id, custom_priority_callback, salt)
+        an exception it raises is re-raised by the call that committed.
+        ``request_id`` names the request for the CP index attached with
+        :meth:`attach_cp`, which is then notified about the cache's blocks."""
+        return _KVCache(self, lora_task_id, input_tokens, id, custom_priority_callback, salt, request_id)
+
+    # -- CP index -----------------------------------------------------------------
+    def attach_cp(self, cp: Any) -> None:
+        """Make the manager notify ``cp`` (a :class:`~kvcm.CPAwareKVManager`)
+        about caches created with a ``request_id``: reused blocks at creation
+        and completed blocks at each commit as allocated, all of them as freed
+        once when the cache closes; suspend, resume and level moves notify
+        nothing. Replaces the index attached before (caches keep the one they
+        were created with). The manager keeps the native index alive while it
+        uses it, also after ``cp.close()``."""
+        from .cp import CPAwareKVManager
+
+        if not isinstance(cp, CPAwareKVManager):
+            raise TypeError(f"cp: expected a kvcm CP index, got {type(cp).__name__}")
+        _native.call("kvcm_manager_attach_cp", self._native(), cp._handle())
+
+    def detach_cp(self) -> None:
+        """Caches created from now on notify nothing."""
+        _native.call("kvcm_manager_detach_cp", self._native())
 
     # -- statistics -----------------------------------------------------------
     @staticmethod
@@ -510,7 +536,8 @@ class KVCacheManager(Managed):
             for i in range(ne.value):
                 e = events[i]
                 toks = tuple(e.tokens[k] for k in range(e.num_tokens)) if e.num_tokens else ()
-                out.append(CacheEvent(e.seq, EventKind(e.kind), e.key, e.parent, toks, e.layer_group, e.level))
+                out.append(CacheEvent(e.seq, EventKind(e.kind), e.key, e.parent, toks, e.layer_group, e.level,
+                                      e.cache_id))
             if ne.value == 0:
                 return out
 
@@ -550,7 +577,7 @@ class _KVCache(Managed):
 
     def __init__(self, manager: KVCacheManager, lora_task_id: int | None, input_tokens: Sequence[int] | None,
                  id: Any, custom_priority_callback: Callable[[int, Any], int] | None,
-                 salt: bytes | str | None) -> None:
+                 salt: bytes | str | None, request_id: str | bytes | None = None) -> None:
         super().__init__()
         self._manager = manager
         self.id = id
@@ -577,9 +604,16 @@ class _KVCache(Managed):
 
             self._priority_cb = ffi.kvcm_priority_func(trampoline)
             opts.priority = self._priority_cb
+        rid_keep = None
+        if request_id is not None:
+            from .cp import _id_bytes
+
+            rid_keep = _id_bytes(request_id)
+            opts.request_id = rid_keep
+            opts.request_id_len = len(rid_keep)
         out = ffi.kvcm_kv_cache()
         _native.call("kvcm_kv_cache_create", manager._native(), ctypes.byref(opts), ctypes.byref(out))
-        del salt_keep, toks
+        del salt_keep, toks, rid_keep
         self._adopt(int(out.value))
         manager._own(self)
 

@@ -39,6 +39,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -792,11 +793,14 @@ struct CacheEvent
     EventKind kind = EventKind::kBlockStored;
     uint64_t key = 0;
     uint64_t parent = 0;
-    // Updated pages: the layer group and the level the page is on now.
+    // Updated pages: the layer group and the level the page is on now (-1:
+    // that layer group's page was dropped, the block keeps others).
     LayerGroupId layerGroup = 0;
     CacheLevel level = 0;
     // Stored blocks: the block's tokens.
     std::vector<Token> tokens;
+    // Stored blocks: the id of the cache whose commit stored it.
+    uint64_t cacheId = 0;
 };
 
 // ---- Device memory and owned streams --------------------------------------------------
@@ -927,6 +931,395 @@ private:
     }
 
     kvcm_manager mManager = 0;
+};
+
+// ---- CP-aware KV index ------------------------------------------------------------------
+
+class KVCacheManager;
+
+// Capability bits of an ICPAwareKVManager: which methods it implements.
+inline constexpr uint32_t kCpPredictPrefixReuse = 1u << 0;
+inline constexpr uint32_t kCpGetCachedBlocks = 1u << 1;
+inline constexpr uint32_t kCpNotifyBlocksAllocated = 1u << 2;
+inline constexpr uint32_t kCpNotifyBlocksFreed = 1u << 3;
+inline constexpr uint32_t kCpGetAllocationPriority = 1u << 4;
+inline constexpr uint32_t kCpAllCapabilities = (1u << 5) - 1;
+
+// ICPAwareKVManager is the design's CPAwareKVManager (five methods) for C++
+// indexes. Every method is optional: the defaults are the null index's (score
+// 0, no cached blocks, no-op, input order). CPIndex::delegating() fills only
+// the vtable slots of the methods a class overrides (found at compile time from
+// the static type it is given); the library answers the others with the null
+// behaviour without calling into C++. A class handed over as a plain
+// ICPAwareKVManager pointer says what it implements with capabilities().
+//
+// Block keys are the chained block hashes of the manager's radix tree. Methods
+// may throw: an exception is caught at the boundary, counted as a fault
+// (CPIndex::faultCount) and answered with the null behaviour, as are scores
+// outside [0, 1] (clamped; NaN → 0) and priority orders that are not a
+// permutation (repaired). Methods may be called from any thread, concurrently,
+// and must not call into a manager (notifications arrive from inside
+// createKVCache, commit and close of an attached manager's caches).
+class ICPAwareKVManager
+{
+public:
+    ICPAwareKVManager() = default;
+    virtual ~ICPAwareKVManager() = default;
+    ICPAwareKVManager(ICPAwareKVManager const&) = delete;
+    ICPAwareKVManager& operator=(ICPAwareKVManager const&) = delete;
+
+    // The predicted fraction of the request's tokens whose KV can be reused, in [0, 1].
+    virtual double predictPrefixReuse(std::string_view /*requestId*/, Token const* /*tokens*/, size_t /*numTokens*/)
+    {
+        return 0.0;
+    }
+    // Keys of blocks known to be cached for the request, in chain order.
+    virtual std::vector<uint64_t> getCpCachedBlocks(std::string_view /*requestId*/) { return {}; }
+    // The request holds these blocks (allocation, registration at commit).
+    virtual void notifyBlocksAllocated(std::string_view /*requestId*/, uint64_t const* /*keys*/, size_t /*numKeys*/) {}
+    // The request released these blocks for good (terminal frees only).
+    virtual void notifyBlocksFreed(std::string_view /*requestId*/, uint64_t const* /*keys*/, size_t /*numKeys*/) {}
+    // The ids reordered from highest to lowest predicted overlap.
+    virtual std::vector<std::string> getAllocationPriority(std::vector<std::string> const& requestIds)
+    {
+        return requestIds;
+    }
+    // The methods implemented (kCp* bits), consulted together with the
+    // compile-time detection: a slot is filled only when both say so.
+    [[nodiscard]] virtual uint32_t capabilities() const noexcept { return kCpAllCapabilities; }
+};
+
+namespace detail {
+
+// The capabilities T overrides: &T::m names T's (or an intermediate class's)
+// method when it declares one, ICPAwareKVManager's otherwise. For T =
+// ICPAwareKVManager itself every bit is set (capabilities() decides).
+template <typename T>
+constexpr uint32_t cpOverridden() noexcept
+{
+    using B = ICPAwareKVManager;
+    if constexpr (std::is_same_v<T, B>)
+    {
+        return kCpAllCapabilities;
+    }
+    else
+    {
+        uint32_t m = 0;
+        if constexpr (!std::is_same_v<decltype(&T::predictPrefixReuse), decltype(&B::predictPrefixReuse)>)
+            m |= kCpPredictPrefixReuse;
+        if constexpr (!std::is_same_v<decltype(&T::getCpCachedBlocks), decltype(&B::getCpCachedBlocks)>)
+            m |= kCpGetCachedBlocks;
+        if constexpr (!std::is_same_v<decltype(&T::notifyBlocksAllocated), decltype(&B::notifyBlocksAllocated)>)
+            m |= kCpNotifyBlocksAllocated;
+        if constexpr (!std::is_same_v<decltype(&T::notifyBlocksFreed), decltype(&B::notifyBlocksFreed)>)
+            m |= kCpNotifyBlocksFreed;
+        if constexpr (!std::is_same_v<decltype(&T::getAllocationPriority), decltype(&B::getAllocationPriority)>)
+            m |= kCpGetAllocationPriority;
+        return m;
+    }
+}
+
+// CpHolder is the self of a C++ index handed to the library: the index and
+// the vtable made for it (only the slots it implements are non-null). The
+// destroy slot deletes the holder, vtable included: the library reads the
+// vtable for the last time before calling destroy.
+struct CpHolder
+{
+    kvcm_cp_index_vtable vtable{};
+    std::unique_ptr<ICPAwareKVManager> index;
+};
+
+struct CpTrampolines
+{
+    static ICPAwareKVManager& of(void* self) noexcept { return *static_cast<CpHolder*>(self)->index; }
+    static std::string_view id(char const* p, size_t n) noexcept
+    {
+        return n == 0 ? std::string_view() : std::string_view(p, n);
+    }
+
+    static int32_t predict(void* self, char const* rid, size_t n, kvcm_token const* tokens, size_t nt, double* score) noexcept
+    {
+        try
+        {
+            *score = of(self).predictPrefixReuse(id(rid, n), tokens, nt);
+            return 0;
+        }
+        catch (...)
+        {
+            return 1;
+        }
+    }
+    static int32_t cached(void* self, char const* rid, size_t n, uint64_t* keys, size_t cap, size_t* needed) noexcept
+    {
+        try
+        {
+            auto const ks = of(self).getCpCachedBlocks(id(rid, n));
+            *needed = ks.size();
+            if (ks.size() <= cap && !ks.empty())
+            {
+                std::copy(ks.begin(), ks.end(), keys);
+            }
+            return 0;
+        }
+        catch (...)
+        {
+            return 1;
+        }
+    }
+    static int32_t allocated(void* self, char const* rid, size_t n, uint64_t const* keys, size_t nk) noexcept
+    {
+        try
+        {
+            of(self).notifyBlocksAllocated(id(rid, n), keys, nk);
+            return 0;
+        }
+        catch (...)
+        {
+            return 1;
+        }
+    }
+    static int32_t freed(void* self, char const* rid, size_t n, uint64_t const* keys, size_t nk) noexcept
+    {
+        try
+        {
+            of(self).notifyBlocksFreed(id(rid, n), keys, nk);
+            return 0;
+        }
+        catch (...)
+        {
+            return 1;
+        }
+    }
+    static int32_t priority(void* self, kvcm_cp_request_id const* ids, size_t n, size_t* order) noexcept
+    {
+        try
+        {
+            std::vector<std::string> in;
+            in.reserve(n);
+            for (size_t i = 0; i < n; ++i)
+            {
+                in.emplace_back(id(ids[i].data, ids[i].len));
+            }
+            auto const out = of(self).getAllocationPriority(in);
+            // Ids back to indices; equal ids take their indices in input
+            // order; unknown or surplus ids become an invalid index, which
+            // the library repairs (and counts).
+            std::vector<bool> used(n, false);
+            for (size_t i = 0; i < n; ++i)
+            {
+                size_t j = n;
+                if (i < out.size())
+                {
+                    for (size_t k = 0; k < n; ++k)
+                    {
+                        if (!used[k] && in[k] == out[i])
+                        {
+                            j = k;
+                            break;
+                        }
+                    }
+                }
+                if (j < n)
+                {
+                    used[j] = true;
+                }
+                order[i] = j;
+            }
+            return 0;
+        }
+        catch (...)
+        {
+            return 1;
+        }
+    }
+    static void destroy(void* self) noexcept { delete static_cast<CpHolder*>(self); }
+};
+
+} // namespace detail
+
+// CPIndex owns a CP index handle (kvcm_cp_index): the null index, the
+// manager-backed index or a delegating index over a C++ ICPAwareKVManager (or
+// a native C vtable). Methods throw kvcm::Error on failure (a bad handle, a
+// too large argument); an external index's own failures never throw (see
+// ICPAwareKVManager). Attach one to a manager with KVCacheManager::attachCP.
+class CPIndex
+{
+public:
+    CPIndex() noexcept = default;
+    CPIndex(CPIndex&& o) noexcept
+        : mHandle(std::exchange(o.mHandle, 0))
+    {
+    }
+    CPIndex& operator=(CPIndex&& o) noexcept
+    {
+        if (this != &o)
+        {
+            reset();
+            mHandle = std::exchange(o.mHandle, 0);
+        }
+        return *this;
+    }
+    CPIndex(CPIndex const&) = delete;
+    CPIndex& operator=(CPIndex const&) = delete;
+    ~CPIndex() { reset(); }
+
+    // The null index: zero scores, identity order, no state.
+    [[nodiscard]] static CPIndex null()
+    {
+        CPIndex out;
+        detail::check(::kvcm_cp_create_null(&out.mHandle));
+        return out;
+    }
+
+    // The manager-backed index (defined after KVCacheManager).
+    [[nodiscard]] static CPIndex managerBacked(
+        KVCacheManager const& manager, std::vector<double> const& levelWeights = {}, ReuseScope const& scope = {});
+
+    // A delegating index over a C++ index, which it consumes: only the slots
+    // of the methods T overrides are filled. On failure the index is
+    // destroyed before kvcm::Error is thrown.
+    template <typename T>
+    [[nodiscard]] static CPIndex delegating(std::unique_ptr<T> index)
+    {
+        static_assert(std::is_base_of_v<ICPAwareKVManager, T>, "T must derive from kvcm::ICPAwareKVManager");
+        if (!index)
+        {
+            throw Error(StatusCode::kInvalidArgument, "CPIndex::delegating: null index");
+        }
+        uint32_t const caps = detail::cpOverridden<T>() & index->capabilities();
+        auto holder = std::make_unique<detail::CpHolder>();
+        kvcm_cp_index_vtable& vt = holder->vtable;
+        vt.struct_size = static_cast<uint32_t>(sizeof(kvcm_cp_index_vtable));
+        vt.abi_version = KVCM_ABI_VERSION;
+        if (caps & kCpPredictPrefixReuse)
+            vt.predict_prefix_reuse = &detail::CpTrampolines::predict;
+        if (caps & kCpGetCachedBlocks)
+            vt.get_cp_cached_blocks = &detail::CpTrampolines::cached;
+        if (caps & kCpNotifyBlocksAllocated)
+            vt.notify_blocks_allocated = &detail::CpTrampolines::allocated;
+        if (caps & kCpNotifyBlocksFreed)
+            vt.notify_blocks_freed = &detail::CpTrampolines::freed;
+        if (caps & kCpGetAllocationPriority)
+            vt.get_allocation_priority = &detail::CpTrampolines::priority;
+        vt.destroy = &detail::CpTrampolines::destroy;
+        holder->index = std::move(index);
+        kvcm_cp_index_object obj{};
+        obj.vtable = &holder->vtable;
+        obj.self = holder.release(); // the library owns it now, also on failure
+        return delegating(obj);
+    }
+
+    // A delegating index over a native object (vtable + self), which the
+    // library consumes whether this returns or throws.
+    [[nodiscard]] static CPIndex delegating(kvcm_cp_index_object const& object)
+    {
+        CPIndex out;
+        detail::check(::kvcm_cp_create_delegating(&object, &out.mHandle));
+        return out;
+    }
+
+    [[nodiscard]] kvcm_cp_index handle() const noexcept { return mHandle; }
+    explicit operator bool() const noexcept { return mHandle != 0; }
+
+    [[nodiscard]] double predictPrefixReuse(std::string_view requestId, Token const* tokens, size_t numTokens) const
+    {
+        double out = 0;
+        detail::check(::kvcm_cp_predict_prefix_reuse(
+            mHandle, requestId.data(), requestId.size(), numTokens == 0 ? nullptr : tokens, numTokens, &out));
+        return out;
+    }
+    [[nodiscard]] double predictPrefixReuse(std::string_view requestId, std::vector<Token> const& tokens) const
+    {
+        return predictPrefixReuse(requestId, tokens.data(), tokens.size());
+    }
+    [[nodiscard]] std::vector<uint64_t> getCachedBlocks(std::string_view requestId) const
+    {
+        std::vector<uint64_t> out;
+        for (;;)
+        {
+            size_t needed = 0;
+            kvcm_status* s = ::kvcm_cp_get_cached_blocks(
+                mHandle, requestId.data(), requestId.size(), out.empty() ? nullptr : out.data(), out.size(), &needed);
+            if (s != nullptr && ::kvcm_status_get_code(s) == KVCM_ERR_BUFFER_TOO_SMALL)
+            {
+                detail::ignore(s);
+                out.resize(needed);
+                continue;
+            }
+            detail::check(s);
+            if (needed > out.size())
+            {
+                out.resize(needed); // asked for the count only
+                continue;
+            }
+            out.resize(needed);
+            return out;
+        }
+    }
+    void notifyBlocksAllocated(std::string_view requestId, std::vector<uint64_t> const& keys) const
+    {
+        detail::check(::kvcm_cp_notify_blocks_allocated(
+            mHandle, requestId.data(), requestId.size(), keys.empty() ? nullptr : keys.data(), keys.size()));
+    }
+    void notifyBlocksFreed(std::string_view requestId, std::vector<uint64_t> const& keys) const
+    {
+        detail::check(::kvcm_cp_notify_blocks_freed(
+            mHandle, requestId.data(), requestId.size(), keys.empty() ? nullptr : keys.data(), keys.size()));
+    }
+    // The order as indices into requestIds (a permutation).
+    [[nodiscard]] std::vector<size_t> getAllocationPriorityIndices(std::vector<std::string> const& requestIds) const
+    {
+        std::vector<kvcm_cp_request_id> ids(requestIds.size());
+        for (size_t i = 0; i < ids.size(); ++i)
+        {
+            ids[i].data = requestIds[i].data();
+            ids[i].len = requestIds[i].size();
+        }
+        std::vector<size_t> order(ids.size());
+        detail::check(::kvcm_cp_get_allocation_priority(
+            mHandle, ids.empty() ? nullptr : ids.data(), ids.size(), order.empty() ? nullptr : order.data()));
+        return order;
+    }
+    // The ids reordered from highest to lowest predicted overlap.
+    [[nodiscard]] std::vector<std::string> getAllocationPriority(std::vector<std::string> const& requestIds) const
+    {
+        std::vector<std::string> out;
+        out.reserve(requestIds.size());
+        for (size_t i : getAllocationPriorityIndices(requestIds))
+        {
+            out.push_back(requestIds[i]);
+        }
+        return out;
+    }
+    // Failures, invalid scores and repaired orders of a delegating index's
+    // external index (0 for the other kinds).
+    [[nodiscard]] uint64_t faultCount() const
+    {
+        uint64_t out = 0;
+        detail::check(::kvcm_cp_get_fault_count(mHandle, &out));
+        return out;
+    }
+
+    // Frees the handle now, reporting failures. An attached manager keeps
+    // the index itself alive until it is done with it.
+    void destroy()
+    {
+        if (mHandle != 0)
+        {
+            detail::check(::kvcm_cp_destroy(std::exchange(mHandle, 0)));
+        }
+    }
+
+private:
+    void reset() noexcept
+    {
+        if (mHandle != 0)
+        {
+            detail::ignore(::kvcm_cp_destroy(std::exchange(mHandle, 0)));
+        }
+    }
+
+    kvcm_cp_index mHandle = 0;
 };
 
 // ---- KVCache -------------------------------------------------------------------------
@@ -1154,6 +1547,13 @@ public:
     [[nodiscard]] KVCache createKVCache(Token const* inputTokens, size_t numInputTokens, ReuseScope const& scope = {},
         PriorityFunction priority = nullptr)
     {
+        return createKVCacheForRequest({}, inputTokens, numInputTokens, scope, std::move(priority));
+    }
+    // createKVCache for a named request: the CP index attached to the manager
+    // (attachCP) is notified about its blocks. An empty id notifies nothing.
+    [[nodiscard]] KVCache createKVCacheForRequest(std::string_view requestId, Token const* inputTokens,
+        size_t numInputTokens, ReuseScope const& scope = {}, PriorityFunction priority = nullptr)
+    {
         KVCache cache;
         kvcm_kv_cache_options opts{};
         opts.struct_size = static_cast<uint32_t>(sizeof(kvcm_kv_cache_options));
@@ -1167,6 +1567,8 @@ public:
             opts.priority = &KVCache::priorityTrampoline;
             opts.priority_user_data = cache.mPriority.get();
         }
+        opts.request_id = requestId.empty() ? nullptr : requestId.data();
+        opts.request_id_len = requestId.size();
         kvcm_kv_cache h = 0;
         detail::check(::kvcm_kv_cache_create(mHandle, &opts, &h));
         cache.mHandle = h;
@@ -1177,6 +1579,23 @@ public:
     {
         return createKVCache(inputTokens.data(), inputTokens.size(), scope, std::move(priority));
     }
+    [[nodiscard]] KVCache createKVCacheForRequest(std::string_view requestId, std::vector<Token> const& inputTokens,
+        ReuseScope const& scope = {}, PriorityFunction priority = nullptr)
+    {
+        return createKVCacheForRequest(requestId, inputTokens.data(), inputTokens.size(), scope, std::move(priority));
+    }
+
+    // ---- CP index ----
+
+    // Makes the manager notify cp about caches created with a request id
+    // (createKVCacheForRequest): reused blocks at creation and completed
+    // blocks at each commit are allocated, every one of them freed once when
+    // the cache closes; suspend, resume and level moves notify nothing.
+    // Replaces the index attached before (caches keep the one they were
+    // created with). The manager keeps the index alive while it uses it.
+    void attachCP(CPIndex const& cp) { detail::check(::kvcm_manager_attach_cp(mHandle, cp.handle())); }
+    // Caches created from now on notify nothing.
+    void detachCP() { detail::check(::kvcm_manager_detach_cp(mHandle)); }
 
     // How many tokens of the input a new cache in scope would reuse now.
     [[nodiscard]] int64_t probeReuse(Token const* tokens, size_t numTokens, ReuseScope const& scope = {}) const
@@ -1337,6 +1756,7 @@ public:
                 ce.parent = e.parent;
                 ce.layerGroup = e.layer_group;
                 ce.level = e.level;
+                ce.cacheId = e.cache_id;
                 if (e.num_tokens > 0 && e.tokens != nullptr)
                 {
                     ce.tokens.assign(e.tokens, e.tokens + e.num_tokens);
@@ -1430,6 +1850,20 @@ private:
 
     kvcm_manager mHandle = 0;
 };
+
+inline CPIndex CPIndex::managerBacked(
+    KVCacheManager const& manager, std::vector<double> const& levelWeights, ReuseScope const& scope)
+{
+    kvcm_cp_manager_backed_options opts{};
+    opts.struct_size = static_cast<uint32_t>(sizeof(opts));
+    opts.abi_version = KVCM_ABI_VERSION;
+    opts.level_weights = levelWeights.empty() ? nullptr : levelWeights.data();
+    opts.num_level_weights = levelWeights.size();
+    opts.scope = detail::cScope(scope);
+    CPIndex out;
+    detail::check(::kvcm_cp_create_manager_backed(manager.handle(), &opts, &out.mHandle));
+    return out;
+}
 
 } // namespace kvcm
 

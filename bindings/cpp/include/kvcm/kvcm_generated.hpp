@@ -18,6 +18,8 @@ namespace kvcm {
 
 // KVCM_ABI_VERSION is the version of the ABI described here: the version of the
 // newest struct layouts, vtable slots and functions this header declares.
+// Version 2 added the CP-aware index (kvcm_cp_*), the request id of
+// kvcm_kv_cache_options and the cache id of kvcm_cache_event.
 inline constexpr std::uint32_t kAbiVersion = KVCM_ABI_VERSION;
 
 // KVCM_VERSION_MAJOR is the library's major version.
@@ -50,6 +52,14 @@ inline constexpr std::uint32_t kDefaultEventQueueCapacity = KVCM_DEFAULT_EVENT_Q
 
 // kvcm_cache_level orders the cache tiers from hottest (0, the GPU) to coldest.
 using CacheLevel = ::kvcm_cache_level;
+
+// kvcm_cp_index is the handle of a CP-aware KV index (the five-method interface of
+// core/cp: predict_prefix_reuse, get_cp_cached_blocks,
+// notify_blocks_allocated, notify_blocks_freed, get_allocation_priority).
+// 0 is never valid. A CP index is a null index, a manager-backed index or a
+// delegating index over a caller's vtable; the kvcm_cp_* functions work on
+// every kind. Every kind is safe for concurrent use.
+using CpIndexHandle = ::kvcm_cp_index;
 
 // kvcm_device_ptr is an address in the device's address space (a CUdeviceptr on
 // CUDA). For host-mapped memory it is also the host address of the bytes.
@@ -138,7 +148,9 @@ enum class EventKind : std::int32_t {
     kBlockStored = KVCM_EVENT_BLOCK_STORED,
     // KVCM_EVENT_BLOCK_REMOVED: a block left the cache; it can no longer be reused.
     kBlockRemoved = KVCM_EVENT_BLOCK_REMOVED,
-    // KVCM_EVENT_BLOCK_UPDATED: a page of the block moved to another cache level.
+    // KVCM_EVENT_BLOCK_UPDATED: a page of the block moved to another cache level,
+    // or (level -1) one layer group's page was dropped while the block keeps
+    // others.
     kBlockUpdated = KVCM_EVENT_BLOCK_UPDATED,
 };
 static_assert(sizeof(EventKind) == sizeof(::kvcm_event_kind), "EventKind has the C size");
@@ -446,6 +458,46 @@ using CopyDesc = ::kvcm_copy_desc;
 static_assert(std::is_standard_layout_v<CopyDesc> && std::is_trivially_copyable_v<CopyDesc>);
 static_assert(sizeof(CopyDesc) == 24 && alignof(CopyDesc) == 8);
 
+// kvcm_cp_index_object is an external CP index: a vtable and the self pointer its
+// slots receive. kvcm_cp_create_delegating consumes it.
+using CpIndexObject = ::kvcm_cp_index_object;
+static_assert(std::is_standard_layout_v<CpIndexObject> && std::is_trivially_copyable_v<CpIndexObject>);
+static_assert(sizeof(CpIndexObject) == 16 && alignof(CpIndexObject) == 8);
+
+// kvcm_cp_index_vtable is the C form of an external CP index (the design's
+// CPAwareKVManager). Every method slot may be NULL: a missing method behaves
+// as the null index's (score 0, no cached blocks, no-op, input order), which
+// is how an index offers only some capabilities. A slot is called only when
+// struct_size covers it and it is non-null. Every slot takes the object's
+// self first; request ids are request_id_len bytes at request_id (not
+// NUL-terminated), tokens int32 arrays, block keys uint64 arrays of the
+// chained block hashes the manager's radix tree uses. Pointer arguments are
+// borrowed for the call.
+//
+// Every method slot returns 0 on success; any other value is a failure,
+// which the library contains: it counts a fault (kvcm_cp_get_fault_count)
+// and answers with the null behaviour. Scores are clamped into [0, 1] (NaN
+// becomes 0); a priority order that is not a permutation is repaired (ids
+// invented or repeated are dropped, omitted ids appended in input order). An
+// external index can never break scheduling.
+//
+// The library may call slots from any thread, concurrently; slots must not
+// call functions that take a manager's lock (notifications arrive from
+// inside kvcm_kv_cache_create, kvcm_kv_cache_commit and
+// kvcm_kv_cache_close of caches of a manager the index is attached to).
+// destroy, when non-null, is called exactly once, after every other call.
+using CpIndexVtable = ::kvcm_cp_index_vtable;
+static_assert(std::is_standard_layout_v<CpIndexVtable> && std::is_trivially_copyable_v<CpIndexVtable>);
+static_assert(sizeof(CpIndexVtable) == 56 && alignof(CpIndexVtable) == 8);
+
+// makeCpIndexVtable returns a zeroed CpIndexVtable with struct_size and abi_version set.
+inline CpIndexVtable makeCpIndexVtable() noexcept {
+    CpIndexVtable v{};
+    v.struct_size = static_cast<std::uint32_t>(sizeof(CpIndexVtable));
+    v.abi_version = KVCM_ABI_VERSION;
+    return v;
+}
+
 // kvcm_migration_stats counts the pages and bytes moved on one migration path
 // (bytes as they travel: hot page bytes on GPU to GPU, cold blob bytes
 // otherwise).
@@ -511,7 +563,7 @@ static_assert(sizeof(BufferConfig) == 16 && alignof(BufferConfig) == 8);
 // by one per event of a manager, starting at 1.
 using CacheEvent = ::kvcm_cache_event;
 static_assert(std::is_standard_layout_v<CacheEvent> && std::is_trivially_copyable_v<CacheEvent>);
-static_assert(sizeof(CacheEvent) == 56 && alignof(CacheEvent) == 8);
+static_assert(sizeof(CacheEvent) == 64 && alignof(CacheEvent) == 8);
 
 // kvcm_cache_tier_config is one cache tier with its byte quota.
 using CacheTierConfig = ::kvcm_cache_tier_config;
@@ -524,12 +576,33 @@ using ReuseScope = ::kvcm_reuse_scope;
 static_assert(std::is_standard_layout_v<ReuseScope> && std::is_trivially_copyable_v<ReuseScope>);
 static_assert(sizeof(ReuseScope) == 24 && alignof(ReuseScope) == 8);
 
+// kvcm_cp_manager_backed_options configures kvcm_cp_create_manager_backed.
+// Zero-initialize it and set struct_size = sizeof(kvcm_cp_manager_backed_options)
+// and abi_version = KVCM_ABI_VERSION.
+using CpManagerBackedOptions = ::kvcm_cp_manager_backed_options;
+static_assert(std::is_standard_layout_v<CpManagerBackedOptions> && std::is_trivially_copyable_v<CpManagerBackedOptions>);
+static_assert(sizeof(CpManagerBackedOptions) == 48 && alignof(CpManagerBackedOptions) == 8);
+
+// makeCpManagerBackedOptions returns a zeroed CpManagerBackedOptions with struct_size and abi_version set.
+inline CpManagerBackedOptions makeCpManagerBackedOptions() noexcept {
+    CpManagerBackedOptions v{};
+    v.struct_size = static_cast<std::uint32_t>(sizeof(CpManagerBackedOptions));
+    v.abi_version = KVCM_ABI_VERSION;
+    return v;
+}
+
+// kvcm_cp_request_id is one request id: len bytes at data (UTF-8 by convention; not
+// NUL-terminated; may be empty, data is then NULL or anything).
+using CpRequestId = ::kvcm_cp_request_id;
+static_assert(std::is_standard_layout_v<CpRequestId> && std::is_trivially_copyable_v<CpRequestId>);
+static_assert(sizeof(CpRequestId) == 16 && alignof(CpRequestId) == 8);
+
 // kvcm_kv_cache_options configures kvcm_kv_cache_create. Zero-initialize it and set
 // struct_size = sizeof(kvcm_kv_cache_options) and abi_version =
 // KVCM_ABI_VERSION.
 using KvCacheOptions = ::kvcm_kv_cache_options;
 static_assert(std::is_standard_layout_v<KvCacheOptions> && std::is_trivially_copyable_v<KvCacheOptions>);
-static_assert(sizeof(KvCacheOptions) == 64 && alignof(KvCacheOptions) == 8);
+static_assert(sizeof(KvCacheOptions) == 80 && alignof(KvCacheOptions) == 8);
 
 // makeKvCacheOptions returns a zeroed KvCacheOptions with struct_size and abi_version set.
 inline KvCacheOptions makeKvCacheOptions() noexcept {

@@ -1,0 +1,489 @@
+package capi
+
+/*
+#include <stdlib.h>
+#include <string.h>
+#include "kvcm/kvcm.h"
+#include "shim_generated.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"math"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/cp"
+)
+
+// ---- The CP index object ----
+
+// cpObj is what a kvcm_cp_index handle refers to. It is shared: by its
+// handle, by the managers it is attached to and by the caches created while
+// it was attached; the last of them to let go closes it (a delegating
+// index's destroy slot runs then, exactly once).
+type cpObj struct {
+	handle uint64
+	kind   string
+	index  cp.CPAwareKVManager
+	deleg  *cp.Delegating // delegating indexes only
+	ext    *cCPIndex      // delegating indexes only
+	unlist func()         // manager-backed: stops its event feed
+	refs   atomic.Int64
+	closed atomic.Bool
+}
+
+func newCPObj(kind string, index cp.CPAwareKVManager) *cpObj {
+	o := &cpObj{kind: kind, index: index}
+	o.refs.Store(1) // the handle's
+	return o
+}
+
+func (o *cpObj) acquire() { o.refs.Add(1) }
+
+// release drops one reference; the last closes the index.
+func (o *cpObj) release() {
+	if o.refs.Add(-1) != 0 || !o.closed.CompareAndSwap(false, true) {
+		return
+	}
+	if o.unlist != nil {
+		o.unlist()
+	}
+	if o.ext != nil {
+		o.ext.close()
+	}
+}
+
+func lookupCPIndex(fn, arg string, h C.kvcm_cp_index) (*cpObj, *C.kvcm_status) {
+	return lookup[*cpObj](fn, arg, uint64(h), "CP index")
+}
+
+func glueCPCreateNull(out *C.kvcm_cp_index) error {
+	o := newCPObj("null", cp.Null{})
+	o.handle = newHandle(o)
+	*out = C.kvcm_cp_index(o.handle)
+	return nil
+}
+
+func glueCPDestroy(o *cpObj) error {
+	if !deleteHandle(o.handle) {
+		return errorf(codeInvalidHandle, "cp: %#x was destroyed concurrently", o.handle)
+	}
+	o.release()
+	return nil
+}
+
+// ---- Manager-backed ----
+
+// managerBacked is a ManagerBacked index that answers as Null once its
+// manager is destroyed.
+type managerBacked struct {
+	x   *cp.ManagerBacked
+	mgr *managerObj
+}
+
+var _ cp.CPAwareKVManager = managerBacked{}
+
+func (m managerBacked) PredictPrefixReuse(id string, tokens []config.Token) float64 {
+	if m.mgr.closed.Load() {
+		return 0
+	}
+	return m.x.PredictPrefixReuse(id, tokens)
+}
+
+func (m managerBacked) GetCPCachedBlocks(id string) []blockhash.Key {
+	if m.mgr.closed.Load() {
+		return nil
+	}
+	return m.x.GetCPCachedBlocks(id)
+}
+
+func (m managerBacked) NotifyBlocksAllocated(id string, keys []blockhash.Key) {
+	m.x.NotifyBlocksAllocated(id, keys)
+}
+
+func (m managerBacked) NotifyBlocksFreed(id string, keys []blockhash.Key) {
+	m.x.NotifyBlocksFreed(id, keys)
+}
+
+func (m managerBacked) GetAllocationPriority(ids []string) []string {
+	if m.mgr.closed.Load() {
+		return cp.Null{}.GetAllocationPriority(ids)
+	}
+	return m.x.GetAllocationPriority(ids)
+}
+
+func glueCPCreateManagerBacked(mgr *managerObj, opts *C.kvcm__const_kvcm_cp_manager_backed_options, out *C.kvcm_cp_index) error {
+	ws, err := cArray(opts.level_weights, opts.num_level_weights, "options.level_weights")
+	if err != nil {
+		return err
+	}
+	weights := make([]float64, len(ws))
+	for i, w := range ws {
+		weights[i] = float64(w)
+	}
+	scope, err := goScope(&opts.scope, "options.scope")
+	if err != nil {
+		return err
+	}
+	x := cp.NewManagerBacked(cp.ManagerBackedOptions{
+		LevelWeights: weights,
+		ScopeOf:      func(string) blockhash.Scope { return scope },
+	})
+	unlist, err := mgr.listen(x.Listener())
+	if err != nil {
+		return err
+	}
+	x.Attach(mgr.m)
+	o := newCPObj("manager-backed", managerBacked{x: x, mgr: mgr})
+	o.unlist = unlist
+	o.handle = newHandle(o)
+	*out = C.kvcm_cp_index(o.handle)
+	return nil
+}
+
+// ---- Delegating: core/cp.External over a C vtable ----
+
+// cCPIndex calls an external index through its vtable. A slot is used only
+// when struct_size covers it and it is non-null.
+type cCPIndex struct {
+	vt        *C.kvcm_cp_index_vtable
+	self      C.uintptr_t
+	destroyed atomic.Bool
+}
+
+// close calls the destroy slot, exactly once.
+func (c *cCPIndex) close() {
+	if c.destroyed.CompareAndSwap(false, true) && C.kvcm__has_cp_index_vtable_destroy(c.vt) != 0 {
+		C.kvcm__call_cp_index_vtable_destroy(c.vt, c.self)
+	}
+}
+
+// cpIndexObjectArg is a CP index object taken from a caller: the adapter,
+// or the error found while taking it. The shim takes it first and releases
+// it on return, so the object is either handed on or destroyed.
+type cpIndexObjectArg struct {
+	ext    *cCPIndex
+	handed bool
+	err    error
+}
+
+func consumeCPIndexObject(p *C.kvcm__const_kvcm_cp_index_object) *cpIndexObjectArg {
+	a := &cpIndexObjectArg{}
+	if p == nil {
+		a.err = argError("object", "must not be NULL")
+		return a
+	}
+	vt := p.vtable
+	if vt == nil {
+		a.err = argError("object.vtable", "is NULL (the index cannot be destroyed)")
+		return a
+	}
+	a.ext = &cCPIndex{vt: vt, self: C.kvcm__get_cp_index_object_self(p)}
+	switch {
+	case vt.abi_version == 0:
+		a.err = argError("object.vtable.abi_version", "is 0: set it to KVCM_ABI_VERSION")
+	case vt.struct_size < 8:
+		a.err = argError("object.vtable.struct_size", "is %d, less than the 8 bytes of struct_size and abi_version", vt.struct_size)
+	}
+	return a
+}
+
+func (a *cpIndexObjectArg) release() {
+	if a.ext != nil && !a.handed {
+		a.ext.close()
+	}
+}
+
+// slotError is the error of a slot that returned rc.
+func slotError(slot string, rc C.int32_t) error {
+	if rc == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s returned %d", slot, int32(rc))
+}
+
+// cID is a request id in C memory for the call.
+func cID(id string) (*C.char, C.size_t, func()) {
+	if id == "" {
+		return nil, 0, func() {}
+	}
+	p := C.CString(id) // copies; the slot may not keep it
+	return p, C.size_t(len(id)), func() { C.free(unsafe.Pointer(p)) }
+}
+
+func cKeys(keys []blockhash.Key) (*C.uint64_t, C.size_t) {
+	if len(keys) == 0 {
+		return nil, 0
+	}
+	// blockhash.Key is a uint64 holding no Go pointers: cgo pins the slice.
+	return (*C.uint64_t)(unsafe.Pointer(&keys[0])), C.size_t(len(keys))
+}
+
+// external builds the External whose funcs are the vtable's present slots.
+func (c *cCPIndex) external() cp.External {
+	var e cp.External
+	vt, self := c.vt, c.self
+	if C.kvcm__has_cp_index_vtable_predict_prefix_reuse(vt) != 0 {
+		e.PredictPrefixReuse = func(id string, tokens []config.Token) (float64, error) {
+			p, n, free := cID(id)
+			defer free()
+			var tp *C.kvcm_token
+			if len(tokens) > 0 {
+				tp = (*C.kvcm_token)(unsafe.Pointer(&tokens[0]))
+			}
+			var score C.double
+			rc := C.kvcm__call_cp_index_vtable_predict_prefix_reuse(vt, self, p, n, tp, C.size_t(len(tokens)), &score)
+			return float64(score), slotError("predict_prefix_reuse", rc)
+		}
+	}
+	if C.kvcm__has_cp_index_vtable_get_cp_cached_blocks(vt) != 0 {
+		e.GetCPCachedBlocks = func(id string) ([]blockhash.Key, error) {
+			p, n, free := cID(id)
+			defer free()
+			buf := make([]blockhash.Key, 64)
+			for try := 0; try < 2; try++ {
+				var needed C.size_t
+				rc := C.kvcm__call_cp_index_vtable_get_cp_cached_blocks(vt, self, p, n,
+					(*C.uint64_t)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &needed)
+				if err := slotError("get_cp_cached_blocks", rc); err != nil {
+					return nil, err
+				}
+				if uint64(needed) <= uint64(len(buf)) {
+					return buf[:needed], nil
+				}
+				if needed > maxElems/8 {
+					return nil, fmt.Errorf("get_cp_cached_blocks needs %d keys", uint64(needed))
+				}
+				buf = make([]blockhash.Key, needed)
+			}
+			return nil, fmt.Errorf("get_cp_cached_blocks needed more than the %d keys it asked for", len(buf))
+		}
+	}
+	notify := func(slot string, call func(*C.char, C.size_t, *C.uint64_t, C.size_t) C.int32_t) func(string, []blockhash.Key) error {
+		return func(id string, keys []blockhash.Key) error {
+			p, n, free := cID(id)
+			defer free()
+			kp, kn := cKeys(keys)
+			return slotError(slot, call(p, n, kp, kn))
+		}
+	}
+	if C.kvcm__has_cp_index_vtable_notify_blocks_allocated(vt) != 0 {
+		e.NotifyBlocksAllocated = notify("notify_blocks_allocated", func(p *C.char, n C.size_t, k *C.uint64_t, kn C.size_t) C.int32_t {
+			return C.kvcm__call_cp_index_vtable_notify_blocks_allocated(vt, self, p, n, k, kn)
+		})
+	}
+	if C.kvcm__has_cp_index_vtable_notify_blocks_freed(vt) != 0 {
+		e.NotifyBlocksFreed = notify("notify_blocks_freed", func(p *C.char, n C.size_t, k *C.uint64_t, kn C.size_t) C.int32_t {
+			return C.kvcm__call_cp_index_vtable_notify_blocks_freed(vt, self, p, n, k, kn)
+		})
+	}
+	if C.kvcm__has_cp_index_vtable_get_allocation_priority(vt) != 0 {
+		e.GetAllocationPriority = func(ids []string) ([]string, error) {
+			if len(ids) == 0 {
+				return ids, nil
+			}
+			arr, free := cRequestIDs(ids)
+			defer free()
+			order := make([]C.size_t, len(ids))
+			for i := range order {
+				order[i] = C.size_t(math.MaxUint64) // unwritten entries are dropped
+			}
+			rc := C.kvcm__call_cp_index_vtable_get_allocation_priority(vt, self, arr, C.size_t(len(ids)), &order[0])
+			if err := slotError("get_allocation_priority", rc); err != nil {
+				return nil, err
+			}
+			// Out-of-range indices become ids the input lacks; Delegating
+			// drops them and appends what is missing.
+			out := make([]string, 0, len(ids))
+			for _, j := range order {
+				if uint64(j) < uint64(len(ids)) {
+					out = append(out, ids[j])
+				} else {
+					out = append(out, "\x00kvcm: invalid index")
+				}
+			}
+			return out, nil
+		}
+	}
+	return e
+}
+
+// cRequestIDs copies ids into one C allocation: the structs, then the bytes.
+func cRequestIDs(ids []string) (*C.kvcm_cp_request_id, func()) {
+	total := 0
+	for _, id := range ids {
+		total += len(id)
+	}
+	size := C.size_t(len(ids))*C.sizeof_kvcm_cp_request_id + C.size_t(total) + 1
+	mem := C.calloc(1, size)
+	arr := unsafe.Slice((*C.kvcm_cp_request_id)(mem), len(ids))
+	bytes := unsafe.Slice((*byte)(unsafe.Add(mem, len(ids)*C.sizeof_kvcm_cp_request_id)), total+1)
+	off := 0
+	for i, id := range ids {
+		copy(bytes[off:], id)
+		if len(id) > 0 {
+			arr[i].data = (*C.char)(unsafe.Pointer(&bytes[off]))
+		}
+		arr[i].len = C.size_t(len(id))
+		off += len(id)
+	}
+	return &arr[0], func() { C.free(mem) }
+}
+
+func glueCPCreateDelegating(a *cpIndexObjectArg, out *C.kvcm_cp_index) error {
+	if a.err != nil {
+		return a.err
+	}
+	d := cp.NewDelegating(a.ext.external(), cp.DelegatingOptions{})
+	o := newCPObj("delegating", d)
+	o.deleg, o.ext = d, a.ext
+	a.handed = true
+	o.handle = newHandle(o)
+	*out = C.kvcm_cp_index(o.handle)
+	return nil
+}
+
+// ---- The five methods on any index ----
+
+func goID(p *C.kvcm__const_char, n C.size_t, name string) (string, error) {
+	if n > 1<<30 {
+		return "", argError(name+"_len", "%d is too large", uint64(n))
+	}
+	if n == 0 {
+		return "", nil
+	}
+	return C.GoStringN((*C.char)(unsafe.Pointer(p)), C.int(n)), nil
+}
+
+func goKeys(p *C.kvcm__const_uint64_t, n C.size_t, name string) ([]blockhash.Key, error) {
+	ks, err := cArray(p, n, name)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]blockhash.Key, len(ks))
+	for i, k := range ks {
+		out[i] = blockhash.Key(k)
+	}
+	return out, nil
+}
+
+func glueCPPredictPrefixReuse(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, tokens *C.kvcm__const_kvcm_token, n C.size_t, out *C.double) error {
+	id, err := goID(rid, ridLen, "request_id")
+	if err != nil {
+		return err
+	}
+	ts, err := goTokens(tokens, n, "tokens")
+	if err != nil {
+		return err
+	}
+	*out = C.double(cp.ClampScore(o.index.PredictPrefixReuse(id, ts)))
+	return nil
+}
+
+func glueCPGetCachedBlocks(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, keys *C.uint64_t, capacity C.size_t, needed *C.size_t) error {
+	id, err := goID(rid, ridLen, "request_id")
+	if err != nil {
+		return err
+	}
+	return fill(o.index.GetCPCachedBlocks(id), keys, capacity, needed, func(k blockhash.Key) C.uint64_t { return C.uint64_t(k) })
+}
+
+func glueCPNotifyBlocksAllocated(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, keys *C.kvcm__const_uint64_t, n C.size_t) error {
+	id, err := goID(rid, ridLen, "request_id")
+	if err != nil {
+		return err
+	}
+	ks, err := goKeys(keys, n, "keys")
+	if err != nil {
+		return err
+	}
+	o.index.NotifyBlocksAllocated(id, ks)
+	return nil
+}
+
+func glueCPNotifyBlocksFreed(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, keys *C.kvcm__const_uint64_t, n C.size_t) error {
+	id, err := goID(rid, ridLen, "request_id")
+	if err != nil {
+		return err
+	}
+	ks, err := goKeys(keys, n, "keys")
+	if err != nil {
+		return err
+	}
+	o.index.NotifyBlocksFreed(id, ks)
+	return nil
+}
+
+func glueCPGetAllocationPriority(o *cpObj, ids *C.kvcm__const_kvcm_cp_request_id, n C.size_t, order *C.size_t) error {
+	cids, err := cArray(ids, n, "request_ids")
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	outs, err := cSlice(order, n, "num_request_ids")
+	if err != nil {
+		return err
+	}
+	in := make([]string, len(cids))
+	for i := range cids {
+		if cids[i].data == nil && cids[i].len != 0 {
+			return argError(fmt.Sprintf("request_ids[%d].data", i), "is NULL but len is %d", uint64(cids[i].len))
+		}
+		if in[i], err = goID((*C.kvcm__const_char)(unsafe.Pointer(cids[i].data)), cids[i].len, fmt.Sprintf("request_ids[%d].data", i)); err != nil {
+			return err
+		}
+	}
+	got := cp.RepairOrder(in, o.index.GetAllocationPriority(in))
+	// Map ids back to indices; equal ids take their indices in input order.
+	pos := make(map[string][]int, len(in))
+	for i, id := range in {
+		pos[id] = append(pos[id], i)
+	}
+	for i, id := range got {
+		q := pos[id]
+		outs[i] = C.size_t(q[0])
+		pos[id] = q[1:]
+	}
+	return nil
+}
+
+func glueCPGetFaultCount(o *cpObj, out *C.uint64_t) error {
+	if o.deleg != nil {
+		*out = C.uint64_t(o.deleg.Faults())
+	}
+	return nil
+}
+
+// ---- Wiring a manager to an index ----
+
+func glueManagerAttachCP(mgr *managerObj, o *cpObj) error {
+	mgr.mu.Lock()
+	defer mgr.mu.Unlock()
+	if mgr.gone {
+		return errorf(codeInvalidHandle, "manager is being destroyed")
+	}
+	o.acquire()
+	old := mgr.attached
+	mgr.attached = o
+	if old != nil {
+		old.release()
+	}
+	return nil
+}
+
+func glueManagerDetachCP(mgr *managerObj) error {
+	mgr.mu.Lock()
+	old := mgr.attached
+	mgr.attached = nil
+	mgr.mu.Unlock()
+	if old != nil {
+		old.release()
+	}
+	return nil
+}
