@@ -27,6 +27,7 @@
 #        copy tests and the core suite's codec tests on cuda;
 #      - `kvcm demo --device cuda` with the auto codec and with the default
 #        codec (a step passes only if it ends with "0 mismatches");
+#      - the C++ binding tests (GoogleTest) with KVCM_TEST_DEVICE=cuda;
 #      - the C++ CUDA codec test (bindings/cpp/tests/cuda), built here with
 #        nvcc against DIR/lib/libkvcm.so (skipped where there is no nvcc);
 #   3. runs `kvcm bench migrate` alone (BENCH_ARGS, default a short run);
@@ -86,6 +87,9 @@ build() {
 	go build -ldflags=-s -o "$dir/kvcm" ./cmd/kvcm
 	make -s lib
 	cp build/libkvcm.so "$dir/lib/"
+	# The C++ binding tests (GoogleTest, linked statically), built by CMake.
+	make -s cpp-build >/dev/null
+	cp build/cmake/bindings/cpp/tests/kvcm_cpp_tests "$dir/"
 	cp build/include/kvcm/kvcm.h "$dir/include/kvcm/"
 	tar czf "$dir.tgz" -C "$(dirname "$dir")" "$(basename "$dir")"
 	set +e
@@ -177,6 +181,8 @@ run() {
 	fi
 	start demo-cuda . "$t" "$dir/kvcm" demo --device cuda --codec auto
 	start demo-cuda-default . "$t" "$dir/kvcm" demo --device cuda --codec default
+	start cpp-tests-cuda . "$t" env LD_LIBRARY_PATH="$dir/lib" KVCM_TEST_DEVICE=cuda \
+		KVCM_CONFORMANCE_DIR="$root/tests/conformance" "$dir/kvcm_cpp_tests"
 	if command -v nvcc >/dev/null; then
 		start cpp-cuda-codec . "$t" bash -c "set -e; nvcc -std=c++17 -O2 -arch=sm_90 -I bindings/cpp/include -I '$dir/include' \
 			-o '$dir/cuda_codec_test' bindings/cpp/tests/cuda/cuda_codec_test.cu -L '$dir/lib' -lkvcm -Xlinker -rpath,'$dir/lib'; \
@@ -195,7 +201,7 @@ run() {
 	for name in "${order[@]}"; do
 		local rc verdict line
 		rc=$(cat "$logs/$name.rc" 2>/dev/null || echo lost)
-		line=$(grep -E '^(ok|PASS|FAIL|--- FAIL|=+ ERROR SUMMARY|integrity:|cuda codec test:)' "$logs/$name.log" | tail -1)
+		line=$(grep -E '^(ok|PASS|FAIL|--- FAIL|=+ ERROR SUMMARY|integrity:|cuda codec test:|\[  PASSED  \]|\[  FAILED  \])' "$logs/$name.log" | tail -1)
 		if [[ $rc == skip ]]; then
 			verdict="skipped"
 			line=$(head -1 "$logs/$name.log")
