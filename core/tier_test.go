@@ -46,6 +46,14 @@ func newTieredFixture(t *testing.T, cfg config.Config, opts ...Option) *fixture 
 	return &fixture{t: t, m: m, dev: dev, stream: s}
 }
 
+// groups returns the pool-group stats of a level.
+func (f *fixture) groups(level layout.CacheLevel) []PoolGroupStats {
+	f.t.Helper()
+	st, err := f.m.StorageStats(level)
+	require.NoError(f.t, err)
+	return st
+}
+
 // pattern is the content of one buffer page: a function of a tag (the
 // request), the block, the layer and the role. Even bytes are zero so the
 // Half codec is lossless on it.
@@ -218,10 +226,7 @@ func TestOneHotGroupSplitsIntoTwoColdGroups(t *testing.T) {
 		ColdPageBytes: map[layout.LifeCycleID]int64{0: 256, 1: 320},
 	})
 	f := newTieredFixture(t, cfg, WithColdPageCodec(codec.Own(bat)))
-	hot, err := f.m.StorageStats(0)
-	require.NoError(t, err)
-	cold, err := f.m.StorageStats(1)
-	require.NoError(t, err)
+	hot, cold := f.groups(0), f.groups(1)
 	require.Len(t, hot, 1)
 	require.Len(t, cold, 2, "cold grouping follows the encoded sizes")
 	assert.Equal(t, []int64{256, 320}, []int64{cold[0].PageBytes, cold[1].PageBytes})
@@ -238,10 +243,7 @@ func TestTwoHotGroupsShareOneColdGroup(t *testing.T) {
 		ColdPageBytes: map[layout.LifeCycleID]int64{0: 256, 1: 256},
 	})
 	f := newTieredFixture(t, cfg, WithColdPageCodec(codec.Own(bat)))
-	hot, err := f.m.StorageStats(0)
-	require.NoError(t, err)
-	cold, err := f.m.StorageStats(1)
-	require.NoError(t, err)
+	hot, cold := f.groups(0), f.groups(1)
 	assert.Len(t, hot, 2)
 	assert.Len(t, cold, 1)
 	f.evictAndRestore()
@@ -528,10 +530,7 @@ func TestColdPoolRatiosProjectThroughSlotCounts(t *testing.T) {
 		ColdPageBytes: map[layout.LifeCycleID]int64{0: 128, 1: 256},
 	})
 	f := newTieredFixture(t, cfg, WithColdPageCodec(codec.Own(bat)))
-	hot, err := f.m.StorageStats(0)
-	require.NoError(t, err)
-	cold, err := f.m.StorageStats(1)
-	require.NoError(t, err)
+	hot, cold := f.groups(0), f.groups(1)
 	require.Len(t, hot, 2)
 	require.Len(t, cold, 2)
 	assert.Equal(t, hot[0].Total, hot[1].Total, "equal hot byte ratios and equal hot page sizes: equal slots")
@@ -546,10 +545,7 @@ func TestConstraintFloorsStayOnTheHotLevel(t *testing.T) {
 	cfg.Constraints = []config.BatchDesc{{Requests: []config.RequestDesc{{Capacity: 64}}}}
 	cfg.CacheTiers = append(cfg.CacheTiers, config.Host(64*128))
 	f := newTieredFixture(t, cfg)
-	hot, err := f.m.StorageStats(0)
-	require.NoError(t, err)
-	cold, err := f.m.StorageStats(1)
-	require.NoError(t, err)
+	hot, cold := f.groups(0), f.groups(1)
 	require.Len(t, hot, 2)
 	require.Len(t, cold, 1, "both lifecycles encode to 128 bytes")
 	assert.GreaterOrEqual(t, hot[1].Total, int64(16), "a 64-token prefill needs 16 blocks: the floor beats the 0.1% ratio on the GPU")
