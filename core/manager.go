@@ -15,7 +15,7 @@ package core
 
 import (
 	"container/heap"
-	"errors"
+	"slices"
 	"fmt"
 	"math"
 	"sync"
@@ -380,7 +380,7 @@ func (m *Manager) safePoint() {
 	for len(m.prune) > 0 {
 		n := m.prune[len(m.prune)-1]
 		m.prune = m.prune[:len(m.prune)-1]
-		if !n.prunable() || (n.parent.child(n.key) != n && !containsNode(n.parent.partials, n)) {
+		if !n.prunable() || (n.parent.child(n.key) != n && !slices.Contains(n.parent.partials, n)) {
 			continue
 		}
 		n.parent.removeChild(n)
@@ -390,15 +390,6 @@ func (m *Manager) safePoint() {
 			m.prune = append(m.prune, n.parent)
 		}
 	}
-}
-
-func containsNode(list []*node, n *node) bool {
-	for _, x := range list {
-		if x == n {
-			return true
-		}
-	}
-	return false
 }
 
 func (m *Manager) root(scope blockhash.Scope) *node {
@@ -411,14 +402,9 @@ func (m *Manager) root(scope blockhash.Scope) *node {
 	return r
 }
 
-var errClosed = fmt.Errorf("%w", ErrClosed)
-
 func (m *Manager) checkOpen() error {
 	if m.closed {
-		return errClosed
+		return ErrClosed
 	}
 	return nil
 }
-
-// isOutOfPages reports whether err means a level ran out of pages.
-func isOutOfPages(err error) bool { return errors.Is(err, ErrOutOfPages) }

@@ -90,22 +90,3 @@ func commonPrefix(a, b []config.Token) int {
 	}
 	return n
 }
-
-// bestPartial returns the child (full or partial) sharing the most leading
-// tokens with rest, and that count.
-func (n *node) bestPartial(rest []config.Token) (*node, int) {
-	var best *node
-	bestLen := 0
-	consider := func(c *node) {
-		if l := commonPrefix(c.tokens, rest); l > bestLen {
-			best, bestLen = c, l
-		}
-	}
-	for _, c := range n.children {
-		consider(c)
-	}
-	for _, c := range n.partials {
-		consider(c)
-	}
-	return best, bestLen
-}
