@@ -15,9 +15,9 @@ package core
 
 import (
 	"container/heap"
-	"slices"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/kvcm/kvcm/core/blockhash"
