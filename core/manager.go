@@ -24,7 +24,7 @@ import (
 	"github.com/kvcm/kvcm/core/codec"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
-	"github.com/kvcm/kvcm/core/device/emu"
+	"github.com/kvcm/kvcm/core/device/backend"
 	"github.com/kvcm/kvcm/core/layout"
 	"github.com/kvcm/kvcm/core/staging"
 )
@@ -38,8 +38,9 @@ type options struct {
 	listeners []EventListener
 }
 
-// WithDevice selects the device; by default the manager creates (and owns)
-// an emulated device.
+// WithDevice selects the device; by default the manager opens (and owns) the
+// device configuration names: backend.Open(""), which reads KVCM_DEVICE and
+// otherwise picks CUDA where a GPU is present and the emulation elsewhere.
 func WithDevice(d device.Device) Option { return func(o *options) { o.dev = d } }
 
 // Manager is a paged KV-cache manager.
@@ -113,7 +114,11 @@ func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 		listeners: o.listeners,
 	}
 	if m.dev == nil {
-		m.dev, m.ownDev = emu.New(emu.Options{}), true
+		dev, err := backend.Open("")
+		if err != nil {
+			return nil, fmt.Errorf("open the device: %w", err)
+		}
+		m.dev, m.ownDev = dev, true
 	}
 	m.events.dev = m.dev
 	if err := m.init(cc); err != nil {
