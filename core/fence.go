@@ -62,8 +62,9 @@ type fence []*sharedEvent
 // querying every event on every add would cost more than the waits saved.
 const fencePruneAt = 4
 
-// add attaches e, first dropping events that completed cleanly once the set
-// has grown, so it stays small.
+// add attaches e, first dropping completed events once the set has grown, so
+// it stays small. A failed event is dropped too: settle has accounted its
+// failure to the pages it moved, and nothing orders after completed work.
 func (f *fence) add(p *eventPool, e *sharedEvent) {
 	e.refs++
 	if len(*f) < fencePruneAt {
@@ -72,7 +73,7 @@ func (f *fence) add(p *eventPool, e *sharedEvent) {
 	}
 	kept := (*f)[:0]
 	for _, x := range *f {
-		if done, err := x.ev.Query(); done && err == nil {
+		if done, _ := x.ev.Query(); done {
 			p.release(x)
 			continue
 		}
@@ -90,16 +91,6 @@ func (f *fence) moveTo(p *eventPool, dst *fence) {
 	*f = (*f)[:0]
 }
 
-// failure returns the asynchronous failure of a completed event of f, if any.
-func (f fence) failure() error {
-	for _, x := range f {
-		if done, err := x.ev.Query(); done && err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // waitSet makes a stream wait on each distinct event once.
 type waitSet map[*sharedEvent]struct{}
 
@@ -109,8 +100,14 @@ func (w waitSet) addFence(f fence) {
 	}
 }
 
+// apply makes s wait on the events that have not completed. A completed one
+// orders nothing, and waiting on a failed one would pass its failure (already
+// accounted to the pages it moved) to unrelated work.
 func (w waitSet) apply(s device.Stream) error {
 	for x := range w {
+		if done, _ := x.ev.Query(); done {
+			continue
+		}
 		if err := s.Wait(x.ev); err != nil {
 			return fmt.Errorf("wait on page fence: %w", err)
 		}

@@ -275,6 +275,15 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 // new cache, on the manager's stream. It returns nil, changing nothing, when
 // the GPU level has no room.
 func (m *Manager) copyPartial(src *node) []*page {
+	// A source still arriving (decoded back) must be known good first.
+	m.settlePages(func(fn func(p *page)) {
+		for _, p := range src.pages {
+			fn(p)
+		}
+	})
+	if !m.hotComplete(src) {
+		return nil
+	}
 	lvl := m.levels[0]
 	n := need{}
 	for lc, sp := range src.pages {
@@ -548,9 +557,7 @@ func (c *KVCache) Close() error {
 	}
 	c.blocks = nil
 	c.chain.users--
-	if c.chain.prunable() {
-		m.prune = append(m.prune, c.chain)
-	}
+	m.prune = append(m.prune, c.chain)
 	c.stream, c.status = nil, Closed
 	delete(m.caches, c.id)
 	m.safePoint()
@@ -665,18 +672,21 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 	}
 	tpb := m.cfg.TokensPerBlock
 	first := len(c.tokens) / tpb
-	c.tokens = append(c.tokens, tokens...)
-	var published []*page
-	for b := first; (b+1)*tpb <= len(c.tokens); b++ {
-		published = append(published, c.publish(b)...)
+	completes := (len(c.tokens)+len(tokens))/tpb > first
+	var ev *sharedEvent
+	if completes {
+		// Recorded before anything changes, so a failure changes nothing;
+		// it captures the cache's work that wrote the blocks.
+		var err error
+		if ev, err = m.events.record(c.stream); err != nil {
+			return fmt.Errorf("record cache event: %w", err)
+		}
+		defer m.events.release(ev)
 	}
-	if len(published) > 0 {
-		if err := c.attachStreamEvent(func(fn func(p *page)) {
-			for _, p := range published {
-				fn(p)
-			}
-		}); err != nil {
-			return err
+	c.tokens = append(c.tokens, tokens...)
+	for b := first; (b+1)*tpb <= len(c.tokens); b++ {
+		for _, p := range c.publish(b) {
+			p.group.fences[p.slot].add(&m.events, ev)
 		}
 	}
 	if isEnd {
@@ -729,6 +739,10 @@ func (c *KVCache) publish(b int) []*page {
 			cb.node = next
 			if !had {
 				m.emitStored(next, c.id)
+			} else {
+				for _, p := range published {
+					m.emitUpdated(next, p.lc, layout.CacheLevel(p.level()))
+				}
 			}
 		}
 	}

@@ -237,10 +237,14 @@ func (m *Manager) NumLayerGroups() int { return len(m.lt.LifeCycles) }
 // PoolGroupDescs describes the hot pool groups: index, reserved slots (the
 // most the group can ever use; StorageStats reports how many it has now),
 // member lifecycles and pools with base addresses. Base addresses never
-// change, also when the GPU level is resized.
+// change, also when the GPU level is resized. It returns nil once the manager
+// is closed.
 func (m *Manager) PoolGroupDescs() []layout.PoolGroupDesc {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
 	return m.hotDescs()
 }
 
@@ -281,6 +285,9 @@ func (m *Manager) Buffer(layer int32, role config.DataRole) (BufferLocation, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if err := m.checkOpen(); err != nil {
+		return BufferLocation{}, err
+	}
 	g := m.levels[0].groupOf(loc.LifeCycle)
 	return BufferLocation{BufferLocation: loc, PoolBase: g.poolBase(loc.Pool)}, nil
 }
@@ -385,15 +392,18 @@ func (m *Manager) safePoint() {
 	for len(m.prune) > 0 {
 		n := m.prune[len(m.prune)-1]
 		m.prune = m.prune[:len(m.prune)-1]
+		if n.parent == nil {
+			// A scope root goes once nothing hangs from it.
+			if n.users == 0 && len(n.children) == 0 && len(n.partials) == 0 && m.roots[n.key] == n {
+				delete(m.roots, n.key)
+			}
+			continue
+		}
 		if !n.prunable() || (n.parent.child(n.key) != n && !slices.Contains(n.parent.partials, n)) {
 			continue
 		}
 		n.parent.removeChild(n)
-		if n.parent.parent == nil && n.parent.users == 0 && len(n.parent.children) == 0 && len(n.parent.partials) == 0 {
-			delete(m.roots, n.parent.key)
-		} else if n.parent.prunable() {
-			m.prune = append(m.prune, n.parent)
-		}
+		m.prune = append(m.prune, n.parent)
 	}
 }
 

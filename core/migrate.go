@@ -197,20 +197,21 @@ func (m *Manager) runUnit(u unit) error {
 	}
 	release, err := m.submitUnit(u)
 	if err != nil {
+		m.drainAfterFailure()
+		if release != nil {
+			release()
+		}
 		return err
 	}
 	ev, err := m.events.record(m.stream)
 	if release != nil {
 		// Released after the finish event, so the event keeps the unit's
-		// failures and the staging bytes are protected by it.
-		if rerr := release(); rerr != nil && err == nil {
-			err = rerr
-		}
+		// failures and protects the staging bytes. The lease ends even when
+		// Release reports that it synchronized instead of recording.
+		release()
 	}
 	if err != nil {
-		// Work may be in flight: nothing may reuse either side before the
-		// stream has drained.
-		m.stream.Synchronize()
+		m.drainAfterFailure()
 		return err
 	}
 	fl := &inflight{ev: ev}
@@ -224,7 +225,9 @@ func (m *Manager) runUnit(u unit) error {
 		p.group, p.slot = u.dst, mv.dstSlot
 		fl.pages = append(fl.pages, p)
 		p.inflight = fl
-		m.emitMoved(p)
+		if u.src.level != u.dst.level {
+			m.emitMoved(p)
+		}
 		c := &m.migrations[path]
 		c.Pages++
 		if path == HotToHot {
@@ -235,6 +238,16 @@ func (m *Manager) runUnit(u unit) error {
 	}
 	m.pending = append(m.pending, fl)
 	return nil
+}
+
+// drainAfterFailure waits for whatever part of a failed unit was queued, so
+// nothing reuses its slots or staging bytes too early, and closes the
+// stream's failure interval so the next unit does not inherit it.
+func (m *Manager) drainAfterFailure() {
+	m.stream.Synchronize()
+	if ev, err := m.events.record(m.stream); err == nil {
+		m.events.release(ev)
+	}
 }
 
 // submitUnit enqueues the transfer of one unit. It returns a function that

@@ -53,19 +53,28 @@ func (m *Manager) ResizeLevel(level layout.CacheLevel, quota int64) error {
 			}
 		}
 	}
+	// Defragmenting hides the slots that will go from the free lists; on
+	// any failure from here on they come back.
+	fail := func(err error) error {
+		for _, g := range lvl.groups {
+			g.rebuildFree()
+		}
+		m.safePoint()
+		return fmt.Errorf("resize %v level to %d bytes: %w", lvl.kind, quota, err)
+	}
 	for i, g := range lvl.groups {
 		if target[i] < g.numSlots {
 			if err := m.defragment(g, target[i]); err != nil {
-				return fmt.Errorf("resize %v level to %d bytes: defragment: %w", lvl.kind, quota, err)
+				return fail(fmt.Errorf("defragment: %w", err))
 			}
 		}
 	}
 	if err := m.drainLevel(lvl); err != nil {
-		return err
+		return fail(err)
 	}
 	for i, g := range lvl.groups {
 		if err := m.resizeGroup(g, target[i]); err != nil {
-			return fmt.Errorf("resize %v level to %d bytes: %w", lvl.kind, quota, err)
+			return fail(err)
 		}
 	}
 	lvl.quota = quota
@@ -148,7 +157,18 @@ func (m *Manager) drainLevel(lvl *storageLevel) error {
 	return nil
 }
 
-// resizeGroup gives g exactly slots slots; the slots beyond it are free.
+// rebuildFree makes every unowned slot free again.
+func (g *slotGroup) rebuildFree() {
+	g.free = g.free[:0]
+	for s := g.numSlots - 1; s >= 0; s-- {
+		if g.owner[s] == nil {
+			g.free = append(g.free, int32(s))
+		}
+	}
+}
+
+// resizeGroup gives g exactly slots slots; the slots beyond it are free. On
+// error g is unchanged.
 func (m *Manager) resizeGroup(g *slotGroup, slots int64) error {
 	if slots == g.numSlots {
 		return nil
@@ -162,6 +182,9 @@ func (m *Manager) resizeGroup(g *slotGroup, slots int64) error {
 	case g.level.index == 0:
 		for i, mem := range g.mem {
 			if err := mem.(device.Growable).Resize(slots * g.desc.PoolBytes[i]); err != nil {
+				for j := range i { // every pool keeps the group's slot count
+					g.mem[j].(device.Growable).Resize(g.numSlots * g.desc.PoolBytes[j])
+				}
 				return err
 			}
 		}

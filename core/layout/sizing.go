@@ -15,28 +15,36 @@ func (lt *Layout) ByteWeights(cfg *config.Config) []float64 {
 	w := make([]float64, len(lt.LifeCycles))
 	switch {
 	case len(cfg.InitialPoolRatio) > 0:
-		copy(w, cfg.InitialPoolRatio)
+		copy(w, cfg.InitialPoolRatio) // validated positive
 	case cfg.TypicalStep != nil:
-		w = lt.batchBytes(*cfg.TypicalStep)
+		w = lt.atLeastOnePage(lt.batchBytes(*cfg.TypicalStep))
 	case len(cfg.Constraints) > 0:
 		for _, b := range cfg.Constraints {
 			for i, x := range lt.batchBytes(b) {
 				w[i] = max(w[i], x)
 			}
 		}
+		w = lt.atLeastOnePage(w)
 	default:
 		for i := range lt.LifeCycles {
 			w[i] = float64(lt.LifeCycles[i].PageBytes())
 		}
 	}
 	var sum float64
-	for i := range w {
-		// A lifecycle a batch never touches still needs room to exist.
-		w[i] = max(w[i], float64(lt.LifeCycles[i].PageBytes()))
-		sum += w[i]
+	for _, x := range w {
+		sum += x
 	}
 	for i := range w {
 		w[i] /= sum
+	}
+	return w
+}
+
+// atLeastOnePage raises byte weights to one page: a lifecycle a batch never
+// touches still needs room to exist.
+func (lt *Layout) atLeastOnePage(w []float64) []float64 {
+	for i := range w {
+		w[i] = max(w[i], float64(lt.LifeCycles[i].PageBytes()))
 	}
 	return w
 }
