@@ -38,10 +38,16 @@ func (e *eventQueue) push(ev core.CacheEvent) {
 	e.q = append(e.q, ev)
 }
 
-// drain moves the oldest events that fit into the caller's buffers.
-func (e *eventQueue) drain(events []C.kvcm_cache_event, tokens []C.kvcm_token) (nev, ntok int, dropped uint64) {
+// drain moves the oldest events that fit into the caller's buffers. When
+// there is room for an event but the oldest one's tokens do not fit in the
+// whole tokens buffer, it moves nothing and reports the tokens that event
+// needs (tooSmall > 0); the dropped count is then kept for the next drain.
+func (e *eventQueue) drain(events []C.kvcm_cache_event, tokens []C.kvcm_token) (nev, ntok int, dropped uint64, tooSmall int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if len(events) > 0 && e.head < len(e.q) && len(e.q[e.head].Tokens) > len(tokens) {
+		return 0, 0, 0, len(e.q[e.head].Tokens)
+	}
 	for e.head < len(e.q) && nev < len(events) {
 		ev := e.q[e.head]
 		if len(ev.Tokens) > len(tokens)-ntok {
@@ -72,7 +78,7 @@ func (e *eventQueue) drain(events []C.kvcm_cache_event, tokens []C.kvcm_token) (
 		e.head = 0
 	}
 	dropped, e.dropped = e.dropped, 0
-	return nev, ntok, dropped
+	return nev, ntok, dropped, 0
 }
 
 func glueManagerDrainEvents(mgr *managerObj, events *C.kvcm_cache_event, eventsCap C.size_t, tokens *C.kvcm_token, tokensCap C.size_t,
@@ -85,7 +91,11 @@ func glueManagerDrainEvents(mgr *managerObj, events *C.kvcm_cache_event, eventsC
 	if err != nil {
 		return err
 	}
-	ne, nt, d := mgr.events.drain(ev, tok)
+	ne, nt, d, need := mgr.events.drain(ev, tok)
+	if need > 0 {
+		*numTokens = C.size_t(need)
+		return errorf(codeBufferTooSmall, "the oldest event has %d tokens; tokens_cap is %d", need, uint64(tokensCap))
+	}
 	*numEvents, *numTokens = C.size_t(ne), C.size_t(nt)
 	if dropped != nil {
 		*dropped = C.uint64_t(d)

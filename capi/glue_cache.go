@@ -8,6 +8,8 @@ package capi
 import "C"
 
 import (
+	"sync/atomic"
+
 	"github.com/kvcm/kvcm/core"
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/cp"
@@ -21,11 +23,16 @@ type kvCacheObj struct {
 	c      *core.KVCache
 	tc     *cp.TrackedCache // non-nil when a CP index is notified
 	cpRef  *cpObj           // the index tc notifies
+	closed atomic.Bool
 }
 
 // close closes the cache; a tracked one notifies its terminal free first
-// and lets go of its index.
+// and lets go of its index. Only the first call does anything, so the
+// index's reference is released once.
 func (c *kvCacheObj) close() error {
+	if !c.closed.CompareAndSwap(false, true) {
+		return nil
+	}
 	if c.tc == nil {
 		return c.c.Close()
 	}
@@ -88,12 +95,18 @@ func glueKVCacheCreate(mgr *managerObj, opts *C.kvcm__const_kvcm_kv_cache_option
 }
 
 func glueKVCacheClose(c *kvCacheObj) error {
+	// The handle is deleted under the manager's lock, as glueManagerDestroy
+	// deletes the handles of the caches it closes: exactly one closes it.
+	mgr := c.mgr
+	mgr.mu.Lock()
 	if !deleteHandle(c.handle) {
-		return errorf(codeInvalidHandle, "cache: %#x was closed concurrently", c.handle)
+		mgr.mu.Unlock()
+		return errorf(codeInvalidHandle, "cache: %#x was closed concurrently (by kvcm_kv_cache_close or kvcm_manager_destroy)", c.handle)
 	}
-	c.mgr.mu.Lock()
-	delete(c.mgr.caches, c.handle)
-	c.mgr.mu.Unlock()
+	delete(mgr.caches, c.handle)
+	mgr.closing.Add(1)
+	mgr.mu.Unlock()
+	defer mgr.closing.Done()
 	return c.close()
 }
 

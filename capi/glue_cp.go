@@ -9,6 +9,7 @@ package capi
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sync/atomic"
@@ -42,7 +43,34 @@ func newCPObj(kind string, index cp.CPAwareKVManager) *cpObj {
 	return o
 }
 
+// acquire takes a reference for a holder that already has one (the manager
+// passing on its attached index).
 func (o *cpObj) acquire() { o.refs.Add(1) }
+
+// tryAcquire takes a reference unless the last one is gone (the index is
+// closed or closing); a reference once dropped to 0 never comes back.
+func (o *cpObj) tryAcquire() bool {
+	for {
+		n := o.refs.Load()
+		if n <= 0 || o.closed.Load() {
+			return false
+		}
+		if o.refs.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// use holds a reference for the duration of a call on the index, so that a
+// concurrent kvcm_cp_destroy cannot close it under the call (the last
+// reference, dropped by done, closes it then). It fails with INVALID_HANDLE
+// when the index was closed between the handle's lookup and the call.
+func (o *cpObj) use() (done func(), err error) {
+	if !o.tryAcquire() {
+		return nil, errorf(codeInvalidHandle, "cp: %#x was destroyed concurrently", o.handle)
+	}
+	return o.release, nil
+}
 
 // release drops one reference; the last closes the index.
 func (o *cpObj) release() {
@@ -286,7 +314,10 @@ func (c *cCPIndex) external() cp.External {
 			if len(ids) == 0 {
 				return ids, nil
 			}
-			arr, free := cRequestIDs(ids)
+			arr, free, err := cRequestIDs(ids)
+			if err != nil {
+				return nil, err
+			}
 			defer free()
 			order := make([]C.size_t, len(ids))
 			for i := range order {
@@ -312,14 +343,21 @@ func (c *cCPIndex) external() cp.External {
 	return e
 }
 
+// errCOutOfMemory reports a failed C allocation.
+var errCOutOfMemory = errors.New("out of C memory")
+
 // cRequestIDs copies ids into one C allocation: the structs, then the bytes.
-func cRequestIDs(ids []string) (*C.kvcm_cp_request_id, func()) {
+// A failed allocation is an error (the slot is then not called).
+func cRequestIDs(ids []string) (*C.kvcm_cp_request_id, func(), error) {
 	total := 0
 	for _, id := range ids {
 		total += len(id)
 	}
 	size := C.size_t(len(ids))*C.sizeof_kvcm_cp_request_id + C.size_t(total) + 1
 	mem := C.calloc(1, size)
+	if mem == nil {
+		return nil, nil, fmt.Errorf("get_allocation_priority: copying %d request ids (%d bytes): %w", len(ids), uint64(size), errCOutOfMemory)
+	}
 	arr := unsafe.Slice((*C.kvcm_cp_request_id)(mem), len(ids))
 	bytes := unsafe.Slice((*byte)(unsafe.Add(mem, len(ids)*C.sizeof_kvcm_cp_request_id)), total+1)
 	off := 0
@@ -331,7 +369,7 @@ func cRequestIDs(ids []string) (*C.kvcm_cp_request_id, func()) {
 		arr[i].len = C.size_t(len(id))
 		off += len(id)
 	}
-	return &arr[0], func() { C.free(mem) }
+	return &arr[0], func() { C.free(mem) }, nil
 }
 
 func glueCPCreateDelegating(a *cpIndexObjectArg, out *C.kvcm_cp_index) error {
@@ -372,6 +410,11 @@ func goKeys(p *C.kvcm__const_uint64_t, n C.size_t, name string) ([]blockhash.Key
 }
 
 func glueCPPredictPrefixReuse(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, tokens *C.kvcm__const_kvcm_token, n C.size_t, out *C.double) error {
+	done, err := o.use()
+	if err != nil {
+		return err
+	}
+	defer done()
 	id, err := goID(rid, ridLen, "request_id")
 	if err != nil {
 		return err
@@ -385,6 +428,11 @@ func glueCPPredictPrefixReuse(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t
 }
 
 func glueCPGetCachedBlocks(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, keys *C.uint64_t, capacity C.size_t, needed *C.size_t) error {
+	done, err := o.use()
+	if err != nil {
+		return err
+	}
+	defer done()
 	id, err := goID(rid, ridLen, "request_id")
 	if err != nil {
 		return err
@@ -393,6 +441,11 @@ func glueCPGetCachedBlocks(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, k
 }
 
 func glueCPNotifyBlocksAllocated(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, keys *C.kvcm__const_uint64_t, n C.size_t) error {
+	done, err := o.use()
+	if err != nil {
+		return err
+	}
+	defer done()
 	id, err := goID(rid, ridLen, "request_id")
 	if err != nil {
 		return err
@@ -406,6 +459,11 @@ func glueCPNotifyBlocksAllocated(o *cpObj, rid *C.kvcm__const_char, ridLen C.siz
 }
 
 func glueCPNotifyBlocksFreed(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, keys *C.kvcm__const_uint64_t, n C.size_t) error {
+	done, err := o.use()
+	if err != nil {
+		return err
+	}
+	defer done()
 	id, err := goID(rid, ridLen, "request_id")
 	if err != nil {
 		return err
@@ -419,6 +477,11 @@ func glueCPNotifyBlocksFreed(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t,
 }
 
 func glueCPGetAllocationPriority(o *cpObj, ids *C.kvcm__const_kvcm_cp_request_id, n C.size_t, order *C.size_t) error {
+	done, err := o.use()
+	if err != nil {
+		return err
+	}
+	defer done()
 	cids, err := cArray(ids, n, "request_ids")
 	if err != nil {
 		return err
@@ -454,6 +517,11 @@ func glueCPGetAllocationPriority(o *cpObj, ids *C.kvcm__const_kvcm_cp_request_id
 }
 
 func glueCPGetFaultCount(o *cpObj, out *C.uint64_t) error {
+	done, err := o.use()
+	if err != nil {
+		return err
+	}
+	defer done()
 	if o.deleg != nil {
 		*out = C.uint64_t(o.deleg.Faults())
 	}
@@ -468,7 +536,10 @@ func glueManagerAttachCP(mgr *managerObj, o *cpObj) error {
 	if mgr.gone {
 		return errorf(codeInvalidHandle, "manager is being destroyed")
 	}
-	o.acquire()
+	// The index may have been destroyed since its handle was looked up.
+	if !o.tryAcquire() {
+		return errorf(codeInvalidHandle, "cp: %#x was destroyed concurrently", o.handle)
+	}
 	old := mgr.attached
 	mgr.attached = o
 	if old != nil {

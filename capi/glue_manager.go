@@ -8,6 +8,7 @@ package capi
 import "C"
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -30,8 +31,9 @@ type managerObj struct {
 	devKind C.kvcm_device_kind
 	events  *eventQueue
 
-	mu       sync.Mutex // guards caches, streams, mem, destroyed, attached
+	mu       sync.Mutex // guards caches, streams, mem, gone, attached and the cache handles' deletion
 	caches   map[uint64]*kvCacheObj
+	closing  sync.WaitGroup // kvcm_kv_cache_close calls in flight (Add under mu)
 	streams  map[uintptr]device.Stream
 	mem      map[device.Ptr]device.Memory
 	gone     bool
@@ -219,7 +221,14 @@ func glueManagerDestroy(mgr *managerObj) error {
 	mgr.gone = true
 	attached := mgr.attached
 	mgr.attached = nil
-	caches := slices.Collect(maps.Values(mgr.caches))
+	// A cache's handle is deleted under mu, here and in glueKVCacheClose, so
+	// each open cache is closed by exactly one of them.
+	var caches []*kvCacheObj
+	for _, c := range mgr.caches {
+		if deleteHandle(c.handle) {
+			caches = append(caches, c)
+		}
+	}
 	streams := slices.Collect(maps.Values(mgr.streams))
 	mems := slices.Collect(maps.Values(mgr.mem))
 	clear(mgr.caches)
@@ -227,13 +236,15 @@ func glueManagerDestroy(mgr *managerObj) error {
 	clear(mgr.mem)
 	mgr.mu.Unlock()
 	var errs []error
-	slices.SortFunc(caches, func(a, b *kvCacheObj) int { return int(a.handle - b.handle) })
+	slices.SortFunc(caches, func(a, b *kvCacheObj) int { return cmp.Compare(a.handle, b.handle) })
 	for _, c := range caches {
-		deleteHandle(c.handle)
 		if err := c.close(); err != nil {
 			errs = append(errs, fmt.Errorf("close cache %d: %w", c.c.ID(), err))
 		}
 	}
+	// Caches a concurrent kvcm_kv_cache_close took are closed before the
+	// manager is.
+	mgr.closing.Wait()
 	if attached != nil {
 		attached.release()
 	}
@@ -336,13 +347,22 @@ func glueManagerGetPoolGroupDescs(mgr *managerObj, level C.kvcm_cache_level, des
 	if descs == nil && lifeCycles == nil && pools == nil && descsCap == 0 && lifeCyclesCap == 0 && poolsCap == 0 {
 		return nil
 	}
-	if int(descsCap) < len(ds) || int(lifeCyclesCap) < nlc || int(poolsCap) < np {
+	cd, err := cSlice(descs, descsCap, "descs_cap")
+	if err != nil {
+		return err
+	}
+	lcs, err := cSlice(lifeCycles, lifeCyclesCap, "life_cycles_cap")
+	if err != nil {
+		return err
+	}
+	ps, err := cSlice(pools, poolsCap, "pools_cap")
+	if err != nil {
+		return err
+	}
+	if uint64(descsCap) < uint64(len(ds)) || uint64(lifeCyclesCap) < uint64(nlc) || uint64(poolsCap) < uint64(np) {
 		return errorf(codeBufferTooSmall, "need %d descriptors, %d layer groups and %d pools; got room for %d, %d and %d",
 			len(ds), nlc, np, uint64(descsCap), uint64(lifeCyclesCap), uint64(poolsCap))
 	}
-	cd, _ := cSlice(descs, descsCap, "descs_cap")
-	lcs, _ := cSlice(lifeCycles, lifeCyclesCap, "life_cycles_cap")
-	ps, _ := cSlice(pools, poolsCap, "pools_cap")
 	fillPoolGroupDescs(ds, cd, lcs, ps)
 	return nil
 }
@@ -428,12 +448,12 @@ func fill[T, E any](items []T, buf *E, capacity C.size_t, needed *C.size_t, conv
 	if buf == nil && capacity == 0 {
 		return nil
 	}
-	if int(capacity) < len(items) {
-		return errorf(codeBufferTooSmall, "need room for %d entries, got %d", len(items), uint64(capacity))
-	}
 	out, err := cSlice(buf, capacity, "capacity")
 	if err != nil {
 		return err
+	}
+	if uint64(capacity) < uint64(len(items)) {
+		return errorf(codeBufferTooSmall, "need room for %d entries, got %d", len(items), uint64(capacity))
 	}
 	for i, it := range items {
 		out[i] = conv(it)
@@ -463,7 +483,10 @@ func glueManagerGetAndResetIterationPeakBlockStats(mgr *managerObj, level C.kvcm
 		return err
 	}
 	*needed = C.size_t(len(st))
-	if (stats == nil && capacity == 0) || int(capacity) < len(st) {
+	if _, err := cSlice(stats, capacity, "capacity"); err != nil {
+		return err
+	}
+	if (stats == nil && capacity == 0) || uint64(capacity) < uint64(len(st)) {
 		return fill(st, stats, capacity, needed, func(core.PoolGroupStats) C.kvcm_peak_block_stats { return C.kvcm_peak_block_stats{} })
 	}
 	peaks, err := mgr.m.GetAndResetIterationPeakBlockStats(layout.CacheLevel(level))

@@ -495,7 +495,11 @@ func TestEventsAreQueuedAndDropped(t *testing.T) {
 	assert.Equal(t, seq(0, 4), evs[0].Tokens)
 	assert.Equal(t, seq(4, 4), evs[1].Tokens)
 	assert.Equal(t, evs[0].Seq+1, evs[1].Seq)
-	evs, dropped, err = DrainEvents(m, 10, 3) // tokens do not fit
+	evs, dropped, err = DrainEvents(m, 10, 3) // the oldest event's tokens do not fit
+	requireCode(t, err, BufferTooSmall, "4 tokens")
+	assert.Empty(t, evs)
+	assert.Zero(t, dropped)
+	evs, dropped, err = DrainEvents(m, 0, 3) // no room for an event: nothing to report
 	require.NoError(t, err)
 	assert.Empty(t, evs)
 	assert.Zero(t, dropped)

@@ -334,7 +334,11 @@ type ManagerGetMigrationStats func(manager Manager, stats spec.Out[MigrationStat
 // events as fit in both buffers, and writes them in order. A stored block's
 // tokens go into the tokens buffer and the event points at them. dropped
 // receives the number of events lost to a full queue since the previous
-// drain. Call it until num_events is 0 to empty the queue.
+// drain. Call it until num_events is 0 to empty the queue. When events_cap is
+// not 0 but the oldest event's tokens do not fit in tokens_cap, nothing is
+// removed, num_tokens receives the number of tokens that event needs and
+// KVCM_ERR_BUFFER_TOO_SMALL is returned (the dropped count is kept for the
+// next drain).
 //
 //kvcm:since 1
 //kvcm:thread manager
@@ -344,7 +348,7 @@ type ManagerGetMigrationStats func(manager Manager, stats spec.Out[MigrationStat
 //kvcm:param tokens out,nullable,len=tokensCap Receives the tokens of stored blocks.
 //kvcm:param tokensCap in Capacity of tokens, in elements.
 //kvcm:param numEvents out Receives the number of events written.
-//kvcm:param numTokens out Receives the number of tokens written.
+//kvcm:param numTokens out Receives the number of tokens written (on KVCM_ERR_BUFFER_TOO_SMALL, the tokens the oldest event needs).
 //kvcm:param dropped out,nullable Receives the number of events dropped since the previous drain.
 type ManagerDrainEvents func(manager Manager, events spec.Out[CacheEvent], eventsCap spec.Size, tokens spec.Out[Token], tokensCap spec.Size, numEvents spec.Out[spec.Size], numTokens spec.Out[spec.Size], dropped spec.Out[uint64]) *Status
 

@@ -1917,7 +1917,11 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_detach_cp(kvcm_manager manag
  * events as fit in both buffers, and writes them in order. A stored block's
  * tokens go into the tokens buffer and the event points at them. dropped
  * receives the number of events lost to a full queue since the previous
- * drain. Call it until num_events is 0 to empty the queue.
+ * drain. Call it until num_events is 0 to empty the queue. When events_cap is
+ * not 0 but the oldest event's tokens do not fit in tokens_cap, nothing is
+ * removed, num_tokens receives the number of tokens that event needs and
+ * KVCM_ERR_BUFFER_TOO_SMALL is returned (the dropped count is kept for the
+ * next drain).
  *
  * @param manager [in] The manager.
  * @param events [out, nullable, array of events_cap] Receives the events.
@@ -1925,7 +1929,7 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_detach_cp(kvcm_manager manag
  * @param tokens [out, nullable, array of tokens_cap] Receives the tokens of stored blocks.
  * @param tokens_cap [in] Capacity of tokens, in elements.
  * @param num_events [out] Receives the number of events written.
- * @param num_tokens [out] Receives the number of tokens written.
+ * @param num_tokens [out] Receives the number of tokens written (on KVCM_ERR_BUFFER_TOO_SMALL, the tokens the oldest event needs).
  * @param dropped [out, nullable] Receives the number of events dropped since the previous drain.
  * @return NULL on success; otherwise a status to free with kvcm_status_free.
  * @par Thread safety
