@@ -249,9 +249,13 @@ func (s *Stream) CopyFromHost(dst device.Ptr, src []byte) error {
 		// device destination. (A batch entry of pageable source into pinned
 		// host memory was seen not to land on the H200's driver.)
 		data := slices.Clone(src)
-		mapping := a.mapping
 		return s.enqueueJob(&hostJob{fn: func() error {
-			copy(mapping[off:off+int64(len(data))], data)
+			d.memMu.RLock()
+			defer d.memMu.RUnlock()
+			if a.freed.Load() {
+				return fmt.Errorf("cuda: copy from host to %#x: destination freed before the copy ran: %w", dst, device.ErrInvalidCopy)
+			}
+			copy(a.mapping[off:off+int64(len(data))], data)
 			return nil
 		}})
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -11,17 +12,18 @@ import (
 )
 
 // allocation is one anonymous mapping. base, buf and kind never change;
-// committed and freed are guarded by Device.memMu. Only the first committed
+// committed changes under Device.memMu held for writing and is atomic so
+// Size needs no lock; freed is guarded by Device.memMu. Only the first committed
 // bytes of buf are addressable (less than len(buf) for a reservation).
 type allocation struct {
 	base      device.Ptr
 	buf       []byte
 	kind      device.MemoryKind
-	committed int64
+	committed atomic.Int64
 	freed     bool
 }
 
-func (a *allocation) size() int64 { return a.committed }
+func (a *allocation) size() int64 { return a.committed.Load() }
 
 // memory is the device.Memory handed to callers.
 type memory struct {
@@ -84,7 +86,8 @@ func (d *Device) mapLocked(kind device.MemoryKind, size, capacity int64) (*alloc
 	// The slice of an mmap'd region never moves, so its address is a stable
 	// Ptr. Going from pointer to uintptr (never back) keeps vet's unsafeptr
 	// check clean.
-	a := &allocation{base: device.Ptr(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))), buf: buf, kind: kind, committed: size}
+	a := &allocation{base: device.Ptr(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))), buf: buf, kind: kind}
+	a.committed.Store(size)
 	i, _ := slices.BinarySearchFunc(d.allocs, a.base, func(x *allocation, p device.Ptr) int { return cmpPtr(x.base, p) })
 	d.allocs = slices.Insert(d.allocs, i, a)
 	d.allocCount[kind].Add(1)
@@ -120,26 +123,29 @@ func (g *growable) Resize(size int64) error {
 	defer d.memMu.Unlock()
 	a := g.a
 	switch {
+	case a.freed && d.isClosed():
+		return fmt.Errorf("emu: resize memory at %#x: %w", a.base, device.ErrClosed)
 	case a.freed:
 		return fmt.Errorf("emu: resize freed memory at %#x", a.base)
 	case size <= 0 || size > int64(len(a.buf)):
 		return fmt.Errorf("emu: resize memory at %#x to %d bytes: need 0 < size <= capacity %d", a.base, size, len(a.buf))
-	case size > a.committed:
-		if err := d.checkLimitLocked(a.kind, size-a.committed); err != nil {
+	case size > a.size():
+		if err := d.checkLimitLocked(a.kind, size-a.size()); err != nil {
 			return fmt.Errorf("emu: grow memory at %#x to %d bytes: %w", a.base, size, err)
 		}
-	case size < a.committed:
-		clear(a.buf[size:a.committed]) // what a later grow exposes must not be stale data
+	case size < a.size():
+		committed := a.size()
+		clear(a.buf[size:committed]) // what a later grow exposes must not be stale data
 		// Whole pages of the tail go back to the system.
 		page := int64(syscall.Getpagesize())
-		if from := (size + page - 1) / page * page; from < a.committed {
-			if err := syscall.Madvise(a.buf[from:a.committed], syscall.MADV_DONTNEED); err != nil {
-				return fmt.Errorf("emu: release %d bytes at %#x: %w", a.committed-from, a.base.Add(from), err)
+		if from := (size + page - 1) / page * page; from < committed {
+			if err := syscall.Madvise(a.buf[from:committed], syscall.MADV_DONTNEED); err != nil {
+				return fmt.Errorf("emu: release %d bytes at %#x: %w", committed-from, a.base.Add(from), err)
 			}
 		}
 	}
-	d.liveBytes[a.kind].Add(size - a.committed)
-	a.committed = size
+	d.liveBytes[a.kind].Add(size - a.size())
+	a.committed.Store(size)
 	return nil
 }
 
@@ -174,7 +180,8 @@ func (m *memory) Host() []byte {
 	if m.a.freed {
 		return nil
 	}
-	return m.a.buf[:m.a.committed:m.a.committed]
+	n := m.a.size()
+	return m.a.buf[:n:n]
 }
 
 // Free unmaps the memory. It waits for a copy touching any memory that is
