@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from .errors import ClosedError, ConsumedError
 
-__all__ = ["Managed", "check_not_forked", "ForkedProcessError"]
+__all__ = [
+    "Managed",
+    "check_not_forked",
+    "ForkedProcessError",
+    "callback_guard",
+    "in_callback",
+    "release_deferred",
+]
 
 
 class ForkedProcessError(ClosedError):
@@ -42,12 +50,71 @@ def check_not_forked() -> None:
         )
 
 
+# ---- finalizers that run inside library callbacks ----------------------------
+#
+# A callback (a cache's priority function, a CP index's slots, a host
+# function) runs on a thread that may hold one of the library's locks (the
+# manager's, for instance). Python code there may trigger the garbage
+# collector, and a finalizer that then closed its object synchronously would
+# call back into the library and take that same non-reentrant lock: a
+# deadlock. So every callback wrapper marks its thread (callback_guard), and a
+# finalizer on a marked thread only queues its object; the queue is released
+# by the next ordinary API call (release_deferred), at the latest when the
+# call that ran the callback returns.
+
+_tls = threading.local()
+_deferred: "collections.deque[Managed]" = collections.deque()
+
+
+def in_callback() -> bool:
+    """Whether this thread is running a callback of the library."""
+    return getattr(_tls, "depth", 0) > 0
+
+
+def callback_guard(impl: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a Python function handed to the library as a C callback: while it
+    runs, finalizers on this thread defer their close() (see above). ``impl``
+    returns (and its frame is gone) before the mark is removed."""
+
+    def guarded(*args: Any) -> Any:
+        _tls.depth = getattr(_tls, "depth", 0) + 1
+        try:
+            return impl(*args)
+        finally:
+            _tls.depth -= 1
+
+    return guarded
+
+
+def release_deferred() -> None:
+    """Close the objects whose finalizers ran inside a callback. Does nothing
+    inside a callback, in a fork child, or while this thread already drains."""
+    if not _deferred or _forked or in_callback() or getattr(_tls, "draining", False):
+        return
+    _tls.draining = True
+    try:
+        while True:
+            try:
+                obj = _deferred.popleft()
+            except IndexError:
+                return
+            try:
+                obj.close()
+            except Exception:
+                # As in a finalizer: nothing can be reported.
+                pass
+            del obj
+    finally:
+        _tls.draining = False
+
+
 class Managed:
     """Owns one native resource (a handle or a C struct).
 
     * ``close()`` releases it; closing twice does nothing.
     * ``with obj:`` closes it on exit.
-    * ``__del__`` closes it if the program did not (never in a fork child).
+    * ``__del__`` closes it if the program did not (never in a fork child;
+      inside a library callback the close is deferred to the next API call).
     * ``_consume(by)`` hands the resource over to a C call that takes
       ownership of it: the object forgets it without releasing it, and every
       later use raises :class:`~kvcm.ConsumedError` naming ``by``.
@@ -120,7 +187,10 @@ class Managed:
             resource = self._resource
             self._resource = None
             self._state = "closed"
-        self._release(resource)
+        try:
+            self._release(resource)
+        finally:
+            release_deferred()
 
     def __enter__(self):
         self._native()
@@ -132,7 +202,12 @@ class Managed:
     def __del__(self) -> None:
         try:
             if getattr(self, "_state", None) == "open" and not _forked:
-                self.close()
+                if in_callback():
+                    # The library may hold a lock that close() takes: keep
+                    # the object (resurrected) until the callback is over.
+                    _deferred.append(self)
+                else:
+                    self.close()
         except Exception:
             # Nothing can be reported from a finalizer (and at interpreter
             # shutdown the library may already be gone).

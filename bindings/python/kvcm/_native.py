@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 from . import _ffi as ffi
 from ._library import find_library
-from ._managed import check_not_forked
+from ._managed import check_not_forked, release_deferred
 from .errors import KVCacheError, LibraryNotFoundError, error_for_code
 
 __all__ = ["ffi", "lib", "check", "call", "versioned", "token_array", "Stash"]
@@ -62,16 +62,36 @@ def raise_status(status: Any) -> None:
     raise error_for_code(code, msg)
 
 
+def as_status(status: Any) -> Any:
+    """A returned ``kvcm_status*`` as ``POINTER(kvcm_status)``: also when it
+    came back as a plain address (a prototype whose restype is
+    ``c_void_p``)."""
+    if status is None:
+        return None
+    if isinstance(status, ctypes.c_void_p):
+        status = status.value
+    if isinstance(status, int):
+        return ctypes.cast(ctypes.c_void_p(status), ctypes.POINTER(ffi.kvcm_status)) if status else None
+    return status
+
+
 def check(status: Any) -> None:
-    """Raise the exception of a returned ``kvcm_status*`` (NULL = success)."""
+    """Raise the exception of a returned ``kvcm_status*`` (NULL = success).
+    The status may be a ``POINTER(kvcm_status)`` or its address (int)."""
+    status = as_status(status)
     if status:
         raise_status(status)
 
 
 def call(fn_name: str, *args: Any) -> None:
-    """Call a status-returning function and raise on failure."""
+    """Call a status-returning function and raise on failure. Objects whose
+    finalizers ran inside a callback are released before and after."""
     check_not_forked()
-    check(getattr(lib, fn_name)(*args))
+    release_deferred()
+    try:
+        check(getattr(lib, fn_name)(*args))
+    finally:
+        release_deferred()
 
 
 def versioned(cls: type) -> Any:

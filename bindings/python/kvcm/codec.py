@@ -20,14 +20,18 @@ import ctypes
 from typing import Any
 
 from . import _native
-from ._managed import Managed
+from ._managed import Managed, check_not_forked
 from ._native import ffi
 
 __all__ = ["KVCacheColdPageCodec", "create_default_kv_cache_cold_page_codec", "CODEC_FACTORY"]
 
 #: The C signature of a codec factory: ``kvcm_status* factory(kvcm_cold_page_codec* out)``,
-#: the same as ``kvcm_create_default_cold_page_codec``.
+#: the same as ``kvcm_create_default_cold_page_codec``. Its restype is
+#: ``c_void_p`` so that it can also wrap a Python function (ctypes callbacks
+#: cannot return pointer types); the factory is called through
+#: ``_FACTORY_CALL``, which gives back a ``kvcm_status*`` to check and free.
 CODEC_FACTORY = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.POINTER(ffi.kvcm_cold_page_codec))
+_FACTORY_CALL = ctypes.CFUNCTYPE(ctypes.POINTER(ffi.kvcm_status), ctypes.POINTER(ffi.kvcm_cold_page_codec))
 
 _PRIVATE = object()
 
@@ -71,12 +75,18 @@ class KVCacheColdPageCodec(Managed):
         ``ctypes.CDLL("libmycodec.so").my_codec_factory``. The new codec is
         owned by the returned wrapper until it is handed to a manager.
         """
+        # A factory runs library code (the default one is Go): never in a
+        # fork() child.
+        check_not_forked()
         if isinstance(factory, int) and not isinstance(factory, bool):
             if factory == 0:
                 raise ValueError("factory: NULL function address")
-            fn = CODEC_FACTORY(factory)
+            fn = _FACTORY_CALL(factory)
         elif isinstance(factory, ctypes._CFuncPtr):  # type: ignore[attr-defined]
-            fn = ctypes.cast(factory, CODEC_FACTORY)
+            if not ctypes.cast(factory, ctypes.c_void_p).value:
+                raise ValueError("factory: NULL function pointer")
+            # Keeps `factory` (and the callback it may wrap) alive for the call.
+            fn = ctypes.cast(factory, _FACTORY_CALL)
         else:
             raise TypeError(
                 "factory: expected the address (int) of a C function "
@@ -84,8 +94,9 @@ class KVCacheColdPageCodec(Managed):
                 f"got {type(factory).__name__}"
             )
         out = ffi.kvcm_cold_page_codec()
+        _native.release_deferred()
         st = fn(ctypes.byref(out))
-        _native.check(st)
+        _native.check(st)  # a POINTER(kvcm_status): raised and freed
         return cls._wrap(out)
 
     @classmethod

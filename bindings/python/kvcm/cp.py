@@ -51,7 +51,7 @@ import threading
 from typing import Any, Iterable, Sequence
 
 from . import _native
-from ._managed import Managed
+from ._managed import Managed, callback_guard
 from ._native import ffi
 from .errors import BufferTooSmallError
 
@@ -246,7 +246,30 @@ _next_key = 1
 
 
 class _Holder:
-    __slots__ = ("key", "middleware", "callbacks", "vtable", "owner", "__weakref__")
+    __slots__ = ("key", "middleware", "callbacks", "vtable", "owner", "faults", "__weakref__")
+
+
+class _Faults:
+    """What a ContextPilotKVManager's callbacks report to: the errors kept,
+    and the stash of a strict direct call. Owned by the wrapper and by its
+    holder in ``_live``; it never refers to the wrapper, so a wrapper the
+    program drops is finalized (closing the native index) even while the
+    library still holds its callbacks."""
+
+    __slots__ = ("errors", "stash", "direct", "strict")
+
+    def __init__(self, strict: bool) -> None:
+        self.errors: collections.deque[BaseException] = collections.deque(maxlen=16)
+        self.stash = _native.Stash()
+        self.direct = threading.local()
+        self.strict = strict
+
+    def failed(self, e: BaseException) -> None:
+        """A middleware method raised (or answered garbage): keep it; in a
+        strict direct call, stash it for re-raising."""
+        self.errors.append(e)
+        if self.strict and getattr(self.direct, "active", 0) > 0:
+            self.stash.put(e)
 
 
 class ContextPilotKVManager(CPAwareKVManager):
@@ -266,10 +289,12 @@ class ContextPilotKVManager(CPAwareKVManager):
         super().__init__()
         global _next_key
         self._middleware = middleware
-        self.strict = bool(strict)
-        self.errors: collections.deque[BaseException] = collections.deque(maxlen=16)
-        self._stash = _native.Stash()
-        self._direct = threading.local()
+        faults = _Faults(bool(strict))
+        self._faults = faults
+        #: The most recent exceptions of the middleware (at most 16).
+        self.errors: collections.deque[BaseException] = faults.errors
+        self._stash = faults.stash
+        self._direct = faults.direct
         found = {name: getattr(middleware, name, None) for name in CP_METHODS}
         self.capabilities = frozenset(n for n, fn in found.items() if callable(fn))
 
@@ -280,16 +305,20 @@ class ContextPilotKVManager(CPAwareKVManager):
             _next_key += 1
             _live[holder.key] = holder
         holder.middleware = middleware
+        holder.faults = faults
         vt = _native.versioned(ffi.kvcm_cp_index_vtable)
         cbs: list[Any] = []
 
         def slot(name: str, proto: Any, cftype: Any, impl: Any) -> None:
             if name in self.capabilities:
-                cb = proto(impl)
+                cb = proto(callback_guard(impl))
                 cbs.append(cb)
                 setattr(vt, name, ctypes.cast(cb, cftype))
 
-        fail = self._failed
+        # Not self._failed: the callbacks live in _live as long as the native
+        # index, which only this wrapper's close()/__del__ destroys; a strong
+        # reference to the wrapper there would keep it alive for good.
+        fail = faults.failed
         slot("predict_prefix_reuse", _PREDICT, ffi.kvcm_cp_index_vtable_predict_prefix_reuse,
              _predict(found["predict_prefix_reuse"], fail))
         slot("get_cp_cached_blocks", _CACHED, ffi.kvcm_cp_index_vtable_get_cp_cached_blocks,
@@ -308,12 +337,12 @@ class ContextPilotKVManager(CPAwareKVManager):
                 if h is not None:
                     # Let go of the middleware and every callback but this
                     # one (running now): it waits in the graveyard.
-                    h.middleware, h.vtable, h.owner = None, None, None
+                    h.middleware, h.vtable, h.owner, h.faults = None, None, None, None
                     h.callbacks = [c for c in h.callbacks if c is holder_destroy[0]]
                     _graveyard.append(h)
 
         holder_destroy: list[Any] = []
-        d = ffi.kvcm_cp_index_vtable_destroy(destroy)
+        d = ffi.kvcm_cp_index_vtable_destroy(callback_guard(destroy))
         holder_destroy.append(d)
         cbs.append(d)
         vt.destroy = d
@@ -331,12 +360,19 @@ class ContextPilotKVManager(CPAwareKVManager):
     def middleware(self) -> Any:
         return self._middleware
 
+    @property
+    def strict(self) -> bool:
+        """Re-raise a middleware's exception from this object's own calls."""
+        return self._faults.strict
+
+    @strict.setter
+    def strict(self, value: bool) -> None:
+        self._faults.strict = bool(value)
+
     def _failed(self, e: BaseException) -> None:
         """A middleware method raised (or answered garbage): keep it; in a
         strict direct call, stash it for re-raising."""
-        self.errors.append(e)
-        if self.strict and getattr(self._direct, "active", 0) > 0:
-            self._stash.put(e)
+        self._faults.failed(e)
 
     def _call(self, fn: str, *args: Any) -> None:
         h = self._native()

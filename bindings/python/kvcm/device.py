@@ -16,7 +16,7 @@ import threading
 from typing import Any, Callable, Iterable, Sequence
 
 from . import _native
-from ._managed import Managed
+from ._managed import Managed, callback_guard
 from ._native import ffi
 
 
@@ -102,7 +102,7 @@ class Stream(Managed):
                 with self._pending_lock:
                     self._pending.pop(key, None)
 
-        cb = ffi.kvcm_host_func(trampoline)
+        cb = ffi.kvcm_host_func(callback_guard(trampoline))
         key = id(cb)
         with self._pending_lock:
             self._pending[key] = cb  # alive until it has run

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 from . import _native
-from ._managed import Managed
+from ._managed import Managed, callback_guard
 from ._native import ffi
 from .codec import KVCacheColdPageCodec
 from .config import (
@@ -602,7 +602,8 @@ class _KVCache(Managed):
                     stash.put(e)
                     return 0
 
-            self._priority_cb = ffi.kvcm_priority_func(trampoline)
+            # Runs with the manager's lock held: finalizers there defer.
+            self._priority_cb = ffi.kvcm_priority_func(callback_guard(trampoline))
             opts.priority = self._priority_cb
         rid_keep = None
         if request_id is not None:

@@ -258,7 +258,17 @@ public:
     [[nodiscard]] bool tryEnqueueHostFunc(F&& fn) const noexcept
     {
         using Fn = std::decay_t<F>;
-        Fn* raw = new (std::nothrow) Fn(std::forward<F>(fn));
+        Fn* raw = nullptr;
+        try
+        {
+            // nothrow covers only the allocation: Fn's copy/move constructor
+            // may still throw, and nothing may escape this noexcept function.
+            raw = new (std::nothrow) Fn(std::forward<F>(fn));
+        }
+        catch (...)
+        {
+            return false;
+        }
         if (raw == nullptr)
         {
             return false;
