@@ -67,6 +67,12 @@ type Delegating struct {
 	faults atomic.Uint64
 	notes  atomic.Uint64
 
+	// genMu guards the generation: it advances whenever the external
+	// generation or the notification count differs from the last seen.
+	genMu              sync.Mutex
+	lastExt, lastNotes uint64
+	gen                uint64
+
 	mu     sync.Mutex
 	scores map[string]float64
 }
@@ -131,7 +137,8 @@ func (d *Delegating) PredictPrefixReuse(requestID string, tokens []config.Token)
 	}
 	var raw float64
 	if !d.guard("PredictPrefixReuse", func() (err error) {
-		raw, err = d.ext.PredictPrefixReuse(requestID, tokens)
+		// A copy: the external index must not be able to change the prompt.
+		raw, err = d.ext.PredictPrefixReuse(requestID, slices.Clone(tokens))
 		return err
 	}) {
 		raw = 0
@@ -239,22 +246,23 @@ func (d *Delegating) GetAllocationPriority(requestIDs []string) []string {
 	return out
 }
 
-// Generation returns the external generation combined with this adapter's
-// own counter of notifications passed through, so it changes whenever either
-// does. Without an external Generation (or when it fails) only the adapter's
-// counter is used.
+// Generation changes whenever the external generation or the count of
+// notifications passed through changes. Without an external Generation (or
+// when it fails) only the notifications count.
 func (d *Delegating) Generation() uint64 {
 	own := d.notes.Load()
-	if d.ext.Generation == nil {
-		return own
-	}
 	var g uint64
-	if !d.guard("Generation", func() (err error) {
+	if d.ext.Generation != nil && !d.guard("Generation", func() (err error) {
 		g, err = d.ext.Generation()
 		return err
 	}) {
-		return own
+		g = d.lastExt // a failing index changes nothing
 	}
-	// Mix so that a change of either side changes the result.
-	return g*0x9E3779B97F4A7C15 ^ own
+	d.genMu.Lock()
+	defer d.genMu.Unlock()
+	if g != d.lastExt || own != d.lastNotes {
+		d.lastExt, d.lastNotes = g, own
+		d.gen++
+	}
+	return d.gen
 }

@@ -53,7 +53,7 @@ type ManagerBackedOptions struct {
 // not say which pages a block has: a cache may publish a block whose windowed
 // page it already released (Resize before Commit), announced by a plain
 // BlockStored, and a cache that publishes an equal block fills the pages the
-// tree's block had lost without any event. Neither can be mirrored, so the
+// tree's block had lost with an update to a level the mirror already shows. Neither can be mirrored, so the
 // index caps the reusable prefix with Manager.ProbeReuse, which is exact but
 // costs one hash walk per score. (Two events in core would make the probe
 // unnecessary: a DroppedLevel update for each page a stored block lacks, and
@@ -238,7 +238,10 @@ func (x *ManagerBacked) drain() {
 			if e.Level < 0 {
 				lv = droppedLevel
 			}
-			if b.levels[e.LayerGroup] == lv {
+			// With several layer groups a page may come back at the level
+			// the mirror already shows (it was stored without it): the
+			// probed prefix can change anyway, so watchers are told.
+			if b.levels[e.LayerGroup] == lv && !x.probe {
 				continue
 			}
 			b.levels[e.LayerGroup] = lv

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -234,7 +235,13 @@ func (mx Matrix) Run() (*Report, error) {
 		if w.Kind == W4 || hasSessions(tr) {
 			rate /= float64(len(tr.Requests)) / float64(countFirstTurns(tr))
 		}
-		res, err := Run(tr.TimeScaled(1/rate), opts(w, p))
+		scale := 1 / rate
+		if w.Fixed != nil {
+			// Generated traces arrive at one request a second; a given one
+			// at its own rate, which the load is relative to.
+			scale *= openLoopRate(tr)
+		}
+		res, err := Run(tr.TimeScaled(scale), opts(w, p))
 		if err != nil {
 			return fmt.Errorf("%s %v load %v seed %d: %w", w.Name(), p, mx.Loads[j.li], mx.Seeds[j.si], err)
 		}
@@ -356,4 +363,20 @@ func parallel[T any](n int, jobs []T, fn func(T) error) error {
 	close(ch)
 	wg.Wait()
 	return first
+}
+
+// openLoopRate is the arrival rate of a trace's independent requests (first
+// turns): their count over the span of their arrivals; 1 when undefined.
+func openLoopRate(tr *Trace) float64 {
+	lo, hi, n := math.Inf(1), math.Inf(-1), 0
+	for _, r := range tr.Requests {
+		if r.Session != "" && r.Turn > 0 {
+			continue
+		}
+		lo, hi, n = min(lo, r.Arrival), max(hi, r.Arrival), n+1
+	}
+	if n < 2 || !(hi > lo) {
+		return 1
+	}
+	return float64(n-1) / (hi - lo)
 }
