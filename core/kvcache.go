@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/kvcm/kvcm/core/blockhash"
@@ -37,12 +38,17 @@ func (s Status) String() string {
 	return fmt.Sprintf("Status(%d)", int(s))
 }
 
+// MaxCapacity is the largest capacity, in tokens, a cache may have.
+const MaxCapacity = math.MaxInt32
+
 // BadPageIndex marks a block without a page in a layer group (released out of
 // a sliding window, or beyond the capacity).
 const BadPageIndex int32 = -1
 
 // PriorityFunc returns the eviction priority of the cache's block at
-// blockIndex when it is committed, in [MinPriority, MaxPriority].
+// blockIndex when it is committed, in [MinPriority, MaxPriority] (values
+// outside are clamped). It runs with the manager's lock held and must not
+// call into the manager; a panic in it fails the Commit, changing nothing.
 type PriorityFunc func(blockIndex int) int
 
 // CacheOptions configures CreateKVCache.
@@ -81,7 +87,9 @@ type KVCache struct {
 	chain          *node
 	stopped        bool
 	pendingPartial bool
-	reused         int
+	// detached: a key collision stopped publishing (see publish).
+	detached bool
+	reused   int
 }
 
 // match is the reusable prefix of some input.
@@ -209,6 +217,9 @@ func (m *Manager) usablePrefix(path []*node) int {
 func (m *Manager) ProbeReuse(scope blockhash.Scope, input []config.Token) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.closed {
+		return 0
+	}
 	mt := m.findMatch(scope, input)
 	return mt.tokens(m.cfg.TokensPerBlock)
 }
@@ -583,15 +594,15 @@ func (c *KVCache) Resize(capacity, history int) error {
 		return argErr("history_length", "must not decrease (%d < %d)", history, c.history)
 	case capacity < history:
 		return argErr("capacity", "must be at least history_length (%d < %d)", capacity, history)
+	case capacity > MaxCapacity:
+		return argErr("capacity", "%d exceeds the largest sequence, %d tokens", capacity, MaxCapacity)
 	}
 	lt, lvl := m.lt, m.levels[0]
 	oldBlocks, newBlocks := len(c.blocks), lt.BlocksFor(capacity)
 	n := need{}
-	for b := oldBlocks; b < newBlocks; b++ {
-		for lc := range lt.LifeCycles {
-			if lt.Needs(layout.LifeCycleID(lc), b, history) {
-				n[lvl.groupOf(layout.LifeCycleID(lc))]++
-			}
+	for lc := range lt.LifeCycles {
+		if k := lt.NewPagesNeeded(layout.LifeCycleID(lc), oldBlocks, newBlocks, history); k > 0 {
+			n[lvl.groupOf(layout.LifeCycleID(lc))] += k
 		}
 	}
 	if err := m.reserveAt(0, n); err != nil {
@@ -672,7 +683,17 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 	}
 	tpb := m.cfg.TokensPerBlock
 	first := len(c.tokens) / tpb
-	completes := (len(c.tokens)+len(tokens))/tpb > first
+	full := (len(c.tokens) + len(tokens)) / tpb
+	// The callback runs before anything changes: a panic in it changes
+	// nothing.
+	prios := make([]int, max(full-first, 0))
+	for i := range prios {
+		var err error
+		if prios[i], err = c.blockPriority(first + i); err != nil {
+			return err
+		}
+	}
+	completes := full > first
 	var ev *sharedEvent
 	if completes {
 		// Recorded before anything changes, so a failure changes nothing;
@@ -684,8 +705,8 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 		defer m.events.release(ev)
 	}
 	c.tokens = append(c.tokens, tokens...)
-	for b := first; (b+1)*tpb <= len(c.tokens); b++ {
-		for _, p := range c.publish(b) {
+	for b := first; b < full; b++ {
+		for _, p := range c.publish(b, prios[b-first]) {
 			p.group.fences[p.slot].add(&m.events, ev)
 		}
 	}
@@ -707,7 +728,7 @@ func (c *KVCache) StopCommitting() {
 // publish links block b into the tree after the cache's chain. If an equal
 // block is already there, the cache keeps its own pages private and follows
 // the existing node.
-func (c *KVCache) publish(b int) []*page {
+func (c *KVCache) publish(b, priority int) []*page {
 	m := c.m
 	tpb := m.cfg.TokensPerBlock
 	blk := c.tokens[b*tpb : (b+1)*tpb]
@@ -715,13 +736,22 @@ func (c *KVCache) publish(b int) []*page {
 	if cb.node != nil {
 		return nil
 	}
+	if c.detached {
+		return nil
+	}
 	key := m.hasher.Next(c.chain.key, blk)
 	next := c.chain.child(key)
+	if next != nil && !slices.Equal(next.tokens, blk) {
+		// A 64-bit key collision: never link to another block's content;
+		// this cache publishes nothing more.
+		c.detached = true
+		return nil
+	}
 	var published []*page
 	switch {
 	case next == nil:
 		next = newNode(c.chain, key, slices.Clone(blk), len(m.lt.LifeCycles))
-		c.setPriority(next, b)
+		c.setPriority(next, priority)
 		published = c.adopt(next, cb.pages)
 		c.chain.addChild(next, tpb)
 		cb.node = next
@@ -766,11 +796,10 @@ func (c *KVCache) adopt(n *node, pages []*page) []*page {
 	return adopted
 }
 
-func (c *KVCache) setPriority(n *node, b int) {
+func (c *KVCache) setPriority(n *node, pr int) {
 	if c.priority == nil {
 		return
 	}
-	pr := min(max(c.priority(b), MinPriority), MaxPriority)
 	n.priority = pr
 	// Ancestors never rank below descendants, so a chain drains from its tail.
 	for a := n.parent; a != nil && a.priority < pr; a = a.parent {
@@ -783,6 +812,20 @@ func (c *KVCache) setPriority(n *node, b int) {
 	}
 }
 
+// blockPriority calls the cache's PriorityFunc for block b, clamped into
+// [MinPriority, MaxPriority]; a panic in the callback is an error.
+func (c *KVCache) blockPriority(b int) (pr int, err error) {
+	if c.priority == nil {
+		return DefaultPriority, nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: priority callback panicked for block %d: %v", ErrInvalidArgument, b, r)
+		}
+	}()
+	return min(max(c.priority(b), MinPriority), MaxPriority), nil
+}
+
 // registerPartial publishes the trailing partial block at close, when nobody
 // writes into it any more.
 func (c *KVCache) registerPartial() {
@@ -793,7 +836,7 @@ func (c *KVCache) registerPartial() {
 		return
 	}
 	for _, p := range c.blocks[b].pages {
-		if p == nil {
+		if p == nil || p.lost {
 			return
 		}
 	}
@@ -804,7 +847,11 @@ func (c *KVCache) registerPartial() {
 		}
 	}
 	n := newNode(c.chain, m.hasher.Next(c.chain.key, blk), blk, len(m.lt.LifeCycles))
-	c.setPriority(n, b)
+	pr, err := c.blockPriority(b)
+	if err != nil {
+		pr = DefaultPriority // Close cannot fail for it
+	}
+	c.setPriority(n, pr)
 	c.adopt(n, c.blocks[b].pages)
 	c.chain.addChild(n, tpb)
 	c.blocks[b].node = n

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -53,6 +54,7 @@ func (m *Manager) ResizeLevel(level layout.CacheLevel, quota int64) error {
 			}
 		}
 	}
+	sizes := make([]int64, len(lvl.groups)) // each group's size before it was resized
 	// Defragmenting hides the slots that will go from the free lists; on
 	// any failure from here on they come back.
 	fail := func(err error) error {
@@ -73,9 +75,18 @@ func (m *Manager) ResizeLevel(level layout.CacheLevel, quota int64) error {
 		return fail(err)
 	}
 	for i, g := range lvl.groups {
+		before := g.numSlots
 		if err := m.resizeGroup(g, target[i]); err != nil {
+			// Groups already resized go back: a failed call changes nothing.
+			for j := range i {
+				m.resizeGroup(lvl.groups[j], sizes[j])
+			}
+			if errors.Is(err, device.ErrOutOfMemory) {
+				err = fmt.Errorf("%w: %w", ErrOutOfPages, err)
+			}
 			return fail(err)
 		}
+		sizes[i] = before
 	}
 	lvl.quota = quota
 	m.safePoint()

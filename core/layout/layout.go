@@ -222,7 +222,22 @@ func (lt *Layout) SetColdPageBytes(coldBytes []int64) error {
 }
 
 // BlocksFor returns how many blocks a sequence of n tokens spans.
-func (lt *Layout) BlocksFor(n int) int { return (n + lt.TokensPerBlock - 1) / lt.TokensPerBlock }
+func (lt *Layout) BlocksFor(n int) int {
+	b := n / lt.TokensPerBlock
+	if n%lt.TokensPerBlock != 0 {
+		b++
+	}
+	return b
+}
+
+// NewPagesNeeded returns how many of blocks [from, to) lifecycle lc needs
+// once history tokens are computed: the sink blocks and those from the first
+// kept one on.
+func (lt *Layout) NewPagesNeeded(lc LifeCycleID, from, to, history int) int {
+	overlap := func(lo, hi int) int { return max(0, min(hi, to)-max(lo, from)) }
+	sinks := lt.SinkBlocks(lc)
+	return overlap(0, sinks) + overlap(max(sinks, lt.FirstKeptBlock(lc, history)), to)
+}
 
 // SinkBlocks returns how many leading blocks hold sink tokens of lifecycle lc.
 func (lt *Layout) SinkBlocks(lc LifeCycleID) int {
