@@ -55,7 +55,7 @@ func kvcm_config_validate(config *C.kvcm__const_kvcm_manager_config) (status *C.
 	return statusOf(kvcmFn, glueConfigValidate(config))
 }
 
-// kvcm_cp_create_delegating is the export of kvcm_cp_create_delegating (ABI version 2).
+// kvcm_cp_create_delegating is the export of kvcm_cp_create_delegating (ABI version 1).
 //
 //export kvcm_cp_create_delegating
 func kvcm_cp_create_delegating(object *C.kvcm__const_kvcm_cp_index_object, out *C.kvcm_cp_index) (status *C.kvcm_status) {
@@ -82,7 +82,7 @@ func kvcm_cp_create_delegating(object *C.kvcm__const_kvcm_cp_index_object, out *
 	return statusOf(kvcmFn, glueCPCreateDelegating(objectArg, out))
 }
 
-// kvcm_cp_create_manager_backed is the export of kvcm_cp_create_manager_backed (ABI version 2).
+// kvcm_cp_create_manager_backed is the export of kvcm_cp_create_manager_backed (ABI version 1).
 //
 //export kvcm_cp_create_manager_backed
 func kvcm_cp_create_manager_backed(manager C.kvcm_manager, options *C.kvcm__const_kvcm_cp_manager_backed_options, out *C.kvcm_cp_index) (status *C.kvcm_status) {
@@ -104,7 +104,7 @@ func kvcm_cp_create_manager_backed(manager C.kvcm_manager, options *C.kvcm__cons
 	if out == nil {
 		return argStatus(kvcmFn, "out", "must not be NULL")
 	}
-	if st := checkVersion(kvcmFn, "options", uint32(options.struct_size), uint32(options.abi_version), uint32(C.KVCM__CP_MANAGER_BACKED_OPTIONS_SIZE_V2)); st != nil {
+	if st := checkVersion(kvcmFn, "options", uint32(options.struct_size), uint32(options.abi_version), uint32(C.KVCM__CP_MANAGER_BACKED_OPTIONS_SIZE_V1)); st != nil {
 		return st
 	}
 	managerObj, st := lookupManager(kvcmFn, "manager", manager)
@@ -114,7 +114,7 @@ func kvcm_cp_create_manager_backed(manager C.kvcm_manager, options *C.kvcm__cons
 	return statusOf(kvcmFn, glueCPCreateManagerBacked(managerObj, options, out))
 }
 
-// kvcm_cp_create_null is the export of kvcm_cp_create_null (ABI version 2).
+// kvcm_cp_create_null is the export of kvcm_cp_create_null (ABI version 1).
 //
 //export kvcm_cp_create_null
 func kvcm_cp_create_null(out *C.kvcm_cp_index) (status *C.kvcm_status) {
@@ -136,7 +136,7 @@ func kvcm_cp_create_null(out *C.kvcm_cp_index) (status *C.kvcm_status) {
 	return statusOf(kvcmFn, glueCPCreateNull(out))
 }
 
-// kvcm_cp_destroy is the export of kvcm_cp_destroy (ABI version 2).
+// kvcm_cp_destroy is the export of kvcm_cp_destroy (ABI version 1).
 //
 //export kvcm_cp_destroy
 func kvcm_cp_destroy(cp C.kvcm_cp_index) (status *C.kvcm_status) {
@@ -156,7 +156,7 @@ func kvcm_cp_destroy(cp C.kvcm_cp_index) (status *C.kvcm_status) {
 	return statusOf(kvcmFn, glueCPDestroy(cpObj))
 }
 
-// kvcm_cp_get_allocation_priority is the export of kvcm_cp_get_allocation_priority (ABI version 2).
+// kvcm_cp_get_allocation_priority is the export of kvcm_cp_get_allocation_priority (ABI version 1).
 //
 //export kvcm_cp_get_allocation_priority
 func kvcm_cp_get_allocation_priority(cp C.kvcm_cp_index, request_ids *C.kvcm__const_kvcm_cp_request_id, num_request_ids C.size_t, order *C.size_t) (status *C.kvcm_status) {
@@ -182,7 +182,7 @@ func kvcm_cp_get_allocation_priority(cp C.kvcm_cp_index, request_ids *C.kvcm__co
 	return statusOf(kvcmFn, glueCPGetAllocationPriority(cpObj, request_ids, num_request_ids, order))
 }
 
-// kvcm_cp_get_cached_blocks is the export of kvcm_cp_get_cached_blocks (ABI version 2).
+// kvcm_cp_get_cached_blocks is the export of kvcm_cp_get_cached_blocks (ABI version 1).
 //
 //export kvcm_cp_get_cached_blocks
 func kvcm_cp_get_cached_blocks(cp C.kvcm_cp_index, request_id *C.kvcm__const_char, request_id_len C.size_t, keys *C.uint64_t, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
@@ -214,7 +214,7 @@ func kvcm_cp_get_cached_blocks(cp C.kvcm_cp_index, request_id *C.kvcm__const_cha
 	return statusOf(kvcmFn, glueCPGetCachedBlocks(cpObj, request_id, request_id_len, keys, capacity, needed))
 }
 
-// kvcm_cp_get_fault_count is the export of kvcm_cp_get_fault_count (ABI version 2).
+// kvcm_cp_get_fault_count is the export of kvcm_cp_get_fault_count (ABI version 1).
 //
 //export kvcm_cp_get_fault_count
 func kvcm_cp_get_fault_count(cp C.kvcm_cp_index, out *C.uint64_t) (status *C.kvcm_status) {
@@ -240,7 +240,7 @@ func kvcm_cp_get_fault_count(cp C.kvcm_cp_index, out *C.uint64_t) (status *C.kvc
 	return statusOf(kvcmFn, glueCPGetFaultCount(cpObj, out))
 }
 
-// kvcm_cp_notify_blocks_allocated is the export of kvcm_cp_notify_blocks_allocated (ABI version 2).
+// kvcm_cp_notify_blocks_allocated is the export of kvcm_cp_notify_blocks_allocated (ABI version 1).
 //
 //export kvcm_cp_notify_blocks_allocated
 func kvcm_cp_notify_blocks_allocated(cp C.kvcm_cp_index, request_id *C.kvcm__const_char, request_id_len C.size_t, keys *C.kvcm__const_uint64_t, num_keys C.size_t) (status *C.kvcm_status) {
@@ -266,7 +266,7 @@ func kvcm_cp_notify_blocks_allocated(cp C.kvcm_cp_index, request_id *C.kvcm__con
 	return statusOf(kvcmFn, glueCPNotifyBlocksAllocated(cpObj, request_id, request_id_len, keys, num_keys))
 }
 
-// kvcm_cp_notify_blocks_freed is the export of kvcm_cp_notify_blocks_freed (ABI version 2).
+// kvcm_cp_notify_blocks_freed is the export of kvcm_cp_notify_blocks_freed (ABI version 1).
 //
 //export kvcm_cp_notify_blocks_freed
 func kvcm_cp_notify_blocks_freed(cp C.kvcm_cp_index, request_id *C.kvcm__const_char, request_id_len C.size_t, keys *C.kvcm__const_uint64_t, num_keys C.size_t) (status *C.kvcm_status) {
@@ -292,7 +292,7 @@ func kvcm_cp_notify_blocks_freed(cp C.kvcm_cp_index, request_id *C.kvcm__const_c
 	return statusOf(kvcmFn, glueCPNotifyBlocksFreed(cpObj, request_id, request_id_len, keys, num_keys))
 }
 
-// kvcm_cp_predict_prefix_reuse is the export of kvcm_cp_predict_prefix_reuse (ABI version 2).
+// kvcm_cp_predict_prefix_reuse is the export of kvcm_cp_predict_prefix_reuse (ABI version 1).
 //
 //export kvcm_cp_predict_prefix_reuse
 func kvcm_cp_predict_prefix_reuse(cp C.kvcm_cp_index, request_id *C.kvcm__const_char, request_id_len C.size_t, tokens *C.kvcm__const_kvcm_token, num_tokens C.size_t, out *C.double) (status *C.kvcm_status) {
@@ -787,7 +787,7 @@ func kvcm_manager_alloc_memory(manager C.kvcm_manager, kind C.kvcm_memory_kind, 
 	return statusOf(kvcmFn, glueManagerAllocMemory(managerObj, kind, size, out))
 }
 
-// kvcm_manager_attach_cp is the export of kvcm_manager_attach_cp (ABI version 2).
+// kvcm_manager_attach_cp is the export of kvcm_manager_attach_cp (ABI version 1).
 //
 //export kvcm_manager_attach_cp
 func kvcm_manager_attach_cp(manager C.kvcm_manager, cp C.kvcm_cp_index) (status *C.kvcm_status) {
@@ -907,7 +907,7 @@ func kvcm_manager_destroy_stream(manager C.kvcm_manager, stream C.kvcm_stream) (
 	return statusOf(kvcmFn, glueManagerDestroyStream(managerObj, stream))
 }
 
-// kvcm_manager_detach_cp is the export of kvcm_manager_detach_cp (ABI version 2).
+// kvcm_manager_detach_cp is the export of kvcm_manager_detach_cp (ABI version 1).
 //
 //export kvcm_manager_detach_cp
 func kvcm_manager_detach_cp(manager C.kvcm_manager) (status *C.kvcm_status) {

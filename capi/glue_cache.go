@@ -57,14 +57,12 @@ func glueKVCacheCreate(mgr *managerObj, opts *C.kvcm__const_kvcm_kv_cache_option
 			return int(C.kvcm__call_priority_func(fn, user, C.int64_t(block)))
 		}
 	}
-	var requestID string
-	if C.kvcm__has_kv_cache_options_request_id_len(opts) != 0 {
-		if opts.request_id == nil && opts.request_id_len != 0 {
-			return argError("options.request_id", "is NULL but request_id_len is %d", uint64(opts.request_id_len))
-		}
-		if requestID, err = goID(opts.request_id, opts.request_id_len, "options.request_id"); err != nil {
-			return err
-		}
+	if opts.request_id == nil && opts.request_id_len != 0 {
+		return argError("options.request_id", "is NULL but request_id_len is %d", uint64(opts.request_id_len))
+	}
+	requestID, err := goID(opts.request_id, opts.request_id_len, "options.request_id")
+	if err != nil {
+		return err
 	}
 	mgr.mu.Lock()
 	if mgr.gone {

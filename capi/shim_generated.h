@@ -28,17 +28,12 @@ extern kvcm_status* kvcm__go_stream_enqueue_host_func(kvcm_stream stream, kvcm_h
 
 /* Versioned structs: the bytes struct_size must cover, per version. */
 #define KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V1 64
-#define KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V2 64
-#define KVCM__CP_INDEX_VTABLE_SIZE_V2 56
-#define KVCM__CP_MANAGER_BACKED_OPTIONS_SIZE_V2 48
-#define KVCM__KV_CACHE_OPTIONS_SIZE_V1 64
-#define KVCM__KV_CACHE_OPTIONS_SIZE_V2 80
+#define KVCM__CP_INDEX_VTABLE_SIZE_V1 56
+#define KVCM__CP_MANAGER_BACKED_OPTIONS_SIZE_V1 48
+#define KVCM__KV_CACHE_OPTIONS_SIZE_V1 80
 #define KVCM__MANAGER_CONFIG_SIZE_V1 112
-#define KVCM__MANAGER_CONFIG_SIZE_V2 112
 
 /* Fields appended after a versioned struct's first version: read one only when it is present. */
-static inline int kvcm__has_kv_cache_options_request_id(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, request_id) + sizeof(p->request_id); }
-static inline int kvcm__has_kv_cache_options_request_id_len(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, request_id_len) + sizeof(p->request_id_len); }
 
 /* Opaque pointer fields, read and written as uintptr_t. */
 static inline uintptr_t kvcm__get_cold_page_codec_self(const kvcm_cold_page_codec* p) { return (uintptr_t)p->self; }

@@ -270,9 +270,11 @@ Conventions:
 		fmt.Fprintf(&b, "struct %s {\n", api.CName)
 		b.WriteString("    /** sizeof(the table) as built into the library. */\n    uint32_t struct_size;\n")
 		b.WriteString("    /** The library's ABI version. */\n    uint32_t abi_version;\n")
-		for _, f := range m.TableFuncs() {
+		slots, _ := m.APILayout()
+		for _, s := range slots {
+			f := s.Func
 			fmt.Fprintf(&b, "    /** %s (since ABI version %d). */\n", f.CName, f.Since)
-			fmt.Fprintf(&b, "    %s (*%s)(%s);\n", f.Sig.Result.CName(), strings.TrimPrefix(f.CName, m.Prefix+"_"), f.Sig.CParams())
+			fmt.Fprintf(&b, "    %s (*%s)(%s);\n", f.Sig.Result.CName(), s.Name, f.Sig.CParams())
 		}
 		b.WriteString("};\n\n")
 	}
@@ -290,6 +292,16 @@ Conventions:
 		fmt.Fprintf(&b, "%s_STATIC_ASSERT(%s_ALIGNOF(%s) == %d, \"alignment of %s changed\");\n", P, P, d.CName, d.align, d.CName)
 		for _, f := range d.Fields {
 			fmt.Fprintf(&b, "%s_STATIC_ASSERT(offsetof(%s, %s) == %d, \"layout of %s changed\");\n", P, d.CName, f.CName, f.Offset, d.CName)
+		}
+	}
+	if api := m.APIDecl(); api != nil {
+		slots, size := m.APILayout()
+		fmt.Fprintf(&b, "%s_STATIC_ASSERT(sizeof(%s) == %d, \"layout of %s changed\");\n", P, api.CName, size, api.CName)
+		fmt.Fprintf(&b, "%s_STATIC_ASSERT(%s_ALIGNOF(%s) == 8, \"alignment of %s changed\");\n", P, P, api.CName, api.CName)
+		fmt.Fprintf(&b, "%s_STATIC_ASSERT(offsetof(%s, struct_size) == 0, \"layout of %s changed\");\n", P, api.CName, api.CName)
+		fmt.Fprintf(&b, "%s_STATIC_ASSERT(offsetof(%s, abi_version) == 4, \"layout of %s changed\");\n", P, api.CName, api.CName)
+		for _, s := range slots {
+			fmt.Fprintf(&b, "%s_STATIC_ASSERT(offsetof(%s, %s) == %d, \"layout of %s changed\");\n", P, api.CName, s.Name, s.Offset, api.CName)
 		}
 	}
 	b.WriteString("#endif\n\n")

@@ -57,7 +57,7 @@ func EmitMarkdown(m *Model, p Paths) string {
 		"integers; a freed or consumed handle is reported as `KVCM_ERR_INVALID_HANDLE`. A panic inside the library " +
 		"returns `KVCM_ERR_INTERNAL` and poisons the library (`KVCM_ERR_POISONED` from then on).\n\n")
 
-	b.WriteString("## Contents\n\n- [Functions](#functions)\n- [Structures](#structures)\n- [Enumerations](#enumerations)\n" +
+	b.WriteString("## Contents\n\n- [Functions](#functions)\n- [Structures](#structures)\n- [Function table](#function-table)\n- [Enumerations](#enumerations)\n" +
 		"- [Scalar types, handles and callbacks](#scalar-types-handles-and-callbacks)\n- [Constants](#constants)\n\n")
 
 	b.WriteString("## Functions\n\n| function | since | summary |\n|---|---|---|\n")
@@ -116,33 +116,57 @@ func EmitMarkdown(m *Model, p Paths) string {
 		b.WriteString("\n")
 	}
 
+	if api := m.APIDecl(); api != nil {
+		slots, size := m.APILayout()
+		b.WriteString("## Function table\n\n")
+		fmt.Fprintf(&b, "`%s`, returned by `%s_get_api`. %s\n\n", api.CName, m.Prefix, mdText(api.Doc))
+		fmt.Fprintf(&b, "Size %d bytes, alignment 8. Since ABI version %d. A caller reads a slot only when the table's "+
+			"`struct_size` covers it.\n\n", size, api.Since)
+		b.WriteString("| offset | slot | function | since |\n|---|---|---|---|\n")
+		b.WriteString("| 0 | `struct_size` | `uint32_t`: sizeof(the table) as built into the library | " + fmt.Sprint(api.Since) + " |\n")
+		b.WriteString("| 4 | `abi_version` | `uint32_t`: the library's ABI version | " + fmt.Sprint(api.Since) + " |\n")
+		for _, s := range slots {
+			fmt.Fprintf(&b, "| %d | `%s` | [`%s`](#%s) | %d |\n", s.Offset, s.Name, s.Func.CName, anchor(s.Func.CName), s.Func.Since)
+		}
+		b.WriteString("\n")
+	}
+
 	b.WriteString("## Enumerations\n\nEach is a fixed-width typedef; the enumerators are its values.\n\n")
 	for _, d := range m.Decls {
 		if d.Kind != DEnum {
 			continue
 		}
-		fmt.Fprintf(&b, "### %s\n\n`typedef %s %s;` (C++ `kvcm::%s`). %s\n\n", d.CName, d.Base.CName(), d.CName, d.CppName, mdText(d.Doc))
+		fmt.Fprintf(&b, "### %s\n\n`typedef %s %s;` (C++ `kvcm::%s`). %s\n\nSince ABI version %d.\n\n",
+			d.CName, d.Base.CName(), d.CName, d.CppName, mdText(d.Doc), d.Since)
 		b.WriteString("| value | name | description |\n|---|---|---|\n")
 		for _, e := range d.Members {
-			fmt.Fprintf(&b, "| %d | `%s` | %s |\n", e.Value, e.CName, mdCell(e.Doc))
+			desc := e.Doc
+			if e.Since != d.Since {
+				desc += fmt.Sprintf(" (since ABI version %d)", e.Since)
+			}
+			fmt.Fprintf(&b, "| %d | `%s` | %s |\n", e.Value, e.CName, mdCell(desc))
 		}
 		b.WriteString("\n")
 	}
 
-	b.WriteString("## Scalar types, handles and callbacks\n\n| type | definition | description |\n|---|---|---|\n")
+	b.WriteString("## Scalar types, handles and callbacks\n\n| type | definition | since | description |\n|---|---|---|---|\n")
 	for _, d := range m.Decls {
 		switch d.Kind {
 		case DTypedef, DHandle:
-			fmt.Fprintf(&b, "| `%s` | `typedef %s %s;` | %s |\n", d.CName, d.Base.CName(), d.CName, mdCell(d.Doc))
+			fmt.Fprintf(&b, "| `%s` | `typedef %s %s;` | %d | %s |\n", d.CName, d.Base.CName(), d.CName, d.Since, mdCell(d.Doc))
 		case DCallback:
-			fmt.Fprintf(&b, "| `%s` | `%s (*)(%s)` | %s |\n", d.CName, d.Callback.Result.CName(), d.Callback.CParams(), mdCell(d.Doc))
+			fmt.Fprintf(&b, "| `%s` | `%s (*)(%s)` | %d | %s |\n", d.CName, d.Callback.Result.CName(), d.Callback.CParams(), d.Since, mdCell(d.Doc))
 		case DOpaque:
-			fmt.Fprintf(&b, "| `%s` | opaque | %s |\n", d.CName, mdCell(d.Doc))
+			if d.APITable {
+				fmt.Fprintf(&b, "| `%s` | struct, see [Function table](#function-table) | %d | %s |\n", d.CName, d.Since, mdCell(d.Doc))
+			} else {
+				fmt.Fprintf(&b, "| `%s` | opaque | %d | %s |\n", d.CName, d.Since, mdCell(d.Doc))
+			}
 		}
 	}
-	b.WriteString("\n## Constants\n\n| name | value | description |\n|---|---|---|\n")
+	b.WriteString("\n## Constants\n\n| name | value | since | description |\n|---|---|---|---|\n")
 	for _, c := range m.Consts {
-		fmt.Fprintf(&b, "| `%s` | `%s` | %s |\n", c.CName, strings.ReplaceAll(constValueC(c), "|", `\|`), mdCell(c.Doc))
+		fmt.Fprintf(&b, "| `%s` | `%s` | %d | %s |\n", c.CName, strings.ReplaceAll(constValueC(c), "|", `\|`), c.Since, mdCell(c.Doc))
 	}
 	return b.String()
 }

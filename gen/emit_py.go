@@ -44,10 +44,32 @@ func pyType(t *Type, slot string) string {
 	panic(fmt.Sprintf("gen: no ctypes type for kind %d", t.Kind))
 }
 
+// pyBytesType is the ctypes type of a length-delimited const char* (one with
+// a len): an address, not c_char_p, which ctypes would read (and, for a
+// callback argument, convert to bytes) up to the first NUL.
+const pyBytesType = "ctypes.c_void_p"
+
+// pyParamType renders the ctypes type of a parameter.
+func pyParamType(p *Param) string {
+	if p.Type.Kind == KCStr && p.Len != "" {
+		return pyBytesType
+	}
+	return pyType(p.Type, "")
+}
+
+// pyFieldType renders the ctypes type of a struct field; slot names the
+// CFUNCTYPE of a vtable field.
+func pyFieldType(f *Field, slot string) string {
+	if f.Type.Kind == KCStr && f.Len != "" {
+		return pyBytesType
+	}
+	return pyType(f.Type, slot)
+}
+
 func pyFuncType(s *Sig) string {
 	parts := []string{pyType(s.Result, "")}
 	for _, p := range s.Params {
-		parts = append(parts, pyType(p.Type, ""))
+		parts = append(parts, pyParamType(p))
 	}
 	return "ctypes.CFUNCTYPE(" + strings.Join(parts, ", ") + ")"
 }
@@ -172,7 +194,7 @@ ctypes layouts with the ones the header freezes.`)
 		}
 		fmt.Fprintf(&b, "%s._fields_ = [\n", d.CName)
 		for _, f := range d.Fields {
-			fmt.Fprintf(&b, "    (%q, %s),\n", f.CName, pyType(f.Type, d.CName+"_"+f.CName))
+			fmt.Fprintf(&b, "    (%q, %s),\n", f.CName, pyFieldType(f, d.CName+"_"+f.CName))
 		}
 		b.WriteString("]\n\n")
 	}
@@ -214,7 +236,7 @@ def check_layouts():
 	for _, f := range m.Funcs {
 		var args []string
 		for _, p := range f.Sig.Params {
-			args = append(args, pyType(p.Type, ""))
+			args = append(args, pyParamType(p))
 		}
 		fmt.Fprintf(&b, "    %q: (%s, [%s]),\n", f.CName, pyType(f.Sig.Result, ""), strings.Join(args, ", "))
 	}

@@ -3,7 +3,9 @@ package gen
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 )
@@ -50,8 +52,18 @@ func Generate(m *Model, p Paths) (map[string][]byte, error) {
 // emitters beyond the header, registered by their files.
 var emitters []func(*Model, Paths) (map[string][]byte, error)
 
-// Write writes the outputs under root.
+// Write writes the outputs under root and removes the stale generated files
+// there (see Stale).
 func Write(root string, files map[string][]byte) error {
+	stale, err := Stale(root, files)
+	if err != nil {
+		return err
+	}
+	for _, name := range stale {
+		if err := os.Remove(filepath.Join(root, name)); err != nil {
+			return err
+		}
+	}
 	for _, name := range SortedKeys(files) {
 		path := filepath.Join(root, name)
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -68,7 +80,8 @@ func Write(root string, files map[string][]byte) error {
 }
 
 // Check compares the outputs with the files under root and returns the
-// paths that differ.
+// paths that differ: generated files whose content differs or that are
+// missing, then the stale generated files (see Stale).
 func Check(root string, files map[string][]byte) ([]string, error) {
 	var diff []string
 	for _, name := range SortedKeys(files) {
@@ -80,7 +93,67 @@ func Check(root string, files map[string][]byte) ([]string, error) {
 			diff = append(diff, name)
 		}
 	}
-	return diff, nil
+	stale, err := Stale(root, files)
+	if err != nil {
+		return nil, err
+	}
+	return append(diff, stale...), nil
+}
+
+// Stale lists the generated files under root that the generator no longer
+// produces: regular files in an output directory (the directory of any of
+// files, not its subdirectories) whose first line carries the Banner but
+// whose path is not in files. Such a file (an output renamed or dropped)
+// would otherwise stay on disk and keep being compiled.
+func Stale(root string, files map[string][]byte) ([]string, error) {
+	dirs := map[string]bool{}
+	for name := range files {
+		dirs[path.Dir(filepath.ToSlash(name))] = true
+	}
+	var stale []string
+	for dir := range dirs {
+		entries, err := os.ReadDir(filepath.Join(root, filepath.FromSlash(dir)))
+		if os.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			name := path.Join(dir, e.Name())
+			if !e.Type().IsRegular() {
+				continue
+			}
+			if _, ok := files[name]; ok {
+				continue
+			}
+			generated, err := hasBanner(filepath.Join(root, filepath.FromSlash(name)))
+			if err != nil {
+				return nil, err
+			}
+			if generated {
+				stale = append(stale, name)
+			}
+		}
+	}
+	slices.Sort(stale)
+	return stale, nil
+}
+
+// hasBanner reports whether the file's first line carries the Banner.
+func hasBanner(name string) (bool, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	buf := make([]byte, 256)
+	n, err := io.ReadFull(f, buf)
+	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+		return false, err
+	}
+	first, _, _ := bytes.Cut(buf[:n], []byte("\n"))
+	return bytes.Contains(first, []byte(Banner)), nil
 }
 
 // SortedKeys returns the paths in order.

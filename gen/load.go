@@ -248,7 +248,29 @@ func (l *loader) run() error {
 	for _, d := range l.m.Decls {
 		slices.SortStableFunc(d.Members, func(a, b *EnumMember) int { return cmpInt(a.Value, b.Value) })
 	}
-	return l.order()
+	if err := l.order(); err != nil {
+		return err
+	}
+	return l.checkABIVersion()
+}
+
+// checkABIVersion checks that the ABIVersion constant, when the description
+// declares one, is at least the newest version any declaration appeared in:
+// the header must not advertise an older version than the layouts it has.
+func (l *loader) checkABIVersion() error {
+	for _, c := range l.m.Consts {
+		if c.GoName != "ABIVersion" || c.Str {
+			continue
+		}
+		v, err := strconv.Atoi(c.Value)
+		if err != nil {
+			return fmt.Errorf("ABIVersion: bad value %q", c.Value)
+		}
+		if n := l.m.MaxSince(); v < n {
+			return fmt.Errorf("ABIVersion is %d, but declarations appeared in ABI version %d", v, n)
+		}
+	}
+	return nil
 }
 
 func cmpInt(a, b int64) int {
@@ -322,7 +344,9 @@ func (l *loader) body(dc *Decl, s typeSpec) error {
 					f.CName = c
 				}
 				if v := tag.Get("since"); v != "" {
-					f.Since, _ = strconv.Atoi(v)
+					if f.Since, err = strconv.Atoi(v); err != nil || f.Since < 1 {
+						return fmt.Errorf("%s: bad since tag %q", where, v)
+					}
 				}
 				if n := tag.Get("len"); n != "" {
 					f.Len = Snake(n)
@@ -334,6 +358,36 @@ func (l *loader) body(dc *Decl, s typeSpec) error {
 		if i != tstruct.NumFields() {
 			return fmt.Errorf("%s: embedded fields are not supported", dc.GoName)
 		}
+		if err := checkFieldVersions(dc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkFieldVersions enforces the append-only rule of struct layouts. A
+// field cannot predate its struct. A struct without struct_size (not
+// versioned) is frozen when it appears: the library cannot tell a caller
+// built against an older header from a newer one, so every field has the
+// struct's version (extending one means a new type). A versioned struct
+// only ever gains fields at its end: its fields are in non-decreasing
+// version order, so that a released offset never moves.
+func checkFieldVersions(dc *Decl) error {
+	prev := dc.Since
+	for _, f := range dc.Fields {
+		where := dc.GoName + "." + f.GoName
+		switch {
+		case f.Since < dc.Since:
+			return fmt.Errorf("%s: field since ABI version %d is older than its struct (since %d)", where, f.Since, dc.Since)
+		case !dc.Versioned && f.Since != dc.Since:
+			return fmt.Errorf("%s: field since ABI version %d added to %s (since %d), which is not versioned: "+
+				"a struct without struct_size cannot grow (declare a new type, or make the struct //kvcm:versioned before its first release)",
+				where, f.Since, dc.GoName, dc.Since)
+		case f.Since < prev:
+			return fmt.Errorf("%s: field since ABI version %d follows a field since version %d: "+
+				"fields are append-only, a later version's fields go after every earlier one's", where, f.Since, prev)
+		}
+		prev = f.Since
 	}
 	return nil
 }
@@ -476,6 +530,14 @@ func (l *loader) signature(sig *types.Signature, ft *ast.FuncType, where string)
 			return nil, err
 		}
 		out.Params = append(out.Params, &Param{GoName: v.Name(), CName: Snake(v.Name()), Type: t})
+	}
+	// A const char* followed by a size_t named after it plus "Len" is a
+	// length-delimited byte string (vtable slots and callbacks have no
+	// //kvcm:param lines to say so).
+	for i, p := range out.Params[:max(0, len(out.Params)-1)] {
+		if n := out.Params[i+1]; p.Type.Kind == KCStr && n.Type.Kind == KSize && n.GoName == p.GoName+"Len" {
+			p.Len = n.CName
+		}
 	}
 	switch sig.Results().Len() {
 	case 0:

@@ -228,6 +228,26 @@ func (m *Model) TableFuncs() []*Func {
 	return out
 }
 
+// APISlot is one function pointer of the function table.
+type APISlot struct {
+	Name   string // the member name: the function's C name without the prefix
+	Func   *Func
+	Offset int
+}
+
+// APILayout returns the LP64 layout of the function table: uint32_t
+// struct_size at 0, uint32_t abi_version at 4, then one pointer per
+// TableFuncs entry, and the table's size.
+func (m *Model) APILayout() ([]APISlot, int) {
+	var slots []APISlot
+	off := 8
+	for _, f := range m.TableFuncs() {
+		slots = append(slots, APISlot{Name: strings.TrimPrefix(f.CName, m.Prefix+"_"), Func: f, Offset: off})
+		off += 8
+	}
+	return slots, off
+}
+
 // MaxSince is the newest version any declaration appeared in.
 func (m *Model) MaxSince() int {
 	n := 1

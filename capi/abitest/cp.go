@@ -391,9 +391,10 @@ func CreateCacheForRequest(m uint64, id string, tokens []int32, structSize uint3
 	return uint64(c), err
 }
 
-// KVCacheOptionsSizeV1 is the v1 size of kvcm_kv_cache_options (before the
-// request id).
-const KVCacheOptionsSizeV1 = uint32(unsafe.Offsetof(C.kvcm_kv_cache_options{}.request_id))
+// KVCacheOptionsSizeWithoutRequestID is a struct_size of
+// kvcm_kv_cache_options that stops before the request id (smaller than the
+// version-1 size).
+const KVCacheOptionsSizeWithoutRequestID = uint32(unsafe.Offsetof(C.kvcm_kv_cache_options{}.request_id))
 
 // CPPriorityNullID calls kvcm_cp_get_allocation_priority with one request id
 // whose data is NULL but whose len is 3.

@@ -333,14 +333,13 @@ func TestAttachedCPIsNotifiedOnCreateCommitAndCloseOnly(t *testing.T) {
 	cp2, err := CPCreateDelegating(TestIndex{Slots: SlotsAll})
 	require.NoError(t, err)
 	require.NoError(t, AttachCP(m, cp2))
-	for _, mk := range []func() (uint64, error){
-		func() (uint64, error) { return CreateCache(m, 0, "", p) },
-		func() (uint64, error) { return CreateCacheForRequest(m, "v1", p, KVCacheOptionsSizeV1) },
-	} {
-		c3, err := mk()
-		require.NoError(t, err)
-		require.NoError(t, CloseCache(c3))
-	}
+	c5, err := CreateCache(m, 0, "", p)
+	require.NoError(t, err)
+	require.NoError(t, CloseCache(c5))
+	// The request id is part of ABI version 1: a struct_size that stops
+	// before it is too small, not an older caller.
+	_, err = CreateCacheForRequest(m, "short", p, KVCacheOptionsSizeWithoutRequestID)
+	requireCode(t, err, InvalidArgument, "options.struct_size")
 	d = GetTestIndexStats().Sub(base)
 	assert.Equal(t, int64(2), d.FreedCalls, "caches without a request id notify nothing")
 	assert.Equal(t, int64(3), d.AllocCalls)

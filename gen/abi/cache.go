@@ -42,9 +42,9 @@ type KVCacheOptions struct {
 	// RequestID names the request the cache serves, for the CP index
 	// attached to the manager (kvcm_manager_attach_cp): request_id_len bytes,
 	// not NUL-terminated. A cache without one (length 0) notifies nothing.
-	RequestID spec.CStr `len:"RequestIDLen" nullable:"true" own:"borrowed" since:"2"`
+	RequestID spec.CStr `len:"RequestIDLen" nullable:"true" own:"borrowed"`
 	// RequestIDLen is the length of request_id in bytes.
-	RequestIDLen spec.Size `since:"2"`
+	RequestIDLen spec.Size
 }
 
 // KVCacheCreate creates a SUSPENDED KV cache holding the longest reusable

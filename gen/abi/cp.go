@@ -10,14 +10,14 @@ import "github.com/kvcm/kvcm/gen/spec"
 // every kind. Every kind is safe for concurrent use.
 //
 //kvcm:handle
-//kvcm:since 2
+//kvcm:since 1
 type CPIndex uint64
 
 // CPRequestID is one request id: len bytes at data (UTF-8 by convention; not
 // NUL-terminated; may be empty, data is then NULL or anything).
 //
 //kvcm:struct
-//kvcm:since 2
+//kvcm:since 1
 //kvcm:cppns c
 type CPRequestID struct {
 	// Data holds the id's bytes.
@@ -51,7 +51,7 @@ type CPRequestID struct {
 //
 //kvcm:vtable
 //kvcm:versioned
-//kvcm:since 2
+//kvcm:since 1
 type CPIndexVtable struct {
 	// PredictPrefixReuse writes to score the predicted fraction of the
 	// request's tokens whose KV can be reused, in [0, 1].
@@ -78,7 +78,7 @@ type CPIndexVtable struct {
 // slots receive. kvcm_cp_create_delegating consumes it.
 //
 //kvcm:struct
-//kvcm:since 2
+//kvcm:since 1
 type CPIndexObject struct {
 	// Vtable is the index's function table; it must stay valid until destroy
 	// has been called (static storage is typical).
@@ -93,7 +93,7 @@ type CPIndexObject struct {
 //
 //kvcm:struct
 //kvcm:versioned
-//kvcm:since 2
+//kvcm:since 1
 //kvcm:cppns c
 type CPManagerBackedOptions struct {
 	// LevelWeights[l] is the fraction of a block's recompute cost that reuse
@@ -110,7 +110,7 @@ type CPManagerBackedOptions struct {
 // CPCreateNull creates the null CP index: every score is 0, every order the
 // input order, no state, notifications ignored. Enabling it changes nothing.
 //
-//kvcm:since 2
+//kvcm:since 1
 //kvcm:thread any
 //kvcm:param out out Receives the index handle (0 on failure).
 type CPCreateNull func(out spec.Out[CPIndex]) *Status
@@ -123,7 +123,7 @@ type CPCreateNull func(out spec.Out[CPIndex]) *Status
 // manager stores its first block (KVCM_ERR_INVALID_STATE otherwise). The
 // index stays valid after the manager is destroyed; its scores are then 0.
 //
-//kvcm:since 2
+//kvcm:since 1
 //kvcm:thread manager
 //kvcm:param manager in The manager whose blocks the index scores.
 //kvcm:param options borrowed The options; read during the call only.
@@ -137,7 +137,7 @@ type CPCreateManagerBacked func(manager Manager, options spec.In[CPManagerBacked
 // owns it or its destroy slot (when non-null and covered by struct_size) has
 // been called. The caller must never use or destroy the object again.
 //
-//kvcm:since 2
+//kvcm:since 1
 //kvcm:thread any
 //kvcm:param object consumed The external index. Consumed on success and on failure.
 //kvcm:param out out Receives the index handle (0 on failure).
@@ -148,7 +148,7 @@ type CPCreateDelegating func(object spec.In[CPIndexObject], out spec.Out[CPIndex
 // is attached to and the last cache created while it was attached are done
 // with it. The handle is consumed even when an error is reported.
 //
-//kvcm:since 2
+//kvcm:since 1
 //kvcm:thread handle
 //kvcm:param cp consumed The index.
 type CPDestroy func(cp CPIndex) *Status
@@ -158,7 +158,7 @@ type CPDestroy func(cp CPIndex) *Status
 // request's tokens for later get_allocation_priority and get_cached_blocks
 // calls.
 //
-//kvcm:since 2
+//kvcm:since 1
 //kvcm:thread any
 //kvcm:param cp in The index.
 //kvcm:param requestID borrowed,nullable,len=requestIDLen The request id's bytes (NULL only when request_id_len is 0).
@@ -174,7 +174,7 @@ type CPPredictPrefixReuse func(cp CPIndex, requestID spec.CStr, requestIDLen spe
 // returned (NULL with capacity 0 asks for the count, successfully). The
 // answer can change between two calls.
 //
-//kvcm:since 2
+//kvcm:since 1
 //kvcm:thread any
 //kvcm:param cp in The index.
 //kvcm:param requestID borrowed,nullable,len=requestIDLen The request id's bytes (NULL only when request_id_len is 0).
@@ -188,7 +188,7 @@ type CPGetCachedBlocks func(cp CPIndex, requestID spec.CStr, requestIDLen spec.S
 // blocks (on allocation and on registration at commit). A manager with the
 // index attached calls it itself.
 //
-//kvcm:since 2
+//kvcm:since 1
 //kvcm:thread any
 //kvcm:param cp in The index.
 //kvcm:param requestID borrowed,nullable,len=requestIDLen The request id's bytes (NULL only when request_id_len is 0).
@@ -202,7 +202,7 @@ type CPNotifyBlocksAllocated func(cp CPIndex, requestID spec.CStr, requestIDLen 
 // between cache levels never call it. A manager with the index attached
 // calls it itself when a cache closes.
 //
-//kvcm:since 2
+//kvcm:since 1
 //kvcm:thread any
 //kvcm:param cp in The index.
 //kvcm:param requestID borrowed,nullable,len=requestIDLen The request id's bytes (NULL only when request_id_len is 0).
@@ -215,7 +215,7 @@ type CPNotifyBlocksFreed func(cp CPIndex, requestID spec.CStr, requestIDLen spec
 // overlap with the cache: order receives a permutation of 0 ..
 // num_request_ids-1 (ties keep the input order).
 //
-//kvcm:since 2
+//kvcm:since 1
 //kvcm:thread any
 //kvcm:param cp in The index.
 //kvcm:param requestIds borrowed,nullable,len=numRequestIds The request ids (NULL only when num_request_ids is 0).
@@ -227,7 +227,7 @@ type CPGetAllocationPriority func(cp CPIndex, requestIds spec.In[CPRequestID], n
 // repaired orders a delegating index's external index produced (0 for the
 // other kinds).
 //
-//kvcm:since 2
+//kvcm:since 1
 //kvcm:thread any
 //kvcm:param cp in The index.
 //kvcm:param out out Receives the count.
@@ -244,7 +244,7 @@ type CPGetFaultCount func(cp CPIndex, out spec.Out[uint64]) *Status
 // created afterwards. The manager keeps the index alive while it uses it,
 // also after kvcm_cp_destroy.
 //
-//kvcm:since 2
+//kvcm:since 1
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 //kvcm:param cp in The index to notify.
@@ -253,7 +253,7 @@ type ManagerAttachCP func(manager Manager, cp CPIndex) *Status
 // ManagerDetachCP stops notifying the attached CP index about caches
 // created from now on. Nothing attached is not an error.
 //
-//kvcm:since 2
+//kvcm:since 1
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 type ManagerDetachCP func(manager Manager) *Status

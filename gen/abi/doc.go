@@ -32,11 +32,12 @@ import "github.com/kvcm/kvcm/gen/spec"
 
 // ABIVersion is the version of the ABI described here: the version of the
 // newest struct layouts, vtable slots and functions this header declares.
-// Version 2 added the CP-aware index (kvcm_cp_*), the request id of
-// kvcm_kv_cache_options and the cache id of kvcm_cache_event.
+// Version 1 is the first released ABI; a later version may only append
+// fields to versioned structs and vtables, and add functions, types and
+// constants.
 //
 //kvcm:since 1
-const ABIVersion uint32 = 2
+const ABIVersion uint32 = 1
 
 // VersionMajor is the library's major version.
 //

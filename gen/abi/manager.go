@@ -127,7 +127,7 @@ type CacheEvent struct {
 	NumTokens spec.Size
 	// CacheID is the id (kvcm_kv_cache_get_id) of the cache whose commit
 	// stored the block; 0 for other kinds.
-	CacheID uint64 `since:"2"`
+	CacheID uint64
 }
 
 // ManagerCreate validates the configuration, selects the device, derives the

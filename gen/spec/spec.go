@@ -25,6 +25,17 @@
 // so that the description compiles and is type-checked. Struct fields take
 // the tags own:"borrowed|owned|consumed", len:"<count field>", nullable:"true",
 // since:"<v>" and c:"<c name>".
+//
+// Versions: a field's since defaults to its struct's. Only a
+// //kvcm:versioned struct (one that starts with struct_size) may gain fields
+// in a later version, and only at its end: fields are in non-decreasing
+// since order. A struct that is not versioned is frozen when it appears.
+// ABIVersion, when declared, must be at least the newest since used.
+//
+// A CStr parameter of a vtable slot or callback that is followed by a Size
+// parameter named after it plus "Len" (requestID, requestIDLen) is
+// length-delimited, like a CStr field with a len tag or a function
+// parameter with a len= flag: bytes, not a NUL-terminated string.
 package spec
 
 // In is a borrowed, read-only input pointer: const T* (an array when a

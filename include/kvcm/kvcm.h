@@ -66,11 +66,12 @@ extern "C" {
 /**
  * KVCM_ABI_VERSION is the version of the ABI described here: the version of the
  * newest struct layouts, vtable slots and functions this header declares.
- * Version 2 added the CP-aware index (kvcm_cp_*), the request id of
- * kvcm_kv_cache_options and the cache id of kvcm_cache_event.
+ * Version 1 is the first released ABI; a later version may only append
+ * fields to versioned structs and vtables, and add functions, types and
+ * constants.
  * @since ABI version 1.
  */
-#define KVCM_ABI_VERSION 2u
+#define KVCM_ABI_VERSION 1u
 
 /**
  * KVCM_VERSION_MAJOR is the library's major version.
@@ -137,7 +138,7 @@ typedef int32_t kvcm_cache_level;
  * 0 is never valid. A CP index is a null index, a manager-backed index or a
  * delegating index over a caller's vtable; the kvcm_cp_* functions work on
  * every kind. Every kind is safe for concurrent use.
- * @since ABI version 2.
+ * @since ABI version 1.
  */
 typedef uint64_t kvcm_cp_index;
 
@@ -680,7 +681,7 @@ struct kvcm_cache_event {
     size_t num_tokens;
     /**
      * cache_id is the id (kvcm_kv_cache_get_id) of the cache whose commit
-     * stored the block; 0 for other kinds. (since ABI version 2)
+     * stored the block; 0 for other kinds.
      */
     uint64_t cache_id;
 };
@@ -826,7 +827,7 @@ struct kvcm_copy_desc {
 /**
  * kvcm_cp_index_object is an external CP index: a vtable and the self pointer its
  * slots receive. kvcm_cp_create_delegating consumes it.
- * @since ABI version 2.
+ * @since ABI version 1.
  */
 struct kvcm_cp_index_object {
     /**
@@ -865,7 +866,7 @@ struct kvcm_cp_index_object {
  * destroy, when non-null, is called exactly once, after every other call.
  *
  * Versioned: initialize with KVCM_CP_INDEX_VTABLE_INIT (or zero it and set struct_size and abi_version).
- * @since ABI version 2.
+ * @since ABI version 1.
  */
 struct kvcm_cp_index_vtable {
     /**
@@ -938,7 +939,7 @@ struct kvcm_reuse_scope {
  * and abi_version = KVCM_ABI_VERSION.
  *
  * Versioned: initialize with KVCM_CP_MANAGER_BACKED_OPTIONS_INIT (or zero it and set struct_size and abi_version).
- * @since ABI version 2.
+ * @since ABI version 1.
  */
 struct kvcm_cp_manager_backed_options {
     /**
@@ -972,7 +973,7 @@ struct kvcm_cp_manager_backed_options {
 /**
  * kvcm_cp_request_id is one request id: len bytes at data (UTF-8 by convention; not
  * NUL-terminated; may be empty, data is then NULL or anything).
- * @since ABI version 2.
+ * @since ABI version 1.
  */
 struct kvcm_cp_request_id {
     /**
@@ -1028,11 +1029,11 @@ struct kvcm_kv_cache_options {
     /**
      * [borrowed, nullable, array of request_id_len] request_id names the request the cache serves, for the CP index
      * attached to the manager (kvcm_manager_attach_cp): request_id_len bytes,
-     * not NUL-terminated. A cache without one (length 0) notifies nothing. (since ABI version 2)
+     * not NUL-terminated. A cache without one (length 0) notifies nothing.
      */
     const char* request_id;
     /**
-     * request_id_len is the length of request_id in bytes. (since ABI version 2)
+     * request_id_len is the length of request_id in bytes.
      */
     size_t request_id_len;
 };
@@ -1346,7 +1347,7 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_config_validate(const kvcm_manager_c
  * @return NULL on success; otherwise a status to free with kvcm_status_free.
  * @par Thread safety
  * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
- * @since ABI version 2.
+ * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_create_delegating(const kvcm_cp_index_object* object, kvcm_cp_index* out);
 
@@ -1365,7 +1366,7 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_create_delegating(const kvcm_cp_i
  * @return NULL on success; otherwise a status to free with kvcm_status_free.
  * @par Thread safety
  * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
- * @since ABI version 2.
+ * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_create_manager_backed(kvcm_manager manager, const kvcm_cp_manager_backed_options* options, kvcm_cp_index* out);
 
@@ -1377,7 +1378,7 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_create_manager_backed(kvcm_manage
  * @return NULL on success; otherwise a status to free with kvcm_status_free.
  * @par Thread safety
  * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
- * @since ABI version 2.
+ * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_create_null(kvcm_cp_index* out);
 
@@ -1391,7 +1392,7 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_create_null(kvcm_cp_index* out);
  * @return NULL on success; otherwise a status to free with kvcm_status_free.
  * @par Thread safety
  * Thread-safe, but no other call may use the handle concurrently or afterwards. Must not be called from a codec callback or a priority callback.
- * @since ABI version 2.
+ * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_destroy(kvcm_cp_index cp);
 
@@ -1407,7 +1408,7 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_destroy(kvcm_cp_index cp);
  * @return NULL on success; otherwise a status to free with kvcm_status_free.
  * @par Thread safety
  * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
- * @since ABI version 2.
+ * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_get_allocation_priority(kvcm_cp_index cp, const kvcm_cp_request_id* request_ids, size_t num_request_ids, size_t* order);
 
@@ -1427,7 +1428,7 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_get_allocation_priority(kvcm_cp_i
  * @return NULL on success; otherwise a status to free with kvcm_status_free.
  * @par Thread safety
  * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
- * @since ABI version 2.
+ * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_get_cached_blocks(kvcm_cp_index cp, const char* request_id, size_t request_id_len, uint64_t* keys, size_t capacity, size_t* needed);
 
@@ -1441,7 +1442,7 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_get_cached_blocks(kvcm_cp_index c
  * @return NULL on success; otherwise a status to free with kvcm_status_free.
  * @par Thread safety
  * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
- * @since ABI version 2.
+ * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_get_fault_count(kvcm_cp_index cp, uint64_t* out);
 
@@ -1458,7 +1459,7 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_get_fault_count(kvcm_cp_index cp,
  * @return NULL on success; otherwise a status to free with kvcm_status_free.
  * @par Thread safety
  * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
- * @since ABI version 2.
+ * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_notify_blocks_allocated(kvcm_cp_index cp, const char* request_id, size_t request_id_len, const uint64_t* keys, size_t num_keys);
 
@@ -1476,7 +1477,7 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_notify_blocks_allocated(kvcm_cp_i
  * @return NULL on success; otherwise a status to free with kvcm_status_free.
  * @par Thread safety
  * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
- * @since ABI version 2.
+ * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_notify_blocks_freed(kvcm_cp_index cp, const char* request_id, size_t request_id_len, const uint64_t* keys, size_t num_keys);
 
@@ -1495,7 +1496,7 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_notify_blocks_freed(kvcm_cp_index
  * @return NULL on success; otherwise a status to free with kvcm_status_free.
  * @par Thread safety
  * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
- * @since ABI version 2.
+ * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_predict_prefix_reuse(kvcm_cp_index cp, const char* request_id, size_t request_id_len, const kvcm_token* tokens, size_t num_tokens, double* out);
 
@@ -1827,7 +1828,7 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_alloc_memory(kvcm_manager ma
  * @return NULL on success; otherwise a status to free with kvcm_status_free.
  * @par Thread safety
  * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
- * @since ABI version 2.
+ * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_attach_cp(kvcm_manager manager, kvcm_cp_index cp);
 
@@ -1908,7 +1909,7 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_destroy_stream(kvcm_manager 
  * @return NULL on success; otherwise a status to free with kvcm_status_free.
  * @par Thread safety
  * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
- * @since ABI version 2.
+ * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_detach_cp(kvcm_manager manager);
 
@@ -2338,6 +2339,26 @@ struct kvcm_api {
     kvcm_status* (*cold_page_codec_destroy)(const kvcm_cold_page_codec* codec);
     /** kvcm_config_validate (since ABI version 1). */
     kvcm_status* (*config_validate)(const kvcm_manager_config* config);
+    /** kvcm_cp_create_delegating (since ABI version 1). */
+    kvcm_status* (*cp_create_delegating)(const kvcm_cp_index_object* object, kvcm_cp_index* out);
+    /** kvcm_cp_create_manager_backed (since ABI version 1). */
+    kvcm_status* (*cp_create_manager_backed)(kvcm_manager manager, const kvcm_cp_manager_backed_options* options, kvcm_cp_index* out);
+    /** kvcm_cp_create_null (since ABI version 1). */
+    kvcm_status* (*cp_create_null)(kvcm_cp_index* out);
+    /** kvcm_cp_destroy (since ABI version 1). */
+    kvcm_status* (*cp_destroy)(kvcm_cp_index cp);
+    /** kvcm_cp_get_allocation_priority (since ABI version 1). */
+    kvcm_status* (*cp_get_allocation_priority)(kvcm_cp_index cp, const kvcm_cp_request_id* request_ids, size_t num_request_ids, size_t* order);
+    /** kvcm_cp_get_cached_blocks (since ABI version 1). */
+    kvcm_status* (*cp_get_cached_blocks)(kvcm_cp_index cp, const char* request_id, size_t request_id_len, uint64_t* keys, size_t capacity, size_t* needed);
+    /** kvcm_cp_get_fault_count (since ABI version 1). */
+    kvcm_status* (*cp_get_fault_count)(kvcm_cp_index cp, uint64_t* out);
+    /** kvcm_cp_notify_blocks_allocated (since ABI version 1). */
+    kvcm_status* (*cp_notify_blocks_allocated)(kvcm_cp_index cp, const char* request_id, size_t request_id_len, const uint64_t* keys, size_t num_keys);
+    /** kvcm_cp_notify_blocks_freed (since ABI version 1). */
+    kvcm_status* (*cp_notify_blocks_freed)(kvcm_cp_index cp, const char* request_id, size_t request_id_len, const uint64_t* keys, size_t num_keys);
+    /** kvcm_cp_predict_prefix_reuse (since ABI version 1). */
+    kvcm_status* (*cp_predict_prefix_reuse)(kvcm_cp_index cp, const char* request_id, size_t request_id_len, const kvcm_token* tokens, size_t num_tokens, double* out);
     /** kvcm_create_default_cold_page_codec (since ABI version 1). */
     kvcm_status* (*create_default_cold_page_codec)(kvcm_cold_page_codec* out);
     /** kvcm_debug_panic (since ABI version 1). */
@@ -2382,6 +2403,8 @@ struct kvcm_api {
     uint64_t (*live_handle_count)(void);
     /** kvcm_manager_alloc_memory (since ABI version 1). */
     kvcm_status* (*manager_alloc_memory)(kvcm_manager manager, kvcm_memory_kind kind, uint64_t size, kvcm_device_ptr* out);
+    /** kvcm_manager_attach_cp (since ABI version 1). */
+    kvcm_status* (*manager_attach_cp)(kvcm_manager manager, kvcm_cp_index cp);
     /** kvcm_manager_create (since ABI version 1). */
     kvcm_status* (*manager_create)(const kvcm_manager_config* config, const kvcm_cold_page_codec* codec, kvcm_manager* out);
     /** kvcm_manager_create_stream (since ABI version 1). */
@@ -2390,6 +2413,8 @@ struct kvcm_api {
     kvcm_status* (*manager_destroy)(kvcm_manager manager);
     /** kvcm_manager_destroy_stream (since ABI version 1). */
     kvcm_status* (*manager_destroy_stream)(kvcm_manager manager, kvcm_stream stream);
+    /** kvcm_manager_detach_cp (since ABI version 1). */
+    kvcm_status* (*manager_detach_cp)(kvcm_manager manager);
     /** kvcm_manager_drain_events (since ABI version 1). */
     kvcm_status* (*manager_drain_events)(kvcm_manager manager, kvcm_cache_event* events, size_t events_cap, kvcm_token* tokens, size_t tokens_cap, size_t* num_events, size_t* num_tokens, uint64_t* dropped);
     /** kvcm_manager_free_memory (since ABI version 1). */
@@ -2444,30 +2469,6 @@ struct kvcm_api {
     kvcm_status* (*stream_free_memory)(kvcm_stream stream, kvcm_device_ptr ptr);
     /** kvcm_stream_synchronize (since ABI version 1). */
     kvcm_status* (*stream_synchronize)(kvcm_stream stream);
-    /** kvcm_cp_create_delegating (since ABI version 2). */
-    kvcm_status* (*cp_create_delegating)(const kvcm_cp_index_object* object, kvcm_cp_index* out);
-    /** kvcm_cp_create_manager_backed (since ABI version 2). */
-    kvcm_status* (*cp_create_manager_backed)(kvcm_manager manager, const kvcm_cp_manager_backed_options* options, kvcm_cp_index* out);
-    /** kvcm_cp_create_null (since ABI version 2). */
-    kvcm_status* (*cp_create_null)(kvcm_cp_index* out);
-    /** kvcm_cp_destroy (since ABI version 2). */
-    kvcm_status* (*cp_destroy)(kvcm_cp_index cp);
-    /** kvcm_cp_get_allocation_priority (since ABI version 2). */
-    kvcm_status* (*cp_get_allocation_priority)(kvcm_cp_index cp, const kvcm_cp_request_id* request_ids, size_t num_request_ids, size_t* order);
-    /** kvcm_cp_get_cached_blocks (since ABI version 2). */
-    kvcm_status* (*cp_get_cached_blocks)(kvcm_cp_index cp, const char* request_id, size_t request_id_len, uint64_t* keys, size_t capacity, size_t* needed);
-    /** kvcm_cp_get_fault_count (since ABI version 2). */
-    kvcm_status* (*cp_get_fault_count)(kvcm_cp_index cp, uint64_t* out);
-    /** kvcm_cp_notify_blocks_allocated (since ABI version 2). */
-    kvcm_status* (*cp_notify_blocks_allocated)(kvcm_cp_index cp, const char* request_id, size_t request_id_len, const uint64_t* keys, size_t num_keys);
-    /** kvcm_cp_notify_blocks_freed (since ABI version 2). */
-    kvcm_status* (*cp_notify_blocks_freed)(kvcm_cp_index cp, const char* request_id, size_t request_id_len, const uint64_t* keys, size_t num_keys);
-    /** kvcm_cp_predict_prefix_reuse (since ABI version 2). */
-    kvcm_status* (*cp_predict_prefix_reuse)(kvcm_cp_index cp, const char* request_id, size_t request_id_len, const kvcm_token* tokens, size_t num_tokens, double* out);
-    /** kvcm_manager_attach_cp (since ABI version 2). */
-    kvcm_status* (*manager_attach_cp)(kvcm_manager manager, kvcm_cp_index cp);
-    /** kvcm_manager_detach_cp (since ABI version 2). */
-    kvcm_status* (*manager_detach_cp)(kvcm_manager manager);
 };
 
 /* ---- Layout checks: released layouts are frozen ---- */
@@ -2646,6 +2647,77 @@ KVCM_STATIC_ASSERT(sizeof(kvcm_request_desc) == 16, "layout of kvcm_request_desc
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_request_desc) == 8, "alignment of kvcm_request_desc changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_request_desc, capacity) == 0, "layout of kvcm_request_desc changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_request_desc, history_length) == 8, "layout of kvcm_request_desc changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 544, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, cold_page_codec_destroy) == 8, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, config_validate) == 16, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, cp_create_delegating) == 24, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, cp_create_manager_backed) == 32, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, cp_create_null) == 40, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, cp_destroy) == 48, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, cp_get_allocation_priority) == 56, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, cp_get_cached_blocks) == 64, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, cp_get_fault_count) == 72, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, cp_notify_blocks_allocated) == 80, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, cp_notify_blocks_freed) == 88, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, cp_predict_prefix_reuse) == 96, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, create_default_cold_page_codec) == 104, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, debug_panic) == 112, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, get_abi_version) == 120, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, get_library_version) == 128, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, is_poisoned) == 136, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_close) == 144, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_commit) == 152, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_create) == 160, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_base_page_indices) == 168, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_capacity) == 176, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_history_length) == 184, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_id) == 192, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_num_committed_tokens) == 200, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_reused_tokens) == 208, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_status) == 216, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_prefetch) == 224, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_resize) == 232, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_resume) == 240, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_stop_committing) == 248, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_suspend) == 256, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, live_handle_count) == 264, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_alloc_memory) == 272, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_attach_cp) == 280, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_create) == 288, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_create_stream) == 296, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_destroy) == 304, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_destroy_stream) == 312, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_detach_cp) == 320, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_events) == 328, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_free_memory) == 336, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_peak_block_stats) == 344, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_stats) == 352, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_buffer_location) == 360, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_device_kind) == 368, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_layer_group_of) == 376, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_migration_stats) == 384, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_layer_groups) == 392, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_levels) == 400, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_pool_group_descs) == 408, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_quota) == 416, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_stats) == 424, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_storage_stats) == 432, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_tokens_per_block) == 440, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse) == 448, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_resize_level) == 456, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, status_code_name) == 464, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, status_free) == 472, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, status_get_code) == 480, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, status_get_message) == 488, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_alloc_memory) == 496, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_batch_copy) == 504, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_copy_from_host) == 512, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_enqueue_host_func) == 520, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_free_memory) == 528, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_synchronize) == 536, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus

@@ -25,10 +25,16 @@ TEST_F(ManagerTest, LibraryInfo)
 {
     EXPECT_EQ(kvcm::libraryVersion(), KVCM_VERSION_STRING);
     EXPECT_GE(kvcm::abiVersion(), kvcm::kAbiVersion);
+    static_assert(KVCM_ABI_VERSION == 1u, "ABI version 1 is the first (and current) ABI");
+    EXPECT_EQ(kvcm::abiVersion(), 1u);
     kvcm_api const* api = kvcm_get_api(KVCM_ABI_VERSION);
     ASSERT_NE(api, nullptr);
-    EXPECT_GE(api->struct_size, sizeof(uint32_t) * 2);
+    EXPECT_EQ(api->struct_size, sizeof(kvcm_api));
+    EXPECT_EQ(api->abi_version, 1u);
+    EXPECT_EQ(api->kv_cache_create, &kvcm_kv_cache_create);
+    EXPECT_EQ(api->manager_attach_cp, &kvcm_manager_attach_cp);
     EXPECT_EQ(kvcm_get_api(0), nullptr);
+    EXPECT_EQ(kvcm_get_api(KVCM_ABI_VERSION + 1), nullptr);
     EXPECT_FALSE(kvcm::isPoisoned());
     EXPECT_STREQ(kvcm::statusCodeName(kvcm::StatusCode::kInvalidArgument), "KVCM_ERR_INVALID_ARGUMENT");
 }

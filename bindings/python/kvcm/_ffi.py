@@ -17,9 +17,10 @@ import os
 
 # KVCM_ABI_VERSION is the version of the ABI described here: the version of the
 # newest struct layouts, vtable slots and functions this header declares.
-# Version 2 added the CP-aware index (kvcm_cp_*), the request id of
-# kvcm_kv_cache_options and the cache id of kvcm_cache_event.
-KVCM_ABI_VERSION = 2
+# Version 1 is the first released ABI; a later version may only append
+# fields to versioned structs and vtables, and add functions, types and
+# constants.
+KVCM_ABI_VERSION = 1
 
 # KVCM_VERSION_MAJOR is the library's major version.
 KVCM_VERSION_MAJOR = 0
@@ -517,10 +518,10 @@ kvcm_cp_index_object._fields_ = [
     ("self", ctypes.c_void_p),
 ]
 
-kvcm_cp_index_vtable_predict_prefix_reuse = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_double))
-kvcm_cp_index_vtable_get_cp_cached_blocks = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t))
-kvcm_cp_index_vtable_notify_blocks_allocated = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t)
-kvcm_cp_index_vtable_notify_blocks_freed = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t)
+kvcm_cp_index_vtable_predict_prefix_reuse = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_double))
+kvcm_cp_index_vtable_get_cp_cached_blocks = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t))
+kvcm_cp_index_vtable_notify_blocks_allocated = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t)
+kvcm_cp_index_vtable_notify_blocks_freed = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t)
 kvcm_cp_index_vtable_get_allocation_priority = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.POINTER(kvcm_cp_request_id), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t))
 kvcm_cp_index_vtable_destroy = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 kvcm_cp_index_vtable._fields_ = [
@@ -536,7 +537,7 @@ kvcm_cp_index_vtable._fields_ = [
 
 kvcm_reuse_scope._fields_ = [
     ("lora_id", ctypes.c_int64),
-    ("salt", ctypes.c_char_p),
+    ("salt", ctypes.c_void_p),
     ("salt_len", ctypes.c_size_t),
 ]
 
@@ -549,7 +550,7 @@ kvcm_cp_manager_backed_options._fields_ = [
 ]
 
 kvcm_cp_request_id._fields_ = [
-    ("data", ctypes.c_char_p),
+    ("data", ctypes.c_void_p),
     ("len", ctypes.c_size_t),
 ]
 
@@ -561,7 +562,7 @@ kvcm_kv_cache_options._fields_ = [
     ("num_input_tokens", ctypes.c_size_t),
     ("priority", kvcm_priority_func),
     ("priority_user_data", ctypes.c_void_p),
-    ("request_id", ctypes.c_char_p),
+    ("request_id", ctypes.c_void_p),
     ("request_id_len", ctypes.c_size_t),
 ]
 
@@ -693,11 +694,11 @@ FUNCTIONS = {
     "kvcm_cp_create_null": (ctypes.POINTER(kvcm_status), [ctypes.POINTER(kvcm_cp_index)]),
     "kvcm_cp_destroy": (ctypes.POINTER(kvcm_status), [kvcm_cp_index]),
     "kvcm_cp_get_allocation_priority": (ctypes.POINTER(kvcm_status), [kvcm_cp_index, ctypes.POINTER(kvcm_cp_request_id), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
-    "kvcm_cp_get_cached_blocks": (ctypes.POINTER(kvcm_status), [kvcm_cp_index, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    "kvcm_cp_get_cached_blocks": (ctypes.POINTER(kvcm_status), [kvcm_cp_index, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_cp_get_fault_count": (ctypes.POINTER(kvcm_status), [kvcm_cp_index, ctypes.POINTER(ctypes.c_uint64)]),
-    "kvcm_cp_notify_blocks_allocated": (ctypes.POINTER(kvcm_status), [kvcm_cp_index, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]),
-    "kvcm_cp_notify_blocks_freed": (ctypes.POINTER(kvcm_status), [kvcm_cp_index, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]),
-    "kvcm_cp_predict_prefix_reuse": (ctypes.POINTER(kvcm_status), [kvcm_cp_index, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_double)]),
+    "kvcm_cp_notify_blocks_allocated": (ctypes.POINTER(kvcm_status), [kvcm_cp_index, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]),
+    "kvcm_cp_notify_blocks_freed": (ctypes.POINTER(kvcm_status), [kvcm_cp_index, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]),
+    "kvcm_cp_predict_prefix_reuse": (ctypes.POINTER(kvcm_status), [kvcm_cp_index, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_double)]),
     "kvcm_create_default_cold_page_codec": (ctypes.POINTER(kvcm_status), [ctypes.POINTER(kvcm_cold_page_codec)]),
     "kvcm_debug_panic": (ctypes.POINTER(kvcm_status), [ctypes.c_char_p]),
     "kvcm_get_abi_version": (ctypes.c_uint32, []),

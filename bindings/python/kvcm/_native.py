@@ -119,6 +119,16 @@ def token_array(tokens: Sequence[int] | None, what: str = "tokens") -> tuple[Any
         raise TypeError(f"{what}: expected a sequence of int token ids ({e})") from None
 
 
+def byte_buffer(data: bytes) -> tuple[int | None, Any]:
+    """The address of a C copy of data, for a length-delimited ``const
+    char*`` field (generated as c_void_p: the bytes may contain NULs), and
+    the object that keeps the copy alive; (None, None) when data is empty."""
+    if not data:
+        return None, None
+    keep = ctypes.create_string_buffer(data, len(data))
+    return ctypes.addressof(keep), keep
+
+
 class Stash:
     """Collects Python exceptions raised inside C callbacks, to re-raise
     after the C call returns (no exception may cross the C boundary)."""

@@ -74,16 +74,6 @@ CP_METHODS = (
 
 _U64 = (1 << 64) - 1
 
-# The slots' prototypes with request ids as raw addresses (c_void_p): the
-# generated ones declare const char*, which ctypes would read up to a NUL,
-# but ids are (pointer, length) and not NUL-terminated.
-_VP, _SZ = ctypes.c_void_p, ctypes.c_size_t
-_PREDICT = ctypes.CFUNCTYPE(ctypes.c_int32, _VP, _VP, _SZ, ctypes.POINTER(ffi.kvcm_token), _SZ,
-                            ctypes.POINTER(ctypes.c_double))
-_CACHED = ctypes.CFUNCTYPE(ctypes.c_int32, _VP, _VP, _SZ, ctypes.POINTER(ctypes.c_uint64), _SZ, ctypes.POINTER(_SZ))
-_NOTIFY = ctypes.CFUNCTYPE(ctypes.c_int32, _VP, _VP, _SZ, ctypes.POINTER(ctypes.c_uint64), _SZ)
-_PRIORITY = ctypes.CFUNCTYPE(ctypes.c_int32, _VP, ctypes.POINTER(ffi.kvcm_cp_request_id), _SZ, ctypes.POINTER(_SZ))
-
 
 def _id_bytes(request_id: Any, what: str = "request_id") -> bytes:
     if isinstance(request_id, str):
@@ -174,9 +164,9 @@ class CPAwareKVManager(Managed):
         keep = []
         for i, rid in enumerate(ids):
             b = _id_bytes(rid, f"request_ids[{i}]")
-            keep.append(b)
-            arr[i].data = b
+            arr[i].data, k = _native.byte_buffer(b)
             arr[i].len = len(b)
+            keep.append(k)
         order = (ctypes.c_size_t * len(ids))()
         self._call("kvcm_cp_get_allocation_priority", arr, len(ids), order)
         del keep
@@ -309,25 +299,25 @@ class ContextPilotKVManager(CPAwareKVManager):
         vt = _native.versioned(ffi.kvcm_cp_index_vtable)
         cbs: list[Any] = []
 
-        def slot(name: str, proto: Any, cftype: Any, impl: Any) -> None:
+        def slot(name: str, cftype: Any, impl: Any) -> None:
             if name in self.capabilities:
-                cb = proto(callback_guard(impl))
+                cb = cftype(callback_guard(impl))
                 cbs.append(cb)
-                setattr(vt, name, ctypes.cast(cb, cftype))
+                setattr(vt, name, cb)
 
         # Not self._failed: the callbacks live in _live as long as the native
         # index, which only this wrapper's close()/__del__ destroys; a strong
         # reference to the wrapper there would keep it alive for good.
         fail = faults.failed
-        slot("predict_prefix_reuse", _PREDICT, ffi.kvcm_cp_index_vtable_predict_prefix_reuse,
+        slot("predict_prefix_reuse", ffi.kvcm_cp_index_vtable_predict_prefix_reuse,
              _predict(found["predict_prefix_reuse"], fail))
-        slot("get_cp_cached_blocks", _CACHED, ffi.kvcm_cp_index_vtable_get_cp_cached_blocks,
+        slot("get_cp_cached_blocks", ffi.kvcm_cp_index_vtable_get_cp_cached_blocks,
              _cached(found["get_cp_cached_blocks"], fail))
-        slot("notify_blocks_allocated", _NOTIFY, ffi.kvcm_cp_index_vtable_notify_blocks_allocated,
+        slot("notify_blocks_allocated", ffi.kvcm_cp_index_vtable_notify_blocks_allocated,
              _notify(found["notify_blocks_allocated"], fail))
-        slot("notify_blocks_freed", _NOTIFY, ffi.kvcm_cp_index_vtable_notify_blocks_freed,
+        slot("notify_blocks_freed", ffi.kvcm_cp_index_vtable_notify_blocks_freed,
              _notify(found["notify_blocks_freed"], fail))
-        slot("get_allocation_priority", _PRIORITY, ffi.kvcm_cp_index_vtable_get_allocation_priority,
+        slot("get_allocation_priority", ffi.kvcm_cp_index_vtable_get_allocation_priority,
              _priority(found["get_allocation_priority"], fail))
         key = holder.key
 
@@ -397,9 +387,6 @@ def _rid(p: int | None, n: int) -> str:
     return ctypes.string_at(p, n).decode("utf-8", "surrogateescape") if n and p else ""
 
 
-_DATA_OFFSET = ffi.kvcm_cp_request_id.data.offset
-
-
 def _predict(fn: Any, fail: Any) -> Any:
     def impl(_self: Any, rid: Any, n: int, tokens: Any, nt: int, score: Any) -> int:
         try:
@@ -447,10 +434,7 @@ def _notify(fn: Any, fail: Any) -> Any:
 def _priority(fn: Any, fail: Any) -> Any:
     def impl(_self: Any, ids: Any, n: int, order: Any) -> int:
         try:
-            base = ctypes.addressof(ids.contents) if n else 0
-            size = ctypes.sizeof(ffi.kvcm_cp_request_id)
-            names = [_rid(ctypes.c_void_p.from_address(base + i * size + _DATA_OFFSET).value, ids[i].len)
-                     for i in range(n)]
+            names = [_rid(ids[i].data, ids[i].len) for i in range(n)]
             got = list(fn(list(names)))
             # Ids back to indices; equal ids take their indices in input
             # order; unknown, unhashable or surplus entries become an invalid

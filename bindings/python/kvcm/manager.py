@@ -412,9 +412,9 @@ class KVCacheManager(Managed):
         s.lora_id = int(lora_task_id or 0)
         keep = None
         if salt:
-            keep = salt.encode() if isinstance(salt, str) else bytes(salt)
-            s.salt = keep
-            s.salt_len = len(keep)
+            data = salt.encode() if isinstance(salt, str) else bytes(salt)
+            s.salt, keep = _native.byte_buffer(data)
+            s.salt_len = len(data)
         return s, keep
 
     def probe_reuse(self, input_tokens: Sequence[int], lora_task_id: int | None = None,
@@ -609,9 +609,9 @@ class _KVCache(Managed):
         if request_id is not None:
             from .cp import _id_bytes
 
-            rid_keep = _id_bytes(request_id)
-            opts.request_id = rid_keep
-            opts.request_id_len = len(rid_keep)
+            rid = _id_bytes(request_id)
+            opts.request_id, rid_keep = _native.byte_buffer(rid)
+            opts.request_id_len = len(rid)
         out = ffi.kvcm_kv_cache()
         _native.call("kvcm_kv_cache_create", manager._native(), ctypes.byref(opts), ctypes.byref(out))
         del salt_keep, toks, rid_keep

@@ -7,7 +7,10 @@
 //	kvcmgen [-desc ./gen/abi] [-root .] [-check]
 //
 // With -check it writes nothing and exits 1 when any generated file differs
-// from what is on disk (the drift check of make generate-check).
+// from what is on disk, or when an output directory holds a file with the
+// generated-file banner that kvcmgen no longer writes (the drift check of
+// make generate-check). Without it, it writes the outputs and removes such
+// stale files.
 package main
 
 import (
@@ -44,7 +47,11 @@ func main() {
 		}
 		if len(diff) > 0 {
 			for _, d := range diff {
-				fmt.Fprintln(os.Stderr, "kvcmgen: out of date:", d)
+				if _, ok := files[d]; ok {
+					fmt.Fprintln(os.Stderr, "kvcmgen: out of date:", d)
+				} else {
+					fmt.Fprintln(os.Stderr, "kvcmgen: stale (no longer generated):", d)
+				}
 			}
 			fmt.Fprintln(os.Stderr, "kvcmgen: run `make generate`")
 			os.Exit(1)

@@ -7,7 +7,7 @@ import "github.com/kvcm/kvcm/gen/spec"
 // ABIVersion is the ABI version.
 //
 //kvcm:since 1
-const ABIVersion uint32 = 1
+const ABIVersion uint32 = 2
 
 // Name is a string constant.
 //

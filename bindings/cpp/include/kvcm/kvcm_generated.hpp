@@ -18,8 +18,9 @@ namespace kvcm {
 
 // KVCM_ABI_VERSION is the version of the ABI described here: the version of the
 // newest struct layouts, vtable slots and functions this header declares.
-// Version 2 added the CP-aware index (kvcm_cp_*), the request id of
-// kvcm_kv_cache_options and the cache id of kvcm_cache_event.
+// Version 1 is the first released ABI; a later version may only append
+// fields to versioned structs and vtables, and add functions, types and
+// constants.
 inline constexpr std::uint32_t kAbiVersion = KVCM_ABI_VERSION;
 
 // KVCM_VERSION_MAJOR is the library's major version.

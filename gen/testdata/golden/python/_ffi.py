@@ -16,7 +16,7 @@ import os
 # ---- Constants ----
 
 # KVCM_ABI_VERSION is the ABI version.
-KVCM_ABI_VERSION = 1
+KVCM_ABI_VERSION = 2
 
 # KVCM_NAME is a string constant.
 KVCM_NAME = "tiny"

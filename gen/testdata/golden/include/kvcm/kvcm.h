@@ -67,7 +67,7 @@ extern "C" {
  * KVCM_ABI_VERSION is the ABI version.
  * @since ABI version 1.
  */
-#define KVCM_ABI_VERSION 1u
+#define KVCM_ABI_VERSION 2u
 
 /**
  * KVCM_NAME is a string constant.
@@ -366,6 +366,14 @@ KVCM_STATIC_ASSERT(sizeof(kvcm_plugin_object) == 16, "layout of kvcm_plugin_obje
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_plugin_object) == 8, "alignment of kvcm_plugin_object changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_plugin_object, vtable) == 0, "layout of kvcm_plugin_object changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_plugin_object, self) == 8, "layout of kvcm_plugin_object changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 40, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, count) == 8, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, status_free) == 16, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_create) == 24, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_notify) == 32, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus
