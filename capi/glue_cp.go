@@ -441,24 +441,17 @@ func glueCPGetCachedBlocks(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, k
 }
 
 func glueCPNotifyBlocksAllocated(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, keys *C.kvcm__const_uint64_t, n C.size_t) error {
-	done, err := o.use()
-	if err != nil {
-		return err
-	}
-	defer done()
-	id, err := goID(rid, ridLen, "request_id")
-	if err != nil {
-		return err
-	}
-	ks, err := goKeys(keys, n, "keys")
-	if err != nil {
-		return err
-	}
-	o.index.NotifyBlocksAllocated(id, ks)
-	return nil
+	return glueCPNotify(o, rid, ridLen, keys, n, o.index.NotifyBlocksAllocated)
 }
 
 func glueCPNotifyBlocksFreed(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, keys *C.kvcm__const_uint64_t, n C.size_t) error {
+	return glueCPNotify(o, rid, ridLen, keys, n, o.index.NotifyBlocksFreed)
+}
+
+// glueCPNotify converts a request id and keys from C and passes them to one
+// of the index's notification methods.
+func glueCPNotify(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, keys *C.kvcm__const_uint64_t, n C.size_t,
+	notify func(string, []blockhash.Key)) error {
 	done, err := o.use()
 	if err != nil {
 		return err
@@ -472,7 +465,7 @@ func glueCPNotifyBlocksFreed(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t,
 	if err != nil {
 		return err
 	}
-	o.index.NotifyBlocksFreed(id, ks)
+	notify(id, ks)
 	return nil
 }
 
