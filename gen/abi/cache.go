@@ -108,7 +108,9 @@ type KVCacheResize func(cache KVCache, capacity int64, historyLength int64) *Sta
 
 // KVCacheCommit appends computed tokens to the committed sequence; every
 // block they complete is published for reuse. With is_end no further commits
-// are accepted.
+// are accepted. It first waits for any decode still bringing those blocks'
+// pages back, so that a page lost to its failure is never published (the
+// call fails with KVCM_ERR_DATA_LOST instead).
 //
 //kvcm:since 1
 //kvcm:thread manager

@@ -1614,7 +1614,9 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_close(kvcm_kv_cache cache);
 /**
  * kvcm_kv_cache_commit appends computed tokens to the committed sequence; every
  * block they complete is published for reuse. With is_end no further commits
- * are accepted.
+ * are accepted. It first waits for any decode still bringing those blocks'
+ * pages back, so that a page lost to its failure is never published (the
+ * call fails with KVCM_ERR_DATA_LOST instead).
  *
  * @param cache [in] The cache.
  * @param tokens [in, borrowed, nullable, array of num_tokens] The tokens (NULL only when num_tokens is 0).
