@@ -510,7 +510,9 @@ func (c *KVCache) checkLost() error {
 
 // Prefetch moves the pages of a SUSPENDED cache that are on levels colder
 // than level up to level, without pinning them: they stay evictable, and
-// Resume finds them closer. On error some pages may have moved; none is lost.
+// Resume finds them closer. On error some pages may have moved; none is lost
+// but those a failed codec Decode could not bring to the GPU level
+// (ErrCodecFailed; see Resume).
 func (c *KVCache) Prefetch(level layout.CacheLevel) error {
 	m := c.m
 	m.mu.Lock()
