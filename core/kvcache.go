@@ -704,11 +704,11 @@ func (c *KVCache) Resize(capacity, history int) error {
 }
 
 // Commit appends computed tokens to the committed sequence; every block they
-// complete is published in the radix tree for reuse. It first waits for any
-// decode still bringing those blocks' pages back, so that a page lost to its
-// failure is never published (the cache gets ErrDataLost instead). With isEnd no further
+// complete is published in the radix tree for reuse. With isEnd no further
 // commits are accepted, and with partial reuse enabled the trailing partial
-// block is published when the cache closes.
+// block is published when the cache closes. Commit first waits for any decode
+// still bringing those blocks' pages back, so that a page lost to its failure
+// is never published (the cache gets ErrDataLost instead).
 func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 	m := c.m
 	m.mu.Lock()
