@@ -12,6 +12,7 @@ import (
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/codec"
 	"github.com/kvcm/kvcm/core/codec/codectest"
+	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/layout"
 )
 
@@ -323,12 +324,18 @@ func TestDiskReadFailureIsIOAndLosesThePages(t *testing.T) {
 	require.NoError(t, c.Close())
 }
 
-// A disk tier's file that cannot be sized (EFBIG, ENOSPC) fails ResizeLevel
-// with ErrIO and changes nothing.
+// A disk tier's file that cannot be sized (EFBIG, ENOSPC) fails NewManager
+// and ResizeLevel with ErrIO; the failed resize changes nothing.
 func TestDiskSizingFailureIsIO(t *testing.T) {
-	f := newTieredFixture(t, tieredConfig(t, 4, 0, 8))
+	cfg := tieredConfig(t, 4, 0, 8)
+	huge := cfg
+	huge.CacheTiers = []config.CacheTierConfig{cfg.CacheTiers[0], config.Disk(1<<50, t.TempDir())}
+	_, err := NewManager(huge)
+	require.ErrorIs(t, err, ErrIO, "a 1 PiB blob file: too large, or no space")
+
+	f := newTieredFixture(t, cfg)
 	before := f.groups(1)
-	err := f.m.ResizeLevel(1, 1<<50) // a 1 PiB blob file: too large, or no space
+	err = f.m.ResizeLevel(1, 1<<50) // a 1 PiB blob file: too large, or no space
 	require.ErrorIs(t, err, ErrIO)
 	assert.Equal(t, before, f.groups(1), "the failed resize changed nothing")
 }
