@@ -126,6 +126,10 @@ const char* kvcm__enum_name_status_code(kvcm_status_code v) {
         return "KVCM_ERR_INTERNAL";
     case KVCM_ERR_POISONED:
         return "KVCM_ERR_POISONED";
+    case KVCM_ERR_CODEC_FAILED:
+        return "KVCM_ERR_CODEC_FAILED";
+    case KVCM_ERR_IO:
+        return "KVCM_ERR_IO";
     }
     return NULL;
 }

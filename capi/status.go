@@ -38,6 +38,8 @@ const (
 	codeUnsupported     = C.KVCM_ERR_UNSUPPORTED
 	codeInternal        = C.KVCM_ERR_INTERNAL
 	codePoisoned        = C.KVCM_ERR_POISONED
+	codeCodecFailed     = C.KVCM_ERR_CODEC_FAILED
+	codeIO              = C.KVCM_ERR_IO
 )
 
 // Error is an error with an explicit status code, for failures the glue
@@ -59,7 +61,8 @@ func argError(arg, format string, args ...any) error {
 }
 
 // codeOf maps an error to its status code: core's sentinels first, then
-// device errors.
+// device errors. An error carrying its cause maps to its outcome: an
+// out-of-pages error whose victims failed to encode is OUT_OF_PAGES.
 func codeOf(err error) C.kvcm_status_code {
 	var e *Error
 	var hf *HostFuncError
@@ -84,6 +87,10 @@ func codeOf(err error) C.kvcm_status_code {
 		return codeResumeRefused
 	case errors.Is(err, core.ErrDataLost):
 		return codeDataLost
+	case errors.Is(err, core.ErrCodecFailed):
+		return codeCodecFailed
+	case errors.Is(err, core.ErrIO):
+		return codeIO
 	case errors.Is(err, core.ErrClosed):
 		return codeClosed
 	case errors.Is(err, codec.ErrConsumed):

@@ -21,7 +21,7 @@ import (
 // sentinels are every error kind the package documents.
 var sentinels = []error{
 	ErrOutOfPages, ErrInvalidState, ErrInvalidArgument, ErrResumeRefused,
-	ErrDataLost, ErrCodecRejected, ErrInvalidConfig, ErrClosed,
+	ErrDataLost, ErrCodecRejected, ErrCodecFailed, ErrIO, ErrInvalidConfig, ErrClosed,
 }
 
 func wrapsSentinel(err error) bool {

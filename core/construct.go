@@ -21,6 +21,15 @@ func WithColdPageCodec(c *codec.Owned) Option { return func(o *options) { o.code
 // the manager cannot use.
 var ErrCodecRejected = errors.New("cold-page codec rejected")
 
+// codecWhy says how a codec call that returned its failure value failed:
+// by returning it, or by panicking (the guard recovered).
+func (m *Manager) codecWhy() string {
+	if p := m.codec.TakePanic(); p != nil {
+		return fmt.Sprintf("panicked: %v", p.Value)
+	}
+	return "returned false"
+}
+
 // lcCodec is what the codec reported for one lifecycle, validated.
 type lcCodec struct {
 	coldBytes int64
@@ -33,7 +42,7 @@ type lcCodec struct {
 // validate the batching classes, and build the cold grouping.
 func (m *Manager) configureCodec() error {
 	if !m.codec.Configure(m.hotDescs()) {
-		return fmt.Errorf("%w: Configure returned false", ErrCodecRejected)
+		return fmt.Errorf("%w: Configure %s", ErrCodecRejected, m.codecWhy())
 	}
 	lcs := make([]layout.LifeCycleID, len(m.lt.LifeCycles))
 	for i := range lcs {
@@ -41,6 +50,9 @@ func (m *Manager) configureCodec() error {
 	}
 	infos, err := codec.QueryAll(m.codec, lcs)
 	if err != nil {
+		if p := m.codec.TakePanic(); p != nil {
+			return fmt.Errorf("%w: %w (%w)", ErrCodecRejected, err, p)
+		}
 		return fmt.Errorf("%w: %w", ErrCodecRejected, err)
 	}
 	m.lcCodec = make([]lcCodec, len(infos))

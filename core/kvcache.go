@@ -70,7 +70,9 @@ type cacheBlock struct {
 }
 
 // KVCache is one request's KV cache. The invariant
-// committed ≤ history ≤ capacity holds at every return.
+// committed ≤ history ≤ capacity holds at every return. Once a page the cache
+// holds is known lost (see ErrDataLost), every call on it but Close fails
+// with ErrDataLost.
 type KVCache struct {
 	m        *Manager
 	id       uint64
@@ -90,6 +92,10 @@ type KVCache struct {
 	// detached: a key collision stopped publishing (see publish).
 	detached bool
 	reused   int
+	// lost is the ErrDataLost of a cache holding a lost page (sticky);
+	// seenLosses is the manager's loss count when the cache last looked.
+	lost       error
+	seenLosses uint64
 }
 
 // match is the reusable prefix of some input.
@@ -236,7 +242,8 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	m.settle()
 	tpb := m.cfg.TokensPerBlock
 	mt := m.findMatch(opts.Scope, opts.InputTokens)
-	c := &KVCache{m: m, scope: opts.Scope, priority: opts.Priority}
+	// Its pages come from the tree, which holds no lost page.
+	c := &KVCache{m: m, scope: opts.Scope, priority: opts.Priority, seenLosses: m.losses}
 	m.nextID++
 	c.id = m.nextID
 
@@ -410,8 +417,14 @@ func (c *KVCache) eachPage(fn func(p *page)) {
 // brought back to the GPU (decoded), every page is pinned there, and stream
 // waits until they are ready. It returns ErrResumeRefused while the GPU level
 // is busier than MaxUtilForResume, ErrOutOfPages when the GPU cannot take the
-// pages back, and ErrDataLost when an asynchronous failure destroyed one of
-// them (close the cache then). On error the cache stays SUSPENDED.
+// pages back, ErrCodecFailed when the codec failed to decode some (they are
+// dropped) and ErrDataLost when a failure destroyed one of them (close the
+// cache then). On error the cache stays SUSPENDED.
+//
+// The decode runs asynchronously: a failure of it that is not known yet when
+// Resume returns reaches stream (which waits for the decode) and, once known
+// (at the latest when stream has passed that point), makes the cache's next
+// call return ErrDataLost.
 func (c *KVCache) Resume(stream device.Stream) error {
 	m := c.m
 	m.mu.Lock()
@@ -422,7 +435,6 @@ func (c *KVCache) Resume(stream device.Stream) error {
 	if stream == nil {
 		return argErr("stream", "must not be nil")
 	}
-	m.settle()
 	m.settlePages(c.eachPage)
 	if err := c.checkLost(); err != nil {
 		return err
@@ -448,6 +460,9 @@ func (c *KVCache) Resume(stream device.Stream) error {
 		for _, p := range cold {
 			pin(p)
 		}
+		err = c.checkLost() // a decode whose failure is known already
+	}
+	if err == nil {
 		waits := waitSet{}
 		c.eachPage(func(p *page) { waits.addFence(p.group.fences[p.slot]) })
 		err = waits.apply(stream)
@@ -466,22 +481,38 @@ func (c *KVCache) Resume(stream device.Stream) error {
 	return nil
 }
 
+// checkLost returns ErrDataLost when the cache holds a page a failure
+// destroyed, after accounting every failure known now. Pages are scanned only
+// when pages were lost since the last look; the verdict is final.
 func (c *KVCache) checkLost() error {
+	m := c.m
+	m.settle()
+	if c.lost != nil || c.seenLosses == m.losses {
+		return c.lost
+	}
+	c.seenLosses = m.losses
 	lost := 0
+	var cause error
 	c.eachPage(func(p *page) {
 		if p.lost {
+			if lost == 0 {
+				cause = p.lostBy
+			}
 			lost++
 		}
 	})
 	if lost > 0 {
-		return fmt.Errorf("%w: cache %d has %d pages whose migration failed", ErrDataLost, c.id, lost)
+		c.lost = fmt.Errorf("%w: cache %d has %d pages whose data a failure destroyed (%v); close it",
+			ErrDataLost, c.id, lost, cause)
 	}
-	return nil
+	return c.lost
 }
 
 // Prefetch moves the pages of a SUSPENDED cache that are on levels colder
 // than level up to level, without pinning them: they stay evictable, and
-// Resume finds them closer. On error some pages may have moved; none is lost.
+// Resume finds them closer. On error some pages may have moved; none is lost
+// but those a failed codec Decode could not bring to the GPU level
+// (ErrCodecFailed; see Resume).
 func (c *KVCache) Prefetch(level layout.CacheLevel) error {
 	m := c.m
 	m.mu.Lock()
@@ -492,7 +523,9 @@ func (c *KVCache) Prefetch(level layout.CacheLevel) error {
 	if _, err := m.level(level); err != nil {
 		return err
 	}
-	m.settle()
+	if err := c.checkLost(); err != nil {
+		return err
+	}
 	var up []*page
 	c.eachPage(func(p *page) {
 		if p.level() > int(level) {
@@ -527,6 +560,9 @@ func (c *KVCache) Suspend() error {
 	defer m.mu.Unlock()
 	if c.status != Active {
 		return stateErr("suspend", c.status)
+	}
+	if err := c.checkLost(); err != nil {
+		return err
 	}
 	if err := c.attachStreamEvent(c.eachPage); err != nil {
 		return err
@@ -596,6 +632,9 @@ func (c *KVCache) Resize(capacity, history int) error {
 		return argErr("capacity", "must be at least history_length (%d < %d)", capacity, history)
 	case capacity > MaxCapacity:
 		return argErr("capacity", "%d exceeds the largest sequence, %d tokens", capacity, MaxCapacity)
+	}
+	if err := c.checkLost(); err != nil {
+		return err
 	}
 	lt, lvl := m.lt, m.levels[0]
 	oldBlocks, newBlocks := len(c.blocks), lt.BlocksFor(capacity)
@@ -667,7 +706,9 @@ func (c *KVCache) Resize(capacity, history int) error {
 // Commit appends computed tokens to the committed sequence; every block they
 // complete is published in the radix tree for reuse. With isEnd no further
 // commits are accepted, and with partial reuse enabled the trailing partial
-// block is published when the cache closes.
+// block is published when the cache closes. Commit first waits for any decode
+// still bringing those blocks' pages back, so that a page lost to its failure
+// is never published (the cache gets ErrDataLost instead).
 func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 	m := c.m
 	m.mu.Lock()
@@ -684,6 +725,20 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 	tpb := m.cfg.TokensPerBlock
 	first := len(c.tokens) / tpb
 	full := (len(c.tokens) + len(tokens)) / tpb
+	// Nothing lost is published: the blocks' pages still arriving (decoded
+	// by Resume) must be known good first.
+	m.settlePages(func(fn func(p *page)) {
+		for _, b := range c.blocks[first:min(full, len(c.blocks))] {
+			for _, p := range b.pages {
+				if p != nil {
+					fn(p)
+				}
+			}
+		}
+	})
+	if err := c.checkLost(); err != nil {
+		return err
+	}
 	// The callback runs before anything changes: a panic in it changes
 	// nothing.
 	prios := make([]int, max(full-first, 0))
@@ -880,6 +935,9 @@ func (c *KVCache) basePageIndices(lg layout.LayerGroupID, dst []int32) ([]int32,
 	}
 	if lg < 0 || int(lg) >= len(c.m.lt.LifeCycles) {
 		return nil, argErr("layer_group_id", "%d out of [0, %d)", lg, len(c.m.lt.LifeCycles))
+	}
+	if err := c.checkLost(); err != nil {
+		return nil, err
 	}
 	for _, b := range c.blocks {
 		if p := b.pages[lg]; p != nil {

@@ -60,12 +60,16 @@ type Manager struct {
 	nextID uint64
 	caches map[uint64]*KVCache
 	stats  statCounters
+	// losses counts lost pages ever; a cache rescans its pages for lost
+	// ones only when it changed (see checkLost).
+	losses uint64
 	closed bool
 
 	listeners []EventListener
 	eventSeq  uint64
 
-	codec      codec.ColdPageCodec
+	// codec is guarded: a panicking codec call is a failing one.
+	codec      *codec.Guarded
 	lcCodec    []lcCodec
 	pageRing   *staging.Ring
 	indexRing  *staging.IndexRing
@@ -88,13 +92,14 @@ func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	cc, err := o.codec.Take()
+	taken, err := o.codec.Take()
 	if err != nil {
 		return nil, fmt.Errorf("cold_page_codec: %w", err)
 	}
-	if cc == nil {
-		cc = codec.NewDefault()
+	if taken == nil {
+		taken = codec.NewDefault()
 	}
+	cc := codec.Guard(taken)
 	defer func() {
 		if err != nil {
 			codec.Destroy(cc)
@@ -129,7 +134,7 @@ func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 	return m, nil
 }
 
-func (m *Manager) init(cc codec.ColdPageCodec) error {
+func (m *Manager) init(cc *codec.Guarded) error {
 	weights := m.lt.ByteWeights(&m.cfg)
 	if err := m.initHotLevel(weights); err != nil {
 		return err

@@ -103,8 +103,9 @@ type inflight struct {
 // destination fences, the transfer is submitted, one finish event is
 // recorded and attached to both sides, observers are notified, and only then
 // does the page change slots. A unit that fails synchronously releases its
-// destination slots and leaves its pages where they were (retryable); the
-// error reports every failed unit.
+// destination slots and leaves its pages where they were (retryable), except
+// when the codec failed to decode them: their only copy cannot be brought
+// back, so they are lost (see lose). The error reports every failed unit.
 func (m *Manager) migrate(pages []*page, dst int) error {
 	if len(pages) == 0 {
 		return nil
@@ -116,7 +117,9 @@ func (m *Manager) migrate(pages []*page, dst int) error {
 	defer func() {
 		for _, p := range pages {
 			p.moving = false
-			p.refresh(len(m.levels))
+			if p.group != nil { // a lost page nobody held is freed
+				p.refresh(len(m.levels))
+			}
 		}
 	}()
 	dl := m.levels[dst]
@@ -129,14 +132,23 @@ func (m *Manager) migrate(pages []*page, dst int) error {
 	}
 	var errs []error
 	for _, u := range m.plan(pages, dl) {
-		if err := m.runUnit(u); err != nil {
-			for _, mv := range u.moves {
-				u.dst.releaseSlot(mv.dstSlot)
-			}
-			errs = append(errs, fmt.Errorf("%v migration of %d pages: %w", pathOf(u.src, u.dst), len(u.moves), err))
+		err := m.runUnit(u)
+		if err == nil {
+			continue
 		}
+		for _, mv := range u.moves {
+			u.dst.releaseSlot(mv.dstSlot)
+		}
+		err = fmt.Errorf("%v migration of %d pages: %w", pathOf(u.src, u.dst), len(u.moves), err)
+		if dl.index == 0 && errors.Is(err, ErrCodecFailed) {
+			for _, mv := range u.moves {
+				m.lose(mv.p, err)
+			}
+			err = fmt.Errorf("%w; the pages are dropped", err)
+		}
+		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return joinErrs(errs)
 }
 
 // plan takes destination slots and groups the moves into units, in order of
@@ -324,7 +336,7 @@ func (m *Manager) codecCall(u unit, toCold bool, coldBase device.Ptr, pair func(
 		if toCold {
 			op = "Encode"
 		}
-		err := fmt.Errorf("%w: %s(layer group %d, %d pages) returned false", ErrCodecRejected, op, u.rep, len(pairs))
+		err := fmt.Errorf("%w: %s(layer group %d, %d pages) %s", ErrCodecFailed, op, u.rep, len(pairs), m.codecWhy())
 		if release != nil {
 			release()
 		}
@@ -362,7 +374,7 @@ func (m *Manager) encodeToDisk(u unit) (func() error, error) {
 		err = m.stream.HostFunc(func() error {
 			for i, s := range slots {
 				if _, err := file.WriteAt(host[int64(i)*blob:int64(i+1)*blob], int64(s)*blob); err != nil {
-					return fmt.Errorf("disk write: %w", err)
+					return fmt.Errorf("%w: disk write: %w", ErrIO, err)
 				}
 			}
 			return nil
@@ -381,7 +393,7 @@ func (m *Manager) decodeFromDisk(u unit) (func() error, error) {
 	err = m.stream.HostFunc(func() error {
 		for i, s := range slots {
 			if _, err := file.ReadAt(host[int64(i)*blob:int64(i+1)*blob], int64(s)*blob); err != nil {
-				return fmt.Errorf("disk read: %w", err)
+				return fmt.Errorf("%w: disk read: %w", ErrIO, err)
 			}
 		}
 		return nil
@@ -426,7 +438,7 @@ func (m *Manager) copyCold(u unit) error {
 				_, err = dst.file.WriteAt(src.hostSlot(mv.srcSlot), int64(mv.dstSlot)*blob)
 			}
 			if err != nil {
-				return fmt.Errorf("blob copy: %w", err)
+				return fmt.Errorf("%w: blob copy: %w", ErrIO, err)
 			}
 		}
 		return nil
@@ -476,7 +488,7 @@ func (m *Manager) settle() {
 			if p.inflight == fl {
 				p.inflight = nil
 				if err != nil {
-					m.lose(p)
+					m.lose(p, err)
 				}
 			}
 		}
@@ -503,9 +515,16 @@ func (m *Manager) settlePages(pages func(fn func(p *page))) {
 	}
 }
 
-// lose marks a page whose data an asynchronous failure destroyed.
-func (m *Manager) lose(p *page) {
-	p.lost = true
+// lose marks a page whose data a failure (err) destroyed: it leaves the
+// tree at once, so nothing reuses it, and its slot returns when the last
+// cache holding it closes. Every cache holding it gets ErrDataLost (see
+// checkLost).
+func (m *Manager) lose(p *page, err error) {
+	if p.lost {
+		return
+	}
+	p.lost, p.lostBy = true, err
+	m.losses++
 	if n := p.node; n != nil {
 		n.pages[p.lc] = nil
 		p.node = nil
@@ -544,8 +563,10 @@ func (m *Manager) fitAt(li int, pages []*page) []*page {
 // reserveAt makes sure every group of n at level li has enough free slots.
 // Victims fall to the next level (a hot page is encoded on the way); on the
 // last level, or when the next level cannot take them, pages nobody holds are
-// dropped. It fails, evicting nothing, when the free and evictable slots of
-// a group cannot cover its need.
+// dropped. A held victim that cannot leave (its migration failed) stays where
+// it is and the next victim is tried. It fails, evicting nothing, when the
+// free and evictable slots of a group cannot cover its need, and otherwise
+// with an error naming why the victims could not leave.
 func (m *Manager) reserveAt(li int, n need) error {
 	for g, k := range n {
 		if avail := len(g.free) + len(g.victims); avail < k {
@@ -553,39 +574,60 @@ func (m *Manager) reserveAt(li int, n need) error {
 				ErrOutOfPages, g.level.kind, g.desc.Index, k, len(g.free), len(g.victims), g.numSlots)
 		}
 	}
-	var victims []*page
-	for g, k := range n {
-		for taken := 0; len(g.free)+taken < k; taken++ {
-			victims = append(victims, heap.Pop(&g.victims).(*page))
+	var causes []error
+	var stuck []*page // victims that could not leave: out of the heap until we are done
+	defer func() {
+		for _, v := range stuck {
+			v.refresh(len(m.levels))
 		}
-	}
-	// Victims fall to the next level; what it cannot take falls further.
-	rest := victims
-	for next := li + 1; next < len(m.levels) && len(rest) > 0; next++ {
-		_ = m.migrate(m.fitAt(next, rest), next) // best effort: what did not move is handled below
-		still := rest[:0:0]
-		for _, v := range rest {
-			if v.group.level.index == li {
-				still = append(still, v)
+	}()
+	for {
+		var victims []*page
+		for g, k := range n {
+			for taken := 0; len(g.free)+taken < k && len(g.victims) > 0; taken++ {
+				victims = append(victims, heap.Pop(&g.victims).(*page))
 			}
 		}
-		rest = still
-	}
-	for _, v := range victims {
-		switch {
-		case v.group.level.index != li:
-			m.stats.onEvict()
-		case v.held == 0 && v.active == 0 && v.node != nil:
-			m.drop(v)
-			m.stats.onEvict()
-		default:
-			v.refresh(len(m.levels))
+		if len(victims) == 0 {
+			break
+		}
+		// Victims fall to the next level; what it cannot take falls further.
+		rest := victims
+		for next := li + 1; next < len(m.levels) && len(rest) > 0; next++ {
+			if err := m.migrate(m.fitAt(next, rest), next); err != nil {
+				causes = append(causes, err)
+			}
+			still := rest[:0:0]
+			for _, v := range rest {
+				if v.group.level.index == li {
+					still = append(still, v)
+				}
+			}
+			rest = still
+		}
+		for _, v := range victims {
+			switch {
+			case v.group.level.index != li:
+				m.stats.onEvict()
+			case v.held == 0 && v.active == 0 && v.node != nil:
+				m.drop(v)
+				m.stats.onEvict()
+			default:
+				if v.heapIdx >= 0 {
+					heap.Remove(&v.group.victims, v.heapIdx)
+				}
+				stuck = append(stuck, v)
+			}
 		}
 	}
 	for g, k := range n {
 		if len(g.free) < k {
-			return fmt.Errorf("%w: %v pool group %d needs %d slots; the next level could not take the held pages",
-				ErrOutOfPages, g.level.kind, g.desc.Index, k)
+			why := "the next level could not take the held pages"
+			if len(causes) > 0 {
+				return fmt.Errorf("%w: %v pool group %d needs %d slots; %s: %w",
+					ErrOutOfPages, g.level.kind, g.desc.Index, k, why, joinErrs(causes))
+			}
+			return fmt.Errorf("%w: %v pool group %d needs %d slots; %s", ErrOutOfPages, g.level.kind, g.desc.Index, k, why)
 		}
 	}
 	return nil

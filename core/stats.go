@@ -18,7 +18,11 @@ type BlockStats struct {
 	MissedBlocks int64
 	// Evictions counts pages evicted from any level.
 	Evictions int64
-	// LostPages counts pages whose migration failed asynchronously.
+	// LostPages counts pages whose data a failure destroyed: an
+	// asynchronous failure of their migration (a disk read or write, a
+	// codec's asynchronous work), or a codec's failed Decode. Failures are
+	// counted once known: at the latest when the stream that waited for the
+	// migration has passed it.
 	LostPages int64
 }
 
@@ -80,10 +84,14 @@ func (m *Manager) MigrationStats() map[Path]MigrationCounter {
 	return out
 }
 
-// Stats returns the cumulative block statistics.
+// Stats returns the cumulative block statistics, with every failure known
+// now accounted.
 func (m *Manager) Stats() BlockStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if !m.closed {
+		m.settle()
+	}
 	return m.stats.total
 }
 
@@ -92,6 +100,9 @@ func (m *Manager) Stats() BlockStats {
 func (m *Manager) GetAndResetIterationStats() BlockStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if !m.closed {
+		m.settle()
+	}
 	s := m.stats.iter
 	m.stats.iter = BlockStats{}
 	return s

@@ -32,8 +32,9 @@ type page struct {
 	moving bool
 	// inflight is the transaction that last moved the page, until settled.
 	inflight *inflight
-	// lost: an asynchronous failure destroyed the page's data.
-	lost bool
+	// lost: a failure destroyed the page's data; lostBy is the first one.
+	lost   bool
+	lostBy error
 }
 
 func (p *page) level() int { return p.group.level.index }
@@ -137,7 +138,7 @@ func (g *slotGroup) initSlots() {
 func newDiskGroup(lvl *storageLevel, desc layout.Group, slots int64, dir string) (*slotGroup, error) {
 	f, err := os.CreateTemp(dir, fmt.Sprintf("kvcm-group%d-*.blob", desc.Index))
 	if err != nil {
-		return nil, fmt.Errorf("disk tier %s: %w", dir, err)
+		return nil, fmt.Errorf("%w: disk tier %s: %w", ErrIO, dir, err)
 	}
 	g := &slotGroup{level: lvl, desc: desc, numSlots: slots, capacity: slots, file: f}
 	if err := g.reserveFile(slots); err != nil {
@@ -151,11 +152,11 @@ func newDiskGroup(lvl *storageLevel, desc layout.Group, slots int64, dir string)
 func (g *slotGroup) reserveFile(slots int64) error {
 	size := slots * g.desc.PoolBytes[0]
 	if err := g.file.Truncate(size); err != nil {
-		return fmt.Errorf("disk tier %s: size blob file to %d bytes: %w", filepath.Dir(g.file.Name()), size, err)
+		return fmt.Errorf("%w: disk tier %s: size blob file to %d bytes: %w", ErrIO, filepath.Dir(g.file.Name()), size, err)
 	}
 	err := syscall.Fallocate(int(g.file.Fd()), 0, 0, size)
 	if err != nil && !errors.Is(err, syscall.EOPNOTSUPP) {
-		return fmt.Errorf("disk tier %s: reserve %d bytes: %w", filepath.Dir(g.file.Name()), size, err)
+		return fmt.Errorf("%w: disk tier %s: reserve %d bytes: %w", ErrIO, filepath.Dir(g.file.Name()), size, err)
 	}
 	return nil
 }

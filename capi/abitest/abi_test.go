@@ -355,6 +355,52 @@ func TestRoundTripThroughHostTier(t *testing.T) {
 	}
 }
 
+// A codec decode that returns false is KVCM_ERR_CODEC_FAILED, not
+// CODEC_REJECTED: its pages are dropped, the cache can only be closed
+// (DATA_LOST), the prefix is no longer offered and the next request
+// recomputes it.
+func TestFailedDecodeIsCodecFailed(t *testing.T) {
+	noLeaks(t)
+	codec, err := NewCodec(FailingDecodeCodec)
+	require.NoError(t, err)
+	m, err := CreateManager(smallConfig(8, 16), codec)
+	require.NoError(t, err)
+	s, err := CreateStream(m)
+	require.NoError(t, err)
+	scratch, err := Alloc(m, MemoryHostMapped, 64*1024)
+	require.NoError(t, err)
+	e := &engine{t: t, m: m, s: s, scratch: scratch}
+
+	a := seq(1, 16)
+	e.compute(a, 1)
+	e.compute(seq(1000, 32), 2) // a's pages go to the host
+	input := append(append([]int32{}, a...), 99)
+	c, err := CreateCache(m, 0, "", input)
+	require.NoError(t, err)
+	requireCode(t, Resume(c, s), CodecFailed, "Decode", "returned false")
+	requireCode(t, Resume(c, s), DataLost)
+	n, err := ProbeReuse(m, 0, "", input)
+	require.NoError(t, err)
+	assert.Zero(t, n, "the dropped prefix is not offered")
+	require.NoError(t, CloseCache(c))
+	e.compute(a, 3) // recomputed: nothing to decode
+	require.NoError(t, Free(m, scratch))
+	require.NoError(t, DestroyManager(m))
+}
+
+// A disk tier's file that cannot be sized is KVCM_ERR_IO, not INTERNAL: the
+// library is not poisoned.
+func TestDiskErrorIsIO(t *testing.T) {
+	noLeaks(t)
+	cfg := smallConfig(8, 0)
+	cfg.Tiers = append(cfg.Tiers, Tier{Kind: 2, Quota: 16 * pageBytes, Path: t.TempDir()})
+	m, err := CreateManager(cfg, nil)
+	require.NoError(t, err)
+	requireCode(t, ResizeLevel(m, 1, 1<<50), IOError, "disk") // a 1 PiB blob file: too large, or no space
+	assert.False(t, IsPoisoned())
+	require.NoError(t, DestroyManager(m))
+}
+
 func TestStaleAndForgedHandles(t *testing.T) {
 	noLeaks(t)
 	m, err := CreateManager(smallConfig(8, 0), nil)

@@ -7,8 +7,8 @@
 // The preamble also holds test codecs written in C against the vtable: a
 // concatenating host codec that submits its copies with kvcm_stream_batch_copy
 // and counts its calls with a host function (so it works on the emulated
-// device and on CUDA alike), a codec whose configure returns false, and
-// broken vtables.
+// device and on CUDA alike), a codec whose configure returns false, one whose
+// decode returns false, and broken vtables.
 package abitest
 
 /*
@@ -34,6 +34,7 @@ typedef struct {
 
 typedef struct {
 	int reject;
+	int fail_decode;
 	int configured;
 	size_t num_groups;
 	tc_group* groups;
@@ -132,6 +133,7 @@ static bool tc_encode(void* self, kvcm_layer_group_id lg, void* dst, const kvcm_
 }
 
 static bool tc_decode(void* self, kvcm_layer_group_id lg, const void* src, const kvcm_page_index_pair* p, size_t n, kvcm_stream s) {
+	if (((tc_codec*)self)->fail_decode) return false;
 	return tc_transform((tc_codec*)self, lg, (uint64_t)(uintptr_t)src, p, n, s, 0);
 }
 
@@ -171,6 +173,7 @@ static kvcm_cold_page_codec tc_new(int kind) {
 	case 1: c->reject = 1; out.vtable = &tc_vtable; break;
 	case 2: out.vtable = &tc_vtable_no_encode; break;
 	case 3: out.vtable = &tc_vtable_no_version; break;
+	case 4: c->fail_decode = 1; out.vtable = &tc_vtable; break;
 	default: out.vtable = &tc_vtable; break;
 	}
 	return out;
@@ -230,6 +233,9 @@ const (
 	NoVersionCodec
 	// NullVtableCodec passes a codec object whose vtable is NULL.
 	NullVtableCodec
+	// FailingDecodeCodec passes the C concatenating codec with a decode
+	// that always returns false.
+	FailingDecodeCodec
 )
 
 // Codec is a codec object held by the test (it lives in Go memory: it only
@@ -257,6 +263,8 @@ func NewCodec(kind CodecKind) (*Codec, error) {
 		return &Codec{c: C.tc_new(3)}, nil
 	case NullVtableCodec:
 		return &Codec{c: C.tc_null_vtable()}, nil
+	case FailingDecodeCodec:
+		return &Codec{c: C.tc_new(4)}, nil
 	}
 	return nil, nil
 }

@@ -154,9 +154,13 @@ func (ix PageIndices) DevicePtr() device.Ptr {
 //   - The bool result of Encode and Decode reports synchronous validation and
 //     submission success, not completion of the asynchronous work; that work
 //     reports failure through the stream (device package doc). On false the
-//     manager releases the destination slots and keeps the source pages
-//     retryable, so a codec returning false must not have enqueued writes to
-//     the destination.
+//     manager synchronizes the stream and releases the destination slots, so
+//     a codec returning false must not have enqueued writes to the
+//     destination. After a false Encode the source pages stay where they
+//     were, retryable; after a false Decode the manager drops the source
+//     pages (the cold copy it could not bring back) as lost, so a codec that
+//     keeps rejecting a page cannot make its prefix unservable. The manager
+//     treats a panic in any method as that method's failure (see Guarded).
 //   - Host indices (PageIndices.Host) are valid only until the call returns;
 //     asynchronous work must not retain or dereference them.
 //   - Device indices (PageIndices.DevicePtr) are valid until all codec work

@@ -72,9 +72,13 @@ type KVCacheClose func(cache KVCache) *Status
 // and the stream waits until they are ready. Fails with
 // KVCM_ERR_RESUME_REFUSED while the GPU level is busier than
 // max_util_for_resume, KVCM_ERR_OUT_OF_PAGES when the GPU cannot take the
-// pages back and KVCM_ERR_DATA_LOST when an asynchronous failure destroyed one
-// of them (close the cache then). On error the cache stays SUSPENDED. The
-// stream must stay valid until the cache is suspended or closed.
+// pages back, KVCM_ERR_CODEC_FAILED when the codec failed to decode some (they
+// are dropped) and KVCM_ERR_DATA_LOST when a failure destroyed one of them
+// (close the cache then). On error the cache stays SUSPENDED. A failure of the
+// asynchronous decode that is not known when resume returns reaches the
+// stream and, once known, fails the cache's next call with
+// KVCM_ERR_DATA_LOST. The stream must stay valid until the cache is suspended
+// or closed.
 //
 //kvcm:since 1
 //kvcm:thread manager
@@ -104,7 +108,9 @@ type KVCacheResize func(cache KVCache, capacity int64, historyLength int64) *Sta
 
 // KVCacheCommit appends computed tokens to the committed sequence; every
 // block they complete is published for reuse. With is_end no further commits
-// are accepted.
+// are accepted. It first waits for any decode still bringing those blocks'
+// pages back, so that a page lost to its failure is never published (the
+// call fails with KVCM_ERR_DATA_LOST instead).
 //
 //kvcm:since 1
 //kvcm:thread manager

@@ -35,10 +35,13 @@ const (
 	// names the field, such as "layers[2].buffers[0].size".
 	ErrInvalidConfig StatusCode = 6
 	// ErrCodecRejected: the cold-page codec rejected the configuration or
-	// reported values the manager cannot use.
+	// reported values the manager cannot use (at manager creation).
 	ErrCodecRejected StatusCode = 7
-	// ErrDataLost: an asynchronous failure destroyed pages a cache holds; the
-	// cache can only be closed.
+	// ErrDataLost: a failure (an asynchronous one of a migration, a disk read
+	// or a codec, or a failed decode) destroyed pages a cache holds. Every
+	// call on that cache but close fails with it from the first call after
+	// the failure is known; the cache can only be closed. Lost pages are
+	// never published: the next request with that prefix recomputes them.
 	ErrDataLost StatusCode = 8
 	// ErrBufferTooSmall: a caller-provided buffer is smaller than the count
 	// reported through the call's needed-count out-parameter. Nothing was
@@ -58,6 +61,19 @@ const (
 	// ErrPoisoned: an earlier call panicked; the library refuses every call
 	// that could touch its state. Restart the process.
 	ErrPoisoned StatusCode = 14
+	// ErrCodecFailed: a codec's encode or decode failed synchronously (it
+	// returned false). A failed decode drops the pages it was bringing back:
+	// the cache that needed them fails with KVCM_ERR_DATA_LOST from then on
+	// and the next request recomputes them. A failed encode leaves its pages
+	// where they were, still usable; a call that needed their slots fails
+	// with KVCM_ERR_OUT_OF_PAGES naming the failure as its cause.
+	ErrCodecFailed StatusCode = 15
+	// ErrIO: reading or writing a disk tier's file failed (ENOSPC, EIO,
+	// EFBIG, EOF from a truncated file): creating, sizing or resizing the
+	// file, or, asynchronously, reading or writing pages, which reaches the
+	// streams that waited for that migration (and the pages' caches as
+	// KVCM_ERR_DATA_LOST). The library is not poisoned.
+	ErrIO StatusCode = 16
 )
 
 // TierKind is the kind of a cache tier.

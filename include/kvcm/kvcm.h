@@ -383,12 +383,15 @@ enum {
     KVCM_ERR_INVALID_CONFIG = 6,
     /**
      * KVCM_ERR_CODEC_REJECTED: the cold-page codec rejected the configuration or
-     * reported values the manager cannot use.
+     * reported values the manager cannot use (at manager creation).
      */
     KVCM_ERR_CODEC_REJECTED = 7,
     /**
-     * KVCM_ERR_DATA_LOST: an asynchronous failure destroyed pages a cache holds; the
-     * cache can only be closed.
+     * KVCM_ERR_DATA_LOST: a failure (an asynchronous one of a migration, a disk read
+     * or a codec, or a failed decode) destroyed pages a cache holds. Every
+     * call on that cache but close fails with it from the first call after
+     * the failure is known; the cache can only be closed. Lost pages are
+     * never published: the next request with that prefix recomputes them.
      */
     KVCM_ERR_DATA_LOST = 8,
     /**
@@ -421,6 +424,23 @@ enum {
      * that could touch its state. Restart the process.
      */
     KVCM_ERR_POISONED = 14,
+    /**
+     * KVCM_ERR_CODEC_FAILED: a codec's encode or decode failed synchronously (it
+     * returned false). A failed decode drops the pages it was bringing back:
+     * the cache that needed them fails with KVCM_ERR_DATA_LOST from then on
+     * and the next request recomputes them. A failed encode leaves its pages
+     * where they were, still usable; a call that needed their slots fails
+     * with KVCM_ERR_OUT_OF_PAGES naming the failure as its cause.
+     */
+    KVCM_ERR_CODEC_FAILED = 15,
+    /**
+     * KVCM_ERR_IO: reading or writing a disk tier's file failed (ENOSPC, EIO,
+     * EFBIG, EOF from a truncated file): creating, sizing or resizing the
+     * file, or, asynchronously, reading or writing pages, which reaches the
+     * streams that waited for that migration (and the pages' caches as
+     * KVCM_ERR_DATA_LOST). The library is not poisoned.
+     */
+    KVCM_ERR_IO = 16,
 };
 
 /**
@@ -1594,7 +1614,9 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_close(kvcm_kv_cache cache);
 /**
  * kvcm_kv_cache_commit appends computed tokens to the committed sequence; every
  * block they complete is published for reuse. With is_end no further commits
- * are accepted.
+ * are accepted. It first waits for any decode still bringing those blocks'
+ * pages back, so that a page lost to its failure is never published (the
+ * call fails with KVCM_ERR_DATA_LOST instead).
  *
  * @param cache [in] The cache.
  * @param tokens [in, borrowed, nullable, array of num_tokens] The tokens (NULL only when num_tokens is 0).
@@ -1747,9 +1769,13 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_resize(kvcm_kv_cache cache,
  * and the stream waits until they are ready. Fails with
  * KVCM_ERR_RESUME_REFUSED while the GPU level is busier than
  * max_util_for_resume, KVCM_ERR_OUT_OF_PAGES when the GPU cannot take the
- * pages back and KVCM_ERR_DATA_LOST when an asynchronous failure destroyed one
- * of them (close the cache then). On error the cache stays SUSPENDED. The
- * stream must stay valid until the cache is suspended or closed.
+ * pages back, KVCM_ERR_CODEC_FAILED when the codec failed to decode some (they
+ * are dropped) and KVCM_ERR_DATA_LOST when a failure destroyed one of them
+ * (close the cache then). On error the cache stays SUSPENDED. A failure of the
+ * asynchronous decode that is not known when resume returns reaches the
+ * stream and, once known, fails the cache's next call with
+ * KVCM_ERR_DATA_LOST. The stream must stay valid until the cache is suspended
+ * or closed.
  *
  * @param cache [in] The cache.
  * @param stream [in] The engine's stream, created by kvcm_manager_create_stream on this manager.

@@ -80,6 +80,7 @@ from .device import DeviceMemory, MemoryKind, Stream
 from .errors import (
     BufferTooSmallError,
     ClosedError,
+    CodecFailedError,
     CodecRejectedError,
     ConsumedError,
     DataLostError,
@@ -95,6 +96,7 @@ from .errors import (
     OutOfPagesError,
     PoisonedError,
     ResumeRefusedError,
+    StorageIOError,
     UnsupportedError,
 )
 from .manager import (
@@ -138,6 +140,6 @@ __all__ = [
     "KVCacheError", "InvalidArgumentError", "InvalidHandleError", "InvalidStateError",
     "OutOfPagesError", "ResumeRefusedError", "InvalidConfigError", "CodecRejectedError",
     "DataLostError", "BufferTooSmallError", "ManagerClosedError", "DeviceError", "UnsupportedError",
-    "InternalError", "PoisonedError", "ClosedError", "ConsumedError", "ForkedProcessError",
-    "LibraryNotFoundError",
+    "InternalError", "PoisonedError", "CodecFailedError", "StorageIOError", "ClosedError",
+    "ConsumedError", "ForkedProcessError", "LibraryNotFoundError",
 ]

@@ -175,6 +175,8 @@ class StatusCode(enum.IntEnum):
     UNSUPPORTED = 12
     INTERNAL = 13
     POISONED = 14
+    CODEC_FAILED = 15
+    IO = 16
 
 
 KVCM_OK = 0
@@ -192,6 +194,8 @@ KVCM_ERR_DEVICE = 11
 KVCM_ERR_UNSUPPORTED = 12
 KVCM_ERR_INTERNAL = 13
 KVCM_ERR_POISONED = 14
+KVCM_ERR_CODEC_FAILED = 15
+KVCM_ERR_IO = 16
 
 class TierKind(enum.IntEnum):
     """kvcm_tier_kind is the kind of a cache tier."""

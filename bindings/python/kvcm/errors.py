@@ -27,6 +27,8 @@ __all__ = [
     "UnsupportedError",
     "InternalError",
     "PoisonedError",
+    "CodecFailedError",
+    "StorageIOError",
     "ClosedError",
     "ConsumedError",
     "LibraryNotFoundError",
@@ -89,11 +91,15 @@ class InvalidConfigError(KVCacheError, ValueError):
 
 
 class CodecRejectedError(KVCacheError):
-    """The cold-page codec rejected the configuration."""
+    """The cold-page codec rejected the configuration (at manager creation)."""
 
 
 class DataLostError(KVCacheError):
-    """An asynchronous failure destroyed pages of the cache; close it."""
+    """A failure destroyed pages of the cache; close it.
+
+    Every call on the cache but ``close`` raises it once the failure is known;
+    lost pages are never published, so the next request recomputes them.
+    """
 
 
 class BufferTooSmallError(KVCacheError):
@@ -118,6 +124,24 @@ class InternalError(KVCacheError):
 
 class PoisonedError(KVCacheError):
     """An earlier call panicked; restart the process."""
+
+
+class CodecFailedError(KVCacheError):
+    """A codec's encode or decode returned false.
+
+    A failed decode drops the pages it was bringing back (the cache then raises
+    :class:`DataLostError`; the next request recomputes them). A failed encode
+    leaves its pages usable, and the call that needed their slots raises
+    :class:`OutOfPagesError` naming the failure.
+    """
+
+
+class StorageIOError(KVCacheError, OSError):
+    """Reading or writing a disk tier's file failed (ENOSPC, EIO, EFBIG, EOF).
+
+    The library is not poisoned. Pages an asynchronous read or write lost make
+    their caches raise :class:`DataLostError`.
+    """
 
 
 class ClosedError(KVCacheError):
@@ -149,6 +173,8 @@ _BY_CODE: dict[int, type[KVCacheError]] = {
     12: UnsupportedError,
     13: InternalError,
     14: PoisonedError,
+    15: CodecFailedError,
+    16: StorageIOError,
 }
 
 for _code, _cls in _BY_CODE.items():

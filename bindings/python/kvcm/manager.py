@@ -681,8 +681,11 @@ class _KVCache(Managed):
     def resume(self, stream: Stream | int | None = None) -> bool:
         """Make the cache ACTIVE on ``stream``: pages on colder levels come
         back to the GPU and the stream waits for them. Returns True; raises
-        ResumeRefusedError, OutOfPagesError or DataLostError (the cache stays
-        SUSPENDED)."""
+        ResumeRefusedError, OutOfPagesError, CodecFailedError (the codec
+        failed to decode some pages: they are dropped) or DataLostError (the
+        cache stays SUSPENDED; close it). A failure of the asynchronous decode
+        not known yet reaches the stream and makes the next call raise
+        DataLostError."""
         if stream is None:
             raise InvalidArgumentError("stream: a stream is required (KVCacheManager.create_stream())")
         handle = stream.handle if isinstance(stream, Stream) else int(stream)

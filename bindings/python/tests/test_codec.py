@@ -12,8 +12,10 @@ from engine import FakeEngine
 
 import kvcm
 from kvcm import (
+    CodecFailedError,
     CodecRejectedError,
     ConsumedError,
+    DataLostError,
     InvalidConfigError,
     KVCacheColdPageCodec,
     KVCacheManager,
@@ -114,7 +116,7 @@ CODEC_C = r"""
 
 typedef kvcm_status* (*create_fn)(kvcm_cold_page_codec*);
 static create_fn g_create;
-static int g_fail_configure;
+static int g_fail_configure, g_fail_decode;
 static long g_counts[8]; /* configure, cold bytes, batching, location, encode, decode, destroy, created */
 
 typedef struct { kvcm_cold_page_codec inner; } fwd;
@@ -143,6 +145,7 @@ static bool encode(void* self, kvcm_layer_group_id lg, void* dst, const kvcm_pag
 }
 static bool decode(void* self, kvcm_layer_group_id lg, const void* src, const kvcm_page_index_pair* p, size_t n, kvcm_stream s) {
     fwd* f = self; g_counts[5]++;
+    if (g_fail_decode) return false;
     return f->inner.vtable->decode(f->inner.self, lg, src, p, n, s);
 }
 static void destroy(void* self) {
@@ -158,6 +161,7 @@ static const kvcm_cold_page_codec_vtable VT = {
 
 void test_codec_init(void* create) { g_create = (create_fn)create; }
 void test_codec_fail_configure(int fail) { g_fail_configure = fail; }
+void test_codec_fail_decode(int fail) { g_fail_decode = fail; }
 long test_codec_count(int i) { return g_counts[i]; }
 void test_codec_reset(void) { for (int i = 0; i < 8; i++) g_counts[i] = 0; }
 
@@ -242,6 +246,45 @@ def test_native_codec_destroyed_when_construction_fails(native_codec_lib):
     assert kvcm.live_handle_count() == before
     with pytest.raises(ConsumedError):
         KVCacheManager(small_config(), cold_page_codec=codec, device="emu")
+
+
+def test_native_codec_failed_decode_drops_the_pages(native_codec_lib):
+    """A decode returning false raises CodecFailedError; the cache can only be
+    closed (DataLostError), the prefix is no longer offered and the next
+    request recomputes it."""
+    lib = native_codec_lib
+    lib.test_codec_reset()
+    cfg = small_config(gpu_quota=2560, host_quota=10240)
+    prompt = list(range(20))
+    with KVCacheManager(cfg, cold_page_codec=KVCacheColdPageCodec.from_factory(lib.test_codec_factory),
+                        device="emu") as m:
+        eng = FakeEngine(m, cfg, seed=5)
+        for t in (prompt, list(range(500, 520))):  # the second pushes the first to the host tier
+            c = m.create_kv_cache(input_tokens=t)
+            c.resume(eng.stream)
+            c.resize(20)
+            eng.write(c, t, 0, 20)
+            c.resize(20, 20)
+            c.commit(t)
+            c.close()
+        lib.test_codec_fail_decode(1)
+        try:
+            reused = m.probe_reuse(prompt + [99])
+            assert reused > 0
+            c = m.create_kv_cache(input_tokens=prompt + [99])
+            with pytest.raises(CodecFailedError, match="Decode") as ei:
+                c.resume(eng.stream)
+            assert ei.value.code == 15
+            with pytest.raises(DataLostError):
+                c.resume(eng.stream)
+            assert m.probe_reuse(prompt + [99]) < reused
+            c.close()
+            c = m.create_kv_cache(input_tokens=prompt + [99])
+            c.resume(eng.stream)  # only what is still on the GPU is reused: nothing to decode
+            c.close()
+        finally:
+            lib.test_codec_fail_decode(0)
+        eng.close()
 
 
 def test_native_codec_never_handed_over_is_destroyed(native_codec_lib):

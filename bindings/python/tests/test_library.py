@@ -42,7 +42,8 @@ def test_enum_values_match_the_error_classes():
         if code == ffi.StatusCode.OK:
             continue
         e = kvcm.errors.error_for_code(int(code), "x")
-        assert type(e).__name__.upper().replace("ERROR", "").replace("MANAGERCLOSED", "CLOSED") == \
+        name = type(e).__name__.upper().replace("ERROR", "")
+        assert name.replace("MANAGERCLOSED", "CLOSED").replace("STORAGEIO", "IO") == \
             code.name.replace("_", ""), (code, type(e))
 
 

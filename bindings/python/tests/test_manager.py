@@ -15,6 +15,7 @@ from kvcm import (
     InvalidStateError,
     KVCacheManager,
     OutOfPagesError,
+    StorageIOError,
 )
 
 PROMPT = list(range(1000, 1020))
@@ -111,6 +112,17 @@ def test_errors_map_to_classes(manager):
     with pytest.raises(InvalidArgumentError, match="level"):
         manager.get_quota(5)
     c.close()
+
+
+def test_disk_error_is_storage_io_error(tmp_path):
+    """A disk tier's file that cannot be sized raises StorageIOError (an OSError), not InternalError."""
+    cfg = small_config(tiers=[kvcm.GpuCacheTierConfig(64 * 1024), kvcm.DiskCacheTierConfig(64 * 1024, str(tmp_path))])
+    with KVCacheManager(cfg, device="emu") as m:
+        with pytest.raises(StorageIOError, match="disk") as ei:
+            m.resize(1, 1 << 50)  # a 1 PiB blob file: too large, or no space
+        assert isinstance(ei.value, OSError) and ei.value.code == 16
+        assert not kvcm.is_poisoned()
+        assert m.get_quota(1) == 64 * 1024  # nothing changed
 
 
 def test_manager_close_closes_its_caches_and_streams(config):

@@ -53,6 +53,9 @@ const (
 	// (false, with the inner work already enqueued, only if that HostFunc
 	// cannot be enqueued).
 	AsyncFault
+	// PanicFault: the call panics without calling the inner codec, so
+	// nothing is enqueued.
+	PanicFault
 )
 
 // fault is an armed fault of one Op: skip calls pass, then count calls fail
@@ -64,7 +67,7 @@ type fault struct {
 }
 
 // Faulty wraps a codec and, on demand, lies in queries, rejects Configure or
-// fails Encode/Decode synchronously or asynchronously. It records every call
+// fails Encode/Decode synchronously, asynchronously or by panicking. It records every call
 // (with its pair count, so tests can assert batching and chunking) and
 // whether it was closed. Overrides and faults can be changed at any time. It
 // is safe for concurrent use.
@@ -156,6 +159,13 @@ func (f *Faulty) FailAsync(op Op, skip, count int, err error) {
 		err = fmt.Errorf("codectest: injected asynchronous %v failure: %w", op, device.ErrInjected)
 	}
 	f.arm(op, fault{mode: AsyncFault, skip: skip, count: count, err: err})
+}
+
+// FailPanic makes op calls panic (without calling the inner codec): the
+// next skip calls pass, then count calls panic (count < 0: all). It replaces
+// any fault armed for op.
+func (f *Faulty) FailPanic(op Op, skip, count int) {
+	f.arm(op, fault{mode: PanicFault, skip: skip, count: count})
 }
 
 // Heal disarms the faults of every op.
@@ -254,6 +264,9 @@ func (f *Faulty) call(op Op, lg layout.LayerGroupID, idx codec.PageIndices, stre
 	ok := false
 	switch mode {
 	case SyncFault:
+	case PanicFault:
+		f.record(Call{Op: op, LifeCycle: lg, Location: idx.Location(), Pairs: idx.Len(), Injected: mode}, idx)
+		panic(fmt.Sprintf("codectest: injected %v panic", op))
 	case AsyncFault:
 		ok = inner()
 		if ok && stream != nil {
@@ -262,14 +275,17 @@ func (f *Faulty) call(op Op, lg layout.LayerGroupID, idx codec.PageIndices, stre
 	default:
 		ok = inner()
 	}
-	c := Call{Op: op, LifeCycle: lg, Location: idx.Location(), Pairs: idx.Len(), OK: ok, Injected: mode}
+	f.record(Call{Op: op, LifeCycle: lg, Location: idx.Location(), Pairs: idx.Len(), OK: ok, Injected: mode}, idx)
+	return ok
+}
+
+func (f *Faulty) record(c Call, idx codec.PageIndices) {
 	if idx.Location() == codec.Host {
 		c.HostPairs = slices.Clone(idx.Host())
 	}
 	f.mu.Lock()
 	f.calls = append(f.calls, c)
 	f.mu.Unlock()
-	return ok
 }
 
 // Calls returns every Encode and Decode call so far, in order.

@@ -288,10 +288,13 @@ enum class StatusCode : std::int32_t {
     // names the field, such as "layers[2].buffers[0].size".
     kInvalidConfig = KVCM_ERR_INVALID_CONFIG,
     // KVCM_ERR_CODEC_REJECTED: the cold-page codec rejected the configuration or
-    // reported values the manager cannot use.
+    // reported values the manager cannot use (at manager creation).
     kCodecRejected = KVCM_ERR_CODEC_REJECTED,
-    // KVCM_ERR_DATA_LOST: an asynchronous failure destroyed pages a cache holds; the
-    // cache can only be closed.
+    // KVCM_ERR_DATA_LOST: a failure (an asynchronous one of a migration, a disk read
+    // or a codec, or a failed decode) destroyed pages a cache holds. Every
+    // call on that cache but close fails with it from the first call after
+    // the failure is known; the cache can only be closed. Lost pages are
+    // never published: the next request with that prefix recomputes them.
     kDataLost = KVCM_ERR_DATA_LOST,
     // KVCM_ERR_BUFFER_TOO_SMALL: a caller-provided buffer is smaller than the count
     // reported through the call's needed-count out-parameter. Nothing was
@@ -311,6 +314,19 @@ enum class StatusCode : std::int32_t {
     // KVCM_ERR_POISONED: an earlier call panicked; the library refuses every call
     // that could touch its state. Restart the process.
     kPoisoned = KVCM_ERR_POISONED,
+    // KVCM_ERR_CODEC_FAILED: a codec's encode or decode failed synchronously (it
+    // returned false). A failed decode drops the pages it was bringing back:
+    // the cache that needed them fails with KVCM_ERR_DATA_LOST from then on
+    // and the next request recomputes them. A failed encode leaves its pages
+    // where they were, still usable; a call that needed their slots fails
+    // with KVCM_ERR_OUT_OF_PAGES naming the failure as its cause.
+    kCodecFailed = KVCM_ERR_CODEC_FAILED,
+    // KVCM_ERR_IO: reading or writing a disk tier's file failed (ENOSPC, EIO,
+    // EFBIG, EOF from a truncated file): creating, sizing or resizing the
+    // file, or, asynchronously, reading or writing pages, which reaches the
+    // streams that waited for that migration (and the pages' caches as
+    // KVCM_ERR_DATA_LOST). The library is not poisoned.
+    kIo = KVCM_ERR_IO,
 };
 static_assert(sizeof(StatusCode) == sizeof(::kvcm_status_code), "StatusCode has the C size");
 
@@ -347,6 +363,10 @@ constexpr const char* name(StatusCode v) noexcept {
         return "KVCM_ERR_INTERNAL";
     case StatusCode::kPoisoned:
         return "KVCM_ERR_POISONED";
+    case StatusCode::kCodecFailed:
+        return "KVCM_ERR_CODEC_FAILED";
+    case StatusCode::kIo:
+        return "KVCM_ERR_IO";
     }
     return "";
 }
