@@ -166,6 +166,9 @@ func TestCodecConsumedOnEveryPath(t *testing.T) {
 	}{
 		{"success", ConcatCodec, good, false, false, OK, nil},
 		{"configure returns false", RejectingCodec, good, false, false, CodecRejected, []string{"Configure returned false"}},
+		// The codec's size_t is reported as returned, not as "0 bytes".
+		{"query_cold_page_bytes returns SIZE_MAX", SizeMaxCodec, good, false, false, CodecRejected,
+			[]string{"QueryColdPageBytes returned 18446744073709551615 bytes (SIZE_MAX"}},
 		{"vtable without encode", NoEncodeCodec, good, false, false, InvalidArgument, []string{"codec.vtable.encode"}},
 		{"vtable without abi_version", NoVersionCodec, good, false, false, InvalidArgument, []string{"codec.vtable.abi_version"}},
 		{"invalid config", ConcatCodec, badConfig, false, false, InvalidConfig, []string{"tokens_per_block"}},
