@@ -691,4 +691,39 @@ func TestConfigValidate(t *testing.T) {
 	bad = smallConfig(8, 16)
 	bad.ABIVersion = -1
 	requireCode(t, ValidateConfig(bad), InvalidArgument, "config.abi_version")
+	bad = smallConfig(8, 16)
+	bad.MaxUtilForResume = 1.5
+	requireCode(t, ValidateConfig(bad), InvalidConfig, "max_util_for_resume", "0 (unset)")
+}
+
+// max_util_for_resume 0 is unset: a zero-initialized config resumes up to the
+// default 0.95, while a set value is used as is.
+func TestZeroMaxUtilForResumeIsTheDefault(t *testing.T) {
+	noLeaks(t)
+	for _, tc := range []struct {
+		util float64
+		code int32
+	}{{0, OK}, {0.5, ResumeRefused}} {
+		cfg := smallConfig(4, 0)
+		cfg.MaxUtilForResume = tc.util
+		m, err := CreateManager(cfg, nil)
+		require.NoError(t, err)
+		s, err := CreateStream(m)
+		require.NoError(t, err)
+		a, err := CreateCache(m, 0, "", seq(0, 12))
+		require.NoError(t, err)
+		require.NoError(t, Resume(a, s))
+		require.NoError(t, Resize(a, 12, -1)) // 3 of the 4 GPU pages
+		b, err := CreateCache(m, 0, "", seq(100, 4))
+		require.NoError(t, err)
+		err = Resume(b, s)
+		if tc.code == OK {
+			require.NoError(t, err, "0.75 is below the default 0.95")
+		} else {
+			requireCode(t, err, tc.code, "resume refused")
+		}
+		require.NoError(t, CloseCache(b))
+		require.NoError(t, CloseCache(a))
+		require.NoError(t, DestroyManager(m))
+	}
 }
