@@ -172,7 +172,13 @@ func (ix PageIndices) DevicePtr() device.Ptr {
 // The lifecycle is passed to the size query and to both transforms because
 // lifecycles sharing a hot pool group may use different cold formats and
 // sizes. Disk addresses are never passed to a codec: every data base pointer
-// is GPU-accessible (device memory or mapped pinned host memory).
+// is GPU-accessible. The hot pool bases are device memory (the host reaches
+// them only by copies); the cold base (dstBase of Encode, srcBase of Decode)
+// is always HostMapped memory, a host tier's pool or the pinned staging ring
+// of a disk tier, which host code may touch in stream order (in a HostFunc).
+// stream is always the manager's migration stream, which outlives the codec:
+// scratch kept across calls is reused safely in stream order and freed when
+// the codec is destroyed, after all its work has completed.
 //
 // Addressing. For lifecycle lg, the hot pool group is the PoolGroupDesc whose
 // LifeCycles contains lg; hot slot s is the bytes Pool.Base + s*Pool.SlotBytes
