@@ -140,6 +140,7 @@ func shareQuota(tier string, quota int64, groups []Group, weights []float64, flo
 		return nil, fmt.Errorf("layout: %s quota %d bytes is below the %d bytes its minimum slots need", tier, quota, need)
 	}
 	slots := make([]int64, len(groups))
+	want := make([]float64, len(groups)) // slots by weight, before the int conversion
 	pinned := make([]bool, len(groups))
 	for {
 		budget, wsum := quota, 0.0 // budget: exact, as pinned floors fit (need <= quota)
@@ -156,13 +157,9 @@ func shareQuota(tier string, quota int64, groups []Group, weights []float64, flo
 				slots[g] = floors[g]
 				continue
 			}
-			n := math.Floor(float64(budget) * weights[g] / wsum / float64(groups[g].PageBytes()))
-			if n > MaxSlots {
-				// Checked before the conversion, which is undefined beyond int64.
-				return nil, fmt.Errorf("layout: %s quota %d bytes gives pool group %d %.0f slots of %d bytes, more than the %d a pool group can index",
-					tier, quota, groups[g].Index, n, groups[g].PageBytes(), MaxSlots)
-			}
-			slots[g] = int64(n)
+			want[g] = math.Floor(float64(budget) * weights[g] / wsum / float64(groups[g].PageBytes()))
+			// Clamped: converting a float beyond int64 is undefined.
+			slots[g] = int64(min(want[g], MaxSlots+1))
 			if slots[g] < floors[g] {
 				pinned[g], raised = true, true
 			}
@@ -172,9 +169,13 @@ func shareQuota(tier string, quota int64, groups []Group, weights []float64, flo
 		}
 	}
 	for g := range groups {
-		if slots[g] > MaxSlots {
+		switch {
+		case pinned[g] && slots[g] > MaxSlots:
 			return nil, fmt.Errorf("layout: %s pool group %d needs %d slots, more than the %d a pool group can index",
 				tier, groups[g].Index, slots[g], MaxSlots)
+		case !pinned[g] && want[g] > MaxSlots:
+			return nil, fmt.Errorf("layout: %s quota %d bytes gives pool group %d %.0f slots of %d bytes, more than the %d a pool group can index",
+				tier, quota, groups[g].Index, want[g], groups[g].PageBytes(), MaxSlots)
 		}
 	}
 	trimToQuota(quota, groups, slots, floors)
