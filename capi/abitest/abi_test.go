@@ -2,6 +2,7 @@ package abitest
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"strings"
@@ -694,6 +695,31 @@ func TestConfigValidate(t *testing.T) {
 	bad = smallConfig(8, 16)
 	bad.MaxUtilForResume = 1.5
 	requireCode(t, ValidateConfig(bad), InvalidConfig, "max_util_for_resume", "0 (unset)")
+}
+
+// Quotas are sized with checked arithmetic: a quota of 2^63-1 is an error
+// naming its field (or kvcm_manager_resize_level's quota), not an overflowed
+// size.
+func TestHugeQuotaNamesTheField(t *testing.T) {
+	noLeaks(t)
+	cfg := smallConfig(8, 0)
+	cfg.Tiers[0].Quota = math.MaxInt64
+	_, err := CreateManager(cfg, nil)
+	requireCode(t, err, InvalidConfig, "cache_tiers[0].quota", "more than the 2147483647 a pool group can index")
+	cfg = smallConfig(8, 16)
+	cfg.Tiers[1].Quota = math.MaxInt64
+	_, err = CreateManager(cfg, nil)
+	requireCode(t, err, InvalidConfig, "cache_tiers[1].quota")
+
+	m, err := CreateManager(smallConfig(8, 16), nil)
+	require.NoError(t, err)
+	for _, level := range []int32{0, 1} {
+		requireCode(t, ResizeLevel(m, level, math.MaxInt64), InvalidArgument, "quota: ", "more than the 2147483647")
+	}
+	q, err := Quota(m, 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(8*pageBytes), q, "a failed resize changes nothing")
+	require.NoError(t, DestroyManager(m))
 }
 
 // max_util_for_resume 0 is unset: a zero-initialized config resumes up to the

@@ -134,6 +134,15 @@ def test_no_layers():
     expect_field(_with(layers=[]), "layers", "at least one")
 
 
+def test_huge_quota_names_the_field():
+    # Slots x bytes is checked arithmetic: 2^63-1 is refused naming the field,
+    # not overflowed into a negative size.
+    expect_field(_with(cache_tiers=[GpuCacheTierConfig((1 << 63) - 1)]), "cache_tiers[0].quota",
+                 "more than the 2147483647 a pool group can index")
+    expect_field(_with(cache_tiers=[GpuCacheTierConfig(1 << 20, max_quota=(1 << 63) - 1)]),
+                 "cache_tiers[0].max_quota")
+
+
 def test_quota_too_small_for_one_slot():
     e = expect_field(_with(cache_tiers=[GpuCacheTierConfig(16)]), "cache_tiers[0].quota")
     assert "gpu" in str(e)
