@@ -190,6 +190,7 @@ TEST_F(ManagerTest, ErrorCodesOnBadArguments)
 
     EXPECT_KVCM_ERROR((void)m.layerGroupOf(99), kvcm::StatusCode::kInvalidArgument);
     EXPECT_KVCM_ERROR((void)m.bufferLocation(0, "query"), kvcm::StatusCode::kInvalidArgument);
+    EXPECT_KVCM_ERROR((void)m.bufferLocation(0, std::string("key\0x", 5)), kvcm::StatusCode::kInvalidArgument); // not cut to "key"
     EXPECT_KVCM_ERROR((void)m.storageStats(3), kvcm::StatusCode::kInvalidArgument);
     EXPECT_KVCM_ERROR((void)m.quota(-1), kvcm::StatusCode::kInvalidArgument);
     EXPECT_KVCM_ERROR(m.resizeLevel(0, 0), kvcm::StatusCode::kInvalidArgument);

@@ -1681,6 +1681,10 @@ public:
     // pool_base + (b * scale + offset) * bytes.
     [[nodiscard]] BufferLocation bufferLocation(int32_t layerId, std::string const& role) const
     {
+        if (auto const at = role.find('\0'); at != std::string::npos)
+        {
+            throw Error(StatusCode::kInvalidArgument, "role: contains a NUL byte at offset " + std::to_string(at));
+        }
         BufferLocation out{};
         detail::check(::kvcm_manager_get_buffer_location(mHandle, layerId, role.c_str(), &out));
         return out;
@@ -1728,7 +1732,10 @@ public:
         return out;
     }
     // Shrinks (evicting, defragmenting) or grows a level; GPU base addresses
-    // and the page indices of ACTIVE caches stay valid.
+    // and the page indices of ACTIVE caches stay valid. Shrinking throws
+    // KVCM_ERR_INVALID_STATE while an ACTIVE cache pins a page in a slot
+    // beyond the new size, KVCM_ERR_OUT_OF_PAGES when the pages that cannot
+    // be evicted need more slots than remain; on error nothing changed.
     void resizeLevel(CacheLevel level, int64_t quota)
     {
         detail::check(::kvcm_manager_resize_level(mHandle, level, quota));
