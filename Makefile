@@ -58,6 +58,8 @@ py-test: lib
 # C++ bindings (bindings/cpp): CMake builds libkvcm.so from the Go sources,
 # the GoogleTest tests (also under AddressSanitizer) and the find_package test;
 # ctest runs them. cpp-test runs everything, cpp-test-asan only the ASan runs.
+# The tests are opt-in in CMake (KVCM_BUILD_TESTS, default OFF), so cpp-build
+# turns them on, also in a build directory configured without them.
 CMAKE ?= cmake
 CTEST ?= ctest
 CPP_BUILD_DIR ?= build/cmake
@@ -65,7 +67,11 @@ CMAKE_GENERATOR_FLAG := $(if $(shell command -v ninja 2>/dev/null),-G Ninja,)
 
 .PHONY: cpp-build cpp-test cpp-test-asan
 cpp-build:
-	@if [ ! -f $(CPP_BUILD_DIR)/CMakeCache.txt ]; then $(CMAKE) -S . -B $(CPP_BUILD_DIR) $(CMAKE_GENERATOR_FLAG); fi
+	@if [ ! -f $(CPP_BUILD_DIR)/CMakeCache.txt ]; then \
+		$(CMAKE) -S . -B $(CPP_BUILD_DIR) $(CMAKE_GENERATOR_FLAG) -DKVCM_BUILD_TESTS=ON; \
+	elif ! grep -q '^KVCM_BUILD_TESTS:BOOL=ON$$' $(CPP_BUILD_DIR)/CMakeCache.txt; then \
+		$(CMAKE) -S . -B $(CPP_BUILD_DIR) -DKVCM_BUILD_TESTS=ON; \
+	fi
 	$(CMAKE) --build $(CPP_BUILD_DIR)
 
 cpp-test: cpp-build

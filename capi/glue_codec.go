@@ -123,12 +123,20 @@ func (c *cCodec) Configure(gpuDescs []layout.PoolGroupDesc) bool {
 	return bool(C.kvcm__call_cold_page_codec_vtable_configure(c.vt, c.self, descs, C.kvcm_pool_group_index(len(gpuDescs))))
 }
 
+// QueryColdPageBytes narrows the codec's size_t; a size beyond int64 is 0
+// (failure). The manager asks NativeColdPageBytes, which keeps such a size
+// for its error message.
 func (c *cCodec) QueryColdPageBytes(lg layout.LayerGroupID) int64 {
-	n := C.kvcm__call_cold_page_codec_vtable_query_cold_page_bytes(c.vt, c.self, C.kvcm_layer_group_id(lg))
-	if uint64(n) > math.MaxInt64 {
+	n := c.NativeColdPageBytes(lg)
+	if n > math.MaxInt64 {
 		return 0
 	}
 	return int64(n)
+}
+
+// NativeColdPageBytes is query_cold_page_bytes's size_t result as is.
+func (c *cCodec) NativeColdPageBytes(lg layout.LayerGroupID) uint64 {
+	return uint64(C.kvcm__call_cold_page_codec_vtable_query_cold_page_bytes(c.vt, c.self, C.kvcm_layer_group_id(lg)))
 }
 
 func (c *cCodec) GetBatchingLayerGroupID(lg layout.LayerGroupID) layout.LayerGroupID {

@@ -104,7 +104,7 @@ func (m *Manager) initColdLevels(weights []float64) error {
 		tier := m.cfg.CacheTiers[i]
 		slots, err := m.lt.ColdSlots(i, tier.Quota, weights)
 		if err != nil {
-			return fmt.Errorf("%w: cache_tiers[%d].quota: %v", ErrInvalidConfig, i, err)
+			return &config.Error{Field: fmt.Sprintf("cache_tiers[%d].quota", i), Msg: err.Error()}
 		}
 		lvl := &storageLevel{index: i, kind: tier.Kind, quota: tier.Quota, lcMap: m.lt.Levels[i].LifeCycleToGroup}
 		m.levels = append(m.levels, lvl)

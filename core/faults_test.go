@@ -329,13 +329,16 @@ func TestDiskReadFailureIsIOAndLosesThePages(t *testing.T) {
 func TestDiskSizingFailureIsIO(t *testing.T) {
 	cfg := tieredConfig(t, 4, 0, 8)
 	huge := cfg
-	huge.CacheTiers = []config.CacheTierConfig{cfg.CacheTiers[0], config.Disk(1<<50, t.TempDir())}
+	// The most slots a pool group can index: a half-TiB blob file, more
+	// than the test filesystem holds.
+	const most = (1<<31 - 1) * 256
+	huge.CacheTiers = []config.CacheTierConfig{cfg.CacheTiers[0], config.Disk(most, t.TempDir())}
 	_, err := NewManager(huge)
-	require.ErrorIs(t, err, ErrIO, "a 1 PiB blob file: too large, or no space")
+	require.ErrorIs(t, err, ErrIO, "a half-TiB blob file: no space")
 
 	f := newTieredFixture(t, cfg)
 	before := f.groups(1)
-	err = f.m.ResizeLevel(1, 1<<50) // a 1 PiB blob file: too large, or no space
+	err = f.m.ResizeLevel(1, most)
 	require.ErrorIs(t, err, ErrIO)
 	assert.Equal(t, before, f.groups(1), "the failed resize changed nothing")
 }

@@ -162,11 +162,11 @@ func (m *Manager) initHotLevel(weights []float64) error {
 	floors := m.lt.HotFloors(&m.cfg)
 	slots, err := m.lt.HotSlots(hot.Quota, weights, floors)
 	if err != nil {
-		return fmt.Errorf("%w: cache_tiers[0].quota: %v", ErrInvalidConfig, err)
+		return &config.Error{Field: "cache_tiers[0].quota", Msg: err.Error()}
 	}
 	capacity, err := m.lt.HotSlots(hot.MaxQuotaOrQuota(), weights, floors)
 	if err != nil {
-		return fmt.Errorf("%w: cache_tiers[0].max_quota: %v", ErrInvalidConfig, err)
+		return &config.Error{Field: "cache_tiers[0].max_quota", Msg: err.Error()}
 	}
 	lvl := &storageLevel{index: 0, kind: hot.Kind, quota: hot.Quota, lcMap: m.lt.Levels[0].LifeCycleToGroup}
 	m.levels = append(m.levels, lvl)

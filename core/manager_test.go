@@ -1,6 +1,7 @@
 package core
 
 import (
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -379,6 +380,55 @@ func TestBadConfigurationsNameTheField(t *testing.T) {
 			require.ErrorAs(t, err, &ce)
 			assert.Equal(t, tc.field, ce.Field)
 		})
+	}
+}
+
+// Quotas and byte counts are multiplied with checked arithmetic: a quota too
+// large for the slots a pool group can index (up to 2^63-1) is a
+// configuration error naming its field, never a wrapped size or an
+// allocation of the wrapped count.
+func TestHugeQuotasNameTheField(t *testing.T) {
+	for name, tc := range map[string]struct {
+		mutate func(*config.Config)
+		field  string
+	}{
+		"gpu quota":     {func(c *config.Config) { c.CacheTiers[0].Quota = math.MaxInt64 }, "cache_tiers[0].quota"},
+		"gpu max_quota": {func(c *config.Config) { c.CacheTiers[0].MaxQuota = math.MaxInt64 }, "cache_tiers[0].max_quota"},
+		"host quota": {func(c *config.Config) {
+			c.CacheTiers = append(c.CacheTiers, config.Host(math.MaxInt64))
+		}, "cache_tiers[1].quota"},
+		"disk quota": {func(c *config.Config) {
+			c.CacheTiers = append(c.CacheTiers, config.Disk(math.MaxInt64, t.TempDir()))
+		}, "cache_tiers[1].quota"},
+		"more slots than int32": {func(c *config.Config) { c.CacheTiers[0].Quota = 256 << 31 }, "cache_tiers[0].quota"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := smallConfig(8)
+			tc.mutate(&cfg)
+			_, err := NewManager(cfg, WithDevice(emu.New(emu.Options{Seed: 1})))
+			require.ErrorIs(t, err, ErrInvalidConfig)
+			var ce *config.Error
+			require.ErrorAs(t, err, &ce)
+			assert.Equal(t, tc.field, ce.Field, "error: %v", err)
+			assert.Contains(t, err.Error(), "more than the 2147483647 a pool group can index")
+		})
+	}
+}
+
+// ResizeLevel multiplies with checked arithmetic too: a huge quota fails
+// naming the argument, and changes nothing.
+func TestResizeLevelHugeQuotaNamesTheArgument(t *testing.T) {
+	f := newTieredFixture(t, tieredConfig(t, 8, 16, 0))
+	for _, level := range []layout.CacheLevel{layout.GPULevel, 1} {
+		before, err := f.m.Quota(level)
+		require.NoError(t, err)
+		err = f.m.ResizeLevel(level, math.MaxInt64)
+		require.ErrorIs(t, err, ErrInvalidArgument)
+		assert.Contains(t, err.Error(), "quota: ")
+		assert.Contains(t, err.Error(), "more than the 2147483647 a pool group can index")
+		after, err := f.m.Quota(level)
+		require.NoError(t, err)
+		assert.Equal(t, before, after, "a failed resize changes nothing")
 	}
 }
 

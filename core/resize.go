@@ -192,7 +192,11 @@ func (m *Manager) resizeGroup(g *slotGroup, slots int64) error {
 		}
 	case g.level.index == 0:
 		for i, mem := range g.mem {
-			if err := mem.(device.Growable).Resize(slots * g.desc.PoolBytes[i]); err != nil {
+			size, err := slotsBytes(slots, g.desc.PoolBytes[i])
+			if err == nil {
+				err = mem.(device.Growable).Resize(size)
+			}
+			if err != nil {
 				for j := range i { // every pool keeps the group's slot count
 					g.mem[j].(device.Growable).Resize(g.numSlots * g.desc.PoolBytes[j])
 				}
@@ -200,7 +204,11 @@ func (m *Manager) resizeGroup(g *slotGroup, slots int64) error {
 			}
 		}
 	default:
-		mem, err := m.dev.Alloc(device.HostMapped, slots*g.blobBytes())
+		size, err := slotsBytes(slots, g.blobBytes())
+		if err != nil {
+			return err
+		}
+		mem, err := m.dev.Alloc(device.HostMapped, size)
 		if err != nil {
 			return err
 		}

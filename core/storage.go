@@ -91,11 +91,32 @@ type storageLevel struct {
 
 func (l *storageLevel) groupOf(lc layout.LifeCycleID) *slotGroup { return l.groups[l.lcMap[lc]] }
 
+// slotsBytes is the size of n slots of b bytes, checked: layout sizing keeps
+// every level within its int64 quota, so an overflow here is a bug, reported
+// rather than wrapped into a negative size.
+func slotsBytes(n, b int64) (int64, error) {
+	size, ok := layout.CheckedMul(n, b)
+	if !ok {
+		return 0, fmt.Errorf("%d slots of %d bytes overflow int64", n, b)
+	}
+	return size, nil
+}
+
 // newHotGroup reserves capacity slots in every pool and commits slots.
 func newHotGroup(dev device.Device, lvl *storageLevel, desc layout.Group, slots, capacity int64) (*slotGroup, error) {
 	g := &slotGroup{level: lvl, desc: desc, numSlots: slots, capacity: capacity}
 	for i, b := range desc.PoolBytes {
-		mem, err := dev.Reserve(slots*b, capacity*b)
+		size, err := slotsBytes(slots, b)
+		if err != nil {
+			g.freeMemory()
+			return nil, fmt.Errorf("gpu pool %d of group %d: %w", i, desc.Index, err)
+		}
+		limit, err := slotsBytes(capacity, b)
+		if err != nil {
+			g.freeMemory()
+			return nil, fmt.Errorf("gpu pool %d of group %d: %w", i, desc.Index, err)
+		}
+		mem, err := dev.Reserve(size, limit)
 		if err != nil {
 			g.freeMemory()
 			return nil, fmt.Errorf("reserve gpu pool %d of group %d (%d of %d slots of %d bytes): %w",
@@ -111,7 +132,12 @@ func newHotGroup(dev device.Device, lvl *storageLevel, desc layout.Group, slots,
 func newSlotGroup(dev device.Device, lvl *storageLevel, desc layout.Group, slots int64, kind device.MemoryKind) (*slotGroup, error) {
 	g := &slotGroup{level: lvl, desc: desc, numSlots: slots, capacity: slots}
 	for i, b := range desc.PoolBytes {
-		mem, err := dev.Alloc(kind, slots*b)
+		size, err := slotsBytes(slots, b)
+		if err != nil {
+			g.freeMemory()
+			return nil, fmt.Errorf("%v pool %d of group %d: %w", lvl.kind, i, desc.Index, err)
+		}
+		mem, err := dev.Alloc(kind, size)
 		if err != nil {
 			g.freeMemory()
 			return nil, fmt.Errorf("allocate %v pool %d of group %d (%d slots of %d bytes): %w",
@@ -150,11 +176,14 @@ func newDiskGroup(lvl *storageLevel, desc layout.Group, slots int64, dir string)
 }
 
 func (g *slotGroup) reserveFile(slots int64) error {
-	size := slots * g.desc.PoolBytes[0]
+	size, err := slotsBytes(slots, g.desc.PoolBytes[0])
+	if err != nil {
+		return fmt.Errorf("disk tier %s: %w", filepath.Dir(g.file.Name()), err)
+	}
 	if err := g.file.Truncate(size); err != nil {
 		return fmt.Errorf("%w: disk tier %s: size blob file to %d bytes: %w", ErrIO, filepath.Dir(g.file.Name()), size, err)
 	}
-	err := syscall.Fallocate(int(g.file.Fd()), 0, 0, size)
+	err = syscall.Fallocate(int(g.file.Fd()), 0, 0, size)
 	if err != nil && !errors.Is(err, syscall.EOPNOTSUPP) {
 		return fmt.Errorf("%w: disk tier %s: reserve %d bytes: %w", ErrIO, filepath.Dir(g.file.Name()), size, err)
 	}

@@ -2,6 +2,7 @@ package abitest
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"strings"
@@ -166,6 +167,9 @@ func TestCodecConsumedOnEveryPath(t *testing.T) {
 	}{
 		{"success", ConcatCodec, good, false, false, OK, nil},
 		{"configure returns false", RejectingCodec, good, false, false, CodecRejected, []string{"Configure returned false"}},
+		// The codec's size_t is reported as returned, not as "0 bytes".
+		{"query_cold_page_bytes returns SIZE_MAX", SizeMaxCodec, good, false, false, CodecRejected,
+			[]string{"QueryColdPageBytes returned 18446744073709551615 bytes (SIZE_MAX"}},
 		{"vtable without encode", NoEncodeCodec, good, false, false, InvalidArgument, []string{"codec.vtable.encode"}},
 		{"vtable without abi_version", NoVersionCodec, good, false, false, InvalidArgument, []string{"codec.vtable.abi_version"}},
 		{"invalid config", ConcatCodec, badConfig, false, false, InvalidConfig, []string{"tokens_per_block"}},
@@ -734,4 +738,64 @@ func TestConfigValidate(t *testing.T) {
 	bad = smallConfig(8, 16)
 	bad.ABIVersion = -1
 	requireCode(t, ValidateConfig(bad), InvalidArgument, "config.abi_version")
+	bad = smallConfig(8, 16)
+	bad.MaxUtilForResume = 1.5
+	requireCode(t, ValidateConfig(bad), InvalidConfig, "max_util_for_resume", "0 (unset)")
+}
+
+// Quotas are sized with checked arithmetic: a quota of 2^63-1 is an error
+// naming its field (or kvcm_manager_resize_level's quota), not an overflowed
+// size.
+func TestHugeQuotaNamesTheField(t *testing.T) {
+	noLeaks(t)
+	cfg := smallConfig(8, 0)
+	cfg.Tiers[0].Quota = math.MaxInt64
+	_, err := CreateManager(cfg, nil)
+	requireCode(t, err, InvalidConfig, "cache_tiers[0].quota", "more than the 2147483647 a pool group can index")
+	cfg = smallConfig(8, 16)
+	cfg.Tiers[1].Quota = math.MaxInt64
+	_, err = CreateManager(cfg, nil)
+	requireCode(t, err, InvalidConfig, "cache_tiers[1].quota")
+
+	m, err := CreateManager(smallConfig(8, 16), nil)
+	require.NoError(t, err)
+	for _, level := range []int32{0, 1} {
+		requireCode(t, ResizeLevel(m, level, math.MaxInt64), InvalidArgument, "quota: ", "more than the 2147483647")
+	}
+	q, err := Quota(m, 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(8*pageBytes), q, "a failed resize changes nothing")
+	require.NoError(t, DestroyManager(m))
+}
+
+// max_util_for_resume 0 is unset: a zero-initialized config resumes up to the
+// default 0.95, while a set value is used as is.
+func TestZeroMaxUtilForResumeIsTheDefault(t *testing.T) {
+	noLeaks(t)
+	for _, tc := range []struct {
+		util float64
+		code int32
+	}{{0, OK}, {0.5, ResumeRefused}} {
+		cfg := smallConfig(4, 0)
+		cfg.MaxUtilForResume = tc.util
+		m, err := CreateManager(cfg, nil)
+		require.NoError(t, err)
+		s, err := CreateStream(m)
+		require.NoError(t, err)
+		a, err := CreateCache(m, 0, "", seq(0, 12))
+		require.NoError(t, err)
+		require.NoError(t, Resume(a, s))
+		require.NoError(t, Resize(a, 12, -1)) // 3 of the 4 GPU pages
+		b, err := CreateCache(m, 0, "", seq(100, 4))
+		require.NoError(t, err)
+		err = Resume(b, s)
+		if tc.code == OK {
+			require.NoError(t, err, "0.75 is below the default 0.95")
+		} else {
+			requireCode(t, err, tc.code, "resume refused")
+		}
+		require.NoError(t, CloseCache(b))
+		require.NoError(t, CloseCache(a))
+		require.NoError(t, DestroyManager(m))
+	}
 }

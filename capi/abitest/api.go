@@ -38,6 +38,7 @@ const (
 	CodecFailed      = int32(C.KVCM_ERR_CODEC_FAILED)
 	DataLost         = int32(C.KVCM_ERR_DATA_LOST)
 	IOError          = int32(C.KVCM_ERR_IO)
+	ResumeRefused    = int32(C.KVCM_ERR_RESUME_REFUSED)
 	BufferTooSmall   = int32(C.KVCM_ERR_BUFFER_TOO_SMALL)
 	Unsupported      = int32(C.KVCM_ERR_UNSUPPORTED)
 	Internal         = int32(C.KVCM_ERR_INTERNAL)
@@ -131,6 +132,7 @@ type Config struct {
 	Tiers              []Tier
 	Layers             []Layer
 	EnablePartialReuse bool
+	MaxUtilForResume   float64
 	EventQueueCapacity uint32
 	InitialPoolRatio   []float64
 	// StructSize and ABIVersion override the versioned header when nonzero
@@ -156,6 +158,7 @@ func (cfg *Config) build(a *arena) *C.kvcm_manager_config {
 	c.device = C.kvcm_device_kind(cfg.Device)
 	c.event_queue_capacity = C.uint32_t(cfg.EventQueueCapacity)
 	c.enable_partial_reuse = C.bool(cfg.EnablePartialReuse)
+	c.max_util_for_resume = C.double(cfg.MaxUtilForResume)
 	tiers := cArray[C.kvcm_cache_tier_config](a, len(cfg.Tiers))
 	for i, t := range cfg.Tiers {
 		tiers[i] = C.kvcm_cache_tier_config{kind: C.kvcm_tier_kind(t.Kind), quota: C.int64_t(t.Quota), max_quota: C.int64_t(t.MaxQuota)}

@@ -13,6 +13,7 @@ package abitest
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/../../include
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "kvcm/kvcm.h"
@@ -165,6 +166,19 @@ static const kvcm_cold_page_codec_vtable tc_vtable_no_version = {
 	tc_configure, tc_bytes, NULL, tc_location, tc_encode, tc_decode, tc_destroy,
 };
 
+// A vtable whose query_cold_page_bytes returns SIZE_MAX: rejected, reporting
+// SIZE_MAX.
+static size_t tc_bytes_max(void* self, kvcm_layer_group_id lg) {
+	(void)self;
+	(void)lg;
+	return SIZE_MAX;
+}
+
+static const kvcm_cold_page_codec_vtable tc_vtable_size_max = {
+	(uint32_t)sizeof(kvcm_cold_page_codec_vtable), KVCM_ABI_VERSION,
+	tc_configure, tc_bytes_max, NULL, tc_location, tc_encode, tc_decode, tc_destroy,
+};
+
 static kvcm_cold_page_codec tc_new(int kind) {
 	tc_codec* c = (tc_codec*)calloc(1, sizeof(tc_codec));
 	kvcm_cold_page_codec out;
@@ -174,6 +188,7 @@ static kvcm_cold_page_codec tc_new(int kind) {
 	case 2: out.vtable = &tc_vtable_no_encode; break;
 	case 3: out.vtable = &tc_vtable_no_version; break;
 	case 4: c->fail_decode = 1; out.vtable = &tc_vtable; break;
+	case 5: out.vtable = &tc_vtable_size_max; break;
 	default: out.vtable = &tc_vtable; break;
 	}
 	return out;
@@ -236,6 +251,9 @@ const (
 	// FailingDecodeCodec passes the C concatenating codec with a decode
 	// that always returns false.
 	FailingDecodeCodec
+	// SizeMaxCodec passes a C codec whose query_cold_page_bytes returns
+	// SIZE_MAX.
+	SizeMaxCodec
 )
 
 // Codec is a codec object held by the test (it lives in Go memory: it only
@@ -265,6 +283,8 @@ func NewCodec(kind CodecKind) (*Codec, error) {
 		return &Codec{c: C.tc_null_vtable()}, nil
 	case FailingDecodeCodec:
 		return &Codec{c: C.tc_new(4)}, nil
+	case SizeMaxCodec:
+		return &Codec{c: C.tc_new(5)}, nil
 	}
 	return nil, nil
 }

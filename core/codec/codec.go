@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 
 	"github.com/kvcm/kvcm/core/device"
@@ -175,7 +176,13 @@ func (ix PageIndices) DevicePtr() device.Ptr {
 // The lifecycle is passed to the size query and to both transforms because
 // lifecycles sharing a hot pool group may use different cold formats and
 // sizes. Disk addresses are never passed to a codec: every data base pointer
-// is GPU-accessible (device memory or mapped pinned host memory).
+// is GPU-accessible. The hot pool bases are device memory (the host reaches
+// them only by copies); the cold base (dstBase of Encode, srcBase of Decode)
+// is always HostMapped memory, a host tier's pool or the pinned staging ring
+// of a disk tier, which host code may touch in stream order (in a HostFunc).
+// stream is always the manager's migration stream, which outlives the codec:
+// scratch kept across calls is reused safely in stream order and freed when
+// the codec is destroyed, after all its work has completed.
 //
 // Addressing. For lifecycle lg, the hot pool group is the PoolGroupDesc whose
 // LifeCycles contains lg; hot slot s is the bytes Pool.Base + s*Pool.SlotBytes
@@ -219,6 +226,15 @@ func Destroy(c ColdPageCodec) error {
 	return nil
 }
 
+// NativeSizer is implemented by codecs whose cold-page sizes come from an
+// unsigned native type (a C codec's size_t): QueryAll asks
+// NativeColdPageBytes instead of QueryColdPageBytes, so that a size beyond
+// the int64 range (SIZE_MAX, say) is reported as the codec returned it rather
+// than narrowed.
+type NativeSizer interface {
+	NativeColdPageBytes(lg layout.LayerGroupID) uint64
+}
+
 // Info is what a codec reports for one lifecycle.
 type Info struct {
 	LifeCycle     layout.LifeCycleID
@@ -234,16 +250,25 @@ var ErrQuery = errors.New("codec query failed")
 type QueryError struct {
 	LifeCycle layout.LifeCycleID
 	Method    string // "QueryColdPageBytes", "GetBatchingLayerGroupID" or "QueryPageIndexLocation"
-	Value     int64  // the value returned
+	Value     int64  // the value returned (0 when Native does not fit)
+	// Native is the size a NativeSizer returned, when it does not fit an
+	// int64.
+	Native uint64
 }
 
 func (e *QueryError) Error() string {
 	var what string
 	switch e.Method {
 	case "QueryColdPageBytes":
-		what = fmt.Sprintf("returned %d bytes (0 is failure)", e.Value)
-		if e.Value < 0 {
+		switch {
+		case e.Native == math.MaxUint64:
+			what = fmt.Sprintf("returned %d bytes (SIZE_MAX, more than an int64 holds)", e.Native)
+		case e.Native != 0:
+			what = fmt.Sprintf("returned %d bytes (more than an int64 holds)", e.Native)
+		case e.Value < 0:
 			what = fmt.Sprintf("returned %d bytes (negative size)", e.Value)
+		default:
+			what = fmt.Sprintf("returned %d bytes (0 is failure)", e.Value)
 		}
 	case "GetBatchingLayerGroupID":
 		what = fmt.Sprintf("returned %d (negative is failure or unknown lifecycle)", e.Value)
@@ -260,7 +285,8 @@ func (e *QueryError) Unwrap() error { return ErrQuery }
 
 // QueryAll asks c for the cold-page size, batching ID and index location of
 // every lifecycle, in order. It returns one Info per lifecycle and, if any
-// query returned a failure value (0 or negative bytes, a negative batching ID,
+// query returned a failure value (0, negative or (for a NativeSizer) beyond
+// int64 bytes, a negative batching ID,
 // a location other than Host or Device), an error naming every failing
 // lifecycle and method: one *QueryError per failure (reachable with errors.As;
 // several are joined in one message separated by "; ") and each wraps
@@ -273,15 +299,16 @@ func QueryAll(c ColdPageCodec, lifecycles []layout.LifeCycleID) ([]Info, error) 
 	infos := make([]Info, len(lifecycles))
 	var errs []error
 	for i, lc := range lifecycles {
+		bytes, native := coldPageBytes(c, lc)
 		in := Info{
 			LifeCycle:     lc,
-			ColdPageBytes: c.QueryColdPageBytes(lc),
+			ColdPageBytes: bytes,
 			BatchingID:    c.GetBatchingLayerGroupID(lc),
 			Location:      c.QueryPageIndexLocation(lc),
 		}
 		infos[i] = in
 		if in.ColdPageBytes <= 0 {
-			errs = append(errs, &QueryError{LifeCycle: lc, Method: "QueryColdPageBytes", Value: in.ColdPageBytes})
+			errs = append(errs, &QueryError{LifeCycle: lc, Method: "QueryColdPageBytes", Value: in.ColdPageBytes, Native: native})
 		}
 		if in.BatchingID < 0 {
 			errs = append(errs, &QueryError{LifeCycle: lc, Method: "GetBatchingLayerGroupID", Value: int64(in.BatchingID)})
@@ -294,6 +321,20 @@ func QueryAll(c ColdPageCodec, lifecycles []layout.LifeCycleID) ([]Info, error) 
 		return infos, nil
 	}
 	return infos, joined(errs)
+}
+
+// coldPageBytes queries lc's cold-page size; for a NativeSizer whose size
+// does not fit an int64 it returns 0 and the native value.
+func coldPageBytes(c ColdPageCodec, lc layout.LifeCycleID) (int64, uint64) {
+	ns, ok := c.(NativeSizer)
+	if !ok {
+		return c.QueryColdPageBytes(lc), 0
+	}
+	n := ns.NativeColdPageBytes(lc)
+	if n > math.MaxInt64 {
+		return 0, n
+	}
+	return int64(n), 0
 }
 
 // joinedErrors is errors.Join with a one-line message ("; " separated), which

@@ -2,6 +2,7 @@ package codec_test
 
 import (
 	"errors"
+	"math"
 	"testing"
 	"unsafe"
 
@@ -130,6 +131,35 @@ func TestQueryAllNamesTheLifecycleAndMethodOfEveryFailure(t *testing.T) {
 
 	_, err = codec.QueryAll(nil, nil)
 	assert.ErrorIs(t, err, codec.ErrQuery)
+}
+
+// nativeSized reports size_t-like cold-page sizes, as a C codec does.
+type nativeSized struct {
+	codec.ColdPageCodec
+	native map[layout.LifeCycleID]uint64
+}
+
+func (n nativeSized) NativeColdPageBytes(lg layout.LayerGroupID) uint64 {
+	if v, ok := n.native[lg]; ok {
+		return v
+	}
+	return uint64(n.QueryColdPageBytes(lg))
+}
+
+// QueryAll reports what the codec returned: a native size beyond int64 (a C
+// codec's SIZE_MAX) is named as returned, not as "0 bytes" or a wrapped
+// negative value.
+func TestQueryAllReportsNativeSizesBeyondInt64AsReturned(t *testing.T) {
+	c := nativeSized{configuredDefault(t), map[layout.LifeCycleID]uint64{1: math.MaxUint64, 2: 1 << 63}}
+	infos, err := codec.QueryAll(c, []layout.LifeCycleID{0, 1, 2, 3})
+	require.ErrorIs(t, err, codec.ErrQuery)
+	assert.Equal(t, "codec: lifecycle 1: QueryColdPageBytes returned 18446744073709551615 bytes (SIZE_MAX, more than an int64 holds); "+
+		"codec: lifecycle 2: QueryColdPageBytes returned 9223372036854775808 bytes (more than an int64 holds)", err.Error())
+	assert.Equal(t, int64(64), infos[0].ColdPageBytes, "a size that fits is used as is")
+	assert.Zero(t, infos[1].ColdPageBytes)
+	var qe *codec.QueryError
+	require.ErrorAs(t, err, &qe)
+	assert.Equal(t, uint64(math.MaxUint64), qe.Native)
 }
 
 func configuredDefaultDescs() []layout.PoolGroupDesc {

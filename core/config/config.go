@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 )
 
 // Token is one input token id.
@@ -99,7 +100,8 @@ type BatchDesc struct {
 	Requests []RequestDesc
 }
 
-// DefaultMaxUtilForResume is used when Config.MaxUtilForResume is zero.
+// DefaultMaxUtilForResume is used when Config.MaxUtilForResume is zero
+// (unset).
 const DefaultMaxUtilForResume = 0.95
 
 // Config is the manager's configuration.
@@ -110,7 +112,12 @@ type Config struct {
 	CacheTiers []CacheTierConfig
 	Layers     []AttentionLayerConfig
 	// MaxUtilForResume: Resume refuses while the GPU tier's utilization by
-	// active caches is above this fraction. Zero selects the default.
+	// active caches is above this fraction, in (0, 1]. Zero means unset and
+	// selects DefaultMaxUtilForResume, so the zero Config (like a
+	// zero-initialized C kvcm_manager_config) gets the default; a threshold
+	// of exactly 0 cannot be asked for (a tiny positive fraction refuses
+	// whenever active caches hold GPU pages). The Python and C++ bindings,
+	// whose fields default to 0.95, reject an explicit 0.
 	MaxUtilForResume float64
 	// EnablePartialReuse lets a request reuse the matching head of a cached
 	// block by copying it into a private page.
@@ -183,7 +190,8 @@ func (c *Config) Validate(numLayerGroups int) error {
 		return err
 	}
 	if u := c.MaxUtilForResume; math.IsNaN(u) || u < 0 || u > 1 {
-		return fieldErr("max_util_for_resume", "must be in (0, 1], got %v", u)
+		return fieldErr("max_util_for_resume", "must be in (0, 1], or 0 (unset) for the default %v, got %v",
+			DefaultMaxUtilForResume, u)
 	}
 	if len(c.InitialPoolRatio) > 0 {
 		if len(c.InitialPoolRatio) != numLayerGroups {
@@ -244,6 +252,9 @@ func checkDiskPath(field, path string) error {
 	if path == "" {
 		return fieldErr(field, "a disk tier needs a directory")
 	}
+	if err := checkNoNUL(field, path); err != nil {
+		return err
+	}
 	info, err := os.Stat(path)
 	if err != nil {
 		return fieldErr(field, "%v", err)
@@ -261,11 +272,23 @@ func checkDiskPath(field, path string) error {
 	return nil
 }
 
+// checkNoNUL rejects a string the C ABI could not carry: it passes paths and
+// roles NUL-terminated, so a NUL byte would silently cut them.
+func checkNoNUL(field, s string) error {
+	if i := strings.IndexByte(s, 0); i >= 0 {
+		return fieldErr(field, "contains a NUL byte at offset %d", i)
+	}
+	return nil
+}
+
+// validateLayers checks every layer; the sizes of all buffers together must
+// fit an int64, so that no page or pool size computed from them overflows.
 func (c *Config) validateLayers() error {
 	if len(c.Layers) == 0 {
 		return fieldErr("layers", "needs at least one layer")
 	}
 	seen := make(map[int32]int, len(c.Layers))
+	var total int64 // bytes of every buffer of every layer, for one block
 	for i, l := range c.Layers {
 		f := fmt.Sprintf("layers[%d]", i)
 		if j, dup := seen[l.LayerID]; dup {
@@ -290,6 +313,9 @@ func (c *Config) validateLayers() error {
 			if b.Role == "" {
 				return fieldErr(bf+".role", "must not be empty")
 			}
+			if err := checkNoNUL(bf+".role", string(b.Role)); err != nil {
+				return err
+			}
 			if slices.Contains(roles, b.Role) {
 				return fieldErr(bf+".role", "duplicate role %q in the layer", b.Role)
 			}
@@ -297,6 +323,11 @@ func (c *Config) validateLayers() error {
 			if b.Size <= 0 {
 				return fieldErr(bf+".size", "must be positive, got %d", b.Size)
 			}
+			if b.Size > math.MaxInt64-total {
+				return fieldErr(bf+".size", "%d bytes bring the buffers of all layers beyond %d bytes a block",
+					b.Size, int64(math.MaxInt64))
+			}
+			total += b.Size
 		}
 	}
 	return nil

@@ -67,7 +67,8 @@ func (lt *Layout) HotFloors(cfg *config.Config) []int64 {
 		for i := range lt.LifeCycles {
 			var n int64
 			for _, r := range b.Requests {
-				n += lt.PagesNeeded(LifeCycleID(i), r)
+				// Saturate: an overflowing floor fails as "floors overflow".
+				n = addSaturating(n, lt.PagesNeeded(LifeCycleID(i), r))
 			}
 			floors[i] = max(floors[i], n)
 		}
@@ -78,7 +79,9 @@ func (lt *Layout) HotFloors(cfg *config.Config) []int64 {
 // HotSlots sizes every hot pool group from the quota: each group gets the byte
 // weights of its lifecycles, then groups below their constraint floors are
 // raised to them and the rest is shared again by weight. It fails when the
-// floors (or one slot per group) do not fit in the quota.
+// floors (or one slot per group) do not fit in the quota, or when a group
+// would get more than MaxSlots slots. The slots of all groups together never
+// take more than quota bytes.
 func (lt *Layout) HotSlots(quota int64, weights []float64, floors []int64) ([]int64, error) {
 	lvl := &lt.Levels[0]
 	gw := make([]float64, len(lvl.Groups))
@@ -117,10 +120,17 @@ func (lt *Layout) ColdSlots(level int, quota int64, weights []float64) ([]int64,
 	return shareQuota(lvl.Kind.String(), quota, lvl.Groups, gw, floors)
 }
 
+// MaxSlots is the most slots a pool group can have: slots and base page
+// indices are int32.
+const MaxSlots = math.MaxInt32
+
+// shareQuota shares quota among groups by weight, each group getting at least
+// its floor. Every product of slots and bytes is checked, and the result
+// satisfies sum(slots[g] * PageBytes(g)) <= quota and slots[g] <= MaxSlots.
 func shareQuota(tier string, quota int64, groups []Group, weights []float64, floors []int64) ([]int64, error) {
 	var need int64
 	for g := range groups {
-		b, ok := mulChecked(floors[g], groups[g].PageBytes())
+		b, ok := CheckedMul(floors[g], groups[g].PageBytes())
 		if !ok || need+b < need {
 			return nil, fmt.Errorf("layout: %s floors overflow", tier)
 		}
@@ -130,12 +140,13 @@ func shareQuota(tier string, quota int64, groups []Group, weights []float64, flo
 		return nil, fmt.Errorf("layout: %s quota %d bytes is below the %d bytes its minimum slots need", tier, quota, need)
 	}
 	slots := make([]int64, len(groups))
+	want := make([]float64, len(groups)) // slots by weight, before the int conversion
 	pinned := make([]bool, len(groups))
 	for {
-		budget, wsum := float64(quota), 0.0
+		budget, wsum := quota, 0.0 // budget: exact, as pinned floors fit (need <= quota)
 		for g := range groups {
 			if pinned[g] {
-				budget -= float64(floors[g] * groups[g].PageBytes())
+				budget -= floors[g] * groups[g].PageBytes()
 			} else {
 				wsum += weights[g]
 			}
@@ -146,21 +157,74 @@ func shareQuota(tier string, quota int64, groups []Group, weights []float64, flo
 				slots[g] = floors[g]
 				continue
 			}
-			slots[g] = int64(math.Floor(budget * weights[g] / wsum / float64(groups[g].PageBytes())))
+			want[g] = math.Floor(float64(budget) * weights[g] / wsum / float64(groups[g].PageBytes()))
+			// Clamped: converting a float beyond int64 is undefined.
+			slots[g] = int64(min(want[g], MaxSlots+1))
 			if slots[g] < floors[g] {
 				pinned[g], raised = true, true
 			}
 		}
 		if !raised {
-			return slots, nil
+			break
 		}
+	}
+	for g := range groups {
+		switch {
+		case pinned[g] && slots[g] > MaxSlots:
+			return nil, fmt.Errorf("layout: %s pool group %d needs %d slots, more than the %d a pool group can index",
+				tier, groups[g].Index, slots[g], MaxSlots)
+		case !pinned[g] && want[g] > MaxSlots:
+			return nil, fmt.Errorf("layout: %s quota %d bytes gives pool group %d %.0f slots of %d bytes, more than the %d a pool group can index",
+				tier, quota, groups[g].Index, want[g], groups[g].PageBytes(), MaxSlots)
+		}
+	}
+	trimToQuota(quota, groups, slots, floors)
+	return slots, nil
+}
+
+// trimToQuota takes slots back, from the group whose slots take the most
+// bytes, until all of them fit in quota: floating-point rounding may have
+// handed out one slot too many. Floors always fit, so it stops.
+func trimToQuota(quota int64, groups []Group, slots, floors []int64) {
+	for {
+		var total int64
+		fits, big := true, -1
+		var bigBytes int64
+		for g := range groups {
+			b, ok := CheckedMul(slots[g], groups[g].PageBytes())
+			if !ok || total+b < total {
+				fits = false
+				b = math.MaxInt64
+			} else {
+				total += b
+			}
+			if slots[g] > floors[g] && (big < 0 || b > bigBytes) {
+				big, bigBytes = g, b
+			}
+		}
+		if fits && total <= quota || big < 0 {
+			return
+		}
+		slots[big]--
 	}
 }
 
-func mulChecked(a, b int64) (int64, bool) {
+// CheckedMul returns a*b for non-negative a and b, and whether it fits an
+// int64.
+func CheckedMul(a, b int64) (int64, bool) {
+	if a < 0 || b < 0 {
+		return 0, false
+	}
 	hi, lo := bits.Mul64(uint64(a), uint64(b))
 	if hi != 0 || lo > math.MaxInt64 {
 		return 0, false
 	}
 	return int64(lo), true
+}
+
+func addSaturating(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }

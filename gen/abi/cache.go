@@ -60,7 +60,12 @@ type KVCacheCreate func(manager Manager, options spec.In[KVCacheOptions], out sp
 
 // KVCacheClose releases every page of the cache and frees its handle:
 // committed blocks stay cached for reuse until evicted, private pages are
-// freed. The handle is consumed even when an error is reported.
+// freed. The handle is consumed even when an error is reported. The engine
+// need not synchronize first: closing an ACTIVE cache records an event on its
+// stream, and whoever uses its pages next (a migration, another cache) waits
+// for the work enqueued there so far. Work on other streams is not covered:
+// make the cache's stream wait for it, or synchronize it, before closing, and
+// enqueue nothing touching the pages afterwards.
 //
 //kvcm:since 1
 //kvcm:thread manager
@@ -87,7 +92,11 @@ type KVCacheClose func(cache KVCache) *Status
 type KVCacheResume func(cache KVCache, stream Stream) *Status
 
 // KVCacheSuspend makes an ACTIVE cache SUSPENDED. Its pages stay reachable;
-// with colder levels they may be evicted there and come back on resume.
+// with colder levels they may be evicted there and come back on resume. As
+// for kvcm_kv_cache_close, the engine need not synchronize first: suspend
+// records an event on the cache's stream that every later move of its pages
+// waits for, so all work touching them must be enqueued on that stream (or
+// made to precede it) before the call, and none after it.
 //
 //kvcm:since 1
 //kvcm:thread manager

@@ -16,7 +16,9 @@ type CacheTierConfig struct {
 	// MaxQuota, for the GPU tier only, is the largest quota
 	// kvcm_manager_resize_level may grow it to (0 means quota).
 	MaxQuota int64
-	// Path is the directory of a disk tier (NULL for other tiers).
+	// Path is the directory of a disk tier (NULL for other tiers). It is
+	// NUL-terminated, so bindings reject a path containing a NUL byte
+	// rather than cut it.
 	Path spec.CStr `nullable:"true" own:"borrowed"`
 }
 
@@ -108,7 +110,9 @@ type ManagerConfig struct {
 	// NumLayers is the length of layers.
 	NumLayers spec.Size
 	// MaxUtilForResume: resume is refused while the GPU tier's utilization
-	// by active caches is above this fraction; 0 selects the default (0.95).
+	// by active caches is above this fraction, in (0, 1]. 0 means unset and
+	// selects the default (0.95), so a zero-initialized config gets the
+	// default; a threshold of exactly 0 cannot be asked for.
 	MaxUtilForResume float64
 	// EnablePartialReuse lets a request reuse the matching head of a cached
 	// block by copying it into a private page.

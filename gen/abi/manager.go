@@ -3,8 +3,10 @@ package abi
 import "github.com/kvcm/kvcm/gen/spec"
 
 // BufferLocation says where the buffer of a layer and role lives in the hot
-// layout. The buffer's kernel-facing page index for base page index b is
-// b*scale + offset, counted in units of bytes from pool_base.
+// layout. For base page index b (from kvcm_kv_cache_get_base_page_indices),
+// the buffer's kernel-facing page index is b*scale + offset, and its block of
+// data starts at pool_base + (b*scale + offset) * bytes: page indices count
+// in units of bytes (the buffer's size per block) from pool_base.
 //
 //kvcm:struct
 //kvcm:since 1
@@ -255,7 +257,14 @@ type ManagerGetQuota func(manager Manager, level CacheLevel, out spec.Out[int64]
 // evicts what no longer fits, defragments the survivors and releases the
 // rest; growing adds slots. GPU pools grow and shrink in place within the
 // GPU tier's max_quota, so base addresses and the page indices of ACTIVE
-// caches stay valid.
+// caches stay valid; for that reason pages of ACTIVE caches never move, and
+// shrinking fails with KVCM_ERR_INVALID_STATE while an ACTIVE cache pins a
+// page in a slot beyond the new size (suspend or close it first). Shrinking
+// fails with KVCM_ERR_OUT_OF_PAGES when the pages that cannot be evicted need
+// more slots than the new size keeps, and a quota beyond max_quota (GPU), or
+// one that would give a pool group more than 2^31-1 slots, fails with
+// KVCM_ERR_INVALID_ARGUMENT naming quota. On error the sizes are unchanged
+// (pages evicted on the way may have moved to colder levels).
 //
 //kvcm:since 1
 //kvcm:thread manager

@@ -627,8 +627,10 @@ struct kvcm_buffer_config {
 
 /**
  * kvcm_buffer_location says where the buffer of a layer and role lives in the hot
- * layout. The buffer's kernel-facing page index for base page index b is
- * b*scale + offset, counted in units of bytes from pool_base.
+ * layout. For base page index b (from kvcm_kv_cache_get_base_page_indices),
+ * the buffer's kernel-facing page index is b*scale + offset, and its block of
+ * data starts at pool_base + (b*scale + offset) * bytes: page indices count
+ * in units of bytes (the buffer's size per block) from pool_base.
  * @since ABI version 1.
  */
 struct kvcm_buffer_location {
@@ -726,7 +728,9 @@ struct kvcm_cache_tier_config {
      */
     int64_t max_quota;
     /**
-     * [borrowed, nullable] path is the directory of a disk tier (NULL for other tiers).
+     * [borrowed, nullable] path is the directory of a disk tier (NULL for other tiers). It is
+     * NUL-terminated, so bindings reject a path containing a NUL byte
+     * rather than cut it.
      */
     const char* path;
 };
@@ -761,7 +765,8 @@ struct kvcm_cold_page_codec {
  * Contract (the design's): configure is called exactly once, before any other
  * slot, with every hot pool group; returning false rejects the complete
  * configuration. query_cold_page_bytes returns a fixed size per layer group; 0
- * is failure. get_batching_layer_group_id returns the smallest layer group of
+ * is failure, and so is a size above INT64_MAX (such as SIZE_MAX), which the
+ * error reports as returned. get_batching_layer_group_id returns the smallest layer group of
  * its argument's equivalence class; negative is failure. query_page_index_location
  * selects where encode's and decode's index pairs live; KVCM_PAGE_INDEX_BAD_LOCATION
  * is failure. encode and decode enqueue work on stream and do not synchronize it;
@@ -770,6 +775,27 @@ struct kvcm_cold_page_codec {
  * pointers until the work enqueued on stream completes. Data base pointers may
  * be used by work enqueued on stream but not retained beyond it. destroy is
  * called exactly once, after all the codec's work has completed.
+ *
+ * Addresses. The hot pool bases given to configure are device memory: on CUDA
+ * they are not host-addressable, and host code reaches them only through
+ * copies (kvcm_stream_batch_copy). The cold base given to encode (dst_base)
+ * and decode (src_base) is always mapped pinned host memory (the host tier's
+ * pool, or the pinned staging ring of a disk tier): the same address is valid
+ * on the host and on the device, but host code may touch it only in stream
+ * order, from a host function enqueued with kvcm_stream_enqueue_host_func,
+ * since earlier work on the stream (a disk read, the hot-page copies) is
+ * asynchronous.
+ *
+ * Streams and scratch. encode and decode always receive the manager's own
+ * migration stream, which stays valid until after destroy. Scratch memory
+ * (kvcm_stream_alloc_memory) must not be freed while work that uses it is
+ * queued, and a codec must not synchronize the stream to find out. Keep
+ * scratch across calls instead (work on the one stream runs in order, so a
+ * later call's work reuses it safely) and free it in destroy, which runs
+ * after all work has completed; what is left is freed anyway when the
+ * manager is destroyed. A host function must not free memory itself (on
+ * CUDA a host function may not call into CUDA): to drop per-call scratch
+ * early, let a host function mark it done and free it in a later call.
  *
  * Versioned: initialize with KVCM_COLD_PAGE_CODEC_VTABLE_INIT (or zero it and set struct_size and abi_version).
  * @since ABI version 1.
@@ -1116,7 +1142,9 @@ struct kvcm_manager_config {
     size_t num_layers;
     /**
      * max_util_for_resume: resume is refused while the GPU tier's utilization
-     * by active caches is above this fraction; 0 selects the default (0.95).
+     * by active caches is above this fraction, in (0, 1]. 0 means unset and
+     * selects the default (0.95), so a zero-initialized config gets the
+     * default; a threshold of exactly 0 cannot be asked for.
      */
     double max_util_for_resume;
     /**
@@ -1601,7 +1629,12 @@ KVCM_API bool kvcm_is_poisoned(void);
 /**
  * kvcm_kv_cache_close releases every page of the cache and frees its handle:
  * committed blocks stay cached for reuse until evicted, private pages are
- * freed. The handle is consumed even when an error is reported.
+ * freed. The handle is consumed even when an error is reported. The engine
+ * need not synchronize first: closing an ACTIVE cache records an event on its
+ * stream, and whoever uses its pages next (a migration, another cache) waits
+ * for the work enqueued there so far. Work on other streams is not covered:
+ * make the cache's stream wait for it, or synchronize it, before closing, and
+ * enqueue nothing touching the pages afterwards.
  *
  * @param cache [in, consumed] The cache to close.
  * @return NULL on success; otherwise a status to free with kvcm_status_free.
@@ -1800,7 +1833,11 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_stop_committing(kvcm_kv_cac
 
 /**
  * kvcm_kv_cache_suspend makes an ACTIVE cache SUSPENDED. Its pages stay reachable;
- * with colder levels they may be evicted there and come back on resume.
+ * with colder levels they may be evicted there and come back on resume. As
+ * for kvcm_kv_cache_close, the engine need not synchronize first: suspend
+ * records an event on the cache's stream that every later move of its pages
+ * waits for, so all work touching them must be enqueued on that stream (or
+ * made to precede it) before the call, and none after it.
  *
  * @param cache [in] The cache.
  * @return NULL on success; otherwise a status to free with kvcm_status_free.
@@ -2192,7 +2229,14 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_probe_reuse(kvcm_manager man
  * evicts what no longer fits, defragments the survivors and releases the
  * rest; growing adds slots. GPU pools grow and shrink in place within the
  * GPU tier's max_quota, so base addresses and the page indices of ACTIVE
- * caches stay valid.
+ * caches stay valid; for that reason pages of ACTIVE caches never move, and
+ * shrinking fails with KVCM_ERR_INVALID_STATE while an ACTIVE cache pins a
+ * page in a slot beyond the new size (suspend or close it first). Shrinking
+ * fails with KVCM_ERR_OUT_OF_PAGES when the pages that cannot be evicted need
+ * more slots than the new size keeps, and a quota beyond max_quota (GPU), or
+ * one that would give a pool group more than 2^31-1 slots, fails with
+ * KVCM_ERR_INVALID_ARGUMENT naming quota. On error the sizes are unchanged
+ * (pages evicted on the way may have moved to colder levels).
  *
  * @param manager [in] The manager.
  * @param level [in] The cache level.

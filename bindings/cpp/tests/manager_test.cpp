@@ -190,6 +190,7 @@ TEST_F(ManagerTest, ErrorCodesOnBadArguments)
 
     EXPECT_KVCM_ERROR((void)m.layerGroupOf(99), kvcm::StatusCode::kInvalidArgument);
     EXPECT_KVCM_ERROR((void)m.bufferLocation(0, "query"), kvcm::StatusCode::kInvalidArgument);
+    EXPECT_KVCM_ERROR((void)m.bufferLocation(0, std::string("key\0x", 5)), kvcm::StatusCode::kInvalidArgument); // not cut to "key"
     EXPECT_KVCM_ERROR((void)m.storageStats(3), kvcm::StatusCode::kInvalidArgument);
     EXPECT_KVCM_ERROR((void)m.quota(-1), kvcm::StatusCode::kInvalidArgument);
     EXPECT_KVCM_ERROR(m.resizeLevel(0, 0), kvcm::StatusCode::kInvalidArgument);
@@ -242,6 +243,65 @@ TEST_F(ManagerTest, ErrorCodesOnBadArguments)
     kvcm_kv_cache out = 0;
     EXPECT_EQ(code(kvcm_kv_cache_create(m.handle(), &opts, &out)), KVCM_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(out, 0u);
+}
+
+// EXPECT_CONFIG_ERROR checks that stmt throws a KVCM_ERR_INVALID_CONFIG
+// kvcm::Error naming field.
+#define EXPECT_CONFIG_ERROR(stmt, field)                                                                               \
+    do                                                                                                                 \
+    {                                                                                                                  \
+        try                                                                                                            \
+        {                                                                                                              \
+            stmt;                                                                                                      \
+            ADD_FAILURE() << #stmt " did not throw kvcm::Error";                                                       \
+        }                                                                                                              \
+        catch (kvcm::Error const& e)                                                                                   \
+        {                                                                                                              \
+            EXPECT_EQ(e.code(), kvcm::StatusCode::kInvalidConfig) << e.what();                                         \
+            EXPECT_NE(e.message().find(std::string("invalid config: ") + (field) + ": "), std::string::npos)           \
+                << e.message();                                                                                        \
+        }                                                                                                              \
+    } while (0)
+
+// validateConfig checks a configuration as the constructor would, naming the
+// field of the first problem, and creates nothing.
+TEST_F(ManagerTest, ValidateConfigNamesTheField)
+{
+    auto cfg = smallConfig(64 << 10);
+    EXPECT_NO_THROW(kvcm::validateConfig(cfg));
+
+    cfg.layers[1].buffers[0].size = 0;
+    EXPECT_CONFIG_ERROR(kvcm::validateConfig(cfg), "layers[1].buffers[0].size");
+    cfg = smallConfig(64 << 10);
+    cfg.initialPoolRatio = {1, 2};
+    EXPECT_CONFIG_ERROR(kvcm::validateConfig(cfg), "initial_pool_ratio");
+    cfg = smallConfig(64 << 10);
+    cfg.cacheTiers.push_back(kvcm::DiskCacheTierConfig(1 << 20, "/nonexistent/kvcm"));
+    EXPECT_CONFIG_ERROR(kvcm::validateConfig(cfg), "cache_tiers[1].path");
+    EXPECT_EQ(kvcm::liveHandleCount(), mHandlesBefore) << "validation creates nothing";
+}
+
+// What the C struct cannot carry as given is rejected naming the field, by
+// validateConfig and the constructor alike: an explicit maxUtilForResume of 0
+// (C reads 0 as unset, the default) and NUL bytes in paths and roles (where
+// the C string would end). The default is 0.95, not 0.
+TEST_F(ManagerTest, ConfigValuesTheCAbiWouldChangeAreRejected)
+{
+    EXPECT_EQ(kvcm::KVCacheManagerConfig{}.maxUtilForResume, 0.95);
+
+    auto cfg = smallConfig(64 << 10);
+    cfg.maxUtilForResume = 0;
+    EXPECT_CONFIG_ERROR(kvcm::validateConfig(cfg), "max_util_for_resume");
+    EXPECT_CONFIG_ERROR(kvcm::KVCacheManager m(cfg), "max_util_for_resume");
+
+    cfg = smallConfig(64 << 10);
+    cfg.cacheTiers.push_back(kvcm::DiskCacheTierConfig(1 << 20, std::string("/tmp\0/elsewhere", 15)));
+    EXPECT_CONFIG_ERROR(kvcm::validateConfig(cfg), "cache_tiers[1].path"); // not cut to "/tmp"
+    EXPECT_CONFIG_ERROR(kvcm::KVCacheManager m(cfg), "cache_tiers[1].path");
+
+    cfg = smallConfig(64 << 10);
+    cfg.layers[0].buffers[1].role = std::string("value\0x", 7);
+    EXPECT_CONFIG_ERROR(kvcm::validateConfig(cfg), "layers[0].buffers[1].role");
 }
 
 TEST_F(ManagerTest, StatsEventsAndPeaks)

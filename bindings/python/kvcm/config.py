@@ -4,8 +4,11 @@ These classes are plain data. The library validates a configuration when a
 :class:`~kvcm.KVCacheManager` is created and raises
 :class:`~kvcm.InvalidConfigError` whose ``field`` names the offending field
 with its path (``"layers[2].buffers[0].size"``), exactly as the Go core does;
-the Python layer itself only checks types, raising ``TypeError`` with the
-same field paths.
+the Python layer itself checks types, raising ``TypeError`` with the same
+field paths, and the values the C ABI cannot carry (an explicit
+``max_util_for_resume=0``, which the C struct reads as unset; a NUL byte in a
+path or role, where the C string would end), raising
+:class:`~kvcm.InvalidConfigError` naming the field.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import enum
 import os
 from dataclasses import dataclass, field
 from typing import Sequence, Union
+
+from .errors import InvalidConfigError
 
 __all__ = [
     "CacheTier",
@@ -161,8 +166,9 @@ class KVCacheManagerConfig:
     """The manager's configuration (TensorRT-LLM's ``KVCacheManagerConfig``).
 
     ``cache_tiers`` are hottest first: one GPU tier, then at most one host
-    tier, then at most one disk tier. ``max_util_for_resume`` (default 0.95)
-    refuses ``resume`` while the GPU tier is busier. ``initial_pool_ratio``
+    tier, then at most one disk tier. ``max_util_for_resume``, in (0, 1]
+    (default 0.95), refuses ``resume`` while the GPU tier is busier; 0 is
+    rejected rather than read as the default, as the C ABI would. ``initial_pool_ratio``
     has one hot-tier byte ratio per layer group; without it ``typical_step``
     decides, else ``constraints``, else every layer group gets the same
     number of slots. ``constraints`` are batches the GPU tier must always
@@ -210,3 +216,25 @@ class KVCacheManagerConfig:
             _check_batch("typical_step", self.typical_step)
         for i, b in enumerate(self.constraints or ()):
             _check_batch(f"constraints[{i}]", b)
+
+    def _check_c_values(self) -> None:
+        """Rejects (after _check_types) the values the C struct cannot carry
+        as given: the library would read them differently."""
+        if self.max_util_for_resume == 0:
+            raise InvalidConfigError(
+                "invalid config: max_util_for_resume: must be in (0, 1], got 0 "
+                "(the C ABI reads 0 as unset; omit the field for the default 0.95)",
+                code=6, field="max_util_for_resume")
+        for i, t in enumerate(self.cache_tiers):
+            if isinstance(t, DiskCacheTierConfig):
+                _check_no_nul(f"cache_tiers[{i}].path", os.fsencode(t.path))
+        for i, layer in enumerate(self.layers):
+            for j, b in enumerate(layer.buffers):
+                _check_no_nul(f"layers[{i}].buffers[{j}].role", b.role.encode())
+
+
+def _check_no_nul(path: str, s: bytes) -> None:
+    """A NUL byte would silently end the C string: reject it."""
+    at = s.find(b"\0")
+    if at >= 0:
+        raise InvalidConfigError(f"invalid config: {path}: contains a NUL byte at offset {at}", code=6, field=path)

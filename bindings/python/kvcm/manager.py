@@ -155,6 +155,7 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
     if not isinstance(config, KVCacheManagerConfig):
         raise TypeError(f"config: expected a KVCacheManagerConfig, got {type(config).__name__}")
     config._check_types()
+    config._check_c_values()
     keep: list[Any] = []
     c = _native.versioned(ffi.kvcm_manager_config)
     c.tokens_per_block = config.tokens_per_block
@@ -355,8 +356,12 @@ class KVCacheManager(Managed):
 
     def get_buffer_location(self, layer_id: int, role: str) -> BufferLocation:
         out = ffi.kvcm_buffer_location()
+        name = str(role).encode()
+        at = name.find(b"\0")
+        if at >= 0:  # the C string would end there
+            raise InvalidArgumentError(f"role: contains a NUL byte at offset {at}")
         _native.call("kvcm_manager_get_buffer_location", self._native(), int(layer_id),
-                     str(role).encode(), ctypes.byref(out))
+                     name, ctypes.byref(out))
         return BufferLocation(out.layer_group, out.pool, int(out.pool_base), out.scale, out.offset, out.bytes)
 
     def get_mem_pool_base_address(self, layer_id: int, data_role: str) -> int:

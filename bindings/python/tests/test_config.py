@@ -92,6 +92,27 @@ def test_max_util_for_resume_range():
     expect_field(_with(max_util_for_resume=1.5), "max_util_for_resume")
 
 
+@pytest.mark.parametrize("zero", [0, 0.0, -0.0])
+def test_explicit_zero_max_util_for_resume_is_rejected(zero):
+    # An explicit 0 is out of (0, 1]: the C ABI would read it as unset and
+    # silently apply the default, so the binding rejects it naming the field.
+    expect_field(_with(max_util_for_resume=zero), "max_util_for_resume", "(0, 1]")
+
+
+def test_disk_path_with_nul_is_rejected(tmp_path):
+    # A NUL byte would cut the C string (here to an existing directory):
+    # rejected naming the field, not silently shortened.
+    tiers = [GpuCacheTierConfig(1 << 20), DiskCacheTierConfig(1 << 20, str(tmp_path) + "\0/elsewhere")]
+    expect_field(_with(cache_tiers=tiers), "cache_tiers[1].path", "NUL byte")
+
+
+def test_role_with_nul_is_rejected():
+    # A NUL byte would cut the role to another (here duplicate-free) name.
+    cfg = small_config()
+    cfg.layers[0].buffers[1].role = "value\0x"
+    expect_field(cfg, "layers[0].buffers[1].role", "NUL byte")
+
+
 def test_initial_pool_ratio_length():
     expect_field(_with(initial_pool_ratio=[1.0, 1.0, 1.0]), "initial_pool_ratio", "one per layer group")
 
@@ -111,6 +132,15 @@ def test_typical_step_capacity():
 
 def test_no_layers():
     expect_field(_with(layers=[]), "layers", "at least one")
+
+
+def test_huge_quota_names_the_field():
+    # Slots x bytes is checked arithmetic: 2^63-1 is refused naming the field,
+    # not overflowed into a negative size.
+    expect_field(_with(cache_tiers=[GpuCacheTierConfig((1 << 63) - 1)]), "cache_tiers[0].quota",
+                 "more than the 2147483647 a pool group can index")
+    expect_field(_with(cache_tiers=[GpuCacheTierConfig(1 << 20, max_quota=(1 << 63) - 1)]),
+                 "cache_tiers[0].max_quota")
 
 
 def test_quota_too_small_for_one_slot():

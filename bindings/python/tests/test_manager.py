@@ -109,6 +109,8 @@ def test_errors_map_to_classes(manager):
         manager.get_layer_group_id(99)
     with pytest.raises(InvalidArgumentError):
         manager.get_buffer_location(0, "nope")
+    with pytest.raises(InvalidArgumentError, match="role: contains a NUL byte"):
+        manager.get_buffer_location(0, "key\0junk")  # not cut to "key"
     with pytest.raises(InvalidArgumentError, match="level"):
         manager.get_quota(5)
     c.close()

@@ -634,8 +634,9 @@ struct KVCacheManagerConfig
     std::vector<CacheTierConfig> cacheTiers;
     std::vector<AttentionLayerConfig> layers;
     // Resume is refused while the GPU tier's utilization by active caches is
-    // above this fraction; 0 selects the default (0.95).
-    double maxUtilForResume = 0;
+    // above this fraction, in (0, 1]. An explicit 0 is rejected (the C ABI
+    // would read it as unset, i.e. the default).
+    double maxUtilForResume = 0.95;
     bool enablePartialReuse = false;
     bool enableStats = false;
     // One hot-tier byte ratio per layer group (empty: typicalStep decides,
@@ -658,16 +659,41 @@ struct ReuseScope
 
 namespace detail {
 
+// configError is the kvcm::Error the library raises for a bad field.
+inline Error configError(std::string const& field, std::string const& msg)
+{
+    return Error(StatusCode::kInvalidConfig, "invalid config: " + field + ": " + msg);
+}
+
+// checkCString rejects a string the C ABI would cut at a NUL byte.
+inline void checkCString(std::string const& field, std::string const& s)
+{
+    if (auto const at = s.find('\0'); at != std::string::npos)
+    {
+        throw configError(field, "contains a NUL byte at offset " + std::to_string(at));
+    }
+}
+
 // CConfig is the C form of a KVCacheManagerConfig; its pointers borrow from
-// the C++ config and from its own vectors, for the duration of one call.
+// the C++ config and from its own vectors, for the duration of one call. It
+// throws kvcm::Error (KVCM_ERR_INVALID_CONFIG, naming the field) for what the
+// C struct cannot carry as given: an explicit maxUtilForResume of 0 (which C
+// reads as unset) and NUL bytes in paths and roles (where C strings end).
 class CConfig
 {
 public:
     explicit CConfig(KVCacheManagerConfig const& cfg)
     {
-        mTiers.reserve(cfg.cacheTiers.size());
-        for (auto const& t : cfg.cacheTiers)
+        if (cfg.maxUtilForResume == 0)
         {
+            throw configError("max_util_for_resume", "must be in (0, 1], got 0 (the C ABI reads 0 as unset; "
+                                                     "keep the default 0.95 instead)");
+        }
+        mTiers.reserve(cfg.cacheTiers.size());
+        for (size_t i = 0; i < cfg.cacheTiers.size(); ++i)
+        {
+            auto const& t = cfg.cacheTiers[i];
+            checkCString("cache_tiers[" + std::to_string(i) + "].path", t.path);
             kvcm_cache_tier_config c{};
             c.kind = static_cast<kvcm_tier_kind>(t.kind);
             c.quota = t.quota;
@@ -676,12 +702,15 @@ public:
             mTiers.push_back(c);
         }
         mBuffers.reserve(cfg.layers.size());
-        for (auto const& l : cfg.layers)
+        for (size_t i = 0; i < cfg.layers.size(); ++i)
         {
+            auto const& l = cfg.layers[i];
             std::vector<kvcm_buffer_config> bufs;
             bufs.reserve(l.buffers.size());
-            for (auto const& b : l.buffers)
+            for (size_t j = 0; j < l.buffers.size(); ++j)
             {
+                auto const& b = l.buffers[j];
+                checkCString("layers[" + std::to_string(i) + "].buffers[" + std::to_string(j) + "].role", b.role);
                 bufs.push_back(kvcm_buffer_config{b.role.c_str(), b.size});
             }
             mBuffers.push_back(std::move(bufs));
@@ -767,6 +796,19 @@ inline kvcm_reuse_scope cScope(ReuseScope const& s) noexcept
 }
 
 } // namespace detail
+
+// validateConfig checks a configuration as the KVCacheManager constructor
+// would (kvcm_config_validate), without opening a device or allocating
+// anything: it throws kvcm::Error (KVCM_ERR_INVALID_CONFIG, the message naming
+// the field, such as "layers[2].buffers[0].size") for the first problem and
+// returns normally otherwise. A disk tier's directory is checked for
+// writability; the codec is not run, so a configuration it accepts may still
+// be rejected by one.
+inline void validateConfig(KVCacheManagerConfig const& cfg)
+{
+    detail::CConfig const c(cfg);
+    detail::check(::kvcm_config_validate(c.get()));
+}
 
 // ---- Query results -------------------------------------------------------------------
 
@@ -1639,6 +1681,10 @@ public:
     // pool_base + (b * scale + offset) * bytes.
     [[nodiscard]] BufferLocation bufferLocation(int32_t layerId, std::string const& role) const
     {
+        if (auto const at = role.find('\0'); at != std::string::npos)
+        {
+            throw Error(StatusCode::kInvalidArgument, "role: contains a NUL byte at offset " + std::to_string(at));
+        }
         BufferLocation out{};
         detail::check(::kvcm_manager_get_buffer_location(mHandle, layerId, role.c_str(), &out));
         return out;
@@ -1686,7 +1732,10 @@ public:
         return out;
     }
     // Shrinks (evicting, defragmenting) or grows a level; GPU base addresses
-    // and the page indices of ACTIVE caches stay valid.
+    // and the page indices of ACTIVE caches stay valid. Shrinking throws
+    // KVCM_ERR_INVALID_STATE while an ACTIVE cache pins a page in a slot
+    // beyond the new size, KVCM_ERR_OUT_OF_PAGES when the pages that cannot
+    // be evicted need more slots than remain; on error nothing changed.
     void resizeLevel(CacheLevel level, int64_t quota)
     {
         detail::check(::kvcm_manager_resize_level(mHandle, level, quota));

@@ -428,8 +428,10 @@ static_assert(std::is_standard_layout_v<BlockStats> && std::is_trivially_copyabl
 static_assert(sizeof(BlockStats) == 56 && alignof(BlockStats) == 8);
 
 // kvcm_buffer_location says where the buffer of a layer and role lives in the hot
-// layout. The buffer's kernel-facing page index for base page index b is
-// b*scale + offset, counted in units of bytes from pool_base.
+// layout. For base page index b (from kvcm_kv_cache_get_base_page_indices),
+// the buffer's kernel-facing page index is b*scale + offset, and its block of
+// data starts at pool_base + (b*scale + offset) * bytes: page indices count
+// in units of bytes (the buffer's size per block) from pool_base.
 using BufferLocation = ::kvcm_buffer_location;
 static_assert(std::is_standard_layout_v<BufferLocation> && std::is_trivially_copyable_v<BufferLocation>);
 static_assert(sizeof(BufferLocation) == 40 && alignof(BufferLocation) == 8);
@@ -452,7 +454,8 @@ static_assert(sizeof(ColdPageCodecObject) == 16 && alignof(ColdPageCodecObject) 
 // Contract (the design's): configure is called exactly once, before any other
 // slot, with every hot pool group; returning false rejects the complete
 // configuration. query_cold_page_bytes returns a fixed size per layer group; 0
-// is failure. get_batching_layer_group_id returns the smallest layer group of
+// is failure, and so is a size above INT64_MAX (such as SIZE_MAX), which the
+// error reports as returned. get_batching_layer_group_id returns the smallest layer group of
 // its argument's equivalence class; negative is failure. query_page_index_location
 // selects where encode's and decode's index pairs live; KVCM_PAGE_INDEX_BAD_LOCATION
 // is failure. encode and decode enqueue work on stream and do not synchronize it;
@@ -461,6 +464,27 @@ static_assert(sizeof(ColdPageCodecObject) == 16 && alignof(ColdPageCodecObject) 
 // pointers until the work enqueued on stream completes. Data base pointers may
 // be used by work enqueued on stream but not retained beyond it. destroy is
 // called exactly once, after all the codec's work has completed.
+//
+// Addresses. The hot pool bases given to configure are device memory: on CUDA
+// they are not host-addressable, and host code reaches them only through
+// copies (kvcm_stream_batch_copy). The cold base given to encode (dst_base)
+// and decode (src_base) is always mapped pinned host memory (the host tier's
+// pool, or the pinned staging ring of a disk tier): the same address is valid
+// on the host and on the device, but host code may touch it only in stream
+// order, from a host function enqueued with kvcm_stream_enqueue_host_func,
+// since earlier work on the stream (a disk read, the hot-page copies) is
+// asynchronous.
+//
+// Streams and scratch. encode and decode always receive the manager's own
+// migration stream, which stays valid until after destroy. Scratch memory
+// (kvcm_stream_alloc_memory) must not be freed while work that uses it is
+// queued, and a codec must not synchronize the stream to find out. Keep
+// scratch across calls instead (work on the one stream runs in order, so a
+// later call's work reuses it safely) and free it in destroy, which runs
+// after all work has completed; what is left is freed anyway when the
+// manager is destroyed. A host function must not free memory itself (on
+// CUDA a host function may not call into CUDA): to drop per-call scratch
+// early, let a host function mark it done and free it in a later call.
 using ColdPageCodecVtable = ::kvcm_cold_page_codec_vtable;
 static_assert(std::is_standard_layout_v<ColdPageCodecVtable> && std::is_trivially_copyable_v<ColdPageCodecVtable>);
 static_assert(sizeof(ColdPageCodecVtable) == 64 && alignof(ColdPageCodecVtable) == 8);

@@ -1,0 +1,94 @@
+package layout_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/layout"
+)
+
+// groups: a full-attention layer with key and value buffers of bufBytes and,
+// when windowed, a sliding-window layer with one buffer of bufBytes/2, so the
+// hot level has one or two pool groups.
+func groups(bufBytes int64, windowed bool) (*config.Config, *layout.Layout) {
+	cfg := &config.Config{
+		TokensPerBlock: 4,
+		CacheTiers:     []config.CacheTierConfig{config.GPU(1), config.Host(1)},
+		Layers: []config.AttentionLayerConfig{
+			{LayerID: 0, Buffers: []config.BufferConfig{{Role: config.RoleKey, Size: bufBytes}, {Role: config.RoleValue, Size: bufBytes}}},
+		},
+	}
+	cold := []int64{2 * bufBytes}
+	if windowed {
+		cfg.Layers = append(cfg.Layers, config.AttentionLayerConfig{
+			LayerID: 1, SlidingWindowSize: 64, Buffers: []config.BufferConfig{{Role: config.RoleKey, Size: bufBytes / 2}},
+		})
+		cold = append(cold, bufBytes/2)
+	}
+	lt := layout.New(cfg)
+	if err := lt.SetColdPageBytes(cold); err != nil {
+		panic(err)
+	}
+	return cfg, lt
+}
+
+// fitsQuota checks the sizing contract: no group has more than MaxSlots
+// slots, and all slots together take at most quota bytes, with no product
+// overflowing.
+func fitsQuota(t *testing.T, quota int64, groups []layout.Group, slots []int64) {
+	t.Helper()
+	require.Len(t, slots, len(groups))
+	var total int64
+	for g, n := range slots {
+		assert.Positive(t, n)
+		assert.LessOrEqual(t, n, int64(layout.MaxSlots))
+		b, ok := layout.CheckedMul(n, groups[g].PageBytes())
+		require.True(t, ok, "group %d: %d slots of %d bytes overflow", g, n, groups[g].PageBytes())
+		require.LessOrEqual(t, b, math.MaxInt64-total, "the groups' bytes overflow")
+		total += b
+	}
+	assert.LessOrEqual(t, total, quota, "slots %v take more than the quota", slots)
+}
+
+// Sizing never hands out more bytes than the quota, even at the top of the
+// int64 range, where float rounding used to round slots up past the quota and
+// the slots' bytes overflowed.
+func TestSlotsNeverExceedTheQuota(t *testing.T) {
+	for _, buf := range []int64{1 << 40, 3 << 39, 1<<41 + 12345} {
+		for _, windowed := range []bool{false, true} {
+			cfg, lt := groups(buf, windowed)
+			fitsEveryQuota(t, cfg, lt)
+		}
+	}
+}
+
+// fitsEveryQuota checks the sizing contract for quotas up to MaxInt64.
+func fitsEveryQuota(t *testing.T, cfg *config.Config, lt *layout.Layout) {
+	t.Helper()
+	w := lt.ByteWeights(cfg)
+	for _, quota := range []int64{math.MaxInt64, math.MaxInt64 - 1, 1 << 62, 3<<61 + 7} {
+		slots, err := lt.HotSlots(quota, w, lt.HotFloors(cfg))
+		require.NoError(t, err, "quota %d", quota)
+		fitsQuota(t, quota, lt.Levels[0].Groups, slots)
+		slots, err = lt.ColdSlots(1, quota, w)
+		require.NoError(t, err, "quota %d", quota)
+		fitsQuota(t, quota, lt.Levels[1].Groups, slots)
+	}
+}
+
+// A quota that would give a pool group more slots than an int32 indexes is an
+// error, not a wrapped count.
+func TestSlotsBeyondMaxSlotsAreAnError(t *testing.T) {
+	cfg, lt := groups(64, true)
+	w := lt.ByteWeights(cfg)
+	_, err := lt.HotSlots(math.MaxInt64, w, lt.HotFloors(cfg))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "more than the 2147483647 a pool group can index")
+	_, err = lt.ColdSlots(1, math.MaxInt64, w)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "more than the 2147483647 a pool group can index")
+}
