@@ -133,3 +133,36 @@ func TestDelegatingGenerationFollowsTheExternalOne(t *testing.T) {
 	g++
 	assert.NotEqual(t, a, d.Generation())
 }
+
+// The external index gets a copy of the tokens: whatever it does to them,
+// the caller's prompt is unchanged.
+func TestDelegatingShieldsTheCallersTokens(t *testing.T) {
+	d := NewDelegating(External{
+		PredictPrefixReuse: func(_ string, tokens []config.Token) (float64, error) {
+			for i := range tokens {
+				tokens[i] = -1
+			}
+			return 0.5, nil
+		},
+	}, DelegatingOptions{})
+	prompt := seq(1, 8)
+	d.PredictPrefixReuse("r", prompt)
+	assert.Equal(t, seq(1, 8), prompt, "the caller's prompt must not be modified through the adapter")
+}
+
+// The generation changes whenever the external generation or the
+// notification count changes, also when both change at once.
+func TestDelegatingGenerationChangesWhenEitherInputChanges(t *testing.T) {
+	const c = uint64(0x9E3779B97F4A7C15)
+	inv := c // Newton iteration for the inverse of an odd number mod 2^64
+	for i := 0; i < 6; i++ {
+		inv *= 2 - c*inv
+	}
+	require.Equal(t, uint64(1), c*inv)
+	ext := uint64(0)
+	d := NewDelegating(External{Generation: func() (uint64, error) { return ext, nil }}, DelegatingOptions{})
+	g0 := d.Generation()
+	d.NotifyBlocksAllocated("r", []blockhash.Key{1}) // own counter 0 -> 1
+	ext = inv                                        // the external index's scores changed too
+	assert.NotEqual(t, g0, d.Generation(), "both the external generation and the notification count changed")
+}

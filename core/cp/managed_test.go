@@ -334,3 +334,40 @@ func TestManagerEventsAloneMissPagesReleasedBeforeCommit(t *testing.T) {
 	assert.InDelta(t, float64(r.m.ProbeReuse(blockhash.Scope{}, q)/tpb*tpb)/12, r.x.PredictPrefixReuse("q", q), 1e-12,
 		"the index, probing, agrees with the manager")
 }
+
+// A memoized score follows the manager when a later cache fills a windowed
+// page an earlier one published without: the generation changes and the score
+// equals that of a freshly registered request.
+func TestManagerBackedScoreChangesWhenAnEqualBlockFillsAWindowedPage(t *testing.T) {
+	r := newRig(t, slidingConfig(64), ManagerBackedOptions{})
+	p := seq(0, 24)
+	c, err := r.m.CreateKVCache(core.CacheOptions{InputTokens: p})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(r.stream))
+	require.NoError(t, c.Resize(len(p), len(p))) // releases windowed pages of blocks 0..4
+	require.NoError(t, c.Commit(p, false))
+	require.NoError(t, c.Close())
+
+	q := cat(p[:8], seq(900, 4))
+	before := r.x.PredictPrefixReuse("q", q)
+	require.Less(t, r.m.ProbeReuse(blockhash.Scope{}, q), 8)
+	g := r.x.Generation()
+
+	// A second cache computes the same 8 tokens chunk by chunk, so it still
+	// holds block 1's windowed page when it publishes it.
+	c2, err := r.m.CreateKVCache(core.CacheOptions{InputTokens: cat(p[:8], seq(700, 3))})
+	require.NoError(t, err)
+	require.NoError(t, c2.Resume(r.stream))
+	for pos := c2.NumCommittedTokens(); pos < 8; pos += tpb {
+		require.NoError(t, c2.Resize(pos+tpb, pos+tpb))
+		require.NoError(t, c2.Commit(p[pos:pos+tpb], false))
+	}
+	require.NoError(t, c2.Close())
+	require.Equal(t, 8, r.m.ProbeReuse(blockhash.Scope{}, q), "the manager now reuses 8 tokens")
+
+	fresh := r.x.PredictPrefixReuse("q-fresh", q)
+	assert.InDelta(t, 8.0/12, fresh, 1e-12, "a freshly registered request sees the filled page")
+	assert.NotEqual(t, g, r.x.Generation(), "an event touched a watched block's pages: generation must change")
+	assert.InDelta(t, fresh, r.x.PredictPrefixReuse("q", q), 1e-12,
+		"memoized score of q is stale (was %v)", before)
+}

@@ -1,6 +1,7 @@
 package emu_test
 
 import (
+	"sync"
 	"testing"
 	"unsafe"
 
@@ -148,4 +149,45 @@ func TestReserveGrowsAndShrinksInPlace(t *testing.T) {
 	assert.Equal(t, int64(4096), d.Stats().LiveBytes.Device)
 	assert.Error(t, g.Resize(0))
 	require.NoError(t, g.Free())
+}
+
+// Size of growable memory is readable while another goroutine resizes it: host
+// functions and pool code read it in stream order (checked under -race).
+func TestGrowableSizeIsSafeDuringResize(t *testing.T) {
+	d := newDevice(t, emu.Options{})
+	g, err := d.Reserve(4096, 1<<20)
+	require.NoError(t, err)
+	s := newStream(t, d)
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range 200 {
+			if err := g.Resize(int64(4096 * (1 + i%8))); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	// A host function reading Size, as pool code running in stream order may.
+	for range 200 {
+		require.NoError(t, s.HostFunc(func() error {
+			_ = g.Size()
+			return nil
+		}))
+	}
+	wg.Wait()
+	require.NoError(t, s.Synchronize())
+}
+
+// After Device.Close every operation on what the device created fails with
+// device.ErrClosed, Resize of growable memory too.
+func TestResizeAfterDeviceCloseIsErrClosed(t *testing.T) {
+	d := emu.New(emu.Options{})
+	g, err := d.Reserve(4096, 1<<20)
+	require.NoError(t, err)
+	require.NoError(t, d.Close())
+	require.ErrorIs(t, g.Free(), device.ErrClosed, "Free follows the contract")
+	require.ErrorIs(t, g.Resize(8192), device.ErrClosed)
 }
