@@ -8,15 +8,17 @@ classes, enums, callback types and function prototypes), turns returned
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from typing import Any, Callable, Sequence
 
 from . import _ffi as ffi
 from ._library import find_library
-from ._managed import check_not_forked, release_deferred
+from ._convert import RANGES, integer
+from ._managed import _deferred, check_not_forked, release_deferred
 from .errors import KVCacheError, LibraryNotFoundError, error_for_code
 
-__all__ = ["ffi", "lib", "check", "call", "versioned", "token_array", "Stash"]
+__all__ = ["ffi", "lib", "bind", "check", "call", "versioned", "Stash"]
 
 _lock = threading.Lock()
 _lib: Any = None
@@ -53,45 +55,124 @@ class _LazyLib:
 lib: Any = _LazyLib()
 
 
-def raise_status(status: Any) -> None:
-    """Free a non-NULL status and raise its exception."""
-    code = int(lib.kvcm_status_get_code(status))
-    raw = lib.kvcm_status_get_message(status)
+_STATUS = ctypes.POINTER(ffi.kvcm_status)
+_TOKENS = ctypes.POINTER(ffi.kvcm_token)
+_forked = False
+
+
+def _after_fork_in_child() -> None:
+    global _forked
+    _forked = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _prototype(name: str) -> Any:
+    """A function object of its own for name (so that changing its
+    prototype leaves ``lib``'s alone): a returned status and token arrays are
+    plain addresses, which ctypes converts fastest."""
+    restype, argtypes = ffi.FUNCTIONS[name]
+    fn = _load()[name]
+    fn.restype = ctypes.c_void_p if restype is _STATUS else restype
+    fn.argtypes = [ctypes.c_void_p if t is _TOKENS else t for t in argtypes]
+    return fn
+
+
+_status_fns: list[Any] = []
+
+
+def raise_status(status: int) -> None:
+    """Free a non-NULL status (its address) and raise its exception."""
+    if not _status_fns:
+        fns = []
+        for name in ("kvcm_status_get_code", "kvcm_status_get_message", "kvcm_status_free"):
+            fn = _prototype(name)
+            fn.argtypes = [ctypes.c_void_p]
+            fns.append(fn)
+        _status_fns[:] = fns
+    get_code, get_message, free = _status_fns
+    code = int(get_code(status))
+    raw = get_message(status)
     msg = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-    lib.kvcm_status_free(status)
+    free(status)
     raise error_for_code(code, msg)
 
 
-def as_status(status: Any) -> Any:
-    """A returned ``kvcm_status*`` as ``POINTER(kvcm_status)``: also when it
-    came back as a plain address (a prototype whose restype is
-    ``c_void_p``)."""
-    if status is None:
-        return None
+def _status_address(status: Any) -> int | None:
     if isinstance(status, ctypes.c_void_p):
-        status = status.value
-    if isinstance(status, int):
-        return ctypes.cast(ctypes.c_void_p(status), ctypes.POINTER(ffi.kvcm_status)) if status else None
-    return status
+        return status.value
+    if isinstance(status, int) or status is None:
+        return status
+    return ctypes.cast(status, ctypes.c_void_p).value
 
 
 def check(status: Any) -> None:
     """Raise the exception of a returned ``kvcm_status*`` (NULL = success).
     The status may be a ``POINTER(kvcm_status)`` or its address (int)."""
-    status = as_status(status)
-    if status:
-        raise_status(status)
+    addr = _status_address(status)
+    if addr:
+        raise_status(addr)
+
+
+def bind(name: str, **names: str) -> Callable[..., Any]:
+    """The library function ``name`` as a Python function that checks its
+    arguments and raises a returned status.
+
+    Every integer argument is checked against its parameter's C type (from
+    the generated prototypes, see :mod:`kvcm._convert`) before the call;
+    ``names`` renames parameters in the errors (``level="cache_level"``) to
+    the Python API's names. Token arrays (``const kvcm_token*``) are also
+    taken as addresses. A fork() child is refused, and objects whose
+    finalizers ran inside a callback are released before and after the call.
+    The library is loaded on first use."""
+    restype, argtypes = ffi.FUNCTIONS[name]
+    params = ffi.PARAMETERS[name]
+    checks = tuple(
+        (i, *RANGES[t], names.get(p, p)) for i, (t, p) in enumerate(zip(argtypes, params)) if t in RANGES
+    )
+    status = restype is _STATUS
+    cfn: Any = None
+
+    def fix(args: tuple, i: int, lo: int, hi: int, ctname: str, pname: str) -> tuple:
+        v = integer(args[i], lo, hi, ctname, pname)
+        return args[:i] + (v,) + args[i + 1:]
+
+    def call(*args: Any) -> Any:
+        nonlocal cfn
+        if _forked:
+            check_not_forked()
+        if _deferred:
+            release_deferred()
+        for i, lo, hi, ctname, pname in checks:
+            v = args[i]
+            if type(v) is not int or v < lo or v > hi:
+                args = fix(args, i, lo, hi, ctname, pname)
+        if cfn is None:
+            cfn = _prototype(name)
+        r = cfn(*args)
+        if _deferred:
+            release_deferred()
+        if status:
+            if r:
+                raise_status(r)
+            return None
+        return r
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+_bound: dict[str, Callable[..., Any]] = {}
 
 
 def call(fn_name: str, *args: Any) -> None:
-    """Call a status-returning function and raise on failure. Objects whose
-    finalizers ran inside a callback are released before and after."""
-    check_not_forked()
-    release_deferred()
-    try:
-        check(getattr(lib, fn_name)(*args))
-    finally:
-        release_deferred()
+    """Call a status-returning function (see :func:`bind`) and raise on
+    failure."""
+    fn = _bound.get(fn_name)
+    if fn is None:
+        fn = _bound[fn_name] = bind(fn_name)
+    fn(*args)
 
 
 def versioned(cls: type) -> Any:
@@ -100,23 +181,6 @@ def versioned(cls: type) -> Any:
     s.struct_size = ctypes.sizeof(cls)
     s.abi_version = ffi.KVCM_ABI_VERSION
     return s
-
-
-def token_array(tokens: Sequence[int] | None, what: str = "tokens") -> tuple[Any, int]:
-    """A C array of kvcm_token (int32) from a sequence of ints, and its length."""
-    if tokens is None:
-        return None, 0
-    try:
-        n = len(tokens)
-    except TypeError:
-        tokens = list(tokens)
-        n = len(tokens)
-    if n == 0:
-        return None, 0
-    try:
-        return (ffi.kvcm_token * n)(*tokens), n
-    except TypeError as e:
-        raise TypeError(f"{what}: expected a sequence of int token ids ({e})") from None
 
 
 def byte_buffer(data: bytes) -> tuple[int | None, Any]:
