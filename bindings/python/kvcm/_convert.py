@@ -167,7 +167,7 @@ def tokens(value: Any, name: str = "tokens") -> tuple[Any, int, Any]:
             keep = ctypes.c_char.from_buffer(mv)
             return ctypes.addressof(keep), len(mv), keep
         a = array.array("i")
-        a.frombytes(mv if mv.c_contiguous else mv.tobytes())
+        a.frombytes(mv.cast("B") if mv.c_contiguous else mv.tobytes())
         return _array(a)
     if native != fmt:
         mv = (mv if mv.c_contiguous else memoryview(mv.tobytes())).cast("B").cast(native)
