@@ -125,42 +125,53 @@ def bind(name: str, **names: str) -> Callable[..., Any]:
     the Python API's names. Token arrays (``const kvcm_token*``) are also
     taken as addresses. A fork() child is refused, and objects whose
     finalizers ran inside a callback are released before and after the call.
-    The library is loaded on first use."""
+    The library is loaded on first use.
+
+    The function is compiled for its signature (the checks inlined, no
+    per-call loop or lookup): this is the binding's per-call cost, so it is
+    kept to what the rules above need."""
     restype, argtypes = ffi.FUNCTIONS[name]
     params = ffi.PARAMETERS[name]
-    checks = tuple(
-        (i, *RANGES[t], names.get(p, p)) for i, (t, p) in enumerate(zip(argtypes, params)) if t in RANGES
-    )
-    status = restype is _STATUS
-    cfn: Any = None
+    args = ", ".join(f"a{i}" for i in range(len(argtypes)))
+    lines = [f"def {name}({args}):"]
+    lines.append("    if _forked: check_not_forked()")
+    lines.append("    if _deferred: release_deferred()")
+    checked = {}
+    for i, (t, p) in enumerate(zip(argtypes, params)):
+        r = RANGES.get(t)
+        if r is not None:
+            lo, hi, _ = r
+            checked[i] = (*r, names.get(p, p))
+            lines.append(f"    if type(a{i}) is not int or a{i} < {lo} or a{i} > {hi}: a{i} = fix({i}, a{i})")
+    lines.append(f"    r = (cfn[0] or resolve())({args})")
+    lines.append("    if _deferred: release_deferred()")
+    if restype is _STATUS:
+        lines.append("    if r: raise_status(r)")
+    else:
+        lines.append("    return r")
+    cfn: list[Any] = [None]
 
-    def fix(args: tuple, i: int, lo: int, hi: int, ctname: str, pname: str) -> tuple:
-        v = integer(args[i], lo, hi, ctname, pname)
-        return args[:i] + (v,) + args[i + 1:]
+    def resolve() -> Any:
+        cfn[0] = _prototype(name)
+        return cfn[0]
 
-    def call(*args: Any) -> Any:
-        nonlocal cfn
-        if _forked:
-            check_not_forked()
-        if _deferred:
-            release_deferred()
-        for i, lo, hi, ctname, pname in checks:
-            v = args[i]
-            if type(v) is not int or v < lo or v > hi:
-                args = fix(args, i, lo, hi, ctname, pname)
-        if cfn is None:
-            cfn = _prototype(name)
-        r = cfn(*args)
-        if _deferred:
-            release_deferred()
-        if status:
-            if r:
-                raise_status(r)
-            return None
-        return r
+    def fix(i: int, v: Any) -> int:
+        lo, hi, ctname, pname = checked[i]
+        return integer(v, lo, hi, ctname, pname)
 
-    call.__name__ = call.__qualname__ = name
-    return call
+    namespace = {"cfn": cfn, "resolve": resolve, "fix": fix, "raise_status": raise_status,
+                 "check_not_forked": check_not_forked, "release_deferred": release_deferred,
+                 "_deferred": _deferred}
+    # The function's globals are this module's (so that _forked is read as
+    # it is at the call); everything else is bound in the closure of _make.
+    code = "def _make(cfn, resolve, fix, raise_status, check_not_forked, release_deferred, _deferred):\n"
+    code += "\n".join("    " + line for line in lines) + f"\n    return {name}\n"
+    env: dict[str, Any] = {}
+    exec(compile(code, f"<kvcm bind {name}>", "exec"), globals(), env)
+    fn = env["_make"](**namespace)
+    fn.__qualname__ = name
+    fn.__doc__ = f"{name}({', '.join(params)}), checked (see kvcm._native.bind)."
+    return fn
 
 
 _bound: dict[str, Callable[..., Any]] = {}

@@ -485,7 +485,8 @@ class KVCacheManager(Managed):
             scope, _keep = self._scope(lora_task_id, salt)
         toks, n, _keep_tokens = _convert.tokens(input_tokens, "input_tokens")
         out = _I64()
-        _probe_reuse(self._native(), _byref(scope), toks, n, _byref(out))
+        _probe_reuse(self._resource if self._state == "open" else self._native(), _byref(scope), toks, n,
+                     _byref(out))
         return out.value
 
     def create_kv_cache(
@@ -717,19 +718,19 @@ class _KVCache(Managed):
     @property
     def num_committed_tokens(self) -> int:
         out = _I64()
-        _cache_committed(self._native(), _byref(out))
+        _cache_committed(self._resource if self._state == "open" else self._native(), _byref(out))
         return out.value
 
     @property
     def history_length(self) -> int:
         out = _I64()
-        _cache_history(self._native(), _byref(out))
+        _cache_history(self._resource if self._state == "open" else self._native(), _byref(out))
         return out.value
 
     @property
     def capacity(self) -> int:
         out = _I64()
-        _cache_capacity(self._native(), _byref(out))
+        _cache_capacity(self._resource if self._state == "open" else self._native(), _byref(out))
         return out.value
 
     @property
@@ -759,7 +760,7 @@ class _KVCache(Managed):
         if stream is None:
             raise InvalidArgumentError("stream: a stream is required (KVCacheManager.create_stream())")
         handle = stream.handle if isinstance(stream, Stream) else stream
-        _cache_resume(self._native(), handle)
+        _cache_resume(self._resource if self._state == "open" else self._native(), handle)
         self._stream = stream
         return True
 
@@ -779,14 +780,14 @@ class _KVCache(Managed):
             history_length = _convert.check(history_length, _I64, "history_length")
             if history_length < 0:
                 raise InvalidArgumentError(f"history_length: must not be negative, got {history_length}")
-        _cache_resize(self._native(), capacity, history_length)
+        _cache_resize(self._resource if self._state == "open" else self._native(), capacity, history_length)
         return True
 
     def commit(self, tokens: Sequence[int], is_end: bool = False) -> None:
         """Append computed tokens to the committed sequence; completed blocks
         are published for reuse. ``is_end`` ends committing."""
         toks, n, keep = _convert.tokens(tokens, "tokens")
-        h = self._native()
+        h = self._resource if self._state == "open" else self._native()
         if self._priority_cb is None:
             _cache_commit(h, toks, n, is_end is True or bool(is_end))
             return
