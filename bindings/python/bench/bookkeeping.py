@@ -7,26 +7,29 @@ tokens -> commit them -> 128 one-token decode steps (resize +1, commit 1) ->
 close. Each figure is process CPU time per request, the median of
 interleaved rounds, each round on a fresh manager.
 
-Three ways to run the same cycle, measured in the same run:
+Four ways to run the same cycle, measured in the same run:
 
 * ``binding``: the kvcm package (``create_kv_cache``, ``resume``,
   ``resize``, ``commit``, ``close``), prompts as lists;
-* ``binding, array('i')``: the same with prompts as ``array('i')`` (taken
-  without a copy);
-* ``C floor``: the same C functions called through ctypes directly, with
+* ``array``: the same with prompts as ``array('i')`` (taken without a
+  copy);
+* ``ctypes``: the same C functions called through ctypes directly, with
   prebuilt argument objects and no Python-level wrapper: what any ctypes
-  binding costs at least, and the reference of the overhead ratios.
+  binding costs at least;
+* ``C``: the cycle in C (``cycle.c``, compiled at run time against the same
+  libkvcm.so), no Python in the loop: the Go cycle plus one C call per
+  call, the reference of the ratios.
 
-It also prints, per scalar call, the binding's overhead over the raw ctypes
-call (best of rounds), and the cost of a token list becoming a C array (the
-binding's conversion against the former ``(c_int32 * n)(*tokens)`` and
-``array('i', list)``).
+It also prints, per scalar call, the binding's cost over the C call and over
+the raw ctypes call (best of rounds), and the cost of a token list becoming
+a C array (the binding's conversion against the former
+``(c_int32 * n)(*tokens)`` and ``array('i', list)``).
 
 ``--go`` adds the Go cycle as measured by ``kvcm bench bookkeeping`` (run
 as the given command, which must print ``<prompt> <µs per request>`` lines),
 when that command exists.
 
-Usage: python3 bindings/python/bench/bookkeeping.py [--rounds 5] [--quick]
+Usage: python3 bindings/python/bench/bookkeeping.py [--rounds 5] [--quick] (``make bench-python``)
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -125,6 +129,38 @@ class Raw:
         self.close = fn("kvcm_kv_cache_close", u64)
 
 
+def c_reference() -> ctypes.CDLL | None:
+    """cycle.c compiled against the library in use, or None (no compiler)."""
+    lib = Path(str(kvcm.library_path())).resolve()
+    include = HERE.parent.parent.parent / "include"
+    out = Path(tempfile.mkdtemp(prefix="kvcm-bench-")) / "cycle.so"
+    cc = os.environ.get("CC", "cc")
+    cmd = [cc, "-O2", "-shared", "-fPIC", f"-I{include}", str(HERE / "cycle.c"), str(lib),
+           f"-Wl,-rpath,{lib.parent}", "-o", str(out)]
+    try:
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"(no C reference: {' '.join(cmd)} failed: {getattr(e, 'stderr', e)})")
+        return None
+    c = ctypes.CDLL(str(out))
+    c.kvcm_bench_cycle.restype = ctypes.c_double
+    c.kvcm_bench_cycle.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t,
+                                   ctypes.c_size_t, ctypes.c_int]
+    c.kvcm_bench_resize_calls.restype = ctypes.c_double
+    c.kvcm_bench_resize_calls.argtypes = [ctypes.c_uint64, ctypes.c_int64, ctypes.c_int]
+    c.kvcm_bench_getter_calls.restype = ctypes.c_double
+    c.kvcm_bench_getter_calls.argtypes = [ctypes.c_uint64, ctypes.c_int]
+    return c
+
+
+def c_cycle(cref: ctypes.CDLL, mgr: int, stream: int, prompts) -> float:
+    flat = array.array("i", [t for p in prompts for t in p])
+    t = cref.kvcm_bench_cycle(mgr, stream, flat.buffer_info()[0], len(prompts[0]), len(prompts), DECODE_STEPS)
+    if t < 0:
+        raise RuntimeError("the C cycle failed")
+    return t
+
+
 def raw_cycle(raw: Raw, mgr: int, stream: int, prompts, decode_addr: int) -> float:
     # Argument objects built outside the timed loop, as a hand-tuned caller would.
     prepared = []
@@ -159,9 +195,9 @@ def raw_cycle(raw: Raw, mgr: int, stream: int, prompts, decode_addr: int) -> flo
     return (time.process_time() - t0) / len(prompts)
 
 
-def per_call(rounds: int) -> list[tuple[str, float, float]]:
-    """(call, binding ns, raw ctypes ns) for scalar calls on an ACTIVE cache,
-    the best of rounds."""
+def per_call(rounds: int, cref: ctypes.CDLL | None) -> list[tuple[str, float, float, float | None]]:
+    """(call, binding ns, raw ctypes ns, C ns or None) for scalar calls on
+    an ACTIVE cache, the best of rounds."""
     raw = Raw(str(kvcm.library_path()))
     m = KVCacheManager(config(1024), device="emu")
     s = m.create_stream()
@@ -173,13 +209,13 @@ def per_call(rounds: int) -> list[tuple[str, float, float]]:
     n = 2000
     rows = []
 
-    def timeit(f) -> float:
-        best = []
+    def best(f) -> float:
+        times = []
         for _ in range(20 * rounds):
             t0 = time.process_time()
             f()
-            best.append((time.process_time() - t0) / n * 1e9)
-        return min(best)  # the least disturbed round: these are floors
+            times.append((time.process_time() - t0) / n * 1e9)
+        return min(times)  # the least disturbed round: these are floors
 
     def b_resize():
         for _ in range(n):
@@ -208,31 +244,35 @@ def per_call(rounds: int) -> list[tuple[str, float, float]]:
         for _ in range(n):
             f(h, None, 0, False)
 
-    for name, b, r in (("resize(capacity, history)", b_resize, r_resize),
-                       ("num_committed_tokens", b_get, r_get),
-                       ("commit(no tokens)", b_commit0, r_commit0)):
-        rows.append((name, timeit(b), timeit(r)))
+    c_resize = c_get = None
+    if cref is not None:
+        c_resize = min(cref.kvcm_bench_resize_calls(h, 64, n) for _ in range(20 * rounds)) * 1e9
+        c_get = min(cref.kvcm_bench_getter_calls(h, n) for _ in range(20 * rounds)) * 1e9
+    for name, b, r, cn in (("resize(capacity, history)", b_resize, r_resize, c_resize),
+                           ("num_committed_tokens", b_get, r_get, c_get),
+                           ("commit(no tokens)", b_commit0, r_commit0, None)):
+        rows.append((name, best(b), best(r), cn))
     c.close()
     m.close()
     return rows
 
 
 def token_conversion(rounds: int) -> tuple[float, float, float]:
-    """ns per token: (c_int32*n)(*list), array('i', list), and the binding's
-    list conversion (kvcm._convert.tokens)."""
+    """ns per token, best of rounds: (c_int32*n)(*list), array('i', list),
+    and the binding's list conversion (kvcm._convert.tokens)."""
     from kvcm import _convert
 
     toks = list(range(32768))
-    n = 20
+    n = 5
 
     def med(f) -> float:
         res = []
-        for _ in range(rounds):
+        for _ in range(4 * rounds):
             t0 = time.process_time()
             for _ in range(n):
                 f()
             res.append((time.process_time() - t0) / n / len(toks) * 1e9)
-        return statistics.median(res)
+        return min(res)
 
     old = med(lambda: (ctypes.c_int32 * len(toks))(*toks))
     arr = med(lambda: array.array("i", toks))
@@ -265,13 +305,16 @@ def main() -> None:
     args = ap.parse_args()
 
     raw = Raw(str(kvcm.library_path()))
+    cref = c_reference()
     decode = [7]
     decode_arr = array.array("i", decode)
     decode_addr = decode_arr.buffer_info()[0]
-    print(f"kvcm {kvcm.version()}, Python {sys.version.split()[0]}, {os.cpu_count()} CPUs; "
-          f"CPU µs per request, median of {args.rounds} interleaved rounds")
-    print(f"{'prompt':>7} {'binding':>10} {'array(i)':>10} {'C floor':>10} {'bind/floor':>11} "
-          f"{'array/floor':>12}")
+    print(f"kvcm {kvcm.version()}, Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load "
+          f"{os.getloadavg()[0]:.1f}; CPU µs per request, median of {args.rounds} interleaved rounds")
+    kinds = ["binding", "array", "ctypes"] + (["C"] if cref is not None else [])
+    ref_kind = "C" if cref is not None else "ctypes"
+    print(f"{'prompt':>7} " + " ".join(f"{k:>9}" for k in kinds) + "   "
+          + " ".join(f"{k + '/' + ref_kind:>13}" for k in kinds if k != ref_kind))
     results = {}
     for prompt in PROMPTS:
         nreq = {1024: 32, 8192: 8, 32768: 4}[prompt]
@@ -279,35 +322,41 @@ def main() -> None:
             nreq = max(2, nreq // 4)
         lists = requests(prompt, nreq)
         arrays = [array.array("i", p) for p in lists]
-        times: dict[str, list[float]] = {"binding": [], "array": [], "floor": []}
+        times: dict[str, list[float]] = {k: [] for k in kinds}
         for _ in range(args.rounds):
-            for kind in times:
+            for kind in kinds:
                 with KVCacheManager(config(prompt), device="emu") as m:
                     s = m.create_stream()
-                    if kind == "floor":
+                    if kind == "C":
+                        t = c_cycle(cref, m._native(), s.handle, lists)
+                    elif kind == "ctypes":
                         t = raw_cycle(raw, m._native(), s.handle, lists, decode_addr)
                     else:
                         t = binding_cycle(m, s, lists if kind == "binding" else arrays, decode)
                     times[kind].append(t * 1e6)
-        b, a, f = (statistics.median(times[k]) for k in ("binding", "array", "floor"))
-        results[prompt] = (b, a, f)
-        print(f"{prompt:>7} {b:>10.1f} {a:>10.1f} {f:>10.1f} {b / f:>10.2f}x {a / f:>11.2f}x")
+        med = {k: statistics.median(v) for k, v in times.items()}
+        results[prompt] = med
+        print(f"{prompt:>7} " + " ".join(f"{med[k]:>9.1f}" for k in kinds) + "   "
+              + " ".join(f"{med[k] / med[ref_kind]:>12.2f}x" for k in kinds if k != ref_kind))
 
-    print("\nscalar calls, ns per call (binding over the raw ctypes call)")
-    for name, b, r in per_call(args.rounds):
-        print(f"  {name:<28} binding {b:>6.0f}  raw {r:>6.0f}  overhead {b - r:>5.0f} ns")
+    print("\nscalar calls, ns per call, best of rounds")
+    for name, b, r, cn in per_call(args.rounds, cref):
+        over_c = f", {b - cn:>5.0f} over the C call" if cn is not None else ""
+        c_txt = f"  C {cn:>6.0f}" if cn is not None else ""
+        print(f"  {name:<26} binding {b:>6.0f}  ctypes {r:>6.0f}{c_txt}  overhead {b - r:>5.0f} over ctypes"
+              + over_c)
     old, arr, new = token_conversion(args.rounds)
     print(f"\ntoken list -> int32 array, ns per token: (c_int32*n)(*list) {old:.1f}, "
-          f"array('i', list) {arr:.1f}, binding {new:.1f} ({old / new:.1f}x faster than before)")
+          f"array('i', list) {arr:.1f}, binding {new:.1f} ({old / new:.1f}x faster than (c_int32*n)(*list))")
 
     if args.go:
         go = go_cycle(args.go)
         if go:
             print("\nagainst the Go cycle (same run)")
-            for prompt, (b, a, _f) in results.items():
+            for prompt, med in results.items():
                 if prompt in go:
-                    print(f"  {prompt:>7}: Go {go[prompt]:.1f} µs, binding {b / go[prompt]:.2f}x, "
-                          f"array('i') {a / go[prompt]:.2f}x")
+                    print(f"  {prompt:>7}: Go {go[prompt]:.1f} µs, binding {med['binding'] / go[prompt]:.2f}x, "
+                          f"array('i') {med['array'] / go[prompt]:.2f}x")
         else:
             print(f"\n(no Go figures from {args.go!r})")
 

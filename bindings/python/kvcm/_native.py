@@ -115,12 +115,18 @@ def check(status: Any) -> None:
         raise_status(addr)
 
 
+# First parameters that are the handle of the object a method runs on.
+_OWN_HANDLES = frozenset({"manager", "cache", "cp", "stream"})
+
+
 def bind(name: str, **names: str) -> Callable[..., Any]:
     """The library function ``name`` as a Python function that checks its
     arguments and raises a returned status.
 
     Every integer argument is checked against its parameter's C type (from
-    the generated prototypes, see :mod:`kvcm._convert`) before the call;
+    the generated prototypes, see :mod:`kvcm._convert`) before the call,
+    except a first parameter that is the handle of the object the call is a
+    method of (the binding passes the handle the library gave it);
     ``names`` renames parameters in the errors (``level="cache_level"``) to
     the Python API's names. Token arrays (``const kvcm_token*``) are also
     taken as addresses. A fork() child is refused, and objects whose
@@ -139,6 +145,8 @@ def bind(name: str, **names: str) -> Callable[..., Any]:
     checked = {}
     for i, (t, p) in enumerate(zip(argtypes, params)):
         r = RANGES.get(t)
+        if i == 0 and p in _OWN_HANDLES:
+            continue  # the object's own handle, which the binding got from the library
         if r is not None:
             lo, hi, _ = r
             checked[i] = (*r, names.get(p, p))

@@ -718,19 +718,19 @@ class _KVCache(Managed):
     @property
     def num_committed_tokens(self) -> int:
         out = _I64()
-        _cache_committed(self._resource if self._state == "open" else self._native(), _byref(out))
+        _cache_committed(self._resource if self._state == "open" else self._native(), out)
         return out.value
 
     @property
     def history_length(self) -> int:
         out = _I64()
-        _cache_history(self._resource if self._state == "open" else self._native(), _byref(out))
+        _cache_history(self._resource if self._state == "open" else self._native(), out)
         return out.value
 
     @property
     def capacity(self) -> int:
         out = _I64()
-        _cache_capacity(self._resource if self._state == "open" else self._native(), _byref(out))
+        _cache_capacity(self._resource if self._state == "open" else self._native(), out)
         return out.value
 
     @property
