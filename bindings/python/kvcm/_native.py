@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from . import _ffi as ffi
 from ._library import find_library

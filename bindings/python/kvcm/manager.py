@@ -359,11 +359,6 @@ class KVCacheManager(Managed):
         _native.call(fn, self._native(), *args, ctypes.byref(out))
         return out.value
 
-    def _get_i64(self, fn: str, *args: Any) -> int:
-        out = ctypes.c_int64()
-        _native.call(fn, self._native(), *args, ctypes.byref(out))
-        return out.value
-
     @property
     def tokens_per_block(self) -> int:
         return self._tokens_per_block
@@ -789,7 +784,7 @@ class _KVCache(Managed):
         toks, n, keep = _convert.tokens(tokens, "tokens")
         h = self._resource if self._state == "open" else self._native()
         if self._priority_cb is None:
-            _cache_commit(h, toks, n, is_end is True or bool(is_end))
+            _cache_commit(h, toks, n, bool(is_end))
             return
         # An exception the priority callback raised fails the commit (which
         # then changes nothing) and is re-raised here.
