@@ -104,7 +104,8 @@ type KVCacheResize func(cache KVCache, capacity int64, historyLength int64) *Sta
 
 // KVCacheCommit appends computed tokens to the committed sequence; every
 // block they complete is published for reuse. With is_end no further commits
-// are accepted.
+// are accepted. On error (a priority function that reports failure
+// included: KVCM_ERR_INVALID_ARGUMENT) nothing changes.
 //
 //kvcm:since 1
 //kvcm:thread manager

@@ -1597,7 +1597,8 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_close(kvcm_kv_cache cache);
 /**
  * kvcm_kv_cache_commit appends computed tokens to the committed sequence; every
  * block they complete is published for reuse. With is_end no further commits
- * are accepted.
+ * are accepted. On error (a priority function that reports failure
+ * included: KVCM_ERR_INVALID_ARGUMENT) nothing changes.
  *
  * @param cache [in] The cache.
  * @param tokens [in, borrowed, nullable, array of num_tokens] The tokens (NULL only when num_tokens is 0).
