@@ -7,7 +7,7 @@ tokens -> commit them -> 128 one-token decode steps (resize +1, commit 1) ->
 close. Each figure is process CPU time per request, the median of
 interleaved rounds, each round on a fresh manager.
 
-Four ways to run the same cycle, measured in the same run:
+Five ways to run the same cycle, measured in the same run:
 
 * ``binding``: the kvcm package (``create_kv_cache``, ``resume``,
   ``resize``, ``commit``, ``close``), prompts as lists;
@@ -16,6 +16,12 @@ Four ways to run the same cycle, measured in the same run:
 * ``ctypes``: the same C functions called through ctypes directly, with
   prebuilt argument objects and no Python-level wrapper: what any ctypes
   binding costs at least;
+* ``compiled``: the decode step's calls (and the prompt's commit) through
+  ``cext.c``, a CPython extension prototype compiled at run time with the
+  binding's rules (checked integers, tokens from a list or an int32 buffer,
+  GIL released, status raised); create, resume and close through the
+  binding. It shows what the compiled binding issue 11 allows would cost;
+  it is not part of the package;
 * ``C``: the cycle in C (``cycle.c``, compiled at run time against the same
   libkvcm.so), no Python in the loop: the Go cycle plus one C call per
   call, the reference of the ratios.
@@ -39,8 +45,10 @@ import array
 import ctypes
 import os
 import statistics
+import importlib.util
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -129,18 +137,58 @@ class Raw:
         self.close = fn("kvcm_kv_cache_close", u64)
 
 
-def c_reference() -> ctypes.CDLL | None:
-    """cycle.c compiled against the library in use, or None (no compiler)."""
+_BUILD = Path(tempfile.mkdtemp(prefix="kvcm-bench-"))
+
+
+def _compile(source: str, out: Path, *flags: str) -> bool:
     lib = Path(str(kvcm.library_path())).resolve()
     include = HERE.parent.parent.parent / "include"
-    out = Path(tempfile.mkdtemp(prefix="kvcm-bench-")) / "cycle.so"
     cc = os.environ.get("CC", "cc")
-    cmd = [cc, "-O2", "-shared", "-fPIC", f"-I{include}", str(HERE / "cycle.c"), str(lib),
+    cmd = [cc, "-O2", "-shared", "-fPIC", f"-I{include}", *flags, str(HERE / source), str(lib),
            f"-Wl,-rpath,{lib.parent}", "-o", str(out)]
     try:
         subprocess.run(cmd, check=True, capture_output=True, text=True)
     except (OSError, subprocess.CalledProcessError) as e:
-        print(f"(no C reference: {' '.join(cmd)} failed: {getattr(e, 'stderr', e)})")
+        print(f"({' '.join(cmd)} failed: {getattr(e, 'stderr', e)})")
+        return False
+    return True
+
+
+def extension():
+    """cext.c compiled as a CPython extension, or None."""
+    out = _BUILD / ("kvcm_bench_ext" + sysconfig.get_config_var("EXT_SUFFIX"))
+    if not _compile("cext.c", out, f"-I{sysconfig.get_paths()['include']}"):
+        return None
+    spec = importlib.util.spec_from_file_location("kvcm_bench_ext", out)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def ext_cycle(ext, m: KVCacheManager, stream, prompts, decode) -> float:
+    """The cycle with the decode step's calls (and the prompt's commit)
+    through the compiled prototype; create, resume and close through the
+    binding (three calls a request)."""
+    resize, commit, committed = ext.resize, ext.commit, ext.committed
+    t0 = time.process_time()
+    for p in prompts:
+        c = m.create_kv_cache(input_tokens=p)
+        c.resume(stream)
+        h = c._native()
+        n = len(p)
+        resize(h, n, n)
+        commit(h, p[committed(h):], False)
+        for k in range(DECODE_STEPS):
+            resize(h, n + k + 1, n + k + 1)
+            commit(h, decode, False)
+        c.close()
+    return (time.process_time() - t0) / len(prompts)
+
+
+def c_reference() -> ctypes.CDLL | None:
+    """cycle.c compiled against the library in use, or None (no compiler)."""
+    out = _BUILD / "cycle.so"
+    if not _compile("cycle.c", out):
         return None
     c = ctypes.CDLL(str(out))
     c.kvcm_bench_cycle.restype = ctypes.c_double
@@ -195,9 +243,9 @@ def raw_cycle(raw: Raw, mgr: int, stream: int, prompts, decode_addr: int) -> flo
     return (time.process_time() - t0) / len(prompts)
 
 
-def per_call(rounds: int, cref: ctypes.CDLL | None) -> list[tuple[str, float, float, float | None]]:
-    """(call, binding ns, raw ctypes ns, C ns or None) for scalar calls on
-    an ACTIVE cache, the best of rounds."""
+def per_call(rounds: int, cref: ctypes.CDLL | None, ext) -> list[tuple[str, float, float, float | None, float | None]]:
+    """(call, binding ns, raw ctypes ns, C ns or None, compiled prototype ns
+    or None) for scalar calls on an ACTIVE cache, the best of rounds."""
     raw = Raw(str(kvcm.library_path()))
     m = KVCacheManager(config(1024), device="emu")
     s = m.create_stream()
@@ -244,14 +292,29 @@ def per_call(rounds: int, cref: ctypes.CDLL | None) -> list[tuple[str, float, fl
         for _ in range(n):
             f(h, None, 0, False)
 
+    def e_resize():
+        f = ext.resize
+        for _ in range(n):
+            f(h, 64, 64)
+
+    def e_get():
+        f = ext.committed
+        for _ in range(n):
+            f(h)
+
+    def e_commit0():
+        f, none = ext.commit, []
+        for _ in range(n):
+            f(h, none, False)
+
     c_resize = c_get = None
     if cref is not None:
         c_resize = min(cref.kvcm_bench_resize_calls(h, 64, n) for _ in range(20 * rounds)) * 1e9
         c_get = min(cref.kvcm_bench_getter_calls(h, n) for _ in range(20 * rounds)) * 1e9
-    for name, b, r, cn in (("resize(capacity, history)", b_resize, r_resize, c_resize),
-                           ("num_committed_tokens", b_get, r_get, c_get),
-                           ("commit(no tokens)", b_commit0, r_commit0, None)):
-        rows.append((name, best(b), best(r), cn))
+    for name, b, r, cn, e in (("resize(capacity, history)", b_resize, r_resize, c_resize, e_resize),
+                              ("num_committed_tokens", b_get, r_get, c_get, e_get),
+                              ("commit(no tokens)", b_commit0, r_commit0, None, e_commit0)):
+        rows.append((name, best(b), best(r), cn, best(e) if ext is not None else None))
     c.close()
     m.close()
     return rows
@@ -306,12 +369,14 @@ def main() -> None:
 
     raw = Raw(str(kvcm.library_path()))
     cref = c_reference()
+    ext = extension()
     decode = [7]
     decode_arr = array.array("i", decode)
     decode_addr = decode_arr.buffer_info()[0]
     print(f"kvcm {kvcm.version()}, Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load "
           f"{os.getloadavg()[0]:.1f}; CPU µs per request, median of {args.rounds} interleaved rounds")
-    kinds = ["binding", "array", "ctypes"] + (["C"] if cref is not None else [])
+    kinds = (["binding", "array", "ctypes"] + (["compiled"] if ext is not None else [])
+             + (["C"] if cref is not None else []))
     ref_kind = "C" if cref is not None else "ctypes"
     print(f"{'prompt':>7} " + " ".join(f"{k:>9}" for k in kinds) + "   "
           + " ".join(f"{k + '/' + ref_kind:>13}" for k in kinds if k != ref_kind))
@@ -329,6 +394,8 @@ def main() -> None:
                     s = m.create_stream()
                     if kind == "C":
                         t = c_cycle(cref, m._native(), s.handle, lists)
+                    elif kind == "compiled":
+                        t = ext_cycle(ext, m, s, lists, decode)
                     elif kind == "ctypes":
                         t = raw_cycle(raw, m._native(), s.handle, lists, decode_addr)
                     else:
@@ -340,10 +407,11 @@ def main() -> None:
               + " ".join(f"{med[k] / med[ref_kind]:>12.2f}x" for k in kinds if k != ref_kind))
 
     print("\nscalar calls, ns per call, best of rounds")
-    for name, b, r, cn in per_call(args.rounds, cref):
+    for name, b, r, cn, e in per_call(args.rounds, cref, ext):
         over_c = f", {b - cn:>5.0f} over the C call" if cn is not None else ""
         c_txt = f"  C {cn:>6.0f}" if cn is not None else ""
-        print(f"  {name:<26} binding {b:>6.0f}  ctypes {r:>6.0f}{c_txt}  overhead {b - r:>5.0f} over ctypes"
+        e_txt = f"  compiled {e:>6.0f}" if e is not None else ""
+        print(f"  {name:<26} binding {b:>6.0f}  ctypes {r:>6.0f}{e_txt}{c_txt}  binding: {b - r:>5.0f} over ctypes"
               + over_c)
     old, arr, new = token_conversion(args.rounds)
     print(f"\ntoken list -> int32 array, ns per token: (c_int32*n)(*list) {old:.1f}, "
