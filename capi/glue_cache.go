@@ -8,6 +8,7 @@ package capi
 import "C"
 
 import (
+	"fmt"
 	"sync/atomic"
 
 	"github.com/kvcm/kvcm/core"
@@ -54,7 +55,13 @@ func glueKVCacheCreate(mgr *managerObj, opts *C.kvcm__const_kvcm_kv_cache_option
 	if opts.priority != nil {
 		fn, user := opts.priority, C.kvcm__get_kv_cache_options_priority_user_data(opts)
 		co.Priority = func(block int) int {
-			return int(C.kvcm__call_priority_func(fn, user, C.int64_t(block)))
+			var pr C.int32_t
+			if rc := C.kvcm__call_priority_func(fn, user, C.int64_t(block), &pr); rc != 0 {
+				// The core fails the commit, changing nothing, when the
+				// priority function panics.
+				panic(fmt.Sprintf("kvcm_priority_func returned %d", int32(rc)))
+			}
+			return int(pr)
 		}
 	}
 	if opts.request_id == nil && opts.request_id_len != 0 {

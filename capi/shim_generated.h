@@ -99,7 +99,7 @@ static inline void kvcm__call_cp_index_vtable_destroy(const kvcm_cp_index_vtable
 
 /* Callbacks: callers that take opaque pointers as uintptr_t. */
 static inline int32_t kvcm__call_host_func(kvcm_host_func fn, uintptr_t user_data) { return fn((void*)user_data); }
-static inline int32_t kvcm__call_priority_func(kvcm_priority_func fn, uintptr_t user_data, int64_t block_index) { return fn((void*)user_data, block_index); }
+static inline int32_t kvcm__call_priority_func(kvcm_priority_func fn, uintptr_t user_data, int64_t block_index, int32_t* priority) { return fn((void*)user_data, block_index, priority); }
 
 /* Enumerator names (defined in api_generated.c). */
 const char* kvcm__enum_name_cache_status(kvcm_cache_status v);

@@ -875,7 +875,7 @@ func (c *KVCache) blockPriority(b int) (pr int, err error) {
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("%w: priority callback panicked for block %d: %v", ErrInvalidArgument, b, r)
+			err = fmt.Errorf("%w: priority callback failed for block %d: %v", ErrInvalidArgument, b, r)
 		}
 	}()
 	return min(max(c.priority(b), MinPriority), MaxPriority), nil

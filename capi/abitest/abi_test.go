@@ -650,6 +650,36 @@ func TestPriorityCallback(t *testing.T) {
 	require.NoError(t, CloseCache(c))
 }
 
+// TestPriorityCallbackFailureChangesNothing: a priority callback that
+// reports failure fails the commit with INVALID_ARGUMENT and changes nothing;
+// the same commit succeeds once the callback does.
+func TestPriorityCallbackFailureChangesNothing(t *testing.T) {
+	noLeaks(t)
+	m, err := CreateManager(smallConfig(8, 0), nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, DestroyManager(m)) }()
+	s, err := CreateStream(m)
+	require.NoError(t, err)
+	c, err := CreateCacheWithPriority(m, seq(0, 12), 90)
+	require.NoError(t, err)
+	require.NoError(t, Resume(c, s))
+	require.NoError(t, Resize(c, 12, 12))
+	SetPriorityFailure(7)
+	err = Commit(c, seq(0, 12), false)
+	SetPriorityFailure(0)
+	requireCode(t, err, InvalidArgument)
+	assert.Contains(t, err.Error(), "returned 7")
+	info, err := GetCacheInfo(c)
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), info.Committed, "a failed commit commits nothing")
+	require.NoError(t, Commit(c, seq(0, 12), false), "the retry succeeds")
+	info, err = GetCacheInfo(c)
+	require.NoError(t, err)
+	assert.Equal(t, int64(12), info.Committed)
+	require.NoError(t, Suspend(c))
+	require.NoError(t, CloseCache(c))
+}
+
 // TestConcurrentUse runs requests on one manager from several goroutines
 // (each on its own stream) while others query it; run with -race.
 func TestConcurrentUse(t *testing.T) {

@@ -211,12 +211,20 @@ static kvcm_status* tc_enqueue_null(kvcm_stream s) { return kvcm_stream_enqueue_
 static int tc_api_slot_ok(const kvcm_api* t) { return t->manager_create == kvcm_manager_create && t->get_abi_version == kvcm_get_abi_version; }
 
 int64_t tc_priority_calls;
+int32_t tc_priority_rc;
 
-static int32_t tc_priority(void* user, int64_t block) {
+static int32_t tc_priority(void* user, int64_t block, int32_t* priority) {
 	(void)block;
 	tc_count(&tc_priority_calls);
-	return (int32_t)(intptr_t)user;
+	int32_t rc = __atomic_load_n(&tc_priority_rc, __ATOMIC_SEQ_CST);
+	if (rc != 0) {
+		return rc;
+	}
+	*priority = (int32_t)(intptr_t)user;
+	return 0;
 }
+
+static void tc_set_priority_rc(int32_t rc) { __atomic_store_n(&tc_priority_rc, rc, __ATOMIC_SEQ_CST); }
 
 static void tc_set_priority(kvcm_kv_cache_options* o, int32_t prio) {
 	o->priority = tc_priority;
@@ -341,6 +349,10 @@ func APITable(version uint32) (ok bool, size, abi uint32, slotsOK bool) {
 // PriorityCalls is the number of calls of the priority callback
 // CreateCacheWithPriority installs.
 func PriorityCalls() int64 { return int64(C.tc_get(&C.tc_priority_calls)) }
+
+// SetPriorityFailure makes the priority callback CreateCacheWithPriority
+// installs return rc (0: succeed with its priority).
+func SetPriorityFailure(rc int32) { C.tc_set_priority_rc(C.int32_t(rc)) }
 
 // setPriority installs a C priority callback returning prio.
 func setPriority(o *C.kvcm_kv_cache_options, prio int32) { C.tc_set_priority(o, C.int32_t(prio)) }

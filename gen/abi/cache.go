@@ -119,7 +119,8 @@ type KVCacheResize func(cache KVCache, capacity int64, historyLength int64) *Sta
 // block they complete is published for reuse. With is_end no further commits
 // are accepted. It first waits for any decode still bringing those blocks'
 // pages back, so that a page lost to its failure is never published (the
-// call fails with KVCM_ERR_DATA_LOST instead).
+// call fails with KVCM_ERR_DATA_LOST instead). On error (a priority function
+// that reports failure included: KVCM_ERR_INVALID_ARGUMENT) nothing changes.
 //
 //kvcm:since 1
 //kvcm:thread manager

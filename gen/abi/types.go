@@ -273,11 +273,14 @@ type Status struct{}
 //kvcm:since 1
 type HostFunc func(userData spec.VoidPtr) int32
 
-// PriorityFunc returns the eviction priority, in [KVCM_MIN_PRIORITY,
-// KVCM_MAX_PRIORITY], of the cache's block at blockIndex when it is
-// committed. It is called with the manager's lock held and must not call
-// back into the library.
+// PriorityFunc writes to priority the eviction priority, in
+// [KVCM_MIN_PRIORITY, KVCM_MAX_PRIORITY] (values outside are clamped), of the
+// cache's block at blockIndex when it is committed, and returns 0. Any other
+// return value is a failure: kvcm_kv_cache_commit then fails with
+// KVCM_ERR_INVALID_ARGUMENT and changes nothing (a trailing partial block
+// published at close gets the default priority instead). It is called with
+// the manager's lock held and must not call back into the library.
 //
 //kvcm:callback
 //kvcm:since 1
-type PriorityFunc func(userData spec.VoidPtr, blockIndex int64) int32
+type PriorityFunc func(userData spec.VoidPtr, blockIndex int64, priority spec.Out[int32]) int32

@@ -493,13 +493,16 @@ typedef struct kvcm_status kvcm_status;
 typedef int32_t (*kvcm_host_func)(void* user_data);
 
 /**
- * kvcm_priority_func returns the eviction priority, in [KVCM_MIN_PRIORITY,
- * KVCM_MAX_PRIORITY], of the cache's block at blockIndex when it is
- * committed. It is called with the manager's lock held and must not call
- * back into the library.
+ * kvcm_priority_func writes to priority the eviction priority, in
+ * [KVCM_MIN_PRIORITY, KVCM_MAX_PRIORITY] (values outside are clamped), of the
+ * cache's block at blockIndex when it is committed, and returns 0. Any other
+ * return value is a failure: kvcm_kv_cache_commit then fails with
+ * KVCM_ERR_INVALID_ARGUMENT and changes nothing (a trailing partial block
+ * published at close gets the default priority instead). It is called with
+ * the manager's lock held and must not call back into the library.
  * @since ABI version 1.
  */
-typedef int32_t (*kvcm_priority_func)(void* user_data, int64_t block_index);
+typedef int32_t (*kvcm_priority_func)(void* user_data, int64_t block_index, int32_t* priority);
 
 /* ---- Structures ---- */
 
@@ -1649,7 +1652,8 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_close(kvcm_kv_cache cache);
  * block they complete is published for reuse. With is_end no further commits
  * are accepted. It first waits for any decode still bringing those blocks'
  * pages back, so that a page lost to its failure is never published (the
- * call fails with KVCM_ERR_DATA_LOST instead).
+ * call fails with KVCM_ERR_DATA_LOST instead). On error (a priority function
+ * that reports failure included: KVCM_ERR_INVALID_ARGUMENT) nothing changes.
  *
  * @param cache [in] The cache.
  * @param tokens [in, borrowed, nullable, array of num_tokens] The tokens (NULL only when num_tokens is 0).

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 using namespace kvcm_test;
@@ -404,6 +405,30 @@ TEST_F(ManagerTest, PriorityCallback)
         moved.commit(t, true);
     }
     EXPECT_EQ(asked, (std::vector<int64_t>{0, 1, 2}));
+}
+
+// A priority callback that throws fails the commit, which changes nothing;
+// the retry succeeds once the callback does.
+TEST_F(ManagerTest, ThrowingPriorityCallbackChangesNothing)
+{
+    kvcm::KVCacheManager m(smallConfig(64 << 10));
+    auto stream = m.createStream();
+    bool fail = true;
+    auto const t = tokenRange(0, 12);
+    auto c = m.createKVCache(t, {}, [&](int64_t) -> int32_t {
+        if (fail)
+        {
+            throw std::runtime_error("no priority");
+        }
+        return kvcm::kMaxPriority;
+    });
+    c.resume(stream);
+    c.resize(12, 12);
+    EXPECT_KVCM_ERROR(c.commit(t), kvcm::StatusCode::kInvalidArgument);
+    EXPECT_EQ(c.numCommittedTokens(), 0);
+    fail = false;
+    c.commit(t);
+    EXPECT_EQ(c.numCommittedTokens(), 12);
 }
 
 TEST_F(ManagerTest, ReuseScopes)

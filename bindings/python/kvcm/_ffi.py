@@ -233,11 +233,14 @@ class kvcm_status(ctypes.Structure):
 # take a manager's lock.
 kvcm_host_func = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
 
-# kvcm_priority_func returns the eviction priority, in [KVCM_MIN_PRIORITY,
-# KVCM_MAX_PRIORITY], of the cache's block at blockIndex when it is
-# committed. It is called with the manager's lock held and must not call
-# back into the library.
-kvcm_priority_func = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64)
+# kvcm_priority_func writes to priority the eviction priority, in
+# [KVCM_MIN_PRIORITY, KVCM_MAX_PRIORITY] (values outside are clamped), of the
+# cache's block at blockIndex when it is committed, and returns 0. Any other
+# return value is a failure: kvcm_kv_cache_commit then fails with
+# KVCM_ERR_INVALID_ARGUMENT and changes nothing (a trailing partial block
+# published at close gets the default priority instead). It is called with
+# the manager's lock held and must not call back into the library.
+kvcm_priority_func = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_int32))
 
 # ---- Structures (declared first, fields set below, so pointers may refer forward) ----
 

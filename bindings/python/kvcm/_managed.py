@@ -141,9 +141,9 @@ class Managed:
 
     def _native(self) -> Any:
         """The resource, or raise ClosedError / ConsumedError."""
-        state = self._state
-        if state == "open":
-            check_not_forked()
+        if self._state == "open":
+            if _forked:
+                check_not_forked()
             return self._resource
         raise self._unusable()
 

@@ -8,15 +8,17 @@ classes, enums, callback types and function prototypes), turns returned
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from . import _ffi as ffi
 from ._library import find_library
-from ._managed import check_not_forked, release_deferred
+from ._convert import RANGES, integer
+from ._managed import _deferred, check_not_forked, release_deferred
 from .errors import KVCacheError, LibraryNotFoundError, error_for_code
 
-__all__ = ["ffi", "lib", "check", "call", "versioned", "token_array", "Stash"]
+__all__ = ["ffi", "lib", "bind", "check", "call", "versioned", "Stash"]
 
 _lock = threading.Lock()
 _lib: Any = None
@@ -53,45 +55,143 @@ class _LazyLib:
 lib: Any = _LazyLib()
 
 
-def raise_status(status: Any) -> None:
-    """Free a non-NULL status and raise its exception."""
-    code = int(lib.kvcm_status_get_code(status))
-    raw = lib.kvcm_status_get_message(status)
+_STATUS = ctypes.POINTER(ffi.kvcm_status)
+_TOKENS = ctypes.POINTER(ffi.kvcm_token)
+_forked = False
+
+
+def _after_fork_in_child() -> None:
+    global _forked
+    _forked = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _prototype(name: str) -> Any:
+    """A function object of its own for name (so that changing its
+    prototype leaves ``lib``'s alone): a returned status and token arrays are
+    plain addresses, which ctypes converts fastest."""
+    restype, argtypes = ffi.FUNCTIONS[name]
+    fn = _load()[name]
+    fn.restype = ctypes.c_void_p if restype is _STATUS else restype
+    fn.argtypes = [ctypes.c_void_p if t is _TOKENS else t for t in argtypes]
+    return fn
+
+
+_status_fns: list[Any] = []
+
+
+def raise_status(status: int) -> None:
+    """Free a non-NULL status (its address) and raise its exception."""
+    if not _status_fns:
+        fns = []
+        for name in ("kvcm_status_get_code", "kvcm_status_get_message", "kvcm_status_free"):
+            fn = _prototype(name)
+            fn.argtypes = [ctypes.c_void_p]
+            fns.append(fn)
+        _status_fns[:] = fns
+    get_code, get_message, free = _status_fns
+    code = int(get_code(status))
+    raw = get_message(status)
     msg = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-    lib.kvcm_status_free(status)
+    free(status)
     raise error_for_code(code, msg)
 
 
-def as_status(status: Any) -> Any:
-    """A returned ``kvcm_status*`` as ``POINTER(kvcm_status)``: also when it
-    came back as a plain address (a prototype whose restype is
-    ``c_void_p``)."""
-    if status is None:
-        return None
+def _status_address(status: Any) -> int | None:
     if isinstance(status, ctypes.c_void_p):
-        status = status.value
-    if isinstance(status, int):
-        return ctypes.cast(ctypes.c_void_p(status), ctypes.POINTER(ffi.kvcm_status)) if status else None
-    return status
+        return status.value
+    if isinstance(status, int) or status is None:
+        return status
+    return ctypes.cast(status, ctypes.c_void_p).value
 
 
 def check(status: Any) -> None:
     """Raise the exception of a returned ``kvcm_status*`` (NULL = success).
     The status may be a ``POINTER(kvcm_status)`` or its address (int)."""
-    status = as_status(status)
-    if status:
-        raise_status(status)
+    addr = _status_address(status)
+    if addr:
+        raise_status(addr)
+
+
+# First parameters that are the handle of the object a method runs on.
+_OWN_HANDLES = frozenset({"manager", "cache", "cp", "stream"})
+
+
+def bind(name: str, **names: str) -> Callable[..., Any]:
+    """The library function ``name`` as a Python function that checks its
+    arguments and raises a returned status.
+
+    Every integer argument is checked against its parameter's C type (from
+    the generated prototypes, see :mod:`kvcm._convert`) before the call,
+    except a first parameter that is the handle of the object the call is a
+    method of (the binding passes the handle the library gave it);
+    ``names`` renames parameters in the errors (``level="cache_level"``) to
+    the Python API's names. Token arrays (``const kvcm_token*``) are also
+    taken as addresses. A fork() child is refused, and objects whose
+    finalizers ran inside a callback are released before and after the call.
+    The library is loaded on first use.
+
+    The function is compiled for its signature (the checks inlined, no
+    per-call loop or lookup): this is the binding's per-call cost, so it is
+    kept to what the rules above need."""
+    restype, argtypes = ffi.FUNCTIONS[name]
+    params = ffi.PARAMETERS[name]
+    args = ", ".join(f"a{i}" for i in range(len(argtypes)))
+    lines = [f"def {name}({args}):"]
+    lines.append("    if _forked: check_not_forked()")
+    lines.append("    if _deferred: release_deferred()")
+    checked = {}
+    for i, (t, p) in enumerate(zip(argtypes, params)):
+        r = RANGES.get(t)
+        if i == 0 and p in _OWN_HANDLES:
+            continue  # the object's own handle, which the binding got from the library
+        if r is not None:
+            lo, hi, _ = r
+            checked[i] = (*r, names.get(p, p))
+            lines.append(f"    if type(a{i}) is not int or a{i} < {lo} or a{i} > {hi}: a{i} = fix({i}, a{i})")
+    lines.append(f"    r = (cfn[0] or resolve())({args})")
+    lines.append("    if _deferred: release_deferred()")
+    if restype is _STATUS:
+        lines.append("    if r: raise_status(r)")
+    else:
+        lines.append("    return r")
+    cfn: list[Any] = [None]
+
+    def resolve() -> Any:
+        cfn[0] = _prototype(name)
+        return cfn[0]
+
+    def fix(i: int, v: Any) -> int:
+        lo, hi, ctname, pname = checked[i]
+        return integer(v, lo, hi, ctname, pname)
+
+    namespace = {"cfn": cfn, "resolve": resolve, "fix": fix, "raise_status": raise_status,
+                 "check_not_forked": check_not_forked, "release_deferred": release_deferred,
+                 "_deferred": _deferred}
+    # The function's globals are this module's (so that _forked is read as
+    # it is at the call); everything else is bound in the closure of _make.
+    code = "def _make(cfn, resolve, fix, raise_status, check_not_forked, release_deferred, _deferred):\n"
+    code += "\n".join("    " + line for line in lines) + f"\n    return {name}\n"
+    env: dict[str, Any] = {}
+    exec(compile(code, f"<kvcm bind {name}>", "exec"), globals(), env)
+    fn = env["_make"](**namespace)
+    fn.__qualname__ = name
+    fn.__doc__ = f"{name}({', '.join(params)}), checked (see kvcm._native.bind)."
+    return fn
+
+
+_bound: dict[str, Callable[..., Any]] = {}
 
 
 def call(fn_name: str, *args: Any) -> None:
-    """Call a status-returning function and raise on failure. Objects whose
-    finalizers ran inside a callback are released before and after."""
-    check_not_forked()
-    release_deferred()
-    try:
-        check(getattr(lib, fn_name)(*args))
-    finally:
-        release_deferred()
+    """Call a status-returning function (see :func:`bind`) and raise on
+    failure."""
+    fn = _bound.get(fn_name)
+    if fn is None:
+        fn = _bound[fn_name] = bind(fn_name)
+    fn(*args)
 
 
 def versioned(cls: type) -> Any:
@@ -100,23 +200,6 @@ def versioned(cls: type) -> Any:
     s.struct_size = ctypes.sizeof(cls)
     s.abi_version = ffi.KVCM_ABI_VERSION
     return s
-
-
-def token_array(tokens: Sequence[int] | None, what: str = "tokens") -> tuple[Any, int]:
-    """A C array of kvcm_token (int32) from a sequence of ints, and its length."""
-    if tokens is None:
-        return None, 0
-    try:
-        n = len(tokens)
-    except TypeError:
-        tokens = list(tokens)
-        n = len(tokens)
-    if n == 0:
-        return None, 0
-    try:
-        return (ffi.kvcm_token * n)(*tokens), n
-    except TypeError as e:
-        raise TypeError(f"{what}: expected a sequence of int token ids ({e})") from None
 
 
 def byte_buffer(data: bytes) -> tuple[int | None, Any]:

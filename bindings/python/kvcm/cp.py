@@ -50,7 +50,7 @@ import ctypes
 import threading
 from typing import Any, Iterable, Sequence
 
-from . import _native
+from . import _convert, _native
 from ._managed import Managed, callback_guard
 from ._native import ffi
 from .errors import BufferTooSmallError
@@ -86,12 +86,9 @@ def _id_bytes(request_id: Any, what: str = "request_id") -> bytes:
 def _keys_array(block_hashes: Iterable[int] | None) -> tuple[Any, int]:
     if block_hashes is None:
         return None, 0
-    keys = [int(k) for k in block_hashes]
+    keys = [_convert.check(k, ctypes.c_uint64, f"block_hashes[{i}]") for i, k in enumerate(block_hashes)]
     if not keys:
         return None, 0
-    for k in keys:
-        if k < 0 or k > _U64:
-            raise ValueError(f"block_hashes: {k} is not a 64-bit unsigned hash")
     return (ctypes.c_uint64 * len(keys))(*keys), len(keys)
 
 
@@ -119,7 +116,7 @@ class CPAwareKVManager(Managed):
         """The predicted fraction of the request's tokens whose KV can be
         reused, in [0.0, 1.0]."""
         rid = _id_bytes(request_id)
-        toks, n = _native.token_array(token_ids, "token_ids")
+        toks, n, _keep = _convert.tokens(token_ids, "token_ids")
         out = ctypes.c_double()
         self._call("kvcm_cp_predict_prefix_reuse", rid, len(rid), toks, n, ctypes.byref(out))
         return out.value

@@ -16,6 +16,7 @@ import threading
 from typing import Any, Callable, Iterable, Sequence
 
 from . import _native
+from ._convert import set_field
 from ._managed import Managed, callback_guard
 from ._native import ffi
 
@@ -69,7 +70,9 @@ class Stream(Managed):
         items = list(descs)
         arr = (ffi.kvcm_copy_desc * max(len(items), 1))()
         for i, (dst, src, size) in enumerate(items):
-            arr[i].dst, arr[i].src, arr[i].size = int(dst), int(src), int(size)
+            set_field(arr[i], "dst", dst, f"descs[{i}].dst")
+            set_field(arr[i], "src", src, f"descs[{i}].src")
+            set_field(arr[i], "size", size, f"descs[{i}].size")
         _native.call("kvcm_stream_batch_copy", self._native(), arr if items else None, len(items))
 
     def copy_from_host(self, dst: int, data: Any) -> None:
@@ -83,7 +86,7 @@ class Stream(Managed):
             buf = (ctypes.c_char * n).from_buffer_copy(mv)
         else:
             buf = (ctypes.c_char * n).from_buffer(mv)
-        _native.call("kvcm_stream_copy_from_host", self._native(), int(dst), buf, n)
+        _native.call("kvcm_stream_copy_from_host", self._native(), dst, buf, n)
 
     def enqueue_host_func(self, fn: Callable[[], Any]) -> None:
         """Run ``fn()`` on a host thread in stream order. If it raises, the

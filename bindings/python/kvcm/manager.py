@@ -9,9 +9,10 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
-from . import _native
+from . import _convert, _native
+from ._convert import set_field
 from ._managed import Managed, callback_guard
-from ._native import ffi
+from ._native import bind, ffi
 from .codec import KVCacheColdPageCodec
 from .config import (
     CacheTier,
@@ -21,7 +22,7 @@ from .config import (
     KVCacheManagerConfig,
 )
 from .device import DeviceMemory, MemoryKind, Stream
-from .errors import BufferTooSmallError, InvalidArgumentError
+from .errors import BufferTooSmallError, InvalidArgumentError, KVCacheError
 
 __all__ = [
     "KVCacheManager",
@@ -147,6 +148,57 @@ class CacheEvent:
 
 _TIER_KIND = {GpuCacheTierConfig: 0, HostCacheTierConfig: 1, DiskCacheTierConfig: 2}
 
+# The library functions, bound once (see _native.bind: every integer argument
+# is checked against its C type; the keywords give the Python API's names).
+_manager_create = bind("kvcm_manager_create")
+_probe_reuse = bind("kvcm_manager_probe_reuse", tokens="input_tokens")
+_resize_level = bind("kvcm_manager_resize_level", level="cache_level")
+_get_quota = bind("kvcm_manager_get_quota", level="cache_level")
+_layer_group_of = bind("kvcm_manager_get_layer_group_of")
+_buffer_location = bind("kvcm_manager_get_buffer_location")
+_pool_group_descs = bind("kvcm_manager_get_pool_group_descs")
+_drain_events = bind("kvcm_manager_drain_events", events_cap="max_events")
+_alloc_memory = bind("kvcm_manager_alloc_memory")
+_cache_create = bind("kvcm_kv_cache_create")
+_cache_close = bind("kvcm_kv_cache_close")
+_cache_resume = bind("kvcm_kv_cache_resume")
+_cache_suspend = bind("kvcm_kv_cache_suspend")
+_cache_resize = bind("kvcm_kv_cache_resize")
+_cache_commit = bind("kvcm_kv_cache_commit")
+_cache_prefetch = bind("kvcm_kv_cache_prefetch")
+_cache_page_indices = bind("kvcm_kv_cache_get_base_page_indices", layer_group="layer_group_id")
+_cache_committed = bind("kvcm_kv_cache_get_num_committed_tokens")
+_cache_history = bind("kvcm_kv_cache_get_history_length")
+_cache_capacity = bind("kvcm_kv_cache_get_capacity")
+_I64 = ctypes.c_int64
+_byref = ctypes.byref
+_TOKEN_PTR = ctypes.POINTER(ffi.kvcm_token)
+_NO_SCOPE = ffi.kvcm_reuse_scope()  # read only: the default scope
+
+_PRIORITY_RESULT = "custom_priority_callback's result"
+
+
+def _priority_trampoline(stash: Any, user_id: Any, fn: Callable[[int, Any], int]) -> Any:
+    """The C priority callback calling fn(block_index, user_id): its result
+    (an int, clamped into [0, 100]) on success; an exception (a result that
+    is not an int included) is stashed and reported as the callback's
+    failure, which fails the commit."""
+    lo, hi, ctname = _convert.RANGES[ctypes.c_int64]
+
+    def trampoline(_user: Any, block_index: int, out: Any) -> int:
+        try:
+            v = fn(block_index, user_id)
+            if type(v) is not int:
+                v = _convert.integer(v, lo, hi, ctname, _PRIORITY_RESULT)
+            out[0] = min(max(v, ffi.KVCM_MIN_PRIORITY), ffi.KVCM_MAX_PRIORITY)
+            return 0
+        except BaseException as e:  # noqa: BLE001 - no exception may cross into C
+            stash.put(e)
+            return 1
+
+    # Runs with the manager's lock held: finalizers there defer.
+    return ffi.kvcm_priority_func(callback_guard(trampoline))
+
 
 def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ordinal: int,
                     event_queue_capacity: int) -> tuple[Any, list[Any]]:
@@ -158,17 +210,17 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
     config._check_c_values()
     keep: list[Any] = []
     c = _native.versioned(ffi.kvcm_manager_config)
-    c.tokens_per_block = config.tokens_per_block
+    set_field(c, "tokens_per_block", config.tokens_per_block)
     c.device = int(device)
-    c.device_ordinal = device_ordinal
-    c.event_queue_capacity = event_queue_capacity
+    set_field(c, "device_ordinal", device_ordinal)
+    set_field(c, "event_queue_capacity", event_queue_capacity)
 
     tiers = (ffi.kvcm_cache_tier_config * max(len(config.cache_tiers), 1))()
     for i, t in enumerate(config.cache_tiers):
         tiers[i].kind = _TIER_KIND[type(t)]
-        tiers[i].quota = t.quota
+        set_field(tiers[i], "quota", t.quota, f"cache_tiers[{i}].quota")
         if isinstance(t, GpuCacheTierConfig):
-            tiers[i].max_quota = t.max_quota or 0
+            set_field(tiers[i], "max_quota", t.max_quota or 0, f"cache_tiers[{i}].max_quota")
         if isinstance(t, DiskCacheTierConfig):
             p = os.fsencode(t.path)
             keep.append(p)
@@ -179,15 +231,16 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
 
     layers = (ffi.kvcm_attention_layer_config * max(len(config.layers), 1))()
     for i, layer in enumerate(config.layers):
-        layers[i].layer_id = layer.layer_id
-        layers[i].sliding_window_size = layer.sliding_window_size or 0
-        layers[i].num_sink_tokens = layer.num_sink_tokens or 0
+        set_field(layers[i], "layer_id", layer.layer_id, f"layers[{i}].layer_id")
+        set_field(layers[i], "sliding_window_size", layer.sliding_window_size or 0,
+                  f"layers[{i}].sliding_window_size")
+        set_field(layers[i], "num_sink_tokens", layer.num_sink_tokens or 0, f"layers[{i}].num_sink_tokens")
         bufs = (ffi.kvcm_buffer_config * max(len(layer.buffers), 1))()
         for j, b in enumerate(layer.buffers):
             role = b.role.encode()
             keep.append(role)
             bufs[j].role = role
-            bufs[j].size = b.size
+            set_field(bufs[j], "size", b.size, f"layers[{i}].buffers[{j}].size")
         keep.append(bufs)
         layers[i].buffers = bufs if layer.buffers else None
         layers[i].num_buffers = len(layer.buffers)
@@ -204,11 +257,11 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
         c.initial_pool_ratio = r
         c.num_initial_pool_ratio = len(config.initial_pool_ratio)
 
-    def batch(b: Any) -> Any:
+    def batch(b: Any, path: str) -> Any:
         reqs = (ffi.kvcm_request_desc * max(len(b.requests), 1))()
         for k, r in enumerate(b.requests):
-            reqs[k].capacity = r.capacity
-            reqs[k].history_length = r.history_length
+            set_field(reqs[k], "capacity", r.capacity, f"{path}.requests[{k}].capacity")
+            set_field(reqs[k], "history_length", r.history_length, f"{path}.requests[{k}].history_length")
         keep.append(reqs)
         d = ffi.kvcm_batch_desc()
         d.requests = reqs if b.requests else None
@@ -216,11 +269,11 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
         return d
 
     if config.typical_step is not None:
-        ts = batch(config.typical_step)
+        ts = batch(config.typical_step, "typical_step")
         keep.append(ts)
         c.typical_step = ctypes.pointer(ts)
     if config.constraints:
-        cs = (ffi.kvcm_batch_desc * len(config.constraints))(*[batch(b) for b in config.constraints])
+        cs = (ffi.kvcm_batch_desc * len(config.constraints))(*[batch(b, f"constraints[{i}]") for i, b in enumerate(config.constraints)])
         keep.append(cs)
         c.constraints = cs
         c.num_constraints = len(config.constraints)
@@ -282,7 +335,7 @@ class KVCacheManager(Managed):
             raise
         out = ffi.kvcm_manager()
         codec_arg = ctypes.byref(codec_struct) if codec_struct is not None else None
-        _native.call("kvcm_manager_create", ctypes.byref(c), codec_arg, ctypes.byref(out))
+        _manager_create(ctypes.byref(c), codec_arg, ctypes.byref(out))
         del keep
         self._adopt(int(out.value))
         self._tokens_per_block = self._get_i32("kvcm_manager_get_tokens_per_block")
@@ -304,11 +357,6 @@ class KVCacheManager(Managed):
     # -- small getters ----------------------------------------------------
     def _get_i32(self, fn: str, *args: Any) -> int:
         out = ctypes.c_int32()
-        _native.call(fn, self._native(), *args, ctypes.byref(out))
-        return out.value
-
-    def _get_i64(self, fn: str, *args: Any) -> int:
-        out = ctypes.c_int64()
         _native.call(fn, self._native(), *args, ctypes.byref(out))
         return out.value
 
@@ -345,7 +393,9 @@ class KVCacheManager(Managed):
         return DeviceKind(self._get_i32("kvcm_manager_get_device_kind"))
 
     def get_layer_group_id(self, layer_id: int) -> int:
-        return self._get_i32("kvcm_manager_get_layer_group_of", int(layer_id))
+        out = ctypes.c_int32()
+        _layer_group_of(self._native(), layer_id, ctypes.byref(out))
+        return out.value
 
     @property
     def layer_grouping(self) -> list[list[int]]:
@@ -356,12 +406,13 @@ class KVCacheManager(Managed):
 
     def get_buffer_location(self, layer_id: int, role: str) -> BufferLocation:
         out = ffi.kvcm_buffer_location()
-        name = str(role).encode()
+        if not isinstance(role, str):
+            raise TypeError(f"role: expected a str, got {type(role).__name__}")
+        name = role.encode()
         at = name.find(b"\0")
         if at >= 0:  # the C string would end there
             raise InvalidArgumentError(f"role: contains a NUL byte at offset {at}")
-        _native.call("kvcm_manager_get_buffer_location", self._native(), int(layer_id),
-                     name, ctypes.byref(out))
+        _buffer_location(self._native(), layer_id, name, ctypes.byref(out))
         return BufferLocation(out.layer_group, out.pool, int(out.pool_base), out.scale, out.offset, out.bytes)
 
     def get_mem_pool_base_address(self, layer_id: int, data_role: str) -> int:
@@ -383,7 +434,7 @@ class KVCacheManager(Managed):
             lcs = (ffi.kvcm_layer_group_id * max(cl, 1))()
             pools = (ffi.kvcm_pool_desc * max(cp, 1))()
             try:
-                _native.call("kvcm_manager_get_pool_group_descs", h, int(level),
+                _pool_group_descs(h, level,
                              descs if cd else None, cd, lcs if cl else None, cl, pools if cp else None, cp,
                              ctypes.byref(nd), ctypes.byref(nl), ctypes.byref(npl))
             except BufferTooSmallError:
@@ -402,19 +453,22 @@ class KVCacheManager(Managed):
 
     # -- quota ------------------------------------------------------------
     def get_quota(self, cache_level: int) -> int:
-        return self._get_i64("kvcm_manager_get_quota", int(cache_level))
+        out = _I64()
+        _get_quota(self._native(), cache_level, _byref(out))
+        return out.value
 
     def resize(self, cache_level: int, quota: int) -> bool:
         """Change a level's byte quota (evicting / defragmenting to shrink).
         Returns True; raises on failure (nothing changed then)."""
-        _native.call("kvcm_manager_resize_level", self._native(), int(cache_level), int(quota))
+        _resize_level(self._native(), cache_level, quota)
         return True
 
     # -- reuse and caches ---------------------------------------------------
     @staticmethod
     def _scope(lora_task_id: int | None, salt: bytes | str | None) -> tuple[Any, Any]:
         s = ffi.kvcm_reuse_scope()
-        s.lora_id = int(lora_task_id or 0)
+        if lora_task_id is not None:
+            set_field(s, "lora_id", lora_task_id, "lora_task_id")
         keep = None
         if salt:
             data = salt.encode() if isinstance(salt, str) else bytes(salt)
@@ -425,9 +479,15 @@ class KVCacheManager(Managed):
     def probe_reuse(self, input_tokens: Sequence[int], lora_task_id: int | None = None,
                     salt: bytes | str | None = None) -> int:
         """How many tokens of input_tokens a new cache would reuse now."""
-        scope, _keep = self._scope(lora_task_id, salt)
-        toks, n = _native.token_array(input_tokens, "input_tokens")
-        return self._get_i64("kvcm_manager_probe_reuse", ctypes.byref(scope), toks, n)
+        if lora_task_id is None and not salt:
+            scope = _NO_SCOPE
+        else:
+            scope, _keep = self._scope(lora_task_id, salt)
+        toks, n, _keep_tokens = _convert.tokens(input_tokens, "input_tokens")
+        out = _I64()
+        _probe_reuse(self._resource if self._state == "open" else self._native(), _byref(scope), toks, n,
+                     _byref(out))
+        return out.value
 
     def create_kv_cache(
         self,
@@ -442,9 +502,12 @@ class KVCacheManager(Managed):
         """A SUSPENDED cache holding the longest reusable cached prefix of
         input_tokens (see ``num_committed_tokens``). ``lora_task_id`` and
         ``salt`` form the reuse scope. ``custom_priority_callback(block_index,
-        id)`` gives committed blocks their eviction priority in [0, 100]; it
-        runs with the manager's lock held and must not call into the manager;
-        an exception it raises is re-raised by the call that committed.
+        id)`` gives committed blocks their eviction priority, an int clamped
+        into [0, 100]; it runs with the manager's lock held and must not call
+        into the manager. An exception it raises (a result that is not an int
+        included) fails the commit, which then changes nothing, and is
+        re-raised by it; at close, where a trailing partial block is published,
+        the block gets the default priority and close re-raises it.
         ``request_id`` names the request for the CP index attached with
         :meth:`attach_cp`, which is then notified about the cache's blocks."""
         return _KVCache(self, lora_task_id, input_tokens, id, custom_priority_callback, salt, request_id)
@@ -486,14 +549,15 @@ class KVCacheManager(Managed):
         _native.call("kvcm_manager_get_and_reset_iteration_stats", self._native(), ctypes.byref(out))
         return self._block_stats(out)
 
-    def _array_query(self, fn: str, elem: Any, *args: Any) -> list[Any]:
+    def _array_query(self, fn: str, elem: Any, *args: Any, **names: str) -> list[Any]:
         h = self._native()
+        f = bind(fn, **names)
         needed = ctypes.c_size_t()
         cap = 0
         while True:
             buf = (elem * max(cap, 1))()
             try:
-                _native.call(fn, h, *args, buf if cap else None, cap, ctypes.byref(needed))
+                f(h, *args, buf if cap else None, cap, ctypes.byref(needed))
             except BufferTooSmallError:
                 cap = needed.value
                 continue
@@ -507,14 +571,14 @@ class KVCacheManager(Managed):
             PoolGroupStats(s.level, CacheTier(s.tier), s.index, s.page_bytes, s.total, s.free, s.evictable,
                            s.available)
             for s in self._array_query("kvcm_manager_get_storage_stats", ffi.kvcm_pool_group_stats,
-                                       int(cache_level))
+                                       cache_level, level="cache_level")
         ]
 
     def get_and_reset_iteration_peak_block_stats(self, cache_level: int = 0) -> list[PeakBlockStats]:
         return [
             PeakBlockStats(s.index, s.peak_used, s.total)
             for s in self._array_query("kvcm_manager_get_and_reset_iteration_peak_block_stats",
-                                       ffi.kvcm_peak_block_stats, int(cache_level))
+                                       ffi.kvcm_peak_block_stats, cache_level, level="cache_level")
         ]
 
     def get_migration_stats(self) -> dict[MigrationPath, MigrationStats]:
@@ -530,12 +594,15 @@ class KVCacheManager(Managed):
         ``events_dropped`` counts events lost to a full queue."""
         h = self._native()
         out: list[CacheEvent] = []
+        max_events = _convert.check(max_events, ctypes.c_int32, "max_events")
+        if max_events < 1:
+            raise InvalidArgumentError(f"max_events: must be at least 1, got {max_events}")
         events = (ffi.kvcm_cache_event * max_events)()
         tok_cap = max_events * max(self._tokens_per_block, 1)
         tokens = (ffi.kvcm_token * tok_cap)()
         ne, nt, dropped = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_uint64()
         while True:
-            _native.call("kvcm_manager_drain_events", h, events, max_events, tokens, tok_cap,
+            _drain_events(h, events, max_events, tokens, tok_cap,
                          ctypes.byref(ne), ctypes.byref(nt), ctypes.byref(dropped))
             self._events_dropped = getattr(self, "_events_dropped", 0) + dropped.value
             for i in range(ne.value):
@@ -563,9 +630,9 @@ class KVCacheManager(Managed):
     def alloc_memory(self, size: int, kind: MemoryKind = MemoryKind.HOST_MAPPED) -> DeviceMemory:
         """Memory on the manager's device (freed with the manager)."""
         out = ffi.kvcm_device_ptr()
-        _native.call("kvcm_manager_alloc_memory", self._native(), int(MemoryKind(kind)), int(size),
-                     ctypes.byref(out))
-        m = DeviceMemory(self, out.value, int(size), MemoryKind(kind))
+        size = _convert.check(size, ctypes.c_uint64, "size")
+        _alloc_memory(self._native(), int(MemoryKind(kind)), size, ctypes.byref(out))
+        m = DeviceMemory(self, out.value, size, MemoryKind(kind))
         self._own(m)
         return m
 
@@ -589,26 +656,19 @@ class _KVCache(Managed):
         self._stash = _native.Stash()
         self._stream: Any = None
         opts = _native.versioned(ffi.kvcm_kv_cache_options)
-        scope, salt_keep = KVCacheManager._scope(lora_task_id, salt)
-        opts.scope = scope
-        toks, n = _native.token_array(input_tokens, "input_tokens")
-        opts.input_tokens = toks
-        opts.num_input_tokens = n
+        salt_keep = None
+        if lora_task_id is not None or salt:
+            scope, salt_keep = KVCacheManager._scope(lora_task_id, salt)
+            opts.scope = scope
+        toks, n, toks_keep = _convert.tokens(input_tokens, "input_tokens")
+        if n:
+            opts.input_tokens = ctypes.cast(toks, _TOKEN_PTR)
+            opts.num_input_tokens = n
         self._priority_cb = None
         if custom_priority_callback is not None:
             if not callable(custom_priority_callback):
                 raise TypeError("custom_priority_callback: expected a callable(block_index, id) -> int")
-            stash, user_id, fn = self._stash, id, custom_priority_callback
-
-            def trampoline(_user: Any, block_index: int) -> int:
-                try:
-                    return int(fn(block_index, user_id))
-                except BaseException as e:  # noqa: BLE001 - no exception may cross into C
-                    stash.put(e)
-                    return 0
-
-            # Runs with the manager's lock held: finalizers there defer.
-            self._priority_cb = ffi.kvcm_priority_func(callback_guard(trampoline))
+            self._priority_cb = _priority_trampoline(self._stash, id, custom_priority_callback)
             opts.priority = self._priority_cb
         rid_keep = None
         if request_id is not None:
@@ -618,9 +678,9 @@ class _KVCache(Managed):
             opts.request_id, rid_keep = _native.byte_buffer(rid)
             opts.request_id_len = len(rid)
         out = ffi.kvcm_kv_cache()
-        _native.call("kvcm_kv_cache_create", manager._native(), ctypes.byref(opts), ctypes.byref(out))
-        del salt_keep, toks, rid_keep
-        self._adopt(int(out.value))
+        _cache_create(manager._native(), _byref(opts), _byref(out))
+        del salt_keep, toks_keep, rid_keep
+        self._adopt(out.value)
         manager._own(self)
 
     @property
@@ -628,8 +688,11 @@ class _KVCache(Managed):
         return self._manager
 
     def _release(self, handle: int) -> None:
-        _native.call_with_stash(self._stash, lambda: _native.call("kvcm_kv_cache_close", handle))
         self._stream = None
+        if self._priority_cb is None:
+            _cache_close(handle)
+        else:
+            _native.call_with_stash(self._stash, lambda: _cache_close(handle))
 
     def _get(self, fn: str, ctype: Any = ctypes.c_int64) -> int:
         out = ctype()
@@ -654,15 +717,21 @@ class _KVCache(Managed):
 
     @property
     def num_committed_tokens(self) -> int:
-        return self._get("kvcm_kv_cache_get_num_committed_tokens")
+        out = _I64()
+        _cache_committed(self._resource if self._state == "open" else self._native(), out)
+        return out.value
 
     @property
     def history_length(self) -> int:
-        return self._get("kvcm_kv_cache_get_history_length")
+        out = _I64()
+        _cache_history(self._resource if self._state == "open" else self._native(), out)
+        return out.value
 
     @property
     def capacity(self) -> int:
-        return self._get("kvcm_kv_cache_get_capacity")
+        out = _I64()
+        _cache_capacity(self._resource if self._state == "open" else self._native(), out)
+        return out.value
 
     @property
     def reused_tokens(self) -> int:
@@ -693,13 +762,13 @@ class _KVCache(Managed):
         DataLostError."""
         if stream is None:
             raise InvalidArgumentError("stream: a stream is required (KVCacheManager.create_stream())")
-        handle = stream.handle if isinstance(stream, Stream) else int(stream)
-        _native.call("kvcm_kv_cache_resume", self._native(), handle)
+        handle = stream.handle if isinstance(stream, Stream) else stream
+        _cache_resume(self._resource if self._state == "open" else self._native(), handle)
         self._stream = stream
         return True
 
     def suspend(self) -> None:
-        _native.call("kvcm_kv_cache_suspend", self._native())
+        _cache_suspend(self._native())
         self._stream = None
 
     def resize(self, capacity: int | None, history_length: int | None = None) -> bool:
@@ -708,26 +777,38 @@ class _KVCache(Managed):
         OutOfPagesError (nothing changed) and the like."""
         if capacity is None:
             capacity = self.capacity
-        hist = -1 if history_length is None else int(history_length)
-        if history_length is not None and hist < 0:
-            raise InvalidArgumentError(f"history_length: must not be negative, got {hist}")
-        _native.call("kvcm_kv_cache_resize", self._native(), int(capacity), hist)
+        if history_length is None:
+            history_length = -1
+        elif type(history_length) is not int or history_length < 0:
+            history_length = _convert.check(history_length, _I64, "history_length")
+            if history_length < 0:
+                raise InvalidArgumentError(f"history_length: must not be negative, got {history_length}")
+        _cache_resize(self._resource if self._state == "open" else self._native(), capacity, history_length)
         return True
 
     def commit(self, tokens: Sequence[int], is_end: bool = False) -> None:
         """Append computed tokens to the committed sequence; completed blocks
         are published for reuse. ``is_end`` ends committing."""
-        toks, n = _native.token_array(tokens, "tokens")
-        h = self._native()
-        _native.call_with_stash(self._stash,
-                                lambda: _native.call("kvcm_kv_cache_commit", h, toks, n, bool(is_end)))
+        toks, n, keep = _convert.tokens(tokens, "tokens")
+        h = self._resource if self._state == "open" else self._native()
+        if self._priority_cb is None:
+            _cache_commit(h, toks, n, bool(is_end))
+            return
+        # An exception the priority callback raised fails the commit (which
+        # then changes nothing) and is re-raised here.
+        try:
+            _cache_commit(h, toks, n, bool(is_end))
+        except KVCacheError as err:
+            self._stash.reraise(err)
+            raise
+        self._stash.reraise()
 
     def stop_committing(self) -> None:
         _native.call("kvcm_kv_cache_stop_committing", self._native())
 
     def prefetch(self, level: int) -> None:
         """Bring a SUSPENDED cache's pages up to ``level`` without pinning."""
-        _native.call("kvcm_kv_cache_prefetch", self._native(), int(level))
+        _cache_prefetch(self._native(), level)
 
     # -- pages ----------------------------------------------------------------
     def get_page_indices(self, layer_group_id: int) -> array.array:
@@ -742,9 +823,9 @@ class _KVCache(Managed):
             a = array.array("i", bytes(4 * cap))
             ptr = a.buffer_info()[0] if cap else None
             try:
-                _native.call("kvcm_kv_cache_get_base_page_indices", h, int(layer_group_id),
-                             ctypes.cast(ptr, ctypes.POINTER(ctypes.c_int32)) if ptr else None,
-                             cap, ctypes.byref(needed))
+                _cache_page_indices(h, layer_group_id,
+                                    ctypes.cast(ptr, ctypes.POINTER(ctypes.c_int32)) if ptr else None,
+                                    cap, ctypes.byref(needed))
             except BufferTooSmallError:
                 cap = needed.value
                 continue

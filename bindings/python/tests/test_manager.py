@@ -118,13 +118,16 @@ def test_errors_map_to_classes(manager):
 
 def test_disk_error_is_storage_io_error(tmp_path):
     """A disk tier's file that cannot be sized raises StorageIOError (an OSError), not InternalError."""
-    cfg = small_config(tiers=[kvcm.GpuCacheTierConfig(64 * 1024), kvcm.DiskCacheTierConfig(64 * 1024, str(tmp_path))])
+    page = 1 << 20  # large pages, so a 1 PiB tier stays within a pool group's slot range
+    layers = [kvcm.AttentionLayerConfig(0, [kvcm.BufferConfig("key", page), kvcm.BufferConfig("value", page)])]
+    cfg = small_config(tiers=[kvcm.GpuCacheTierConfig(8 * page), kvcm.DiskCacheTierConfig(8 * page, str(tmp_path))],
+                       layers=layers)
     with KVCacheManager(cfg, device="emu") as m:
         with pytest.raises(StorageIOError, match="disk") as ei:
             m.resize(1, 1 << 50)  # a 1 PiB blob file: too large, or no space
         assert isinstance(ei.value, OSError) and ei.value.code == 16
         assert not kvcm.is_poisoned()
-        assert m.get_quota(1) == 64 * 1024  # nothing changed
+        assert m.get_quota(1) == 8 * page  # nothing changed
 
 
 def test_manager_close_closes_its_caches_and_streams(config):
@@ -194,7 +197,7 @@ def test_stats_and_events():
         assert isinstance(m.get_migration_stats(), dict)
 
 
-def test_priority_callback_and_its_exceptions(manager):
+def test_priority_callback_gives_committed_blocks_their_priority(manager):
     s = manager.create_stream()
     seen = []
 
@@ -208,22 +211,39 @@ def test_priority_callback_and_its_exceptions(manager):
         c.commit(PROMPT[:8])
     assert seen == [(0, "r"), (1, "r")]
 
-    class Boom(Exception):
-        pass
 
-    def bad(block_index, req_id):
-        raise Boom(f"block {block_index}")
+class Boom(Exception):
+    pass
+
+
+@pytest.mark.parametrize("failure", ["raises", "returns a float", "returns None"])
+def test_failing_priority_callback_fails_commit_changing_nothing(manager, failure):
+    """A priority callback that raises (or answers something that is not an
+    int) fails the commit, which changes nothing; the exception is
+    re-raised; the retry succeeds once the callback does."""
+    s = manager.create_stream()
+    fail = [True]
+
+    def priority(block_index, req_id):
+        if fail[0]:
+            if failure == "raises":
+                raise Boom(f"block {block_index}")
+            return 50.0 if failure == "returns a float" else None
+        return 80
 
     other = list(range(5000, 5012))
-    c = manager.create_kv_cache(input_tokens=other, custom_priority_callback=bad)
-    c.resume(s)
-    c.resize(8, 8)
-    with pytest.raises(Boom, match="block 0"):
+    expected = Boom if failure == "raises" else TypeError
+    with manager.create_kv_cache(input_tokens=other, custom_priority_callback=priority) as c:
+        c.resume(s)
+        c.resize(8, 8)
+        with pytest.raises(expected, match="block 0" if failure == "raises" else "priority"):
+            c.commit(other[:8])
+        assert c.num_committed_tokens == 0
+        assert manager.probe_reuse(other) == 0, "nothing was published"
+        fail[0] = False
         c.commit(other[:8])
-    # The exception was stashed inside the callback and re-raised after the
-    # C call, which itself completed.
-    assert c.num_committed_tokens == 8
-    c.close()
+        assert c.num_committed_tokens == 8
+    assert manager.probe_reuse(other) == 8
 
 
 def test_host_func_exception_reraised_at_synchronize(manager):

@@ -1377,7 +1377,8 @@ private:
 // ---- KVCache -------------------------------------------------------------------------
 
 // Eviction priority of a committed block, in [kMinPriority, kMaxPriority].
-// Called with the manager's lock held: it must not call into the manager.
+// Called with the manager's lock held: it must not call into the manager. An
+// exception it throws fails the commit, which then changes nothing.
 using PriorityFunction = std::function<int32_t(int64_t blockIndex)>;
 
 // KVCache is one request's KV cache (RAII over kvcm_kv_cache): SUSPENDED →
@@ -1521,15 +1522,18 @@ private:
         mPriority.reset();
     }
 
-    static int32_t priorityTrampoline(void* userData, int64_t blockIndex) noexcept
+    // An exception fails the commit (kvcm::Error, INVALID_ARGUMENT), which
+    // then changes nothing.
+    static int32_t priorityTrampoline(void* userData, int64_t blockIndex, int32_t* priority) noexcept
     {
         try
         {
-            return (*static_cast<PriorityFunction*>(userData))(blockIndex);
+            *priority = (*static_cast<PriorityFunction*>(userData))(blockIndex);
+            return 0;
         }
         catch (...)
         {
-            return kMinPriority;
+            return 1;
         }
     }
 

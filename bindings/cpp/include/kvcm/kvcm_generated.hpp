@@ -413,10 +413,13 @@ using Status = ::kvcm_status;
 // take a manager's lock.
 using HostFunc = ::kvcm_host_func;
 
-// kvcm_priority_func returns the eviction priority, in [KVCM_MIN_PRIORITY,
-// KVCM_MAX_PRIORITY], of the cache's block at blockIndex when it is
-// committed. It is called with the manager's lock held and must not call
-// back into the library.
+// kvcm_priority_func writes to priority the eviction priority, in
+// [KVCM_MIN_PRIORITY, KVCM_MAX_PRIORITY] (values outside are clamped), of the
+// cache's block at blockIndex when it is committed, and returns 0. Any other
+// return value is a failure: kvcm_kv_cache_commit then fails with
+// KVCM_ERR_INVALID_ARGUMENT and changes nothing (a trailing partial block
+// published at close gets the default priority instead). It is called with
+// the manager's lock held and must not call back into the library.
 using PriorityFunc = ::kvcm_priority_func;
 
 // ---- Structures (the C structs themselves; layouts checked below) ----
