@@ -400,7 +400,7 @@ func TestDiskErrorIsIO(t *testing.T) {
 	cfg.Tiers = append(cfg.Tiers, Tier{Kind: 2, Quota: 16 * pageBytes, Path: t.TempDir()})
 	m, err := CreateManager(cfg, nil)
 	require.NoError(t, err)
-	requireCode(t, ResizeLevel(m, 1, 1<<50), IOError, "disk") // a 1 PiB blob file: too large, or no space
+	requireCode(t, ResizeLevel(m, 1, (1<<31-1)*pageBytes), IOError, "disk") // the most slots a group indexes: more bytes than the disk holds
 	assert.False(t, IsPoisoned())
 	require.NoError(t, DestroyManager(m))
 }

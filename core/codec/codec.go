@@ -326,11 +326,18 @@ func QueryAll(c ColdPageCodec, lifecycles []layout.LifeCycleID) ([]Info, error) 
 // coldPageBytes queries lc's cold-page size; for a NativeSizer whose size
 // does not fit an int64 it returns 0 and the native value.
 func coldPageBytes(c ColdPageCodec, lc layout.LifeCycleID) (int64, uint64) {
-	ns, ok := c.(NativeSizer)
-	if !ok {
+	var n uint64
+	switch cc := c.(type) {
+	case *Guarded:
+		var ok bool
+		if n, ok = cc.nativeColdPageBytes(lc); !ok {
+			return c.QueryColdPageBytes(lc), 0
+		}
+	case NativeSizer:
+		n = cc.NativeColdPageBytes(lc)
+	default:
 		return c.QueryColdPageBytes(lc), 0
 	}
-	n := ns.NativeColdPageBytes(lc)
 	if n > math.MaxInt64 {
 		return 0, n
 	}

@@ -162,6 +162,15 @@ func TestQueryAllReportsNativeSizesBeyondInt64AsReturned(t *testing.T) {
 	assert.Equal(t, uint64(math.MaxUint64), qe.Native)
 }
 
+// The manager guards every codec it owns: a guarded native codec's sizes are
+// still reported as the codec returned them.
+func TestQueryAllReportsAGuardedCodecsNativeSizes(t *testing.T) {
+	c := codec.Guard(nativeSized{configuredDefault(t), map[layout.LifeCycleID]uint64{1: math.MaxUint64}})
+	_, err := codec.QueryAll(c, []layout.LifeCycleID{0, 1})
+	require.ErrorIs(t, err, codec.ErrQuery)
+	assert.Contains(t, err.Error(), "returned 18446744073709551615 bytes (SIZE_MAX")
+}
+
 func configuredDefaultDescs() []layout.PoolGroupDesc {
 	return []layout.PoolGroupDesc{
 		{Index: 0, NumSlots: 4, LifeCycles: []layout.LifeCycleID{0, 2}, Pools: []layout.PoolDesc{{Base: 0x10000, SlotBytes: 16}, {Base: 0x20000, SlotBytes: 48}}},

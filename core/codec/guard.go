@@ -90,6 +90,16 @@ func (g *Guarded) QueryColdPageBytes(lg layout.LayerGroupID) int64 {
 	return guarded(g, "QueryColdPageBytes", int64(0), func() int64 { return g.inner.QueryColdPageBytes(lg) })
 }
 
+// nativeColdPageBytes forwards to a codec that is a NativeSizer (ok false
+// otherwise); a panic is 0.
+func (g *Guarded) nativeColdPageBytes(lg layout.LayerGroupID) (n uint64, ok bool) {
+	ns, ok := g.inner.(NativeSizer)
+	if !ok {
+		return 0, false
+	}
+	return guarded(g, "QueryColdPageBytes", uint64(0), func() uint64 { return ns.NativeColdPageBytes(lg) }), true
+}
+
 // GetBatchingLayerGroupID forwards to the codec; a panic is -1.
 func (g *Guarded) GetBatchingLayerGroupID(lg layout.LayerGroupID) layout.LayerGroupID {
 	return guarded(g, "GetBatchingLayerGroupID", layout.LayerGroupID(-1), func() layout.LayerGroupID {
