@@ -135,6 +135,9 @@ func (l *loader) run() error {
 	var consts []*ast.ValueSpec
 	constDoc := map[*ast.ValueSpec]*ast.CommentGroup{}
 	for _, f := range files {
+		if f.Doc != nil {
+			l.m.Changes += changesSection(f.Doc.Text())
+		}
 		for _, decl := range f.Decls {
 			gd, ok := decl.(*ast.GenDecl)
 			if !ok {
@@ -653,4 +656,19 @@ func (l *loader) order() error {
 	}
 	l.m.Decls = out
 	return nil
+}
+
+// changesSection returns the text under the "# Changes" heading of a package
+// doc, up to the next heading.
+func changesSection(doc string) string {
+	const heading = "# Changes\n"
+	i := strings.Index("\n"+doc, "\n"+heading)
+	if i < 0 {
+		return ""
+	}
+	rest := doc[i+len(heading):]
+	if j := strings.Index(rest, "\n# "); j >= 0 {
+		rest = rest[:j]
+	}
+	return strings.TrimSpace(rest)
 }

@@ -188,6 +188,9 @@ type Model struct {
 	Consts  []*Const
 	Decls   []*Decl // in dependency order, then by name
 	Funcs   []*Func // by C name
+	// Changes is the "# Changes" section of the package doc: how the ABI's
+	// behaviour changed for its users, for the API reference.
+	Changes string
 	byGo    map[string]*Decl
 }
 

@@ -25,7 +25,29 @@
 //   - Consumed means consumed, also on failure: a codec passed to
 //     kvcm_manager_create is destroyed on every failure path.
 //
+// Every rule behind these functions lives in the Go package core/abimodel
+// (the ABI's object model); capi only converts. Go, C, C++ and Python
+// therefore follow the same rules.
+//
 // This package is read, never linked: its declarations only need to compile.
+//
+// # Changes
+//
+// Behaviour that changed for C users while ABI version 1 was unreleased
+// (no function, struct or constant changed):
+//
+//   - kvcm_manager_destroy_stream fails with KVCM_ERR_INVALID_STATE, naming
+//     the cache and changing nothing, while an ACTIVE cache uses the stream.
+//     It used to destroy the stream, after which the cache could be neither
+//     suspended nor closed and kvcm_manager_destroy leaked its pages. The
+//     stream parameter is no longer marked consumed: a refused stream stays
+//     alive. C++ Stream::destroy() throws kvcm::Error (kInvalidState) and
+//     keeps the stream; Python Stream.close() raises InvalidStateError and
+//     leaves it open.
+//   - kvcm_manager_destroy always releases everything: a cache whose
+//     stream cannot be fenced is closed anyway and the error reported after
+//     the release. Closing open caches on destroy is now also the rule of
+//     Go's core.Manager.Close, which used to refuse with caches open.
 package abi
 
 import "github.com/kvcm/kvcm/gen/spec"

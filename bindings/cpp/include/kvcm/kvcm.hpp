@@ -912,14 +912,22 @@ public:
     Stream& operator=(Stream const&) = delete;
     ~Stream() { reset(); }
 
-    // Synchronizes and destroys the stream now, reporting failures.
+    // Synchronizes and destroys the stream now, reporting failures. While an
+    // ACTIVE cache uses the stream it throws kvcm::Error with
+    // StatusCode::kInvalidState, naming the cache, and the stream stays
+    // alive and owned: suspend or close the cache, then destroy again.
     void destroy()
     {
         if (handle() != 0)
         {
-            auto const h = handle();
+            kvcm_status* const status = ::kvcm_manager_destroy_stream(mManager, handle());
+            if (status != nullptr && ::kvcm_status_get_code(status) == KVCM_ERR_INVALID_STATE)
+            {
+                detail::check(status);
+            }
             static_cast<StreamView&>(*this) = StreamView();
-            detail::check(::kvcm_manager_destroy_stream(std::exchange(mManager, 0), h));
+            mManager = 0;
+            detail::check(status);
         }
     }
 
