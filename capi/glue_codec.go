@@ -48,7 +48,7 @@ func consumeColdPageCodec(p *C.kvcm__const_kvcm_cold_page_codec) *coldPageCodecA
 		a.err = argError("codec.vtable", "is NULL (the codec cannot be destroyed)")
 		return a
 	}
-	if vt == C.kvcm__default_vtable() {
+	if vt == C.kvcm__default_cold_page_codec_vtable() {
 		obj, ok := takeDefaultCodec(uint64(self))
 		if !ok {
 			a.err = errorf(codeInvalidHandle, "codec: the default codec object %#x was already consumed or never created", uint64(self))
@@ -278,7 +278,7 @@ type defaultCodecObj struct {
 
 func glueCreateDefaultColdPageCodec(out *C.kvcm_cold_page_codec) error {
 	h := newHandle(&defaultCodecObj{ColdPageCodec: codec.NewDefault()})
-	out.vtable = C.kvcm__default_vtable()
+	out.vtable = C.kvcm__default_cold_page_codec_vtable()
 	C.kvcm__set_cold_page_codec_self(out, C.uintptr_t(h))
 	return nil
 }
@@ -314,13 +314,13 @@ func recoverSlot(name string) {
 }
 
 //export kvcm__go_default_configure
-func kvcm__go_default_configure(self C.uintptr_t, gpuDescs *C.kvcm_pool_group_desc, n C.kvcm_pool_group_index) (ok C.bool) {
+func kvcm__go_default_configure(self C.uintptr_t, gpuDescs C.uintptr_t, n C.kvcm_pool_group_index) (ok C.bool) {
 	defer recoverSlot("default codec configure")
 	obj := defaultCodecOf(self)
 	if obj == nil || isPoisoned() {
 		return false
 	}
-	descs, err := goPoolGroupDescs(gpuDescs, int(n))
+	descs, err := goPoolGroupDescs((*C.kvcm_pool_group_desc)(C.kvcm__ptr(gpuDescs)), int(n))
 	if err != nil {
 		return false
 	}

@@ -97,6 +97,16 @@ static inline int kvcm__has_cp_index_vtable_destroy(const kvcm_cp_index_vtable* 
 }
 static inline void kvcm__call_cp_index_vtable_destroy(const kvcm_cp_index_vtable* vt, uintptr_t self) { vt->destroy((void*)self); }
 
+/* Go implementations of vtables (defined in api_generated.c): each slot forwards to a Go export, self and pointers as uintptr_t. */
+extern bool kvcm__go_default_configure(uintptr_t self, uintptr_t gpu_descs, kvcm_pool_group_index num_gpu_descs);
+extern size_t kvcm__go_default_query_cold_page_bytes(uintptr_t self, kvcm_layer_group_id layer_group_id);
+extern kvcm_layer_group_id kvcm__go_default_get_batching_layer_group_id(uintptr_t self, kvcm_layer_group_id layer_group_id);
+extern kvcm_page_index_location kvcm__go_default_query_page_index_location(uintptr_t self, kvcm_layer_group_id layer_group_id);
+extern bool kvcm__go_default_encode(uintptr_t self, kvcm_layer_group_id layer_group_id, uintptr_t dst_base_ptr, uintptr_t page_indices, size_t num_base_pages, kvcm_stream stream);
+extern bool kvcm__go_default_decode(uintptr_t self, kvcm_layer_group_id layer_group_id, uintptr_t src_base_ptr, uintptr_t page_indices, size_t num_base_pages, kvcm_stream stream);
+extern void kvcm__go_default_destroy(uintptr_t self);
+const kvcm_cold_page_codec_vtable* kvcm__default_cold_page_codec_vtable(void);
+
 /* Callbacks: callers that take opaque pointers as uintptr_t. */
 static inline int32_t kvcm__call_host_func(kvcm_host_func fn, uintptr_t user_data) { return fn((void*)user_data); }
 static inline int32_t kvcm__call_priority_func(kvcm_priority_func fn, uintptr_t user_data, int64_t block_index) { return fn((void*)user_data, block_index); }

@@ -210,6 +210,10 @@ func (l *loader) run() error {
 		dc.CppNamespace = d.one("cppns")
 		dc.Versioned = d.has("versioned")
 		dc.Vtable = d.has("vtable")
+		dc.GoImpls = slices.Sorted(slices.Values(d["goimpl"]))
+		if len(dc.GoImpls) > 0 && !dc.Vtable {
+			return fmt.Errorf("%s: //kvcm:goimpl on a type that is not a //kvcm:vtable", dc.GoName)
+		}
 		dc.Status = d.has("status")
 		dc.APITable = d.has("apitable")
 		if a := d.one("align"); a != "" {
@@ -362,6 +366,9 @@ func (l *loader) body(dc *Decl, s typeSpec) error {
 			return fmt.Errorf("%s: embedded fields are not supported", dc.GoName)
 		}
 		if err := checkFieldVersions(dc); err != nil {
+			return err
+		}
+		if err := checkGoImpls(dc); err != nil {
 			return err
 		}
 	}
@@ -671,4 +678,27 @@ func changesSection(doc string) string {
 		rest = rest[:j]
 	}
 	return strings.TrimSpace(rest)
+}
+
+// checkGoImpls checks what a Go implementation of a vtable needs: every slot
+// after struct_size and abi_version is a function taking self first, and
+// every implementation name is a C identifier.
+func checkGoImpls(dc *Decl) error {
+	for _, impl := range dc.GoImpls {
+		if impl == "" || strings.IndexFunc(impl, func(r rune) bool { return !(r == '_' || 'a' <= r && r <= 'z' || '0' <= r && r <= '9') }) >= 0 {
+			return fmt.Errorf("%s: //kvcm:goimpl %q: want a lower-case C identifier", dc.GoName, impl)
+		}
+	}
+	if len(dc.GoImpls) == 0 {
+		return nil
+	}
+	for _, f := range dc.Fields {
+		if f.CName == "struct_size" || f.CName == "abi_version" {
+			continue
+		}
+		if f.Type.Kind != KFunc || len(f.Type.Sig.Params) == 0 || f.Type.Sig.Params[0].Type.Kind != KVoidPtr {
+			return fmt.Errorf("%s.%s: a vtable with //kvcm:goimpl has only slots that take self (void*) first", dc.GoName, f.GoName)
+		}
+	}
+	return nil
 }

@@ -120,6 +120,7 @@ type Options struct {
 //
 //kvcm:vtable
 //kvcm:versioned
+//kvcm:goimpl builtin
 //kvcm:since 1
 type Plugin struct {
 	// Run runs.

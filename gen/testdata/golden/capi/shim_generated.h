@@ -43,6 +43,12 @@ static inline int kvcm__has_plugin_destroy(const kvcm_plugin* vt) {
 }
 static inline void kvcm__call_plugin_destroy(const kvcm_plugin* vt, uintptr_t self) { vt->destroy((void*)self); }
 
+/* Go implementations of vtables (defined in api_generated.c): each slot forwards to a Go export, self and pointers as uintptr_t. */
+extern bool kvcm__go_builtin_run(uintptr_t self, uintptr_t pairs, size_t n);
+extern int32_t kvcm__go_builtin_probe(uintptr_t self);
+extern void kvcm__go_builtin_destroy(uintptr_t self);
+const kvcm_plugin* kvcm__builtin_plugin(void);
+
 /* Callbacks: callers that take opaque pointers as uintptr_t. */
 static inline int32_t kvcm__call_notify(kvcm_notify fn, uintptr_t user_data, int64_t value) { return fn((void*)user_data, value); }
 
