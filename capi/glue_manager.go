@@ -136,10 +136,6 @@ func goOptions(c *C.kvcm__const_kvcm_manager_config) (abimodel.Options, error) {
 	return abimodel.Options{Device: dev, DeviceOrdinal: int(c.device_ordinal), EventQueueCapacity: int(c.event_queue_capacity)}, err
 }
 
-// The object model's default is the header's.
-var _ [abimodel.DefaultEventQueueCapacity - C.KVCM_DEFAULT_EVENT_QUEUE_CAPACITY]struct{}
-var _ [C.KVCM_DEFAULT_EVENT_QUEUE_CAPACITY - abimodel.DefaultEventQueueCapacity]struct{}
-
 func glueManagerCreate(cfgC *C.kvcm__const_kvcm_manager_config, codecArg *coldPageCodecArg, out *C.kvcm_manager) error {
 	if codecArg.err != nil {
 		return codecArg.err

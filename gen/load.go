@@ -22,7 +22,7 @@ const SpecPath = "github.com/kvcm/kvcm/gen/spec"
 func Load(dir, pattern string) (*Model, error) {
 	cfg := &packages.Config{
 		Mode: packages.NeedName | packages.NeedFiles | packages.NeedSyntax |
-			packages.NeedTypes | packages.NeedTypesInfo | packages.NeedImports | packages.NeedDeps,
+			packages.NeedTypes | packages.NeedTypesInfo,
 		Dir: dir,
 	}
 	pkgs, err := packages.Load(cfg, pattern)

@@ -50,7 +50,11 @@
 //     Go's core.Manager.Close, which used to refuse with caches open.
 package abi
 
-import "github.com/kvcm/kvcm/gen/spec"
+import (
+	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/abimodel"
+	"github.com/kvcm/kvcm/gen/spec"
+)
 
 // ABIVersion is the version of the ABI described here: the version of the
 // newest struct layouts, vtable slots and functions this header declares.
@@ -85,23 +89,23 @@ const VersionString = "0.1.0"
 // a sliding window, or beyond the capacity) in base page index arrays.
 //
 //kvcm:since 1
-const BadPageIndex int32 = -1
+const BadPageIndex int32 = core.BadPageIndex
 
 // MinPriority is the lowest eviction priority a priority callback may return.
 //
 //kvcm:since 1
-const MinPriority int32 = 0
+const MinPriority int32 = core.MinPriority
 
 // MaxPriority is the highest eviction priority a priority callback may return.
 //
 //kvcm:since 1
-const MaxPriority int32 = 100
+const MaxPriority int32 = core.MaxPriority
 
 // DefaultEventQueueCapacity is the capacity of a manager's event queue when
 // kvcm_manager_config.event_queue_capacity is 0.
 //
 //kvcm:since 1
-const DefaultEventQueueCapacity uint32 = 4096
+const DefaultEventQueueCapacity uint32 = abimodel.DefaultEventQueueCapacity
 
 // keep the spec import used even if every file above changes.
 var _ spec.Size
