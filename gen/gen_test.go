@@ -22,6 +22,7 @@ var tinyPaths = Paths{
 	Python:  "python/_ffi.py",
 	Doc:     "docs/api.md",
 	Include: "kvcm/kvcm.h",
+	Layouts: "capi/abitest/layouts_generated.go",
 }
 
 func loadTiny(t *testing.T) *Model {
