@@ -98,20 +98,8 @@ func (c *cCodec) validate() error {
 	if c.vt.struct_size < C.KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V1 {
 		return argError("codec.vtable.struct_size", "is %d, less than the %d bytes of ABI version 1", c.vt.struct_size, C.KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V1)
 	}
-	for _, s := range []struct {
-		name string
-		ok   C.int
-	}{
-		{"configure", C.kvcm__has_cold_page_codec_vtable_configure(c.vt)},
-		{"query_cold_page_bytes", C.kvcm__has_cold_page_codec_vtable_query_cold_page_bytes(c.vt)},
-		{"query_page_index_location", C.kvcm__has_cold_page_codec_vtable_query_page_index_location(c.vt)},
-		{"encode", C.kvcm__has_cold_page_codec_vtable_encode(c.vt)},
-		{"decode", C.kvcm__has_cold_page_codec_vtable_decode(c.vt)},
-		{"destroy", C.kvcm__has_cold_page_codec_vtable_destroy(c.vt)},
-	} {
-		if s.ok == 0 {
-			return argError("codec.vtable."+s.name, "is NULL")
-		}
+	if name := C.kvcm__missing_cold_page_codec_vtable(c.vt); name != nil {
+		return argError("codec.vtable."+C.GoString(name), "is NULL")
 	}
 	return nil
 }

@@ -72,6 +72,28 @@ static inline int kvcm__has_cold_page_codec_vtable_destroy(const kvcm_cold_page_
     return vt != NULL && vt->struct_size >= offsetof(kvcm_cold_page_codec_vtable, destroy) + sizeof(vt->destroy) && vt->destroy != NULL;
 }
 static inline void kvcm__call_cold_page_codec_vtable_destroy(const kvcm_cold_page_codec_vtable* vt, uintptr_t self) { vt->destroy((void*)self); }
+/* The first slot of a kvcm_cold_page_codec_vtable that must be present and is not, or NULL. */
+static inline const char* kvcm__missing_cold_page_codec_vtable(const kvcm_cold_page_codec_vtable* vt) {
+    if (!kvcm__has_cold_page_codec_vtable_configure(vt)) {
+        return "configure";
+    }
+    if (!kvcm__has_cold_page_codec_vtable_query_cold_page_bytes(vt)) {
+        return "query_cold_page_bytes";
+    }
+    if (!kvcm__has_cold_page_codec_vtable_query_page_index_location(vt)) {
+        return "query_page_index_location";
+    }
+    if (!kvcm__has_cold_page_codec_vtable_encode(vt)) {
+        return "encode";
+    }
+    if (!kvcm__has_cold_page_codec_vtable_decode(vt)) {
+        return "decode";
+    }
+    if (!kvcm__has_cold_page_codec_vtable_destroy(vt)) {
+        return "destroy";
+    }
+    return NULL;
+}
 static inline int kvcm__has_cp_index_vtable_predict_prefix_reuse(const kvcm_cp_index_vtable* vt) {
     return vt != NULL && vt->struct_size >= offsetof(kvcm_cp_index_vtable, predict_prefix_reuse) + sizeof(vt->predict_prefix_reuse) && vt->predict_prefix_reuse != NULL;
 }

@@ -200,6 +200,20 @@ func emitShimHeader(m *Model) string {
 				d.CName, f.CName, f.CName, f.CName)
 			writeCaller(&b, fmt.Sprintf("kvcm__call_%s_%s", short, f.CName), "const "+d.CName+"* vt", "vt->"+f.CName, f.Type.Sig)
 		}
+		var required []*Field
+		for _, f := range goImplSlots(d) {
+			if !f.Nullable {
+				required = append(required, f)
+			}
+		}
+		if len(required) > 0 {
+			fmt.Fprintf(&b, "/* The first slot of a %s that must be present and is not, or NULL. */\n", d.CName)
+			fmt.Fprintf(&b, "static inline const char* kvcm__missing_%s(const %s* vt) {\n", short, d.CName)
+			for _, f := range required {
+				fmt.Fprintf(&b, "    if (!kvcm__has_%s_%s(vt)) {\n        return \"%s\";\n    }\n", short, f.CName, f.CName)
+			}
+			b.WriteString("    return NULL;\n}\n")
+		}
 	}
 	b.WriteString("\n/* Go implementations of vtables (defined in " + shimC + "): each slot forwards to a Go export, self and pointers as uintptr_t. */\n")
 	for _, d := range m.Decls {
