@@ -98,18 +98,33 @@ func (c *Cache) close() error {
 	return err
 }
 
-// Resume makes a SUSPENDED cache ACTIVE on s (see core.KVCache.Resume). A
-// stream of the manager's that DestroyStream is destroying is refused.
+// Resume makes a SUSPENDED cache ACTIVE on s (see core.KVCache.Resume), a
+// live stream of the manager's device. A stream DestroyStream is destroying
+// is refused, and DestroyStream refuses a stream while a Resume on it is in
+// flight.
 func (c *Cache) Resume(s device.Stream) error {
 	if s == nil {
 		return argErr("stream", "must not be nil")
 	}
-	mgr := c.mgr
+	mgr, h := c.mgr, s.Handle()
 	mgr.smu.Lock()
-	defer mgr.smu.Unlock()
-	if mgr.retiring[s.Handle()] {
-		return argErr("stream", "%#x is being destroyed", s.Handle())
+	if mgr.retiring[h] {
+		mgr.smu.Unlock()
+		return argErr("stream", "%#x is being destroyed", h)
 	}
+	if _, err := mgr.Stream(h); err != nil {
+		mgr.smu.Unlock()
+		return err
+	}
+	mgr.resuming[h]++
+	mgr.smu.Unlock()
+	defer func() {
+		mgr.smu.Lock()
+		if mgr.resuming[h]--; mgr.resuming[h] == 0 {
+			delete(mgr.resuming, h)
+		}
+		mgr.smu.Unlock()
+	}()
 	return c.c.Resume(s)
 }
 

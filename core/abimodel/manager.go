@@ -80,9 +80,10 @@ type Manager struct {
 	gone     bool
 	attached *CPIndex
 
-	smu      sync.Mutex // guards streams and retiring; held across Cache.Resume
+	smu      sync.Mutex // guards streams, retiring and resuming
 	streams  map[uintptr]device.Stream
 	retiring map[uintptr]bool // streams DestroyStream is synchronizing
+	resuming map[uintptr]int  // Cache.Resume calls in flight, per stream
 
 	lmu       sync.Mutex // guards listeners, nextL, emitted
 	listeners map[int]core.EventListener
@@ -118,7 +119,7 @@ func New(cfg config.Config, opts Options) (*Manager, error) {
 	mgr := &Manager{
 		dev: dev, registry: reg, events: NewEventQueue(capacity),
 		caches: map[*Cache]struct{}{}, mem: map[device.Ptr]device.Memory{},
-		streams: map[uintptr]device.Stream{}, retiring: map[uintptr]bool{},
+		streams: map[uintptr]device.Stream{}, retiring: map[uintptr]bool{}, resuming: map[uintptr]int{},
 	}
 	// NewManager takes the codec as its first act and destroys it on failure.
 	m, err := core.NewManager(cfg, core.WithDevice(dev), core.WithColdPageCodec(opts.Codec), core.WithEventListener(mgr.onEvent))

@@ -35,6 +35,10 @@ func (mgr *Manager) DestroyStream(h uintptr) error {
 		mgr.smu.Unlock()
 		return argErr("stream", "%#x was not created by this manager or was already destroyed", h)
 	}
+	if mgr.resuming[h] > 0 {
+		mgr.smu.Unlock()
+		return fmt.Errorf("%w: stream %#x: a cache is resuming on it", core.ErrInvalidState, h)
+	}
 	if id, used := mgr.activeOn(h); used {
 		mgr.smu.Unlock()
 		return fmt.Errorf("%w: stream %#x is used by ACTIVE cache %d: suspend or close the cache first", core.ErrInvalidState, h, id)

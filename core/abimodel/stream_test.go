@@ -2,6 +2,7 @@ package abimodel
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -33,7 +34,8 @@ func TestDestroyStreamInUseIsRefused(t *testing.T) {
 }
 
 // A stream is destroyed once; a handle the manager did not create is an
-// argument error, and Resume takes only streams of the manager's device.
+// argument error, and Resume takes only live streams of the manager's
+// device.
 func TestStreamHandles(t *testing.T) {
 	m := newManager(t, Options{})
 	other := newManager(t, Options{})
@@ -51,6 +53,11 @@ func TestStreamHandles(t *testing.T) {
 	assert.Equal(t, s.Handle(), got.Handle())
 	require.NoError(t, m.DestroyStream(s.Handle()))
 	assert.ErrorIs(t, m.DestroyStream(s.Handle()), core.ErrInvalidArgument, "destroyed twice")
+	c, err := m.CreateCache(CacheOptions{})
+	require.NoError(t, err)
+	assert.ErrorIs(t, c.Resume(s), core.ErrInvalidArgument, "a destroyed stream")
+	assert.ErrorIs(t, c.Resume(os), core.ErrInvalidArgument, "another device's stream")
+	assert.Equal(t, core.Suspended, c.Core().Status())
 }
 
 // Closing the manager with a cache ACTIVE on one of its streams closes the
@@ -64,4 +71,28 @@ func TestCloseWithAnActiveCacheOnAManagerStream(t *testing.T) {
 	assert.Equal(t, core.Closed, c.Core().Status())
 	_, err = m.Core().StorageStats(layout.GPULevel)
 	assert.ErrorIs(t, err, core.ErrClosed)
+}
+
+// A Resume racing DestroyStream on the same stream never leaves a cache
+// ACTIVE on a destroyed stream: one of the two fails.
+func TestDestroyStreamRacingResume(t *testing.T) {
+	m := newManager(t, Options{})
+	for round := range 200 {
+		s, err := m.CreateStream()
+		require.NoError(t, err)
+		c, err := m.CreateCache(CacheOptions{})
+		require.NoError(t, err)
+		var resumeErr, destroyErr error
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); resumeErr = c.Resume(s) }()
+		go func() { defer wg.Done(); destroyErr = m.DestroyStream(s.Handle()) }()
+		wg.Wait()
+		require.True(t, resumeErr != nil || destroyErr != nil, "round %d: the cache is ACTIVE on a destroyed stream", round)
+		if resumeErr == nil {
+			require.NoError(t, c.Suspend(), "round %d", round)
+			require.NoError(t, m.DestroyStream(s.Handle()), "round %d", round)
+		}
+		require.NoError(t, c.Close(), "round %d", round)
+	}
 }
