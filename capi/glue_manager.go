@@ -212,31 +212,10 @@ func glueManagerGetBufferLocation(mgr *managerObj, layerID C.int32_t, role *C.kv
 	return nil
 }
 
-// levelDescs describes the pool groups of a level: the hot descriptors for
-// the GPU level, one-pool descriptors without base addresses for cold ones.
-func levelDescs(mgr *managerObj, level C.kvcm_cache_level) ([]layout.PoolGroupDesc, error) {
-	if level == 0 {
-		if _, err := mgr.Core().Quota(0); err != nil { // closed?
-			return nil, err
-		}
-		return mgr.Core().PoolGroupDescs(), nil
-	}
-	stats, err := mgr.Core().StorageStats(layout.CacheLevel(level))
-	if err != nil {
-		return nil, err
-	}
-	out := make([]layout.PoolGroupDesc, len(stats))
-	for i, s := range stats {
-		out[i] = layout.PoolGroupDesc{Index: s.Index, NumSlots: s.Total, LifeCycles: s.LifeCycles,
-			Pools: []layout.PoolDesc{{SlotBytes: s.PageBytes}}}
-	}
-	return out, nil
-}
-
 func glueManagerGetPoolGroupDescs(mgr *managerObj, level C.kvcm_cache_level, descs *C.kvcm_pool_group_desc, descsCap C.size_t,
 	lifeCycles *C.kvcm_layer_group_id, lifeCyclesCap C.size_t, pools *C.kvcm_pool_desc, poolsCap C.size_t,
 	numDescs, numLifeCycles, numPools *C.size_t) error {
-	ds, err := levelDescs(mgr, level)
+	ds, err := mgr.PoolGroupDescs(layout.CacheLevel(level))
 	if err != nil {
 		return err
 	}
@@ -317,11 +296,9 @@ func glueManagerProbeReuse(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scop
 	if err != nil {
 		return err
 	}
-	if _, err := mgr.Core().Quota(0); err != nil {
-		return err
-	}
-	*out = C.int64_t(mgr.Core().ProbeReuse(sc, ts))
-	return nil
+	reused, err := mgr.ProbeReuse(sc, ts)
+	*out = C.int64_t(reused)
+	return err
 }
 
 // ---- Statistics ----
@@ -401,10 +378,10 @@ func glueManagerGetAndResetIterationPeakBlockStats(mgr *managerObj, level C.kvcm
 }
 
 func glueManagerGetMigrationStats(mgr *managerObj, stats *C.kvcm_migration_stats, capacity C.size_t, needed *C.size_t) error {
-	if _, err := mgr.Core().Quota(0); err != nil {
+	ms, err := mgr.MigrationStats()
+	if err != nil {
 		return err
 	}
-	ms := mgr.Core().MigrationStats()
 	return fill(core.Paths(), stats, capacity, needed, func(p core.Path) C.kvcm_migration_stats {
 		c := ms[p]
 		return C.kvcm_migration_stats{path: C.kvcm_migration_path(p), pages: C.int64_t(c.Pages), bytes: C.int64_t(c.Bytes)}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/codec"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
@@ -304,4 +305,51 @@ func (mgr *Manager) Close() error {
 	mgr.registry.Unregister(mgr.dev)
 	mgr.dev.Close()
 	return errors.Join(errs...)
+}
+
+// open reports core.ErrClosed once the core manager is closed.
+func (mgr *Manager) open() error {
+	_, err := mgr.m.Quota(layout.GPULevel)
+	return err
+}
+
+// PoolGroupDescs describes the pool groups of a level: the hot descriptors
+// (with base addresses) for the GPU level; for a cold level one pool per
+// group, the encoded page size, without a base address (cold pages are not
+// device-addressable).
+func (mgr *Manager) PoolGroupDescs(level layout.CacheLevel) ([]layout.PoolGroupDesc, error) {
+	if level == layout.GPULevel {
+		if err := mgr.open(); err != nil {
+			return nil, err
+		}
+		return mgr.m.PoolGroupDescs(), nil
+	}
+	stats, err := mgr.m.StorageStats(level)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]layout.PoolGroupDesc, len(stats))
+	for i, s := range stats {
+		out[i] = layout.PoolGroupDesc{Index: s.Index, NumSlots: s.Total, LifeCycles: s.LifeCycles,
+			Pools: []layout.PoolDesc{{SlotBytes: s.PageBytes}}}
+	}
+	return out, nil
+}
+
+// ProbeReuse returns how many of the tokens a new cache would reuse (see
+// core.Manager.ProbeReuse); it fails with core.ErrClosed once closed.
+func (mgr *Manager) ProbeReuse(scope blockhash.Scope, tokens []config.Token) (int, error) {
+	if err := mgr.open(); err != nil {
+		return 0, err
+	}
+	return mgr.m.ProbeReuse(scope, tokens), nil
+}
+
+// MigrationStats returns the pages and bytes moved on every path (see
+// core.Manager.MigrationStats); it fails with core.ErrClosed once closed.
+func (mgr *Manager) MigrationStats() (map[core.Path]core.MigrationCounter, error) {
+	if err := mgr.open(); err != nil {
+		return nil, err
+	}
+	return mgr.m.MigrationStats(), nil
 }

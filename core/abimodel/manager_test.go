@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/codec"
 	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/device/backend"
@@ -136,4 +137,34 @@ func TestListenBeforeTheFirstEvent(t *testing.T) {
 	require.NoError(t, c.Close())
 	active(t, m, s, CacheOptions{}, seq(200, 4))
 	assert.Equal(t, 2, seen, "a removed listener sees nothing")
+}
+
+// The queries the C ABI adds fail with core.ErrClosed once the manager is
+// closed; cold levels are described with one pool per group and no base.
+func TestQueries(t *testing.T) {
+	m := newManager(t, Options{})
+	hot, err := m.PoolGroupDescs(layout.GPULevel)
+	require.NoError(t, err)
+	require.Len(t, hot, 1)
+	assert.NotZero(t, hot[0].Pools[0].Base)
+	cold, err := m.PoolGroupDescs(layout.CacheLevel(1))
+	require.NoError(t, err)
+	require.Len(t, cold, 1)
+	assert.Equal(t, []layout.PoolDesc{{SlotBytes: 256}}, cold[0].Pools)
+	_, err = m.PoolGroupDescs(layout.CacheLevel(5))
+	assert.ErrorIs(t, err, core.ErrInvalidArgument)
+	n, err := m.ProbeReuse(blockhash.Scope{}, seq(0, 8))
+	require.NoError(t, err)
+	assert.Zero(t, n)
+	ms, err := m.MigrationStats()
+	require.NoError(t, err)
+	assert.Len(t, ms, len(core.Paths()))
+
+	require.NoError(t, m.Close())
+	_, err = m.PoolGroupDescs(layout.GPULevel)
+	assert.ErrorIs(t, err, core.ErrClosed)
+	_, err = m.ProbeReuse(blockhash.Scope{}, seq(0, 8))
+	assert.ErrorIs(t, err, core.ErrClosed)
+	_, err = m.MigrationStats()
+	assert.ErrorIs(t, err, core.ErrClosed)
 }
