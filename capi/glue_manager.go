@@ -355,22 +355,16 @@ func glueManagerGetStorageStats(mgr *managerObj, level C.kvcm_cache_level, stats
 }
 
 func glueManagerGetAndResetIterationPeakBlockStats(mgr *managerObj, level C.kvcm_cache_level, stats *C.kvcm_peak_block_stats, capacity C.size_t, needed *C.size_t) error {
-	// Count first (the group count of a level never changes), so that a
-	// size query or a too small buffer resets nothing.
-	st, err := mgr.Core().StorageStats(layout.CacheLevel(level))
+	buf, err := cSlice(stats, capacity, "capacity")
 	if err != nil {
 		return err
 	}
-	*needed = C.size_t(len(st))
-	if _, err := cSlice(stats, capacity, "capacity"); err != nil {
-		return err
-	}
-	if (stats == nil && capacity == 0) || uint64(capacity) < uint64(len(st)) {
-		return fill(st, stats, capacity, needed, func(core.PoolGroupStats) C.kvcm_peak_block_stats { return C.kvcm_peak_block_stats{} })
-	}
-	peaks, err := mgr.Core().GetAndResetIterationPeakBlockStats(layout.CacheLevel(level))
+	peaks, n, err := mgr.GetAndResetIterationPeakBlockStats(layout.CacheLevel(level), len(buf))
 	if err != nil {
 		return err
+	}
+	if peaks == nil { // a size query or a buffer too small: nothing was reset
+		peaks = make([]core.PeakBlockStats, n)
 	}
 	return fill(peaks, stats, capacity, needed, func(p core.PeakBlockStats) C.kvcm_peak_block_stats {
 		return C.kvcm_peak_block_stats{index: C.kvcm_pool_group_index(p.Index), peak_used: C.int64_t(p.PeakUsed), total: C.int64_t(p.Total)}

@@ -353,3 +353,19 @@ func (mgr *Manager) MigrationStats() (map[core.Path]core.MigrationCounter, error
 	}
 	return mgr.m.MigrationStats(), nil
 }
+
+// GetAndResetIterationPeakBlockStats returns a level's peak usage per pool
+// group since the last reset, and resets it, when room (the caller's buffer)
+// holds every group; otherwise it returns nil and resets nothing. needed is
+// the number of groups either way.
+func (mgr *Manager) GetAndResetIterationPeakBlockStats(level layout.CacheLevel, room int) (peaks []core.PeakBlockStats, needed int, err error) {
+	st, err := mgr.m.StorageStats(level) // the group count of a level never changes
+	if err != nil {
+		return nil, 0, err
+	}
+	if room < len(st) || len(st) == 0 {
+		return nil, len(st), nil
+	}
+	peaks, err = mgr.m.GetAndResetIterationPeakBlockStats(level)
+	return peaks, len(peaks), err
+}

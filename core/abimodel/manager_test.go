@@ -168,3 +168,26 @@ func TestQueries(t *testing.T) {
 	_, err = m.MigrationStats()
 	assert.ErrorIs(t, err, core.ErrClosed)
 }
+
+// Peak statistics are reset only by a call whose buffer holds every group:
+// a size query or a buffer too small resets nothing.
+func TestPeakStatsResetOnlyWhenTheyFit(t *testing.T) {
+	m := newManager(t, Options{})
+	s, err := m.CreateStream()
+	require.NoError(t, err)
+	c := active(t, m, s, CacheOptions{}, seq(0, 8))
+	require.NoError(t, c.Resize(16, -1)) // 4 pages, 2 of them private
+	require.NoError(t, c.Close())        // 2 stay cached
+	peaks, n, err := m.GetAndResetIterationPeakBlockStats(layout.GPULevel, 0)
+	require.NoError(t, err)
+	assert.Nil(t, peaks)
+	assert.Equal(t, 1, n)
+	peaks, n, err = m.GetAndResetIterationPeakBlockStats(layout.GPULevel, 4)
+	require.NoError(t, err)
+	require.Len(t, peaks, 1)
+	assert.Equal(t, 1, n)
+	assert.Equal(t, int64(4), peaks[0].PeakUsed, "the size query reset nothing")
+	peaks, _, err = m.GetAndResetIterationPeakBlockStats(layout.GPULevel, 1)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), peaks[0].PeakUsed, "reset by the previous call")
+}
