@@ -238,3 +238,56 @@ func TestManagerBackedIndex(t *testing.T) {
 	require.NoError(t, x.Destroy())
 	assert.True(t, x.Closed())
 }
+
+// AttachCP racing Destroy either fails or holds a live index: an attached
+// index is never closed under the manager.
+func TestAttachRacingDestroy(t *testing.T) {
+	m := newManager(t, Options{})
+	for round := range 500 {
+		ext := newExternal()
+		x := ext.index()
+		var attachErr error
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); attachErr = m.AttachCP(x) }()
+		go func() { defer wg.Done(); x.Destroy() }()
+		wg.Wait()
+		if attachErr == nil {
+			require.False(t, x.Closed(), "round %d: attached, yet closed", round)
+			m.DetachCP()
+		} else {
+			require.ErrorIs(t, attachErr, ErrDestroyed)
+		}
+		require.True(t, x.Closed(), "round %d", round)
+		require.Equal(t, 1, ext.destroyCount(), "round %d", round)
+	}
+}
+
+// A call in flight holds the index: Destroy during the call closes it only
+// when the call returns, and the destroy function runs once, after it.
+func TestCallInFlightHoldsTheIndex(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	var destroyedDuringCall bool
+	destroyed := 0
+	x := NewDelegatingIndex(cp.External{
+		PredictPrefixReuse: func(string, []config.Token) (float64, error) {
+			close(entered)
+			<-release
+			destroyedDuringCall = destroyed > 0
+			return 0.5, nil
+		},
+	}, func() { destroyed++ })
+	done := make(chan float64)
+	go func() {
+		s, _ := x.PredictPrefixReuse("r", nil)
+		done <- s
+	}()
+	<-entered
+	require.NoError(t, x.Destroy())
+	assert.False(t, x.Closed(), "the call holds it")
+	close(release)
+	assert.Equal(t, 0.5, <-done)
+	assert.False(t, destroyedDuringCall)
+	assert.True(t, x.Closed())
+	assert.Equal(t, 1, destroyed)
+}
