@@ -1507,8 +1507,10 @@ private:
 // ---- KVCacheManager -----------------------------------------------------------------------
 
 // KVCacheManager is the paged KV-cache manager (RAII over kvcm_manager). The
-// destructor closes the caches still open and releases every level's memory
-// and the codec.
+// destructor (or destroy()) closes the caches still open, ACTIVE or
+// SUSPENDED (their KVCache objects become invalid), destroys its streams and
+// releases every level's memory and the codec: the rule of
+// kvcm_manager_destroy, and of Go's Manager.Close.
 class KVCacheManager
 {
 public:
