@@ -137,9 +137,6 @@ func New(cfg config.Config, opts Options) (*Manager, error) {
 // report core.ErrClosed.
 func (mgr *Manager) Core() *core.Manager { return mgr.m }
 
-// Device returns the manager's device.
-func (mgr *Manager) Device() device.Device { return mgr.dev }
-
 // DeviceName returns the backend the manager runs on: backend.Emu or
 // backend.CUDA.
 func (mgr *Manager) DeviceName() string {
