@@ -146,6 +146,50 @@ const char* kvcm__enum_name_tier_kind(kvcm_tier_kind v) {
     return NULL;
 }
 
+static bool default_cold_page_codec_vtable_configure(void* self, const kvcm_pool_group_desc* gpu_descs, kvcm_pool_group_index num_gpu_descs) {
+    return kvcm__go_default_configure((uintptr_t)self, (uintptr_t)gpu_descs, num_gpu_descs);
+}
+
+static size_t default_cold_page_codec_vtable_query_cold_page_bytes(void* self, kvcm_layer_group_id layer_group_id) {
+    return kvcm__go_default_query_cold_page_bytes((uintptr_t)self, layer_group_id);
+}
+
+static kvcm_layer_group_id default_cold_page_codec_vtable_get_batching_layer_group_id(void* self, kvcm_layer_group_id layer_group_id) {
+    return kvcm__go_default_get_batching_layer_group_id((uintptr_t)self, layer_group_id);
+}
+
+static kvcm_page_index_location default_cold_page_codec_vtable_query_page_index_location(void* self, kvcm_layer_group_id layer_group_id) {
+    return kvcm__go_default_query_page_index_location((uintptr_t)self, layer_group_id);
+}
+
+static bool default_cold_page_codec_vtable_encode(void* self, kvcm_layer_group_id layer_group_id, void* dst_base_ptr, const kvcm_page_index_pair* page_indices, size_t num_base_pages, kvcm_stream stream) {
+    return kvcm__go_default_encode((uintptr_t)self, layer_group_id, (uintptr_t)dst_base_ptr, (uintptr_t)page_indices, num_base_pages, stream);
+}
+
+static bool default_cold_page_codec_vtable_decode(void* self, kvcm_layer_group_id layer_group_id, const void* src_base_ptr, const kvcm_page_index_pair* page_indices, size_t num_base_pages, kvcm_stream stream) {
+    return kvcm__go_default_decode((uintptr_t)self, layer_group_id, (uintptr_t)src_base_ptr, (uintptr_t)page_indices, num_base_pages, stream);
+}
+
+static void default_cold_page_codec_vtable_destroy(void* self) {
+    kvcm__go_default_destroy((uintptr_t)self);
+}
+
+static const kvcm_cold_page_codec_vtable default_cold_page_codec_vtable = {
+    .struct_size = (uint32_t)sizeof(kvcm_cold_page_codec_vtable),
+    .abi_version = KVCM_ABI_VERSION,
+    .configure = default_cold_page_codec_vtable_configure,
+    .query_cold_page_bytes = default_cold_page_codec_vtable_query_cold_page_bytes,
+    .get_batching_layer_group_id = default_cold_page_codec_vtable_get_batching_layer_group_id,
+    .query_page_index_location = default_cold_page_codec_vtable_query_page_index_location,
+    .encode = default_cold_page_codec_vtable_encode,
+    .decode = default_cold_page_codec_vtable_decode,
+    .destroy = default_cold_page_codec_vtable_destroy,
+};
+
+const kvcm_cold_page_codec_vtable* kvcm__default_cold_page_codec_vtable(void) {
+    return &default_cold_page_codec_vtable;
+}
+
 static const kvcm_api kvcm__table = {
     (uint32_t)sizeof(kvcm_api),
     KVCM_ABI_VERSION,

@@ -9,38 +9,11 @@ import "C"
 
 import (
 	"fmt"
-	"sync/atomic"
 
 	"github.com/kvcm/kvcm/core"
-	"github.com/kvcm/kvcm/core/blockhash"
-	"github.com/kvcm/kvcm/core/cp"
+	"github.com/kvcm/kvcm/core/abimodel"
 	"github.com/kvcm/kvcm/core/layout"
 )
-
-// kvCacheObj is what a kvcm_kv_cache handle refers to.
-type kvCacheObj struct {
-	handle uint64
-	mgr    *managerObj
-	c      *core.KVCache
-	tc     *cp.TrackedCache // non-nil when a CP index is notified
-	cpRef  *cpObj           // the index tc notifies
-	closed atomic.Bool
-}
-
-// close closes the cache; a tracked one notifies its terminal free first
-// and lets go of its index. Only the first call does anything, so the
-// index's reference is released once.
-func (c *kvCacheObj) close() error {
-	if !c.closed.CompareAndSwap(false, true) {
-		return nil
-	}
-	if c.tc == nil {
-		return c.c.Close()
-	}
-	err := c.tc.Close()
-	c.cpRef.release()
-	return err
-}
 
 func glueKVCacheCreate(mgr *managerObj, opts *C.kvcm__const_kvcm_kv_cache_options, out *C.kvcm_kv_cache) error {
 	scope, err := goScope(&opts.scope, "options.scope")
@@ -71,74 +44,40 @@ func glueKVCacheCreate(mgr *managerObj, opts *C.kvcm__const_kvcm_kv_cache_option
 	if err != nil {
 		return err
 	}
-	mgr.mu.Lock()
-	if mgr.gone {
-		mgr.mu.Unlock()
-		return errorf(codeInvalidHandle, "manager is being destroyed")
-	}
-	c, err := mgr.m.CreateKVCache(co)
+	obj, onClose := newKVCacheObj()
+	c, err := mgr.CreateCache(abimodel.CacheOptions{CacheOptions: co, RequestID: requestID, OnClose: onClose})
 	if err != nil {
-		mgr.mu.Unlock()
 		return err
 	}
-	obj := &kvCacheObj{mgr: mgr, c: c}
-	var added []blockhash.Key
-	if idx := mgr.attached; idx != nil && requestID != "" {
-		idx.acquire()
-		obj.tc, added = cp.NewTracker(mgr.m, idx.index).Wrap(requestID, c, co)
-		obj.cpRef = idx
+	h, ok := obj.publish(c)
+	if !ok {
+		return errorf(codeInvalidHandle, "manager: %#x was destroyed concurrently", mgr.handle)
 	}
-	obj.handle = newHandle(obj)
-	mgr.caches[obj.handle] = obj
-	mgr.mu.Unlock()
-	// Notified without the manager's locks: the index may be foreign code.
-	if len(added) > 0 {
-		obj.cpRef.index.NotifyBlocksAllocated(requestID, added)
-	}
-	*out = C.kvcm_kv_cache(obj.handle)
+	*out = C.kvcm_kv_cache(h)
 	return nil
 }
 
 func glueKVCacheClose(c *kvCacheObj) error {
-	// The handle is deleted under the manager's lock, as glueManagerDestroy
-	// deletes the handles of the caches it closes: exactly one closes it.
-	mgr := c.mgr
-	mgr.mu.Lock()
+	// The handle is consumed: exactly one of concurrent closes (or the
+	// manager's destroy, through OnClose) frees it.
 	if !deleteHandle(c.handle) {
-		mgr.mu.Unlock()
 		return errorf(codeInvalidHandle, "cache: %#x was closed concurrently (by kvcm_kv_cache_close or kvcm_manager_destroy)", c.handle)
 	}
-	delete(mgr.caches, c.handle)
-	mgr.closing.Add(1)
-	mgr.mu.Unlock()
-	defer mgr.closing.Done()
-	return c.close()
+	return c.Close()
 }
 
 func glueKVCacheResume(c *kvCacheObj, stream C.kvcm_stream) error {
-	if stream == 0 {
-		return argError("stream", "is 0")
-	}
-	s, err := c.mgr.dev.StreamFromHandle(uintptr(stream))
+	s, err := c.Manager().Stream(uintptr(stream))
 	if err != nil {
-		return argError("stream", "%#x is not a stream of the manager's device: %v", uintptr(stream), err)
+		return err
 	}
-	return c.c.Resume(s)
+	return c.Resume(s)
 }
 
-func glueKVCacheSuspend(c *kvCacheObj) error { return c.c.Suspend() }
+func glueKVCacheSuspend(c *kvCacheObj) error { return c.Suspend() }
 
 func glueKVCacheResize(c *kvCacheObj, capacity, history C.int64_t) error {
-	if capacity < 0 || int64(capacity) > maxElems {
-		return argError("capacity", "must be in [0, 2^40], got %d", int64(capacity))
-	}
-	h := int(history)
-	if history < 0 {
-		h = -1
-	} else if int64(history) > maxElems {
-		return argError("history_length", "%d is too large", int64(history))
-	}
-	return c.c.Resize(int(capacity), h)
+	return c.Resize(int64(capacity), int64(history))
 }
 
 func glueKVCacheCommit(c *kvCacheObj, tokens *C.kvcm__const_kvcm_token, n C.size_t, isEnd C.bool) error {
@@ -146,53 +85,50 @@ func glueKVCacheCommit(c *kvCacheObj, tokens *C.kvcm__const_kvcm_token, n C.size
 	if err != nil {
 		return err
 	}
-	if c.tc != nil {
-		return c.tc.Commit(ts, bool(isEnd))
-	}
-	return c.c.Commit(ts, bool(isEnd))
+	return c.Commit(ts, bool(isEnd))
 }
 
 func glueKVCacheStopCommitting(c *kvCacheObj) error {
-	c.c.StopCommitting()
+	c.StopCommitting()
 	return nil
 }
 
 func glueKVCachePrefetch(c *kvCacheObj, level C.kvcm_cache_level) error {
-	return c.c.Prefetch(layout.CacheLevel(level))
+	return c.Prefetch(layout.CacheLevel(level))
 }
 
 func glueKVCacheGetStatus(c *kvCacheObj, out *C.kvcm_cache_status) error {
-	*out = C.kvcm_cache_status(c.c.Status())
+	*out = C.kvcm_cache_status(c.Core().Status())
 	return nil
 }
 
 func glueKVCacheGetID(c *kvCacheObj, out *C.uint64_t) error {
-	*out = C.uint64_t(c.c.ID())
+	*out = C.uint64_t(c.Core().ID())
 	return nil
 }
 
 func glueKVCacheGetNumCommittedTokens(c *kvCacheObj, out *C.int64_t) error {
-	*out = C.int64_t(c.c.NumCommittedTokens())
+	*out = C.int64_t(c.Core().NumCommittedTokens())
 	return nil
 }
 
 func glueKVCacheGetHistoryLength(c *kvCacheObj, out *C.int64_t) error {
-	*out = C.int64_t(c.c.HistoryLength())
+	*out = C.int64_t(c.Core().HistoryLength())
 	return nil
 }
 
 func glueKVCacheGetCapacity(c *kvCacheObj, out *C.int64_t) error {
-	*out = C.int64_t(c.c.Capacity())
+	*out = C.int64_t(c.Core().Capacity())
 	return nil
 }
 
 func glueKVCacheGetReusedTokens(c *kvCacheObj, out *C.int64_t) error {
-	*out = C.int64_t(c.c.ReusedTokens())
+	*out = C.int64_t(c.Core().ReusedTokens())
 	return nil
 }
 
 func glueKVCacheGetBasePageIndices(c *kvCacheObj, lg C.kvcm_layer_group_id, indices *C.int32_t, capacity C.size_t, needed *C.size_t) error {
-	idx, err := c.c.BasePageIndices(layout.LayerGroupID(lg))
+	idx, err := c.Core().BasePageIndices(layout.LayerGroupID(lg))
 	if err != nil {
 		return err
 	}

@@ -48,7 +48,7 @@ func consumeColdPageCodec(p *C.kvcm__const_kvcm_cold_page_codec) *coldPageCodecA
 		a.err = argError("codec.vtable", "is NULL (the codec cannot be destroyed)")
 		return a
 	}
-	if vt == C.kvcm__default_vtable() {
+	if vt == C.kvcm__default_cold_page_codec_vtable() {
 		obj, ok := takeDefaultCodec(uint64(self))
 		if !ok {
 			a.err = errorf(codeInvalidHandle, "codec: the default codec object %#x was already consumed or never created", uint64(self))
@@ -98,20 +98,8 @@ func (c *cCodec) validate() error {
 	if c.vt.struct_size < C.KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V1 {
 		return argError("codec.vtable.struct_size", "is %d, less than the %d bytes of ABI version 1", c.vt.struct_size, C.KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V1)
 	}
-	for _, s := range []struct {
-		name string
-		ok   C.int
-	}{
-		{"configure", C.kvcm__has_cold_page_codec_vtable_configure(c.vt)},
-		{"query_cold_page_bytes", C.kvcm__has_cold_page_codec_vtable_query_cold_page_bytes(c.vt)},
-		{"query_page_index_location", C.kvcm__has_cold_page_codec_vtable_query_page_index_location(c.vt)},
-		{"encode", C.kvcm__has_cold_page_codec_vtable_encode(c.vt)},
-		{"decode", C.kvcm__has_cold_page_codec_vtable_decode(c.vt)},
-		{"destroy", C.kvcm__has_cold_page_codec_vtable_destroy(c.vt)},
-	} {
-		if s.ok == 0 {
-			return argError("codec.vtable."+s.name, "is NULL")
-		}
+	if name := C.kvcm__missing_cold_page_codec_vtable(c.vt); name != nil {
+		return argError("codec.vtable."+C.GoString(name), "is NULL")
 	}
 	return nil
 }
@@ -286,7 +274,7 @@ type defaultCodecObj struct {
 
 func glueCreateDefaultColdPageCodec(out *C.kvcm_cold_page_codec) error {
 	h := newHandle(&defaultCodecObj{ColdPageCodec: codec.NewDefault()})
-	out.vtable = C.kvcm__default_vtable()
+	out.vtable = C.kvcm__default_cold_page_codec_vtable()
 	C.kvcm__set_cold_page_codec_self(out, C.uintptr_t(h))
 	return nil
 }
@@ -322,13 +310,13 @@ func recoverSlot(name string) {
 }
 
 //export kvcm__go_default_configure
-func kvcm__go_default_configure(self C.uintptr_t, gpuDescs *C.kvcm_pool_group_desc, n C.kvcm_pool_group_index) (ok C.bool) {
+func kvcm__go_default_configure(self C.uintptr_t, gpuDescs C.uintptr_t, n C.kvcm_pool_group_index) (ok C.bool) {
 	defer recoverSlot("default codec configure")
 	obj := defaultCodecOf(self)
 	if obj == nil || isPoisoned() {
 		return false
 	}
-	descs, err := goPoolGroupDescs(gpuDescs, int(n))
+	descs, err := goPoolGroupDescs((*C.kvcm_pool_group_desc)(C.kvcm__ptr(gpuDescs)), int(n))
 	if err != nil {
 		return false
 	}

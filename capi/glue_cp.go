@@ -15,133 +15,29 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/kvcm/kvcm/core/abimodel"
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/cp"
 )
 
-// ---- The CP index object ----
+// ---- Creating indexes ----
 
-// cpObj is what a kvcm_cp_index handle refers to. It is shared: by its
-// handle, by the managers it is attached to and by the caches created while
-// it was attached; the last of them to let go closes it (a delegating
-// index's destroy slot runs then, exactly once).
-type cpObj struct {
-	handle uint64
-	kind   string
-	index  cp.CPAwareKVManager
-	deleg  *cp.Delegating // delegating indexes only
-	ext    *cCPIndex      // delegating indexes only
-	unlist func()         // manager-backed: stops its event feed
-	refs   atomic.Int64
-	closed atomic.Bool
-}
-
-func newCPObj(kind string, index cp.CPAwareKVManager) *cpObj {
-	o := &cpObj{kind: kind, index: index}
-	o.refs.Store(1) // the handle's
-	return o
-}
-
-// acquire takes a reference for a holder that already has one (the manager
-// passing on its attached index).
-func (o *cpObj) acquire() { o.refs.Add(1) }
-
-// tryAcquire takes a reference unless the last one is gone (the index is
-// closed or closing); a reference once dropped to 0 never comes back.
-func (o *cpObj) tryAcquire() bool {
-	for {
-		n := o.refs.Load()
-		if n <= 0 || o.closed.Load() {
-			return false
-		}
-		if o.refs.CompareAndSwap(n, n+1) {
-			return true
-		}
-	}
-}
-
-// use holds a reference for the duration of a call on the index, so that a
-// concurrent kvcm_cp_destroy cannot close it under the call (the last
-// reference, dropped by done, closes it then). It fails with INVALID_HANDLE
-// when the index was closed between the handle's lookup and the call.
-func (o *cpObj) use() (done func(), err error) {
-	if !o.tryAcquire() {
-		return nil, errorf(codeInvalidHandle, "cp: %#x was destroyed concurrently", o.handle)
-	}
-	return o.release, nil
-}
-
-// release drops one reference; the last closes the index.
-func (o *cpObj) release() {
-	if o.refs.Add(-1) != 0 || !o.closed.CompareAndSwap(false, true) {
-		return
-	}
-	if o.unlist != nil {
-		o.unlist()
-	}
-	if o.ext != nil {
-		o.ext.close()
-	}
-}
-
-func lookupCPIndex(fn, arg string, h C.kvcm_cp_index) (*cpObj, *C.kvcm_status) {
-	return lookup[*cpObj](fn, arg, uint64(h), "CP index")
-}
-
-func glueCPCreateNull(out *C.kvcm_cp_index) error {
-	o := newCPObj("null", cp.Null{})
+// newCPObj issues the handle of a new index.
+func newCPObj(x *abimodel.CPIndex, out *C.kvcm_cp_index) error {
+	o := &cpObj{CPIndex: x}
 	o.handle = newHandle(o)
 	*out = C.kvcm_cp_index(o.handle)
 	return nil
 }
 
+func glueCPCreateNull(out *C.kvcm_cp_index) error { return newCPObj(abimodel.NewNullIndex(), out) }
+
 func glueCPDestroy(o *cpObj) error {
 	if !deleteHandle(o.handle) {
 		return errorf(codeInvalidHandle, "cp: %#x was destroyed concurrently", o.handle)
 	}
-	o.release()
-	return nil
-}
-
-// ---- Manager-backed ----
-
-// managerBacked is a ManagerBacked index that answers as Null once its
-// manager is destroyed.
-type managerBacked struct {
-	x   *cp.ManagerBacked
-	mgr *managerObj
-}
-
-var _ cp.CPAwareKVManager = managerBacked{}
-
-func (m managerBacked) PredictPrefixReuse(id string, tokens []config.Token) float64 {
-	if m.mgr.closed.Load() {
-		return 0
-	}
-	return m.x.PredictPrefixReuse(id, tokens)
-}
-
-func (m managerBacked) GetCPCachedBlocks(id string) []blockhash.Key {
-	if m.mgr.closed.Load() {
-		return nil
-	}
-	return m.x.GetCPCachedBlocks(id)
-}
-
-func (m managerBacked) NotifyBlocksAllocated(id string, keys []blockhash.Key) {
-	m.x.NotifyBlocksAllocated(id, keys)
-}
-
-func (m managerBacked) NotifyBlocksFreed(id string, keys []blockhash.Key) {
-	m.x.NotifyBlocksFreed(id, keys)
-}
-
-func (m managerBacked) GetAllocationPriority(ids []string) []string {
-	if m.mgr.closed.Load() {
-		return cp.Null{}.GetAllocationPriority(ids)
-	}
-	return m.x.GetAllocationPriority(ids)
+	return o.Destroy()
 }
 
 func glueCPCreateManagerBacked(mgr *managerObj, opts *C.kvcm__const_kvcm_cp_manager_backed_options, out *C.kvcm_cp_index) error {
@@ -157,20 +53,14 @@ func glueCPCreateManagerBacked(mgr *managerObj, opts *C.kvcm__const_kvcm_cp_mana
 	if err != nil {
 		return err
 	}
-	x := cp.NewManagerBacked(cp.ManagerBackedOptions{
+	x, err := mgr.NewManagerBackedIndex(cp.ManagerBackedOptions{
 		LevelWeights: weights,
 		ScopeOf:      func(string) blockhash.Scope { return scope },
 	})
-	unlist, err := mgr.listen(x.Listener())
 	if err != nil {
 		return err
 	}
-	x.Attach(mgr.m)
-	o := newCPObj("manager-backed", managerBacked{x: x, mgr: mgr})
-	o.unlist = unlist
-	o.handle = newHandle(o)
-	*out = C.kvcm_cp_index(o.handle)
-	return nil
+	return newCPObj(x, out)
 }
 
 // ---- Delegating: core/cp.External over a C vtable ----
@@ -283,7 +173,7 @@ func (c *cCPIndex) external() cp.External {
 				if uint64(needed) <= uint64(len(buf)) {
 					return buf[:needed], nil
 				}
-				if needed > maxElems/8 {
+				if needed > abimodel.MaxElems/8 {
 					return nil, fmt.Errorf("get_cp_cached_blocks needs %d keys", uint64(needed))
 				}
 				buf = make([]blockhash.Key, needed)
@@ -376,13 +266,8 @@ func glueCPCreateDelegating(a *cpIndexObjectArg, out *C.kvcm_cp_index) error {
 	if a.err != nil {
 		return a.err
 	}
-	d := cp.NewDelegating(a.ext.external(), cp.DelegatingOptions{})
-	o := newCPObj("delegating", d)
-	o.deleg, o.ext = d, a.ext
 	a.handed = true
-	o.handle = newHandle(o)
-	*out = C.kvcm_cp_index(o.handle)
-	return nil
+	return newCPObj(abimodel.NewDelegatingIndex(a.ext.external(), a.ext.close), out)
 }
 
 // ---- The five methods on any index ----
@@ -410,11 +295,6 @@ func goKeys(p *C.kvcm__const_uint64_t, n C.size_t, name string) ([]blockhash.Key
 }
 
 func glueCPPredictPrefixReuse(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, tokens *C.kvcm__const_kvcm_token, n C.size_t, out *C.double) error {
-	done, err := o.use()
-	if err != nil {
-		return err
-	}
-	defer done()
 	id, err := goID(rid, ridLen, "request_id")
 	if err != nil {
 		return err
@@ -423,40 +303,35 @@ func glueCPPredictPrefixReuse(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t
 	if err != nil {
 		return err
 	}
-	*out = C.double(cp.ClampScore(o.index.PredictPrefixReuse(id, ts)))
-	return nil
+	score, err := o.PredictPrefixReuse(id, ts)
+	*out = C.double(score)
+	return err
 }
 
 func glueCPGetCachedBlocks(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, keys *C.uint64_t, capacity C.size_t, needed *C.size_t) error {
-	done, err := o.use()
-	if err != nil {
-		return err
-	}
-	defer done()
 	id, err := goID(rid, ridLen, "request_id")
 	if err != nil {
 		return err
 	}
-	return fill(o.index.GetCPCachedBlocks(id), keys, capacity, needed, func(k blockhash.Key) C.uint64_t { return C.uint64_t(k) })
+	got, err := o.GetCachedBlocks(id)
+	if err != nil {
+		return err
+	}
+	return fill(got, keys, capacity, needed, func(k blockhash.Key) C.uint64_t { return C.uint64_t(k) })
 }
 
 func glueCPNotifyBlocksAllocated(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, keys *C.kvcm__const_uint64_t, n C.size_t) error {
-	return glueCPNotify(o, rid, ridLen, keys, n, o.index.NotifyBlocksAllocated)
+	return glueCPNotify(rid, ridLen, keys, n, o.NotifyBlocksAllocated)
 }
 
 func glueCPNotifyBlocksFreed(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, keys *C.kvcm__const_uint64_t, n C.size_t) error {
-	return glueCPNotify(o, rid, ridLen, keys, n, o.index.NotifyBlocksFreed)
+	return glueCPNotify(rid, ridLen, keys, n, o.NotifyBlocksFreed)
 }
 
 // glueCPNotify converts a request id and keys from C and passes them to one
 // of the index's notification methods.
-func glueCPNotify(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, keys *C.kvcm__const_uint64_t, n C.size_t,
-	notify func(string, []blockhash.Key)) error {
-	done, err := o.use()
-	if err != nil {
-		return err
-	}
-	defer done()
+func glueCPNotify(rid *C.kvcm__const_char, ridLen C.size_t, keys *C.kvcm__const_uint64_t, n C.size_t,
+	notify func(string, []blockhash.Key) error) error {
 	id, err := goID(rid, ridLen, "request_id")
 	if err != nil {
 		return err
@@ -465,22 +340,13 @@ func glueCPNotify(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, keys *C.kv
 	if err != nil {
 		return err
 	}
-	notify(id, ks)
-	return nil
+	return notify(id, ks)
 }
 
 func glueCPGetAllocationPriority(o *cpObj, ids *C.kvcm__const_kvcm_cp_request_id, n C.size_t, order *C.size_t) error {
-	done, err := o.use()
-	if err != nil {
-		return err
-	}
-	defer done()
 	cids, err := cArray(ids, n, "request_ids")
 	if err != nil {
 		return err
-	}
-	if n == 0 {
-		return nil
 	}
 	outs, err := cSlice(order, n, "num_request_ids")
 	if err != nil {
@@ -495,59 +361,27 @@ func glueCPGetAllocationPriority(o *cpObj, ids *C.kvcm__const_kvcm_cp_request_id
 			return err
 		}
 	}
-	got := cp.RepairOrder(in, o.index.GetAllocationPriority(in))
-	// Map ids back to indices; equal ids take their indices in input order.
-	pos := make(map[string][]int, len(in))
-	for i, id := range in {
-		pos[id] = append(pos[id], i)
+	got, err := o.GetAllocationPriority(in)
+	if err != nil {
+		return err
 	}
-	for i, id := range got {
-		q := pos[id]
-		outs[i] = C.size_t(q[0])
-		pos[id] = q[1:]
+	for i, j := range got {
+		outs[i] = C.size_t(j)
 	}
 	return nil
 }
 
 func glueCPGetFaultCount(o *cpObj, out *C.uint64_t) error {
-	done, err := o.use()
-	if err != nil {
-		return err
-	}
-	defer done()
-	if o.deleg != nil {
-		*out = C.uint64_t(o.deleg.Faults())
-	}
-	return nil
+	n, err := o.FaultCount()
+	*out = C.uint64_t(n)
+	return err
 }
 
 // ---- Wiring a manager to an index ----
 
-func glueManagerAttachCP(mgr *managerObj, o *cpObj) error {
-	mgr.mu.Lock()
-	defer mgr.mu.Unlock()
-	if mgr.gone {
-		return errorf(codeInvalidHandle, "manager is being destroyed")
-	}
-	// The index may have been destroyed since its handle was looked up.
-	if !o.tryAcquire() {
-		return errorf(codeInvalidHandle, "cp: %#x was destroyed concurrently", o.handle)
-	}
-	old := mgr.attached
-	mgr.attached = o
-	if old != nil {
-		old.release()
-	}
-	return nil
-}
+func glueManagerAttachCP(mgr *managerObj, o *cpObj) error { return mgr.AttachCP(o.CPIndex) }
 
 func glueManagerDetachCP(mgr *managerObj) error {
-	mgr.mu.Lock()
-	old := mgr.attached
-	mgr.attached = nil
-	mgr.mu.Unlock()
-	if old != nil {
-		old.release()
-	}
+	mgr.DetachCP()
 	return nil
 }

@@ -8,79 +8,17 @@ package capi
 import "C"
 
 import (
-	"cmp"
-	"errors"
 	"fmt"
-	"maps"
-	"slices"
-	"sync"
-	"sync/atomic"
+	"unsafe"
 
 	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/abimodel"
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
+	"github.com/kvcm/kvcm/core/device/backend"
 	"github.com/kvcm/kvcm/core/layout"
 )
-
-// managerObj is what a kvcm_manager handle refers to.
-type managerObj struct {
-	handle  uint64
-	m       *core.Manager
-	dev     device.Device
-	devKind C.kvcm_device_kind
-	events  *eventQueue
-
-	mu       sync.Mutex // guards caches, streams, mem, gone, attached and the cache handles' deletion
-	caches   map[uint64]*kvCacheObj
-	closing  sync.WaitGroup // kvcm_kv_cache_close calls in flight (Add under mu)
-	streams  map[uintptr]device.Stream
-	mem      map[device.Ptr]device.Memory
-	gone     bool
-	attached *cpObj // the CP index new caches notify (kvcm_manager_attach_cp)
-	closed   atomic.Bool
-
-	lmu       sync.Mutex // guards listeners, nextL, emitted
-	listeners map[int]core.EventListener
-	nextL     int
-	emitted   bool
-}
-
-// onEvent is the manager's event listener (called with the manager's lock
-// held): the extra listeners (manager-backed CP indexes), then the queue.
-func (mgr *managerObj) onEvent(e core.CacheEvent) {
-	mgr.lmu.Lock()
-	mgr.emitted = true
-	for _, l := range mgr.listeners {
-		l(e)
-	}
-	mgr.lmu.Unlock()
-	mgr.events.push(e)
-}
-
-// listen adds a listener that must see every event of the manager: it fails
-// once the manager has emitted one. The returned func removes it.
-func (mgr *managerObj) listen(l core.EventListener) (func(), error) {
-	mgr.lmu.Lock()
-	defer mgr.lmu.Unlock()
-	if mgr.closed.Load() {
-		return nil, errorf(codeInvalidHandle, "manager is being destroyed")
-	}
-	if mgr.emitted {
-		return nil, errorf(codeInvalidState, "the manager has already stored blocks: create the manager-backed index before the first commit")
-	}
-	if mgr.listeners == nil {
-		mgr.listeners = map[int]core.EventListener{}
-	}
-	id := mgr.nextL
-	mgr.nextL++
-	mgr.listeners[id] = l
-	return func() {
-		mgr.lmu.Lock()
-		delete(mgr.listeners, id)
-		mgr.lmu.Unlock()
-	}, nil
-}
 
 // ---- Configuration ----
 
@@ -179,6 +117,25 @@ func cArray[T any](p *T, n C.size_t, name string) ([]T, error) {
 
 // ---- Create and destroy ----
 
+// goDevice converts the device selection of a C configuration.
+func goDevice(kind C.kvcm_device_kind) (string, error) {
+	switch kind {
+	case C.KVCM_DEVICE_AUTO:
+		return backend.Auto, nil
+	case C.KVCM_DEVICE_EMU:
+		return backend.Emu, nil
+	case C.KVCM_DEVICE_CUDA:
+		return backend.CUDA, nil
+	}
+	return "", argError("config.device", "unknown device kind %d", int32(kind))
+}
+
+// goOptions converts what a C configuration holds besides config.Config.
+func goOptions(c *C.kvcm__const_kvcm_manager_config) (abimodel.Options, error) {
+	dev, err := goDevice(c.device)
+	return abimodel.Options{Device: dev, DeviceOrdinal: int(c.device_ordinal), EventQueueCapacity: int(c.event_queue_capacity)}, err
+}
+
 func glueManagerCreate(cfgC *C.kvcm__const_kvcm_manager_config, codecArg *coldPageCodecArg, out *C.kvcm_manager) error {
 	if codecArg.err != nil {
 		return codecArg.err
@@ -187,26 +144,16 @@ func glueManagerCreate(cfgC *C.kvcm__const_kvcm_manager_config, codecArg *coldPa
 	if err != nil {
 		return err
 	}
-	capacity := int(cfgC.event_queue_capacity)
-	if capacity == 0 {
-		capacity = C.KVCM_DEFAULT_EVENT_QUEUE_CAPACITY
-	}
-	dev, kind, err := openDevice(cfgC.device, cfgC.device_ordinal)
+	opts, err := goOptions(cfgC)
 	if err != nil {
 		return err
 	}
-	obj := &managerObj{
-		dev: dev, devKind: kind, events: newEventQueue(capacity),
-		caches: map[uint64]*kvCacheObj{}, streams: map[uintptr]device.Stream{}, mem: map[device.Ptr]device.Memory{},
-	}
-	// NewManager takes the codec as its first act and destroys it on failure.
-	m, err := core.NewManager(cfg, core.WithDevice(dev), core.WithColdPageCodec(codecArg.owned), core.WithEventListener(obj.onEvent))
+	opts.Codec = codecArg.owned // consumed by New, also on failure
+	m, err := abimodel.New(cfg, opts)
 	if err != nil {
-		dev.Close()
 		return err
 	}
-	obj.m = m
-	registerDevice(dev)
+	obj := &managerObj{Manager: m}
 	obj.handle = newHandle(obj)
 	*out = C.kvcm_manager(obj.handle)
 	return nil
@@ -216,81 +163,36 @@ func glueManagerDestroy(mgr *managerObj) error {
 	if !deleteHandle(mgr.handle) {
 		return errorf(codeInvalidHandle, "manager: %#x was destroyed concurrently", mgr.handle)
 	}
-	mgr.closed.Store(true)
-	mgr.mu.Lock()
-	mgr.gone = true
-	attached := mgr.attached
-	mgr.attached = nil
-	// A cache's handle is deleted under mu, here and in glueKVCacheClose, so
-	// each open cache is closed by exactly one of them.
-	var caches []*kvCacheObj
-	for _, c := range mgr.caches {
-		if deleteHandle(c.handle) {
-			caches = append(caches, c)
-		}
-	}
-	streams := slices.Collect(maps.Values(mgr.streams))
-	mems := slices.Collect(maps.Values(mgr.mem))
-	clear(mgr.caches)
-	clear(mgr.streams)
-	clear(mgr.mem)
-	mgr.mu.Unlock()
-	var errs []error
-	slices.SortFunc(caches, func(a, b *kvCacheObj) int { return cmp.Compare(a.handle, b.handle) })
-	for _, c := range caches {
-		if err := c.close(); err != nil {
-			errs = append(errs, fmt.Errorf("close cache %d: %w", c.c.ID(), err))
-		}
-	}
-	// Caches a concurrent kvcm_kv_cache_close took are closed before the
-	// manager is.
-	mgr.closing.Wait()
-	if attached != nil {
-		attached.release()
-	}
-	// Work the engine (or a codec) queued on the manager's streams runs
-	// before the codec is destroyed and the device closed.
-	for _, s := range streams {
-		s.Synchronize()
-	}
-	if err := mgr.m.Close(); err != nil {
-		errs = append(errs, err)
-	}
-	for _, s := range streams {
-		s.Close()
-	}
-	for _, mem := range mems {
-		mem.Free()
-	}
-	unregisterDevice(mgr.dev)
-	mgr.dev.Close()
-	return errors.Join(errs...)
+	return mgr.Close()
 }
 
 // ---- Queries ----
 
 func glueManagerGetTokensPerBlock(mgr *managerObj, out *C.int32_t) error {
-	*out = C.int32_t(mgr.m.TokensPerBlock())
+	*out = C.int32_t(mgr.Core().TokensPerBlock())
 	return nil
 }
 
 func glueManagerGetNumLayerGroups(mgr *managerObj, out *C.int32_t) error {
-	*out = C.int32_t(mgr.m.NumLayerGroups())
+	*out = C.int32_t(mgr.Core().NumLayerGroups())
 	return nil
 }
 
 func glueManagerGetNumLevels(mgr *managerObj, out *C.int32_t) error {
-	*out = C.int32_t(len(mgr.m.Layout().Levels))
+	*out = C.int32_t(len(mgr.Core().Layout().Levels))
 	return nil
 }
 
 func glueManagerGetDeviceKind(mgr *managerObj, out *C.kvcm_device_kind) error {
-	*out = mgr.devKind
+	*out = C.KVCM_DEVICE_EMU
+	if mgr.DeviceName() == backend.CUDA {
+		*out = C.KVCM_DEVICE_CUDA
+	}
 	return nil
 }
 
 func glueManagerGetLayerGroupOf(mgr *managerObj, layerID C.int32_t, out *C.kvcm_layer_group_id) error {
-	lg, err := mgr.m.LayerGroupOf(int32(layerID))
+	lg, err := mgr.Core().LayerGroupOf(int32(layerID))
 	if err != nil {
 		return err
 	}
@@ -299,7 +201,7 @@ func glueManagerGetLayerGroupOf(mgr *managerObj, layerID C.int32_t, out *C.kvcm_
 }
 
 func glueManagerGetBufferLocation(mgr *managerObj, layerID C.int32_t, role *C.kvcm__const_char, out *C.kvcm_buffer_location) error {
-	loc, err := mgr.m.Buffer(int32(layerID), config.DataRole(C.GoString(role)))
+	loc, err := mgr.Core().Buffer(int32(layerID), config.DataRole(C.GoString(role)))
 	if err != nil {
 		return err
 	}
@@ -310,31 +212,10 @@ func glueManagerGetBufferLocation(mgr *managerObj, layerID C.int32_t, role *C.kv
 	return nil
 }
 
-// levelDescs describes the pool groups of a level: the hot descriptors for
-// the GPU level, one-pool descriptors without base addresses for cold ones.
-func levelDescs(mgr *managerObj, level C.kvcm_cache_level) ([]layout.PoolGroupDesc, error) {
-	if level == 0 {
-		if _, err := mgr.m.Quota(0); err != nil { // closed?
-			return nil, err
-		}
-		return mgr.m.PoolGroupDescs(), nil
-	}
-	stats, err := mgr.m.StorageStats(layout.CacheLevel(level))
-	if err != nil {
-		return nil, err
-	}
-	out := make([]layout.PoolGroupDesc, len(stats))
-	for i, s := range stats {
-		out[i] = layout.PoolGroupDesc{Index: s.Index, NumSlots: s.Total, LifeCycles: s.LifeCycles,
-			Pools: []layout.PoolDesc{{SlotBytes: s.PageBytes}}}
-	}
-	return out, nil
-}
-
 func glueManagerGetPoolGroupDescs(mgr *managerObj, level C.kvcm_cache_level, descs *C.kvcm_pool_group_desc, descsCap C.size_t,
 	lifeCycles *C.kvcm_layer_group_id, lifeCyclesCap C.size_t, pools *C.kvcm_pool_desc, poolsCap C.size_t,
 	numDescs, numLifeCycles, numPools *C.size_t) error {
-	ds, err := levelDescs(mgr, level)
+	ds, err := mgr.PoolGroupDescs(layout.CacheLevel(level))
 	if err != nil {
 		return err
 	}
@@ -368,7 +249,7 @@ func glueManagerGetPoolGroupDescs(mgr *managerObj, level C.kvcm_cache_level, des
 }
 
 func glueManagerGetQuota(mgr *managerObj, level C.kvcm_cache_level, out *C.int64_t) error {
-	q, err := mgr.m.Quota(layout.CacheLevel(level))
+	q, err := mgr.Core().Quota(layout.CacheLevel(level))
 	if err != nil {
 		return err
 	}
@@ -377,7 +258,7 @@ func glueManagerGetQuota(mgr *managerObj, level C.kvcm_cache_level, out *C.int64
 }
 
 func glueManagerResizeLevel(mgr *managerObj, level C.kvcm_cache_level, quota C.int64_t) error {
-	return mgr.m.ResizeLevel(layout.CacheLevel(level), int64(quota))
+	return mgr.Core().ResizeLevel(layout.CacheLevel(level), int64(quota))
 }
 
 func goScope(s *C.kvcm__const_kvcm_reuse_scope, name string) (blockhash.Scope, error) {
@@ -415,11 +296,9 @@ func glueManagerProbeReuse(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scop
 	if err != nil {
 		return err
 	}
-	if _, err := mgr.m.Quota(0); err != nil {
-		return err
-	}
-	*out = C.int64_t(mgr.m.ProbeReuse(sc, ts))
-	return nil
+	reused, err := mgr.ProbeReuse(sc, ts)
+	*out = C.int64_t(reused)
+	return err
 }
 
 // ---- Statistics ----
@@ -433,12 +312,12 @@ func cBlockStats(s core.BlockStats) C.kvcm_block_stats {
 }
 
 func glueManagerGetStats(mgr *managerObj, out *C.kvcm_block_stats) error {
-	*out = cBlockStats(mgr.m.Stats())
+	*out = cBlockStats(mgr.Core().Stats())
 	return nil
 }
 
 func glueManagerGetAndResetIterationStats(mgr *managerObj, out *C.kvcm_block_stats) error {
-	*out = cBlockStats(mgr.m.GetAndResetIterationStats())
+	*out = cBlockStats(mgr.Core().GetAndResetIterationStats())
 	return nil
 }
 
@@ -462,7 +341,7 @@ func fill[T, E any](items []T, buf *E, capacity C.size_t, needed *C.size_t, conv
 }
 
 func glueManagerGetStorageStats(mgr *managerObj, level C.kvcm_cache_level, stats *C.kvcm_pool_group_stats, capacity C.size_t, needed *C.size_t) error {
-	st, err := mgr.m.StorageStats(layout.CacheLevel(level))
+	st, err := mgr.Core().StorageStats(layout.CacheLevel(level))
 	if err != nil {
 		return err
 	}
@@ -476,22 +355,16 @@ func glueManagerGetStorageStats(mgr *managerObj, level C.kvcm_cache_level, stats
 }
 
 func glueManagerGetAndResetIterationPeakBlockStats(mgr *managerObj, level C.kvcm_cache_level, stats *C.kvcm_peak_block_stats, capacity C.size_t, needed *C.size_t) error {
-	// Count first (the group count of a level never changes), so that a
-	// size query or a too small buffer resets nothing.
-	st, err := mgr.m.StorageStats(layout.CacheLevel(level))
+	buf, err := cSlice(stats, capacity, "capacity")
 	if err != nil {
 		return err
 	}
-	*needed = C.size_t(len(st))
-	if _, err := cSlice(stats, capacity, "capacity"); err != nil {
-		return err
-	}
-	if (stats == nil && capacity == 0) || uint64(capacity) < uint64(len(st)) {
-		return fill(st, stats, capacity, needed, func(core.PoolGroupStats) C.kvcm_peak_block_stats { return C.kvcm_peak_block_stats{} })
-	}
-	peaks, err := mgr.m.GetAndResetIterationPeakBlockStats(layout.CacheLevel(level))
+	peaks, n, err := mgr.GetAndResetIterationPeakBlockStats(layout.CacheLevel(level), len(buf))
 	if err != nil {
 		return err
+	}
+	if peaks == nil { // a size query or a buffer too small: nothing was reset
+		peaks = make([]core.PeakBlockStats, n)
 	}
 	return fill(peaks, stats, capacity, needed, func(p core.PeakBlockStats) C.kvcm_peak_block_stats {
 		return C.kvcm_peak_block_stats{index: C.kvcm_pool_group_index(p.Index), peak_used: C.int64_t(p.PeakUsed), total: C.int64_t(p.Total)}
@@ -499,10 +372,10 @@ func glueManagerGetAndResetIterationPeakBlockStats(mgr *managerObj, level C.kvcm
 }
 
 func glueManagerGetMigrationStats(mgr *managerObj, stats *C.kvcm_migration_stats, capacity C.size_t, needed *C.size_t) error {
-	if _, err := mgr.m.Quota(0); err != nil {
+	ms, err := mgr.MigrationStats()
+	if err != nil {
 		return err
 	}
-	ms := mgr.m.MigrationStats()
 	return fill(core.Paths(), stats, capacity, needed, func(p core.Path) C.kvcm_migration_stats {
 		c := ms[p]
 		return C.kvcm_migration_stats{path: C.kvcm_migration_path(p), pages: C.int64_t(c.Pages), bytes: C.int64_t(c.Bytes)}
@@ -514,13 +387,102 @@ func glueConfigValidate(cfgC *C.kvcm__const_kvcm_manager_config) error {
 	if err != nil {
 		return err
 	}
-	switch cfgC.device {
-	case C.KVCM_DEVICE_AUTO, C.KVCM_DEVICE_EMU, C.KVCM_DEVICE_CUDA:
-	default:
-		return argError("config.device", "unknown device kind %d", int32(cfgC.device))
+	opts, err := goOptions(cfgC)
+	if err != nil {
+		return err
 	}
-	if cfgC.device_ordinal < 0 {
-		return argError("config.device_ordinal", "must not be negative, got %d", int32(cfgC.device_ordinal))
+	return abimodel.Validate(cfg, opts)
+}
+
+// ---- Events ----
+
+func glueManagerDrainEvents(mgr *managerObj, events *C.kvcm_cache_event, eventsCap C.size_t, tokens *C.kvcm_token, tokensCap C.size_t,
+	numEvents *C.size_t, numTokens *C.size_t, dropped *C.uint64_t) error {
+	evs, err := cSlice(events, eventsCap, "events_cap")
+	if err != nil {
+		return err
 	}
-	return cfg.Validate(layout.NumLifeCycles(&cfg))
+	toks, err := cSlice(tokens, tokensCap, "tokens_cap")
+	if err != nil {
+		return err
+	}
+	got, d, need := mgr.Events().Drain(len(evs), len(toks))
+	if need > 0 {
+		*numTokens = C.size_t(need)
+		return errorf(codeBufferTooSmall, "the oldest event has %d tokens; tokens_cap is %d", need, uint64(tokensCap))
+	}
+	ntok := 0
+	for i, ev := range got {
+		evs[i] = C.kvcm_cache_event{
+			seq: C.uint64_t(ev.Seq), key: C.uint64_t(ev.Key), parent: C.uint64_t(ev.Parent),
+			kind: C.kvcm_event_kind(ev.Kind), layer_group: C.kvcm_layer_group_id(ev.LayerGroup),
+			level: C.kvcm_cache_level(ev.Level), num_tokens: C.size_t(len(ev.Tokens)),
+			cache_id: C.uint64_t(ev.CacheID),
+		}
+		if len(ev.Tokens) > 0 {
+			evs[i].tokens = &toks[ntok]
+		}
+		for _, t := range ev.Tokens {
+			toks[ntok] = C.kvcm_token(t)
+			ntok++
+		}
+	}
+	*numEvents, *numTokens = C.size_t(len(got)), C.size_t(ntok)
+	if dropped != nil {
+		*dropped = C.uint64_t(d)
+	}
+	return nil
+}
+
+// cSlice views a caller's buffer of n elements.
+func cSlice[T any](p *T, n C.size_t, name string) ([]T, error) {
+	if n > abimodel.MaxElems/C.size_t(max(unsafe.Sizeof(*p), 1)) {
+		return nil, argError(name, "%d is too large", uint64(n))
+	}
+	if p == nil || n == 0 {
+		return nil, nil
+	}
+	return unsafe.Slice(p, int(n)), nil
+}
+
+// ---- Streams and memory ----
+
+func glueManagerCreateStream(mgr *managerObj, out *C.kvcm_stream) error {
+	s, err := mgr.CreateStream()
+	if err != nil {
+		return err
+	}
+	*out = C.kvcm_stream(s.Handle())
+	return nil
+}
+
+func glueManagerDestroyStream(mgr *managerObj, stream C.kvcm_stream) error {
+	return mgr.DestroyStream(uintptr(stream))
+}
+
+func goMemoryKind(kind C.kvcm_memory_kind) (device.MemoryKind, error) {
+	switch kind {
+	case C.KVCM_MEMORY_DEVICE:
+		return device.DeviceMemory, nil
+	case C.KVCM_MEMORY_HOST_MAPPED:
+		return device.HostMapped, nil
+	}
+	return 0, argError("kind", "unknown memory kind %d", int32(kind))
+}
+
+func glueManagerAllocMemory(mgr *managerObj, kind C.kvcm_memory_kind, size C.uint64_t, out *C.kvcm_device_ptr) error {
+	k, err := goMemoryKind(kind)
+	if err != nil {
+		return err
+	}
+	p, err := mgr.AllocMemory(k, uint64(size))
+	if err != nil {
+		return err
+	}
+	*out = C.kvcm_device_ptr(p)
+	return nil
+}
+
+func glueManagerFreeMemory(mgr *managerObj, ptr C.kvcm_device_ptr) error {
+	return mgr.FreeMemory(device.Ptr(ptr))
 }

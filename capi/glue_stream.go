@@ -11,80 +11,31 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/kvcm/kvcm/core/abimodel"
 	"github.com/kvcm/kvcm/core/device"
 )
 
-func glueManagerCreateStream(mgr *managerObj, out *C.kvcm_stream) error {
-	mgr.mu.Lock()
-	defer mgr.mu.Unlock()
-	if mgr.gone {
-		return errorf(codeInvalidHandle, "manager is being destroyed")
-	}
-	s, err := mgr.dev.NewStream()
+// resolveStream finds the stream of a native handle on a live manager's
+// device.
+func resolveStream(h C.kvcm_stream) (device.Stream, error) {
+	return abimodel.Devices.Stream(uintptr(h))
+}
+
+func glueStreamAllocMemory(stream C.kvcm_stream, kind C.kvcm_memory_kind, size C.uint64_t, out *C.kvcm_device_ptr) error {
+	k, err := goMemoryKind(kind)
 	if err != nil {
 		return err
 	}
-	mgr.streams[s.Handle()] = s
-	*out = C.kvcm_stream(s.Handle())
+	p, err := abimodel.Devices.Alloc(uintptr(stream), k, uint64(size))
+	if err != nil {
+		return err
+	}
+	*out = C.kvcm_device_ptr(p)
 	return nil
 }
 
-func glueManagerDestroyStream(mgr *managerObj, stream C.kvcm_stream) error {
-	mgr.mu.Lock()
-	s, ok := mgr.streams[uintptr(stream)]
-	delete(mgr.streams, uintptr(stream))
-	mgr.mu.Unlock()
-	if !ok {
-		return argError("stream", "%#x was not created by this manager or was already destroyed", uintptr(stream))
-	}
-	err := s.Synchronize()
-	if cerr := s.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-func glueManagerAllocMemory(mgr *managerObj, kind C.kvcm_memory_kind, size C.uint64_t, out *C.kvcm_device_ptr) error {
-	k, err := memoryKind(kind, size)
-	if err != nil {
-		return err
-	}
-	mgr.mu.Lock()
-	defer mgr.mu.Unlock()
-	if mgr.gone {
-		return errorf(codeInvalidHandle, "manager is being destroyed")
-	}
-	mem, err := mgr.dev.Alloc(k, int64(size))
-	if err != nil {
-		return err
-	}
-	mgr.mem[mem.Ptr()] = mem
-	*out = C.kvcm_device_ptr(mem.Ptr())
-	return nil
-}
-
-func memoryKind(kind C.kvcm_memory_kind, size C.uint64_t) (device.MemoryKind, error) {
-	if size == 0 || size > maxElems {
-		return 0, argError("size", "must be in [1, 2^40], got %d", uint64(size))
-	}
-	switch kind {
-	case C.KVCM_MEMORY_DEVICE:
-		return device.DeviceMemory, nil
-	case C.KVCM_MEMORY_HOST_MAPPED:
-		return device.HostMapped, nil
-	}
-	return 0, argError("kind", "unknown memory kind %d", int32(kind))
-}
-
-func glueManagerFreeMemory(mgr *managerObj, ptr C.kvcm_device_ptr) error {
-	mgr.mu.Lock()
-	mem, ok := mgr.mem[device.Ptr(ptr)]
-	delete(mgr.mem, device.Ptr(ptr))
-	mgr.mu.Unlock()
-	if !ok {
-		return argError("ptr", "%#x was not allocated by this manager or was already freed", uint64(ptr))
-	}
-	return mem.Free()
+func glueStreamFreeMemory(stream C.kvcm_stream, ptr C.kvcm_device_ptr) error {
+	return abimodel.Devices.Free(uintptr(stream), device.Ptr(ptr))
 }
 
 func glueStreamSynchronize(stream C.kvcm_stream) error {
@@ -125,7 +76,7 @@ func glueStreamBatchCopy(stream C.kvcm_stream, descs *C.kvcm__const_kvcm_copy_de
 	}
 	out := make([]device.CopyDesc, len(cd))
 	for i, d := range cd {
-		if uint64(d.size) > maxElems {
+		if uint64(d.size) > abimodel.MaxElems {
 			return argError(fmt.Sprintf("descs[%d].size", i), "%d is too large", uint64(d.size))
 		}
 		out[i] = device.CopyDesc{Dst: device.Ptr(d.dst), Src: device.Ptr(d.src), Size: int64(d.size)}
@@ -138,7 +89,7 @@ func glueStreamCopyFromHost(stream C.kvcm_stream, dst C.kvcm_device_ptr, src C.u
 	if err != nil {
 		return err
 	}
-	if size > maxElems {
+	if size > abimodel.MaxElems {
 		return argError("size", "%d is too large", uint64(size))
 	}
 	if size == 0 {

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"runtime/cgo"
 	"sync"
+
+	"github.com/kvcm/kvcm/core/abimodel"
 )
 
 // Handles are cgo.Handle values. cgo.Handle.Value panics on a freed handle
@@ -96,10 +98,61 @@ func kindOf(v any) string {
 	return fmt.Sprintf("%T", v)
 }
 
+// The values handles refer to: an object of the ABI's object model with its
+// handle, which the handle's owner frees.
+type (
+	managerObj struct {
+		handle uint64
+		*abimodel.Manager
+	}
+	cpObj struct {
+		handle uint64
+		*abimodel.CPIndex
+	}
+	// kvCacheObj's handle is freed when the cache is closed, by
+	// kvcm_kv_cache_close or by its manager's destroy (abimodel's OnClose).
+	kvCacheObj struct {
+		*abimodel.Cache
+		mu     sync.Mutex // guards handle and closed
+		handle uint64
+		closed bool
+	}
+)
+
+// newKVCacheObj returns an object for a cache about to be created and the
+// OnClose that frees its handle.
+func newKVCacheObj() (*kvCacheObj, func()) {
+	o := &kvCacheObj{}
+	return o, func() {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		o.closed = true
+		if o.handle != 0 {
+			deleteHandle(o.handle)
+		}
+	}
+}
+
+// publish issues the cache's handle, unless its manager closed it already.
+func (o *kvCacheObj) publish(c *abimodel.Cache) (uint64, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.Cache = c
+	if o.closed {
+		return 0, false
+	}
+	o.handle = newHandle(o)
+	return o.handle, true
+}
+
 func lookupManager(fn, arg string, h C.kvcm_manager) (*managerObj, *C.kvcm_status) {
 	return lookup[*managerObj](fn, arg, uint64(h), "manager")
 }
 
 func lookupKVCache(fn, arg string, h C.kvcm_kv_cache) (*kvCacheObj, *C.kvcm_status) {
 	return lookup[*kvCacheObj](fn, arg, uint64(h), "KV cache")
+}
+
+func lookupCPIndex(fn, arg string, h C.kvcm_cp_index) (*cpObj, *C.kvcm_status) {
+	return lookup[*cpObj](fn, arg, uint64(h), "CP index")
 }

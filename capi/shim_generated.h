@@ -72,6 +72,28 @@ static inline int kvcm__has_cold_page_codec_vtable_destroy(const kvcm_cold_page_
     return vt != NULL && vt->struct_size >= offsetof(kvcm_cold_page_codec_vtable, destroy) + sizeof(vt->destroy) && vt->destroy != NULL;
 }
 static inline void kvcm__call_cold_page_codec_vtable_destroy(const kvcm_cold_page_codec_vtable* vt, uintptr_t self) { vt->destroy((void*)self); }
+/* The first slot of a kvcm_cold_page_codec_vtable that must be present and is not, or NULL. */
+static inline const char* kvcm__missing_cold_page_codec_vtable(const kvcm_cold_page_codec_vtable* vt) {
+    if (!kvcm__has_cold_page_codec_vtable_configure(vt)) {
+        return "configure";
+    }
+    if (!kvcm__has_cold_page_codec_vtable_query_cold_page_bytes(vt)) {
+        return "query_cold_page_bytes";
+    }
+    if (!kvcm__has_cold_page_codec_vtable_query_page_index_location(vt)) {
+        return "query_page_index_location";
+    }
+    if (!kvcm__has_cold_page_codec_vtable_encode(vt)) {
+        return "encode";
+    }
+    if (!kvcm__has_cold_page_codec_vtable_decode(vt)) {
+        return "decode";
+    }
+    if (!kvcm__has_cold_page_codec_vtable_destroy(vt)) {
+        return "destroy";
+    }
+    return NULL;
+}
 static inline int kvcm__has_cp_index_vtable_predict_prefix_reuse(const kvcm_cp_index_vtable* vt) {
     return vt != NULL && vt->struct_size >= offsetof(kvcm_cp_index_vtable, predict_prefix_reuse) + sizeof(vt->predict_prefix_reuse) && vt->predict_prefix_reuse != NULL;
 }
@@ -96,6 +118,16 @@ static inline int kvcm__has_cp_index_vtable_destroy(const kvcm_cp_index_vtable* 
     return vt != NULL && vt->struct_size >= offsetof(kvcm_cp_index_vtable, destroy) + sizeof(vt->destroy) && vt->destroy != NULL;
 }
 static inline void kvcm__call_cp_index_vtable_destroy(const kvcm_cp_index_vtable* vt, uintptr_t self) { vt->destroy((void*)self); }
+
+/* Go implementations of vtables (defined in api_generated.c): each slot forwards to a Go export, self and pointers as uintptr_t. */
+extern bool kvcm__go_default_configure(uintptr_t self, uintptr_t gpu_descs, kvcm_pool_group_index num_gpu_descs);
+extern size_t kvcm__go_default_query_cold_page_bytes(uintptr_t self, kvcm_layer_group_id layer_group_id);
+extern kvcm_layer_group_id kvcm__go_default_get_batching_layer_group_id(uintptr_t self, kvcm_layer_group_id layer_group_id);
+extern kvcm_page_index_location kvcm__go_default_query_page_index_location(uintptr_t self, kvcm_layer_group_id layer_group_id);
+extern bool kvcm__go_default_encode(uintptr_t self, kvcm_layer_group_id layer_group_id, uintptr_t dst_base_ptr, uintptr_t page_indices, size_t num_base_pages, kvcm_stream stream);
+extern bool kvcm__go_default_decode(uintptr_t self, kvcm_layer_group_id layer_group_id, uintptr_t src_base_ptr, uintptr_t page_indices, size_t num_base_pages, kvcm_stream stream);
+extern void kvcm__go_default_destroy(uintptr_t self);
+const kvcm_cold_page_codec_vtable* kvcm__default_cold_page_codec_vtable(void);
 
 /* Callbacks: callers that take opaque pointers as uintptr_t. */
 static inline int32_t kvcm__call_host_func(kvcm_host_func fn, uintptr_t user_data) { return fn((void*)user_data); }

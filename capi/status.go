@@ -16,6 +16,7 @@ import (
 	"unsafe"
 
 	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/abimodel"
 	"github.com/kvcm/kvcm/core/codec"
 	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/device/cuda"
@@ -93,7 +94,7 @@ func codeOf(err error) C.kvcm_status_code {
 		return codeIO
 	case errors.Is(err, core.ErrClosed):
 		return codeClosed
-	case errors.Is(err, codec.ErrConsumed):
+	case errors.Is(err, codec.ErrConsumed), errors.Is(err, abimodel.ErrDestroyed):
 		return codeInvalidHandle
 	case errors.Is(err, device.ErrOutOfMemory), errors.Is(err, device.ErrInvalidCopy),
 		errors.Is(err, device.ErrClosed), errors.Is(err, device.ErrInjected),

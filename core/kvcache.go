@@ -578,16 +578,26 @@ func (c *KVCache) Suspend() error {
 
 // Close releases every page: committed blocks stay cached for reuse until
 // evicted, private pages are freed. Closing a closed cache does nothing.
+// Manager.Close closes the caches still open.
 func (c *KVCache) Close() error {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return c.closeLocked(false)
+}
+
+// closeLocked closes the cache with the manager's lock held. An ACTIVE
+// cache's pages are fenced by an event on its stream; when recording it
+// fails, a forced close (the manager's) releases the pages anyway and
+// reports the error, an ordinary one changes nothing.
+func (c *KVCache) closeLocked(force bool) error {
 	m := c.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	if c.status == Closed {
 		return nil
 	}
 	active := c.status == Active
+	var err error
 	if active {
-		if err := c.attachStreamEvent(c.eachPage); err != nil {
+		if err = c.attachStreamEvent(c.eachPage); err != nil && !force {
 			return err
 		}
 	}
@@ -608,7 +618,7 @@ func (c *KVCache) Close() error {
 	c.stream, c.status = nil, Closed
 	delete(m.caches, c.id)
 	m.safePoint()
-	return nil
+	return err
 }
 
 // Resize sets the capacity (tokens with pages) and the history length (tokens

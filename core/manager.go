@@ -14,8 +14,11 @@
 package core
 
 import (
+	"cmp"
 	"container/heap"
+	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -180,25 +183,33 @@ func (m *Manager) initHotLevel(weights []float64) error {
 	return nil
 }
 
-// Close releases every level's memory. Caches must be closed first.
+// Close closes every cache still open, in creation order, as KVCache.Close
+// does (committed blocks stay published until the manager goes), waits for
+// the manager's work and releases every level's memory, the staging rings
+// and the codec. It always releases everything: an error (a cache whose
+// stream could not be fenced, a failed synchronization) is reported after
+// the release. Closing a closed manager does nothing; afterwards the
+// manager's methods report ErrClosed and its caches are CLOSED.
 func (m *Manager) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return nil
 	}
-	for _, c := range m.caches {
-		if c.status != Closed {
-			return fmt.Errorf("%w: close the manager's caches first (cache %d is %v)", ErrInvalidState, c.id, c.status)
+	var errs []error
+	open := slices.Collect(maps.Values(m.caches))
+	slices.SortFunc(open, func(a, b *KVCache) int { return cmp.Compare(a.id, b.id) })
+	for _, c := range open {
+		if err := c.closeLocked(true); err != nil {
+			errs = append(errs, fmt.Errorf("close cache %d: %w", c.id, err))
 		}
 	}
 	m.closed = true
-	var err error
 	if m.stream != nil {
-		err = m.stream.Synchronize()
+		errs = append(errs, m.stream.Synchronize())
 	}
 	m.release()
-	return err
+	return errors.Join(errs...)
 }
 
 func (m *Manager) release() {

@@ -521,3 +521,49 @@ func TestEventsReportStoredDroppedAndRemovedBlocks(t *testing.T) {
 	assert.Equal(t, 1, dropped, "block 1 losing one of its two pages: an update to DroppedLevel")
 	assert.Equal(t, 2, removed, "each block's last page: the block is removed")
 }
+
+// Close closes the caches still open (ACTIVE or SUSPENDED) and releases
+// every page and the levels' memory; the caches are then CLOSED for good.
+func TestManagerCloseClosesOpenCaches(t *testing.T) {
+	dev := emu.New(emu.Options{Seed: 1})
+	defer dev.Close()
+	m, err := NewManager(smallConfig(16), WithDevice(dev))
+	require.NoError(t, err)
+	s, err := dev.NewStream()
+	require.NoError(t, err)
+	defer s.Close()
+	f := &fixture{t: t, m: m, dev: dev, stream: s}
+	active := f.open(blockhash.Scope{}, seq(0, 8))
+	suspended := f.open(blockhash.Scope{}, seq(100, 8))
+	require.NoError(t, suspended.Suspend())
+
+	require.NoError(t, m.Close(), "open caches do not block Close")
+	assert.Equal(t, Closed, active.Status())
+	assert.Equal(t, Closed, suspended.Status())
+	assert.NoError(t, active.Close(), "closing a cache the manager closed is harmless")
+	assert.ErrorIs(t, active.Resume(s), ErrInvalidState)
+	_, err = m.Quota(layout.GPULevel)
+	assert.ErrorIs(t, err, ErrClosed)
+	assert.NoError(t, m.Close(), "closing twice is harmless")
+	assert.Zero(t, dev.Stats().LiveAllocs.Total(), "every level's memory is freed")
+}
+
+// Close releases everything even when an ACTIVE cache's stream is gone: the
+// failure to fence the cache's pages is reported, nothing is kept.
+func TestManagerCloseReleasesWhenStreamIsGone(t *testing.T) {
+	dev := emu.New(emu.Options{Seed: 1})
+	defer dev.Close()
+	m, err := NewManager(smallConfig(16), WithDevice(dev))
+	require.NoError(t, err)
+	s, err := dev.NewStream()
+	require.NoError(t, err)
+	f := &fixture{t: t, m: m, dev: dev, stream: s}
+	c := f.open(blockhash.Scope{}, seq(0, 8))
+	require.NoError(t, s.Close())
+
+	err = m.Close()
+	require.Error(t, err, "the lost fence is reported")
+	assert.Contains(t, err.Error(), "close cache")
+	assert.Equal(t, Closed, c.Status())
+	assert.Zero(t, dev.Stats().LiveAllocs.Total(), "every level's memory is freed")
+}

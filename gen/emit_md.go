@@ -57,8 +57,15 @@ func EmitMarkdown(m *Model, p Paths) string {
 		"integers; a freed or consumed handle is reported as `KVCM_ERR_INVALID_HANDLE`. A panic inside the library " +
 		"returns `KVCM_ERR_INTERNAL` and poisons the library (`KVCM_ERR_POISONED` from then on).\n\n")
 
-	b.WriteString("## Contents\n\n- [Functions](#functions)\n- [Structures](#structures)\n- [Function table](#function-table)\n- [Enumerations](#enumerations)\n" +
+	b.WriteString("## Contents\n\n")
+	if m.Changes != "" {
+		b.WriteString("- [Changes](#changes)\n")
+	}
+	b.WriteString("- [Functions](#functions)\n- [Structures](#structures)\n- [Function table](#function-table)\n- [Enumerations](#enumerations)\n" +
 		"- [Scalar types, handles and callbacks](#scalar-types-handles-and-callbacks)\n- [Constants](#constants)\n\n")
+	if m.Changes != "" {
+		b.WriteString("## Changes\n\n" + mdText(m.Changes) + "\n\n")
+	}
 
 	b.WriteString("## Functions\n\n| function | since | summary |\n|---|---|---|\n")
 	for _, f := range m.Funcs {

@@ -200,6 +200,29 @@ func emitShimHeader(m *Model) string {
 				d.CName, f.CName, f.CName, f.CName)
 			writeCaller(&b, fmt.Sprintf("kvcm__call_%s_%s", short, f.CName), "const "+d.CName+"* vt", "vt->"+f.CName, f.Type.Sig)
 		}
+		var required []*Field
+		for _, f := range goImplSlots(d) {
+			if !f.Nullable {
+				required = append(required, f)
+			}
+		}
+		if len(required) > 0 {
+			fmt.Fprintf(&b, "/* The first slot of a %s that must be present and is not, or NULL. */\n", d.CName)
+			fmt.Fprintf(&b, "static inline const char* kvcm__missing_%s(const %s* vt) {\n", short, d.CName)
+			for _, f := range required {
+				fmt.Fprintf(&b, "    if (!kvcm__has_%s_%s(vt)) {\n        return \"%s\";\n    }\n", short, f.CName, f.CName)
+			}
+			b.WriteString("    return NULL;\n}\n")
+		}
+	}
+	b.WriteString("\n/* Go implementations of vtables (defined in " + shimC + "): each slot forwards to a Go export, self and pointers as uintptr_t. */\n")
+	for _, d := range m.Decls {
+		for _, impl := range d.GoImpls {
+			for _, f := range goImplSlots(d) {
+				fmt.Fprintf(&b, "extern %s;\n", goImplExport(impl, f))
+			}
+			fmt.Fprintf(&b, "const %s* %s(void);\n", d.CName, goImplTable(m, d, impl))
+		}
 	}
 	b.WriteString("\n/* Callbacks: callers that take opaque pointers as uintptr_t. */\n")
 	for _, d := range m.Decls {
@@ -240,6 +263,67 @@ func writeCaller(b *strings.Builder, name, first, target string, s *Sig) {
 	fmt.Fprintf(b, "static inline %s %s(%s) { %s%s(%s); }\n", s.Result.CName(), name, strings.Join(params, ", "), ret, target, strings.Join(args, ", "))
 }
 
+// goImplSlots returns the function slots of a vtable.
+func goImplSlots(d *Decl) []*Field {
+	var out []*Field
+	for _, f := range d.Fields {
+		if f.Type.Kind == KFunc {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// goImplExport declares the Go export a slot of a Go-implemented vtable
+// forwards to: pointers (self included) as uintptr_t, as Go must hold them.
+func goImplExport(impl string, f *Field) string {
+	var ps []string
+	for _, p := range f.Type.Sig.Params {
+		t := p.Type.CName()
+		if p.Type.IsPointer() {
+			t = "uintptr_t"
+		}
+		ps = append(ps, t+" "+p.CName)
+	}
+	return fmt.Sprintf("%s kvcm__go_%s_%s(%s)", f.Type.Sig.Result.CName(), impl, f.CName, strings.Join(ps, ", "))
+}
+
+// goImplTable is the accessor of a Go implementation's vtable.
+func goImplTable(m *Model, d *Decl, impl string) string {
+	return fmt.Sprintf("%s__%s_%s", m.Prefix, impl, strings.TrimPrefix(d.CName, m.Prefix+"_"))
+}
+
+// writeGoImpl writes the forwarding slots of a Go implementation of a
+// vtable, its table and the table's accessor.
+func writeGoImpl(b *strings.Builder, m *Model, d *Decl, impl string) {
+	short := strings.TrimPrefix(d.CName, m.Prefix+"_")
+	for _, f := range goImplSlots(d) {
+		var args []string
+		for _, p := range f.Type.Sig.Params {
+			if p.Type.IsPointer() {
+				args = append(args, "(uintptr_t)"+p.CName)
+			} else {
+				args = append(args, p.CName)
+			}
+		}
+		ret := "return "
+		if f.Type.Sig.Result.Kind == KVoid {
+			ret = ""
+		}
+		fmt.Fprintf(b, "static %s %s_%s_%s(%s) {\n    %skvcm__go_%s_%s(%s);\n}\n\n", f.Type.Sig.Result.CName(), impl, short, f.CName,
+			f.Type.Sig.CParams(), ret, impl, f.CName, strings.Join(args, ", "))
+	}
+	fmt.Fprintf(b, "static const %s %s_%s = {\n", d.CName, impl, short)
+	if d.Versioned {
+		fmt.Fprintf(b, "    .struct_size = (uint32_t)sizeof(%s),\n    .abi_version = %s_ABI_VERSION,\n", d.CName, strings.ToUpper(m.Prefix))
+	}
+	for _, f := range goImplSlots(d) {
+		fmt.Fprintf(b, "    .%s = %s_%s_%s,\n", f.CName, impl, short, f.CName)
+	}
+	b.WriteString("};\n\n")
+	fmt.Fprintf(b, "const %s* %s(void) {\n    return &%s_%s;\n}\n\n", d.CName, goImplTable(m, d, impl), impl, short)
+}
+
 func emitShimC(m *Model, p Paths) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "/* %s */\n", Banner)
@@ -268,6 +352,11 @@ func emitShimC(m *Model, p Paths) string {
 			fmt.Fprintf(&b, "    case %s:\n        return \"%s\";\n", e.CName, e.CName)
 		}
 		fmt.Fprintf(&b, "    }\n    return NULL;\n}\n\n")
+	}
+	for _, d := range m.Decls {
+		for _, impl := range d.GoImpls {
+			writeGoImpl(&b, m, d, impl)
+		}
 	}
 	api := m.APIDecl()
 	var entry *Func

@@ -22,6 +22,7 @@ var tinyPaths = Paths{
 	Python:  "python/_ffi.py",
 	Doc:     "docs/api.md",
 	Include: "kvcm/kvcm.h",
+	Layouts: "capi/abitest/layouts_generated.go",
 }
 
 func loadTiny(t *testing.T) *Model {
@@ -134,10 +135,11 @@ func TestNames(t *testing.T) {
 
 func TestLoadErrors(t *testing.T) {
 	for dir, want := range map[string]string{
-		"multi":     "multi-value results are not allowed",
-		"gostring":  "not fixed-width",
-		"noparam":   "parameter v has no //kvcm:param",
-		"gopointer": "Go pointers are only allowed for the status result",
+		"multi":      "multi-value results are not allowed",
+		"gostring":   "not fixed-width",
+		"noparam":    "parameter v has no //kvcm:param",
+		"gopointer":  "Go pointers are only allowed for the status result",
+		"goimplself": "only slots that take self (void*) first",
 	} {
 		_, err := Load(filepath.Join("testdata", "bad", dir), ".")
 		if assert.Error(t, err, dir) {

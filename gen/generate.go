@@ -20,6 +20,7 @@ type Paths struct {
 	Doc      string // API reference
 	Include  string // the #include name of the public header
 	CppGuard string
+	Layouts  string // Go file naming cgo's view of every struct, in the ABI test package ("" for none)
 }
 
 // DefaultPaths is kvcm's layout.
@@ -31,6 +32,7 @@ var DefaultPaths = Paths{
 	Python:  "bindings/python/kvcm/_ffi.py",
 	Doc:     "docs/api.md",
 	Include: "kvcm/kvcm.h",
+	Layouts: "capi/abitest/layouts_generated.go",
 }
 
 // Generate renders every output of the model, keyed by path.

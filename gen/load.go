@@ -22,7 +22,7 @@ const SpecPath = "github.com/kvcm/kvcm/gen/spec"
 func Load(dir, pattern string) (*Model, error) {
 	cfg := &packages.Config{
 		Mode: packages.NeedName | packages.NeedFiles | packages.NeedSyntax |
-			packages.NeedTypes | packages.NeedTypesInfo | packages.NeedImports | packages.NeedDeps,
+			packages.NeedTypes | packages.NeedTypesInfo,
 		Dir: dir,
 	}
 	pkgs, err := packages.Load(cfg, pattern)
@@ -135,6 +135,9 @@ func (l *loader) run() error {
 	var consts []*ast.ValueSpec
 	constDoc := map[*ast.ValueSpec]*ast.CommentGroup{}
 	for _, f := range files {
+		if f.Doc != nil {
+			l.m.Changes += changesSection(f.Doc.Text())
+		}
 		for _, decl := range f.Decls {
 			gd, ok := decl.(*ast.GenDecl)
 			if !ok {
@@ -207,6 +210,10 @@ func (l *loader) run() error {
 		dc.CppNamespace = d.one("cppns")
 		dc.Versioned = d.has("versioned")
 		dc.Vtable = d.has("vtable")
+		dc.GoImpls = slices.Sorted(slices.Values(d["goimpl"]))
+		if len(dc.GoImpls) > 0 && !dc.Vtable {
+			return fmt.Errorf("%s: //kvcm:goimpl on a type that is not a //kvcm:vtable", dc.GoName)
+		}
 		dc.Status = d.has("status")
 		dc.APITable = d.has("apitable")
 		if a := d.one("align"); a != "" {
@@ -359,6 +366,9 @@ func (l *loader) body(dc *Decl, s typeSpec) error {
 			return fmt.Errorf("%s: embedded fields are not supported", dc.GoName)
 		}
 		if err := checkFieldVersions(dc); err != nil {
+			return err
+		}
+		if err := checkGoImpls(dc); err != nil {
 			return err
 		}
 	}
@@ -652,5 +662,43 @@ func (l *loader) order() error {
 		}
 	}
 	l.m.Decls = out
+	return nil
+}
+
+// changesSection returns the text under the "# Changes" heading of a package
+// doc, up to the next heading.
+func changesSection(doc string) string {
+	const heading = "# Changes\n"
+	i := strings.Index("\n"+doc, "\n"+heading)
+	if i < 0 {
+		return ""
+	}
+	rest := doc[i+len(heading):]
+	if j := strings.Index(rest, "\n# "); j >= 0 {
+		rest = rest[:j]
+	}
+	return strings.TrimSpace(rest)
+}
+
+// checkGoImpls checks what a Go implementation of a vtable needs: every slot
+// after struct_size and abi_version is a function taking self first, and
+// every implementation name is a C identifier.
+func checkGoImpls(dc *Decl) error {
+	for _, impl := range dc.GoImpls {
+		if impl == "" || strings.IndexFunc(impl, func(r rune) bool { return !(r == '_' || 'a' <= r && r <= 'z' || '0' <= r && r <= '9') }) >= 0 {
+			return fmt.Errorf("%s: //kvcm:goimpl %q: want a lower-case C identifier", dc.GoName, impl)
+		}
+	}
+	if len(dc.GoImpls) == 0 {
+		return nil
+	}
+	for _, f := range dc.Fields {
+		if f.CName == "struct_size" || f.CName == "abi_version" {
+			continue
+		}
+		if f.Type.Kind != KFunc || len(f.Type.Sig.Params) == 0 || f.Type.Sig.Params[0].Type.Kind != KVoidPtr {
+			return fmt.Errorf("%s.%s: a vtable with //kvcm:goimpl has only slots that take self (void*) first", dc.GoName, f.GoName)
+		}
+	}
 	return nil
 }

@@ -124,12 +124,16 @@ type Decl struct {
 	Fields       []*Field // struct
 	Versioned    bool
 	Vtable       bool
-	Align        int
-	Status       bool // the status type
-	APITable     bool // the generated function table
-	Callback     *Sig
-	File         string
-	Pos          int
+	// GoImpls names the Go implementations of a vtable (//kvcm:goimpl): for
+	// each, kvcmgen writes a C vtable whose slots forward to Go exports
+	// kvcm__go_<impl>_<slot>, self and pointers passed as uintptr_t.
+	GoImpls  []string
+	Align    int
+	Status   bool // the status type
+	APITable bool // the generated function table
+	Callback *Sig
+	File     string
+	Pos      int
 
 	size, align int // computed layout (structs)
 }
@@ -188,6 +192,9 @@ type Model struct {
 	Consts  []*Const
 	Decls   []*Decl // in dependency order, then by name
 	Funcs   []*Func // by C name
+	// Changes is the "# Changes" section of the package doc: how the ABI's
+	// behaviour changed for its users, for the API reference.
+	Changes string
 	byGo    map[string]*Decl
 }
 

@@ -829,3 +829,29 @@ func TestZeroMaxUtilForResumeIsTheDefault(t *testing.T) {
 		require.NoError(t, DestroyManager(m))
 	}
 }
+
+// TestDestroyStreamInUseIsRefused: kvcm_manager_destroy_stream fails with
+// INVALID_STATE naming the ACTIVE cache that uses the stream, and changes
+// nothing: the stream and the cache keep working, and once the cache is
+// suspended the stream goes, with every handle released.
+func TestDestroyStreamInUseIsRefused(t *testing.T) {
+	noLeaks(t)
+	m, err := CreateManager(smallConfig(8, 16), nil)
+	require.NoError(t, err)
+	s, err := CreateStream(m)
+	require.NoError(t, err)
+	c, err := CreateCache(m, 0, "", seq(0, 8))
+	require.NoError(t, err)
+	info, err := GetCacheInfo(c)
+	require.NoError(t, err)
+	require.NoError(t, Resume(c, s))
+	require.NoError(t, Resize(c, 8, 8))
+
+	requireCode(t, DestroyStream(m, s), InvalidState, fmt.Sprintf("ACTIVE cache %d", info.ID))
+	require.NoError(t, Commit(c, seq(0, 8), false), "the cache still runs on the stream")
+	require.NoError(t, Synchronize(s), "the stream is still alive")
+	require.NoError(t, Suspend(c))
+	require.NoError(t, DestroyStream(m, s))
+	require.NoError(t, CloseCache(c))
+	require.NoError(t, DestroyManager(m))
+}

@@ -99,6 +99,7 @@ type PoolGroupDesc struct {
 //
 //kvcm:vtable
 //kvcm:versioned
+//kvcm:goimpl default
 //kvcm:since 1
 type ColdPageCodecVtable struct {
 	// Configure supplies every hot pool group's layout and base addresses,

@@ -25,10 +25,36 @@
 //   - Consumed means consumed, also on failure: a codec passed to
 //     kvcm_manager_create is destroyed on every failure path.
 //
+// Every rule behind these functions lives in the Go package core/abimodel
+// (the ABI's object model); capi only converts. Go, C, C++ and Python
+// therefore follow the same rules.
+//
 // This package is read, never linked: its declarations only need to compile.
+//
+// # Changes
+//
+// Behaviour that changed for C users while ABI version 1 was unreleased
+// (no function, struct or constant changed):
+//
+//   - kvcm_manager_destroy_stream fails with KVCM_ERR_INVALID_STATE, naming
+//     the cache and changing nothing, while an ACTIVE cache uses the stream.
+//     It used to destroy the stream, after which the cache could be neither
+//     suspended nor closed and kvcm_manager_destroy leaked its pages. The
+//     stream parameter is no longer marked consumed: a refused stream stays
+//     alive. C++ Stream::destroy() throws kvcm::Error (kInvalidState) and
+//     keeps the stream; Python Stream.close() raises InvalidStateError and
+//     leaves it open.
+//   - kvcm_manager_destroy always releases everything: a cache whose
+//     stream cannot be fenced is closed anyway and the error reported after
+//     the release. Closing open caches on destroy is now also the rule of
+//     Go's core.Manager.Close, which used to refuse with caches open.
 package abi
 
-import "github.com/kvcm/kvcm/gen/spec"
+import (
+	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/abimodel"
+	"github.com/kvcm/kvcm/gen/spec"
+)
 
 // ABIVersion is the version of the ABI described here: the version of the
 // newest struct layouts, vtable slots and functions this header declares.
@@ -63,23 +89,23 @@ const VersionString = "0.1.0"
 // a sliding window, or beyond the capacity) in base page index arrays.
 //
 //kvcm:since 1
-const BadPageIndex int32 = -1
+const BadPageIndex int32 = core.BadPageIndex
 
 // MinPriority is the lowest eviction priority a priority callback may return.
 //
 //kvcm:since 1
-const MinPriority int32 = 0
+const MinPriority int32 = core.MinPriority
 
 // MaxPriority is the highest eviction priority a priority callback may return.
 //
 //kvcm:since 1
-const MaxPriority int32 = 100
+const MaxPriority int32 = core.MaxPriority
 
 // DefaultEventQueueCapacity is the capacity of a manager's event queue when
 // kvcm_manager_config.event_queue_capacity is 0.
 //
 //kvcm:since 1
-const DefaultEventQueueCapacity uint32 = 4096
+const DefaultEventQueueCapacity uint32 = abimodel.DefaultEventQueueCapacity
 
 // keep the spec import used even if every file above changes.
 var _ spec.Size

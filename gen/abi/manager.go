@@ -156,10 +156,14 @@ type CacheEvent struct {
 //kvcm:param out out Receives the manager handle (0 on failure).
 type ManagerCreate func(config spec.In[ManagerConfig], codec spec.In[ColdPageCodec], out spec.Out[Manager]) *Status
 
-// ManagerDestroy closes every KV cache of the manager still open (their
-// handles become invalid), waits for the manager's work, releases every
-// level's memory and the codec, and frees the handle. The handle is consumed
-// even when an error is reported.
+// ManagerDestroy closes every KV cache of the manager still open, ACTIVE or
+// SUSPENDED, in creation order, as kvcm_kv_cache_close does (their handles
+// become invalid; a cache created with a request id notifies its CP index of
+// the terminal free), lets go of the attached CP index, synchronizes and
+// destroys the streams it created, releases every level's memory, the codec
+// and the memory it allocated, and frees the handle. It always releases
+// everything: an error is reported after the release, and the handle is
+// consumed even then. Go's Manager.Close follows the same rule.
 //
 //kvcm:since 1
 //kvcm:thread handle

@@ -13,12 +13,14 @@ import "github.com/kvcm/kvcm/gen/spec"
 type ManagerCreateStream func(manager Manager, out spec.Out[Stream]) *Status
 
 // ManagerDestroyStream synchronizes and destroys a stream created with
-// kvcm_manager_create_stream. No ACTIVE cache may still use it.
+// kvcm_manager_create_stream. While an ACTIVE cache of the manager uses the
+// stream it fails with KVCM_ERR_INVALID_STATE, naming the cache, and changes
+// nothing: suspend or close the cache first.
 //
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param stream consumed The stream.
+//kvcm:param stream in The stream; destroyed on success, still alive on failure.
 type ManagerDestroyStream func(manager Manager, stream Stream) *Status
 
 // ManagerAllocMemory allocates memory on the manager's device: device memory

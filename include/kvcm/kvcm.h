@@ -1942,10 +1942,14 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_create(const kvcm_manager_co
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_create_stream(kvcm_manager manager, kvcm_stream* out);
 
 /**
- * kvcm_manager_destroy closes every KV cache of the manager still open (their
- * handles become invalid), waits for the manager's work, releases every
- * level's memory and the codec, and frees the handle. The handle is consumed
- * even when an error is reported.
+ * kvcm_manager_destroy closes every KV cache of the manager still open, ACTIVE or
+ * SUSPENDED, in creation order, as kvcm_kv_cache_close does (their handles
+ * become invalid; a cache created with a request id notifies its CP index of
+ * the terminal free), lets go of the attached CP index, synchronizes and
+ * destroys the streams it created, releases every level's memory, the codec
+ * and the memory it allocated, and frees the handle. It always releases
+ * everything: an error is reported after the release, and the handle is
+ * consumed even then. Go's Manager.Close follows the same rule.
  *
  * @param manager [in, consumed] The manager to destroy.
  * @return NULL on success; otherwise a status to free with kvcm_status_free.
@@ -1957,10 +1961,12 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_destroy(kvcm_manager manager
 
 /**
  * kvcm_manager_destroy_stream synchronizes and destroys a stream created with
- * kvcm_manager_create_stream. No ACTIVE cache may still use it.
+ * kvcm_manager_create_stream. While an ACTIVE cache of the manager uses the
+ * stream it fails with KVCM_ERR_INVALID_STATE, naming the cache, and changes
+ * nothing: suspend or close the cache first.
  *
  * @param manager [in] The manager.
- * @param stream [in, consumed] The stream.
+ * @param stream [in] The stream; destroyed on success, still alive on failure.
  * @return NULL on success; otherwise a status to free with kvcm_status_free.
  * @par Thread safety
  * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).

@@ -496,6 +496,31 @@ TEST_F(ManagerTest, StreamHelper)
     EXPECT_FALSE(s);
 }
 
+// Destroying a stream an ACTIVE cache uses throws kInvalidState naming the
+// cache; the stream stays alive and owned until the cache is suspended.
+TEST_F(ManagerTest, StreamInUseIsNotDestroyed)
+{
+    kvcm::KVCacheManager m(smallConfig(64 << 10));
+    auto s = m.createStream();
+    auto c = m.createKVCache(tokenRange(0, 8));
+    c.resume(s);
+    try
+    {
+        s.destroy();
+        FAIL() << "destroy succeeded under an ACTIVE cache";
+    }
+    catch (kvcm::Error const& e)
+    {
+        EXPECT_EQ(e.code(), kvcm::StatusCode::kInvalidState);
+        EXPECT_NE(std::string(e.what()).find("ACTIVE cache " + std::to_string(c.id())), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(s);
+    s.synchronize();
+    c.suspend();
+    s.destroy();
+    EXPECT_FALSE(s);
+}
+
 TEST_F(ManagerTest, ManagerMoveAndExplicitDestroy)
 {
     kvcm::KVCacheManager m(smallConfig(64 << 10));

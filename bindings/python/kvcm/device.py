@@ -19,6 +19,7 @@ from . import _native
 from ._convert import set_field
 from ._managed import Managed, callback_guard
 from ._native import ffi
+from .errors import InvalidStateError
 
 
 __all__ = ["MemoryKind", "Stream", "DeviceMemory"]
@@ -34,7 +35,9 @@ class Stream(Managed):
 
     ``handle`` is the native stream handle (a CUstream on CUDA) that
     :meth:`_KVCache.resume` and codecs take. Destroyed by ``close()`` or
-    with its manager.
+    with its manager. ``close()`` raises :class:`~kvcm.InvalidStateError`,
+    naming the cache and leaving the stream open, while an ACTIVE cache uses
+    it: suspend or close the cache first.
     """
 
     _what = "stream"
@@ -57,7 +60,12 @@ class Stream(Managed):
     def _release(self, handle: int) -> None:
         mh = self._manager._handle_or_none()
         if mh is not None:
-            _native.call("kvcm_manager_destroy_stream", mh, handle)
+            try:
+                _native.call("kvcm_manager_destroy_stream", mh, handle)
+            except InvalidStateError:
+                with self._lock:  # refused: the stream is still alive
+                    self._adopt(handle)
+                raise
 
     def synchronize(self) -> None:
         """Wait for all enqueued work. Raises the first asynchronous failure;

@@ -290,7 +290,9 @@ class KVCacheManager(Managed):
     emulated device), ``"emu"`` or ``"cuda"``.
 
     Closing the manager (``close()``, ``with``, or garbage collection)
-    closes every cache, stream and memory it still owns.
+    closes every cache (ACTIVE or SUSPENDED), stream and memory it still
+    owns: the rule of ``kvcm_manager_destroy`` and of Go's
+    ``Manager.Close``.
 
     Not fork-safe: see the package docstring.
     """

@@ -148,6 +148,22 @@ def test_manager_close_closes_its_caches_and_streams(config):
         mem.view()
 
 
+def test_stream_in_use_is_not_destroyed(manager):
+    """Closing a stream an ACTIVE cache uses raises, names the cache and
+    leaves the stream open; once the cache is suspended it closes."""
+    s = manager.create_stream()
+    c = manager.create_kv_cache(input_tokens=PROMPT)
+    c.resume(s)
+    with pytest.raises(InvalidStateError, match=f"ACTIVE cache {c.cache_id}"):
+        s.close()
+    assert not s.closed
+    s.synchronize()
+    c.suspend()
+    s.close()
+    assert s.closed
+    c.close()
+
+
 def test_queries(manager):
     loc = manager.get_buffer_location(1, "value")
     assert loc.layer_group == manager.get_layer_group_id(1) == manager.get_layer_group_id(0)

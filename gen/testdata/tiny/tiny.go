@@ -1,5 +1,15 @@
 // Package tiny is a small ABI description for kvcmgen's golden-file tests:
 // one of each kind of declaration.
+//
+// # Changes
+//
+// What changed for users, copied into the API reference:
+//
+//   - tiny_thing_destroy reports a stream in use.
+//
+// # Other
+//
+// Text under other headings stays out of the reference.
 package tiny
 
 import "github.com/kvcm/kvcm/gen/spec"
@@ -110,6 +120,7 @@ type Options struct {
 //
 //kvcm:vtable
 //kvcm:versioned
+//kvcm:goimpl builtin
 //kvcm:since 1
 type Plugin struct {
 	// Run runs.

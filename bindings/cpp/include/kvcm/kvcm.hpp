@@ -954,14 +954,22 @@ public:
     Stream& operator=(Stream const&) = delete;
     ~Stream() { reset(); }
 
-    // Synchronizes and destroys the stream now, reporting failures.
+    // Synchronizes and destroys the stream now, reporting failures. While an
+    // ACTIVE cache uses the stream it throws kvcm::Error with
+    // StatusCode::kInvalidState, naming the cache, and the stream stays
+    // alive and owned: suspend or close the cache, then destroy again.
     void destroy()
     {
         if (handle() != 0)
         {
-            auto const h = handle();
+            kvcm_status* const status = ::kvcm_manager_destroy_stream(mManager, handle());
+            if (status != nullptr && ::kvcm_status_get_code(status) == KVCM_ERR_INVALID_STATE)
+            {
+                detail::check(status);
+            }
             static_cast<StreamView&>(*this) = StreamView();
-            detail::check(::kvcm_manager_destroy_stream(std::exchange(mManager, 0), h));
+            mManager = 0;
+            detail::check(status);
         }
     }
 
@@ -1545,8 +1553,10 @@ private:
 // ---- KVCacheManager -----------------------------------------------------------------------
 
 // KVCacheManager is the paged KV-cache manager (RAII over kvcm_manager). The
-// destructor closes the caches still open and releases every level's memory
-// and the codec.
+// destructor (or destroy()) closes the caches still open, ACTIVE or
+// SUSPENDED (their KVCache objects become invalid), destroys its streams and
+// releases every level's memory and the codec: the rule of
+// kvcm_manager_destroy, and of Go's Manager.Close.
 class KVCacheManager
 {
 public:

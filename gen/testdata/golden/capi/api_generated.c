@@ -30,6 +30,30 @@ const char* kvcm__enum_name_where(kvcm_where v) {
     return NULL;
 }
 
+static bool builtin_plugin_run(void* self, const kvcm_pair* pairs, size_t n) {
+    return kvcm__go_builtin_run((uintptr_t)self, (uintptr_t)pairs, n);
+}
+
+static int32_t builtin_plugin_probe(void* self) {
+    return kvcm__go_builtin_probe((uintptr_t)self);
+}
+
+static void builtin_plugin_destroy(void* self) {
+    kvcm__go_builtin_destroy((uintptr_t)self);
+}
+
+static const kvcm_plugin builtin_plugin = {
+    .struct_size = (uint32_t)sizeof(kvcm_plugin),
+    .abi_version = KVCM_ABI_VERSION,
+    .run = builtin_plugin_run,
+    .probe = builtin_plugin_probe,
+    .destroy = builtin_plugin_destroy,
+};
+
+const kvcm_plugin* kvcm__builtin_plugin(void) {
+    return &builtin_plugin;
+}
+
 static const kvcm_api kvcm__table = {
     (uint32_t)sizeof(kvcm_api),
     KVCM_ABI_VERSION,

@@ -42,6 +42,22 @@ static inline int kvcm__has_plugin_destroy(const kvcm_plugin* vt) {
     return vt != NULL && vt->struct_size >= offsetof(kvcm_plugin, destroy) + sizeof(vt->destroy) && vt->destroy != NULL;
 }
 static inline void kvcm__call_plugin_destroy(const kvcm_plugin* vt, uintptr_t self) { vt->destroy((void*)self); }
+/* The first slot of a kvcm_plugin that must be present and is not, or NULL. */
+static inline const char* kvcm__missing_plugin(const kvcm_plugin* vt) {
+    if (!kvcm__has_plugin_run(vt)) {
+        return "run";
+    }
+    if (!kvcm__has_plugin_destroy(vt)) {
+        return "destroy";
+    }
+    return NULL;
+}
+
+/* Go implementations of vtables (defined in api_generated.c): each slot forwards to a Go export, self and pointers as uintptr_t. */
+extern bool kvcm__go_builtin_run(uintptr_t self, uintptr_t pairs, size_t n);
+extern int32_t kvcm__go_builtin_probe(uintptr_t self);
+extern void kvcm__go_builtin_destroy(uintptr_t self);
+const kvcm_plugin* kvcm__builtin_plugin(void);
 
 /* Callbacks: callers that take opaque pointers as uintptr_t. */
 static inline int32_t kvcm__call_notify(kvcm_notify fn, uintptr_t user_data, int64_t value) { return fn((void*)user_data, value); }

@@ -1,0 +1,167 @@
+package abimodel
+
+import (
+	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/cp"
+	"github.com/kvcm/kvcm/core/device"
+	"github.com/kvcm/kvcm/core/layout"
+)
+
+// CacheOptions are core.CacheOptions with what the C ABI adds.
+type CacheOptions struct {
+	core.CacheOptions
+	// RequestID, when not empty and a CP index is attached, makes the cache
+	// notify that index of the blocks it holds (cp.TrackedCache).
+	RequestID string
+	// OnClose, if set, runs once the cache is closed, by Cache.Close or by
+	// Manager.Close (the C ABI frees the cache's handle there).
+	OnClose func()
+}
+
+// Cache is a kvcm_kv_cache: a core.KVCache, tracked for the CP index that
+// was attached when it was created. Its methods are safe for concurrent use.
+type Cache struct {
+	mgr     *Manager
+	c       *core.KVCache
+	tc      *cp.TrackedCache // non-nil when a CP index is notified
+	cpRef   *CPIndex         // the index tc notifies
+	onClose func()
+	claimed bool // under mgr.mu: a Close (the cache's or the manager's) took it
+}
+
+// CreateCache creates a SUSPENDED cache holding the longest reusable prefix
+// of the input tokens. With a request id and an attached CP index, the
+// index is notified of the reused blocks (outside the manager's locks: it
+// may be foreign code) and of every block the cache later commits or frees.
+func (mgr *Manager) CreateCache(opts CacheOptions) (*Cache, error) {
+	mgr.mu.Lock()
+	if mgr.gone {
+		mgr.mu.Unlock()
+		return nil, destroyedErr("manager is being destroyed")
+	}
+	c, err := mgr.m.CreateKVCache(opts.CacheOptions)
+	if err != nil {
+		mgr.mu.Unlock()
+		return nil, err
+	}
+	obj := &Cache{mgr: mgr, c: c, onClose: opts.OnClose}
+	var added []blockhash.Key
+	if idx := mgr.attached; idx != nil && opts.RequestID != "" {
+		idx.acquire()
+		obj.tc, added = cp.NewTracker(mgr.m, idx.index).Wrap(opts.RequestID, c, opts.CacheOptions)
+		obj.cpRef = idx
+	}
+	mgr.caches[obj] = struct{}{}
+	mgr.mu.Unlock()
+	if len(added) > 0 {
+		obj.cpRef.index.NotifyBlocksAllocated(opts.RequestID, added)
+	}
+	return obj, nil
+}
+
+// Core returns the core cache, for queries.
+func (c *Cache) Core() *core.KVCache { return c.c }
+
+// Close closes the cache (see core.KVCache.Close); a tracked cache then
+// notifies the terminal free of its blocks and lets go of its CP index, and
+// OnClose runs. Only the first Close (of the cache or of its manager) does
+// anything: later ones return nil, as closing a core cache twice does.
+func (c *Cache) Close() error {
+	mgr := c.mgr
+	mgr.mu.Lock()
+	if c.claimed {
+		mgr.mu.Unlock()
+		return nil
+	}
+	c.claimed = true
+	delete(mgr.caches, c)
+	mgr.closing.Add(1)
+	mgr.mu.Unlock()
+	defer mgr.closing.Done()
+	return c.close()
+}
+
+// close runs once, by the Close that claimed the cache.
+func (c *Cache) close() error {
+	var err error
+	if c.tc == nil {
+		err = c.c.Close()
+	} else {
+		err = c.tc.Close()
+		c.cpRef.release()
+	}
+	if c.onClose != nil {
+		c.onClose()
+	}
+	return err
+}
+
+// Resume makes a SUSPENDED cache ACTIVE on s (see core.KVCache.Resume), a
+// live stream of the manager's device. A stream DestroyStream is destroying
+// is refused, and DestroyStream refuses a stream while a Resume on it is in
+// flight.
+func (c *Cache) Resume(s device.Stream) error {
+	if s == nil {
+		return argErr("stream", "must not be nil")
+	}
+	mgr, h := c.mgr, s.Handle()
+	mgr.smu.Lock()
+	if mgr.retiring[h] {
+		mgr.smu.Unlock()
+		return argErr("stream", "%#x is being destroyed", h)
+	}
+	if _, err := mgr.Stream(h); err != nil {
+		mgr.smu.Unlock()
+		return err
+	}
+	mgr.resuming[h]++
+	mgr.smu.Unlock()
+	defer func() {
+		mgr.smu.Lock()
+		if mgr.resuming[h]--; mgr.resuming[h] == 0 {
+			delete(mgr.resuming, h)
+		}
+		mgr.smu.Unlock()
+	}()
+	return c.c.Resume(s)
+}
+
+// Suspend makes an ACTIVE cache SUSPENDED (see core.KVCache.Suspend).
+func (c *Cache) Suspend() error { return c.c.Suspend() }
+
+// Resize sets the capacity and history length of an ACTIVE cache (see
+// core.KVCache.Resize); a negative history keeps it. Both are bounded by
+// MaxElems.
+func (c *Cache) Resize(capacity, history int64) error {
+	if capacity < 0 || capacity > MaxElems {
+		return argErr("capacity", "must be in [0, 2^40], got %d", capacity)
+	}
+	if history > MaxElems {
+		return argErr("history_length", "%d is too large", history)
+	}
+	h := int(history)
+	if history < 0 {
+		h = -1
+	}
+	return c.c.Resize(int(capacity), h)
+}
+
+// Commit commits computed tokens (see core.KVCache.Commit); a tracked cache
+// notifies its CP index of the blocks they complete.
+func (c *Cache) Commit(tokens []config.Token, isEnd bool) error {
+	if c.tc != nil {
+		return c.tc.Commit(tokens, isEnd)
+	}
+	return c.c.Commit(tokens, isEnd)
+}
+
+// StopCommitting refuses further commits (see core.KVCache.StopCommitting).
+func (c *Cache) StopCommitting() { c.c.StopCommitting() }
+
+// Prefetch brings the cache's pages up to level (see core.KVCache.Prefetch).
+func (c *Cache) Prefetch(level layout.CacheLevel) error { return c.c.Prefetch(level) }
+
+// Manager returns the cache's manager.
+func (c *Cache) Manager() *Manager { return c.mgr }

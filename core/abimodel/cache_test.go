@@ -1,0 +1,80 @@
+package abimodel
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/layout"
+)
+
+// A cache is closed once whoever closes it (its Close, its manager's Close,
+// or both at once): OnClose runs once and a tracked cache releases its index
+// once.
+func TestCacheIsClosedOnceUnderRacingCloses(t *testing.T) {
+	for round := range 20 {
+		m := newManager(t, Options{})
+		ext := newExternal()
+		x := ext.index()
+		require.NoError(t, m.AttachCP(x))
+		var mu sync.Mutex
+		onClose := map[int]int{}
+		var cs []*Cache
+		for i := range 16 {
+			c, err := m.CreateCache(CacheOptions{RequestID: "r", OnClose: func() {
+				mu.Lock()
+				onClose[i]++
+				mu.Unlock()
+			}})
+			require.NoError(t, err)
+			cs = append(cs, c)
+		}
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		wg.Add(1)
+		go func() { defer wg.Done(); <-start; m.Close() }()
+		for _, c := range cs {
+			wg.Add(1)
+			go func() { defer wg.Done(); <-start; c.Close() }()
+		}
+		close(start)
+		wg.Wait()
+		for i := range cs {
+			assert.Equal(t, 1, onClose[i], "round %d cache %d", round, i)
+		}
+		assert.Zero(t, ext.destroyCount(), "round %d: the creator still holds the index", round)
+		require.NoError(t, x.Destroy())
+		assert.Equal(t, 1, ext.destroyCount(), "round %d", round)
+	}
+}
+
+// Resize bounds capacity and history by MaxElems before the core sees them;
+// a negative history keeps the current one.
+func TestCacheResizeBounds(t *testing.T) {
+	m := newManager(t, Options{})
+	s, err := m.CreateStream()
+	require.NoError(t, err)
+	c := active(t, m, s, CacheOptions{}, seq(0, 8))
+	assert.ErrorIs(t, c.Resize(-1, 0), core.ErrInvalidArgument)
+	assert.ErrorIs(t, c.Resize(MaxElems+1, 0), core.ErrInvalidArgument)
+	assert.ErrorIs(t, c.Resize(16, MaxElems+1), core.ErrInvalidArgument)
+	require.NoError(t, c.Resize(12, -1))
+	assert.Equal(t, 8, c.Core().HistoryLength())
+	assert.Equal(t, 12, c.Core().Capacity())
+	c.StopCommitting()
+	require.NoError(t, c.Suspend())
+	require.NoError(t, c.Prefetch(layout.GPULevel))
+	require.NoError(t, c.Close())
+}
+
+// Resume needs a stream.
+func TestCacheResumeNeedsAStream(t *testing.T) {
+	m := newManager(t, Options{})
+	c, err := m.CreateCache(CacheOptions{})
+	require.NoError(t, err)
+	assert.ErrorIs(t, c.Resume(nil), core.ErrInvalidArgument)
+	assert.Same(t, m, c.Manager())
+}

@@ -1,0 +1,79 @@
+package abimodel
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/kvcm/kvcm/core"
+)
+
+// DefaultEventQueueCapacity is the capacity of a manager's event queue when
+// Options.EventQueueCapacity is 0 (KVCM_DEFAULT_EVENT_QUEUE_CAPACITY).
+const DefaultEventQueueCapacity = 4096
+
+// EventQueue is a bounded FIFO of cache events: the manager's listener
+// pushes (with the manager's lock held), Drain removes. Events beyond the
+// capacity are dropped and counted until the next Drain reports the count.
+// It is safe for concurrent use.
+type EventQueue struct {
+	mu      sync.Mutex
+	cap     int
+	q       []core.CacheEvent
+	head    int
+	dropped uint64
+}
+
+// NewEventQueue returns an empty queue holding at most capacity events.
+func NewEventQueue(capacity int) *EventQueue { return &EventQueue{cap: capacity} }
+
+// Push appends a copy of ev (its tokens are copied: the tree's slice must
+// not escape), or counts it as dropped when the queue is full.
+func (e *EventQueue) Push(ev core.CacheEvent) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.q)-e.head >= e.cap {
+		e.dropped++
+		return
+	}
+	ev.Tokens = slices.Clone(ev.Tokens)
+	e.q = append(e.q, ev)
+}
+
+// Len returns the number of queued events.
+func (e *EventQueue) Len() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.q) - e.head
+}
+
+// Drain removes and returns the oldest events, at most maxEvents of them
+// holding at most maxTokens tokens in all, and the number of events dropped
+// since the last Drain (which it resets). When there is room for an event
+// but the oldest one has more than maxTokens tokens, it removes nothing,
+// keeps the dropped count and returns in need the tokens that event needs.
+func (e *EventQueue) Drain(maxEvents, maxTokens int) (events []core.CacheEvent, dropped uint64, need int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if maxEvents > 0 && e.head < len(e.q) && len(e.q[e.head].Tokens) > maxTokens {
+		return nil, 0, len(e.q[e.head].Tokens)
+	}
+	ntok := 0
+	for e.head < len(e.q) && len(events) < maxEvents {
+		ev := e.q[e.head]
+		if len(ev.Tokens) > maxTokens-ntok {
+			break
+		}
+		ntok += len(ev.Tokens)
+		events = append(events, ev)
+		e.q[e.head] = core.CacheEvent{}
+		e.head++
+	}
+	if e.head == len(e.q) {
+		e.q, e.head = e.q[:0], 0
+	} else if e.head > len(e.q)/2 {
+		e.q = append(e.q[:0], e.q[e.head:]...)
+		e.head = 0
+	}
+	dropped, e.dropped = e.dropped, 0
+	return events, dropped, 0
+}

@@ -1,0 +1,12 @@
+// Package goimplself has a Go-implemented vtable whose slot lacks self.
+package goimplself
+
+// V is a vtable.
+//
+//kvcm:vtable
+//kvcm:goimpl builtin
+//kvcm:since 1
+type V struct {
+	// Run lacks self.
+	Run func(n int32) bool
+}
