@@ -125,5 +125,5 @@ func TestBenchMigrateOnTheEmulatedDevice(t *testing.T) {
 
 	code, _, errOut = runCLI("bench", "nothing")
 	assert.Equal(t, exitUsage, code)
-	assert.Contains(t, errOut, "usage: kvcm bench migrate")
+	assert.Contains(t, errOut, "usage: kvcm bench migrate|bookkeeping")
 }
