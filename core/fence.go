@@ -18,6 +18,8 @@ type sharedEvent struct {
 type eventPool struct {
 	dev  device.Device
 	free []device.Event
+	// spare holds shared events nobody references, for record to reuse.
+	spare []*sharedEvent
 }
 
 // record captures the work enqueued on s so far into a new shared event with
@@ -36,6 +38,12 @@ func (p *eventPool) record(s device.Stream) (*sharedEvent, error) {
 		p.free = append(p.free, ev)
 		return nil, err
 	}
+	if n := len(p.spare); n > 0 {
+		e := p.spare[n-1]
+		p.spare = p.spare[:n-1]
+		*e = sharedEvent{ev: ev, refs: 1}
+		return e, nil
+	}
 	return &sharedEvent{ev: ev, refs: 1}, nil
 }
 
@@ -43,6 +51,8 @@ func (p *eventPool) release(e *sharedEvent) {
 	e.refs--
 	if e.refs == 0 {
 		p.free = append(p.free, e.ev)
+		e.ev = nil
+		p.spare = append(p.spare, e)
 	}
 }
 

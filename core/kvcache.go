@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -90,6 +91,12 @@ type KVCache struct {
 	// detached: a key collision stopped publishing (see publish).
 	detached bool
 	reused   int
+	// rows hands out the page rows of new blocks.
+	rows rowChunk
+	// low is, per lifecycle, the block below which every non-sink block has
+	// released its page: Resize visits only blocks from there to the first
+	// one still in the window.
+	low []int
 }
 
 // match is the reusable prefix of some input.
@@ -114,7 +121,7 @@ func (m *Manager) findMatch(scope blockhash.Scope, input []config.Token) match {
 	}
 	tpb := m.cfg.TokensPerBlock
 	cur := root
-	var path []*node
+	path := m.matched[:0]
 	for b := 0; (b+1)*tpb <= limit; b++ {
 		blk := input[b*tpb : (b+1)*tpb]
 		c := cur.child(m.hasher.Next(cur.key, blk))
@@ -124,6 +131,7 @@ func (m *Manager) findMatch(scope blockhash.Scope, input []config.Token) match {
 		path = append(path, c)
 		cur = c
 	}
+	m.matched = path
 	mt.path = path[:m.usablePrefix(path)]
 	if !m.cfg.EnablePartialReuse {
 		return mt
@@ -150,7 +158,10 @@ func (m *Manager) findMatch(scope blockhash.Scope, input []config.Token) match {
 
 // sortedChildren lists a node's children in a deterministic order.
 func sortedChildren(n *node) []*node {
-	out := make([]*node, 0, len(n.children)+len(n.partials))
+	out := make([]*node, 0, 1+len(n.children)+len(n.partials))
+	if n.child0 != nil {
+		out = append(out, n.child0)
+	}
 	for _, c := range n.children {
 		out = append(out, c)
 	}
@@ -182,21 +193,26 @@ func (m *Manager) hotComplete(n *node) bool {
 // full attention, the sink blocks and those within the window otherwise.
 func (m *Manager) usablePrefix(path []*node) int {
 	tpb := m.cfg.TokensPerBlock
-	// missing[lc][b] counts the blocks before b without a page of lc.
-	missing := make([][]int, len(m.lt.LifeCycles))
-	for lc := range missing {
-		row := make([]int, len(path)+1)
+	// missing[lc*width+b] counts the blocks before b without a page of lc.
+	numLC, width := len(m.lt.LifeCycles), len(path)+1
+	if cap(m.missing) < numLC*width {
+		m.missing = make([]int, numLC*width)
+	}
+	missing := m.missing[:numLC*width]
+	for lc := range numLC {
+		row := missing[lc*width : (lc+1)*width]
+		row[0] = 0
 		for b, n := range path {
 			row[b+1] = row[b]
 			if n.pages[lc] == nil {
 				row[b+1]++
 			}
 		}
-		missing[lc] = row
 	}
 	for j := len(path); j > 0; j-- {
 		ok := true
-		for lc, row := range missing {
+		for lc := range numLC {
+			row := missing[lc*width : (lc+1)*width]
 			id := layout.LifeCycleID(lc)
 			sinks := min(m.lt.SinkBlocks(id), j)
 			first := max(m.lt.FirstKeptBlock(id, j*tpb), sinks)
@@ -239,11 +255,15 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	c := &KVCache{m: m, scope: opts.Scope, priority: opts.Priority}
 	m.nextID++
 	c.id = m.nextID
+	// Room for the prompt and a few decoded blocks, so prefill does not grow
+	// the cache's slices again.
+	numLC, promptBlocks := len(m.lt.LifeCycles), m.lt.BlocksFor(len(opts.InputTokens))+4
+	c.blocks = make([]cacheBlock, 0, promptBlocks)
 
 	// Hold the path first, so making room for a partial copy cannot evict it.
 	full := len(mt.path) * tpb
 	for b, n := range mt.path {
-		cb := cacheBlock{pages: make([]*page, len(m.lt.LifeCycles)), node: n}
+		cb := cacheBlock{pages: c.rows.row(numLC, promptBlocks, 0), node: n}
 		for lc, p := range n.pages {
 			if m.lt.Needs(layout.LifeCycleID(lc), b, full) {
 				cb.pages[lc] = p
@@ -269,7 +289,7 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 			}
 		}
 	}
-	c.tokens = slices.Clone(opts.InputTokens[:reused])
+	c.tokens = append(make([]config.Token, 0, promptBlocks*tpb), opts.InputTokens[:reused]...)
 	c.history, c.capacity, c.reused = reused, reused, reused
 	c.chain = m.root(opts.Scope)
 	if len(mt.path) > 0 {
@@ -609,9 +629,12 @@ func (c *KVCache) Resize(capacity, history int) error {
 		return fmt.Errorf("resize cache %d to %d tokens: %w", c.id, capacity, err)
 	}
 	waits := waitSet{}
-	var added []*page
+	added := m.adopted[:0]
+	if newBlocks > oldBlocks {
+		c.blocks = slices.Grow(c.blocks, newBlocks-oldBlocks)
+	}
 	for b := oldBlocks; b < newBlocks; b++ {
-		cb := cacheBlock{pages: make([]*page, len(lt.LifeCycles))}
+		cb := cacheBlock{pages: c.rows.row(len(lt.LifeCycles), newBlocks-b, b)}
 		for lc := range lt.LifeCycles {
 			if lt.Needs(layout.LifeCycleID(lc), b, history) {
 				p := m.newPage(lvl.groupOf(layout.LifeCycleID(lc)), layout.LifeCycleID(lc))
@@ -623,20 +646,14 @@ func (c *KVCache) Resize(capacity, history int) error {
 		}
 		c.blocks = append(c.blocks, cb)
 	}
-	var released []*page
-	for b := range c.blocks {
-		for lc, p := range c.blocks[b].pages {
-			if p != nil && (b >= newBlocks || !lt.Needs(layout.LifeCycleID(lc), b, history)) {
-				released = append(released, p)
-			}
-		}
-	}
+	m.adopted = added
+	released := c.releasable(newBlocks, history)
 	err := waits.apply(c.stream)
 	if err == nil && len(released) > 0 {
 		// The stream may still read or write the released pages.
 		err = c.attachStreamEvent(func(fn func(p *page)) {
-			for _, p := range released {
-				fn(p)
+			for _, r := range released {
+				fn(r.p)
 			}
 		})
 	}
@@ -647,21 +664,65 @@ func (c *KVCache) Resize(capacity, history int) error {
 		}
 		return err
 	}
-	for b := range c.blocks {
-		for lc, p := range c.blocks[b].pages {
-			if p != nil && (b >= newBlocks || !lt.Needs(layout.LifeCycleID(lc), b, history)) {
-				c.blocks[b].pages[lc] = nil
-			}
-		}
+	for _, r := range released {
+		c.blocks[r.b].pages[r.lc] = nil
 	}
 	for i := len(released) - 1; i >= 0; i-- {
-		m.unref(released[i], true)
+		m.unref(released[i].p, true)
 	}
 	c.blocks = c.blocks[:min(len(c.blocks), newBlocks)]
+	for lc := range c.low {
+		c.low[lc] = max(c.low[lc], lt.FirstKeptBlock(layout.LifeCycleID(lc), history))
+	}
 	c.capacity, c.history = capacity, history
 	m.stats.onAllocate(max(newBlocks-oldBlocks, 0))
 	m.safePoint()
 	return nil
+}
+
+// releasedPage is a page Resize releases: block b's page of lifecycle lc.
+type releasedPage struct {
+	b, lc int
+	p     *page
+}
+
+// releasable lists, in block then lifecycle order, the pages of the blocks at
+// or beyond newBlocks and those a sliding window no longer needs once history
+// tokens are computed. Per lifecycle it visits only the blocks from its
+// low-water mark to its first kept block, so a step costs the blocks it
+// releases, not the blocks the cache holds.
+func (c *KVCache) releasable(newBlocks, history int) []releasedPage {
+	m, lt := c.m, c.m.lt
+	if c.low == nil {
+		c.low = make([]int, len(lt.LifeCycles))
+	}
+	out := m.dropped[:0]
+	for lc := range lt.LifeCycles {
+		id := layout.LifeCycleID(lc)
+		hi := min(lt.FirstKeptBlock(id, history), newBlocks, len(c.blocks))
+		for b := max(c.low[lc], lt.SinkBlocks(id)); b < hi; b++ {
+			if p := c.blocks[b].pages[lc]; p != nil {
+				out = append(out, releasedPage{b, lc, p})
+			}
+		}
+	}
+	for b := newBlocks; b < len(c.blocks); b++ {
+		for lc, p := range c.blocks[b].pages {
+			if p != nil {
+				out = append(out, releasedPage{b, lc, p})
+			}
+		}
+	}
+	if len(out) > 1 {
+		slices.SortFunc(out, func(x, y releasedPage) int {
+			if x.b != y.b {
+				return cmp.Compare(x.b, y.b)
+			}
+			return cmp.Compare(x.lc, y.lc)
+		})
+	}
+	m.dropped = out
+	return out
 }
 
 // Commit appends computed tokens to the committed sequence; every block they
@@ -686,7 +747,10 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 	full := (len(c.tokens) + len(tokens)) / tpb
 	// The callback runs before anything changes: a panic in it changes
 	// nothing.
-	prios := make([]int, max(full-first, 0))
+	var prios []int
+	if c.priority != nil {
+		prios = make([]int, max(full-first, 0))
+	}
 	for i := range prios {
 		var err error
 		if prios[i], err = c.blockPriority(first + i); err != nil {
@@ -706,7 +770,11 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 	}
 	c.tokens = append(c.tokens, tokens...)
 	for b := first; b < full; b++ {
-		for _, p := range c.publish(b, prios[b-first]) {
+		pr := DefaultPriority
+		if prios != nil {
+			pr = prios[b-first]
+		}
+		for _, p := range c.publish(b, pr) {
 			p.group.fences[p.slot].add(&m.events, ev)
 		}
 	}
@@ -750,7 +818,7 @@ func (c *KVCache) publish(b, priority int) []*page {
 	var published []*page
 	switch {
 	case next == nil:
-		next = newNode(c.chain, key, slices.Clone(blk), len(m.lt.LifeCycles))
+		next = m.newNode(c.chain, key, blk)
 		c.setPriority(next, priority)
 		published = c.adopt(next, cb.pages)
 		c.chain.addChild(next, tpb)
@@ -782,9 +850,10 @@ func (c *KVCache) publish(b, priority int) []*page {
 	return published
 }
 
-// adopt moves private pages into node n and returns them.
+// adopt moves private pages into node n and returns them, in scratch valid
+// until the next adopt.
 func (c *KVCache) adopt(n *node, pages []*page) []*page {
-	var adopted []*page
+	adopted := c.m.adopted[:0]
 	for lc, p := range pages {
 		if p != nil {
 			p.node = n
@@ -793,6 +862,7 @@ func (c *KVCache) adopt(n *node, pages []*page) []*page {
 			adopted = append(adopted, p)
 		}
 	}
+	c.m.adopted = adopted
 	return adopted
 }
 
@@ -840,13 +910,13 @@ func (c *KVCache) registerPartial() {
 			return
 		}
 	}
-	blk := slices.Clone(c.tokens[b*tpb:])
+	blk := c.tokens[b*tpb:]
 	for _, sib := range c.chain.partials {
 		if slices.Equal(sib.tokens, blk) {
 			return
 		}
 	}
-	n := newNode(c.chain, m.hasher.Next(c.chain.key, blk), blk, len(m.lt.LifeCycles))
+	n := m.newNode(c.chain, m.hasher.Next(c.chain.key, blk), blk)
 	pr, err := c.blockPriority(b)
 	if err != nil {
 		pr = DefaultPriority // Close cannot fail for it

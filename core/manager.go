@@ -60,6 +60,12 @@ type Manager struct {
 	nextID uint64
 	caches map[uint64]*KVCache
 	stats  statCounters
+	slabs  slabs
+	// Scratch of the hot paths, reused under the lock.
+	adopted []*page
+	matched []*node
+	missing []int
+	dropped []releasedPage
 	closed bool
 
 	listeners []EventListener
@@ -343,7 +349,8 @@ func (m *Manager) drop(p *page) {
 // newPage takes a free slot of g for lifecycle lc; reserve must have made
 // room. The page starts private, unreferenced.
 func (m *Manager) newPage(g *slotGroup, lc layout.LifeCycleID) *page {
-	p := &page{lc: lc}
+	p := m.slabs.page()
+	p.lc = lc
 	g.take(p)
 	return p
 }
@@ -394,7 +401,7 @@ func (m *Manager) safePoint() {
 		m.prune = m.prune[:len(m.prune)-1]
 		if n.parent == nil {
 			// A scope root goes once nothing hangs from it.
-			if n.users == 0 && len(n.children) == 0 && len(n.partials) == 0 && m.roots[n.key] == n {
+			if n.users == 0 && !n.hasChildren() && m.roots[n.key] == n {
 				delete(m.roots, n.key)
 			}
 			continue
@@ -411,7 +418,7 @@ func (m *Manager) root(scope blockhash.Scope) *node {
 	k := scope.Root()
 	r := m.roots[k]
 	if r == nil {
-		r = newNode(nil, k, nil, len(m.lt.LifeCycles))
+		r = m.newNode(nil, k, nil)
 		m.roots[k] = r
 	}
 	return r

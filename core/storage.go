@@ -129,7 +129,21 @@ func (g *slotGroup) initSlots() {
 		g.free[i] = int32(g.numSlots) - 1 - int32(i)
 	}
 	g.owner = make([]*page, g.numSlots)
-	g.fences = make([]fence, g.numSlots)
+	g.fences = newFences(g.numSlots)
+}
+
+// fenceRoom is the events each slot's fence holds before it grows: a slot's
+// first writer and reader then allocate nothing.
+const fenceRoom = 2
+
+// newFences returns n empty fences sharing one backing array.
+func newFences(n int64) []fence {
+	fences := make([]fence, n)
+	room := make([]*sharedEvent, n*fenceRoom)
+	for i := range fences {
+		fences[i] = room[i*fenceRoom : i*fenceRoom : (i+1)*fenceRoom]
+	}
+	return fences
 }
 
 // newDiskGroup creates the group's blob file under dir, with its space
