@@ -66,7 +66,7 @@ type Manager struct {
 	matched []*node
 	missing []int
 	dropped []releasedPage
-	closed bool
+	closed  bool
 
 	listeners []EventListener
 	eventSeq  uint64

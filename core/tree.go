@@ -17,10 +17,10 @@ const (
 // (a full block, or fewer for a partial leaf), and its page per lifecycle at
 // whatever level each lives. A scope's root node holds no tokens and no pages.
 type node struct {
-	key      blockhash.Key
-	parent   *node
-	depth    int
-	tokens   []config.Token
+	key    blockhash.Key
+	parent *node
+	depth  int
+	tokens []config.Token
 	// child0 is a full-block child and children holds the others: most
 	// nodes have one child, and those need no map.
 	child0   *node
