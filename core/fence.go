@@ -101,36 +101,71 @@ func (f *fence) moveTo(p *eventPool, dst *fence) {
 	*f = (*f)[:0]
 }
 
-// waitSet makes a stream wait on each distinct event once.
-type waitSet map[*sharedEvent]struct{}
+// waitSet makes a stream wait on each distinct event once. The fences of the
+// pages one call touches mostly hold the same few events, so those are kept
+// in a small array and only more of them in a map.
+type waitSet struct {
+	few  [8]*sharedEvent
+	n    int
+	more map[*sharedEvent]struct{}
+}
 
-func (w waitSet) addFence(f fence) {
-	for _, x := range f {
-		w[x] = struct{}{}
+func (w *waitSet) add(x *sharedEvent) {
+	for _, y := range w.few[:w.n] {
+		if y == x {
+			return
+		}
 	}
+	if w.n < len(w.few) {
+		w.few[w.n] = x
+		w.n++
+		return
+	}
+	if w.more == nil {
+		w.more = map[*sharedEvent]struct{}{}
+	}
+	w.more[x] = struct{}{}
+}
+
+func (w *waitSet) addFence(f fence) {
+	for _, x := range f {
+		w.add(x)
+	}
+}
+
+func (w *waitSet) empty() bool { return w.n == 0 }
+
+// each calls fn for every event until it returns an error.
+func (w *waitSet) each(fn func(x *sharedEvent) error) error {
+	for _, x := range w.few[:w.n] {
+		if err := fn(x); err != nil {
+			return err
+		}
+	}
+	for x := range w.more {
+		if err := fn(x); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // apply makes s wait on the events that have not completed. A completed one
 // orders nothing, and waiting on a failed one would pass its failure (already
 // accounted to the pages it moved) to unrelated work.
-func (w waitSet) apply(s device.Stream) error {
-	for x := range w {
+func (w *waitSet) apply(s device.Stream) error {
+	return w.each(func(x *sharedEvent) error {
 		if done, _ := x.ev.Query(); done {
-			continue
+			return nil
 		}
 		if err := s.Wait(x.ev); err != nil {
 			return fmt.Errorf("wait on page fence: %w", err)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // synchronize blocks until every event has completed.
-func (w waitSet) synchronize() error {
-	for x := range w {
-		if err := x.ev.Synchronize(); err != nil {
-			return err
-		}
-	}
-	return nil
+func (w *waitSet) synchronize() error {
+	return w.each(func(x *sharedEvent) error { return x.ev.Synchronize() })
 }

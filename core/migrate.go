@@ -494,10 +494,10 @@ func (m *Manager) settlePages(pages func(fn func(p *page))) {
 	waits := waitSet{}
 	pages(func(p *page) {
 		if p.inflight != nil {
-			waits[p.inflight.ev] = struct{}{}
+			waits.add(p.inflight.ev)
 		}
 	})
-	if len(waits) > 0 {
+	if !waits.empty() {
 		waits.synchronize()
 		m.settle()
 	}
