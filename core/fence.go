@@ -11,6 +11,18 @@ import (
 type sharedEvent struct {
 	ev   device.Event
 	refs int
+	// done: a query saw the event complete (or fail); it stays so until the
+	// event goes back to the pool.
+	done bool
+}
+
+// completed reports whether the event has completed or failed, querying the
+// device only until it has.
+func (e *sharedEvent) completed() bool {
+	if !e.done {
+		e.done, _ = e.ev.Query()
+	}
+	return e.done
 }
 
 // eventPool recycles device events. Not safe for concurrent use: the manager
@@ -83,7 +95,7 @@ func (f *fence) add(p *eventPool, e *sharedEvent) {
 	}
 	kept := (*f)[:0]
 	for _, x := range *f {
-		if done, _ := x.ev.Query(); done {
+		if x.completed() {
 			p.release(x)
 			continue
 		}
@@ -155,7 +167,7 @@ func (w *waitSet) each(fn func(x *sharedEvent) error) error {
 // accounted to the pages it moved) to unrelated work.
 func (w *waitSet) apply(s device.Stream) error {
 	return w.each(func(x *sharedEvent) error {
-		if done, _ := x.ev.Query(); done {
+		if x.completed() {
 			return nil
 		}
 		if err := s.Wait(x.ev); err != nil {
