@@ -79,8 +79,11 @@ type KVCache struct {
 	scope    blockhash.Scope
 	stream   device.Stream
 	priority PriorityFunc
-	tokens   []config.Token
-	history  int
+	// committed counts the committed tokens; tail holds those of the last,
+	// incomplete block. Full blocks' tokens live in the tree only.
+	committed int
+	tail      []config.Token
+	history   int
 	capacity int
 	blocks   []cacheBlock
 	// chain is the tree node of the last committed full block (the scope
@@ -289,7 +292,8 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 			}
 		}
 	}
-	c.tokens = append(make([]config.Token, 0, promptBlocks*tpb), opts.InputTokens[:reused]...)
+	c.tail = append(make([]config.Token, 0, tpb), opts.InputTokens[full:reused]...)
+	c.committed = reused
 	c.history, c.capacity, c.reused = reused, reused, reused
 	c.chain = m.root(opts.Scope)
 	if len(mt.path) > 0 {
@@ -389,7 +393,7 @@ func (c *KVCache) Status() Status {
 func (c *KVCache) NumCommittedTokens() int {
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
-	return len(c.tokens)
+	return c.committed
 }
 
 // HistoryLength returns how many tokens have their KV computed.
@@ -738,13 +742,13 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 		return stateErr("commit", c.status)
 	case c.stopped:
 		return fmt.Errorf("%w: commit after stop_committing or is_end", ErrInvalidState)
-	case len(c.tokens)+len(tokens) > c.history:
+	case c.committed+len(tokens) > c.history:
 		return argErr("tokens", "committing %d tokens after %d would pass history_length %d",
-			len(tokens), len(c.tokens), c.history)
+			len(tokens), c.committed, c.history)
 	}
 	tpb := m.cfg.TokensPerBlock
-	first := len(c.tokens) / tpb
-	full := (len(c.tokens) + len(tokens)) / tpb
+	first := c.committed / tpb
+	full := (c.committed + len(tokens)) / tpb
 	// The callback runs before anything changes: a panic in it changes
 	// nothing.
 	var prios []int
@@ -768,19 +772,28 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 		}
 		defer m.events.release(ev)
 	}
-	c.tokens = append(c.tokens, tokens...)
+	rest := tokens
 	for b := first; b < full; b++ {
+		blk := rest[:tpb-len(c.tail)]
+		rest = rest[len(blk):]
+		if len(c.tail) > 0 {
+			c.tail = append(c.tail, blk...)
+			blk = c.tail
+		}
 		pr := DefaultPriority
 		if prios != nil {
 			pr = prios[b-first]
 		}
-		for _, p := range c.publish(b, pr) {
+		for _, p := range c.publish(b, blk, pr) {
 			p.group.fences[p.slot].add(&m.events, ev)
 		}
+		c.tail = c.tail[:0]
 	}
+	c.tail = append(c.tail, rest...)
+	c.committed += len(tokens)
 	if isEnd {
 		c.stopped = true
-		c.pendingPartial = m.cfg.EnablePartialReuse && len(c.tokens)%tpb != 0
+		c.pendingPartial = m.cfg.EnablePartialReuse && c.committed%tpb != 0
 	}
 	return nil
 }
@@ -793,13 +806,11 @@ func (c *KVCache) StopCommitting() {
 	c.stopped = true
 }
 
-// publish links block b into the tree after the cache's chain. If an equal
-// block is already there, the cache keeps its own pages private and follows
-// the existing node.
-func (c *KVCache) publish(b, priority int) []*page {
+// publish links block b, holding tokens blk, into the tree after the cache's
+// chain. If an equal block is already there, the cache keeps its own pages
+// private and follows the existing node.
+func (c *KVCache) publish(b int, blk []config.Token, priority int) []*page {
 	m := c.m
-	tpb := m.cfg.TokensPerBlock
-	blk := c.tokens[b*tpb : (b+1)*tpb]
 	cb := &c.blocks[b]
 	if cb.node != nil {
 		return nil
@@ -821,7 +832,7 @@ func (c *KVCache) publish(b, priority int) []*page {
 		next = m.newNode(c.chain, key, blk)
 		c.setPriority(next, priority)
 		published = c.adopt(next, cb.pages)
-		c.chain.addChild(next, tpb)
+		c.chain.addChild(next, m.cfg.TokensPerBlock)
 		cb.node = next
 		m.emitStored(next, c.id)
 	default:
@@ -901,7 +912,7 @@ func (c *KVCache) blockPriority(b int) (pr int, err error) {
 func (c *KVCache) registerPartial() {
 	m := c.m
 	tpb := m.cfg.TokensPerBlock
-	b := len(c.tokens) / tpb
+	b := c.committed / tpb
 	if b >= len(c.blocks) || c.blocks[b].node != nil {
 		return
 	}
@@ -910,7 +921,7 @@ func (c *KVCache) registerPartial() {
 			return
 		}
 	}
-	blk := c.tokens[b*tpb:]
+	blk := c.tail
 	for _, sib := range c.chain.partials {
 		if slices.Equal(sib.tokens, blk) {
 			return

@@ -28,6 +28,9 @@ type page struct {
 	active, held int
 	lastUsed     uint64
 	heapIdx      int
+	// heapPrio and heapDepth are priority() and depth() as of the last
+	// refresh, so the victim heap compares pages without reading nodes.
+	heapPrio, heapDepth int
 	// moving: a migration is placing the page; it is no eviction candidate.
 	moving bool
 	// inflight is the transaction that last moved the page, until settled.
@@ -232,13 +235,13 @@ type victimHeap []*page
 func (h victimHeap) Len() int { return len(h) }
 func (h victimHeap) Less(i, j int) bool {
 	a, b := h[i], h[j]
-	if pa, pb := a.priority(), b.priority(); pa != pb {
+	if pa, pb := a.heapPrio, b.heapPrio; pa != pb {
 		return pa < pb
 	}
 	if a.lastUsed != b.lastUsed {
 		return a.lastUsed < b.lastUsed
 	}
-	return a.depth() > b.depth()
+	return a.heapDepth > b.heapDepth
 }
 func (h victimHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
@@ -275,6 +278,9 @@ func (p *page) evictable(lastLevel bool) bool {
 func (p *page) refresh(numLevels int) {
 	g := p.group
 	want := p.evictable(g.level.index == numLevels-1)
+	if want {
+		p.heapPrio, p.heapDepth = p.priority(), p.depth()
+	}
 	switch {
 	case want && p.heapIdx < 0:
 		heap.Push(&g.victims, p)
