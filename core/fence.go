@@ -123,6 +123,9 @@ type waitSet struct {
 }
 
 func (w *waitSet) add(x *sharedEvent) {
+	if x.done {
+		return // orders nothing
+	}
 	for _, y := range w.few[:w.n] {
 		if y == x {
 			return
@@ -132,6 +135,9 @@ func (w *waitSet) add(x *sharedEvent) {
 		w.few[w.n] = x
 		w.n++
 		return
+	}
+	if x.completed() {
+		return // worth a query before growing the map
 	}
 	if w.more == nil {
 		w.more = map[*sharedEvent]struct{}{}

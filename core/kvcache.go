@@ -84,8 +84,8 @@ type KVCache struct {
 	committed int
 	tail      []config.Token
 	history   int
-	capacity int
-	blocks   []cacheBlock
+	capacity  int
+	blocks    []cacheBlock
 	// chain is the tree node of the last committed full block (the scope
 	// root before any); the cache pins it so later commits can link to it.
 	chain          *node
@@ -454,7 +454,8 @@ func (c *KVCache) Resume(stream device.Stream) error {
 	if u := m.hotUtilization(c); u > m.cfg.MaxUtil() {
 		return fmt.Errorf("%w (%.3f > %.3f)", ErrResumeRefused, u, m.cfg.MaxUtil())
 	}
-	var pinned, cold []*page
+	pinned := m.pinned[:0]
+	var cold []*page
 	pin := func(p *page) {
 		p.held--
 		m.ref(p, true)
@@ -482,9 +483,11 @@ func (c *KVCache) Resume(stream device.Stream) error {
 			p.held++
 			p.refresh(len(m.levels))
 		}
+		m.pinned = pinned
 		m.safePoint()
 		return fmt.Errorf("resume cache %d: %w", c.id, err)
 	}
+	m.pinned = pinned
 	c.stream, c.status = stream, Active
 	m.safePoint()
 	return nil

@@ -63,6 +63,8 @@ type Manager struct {
 	slabs  slabs
 	// Scratch of the hot paths, reused under the lock.
 	adopted []*page
+	pinned  []*page
+	victims []*page
 	matched []*node
 	missing []int
 	dropped []releasedPage

@@ -491,6 +491,9 @@ func (m *Manager) settle() {
 // settlePages waits for the transactions that still move any of pages, then
 // settles.
 func (m *Manager) settlePages(pages func(fn func(p *page))) {
+	if len(m.pending) == 0 {
+		return // a page is in flight only while its transaction is pending
+	}
 	waits := waitSet{}
 	pages(func(p *page) {
 		if p.inflight != nil {
@@ -553,7 +556,10 @@ func (m *Manager) reserveAt(li int, n need) error {
 				ErrOutOfPages, g.level.kind, g.desc.Index, k, len(g.free), len(g.victims), g.numSlots)
 		}
 	}
-	var victims []*page
+	// A nested reserveAt (for a colder level) takes its own scratch.
+	victims := m.victims[:0]
+	m.victims = nil
+	defer func() { m.victims = victims[:0] }()
 	for g, k := range n {
 		for taken := 0; len(g.free)+taken < k; taken++ {
 			victims = append(victims, heap.Pop(&g.victims).(*page))

@@ -2,11 +2,13 @@ package bookkeeping
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/config"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -50,17 +52,27 @@ func BenchmarkDecodeStep(b *testing.B) {
 	}
 }
 
-// BenchmarkRequest is one request of the trace at 8k tokens, for profiling.
+// BenchmarkRequest is one request of the trace, for profiling.
 func BenchmarkRequest(b *testing.B) {
-	prompts := trace(rand.New(rand.NewPCG(1, 1)), 64, 8<<10)
-	perRequest := int64(8<<10+128)/tokensPerBlock + 2
-	r, err := newRig(2*perRequest+8, 0)
-	require.NoError(b, err)
-	defer r.close()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := range b.N {
-		_, err := r.request(prompts[i%len(prompts)], 128, vocab)
-		require.NoError(b, err)
+	for _, size := range []int{1 << 10, 8 << 10} {
+		for _, pressure := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/eviction=%v", tokens(size), pressure), func(b *testing.B) {
+				prompts := trace(rand.New(rand.NewPCG(1, 1)), 64, size)
+				perRequest := int64(size+128)/tokensPerBlock + 2
+				slots := perRequest*int64(b.N) + 8
+				if pressure {
+					slots = 2*perRequest + 8
+				}
+				r, err := newRig(slots, 0)
+				require.NoError(b, err)
+				defer r.close()
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := range b.N {
+					_, err := r.request(prompts[i%len(prompts)], 128, config.Token(vocab+i*128))
+					require.NoError(b, err)
+				}
+			})
+		}
 	}
 }
