@@ -632,8 +632,10 @@ func (c *KVCache) Resize(capacity, history int) error {
 			n[lvl.groupOf(layout.LifeCycleID(lc))] += k
 		}
 	}
-	if err := m.reserveAt(0, n); err != nil {
-		return fmt.Errorf("resize cache %d to %d tokens: %w", c.id, capacity, err)
+	if len(n) > 0 {
+		if err := m.reserveAt(0, n); err != nil {
+			return fmt.Errorf("resize cache %d to %d tokens: %w", c.id, capacity, err)
+		}
 	}
 	waits := waitSet{}
 	added := m.adopted[:0]
@@ -655,7 +657,10 @@ func (c *KVCache) Resize(capacity, history int) error {
 	}
 	m.adopted = added
 	released := c.releasable(newBlocks, history)
-	err := waits.apply(c.stream)
+	var err error
+	if !waits.empty() {
+		err = waits.apply(c.stream)
+	}
 	if err == nil && len(released) > 0 {
 		// The stream may still read or write the released pages.
 		err = c.attachStreamEvent(func(fn func(p *page)) {
@@ -682,7 +687,9 @@ func (c *KVCache) Resize(capacity, history int) error {
 		c.low[lc] = max(c.low[lc], lt.FirstKeptBlock(layout.LifeCycleID(lc), history))
 	}
 	c.capacity, c.history = capacity, history
-	m.stats.onAllocate(max(newBlocks-oldBlocks, 0))
+	if newBlocks > oldBlocks {
+		m.stats.onAllocate(newBlocks - oldBlocks)
+	}
 	m.safePoint()
 	return nil
 }

@@ -298,40 +298,73 @@ func runTrace(cfg Config, prompts [][]config.Token, pressure bool, h *blockhash.
 	return res, nil
 }
 
-// runSteps times DecodeSteps decode steps on one cache that holds held
-// tokens, on a fresh manager.
-func runSteps(cfg Config, rng *rand.Rand, held int, window int) (time.Duration, float64, error) {
-	// Repeated so the CPU clock resolves the run.
-	const reps = 16
-	slots := int64(held+reps*cfg.DecodeSteps)/tokensPerBlock + 8
-	r, err := newRig(slots, window)
-	if err != nil {
-		return 0, 0, err
+// runSteps times decode steps on one cache per size of HeldTokens, each on
+// a fresh manager, alternating runs of DecodeSteps steps between the sizes so
+// that every size sees the same machine. It returns the CPU time and the
+// allocations per step, per size.
+func runSteps(cfg Config, rng *rand.Rand, window int) ([]time.Duration, []float64, error) {
+	const reps = 32
+	warm := 2 * cfg.DecodeSteps
+	type sized struct {
+		r    *rig
+		c    *core.KVCache
+		n    int
+		cpu  time.Duration
+		allc uint64
 	}
-	defer r.close()
-	prompt := trace(rng, 1, held)[0]
-	c, err := r.m.CreateKVCache(core.CacheOptions{InputTokens: prompt})
-	if err != nil {
-		return 0, 0, err
+	all := make([]*sized, len(cfg.HeldTokens))
+	defer func() {
+		for _, s := range all {
+			if s != nil {
+				s.c.Close()
+				s.r.close()
+			}
+		}
+	}()
+	for i, held := range cfg.HeldTokens {
+		slots := int64(held+warm+reps*cfg.DecodeSteps)/tokensPerBlock + 8
+		r, err := newRig(slots, window)
+		if err != nil {
+			return nil, nil, err
+		}
+		prompt := trace(rng, 1, held)[0]
+		c, err := r.m.CreateKVCache(core.CacheOptions{InputTokens: prompt})
+		if err != nil {
+			r.close()
+			return nil, nil, err
+		}
+		all[i] = &sized{r: r, c: c, n: held}
+		if err := r.prefill(c, prompt); err != nil {
+			return nil, nil, err
+		}
+		// Untimed steps first, so the cache's slices have grown past the
+		// timed ones (their growth is amortized over as many blocks as the
+		// cache holds, more than the timed steps add).
+		if err := decode(c, held, warm, vocab); err != nil {
+			return nil, nil, err
+		}
+		all[i].n += warm
 	}
-	defer c.Close()
-	if err := r.prefill(c, prompt); err != nil {
-		return 0, 0, err
-	}
-	// One untimed run first, so slices have grown as in steady state.
-	if err := decode(c, held, cfg.DecodeSteps, vocab); err != nil {
-		return 0, 0, err
-	}
-	n := held + cfg.DecodeSteps
 	runtime.GC()
-	allocs, start := mallocs(), cpuTime()
-	for i := range reps - 1 {
-		if err := decode(c, n+i*cfg.DecodeSteps, cfg.DecodeSteps, vocab); err != nil {
-			return 0, 0, err
+	for range reps {
+		for _, s := range all {
+			allocs, start := mallocs(), cpuTime()
+			if err := decode(s.c, s.n, cfg.DecodeSteps, vocab); err != nil {
+				return nil, nil, err
+			}
+			s.cpu += cpuTime() - start
+			s.allc += mallocs() - allocs
+			s.n += cfg.DecodeSteps
 		}
 	}
-	steps := (reps - 1) * cfg.DecodeSteps
-	return (cpuTime() - start) / time.Duration(steps), float64(mallocs()-allocs) / float64(steps), nil
+	steps := reps * cfg.DecodeSteps
+	cpu := make([]time.Duration, len(all))
+	allocs := make([]float64, len(all))
+	for i, s := range all {
+		cpu[i] = s.cpu / time.Duration(steps)
+		allocs[i] = float64(s.allc) / float64(steps)
+	}
+	return cpu, allocs, nil
 }
 
 func median[T any](xs []T, key func(T) float64) T {
@@ -388,13 +421,13 @@ func Run(cfg Config, log io.Writer) (Results, error) {
 			rounds[i] = append(rounds[i], res)
 		}
 		for mi, md := range models {
-			for hi, held := range cfg.HeldTokens {
-				st, al, err := runSteps(cfg, rng, held, md.window)
-				if err != nil {
-					return Results{}, fmt.Errorf("decode steps at %d tokens: %w", held, err)
-				}
+			st, al, err := runSteps(cfg, rng, md.window)
+			if err != nil {
+				return Results{}, fmt.Errorf("decode steps (%s): %w", md.name, err)
+			}
+			for hi := range cfg.HeldTokens {
 				k := mi*len(cfg.HeldTokens) + hi
-				steps[k] = append(steps[k], stepRound{st, al})
+				steps[k] = append(steps[k], stepRound{st[hi], al[hi]})
 			}
 		}
 	}
