@@ -316,15 +316,20 @@ func (m *Manager) LayerGroupOf(layer int32) (layout.LayerGroupID, error) {
 // that are neither free nor evictable, not counting the GPU pages of the
 // cache about to resume (they are its own, already in place).
 func (m *Manager) hotUtilization(resuming *KVCache) float64 {
-	own := map[*slotGroup]int64{}
+	groups := m.levels[0].groups
+	var few [8]int64 // per hot group, indexed by its position (its Index)
+	own := few[:]
+	if len(groups) > len(few) {
+		own = make([]int64, len(groups))
+	}
 	resuming.eachPage(func(p *page) {
 		if p.level() == 0 && p.heapIdx < 0 {
-			own[p.group]++
+			own[p.group.desc.Index]++
 		}
 	})
 	var u float64
-	for _, g := range m.levels[0].groups {
-		busy := g.used() - int64(len(g.victims)) - own[g]
+	for i, g := range groups {
+		busy := g.used() - int64(len(g.victims)) - own[i]
 		u = math.Max(u, float64(busy)/float64(g.numSlots))
 	}
 	return u
