@@ -81,27 +81,31 @@ func (p *eventPool) close() {
 type fence []*sharedEvent
 
 // fencePruneAt is the fence size from which add drops completed events:
-// querying every event on every add would cost more than the waits saved.
+// querying on every add would cost more than the waits saved.
 const fencePruneAt = 4
 
 // add attaches e, first dropping completed events once the set has grown, so
-// it stays small. A failed event is dropped too: settle has accounted its
-// failure to the pages it moved, and nothing orders after completed work.
+// it stays small: it queries the oldest event and drops every event known to
+// have completed (a query costs a device call; one a call keeps the fence
+// short as events complete in order). A failed event is dropped too: settle
+// has accounted its failure to the pages it moved, and nothing orders after
+// completed work.
 func (f *fence) add(p *eventPool, e *sharedEvent) {
 	e.refs++
-	if len(*f) < fencePruneAt {
-		*f = append(*f, e)
-		return
-	}
-	kept := (*f)[:0]
-	for _, x := range *f {
-		if x.completed() {
-			p.release(x)
-			continue
+	if len(*f) >= fencePruneAt {
+		(*f)[0].completed()
+		kept := (*f)[:0]
+		for _, x := range *f {
+			if x.done {
+				p.release(x)
+				continue
+			}
+			kept = append(kept, x)
 		}
-		kept = append(kept, x)
+		clear((*f)[len(kept):])
+		*f = kept
 	}
-	*f = append(kept, e)
+	*f = append(*f, e)
 }
 
 // moveTo hands every event of f to dst and empties f.
