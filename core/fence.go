@@ -11,6 +11,8 @@ import (
 type sharedEvent struct {
 	ev   device.Event
 	refs int
+	// on is the stream the event was recorded on.
+	on device.Stream
 	// done: a query saw the event complete (or fail); it stays so until the
 	// event goes back to the pool.
 	done bool
@@ -53,17 +55,17 @@ func (p *eventPool) record(s device.Stream) (*sharedEvent, error) {
 	if n := len(p.spare); n > 0 {
 		e := p.spare[n-1]
 		p.spare = p.spare[:n-1]
-		*e = sharedEvent{ev: ev, refs: 1}
+		*e = sharedEvent{ev: ev, refs: 1, on: s}
 		return e, nil
 	}
-	return &sharedEvent{ev: ev, refs: 1}, nil
+	return &sharedEvent{ev: ev, refs: 1, on: s}, nil
 }
 
 func (p *eventPool) release(e *sharedEvent) {
 	e.refs--
 	if e.refs == 0 {
 		p.free = append(p.free, e.ev)
-		e.ev = nil
+		e.ev, e.on = nil, nil
 		p.spare = append(p.spare, e)
 	}
 }
@@ -121,13 +123,19 @@ func (f *fence) moveTo(p *eventPool, dst *fence) {
 // pages one call touches mostly hold the same few events, so those are kept
 // in a small array and only more of them in a map.
 type waitSet struct {
+	// skip, if set, is the stream that will wait: events recorded on it are
+	// ordered by the stream itself and left out. Only cache streams set it;
+	// a migration waits on every event, so a failure of earlier migration
+	// work reaches the transaction that depends on it. Streams are compared
+	// by identity (every device.Stream implementation is a pointer).
+	skip device.Stream
 	few  [8]*sharedEvent
 	n    int
 	more map[*sharedEvent]struct{}
 }
 
 func (w *waitSet) add(x *sharedEvent) {
-	if x.done {
+	if x.done || (w.skip != nil && x.on == w.skip) {
 		return // orders nothing
 	}
 	for _, y := range w.few[:w.n] {

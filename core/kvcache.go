@@ -473,7 +473,7 @@ func (c *KVCache) Resume(stream device.Stream) error {
 		for _, p := range cold {
 			pin(p)
 		}
-		waits := waitSet{}
+		waits := waitSet{skip: stream}
 		c.eachPage(func(p *page) { waits.addFence(p.group.fences[p.slot]) })
 		err = waits.apply(stream)
 	}
@@ -637,7 +637,7 @@ func (c *KVCache) Resize(capacity, history int) error {
 			return fmt.Errorf("resize cache %d to %d tokens: %w", c.id, capacity, err)
 		}
 	}
-	waits := waitSet{}
+	waits := waitSet{skip: c.stream}
 	added := m.adopted[:0]
 	if newBlocks > oldBlocks {
 		c.blocks = slices.Grow(c.blocks, newBlocks-oldBlocks)
