@@ -87,15 +87,19 @@ type fence []*sharedEvent
 const fencePruneAt = 4
 
 // add attaches e, first dropping completed events once the set has grown, so
-// it stays small: it queries the oldest event and drops every event known to
-// have completed (a query costs a device call; one a call keeps the fence
-// short as events complete in order). A failed event is dropped too: settle
-// has accounted its failure to the pages it moved, and nothing orders after
-// completed work.
+// it stays small. It queries from the oldest event until one has not
+// completed (events mostly complete in the order they were added, and a
+// completed one is never queried again), then drops every event known to
+// have completed. A failed event is dropped too: settle has accounted its
+// failure to the pages it moved, and nothing orders after completed work.
 func (f *fence) add(p *eventPool, e *sharedEvent) {
 	e.refs++
 	if len(*f) >= fencePruneAt {
-		(*f)[0].completed()
+		for _, x := range *f {
+			if !x.completed() {
+				break
+			}
+		}
 		kept := (*f)[:0]
 		for _, x := range *f {
 			if x.done {
