@@ -68,8 +68,13 @@ func BenchmarkRequest(b *testing.B) {
 				defer r.close()
 				b.ReportAllocs()
 				b.ResetTimer()
+				buf := make([]config.Token, size)
 				for i := range b.N {
-					_, err := r.request(prompts[i%len(prompts)], 128, config.Token(vocab+i*128))
+					// Every 64 requests the trace repeats with other tokens.
+					for j, tok := range prompts[i%len(prompts)] {
+						buf[j] = tok + config.Token(i/len(prompts)*vocab)
+					}
+					_, err := r.request(buf, 128, -1-config.Token(i*128))
 					require.NoError(b, err)
 				}
 			})

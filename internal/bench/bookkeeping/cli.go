@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +20,7 @@ import (
 //	-steps N        decode steps per request (default 128)
 //	-held LIST      cache sizes of the decode-step table (default 1k,128k)
 //	-window N       sliding window of the windowed model, tokens (default 1k)
+//	-cpuprofile F   write a CPU profile of the whole run to F (go tool pprof)
 func Main(args []string, stdout, stderr io.Writer) int {
 	def := DefaultConfig()
 	fs := flag.NewFlagSet("bench bookkeeping", flag.ContinueOnError)
@@ -28,6 +31,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	steps := fs.Int("steps", def.DecodeSteps, "decode steps per request")
 	held := fs.String("held", "1k,128k", "cache sizes of the decode-step table, tokens")
 	window := fs.String("window", "1k", "sliding window of the windowed model, tokens")
+	profile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -48,6 +52,19 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if err := cfg.validate(); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2
+	}
+	if *profile != "" {
+		f, err := os.Create(*profile)
+		if err != nil {
+			fmt.Fprintln(stderr, "bench bookkeeping: -cpuprofile:", err)
+			return 2
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, "bench bookkeeping: -cpuprofile:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
 	}
 	res, err := Run(cfg, stderr)
 	if err != nil {
