@@ -535,13 +535,25 @@ func (c *KVCache) Prefetch(level layout.CacheLevel) error {
 }
 
 // attachStreamEvent records an event on the cache's stream and adds it to the
-// fence of every given page: later users wait for this cache's work.
+// fence of every given page (every page of the cache when pages is nil):
+// later users wait for this cache's work.
 func (c *KVCache) attachStreamEvent(pages func(fn func(p *page))) error {
 	ev, err := c.m.events.record(c.stream)
 	if err != nil {
 		return fmt.Errorf("record cache event: %w", err)
 	}
-	pages(func(p *page) { p.group.fences[p.slot].add(&c.m.events, ev) })
+	if pages == nil {
+		// Looped here: a closure handed to pages would be allocated.
+		for _, b := range c.blocks {
+			for _, p := range b.pages {
+				if p != nil {
+					p.group.fences[p.slot].add(&c.m.events, ev)
+				}
+			}
+		}
+	} else {
+		pages(func(p *page) { p.group.fences[p.slot].add(&c.m.events, ev) })
+	}
 	c.m.events.release(ev)
 	return nil
 }
@@ -555,7 +567,7 @@ func (c *KVCache) Suspend() error {
 	if c.status != Active {
 		return stateErr("suspend", c.status)
 	}
-	if err := c.attachStreamEvent(c.eachPage); err != nil {
+	if err := c.attachStreamEvent(nil); err != nil {
 		return err
 	}
 	c.eachPage(func(p *page) {
@@ -578,7 +590,7 @@ func (c *KVCache) Close() error {
 	}
 	active := c.status == Active
 	if active {
-		if err := c.attachStreamEvent(c.eachPage); err != nil {
+		if err := c.attachStreamEvent(nil); err != nil {
 			return err
 		}
 	}

@@ -135,9 +135,9 @@ func (g *slotGroup) initSlots() {
 	g.fences = newFences(g.numSlots)
 }
 
-// fenceRoom is the events each slot's fence holds before it grows: a slot's
-// first writer and reader then allocate nothing.
-const fenceRoom = 2
+// fenceRoom is the events each slot's fence holds before it grows: a fence
+// prunes when it reaches fencePruneAt, so it rarely needs more.
+const fenceRoom = fencePruneAt + 1
 
 // newFences returns n empty fences sharing one backing array.
 func newFences(n int64) []fence {
