@@ -638,13 +638,13 @@ func (c *KVCache) Resize(capacity, history int) error {
 	}
 	lt, lvl := m.lt, m.levels[0]
 	oldBlocks, newBlocks := len(c.blocks), lt.BlocksFor(capacity)
-	n := need{}
-	for lc := range lt.LifeCycles {
-		if k := lt.NewPagesNeeded(layout.LifeCycleID(lc), oldBlocks, newBlocks, history); k > 0 {
-			n[lvl.groupOf(layout.LifeCycleID(lc))] += k
+	if newBlocks > oldBlocks {
+		n := need{}
+		for lc := range lt.LifeCycles {
+			if k := lt.NewPagesNeeded(layout.LifeCycleID(lc), oldBlocks, newBlocks, history); k > 0 {
+				n[lvl.groupOf(layout.LifeCycleID(lc))] += k
+			}
 		}
-	}
-	if len(n) > 0 {
 		if err := m.reserveAt(0, n); err != nil {
 			return fmt.Errorf("resize cache %d to %d tokens: %w", c.id, capacity, err)
 		}
