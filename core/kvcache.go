@@ -724,6 +724,9 @@ func (c *KVCache) releasable(newBlocks, history int) []releasedPage {
 	}
 	out := m.dropped[:0]
 	for lc := range lt.LifeCycles {
+		if lt.LifeCycles[lc].Window.Size == 0 {
+			continue // full attention keeps every block
+		}
 		id := layout.LifeCycleID(lc)
 		hi := min(lt.FirstKeptBlock(id, history), newBlocks, len(c.blocks))
 		for b := max(c.low[lc], lt.SinkBlocks(id)); b < hi; b++ {

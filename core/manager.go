@@ -402,7 +402,9 @@ func (m *Manager) ref(p *page, active bool) {
 // safePoint prunes tree nodes that lost all pages. It runs at the end of
 // public operations, never while an operation may still be evicting.
 func (m *Manager) safePoint() {
-	m.settle()
+	if len(m.pending) > 0 {
+		m.settle()
+	}
 	for len(m.prune) > 0 {
 		n := m.prune[len(m.prune)-1]
 		m.prune = m.prune[:len(m.prune)-1]
