@@ -64,7 +64,6 @@ type Manager struct {
 	// Scratch of the hot paths, reused under the lock.
 	adopted []*page
 	pinned  []*page
-	victims []*page
 	matched []*node
 	missing []int
 	dropped []releasedPage

@@ -556,10 +556,7 @@ func (m *Manager) reserveAt(li int, n need) error {
 				ErrOutOfPages, g.level.kind, g.desc.Index, k, len(g.free), len(g.victims), g.numSlots)
 		}
 	}
-	// A nested reserveAt (for a colder level) takes its own scratch.
-	victims := m.victims[:0]
-	m.victims = nil
-	defer func() { m.victims = victims[:0] }()
+	var victims []*page
 	for g, k := range n {
 		for taken := 0; len(g.free)+taken < k; taken++ {
 			victims = append(victims, heap.Pop(&g.victims).(*page))
