@@ -16,11 +16,16 @@
 // the same prompt's blocks (blockhash.Hasher, the manager's block key),
 // measured in the same round: hashing is the irreducible work of a request.
 //
-// The decode-step table times DecodeSteps-long runs of decode steps on one
-// cache holding each of HeldTokens (1k and 128k by default), for a model of
-// full attention only and for one whose half of the layers have a sliding
-// window: a step should cost the same whatever the cache holds, and the
-// ratio of the largest to the smallest size says how close it is.
+// The decode-step table times decode steps on one cache holding each of
+// HeldTokens (1k and 128k by default), for a model of full attention only and
+// for one whose half of the layers have a sliding window: after 2×DecodeSteps
+// untimed steps, 32 runs of DecodeSteps steps alternate between the sizes, so
+// each sees the same machine. A step should cost the same whatever the cache
+// holds, and the ratio to the smallest size says how close it is. Figures
+// are process CPU time, so they include the garbage collector and the
+// emulated device's stream workers (each recorded event wakes one).
+//
+// `-cpuprofile FILE` writes a CPU profile of the run for go tool pprof.
 //
 // The manager runs on the emulated device with tiny buffers (four layers, a
 // key and a value buffer of one byte a token), so the figures are the cost of
