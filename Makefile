@@ -24,6 +24,14 @@ vet:
 go-test:
 	$(GO) test $(GOFLAGS_TEST) ./...
 
+# The manager's bookkeeping benchmark (EVALUATION.md §2): CPU time and
+# allocations per request on issue 11's trace, the ratio to the SHA-256
+# hashing of the same blocks, and the decode-step cost at 1k and 128k tokens.
+# BENCH_BOOKKEEPING_ARGS passes flags (kvcm bench bookkeeping -h).
+.PHONY: bench-bookkeeping
+bench-bookkeeping:
+	$(GO) run ./cmd/kvcm bench bookkeeping $(BENCH_BOOKKEEPING_ARGS)
+
 # The C ABI: kvcmgen writes the public header, the cgo export shim, the C++
 # declarations, the Python ctypes layer and docs/api.md from gen/abi.
 generate:

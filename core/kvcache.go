@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -80,10 +81,13 @@ type KVCache struct {
 	scope    blockhash.Scope
 	stream   device.Stream
 	priority PriorityFunc
-	tokens   []config.Token
-	history  int
-	capacity int
-	blocks   []cacheBlock
+	// committed counts the committed tokens; tail holds those of the last,
+	// incomplete block. Full blocks' tokens live in the tree only.
+	committed int
+	tail      []config.Token
+	history   int
+	capacity  int
+	blocks    []cacheBlock
 	// chain is the tree node of the last committed full block (the scope
 	// root before any); the cache pins it so later commits can link to it.
 	chain          *node
@@ -96,6 +100,12 @@ type KVCache struct {
 	// seenLosses is the manager's loss count when the cache last looked.
 	lost       error
 	seenLosses uint64
+	// rows hands out the page rows of new blocks.
+	rows rowChunk
+	// low is, per lifecycle, the block below which every non-sink block has
+	// released its page: Resize visits only blocks from there to the first
+	// one still in the window.
+	low []int
 }
 
 // match is the reusable prefix of some input.
@@ -120,7 +130,7 @@ func (m *Manager) findMatch(scope blockhash.Scope, input []config.Token) match {
 	}
 	tpb := m.cfg.TokensPerBlock
 	cur := root
-	var path []*node
+	path := m.matched[:0]
 	for b := 0; (b+1)*tpb <= limit; b++ {
 		blk := input[b*tpb : (b+1)*tpb]
 		c := cur.child(m.hasher.Next(cur.key, blk))
@@ -130,6 +140,7 @@ func (m *Manager) findMatch(scope blockhash.Scope, input []config.Token) match {
 		path = append(path, c)
 		cur = c
 	}
+	m.matched = path
 	mt.path = path[:m.usablePrefix(path)]
 	if !m.cfg.EnablePartialReuse {
 		return mt
@@ -156,7 +167,10 @@ func (m *Manager) findMatch(scope blockhash.Scope, input []config.Token) match {
 
 // sortedChildren lists a node's children in a deterministic order.
 func sortedChildren(n *node) []*node {
-	out := make([]*node, 0, len(n.children)+len(n.partials))
+	out := make([]*node, 0, 1+len(n.children)+len(n.partials))
+	if n.child0 != nil {
+		out = append(out, n.child0)
+	}
 	for _, c := range n.children {
 		out = append(out, c)
 	}
@@ -188,21 +202,26 @@ func (m *Manager) hotComplete(n *node) bool {
 // full attention, the sink blocks and those within the window otherwise.
 func (m *Manager) usablePrefix(path []*node) int {
 	tpb := m.cfg.TokensPerBlock
-	// missing[lc][b] counts the blocks before b without a page of lc.
-	missing := make([][]int, len(m.lt.LifeCycles))
-	for lc := range missing {
-		row := make([]int, len(path)+1)
+	// missing[lc*width+b] counts the blocks before b without a page of lc.
+	numLC, width := len(m.lt.LifeCycles), len(path)+1
+	if cap(m.missing) < numLC*width {
+		m.missing = make([]int, numLC*width)
+	}
+	missing := m.missing[:numLC*width]
+	for lc := range numLC {
+		row := missing[lc*width : (lc+1)*width]
+		row[0] = 0
 		for b, n := range path {
 			row[b+1] = row[b]
 			if n.pages[lc] == nil {
 				row[b+1]++
 			}
 		}
-		missing[lc] = row
 	}
 	for j := len(path); j > 0; j-- {
 		ok := true
-		for lc, row := range missing {
+		for lc := range numLC {
+			row := missing[lc*width : (lc+1)*width]
 			id := layout.LifeCycleID(lc)
 			sinks := min(m.lt.SinkBlocks(id), j)
 			first := max(m.lt.FirstKeptBlock(id, j*tpb), sinks)
@@ -246,11 +265,15 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	c := &KVCache{m: m, scope: opts.Scope, priority: opts.Priority, seenLosses: m.losses}
 	m.nextID++
 	c.id = m.nextID
+	// Room for the prompt and a few decoded blocks, so prefill does not grow
+	// the cache's slices again.
+	numLC, promptBlocks := len(m.lt.LifeCycles), m.lt.BlocksFor(len(opts.InputTokens))+4
+	c.blocks = make([]cacheBlock, 0, promptBlocks)
 
 	// Hold the path first, so making room for a partial copy cannot evict it.
 	full := len(mt.path) * tpb
 	for b, n := range mt.path {
-		cb := cacheBlock{pages: make([]*page, len(m.lt.LifeCycles)), node: n}
+		cb := cacheBlock{pages: c.rows.row(numLC, promptBlocks, 0), node: n}
 		for lc, p := range n.pages {
 			if m.lt.Needs(layout.LifeCycleID(lc), b, full) {
 				cb.pages[lc] = p
@@ -276,7 +299,8 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 			}
 		}
 	}
-	c.tokens = slices.Clone(opts.InputTokens[:reused])
+	c.tail = append(make([]config.Token, 0, tpb), opts.InputTokens[full:reused]...)
+	c.committed = reused
 	c.history, c.capacity, c.reused = reused, reused, reused
 	c.chain = m.root(opts.Scope)
 	if len(mt.path) > 0 {
@@ -376,7 +400,7 @@ func (c *KVCache) Status() Status {
 func (c *KVCache) NumCommittedTokens() int {
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
-	return len(c.tokens)
+	return c.committed
 }
 
 // HistoryLength returns how many tokens have their KV computed.
@@ -442,7 +466,8 @@ func (c *KVCache) Resume(stream device.Stream) error {
 	if u := m.hotUtilization(c); u > m.cfg.MaxUtil() {
 		return fmt.Errorf("%w (%.3f > %.3f)", ErrResumeRefused, u, m.cfg.MaxUtil())
 	}
-	var pinned, cold []*page
+	pinned := m.pinned[:0]
+	var cold []*page
 	pin := func(p *page) {
 		p.held--
 		m.ref(p, true)
@@ -463,7 +488,7 @@ func (c *KVCache) Resume(stream device.Stream) error {
 		err = c.checkLost() // a decode whose failure is known already
 	}
 	if err == nil {
-		waits := waitSet{}
+		waits := waitSet{skip: stream}
 		c.eachPage(func(p *page) { waits.addFence(p.group.fences[p.slot]) })
 		err = waits.apply(stream)
 	}
@@ -473,9 +498,11 @@ func (c *KVCache) Resume(stream device.Stream) error {
 			p.held++
 			p.refresh(len(m.levels))
 		}
+		m.pinned = pinned
 		m.safePoint()
 		return fmt.Errorf("resume cache %d: %w", c.id, err)
 	}
+	m.pinned = pinned
 	c.stream, c.status = stream, Active
 	m.safePoint()
 	return nil
@@ -541,13 +568,25 @@ func (c *KVCache) Prefetch(level layout.CacheLevel) error {
 }
 
 // attachStreamEvent records an event on the cache's stream and adds it to the
-// fence of every given page: later users wait for this cache's work.
+// fence of every given page (every page of the cache when pages is nil):
+// later users wait for this cache's work.
 func (c *KVCache) attachStreamEvent(pages func(fn func(p *page))) error {
 	ev, err := c.m.events.record(c.stream)
 	if err != nil {
 		return fmt.Errorf("record cache event: %w", err)
 	}
-	pages(func(p *page) { p.group.fences[p.slot].add(&c.m.events, ev) })
+	if pages == nil {
+		// Looped here: a closure handed to pages would be allocated.
+		for _, b := range c.blocks {
+			for _, p := range b.pages {
+				if p != nil {
+					p.group.fences[p.slot].add(&c.m.events, ev)
+				}
+			}
+		}
+	} else {
+		pages(func(p *page) { p.group.fences[p.slot].add(&c.m.events, ev) })
+	}
 	c.m.events.release(ev)
 	return nil
 }
@@ -564,7 +603,7 @@ func (c *KVCache) Suspend() error {
 	if err := c.checkLost(); err != nil {
 		return err
 	}
-	if err := c.attachStreamEvent(c.eachPage); err != nil {
+	if err := c.attachStreamEvent(nil); err != nil {
 		return err
 	}
 	c.eachPage(func(p *page) {
@@ -597,7 +636,7 @@ func (c *KVCache) closeLocked(force bool) error {
 	active := c.status == Active
 	var err error
 	if active {
-		if err = c.attachStreamEvent(c.eachPage); err != nil && !force {
+		if err = c.attachStreamEvent(nil); err != nil && !force {
 			return err
 		}
 	}
@@ -648,19 +687,24 @@ func (c *KVCache) Resize(capacity, history int) error {
 	}
 	lt, lvl := m.lt, m.levels[0]
 	oldBlocks, newBlocks := len(c.blocks), lt.BlocksFor(capacity)
-	n := need{}
-	for lc := range lt.LifeCycles {
-		if k := lt.NewPagesNeeded(layout.LifeCycleID(lc), oldBlocks, newBlocks, history); k > 0 {
-			n[lvl.groupOf(layout.LifeCycleID(lc))] += k
+	if newBlocks > oldBlocks {
+		n := need{}
+		for lc := range lt.LifeCycles {
+			if k := lt.NewPagesNeeded(layout.LifeCycleID(lc), oldBlocks, newBlocks, history); k > 0 {
+				n[lvl.groupOf(layout.LifeCycleID(lc))] += k
+			}
+		}
+		if err := m.reserveAt(0, n); err != nil {
+			return fmt.Errorf("resize cache %d to %d tokens: %w", c.id, capacity, err)
 		}
 	}
-	if err := m.reserveAt(0, n); err != nil {
-		return fmt.Errorf("resize cache %d to %d tokens: %w", c.id, capacity, err)
+	waits := waitSet{skip: c.stream}
+	added := m.adopted[:0]
+	if newBlocks > oldBlocks {
+		c.blocks = slices.Grow(c.blocks, newBlocks-oldBlocks)
 	}
-	waits := waitSet{}
-	var added []*page
 	for b := oldBlocks; b < newBlocks; b++ {
-		cb := cacheBlock{pages: make([]*page, len(lt.LifeCycles))}
+		cb := cacheBlock{pages: c.rows.row(len(lt.LifeCycles), newBlocks-b, b)}
 		for lc := range lt.LifeCycles {
 			if lt.Needs(layout.LifeCycleID(lc), b, history) {
 				p := m.newPage(lvl.groupOf(layout.LifeCycleID(lc)), layout.LifeCycleID(lc))
@@ -672,20 +716,17 @@ func (c *KVCache) Resize(capacity, history int) error {
 		}
 		c.blocks = append(c.blocks, cb)
 	}
-	var released []*page
-	for b := range c.blocks {
-		for lc, p := range c.blocks[b].pages {
-			if p != nil && (b >= newBlocks || !lt.Needs(layout.LifeCycleID(lc), b, history)) {
-				released = append(released, p)
-			}
-		}
+	m.adopted = added
+	released := c.releasable(newBlocks, history)
+	var err error
+	if !waits.empty() {
+		err = waits.apply(c.stream)
 	}
-	err := waits.apply(c.stream)
 	if err == nil && len(released) > 0 {
 		// The stream may still read or write the released pages.
 		err = c.attachStreamEvent(func(fn func(p *page)) {
-			for _, p := range released {
-				fn(p)
+			for _, r := range released {
+				fn(r.p)
 			}
 		})
 	}
@@ -696,21 +737,70 @@ func (c *KVCache) Resize(capacity, history int) error {
 		}
 		return err
 	}
-	for b := range c.blocks {
-		for lc, p := range c.blocks[b].pages {
-			if p != nil && (b >= newBlocks || !lt.Needs(layout.LifeCycleID(lc), b, history)) {
-				c.blocks[b].pages[lc] = nil
+	for _, r := range released {
+		c.blocks[r.b].pages[r.lc] = nil
+	}
+	for i := len(released) - 1; i >= 0; i-- {
+		m.unref(released[i].p, true)
+	}
+	c.blocks = c.blocks[:min(len(c.blocks), newBlocks)]
+	for lc := range c.low {
+		c.low[lc] = max(c.low[lc], lt.FirstKeptBlock(layout.LifeCycleID(lc), history))
+	}
+	c.capacity, c.history = capacity, history
+	if newBlocks > oldBlocks {
+		m.stats.onAllocate(newBlocks - oldBlocks)
+	}
+	m.safePoint()
+	return nil
+}
+
+// releasedPage is a page Resize releases: block b's page of lifecycle lc.
+type releasedPage struct {
+	b, lc int
+	p     *page
+}
+
+// releasable lists, in block then lifecycle order, the pages of the blocks at
+// or beyond newBlocks and those a sliding window no longer needs once history
+// tokens are computed. Per lifecycle it visits only the blocks from its
+// low-water mark to its first kept block, so a step costs the blocks it
+// releases, not the blocks the cache holds.
+func (c *KVCache) releasable(newBlocks, history int) []releasedPage {
+	m, lt := c.m, c.m.lt
+	if c.low == nil {
+		c.low = make([]int, len(lt.LifeCycles))
+	}
+	out := m.dropped[:0]
+	for lc := range lt.LifeCycles {
+		if lt.LifeCycles[lc].Window.Size == 0 {
+			continue // full attention keeps every block
+		}
+		id := layout.LifeCycleID(lc)
+		hi := min(lt.FirstKeptBlock(id, history), newBlocks, len(c.blocks))
+		for b := max(c.low[lc], lt.SinkBlocks(id)); b < hi; b++ {
+			if p := c.blocks[b].pages[lc]; p != nil {
+				out = append(out, releasedPage{b, lc, p})
 			}
 		}
 	}
-	for i := len(released) - 1; i >= 0; i-- {
-		m.unref(released[i], true)
+	for b := newBlocks; b < len(c.blocks); b++ {
+		for lc, p := range c.blocks[b].pages {
+			if p != nil {
+				out = append(out, releasedPage{b, lc, p})
+			}
+		}
 	}
-	c.blocks = c.blocks[:min(len(c.blocks), newBlocks)]
-	c.capacity, c.history = capacity, history
-	m.stats.onAllocate(max(newBlocks-oldBlocks, 0))
-	m.safePoint()
-	return nil
+	if len(out) > 1 {
+		slices.SortFunc(out, func(x, y releasedPage) int {
+			if x.b != y.b {
+				return cmp.Compare(x.b, y.b)
+			}
+			return cmp.Compare(x.lc, y.lc)
+		})
+	}
+	m.dropped = out
+	return out
 }
 
 // Commit appends computed tokens to the committed sequence; every block they
@@ -728,13 +818,13 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 		return stateErr("commit", c.status)
 	case c.stopped:
 		return fmt.Errorf("%w: commit after stop_committing or is_end", ErrInvalidState)
-	case len(c.tokens)+len(tokens) > c.history:
+	case c.committed+len(tokens) > c.history:
 		return argErr("tokens", "committing %d tokens after %d would pass history_length %d",
-			len(tokens), len(c.tokens), c.history)
+			len(tokens), c.committed, c.history)
 	}
 	tpb := m.cfg.TokensPerBlock
-	first := len(c.tokens) / tpb
-	full := (len(c.tokens) + len(tokens)) / tpb
+	first := c.committed / tpb
+	full := (c.committed + len(tokens)) / tpb
 	// Nothing lost is published: the blocks' pages still arriving (decoded
 	// by Resume) must be known good first.
 	m.settlePages(func(fn func(p *page)) {
@@ -751,7 +841,10 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 	}
 	// The callback runs before anything changes: a panic in it changes
 	// nothing.
-	prios := make([]int, max(full-first, 0))
+	var prios []int
+	if c.priority != nil {
+		prios = make([]int, max(full-first, 0))
+	}
 	for i := range prios {
 		var err error
 		if prios[i], err = c.blockPriority(first + i); err != nil {
@@ -769,15 +862,28 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 		}
 		defer m.events.release(ev)
 	}
-	c.tokens = append(c.tokens, tokens...)
+	rest := tokens
 	for b := first; b < full; b++ {
-		for _, p := range c.publish(b, prios[b-first]) {
+		blk := rest[:tpb-len(c.tail)]
+		rest = rest[len(blk):]
+		if len(c.tail) > 0 {
+			c.tail = append(c.tail, blk...)
+			blk = c.tail
+		}
+		pr := DefaultPriority
+		if prios != nil {
+			pr = prios[b-first]
+		}
+		for _, p := range c.publish(b, blk, pr) {
 			p.group.fences[p.slot].add(&m.events, ev)
 		}
+		c.tail = c.tail[:0]
 	}
+	c.tail = append(c.tail, rest...)
+	c.committed += len(tokens)
 	if isEnd {
 		c.stopped = true
-		c.pendingPartial = m.cfg.EnablePartialReuse && len(c.tokens)%tpb != 0
+		c.pendingPartial = m.cfg.EnablePartialReuse && c.committed%tpb != 0
 	}
 	return nil
 }
@@ -790,13 +896,11 @@ func (c *KVCache) StopCommitting() {
 	c.stopped = true
 }
 
-// publish links block b into the tree after the cache's chain. If an equal
-// block is already there, the cache keeps its own pages private and follows
-// the existing node.
-func (c *KVCache) publish(b, priority int) []*page {
+// publish links block b, holding tokens blk, into the tree after the cache's
+// chain. If an equal block is already there, the cache keeps its own pages
+// private and follows the existing node.
+func (c *KVCache) publish(b int, blk []config.Token, priority int) []*page {
 	m := c.m
-	tpb := m.cfg.TokensPerBlock
-	blk := c.tokens[b*tpb : (b+1)*tpb]
 	cb := &c.blocks[b]
 	if cb.node != nil {
 		return nil
@@ -815,10 +919,10 @@ func (c *KVCache) publish(b, priority int) []*page {
 	var published []*page
 	switch {
 	case next == nil:
-		next = newNode(c.chain, key, slices.Clone(blk), len(m.lt.LifeCycles))
+		next = m.newNode(c.chain, key, blk)
 		c.setPriority(next, priority)
 		published = c.adopt(next, cb.pages)
-		c.chain.addChild(next, tpb)
+		c.chain.addChild(next, m.cfg.TokensPerBlock)
 		cb.node = next
 		m.emitStored(next, c.id)
 	default:
@@ -847,9 +951,10 @@ func (c *KVCache) publish(b, priority int) []*page {
 	return published
 }
 
-// adopt moves private pages into node n and returns them.
+// adopt moves private pages into node n and returns them, in scratch valid
+// until the next adopt.
 func (c *KVCache) adopt(n *node, pages []*page) []*page {
-	var adopted []*page
+	adopted := c.m.adopted[:0]
 	for lc, p := range pages {
 		if p != nil {
 			p.node = n
@@ -858,6 +963,7 @@ func (c *KVCache) adopt(n *node, pages []*page) []*page {
 			adopted = append(adopted, p)
 		}
 	}
+	c.m.adopted = adopted
 	return adopted
 }
 
@@ -896,7 +1002,7 @@ func (c *KVCache) blockPriority(b int) (pr int, err error) {
 func (c *KVCache) registerPartial() {
 	m := c.m
 	tpb := m.cfg.TokensPerBlock
-	b := len(c.tokens) / tpb
+	b := c.committed / tpb
 	if b >= len(c.blocks) || c.blocks[b].node != nil {
 		return
 	}
@@ -905,13 +1011,13 @@ func (c *KVCache) registerPartial() {
 			return
 		}
 	}
-	blk := slices.Clone(c.tokens[b*tpb:])
+	blk := c.tail
 	for _, sib := range c.chain.partials {
 		if slices.Equal(sib.tokens, blk) {
 			return
 		}
 	}
-	n := newNode(c.chain, m.hasher.Next(c.chain.key, blk), blk, len(m.lt.LifeCycles))
+	n := m.newNode(c.chain, m.hasher.Next(c.chain.key, blk), blk)
 	pr, err := c.blockPriority(b)
 	if err != nil {
 		pr = DefaultPriority // Close cannot fail for it

@@ -66,7 +66,14 @@ type Manager struct {
 	// losses counts lost pages ever; a cache rescans its pages for lost
 	// ones only when it changed (see checkLost).
 	losses uint64
-	closed bool
+	slabs  slabs
+	// Scratch of the hot paths, reused under the lock.
+	adopted []*page
+	pinned  []*page
+	matched []*node
+	missing []int
+	dropped []releasedPage
+	closed  bool
 
 	listeners []EventListener
 	eventSeq  uint64
@@ -324,15 +331,20 @@ func (m *Manager) LayerGroupOf(layer int32) (layout.LayerGroupID, error) {
 // that are neither free nor evictable, not counting the GPU pages of the
 // cache about to resume (they are its own, already in place).
 func (m *Manager) hotUtilization(resuming *KVCache) float64 {
-	own := map[*slotGroup]int64{}
+	groups := m.levels[0].groups
+	var few [8]int64 // per hot group, indexed by its position (its Index)
+	own := few[:]
+	if len(groups) > len(few) {
+		own = make([]int64, len(groups))
+	}
 	resuming.eachPage(func(p *page) {
 		if p.level() == 0 && p.heapIdx < 0 {
-			own[p.group]++
+			own[p.group.desc.Index]++
 		}
 	})
 	var u float64
-	for _, g := range m.levels[0].groups {
-		busy := g.used() - int64(len(g.victims)) - own[g]
+	for i, g := range groups {
+		busy := g.used() - int64(len(g.victims)) - own[i]
 		u = math.Max(u, float64(busy)/float64(g.numSlots))
 	}
 	return u
@@ -359,7 +371,8 @@ func (m *Manager) drop(p *page) {
 // newPage takes a free slot of g for lifecycle lc; reserve must have made
 // room. The page starts private, unreferenced.
 func (m *Manager) newPage(g *slotGroup, lc layout.LifeCycleID) *page {
-	p := &page{lc: lc}
+	p := m.slabs.page()
+	p.lc = lc
 	g.take(p)
 	return p
 }
@@ -404,13 +417,15 @@ func (m *Manager) ref(p *page, active bool) {
 // safePoint prunes tree nodes that lost all pages. It runs at the end of
 // public operations, never while an operation may still be evicting.
 func (m *Manager) safePoint() {
-	m.settle()
+	if len(m.pending) > 0 {
+		m.settle()
+	}
 	for len(m.prune) > 0 {
 		n := m.prune[len(m.prune)-1]
 		m.prune = m.prune[:len(m.prune)-1]
 		if n.parent == nil {
 			// A scope root goes once nothing hangs from it.
-			if n.users == 0 && len(n.children) == 0 && len(n.partials) == 0 && m.roots[n.key] == n {
+			if n.users == 0 && !n.hasChildren() && m.roots[n.key] == n {
 				delete(m.roots, n.key)
 			}
 			continue
@@ -427,7 +442,7 @@ func (m *Manager) root(scope blockhash.Scope) *node {
 	k := scope.Root()
 	r := m.roots[k]
 	if r == nil {
-		r = newNode(nil, k, nil, len(m.lt.LifeCycles))
+		r = m.newNode(nil, k, nil)
 		m.roots[k] = r
 	}
 	return r

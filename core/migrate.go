@@ -503,13 +503,16 @@ func (m *Manager) settle() {
 // settlePages waits for the transactions that still move any of pages, then
 // settles.
 func (m *Manager) settlePages(pages func(fn func(p *page))) {
+	if len(m.pending) == 0 {
+		return // a page is in flight only while its transaction is pending
+	}
 	waits := waitSet{}
 	pages(func(p *page) {
 		if p.inflight != nil {
-			waits[p.inflight.ev] = struct{}{}
+			waits.add(p.inflight.ev)
 		}
 	})
-	if len(waits) > 0 {
+	if !waits.empty() {
 		waits.synchronize()
 		m.settle()
 	}

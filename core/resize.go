@@ -224,7 +224,7 @@ func (m *Manager) resizeGroup(g *slotGroup, slots int64) error {
 	}
 	owner := make([]*page, slots)
 	copy(owner, g.owner[:keep])
-	fences := make([]fence, slots)
+	fences := newFences(slots)
 	copy(fences, g.fences[:keep])
 	g.owner, g.fences, g.numSlots = owner, fences, slots
 	g.free = slices.DeleteFunc(g.free, func(s int32) bool { return int64(s) >= keep })

@@ -28,6 +28,9 @@ type page struct {
 	active, held int
 	lastUsed     uint64
 	heapIdx      int
+	// heapPrio and heapDepth are priority() and depth() as of the last
+	// refresh, so the victim heap compares pages without reading nodes.
+	heapPrio, heapDepth int
 	// moving: a migration is placing the page; it is no eviction candidate.
 	moving bool
 	// inflight is the transaction that last moved the page, until settled.
@@ -156,7 +159,21 @@ func (g *slotGroup) initSlots() {
 		g.free[i] = int32(g.numSlots) - 1 - int32(i)
 	}
 	g.owner = make([]*page, g.numSlots)
-	g.fences = make([]fence, g.numSlots)
+	g.fences = newFences(g.numSlots)
+}
+
+// fenceRoom is the events each slot's fence holds before it grows: a fence
+// prunes when it reaches fencePruneAt, so it rarely needs more.
+const fenceRoom = fencePruneAt + 1
+
+// newFences returns n empty fences sharing one backing array.
+func newFences(n int64) []fence {
+	fences := make([]fence, n)
+	room := make([]*sharedEvent, n*fenceRoom)
+	for i := range fences {
+		fences[i] = room[i*fenceRoom : i*fenceRoom : (i+1)*fenceRoom]
+	}
+	return fences
 }
 
 // newDiskGroup creates the group's blob file under dir, with its space
@@ -248,13 +265,13 @@ type victimHeap []*page
 func (h victimHeap) Len() int { return len(h) }
 func (h victimHeap) Less(i, j int) bool {
 	a, b := h[i], h[j]
-	if pa, pb := a.priority(), b.priority(); pa != pb {
+	if pa, pb := a.heapPrio, b.heapPrio; pa != pb {
 		return pa < pb
 	}
 	if a.lastUsed != b.lastUsed {
 		return a.lastUsed < b.lastUsed
 	}
-	return a.depth() > b.depth()
+	return a.heapDepth > b.heapDepth
 }
 func (h victimHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
@@ -291,6 +308,9 @@ func (p *page) evictable(lastLevel bool) bool {
 func (p *page) refresh(numLevels int) {
 	g := p.group
 	want := p.evictable(g.level.index == numLevels-1)
+	if want {
+		p.heapPrio, p.heapDepth = p.priority(), p.depth()
+	}
 	switch {
 	case want && p.heapIdx < 0:
 		heap.Push(&g.victims, p)

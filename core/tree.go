@@ -17,10 +17,13 @@ const (
 // (a full block, or fewer for a partial leaf), and its page per lifecycle at
 // whatever level each lives. A scope's root node holds no tokens and no pages.
 type node struct {
-	key      blockhash.Key
-	parent   *node
-	depth    int
-	tokens   []config.Token
+	key    blockhash.Key
+	parent *node
+	depth  int
+	tokens []config.Token
+	// child0 is a full-block child and children holds the others: most
+	// nodes have one child, and those need no map.
+	child0   *node
 	children map[blockhash.Key]*node
 	partials []*node
 	pages    []*page
@@ -30,8 +33,10 @@ type node struct {
 	priority int
 }
 
-func newNode(parent *node, key blockhash.Key, tokens []config.Token, numLC int) *node {
-	n := &node{key: key, parent: parent, tokens: tokens, pages: make([]*page, numLC), priority: DefaultPriority}
+// newNode returns a node from the manager's slabs; tokens are copied.
+func (m *Manager) newNode(parent *node, key blockhash.Key, tokens []config.Token) *node {
+	n := m.slabs.node()
+	*n = node{key: key, parent: parent, tokens: m.slabs.tokens(tokens), pages: m.slabs.pageRow(len(m.lt.LifeCycles)), priority: DefaultPriority}
 	if parent != nil {
 		n.depth = parent.depth + 1
 	}
@@ -51,23 +56,40 @@ func (n *node) hasPages() bool {
 
 // prunable: nothing left to reuse and nobody building on it.
 func (n *node) prunable() bool {
-	return n.parent != nil && n.users == 0 && len(n.children) == 0 && len(n.partials) == 0 && !n.hasPages()
+	return n.parent != nil && n.users == 0 && !n.hasChildren() && !n.hasPages()
 }
 
-func (n *node) child(key blockhash.Key) *node { return n.children[key] }
+// hasChildren reports whether any block, full or partial, follows n.
+func (n *node) hasChildren() bool {
+	return n.child0 != nil || len(n.children) > 0 || len(n.partials) > 0
+}
+
+func (n *node) child(key blockhash.Key) *node {
+	if c := n.child0; c != nil && c.key == key {
+		return c
+	}
+	return n.children[key]
+}
 
 func (n *node) addChild(c *node, tokensPerBlock int) {
-	if c.isPartial(tokensPerBlock) {
+	switch {
+	case c.isPartial(tokensPerBlock):
 		n.partials = append(n.partials, c)
-		return
+	case n.child0 == nil:
+		n.child0 = c
+	default:
+		if n.children == nil {
+			n.children = map[blockhash.Key]*node{}
+		}
+		n.children[c.key] = c
 	}
-	if n.children == nil {
-		n.children = map[blockhash.Key]*node{}
-	}
-	n.children[c.key] = c
 }
 
 func (n *node) removeChild(c *node) {
+	if n.child0 == c {
+		n.child0 = nil
+		return
+	}
 	if n.children[c.key] == c {
 		delete(n.children, c.key)
 		return

@@ -6,26 +6,39 @@ import (
 	"io"
 
 	"github.com/kvcm/kvcm/core/bench/migrate"
+	"github.com/kvcm/kvcm/internal/bench/bookkeeping"
 )
 
 var benchCommand = command{
 	name:    "bench",
-	summary: "benchmarks: kvcm bench migrate [flags]",
+	summary: "benchmarks: kvcm bench migrate|bookkeeping [flags]",
 	synopsis: `kvcm bench migrate measures, per codec and chunk size, encode and decode
 throughput of scattered pages between device pools and pinned host memory,
 next to the contiguous-copy limit measured in the same process, their ratio
 and the host submit cost; every copied byte is verified before timing. It runs
 on a CUDA GPU when there is one (the default, gather and FP8 codecs) and on the
 emulated device otherwise (the default codec). Run kvcm bench migrate -h for
-its flags.`,
+its flags.
+
+kvcm bench bookkeeping runs the manager's bookkeeping trace (prompts of 1k, 8k
+and 32k tokens, every other request sharing half its prompt with the one
+before, 128 decode steps each, with and without eviction pressure) on the
+emulated device and prints CPU time and allocations per request, the ratio to
+the SHA-256 hashing of the same prompts' blocks, and the decode-step cost at
+1k and 128k tokens held. Run kvcm bench bookkeeping -h for its flags.`,
 	setup: func(*flag.FlagSet) func(stdout, stderr io.Writer) int { return nil },
 	main:  benchMain,
 }
 
 func benchMain(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] != "migrate" {
-		fmt.Fprintln(stderr, "usage: kvcm bench migrate [flags]")
-		return exitUsage
+	if len(args) > 0 {
+		switch args[0] {
+		case "migrate":
+			return migrate.Main(args[1:], stdout, stderr)
+		case "bookkeeping":
+			return bookkeeping.Main(args[1:], stdout, stderr)
+		}
 	}
-	return migrate.Main(args[1:], stdout, stderr)
+	fmt.Fprintln(stderr, "usage: kvcm bench migrate|bookkeeping [flags]")
+	return exitUsage
 }

@@ -2,6 +2,7 @@
 // simulator, one subcommand each.
 //
 //	kvcm bench migrate   codec throughput against the contiguous-copy limit
+//	kvcm bench bookkeeping  the manager's CPU cost per request and decode step
 //	kvcm demo [flags]    serve a shared-prefix workload and check every reused byte
 //	kvcm simulate        the CP-aware scheduling simulator
 //	kvcm help [command]  describe a command

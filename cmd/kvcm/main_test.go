@@ -125,5 +125,13 @@ func TestBenchMigrateOnTheEmulatedDevice(t *testing.T) {
 
 	code, _, errOut = runCLI("bench", "nothing")
 	assert.Equal(t, exitUsage, code)
-	assert.Contains(t, errOut, "usage: kvcm bench migrate")
+	assert.Contains(t, errOut, "usage: kvcm bench migrate|bookkeeping")
+}
+
+// kvcm bench bookkeeping prints the trace's table and the decode-step table.
+func TestBenchBookkeepingPrintsItsTables(t *testing.T) {
+	code, out, errOut := runCLI("bench", "bookkeeping", "-prompts", "1k", "-requests", "2", "-rounds", "1", "-steps", "8", "-held", "1k,2k", "-window", "256")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "| 1k | true | ")
+	assert.Contains(t, out, "| full attention | 2k | ")
 }

@@ -51,12 +51,18 @@ func NewHasher() *Hasher { return &Hasher{h: sha256.New()} }
 
 // Next returns the key of the block holding tokens after the block keyed parent.
 func (x *Hasher) Next(parent Key, tokens []int32) Key {
-	x.buf = x.buf[:0]
-	x.buf = binary.LittleEndian.AppendUint64(x.buf, uint64(parent))
-	x.buf = binary.LittleEndian.AppendUint32(x.buf, uint32(len(tokens)))
-	for _, t := range tokens {
-		x.buf = binary.LittleEndian.AppendUint32(x.buf, uint32(t))
+	n := 12 + 4*len(tokens)
+	if cap(x.buf) < n {
+		x.buf = make([]byte, n)
 	}
+	buf := x.buf[:n]
+	binary.LittleEndian.PutUint64(buf, uint64(parent))
+	binary.LittleEndian.PutUint32(buf[8:], uint32(len(tokens)))
+	enc := buf[12:]
+	for i, t := range tokens {
+		binary.LittleEndian.PutUint32(enc[4*i:4*i+4], uint32(t))
+	}
+	x.buf = buf
 	x.h.Reset()
 	x.h.Write(x.buf)
 	return Key(binary.LittleEndian.Uint64(x.h.Sum(x.sum[:0])))

@@ -258,6 +258,9 @@ func (lt *Layout) FirstKeptBlock(lc LifeCycleID, history int) int {
 // Needs reports whether lifecycle lc needs block b of a sequence whose first
 // history tokens are computed.
 func (lt *Layout) Needs(lc LifeCycleID, b, history int) bool {
+	if lt.LifeCycles[lc].Window.Size == 0 {
+		return true // full attention
+	}
 	return b < lt.SinkBlocks(lc) || b >= lt.FirstKeptBlock(lc, history)
 }
 

@@ -1,0 +1,84 @@
+package core
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/device/emu"
+)
+
+// storedBlocks runs one cache over prompt, committing it in pieces of the
+// given size, and returns the keys and tokens of the blocks it stored.
+func storedBlocks(t *testing.T, cfg config.Config, prompt []config.Token, piece int, isEnd bool) (*Manager, []blockhash.Key, [][]config.Token) {
+	t.Helper()
+	var keys []blockhash.Key
+	var toks [][]config.Token
+	dev := emu.New(emu.Options{Seed: 1})
+	m, err := NewManager(cfg, WithDevice(dev), WithEventListener(func(e CacheEvent) {
+		if e.Kind == BlockStored {
+			keys = append(keys, e.Key)
+			toks = append(toks, e.Tokens)
+		}
+	}))
+	require.NoError(t, err)
+	s, err := dev.NewStream()
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		s.Close()
+		m.Close()
+		dev.Close()
+	})
+	c, err := m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(s))
+	require.NoError(t, c.Resize(len(prompt), len(prompt)))
+	mine := slices.Clone(prompt) // the caller's buffer, reused after each call
+	for pos := 0; pos < len(prompt); pos += piece {
+		end := min(pos+piece, len(prompt))
+		require.NoError(t, c.Commit(mine[pos:end], isEnd && end == len(prompt)))
+		clear(mine[pos:end])
+		assert.Equal(t, end, c.NumCommittedTokens())
+	}
+	require.NoError(t, c.Close())
+	return m, keys, toks
+}
+
+// Committing a prompt in pieces of any size publishes exactly its full
+// blocks, with their own copy of the tokens, as committing it at once does.
+func TestCommitInPiecesPublishesEveryFullBlock(t *testing.T) {
+	prompt := seq(0, 26)
+	want := blockhash.Chain(blockhash.Scope{}, tpb, prompt)
+	for _, piece := range []int{1, 3, 4, 5, 7, 26} {
+		t.Run(fmt.Sprintf("piece=%d", piece), func(t *testing.T) {
+			m, keys, toks := storedBlocks(t, smallConfig(16), prompt, piece, false)
+			assert.Equal(t, want, keys)
+			require.Len(t, toks, len(want))
+			for b, blk := range toks {
+				assert.Equal(t, prompt[b*tpb:(b+1)*tpb], blk, "block %d keeps its tokens after the caller reuses its buffer", b)
+			}
+			assert.Equal(t, 24, m.ProbeReuse(blockhash.Scope{}, prompt))
+		})
+	}
+}
+
+// With partial reuse, the tokens of the trailing partial block committed in
+// pieces are published at close and reusable.
+func TestCommitInPiecesPublishesThePartialTail(t *testing.T) {
+	cfg := smallConfig(16)
+	cfg.EnablePartialReuse = true
+	prompt := seq(0, 26)
+	for _, piece := range []int{1, 3, 26} {
+		t.Run(fmt.Sprintf("piece=%d", piece), func(t *testing.T) {
+			m, keys, toks := storedBlocks(t, cfg, prompt, piece, true)
+			require.Len(t, keys, 7, "six full blocks and the partial one")
+			assert.Equal(t, prompt[24:], toks[6])
+			assert.Equal(t, 26, m.ProbeReuse(blockhash.Scope{}, append(slices.Clone(prompt), 99)))
+		})
+	}
+}

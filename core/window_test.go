@@ -1,0 +1,80 @@
+package core
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/layout"
+)
+
+// windowConfig: full attention, a 12-token window with 2 sinks and an
+// 8-token window, 4 tokens a block.
+func windowConfig() config.Config {
+	cfg := smallConfig(256)
+	kv := cfg.Layers[0].Buffers
+	cfg.Layers = append(cfg.Layers, config.AttentionLayerConfig{LayerID: 2, Buffers: kv})
+	cfg.Layers[1].SlidingWindowSize, cfg.Layers[1].NumSinkTokens = 12, 2
+	cfg.Layers[2].SlidingWindowSize = 8
+	return cfg
+}
+
+// wantPages says, per layer group and block, whether a cache of capacity
+// tokens with history computed holds a page.
+func wantPages(lt *layout.Layout, capacity, history int) [][]bool {
+	out := make([][]bool, len(lt.LifeCycles))
+	for lc := range out {
+		for b := range lt.BlocksFor(capacity) {
+			out[lc] = append(out[lc], lt.Needs(layout.LifeCycleID(lc), b, history))
+		}
+	}
+	return out
+}
+
+func heldPages(t *testing.T, c *KVCache) [][]bool {
+	t.Helper()
+	out := make([][]bool, c.m.NumLayerGroups())
+	for lc := range out {
+		idx, err := c.BasePageIndices(layout.LayerGroupID(lc))
+		require.NoError(t, err)
+		for _, i := range idx {
+			out[lc] = append(out[lc], i != BadPageIndex)
+		}
+	}
+	return out
+}
+
+// A sliding window holds exactly the sink blocks and the blocks in the
+// window, whether the history grows one token at a time, in chunks or at
+// once, and when the capacity shrinks and grows again.
+func TestWindowsHoldTheirBlocksWhateverTheSteps(t *testing.T) {
+	f := newFixture(t, windowConfig())
+	lt := f.m.Layout()
+	steps := map[string][]int{"one token": nil, "chunks of 5": nil, "at once": {61}}
+	for n := 1; n <= 61; n++ {
+		steps["one token"] = append(steps["one token"], n)
+		if n%5 == 0 || n == 61 {
+			steps["chunks of 5"] = append(steps["chunks of 5"], n)
+		}
+	}
+	for name, hs := range steps {
+		t.Run(name, func(t *testing.T) {
+			c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 61)})
+			require.NoError(t, err)
+			defer c.Close()
+			require.NoError(t, c.Resume(f.stream))
+			for _, h := range hs {
+				require.NoError(t, c.Resize(h, h))
+				require.Equal(t, wantPages(lt, h, h), heldPages(t, c), "history %d", h)
+			}
+			require.NoError(t, c.Resize(62, 61))
+			require.NoError(t, c.Resize(61, 61), "shrinking drops the last block")
+			require.NoError(t, c.Resize(70, 66), "growing again slides the windows on")
+			assert.Equal(t, wantPages(lt, 70, 66), heldPages(t, c))
+		})
+	}
+	st := f.hotStats()
+	assert.Equal(t, st.Total, st.Free+st.Evictable, "every page is free or cached once the caches closed")
+}

@@ -1,0 +1,454 @@
+package bookkeeping
+
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/device"
+	"github.com/kvcm/kvcm/core/device/emu"
+)
+
+const (
+	tokensPerBlock = 32
+	numLayers      = 4
+	// pageBytes is one page of the benchmark's model: numLayers layers of
+	// a key and a value buffer of one byte a token.
+	pageBytes = numLayers * 2 * tokensPerBlock
+	vocab     = 32000
+)
+
+// Config selects what Run measures.
+type Config struct {
+	// Prompts are the prompt sizes of the trace, in tokens.
+	Prompts []int
+	// Requests is how many requests one round runs per prompt size and
+	// pressure.
+	Requests int
+	// Rounds is how many interleaved rounds are run; medians are reported.
+	Rounds int
+	// DecodeSteps is the decode steps of each request, and of each timed
+	// run of the decode-step table.
+	DecodeSteps int
+	// HeldTokens are the cache sizes of the decode-step table.
+	HeldTokens []int
+	// Window is the sliding window, in tokens, of the windowed model's
+	// windowed layers.
+	Window int
+}
+
+// DefaultConfig is the trace of issue 11.
+func DefaultConfig() Config {
+	return Config{
+		Prompts: []int{1 << 10, 8 << 10, 32 << 10}, Requests: 32, Rounds: 5,
+		DecodeSteps: 128, HeldTokens: []int{1 << 10, 128 << 10}, Window: 1 << 10,
+	}
+}
+
+func (c Config) validate() error {
+	switch {
+	case len(c.Prompts) == 0:
+		return fmt.Errorf("bookkeeping: no prompt sizes")
+	case c.Requests < 2:
+		return fmt.Errorf("bookkeeping: requests must be at least 2, got %d", c.Requests)
+	case c.Rounds < 1:
+		return fmt.Errorf("bookkeeping: rounds must be positive, got %d", c.Rounds)
+	case c.DecodeSteps < 1:
+		return fmt.Errorf("bookkeeping: decode steps must be positive, got %d", c.DecodeSteps)
+	case c.Window < tokensPerBlock:
+		return fmt.Errorf("bookkeeping: window must be at least one block (%d tokens), got %d", tokensPerBlock, c.Window)
+	}
+	for _, p := range append(slices.Clone(c.Prompts), c.HeldTokens...) {
+		if p < 2*tokensPerBlock {
+			return fmt.Errorf("bookkeeping: sizes must be at least %d tokens, got %d", 2*tokensPerBlock, p)
+		}
+	}
+	return nil
+}
+
+// RequestResult is the trace's figures for one prompt size and pressure.
+type RequestResult struct {
+	Prompt   int
+	Pressure bool
+	// CPU time per request and of hashing its prompt's blocks, medians.
+	RequestCPU, HashCPU time.Duration
+	// Allocs per request (median round).
+	Allocs float64
+	// Evictions per request (median round).
+	Evictions float64
+	// Reused tokens per request, averaged over the trace.
+	Reused float64
+}
+
+// Ratio is the request's CPU time over the hashing of its prompt.
+func (r RequestResult) Ratio() float64 { return float64(r.RequestCPU) / float64(r.HashCPU) }
+
+// StepResult is the decode-step cost for one model and one cache size.
+type StepResult struct {
+	Model  string
+	Held   int
+	Step   time.Duration
+	Allocs float64
+}
+
+// Results are everything Run measured.
+type Results struct {
+	Requests []RequestResult
+	Steps    []StepResult
+}
+
+// cpuTime is the process's user and system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		panic(err) // cannot fail for RUSAGE_SELF
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func mallocs() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.Mallocs
+}
+
+// model returns the benchmark's configuration with slots GPU pages; with a
+// window, half of the layers slide over window tokens.
+func model(slots int64, window int) config.Config {
+	kv := []config.BufferConfig{{Role: config.RoleKey, Size: tokensPerBlock}, {Role: config.RoleValue, Size: tokensPerBlock}}
+	cfg := config.Config{
+		TokensPerBlock:   tokensPerBlock,
+		CacheTiers:       []config.CacheTierConfig{config.GPU(slots * pageBytes)},
+		MaxUtilForResume: 1,
+	}
+	for l := range numLayers {
+		lc := config.AttentionLayerConfig{LayerID: int32(l), Buffers: kv}
+		if window > 0 && l%2 == 1 {
+			lc.SlidingWindowSize = window
+		}
+		cfg.Layers = append(cfg.Layers, lc)
+	}
+	return cfg
+}
+
+// rig is one manager on its own emulated device.
+type rig struct {
+	dev    *emu.Device
+	m      *core.Manager
+	stream device.Stream
+}
+
+func newRig(slots int64, window int) (*rig, error) {
+	r := &rig{dev: emu.New(emu.Options{})}
+	var err error
+	if r.m, err = core.NewManager(model(slots, window), core.WithDevice(r.dev)); err != nil {
+		r.dev.Close()
+		return nil, err
+	}
+	if r.stream, err = r.dev.NewStream(); err != nil {
+		r.close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *rig) close() error {
+	if r.stream != nil {
+		r.stream.Close()
+	}
+	err := r.m.Close()
+	r.dev.Close()
+	return err
+}
+
+// trace returns n prompts of size tokens: every odd one shares the first
+// half of the one before.
+func trace(rng *rand.Rand, n, size int) [][]config.Token {
+	out := make([][]config.Token, n)
+	for i := range out {
+		p := make([]config.Token, size)
+		start := 0
+		if i%2 == 1 {
+			start = copy(p, out[i-1][:size/2])
+		}
+		for j := start; j < size; j++ {
+			p[j] = config.Token(rng.IntN(vocab))
+		}
+		out[i] = p
+	}
+	return out
+}
+
+// request runs one request of the trace and returns the tokens it reused.
+func (r *rig) request(prompt []config.Token, steps int, next config.Token) (int, error) {
+	c, err := r.m.CreateKVCache(core.CacheOptions{InputTokens: prompt})
+	if err != nil {
+		return 0, err
+	}
+	reused := c.ReusedTokens()
+	if err := r.prefill(c, prompt); err != nil {
+		c.Close()
+		return 0, err
+	}
+	if err := decode(c, len(prompt), steps, next); err != nil {
+		c.Close()
+		return 0, err
+	}
+	return reused, c.Close()
+}
+
+func (r *rig) prefill(c *core.KVCache, prompt []config.Token) error {
+	if err := c.Resume(r.stream); err != nil {
+		return err
+	}
+	if err := c.Resize(len(prompt), len(prompt)); err != nil {
+		return err
+	}
+	return c.Commit(prompt[c.ReusedTokens():], false)
+}
+
+// decode runs steps one-token decode steps on a cache of n tokens.
+func decode(c *core.KVCache, n, steps int, next config.Token) error {
+	tok := []config.Token{next}
+	for s := range steps {
+		if err := c.Resize(n+s+1, n+s+1); err != nil {
+			return err
+		}
+		tok[0] = next + config.Token(s)
+		if err := c.Commit(tok, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hashPrompts hashes the full blocks of every prompt as the manager keys
+// them and returns a value that depends on every key.
+func hashPrompts(h *blockhash.Hasher, prompts [][]config.Token) blockhash.Key {
+	var acc blockhash.Key
+	root := blockhash.Scope{}.Root()
+	for _, p := range prompts {
+		k := root
+		for i := 0; i+tokensPerBlock <= len(p); i += tokensPerBlock {
+			k = h.Next(k, p[i:i+tokensPerBlock])
+		}
+		acc ^= k
+	}
+	return acc
+}
+
+type roundResult struct {
+	request, hash     time.Duration
+	allocs, evictions float64
+	reused            float64
+}
+
+// runTrace runs one round of the trace for one prompt size and pressure on a
+// fresh manager.
+func runTrace(cfg Config, prompts [][]config.Token, pressure bool, h *blockhash.Hasher) (roundResult, error) {
+	size := len(prompts[0])
+	perRequest := int64(size+cfg.DecodeSteps)/tokensPerBlock + 2
+	slots := perRequest*int64(len(prompts)) + 8
+	if pressure {
+		slots = 2*perRequest + 8
+	}
+	r, err := newRig(slots, 0)
+	if err != nil {
+		return roundResult{}, err
+	}
+	var res roundResult
+	runtime.GC()
+	before := r.m.Stats()
+	allocs, start := mallocs(), cpuTime()
+	reused := 0
+	for i, p := range prompts {
+		n, err := r.request(p, cfg.DecodeSteps, config.Token(vocab+i*cfg.DecodeSteps))
+		if err != nil {
+			r.close()
+			return roundResult{}, fmt.Errorf("request %d of %d tokens: %w", i, size, err)
+		}
+		reused += n
+	}
+	res.request = (cpuTime() - start) / time.Duration(len(prompts))
+	res.allocs = float64(mallocs()-allocs) / float64(len(prompts))
+	res.evictions = float64(r.m.Stats().Evictions-before.Evictions) / float64(len(prompts))
+	res.reused = float64(reused) / float64(len(prompts))
+	if err := r.close(); err != nil {
+		return roundResult{}, err
+	}
+	start = cpuTime()
+	// Hash the trace often enough that the CPU clock resolves it.
+	reps := 0
+	var sink blockhash.Key
+	for reps == 0 || cpuTime()-start < 20*time.Millisecond {
+		sink ^= hashPrompts(h, prompts)
+		reps++
+	}
+	res.hash = (cpuTime() - start) / time.Duration(reps*len(prompts))
+	if sink == 1 {
+		fmt.Print("") // keeps the hashing from being optimized away
+	}
+	return res, nil
+}
+
+// runSteps times decode steps on one cache per size of HeldTokens, each on
+// a fresh manager, alternating runs of DecodeSteps steps between the sizes so
+// that every size sees the same machine. It returns the CPU time and the
+// allocations per step, per size.
+func runSteps(cfg Config, rng *rand.Rand, window int) ([]time.Duration, []float64, error) {
+	const reps = 32
+	warm := 2 * cfg.DecodeSteps
+	type sized struct {
+		r    *rig
+		c    *core.KVCache
+		n    int
+		cpu  time.Duration
+		allc uint64
+	}
+	all := make([]*sized, len(cfg.HeldTokens))
+	defer func() {
+		for _, s := range all {
+			if s != nil {
+				s.c.Close()
+				s.r.close()
+			}
+		}
+	}()
+	for i, held := range cfg.HeldTokens {
+		slots := int64(held+warm+reps*cfg.DecodeSteps)/tokensPerBlock + 8
+		r, err := newRig(slots, window)
+		if err != nil {
+			return nil, nil, err
+		}
+		prompt := trace(rng, 1, held)[0]
+		c, err := r.m.CreateKVCache(core.CacheOptions{InputTokens: prompt})
+		if err != nil {
+			r.close()
+			return nil, nil, err
+		}
+		all[i] = &sized{r: r, c: c, n: held}
+		if err := r.prefill(c, prompt); err != nil {
+			return nil, nil, err
+		}
+		// Untimed steps first, so the cache's slices have grown past the
+		// timed ones (their growth is amortized over as many blocks as the
+		// cache holds, more than the timed steps add).
+		if err := decode(c, held, warm, vocab); err != nil {
+			return nil, nil, err
+		}
+		all[i].n += warm
+	}
+	runtime.GC()
+	for range reps {
+		for _, s := range all {
+			allocs, start := mallocs(), cpuTime()
+			if err := decode(s.c, s.n, cfg.DecodeSteps, vocab); err != nil {
+				return nil, nil, err
+			}
+			s.cpu += cpuTime() - start
+			s.allc += mallocs() - allocs
+			s.n += cfg.DecodeSteps
+		}
+	}
+	steps := reps * cfg.DecodeSteps
+	cpu := make([]time.Duration, len(all))
+	allocs := make([]float64, len(all))
+	for i, s := range all {
+		cpu[i] = s.cpu / time.Duration(steps)
+		allocs[i] = float64(s.allc) / float64(steps)
+	}
+	return cpu, allocs, nil
+}
+
+func median[T any](xs []T, key func(T) float64) T {
+	s := slices.Clone(xs)
+	slices.SortFunc(s, func(a, b T) int {
+		ka, kb := key(a), key(b)
+		switch {
+		case ka < kb:
+			return -1
+		case ka > kb:
+			return 1
+		}
+		return 0
+	})
+	return s[len(s)/2]
+}
+
+// Run measures cfg's trace and decode steps, reporting progress to log.
+func Run(cfg Config, log io.Writer) (Results, error) {
+	if err := cfg.validate(); err != nil {
+		return Results{}, err
+	}
+	rng := rand.New(rand.NewPCG(11, 1))
+	h := blockhash.NewHasher()
+	type cell struct {
+		prompt   int
+		pressure bool
+	}
+	var cells []cell
+	for _, p := range cfg.Prompts {
+		cells = append(cells, cell{p, false}, cell{p, true})
+	}
+	traces := make([][][]config.Token, len(cfg.Prompts))
+	for i, p := range cfg.Prompts {
+		traces[i] = trace(rng, cfg.Requests, p)
+	}
+	rounds := make([][]roundResult, len(cells))
+	models := []struct {
+		name   string
+		window int
+	}{{"full attention", 0}, {fmt.Sprintf("half the layers in a %d-token window", cfg.Window), cfg.Window}}
+	type stepRound struct {
+		step   time.Duration
+		allocs float64
+	}
+	steps := make([][]stepRound, len(models)*len(cfg.HeldTokens))
+	for round := range cfg.Rounds {
+		fmt.Fprintf(log, "bench bookkeeping: round %d of %d\n", round+1, cfg.Rounds)
+		for i, c := range cells {
+			res, err := runTrace(cfg, traces[i/2], c.pressure, h)
+			if err != nil {
+				return Results{}, err
+			}
+			rounds[i] = append(rounds[i], res)
+		}
+		for mi, md := range models {
+			st, al, err := runSteps(cfg, rng, md.window)
+			if err != nil {
+				return Results{}, fmt.Errorf("decode steps (%s): %w", md.name, err)
+			}
+			for hi := range cfg.HeldTokens {
+				k := mi*len(cfg.HeldTokens) + hi
+				steps[k] = append(steps[k], stepRound{st[hi], al[hi]})
+			}
+		}
+	}
+	var out Results
+	for i, c := range cells {
+		rs := rounds[i]
+		mr := median(rs, func(r roundResult) float64 { return float64(r.request) })
+		mh := median(rs, func(r roundResult) float64 { return float64(r.hash) })
+		ma := median(rs, func(r roundResult) float64 { return r.allocs })
+		out.Requests = append(out.Requests, RequestResult{
+			Prompt: c.prompt, Pressure: c.pressure, RequestCPU: mr.request, HashCPU: mh.hash,
+			Allocs: ma.allocs, Evictions: mr.evictions, Reused: mr.reused,
+		})
+	}
+	for mi, md := range models {
+		for hi, held := range cfg.HeldTokens {
+			rs := steps[mi*len(cfg.HeldTokens)+hi]
+			ms := median(rs, func(r stepRound) float64 { return float64(r.step) })
+			ma := median(rs, func(r stepRound) float64 { return r.allocs })
+			out.Steps = append(out.Steps, StepResult{Model: md.name, Held: held, Step: ms.step, Allocs: ma.allocs})
+		}
+	}
+	return out, nil
+}

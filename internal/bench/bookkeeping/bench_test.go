@@ -1,0 +1,83 @@
+package bookkeeping
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/config"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Main runs the whole benchmark on a small trace and prints both tables.
+func TestMainPrintsBothTables(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := Main([]string{"-prompts", "1k,2k", "-requests", "4", "-rounds", "1", "-steps", "40", "-held", "1k,4k", "-window", "256"}, &out, &errOut)
+	require.Equal(t, 0, code, errOut.String())
+	assert.Regexp(t, `\| 1k \| false \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| 256 \| 0\.0 \|`, out.String())
+	assert.Regexp(t, `\| 2k \| true \| `, out.String())
+	assert.Regexp(t, `\| full attention \| 4k \| [0-9]+ \| [0-9.]+ \| [0-9.]+ \|`, out.String())
+	assert.Contains(t, out.String(), "| half the layers in a 256-token window | 1k |")
+}
+
+// Bad flags are usage errors naming the flag.
+func TestMainRejectsBadFlags(t *testing.T) {
+	for _, args := range [][]string{{"-prompts", "x"}, {"-held", "0"}, {"-window", "8"}, {"-requests", "1"}} {
+		var errOut bytes.Buffer
+		assert.Equal(t, 2, Main(args, io.Discard, &errOut), args)
+		assert.NotEmpty(t, errOut.String(), args)
+	}
+}
+
+// BenchmarkDecodeStep is one decode step at each held size, for profiling.
+func BenchmarkDecodeStep(b *testing.B) {
+	for _, held := range []int{1 << 10, 128 << 10} {
+		b.Run(tokens(held), func(b *testing.B) {
+			r, err := newRig(int64(held+b.N)/tokensPerBlock+8, 0)
+			require.NoError(b, err)
+			defer r.close()
+			prompt := trace(rand.New(rand.NewPCG(1, 1)), 1, held)[0]
+			c, err := r.m.CreateKVCache(core.CacheOptions{InputTokens: prompt})
+			require.NoError(b, err)
+			defer c.Close()
+			require.NoError(b, r.prefill(c, prompt))
+			b.ReportAllocs()
+			b.ResetTimer()
+			require.NoError(b, decode(c, held, b.N, vocab))
+		})
+	}
+}
+
+// BenchmarkRequest is one request of the trace, for profiling.
+func BenchmarkRequest(b *testing.B) {
+	for _, size := range []int{1 << 10, 8 << 10} {
+		for _, pressure := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/eviction=%v", tokens(size), pressure), func(b *testing.B) {
+				prompts := trace(rand.New(rand.NewPCG(1, 1)), 64, size)
+				perRequest := int64(size+128)/tokensPerBlock + 2
+				slots := perRequest*int64(b.N) + 8
+				if pressure {
+					slots = 2*perRequest + 8
+				}
+				r, err := newRig(slots, 0)
+				require.NoError(b, err)
+				defer r.close()
+				b.ReportAllocs()
+				b.ResetTimer()
+				buf := make([]config.Token, size)
+				for i := range b.N {
+					// Every 64 requests the trace repeats with other tokens.
+					for j, tok := range prompts[i%len(prompts)] {
+						buf[j] = tok + config.Token(i/len(prompts)*vocab)
+					}
+					_, err := r.request(buf, 128, -1-config.Token(i*128))
+					require.NoError(b, err)
+				}
+			})
+		}
+	}
+}
