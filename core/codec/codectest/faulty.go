@@ -53,7 +53,16 @@ const (
 	// (false, with the inner work already enqueued, only if that HostFunc
 	// cannot be enqueued).
 	AsyncFault
+	// PanicFault: the call panics with an *InjectedPanic without calling the
+	// inner codec, as a buggy codec would.
+	PanicFault
 )
+
+// InjectedPanic is the value a PanicFault panics with, so a test can tell an
+// injected panic from a real one.
+type InjectedPanic struct{ Op Op }
+
+func (p *InjectedPanic) Error() string { return fmt.Sprintf("codectest: injected %v panic", p.Op) }
 
 // fault is an armed fault of one Op: skip calls pass, then count calls fail
 // (count < 0: every later call).
@@ -64,7 +73,7 @@ type fault struct {
 }
 
 // Faulty wraps a codec and, on demand, lies in queries, rejects Configure or
-// fails Encode/Decode synchronously or asynchronously. It records every call
+// fails Encode/Decode synchronously or asynchronously, or panics in them. It records every call
 // (with its pair count, so tests can assert batching and chunking) and
 // whether it was closed. Overrides and faults can be changed at any time. It
 // is safe for concurrent use.
@@ -156,6 +165,13 @@ func (f *Faulty) FailAsync(op Op, skip, count int, err error) {
 		err = fmt.Errorf("codectest: injected asynchronous %v failure: %w", op, device.ErrInjected)
 	}
 	f.arm(op, fault{mode: AsyncFault, skip: skip, count: count, err: err})
+}
+
+// Panic makes op calls panic with an *InjectedPanic (enqueueing nothing):
+// the next skip calls pass, then count calls panic (count < 0: all). It
+// replaces any fault armed for op.
+func (f *Faulty) Panic(op Op, skip, count int) {
+	f.arm(op, fault{mode: PanicFault, skip: skip, count: count})
 }
 
 // Heal disarms the faults of every op.
@@ -253,6 +269,11 @@ func (f *Faulty) call(op Op, lg layout.LayerGroupID, idx codec.PageIndices, stre
 	f.mu.Unlock()
 	ok := false
 	switch mode {
+	case PanicFault:
+		f.mu.Lock()
+		f.calls = append(f.calls, Call{Op: op, LifeCycle: lg, Location: idx.Location(), Pairs: idx.Len(), Injected: mode})
+		f.mu.Unlock()
+		panic(&InjectedPanic{Op: op})
 	case SyncFault:
 	case AsyncFault:
 		ok = inner()
