@@ -29,7 +29,7 @@ var (
 	knownLostPagePublished = false
 	// knownCodecPanicEscapes (item 8): a codec panic unwinds through the
 	// manager call, leaving slots taken; the session ends at that call.
-	knownCodecPanicEscapes = false
+	knownCodecPanicEscapes = true
 )
 
 // sessionLimit is how long one session may run before it counts as a
@@ -309,11 +309,19 @@ func (s *session) call(what string, fn func() error) (err error) {
 	return fn()
 }
 
+// pick returns the cache an operation works on. A tainted cache is closed
+// instead, as an engine aborts a request whose stream failed: its pages may
+// hold anything.
 func (s *session) pick(which int) *hcache {
 	if len(s.caches) == 0 {
 		return nil
 	}
-	return s.caches[which%len(s.caches)]
+	h := s.caches[which%len(s.caches)]
+	if h.tainted {
+		s.close(h)
+		return nil
+	}
+	return h
 }
 
 func (s *session) step() {
@@ -472,10 +480,6 @@ func (s *session) verify(h *hcache, what string) {
 // advance computes n more positions the way an engine step does: resize for
 // them, write their KV, advance the history.
 func (s *session) advance(h *hcache, n int) {
-	if h.tainted {
-		s.close(h)
-		return
-	}
 	if h.c.Status() != core.Active {
 		s.call(fmt.Sprintf("resize %d while %v", h.c.ID(), h.c.Status()), func() error { return h.c.Resize(h.history+n, -1) })
 		return
@@ -498,10 +502,6 @@ func (s *session) advance(h *hcache, n int) {
 }
 
 func (s *session) commit(h *hcache, a int, isEnd bool) {
-	if h.tainted {
-		s.close(h)
-		return
-	}
 	n := min(a%(4*s.cfg.TokensPerBlock+1), h.history-h.committed)
 	err := s.call(fmt.Sprintf("commit %d: %d tokens at %d, end %v", h.c.ID(), n, h.committed, isEnd), func() error {
 		return h.c.Commit(h.seq[h.committed:h.committed+n], isEnd)
