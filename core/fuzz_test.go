@@ -23,10 +23,19 @@ import (
 
 // Known bugs of issue 9 that other branches fix. Each switch tolerates exactly
 // one symptom; turn it off once its fix is merged.
+// Inputs that fail with a switch off are kept, named after their item, in
+// testdata/knownbugs/FuzzSessions (outside the corpus go test runs): move
+// them into testdata/fuzz/FuzzSessions when turning the switch off.
 var (
 	// knownLostPagePublished (item 1): Commit publishes a page whose
 	// migration failed, so a lost page is reachable from the tree.
 	knownLostPagePublished = false
+	// knownAsyncDecodeFailureUnreported (item 3): a cache resumes although a
+	// decode failed asynchronously, and when the failed transaction has
+	// completed before Resume's wait (fences skip completed events) not even
+	// its stream reports it: the engine reads lost pages without an error.
+	// The harness tolerates wrong bytes in a cache holding lost pages.
+	knownAsyncDecodeFailureUnreported = true
 	// knownCodecPanicEscapes (item 8): a codec panic unwinds through the
 	// manager call, leaving slots taken; the session ends at that call.
 	knownCodecPanicEscapes = true
@@ -185,7 +194,18 @@ func (s *session) logf(format string, args ...any) {
 // failf reports a failure with the session's call log.
 func (s *session) failf(format string, args ...any) {
 	s.t.Helper()
-	s.t.Fatalf("%s\nconfig: %+v\ncalls:\n  %s", fmt.Sprintf(format, args...), s.cfg, joinLines(s.ops))
+	s.t.Fatalf("%s\nconfig: %+v\nfaults: %s\ncalls:\n  %s", fmt.Sprintf(format, args...), s.cfg, s.faults(), joinLines(s.ops))
+}
+
+// faults summarizes the disk faults injected so far.
+func (s *session) faults() string {
+	out := fmt.Sprintf("%d silent disk reads", s.files.SilentReads())
+	for _, f := range disktest.Faults() {
+		if n := s.files.Injected(f); n > 0 {
+			out += fmt.Sprintf(", %d %v", n, f)
+		}
+	}
+	return out
 }
 
 func joinLines(lines []string) string {
@@ -431,6 +451,7 @@ func (s *session) create(a, b int) {
 	if b&0x80 != 0 {
 		scope = blockhash.Scope{Salt: "other"}
 	}
+	probe := s.m.ProbeReuse(scope, seq[:prompt])
 	var c *core.KVCache
 	err := s.call(fmt.Sprintf("create prompt %d of %d tokens", prompt, len(seq)), func() (err error) {
 		c, err = s.m.CreateKVCache(core.CacheOptions{Scope: scope, InputTokens: seq[:prompt]})
@@ -444,8 +465,8 @@ func (s *session) create(a, b int) {
 		s.failf("new stream: %v", err)
 	}
 	r := c.ReusedTokens()
-	if r < 0 || r > max(prompt-1, 0) {
-		s.failf("cache %d reused %d tokens of a %d-token prompt", c.ID(), r, prompt)
+	if r < 0 || r > max(prompt-1, 0) || r > probe {
+		s.failf("cache %d reused %d tokens of a %d-token prompt; ProbeReuse said %d", c.ID(), r, prompt, probe)
 	}
 	s.caches = append(s.caches, &hcache{c: c, stream: st, seq: seq, history: r, committed: r})
 	s.logf("  cache %d reused %d", c.ID(), r)
@@ -470,7 +491,10 @@ func (s *session) verify(h *hcache, what string) {
 		return
 	}
 	if res.Mismatches > 0 && s.files.SilentReads() == 0 {
-		s.failf("cache %d: wrong KV bytes without an error: %v", h.c.ID(), res.First)
+		if lost := h.c.LostPages(); lost == 0 || !knownAsyncDecodeFailureUnreported {
+			s.failf("cache %d: wrong KV bytes without an error (%d lost pages): %v", h.c.ID(), lost, res.First)
+		}
+		s.logf("  tolerated: cache %d holds lost pages (known bug)", h.c.ID())
 	}
 	if res.Mismatches > 0 {
 		h.tainted = true

@@ -241,3 +241,17 @@ func (m *Manager) CheckInvariants(opts InvariantOptions, closed ...*KVCache) err
 	}
 	return errors.Join(errs...)
 }
+
+// LostPages counts the pages of c whose data an asynchronous failure
+// destroyed (an internal test helper, like CheckInvariants).
+func (c *KVCache) LostPages() int {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	n := 0
+	c.eachPage(func(p *page) {
+		if p.lost {
+			n++
+		}
+	})
+	return n
+}
