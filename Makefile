@@ -24,17 +24,21 @@ vet:
 go-test:
 	$(GO) test $(GOFLAGS_TEST) ./...
 
-# The fault harness (core.FuzzSessions): go-test runs its committed seed
-# corpus (core/testdata/fuzz/FuzzSessions); these explore new inputs, and a
-# failing one is written there. fuzz-short is the bounded run of make test.
+# The fault harnesses (core.FuzzSessions, and abitest.FuzzABI over the C ABI):
+# go-test runs their committed seed corpora (testdata/fuzz/<target>); these
+# explore new inputs, and a failing one is written there. fuzz-short is the
+# bounded run of make test.
 FUZZTIME ?= 60s
 FUZZ_SHORT_TIME ?= 30s
+FUZZ_SHORT_ABI_TIME ?= 10s
 FUZZ_PARALLEL ?= 2
 fuzz:
 	$(GO) test ./core -run '^$$' -fuzz '^FuzzSessions$$' -fuzztime $(FUZZTIME) -parallel $(FUZZ_PARALLEL)
+	$(GO) test ./capi/abitest -run '^$$' -fuzz '^FuzzABI$$' -fuzztime $(FUZZTIME) -parallel $(FUZZ_PARALLEL)
 
 fuzz-short:
 	$(GO) test ./core -run '^$$' -fuzz '^FuzzSessions$$' -fuzztime $(FUZZ_SHORT_TIME) -parallel $(FUZZ_PARALLEL)
+	$(GO) test ./capi/abitest -run '^$$' -fuzz '^FuzzABI$$' -fuzztime $(FUZZ_SHORT_ABI_TIME) -parallel $(FUZZ_PARALLEL)
 
 # The C ABI: kvcmgen writes the public header, the cgo export shim, the C++
 # declarations, the Python ctypes layer and docs/api.md from gen/abi.

@@ -29,7 +29,7 @@ import (
 var (
 	// knownLostPagePublished (item 1): Commit publishes a page whose
 	// migration failed, so a lost page is reachable from the tree.
-	knownLostPagePublished = false
+	knownLostPagePublished = true
 	// knownAsyncDecodeFailureUnreported (item 3): a cache resumes although a
 	// decode failed asynchronously, and when the failed transaction has
 	// completed before Resume's wait (fences skip completed events) not even
@@ -126,7 +126,7 @@ type hcache struct {
 	seq                []config.Token // the whole request: prompt and generated tokens
 	history, committed int
 	ended              bool
-	// tainted: the engine saw a failure on the cache's stream; like a real
+	// tainted: an engine write into the cache failed; like a real
 	// engine, the harness only closes the cache then.
 	tainted bool
 }
@@ -480,24 +480,20 @@ func (s *session) resume(h *hcache) {
 }
 
 // verify reads back every position the cache holds and demands the fake
-// model's bytes, unless the read itself failed (the cache is then tainted) or
+// model's bytes, unless the read itself failed or
 // a silent disk truncation explains them (no integrity check on disk yet:
 // the disk tier's checksum issue).
 func (s *session) verify(h *hcache, what string) {
 	res, err := s.eng.Verify(h.c, h.seq, 0, h.history)
 	s.logf("%s %d: %d pages, %d mismatches, %v", what, h.c.ID(), res.PagesVerified, res.Mismatches, err)
 	if err != nil {
-		h.tainted = true
-		return
+		return // the engine carries on: what it wrote is intact, and lost pages are the manager's to report
 	}
 	if res.Mismatches > 0 && s.files.SilentReads() == 0 {
 		if lost := h.c.LostPages(); lost == 0 || !knownAsyncDecodeFailureUnreported {
 			s.failf("cache %d: wrong KV bytes without an error (%d lost pages): %v", h.c.ID(), lost, res.First)
 		}
 		s.logf("  tolerated: cache %d holds lost pages (known bug)", h.c.ID())
-	}
-	if res.Mismatches > 0 {
-		h.tainted = true
 	}
 }
 

@@ -243,10 +243,12 @@ func (m *Manager) CheckInvariants(opts InvariantOptions, closed ...*KVCache) err
 }
 
 // LostPages counts the pages of c whose data an asynchronous failure
-// destroyed (an internal test helper, like CheckInvariants).
+// destroyed, after settling completed transactions as every call does (an
+// internal test helper, like CheckInvariants).
 func (c *KVCache) LostPages() int {
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
+	c.m.settle()
 	n := 0
 	c.eachPage(func(p *page) {
 		if p.lost {
