@@ -3,7 +3,12 @@ package core
 import (
 	"errors"
 	"fmt"
+	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/layout"
 )
 
@@ -256,4 +261,40 @@ func (c *KVCache) LostPages() int {
 		}
 	})
 	return n
+}
+
+// CheckInvariants reports a slot neither free nor owned, a page in two
+// slots, a wrong reference count and a lost page in the tree; it accepts the
+// last one only when told to.
+func TestCheckInvariantsReportsBrokenBookkeeping(t *testing.T) {
+	f := newFixture(t, smallConfig(8))
+	c := f.open(blockhash.Scope{}, seq(0, 8))
+	require.NoError(t, f.m.CheckInvariants(InvariantOptions{}))
+	g := f.m.levels[0].groups[0]
+	p := c.blocks[0].pages[0]
+
+	free := g.free
+	g.free = free[:len(free)-1]
+	assert.ErrorContains(t, f.m.CheckInvariants(InvariantOptions{}), "neither free nor owned")
+	g.free = free
+
+	s := g.free[len(g.free)-1]
+	g.owner[s] = p
+	assert.ErrorContains(t, f.m.CheckInvariants(InvariantOptions{}), "page also owns")
+	g.owner[s] = nil
+
+	p.active++
+	assert.ErrorContains(t, f.m.CheckInvariants(InvariantOptions{}), "caches reference it 1 active")
+	p.active--
+
+	p.lost = true
+	assert.ErrorContains(t, f.m.CheckInvariants(InvariantOptions{}), "lost page is reachable from the tree")
+	assert.NoError(t, f.m.CheckInvariants(InvariantOptions{AllowLostInTree: true}))
+	p.lost = false
+
+	require.NoError(t, c.Close())
+	assert.NoError(t, f.m.CheckInvariants(InvariantOptions{}, c))
+	c.blocks = []cacheBlock{{}}
+	assert.ErrorContains(t, f.m.CheckInvariants(InvariantOptions{}, c), "closed cache")
+	c.blocks = nil
 }
