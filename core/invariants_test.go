@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -28,8 +29,8 @@ type InvariantOptions struct {
 //   - every slot of every pool group is free or owned by exactly one page,
 //     and the owner's group and slot agree; free slots are distinct;
 //   - every page's active and held counts are the references of the ACTIVE
-//     and SUSPENDED caches, and a page is in its group's victim heap exactly
-//     when it is evictable;
+//     and SUSPENDED caches, a page is in its group's victim heap exactly
+//     when it is evictable, and a transaction still moving it is pending;
 //   - every owned page is linked in the tree or referenced by a cache (no
 //     leaked slot), no lost page is reachable from the tree, and every tree
 //     page links back to its node;
@@ -170,6 +171,9 @@ func (m *Manager) CheckInvariants(opts InvariantOptions, closed ...*KVCache) err
 				}
 				if p.moving {
 					fail("%s: still moving", at)
+				}
+				if p.inflight != nil && !slices.Contains(m.pending, p.inflight) {
+					fail("%s: moved by a transaction that is not pending", at)
 				}
 				inTree := p.node != nil && p.node.pages[p.lc] == p
 				if p.node != nil && !inTree {
