@@ -172,6 +172,8 @@ func newSession(t *testing.T, data []byte) *session {
 		s.quotas = append(s.quotas, blockBytes)
 	}
 	seed := uint64(in.byte())
+	// The seed's top bits also pick max_util_for_resume (0: the default).
+	s.cfg.MaxUtilForResume = []float64{0, 0.9, 0.6, 0.3}[seed>>6]
 	s.dev = emu.New(emu.Options{
 		Seed:     int64(seed),
 		MaxDelay: []time.Duration{0, 0, 20 * time.Microsecond, 200 * time.Microsecond}[in.n(4)],
@@ -348,7 +350,7 @@ func (s *session) step() {
 	op, a, b, which := s.in.byte(), s.in.byte(), s.in.byte(), s.in.byte()
 	switch op % 14 {
 	case 0, 1:
-		s.create(a, b)
+		s.create(a, b, which)
 	case 2:
 		if h := s.pick(which); h != nil {
 			s.resume(h)
@@ -434,7 +436,10 @@ func (s *session) arm(a, b int) {
 	}
 }
 
-func (s *session) create(a, b int) {
+// create makes a cache for a request of one or two shared prefixes, a
+// private suffix and generated tokens (a, b); which picks a priority
+// callback: none, one clamping out-of-range values, or one panicking.
+func (s *session) create(a, b, which int) {
 	tpb := s.cfg.TokensPerBlock
 	seq := append([]config.Token(nil), s.prefixes[a%numPrefixes]...)
 	if a/numPrefixes%2 == 1 { // two shared prefixes in a row
@@ -454,7 +459,7 @@ func (s *session) create(a, b int) {
 	probe := s.m.ProbeReuse(scope, seq[:prompt])
 	var c *core.KVCache
 	err := s.call(fmt.Sprintf("create prompt %d of %d tokens", prompt, len(seq)), func() (err error) {
-		c, err = s.m.CreateKVCache(core.CacheOptions{Scope: scope, InputTokens: seq[:prompt]})
+		c, err = s.m.CreateKVCache(core.CacheOptions{Scope: scope, InputTokens: seq[:prompt], Priority: priority(which)})
 		return err
 	})
 	if err != nil {
@@ -470,6 +475,24 @@ func (s *session) create(a, b int) {
 	}
 	s.caches = append(s.caches, &hcache{c: c, stream: st, seq: seq, history: r, committed: r})
 	s.logf("  cache %d reused %d", c.ID(), r)
+}
+
+// priority returns the priority callback which selects: nil, one returning
+// values in and out of [MinPriority, MaxPriority], or one that panics for
+// one block.
+func priority(which int) core.PriorityFunc {
+	switch which % 4 {
+	case 1, 2:
+		return func(b int) int { return (b*37+which)%150 - 20 }
+	case 3:
+		return func(b int) int {
+			if b == which/4%4 {
+				panic("fuzz: priority callback panics")
+			}
+			return core.DefaultPriority + b
+		}
+	}
+	return nil
 }
 
 func (s *session) resume(h *hcache) {
