@@ -2,7 +2,7 @@
 GO ?= go
 GOFLAGS_TEST ?= -race -count=1
 
-.PHONY: all demo test fmt-check vet go-test build generate generate-check lib
+.PHONY: all demo test fmt-check vet go-test fuzz fuzz-short build generate generate-check lib
 
 all: build
 
@@ -12,7 +12,7 @@ build:
 demo:
 	$(GO) run ./cmd/kvcm demo
 
-test: generate-check fmt-check vet go-test py-test cpp-test
+test: generate-check fmt-check vet go-test fuzz-short py-test cpp-test
 
 fmt-check:
 	@out="$$(gofmt -l .)"; \
@@ -31,6 +31,22 @@ go-test:
 .PHONY: bench-bookkeeping
 bench-bookkeeping:
 	$(GO) run ./cmd/kvcm bench bookkeeping $(BENCH_BOOKKEEPING_ARGS)
+
+# The fault harnesses (core.FuzzSessions, and abitest.FuzzABI over the C ABI):
+# go-test runs their committed seed corpora (testdata/fuzz/<target>); these
+# explore new inputs, and a failing one is written there. fuzz-short is the
+# bounded run of make test.
+FUZZTIME ?= 60s
+FUZZ_SHORT_TIME ?= 30s
+FUZZ_SHORT_ABI_TIME ?= 10s
+FUZZ_PARALLEL ?= 2
+fuzz:
+	$(GO) test ./core -run '^$$' -fuzz '^FuzzSessions$$' -fuzztime $(FUZZTIME) -parallel $(FUZZ_PARALLEL)
+	$(GO) test ./capi/abitest -run '^$$' -fuzz '^FuzzABI$$' -fuzztime $(FUZZTIME) -parallel $(FUZZ_PARALLEL)
+
+fuzz-short:
+	$(GO) test ./core -run '^$$' -fuzz '^FuzzSessions$$' -fuzztime $(FUZZ_SHORT_TIME) -parallel $(FUZZ_PARALLEL)
+	$(GO) test ./capi/abitest -run '^$$' -fuzz '^FuzzABI$$' -fuzztime $(FUZZ_SHORT_ABI_TIME) -parallel $(FUZZ_PARALLEL)
 
 # The C ABI: kvcmgen writes the public header, the cgo export shim, the C++
 # declarations, the Python ctypes layer and docs/api.md from gen/abi.

@@ -304,7 +304,7 @@ func TestDiskReadFailureIsIOAndLosesThePages(t *testing.T) {
 	a := f.suspendAndPushDown([]int{0, 16}, 16)
 	f.m.mu.Lock()
 	require.NoError(t, f.m.stream.Synchronize(), "A's blobs are written")
-	require.NoError(t, f.m.levels[1].groups[0].file.Truncate(0))
+	require.NoError(t, f.m.levels[1].groups[0].file.(osDiskFile).Truncate(0))
 	f.m.mu.Unlock()
 
 	release := f.holdMigrations()

@@ -369,6 +369,7 @@ func (m *Manager) copyPartial(src *node) []*page {
 		sp.group.fences[sp.slot].add(&m.events, ev)
 		dp := pages[lc]
 		dp.group.fences[dp.slot].add(&m.events, ev)
+		dp.refresh(len(m.levels)) // held by a suspended cache: evictable to a colder level
 	}
 	m.events.release(ev)
 	return pages

@@ -39,6 +39,7 @@ type options struct {
 	dev       device.Device
 	codec     *codec.Owned
 	listeners []EventListener
+	diskFiles DiskOpener
 }
 
 // WithDevice selects the device; by default the manager opens (and owns) the
@@ -78,6 +79,7 @@ type Manager struct {
 	listeners []EventListener
 	eventSeq  uint64
 
+	diskFiles DiskOpener
 	// codec is guarded: a panicking codec call is a failing one.
 	codec      *codec.Guarded
 	lcCodec    []lcCodec
@@ -127,6 +129,10 @@ func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 		caches: map[uint64]*KVCache{},
 
 		listeners: o.listeners,
+		diskFiles: o.diskFiles,
+	}
+	if m.diskFiles == nil {
+		m.diskFiles = OSDiskFiles
 	}
 	if m.dev == nil {
 		dev, err := backend.Open("")

@@ -190,6 +190,7 @@ func (m *Manager) resizeGroup(g *slotGroup, slots int64) error {
 		if err := g.reserveFile(slots); err != nil {
 			return err
 		}
+		g.capacity = slots
 	case g.level.index == 0:
 		for i, mem := range g.mem {
 			size, err := slotsBytes(slots, g.desc.PoolBytes[i])

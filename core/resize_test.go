@@ -93,3 +93,17 @@ func (f *fixture) hotGroup() PoolGroupStats {
 	require.NoError(f.t, err)
 	return st[0]
 }
+
+// A resized cold group can hold exactly its slots, on the host and on disk
+// alike: its capacity follows its size.
+func TestColdLevelResizeKeepsCapacityEqualToSlots(t *testing.T) {
+	f := newTieredFixture(t, tieredConfig(t, 4, 4, 4))
+	for _, lvl := range []layout.CacheLevel{1, 2} {
+		for _, pages := range []int64{9, 2} {
+			require.NoError(t, f.m.ResizeLevel(lvl, pages*256))
+			g := f.m.levels[lvl].groups[0]
+			assert.Equal(t, g.numSlots, g.capacity, "level %d at %d pages", lvl, pages)
+			assert.NoError(t, f.m.CheckInvariants(InvariantOptions{}))
+		}
+	}
+}

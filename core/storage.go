@@ -2,11 +2,7 @@ package core
 
 import (
 	"container/heap"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"syscall"
 
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
@@ -62,7 +58,8 @@ type slotGroup struct {
 	level    *storageLevel
 	desc     layout.Group
 	mem      []device.Memory // one allocation per pool; none on disk
-	file     *os.File        // the group's blob file on a disk level
+	file     DiskFile        // the group's blob file on a disk level
+	dir      string          // the disk tier's directory, for errors
 	numSlots int64
 	// capacity is the most slots the group can grow to in place: hot pools
 	// reserve it; cold groups grow by reallocation, so it equals numSlots.
@@ -176,14 +173,15 @@ func newFences(n int64) []fence {
 	return fences
 }
 
-// newDiskGroup creates the group's blob file under dir, with its space
-// reserved up front so a full disk fails here rather than during a write.
-func newDiskGroup(lvl *storageLevel, desc layout.Group, slots int64, dir string) (*slotGroup, error) {
-	f, err := os.CreateTemp(dir, fmt.Sprintf("kvcm-group%d-*.blob", desc.Index))
+// newDiskGroup creates the group's blob file under dir with open, with its
+// space reserved up front so a full disk fails here rather than during a
+// write.
+func newDiskGroup(lvl *storageLevel, desc layout.Group, slots int64, dir string, open DiskOpener) (*slotGroup, error) {
+	f, err := open(dir, desc.Index)
 	if err != nil {
 		return nil, fmt.Errorf("%w: disk tier %s: %w", ErrIO, dir, err)
 	}
-	g := &slotGroup{level: lvl, desc: desc, numSlots: slots, capacity: slots, file: f}
+	g := &slotGroup{level: lvl, desc: desc, numSlots: slots, capacity: slots, file: f, dir: dir}
 	if err := g.reserveFile(slots); err != nil {
 		g.freeMemory()
 		return nil, err
@@ -195,14 +193,10 @@ func newDiskGroup(lvl *storageLevel, desc layout.Group, slots int64, dir string)
 func (g *slotGroup) reserveFile(slots int64) error {
 	size, err := slotsBytes(slots, g.desc.PoolBytes[0])
 	if err != nil {
-		return fmt.Errorf("disk tier %s: %w", filepath.Dir(g.file.Name()), err)
+		return fmt.Errorf("disk tier %s: %w", g.dir, err)
 	}
-	if err := g.file.Truncate(size); err != nil {
-		return fmt.Errorf("%w: disk tier %s: size blob file to %d bytes: %w", ErrIO, filepath.Dir(g.file.Name()), size, err)
-	}
-	err = syscall.Fallocate(int(g.file.Fd()), 0, 0, size)
-	if err != nil && !errors.Is(err, syscall.EOPNOTSUPP) {
-		return fmt.Errorf("%w: disk tier %s: reserve %d bytes: %w", ErrIO, filepath.Dir(g.file.Name()), size, err)
+	if err := g.file.Reserve(size); err != nil {
+		return fmt.Errorf("%w: disk tier %s: reserve %d bytes: %w", ErrIO, g.dir, size, err)
 	}
 	return nil
 }
@@ -214,7 +208,6 @@ func (g *slotGroup) freeMemory() {
 	g.mem = nil
 	if g.file != nil {
 		g.file.Close()
-		os.Remove(g.file.Name())
 		g.file = nil
 	}
 }

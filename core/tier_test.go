@@ -551,3 +551,21 @@ func TestConstraintFloorsStayOnTheHotLevel(t *testing.T) {
 	assert.GreaterOrEqual(t, hot[1].Total, int64(16), "a 64-token prefill needs 16 blocks: the floor beats the 0.1% ratio on the GPU")
 	assert.Equal(t, int64(64), cold[0].Total, "cold slots follow the quota alone")
 }
+
+// The private copy of a partially reused block is evictable to a colder
+// level while its new cache is SUSPENDED, like every page a suspended cache
+// holds.
+func TestPartialCopyOfASuspendedCacheIsEvictable(t *testing.T) {
+	cfg := tieredConfig(t, 4, 8, 0)
+	cfg.EnablePartialReuse = true
+	f := newTieredFixture(t, cfg)
+	require.NoError(t, f.open(blockhash.Scope{}, seq(0, 8)).Close())
+
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: append(seq(0, 6), 50, 51, 52)})
+	require.NoError(t, err)
+	require.Equal(t, 6, c.ReusedTokens(), "block 0 shared, the head of block 1 copied")
+	gpu := f.groups(layout.GPULevel)[0]
+	assert.Equal(t, gpu.Total-gpu.Free, gpu.Evictable, "the two cached pages and the suspended cache's copy")
+	assert.NoError(t, f.m.CheckInvariants(InvariantOptions{}))
+	require.NoError(t, c.Close())
+}

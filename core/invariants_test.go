@@ -1,0 +1,315 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/layout"
+)
+
+// InvariantOptions relax CheckInvariants for symptoms of known bugs, so a
+// harness can keep running until their fixes land.
+type InvariantOptions struct {
+	// AllowLostInTree accepts lost pages linked in the radix tree (Commit
+	// publishing a page whose migration failed: issue 9, item 1).
+	AllowLostInTree bool
+}
+
+// CheckInvariants checks the manager's bookkeeping at a return point (no
+// call in progress) and returns every violation found:
+//   - every live cache has committed ≤ history ≤ capacity and one block per
+//     capacity block, holds a page exactly where its layer group needs one,
+//     and its pages are on the GPU level while it is ACTIVE;
+//   - every slot of every pool group is free or owned by exactly one page,
+//     and the owner's group and slot agree; free slots are distinct;
+//   - every page's active and held counts are the references of the ACTIVE
+//     and SUSPENDED caches, a page is in its group's victim heap exactly
+//     when it is evictable, and a transaction still moving it is pending;
+//   - every owned page is linked in the tree or referenced by a cache (no
+//     leaked slot), no lost page is reachable from the tree, and every tree
+//     page links back to its node;
+//   - a node's users are the caches whose chain ends at it;
+//   - the given closed caches hold nothing and are unknown to the manager.
+//
+// It is an internal test helper (exported to the package's external tests
+// only).
+func (m *Manager) CheckInvariants(opts InvariantOptions, closed ...*KVCache) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var errs []error
+	fail := func(format string, args ...any) {
+		if len(errs) < 20 {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	if m.closed {
+		return nil
+	}
+	type refs struct{ active, held int }
+	want := map[*page]*refs{}
+	chains := map[*node]int{}
+	for id, c := range m.caches {
+		if c.id != id || c.status == Closed {
+			fail("cache %d: in the manager's map as %d with status %v", c.id, id, c.status)
+			continue
+		}
+		if n := c.committed; !(n <= c.history && c.history <= c.capacity) {
+			fail("cache %d: committed %d, history %d, capacity %d", c.id, n, c.history, c.capacity)
+		}
+		if got, w := len(c.blocks), m.lt.BlocksFor(c.capacity); got != w {
+			fail("cache %d: %d blocks for capacity %d (want %d)", c.id, got, c.capacity, w)
+		}
+		if (c.status == Active) != (c.stream != nil) {
+			fail("cache %d: %v with stream %v", c.id, c.status, c.stream)
+		}
+		chains[c.chain]++
+		for b, cb := range c.blocks {
+			if len(cb.pages) != len(m.lt.LifeCycles) {
+				fail("cache %d block %d: %d pages for %d layer groups", c.id, b, len(cb.pages), len(m.lt.LifeCycles))
+				continue
+			}
+			for lc, p := range cb.pages {
+				needs := m.lt.Needs(layout.LifeCycleID(lc), b, c.history)
+				switch {
+				case p == nil && needs:
+					fail("cache %d block %d layer group %d: needed but has no page", c.id, b, lc)
+				case p != nil && !needs:
+					fail("cache %d block %d layer group %d: keeps a page it does not need", c.id, b, lc)
+				}
+				if p == nil {
+					continue
+				}
+				if p.group == nil {
+					fail("cache %d block %d layer group %d: references a freed page", c.id, b, lc)
+					continue
+				}
+				if int(p.lc) != lc {
+					fail("cache %d block %d layer group %d: page of layer group %d", c.id, b, lc, p.lc)
+				}
+				if c.status == Active && p.level() != 0 {
+					fail("cache %d block %d layer group %d: ACTIVE with a page on level %d", c.id, b, lc, p.level())
+				}
+				r := want[p]
+				if r == nil {
+					r = &refs{}
+					want[p] = r
+				}
+				if c.status == Active {
+					r.active++
+				} else {
+					r.held++
+				}
+			}
+		}
+	}
+	for _, c := range closed {
+		if c.status != Closed {
+			continue
+		}
+		if c.blocks != nil {
+			fail("closed cache %d still holds %d blocks", c.id, len(c.blocks))
+		}
+		if m.caches[c.id] == c {
+			fail("closed cache %d is still in the manager's map", c.id)
+		}
+	}
+
+	owners := map[*page]string{}
+	for _, lvl := range m.levels {
+		for _, g := range lvl.groups {
+			where := fmt.Sprintf("%v group %d", lvl.kind, g.desc.Index)
+			if int64(len(g.owner)) != g.numSlots || int64(len(g.fences)) != g.numSlots {
+				fail("%s: %d slots, %d owners, %d fences", where, g.numSlots, len(g.owner), len(g.fences))
+				continue
+			}
+			if g.numSlots > g.capacity || (lvl.index > 0 && g.capacity != g.numSlots) {
+				fail("%s: %d slots, capacity %d", where, g.numSlots, g.capacity)
+			}
+			isFree := make([]bool, g.numSlots)
+			for _, s := range g.free {
+				switch {
+				case s < 0 || int64(s) >= g.numSlots:
+					fail("%s: free slot %d out of [0, %d)", where, s, g.numSlots)
+				case isFree[s]:
+					fail("%s: slot %d free twice", where, s)
+				case g.owner[s] != nil:
+					fail("%s: slot %d free and owned", where, s)
+				default:
+					isFree[s] = true
+				}
+			}
+			for s, p := range g.owner {
+				if p == nil {
+					if !isFree[s] {
+						fail("%s: slot %d neither free nor owned", where, s)
+					}
+					continue
+				}
+				at := fmt.Sprintf("%s slot %d", where, s)
+				if prev, ok := owners[p]; ok {
+					fail("%s: page also owns %s", at, prev)
+				}
+				owners[p] = at
+				if p.group != g || int(p.slot) != s {
+					fail("%s: owner says group %p slot %d", at, p.group, p.slot)
+				}
+				if lvl.groupOf(p.lc) != g {
+					fail("%s: page of layer group %d in the wrong group", at, p.lc)
+				}
+				r := want[p]
+				if r == nil {
+					r = &refs{}
+				}
+				if p.active != r.active || p.held != r.held {
+					fail("%s: active %d held %d, caches reference it %d active %d held", at, p.active, p.held, r.active, r.held)
+				}
+				if p.moving {
+					fail("%s: still moving", at)
+				}
+				if p.inflight != nil && !slices.Contains(m.pending, p.inflight) {
+					fail("%s: moved by a transaction that is not pending", at)
+				}
+				inTree := p.node != nil && p.node.pages[p.lc] == p
+				if p.node != nil && !inTree {
+					fail("%s: page names a node that does not hold it", at)
+				}
+				if !inTree && r.active == 0 && r.held == 0 {
+					fail("%s: leaked: neither in the tree nor referenced by a cache", at)
+				}
+				inHeap := p.heapIdx >= 0 && p.heapIdx < len(g.victims) && g.victims[p.heapIdx] == p
+				if p.heapIdx >= 0 && !inHeap {
+					fail("%s: heap index %d does not point at the page", at, p.heapIdx)
+				}
+				if ev := p.evictable(lvl.index == len(m.levels)-1); ev != inHeap {
+					fail("%s: evictable %v but in the victim heap %v", at, ev, inHeap)
+				}
+			}
+			for i, p := range g.victims {
+				if p.group != g || p.heapIdx != i {
+					fail("%s: victim %d is in group %p at heap index %d", where, i, p.group, p.heapIdx)
+				}
+			}
+		}
+	}
+	for p := range want {
+		if _, ok := owners[p]; !ok {
+			fail("a page referenced by a cache owns no slot")
+		}
+	}
+
+	var walk func(n *node)
+	walk = func(n *node) {
+		if got := chains[n]; n.users != got {
+			fail("node at depth %d: %d users, %d caches chained to it", n.depth, n.users, got)
+		}
+		for lc, p := range n.pages {
+			if p == nil {
+				continue
+			}
+			if p.lost && !opts.AllowLostInTree {
+				fail("node at depth %d layer group %d: a lost page is reachable from the tree", n.depth, lc)
+			}
+			if p.node != n || int(p.lc) != lc {
+				fail("node at depth %d layer group %d: its page names another node or layer group", n.depth, lc)
+			}
+			if _, ok := owners[p]; !ok {
+				fail("node at depth %d layer group %d: its page owns no slot", n.depth, lc)
+			}
+		}
+		full := maps.Clone(n.children)
+		if c := n.child0; c != nil {
+			if _, dup := full[c.key]; dup {
+				fail("node at depth %d: its inline child is in its child map too", n.depth)
+			}
+			if full == nil {
+				full = map[blockhash.Key]*node{}
+			}
+			full[c.key] = c
+		}
+		for k, c := range full {
+			if c.parent != n || c.key != k || c.depth != n.depth+1 {
+				fail("node at depth %d: child linked inconsistently", n.depth)
+				continue
+			}
+			walk(c)
+		}
+		for _, c := range n.partials {
+			if c.parent != n {
+				fail("node at depth %d: partial child linked inconsistently", n.depth)
+				continue
+			}
+			walk(c)
+		}
+	}
+	for k, r := range m.roots {
+		if r.key != k || r.parent != nil || r.hasPages() {
+			fail("root %x: inconsistent", k)
+		}
+		walk(r)
+	}
+	for n, k := range chains {
+		if n.users < k {
+			fail("node at depth %d: %d users, %d caches chained to it (unreachable?)", n.depth, n.users, k)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// LostPages counts the pages of c whose data an asynchronous failure
+// destroyed, after settling completed transactions as every call does (an
+// internal test helper, like CheckInvariants).
+func (c *KVCache) LostPages() int {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	c.m.settle()
+	n := 0
+	c.eachPage(func(p *page) {
+		if p.lost {
+			n++
+		}
+	})
+	return n
+}
+
+// CheckInvariants reports a slot neither free nor owned, a page in two
+// slots, a wrong reference count and a lost page in the tree; it accepts the
+// last one only when told to.
+func TestCheckInvariantsReportsBrokenBookkeeping(t *testing.T) {
+	f := newFixture(t, smallConfig(8))
+	c := f.open(blockhash.Scope{}, seq(0, 8))
+	require.NoError(t, f.m.CheckInvariants(InvariantOptions{}))
+	g := f.m.levels[0].groups[0]
+	p := c.blocks[0].pages[0]
+
+	free := g.free
+	g.free = free[:len(free)-1]
+	assert.ErrorContains(t, f.m.CheckInvariants(InvariantOptions{}), "neither free nor owned")
+	g.free = free
+
+	s := g.free[len(g.free)-1]
+	g.owner[s] = p
+	assert.ErrorContains(t, f.m.CheckInvariants(InvariantOptions{}), "page also owns")
+	g.owner[s] = nil
+
+	p.active++
+	assert.ErrorContains(t, f.m.CheckInvariants(InvariantOptions{}), "caches reference it 1 active")
+	p.active--
+
+	p.lost = true
+	assert.ErrorContains(t, f.m.CheckInvariants(InvariantOptions{}), "lost page is reachable from the tree")
+	assert.NoError(t, f.m.CheckInvariants(InvariantOptions{AllowLostInTree: true}))
+	p.lost = false
+
+	require.NoError(t, c.Close())
+	assert.NoError(t, f.m.CheckInvariants(InvariantOptions{}, c))
+	c.blocks = []cacheBlock{{}}
+	assert.ErrorContains(t, f.m.CheckInvariants(InvariantOptions{}, c), "closed cache")
+	c.blocks = nil
+}
