@@ -7,6 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/device"
+	"github.com/kvcm/kvcm/core/device/emu"
 	"github.com/kvcm/kvcm/core/layout"
 )
 
@@ -92,4 +94,22 @@ func (f *fixture) hotGroup() PoolGroupStats {
 	st, err := f.m.StorageStats(layout.GPULevel)
 	require.NoError(f.t, err)
 	return st[0]
+}
+
+// A shrink whose final reallocation fails (here over the host memory limit)
+// leaves the level usable: every slot that was free is free again.
+func TestFailedShrinkKeepsFreeSlots(t *testing.T) {
+	dev := emu.New(emu.Options{Seed: 1, HostMemoryLimit: 16*256 + 1024})
+	m, err := NewManager(tieredConfig(t, 4, 16, 0), WithDevice(dev))
+	require.NoError(t, err)
+	defer func() {
+		require.NoError(t, m.Close())
+		dev.Close()
+	}()
+	err = m.ResizeLevel(1, 8*256) // needs a second 2 KiB host allocation: over the limit
+	require.ErrorIs(t, err, device.ErrOutOfMemory)
+	st, err := m.StorageStats(1)
+	require.NoError(t, err)
+	require.Len(t, st, 1)
+	assert.Equal(t, st[0].Total, st[0].Free, "an empty level keeps every slot free after a failed resize")
 }
