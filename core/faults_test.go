@@ -399,3 +399,40 @@ func TestAsyncFailureLosesOnlyItsTransactionsPages(t *testing.T) {
 	assert.Equal(t, int64(4), f.m.Stats().LostPages, "no page outside the failed transaction is lost")
 	assert.Equal(t, 16, f.m.ProbeReuse(blockhash.Scope{}, seq(100, 17)), "B's blocks are still cached")
 }
+
+// A pending partial block (Commit with isEnd and partial reuse) whose page
+// was lost while its cache was suspended is not published when the cache
+// closes: once every cache is closed, no slot leaks.
+func TestLostPendingPartialIsNeverPublished(t *testing.T) {
+	faulty := codectest.NewFaulty(codec.NewDefault())
+	cfg := tieredConfig(t, 4, 8, 0)
+	cfg.EnablePartialReuse = true
+	f := newTieredFixture(t, cfg, WithColdPageCodec(codec.Own(faulty)))
+
+	a, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 14)})
+	require.NoError(t, err)
+	require.NoError(t, a.Resume(f.stream))
+	require.NoError(t, a.Resize(14, 14))
+	require.NoError(t, a.Commit(seq(0, 14), true)) // 3 full blocks and a pending partial of 2
+	require.NoError(t, a.Suspend())
+
+	faulty.FailAsync(codectest.OpEncode, 0, 1, fmt.Errorf("boom"))
+	b := f.compute(blockhash.Scope{LoRAID: 1}, seq(100, 16), 2) // A's pages fail on their way down
+	require.NoError(t, b.Close())
+	require.ErrorIs(t, a.Resume(f.stream), ErrDataLost)
+	require.NoError(t, a.Close())
+
+	// Push everything else down and out, so every slot is free or evictable.
+	for i := range 4 {
+		x := f.compute(blockhash.Scope{LoRAID: 2}, seq(1000*(i+1), 16), 3+i)
+		require.NoError(t, x.Close())
+	}
+	f.m.mu.Lock()
+	f.m.settle()
+	f.m.mu.Unlock()
+	for _, lvl := range []layout.CacheLevel{layout.GPULevel, 1} {
+		for _, g := range f.groups(lvl) {
+			assert.Equal(t, g.Total, g.Available, "level %d group %d: no slot leaks once every cache is closed", lvl, g.Index)
+		}
+	}
+}

@@ -1,9 +1,11 @@
 package core
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -638,4 +640,91 @@ func TestQueriesAfterCloseDoNotPanic(t *testing.T) {
 	require.NoError(t, m.Close())
 	assert.NotPanics(t, func() { _, _ = m.Buffer(0, config.RoleKey) })
 	assert.NotPanics(t, func() { _ = m.PoolGroupDescs() })
+}
+
+// leakyFixture is a fixture whose cleanup skips closing when a test leaves a
+// call stuck holding the manager's lock (Close would block forever).
+func leakyFixture(t *testing.T, cfg config.Config) (*fixture, *bool) {
+	t.Helper()
+	dev := emu.New(emu.Options{Seed: 1})
+	m, err := NewManager(cfg, WithDevice(dev))
+	require.NoError(t, err)
+	s, err := dev.NewStream()
+	require.NoError(t, err)
+	stuck := new(bool)
+	t.Cleanup(func() {
+		if *stuck {
+			return // the manager's lock is held forever; leak it
+		}
+		s.Close()
+		m.Close()
+		dev.Close()
+	})
+	return &fixture{t: t, m: m, dev: dev, stream: s}, stuck
+}
+
+// Resize to a capacity whose block count overflows (math.MaxInt) is an
+// error, not a panic, and changes nothing: the cache keeps its capacity and
+// its pages.
+func TestResizeToAnOverflowingCapacityChangesNothing(t *testing.T) {
+	f := newFixture(t, smallConfig(16))
+	c := f.open(blockhash.Scope{}, seq(0, 8))
+	before, err := c.BasePageIndices(0)
+	require.NoError(t, err)
+
+	var rerr error
+	require.NotPanics(t, func() { rerr = c.Resize(math.MaxInt, -1) }, "an absurd capacity is an error, not a panic")
+	assert.True(t, errors.Is(rerr, ErrInvalidArgument) || errors.Is(rerr, ErrOutOfPages), "got %v", rerr)
+	assert.Equal(t, 8, c.Capacity(), "a failed resize changes nothing")
+	after, err := c.BasePageIndices(0)
+	require.NoError(t, err)
+	assert.Equal(t, before, after, "a failed resize keeps the cache's pages")
+	require.NoError(t, c.Close())
+}
+
+// Resize checks that the level can hold the new capacity before it counts
+// the pages block by block: Resize(MaxCapacity) fails with ErrOutOfPages at
+// once (the manager's lock is not held for long), and a capacity beyond
+// MaxCapacity is ErrInvalidArgument.
+func TestResizeBeyondTheLevelFailsPromptly(t *testing.T) {
+	f, stuck := leakyFixture(t, smallConfig(16))
+	c := f.open(blockhash.Scope{}, seq(0, 8))
+	done := make(chan error, 1)
+	go func() { done <- c.Resize(MaxCapacity, -1) }()
+	select {
+	case err := <-done:
+		assert.ErrorIs(t, err, ErrOutOfPages)
+		assert.ErrorIs(t, c.Resize(1<<40, -1), ErrInvalidArgument, "beyond MaxCapacity")
+		assert.Equal(t, 8, c.Capacity(), "nothing changed")
+		require.NoError(t, c.Close())
+	case <-time.After(5 * time.Second):
+		*stuck = true
+		t.Fatal("Resize(MaxCapacity) still runs after 5s, holding the manager's lock")
+	}
+}
+
+// A priority callback that panics during Commit leaves the cache as it was:
+// no token is committed, and a retried Commit publishes every block.
+func TestPanickingPriorityCallbackCommitsNothing(t *testing.T) {
+	f := newFixture(t, smallConfig(16))
+	calls := 0
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 8), Priority: func(b int) int {
+		calls++
+		if calls == 1 {
+			panic("priority callback bug")
+		}
+		return 50
+	}})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Resize(8, 8))
+	func() {
+		defer func() { _ = recover() }()
+		_ = c.Commit(seq(0, 8), false)
+	}()
+	assert.Equal(t, 0, c.NumCommittedTokens(), "the panicking commit committed nothing")
+	// Retrying the commit must publish both blocks.
+	require.NoError(t, c.Commit(seq(0, 8), false))
+	assert.Equal(t, 8, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 9)), "both blocks are reusable")
+	require.NoError(t, c.Close())
 }
