@@ -480,51 +480,6 @@ func TestSlidingWindowReuseNeedsOnlyWindowAndSinkPages(t *testing.T) {
 		"reusing 12 tokens needs the windowed page of block 1, evicted")
 }
 
-func TestEventsReportStoredDroppedAndRemovedBlocks(t *testing.T) {
-	cfg := smallConfig(9) // 18 slots of 128 bytes shared by both lifecycles
-	cfg.Layers[1].SlidingWindowSize = 4
-	var events []CacheEvent
-	dev := emu.New(emu.Options{Seed: 1})
-	m, err := NewManager(cfg, WithDevice(dev), WithEventListener(func(e CacheEvent) { events = append(events, e) }))
-	require.NoError(t, err)
-	s, err := dev.NewStream()
-	require.NoError(t, err)
-	f := &fixture{t: t, m: m, dev: dev, stream: s}
-	defer func() {
-		s.Close()
-		m.Close()
-		dev.Close()
-	}()
-
-	c := f.open(blockhash.Scope{}, seq(0, 8))
-	require.NoError(t, c.Close())
-	require.Len(t, events, 2)
-	keys := blockhash.Chain(blockhash.Scope{}, tpb, seq(0, 8))
-	for i, e := range events {
-		assert.Equal(t, BlockStored, e.Kind)
-		assert.Equal(t, keys[i], e.Key)
-		assert.Equal(t, c.ID(), e.CacheID, "the committing cache is named")
-		assert.Equal(t, uint64(i+1), e.Seq)
-	}
-
-	// Cached now: both full-attention pages and the windowed page of block
-	// 1 (a 4-token window never needed block 0's). A 68-token request needs
-	// all 18 slots (17 full-attention pages, 1 windowed), so all three go.
-	events = nil
-	f.serve(blockhash.Scope{LoRAID: 1}, seq(0, 68))
-	var dropped, removed int
-	for _, e := range events {
-		switch {
-		case e.Kind == BlockUpdated && e.Level == DroppedLevel:
-			dropped++
-		case e.Kind == BlockRemoved:
-			removed++
-		}
-	}
-	assert.Equal(t, 1, dropped, "block 1 losing one of its two pages: an update to DroppedLevel")
-	assert.Equal(t, 2, removed, "each block's last page: the block is removed")
-}
-
 // initial_pool_ratio divides a level's bytes between its pool groups: equal
 // ratios give equal bytes, whatever the groups' page sizes.
 func TestInitialPoolRatioIsARatioOfBytes(t *testing.T) {
@@ -727,4 +682,49 @@ func TestPanickingPriorityCallbackCommitsNothing(t *testing.T) {
 	require.NoError(t, c.Commit(seq(0, 8), false))
 	assert.Equal(t, 8, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 9)), "both blocks are reusable")
 	require.NoError(t, c.Close())
+}
+
+func TestEventsReportStoredDroppedAndRemovedBlocks(t *testing.T) {
+	cfg := smallConfig(9) // 18 slots of 128 bytes shared by both lifecycles
+	cfg.Layers[1].SlidingWindowSize = 4
+	var events []CacheEvent
+	dev := emu.New(emu.Options{Seed: 1})
+	m, err := NewManager(cfg, WithDevice(dev), WithEventListener(func(e CacheEvent) { events = append(events, e) }))
+	require.NoError(t, err)
+	s, err := dev.NewStream()
+	require.NoError(t, err)
+	f := &fixture{t: t, m: m, dev: dev, stream: s}
+	defer func() {
+		s.Close()
+		m.Close()
+		dev.Close()
+	}()
+
+	c := f.open(blockhash.Scope{}, seq(0, 8))
+	require.NoError(t, c.Close())
+	require.Len(t, events, 2)
+	keys := blockhash.Chain(blockhash.Scope{}, tpb, seq(0, 8))
+	for i, e := range events {
+		assert.Equal(t, BlockStored, e.Kind)
+		assert.Equal(t, keys[i], e.Key)
+		assert.Equal(t, c.ID(), e.CacheID, "the committing cache is named")
+		assert.Equal(t, uint64(i+1), e.Seq)
+	}
+
+	// Cached now: both full-attention pages and the windowed page of block
+	// 1 (a 4-token window never needed block 0's). A 68-token request needs
+	// all 18 slots (17 full-attention pages, 1 windowed), so all three go.
+	events = nil
+	f.serve(blockhash.Scope{LoRAID: 1}, seq(0, 68))
+	var dropped, removed int
+	for _, e := range events {
+		switch {
+		case e.Kind == BlockUpdated && e.Level == DroppedLevel:
+			dropped++
+		case e.Kind == BlockRemoved:
+			removed++
+		}
+	}
+	assert.Equal(t, 1, dropped, "block 1 losing one of its two pages: an update to DroppedLevel")
+	assert.Equal(t, 2, removed, "each block's last page: the block is removed")
 }
