@@ -347,3 +347,97 @@ func TestDiskSizingFailureIsIO(t *testing.T) {
 	require.ErrorIs(t, err, ErrIO)
 	assert.Equal(t, before, f.groups(1), "the failed resize changed nothing")
 }
+
+// A synchronous codec failure on the GPU→disk path releases the staging
+// lease of its unit: the call that needed the slots fails with
+// ErrOutOfPages and no page-ring lease stays live.
+func TestSyncDiskEncodeFailureReleasesStaging(t *testing.T) {
+	faulty := codectest.NewFaulty(codec.NewDefault())
+	f := newTieredFixture(t, tieredConfig(t, 4, 0, 8), WithColdPageCodec(codec.Own(faulty)))
+	a := f.compute(blockhash.Scope{}, seq(0, 16), 1)
+	require.NoError(t, a.Suspend())
+	faulty.FailSync(codectest.OpEncode, 0, 1)
+	b, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(100, 16)})
+	require.NoError(t, err)
+	require.NoError(t, b.Resume(f.stream))
+	require.ErrorIs(t, b.Resize(16, 16), ErrOutOfPages)
+	assert.Zero(t, f.m.pageRing.Live(), "the failed unit's staging lease was released")
+	require.NoError(t, b.Close())
+	require.NoError(t, a.Close())
+}
+
+// A synchronous codec failure on the disk→GPU path releases the staging
+// lease of its unit too: Resume fails with ErrCodecFailed and the pages it
+// was bringing back are dropped.
+func TestSyncDiskDecodeFailureReleasesStaging(t *testing.T) {
+	faulty := codectest.NewFaulty(codec.NewDefault())
+	f := newTieredFixture(t, tieredConfig(t, 4, 0, 8), WithColdPageCodec(codec.Own(faulty)))
+	a := f.compute(blockhash.Scope{}, seq(0, 16), 1)
+	require.NoError(t, a.Suspend())
+	b := f.compute(blockhash.Scope{}, seq(100, 16), 2)
+	require.NoError(t, b.Close())
+	require.Equal(t, 0, f.m.pageRing.Live())
+	faulty.FailSync(codectest.OpDecode, 0, 1)
+	require.ErrorIs(t, a.Resume(f.stream), ErrCodecFailed)
+	assert.Zero(t, f.m.pageRing.Live(), "the failed unit's staging lease was released")
+	require.ErrorIs(t, a.Resume(f.stream), ErrDataLost, "a failed decode drops its pages")
+	require.NoError(t, a.Close())
+}
+
+// An asynchronous failure loses only the pages of its own transaction: later
+// users of the slots it touched (here B's pages, which reuse A's GPU slots)
+// do not inherit it when they are evicted in turn.
+func TestAsyncFailureLosesOnlyItsTransactionsPages(t *testing.T) {
+	faulty := codectest.NewFaulty(codec.NewDefault())
+	f := newTieredFixture(t, tieredConfig(t, 4, 8, 0), WithColdPageCodec(codec.Own(faulty)))
+	a := f.compute(blockhash.Scope{}, seq(0, 16), 1)
+	require.NoError(t, a.Suspend())
+	faulty.FailAsync(codectest.OpEncode, 0, 1, fmt.Errorf("boom"))
+	b := f.compute(blockhash.Scope{}, seq(100, 16), 2) // A's pages fail on their way down
+	require.NoError(t, b.Close())
+	require.ErrorIs(t, a.Resume(f.stream), ErrDataLost)
+	require.NoError(t, a.Close())
+	require.Equal(t, int64(4), f.m.Stats().LostPages, "A's four pages")
+
+	c := f.compute(blockhash.Scope{}, seq(200, 16), 3) // B's cached pages go to the host
+	require.NoError(t, c.Close())
+	assert.Equal(t, int64(4), f.m.Stats().LostPages, "no page outside the failed transaction is lost")
+	assert.Equal(t, 16, f.m.ProbeReuse(blockhash.Scope{}, seq(100, 17)), "B's blocks are still cached")
+}
+
+// A pending partial block (Commit with isEnd and partial reuse) whose page
+// was lost while its cache was suspended is not published when the cache
+// closes: once every cache is closed, no slot leaks.
+func TestLostPendingPartialIsNeverPublished(t *testing.T) {
+	faulty := codectest.NewFaulty(codec.NewDefault())
+	cfg := tieredConfig(t, 4, 8, 0)
+	cfg.EnablePartialReuse = true
+	f := newTieredFixture(t, cfg, WithColdPageCodec(codec.Own(faulty)))
+
+	a, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 14)})
+	require.NoError(t, err)
+	require.NoError(t, a.Resume(f.stream))
+	require.NoError(t, a.Resize(14, 14))
+	require.NoError(t, a.Commit(seq(0, 14), true)) // 3 full blocks and a pending partial of 2
+	require.NoError(t, a.Suspend())
+
+	faulty.FailAsync(codectest.OpEncode, 0, 1, fmt.Errorf("boom"))
+	b := f.compute(blockhash.Scope{LoRAID: 1}, seq(100, 16), 2) // A's pages fail on their way down
+	require.NoError(t, b.Close())
+	require.ErrorIs(t, a.Resume(f.stream), ErrDataLost)
+	require.NoError(t, a.Close())
+
+	// Push everything else down and out, so every slot is free or evictable.
+	for i := range 4 {
+		x := f.compute(blockhash.Scope{LoRAID: 2}, seq(1000*(i+1), 16), 3+i)
+		require.NoError(t, x.Close())
+	}
+	f.m.mu.Lock()
+	f.m.settle()
+	f.m.mu.Unlock()
+	for _, lvl := range []layout.CacheLevel{layout.GPULevel, 1} {
+		for _, g := range f.groups(lvl) {
+			assert.Equal(t, g.Total, g.Available, "level %d group %d: no slot leaks once every cache is closed", lvl, g.Index)
+		}
+	}
+}

@@ -1,8 +1,11 @@
 package core
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -475,6 +478,210 @@ func TestSlidingWindowReuseNeedsOnlyWindowAndSinkPages(t *testing.T) {
 		"reusing 32 tokens needs windowed pages of the last 8 tokens only")
 	assert.Equal(t, 0, f.m.ProbeReuse(blockhash.Scope{}, prompt[:13]),
 		"reusing 12 tokens needs the windowed page of block 1, evicted")
+}
+
+// initial_pool_ratio divides a level's bytes between its pool groups: equal
+// ratios give equal bytes, whatever the groups' page sizes.
+func TestInitialPoolRatioIsARatioOfBytes(t *testing.T) {
+	cfg := smallConfig(0)
+	cfg.Layers[1].SlidingWindowSize = 64
+	cfg.Layers[1].Buffers = []config.BufferConfig{{Role: config.RoleKey, Size: 32}} // 32-byte pages
+	cfg.CacheTiers[0].Quota = 1 << 20
+	cfg.InitialPoolRatio = []float64{0.5, 0.5}
+	f := newFixture(t, cfg)
+	st, err := f.m.StorageStats(layout.GPULevel)
+	require.NoError(t, err)
+	require.Len(t, st, 2)
+	b0 := float64(st[0].Total * st[0].PageBytes)
+	b1 := float64(st[1].Total * st[1].PageBytes)
+	assert.InDelta(t, 0.5, b0/(b0+b1), 0.01, "equal byte ratios give equal bytes (got %d×%d and %d×%d)",
+		st[0].Total, st[0].PageBytes, st[1].Total, st[1].PageBytes)
+}
+
+// A scope's root lives only while a cache or a block uses it: caches that
+// commit nothing leave no root behind, so per-request scopes (salts) do not
+// grow the manager.
+func TestRootsOfUncommittedScopesAreRemoved(t *testing.T) {
+	f := newFixture(t, smallConfig(8))
+	for i := range 10 {
+		c, err := f.m.CreateKVCache(CacheOptions{Scope: blockhash.Scope{Salt: fmt.Sprint(i)}, InputTokens: seq(0, 8)})
+		require.NoError(t, err)
+		require.NoError(t, c.Close())
+	}
+	f.m.mu.Lock()
+	n := len(f.m.roots)
+	f.m.mu.Unlock()
+	assert.Zero(t, n, "no root survives a scope with no cache and no block")
+}
+
+// A page that fills a gap is reported: when a block has lost its windowed
+// page (BlockUpdated at DroppedLevel) and another cache commits the same
+// block, its page takes the gap and a listener learns that the layer group's
+// page is back.
+func TestPageFillingADroppedGapIsReported(t *testing.T) {
+	cfg := smallConfig(9) // 18 slots of 128 bytes shared by both lifecycles
+	cfg.Layers[1].SlidingWindowSize = 4
+	var events []CacheEvent
+	dev := emu.New(emu.Options{Seed: 1})
+	m, err := NewManager(cfg, WithDevice(dev), WithEventListener(func(e CacheEvent) { events = append(events, e) }))
+	require.NoError(t, err)
+	s, err := dev.NewStream()
+	require.NoError(t, err)
+	f := &fixture{t: t, m: m, dev: dev, stream: s}
+	defer func() {
+		s.Close()
+		m.Close()
+		dev.Close()
+	}()
+	keys := blockhash.Chain(blockhash.Scope{}, tpb, seq(0, 8))
+
+	// A: chunked prefill, so block 0 gets a windowed page that is released
+	// (and becomes the oldest victim) when the window moves on.
+	a, err := m.CreateKVCache(CacheOptions{InputTokens: seq(0, 9)})
+	require.NoError(t, err)
+	require.NoError(t, a.Resume(s))
+	require.NoError(t, a.Resize(4, 4))
+	require.NoError(t, a.Commit(seq(0, 4), false))
+	require.NoError(t, a.Resize(8, 8))
+	require.NoError(t, a.Commit(seq(4, 4), false))
+	require.NoError(t, a.Close())
+
+	// 15 pages in another scope: exactly one eviction, block 0's windowed page.
+	events = nil
+	f.serve(blockhash.Scope{LoRAID: 1}, seq(0, 56))
+	dropped := false
+	for _, e := range events {
+		if e.Kind == BlockUpdated && e.Key == keys[0] && e.LayerGroup == 1 && e.Level == DroppedLevel {
+			dropped = true
+		}
+	}
+	require.True(t, dropped, "block 0 lost its windowed page: %+v", events)
+
+	// B computes block 0 itself and commits it: its windowed page fills the gap.
+	events = nil
+	b, err := m.CreateKVCache(CacheOptions{InputTokens: seq(0, 4)})
+	require.NoError(t, err)
+	require.Zero(t, b.ReusedTokens())
+	require.NoError(t, b.Resume(s))
+	require.NoError(t, b.Resize(4, 4))
+	require.NoError(t, b.Commit(seq(0, 4), false))
+	m.mu.Lock()
+	var n *node
+	for _, r := range m.roots {
+		if c := r.child(keys[0]); c != nil {
+			n = c
+		}
+	}
+	require.NotNil(t, n)
+	filled := n.pages[1] != nil
+	m.mu.Unlock()
+	require.True(t, filled, "B's page filled the gap")
+	reported := false
+	for _, e := range events {
+		if e.Key == keys[0] && (e.Kind == BlockStored || (e.Kind == BlockUpdated && e.LayerGroup == 1 && e.Level == 0)) {
+			reported = true
+		}
+	}
+	assert.True(t, reported, "the refilled page is reported: %+v", events)
+	require.NoError(t, b.Close())
+}
+
+// Buffer and PoolGroupDescs after Close return without panicking.
+func TestQueriesAfterCloseDoNotPanic(t *testing.T) {
+	dev := emu.New(emu.Options{Seed: 1})
+	defer dev.Close()
+	m, err := NewManager(smallConfig(4), WithDevice(dev))
+	require.NoError(t, err)
+	require.NoError(t, m.Close())
+	assert.NotPanics(t, func() { _, _ = m.Buffer(0, config.RoleKey) })
+	assert.NotPanics(t, func() { _ = m.PoolGroupDescs() })
+}
+
+// leakyFixture is a fixture whose cleanup skips closing when a test leaves a
+// call stuck holding the manager's lock (Close would block forever).
+func leakyFixture(t *testing.T, cfg config.Config) (*fixture, *bool) {
+	t.Helper()
+	dev := emu.New(emu.Options{Seed: 1})
+	m, err := NewManager(cfg, WithDevice(dev))
+	require.NoError(t, err)
+	s, err := dev.NewStream()
+	require.NoError(t, err)
+	stuck := new(bool)
+	t.Cleanup(func() {
+		if *stuck {
+			return // the manager's lock is held forever; leak it
+		}
+		s.Close()
+		m.Close()
+		dev.Close()
+	})
+	return &fixture{t: t, m: m, dev: dev, stream: s}, stuck
+}
+
+// Resize to a capacity whose block count overflows (math.MaxInt) is an
+// error, not a panic, and changes nothing: the cache keeps its capacity and
+// its pages.
+func TestResizeToAnOverflowingCapacityChangesNothing(t *testing.T) {
+	f := newFixture(t, smallConfig(16))
+	c := f.open(blockhash.Scope{}, seq(0, 8))
+	before, err := c.BasePageIndices(0)
+	require.NoError(t, err)
+
+	var rerr error
+	require.NotPanics(t, func() { rerr = c.Resize(math.MaxInt, -1) }, "an absurd capacity is an error, not a panic")
+	assert.True(t, errors.Is(rerr, ErrInvalidArgument) || errors.Is(rerr, ErrOutOfPages), "got %v", rerr)
+	assert.Equal(t, 8, c.Capacity(), "a failed resize changes nothing")
+	after, err := c.BasePageIndices(0)
+	require.NoError(t, err)
+	assert.Equal(t, before, after, "a failed resize keeps the cache's pages")
+	require.NoError(t, c.Close())
+}
+
+// Resize checks that the level can hold the new capacity before it counts
+// the pages block by block: Resize(MaxCapacity) fails with ErrOutOfPages at
+// once (the manager's lock is not held for long), and a capacity beyond
+// MaxCapacity is ErrInvalidArgument.
+func TestResizeBeyondTheLevelFailsPromptly(t *testing.T) {
+	f, stuck := leakyFixture(t, smallConfig(16))
+	c := f.open(blockhash.Scope{}, seq(0, 8))
+	done := make(chan error, 1)
+	go func() { done <- c.Resize(MaxCapacity, -1) }()
+	select {
+	case err := <-done:
+		assert.ErrorIs(t, err, ErrOutOfPages)
+		assert.ErrorIs(t, c.Resize(1<<40, -1), ErrInvalidArgument, "beyond MaxCapacity")
+		assert.Equal(t, 8, c.Capacity(), "nothing changed")
+		require.NoError(t, c.Close())
+	case <-time.After(5 * time.Second):
+		*stuck = true
+		t.Fatal("Resize(MaxCapacity) still runs after 5s, holding the manager's lock")
+	}
+}
+
+// A priority callback that panics during Commit leaves the cache as it was:
+// no token is committed, and a retried Commit publishes every block.
+func TestPanickingPriorityCallbackCommitsNothing(t *testing.T) {
+	f := newFixture(t, smallConfig(16))
+	calls := 0
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 8), Priority: func(b int) int {
+		calls++
+		if calls == 1 {
+			panic("priority callback bug")
+		}
+		return 50
+	}})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Resize(8, 8))
+	func() {
+		defer func() { _ = recover() }()
+		_ = c.Commit(seq(0, 8), false)
+	}()
+	assert.Equal(t, 0, c.NumCommittedTokens(), "the panicking commit committed nothing")
+	// Retrying the commit must publish both blocks.
+	require.NoError(t, c.Commit(seq(0, 8), false))
+	assert.Equal(t, 8, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 9)), "both blocks are reusable")
+	require.NoError(t, c.Close())
 }
 
 func TestEventsReportStoredDroppedAndRemovedBlocks(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -520,6 +521,59 @@ func TestCallerBuffers(t *testing.T) {
 
 	require.NoError(t, Suspend(c))
 	require.NoError(t, CloseCache(c))
+}
+
+// The abitest helpers pass exact capacities to kvcm_manager_get_pool_group_descs,
+// and a _test.go file cannot use cgo, so this test calls the export's Go body
+// (the function cgo's C trampoline calls) directly. Its C types are
+// integers and pointers of the same sizes.
+//
+//go:linkname exportGetPoolGroupDescs github.com/kvcm/kvcm/capi.kvcm_manager_get_pool_group_descs
+func exportGetPoolGroupDescs(manager uint64, level int32, descs unsafe.Pointer, descsCap uint64, lcs unsafe.Pointer, lcsCap uint64,
+	pools unsafe.Pointer, poolsCap uint64, numDescs, numLCs, numPools *uint64) unsafe.Pointer
+
+//go:linkname exportDiscardStatus github.com/kvcm/kvcm/capi.discardStatus
+func exportDiscardStatus(s unsafe.Pointer)
+
+// exportStatus reads a kvcm_status* (its code and message) and frees it.
+func exportStatus(s unsafe.Pointer) (int32, string) {
+	if s == nil {
+		return OK, ""
+	}
+	defer exportDiscardStatus(s)
+	code := *(*int32)(s)
+	var msg []byte
+	for p := unsafe.Add(s, 4); *(*byte)(p) != 0; p = unsafe.Add(p, 1) {
+		msg = append(msg, *(*byte)(p))
+	}
+	return code, string(msg)
+}
+
+// A buffer capacity too large to be a slice (here descs_cap = 2^40 with a
+// valid buffer) is KVCM_ERR_INVALID_ARGUMENT, not an internal error: the
+// library is not poisoned. Runs in a child process, as a failure would
+// poison the library.
+func TestPoolGroupDescsHugeCapacityIsAnArgumentError(t *testing.T) {
+	if os.Getenv("KVCM_ABITEST_CHILD") == "huge-descs-cap" {
+		m, err := CreateManager(smallConfig(8, 0), nil)
+		require.NoError(t, err)
+		var nd, nl, np uint64
+		code, msg := exportStatus(exportGetPoolGroupDescs(m, 0, nil, 0, nil, 0, nil, 0, &nd, &nl, &np))
+		require.Equal(t, OK, code, msg)
+		descs := make([]byte, 48*(nd+1))
+		lcs := make([]int32, nl+1)
+		pools := make([]byte, 16*(np+1))
+		code, msg = exportStatus(exportGetPoolGroupDescs(m, 0, unsafe.Pointer(&descs[0]), 1<<40, unsafe.Pointer(&lcs[0]), nl,
+			unsafe.Pointer(&pools[0]), np, &nd, &nl, &np))
+		fmt.Printf("CHILD-DESCS-RESULT code=%s poisoned=%v msg=%q\n", CodeName(code), IsPoisoned(), msg)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPoolGroupDescsHugeCapacityIsAnArgumentError$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), "KVCM_ABITEST_CHILD=huge-descs-cap")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "child:\n%s", out)
+	require.Contains(t, string(out), "CHILD-DESCS-RESULT", "child:\n%s", out)
+	require.Contains(t, string(out), "code=KVCM_ERR_INVALID_ARGUMENT poisoned=false", "child:\n%s", out)
 }
 
 func TestEventsAreQueuedAndDropped(t *testing.T) {

@@ -1,7 +1,10 @@
 package abitest
 
 import (
+	"fmt"
 	"math"
+	"runtime"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -355,4 +358,102 @@ func TestAttachedCPIsNotifiedOnCreateCommitAndCloseOnly(t *testing.T) {
 	d = GetTestIndexStats().Sub(base)
 	assert.Equal(t, int64(3), d.FreedCalls, "the open cache's terminal free")
 	assert.Equal(t, int64(2), d.Destroyed)
+}
+
+// A cache closed by kvcm_kv_cache_close while kvcm_manager_destroy runs is
+// closed once: it releases its reference to the attached CP index once, so
+// the index's destroy slot runs at kvcm_cp_destroy, never while its handle is
+// live.
+func TestManagerDestroyRacingCacheCloseReleasesTheCPIndexOnce(t *testing.T) {
+	const rounds, caches = 20, 64
+	for r := 0; r < rounds; r++ {
+		m, err := CreateManager(smallConfig(256, 0), nil)
+		require.NoError(t, err)
+		cp, err := CPCreateDelegating(TestIndex{Slots: SlotsAll})
+		require.NoError(t, err)
+		require.NoError(t, AttachCP(m, cp))
+		var cs []uint64
+		for i := 0; i < caches; i++ {
+			c, err := CreateCacheForRequest(m, fmt.Sprintf("req-%d", i), nil, 0)
+			require.NoError(t, err)
+			cs = append(cs, c)
+		}
+		before := GetTestIndexStats()
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_ = DestroyManager(m)
+		}()
+		for i := len(cs) - 1; i >= 0; i-- {
+			wg.Add(1)
+			go func(c uint64) {
+				defer wg.Done()
+				<-start
+				_ = CloseCache(c) // INVALID_HANDLE when the manager got there first
+			}(cs[i])
+		}
+		close(start)
+		wg.Wait()
+		destroyed := GetTestIndexStats().Sub(before).Destroyed
+		require.Zero(t, destroyed, "round %d: the CP index's destroy slot ran while its handle %#x is live", r, cp)
+		require.NoError(t, CPDestroy(cp))
+		require.Equal(t, int64(1), GetTestIndexStats().Sub(before).Destroyed)
+	}
+}
+
+// kvcm_manager_attach_cp racing kvcm_cp_destroy never attaches a destroyed
+// index: either the attach fails or the index lives on until it is
+// detached, so later caches never notify a destroyed C object.
+func TestAttachCPRacingCPDestroyNeverAttachesADestroyedIndex(t *testing.T) {
+	m, err := CreateManager(smallConfig(64, 0), nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, DestroyManager(m)) }()
+	// Keep the manager's lock busy so that attach waits on it after its lookup.
+	stop := make(chan struct{})
+	var busy sync.WaitGroup
+	for i := 0; i < 2; i++ {
+		busy.Add(1)
+		go func() {
+			defer busy.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if p, err := Alloc(m, MemoryHostMapped, 8<<20); err == nil {
+					_ = Free(m, p)
+				}
+			}
+		}()
+	}
+	defer func() { close(stop); busy.Wait() }()
+	for r := 0; r < 2000; r++ {
+		cp, err := CPCreateDelegating(TestIndex{Slots: SlotsAll})
+		require.NoError(t, err)
+		before := GetTestIndexStats()
+		var attachErr error
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); attachErr = AttachCP(m, cp) }()
+		go func() {
+			defer wg.Done()
+			for i := 0; i < r%50; i++ {
+				runtime.Gosched()
+			}
+			_ = CPDestroy(cp)
+		}()
+		wg.Wait()
+		if attachErr == nil && GetTestIndexStats().Sub(before).Destroyed != 0 {
+			c, err := CreateCacheForRequest(m, "after-destroy", seq(0, 8), 0)
+			require.NoError(t, err)
+			require.NoError(t, CloseCache(c))
+			d := GetTestIndexStats().Sub(before)
+			t.Fatalf("round %d: attach succeeded with an index whose destroy slot already ran; later slot calls on the destroyed object: alloc %d, freed %d", r, d.AllocCalls, d.FreedCalls)
+		}
+		require.NoError(t, DetachCP(m))
+	}
 }

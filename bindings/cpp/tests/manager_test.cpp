@@ -575,6 +575,45 @@ TEST_F(ManagerTest, ConcurrentCachesFromThreads)
     EXPECT_EQ(failures, 0) << firstError;
 }
 
+// A callable whose copy and move constructors throw (as copying a lambda that
+// captures a std::string or std::vector by value may throw std::bad_alloc).
+struct ThrowingCopy
+{
+    std::atomic<int>* runs = nullptr;
+    explicit ThrowingCopy(std::atomic<int>* r) : runs(r) {}
+    ThrowingCopy(ThrowingCopy const&) { throw std::runtime_error("copy failed"); }
+    ThrowingCopy(ThrowingCopy&& o) noexcept(false) : runs(o.runs) { throw std::runtime_error("move failed"); }
+    ThrowingCopy& operator=(ThrowingCopy const&) = delete;
+    void operator()() const { runs->fetch_add(1); }
+};
+
+// StreamView::tryEnqueueHostFunc is noexcept and reports every failure by
+// returning false, a callable that cannot be copied too: it returns false, the
+// callable never runs and the process goes on. Run in a re-executed child, as
+// a failure terminates the process.
+TEST(StreamDeathTest, TryEnqueueHostFuncReturnsFalseWhenTheCallableCannotBeCopied)
+{
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(
+        {
+            int rc = 0;
+            {
+                kvcm::KVCacheManager m(smallConfig(64 << 10));
+                auto s = m.createStream();
+                std::atomic<int> runs{0};
+                ThrowingCopy f(&runs);
+                bool const ok = s.tryEnqueueHostFunc(f); // lvalue: copied
+                s.synchronize();
+                if (ok || runs.load() != 0)
+                {
+                    rc = 1;
+                }
+            }
+            std::_Exit(rc);
+        },
+        ::testing::ExitedWithCode(0), "");
+}
+
 // A Go panic inside the library becomes kvcm::Error(kInternal) and poisons it:
 // every later call fails fast with kPoisoned. Run in a child process (a
 // re-executed copy of this binary, never a bare fork of a process that loaded

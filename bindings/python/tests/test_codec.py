@@ -21,6 +21,8 @@ from kvcm import (
     KVCacheManager,
     create_default_kv_cache_cold_page_codec,
 )
+from kvcm import _native
+from kvcm.codec import CODEC_FACTORY
 
 
 def test_default_codec_consumed_on_success(config):
@@ -310,3 +312,37 @@ def test_from_native_adopts_a_codec_object(config):
     with KVCacheManager(config, cold_page_codec=codec, device="emu"):
         assert codec.closed
     assert kvcm.live_handle_count() == before
+
+
+def test_failing_factory_raises_the_library_error():
+    """A factory that returns a kvcm_status* raises the library's error for
+    it (here InvalidHandleError), code and message kept."""
+    made = []
+
+    def failing_factory(_out):
+        # A genuine library status (INVALID_HANDLE) returned as the factory's
+        # result, as a C factory wrapping a failing kvcm call would.
+        st = _native.lib.kvcm_cp_destroy(0)
+        assert st
+        addr = ctypes.cast(st, ctypes.c_void_p).value
+        made.append(addr)
+        return addr
+
+    fn = CODEC_FACTORY(failing_factory)
+    with pytest.raises(kvcm.KVCacheError) as info:
+        KVCacheColdPageCodec.from_factory(fn)
+    assert made
+    assert isinstance(info.value, kvcm.InvalidHandleError), repr(info.value)
+
+
+def test_failing_factory_given_by_address_raises_the_library_error():
+    """The same with the factory given as an address (the documented int form)."""
+
+    def failing_factory(_out):
+        st = _native.lib.kvcm_cp_destroy(0)
+        return ctypes.cast(st, ctypes.c_void_p).value
+
+    fn = CODEC_FACTORY(failing_factory)
+    addr = ctypes.cast(fn, ctypes.c_void_p).value
+    with pytest.raises(kvcm.KVCacheError):
+        KVCacheColdPageCodec.from_factory(addr)

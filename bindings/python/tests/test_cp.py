@@ -296,3 +296,26 @@ def test_stale_handles_and_type_checks(manager):
         cp2.predict_prefix_reuse(42, [])
     with pytest.raises(TypeError):
         kvcm.CPAwareKVManager()
+
+
+def test_unclosed_index_is_collected_and_destroyed():
+    """A ContextPilotKVManager dropped without close() is garbage collected
+    with its middleware, and its native index is destroyed."""
+    gc.collect()
+    before = kvcm.live_handle_count()
+    mw = Recorder()
+    cp = ContextPilotKVManager(mw)
+    assert cp.predict_prefix_reuse("r", [1, 2, 3]) == 0.5
+    assert kvcm.live_handle_count() == before + 1
+    cp_ref = weakref.ref(cp)
+    mw_ref = weakref.ref(mw)
+    del cp, mw
+    gc.collect()
+    gc.collect()
+    alive = cp_ref() is not None
+    handles = kvcm.live_handle_count()
+    if alive:
+        cp_ref().close()  # keep the leak from failing later tests
+    assert not alive, "a ContextPilotKVManager dropped without close() was never garbage collected"
+    assert mw_ref() is None, "middleware kept alive after its index was dropped"
+    assert handles == before, f"native CP index leaked: {handles - before} live handle(s)"

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
-from conftest import prefill, small_config
+from conftest import HERE, prefill, small_config
 
 import kvcm
 from kvcm import (
@@ -311,3 +315,50 @@ def test_stale_handles_are_reported_not_dereferenced(manager):
     assert ei.value.code == 2
     with pytest.raises(kvcm.InvalidHandleError):
         kvcm._native.call("kvcm_manager_get_tokens_per_block", 0, ctypes.byref(out))
+
+
+# A cache that the garbage collector finalizes while a callback runs (the
+# priority callback, CP notifications and host functions run with the
+# manager's lock held) closes without taking that lock again. Run in a
+# subprocess with a timeout, as a failure hangs the process.
+_GC_IN_CALLBACK_SCRIPT = textwrap.dedent(
+    """
+    import gc, sys
+    sys.path.insert(0, {pkg!r})
+    sys.path.insert(0, {tests!r})
+    from conftest import small_config
+    from kvcm import KVCacheManager
+
+    m = KVCacheManager(small_config(), device="emu")
+    s = m.create_stream()
+
+    # An unreachable cache in a reference cycle: only the cyclic GC frees it.
+    garbage = m.create_kv_cache(input_tokens=[9, 9, 9, 9, 9])
+    garbage.cycle = garbage
+    del garbage
+
+    def priority(block_index, _id):
+        gc.collect()  # what any allocation in the callback may trigger
+        return 50
+
+    c = m.create_kv_cache(input_tokens=[1, 2, 3, 4, 5], custom_priority_callback=priority)
+    c.resume(s)
+    c.resize(8, 4)
+    c.commit([1, 2, 3, 4])
+    c.close()
+    m.close()
+    print("OK")
+    """
+)
+
+
+def test_cache_collected_inside_a_callback_closes_without_deadlock(tmp_path):
+    script = tmp_path / "gc_in_callback.py"
+    script.write_text(_GC_IN_CALLBACK_SCRIPT.format(pkg=str(HERE.parent), tests=str(HERE)))
+    try:
+        r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=30,
+                           env=dict(os.environ))
+    except subprocess.TimeoutExpired:
+        pytest.fail("deadlock: a cache finalized by the GC inside a priority callback closed itself "
+                    "while the manager's lock was held")
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr

@@ -4,8 +4,12 @@ the inherited library is refused with a clear error instead of deadlocking."""
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import subprocess
+import sys
+import textwrap
 
-from conftest import prefill, small_config
+from conftest import HERE, prefill, small_config
 from engine import FakeEngine
 
 import kvcm
@@ -71,3 +75,41 @@ def test_fork_child_is_refused_clearly(config):
     assert len(out) == 2
     for msg in out:
         assert "fork" in msg and "spawn" in msg, msg
+
+
+# KVCacheColdPageCodec.from_factory refuses in a fork child like every other
+# entry into the library: the factory (for the library's own, Go code) is
+# never called there.
+_FORK_SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    sys.path.insert(0, {pkg!r})
+    import kvcm
+    from kvcm import ForkedProcessError, KVCacheColdPageCodec, create_default_kv_cache_cold_page_codec
+    from kvcm import _native
+    kvcm.live_handle_count()  # the library is loaded
+    addr = _native.function_address("kvcm_create_default_cold_page_codec")
+    pid = os.fork()
+    if pid == 0:
+        out = []
+        for name, f in (("create_default", create_default_kv_cache_cold_page_codec),
+                        ("from_factory", lambda: KVCacheColdPageCodec.from_factory(addr))):
+            try:
+                f()
+                out.append(name + ":called-into-library")
+            except ForkedProcessError:
+                out.append(name + ":refused")
+        print(" ".join(out), flush=True)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    """
+)
+
+
+def test_from_factory_is_refused_in_a_fork_child(tmp_path):
+    script = tmp_path / "fork_factory.py"
+    script.write_text(_FORK_SCRIPT.format(pkg=str(HERE.parent)))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ))
+    assert "create_default:refused" in r.stdout, r.stdout + r.stderr
+    assert "from_factory:refused" in r.stdout, r.stdout + r.stderr
