@@ -287,7 +287,7 @@ func TestCLIBuildsTheMatrixFromFlags(t *testing.T) {
 	require.NoError(t, fs.Parse([]string{"--full"}))
 	mx, err = c.Matrix()
 	require.NoError(t, err)
-	assert.Len(t, mx.Workloads, 9)
+	assert.Len(t, mx.Workloads, 10)
 	assert.Len(t, mx.Loads, 5)
 	assert.Len(t, mx.Seeds, 5)
 
