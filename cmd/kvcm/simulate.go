@@ -38,7 +38,7 @@ func setupSimulate(fs *flag.FlagSet) func(stdout, stderr io.Writer) int {
 		var bar *progress
 		err := c.Run(stdout, stderr, func(done, total int) {
 			if bar == nil {
-				bar = newProgress(stderr, show, "simulate", total)
+				bar = newProgress(stderr, show, "simulate", "runs", total)
 			}
 			bar.set(done)
 		})

@@ -24,7 +24,7 @@ type CLI struct {
 	shrink                     int
 	jsonOut, markdown          bool
 	fromJSON                   string
-	plots                      string
+	plots, plotFormat          string
 	cdfLoad                    float64
 	tracePath, writeTrace      string
 	index                      string
@@ -57,8 +57,9 @@ func (c *CLI) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.shrink, "shrink", 1, "divide every workload's request count by this (a quick look at the same shape)")
 	fs.BoolVar(&c.jsonOut, "json", false, "write the report as JSON on stdout instead of tables")
 	fs.BoolVar(&c.markdown, "markdown", false, "write the tables as Markdown")
-	fs.StringVar(&c.fromJSON, "from-json", "", "comma-separated JSON reports (from --json) to print again instead of simulating")
+	fs.StringVar(&c.fromJSON, "from-json", "", "comma-separated JSON reports (from --json) to print (and plot, with --plots) again instead of simulating")
 	fs.StringVar(&c.plots, "plots", "", "write SVG plots (TTFT CDF per policy, TTFT mean and p99 vs load) into this directory")
+	fs.StringVar(&c.plotFormat, "plot-format", "svg", "format of the plots: "+strings.Join(PlotFormats, ", "))
 	fs.Float64Var(&c.cdfLoad, "cdf-load", 0.85, "load of the TTFT CDF plots (the nearest one run)")
 	fs.StringVar(&c.tracePath, "trace", "", "replay these comma-separated JSONL traces, one a seed, instead of generated workloads (loads relative to their FCFS saturation; not with --workloads, --seeds, --seed-base, --shrink or --full)")
 	fs.StringVar(&c.writeTrace, "write-trace", "", "write the first workload's trace as JSONL to this file, and exit: the first seed's, or every seed's where the name contains {seed}")
@@ -143,7 +144,6 @@ func (c *CLI) Matrix() (Matrix, error) {
 	mx.Base.Index = Index(c.index)
 	mx.Base.CapacityTokens = c.capacity
 	mx.Workers = c.workers
-	mx.KeepTTFTs = c.plots != ""
 	return mx, nil
 }
 
@@ -195,7 +195,7 @@ func (c *CLI) Run(stdout, stderr io.Writer, progress func(done, total int)) erro
 		if err != nil {
 			return err
 		}
-		return c.print(stdout, rep)
+		return c.output(stdout, stderr, rep)
 	}
 	mx, err := c.Matrix()
 	if err != nil {
@@ -222,8 +222,13 @@ func (c *CLI) Run(stdout, stderr io.Writer, progress func(done, total int)) erro
 	if err != nil {
 		return err
 	}
+	return c.output(stdout, stderr, rep)
+}
+
+// output writes the plots (--plots) and prints the report.
+func (c *CLI) output(stdout, stderr io.Writer, rep *Report) error {
 	if c.plots != "" {
-		paths, err := WritePlots(rep, c.plots, c.cdfLoad)
+		paths, err := WritePlots(rep, c.plots, c.cdfLoad, c.plotFormat)
 		if err != nil {
 			return err
 		}

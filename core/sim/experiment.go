@@ -40,9 +40,10 @@ type Matrix struct {
 	Workers int
 	// Progress, if set, is called after every finished run.
 	Progress func(done, total int)
-	// KeepTTFTs keeps every measured TTFT (for CDF plots).
-	KeepTTFTs bool
 }
+
+// CDFPoints is the number of quantiles a Point keeps of its pooled TTFTs.
+const CDFPoints = 201
 
 // Report is a finished experiment.
 type Report struct {
@@ -86,8 +87,9 @@ type Point struct {
 	// the matrix has no FCFS.
 	GainMean *Estimate `json:"ttft_mean_gain_vs_fcfs,omitempty"`
 	GainP99  *Estimate `json:"ttft_p99_gain_vs_fcfs,omitempty"`
-	// TTFTs pools the measured TTFTs of every seed (KeepTTFTs only).
-	TTFTs []float64 `json:"-"`
+	// TTFTQuantiles are the quantiles 0, 1/(CDFPoints-1), …, 1 of the
+	// measured TTFTs of every seed pooled: the TTFT CDF.
+	TTFTQuantiles []float64 `json:"ttft_quantiles,omitempty"`
 }
 
 // Aggregate holds the over-seed estimates of the metrics.
@@ -255,9 +257,7 @@ func (mx Matrix) Run() (*Report, error) {
 			return fmt.Errorf("%s %v load %v seed %d: %w", w.Name(), p, mx.Loads[j.li], mx.Seeds[j.si], err)
 		}
 		runs[j.wi][j.pi][j.li][j.si] = res.Metrics()
-		if mx.KeepTTFTs {
-			ttfts[j.wi][j.pi][j.li][j.si] = res.TTFTs()
-		}
+		ttfts[j.wi][j.pi][j.li][j.si] = res.TTFTs()
 		tick()
 		return nil
 	})
@@ -297,11 +297,11 @@ func (mx Matrix) Run() (*Report, error) {
 					em, ep := Estimate95(gm), Estimate95(gp)
 					pt.GainMean, pt.GainP99 = &em, &ep
 				}
-				if mx.KeepTTFTs {
-					for _, x := range ttfts[wi][pi][li] {
-						pt.TTFTs = append(pt.TTFTs, x...)
-					}
+				var pooled []float64
+				for _, x := range ttfts[wi][pi][li] {
+					pooled = append(pooled, x...)
 				}
+				pt.TTFTQuantiles = quantiles(pooled, CDFPoints)
 				wp.Points = append(wp.Points, pt)
 			}
 		}

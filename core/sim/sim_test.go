@@ -219,22 +219,21 @@ func TestMatrixPairsPoliciesWithFCFSAndFindsNoGainWithoutOverlap(t *testing.T) {
 	w5.Requests, w5.PromptLen, w5.OutputLen = 40, 300, 8
 	mx := Matrix{
 		Workloads: []Workload{w5, tinyW2()},
-		Policies:  []sched.Policy{sched.FCFS(), sched.KLPM(2, 0)},
+		Policies:  []sched.Policy{sched.FCFS(), sched.KLPM(2, 0), sched.Window(4)},
 		Loads:     []float64{0.9},
 		Seeds:     []uint64{1, 2},
 		Base:      tinyOpts(w5, sched.FCFS()),
-		KeepTTFTs: true,
 	}
 	mx.Base.CapacityTokens = 0
 	calls := 0
-	mx.Progress = func(done, total int) { calls++; assert.Equal(t, 2*2+2*2*1*2, total) }
+	mx.Progress = func(done, total int) { calls++; assert.Equal(t, 2*2+2*3*1*2, total) }
 	rep, err := mx.Run()
 	require.NoError(t, err)
-	assert.Equal(t, 12, calls)
+	assert.Equal(t, 16, calls)
 	require.Len(t, rep.Workloads, 2)
 	w := rep.Workloads[0]
 	assert.Positive(t, w.Saturation)
-	require.Len(t, w.Points, 2)
+	require.Len(t, w.Points, 3)
 	assert.Nil(t, w.Points[0].GainMean, "FCFS is the reference")
 	require.NotNil(t, w.Points[1].GainMean)
 	assert.Zero(t, w.Points[1].GainMean.Mean, "no overlap: identical to FCFS")
@@ -245,16 +244,24 @@ func TestMatrixPairsPoliciesWithFCFSAndFindsNoGainWithoutOverlap(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	paths, err := WritePlots(rep, dir, 0.85)
+	paths, err := WritePlots(rep, dir, 0.85, "svg")
 	require.NoError(t, err)
-	assert.Len(t, paths, 4)
+	assert.Len(t, paths, 6, "mean and p99 against load and the CDF, per workload")
 	for _, p := range paths {
-		f, err := os.Open(p)
+		b, err := os.ReadFile(p)
 		require.NoError(t, err)
-		_, err = png.Decode(f)
-		f.Close()
-		assert.NoError(t, err, p)
+		assert.Contains(t, string(b), "<svg", p)
+		assert.Contains(t, string(b), "window", "%s has a legend", p)
 	}
+	paths, err = WritePlots(rep, dir, 0.85, "png")
+	require.NoError(t, err)
+	f, err := os.Open(paths[0])
+	require.NoError(t, err)
+	_, err = png.Decode(f)
+	f.Close()
+	assert.NoError(t, err, paths[0])
+	_, err = WritePlots(rep, dir, 0.85, "gif")
+	assert.ErrorContains(t, err, `plot format "gif"`)
 	var buf bytes.Buffer
 	require.NoError(t, rep.WriteTable(&buf))
 	assert.Contains(t, buf.String(), "klpm:2")
