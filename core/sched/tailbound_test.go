@@ -166,3 +166,32 @@ func TestAgedStartsAsFCFS(t *testing.T) {
 	assert.Equal(t, "lo", s.Admit(admitN(1))[0].ID)
 	assert.Zero(t, x.prio)
 }
+
+// The default policy is tail-safe: it has both a starvation bound and the
+// age bound, and it holds them against the adversary above.
+func TestTheDefaultPolicysTailBoundHolds(t *testing.T) {
+	p := Default()
+	require.Equal(t, KindAged, p.Kind)
+	_, ok := p.Bound(0)
+	require.True(t, ok)
+	var now time.Duration
+	s, err := New(p, newScoreIndex(), WithClock(func() time.Duration { return now }))
+	require.NoError(t, err)
+	j := newTailJudge(p.ageFactor())
+	for i := 0; i < 40; i++ {
+		j.enqueue(s, fmt.Sprint("old", i), now)
+	}
+	for r := 0; r < 500; r++ {
+		if r >= 40 {
+			j.enqueue(s, fmt.Sprint("hi", r), now)
+		}
+		if r == 40 {
+			j.enqueue(s, "victim", now)
+		}
+		j.round(s.Admit(admitN(1)), now)
+		now += time.Second
+	}
+	assert.NotContains(t, j.waiting, "victim")
+	assert.Zero(t, j.violations)
+	assert.Zero(t, s.Stats().BoundViolations)
+}

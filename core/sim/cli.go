@@ -39,8 +39,9 @@ const (
 	FullWorkloads = "w1,w2:0:0.25,w2:0.8:0.25,w2:1.2:0.25,w2:0:0.5,w2:0.8:0.5,w2:1.2:0.5,w4,w5,rag"
 	FullLoads     = "0.3,0.5,0.7,0.85,0.95"
 	FullSeeds     = 5
-	// DefaultPolicies are the five policies of EVALUATION.md §3.
-	DefaultPolicies = "fcfs,lpm:128,klpm:4,window:64,resort"
+	// DefaultPolicies are the five policies of EVALUATION.md §3 and the
+	// recommended default, aged:64 (sched.Default).
+	DefaultPolicies = "fcfs,lpm:128,klpm:4,window:64,aged:64,resort"
 )
 
 // Register defines the flags on fs.

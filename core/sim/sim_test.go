@@ -3,10 +3,12 @@ package sim
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"image/png"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -196,7 +198,39 @@ func TestWorkloadsMatchTheirSpecification(t *testing.T) {
 	w5 := NewW5().Trace(1)
 	assert.Len(t, w5.Requests, 1024)
 	assert.Equal(t, 2176, w5.Requests[0].PromptLen())
-	for _, s := range []string{"w1", "w2:0.8:0.25", "w4", "w5"} {
+	rag := NewRAG()
+	assert.Equal(t, int64(1024+64*32*384), rag.Footprint(), "the system prompt and the corpus")
+	assert.Equal(t, rag.Footprint()/4, rag.Capacity())
+	rt := rag.Trace(1)
+	require.Len(t, rt.Requests, 4096)
+	topics := map[string]int{}
+	firstDocs := map[string]bool{}
+	for _, r := range rt.Requests {
+		require.Len(t, r.Segments, 1+4+1, "system prompt, 4 documents, question")
+		assert.Equal(t, "rag-sys", r.Segments[0].Name, "one system prompt for all")
+		assert.Equal(t, 1024+4*384+64, r.PromptLen())
+		var topic string
+		var docs []int
+		for _, sg := range r.Segments[1:5] {
+			var tp, d int
+			_, err := fmt.Sscanf(sg.Name, "rag-t%d-d%d", &tp, &d)
+			require.NoError(t, err, sg.Name)
+			if topic == "" {
+				topic = fmt.Sprint(tp)
+			}
+			assert.Equal(t, topic, fmt.Sprint(tp), "documents come from one topic cluster")
+			docs = append(docs, d)
+		}
+		assert.True(t, slices.IsSorted(docs), "documents in rank order: %v", docs)
+		assert.Len(t, slices.Compact(slices.Clone(docs)), 4, "no document twice")
+		topics[topic]++
+		firstDocs[r.Segments[1].Name] = true
+	}
+	assert.Greater(t, topics["0"], topics["63"]*5, "topic popularity is Zipf 0.8")
+	shared := SharedPrefixTokens(rt, 16)
+	assert.Greater(t, shared, int64(1024), "prompts share more than the system prompt")
+	assert.Less(t, shared, int64(len(rt.Requests))*int64(rt.Requests[0].PromptLen())/4, "but only some leading documents")
+	for _, s := range []string{"w1", "w2:0.8:0.25", "w4", "w5", "rag"} {
 		w, err := ParseWorkload(s)
 		require.NoError(t, err)
 		assert.Equal(t, s, w.Name())
