@@ -84,6 +84,13 @@ func (c Chart) Plot() (*plot.Plot, error) {
 		p.Add(l)
 		p.Legend.Add(s.Name, l)
 		if s.Err != nil {
+			// Few points, each a measurement: mark them.
+			dots, err := plotter.NewScatter(pts)
+			if err != nil {
+				return nil, fmt.Errorf("sim: chart %q series %q: %w", c.Title, s.Name, err)
+			}
+			dots.Color, dots.Shape = l.Color, plotutil.Shape(i)
+			p.Add(dots)
 			eb, err := plotter.NewYErrorBars(errPoints{pts, errs})
 			if err != nil {
 				return nil, fmt.Errorf("sim: chart %q series %q: %w", c.Title, s.Name, err)
@@ -93,7 +100,11 @@ func (c Chart) Plot() (*plot.Plot, error) {
 		}
 	}
 	if !c.LogX {
-		p.Y.Min = math.Min(p.Y.Min, 0)
+		// Times are not negative, whatever an interval says; a margin keeps
+		// the outermost error bars off the frame.
+		p.Y.Min = 0
+		pad := (p.X.Max - p.X.Min) * 0.03
+		p.X.Min, p.X.Max = p.X.Min-pad, p.X.Max+pad
 	}
 	return p, nil
 }
