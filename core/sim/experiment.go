@@ -66,8 +66,10 @@ type WorkloadPoint struct {
 	// Footprint is the workload's specified footprint (Workload.Footprint)
 	// or, for replayed traces, the mean over its traces of
 	// SharedPrefixTokens.
-	Footprint  int64   `json:"distinct_prefix_tokens"`
-	Saturation float64 `json:"fcfs_saturation_rps"`
+	Footprint int64 `json:"distinct_prefix_tokens"`
+	// FootprintMeasured says Footprint was measured from the traces.
+	FootprintMeasured bool    `json:"footprint_measured,omitempty"`
+	Saturation        float64 `json:"fcfs_saturation_rps"`
 	// SaturationBySeed is each seed's μ.
 	SaturationBySeed []float64 `json:"fcfs_saturation_rps_by_seed"`
 	Points           []Point   `json:"points"`
@@ -280,7 +282,7 @@ func (mx Matrix) Run() (*Report, error) {
 			for _, tr := range traces[wi] {
 				sum += SharedPrefixTokens(tr, mx.Base.TokensPerBlock)
 			}
-			wp.Footprint = sum / int64(ns)
+			wp.Footprint, wp.FootprintMeasured = sum/int64(ns), true
 		}
 		for li, load := range mx.Loads {
 			for pi, p := range mx.Policies {

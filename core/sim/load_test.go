@@ -144,6 +144,10 @@ func TestSeveralTracesGiveIntervalsOverThem(t *testing.T) {
 	assert.Equal(t, (SharedPrefixTokens(trs[0], 16)+SharedPrefixTokens(trs[1], 16)+SharedPrefixTokens(trs[2], 16))/3,
 		wp.Footprint, "a replayed trace's footprint is measured: the mean over its traces")
 	assert.Positive(t, wp.Footprint)
+	assert.True(t, wp.FootprintMeasured)
+	var buf bytes.Buffer
+	require.NoError(t, rep.WriteTable(&buf))
+	assert.Contains(t, buf.String(), fmt.Sprintf("the %d-token footprint measured from the traces", wp.Footprint))
 
 	mx.Seeds = []uint64{1, 2}
 	_, err = mx.Run()
