@@ -224,7 +224,7 @@ func (p Policy) String() string {
 	case KindFullResort:
 		return "resort"
 	case KindAged:
-		if p.AgeFactor == 0 {
+		if p.ageFactor() == DefaultAgeFactor {
 			return fmt.Sprintf("aged:%d", p.Window)
 		}
 		return fmt.Sprintf("aged:%d:%s", p.Window, strconv.FormatFloat(p.AgeFactor, 'g', -1, 64))
