@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"errors"
 	"slices"
 	"time"
 
@@ -104,6 +105,9 @@ func New(p Policy, index cp.CPAwareKVManager, opts ...Option) (*Scheduler, error
 	s := &Scheduler{policy: p, cp: index, now: func() time.Duration { return time.Since(start) }}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.now == nil {
+		return nil, errors.New("sched: WithClock needs a clock, got nil")
 	}
 	s.gen, _ = index.(cp.Generational)
 	s.rel, _ = index.(cp.ScoreReleaser)

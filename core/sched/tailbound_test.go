@@ -161,6 +161,8 @@ func TestAgedStartsAsFCFS(t *testing.T) {
 	x := newScoreIndex()
 	s, err := New(Aged(8, 0), x, WithClock(func() time.Duration { return 0 }))
 	require.NoError(t, err)
+	_, err = New(Aged(8, 0), x, WithClock(nil))
+	assert.ErrorContains(t, err, "WithClock needs a clock")
 	s.Enqueue("lo", nil)
 	s.Enqueue("hi", nil)
 	assert.Equal(t, "lo", s.Admit(admitN(1))[0].ID)
