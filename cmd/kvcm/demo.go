@@ -235,7 +235,7 @@ func demo(f *demoFlags, stdout, stderr io.Writer) (err error) {
 	fmt.Fprintf(stdout, "device: %s; codec: %s\n", describeDevice(dev, f.maxDelay), describeCodec(m, auto))
 
 	showBar := f.progress == "always" || (f.progress == "auto" && isTerminal(stderr))
-	bar := newProgress(stderr, showBar, "serving", len(reqs))
+	bar := newProgress(stderr, showBar, "serving", "requests", len(reqs))
 	tpb := f.tokensPerBlock
 	seen := make([]bool, f.groups) // groups served at least once
 	var promptTokens, reusedTokens, idealTokens, computedTokens int64

@@ -18,7 +18,10 @@ fractions of each workload's FCFS saturation throughput. Prints a table per
 workload (TTFT mean/p50/p90/p99 split into queueing and prefill, token hit
 ratio, computed prefill tokens, evictions, worst wait and bypass, scheduler
 time per step, and the paired gain against FCFS with 95% confidence
-intervals over seeds), or JSON with --json; --plots writes PNG charts.
+intervals over seeds), or JSON with --json; --plots writes charts (SVG, or
+PDF or PNG with --plot-format). Loads are defined once for generated and
+replayed traces: --write-trace writes a workload's traces, --trace replays
+them (several files, one a seed) at exactly the same loads.
 
 The default run takes a minute or two; --full runs the matrix of
 docs/scheduling.md.`,
@@ -38,7 +41,7 @@ func setupSimulate(fs *flag.FlagSet) func(stdout, stderr io.Writer) int {
 		var bar *progress
 		err := c.Run(stdout, stderr, func(done, total int) {
 			if bar == nil {
-				bar = newProgress(stderr, show, "simulate", total)
+				bar = newProgress(stderr, show, "simulate", "runs", total)
 			}
 			bar.set(done)
 		})

@@ -1,7 +1,9 @@
 package sched
 
 import (
+	"errors"
 	"slices"
+	"time"
 
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/cp"
@@ -31,9 +33,12 @@ type Stats struct {
 	// still waiting.
 	MaxBypass int
 	// BoundViolations counts requests whose bypass count exceeded the
-	// policy's bound. It stays 0 for a bounded policy; unbounded policies
-	// have nothing to violate and report 0 too.
+	// policy's bound, and (Aged) bypasses of a request that had waited the
+	// round's age threshold. It stays 0 for a bounded policy; unbounded
+	// policies have nothing to violate and report 0 too.
 	BoundViolations int
+	// AgeThreshold is the Aged policy's threshold in the last round.
+	AgeThreshold time.Duration
 }
 
 type waiter struct {
@@ -45,7 +50,18 @@ type waiter struct {
 	score     float64
 	scored    bool
 	scoredGen uint64
+	arrived   time.Duration
 	taken     bool // admitted in the current round
+}
+
+// Option configures a Scheduler.
+type Option func(*Scheduler)
+
+// WithClock makes now the scheduler's clock, read at Enqueue (a request's
+// arrival) and at Admit; it must not go backwards. The default is the
+// monotonic wall-clock time since New. A simulator passes its virtual time.
+func WithClock(now func() time.Duration) Option {
+	return func(s *Scheduler) { s.now = now }
 }
 
 // Scheduler is an admission queue. It is not safe for concurrent use: an
@@ -66,17 +82,33 @@ type Scheduler struct {
 	seq    uint64
 	admits uint64
 	stats  Stats
+	now    func() time.Duration
+	// waits are the queueing times of the last AgeHistory admissions, a
+	// ring from waitNext; waitSum is their sum.
+	waits    []time.Duration
+	waitNext int
+	waitSum  time.Duration
+	// roundNow is the clock in the current round, threshold the Aged
+	// policy's age threshold.
+	roundNow, threshold time.Duration
 }
 
 // New returns a scheduler; a nil index is cp.Null.
-func New(p Policy, index cp.CPAwareKVManager) (*Scheduler, error) {
+func New(p Policy, index cp.CPAwareKVManager, opts ...Option) (*Scheduler, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
 	if index == nil {
 		index = cp.Null{}
 	}
-	s := &Scheduler{policy: p, cp: index}
+	start := time.Now()
+	s := &Scheduler{policy: p, cp: index, now: func() time.Duration { return time.Since(start) }}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.now == nil {
+		return nil, errors.New("sched: WithClock needs a clock, got nil")
+	}
 	s.gen, _ = index.(cp.Generational)
 	s.rel, _ = index.(cp.ScoreReleaser)
 	return s, nil
@@ -90,7 +122,7 @@ func (s *Scheduler) Policy() Policy { return s.policy }
 // among waiting requests.
 func (s *Scheduler) Enqueue(id string, tokens []config.Token) {
 	s.seq++
-	s.queue = append(s.queue, &waiter{id: id, tokens: tokens, seq: s.seq, older: len(s.queue)})
+	s.queue = append(s.queue, &waiter{id: id, tokens: tokens, seq: s.seq, older: len(s.queue), arrived: s.now()})
 }
 
 // Len returns the number of waiting requests.
@@ -138,6 +170,7 @@ func (s *Scheduler) Admit(offer func(id string) bool) []Admission {
 	if len(s.queue) == 0 {
 		return nil
 	}
+	s.roundNow = s.now()
 	var out []Admission
 	take := func(w *waiter) bool {
 		if !offer(w.id) {
@@ -158,6 +191,27 @@ func (s *Scheduler) Admit(offer func(id string) bool) []Admission {
 		for _, w := range s.order(s.candidates()) {
 			if !take(w) {
 				break
+			}
+		}
+	case KindAged:
+		s.threshold = s.ageThreshold()
+		s.stats.AgeThreshold = s.threshold
+		cands := s.candidates()
+		old := 0
+		for old < len(s.queue) && s.roundNow-s.queue[old].arrived >= s.threshold {
+			old++
+		}
+		admitting := true
+		for _, w := range s.queue[:old] {
+			if admitting = take(w); !admitting {
+				break
+			}
+		}
+		if admitting && old < len(cands) {
+			for _, w := range s.order(cands[old:]) {
+				if !take(w) {
+					break
+				}
 			}
 		}
 	case KindKLPM:
@@ -189,14 +243,19 @@ func (s *Scheduler) Admit(offer func(id string) bool) []Admission {
 func (s *Scheduler) admitted(w *waiter) Admission {
 	s.admits++
 	s.stats.Admitted++
+	aged := s.policy.Kind == KindAged
 	for _, o := range s.queue {
 		if o.seq >= w.seq {
 			break
 		}
 		if !o.taken {
 			o.bypass++
+			if aged && s.roundNow-o.arrived >= s.threshold {
+				s.stats.BoundViolations++
+			}
 		}
 	}
+	s.recordWait(s.roundNow - w.arrived)
 	s.stats.MaxBypass = max(s.stats.MaxBypass, w.bypass)
 	if b, ok := s.policy.Bound(w.older); ok && w.bypass > b {
 		s.stats.BoundViolations++
@@ -205,6 +264,28 @@ func (s *Scheduler) admitted(w *waiter) Admission {
 		s.rel.ReleaseScore(w.id)
 	}
 	return Admission{ID: w.id, Bypassed: w.bypass, Older: w.older, Score: w.score}
+}
+
+// recordWait adds an admission's queueing time to the recent ones.
+func (s *Scheduler) recordWait(d time.Duration) {
+	if len(s.waits) < AgeHistory {
+		s.waits = append(s.waits, d)
+		s.waitSum += d
+		return
+	}
+	s.waitSum += d - s.waits[s.waitNext]
+	s.waits[s.waitNext] = d
+	s.waitNext = (s.waitNext + 1) % AgeHistory
+}
+
+// ageThreshold is the age factor times the mean recent wait (0 before any
+// admission).
+func (s *Scheduler) ageThreshold() time.Duration {
+	if len(s.waits) == 0 {
+		return 0
+	}
+	mean := float64(s.waitSum) / float64(len(s.waits))
+	return time.Duration(s.policy.ageFactor() * mean)
 }
 
 func (s *Scheduler) oldestLeft() *waiter {
@@ -233,7 +314,7 @@ func (s *Scheduler) candidates() []*waiter {
 	switch s.policy.Kind {
 	case KindLPM, KindKLPM:
 		return s.queue[:min(len(s.queue), s.policy.scanCap())]
-	case KindWindow:
+	case KindWindow, KindAged:
 		limit := s.queue[0].seq + uint64(s.policy.Window)
 		n := 0
 		for n < len(s.queue) && s.queue[n].seq < limit {

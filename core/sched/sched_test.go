@@ -72,7 +72,7 @@ func admitN(n int) func(string) bool {
 }
 
 func allPolicies() []Policy {
-	return []Policy{FCFS(), LPM(0), LPM(4), KLPM(3, 0), KLPM(2, 5), Window(4), Window(1), FullResort()}
+	return []Policy{FCFS(), LPM(0), LPM(4), KLPM(3, 0), KLPM(2, 5), Window(4), Window(1), Aged(8, 0), Aged(3, 0.5), FullResort()}
 }
 
 func TestPolicyStringsRoundTrip(t *testing.T) {
@@ -81,12 +81,17 @@ func TestPolicyStringsRoundTrip(t *testing.T) {
 		require.NoError(t, err, p.String())
 		assert.Equal(t, p.String(), q.String())
 	}
-	for _, bad := range []string{"", "lifo", "klpm", "klpm:0", "window:0", "lpm:x", "window:3:4", "lpm:-1"} {
+	for _, bad := range []string{"", "lifo", "klpm", "klpm:0", "window:0", "lpm:x", "window:3:4", "lpm:-1",
+		"aged", "aged:0", "aged:8:0", "aged:8:-1", "aged:8:nan", "aged:8:1:2", "aged:x"} {
 		_, err := ParsePolicy(bad)
 		assert.Error(t, err, "%q", bad)
 	}
 	_, err := New(Policy{Kind: KindWindow}, nil)
 	assert.Error(t, err, "a window of 0 is invalid")
+	p, err := ParsePolicy("aged:64:0.5")
+	require.NoError(t, err)
+	assert.Equal(t, Aged(64, 0.5), p)
+	assert.Equal(t, "aged:64", Default().String())
 }
 
 func TestPolicyBoundsAreDeclared(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -23,29 +24,32 @@ type CLI struct {
 	shrink                     int
 	jsonOut, markdown          bool
 	fromJSON                   string
-	plots                      string
+	plots, plotFormat          string
 	cdfLoad                    float64
 	tracePath, writeTrace      string
 	index                      string
 	capacity                   int64
 	workers                    int
 	opts                       Options
+	fs                         *flag.FlagSet
 }
 
 // Full-matrix defaults (--full): the command that produced docs/scheduling.md.
 const (
-	FullWorkloads = "w1,w2:0:0.25,w2:0.8:0.25,w2:1.2:0.25,w2:0:0.5,w2:0.8:0.5,w2:1.2:0.5,w4,w5"
+	FullWorkloads = "w1,w2:0:0.25,w2:0.8:0.25,w2:1.2:0.25,w2:0:0.5,w2:0.8:0.5,w2:1.2:0.5,w4,w5,rag"
 	FullLoads     = "0.3,0.5,0.7,0.85,0.95"
 	FullSeeds     = 5
-	// DefaultPolicies are the five policies of EVALUATION.md §3.
-	DefaultPolicies = "fcfs,lpm:128,klpm:4,window:64,resort"
+	// DefaultPolicies are the five policies of EVALUATION.md §3 and the
+	// recommended default, aged:64 (sched.Default).
+	DefaultPolicies = "fcfs,lpm:128,klpm:4,window:64,aged:64,resort"
 )
 
 // Register defines the flags on fs.
 func (c *CLI) Register(fs *flag.FlagSet) {
 	c.opts = DefaultOptions()
+	c.fs = fs
 	d := c.opts.Cost
-	fs.StringVar(&c.workloads, "workloads", "w2:0.8:0.25,w5", "comma-separated workloads: w1, w2:ALPHA:CAPACITY (Zipf alpha, capacity as a fraction of the distinct-prefix footprint), w4, w5")
+	fs.StringVar(&c.workloads, "workloads", "w2:0.8:0.25,w5", "comma-separated workloads: w1, w2:ALPHA:CAPACITY (Zipf alpha, capacity as a fraction of the distinct-prefix footprint), w4, w5, rag")
 	fs.StringVar(&c.policies, "policies", DefaultPolicies, "comma-separated policies: fcfs, lpm[:scancap], klpm:K[:scancap], window:N, resort")
 	fs.StringVar(&c.loads, "loads", "0.85,0.95", "comma-separated loads, as fractions of each workload's FCFS saturation throughput")
 	fs.IntVar(&c.seeds, "seeds", 3, "number of seeds (traces) per point")
@@ -54,11 +58,12 @@ func (c *CLI) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.shrink, "shrink", 1, "divide every workload's request count by this (a quick look at the same shape)")
 	fs.BoolVar(&c.jsonOut, "json", false, "write the report as JSON on stdout instead of tables")
 	fs.BoolVar(&c.markdown, "markdown", false, "write the tables as Markdown")
-	fs.StringVar(&c.fromJSON, "from-json", "", "comma-separated JSON reports (from --json) to print again instead of simulating")
-	fs.StringVar(&c.plots, "plots", "", "write PNG plots (TTFT CDF per policy, TTFT vs load) into this directory")
+	fs.StringVar(&c.fromJSON, "from-json", "", "comma-separated JSON reports (from --json) to print (and plot, with --plots) again instead of simulating")
+	fs.StringVar(&c.plots, "plots", "", "write SVG plots (TTFT CDF per policy, TTFT mean and p99 vs load) into this directory")
+	fs.StringVar(&c.plotFormat, "plot-format", "svg", "format of the plots: "+strings.Join(PlotFormats, ", "))
 	fs.Float64Var(&c.cdfLoad, "cdf-load", 0.85, "load of the TTFT CDF plots (the nearest one run)")
-	fs.StringVar(&c.tracePath, "trace", "", "replay this JSONL trace instead of generated workloads (loads relative to its own FCFS saturation)")
-	fs.StringVar(&c.writeTrace, "write-trace", "", "write the first workload's trace for the first seed (unit arrival rate) as JSONL to this file, and exit")
+	fs.StringVar(&c.tracePath, "trace", "", "replay these comma-separated JSONL traces, one a seed, instead of generated workloads (loads relative to their FCFS saturation; not with --workloads, --seeds, --seed-base, --shrink or --full)")
+	fs.StringVar(&c.writeTrace, "write-trace", "", "write the first workload's trace as JSONL to this file, and exit: the first seed's, or every seed's where the name contains {seed}")
 	fs.StringVar(&c.index, "index", string(IndexManager), "CP-aware index: manager (the manager-backed one), null, none")
 	fs.Int64Var(&c.capacity, "capacity", 0, "KV capacity in tokens for every workload (0: each workload's own)")
 	fs.IntVar(&c.workers, "workers", 0, "simulations run at once (0: one per CPU)")
@@ -82,17 +87,31 @@ func (c *CLI) Matrix() (Matrix, error) {
 	}
 	var mx Matrix
 	if c.tracePath != "" {
-		f, err := os.Open(c.tracePath)
-		if err != nil {
-			return mx, err
+		var clash []string
+		if c.fs != nil {
+			c.fs.Visit(func(f *flag.Flag) {
+				switch f.Name {
+				case "workloads", "seeds", "seed-base", "shrink", "full", "write-trace":
+					clash = append(clash, "--"+f.Name)
+				}
+			})
 		}
-		tr, err := ReadJSONL(f, c.tracePath)
-		f.Close()
-		if err != nil {
-			return mx, err
+		if len(clash) > 0 {
+			return mx, fmt.Errorf("--trace replays its files, one a seed: it takes no %s", strings.Join(clash, ", "))
 		}
-		mx.Workloads = []Workload{FromTrace(tr)}
-		seeds = 1
+		var trs []*Trace
+		for _, path := range splitList(c.tracePath) {
+			tr, err := readTraceFile(path)
+			if err != nil {
+				return mx, err
+			}
+			trs = append(trs, tr)
+		}
+		if len(trs) == 0 {
+			return mx, errors.New("--trace names no file")
+		}
+		mx.Workloads = []Workload{FromTraces(trs...)}
+		seeds, c.seedBase = len(trs), 1
 	} else {
 		for _, s := range splitList(wl) {
 			w, err := ParseWorkload(s)
@@ -126,8 +145,28 @@ func (c *CLI) Matrix() (Matrix, error) {
 	mx.Base.Index = Index(c.index)
 	mx.Base.CapacityTokens = c.capacity
 	mx.Workers = c.workers
-	mx.KeepTTFTs = c.plots != ""
 	return mx, nil
+}
+
+func readTraceFile(path string) (*Trace, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ReadJSONL(f, filepath.Base(path))
+}
+
+func writeTraceFile(path string, tr *Trace) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := tr.WriteJSONL(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func splitList(s string) []string {
@@ -157,22 +196,25 @@ func (c *CLI) Run(stdout, stderr io.Writer, progress func(done, total int)) erro
 		if err != nil {
 			return err
 		}
-		return c.print(stdout, rep)
+		return c.output(stdout, stderr, rep)
 	}
 	mx, err := c.Matrix()
 	if err != nil {
 		return err
 	}
 	if c.writeTrace != "" {
-		f, err := os.Create(c.writeTrace)
-		if err != nil {
-			return err
+		seeds := mx.Seeds
+		if !strings.Contains(c.writeTrace, "{seed}") {
+			seeds = seeds[:1]
 		}
-		if err := mx.Workloads[0].Trace(mx.Seeds[0]).WriteJSONL(f); err != nil {
-			f.Close()
-			return err
+		for _, s := range seeds {
+			path := strings.ReplaceAll(c.writeTrace, "{seed}", strconv.FormatUint(s, 10))
+			if err := writeTraceFile(path, mx.Workloads[0].Trace(s)); err != nil {
+				return err
+			}
+			fmt.Fprintln(stderr, "wrote", path)
 		}
-		return f.Close()
+		return nil
 	}
 	// The simulator allocates briskly; trading memory for GC time pays.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
@@ -181,8 +223,13 @@ func (c *CLI) Run(stdout, stderr io.Writer, progress func(done, total int)) erro
 	if err != nil {
 		return err
 	}
+	return c.output(stdout, stderr, rep)
+}
+
+// output writes the plots (--plots) and prints the report.
+func (c *CLI) output(stdout, stderr io.Writer, rep *Report) error {
 	if c.plots != "" {
-		paths, err := WritePlots(rep, c.plots, c.cdfLoad)
+		paths, err := WritePlots(rep, c.plots, c.cdfLoad, c.plotFormat)
 		if err != nil {
 			return err
 		}

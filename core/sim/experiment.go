@@ -17,9 +17,17 @@ import (
 // Saturation: per workload and seed, the trace's backlog (every request at
 // time 0, no think time; Trace.Backlog) is served by FCFS, and the
 // saturation throughput μ is requests finished over the makespan; a
-// workload's μ is the mean over its seeds. At load ρ the trace's Poisson
-// arrivals are scaled to rate ρ·μ (W4: session starts at ρ·μ divided by the
-// mean turns per session, think times unchanged).
+// workload's μ is the mean over its seeds.
+//
+// Load, one definition for generated and replayed traces: a trace's arrival
+// rate is its measured one, ArrivalRate (open-loop requests less one over
+// the span of their arrivals). At load ρ each trace's arrival times are
+// scaled so that this rate is exactly ρ·μ (with sessions: ρ·μ divided by
+// the trace's requests per session, think times unchanged). A trace written
+// with WriteJSONL and replayed therefore runs exactly as generated.
+//
+// A Replay workload replays its Traces, one a seed, so it needs as many
+// traces as the matrix has seeds.
 type Matrix struct {
 	Workloads []Workload
 	Policies  []sched.Policy
@@ -32,9 +40,10 @@ type Matrix struct {
 	Workers int
 	// Progress, if set, is called after every finished run.
 	Progress func(done, total int)
-	// KeepTTFTs keeps every measured TTFT (for CDF plots).
-	KeepTTFTs bool
 }
+
+// CDFPoints is the number of quantiles a Point keeps of its pooled TTFTs.
+const CDFPoints = 201
 
 // Report is a finished experiment.
 type Report struct {
@@ -51,11 +60,16 @@ type Report struct {
 
 // WorkloadPoint is one workload's results.
 type WorkloadPoint struct {
-	Name           string  `json:"name"`
-	Requests       int     `json:"requests"`
-	CapacityTokens int64   `json:"capacity_tokens"`
-	Footprint      int64   `json:"distinct_prefix_tokens"`
-	Saturation     float64 `json:"fcfs_saturation_rps"`
+	Name           string `json:"name"`
+	Requests       int    `json:"requests"`
+	CapacityTokens int64  `json:"capacity_tokens"`
+	// Footprint is the workload's specified footprint (Workload.Footprint)
+	// or, for replayed traces, the mean over its traces of
+	// SharedPrefixTokens.
+	Footprint int64 `json:"distinct_prefix_tokens"`
+	// FootprintMeasured says Footprint was measured from the traces.
+	FootprintMeasured bool    `json:"footprint_measured,omitempty"`
+	Saturation        float64 `json:"fcfs_saturation_rps"`
 	// SaturationBySeed is each seed's μ.
 	SaturationBySeed []float64 `json:"fcfs_saturation_rps_by_seed"`
 	Points           []Point   `json:"points"`
@@ -75,8 +89,9 @@ type Point struct {
 	// the matrix has no FCFS.
 	GainMean *Estimate `json:"ttft_mean_gain_vs_fcfs,omitempty"`
 	GainP99  *Estimate `json:"ttft_p99_gain_vs_fcfs,omitempty"`
-	// TTFTs pools the measured TTFTs of every seed (KeepTTFTs only).
-	TTFTs []float64 `json:"-"`
+	// TTFTQuantiles are the quantiles 0, 1/(CDFPoints-1), …, 1 of the
+	// measured TTFTs of every seed pooled: the TTFT CDF.
+	TTFTQuantiles []float64 `json:"ttft_quantiles,omitempty"`
 }
 
 // Aggregate holds the over-seed estimates of the metrics.
@@ -160,9 +175,17 @@ func (mx Matrix) Run() (*Report, error) {
 	}
 	traces := make([][]*Trace, nw)
 	for wi, w := range mx.Workloads {
+		if w.Kind == Replay && len(w.Traces) != ns {
+			return nil, fmt.Errorf("sim: workload %s replays %d traces, one a seed, but the experiment has %d seeds",
+				w.Name(), len(w.Traces), ns)
+		}
 		traces[wi] = make([]*Trace, ns)
 		for si, s := range mx.Seeds {
-			traces[wi][si] = w.Trace(s)
+			if w.Kind == Replay {
+				traces[wi][si] = w.Traces[si]
+			} else {
+				traces[wi][si] = w.Trace(s)
+			}
 		}
 	}
 	opts := func(w Workload, p sched.Policy) Options {
@@ -231,24 +254,12 @@ func (mx Matrix) Run() (*Report, error) {
 	err = parallel(workers, jobs, func(j job2) error {
 		w, p := mx.Workloads[j.wi], mx.Policies[j.pi]
 		tr := traces[j.wi][j.si]
-		rate := mx.Loads[j.li] * mus[j.wi]
-		if w.Kind == W4 || hasSessions(tr) {
-			rate /= float64(len(tr.Requests)) / float64(countFirstTurns(tr))
-		}
-		scale := 1 / rate
-		if w.Fixed != nil {
-			// Generated traces arrive at one request a second; a given one
-			// at its own rate, which the load is relative to.
-			scale *= openLoopRate(tr)
-		}
-		res, err := Run(tr.TimeScaled(scale), opts(w, p))
+		res, err := Run(tr.TimeScaled(LoadScale(tr, mx.Loads[j.li], mus[j.wi])), opts(w, p))
 		if err != nil {
 			return fmt.Errorf("%s %v load %v seed %d: %w", w.Name(), p, mx.Loads[j.li], mx.Seeds[j.si], err)
 		}
 		runs[j.wi][j.pi][j.li][j.si] = res.Metrics()
-		if mx.KeepTTFTs {
-			ttfts[j.wi][j.pi][j.li][j.si] = res.TTFTs()
-		}
+		ttfts[j.wi][j.pi][j.li][j.si] = res.TTFTs()
 		tick()
 		return nil
 	})
@@ -266,6 +277,13 @@ func (mx Matrix) Run() (*Report, error) {
 			Name: w.Name(), Requests: len(traces[wi][0].Requests), CapacityTokens: opts(w, sched.FCFS()).CapacityTokens,
 			Footprint: w.Footprint(), Saturation: mus[wi], SaturationBySeed: sat[wi],
 		}
+		if w.Kind == Replay {
+			var sum int64
+			for _, tr := range traces[wi] {
+				sum += SharedPrefixTokens(tr, mx.Base.TokensPerBlock)
+			}
+			wp.Footprint, wp.FootprintMeasured = sum/int64(ns), true
+		}
 		for li, load := range mx.Loads {
 			for pi, p := range mx.Policies {
 				pt := Point{Policy: p.String(), Bound: p.BoundString(), Load: load, Runs: runs[wi][pi][li]}
@@ -281,11 +299,11 @@ func (mx Matrix) Run() (*Report, error) {
 					em, ep := Estimate95(gm), Estimate95(gp)
 					pt.GainMean, pt.GainP99 = &em, &ep
 				}
-				if mx.KeepTTFTs {
-					for _, x := range ttfts[wi][pi][li] {
-						pt.TTFTs = append(pt.TTFTs, x...)
-					}
+				var pooled []float64
+				for _, x := range ttfts[wi][pi][li] {
+					pooled = append(pooled, x...)
 				}
+				pt.TTFTQuantiles = quantiles(pooled, CDFPoints)
 				wp.Points = append(wp.Points, pt)
 			}
 		}
@@ -311,23 +329,20 @@ func mean(xs []float64) float64 {
 	return s / float64(len(xs))
 }
 
-func hasSessions(t *Trace) bool {
-	for _, r := range t.Requests {
-		if r.Turn > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-func countFirstTurns(t *Trace) int {
-	n := 0
-	for _, r := range t.Requests {
+// LoadScale returns the factor that scales tr's arrival times
+// (Trace.TimeScaled) to load rho of saturation throughput mu: afterwards
+// ArrivalRate is rho·mu divided by the trace's requests per open-loop
+// request (1 without sessions), so requests, follow-up turns included,
+// arrive at about rho·mu.
+func LoadScale(tr *Trace, rho, mu float64) float64 {
+	open := 0
+	for _, r := range tr.Requests {
 		if r.Turn == 0 {
-			n++
+			open++
 		}
 	}
-	return max(n, 1)
+	target := rho * mu * float64(max(open, 1)) / float64(len(tr.Requests))
+	return ArrivalRate(tr) / target
 }
 
 // parallel runs fn over jobs on n workers and returns the first error.
@@ -365,9 +380,10 @@ func parallel[T any](n int, jobs []T, fn func(T) error) error {
 	return first
 }
 
-// openLoopRate is the arrival rate of a trace's independent requests (first
-// turns): their count over the span of their arrivals; 1 when undefined.
-func openLoopRate(tr *Trace) float64 {
+// ArrivalRate is the measured arrival rate of a trace's open-loop requests
+// (first turns): their count less one over the span of their arrivals; 1
+// when undefined (fewer than two, or all at once).
+func ArrivalRate(tr *Trace) float64 {
 	lo, hi, n := math.Inf(1), math.Inf(-1), 0
 	for _, r := range tr.Requests {
 		if r.Session != "" && r.Turn > 0 {

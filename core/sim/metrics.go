@@ -65,6 +65,20 @@ func quantile(sorted []float64, q float64) float64 {
 	return sorted[lo]*(1-f) + sorted[hi]*f
 }
 
+// quantiles returns n quantiles of xs, at 0, 1/(n-1), …, 1 (nil for no xs).
+func quantiles(xs []float64, n int) []float64 {
+	if len(xs) == 0 || n < 2 {
+		return nil
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = quantile(s, float64(i)/float64(n-1))
+	}
+	return out
+}
+
 // Metrics computes the run's metrics.
 func (r *Result) Metrics() Metrics {
 	ms := r.Measured()

@@ -31,10 +31,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "cost: t0=%g beta=%g gamma=%g d0=%g d1=%g d2=%g (s)\n",
 		r.Cost.T0, r.Cost.Beta, r.Cost.Gamma, r.Cost.D0, r.Cost.D1, r.Cost.D2)
 	for _, wp := range r.Workloads {
-		fmt.Fprintf(w, "\n== %s: %d requests, KV capacity %d tokens", wp.Name, wp.Requests, wp.CapacityTokens)
-		if wp.Footprint > 0 {
-			fmt.Fprintf(w, " (%.2f× the %d-token distinct-prefix footprint)", float64(wp.CapacityTokens)/float64(wp.Footprint), wp.Footprint)
-		}
+		fmt.Fprintf(w, "\n== %s: %d requests, KV capacity %d tokens%s", wp.Name, wp.Requests, wp.CapacityTokens, wp.footprint())
 		fmt.Fprintf(w, ", FCFS saturation %.3f req/s\n", wp.Saturation)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "load\tpolicy\tbound\tTTFT mean\tp50\tp90\tp99\tqueue mean\tqueue p99\tprefill mean\tprefill p99\thit %\tprefill tok/req\tevictions\tworst wait\tworst bypass\tsched µs/step\tmean gain vs FCFS %\tp99 gain %\t")
@@ -57,6 +54,18 @@ func (r *Report) WriteTable(w io.Writer) error {
 	return nil
 }
 
+// footprint describes the capacity against the footprint, if there is one.
+func (wp WorkloadPoint) footprint() string {
+	if wp.Footprint <= 0 {
+		return ""
+	}
+	what := "footprint"
+	if wp.FootprintMeasured {
+		what = "footprint measured from the traces (blocks that begin two or more prompts)"
+	}
+	return fmt.Sprintf(" (%.2f× the %d-token %s)", float64(wp.CapacityTokens)/float64(wp.Footprint), wp.Footprint, what)
+}
+
 // WriteMarkdown writes the tables of WriteTable as Markdown, one per
 // workload, with the gain against FCFS next to each row.
 func (r *Report) WriteMarkdown(w io.Writer) error {
@@ -66,10 +75,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		len(r.Seeds), r.Seeds, r.TokenBudget, r.MaxBatch, r.Block, 100*r.Warmup, r.Index,
 		r.Cost.T0, r.Cost.Beta, r.Cost.Gamma, r.Cost.D0, r.Cost.D1, r.Cost.D2)
 	for _, wp := range r.Workloads {
-		fmt.Fprintf(w, "\n#### %s\n\n%d requests, KV capacity %d tokens", wp.Name, wp.Requests, wp.CapacityTokens)
-		if wp.Footprint > 0 {
-			fmt.Fprintf(w, " (%.2f× the %d-token distinct-prefix footprint)", float64(wp.CapacityTokens)/float64(wp.Footprint), wp.Footprint)
-		}
+		fmt.Fprintf(w, "\n#### %s\n\n%d requests, KV capacity %d tokens%s", wp.Name, wp.Requests, wp.CapacityTokens, wp.footprint())
 		fmt.Fprintf(w, ", FCFS saturation %.3f req/s.\n\n", wp.Saturation)
 		fmt.Fprintln(w, "| ρ | policy | bound | TTFT mean (s) | p50 | p90 | p99 | queue mean | prefill mean | hit % | prefill tok/req | evictions | worst wait (s) | worst bypass | sched µs/step | mean gain % | p99 gain % |")
 		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")

@@ -245,7 +245,8 @@ func (e *engine) init() error {
 		e.res.CapacityBlocks += g.Total
 	}
 	e.tracker = cp.NewTracker(e.m, index)
-	if e.sch, err = sched.New(e.opts.Policy, index); err != nil {
+	clock := sched.WithClock(func() time.Duration { return time.Duration(e.t * float64(time.Second)) })
+	if e.sch, err = sched.New(e.opts.Policy, index, clock); err != nil {
 		e.close()
 		return err
 	}

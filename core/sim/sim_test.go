@@ -3,10 +3,12 @@ package sim
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"image/png"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -196,7 +198,39 @@ func TestWorkloadsMatchTheirSpecification(t *testing.T) {
 	w5 := NewW5().Trace(1)
 	assert.Len(t, w5.Requests, 1024)
 	assert.Equal(t, 2176, w5.Requests[0].PromptLen())
-	for _, s := range []string{"w1", "w2:0.8:0.25", "w4", "w5"} {
+	rag := NewRAG()
+	assert.Equal(t, int64(1024+64*32*384), rag.Footprint(), "the system prompt and the corpus")
+	assert.Equal(t, rag.Footprint()/4, rag.Capacity())
+	rt := rag.Trace(1)
+	require.Len(t, rt.Requests, 4096)
+	topics := map[string]int{}
+	firstDocs := map[string]bool{}
+	for _, r := range rt.Requests {
+		require.Len(t, r.Segments, 1+4+1, "system prompt, 4 documents, question")
+		assert.Equal(t, "rag-sys", r.Segments[0].Name, "one system prompt for all")
+		assert.Equal(t, 1024+4*384+64, r.PromptLen())
+		var topic string
+		var docs []int
+		for _, sg := range r.Segments[1:5] {
+			var tp, d int
+			_, err := fmt.Sscanf(sg.Name, "rag-t%d-d%d", &tp, &d)
+			require.NoError(t, err, sg.Name)
+			if topic == "" {
+				topic = fmt.Sprint(tp)
+			}
+			assert.Equal(t, topic, fmt.Sprint(tp), "documents come from one topic cluster")
+			docs = append(docs, d)
+		}
+		assert.True(t, slices.IsSorted(docs), "documents in rank order: %v", docs)
+		assert.Len(t, slices.Compact(slices.Clone(docs)), 4, "no document twice")
+		topics[topic]++
+		firstDocs[r.Segments[1].Name] = true
+	}
+	assert.Greater(t, topics["0"], topics["63"]*5, "topic popularity is Zipf 0.8")
+	shared := SharedPrefixTokens(rt, 16)
+	assert.Greater(t, shared, int64(1024), "prompts share more than the system prompt")
+	assert.Less(t, shared, int64(len(rt.Requests))*int64(rt.Requests[0].PromptLen())/4, "but only some leading documents")
+	for _, s := range []string{"w1", "w2:0.8:0.25", "w4", "w5", "rag"} {
 		w, err := ParseWorkload(s)
 		require.NoError(t, err)
 		assert.Equal(t, s, w.Name())
@@ -219,22 +253,21 @@ func TestMatrixPairsPoliciesWithFCFSAndFindsNoGainWithoutOverlap(t *testing.T) {
 	w5.Requests, w5.PromptLen, w5.OutputLen = 40, 300, 8
 	mx := Matrix{
 		Workloads: []Workload{w5, tinyW2()},
-		Policies:  []sched.Policy{sched.FCFS(), sched.KLPM(2, 0)},
+		Policies:  []sched.Policy{sched.FCFS(), sched.KLPM(2, 0), sched.Window(4)},
 		Loads:     []float64{0.9},
 		Seeds:     []uint64{1, 2},
 		Base:      tinyOpts(w5, sched.FCFS()),
-		KeepTTFTs: true,
 	}
 	mx.Base.CapacityTokens = 0
 	calls := 0
-	mx.Progress = func(done, total int) { calls++; assert.Equal(t, 2*2+2*2*1*2, total) }
+	mx.Progress = func(done, total int) { calls++; assert.Equal(t, 2*2+2*3*1*2, total) }
 	rep, err := mx.Run()
 	require.NoError(t, err)
-	assert.Equal(t, 12, calls)
+	assert.Equal(t, 16, calls)
 	require.Len(t, rep.Workloads, 2)
 	w := rep.Workloads[0]
 	assert.Positive(t, w.Saturation)
-	require.Len(t, w.Points, 2)
+	require.Len(t, w.Points, 3)
 	assert.Nil(t, w.Points[0].GainMean, "FCFS is the reference")
 	require.NotNil(t, w.Points[1].GainMean)
 	assert.Zero(t, w.Points[1].GainMean.Mean, "no overlap: identical to FCFS")
@@ -245,16 +278,24 @@ func TestMatrixPairsPoliciesWithFCFSAndFindsNoGainWithoutOverlap(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	paths, err := WritePlots(rep, dir, 0.85)
+	paths, err := WritePlots(rep, dir, 0.85, "svg")
 	require.NoError(t, err)
-	assert.Len(t, paths, 4)
+	assert.Len(t, paths, 6, "mean and p99 against load and the CDF, per workload")
 	for _, p := range paths {
-		f, err := os.Open(p)
+		b, err := os.ReadFile(p)
 		require.NoError(t, err)
-		_, err = png.Decode(f)
-		f.Close()
-		assert.NoError(t, err, p)
+		assert.Contains(t, string(b), "<svg", p)
+		assert.Contains(t, string(b), "window", "%s has a legend", p)
 	}
+	paths, err = WritePlots(rep, dir, 0.85, "png")
+	require.NoError(t, err)
+	f, err := os.Open(paths[0])
+	require.NoError(t, err)
+	_, err = png.Decode(f)
+	f.Close()
+	assert.NoError(t, err, paths[0])
+	_, err = WritePlots(rep, dir, 0.85, "gif")
+	assert.ErrorContains(t, err, `plot format "gif"`)
 	var buf bytes.Buffer
 	require.NoError(t, rep.WriteTable(&buf))
 	assert.Contains(t, buf.String(), "klpm:2")
@@ -287,7 +328,7 @@ func TestCLIBuildsTheMatrixFromFlags(t *testing.T) {
 	require.NoError(t, fs.Parse([]string{"--full"}))
 	mx, err = c.Matrix()
 	require.NoError(t, err)
-	assert.Len(t, mx.Workloads, 9)
+	assert.Len(t, mx.Workloads, 10)
 	assert.Len(t, mx.Loads, 5)
 	assert.Len(t, mx.Seeds, 5)
 

@@ -18,6 +18,7 @@ import (
 	"math/rand/v2"
 	"slices"
 
+	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
 )
 
@@ -208,4 +209,25 @@ func ReadJSONL(r io.Reader, name string) (*Trace, error) {
 		return nil, errors.New("trace " + name + ": no requests")
 	}
 	return t, t.Validate()
+}
+
+// SharedPrefixTokens measures a trace's footprint: the tokens of the
+// distinct full blocks (of tokensPerBlock tokens) that begin the prompts of
+// at least two requests, that is, every prompt prefix reuse could serve,
+// each counted once.
+func SharedPrefixTokens(t *Trace, tokensPerBlock int) int64 {
+	if tokensPerBlock < 1 {
+		return 0
+	}
+	seen := map[blockhash.Key]int{}
+	var shared int64
+	for i := range t.Requests {
+		p := t.Requests[i].PromptTokens()
+		for _, k := range blockhash.Chain(blockhash.Scope{}, tokensPerBlock, p[:len(p)/tokensPerBlock*tokensPerBlock]) {
+			if seen[k]++; seen[k] == 2 {
+				shared += int64(tokensPerBlock)
+			}
+		}
+	}
+	return shared
 }

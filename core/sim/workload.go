@@ -23,6 +23,11 @@ const (
 	W4 Kind = "w4"
 	// W5: control without overlap.
 	W5 Kind = "w5"
+	// RAG: retrieval-augmented prompts that share a system prompt and only
+	// some leading documents.
+	RAG Kind = "rag"
+	// Replay: traces given from outside (for example JSONL files).
+	Replay Kind = "trace"
 )
 
 // DefaultCapacityTokens is the KV capacity of workloads without a
@@ -31,8 +36,8 @@ const (
 const DefaultCapacityTokens = 480_000
 
 // Workload describes a seeded trace generator and the KV capacity it runs
-// with. Build one with NewW1, NewW2, NewW4, NewW5 or ParseWorkload; fields may
-// be shrunk for tests.
+// with. Build one with NewW1, NewW2, NewW4, NewW5, NewRAG, FromTraces or
+// ParseWorkload; fields may be shrunk for tests.
 type Workload struct {
 	Kind Kind
 	// W1, W2: Groups × PerGroup prompts (W2: PerGroup on average, groups
@@ -47,21 +52,31 @@ type Workload struct {
 	ThinkMean                             float64
 	// W5: Requests random PromptLen-token prompts.
 	Requests, PromptLen int
+	// RAG: Requests prompts, each the SystemLen system prompt shared by all,
+	// K documents of DocLen tokens retrieved from one of Topics topic
+	// clusters of Docs documents each, and a QuestionLen question. The
+	// topic is drawn with Zipf popularity Alpha, the K documents without
+	// replacement from the topic with Zipf popularity DocAlpha, and they are
+	// placed in rank order (most popular first), so two prompts of a topic
+	// share a prefix as far as their leading documents agree.
+	Topics, Docs, K, DocLen int
+	DocAlpha                float64
 	// OutputLen is the number of generated tokens of every request.
 	OutputLen int
 	// CapacityFactor > 0 sets the KV capacity to that fraction of the
-	// distinct-prefix footprint (Groups × SystemLen); otherwise
-	// CapacityTokens is used.
+	// footprint (Footprint); otherwise CapacityTokens is used.
 	CapacityFactor float64
 	CapacityTokens int64
-	// Fixed, if set, is a given trace (for example read from JSONL) used
-	// for every seed; the other fields but CapacityTokens are ignored.
-	Fixed *Trace
+	// Traces (Kind Replay) are given traces, one a seed: the i-th seed of
+	// an experiment replays Traces[i]. The other fields but CapacityTokens
+	// are ignored.
+	Traces []*Trace
 }
 
-// FromTrace is a workload replaying tr with the default capacity.
-func FromTrace(tr *Trace) Workload {
-	return Workload{Kind: "trace", Fixed: tr, CapacityTokens: DefaultCapacityTokens}
+// FromTraces is a workload replaying the traces, one a seed, with the
+// default capacity.
+func FromTraces(trs ...*Trace) Workload {
+	return Workload{Kind: Replay, Traces: trs, CapacityTokens: DefaultCapacityTokens}
 }
 
 // NewW1 is 64 groups × 16 prompts, system 2048, question 128, output 256.
@@ -89,12 +104,26 @@ func NewW5() Workload {
 	return Workload{Kind: W5, Requests: 1024, PromptLen: 2176, OutputLen: 256, CapacityTokens: DefaultCapacityTokens}
 }
 
-// Name identifies the workload: w1, w2:0.8:0.25, w4, w5.
+// NewRAG is 4096 requests over a shared 1024-token system prompt and 4 of
+// 32 documents of 384 tokens from one of 64 topics (topic Zipf 0.8,
+// document Zipf 1.0), a 64-token question, output 128, KV capacity 0.25×
+// the footprint (the system prompt and the 786,432-token corpus).
+func NewRAG() Workload {
+	return Workload{Kind: RAG, Requests: 4096, SystemLen: 1024, Topics: 64, Docs: 32, K: 4, DocLen: 384,
+		Alpha: 0.8, DocAlpha: 1, QuestionLen: 64, OutputLen: 128, CapacityFactor: 0.25}
+}
+
+// Name identifies the workload: w1, w2:0.8:0.25, w4, w5, rag, or
+// trace:NAME[,NAME…] for replayed traces.
 func (w Workload) Name() string {
-	if w.Fixed != nil {
-		return "trace:" + w.Fixed.Name
-	}
-	if w.Kind == W2 {
+	switch w.Kind {
+	case Replay:
+		names := make([]string, len(w.Traces))
+		for i, t := range w.Traces {
+			names[i] = t.Name
+		}
+		return "trace:" + strings.Join(names, ",")
+	case W2:
 		return fmt.Sprintf("w2:%s:%s", fmtF(w.Alpha), fmtF(w.CapacityFactor))
 	}
 	return string(w.Kind)
@@ -102,15 +131,16 @@ func (w Workload) Name() string {
 
 func fmtF(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
 
-// ParseWorkload reads w1, w2:ALPHA:CAP (for example w2:0.8:0.25), w4 or w5.
+// ParseWorkload reads w1, w2:ALPHA:CAP (for example w2:0.8:0.25), w4, w5 or
+// rag.
 func ParseWorkload(s string) (Workload, error) {
 	parts := strings.Split(strings.ToLower(strings.TrimSpace(s)), ":")
 	switch parts[0] {
-	case "w1", "w4", "w5":
+	case "w1", "w4", "w5", "rag":
 		if len(parts) != 1 {
 			return Workload{}, fmt.Errorf("sim: workload %q takes no parameters", s)
 		}
-		return map[string]Workload{"w1": NewW1(), "w4": NewW4(), "w5": NewW5()}[parts[0]], nil
+		return map[string]Workload{"w1": NewW1(), "w4": NewW4(), "w5": NewW5(), "rag": NewRAG()}[parts[0]], nil
 	case "w2":
 		alpha, capf := 0.8, 0.25
 		var err error
@@ -129,7 +159,7 @@ func ParseWorkload(s string) (Workload, error) {
 		}
 		return NewW2(alpha, capf), nil
 	}
-	return Workload{}, fmt.Errorf("sim: unknown workload %q (w1, w2:alpha:cap, w4, w5)", s)
+	return Workload{}, fmt.Errorf("sim: unknown workload %q (w1, w2:alpha:cap, w4, w5, rag)", s)
 }
 
 // Shrink divides the request counts (groups, sessions, requests) by f, at
@@ -140,20 +170,24 @@ func (w Workload) Shrink(f int) Workload {
 	}
 	div := func(n int) int { return max(1, n/f) }
 	w.Groups, w.Sessions, w.Requests = div(w.Groups), div(w.Sessions), div(w.Requests)
-	if w.Kind == W2 && w.CapacityFactor > 0 {
+	if w.CapacityFactor > 0 {
 		return w // capacity follows the footprint
 	}
 	w.CapacityTokens = max(w.CapacityTokens/int64(f), 1)
 	return w
 }
 
-// Footprint returns the distinct-prefix footprint in tokens.
+// Footprint returns the tokens that can be shared, by specification: the
+// distinct system prompts (W1, W2, W4), the system prompt and the corpus
+// (RAG); 0 for W5 and replayed traces (see SharedPrefixTokens).
 func (w Workload) Footprint() int64 {
 	switch w.Kind {
 	case W1, W2:
 		return int64(w.Groups) * int64(w.SystemLen)
 	case W4:
 		return int64(w.SystemLen)
+	case RAG:
+		return int64(w.SystemLen) + int64(w.Topics)*int64(w.Docs)*int64(w.DocLen)
 	}
 	return 0
 }
@@ -167,12 +201,9 @@ func (w Workload) Capacity() int64 {
 }
 
 // Trace generates the workload's trace for a seed, with open-loop (Poisson)
-// arrivals at rate 1 per second (W4: session starts at rate 1); scale it
-// with Trace.TimeScaled.
+// arrivals of mean rate 1 per second (W4: session starts); scale it with
+// Trace.TimeScaled. A Replay workload has no generator: see Traces.
 func (w Workload) Trace(seed uint64) *Trace {
-	if w.Fixed != nil {
-		return w.Fixed
-	}
 	rng := rand.New(rand.NewPCG(seed, uint64(len(w.Kind))*0x9e3779b9))
 	t := &Trace{Name: fmt.Sprintf("%s/seed%d", w.Name(), seed)}
 	clock := 0.0
@@ -226,6 +257,27 @@ func (w Workload) Trace(seed uint64) *Trace {
 				t.Requests = append(t.Requests, req)
 				segs = append(segs, Segment{Name: req.OutputSeg, Len: w.OutputLen})
 			}
+		}
+	case RAG:
+		topics := newZipf(w.Topics, w.Alpha)
+		docs := newZipf(w.Docs, w.DocAlpha)
+		sys := Segment{Name: "rag-sys", Len: w.SystemLen}
+		for i := 0; i < w.Requests; i++ {
+			id := fmt.Sprintf("rag-%05d", i)
+			topic := topics.draw(rng)
+			var picked []int
+			for len(picked) < min(w.K, w.Docs) {
+				if d := docs.draw(rng); !slices.Contains(picked, d) {
+					picked = append(picked, d)
+				}
+			}
+			slices.Sort(picked)
+			segs := []Segment{sys}
+			for _, d := range picked {
+				segs = append(segs, Segment{Name: fmt.Sprintf("rag-t%d-d%d", topic, d), Len: w.DocLen})
+			}
+			segs = append(segs, Segment{Name: fmt.Sprintf("%s-s%d-q", id, seed), Len: w.QuestionLen})
+			t.Requests = append(t.Requests, Request{ID: id, Arrival: arrive(), Output: w.OutputLen, Segments: segs})
 		}
 	case W5:
 		for i := 0; i < w.Requests; i++ {
