@@ -6,7 +6,6 @@ import (
 	"math"
 	"os"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 
@@ -317,7 +316,8 @@ func (s *session) call(what string, fn func() error) (err error) {
 			s.logf("%s: %v", what, err)
 			return
 		}
-		if msg, ok := r.(string); ok && strings.HasPrefix(msg, "codectest: injected") && knownCodecPanicEscapes {
+		var ip *codectest.InjectedPanic
+		if e, ok := r.(error); ok && errors.As(e, &ip) && knownCodecPanicEscapes {
 			s.logf("%s: codec panic escaped (known bug): %v", what, r)
 			s.over = true
 			err = errors.New("session over")
@@ -417,7 +417,7 @@ func (s *session) arm(a, b int) {
 		}
 	case 2:
 		if s.faulty != nil {
-			s.faulty.FailPanic(op, b%3, 1)
+			s.faulty.Panic(op, b%3, 1)
 			s.logf("arm codec %v panic", op)
 		}
 	case 3:

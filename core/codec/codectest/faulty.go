@@ -53,10 +53,16 @@ const (
 	// (false, with the inner work already enqueued, only if that HostFunc
 	// cannot be enqueued).
 	AsyncFault
-	// PanicFault: the call panics without calling the inner codec, so
-	// nothing is enqueued.
+	// PanicFault: the call panics with an *InjectedPanic without calling the
+	// inner codec, as a buggy codec would.
 	PanicFault
 )
+
+// InjectedPanic is the value a PanicFault panics with, so a test can tell an
+// injected panic from a real one.
+type InjectedPanic struct{ Op Op }
+
+func (p *InjectedPanic) Error() string { return fmt.Sprintf("codectest: injected %v panic", p.Op) }
 
 // fault is an armed fault of one Op: skip calls pass, then count calls fail
 // (count < 0: every later call).
@@ -67,7 +73,7 @@ type fault struct {
 }
 
 // Faulty wraps a codec and, on demand, lies in queries, rejects Configure or
-// fails Encode/Decode synchronously, asynchronously or by panicking. It records every call
+// fails Encode/Decode synchronously or asynchronously, or panics in them. It records every call
 // (with its pair count, so tests can assert batching and chunking) and
 // whether it was closed. Overrides and faults can be changed at any time. It
 // is safe for concurrent use.
@@ -161,10 +167,10 @@ func (f *Faulty) FailAsync(op Op, skip, count int, err error) {
 	f.arm(op, fault{mode: AsyncFault, skip: skip, count: count, err: err})
 }
 
-// FailPanic makes op calls panic (without calling the inner codec): the
-// next skip calls pass, then count calls panic (count < 0: all). It replaces
-// any fault armed for op.
-func (f *Faulty) FailPanic(op Op, skip, count int) {
+// Panic makes op calls panic with an *InjectedPanic (enqueueing nothing):
+// the next skip calls pass, then count calls panic (count < 0: all). It
+// replaces any fault armed for op.
+func (f *Faulty) Panic(op Op, skip, count int) {
 	f.arm(op, fault{mode: PanicFault, skip: skip, count: count})
 }
 
@@ -263,10 +269,12 @@ func (f *Faulty) call(op Op, lg layout.LayerGroupID, idx codec.PageIndices, stre
 	f.mu.Unlock()
 	ok := false
 	switch mode {
-	case SyncFault:
 	case PanicFault:
-		f.record(Call{Op: op, LifeCycle: lg, Location: idx.Location(), Pairs: idx.Len(), Injected: mode}, idx)
-		panic(fmt.Sprintf("codectest: injected %v panic", op))
+		f.mu.Lock()
+		f.calls = append(f.calls, Call{Op: op, LifeCycle: lg, Location: idx.Location(), Pairs: idx.Len(), Injected: mode})
+		f.mu.Unlock()
+		panic(&InjectedPanic{Op: op})
+	case SyncFault:
 	case AsyncFault:
 		ok = inner()
 		if ok && stream != nil {
@@ -275,17 +283,14 @@ func (f *Faulty) call(op Op, lg layout.LayerGroupID, idx codec.PageIndices, stre
 	default:
 		ok = inner()
 	}
-	f.record(Call{Op: op, LifeCycle: lg, Location: idx.Location(), Pairs: idx.Len(), OK: ok, Injected: mode}, idx)
-	return ok
-}
-
-func (f *Faulty) record(c Call, idx codec.PageIndices) {
+	c := Call{Op: op, LifeCycle: lg, Location: idx.Location(), Pairs: idx.Len(), OK: ok, Injected: mode}
 	if idx.Location() == codec.Host {
 		c.HostPairs = slices.Clone(idx.Host())
 	}
 	f.mu.Lock()
 	f.calls = append(f.calls, c)
 	f.mu.Unlock()
+	return ok
 }
 
 // Calls returns every Encode and Decode call so far, in order.

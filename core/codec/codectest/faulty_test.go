@@ -167,9 +167,9 @@ func TestFaultyClosesItsInnerCodecOnce(t *testing.T) {
 	assert.Equal(t, 1, inner.Closes(), "the inner codec is destroyed once")
 }
 
-// A panic fault panics, enqueues nothing, and counts like the other faults
-// (skip, then count calls).
-func TestFaultyPanicFaultPanicsEnqueuingNothing(t *testing.T) {
+// A panic fault panics with an *InjectedPanic, enqueues nothing, and counts
+// like the other faults (skip, then count calls).
+func TestFaultyPanicFaultPanicsWithInjectedPanicEnqueuingNothing(t *testing.T) {
 	dev, rig := newRig(t, emu.Options{})
 	f := codectest.NewFaulty(codec.NewDefault())
 	require.True(t, f.Configure(rig.Groups))
@@ -177,10 +177,18 @@ func TestFaultyPanicFaultPanicsEnqueuingNothing(t *testing.T) {
 	require.NoError(t, err)
 	idx := codec.HostIndices([]codec.PageIndexPair{{Dst: 0, Src: 0}})
 
-	f.FailPanic(codectest.OpDecode, 1, 1)
+	f.Panic(codectest.OpDecode, 1, 1)
 	assert.True(t, f.Decode(0, cold.Ptr(), idx, rig.Stream))
 	before := dev.Stats()
-	assert.PanicsWithValue(t, "codectest: injected decode panic", func() { f.Decode(0, cold.Ptr(), idx, rig.Stream) })
+	func() {
+		defer func() {
+			r := recover()
+			var ip *codectest.InjectedPanic
+			require.True(t, errors.As(r.(error), &ip), "panics with %v", r)
+			assert.Equal(t, codectest.OpDecode, ip.Op)
+		}()
+		f.Decode(0, cold.Ptr(), idx, rig.Stream)
+	}()
 	assert.Zero(t, statsDelta(before, dev.Stats()).BatchCalls, "nothing enqueued")
 	assert.True(t, f.Decode(0, cold.Ptr(), idx, rig.Stream), "the fault is spent")
 	assert.Equal(t, codectest.PanicFault, f.Calls()[1].Injected)
