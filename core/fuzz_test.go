@@ -21,26 +21,6 @@ import (
 	"github.com/kvcm/kvcm/core/layout"
 )
 
-// Known bugs of issue 9 that other branches fix. Each switch tolerates exactly
-// one symptom; turn it off once its fix is merged.
-// Inputs that fail with a switch off are kept, named after their item, in
-// testdata/knownbugs/FuzzSessions (outside the corpus go test runs): move
-// them into testdata/fuzz/FuzzSessions when turning the switch off.
-var (
-	// knownLostPagePublished (item 1): Commit publishes a page whose
-	// migration failed, so a lost page is reachable from the tree.
-	knownLostPagePublished = true
-	// knownAsyncDecodeFailureUnreported (item 3): a cache resumes although a
-	// decode failed asynchronously, and when the failed transaction has
-	// completed before Resume's wait (fences skip completed events) not even
-	// its stream reports it: the engine reads lost pages without an error.
-	// The harness tolerates wrong bytes in a cache holding lost pages.
-	knownAsyncDecodeFailureUnreported = true
-	// knownCodecPanicEscapes (item 8): a codec panic unwinds through the
-	// manager call, leaving slots taken; the session ends at that call.
-	knownCodecPanicEscapes = true
-)
-
 // sessionLimit is how long one session may run before it counts as a
 // deadlock; sessions are tiny, so this is generous.
 const sessionLimit = 2 * time.Minute
@@ -115,7 +95,6 @@ type session struct {
 	prefixes [numPrefixes][]config.Token
 	caches   []*hcache
 	closed   []*core.KVCache
-	over     bool // a tolerated known bug ended the session
 	ops      []string
 }
 
@@ -277,11 +256,8 @@ func (s *session) run() {
 	if err != nil {
 		t.Fatalf("fakeengine: %v", err)
 	}
-	for op := 0; op < maxOps && s.in.more() && !s.over; op++ {
+	for op := 0; op < maxOps && s.in.more(); op++ {
 		s.step()
-		if s.over {
-			break
-		}
 		s.check()
 	}
 	s.finish()
@@ -291,7 +267,7 @@ func (s *session) run() {
 // cache with the manager's.
 func (s *session) check() {
 	s.t.Helper()
-	err := s.m.CheckInvariants(core.InvariantOptions{AllowLostInTree: knownLostPagePublished}, s.closed...)
+	err := s.m.CheckInvariants(s.closed...)
 	if err != nil {
 		s.failf("invariants broken after %s:\n%v", s.ops[len(s.ops)-1], err)
 	}
@@ -305,22 +281,14 @@ func (s *session) check() {
 	}
 }
 
-// call runs one manager call, turning a panic into a failure, except an
-// injected codec panic while knownCodecPanicEscapes holds, which ends the
-// session.
+// call runs one manager call, turning a panic into a failure: the manager
+// guards its codec, so not even an injected codec panic may escape.
 func (s *session) call(what string, fn func() error) (err error) {
 	s.t.Helper()
 	defer func() {
 		r := recover()
 		if r == nil {
 			s.logf("%s: %v", what, err)
-			return
-		}
-		var ip *codectest.InjectedPanic
-		if e, ok := r.(error); ok && errors.As(e, &ip) && knownCodecPanicEscapes {
-			s.logf("%s: codec panic escaped (known bug): %v", what, r)
-			s.over = true
-			err = errors.New("session over")
 			return
 		}
 		buf := make([]byte, 1<<16)
@@ -513,10 +481,7 @@ func (s *session) verify(h *hcache, what string) {
 		return // the engine carries on: what it wrote is intact, and lost pages are the manager's to report
 	}
 	if res.Mismatches > 0 && s.files.SilentReads() == 0 {
-		if lost := h.c.LostPages(); lost == 0 || !knownAsyncDecodeFailureUnreported {
-			s.failf("cache %d: wrong KV bytes without an error (%d lost pages): %v", h.c.ID(), lost, res.First)
-		}
-		s.logf("  tolerated: cache %d holds lost pages (known bug)", h.c.ID())
+		s.failf("cache %d: wrong KV bytes without an error (%d lost pages): %v", h.c.ID(), h.c.LostPages(), res.First)
 	}
 }
 
@@ -576,15 +541,6 @@ func (s *session) close(h *hcache) {
 // finish closes every cache, the engine and the manager, and demands that
 // nothing leaked: every device allocation and disk file is released.
 func (s *session) finish() {
-	if s.over {
-		for _, h := range s.caches {
-			h.c.Close()
-			h.stream.Close()
-		}
-		s.eng.Close()
-		s.m.Close()
-		return
-	}
 	for len(s.caches) > 0 {
 		h := s.caches[0]
 		s.close(h)
@@ -593,7 +549,7 @@ func (s *session) finish() {
 		}
 		s.check()
 	}
-	if err := s.m.CheckInvariants(core.InvariantOptions{AllowLostInTree: knownLostPagePublished}, s.closed...); err != nil {
+	if err := s.m.CheckInvariants(s.closed...); err != nil {
 		s.failf("invariants broken after closing every cache:\n%v", err)
 	}
 	if err := s.eng.Close(); err != nil {

@@ -14,14 +14,6 @@ import (
 	"github.com/kvcm/kvcm/core/layout"
 )
 
-// InvariantOptions relax CheckInvariants for symptoms of known bugs, so a
-// harness can keep running until their fixes land.
-type InvariantOptions struct {
-	// AllowLostInTree accepts lost pages linked in the radix tree (Commit
-	// publishing a page whose migration failed: issue 9, item 1).
-	AllowLostInTree bool
-}
-
 // CheckInvariants checks the manager's bookkeeping at a return point (no
 // call in progress) and returns every violation found:
 //   - every live cache has committed ≤ history ≤ capacity and one block per
@@ -40,7 +32,7 @@ type InvariantOptions struct {
 //
 // It is an internal test helper (exported to the package's external tests
 // only).
-func (m *Manager) CheckInvariants(opts InvariantOptions, closed ...*KVCache) error {
+func (m *Manager) CheckInvariants(closed ...*KVCache) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var errs []error
@@ -213,7 +205,7 @@ func (m *Manager) CheckInvariants(opts InvariantOptions, closed ...*KVCache) err
 			if p == nil {
 				continue
 			}
-			if p.lost && !opts.AllowLostInTree {
+			if p.lost {
 				fail("node at depth %d layer group %d: a lost page is reachable from the tree", n.depth, lc)
 			}
 			if p.node != n || int(p.lc) != lc {
@@ -279,37 +271,35 @@ func (c *KVCache) LostPages() int {
 }
 
 // CheckInvariants reports a slot neither free nor owned, a page in two
-// slots, a wrong reference count and a lost page in the tree; it accepts the
-// last one only when told to.
+// slots, a wrong reference count and a lost page in the tree.
 func TestCheckInvariantsReportsBrokenBookkeeping(t *testing.T) {
 	f := newFixture(t, smallConfig(8))
 	c := f.open(blockhash.Scope{}, seq(0, 8))
-	require.NoError(t, f.m.CheckInvariants(InvariantOptions{}))
+	require.NoError(t, f.m.CheckInvariants())
 	g := f.m.levels[0].groups[0]
 	p := c.blocks[0].pages[0]
 
 	free := g.free
 	g.free = free[:len(free)-1]
-	assert.ErrorContains(t, f.m.CheckInvariants(InvariantOptions{}), "neither free nor owned")
+	assert.ErrorContains(t, f.m.CheckInvariants(), "neither free nor owned")
 	g.free = free
 
 	s := g.free[len(g.free)-1]
 	g.owner[s] = p
-	assert.ErrorContains(t, f.m.CheckInvariants(InvariantOptions{}), "page also owns")
+	assert.ErrorContains(t, f.m.CheckInvariants(), "page also owns")
 	g.owner[s] = nil
 
 	p.active++
-	assert.ErrorContains(t, f.m.CheckInvariants(InvariantOptions{}), "caches reference it 1 active")
+	assert.ErrorContains(t, f.m.CheckInvariants(), "caches reference it 1 active")
 	p.active--
 
 	p.lost = true
-	assert.ErrorContains(t, f.m.CheckInvariants(InvariantOptions{}), "lost page is reachable from the tree")
-	assert.NoError(t, f.m.CheckInvariants(InvariantOptions{AllowLostInTree: true}))
+	assert.ErrorContains(t, f.m.CheckInvariants(), "lost page is reachable from the tree")
 	p.lost = false
 
 	require.NoError(t, c.Close())
-	assert.NoError(t, f.m.CheckInvariants(InvariantOptions{}, c))
+	assert.NoError(t, f.m.CheckInvariants(c))
 	c.blocks = []cacheBlock{{}}
-	assert.ErrorContains(t, f.m.CheckInvariants(InvariantOptions{}, c), "closed cache")
+	assert.ErrorContains(t, f.m.CheckInvariants(c), "closed cache")
 	c.blocks = nil
 }

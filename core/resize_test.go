@@ -107,7 +107,7 @@ func TestColdLevelResizeKeepsCapacityEqualToSlots(t *testing.T) {
 			require.NoError(t, f.m.ResizeLevel(lvl, pages*256))
 			g := f.m.levels[lvl].groups[0]
 			assert.Equal(t, g.numSlots, g.capacity, "level %d at %d pages", lvl, pages)
-			assert.NoError(t, f.m.CheckInvariants(InvariantOptions{}))
+			assert.NoError(t, f.m.CheckInvariants())
 		}
 	}
 }

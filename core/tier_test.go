@@ -566,6 +566,6 @@ func TestPartialCopyOfASuspendedCacheIsEvictable(t *testing.T) {
 	require.Equal(t, 6, c.ReusedTokens(), "block 0 shared, the head of block 1 copied")
 	gpu := f.groups(layout.GPULevel)[0]
 	assert.Equal(t, gpu.Total-gpu.Free, gpu.Evictable, "the two cached pages and the suspended cache's copy")
-	assert.NoError(t, f.m.CheckInvariants(InvariantOptions{}))
+	assert.NoError(t, f.m.CheckInvariants())
 	require.NoError(t, c.Close())
 }

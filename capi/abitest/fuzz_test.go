@@ -4,16 +4,6 @@ import (
 	"testing"
 )
 
-// An input that fails with the switch off is kept in
-// testdata/knownbugs/FuzzABI (outside the corpus go test runs): move it into
-// testdata/fuzz/FuzzABI when turning the switch off.
-//
-// knownStreamDestroyLeaks (issue 9, item 4): destroying a stream an ACTIVE
-// cache uses leaks the cache's pages and handle. While it holds, the harness
-// destroys only streams no ACTIVE cache uses; turn it off once the fix is
-// merged.
-var knownStreamDestroyLeaks = true
-
 // FuzzABI decodes its input into a bounded sequence of C ABI calls on one
 // manager (any codec object kind, a GPU tier and maybe a host tier): caches
 // created with shared prefixes, resumed on streams the manager made,
@@ -131,8 +121,12 @@ func FuzzABI(f *testing.F) {
 			case 8:
 				if len(streams) > 0 {
 					i := a % len(streams)
-					if s := streams[i]; !knownStreamDestroyLeaks || !inUse(s) {
-						DestroyStream(m, s)
+					s := streams[i]
+					err := DestroyStream(m, s)
+					switch {
+					case inUse(s) && err == nil:
+						t.Fatalf("destroying stream %#x, which an ACTIVE cache uses, succeeded", s)
+					case err == nil:
 						streams = append(streams[:i], streams[i+1:]...)
 					}
 				}
