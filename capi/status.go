@@ -24,7 +24,6 @@ import (
 
 // Status codes, as the header defines them.
 const (
-	codeOK              = C.KVCM_OK
 	codeInvalidArgument = C.KVCM_ERR_INVALID_ARGUMENT
 	codeInvalidHandle   = C.KVCM_ERR_INVALID_HANDLE
 	codeInvalidState    = C.KVCM_ERR_INVALID_STATE

@@ -114,15 +114,6 @@ func (f *fence) add(p *eventPool, e *sharedEvent) {
 	*f = append(*f, e)
 }
 
-// moveTo hands every event of f to dst and empties f.
-func (f *fence) moveTo(p *eventPool, dst *fence) {
-	for _, x := range *f {
-		dst.add(p, x)
-		p.release(x)
-	}
-	*f = (*f)[:0]
-}
-
 // waitSet makes a stream wait on each distinct event once. The fences of the
 // pages one call touches mostly hold the same few events, so those are kept
 // in a small array and only more of them in a map.

@@ -2,7 +2,6 @@ package gen
 
 import (
 	"bytes"
-	"fmt"
 	"io"
 	"os"
 	"path"
@@ -167,5 +166,3 @@ func SortedKeys(files map[string][]byte) []string {
 	slices.Sort(keys)
 	return keys
 }
-
-var _ = fmt.Sprintf

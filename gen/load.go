@@ -217,7 +217,9 @@ func (l *loader) run() error {
 		dc.Status = d.has("status")
 		dc.APITable = d.has("apitable")
 		if a := d.one("align"); a != "" {
-			dc.Align, _ = strconv.Atoi(a)
+			if dc.Align, err = strconv.Atoi(a); err != nil || dc.Align < 1 || dc.Align&(dc.Align-1) != 0 {
+				return fmt.Errorf("%s: //kvcm:align %q is not a power of two", dc.GoName, a)
+			}
 		}
 		if e := kv(d.one("enum")); dc.Kind == DEnum {
 			if e["cpp"] != "" {
@@ -425,8 +427,11 @@ func (l *loader) constSpec(vs *ast.ValueSpec, doc *ast.CommentGroup) error {
 				mem.CName = cn
 			}
 			mem.Doc = renamed(mem.Doc, name.Name, mem.CName)
-			if s := d.one("since"); s != "" {
-				mem.Since, _ = strconv.Atoi(s)
+			if d.one("since") != "" {
+				var err error
+				if mem.Since, err = l.since(d, dc.GoName+"."+name.Name); err != nil {
+					return err
+				}
 			}
 			dc.Members = append(dc.Members, mem)
 			continue

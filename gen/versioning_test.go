@@ -286,3 +286,28 @@ func TestAPITableLayoutIsFrozenAndDocumented(t *testing.T) {
 	}
 	assert.True(t, strings.Contains(doc, "`kv_cache_create`"), "docs/api.md does not list the slots of kvcm_api")
 }
+
+// Directive values are checked: an alignment that is not a power of two is
+// an error naming the type, never silently ignored.
+func TestLoaderRejectsABadAlignment(t *testing.T) {
+	for _, align := range []string{"eight", "0", "12"} {
+		dir := writeDesc(t, `package d
+
+// Pair is a pair.
+//
+//kvcm:struct
+//kvcm:since 1
+//kvcm:align `+align+`
+type Pair struct {
+	// A is a.
+	A int32
+	// B is b.
+	B int32
+}
+`)
+		_, err := Load(dir, ".")
+		if assert.Error(t, err, "align %q", align) {
+			assert.Contains(t, err.Error(), "Pair: //kvcm:align")
+		}
+	}
+}

@@ -11,7 +11,6 @@ static void* at(uint64_t p) { return (void*)(uintptr_t)p; }
 import "C"
 
 import (
-	"fmt"
 	"unsafe"
 
 	_ "github.com/kvcm/kvcm/capi" // the exports
@@ -696,8 +695,6 @@ func WriteHost(p uint64, data []byte) {
 func ReadHost(p uint64, n int) []byte {
 	return C.GoBytes(C.at(C.uint64_t(p)), C.int(n))
 }
-
-var _ = fmt.Sprintf
 
 // ValidateConfig calls kvcm_config_validate.
 func ValidateConfig(cfg Config) error {
