@@ -331,12 +331,12 @@ func (m *Manager) copyPartial(src *node) []*page {
 	for lc, sp := range src.pages {
 		n[lvl.groupOf(layout.LifeCycleID(lc))]++
 		sp.active++ // pinned in place while room is made and the copy is submitted
-		sp.refresh(len(m.levels))
+		sp.refresh()
 	}
 	defer func() {
 		for _, sp := range src.pages {
 			sp.active--
-			sp.refresh(len(m.levels))
+			sp.refresh()
 		}
 	}()
 	if m.reserveAt(0, n) != nil {
@@ -369,7 +369,7 @@ func (m *Manager) copyPartial(src *node) []*page {
 		sp.group.fences[sp.slot].add(&m.events, ev)
 		dp := pages[lc]
 		dp.group.fences[dp.slot].add(&m.events, ev)
-		dp.refresh(len(m.levels)) // held by a suspended cache: evictable to a colder level
+		dp.refresh() // held by a suspended cache: evictable to a colder level
 	}
 	m.events.release(ev)
 	return pages
@@ -497,7 +497,7 @@ func (c *KVCache) Resume(stream device.Stream) error {
 		for _, p := range pinned {
 			p.active--
 			p.held++
-			p.refresh(len(m.levels))
+			p.refresh()
 		}
 		m.pinned = pinned
 		m.safePoint()
@@ -960,7 +960,7 @@ func (c *KVCache) adopt(n *node, pages []*page) []*page {
 		if p != nil {
 			p.node = n
 			n.pages[lc] = p
-			p.refresh(len(c.m.levels))
+			p.refresh()
 			adopted = append(adopted, p)
 		}
 	}
@@ -978,7 +978,7 @@ func (c *KVCache) setPriority(n *node, pr int) {
 		a.priority = pr
 		for _, p := range a.pages {
 			if p != nil {
-				p.refresh(len(c.m.levels))
+				p.refresh()
 			}
 		}
 	}

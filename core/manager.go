@@ -163,6 +163,7 @@ func (m *Manager) init(cc *codec.Guarded) error {
 	if err := m.initColdLevels(weights); err != nil {
 		return err
 	}
+	m.levels[len(m.levels)-1].last = true
 	if err := m.initStaging(); err != nil {
 		return err
 	}
@@ -407,7 +408,7 @@ func (m *Manager) unref(p *page, active bool) {
 		m.freePage(p)
 		return
 	}
-	p.refresh(len(m.levels))
+	p.refresh()
 }
 
 // ref adds a reference of a cache.
@@ -417,7 +418,7 @@ func (m *Manager) ref(p *page, active bool) {
 	} else {
 		p.held++
 	}
-	p.refresh(len(m.levels))
+	p.refresh()
 }
 
 // safePoint prunes tree nodes that lost all pages. It runs at the end of

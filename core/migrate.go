@@ -112,13 +112,13 @@ func (m *Manager) migrate(pages []*page, dst int) error {
 	}
 	for _, p := range pages {
 		p.moving = true
-		p.refresh(len(m.levels))
+		p.refresh()
 	}
 	defer func() {
 		for _, p := range pages {
 			p.moving = false
 			if p.group != nil { // a lost page nobody held is freed
-				p.refresh(len(m.levels))
+				p.refresh()
 			}
 		}
 	}()
@@ -541,7 +541,7 @@ func (m *Manager) lose(p *page, err error) {
 		m.freePage(p)
 		return
 	}
-	p.refresh(len(m.levels))
+	p.refresh()
 }
 
 // fitAt returns the pages level li can take, as far as its free and
@@ -581,7 +581,7 @@ func (m *Manager) reserveAt(li int, n need) error {
 	var stuck []*page // victims that could not leave: out of the heap until we are done
 	defer func() {
 		for _, v := range stuck {
-			v.refresh(len(m.levels))
+			v.refresh()
 		}
 	}()
 	for {

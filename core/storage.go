@@ -82,7 +82,10 @@ func (g *slotGroup) slotAddr(pool int, s int32) device.Ptr {
 
 // storageLevel is one cache tier.
 type storageLevel struct {
-	index  int
+	index int
+	// last: the coldest level, where eviction drops pages instead of
+	// moving them down.
+	last   bool
 	kind   config.TierKind
 	quota  int64
 	groups []*slotGroup
@@ -298,9 +301,9 @@ func (p *page) evictable(lastLevel bool) bool {
 
 // refresh puts p into or out of its group's victim heap after a change of
 // references, level or priority.
-func (p *page) refresh(numLevels int) {
+func (p *page) refresh() {
 	g := p.group
-	want := p.evictable(g.level.index == numLevels-1)
+	want := p.evictable(g.level.last)
 	if want {
 		p.heapPrio, p.heapDepth = p.priority(), p.depth()
 	}
