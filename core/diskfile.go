@@ -30,7 +30,7 @@ type DiskFile interface {
 type DiskOpener func(dir string, group layout.PoolGroupIndex) (DiskFile, error)
 
 // WithDiskFiles makes the disk tier create its blob files with open instead
-// of OSDiskFiles. It is the seam for fault injection (core/disktest) and for
+// of OSDiskFiles. It is the seam for fault injection (internal/testkit/disktest) and for
 // alternative file systems; every disk access of the manager goes through the
 // files open returns.
 func WithDiskFiles(open DiskOpener) Option { return func(o *options) { o.diskFiles = open } }

@@ -12,13 +12,13 @@ import (
 	"github.com/kvcm/kvcm/core"
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/codec"
-	"github.com/kvcm/kvcm/core/codec/codectest"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/device/emu"
-	"github.com/kvcm/kvcm/core/disktest"
-	"github.com/kvcm/kvcm/core/fakeengine"
 	"github.com/kvcm/kvcm/core/layout"
+	"github.com/kvcm/kvcm/internal/testkit/codectest"
+	"github.com/kvcm/kvcm/internal/testkit/disktest"
+	"github.com/kvcm/kvcm/internal/testkit/fakeengine"
 )
 
 // sessionLimit is how long one session may run before it counts as a

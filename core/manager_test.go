@@ -13,9 +13,9 @@ import (
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
-	"github.com/kvcm/kvcm/core/device/devicetest"
 	"github.com/kvcm/kvcm/core/device/emu"
 	"github.com/kvcm/kvcm/core/layout"
+	"github.com/kvcm/kvcm/internal/testkit/devicetest"
 )
 
 const tpb = 4

@@ -9,13 +9,13 @@ import (
 
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/codec"
-	"github.com/kvcm/kvcm/core/codec/codectest"
 	"github.com/kvcm/kvcm/core/codec/gpucodec"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
-	"github.com/kvcm/kvcm/core/device/devicetest"
 	"github.com/kvcm/kvcm/core/device/emu"
 	"github.com/kvcm/kvcm/core/layout"
+	"github.com/kvcm/kvcm/internal/testkit/codectest"
+	"github.com/kvcm/kvcm/internal/testkit/devicetest"
 )
 
 // tieredConfig: smallConfig's layers (page = 256 bytes) with gpu, host and

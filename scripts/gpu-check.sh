@@ -61,10 +61,10 @@ pkgs=(
 	"cuda:core/device/cuda"
 	"backend:core/device/backend"
 	"gpucodec:core/codec/gpucodec"
-	"migrate:core/bench/migrate"
+	"migrate:internal/bench/migrate"
 	"kernels:kernels"
 	"core:core"
-	"fakeengine:core/fakeengine"
+	"fakeengine:internal/testkit/fakeengine"
 	"abitest:capi/abitest"
 	"cmd:cmd/kvcm"
 )
@@ -164,7 +164,7 @@ run() {
 	start test-cuda-race core/device/cuda "$t" "$dir/cuda-race.test" "${v[@]}"
 	start core-cuda core "$t" env KVCM_DEVICE=cuda "$dir/core.test" "${v[@]}"
 	start core-race-cuda core "$t" env KVCM_DEVICE=cuda "$dir/core-race.test" "${v[@]}"
-	start fakeengine-cuda core/fakeengine "$t" env KVCM_DEVICE=cuda "$dir/fakeengine.test" "${v[@]}"
+	start fakeengine-cuda internal/testkit/fakeengine "$t" env KVCM_DEVICE=cuda "$dir/fakeengine.test" "${v[@]}"
 	# TestLayoutsMatchTheDescription loads gen/abi with the go command: a
 	# source check with nothing of the device in it, and no Go on the GPU
 	# machine.

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvcm/kvcm/core/device/devicetest"
+	"github.com/kvcm/kvcm/internal/testkit/devicetest"
 )
 
 const (

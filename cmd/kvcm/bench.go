@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/kvcm/kvcm/core/bench/migrate"
 	"github.com/kvcm/kvcm/internal/bench/bookkeeping"
+	"github.com/kvcm/kvcm/internal/bench/migrate"
 )
 
 var benchCommand = command{

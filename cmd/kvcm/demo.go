@@ -17,8 +17,8 @@ import (
 	"github.com/kvcm/kvcm/core/device/backend"
 	"github.com/kvcm/kvcm/core/device/cuda"
 	"github.com/kvcm/kvcm/core/device/emu"
-	"github.com/kvcm/kvcm/core/fakeengine"
 	"github.com/kvcm/kvcm/core/layout"
+	"github.com/kvcm/kvcm/internal/testkit/fakeengine"
 )
 
 var demoCommand = command{

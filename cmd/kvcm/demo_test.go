@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm/kvcm/core/device/cuda"
-	"github.com/kvcm/kvcm/core/device/devicetest"
+	"github.com/kvcm/kvcm/internal/testkit/devicetest"
 )
 
 // testDevice is the --device the demo tests pass: KVCM_DEVICE, or emu when

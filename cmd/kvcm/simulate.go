@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/kvcm/kvcm/core/sim"
+	"github.com/kvcm/kvcm/internal/sim"
 )
 
 var simulateCommand = command{
 	name:    "simulate",
 	summary: "simulate serving with CP-aware admission policies over the real manager",
-	synopsis: `Runs the discrete-event serving simulator of core/sim (continuous batching,
+	synopsis: `Runs the discrete-event serving simulator of internal/sim (continuous batching,
 chunked prefill, a token budget, the cost model of EVALUATION.md §3) over
 the real kvcm manager, for every workload × policy × load × seed. Loads are
 fractions of each workload's FCFS saturation throughput. Prints a table per

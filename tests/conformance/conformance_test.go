@@ -20,8 +20,8 @@ import (
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
-	"github.com/kvcm/kvcm/core/fakeengine"
 	"github.com/kvcm/kvcm/core/layout"
+	"github.com/kvcm/kvcm/internal/testkit/fakeengine"
 )
 
 func TestVectors(t *testing.T) {

@@ -377,7 +377,7 @@ TEST(ConformanceWriter, KnownValues)
     EXPECT_EQ(fnv1a("", 0), 0xcbf29ce484222325ULL);
     EXPECT_EQ(fnv1a("a", 1), 0xaf63dc4c8601ec8cULL);
     EXPECT_EQ(mix64(0), 0u);
-    // Same chain as core/fakeengine: changing a token changes every later prefix.
+    // Same chain as internal/testkit/fakeengine: changing a token changes every later prefix.
     auto const p1 = prefixHashes(7, {1, 2, 3}, 3);
     auto const p2 = prefixHashes(7, {1, 9, 3}, 3);
     EXPECT_EQ(p1[0], p2[0]);

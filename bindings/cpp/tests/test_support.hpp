@@ -21,7 +21,7 @@
 
 namespace kvcm_test {
 
-// ---- the page-byte writer (tests/conformance/README.md; core/fakeengine) ----------
+// ---- the page-byte writer (tests/conformance/README.md; internal/testkit/fakeengine) ----------
 
 inline constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
 

@@ -1,6 +1,6 @@
 """The deterministic page-byte writer of tests/conformance/README.md.
 
-The same function as Go's core/fakeengine (ZeroLowBytes off) and the C++
+The same function as Go's internal/testkit/fakeengine (ZeroLowBytes off) and the C++
 runner's: the bytes of one token position of one (layer, role) buffer depend
 on the seed, on every token up to that position, on the position and on the
 buffer. Pure Python; fine for the small pages of the tests.

@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm/kvcm/core/codec"
-	"github.com/kvcm/kvcm/core/codec/codectest"
 	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/device/cuda"
+	"github.com/kvcm/kvcm/internal/testkit/codectest"
 )
 
 var (

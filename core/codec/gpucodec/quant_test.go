@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm/kvcm/core/codec"
-	"github.com/kvcm/kvcm/core/codec/codectest"
 	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/layout"
+	"github.com/kvcm/kvcm/internal/testkit/codectest"
 )
 
 // quantPage fills a page of format f: blocks of blockElems values, each

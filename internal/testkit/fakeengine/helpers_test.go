@@ -10,13 +10,13 @@ import (
 
 	"github.com/kvcm/kvcm/core"
 	"github.com/kvcm/kvcm/core/codec"
-	"github.com/kvcm/kvcm/core/codec/codectest"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
-	"github.com/kvcm/kvcm/core/device/devicetest"
 	"github.com/kvcm/kvcm/core/device/emu"
-	"github.com/kvcm/kvcm/core/fakeengine"
 	"github.com/kvcm/kvcm/core/layout"
+	"github.com/kvcm/kvcm/internal/testkit/codectest"
+	"github.com/kvcm/kvcm/internal/testkit/devicetest"
+	"github.com/kvcm/kvcm/internal/testkit/fakeengine"
 )
 
 // setup describes a test rig.

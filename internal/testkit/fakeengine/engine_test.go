@@ -10,7 +10,7 @@ import (
 
 	"github.com/kvcm/kvcm/core"
 	"github.com/kvcm/kvcm/core/config"
-	"github.com/kvcm/kvcm/core/fakeengine"
+	"github.com/kvcm/kvcm/internal/testkit/fakeengine"
 )
 
 func TestWriteVerifyRoundTrip(t *testing.T) {

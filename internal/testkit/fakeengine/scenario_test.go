@@ -14,7 +14,7 @@ import (
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
-	"github.com/kvcm/kvcm/core/fakeengine"
+	"github.com/kvcm/kvcm/internal/testkit/fakeengine"
 )
 
 // workload is a seeded shared-prefix workload: groups of requests whose

@@ -1,7 +1,7 @@
 // Package bench holds the manager's bookkeeping benchmarks (EVALUATION.md §2)
 // as Go benchmarks; it has no non-test code. Run them with
 //
-//	go test ./core/bench -run x -bench . -benchmem
+//	go test ./internal/bench/manager -run x -bench . -benchmem
 //
 // The request-cycle trace of issue 11 (prompts of 1k, 8k and 32k tokens with
 // decode steps, the ratio to SHA-256 hashing, the decode-step cost against

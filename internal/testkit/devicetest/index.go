@@ -4,8 +4,8 @@ import (
 	"fmt"
 
 	"github.com/kvcm/kvcm/core/codec"
-	"github.com/kvcm/kvcm/core/codec/codectest"
 	"github.com/kvcm/kvcm/core/device"
+	"github.com/kvcm/kvcm/internal/testkit/codectest"
 )
 
 // DeviceIndexCodec returns a lossless codec with Device-located indices in

@@ -7,10 +7,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvcm/kvcm/core/codec/codectest"
 	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/device/emu"
 	"github.com/kvcm/kvcm/core/layout"
+	"github.com/kvcm/kvcm/internal/testkit/codectest"
 )
 
 // Lifecycles 0 and 2 share a three-pool group; 1 and 3 share a one-pool group.
