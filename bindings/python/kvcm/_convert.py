@@ -38,7 +38,7 @@ from typing import Any
 
 from .errors import InvalidArgumentError
 
-__all__ = ["RANGES", "integer", "check", "set_field", "tokens"]
+__all__ = ["RANGES", "integer", "check", "set_field", "tokens", "tokens_py"]
 
 
 def _describe(ct: Any) -> tuple[int, int, str]:
@@ -138,10 +138,11 @@ def _array(a: array.array) -> tuple[Any, int, Any]:
     return (a.buffer_info()[0] if n else None), n, a
 
 
-def tokens(value: Any, name: str = "tokens") -> tuple[Any, int, Any]:
+def tokens_py(value: Any, name: str = "tokens") -> tuple[Any, int, Any]:
     """(address or None, count, keep) for an int32 token array argument:
     keep holds the memory (and a buffer export, so that its owner cannot
-    resize it) until the C call has returned. See the module docstring."""
+    resize it) until the C call has returned. See the module docstring.
+    ``tokens`` is this function on the ctypes path."""
     if value is None:
         return None, 0, None
     t = type(value)
@@ -195,3 +196,9 @@ def tokens(value: Any, name: str = "tokens") -> tuple[Any, int, Any]:
     if native != fmt:
         mv = (mv if mv.c_contiguous else memoryview(mv.tobytes())).cast("B").cast(native)
     return _array(_from_iterable(mv, name))
+
+
+#: The token conversion in use: tokens_py, or on the extension backend
+#: kvcm._kvcm_ext.tokens (set by kvcm._native), which takes lists, tuples
+#: and writable int32 buffers in C and hands everything else to tokens_py.
+tokens = tokens_py

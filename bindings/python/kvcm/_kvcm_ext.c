@@ -525,7 +525,7 @@ static PyObject *kx_configure(PyObject *module, PyObject *args, PyObject *kwargs
     static char *kw[] = {"load", "integer", "tokens", "check_not_forked", "release_deferred", "deferred",
                          "errors", "base_error", NULL};
     PyObject *load, *integer, *tokens, *check_fork, *release, *deferred, *errors, *base;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OOOOOO!O!O", kw, &load, &integer, &tokens, &check_fork,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OOOOOOO!O!", kw, &load, &integer, &tokens, &check_fork,
                                      &release, &deferred, &PyDict_Type, &errors, &PyType_Type, &base))
         return NULL;
     if (!PyObject_HasAttrString(deferred, "popleft")) {
