@@ -88,13 +88,15 @@ py-test: lib py-ext
 	fi; exit $$rc
 
 # The bookkeeping trace from Python (issue 11): µs per request of the binding
-# against the same cycle through raw ctypes and in C, per-call overheads and
-# the token conversion, all measured in the same run (docs/benchmarks.md).
+# (extension and ctypes backends) against the same cycle through raw ctypes,
+# in C and in Go (kvcm bench bookkeeping), per-call overheads and the token
+# conversion, all measured in the same run (docs/benchmarks.md).
 # BENCH_PY_ARGS=--quick for a short run.
 BENCH_PY_ARGS ?=
 .PHONY: bench-python
 bench-python: lib py-ext
-	KVCM_LIBRARY="$(CURDIR)/build/libkvcm.so" $(PYTHON) bindings/python/bench/bookkeeping.py $(BENCH_PY_ARGS)
+	KVCM_LIBRARY="$(CURDIR)/build/libkvcm.so" $(PYTHON) bindings/python/bench/bookkeeping.py \
+		--go "$(GO) run ./cmd/kvcm bench bookkeeping -held 1k" $(BENCH_PY_ARGS)
 
 # C++ bindings (bindings/cpp): CMake builds libkvcm.so from the Go sources,
 # the GoogleTest tests (also under AddressSanitizer) and the find_package test;

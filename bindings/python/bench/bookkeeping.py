@@ -36,8 +36,8 @@ token list becoming a C array (the binding's conversion on both backends
 against the former ``(c_int32 * n)(*tokens)`` and ``array('i', list)``).
 
 ``--go`` adds the Go cycle as measured by ``kvcm bench bookkeeping`` (run
-as the given command, which must print ``<prompt> <µs per request>`` lines),
-when that command exists.
+as the given command after the Python rounds; ``make bench-python`` passes
+it), when that command exists, and the ratios to it.
 
 Usage: python3 bindings/python/bench/bookkeeping.py [--rounds 5] [--quick] (``make bench-python``)
 """
@@ -354,13 +354,24 @@ def token_conversion(rounds: int) -> tuple[float, float, float]:
 
 
 def go_cycle(cmd: str) -> dict[int, float]:
-    """µs per request by prompt from the Go benchmark command, if it exists."""
+    """µs per request by prompt from the Go benchmark command, if it exists:
+    ``<prompt> <µs>`` lines, or the table of ``kvcm bench bookkeeping``
+    (``| 1k | true | <µs> | ...``: the rows with eviction pressure, as this
+    trace has)."""
     try:
         res = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=600)
     except (OSError, subprocess.TimeoutExpired):
         return {}
     out: dict[int, float] = {}
     for line in res.stdout.splitlines():
+        if line.startswith("|"):
+            f = [c.strip() for c in line.strip("|").split("|")]
+            if len(f) >= 3 and f[1] == "true" and f[0].endswith("k") and f[0][:-1].isdigit():
+                try:
+                    out[int(f[0][:-1]) * 1024] = float(f[2])
+                except ValueError:
+                    pass
+            continue
         f = line.split()
         if len(f) >= 2 and f[0].isdigit():
             try:

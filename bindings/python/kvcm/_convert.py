@@ -25,6 +25,13 @@ a list or tuple by ``struct`` (about 8 ns a token, 18 times faster than
 floats, strings, ``bytes`` and buffers of non-integers are refused. (Both
 take each item through ``__index__``, so a ``bool`` token counts as 0 or
 1.)
+
+That is :func:`tokens_py`. With the compiled extension (see
+:mod:`kvcm._native`), ``tokens`` is ``kvcm._kvcm_ext.tokens``: a list or
+tuple of ints in int32 range is packed in C (about 5 ns a token) and a
+writable int32 buffer is taken by address (its ``keep`` is a memoryview);
+everything else, and every error, goes to :func:`tokens_py`, so the rules
+and messages are the same.
 """
 
 from __future__ import annotations
