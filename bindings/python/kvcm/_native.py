@@ -165,12 +165,13 @@ def bind(name: str, **names: str) -> Callable[..., Any]:
     and raises a returned status: the extension's (a builtin calling the C
     function) when the extension backend is in use and has one, else the
     ctypes path's (see :func:`_bind_ctypes` for the rules, which both
-    follow). Bound functions are cached."""
+    follow; the extension also range-checks the object's own handle, and
+    refuses a ctypes object smaller than the one element a pointer
+    parameter points to). Bound functions are cached."""
     renames = tuple(sorted(names.items()))
     key = (_backend, name, renames)
     fn = _binds.get(key)
     if fn is None:
-        fn = None
         if _backend == "extension":
             params = tuple(names.get(p, p) for p in ffi.PARAMETERS[name])
             try:
