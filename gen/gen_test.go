@@ -20,6 +20,7 @@ var tinyPaths = Paths{
 	ShimPkg: "capi",
 	Cpp:     "cpp/kvcm_generated.hpp",
 	Python:  "python/_ffi.py",
+	PyExt:   "python/_kvcm_ext.c",
 	Doc:     "docs/api.md",
 	Include: "kvcm/kvcm.h",
 	Layouts: "capi/abitest/layouts_generated.go",

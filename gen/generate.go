@@ -16,6 +16,7 @@ type Paths struct {
 	ShimPkg  string // its Go package name
 	Cpp      string // C++ declarations
 	Python   string // Python ctypes layer
+	PyExt    string // CPython extension module ("" for none)
 	Doc      string // API reference
 	Include  string // the #include name of the public header
 	CppGuard string
@@ -29,6 +30,7 @@ var DefaultPaths = Paths{
 	ShimPkg: "capi",
 	Cpp:     "bindings/cpp/include/kvcm/kvcm_generated.hpp",
 	Python:  "bindings/python/kvcm/_ffi.py",
+	PyExt:   "bindings/python/kvcm/_kvcm_ext.c",
 	Doc:     "docs/api.md",
 	Include: "kvcm/kvcm.h",
 	Layouts: "capi/abitest/layouts_generated.go",

@@ -25,6 +25,13 @@ a list or tuple by ``struct`` (about 8 ns a token, 18 times faster than
 floats, strings, ``bytes`` and buffers of non-integers are refused. (Both
 take each item through ``__index__``, so a ``bool`` token counts as 0 or
 1.)
+
+That is :func:`tokens_py`. With the compiled extension (see
+:mod:`kvcm._native`), ``tokens`` is ``kvcm._kvcm_ext.tokens``: a list or
+tuple of ints in int32 range is packed in C (about 5 ns a token) and a
+writable int32 buffer is taken by address (its ``keep`` is a memoryview);
+everything else, and every error, goes to :func:`tokens_py`, so the rules
+and messages are the same.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from typing import Any
 
 from .errors import InvalidArgumentError
 
-__all__ = ["RANGES", "integer", "check", "set_field", "tokens"]
+__all__ = ["RANGES", "integer", "check", "set_field", "tokens", "tokens_py"]
 
 
 def _describe(ct: Any) -> tuple[int, int, str]:
@@ -138,10 +145,11 @@ def _array(a: array.array) -> tuple[Any, int, Any]:
     return (a.buffer_info()[0] if n else None), n, a
 
 
-def tokens(value: Any, name: str = "tokens") -> tuple[Any, int, Any]:
+def tokens_py(value: Any, name: str = "tokens") -> tuple[Any, int, Any]:
     """(address or None, count, keep) for an int32 token array argument:
     keep holds the memory (and a buffer export, so that its owner cannot
-    resize it) until the C call has returned. See the module docstring."""
+    resize it) until the C call has returned. See the module docstring.
+    ``tokens`` is this function on the ctypes path."""
     if value is None:
         return None, 0, None
     t = type(value)
@@ -195,3 +203,9 @@ def tokens(value: Any, name: str = "tokens") -> tuple[Any, int, Any]:
     if native != fmt:
         mv = (mv if mv.c_contiguous else memoryview(mv.tobytes())).cast("B").cast(native)
     return _array(_from_iterable(mv, name))
+
+
+#: The token conversion in use: tokens_py, or on the extension backend
+#: kvcm._kvcm_ext.tokens (set by kvcm._native), which takes lists, tuples
+#: and writable int32 buffers in C and hands everything else to tokens_py.
+tokens = tokens_py

@@ -44,6 +44,23 @@ def small_config(gpu_quota: int = 64 * 1024, host_quota: int | None = None, tier
     return KVCacheManagerConfig(tokens_per_block=4, cache_tiers=tiers, **kw)
 
 
+@pytest.fixture(params=["extension", "ctypes"])
+def backend(request):
+    """Runs the test once through the compiled extension and once through
+    the ctypes path (kvcm._native.use_backend). Without the extension its
+    run is skipped, and fails under KVCM_REQUIRE_EXTENSION=1 (make py-test)."""
+    from kvcm import _native
+
+    if request.param == "extension" and _native._ext is None:
+        if os.environ.get("KVCM_REQUIRE_EXTENSION") == "1":
+            pytest.fail("kvcm._kvcm_ext is not built (make py-ext)")
+        pytest.skip("kvcm._kvcm_ext is not built")
+    before = _native.backend()
+    _native.use_backend(request.param)
+    yield request.param
+    _native.use_backend(before)
+
+
 @pytest.fixture
 def config() -> KVCacheManagerConfig:
     return small_config()

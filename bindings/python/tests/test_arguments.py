@@ -5,12 +5,15 @@ Rules (kvcm._convert): every integer argument is an int (or has
 its parameter's C type (InvalidArgumentError otherwise); the error names the
 argument and is raised before any C call, so nothing changes. Token
 sequences from array('i'), numpy, memoryview and list are the same tokens.
+Every test here runs through both backends (the compiled extension and the
+ctypes path), which follow the same rules.
 """
 
 from __future__ import annotations
 
 import array
 import ctypes
+import os
 
 import pytest
 from conftest import small_config
@@ -25,6 +28,8 @@ from kvcm import (
     KVCacheManager,
     RequestDesc,
 )
+
+pytestmark = pytest.mark.usefixtures("backend")
 
 PROMPT = list(range(1000, 1020))
 I32 = (-(1 << 31), (1 << 31) - 1)
@@ -268,3 +273,41 @@ def test_array_tokens_cannot_be_resized_during_the_call(active):
     active.commit(a)
     a.append(5)  # no export left behind
     assert active.num_committed_tokens == 12
+
+
+# ---- both backends -----------------------------------------------------------
+
+def test_the_backend_in_use_binds_the_functions(manager, backend):
+    """The module-level bound functions are the backend's: builtins of the
+    extension, Python functions on the ctypes path."""
+    from kvcm import _native, manager as manager_module
+
+    assert _native.backend() == backend
+    fn = manager_module._cache_resize
+    assert (type(fn).__name__ == "builtin_function_or_method") == (backend == "extension")
+    assert kvcm._convert.tokens is (_native._ext.tokens if backend == "extension" else kvcm._convert.tokens_py)
+
+
+def test_a_failed_call_raises_the_class_of_its_status(manager):
+    """A returned status becomes the exception class errors.py maps its code
+    to, with the library's message and code; a stale handle is one."""
+    from kvcm import _native
+
+    out = ctypes.c_int32()
+    with pytest.raises(kvcm.InvalidHandleError) as e:
+        _native.call("kvcm_manager_get_tokens_per_block", 12345, ctypes.byref(out))
+    assert e.value.code == kvcm.InvalidHandleError.code and e.value.message
+
+
+def test_every_abi_function_has_a_fast_path():
+    """The extension covers every function of the ctypes layer but
+    kvcm_get_api (the table it calls through), with the same parameters."""
+    from kvcm import _native
+
+    if _native._ext is None:
+        if os.environ.get("KVCM_REQUIRE_EXTENSION") == "1":
+            pytest.fail("kvcm._kvcm_ext is not built (make py-ext)")
+        pytest.skip("kvcm._kvcm_ext is not built")
+    assert set(_native._ext.functions()) == set(_native.ffi.FUNCTIONS) - {"kvcm_get_api"}
+    with pytest.raises(ValueError, match="parameters"):
+        _native._ext.bind("kvcm_kv_cache_resize", ("cache",))
