@@ -366,7 +366,7 @@ func TestBadConfigurationsNameTheField(t *testing.T) {
 		"ratio value":       {func(c *config.Config) { c.InitialPoolRatio = []float64{0} }, "initial_pool_ratio[0]"},
 		"typical step": {func(c *config.Config) {
 			c.TypicalStep = &config.BatchDesc{Requests: []config.RequestDesc{{Capacity: 4, HistoryLength: 5}}}
-		}, "typical_step.requests[0].history_length"},
+		}, "typical_step.kv_caches[0].history_length"},
 		"disk without path": {func(c *config.Config) {
 			c.CacheTiers = append(c.CacheTiers, config.Disk(1<<20, ""))
 		}, "cache_tiers[1].path"},

@@ -799,7 +799,7 @@ func TestHugeQuotaNamesTheField(t *testing.T) {
 }
 
 // max_util_for_resume 0 is unset: a zero-initialized config resumes up to the
-// default 0.95, while a set value is used as is.
+// default 0.97, while a set value is used as is.
 func TestZeroMaxUtilForResumeIsTheDefault(t *testing.T) {
 	noLeaks(t)
 	for _, tc := range []struct {
@@ -820,7 +820,7 @@ func TestZeroMaxUtilForResumeIsTheDefault(t *testing.T) {
 		require.NoError(t, err)
 		err = Resume(b, s)
 		if tc.code == OK {
-			require.NoError(t, err, "0.75 is below the default 0.95")
+			require.NoError(t, err, "0.75 is below the default 0.97")
 		} else {
 			requireCode(t, err, tc.code, "resume refused")
 		}
