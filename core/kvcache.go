@@ -92,6 +92,9 @@ type KVCache struct {
 	// detached: a key collision stopped publishing (see publish).
 	detached bool
 	reused   int
+	// promptLen is len(InputTokens) at creation: growth once the history
+	// reaches it counts as generation-phase allocation.
+	promptLen int
 	// lost is the ErrDataLost of a cache holding a lost page (sticky);
 	// seenLosses is the manager's loss count when the cache last looked.
 	lost       error
@@ -284,7 +287,9 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	}
 	c.chain.users++
 	m.caches[c.id] = c
+	c.promptLen = len(opts.InputTokens)
 	m.stats.onCreate(len(opts.InputTokens)/tpb, len(mt.path), mt.partLen > 0)
+	m.onCreatePages(c, mt, len(opts.InputTokens))
 	m.safePoint()
 	return c, nil
 }
@@ -649,9 +654,11 @@ func (c *KVCache) Resize(capacity, history int) error {
 	lt, lvl := m.lt, m.levels[0]
 	oldBlocks, newBlocks := len(c.blocks), lt.BlocksFor(capacity)
 	n := need{}
+	perLC := make([]int, len(lt.LifeCycles))
 	for lc := range lt.LifeCycles {
 		if k := lt.NewPagesNeeded(layout.LifeCycleID(lc), oldBlocks, newBlocks, history); k > 0 {
 			n[lvl.groupOf(layout.LifeCycleID(lc))] += k
+			perLC[lc] = k
 		}
 	}
 	if err := m.reserveAt(0, n); err != nil {
@@ -707,8 +714,10 @@ func (c *KVCache) Resize(capacity, history int) error {
 		m.unref(released[i], true)
 	}
 	c.blocks = c.blocks[:min(len(c.blocks), newBlocks)]
+	generation := c.promptLen > 0 && c.history >= c.promptLen
 	c.capacity, c.history = capacity, history
 	m.stats.onAllocate(max(newBlocks-oldBlocks, 0))
+	m.stats.onAllocatePages(perLC, generation)
 	m.safePoint()
 	return nil
 }

@@ -138,6 +138,7 @@ func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 }
 
 func (m *Manager) init(cc *codec.Guarded) error {
+	m.stats = newStatCounters(len(m.lt.LifeCycles), len(m.cfg.CacheTiers))
 	weights := m.lt.ByteWeights(&m.cfg)
 	if err := m.initHotLevel(weights); err != nil {
 		return err
@@ -348,6 +349,11 @@ func (m *Manager) drop(p *page) {
 	}
 	n := p.node
 	n.pages[p.lc] = nil
+	if p.group.level.kind == config.HostTier {
+		st := &m.stats.lc[p.lc]
+		st.HostDroppedBlocks++
+		st.HostDroppedBytes += m.lcCodec[p.lc].coldBytes
+	}
 	p.group.release(p)
 	p.node, p.inflight = nil, nil
 	m.emitDropped(n, p.lc)
@@ -401,10 +407,12 @@ func (m *Manager) ref(p *page, active bool) {
 	p.refresh(len(m.levels))
 }
 
-// safePoint prunes tree nodes that lost all pages. It runs at the end of
-// public operations, never while an operation may still be evicting.
+// safePoint prunes tree nodes that lost all pages and samples the slot-count
+// peaks. It runs at the end of public operations, never while an operation
+// may still be evicting.
 func (m *Manager) safePoint() {
 	m.settle()
+	defer m.notePeaks()
 	for len(m.prune) > 0 {
 		n := m.prune[len(m.prune)-1]
 		m.prune = m.prune[:len(m.prune)-1]
@@ -420,6 +428,14 @@ func (m *Manager) safePoint() {
 		}
 		n.parent.removeChild(n)
 		m.prune = append(m.prune, n.parent)
+	}
+}
+
+func (m *Manager) notePeaks() {
+	for _, l := range m.levels {
+		for _, g := range l.groups {
+			g.notePeaks()
+		}
 	}
 }
 

@@ -242,11 +242,12 @@ func (m *Manager) runUnit(u unit) error {
 		}
 		c := &m.migrations[path]
 		c.Pages++
+		bytes := m.lcCodec[p.lc].coldBytes
 		if path == HotToHot {
-			c.Bytes += u.src.desc.PageBytes()
-		} else {
-			c.Bytes += m.lcCodec[p.lc].coldBytes
+			bytes = u.src.desc.PageBytes()
 		}
+		c.Bytes += bytes
+		m.stats.onMoved(p.lc, path, bytes)
 	}
 	m.pending = append(m.pending, fl)
 	return nil
