@@ -845,7 +845,7 @@ func (c *KVCache) publish(b, priority int) []*page {
 				m.emitStored(next, c.id)
 			} else {
 				for _, p := range published {
-					m.emitUpdated(next, p.lc, layout.CacheLevel(p.level()))
+					m.emitUpdated(next, p.lc, DroppedLevel, layout.CacheLevel(p.level()))
 				}
 			}
 		}
@@ -877,7 +877,11 @@ func (c *KVCache) setPriority(n *node, pr int) {
 	n.priority = pr
 	// Ancestors never rank below descendants, so a chain drains from its tail.
 	for a := n.parent; a != nil && a.priority < pr; a = a.parent {
+		old := a.priority
 		a.priority = pr
+		if a.parent != nil && a.hasPages() { // a stored block, not a scope root
+			c.m.emitPriority(a, old)
+		}
 		for _, p := range a.pages {
 			if p != nil {
 				p.refresh(len(c.m.levels))

@@ -349,6 +349,7 @@ func (m *Manager) drop(p *page) {
 	}
 	n := p.node
 	n.pages[p.lc] = nil
+	from := layout.CacheLevel(p.level())
 	if p.group.level.kind == config.HostTier {
 		st := &m.stats.lc[p.lc]
 		st.HostDroppedBlocks++
@@ -356,7 +357,7 @@ func (m *Manager) drop(p *page) {
 	}
 	p.group.release(p)
 	p.node, p.inflight = nil, nil
-	m.emitDropped(n, p.lc)
+	m.emitDropped(n, p.lc, from)
 	if !n.hasPages() {
 		m.prune = append(m.prune, n)
 	}
