@@ -425,7 +425,7 @@ func glueManagerGetAndResetLayerGroupIterationStats(mgr *managerObj, stats *C.kv
 				reused_blocks: C.int64_t(s.ReusedBlocks), full_reused_blocks: C.int64_t(s.FullReusedBlocks),
 				partial_reused_blocks: C.int64_t(s.PartialReusedBlocks), missed_blocks: C.int64_t(s.MissedBlocks),
 				gen_alloc_blocks: C.int64_t(s.GenAllocBlocks),
-				onboard_blocks: C.int64_t(s.OnboardBlocks), onboard_bytes: C.int64_t(s.OnboardBytes),
+				onboard_blocks:   C.int64_t(s.OnboardBlocks), onboard_bytes: C.int64_t(s.OnboardBytes),
 				offload_blocks: C.int64_t(s.OffloadBlocks), offload_bytes: C.int64_t(s.OffloadBytes),
 				intra_device_copy_blocks: C.int64_t(s.IntraDeviceCopyBlocks), intra_device_copy_bytes: C.int64_t(s.IntraDeviceCopyBytes),
 				host_dropped_blocks: C.int64_t(s.HostDroppedBlocks), host_dropped_bytes: C.int64_t(s.HostDroppedBytes),
