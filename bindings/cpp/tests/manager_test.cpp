@@ -285,10 +285,10 @@ TEST_F(ManagerTest, ValidateConfigNamesTheField)
 // What the C struct cannot carry as given is rejected naming the field, by
 // validateConfig and the constructor alike: an explicit maxUtilForResume of 0
 // (C reads 0 as unset, the default) and NUL bytes in paths and roles (where
-// the C string would end). The default is 0.95, not 0.
+// the C string would end). The default is 0.97 (KVCacheManagerV2's), not 0.
 TEST_F(ManagerTest, ConfigValuesTheCAbiWouldChangeAreRejected)
 {
-    EXPECT_EQ(kvcm::KVCacheManagerConfig{}.maxUtilForResume, 0.95);
+    EXPECT_EQ(kvcm::KVCacheManagerConfig{}.maxUtilForResume, 0.97);
 
     auto cfg = smallConfig(64 << 10);
     cfg.maxUtilForResume = 0;

@@ -636,7 +636,7 @@ struct KVCacheManagerConfig
     // Resume is refused while the GPU tier's utilization by active caches is
     // above this fraction, in (0, 1]. An explicit 0 is rejected (the C ABI
     // would read it as unset, i.e. the default).
-    double maxUtilForResume = 0.95;
+    double maxUtilForResume = 0.97;
     bool enablePartialReuse = false;
     bool enableStats = false;
     // One hot-tier byte ratio per layer group (empty: typicalStep decides,
@@ -687,7 +687,7 @@ public:
         if (cfg.maxUtilForResume == 0)
         {
             throw configError("max_util_for_resume", "must be in (0, 1], got 0 (the C ABI reads 0 as unset; "
-                                                     "keep the default 0.95 instead)");
+                                                     "keep the default 0.97 instead)");
         }
         mTiers.reserve(cfg.cacheTiers.size());
         for (size_t i = 0; i < cfg.cacheTiers.size(); ++i)
