@@ -561,6 +561,47 @@ class KVCacheManager(Managed):
     def enable_swa_scratch_reuse(self) -> bool:
         return False
 
+    def clamp_max_seq_len_for_mem(self, batch_size: int, token_num_upper_bound: int) -> int:
+        """The longest sequence, at most ``token_num_upper_bound`` tokens,
+        that fits the GPU level's slots next to ``batch_size - 1`` requests
+        of one token each (0 when not even one token does). A layer group
+        needs, for n computed tokens, its sink blocks and the blocks of its
+        window, as in :meth:`create_kv_cache`'s caches."""
+        if batch_size <= 0:
+            raise InvalidArgumentError(f"batch_size: must be positive, got {batch_size}")
+        tpb = self._tokens_per_block
+        shapes: dict[int, tuple[int, int]] = {}
+        for layer in self._config.layers:
+            shapes[self.get_layer_group_id(layer.layer_id)] = (layer.sliding_window_size or 0, layer.num_sink_tokens or 0)
+        pg_of = self.get_life_cycle_pool_group_indices(GPU_LEVEL)
+        remaining = [d.num_slots for d in self.get_pool_group_descs(GPU_LEVEL)]
+
+        def slots(n: int) -> list[int]:
+            out = [0] * len(remaining)
+            for lg, (window, sinks) in shapes.items():
+                blocks = -(-n // tpb)
+                first = 0 if window == 0 or n <= window else (n - window) // tpb
+                out[pg_of[lg]] += blocks - first + min(-(-sinks // tpb), first)
+            return out
+
+        for g, k in enumerate(slots(1)):
+            remaining[g] -= k * (batch_size - 1)
+            if remaining[g] < 0:
+                return 0
+
+        def fits(blocks: int) -> bool:
+            return all(k <= r for k, r in zip(slots(blocks * tpb), remaining))
+
+        if token_num_upper_bound <= 0 or not fits(1):
+            return 0
+        lo, hi = 1, -(-token_num_upper_bound // tpb)
+        if fits(hi):
+            return token_num_upper_bound
+        while lo < hi - 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        return min(lo * tpb, token_num_upper_bound)
+
     @property
     def need_adjustment(self) -> bool:
         """False: kvcm does not rebalance pools automatically (the rebalance_*

@@ -367,3 +367,27 @@ def test_manager_constructor_takes_the_event_manager_second():
     assert kvcm.num_live_managers() == before
     assert kvcm.take_poison() is None
 
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_clamped_sequence_length_fits_and_one_block_more_does_not(batch_size):
+    """clamp_max_seq_len_for_mem gives the longest sequence that fits next to
+    batch_size - 1 one-token requests: allocating it succeeds, one block
+    more runs out of pages."""
+    with KVCacheManager(small_config(gpu_quota=16 * 1024, max_util_for_resume=1.0), device="emu") as m:
+        n = m.clamp_max_seq_len_for_mem(batch_size, 1 << 20)
+        assert 0 < n < 1 << 20 and n % 4 == 0
+        assert m.clamp_max_seq_len_for_mem(batch_size, 5) == 5
+        s = m.create_stream()
+        others = [m.create_kv_cache() for _ in range(batch_size - 1)]
+        for c in others:
+            c.resume(s)
+            c.resize(1)
+        big = m.create_kv_cache()
+        big.resume(s)
+        big.resize(n, n)  # computed: windowed layer groups keep their window only
+        with pytest.raises(kvcm.OutOfPagesError):
+            big.resize(n + 4, n + 4)
+        for c in [*others, big]:
+            c.suspend()
+            c.close()
