@@ -4,6 +4,8 @@ queries (docs/trtllm.md)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 
 
 import pytest
@@ -268,6 +270,11 @@ def test_events_carry_v1_block_hashes_a_router_recomputes():
         assert [t.token_id for t in blocks[0].tokens] == PROMPT[0:4]
         assert (blocks[0].cache_level, blocks[0].priority) == (0, 35)
         assert hash_v1_block_key(PROMPT[0:4], 0, 5, cache_salt_id("other")) != h0
+        # The serializer dispatches on the data classes' names and reads
+        # plain fields: every event is JSON as a tree of dataclasses.
+        assert {type(e.data).__name__ for e in events} <= {"KVCacheStoredData", "KVCacheRemovedData",
+                                                          "KVCacheUpdatedData", "KVCacheCreatedData"}
+        json.dumps([dataclasses.asdict(e) for e in created + events])
 
 
 def test_events_report_level_moves_priorities_and_removals():
