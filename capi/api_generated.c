@@ -46,6 +46,8 @@ const char* kvcm__enum_name_event_kind(kvcm_event_kind v) {
         return "KVCM_EVENT_BLOCK_REMOVED";
     case KVCM_EVENT_BLOCK_UPDATED:
         return "KVCM_EVENT_BLOCK_UPDATED";
+    case KVCM_EVENT_BLOCK_PRIORITY_UPDATED:
+        return "KVCM_EVENT_BLOCK_PRIORITY_UPDATED";
     }
     return NULL;
 }
@@ -260,6 +262,11 @@ static const kvcm_api kvcm__table = {
     kvcm_stream_enqueue_host_func,
     kvcm_stream_free_memory,
     kvcm_stream_synchronize,
+    kvcm_manager_drain_block_events,
+    kvcm_manager_get_and_reset_iteration_cached_tokens_by_level,
+    kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats,
+    kvcm_manager_get_and_reset_iteration_reused_blocks_by_level,
+    kvcm_manager_get_and_reset_layer_group_iteration_stats,
 };
 
 const kvcm_api* kvcm_get_api(uint32_t version) {

@@ -927,6 +927,47 @@ func kvcm_manager_detach_cp(manager C.kvcm_manager) (status *C.kvcm_status) {
 	return statusOf(kvcmFn, glueManagerDetachCP(managerObj))
 }
 
+// kvcm_manager_drain_block_events is the export of kvcm_manager_drain_block_events (ABI version 2).
+//
+//export kvcm_manager_drain_block_events
+func kvcm_manager_drain_block_events(manager C.kvcm_manager, events *C.kvcm_block_event, events_cap C.size_t, tokens *C.kvcm_token, tokens_cap C.size_t, num_events *C.size_t, num_tokens *C.size_t, dropped *C.uint64_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_drain_block_events"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if num_events != nil {
+		*num_events = 0
+	}
+	if num_tokens != nil {
+		*num_tokens = 0
+	}
+	if dropped != nil {
+		*dropped = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if events == nil && events_cap != 0 {
+		return argStatus(kvcmFn, "events", fmt.Sprintf("is NULL but events_cap is %d", events_cap))
+	}
+	if tokens == nil && tokens_cap != 0 {
+		return argStatus(kvcmFn, "tokens", fmt.Sprintf("is NULL but tokens_cap is %d", tokens_cap))
+	}
+	if num_events == nil {
+		return argStatus(kvcmFn, "num_events", "must not be NULL")
+	}
+	if num_tokens == nil {
+		return argStatus(kvcmFn, "num_tokens", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerDrainBlockEvents(managerObj, events, events_cap, tokens, tokens_cap, num_events, num_tokens, dropped))
+}
+
 // kvcm_manager_drain_events is the export of kvcm_manager_drain_events (ABI version 1).
 //
 //export kvcm_manager_drain_events
@@ -988,6 +1029,35 @@ func kvcm_manager_free_memory(manager C.kvcm_manager, ptr C.kvcm_device_ptr) (st
 	return statusOf(kvcmFn, glueManagerFreeMemory(managerObj, ptr))
 }
 
+// kvcm_manager_get_and_reset_iteration_cached_tokens_by_level is the export of kvcm_manager_get_and_reset_iteration_cached_tokens_by_level (ABI version 2).
+//
+//export kvcm_manager_get_and_reset_iteration_cached_tokens_by_level
+func kvcm_manager_get_and_reset_iteration_cached_tokens_by_level(manager C.kvcm_manager, tokens *C.int64_t, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_get_and_reset_iteration_cached_tokens_by_level"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if needed != nil {
+		*needed = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if tokens == nil && capacity != 0 {
+		return argStatus(kvcmFn, "tokens", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if needed == nil {
+		return argStatus(kvcmFn, "needed", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerGetAndResetIterationCachedTokensByLevel(managerObj, tokens, capacity, needed))
+}
+
 // kvcm_manager_get_and_reset_iteration_peak_block_stats is the export of kvcm_manager_get_and_reset_iteration_peak_block_stats (ABI version 1).
 //
 //export kvcm_manager_get_and_reset_iteration_peak_block_stats
@@ -1017,6 +1087,64 @@ func kvcm_manager_get_and_reset_iteration_peak_block_stats(manager C.kvcm_manage
 	return statusOf(kvcmFn, glueManagerGetAndResetIterationPeakBlockStats(managerObj, level, stats, capacity, needed))
 }
 
+// kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats is the export of kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats (ABI version 2).
+//
+//export kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats
+func kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats(manager C.kvcm_manager, level C.kvcm_cache_level, stats *C.kvcm_pool_group_peak_block_stats, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if needed != nil {
+		*needed = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if stats == nil && capacity != 0 {
+		return argStatus(kvcmFn, "stats", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if needed == nil {
+		return argStatus(kvcmFn, "needed", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerGetAndResetIterationPoolGroupPeakBlockStats(managerObj, level, stats, capacity, needed))
+}
+
+// kvcm_manager_get_and_reset_iteration_reused_blocks_by_level is the export of kvcm_manager_get_and_reset_iteration_reused_blocks_by_level (ABI version 2).
+//
+//export kvcm_manager_get_and_reset_iteration_reused_blocks_by_level
+func kvcm_manager_get_and_reset_iteration_reused_blocks_by_level(manager C.kvcm_manager, rows *C.kvcm_reused_blocks_at_level, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_get_and_reset_iteration_reused_blocks_by_level"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if needed != nil {
+		*needed = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if rows == nil && capacity != 0 {
+		return argStatus(kvcmFn, "rows", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if needed == nil {
+		return argStatus(kvcmFn, "needed", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerGetAndResetIterationReusedBlocksByLevel(managerObj, rows, capacity, needed))
+}
+
 // kvcm_manager_get_and_reset_iteration_stats is the export of kvcm_manager_get_and_reset_iteration_stats (ABI version 1).
 //
 //export kvcm_manager_get_and_reset_iteration_stats
@@ -1041,6 +1169,35 @@ func kvcm_manager_get_and_reset_iteration_stats(manager C.kvcm_manager, out *C.k
 		return st
 	}
 	return statusOf(kvcmFn, glueManagerGetAndResetIterationStats(managerObj, out))
+}
+
+// kvcm_manager_get_and_reset_layer_group_iteration_stats is the export of kvcm_manager_get_and_reset_layer_group_iteration_stats (ABI version 2).
+//
+//export kvcm_manager_get_and_reset_layer_group_iteration_stats
+func kvcm_manager_get_and_reset_layer_group_iteration_stats(manager C.kvcm_manager, stats *C.kvcm_layer_group_iteration_stats, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_get_and_reset_layer_group_iteration_stats"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if needed != nil {
+		*needed = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if stats == nil && capacity != 0 {
+		return argStatus(kvcmFn, "stats", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if needed == nil {
+		return argStatus(kvcmFn, "needed", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerGetAndResetLayerGroupIterationStats(managerObj, stats, capacity, needed))
 }
 
 // kvcm_manager_get_buffer_location is the export of kvcm_manager_get_buffer_location (ABI version 1).

@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"fmt"
+	"slices"
 	"unsafe"
 
 	"github.com/kvcm/kvcm/core"
@@ -71,6 +72,9 @@ func goConfig(c *C.kvcm__const_kvcm_manager_config) (config.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
+	if c.initial_pool_ratio != nil { // non-NULL and empty is set, and invalid
+		cfg.InitialPoolRatio = make([]float64, 0, len(ratios))
+	}
 	for _, r := range ratios {
 		cfg.InitialPoolRatio = append(cfg.InitialPoolRatio, float64(r))
 	}
@@ -92,7 +96,38 @@ func goConfig(c *C.kvcm__const_kvcm_manager_config) (config.Config, error) {
 		}
 		cfg.Constraints = append(cfg.Constraints, b)
 	}
+	if c.struct_size >= C.KVCM__MANAGER_CONFIG_SIZE_V2 {
+		return cfg, goConfigV2(c, &cfg)
+	}
 	return cfg, nil
+}
+
+// goConfigV2 copies the fields ABI version 2 appended.
+func goConfigV2(c *C.kvcm__const_kvcm_manager_config, cfg *config.Config) error {
+	cfg.ReuseMatchBackoff = int(c.reuse_match_backoff)
+	cfg.TextOnly = bool(c.text_only)
+	cfg.CommitMinSnapshot = bool(c.commit_min_snapshot)
+	cfg.RebalanceMinSampledKVCaches = int64(c.rebalance_min_sampled_kv_caches)
+	cfg.RebalanceCooldownSecs = float64(c.rebalance_cooldown_secs)
+	cfg.RebalanceTargetRatioUpdateInterval = int64(c.rebalance_target_ratio_update_interval)
+	cfg.RebalanceRatioThreshold = float64(c.rebalance_ratio_threshold)
+	cfg.RebalanceMovingAverageDecay = float64(c.rebalance_moving_average_decay)
+	if cfg.TypicalStep != nil {
+		cfg.TypicalStep.SystemPromptLength = int(c.typical_step_system_prompt_length)
+	} else if c.typical_step_system_prompt_length != 0 {
+		return argError("config.typical_step_system_prompt_length", "is %d without a typical_step", int64(c.typical_step_system_prompt_length))
+	}
+	lens, err := cArray(c.constraint_system_prompt_lengths, c.num_constraint_system_prompt_lengths, "config.constraint_system_prompt_lengths")
+	if err != nil {
+		return err
+	}
+	if len(lens) != 0 && len(lens) != len(cfg.Constraints) {
+		return argError("config.num_constraint_system_prompt_lengths", "is %d, want 0 or num_constraints (%d)", len(lens), len(cfg.Constraints))
+	}
+	for i, n := range lens {
+		cfg.Constraints[i].SystemPromptLength = int(n)
+	}
+	return nil
 }
 
 func goBatch(b *C.kvcm_batch_desc, name string) (config.BatchDesc, error) {
@@ -371,6 +406,81 @@ func glueManagerGetAndResetIterationPeakBlockStats(mgr *managerObj, level C.kvcm
 	})
 }
 
+// fillReset is fill for a get-and-reset query of n entries: a size query or
+// a buffer too small takes nothing (take resets what it returns).
+func fillReset[T, E any](n int, buf *E, capacity C.size_t, needed *C.size_t, take func() []T, conv func(T) E) error {
+	if buf == nil && capacity == 0 || uint64(capacity) < uint64(n) {
+		return fill(make([]T, n), buf, capacity, needed, conv)
+	}
+	return fill(take(), buf, capacity, needed, conv)
+}
+
+func glueManagerGetAndResetLayerGroupIterationStats(mgr *managerObj, stats *C.kvcm_layer_group_iteration_stats, capacity C.size_t, needed *C.size_t) error {
+	m := mgr.Core()
+	lg := C.kvcm_layer_group_id(0)
+	return fillReset(m.NumLayerGroups(), stats, capacity, needed, m.GetAndResetLayerGroupIterationStats,
+		func(s core.LayerGroupStats) C.kvcm_layer_group_iteration_stats {
+			out := C.kvcm_layer_group_iteration_stats{
+				layer_group: lg, alloc_total_blocks: C.int64_t(s.AllocTotalBlocks), alloc_new_blocks: C.int64_t(s.AllocNewBlocks),
+				reused_blocks: C.int64_t(s.ReusedBlocks), full_reused_blocks: C.int64_t(s.FullReusedBlocks),
+				partial_reused_blocks: C.int64_t(s.PartialReusedBlocks), missed_blocks: C.int64_t(s.MissedBlocks),
+				gen_alloc_blocks: C.int64_t(s.GenAllocBlocks),
+				onboard_blocks:   C.int64_t(s.OnboardBlocks), onboard_bytes: C.int64_t(s.OnboardBytes),
+				offload_blocks: C.int64_t(s.OffloadBlocks), offload_bytes: C.int64_t(s.OffloadBytes),
+				intra_device_copy_blocks: C.int64_t(s.IntraDeviceCopyBlocks), intra_device_copy_bytes: C.int64_t(s.IntraDeviceCopyBytes),
+				host_dropped_blocks: C.int64_t(s.HostDroppedBlocks), host_dropped_bytes: C.int64_t(s.HostDroppedBytes),
+			}
+			lg++
+			return out
+		})
+}
+
+func glueManagerGetAndResetIterationReusedBlocksByLevel(mgr *managerObj, rows *C.kvcm_reused_blocks_at_level, capacity C.size_t, needed *C.size_t) error {
+	m := mgr.Core()
+	type row struct {
+		lg, level   int
+		full, parts int64
+	}
+	take := func() []row {
+		var out []row
+		for lg, r := range m.GetAndResetIterationReusedBlocksByLevel() {
+			for level := range r.Full {
+				out = append(out, row{lg, level, r.Full[level], r.Partial[level]})
+			}
+		}
+		return out
+	}
+	n := m.NumLayerGroups() * len(m.Layout().Levels)
+	return fillReset(n, rows, capacity, needed, take, func(r row) C.kvcm_reused_blocks_at_level {
+		return C.kvcm_reused_blocks_at_level{layer_group: C.kvcm_layer_group_id(r.lg), level: C.kvcm_cache_level(r.level),
+			full_blocks: C.int64_t(r.full), partial_blocks: C.int64_t(r.parts)}
+	})
+}
+
+func glueManagerGetAndResetIterationCachedTokensByLevel(mgr *managerObj, tokens *C.int64_t, capacity C.size_t, needed *C.size_t) error {
+	m := mgr.Core()
+	return fillReset(len(m.Layout().Levels), tokens, capacity, needed, m.GetAndResetIterationCachedTokensByLevel,
+		func(n int64) C.int64_t { return C.int64_t(n) })
+}
+
+func glueManagerGetAndResetIterationPoolGroupPeakBlockStats(mgr *managerObj, level C.kvcm_cache_level, stats *C.kvcm_pool_group_peak_block_stats, capacity C.size_t, needed *C.size_t) error {
+	buf, err := cSlice(stats, capacity, "capacity")
+	if err != nil {
+		return err
+	}
+	peaks, n, err := mgr.GetAndResetIterationPeakBlockStats(layout.CacheLevel(level), len(buf))
+	if err != nil {
+		return err
+	}
+	if peaks == nil { // a size query or a buffer too small: nothing was reset
+		peaks = make([]core.PeakBlockStats, n)
+	}
+	return fill(peaks, stats, capacity, needed, func(p core.PeakBlockStats) C.kvcm_pool_group_peak_block_stats {
+		return C.kvcm_pool_group_peak_block_stats{index: C.kvcm_pool_group_index(p.Index), available: C.int64_t(p.Available),
+			unavailable: C.int64_t(p.Unavailable), evictable: C.int64_t(p.Evictable)}
+	})
+}
+
 func glueManagerGetMigrationStats(mgr *managerObj, stats *C.kvcm_migration_stats, capacity C.size_t, needed *C.size_t) error {
 	ms, err := mgr.MigrationStats()
 	if err != nil {
@@ -406,10 +516,21 @@ func glueManagerDrainEvents(mgr *managerObj, events *C.kvcm_cache_event, eventsC
 	if err != nil {
 		return err
 	}
-	got, d, need := mgr.Events().Drain(len(evs), len(toks))
-	if need > 0 {
-		*numTokens = C.size_t(need)
-		return errorf(codeBufferTooSmall, "the oldest event has %d tokens; tokens_cap is %d", need, uint64(tokensCap))
+	// Priority updates have no kvcm_cache_event form: skipped, draining
+	// on while a drain brought only those.
+	var got []core.CacheEvent
+	var d uint64
+	for {
+		all, dd, need := mgr.Events().Drain(len(evs), len(toks))
+		d += dd
+		if need > 0 {
+			*numTokens = C.size_t(need)
+			return errorf(codeBufferTooSmall, "the oldest event has %d tokens; tokens_cap is %d", need, uint64(tokensCap))
+		}
+		got = slices.DeleteFunc(all, func(ev core.CacheEvent) bool { return ev.Kind == core.BlockPriorityUpdated })
+		if len(got) > 0 || len(all) == 0 {
+			break
+		}
 	}
 	ntok := 0
 	for i, ev := range got {
@@ -418,6 +539,44 @@ func glueManagerDrainEvents(mgr *managerObj, events *C.kvcm_cache_event, eventsC
 			kind: C.kvcm_event_kind(ev.Kind), layer_group: C.kvcm_layer_group_id(ev.LayerGroup),
 			level: C.kvcm_cache_level(ev.Level), num_tokens: C.size_t(len(ev.Tokens)),
 			cache_id: C.uint64_t(ev.CacheID),
+		}
+		if len(ev.Tokens) > 0 {
+			evs[i].tokens = &toks[ntok]
+		}
+		for _, t := range ev.Tokens {
+			toks[ntok] = C.kvcm_token(t)
+			ntok++
+		}
+	}
+	*numEvents, *numTokens = C.size_t(len(got)), C.size_t(ntok)
+	if dropped != nil {
+		*dropped = C.uint64_t(d)
+	}
+	return nil
+}
+
+func glueManagerDrainBlockEvents(mgr *managerObj, events *C.kvcm_block_event, eventsCap C.size_t, tokens *C.kvcm_token, tokensCap C.size_t,
+	numEvents *C.size_t, numTokens *C.size_t, dropped *C.uint64_t) error {
+	evs, err := cSlice(events, eventsCap, "events_cap")
+	if err != nil {
+		return err
+	}
+	toks, err := cSlice(tokens, tokensCap, "tokens_cap")
+	if err != nil {
+		return err
+	}
+	got, d, need := mgr.Events().Drain(len(evs), len(toks))
+	if need > 0 {
+		*numTokens = C.size_t(need)
+		return errorf(codeBufferTooSmall, "the oldest event has %d tokens; tokens_cap is %d", need, uint64(tokensCap))
+	}
+	ntok := 0
+	for i, ev := range got {
+		evs[i] = C.kvcm_block_event{
+			seq: C.uint64_t(ev.Seq), key: C.uint64_t(ev.Key), parent: C.uint64_t(ev.Parent), cache_id: C.uint64_t(ev.CacheID),
+			kind: C.kvcm_event_kind(ev.Kind), layer_group: C.kvcm_layer_group_id(ev.LayerGroup),
+			level: C.kvcm_cache_level(ev.Level), old_level: C.kvcm_cache_level(ev.OldLevel),
+			priority: C.int32_t(ev.Priority), old_priority: C.int32_t(ev.OldPriority), num_tokens: C.size_t(len(ev.Tokens)),
 		}
 		if len(ev.Tokens) > 0 {
 			evs[i].tokens = &toks[ntok]

@@ -28,12 +28,28 @@ extern kvcm_status* kvcm__go_stream_enqueue_host_func(kvcm_stream stream, kvcm_h
 
 /* Versioned structs: the bytes struct_size must cover, per version. */
 #define KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V1 64
+#define KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V2 64
 #define KVCM__CP_INDEX_VTABLE_SIZE_V1 56
+#define KVCM__CP_INDEX_VTABLE_SIZE_V2 56
 #define KVCM__CP_MANAGER_BACKED_OPTIONS_SIZE_V1 48
+#define KVCM__CP_MANAGER_BACKED_OPTIONS_SIZE_V2 48
 #define KVCM__KV_CACHE_OPTIONS_SIZE_V1 80
+#define KVCM__KV_CACHE_OPTIONS_SIZE_V2 80
 #define KVCM__MANAGER_CONFIG_SIZE_V1 112
+#define KVCM__MANAGER_CONFIG_SIZE_V2 184
 
 /* Fields appended after a versioned struct's first version: read one only when it is present. */
+static inline int kvcm__has_manager_config_reuse_match_backoff(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, reuse_match_backoff) + sizeof(p->reuse_match_backoff); }
+static inline int kvcm__has_manager_config_text_only(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, text_only) + sizeof(p->text_only); }
+static inline int kvcm__has_manager_config_commit_min_snapshot(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, commit_min_snapshot) + sizeof(p->commit_min_snapshot); }
+static inline int kvcm__has_manager_config_rebalance_min_sampled_kv_caches(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, rebalance_min_sampled_kv_caches) + sizeof(p->rebalance_min_sampled_kv_caches); }
+static inline int kvcm__has_manager_config_rebalance_cooldown_secs(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, rebalance_cooldown_secs) + sizeof(p->rebalance_cooldown_secs); }
+static inline int kvcm__has_manager_config_rebalance_target_ratio_update_interval(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, rebalance_target_ratio_update_interval) + sizeof(p->rebalance_target_ratio_update_interval); }
+static inline int kvcm__has_manager_config_rebalance_ratio_threshold(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, rebalance_ratio_threshold) + sizeof(p->rebalance_ratio_threshold); }
+static inline int kvcm__has_manager_config_rebalance_moving_average_decay(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, rebalance_moving_average_decay) + sizeof(p->rebalance_moving_average_decay); }
+static inline int kvcm__has_manager_config_typical_step_system_prompt_length(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, typical_step_system_prompt_length) + sizeof(p->typical_step_system_prompt_length); }
+static inline int kvcm__has_manager_config_constraint_system_prompt_lengths(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, constraint_system_prompt_lengths) + sizeof(p->constraint_system_prompt_lengths); }
+static inline int kvcm__has_manager_config_num_constraint_system_prompt_lengths(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, num_constraint_system_prompt_lengths) + sizeof(p->num_constraint_system_prompt_lengths); }
 
 /* Opaque pointer fields, read and written as uintptr_t. */
 static inline uintptr_t kvcm__get_cold_page_codec_self(const kvcm_cold_page_codec* p) { return (uintptr_t)p->self; }

@@ -16,6 +16,9 @@ const (
 	BlockRemoved
 	// BlockUpdated: a page of the block moved to another cache level.
 	BlockUpdated
+	// BlockPriorityUpdated: the block's eviction priority changed (a
+	// descendant committed with a higher one raised it).
+	BlockPriorityUpdated
 )
 
 func (k EventKind) String() string {
@@ -26,6 +29,8 @@ func (k EventKind) String() string {
 		return "removed"
 	case BlockUpdated:
 		return "updated"
+	case BlockPriorityUpdated:
+		return "priority updated"
 	}
 	return "unknown"
 }
@@ -43,9 +48,16 @@ type CacheEvent struct {
 	CacheID uint64
 	// LayerGroup and Level of an updated page: the level it is on now, or
 	// DroppedLevel when that layer group's page left the cache while the
-	// block keeps pages of other layer groups.
+	// block keeps pages of other layer groups; OldLevel is where it was
+	// (DroppedLevel for a page that filled a gap). Level of a stored block
+	// is the GPU level, where commits publish.
 	LayerGroup layout.LayerGroupID
 	Level      layout.CacheLevel
+	OldLevel   layout.CacheLevel
+	// Priority is a stored block's eviction priority, or the new priority of
+	// a BlockPriorityUpdated event, whose OldPriority is the one before; for
+	// other events, the block's priority now (OldPriority equal to it).
+	Priority, OldPriority int
 }
 
 // DroppedLevel is the Level of a BlockUpdated event whose page was dropped.
@@ -72,29 +84,38 @@ func (m *Manager) emit(e CacheEvent) {
 }
 
 func (m *Manager) emitStored(n *node, cache uint64) {
-	m.emit(CacheEvent{Kind: BlockStored, Key: n.key, Parent: n.parent.key, Tokens: n.tokens, CacheID: cache})
+	m.emit(CacheEvent{Kind: BlockStored, Key: n.key, Parent: n.parent.key, Tokens: n.tokens, CacheID: cache,
+		Priority: n.priority, OldPriority: n.priority})
 }
 
 func (m *Manager) emitRemoved(n *node) {
-	m.emit(CacheEvent{Kind: BlockRemoved, Key: n.key, Parent: n.parent.key})
+	m.emit(CacheEvent{Kind: BlockRemoved, Key: n.key, Parent: n.parent.key, Priority: n.priority, OldPriority: n.priority})
 }
 
-func (m *Manager) emitMoved(p *page) {
+// emitMoved reports that p moved from level from to its level now.
+func (m *Manager) emitMoved(p *page, from int) {
 	if p.node == nil {
 		return
 	}
-	m.emitUpdated(p.node, p.lc, layout.CacheLevel(p.level()))
+	m.emitUpdated(p.node, p.lc, layout.CacheLevel(from), layout.CacheLevel(p.level()))
 }
 
-func (m *Manager) emitUpdated(n *node, lc layout.LifeCycleID, level layout.CacheLevel) {
-	m.emit(CacheEvent{Kind: BlockUpdated, Key: n.key, Parent: n.parent.key, LayerGroup: lc, Level: level})
+func (m *Manager) emitUpdated(n *node, lc layout.LifeCycleID, from, to layout.CacheLevel) {
+	m.emit(CacheEvent{Kind: BlockUpdated, Key: n.key, Parent: n.parent.key, LayerGroup: lc, Level: to, OldLevel: from,
+		Priority: n.priority, OldPriority: n.priority})
+}
+
+// emitPriority reports that the stored block n's priority went from old to
+// its priority now.
+func (m *Manager) emitPriority(n *node, old int) {
+	m.emit(CacheEvent{Kind: BlockPriorityUpdated, Key: n.key, Parent: n.parent.key, Priority: n.priority, OldPriority: old})
 }
 
 // emitDropped reports that n lost its page of lc: the block is gone when it
 // has no page left, else only that layer group's page is.
-func (m *Manager) emitDropped(n *node, lc layout.LifeCycleID) {
+func (m *Manager) emitDropped(n *node, lc layout.LifeCycleID, from layout.CacheLevel) {
 	if n.hasPages() {
-		m.emitUpdated(n, lc, DroppedLevel)
+		m.emitUpdated(n, lc, from, DroppedLevel)
 		return
 	}
 	m.emitRemoved(n)

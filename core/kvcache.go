@@ -96,6 +96,9 @@ type KVCache struct {
 	// detached: a key collision stopped publishing (see publish).
 	detached bool
 	reused   int
+	// promptLen is len(InputTokens) at creation: growth once the history
+	// reaches it counts as generation-phase allocation.
+	promptLen int
 	// lost is the ErrDataLost of a cache holding a lost page (sticky);
 	// seenLosses is the manager's loss count when the cache last looked.
 	lost       error
@@ -308,7 +311,9 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	}
 	c.chain.users++
 	m.caches[c.id] = c
+	c.promptLen = len(opts.InputTokens)
 	m.stats.onCreate(len(opts.InputTokens)/tpb, len(mt.path), mt.partLen > 0)
+	m.onCreatePages(c, mt, len(opts.InputTokens))
 	m.safePoint()
 	return c, nil
 }
@@ -688,11 +693,14 @@ func (c *KVCache) Resize(capacity, history int) error {
 	}
 	lt, lvl := m.lt, m.levels[0]
 	oldBlocks, newBlocks := len(c.blocks), lt.BlocksFor(capacity)
+	var perLC []int // new pages per lifecycle, for the statistics
 	if newBlocks > oldBlocks {
 		n := need{}
+		perLC = m.perLCScratch()
 		for lc := range lt.LifeCycles {
 			if k := lt.NewPagesNeeded(layout.LifeCycleID(lc), oldBlocks, newBlocks, history); k > 0 {
 				n[lvl.groupOf(layout.LifeCycleID(lc))] += k
+				perLC[lc] = k
 			}
 		}
 		if err := m.reserveAt(0, n); err != nil {
@@ -748,9 +756,11 @@ func (c *KVCache) Resize(capacity, history int) error {
 	for lc := range c.low {
 		c.low[lc] = max(c.low[lc], lt.FirstKeptBlock(layout.LifeCycleID(lc), history))
 	}
+	generation := c.promptLen > 0 && c.history >= c.promptLen
 	c.capacity, c.history = capacity, history
 	if newBlocks > oldBlocks {
 		m.stats.onAllocate(newBlocks - oldBlocks)
+		m.stats.onAllocatePages(perLC, generation)
 	}
 	m.safePoint()
 	return nil
@@ -941,7 +951,7 @@ func (c *KVCache) publish(b int, blk []config.Token, priority int) []*page {
 				m.emitStored(next, c.id)
 			} else {
 				for _, p := range published {
-					m.emitUpdated(next, p.lc, layout.CacheLevel(p.level()))
+					m.emitUpdated(next, p.lc, DroppedLevel, layout.CacheLevel(p.level()))
 				}
 			}
 		}
@@ -975,7 +985,11 @@ func (c *KVCache) setPriority(n *node, pr int) {
 	n.priority = pr
 	// Ancestors never rank below descendants, so a chain drains from its tail.
 	for a := n.parent; a != nil && a.priority < pr; a = a.parent {
+		old := a.priority
 		a.priority = pr
+		if a.parent != nil && a.hasPages() { // a stored block, not a scope root
+			c.m.emitPriority(a, old)
+		}
 		for _, p := range a.pages {
 			if p != nil {
 				p.refresh()

@@ -74,6 +74,7 @@ type Manager struct {
 	matched []*node
 	missing []int
 	dropped []releasedPage
+	perLC   []int
 	closed  bool
 
 	listeners []EventListener
@@ -151,6 +152,7 @@ func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 }
 
 func (m *Manager) init(cc *codec.Guarded) error {
+	m.stats = newStatCounters(len(m.lt.LifeCycles), len(m.cfg.CacheTiers))
 	weights := m.lt.ByteWeights(&m.cfg)
 	if err := m.initHotLevel(weights); err != nil {
 		return err
@@ -367,9 +369,15 @@ func (m *Manager) drop(p *page) {
 	}
 	n := p.node
 	n.pages[p.lc] = nil
+	from := layout.CacheLevel(p.level())
+	if p.group.level.kind == config.HostTier {
+		st := &m.stats.lc[p.lc]
+		st.HostDroppedBlocks++
+		st.HostDroppedBytes += m.lcCodec[p.lc].coldBytes
+	}
 	p.group.release(p)
 	p.node, p.inflight = nil, nil
-	m.emitDropped(n, p.lc)
+	m.emitDropped(n, p.lc, from)
 	if !n.hasPages() {
 		m.prune = append(m.prune, n)
 	}
@@ -421,12 +429,14 @@ func (m *Manager) ref(p *page, active bool) {
 	p.refresh()
 }
 
-// safePoint prunes tree nodes that lost all pages. It runs at the end of
-// public operations, never while an operation may still be evicting.
+// safePoint prunes tree nodes that lost all pages and samples the slot-count
+// peaks. It runs at the end of public operations, never while an operation
+// may still be evicting.
 func (m *Manager) safePoint() {
 	if len(m.pending) > 0 {
 		m.settle()
 	}
+	defer m.notePeaks()
 	for len(m.prune) > 0 {
 		n := m.prune[len(m.prune)-1]
 		m.prune = m.prune[:len(m.prune)-1]
@@ -445,6 +455,14 @@ func (m *Manager) safePoint() {
 	}
 }
 
+func (m *Manager) notePeaks() {
+	for _, l := range m.levels {
+		for _, g := range l.groups {
+			g.notePeaks()
+		}
+	}
+}
+
 func (m *Manager) root(scope blockhash.Scope) *node {
 	k := scope.Root()
 	r := m.roots[k]
@@ -460,4 +478,15 @@ func (m *Manager) checkOpen() error {
 		return ErrClosed
 	}
 	return nil
+}
+
+// perLCScratch returns a zeroed per-lifecycle count, reused by every call.
+func (m *Manager) perLCScratch() []int {
+	n := len(m.lt.LifeCycles)
+	if cap(m.perLC) < n {
+		m.perLC = make([]int, n)
+	}
+	m.perLC = m.perLC[:n]
+	clear(m.perLC)
+	return m.perLC
 }

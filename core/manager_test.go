@@ -369,7 +369,7 @@ func TestBadConfigurationsNameTheField(t *testing.T) {
 		"ratio value":       {func(c *config.Config) { c.InitialPoolRatio = []float64{0} }, "initial_pool_ratio[0]"},
 		"typical step": {func(c *config.Config) {
 			c.TypicalStep = &config.BatchDesc{Requests: []config.RequestDesc{{Capacity: 4, HistoryLength: 5}}}
-		}, "typical_step.requests[0].history_length"},
+		}, "typical_step.kv_caches[0].history_length"},
 		"disk without path": {func(c *config.Config) {
 			c.CacheTiers = append(c.CacheTiers, config.Disk(1<<20, ""))
 		}, "cache_tiers[1].path"},
@@ -727,6 +727,47 @@ func TestEventsReportStoredDroppedAndRemovedBlocks(t *testing.T) {
 	}
 	assert.Equal(t, 1, dropped, "block 1 losing one of its two pages: an update to DroppedLevel")
 	assert.Equal(t, 2, removed, "each block's last page: the block is removed")
+}
+
+// TestEventsCarryPrioritiesAndTheLevelLeft: a stored block reports its
+// priority; a later block committed with a higher one raises its stored
+// ancestors, each reported with the priority before; a page moving down
+// reports the level it left.
+func TestEventsCarryPrioritiesAndTheLevelLeft(t *testing.T) {
+	var events []CacheEvent
+	f := newTieredFixture(t, tieredConfig(t, 4, 8, 0), WithEventListener(func(e CacheEvent) { events = append(events, e) }))
+	f.serve(blockhash.Scope{}, seq(0, 8))
+	require.Len(t, events, 2)
+	for _, e := range events {
+		assert.Equal(t, [3]int{int(BlockStored), DefaultPriority, DefaultPriority}, [3]int{int(e.Kind), e.Priority, e.OldPriority})
+	}
+
+	events = nil
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 13), Priority: func(int) int { return 80 }})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Resize(12, 12))
+	require.NoError(t, c.Commit(seq(8, 4), false))
+	require.NoError(t, c.Close())
+	var kinds []EventKind
+	for _, e := range events {
+		kinds = append(kinds, e.Kind)
+		if e.Kind == BlockPriorityUpdated {
+			assert.Equal(t, [2]int{DefaultPriority, 80}, [2]int{e.OldPriority, e.Priority})
+		}
+	}
+	assert.Equal(t, []EventKind{BlockPriorityUpdated, BlockPriorityUpdated, BlockStored}, kinds)
+
+	events = nil
+	f.serve(blockhash.Scope{}, seq(100, 16)) // needs the whole GPU: the cached blocks go to the host
+	moved := 0
+	for _, e := range events {
+		if e.Kind == BlockUpdated {
+			assert.Equal(t, [2]layout.CacheLevel{0, 1}, [2]layout.CacheLevel{e.OldLevel, e.Level})
+			moved++
+		}
+	}
+	assert.Equal(t, 3, moved)
 }
 
 // Close closes the caches still open (ACTIVE or SUSPENDED) and releases

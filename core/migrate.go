@@ -238,15 +238,16 @@ func (m *Manager) runUnit(u unit) error {
 		fl.pages = append(fl.pages, p)
 		p.inflight = fl
 		if u.src.level != u.dst.level {
-			m.emitMoved(p)
+			m.emitMoved(p, u.src.level.index)
 		}
 		c := &m.migrations[path]
 		c.Pages++
+		bytes := m.lcCodec[p.lc].coldBytes
 		if path == HotToHot {
-			c.Bytes += u.src.desc.PageBytes()
-		} else {
-			c.Bytes += m.lcCodec[p.lc].coldBytes
+			bytes = u.src.desc.PageBytes()
 		}
+		c.Bytes += bytes
+		m.stats.onMoved(p.lc, path, bytes)
 	}
 	m.pending = append(m.pending, fl)
 	return nil
@@ -531,7 +532,7 @@ func (m *Manager) lose(p *page, err error) {
 	if n := p.node; n != nil {
 		n.pages[p.lc] = nil
 		p.node = nil
-		m.emitDropped(n, p.lc)
+		m.emitDropped(n, p.lc, layout.CacheLevel(p.level()))
 		if !n.hasPages() {
 			m.prune = append(m.prune, n)
 		}

@@ -233,5 +233,6 @@ func (m *Manager) resizeGroup(g *slotGroup, slots int64) error {
 		g.free = append(g.free, int32(s))
 	}
 	g.peakUsed = min(g.peakUsed, slots)
+	g.peakAvail, g.peakUnavail, g.peakEvictable = min(g.peakAvail, slots), min(g.peakUnavail, slots), min(g.peakEvictable, slots)
 	return nil
 }

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"slices"
+
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/layout"
 )
@@ -45,6 +47,64 @@ func (s *BlockStats) add(d BlockStats) {
 
 type statCounters struct {
 	total, iter BlockStats
+	// lc counts each layer group's iteration; reusedFull, reusedPartial
+	// ([layer group][level]) and cachedTokens ([level]) the reuse of an
+	// iteration by the level the reused pages were on. Each resets with its
+	// own getter.
+	lc                        []LayerGroupStats
+	reusedFull, reusedPartial [][]int64
+	cachedTokens              []int64
+}
+
+// LayerGroupStats counts one layer group's page outcomes and movements
+// during an iteration (KVCacheManagerV2's KVCacheIterationStatsDelta, whose
+// fields carry an iter_ prefix). A block counts in a layer group when the
+// layer group has (or gets) a page for it: a sliding-window layer group
+// counts only the blocks inside its window.
+type LayerGroupStats struct {
+	// AllocTotalBlocks = AllocNewBlocks + ReusedBlocks.
+	AllocTotalBlocks int64
+	// AllocNewBlocks are pages Resize allocated fresh.
+	AllocNewBlocks int64
+	// ReusedBlocks = FullReusedBlocks + PartialReusedBlocks.
+	ReusedBlocks int64
+	// FullReusedBlocks are tree pages a new cache shares.
+	FullReusedBlocks int64
+	// PartialReusedBlocks are private copies of a partially matched block.
+	PartialReusedBlocks int64
+	// MissedBlocks are pages the full input blocks need that were not
+	// shared from the tree.
+	MissedBlocks int64
+	// GenAllocBlocks are the AllocNewBlocks of caches whose history had
+	// reached their prompt (generation-phase growth).
+	GenAllocBlocks int64
+	// Onboard*: pages brought to the GPU from a colder level; Offload*:
+	// pages moved from the GPU to a colder level; IntraDeviceCopy*: GPU to
+	// GPU copies (partial reuse, defragmentation); HostDropped*: pages
+	// dropped from the host level. Bytes as they travel (cold page bytes
+	// off the GPU, hot page bytes on it).
+	OnboardBlocks, OnboardBytes                 int64
+	OffloadBlocks, OffloadBytes                 int64
+	IntraDeviceCopyBlocks, IntraDeviceCopyBytes int64
+	HostDroppedBlocks, HostDroppedBytes         int64
+}
+
+// HitRate is ReusedBlocks over the pages looked up (ReusedBlocks +
+// MissedBlocks), 0 when none was.
+func (s LayerGroupStats) HitRate() float64 {
+	if n := s.ReusedBlocks + s.MissedBlocks; n > 0 {
+		return float64(s.ReusedBlocks) / float64(n)
+	}
+	return 0
+}
+
+func newStatCounters(numLC, numLevels int) statCounters {
+	s := statCounters{lc: make([]LayerGroupStats, numLC), cachedTokens: make([]int64, numLevels)}
+	s.reusedFull, s.reusedPartial = make([][]int64, numLC), make([][]int64, numLC)
+	for lc := range s.reusedFull {
+		s.reusedFull[lc], s.reusedPartial[lc] = make([]int64, numLevels), make([]int64, numLevels)
+	}
+	return s
 }
 
 func (s *statCounters) count(d BlockStats) {
@@ -65,6 +125,80 @@ func (s *statCounters) onCreate(inputBlocks, reusedFull int, partial bool) {
 
 func (s *statCounters) onAllocate(newBlocks int) {
 	s.count(BlockStats{AllocTotalBlocks: int64(newBlocks), AllocNewBlocks: int64(newBlocks)})
+}
+
+// onCreatePages counts a new cache's pages per layer group: the shared tree
+// pages of its first full blocks by the level each was on, its private
+// partial copy (made from GPU pages), and the pages its full input blocks
+// need beyond those shared. A reused block's tokens count at the coldest
+// level of its pages, the partial tokens at the GPU level.
+func (m *Manager) onCreatePages(c *KVCache, mt match, inputTokens int) {
+	s, lt, tpb := &m.stats, m.lt, m.cfg.TokensPerBlock
+	inputBlocks := inputTokens / tpb
+	for b := range mt.path {
+		coldest := 0
+		for lc, p := range c.blocks[b].pages {
+			if p == nil {
+				continue
+			}
+			lvl := p.level()
+			coldest = max(coldest, lvl)
+			s.lc[lc].FullReusedBlocks++
+			s.reusedFull[lc][lvl]++
+		}
+		s.cachedTokens[coldest] += int64(tpb)
+	}
+	if mt.partLen > 0 {
+		s.cachedTokens[0] += int64(mt.partLen)
+	}
+	for lc := range s.lc {
+		st := &s.lc[lc]
+		full := int64(0)
+		for b := range mt.path {
+			if c.blocks[b].pages[lc] != nil {
+				full++
+			}
+		}
+		partial := int64(0)
+		if mt.partLen > 0 && c.blocks[len(mt.path)].pages[lc] != nil {
+			partial = 1
+			s.reusedPartial[lc][0]++
+		}
+		st.PartialReusedBlocks += partial
+		st.ReusedBlocks += full + partial
+		st.AllocTotalBlocks += full + partial
+		needed := int64(lt.NewPagesNeeded(layout.LifeCycleID(lc), 0, inputBlocks, inputTokens))
+		st.MissedBlocks += max(needed-full, 0)
+	}
+}
+
+// onAllocatePages counts the pages Resize allocated for a cache, per layer
+// group; generation-phase growth once the history reached the prompt.
+func (s *statCounters) onAllocatePages(perLC []int, generation bool) {
+	for lc, k := range perLC {
+		st := &s.lc[lc]
+		st.AllocNewBlocks += int64(k)
+		st.AllocTotalBlocks += int64(k)
+		if generation {
+			st.GenAllocBlocks += int64(k)
+		}
+	}
+}
+
+// onMoved counts one page's migration on path, of bytes as it travels.
+func (s *statCounters) onMoved(lc layout.LifeCycleID, path Path, bytes int64) {
+	st := &s.lc[lc]
+	switch path {
+	case HotToHot:
+		st.IntraDeviceCopyBlocks++
+		st.IntraDeviceCopyBytes += bytes
+	case HotToHost, HotToDisk:
+		st.OffloadBlocks++
+		st.OffloadBytes += bytes
+	case HostToHot, DiskToHot:
+		st.OnboardBlocks++
+		st.OnboardBytes += bytes
+	}
 }
 
 func (s *statCounters) onEvict() { s.count(BlockStats{Evictions: 1}) }
@@ -108,6 +242,51 @@ func (m *Manager) GetAndResetIterationStats() BlockStats {
 	return s
 }
 
+// GetAndResetLayerGroupIterationStats returns each layer group's counters
+// since the previous call, indexed by layer group, and starts a new
+// iteration of them.
+func (m *Manager) GetAndResetLayerGroupIterationStats() []LayerGroupStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := slices.Clone(m.stats.lc)
+	clear(m.stats.lc)
+	return out
+}
+
+// ReusedBlocksByLevel counts one layer group's reused pages of an iteration
+// by the level each was on when a new cache reused it (indexed by level).
+type ReusedBlocksByLevel struct {
+	Full, Partial []int64
+}
+
+// GetAndResetIterationReusedBlocksByLevel returns, indexed by layer group,
+// the pages reused since the previous call by the level they were on, and
+// restarts the count.
+func (m *Manager) GetAndResetIterationReusedBlocksByLevel() []ReusedBlocksByLevel {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := &m.stats
+	out := make([]ReusedBlocksByLevel, len(s.reusedFull))
+	for lc := range out {
+		out[lc] = ReusedBlocksByLevel{Full: slices.Clone(s.reusedFull[lc]), Partial: slices.Clone(s.reusedPartial[lc])}
+		clear(s.reusedFull[lc])
+		clear(s.reusedPartial[lc])
+	}
+	return out
+}
+
+// GetAndResetIterationCachedTokensByLevel returns, indexed by level, the
+// tokens new caches reused since the previous call by the level their data
+// was on (a full block's tokens at the coldest level of its pages, partially
+// reused tokens at the GPU level), and restarts the count.
+func (m *Manager) GetAndResetIterationCachedTokensByLevel() []int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := slices.Clone(m.stats.cachedTokens)
+	clear(m.stats.cachedTokens)
+	return out
+}
+
 // PoolGroupStats is the state of one pool group of one level, in slots.
 // Available = Free + Evictable.
 type PoolGroupStats struct {
@@ -142,12 +321,17 @@ func (m *Manager) StorageStats(level layout.CacheLevel) ([]PoolGroupStats, error
 	return out, nil
 }
 
-// PeakBlockStats is the largest number of slots in use in one pool group
-// during an iteration.
+// PeakBlockStats holds the peaks of one pool group's slot counts during an
+// iteration: the most slots in use, and KVCacheManagerV2's peaks of
+// available (free + evictable), unavailable (total - available) and
+// evictable slots, each the largest it reached.
 type PeakBlockStats struct {
-	Index    layout.PoolGroupIndex
-	PeakUsed int64
-	Total    int64
+	Index       layout.PoolGroupIndex
+	PeakUsed    int64
+	Total       int64
+	Available   int64
+	Unavailable int64
+	Evictable   int64
 }
 
 // GetAndResetIterationPeakBlockStats returns, per pool group of level in that
@@ -162,8 +346,9 @@ func (m *Manager) GetAndResetIterationPeakBlockStats(level layout.CacheLevel) ([
 	}
 	out := make([]PeakBlockStats, 0, len(lvl.groups))
 	for _, g := range lvl.groups {
-		out = append(out, PeakBlockStats{Index: g.desc.Index, PeakUsed: g.peakUsed, Total: g.numSlots})
-		g.peakUsed = g.used()
+		out = append(out, PeakBlockStats{Index: g.desc.Index, PeakUsed: g.peakUsed, Total: g.numSlots,
+			Available: g.peakAvail, Unavailable: g.peakUnavail, Evictable: g.peakEvictable})
+		g.resetPeaks()
 	}
 	return out, nil
 }

@@ -69,9 +69,30 @@ type slotGroup struct {
 	fences   []fence
 	victims  victimHeap
 	peakUsed int64
+	// The iteration's peaks of available, unavailable and evictable slots,
+	// sampled by notePeaks at the end of every public operation (as
+	// KVCacheManagerV2 samples them when statistics are committed): within
+	// an operation, victims on their way out would look unavailable.
+	peakAvail, peakUnavail, peakEvictable int64
 }
 
 func (g *slotGroup) used() int64 { return g.numSlots - int64(len(g.free)) }
+
+// notePeaks raises the iteration's peaks to the group's current counts.
+func (g *slotGroup) notePeaks() {
+	ev := int64(len(g.victims))
+	avail := int64(len(g.free)) + ev
+	g.peakAvail = max(g.peakAvail, avail)
+	g.peakUnavail = max(g.peakUnavail, g.numSlots-avail)
+	g.peakEvictable = max(g.peakEvictable, ev)
+}
+
+// resetPeaks starts a new iteration's peaks from the current counts.
+func (g *slotGroup) resetPeaks() {
+	g.peakUsed = g.used()
+	g.peakAvail, g.peakUnavail, g.peakEvictable = 0, 0, 0
+	g.notePeaks()
+}
 
 func (g *slotGroup) poolBase(pool int) device.Ptr { return g.mem[pool].Ptr() }
 

@@ -71,16 +71,18 @@ func seq(from, n int32) []int32 {
 }
 
 func TestVersionsAndFunctionTable(t *testing.T) {
-	assert.Equal(t, uint32(1), ABIVersion())
+	assert.Equal(t, uint32(2), ABIVersion())
 	assert.Equal(t, "0.1.0", LibraryVersion())
 	ok, size, abi, slots := APITable(1)
-	require.True(t, ok)
-	assert.Equal(t, uint32(1), abi)
+	require.True(t, ok, "a caller built against version 1")
+	assert.Equal(t, uint32(2), abi, "the table is the library's")
 	assert.Greater(t, size, uint32(8))
 	assert.True(t, slots, "table slots are the exported functions")
+	ok, _, _, _ = APITable(2)
+	assert.True(t, ok, "the current version")
 	ok, _, _, _ = APITable(0)
 	assert.False(t, ok, "version 0")
-	ok, _, _, _ = APITable(2)
+	ok, _, _, _ = APITable(3)
 	assert.False(t, ok, "a version newer than the library")
 	code, msg := StatusOfNull()
 	assert.Equal(t, OK, code)
@@ -683,7 +685,7 @@ func poisonChild(t *testing.T) {
 	_, err = CPCreateDelegating(TestIndex{Slots: SlotsAll})
 	requireCode(t, err, Poisoned)
 	assert.Equal(t, int64(1), GetTestIndexStats().Sub(tiBefore).Destroyed, "a CP index object too")
-	assert.Equal(t, uint32(1), ABIVersion(), "plain queries still answer")
+	assert.Equal(t, uint32(2), ABIVersion(), "plain queries still answer")
 	if !t.Failed() {
 		fmt.Println("CHILD-POISON-OK")
 	}
@@ -856,7 +858,7 @@ func TestHugeQuotaNamesTheField(t *testing.T) {
 }
 
 // max_util_for_resume 0 is unset: a zero-initialized config resumes up to the
-// default 0.95, while a set value is used as is.
+// default 0.97, while a set value is used as is.
 func TestZeroMaxUtilForResumeIsTheDefault(t *testing.T) {
 	noLeaks(t)
 	for _, tc := range []struct {
@@ -877,7 +879,7 @@ func TestZeroMaxUtilForResumeIsTheDefault(t *testing.T) {
 		require.NoError(t, err)
 		err = Resume(b, s)
 		if tc.code == OK {
-			require.NoError(t, err, "0.75 is below the default 0.95")
+			require.NoError(t, err, "0.75 is below the default 0.97")
 		} else {
 			requireCode(t, err, tc.code, "resume refused")
 		}

@@ -134,6 +134,8 @@ type Config struct {
 	MaxUtilForResume   float64
 	EventQueueCapacity uint32
 	InitialPoolRatio   []float64
+	// ReuseMatchBackoff is a field of ABI version 2.
+	ReuseMatchBackoff int32
 	// StructSize and ABIVersion override the versioned header when nonzero
 	// (negative ABIVersion writes 0).
 	StructSize uint32
@@ -158,6 +160,7 @@ func (cfg *Config) build(a *arena) *C.kvcm_manager_config {
 	c.event_queue_capacity = C.uint32_t(cfg.EventQueueCapacity)
 	c.enable_partial_reuse = C.bool(cfg.EnablePartialReuse)
 	c.max_util_for_resume = C.double(cfg.MaxUtilForResume)
+	c.reuse_match_backoff = C.int32_t(cfg.ReuseMatchBackoff)
 	tiers := cArray[C.kvcm_cache_tier_config](a, len(cfg.Tiers))
 	for i, t := range cfg.Tiers {
 		tiers[i] = C.kvcm_cache_tier_config{kind: C.kvcm_tier_kind(t.Kind), quota: C.int64_t(t.Quota), max_quota: C.int64_t(t.MaxQuota)}
@@ -431,6 +434,69 @@ func BlockStats(m uint64) (reused, missed, evictions int64, err error) {
 	var s C.kvcm_block_stats
 	err = status(C.kvcm_manager_get_stats(C.kvcm_manager(m), &s))
 	return int64(s.reused_blocks), int64(s.missed_blocks), int64(s.evictions), err
+}
+
+// ConfigSizeV1 is sizeof(kvcm_manager_config) as ABI version 1 laid it out:
+// the offset of the first field version 2 appended.
+var ConfigSizeV1 = uint32(unsafe.Offsetof(C.kvcm_manager_config{}.reuse_match_backoff))
+
+// LayerGroupStats is one kvcm_layer_group_iteration_stats (some fields).
+type LayerGroupStats struct {
+	LayerGroup                                int32
+	AllocNew, Reused, FullReused, Missed, Gen int64
+}
+
+// LayerGroupIterationStats calls
+// kvcm_manager_get_and_reset_layer_group_iteration_stats with the given
+// capacity and returns the entries and the needed count.
+func LayerGroupIterationStats(m uint64, capacity int) ([]LayerGroupStats, int, error) {
+	buf := make([]C.kvcm_layer_group_iteration_stats, capacity+1)
+	var n C.size_t
+	err := status(C.kvcm_manager_get_and_reset_layer_group_iteration_stats(C.kvcm_manager(m), &buf[0], C.size_t(capacity), &n))
+	var out []LayerGroupStats
+	if err == nil {
+		for _, s := range buf[:n] {
+			out = append(out, LayerGroupStats{int32(s.layer_group), int64(s.alloc_new_blocks), int64(s.reused_blocks),
+				int64(s.full_reused_blocks), int64(s.missed_blocks), int64(s.gen_alloc_blocks)})
+		}
+	}
+	return out, int(n), err
+}
+
+// BlockEvent is a drained kvcm_block_event (some fields).
+type BlockEvent struct {
+	Kind, Level, OldLevel, Priority, OldPriority int32
+	Key                                          uint64
+	Tokens                                       []int32
+}
+
+// DrainBlockEvents calls kvcm_manager_drain_block_events until it returns
+// no event.
+func DrainBlockEvents(m uint64) ([]BlockEvent, error) {
+	var out []BlockEvent
+	for {
+		// Fresh buffers: drained events point into the tokens, and cgo
+		// refuses Go memory holding Go pointers.
+		evs := make([]C.kvcm_block_event, 64)
+		toks := make([]C.kvcm_token, 1024)
+		var ne, nt C.size_t
+		if err := status(C.kvcm_manager_drain_block_events(C.kvcm_manager(m), &evs[0], 64, &toks[0], 1024, &ne, &nt, nil)); err != nil {
+			return nil, err
+		}
+		if ne == 0 {
+			return out, nil
+		}
+		for _, e := range evs[:ne] {
+			ev := BlockEvent{Kind: int32(e.kind), Level: int32(e.level), OldLevel: int32(e.old_level),
+				Priority: int32(e.priority), OldPriority: int32(e.old_priority), Key: uint64(e.key)}
+			if e.num_tokens > 0 {
+				for _, t := range unsafe.Slice(e.tokens, int(e.num_tokens)) {
+					ev.Tokens = append(ev.Tokens, int32(t))
+				}
+			}
+			out = append(out, ev)
+		}
+	}
 }
 
 // Event is a drained kvcm_cache_event.

@@ -95,14 +95,27 @@ type RequestDesc struct {
 	HistoryLength int
 }
 
-// BatchDesc is one batch step.
+// BatchDesc is one batch step (KVCacheManagerV2's BatchDesc, whose requests
+// are named kv_caches). SystemPromptLength leading tokens are one prompt
+// shared by every request: its full blocks are held once for the batch, not
+// once per request.
 type BatchDesc struct {
-	Requests []RequestDesc
+	Requests           []RequestDesc
+	SystemPromptLength int
 }
 
 // DefaultMaxUtilForResume is used when Config.MaxUtilForResume is zero
-// (unset).
-const DefaultMaxUtilForResume = 0.95
+// (unset). It is KVCacheManagerV2's default; the bindings' field defaults
+// mirror it.
+const DefaultMaxUtilForResume = 0.97
+
+// Defaults of the rebalance fields whose zero value means unset (0 is not a
+// valid value of theirs); KVCacheManagerV2's defaults.
+const (
+	DefaultRebalanceTargetRatioUpdateInterval = 100
+	DefaultRebalanceRatioThreshold            = 1.25
+	DefaultRebalanceMovingAverageDecay        = 0.9999
+)
 
 // Config is the manager's configuration.
 type Config struct {
@@ -117,20 +130,49 @@ type Config struct {
 	// zero-initialized C kvcm_manager_config) gets the default; a threshold
 	// of exactly 0 cannot be asked for (a tiny positive fraction refuses
 	// whenever active caches hold GPU pages). The Python and C++ bindings,
-	// whose fields default to 0.95, reject an explicit 0.
+	// whose fields default to DefaultMaxUtilForResume, reject an explicit 0.
 	MaxUtilForResume float64
 	// EnablePartialReuse lets a request reuse the matching head of a cached
 	// block by copying it into a private page.
+	// The Python and C++ bindings default it to true (KVCacheManagerV2's
+	// default); the zero Config, like a zero-initialized C config, has it off.
 	EnablePartialReuse bool
+	// ReuseMatchBackoff tokens are trimmed off the tail of every prefix
+	// match (KVCacheManagerV2's reuse_match_backoff): for pools that also
+	// hold state reading that many tokens ahead. Not negative.
+	ReuseMatchBackoff int
 	// InitialPoolRatio is one hot-tier byte ratio per layer group, in layer
-	// group order. When empty, TypicalStep decides; else Constraints; else
-	// every layer group gets the same number of slots.
+	// group order. When nil, TypicalStep decides; else Constraints; else
+	// every layer group gets the same number of slots. A non-nil empty
+	// list is invalid, as in KVCacheManagerV2.
 	InitialPoolRatio []float64
 	TypicalStep      *BatchDesc
 	// Constraints are batches the GPU tier must always be able to hold; they
 	// set floors on hot slot counts and never affect cold tiers.
 	Constraints []BatchDesc
+	// EnableStats is carried for KVCacheManagerV2 parity: kvcm always
+	// counts its statistics (the bindings default it to true).
 	EnableStats bool
+	// TextOnly promises that no request carries multimodal tokens; kvcm's
+	// tokens are text only, so it changes nothing.
+	TextOnly bool
+	// CommitMinSnapshot (KVCacheManagerV2: commit keeps only the minimum
+	// snapshot reusable at the committed length; needed by SSM layers) is
+	// carried and validated; kvcm has no SSM layers, whose model coverage
+	// gives it an effect.
+	CommitMinSnapshot bool
+	// The rebalance fields tune KVCacheManagerV2's automatic pool
+	// rebalancing, which is model coverage in kvcm: they are validated with
+	// KVCacheManagerV2's rules and carried, with no effect yet. Zero
+	// RebalanceTargetRatioUpdateInterval, RebalanceRatioThreshold and
+	// RebalanceMovingAverageDecay mean unset (their Default* constants);
+	// RebalanceMinSampledKVCaches and RebalanceCooldownSecs are taken as
+	// given (0 is valid).
+	RebalanceMinSampledKVCaches        int64
+	RebalanceCooldownSecs              float64
+	RebalanceTargetRatioUpdateInterval int64
+	RebalanceRatioThreshold            float64
+	RebalanceMovingAverageDecay        float64
 }
 
 // Error is a configuration error naming the offending field.
@@ -193,7 +235,16 @@ func (c *Config) Validate(numLayerGroups int) error {
 		return fieldErr("max_util_for_resume", "must be in (0, 1], or 0 (unset) for the default %v, got %v",
 			DefaultMaxUtilForResume, u)
 	}
-	if len(c.InitialPoolRatio) > 0 {
+	if c.ReuseMatchBackoff < 0 {
+		return fieldErr("reuse_match_backoff", "must not be negative, got %d", c.ReuseMatchBackoff)
+	}
+	if err := c.validateRebalance(); err != nil {
+		return err
+	}
+	if c.InitialPoolRatio != nil {
+		if len(c.InitialPoolRatio) == 0 {
+			return fieldErr("initial_pool_ratio", "must not be empty (omit it to size from typical_step or constraints)")
+		}
 		if len(c.InitialPoolRatio) != numLayerGroups {
 			return fieldErr("initial_pool_ratio", "has %d entries, want one per layer group (%d)",
 				len(c.InitialPoolRatio), numLayerGroups)
@@ -213,6 +264,25 @@ func (c *Config) Validate(numLayerGroups int) error {
 		if err := validateBatch(fmt.Sprintf("constraints[%d]", i), b); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+func (c *Config) validateRebalance() error {
+	switch {
+	case c.RebalanceMinSampledKVCaches < 0:
+		return fieldErr("rebalance_min_sampled_kv_caches", "must not be negative, got %d", c.RebalanceMinSampledKVCaches)
+	case math.IsNaN(c.RebalanceCooldownSecs) || math.IsInf(c.RebalanceCooldownSecs, 0) || c.RebalanceCooldownSecs < 0:
+		return fieldErr("rebalance_cooldown_secs", "must be finite and not negative, got %v", c.RebalanceCooldownSecs)
+	case c.RebalanceTargetRatioUpdateInterval < 0:
+		return fieldErr("rebalance_target_ratio_update_interval", "must be positive (0: the default %d), got %d",
+			DefaultRebalanceTargetRatioUpdateInterval, c.RebalanceTargetRatioUpdateInterval)
+	case c.RebalanceRatioThreshold != 0 && !(c.RebalanceRatioThreshold > 1 && !math.IsInf(c.RebalanceRatioThreshold, 0)):
+		return fieldErr("rebalance_ratio_threshold", "must be finite and above 1 (0: the default %v), got %v",
+			DefaultRebalanceRatioThreshold, c.RebalanceRatioThreshold)
+	case c.RebalanceMovingAverageDecay != 0 && !(c.RebalanceMovingAverageDecay > 0 && c.RebalanceMovingAverageDecay < 1):
+		return fieldErr("rebalance_moving_average_decay", "must be in (0, 1) (0: the default %v), got %v",
+			DefaultRebalanceMovingAverageDecay, c.RebalanceMovingAverageDecay)
 	}
 	return nil
 }
@@ -335,10 +405,13 @@ func (c *Config) validateLayers() error {
 
 func validateBatch(field string, b BatchDesc) error {
 	if len(b.Requests) == 0 {
-		return fieldErr(field+".requests", "must not be empty")
+		return fieldErr(field+".kv_caches", "must not be empty")
+	}
+	if b.SystemPromptLength < 0 {
+		return fieldErr(field+".system_prompt_length", "must not be negative, got %d", b.SystemPromptLength)
 	}
 	for i, r := range b.Requests {
-		f := fmt.Sprintf("%s.requests[%d]", field, i)
+		f := fmt.Sprintf("%s.kv_caches[%d]", field, i)
 		if r.Capacity <= 0 {
 			return fieldErr(f+".capacity", "must be positive, got %d", r.Capacity)
 		}

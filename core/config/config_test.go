@@ -90,3 +90,61 @@ func TestBufferSizesThatOverflowAreRejected(t *testing.T) {
 	}})
 	requireField(t, cfg.Validate(1), "layers[1].buffers[0].size", "beyond")
 }
+
+// The default max_util_for_resume is KVCacheManagerV2's, 0.97.
+func TestDefaultMaxUtilForResumeIsKVCM2s(t *testing.T) {
+	assert.Equal(t, 0.97, config.DefaultMaxUtilForResume)
+}
+
+// Every error names its field: an empty (non-nil) initial_pool_ratio is
+// rejected, as KVCacheManagerV2 rejects it, while nil means unset.
+func TestEmptyInitialPoolRatioIsRejected(t *testing.T) {
+	cfg := valid()
+	cfg.InitialPoolRatio = []float64{}
+	requireField(t, cfg.Validate(1), "initial_pool_ratio", "must not be empty")
+	cfg.InitialPoolRatio = nil
+	require.NoError(t, cfg.Validate(1))
+	cfg.InitialPoolRatio = []float64{1, 1}
+	requireField(t, cfg.Validate(1), "initial_pool_ratio", "has 2 entries")
+}
+
+// Every error names its field: reuse_match_backoff and a batch's
+// system_prompt_length must not be negative; a batch's requests are named
+// kv_caches, as in KVCacheManagerV2.
+func TestBackoffAndSystemPromptLengthAreNotNegative(t *testing.T) {
+	cfg := valid()
+	cfg.ReuseMatchBackoff = -1
+	requireField(t, cfg.Validate(1), "reuse_match_backoff", "negative")
+	cfg = valid()
+	cfg.TypicalStep = &config.BatchDesc{Requests: []config.RequestDesc{{Capacity: 8}}, SystemPromptLength: -4}
+	requireField(t, cfg.Validate(1), "typical_step.system_prompt_length", "negative")
+	cfg.TypicalStep = &config.BatchDesc{}
+	requireField(t, cfg.Validate(1), "typical_step.kv_caches", "empty")
+}
+
+// Every error names its field: the rebalance fields follow KVCacheManagerV2's
+// rules, zero meaning the default for those where zero is not a valid value.
+func TestRebalanceFieldsAreValidated(t *testing.T) {
+	cfg := valid()
+	require.NoError(t, cfg.Validate(1), "all zero: the first two are 0, the others their defaults")
+	cfg.RebalanceMinSampledKVCaches, cfg.RebalanceCooldownSecs = 2000, 120
+	cfg.RebalanceTargetRatioUpdateInterval, cfg.RebalanceRatioThreshold, cfg.RebalanceMovingAverageDecay = 100, 1.25, 0.9999
+	require.NoError(t, cfg.Validate(1), "KVCacheManagerV2's defaults")
+	for _, tc := range []struct {
+		field string
+		set   func(*config.Config)
+	}{
+		{"rebalance_min_sampled_kv_caches", func(c *config.Config) { c.RebalanceMinSampledKVCaches = -1 }},
+		{"rebalance_cooldown_secs", func(c *config.Config) { c.RebalanceCooldownSecs = -1 }},
+		{"rebalance_cooldown_secs", func(c *config.Config) { c.RebalanceCooldownSecs = math.Inf(1) }},
+		{"rebalance_target_ratio_update_interval", func(c *config.Config) { c.RebalanceTargetRatioUpdateInterval = -5 }},
+		{"rebalance_ratio_threshold", func(c *config.Config) { c.RebalanceRatioThreshold = 1 }},
+		{"rebalance_ratio_threshold", func(c *config.Config) { c.RebalanceRatioThreshold = math.NaN() }},
+		{"rebalance_moving_average_decay", func(c *config.Config) { c.RebalanceMovingAverageDecay = 1 }},
+		{"rebalance_moving_average_decay", func(c *config.Config) { c.RebalanceMovingAverageDecay = -0.5 }},
+	} {
+		cfg := valid()
+		tc.set(&cfg)
+		requireField(t, cfg.Validate(1), tc.field)
+	}
+}

@@ -52,11 +52,41 @@ func (lt *Layout) atLeastOnePage(w []float64) []float64 {
 func (lt *Layout) batchBytes(b config.BatchDesc) []float64 {
 	w := make([]float64, len(lt.LifeCycles))
 	for i := range lt.LifeCycles {
-		for _, r := range b.Requests {
-			w[i] += float64(lt.PagesNeeded(LifeCycleID(i), r)) * float64(lt.LifeCycles[i].PageBytes())
-		}
+		w[i] = float64(lt.BatchPages(LifeCycleID(i), b)) * float64(lt.LifeCycles[i].PageBytes())
 	}
 	return w
+}
+
+// BatchPages returns the pages lifecycle lc holds for batch b. The full
+// blocks of the system prompt (the first SystemPromptLength tokens, shared
+// by every request, as far as the shortest request holds them) are pages of
+// the reuse tree that every request holding them shares: they count once,
+// as the union of the shared blocks the requests still need, and every
+// request's other pages count for it alone. The sum saturates.
+func (lt *Layout) BatchPages(lc LifeCycleID, b config.BatchDesc) int64 {
+	shared := 0
+	if len(b.Requests) > 0 && b.SystemPromptLength > 0 {
+		shortest := b.Requests[0].Capacity
+		for _, r := range b.Requests[1:] {
+			shortest = min(shortest, r.Capacity)
+		}
+		shared = min(b.SystemPromptLength, shortest) / lt.TokensPerBlock
+	}
+	var n int64
+	firstKept := shared // the earliest non-sink shared block any request keeps
+	for _, r := range b.Requests {
+		held := 0
+		if shared > 0 {
+			held = lt.NewPagesNeeded(lc, 0, shared, r.HistoryLength)
+			firstKept = min(firstKept, max(lt.SinkBlocks(lc), lt.FirstKeptBlock(lc, r.HistoryLength)))
+		}
+		n = addSaturating(n, lt.PagesNeeded(lc, r)-int64(held))
+	}
+	if shared > 0 {
+		sinks := min(lt.SinkBlocks(lc), shared)
+		n = addSaturating(n, int64(sinks+max(shared-max(firstKept, sinks), 0)))
+	}
+	return n
 }
 
 // HotFloors returns, per lifecycle, the slots the largest constraint batch
@@ -65,12 +95,8 @@ func (lt *Layout) HotFloors(cfg *config.Config) []int64 {
 	floors := make([]int64, len(lt.LifeCycles))
 	for _, b := range cfg.Constraints {
 		for i := range lt.LifeCycles {
-			var n int64
-			for _, r := range b.Requests {
-				// Saturate: an overflowing floor fails as "floors overflow".
-				n = addSaturating(n, lt.PagesNeeded(LifeCycleID(i), r))
-			}
-			floors[i] = max(floors[i], n)
+			// Saturated: an overflowing floor fails as "floors overflow".
+			floors[i] = max(floors[i], lt.BatchPages(LifeCycleID(i), b))
 		}
 	}
 	return floors

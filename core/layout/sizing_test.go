@@ -92,3 +92,39 @@ func TestSlotsBeyondMaxSlotsAreAnError(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "more than the 2147483647 a pool group can index")
 }
+
+// TestBatchPagesCountTheSystemPromptOnce: the full blocks of a batch's system
+// prompt are held once for the batch, as far as the shortest request reaches
+// and as far as some request's window still needs them; a partial block is
+// each request's own.
+func TestBatchPagesCountTheSystemPromptOnce(t *testing.T) {
+	_, lt := groups(64, true) // tpb 4; life cycle 0 full attention, 1 a 64-token window
+	req := func(capacity, history int) config.RequestDesc {
+		return config.RequestDesc{Capacity: capacity, HistoryLength: history}
+	}
+	three := []config.RequestDesc{req(40, 0), req(40, 0), req(40, 0)} // 10 blocks each
+	assert.Equal(t, int64(30), lt.BatchPages(0, config.BatchDesc{Requests: three}))
+	// 18 tokens: 4 full shared blocks, held once; the rest 6 blocks a request.
+	assert.Equal(t, int64(4+3*6), lt.BatchPages(0, config.BatchDesc{Requests: three, SystemPromptLength: 18}))
+	// The shortest request (12 tokens, 3 blocks) bounds the shared blocks.
+	short := []config.RequestDesc{req(40, 0), req(12, 0)}
+	assert.Equal(t, int64(3+7+0), lt.BatchPages(0, config.BatchDesc{Requests: short, SystemPromptLength: 40}))
+	// A windowed layer of requests that computed 100 tokens keeps blocks from
+	// (100-64)/4 = 9 on: shared blocks before it are needed by none.
+	long := []config.RequestDesc{req(120, 100), req(120, 100)} // 30 blocks, 21 kept each
+	assert.Equal(t, int64(42), lt.BatchPages(1, config.BatchDesc{Requests: long}))
+	// 48 shared tokens = 12 blocks; blocks 9..11 are kept, once: 3 + 2*(21-3).
+	assert.Equal(t, int64(3+2*18), lt.BatchPages(1, config.BatchDesc{Requests: long, SystemPromptLength: 48}))
+}
+
+// TestSystemPromptLowersConstraintFloors: a constraint batch sharing a system
+// prompt needs fewer hot slots than the same batch without one.
+func TestSystemPromptLowersConstraintFloors(t *testing.T) {
+	cfg, lt := groups(64, false)
+	batch := config.BatchDesc{Requests: []config.RequestDesc{{Capacity: 40}, {Capacity: 40}}}
+	cfg.Constraints = []config.BatchDesc{batch}
+	assert.Equal(t, []int64{20}, lt.HotFloors(cfg))
+	batch.SystemPromptLength = 32
+	cfg.Constraints = []config.BatchDesc{batch}
+	assert.Equal(t, []int64{8 + 2*2}, lt.HotFloors(cfg))
+}

@@ -111,7 +111,7 @@ type ManagerConfig struct {
 	NumLayers spec.Size
 	// MaxUtilForResume: resume is refused while the GPU tier's utilization
 	// by active caches is above this fraction, in (0, 1]. 0 means unset and
-	// selects the default (0.95), so a zero-initialized config gets the
+	// selects the default (0.97), so a zero-initialized config gets the
 	// default; a threshold of exactly 0 cannot be asked for.
 	MaxUtilForResume float64
 	// EnablePartialReuse lets a request reuse the matching head of a cached
@@ -120,7 +120,7 @@ type ManagerConfig struct {
 	// EnableStats enables statistics collection.
 	EnableStats bool
 	// InitialPoolRatio is one hot-tier byte ratio per layer group, in layer
-	// group order (NULL when unused). When empty, typical_step decides; else
+	// group order (NULL when unused; non-NULL with length 0 is invalid). When empty, typical_step decides; else
 	// constraints; else every layer group gets the same number of slots.
 	InitialPoolRatio spec.In[float64] `len:"NumInitialPoolRatio" nullable:"true" own:"borrowed"`
 	// NumInitialPoolRatio is the length of initial_pool_ratio.
@@ -131,4 +131,37 @@ type ManagerConfig struct {
 	Constraints spec.In[BatchDesc] `len:"NumConstraints" nullable:"true" own:"borrowed"`
 	// NumConstraints is the length of constraints.
 	NumConstraints spec.Size
+	// ReuseMatchBackoff tokens are trimmed off the tail of every prefix
+	// match (not negative).
+	ReuseMatchBackoff int32 `since:"2"`
+	// TextOnly promises that no request carries multimodal tokens (kvcm's
+	// tokens are text only: it changes nothing).
+	TextOnly bool `since:"2"`
+	// CommitMinSnapshot is KVCacheManagerV2's commit_min_snapshot, carried
+	// and validated (it has an effect only with SSM layers, not supported).
+	CommitMinSnapshot bool `since:"2"`
+	// RebalanceMinSampledKVCaches (not negative) and RebalanceCooldownSecs
+	// (finite, not negative) are taken as given; 0 in
+	// RebalanceTargetRatioUpdateInterval, RebalanceRatioThreshold and
+	// RebalanceMovingAverageDecay means the default (100, 1.25, 0.9999).
+	// Validated with KVCacheManagerV2's rules and carried: kvcm does not
+	// rebalance pools automatically.
+	RebalanceMinSampledKVCaches int64 `since:"2"`
+	// RebalanceCooldownSecs: see rebalance_min_sampled_kv_caches.
+	RebalanceCooldownSecs float64 `since:"2"`
+	// RebalanceTargetRatioUpdateInterval: see rebalance_min_sampled_kv_caches.
+	RebalanceTargetRatioUpdateInterval int64 `since:"2"`
+	// RebalanceRatioThreshold: see rebalance_min_sampled_kv_caches.
+	RebalanceRatioThreshold float64 `since:"2"`
+	// RebalanceMovingAverageDecay: see rebalance_min_sampled_kv_caches.
+	RebalanceMovingAverageDecay float64 `since:"2"`
+	// TypicalStepSystemPromptLength is typical_step's system prompt: its
+	// leading tokens shared by every request, whose full blocks the batch
+	// holds once (not negative).
+	TypicalStepSystemPromptLength int64 `since:"2"`
+	// ConstraintSystemPromptLengths are the constraints' system prompt
+	// lengths, one per constraint, or NULL for none.
+	ConstraintSystemPromptLengths spec.In[int64] `len:"NumConstraintSystemPromptLengths" nullable:"true" own:"borrowed" since:"2"`
+	// NumConstraintSystemPromptLengths is 0 or num_constraints.
+	NumConstraintSystemPromptLengths spec.Size `since:"2"`
 }

@@ -33,6 +33,21 @@
 //
 // # Changes
 //
+// ABI version 2 (appended, nothing of version 1 moved):
+//
+//   - kvcm_manager_config gains reuse_match_backoff, text_only,
+//     commit_min_snapshot, the rebalance_* fields, and the system prompt
+//     lengths of typical_step and constraints (kvcm_batch_desc is frozen).
+//     The default max_util_for_resume is now 0.97 (KVCacheManagerV2's).
+//     A non-NULL initial_pool_ratio with num_initial_pool_ratio 0 is
+//     rejected (NULL means unset).
+//   - Per-layer-group iteration statistics, reuse by level, cached tokens
+//     by level, available/unavailable/evictable peaks, and
+//     kvcm_manager_drain_block_events, whose kvcm_block_event carries
+//     priorities, the level a page left and the new
+//     KVCM_EVENT_BLOCK_PRIORITY_UPDATED kind, which kvcm_manager_drain_events
+//     skips.
+//
 // Behaviour that changed for C users while ABI version 1 was unreleased
 // (no function, struct or constant changed):
 //
@@ -63,7 +78,7 @@ import (
 // constants.
 //
 //kvcm:since 1
-const ABIVersion uint32 = 1
+const ABIVersion uint32 = 2
 
 // VersionMajor is the library's major version.
 //

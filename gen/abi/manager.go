@@ -132,6 +132,122 @@ type CacheEvent struct {
 	CacheID uint64
 }
 
+// LayerGroupIterationStats counts one layer group's page outcomes and moves
+// during an iteration (KVCacheManagerV2's KVCacheIterationStatsDelta). A
+// block counts in a layer group when the layer group has or gets a page for
+// it.
+//
+//kvcm:struct
+//kvcm:since 2
+type LayerGroupIterationStats struct {
+	// LayerGroup is the layer group.
+	LayerGroup LayerGroupID
+	// AllocTotalBlocks = alloc_new_blocks + reused_blocks.
+	AllocTotalBlocks int64
+	// AllocNewBlocks are pages allocated fresh by resize.
+	AllocNewBlocks int64
+	// ReusedBlocks = full_reused_blocks + partial_reused_blocks.
+	ReusedBlocks int64
+	// FullReusedBlocks are tree pages new caches share.
+	FullReusedBlocks int64
+	// PartialReusedBlocks are private copies of partially matched blocks.
+	PartialReusedBlocks int64
+	// MissedBlocks are pages the full input blocks need that were not
+	// shared from the tree.
+	MissedBlocks int64
+	// GenAllocBlocks are alloc_new_blocks of caches whose history had
+	// reached their prompt.
+	GenAllocBlocks int64
+	// OnboardBlocks are pages brought to the GPU from a colder level.
+	OnboardBlocks int64
+	// OnboardBytes are their bytes as they travelled.
+	OnboardBytes int64
+	// OffloadBlocks are pages moved from the GPU to a colder level.
+	OffloadBlocks int64
+	// OffloadBytes are their bytes as they travelled.
+	OffloadBytes int64
+	// IntraDeviceCopyBlocks are GPU to GPU page copies.
+	IntraDeviceCopyBlocks int64
+	// IntraDeviceCopyBytes are their bytes.
+	IntraDeviceCopyBytes int64
+	// HostDroppedBlocks are pages dropped from the host level.
+	HostDroppedBlocks int64
+	// HostDroppedBytes are their (cold page) bytes.
+	HostDroppedBytes int64
+}
+
+// ReusedBlocksAtLevel counts one layer group's pages reused during an
+// iteration from one level (the level each was on when a new cache reused
+// it).
+//
+//kvcm:struct
+//kvcm:since 2
+type ReusedBlocksAtLevel struct {
+	// LayerGroup is the layer group.
+	LayerGroup LayerGroupID
+	// Level is the cache level.
+	Level CacheLevel
+	// FullBlocks are shared tree pages reused from the level.
+	FullBlocks int64
+	// PartialBlocks are partially reused blocks copied from the level.
+	PartialBlocks int64
+}
+
+// PoolGroupPeakBlockStats holds KVCacheManagerV2's peaks of one pool group
+// during an iteration, each the largest count sampled at the end of an
+// operation.
+//
+//kvcm:struct
+//kvcm:since 2
+type PoolGroupPeakBlockStats struct {
+	// Index is the pool group's index within its level.
+	Index PoolGroupIndex
+	// Available is the peak of free + evictable slots.
+	Available int64
+	// Unavailable is the peak of total - available slots.
+	Unavailable int64
+	// Evictable is the peak of evictable slots.
+	Evictable int64
+}
+
+// BlockEvent reports a change of the set of reusable blocks, with
+// priorities and the level a page left (kvcm_cache_event cannot carry
+// them). seq increases by one per event of a manager, starting at 1.
+//
+//kvcm:struct
+//kvcm:since 2
+//kvcm:cppns c
+type BlockEvent struct {
+	// Seq is the event's sequence number.
+	Seq uint64
+	// Key is the block's chained content hash.
+	Key uint64
+	// Parent is the key of the previous block (or the scope's root).
+	Parent uint64
+	// CacheID is the id of the cache whose commit stored the block; 0 for
+	// other kinds.
+	CacheID uint64
+	// Kind says what happened.
+	Kind EventKind
+	// LayerGroup is the layer group of an updated page.
+	LayerGroup LayerGroupID
+	// Level is where an updated page is now (-1: dropped while the block
+	// keeps pages of other layer groups); 0 for a stored block.
+	Level CacheLevel
+	// OldLevel is where an updated page was (-1: it filled a gap).
+	OldLevel CacheLevel
+	// Priority is the block's eviction priority (the new one of a priority
+	// update).
+	Priority int32
+	// OldPriority is the priority before a priority update (else priority).
+	OldPriority int32
+	// Tokens of a stored block: points into the caller's token buffer
+	// (NULL when num_tokens is 0).
+	Tokens spec.In[Token] `len:"NumTokens" nullable:"true" own:"borrowed"`
+	// NumTokens is the length of tokens.
+	NumTokens spec.Size
+}
+
 // ManagerCreate validates the configuration, selects the device, derives the
 // layout and allocates every level, in the design's order: consume the codec,
 // validate, allocate the GPU level, configure the codec with the GPU pool
@@ -344,7 +460,10 @@ type ManagerGetAndResetIterationPeakBlockStats func(manager Manager, level Cache
 type ManagerGetMigrationStats func(manager Manager, stats spec.Out[MigrationStats], capacity spec.Size, needed spec.Out[spec.Size]) *Status
 
 // ManagerDrainEvents removes the oldest queued cache events, as many whole
-// events as fit in both buffers, and writes them in order. A stored block's
+// events as fit in both buffers, and writes them in order; it skips (removes
+// without writing) KVCM_EVENT_BLOCK_PRIORITY_UPDATED events, which
+// kvcm_cache_event cannot carry (kvcm_manager_drain_block_events reports
+// them). A stored block's
 // tokens go into the tokens buffer and the event points at them. dropped
 // receives the number of events lost to a full queue since the previous
 // drain. Call it until num_events is 0 to empty the queue. When events_cap is
@@ -364,6 +483,76 @@ type ManagerGetMigrationStats func(manager Manager, stats spec.Out[MigrationStat
 //kvcm:param numTokens out Receives the number of tokens written (on KVCM_ERR_BUFFER_TOO_SMALL, the tokens the oldest event needs).
 //kvcm:param dropped out,nullable Receives the number of events dropped since the previous drain.
 type ManagerDrainEvents func(manager Manager, events spec.Out[CacheEvent], eventsCap spec.Size, tokens spec.Out[Token], tokensCap spec.Size, numEvents spec.Out[spec.Size], numTokens spec.Out[spec.Size], dropped spec.Out[uint64]) *Status
+
+// ManagerDrainBlockEvents is kvcm_manager_drain_events with kvcm_block_event
+// records, which also report KVCM_EVENT_BLOCK_PRIORITY_UPDATED events. Both
+// drain the one queue.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param events out,nullable,len=eventsCap Receives the events.
+//kvcm:param eventsCap in Capacity of events, in elements.
+//kvcm:param tokens out,nullable,len=tokensCap Receives the tokens of stored blocks.
+//kvcm:param tokensCap in Capacity of tokens, in elements.
+//kvcm:param numEvents out Receives the number of events written.
+//kvcm:param numTokens out Receives the number of tokens written (on KVCM_ERR_BUFFER_TOO_SMALL, the tokens the oldest event needs).
+//kvcm:param dropped out,nullable Receives the number of events dropped since the previous drain.
+type ManagerDrainBlockEvents func(manager Manager, events spec.Out[BlockEvent], eventsCap spec.Size, tokens spec.Out[Token], tokensCap spec.Size, numEvents spec.Out[spec.Size], numTokens spec.Out[spec.Size], dropped spec.Out[uint64]) *Status
+
+// ManagerGetAndResetLayerGroupIterationStats returns every layer group's
+// counters since the previous call, in layer group order, and restarts them.
+// When the buffer is too small nothing is reset.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param stats out,nullable,len=capacity Receives one entry per layer group.
+//kvcm:param capacity in Capacity of stats, in elements.
+//kvcm:param needed out Receives the number of layer groups.
+type ManagerGetAndResetLayerGroupIterationStats func(manager Manager, stats spec.Out[LayerGroupIterationStats], capacity spec.Size, needed spec.Out[spec.Size]) *Status
+
+// ManagerGetAndResetIterationReusedBlocksByLevel returns, for every layer
+// group and level (layer group major), the pages reused from that level
+// since the previous call, and restarts the counts. When the buffer is too
+// small nothing is reset.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param rows out,nullable,len=capacity Receives one entry per layer group and level.
+//kvcm:param capacity in Capacity of rows, in elements.
+//kvcm:param needed out Receives the number of layer groups times levels.
+type ManagerGetAndResetIterationReusedBlocksByLevel func(manager Manager, rows spec.Out[ReusedBlocksAtLevel], capacity spec.Size, needed spec.Out[spec.Size]) *Status
+
+// ManagerGetAndResetIterationCachedTokensByLevel returns, per level, the
+// tokens new caches reused since the previous call by the level their data
+// was on (a full block at the coldest level of its pages, partially reused
+// tokens at the GPU level), and restarts the counts. When the buffer is too
+// small nothing is reset.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param tokens out,nullable,len=capacity Receives one count per level.
+//kvcm:param capacity in Capacity of tokens, in elements.
+//kvcm:param needed out Receives the number of levels.
+type ManagerGetAndResetIterationCachedTokensByLevel func(manager Manager, tokens spec.Out[int64], capacity spec.Size, needed spec.Out[spec.Size]) *Status
+
+// ManagerGetAndResetIterationPoolGroupPeakBlockStats returns, per pool group
+// of a level, KVCacheManagerV2's peaks since the previous reset, and restarts
+// them; it shares its iteration with
+// kvcm_manager_get_and_reset_iteration_peak_block_stats (either resets
+// both). When the buffer is too small nothing is reset.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param level in The cache level.
+//kvcm:param stats out,nullable,len=capacity Receives one entry per pool group.
+//kvcm:param capacity in Capacity of stats, in elements.
+//kvcm:param needed out Receives the number of pool groups.
+type ManagerGetAndResetIterationPoolGroupPeakBlockStats func(manager Manager, level CacheLevel, stats spec.Out[PoolGroupPeakBlockStats], capacity spec.Size, needed spec.Out[spec.Size]) *Status
 
 // ConfigValidate checks a configuration as kvcm_manager_create would (every
 // error names the field, such as "layers[2].buffers[0].size"), without

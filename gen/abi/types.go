@@ -173,6 +173,12 @@ const (
 	// or (level -1) one layer group's page was dropped while the block keeps
 	// others.
 	EventBlockUpdated EventKind = 2
+	// EventBlockPriorityUpdated: the block's eviction priority changed (a
+	// later block committed with a higher one raised it). Only
+	// kvcm_manager_drain_block_events reports it.
+	//
+	//kvcm:since 2
+	EventBlockPriorityUpdated EventKind = 3
 )
 
 // MigrationPath is one of the design's migration paths.

@@ -71,7 +71,7 @@ extern "C" {
  * constants.
  * @since ABI version 1.
  */
-#define KVCM_ABI_VERSION 1u
+#define KVCM_ABI_VERSION 2u
 
 /**
  * KVCM_VERSION_MAJOR is the library's major version.
@@ -255,6 +255,12 @@ enum {
      * others.
      */
     KVCM_EVENT_BLOCK_UPDATED = 2,
+    /**
+     * KVCM_EVENT_BLOCK_PRIORITY_UPDATED: the block's eviction priority changed (a
+     * later block committed with a higher one raised it). Only
+     * kvcm_manager_drain_block_events reports it.
+     */
+    KVCM_EVENT_BLOCK_PRIORITY_UPDATED = 3,
 };
 
 /**
@@ -508,6 +514,7 @@ typedef int32_t (*kvcm_priority_func)(void* user_data, int64_t block_index, int3
 
 typedef struct kvcm_attention_layer_config kvcm_attention_layer_config;
 typedef struct kvcm_batch_desc kvcm_batch_desc;
+typedef struct kvcm_block_event kvcm_block_event;
 typedef struct kvcm_block_stats kvcm_block_stats;
 typedef struct kvcm_buffer_config kvcm_buffer_config;
 typedef struct kvcm_buffer_location kvcm_buffer_location;
@@ -522,14 +529,17 @@ typedef struct kvcm_reuse_scope kvcm_reuse_scope;
 typedef struct kvcm_cp_manager_backed_options kvcm_cp_manager_backed_options;
 typedef struct kvcm_cp_request_id kvcm_cp_request_id;
 typedef struct kvcm_kv_cache_options kvcm_kv_cache_options;
+typedef struct kvcm_layer_group_iteration_stats kvcm_layer_group_iteration_stats;
 typedef struct kvcm_manager_config kvcm_manager_config;
 typedef struct kvcm_migration_stats kvcm_migration_stats;
 typedef struct kvcm_page_index_pair kvcm_page_index_pair;
 typedef struct kvcm_peak_block_stats kvcm_peak_block_stats;
 typedef struct kvcm_pool_desc kvcm_pool_desc;
 typedef struct kvcm_pool_group_desc kvcm_pool_group_desc;
+typedef struct kvcm_pool_group_peak_block_stats kvcm_pool_group_peak_block_stats;
 typedef struct kvcm_pool_group_stats kvcm_pool_group_stats;
 typedef struct kvcm_request_desc kvcm_request_desc;
+typedef struct kvcm_reused_blocks_at_level kvcm_reused_blocks_at_level;
 
 /**
  * kvcm_attention_layer_config describes one attention layer.
@@ -573,6 +583,67 @@ struct kvcm_batch_desc {
      * num_requests is the length of requests.
      */
     size_t num_requests;
+};
+
+/**
+ * kvcm_block_event reports a change of the set of reusable blocks, with
+ * priorities and the level a page left (kvcm_cache_event cannot carry
+ * them). seq increases by one per event of a manager, starting at 1.
+ * @since ABI version 2.
+ */
+struct kvcm_block_event {
+    /**
+     * seq is the event's sequence number.
+     */
+    uint64_t seq;
+    /**
+     * key is the block's chained content hash.
+     */
+    uint64_t key;
+    /**
+     * parent is the key of the previous block (or the scope's root).
+     */
+    uint64_t parent;
+    /**
+     * cache_id is the id of the cache whose commit stored the block; 0 for
+     * other kinds.
+     */
+    uint64_t cache_id;
+    /**
+     * kind says what happened.
+     */
+    kvcm_event_kind kind;
+    /**
+     * layer_group is the layer group of an updated page.
+     */
+    kvcm_layer_group_id layer_group;
+    /**
+     * level is where an updated page is now (-1: dropped while the block
+     * keeps pages of other layer groups); 0 for a stored block.
+     */
+    kvcm_cache_level level;
+    /**
+     * old_level is where an updated page was (-1: it filled a gap).
+     */
+    kvcm_cache_level old_level;
+    /**
+     * priority is the block's eviction priority (the new one of a priority
+     * update).
+     */
+    int32_t priority;
+    /**
+     * old_priority is the priority before a priority update (else priority).
+     */
+    int32_t old_priority;
+    /**
+     * [borrowed, nullable, array of num_tokens] tokens of a stored block: points into the caller's token buffer
+     * (NULL when num_tokens is 0).
+     */
+    const kvcm_token* tokens;
+    /**
+     * num_tokens is the length of tokens.
+     */
+    size_t num_tokens;
 };
 
 /**
@@ -1091,6 +1162,82 @@ struct kvcm_kv_cache_options {
 #define KVCM_KV_CACHE_OPTIONS_INIT { (uint32_t)sizeof(kvcm_kv_cache_options), KVCM_ABI_VERSION }
 
 /**
+ * kvcm_layer_group_iteration_stats counts one layer group's page outcomes and moves
+ * during an iteration (KVCacheManagerV2's KVCacheIterationStatsDelta). A
+ * block counts in a layer group when the layer group has or gets a page for
+ * it.
+ * @since ABI version 2.
+ */
+struct kvcm_layer_group_iteration_stats {
+    /**
+     * layer_group is the layer group.
+     */
+    kvcm_layer_group_id layer_group;
+    /**
+     * alloc_total_blocks = alloc_new_blocks + reused_blocks.
+     */
+    int64_t alloc_total_blocks;
+    /**
+     * alloc_new_blocks are pages allocated fresh by resize.
+     */
+    int64_t alloc_new_blocks;
+    /**
+     * reused_blocks = full_reused_blocks + partial_reused_blocks.
+     */
+    int64_t reused_blocks;
+    /**
+     * full_reused_blocks are tree pages new caches share.
+     */
+    int64_t full_reused_blocks;
+    /**
+     * partial_reused_blocks are private copies of partially matched blocks.
+     */
+    int64_t partial_reused_blocks;
+    /**
+     * missed_blocks are pages the full input blocks need that were not
+     * shared from the tree.
+     */
+    int64_t missed_blocks;
+    /**
+     * gen_alloc_blocks are alloc_new_blocks of caches whose history had
+     * reached their prompt.
+     */
+    int64_t gen_alloc_blocks;
+    /**
+     * onboard_blocks are pages brought to the GPU from a colder level.
+     */
+    int64_t onboard_blocks;
+    /**
+     * onboard_bytes are their bytes as they travelled.
+     */
+    int64_t onboard_bytes;
+    /**
+     * offload_blocks are pages moved from the GPU to a colder level.
+     */
+    int64_t offload_blocks;
+    /**
+     * offload_bytes are their bytes as they travelled.
+     */
+    int64_t offload_bytes;
+    /**
+     * intra_device_copy_blocks are GPU to GPU page copies.
+     */
+    int64_t intra_device_copy_blocks;
+    /**
+     * intra_device_copy_bytes are their bytes.
+     */
+    int64_t intra_device_copy_bytes;
+    /**
+     * host_dropped_blocks are pages dropped from the host level.
+     */
+    int64_t host_dropped_blocks;
+    /**
+     * host_dropped_bytes are their (cold page) bytes.
+     */
+    int64_t host_dropped_bytes;
+};
+
+/**
  * kvcm_manager_config is the manager's configuration, mirroring
  * KVCacheManagerV2's KVCacheManagerConfig. Every pointer is borrowed for the
  * call to kvcm_manager_create only. Zero-initialize it and set struct_size =
@@ -1146,7 +1293,7 @@ struct kvcm_manager_config {
     /**
      * max_util_for_resume: resume is refused while the GPU tier's utilization
      * by active caches is above this fraction, in (0, 1]. 0 means unset and
-     * selects the default (0.95), so a zero-initialized config gets the
+     * selects the default (0.97), so a zero-initialized config gets the
      * default; a threshold of exactly 0 cannot be asked for.
      */
     double max_util_for_resume;
@@ -1161,7 +1308,7 @@ struct kvcm_manager_config {
     bool enable_stats;
     /**
      * [borrowed, nullable, array of num_initial_pool_ratio] initial_pool_ratio is one hot-tier byte ratio per layer group, in layer
-     * group order (NULL when unused). When empty, typical_step decides; else
+     * group order (NULL when unused; non-NULL with length 0 is invalid). When empty, typical_step decides; else
      * constraints; else every layer group gets the same number of slots.
      */
     const double* initial_pool_ratio;
@@ -1181,6 +1328,61 @@ struct kvcm_manager_config {
      * num_constraints is the length of constraints.
      */
     size_t num_constraints;
+    /**
+     * reuse_match_backoff tokens are trimmed off the tail of every prefix
+     * match (not negative). (since ABI version 2)
+     */
+    int32_t reuse_match_backoff;
+    /**
+     * text_only promises that no request carries multimodal tokens (kvcm's
+     * tokens are text only: it changes nothing). (since ABI version 2)
+     */
+    bool text_only;
+    /**
+     * commit_min_snapshot is KVCacheManagerV2's commit_min_snapshot, carried
+     * and validated (it has an effect only with SSM layers, not supported). (since ABI version 2)
+     */
+    bool commit_min_snapshot;
+    /**
+     * rebalance_min_sampled_kv_caches (not negative) and RebalanceCooldownSecs
+     * (finite, not negative) are taken as given; 0 in
+     * RebalanceTargetRatioUpdateInterval, RebalanceRatioThreshold and
+     * RebalanceMovingAverageDecay means the default (100, 1.25, 0.9999).
+     * Validated with KVCacheManagerV2's rules and carried: kvcm does not
+     * rebalance pools automatically. (since ABI version 2)
+     */
+    int64_t rebalance_min_sampled_kv_caches;
+    /**
+     * rebalance_cooldown_secs: see rebalance_min_sampled_kv_caches. (since ABI version 2)
+     */
+    double rebalance_cooldown_secs;
+    /**
+     * rebalance_target_ratio_update_interval: see rebalance_min_sampled_kv_caches. (since ABI version 2)
+     */
+    int64_t rebalance_target_ratio_update_interval;
+    /**
+     * rebalance_ratio_threshold: see rebalance_min_sampled_kv_caches. (since ABI version 2)
+     */
+    double rebalance_ratio_threshold;
+    /**
+     * rebalance_moving_average_decay: see rebalance_min_sampled_kv_caches. (since ABI version 2)
+     */
+    double rebalance_moving_average_decay;
+    /**
+     * typical_step_system_prompt_length is typical_step's system prompt: its
+     * leading tokens shared by every request, whose full blocks the batch
+     * holds once (not negative). (since ABI version 2)
+     */
+    int64_t typical_step_system_prompt_length;
+    /**
+     * [borrowed, nullable, array of num_constraint_system_prompt_lengths] constraint_system_prompt_lengths are the constraints' system prompt
+     * lengths, one per constraint, or NULL for none. (since ABI version 2)
+     */
+    const int64_t* constraint_system_prompt_lengths;
+    /**
+     * num_constraint_system_prompt_lengths is 0 or num_constraints. (since ABI version 2)
+     */
+    size_t num_constraint_system_prompt_lengths;
 };
 
 /** Initializer of a kvcm_manager_config: struct_size and abi_version set, every other field zero. */
@@ -1299,6 +1501,31 @@ struct kvcm_pool_group_desc {
 };
 
 /**
+ * kvcm_pool_group_peak_block_stats holds KVCacheManagerV2's peaks of one pool group
+ * during an iteration, each the largest count sampled at the end of an
+ * operation.
+ * @since ABI version 2.
+ */
+struct kvcm_pool_group_peak_block_stats {
+    /**
+     * index is the pool group's index within its level.
+     */
+    kvcm_pool_group_index index;
+    /**
+     * available is the peak of free + evictable slots.
+     */
+    int64_t available;
+    /**
+     * unavailable is the peak of total - available slots.
+     */
+    int64_t unavailable;
+    /**
+     * evictable is the peak of evictable slots.
+     */
+    int64_t evictable;
+};
+
+/**
  * kvcm_pool_group_stats is the state of one pool group of one level, in slots.
  * available = free + evictable.
  * @since ABI version 1.
@@ -1352,6 +1579,31 @@ struct kvcm_request_desc {
      * history_length is the request's computed tokens, in [0, capacity].
      */
     int64_t history_length;
+};
+
+/**
+ * kvcm_reused_blocks_at_level counts one layer group's pages reused during an
+ * iteration from one level (the level each was on when a new cache reused
+ * it).
+ * @since ABI version 2.
+ */
+struct kvcm_reused_blocks_at_level {
+    /**
+     * layer_group is the layer group.
+     */
+    kvcm_layer_group_id layer_group;
+    /**
+     * level is the cache level.
+     */
+    kvcm_cache_level level;
+    /**
+     * full_blocks are shared tree pages reused from the level.
+     */
+    int64_t full_blocks;
+    /**
+     * partial_blocks are partially reused blocks copied from the level.
+     */
+    int64_t partial_blocks;
 };
 
 /* ---- Functions ---- */
@@ -1987,8 +2239,31 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_destroy_stream(kvcm_manager 
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_detach_cp(kvcm_manager manager);
 
 /**
+ * kvcm_manager_drain_block_events is kvcm_manager_drain_events with kvcm_block_event
+ * records, which also report KVCM_EVENT_BLOCK_PRIORITY_UPDATED events. Both
+ * drain the one queue.
+ *
+ * @param manager [in] The manager.
+ * @param events [out, nullable, array of events_cap] Receives the events.
+ * @param events_cap [in] Capacity of events, in elements.
+ * @param tokens [out, nullable, array of tokens_cap] Receives the tokens of stored blocks.
+ * @param tokens_cap [in] Capacity of tokens, in elements.
+ * @param num_events [out] Receives the number of events written.
+ * @param num_tokens [out] Receives the number of tokens written (on KVCM_ERR_BUFFER_TOO_SMALL, the tokens the oldest event needs).
+ * @param dropped [out, nullable] Receives the number of events dropped since the previous drain.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_drain_block_events(kvcm_manager manager, kvcm_block_event* events, size_t events_cap, kvcm_token* tokens, size_t tokens_cap, size_t* num_events, size_t* num_tokens, uint64_t* dropped);
+
+/**
  * kvcm_manager_drain_events removes the oldest queued cache events, as many whole
- * events as fit in both buffers, and writes them in order. A stored block's
+ * events as fit in both buffers, and writes them in order; it skips (removes
+ * without writing) KVCM_EVENT_BLOCK_PRIORITY_UPDATED events, which
+ * kvcm_cache_event cannot carry (kvcm_manager_drain_block_events reports
+ * them). A stored block's
  * tokens go into the tokens buffer and the event points at them. dropped
  * receives the number of events lost to a full queue since the previous
  * drain. Call it until num_events is 0 to empty the queue. When events_cap is
@@ -2026,6 +2301,24 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_drain_events(kvcm_manager ma
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_free_memory(kvcm_manager manager, kvcm_device_ptr ptr);
 
 /**
+ * kvcm_manager_get_and_reset_iteration_cached_tokens_by_level returns, per level, the
+ * tokens new caches reused since the previous call by the level their data
+ * was on (a full block at the coldest level of its pages, partially reused
+ * tokens at the GPU level), and restarts the counts. When the buffer is too
+ * small nothing is reset.
+ *
+ * @param manager [in] The manager.
+ * @param tokens [out, nullable, array of capacity] Receives one count per level.
+ * @param capacity [in] Capacity of tokens, in elements.
+ * @param needed [out] Receives the number of levels.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_and_reset_iteration_cached_tokens_by_level(kvcm_manager manager, int64_t* tokens, size_t capacity, size_t* needed);
+
+/**
  * kvcm_manager_get_and_reset_iteration_peak_block_stats returns, per pool group of a
  * level, the peak of used slots since the previous call, and restarts the
  * peaks from the current use. When the buffer is too small nothing is reset.
@@ -2043,6 +2336,42 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_free_memory(kvcm_manager man
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_and_reset_iteration_peak_block_stats(kvcm_manager manager, kvcm_cache_level level, kvcm_peak_block_stats* stats, size_t capacity, size_t* needed);
 
 /**
+ * kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats returns, per pool group
+ * of a level, KVCacheManagerV2's peaks since the previous reset, and restarts
+ * them; it shares its iteration with
+ * kvcm_manager_get_and_reset_iteration_peak_block_stats (either resets
+ * both). When the buffer is too small nothing is reset.
+ *
+ * @param manager [in] The manager.
+ * @param level [in] The cache level.
+ * @param stats [out, nullable, array of capacity] Receives one entry per pool group.
+ * @param capacity [in] Capacity of stats, in elements.
+ * @param needed [out] Receives the number of pool groups.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats(kvcm_manager manager, kvcm_cache_level level, kvcm_pool_group_peak_block_stats* stats, size_t capacity, size_t* needed);
+
+/**
+ * kvcm_manager_get_and_reset_iteration_reused_blocks_by_level returns, for every layer
+ * group and level (layer group major), the pages reused from that level
+ * since the previous call, and restarts the counts. When the buffer is too
+ * small nothing is reset.
+ *
+ * @param manager [in] The manager.
+ * @param rows [out, nullable, array of capacity] Receives one entry per layer group and level.
+ * @param capacity [in] Capacity of rows, in elements.
+ * @param needed [out] Receives the number of layer groups times levels.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_and_reset_iteration_reused_blocks_by_level(kvcm_manager manager, kvcm_reused_blocks_at_level* rows, size_t capacity, size_t* needed);
+
+/**
  * kvcm_manager_get_and_reset_iteration_stats returns the block statistics since the
  * previous call and starts a new iteration.
  *
@@ -2054,6 +2383,22 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_and_reset_iteration_peak
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_and_reset_iteration_stats(kvcm_manager manager, kvcm_block_stats* out);
+
+/**
+ * kvcm_manager_get_and_reset_layer_group_iteration_stats returns every layer group's
+ * counters since the previous call, in layer group order, and restarts them.
+ * When the buffer is too small nothing is reset.
+ *
+ * @param manager [in] The manager.
+ * @param stats [out, nullable, array of capacity] Receives one entry per layer group.
+ * @param capacity [in] Capacity of stats, in elements.
+ * @param needed [out] Receives the number of layer groups.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_and_reset_layer_group_iteration_stats(kvcm_manager manager, kvcm_layer_group_iteration_stats* stats, size_t capacity, size_t* needed);
 
 /**
  * kvcm_manager_get_buffer_location returns where the buffer of a layer and role
@@ -2549,6 +2894,16 @@ struct kvcm_api {
     kvcm_status* (*stream_free_memory)(kvcm_stream stream, kvcm_device_ptr ptr);
     /** kvcm_stream_synchronize (since ABI version 1). */
     kvcm_status* (*stream_synchronize)(kvcm_stream stream);
+    /** kvcm_manager_drain_block_events (since ABI version 2). */
+    kvcm_status* (*manager_drain_block_events)(kvcm_manager manager, kvcm_block_event* events, size_t events_cap, kvcm_token* tokens, size_t tokens_cap, size_t* num_events, size_t* num_tokens, uint64_t* dropped);
+    /** kvcm_manager_get_and_reset_iteration_cached_tokens_by_level (since ABI version 2). */
+    kvcm_status* (*manager_get_and_reset_iteration_cached_tokens_by_level)(kvcm_manager manager, int64_t* tokens, size_t capacity, size_t* needed);
+    /** kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats (since ABI version 2). */
+    kvcm_status* (*manager_get_and_reset_iteration_pool_group_peak_block_stats)(kvcm_manager manager, kvcm_cache_level level, kvcm_pool_group_peak_block_stats* stats, size_t capacity, size_t* needed);
+    /** kvcm_manager_get_and_reset_iteration_reused_blocks_by_level (since ABI version 2). */
+    kvcm_status* (*manager_get_and_reset_iteration_reused_blocks_by_level)(kvcm_manager manager, kvcm_reused_blocks_at_level* rows, size_t capacity, size_t* needed);
+    /** kvcm_manager_get_and_reset_layer_group_iteration_stats (since ABI version 2). */
+    kvcm_status* (*manager_get_and_reset_layer_group_iteration_stats)(kvcm_manager manager, kvcm_layer_group_iteration_stats* stats, size_t capacity, size_t* needed);
 };
 
 /* ---- Layout checks: released layouts are frozen ---- */
@@ -2568,6 +2923,20 @@ KVCM_STATIC_ASSERT(sizeof(kvcm_batch_desc) == 16, "layout of kvcm_batch_desc cha
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_batch_desc) == 8, "alignment of kvcm_batch_desc changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_batch_desc, requests) == 0, "layout of kvcm_batch_desc changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_batch_desc, num_requests) == 8, "layout of kvcm_batch_desc changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_block_event) == 72, "layout of kvcm_block_event changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_block_event) == 8, "alignment of kvcm_block_event changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_block_event, seq) == 0, "layout of kvcm_block_event changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_block_event, key) == 8, "layout of kvcm_block_event changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_block_event, parent) == 16, "layout of kvcm_block_event changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_block_event, cache_id) == 24, "layout of kvcm_block_event changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_block_event, kind) == 32, "layout of kvcm_block_event changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_block_event, layer_group) == 36, "layout of kvcm_block_event changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_block_event, level) == 40, "layout of kvcm_block_event changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_block_event, old_level) == 44, "layout of kvcm_block_event changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_block_event, priority) == 48, "layout of kvcm_block_event changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_block_event, old_priority) == 52, "layout of kvcm_block_event changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_block_event, tokens) == 56, "layout of kvcm_block_event changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_block_event, num_tokens) == 64, "layout of kvcm_block_event changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_block_stats) == 56, "layout of kvcm_block_stats changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_block_stats) == 8, "alignment of kvcm_block_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_block_stats, alloc_total_blocks) == 0, "layout of kvcm_block_stats changed");
@@ -2667,7 +3036,25 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, priority) == 48, "layout of k
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, priority_user_data) == 56, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, request_id) == 64, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, request_id_len) == 72, "layout of kvcm_kv_cache_options changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_manager_config) == 112, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_layer_group_iteration_stats) == 128, "layout of kvcm_layer_group_iteration_stats changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_layer_group_iteration_stats) == 8, "alignment of kvcm_layer_group_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, layer_group) == 0, "layout of kvcm_layer_group_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, alloc_total_blocks) == 8, "layout of kvcm_layer_group_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, alloc_new_blocks) == 16, "layout of kvcm_layer_group_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, reused_blocks) == 24, "layout of kvcm_layer_group_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, full_reused_blocks) == 32, "layout of kvcm_layer_group_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, partial_reused_blocks) == 40, "layout of kvcm_layer_group_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, missed_blocks) == 48, "layout of kvcm_layer_group_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, gen_alloc_blocks) == 56, "layout of kvcm_layer_group_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, onboard_blocks) == 64, "layout of kvcm_layer_group_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, onboard_bytes) == 72, "layout of kvcm_layer_group_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, offload_blocks) == 80, "layout of kvcm_layer_group_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, offload_bytes) == 88, "layout of kvcm_layer_group_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, intra_device_copy_blocks) == 96, "layout of kvcm_layer_group_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, intra_device_copy_bytes) == 104, "layout of kvcm_layer_group_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, host_dropped_blocks) == 112, "layout of kvcm_layer_group_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, host_dropped_bytes) == 120, "layout of kvcm_layer_group_iteration_stats changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_manager_config) == 184, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_manager_config) == 8, "alignment of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, struct_size) == 0, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, abi_version) == 4, "layout of kvcm_manager_config changed");
@@ -2687,6 +3074,17 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, num_initial_pool_ratio) == 80, 
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, typical_step) == 88, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, constraints) == 96, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, num_constraints) == 104, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, reuse_match_backoff) == 112, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, text_only) == 116, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, commit_min_snapshot) == 117, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, rebalance_min_sampled_kv_caches) == 120, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, rebalance_cooldown_secs) == 128, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, rebalance_target_ratio_update_interval) == 136, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, rebalance_ratio_threshold) == 144, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, rebalance_moving_average_decay) == 152, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, typical_step_system_prompt_length) == 160, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, constraint_system_prompt_lengths) == 168, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, num_constraint_system_prompt_lengths) == 176, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_migration_stats) == 24, "layout of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_migration_stats) == 8, "alignment of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_migration_stats, path) == 0, "layout of kvcm_migration_stats changed");
@@ -2713,6 +3111,12 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_pool_group_desc, life_cycles) == 16, "layout of
 KVCM_STATIC_ASSERT(offsetof(kvcm_pool_group_desc, num_life_cycles) == 24, "layout of kvcm_pool_group_desc changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_pool_group_desc, pools) == 32, "layout of kvcm_pool_group_desc changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_pool_group_desc, num_pools) == 40, "layout of kvcm_pool_group_desc changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_pool_group_peak_block_stats) == 32, "layout of kvcm_pool_group_peak_block_stats changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_pool_group_peak_block_stats) == 8, "alignment of kvcm_pool_group_peak_block_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_pool_group_peak_block_stats, index) == 0, "layout of kvcm_pool_group_peak_block_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_pool_group_peak_block_stats, available) == 8, "layout of kvcm_pool_group_peak_block_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_pool_group_peak_block_stats, unavailable) == 16, "layout of kvcm_pool_group_peak_block_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_pool_group_peak_block_stats, evictable) == 24, "layout of kvcm_pool_group_peak_block_stats changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_pool_group_stats) == 56, "layout of kvcm_pool_group_stats changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_pool_group_stats) == 8, "alignment of kvcm_pool_group_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_pool_group_stats, level) == 0, "layout of kvcm_pool_group_stats changed");
@@ -2727,7 +3131,13 @@ KVCM_STATIC_ASSERT(sizeof(kvcm_request_desc) == 16, "layout of kvcm_request_desc
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_request_desc) == 8, "alignment of kvcm_request_desc changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_request_desc, capacity) == 0, "layout of kvcm_request_desc changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_request_desc, history_length) == 8, "layout of kvcm_request_desc changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 544, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_reused_blocks_at_level) == 24, "layout of kvcm_reused_blocks_at_level changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_reused_blocks_at_level) == 8, "alignment of kvcm_reused_blocks_at_level changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, layer_group) == 0, "layout of kvcm_reused_blocks_at_level changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, level) == 4, "layout of kvcm_reused_blocks_at_level changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, full_blocks) == 8, "layout of kvcm_reused_blocks_at_level changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, partial_blocks) == 16, "layout of kvcm_reused_blocks_at_level changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 584, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
@@ -2798,6 +3208,11 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_copy_from_host) == 512, "layout of 
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_enqueue_host_func) == 520, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_free_memory) == 528, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_synchronize) == 536, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 544, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 552, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 560, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 568, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 576, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus

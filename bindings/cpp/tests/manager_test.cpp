@@ -26,12 +26,12 @@ TEST_F(ManagerTest, LibraryInfo)
 {
     EXPECT_EQ(kvcm::libraryVersion(), KVCM_VERSION_STRING);
     EXPECT_GE(kvcm::abiVersion(), kvcm::kAbiVersion);
-    static_assert(KVCM_ABI_VERSION == 1u, "ABI version 1 is the first (and current) ABI");
-    EXPECT_EQ(kvcm::abiVersion(), 1u);
+    static_assert(KVCM_ABI_VERSION == 2u, "ABI version 2 appended to the first ABI");
+    EXPECT_EQ(kvcm::abiVersion(), 2u);
     kvcm_api const* api = kvcm_get_api(KVCM_ABI_VERSION);
     ASSERT_NE(api, nullptr);
     EXPECT_EQ(api->struct_size, sizeof(kvcm_api));
-    EXPECT_EQ(api->abi_version, 1u);
+    EXPECT_EQ(api->abi_version, 2u);
     EXPECT_EQ(api->kv_cache_create, &kvcm_kv_cache_create);
     EXPECT_EQ(api->manager_attach_cp, &kvcm_manager_attach_cp);
     EXPECT_EQ(kvcm_get_api(0), nullptr);
@@ -285,10 +285,10 @@ TEST_F(ManagerTest, ValidateConfigNamesTheField)
 // What the C struct cannot carry as given is rejected naming the field, by
 // validateConfig and the constructor alike: an explicit maxUtilForResume of 0
 // (C reads 0 as unset, the default) and NUL bytes in paths and roles (where
-// the C string would end). The default is 0.95, not 0.
+// the C string would end). The default is 0.97 (KVCacheManagerV2's), not 0.
 TEST_F(ManagerTest, ConfigValuesTheCAbiWouldChangeAreRejected)
 {
-    EXPECT_EQ(kvcm::KVCacheManagerConfig{}.maxUtilForResume, 0.95);
+    EXPECT_EQ(kvcm::KVCacheManagerConfig{}.maxUtilForResume, 0.97);
 
     auto cfg = smallConfig(64 << 10);
     cfg.maxUtilForResume = 0;
@@ -303,6 +303,42 @@ TEST_F(ManagerTest, ConfigValuesTheCAbiWouldChangeAreRejected)
     cfg = smallConfig(64 << 10);
     cfg.layers[0].buffers[1].role = std::string("value\0x", 7);
     EXPECT_CONFIG_ERROR(kvcm::validateConfig(cfg), "layers[0].buffers[1].role");
+}
+
+// The fields of ABI version 2 reach the library (a negative
+// reuseMatchBackoff is refused naming it), and the per-layer-group iteration
+// statistics count a request's fresh and missed blocks, then restart.
+TEST_F(ManagerTest, Version2ConfigFieldsAndLayerGroupStats)
+{
+    auto cfg = smallConfig(64 << 10);
+    cfg.reuseMatchBackoff = -1;
+    EXPECT_CONFIG_ERROR(kvcm::validateConfig(cfg), "reuse_match_backoff");
+    cfg = smallConfig(64 << 10);
+    cfg.rebalanceRatioThreshold = 1.0;
+    EXPECT_CONFIG_ERROR(kvcm::validateConfig(cfg), "rebalance_ratio_threshold");
+    cfg = smallConfig(64 << 10);
+    cfg.constraints.push_back(kvcm::BatchDesc{{{16, 0}}, -1});
+    EXPECT_CONFIG_ERROR(kvcm::validateConfig(cfg), "constraints[0].system_prompt_length");
+
+    kvcm::KVCacheManager m(smallConfig(64 << 10));
+    auto stream = m.createStream();
+    auto const prompt = tokenRange(100, 12);
+    {
+        auto c = m.createKVCache(prompt);
+        c.resume(stream);
+        c.resize(12, 12);
+        c.commit(prompt, true);
+    }
+    auto stats = m.getAndResetLayerGroupIterationStats();
+    ASSERT_EQ(stats.size(), static_cast<size_t>(m.numLayerGroups()));
+    EXPECT_EQ(stats[0].layer_group, 0);
+    EXPECT_EQ(stats[0].alloc_new_blocks, 3);
+    EXPECT_EQ(stats[0].missed_blocks, 3);
+    EXPECT_EQ(m.getAndResetLayerGroupIterationStats()[0].alloc_new_blocks, 0);
+    EXPECT_EQ(m.getAndResetIterationCachedTokensByLevel().size(), static_cast<size_t>(m.numLevels()));
+    auto peaks = m.getAndResetIterationPoolGroupPeakBlockStats(kvcm::kGpuLevel);
+    ASSERT_FALSE(peaks.empty());
+    EXPECT_GE(peaks[0].unavailable, 3);
 }
 
 TEST_F(ManagerTest, StatsEventsAndPeaks)

@@ -57,6 +57,62 @@ its own manager.
 
 from ._managed import ForkedProcessError, Managed
 from .codec import KVCacheColdPageCodec, create_default_kv_cache_cold_page_codec
+from .common import (
+    CACHE_LEVEL1,
+    DEFAULT_BEAM_INDEX,
+    GPU_LEVEL,
+    NDEBUG,
+    BeamIndex,
+    CacheLevel,
+    CudaStream,
+    HalfOpenRange,
+    LayerGroupId,
+    LayerId,
+    LifeCycleId,
+    MemAddress,
+    PageIndexMode,
+    PageStatus,
+    PoolGroupIndex,
+    PoolIndex,
+    Priority,
+    ReuseScope,
+    SlidingWindowSize,
+    TokenId,
+    TokenIdExt,
+    exact_div,
+    typed_range,
+)
+from .coverage import (
+    AggregatedPageDesc,
+    AttnLifeCycle,
+    ExpandedBuffer,
+    MmItemContext,
+    PlannedDropHandle,
+    ScratchDesc,
+    SsmLayerConfig,
+    SsmSnapshotIterationStatsDelta,
+    SwaScratchReuseConfig,
+    gen_multimodal_cache_key_tokens,
+    sequence_to_blockchain_keys,
+)
+from .events import (
+    KVCacheCreatedData,
+    KVCacheEvent,
+    KVCacheEventDiff,
+    KVCacheEventManager,
+    KVCacheRemovedData,
+    KVCacheStoredBlockData,
+    KVCacheStoredData,
+    KVCacheUpdatedData,
+    UniqueToken,
+)
+from .stats import (
+    KVCacheIterationStatsDelta,
+    KVCacheStatsDelta,
+    PoolGroupPeakBlockStats,
+    ReusedBlocksByLevel,
+    StorageStatistics,
+)
 from .cp import (
     CPAwareKVManager,
     ContextPilotKVManager,
@@ -73,6 +129,7 @@ from .config import (
     DiskCacheTierConfig,
     GpuCacheTierConfig,
     HostCacheTierConfig,
+    KVCacheDesc,
     KVCacheManagerConfig,
     RequestDesc,
 )
@@ -83,6 +140,8 @@ from .errors import (
     CodecFailedError,
     CodecRejectedError,
     ConsumedError,
+    CorruptedError,
+    CuError,
     DataLostError,
     DeviceError,
     InternalError,
@@ -93,6 +152,7 @@ from .errors import (
     KVCacheError,
     LibraryNotFoundError,
     ManagerClosedError,
+    OutOfMemoryError,
     OutOfPagesError,
     PoisonedError,
     ResumeRefusedError,
@@ -102,28 +162,62 @@ from .errors import (
 from .manager import (
     BAD_PAGE_INDEX,
     BlockStats,
+    BufferId,
     BufferLocation,
     CacheEvent,
     CacheStatus,
+    CoalescedBuffer,
     DeviceKind,
     EventKind,
     KVCacheManager,
     MigrationPath,
     MigrationStats,
+    PageIndexConverter,
     PeakBlockStats,
     PoolDesc,
     PoolGroupDesc,
     PoolGroupStats,
+    SlotDesc,
+    SlotDescVariant,
     _KVCache,
+    num_live_managers,
 )
-from .library import abi_version, is_poisoned, library_path, live_handle_count, version
+from .library import (
+    abi_version,
+    is_poisoned,
+    library_path,
+    live_handle_count,
+    poison_reason,
+    take_poison,
+    version,
+)
+
+KvCacheStatus = CacheStatus
+"""KVCM2's name of a cache's status (``_KVCache.Status``)."""
+IKvCacheColdPageCodec = KVCacheColdPageCodec
+"""KVCM2's name of the cold-page codec object."""
+
 
 __version__ = "0.1.0"
 
 __all__ = [
+    # TensorRT-LLM KVCacheManagerV2's module names
+    "LifeCycleId", "LayerGroupId", "CacheLevel", "TokenId", "TokenIdExt", "LayerId", "CudaStream",
+    "BeamIndex", "MemAddress", "Priority", "PoolGroupIndex", "PoolIndex", "SlidingWindowSize",
+    "NDEBUG", "DEFAULT_BEAM_INDEX", "GPU_LEVEL", "CACHE_LEVEL1", "exact_div", "typed_range",
+    "HalfOpenRange", "PageStatus", "PageIndexMode", "KvCacheStatus", "ReuseScope", "IKvCacheColdPageCodec",
+    "poison_reason", "take_poison", "num_live_managers",
+    "KVCacheStatsDelta", "KVCacheIterationStatsDelta", "ReusedBlocksByLevel", "PoolGroupPeakBlockStats",
+    "StorageStatistics", "BufferId", "CoalescedBuffer", "SlotDescVariant", "SlotDesc", "PageIndexConverter",
+    "KVCacheEventManager", "KVCacheEvent", "KVCacheCreatedData", "KVCacheStoredData", "KVCacheStoredBlockData",
+    "KVCacheRemovedData", "KVCacheUpdatedData", "KVCacheEventDiff", "UniqueToken",
+    # model coverage: importable, refused when used
+    "SsmLayerConfig", "SwaScratchReuseConfig", "MmItemContext", "AttnLifeCycle", "PlannedDropHandle",
+    "ExpandedBuffer", "AggregatedPageDesc", "ScratchDesc", "SsmSnapshotIterationStatsDelta",
+    "gen_multimodal_cache_key_tokens", "sequence_to_blockchain_keys",
     # configuration
     "KVCacheManagerConfig", "GpuCacheTierConfig", "HostCacheTierConfig", "DiskCacheTierConfig",
-    "CacheTierConfig", "AttentionLayerConfig", "BufferConfig", "BatchDesc", "RequestDesc",
+    "CacheTierConfig", "AttentionLayerConfig", "BufferConfig", "BatchDesc", "KVCacheDesc", "RequestDesc",
     "CacheTier", "DataRole",
     # manager, caches, codecs, device helper
     "KVCacheManager", "_KVCache", "KVCacheColdPageCodec", "create_default_kv_cache_cold_page_codec",
@@ -138,8 +232,8 @@ __all__ = [
     "abi_version", "is_poisoned", "library_path", "live_handle_count", "version",
     # errors
     "KVCacheError", "InvalidArgumentError", "InvalidHandleError", "InvalidStateError",
-    "OutOfPagesError", "ResumeRefusedError", "InvalidConfigError", "CodecRejectedError",
-    "DataLostError", "BufferTooSmallError", "ManagerClosedError", "DeviceError", "UnsupportedError",
-    "InternalError", "PoisonedError", "CodecFailedError", "StorageIOError", "ClosedError",
+    "OutOfMemoryError", "OutOfPagesError", "ResumeRefusedError", "InvalidConfigError", "CodecRejectedError",
+    "DataLostError", "BufferTooSmallError", "ManagerClosedError", "CuError", "DeviceError", "UnsupportedError",
+    "CorruptedError", "InternalError", "PoisonedError", "CodecFailedError", "StorageIOError", "ClosedError",
     "ConsumedError", "ForkedProcessError", "LibraryNotFoundError",
 ]

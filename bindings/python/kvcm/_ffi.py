@@ -20,7 +20,7 @@ import os
 # Version 1 is the first released ABI; a later version may only append
 # fields to versioned structs and vtables, and add functions, types and
 # constants.
-KVCM_ABI_VERSION = 1
+KVCM_ABI_VERSION = 2
 
 # KVCM_VERSION_MAJOR is the library's major version.
 KVCM_VERSION_MAJOR = 0
@@ -103,11 +103,13 @@ class EventKind(enum.IntEnum):
     BLOCK_STORED = 0
     BLOCK_REMOVED = 1
     BLOCK_UPDATED = 2
+    BLOCK_PRIORITY_UPDATED = 3
 
 
 KVCM_EVENT_BLOCK_STORED = 0
 KVCM_EVENT_BLOCK_REMOVED = 1
 KVCM_EVENT_BLOCK_UPDATED = 2
+KVCM_EVENT_BLOCK_PRIORITY_UPDATED = 3
 
 class MemoryKind(enum.IntEnum):
     """kvcm_memory_kind says where an allocation lives."""
@@ -251,6 +253,13 @@ class kvcm_attention_layer_config(ctypes.Structure):
 
 class kvcm_batch_desc(ctypes.Structure):
     """kvcm_batch_desc is one batch step."""
+
+
+class kvcm_block_event(ctypes.Structure):
+    """kvcm_block_event reports a change of the set of reusable blocks, with
+    priorities and the level a page left (kvcm_cache_event cannot carry
+    them). seq increases by one per event of a manager, starting at 1.
+    """
 
 
 class kvcm_block_stats(ctypes.Structure):
@@ -401,6 +410,14 @@ class kvcm_kv_cache_options(ctypes.Structure):
     """
 
 
+class kvcm_layer_group_iteration_stats(ctypes.Structure):
+    """kvcm_layer_group_iteration_stats counts one layer group's page outcomes and moves
+    during an iteration (KVCacheManagerV2's KVCacheIterationStatsDelta). A
+    block counts in a layer group when the layer group has or gets a page for
+    it.
+    """
+
+
 class kvcm_manager_config(ctypes.Structure):
     """kvcm_manager_config is the manager's configuration, mirroring
     KVCacheManagerV2's KVCacheManagerConfig. Every pointer is borrowed for the
@@ -446,6 +463,13 @@ class kvcm_pool_group_desc(ctypes.Structure):
     """
 
 
+class kvcm_pool_group_peak_block_stats(ctypes.Structure):
+    """kvcm_pool_group_peak_block_stats holds KVCacheManagerV2's peaks of one pool group
+    during an iteration, each the largest count sampled at the end of an
+    operation.
+    """
+
+
 class kvcm_pool_group_stats(ctypes.Structure):
     """kvcm_pool_group_stats is the state of one pool group of one level, in slots.
     available = free + evictable.
@@ -455,6 +479,13 @@ class kvcm_pool_group_stats(ctypes.Structure):
 class kvcm_request_desc(ctypes.Structure):
     """kvcm_request_desc is one request of a batch: how many tokens it holds pages for
     and how many of them are already computed.
+    """
+
+
+class kvcm_reused_blocks_at_level(ctypes.Structure):
+    """kvcm_reused_blocks_at_level counts one layer group's pages reused during an
+    iteration from one level (the level each was on when a new cache reused
+    it).
     """
 
 
@@ -469,6 +500,21 @@ kvcm_attention_layer_config._fields_ = [
 kvcm_batch_desc._fields_ = [
     ("requests", ctypes.POINTER(kvcm_request_desc)),
     ("num_requests", ctypes.c_size_t),
+]
+
+kvcm_block_event._fields_ = [
+    ("seq", ctypes.c_uint64),
+    ("key", ctypes.c_uint64),
+    ("parent", ctypes.c_uint64),
+    ("cache_id", ctypes.c_uint64),
+    ("kind", kvcm_event_kind),
+    ("layer_group", kvcm_layer_group_id),
+    ("level", kvcm_cache_level),
+    ("old_level", kvcm_cache_level),
+    ("priority", ctypes.c_int32),
+    ("old_priority", ctypes.c_int32),
+    ("tokens", ctypes.POINTER(kvcm_token)),
+    ("num_tokens", ctypes.c_size_t),
 ]
 
 kvcm_block_stats._fields_ = [
@@ -597,6 +643,25 @@ kvcm_kv_cache_options._fields_ = [
     ("request_id_len", ctypes.c_size_t),
 ]
 
+kvcm_layer_group_iteration_stats._fields_ = [
+    ("layer_group", kvcm_layer_group_id),
+    ("alloc_total_blocks", ctypes.c_int64),
+    ("alloc_new_blocks", ctypes.c_int64),
+    ("reused_blocks", ctypes.c_int64),
+    ("full_reused_blocks", ctypes.c_int64),
+    ("partial_reused_blocks", ctypes.c_int64),
+    ("missed_blocks", ctypes.c_int64),
+    ("gen_alloc_blocks", ctypes.c_int64),
+    ("onboard_blocks", ctypes.c_int64),
+    ("onboard_bytes", ctypes.c_int64),
+    ("offload_blocks", ctypes.c_int64),
+    ("offload_bytes", ctypes.c_int64),
+    ("intra_device_copy_blocks", ctypes.c_int64),
+    ("intra_device_copy_bytes", ctypes.c_int64),
+    ("host_dropped_blocks", ctypes.c_int64),
+    ("host_dropped_bytes", ctypes.c_int64),
+]
+
 kvcm_manager_config._fields_ = [
     ("struct_size", ctypes.c_uint32),
     ("abi_version", ctypes.c_uint32),
@@ -616,6 +681,17 @@ kvcm_manager_config._fields_ = [
     ("typical_step", ctypes.POINTER(kvcm_batch_desc)),
     ("constraints", ctypes.POINTER(kvcm_batch_desc)),
     ("num_constraints", ctypes.c_size_t),
+    ("reuse_match_backoff", ctypes.c_int32),
+    ("text_only", ctypes.c_bool),
+    ("commit_min_snapshot", ctypes.c_bool),
+    ("rebalance_min_sampled_kv_caches", ctypes.c_int64),
+    ("rebalance_cooldown_secs", ctypes.c_double),
+    ("rebalance_target_ratio_update_interval", ctypes.c_int64),
+    ("rebalance_ratio_threshold", ctypes.c_double),
+    ("rebalance_moving_average_decay", ctypes.c_double),
+    ("typical_step_system_prompt_length", ctypes.c_int64),
+    ("constraint_system_prompt_lengths", ctypes.POINTER(ctypes.c_int64)),
+    ("num_constraint_system_prompt_lengths", ctypes.c_size_t),
 ]
 
 kvcm_migration_stats._fields_ = [
@@ -649,6 +725,13 @@ kvcm_pool_group_desc._fields_ = [
     ("num_pools", ctypes.c_size_t),
 ]
 
+kvcm_pool_group_peak_block_stats._fields_ = [
+    ("index", kvcm_pool_group_index),
+    ("available", ctypes.c_int64),
+    ("unavailable", ctypes.c_int64),
+    ("evictable", ctypes.c_int64),
+]
+
 kvcm_pool_group_stats._fields_ = [
     ("level", kvcm_cache_level),
     ("tier", kvcm_tier_kind),
@@ -665,11 +748,19 @@ kvcm_request_desc._fields_ = [
     ("history_length", ctypes.c_int64),
 ]
 
+kvcm_reused_blocks_at_level._fields_ = [
+    ("layer_group", kvcm_layer_group_id),
+    ("level", kvcm_cache_level),
+    ("full_blocks", ctypes.c_int64),
+    ("partial_blocks", ctypes.c_int64),
+]
+
 # ---- Layouts frozen by the header: name -> (size, alignment, {field: offset}) ----
 
 LAYOUTS = {
     "kvcm_attention_layer_config": (32, 8, {"layer_id": 0, "sliding_window_size": 4, "num_sink_tokens": 8, "buffers": 16, "num_buffers": 24}),
     "kvcm_batch_desc": (16, 8, {"requests": 0, "num_requests": 8}),
+    "kvcm_block_event": (72, 8, {"seq": 0, "key": 8, "parent": 16, "cache_id": 24, "kind": 32, "layer_group": 36, "level": 40, "old_level": 44, "priority": 48, "old_priority": 52, "tokens": 56, "num_tokens": 64}),
     "kvcm_block_stats": (56, 8, {"alloc_total_blocks": 0, "alloc_new_blocks": 8, "reused_blocks": 16, "missed_blocks": 24, "evictions": 32, "lost_pages": 40, "hit_rate": 48}),
     "kvcm_buffer_config": (16, 8, {"role": 0, "size": 8}),
     "kvcm_buffer_location": (40, 8, {"layer_group": 0, "pool": 4, "pool_base": 8, "scale": 16, "offset": 24, "bytes": 32}),
@@ -684,14 +775,17 @@ LAYOUTS = {
     "kvcm_cp_manager_backed_options": (48, 8, {"struct_size": 0, "abi_version": 4, "level_weights": 8, "num_level_weights": 16, "scope": 24}),
     "kvcm_cp_request_id": (16, 8, {"data": 0, "len": 8}),
     "kvcm_kv_cache_options": (80, 8, {"struct_size": 0, "abi_version": 4, "scope": 8, "input_tokens": 32, "num_input_tokens": 40, "priority": 48, "priority_user_data": 56, "request_id": 64, "request_id_len": 72}),
-    "kvcm_manager_config": (112, 8, {"struct_size": 0, "abi_version": 4, "tokens_per_block": 8, "device": 12, "device_ordinal": 16, "event_queue_capacity": 20, "cache_tiers": 24, "num_cache_tiers": 32, "layers": 40, "num_layers": 48, "max_util_for_resume": 56, "enable_partial_reuse": 64, "enable_stats": 65, "initial_pool_ratio": 72, "num_initial_pool_ratio": 80, "typical_step": 88, "constraints": 96, "num_constraints": 104}),
+    "kvcm_layer_group_iteration_stats": (128, 8, {"layer_group": 0, "alloc_total_blocks": 8, "alloc_new_blocks": 16, "reused_blocks": 24, "full_reused_blocks": 32, "partial_reused_blocks": 40, "missed_blocks": 48, "gen_alloc_blocks": 56, "onboard_blocks": 64, "onboard_bytes": 72, "offload_blocks": 80, "offload_bytes": 88, "intra_device_copy_blocks": 96, "intra_device_copy_bytes": 104, "host_dropped_blocks": 112, "host_dropped_bytes": 120}),
+    "kvcm_manager_config": (184, 8, {"struct_size": 0, "abi_version": 4, "tokens_per_block": 8, "device": 12, "device_ordinal": 16, "event_queue_capacity": 20, "cache_tiers": 24, "num_cache_tiers": 32, "layers": 40, "num_layers": 48, "max_util_for_resume": 56, "enable_partial_reuse": 64, "enable_stats": 65, "initial_pool_ratio": 72, "num_initial_pool_ratio": 80, "typical_step": 88, "constraints": 96, "num_constraints": 104, "reuse_match_backoff": 112, "text_only": 116, "commit_min_snapshot": 117, "rebalance_min_sampled_kv_caches": 120, "rebalance_cooldown_secs": 128, "rebalance_target_ratio_update_interval": 136, "rebalance_ratio_threshold": 144, "rebalance_moving_average_decay": 152, "typical_step_system_prompt_length": 160, "constraint_system_prompt_lengths": 168, "num_constraint_system_prompt_lengths": 176}),
     "kvcm_migration_stats": (24, 8, {"path": 0, "pages": 8, "bytes": 16}),
     "kvcm_page_index_pair": (8, 8, {"dst": 0, "src": 4}),
     "kvcm_peak_block_stats": (24, 8, {"index": 0, "peak_used": 8, "total": 16}),
     "kvcm_pool_desc": (16, 8, {"base": 0, "slot_bytes": 8}),
     "kvcm_pool_group_desc": (48, 8, {"index": 0, "num_slots": 8, "life_cycles": 16, "num_life_cycles": 24, "pools": 32, "num_pools": 40}),
+    "kvcm_pool_group_peak_block_stats": (32, 8, {"index": 0, "available": 8, "unavailable": 16, "evictable": 24}),
     "kvcm_pool_group_stats": (56, 8, {"level": 0, "tier": 4, "index": 8, "page_bytes": 16, "total": 24, "free": 32, "evictable": 40, "available": 48}),
     "kvcm_request_desc": (16, 8, {"capacity": 0, "history_length": 8}),
+    "kvcm_reused_blocks_at_level": (24, 8, {"layer_group": 0, "level": 4, "full_blocks": 8, "partial_blocks": 16}),
 }
 
 
@@ -759,10 +853,15 @@ FUNCTIONS = {
     "kvcm_manager_destroy": (ctypes.POINTER(kvcm_status), [kvcm_manager]),
     "kvcm_manager_destroy_stream": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_stream]),
     "kvcm_manager_detach_cp": (ctypes.POINTER(kvcm_status), [kvcm_manager]),
+    "kvcm_manager_drain_block_events": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_block_event), ctypes.c_size_t, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_uint64)]),
     "kvcm_manager_drain_events": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_cache_event), ctypes.c_size_t, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_uint64)]),
     "kvcm_manager_free_memory": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_device_ptr]),
+    "kvcm_manager_get_and_reset_iteration_cached_tokens_by_level": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(ctypes.c_int64), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_manager_get_and_reset_iteration_peak_block_stats": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cache_level, ctypes.POINTER(kvcm_peak_block_stats), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    "kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cache_level, ctypes.POINTER(kvcm_pool_group_peak_block_stats), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    "kvcm_manager_get_and_reset_iteration_reused_blocks_by_level": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reused_blocks_at_level), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_manager_get_and_reset_iteration_stats": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_block_stats)]),
+    "kvcm_manager_get_and_reset_layer_group_iteration_stats": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_layer_group_iteration_stats), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_manager_get_buffer_location": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.c_int32, ctypes.c_char_p, ctypes.POINTER(kvcm_buffer_location)]),
     "kvcm_manager_get_device_kind": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_device_kind)]),
     "kvcm_manager_get_layer_group_of": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.c_int32, ctypes.POINTER(kvcm_layer_group_id)]),
@@ -831,10 +930,15 @@ PARAMETERS = {
     "kvcm_manager_destroy": ("manager",),
     "kvcm_manager_destroy_stream": ("manager", "stream"),
     "kvcm_manager_detach_cp": ("manager",),
+    "kvcm_manager_drain_block_events": ("manager", "events", "events_cap", "tokens", "tokens_cap", "num_events", "num_tokens", "dropped"),
     "kvcm_manager_drain_events": ("manager", "events", "events_cap", "tokens", "tokens_cap", "num_events", "num_tokens", "dropped"),
     "kvcm_manager_free_memory": ("manager", "ptr"),
+    "kvcm_manager_get_and_reset_iteration_cached_tokens_by_level": ("manager", "tokens", "capacity", "needed"),
     "kvcm_manager_get_and_reset_iteration_peak_block_stats": ("manager", "level", "stats", "capacity", "needed"),
+    "kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats": ("manager", "level", "stats", "capacity", "needed"),
+    "kvcm_manager_get_and_reset_iteration_reused_blocks_by_level": ("manager", "rows", "capacity", "needed"),
     "kvcm_manager_get_and_reset_iteration_stats": ("manager", "out"),
+    "kvcm_manager_get_and_reset_layer_group_iteration_stats": ("manager", "stats", "capacity", "needed"),
     "kvcm_manager_get_buffer_location": ("manager", "layer_id", "role", "out"),
     "kvcm_manager_get_device_kind": ("manager", "out"),
     "kvcm_manager_get_layer_group_of": ("manager", "layer_id", "out"),

@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Sequence, Union
 
+from . import coverage
 from .errors import InvalidConfigError
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "HostCacheTierConfig",
     "DiskCacheTierConfig",
     "CacheTierConfig",
+    "KVCacheDesc",
     "RequestDesc",
     "BatchDesc",
     "KVCacheManagerConfig",
@@ -59,15 +61,21 @@ def _check_int(path: str, v: object, *, optional: bool = False) -> None:
 
 @dataclass(slots=True)
 class BufferConfig:
-    """One per-layer buffer: its role and the bytes it needs per block."""
+    """One per-layer buffer: its role and the bytes it needs per block.
+    ``tokens_per_block_override`` other than None (a buffer with its own
+    block size) is model coverage: a manager refuses it with
+    :class:`~kvcm.UnsupportedError`."""
 
     role: DataRole
     size: int
+    tokens_per_block_override: int | None = None
 
     def _check_types(self, path: str) -> None:
         if not isinstance(self.role, str):
             raise TypeError(f"{path}.role: expected a str, got {type(self.role).__name__}")
         _check_int(f"{path}.size", self.size)
+        if self.tokens_per_block_override is not None:
+            coverage.missing(f"{path}.tokens_per_block_override", coverage.BUFFER_TPB)
 
 
 @dataclass(slots=True)
@@ -109,6 +117,11 @@ class GpuCacheTierConfig:
     def tier(self) -> CacheTier:
         return CacheTier.GPU_MEM
 
+    def assert_valid(self) -> None:
+        """Raise AssertionError unless quota (and max_quota) are valid."""
+        assert self.quota > 0, "Quota must be positive"
+        assert self.max_quota is None or self.max_quota >= self.quota, "max_quota must be at least quota"
+
 
 @dataclass(slots=True)
 class HostCacheTierConfig:
@@ -119,6 +132,10 @@ class HostCacheTierConfig:
     @property
     def tier(self) -> CacheTier:
         return CacheTier.HOST_MEM
+
+    def assert_valid(self) -> None:
+        """Raise AssertionError unless the quota is positive."""
+        assert self.quota > 0, "Quota must be positive"
 
 
 @dataclass(slots=True)
@@ -132,58 +149,103 @@ class DiskCacheTierConfig:
     def tier(self) -> CacheTier:
         return CacheTier.DISK
 
+    def assert_valid(self) -> None:
+        """Raise AssertionError unless the quota is positive and path is a
+        directory."""
+        assert self.quota > 0, "Quota must be positive"
+        assert os.path.isdir(self.path), f"Disk path {self.path} does not exist or is not a directory"
+
 
 CacheTierConfig = Union[GpuCacheTierConfig, HostCacheTierConfig, DiskCacheTierConfig]
 
 
 @dataclass(slots=True)
-class RequestDesc:
+class KVCacheDesc:
     """One request of a batch: tokens with pages, and computed tokens."""
 
     capacity: int
+    history_length: int
+
+
+@dataclass(slots=True)
+class RequestDesc(KVCacheDesc):
+    """kvcm's name of :class:`KVCacheDesc`, whose history_length defaults
+    to 0."""
+
     history_length: int = 0
 
 
 @dataclass(slots=True)
 class BatchDesc:
-    """One batch step: its requests."""
+    """One batch step: its requests (``kv_caches``), whose first
+    ``system_prompt_length`` tokens are one prompt they all share: its full
+    blocks are held once for the batch."""
 
-    requests: list[RequestDesc]
+    kv_caches: list[KVCacheDesc]
+    system_prompt_length: int = 0
+
+    @property
+    def requests(self) -> list[KVCacheDesc]:
+        """kvcm's former name of ``kv_caches``."""
+        return self.kv_caches
 
 
 def _check_batch(path: str, b: object) -> None:
     if not isinstance(b, BatchDesc):
         raise TypeError(f"{path}: expected a BatchDesc, got {type(b).__name__}")
-    for i, r in enumerate(b.requests):
-        if not isinstance(r, RequestDesc):
-            raise TypeError(f"{path}.requests[{i}]: expected a RequestDesc, got {type(r).__name__}")
-        _check_int(f"{path}.requests[{i}].capacity", r.capacity)
-        _check_int(f"{path}.requests[{i}].history_length", r.history_length)
+    _check_int(f"{path}.system_prompt_length", b.system_prompt_length)
+    for i, r in enumerate(b.kv_caches):
+        if not isinstance(r, KVCacheDesc):
+            raise TypeError(f"{path}.kv_caches[{i}]: expected a KVCacheDesc, got {type(r).__name__}")
+        _check_int(f"{path}.kv_caches[{i}].capacity", r.capacity)
+        _check_int(f"{path}.kv_caches[{i}].history_length", r.history_length)
 
 
 @dataclass(slots=True)
 class KVCacheManagerConfig:
-    """The manager's configuration (TensorRT-LLM's ``KVCacheManagerConfig``).
+    """The manager's configuration (TensorRT-LLM's ``KVCacheManagerConfig``,
+    its fields in its order, with its defaults).
 
     ``cache_tiers`` are hottest first: one GPU tier, then at most one host
     tier, then at most one disk tier. ``max_util_for_resume``, in (0, 1]
-    (default 0.95), refuses ``resume`` while the GPU tier is busier; 0 is
-    rejected rather than read as the default, as the C ABI would. ``initial_pool_ratio``
-    has one hot-tier byte ratio per layer group; without it ``typical_step``
-    decides, else ``constraints``, else every layer group gets the same
-    number of slots. ``constraints`` are batches the GPU tier must always
-    hold.
+    (default 0.97, the library's default), refuses ``resume`` while the GPU
+    tier is busier; 0 is rejected rather than read as the default, as the C
+    ABI would. ``reuse_match_backoff`` tokens are trimmed off every prefix
+    match. ``initial_pool_ratio`` has one hot-tier byte ratio per layer
+    group (an empty list or a wrong length is a ValueError); without it
+    ``typical_step`` decides, else ``constraints``, else every layer group
+    gets the same number of slots. ``constraints`` are batches the GPU tier
+    must always hold. ``enable_stats`` off makes the KVCM2 statistics
+    getters report nothing (kvcm counts regardless; ``stats`` stays).
+    ``text_only`` changes nothing (kvcm's tokens are text only);
+    ``commit_min_snapshot`` and the ``rebalance_*`` fields are validated as
+    KVCM2 does and carried: their effects (SSM snapshots, automatic pool
+    rebalancing) are model coverage. ``swa_scratch_reuse`` must stay None
+    (SWA scratch reuse is model coverage).
     """
 
     tokens_per_block: int
     cache_tiers: list[CacheTierConfig]
     layers: list[AttentionLayerConfig]
-    max_util_for_resume: float = 0.95
-    enable_partial_reuse: bool = False
-    initial_pool_ratio: list[float] | None = None
-    typical_step: BatchDesc | None = None
+    max_util_for_resume: float = 0.97
+    enable_partial_reuse: bool = True
+    reuse_match_backoff: int = 0
     constraints: list[BatchDesc] = field(default_factory=list)
-    enable_stats: bool = False
+    typical_step: BatchDesc | None = None
+    initial_pool_ratio: list[float] | None = None
+    swa_scratch_reuse: object | None = None
+    commit_min_snapshot: bool = False
+    enable_stats: bool = True
+    text_only: bool = False
+    rebalance_min_sampled_kv_caches: int = 2000
+    rebalance_cooldown_secs: float = 120.0
+    rebalance_target_ratio_update_interval: int = 100
+    rebalance_ratio_threshold: float = 1.25
+    rebalance_moving_average_decay: float = 0.9999
+
+    @property
+    def enable_swa_scratch_reuse(self) -> bool:
+        return self.swa_scratch_reuse is not None
 
     def _check_types(self) -> None:
         _check_int("tokens_per_block", self.tokens_per_block)
@@ -208,6 +270,15 @@ class KVCacheManagerConfig:
             layer._check_types(f"layers[{i}]")
         if not isinstance(self.max_util_for_resume, (int, float)) or isinstance(self.max_util_for_resume, bool):
             raise TypeError("max_util_for_resume: expected a float")
+        _check_int("reuse_match_backoff", self.reuse_match_backoff)
+        _check_int("rebalance_min_sampled_kv_caches", self.rebalance_min_sampled_kv_caches)
+        _check_int("rebalance_target_ratio_update_interval", self.rebalance_target_ratio_update_interval)
+        for name in ("rebalance_cooldown_secs", "rebalance_ratio_threshold", "rebalance_moving_average_decay"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                raise TypeError(f"{name}: expected a float, got {type(v).__name__}")
+        if self.swa_scratch_reuse is not None:
+            coverage.missing("swa_scratch_reuse", coverage.SWA_SCRATCH)
         if self.initial_pool_ratio is not None:
             for i, r in enumerate(self.initial_pool_ratio):
                 if not isinstance(r, (int, float)) or isinstance(r, bool):
@@ -223,8 +294,15 @@ class KVCacheManagerConfig:
         if self.max_util_for_resume == 0:
             raise InvalidConfigError(
                 "invalid config: max_util_for_resume: must be in (0, 1], got 0 "
-                "(the C ABI reads 0 as unset; omit the field for the default 0.95)",
+                "(the C ABI reads 0 as unset; omit the field for the default 0.97)",
                 code=6, field="max_util_for_resume")
+        # 0 is a valid value of these in no language, but the C ABI reads it
+        # as unset (the default): rejected here rather than replaced.
+        for name, rule in (("rebalance_target_ratio_update_interval", "must be positive"),
+                           ("rebalance_ratio_threshold", "must be finite and above 1"),
+                           ("rebalance_moving_average_decay", "must be in (0, 1)")):
+            if getattr(self, name) == 0:
+                raise InvalidConfigError(f"invalid config: {name}: {rule}, got 0", code=6, field=name)
         for i, t in enumerate(self.cache_tiers):
             if isinstance(t, DiskCacheTierConfig):
                 _check_no_nul(f"cache_tiers[{i}].path", os.fsencode(t.path))

@@ -16,6 +16,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidHandleError",
     "InvalidStateError",
+    "OutOfMemoryError",
     "OutOfPagesError",
     "ResumeRefusedError",
     "InvalidConfigError",
@@ -23,8 +24,10 @@ __all__ = [
     "DataLostError",
     "BufferTooSmallError",
     "ManagerClosedError",
+    "CuError",
     "DeviceError",
     "UnsupportedError",
+    "CorruptedError",
     "InternalError",
     "PoisonedError",
     "CodecFailedError",
@@ -63,7 +66,11 @@ class InvalidStateError(KVCacheError):
     """The call is not allowed in the object's current state."""
 
 
-class OutOfPagesError(KVCacheError, MemoryError):
+class OutOfMemoryError(KVCacheError, MemoryError):
+    """Memory ran out (KVCM2's base of :class:`OutOfPagesError`)."""
+
+
+class OutOfPagesError(OutOfMemoryError):
     """A cache level cannot supply the pages the call needs."""
 
 
@@ -110,7 +117,24 @@ class ManagerClosedError(KVCacheError):
     """The manager has been closed."""
 
 
-class DeviceError(KVCacheError):
+class CuError(KVCacheError):
+    """A device call failed (KVCM2's name). ``error_code`` is the CUresult
+    the library's message names (``[CUresult 2]``), else None (the emulated
+    device has no CUresult)."""
+
+    error_code: int | None
+
+    _CODE = re.compile(r"\[CUresult (-?\d+)\]")
+
+    def __init__(self, message: str, code: int | None = None, error_code: int | None = None):
+        super().__init__(message, code)
+        if error_code is None:
+            m = self._CODE.search(message)
+            error_code = int(m.group(1)) if m else None
+        self.error_code = error_code
+
+
+class DeviceError(CuError):
     """The device (or its emulation) failed."""
 
 
@@ -118,11 +142,17 @@ class UnsupportedError(KVCacheError, NotImplementedError):
     """Valid, but this build or machine cannot serve it."""
 
 
-class InternalError(KVCacheError):
+class CorruptedError(KVCacheError):
+    """A broken invariant was recorded: the library refuses calls from now on
+    (KVCM2's name; :class:`InternalError` and :class:`PoisonedError` are the
+    two ways it shows)."""
+
+
+class InternalError(CorruptedError):
     """A bug inside the library; the library is poisoned from now on."""
 
 
-class PoisonedError(KVCacheError):
+class PoisonedError(CorruptedError):
     """An earlier call panicked; restart the process."""
 
 
@@ -182,7 +212,19 @@ for _code, _cls in _BY_CODE.items():
 del _code, _cls
 
 
+_first_internal_error: str | None = None
+
+
+def first_internal_error() -> str | None:
+    """The message of the first InternalError the library reported to this
+    process (what poisoned it), or None."""
+    return _first_internal_error
+
+
 def error_for_code(code: int, message: str) -> KVCacheError:
     """The exception for a C status code and message."""
+    global _first_internal_error
     cls = _BY_CODE.get(code, KVCacheError)
+    if cls is InternalError and _first_internal_error is None:
+        _first_internal_error = message
     return cls(message, code)

@@ -8,7 +8,7 @@ from . import _native
 from ._library import find_library
 from ._managed import check_not_forked, release_deferred
 
-__all__ = ["version", "abi_version", "live_handle_count", "is_poisoned", "library_path"]
+__all__ = ["version", "abi_version", "live_handle_count", "is_poisoned", "poison_reason", "take_poison", "library_path"]
 
 
 def library_path() -> Path:
@@ -43,6 +43,27 @@ def is_poisoned() -> bool:
     """Whether a panic inside the library poisoned it."""
     check_not_forked()
     return bool(_native.lib.kvcm_is_poisoned())
+
+
+def poison_reason() -> str | None:
+    """What poisoned the library (the first InternalError's message this
+    process saw), or None while it is not poisoned. Never clears."""
+    if not is_poisoned():
+        return None
+    from .errors import first_internal_error
+
+    return first_internal_error() or "the library is poisoned: an earlier call panicked"
+
+
+def take_poison() -> str | None:
+    """poison_reason(), once no manager is alive (None while one is). kvcm's
+    poisoning is never cleared: after a panic the library's state cannot be
+    trusted, so the process must restart (KVCM2 clears it here)."""
+    from .manager import num_live_managers
+
+    if num_live_managers() > 0:
+        return None
+    return poison_reason()
 
 
 def _debug_panic(message: str = "debug panic") -> None:

@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import array
+import copy
 import ctypes
 import os
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
-from . import _convert, _native
+from . import _convert, _native, coverage
 from ._convert import set_field
 from ._managed import Managed, callback_guard
 from ._native import bind, ffi
 from .codec import KVCacheColdPageCodec
+from .common import GPU_LEVEL, PageIndexMode
+from .events import KVCacheEventManager
+from .stats import (
+    KVCacheIterationStatsDelta,
+    KVCacheStatsDelta,
+    PoolGroupPeakBlockStats,
+    ReusedBlocksByLevel,
+    StorageStatistics,
+)
 from .config import (
     CacheTier,
     DiskCacheTierConfig,
@@ -34,6 +44,12 @@ __all__ = [
     "BufferLocation",
     "PoolDesc",
     "PoolGroupDesc",
+    "BufferId",
+    "CoalescedBuffer",
+    "SlotDescVariant",
+    "SlotDesc",
+    "PageIndexConverter",
+    "num_live_managers",
     "BlockStats",
     "PoolGroupStats",
     "PeakBlockStats",
@@ -72,22 +88,106 @@ class BufferLocation:
         return self.pool_base + self.page_index(base) * self.bytes
 
 
+class BufferId(NamedTuple):
+    """One buffer: a layer and a role."""
+
+    layer_id: int
+    role: str
+
+
+@dataclass(frozen=True, slots=True)
+class CoalescedBuffer:
+    """Buffers of one size side by side in a pool's slot, in slot order."""
+
+    single_buffer_size: int
+    buffer_ids: tuple[BufferId, ...]
+
+    @property
+    def size(self) -> int:
+        return self.single_buffer_size * len(self.buffer_ids)
+
+    @property
+    def num_buffers(self) -> int:
+        return len(self.buffer_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class SlotDescVariant:
+    """What one layer group keeps in a pool group's slot: per pool, its
+    coalesced buffers."""
+
+    layer_group_id: int
+    coalesced_buffers: tuple[CoalescedBuffer, ...]
+
+    @property
+    def slot_size_list(self) -> list[int]:
+        return [c.size for c in self.coalesced_buffers]
+
+
+@dataclass(frozen=True, slots=True)
+class SlotDesc:
+    """A pool group's slot: one variant per layer group it serves."""
+
+    variants: tuple[SlotDescVariant, ...]
+
+    @property
+    def slot_size_list(self) -> list[int]:
+        return self.variants[0].slot_size_list if self.variants else []
+
+
 @dataclass(frozen=True, slots=True)
 class PoolDesc:
-    base: int
+    """One pool of a pool group: its index, base address and slot bytes."""
+
+    pool_index: int
+    base_address: int
     slot_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
 class PoolGroupDesc:
-    index: int
+    """KVCM2's PoolGroupDesc, plus kvcm's ``layer_groups`` (the layer groups
+    the group serves; on the GPU level the variants of ``slot_desc``, which
+    cold levels do not describe: their pools hold encoded pages)."""
+
+    pool_group_index: int
     num_slots: int
-    layer_groups: tuple[int, ...]
+    slot_desc: SlotDesc | None
     pools: tuple[PoolDesc, ...]
+    layer_groups: tuple[int, ...] = ()
 
     @property
     def page_bytes(self) -> int:
         return sum(p.slot_bytes for p in self.pools)
+
+
+@dataclass(frozen=True, slots=True)
+class PageIndexConverter:
+    """Converts base page indices (``get_base_page_indices``) into the
+    indices a kernel uses for one buffer: ``base * scale`` from the base
+    address of ``get_mem_pool_base_address(layer, role)`` (SHARED), or
+    ``base * scale + layer_offset`` from the pool's base address
+    (PER_LAYER). ``expansion`` is 1 (kvcm has one tokens_per_block)."""
+
+    scale: int
+    expansion: int
+    layer_offset: int
+
+    def __call__(self, base_indices: Sequence[int], index_mode: PageIndexMode | None = None,
+                 scratch: Any = None) -> list[int]:
+        if scratch:
+            coverage.missing("PageIndexConverter(scratch=)", coverage.SWA_SCRATCH)
+        offset = self.layer_offset if index_mode == PageIndexMode.PER_LAYER else 0
+        bad = ffi.KVCM_BAD_PAGE_INDEX
+        return [bad if b == bad else b * self.scale + offset for b in base_indices]
+
+
+_live_managers: "weakref.WeakSet[KVCacheManager]" = weakref.WeakSet()
+
+
+def num_live_managers() -> int:
+    """The managers of this process constructed and not yet closed."""
+    return sum(1 for m in list(_live_managers) if not m.closed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +258,7 @@ _layer_group_of = bind("kvcm_manager_get_layer_group_of")
 _buffer_location = bind("kvcm_manager_get_buffer_location")
 _pool_group_descs = bind("kvcm_manager_get_pool_group_descs")
 _drain_events = bind("kvcm_manager_drain_events", events_cap="max_events")
+_drain_block_events = bind("kvcm_manager_drain_block_events")
 _alloc_memory = bind("kvcm_manager_alloc_memory")
 _cache_create = bind("kvcm_kv_cache_create")
 _cache_close = bind("kvcm_kv_cache_close")
@@ -251,43 +352,66 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
     c.max_util_for_resume = float(config.max_util_for_resume)
     c.enable_partial_reuse = bool(config.enable_partial_reuse)
     c.enable_stats = bool(config.enable_stats)
-    if config.initial_pool_ratio:
-        r = (ctypes.c_double * len(config.initial_pool_ratio))(*config.initial_pool_ratio)
+    if config.initial_pool_ratio is not None:  # an empty list is passed on: the library rejects it
+        n = len(config.initial_pool_ratio)
+        r = (ctypes.c_double * max(n, 1))(*config.initial_pool_ratio)
         keep.append(r)
         c.initial_pool_ratio = r
-        c.num_initial_pool_ratio = len(config.initial_pool_ratio)
+        c.num_initial_pool_ratio = n
+    set_field(c, "reuse_match_backoff", config.reuse_match_backoff)
+    c.text_only = bool(config.text_only)
+    c.commit_min_snapshot = bool(config.commit_min_snapshot)
+    set_field(c, "rebalance_min_sampled_kv_caches", config.rebalance_min_sampled_kv_caches)
+    c.rebalance_cooldown_secs = float(config.rebalance_cooldown_secs)
+    set_field(c, "rebalance_target_ratio_update_interval", config.rebalance_target_ratio_update_interval)
+    c.rebalance_ratio_threshold = float(config.rebalance_ratio_threshold)
+    c.rebalance_moving_average_decay = float(config.rebalance_moving_average_decay)
 
     def batch(b: Any, path: str) -> Any:
-        reqs = (ffi.kvcm_request_desc * max(len(b.requests), 1))()
-        for k, r in enumerate(b.requests):
-            set_field(reqs[k], "capacity", r.capacity, f"{path}.requests[{k}].capacity")
-            set_field(reqs[k], "history_length", r.history_length, f"{path}.requests[{k}].history_length")
+        reqs = (ffi.kvcm_request_desc * max(len(b.kv_caches), 1))()
+        for k, r in enumerate(b.kv_caches):
+            set_field(reqs[k], "capacity", r.capacity, f"{path}.kv_caches[{k}].capacity")
+            set_field(reqs[k], "history_length", r.history_length, f"{path}.kv_caches[{k}].history_length")
         keep.append(reqs)
         d = ffi.kvcm_batch_desc()
-        d.requests = reqs if b.requests else None
-        d.num_requests = len(b.requests)
+        d.requests = reqs if b.kv_caches else None
+        d.num_requests = len(b.kv_caches)
         return d
 
     if config.typical_step is not None:
         ts = batch(config.typical_step, "typical_step")
         keep.append(ts)
         c.typical_step = ctypes.pointer(ts)
+        set_field(c, "typical_step_system_prompt_length", config.typical_step.system_prompt_length,
+                  "typical_step.system_prompt_length")
     if config.constraints:
         cs = (ffi.kvcm_batch_desc * len(config.constraints))(*[batch(b, f"constraints[{i}]") for i, b in enumerate(config.constraints)])
         keep.append(cs)
         c.constraints = cs
         c.num_constraints = len(config.constraints)
+        lens = (ctypes.c_int64 * len(config.constraints))()
+        for i, b in enumerate(config.constraints):
+            lens[i] = _convert.check(b.system_prompt_length, ctypes.c_int64, f"constraints[{i}].system_prompt_length")
+        keep.append(lens)
+        c.constraint_system_prompt_lengths = lens
+        c.num_constraint_system_prompt_lengths = len(config.constraints)
     return c, keep
 
 
 class KVCacheManager(Managed):
-    """A paged KV-cache manager (``kvcm_manager``).
+    """A paged KV-cache manager (``kvcm_manager``), KVCM2's
+    ``KVCacheManager(config, event_manager=None, cold_page_codec=None)``.
 
     ``KVCacheManager(config)`` uses the default lossless codec.
-    ``KVCacheManager(config, cold_page_codec=codec)`` consumes ``codec``
-    before the C call, whether construction succeeds or fails: never use it
-    again. ``device`` selects ``"auto"`` (CUDA where available, else the
-    emulated device), ``"emu"`` or ``"cuda"``.
+    ``KVCacheManager(config, cold_page_codec=codec)`` (the codec is the
+    third parameter, as in KVCM2) consumes ``codec`` before the C call,
+    whether construction succeeds or fails: never use it again. A codec
+    passed second, where the event manager goes, is consumed too and
+    refused with ``TypeError``. ``event_manager`` (a
+    :class:`~kvcm.KVCacheEventManager`) receives the manager's block events.
+    The configuration is copied (``init_config``). ``device`` selects
+    ``"auto"`` (CUDA where available, else the emulated device), ``"emu"``
+    or ``"cuda"``.
 
     Closing the manager (``close()``, ``with``, or garbage collection)
     closes every cache (ACTIVE or SUSPENDED), stream and memory it still
@@ -302,6 +426,7 @@ class KVCacheManager(Managed):
     def __init__(
         self,
         config: KVCacheManagerConfig,
+        event_manager: KVCacheEventManager | None = None,
         cold_page_codec: KVCacheColdPageCodec | None = None,
         *,
         device: str | DeviceKind = DeviceKind.AUTO,
@@ -310,7 +435,16 @@ class KVCacheManager(Managed):
     ) -> None:
         super().__init__()
         self._children: "weakref.WeakSet[Managed]" = weakref.WeakSet()
-        self._config = config
+        self._event_manager = None
+        if isinstance(event_manager, KVCacheColdPageCodec):
+            if cold_page_codec is None:
+                # Consumed by this attempt, as any codec handed to it.
+                struct = event_manager._consume("KVCacheManager()")
+                _native.check(_native.lib.kvcm_cold_page_codec_destroy(ctypes.byref(struct)))
+            raise TypeError("event_manager: got a cold-page codec; pass it as cold_page_codec= "
+                            "(the third parameter, as in KVCacheManagerV2); it has been consumed")
+        if event_manager is not None and not isinstance(event_manager, KVCacheEventManager):
+            raise TypeError(f"event_manager: expected a KVCacheEventManager, got {type(event_manager).__name__}")
         codec_struct = None
         if cold_page_codec is not None:
             if type(cold_page_codec) is not KVCacheColdPageCodec:
@@ -340,9 +474,20 @@ class KVCacheManager(Managed):
         _manager_create(ctypes.byref(c), codec_arg, ctypes.byref(out))
         del keep
         self._adopt(int(out.value))
+        self._config = copy.deepcopy(config)
         self._tokens_per_block = self._get_i32("kvcm_manager_get_tokens_per_block")
         self._num_levels = self._get_i32("kvcm_manager_get_num_levels")
         self._num_layer_groups = self._get_i32("kvcm_manager_get_num_layer_groups")
+        self._stats_on = bool(config.enable_stats)
+        self._dirty_stats: set[int] = set()
+        self._excluded_stats: set[int] = set()
+        self._iter_suspended = self._iter_resumed = 0
+        self._disk_prefetched = self._disk_pages()
+        self._scopes: dict[int, tuple[Any, Any]] = {}  # cache id -> (lora, salt), while events may need it
+        self._closed_scopes: list[int] = []
+        _live_managers.add(self)
+        if event_manager is not None:
+            self._attach_events(event_manager)
 
     # -- lifetime -------------------------------------------------------
     def _handle_or_none(self) -> int | None:
@@ -351,6 +496,8 @@ class KVCacheManager(Managed):
     def _release(self, handle: int) -> None:
         for child in list(self._children):
             child._mark_closed()  # the manager frees them
+        if self._event_manager is not None:
+            self._event_manager._detach(self)
         _native.call("kvcm_manager_destroy", handle)
 
     def _own(self, child: Managed) -> None:
@@ -391,6 +538,80 @@ class KVCacheManager(Managed):
         return len(self._config.layers)
 
     @property
+    def init_config(self) -> KVCacheManagerConfig:
+        """The configuration the manager was created with (a copy)."""
+        return self._config
+
+    @property
+    def allow_seq_rebasing(self) -> bool:
+        """False: a commit whose block is already cached follows the cached
+        block but keeps its own pages (it does not move onto the cached
+        ones)."""
+        return False
+
+    @property
+    def commit_min_snapshot(self) -> bool:
+        return bool(self._config.commit_min_snapshot)
+
+    @property
+    def text_only(self) -> bool:
+        return bool(self._config.text_only)
+
+    @property
+    def enable_swa_scratch_reuse(self) -> bool:
+        return False
+
+    def clamp_max_seq_len_for_mem(self, batch_size: int, token_num_upper_bound: int) -> int:
+        """The longest sequence, at most ``token_num_upper_bound`` tokens,
+        that fits the GPU level's slots next to ``batch_size - 1`` requests
+        of one token each (0 when not even one token does). A layer group
+        needs, for n computed tokens, its sink blocks and the blocks of its
+        window, as in :meth:`create_kv_cache`'s caches."""
+        if batch_size <= 0:
+            raise InvalidArgumentError(f"batch_size: must be positive, got {batch_size}")
+        tpb = self._tokens_per_block
+        shapes: dict[int, tuple[int, int]] = {}
+        for layer in self._config.layers:
+            shapes[self.get_layer_group_id(layer.layer_id)] = (layer.sliding_window_size or 0, layer.num_sink_tokens or 0)
+        pg_of = self.get_life_cycle_pool_group_indices(GPU_LEVEL)
+        remaining = [d.num_slots for d in self.get_pool_group_descs(GPU_LEVEL)]
+
+        def slots(n: int) -> list[int]:
+            out = [0] * len(remaining)
+            for lg, (window, sinks) in shapes.items():
+                blocks = -(-n // tpb)
+                first = 0 if window == 0 or n <= window else (n - window) // tpb
+                out[pg_of[lg]] += blocks - first + min(-(-sinks // tpb), first)
+            return out
+
+        for g, k in enumerate(slots(1)):
+            remaining[g] -= k * (batch_size - 1)
+            if remaining[g] < 0:
+                return 0
+
+        def fits(blocks: int) -> bool:
+            return all(k <= r for k, r in zip(slots(blocks * tpb), remaining))
+
+        if token_num_upper_bound <= 0 or not fits(1):
+            return 0
+        lo, hi = 1, -(-token_num_upper_bound // tpb)
+        if fits(hi):
+            return token_num_upper_bound
+        while lo < hi - 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        return min(lo * tpb, token_num_upper_bound)
+
+    @property
+    def need_adjustment(self) -> bool:
+        """False: kvcm does not rebalance pools automatically (the rebalance_*
+        fields are carried for model coverage)."""
+        return False
+
+    def adjust(self) -> None:
+        coverage.missing("KVCacheManager.adjust", "automatic pool rebalancing")
+
+    @property
     def device_kind(self) -> DeviceKind:
         return DeviceKind(self._get_i32("kvcm_manager_get_device_kind"))
 
@@ -417,17 +638,81 @@ class KVCacheManager(Managed):
         _buffer_location(self._native(), layer_id, name, ctypes.byref(out))
         return BufferLocation(out.layer_group, out.pool, int(out.pool_base), out.scale, out.offset, out.bytes)
 
-    def get_mem_pool_base_address(self, layer_id: int, data_role: str) -> int:
-        """Base address of the pool holding (layer_id, data_role)."""
-        return self.get_buffer_location(layer_id, data_role).pool_base
+    def get_mem_pool_base_address(self, layer_id: int, data_role: str,
+                                  index_mode: PageIndexMode | None = None) -> int:
+        """The base address page indices of (layer_id, data_role) count from:
+        with SHARED (None), the buffer's own base (the pool's base plus the
+        layer's offset), for indices ``base * scale``; with PER_LAYER the
+        pool's base, for indices that include the layer offset (see
+        :meth:`get_page_index_converter`)."""
+        loc = self.get_buffer_location(layer_id, data_role)
+        if index_mode == PageIndexMode.PER_LAYER:
+            return loc.pool_base
+        return loc.pool_base + loc.offset * loc.bytes
 
     def get_page_stride(self, layer_id: int, data_role: str) -> int:
         """Bytes between consecutive page indices of the buffer."""
         return self.get_buffer_location(layer_id, data_role).bytes
 
+    def get_page_index_scale(self, layer_id: int, data_role: str) -> int:
+        """The multiplier from base page indices to the buffer's indices."""
+        return self.get_buffer_location(layer_id, data_role).scale
+
+    def get_page_index_converter(self, layer_id: int, data_role: str) -> PageIndexConverter:
+        loc = self.get_buffer_location(layer_id, data_role)
+        return PageIndexConverter(loc.scale, 1, loc.offset)
+
+    def get_page_index_upper_bound(self, layer_id: int, data_role: str) -> int:
+        """One past the largest SHARED page index of the buffer: the size of
+        its pool viewed as an array of the buffer's pages, from its base."""
+        loc = self.get_buffer_location(layer_id, data_role)
+        d = self.get_pool_group_descs(GPU_LEVEL)[self.get_life_cycle_pool_group_indices(GPU_LEVEL)[loc.layer_group]]
+        return d.pools[loc.pool].slot_bytes // loc.bytes * d.num_slots - loc.offset
+
+    def supports_index_mode(self, mode: PageIndexMode) -> bool:
+        """Both modes, for every cache (kvcm has no SWA scratch slots)."""
+        return PageIndexMode(mode) in (PageIndexMode.SHARED, PageIndexMode.PER_LAYER)
+
+    @property
+    def all_buffer_ids(self) -> Iterator[BufferId]:
+        return (BufferId(layer.layer_id, b.role) for layer in self._config.layers for b in layer.buffers)
+
+    def get_aggregated_pages(self, buffers: Any) -> Any:
+        coverage.missing("get_aggregated_pages", coverage.AGGREGATED)
+
+    def get_life_cycle_pool_group_indices(self, cache_level: int = GPU_LEVEL) -> list[int]:
+        """The pool group of every layer group at a level, by layer group."""
+        out = [0] * self._num_layer_groups
+        for d in self.get_pool_group_descs(cache_level):
+            for lg in d.layer_groups:
+                out[lg] = d.pool_group_index
+        return out
+
+    @property
+    def pool_group_descs(self) -> list[PoolGroupDesc]:
+        """The GPU level's pool groups, with their slot layouts."""
+        return self.get_pool_group_descs(GPU_LEVEL)
+
+    def _slot_desc(self, layer_groups: Sequence[int], num_pools: int) -> SlotDesc:
+        by_lg: dict[int, list[list[tuple[int, BufferId, int]]]] = {lg: [[] for _ in range(num_pools)] for lg in layer_groups}
+        for bid in self.all_buffer_ids:
+            loc = self.get_buffer_location(bid.layer_id, bid.role)
+            if loc.layer_group in by_lg:
+                by_lg[loc.layer_group][loc.pool].append((loc.offset, bid, loc.bytes))
+        variants = []
+        for lg in layer_groups:
+            pools = []
+            for entries in by_lg[lg]:
+                entries.sort()
+                size = entries[0][2] if entries else 0
+                pools.append(CoalescedBuffer(size, tuple(e[1] for e in entries)))
+            variants.append(SlotDescVariant(lg, tuple(pools)))
+        return SlotDesc(tuple(variants))
+
     def get_pool_group_descs(self, level: int = 0) -> list[PoolGroupDesc]:
         """The pool groups of a level, in that level's order (GPU: the
-        descriptors a codec is configured with)."""
+        descriptors a codec is configured with, with their slot layouts;
+        cold levels hold encoded pages and have no ``slot_desc``)."""
         h = self._native()
         nd, nl, npl = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
         while True:
@@ -446,10 +731,12 @@ class KVCacheManager(Managed):
         out = []
         for i in range(nd.value):
             d = descs[i]
+            lgs = tuple(d.life_cycles[k] for k in range(d.num_life_cycles))
             out.append(PoolGroupDesc(
                 d.index, d.num_slots,
-                tuple(d.life_cycles[k] for k in range(d.num_life_cycles)),
-                tuple(PoolDesc(int(d.pools[k].base), d.pools[k].slot_bytes) for k in range(d.num_pools)),
+                self._slot_desc(lgs, d.num_pools) if level == GPU_LEVEL else None,
+                tuple(PoolDesc(k, int(d.pools[k].base), d.pools[k].slot_bytes) for k in range(d.num_pools)),
+                lgs,
             ))
         return out
 
@@ -541,15 +828,108 @@ class KVCacheManager(Managed):
 
     @property
     def stats(self) -> BlockStats:
-        """Cumulative block statistics."""
+        """Cumulative block statistics (blocks counted once per cache,
+        whatever the number of layer groups)."""
         out = ffi.kvcm_block_stats()
         _native.call("kvcm_manager_get_stats", self._native(), ctypes.byref(out))
         return self._block_stats(out)
 
-    def get_and_reset_iteration_stats(self) -> BlockStats:
+    def get_and_reset_iteration_block_stats(self) -> BlockStats:
+        """:attr:`stats` of the iteration since the previous call (kvcm's
+        aggregate; see :meth:`get_and_reset_iteration_stats`)."""
         out = ffi.kvcm_block_stats()
         _native.call("kvcm_manager_get_and_reset_iteration_stats", self._native(), ctypes.byref(out))
         return self._block_stats(out)
+
+    def get_committed_stats(self) -> KVCacheStatsDelta:
+        """The cumulative block counts (KVCM2's committed statistics)."""
+        s = self.stats
+        return KVCacheStatsDelta(s.alloc_total_blocks, s.alloc_new_blocks, s.reused_blocks, s.missed_blocks)
+
+    def get_and_reset_iteration_stats(self) -> dict[int, KVCacheIterationStatsDelta]:
+        """Every layer group's counters since the previous call, for the
+        layer groups where something was counted; restarts them."""
+        out: dict[int, KVCacheIterationStatsDelta] = {}
+        for s in self._array_query("kvcm_manager_get_and_reset_layer_group_iteration_stats",
+                                   ffi.kvcm_layer_group_iteration_stats):
+            d = KVCacheIterationStatsDelta(
+                s.alloc_total_blocks, s.alloc_new_blocks, s.reused_blocks, s.full_reused_blocks,
+                s.partial_reused_blocks, s.missed_blocks, s.gen_alloc_blocks, s.onboard_blocks, s.onboard_bytes,
+                s.offload_blocks, s.offload_bytes, s.intra_device_copy_blocks, s.intra_device_copy_bytes,
+                s.host_dropped_blocks, s.host_dropped_bytes)
+            if self._stats_on and not d.empty:
+                out[s.layer_group] = d
+        return out
+
+    def get_and_reset_iteration_reused_blocks_by_level(self) -> dict[int, ReusedBlocksByLevel]:
+        """Per layer group that reused something since the previous call,
+        its reused pages by the level each was on; restarts the counts."""
+        out: dict[int, ReusedBlocksByLevel] = {}
+        for r in self._array_query("kvcm_manager_get_and_reset_iteration_reused_blocks_by_level",
+                                   ffi.kvcm_reused_blocks_at_level):
+            e = out.setdefault(r.layer_group, ReusedBlocksByLevel([0] * self._num_levels, [0] * self._num_levels))
+            e.full[r.level], e.partial[r.level] = r.full_blocks, r.partial_blocks
+        return {lg: e for lg, e in out.items() if self._stats_on and (any(e.full) or any(e.partial))}
+
+    def get_and_reset_iteration_cached_tokens_by_level(self) -> list[int]:
+        """Tokens new caches reused since the previous call, by the level
+        their data was on; restarts the counts."""
+        got = [int(n) for n in self._array_query("kvcm_manager_get_and_reset_iteration_cached_tokens_by_level",
+                                                 ctypes.c_int64)]
+        return got if self._stats_on else [0] * len(got)
+
+    def get_and_reset_ssm_snapshot_iteration_stats(self) -> dict[int, Any]:
+        """Always empty: kvcm has no SSM layer groups (model coverage)."""
+        return {}
+
+    def record_request_suspended(self) -> None:
+        """Count one ACTIVE to SUSPENDED transition of a request (the engine
+        reports them, as with KVCM2)."""
+        if self._stats_on:
+            self._iter_suspended += 1
+
+    def record_request_resumed(self) -> None:
+        """Count one resumption of a request suspended before."""
+        if self._stats_on:
+            self._iter_resumed += 1
+
+    def get_and_reset_iteration_suspend_resume_stats(self) -> tuple[int, int]:
+        out = (self._iter_suspended, self._iter_resumed)
+        self._iter_suspended = self._iter_resumed = 0
+        return out
+
+    def _disk_pages(self) -> int:
+        m = self.get_migration_stats()
+        return sum(m[p].pages for p in (MigrationPath.DISK_TO_HOST, MigrationPath.DISK_TO_GPU) if p in m)
+
+    def get_and_reset_iteration_disk_prefetch_blocks(self) -> int:
+        """Pages read back from the disk level since the previous call."""
+        now = self._disk_pages()
+        n, self._disk_prefetched = now - self._disk_prefetched, now
+        return n if self._stats_on else 0
+
+    def mark_stats_dirty(self, kv_cache_id: int | None) -> None:
+        if kv_cache_id is not None:
+            self._dirty_stats.add(kv_cache_id)
+
+    def clear_stats_dirty(self, kv_cache_id: int | None) -> None:
+        if kv_cache_id is not None:
+            self._dirty_stats.discard(kv_cache_id)
+
+    def get_dirty_stats_kv_cache_ids(self) -> set[int]:
+        return set(self._dirty_stats)
+
+    def mark_stats_excluded(self, kv_cache_id: int | None) -> None:
+        if kv_cache_id is not None:
+            self._excluded_stats.add(kv_cache_id)
+            self._dirty_stats.discard(kv_cache_id)
+
+    def clear_stats_excluded(self, kv_cache_id: int | None) -> None:
+        if kv_cache_id is not None:
+            self._excluded_stats.discard(kv_cache_id)
+
+    def is_stats_excluded(self, kv_cache_id: int | None) -> bool:
+        return kv_cache_id is not None and kv_cache_id in self._excluded_stats
 
     def _array_query(self, fn: str, elem: Any, *args: Any, **names: str) -> list[Any]:
         h = self._native()
@@ -576,12 +956,35 @@ class KVCacheManager(Managed):
                                        cache_level, level="cache_level")
         ]
 
-    def get_and_reset_iteration_peak_block_stats(self, cache_level: int = 0) -> list[PeakBlockStats]:
+    def get_storage_statistics(self, cache_level: int = GPU_LEVEL) -> list[StorageStatistics]:
+        """The slot counts of every pool group of a level, with its pools'
+        slot sizes."""
+        descs = self.get_pool_group_descs(cache_level)
+        return [StorageStatistics([p.slot_bytes for p in d.pools], s.total, s.free, s.evictable)
+                for d, s in zip(descs, self.get_storage_stats(cache_level))]
+
+    def get_and_reset_iteration_peak_used_blocks(self, cache_level: int = 0) -> list[PeakBlockStats]:
+        """kvcm's peak of used slots per pool group since the last reset
+        (shares its iteration with
+        :meth:`get_and_reset_iteration_peak_block_stats`)."""
         return [
             PeakBlockStats(s.index, s.peak_used, s.total)
             for s in self._array_query("kvcm_manager_get_and_reset_iteration_peak_block_stats",
                                        ffi.kvcm_peak_block_stats, cache_level, level="cache_level")
         ]
+
+    def get_and_reset_iteration_peak_block_stats(self, cache_level: int = GPU_LEVEL) -> list[PoolGroupPeakBlockStats]:
+        """Per pool group of a level, the peaks of available, unavailable and
+        evictable slots since the last reset (sampled at the end of every
+        operation); restarts them."""
+        return [
+            PoolGroupPeakBlockStats(s.available, s.unavailable, s.evictable)
+            for s in self._array_query("kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats",
+                                       ffi.kvcm_pool_group_peak_block_stats, cache_level, level="cache_level")
+        ]
+
+    def get_and_reset_iteration_peak_block_stats_by_level(self) -> list[list[PoolGroupPeakBlockStats]]:
+        return [self.get_and_reset_iteration_peak_block_stats(level) for level in range(self._num_levels)]
 
     def get_migration_stats(self) -> dict[MigrationPath, MigrationStats]:
         out = {}
@@ -591,9 +994,70 @@ class KVCacheManager(Managed):
         return out
 
     # -- events -----------------------------------------------------------------
+    @property
+    def event_manager(self) -> KVCacheEventManager | None:
+        return self._event_manager
+
+    def _attach_events(self, em: KVCacheEventManager) -> None:
+        self._event_manager = em
+        em._attach(self)
+        if not em._window_given:
+            windows = {}
+            for layer in self._config.layers:
+                if layer.sliding_window_size:
+                    windows[self.get_layer_group_id(layer.layer_id)] = layer.sliding_window_size
+            if windows:
+                em.set_layer_group_window_sizes(windows)
+        pg = [self.get_life_cycle_pool_group_indices(level) for level in range(self._num_levels)]
+        slots = [[d.num_slots for d in self.get_pool_group_descs(level)] for level in range(self._num_levels)]
+        for lg in range(self._num_layer_groups):
+            em.add_created_event([slots[level][pg[level][lg]] for level in range(self._num_levels)], [lg])
+
+    def _note_scope(self, cache_id: int, lora: Any, salt: Any) -> None:
+        if self._event_manager is not None:
+            self._scopes[cache_id] = (lora, salt)
+
+    def _forget_scope(self, cache_id: int) -> None:
+        if self._event_manager is not None:
+            self._closed_scopes.append(cache_id)
+
+    def _collect_events(self, em: KVCacheEventManager) -> None:
+        """Hand the library's pending block events to em (at its flush)."""
+        if self.closed:
+            return
+        h = self._native()
+        cap = 256
+        events = (ffi.kvcm_block_event * cap)()
+        tok_cap = cap * max(self._tokens_per_block, 1)
+        tokens = (ffi.kvcm_token * tok_cap)()
+        ne, nt, dropped = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_uint64()
+        groups = range(self._num_layer_groups)
+        while True:
+            _drain_block_events(h, events, cap, tokens, tok_cap, ctypes.byref(ne), ctypes.byref(nt), ctypes.byref(dropped))
+            self._events_dropped = getattr(self, "_events_dropped", 0) + dropped.value
+            for i in range(ne.value):
+                e = events[i]
+                kind = EventKind(e.kind)
+                if kind == EventKind.BLOCK_STORED:
+                    toks = [e.tokens[k] for k in range(e.num_tokens)]
+                    em._on_stored(e.key, e.parent, toks, e.level, e.priority, self._scopes.get(e.cache_id), groups)
+                elif kind == EventKind.BLOCK_REMOVED:
+                    em._on_removed(e.key)
+                elif kind == EventKind.BLOCK_UPDATED:
+                    em._on_page(e.key, e.layer_group, e.old_level, e.level, e.priority)
+                else:
+                    em._on_priority(e.key, e.old_priority, e.priority)
+            if ne.value == 0:
+                break
+        for cid in self._closed_scopes:
+            self._scopes.pop(cid, None)
+        self._closed_scopes.clear()
+
     def drain_events(self, max_events: int = 1024) -> list[CacheEvent]:
-        """Remove and return every queued cache event, oldest first.
-        ``events_dropped`` counts events lost to a full queue."""
+        """Remove and return every queued cache event, oldest first (kvcm's
+        own records; an event manager given to the constructor takes them
+        from the same queue at its flush). ``events_dropped`` counts events
+        lost to a full queue."""
         h = self._native()
         out: list[CacheEvent] = []
         max_events = _convert.check(max_events, ctypes.c_int32, "max_events")
@@ -684,6 +1148,8 @@ class _KVCache(Managed):
         del salt_keep, toks_keep, rid_keep
         self._adopt(out.value)
         manager._own(self)
+        if manager._event_manager is not None:
+            manager._note_scope(self.cache_id, lora_task_id, salt)
 
     @property
     def manager(self) -> KVCacheManager:
@@ -691,6 +1157,8 @@ class _KVCache(Managed):
 
     def _release(self, handle: int) -> None:
         self._stream = None
+        if self._manager._event_manager is not None:
+            self._manager._forget_scope(self._get_id(handle))
         if self._priority_cb is None:
             _cache_close(handle)
         else:
@@ -716,6 +1184,15 @@ class _KVCache(Managed):
     def cache_id(self) -> int:
         """The library's id of the cache, unique within its manager."""
         return self._get("kvcm_kv_cache_get_id", ctypes.c_uint64)
+
+    @staticmethod
+    def _get_id(handle: int) -> int:
+        out = ctypes.c_uint64()
+        _native.call("kvcm_kv_cache_get_id", handle, ctypes.byref(out))
+        return out.value
+
+    def supports_index_mode(self, mode: PageIndexMode) -> bool:
+        return self._manager.supports_index_mode(mode)
 
     @property
     def num_committed_tokens(self) -> int:

@@ -41,6 +41,9 @@ def small_config(gpu_quota: int = 64 * 1024, host_quota: int | None = None, tier
         AttentionLayerConfig(2, [BufferConfig("key", 32), BufferConfig("value", 32)], sliding_window_size=8),
     ]
     kw.setdefault("layers", layers)
+    # The tests of full-block reuse count whole blocks: partial reuse (on by
+    # default, as in KVCacheManagerV2) only where a test asks for it.
+    kw.setdefault("enable_partial_reuse", False)
     return KVCacheManagerConfig(tokens_per_block=4, cache_tiers=tiers, **kw)
 
 

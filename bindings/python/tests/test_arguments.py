@@ -149,9 +149,9 @@ CONFIG_FIELDS = [
     ("layers[0].buffers[1].size", I64, lambda v: _set("layers[0].buffers[1].size")(small_config(), v)),
     ("layers[2].sliding_window_size", I32, lambda v: _set("layers[2].sliding_window_size")(small_config(), v)),
     ("layers[2].num_sink_tokens", I32, lambda v: _set("layers[2].num_sink_tokens")(small_config(), v)),
-    ("constraints[0].requests[0].capacity", I64,
+    ("constraints[0].kv_caches[0].capacity", I64,
      lambda v: small_config(constraints=[BatchDesc([RequestDesc(v)])])),
-    ("typical_step.requests[0].history_length", I64,
+    ("typical_step.kv_caches[0].history_length", I64,
      lambda v: small_config(typical_step=BatchDesc([RequestDesc(8, v)]))),
 ]
 

@@ -15,6 +15,7 @@ from kvcm import (
     HostCacheTierConfig,
     InvalidConfigError,
     KVCacheManager,
+    KVCacheManagerConfig,
     RequestDesc,
 )
 
@@ -123,11 +124,11 @@ def test_initial_pool_ratio_entries():
 
 def test_constraint_history_length():
     bad = BatchDesc([RequestDesc(capacity=8, history_length=16)])
-    expect_field(_with(constraints=[BatchDesc([RequestDesc(4)]), bad]), "constraints[1].requests[0].history_length")
+    expect_field(_with(constraints=[BatchDesc([RequestDesc(4)]), bad]), "constraints[1].kv_caches[0].history_length")
 
 
 def test_typical_step_capacity():
-    expect_field(_with(typical_step=BatchDesc([RequestDesc(capacity=0)])), "typical_step.requests[0].capacity")
+    expect_field(_with(typical_step=BatchDesc([RequestDesc(capacity=0)])), "typical_step.kv_caches[0].capacity")
 
 
 def test_no_layers():
@@ -156,7 +157,7 @@ def test_quota_too_small_for_one_slot():
         (lambda c: c.layers[0].buffers.append(("key", 1)), "layers[0].buffers[2]"),
         (lambda c: setattr(c.layers[1].buffers[0], "size", 1.5), "layers[1].buffers[0].size"),
         (lambda c: c.cache_tiers.append(object()), "cache_tiers[1]"),
-        (lambda c: setattr(c, "constraints", [BatchDesc([RequestDesc("8")])]), "constraints[0].requests[0].capacity"),
+        (lambda c: setattr(c, "constraints", [BatchDesc([RequestDesc("8")])]), "constraints[0].kv_caches[0].capacity"),
     ],
 )
 def test_type_errors_name_the_field(mutate, field):
@@ -186,7 +187,11 @@ def test_valid_config_with_every_tier(tmp_path):
 def test_trtllm_defaults():
     layer = AttentionLayerConfig(layer_id=3, buffers=[BufferConfig(role="key", size=64)])
     assert layer.sliding_window_size is None and layer.num_sink_tokens is None and layer.window_size is None
-    cfg = small_config()
-    assert cfg.max_util_for_resume == 0.95
+    cfg = KVCacheManagerConfig(tokens_per_block=4, cache_tiers=[GpuCacheTierConfig(1 << 20)], layers=[layer])
+    assert cfg.max_util_for_resume == 0.97
+    assert cfg.enable_partial_reuse is True and cfg.enable_stats is True
+    assert (cfg.reuse_match_backoff, cfg.text_only, cfg.commit_min_snapshot, cfg.swa_scratch_reuse) == (0, False, False, None)
+    assert (cfg.rebalance_min_sampled_kv_caches, cfg.rebalance_cooldown_secs, cfg.rebalance_target_ratio_update_interval,
+            cfg.rebalance_ratio_threshold, cfg.rebalance_moving_average_decay) == (2000, 120.0, 100, 1.25, 0.9999)
     assert GpuCacheTierConfig(10).max_quota is None
     assert GpuCacheTierConfig(10).tier == kvcm.CacheTier.GPU_MEM

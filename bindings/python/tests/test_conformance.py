@@ -48,8 +48,10 @@ def parse(path):
             seqs[f[1]] = [int(x) for x in f[2:]]
         else:
             steps.append((no, f))
+    # The vectors run the library's zero configuration (partial reuse and
+    # statistics off), not the binding's KVCacheManagerV2 defaults.
     config = KVCacheManagerConfig(tokens_per_block=cfg["tokens_per_block"], cache_tiers=cfg["tiers"],
-                                  layers=cfg["layers"])
+                                  layers=cfg["layers"], enable_partial_reuse=False, enable_stats=False)
     return config, cfg["seed"], seqs, steps
 
 

@@ -172,13 +172,14 @@ def test_queries(manager):
     loc = manager.get_buffer_location(1, "value")
     assert loc.layer_group == manager.get_layer_group_id(1) == manager.get_layer_group_id(0)
     assert loc.bytes == 64 and loc.pool_base != 0
-    assert manager.get_mem_pool_base_address(1, "value") == loc.pool_base
+    assert manager.get_mem_pool_base_address(1, "value", kvcm.PageIndexMode.PER_LAYER) == loc.pool_base
+    assert manager.get_mem_pool_base_address(1, "value") == loc.pool_base + loc.offset * loc.bytes
     assert manager.get_page_stride(1, "value") == 64
     assert manager.layer_grouping == [[0, 1], [2]] or sorted(map(sorted, manager.layer_grouping)) == [[0, 1], [2]]
     descs = manager.get_pool_group_descs(0)
-    assert [d.index for d in descs] == list(range(len(descs)))
+    assert [d.pool_group_index for d in descs] == list(range(len(descs)))
     assert sorted(lg for d in descs for lg in d.layer_groups) == [0, 1]
-    assert any(p.base == loc.pool_base for d in descs for p in d.pools)
+    assert any(p.base_address == loc.pool_base for d in descs for p in d.pools)
     st = manager.get_storage_stats(0)
     assert len(st) == len(descs)
     assert all(s.free == s.total and s.used == 0 and s.tier == kvcm.CacheTier.GPU_MEM for s in st)
@@ -203,9 +204,9 @@ def test_stats_and_events():
         assert st.reused_blocks == 4 and st.alloc_new_blocks == 5
         assert st.alloc_total_blocks == st.alloc_new_blocks + st.reused_blocks
         assert 0 < st.hit_rate <= 1
-        it = m.get_and_reset_iteration_stats()
+        it = m.get_and_reset_iteration_block_stats()
         assert it.reused_blocks == 4
-        assert m.get_and_reset_iteration_stats().reused_blocks == 0
+        assert m.get_and_reset_iteration_block_stats().reused_blocks == 0
         events = m.drain_events()
         stored = [e for e in events if e.kind == kvcm.EventKind.BLOCK_STORED]
         assert len(stored) == 5
@@ -295,9 +296,9 @@ def test_resume_needs_a_stream(manager):
 
 def test_version_queries():
     assert kvcm.version().count(".") == 2
-    assert kvcm.abi_version() == 1  # ABI version 1 is the first (and current) ABI
+    assert kvcm.abi_version() == 2  # version 2 appended to the first ABI
     from kvcm import _ffi
-    assert _ffi.KVCM_ABI_VERSION == 1
+    assert _ffi.KVCM_ABI_VERSION == 2
     assert not kvcm.is_poisoned()
     assert kvcm.library_path().name == "libkvcm.so"
 

@@ -149,11 +149,14 @@ type Error struct {
 	Description string
 }
 
+// Error names the call, the result's name and its number ("CUresult N",
+// which the bindings read back as the CUDA error code), and the driver's
+// description.
 func (e *Error) Error() string {
 	if e.Description != "" {
-		return fmt.Sprintf("cuda: %s: %s (%s)", e.Op, e.Name, e.Description)
+		return fmt.Sprintf("cuda: %s: %s [CUresult %d] (%s)", e.Op, e.Name, e.Result, e.Description)
 	}
-	return fmt.Sprintf("cuda: %s: %s", e.Op, e.Name)
+	return fmt.Sprintf("cuda: %s: %s [CUresult %d]", e.Op, e.Name, e.Result)
 }
 
 // Is makes errors.Is(err, device.ErrOutOfMemory) hold for

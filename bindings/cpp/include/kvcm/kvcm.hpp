@@ -622,6 +622,8 @@ struct RequestDesc
 struct BatchDesc
 {
     std::vector<RequestDesc> requests;
+    // Leading tokens every request shares: their full blocks count once.
+    int64_t systemPromptLength = 0;
 };
 
 // The manager's configuration, mirroring the Go config (and TensorRT-LLM's
@@ -636,7 +638,7 @@ struct KVCacheManagerConfig
     // Resume is refused while the GPU tier's utilization by active caches is
     // above this fraction, in (0, 1]. An explicit 0 is rejected (the C ABI
     // would read it as unset, i.e. the default).
-    double maxUtilForResume = 0.95;
+    double maxUtilForResume = 0.97;
     bool enablePartialReuse = false;
     bool enableStats = false;
     // One hot-tier byte ratio per layer group (empty: typicalStep decides,
@@ -644,6 +646,18 @@ struct KVCacheManagerConfig
     std::vector<double> initialPoolRatio;
     std::optional<BatchDesc> typicalStep;
     std::vector<BatchDesc> constraints;
+    // Tokens trimmed off the tail of every prefix match.
+    int32_t reuseMatchBackoff = 0;
+    // Carried for TensorRT-LLM parity: kvcm's tokens are text only, it has
+    // no SSM snapshots and does not rebalance pools automatically (the
+    // rebalance fields are validated and have no effect yet).
+    bool textOnly = false;
+    bool commitMinSnapshot = false;
+    int64_t rebalanceMinSampledKvCaches = 2000;
+    double rebalanceCooldownSecs = 120.0;
+    int64_t rebalanceTargetRatioUpdateInterval = 100;
+    double rebalanceRatioThreshold = 1.25;
+    double rebalanceMovingAverageDecay = 0.9999;
     DeviceKind device = DeviceKind::kAuto;
     int32_t deviceOrdinal = 0;
     // Bound of the event queue drainEvents reads (0: the library default).
@@ -687,7 +701,7 @@ public:
         if (cfg.maxUtilForResume == 0)
         {
             throw configError("max_util_for_resume", "must be in (0, 1], got 0 (the C ABI reads 0 as unset; "
-                                                     "keep the default 0.95 instead)");
+                                                     "keep the default 0.97 instead)");
         }
         mTiers.reserve(cfg.cacheTiers.size());
         for (size_t i = 0; i < cfg.cacheTiers.size(); ++i)
@@ -734,6 +748,7 @@ public:
         for (auto const& b : cfg.constraints)
         {
             mConstraints.push_back(batch(b));
+            mPromptLengths.push_back(b.systemPromptLength);
         }
 
         kvcm_manager_config c{};
@@ -755,6 +770,17 @@ public:
         c.typical_step = cfg.typicalStep ? &mTypical : nullptr;
         c.constraints = mConstraints.empty() ? nullptr : mConstraints.data();
         c.num_constraints = mConstraints.size();
+        c.reuse_match_backoff = cfg.reuseMatchBackoff;
+        c.text_only = cfg.textOnly;
+        c.commit_min_snapshot = cfg.commitMinSnapshot;
+        c.rebalance_min_sampled_kv_caches = cfg.rebalanceMinSampledKvCaches;
+        c.rebalance_cooldown_secs = cfg.rebalanceCooldownSecs;
+        c.rebalance_target_ratio_update_interval = cfg.rebalanceTargetRatioUpdateInterval;
+        c.rebalance_ratio_threshold = cfg.rebalanceRatioThreshold;
+        c.rebalance_moving_average_decay = cfg.rebalanceMovingAverageDecay;
+        c.typical_step_system_prompt_length = cfg.typicalStep ? cfg.typicalStep->systemPromptLength : 0;
+        c.constraint_system_prompt_lengths = mPromptLengths.empty() ? nullptr : mPromptLengths.data();
+        c.num_constraint_system_prompt_lengths = mPromptLengths.size();
         mConfig = c;
     }
 
@@ -783,6 +809,7 @@ private:
     std::vector<std::vector<kvcm_request_desc>> mRequests;
     kvcm_batch_desc mTypical{};
     std::vector<kvcm_batch_desc> mConstraints;
+    std::vector<int64_t> mPromptLengths;
     kvcm_manager_config mConfig{};
 };
 
@@ -1780,6 +1807,35 @@ public:
         return list<PeakBlockStats>(
             [&](PeakBlockStats* p, size_t cap, size_t* n)
             { return ::kvcm_manager_get_and_reset_iteration_peak_block_stats(mHandle, level, p, cap, n); });
+    }
+    // TensorRT-LLM KVCacheManagerV2's peaks of available, unavailable and
+    // evictable slots per pool group of a level (the same iteration as
+    // getAndResetIterationPeakBlockStats: either restarts both).
+    std::vector<PoolGroupPeakBlockStats> getAndResetIterationPoolGroupPeakBlockStats(CacheLevel level)
+    {
+        return list<PoolGroupPeakBlockStats>(
+            [&](PoolGroupPeakBlockStats* p, size_t cap, size_t* n)
+            { return ::kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats(mHandle, level, p, cap, n); });
+    }
+    // Every layer group's counters of the iteration, in layer group order.
+    std::vector<LayerGroupIterationStats> getAndResetLayerGroupIterationStats()
+    {
+        return list<LayerGroupIterationStats>(
+            [&](LayerGroupIterationStats* p, size_t cap, size_t* n)
+            { return ::kvcm_manager_get_and_reset_layer_group_iteration_stats(mHandle, p, cap, n); });
+    }
+    // Reused pages of the iteration per layer group and level they came from.
+    std::vector<ReusedBlocksAtLevel> getAndResetIterationReusedBlocksByLevel()
+    {
+        return list<ReusedBlocksAtLevel>(
+            [&](ReusedBlocksAtLevel* p, size_t cap, size_t* n)
+            { return ::kvcm_manager_get_and_reset_iteration_reused_blocks_by_level(mHandle, p, cap, n); });
+    }
+    // Reused tokens of the iteration per level their data was on.
+    std::vector<int64_t> getAndResetIterationCachedTokensByLevel()
+    {
+        return list<int64_t>([&](int64_t* p, size_t cap, size_t* n)
+            { return ::kvcm_manager_get_and_reset_iteration_cached_tokens_by_level(mHandle, p, cap, n); });
     }
     // Pages and bytes moved per migration path, in path order.
     [[nodiscard]] std::vector<MigrationStats> migrationStats() const

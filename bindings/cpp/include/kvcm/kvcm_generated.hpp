@@ -153,6 +153,10 @@ enum class EventKind : std::int32_t {
     // or (level -1) one layer group's page was dropped while the block keeps
     // others.
     kBlockUpdated = KVCM_EVENT_BLOCK_UPDATED,
+    // KVCM_EVENT_BLOCK_PRIORITY_UPDATED: the block's eviction priority changed (a
+    // later block committed with a higher one raised it). Only
+    // kvcm_manager_drain_block_events reports it.
+    kBlockPriorityUpdated = KVCM_EVENT_BLOCK_PRIORITY_UPDATED,
 };
 static_assert(sizeof(EventKind) == sizeof(::kvcm_event_kind), "EventKind has the C size");
 
@@ -165,6 +169,8 @@ constexpr const char* name(EventKind v) noexcept {
         return "KVCM_EVENT_BLOCK_REMOVED";
     case EventKind::kBlockUpdated:
         return "KVCM_EVENT_BLOCK_UPDATED";
+    case EventKind::kBlockPriorityUpdated:
+        return "KVCM_EVENT_BLOCK_PRIORITY_UPDATED";
     }
     return "";
 }
@@ -546,6 +552,14 @@ inline CpIndexVtable makeCpIndexVtable() noexcept {
     return v;
 }
 
+// kvcm_layer_group_iteration_stats counts one layer group's page outcomes and moves
+// during an iteration (KVCacheManagerV2's KVCacheIterationStatsDelta). A
+// block counts in a layer group when the layer group has or gets a page for
+// it.
+using LayerGroupIterationStats = ::kvcm_layer_group_iteration_stats;
+static_assert(std::is_standard_layout_v<LayerGroupIterationStats> && std::is_trivially_copyable_v<LayerGroupIterationStats>);
+static_assert(sizeof(LayerGroupIterationStats) == 128 && alignof(LayerGroupIterationStats) == 8);
+
 // kvcm_migration_stats counts the pages and bytes moved on one migration path
 // (bytes as they travel: hot page bytes on GPU to GPU, cold blob bytes
 // otherwise).
@@ -581,11 +595,25 @@ using PoolGroupDesc = ::kvcm_pool_group_desc;
 static_assert(std::is_standard_layout_v<PoolGroupDesc> && std::is_trivially_copyable_v<PoolGroupDesc>);
 static_assert(sizeof(PoolGroupDesc) == 48 && alignof(PoolGroupDesc) == 8);
 
+// kvcm_pool_group_peak_block_stats holds KVCacheManagerV2's peaks of one pool group
+// during an iteration, each the largest count sampled at the end of an
+// operation.
+using PoolGroupPeakBlockStats = ::kvcm_pool_group_peak_block_stats;
+static_assert(std::is_standard_layout_v<PoolGroupPeakBlockStats> && std::is_trivially_copyable_v<PoolGroupPeakBlockStats>);
+static_assert(sizeof(PoolGroupPeakBlockStats) == 32 && alignof(PoolGroupPeakBlockStats) == 8);
+
 // kvcm_pool_group_stats is the state of one pool group of one level, in slots.
 // available = free + evictable.
 using PoolGroupStats = ::kvcm_pool_group_stats;
 static_assert(std::is_standard_layout_v<PoolGroupStats> && std::is_trivially_copyable_v<PoolGroupStats>);
 static_assert(sizeof(PoolGroupStats) == 56 && alignof(PoolGroupStats) == 8);
+
+// kvcm_reused_blocks_at_level counts one layer group's pages reused during an
+// iteration from one level (the level each was on when a new cache reused
+// it).
+using ReusedBlocksAtLevel = ::kvcm_reused_blocks_at_level;
+static_assert(std::is_standard_layout_v<ReusedBlocksAtLevel> && std::is_trivially_copyable_v<ReusedBlocksAtLevel>);
+static_assert(sizeof(ReusedBlocksAtLevel) == 24 && alignof(ReusedBlocksAtLevel) == 8);
 
 // ---- Structures that borrow pointers for one call: kvcm::c ----
 
@@ -600,6 +628,13 @@ static_assert(sizeof(AttentionLayerConfig) == 32 && alignof(AttentionLayerConfig
 using BatchDesc = ::kvcm_batch_desc;
 static_assert(std::is_standard_layout_v<BatchDesc> && std::is_trivially_copyable_v<BatchDesc>);
 static_assert(sizeof(BatchDesc) == 16 && alignof(BatchDesc) == 8);
+
+// kvcm_block_event reports a change of the set of reusable blocks, with
+// priorities and the level a page left (kvcm_cache_event cannot carry
+// them). seq increases by one per event of a manager, starting at 1.
+using BlockEvent = ::kvcm_block_event;
+static_assert(std::is_standard_layout_v<BlockEvent> && std::is_trivially_copyable_v<BlockEvent>);
+static_assert(sizeof(BlockEvent) == 72 && alignof(BlockEvent) == 8);
 
 // kvcm_buffer_config is one per-layer buffer: its role and the bytes it needs for
 // one block of tokens.
@@ -666,7 +701,7 @@ inline KvCacheOptions makeKvCacheOptions() noexcept {
 // sizeof(kvcm_manager_config) and abi_version = KVCM_ABI_VERSION.
 using ManagerConfig = ::kvcm_manager_config;
 static_assert(std::is_standard_layout_v<ManagerConfig> && std::is_trivially_copyable_v<ManagerConfig>);
-static_assert(sizeof(ManagerConfig) == 112 && alignof(ManagerConfig) == 8);
+static_assert(sizeof(ManagerConfig) == 184 && alignof(ManagerConfig) == 8);
 
 // makeManagerConfig returns a zeroed ManagerConfig with struct_size and abi_version set.
 inline ManagerConfig makeManagerConfig() noexcept {

@@ -1,0 +1,115 @@
+"""KVCM2's statistics records.
+
+:class:`KVCacheStatsDelta` and :class:`KVCacheIterationStatsDelta` are
+mutable counters with ``add``, ``subtract``, ``copy``, ``clear`` and
+``empty``, as in KVCM2, so engines that aggregate them keep working.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+__all__ = [
+    "KVCacheStatsDelta", "KVCacheIterationStatsDelta", "ReusedBlocksByLevel", "PoolGroupPeakBlockStats",
+    "StorageStatistics",
+]
+
+
+class _Counters:
+    """add/subtract/copy/clear/empty over every (int) field."""
+
+    __slots__ = ()
+
+    def add(self, other: "_Counters") -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def subtract(self, other: "_Counters") -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) - getattr(other, f.name))
+
+    def copy(self):
+        return replace(self)
+
+    def clear(self) -> None:
+        for f in fields(self):
+            setattr(self, f.name, 0)
+
+    @property
+    def empty(self) -> bool:
+        return all(getattr(self, f.name) == 0 for f in fields(self))
+
+
+@dataclass(slots=True)
+class KVCacheStatsDelta(_Counters):
+    """Block counts: alloc_total = alloc_new + reused; missed are full
+    input blocks not reused."""
+
+    alloc_total_blocks: int = 0
+    alloc_new_blocks: int = 0
+    reused_blocks: int = 0
+    missed_blocks: int = 0
+
+
+@dataclass(slots=True)
+class KVCacheIterationStatsDelta(_Counters):
+    """One layer group's counters over an iteration (see
+    ``KVCacheManager.get_and_reset_iteration_stats``)."""
+
+    iter_alloc_total_blocks: int = 0
+    iter_alloc_new_blocks: int = 0
+    iter_reused_blocks: int = 0
+    iter_full_reused_blocks: int = 0
+    iter_partial_reused_blocks: int = 0
+    iter_missed_blocks: int = 0
+    iter_gen_alloc_blocks: int = 0
+    iter_onboard_blocks: int = 0
+    iter_onboard_bytes: int = 0
+    iter_offload_blocks: int = 0
+    iter_offload_bytes: int = 0
+    iter_intra_device_copy_blocks: int = 0
+    iter_intra_device_copy_bytes: int = 0
+    iter_host_dropped_blocks: int = 0
+    iter_host_dropped_bytes: int = 0
+
+    @property
+    def iter_cache_hit_rate(self) -> float:
+        """Reused over looked-up (reused + missed) blocks; 0 when none."""
+        n = self.iter_reused_blocks + self.iter_missed_blocks
+        return self.iter_reused_blocks / n if n else 0.0
+
+
+@dataclass(slots=True)
+class ReusedBlocksByLevel:
+    """Reused pages by the cache level they were on (index: level)."""
+
+    full: list[int]
+    partial: list[int]
+
+
+@dataclass(slots=True, frozen=True)
+class PoolGroupPeakBlockStats:
+    """The peaks of a pool group's available, unavailable and evictable
+    slots over an iteration."""
+
+    available: int
+    unavailable: int
+    evictable: int
+
+
+@dataclass(slots=True, frozen=True)
+class StorageStatistics:
+    """One pool group's slot counts, with its pools' slot sizes."""
+
+    slot_sizes: list[int]
+    total: int
+    free: int
+    evictable: int
+
+    @property
+    def available(self) -> int:
+        return self.free + self.evictable
+
+    @property
+    def unavailable(self) -> int:
+        return self.total - self.available

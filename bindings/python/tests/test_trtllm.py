@@ -1,0 +1,400 @@
+"""The public surface of TensorRT-LLM's KVCacheManagerV2 (KVCM2), name by
+name: module names, errors, configuration, statistics, events, layout
+queries (docs/trtllm.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+
+import pytest
+from conftest import prefill, small_config
+
+import kvcm
+from kvcm import (
+    AttentionLayerConfig,
+    BatchDesc,
+    BufferConfig,
+    GpuCacheTierConfig,
+    HostCacheTierConfig,
+    KVCacheDesc,
+    KVCacheEventManager,
+    KVCacheManager,
+    KVCacheManagerConfig,
+    PageIndexMode,
+    ReuseScope,
+    UnsupportedError,
+)
+from kvcm.events import hash_v1_block_key
+
+PROMPT = list(range(1000, 1013))  # 3 full blocks of 4 and one token
+
+
+def test_module_constants_and_helpers_have_kvcm2s_values():
+    """The constants are KVCM2's; exact_div refuses a remainder; a
+    HalfOpenRange is empty (and false) when end <= beg."""
+    assert (kvcm.GPU_LEVEL, kvcm.CACHE_LEVEL1, kvcm.DEFAULT_BEAM_INDEX, kvcm.BAD_PAGE_INDEX) == (0, 1, 0, -1)
+    assert kvcm.TokenId(5) == 5 and kvcm.LayerGroupId is kvcm.LifeCycleId
+    assert kvcm.exact_div(12, 4) == 3
+    with pytest.raises(ValueError):
+        kvcm.exact_div(13, 4)
+    assert list(kvcm.typed_range(3)) == [0, 1, 2]
+    r = kvcm.HalfOpenRange(2, 5)
+    assert (r.beg, r.end, len(r), bool(r), 3 in r, 5 in r) == (2, 5, 3, True, True, False)
+    assert not kvcm.HalfOpenRange(4, 4) and r == kvcm.HalfOpenRange(2, 5)
+    assert [m.name for m in kvcm.PageStatus] == ["LOCKED", "HELD", "DROPPABLE"]
+    assert (kvcm.PageIndexMode.SHARED, kvcm.PageIndexMode.PER_LAYER) == (0, 1)
+    assert kvcm.KvCacheStatus is kvcm._KVCache.Status
+    assert kvcm.IKvCacheColdPageCodec is kvcm.KVCacheColdPageCodec
+
+
+def test_reuse_scope_is_a_named_tuple_where_none_is_not_zero():
+    """ReuseScope(lora_id=None, salt=None) is a NamedTuple; no LoRA and LoRA
+    0 are different scopes."""
+    s = ReuseScope()
+    assert s == (None, None) and s.lora_id is None and s.salt is None
+    assert ReuseScope(lora_id=None) != ReuseScope(lora_id=0)
+    assert ReuseScope(3, 7)._replace(salt=None) == ReuseScope(3)
+
+
+def test_error_classes_keep_kvcm_hierarchy_under_kvcm2s():
+    """OutOfPagesError derives from OutOfMemoryError; DeviceError is a
+    CuError carrying the CUresult its message names; InternalError and
+    PoisonedError are CorruptedErrors; all stay KVCacheErrors."""
+    assert issubclass(kvcm.OutOfPagesError, kvcm.OutOfMemoryError)
+    assert issubclass(kvcm.OutOfMemoryError, (kvcm.KVCacheError, MemoryError))
+    assert issubclass(kvcm.DeviceError, kvcm.CuError)
+    assert issubclass(kvcm.InternalError, kvcm.CorruptedError) and issubclass(kvcm.PoisonedError, kvcm.CorruptedError)
+    from kvcm.errors import error_for_code
+
+    e = error_for_code(11, "cuda: cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY [CUresult 2] (out of memory)")
+    assert isinstance(e, kvcm.CuError) and e.error_code == 2
+    assert error_for_code(11, "emu: unknown stream").error_code is None
+    assert kvcm.poison_reason() is None and not kvcm.is_poisoned()
+
+
+@pytest.mark.parametrize("use", [
+    lambda: kvcm.SsmLayerConfig(0, []),
+    lambda: kvcm.SwaScratchReuseConfig(),
+    lambda: kvcm.MmItemContext(b"digest"),
+    lambda: kvcm.AttnLifeCycle.make(8, None, 4),
+    lambda: kvcm.PlannedDropHandle(),
+    lambda: kvcm.AggregatedPageDesc(),
+    lambda: kvcm.gen_multimodal_cache_key_tokens(0, b"d", 4),
+    lambda: kvcm.sequence_to_blockchain_keys(4, ReuseScope(), [1, 2]),
+], ids=["SsmLayerConfig", "SwaScratchReuseConfig", "MmItemContext", "AttnLifeCycle", "PlannedDropHandle",
+        "AggregatedPageDesc", "gen_multimodal_cache_key_tokens", "sequence_to_blockchain_keys"])
+def test_model_coverage_names_refuse_naming_the_capability(use):
+    """Names of capabilities kvcm lacks import, and using one raises
+    UnsupportedError (a NotImplementedError) naming what is missing."""
+    with pytest.raises(UnsupportedError, match="kvcm does not support .* yet"):
+        use()
+
+
+def test_buffer_tokens_per_block_override_is_refused_at_creation():
+    """A per-buffer tokens_per_block is model coverage: the manager refuses
+    it naming the field and the capability."""
+    layers = [AttentionLayerConfig(0, [BufferConfig("key", 64, tokens_per_block_override=2)])]
+    with pytest.raises(UnsupportedError, match=r"layers\[0\]\.buffers\[0\]\.tokens_per_block_override.*per-buffer"):
+        KVCacheManager(small_config(layers=layers), device="emu")
+
+
+def test_initial_pool_ratio_empty_or_wrong_length_is_a_value_error():
+    """As in KVCM2: an empty list and a list of the wrong length raise
+    ValueError (InvalidConfigError) naming initial_pool_ratio."""
+    for ratio in ([], [1.0], [1.0, 1.0, 1.0]):
+        with pytest.raises(ValueError, match="initial_pool_ratio"):
+            KVCacheManager(small_config(initial_pool_ratio=ratio), device="emu")
+    with KVCacheManager(small_config(initial_pool_ratio=[1.0, 1.0]), device="emu"):
+        pass
+
+
+@pytest.mark.parametrize("field,value", [
+    ("reuse_match_backoff", -1),
+    ("rebalance_min_sampled_kv_caches", -1),
+    ("rebalance_cooldown_secs", float("inf")),
+    ("rebalance_target_ratio_update_interval", 0),
+    ("rebalance_ratio_threshold", 1.0),
+    ("rebalance_moving_average_decay", 1.0),
+])
+def test_new_config_fields_are_validated_naming_them(field, value):
+    """reuse_match_backoff and the rebalance_* fields follow KVCM2's rules;
+    a violation raises InvalidConfigError naming the field."""
+    with pytest.raises(kvcm.InvalidConfigError) as e:
+        KVCacheManager(small_config(**{field: value}), device="emu")
+    assert e.value.field == field
+
+
+def test_tier_configs_assert_valid():
+    """assert_valid raises AssertionError for a quota that is not positive or
+    a disk path that is not a directory."""
+    GpuCacheTierConfig(1).assert_valid()
+    with pytest.raises(AssertionError):
+        HostCacheTierConfig(0).assert_valid()
+    with pytest.raises(AssertionError):
+        kvcm.DiskCacheTierConfig(1, "/nonexistent/kvcm").assert_valid()
+
+
+def test_system_prompt_length_is_held_once_by_a_constraint():
+    """A constraint batch whose requests share a system prompt needs its full
+    blocks once: 4 requests of 400 tokens do not fit a 64 KiB GPU tier, but
+    do when 396 of their tokens are one shared prompt."""
+    reqs = [KVCacheDesc(400, 0) for _ in range(4)]
+    with pytest.raises(kvcm.KVCacheError):
+        KVCacheManager(small_config(constraints=[BatchDesc(reqs)]), device="emu")
+    with KVCacheManager(small_config(constraints=[BatchDesc(reqs, system_prompt_length=396)]), device="emu"):
+        pass
+
+
+def serve(m, tokens, scope=None, priority=None):
+    s = m.create_stream()
+    kw = {} if scope is None else {"lora_task_id": scope.lora_id, "salt": scope.salt}
+    with m.create_kv_cache(input_tokens=tokens, custom_priority_callback=priority, **kw) as c:
+        c.resume(s)
+        prefill(c, tokens)
+        c.suspend()
+    s.close()
+
+
+def test_iteration_stats_per_layer_group_and_their_arithmetic():
+    """get_and_reset_iteration_stats returns a KVCacheIterationStatsDelta
+    per layer group that counted something, and restarts them; the deltas
+    add, subtract, copy and clear."""
+    with KVCacheManager(small_config(), device="emu") as m:
+        serve(m, PROMPT[:8])
+        first = m.get_and_reset_iteration_stats()
+        assert set(first) == {0, 1}
+        assert first[0].iter_alloc_new_blocks == 2 and first[0].iter_missed_blocks == 2
+        serve(m, PROMPT)  # 2 of its 3 full blocks are cached
+        it = m.get_and_reset_iteration_stats()[0]
+        assert (it.iter_full_reused_blocks, it.iter_reused_blocks, it.iter_missed_blocks) == (2, 2, 1)
+        assert it.iter_cache_hit_rate == pytest.approx(2 / 3)
+        assert m.get_and_reset_iteration_stats() == {}
+        total = first[0].copy()
+        total.add(it)
+        assert total.iter_reused_blocks == 2 and total.iter_alloc_new_blocks == 2 + it.iter_alloc_new_blocks
+        total.subtract(it)
+        assert total == first[0]
+        total.clear()
+        assert total.empty and not it.empty
+        committed = m.get_committed_stats()
+        assert isinstance(committed, kvcm.KVCacheStatsDelta)
+        assert committed.reused_blocks == m.stats.reused_blocks == 2
+
+
+def test_stats_off_report_nothing_through_kvcm2s_getters():
+    """With enable_stats=False the KVCM2 iteration getters report nothing;
+    kvcm's own stats keep counting."""
+    with KVCacheManager(small_config(enable_stats=False), device="emu") as m:
+        serve(m, PROMPT)
+        assert m.get_and_reset_iteration_stats() == {}
+        m.record_request_suspended()
+        assert m.get_and_reset_iteration_suspend_resume_stats() == (0, 0)
+        assert m.stats.alloc_new_blocks > 0
+
+
+def test_reuse_by_level_storage_statistics_and_peaks():
+    """Reuse from the host counts at level 1 in blocks and tokens; storage
+    statistics and peaks come per pool group in KVCM2's fields."""
+    cfg = small_config(gpu_quota=16 * 1024, host_quota=64 * 1024)
+    with KVCacheManager(cfg, device="emu") as m:
+        serve(m, PROMPT[:9])
+        for i in range(6):  # push the first request's blocks to the host
+            serve(m, list(range(5000 + 100 * i, 5000 + 100 * i + 40)))
+        m.get_and_reset_iteration_reused_blocks_by_level()
+        m.get_and_reset_iteration_cached_tokens_by_level()
+        with m.create_kv_cache(input_tokens=PROMPT[:9]) as c:
+            assert c.reused_tokens == 8
+            by_level = m.get_and_reset_iteration_reused_blocks_by_level()
+            assert by_level[0].full == [0, 2]
+            assert m.get_and_reset_iteration_cached_tokens_by_level() == [0, 8]
+        st = m.get_storage_statistics(kvcm.GPU_LEVEL)
+        descs = m.pool_group_descs
+        assert [s.slot_sizes for s in st] == [[p.slot_bytes for p in d.pools] for d in descs]
+        assert all(s.available == s.free + s.evictable and s.unavailable == s.total - s.available for s in st)
+        peaks = m.get_and_reset_iteration_peak_block_stats(kvcm.GPU_LEVEL)
+        assert len(peaks) == len(st) and all(isinstance(p, kvcm.PoolGroupPeakBlockStats) for p in peaks)
+        assert all(p.unavailable > 0 for p in peaks), "caches used every group this iteration"
+        assert len(m.get_and_reset_iteration_peak_block_stats_by_level()) == 2
+        assert m.get_and_reset_iteration_disk_prefetch_blocks() == 0
+
+
+def test_suspend_resume_counters_and_stats_marks():
+    """The engine's suspend/resume reports are counted per iteration; dirty
+    and excluded marks are sets of cache ids (exclusion clears dirtiness)."""
+    with KVCacheManager(small_config(), device="emu") as m:
+        m.record_request_suspended()
+        m.record_request_suspended()
+        m.record_request_resumed()
+        assert m.get_and_reset_iteration_suspend_resume_stats() == (2, 1)
+        assert m.get_and_reset_iteration_suspend_resume_stats() == (0, 0)
+        m.mark_stats_dirty(7)
+        m.mark_stats_dirty(None)
+        assert m.get_dirty_stats_kv_cache_ids() == {7}
+        m.mark_stats_excluded(7)
+        assert m.is_stats_excluded(7) and m.get_dirty_stats_kv_cache_ids() == set()
+        m.clear_stats_excluded(7)
+        assert not m.is_stats_excluded(7) and not m.is_stats_excluded(None)
+
+
+def test_events_carry_v1_block_hashes_a_router_recomputes():
+    """With the v1 hash (hash_algo "auto"), stored blocks carry TensorRT-LLM's
+    v1 block hashes chained from the prompt, the scope's LoRA id and salt;
+    a chain committed in one iteration is one stored event per layer group;
+    events appear at flush."""
+    em = KVCacheEventManager(100, hash_algo="auto", window_size=64)
+    with KVCacheManager(small_config(), em, device="emu") as m:
+        created = em.get_latest_events(timeout_ms=0)
+        assert created == [], "published at the first flush"
+        em.flush_iteration_events()
+        created = em.get_latest_events(timeout_ms=0)
+        assert [e.layer_group_id for e in created] == [0, 1]
+        assert all(isinstance(e.data, kvcm.KVCacheCreatedData) for e in created)
+        assert created[0].data.num_blocks_per_cache_level == [m.pool_group_descs[0].num_slots]
+        assert created[1].window_size == 8 and created[0].window_size == 64
+
+        serve(m, PROMPT[:12], scope=ReuseScope(lora_id=5, salt="tenant"))
+        em.flush_iteration_events()
+        events = em.get_latest_events(timeout_ms=0)
+        stored = [e for e in events if isinstance(e.data, kvcm.KVCacheStoredData) and e.layer_group_id == 0]
+        assert len(stored) == 1 and stored[0].hash_algo == "v1_block_key"
+        blocks = stored[0].data.blocks
+        from kvcm.events import cache_salt_id
+
+        h0 = hash_v1_block_key(PROMPT[0:4], 0, 5, cache_salt_id("tenant"))
+        h1 = hash_v1_block_key(PROMPT[4:8], h0, 5)
+        h2 = hash_v1_block_key(PROMPT[8:12], h1, 5)
+        assert [b.block_hash for b in blocks] == [h0, h1, h2]
+        assert stored[0].data.parent_hash is None
+        assert [t.token_id for t in blocks[0].tokens] == PROMPT[0:4]
+        assert (blocks[0].cache_level, blocks[0].priority) == (0, 35)
+        assert hash_v1_block_key(PROMPT[0:4], 0, 5, cache_salt_id("other")) != h0
+        # The serializer dispatches on the data classes' names and reads
+        # plain fields: every event is JSON as a tree of dataclasses.
+        assert {type(e.data).__name__ for e in events} <= {"KVCacheStoredData", "KVCacheRemovedData",
+                                                          "KVCacheUpdatedData", "KVCacheCreatedData"}
+        json.dumps([dataclasses.asdict(e) for e in created + events])
+
+
+def test_events_report_level_moves_priorities_and_removals():
+    """A block offloaded to the host is an updated event with the cache level
+    diff; a descendant committed with a higher priority raises its
+    ancestors' (priority diff); a block leaving the cache is removed."""
+    em = KVCacheEventManager(1000, hash_algo="v2_sha256_64")
+    cfg = small_config(gpu_quota=16 * 1024, host_quota=16 * 1024)
+    with KVCacheManager(cfg, event_manager=em, device="emu") as m:
+        serve(m, PROMPT[:8])
+        serve(m, PROMPT[:13], priority=lambda block, _id: 80)
+        for i in range(12):
+            serve(m, list(range(5000 + 100 * i, 5000 + 100 * i + 40)))
+        em.flush_iteration_events()
+        events = em.get_latest_events()
+        updated = [e.data for e in events if isinstance(e.data, kvcm.KVCacheUpdatedData)]
+        prio = [d.priority for d in updated if d.priority is not None]
+        assert kvcm.KVCacheEventDiff(35, 80) in prio
+        levels = [d.cache_level for d in updated if d.cache_level is not None]
+        assert kvcm.KVCacheEventDiff(0, 1) in levels
+        removed = [h for e in events if isinstance(e.data, kvcm.KVCacheRemovedData) for h in e.data.block_hashes]
+        stored = [b.block_hash for e in events if isinstance(e.data, kvcm.KVCacheStoredData) for b in e.data.blocks]
+        assert removed and set(removed) <= set(stored)
+        assert all(isinstance(h, int) for h in stored)
+
+
+def test_events_gathered_over_attention_dp_ranks_publish_on_rank_0():
+    """With attention_dp_gather, flush hands the local events to the gather
+    function and rank 0 publishes every rank's."""
+    seen = []
+
+    def gather(local):
+        seen.append(len(local))
+        return [local, local]
+
+    em = KVCacheEventManager(10, attention_dp_rank=0, attention_dp_gather=gather)
+    with KVCacheManager(small_config(), em, device="emu"):
+        em.flush_iteration_events()
+    assert seen == [2] and len(em.get_latest_events(0)) == 4
+    with pytest.raises(ValueError, match="hash_algo"):
+        KVCacheEventManager(10, hash_algo="md5")
+
+
+def test_layout_queries_agree_on_every_page_address():
+    """Pool group descs carry KVCM2's fields and slot layouts; for every
+    buffer, SHARED and PER_LAYER indices from the converter address the same
+    bytes as kvcm's BufferLocation, below the page index upper bound."""
+    with KVCacheManager(small_config(), device="emu") as m:
+        descs = m.pool_group_descs
+        assert [d.pool_group_index for d in descs] == list(range(len(descs)))
+        lg_to_pg = m.get_life_cycle_pool_group_indices()
+        for d in descs:
+            assert [p.pool_index for p in d.pools] == list(range(len(d.pools)))
+            for v in d.slot_desc.variants:
+                assert lg_to_pg[v.layer_group_id] == d.pool_group_index
+                assert v.slot_size_list == [p.slot_bytes for p in d.pools]
+        assert sorted(m.all_buffer_ids) == sorted(kvcm.BufferId(i, r) for i in (0, 1, 2) for r in ("key", "value"))
+        s = m.create_stream()
+        with m.create_kv_cache(input_tokens=PROMPT) as c:
+            c.resume(s)
+            c.resize(len(PROMPT))
+            for bid in m.all_buffer_ids:
+                loc = m.get_buffer_location(*bid)
+                conv = m.get_page_index_converter(*bid)
+                assert (conv.scale, conv.expansion) == (m.get_page_index_scale(*bid), 1)
+                base = list(c.get_page_indices(loc.layer_group))
+                stride = m.get_page_stride(*bid)
+                bound = m.get_page_index_upper_bound(*bid)
+                for mode in (None, PageIndexMode.SHARED, PageIndexMode.PER_LAYER):
+                    addr = m.get_mem_pool_base_address(*bid, mode)
+                    for b, i in zip(base, conv(base, mode)):
+                        if b >= 0:
+                            assert addr + i * stride == loc.page_address(b)
+                            assert 0 <= i < bound + (loc.offset if mode == PageIndexMode.PER_LAYER else 0)
+            c.suspend()
+        assert m.supports_index_mode(PageIndexMode.PER_LAYER) and m.supports_index_mode(PageIndexMode.SHARED)
+        with pytest.raises(UnsupportedError):
+            m.get_aggregated_pages([])
+
+
+def test_manager_constructor_takes_the_event_manager_second():
+    """KVCacheManager(config, event_manager, cold_page_codec): a codec passed
+    second is consumed and refused; the keyword keeps working; init_config
+    is a copy; num_live_managers counts open managers."""
+    codec = kvcm.create_default_kv_cache_cold_page_codec()
+    with pytest.raises(TypeError, match="cold_page_codec="):
+        KVCacheManager(small_config(), codec, device="emu")
+    with pytest.raises(kvcm.ConsumedError):
+        KVCacheManager(small_config(), cold_page_codec=codec, device="emu")
+    before = kvcm.num_live_managers()
+    cfg = small_config()
+    with KVCacheManager(cfg, cold_page_codec=kvcm.create_default_kv_cache_cold_page_codec(), device="emu") as m:
+        assert kvcm.num_live_managers() == before + 1
+        assert m.init_config == cfg and m.init_config is not cfg
+        assert m.event_manager is None and m.allow_seq_rebasing is False and not m.need_adjustment
+        assert (m.commit_min_snapshot, m.text_only) == (False, False)
+    assert kvcm.num_live_managers() == before
+    assert kvcm.take_poison() is None
+
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_clamped_sequence_length_fits_and_one_block_more_does_not(batch_size):
+    """clamp_max_seq_len_for_mem gives the longest sequence that fits next to
+    batch_size - 1 one-token requests: allocating it succeeds, one block
+    more runs out of pages."""
+    with KVCacheManager(small_config(gpu_quota=16 * 1024, max_util_for_resume=1.0), device="emu") as m:
+        n = m.clamp_max_seq_len_for_mem(batch_size, 1 << 20)
+        assert 0 < n < 1 << 20 and n % 4 == 0
+        assert m.clamp_max_seq_len_for_mem(batch_size, 5) == 5
+        s = m.create_stream()
+        others = [m.create_kv_cache() for _ in range(batch_size - 1)]
+        for c in others:
+            c.resume(s)
+            c.resize(1)
+        big = m.create_kv_cache()
+        big.resume(s)
+        big.resize(n, n)  # computed: windowed layer groups keep their window only
+        with pytest.raises(kvcm.OutOfPagesError):
+            big.resize(n + 4, n + 4)
+        for c in [*others, big]:
+            c.suspend()
+            c.close()
