@@ -29,6 +29,18 @@ func cString(p *C.char) string {
 	return C.GoString(p)
 }
 
+// goBlockKey maps a kvcm_block_key to its algorithm; an unknown value stays
+// unknown, for config validation to name.
+func goBlockKey(k C.kvcm_block_key) blockhash.Algorithm {
+	switch k {
+	case C.KVCM_BLOCK_KEY_SHA256:
+		return blockhash.SHA256
+	case C.KVCM_BLOCK_KEY_XXH3:
+		return blockhash.XXH3
+	}
+	return blockhash.Algorithm(k)
+}
+
 // goConfig copies a C configuration into a config.Config, naming the field
 // of every NULL array.
 func goConfig(c *C.kvcm__const_kvcm_manager_config) (config.Config, error) {
@@ -37,6 +49,7 @@ func goConfig(c *C.kvcm__const_kvcm_manager_config) (config.Config, error) {
 		MaxUtilForResume:   float64(c.max_util_for_resume),
 		EnablePartialReuse: bool(c.enable_partial_reuse),
 		EnableStats:        bool(c.enable_stats),
+		BlockKey:           goBlockKey(c.block_key),
 	}
 	tiers, err := cArray(c.cache_tiers, c.num_cache_tiers, "config.cache_tiers")
 	if err != nil {

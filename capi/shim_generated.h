@@ -31,7 +31,7 @@ extern kvcm_status* kvcm__go_stream_enqueue_host_func(kvcm_stream stream, kvcm_h
 #define KVCM__CP_INDEX_VTABLE_SIZE_V1 56
 #define KVCM__CP_MANAGER_BACKED_OPTIONS_SIZE_V1 48
 #define KVCM__KV_CACHE_OPTIONS_SIZE_V1 80
-#define KVCM__MANAGER_CONFIG_SIZE_V1 112
+#define KVCM__MANAGER_CONFIG_SIZE_V1 116
 
 /* Fields appended after a versioned struct's first version: read one only when it is present. */
 
@@ -134,6 +134,7 @@ static inline int32_t kvcm__call_host_func(kvcm_host_func fn, uintptr_t user_dat
 static inline int32_t kvcm__call_priority_func(kvcm_priority_func fn, uintptr_t user_data, int64_t block_index, int32_t* priority) { return fn((void*)user_data, block_index, priority); }
 
 /* Enumerator names (defined in api_generated.c). */
+const char* kvcm__enum_name_block_key(kvcm_block_key v);
 const char* kvcm__enum_name_cache_status(kvcm_cache_status v);
 const char* kvcm__enum_name_device_kind(kvcm_device_kind v);
 const char* kvcm__enum_name_event_kind(kvcm_event_kind v);

@@ -135,6 +135,8 @@ type Config struct {
 	MaxUtilForResume   float64
 	EventQueueCapacity uint32
 	InitialPoolRatio   []float64
+	// BlockKey is the kvcm_block_key (0 sha256, 1 xxh3).
+	BlockKey int32
 	// StructSize and ABIVersion override the versioned header when nonzero
 	// (negative ABIVersion writes 0).
 	StructSize uint32
@@ -159,6 +161,7 @@ func (cfg *Config) build(a *arena) *C.kvcm_manager_config {
 	c.event_queue_capacity = C.uint32_t(cfg.EventQueueCapacity)
 	c.enable_partial_reuse = C.bool(cfg.EnablePartialReuse)
 	c.max_util_for_resume = C.double(cfg.MaxUtilForResume)
+	c.block_key = C.kvcm_block_key(cfg.BlockKey)
 	tiers := cArray[C.kvcm_cache_tier_config](a, len(cfg.Tiers))
 	for i, t := range cfg.Tiers {
 		tiers[i] = C.kvcm_cache_tier_config{kind: C.kvcm_tier_kind(t.Kind), quota: C.int64_t(t.Quota), max_quota: C.int64_t(t.MaxQuota)}

@@ -131,4 +131,7 @@ type ManagerConfig struct {
 	Constraints spec.In[BatchDesc] `len:"NumConstraints" nullable:"true" own:"borrowed"`
 	// NumConstraints is the length of constraints.
 	NumConstraints spec.Size
+	// BlockKey selects how committed blocks are keyed
+	// (KVCM_BLOCK_KEY_SHA256 by default).
+	BlockKey BlockKey
 }

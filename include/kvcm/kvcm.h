@@ -192,6 +192,28 @@ typedef int32_t kvcm_token;
 /* ---- Enumerations (fixed-width: the typedef is the type, the enum holds the values) ---- */
 
 /**
+ * kvcm_block_key selects how a manager keys committed blocks (the hashes that
+ * cache events and the CP-aware interface carry).
+ * @since ABI version 1.
+ */
+typedef int32_t kvcm_block_key;
+enum {
+    /**
+     * KVCM_BLOCK_KEY_SHA256 is the specified chained SHA-256 key, the default: every
+     * binding and other processes compute the same keys.
+     */
+    KVCM_BLOCK_KEY_SHA256 = 0,
+    /**
+     * KVCM_BLOCK_KEY_XXH3 is the 64-bit XXH3 hash of the same bytes: several times
+     * cheaper, but not a cryptographic hash and compatible with no other
+     * process's keys. Use it only where block keys never leave the manager
+     * (no CP-aware index, no consumer of cache events that hashes blocks
+     * itself).
+     */
+    KVCM_BLOCK_KEY_XXH3 = 1,
+};
+
+/**
  * kvcm_cache_status is a KV cache's place in its lifecycle: SUSPENDED → ACTIVE →
  * CLOSED, with ACTIVE ⇄ SUSPENDED as often as the engine needs.
  * @since ABI version 1.
@@ -1181,6 +1203,11 @@ struct kvcm_manager_config {
      * num_constraints is the length of constraints.
      */
     size_t num_constraints;
+    /**
+     * block_key selects how committed blocks are keyed
+     * (KVCM_BLOCK_KEY_SHA256 by default).
+     */
+    kvcm_block_key block_key;
 };
 
 /** Initializer of a kvcm_manager_config: struct_size and abi_version set, every other field zero. */
@@ -2667,7 +2694,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, priority) == 48, "layout of k
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, priority_user_data) == 56, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, request_id) == 64, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, request_id_len) == 72, "layout of kvcm_kv_cache_options changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_manager_config) == 112, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_manager_config) == 120, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_manager_config) == 8, "alignment of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, struct_size) == 0, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, abi_version) == 4, "layout of kvcm_manager_config changed");
@@ -2687,6 +2714,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, num_initial_pool_ratio) == 80, 
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, typical_step) == 88, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, constraints) == 96, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, num_constraints) == 104, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, block_key) == 112, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_migration_stats) == 24, "layout of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_migration_stats) == 8, "alignment of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_migration_stats, path) == 0, "layout of kvcm_migration_stats changed");

@@ -66,6 +66,7 @@ from .cp import (
 from .config import (
     AttentionLayerConfig,
     BatchDesc,
+    BlockKey,
     BufferConfig,
     CacheTier,
     CacheTierConfig,
@@ -131,7 +132,7 @@ __all__ = [
     # CP-aware KV management
     "CPAwareKVManager", "NullCPAwareKVManager", "ManagerBackedCPAwareKVManager", "ContextPilotKVManager",
     # results and enums
-    "BAD_PAGE_INDEX", "BlockStats", "BufferLocation", "CacheEvent", "CacheStatus", "DeviceKind",
+    "BAD_PAGE_INDEX", "BlockKey", "BlockStats", "BufferLocation", "CacheEvent", "CacheStatus", "DeviceKind",
     "EventKind", "MigrationPath", "MigrationStats", "PeakBlockStats", "PoolDesc", "PoolGroupDesc",
     "PoolGroupStats",
     # library

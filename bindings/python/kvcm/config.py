@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Sequence, Union
 
+from ._ffi import BlockKey
 from .errors import InvalidConfigError
 
 __all__ = [
@@ -172,7 +173,11 @@ class KVCacheManagerConfig:
     has one hot-tier byte ratio per layer group; without it ``typical_step``
     decides, else ``constraints``, else every layer group gets the same
     number of slots. ``constraints`` are batches the GPU tier must always
-    hold.
+    hold. ``block_key`` selects how committed blocks are keyed:
+    ``BlockKey.SHA256`` (the default) is the specified key every binding and
+    other processes compute; ``BlockKey.XXH3`` is several times cheaper but
+    matches no other process's keys, so use it only where block keys never
+    leave the manager (the CP-aware index refuses it).
     """
 
     tokens_per_block: int
@@ -184,6 +189,7 @@ class KVCacheManagerConfig:
     typical_step: BatchDesc | None = None
     constraints: list[BatchDesc] = field(default_factory=list)
     enable_stats: bool = False
+    block_key: BlockKey = BlockKey.SHA256
 
     def _check_types(self) -> None:
         _check_int("tokens_per_block", self.tokens_per_block)
@@ -212,6 +218,8 @@ class KVCacheManagerConfig:
             for i, r in enumerate(self.initial_pool_ratio):
                 if not isinstance(r, (int, float)) or isinstance(r, bool):
                     raise TypeError(f"initial_pool_ratio[{i}]: expected a float, got {type(r).__name__}")
+        if not isinstance(self.block_key, BlockKey):
+            raise TypeError(f"block_key: expected a BlockKey, got {type(self.block_key).__name__}")
         if self.typical_step is not None:
             _check_batch("typical_step", self.typical_step)
         for i, b in enumerate(self.constraints or ()):

@@ -251,6 +251,7 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
     c.max_util_for_resume = float(config.max_util_for_resume)
     c.enable_partial_reuse = bool(config.enable_partial_reuse)
     c.enable_stats = bool(config.enable_stats)
+    c.block_key = int(config.block_key)
     if config.initial_pool_ratio:
         r = (ctypes.c_double * len(config.initial_pool_ratio))(*config.initial_pool_ratio)
         keep.append(r)
