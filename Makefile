@@ -25,8 +25,9 @@ go-test:
 	$(GO) test $(GOFLAGS_TEST) ./...
 
 # The manager's bookkeeping benchmark (EVALUATION.md §2): CPU time and
-# allocations per request on issue 11's trace, the ratio to the SHA-256
-# hashing of the same blocks, and the decode-step cost at 1k and 128k tokens.
+# allocations per request on issue 11's trace with the SHA-256 and the XXH3
+# block key, the ratio to the SHA-256 hashing of the same blocks, and the
+# decode-step cost at 1k and 128k tokens.
 # BENCH_BOOKKEEPING_ARGS passes flags (kvcm bench bookkeeping -h).
 .PHONY: bench-bookkeeping
 bench-bookkeeping:

@@ -14,6 +14,16 @@ kvcm_status* kvcm_stream_enqueue_host_func(kvcm_stream stream, kvcm_host_func fn
     return kvcm__go_stream_enqueue_host_func(stream, fn, (uintptr_t)user_data);
 }
 
+const char* kvcm__enum_name_block_key(kvcm_block_key v) {
+    switch (v) {
+    case KVCM_BLOCK_KEY_SHA256:
+        return "KVCM_BLOCK_KEY_SHA256";
+    case KVCM_BLOCK_KEY_XXH3:
+        return "KVCM_BLOCK_KEY_XXH3";
+    }
+    return NULL;
+}
+
 const char* kvcm__enum_name_cache_status(kvcm_cache_status v) {
     switch (v) {
     case KVCM_CACHE_SUSPENDED:

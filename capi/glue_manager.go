@@ -30,6 +30,18 @@ func cString(p *C.char) string {
 	return C.GoString(p)
 }
 
+// goBlockKey maps a kvcm_block_key to its algorithm; an unknown value stays
+// unknown, for config validation to name.
+func goBlockKey(k C.kvcm_block_key) blockhash.Algorithm {
+	switch k {
+	case C.KVCM_BLOCK_KEY_SHA256:
+		return blockhash.SHA256
+	case C.KVCM_BLOCK_KEY_XXH3:
+		return blockhash.XXH3
+	}
+	return blockhash.Algorithm(k)
+}
+
 // goConfig copies a C configuration into a config.Config, naming the field
 // of every NULL array.
 func goConfig(c *C.kvcm__const_kvcm_manager_config) (config.Config, error) {
@@ -105,6 +117,7 @@ func goConfig(c *C.kvcm__const_kvcm_manager_config) (config.Config, error) {
 // goConfigV2 copies the fields ABI version 2 appended.
 func goConfigV2(c *C.kvcm__const_kvcm_manager_config, cfg *config.Config) error {
 	cfg.ReuseMatchBackoff = int(c.reuse_match_backoff)
+	cfg.BlockKey = goBlockKey(c.block_key)
 	cfg.TextOnly = bool(c.text_only)
 	cfg.CommitMinSnapshot = bool(c.commit_min_snapshot)
 	cfg.RebalanceMinSampledKVCaches = int64(c.rebalance_min_sampled_kv_caches)

@@ -36,7 +36,7 @@ extern kvcm_status* kvcm__go_stream_enqueue_host_func(kvcm_stream stream, kvcm_h
 #define KVCM__KV_CACHE_OPTIONS_SIZE_V1 80
 #define KVCM__KV_CACHE_OPTIONS_SIZE_V2 80
 #define KVCM__MANAGER_CONFIG_SIZE_V1 112
-#define KVCM__MANAGER_CONFIG_SIZE_V2 184
+#define KVCM__MANAGER_CONFIG_SIZE_V2 188
 
 /* Fields appended after a versioned struct's first version: read one only when it is present. */
 static inline int kvcm__has_manager_config_reuse_match_backoff(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, reuse_match_backoff) + sizeof(p->reuse_match_backoff); }
@@ -50,6 +50,7 @@ static inline int kvcm__has_manager_config_rebalance_moving_average_decay(const 
 static inline int kvcm__has_manager_config_typical_step_system_prompt_length(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, typical_step_system_prompt_length) + sizeof(p->typical_step_system_prompt_length); }
 static inline int kvcm__has_manager_config_constraint_system_prompt_lengths(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, constraint_system_prompt_lengths) + sizeof(p->constraint_system_prompt_lengths); }
 static inline int kvcm__has_manager_config_num_constraint_system_prompt_lengths(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, num_constraint_system_prompt_lengths) + sizeof(p->num_constraint_system_prompt_lengths); }
+static inline int kvcm__has_manager_config_block_key(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, block_key) + sizeof(p->block_key); }
 
 /* Opaque pointer fields, read and written as uintptr_t. */
 static inline uintptr_t kvcm__get_cold_page_codec_self(const kvcm_cold_page_codec* p) { return (uintptr_t)p->self; }
@@ -150,6 +151,7 @@ static inline int32_t kvcm__call_host_func(kvcm_host_func fn, uintptr_t user_dat
 static inline int32_t kvcm__call_priority_func(kvcm_priority_func fn, uintptr_t user_data, int64_t block_index, int32_t* priority) { return fn((void*)user_data, block_index, priority); }
 
 /* Enumerator names (defined in api_generated.c). */
+const char* kvcm__enum_name_block_key(kvcm_block_key v);
 const char* kvcm__enum_name_cache_status(kvcm_cache_status v);
 const char* kvcm__enum_name_device_kind(kvcm_device_kind v);
 const char* kvcm__enum_name_event_kind(kvcm_event_kind v);

@@ -121,12 +121,16 @@ func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 	if err := cfg.Validate(layout.NumLifeCycles(&cfg)); err != nil {
 		return nil, err
 	}
+	hasher, err := blockhash.NewHasherFor(cfg.BlockKey)
+	if err != nil {
+		return nil, err // Validate accepts only known algorithms
+	}
 	m := &Manager{
 		cfg:    cfg,
 		lt:     layout.New(&cfg),
 		dev:    o.dev,
 		roots:  map[blockhash.Key]*node{},
-		hasher: blockhash.NewHasher(),
+		hasher: hasher,
 		caches: map[uint64]*KVCache{},
 
 		listeners: o.listeners,

@@ -167,6 +167,43 @@ func TestPrefixReuseSharesPages(t *testing.T) {
 	assert.Equal(t, int64(3), st.ReusedBlocks)
 }
 
+// With the XXH3 block key, blocks are keyed by blockhash's XXH3 chain (as
+// cache events report) and prefixes are reused exactly as with SHA-256.
+func TestXXH3BlockKeyReusesPrefixesAndReportsItsKeys(t *testing.T) {
+	cfg := smallConfig(32)
+	cfg.BlockKey = blockhash.XXH3
+	dev := devicetest.Open(t, emu.Options{Seed: 1})
+	var stored []blockhash.Key
+	m, err := NewManager(cfg, WithDevice(dev), WithEventListener(func(e CacheEvent) {
+		if e.Kind == BlockStored {
+			stored = append(stored, e.Key)
+		}
+	}))
+	require.NoError(t, err)
+	s, err := dev.NewStream()
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		s.Close()
+		m.Close()
+		dev.Close()
+	})
+	f := &fixture{t: t, m: m, dev: dev, stream: s}
+	prompt := seq(100, 13)
+	assert.Zero(t, f.serve(blockhash.Scope{}, prompt))
+	assert.Equal(t, 12, f.serve(blockhash.Scope{}, prompt), "all full blocks, less the last token")
+	assert.Equal(t, 4, m.ProbeReuse(blockhash.Scope{}, append(seq(100, 4), 9, 9, 9, 9, 9)))
+
+	h, err := blockhash.NewHasherFor(blockhash.XXH3)
+	require.NoError(t, err)
+	var want []blockhash.Key
+	for k, b := (blockhash.Scope{}).Root(), 0; b < 3; b++ {
+		k = h.Next(k, prompt[b*tpb:(b+1)*tpb])
+		want = append(want, k)
+	}
+	assert.Equal(t, want, stored)
+	assert.NotEqual(t, blockhash.Chain(blockhash.Scope{}, tpb, prompt), stored, "not the SHA-256 keys")
+}
+
 func TestReuseLimitedToInputMinusOne(t *testing.T) {
 	f := newFixture(t, smallConfig(32))
 	f.serve(blockhash.Scope{}, seq(0, 8))
@@ -367,6 +404,7 @@ func TestBadConfigurationsNameTheField(t *testing.T) {
 		"util":              {func(c *config.Config) { c.MaxUtilForResume = 1.5 }, "max_util_for_resume"},
 		"ratio length":      {func(c *config.Config) { c.InitialPoolRatio = []float64{1, 1} }, "initial_pool_ratio"},
 		"ratio value":       {func(c *config.Config) { c.InitialPoolRatio = []float64{0} }, "initial_pool_ratio[0]"},
+		"block key":         {func(c *config.Config) { c.BlockKey = 2 }, "block_key"},
 		"typical step": {func(c *config.Config) {
 			c.TypicalStep = &config.BatchDesc{Requests: []config.RequestDesc{{Capacity: 4, HistoryLength: 5}}}
 		}, "typical_step.kv_caches[0].history_length"},

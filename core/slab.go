@@ -17,6 +17,7 @@ type slabs struct {
 	toks  []config.Token
 }
 
+// node returns a zero node.
 func (s *slabs) node() *node {
 	if len(s.nodes) == 0 {
 		s.nodes = make([]node, slabChunk)
@@ -26,6 +27,7 @@ func (s *slabs) node() *node {
 	return n
 }
 
+// page returns a zero page.
 func (s *slabs) page() *page {
 	if len(s.pages) == 0 {
 		s.pages = make([]page, slabChunk)

@@ -181,6 +181,8 @@ func (g *slotGroup) initSlots() {
 	}
 	g.owner = make([]*page, g.numSlots)
 	g.fences = newFences(g.numSlots)
+	// Every slot's page may become a victim: the heap never grows by copying.
+	g.victims = make(victimHeap, 0, g.numSlots)
 }
 
 // fenceRoom is the events each slot's fence holds before it grows: a fence

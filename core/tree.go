@@ -35,8 +35,13 @@ type node struct {
 
 // newNode returns a node from the manager's slabs; tokens are copied.
 func (m *Manager) newNode(parent *node, key blockhash.Key, tokens []config.Token) *node {
+	// Slab nodes are zero and never reused: only the set fields are written
+	// (a struct assignment would copy every field under the GC's write
+	// barrier).
 	n := m.slabs.node()
-	*n = node{key: key, parent: parent, tokens: m.slabs.tokens(tokens), pages: m.slabs.pageRow(len(m.lt.LifeCycles)), priority: DefaultPriority}
+	n.key, n.parent, n.priority = key, parent, DefaultPriority
+	n.tokens = m.slabs.tokens(tokens)
+	n.pages = m.slabs.pageRow(len(m.lt.LifeCycles))
 	if parent != nil {
 		n.depth = parent.depth + 1
 	}

@@ -830,6 +830,12 @@ func TestConfigValidate(t *testing.T) {
 	bad = smallConfig(8, 16)
 	bad.MaxUtilForResume = 1.5
 	requireCode(t, ValidateConfig(bad), InvalidConfig, "max_util_for_resume", "0 (unset)")
+	xxh3 := smallConfig(8, 16)
+	xxh3.BlockKey = 1
+	require.NoError(t, ValidateConfig(xxh3), "KVCM_BLOCK_KEY_XXH3")
+	bad = smallConfig(8, 16)
+	bad.BlockKey = 2
+	requireCode(t, ValidateConfig(bad), InvalidConfig, "block_key")
 }
 
 // Quotas are sized with checked arithmetic: a quota of 2^63-1 is an error

@@ -136,6 +136,8 @@ type Config struct {
 	InitialPoolRatio   []float64
 	// ReuseMatchBackoff is a field of ABI version 2.
 	ReuseMatchBackoff int32
+	// BlockKey is the kvcm_block_key (0 sha256, 1 xxh3).
+	BlockKey int32
 	// StructSize and ABIVersion override the versioned header when nonzero
 	// (negative ABIVersion writes 0).
 	StructSize uint32
@@ -161,6 +163,7 @@ func (cfg *Config) build(a *arena) *C.kvcm_manager_config {
 	c.enable_partial_reuse = C.bool(cfg.EnablePartialReuse)
 	c.max_util_for_resume = C.double(cfg.MaxUtilForResume)
 	c.reuse_match_backoff = C.int32_t(cfg.ReuseMatchBackoff)
+	c.block_key = C.kvcm_block_key(cfg.BlockKey)
 	tiers := cArray[C.kvcm_cache_tier_config](a, len(cfg.Tiers))
 	for i, t := range cfg.Tiers {
 		tiers[i] = C.kvcm_cache_tier_config{kind: C.kvcm_tier_kind(t.Kind), quota: C.int64_t(t.Quota), max_quota: C.int64_t(t.MaxQuota)}

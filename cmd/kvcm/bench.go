@@ -22,9 +22,10 @@ its flags.
 
 kvcm bench bookkeeping runs the manager's bookkeeping trace (prompts of 1k, 8k
 and 32k tokens, every other request sharing half its prompt with the one
-before, 128 decode steps each, with and without eviction pressure) on the
-emulated device and prints CPU time and allocations per request, the ratio to
-the SHA-256 hashing of the same prompts' blocks, and the decode-step cost at
+before, 128 decode steps each, with and without eviction pressure, with the
+SHA-256 and the XXH3 block key) on the emulated device and prints CPU time and
+allocations per request, the ratio to the SHA-256 hashing of the same prompts'
+blocks, and the decode-step cost at
 1k and 128k tokens held. Run kvcm bench bookkeeping -h for its flags.`,
 	setup: func(*flag.FlagSet) func(stdout, stderr io.Writer) int { return nil },
 	main:  benchMain,

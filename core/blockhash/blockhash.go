@@ -8,13 +8,45 @@
 // SHA-256(parent:u64le ‖ n:u32le ‖ token_0:i32le ‖ … ‖ token_{n-1}:i32le),
 // where parent is the key of the previous block, or the scope hash for the
 // first block.
+//
+// That SHA-256 key is the default and the only one the cross-language vectors
+// and other processes (the engine's own hashes, TensorRT-LLM's) agree on. A
+// manager may instead key blocks with XXH3 (Algorithm XXH3): the 64-bit
+// XXH3 hash, seed 0, of the same bytes, chained from the same scope hash. It
+// costs a fraction of SHA-256 but is not a cryptographic hash and matches no
+// other process's keys: use it only where block keys never leave the manager
+// (no CP-aware peers, no consumer comparing cache events with its own hashes).
 package blockhash
 
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"hash"
+
+	"github.com/zeebo/xxh3"
 )
+
+// Algorithm selects how block keys are computed from their bytes.
+type Algorithm int
+
+const (
+	// SHA256 is the specified key (see the package doc), the default.
+	SHA256 Algorithm = iota
+	// XXH3 is the 64-bit XXH3 hash of the same bytes: faster, not
+	// compatible with SHA256 keys across processes or languages.
+	XXH3
+)
+
+func (a Algorithm) String() string {
+	switch a {
+	case SHA256:
+		return "sha256"
+	case XXH3:
+		return "xxh3"
+	}
+	return fmt.Sprintf("Algorithm(%d)", int(a))
+}
 
 // Key is a block's chained content hash.
 type Key uint64
@@ -41,13 +73,25 @@ func (s Scope) Root() Key {
 // Hasher computes block keys; reuse one to avoid allocations. Not safe for
 // concurrent use.
 type Hasher struct {
-	h   hash.Hash
+	h   hash.Hash // nil for XXH3
 	buf []byte
 	sum [sha256.Size]byte
 }
 
-// NewHasher returns a Hasher.
+// NewHasher returns a Hasher of SHA256 keys.
 func NewHasher() *Hasher { return &Hasher{h: sha256.New()} }
+
+// NewHasherFor returns a Hasher of a's keys, or an error for an unknown
+// algorithm.
+func NewHasherFor(a Algorithm) (*Hasher, error) {
+	switch a {
+	case SHA256:
+		return NewHasher(), nil
+	case XXH3:
+		return &Hasher{}, nil
+	}
+	return nil, fmt.Errorf("blockhash: unknown algorithm %d", int(a))
+}
 
 // Next returns the key of the block holding tokens after the block keyed parent.
 func (x *Hasher) Next(parent Key, tokens []int32) Key {
@@ -63,12 +107,15 @@ func (x *Hasher) Next(parent Key, tokens []int32) Key {
 		binary.LittleEndian.PutUint32(enc[4*i:4*i+4], uint32(t))
 	}
 	x.buf = buf
+	if x.h == nil {
+		return Key(xxh3.Hash(buf))
+	}
 	x.h.Reset()
 	x.h.Write(x.buf)
 	return Key(binary.LittleEndian.Uint64(x.h.Sum(x.sum[:0])))
 }
 
-// Chain returns the keys of the full blocks of tokens in scope.
+// Chain returns the SHA256 keys of the full blocks of tokens in scope.
 func Chain(scope Scope, tokensPerBlock int, tokens []int32) []Key {
 	x := NewHasher()
 	keys := make([]Key, 0, len(tokens)/tokensPerBlock)

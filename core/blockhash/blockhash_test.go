@@ -1,9 +1,12 @@
 package blockhash
 
 import (
+	"encoding/binary"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/zeebo/xxh3"
 )
 
 // The vectors were computed independently (Python hashlib) from the
@@ -24,4 +27,24 @@ func TestHasherDoesNotAllocate(t *testing.T) {
 	toks := make([]int32, 32)
 	x.Next(0, toks)
 	assert.Zero(t, testing.AllocsPerRun(100, func() { x.Next(1, toks) }))
+}
+
+// An XXH3 key is the 64-bit XXH3 hash (seed 0) of the bytes the
+// specification hashes with SHA-256; the scope hash stays SHA-256.
+func TestXXH3KeysHashTheSpecifiedBytes(t *testing.T) {
+	x, err := NewHasherFor(XXH3)
+	require.NoError(t, err)
+	root := Scope{}.Root()
+	toks := []int32{-1, 2147483647, 0, 42}
+	b := binary.LittleEndian.AppendUint64(nil, uint64(root))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(toks)))
+	for _, tok := range toks {
+		b = binary.LittleEndian.AppendUint32(b, uint32(tok))
+	}
+	assert.Equal(t, Key(xxh3.Hash(b)), x.Next(root, toks))
+	assert.NotEqual(t, NewHasher().Next(root, toks), x.Next(root, toks))
+	assert.Zero(t, testing.AllocsPerRun(100, func() { x.Next(1, toks) }))
+
+	_, err = NewHasherFor(Algorithm(7))
+	assert.ErrorContains(t, err, "unknown algorithm 7")
 }

@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/kvcm/kvcm/core/blockhash"
 )
 
 // Token is one input token id.
@@ -173,6 +175,12 @@ type Config struct {
 	RebalanceTargetRatioUpdateInterval int64
 	RebalanceRatioThreshold            float64
 	RebalanceMovingAverageDecay        float64
+	// BlockKey selects how committed blocks are keyed: blockhash.SHA256
+	// (the zero value) is the specified key that other processes and the
+	// bindings compute too; blockhash.XXH3 is several times cheaper but
+	// matches no other process's keys (see package blockhash), so use it
+	// only where keys never leave the manager.
+	BlockKey blockhash.Algorithm
 }
 
 // Error is a configuration error naming the offending field.
@@ -254,6 +262,9 @@ func (c *Config) Validate(numLayerGroups int) error {
 				return fieldErr(fmt.Sprintf("initial_pool_ratio[%d]", i), "must be positive and finite, got %v", r)
 			}
 		}
+	}
+	if c.BlockKey != blockhash.SHA256 && c.BlockKey != blockhash.XXH3 {
+		return fieldErr("block_key", "unknown block key algorithm %d (0: sha256, 1: xxh3)", int(c.BlockKey))
 	}
 	if c.TypicalStep != nil {
 		if err := validateBatch("typical_step", *c.TypicalStep); err != nil {

@@ -1,6 +1,7 @@
 package cp
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 
@@ -138,6 +139,10 @@ func NewManagerBacked(opts ManagerBackedOptions) *ManagerBacked {
 // NewManagerWithIndex creates a manager with a ManagerBacked index listening
 // to its events from the start, and attaches the index.
 func NewManagerWithIndex(cfg config.Config, opts ManagerBackedOptions, coreOpts ...core.Option) (*core.Manager, *ManagerBacked, error) {
+	if cfg.BlockKey != blockhash.SHA256 {
+		return nil, nil, &config.Error{Field: "block_key", Msg: fmt.Sprintf(
+			"the CP-aware index names blocks by their sha256 keys, got %v", cfg.BlockKey)}
+	}
 	x := NewManagerBacked(opts)
 	m, err := core.NewManager(cfg, append(coreOpts, core.WithEventListener(x.Listener()))...)
 	if err != nil {
@@ -159,7 +164,8 @@ func (x *ManagerBacked) Listener() core.EventListener {
 }
 
 // Attach binds the index to the manager whose events its listener receives.
-// Until then every score is 0. Attach once.
+// Until then every score is 0. Attach once. The manager must key blocks with
+// blockhash.SHA256 (config.Config.BlockKey), the keys the index computes.
 func (x *ManagerBacked) Attach(m *core.Manager) {
 	x.mu.Lock()
 	defer x.mu.Unlock()

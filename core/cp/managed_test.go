@@ -34,6 +34,20 @@ func TestManagerBackedScoresWhatIsCachedNow(t *testing.T) {
 	assert.Zero(t, r2.x.PredictPrefixReuse("q", q), "scope LoRA 3 sees the blocks of scope LoRA 3 only")
 }
 
+// The index computes SHA-256 chains: a manager keying blocks with XXH3 is
+// refused, naming block_key, rather than indexed under keys that never match.
+func TestManagerBackedRefusesXXH3BlockKeys(t *testing.T) {
+	cfg := tinyConfig(64)
+	cfg.BlockKey = blockhash.XXH3
+	m, x, err := NewManagerWithIndex(cfg, ManagerBackedOptions{})
+	assert.Nil(t, m)
+	assert.Nil(t, x)
+	require.ErrorIs(t, err, config.ErrInvalid)
+	var ce *config.Error
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, "block_key", ce.Field)
+}
+
 func TestManagerBackedFollowsEvictionOfBlocksThatOutlivedTheirRequest(t *testing.T) {
 	r := newRig(t, tinyConfig(8), ManagerBackedOptions{})
 	tr := NewTracker(r.m, r.x)

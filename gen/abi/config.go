@@ -164,4 +164,7 @@ type ManagerConfig struct {
 	ConstraintSystemPromptLengths spec.In[int64] `len:"NumConstraintSystemPromptLengths" nullable:"true" own:"borrowed" since:"2"`
 	// NumConstraintSystemPromptLengths is 0 or num_constraints.
 	NumConstraintSystemPromptLengths spec.Size `since:"2"`
+	// BlockKey selects how committed blocks are keyed
+	// (KVCM_BLOCK_KEY_SHA256 by default).
+	BlockKey BlockKey `since:"2"`
 }

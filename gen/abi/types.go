@@ -107,6 +107,25 @@ const (
 	DeviceCUDA DeviceKind = 2
 )
 
+// BlockKey selects how a manager keys committed blocks (the hashes that
+// cache events and the CP-aware interface carry).
+//
+//kvcm:enum trim=BlockKey cprefix=KVCM_BLOCK_KEY_ cpp=BlockKey
+//kvcm:since 1
+type BlockKey int32
+
+const (
+	// BlockKeySha256 is the specified chained SHA-256 key, the default: every
+	// binding and other processes compute the same keys.
+	BlockKeySha256 BlockKey = 0
+	// BlockKeyXxh3 is the 64-bit XXH3 hash of the same bytes: several times
+	// cheaper, but not a cryptographic hash and compatible with no other
+	// process's keys. Use it only where block keys never leave the manager
+	// (no CP-aware index, no consumer of cache events that hashes blocks
+	// itself).
+	BlockKeyXxh3 BlockKey = 1
+)
+
 // MemoryKind says where an allocation lives.
 //
 //kvcm:enum trim=Memory cprefix=KVCM_MEMORY_ cpp=MemoryKind

@@ -192,6 +192,28 @@ typedef int32_t kvcm_token;
 /* ---- Enumerations (fixed-width: the typedef is the type, the enum holds the values) ---- */
 
 /**
+ * kvcm_block_key selects how a manager keys committed blocks (the hashes that
+ * cache events and the CP-aware interface carry).
+ * @since ABI version 1.
+ */
+typedef int32_t kvcm_block_key;
+enum {
+    /**
+     * KVCM_BLOCK_KEY_SHA256 is the specified chained SHA-256 key, the default: every
+     * binding and other processes compute the same keys.
+     */
+    KVCM_BLOCK_KEY_SHA256 = 0,
+    /**
+     * KVCM_BLOCK_KEY_XXH3 is the 64-bit XXH3 hash of the same bytes: several times
+     * cheaper, but not a cryptographic hash and compatible with no other
+     * process's keys. Use it only where block keys never leave the manager
+     * (no CP-aware index, no consumer of cache events that hashes blocks
+     * itself).
+     */
+    KVCM_BLOCK_KEY_XXH3 = 1,
+};
+
+/**
  * kvcm_cache_status is a KV cache's place in its lifecycle: SUSPENDED → ACTIVE →
  * CLOSED, with ACTIVE ⇄ SUSPENDED as often as the engine needs.
  * @since ABI version 1.
@@ -1383,6 +1405,11 @@ struct kvcm_manager_config {
      * num_constraint_system_prompt_lengths is 0 or num_constraints. (since ABI version 2)
      */
     size_t num_constraint_system_prompt_lengths;
+    /**
+     * block_key selects how committed blocks are keyed
+     * (KVCM_BLOCK_KEY_SHA256 by default). (since ABI version 2)
+     */
+    kvcm_block_key block_key;
 };
 
 /** Initializer of a kvcm_manager_config: struct_size and abi_version set, every other field zero. */
@@ -3054,7 +3081,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, intra_device_copy_
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, intra_device_copy_bytes) == 104, "layout of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, host_dropped_blocks) == 112, "layout of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, host_dropped_bytes) == 120, "layout of kvcm_layer_group_iteration_stats changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_manager_config) == 184, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_manager_config) == 192, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_manager_config) == 8, "alignment of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, struct_size) == 0, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, abi_version) == 4, "layout of kvcm_manager_config changed");
@@ -3085,6 +3112,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, rebalance_moving_average_decay)
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, typical_step_system_prompt_length) == 160, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, constraint_system_prompt_lengths) == 168, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, num_constraint_system_prompt_lengths) == 176, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, block_key) == 184, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_migration_stats) == 24, "layout of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_migration_stats) == 8, "alignment of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_migration_stats, path) == 0, "layout of kvcm_migration_stats changed");

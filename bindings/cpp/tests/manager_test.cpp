@@ -485,6 +485,45 @@ TEST_F(ManagerTest, ReuseScopes)
     EXPECT_EQ(m.probeReuse(t, {8, std::string("ten\0ant", 7)}), 0);
 }
 
+// blockKey = kXxh3 reuses prefixes as the default SHA-256 key does, under
+// other keys; an unknown value is a config error naming block_key.
+TEST_F(ManagerTest, Xxh3BlockKeyReusesPrefixesUnderOtherKeys)
+{
+    EXPECT_EQ(kvcm::KVCacheManagerConfig{}.blockKey, kvcm::BlockKey::kSha256);
+    auto const prompt = tokenRange(100, 13);
+    auto storedKeys = [&](kvcm::BlockKey key) {
+        auto cfg = smallConfig(64 << 10);
+        cfg.blockKey = key;
+        kvcm::KVCacheManager m(cfg);
+        auto stream = m.createStream();
+        {
+            auto c = m.createKVCache(prompt);
+            c.resume(stream);
+            c.resize(13, 13);
+            c.commit(prompt, true);
+        }
+        EXPECT_EQ(m.probeReuse(prompt), 12);
+        std::vector<uint64_t> keys;
+        for (auto const& e : m.drainEvents())
+        {
+            if (e.kind == kvcm::EventKind::kBlockStored)
+            {
+                keys.push_back(e.key);
+            }
+        }
+        return keys;
+    };
+    auto const xxh3 = storedKeys(kvcm::BlockKey::kXxh3);
+    auto const sha = storedKeys(kvcm::BlockKey::kSha256);
+    EXPECT_EQ(xxh3.size(), 3u);
+    EXPECT_EQ(sha.size(), 3u);
+    EXPECT_NE(xxh3, sha);
+
+    auto cfg = smallConfig(64 << 10);
+    cfg.blockKey = static_cast<kvcm::BlockKey>(2);
+    EXPECT_CONFIG_ERROR(kvcm::validateConfig(cfg), "block_key");
+}
+
 TEST_F(ManagerTest, StreamHelper)
 {
     kvcm::KVCacheManager m(smallConfig(64 << 10));

@@ -122,6 +122,7 @@ from .cp import (
 from .config import (
     AttentionLayerConfig,
     BatchDesc,
+    BlockKey,
     BufferConfig,
     CacheTier,
     CacheTierConfig,
@@ -225,7 +226,7 @@ __all__ = [
     # CP-aware KV management
     "CPAwareKVManager", "NullCPAwareKVManager", "ManagerBackedCPAwareKVManager", "ContextPilotKVManager",
     # results and enums
-    "BAD_PAGE_INDEX", "BlockStats", "BufferLocation", "CacheEvent", "CacheStatus", "DeviceKind",
+    "BAD_PAGE_INDEX", "BlockKey", "BlockStats", "BufferLocation", "CacheEvent", "CacheStatus", "DeviceKind",
     "EventKind", "MigrationPath", "MigrationStats", "PeakBlockStats", "PoolDesc", "PoolGroupDesc",
     "PoolGroupStats",
     # library

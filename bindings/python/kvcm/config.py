@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Sequence, Union
 
 from . import coverage
+from ._ffi import BlockKey
 from .errors import InvalidConfigError
 
 __all__ = [
@@ -221,7 +222,12 @@ class KVCacheManagerConfig:
     ``commit_min_snapshot`` and the ``rebalance_*`` fields are validated as
     KVCM2 does and carried: their effects (SSM snapshots, automatic pool
     rebalancing) are model coverage. ``swa_scratch_reuse`` must stay None
-    (SWA scratch reuse is model coverage).
+    (SWA scratch reuse is model coverage). ``block_key`` selects how
+    committed blocks are keyed: ``BlockKey.SHA256`` (the default) is the
+    specified key every binding and other processes compute; ``BlockKey.XXH3``
+    is several times cheaper but matches no other process's keys, so use it
+    only where block keys never leave the manager (the CP-aware index refuses
+    it).
     """
 
     tokens_per_block: int
@@ -242,6 +248,7 @@ class KVCacheManagerConfig:
     rebalance_target_ratio_update_interval: int = 100
     rebalance_ratio_threshold: float = 1.25
     rebalance_moving_average_decay: float = 0.9999
+    block_key: BlockKey = BlockKey.SHA256
 
     @property
     def enable_swa_scratch_reuse(self) -> bool:
@@ -283,6 +290,8 @@ class KVCacheManagerConfig:
             for i, r in enumerate(self.initial_pool_ratio):
                 if not isinstance(r, (int, float)) or isinstance(r, bool):
                     raise TypeError(f"initial_pool_ratio[{i}]: expected a float, got {type(r).__name__}")
+        if not isinstance(self.block_key, BlockKey):
+            raise TypeError(f"block_key: expected a BlockKey, got {type(self.block_key).__name__}")
         if self.typical_step is not None:
             _check_batch("typical_step", self.typical_step)
         for i, b in enumerate(self.constraints or ()):

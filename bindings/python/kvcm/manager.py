@@ -352,6 +352,7 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
     c.max_util_for_resume = float(config.max_util_for_resume)
     c.enable_partial_reuse = bool(config.enable_partial_reuse)
     c.enable_stats = bool(config.enable_stats)
+    c.block_key = int(config.block_key)
     if config.initial_pool_ratio is not None:  # an empty list is passed on: the library rejects it
         n = len(config.initial_pool_ratio)
         r = (ctypes.c_double * max(n, 1))(*config.initial_pool_ratio)

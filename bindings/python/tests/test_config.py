@@ -195,3 +195,30 @@ def test_trtllm_defaults():
             cfg.rebalance_ratio_threshold, cfg.rebalance_moving_average_decay) == (2000, 120.0, 100, 1.25, 0.9999)
     assert GpuCacheTierConfig(10).max_quota is None
     assert GpuCacheTierConfig(10).tier == kvcm.CacheTier.GPU_MEM
+
+
+def test_xxh3_block_key_reuses_prefixes_under_other_keys():
+    """block_key=BlockKey.XXH3 reuses prefixes as SHA-256 does, under keys
+    that differ from the default (SHA-256) keys of the same blocks."""
+    prompt = list(range(100, 113))
+    full_attention = [AttentionLayerConfig(0, [BufferConfig("key", 64), BufferConfig("value", 64)])]
+
+    def stored_keys(block_key):
+        with KVCacheManager(small_config(layers=full_attention, block_key=block_key), device="emu") as m:
+            s = m.create_stream()
+            with m.create_kv_cache(input_tokens=prompt) as c:
+                c.resume(s)
+                c.resize(len(prompt), len(prompt))
+                c.commit(prompt)
+            assert m.probe_reuse(prompt) == 12
+            return [e.key for e in m.drain_events() if e.kind == kvcm.EventKind.BLOCK_STORED]
+
+    assert small_config().block_key == kvcm.BlockKey.SHA256
+    xxh3, sha = stored_keys(kvcm.BlockKey.XXH3), stored_keys(kvcm.BlockKey.SHA256)
+    assert len(xxh3) == len(sha) == 3
+    assert xxh3 != sha
+
+
+def test_block_key_must_be_a_block_key():
+    with pytest.raises(TypeError, match="^block_key: expected a BlockKey"):
+        KVCacheManager(_with(block_key=1), device="emu")

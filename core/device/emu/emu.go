@@ -5,9 +5,13 @@
 // mmap that the host never sees directly (Memory.Host is nil); host-mapped
 // memory is the same kind of mapping, returned by Host, and its Ptr is the real
 // host address of its bytes. Each stream is an ordered queue served by its own
-// goroutine, so work really runs after the enqueuing call has returned and
-// concurrently with other streams. Events are real completion points that carry
-// failures exactly as the device package doc describes.
+// goroutine, so copies and host functions really run after the enqueuing call
+// has returned and concurrently with other streams. Events are real completion
+// points that carry failures exactly as the device package doc describes. A
+// Record, a Wait on a completed event or a Synchronize that finds its stream
+// idle (nothing queued or running, no Options.MaxDelay) has nothing to wait
+// for: the calling goroutine completes it at once, as a GPU would, instead of
+// waking the stream's goroutine.
 //
 // To expose ordering and failure-handling bugs, a Device can delay every
 // operation by a seeded random amount (Options.MaxDelay), fail copies at random

@@ -16,6 +16,35 @@ type capture struct {
 
 func newCapture() *capture { return &capture{done: make(chan struct{})} }
 
+// closedDone is the done channel of every capture completed when recorded.
+var closedDone = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// cleanCapture is the capture of a clean interval completed when recorded,
+// shared so that such a Record allocates nothing.
+var cleanCapture = &capture{done: closedDone}
+
+// completedCapture returns a capture already complete with err.
+func completedCapture(err error) *capture {
+	if err == nil {
+		return cleanCapture
+	}
+	return &capture{done: closedDone, err: err}
+}
+
+// completed reports whether the capture has completed.
+func (c *capture) completed() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (c *capture) complete(err error) {
 	c.err = err
 	close(c.done)

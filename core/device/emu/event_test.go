@@ -173,3 +173,49 @@ func TestClosedEventRejectsOperations(t *testing.T) {
 	_, err := ev.Query()
 	assert.ErrorIs(t, err, device.ErrClosed)
 }
+
+// A Record or Wait on an idle stream completes when it is made, without
+// waking the stream's goroutine or allocating, and still carries the failure
+// of the interval it closes; behind queued work it stays pending until that
+// work has run.
+func TestRecordOnAnIdleStreamCompletesAtOnce(t *testing.T) {
+	d := newDevice(t, emu.Options{})
+	s := newStream(t, d)
+	ev := newEvent(t, d)
+
+	require.NoError(t, s.Record(ev))
+	done, err := ev.Query()
+	assert.True(t, done, "nothing was enqueued before the Record")
+	assert.NoError(t, err)
+	assert.Zero(t, testing.AllocsPerRun(100, func() {
+		_ = s.Record(ev)
+		_ = s.Wait(ev)
+	}), "an idle stream's Record and Wait allocate nothing")
+
+	src := alloc(t, d, device.HostMapped, 64)
+	dst := alloc(t, d, device.HostMapped, 64)
+	d.FailNext(1)
+	require.NoError(t, s.BatchCopy([]device.CopyDesc{{Dst: dst.Ptr(), Src: src.Ptr(), Size: 64}}))
+	require.ErrorIs(t, s.Synchronize(), device.ErrInjected)
+	failed := newEvent(t, d)
+	require.NoError(t, s.Record(failed), "the stream is idle again")
+	done, err = failed.Query()
+	assert.True(t, done)
+	assert.ErrorIs(t, err, device.ErrInjected, "Synchronize does not end the event interval")
+
+	other := newStream(t, d)
+	require.NoError(t, other.Wait(failed))
+	inherited := newEvent(t, d)
+	require.NoError(t, other.Record(inherited))
+	assert.ErrorIs(t, inherited.Synchronize(), device.ErrInjected, "a Wait made inline inherits the failure")
+
+	block, release := blocker()
+	defer release()
+	require.NoError(t, s.HostFunc(block))
+	pending := newEvent(t, d)
+	require.NoError(t, s.Record(pending))
+	done, _ = pending.Query()
+	assert.False(t, done, "the Record is behind a blocked host function")
+	release()
+	assert.NoError(t, pending.Synchronize())
+}

@@ -43,6 +43,11 @@ type op struct {
 
 // stream is a device.Stream: an unbounded FIFO of ops served by one worker
 // goroutine.
+//
+// A Record, Wait or Synchronize that finds the stream idle (nothing queued,
+// the worker not running a batch) and needs no waiting is executed by the
+// calling goroutine instead (see runsInline): it completes exactly as the
+// worker would have run it next, without waking the worker.
 type stream struct {
 	dev    *Device
 	handle uintptr
@@ -50,10 +55,12 @@ type stream struct {
 	mu     sync.Mutex
 	queue  []op
 	closed bool          // nothing more is accepted; the worker exits once the queue is empty
+	busy   bool          // the worker has taken a batch and not finished it
 	wake   chan struct{} // buffered(1): the queue grew or closed was set
 	exited chan struct{} // closed when the worker returns
 
-	// Worker-only state.
+	// Execution state: the worker's while busy, else an inline caller's
+	// under mu.
 	rng *rand.Rand
 	// evErr is the first failure since the last executed Record; syncErr
 	// the first since the last executed Record or Synchronize.
@@ -86,6 +93,13 @@ func (s *stream) enqueue(what string, o op) error {
 	s.queue = append(s.queue, o)
 	s.signal()
 	return nil
+}
+
+// idleLocked reports whether an op may run inline now: nothing is queued or
+// running, so it is next in stream order, and operations carry no random
+// delay (Options.MaxDelay), which only the worker sleeps. s.mu is held.
+func (s *stream) idleLocked() bool {
+	return !s.busy && len(s.queue) == 0 && s.dev.opts.MaxDelay <= 0
 }
 
 // checkOpen fails with device.ErrClosed once the stream or its device is
@@ -253,10 +267,20 @@ func (s *stream) Record(ev device.Event) error {
 	if e.closed {
 		return fmt.Errorf("emu: stream %#x: record: event: %w", s.handle, device.ErrClosed)
 	}
-	c := newCapture()
-	if err := s.enqueue("record", op{kind: opRecord, cap: c}); err != nil {
-		return err
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.dev.isClosed() {
+		return fmt.Errorf("emu: stream %#x: record: %w", s.handle, device.ErrClosed)
 	}
+	if s.idleLocked() {
+		// Everything enqueued before has run: the capture is complete.
+		e.cur = completedCapture(s.evErr)
+		s.evErr, s.syncErr = nil, nil
+		return nil
+	}
+	c := newCapture()
+	s.queue = append(s.queue, op{kind: opRecord, cap: c})
+	s.signal()
 	e.cur = c
 	return nil
 }
@@ -277,16 +301,40 @@ func (s *stream) Wait(ev device.Event) error {
 	if e.cur == nil {
 		return s.checkOpen("wait")
 	}
-	return s.enqueue("wait", op{kind: opWait, cap: e.cur})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.dev.isClosed() {
+		return fmt.Errorf("emu: stream %#x: wait: %w", s.handle, device.ErrClosed)
+	}
+	if s.idleLocked() && e.cur.completed() {
+		// Nothing to wait for: only the failure is inherited.
+		s.fail(e.cur.err)
+		return nil
+	}
+	s.queue = append(s.queue, op{kind: opWait, cap: e.cur})
+	s.signal()
+	return nil
 }
 
 // Synchronize blocks until all work enqueued so far has run and returns its
 // first failure since the previous Record or Synchronize on this stream.
 func (s *stream) Synchronize() error {
-	reply := make(chan error, 1)
-	if err := s.enqueue("synchronize", op{kind: opSync, reply: reply}); err != nil {
+	s.mu.Lock()
+	if s.closed || s.dev.isClosed() {
+		s.mu.Unlock()
+		return fmt.Errorf("emu: stream %#x: synchronize: %w", s.handle, device.ErrClosed)
+	}
+	if !s.busy && len(s.queue) == 0 {
+		// Nothing enqueued is left to run (a Synchronize is never delayed).
+		err := s.syncErr
+		s.syncErr = nil
+		s.mu.Unlock()
 		return err
 	}
+	reply := make(chan error, 1)
+	s.queue = append(s.queue, op{kind: opSync, reply: reply})
+	s.signal()
+	s.mu.Unlock()
 	return <-reply
 }
 
@@ -326,6 +374,7 @@ func (s *stream) work() {
 	defer close(s.exited)
 	for {
 		s.mu.Lock()
+		s.busy = false
 		for len(s.queue) == 0 && !s.closed {
 			s.mu.Unlock()
 			<-s.wake
@@ -333,6 +382,7 @@ func (s *stream) work() {
 		}
 		batch := s.queue
 		s.queue = nil
+		s.busy = len(batch) > 0
 		s.mu.Unlock()
 		if len(batch) == 0 {
 			return // closed and drained

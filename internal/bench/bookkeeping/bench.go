@@ -42,6 +42,9 @@ type Config struct {
 	// Window is the sliding window, in tokens, of the windowed model's
 	// windowed layers.
 	Window int
+	// BlockKeys are the block key algorithms the trace runs with; every
+	// ratio is against SHA-256 hashing of the same blocks.
+	BlockKeys []blockhash.Algorithm
 }
 
 // DefaultConfig is the trace of issue 11.
@@ -49,6 +52,7 @@ func DefaultConfig() Config {
 	return Config{
 		Prompts: []int{1 << 10, 8 << 10, 32 << 10}, Requests: 32, Rounds: 5,
 		DecodeSteps: 128, HeldTokens: []int{1 << 10, 128 << 10}, Window: 1 << 10,
+		BlockKeys: []blockhash.Algorithm{blockhash.SHA256, blockhash.XXH3},
 	}
 }
 
@@ -56,6 +60,8 @@ func (c Config) validate() error {
 	switch {
 	case len(c.Prompts) == 0:
 		return fmt.Errorf("bookkeeping: no prompt sizes")
+	case len(c.BlockKeys) == 0:
+		return fmt.Errorf("bookkeeping: no block keys")
 	case c.Requests < 2:
 		return fmt.Errorf("bookkeeping: requests must be at least 2, got %d", c.Requests)
 	case c.Rounds < 1:
@@ -77,6 +83,7 @@ func (c Config) validate() error {
 type RequestResult struct {
 	Prompt   int
 	Pressure bool
+	Key      blockhash.Algorithm
 	// CPU time per request and of hashing its prompt's blocks, medians.
 	RequestCPU, HashCPU time.Duration
 	// Allocs per request (median round).
@@ -87,7 +94,7 @@ type RequestResult struct {
 	Reused float64
 }
 
-// Ratio is the request's CPU time over the hashing of its prompt.
+// Ratio is the request's CPU time over the SHA-256 hashing of its prompt.
 func (r RequestResult) Ratio() float64 { return float64(r.RequestCPU) / float64(r.HashCPU) }
 
 // StepResult is the decode-step cost for one model and one cache size.
@@ -119,14 +126,15 @@ func mallocs() uint64 {
 	return ms.Mallocs
 }
 
-// model returns the benchmark's configuration with slots GPU pages; with a
-// window, half of the layers slide over window tokens.
-func model(slots int64, window int) config.Config {
+// model returns the benchmark's configuration with slots GPU pages and
+// block key key; with a window, half of the layers slide over window tokens.
+func model(slots int64, window int, key blockhash.Algorithm) config.Config {
 	kv := []config.BufferConfig{{Role: config.RoleKey, Size: tokensPerBlock}, {Role: config.RoleValue, Size: tokensPerBlock}}
 	cfg := config.Config{
 		TokensPerBlock:   tokensPerBlock,
 		CacheTiers:       []config.CacheTierConfig{config.GPU(slots * pageBytes)},
 		MaxUtilForResume: 1,
+		BlockKey:         key,
 	}
 	for l := range numLayers {
 		lc := config.AttentionLayerConfig{LayerID: int32(l), Buffers: kv}
@@ -145,10 +153,10 @@ type rig struct {
 	stream device.Stream
 }
 
-func newRig(slots int64, window int) (*rig, error) {
+func newRig(slots int64, window int, key blockhash.Algorithm) (*rig, error) {
 	r := &rig{dev: emu.New(emu.Options{})}
 	var err error
-	if r.m, err = core.NewManager(model(slots, window), core.WithDevice(r.dev)); err != nil {
+	if r.m, err = core.NewManager(model(slots, window, key), core.WithDevice(r.dev)); err != nil {
 		r.dev.Close()
 		return nil, err
 	}
@@ -250,16 +258,16 @@ type roundResult struct {
 	reused            float64
 }
 
-// runTrace runs one round of the trace for one prompt size and pressure on a
-// fresh manager.
-func runTrace(cfg Config, prompts [][]config.Token, pressure bool, h *blockhash.Hasher) (roundResult, error) {
+// runTrace runs one round of the trace for one prompt size, pressure and
+// block key on a fresh manager; h hashes the reference (SHA-256).
+func runTrace(cfg Config, prompts [][]config.Token, pressure bool, key blockhash.Algorithm, h *blockhash.Hasher) (roundResult, error) {
 	size := len(prompts[0])
 	perRequest := int64(size+cfg.DecodeSteps)/tokensPerBlock + 2
 	slots := perRequest*int64(len(prompts)) + 8
 	if pressure {
 		slots = 2*perRequest + 8
 	}
-	r, err := newRig(slots, 0)
+	r, err := newRig(slots, 0, key)
 	if err != nil {
 		return roundResult{}, err
 	}
@@ -323,7 +331,7 @@ func runSteps(cfg Config, rng *rand.Rand, window int) ([]time.Duration, []float6
 	}()
 	for i, held := range cfg.HeldTokens {
 		slots := int64(held+warm+reps*cfg.DecodeSteps)/tokensPerBlock + 8
-		r, err := newRig(slots, window)
+		r, err := newRig(slots, window, blockhash.SHA256)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -390,12 +398,15 @@ func Run(cfg Config, log io.Writer) (Results, error) {
 	rng := rand.New(rand.NewPCG(11, 1))
 	h := blockhash.NewHasher()
 	type cell struct {
-		prompt   int
-		pressure bool
+		prompt, trace int
+		pressure      bool
+		key           blockhash.Algorithm
 	}
 	var cells []cell
-	for _, p := range cfg.Prompts {
-		cells = append(cells, cell{p, false}, cell{p, true})
+	for i, p := range cfg.Prompts {
+		for _, k := range cfg.BlockKeys {
+			cells = append(cells, cell{p, i, false, k}, cell{p, i, true, k})
+		}
 	}
 	traces := make([][][]config.Token, len(cfg.Prompts))
 	for i, p := range cfg.Prompts {
@@ -414,7 +425,7 @@ func Run(cfg Config, log io.Writer) (Results, error) {
 	for round := range cfg.Rounds {
 		fmt.Fprintf(log, "bench bookkeeping: round %d of %d\n", round+1, cfg.Rounds)
 		for i, c := range cells {
-			res, err := runTrace(cfg, traces[i/2], c.pressure, h)
+			res, err := runTrace(cfg, traces[c.trace], c.pressure, c.key, h)
 			if err != nil {
 				return Results{}, err
 			}
@@ -438,7 +449,7 @@ func Run(cfg Config, log io.Writer) (Results, error) {
 		mh := median(rs, func(r roundResult) float64 { return float64(r.hash) })
 		ma := median(rs, func(r roundResult) float64 { return r.allocs })
 		out.Requests = append(out.Requests, RequestResult{
-			Prompt: c.prompt, Pressure: c.pressure, RequestCPU: mr.request, HashCPU: mh.hash,
+			Prompt: c.prompt, Pressure: c.pressure, Key: c.key, RequestCPU: mr.request, HashCPU: mh.hash,
 			Allocs: ma.allocs, Evictions: mr.evictions, Reused: mr.reused,
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -18,15 +19,16 @@ func TestMainPrintsBothTables(t *testing.T) {
 	var out, errOut bytes.Buffer
 	code := Main([]string{"-prompts", "1k,2k", "-requests", "4", "-rounds", "1", "-steps", "40", "-held", "1k,4k", "-window", "256"}, &out, &errOut)
 	require.Equal(t, 0, code, errOut.String())
-	assert.Regexp(t, `\| 1k \| false \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| 256 \| 0\.0 \|`, out.String())
-	assert.Regexp(t, `\| 2k \| true \| `, out.String())
+	assert.Regexp(t, `\| 1k \| false \| sha256 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| 256 \| 0\.0 \|`, out.String())
+	assert.Regexp(t, `\| 1k \| false \| xxh3 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| 256 \| 0\.0 \|`, out.String())
+	assert.Regexp(t, `\| 2k \| true \| sha256 \| `, out.String())
 	assert.Regexp(t, `\| full attention \| 4k \| [0-9]+ \| [0-9.]+ \| [0-9.]+ \|`, out.String())
 	assert.Contains(t, out.String(), "| half the layers in a 256-token window | 1k |")
 }
 
 // Bad flags are usage errors naming the flag.
 func TestMainRejectsBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"-prompts", "x"}, {"-held", "0"}, {"-window", "8"}, {"-requests", "1"}} {
+	for _, args := range [][]string{{"-prompts", "x"}, {"-held", "0"}, {"-window", "8"}, {"-requests", "1"}, {"-keys", "md5"}} {
 		var errOut bytes.Buffer
 		assert.Equal(t, 2, Main(args, io.Discard, &errOut), args)
 		assert.NotEmpty(t, errOut.String(), args)
@@ -37,7 +39,7 @@ func TestMainRejectsBadFlags(t *testing.T) {
 func BenchmarkDecodeStep(b *testing.B) {
 	for _, held := range []int{1 << 10, 128 << 10} {
 		b.Run(tokens(held), func(b *testing.B) {
-			r, err := newRig(int64(held+b.N)/tokensPerBlock+8, 0)
+			r, err := newRig(int64(held+b.N)/tokensPerBlock+8, 0, blockhash.SHA256)
 			require.NoError(b, err)
 			defer r.close()
 			prompt := trace(rand.New(rand.NewPCG(1, 1)), 1, held)[0]
@@ -63,7 +65,7 @@ func BenchmarkRequest(b *testing.B) {
 				if pressure {
 					slots = 2*perRequest + 8
 				}
-				r, err := newRig(slots, 0)
+				r, err := newRig(slots, 0, blockhash.SHA256)
 				require.NoError(b, err)
 				defer r.close()
 				b.ReportAllocs()

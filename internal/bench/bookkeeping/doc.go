@@ -10,11 +10,13 @@
 // commits) and under eviction pressure (the GPU level holds about two
 // requests, so most requests evict the blocks of older ones).
 //
-// For each size it prints the process CPU time per request (median of
-// Rounds rounds, interleaved with the other sizes), the allocations per
-// request, and the ratio of the request's CPU time to the SHA-256 hashing of
-// the same prompt's blocks (blockhash.Hasher, the manager's block key),
-// measured in the same round: hashing is the irreducible work of a request.
+// The trace runs once per block key of BlockKeys (config.Config.BlockKey:
+// SHA-256, the default key, and XXH3 by default; -keys). For each size and
+// key it prints the process CPU time per request (median of Rounds rounds,
+// interleaved with the other sizes), the allocations per request, and the
+// ratio of the request's CPU time to the SHA-256 hashing of the same prompt's
+// blocks (blockhash.Hasher, the default key), measured in the same round:
+// hashing is the irreducible work of a request with the default key.
 //
 // The decode-step table times decode steps on one cache holding each of
 // HeldTokens (1k and 128k by default), for a model of full attention only and
@@ -23,7 +25,8 @@
 // each sees the same machine. A step should cost the same whatever the cache
 // holds, and the ratio to the smallest size says how close it is. Figures
 // are process CPU time, so they include the garbage collector and the
-// emulated device's stream workers (each recorded event wakes one).
+// emulated device's stream workers (the benchmark's events are recorded on
+// idle streams, which the emulation completes inline without waking them).
 //
 // `-cpuprofile FILE` writes a CPU profile of the run for go tool pprof.
 //

@@ -662,6 +662,11 @@ struct KVCacheManagerConfig
     int32_t deviceOrdinal = 0;
     // Bound of the event queue drainEvents reads (0: the library default).
     uint32_t eventQueueCapacity = 0;
+    // How committed blocks are keyed: kSha256 (the default) is the specified
+    // key every binding and other processes compute; kXxh3 is several times
+    // cheaper but matches no other process's keys, so use it only where block
+    // keys never leave the manager (the CP-aware index refuses it).
+    BlockKey blockKey = BlockKey::kSha256;
 };
 
 // The reuse scope: blocks are shared only within one scope.
@@ -781,6 +786,7 @@ public:
         c.typical_step_system_prompt_length = cfg.typicalStep ? cfg.typicalStep->systemPromptLength : 0;
         c.constraint_system_prompt_lengths = mPromptLengths.empty() ? nullptr : mPromptLengths.data();
         c.num_constraint_system_prompt_lengths = mPromptLengths.size();
+        c.block_key = static_cast<kvcm_block_key>(cfg.blockKey);
         mConfig = c;
     }
 

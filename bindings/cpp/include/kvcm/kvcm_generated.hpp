@@ -91,6 +91,32 @@ using Token = ::kvcm_token;
 
 // ---- Enumerations ----
 
+// kvcm_block_key selects how a manager keys committed blocks (the hashes that
+// cache events and the CP-aware interface carry).
+enum class BlockKey : std::int32_t {
+    // KVCM_BLOCK_KEY_SHA256 is the specified chained SHA-256 key, the default: every
+    // binding and other processes compute the same keys.
+    kSha256 = KVCM_BLOCK_KEY_SHA256,
+    // KVCM_BLOCK_KEY_XXH3 is the 64-bit XXH3 hash of the same bytes: several times
+    // cheaper, but not a cryptographic hash and compatible with no other
+    // process's keys. Use it only where block keys never leave the manager
+    // (no CP-aware index, no consumer of cache events that hashes blocks
+    // itself).
+    kXxh3 = KVCM_BLOCK_KEY_XXH3,
+};
+static_assert(sizeof(BlockKey) == sizeof(::kvcm_block_key), "BlockKey has the C size");
+
+// name returns the C name of a BlockKey value ("" for an unknown value).
+constexpr const char* name(BlockKey v) noexcept {
+    switch (v) {
+    case BlockKey::kSha256:
+        return "KVCM_BLOCK_KEY_SHA256";
+    case BlockKey::kXxh3:
+        return "KVCM_BLOCK_KEY_XXH3";
+    }
+    return "";
+}
+
 // kvcm_cache_status is a KV cache's place in its lifecycle: SUSPENDED → ACTIVE →
 // CLOSED, with ACTIVE ⇄ SUSPENDED as often as the engine needs.
 enum class CacheStatus : std::int32_t {
@@ -701,7 +727,7 @@ inline KvCacheOptions makeKvCacheOptions() noexcept {
 // sizeof(kvcm_manager_config) and abi_version = KVCM_ABI_VERSION.
 using ManagerConfig = ::kvcm_manager_config;
 static_assert(std::is_standard_layout_v<ManagerConfig> && std::is_trivially_copyable_v<ManagerConfig>);
-static_assert(sizeof(ManagerConfig) == 184 && alignof(ManagerConfig) == 8);
+static_assert(sizeof(ManagerConfig) == 192 && alignof(ManagerConfig) == 8);
 
 // makeManagerConfig returns a zeroed ManagerConfig with struct_size and abi_version set.
 inline ManagerConfig makeManagerConfig() noexcept {
