@@ -56,7 +56,8 @@ type CacheOptions struct {
 	// Scope separates reuse: blocks are shared only within one scope.
 	Scope blockhash.Scope
 	// InputTokens is the prompt; the longest cached prefix of it is reused,
-	// at most len(InputTokens)-1 tokens so the engine computes the last one.
+	// all of it when all of it is cached (less Config.ReuseMatchBackoff).
+	// An engine that must compute the last prompt token leaves it out.
 	InputTokens []config.Token
 	// Priority, if set, gives committed blocks their eviction priority.
 	Priority PriorityFunc
@@ -107,11 +108,27 @@ type match struct {
 
 func (mt *match) tokens(tpb int) int { return len(mt.path)*tpb + mt.partLen }
 
-// findMatch walks the tree along input. It changes nothing.
+// findMatch returns the reusable prefix of input: every full block the tree
+// holds along it (as far as every lifecycle has the pages it needs), and with
+// partial reuse the matching head of one more block. The whole input may
+// match; the engine drops the last prompt token itself when it must compute
+// it. ReuseMatchBackoff tokens are then trimmed off the match's tail. It
+// changes nothing.
 func (m *Manager) findMatch(scope blockhash.Scope, input []config.Token) match {
+	mt := m.matchPrefix(scope, input)
+	if back := m.cfg.ReuseMatchBackoff; back > 0 && mt.tokens(m.cfg.TokensPerBlock) > 0 {
+		// The trimmed match is the match of the trimmed input: a shorter
+		// prefix may need other pages (a window further back).
+		mt = m.matchPrefix(scope, input[:max(mt.tokens(m.cfg.TokensPerBlock)-back, 0)])
+	}
+	return mt
+}
+
+// matchPrefix walks the tree along all of input.
+func (m *Manager) matchPrefix(scope blockhash.Scope, input []config.Token) match {
 	var mt match
-	limit := len(input) - 1
-	if limit <= 0 {
+	limit := len(input)
+	if limit == 0 {
 		return mt
 	}
 	root := m.roots[scope.Root()]

@@ -247,6 +247,9 @@ func (m *Manager) Layout() *layout.Layout { return m.lt }
 // TokensPerBlock returns the configured block size.
 func (m *Manager) TokensPerBlock() int { return m.cfg.TokensPerBlock }
 
+// ReuseMatchBackoff returns the configured Config.ReuseMatchBackoff.
+func (m *Manager) ReuseMatchBackoff() int { return m.cfg.ReuseMatchBackoff }
+
 // NumLayerGroups returns the number of layer groups (lifecycles).
 func (m *Manager) NumLayerGroups() int { return len(m.lt.LifeCycles) }
 

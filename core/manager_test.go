@@ -164,12 +164,67 @@ func TestPrefixReuseSharesPages(t *testing.T) {
 	assert.Equal(t, int64(3), st.ReusedBlocks)
 }
 
-func TestReuseLimitedToInputMinusOne(t *testing.T) {
+// A prompt that is cached whole is reused whole, as KVCacheManagerV2 does:
+// leaving the last token to compute is the engine's choice, not the manager's.
+func TestFullyCachedPromptIsReusedWhole(t *testing.T) {
 	f := newFixture(t, smallConfig(32))
 	f.serve(blockhash.Scope{}, seq(0, 8))
-	assert.Equal(t, 4, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 8)),
-		"the engine must compute the last token, so the second block cannot be reused")
+	assert.Equal(t, 8, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 8)))
 	assert.Equal(t, 8, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 9)))
+	assert.Equal(t, 4, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 7)), "only full blocks without partial reuse")
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 8)})
+	require.NoError(t, err)
+	defer c.Close()
+	assert.Equal(t, 8, c.ReusedTokens())
+	assert.Equal(t, 8, c.NumCommittedTokens())
+	assert.Equal(t, 8, c.HistoryLength())
+	assert.Equal(t, 8, c.Capacity())
+}
+
+// With partial reuse, a fully cached prompt is still reused whole, and a
+// prompt ending inside a cached block reuses that block's matching head.
+func TestPartialReuseMatchesUpToTheLastPromptToken(t *testing.T) {
+	cfg := smallConfig(32)
+	cfg.EnablePartialReuse = true
+	f := newFixture(t, cfg)
+	f.serve(blockhash.Scope{}, seq(0, 8))
+	assert.Equal(t, 8, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 8)))
+	assert.Equal(t, 7, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 7)))
+	assert.Equal(t, 6, f.m.ProbeReuse(blockhash.Scope{}, append(seq(0, 6), 99)))
+}
+
+// ReuseMatchBackoff trims that many tokens off the tail of every match; a
+// trimmed match that ends inside a block keeps only the full blocks before
+// it, unless partial reuse copies the block's head.
+func TestReuseMatchBackoffTrimsTheMatch(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		partial bool
+		back    int
+		want    map[int]int // prompt length -> reused tokens
+	}{
+		{"no backoff", false, 0, map[int]int{8: 8, 12: 8, 7: 4}},
+		{"one token, full blocks", false, 1, map[int]int{8: 4, 12: 4, 7: 0, 4: 0}},
+		{"one token, partial", true, 1, map[int]int{8: 7, 12: 7, 7: 6, 4: 3, 1: 0}},
+		{"a block, partial", true, 4, map[int]int{8: 4, 6: 2}},
+		{"more than the match", true, 9, map[int]int{8: 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := smallConfig(32)
+			cfg.EnablePartialReuse = tc.partial
+			cfg.ReuseMatchBackoff = tc.back
+			f := newFixture(t, cfg)
+			f.serve(blockhash.Scope{}, seq(0, 8))
+			for n, want := range tc.want {
+				prompt := append(seq(0, min(n, 8)), seq(900, max(n-8, 0))...)
+				assert.Equal(t, want, f.m.ProbeReuse(blockhash.Scope{}, prompt), "prompt of %d tokens", n)
+				c, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+				require.NoError(t, err)
+				assert.Equal(t, want, c.ReusedTokens(), "create with a prompt of %d tokens", n)
+				require.NoError(t, c.Close())
+			}
+		})
+	}
 }
 
 func TestEvictionDropsLeastRecentlyReleasedTailFirst(t *testing.T) {

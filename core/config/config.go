@@ -122,6 +122,10 @@ type Config struct {
 	// EnablePartialReuse lets a request reuse the matching head of a cached
 	// block by copying it into a private page.
 	EnablePartialReuse bool
+	// ReuseMatchBackoff is the number of tokens trimmed off the tail of
+	// every prefix match (non-negative): a pool whose state reads that many
+	// tokens ahead of a position reuses only what it can recompute from.
+	ReuseMatchBackoff int
 	// InitialPoolRatio is one hot-tier byte ratio per layer group, in layer
 	// group order. When empty, TypicalStep decides; else Constraints; else
 	// every layer group gets the same number of slots.
@@ -192,6 +196,9 @@ func (c *Config) Validate(numLayerGroups int) error {
 	if u := c.MaxUtilForResume; math.IsNaN(u) || u < 0 || u > 1 {
 		return fieldErr("max_util_for_resume", "must be in (0, 1], or 0 (unset) for the default %v, got %v",
 			DefaultMaxUtilForResume, u)
+	}
+	if c.ReuseMatchBackoff < 0 {
+		return fieldErr("reuse_match_backoff", "must not be negative, got %d", c.ReuseMatchBackoff)
 	}
 	if len(c.InitialPoolRatio) > 0 {
 		if len(c.InitialPoolRatio) != numLayerGroups {
