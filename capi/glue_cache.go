@@ -27,7 +27,7 @@ func glueKVCacheCreate(mgr *managerObj, opts *C.kvcm__const_kvcm_kv_cache_option
 	co := core.CacheOptions{Scope: scope, InputTokens: tokens}
 	if opts.priority != nil {
 		fn, user := opts.priority, C.kvcm__get_kv_cache_options_priority_user_data(opts)
-		co.Priority = func(block int) int {
+		co.Priority = func(block int, lc layout.LifeCycleID) int {
 			var pr C.int32_t
 			if rc := C.kvcm__call_priority_func(fn, user, C.int64_t(block), &pr); rc != 0 {
 				// The core fails the commit, changing nothing, when the

@@ -175,7 +175,7 @@ func TestResizeLevelOutOfMemoryIsErrOutOfPages(t *testing.T) {
 func TestPanickingPriorityChangesNothing(t *testing.T) {
 	f := newFixture(t, smallConfig(16))
 	calls := 0
-	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 8), Priority: func(b int) int {
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 8), Priority: func(int, layout.LifeCycleID) int {
 		calls++
 		if calls == 1 {
 			panic("priority callback bug")

@@ -45,11 +45,14 @@ const MaxCapacity = math.MaxInt32
 // a sliding window, or beyond the capacity).
 const BadPageIndex int32 = -1
 
-// PriorityFunc returns the eviction priority of the cache's block at
-// blockIndex when it is committed, in [MinPriority, MaxPriority] (values
-// outside are clamped). It runs with the manager's lock held and must not
-// call into the manager; a panic in it fails the Commit, changing nothing.
-type PriorityFunc func(blockIndex int) int
+// PriorityFunc returns the eviction priority of the page of layer group
+// (lifecycle) lc of the cache's block at blockIndex when it is committed, in
+// [MinPriority, MaxPriority] (values outside are clamped), as
+// KVCacheManagerV2's custom_priority_callback(block_ordinal, life_cycle). It
+// is called once per layer group of each block, runs with the manager's lock
+// held and must not call into the manager; a panic in it fails the Commit,
+// changing nothing.
+type PriorityFunc func(blockIndex int, lc layout.LifeCycleID) int
 
 // CacheOptions configures CreateKVCache.
 type CacheOptions struct {
@@ -75,11 +78,13 @@ type cacheBlock struct {
 // holds is known lost (see ErrDataLost), every call on it but Close fails
 // with ErrDataLost.
 type KVCache struct {
-	m        *Manager
-	id       uint64
-	status   Status
-	scope    blockhash.Scope
-	stream   device.Stream
+	m      *Manager
+	id     uint64
+	status Status
+	scope  blockhash.Scope
+	stream device.Stream
+	// next is the stream Resume(nil) uses: the last one set or resumed on.
+	next     device.Stream
 	priority PriorityFunc
 	tokens   []config.Token
 	history  int
@@ -410,6 +415,16 @@ func (c *KVCache) Capacity() int {
 	return c.capacity
 }
 
+// CommittedTokens returns a copy of the committed tokens.
+func (c *KVCache) CommittedTokens() []config.Token {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return slices.Clone(c.tokens)
+}
+
+// Scope returns the reuse scope the cache was created in.
+func (c *KVCache) Scope() blockhash.Scope { return c.scope }
+
 // ReusedTokens returns how many tokens were reused at creation.
 func (c *KVCache) ReusedTokens() int { return c.reused }
 
@@ -450,7 +465,9 @@ func (c *KVCache) Resume(stream device.Stream) error {
 		return stateErr("resume", c.status)
 	}
 	if stream == nil {
-		return argErr("stream", "must not be nil")
+		if stream = c.next; stream == nil {
+			return argErr("stream", "must not be nil when the cache has no stream yet (SetStream or an earlier Resume)")
+		}
 	}
 	m.settlePages(c.eachPage)
 	if err := c.checkLost(); err != nil {
@@ -493,8 +510,36 @@ func (c *KVCache) Resume(stream device.Stream) error {
 		m.safePoint()
 		return fmt.Errorf("resume cache %d: %w", c.id, err)
 	}
-	c.stream, c.status = stream, Active
+	c.stream, c.next, c.status = stream, stream, Active
 	m.safePoint()
+	return nil
+}
+
+// SetStream moves the cache to stream, as setting KVCacheManagerV2's
+// cuda_stream does. An ACTIVE cache's work continues on stream, which first
+// waits for everything enqueued on the old one so far (an event orders
+// them); a SUSPENDED cache resumes on it when Resume gets a nil stream.
+func (c *KVCache) SetStream(stream device.Stream) error {
+	m := c.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case stream == nil:
+		return argErr("stream", "must not be nil")
+	case c.status == Closed:
+		return stateErr("set stream", c.status)
+	case c.status == Active && stream != c.stream:
+		ev, err := m.events.record(c.stream)
+		if err != nil {
+			return fmt.Errorf("record cache event: %w", err)
+		}
+		defer m.events.release(ev)
+		if err := stream.Wait(ev.ev); err != nil {
+			return fmt.Errorf("order the new stream after the old: %w", err)
+		}
+		c.stream = stream
+	}
+	c.next = stream
 	return nil
 }
 
@@ -731,11 +776,15 @@ func (c *KVCache) Resize(capacity, history int) error {
 }
 
 // Commit appends computed tokens to the committed sequence; every block they
-// complete is published in the radix tree for reuse. With isEnd no further
-// commits are accepted, and with partial reuse enabled the trailing partial
-// block is published when the cache closes. Commit first waits for any decode
-// still bringing those blocks' pages back, so that a page lost to its failure
-// is never published (the cache gets ErrDataLost instead).
+// complete is published in the radix tree for reuse. Committed tokens are
+// history: when they pass the history length it advances to them, as
+// KVCacheManagerV2's commit does (releasing pages a sliding window no longer
+// needs, after publishing them), so the tokens must fit in the capacity. With
+// isEnd no further commits are accepted, and with partial reuse enabled the
+// trailing partial block is published when the cache closes. Commit first
+// waits for any decode still bringing those blocks' pages back, so that a
+// page lost to its failure is never published (the cache gets ErrDataLost
+// instead).
 func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 	m := c.m
 	m.mu.Lock()
@@ -745,9 +794,9 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 		return stateErr("commit", c.status)
 	case c.stopped:
 		return fmt.Errorf("%w: commit after stop_committing or is_end", ErrInvalidState)
-	case len(c.tokens)+len(tokens) > c.history:
-		return argErr("tokens", "committing %d tokens after %d would pass history_length %d",
-			len(tokens), len(c.tokens), c.history)
+	case len(c.tokens)+len(tokens) > c.capacity:
+		return argErr("tokens", "committing %d tokens after %d would pass capacity %d",
+			len(tokens), len(c.tokens), c.capacity)
 	}
 	tpb := m.cfg.TokensPerBlock
 	first := len(c.tokens) / tpb
@@ -768,18 +817,19 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 	}
 	// The callback runs before anything changes: a panic in it changes
 	// nothing.
-	prios := make([]int, max(full-first, 0))
+	prios := make([][]int, max(full-first, 0))
 	for i := range prios {
 		var err error
 		if prios[i], err = c.blockPriority(first + i); err != nil {
 			return err
 		}
 	}
-	completes := full > first
+	history := max(c.history, len(c.tokens)+len(tokens))
 	var ev *sharedEvent
-	if completes {
+	if full > first || history > c.history {
 		// Recorded before anything changes, so a failure changes nothing;
-		// it captures the cache's work that wrote the blocks.
+		// it captures the cache's work that wrote the blocks (and last
+		// used the pages the history advance releases).
 		var err error
 		if ev, err = m.events.record(c.stream); err != nil {
 			return fmt.Errorf("record cache event: %w", err)
@@ -792,11 +842,36 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 			p.group.fences[p.slot].add(&m.events, ev)
 		}
 	}
+	if history > c.history {
+		c.advanceHistory(history, ev)
+	}
 	if isEnd {
 		c.stopped = true
 		c.pendingPartial = m.cfg.EnablePartialReuse && len(c.tokens)%tpb != 0
 	}
 	return nil
+}
+
+// advanceHistory sets a larger history length within the capacity and
+// releases the pages a sliding window no longer needs; ev, recorded on the
+// cache's stream, fences them.
+func (c *KVCache) advanceHistory(history int, ev *sharedEvent) {
+	m := c.m
+	var released []*page
+	for b := range c.blocks {
+		for lc, p := range c.blocks[b].pages {
+			if p != nil && !m.lt.Needs(layout.LifeCycleID(lc), b, history) {
+				p.group.fences[p.slot].add(&m.events, ev)
+				c.blocks[b].pages[lc] = nil
+				released = append(released, p)
+			}
+		}
+	}
+	for i := len(released) - 1; i >= 0; i-- {
+		m.unref(released[i], true)
+	}
+	c.history = history
+	m.safePoint()
 }
 
 // StopCommitting refuses further commits; tokens computed from now on (for
@@ -810,7 +885,7 @@ func (c *KVCache) StopCommitting() {
 // publish links block b into the tree after the cache's chain. If an equal
 // block is already there, the cache keeps its own pages private and follows
 // the existing node.
-func (c *KVCache) publish(b, priority int) []*page {
+func (c *KVCache) publish(b int, priority []int) []*page {
 	m := c.m
 	tpb := m.cfg.TokensPerBlock
 	blk := c.tokens[b*tpb : (b+1)*tpb]
@@ -878,34 +953,45 @@ func (c *KVCache) adopt(n *node, pages []*page) []*page {
 	return adopted
 }
 
-func (c *KVCache) setPriority(n *node, pr int) {
+func (c *KVCache) setPriority(n *node, prs []int) {
 	if c.priority == nil {
 		return
 	}
-	n.priority = pr
-	// Ancestors never rank below descendants, so a chain drains from its tail.
-	for a := n.parent; a != nil && a.priority < pr; a = a.parent {
-		a.priority = pr
-		for _, p := range a.pages {
-			if p != nil {
+	copy(n.priority, prs)
+	// Ancestors never rank below descendants, so a chain drains from its
+	// tail, in every lifecycle.
+	for lc, pr := range prs {
+		for a := n.parent; a != nil && a.parent != nil && a.priority[lc] < pr; a = a.parent {
+			a.priority[lc] = pr
+			if p := a.pages[lc]; p != nil {
 				p.refresh(len(c.m.levels))
 			}
 		}
 	}
 }
 
-// blockPriority calls the cache's PriorityFunc for block b, clamped into
-// [MinPriority, MaxPriority]; a panic in the callback is an error.
-func (c *KVCache) blockPriority(b int) (pr int, err error) {
+// blockPriority calls the cache's PriorityFunc for block b and every
+// lifecycle, clamped into [MinPriority, MaxPriority]; a panic in the
+// callback is an error.
+func (c *KVCache) blockPriority(b int) (prs []int, err error) {
+	prs = make([]int, len(c.m.lt.LifeCycles))
 	if c.priority == nil {
-		return DefaultPriority, nil
+		for lc := range prs {
+			prs[lc] = DefaultPriority
+		}
+		return prs, nil
 	}
+	lc := 0
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("%w: priority callback failed for block %d: %v", ErrInvalidArgument, b, r)
+			prs, err = nil, fmt.Errorf("%w: priority callback failed for block %d, layer group %d: %v",
+				ErrInvalidArgument, b, lc, r)
 		}
 	}()
-	return min(max(c.priority(b), MinPriority), MaxPriority), nil
+	for ; lc < len(prs); lc++ {
+		prs[lc] = min(max(c.priority(b, layout.LifeCycleID(lc)), MinPriority), MaxPriority)
+	}
+	return prs, nil
 }
 
 // registerPartial publishes the trailing partial block at close, when nobody
@@ -931,7 +1017,8 @@ func (c *KVCache) registerPartial() {
 	n := newNode(c.chain, m.hasher.Next(c.chain.key, blk), blk, len(m.lt.LifeCycles))
 	pr, err := c.blockPriority(b)
 	if err != nil {
-		pr = DefaultPriority // Close cannot fail for it
+		c.priority = nil // Close cannot fail for it: the defaults
+		pr, _ = c.blockPriority(b)
 	}
 	c.setPriority(n, pr)
 	c.adopt(n, c.blocks[b].pages)

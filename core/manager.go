@@ -212,6 +212,63 @@ func (m *Manager) Close() error {
 	return errors.Join(errs...)
 }
 
+// Shutdown closes the manager as Close does, but as KVCacheManagerV2's
+// shutdown it refuses while caches are open: it returns ErrInvalidState,
+// naming how many, and changes nothing. Shutting down a closed manager does
+// nothing.
+func (m *Manager) Shutdown() error {
+	m.mu.Lock()
+	if err := m.checkNoOpenCaches("shutdown"); err != nil {
+		m.mu.Unlock()
+		return err
+	}
+	m.mu.Unlock()
+	return m.Close()
+}
+
+// ClearReusableBlocks drops every committed block from every level, so that
+// nothing is reusable afterwards (each dropped block is reported as a cache
+// event). As KVCacheManagerV2's it refuses while caches are open, since they
+// hold blocks of the tree: it returns ErrInvalidState and changes nothing.
+func (m *Manager) ClearReusableBlocks() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkOpen(); err != nil {
+		return err
+	}
+	if err := m.checkNoOpenCaches("clear reusable blocks"); err != nil {
+		return err
+	}
+	m.settle()
+	// Deepest first, in key order, so the events come out the same every
+	// time.
+	var clear func(n *node)
+	clear = func(n *node) {
+		for _, c := range sortedChildren(n) {
+			clear(c)
+		}
+		for _, p := range n.pages {
+			if p != nil {
+				m.drop(p)
+			}
+		}
+	}
+	keys := slices.Sorted(maps.Keys(m.roots))
+	for _, k := range keys {
+		clear(m.roots[k])
+	}
+	m.safePoint()
+	return nil
+}
+
+// checkNoOpenCaches fails with ErrInvalidState while caches are open.
+func (m *Manager) checkNoOpenCaches(op string) error {
+	if m.closed || len(m.caches) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s with %d KV caches still open; close them first", ErrInvalidState, op, len(m.caches))
+}
+
 func (m *Manager) release() {
 	if m.pageRing != nil {
 		m.pageRing.Close()

@@ -123,8 +123,9 @@ func TestCommittedHistoryCapacityInvariant(t *testing.T) {
 	assert.ErrorIs(t, c.Resize(4, 6), ErrInvalidArgument, "history above capacity")
 	require.NoError(t, c.Resize(8, 4))
 	assert.ErrorIs(t, c.Resize(8, 3), ErrInvalidArgument, "history never decreases")
-	assert.ErrorIs(t, c.Commit(seq(0, 5), false), ErrInvalidArgument, "commit past history")
+	assert.ErrorIs(t, c.Commit(seq(0, 9), false), ErrInvalidArgument, "commit past capacity")
 	assert.Equal(t, 0, c.NumCommittedTokens(), "a failed commit commits nothing")
+	assert.Equal(t, 4, c.HistoryLength())
 	require.NoError(t, c.Commit(seq(0, 4), false))
 	assert.Equal(t, 4, c.NumCommittedTokens())
 	assert.ErrorIs(t, c.Resize(3, -1), ErrInvalidArgument, "capacity below history")
@@ -133,6 +134,69 @@ func TestCommittedHistoryCapacityInvariant(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, idx, 2, "8 tokens span two blocks")
 	assert.NotEqual(t, idx[0], idx[1])
+	require.NoError(t, c.Close())
+}
+
+// Committed tokens are history: a commit past the history length advances
+// it (KVCacheManagerV2's commit), without a resize first.
+func TestCommitAdvancesHistoryLength(t *testing.T) {
+	f := newFixture(t, smallConfig(16))
+	c, err := f.m.CreateKVCache(CacheOptions{})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Resize(8, -1))
+	assert.Zero(t, c.HistoryLength())
+	require.NoError(t, c.Commit(seq(0, 6), false))
+	assert.Equal(t, 6, c.HistoryLength())
+	assert.Equal(t, 8, c.Capacity())
+	require.NoError(t, c.Resize(8, 7))
+	require.NoError(t, c.Commit(seq(6, 1), false))
+	assert.Equal(t, 7, c.HistoryLength(), "a commit within the history leaves it")
+	require.NoError(t, c.Close())
+	assert.Equal(t, 4, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 8)), "the full block was published")
+}
+
+// A commit that advances the history releases the pages a sliding window
+// no longer needs, after publishing them: they stay reusable.
+func TestCommitAdvancingHistoryReleasesOutOfWindowPagesAfterPublishing(t *testing.T) {
+	cfg := smallConfig(64)
+	cfg.Layers[1].SlidingWindowSize = 4
+	f := newFixture(t, cfg)
+	swa, err := f.m.LayerGroupOf(1)
+	require.NoError(t, err)
+	c, err := f.m.CreateKVCache(CacheOptions{})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Resize(16, -1))
+	require.NoError(t, c.Commit(seq(0, 16), false))
+	idx, err := c.BasePageIndices(swa)
+	require.NoError(t, err)
+	assert.Equal(t, []int32{BadPageIndex, BadPageIndex, BadPageIndex}, idx[:3], "out of the window")
+	assert.NotEqual(t, BadPageIndex, idx[3])
+	require.NoError(t, c.Close())
+	assert.Equal(t, 16, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 16)))
+}
+
+// The priority callback is asked once per layer group of every committed
+// block, and each layer group's pages are evicted by their own priority.
+func TestPriorityCallbackIsAskedPerLayerGroup(t *testing.T) {
+	cfg := smallConfig(64)
+	cfg.Layers[1].SlidingWindowSize = 8
+	f := newFixture(t, cfg)
+	type call struct {
+		block int
+		lc    layout.LifeCycleID
+	}
+	var calls []call
+	c, err := f.m.CreateKVCache(CacheOptions{Priority: func(b int, lc layout.LifeCycleID) int {
+		calls = append(calls, call{b, lc})
+		return 10 + int(lc)
+	}})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Resize(8, -1))
+	require.NoError(t, c.Commit(seq(0, 8), false))
+	assert.Equal(t, []call{{0, 0}, {0, 1}, {1, 0}, {1, 1}}, calls)
 	require.NoError(t, c.Close())
 }
 
@@ -246,7 +310,7 @@ func TestEvictionDropsLeastRecentlyReleasedTailFirst(t *testing.T) {
 
 func TestEvictionHonoursPriorities(t *testing.T) {
 	f := newFixture(t, smallConfig(4))
-	keep := func(int) int { return MaxPriority }
+	keep := func(int, layout.LifeCycleID) int { return MaxPriority }
 	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 8), Priority: keep})
 	require.NoError(t, err)
 	require.NoError(t, c.Resume(f.stream))
@@ -621,4 +685,101 @@ func TestManagerCloseReleasesWhenStreamIsGone(t *testing.T) {
 	assert.Contains(t, err.Error(), "close cache")
 	assert.Equal(t, Closed, c.Status())
 	assert.Zero(t, dev.Stats().LiveAllocs.Total(), "every level's memory is freed")
+}
+
+// Shutdown refuses while caches are open (KVCacheManagerV2's living-cache
+// guard) and changes nothing; once they are closed it closes the manager.
+func TestShutdownRefusesWhileCachesAreOpen(t *testing.T) {
+	f := newFixture(t, smallConfig(16))
+	c := f.open(blockhash.Scope{}, seq(0, 8))
+	err := f.m.Shutdown()
+	require.ErrorIs(t, err, ErrInvalidState)
+	assert.Contains(t, err.Error(), "1 KV caches still open")
+	assert.Equal(t, Active, c.Status(), "the refused shutdown changed nothing")
+	require.NoError(t, c.Close())
+	require.NoError(t, f.m.Shutdown())
+	assert.ErrorIs(t, f.m.ClearReusableBlocks(), ErrClosed)
+	require.NoError(t, f.m.Shutdown(), "a closed manager shuts down as a no-op")
+}
+
+// ClearReusableBlocks drops every committed block, on every level, and
+// refuses while caches are open.
+func TestClearReusableBlocksDropsEveryCommittedBlock(t *testing.T) {
+	cfg := smallConfig(16)
+	cfg.CacheTiers = append(cfg.CacheTiers, config.Host(16*256))
+	f := newFixture(t, cfg)
+	f.serve(blockhash.Scope{}, seq(0, 8))
+	f.serve(blockhash.LoRA(0), seq(0, 12))
+	f.serve(blockhash.Scope{}, seq(1000, 56)) // 14 blocks: the others go to the host level
+	st, err := f.m.StorageStats(1)
+	require.NoError(t, err)
+	require.NotEqual(t, st[0].Total, st[0].Free, "blocks on the host level")
+	c := f.open(blockhash.Scope{}, seq(100, 4))
+	require.ErrorIs(t, f.m.ClearReusableBlocks(), ErrInvalidState)
+	assert.Equal(t, 8, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 8)), "the refused call changed nothing")
+	require.NoError(t, c.Close())
+
+	require.NoError(t, f.m.ClearReusableBlocks())
+	assert.Zero(t, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 8)))
+	assert.Zero(t, f.m.ProbeReuse(blockhash.LoRA(0), seq(0, 12)))
+	for _, lvl := range []layout.CacheLevel{0, 1} {
+		st, err := f.m.StorageStats(lvl)
+		require.NoError(t, err)
+		for _, g := range st {
+			assert.Equal(t, g.Total, g.Free, "level %d holds nothing", lvl)
+		}
+	}
+	assert.Empty(t, f.m.roots, "the tree is empty")
+}
+
+// LoRA adapter 0 and no adapter never share blocks.
+func TestLoRAZeroAndNoLoRAAreDifferentScopes(t *testing.T) {
+	f := newFixture(t, smallConfig(16))
+	f.serve(blockhash.LoRA(0), seq(0, 8))
+	assert.Equal(t, 8, f.m.ProbeReuse(blockhash.LoRA(0), seq(0, 8)))
+	assert.Zero(t, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 8)))
+}
+
+// Resume without a stream resumes on the stream the cache last had (or was
+// given with SetStream); a cache that never had one needs one.
+func TestResumeWithoutAStreamUsesTheLastOne(t *testing.T) {
+	f := newFixture(t, smallConfig(16))
+	c, err := f.m.CreateKVCache(CacheOptions{})
+	require.NoError(t, err)
+	require.ErrorIs(t, c.Resume(nil), ErrInvalidArgument)
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Suspend())
+	require.NoError(t, c.Resume(nil))
+	assert.Equal(t, f.stream, c.Stream())
+	require.NoError(t, c.Suspend())
+
+	other, err := f.dev.NewStream()
+	require.NoError(t, err)
+	defer other.Close()
+	require.NoError(t, c.SetStream(other))
+	assert.Nil(t, c.Stream(), "a suspended cache has no stream until it resumes")
+	require.NoError(t, c.Resume(nil))
+	assert.Equal(t, other, c.Stream())
+	require.NoError(t, c.Close())
+	assert.ErrorIs(t, c.SetStream(other), ErrInvalidState)
+}
+
+// SetStream moves an ACTIVE cache: its work continues on the new stream,
+// ordered after the old one's.
+func TestSetStreamMovesAnActiveCache(t *testing.T) {
+	f := newFixture(t, smallConfig(16))
+	c := f.open(blockhash.Scope{}, seq(0, 8))
+	other, err := f.dev.NewStream()
+	require.NoError(t, err)
+	defer other.Close()
+	before, err := c.BasePageIndices(0)
+	require.NoError(t, err)
+	require.NoError(t, c.SetStream(other))
+	assert.Equal(t, other, c.Stream())
+	after, err := c.BasePageIndices(0)
+	require.NoError(t, err)
+	assert.Equal(t, before, after, "the pages stay")
+	require.NoError(t, c.Resize(12, -1))
+	require.NoError(t, c.Close())
+	require.NoError(t, other.Synchronize())
 }

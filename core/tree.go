@@ -26,12 +26,16 @@ type node struct {
 	pages    []*page
 	// users counts caches whose committed chain runs through the node; such a
 	// node is never pruned, so chains stay linked while caches commit.
-	users    int
-	priority int
+	users int
+	// priority is the eviction priority of each lifecycle's page.
+	priority []int
 }
 
 func newNode(parent *node, key blockhash.Key, tokens []config.Token, numLC int) *node {
-	n := &node{key: key, parent: parent, tokens: tokens, pages: make([]*page, numLC), priority: DefaultPriority}
+	n := &node{key: key, parent: parent, tokens: tokens, pages: make([]*page, numLC), priority: make([]int, numLC)}
+	for lc := range n.priority {
+		n.priority[lc] = DefaultPriority
+	}
 	if parent != nil {
 		n.depth = parent.depth + 1
 	}
