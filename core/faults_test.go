@@ -327,18 +327,23 @@ func TestDiskReadFailureIsIOAndLosesThePages(t *testing.T) {
 // A disk tier's file that cannot be sized (EFBIG, ENOSPC) fails NewManager
 // and ResizeLevel with ErrIO; the failed resize changes nothing.
 func TestDiskSizingFailureIsIO(t *testing.T) {
-	cfg := tieredConfig(t, 4, 0, 8)
+	// 1 MiB pages, so 2^30 slots make a 1 PiB blob file: more than a file
+	// may hold (EFBIG, at once, allocating nothing), yet within the slots a
+	// pool group indexes.
+	const page, petabyte = 1 << 20, 1 << 50
+	cfg := smallConfig(4)
+	cfg.Layers = cfg.Layers[:1]
+	cfg.Layers[0].Buffers = []config.BufferConfig{{Role: config.RoleKey, Size: page / 2}, {Role: config.RoleValue, Size: page / 2}}
+	cfg.CacheTiers = []config.CacheTierConfig{config.GPU(4 * page), config.Disk(8*page, t.TempDir())}
+
 	huge := cfg
-	// The most slots a pool group can index: a half-TiB blob file, more
-	// than the test filesystem holds.
-	const most = (1<<31 - 1) * 256
-	huge.CacheTiers = []config.CacheTierConfig{cfg.CacheTiers[0], config.Disk(most, t.TempDir())}
+	huge.CacheTiers = []config.CacheTierConfig{cfg.CacheTiers[0], config.Disk(petabyte, t.TempDir())}
 	_, err := NewManager(huge)
-	require.ErrorIs(t, err, ErrIO, "a half-TiB blob file: no space")
+	require.ErrorIs(t, err, ErrIO, "a 1 PiB blob file cannot be made")
 
 	f := newTieredFixture(t, cfg)
 	before := f.groups(1)
-	err = f.m.ResizeLevel(1, most)
+	err = f.m.ResizeLevel(1, petabyte)
 	require.ErrorIs(t, err, ErrIO)
 	assert.Equal(t, before, f.groups(1), "the failed resize changed nothing")
 }

@@ -396,11 +396,14 @@ func TestFailedDecodeIsCodecFailed(t *testing.T) {
 // library is not poisoned.
 func TestDiskErrorIsIO(t *testing.T) {
 	noLeaks(t)
-	cfg := smallConfig(8, 0)
-	cfg.Tiers = append(cfg.Tiers, Tier{Kind: 2, Quota: 16 * pageBytes, Path: t.TempDir()})
+	// 1 MiB pages: a 1 PiB tier is 2^30 slots, within a pool group's range,
+	// and a blob file no filesystem here holds (EFBIG, allocating nothing).
+	const page = 1 << 20
+	cfg := Config{TokensPerBlock: tpb, Device: testDevice(), Tiers: []Tier{{Kind: 0, Quota: 4 * page}, {Kind: 2, Quota: 8 * page, Path: t.TempDir()}},
+		Layers: []Layer{{ID: 0, Buffers: []Buffer{{"key", page / 2}, {"value", page / 2}}}}}
 	m, err := CreateManager(cfg, nil)
 	require.NoError(t, err)
-	requireCode(t, ResizeLevel(m, 1, (1<<31-1)*pageBytes), IOError, "disk") // the most slots a group indexes: more bytes than the disk holds
+	requireCode(t, ResizeLevel(m, 1, 1<<50), IOError, "disk")
 	assert.False(t, IsPoisoned())
 	require.NoError(t, DestroyManager(m))
 }
