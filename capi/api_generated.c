@@ -260,6 +260,12 @@ static const kvcm_api kvcm__table = {
     kvcm_stream_enqueue_host_func,
     kvcm_stream_free_memory,
     kvcm_stream_synchronize,
+    kvcm_kv_cache_get_committed_tokens,
+    kvcm_kv_cache_set_stream,
+    kvcm_manager_clear_reusable_blocks,
+    kvcm_manager_get_num_open_caches,
+    kvcm_manager_probe_first_new_block_key,
+    kvcm_manager_probe_reuse_v2,
 };
 
 const kvcm_api* kvcm_get_api(uint32_t version) {

@@ -252,6 +252,26 @@ func (m *Manager) ProbeReuse(scope blockhash.Scope, input []config.Token) int {
 	return mt.tokens(m.cfg.TokensPerBlock)
 }
 
+// ProbeFirstNewBlockKey returns the key of the first full block of input
+// past its reusable prefix (see ProbeReuse): the block a new cache in scope
+// would compute and commit first. It reports false when no full block of
+// input lies past that prefix. It changes nothing.
+func (m *Manager) ProbeFirstNewBlockKey(scope blockhash.Scope, input []config.Token) (blockhash.Key, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return 0, false
+	}
+	tpb := m.cfg.TokensPerBlock
+	mt := m.findMatch(scope, input)
+	b := mt.tokens(tpb) / tpb
+	if (b+1)*tpb > len(input) {
+		return 0, false
+	}
+	keys := blockhash.Chain(scope, tpb, input[:(b+1)*tpb])
+	return keys[b], true
+}
+
 // CreateKVCache creates a SUSPENDED cache holding the longest reusable cached
 // prefix of opts.InputTokens: full blocks are shared; with partial reuse, the
 // matching head of one more block is copied into a private page.
@@ -513,6 +533,14 @@ func (c *KVCache) Resume(stream device.Stream) error {
 	c.stream, c.next, c.status = stream, stream, Active
 	m.safePoint()
 	return nil
+}
+
+// LastStream returns the stream Resume(nil) would resume on: the last one
+// set with SetStream or resumed on, nil when there is none.
+func (c *KVCache) LastStream() device.Stream {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return c.next
 }
 
 // SetStream moves the cache to stream, as setting KVCacheManagerV2's

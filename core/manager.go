@@ -261,6 +261,13 @@ func (m *Manager) ClearReusableBlocks() error {
 	return nil
 }
 
+// NumOpenCaches returns how many caches are open (not closed).
+func (m *Manager) NumOpenCaches() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.caches)
+}
+
 // checkNoOpenCaches fails with ErrInvalidState while caches are open.
 func (m *Manager) checkNoOpenCaches(op string) error {
 	if m.closed || len(m.caches) == 0 {

@@ -783,3 +783,21 @@ func TestSetStreamMovesAnActiveCache(t *testing.T) {
 	require.NoError(t, c.Close())
 	require.NoError(t, other.Synchronize())
 }
+
+// ProbeFirstNewBlockKey names the first full block past the reusable prefix:
+// the block a new cache would commit first.
+func TestProbeFirstNewBlockKeyNamesTheFirstBlockToCompute(t *testing.T) {
+	f := newFixture(t, smallConfig(16))
+	prompt := seq(0, 13)
+	keys := blockhash.Chain(blockhash.LoRA(3), tpb, prompt)
+	k, ok := f.m.ProbeFirstNewBlockKey(blockhash.LoRA(3), prompt)
+	require.True(t, ok)
+	assert.Equal(t, keys[0], k, "nothing cached: the first block")
+	f.serve(blockhash.LoRA(3), prompt[:8])
+	k, ok = f.m.ProbeFirstNewBlockKey(blockhash.LoRA(3), prompt)
+	require.True(t, ok)
+	assert.Equal(t, keys[2], k)
+	_, ok = f.m.ProbeFirstNewBlockKey(blockhash.LoRA(3), prompt[:11])
+	assert.False(t, ok, "no full block past the prefix")
+	assert.Equal(t, 0, f.m.NumOpenCaches())
+}

@@ -132,6 +132,7 @@ type Config struct {
 	Tiers              []Tier
 	Layers             []Layer
 	EnablePartialReuse bool
+	ReuseMatchBackoff  int32
 	MaxUtilForResume   float64
 	EventQueueCapacity uint32
 	InitialPoolRatio   []float64
@@ -158,6 +159,7 @@ func (cfg *Config) build(a *arena) *C.kvcm_manager_config {
 	c.device = C.kvcm_device_kind(cfg.Device)
 	c.event_queue_capacity = C.uint32_t(cfg.EventQueueCapacity)
 	c.enable_partial_reuse = C.bool(cfg.EnablePartialReuse)
+	c.reuse_match_backoff = C.int32_t(cfg.ReuseMatchBackoff)
 	c.max_util_for_resume = C.double(cfg.MaxUtilForResume)
 	tiers := cArray[C.kvcm_cache_tier_config](a, len(cfg.Tiers))
 	for i, t := range cfg.Tiers {

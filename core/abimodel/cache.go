@@ -99,12 +99,15 @@ func (c *Cache) close() error {
 }
 
 // Resume makes a SUSPENDED cache ACTIVE on s (see core.KVCache.Resume), a
-// live stream of the manager's device. A stream DestroyStream is destroying
+// live stream of the manager's device; nil resumes on the cache's last
+// stream, which must still be live. A stream DestroyStream is destroying
 // is refused, and DestroyStream refuses a stream while a Resume on it is in
 // flight.
 func (c *Cache) Resume(s device.Stream) error {
 	if s == nil {
-		return argErr("stream", "must not be nil")
+		if s = c.c.LastStream(); s == nil {
+			return argErr("stream", "is 0 but the cache never had a stream (set_stream or an earlier resume)")
+		}
 	}
 	mgr, h := c.mgr, s.Handle()
 	mgr.smu.Lock()
@@ -126,6 +129,19 @@ func (c *Cache) Resume(s device.Stream) error {
 		mgr.smu.Unlock()
 	}()
 	return c.c.Resume(s)
+}
+
+// SetStream moves the cache to s (see core.KVCache.SetStream), a live
+// stream of the manager's device; one DestroyStream is destroying is
+// refused.
+func (c *Cache) SetStream(s device.Stream) error {
+	mgr, h := c.mgr, s.Handle()
+	mgr.smu.Lock()
+	defer mgr.smu.Unlock()
+	if mgr.retiring[h] {
+		return argErr("stream", "%#x is being destroyed", h)
+	}
+	return c.c.SetStream(s)
 }
 
 // Suspend makes an ACTIVE cache SUSPENDED (see core.KVCache.Suspend).

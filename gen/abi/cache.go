@@ -3,13 +3,18 @@ package abi
 import "github.com/kvcm/kvcm/gen/spec"
 
 // ReuseScope separates reuse: blocks are shared only within one scope (a
-// LoRA adapter id and an optional salt, for example a tenant).
+// LoRA adapter id and an optional salt, for example a tenant). Its lora_id 0
+// means no adapter; the functions and options of ABI version 2 take a
+// has_lora_id flag beside it that makes 0 an adapter id too
+// (KVCacheManagerV2's ReuseScope(lora_id=0), a scope other than
+// ReuseScope(lora_id=None)).
 //
 //kvcm:struct
 //kvcm:since 1
 //kvcm:cppns c
 type ReuseScope struct {
-	// LoraID is the LoRA adapter id (0 for none).
+	// LoraID is the LoRA adapter id (0 for none, unless a has_lora_id flag
+	// beside the scope is set).
 	LoraID int64
 	// Salt is salt_len bytes (NULL when salt_len is 0); it may contain NULs.
 	Salt spec.CStr `len:"SaltLen" nullable:"true" own:"borrowed"`
@@ -29,7 +34,9 @@ type KVCacheOptions struct {
 	// Scope is the reuse scope.
 	Scope ReuseScope
 	// InputTokens is the prompt; the longest cached prefix of it is reused,
-	// at most num_input_tokens-1 tokens so the engine computes the last one.
+	// all of it when all of it is cached (less the configuration's
+	// reuse_match_backoff): an engine that must compute the last prompt
+	// token leaves it out.
 	InputTokens spec.In[Token] `len:"NumInputTokens" nullable:"true" own:"borrowed"`
 	// NumInputTokens is the length of input_tokens.
 	NumInputTokens spec.Size
@@ -45,6 +52,12 @@ type KVCacheOptions struct {
 	RequestID spec.CStr `len:"RequestIDLen" nullable:"true" own:"borrowed"`
 	// RequestIDLen is the length of request_id in bytes.
 	RequestIDLen spec.Size
+	// ScopeHasLoraID marks scope.lora_id as a LoRA adapter id, 0 included.
+	ScopeHasLoraID bool `since:"2"`
+	// LayerGroupPriority, when not NULL, gives committed blocks their
+	// eviction priority per layer group (priority must be NULL then). It is
+	// called with priority_user_data and the manager's lock held.
+	LayerGroupPriority LayerGroupPriorityFunc `nullable:"true" since:"2"`
 }
 
 // KVCacheCreate creates a SUSPENDED KV cache holding the longest reusable
@@ -72,7 +85,10 @@ type KVCacheCreate func(manager Manager, options spec.In[KVCacheOptions], out sp
 //kvcm:param cache consumed The cache to close.
 type KVCacheClose func(cache KVCache) *Status
 
-// KVCacheResume makes a SUSPENDED cache ACTIVE on a stream: pages on colder
+// KVCacheResume makes a SUSPENDED cache ACTIVE on a stream (since ABI
+// version 2, 0 means the stream the cache last had, from
+// kvcm_kv_cache_set_stream or an earlier resume; KVCM_ERR_INVALID_ARGUMENT
+// when it never had one): pages on colder
 // levels are brought back to the GPU (decoded), every page is pinned there,
 // and the stream waits until they are ready. Fails with
 // KVCM_ERR_RESUME_REFUSED while the GPU level is busier than
@@ -88,8 +104,21 @@ type KVCacheClose func(cache KVCache) *Status
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param stream in The engine's stream, created by kvcm_manager_create_stream on this manager.
+//kvcm:param stream in The engine's stream on the manager's device, or 0 for the cache's last stream.
 type KVCacheResume func(cache KVCache, stream Stream) *Status
+
+// KVCacheSetStream moves the cache to a stream, as setting
+// KVCacheManagerV2's cuda_stream does: an ACTIVE cache's work continues on
+// the new stream, which first waits (an event orders them) for everything
+// enqueued on the old one so far; a SUSPENDED cache resumes on it when
+// kvcm_kv_cache_resume gets stream 0. The stream must stay valid while the
+// cache uses it.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param stream in The engine's stream on the manager's device.
+type KVCacheSetStream func(cache KVCache, stream Stream) *Status
 
 // KVCacheSuspend makes an ACTIVE cache SUSPENDED. Its pages stay reachable;
 // with colder levels they may be evicted there and come back on resume. As
@@ -116,8 +145,11 @@ type KVCacheSuspend func(cache KVCache) *Status
 type KVCacheResize func(cache KVCache, capacity int64, historyLength int64) *Status
 
 // KVCacheCommit appends computed tokens to the committed sequence; every
-// block they complete is published for reuse. With is_end no further commits
-// are accepted. It first waits for any decode still bringing those blocks'
+// block they complete is published for reuse. Committed tokens are history:
+// when they pass the history length it advances to them (releasing pages a
+// sliding window no longer needs, after publishing them), so they must fit in
+// the capacity (KVCM_ERR_INVALID_ARGUMENT otherwise). With is_end no further
+// commits are accepted. It first waits for any decode still bringing those blocks'
 // pages back, so that a page lost to its failure is never published (the
 // call fails with KVCM_ERR_DATA_LOST instead). On error (a priority function
 // that reports failure included: KVCM_ERR_INVALID_ARGUMENT) nothing changes.
@@ -186,6 +218,16 @@ type KVCacheGetHistoryLength func(cache KVCache, out spec.Out[int64]) *Status
 //kvcm:param cache in The cache.
 //kvcm:param out out Receives the count.
 type KVCacheGetCapacity func(cache KVCache, out spec.Out[int64]) *Status
+
+// KVCacheGetCommittedTokens writes the committed tokens.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param tokens out,nullable,len=capacity Receives the committed tokens.
+//kvcm:param capacity in Capacity of tokens, in elements.
+//kvcm:param needed out Receives the number of committed tokens.
+type KVCacheGetCommittedTokens func(cache KVCache, tokens spec.Out[Token], capacity spec.Size, needed spec.Out[spec.Size]) *Status
 
 // KVCacheGetReusedTokens returns how many tokens were reused at creation.
 //

@@ -131,4 +131,7 @@ type ManagerConfig struct {
 	Constraints spec.In[BatchDesc] `len:"NumConstraints" nullable:"true" own:"borrowed"`
 	// NumConstraints is the length of constraints.
 	NumConstraints spec.Size
+	// ReuseMatchBackoff is the number of tokens trimmed off the tail of
+	// every prefix match (non-negative; 0 trims nothing).
+	ReuseMatchBackoff int32 `since:"2"`
 }

@@ -63,7 +63,7 @@ import (
 // constants.
 //
 //kvcm:since 1
-const ABIVersion uint32 = 1
+const ABIVersion uint32 = 2
 
 // VersionMajor is the library's major version.
 //
