@@ -84,12 +84,14 @@ def test_cache_lifecycle(manager):
         c.resume(s)
     with pytest.raises(ClosedError):
         c.num_committed_tokens
-    # Reuse: at most len-1 tokens, in whole blocks.
-    assert manager.probe_reuse(PROMPT) == 16
+    # Reuse: a prompt cached whole is reused whole (KVCacheManagerV2's rule).
+    assert manager.probe_reuse(None, PROMPT) == 20
+    assert manager.probe_reuse(PROMPT) == 20, "kvcm's older probe_reuse(input_tokens)"
+    assert manager.probe_reuse(None, PROMPT[:19]) == 16, "whole blocks without partial reuse"
     assert manager.probe_reuse(PROMPT, lora_task_id=7) == 0
     assert manager.probe_reuse(PROMPT, salt=b"tenant") == 0
     with manager.create_kv_cache(input_tokens=PROMPT) as c2:
-        assert c2.num_committed_tokens == c2.reused_tokens == 16
+        assert c2.num_committed_tokens == c2.reused_tokens == 20
 
 
 def test_errors_map_to_classes(manager):
@@ -99,10 +101,11 @@ def test_errors_map_to_classes(manager):
     with pytest.raises(InvalidArgumentError, match="history_length") as ei:
         c.resize(4, 8)
     assert ei.value.code == 1 and isinstance(ei.value, ValueError)
-    with pytest.raises(InvalidArgumentError, match="tokens"):
-        c.commit(PROMPT[:4])  # history is 0
+    with pytest.raises(InvalidArgumentError, match="capacity"):
+        c.commit(PROMPT[:4])  # capacity is 0
+    assert c.resize(1 << 20) is False, "out of pages: False, as KVCacheManagerV2"
     with pytest.raises(OutOfPagesError) as ei:
-        c.resize(1 << 20)
+        c.capacity = 1 << 20
     assert isinstance(ei.value, MemoryError) and ei.value.code == 4
     assert c.capacity == 0  # a failed call changes nothing
     with pytest.raises(InvalidArgumentError, match="layer"):
@@ -196,11 +199,11 @@ def test_stats_and_events():
         with m.create_kv_cache(input_tokens=PROMPT) as c:
             pass
         st = m.stats
-        assert st.reused_blocks == 4 and st.alloc_new_blocks == 5
+        assert st.reused_blocks == 5 and st.alloc_new_blocks == 5, "the prompt is reused whole"
         assert st.alloc_total_blocks == st.alloc_new_blocks + st.reused_blocks
         assert 0 < st.hit_rate <= 1
         it = m.get_and_reset_iteration_stats()
-        assert it.reused_blocks == 4
+        assert it.reused_blocks == 5
         assert m.get_and_reset_iteration_stats().reused_blocks == 0
         events = m.drain_events()
         stored = [e for e in events if e.kind == kvcm.EventKind.BLOCK_STORED]
@@ -217,15 +220,20 @@ def test_priority_callback_gives_committed_blocks_their_priority(manager):
     s = manager.create_stream()
     seen = []
 
-    def priority(block_index, req_id):
-        seen.append((block_index, req_id))
+    def priority(block_ordinal, life_cycle):
+        seen.append((block_ordinal, life_cycle))
         return 80
 
     with manager.create_kv_cache(input_tokens=PROMPT, id="r", custom_priority_callback=priority) as c:
         c.resume(s)
         c.resize(8, 8)
         c.commit(PROMPT[:8])
-    assert seen == [(0, "r"), (1, "r")]
+    # KVCacheManagerV2's (block_ordinal, life_cycle): once per layer group.
+    assert seen == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    windows = {int(lc): lc.window_size for _, lc in seen}
+    swa = manager.get_layer_group_id(2)
+    assert windows == {swa: 8, 1 - swa: None}
+    assert all(lc.num_sink_blocks == 0 for _, lc in seen)
 
 
 class Boom(Exception):
@@ -291,9 +299,9 @@ def test_resume_needs_a_stream(manager):
 
 def test_version_queries():
     assert kvcm.version().count(".") == 2
-    assert kvcm.abi_version() == 1  # ABI version 1 is the first (and current) ABI
+    assert kvcm.abi_version() == 2  # ABI version 1 was the first; 2 is current
     from kvcm import _ffi
-    assert _ffi.KVCM_ABI_VERSION == 1
+    assert _ffi.KVCM_ABI_VERSION == 2
     assert not kvcm.is_poisoned()
     assert kvcm.library_path().name == "libkvcm.so"
 
