@@ -85,9 +85,6 @@ func glueKVCacheClose(c *kvCacheObj) error {
 }
 
 func glueKVCacheResume(c *kvCacheObj, stream C.kvcm_stream) error {
-	if stream == 0 {
-		return c.Resume(nil)
-	}
 	s, err := c.Manager().Stream(uintptr(stream))
 	if err != nil {
 		return err

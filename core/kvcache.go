@@ -535,14 +535,6 @@ func (c *KVCache) Resume(stream device.Stream) error {
 	return nil
 }
 
-// LastStream returns the stream Resume(nil) would resume on: the last one
-// set with SetStream or resumed on, nil when there is none.
-func (c *KVCache) LastStream() device.Stream {
-	c.m.mu.Lock()
-	defer c.m.mu.Unlock()
-	return c.next
-}
-
 // SetStream moves the cache to stream, as setting KVCacheManagerV2's
 // cuda_stream does. An ACTIVE cache's work continues on stream, which first
 // waits for everything enqueued on the old one so far (an event orders

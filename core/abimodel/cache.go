@@ -99,15 +99,12 @@ func (c *Cache) close() error {
 }
 
 // Resume makes a SUSPENDED cache ACTIVE on s (see core.KVCache.Resume), a
-// live stream of the manager's device; nil resumes on the cache's last
-// stream, which must still be live. A stream DestroyStream is destroying
+// live stream of the manager's device. A stream DestroyStream is destroying
 // is refused, and DestroyStream refuses a stream while a Resume on it is in
 // flight.
 func (c *Cache) Resume(s device.Stream) error {
 	if s == nil {
-		if s = c.c.LastStream(); s == nil {
-			return argErr("stream", "is 0 but the cache never had a stream (set_stream or an earlier resume)")
-		}
+		return argErr("stream", "must not be nil")
 	}
 	mgr, h := c.mgr, s.Handle()
 	mgr.smu.Lock()

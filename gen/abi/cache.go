@@ -85,10 +85,7 @@ type KVCacheCreate func(manager Manager, options spec.In[KVCacheOptions], out sp
 //kvcm:param cache consumed The cache to close.
 type KVCacheClose func(cache KVCache) *Status
 
-// KVCacheResume makes a SUSPENDED cache ACTIVE on a stream (since ABI
-// version 2, 0 means the stream the cache last had, from
-// kvcm_kv_cache_set_stream or an earlier resume; KVCM_ERR_INVALID_ARGUMENT
-// when it never had one): pages on colder
+// KVCacheResume makes a SUSPENDED cache ACTIVE on a stream: pages on colder
 // levels are brought back to the GPU (decoded), every page is pinned there,
 // and the stream waits until they are ready. Fails with
 // KVCM_ERR_RESUME_REFUSED while the GPU level is busier than
@@ -104,14 +101,15 @@ type KVCacheClose func(cache KVCache) *Status
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param stream in The engine's stream on the manager's device, or 0 for the cache's last stream.
+//kvcm:param stream in The engine's stream on the manager's device: one kvcm_manager_create_stream made or, since ABI version 2, any the engine owns (on CUDA a CUstream of the device's context, 0 the legacy default stream included; on the emulated device any value names an emulated stream of its own, made on first use).
 type KVCacheResume func(cache KVCache, stream Stream) *Status
 
 // KVCacheSetStream moves the cache to a stream, as setting
 // KVCacheManagerV2's cuda_stream does: an ACTIVE cache's work continues on
 // the new stream, which first waits (an event orders them) for everything
-// enqueued on the old one so far; a SUSPENDED cache resumes on it when
-// kvcm_kv_cache_resume gets stream 0. The stream must stay valid while the
+// enqueued on the old one so far; on a SUSPENDED cache it only records the
+// stream (Go's KVCache.Resume(nil) resumes there). The stream, one the manager created or
+// one the engine owns (as for kvcm_kv_cache_resume), must stay valid while the
 // cache uses it.
 //
 //kvcm:since 2

@@ -1854,10 +1854,7 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_prefetch(kvcm_kv_cache cach
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_resize(kvcm_kv_cache cache, int64_t capacity, int64_t history_length);
 
 /**
- * kvcm_kv_cache_resume makes a SUSPENDED cache ACTIVE on a stream (since ABI
- * version 2, 0 means the stream the cache last had, from
- * kvcm_kv_cache_set_stream or an earlier resume; KVCM_ERR_INVALID_ARGUMENT
- * when it never had one): pages on colder
+ * kvcm_kv_cache_resume makes a SUSPENDED cache ACTIVE on a stream: pages on colder
  * levels are brought back to the GPU (decoded), every page is pinned there,
  * and the stream waits until they are ready. Fails with
  * KVCM_ERR_RESUME_REFUSED while the GPU level is busier than
@@ -1871,7 +1868,7 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_resize(kvcm_kv_cache cache,
  * or closed.
  *
  * @param cache [in] The cache.
- * @param stream [in] The engine's stream on the manager's device, or 0 for the cache's last stream.
+ * @param stream [in] The engine's stream on the manager's device: one kvcm_manager_create_stream made or, since ABI version 2, any the engine owns (on CUDA a CUstream of the device's context, 0 the legacy default stream included; on the emulated device any value names an emulated stream of its own, made on first use).
  * @return NULL on success; otherwise a status to free with kvcm_status_free.
  * @par Thread safety
  * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
@@ -1883,8 +1880,9 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_resume(kvcm_kv_cache cache,
  * kvcm_kv_cache_set_stream moves the cache to a stream, as setting
  * KVCacheManagerV2's cuda_stream does: an ACTIVE cache's work continues on
  * the new stream, which first waits (an event orders them) for everything
- * enqueued on the old one so far; a SUSPENDED cache resumes on it when
- * kvcm_kv_cache_resume gets stream 0. The stream must stay valid while the
+ * enqueued on the old one so far; on a SUSPENDED cache it only records the
+ * stream (Go's KVCache.Resume(nil) resumes there). The stream, one the manager created or
+ * one the engine owns (as for kvcm_kv_cache_resume), must stay valid while the
  * cache uses it.
  *
  * @param cache [in] The cache.

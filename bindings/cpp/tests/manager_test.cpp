@@ -26,12 +26,12 @@ TEST_F(ManagerTest, LibraryInfo)
 {
     EXPECT_EQ(kvcm::libraryVersion(), KVCM_VERSION_STRING);
     EXPECT_GE(kvcm::abiVersion(), kvcm::kAbiVersion);
-    static_assert(KVCM_ABI_VERSION == 1u, "ABI version 1 is the first (and current) ABI");
-    EXPECT_EQ(kvcm::abiVersion(), 1u);
+    static_assert(KVCM_ABI_VERSION == 2u, "ABI version 1 was the first; 2 is current");
+    EXPECT_EQ(kvcm::abiVersion(), 2u);
     kvcm_api const* api = kvcm_get_api(KVCM_ABI_VERSION);
     ASSERT_NE(api, nullptr);
     EXPECT_EQ(api->struct_size, sizeof(kvcm_api));
-    EXPECT_EQ(api->abi_version, 1u);
+    EXPECT_EQ(api->abi_version, 2u);
     EXPECT_EQ(api->kv_cache_create, &kvcm_kv_cache_create);
     EXPECT_EQ(api->manager_attach_cp, &kvcm_manager_attach_cp);
     EXPECT_EQ(kvcm_get_api(0), nullptr);
@@ -233,7 +233,7 @@ TEST_F(ManagerTest, ErrorCodesOnBadArguments)
     EXPECT_EQ(code(kvcm_kv_cache_get_capacity(c.handle(), nullptr)), KVCM_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(code(kvcm_manager_get_quota(c.handle(), 0, &v)), KVCM_ERR_INVALID_HANDLE); // a handle of another type
     EXPECT_EQ(code(kvcm_manager_create(nullptr, nullptr, nullptr)), KVCM_ERR_INVALID_ARGUMENT);
-    EXPECT_EQ(code(kvcm_kv_cache_resume(c.handle(), 0)), KVCM_ERR_INVALID_ARGUMENT); // stream 0
+    EXPECT_EQ(code(kvcm_kv_cache_resume(0xdeadbeef, 0)), KVCM_ERR_INVALID_HANDLE); // (stream 0 is the engine's default stream)
     EXPECT_EQ(kvcm_status_get_code(nullptr), KVCM_OK);
     EXPECT_STREQ(kvcm_status_get_message(nullptr), "");
 

@@ -1015,7 +1015,12 @@ class _KVCache(Managed):
     # -- transitions -------------------------------------------------------------
     def resume(self, cuda_stream: Stream | int | None = None) -> bool:
         """Make the cache ACTIVE on ``cuda_stream`` (None: the stream it last
-        had, from ``cuda_stream`` or an earlier resume): pages on colder
+        had, from ``cuda_stream`` or an earlier resume): a :class:`Stream` of
+        the manager, or the handle (an int) of any stream the engine owns: on
+        CUDA a CUstream of the manager's device (``torch.cuda.Stream``'s
+        ``cuda_stream``, 0 for the legacy default stream); on the emulated
+        device any int names an emulated stream of its own, made on first
+        use, so a program written for CUDA runs unchanged. Pages on colder
         levels come back to the GPU and the stream waits for them. Returns
         False, leaving the cache SUSPENDED, while the GPU is busier than
         ``max_util_for_resume`` or cannot take the pages back; raises
@@ -1023,15 +1028,16 @@ class _KVCache(Managed):
         dropped) or DataLostError (close the cache then). A failure of the
         asynchronous decode not known yet reaches the stream and makes the
         next call raise DataLostError."""
-        handle = 0
-        if cuda_stream is not None:
-            handle = cuda_stream.handle if isinstance(cuda_stream, Stream) else cuda_stream
+        if cuda_stream is None:
+            cuda_stream = self._stream
+            if cuda_stream is None:
+                raise InvalidArgumentError("cuda_stream: the cache never had a stream; pass one")
+        handle = cuda_stream.handle if isinstance(cuda_stream, Stream) else cuda_stream
         try:
             _cache_resume(self._resource if self._state == "open" else self._native(), handle)
         except (ResumeRefusedError, OutOfPagesError):
             return False
-        if cuda_stream is not None:
-            self._stream = cuda_stream
+        self._stream = cuda_stream
         self._refresh_indices()
         return True
 

@@ -292,9 +292,22 @@ def test_host_func_exception_reraised_at_synchronize(manager):
 def test_resume_needs_a_stream(manager):
     with manager.create_kv_cache(input_tokens=PROMPT) as c:
         with pytest.raises(InvalidArgumentError, match="stream"):
-            c.resume(None)
-        with pytest.raises(kvcm.KVCacheError):
-            c.resume(12345)  # not a stream of this device
+            c.resume(None)  # it never had one
+
+
+def test_engine_stream_handles_run_unchanged_on_the_emulated_device(manager):
+    """Any int is a stream handle the engine owns: on the emulated device each
+    value is an emulated stream of its own (as torch.cuda.Stream().cuda_stream
+    would be a CUstream on CUDA), the default stream's 0 included."""
+    for handle in (0, 12345, 0x7F00_0000_1000):
+        with manager.create_kv_cache(input_tokens=PROMPT) as c:
+            assert c.resume(handle) is True
+            assert c.cuda_stream == handle
+            c.capacity = 8
+            c.commit(PROMPT[:8])
+            c.cuda_stream = handle + 1  # another engine stream
+            c.suspend()
+            assert c.resume() is True and c.cuda_stream == handle + 1
 
 
 def test_version_queries():

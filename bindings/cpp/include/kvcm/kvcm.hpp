@@ -1409,6 +1409,7 @@ public:
     KVCache(KVCache&& o) noexcept
         : mHandle(std::exchange(o.mHandle, 0))
         , mPriority(std::move(o.mPriority))
+        , mStream(std::exchange(o.mStream, std::nullopt))
     {
     }
     KVCache& operator=(KVCache&& o) noexcept
@@ -1418,6 +1419,7 @@ public:
             reset();
             mHandle = std::exchange(o.mHandle, 0);
             mPriority = std::move(o.mPriority);
+            mStream = std::exchange(o.mStream, std::nullopt);
         }
         return *this;
     }
@@ -1429,17 +1431,41 @@ public:
     // False once closed (or moved from).
     explicit operator bool() const noexcept { return mHandle != 0; }
 
-    // SUSPENDED → ACTIVE on the engine's stream (an empty StreamView: the
-    // stream the cache last had): pages on colder levels come back to the GPU
-    // and the stream waits until they are ready. False, the cache staying
-    // SUSPENDED, while the GPU is busier than max_util_for_resume or cannot
-    // take the pages back (KVCacheManagerV2's resume); other failures throw.
-    bool resume(StreamView stream = {}) { return ok(::kvcm_kv_cache_resume(mHandle, stream.handle())); }
+    // SUSPENDED → ACTIVE on a stream: one of the manager's or any the engine
+    // owns (a cudaStream_t of the device's context, the default stream
+    // included; on the emulated device any handle value is an emulated stream
+    // of its own). Pages on colder levels come back to the GPU and the stream
+    // waits until they are ready. False, the cache staying SUSPENDED, while the
+    // GPU is busier than max_util_for_resume or cannot take the pages back
+    // (KVCacheManagerV2's resume); other failures throw.
+    bool resume(StreamView stream)
+    {
+        bool const resumed = ok(::kvcm_kv_cache_resume(mHandle, stream.handle()));
+        if (resumed)
+        {
+            mStream = stream;
+        }
+        return resumed;
+    }
     bool resume(cudaStream_t stream) { return resume(StreamView(stream)); }
+    // resume on the stream the cache last had (setStream or an earlier
+    // resume); throws Error(kInvalidArgument) when it never had one.
+    bool resume()
+    {
+        if (!mStream.has_value())
+        {
+            throw Error(StatusCode::kInvalidArgument, "stream: the cache never had a stream; pass one");
+        }
+        return resume(*mStream);
+    }
     // Moves the cache to another stream: an ACTIVE cache's work continues on
     // it after everything enqueued on the old one so far; a SUSPENDED cache
-    // resumes on it (KVCacheManagerV2's cuda_stream setter).
-    void setStream(StreamView stream) { detail::check(::kvcm_kv_cache_set_stream(mHandle, stream.handle())); }
+    // resumes on it with resume() (KVCacheManagerV2's cuda_stream setter).
+    void setStream(StreamView stream)
+    {
+        detail::check(::kvcm_kv_cache_set_stream(mHandle, stream.handle()));
+        mStream = stream;
+    }
     void setStream(cudaStream_t stream) { setStream(StreamView(stream)); }
     // ACTIVE → SUSPENDED: the pages may be evicted to colder levels.
     void suspend() { detail::check(::kvcm_kv_cache_suspend(mHandle)); }
@@ -1610,6 +1636,8 @@ private:
     kvcm_kv_cache mHandle = 0;
     // Heap-allocated so its address survives moves of the KVCache.
     std::unique_ptr<PriorityFunction> mPriority;
+    // The stream resume() resumes on.
+    std::optional<StreamView> mStream;
 };
 
 // ---- KVCacheManager -----------------------------------------------------------------------
