@@ -250,6 +250,18 @@ def _is_scope(value: Any) -> bool:
     return value is None or (hasattr(value, "lora_id") and hasattr(value, "salt"))
 
 
+def _tokens(value: Any, name: str) -> tuple[Any, int, Any]:
+    """_convert.tokens, naming the missing capability for KVCacheManagerV2's
+    multimodal digest tokens (bytes, MmItemContext)."""
+    try:
+        return _convert.tokens(value, name)
+    except TypeError as e:
+        if "got bytes" in str(e) or "got MmItemContext" in str(e):
+            raise TypeError(f"{e}: multimodal digest tokens need multimodal block keys, which kvcm does not "
+                            "support yet (text token ids only)") from None
+        raise
+
+
 def _salt_bytes(salt: Any) -> bytes | None:
     """A salt's bytes: str (UTF-8) and bytes as they are, an int (KVCacheManagerV2's
     ReuseScope salt) as its 8 little-endian unsigned bytes, so 0 differs from None."""
@@ -603,7 +615,7 @@ class KVCacheManager(Managed):
             scope, has_lora, _keep = _NO_SCOPE, False, None
         else:
             scope, has_lora, _keep = self._scope(lora_id, salt)
-        toks, n, _keep_tokens = _convert.tokens(input_tokens, "input_tokens")
+        toks, n, _keep_tokens = _tokens(input_tokens, "input_tokens")
         out = _I64()
         _probe_reuse(self._resource if self._state == "open" else self._native(), _byref(scope), has_lora,
                      toks, n, _byref(out))
@@ -867,7 +879,7 @@ class _KVCache(Managed):
             scope, has_lora, salt_keep = KVCacheManager._scope(lora_id, salt)
             opts.scope = scope
             opts.scope_has_lora_id = has_lora
-        toks, n, toks_keep = _convert.tokens(input_tokens, "input_tokens")
+        toks, n, toks_keep = _tokens(input_tokens, "input_tokens")
         self._num_input_tokens = n
         if n:
             opts.input_tokens = ctypes.cast(toks, _TOKEN_PTR)
@@ -1081,7 +1093,7 @@ class _KVCache(Managed):
             beam_search_indices, is_end = None, beam_search_indices
         if beam_search_indices is not None:
             raise NotImplementedError("commit: beam_search_indices needs beam search, which kvcm does not support yet")
-        toks, n, keep = _convert.tokens(accepted_input_tokens, "accepted_input_tokens")
+        toks, n, keep = _tokens(accepted_input_tokens, "accepted_input_tokens")
         h = self._resource if self._state == "open" else self._native()
         if self._priority_cb is None:
             _cache_commit(h, toks, n, bool(is_end))

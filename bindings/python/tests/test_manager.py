@@ -300,7 +300,7 @@ def test_engine_stream_handles_run_unchanged_on_the_emulated_device(manager):
     value is an emulated stream of its own (as torch.cuda.Stream().cuda_stream
     would be a CUstream on CUDA), the default stream's 0 included."""
     for handle in (0, 12345, 0x7F00_0000_1000):
-        with manager.create_kv_cache(input_tokens=PROMPT) as c:
+        with manager.create_kv_cache() as c:
             assert c.resume(handle) is True
             assert c.cuda_stream == handle
             c.capacity = 8

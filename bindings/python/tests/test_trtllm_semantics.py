@@ -178,3 +178,10 @@ def test_priority_callback_gets_life_cycles(manager):
         c.commit(PROMPT[:4])
     assert sorted(int(lc) for _, lc in seen) == list(range(manager.num_layer_groups))
     assert {lc.window_size for _, lc in seen} == {None, 8}
+
+
+def test_multimodal_digest_tokens_name_the_missing_capability(manager):
+    with pytest.raises(TypeError, match="multimodal digest tokens"):
+        manager.create_kv_cache(None, [1, 2, b"\0" * 32], text_only=False)
+    with pytest.raises(TypeError, match="multimodal digest tokens"):
+        manager.probe_reuse(None, [b"\0" * 32])
