@@ -3,11 +3,12 @@
 //
 // A Manager owns every page of every cache level. Engines create one KVCache
 // per request with its prompt tokens; the cache starts SUSPENDED holding the
-// longest reusable cached prefix. Resume(stream) makes it ACTIVE on the
-// engine's stream, Resize allocates pages for the tokens the next step
+// longest reusable cached prefix (all of the prompt when all of it is cached,
+// as in TensorRT-LLM's KVCacheManagerV2). Resume(stream) makes it ACTIVE on
+// the engine's stream, Resize allocates pages for the tokens the next step
 // computes, BasePageIndices tells the engine's kernels where the pages are,
-// Commit publishes computed tokens for reuse, Suspend lets its pages be
-// evicted, and Close releases it.
+// Commit publishes computed tokens for reuse and advances the history length
+// to them, Suspend lets its pages be evicted, and Close releases it.
 //
 // All methods of a Manager and of its caches are safe for concurrent use: one
 // mutex per manager serializes them.
