@@ -262,6 +262,15 @@ def _tokens(value: Any, name: str) -> tuple[Any, int, Any]:
         raise
 
 
+def _stream_handle(stream: Any) -> Any:
+    """The native handle of a stream argument: a kvcm Stream's, a
+    torch.cuda.Stream's (anything with ``cuda_stream``), or an int as is."""
+    if isinstance(stream, Stream):
+        return stream.handle
+    handle = getattr(stream, "cuda_stream", None)
+    return stream if handle is None else handle
+
+
 def _salt_bytes(salt: Any) -> bytes | None:
     """A salt's bytes: str (UTF-8) and bytes as they are, an int (KVCacheManagerV2's
     ReuseScope salt) as its 8 little-endian unsigned bytes, so 0 differs from None."""
@@ -1020,17 +1029,17 @@ class _KVCache(Managed):
         orders them); a SUSPENDED one resumes there."""
         if cuda_stream is None:
             raise TypeError("cuda_stream: expected a stream, got None")
-        handle = cuda_stream.handle if isinstance(cuda_stream, Stream) else cuda_stream
-        _cache_set_stream(self._native(), handle)
+        _cache_set_stream(self._native(), _stream_handle(cuda_stream))
         self._stream = cuda_stream
 
     # -- transitions -------------------------------------------------------------
     def resume(self, cuda_stream: Stream | int | None = None) -> bool:
         """Make the cache ACTIVE on ``cuda_stream`` (None: the stream it last
         had, from ``cuda_stream`` or an earlier resume): a :class:`Stream` of
-        the manager, or the handle (an int) of any stream the engine owns: on
-        CUDA a CUstream of the manager's device (``torch.cuda.Stream``'s
-        ``cuda_stream``, 0 for the legacy default stream); on the emulated
+        the manager, or any stream the engine owns, as its handle (an int) or
+        an object with a ``cuda_stream`` handle (a ``torch.cuda.Stream``): on
+        CUDA a CUstream of the manager's device (0 for the legacy default
+        stream); on the emulated
         device any int names an emulated stream of its own, made on first
         use, so a program written for CUDA runs unchanged. Pages on colder
         levels come back to the GPU and the stream waits for them. Returns
@@ -1044,9 +1053,8 @@ class _KVCache(Managed):
             cuda_stream = self._stream
             if cuda_stream is None:
                 raise InvalidArgumentError("cuda_stream: the cache never had a stream; pass one")
-        handle = cuda_stream.handle if isinstance(cuda_stream, Stream) else cuda_stream
         try:
-            _cache_resume(self._resource if self._state == "open" else self._native(), handle)
+            _cache_resume(self._resource if self._state == "open" else self._native(), _stream_handle(cuda_stream))
         except (ResumeRefusedError, OutOfPagesError):
             return False
         self._stream = cuda_stream

@@ -185,3 +185,16 @@ def test_multimodal_digest_tokens_name_the_missing_capability(manager):
         manager.create_kv_cache(None, [1, 2, b"\0" * 32], text_only=False)
     with pytest.raises(TypeError, match="multimodal digest tokens"):
         manager.probe_reuse(None, [b"\0" * 32])
+
+
+def test_a_stream_object_with_cuda_stream_is_its_handle(manager):
+    class TorchLikeStream:  # torch.cuda.Stream's attribute
+        cuda_stream = 0x7F00_0000_2000
+
+    s = TorchLikeStream()
+    with manager.create_kv_cache() as c:
+        assert c.resume(s) is True
+        assert c.cuda_stream is s
+        c.capacity = 4
+        c.cuda_stream = TorchLikeStream()
+        c.commit(PROMPT[:4])
