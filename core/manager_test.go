@@ -178,7 +178,7 @@ func TestCommitAdvancingHistoryReleasesOutOfWindowPagesAfterPublishing(t *testin
 }
 
 // The priority callback is asked once per layer group of every committed
-// block, and each layer group's pages are evicted by their own priority.
+// block (each layer group's page keeps its own priority).
 func TestPriorityCallbackIsAskedPerLayerGroup(t *testing.T) {
 	cfg := smallConfig(64)
 	cfg.Layers[1].SlidingWindowSize = 8
