@@ -272,11 +272,17 @@ static const kvcm_api kvcm__table = {
     kvcm_stream_enqueue_host_func,
     kvcm_stream_free_memory,
     kvcm_stream_synchronize,
+    kvcm_kv_cache_get_committed_tokens,
+    kvcm_kv_cache_set_stream,
+    kvcm_manager_clear_reusable_blocks,
     kvcm_manager_drain_block_events,
     kvcm_manager_get_and_reset_iteration_cached_tokens_by_level,
     kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats,
     kvcm_manager_get_and_reset_iteration_reused_blocks_by_level,
     kvcm_manager_get_and_reset_layer_group_iteration_stats,
+    kvcm_manager_get_num_open_caches,
+    kvcm_manager_probe_first_new_block_key,
+    kvcm_manager_probe_reuse_v2,
 };
 
 const kvcm_api* kvcm_get_api(uint32_t version) {

@@ -518,6 +518,35 @@ func kvcm_kv_cache_get_capacity(cache C.kvcm_kv_cache, out *C.int64_t) (status *
 	return statusOf(kvcmFn, glueKVCacheGetCapacity(cacheObj, out))
 }
 
+// kvcm_kv_cache_get_committed_tokens is the export of kvcm_kv_cache_get_committed_tokens (ABI version 2).
+//
+//export kvcm_kv_cache_get_committed_tokens
+func kvcm_kv_cache_get_committed_tokens(cache C.kvcm_kv_cache, tokens *C.kvcm_token, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_get_committed_tokens"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if needed != nil {
+		*needed = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if tokens == nil && capacity != 0 {
+		return argStatus(kvcmFn, "tokens", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if needed == nil {
+		return argStatus(kvcmFn, "needed", "must not be NULL")
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheGetCommittedTokens(cacheObj, tokens, capacity, needed))
+}
+
 // kvcm_kv_cache_get_history_length is the export of kvcm_kv_cache_get_history_length (ABI version 1).
 //
 //export kvcm_kv_cache_get_history_length
@@ -708,6 +737,26 @@ func kvcm_kv_cache_resume(cache C.kvcm_kv_cache, stream C.kvcm_stream) (status *
 	return statusOf(kvcmFn, glueKVCacheResume(cacheObj, stream))
 }
 
+// kvcm_kv_cache_set_stream is the export of kvcm_kv_cache_set_stream (ABI version 2).
+//
+//export kvcm_kv_cache_set_stream
+func kvcm_kv_cache_set_stream(cache C.kvcm_kv_cache, stream C.kvcm_stream) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_set_stream"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheSetStream(cacheObj, stream))
+}
+
 // kvcm_kv_cache_stop_committing is the export of kvcm_kv_cache_stop_committing (ABI version 1).
 //
 //export kvcm_kv_cache_stop_committing
@@ -809,6 +858,26 @@ func kvcm_manager_attach_cp(manager C.kvcm_manager, cp C.kvcm_cp_index) (status 
 		return st
 	}
 	return statusOf(kvcmFn, glueManagerAttachCP(managerObj, cpObj))
+}
+
+// kvcm_manager_clear_reusable_blocks is the export of kvcm_manager_clear_reusable_blocks (ABI version 2).
+//
+//export kvcm_manager_clear_reusable_blocks
+func kvcm_manager_clear_reusable_blocks(manager C.kvcm_manager) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_clear_reusable_blocks"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerClearReusableBlocks(managerObj))
 }
 
 // kvcm_manager_create is the export of kvcm_manager_create (ABI version 1).
@@ -1362,6 +1431,32 @@ func kvcm_manager_get_num_levels(manager C.kvcm_manager, out *C.int32_t) (status
 	return statusOf(kvcmFn, glueManagerGetNumLevels(managerObj, out))
 }
 
+// kvcm_manager_get_num_open_caches is the export of kvcm_manager_get_num_open_caches (ABI version 2).
+//
+//export kvcm_manager_get_num_open_caches
+func kvcm_manager_get_num_open_caches(manager C.kvcm_manager, out *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_get_num_open_caches"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerGetNumOpenCaches(managerObj, out))
+}
+
 // kvcm_manager_get_pool_group_descs is the export of kvcm_manager_get_pool_group_descs (ABI version 1).
 //
 //export kvcm_manager_get_pool_group_descs
@@ -1516,6 +1611,44 @@ func kvcm_manager_get_tokens_per_block(manager C.kvcm_manager, out *C.int32_t) (
 	return statusOf(kvcmFn, glueManagerGetTokensPerBlock(managerObj, out))
 }
 
+// kvcm_manager_probe_first_new_block_key is the export of kvcm_manager_probe_first_new_block_key (ABI version 2).
+//
+//export kvcm_manager_probe_first_new_block_key
+func kvcm_manager_probe_first_new_block_key(manager C.kvcm_manager, scope *C.kvcm__const_kvcm_reuse_scope, has_lora_id C.bool, tokens *C.kvcm__const_kvcm_token, num_tokens C.size_t, key *C.uint64_t, found *C.bool) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_probe_first_new_block_key"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if key != nil {
+		*key = 0
+	}
+	if found != nil {
+		*found = false
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if scope == nil {
+		return argStatus(kvcmFn, "scope", "must not be NULL")
+	}
+	if tokens == nil && num_tokens != 0 {
+		return argStatus(kvcmFn, "tokens", fmt.Sprintf("is NULL but num_tokens is %d", num_tokens))
+	}
+	if key == nil {
+		return argStatus(kvcmFn, "key", "must not be NULL")
+	}
+	if found == nil {
+		return argStatus(kvcmFn, "found", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerProbeFirstNewBlockKey(managerObj, scope, has_lora_id, tokens, num_tokens, key, found))
+}
+
 // kvcm_manager_probe_reuse is the export of kvcm_manager_probe_reuse (ABI version 1).
 //
 //export kvcm_manager_probe_reuse
@@ -1546,6 +1679,38 @@ func kvcm_manager_probe_reuse(manager C.kvcm_manager, scope *C.kvcm__const_kvcm_
 		return st
 	}
 	return statusOf(kvcmFn, glueManagerProbeReuse(managerObj, scope, tokens, num_tokens, out))
+}
+
+// kvcm_manager_probe_reuse_v2 is the export of kvcm_manager_probe_reuse_v2 (ABI version 2).
+//
+//export kvcm_manager_probe_reuse_v2
+func kvcm_manager_probe_reuse_v2(manager C.kvcm_manager, scope *C.kvcm__const_kvcm_reuse_scope, has_lora_id C.bool, tokens *C.kvcm__const_kvcm_token, num_tokens C.size_t, out *C.int64_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_probe_reuse_v2"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if scope == nil {
+		return argStatus(kvcmFn, "scope", "must not be NULL")
+	}
+	if tokens == nil && num_tokens != 0 {
+		return argStatus(kvcmFn, "tokens", fmt.Sprintf("is NULL but num_tokens is %d", num_tokens))
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerProbeReuseV2(managerObj, scope, has_lora_id, tokens, num_tokens, out))
 }
 
 // kvcm_manager_resize_level is the export of kvcm_manager_resize_level (ABI version 1).

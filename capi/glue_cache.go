@@ -12,11 +12,13 @@ import (
 
 	"github.com/kvcm/kvcm/core"
 	"github.com/kvcm/kvcm/core/abimodel"
+	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/layout"
 )
 
 func glueKVCacheCreate(mgr *managerObj, opts *C.kvcm__const_kvcm_kv_cache_options, out *C.kvcm_kv_cache) error {
-	scope, err := goScope(&opts.scope, "options.scope")
+	hasLoRA := C.kvcm__has_kv_cache_options_scope_has_lora_id(opts) != 0 && bool(opts.scope_has_lora_id)
+	scope, err := goScope(&opts.scope, hasLoRA, "options.scope")
 	if err != nil {
 		return err
 	}
@@ -25,13 +27,29 @@ func glueKVCacheCreate(mgr *managerObj, opts *C.kvcm__const_kvcm_kv_cache_option
 		return err
 	}
 	co := core.CacheOptions{Scope: scope, InputTokens: tokens}
-	if opts.priority != nil {
-		fn, user := opts.priority, C.kvcm__get_kv_cache_options_priority_user_data(opts)
-		co.Priority = func(block int) int {
+	user := C.kvcm__get_kv_cache_options_priority_user_data(opts)
+	var lgFn C.kvcm_layer_group_priority_func
+	if C.kvcm__has_kv_cache_options_layer_group_priority(opts) != 0 {
+		lgFn = opts.layer_group_priority
+	}
+	switch {
+	case lgFn != nil && opts.priority != nil:
+		return argError("options.layer_group_priority", "is set together with options.priority; set one of them")
+	case lgFn != nil:
+		co.Priority = func(block int, lc layout.LifeCycleID) int {
 			var pr C.int32_t
-			if rc := C.kvcm__call_priority_func(fn, user, C.int64_t(block), &pr); rc != 0 {
+			if rc := C.kvcm__call_layer_group_priority_func(lgFn, user, C.int64_t(block), C.kvcm_layer_group_id(lc), &pr); rc != 0 {
 				// The core fails the commit, changing nothing, when the
 				// priority function panics.
+				panic(fmt.Sprintf("kvcm_layer_group_priority_func returned %d", int32(rc)))
+			}
+			return int(pr)
+		}
+	case opts.priority != nil:
+		fn := opts.priority
+		co.Priority = func(block int, _ layout.LifeCycleID) int {
+			var pr C.int32_t
+			if rc := C.kvcm__call_priority_func(fn, user, C.int64_t(block), &pr); rc != 0 {
 				panic(fmt.Sprintf("kvcm_priority_func returned %d", int32(rc)))
 			}
 			return int(pr)
@@ -72,6 +90,18 @@ func glueKVCacheResume(c *kvCacheObj, stream C.kvcm_stream) error {
 		return err
 	}
 	return c.Resume(s)
+}
+
+func glueKVCacheSetStream(c *kvCacheObj, stream C.kvcm_stream) error {
+	s, err := c.Manager().Stream(uintptr(stream))
+	if err != nil {
+		return err
+	}
+	return c.SetStream(s)
+}
+
+func glueKVCacheGetCommittedTokens(c *kvCacheObj, tokens *C.kvcm_token, capacity C.size_t, needed *C.size_t) error {
+	return fill(c.Core().CommittedTokens(), tokens, capacity, needed, func(t config.Token) C.kvcm_token { return C.kvcm_token(t) })
 }
 
 func glueKVCacheSuspend(c *kvCacheObj) error { return c.Suspend() }

@@ -49,7 +49,8 @@ func glueCPCreateManagerBacked(mgr *managerObj, opts *C.kvcm__const_kvcm_cp_mana
 	for i, w := range ws {
 		weights[i] = float64(w)
 	}
-	scope, err := goScope(&opts.scope, "options.scope")
+	hasLoRA := C.kvcm__has_cp_manager_backed_options_scope_has_lora_id(opts) != 0 && bool(opts.scope_has_lora_id)
+	scope, err := goScope(&opts.scope, hasLoRA, "options.scope")
 	if err != nil {
 		return err
 	}

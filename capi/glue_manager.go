@@ -51,6 +51,9 @@ func goConfig(c *C.kvcm__const_kvcm_manager_config) (config.Config, error) {
 		EnablePartialReuse: bool(c.enable_partial_reuse),
 		EnableStats:        bool(c.enable_stats),
 	}
+	if C.kvcm__has_manager_config_reuse_match_backoff(c) != 0 {
+		cfg.ReuseMatchBackoff = int(c.reuse_match_backoff)
+	}
 	tiers, err := cArray(c.cache_tiers, c.num_cache_tiers, "config.cache_tiers")
 	if err != nil {
 		return cfg, err
@@ -309,7 +312,9 @@ func glueManagerResizeLevel(mgr *managerObj, level C.kvcm_cache_level, quota C.i
 	return mgr.Core().ResizeLevel(layout.CacheLevel(level), int64(quota))
 }
 
-func goScope(s *C.kvcm__const_kvcm_reuse_scope, name string) (blockhash.Scope, error) {
+// goScope copies a C reuse scope; hasLoRA makes lora_id an adapter id even
+// when it is 0 (ABI version 2).
+func goScope(s *C.kvcm__const_kvcm_reuse_scope, hasLoRA bool, name string) (blockhash.Scope, error) {
 	if s.salt == nil && s.salt_len != 0 {
 		return blockhash.Scope{}, argError(name+".salt", "is NULL but salt_len is %d", uint64(s.salt_len))
 	}
@@ -320,7 +325,7 @@ func goScope(s *C.kvcm__const_kvcm_reuse_scope, name string) (blockhash.Scope, e
 	if s.salt_len > 0 {
 		salt = C.GoStringN(s.salt, C.int(s.salt_len))
 	}
-	return blockhash.Scope{LoRAID: int64(s.lora_id), Salt: salt}, nil
+	return blockhash.Scope{LoRAID: int64(s.lora_id), HasLoRA: hasLoRA, Salt: salt}, nil
 }
 
 func goTokens(p *C.kvcm__const_kvcm_token, n C.size_t, name string) ([]config.Token, error) {
@@ -336,7 +341,11 @@ func goTokens(p *C.kvcm__const_kvcm_token, n C.size_t, name string) ([]config.To
 }
 
 func glueManagerProbeReuse(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, tokens *C.kvcm__const_kvcm_token, n C.size_t, out *C.int64_t) error {
-	sc, err := goScope(scope, "scope")
+	return glueManagerProbeReuseV2(mgr, scope, false, tokens, n, out)
+}
+
+func glueManagerProbeReuseV2(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, hasLoRA C.bool, tokens *C.kvcm__const_kvcm_token, n C.size_t, out *C.int64_t) error {
+	sc, err := goScope(scope, bool(hasLoRA), "scope")
 	if err != nil {
 		return err
 	}
@@ -347,6 +356,34 @@ func glueManagerProbeReuse(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scop
 	reused, err := mgr.ProbeReuse(sc, ts)
 	*out = C.int64_t(reused)
 	return err
+}
+
+func glueManagerProbeFirstNewBlockKey(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, hasLoRA C.bool, tokens *C.kvcm__const_kvcm_token, n C.size_t, key *C.uint64_t, found *C.bool) error {
+	sc, err := goScope(scope, bool(hasLoRA), "scope")
+	if err != nil {
+		return err
+	}
+	ts, err := goTokens(tokens, n, "tokens")
+	if err != nil {
+		return err
+	}
+	*key, *found = 0, false
+	if err := mgr.Open(); err != nil {
+		return err
+	}
+	k, ok := mgr.Core().ProbeFirstNewBlockKey(sc, ts)
+	*key, *found = C.uint64_t(k), C.bool(ok)
+	return nil
+}
+
+func glueManagerClearReusableBlocks(mgr *managerObj) error { return mgr.Core().ClearReusableBlocks() }
+
+func glueManagerGetNumOpenCaches(mgr *managerObj, out *C.size_t) error {
+	if err := mgr.Open(); err != nil {
+		return err
+	}
+	*out = C.size_t(mgr.Core().NumOpenCaches())
+	return nil
 }
 
 // ---- Statistics ----

@@ -32,13 +32,16 @@ extern kvcm_status* kvcm__go_stream_enqueue_host_func(kvcm_stream stream, kvcm_h
 #define KVCM__CP_INDEX_VTABLE_SIZE_V1 56
 #define KVCM__CP_INDEX_VTABLE_SIZE_V2 56
 #define KVCM__CP_MANAGER_BACKED_OPTIONS_SIZE_V1 48
-#define KVCM__CP_MANAGER_BACKED_OPTIONS_SIZE_V2 48
+#define KVCM__CP_MANAGER_BACKED_OPTIONS_SIZE_V2 49
 #define KVCM__KV_CACHE_OPTIONS_SIZE_V1 80
-#define KVCM__KV_CACHE_OPTIONS_SIZE_V2 80
+#define KVCM__KV_CACHE_OPTIONS_SIZE_V2 96
 #define KVCM__MANAGER_CONFIG_SIZE_V1 112
 #define KVCM__MANAGER_CONFIG_SIZE_V2 188
 
 /* Fields appended after a versioned struct's first version: read one only when it is present. */
+static inline int kvcm__has_cp_manager_backed_options_scope_has_lora_id(const kvcm_cp_manager_backed_options* p) { return p->struct_size >= offsetof(kvcm_cp_manager_backed_options, scope_has_lora_id) + sizeof(p->scope_has_lora_id); }
+static inline int kvcm__has_kv_cache_options_scope_has_lora_id(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, scope_has_lora_id) + sizeof(p->scope_has_lora_id); }
+static inline int kvcm__has_kv_cache_options_layer_group_priority(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, layer_group_priority) + sizeof(p->layer_group_priority); }
 static inline int kvcm__has_manager_config_reuse_match_backoff(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, reuse_match_backoff) + sizeof(p->reuse_match_backoff); }
 static inline int kvcm__has_manager_config_text_only(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, text_only) + sizeof(p->text_only); }
 static inline int kvcm__has_manager_config_commit_min_snapshot(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, commit_min_snapshot) + sizeof(p->commit_min_snapshot); }
@@ -148,6 +151,7 @@ const kvcm_cold_page_codec_vtable* kvcm__default_cold_page_codec_vtable(void);
 
 /* Callbacks: callers that take opaque pointers as uintptr_t. */
 static inline int32_t kvcm__call_host_func(kvcm_host_func fn, uintptr_t user_data) { return fn((void*)user_data); }
+static inline int32_t kvcm__call_layer_group_priority_func(kvcm_layer_group_priority_func fn, uintptr_t user_data, int64_t block_index, kvcm_layer_group_id layer_group, int32_t* priority) { return fn((void*)user_data, block_index, layer_group, priority); }
 static inline int32_t kvcm__call_priority_func(kvcm_priority_func fn, uintptr_t user_data, int64_t block_index, int32_t* priority) { return fn((void*)user_data, block_index, priority); }
 
 /* Enumerator names (defined in api_generated.c). */

@@ -54,9 +54,11 @@ type CacheEvent struct {
 	LayerGroup layout.LayerGroupID
 	Level      layout.CacheLevel
 	OldLevel   layout.CacheLevel
-	// Priority is a stored block's eviction priority, or the new priority of
-	// a BlockPriorityUpdated event, whose OldPriority is the one before; for
-	// other events, the block's priority now (OldPriority equal to it).
+	// Priority is a stored or removed block's eviction priority (the highest
+	// of its layer groups'), the new priority of LayerGroup's page in a
+	// BlockPriorityUpdated event, whose OldPriority is the one before, and
+	// LayerGroup's priority now in a BlockUpdated event (OldPriority equal
+	// to it).
 	Priority, OldPriority int
 }
 
@@ -84,12 +86,14 @@ func (m *Manager) emit(e CacheEvent) {
 }
 
 func (m *Manager) emitStored(n *node, cache uint64) {
+	pr := n.blockPriority()
 	m.emit(CacheEvent{Kind: BlockStored, Key: n.key, Parent: n.parent.key, Tokens: n.tokens, CacheID: cache,
-		Priority: n.priority, OldPriority: n.priority})
+		Priority: pr, OldPriority: pr})
 }
 
 func (m *Manager) emitRemoved(n *node) {
-	m.emit(CacheEvent{Kind: BlockRemoved, Key: n.key, Parent: n.parent.key, Priority: n.priority, OldPriority: n.priority})
+	pr := n.blockPriority()
+	m.emit(CacheEvent{Kind: BlockRemoved, Key: n.key, Parent: n.parent.key, Priority: pr, OldPriority: pr})
 }
 
 // emitMoved reports that p moved from level from to its level now.
@@ -102,13 +106,14 @@ func (m *Manager) emitMoved(p *page, from int) {
 
 func (m *Manager) emitUpdated(n *node, lc layout.LifeCycleID, from, to layout.CacheLevel) {
 	m.emit(CacheEvent{Kind: BlockUpdated, Key: n.key, Parent: n.parent.key, LayerGroup: lc, Level: to, OldLevel: from,
-		Priority: n.priority, OldPriority: n.priority})
+		Priority: n.priority[lc], OldPriority: n.priority[lc]})
 }
 
-// emitPriority reports that the stored block n's priority went from old to
-// its priority now.
-func (m *Manager) emitPriority(n *node, old int) {
-	m.emit(CacheEvent{Kind: BlockPriorityUpdated, Key: n.key, Parent: n.parent.key, Priority: n.priority, OldPriority: old})
+// emitPriority reports that the priority of the stored block n's page of lc
+// went from old to its priority now.
+func (m *Manager) emitPriority(n *node, lc layout.LifeCycleID, old int) {
+	m.emit(CacheEvent{Kind: BlockPriorityUpdated, Key: n.key, Parent: n.parent.key, LayerGroup: lc,
+		Priority: n.priority[lc], OldPriority: old})
 }
 
 // emitDropped reports that n lost its page of lc: the block is gone when it

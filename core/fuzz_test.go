@@ -451,9 +451,9 @@ func (s *session) create(a, b, which int) {
 func priority(which int) core.PriorityFunc {
 	switch which % 4 {
 	case 1, 2:
-		return func(b int) int { return (b*37+which)%150 - 20 }
+		return func(b int, lc layout.LifeCycleID) int { return (b*37+which+int(lc)*11)%150 - 20 }
 	case 3:
-		return func(b int) int {
+		return func(b int, _ layout.LifeCycleID) int {
 			if b == which/4%4 {
 				panic("fuzz: priority callback panics")
 			}

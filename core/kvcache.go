@@ -46,18 +46,22 @@ const MaxCapacity = math.MaxInt32
 // a sliding window, or beyond the capacity).
 const BadPageIndex int32 = -1
 
-// PriorityFunc returns the eviction priority of the cache's block at
-// blockIndex when it is committed, in [MinPriority, MaxPriority] (values
-// outside are clamped). It runs with the manager's lock held and must not
-// call into the manager; a panic in it fails the Commit, changing nothing.
-type PriorityFunc func(blockIndex int) int
+// PriorityFunc returns the eviction priority of the page of layer group
+// (lifecycle) lc of the cache's block at blockIndex when it is committed, in
+// [MinPriority, MaxPriority] (values outside are clamped), as
+// KVCacheManagerV2's custom_priority_callback(block_ordinal, life_cycle). It
+// is called once per layer group of each block, runs with the manager's lock
+// held and must not call into the manager; a panic in it fails the Commit,
+// changing nothing.
+type PriorityFunc func(blockIndex int, lc layout.LifeCycleID) int
 
 // CacheOptions configures CreateKVCache.
 type CacheOptions struct {
 	// Scope separates reuse: blocks are shared only within one scope.
 	Scope blockhash.Scope
 	// InputTokens is the prompt; the longest cached prefix of it is reused,
-	// at most len(InputTokens)-1 tokens so the engine computes the last one.
+	// all of it when all of it is cached (less Config.ReuseMatchBackoff).
+	// An engine that must compute the last prompt token leaves it out.
 	InputTokens []config.Token
 	// Priority, if set, gives committed blocks their eviction priority.
 	Priority PriorityFunc
@@ -75,11 +79,13 @@ type cacheBlock struct {
 // holds is known lost (see ErrDataLost), every call on it but Close fails
 // with ErrDataLost.
 type KVCache struct {
-	m        *Manager
-	id       uint64
-	status   Status
-	scope    blockhash.Scope
-	stream   device.Stream
+	m      *Manager
+	id     uint64
+	status Status
+	scope  blockhash.Scope
+	stream device.Stream
+	// next is the stream Resume(nil) uses: the last one set or resumed on.
+	next     device.Stream
 	priority PriorityFunc
 	// committed counts the committed tokens; tail holds those of the last,
 	// incomplete block. Full blocks' tokens live in the tree only.
@@ -93,8 +99,10 @@ type KVCache struct {
 	chain          *node
 	stopped        bool
 	pendingPartial bool
-	// detached: a key collision stopped publishing (see publish).
+	// detached: a key collision stopped publishing (see publish); orphan
+	// holds the tokens of the full blocks committed since.
 	detached bool
+	orphan   []config.Token
 	reused   int
 	// promptLen is len(InputTokens) at creation: growth once the history
 	// reaches it counts as generation-phase allocation.
@@ -120,11 +128,27 @@ type match struct {
 
 func (mt *match) tokens(tpb int) int { return len(mt.path)*tpb + mt.partLen }
 
-// findMatch walks the tree along input. It changes nothing.
+// findMatch returns the reusable prefix of input: every full block the tree
+// holds along it (as far as every lifecycle has the pages it needs), and with
+// partial reuse the matching head of one more block. The whole input may
+// match; the engine drops the last prompt token itself when it must compute
+// it. ReuseMatchBackoff tokens are then trimmed off the match's tail. It
+// changes nothing.
 func (m *Manager) findMatch(scope blockhash.Scope, input []config.Token) match {
+	mt := m.matchPrefix(scope, input)
+	if back := m.cfg.ReuseMatchBackoff; back > 0 && mt.tokens(m.cfg.TokensPerBlock) > 0 {
+		// The trimmed match is the match of the trimmed input: a shorter
+		// prefix may need other pages (a window further back).
+		mt = m.matchPrefix(scope, input[:max(mt.tokens(m.cfg.TokensPerBlock)-back, 0)])
+	}
+	return mt
+}
+
+// matchPrefix walks the tree along all of input.
+func (m *Manager) matchPrefix(scope blockhash.Scope, input []config.Token) match {
 	var mt match
-	limit := len(input) - 1
-	if limit <= 0 {
+	limit := len(input)
+	if limit == 0 {
 		return mt
 	}
 	root := m.roots[scope.Root()]
@@ -250,6 +274,26 @@ func (m *Manager) ProbeReuse(scope blockhash.Scope, input []config.Token) int {
 	}
 	mt := m.findMatch(scope, input)
 	return mt.tokens(m.cfg.TokensPerBlock)
+}
+
+// ProbeFirstNewBlockKey returns the key of the first full block of input
+// past its reusable prefix (see ProbeReuse): the block a new cache in scope
+// would compute and commit first. It reports false when no full block of
+// input lies past that prefix. It changes nothing.
+func (m *Manager) ProbeFirstNewBlockKey(scope blockhash.Scope, input []config.Token) (blockhash.Key, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return 0, false
+	}
+	tpb := m.cfg.TokensPerBlock
+	mt := m.findMatch(scope, input)
+	b := mt.tokens(tpb) / tpb
+	if (b+1)*tpb > len(input) {
+		return 0, false
+	}
+	keys := blockhash.Chain(scope, tpb, input[:(b+1)*tpb])
+	return keys[b], true
 }
 
 // CreateKVCache creates a SUSPENDED cache holding the longest reusable cached
@@ -423,6 +467,26 @@ func (c *KVCache) Capacity() int {
 	return c.capacity
 }
 
+// CommittedTokens returns a copy of the committed tokens: those of the
+// chain's full blocks (kept in the tree), then of the blocks a key collision
+// kept out of it, then of the incomplete last block.
+func (c *KVCache) CommittedTokens() []config.Token {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	out := make([]config.Token, c.committed)
+	end := c.committed - len(c.tail) - len(c.orphan)
+	copy(out[end:], c.orphan)
+	copy(out[end+len(c.orphan):], c.tail)
+	for n := c.chain; n.parent != nil; n = n.parent {
+		end -= len(n.tokens)
+		copy(out[end:], n.tokens)
+	}
+	return out
+}
+
+// Scope returns the reuse scope the cache was created in.
+func (c *KVCache) Scope() blockhash.Scope { return c.scope }
+
 // ReusedTokens returns how many tokens were reused at creation.
 func (c *KVCache) ReusedTokens() int { return c.reused }
 
@@ -463,7 +527,9 @@ func (c *KVCache) Resume(stream device.Stream) error {
 		return stateErr("resume", c.status)
 	}
 	if stream == nil {
-		return argErr("stream", "must not be nil")
+		if stream = c.next; stream == nil {
+			return argErr("stream", "must not be nil when the cache has no stream yet (SetStream or an earlier Resume)")
+		}
 	}
 	m.settlePages(c.eachPage)
 	if err := c.checkLost(); err != nil {
@@ -509,8 +575,36 @@ func (c *KVCache) Resume(stream device.Stream) error {
 		return fmt.Errorf("resume cache %d: %w", c.id, err)
 	}
 	m.pinned = pinned
-	c.stream, c.status = stream, Active
+	c.stream, c.next, c.status = stream, stream, Active
 	m.safePoint()
+	return nil
+}
+
+// SetStream moves the cache to stream, as setting KVCacheManagerV2's
+// cuda_stream does. An ACTIVE cache's work continues on stream, which first
+// waits for everything enqueued on the old one so far (an event orders
+// them); a SUSPENDED cache resumes on it when Resume gets a nil stream.
+func (c *KVCache) SetStream(stream device.Stream) error {
+	m := c.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case stream == nil:
+		return argErr("stream", "must not be nil")
+	case c.status == Closed:
+		return stateErr("set stream", c.status)
+	case c.status == Active && stream != c.stream:
+		ev, err := m.events.record(c.stream)
+		if err != nil {
+			return fmt.Errorf("record cache event: %w", err)
+		}
+		defer m.events.release(ev)
+		if err := stream.Wait(ev.ev); err != nil {
+			return fmt.Errorf("order the new stream after the old: %w", err)
+		}
+		c.stream = stream
+	}
+	c.next = stream
 	return nil
 }
 
@@ -815,11 +909,15 @@ func (c *KVCache) releasable(newBlocks, history int) []releasedPage {
 }
 
 // Commit appends computed tokens to the committed sequence; every block they
-// complete is published in the radix tree for reuse. With isEnd no further
-// commits are accepted, and with partial reuse enabled the trailing partial
-// block is published when the cache closes. Commit first waits for any decode
-// still bringing those blocks' pages back, so that a page lost to its failure
-// is never published (the cache gets ErrDataLost instead).
+// complete is published in the radix tree for reuse. Committed tokens are
+// history: when they pass the history length it advances to them, as
+// KVCacheManagerV2's commit does (releasing pages a sliding window no longer
+// needs, after publishing them), so the tokens must fit in the capacity. With
+// isEnd no further commits are accepted, and with partial reuse enabled the
+// trailing partial block is published when the cache closes. Commit first
+// waits for any decode still bringing those blocks' pages back, so that a
+// page lost to its failure is never published (the cache gets ErrDataLost
+// instead).
 func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 	m := c.m
 	m.mu.Lock()
@@ -829,9 +927,9 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 		return stateErr("commit", c.status)
 	case c.stopped:
 		return fmt.Errorf("%w: commit after stop_committing or is_end", ErrInvalidState)
-	case c.committed+len(tokens) > c.history:
-		return argErr("tokens", "committing %d tokens after %d would pass history_length %d",
-			len(tokens), c.committed, c.history)
+	case c.committed+len(tokens) > c.capacity:
+		return argErr("tokens", "committing %d tokens after %d would pass capacity %d",
+			len(tokens), c.committed, c.capacity)
 	}
 	tpb := m.cfg.TokensPerBlock
 	first := c.committed / tpb
@@ -852,9 +950,9 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 	}
 	// The callback runs before anything changes: a panic in it changes
 	// nothing.
-	var prios []int
+	var prios [][]int
 	if c.priority != nil {
-		prios = make([]int, max(full-first, 0))
+		prios = make([][]int, max(full-first, 0))
 	}
 	for i := range prios {
 		var err error
@@ -862,11 +960,18 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 			return err
 		}
 	}
-	completes := full > first
+	// Committed tokens are history: the pages a sliding window no longer
+	// needs once they are are released after publishing.
+	history := max(c.history, c.committed+len(tokens))
+	var released []releasedPage
+	if history > c.history {
+		released = c.releasable(len(c.blocks), history)
+	}
 	var ev *sharedEvent
-	if completes {
+	if full > first || len(released) > 0 {
 		// Recorded before anything changes, so a failure changes nothing;
-		// it captures the cache's work that wrote the blocks.
+		// it captures the cache's work that wrote the blocks (and last
+		// used the pages the history advance releases).
 		var err error
 		if ev, err = m.events.record(c.stream); err != nil {
 			return fmt.Errorf("record cache event: %w", err)
@@ -881,7 +986,7 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 			c.tail = append(c.tail, blk...)
 			blk = c.tail
 		}
-		pr := DefaultPriority
+		var pr []int
 		if prios != nil {
 			pr = prios[b-first]
 		}
@@ -892,11 +997,33 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 	}
 	c.tail = append(c.tail, rest...)
 	c.committed += len(tokens)
+	if history > c.history {
+		c.advanceHistory(history, released, ev)
+	}
 	if isEnd {
 		c.stopped = true
 		c.pendingPartial = m.cfg.EnablePartialReuse && c.committed%tpb != 0
 	}
 	return nil
+}
+
+// advanceHistory sets a larger history length within the capacity and
+// releases the pages a sliding window no longer needs (released, from
+// releasable); ev, recorded on the cache's stream, fences them.
+func (c *KVCache) advanceHistory(history int, released []releasedPage, ev *sharedEvent) {
+	m, lt := c.m, c.m.lt
+	for _, r := range released {
+		r.p.group.fences[r.p.slot].add(&m.events, ev)
+		c.blocks[r.b].pages[r.lc] = nil
+	}
+	for i := len(released) - 1; i >= 0; i-- {
+		m.unref(released[i].p, true)
+	}
+	for lc := range c.low {
+		c.low[lc] = max(c.low[lc], lt.FirstKeptBlock(layout.LifeCycleID(lc), history))
+	}
+	c.history = history
+	m.safePoint()
 }
 
 // StopCommitting refuses further commits; tokens computed from now on (for
@@ -908,15 +1035,17 @@ func (c *KVCache) StopCommitting() {
 }
 
 // publish links block b, holding tokens blk, into the tree after the cache's
-// chain. If an equal block is already there, the cache keeps its own pages
-// private and follows the existing node.
-func (c *KVCache) publish(b int, blk []config.Token, priority int) []*page {
+// chain, with priority per lifecycle (nil: the defaults). If an equal block
+// is already there, the cache keeps its own pages private and follows the
+// existing node.
+func (c *KVCache) publish(b int, blk []config.Token, priority []int) []*page {
 	m := c.m
 	cb := &c.blocks[b]
 	if cb.node != nil {
 		return nil
 	}
 	if c.detached {
+		c.orphan = append(c.orphan, blk...)
 		return nil
 	}
 	key := m.hasher.Next(c.chain.key, blk)
@@ -925,6 +1054,7 @@ func (c *KVCache) publish(b int, blk []config.Token, priority int) []*page {
 		// A 64-bit key collision: never link to another block's content;
 		// this cache publishes nothing more.
 		c.detached = true
+		c.orphan = append(c.orphan, blk...)
 		return nil
 	}
 	var published []*page
@@ -978,38 +1108,49 @@ func (c *KVCache) adopt(n *node, pages []*page) []*page {
 	return adopted
 }
 
-func (c *KVCache) setPriority(n *node, pr int) {
+func (c *KVCache) setPriority(n *node, prs []int) {
 	if c.priority == nil {
 		return
 	}
-	n.priority = pr
-	// Ancestors never rank below descendants, so a chain drains from its tail.
-	for a := n.parent; a != nil && a.priority < pr; a = a.parent {
-		old := a.priority
-		a.priority = pr
-		if a.parent != nil && a.hasPages() { // a stored block, not a scope root
-			c.m.emitPriority(a, old)
-		}
-		for _, p := range a.pages {
-			if p != nil {
+	copy(n.priority, prs)
+	// Ancestors never rank below descendants, so a chain drains from its
+	// tail, in every lifecycle.
+	for lc, pr := range prs {
+		for a := n.parent; a != nil && a.parent != nil && a.priority[lc] < pr; a = a.parent {
+			old := a.priority[lc]
+			a.priority[lc] = pr
+			if a.hasPages() { // a stored block
+				c.m.emitPriority(a, layout.LifeCycleID(lc), old)
+			}
+			if p := a.pages[lc]; p != nil {
 				p.refresh()
 			}
 		}
 	}
 }
 
-// blockPriority calls the cache's PriorityFunc for block b, clamped into
-// [MinPriority, MaxPriority]; a panic in the callback is an error.
-func (c *KVCache) blockPriority(b int) (pr int, err error) {
+// blockPriority calls the cache's PriorityFunc for block b and every
+// lifecycle, clamped into [MinPriority, MaxPriority]; a panic in the
+// callback is an error.
+func (c *KVCache) blockPriority(b int) (prs []int, err error) {
+	prs = make([]int, len(c.m.lt.LifeCycles))
 	if c.priority == nil {
-		return DefaultPriority, nil
+		for lc := range prs {
+			prs[lc] = DefaultPriority
+		}
+		return prs, nil
 	}
+	lc := 0
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("%w: priority callback failed for block %d: %v", ErrInvalidArgument, b, r)
+			prs, err = nil, fmt.Errorf("%w: priority callback failed for block %d, layer group %d: %v",
+				ErrInvalidArgument, b, lc, r)
 		}
 	}()
-	return min(max(c.priority(b), MinPriority), MaxPriority), nil
+	for ; lc < len(prs); lc++ {
+		prs[lc] = min(max(c.priority(b, layout.LifeCycleID(lc)), MinPriority), MaxPriority)
+	}
+	return prs, nil
 }
 
 // registerPartial publishes the trailing partial block at close, when nobody
@@ -1035,7 +1176,8 @@ func (c *KVCache) registerPartial() {
 	n := m.newNode(c.chain, m.hasher.Next(c.chain.key, blk), blk)
 	pr, err := c.blockPriority(b)
 	if err != nil {
-		pr = DefaultPriority // Close cannot fail for it
+		c.priority = nil // Close cannot fail for it: the defaults
+		pr, _ = c.blockPriority(b)
 	}
 	c.setPriority(n, pr)
 	c.adopt(n, c.blocks[b].pages)

@@ -3,11 +3,12 @@
 //
 // A Manager owns every page of every cache level. Engines create one KVCache
 // per request with its prompt tokens; the cache starts SUSPENDED holding the
-// longest reusable cached prefix. Resume(stream) makes it ACTIVE on the
-// engine's stream, Resize allocates pages for the tokens the next step
+// longest reusable cached prefix (all of the prompt when all of it is cached,
+// as in TensorRT-LLM's KVCacheManagerV2). Resume(stream) makes it ACTIVE on
+// the engine's stream, Resize allocates pages for the tokens the next step
 // computes, BasePageIndices tells the engine's kernels where the pages are,
-// Commit publishes computed tokens for reuse, Suspend lets its pages be
-// evicted, and Close releases it.
+// Commit publishes computed tokens for reuse and advances the history length
+// to them, Suspend lets its pages be evicted, and Close releases it.
 //
 // All methods of a Manager and of its caches are safe for concurrent use: one
 // mutex per manager serializes them.
@@ -232,6 +233,70 @@ func (m *Manager) Close() error {
 	return errors.Join(errs...)
 }
 
+// Shutdown closes the manager as Close does, but as KVCacheManagerV2's
+// shutdown it refuses while caches are open: it returns ErrInvalidState,
+// naming how many, and changes nothing. Shutting down a closed manager does
+// nothing.
+func (m *Manager) Shutdown() error {
+	m.mu.Lock()
+	if err := m.checkNoOpenCaches("shutdown"); err != nil {
+		m.mu.Unlock()
+		return err
+	}
+	m.mu.Unlock()
+	return m.Close()
+}
+
+// ClearReusableBlocks drops every committed block from every level, so that
+// nothing is reusable afterwards (each dropped block is reported as a cache
+// event). As KVCacheManagerV2's it refuses while caches are open, since they
+// hold blocks of the tree: it returns ErrInvalidState and changes nothing.
+func (m *Manager) ClearReusableBlocks() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkOpen(); err != nil {
+		return err
+	}
+	if err := m.checkNoOpenCaches("clear reusable blocks"); err != nil {
+		return err
+	}
+	m.settle()
+	// Deepest first, in key order, so the events come out the same every
+	// time.
+	var clear func(n *node)
+	clear = func(n *node) {
+		for _, c := range sortedChildren(n) {
+			clear(c)
+		}
+		for _, p := range n.pages {
+			if p != nil {
+				m.drop(p)
+			}
+		}
+	}
+	keys := slices.Sorted(maps.Keys(m.roots))
+	for _, k := range keys {
+		clear(m.roots[k])
+	}
+	m.safePoint()
+	return nil
+}
+
+// NumOpenCaches returns how many caches are open (not closed).
+func (m *Manager) NumOpenCaches() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.caches)
+}
+
+// checkNoOpenCaches fails with ErrInvalidState while caches are open.
+func (m *Manager) checkNoOpenCaches(op string) error {
+	if m.closed || len(m.caches) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s with %d KV caches still open; close them first", ErrInvalidState, op, len(m.caches))
+}
+
 func (m *Manager) release() {
 	if m.pageRing != nil {
 		m.pageRing.Close()
@@ -266,6 +331,9 @@ func (m *Manager) Layout() *layout.Layout { return m.lt }
 
 // TokensPerBlock returns the configured block size.
 func (m *Manager) TokensPerBlock() int { return m.cfg.TokensPerBlock }
+
+// ReuseMatchBackoff returns the configured Config.ReuseMatchBackoff.
+func (m *Manager) ReuseMatchBackoff() int { return m.cfg.ReuseMatchBackoff }
 
 // NumLayerGroups returns the number of layer groups (lifecycles).
 func (m *Manager) NumLayerGroups() int { return len(m.lt.LifeCycles) }

@@ -126,8 +126,9 @@ func TestCommittedHistoryCapacityInvariant(t *testing.T) {
 	assert.ErrorIs(t, c.Resize(4, 6), ErrInvalidArgument, "history above capacity")
 	require.NoError(t, c.Resize(8, 4))
 	assert.ErrorIs(t, c.Resize(8, 3), ErrInvalidArgument, "history never decreases")
-	assert.ErrorIs(t, c.Commit(seq(0, 5), false), ErrInvalidArgument, "commit past history")
+	assert.ErrorIs(t, c.Commit(seq(0, 9), false), ErrInvalidArgument, "commit past capacity")
 	assert.Equal(t, 0, c.NumCommittedTokens(), "a failed commit commits nothing")
+	assert.Equal(t, 4, c.HistoryLength())
 	require.NoError(t, c.Commit(seq(0, 4), false))
 	assert.Equal(t, 4, c.NumCommittedTokens())
 	assert.ErrorIs(t, c.Resize(3, -1), ErrInvalidArgument, "capacity below history")
@@ -136,6 +137,69 @@ func TestCommittedHistoryCapacityInvariant(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, idx, 2, "8 tokens span two blocks")
 	assert.NotEqual(t, idx[0], idx[1])
+	require.NoError(t, c.Close())
+}
+
+// Committed tokens are history: a commit past the history length advances
+// it (KVCacheManagerV2's commit), without a resize first.
+func TestCommitAdvancesHistoryLength(t *testing.T) {
+	f := newFixture(t, smallConfig(16))
+	c, err := f.m.CreateKVCache(CacheOptions{})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Resize(8, -1))
+	assert.Zero(t, c.HistoryLength())
+	require.NoError(t, c.Commit(seq(0, 6), false))
+	assert.Equal(t, 6, c.HistoryLength())
+	assert.Equal(t, 8, c.Capacity())
+	require.NoError(t, c.Resize(8, 7))
+	require.NoError(t, c.Commit(seq(6, 1), false))
+	assert.Equal(t, 7, c.HistoryLength(), "a commit within the history leaves it")
+	require.NoError(t, c.Close())
+	assert.Equal(t, 4, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 8)), "the full block was published")
+}
+
+// A commit that advances the history releases the pages a sliding window
+// no longer needs, after publishing them: they stay reusable.
+func TestCommitAdvancingHistoryReleasesOutOfWindowPagesAfterPublishing(t *testing.T) {
+	cfg := smallConfig(64)
+	cfg.Layers[1].SlidingWindowSize = 4
+	f := newFixture(t, cfg)
+	swa, err := f.m.LayerGroupOf(1)
+	require.NoError(t, err)
+	c, err := f.m.CreateKVCache(CacheOptions{})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Resize(16, -1))
+	require.NoError(t, c.Commit(seq(0, 16), false))
+	idx, err := c.BasePageIndices(swa)
+	require.NoError(t, err)
+	assert.Equal(t, []int32{BadPageIndex, BadPageIndex, BadPageIndex}, idx[:3], "out of the window")
+	assert.NotEqual(t, BadPageIndex, idx[3])
+	require.NoError(t, c.Close())
+	assert.Equal(t, 16, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 16)))
+}
+
+// The priority callback is asked once per layer group of every committed
+// block (each layer group's page keeps its own priority).
+func TestPriorityCallbackIsAskedPerLayerGroup(t *testing.T) {
+	cfg := smallConfig(64)
+	cfg.Layers[1].SlidingWindowSize = 8
+	f := newFixture(t, cfg)
+	type call struct {
+		block int
+		lc    layout.LifeCycleID
+	}
+	var calls []call
+	c, err := f.m.CreateKVCache(CacheOptions{Priority: func(b int, lc layout.LifeCycleID) int {
+		calls = append(calls, call{b, lc})
+		return 10 + int(lc)
+	}})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Resize(8, -1))
+	require.NoError(t, c.Commit(seq(0, 8), false))
+	assert.Equal(t, []call{{0, 0}, {0, 1}, {1, 0}, {1, 1}}, calls)
 	require.NoError(t, c.Close())
 }
 
@@ -204,12 +268,67 @@ func TestXXH3BlockKeyReusesPrefixesAndReportsItsKeys(t *testing.T) {
 	assert.NotEqual(t, blockhash.Chain(blockhash.Scope{}, tpb, prompt), stored, "not the SHA-256 keys")
 }
 
-func TestReuseLimitedToInputMinusOne(t *testing.T) {
+// A prompt that is cached whole is reused whole, as KVCacheManagerV2 does:
+// leaving the last token to compute is the engine's choice, not the manager's.
+func TestFullyCachedPromptIsReusedWhole(t *testing.T) {
 	f := newFixture(t, smallConfig(32))
 	f.serve(blockhash.Scope{}, seq(0, 8))
-	assert.Equal(t, 4, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 8)),
-		"the engine must compute the last token, so the second block cannot be reused")
+	assert.Equal(t, 8, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 8)))
 	assert.Equal(t, 8, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 9)))
+	assert.Equal(t, 4, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 7)), "only full blocks without partial reuse")
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 8)})
+	require.NoError(t, err)
+	defer c.Close()
+	assert.Equal(t, 8, c.ReusedTokens())
+	assert.Equal(t, 8, c.NumCommittedTokens())
+	assert.Equal(t, 8, c.HistoryLength())
+	assert.Equal(t, 8, c.Capacity())
+}
+
+// With partial reuse, a fully cached prompt is still reused whole, and a
+// prompt ending inside a cached block reuses that block's matching head.
+func TestPartialReuseMatchesUpToTheLastPromptToken(t *testing.T) {
+	cfg := smallConfig(32)
+	cfg.EnablePartialReuse = true
+	f := newFixture(t, cfg)
+	f.serve(blockhash.Scope{}, seq(0, 8))
+	assert.Equal(t, 8, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 8)))
+	assert.Equal(t, 7, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 7)))
+	assert.Equal(t, 6, f.m.ProbeReuse(blockhash.Scope{}, append(seq(0, 6), 99)))
+}
+
+// ReuseMatchBackoff trims that many tokens off the tail of every match; a
+// trimmed match that ends inside a block keeps only the full blocks before
+// it, unless partial reuse copies the block's head.
+func TestReuseMatchBackoffTrimsTheMatch(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		partial bool
+		back    int
+		want    map[int]int // prompt length -> reused tokens
+	}{
+		{"no backoff", false, 0, map[int]int{8: 8, 12: 8, 7: 4}},
+		{"one token, full blocks", false, 1, map[int]int{8: 4, 12: 4, 7: 0, 4: 0}},
+		{"one token, partial", true, 1, map[int]int{8: 7, 12: 7, 7: 6, 4: 3, 1: 0}},
+		{"a block, partial", true, 4, map[int]int{8: 4, 6: 2}},
+		{"more than the match", true, 9, map[int]int{8: 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := smallConfig(32)
+			cfg.EnablePartialReuse = tc.partial
+			cfg.ReuseMatchBackoff = tc.back
+			f := newFixture(t, cfg)
+			f.serve(blockhash.Scope{}, seq(0, 8))
+			for n, want := range tc.want {
+				prompt := append(seq(0, min(n, 8)), seq(900, max(n-8, 0))...)
+				assert.Equal(t, want, f.m.ProbeReuse(blockhash.Scope{}, prompt), "prompt of %d tokens", n)
+				c, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+				require.NoError(t, err)
+				assert.Equal(t, want, c.ReusedTokens(), "create with a prompt of %d tokens", n)
+				require.NoError(t, c.Close())
+			}
+		})
+	}
 }
 
 func TestEvictionDropsLeastRecentlyReleasedTailFirst(t *testing.T) {
@@ -231,7 +350,7 @@ func TestEvictionDropsLeastRecentlyReleasedTailFirst(t *testing.T) {
 
 func TestEvictionHonoursPriorities(t *testing.T) {
 	f := newFixture(t, smallConfig(4))
-	keep := func(int) int { return MaxPriority }
+	keep := func(int, layout.LifeCycleID) int { return MaxPriority }
 	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 8), Priority: keep})
 	require.NoError(t, err)
 	require.NoError(t, c.Resume(f.stream))
@@ -701,7 +820,7 @@ func TestResizeBeyondTheLevelFailsPromptly(t *testing.T) {
 func TestPanickingPriorityCallbackCommitsNothing(t *testing.T) {
 	f := newFixture(t, smallConfig(16))
 	calls := 0
-	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 8), Priority: func(b int) int {
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 8), Priority: func(int, layout.LifeCycleID) int {
 		calls++
 		if calls == 1 {
 			panic("priority callback bug")
@@ -781,7 +900,7 @@ func TestEventsCarryPrioritiesAndTheLevelLeft(t *testing.T) {
 	}
 
 	events = nil
-	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 13), Priority: func(int) int { return 80 }})
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 13), Priority: func(int, layout.LifeCycleID) int { return 80 }})
 	require.NoError(t, err)
 	require.NoError(t, c.Resume(f.stream))
 	require.NoError(t, c.Resize(12, 12))
@@ -852,4 +971,119 @@ func TestManagerCloseReleasesWhenStreamIsGone(t *testing.T) {
 	assert.Contains(t, err.Error(), "close cache")
 	assert.Equal(t, Closed, c.Status())
 	assert.Zero(t, dev.Stats().LiveAllocs.Total(), "every level's memory is freed")
+}
+
+// Shutdown refuses while caches are open (KVCacheManagerV2's living-cache
+// guard) and changes nothing; once they are closed it closes the manager.
+func TestShutdownRefusesWhileCachesAreOpen(t *testing.T) {
+	f := newFixture(t, smallConfig(16))
+	c := f.open(blockhash.Scope{}, seq(0, 8))
+	err := f.m.Shutdown()
+	require.ErrorIs(t, err, ErrInvalidState)
+	assert.Contains(t, err.Error(), "1 KV caches still open")
+	assert.Equal(t, Active, c.Status(), "the refused shutdown changed nothing")
+	require.NoError(t, c.Close())
+	require.NoError(t, f.m.Shutdown())
+	assert.ErrorIs(t, f.m.ClearReusableBlocks(), ErrClosed)
+	require.NoError(t, f.m.Shutdown(), "a closed manager shuts down as a no-op")
+}
+
+// ClearReusableBlocks drops every committed block, on every level, and
+// refuses while caches are open.
+func TestClearReusableBlocksDropsEveryCommittedBlock(t *testing.T) {
+	cfg := smallConfig(16)
+	cfg.CacheTiers = append(cfg.CacheTiers, config.Host(16*256))
+	f := newFixture(t, cfg)
+	f.serve(blockhash.Scope{}, seq(0, 8))
+	f.serve(blockhash.LoRA(0), seq(0, 12))
+	f.serve(blockhash.Scope{}, seq(1000, 56)) // 14 blocks: the others go to the host level
+	st, err := f.m.StorageStats(1)
+	require.NoError(t, err)
+	require.NotEqual(t, st[0].Total, st[0].Free, "blocks on the host level")
+	c := f.open(blockhash.Scope{}, seq(100, 4))
+	require.ErrorIs(t, f.m.ClearReusableBlocks(), ErrInvalidState)
+	assert.Equal(t, 8, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 8)), "the refused call changed nothing")
+	require.NoError(t, c.Close())
+
+	require.NoError(t, f.m.ClearReusableBlocks())
+	assert.Zero(t, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 8)))
+	assert.Zero(t, f.m.ProbeReuse(blockhash.LoRA(0), seq(0, 12)))
+	for _, lvl := range []layout.CacheLevel{0, 1} {
+		st, err := f.m.StorageStats(lvl)
+		require.NoError(t, err)
+		for _, g := range st {
+			assert.Equal(t, g.Total, g.Free, "level %d holds nothing", lvl)
+		}
+	}
+	assert.Empty(t, f.m.roots, "the tree is empty")
+}
+
+// LoRA adapter 0 and no adapter never share blocks.
+func TestLoRAZeroAndNoLoRAAreDifferentScopes(t *testing.T) {
+	f := newFixture(t, smallConfig(16))
+	f.serve(blockhash.LoRA(0), seq(0, 8))
+	assert.Equal(t, 8, f.m.ProbeReuse(blockhash.LoRA(0), seq(0, 8)))
+	assert.Zero(t, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 8)))
+}
+
+// Resume without a stream resumes on the stream the cache last had (or was
+// given with SetStream); a cache that never had one needs one.
+func TestResumeWithoutAStreamUsesTheLastOne(t *testing.T) {
+	f := newFixture(t, smallConfig(16))
+	c, err := f.m.CreateKVCache(CacheOptions{})
+	require.NoError(t, err)
+	require.ErrorIs(t, c.Resume(nil), ErrInvalidArgument)
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Suspend())
+	require.NoError(t, c.Resume(nil))
+	assert.Equal(t, f.stream, c.Stream())
+	require.NoError(t, c.Suspend())
+
+	other, err := f.dev.NewStream()
+	require.NoError(t, err)
+	defer other.Close()
+	require.NoError(t, c.SetStream(other))
+	assert.Nil(t, c.Stream(), "a suspended cache has no stream until it resumes")
+	require.NoError(t, c.Resume(nil))
+	assert.Equal(t, other, c.Stream())
+	require.NoError(t, c.Close())
+	assert.ErrorIs(t, c.SetStream(other), ErrInvalidState)
+}
+
+// SetStream moves an ACTIVE cache: its work continues on the new stream,
+// ordered after the old one's.
+func TestSetStreamMovesAnActiveCache(t *testing.T) {
+	f := newFixture(t, smallConfig(16))
+	c := f.open(blockhash.Scope{}, seq(0, 8))
+	other, err := f.dev.NewStream()
+	require.NoError(t, err)
+	defer other.Close()
+	before, err := c.BasePageIndices(0)
+	require.NoError(t, err)
+	require.NoError(t, c.SetStream(other))
+	assert.Equal(t, other, c.Stream())
+	after, err := c.BasePageIndices(0)
+	require.NoError(t, err)
+	assert.Equal(t, before, after, "the pages stay")
+	require.NoError(t, c.Resize(12, -1))
+	require.NoError(t, c.Close())
+	require.NoError(t, other.Synchronize())
+}
+
+// ProbeFirstNewBlockKey names the first full block past the reusable prefix:
+// the block a new cache would commit first.
+func TestProbeFirstNewBlockKeyNamesTheFirstBlockToCompute(t *testing.T) {
+	f := newFixture(t, smallConfig(16))
+	prompt := seq(0, 13)
+	keys := blockhash.Chain(blockhash.LoRA(3), tpb, prompt)
+	k, ok := f.m.ProbeFirstNewBlockKey(blockhash.LoRA(3), prompt)
+	require.True(t, ok)
+	assert.Equal(t, keys[0], k, "nothing cached: the first block")
+	f.serve(blockhash.LoRA(3), prompt[:8])
+	k, ok = f.m.ProbeFirstNewBlockKey(blockhash.LoRA(3), prompt)
+	require.True(t, ok)
+	assert.Equal(t, keys[2], k)
+	_, ok = f.m.ProbeFirstNewBlockKey(blockhash.LoRA(3), prompt[:11])
+	assert.False(t, ok, "no full block past the prefix")
+	assert.Equal(t, 0, f.m.NumOpenCaches())
 }

@@ -14,6 +14,7 @@ type slabs struct {
 	nodes []node
 	pages []page
 	rows  []*page
+	prios []int
 	toks  []config.Token
 }
 
@@ -44,6 +45,19 @@ func (s *slabs) pageRow(n int) []*page {
 	}
 	row := s.rows[:n:n]
 	s.rows = s.rows[n:]
+	return row
+}
+
+// priorities returns n priorities, each DefaultPriority.
+func (s *slabs) priorities(n int) []int {
+	if len(s.prios) < n {
+		s.prios = make([]int, n*slabChunk)
+	}
+	row := s.prios[:n:n]
+	s.prios = s.prios[n:]
+	for i := range row {
+		row[i] = DefaultPriority
+	}
 	return row
 }
 

@@ -40,7 +40,7 @@ func (p *page) level() int { return p.group.level.index }
 
 func (p *page) priority() int {
 	if p.node != nil {
-		return p.node.priority
+		return p.node.priority[p.lc]
 	}
 	return DefaultPriority
 }

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"slices"
+
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
 )
@@ -29,8 +31,9 @@ type node struct {
 	pages    []*page
 	// users counts caches whose committed chain runs through the node; such a
 	// node is never pruned, so chains stay linked while caches commit.
-	users    int
-	priority int
+	users int
+	// priority is the eviction priority of each lifecycle's page.
+	priority []int
 }
 
 // newNode returns a node from the manager's slabs; tokens are copied.
@@ -39,13 +42,20 @@ func (m *Manager) newNode(parent *node, key blockhash.Key, tokens []config.Token
 	// (a struct assignment would copy every field under the GC's write
 	// barrier).
 	n := m.slabs.node()
-	n.key, n.parent, n.priority = key, parent, DefaultPriority
+	n.key, n.parent = key, parent
+	n.priority = m.slabs.priorities(len(m.lt.LifeCycles))
 	n.tokens = m.slabs.tokens(tokens)
 	n.pages = m.slabs.pageRow(len(m.lt.LifeCycles))
 	if parent != nil {
 		n.depth = parent.depth + 1
 	}
 	return n
+}
+
+// blockPriority is the block's priority as one value: the highest of its
+// layer groups', the last to be evicted.
+func (n *node) blockPriority() int {
+	return slices.Max(n.priority)
 }
 
 func (n *node) isPartial(tokensPerBlock int) bool { return len(n.tokens) < tokensPerBlock }

@@ -461,8 +461,11 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 	for _, p := range fn.Sig.Params {
 		if p.Type.Kind == KPtr && p.Type.Dir == DirOut && p.Len == "" && !p.Has("consumed") {
 			var zero jen.Code = jen.Lit(0)
-			if p.Type.Elem.Kind == KNamed && p.Type.Elem.Decl.Kind == DStruct {
+			switch {
+			case p.Type.Elem.Kind == KNamed && p.Type.Elem.Decl.Kind == DStruct:
 				zero = jen.Qual("C", p.Type.Elem.Decl.CName).Values()
+			case p.Type.Elem.Kind == KScalar && p.Type.Elem.Scalar == "bool":
+				zero = jen.False()
 			}
 			body = append(body, jen.If(jen.Id(p.CName).Op("!=").Nil()).Block(jen.Op("*").Id(p.CName).Op("=").Add(zero)))
 		}

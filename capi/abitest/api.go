@@ -131,11 +131,10 @@ type Config struct {
 	Tiers              []Tier
 	Layers             []Layer
 	EnablePartialReuse bool
+	ReuseMatchBackoff  int32
 	MaxUtilForResume   float64
 	EventQueueCapacity uint32
 	InitialPoolRatio   []float64
-	// ReuseMatchBackoff is a field of ABI version 2.
-	ReuseMatchBackoff int32
 	// BlockKey is the kvcm_block_key (0 sha256, 1 xxh3).
 	BlockKey int32
 	// StructSize and ABIVersion override the versioned header when nonzero
@@ -161,8 +160,8 @@ func (cfg *Config) build(a *arena) *C.kvcm_manager_config {
 	c.device = C.kvcm_device_kind(cfg.Device)
 	c.event_queue_capacity = C.uint32_t(cfg.EventQueueCapacity)
 	c.enable_partial_reuse = C.bool(cfg.EnablePartialReuse)
-	c.max_util_for_resume = C.double(cfg.MaxUtilForResume)
 	c.reuse_match_backoff = C.int32_t(cfg.ReuseMatchBackoff)
+	c.max_util_for_resume = C.double(cfg.MaxUtilForResume)
 	c.block_key = C.kvcm_block_key(cfg.BlockKey)
 	tiers := cArray[C.kvcm_cache_tier_config](a, len(cfg.Tiers))
 	for i, t := range cfg.Tiers {

@@ -128,6 +128,19 @@ func (c *Cache) Resume(s device.Stream) error {
 	return c.c.Resume(s)
 }
 
+// SetStream moves the cache to s (see core.KVCache.SetStream), a live
+// stream of the manager's device; one DestroyStream is destroying is
+// refused.
+func (c *Cache) SetStream(s device.Stream) error {
+	mgr, h := c.mgr, s.Handle()
+	mgr.smu.Lock()
+	defer mgr.smu.Unlock()
+	if mgr.retiring[h] {
+		return argErr("stream", "%#x is being destroyed", h)
+	}
+	return c.c.SetStream(s)
+}
+
 // Suspend makes an ACTIVE cache SUSPENDED (see core.KVCache.Suspend).
 func (c *Cache) Suspend() error { return c.c.Suspend() }
 

@@ -305,6 +305,9 @@ func (mgr *Manager) Close() error {
 }
 
 // open reports core.ErrClosed once the core manager is closed.
+// Open fails with core.ErrClosed once the manager is closed.
+func (mgr *Manager) Open() error { return mgr.open() }
+
 func (mgr *Manager) open() error {
 	_, err := mgr.m.Quota(layout.GPULevel)
 	return err

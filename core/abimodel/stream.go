@@ -1,6 +1,7 @@
 package abimodel
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -73,12 +74,15 @@ func (mgr *Manager) activeOn(h uintptr) (uint64, bool) {
 }
 
 // Stream resolves a native stream handle on the manager's device: one
-// CreateStream returned, or one the engine created on the same device.
+// CreateStream returned, or one the engine owns, which the device adopts (see
+// device.Device.AdoptStream: on CUDA a CUstream of the device's context, 0
+// the legacy default stream included; on the emulation any value names an
+// emulated stream of its own).
 func (mgr *Manager) Stream(h uintptr) (device.Stream, error) {
-	if h == 0 {
-		return nil, argErr("stream", "is 0")
-	}
 	s, err := mgr.dev.StreamFromHandle(h)
+	if errors.Is(err, device.ErrUnknownStream) {
+		s, err = mgr.dev.AdoptStream(h)
+	}
 	if err != nil {
 		return nil, argErr("stream", "%#x is not a stream of the manager's device: %v", h, err)
 	}

@@ -34,8 +34,9 @@ func TestDestroyStreamInUseIsRefused(t *testing.T) {
 }
 
 // A stream is destroyed once; a handle the manager did not create is an
-// argument error, and Resume takes only live streams of the manager's
-// device.
+// argument error for DestroyStream, and Resume takes only live streams of the
+// manager's device: its own, or the engine's, which it adopts (0, the
+// default stream's handle, included).
 func TestStreamHandles(t *testing.T) {
 	m := newManager(t, Options{})
 	other := newManager(t, Options{})
@@ -46,8 +47,10 @@ func TestStreamHandles(t *testing.T) {
 	assert.ErrorIs(t, m.DestroyStream(os.Handle()), core.ErrInvalidArgument, "another manager's stream")
 	_, err = m.Stream(os.Handle())
 	assert.ErrorIs(t, err, core.ErrInvalidArgument, "another device's stream")
-	_, err = m.Stream(0)
-	assert.ErrorIs(t, err, core.ErrInvalidArgument)
+	engine, err := m.Stream(0)
+	require.NoError(t, err, "the engine's default stream")
+	assert.Zero(t, engine.Handle())
+	assert.ErrorIs(t, m.DestroyStream(0), core.ErrInvalidArgument, "the engine's stream is not the manager's to destroy")
 	got, err := m.Stream(s.Handle())
 	require.NoError(t, err)
 	assert.Equal(t, s.Handle(), got.Handle())

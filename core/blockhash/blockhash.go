@@ -3,7 +3,11 @@
 // interface, identical in every language binding.
 //
 // The hash of a scope is the first 8 bytes, read little-endian, of
-// SHA-256("kvcm-scope-v1" ‖ lora_id:i64le ‖ len(salt):u32le ‖ salt). The key of
+// SHA-256("kvcm-scope-v1" ‖ 0:i64le ‖ len(salt):u32le ‖ salt) for a scope
+// without a LoRA adapter, and of
+// SHA-256("kvcm-scope-lora-v1" ‖ lora_id:i64le ‖ len(salt):u32le ‖ salt) for
+// one with LoRA adapter lora_id, so that adapter 0 and no adapter differ. The
+// key of
 // a block is the first 8 bytes, little-endian, of
 // SHA-256(parent:u64le ‖ n:u32le ‖ token_0:i32le ‖ … ‖ token_{n-1}:i32le),
 // where parent is the key of the previous block, or the scope hash for the
@@ -52,19 +56,35 @@ func (a Algorithm) String() string {
 type Key uint64
 
 // Scope separates caches that must never share blocks even for equal tokens:
-// a LoRA adapter id and an optional salt (for example a tenant).
+// an optional LoRA adapter id and an optional salt (for example a tenant).
+// The zero Scope has neither.
 type Scope struct {
+	// LoRAID is the LoRA adapter id. A non-zero id is an adapter; 0 is one
+	// only with HasLoRA (KVCacheManagerV2's ReuseScope(lora_id=0)), and no
+	// adapter otherwise (lora_id=None).
 	LoRAID int64
-	Salt   string
+	// HasLoRA marks LoRAID as an adapter id, 0 included.
+	HasLoRA bool
+	Salt    string
 }
+
+// LoRA returns the scope of LoRA adapter id, 0 included.
+func LoRA(id int64) Scope { return Scope{LoRAID: id, HasLoRA: true} }
+
+// HasAdapter reports whether the scope names a LoRA adapter.
+func (s Scope) HasAdapter() bool { return s.HasLoRA || s.LoRAID != 0 }
 
 // Root returns the key every chain of this scope starts from.
 func (s Scope) Root() Key {
 	h := sha256.New()
 	var b [12]byte
-	binary.LittleEndian.PutUint64(b[:8], uint64(s.LoRAID))
+	domain := "kvcm-scope-v1"
+	if s.HasAdapter() {
+		domain = "kvcm-scope-lora-v1"
+		binary.LittleEndian.PutUint64(b[:8], uint64(s.LoRAID))
+	}
 	binary.LittleEndian.PutUint32(b[8:], uint32(len(s.Salt)))
-	h.Write([]byte("kvcm-scope-v1"))
+	h.Write([]byte(domain))
 	h.Write(b[:])
 	h.Write([]byte(s.Salt))
 	return sum(h)

@@ -18,8 +18,20 @@ func TestKeysMatchTheSpecification(t *testing.T) {
 		Chain(Scope{}, 4, []int32{1, 2, 3, 4, 5, 6, 7, 8, 9}), "full blocks only")
 
 	tenant := Scope{LoRAID: 7, Salt: "tenant-a"}
-	assert.Equal(t, Key(0x6246b3e7bb3c5a9a), tenant.Root())
-	assert.Equal(t, Key(0xbc645c1085a808bd), NewHasher().Next(tenant.Root(), []int32{-1, 2147483647, 0, 42}))
+	assert.Equal(t, Key(0x4bf678dd427583f6), tenant.Root())
+	assert.Equal(t, tenant.Root(), Scope{LoRAID: 7, HasLoRA: true, Salt: "tenant-a"}.Root(),
+		"a non-zero id is an adapter with or without HasLoRA")
+	assert.Equal(t, Key(0x9826bf5590b90922), NewHasher().Next(tenant.Root(), []int32{-1, 2147483647, 0, 42}))
+	assert.Equal(t, Key(0x3ba47bf6fbd7ed72), Scope{Salt: "tenant-a"}.Root())
+}
+
+// LoRA adapter 0 and no adapter are different scopes (KVCacheManagerV2's
+// ReuseScope(lora_id=0) and ReuseScope(lora_id=None)).
+func TestLoRAZeroIsNotNoLoRA(t *testing.T) {
+	assert.Equal(t, Key(0xc521ebe97d2b725c), LoRA(0).Root())
+	assert.NotEqual(t, Scope{}.Root(), LoRA(0).Root())
+	assert.False(t, Scope{}.HasAdapter())
+	assert.True(t, LoRA(0).HasAdapter())
 }
 
 func TestHasherDoesNotAllocate(t *testing.T) {

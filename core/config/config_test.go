@@ -57,6 +57,15 @@ func TestMaxUtilForResumeOutOfRangeSaysZeroIsUnset(t *testing.T) {
 	}
 }
 
+// Every error names its field: a negative reuse_match_backoff is rejected.
+func TestNegativeReuseMatchBackoffIsRejected(t *testing.T) {
+	cfg := valid()
+	cfg.ReuseMatchBackoff = -1
+	requireField(t, cfg.Validate(1), "reuse_match_backoff", "negative")
+	cfg.ReuseMatchBackoff = 3
+	require.NoError(t, cfg.Validate(1))
+}
+
 // Every error names its field: a NUL byte in a disk path (which the C ABI
 // would silently cut) is rejected naming cache_tiers[i].path.
 func TestDiskPathWithNULIsRejected(t *testing.T) {

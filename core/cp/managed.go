@@ -42,7 +42,8 @@ type ManagerBackedOptions struct {
 //
 // Score: the request's tokens are cut into full blocks and chained with
 // blockhash; the longest prefix of those blocks present in the index is the
-// reusable prefix (at most len(tokens)-1 tokens, the manager's limit). Each
+// reusable prefix (all of the tokens when all of them are cached, less the
+// manager's reuse match backoff rounded out to whole blocks). Each
 // block counts its tokens times the mean, over layer groups, of the weight of
 // the level its page is on. The score is that sum over len(tokens).
 //
@@ -76,16 +77,18 @@ type ManagerBacked struct {
 	evMu    sync.Mutex
 	pending []core.CacheEvent
 
-	mu     sync.Mutex
-	m      *core.Manager
-	tpb    int
-	numLG  int
-	probe  bool
-	blocks map[blockhash.Key]*blockEntry
-	reqs   map[string]*reqState
-	watch  map[blockhash.Key][]*reqState
-	gen    uint64
-	scores uint64
+	mu  sync.Mutex
+	m   *core.Manager
+	tpb int
+	// backoff is the manager's Config.ReuseMatchBackoff.
+	backoff int
+	numLG   int
+	probe   bool
+	blocks  map[blockhash.Key]*blockEntry
+	reqs    map[string]*reqState
+	watch   map[blockhash.Key][]*reqState
+	gen     uint64
+	scores  uint64
 }
 
 type blockEntry struct {
@@ -171,6 +174,7 @@ func (x *ManagerBacked) Attach(m *core.Manager) {
 	defer x.mu.Unlock()
 	x.m = m
 	x.tpb = m.TokensPerBlock()
+	x.backoff = m.ReuseMatchBackoff()
 	x.numLG = m.NumLayerGroups()
 	x.probe = x.numLG > 1
 }
@@ -302,11 +306,8 @@ func (x *ManagerBacked) register(id string, tokens []config.Token) *reqState {
 	if x.scopeOf != nil {
 		r.scope = x.scopeOf(id)
 	}
-	// Only blocks ending at or before len-1 tokens can ever be reused.
-	usable := 0
-	if r.n > 1 {
-		usable = (r.n - 1) / x.tpb * x.tpb
-	}
+	// Every full block may be reused; a trailing partial one is not scored.
+	usable := r.n / x.tpb * x.tpb
 	var known []blockhash.Key
 	if x.known != nil {
 		known = x.known(id)
@@ -361,13 +362,17 @@ func (x *ManagerBacked) cachedPrefix(r *reqState) (int, float64) {
 	if x.probe && r.tokens != nil {
 		limit = min(limit, x.m.ProbeReuse(r.scope, r.tokens)/x.tpb)
 	}
-	var w float64
 	for i := 0; i < limit; i++ {
-		b := x.blocks[r.chain[i]]
-		if b == nil {
-			return i, w
+		if x.blocks[r.chain[i]] == nil {
+			limit = i
+			break
 		}
-		w += x.weight(b)
+	}
+	// The manager trims its backoff off the match's tail.
+	limit = max(limit*x.tpb-x.backoff, 0) / x.tpb
+	var w float64
+	for _, k := range r.chain[:limit] {
+		w += x.weight(x.blocks[k])
 	}
 	return limit, w
 }

@@ -224,6 +224,25 @@ func TestManagerBackedWithSeveralLayerGroupsUsesProbeReuse(t *testing.T) {
 	}
 }
 
+// The index scores the prefix the manager would reuse: a prompt cached whole
+// counts whole, and the manager's reuse match backoff trims it (to whole
+// blocks, the index's unit).
+func TestManagerBackedScoresTheWholePromptLessTheBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		backoff int
+		want    float64
+	}{{0, 1}, {1, 0.5}, {4, 0.5}, {5, 0}} {
+		cfg := tinyConfig(64)
+		cfg.ReuseMatchBackoff = tc.backoff
+		r := newRig(t, cfg, ManagerBackedOptions{})
+		p := seq(0, 8)
+		r.serve(NewTracker(r.m, r.x), "w", p)
+		assert.InDelta(t, tc.want, r.x.PredictPrefixReuse(fmt.Sprint("q", tc.backoff), p), 1e-12, "backoff %d", tc.backoff)
+		want := float64(r.m.ProbeReuse(blockhash.Scope{}, p)/tpb*tpb) / float64(len(p))
+		assert.InDelta(t, want, r.x.PredictPrefixReuse(fmt.Sprint("q", tc.backoff), p), 1e-12, "as the manager would reuse")
+	}
+}
+
 func TestManagerBackedUsesKnownChainsAsIfItHashedThem(t *testing.T) {
 	q := cat(seq(0, 16), seq(500, 5))
 	chain := blockhash.Chain(blockhash.Scope{}, tpb, q)

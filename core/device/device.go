@@ -132,8 +132,17 @@ type Device interface {
 	NewStream() (Stream, error)
 	NewEvent() (Event, error)
 	// StreamFromHandle returns the Stream whose Handle is h, for streams this
-	// device created; codecs receive handles and enqueue work through it.
+	// device created or adopted; codecs receive handles and enqueue work
+	// through it.
 	StreamFromHandle(h uintptr) (Stream, error)
+	// AdoptStream returns a Stream over a native stream the engine owns and
+	// the device did not create: on CUDA a CUstream of the device's context
+	// (0, the legacy default stream, included); on the emulation any value,
+	// each its own emulated stream, made on first use. Adopting a handle again
+	// returns the same Stream, and StreamFromHandle finds it. The device never
+	// destroys an adopted stream's native stream; the engine must keep it
+	// alive while the device uses it.
+	AdoptStream(h uintptr) (Stream, error)
 	Close() error
 }
 

@@ -119,6 +119,10 @@ func (d *fakeDevice) StreamFromHandle(h uintptr) (device.Stream, error) {
 	return nil, device.ErrUnknownStream
 }
 
+func (d *fakeDevice) AdoptStream(h uintptr) (device.Stream, error) {
+	return nil, fmt.Errorf("fake device: adopt stream %#x: not supported", h)
+}
+
 func (d *fakeDevice) Close() error { return nil }
 
 // event returns the fake event called name.

@@ -3,13 +3,18 @@ package abi
 import "github.com/kvcm/kvcm/gen/spec"
 
 // ReuseScope separates reuse: blocks are shared only within one scope (a
-// LoRA adapter id and an optional salt, for example a tenant).
+// LoRA adapter id and an optional salt, for example a tenant). Its lora_id 0
+// means no adapter; the functions and options of ABI version 2 take a
+// has_lora_id flag beside it that makes 0 an adapter id too
+// (KVCacheManagerV2's ReuseScope(lora_id=0), a scope other than
+// ReuseScope(lora_id=None)).
 //
 //kvcm:struct
 //kvcm:since 1
 //kvcm:cppns c
 type ReuseScope struct {
-	// LoraID is the LoRA adapter id (0 for none).
+	// LoraID is the LoRA adapter id (0 for none, unless a has_lora_id flag
+	// beside the scope is set).
 	LoraID int64
 	// Salt is salt_len bytes (NULL when salt_len is 0); it may contain NULs.
 	Salt spec.CStr `len:"SaltLen" nullable:"true" own:"borrowed"`
@@ -29,7 +34,9 @@ type KVCacheOptions struct {
 	// Scope is the reuse scope.
 	Scope ReuseScope
 	// InputTokens is the prompt; the longest cached prefix of it is reused,
-	// at most num_input_tokens-1 tokens so the engine computes the last one.
+	// all of it when all of it is cached (less the configuration's
+	// reuse_match_backoff): an engine that must compute the last prompt
+	// token leaves it out.
 	InputTokens spec.In[Token] `len:"NumInputTokens" nullable:"true" own:"borrowed"`
 	// NumInputTokens is the length of input_tokens.
 	NumInputTokens spec.Size
@@ -45,6 +52,12 @@ type KVCacheOptions struct {
 	RequestID spec.CStr `len:"RequestIDLen" nullable:"true" own:"borrowed"`
 	// RequestIDLen is the length of request_id in bytes.
 	RequestIDLen spec.Size
+	// ScopeHasLoraID marks scope.lora_id as a LoRA adapter id, 0 included.
+	ScopeHasLoraID bool `since:"2"`
+	// LayerGroupPriority, when not NULL, gives committed blocks their
+	// eviction priority per layer group (priority must be NULL then). It is
+	// called with priority_user_data and the manager's lock held.
+	LayerGroupPriority LayerGroupPriorityFunc `nullable:"true" since:"2"`
 }
 
 // KVCacheCreate creates a SUSPENDED KV cache holding the longest reusable
@@ -88,8 +101,22 @@ type KVCacheClose func(cache KVCache) *Status
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param stream in The engine's stream, created by kvcm_manager_create_stream on this manager.
+//kvcm:param stream in The engine's stream on the manager's device: one kvcm_manager_create_stream made or, since ABI version 2, any the engine owns (on CUDA a CUstream of the device's context, 0 the legacy default stream included; on the emulated device any value names an emulated stream of its own, made on first use).
 type KVCacheResume func(cache KVCache, stream Stream) *Status
+
+// KVCacheSetStream moves the cache to a stream, as setting
+// KVCacheManagerV2's cuda_stream does: an ACTIVE cache's work continues on
+// the new stream, which first waits (an event orders them) for everything
+// enqueued on the old one so far; on a SUSPENDED cache it only records the
+// stream (Go's KVCache.Resume(nil) resumes there). The stream, one the manager created or
+// one the engine owns (as for kvcm_kv_cache_resume), must stay valid while the
+// cache uses it.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param stream in The engine's stream on the manager's device.
+type KVCacheSetStream func(cache KVCache, stream Stream) *Status
 
 // KVCacheSuspend makes an ACTIVE cache SUSPENDED. Its pages stay reachable;
 // with colder levels they may be evicted there and come back on resume. As
@@ -116,8 +143,11 @@ type KVCacheSuspend func(cache KVCache) *Status
 type KVCacheResize func(cache KVCache, capacity int64, historyLength int64) *Status
 
 // KVCacheCommit appends computed tokens to the committed sequence; every
-// block they complete is published for reuse. With is_end no further commits
-// are accepted. It first waits for any decode still bringing those blocks'
+// block they complete is published for reuse. Committed tokens are history:
+// when they pass the history length it advances to them (releasing pages a
+// sliding window no longer needs, after publishing them), so they must fit in
+// the capacity (KVCM_ERR_INVALID_ARGUMENT otherwise). With is_end no further
+// commits are accepted. It first waits for any decode still bringing those blocks'
 // pages back, so that a page lost to its failure is never published (the
 // call fails with KVCM_ERR_DATA_LOST instead). On error (a priority function
 // that reports failure included: KVCM_ERR_INVALID_ARGUMENT) nothing changes.
@@ -186,6 +216,16 @@ type KVCacheGetHistoryLength func(cache KVCache, out spec.Out[int64]) *Status
 //kvcm:param cache in The cache.
 //kvcm:param out out Receives the count.
 type KVCacheGetCapacity func(cache KVCache, out spec.Out[int64]) *Status
+
+// KVCacheGetCommittedTokens writes the committed tokens.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param tokens out,nullable,len=capacity Receives the committed tokens.
+//kvcm:param capacity in Capacity of tokens, in elements.
+//kvcm:param needed out Receives the number of committed tokens.
+type KVCacheGetCommittedTokens func(cache KVCache, tokens spec.Out[Token], capacity spec.Size, needed spec.Out[spec.Size]) *Status
 
 // KVCacheGetReusedTokens returns how many tokens were reused at creation.
 //

@@ -105,6 +105,8 @@ type CPManagerBackedOptions struct {
 	NumLevelWeights spec.Size
 	// Scope is the reuse scope of every request the index scores.
 	Scope ReuseScope
+	// ScopeHasLoraID marks scope.lora_id as a LoRA adapter id, 0 included.
+	ScopeHasLoraID bool `since:"2"`
 }
 
 // CPCreateNull creates the null CP index: every score is 0, every order the

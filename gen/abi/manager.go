@@ -405,6 +405,55 @@ type ManagerResizeLevel func(manager Manager, level CacheLevel, quota int64) *St
 //kvcm:param out out Receives the number of reusable tokens.
 type ManagerProbeReuse func(manager Manager, scope spec.In[ReuseScope], tokens spec.In[Token], numTokens spec.Size, out spec.Out[int64]) *Status
 
+// ManagerProbeFirstNewBlockKey returns the key of the first full block of
+// an input past its reusable prefix (see kvcm_manager_probe_reuse): the block
+// a new KV cache in the scope would compute and commit first. found is false
+// (and key 0) when no full block of the input lies past that prefix. It
+// changes nothing.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param scope borrowed The reuse scope.
+//kvcm:param hasLoraID in Whether scope.lora_id is a LoRA adapter id, 0 included.
+//kvcm:param tokens borrowed,nullable,len=numTokens The input tokens (NULL only when num_tokens is 0).
+//kvcm:param numTokens in The number of tokens.
+//kvcm:param key out Receives the block's key (its chained content hash).
+//kvcm:param found out Receives whether there is such a block.
+type ManagerProbeFirstNewBlockKey func(manager Manager, scope spec.In[ReuseScope], hasLoraID bool, tokens spec.In[Token], numTokens spec.Size, key spec.Out[uint64], found spec.Out[bool]) *Status
+
+// ManagerProbeReuseV2 is kvcm_manager_probe_reuse with a has_lora_id flag:
+// set, scope.lora_id is a LoRA adapter id even when it is 0.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param scope borrowed The reuse scope.
+//kvcm:param hasLoraID in Whether scope.lora_id is a LoRA adapter id, 0 included.
+//kvcm:param tokens borrowed,nullable,len=numTokens The input tokens (NULL only when num_tokens is 0).
+//kvcm:param numTokens in The number of tokens.
+//kvcm:param out out Receives the number of reusable tokens.
+type ManagerProbeReuseV2 func(manager Manager, scope spec.In[ReuseScope], hasLoraID bool, tokens spec.In[Token], numTokens spec.Size, out spec.Out[int64]) *Status
+
+// ManagerClearReusableBlocks drops every committed block from every level,
+// so that nothing is reusable afterwards. As KVCacheManagerV2's, it refuses
+// with KVCM_ERR_INVALID_STATE, changing nothing, while KV caches are open.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+type ManagerClearReusableBlocks func(manager Manager) *Status
+
+// ManagerGetNumOpenCaches returns how many KV caches of the manager are open
+// (created and not closed). KVCacheManagerV2's shutdown refuses while any
+// is: the bindings' shutdown checks it before kvcm_manager_destroy.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param out out Receives the number of open caches.
+type ManagerGetNumOpenCaches func(manager Manager, out spec.Out[spec.Size]) *Status
+
 // ManagerGetStats returns the cumulative block statistics.
 //
 //kvcm:since 1

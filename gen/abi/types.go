@@ -309,3 +309,13 @@ type HostFunc func(userData spec.VoidPtr) int32
 //kvcm:callback
 //kvcm:since 1
 type PriorityFunc func(userData spec.VoidPtr, blockIndex int64, priority spec.Out[int32]) int32
+
+// LayerGroupPriorityFunc is PriorityFunc per layer group, as
+// KVCacheManagerV2's custom_priority_callback(block_ordinal, life_cycle): it
+// writes the eviction priority of the page of layer group layerGroup of the
+// cache's block at blockIndex, and is called once per layer group of each
+// committed block. The rest is as for kvcm_priority_func.
+//
+//kvcm:callback
+//kvcm:since 2
+type LayerGroupPriorityFunc func(userData spec.VoidPtr, blockIndex int64, layerGroup LayerGroupID, priority spec.Out[int32]) int32

@@ -521,6 +521,16 @@ typedef struct kvcm_status kvcm_status;
 typedef int32_t (*kvcm_host_func)(void* user_data);
 
 /**
+ * kvcm_layer_group_priority_func is PriorityFunc per layer group, as
+ * KVCacheManagerV2's custom_priority_callback(block_ordinal, life_cycle): it
+ * writes the eviction priority of the page of layer group layerGroup of the
+ * cache's block at blockIndex, and is called once per layer group of each
+ * committed block. The rest is as for kvcm_priority_func.
+ * @since ABI version 2.
+ */
+typedef int32_t (*kvcm_layer_group_priority_func)(void* user_data, int64_t block_index, kvcm_layer_group_id layer_group, int32_t* priority);
+
+/**
  * kvcm_priority_func writes to priority the eviction priority, in
  * [KVCM_MIN_PRIORITY, KVCM_MAX_PRIORITY] (values outside are clamped), of the
  * cache's block at blockIndex when it is committed, and returns 0. Any other
@@ -1057,12 +1067,17 @@ struct kvcm_cp_index_vtable {
 
 /**
  * kvcm_reuse_scope separates reuse: blocks are shared only within one scope (a
- * LoRA adapter id and an optional salt, for example a tenant).
+ * LoRA adapter id and an optional salt, for example a tenant). Its lora_id 0
+ * means no adapter; the functions and options of ABI version 2 take a
+ * has_lora_id flag beside it that makes 0 an adapter id too
+ * (KVCacheManagerV2's ReuseScope(lora_id=0), a scope other than
+ * ReuseScope(lora_id=None)).
  * @since ABI version 1.
  */
 struct kvcm_reuse_scope {
     /**
-     * lora_id is the LoRA adapter id (0 for none).
+     * lora_id is the LoRA adapter id (0 for none, unless a has_lora_id flag
+     * beside the scope is set).
      */
     int64_t lora_id;
     /**
@@ -1107,6 +1122,10 @@ struct kvcm_cp_manager_backed_options {
      * scope is the reuse scope of every request the index scores.
      */
     kvcm_reuse_scope scope;
+    /**
+     * scope_has_lora_id marks scope.lora_id as a LoRA adapter id, 0 included. (since ABI version 2)
+     */
+    bool scope_has_lora_id;
 };
 
 /** Initializer of a kvcm_cp_manager_backed_options: struct_size and abi_version set, every other field zero. */
@@ -1151,7 +1170,9 @@ struct kvcm_kv_cache_options {
     kvcm_reuse_scope scope;
     /**
      * [borrowed, nullable, array of num_input_tokens] input_tokens is the prompt; the longest cached prefix of it is reused,
-     * at most num_input_tokens-1 tokens so the engine computes the last one.
+     * all of it when all of it is cached (less the configuration's
+     * reuse_match_backoff): an engine that must compute the last prompt
+     * token leaves it out.
      */
     const kvcm_token* input_tokens;
     /**
@@ -1178,6 +1199,16 @@ struct kvcm_kv_cache_options {
      * request_id_len is the length of request_id in bytes.
      */
     size_t request_id_len;
+    /**
+     * scope_has_lora_id marks scope.lora_id as a LoRA adapter id, 0 included. (since ABI version 2)
+     */
+    bool scope_has_lora_id;
+    /**
+     * [nullable] layer_group_priority, when not NULL, gives committed blocks their
+     * eviction priority per layer group (priority must be NULL then). It is
+     * called with priority_user_data and the manager's lock held. (since ABI version 2)
+     */
+    kvcm_layer_group_priority_func layer_group_priority;
 };
 
 /** Initializer of a kvcm_kv_cache_options: struct_size and abi_version set, every other field zero. */
@@ -1928,8 +1959,11 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_close(kvcm_kv_cache cache);
 
 /**
  * kvcm_kv_cache_commit appends computed tokens to the committed sequence; every
- * block they complete is published for reuse. With is_end no further commits
- * are accepted. It first waits for any decode still bringing those blocks'
+ * block they complete is published for reuse. Committed tokens are history:
+ * when they pass the history length it advances to them (releasing pages a
+ * sliding window no longer needs, after publishing them), so they must fit in
+ * the capacity (KVCM_ERR_INVALID_ARGUMENT otherwise). With is_end no further
+ * commits are accepted. It first waits for any decode still bringing those blocks'
  * pages back, so that a page lost to its failure is never published (the
  * call fails with KVCM_ERR_DATA_LOST instead). On error (a priority function
  * that reports failure included: KVCM_ERR_INVALID_ARGUMENT) nothing changes.
@@ -1989,6 +2023,20 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_base_page_indices(kvcm_
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_capacity(kvcm_kv_cache cache, int64_t* out);
+
+/**
+ * kvcm_kv_cache_get_committed_tokens writes the committed tokens.
+ *
+ * @param cache [in] The cache.
+ * @param tokens [out, nullable, array of capacity] Receives the committed tokens.
+ * @param capacity [in] Capacity of tokens, in elements.
+ * @param needed [out] Receives the number of committed tokens.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_committed_tokens(kvcm_kv_cache cache, kvcm_token* tokens, size_t capacity, size_t* needed);
 
 /**
  * kvcm_kv_cache_get_history_length returns how many tokens have their KV computed.
@@ -2094,13 +2142,31 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_resize(kvcm_kv_cache cache,
  * or closed.
  *
  * @param cache [in] The cache.
- * @param stream [in] The engine's stream, created by kvcm_manager_create_stream on this manager.
+ * @param stream [in] The engine's stream on the manager's device: one kvcm_manager_create_stream made or, since ABI version 2, any the engine owns (on CUDA a CUstream of the device's context, 0 the legacy default stream included; on the emulated device any value names an emulated stream of its own, made on first use).
  * @return NULL on success; otherwise a status to free with kvcm_status_free.
  * @par Thread safety
  * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_resume(kvcm_kv_cache cache, kvcm_stream stream);
+
+/**
+ * kvcm_kv_cache_set_stream moves the cache to a stream, as setting
+ * KVCacheManagerV2's cuda_stream does: an ACTIVE cache's work continues on
+ * the new stream, which first waits (an event orders them) for everything
+ * enqueued on the old one so far; on a SUSPENDED cache it only records the
+ * stream (Go's KVCache.Resume(nil) resumes there). The stream, one the manager created or
+ * one the engine owns (as for kvcm_kv_cache_resume), must stay valid while the
+ * cache uses it.
+ *
+ * @param cache [in] The cache.
+ * @param stream [in] The engine's stream on the manager's device.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_set_stream(kvcm_kv_cache cache, kvcm_stream stream);
 
 /**
  * kvcm_kv_cache_stop_committing refuses further commits; tokens computed from now on
@@ -2177,6 +2243,19 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_alloc_memory(kvcm_manager ma
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_attach_cp(kvcm_manager manager, kvcm_cp_index cp);
+
+/**
+ * kvcm_manager_clear_reusable_blocks drops every committed block from every level,
+ * so that nothing is reusable afterwards. As KVCacheManagerV2's, it refuses
+ * with KVCM_ERR_INVALID_STATE, changing nothing, while KV caches are open.
+ *
+ * @param manager [in] The manager.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_clear_reusable_blocks(kvcm_manager manager);
 
 /**
  * kvcm_manager_create validates the configuration, selects the device, derives the
@@ -2509,6 +2588,20 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_num_layer_groups(kvcm_ma
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_num_levels(kvcm_manager manager, int32_t* out);
 
 /**
+ * kvcm_manager_get_num_open_caches returns how many KV caches of the manager are open
+ * (created and not closed). KVCacheManagerV2's shutdown refuses while any
+ * is: the bindings' shutdown checks it before kvcm_manager_destroy.
+ *
+ * @param manager [in] The manager.
+ * @param out [out] Receives the number of open caches.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_num_open_caches(kvcm_manager manager, size_t* out);
+
+/**
  * kvcm_manager_get_pool_group_descs describes the pool groups of a level in that
  * level's grouping order. For the GPU level these are the descriptors a codec
  * is configured with (pools with base addresses; num_slots is the reserved
@@ -2591,6 +2684,27 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_storage_stats(kvcm_manag
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_tokens_per_block(kvcm_manager manager, int32_t* out);
 
 /**
+ * kvcm_manager_probe_first_new_block_key returns the key of the first full block of
+ * an input past its reusable prefix (see kvcm_manager_probe_reuse): the block
+ * a new KV cache in the scope would compute and commit first. found is false
+ * (and key 0) when no full block of the input lies past that prefix. It
+ * changes nothing.
+ *
+ * @param manager [in] The manager.
+ * @param scope [in, borrowed] The reuse scope.
+ * @param has_lora_id [in] Whether scope.lora_id is a LoRA adapter id, 0 included.
+ * @param tokens [in, borrowed, nullable, array of num_tokens] The input tokens (NULL only when num_tokens is 0).
+ * @param num_tokens [in] The number of tokens.
+ * @param key [out] Receives the block's key (its chained content hash).
+ * @param found [out] Receives whether there is such a block.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_probe_first_new_block_key(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, uint64_t* key, bool* found);
+
+/**
  * kvcm_manager_probe_reuse returns how many tokens of an input a new KV cache in a
  * scope would reuse now. It changes nothing.
  *
@@ -2605,6 +2719,23 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_tokens_per_block(kvcm_ma
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_probe_reuse(kvcm_manager manager, const kvcm_reuse_scope* scope, const kvcm_token* tokens, size_t num_tokens, int64_t* out);
+
+/**
+ * kvcm_manager_probe_reuse_v2 is kvcm_manager_probe_reuse with a has_lora_id flag:
+ * set, scope.lora_id is a LoRA adapter id even when it is 0.
+ *
+ * @param manager [in] The manager.
+ * @param scope [in, borrowed] The reuse scope.
+ * @param has_lora_id [in] Whether scope.lora_id is a LoRA adapter id, 0 included.
+ * @param tokens [in, borrowed, nullable, array of num_tokens] The input tokens (NULL only when num_tokens is 0).
+ * @param num_tokens [in] The number of tokens.
+ * @param out [out] Receives the number of reusable tokens.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_probe_reuse_v2(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, int64_t* out);
 
 /**
  * kvcm_manager_resize_level changes the byte quota of a cache level. Shrinking
@@ -2921,6 +3052,12 @@ struct kvcm_api {
     kvcm_status* (*stream_free_memory)(kvcm_stream stream, kvcm_device_ptr ptr);
     /** kvcm_stream_synchronize (since ABI version 1). */
     kvcm_status* (*stream_synchronize)(kvcm_stream stream);
+    /** kvcm_kv_cache_get_committed_tokens (since ABI version 2). */
+    kvcm_status* (*kv_cache_get_committed_tokens)(kvcm_kv_cache cache, kvcm_token* tokens, size_t capacity, size_t* needed);
+    /** kvcm_kv_cache_set_stream (since ABI version 2). */
+    kvcm_status* (*kv_cache_set_stream)(kvcm_kv_cache cache, kvcm_stream stream);
+    /** kvcm_manager_clear_reusable_blocks (since ABI version 2). */
+    kvcm_status* (*manager_clear_reusable_blocks)(kvcm_manager manager);
     /** kvcm_manager_drain_block_events (since ABI version 2). */
     kvcm_status* (*manager_drain_block_events)(kvcm_manager manager, kvcm_block_event* events, size_t events_cap, kvcm_token* tokens, size_t tokens_cap, size_t* num_events, size_t* num_tokens, uint64_t* dropped);
     /** kvcm_manager_get_and_reset_iteration_cached_tokens_by_level (since ABI version 2). */
@@ -2931,6 +3068,12 @@ struct kvcm_api {
     kvcm_status* (*manager_get_and_reset_iteration_reused_blocks_by_level)(kvcm_manager manager, kvcm_reused_blocks_at_level* rows, size_t capacity, size_t* needed);
     /** kvcm_manager_get_and_reset_layer_group_iteration_stats (since ABI version 2). */
     kvcm_status* (*manager_get_and_reset_layer_group_iteration_stats)(kvcm_manager manager, kvcm_layer_group_iteration_stats* stats, size_t capacity, size_t* needed);
+    /** kvcm_manager_get_num_open_caches (since ABI version 2). */
+    kvcm_status* (*manager_get_num_open_caches)(kvcm_manager manager, size_t* out);
+    /** kvcm_manager_probe_first_new_block_key (since ABI version 2). */
+    kvcm_status* (*manager_probe_first_new_block_key)(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, uint64_t* key, bool* found);
+    /** kvcm_manager_probe_reuse_v2 (since ABI version 2). */
+    kvcm_status* (*manager_probe_reuse_v2)(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, int64_t* out);
 };
 
 /* ---- Layout checks: released layouts are frozen ---- */
@@ -3041,18 +3184,19 @@ KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_reuse_scope) == 8, "alignment of kvcm_reuse
 KVCM_STATIC_ASSERT(offsetof(kvcm_reuse_scope, lora_id) == 0, "layout of kvcm_reuse_scope changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_reuse_scope, salt) == 8, "layout of kvcm_reuse_scope changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_reuse_scope, salt_len) == 16, "layout of kvcm_reuse_scope changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_cp_manager_backed_options) == 48, "layout of kvcm_cp_manager_backed_options changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_cp_manager_backed_options) == 56, "layout of kvcm_cp_manager_backed_options changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_cp_manager_backed_options) == 8, "alignment of kvcm_cp_manager_backed_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_cp_manager_backed_options, struct_size) == 0, "layout of kvcm_cp_manager_backed_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_cp_manager_backed_options, abi_version) == 4, "layout of kvcm_cp_manager_backed_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_cp_manager_backed_options, level_weights) == 8, "layout of kvcm_cp_manager_backed_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_cp_manager_backed_options, num_level_weights) == 16, "layout of kvcm_cp_manager_backed_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_cp_manager_backed_options, scope) == 24, "layout of kvcm_cp_manager_backed_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_cp_manager_backed_options, scope_has_lora_id) == 48, "layout of kvcm_cp_manager_backed_options changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_cp_request_id) == 16, "layout of kvcm_cp_request_id changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_cp_request_id) == 8, "alignment of kvcm_cp_request_id changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_cp_request_id, data) == 0, "layout of kvcm_cp_request_id changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_cp_request_id, len) == 8, "layout of kvcm_cp_request_id changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_kv_cache_options) == 80, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_kv_cache_options) == 96, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_kv_cache_options) == 8, "alignment of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, struct_size) == 0, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, abi_version) == 4, "layout of kvcm_kv_cache_options changed");
@@ -3063,6 +3207,8 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, priority) == 48, "layout of k
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, priority_user_data) == 56, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, request_id) == 64, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, request_id_len) == 72, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, scope_has_lora_id) == 80, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, layer_group_priority) == 88, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_layer_group_iteration_stats) == 128, "layout of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_layer_group_iteration_stats) == 8, "alignment of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, layer_group) == 0, "layout of kvcm_layer_group_iteration_stats changed");
@@ -3165,7 +3311,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, layer_group) == 0, "lay
 KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, level) == 4, "layout of kvcm_reused_blocks_at_level changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, full_blocks) == 8, "layout of kvcm_reused_blocks_at_level changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, partial_blocks) == 16, "layout of kvcm_reused_blocks_at_level changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 584, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 632, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
@@ -3236,11 +3382,17 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_copy_from_host) == 512, "layout of 
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_enqueue_host_func) == 520, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_free_memory) == 528, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_synchronize) == 536, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 544, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 552, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 560, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 568, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 576, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_tokens) == 544, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 552, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 560, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 568, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 576, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 584, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 592, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 600, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 608, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 616, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 624, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus

@@ -142,6 +142,10 @@ func (r *runner) configure(l line) bool {
 			lc.Buffers = append(lc.Buffers, config.BufferConfig{Role: config.DataRole(f[i]), Size: atoi(t, l, f[i+1])})
 		}
 		r.cfg.Layers = append(r.cfg.Layers, lc)
+	case "partial_reuse":
+		r.cfg.EnablePartialReuse = f[1] == "on"
+	case "reuse_match_backoff":
+		r.cfg.ReuseMatchBackoff = int(atoi(t, l, f[1]))
 	case "seed":
 		v, err := strconv.ParseUint(f[1], 10, 64)
 		if err != nil {
@@ -193,6 +197,15 @@ func (r *runner) expect(l line, i int, got string) {
 	}
 }
 
+// scope is the reuse scope of a LORA field: "-" has no LoRA adapter, an
+// integer is that adapter (0 included).
+func (r *runner) scope(l line, field string) blockhash.Scope {
+	if field == "-" {
+		return blockhash.Scope{}
+	}
+	return blockhash.LoRA(atoi(r.t, l, field))
+}
+
 func (r *runner) cache(l line) *core.KVCache {
 	c := r.caches[l.fields[1]]
 	if c == nil {
@@ -210,11 +223,11 @@ func (r *runner) step(l line) {
 	}
 	switch f[0] {
 	case "probe":
-		n := r.m.ProbeReuse(blockhash.Scope{LoRAID: atoi(t, l, f[2])}, r.seqs[f[1]])
+		n := r.m.ProbeReuse(r.scope(l, f[2]), r.seqs[f[1]])
 		r.expect(l, 3, strconv.Itoa(n))
 	case "create":
 		seq := r.seqs[f[2]]
-		c, err := r.m.CreateKVCache(core.CacheOptions{Scope: blockhash.Scope{LoRAID: atoi(t, l, f[3])}, InputTokens: seq})
+		c, err := r.m.CreateKVCache(core.CacheOptions{Scope: r.scope(l, f[3]), InputTokens: seq})
 		must(err)
 		r.caches[f[1]], r.cseq[f[1]] = c, seq
 		if c.NumCommittedTokens() != c.HistoryLength() {

@@ -152,6 +152,17 @@ private:
         return v;
     }
 
+    // The reuse scope of a LORA field: "-" has no LoRA adapter, an integer
+    // is that adapter (0 included).
+    kvcm::ReuseScope scope(Line const& l, size_t i) const
+    {
+        if (l.f.at(i) == "-")
+        {
+            return {};
+        }
+        return kvcm::ReuseScope{num(l, i), {}};
+    }
+
     bool configure(Line const& l)
     {
         auto const& f = l.f;
@@ -185,6 +196,14 @@ private:
                 layer.buffers.push_back(kvcm::BufferConfig{f[i], num(l, i + 1)});
             }
             mCfg.layers.push_back(std::move(layer));
+        }
+        else if (f[0] == "partial_reuse")
+        {
+            mCfg.enablePartialReuse = f.at(1) == "on";
+        }
+        else if (f[0] == "reuse_match_backoff")
+        {
+            mCfg.reuseMatchBackoff = static_cast<int32_t>(num(l, 1));
         }
         else if (f[0] == "seed")
         {
@@ -249,13 +268,13 @@ private:
         {
             if (op == "probe")
             {
-                auto const n = mManager->probeReuse(seq(f.at(1), l), kvcm::ReuseScope{num(l, 2), {}});
+                auto const n = mManager->probeReuse(seq(f.at(1), l), scope(l, 2));
                 expect(l, 3, std::to_string(n));
             }
             else if (op == "create")
             {
                 auto const& s = seq(f.at(2), l);
-                auto c = mManager->createKVCache(s, kvcm::ReuseScope{num(l, 3), {}});
+                auto c = mManager->createKVCache(s, scope(l, 3));
                 ASSERT_EQ(c.numCommittedTokens(), c.historyLength()) << "committed != history after create";
                 expect(l, 4, std::to_string(c.historyLength()));
                 mCacheSeq[f[1]] = s;
@@ -263,7 +282,10 @@ private:
             }
             else if (op == "resume")
             {
-                cache(l).resume(mStream);
+                if (!cache(l).resume(mStream))
+                {
+                    throw std::runtime_error("line " + std::to_string(l.no) + ": resume refused");
+                }
             }
             else if (op == "suspend")
             {
@@ -276,7 +298,10 @@ private:
             }
             else if (op == "resize")
             {
-                cache(l).resize(num(l, 2), num(l, 3));
+                if (!cache(l).resize(num(l, 2), num(l, 3)))
+                {
+                    throw std::runtime_error("line " + std::to_string(l.no) + ": resize out of pages");
+                }
             }
             else if (op == "write")
             {

@@ -202,7 +202,7 @@ TEST_F(ManagerTest, ErrorCodesOnBadArguments)
     c.resize(8, 4);
     EXPECT_KVCM_ERROR(c.resize(8, 2), kvcm::StatusCode::kInvalidArgument);  // history must not decrease
     EXPECT_KVCM_ERROR(c.resize(4, 8), kvcm::StatusCode::kInvalidArgument);  // history beyond capacity
-    EXPECT_KVCM_ERROR(c.resize(1 << 20, -1), kvcm::StatusCode::kOutOfPages); // more pages than the GPU has
+    EXPECT_FALSE(c.resize(1 << 20, -1)); // more pages than the GPU has: false, as KVCacheManagerV2
     EXPECT_EQ(c.capacity(), 8); // a failed call changes nothing
     EXPECT_KVCM_ERROR(c.prefetch(0), kvcm::StatusCode::kInvalidState);      // only SUSPENDED caches
 
@@ -233,7 +233,7 @@ TEST_F(ManagerTest, ErrorCodesOnBadArguments)
     EXPECT_EQ(code(kvcm_kv_cache_get_capacity(c.handle(), nullptr)), KVCM_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(code(kvcm_manager_get_quota(c.handle(), 0, &v)), KVCM_ERR_INVALID_HANDLE); // a handle of another type
     EXPECT_EQ(code(kvcm_manager_create(nullptr, nullptr, nullptr)), KVCM_ERR_INVALID_ARGUMENT);
-    EXPECT_EQ(code(kvcm_kv_cache_resume(c.handle(), 0)), KVCM_ERR_INVALID_ARGUMENT); // stream 0
+    EXPECT_EQ(code(kvcm_kv_cache_resume(0xdeadbeef, 0)), KVCM_ERR_INVALID_HANDLE); // (stream 0 is the engine's default stream)
     EXPECT_EQ(kvcm_status_get_code(nullptr), KVCM_OK);
     EXPECT_STREQ(kvcm_status_get_message(nullptr), "");
 
@@ -431,8 +431,8 @@ TEST_F(ManagerTest, PriorityCallback)
     std::vector<int64_t> asked;
     {
         auto const t = tokenRange(0, 12);
-        auto c = m.createKVCache(t, {}, [&](int64_t block) {
-            asked.push_back(block);
+        auto c = m.createKVCache(t, {}, [&](int64_t block, kvcm::LayerGroupId layerGroup) {
+            asked.push_back(block * 10 + layerGroup);
             return kvcm::kMaxPriority;
         });
         kvcm::KVCache moved = std::move(c); // the callback survives moves
@@ -440,7 +440,8 @@ TEST_F(ManagerTest, PriorityCallback)
         moved.resize(12, 12);
         moved.commit(t, true);
     }
-    EXPECT_EQ(asked, (std::vector<int64_t>{0, 1, 2}));
+    // Once per layer group of every block: KVCacheManagerV2's (block_ordinal, life_cycle).
+    EXPECT_EQ(asked, (std::vector<int64_t>{0, 10, 20}));
 }
 
 // A priority callback that throws fails the commit, which changes nothing;
@@ -451,7 +452,7 @@ TEST_F(ManagerTest, ThrowingPriorityCallbackChangesNothing)
     auto stream = m.createStream();
     bool fail = true;
     auto const t = tokenRange(0, 12);
-    auto c = m.createKVCache(t, {}, [&](int64_t) -> int32_t {
+    auto c = m.createKVCache(t, {}, [&](int64_t, kvcm::LayerGroupId) -> int32_t {
         if (fail)
         {
             throw std::runtime_error("no priority");
@@ -522,6 +523,42 @@ TEST_F(ManagerTest, Xxh3BlockKeyReusesPrefixesUnderOtherKeys)
     auto cfg = smallConfig(64 << 10);
     cfg.blockKey = static_cast<kvcm::BlockKey>(2);
     EXPECT_CONFIG_ERROR(kvcm::validateConfig(cfg), "block_key");
+}
+
+// KVCacheManagerV2's rules through the C++ API: a prompt cached whole is
+// reused whole, LoRA adapter 0 is a scope of its own, resize and resume answer
+// false when out of pages, commit advances the history, shutdown refuses open
+// caches.
+TEST_F(ManagerTest, TrtllmReuseCommitAndLifecycle)
+{
+    kvcm::KVCacheManager m(smallConfig(64 << 10));
+    auto stream = m.createStream();
+    auto const t = tokenRange(0, 8);
+    kvcm::ReuseScope const lora0{0, {}};
+    {
+        auto c = m.createKVCache(t, lora0);
+        c.setStream(stream);
+        EXPECT_TRUE(c.resume());
+        EXPECT_FALSE(c.resize(1 << 20));
+        EXPECT_TRUE(c.resize(8));
+        c.commit(t);
+        EXPECT_EQ(c.historyLength(), 8);
+        EXPECT_EQ(c.committedTokens(), t);
+        EXPECT_EQ(m.numOpenCaches(), 1u);
+        EXPECT_KVCM_ERROR(m.clearReusableBlocks(), kvcm::StatusCode::kInvalidState);
+    }
+    EXPECT_EQ(m.probeReuse(t, lora0), 8);
+    EXPECT_EQ(m.probeReuse(t), 0);
+    EXPECT_FALSE(m.probeFirstNewBlockKey(t, lora0).has_value());
+    EXPECT_TRUE(m.probeFirstNewBlockKey(tokenRange(0, 12), lora0).has_value());
+    auto open = m.createKVCache(t, lora0);
+    EXPECT_EQ(open.reusedTokens(), 8);
+    EXPECT_KVCM_ERROR(m.shutdown(), kvcm::StatusCode::kInvalidState);
+    open.close();
+    m.clearReusableBlocks();
+    EXPECT_EQ(m.probeReuse(t, lora0), 0);
+    m.shutdown();
+    EXPECT_FALSE(m);
 }
 
 TEST_F(ManagerTest, StreamHelper)

@@ -248,6 +248,13 @@ class kvcm_status(ctypes.Structure):
 # take a manager's lock.
 kvcm_host_func = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
 
+# kvcm_layer_group_priority_func is PriorityFunc per layer group, as
+# KVCacheManagerV2's custom_priority_callback(block_ordinal, life_cycle): it
+# writes the eviction priority of the page of layer group layerGroup of the
+# cache's block at blockIndex, and is called once per layer group of each
+# committed block. The rest is as for kvcm_priority_func.
+kvcm_layer_group_priority_func = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, kvcm_layer_group_id, ctypes.POINTER(ctypes.c_int32))
+
 # kvcm_priority_func writes to priority the eviction priority, in
 # [KVCM_MIN_PRIORITY, KVCM_MAX_PRIORITY] (values outside are clamped), of the
 # cache's block at blockIndex when it is committed, and returns 0. Any other
@@ -399,7 +406,11 @@ class kvcm_cp_index_vtable(ctypes.Structure):
 
 class kvcm_reuse_scope(ctypes.Structure):
     """kvcm_reuse_scope separates reuse: blocks are shared only within one scope (a
-    LoRA adapter id and an optional salt, for example a tenant).
+    LoRA adapter id and an optional salt, for example a tenant). Its lora_id 0
+    means no adapter; the functions and options of ABI version 2 take a
+    has_lora_id flag beside it that makes 0 an adapter id too
+    (KVCacheManagerV2's ReuseScope(lora_id=0), a scope other than
+    ReuseScope(lora_id=None)).
     """
 
 
@@ -637,6 +648,7 @@ kvcm_cp_manager_backed_options._fields_ = [
     ("level_weights", ctypes.POINTER(ctypes.c_double)),
     ("num_level_weights", ctypes.c_size_t),
     ("scope", kvcm_reuse_scope),
+    ("scope_has_lora_id", ctypes.c_bool),
 ]
 
 kvcm_cp_request_id._fields_ = [
@@ -654,6 +666,8 @@ kvcm_kv_cache_options._fields_ = [
     ("priority_user_data", ctypes.c_void_p),
     ("request_id", ctypes.c_void_p),
     ("request_id_len", ctypes.c_size_t),
+    ("scope_has_lora_id", ctypes.c_bool),
+    ("layer_group_priority", kvcm_layer_group_priority_func),
 ]
 
 kvcm_layer_group_iteration_stats._fields_ = [
@@ -786,9 +800,9 @@ LAYOUTS = {
     "kvcm_cp_index_object": (16, 8, {"vtable": 0, "self": 8}),
     "kvcm_cp_index_vtable": (56, 8, {"struct_size": 0, "abi_version": 4, "predict_prefix_reuse": 8, "get_cp_cached_blocks": 16, "notify_blocks_allocated": 24, "notify_blocks_freed": 32, "get_allocation_priority": 40, "destroy": 48}),
     "kvcm_reuse_scope": (24, 8, {"lora_id": 0, "salt": 8, "salt_len": 16}),
-    "kvcm_cp_manager_backed_options": (48, 8, {"struct_size": 0, "abi_version": 4, "level_weights": 8, "num_level_weights": 16, "scope": 24}),
+    "kvcm_cp_manager_backed_options": (56, 8, {"struct_size": 0, "abi_version": 4, "level_weights": 8, "num_level_weights": 16, "scope": 24, "scope_has_lora_id": 48}),
     "kvcm_cp_request_id": (16, 8, {"data": 0, "len": 8}),
-    "kvcm_kv_cache_options": (80, 8, {"struct_size": 0, "abi_version": 4, "scope": 8, "input_tokens": 32, "num_input_tokens": 40, "priority": 48, "priority_user_data": 56, "request_id": 64, "request_id_len": 72}),
+    "kvcm_kv_cache_options": (96, 8, {"struct_size": 0, "abi_version": 4, "scope": 8, "input_tokens": 32, "num_input_tokens": 40, "priority": 48, "priority_user_data": 56, "request_id": 64, "request_id_len": 72, "scope_has_lora_id": 80, "layer_group_priority": 88}),
     "kvcm_layer_group_iteration_stats": (128, 8, {"layer_group": 0, "alloc_total_blocks": 8, "alloc_new_blocks": 16, "reused_blocks": 24, "full_reused_blocks": 32, "partial_reused_blocks": 40, "missed_blocks": 48, "gen_alloc_blocks": 56, "onboard_blocks": 64, "onboard_bytes": 72, "offload_blocks": 80, "offload_bytes": 88, "intra_device_copy_blocks": 96, "intra_device_copy_bytes": 104, "host_dropped_blocks": 112, "host_dropped_bytes": 120}),
     "kvcm_manager_config": (192, 8, {"struct_size": 0, "abi_version": 4, "tokens_per_block": 8, "device": 12, "device_ordinal": 16, "event_queue_capacity": 20, "cache_tiers": 24, "num_cache_tiers": 32, "layers": 40, "num_layers": 48, "max_util_for_resume": 56, "enable_partial_reuse": 64, "enable_stats": 65, "initial_pool_ratio": 72, "num_initial_pool_ratio": 80, "typical_step": 88, "constraints": 96, "num_constraints": 104, "reuse_match_backoff": 112, "text_only": 116, "commit_min_snapshot": 117, "rebalance_min_sampled_kv_caches": 120, "rebalance_cooldown_secs": 128, "rebalance_target_ratio_update_interval": 136, "rebalance_ratio_threshold": 144, "rebalance_moving_average_decay": 152, "typical_step_system_prompt_length": 160, "constraint_system_prompt_lengths": 168, "num_constraint_system_prompt_lengths": 176, "block_key": 184}),
     "kvcm_migration_stats": (24, 8, {"path": 0, "pages": 8, "bytes": 16}),
@@ -849,6 +863,7 @@ FUNCTIONS = {
     "kvcm_kv_cache_create": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_kv_cache_options), ctypes.POINTER(kvcm_kv_cache)]),
     "kvcm_kv_cache_get_base_page_indices": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_layer_group_id, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_kv_cache_get_capacity": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64)]),
+    "kvcm_kv_cache_get_committed_tokens": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_kv_cache_get_history_length": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_kv_cache_get_id": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_uint64)]),
     "kvcm_kv_cache_get_num_committed_tokens": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64)]),
@@ -857,11 +872,13 @@ FUNCTIONS = {
     "kvcm_kv_cache_prefetch": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_cache_level]),
     "kvcm_kv_cache_resize": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.c_int64, ctypes.c_int64]),
     "kvcm_kv_cache_resume": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_stream]),
+    "kvcm_kv_cache_set_stream": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_stream]),
     "kvcm_kv_cache_stop_committing": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache]),
     "kvcm_kv_cache_suspend": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache]),
     "kvcm_live_handle_count": (ctypes.c_uint64, []),
     "kvcm_manager_alloc_memory": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_memory_kind, ctypes.c_uint64, ctypes.POINTER(kvcm_device_ptr)]),
     "kvcm_manager_attach_cp": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cp_index]),
+    "kvcm_manager_clear_reusable_blocks": (ctypes.POINTER(kvcm_status), [kvcm_manager]),
     "kvcm_manager_create": (ctypes.POINTER(kvcm_status), [ctypes.POINTER(kvcm_manager_config), ctypes.POINTER(kvcm_cold_page_codec), ctypes.POINTER(kvcm_manager)]),
     "kvcm_manager_create_stream": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_stream)]),
     "kvcm_manager_destroy": (ctypes.POINTER(kvcm_status), [kvcm_manager]),
@@ -882,12 +899,15 @@ FUNCTIONS = {
     "kvcm_manager_get_migration_stats": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_migration_stats), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_manager_get_num_layer_groups": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(ctypes.c_int32)]),
     "kvcm_manager_get_num_levels": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(ctypes.c_int32)]),
+    "kvcm_manager_get_num_open_caches": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_manager_get_pool_group_descs": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cache_level, ctypes.POINTER(kvcm_pool_group_desc), ctypes.c_size_t, ctypes.POINTER(kvcm_layer_group_id), ctypes.c_size_t, ctypes.POINTER(kvcm_pool_desc), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_manager_get_quota": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cache_level, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_manager_get_stats": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_block_stats)]),
     "kvcm_manager_get_storage_stats": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cache_level, ctypes.POINTER(kvcm_pool_group_stats), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_manager_get_tokens_per_block": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(ctypes.c_int32)]),
+    "kvcm_manager_probe_first_new_block_key": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.c_bool, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_bool)]),
     "kvcm_manager_probe_reuse": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_int64)]),
+    "kvcm_manager_probe_reuse_v2": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.c_bool, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_manager_resize_level": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cache_level, ctypes.c_int64]),
     "kvcm_status_code_name": (ctypes.c_char_p, [kvcm_status_code]),
     "kvcm_status_free": (None, [ctypes.POINTER(kvcm_status)]),
@@ -926,6 +946,7 @@ PARAMETERS = {
     "kvcm_kv_cache_create": ("manager", "options", "out"),
     "kvcm_kv_cache_get_base_page_indices": ("cache", "layer_group", "indices", "capacity", "needed"),
     "kvcm_kv_cache_get_capacity": ("cache", "out"),
+    "kvcm_kv_cache_get_committed_tokens": ("cache", "tokens", "capacity", "needed"),
     "kvcm_kv_cache_get_history_length": ("cache", "out"),
     "kvcm_kv_cache_get_id": ("cache", "out"),
     "kvcm_kv_cache_get_num_committed_tokens": ("cache", "out"),
@@ -934,11 +955,13 @@ PARAMETERS = {
     "kvcm_kv_cache_prefetch": ("cache", "level"),
     "kvcm_kv_cache_resize": ("cache", "capacity", "history_length"),
     "kvcm_kv_cache_resume": ("cache", "stream"),
+    "kvcm_kv_cache_set_stream": ("cache", "stream"),
     "kvcm_kv_cache_stop_committing": ("cache",),
     "kvcm_kv_cache_suspend": ("cache",),
     "kvcm_live_handle_count": (),
     "kvcm_manager_alloc_memory": ("manager", "kind", "size", "out"),
     "kvcm_manager_attach_cp": ("manager", "cp"),
+    "kvcm_manager_clear_reusable_blocks": ("manager",),
     "kvcm_manager_create": ("config", "codec", "out"),
     "kvcm_manager_create_stream": ("manager", "out"),
     "kvcm_manager_destroy": ("manager",),
@@ -959,12 +982,15 @@ PARAMETERS = {
     "kvcm_manager_get_migration_stats": ("manager", "stats", "capacity", "needed"),
     "kvcm_manager_get_num_layer_groups": ("manager", "out"),
     "kvcm_manager_get_num_levels": ("manager", "out"),
+    "kvcm_manager_get_num_open_caches": ("manager", "out"),
     "kvcm_manager_get_pool_group_descs": ("manager", "level", "descs", "descs_cap", "life_cycles", "life_cycles_cap", "pools", "pools_cap", "num_descs", "num_life_cycles", "num_pools"),
     "kvcm_manager_get_quota": ("manager", "level", "out"),
     "kvcm_manager_get_stats": ("manager", "out"),
     "kvcm_manager_get_storage_stats": ("manager", "level", "stats", "capacity", "needed"),
     "kvcm_manager_get_tokens_per_block": ("manager", "out"),
+    "kvcm_manager_probe_first_new_block_key": ("manager", "scope", "has_lora_id", "tokens", "num_tokens", "key", "found"),
     "kvcm_manager_probe_reuse": ("manager", "scope", "tokens", "num_tokens", "out"),
+    "kvcm_manager_probe_reuse_v2": ("manager", "scope", "has_lora_id", "tokens", "num_tokens", "out"),
     "kvcm_manager_resize_level": ("manager", "level", "quota"),
     "kvcm_status_code_name": ("code",),
     "kvcm_status_free": ("status",),

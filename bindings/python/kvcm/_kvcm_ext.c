@@ -654,7 +654,7 @@ static PyObject *kx_fn_kvcm_cp_create_manager_backed(PyObject *names, PyObject *
             goto done;
         a0 = (kvcm_manager)v;
     }
-    if (kx_pointer(args[1], names, 1, 0, 48, &a1) < 0)
+    if (kx_pointer(args[1], names, 1, 0, 56, &a1) < 0)
         goto done;
     if (kx_pointer(args[2], names, 2, 1, 8, &a2) < 0)
         goto done;
@@ -1135,7 +1135,7 @@ static PyObject *kx_fn_kvcm_kv_cache_create(PyObject *names, PyObject *const *ar
             goto done;
         a0 = (kvcm_manager)v;
     }
-    if (kx_pointer(args[1], names, 1, 0, 80, &a1) < 0)
+    if (kx_pointer(args[1], names, 1, 0, 96, &a1) < 0)
         goto done;
     if (kx_pointer(args[2], names, 2, 1, 8, &a2) < 0)
         goto done;
@@ -2643,6 +2643,96 @@ done:
     return out;
 }
 
+/* kvcm_kv_cache_get_committed_tokens(cache, tokens, capacity, needed) */
+static PyObject *kx_fn_kvcm_kv_cache_get_committed_tokens(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    size_t a2;
+    kx_ptr a3 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 4, "kvcm_kv_cache_get_committed_tokens") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 0, &a1) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[2], names, 2, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a2 = (size_t)v;
+    }
+    if (kx_pointer(args[3], names, 3, 1, 8, &a3) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_get_committed_tokens(a0, (kvcm_token*)a1.p, a2, (size_t*)a3.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    return out;
+}
+
+/* kvcm_kv_cache_set_stream(cache, stream) */
+static PyObject *kx_fn_kvcm_kv_cache_set_stream(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kvcm_stream a1;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 2, "kvcm_kv_cache_set_stream") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[1], names, 1, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a1 = (kvcm_stream)v;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_set_stream(a0, a1);
+    Py_END_ALLOW_THREADS
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    return out;
+}
+
+/* kvcm_manager_clear_reusable_blocks(manager) */
+static PyObject *kx_fn_kvcm_manager_clear_reusable_blocks(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 1, "kvcm_manager_clear_reusable_blocks") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_clear_reusable_blocks(a0);
+    Py_END_ALLOW_THREADS
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    return out;
+}
+
 /* kvcm_manager_drain_block_events(manager, events, events_cap, tokens, tokens_cap, num_events, num_tokens, dropped) */
 static PyObject *kx_fn_kvcm_manager_drain_block_events(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -2867,6 +2957,132 @@ done:
     return out;
 }
 
+/* kvcm_manager_get_num_open_caches(manager, out) */
+static PyObject *kx_fn_kvcm_manager_get_num_open_caches(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 2, "kvcm_manager_get_num_open_caches") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 8, &a1) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_get_num_open_caches(a0, (size_t*)a1.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    return out;
+}
+
+/* kvcm_manager_probe_first_new_block_key(manager, scope, has_lora_id, tokens, num_tokens, key, found) */
+static PyObject *kx_fn_kvcm_manager_probe_first_new_block_key(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    bool a2;
+    kx_ptr a3 = KX_PTR_INIT;
+    size_t a4;
+    kx_ptr a5 = KX_PTR_INIT;
+    kx_ptr a6 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 7, "kvcm_manager_probe_first_new_block_key") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    if (kx_pointer(args[1], names, 1, 0, 24, &a1) < 0)
+        goto done;
+    if (kx_bool(args[2], &a2) < 0)
+        goto done;
+    if (kx_pointer(args[3], names, 3, 0, 0, &a3) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[4], names, 4, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a4 = (size_t)v;
+    }
+    if (kx_pointer(args[5], names, 5, 1, 8, &a5) < 0)
+        goto done;
+    if (kx_pointer(args[6], names, 6, 1, 1, &a6) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_probe_first_new_block_key(a0, (const kvcm_reuse_scope*)a1.p, a2, (const kvcm_token*)a3.p, a4, (uint64_t*)a5.p, (bool*)a6.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    kx_ptr_release(&a6);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    kx_ptr_release(&a6);
+    return out;
+}
+
+/* kvcm_manager_probe_reuse_v2(manager, scope, has_lora_id, tokens, num_tokens, out) */
+static PyObject *kx_fn_kvcm_manager_probe_reuse_v2(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    bool a2;
+    kx_ptr a3 = KX_PTR_INIT;
+    size_t a4;
+    kx_ptr a5 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 6, "kvcm_manager_probe_reuse_v2") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    if (kx_pointer(args[1], names, 1, 0, 24, &a1) < 0)
+        goto done;
+    if (kx_bool(args[2], &a2) < 0)
+        goto done;
+    if (kx_pointer(args[3], names, 3, 0, 0, &a3) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[4], names, 4, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a4 = (size_t)v;
+    }
+    if (kx_pointer(args[5], names, 5, 1, 8, &a5) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_probe_reuse_v2(a0, (const kvcm_reuse_scope*)a1.p, a2, (const kvcm_token*)a3.p, a4, (int64_t*)a5.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    return out;
+}
+
 static PyMethodDef kx_functions[] = {
     {"kvcm_cold_page_codec_destroy", (PyCFunction)(void (*)(void))kx_fn_kvcm_cold_page_codec_destroy, METH_FASTCALL, "kvcm_cold_page_codec_destroy(codec)"},
     {"kvcm_config_validate", (PyCFunction)(void (*)(void))kx_fn_kvcm_config_validate, METH_FASTCALL, "kvcm_config_validate(config)"},
@@ -2935,15 +3151,21 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_stream_enqueue_host_func", (PyCFunction)(void (*)(void))kx_fn_kvcm_stream_enqueue_host_func, METH_FASTCALL, "kvcm_stream_enqueue_host_func(stream, fn, user_data)"},
     {"kvcm_stream_free_memory", (PyCFunction)(void (*)(void))kx_fn_kvcm_stream_free_memory, METH_FASTCALL, "kvcm_stream_free_memory(stream, ptr)"},
     {"kvcm_stream_synchronize", (PyCFunction)(void (*)(void))kx_fn_kvcm_stream_synchronize, METH_FASTCALL, "kvcm_stream_synchronize(stream)"},
+    {"kvcm_kv_cache_get_committed_tokens", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_committed_tokens, METH_FASTCALL, "kvcm_kv_cache_get_committed_tokens(cache, tokens, capacity, needed)"},
+    {"kvcm_kv_cache_set_stream", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_set_stream, METH_FASTCALL, "kvcm_kv_cache_set_stream(cache, stream)"},
+    {"kvcm_manager_clear_reusable_blocks", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_clear_reusable_blocks, METH_FASTCALL, "kvcm_manager_clear_reusable_blocks(manager)"},
     {"kvcm_manager_drain_block_events", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_drain_block_events, METH_FASTCALL, "kvcm_manager_drain_block_events(manager, events, events_cap, tokens, tokens_cap, num_events, num_tokens, dropped)"},
     {"kvcm_manager_get_and_reset_iteration_cached_tokens_by_level", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_iteration_cached_tokens_by_level, METH_FASTCALL, "kvcm_manager_get_and_reset_iteration_cached_tokens_by_level(manager, tokens, capacity, needed)"},
     {"kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats, METH_FASTCALL, "kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats(manager, level, stats, capacity, needed)"},
     {"kvcm_manager_get_and_reset_iteration_reused_blocks_by_level", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_iteration_reused_blocks_by_level, METH_FASTCALL, "kvcm_manager_get_and_reset_iteration_reused_blocks_by_level(manager, rows, capacity, needed)"},
     {"kvcm_manager_get_and_reset_layer_group_iteration_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_layer_group_iteration_stats, METH_FASTCALL, "kvcm_manager_get_and_reset_layer_group_iteration_stats(manager, stats, capacity, needed)"},
+    {"kvcm_manager_get_num_open_caches", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_num_open_caches, METH_FASTCALL, "kvcm_manager_get_num_open_caches(manager, out)"},
+    {"kvcm_manager_probe_first_new_block_key", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_first_new_block_key, METH_FASTCALL, "kvcm_manager_probe_first_new_block_key(manager, scope, has_lora_id, tokens, num_tokens, key, found)"},
+    {"kvcm_manager_probe_reuse_v2", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_reuse_v2, METH_FASTCALL, "kvcm_manager_probe_reuse_v2(manager, scope, has_lora_id, tokens, num_tokens, out)"},
     {NULL, NULL, 0, NULL},
 };
 
-static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 8, 4, 5, 4, 4};
+static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 4, 2, 1, 8, 4, 5, 4, 4, 2, 7, 6};
 
 /* bind(name, parameter_names) -> the builtin function of name; its errors
  * name the parameters as parameter_names (a tuple of str, one a

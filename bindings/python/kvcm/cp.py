@@ -202,11 +202,13 @@ class ManagerBackedCPAwareKVManager(CPAwareKVManager):
     ``(1.0, 0.5, 0.25)``), over the request's tokens. Blocks outlive the
     requests that made them. Create it before the manager's first commit
     (``InvalidStateError`` otherwise); its scores are 0 once the manager is
-    closed. ``lora_task_id`` and ``salt`` are the reuse scope of every request
-    it scores."""
+    closed. ``reuse_scope`` (a ReuseScope: ``lora_id`` and ``salt``), or
+    kvcm's older ``lora_task_id`` and ``salt``, is the reuse scope of every
+    request it scores."""
 
     def __init__(self, manager: Any, level_weights: Sequence[float] | None = None,
-                 lora_task_id: int | None = None, salt: bytes | str | None = None) -> None:
+                 lora_task_id: int | None = None, salt: bytes | str | None = None, *,
+                 reuse_scope: Any = None) -> None:
         super().__init__()
         opts = _native.versioned(ffi.kvcm_cp_manager_backed_options)
         weights = None
@@ -214,8 +216,12 @@ class ManagerBackedCPAwareKVManager(CPAwareKVManager):
             weights = (ctypes.c_double * len(level_weights))(*[float(w) for w in level_weights])
             opts.level_weights = weights
             opts.num_level_weights = len(level_weights)
-        scope, keep = manager._scope(lora_task_id, salt)
+        from .manager import _scope_fields
+
+        lora_id, salt = _scope_fields(reuse_scope, lora_task_id, salt)
+        scope, has_lora, keep = manager._scope(lora_id, salt)
         opts.scope = scope
+        opts.scope_has_lora_id = has_lora
         out = ffi.kvcm_cp_index()
         _native.call("kvcm_cp_create_manager_backed", manager._native(), ctypes.byref(opts), ctypes.byref(out))
         del keep, weights

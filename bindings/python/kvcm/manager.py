@@ -6,6 +6,7 @@ import array
 import copy
 import ctypes
 import os
+import sys
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
@@ -32,7 +33,14 @@ from .config import (
     KVCacheManagerConfig,
 )
 from .device import DeviceMemory, MemoryKind, Stream
-from .errors import BufferTooSmallError, InvalidArgumentError, KVCacheError
+from .errors import (
+    BufferTooSmallError,
+    InvalidArgumentError,
+    InvalidStateError,
+    KVCacheError,
+    OutOfPagesError,
+    ResumeRefusedError,
+)
 
 __all__ = [
     "KVCacheManager",
@@ -251,7 +259,8 @@ _TIER_KIND = {GpuCacheTierConfig: 0, HostCacheTierConfig: 1, DiskCacheTierConfig
 # The library functions, bound once (see _native.bind: every integer argument
 # is checked against its C type; the keywords give the Python API's names).
 _manager_create = bind("kvcm_manager_create")
-_probe_reuse = bind("kvcm_manager_probe_reuse", tokens="input_tokens")
+_probe_reuse = bind("kvcm_manager_probe_reuse_v2", tokens="input_tokens")
+_probe_first_new = bind("kvcm_manager_probe_first_new_block_key", tokens="tokens")
 _resize_level = bind("kvcm_manager_resize_level", level="cache_level")
 _get_quota = bind("kvcm_manager_get_quota", level="cache_level")
 _layer_group_of = bind("kvcm_manager_get_layer_group_of")
@@ -262,7 +271,9 @@ _drain_block_events = bind("kvcm_manager_drain_block_events")
 _alloc_memory = bind("kvcm_manager_alloc_memory")
 _cache_create = bind("kvcm_kv_cache_create")
 _cache_close = bind("kvcm_kv_cache_close")
-_cache_resume = bind("kvcm_kv_cache_resume")
+_cache_resume = bind("kvcm_kv_cache_resume", stream="cuda_stream")
+_cache_set_stream = bind("kvcm_kv_cache_set_stream", stream="cuda_stream")
+_cache_committed_tokens = bind("kvcm_kv_cache_get_committed_tokens")
 _cache_suspend = bind("kvcm_kv_cache_suspend")
 _cache_resize = bind("kvcm_kv_cache_resize")
 _cache_commit = bind("kvcm_kv_cache_commit")
@@ -279,16 +290,34 @@ _NO_SCOPE = ffi.kvcm_reuse_scope()  # read only: the default scope
 _PRIORITY_RESULT = "custom_priority_callback's result"
 
 
-def _priority_trampoline(stash: Any, user_id: Any, fn: Callable[[int, Any], int]) -> Any:
-    """The C priority callback calling fn(block_index, user_id): its result
-    (an int, clamped into [0, 100]) on success; an exception (a result that
-    is not an int included) is stashed and reported as the callback's
-    failure, which fails the commit."""
+class LifeCycle(int):
+    """The layer group a priority callback is asked about: an ``int`` (the
+    layer group id, KVCacheManagerV2's LifeCycleId) that also carries the
+    group's ``window_size`` (None for full attention) and
+    ``num_sink_blocks``, the attributes of KVCacheManagerV2's life cycle."""
+
+    window_size: int | None
+    num_sink_blocks: int
+
+    def __new__(cls, layer_group_id: int, window_size: int | None, num_sink_blocks: int) -> "LifeCycle":
+        lc = super().__new__(cls, layer_group_id)
+        lc.window_size, lc.num_sink_blocks = window_size, num_sink_blocks
+        return lc
+
+    def __repr__(self) -> str:
+        return f"LifeCycle({int(self)}, window_size={self.window_size}, num_sink_blocks={self.num_sink_blocks})"
+
+
+def _priority_trampoline(stash: Any, life_cycles: list[LifeCycle], fn: Callable[[int, LifeCycle], int]) -> Any:
+    """The C per-layer-group priority callback calling fn(block_ordinal,
+    life_cycle): its result (an int, clamped into [0, 100]) on success; an
+    exception (a result that is not an int included) is stashed and
+    reported as the callback's failure, which fails the commit."""
     lo, hi, ctname = _convert.RANGES[ctypes.c_int64]
 
-    def trampoline(_user: Any, block_index: int, out: Any) -> int:
+    def trampoline(_user: Any, block_index: int, layer_group: int, out: Any) -> int:
         try:
-            v = fn(block_index, user_id)
+            v = fn(block_index, life_cycles[layer_group])
             if type(v) is not int:
                 v = _convert.integer(v, lo, hi, ctname, _PRIORITY_RESULT)
             out[0] = min(max(v, ffi.KVCM_MIN_PRIORITY), ffi.KVCM_MAX_PRIORITY)
@@ -298,7 +327,65 @@ def _priority_trampoline(stash: Any, user_id: Any, fn: Callable[[int, Any], int]
             return 1
 
     # Runs with the manager's lock held: finalizers there defer.
-    return ffi.kvcm_priority_func(callback_guard(trampoline))
+    return ffi.kvcm_layer_group_priority_func(callback_guard(trampoline))
+
+
+def _scope_fields(reuse_scope: Any, lora_task_id: Any, salt: Any) -> tuple[int | None, Any]:
+    """(lora_id, salt) of a reuse scope: any object with ``lora_id`` and
+    ``salt`` attributes (KVCacheManagerV2's ReuseScope: lora_id None and 0
+    differ) or None, or kvcm's older ``lora_task_id``/``salt`` keywords (not
+    both), where lora_task_id 0 is no adapter as it always was."""
+    if reuse_scope is None:
+        if lora_task_id is not None:
+            lora_task_id = _convert.check(lora_task_id, ctypes.c_int64, "lora_task_id") or None
+        return lora_task_id, salt
+    if lora_task_id is not None or salt is not None:
+        raise TypeError("reuse_scope: give either reuse_scope or lora_task_id/salt, not both")
+    if not (hasattr(reuse_scope, "lora_id") and hasattr(reuse_scope, "salt")):
+        raise TypeError("reuse_scope: expected a ReuseScope (an object with lora_id and salt) or None, "
+                        f"got {type(reuse_scope).__name__}")
+    return reuse_scope.lora_id, reuse_scope.salt
+
+
+def _is_scope(value: Any) -> bool:
+    return value is None or (hasattr(value, "lora_id") and hasattr(value, "salt"))
+
+
+def _tokens(value: Any, name: str) -> tuple[Any, int, Any]:
+    """_convert.tokens, naming the missing capability for KVCacheManagerV2's
+    multimodal digest tokens (bytes, MmItemContext)."""
+    try:
+        return _convert.tokens(value, name)
+    except TypeError as e:
+        if "got bytes" in str(e) or "got MmItemContext" in str(e):
+            raise TypeError(f"{e}: multimodal digest tokens need multimodal block keys, which kvcm does not "
+                            "support yet (text token ids only)") from None
+        raise
+
+
+def _stream_handle(stream: Any) -> Any:
+    """The native handle of a stream argument: a kvcm Stream's, a
+    torch.cuda.Stream's (anything with ``cuda_stream``), or an int as is."""
+    if isinstance(stream, Stream):
+        return stream.handle
+    handle = getattr(stream, "cuda_stream", None)
+    return stream if handle is None else handle
+
+
+def _salt_bytes(salt: Any) -> bytes | None:
+    """A salt's bytes: str (UTF-8) and bytes as they are, an int (KVCacheManagerV2's
+    ReuseScope salt) as its 8 little-endian unsigned bytes, so 0 differs from None."""
+    if salt is None:
+        return None
+    if isinstance(salt, str):
+        return salt.encode()
+    if isinstance(salt, (bytes, bytearray, memoryview)):
+        return bytes(salt)
+    if isinstance(salt, int) and not isinstance(salt, bool):
+        if not 0 <= salt < 1 << 64:
+            raise ValueError(f"salt: an int salt must be in [0, 2**64), got {salt}")
+        return salt.to_bytes(8, "little")
+    raise TypeError(f"salt: expected an int, str, bytes or None, got {type(salt).__name__}")
 
 
 def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ordinal: int,
@@ -747,60 +834,190 @@ class KVCacheManager(Managed):
         _get_quota(self._native(), cache_level, _byref(out))
         return out.value
 
-    def resize(self, cache_level: int, quota: int) -> bool:
-        """Change a level's byte quota (evicting / defragmenting to shrink).
-        Returns True; raises on failure (nothing changed then)."""
-        _resize_level(self._native(), cache_level, quota)
-        return True
+    def resize(self, cache_level: int, quota: int, best_efforts: bool = False) -> bool:
+        """Change a level's byte quota (evicting / defragmenting to shrink),
+        as KVCacheManagerV2's ``resize``: True on success, False when the
+        quota cannot be had (OutOfPagesError, InvalidStateError or
+        InvalidArgumentError from the library; nothing changed then). With
+        ``best_efforts`` it settles for the largest quota not above
+        ``quota`` that it can reach (between the current quota and
+        ``quota`` when growing; a shrink it cannot do is False), and is
+        False only when the quota could not change at all. KVCacheManagerV2
+        wants every cache suspended first; kvcm also resizes with ACTIVE
+        caches (GPU pools resize in place) and refuses only a shrink that
+        would move their pages. A cache level or quota that is no level or
+        quota at all (out of range, not positive) raises InvalidArgumentError."""
+        cache_level = _convert.check(cache_level, ctypes.c_int32, "cache_level")
+        quota = _convert.check(quota, ctypes.c_int64, "quota")
+        if not 0 <= cache_level < self._num_levels:
+            raise InvalidArgumentError(f"cache_level: {cache_level} out of [0, {self._num_levels})")
+        if quota <= 0:
+            raise InvalidArgumentError(f"quota: must be positive, got {quota}")
+
+        def attempt(q: int) -> bool:
+            try:
+                _resize_level(self._native(), cache_level, q)
+            except (OutOfPagesError, InvalidStateError, InvalidArgumentError):
+                return False
+            return True
+
+        if attempt(quota):
+            return True
+        if not best_efforts:
+            return False
+        lo, hi = self.get_quota(cache_level), quota  # lo is where it is, hi is out of reach
+        if hi <= lo:
+            return False  # a shrink it cannot do
+        grew = False
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if attempt(mid):
+                lo, grew = mid, True
+            else:
+                hi = mid
+        return grew
 
     # -- reuse and caches ---------------------------------------------------
     @staticmethod
-    def _scope(lora_task_id: int | None, salt: bytes | str | None) -> tuple[Any, Any]:
+    def _scope(lora_id: int | None, salt: Any) -> tuple[Any, bool, Any]:
+        """(kvcm_reuse_scope, has_lora_id, keep) for a scope's fields."""
         s = ffi.kvcm_reuse_scope()
-        if lora_task_id is not None:
-            set_field(s, "lora_id", lora_task_id, "lora_task_id")
+        if lora_id is not None:
+            set_field(s, "lora_id", lora_id, "reuse_scope.lora_id")
         keep = None
-        if salt:
-            data = salt.encode() if isinstance(salt, str) else bytes(salt)
+        data = _salt_bytes(salt)
+        if data:
             s.salt, keep = _native.byte_buffer(data)
             s.salt_len = len(data)
-        return s, keep
+        elif data is not None:
+            raise ValueError("salt: an empty salt is no salt; pass None")
+        return s, lora_id is not None, keep
 
-    def probe_reuse(self, input_tokens: Sequence[int], lora_task_id: int | None = None,
-                    salt: bytes | str | None = None) -> int:
-        """How many tokens of input_tokens a new cache would reuse now."""
-        if lora_task_id is None and not salt:
-            scope = _NO_SCOPE
+    def probe_reuse(self, reuse_scope: Any = None, input_tokens: Sequence[int] | None = None, *,
+                    lora_task_id: int | None = None, salt: bytes | str | int | None = None) -> int:
+        """How many tokens of input_tokens a new cache in reuse_scope would
+        reuse now: all of them when all of them are cached, less the
+        configuration's ``reuse_match_backoff`` (KVCacheManagerV2's rule;
+        leave the last prompt token out to have it computed). ``reuse_scope``
+        is a ReuseScope (any object with ``lora_id`` and ``salt``) or None;
+        ``lora_task_id``/``salt`` are kvcm's older spelling of it. It changes
+        nothing. kvcm's older ``probe_reuse(input_tokens, lora_task_id=...,
+        salt=...)`` still works: a first argument that is not a scope is the
+        tokens."""
+        if input_tokens is None and not _is_scope(reuse_scope):
+            reuse_scope, input_tokens = None, reuse_scope
+        lora_id, salt = _scope_fields(reuse_scope, lora_task_id, salt)
+        if lora_id is None and salt is None:
+            scope, has_lora, _keep = _NO_SCOPE, False, None
         else:
-            scope, _keep = self._scope(lora_task_id, salt)
-        toks, n, _keep_tokens = _convert.tokens(input_tokens, "input_tokens")
+            scope, has_lora, _keep = self._scope(lora_id, salt)
+        toks, n, _keep_tokens = _tokens(input_tokens, "input_tokens")
         out = _I64()
-        _probe_reuse(self._resource if self._state == "open" else self._native(), _byref(scope), toks, n,
-                     _byref(out))
+        _probe_reuse(self._resource if self._state == "open" else self._native(), _byref(scope), has_lora,
+                     toks, n, _byref(out))
         return out.value
+
+    def probe_first_new_block_key(self, scope: Any, tokens: Sequence[int]) -> bytes | None:
+        """The key of the first full block of ``tokens`` past the prefix a new
+        cache in ``scope`` would reuse (the block it would commit first), or
+        None when no full block lies past it. kvcm's keys are 64-bit chained
+        hashes: the key is their 8 little-endian bytes (the ``key`` of the
+        block's cache events)."""
+        lora_id, salt = _scope_fields(scope, None, None)
+        c_scope, has_lora, _keep = self._scope(lora_id, salt)
+        toks, n, _keep_tokens = _convert.tokens(tokens, "tokens")
+        key, found = ctypes.c_uint64(), ctypes.c_bool()
+        _probe_first_new(self._native(), _byref(c_scope), has_lora, toks, n, _byref(key), _byref(found))
+        return key.value.to_bytes(8, "little") if found.value else None
+
+    def clear_reusable_blocks(self) -> None:
+        """Drop every committed block from every level. Raises
+        InvalidStateError while caches are open (KVCacheManagerV2's rule)."""
+        _native.call("kvcm_manager_clear_reusable_blocks", self._native())
+
+    def num_open_caches(self) -> int:
+        """How many caches of the manager are open (not closed)."""
+        out = ctypes.c_size_t()
+        _native.call("kvcm_manager_get_num_open_caches", self._native(), _byref(out))
+        return out.value
+
+    def shutdown(self) -> None:
+        """Release the manager, as KVCacheManagerV2's ``shutdown``: raises
+        InvalidStateError, changing nothing, while caches are open (close
+        them first). ``close()`` instead closes the caches it still owns. A
+        closed manager shuts down as a no-op."""
+        if self.closed:
+            return
+        n = self.num_open_caches()
+        if n:
+            raise InvalidStateError(f"shutdown() with {n} KV cache(s) still open; close them first")
+        self.close()
+
+    def _life_cycles(self) -> list[LifeCycle]:
+        """Every layer group as a LifeCycle (window and sink blocks from the
+        configuration)."""
+        lcs = getattr(self, "_lc_cache", None)
+        if lcs is None:
+            tpb = self._tokens_per_block
+            by_group: dict[int, LifeCycle] = {}
+            for layer in self._config.layers:
+                g = self.get_layer_group_id(layer.layer_id)
+                sinks = -(-(layer.num_sink_tokens or 0) // tpb)
+                by_group.setdefault(g, LifeCycle(g, layer.sliding_window_size or None, sinks))
+            lcs = self._lc_cache = [by_group[g] for g in range(self._num_layer_groups)]
+        return lcs
 
     def create_kv_cache(
         self,
-        lora_task_id: int | None = None,
+        reuse_scope: Any = None,
         input_tokens: Sequence[int] | None = None,
         id: Any = None,
-        custom_priority_callback: Callable[[int, Any], int] | None = None,
+        custom_priority_callback: Callable[[int, LifeCycle], int] | None = None,
+        expected_prompt_length: int | None = None,
+        text_only: bool | None = None,
+        enable_request_stats: bool = False,
         *,
-        salt: bytes | str | None = None,
+        lora_task_id: int | None = None,
+        salt: bytes | str | int | None = None,
         request_id: str | bytes | None = None,
     ) -> "_KVCache":
         """A SUSPENDED cache holding the longest reusable cached prefix of
-        input_tokens (see ``num_committed_tokens``). ``lora_task_id`` and
-        ``salt`` form the reuse scope. ``custom_priority_callback(block_index,
-        id)`` gives committed blocks their eviction priority, an int clamped
-        into [0, 100]; it runs with the manager's lock held and must not call
-        into the manager. An exception it raises (a result that is not an int
-        included) fails the commit, which then changes nothing, and is
-        re-raised by it; at close, where a trailing partial block is published,
-        the block gets the default priority and close re-raises it.
+        input_tokens (all of it when all of it is cached, less
+        ``reuse_match_backoff``; see :meth:`probe_reuse`). ``reuse_scope`` is
+        a ReuseScope (``lora_id`` and ``salt``; lora_id None and 0 are
+        different scopes) or None; ``lora_task_id``/``salt`` are kvcm's older
+        spelling. ``custom_priority_callback(block_ordinal, life_cycle)``
+        gives each layer group's page of a committed block its eviction
+        priority, an int clamped into [0, 100]; ``life_cycle`` is a
+        :class:`LifeCycle` (the layer group id, with ``window_size`` and
+        ``num_sink_blocks``). It runs with the manager's lock held and must
+        not call into the manager. An exception it raises (a result that is
+        not an int included) fails the commit, which then changes nothing, and
+        is re-raised by it; at close, where a trailing partial block is
+        published, the block gets the default priority and close re-raises
+        it. ``expected_prompt_length`` (the prefill/generation boundary of
+        KVCacheManagerV2's request statistics) is kept as the cache's
+        attribute; ``text_only`` may be None, True or False (kvcm's tokens are
+        text token ids either way: multimodal digest tokens are not
+        supported); ``enable_request_stats`` is accepted and kept.
         ``request_id`` names the request for the CP index attached with
-        :meth:`attach_cp`, which is then notified about the cache's blocks."""
-        return _KVCache(self, lora_task_id, input_tokens, id, custom_priority_callback, salt, request_id)
+        :meth:`attach_cp`, which is then notified about the cache's blocks.
+        kvcm's older positional ``create_kv_cache(lora_task_id, ...)`` still
+        works: an int first argument is the lora_task_id."""
+        if isinstance(reuse_scope, int) and not isinstance(reuse_scope, bool) and lora_task_id is None:
+            reuse_scope, lora_task_id = None, reuse_scope
+        lora_id, salt = _scope_fields(reuse_scope, lora_task_id, salt)
+        if expected_prompt_length is not None and (type(expected_prompt_length) is not int
+                                                   or expected_prompt_length < 0):
+            raise ValueError(f"expected_prompt_length: expected a non-negative int or None, got {expected_prompt_length!r}")
+        if text_only not in (None, True, False):
+            raise TypeError(f"text_only: expected a bool or None, got {text_only!r}")
+        cache = _KVCache(self, lora_id, input_tokens, id, custom_priority_callback, salt, request_id)
+        cache._reuse_scope = reuse_scope
+        cache.expected_prompt_length = (cache._num_input_tokens if expected_prompt_length is None and input_tokens is not None
+                                        else expected_prompt_length)
+        cache.enable_request_stats = bool(enable_request_stats)
+        return cache
 
     # -- CP index -----------------------------------------------------------------
     def attach_cp(self, cp: Any) -> None:
@@ -1114,29 +1331,38 @@ class _KVCache(Managed):
     _what = "KV cache"
     Status = CacheStatus
 
-    def __init__(self, manager: KVCacheManager, lora_task_id: int | None, input_tokens: Sequence[int] | None,
-                 id: Any, custom_priority_callback: Callable[[int, Any], int] | None,
-                 salt: bytes | str | None, request_id: str | bytes | None = None) -> None:
+    def __init__(self, manager: KVCacheManager, lora_id: int | None, input_tokens: Sequence[int] | None,
+                 id: Any, custom_priority_callback: Callable[[int, LifeCycle], int] | None,
+                 salt: bytes | str | int | None, request_id: str | bytes | None = None) -> None:
         super().__init__()
         self._manager = manager
         self.id = id
         self._stash = _native.Stash()
         self._stream: Any = None
+        self._reuse_scope: Any = None
+        self._lora_id, self._salt = lora_id, salt
+        # Page indices by layer group: the views get_base_page_indices hands
+        # out and the caller's buffers set_base_page_index_buf registered,
+        # refreshed after every call that can change them.
+        self._views: dict[int, array.array] = {}
+        self._bufs: dict[int, memoryview] = {}
         opts = _native.versioned(ffi.kvcm_kv_cache_options)
         salt_keep = None
-        if lora_task_id is not None or salt:
-            scope, salt_keep = KVCacheManager._scope(lora_task_id, salt)
+        if lora_id is not None or salt is not None:
+            scope, has_lora, salt_keep = KVCacheManager._scope(lora_id, salt)
             opts.scope = scope
-        toks, n, toks_keep = _convert.tokens(input_tokens, "input_tokens")
+            opts.scope_has_lora_id = has_lora
+        toks, n, toks_keep = _tokens(input_tokens, "input_tokens")
+        self._num_input_tokens = n
         if n:
             opts.input_tokens = ctypes.cast(toks, _TOKEN_PTR)
             opts.num_input_tokens = n
         self._priority_cb = None
         if custom_priority_callback is not None:
             if not callable(custom_priority_callback):
-                raise TypeError("custom_priority_callback: expected a callable(block_index, id) -> int")
-            self._priority_cb = _priority_trampoline(self._stash, id, custom_priority_callback)
-            opts.priority = self._priority_cb
+                raise TypeError("custom_priority_callback: expected a callable(block_ordinal, life_cycle) -> int")
+            self._priority_cb = _priority_trampoline(self._stash, manager._life_cycles(), custom_priority_callback)
+            opts.layer_group_priority = self._priority_cb
         rid_keep = None
         if request_id is not None:
             from .cp import _id_bytes
@@ -1160,6 +1386,8 @@ class _KVCache(Managed):
         self._stream = None
         if self._manager._event_manager is not None:
             self._manager._forget_scope(self._get_id(handle))
+        self._bufs.clear()
+        self._views.clear()
         if self._priority_cb is None:
             _cache_close(handle)
         else:
@@ -1213,9 +1441,48 @@ class _KVCache(Managed):
         _cache_capacity(self._resource if self._state == "open" else self._native(), out)
         return out.value
 
+    @capacity.setter
+    def capacity(self, capacity: int) -> None:
+        """Reserve pages for ``capacity`` tokens (KVCacheManagerV2's setter):
+        raises OutOfPagesError when the GPU cannot hold them."""
+        if not self.resize(capacity, None):
+            raise OutOfPagesError(f"capacity: not enough GPU pages for {capacity} tokens")
+
+    @history_length.setter
+    def history_length(self, history_length: int) -> None:
+        """Advance the history length (it never decreases); a sliding window
+        releases the pages it no longer needs."""
+        if not self.resize(None, history_length):
+            raise OutOfPagesError(f"history_length: not enough GPU pages for {history_length} tokens")
+
     @property
     def reused_tokens(self) -> int:
         return self._get("kvcm_kv_cache_get_reused_tokens")
+
+    @property
+    def committed_tokens(self) -> list[int]:
+        """A copy of the committed tokens."""
+        n = self.num_committed_tokens
+        while True:
+            buf = (ffi.kvcm_token * max(n, 1))()
+            needed = ctypes.c_size_t()
+            try:
+                _cache_committed_tokens(self._native(), buf, n, _byref(needed))
+            except BufferTooSmallError:
+                n = needed.value
+                continue
+            return list(buf[:needed.value])
+
+    @property
+    def reuse_scope(self) -> Any:
+        """The scope the cache was created in: the ReuseScope passed to
+        create_kv_cache; for None (or kvcm's lora_task_id/salt), a
+        ``kvcm.ReuseScope`` when the package defines one, else None."""
+        if self._reuse_scope is None:
+            cls = getattr(sys.modules[__package__], "ReuseScope", None)
+            if cls is not None:
+                return cls(self._lora_id, self._salt)
+        return self._reuse_scope
 
     @property
     def tokens_per_block(self) -> int:
@@ -1228,33 +1495,61 @@ class _KVCache(Managed):
 
     @property
     def cuda_stream(self) -> Any:
-        """The stream the cache was resumed on (None unless ACTIVE)."""
+        """The stream the cache runs on (None before it was first given one):
+        what ``resume`` or the setter got."""
         return self._stream
 
+    @cuda_stream.setter
+    def cuda_stream(self, cuda_stream: Stream | int) -> None:
+        """Move the cache to ``cuda_stream``: an ACTIVE cache's work continues
+        there, after everything enqueued on the old stream so far (an event
+        orders them); a SUSPENDED one resumes there."""
+        if cuda_stream is None:
+            raise TypeError("cuda_stream: expected a stream, got None")
+        _cache_set_stream(self._native(), _stream_handle(cuda_stream))
+        self._stream = cuda_stream
+
     # -- transitions -------------------------------------------------------------
-    def resume(self, stream: Stream | int | None = None) -> bool:
-        """Make the cache ACTIVE on ``stream``: pages on colder levels come
-        back to the GPU and the stream waits for them. Returns True; raises
-        ResumeRefusedError, OutOfPagesError, CodecFailedError (the codec
-        failed to decode some pages: they are dropped) or DataLostError (the
-        cache stays SUSPENDED; close it). A failure of the asynchronous decode
-        not known yet reaches the stream and makes the next call raise
-        DataLostError."""
-        if stream is None:
-            raise InvalidArgumentError("stream: a stream is required (KVCacheManager.create_stream())")
-        handle = stream.handle if isinstance(stream, Stream) else stream
-        _cache_resume(self._resource if self._state == "open" else self._native(), handle)
-        self._stream = stream
+    def resume(self, cuda_stream: Stream | int | None = None) -> bool:
+        """Make the cache ACTIVE on ``cuda_stream`` (None: the stream it last
+        had, from ``cuda_stream`` or an earlier resume): a :class:`Stream` of
+        the manager, or any stream the engine owns, as its handle (an int) or
+        an object with a ``cuda_stream`` handle (a ``torch.cuda.Stream``): on
+        CUDA a CUstream of the manager's device (0 for the legacy default
+        stream); on the emulated
+        device any int names an emulated stream of its own, made on first
+        use, so a program written for CUDA runs unchanged. Pages on colder
+        levels come back to the GPU and the stream waits for them. Returns
+        False, leaving the cache SUSPENDED, while the GPU is busier than
+        ``max_util_for_resume`` or cannot take the pages back; raises
+        CodecFailedError (the codec failed to decode some pages: they are
+        dropped) or DataLostError (close the cache then). A failure of the
+        asynchronous decode not known yet reaches the stream and makes the
+        next call raise DataLostError."""
+        if cuda_stream is None:
+            cuda_stream = self._stream
+            if cuda_stream is None:
+                raise InvalidArgumentError("cuda_stream: the cache never had a stream; pass one")
+        try:
+            _cache_resume(self._resource if self._state == "open" else self._native(), _stream_handle(cuda_stream))
+        except (ResumeRefusedError, OutOfPagesError):
+            return False
+        self._stream = cuda_stream
+        self._refresh_indices()
         return True
 
     def suspend(self) -> None:
+        """Make the cache SUSPENDED; buffers given to set_base_page_index_buf
+        are let go (as KVCacheManagerV2 does)."""
         _cache_suspend(self._native())
-        self._stream = None
+        self._bufs.clear()
+        self._views.clear()
 
     def resize(self, capacity: int | None, history_length: int | None = None) -> bool:
-        """Set capacity (tokens with pages) and history_length (computed
-        tokens; None keeps it) of an ACTIVE cache. Returns True; raises
-        OutOfPagesError (nothing changed) and the like."""
+        """Set capacity (tokens with pages; None keeps it) and history_length
+        (computed tokens; None keeps it) of an ACTIVE cache. Returns False,
+        changing nothing, when the GPU has not enough pages; raises
+        InvalidArgumentError and the like for a bad request."""
         if capacity is None:
             capacity = self.capacity
         if history_length is None:
@@ -1263,39 +1558,57 @@ class _KVCache(Managed):
             history_length = _convert.check(history_length, _I64, "history_length")
             if history_length < 0:
                 raise InvalidArgumentError(f"history_length: must not be negative, got {history_length}")
-        _cache_resize(self._resource if self._state == "open" else self._native(), capacity, history_length)
+        try:
+            _cache_resize(self._resource if self._state == "open" else self._native(), capacity, history_length)
+        except OutOfPagesError:
+            return False
+        self._refresh_indices()
         return True
 
-    def commit(self, tokens: Sequence[int], is_end: bool = False) -> None:
+    def commit(self, accepted_input_tokens: Sequence[int], beam_search_indices: Sequence[int] | None = None,
+               is_end: bool = False) -> None:
         """Append computed tokens to the committed sequence; completed blocks
-        are published for reuse. ``is_end`` ends committing."""
-        toks, n, keep = _convert.tokens(tokens, "tokens")
+        are published for reuse. Committed tokens are history: the history
+        length advances to them (they must fit in the capacity). ``is_end``
+        ends committing (kvcm's older ``commit(tokens, is_end)`` still works).
+        ``beam_search_indices`` must be None: beam search is not supported
+        yet."""
+        if isinstance(beam_search_indices, bool):
+            # kvcm's older commit(tokens, is_end): a bool is never indices.
+            beam_search_indices, is_end = None, beam_search_indices
+        if beam_search_indices is not None:
+            raise NotImplementedError("commit: beam_search_indices needs beam search, which kvcm does not support yet")
+        toks, n, keep = _tokens(accepted_input_tokens, "accepted_input_tokens")
         h = self._resource if self._state == "open" else self._native()
         if self._priority_cb is None:
             _cache_commit(h, toks, n, bool(is_end))
-            return
-        # An exception the priority callback raised fails the commit (which
-        # then changes nothing) and is re-raised here.
-        try:
-            _cache_commit(h, toks, n, bool(is_end))
-        except KVCacheError as err:
-            self._stash.reraise(err)
-            raise
-        self._stash.reraise()
+        else:
+            # An exception the priority callback raised fails the commit
+            # (which then changes nothing) and is re-raised here.
+            try:
+                _cache_commit(h, toks, n, bool(is_end))
+            except KVCacheError as err:
+                self._stash.reraise(err)
+                raise
+            self._stash.reraise()
+        if self._bufs or self._views:
+            self._refresh_indices()  # a sliding window may have let pages go
 
     def stop_committing(self) -> None:
         _native.call("kvcm_kv_cache_stop_committing", self._native())
 
-    def prefetch(self, level: int) -> None:
-        """Bring a SUSPENDED cache's pages up to ``level`` without pinning."""
-        _cache_prefetch(self._native(), level)
+    def prefetch(self, target: int) -> bool:
+        """Bring a SUSPENDED cache's pages up to cache level ``target``
+        without pinning them. False when that level has no room for some of
+        them (those stay where they were)."""
+        try:
+            _cache_prefetch(self._native(), target)
+        except OutOfPagesError:
+            return False
+        return True
 
     # -- pages ----------------------------------------------------------------
-    def get_page_indices(self, layer_group_id: int) -> array.array:
-        """The GPU base page index of every block in a layer group (-1 where
-        the block has no page), as an ``array.array('i')``: a buffer-protocol
-        object that owns its memory, so ``numpy.frombuffer(a, dtype=numpy.int32)``
-        or ``memoryview(a)`` use it without copying. The cache must be ACTIVE."""
+    def _fetch_indices(self, layer_group_id: int) -> array.array:
         h = self._native()
         needed = ctypes.c_size_t()
         cap = self.num_blocks
@@ -1313,6 +1626,81 @@ class _KVCache(Managed):
                 del a[needed.value:]
                 return a
             cap = needed.value
+
+    def get_page_indices(self, layer_group_id: int) -> array.array:
+        """The GPU base page index of every block in a layer group (-1 where
+        the block has no page), as a fresh ``array.array('i')``: a
+        buffer-protocol object that owns its memory, so
+        ``numpy.frombuffer(a, dtype=numpy.int32)`` or ``memoryview(a)`` use it
+        without copying. The cache must be ACTIVE."""
+        return self._fetch_indices(layer_group_id)
+
+    @staticmethod
+    def _check_beam(beam: int) -> None:
+        if beam != 0:
+            raise NotImplementedError(f"beam {beam}: beam search is not supported yet (only beam 0)")
+
+    def get_base_page_indices(self, layer_group_id: int, beam_id: int = 0) -> array.array | memoryview:
+        """KVCacheManagerV2's view of the base page indices of a layer group
+        (-1 where a block has no page): the buffer given to
+        :meth:`set_base_page_index_buf`, else an ``array.array('i')`` the cache
+        keeps and updates in place after each call that changes its pages
+        (resume, resize, the capacity and history setters, commit), so
+        repeated calls copy nothing. Treat it as read-only; it is let go on
+        suspend. The cache must be ACTIVE; beam_id must be 0."""
+        self._check_beam(beam_id)
+        buf = self._bufs.get(layer_group_id)
+        if buf is not None:
+            return buf
+        view = self._views.get(layer_group_id)
+        if view is None:
+            view = self._views[layer_group_id] = self._fetch_indices(layer_group_id)
+        return view
+
+    def set_base_page_index_buf(self, beam_idx: int, layer_group_id: int, buf: Any) -> None:
+        """Keep the base page indices of a layer group in a caller-owned
+        buffer (a 1-D int32 buffer, format 'i', of at least ``num_blocks``
+        entries; the entries past the blocks read -1): the cache writes them
+        now and after each call that changes its pages, until ``buf`` is None
+        or the cache is suspended. beam_idx must be 0."""
+        self._check_beam(beam_idx)
+        if buf is None:
+            self._bufs.pop(layer_group_id, None)
+            return
+        mv = memoryview(buf)
+        if mv.ndim != 1 or mv.format != "i" or mv.readonly:
+            raise TypeError("buf: expected a writable 1-D buffer of int32 (format 'i')")
+        idx = self._fetch_indices(layer_group_id)
+        if len(mv) < len(idx):
+            raise ValueError(f"buf: holds {len(mv)} indices, the cache has {len(idx)} blocks")
+        self._write(mv, idx)
+        self._bufs[layer_group_id] = mv
+        self._views.pop(layer_group_id, None)
+
+    @staticmethod
+    def _write(mv: memoryview, idx: array.array) -> None:
+        n = len(idx)
+        mv[:n] = memoryview(idx)
+        if len(mv) > n:
+            mv[n:] = array.array("i", [BAD_PAGE_INDEX]) * (len(mv) - n)
+
+    def _refresh_indices(self) -> None:
+        """Update the views and registered buffers in place."""
+        for lg, mv in list(self._bufs.items()):
+            idx = self._fetch_indices(lg)
+            if len(mv) < len(idx):
+                del self._bufs[lg]
+                raise ValueError(f"buf of layer group {lg}: holds {len(mv)} indices, the cache now has "
+                                 f"{len(idx)} blocks; it was let go")
+            self._write(mv, idx)
+        for lg, view in self._views.items():
+            idx = self._fetch_indices(lg)
+            try:
+                view[:] = idx
+            except BufferError:
+                # A length change while the caller holds an export of the
+                # view: hand out a new one from now on.
+                self._views[lg] = idx
 
     def __repr__(self) -> str:
         if self.closed:

@@ -69,11 +69,11 @@ CALLS = [
     ("drain_events", I32, lambda m, c, v: m.drain_events(v), "max_events"),
     ("cache resize capacity", I64, lambda m, c, v: c.resize(v), "capacity"),
     ("cache resize history_length", I64, lambda m, c, v: c.resize(12, v), "history_length"),
-    ("resume stream", U64, lambda m, c, v: c.resume(v), "stream"),
+    ("resume stream", U64, lambda m, c, v: c.resume(v), "cuda_stream"),
     ("prefetch", I32, lambda m, c, v: c.prefetch(v), "level"),
     ("get_page_indices", I32, lambda m, c, v: c.get_page_indices(v), "layer_group_id"),
     ("probe_reuse token", I32, lambda m, c, v: m.probe_reuse(PROMPT[:5] + [v]), r"input_tokens\[5\]"),
-    ("commit token", I32, lambda m, c, v: c.commit([v]), r"tokens\[0\]"),
+    ("commit token", I32, lambda m, c, v: c.commit([v]), r"accepted_input_tokens\[0\]"),
 ]
 
 
@@ -224,7 +224,7 @@ def test_token_sequences_of_every_form_are_the_same_tokens(form, make):
             c.resume(s)
             c.resize(len(PROMPT), len(PROMPT))
             c.commit(make(PROMPT))
-        assert m.probe_reuse(make(PROMPT)) == 16  # at most len-1, in full blocks
+        assert m.probe_reuse(make(PROMPT)) == 20  # all of it: it is cached whole
         assert m.probe_reuse(make(PROMPT[:9])) == 8
         assert m.probe_reuse(make([1] + PROMPT[1:])) == 0
         with m.create_kv_cache(input_tokens=make(PROMPT[:13])) as c:

@@ -4,6 +4,8 @@ files and must meet the same expectations."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import pytest
 from conftest import CONFORMANCE_DIR
 from engine import FakeEngine
@@ -19,9 +21,21 @@ from kvcm import (
 
 VECTORS = sorted(CONFORMANCE_DIR.glob("*.vec"))
 
+class Scope(NamedTuple):
+    """A reuse scope as KVCacheManagerV2's ReuseScope: the binding takes any
+    object with lora_id and salt."""
+
+    lora_id: int | None = None
+    salt: int | None = None
+
+
+def scope(field: str) -> Scope | None:
+    """A LORA field: "-" has no adapter, an integer is that adapter (0 included)."""
+    return None if field == "-" else Scope(lora_id=int(field))
+
 
 def parse(path):
-    cfg = dict(tokens_per_block=None, tiers=[], layers=[], seed=0)
+    cfg = dict(tokens_per_block=None, tiers=[], layers=[], seed=0, partial=False, backoff=0)
     seqs: dict[str, list[int]] = {}
     steps = []
     header = False
@@ -42,16 +56,20 @@ def parse(path):
         elif k == "layer":
             bufs = [BufferConfig(f[i], int(f[i + 1])) for i in range(4, len(f), 2)]
             cfg["layers"].append(AttentionLayerConfig(int(f[1]), bufs, int(f[2]) or None, int(f[3]) or None))
+        elif k == "partial_reuse":
+            cfg["partial"] = f[1] == "on"
+        elif k == "reuse_match_backoff":
+            cfg["backoff"] = int(f[1])
         elif k == "seed":
             cfg["seed"] = int(f[1])
         elif k == "seq":
             seqs[f[1]] = [int(x) for x in f[2:]]
         else:
             steps.append((no, f))
-    # The vectors run the library's zero configuration (partial reuse and
-    # statistics off), not the binding's KVCacheManagerV2 defaults.
-    config = KVCacheManagerConfig(tokens_per_block=cfg["tokens_per_block"], cache_tiers=cfg["tiers"],
-                                  layers=cfg["layers"], enable_partial_reuse=False, enable_stats=False)
+    # kvcm's defaults, whatever KVCacheManagerConfig's are.
+    config = KVCacheManagerConfig(tokens_per_block=cfg["tokens_per_block"], cache_tiers=cfg["tiers"], layers=cfg["layers"],
+                                  max_util_for_resume=0.95, enable_partial_reuse=cfg["partial"], enable_stats=False,
+                                  reuse_match_backoff=cfg["backoff"])
     return config, cfg["seed"], seqs, steps
 
 
@@ -72,9 +90,9 @@ def test_conformance_vector(path):
                 assert str(got) == want, f"{where}: got {got}, want {want}"
 
             if op == "probe":
-                expect(m.probe_reuse(seqs[f[1]], lora_task_id=int(f[2])), f[3])
+                expect(m.probe_reuse(scope(f[2]), seqs[f[1]]), f[3])
             elif op == "create":
-                c = m.create_kv_cache(lora_task_id=int(f[3]), input_tokens=seqs[f[2]])
+                c = m.create_kv_cache(scope(f[3]), seqs[f[2]])
                 caches[f[1]], cseq[f[1]] = c, seqs[f[2]]
                 assert c.num_committed_tokens == c.history_length, where
                 expect(c.history_length, f[4])

@@ -88,12 +88,14 @@ def test_cache_lifecycle(manager):
         c.resume(s)
     with pytest.raises(ClosedError):
         c.num_committed_tokens
-    # Reuse: at most len-1 tokens, in whole blocks.
-    assert manager.probe_reuse(PROMPT) == 16
+    # Reuse: a prompt cached whole is reused whole (KVCacheManagerV2's rule).
+    assert manager.probe_reuse(None, PROMPT) == 20
+    assert manager.probe_reuse(PROMPT) == 20, "kvcm's older probe_reuse(input_tokens)"
+    assert manager.probe_reuse(None, PROMPT[:19]) == 16, "whole blocks without partial reuse"
     assert manager.probe_reuse(PROMPT, lora_task_id=7) == 0
     assert manager.probe_reuse(PROMPT, salt=b"tenant") == 0
     with manager.create_kv_cache(input_tokens=PROMPT) as c2:
-        assert c2.num_committed_tokens == c2.reused_tokens == 16
+        assert c2.num_committed_tokens == c2.reused_tokens == 20
 
 
 def test_errors_map_to_classes(manager):
@@ -103,10 +105,11 @@ def test_errors_map_to_classes(manager):
     with pytest.raises(InvalidArgumentError, match="history_length") as ei:
         c.resize(4, 8)
     assert ei.value.code == 1 and isinstance(ei.value, ValueError)
-    with pytest.raises(InvalidArgumentError, match="tokens"):
-        c.commit(PROMPT[:4])  # history is 0
+    with pytest.raises(InvalidArgumentError, match="capacity"):
+        c.commit(PROMPT[:4])  # capacity is 0
+    assert c.resize(1 << 20) is False, "out of pages: False, as KVCacheManagerV2"
     with pytest.raises(OutOfPagesError) as ei:
-        c.resize(1 << 20)
+        c.capacity = 1 << 20
     assert isinstance(ei.value, MemoryError) and ei.value.code == 4
     assert c.capacity == 0  # a failed call changes nothing
     with pytest.raises(InvalidArgumentError, match="layer"):
@@ -201,11 +204,11 @@ def test_stats_and_events():
         with m.create_kv_cache(input_tokens=PROMPT) as c:
             pass
         st = m.stats
-        assert st.reused_blocks == 4 and st.alloc_new_blocks == 5
+        assert st.reused_blocks == 5 and st.alloc_new_blocks == 5, "the prompt is reused whole"
         assert st.alloc_total_blocks == st.alloc_new_blocks + st.reused_blocks
         assert 0 < st.hit_rate <= 1
         it = m.get_and_reset_iteration_block_stats()
-        assert it.reused_blocks == 4
+        assert it.reused_blocks == 5
         assert m.get_and_reset_iteration_block_stats().reused_blocks == 0
         events = m.drain_events()
         stored = [e for e in events if e.kind == kvcm.EventKind.BLOCK_STORED]
@@ -222,15 +225,20 @@ def test_priority_callback_gives_committed_blocks_their_priority(manager):
     s = manager.create_stream()
     seen = []
 
-    def priority(block_index, req_id):
-        seen.append((block_index, req_id))
+    def priority(block_ordinal, life_cycle):
+        seen.append((block_ordinal, life_cycle))
         return 80
 
     with manager.create_kv_cache(input_tokens=PROMPT, id="r", custom_priority_callback=priority) as c:
         c.resume(s)
         c.resize(8, 8)
         c.commit(PROMPT[:8])
-    assert seen == [(0, "r"), (1, "r")]
+    # KVCacheManagerV2's (block_ordinal, life_cycle): once per layer group.
+    assert seen == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    windows = {int(lc): lc.window_size for _, lc in seen}
+    swa = manager.get_layer_group_id(2)
+    assert windows == {swa: 8, 1 - swa: None}
+    assert all(lc.num_sink_blocks == 0 for _, lc in seen)
 
 
 class Boom(Exception):
@@ -289,9 +297,22 @@ def test_host_func_exception_reraised_at_synchronize(manager):
 def test_resume_needs_a_stream(manager):
     with manager.create_kv_cache(input_tokens=PROMPT) as c:
         with pytest.raises(InvalidArgumentError, match="stream"):
-            c.resume(None)
-        with pytest.raises(kvcm.KVCacheError):
-            c.resume(12345)  # not a stream of this device
+            c.resume(None)  # it never had one
+
+
+def test_engine_stream_handles_run_unchanged_on_the_emulated_device(manager):
+    """Any int is a stream handle the engine owns: on the emulated device each
+    value is an emulated stream of its own (as torch.cuda.Stream().cuda_stream
+    would be a CUstream on CUDA), the default stream's 0 included."""
+    for handle in (0, 12345, 0x7F00_0000_1000):
+        with manager.create_kv_cache() as c:
+            assert c.resume(handle) is True
+            assert c.cuda_stream == handle
+            c.capacity = 8
+            c.commit(PROMPT[:8])
+            c.cuda_stream = handle + 1  # another engine stream
+            c.suspend()
+            assert c.resume() is True and c.cuda_stream == handle + 1
 
 
 def test_version_queries():

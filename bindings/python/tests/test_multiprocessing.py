@@ -41,7 +41,7 @@ def test_spawn_children_use_their_own_managers(config):
         with ctx.Pool(2) as pool:
             results = pool.map(spawn_worker, [1, 2, 3])
     assert [r[0] for r in results] == [1, 2, 3]
-    assert all(r[1] == 16 for r in results)
+    assert all(r[1] == 20 for r in results), "each child's prompt is reused whole"
     # The same seed gives the same bytes in the parent.
     assert spawn_worker(2) == results[1]
 

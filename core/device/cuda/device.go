@@ -239,6 +239,31 @@ func (d *Device) newEvent(timing bool) (*Event, error) {
 	return e, nil
 }
 
+// AdoptStream returns a Stream over the engine's CUstream h (0: the legacy
+// default stream) after checking that it belongs to the device's context
+// (an error wrapping device.ErrUnknownStream otherwise). The device never
+// destroys it: the engine keeps it alive while the device uses it.
+func (d *Device) AdoptStream(h uintptr) (device.Stream, error) {
+	if d.closed.Load() {
+		return nil, fmt.Errorf("cuda: adopt stream %#x: %w", h, device.ErrClosed)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s, ok := d.streams[h]; ok {
+		return s, nil
+	}
+	var same C.int
+	if err := check("cuStreamGetCtx", C.kv_stream_check_ctx(d.ctx, C.uintptr_t(h), &same)); err != nil {
+		return nil, fmt.Errorf("cuda: adopt stream %#x: %w (%w)", h, device.ErrUnknownStream, err)
+	}
+	if same == 0 {
+		return nil, fmt.Errorf("cuda: adopt stream %#x: %w: it belongs to another context", h, device.ErrUnknownStream)
+	}
+	s := &Stream{dev: d, h: C.kv_stream_of(C.uintptr_t(h)), handle: h, borrowed: true, ev: &interval{}, sync: &interval{}}
+	d.streams[h] = s
+	return s, nil
+}
+
 // StreamFromHandle returns the open stream of this device whose Handle is h
 // (its CUstream), or an error wrapping device.ErrUnknownStream.
 func (d *Device) StreamFromHandle(h uintptr) (device.Stream, error) {

@@ -58,6 +58,7 @@ static struct {
 	kv_CUresult (*streamDestroy)(kv_CUstream);
 	kv_CUresult (*streamSynchronize)(kv_CUstream);
 	kv_CUresult (*streamWaitEvent)(kv_CUstream, kv_CUevent, unsigned);
+	kv_CUresult (*streamGetCtx)(kv_CUstream, kv_CUcontext*);
 	kv_CUresult (*eventCreate)(kv_CUevent*, unsigned);
 	kv_CUresult (*eventDestroy)(kv_CUevent);
 	kv_CUresult (*eventRecord)(kv_CUevent, kv_CUstream);
@@ -169,6 +170,7 @@ int kv_load(const char* path, char* err, size_t errlen) {
 	RESOLVE(streamDestroy, "cuStreamDestroy");
 	RESOLVE(streamSynchronize, "cuStreamSynchronize");
 	RESOLVE(streamWaitEvent, "cuStreamWaitEvent");
+	RESOLVE(streamGetCtx, "cuStreamGetCtx");
 	RESOLVE(eventCreate, "cuEventCreate");
 	RESOLVE(eventDestroy, "cuEventDestroy");
 	RESOLVE(eventRecord, "cuEventRecord");
@@ -340,6 +342,14 @@ kv_CUresult kv_stream_create(kv_CUcontext c, kv_CUstream* s) {
 kv_CUresult kv_stream_destroy(kv_CUcontext c, kv_CUstream s) {
 	WITH_CTX(c);
 	return g.streamDestroy(s);
+}
+
+kv_CUresult kv_stream_check_ctx(kv_CUcontext c, uintptr_t s, int* same) {
+	WITH_CTX(c);
+	kv_CUcontext owner = NULL;
+	kv_CUresult r = g.streamGetCtx((kv_CUstream)s, &owner);
+	*same = r == KV_CUDA_SUCCESS && owner == c;
+	return r;
 }
 
 kv_CUresult kv_stream_sync(kv_CUcontext c, kv_CUstream s) {

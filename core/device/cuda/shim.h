@@ -134,6 +134,10 @@ kv_CUresult kv_vmm_map(kv_CUcontext c, int ordinal, kv_CUdeviceptr p, size_t siz
 kv_CUresult kv_vmm_unmap(kv_CUcontext c, kv_CUdeviceptr p, size_t size, uint64_t handle);
 kv_CUresult kv_stream_create(kv_CUcontext c, kv_CUstream* s);
 kv_CUresult kv_stream_destroy(kv_CUcontext c, kv_CUstream s);
+// kv_stream_check_ctx sets *same to whether the CUstream s (0: the legacy
+// default stream) belongs to context c.
+kv_CUresult kv_stream_check_ctx(kv_CUcontext c, uintptr_t s, int* same);
+static inline kv_CUstream kv_stream_of(uintptr_t s) { return (kv_CUstream)s; }
 kv_CUresult kv_stream_sync(kv_CUcontext c, kv_CUstream s);
 kv_CUresult kv_stream_wait_event(kv_CUcontext c, kv_CUstream s, kv_CUevent e);
 kv_CUresult kv_event_create(kv_CUcontext c, kv_CUevent* e, int timing);

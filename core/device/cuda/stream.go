@@ -17,11 +17,14 @@ import (
 	"github.com/kvcm/kvcm/core/device"
 )
 
-// Stream is a device.Stream over a non-blocking CUstream.
+// Stream is a device.Stream over a CUstream: a non-blocking one the device
+// created, or an engine's one it adopted (AdoptStream).
 type Stream struct {
 	dev    *Device
 	h      C.kv_CUstream
 	handle uintptr
+	// borrowed: the engine's stream (AdoptStream), never destroyed here.
+	borrowed bool
 
 	// mu orders this stream's submissions with their host bookkeeping.
 	mu     sync.Mutex
@@ -492,6 +495,9 @@ func (s *Stream) destroy() error {
 			_ = c()
 		}
 		s.checks = nil
+	}
+	if s.borrowed {
+		return err
 	}
 	if e2 := checkf(C.kv_stream_destroy(s.dev.ctx, s.h), "stream %#x: cuStreamDestroy", s.handle); err == nil {
 		err = e2

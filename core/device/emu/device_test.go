@@ -38,6 +38,36 @@ func TestStreamFromHandle(t *testing.T) {
 	assert.ErrorIs(t, err, device.ErrUnknownStream, "a closed stream")
 }
 
+// AdoptStream: any engine handle is an emulated stream of its own, the same
+// one every time and found by StreamFromHandle afterwards; a handle the
+// emulation made is never adopted (another device's, a closed one's).
+func TestAdoptStreamMakesAnEmulatedStreamPerHandle(t *testing.T) {
+	d := newDevice(t, emu.Options{})
+	other := newDevice(t, emu.Options{})
+	a, err := d.AdoptStream(0)
+	require.NoError(t, err)
+	assert.Zero(t, a.Handle())
+	b, err := d.AdoptStream(0x7f0000001000)
+	require.NoError(t, err)
+	assert.NotSame(t, a, b)
+	again, err := d.AdoptStream(0x7f0000001000)
+	require.NoError(t, err)
+	assert.Same(t, b, again)
+	found, err := d.StreamFromHandle(0x7f0000001000)
+	require.NoError(t, err)
+	assert.Same(t, b, found)
+	require.NoError(t, b.Synchronize(), "it runs work")
+
+	s := newStream(t, other)
+	_, err = d.AdoptStream(s.Handle())
+	assert.ErrorIs(t, err, device.ErrUnknownStream, "another device's stream")
+	mine := newStream(t, d)
+	h := mine.Handle()
+	require.NoError(t, mine.Close())
+	_, err = d.AdoptStream(h)
+	assert.ErrorIs(t, err, device.ErrUnknownStream, "a closed stream stays closed")
+}
+
 func TestStreamCloseDrainsThenRejectsWork(t *testing.T) {
 	d := newDevice(t, emu.Options{Seed: 3, MaxDelay: time.Millisecond})
 	s := newStream(t, d)

@@ -116,8 +116,16 @@ func (c *kindCounters) load() KindCounts {
 }
 
 // nextHandle makes stream handles unique across devices, so a handle of one
-// Device is never found by another's StreamFromHandle.
+// Device is never found by another's StreamFromHandle. Every handle the
+// emulation makes carries madeTag in its top bits, which engine handles
+// (small integers, or addresses) do not: AdoptStream never revives a closed
+// stream's handle or takes another device's.
 var nextHandle atomic.Uintptr
+
+const (
+	madeTag = uintptr(0xE) << 60
+	tagMask = uintptr(0xF) << 60
+)
 
 // Device is the emulated device. It is safe for concurrent use.
 type Device struct {
@@ -212,16 +220,42 @@ func (d *Device) NewStream() (device.Stream, error) {
 	if d.closed {
 		return nil, fmt.Errorf("emu: new stream: %w", device.ErrClosed)
 	}
+	return d.startStream(nextHandle.Add(1) | madeTag), nil
+}
+
+// AdoptStream returns the emulated stream of an engine's handle: any value
+// names a stream of its own, made on first use, so that a program passing
+// its CUDA streams' handles runs unchanged on the emulation. A handle the
+// emulation made (NewStream) is never adopted: when it is not open on this
+// device, it is another device's or a closed stream's (ErrUnknownStream).
+func (d *Device) AdoptStream(h uintptr) (device.Stream, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, fmt.Errorf("emu: adopt stream %#x: %w", h, device.ErrClosed)
+	}
+	if s := d.streams[h]; s != nil {
+		return s, nil
+	}
+	if h&tagMask == madeTag {
+		return nil, fmt.Errorf("emu: adopt stream %#x: %w: a stream the emulation made, closed or another device's",
+			h, device.ErrUnknownStream)
+	}
+	return d.startStream(h), nil
+}
+
+// startStream makes and starts the stream of handle h; mu is held.
+func (d *Device) startStream(h uintptr) *stream {
 	ordinal := d.nextOrdinal
 	d.nextOrdinal++
-	s := newStream(d, nextHandle.Add(1), ordinal)
-	d.streams[s.handle] = s
+	s := newStream(d, h, ordinal)
+	d.streams[h] = s
 	d.workers.Add(1)
 	go func() {
 		defer d.workers.Done()
 		s.work()
 	}()
-	return s, nil
+	return s
 }
 
 // NewEvent returns an event that has never been recorded (complete, no

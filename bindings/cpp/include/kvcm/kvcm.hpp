@@ -669,10 +669,12 @@ struct KVCacheManagerConfig
     BlockKey blockKey = BlockKey::kSha256;
 };
 
-// The reuse scope: blocks are shared only within one scope.
+// The reuse scope: blocks are shared only within one scope. As in
+// KVCacheManagerV2's ReuseScope, no LoRA adapter (nullopt) and adapter 0 are
+// different scopes.
 struct ReuseScope
 {
-    int64_t loraId = 0;
+    std::optional<int64_t> loraId;
     std::string salt;
 };
 
@@ -822,7 +824,7 @@ private:
 inline kvcm_reuse_scope cScope(ReuseScope const& s) noexcept
 {
     kvcm_reuse_scope c{};
-    c.lora_id = s.loraId;
+    c.lora_id = s.loraId.value_or(0);
     c.salt = s.salt.empty() ? nullptr : s.salt.data();
     c.salt_len = s.salt.size();
     return c;
@@ -1417,10 +1419,13 @@ private:
 
 // ---- KVCache -------------------------------------------------------------------------
 
-// Eviction priority of a committed block, in [kMinPriority, kMaxPriority].
-// Called with the manager's lock held: it must not call into the manager. An
-// exception it throws fails the commit, which then changes nothing.
-using PriorityFunction = std::function<int32_t(int64_t blockIndex)>;
+// Eviction priority of one layer group's page of a committed block, in
+// [kMinPriority, kMaxPriority] (KVCacheManagerV2's
+// custom_priority_callback(block_ordinal, life_cycle)): called once per layer
+// group of each committed block, with the manager's lock held, so it must not
+// call into the manager. An exception it throws fails the commit, which then
+// changes nothing.
+using PriorityFunction = std::function<int32_t(int64_t blockIndex, LayerGroupId layerGroup)>;
 
 // KVCache is one request's KV cache (RAII over kvcm_kv_cache): SUSPENDED →
 // ACTIVE → CLOSED, ACTIVE ⇄ SUSPENDED as often as needed, with committed ≤
@@ -1434,6 +1439,7 @@ public:
     KVCache(KVCache&& o) noexcept
         : mHandle(std::exchange(o.mHandle, 0))
         , mPriority(std::move(o.mPriority))
+        , mStream(std::exchange(o.mStream, std::nullopt))
     {
     }
     KVCache& operator=(KVCache&& o) noexcept
@@ -1443,6 +1449,7 @@ public:
             reset();
             mHandle = std::exchange(o.mHandle, 0);
             mPriority = std::move(o.mPriority);
+            mStream = std::exchange(o.mStream, std::nullopt);
         }
         return *this;
     }
@@ -1454,20 +1461,61 @@ public:
     // False once closed (or moved from).
     explicit operator bool() const noexcept { return mHandle != 0; }
 
-    // SUSPENDED → ACTIVE on the engine's stream: pages on colder levels come
-    // back to the GPU and the stream waits until they are ready.
-    void resume(StreamView stream) { detail::check(::kvcm_kv_cache_resume(mHandle, stream.handle())); }
-    void resume(cudaStream_t stream) { resume(StreamView(stream)); }
+    // SUSPENDED → ACTIVE on a stream: one of the manager's or any the engine
+    // owns (a cudaStream_t of the device's context, the default stream
+    // included; on the emulated device any handle value is an emulated stream
+    // of its own). Pages on colder levels come back to the GPU and the stream
+    // waits until they are ready. False, the cache staying SUSPENDED, while the
+    // GPU is busier than max_util_for_resume or cannot take the pages back
+    // (KVCacheManagerV2's resume); other failures throw.
+    bool resume(StreamView stream)
+    {
+        bool const resumed = ok(::kvcm_kv_cache_resume(mHandle, stream.handle()));
+        if (resumed)
+        {
+            mStream = stream;
+        }
+        return resumed;
+    }
+    bool resume(cudaStream_t stream) { return resume(StreamView(stream)); }
+    // resume on the stream the cache last had (setStream or an earlier
+    // resume); throws Error(kInvalidArgument) when it never had one.
+    bool resume()
+    {
+        if (!mStream.has_value())
+        {
+            throw Error(StatusCode::kInvalidArgument, "stream: the cache never had a stream; pass one");
+        }
+        return resume(*mStream);
+    }
+    // Moves the cache to another stream: an ACTIVE cache's work continues on
+    // it after everything enqueued on the old one so far; a SUSPENDED cache
+    // resumes on it with resume() (KVCacheManagerV2's cuda_stream setter).
+    void setStream(StreamView stream)
+    {
+        detail::check(::kvcm_kv_cache_set_stream(mHandle, stream.handle()));
+        mStream = stream;
+    }
+    void setStream(cudaStream_t stream) { setStream(StreamView(stream)); }
     // ACTIVE → SUSPENDED: the pages may be evicted to colder levels.
     void suspend() { detail::check(::kvcm_kv_cache_suspend(mHandle)); }
     // Capacity (tokens with pages) and history length (computed tokens; a
-    // negative value keeps it) of an ACTIVE cache.
-    void resize(int64_t capacity, int64_t historyLength = -1)
+    // negative value keeps it) of an ACTIVE cache. False, changing nothing,
+    // when the GPU has not enough pages; a bad request throws.
+    bool resize(int64_t capacity, int64_t historyLength = -1)
     {
-        detail::check(::kvcm_kv_cache_resize(mHandle, capacity, historyLength));
+        kvcm_status* s = ::kvcm_kv_cache_resize(mHandle, capacity, historyLength);
+        if (s != nullptr && ::kvcm_status_get_code(s) == KVCM_ERR_OUT_OF_PAGES)
+        {
+            detail::ignore(s);
+            return false;
+        }
+        detail::check(s);
+        return true;
     }
     // Appends computed tokens to the committed sequence; full blocks are
-    // published for reuse.
+    // published for reuse. Committed tokens are history: the history length
+    // advances to them, so they must fit in the capacity.
     void commit(Token const* tokens, size_t numTokens, bool isEnd = false)
     {
         detail::check(::kvcm_kv_cache_commit(mHandle, tokens, numTokens, isEnd));
@@ -1477,8 +1525,28 @@ public:
         commit(tokens.data(), tokens.size(), isEnd);
     }
     void stopCommitting() { detail::check(::kvcm_kv_cache_stop_committing(mHandle)); }
-    // Moves the pages of a SUSPENDED cache that are colder than level up to it.
-    void prefetch(CacheLevel level) { detail::check(::kvcm_kv_cache_prefetch(mHandle, level)); }
+    // Moves the pages of a SUSPENDED cache that are colder than level up to
+    // it; false when the level has no room for some of them.
+    bool prefetch(CacheLevel level)
+    {
+        kvcm_status* s = ::kvcm_kv_cache_prefetch(mHandle, level);
+        if (s != nullptr && ::kvcm_status_get_code(s) == KVCM_ERR_OUT_OF_PAGES)
+        {
+            detail::ignore(s);
+            return false;
+        }
+        detail::check(s);
+        return true;
+    }
+    // The committed tokens.
+    [[nodiscard]] std::vector<Token> committedTokens() const
+    {
+        std::vector<Token> out(static_cast<size_t>(numCommittedTokens()));
+        size_t needed = 0;
+        detail::check(::kvcm_kv_cache_get_committed_tokens(mHandle, out.empty() ? nullptr : out.data(), out.size(), &needed));
+        out.resize(needed);
+        return out;
+    }
     // Releases every page. Closing a closed cache does nothing. The handle is
     // gone afterwards even when an error is thrown.
     void close()
@@ -1554,6 +1622,22 @@ private:
         return v;
     }
 
+    // ok is true on success and false for a refused resume or missing pages.
+    static bool ok(kvcm_status* s)
+    {
+        if (s != nullptr)
+        {
+            auto const c = ::kvcm_status_get_code(s);
+            if (c == KVCM_ERR_RESUME_REFUSED || c == KVCM_ERR_OUT_OF_PAGES)
+            {
+                detail::ignore(s);
+                return false;
+            }
+        }
+        detail::check(s);
+        return true;
+    }
+
     void reset() noexcept
     {
         if (mHandle != 0)
@@ -1565,11 +1649,12 @@ private:
 
     // An exception fails the commit (kvcm::Error, INVALID_ARGUMENT), which
     // then changes nothing.
-    static int32_t priorityTrampoline(void* userData, int64_t blockIndex, int32_t* priority) noexcept
+    static int32_t priorityTrampoline(
+        void* userData, int64_t blockIndex, kvcm_layer_group_id layerGroup, int32_t* priority) noexcept
     {
         try
         {
-            *priority = (*static_cast<PriorityFunction*>(userData))(blockIndex);
+            *priority = (*static_cast<PriorityFunction*>(userData))(blockIndex, layerGroup);
             return 0;
         }
         catch (...)
@@ -1581,6 +1666,8 @@ private:
     kvcm_kv_cache mHandle = 0;
     // Heap-allocated so its address survives moves of the KVCache.
     std::unique_ptr<PriorityFunction> mPriority;
+    // The stream resume() resumes on.
+    std::optional<StreamView> mStream;
 };
 
 // ---- KVCacheManager -----------------------------------------------------------------------
@@ -1642,7 +1729,9 @@ public:
     // ---- caches ----
 
     // Creates a SUSPENDED cache holding the longest reusable cached prefix of
-    // the input tokens (at most all but the last).
+    // the input tokens: all of them when all of them are cached (less the
+    // configuration's reuseMatchBackoff), KVCacheManagerV2's rule; leave the
+    // last prompt token out to have it computed.
     [[nodiscard]] KVCache createKVCache(Token const* inputTokens, size_t numInputTokens, ReuseScope const& scope = {},
         PriorityFunction priority = nullptr)
     {
@@ -1658,12 +1747,13 @@ public:
         opts.struct_size = static_cast<uint32_t>(sizeof(kvcm_kv_cache_options));
         opts.abi_version = KVCM_ABI_VERSION;
         opts.scope = detail::cScope(scope);
+        opts.scope_has_lora_id = scope.loraId.has_value();
         opts.input_tokens = numInputTokens == 0 ? nullptr : inputTokens;
         opts.num_input_tokens = numInputTokens;
         if (priority)
         {
             cache.mPriority = std::make_unique<PriorityFunction>(std::move(priority));
-            opts.priority = &KVCache::priorityTrampoline;
+            opts.layer_group_priority = &KVCache::priorityTrampoline;
             opts.priority_user_data = cache.mPriority.get();
         }
         opts.request_id = requestId.empty() ? nullptr : requestId.data();
@@ -1696,17 +1786,58 @@ public:
     // Caches created from now on notify nothing.
     void detachCP() { detail::check(::kvcm_manager_detach_cp(mHandle)); }
 
-    // How many tokens of the input a new cache in scope would reuse now.
+    // How many tokens of the input a new cache in scope would reuse now (see
+    // createKVCache).
     [[nodiscard]] int64_t probeReuse(Token const* tokens, size_t numTokens, ReuseScope const& scope = {}) const
     {
         kvcm_reuse_scope const s = detail::cScope(scope);
         int64_t out = 0;
-        detail::check(::kvcm_manager_probe_reuse(mHandle, &s, numTokens == 0 ? nullptr : tokens, numTokens, &out));
+        detail::check(::kvcm_manager_probe_reuse_v2(
+            mHandle, &s, scope.loraId.has_value(), numTokens == 0 ? nullptr : tokens, numTokens, &out));
         return out;
     }
     [[nodiscard]] int64_t probeReuse(std::vector<Token> const& tokens, ReuseScope const& scope = {}) const
     {
         return probeReuse(tokens.data(), tokens.size(), scope);
+    }
+    // The key of the first full block of the input past the prefix a new
+    // cache in scope would reuse (the block it would commit first), or
+    // nullopt when no full block lies past it.
+    [[nodiscard]] std::optional<uint64_t> probeFirstNewBlockKey(
+        std::vector<Token> const& tokens, ReuseScope const& scope = {}) const
+    {
+        kvcm_reuse_scope const s = detail::cScope(scope);
+        uint64_t key = 0;
+        bool found = false;
+        detail::check(::kvcm_manager_probe_first_new_block_key(mHandle, &s, scope.loraId.has_value(),
+            tokens.empty() ? nullptr : tokens.data(), tokens.size(), &key, &found));
+        return found ? std::optional<uint64_t>(key) : std::nullopt;
+    }
+    // Drops every committed block from every level; throws
+    // Error(kInvalidState) while caches are open (KVCacheManagerV2's rule).
+    void clearReusableBlocks() { detail::check(::kvcm_manager_clear_reusable_blocks(mHandle)); }
+    // How many caches of the manager are open.
+    [[nodiscard]] size_t numOpenCaches() const
+    {
+        size_t n = 0;
+        detail::check(::kvcm_manager_get_num_open_caches(mHandle, &n));
+        return n;
+    }
+    // Destroys the manager as KVCacheManagerV2's shutdown: throws
+    // Error(kInvalidState), changing nothing, while caches are open (destroy()
+    // closes them instead). Shutting down a destroyed manager does nothing.
+    void shutdown()
+    {
+        if (mHandle == 0)
+        {
+            return;
+        }
+        if (size_t const n = numOpenCaches(); n != 0)
+        {
+            throw Error(StatusCode::kInvalidState,
+                "shutdown with " + std::to_string(n) + " KV cache(s) still open; close them first");
+        }
+        destroy();
     }
 
     // ---- layout ----

@@ -445,6 +445,13 @@ using Status = ::kvcm_status;
 // take a manager's lock.
 using HostFunc = ::kvcm_host_func;
 
+// kvcm_layer_group_priority_func is PriorityFunc per layer group, as
+// KVCacheManagerV2's custom_priority_callback(block_ordinal, life_cycle): it
+// writes the eviction priority of the page of layer group layerGroup of the
+// cache's block at blockIndex, and is called once per layer group of each
+// committed block. The rest is as for kvcm_priority_func.
+using LayerGroupPriorityFunc = ::kvcm_layer_group_priority_func;
+
 // kvcm_priority_func writes to priority the eviction priority, in
 // [KVCM_MIN_PRIORITY, KVCM_MAX_PRIORITY] (values outside are clamped), of the
 // cache's block at blockIndex when it is committed, and returns 0. Any other
@@ -680,7 +687,11 @@ static_assert(std::is_standard_layout_v<CacheTierConfig> && std::is_trivially_co
 static_assert(sizeof(CacheTierConfig) == 32 && alignof(CacheTierConfig) == 8);
 
 // kvcm_reuse_scope separates reuse: blocks are shared only within one scope (a
-// LoRA adapter id and an optional salt, for example a tenant).
+// LoRA adapter id and an optional salt, for example a tenant). Its lora_id 0
+// means no adapter; the functions and options of ABI version 2 take a
+// has_lora_id flag beside it that makes 0 an adapter id too
+// (KVCacheManagerV2's ReuseScope(lora_id=0), a scope other than
+// ReuseScope(lora_id=None)).
 using ReuseScope = ::kvcm_reuse_scope;
 static_assert(std::is_standard_layout_v<ReuseScope> && std::is_trivially_copyable_v<ReuseScope>);
 static_assert(sizeof(ReuseScope) == 24 && alignof(ReuseScope) == 8);
@@ -690,7 +701,7 @@ static_assert(sizeof(ReuseScope) == 24 && alignof(ReuseScope) == 8);
 // and abi_version = KVCM_ABI_VERSION.
 using CpManagerBackedOptions = ::kvcm_cp_manager_backed_options;
 static_assert(std::is_standard_layout_v<CpManagerBackedOptions> && std::is_trivially_copyable_v<CpManagerBackedOptions>);
-static_assert(sizeof(CpManagerBackedOptions) == 48 && alignof(CpManagerBackedOptions) == 8);
+static_assert(sizeof(CpManagerBackedOptions) == 56 && alignof(CpManagerBackedOptions) == 8);
 
 // makeCpManagerBackedOptions returns a zeroed CpManagerBackedOptions with struct_size and abi_version set.
 inline CpManagerBackedOptions makeCpManagerBackedOptions() noexcept {
@@ -711,7 +722,7 @@ static_assert(sizeof(CpRequestId) == 16 && alignof(CpRequestId) == 8);
 // KVCM_ABI_VERSION.
 using KvCacheOptions = ::kvcm_kv_cache_options;
 static_assert(std::is_standard_layout_v<KvCacheOptions> && std::is_trivially_copyable_v<KvCacheOptions>);
-static_assert(sizeof(KvCacheOptions) == 80 && alignof(KvCacheOptions) == 8);
+static_assert(sizeof(KvCacheOptions) == 96 && alignof(KvCacheOptions) == 8);
 
 // makeKvCacheOptions returns a zeroed KvCacheOptions with struct_size and abi_version set.
 inline KvCacheOptions makeKvCacheOptions() noexcept {

@@ -1,0 +1,200 @@
+"""KVCacheManagerV2's reuse, commit and lifecycle semantics through the
+binding: the manager's and the cache's operations with their names,
+signatures and results."""
+
+from __future__ import annotations
+
+import array
+from typing import NamedTuple
+
+import pytest
+from conftest import prefill, small_config
+
+from kvcm import InvalidStateError, KVCacheManager, OutOfPagesError
+
+PROMPT = list(range(1000, 1020))
+
+
+class Scope(NamedTuple):
+    """A stand-in for KVCacheManagerV2's ReuseScope: any object with
+    lora_id and salt is a scope."""
+
+    lora_id: int | None = None
+    salt: int | None = None
+
+
+def serve(m, tokens, scope=None):
+    s = m.create_stream()
+    with m.create_kv_cache(scope, tokens) as c:
+        assert c.resume(s)
+        prefill(c, tokens)
+
+
+def test_a_fully_cached_prompt_is_reused_whole(manager):
+    """8 committed tokens at 4 a block: KVCacheManagerV2 reuses 8, so does kvcm."""
+    serve(manager, PROMPT[:8])
+    assert manager.probe_reuse(None, PROMPT[:8]) == 8
+    with manager.create_kv_cache(None, PROMPT[:8]) as c:
+        assert c.num_committed_tokens == c.history_length == c.capacity == 8
+        assert c.committed_tokens == PROMPT[:8]
+
+
+def test_lora_id_none_and_zero_are_different_scopes(manager):
+    serve(manager, PROMPT[:8], Scope(lora_id=0))
+    assert manager.probe_reuse(Scope(lora_id=0), PROMPT[:8]) == 8
+    assert manager.probe_reuse(Scope(), PROMPT[:8]) == 0
+    assert manager.probe_reuse(None, PROMPT[:8]) == 0
+    assert manager.probe_reuse(PROMPT[:8], lora_task_id=0) == 0, "kvcm's lora_task_id 0 stays no adapter"
+    serve(manager, PROMPT[:8], Scope(salt=0))
+    assert manager.probe_reuse(Scope(salt=0), PROMPT[:8]) == 8
+    assert manager.probe_reuse(Scope(salt=1), PROMPT[:8]) == 0
+    with manager.create_kv_cache(Scope(lora_id=0), PROMPT[:8]) as c:
+        assert c.reuse_scope == Scope(lora_id=0)
+    with pytest.raises(TypeError, match="reuse_scope"):
+        manager.probe_reuse(Scope(), PROMPT, lora_task_id=1)
+
+
+def test_probe_first_new_block_key_names_the_block_to_commit(manager):
+    k0 = manager.probe_first_new_block_key(Scope(), PROMPT[:12])
+    assert isinstance(k0, bytes) and len(k0) == 8
+    serve(manager, PROMPT[:4])
+    k1 = manager.probe_first_new_block_key(Scope(), PROMPT[:12])
+    assert k1 != k0
+    events = {e.key.to_bytes(8, "little") for e in manager.drain_events()}
+    assert k0 in events, "the first block's key is the key its commit published"
+    assert manager.probe_first_new_block_key(Scope(), PROMPT[:7]) is None
+
+
+def test_shutdown_refuses_while_caches_are_open(config):
+    m = KVCacheManager(config, device="emu")
+    c = m.create_kv_cache()
+    with pytest.raises(InvalidStateError, match="still open"):
+        m.shutdown()
+    assert not m.closed
+    with pytest.raises(InvalidStateError):
+        m.clear_reusable_blocks()
+    c.close()
+    m.shutdown()
+    assert m.closed
+    m.shutdown()  # no-op once closed
+
+
+def test_clear_reusable_blocks_drops_every_committed_block(manager):
+    serve(manager, PROMPT)
+    assert manager.probe_reuse(None, PROMPT) == 20
+    manager.clear_reusable_blocks()
+    assert manager.probe_reuse(None, PROMPT) == 0
+    assert all(s.free == s.total for s in manager.get_storage_stats(0))
+
+
+def test_commit_advances_history_length(manager):
+    s = manager.create_stream()
+    with manager.create_kv_cache() as c:
+        c.resume(s)
+        c.capacity = 8
+        c.commit(PROMPT[:6])
+        assert c.history_length == 6 and c.num_committed_tokens == 6
+        c.history_length = 7
+        assert c.history_length == 7
+        c.commit(PROMPT[6:7], None, True)
+        with pytest.raises(InvalidStateError):
+            c.commit(PROMPT[7:8])
+        with pytest.raises(NotImplementedError, match="beam search"):
+            c.commit([1], [0])
+
+
+def test_resume_and_resize_answer_false_when_out_of_pages(config):
+    config.cache_tiers[0].quota = 8 * 512  # a few pages
+    with KVCacheManager(config, device="emu") as m:
+        s = m.create_stream()
+        with m.create_kv_cache() as c:
+            assert c.resume(s)
+            assert c.resize(1 << 16) is False
+            assert c.capacity == 0
+            with pytest.raises(OutOfPagesError):
+                c.capacity = 1 << 16
+            c.suspend()
+            assert c.resume() is True, "None resumes on the last stream"
+            assert c.cuda_stream is s
+
+
+def test_cuda_stream_setter_moves_the_cache(manager):
+    s1, s2 = manager.create_stream(), manager.create_stream()
+    with manager.create_kv_cache() as c:
+        c.cuda_stream = s1
+        assert c.resume() is True
+        c.resize(8)
+        c.cuda_stream = s2
+        assert c.cuda_stream is s2
+        c.commit(PROMPT[:8])
+        c.suspend()
+        assert c.resume() and c.cuda_stream is s2
+
+
+def test_base_page_indices_are_a_view_kept_up_to_date(manager):
+    s = manager.create_stream()
+    lg = manager.get_layer_group_id(0)
+    with manager.create_kv_cache() as c:
+        c.resume(s)
+        c.resize(8)
+        v = c.get_base_page_indices(lg)
+        assert v is c.get_base_page_indices(lg), "no copy per call"
+        assert list(v) == list(c.get_page_indices(lg))
+        buf = array.array("i", [7] * 6)
+        c.set_base_page_index_buf(0, lg, memoryview(buf))
+        assert list(buf[:2]) == list(v) and list(buf[2:]) == [-1] * 4
+        c.resize(16)
+        assert list(buf[:4]) == list(c.get_page_indices(lg)) and buf[4] == -1, "updated by resize"
+        assert list(c.get_base_page_indices(lg)) == list(buf)
+        with pytest.raises(NotImplementedError, match="beam search"):
+            c.get_base_page_indices(lg, 1)
+        c.set_base_page_index_buf(0, lg, None)
+        assert list(c.get_base_page_indices(lg)) == list(c.get_page_indices(lg))
+
+
+def test_manager_resize_returns_false_and_tries_its_best(config):
+    config.cache_tiers[0].max_quota = 2 * config.cache_tiers[0].quota
+    with KVCacheManager(config, device="emu") as m:
+        q = m.get_quota(0)
+        assert m.resize(0, 4 * q) is False, "beyond max_quota"
+        assert m.get_quota(0) == q
+        assert m.resize(0, 4 * q, best_efforts=True) is True
+        assert q < m.get_quota(0) < 4 * q, "as far as max_quota lets it"
+
+
+def test_prefetch_answers_a_bool(config):
+    cfg = small_config(host_quota=64 * 1024)
+    with KVCacheManager(cfg, device="emu") as m:
+        with m.create_kv_cache() as c:
+            assert c.prefetch(0) is True
+
+
+def test_priority_callback_gets_life_cycles(manager):
+    s = manager.create_stream()
+    seen = []
+    with manager.create_kv_cache(None, PROMPT[:4], None, lambda b, lc: seen.append((b, lc)) or 90) as c:
+        c.resume(s)
+        c.capacity = 4
+        c.commit(PROMPT[:4])
+    assert sorted(int(lc) for _, lc in seen) == list(range(manager.num_layer_groups))
+    assert {lc.window_size for _, lc in seen} == {None, 8}
+
+
+def test_multimodal_digest_tokens_name_the_missing_capability(manager):
+    with pytest.raises(TypeError, match="multimodal digest tokens"):
+        manager.create_kv_cache(None, [1, 2, b"\0" * 32], text_only=False)
+    with pytest.raises(TypeError, match="multimodal digest tokens"):
+        manager.probe_reuse(None, [b"\0" * 32])
+
+
+def test_a_stream_object_with_cuda_stream_is_its_handle(manager):
+    class TorchLikeStream:  # torch.cuda.Stream's attribute
+        cuda_stream = 0x7F00_0000_2000
+
+    s = TorchLikeStream()
+    with manager.create_kv_cache() as c:
+        assert c.resume(s) is True
+        assert c.cuda_stream is s
+        c.capacity = 4
+        c.cuda_stream = TorchLikeStream()
+        c.commit(PROMPT[:4])
