@@ -147,8 +147,10 @@ func (m *Manager) defragment(g *slotGroup, keep int64) error {
 			movers = append(movers, p)
 		}
 	}
+	g.heapifyFree()
 	err := m.migrate(movers, g.level.index)
 	g.free = slices.DeleteFunc(g.free, func(s int32) bool { return int64(s) >= keep })
+	g.heapifyFree()
 	return err
 }
 
@@ -176,6 +178,7 @@ func (g *slotGroup) rebuildFree() {
 			g.free = append(g.free, int32(s))
 		}
 	}
+	g.heapifyFree()
 }
 
 // resizeGroup gives g exactly slots slots; the slots beyond it are free. On
@@ -232,6 +235,7 @@ func (m *Manager) resizeGroup(g *slotGroup, slots int64) error {
 	for s := slots - 1; s >= keep; s-- {
 		g.free = append(g.free, int32(s))
 	}
+	g.heapifyFree()
 	g.peakUsed = min(g.peakUsed, slots)
 	return nil
 }

@@ -64,6 +64,8 @@ type slotGroup struct {
 	// capacity is the most slots the group can grow to in place: hot pools
 	// reserve it; cold groups grow by reallocation, so it equals numSlots.
 	capacity int64
+	// free is a min-heap of free slots (see takeSlot): slots are reused in
+	// ascending order, so a disk tier writes and reads its blobs forwards.
 	free     []int32
 	owner    []*page
 	fences   []fence
@@ -152,8 +154,7 @@ func newSlotGroup(dev device.Device, lvl *storageLevel, desc layout.Group, slots
 func (g *slotGroup) initSlots() {
 	g.free = make([]int32, g.numSlots)
 	for i := range g.free {
-		// Pop order hands out low slots first, which keeps tests readable.
-		g.free[i] = int32(g.numSlots) - 1 - int32(i)
+		g.free[i] = int32(i) // ascending: already a min-heap
 	}
 	g.owner = make([]*page, g.numSlots)
 	g.fences = newFences(g.numSlots)
@@ -231,24 +232,67 @@ func (g *slotGroup) take(p *page) {
 	p.group, p.slot, p.heapIdx = g, s, -1
 }
 
-// takeSlot reserves a free slot for a page about to arrive.
+// takeSlot reserves the lowest free slot for a page about to arrive. Lowest
+// first (rather than last freed first) keeps a disk tier's consecutive
+// writes, and the reads that follow them, in ascending file order.
 func (g *slotGroup) takeSlot() int32 {
-	n := len(g.free)
-	s := g.free[n-1]
-	g.free = g.free[:n-1]
+	h := g.free
+	s := h[0]
+	n := len(h) - 1
+	h[0] = h[n]
+	g.free = h[:n]
+	siftDown(g.free, 0)
 	g.peakUsed = max(g.peakUsed, g.used())
 	return s
 }
 
 // releaseSlot returns a reserved slot nobody arrived in.
-func (g *slotGroup) releaseSlot(s int32) { g.free = append(g.free, s) }
+func (g *slotGroup) releaseSlot(s int32) { g.pushFree(s) }
 
 // release returns p's slot; the slot keeps its fence so the next owner waits
 // for every access of the previous one.
 func (g *slotGroup) release(p *page) {
 	g.owner[p.slot] = nil
-	g.free = append(g.free, p.slot)
+	g.pushFree(p.slot)
 	p.group = nil
+}
+
+func (g *slotGroup) pushFree(s int32) {
+	g.free = append(g.free, s)
+	h := g.free
+	for i := len(h) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if h[parent] <= h[i] {
+			break
+		}
+		h[parent], h[i] = h[i], h[parent]
+		i = parent
+	}
+}
+
+// heapifyFree restores the free heap after the list was edited as a slice.
+func (g *slotGroup) heapifyFree() {
+	for i := len(g.free)/2 - 1; i >= 0; i-- {
+		siftDown(g.free, i)
+	}
+}
+
+func siftDown(h []int32, i int) {
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		c := l
+		if r := l + 1; r < len(h) && h[r] < h[l] {
+			c = r
+		}
+		if h[i] <= h[c] {
+			return
+		}
+		h[i], h[c] = h[c], h[i]
+		i = c
+	}
 }
 
 // victimHeap orders evictable pages: lowest priority first, then least
