@@ -23,6 +23,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/kvcm/kvcm/core/blob"
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/codec"
 	"github.com/kvcm/kvcm/core/config"
@@ -80,6 +81,10 @@ type Manager struct {
 	eventSeq  uint64
 
 	diskFiles DiskOpener
+	// blobFP is each lifecycle's layout fingerprint (see initBlobFormat);
+	// diskSeq numbers the blob writes (the writer tags).
+	blobFP  []blob.Fingerprint
+	diskSeq uint64
 	// codec is guarded: a panicking codec call is a failing one.
 	codec      *codec.Guarded
 	lcCodec    []lcCodec
@@ -158,6 +163,9 @@ func (m *Manager) init(cc *codec.Guarded) error {
 	m.codec = cc
 	defer func() { m.codec = nil }() // owned by NewManager until success
 	if err := m.configureCodec(); err != nil {
+		return err
+	}
+	if err := m.initBlobFormat(); err != nil {
 		return err
 	}
 	if err := m.initColdLevels(weights); err != nil {

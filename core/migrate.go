@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/kvcm/kvcm/core/blob"
 	"github.com/kvcm/kvcm/core/codec"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
@@ -80,6 +81,8 @@ type move struct {
 	p       *page
 	srcSlot int32
 	dstSlot int32
+	// tag is the writer tag of the blob a move to disk writes.
+	tag uint64
 }
 
 // unit is one transaction: moves sharing source group, destination group and
@@ -169,7 +172,12 @@ func (m *Manager) plan(pages []*page, dl *storageLevel) []unit {
 		if _, ok := byKey[k]; !ok {
 			order = append(order, k)
 		}
-		byKey[k] = append(byKey[k], move{p: p, srcSlot: p.slot, dstSlot: dg.takeSlot()})
+		mv := move{p: p, srcSlot: p.slot, dstSlot: dg.takeSlot()}
+		if dg.onDisk() {
+			m.diskSeq++
+			mv.tag = m.diskSeq
+		}
+		byKey[k] = append(byKey[k], mv)
 	}
 	var units []unit
 	for _, k := range order {
@@ -234,7 +242,7 @@ func (m *Manager) runUnit(u unit) error {
 		u.dst.fences[mv.dstSlot].add(&m.events, ev)
 		u.src.release(p)
 		u.dst.owner[mv.dstSlot] = p
-		p.group, p.slot = u.dst, mv.dstSlot
+		p.group, p.slot, p.diskTag = u.dst, mv.dstSlot, mv.tag
 		fl.pages = append(fl.pages, p)
 		p.inflight = fl
 		if u.src.level != u.dst.level {
@@ -359,8 +367,8 @@ func (m *Manager) stage(u unit) (*staging.StagingBuffer, int64, error) {
 	return buf, blob, nil
 }
 
-// encodeToDisk encodes into pinned staging, then writes each blob to its
-// slot of the disk group's file, in stream order.
+// encodeToDisk encodes into pinned staging, then writes each blob, with its
+// header, to its slot of the disk group's file, in stream order.
 func (m *Manager) encodeToDisk(u unit) (func() error, error) {
 	buf, blob, err := m.stage(u)
 	if err != nil {
@@ -370,11 +378,11 @@ func (m *Manager) encodeToDisk(u unit) (func() error, error) {
 		return codec.PageIndexPair{Dst: int32(i), Src: mv.srcSlot}
 	})
 	if err == nil {
-		host, file, slots := buf.Host(), u.dst.file, dstSlots(u)
+		host, dio, slots, hdrs := buf.Host(), u.dst.dio, dstSlots(u), m.headers(u)
 		err = m.stream.HostFunc(func() error {
 			for i, s := range slots {
-				if _, err := file.WriteAt(host[int64(i)*blob:int64(i+1)*blob], int64(s)*blob); err != nil {
-					return fmt.Errorf("%w: disk write: %w", ErrIO, err)
+				if err := dio.write(s, &hdrs[i], host[int64(i)*blob:int64(i+1)*blob]); err != nil {
+					return err
 				}
 			}
 			return nil
@@ -383,17 +391,19 @@ func (m *Manager) encodeToDisk(u unit) (func() error, error) {
 	return joinRelease(release, buf.Release), err
 }
 
-// decodeFromDisk reads the blobs into pinned staging, then decodes them.
+// decodeFromDisk reads and checks the blobs into pinned staging, then decodes
+// them. A blob that fails its check fails the host function, so the
+// transaction's pages are lost and the decode's output is never used.
 func (m *Manager) decodeFromDisk(u unit) (func() error, error) {
 	buf, blob, err := m.stage(u)
 	if err != nil {
 		return nil, err
 	}
-	host, file, slots := buf.Host(), u.src.file, srcSlots(u)
+	host, dio, slots, wants := buf.Host(), u.src.dio, srcSlots(u), m.wants(u)
 	err = m.stream.HostFunc(func() error {
 		for i, s := range slots {
-			if _, err := file.ReadAt(host[int64(i)*blob:int64(i+1)*blob], int64(s)*blob); err != nil {
-				return fmt.Errorf("%w: disk read: %w", ErrIO, err)
+			if _, err := dio.read(s, wants[i], host[int64(i)*blob:int64(i+1)*blob]); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -408,41 +418,71 @@ func (m *Manager) decodeFromDisk(u unit) (func() error, error) {
 }
 
 // copyCold moves raw blobs between cold groups: a batch copy between host
-// slots, file I/O in stream order otherwise.
+// slots, file I/O in stream order otherwise. Blobs read from disk are checked;
+// blobs written to disk get a new header.
 func (m *Manager) copyCold(u unit) error {
-	blob := u.src.blobBytes()
+	size := u.src.blobBytes()
 	if !u.src.onDisk() && !u.dst.onDisk() {
 		descs := m.descs[:0]
 		for _, mv := range u.moves {
 			descs = append(descs, device.CopyDesc{
-				Dst: u.dst.mem[0].Ptr().Add(int64(mv.dstSlot) * blob),
-				Src: u.src.mem[0].Ptr().Add(int64(mv.srcSlot) * blob), Size: blob,
+				Dst: u.dst.mem[0].Ptr().Add(int64(mv.dstSlot) * size),
+				Src: u.src.mem[0].Ptr().Add(int64(mv.srcSlot) * size), Size: size,
 			})
 		}
 		m.descs = descs
 		return m.stream.BatchCopy(descs)
 	}
 	src, dst, moves := u.src, u.dst, u.moves
+	var wants []blobWant
+	if src.onDisk() {
+		wants = m.wants(u)
+	}
+	var hdrs []blob.Header
+	if dst.onDisk() {
+		hdrs = m.headers(u)
+	}
 	return m.stream.HostFunc(func() error {
-		tmp := make([]byte, blob)
-		for _, mv := range moves {
+		var tmp []byte
+		for i, mv := range moves {
 			var err error
 			switch {
 			case src.onDisk() && dst.onDisk():
-				if _, err = src.file.ReadAt(tmp, int64(mv.srcSlot)*blob); err == nil {
-					_, err = dst.file.WriteAt(tmp, int64(mv.dstSlot)*blob)
+				if tmp == nil {
+					tmp = make([]byte, size)
+				}
+				if _, err = src.dio.read(mv.srcSlot, wants[i], tmp); err == nil {
+					err = dst.dio.write(mv.dstSlot, &hdrs[i], tmp)
 				}
 			case src.onDisk():
-				_, err = src.file.ReadAt(dst.hostSlot(mv.dstSlot), int64(mv.srcSlot)*blob)
+				_, err = src.dio.read(mv.srcSlot, wants[i], dst.hostSlot(mv.dstSlot))
 			default:
-				_, err = dst.file.WriteAt(src.hostSlot(mv.srcSlot), int64(mv.dstSlot)*blob)
+				err = dst.dio.write(mv.dstSlot, &hdrs[i], src.hostSlot(mv.srcSlot))
 			}
 			if err != nil {
-				return fmt.Errorf("%w: blob copy: %w", ErrIO, err)
+				return fmt.Errorf("blob copy: %w", err)
 			}
 		}
 		return nil
 	})
+}
+
+// headers are the blob headers of the unit's moves to disk.
+func (m *Manager) headers(u unit) []blob.Header {
+	out := make([]blob.Header, len(u.moves))
+	for i, mv := range u.moves {
+		out[i] = m.blobHeader(mv.p, mv.tag)
+	}
+	return out
+}
+
+// wants are what the unit's moves from disk expect to read.
+func (m *Manager) wants(u unit) []blobWant {
+	out := make([]blobWant, len(u.moves))
+	for i, mv := range u.moves {
+		out[i] = m.wantOf(mv.p)
+	}
+	return out
 }
 
 func dstSlots(u unit) []int32 {

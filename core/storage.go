@@ -2,8 +2,10 @@ package core
 
 import (
 	"container/heap"
+	"errors"
 	"fmt"
 
+	"github.com/kvcm/kvcm/core/blob"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/layout"
@@ -34,6 +36,8 @@ type page struct {
 	// lost: a failure destroyed the page's data; lostBy is the first one.
 	lost   bool
 	lostBy error
+	// diskTag is the writer tag of the page's blob while it is on disk.
+	diskTag uint64
 }
 
 func (p *page) level() int { return p.group.level.index }
@@ -60,6 +64,9 @@ type slotGroup struct {
 	mem      []device.Memory // one allocation per pool; none on disk
 	file     DiskFile        // the group's blob file on a disk level
 	dir      string          // the disk tier's directory, for errors
+	// hdrBytes and stride: a disk slot is a blob header, then the payload.
+	hdrBytes, stride int64
+	dio              *diskIO // blob I/O of the group, used on the migration stream
 	numSlots int64
 	// capacity is the most slots the group can grow to in place: hot pools
 	// reserve it; cold groups grow by reallocation, so it equals numSlots.
@@ -174,15 +181,23 @@ func newFences(n int64) []fence {
 	return fences
 }
 
-// newDiskGroup creates the group's blob file under dir with open, with its
+// newDiskGroup opens the group's blob file under dir with open, with its
 // space reserved up front so a full disk fails here rather than during a
-// write.
-func newDiskGroup(lvl *storageLevel, desc layout.Group, slots int64, dir string, open DiskOpener) (*slotGroup, error) {
-	f, err := open(dir, desc.Index)
+// write. Each slot holds a blob header for blocks of tokensPerBlock tokens
+// and the cold page.
+func newDiskGroup(lvl *storageLevel, desc layout.Group, slots int64, tier config.CacheTierConfig, tokensPerBlock int, open DiskOpener) (*slotGroup, error) {
+	dir := tier.Path
+	f, err := open(DiskFileSpec{Dir: dir, Group: desc.Index, Persistent: tier.Persistent})
 	if err != nil {
+		if errors.Is(err, ErrDiskInUse) {
+			return nil, fmt.Errorf("disk tier %s: %w", dir, err)
+		}
 		return nil, fmt.Errorf("%w: disk tier %s: %w", ErrIO, dir, err)
 	}
-	g := &slotGroup{level: lvl, desc: desc, numSlots: slots, capacity: slots, file: f, dir: dir}
+	hdr := int64(blob.HeaderSize(tokensPerBlock))
+	g := &slotGroup{level: lvl, desc: desc, numSlots: slots, capacity: slots, file: f, dir: dir,
+		hdrBytes: hdr, stride: hdr + desc.PoolBytes[0]}
+	g.dio = g.io(tokensPerBlock)
 	if err := g.reserveFile(slots); err != nil {
 		g.freeMemory()
 		return nil, err
@@ -192,7 +207,7 @@ func newDiskGroup(lvl *storageLevel, desc layout.Group, slots int64, dir string,
 }
 
 func (g *slotGroup) reserveFile(slots int64) error {
-	size, err := slotsBytes(slots, g.desc.PoolBytes[0])
+	size, err := slotsBytes(slots, g.stride)
 	if err != nil {
 		return fmt.Errorf("disk tier %s: %w", g.dir, err)
 	}

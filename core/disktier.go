@@ -1,0 +1,144 @@
+package core
+
+import (
+	"crypto/rand"
+	"fmt"
+
+	"github.com/kvcm/kvcm/core/blob"
+	"github.com/kvcm/kvcm/core/codec"
+	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/layout"
+)
+
+// The disk tier stores each cold page as a core/blob blob: a header of
+// blob.HeaderSize(tokens per block) bytes, then the codec's payload. Slot s of
+// a disk group sits at s × (header + payload). The header names the page's
+// layout fingerprint, lifecycle, block key, parent key and tokens, a writer
+// tag (unique per write, so a slot still holding an older blob is told from
+// the one the manager wrote) and the payload's checksum. Every read checks
+// them: a damaged, truncated, stale or foreign blob fails the read like an
+// I/O error (ErrIO wrapping blob.ErrCorrupt), which loses the pages of the
+// transaction (ErrDataLost for their caches) and never delivers its bytes.
+
+// initBlobFormat computes every lifecycle's layout fingerprint. A codec
+// without an identity gets fingerprints no other manager shares.
+func (m *Manager) initBlobFormat() error {
+	id, ok := codec.IdentityOf(m.codec)
+	if !ok {
+		var nonce [16]byte
+		rand.Read(nonce[:])
+		id = fmt.Sprintf("anonymous %x", nonce)
+		if t, on := m.cfg.Tier(config.DiskTier); on && t.Persistent {
+			return &config.Error{Field: fmt.Sprintf("cache_tiers[%d].persistent", len(m.cfg.CacheTiers)-1),
+				Msg: "needs a codec with an identity (codec.Identifier), so blobs of another format are never read as this one's"}
+		}
+	}
+	m.blobFP = make([]blob.Fingerprint, len(m.lt.LifeCycles))
+	for i := range m.lt.LifeCycles {
+		lc := &m.lt.LifeCycles[i]
+		l := blob.Layout{
+			BlobBytes:      m.lcCodec[i].coldBytes,
+			TokensPerBlock: m.cfg.TokensPerBlock,
+			Window:         lc.Window.Size,
+			Sinks:          lc.Window.Sinks,
+			Codec:          id,
+		}
+		for _, p := range lc.Pools {
+			for _, b := range p.Buffers {
+				l.Buffers = append(l.Buffers, blob.Buffer{Layer: b.Layer, Role: string(b.Role), Bytes: p.BufferBytes})
+			}
+		}
+		m.blobFP[i] = l.Fingerprint()
+	}
+	return nil
+}
+
+// blobHeader is the header the disk tier writes for p with tag; the payload
+// fields are set by Seal when the payload is ready.
+func (m *Manager) blobHeader(p *page, tag uint64) blob.Header {
+	h := blob.Header{Fingerprint: m.blobFP[p.lc], LifeCycle: uint32(p.lc), Tag: tag}
+	if n := p.node; n != nil {
+		h.Key = uint64(n.key)
+		if n.parent != nil {
+			h.Parent = uint64(n.parent.key)
+		}
+		h.Tokens = append([]int32(nil), n.tokens...) // the node may go before the write runs
+	}
+	return h
+}
+
+// blobWant is what a read expects of the blob in a slot.
+type blobWant struct {
+	fp  blob.Fingerprint
+	lc  layout.LifeCycleID
+	tag uint64
+}
+
+func (m *Manager) wantOf(p *page) blobWant {
+	return blobWant{fp: m.blobFP[p.lc], lc: p.lc, tag: p.diskTag}
+}
+
+// diskIO does the blob I/O of one disk group with a scratch slot buffer.
+// It runs in host functions, one at a time per group.
+type diskIO struct {
+	file     DiskFile
+	hdrBytes int64
+	stride   int64
+	tokens   int // tokens per block: the most a header may hold
+	scratch  []byte
+}
+
+func (g *slotGroup) io(tokensPerBlock int) *diskIO {
+	return &diskIO{file: g.file, hdrBytes: g.hdrBytes, stride: g.stride, tokens: tokensPerBlock}
+}
+
+func (d *diskIO) buf() []byte {
+	if d.scratch == nil {
+		d.scratch = make([]byte, d.stride)
+	}
+	return d.scratch
+}
+
+// write stores payload with header h in slot s.
+func (d *diskIO) write(s int32, h *blob.Header, payload []byte) error {
+	buf := d.buf()
+	h.Seal(payload)
+	if _, err := h.Put(buf[:d.hdrBytes]); err != nil {
+		return err
+	}
+	copy(buf[d.hdrBytes:], payload)
+	if _, err := d.file.WriteAt(buf, int64(s)*d.stride); err != nil {
+		return fmt.Errorf("%w: disk write of slot %d: %w", ErrIO, s, err)
+	}
+	return nil
+}
+
+// read loads the blob of slot s, checks it against want, and copies its
+// payload to dst. It returns the blob's header.
+func (d *diskIO) read(s int32, want blobWant, dst []byte) (blob.Header, error) {
+	buf := d.buf()
+	if _, err := d.file.ReadAt(buf, int64(s)*d.stride); err != nil {
+		return blob.Header{}, fmt.Errorf("%w: disk read of slot %d: %w", ErrIO, s, err)
+	}
+	h, err := d.check(buf, want)
+	if err != nil {
+		return h, fmt.Errorf("%w: disk read of slot %d: %w", ErrIO, s, err)
+	}
+	copy(dst, buf[d.hdrBytes:])
+	return h, nil
+}
+
+// check verifies the blob in buf against want.
+func (d *diskIO) check(buf []byte, want blobWant) (blob.Header, error) {
+	h, err := blob.Decode(buf[:d.hdrBytes], d.tokens)
+	switch {
+	case err != nil:
+		return h, err
+	case h.Fingerprint != want.fp || h.LifeCycle != uint32(want.lc):
+		return h, fmt.Errorf("%w: blob of layout %v lifecycle %d, want %v lifecycle %d",
+			blob.ErrCorrupt, h.Fingerprint, h.LifeCycle, want.fp, want.lc)
+	case h.Tag != want.tag:
+		return h, fmt.Errorf("%w: blob written as %d, want %d (stale slot)", blob.ErrCorrupt, h.Tag, want.tag)
+	}
+	return h, h.Verify(buf[d.hdrBytes:])
+}

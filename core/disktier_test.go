@@ -1,0 +1,111 @@
+package core
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm/kvcm/core/blob"
+	"github.com/kvcm/kvcm/core/blockhash"
+)
+
+// The rules of the disk tier's blobs: every blob read is checked (layout
+// fingerprint, lifecycle, writer tag, header and payload checksums); a
+// damaged, stale or foreign blob is a miss — its pages are lost, the cache
+// that needed them gets ErrDataLost, the lost pages are counted, the next
+// request recomputes — and never wrong bytes.
+
+// Damage of every kind found in a blob file makes its read a miss.
+func TestDamagedBlobIsAMissNeverWrongBytes(t *testing.T) {
+	damages := map[string]func(t *testing.T, g *slotGroup){
+		"payload bit flip": func(t *testing.T, g *slotGroup) {
+			flipByte(t, g.file, g.hdrBytes+5)
+		},
+		"header bit flip": func(t *testing.T, g *slotGroup) {
+			flipByte(t, g.file, 33) // the block key
+		},
+		"zeros after truncation": func(t *testing.T, g *slotGroup) {
+			f := g.file.(osDiskFile)
+			require.NoError(t, f.Truncate(0))
+			require.NoError(t, f.Reserve(g.numSlots*g.stride))
+		},
+		"stale blob of another write": func(t *testing.T, g *slotGroup) {
+			buf := make([]byte, g.stride)
+			_, err := g.file.ReadAt(buf, g.stride) // slot 1's blob, into slot 0
+			require.NoError(t, err)
+			_, err = g.file.WriteAt(buf, 0)
+			require.NoError(t, err)
+		},
+	}
+	for name, damage := range damages {
+		t.Run(name, func(t *testing.T) {
+			f := newTieredFixture(t, tieredConfig(t, 4, 0, 4))
+			a := f.suspendAndPushDown([]int{0, 16}, 16)
+			f.m.mu.Lock()
+			require.NoError(t, f.m.stream.Synchronize(), "A's blobs are written")
+			damage(t, f.m.levels[1].groups[0])
+			f.m.mu.Unlock()
+			lostBefore := f.m.Stats().LostPages
+
+			release := f.holdMigrations()
+			require.NoError(t, a.Resume(f.stream))
+			release()
+			err := f.stream.Synchronize()
+			require.ErrorIs(t, err, ErrIO, "the stream that waited for the read learns of it")
+			require.ErrorIs(t, err, blob.ErrCorrupt)
+			_, err = a.BasePageIndices(0)
+			require.ErrorIs(t, err, ErrDataLost, "the cache never reads the damaged bytes")
+			assert.Greater(t, f.m.Stats().LostPages, lostBefore, "the lost pages are counted")
+			require.NoError(t, a.Close())
+			f.requireNoLeak()
+
+			c := f.compute(blockhash.Scope{}, seq(0, 16), 3)
+			assert.Zero(t, c.ReusedTokens(), "the next request recomputes")
+			assert.Equal(t, 16, f.verifyAll(c, 3))
+			require.NoError(t, c.Close())
+		})
+	}
+}
+
+func flipByte(t *testing.T, f DiskFile, off int64) {
+	t.Helper()
+	b := []byte{0}
+	_, err := f.ReadAt(b, off)
+	require.NoError(t, err)
+	b[0] ^= 0x10
+	_, err = f.WriteAt(b, off)
+	require.NoError(t, err)
+}
+
+// Blobs on disk carry the header the format package decodes: the layout
+// fingerprint, the lifecycle, the block key with its parent and tokens.
+func TestDiskBlobsCarryTheirBlockHeader(t *testing.T) {
+	f := newTieredFixture(t, tieredConfig(t, 4, 0, 4))
+	a := f.suspendAndPushDown([]int{0, 16}, 16)
+	defer a.Close()
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	require.NoError(t, f.m.stream.Synchronize())
+	g := f.m.levels[1].groups[0]
+	keys := blockhash.Chain(blockhash.Scope{}, tpb, seq(0, 16))
+	found := map[uint64]blob.Header{}
+	for s := range g.numSlots {
+		buf := make([]byte, g.stride)
+		_, err := g.file.ReadAt(buf, s*g.stride)
+		require.NoError(t, err)
+		h, err := blob.Decode(buf[:g.hdrBytes], tpb)
+		require.NoError(t, err, "slot %d", s)
+		require.NoError(t, h.Verify(buf[g.hdrBytes:]))
+		assert.Equal(t, f.m.blobFP[h.LifeCycle], h.Fingerprint)
+		found[h.Key] = h
+	}
+	parent := uint64(blockhash.Scope{}.Root())
+	for i, k := range keys {
+		h, ok := found[uint64(k)]
+		require.True(t, ok, "block %d is on disk", i)
+		assert.Equal(t, parent, h.Parent)
+		assert.Equal(t, seq(i*tpb, tpb), h.Tokens)
+		parent = uint64(k)
+	}
+}
