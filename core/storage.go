@@ -59,15 +59,15 @@ func (p *page) depth() int {
 // slotGroup is one pool group of one level: its memory, its free slots, the
 // fence of every slot and the eviction candidates.
 type slotGroup struct {
-	level    *storageLevel
-	desc     layout.Group
-	mem      []device.Memory // one allocation per pool; none on disk
-	file     DiskFile        // the group's blob file on a disk level
-	dir      string          // the disk tier's directory, for errors
+	level *storageLevel
+	desc  layout.Group
+	mem   []device.Memory // one allocation per pool; none on disk
+	file  DiskFile        // the group's blob file on a disk level
+	dir   string          // the disk tier's directory, for errors
 	// hdrBytes and stride: a disk slot is a blob header, then the payload.
 	hdrBytes, stride int64
 	dio              *diskIO // blob I/O of the group, used on the migration stream
-	numSlots int64
+	numSlots         int64
 	// capacity is the most slots the group can grow to in place: hot pools
 	// reserve it; cold groups grow by reallocation, so it equals numSlots.
 	capacity int64
