@@ -174,6 +174,9 @@ func (m *Manager) init(cc *codec.Guarded) error {
 	if err := m.initStaging(); err != nil {
 		return err
 	}
+	if err := m.restoreDisk(); err != nil {
+		return err
+	}
 	var err error
 	if m.stream, err = m.dev.NewStream(); err != nil {
 		return fmt.Errorf("create migration stream: %w", err)
