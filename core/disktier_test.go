@@ -43,7 +43,7 @@ func TestDamagedBlobIsAMissNeverWrongBytes(t *testing.T) {
 			f := newTieredFixture(t, tieredConfig(t, 4, 0, 4))
 			a := f.suspendAndPushDown([]int{0, 16}, 16)
 			f.m.mu.Lock()
-			require.NoError(t, f.m.stream.Synchronize(), "A's blobs are written")
+			require.NoError(t, f.m.diskStream.Synchronize(), "A's blobs are written")
 			damage(t, f.m.levels[1].groups[0])
 			f.m.mu.Unlock()
 			lostBefore := f.m.Stats().LostPages
@@ -86,7 +86,7 @@ func TestDiskBlobsCarryTheirBlockHeader(t *testing.T) {
 	defer a.Close()
 	f.m.mu.Lock()
 	defer f.m.mu.Unlock()
-	require.NoError(t, f.m.stream.Synchronize())
+	require.NoError(t, f.m.diskStream.Synchronize())
 	g := f.m.levels[1].groups[0]
 	keys := blockhash.Chain(blockhash.Scope{}, tpb, seq(0, 16))
 	found := map[uint64]blob.Header{}
@@ -108,4 +108,24 @@ func TestDiskBlobsCarryTheirBlockHeader(t *testing.T) {
 		assert.Equal(t, seq(i*tpb, tpb), h.Tokens)
 		parent = uint64(k)
 	}
+}
+
+// GPU↔host migrations never wait for disk I/O they do not depend on: with
+// the disk stream stuck in a long I/O, a cache's pages go to the host tier
+// and come back, to the byte. (On a single migration stream this hangs.)
+func TestHostMigrationsDoNotWaitForDiskIO(t *testing.T) {
+	f := newTieredFixture(t, tieredConfig(t, 4, 8, 8))
+	gate := make(chan struct{})
+	f.m.mu.Lock()
+	disk := f.m.streamOf(unit{src: f.m.levels[2].groups[0], dst: f.m.levels[0].groups[0]})
+	require.NoError(t, disk.HostFunc(func() error { <-gate; return nil }))
+	f.m.mu.Unlock()
+	defer close(gate)
+
+	a := f.suspendAndPushDown([]int{0, 16}, 16)
+	assert.Equal(t, 4, a.Residency()[1], "A's pages are on the host tier")
+	require.NoError(t, a.Resume(f.stream))
+	require.NoError(t, f.stream.Synchronize())
+	assert.Equal(t, 16, f.verifyAll(a, 1))
+	require.NoError(t, a.Close())
 }

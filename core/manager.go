@@ -55,16 +55,19 @@ type Manager struct {
 	lt     *layout.Layout
 	dev    device.Device
 	ownDev bool
-	stream device.Stream
-	events eventPool
-	levels []*storageLevel
-	roots  map[blockhash.Key]*node
-	hasher *blockhash.Hasher
-	tick   uint64
-	prune  []*node
-	nextID uint64
-	caches map[uint64]*KVCache
-	stats  statCounters
+	// stream carries the migrations between GPU and host, diskStream those
+	// that read or write the disk tier (see streamOf).
+	stream     device.Stream
+	diskStream device.Stream
+	events     eventPool
+	levels     []*storageLevel
+	roots      map[blockhash.Key]*node
+	hasher     *blockhash.Hasher
+	tick       uint64
+	prune      []*node
+	nextID     uint64
+	caches     map[uint64]*KVCache
+	stats      statCounters
 	// losses counts lost pages ever; a cache rescans its pages for lost
 	// ones only when it changed (see checkLost).
 	losses uint64
@@ -181,6 +184,11 @@ func (m *Manager) init(cc *codec.Guarded) error {
 	if m.stream, err = m.dev.NewStream(); err != nil {
 		return fmt.Errorf("create migration stream: %w", err)
 	}
+	if _, ok := m.cfg.Tier(config.DiskTier); ok {
+		if m.diskStream, err = m.dev.NewStream(); err != nil {
+			return fmt.Errorf("create disk stream: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -232,6 +240,9 @@ func (m *Manager) Close() error {
 	if m.stream != nil {
 		errs = append(errs, m.stream.Synchronize())
 	}
+	if m.diskStream != nil {
+		errs = append(errs, m.diskStream.Synchronize())
+	}
 	m.release()
 	return errors.Join(errs...)
 }
@@ -255,6 +266,9 @@ func (m *Manager) release() {
 	m.levels = nil
 	if m.stream != nil {
 		m.stream.Close()
+	}
+	if m.diskStream != nil {
+		m.diskStream.Close()
 	}
 	m.events.close()
 	if m.ownDev {

@@ -204,26 +204,37 @@ func (m *Manager) unitSize(src, dst *slotGroup, rep layout.LayerGroupID, n int) 
 	return n
 }
 
-// runUnit submits one transaction on the migration stream and, on success,
-// moves ownership.
+// streamOf is the stream of unit u: the disk stream when the unit reads or
+// writes a disk tier, so disk I/O never delays the GPU↔host migrations on the
+// migration stream; the two are ordered only by the slots' fences.
+func (m *Manager) streamOf(u unit) device.Stream {
+	if u.src.onDisk() || u.dst.onDisk() {
+		return m.diskStream
+	}
+	return m.stream
+}
+
+// runUnit submits one transaction on its stream (see streamOf) and, on
+// success, moves ownership.
 func (m *Manager) runUnit(u unit) error {
+	st := m.streamOf(u)
 	waits := waitSet{}
 	for _, mv := range u.moves {
 		waits.addFence(u.src.fences[mv.srcSlot])
 		waits.addFence(u.dst.fences[mv.dstSlot])
 	}
-	if err := waits.apply(m.stream); err != nil {
+	if err := waits.apply(st); err != nil {
 		return err
 	}
-	release, err := m.submitUnit(u)
+	release, err := m.submitUnit(u, st)
 	if err != nil {
-		m.drainAfterFailure()
+		m.drainAfterFailure(st)
 		if release != nil {
 			release()
 		}
 		return err
 	}
-	ev, err := m.events.record(m.stream)
+	ev, err := m.events.record(st)
 	if release != nil {
 		// Released after the finish event, so the event keeps the unit's
 		// failures and protects the staging bytes. The lease ends even when
@@ -231,7 +242,7 @@ func (m *Manager) runUnit(u unit) error {
 		release()
 	}
 	if err != nil {
-		m.drainAfterFailure()
+		m.drainAfterFailure(st)
 		return err
 	}
 	fl := &inflight{ev: ev}
@@ -263,9 +274,9 @@ func (m *Manager) runUnit(u unit) error {
 // drainAfterFailure waits for whatever part of a failed unit was queued, so
 // nothing reuses its slots or staging bytes too early, and closes the
 // stream's failure interval so the next unit does not inherit it.
-func (m *Manager) drainAfterFailure() {
-	m.stream.Synchronize()
-	if ev, err := m.events.record(m.stream); err == nil {
+func (m *Manager) drainAfterFailure(st device.Stream) {
+	st.Synchronize()
+	if ev, err := m.events.record(st); err == nil {
 		m.events.release(ev)
 	}
 }
@@ -273,29 +284,29 @@ func (m *Manager) drainAfterFailure() {
 // submitUnit enqueues the transfer of one unit. It returns a function that
 // releases the unit's staging leases, to be called after the finish event is
 // recorded.
-func (m *Manager) submitUnit(u unit) (func() error, error) {
+func (m *Manager) submitUnit(u unit, st device.Stream) (func() error, error) {
 	srcHot, dstHot := u.src.level.index == 0, u.dst.level.index == 0
 	switch {
 	case srcHot && dstHot:
-		return nil, m.copyHot(u)
+		return nil, m.copyHot(u, st)
 	case srcHot && !u.dst.onDisk():
-		return m.codecCall(u, true, u.dst.mem[0].Ptr(), func(i int, mv move) codec.PageIndexPair {
+		return m.codecCall(u, st, true, u.dst.mem[0].Ptr(), func(i int, mv move) codec.PageIndexPair {
 			return codec.PageIndexPair{Dst: mv.dstSlot, Src: mv.srcSlot}
 		})
 	case dstHot && !u.src.onDisk():
-		return m.codecCall(u, false, u.src.mem[0].Ptr(), func(i int, mv move) codec.PageIndexPair {
+		return m.codecCall(u, st, false, u.src.mem[0].Ptr(), func(i int, mv move) codec.PageIndexPair {
 			return codec.PageIndexPair{Dst: mv.dstSlot, Src: mv.srcSlot}
 		})
 	case srcHot:
-		return m.encodeToDisk(u)
+		return m.encodeToDisk(u, st)
 	case dstHot:
-		return m.decodeFromDisk(u)
+		return m.decodeFromDisk(u, st)
 	}
-	return nil, m.copyCold(u)
+	return nil, m.copyCold(u, st)
 }
 
 // copyHot is the per-pool hot copy used by defragmentation.
-func (m *Manager) copyHot(u unit) error {
+func (m *Manager) copyHot(u unit, st device.Stream) error {
 	descs := m.descs[:0]
 	for _, mv := range u.moves {
 		for pool, b := range u.src.desc.PoolBytes {
@@ -305,13 +316,13 @@ func (m *Manager) copyHot(u unit) error {
 		}
 	}
 	m.descs = descs
-	return m.stream.BatchCopy(descs)
+	return st.BatchCopy(descs)
 }
 
 // codecCall makes one encode (toCold) or decode call for the unit with the
 // cold side at coldBase, uploading the index pairs first when the codec
 // reads them from device memory.
-func (m *Manager) codecCall(u unit, toCold bool, coldBase device.Ptr, pair func(int, move) codec.PageIndexPair) (func() error, error) {
+func (m *Manager) codecCall(u unit, st device.Stream, toCold bool, coldBase device.Ptr, pair func(int, move) codec.PageIndexPair) (func() error, error) {
 	pairs := m.pairs[:0]
 	for i, mv := range u.moves {
 		pairs = append(pairs, pair(i, mv))
@@ -326,7 +337,7 @@ func (m *Manager) codecCall(u unit, toCold bool, coldBase device.Ptr, pair func(
 			buf = binary.LittleEndian.AppendUint32(buf, uint32(p.Src))
 		}
 		m.pairBytes = buf
-		lease, err := m.indexRing.Upload(buf, m.stream)
+		lease, err := m.indexRing.Upload(buf, st)
 		if err != nil {
 			return nil, fmt.Errorf("upload page indices: %w", err)
 		}
@@ -335,9 +346,9 @@ func (m *Manager) codecCall(u unit, toCold bool, coldBase device.Ptr, pair func(
 	}
 	var ok bool
 	if toCold {
-		ok = m.codec.Encode(u.rep, coldBase, idx, m.stream)
+		ok = m.codec.Encode(u.rep, coldBase, idx, st)
 	} else {
-		ok = m.codec.Decode(u.rep, coldBase, idx, m.stream)
+		ok = m.codec.Decode(u.rep, coldBase, idx, st)
 	}
 	if !ok {
 		op := "Decode"
@@ -353,14 +364,14 @@ func (m *Manager) codecCall(u unit, toCold bool, coldBase device.Ptr, pair func(
 	return release, nil
 }
 
-// stage leases pinned staging for the unit's blobs on the migration stream.
-func (m *Manager) stage(u unit) (*staging.StagingBuffer, int64, error) {
+// stage leases pinned staging for the unit's blobs on stream st.
+func (m *Manager) stage(u unit, st device.Stream) (*staging.StagingBuffer, int64, error) {
 	blob := m.lcCodec[u.rep].coldBytes
 	req, err := staging.PageRequest(blob, int64(len(u.moves)), int64(len(u.moves)))
 	if err != nil {
 		return nil, 0, err
 	}
-	buf, err := m.pageRing.Acquire(req, m.stream)
+	buf, err := m.pageRing.Acquire(req, st)
 	if err != nil {
 		return nil, 0, fmt.Errorf("page staging: %w", err)
 	}
@@ -369,17 +380,17 @@ func (m *Manager) stage(u unit) (*staging.StagingBuffer, int64, error) {
 
 // encodeToDisk encodes into pinned staging, then writes each blob, with its
 // header, to its slot of the disk group's file, in stream order.
-func (m *Manager) encodeToDisk(u unit) (func() error, error) {
-	buf, blob, err := m.stage(u)
+func (m *Manager) encodeToDisk(u unit, st device.Stream) (func() error, error) {
+	buf, blob, err := m.stage(u, st)
 	if err != nil {
 		return nil, err
 	}
-	release, err := m.codecCall(u, true, buf.Ptr(), func(i int, mv move) codec.PageIndexPair {
+	release, err := m.codecCall(u, st, true, buf.Ptr(), func(i int, mv move) codec.PageIndexPair {
 		return codec.PageIndexPair{Dst: int32(i), Src: mv.srcSlot}
 	})
 	if err == nil {
 		host, dio, slots, hdrs := buf.Host(), u.dst.dio, dstSlots(u), m.headers(u)
-		err = m.stream.HostFunc(func() error {
+		err = st.HostFunc(func() error {
 			for i, s := range slots {
 				if err := dio.write(s, &hdrs[i], host[int64(i)*blob:int64(i+1)*blob]); err != nil {
 					return err
@@ -394,13 +405,13 @@ func (m *Manager) encodeToDisk(u unit) (func() error, error) {
 // decodeFromDisk reads and checks the blobs into pinned staging, then decodes
 // them. A blob that fails its check fails the host function, so the
 // transaction's pages are lost and the decode's output is never used.
-func (m *Manager) decodeFromDisk(u unit) (func() error, error) {
-	buf, blob, err := m.stage(u)
+func (m *Manager) decodeFromDisk(u unit, st device.Stream) (func() error, error) {
+	buf, blob, err := m.stage(u, st)
 	if err != nil {
 		return nil, err
 	}
 	host, dio, slots, wants := buf.Host(), u.src.dio, srcSlots(u), m.wants(u)
-	err = m.stream.HostFunc(func() error {
+	err = st.HostFunc(func() error {
 		for i, s := range slots {
 			if _, err := dio.read(s, wants[i], host[int64(i)*blob:int64(i+1)*blob]); err != nil {
 				return err
@@ -410,7 +421,7 @@ func (m *Manager) decodeFromDisk(u unit) (func() error, error) {
 	})
 	var release func() error
 	if err == nil {
-		release, err = m.codecCall(u, false, buf.Ptr(), func(i int, mv move) codec.PageIndexPair {
+		release, err = m.codecCall(u, st, false, buf.Ptr(), func(i int, mv move) codec.PageIndexPair {
 			return codec.PageIndexPair{Dst: mv.dstSlot, Src: int32(i)}
 		})
 	}
@@ -420,7 +431,7 @@ func (m *Manager) decodeFromDisk(u unit) (func() error, error) {
 // copyCold moves raw blobs between cold groups: a batch copy between host
 // slots, file I/O in stream order otherwise. Blobs read from disk are checked;
 // blobs written to disk get a new header.
-func (m *Manager) copyCold(u unit) error {
+func (m *Manager) copyCold(u unit, st device.Stream) error {
 	size := u.src.blobBytes()
 	if !u.src.onDisk() && !u.dst.onDisk() {
 		descs := m.descs[:0]
@@ -431,7 +442,7 @@ func (m *Manager) copyCold(u unit) error {
 			})
 		}
 		m.descs = descs
-		return m.stream.BatchCopy(descs)
+		return st.BatchCopy(descs)
 	}
 	src, dst, moves := u.src, u.dst, u.moves
 	var wants []blobWant
@@ -442,7 +453,7 @@ func (m *Manager) copyCold(u unit) error {
 	if dst.onDisk() {
 		hdrs = m.headers(u)
 	}
-	return m.stream.HostFunc(func() error {
+	return st.HostFunc(func() error {
 		var tmp []byte
 		for i, mv := range moves {
 			var err error

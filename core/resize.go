@@ -159,6 +159,11 @@ func (m *Manager) drainLevel(lvl *storageLevel) error {
 	if err := m.stream.Synchronize(); err != nil {
 		return fmt.Errorf("drain migration stream: %w", err)
 	}
+	if m.diskStream != nil {
+		if err := m.diskStream.Synchronize(); err != nil {
+			return fmt.Errorf("drain disk stream: %w", err)
+		}
+	}
 	waits := waitSet{}
 	for _, g := range lvl.groups {
 		for _, f := range g.fences {
