@@ -14,8 +14,9 @@ import (
 // DiskFile is one blob file of a disk tier: the slots of one cold pool group,
 // slot s at offset s × the group's slot stride (a blob header and the cold
 // page, see core/blob). ReadAt and WriteAt follow io.ReaderAt and io.WriterAt
-// (a short read or write comes with an error); the manager calls them on host
-// threads in stream order, never concurrently for one file.
+// (a short read or write comes with an error); the manager calls them from
+// host functions of its disk stream, several at once for one file (a bounded
+// queue of blobs, at distinct offsets), as os.File allows.
 type DiskFile interface {
 	io.ReaderAt
 	io.WriterAt

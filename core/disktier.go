@@ -3,6 +3,8 @@ package core
 import (
 	"crypto/rand"
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	"github.com/kvcm/kvcm/core/blob"
 	"github.com/kvcm/kvcm/core/codec"
@@ -78,30 +80,75 @@ func (m *Manager) wantOf(p *page) blobWant {
 	return blobWant{fp: m.blobFP[p.lc], lc: p.lc, tag: p.diskTag}
 }
 
-// diskIO does the blob I/O of one disk group with a scratch slot buffer.
-// It runs in host functions, one at a time per group.
+// diskQueueDepth is the most blob reads or writes one disk transaction keeps
+// in flight: a bounded pool of workers, so the device sees a queue rather
+// than one blob at a time.
+const diskQueueDepth = 8
+
+// diskIO does the blob I/O of one disk group. It runs in host functions on
+// the disk stream, which runs them one at a time, so its per-worker scratch
+// slot buffers are reused from one transaction to the next.
 type diskIO struct {
 	file     DiskFile
 	hdrBytes int64
 	stride   int64
 	tokens   int // tokens per block: the most a header may hold
-	scratch  []byte
+	scratch  [][]byte
 }
 
 func (g *slotGroup) io(tokensPerBlock int) *diskIO {
 	return &diskIO{file: g.file, hdrBytes: g.hdrBytes, stride: g.stride, tokens: tokensPerBlock}
 }
 
-func (d *diskIO) buf() []byte {
-	if d.scratch == nil {
-		d.scratch = make([]byte, d.stride)
+// each runs fn for 0 ≤ i < n on up to diskQueueDepth workers, each with its
+// own scratch slot buffer, and returns the first error (the others still
+// finish what they started, so nothing runs after each returns).
+func (d *diskIO) each(n int, fn func(i int, scratch []byte) error) error {
+	workers := min(n, diskQueueDepth)
+	for len(d.scratch) < workers {
+		d.scratch = append(d.scratch, make([]byte, d.stride))
 	}
-	return d.scratch
+	if workers <= 1 {
+		for i := range n {
+			if err := fn(i, d.scratch[0]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var next atomic.Int64
+	var failed atomic.Bool
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !failed.Load() {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := fn(i, d.scratch[w]); err != nil {
+					errs[w] = err
+					failed.Store(true)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// write stores payload with header h in slot s.
-func (d *diskIO) write(s int32, h *blob.Header, payload []byte) error {
-	buf := d.buf()
+// write stores payload with header h in slot s, through scratch.
+func (d *diskIO) write(s int32, h *blob.Header, payload, scratch []byte) error {
+	buf := scratch[:d.stride]
 	h.Seal(payload)
 	if _, err := h.Put(buf[:d.hdrBytes]); err != nil {
 		return err
@@ -113,19 +160,18 @@ func (d *diskIO) write(s int32, h *blob.Header, payload []byte) error {
 	return nil
 }
 
-// read loads the blob of slot s, checks it against want, and copies its
-// payload to dst. It returns the blob's header.
-func (d *diskIO) read(s int32, want blobWant, dst []byte) (blob.Header, error) {
-	buf := d.buf()
+// read loads the blob of slot s through scratch, checks it against want, and
+// copies its payload to dst.
+func (d *diskIO) read(s int32, want blobWant, dst, scratch []byte) error {
+	buf := scratch[:d.stride]
 	if _, err := d.file.ReadAt(buf, int64(s)*d.stride); err != nil {
-		return blob.Header{}, fmt.Errorf("%w: disk read of slot %d: %w", ErrIO, s, err)
+		return fmt.Errorf("%w: disk read of slot %d: %w", ErrIO, s, err)
 	}
-	h, err := d.check(buf, want)
-	if err != nil {
-		return h, fmt.Errorf("%w: disk read of slot %d: %w", ErrIO, s, err)
+	if _, err := d.check(buf, want); err != nil {
+		return fmt.Errorf("%w: disk read of slot %d: %w", ErrIO, s, err)
 	}
 	copy(dst, buf[d.hdrBytes:])
-	return h, nil
+	return nil
 }
 
 // check verifies the blob in buf against want.

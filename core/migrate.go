@@ -391,12 +391,9 @@ func (m *Manager) encodeToDisk(u unit, st device.Stream) (func() error, error) {
 	if err == nil {
 		host, dio, slots, hdrs := buf.Host(), u.dst.dio, dstSlots(u), m.headers(u)
 		err = st.HostFunc(func() error {
-			for i, s := range slots {
-				if err := dio.write(s, &hdrs[i], host[int64(i)*blob:int64(i+1)*blob]); err != nil {
-					return err
-				}
-			}
-			return nil
+			return dio.each(len(slots), func(i int, scratch []byte) error {
+				return dio.write(slots[i], &hdrs[i], host[int64(i)*blob:int64(i+1)*blob], scratch)
+			})
 		})
 	}
 	return joinRelease(release, buf.Release), err
@@ -412,12 +409,9 @@ func (m *Manager) decodeFromDisk(u unit, st device.Stream) (func() error, error)
 	}
 	host, dio, slots, wants := buf.Host(), u.src.dio, srcSlots(u), m.wants(u)
 	err = st.HostFunc(func() error {
-		for i, s := range slots {
-			if _, err := dio.read(s, wants[i], host[int64(i)*blob:int64(i+1)*blob]); err != nil {
-				return err
-			}
-		}
-		return nil
+		return dio.each(len(slots), func(i int, scratch []byte) error {
+			return dio.read(slots[i], wants[i], host[int64(i)*blob:int64(i+1)*blob], scratch)
+		})
 	})
 	var release func() error
 	if err == nil {
@@ -453,28 +447,30 @@ func (m *Manager) copyCold(u unit, st device.Stream) error {
 	if dst.onDisk() {
 		hdrs = m.headers(u)
 	}
+	dio := src.dio
+	if dio == nil {
+		dio = dst.dio
+	}
 	return st.HostFunc(func() error {
-		var tmp []byte
-		for i, mv := range moves {
+		return dio.each(len(moves), func(i int, scratch []byte) error {
+			mv := moves[i]
 			var err error
 			switch {
 			case src.onDisk() && dst.onDisk():
-				if tmp == nil {
-					tmp = make([]byte, size)
-				}
-				if _, err = src.dio.read(mv.srcSlot, wants[i], tmp); err == nil {
-					err = dst.dio.write(mv.dstSlot, &hdrs[i], tmp)
+				tmp := make([]byte, size)
+				if err = src.dio.read(mv.srcSlot, wants[i], tmp, scratch); err == nil {
+					err = dst.dio.write(mv.dstSlot, &hdrs[i], tmp, scratch)
 				}
 			case src.onDisk():
-				_, err = src.dio.read(mv.srcSlot, wants[i], dst.hostSlot(mv.dstSlot))
+				err = src.dio.read(mv.srcSlot, wants[i], dst.hostSlot(mv.dstSlot), scratch)
 			default:
-				err = dst.dio.write(mv.dstSlot, &hdrs[i], src.hostSlot(mv.srcSlot))
+				err = dst.dio.write(mv.dstSlot, &hdrs[i], src.hostSlot(mv.srcSlot), scratch)
 			}
 			if err != nil {
 				return fmt.Errorf("blob copy: %w", err)
 			}
-		}
-		return nil
+			return nil
+		})
 	})
 }
 
