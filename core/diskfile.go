@@ -27,6 +27,10 @@ type DiskFile interface {
 	// Size is the file's current length: a persistent file may hold the
 	// blobs an earlier manager left.
 	Size() (int64, error)
+	// Alignment is what ReadAt and WriteAt need their offsets, lengths and
+	// buffer addresses to be multiples of: 1 for ordinary files, the
+	// filesystem's block size for a file opened for direct I/O.
+	Alignment() int64
 	// Close releases the file. A file that is not persistent holds only this
 	// manager's pages, so an implementation deletes it; a persistent one
 	// stays for the next manager.
@@ -41,6 +45,10 @@ type DiskFileSpec struct {
 	// Persistent: the file outlives the manager, and the next manager on Dir
 	// with the same layout reuses its blobs (config.CacheTierConfig.Persistent).
 	Persistent bool
+	// Direct asks for direct I/O (O_DIRECT: no page cache, no writeback
+	// throttling). An opener that cannot give it (tmpfs) opens the file
+	// normally; Alignment says which it got.
+	Direct bool
 }
 
 // DiskOpener opens the blob file spec names.
@@ -67,13 +75,16 @@ var ErrDiskInUse = errors.New("disk tier directory in use by another manager")
 //
 // A persistent file is kvcm-group<group>.blob, created when missing and kept
 // at Close; a locked one fails with ErrDiskInUse.
+//
+// With spec.Direct the file is opened with O_DIRECT where the filesystem
+// supports it (Alignment 4096), and normally where it does not (EINVAL).
 func OSDiskFiles(spec DiskFileSpec) (DiskFile, error) {
 	if err := ReclaimStaleDiskFiles(spec.Dir); err != nil {
 		return nil, err
 	}
 	if spec.Persistent {
 		name := filepath.Join(spec.Dir, fmt.Sprintf("kvcm-group%d.blob", spec.Group))
-		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
+		f, err := openDirect(name, os.O_RDWR|os.O_CREATE, spec.Direct)
 		if err != nil {
 			return nil, err
 		}
@@ -84,11 +95,20 @@ func OSDiskFiles(spec DiskFileSpec) (DiskFile, error) {
 			}
 			return nil, fmt.Errorf("lock %s: %w", name, err)
 		}
-		return osDiskFile{File: f, keep: true}, nil
+		return newOSDiskFile(f, true), nil
 	}
 	f, err := os.CreateTemp(spec.Dir, fmt.Sprintf("kvcm-group%d-*.blob", spec.Group))
 	if err != nil {
 		return nil, err
+	}
+	if spec.Direct {
+		g, err := openDirect(f.Name(), os.O_RDWR, true)
+		f.Close()
+		if err != nil {
+			os.Remove(f.Name())
+			return nil, err
+		}
+		f = g
 	}
 	// A reclaimer that removes the file before this lock only unlinks it:
 	// the open file keeps working.
@@ -97,7 +117,39 @@ func OSDiskFiles(spec DiskFileSpec) (DiskFile, error) {
 		os.Remove(f.Name())
 		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
 	}
-	return osDiskFile{File: f}, nil
+	return newOSDiskFile(f, false), nil
+}
+
+// directAlignment is the alignment O_DIRECT needs on the filesystems kvcm
+// runs on (their logical block size is at most 4 KiB).
+const directAlignment = 4096
+
+// openDirect opens name with O_DIRECT when direct is set and the filesystem
+// accepts it, and without it otherwise.
+func openDirect(name string, flag int, direct bool) (*os.File, error) {
+	if direct {
+		f, err := os.OpenFile(name, flag|syscall.O_DIRECT, 0o600)
+		if err == nil || !errors.Is(err, syscall.EINVAL) {
+			return f, err
+		}
+	}
+	return os.OpenFile(name, flag, 0o600)
+}
+
+func newOSDiskFile(f *os.File, keep bool) osDiskFile {
+	align := int64(1)
+	if fl, err := unixFcntlFlags(f); err == nil && fl&syscall.O_DIRECT != 0 {
+		align = directAlignment
+	}
+	return osDiskFile{File: f, keep: keep, align: align}
+}
+
+func unixFcntlFlags(f *os.File) (int, error) {
+	fl, _, errno := syscall.Syscall(syscall.SYS_FCNTL, f.Fd(), syscall.F_GETFL, 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(fl), nil
 }
 
 // ReclaimStaleDiskFiles removes the non-persistent blob files under dir that
@@ -125,8 +177,11 @@ func ReclaimStaleDiskFiles(dir string) error {
 
 type osDiskFile struct {
 	*os.File
-	keep bool
+	keep  bool
+	align int64
 }
+
+func (f osDiskFile) Alignment() int64 { return f.align }
 
 func (f osDiskFile) Reserve(size int64) error {
 	if err := f.Truncate(size); err != nil {

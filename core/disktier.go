@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/kvcm/kvcm/core/blob"
 	"github.com/kvcm/kvcm/core/codec"
@@ -91,13 +92,25 @@ const diskQueueDepth = 8
 type diskIO struct {
 	file     DiskFile
 	hdrBytes int64
-	stride   int64
+	blob     int64 // payload bytes
+	stride   int64 // header, payload, padding to align
+	align    int64
 	tokens   int // tokens per block: the most a header may hold
 	scratch  [][]byte
 }
 
 func (g *slotGroup) io(tokensPerBlock int) *diskIO {
-	return &diskIO{file: g.file, hdrBytes: g.hdrBytes, stride: g.stride, tokens: tokensPerBlock}
+	return &diskIO{file: g.file, hdrBytes: g.hdrBytes, blob: g.blobBytes(), stride: g.stride, align: g.align, tokens: tokensPerBlock}
+}
+
+// alignedBuf returns n bytes whose address is a multiple of align.
+func alignedBuf(n, align int64) []byte {
+	b := make([]byte, n+align)
+	off := int64(0)
+	if r := int64(uintptr(unsafe.Pointer(&b[0]))) % align; r != 0 {
+		off = align - r
+	}
+	return b[off : off+n : off+n]
 }
 
 // each runs fn for 0 ≤ i < n on up to diskQueueDepth workers, each with its
@@ -106,7 +119,7 @@ func (g *slotGroup) io(tokensPerBlock int) *diskIO {
 func (d *diskIO) each(n int, fn func(i int, scratch []byte) error) error {
 	workers := min(n, diskQueueDepth)
 	for len(d.scratch) < workers {
-		d.scratch = append(d.scratch, make([]byte, d.stride))
+		d.scratch = append(d.scratch, alignedBuf(d.stride, d.align))
 	}
 	if workers <= 1 {
 		for i := range n {
@@ -170,7 +183,7 @@ func (d *diskIO) read(s int32, want blobWant, dst, scratch []byte) error {
 	if _, err := d.check(buf, want); err != nil {
 		return fmt.Errorf("%w: disk read of slot %d: %w", ErrIO, s, err)
 	}
-	copy(dst, buf[d.hdrBytes:])
+	copy(dst, d.payload(buf))
 	return nil
 }
 
@@ -186,5 +199,7 @@ func (d *diskIO) check(buf []byte, want blobWant) (blob.Header, error) {
 	case h.Tag != want.tag:
 		return h, fmt.Errorf("%w: blob written as %d, want %d (stale slot)", blob.ErrCorrupt, h.Tag, want.tag)
 	}
-	return h, h.Verify(buf[d.hdrBytes:])
+	return h, h.Verify(d.payload(buf))
 }
+
+func (d *diskIO) payload(slot []byte) []byte { return slot[d.hdrBytes : d.hdrBytes+d.blob] }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvcm/kvcm/core/blob"
 	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/config"
 )
 
 // The rules of the disk tier's blobs: every blob read is checked (layout
@@ -127,5 +128,28 @@ func TestHostMigrationsDoNotWaitForDiskIO(t *testing.T) {
 	require.NoError(t, a.Resume(f.stream))
 	require.NoError(t, f.stream.Synchronize())
 	assert.Equal(t, 16, f.verifyAll(a, 1))
+	require.NoError(t, a.Close())
+}
+
+// Blobs of 64 KiB and more go through direct I/O where the filesystem
+// allows it (aligned slots, aligned scratch), and round-trip to the byte.
+func TestDirectIOBlobsRoundTrip(t *testing.T) {
+	const page = 64 << 10
+	cfg := smallConfig(4)
+	cfg.Layers = cfg.Layers[:1]
+	cfg.Layers[0].Buffers = []config.BufferConfig{{Role: config.RoleKey, Size: page / 2}, {Role: config.RoleValue, Size: page / 2}}
+	cfg.CacheTiers = []config.CacheTierConfig{config.GPU(4 * page), config.Disk(4*page, t.TempDir())}
+	f := newTieredFixture(t, cfg)
+	g := f.m.levels[1].groups[0]
+	if g.align == 1 {
+		t.Logf("no O_DIRECT on %s: the buffered fallback is tested", g.dir)
+	} else {
+		assert.Zero(t, g.stride%g.align, "slots are aligned")
+	}
+	a := f.suspendAndPushDown([]int{0, 16}, 16)
+	require.Equal(t, 4, a.Residency()[1])
+	require.NoError(t, a.Resume(f.stream))
+	require.NoError(t, f.stream.Synchronize())
+	assert.Equal(t, 8, f.verifyAll(a, 1), "4 blocks × 2 buffers")
 	require.NoError(t, a.Close())
 }

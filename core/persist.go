@@ -41,12 +41,12 @@ func (m *Manager) restoreDisk() error {
 		if err != nil {
 			return fmt.Errorf("%w: disk tier %s: %w", ErrIO, g.dir, err)
 		}
-		hdr := make([]byte, g.hdrBytes)
+		hdr := alignedBuf(roundUp(g.hdrBytes, g.align), g.align)
 		for s := range min(g.numSlots, size/g.stride) {
 			if _, err := g.file.ReadAt(hdr, s*g.stride); err != nil {
 				continue // unreadable: reclaimed
 			}
-			h, err := blob.Decode(hdr, tpb)
+			h, err := blob.Decode(hdr[:g.hdrBytes], tpb)
 			if err != nil || h.Key == 0 || len(h.Tokens) != tpb || h.PayloadLen != g.blobBytes() {
 				continue
 			}

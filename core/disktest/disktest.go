@@ -122,7 +122,10 @@ func New(opts Options) *Files {
 }
 
 // Open is a core.DiskOpener: a core.OSDiskFiles file wrapped with the faults.
+// It never asks for direct I/O, so the faults may cut and overwrite any
+// byte range.
 func (fs *Files) Open(spec core.DiskFileSpec) (core.DiskFile, error) {
+	spec.Direct = false
 	inner, err := core.OSDiskFiles(spec)
 	if err != nil {
 		return nil, err
@@ -298,6 +301,8 @@ func (f *file) WriteAt(p []byte, off int64) (int, error) {
 }
 
 func (f *file) Size() (int64, error) { return f.inner.Size() }
+
+func (f *file) Alignment() int64 { return f.inner.Alignment() }
 
 // truncate cuts the real file under the manager's feet.
 func truncate(inner core.DiskFile, size int64) error {
