@@ -86,9 +86,9 @@ func (m *Manager) wantOf(p *page) blobWant {
 // than one blob at a time.
 const diskQueueDepth = 8
 
-// diskIO does the blob I/O of one disk group. It runs in host functions on
-// the disk stream, which runs them one at a time, so its per-worker scratch
-// slot buffers are reused from one transaction to the next.
+// diskIO does the blob I/O of one disk group, from host functions of the
+// disk streams (several at once); its aligned scratch slot buffers are
+// pooled across transactions.
 type diskIO struct {
 	file     DiskFile
 	hdrBytes int64
@@ -96,7 +96,7 @@ type diskIO struct {
 	stride   int64 // header, payload, padding to align
 	align    int64
 	tokens   int // tokens per block: the most a header may hold
-	scratch  [][]byte
+	scratch  sync.Pool
 }
 
 func (g *slotGroup) io(tokensPerBlock int) *diskIO {
@@ -118,12 +118,11 @@ func alignedBuf(n, align int64) []byte {
 // finish what they started, so nothing runs after each returns).
 func (d *diskIO) each(n int, fn func(i int, scratch []byte) error) error {
 	workers := min(n, diskQueueDepth)
-	for len(d.scratch) < workers {
-		d.scratch = append(d.scratch, alignedBuf(d.stride, d.align))
-	}
 	if workers <= 1 {
+		buf := d.getScratch()
+		defer d.scratch.Put(buf)
 		for i := range n {
-			if err := fn(i, d.scratch[0]); err != nil {
+			if err := fn(i, *buf); err != nil {
 				return err
 			}
 		}
@@ -137,12 +136,14 @@ func (d *diskIO) each(n int, fn func(i int, scratch []byte) error) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			buf := d.getScratch()
+			defer d.scratch.Put(buf)
 			for !failed.Load() {
 				i := int(next.Add(1) - 1)
 				if i >= n {
 					return
 				}
-				if err := fn(i, d.scratch[w]); err != nil {
+				if err := fn(i, *buf); err != nil {
 					errs[w] = err
 					failed.Store(true)
 					return
@@ -157,6 +158,14 @@ func (d *diskIO) each(n int, fn func(i int, scratch []byte) error) error {
 		}
 	}
 	return nil
+}
+
+func (d *diskIO) getScratch() *[]byte {
+	if b, ok := d.scratch.Get().(*[]byte); ok {
+		return b
+	}
+	b := alignedBuf(d.stride, d.align)
+	return &b
 }
 
 // write stores payload with header h in slot s, through scratch.

@@ -44,7 +44,7 @@ func TestDamagedBlobIsAMissNeverWrongBytes(t *testing.T) {
 			f := newTieredFixture(t, tieredConfig(t, 4, 0, 4))
 			a := f.suspendAndPushDown([]int{0, 16}, 16)
 			f.m.mu.Lock()
-			require.NoError(t, f.m.diskStream.Synchronize(), "A's blobs are written")
+			f.syncDisk()
 			damage(t, f.m.levels[1].groups[0])
 			f.m.mu.Unlock()
 			lostBefore := f.m.Stats().LostPages
@@ -69,6 +69,15 @@ func TestDamagedBlobIsAMissNeverWrongBytes(t *testing.T) {
 	}
 }
 
+// syncDisk waits for every disk transaction submitted so far (the manager's
+// lock held).
+func (f *fixture) syncDisk() {
+	f.t.Helper()
+	for _, st := range f.m.diskStreams {
+		require.NoError(f.t, st.Synchronize(), "the blobs are written")
+	}
+}
+
 func flipByte(t *testing.T, f DiskFile, off int64) {
 	t.Helper()
 	b := []byte{0}
@@ -87,7 +96,7 @@ func TestDiskBlobsCarryTheirBlockHeader(t *testing.T) {
 	defer a.Close()
 	f.m.mu.Lock()
 	defer f.m.mu.Unlock()
-	require.NoError(t, f.m.diskStream.Synchronize())
+	f.syncDisk()
 	g := f.m.levels[1].groups[0]
 	keys := blockhash.Chain(blockhash.Scope{}, tpb, seq(0, 16))
 	found := map[uint64]blob.Header{}

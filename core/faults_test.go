@@ -29,8 +29,10 @@ func (f *fixture) holdMigrations() (release func()) {
 	gate := make(chan struct{})
 	f.m.mu.Lock()
 	err := f.m.stream.HostFunc(func() error { <-gate; return nil })
-	if err == nil && f.m.diskStream != nil {
-		err = f.m.diskStream.HostFunc(func() error { <-gate; return nil })
+	for _, st := range f.m.diskStreams {
+		if err == nil {
+			err = st.HostFunc(func() error { <-gate; return nil })
+		}
 	}
 	f.m.mu.Unlock()
 	require.NoError(f.t, err)
@@ -306,7 +308,7 @@ func TestDiskReadFailureIsIOAndLosesThePages(t *testing.T) {
 	f := newTieredFixture(t, tieredConfig(t, 4, 0, 4))
 	a := f.suspendAndPushDown([]int{0, 16}, 16)
 	f.m.mu.Lock()
-	require.NoError(t, f.m.diskStream.Synchronize(), "A's blobs are written")
+	f.syncDisk()
 	require.NoError(t, f.m.levels[1].groups[0].file.(osDiskFile).Truncate(0))
 	f.m.mu.Unlock()
 

@@ -55,19 +55,21 @@ type Manager struct {
 	lt     *layout.Layout
 	dev    device.Device
 	ownDev bool
-	// stream carries the migrations between GPU and host, diskStream those
-	// that read or write the disk tier (see streamOf).
-	stream     device.Stream
-	diskStream device.Stream
-	events     eventPool
-	levels     []*storageLevel
-	roots      map[blockhash.Key]*node
-	hasher     *blockhash.Hasher
-	tick       uint64
-	prune      []*node
-	nextID     uint64
-	caches     map[uint64]*KVCache
-	stats      statCounters
+	// stream carries the migrations between GPU and host, diskStreams
+	// those that read or write the disk tier, in turn (see streamOf), so one
+	// transaction's encode overlaps another's file I/O.
+	stream      device.Stream
+	diskStreams []device.Stream
+	nextDisk    int
+	events      eventPool
+	levels      []*storageLevel
+	roots       map[blockhash.Key]*node
+	hasher      *blockhash.Hasher
+	tick        uint64
+	prune       []*node
+	nextID      uint64
+	caches      map[uint64]*KVCache
+	stats       statCounters
 	// losses counts lost pages ever; a cache rescans its pages for lost
 	// ones only when it changed (see checkLost).
 	losses uint64
@@ -185,8 +187,12 @@ func (m *Manager) init(cc *codec.Guarded) error {
 		return fmt.Errorf("create migration stream: %w", err)
 	}
 	if _, ok := m.cfg.Tier(config.DiskTier); ok {
-		if m.diskStream, err = m.dev.NewStream(); err != nil {
-			return fmt.Errorf("create disk stream: %w", err)
+		for range numDiskStreams {
+			st, err := m.dev.NewStream()
+			if err != nil {
+				return fmt.Errorf("create disk stream: %w", err)
+			}
+			m.diskStreams = append(m.diskStreams, st)
 		}
 	}
 	return nil
@@ -240,8 +246,8 @@ func (m *Manager) Close() error {
 	if m.stream != nil {
 		errs = append(errs, m.stream.Synchronize())
 	}
-	if m.diskStream != nil {
-		errs = append(errs, m.diskStream.Synchronize())
+	for _, st := range m.diskStreams {
+		errs = append(errs, st.Synchronize())
 	}
 	m.release()
 	return errors.Join(errs...)
@@ -267,8 +273,8 @@ func (m *Manager) release() {
 	if m.stream != nil {
 		m.stream.Close()
 	}
-	if m.diskStream != nil {
-		m.diskStream.Close()
+	for _, st := range m.diskStreams {
+		st.Close()
 	}
 	m.events.close()
 	if m.ownDev {

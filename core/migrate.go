@@ -204,12 +204,18 @@ func (m *Manager) unitSize(src, dst *slotGroup, rep layout.LayerGroupID, n int) 
 	return n
 }
 
-// streamOf is the stream of unit u: the disk stream when the unit reads or
-// writes a disk tier, so disk I/O never delays the GPU↔host migrations on the
-// migration stream; the two are ordered only by the slots' fences.
+// numDiskStreams is how many disk streams take the disk transactions in
+// turn: two, so one's codec work overlaps the other's file I/O.
+const numDiskStreams = 2
+
+// streamOf is the stream of unit u: the next disk stream when the unit reads
+// or writes a disk tier, so disk I/O never delays the GPU↔host migrations on
+// the migration stream; they are ordered only by the slots' fences.
 func (m *Manager) streamOf(u unit) device.Stream {
 	if u.src.onDisk() || u.dst.onDisk() {
-		return m.diskStream
+		st := m.diskStreams[m.nextDisk]
+		m.nextDisk = (m.nextDisk + 1) % len(m.diskStreams)
+		return st
 	}
 	return m.stream
 }

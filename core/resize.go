@@ -159,8 +159,8 @@ func (m *Manager) drainLevel(lvl *storageLevel) error {
 	if err := m.stream.Synchronize(); err != nil {
 		return fmt.Errorf("drain migration stream: %w", err)
 	}
-	if m.diskStream != nil {
-		if err := m.diskStream.Synchronize(); err != nil {
+	for _, st := range m.diskStreams {
+		if err := st.Synchronize(); err != nil {
 			return fmt.Errorf("drain disk stream: %w", err)
 		}
 	}

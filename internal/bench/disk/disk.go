@@ -1,16 +1,19 @@
 // Package disk is `kvcm bench disk`: the disk tier's throughput beside the raw
 // direct-I/O bandwidth of the same filesystem, measured in the same run.
 //
-// For each blob size it moves a fixed number of bytes through a manager
-// whose tiers are a GPU tier and a disk tier on -dir: GPU→disk (a suspended
-// cache pushed down by another one; durable: the time includes fsync of the
-// blob files) and disk→GPU (the cache resumed after the page cache was told
-// to drop the files). Beside them it writes and reads a scratch file of the
-// same size with O_DIRECT at the same block size and the manager's queue
-// depth, in sequential and in random block order (fsync included for
-// writes), and prints each kvcm figure as a ratio of the matching raw one.
-// Where the filesystem refuses O_DIRECT (tmpfs) the raw figures are buffered
-// and marked so.
+// For each blob size it moves a fixed number of bytes through managers whose
+// disk tier is on -dir: GPU→disk (a suspended cache pushed down by another
+// one; durable: the time includes fsync of the blob files) and disk→GPU (the
+// cache resumed after the page cache was told to drop the files), then
+// host→disk (the host tier shrunk under a suspended cache's pages) and
+// disk→host (a prefetch back), which time the disk tier's own I/O path
+// without the device's copies. Beside them it writes and reads a scratch file
+// of the same size with O_DIRECT at the same block size and the manager's
+// queue depth, in sequential and in random block order (fsync included for
+// writes), and prints host→disk and disk→host as ratios of the sequential raw
+// figures (the tier fills its slots in ascending order). Where the
+// filesystem refuses O_DIRECT (tmpfs) the raw figures are buffered and
+// marked so.
 package disk
 
 import (
@@ -43,6 +46,7 @@ const QueueDepth = 8
 type Result struct {
 	BlobBytes                int64
 	ToDisk, FromDisk         float64
+	HostToDisk, DiskToHost   float64
 	RawSeqWrite, RawRndWrite float64
 	RawSeqRead, RawRndRead   float64
 	Direct                   bool
@@ -71,8 +75,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	defer dev.Close()
 	fmt.Fprintf(stdout, "kvcm bench disk: %s, %d MiB per point, queue depth %d, device %s\n", *dir, *mib, QueueDepth, dev.Name())
-	fmt.Fprintf(stdout, "%8s %9s %9s %9s %9s %9s %9s %8s %8s  %s\n",
-		"blob", "gpu→disk", "disk→gpu", "raw-wseq", "raw-wrnd", "raw-rseq", "raw-rrnd", "w/rawmax", "r/rawmax", "raw")
+	fmt.Fprintf(stdout, "%8s %9s %9s %9s %9s %9s %9s %9s %9s %8s %8s  %s\n",
+		"blob", "gpu→disk", "disk→gpu", "host→disk", "disk→host", "raw-wseq", "raw-wrnd", "raw-rseq", "raw-rrnd",
+		"h→d/raw", "d→h/raw", "raw")
 	for _, kib := range sizes {
 		r, err := Run(dev, *dir, kib<<10, *mib<<20)
 		if err != nil {
@@ -83,9 +88,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		if !r.Direct {
 			mode = "buffered (no O_DIRECT here)"
 		}
-		fmt.Fprintf(stdout, "%6dKi %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %8.2f %8.2f  %s\n", kib,
-			r.ToDisk, r.FromDisk, r.RawSeqWrite, r.RawRndWrite, r.RawSeqRead, r.RawRndRead,
-			r.ToDisk/max(r.RawSeqWrite, r.RawRndWrite), r.FromDisk/max(r.RawSeqRead, r.RawRndRead), mode)
+		fmt.Fprintf(stdout, "%6dKi %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %8.2f %8.2f  %s\n", kib,
+			r.ToDisk, r.FromDisk, r.HostToDisk, r.DiskToHost, r.RawSeqWrite, r.RawRndWrite, r.RawSeqRead, r.RawRndRead,
+			r.HostToDisk/r.RawSeqWrite, r.DiskToHost/r.RawSeqRead, mode)
 	}
 	return 0
 }
@@ -125,6 +130,9 @@ func Run(dev device.Device, dir string, blob, total int64) (Result, error) {
 	if r.ToDisk, r.FromDisk, err = runTier(dev, dir, blob, n); err != nil {
 		return r, fmt.Errorf("%d KiB blobs through the disk tier: %w", blob>>10, err)
 	}
+	if r.HostToDisk, r.DiskToHost, err = runHost(dev, dir, blob, n); err != nil {
+		return r, fmt.Errorf("%d KiB blobs between host and disk: %w", blob>>10, err)
+	}
 	if err := runRaw(dir, blob, n, &r); err != nil {
 		return r, fmt.Errorf("%d KiB raw I/O: %w", blob>>10, err)
 	}
@@ -134,15 +142,7 @@ func Run(dev device.Device, dir string, blob, total int64) (Result, error) {
 const tokensPerBlock = 16
 
 func runTier(dev device.Device, dir string, blob, n int64) (toDisk, fromDisk float64, err error) {
-	// One layer whose key and value make a blob: the default codec's cold page
-	// is the hot page.
-	cfg := config.Config{
-		TokensPerBlock: tokensPerBlock,
-		CacheTiers:     []config.CacheTierConfig{config.GPU(n * blob), config.Disk(n*blob, dir)},
-		Layers: []config.AttentionLayerConfig{{LayerID: 0, Buffers: []config.BufferConfig{
-			{Role: config.RoleKey, Size: blob / 2}, {Role: config.RoleValue, Size: blob / 2}}}},
-	}
-	m, err := core.NewManager(cfg, core.WithDevice(dev))
+	m, err := core.NewManager(tierConfig(dir, blob, n), core.WithDevice(dev))
 	if err != nil {
 		return 0, 0, err
 	}
@@ -152,17 +152,7 @@ func runTier(dev device.Device, dir string, blob, n int64) (toDisk, fromDisk flo
 		return 0, 0, err
 	}
 	defer stream.Close()
-	tokens := int(n) * tokensPerBlock
-	open := func(scope int64) (*core.KVCache, error) {
-		c, err := m.CreateKVCache(core.CacheOptions{Scope: blockhash.Scope{LoRAID: scope}, InputTokens: make([]config.Token, tokens)})
-		if err != nil {
-			return nil, err
-		}
-		if err := c.Resume(stream); err != nil {
-			return nil, err
-		}
-		return c, c.Resize(tokens, 0)
-	}
+	open := func(scope int64) (*core.KVCache, error) { return openCache(m, stream, scope, n) }
 	a, err := open(1)
 	if err != nil {
 		return 0, 0, err
@@ -204,6 +194,97 @@ func runTier(dev device.Device, dir string, blob, n int64) (toDisk, fromDisk flo
 	}
 	fromDisk = bytes / time.Since(start).Seconds() / 1e9
 	return toDisk, fromDisk, a.Close()
+}
+
+// runHost measures host→disk (the host tier shrunk to one page, so its
+// pages fall to disk; durable) and disk→host (a prefetch back to the regrown
+// host tier, page cache dropped first): the disk tier's I/O path without the
+// device's copies.
+func runHost(dev device.Device, dir string, blob, n int64) (toDisk, fromDisk float64, err error) {
+	cfg := tierConfig(dir, blob, n)
+	cfg.CacheTiers = []config.CacheTierConfig{cfg.CacheTiers[0], config.Host(n * blob), cfg.CacheTiers[1]}
+	m, err := core.NewManager(cfg, core.WithDevice(dev))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer m.Close()
+	stream, err := dev.NewStream()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer stream.Close()
+	a, err := openCache(m, stream, 1, n)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := a.Suspend(); err != nil {
+		return 0, 0, err
+	}
+	b, err := openCache(m, stream, 2, n) // pushes A to the host tier
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := b.Close(); err != nil {
+		return 0, 0, err
+	}
+	if err := m.ResizeLevel(1, n*blob); err != nil { // drains
+		return 0, 0, err
+	}
+	moved := float64((n - 1) * blob)
+
+	start := time.Now()
+	err = m.ResizeLevel(1, blob)
+	if err == nil {
+		err = syncFiles(dir, false)
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("host→disk: %w", err)
+	}
+	toDisk = moved / time.Since(start).Seconds() / 1e9
+	if err := m.ResizeLevel(1, n*blob); err != nil {
+		return 0, 0, err
+	}
+	if err := syncFiles(dir, true); err != nil {
+		return 0, 0, err
+	}
+
+	start = time.Now()
+	err = a.Prefetch(1)
+	if err == nil {
+		err = m.ResizeLevel(1, n*blob) // drains
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("disk→host: %w", err)
+	}
+	fromDisk = moved / time.Since(start).Seconds() / 1e9
+	if got := a.Residency()[1]; got != int(n) {
+		return 0, 0, fmt.Errorf("disk→host: %d of %d pages on the host tier", got, n)
+	}
+	return toDisk, fromDisk, a.Close()
+}
+
+func tierConfig(dir string, blob, n int64) config.Config {
+	// One layer whose key and value make a blob: the default codec's cold
+	// page is the hot page.
+	return config.Config{
+		TokensPerBlock: tokensPerBlock,
+		CacheTiers:     []config.CacheTierConfig{config.GPU(n * blob), config.Disk(n*blob, dir)},
+		Layers: []config.AttentionLayerConfig{{LayerID: 0, Buffers: []config.BufferConfig{
+			{Role: config.RoleKey, Size: blob / 2}, {Role: config.RoleValue, Size: blob / 2}}}},
+	}
+}
+
+// openCache opens an active cache of n fresh blocks in scope.
+func openCache(m *core.Manager, stream device.Stream, scope int64, n int64) (*core.KVCache, error) {
+	tokens := int(n) * tokensPerBlock
+	c, err := m.CreateKVCache(core.CacheOptions{Scope: blockhash.Scope{LoRAID: scope}, InputTokens: make([]config.Token, tokens)})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Resume(stream); err != nil {
+		return nil, err
+	}
+	return c, c.Resize(tokens, 0)
 }
 
 // syncFiles makes the tier's blob files durable and, with drop, asks the
