@@ -41,13 +41,23 @@ func (m *Manager) restoreDisk() error {
 		if err != nil {
 			return fmt.Errorf("%w: disk tier %s: %w", ErrIO, g.dir, err)
 		}
-		hdr := alignedBuf(roundUp(g.hdrBytes, g.align), g.align)
-		for s := range min(g.numSlots, size/g.stride) {
-			if _, err := g.file.ReadAt(hdr, s*g.stride); err != nil {
-				continue // unreadable: reclaimed
+		// Headers are read on the group's I/O workers (queue depth), then
+		// checked here in slot order.
+		n := min(g.numSlots, size/g.stride)
+		heads := make([]blob.Header, n)
+		ok := make([]bool, n)
+		hdrRead := roundUp(g.hdrBytes, g.align)
+		g.dio.each(int(n), func(i int, scratch []byte) error {
+			if _, err := g.file.ReadAt(scratch[:hdrRead], int64(i)*g.stride); err != nil {
+				return nil // unreadable: reclaimed
 			}
-			h, err := blob.Decode(hdr[:g.hdrBytes], tpb)
-			if err != nil || h.Key == 0 || len(h.Tokens) != tpb || h.PayloadLen != g.blobBytes() {
+			h, err := blob.Decode(scratch[:g.hdrBytes], tpb)
+			heads[i], ok[i] = h, err == nil
+			return nil
+		})
+		for s := range n {
+			h := heads[s]
+			if !ok[s] || h.Key == 0 || len(h.Tokens) != tpb || h.PayloadLen != g.blobBytes() {
 				continue
 			}
 			lc := layout.LifeCycleID(h.LifeCycle)
