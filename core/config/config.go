@@ -53,7 +53,8 @@ const (
 	GPUTier TierKind = iota
 	// HostTier is mapped pinned host memory.
 	HostTier
-	// DiskTier is one file per cold pool group under a directory.
+	// DiskTier is one file per cold pool group under a directory, of
+	// core/blob blobs; persistent across managers with Persistent.
 	DiskTier
 )
 
