@@ -79,7 +79,7 @@ var ErrDiskInUse = errors.New("disk tier directory in use by another manager")
 // With spec.Direct the file is opened with O_DIRECT where the filesystem
 // supports it (Alignment 4096), and normally where it does not (EINVAL).
 func OSDiskFiles(spec DiskFileSpec) (DiskFile, error) {
-	if err := ReclaimStaleDiskFiles(spec.Dir); err != nil {
+	if err := reclaimStaleDiskFiles(spec.Dir); err != nil {
 		return nil, err
 	}
 	if spec.Persistent {
@@ -138,13 +138,13 @@ func openDirect(name string, flag int, direct bool) (*os.File, error) {
 
 func newOSDiskFile(f *os.File, keep bool) osDiskFile {
 	align := int64(1)
-	if fl, err := unixFcntlFlags(f); err == nil && fl&syscall.O_DIRECT != 0 {
+	if fl, err := fcntlFlags(f); err == nil && fl&syscall.O_DIRECT != 0 {
 		align = directAlignment
 	}
 	return osDiskFile{File: f, keep: keep, align: align}
 }
 
-func unixFcntlFlags(f *os.File) (int, error) {
+func fcntlFlags(f *os.File) (int, error) {
 	fl, _, errno := syscall.Syscall(syscall.SYS_FCNTL, f.Fd(), syscall.F_GETFL, 0)
 	if errno != 0 {
 		return 0, errno
@@ -152,9 +152,9 @@ func unixFcntlFlags(f *os.File) (int, error) {
 	return int(fl), nil
 }
 
-// ReclaimStaleDiskFiles removes the non-persistent blob files under dir that
+// reclaimStaleDiskFiles removes the non-persistent blob files under dir that
 // no live manager locks (left behind by a killed one).
-func ReclaimStaleDiskFiles(dir string) error {
+func reclaimStaleDiskFiles(dir string) error {
 	names, err := filepath.Glob(filepath.Join(dir, "kvcm-group*-*.blob"))
 	if err != nil {
 		return err

@@ -141,6 +141,7 @@ func TestPersistentTierIsReusedAfterClose(t *testing.T) {
 	r, err = openRig(t, cfg)
 	require.NoError(t, err)
 	defer r.close()
+	require.NoError(t, r.m.CheckInvariants(core.InvariantOptions{}), "the rebuilt tree is consistent")
 	reused := 0
 	for f := range 12 {
 		reused += r.serve(t, prompt(f, 7))
@@ -269,6 +270,7 @@ func TestKilledPersistentTierIsReusedIntact(t *testing.T) {
 
 		r, err := openRig(t, persistConfig(dir, true))
 		require.NoError(t, err, "round %d: the killed manager's lock died with it", round)
+		require.NoError(t, r.m.CheckInvariants(core.InvariantOptions{}), "round %d", round)
 		before := r.m.Stats().ReusedBlocks
 		for f := range 12 {
 			r.serveFaulty(t, prompt(f, 9)) // a torn blob is a miss and may fail its request
@@ -306,9 +308,9 @@ func TestKilledTierIsReclaimedAtStart(t *testing.T) {
 	assert.Empty(t, left, "a clean close removes the tier's files")
 }
 
-// A disk that fills after construction (ENOSPC on writes), and a file whose
-// permissions are revoked under the running manager (EACCES), lose only the
-// pages they touched: requests go on, recompute, and never see wrong bytes.
+// Random ENOSPC on writes, and a file whose permissions are revoked under
+// the running manager (EACCES on reads and writes), lose only the pages they
+// touched: requests go on, recompute, and never see wrong bytes.
 func TestDiskFullAndRevokedPermissionsLoseOnlyTheirPages(t *testing.T) {
 	for _, ft := range []disktest.Fault{disktest.NoSpace, disktest.Denied} {
 		t.Run(ft.String(), func(t *testing.T) {
@@ -330,6 +332,41 @@ func TestDiskFullAndRevokedPermissionsLoseOnlyTheirPages(t *testing.T) {
 			assert.Zero(t, r.eng.Mismatches())
 		})
 	}
+}
+
+// A disk that fills after construction (another process takes the space)
+// fails the writes that evict to it with ENOSPC: the evicted pages are lost,
+// requests go on and recompute, no byte is wrong; once space is back, the
+// tier stores and serves again.
+func TestDiskThatFillsAfterConstruction(t *testing.T) {
+	files := disktest.New(disktest.Options{})
+	r, err := openRig(t, persistConfig(t.TempDir(), false), core.WithDiskFiles(files.Open))
+	require.NoError(t, err)
+	defer r.close()
+	r.fill(t, 12, 1)
+	files.FillAfter(64 << 10)
+	for i := 1; i < 4; i++ {
+		for f := range 12 {
+			r.serveFaulty(t, prompt(f, i))
+		}
+	}
+	assert.Positive(t, files.Injected(disktest.NoSpace), "writes met a full disk")
+	assert.Positive(t, r.m.Stats().LostPages)
+
+	files.Free()
+	lost := r.m.Stats().LostPages
+	for i := 4; i < 7; i++ {
+		for f := range 12 {
+			r.serveFaulty(t, prompt(f, i))
+		}
+	}
+	reused := 0
+	for f := range 12 {
+		reused += r.serve(t, prompt(f, 6))
+	}
+	assert.Positive(t, reused, "with space back the tier serves again")
+	assert.Equal(t, lost, r.m.Stats().LostPages, "nothing more is lost")
+	assert.Zero(t, r.eng.Mismatches())
 }
 
 // Silent damage of a persistent tier's files (overwrites, flipped bits,

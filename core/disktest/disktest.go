@@ -106,6 +106,9 @@ type Files struct {
 	injected [numFaults]int
 	silent   int
 	open     int
+	// room is the bytes writes may still add before the disk is full; -1
+	// means unlimited (see FillAfter).
+	room int64
 }
 
 // New returns Files configured by opts.
@@ -118,6 +121,7 @@ func New(opts Options) *Files {
 		rng:    rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 		rate:   min(max(opts.Rate, 0), 1),
 		faults: faults,
+		room:   -1,
 	}
 }
 
@@ -142,6 +146,22 @@ func (fs *Files) FailNext(f Fault) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	fs.armed = append(fs.armed, f)
+}
+
+// FillAfter makes the disk full once writes have stored n more bytes: from
+// then on every WriteAt fails with ENOSPC (counted as NoSpace) until Free.
+// FillAfter(0) fills it at once, as another process would.
+func (fs *Files) FillAfter(n int64) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.room = max(n, 0)
+}
+
+// Free ends FillAfter: the disk has room again.
+func (fs *Files) Free() {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.room = -1
 }
 
 // Injected is how many times f was injected.
@@ -248,6 +268,15 @@ func (f *file) ReadAt(p []byte, off int64) (int, error) {
 
 func (f *file) WriteAt(p []byte, off int64) (int, error) {
 	f.fs.mu.Lock()
+	if f.fs.room >= 0 {
+		if f.fs.room < int64(len(p)) {
+			f.fs.room = 0
+			f.fs.injected[NoSpace]++
+			f.fs.mu.Unlock()
+			return 0, ioErr("write", syscall.ENOSPC)
+		}
+		f.fs.room -= int64(len(p))
+	}
 	fault := f.fs.pick(Fault.onWrite)
 	cut := int64(-1)
 	if fault == Truncate && f.size > 0 {

@@ -159,3 +159,22 @@ func TestOpenFilesCountsUnclosed(t *testing.T) {
 	require.NoError(t, f.Close())
 	assert.Zero(t, fs.OpenFiles())
 }
+
+// FillAfter lets writes store that many bytes, then fails every write with
+// ENOSPC until Free.
+func TestFillAfterFillsTheDiskUntilFree(t *testing.T) {
+	fs := New(Options{})
+	f := openFile(t, fs)
+	buf := make([]byte, 8)
+	fs.FillAfter(16)
+	for range 2 {
+		_, err := f.WriteAt(buf, 0)
+		require.NoError(t, err)
+	}
+	_, err := f.WriteAt(buf, 0)
+	assert.ErrorIs(t, err, syscall.ENOSPC)
+	assert.Equal(t, 1, fs.Injected(NoSpace))
+	fs.Free()
+	_, err = f.WriteAt(buf, 0)
+	assert.NoError(t, err)
+}
