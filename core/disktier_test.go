@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -207,5 +208,34 @@ func BenchmarkPersistentStart(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(g.numSlots), "ns/slot")
 		})
+	}
+}
+
+// Freed slots are reused lowest first, not last freed first, so a disk
+// tier's consecutive writes, and the reads that follow them, run forwards
+// through the file.
+func TestFreeSlotsAreReusedInAscendingOrder(t *testing.T) {
+	f := newTieredFixture(t, tieredConfig(t, 4, 0, 8))
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	g := f.m.levels[1].groups[0]
+	for want := range int32(g.numSlots) {
+		require.Equal(t, want, g.takeSlot(), "a fresh group hands out its slots in order")
+	}
+	for _, s := range []int32{5, 2, 7, 0} {
+		g.releaseSlot(s)
+	}
+	var got []int32
+	for range 4 {
+		got = append(got, g.takeSlot())
+	}
+	assert.Equal(t, []int32{0, 2, 5, 7}, got)
+	for _, s := range got {
+		g.releaseSlot(s)
+	}
+	for s := range int32(g.numSlots) {
+		if !slices.Contains(got, s) {
+			g.releaseSlot(s)
+		}
 	}
 }
