@@ -40,7 +40,9 @@ var (
 	// the cause.
 	ErrCodecFailed = errors.New("cold-page codec failed")
 	// ErrIO: reading or writing a disk tier's file failed (for example
-	// ENOSPC, EIO, EFBIG, or EOF from a truncated file). Synchronous
+	// ENOSPC, EIO, EFBIG, or EOF from a truncated file), or a blob read back
+	// failed its integrity check (it then also matches blob.ErrCorrupt: a
+	// damaged, stale or foreign blob is a miss, never data). Synchronous
 	// failures (creating, sizing or resizing a file) return it; an
 	// asynchronous read or write failure loses the pages it moved
 	// (ErrDataLost for their caches) and reaches the streams that waited on

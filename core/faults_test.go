@@ -20,15 +20,20 @@ import (
 // of it on its next call; a codec call that fails (returns false or panics)
 // is a failure the manager rolls back, never a leak; disk errors are ErrIO.
 
-// holdMigrations blocks the manager's migration stream until the returned
-// function (also run at cleanup) is called: a decode submitted meanwhile
-// cannot complete, so its failure is unknown when the submitting call
-// returns.
+// holdMigrations blocks the manager's migration and disk streams until the
+// returned function (also run at cleanup) is called: a decode submitted
+// meanwhile cannot complete, so its failure is unknown when the submitting
+// call returns.
 func (f *fixture) holdMigrations() (release func()) {
 	f.t.Helper()
 	gate := make(chan struct{})
 	f.m.mu.Lock()
 	err := f.m.stream.HostFunc(func() error { <-gate; return nil })
+	for _, st := range f.m.diskStreams {
+		if err == nil {
+			err = st.HostFunc(func() error { <-gate; return nil })
+		}
+	}
 	f.m.mu.Unlock()
 	require.NoError(f.t, err)
 	var once sync.Once
@@ -303,7 +308,7 @@ func TestDiskReadFailureIsIOAndLosesThePages(t *testing.T) {
 	f := newTieredFixture(t, tieredConfig(t, 4, 0, 4))
 	a := f.suspendAndPushDown([]int{0, 16}, 16)
 	f.m.mu.Lock()
-	require.NoError(t, f.m.stream.Synchronize(), "A's blobs are written")
+	f.syncDisk()
 	require.NoError(t, f.m.levels[1].groups[0].file.(osDiskFile).Truncate(0))
 	f.m.mu.Unlock()
 

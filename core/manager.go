@@ -24,6 +24,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/kvcm/kvcm/core/blob"
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/codec"
 	"github.com/kvcm/kvcm/core/config"
@@ -55,16 +56,21 @@ type Manager struct {
 	lt     *layout.Layout
 	dev    device.Device
 	ownDev bool
-	stream device.Stream
-	events eventPool
-	levels []*storageLevel
-	roots  map[blockhash.Key]*node
-	hasher *blockhash.Hasher
-	tick   uint64
-	prune  []*node
-	nextID uint64
-	caches map[uint64]*KVCache
-	stats  statCounters
+	// stream carries the migrations between GPU and host, diskStreams
+	// those that read or write the disk tier, in turn (see streamOf), so one
+	// transaction's encode overlaps another's file I/O.
+	stream      device.Stream
+	diskStreams []device.Stream
+	nextDisk    int
+	events      eventPool
+	levels      []*storageLevel
+	roots       map[blockhash.Key]*node
+	hasher      *blockhash.Hasher
+	tick        uint64
+	prune       []*node
+	nextID      uint64
+	caches      map[uint64]*KVCache
+	stats       statCounters
 	// losses counts lost pages ever; a cache rescans its pages for lost
 	// ones only when it changed (see checkLost).
 	losses uint64
@@ -82,6 +88,10 @@ type Manager struct {
 	eventSeq  uint64
 
 	diskFiles DiskOpener
+	// blobFP is each lifecycle's layout fingerprint (see initBlobFormat);
+	// diskSeq numbers the blob writes (the writer tags).
+	blobFP  []blob.Fingerprint
+	diskSeq uint64
 	// codec is guarded: a panicking codec call is a failing one.
 	codec      *codec.Guarded
 	lcCodec    []lcCodec
@@ -167,6 +177,9 @@ func (m *Manager) init(cc *codec.Guarded) error {
 	if err := m.configureCodec(); err != nil {
 		return err
 	}
+	if err := m.initBlobFormat(); err != nil {
+		return err
+	}
 	if err := m.initColdLevels(weights); err != nil {
 		return err
 	}
@@ -174,9 +187,21 @@ func (m *Manager) init(cc *codec.Guarded) error {
 	if err := m.initStaging(); err != nil {
 		return err
 	}
+	if err := m.restoreDisk(); err != nil {
+		return err
+	}
 	var err error
 	if m.stream, err = m.dev.NewStream(); err != nil {
 		return fmt.Errorf("create migration stream: %w", err)
+	}
+	if _, ok := m.cfg.Tier(config.DiskTier); ok {
+		for range numDiskStreams {
+			st, err := m.dev.NewStream()
+			if err != nil {
+				return fmt.Errorf("create disk stream: %w", err)
+			}
+			m.diskStreams = append(m.diskStreams, st)
+		}
 	}
 	return nil
 }
@@ -228,6 +253,9 @@ func (m *Manager) Close() error {
 	m.closed = true
 	if m.stream != nil {
 		errs = append(errs, m.stream.Synchronize())
+	}
+	for _, st := range m.diskStreams {
+		errs = append(errs, st.Synchronize())
 	}
 	m.release()
 	return errors.Join(errs...)
@@ -316,6 +344,9 @@ func (m *Manager) release() {
 	m.levels = nil
 	if m.stream != nil {
 		m.stream.Close()
+	}
+	for _, st := range m.diskStreams {
+		st.Close()
 	}
 	m.events.close()
 	if m.ownDev {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/kvcm/kvcm/core/blob"
 	"github.com/kvcm/kvcm/core/codec"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
@@ -80,6 +81,8 @@ type move struct {
 	p       *page
 	srcSlot int32
 	dstSlot int32
+	// tag is the writer tag of the blob a move to disk writes.
+	tag uint64
 }
 
 // unit is one transaction: moves sharing source group, destination group and
@@ -169,7 +172,12 @@ func (m *Manager) plan(pages []*page, dl *storageLevel) []unit {
 		if _, ok := byKey[k]; !ok {
 			order = append(order, k)
 		}
-		byKey[k] = append(byKey[k], move{p: p, srcSlot: p.slot, dstSlot: dg.takeSlot()})
+		mv := move{p: p, srcSlot: p.slot, dstSlot: dg.takeSlot()}
+		if dg.onDisk() {
+			m.diskSeq++
+			mv.tag = m.diskSeq
+		}
+		byKey[k] = append(byKey[k], mv)
 	}
 	var units []unit
 	for _, k := range order {
@@ -196,26 +204,43 @@ func (m *Manager) unitSize(src, dst *slotGroup, rep layout.LayerGroupID, n int) 
 	return n
 }
 
-// runUnit submits one transaction on the migration stream and, on success,
-// moves ownership.
+// numDiskStreams is how many disk streams take the disk transactions in
+// turn: two, so one's codec work overlaps the other's file I/O.
+const numDiskStreams = 2
+
+// streamOf is the stream of unit u: the next disk stream when the unit reads
+// or writes a disk tier, so disk I/O never delays the GPU↔host migrations on
+// the migration stream; they are ordered only by the slots' fences.
+func (m *Manager) streamOf(u unit) device.Stream {
+	if u.src.onDisk() || u.dst.onDisk() {
+		st := m.diskStreams[m.nextDisk]
+		m.nextDisk = (m.nextDisk + 1) % len(m.diskStreams)
+		return st
+	}
+	return m.stream
+}
+
+// runUnit submits one transaction on its stream (see streamOf) and, on
+// success, moves ownership.
 func (m *Manager) runUnit(u unit) error {
+	st := m.streamOf(u)
 	waits := waitSet{}
 	for _, mv := range u.moves {
 		waits.addFence(u.src.fences[mv.srcSlot])
 		waits.addFence(u.dst.fences[mv.dstSlot])
 	}
-	if err := waits.apply(m.stream); err != nil {
+	if err := waits.apply(st); err != nil {
 		return err
 	}
-	release, err := m.submitUnit(u)
+	release, err := m.submitUnit(u, st)
 	if err != nil {
-		m.drainAfterFailure()
+		m.drainAfterFailure(st)
 		if release != nil {
 			release()
 		}
 		return err
 	}
-	ev, err := m.events.record(m.stream)
+	ev, err := m.events.record(st)
 	if release != nil {
 		// Released after the finish event, so the event keeps the unit's
 		// failures and protects the staging bytes. The lease ends even when
@@ -223,7 +248,7 @@ func (m *Manager) runUnit(u unit) error {
 		release()
 	}
 	if err != nil {
-		m.drainAfterFailure()
+		m.drainAfterFailure(st)
 		return err
 	}
 	fl := &inflight{ev: ev}
@@ -234,7 +259,7 @@ func (m *Manager) runUnit(u unit) error {
 		u.dst.fences[mv.dstSlot].add(&m.events, ev)
 		u.src.release(p)
 		u.dst.owner[mv.dstSlot] = p
-		p.group, p.slot = u.dst, mv.dstSlot
+		p.group, p.slot, p.diskTag = u.dst, mv.dstSlot, mv.tag
 		fl.pages = append(fl.pages, p)
 		p.inflight = fl
 		if u.src.level != u.dst.level {
@@ -256,9 +281,9 @@ func (m *Manager) runUnit(u unit) error {
 // drainAfterFailure waits for whatever part of a failed unit was queued, so
 // nothing reuses its slots or staging bytes too early, and closes the
 // stream's failure interval so the next unit does not inherit it.
-func (m *Manager) drainAfterFailure() {
-	m.stream.Synchronize()
-	if ev, err := m.events.record(m.stream); err == nil {
+func (m *Manager) drainAfterFailure(st device.Stream) {
+	st.Synchronize()
+	if ev, err := m.events.record(st); err == nil {
 		m.events.release(ev)
 	}
 }
@@ -266,29 +291,29 @@ func (m *Manager) drainAfterFailure() {
 // submitUnit enqueues the transfer of one unit. It returns a function that
 // releases the unit's staging leases, to be called after the finish event is
 // recorded.
-func (m *Manager) submitUnit(u unit) (func() error, error) {
+func (m *Manager) submitUnit(u unit, st device.Stream) (func() error, error) {
 	srcHot, dstHot := u.src.level.index == 0, u.dst.level.index == 0
 	switch {
 	case srcHot && dstHot:
-		return nil, m.copyHot(u)
+		return nil, m.copyHot(u, st)
 	case srcHot && !u.dst.onDisk():
-		return m.codecCall(u, true, u.dst.mem[0].Ptr(), func(i int, mv move) codec.PageIndexPair {
+		return m.codecCall(u, st, true, u.dst.mem[0].Ptr(), func(i int, mv move) codec.PageIndexPair {
 			return codec.PageIndexPair{Dst: mv.dstSlot, Src: mv.srcSlot}
 		})
 	case dstHot && !u.src.onDisk():
-		return m.codecCall(u, false, u.src.mem[0].Ptr(), func(i int, mv move) codec.PageIndexPair {
+		return m.codecCall(u, st, false, u.src.mem[0].Ptr(), func(i int, mv move) codec.PageIndexPair {
 			return codec.PageIndexPair{Dst: mv.dstSlot, Src: mv.srcSlot}
 		})
 	case srcHot:
-		return m.encodeToDisk(u)
+		return m.encodeToDisk(u, st)
 	case dstHot:
-		return m.decodeFromDisk(u)
+		return m.decodeFromDisk(u, st)
 	}
-	return nil, m.copyCold(u)
+	return nil, m.copyCold(u, st)
 }
 
 // copyHot is the per-pool hot copy used by defragmentation.
-func (m *Manager) copyHot(u unit) error {
+func (m *Manager) copyHot(u unit, st device.Stream) error {
 	descs := m.descs[:0]
 	for _, mv := range u.moves {
 		for pool, b := range u.src.desc.PoolBytes {
@@ -298,13 +323,13 @@ func (m *Manager) copyHot(u unit) error {
 		}
 	}
 	m.descs = descs
-	return m.stream.BatchCopy(descs)
+	return st.BatchCopy(descs)
 }
 
 // codecCall makes one encode (toCold) or decode call for the unit with the
 // cold side at coldBase, uploading the index pairs first when the codec
 // reads them from device memory.
-func (m *Manager) codecCall(u unit, toCold bool, coldBase device.Ptr, pair func(int, move) codec.PageIndexPair) (func() error, error) {
+func (m *Manager) codecCall(u unit, st device.Stream, toCold bool, coldBase device.Ptr, pair func(int, move) codec.PageIndexPair) (func() error, error) {
 	pairs := m.pairs[:0]
 	for i, mv := range u.moves {
 		pairs = append(pairs, pair(i, mv))
@@ -319,7 +344,7 @@ func (m *Manager) codecCall(u unit, toCold bool, coldBase device.Ptr, pair func(
 			buf = binary.LittleEndian.AppendUint32(buf, uint32(p.Src))
 		}
 		m.pairBytes = buf
-		lease, err := m.indexRing.Upload(buf, m.stream)
+		lease, err := m.indexRing.Upload(buf, st)
 		if err != nil {
 			return nil, fmt.Errorf("upload page indices: %w", err)
 		}
@@ -328,9 +353,9 @@ func (m *Manager) codecCall(u unit, toCold bool, coldBase device.Ptr, pair func(
 	}
 	var ok bool
 	if toCold {
-		ok = m.codec.Encode(u.rep, coldBase, idx, m.stream)
+		ok = m.codec.Encode(u.rep, coldBase, idx, st)
 	} else {
-		ok = m.codec.Decode(u.rep, coldBase, idx, m.stream)
+		ok = m.codec.Decode(u.rep, coldBase, idx, st)
 	}
 	if !ok {
 		op := "Decode"
@@ -346,62 +371,58 @@ func (m *Manager) codecCall(u unit, toCold bool, coldBase device.Ptr, pair func(
 	return release, nil
 }
 
-// stage leases pinned staging for the unit's blobs on the migration stream.
-func (m *Manager) stage(u unit) (*staging.StagingBuffer, int64, error) {
+// stage leases pinned staging for the unit's blobs on stream st.
+func (m *Manager) stage(u unit, st device.Stream) (*staging.StagingBuffer, int64, error) {
 	blob := m.lcCodec[u.rep].coldBytes
 	req, err := staging.PageRequest(blob, int64(len(u.moves)), int64(len(u.moves)))
 	if err != nil {
 		return nil, 0, err
 	}
-	buf, err := m.pageRing.Acquire(req, m.stream)
+	buf, err := m.pageRing.Acquire(req, st)
 	if err != nil {
 		return nil, 0, fmt.Errorf("page staging: %w", err)
 	}
 	return buf, blob, nil
 }
 
-// encodeToDisk encodes into pinned staging, then writes each blob to its
-// slot of the disk group's file, in stream order.
-func (m *Manager) encodeToDisk(u unit) (func() error, error) {
-	buf, blob, err := m.stage(u)
+// encodeToDisk encodes into pinned staging, then writes each blob, with its
+// header, to its slot of the disk group's file, in stream order.
+func (m *Manager) encodeToDisk(u unit, st device.Stream) (func() error, error) {
+	buf, blob, err := m.stage(u, st)
 	if err != nil {
 		return nil, err
 	}
-	release, err := m.codecCall(u, true, buf.Ptr(), func(i int, mv move) codec.PageIndexPair {
+	release, err := m.codecCall(u, st, true, buf.Ptr(), func(i int, mv move) codec.PageIndexPair {
 		return codec.PageIndexPair{Dst: int32(i), Src: mv.srcSlot}
 	})
 	if err == nil {
-		host, file, slots := buf.Host(), u.dst.file, dstSlots(u)
-		err = m.stream.HostFunc(func() error {
-			for i, s := range slots {
-				if _, err := file.WriteAt(host[int64(i)*blob:int64(i+1)*blob], int64(s)*blob); err != nil {
-					return fmt.Errorf("%w: disk write: %w", ErrIO, err)
-				}
-			}
-			return nil
+		host, dio, slots, hdrs := buf.Host(), u.dst.dio, dstSlots(u), m.headers(u)
+		err = st.HostFunc(func() error {
+			return dio.each(len(slots), func(i int, scratch []byte) error {
+				return dio.write(slots[i], &hdrs[i], host[int64(i)*blob:int64(i+1)*blob], scratch)
+			})
 		})
 	}
 	return joinRelease(release, buf.Release), err
 }
 
-// decodeFromDisk reads the blobs into pinned staging, then decodes them.
-func (m *Manager) decodeFromDisk(u unit) (func() error, error) {
-	buf, blob, err := m.stage(u)
+// decodeFromDisk reads and checks the blobs into pinned staging, then decodes
+// them. A blob that fails its check fails the host function, so the
+// transaction's pages are lost and the decode's output is never used.
+func (m *Manager) decodeFromDisk(u unit, st device.Stream) (func() error, error) {
+	buf, blob, err := m.stage(u, st)
 	if err != nil {
 		return nil, err
 	}
-	host, file, slots := buf.Host(), u.src.file, srcSlots(u)
-	err = m.stream.HostFunc(func() error {
-		for i, s := range slots {
-			if _, err := file.ReadAt(host[int64(i)*blob:int64(i+1)*blob], int64(s)*blob); err != nil {
-				return fmt.Errorf("%w: disk read: %w", ErrIO, err)
-			}
-		}
-		return nil
+	host, dio, slots, wants := buf.Host(), u.src.dio, srcSlots(u), m.wants(u)
+	err = st.HostFunc(func() error {
+		return dio.each(len(slots), func(i int, scratch []byte) error {
+			return dio.read(slots[i], wants[i], host[int64(i)*blob:int64(i+1)*blob], scratch)
+		})
 	})
 	var release func() error
 	if err == nil {
-		release, err = m.codecCall(u, false, buf.Ptr(), func(i int, mv move) codec.PageIndexPair {
+		release, err = m.codecCall(u, st, false, buf.Ptr(), func(i int, mv move) codec.PageIndexPair {
 			return codec.PageIndexPair{Dst: mv.dstSlot, Src: int32(i)}
 		})
 	}
@@ -409,41 +430,73 @@ func (m *Manager) decodeFromDisk(u unit) (func() error, error) {
 }
 
 // copyCold moves raw blobs between cold groups: a batch copy between host
-// slots, file I/O in stream order otherwise.
-func (m *Manager) copyCold(u unit) error {
-	blob := u.src.blobBytes()
+// slots, file I/O in stream order otherwise. Blobs read from disk are checked;
+// blobs written to disk get a new header.
+func (m *Manager) copyCold(u unit, st device.Stream) error {
+	size := u.src.blobBytes()
 	if !u.src.onDisk() && !u.dst.onDisk() {
 		descs := m.descs[:0]
 		for _, mv := range u.moves {
 			descs = append(descs, device.CopyDesc{
-				Dst: u.dst.mem[0].Ptr().Add(int64(mv.dstSlot) * blob),
-				Src: u.src.mem[0].Ptr().Add(int64(mv.srcSlot) * blob), Size: blob,
+				Dst: u.dst.mem[0].Ptr().Add(int64(mv.dstSlot) * size),
+				Src: u.src.mem[0].Ptr().Add(int64(mv.srcSlot) * size), Size: size,
 			})
 		}
 		m.descs = descs
-		return m.stream.BatchCopy(descs)
+		return st.BatchCopy(descs)
 	}
 	src, dst, moves := u.src, u.dst, u.moves
-	return m.stream.HostFunc(func() error {
-		tmp := make([]byte, blob)
-		for _, mv := range moves {
+	var wants []blobWant
+	if src.onDisk() {
+		wants = m.wants(u)
+	}
+	var hdrs []blob.Header
+	if dst.onDisk() {
+		hdrs = m.headers(u)
+	}
+	dio := src.dio
+	if dio == nil {
+		dio = dst.dio
+	}
+	return st.HostFunc(func() error {
+		return dio.each(len(moves), func(i int, scratch []byte) error {
+			mv := moves[i]
 			var err error
 			switch {
 			case src.onDisk() && dst.onDisk():
-				if _, err = src.file.ReadAt(tmp, int64(mv.srcSlot)*blob); err == nil {
-					_, err = dst.file.WriteAt(tmp, int64(mv.dstSlot)*blob)
+				tmp := make([]byte, size)
+				if err = src.dio.read(mv.srcSlot, wants[i], tmp, scratch); err == nil {
+					err = dst.dio.write(mv.dstSlot, &hdrs[i], tmp, scratch)
 				}
 			case src.onDisk():
-				_, err = src.file.ReadAt(dst.hostSlot(mv.dstSlot), int64(mv.srcSlot)*blob)
+				err = src.dio.read(mv.srcSlot, wants[i], dst.hostSlot(mv.dstSlot), scratch)
 			default:
-				_, err = dst.file.WriteAt(src.hostSlot(mv.srcSlot), int64(mv.dstSlot)*blob)
+				err = dst.dio.write(mv.dstSlot, &hdrs[i], src.hostSlot(mv.srcSlot), scratch)
 			}
 			if err != nil {
-				return fmt.Errorf("%w: blob copy: %w", ErrIO, err)
+				return fmt.Errorf("blob copy: %w", err)
 			}
-		}
-		return nil
+			return nil
+		})
 	})
+}
+
+// headers are the blob headers of the unit's moves to disk.
+func (m *Manager) headers(u unit) []blob.Header {
+	out := make([]blob.Header, len(u.moves))
+	for i, mv := range u.moves {
+		out[i] = m.blobHeader(mv.p, mv.tag)
+	}
+	return out
+}
+
+// wants are what the unit's moves from disk expect to read.
+func (m *Manager) wants(u unit) []blobWant {
+	out := make([]blobWant, len(u.moves))
+	for i, mv := range u.moves {
+		out[i] = m.wantOf(mv.p)
+	}
+	return out
 }
 
 func dstSlots(u unit) []int32 {

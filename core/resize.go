@@ -147,8 +147,10 @@ func (m *Manager) defragment(g *slotGroup, keep int64) error {
 			movers = append(movers, p)
 		}
 	}
+	g.heapifyFree()
 	err := m.migrate(movers, g.level.index)
 	g.free = slices.DeleteFunc(g.free, func(s int32) bool { return int64(s) >= keep })
+	g.heapifyFree()
 	return err
 }
 
@@ -156,6 +158,11 @@ func (m *Manager) defragment(g *slotGroup, keep int64) error {
 func (m *Manager) drainLevel(lvl *storageLevel) error {
 	if err := m.stream.Synchronize(); err != nil {
 		return fmt.Errorf("drain migration stream: %w", err)
+	}
+	for _, st := range m.diskStreams {
+		if err := st.Synchronize(); err != nil {
+			return fmt.Errorf("drain disk stream: %w", err)
+		}
 	}
 	waits := waitSet{}
 	for _, g := range lvl.groups {
@@ -176,6 +183,7 @@ func (g *slotGroup) rebuildFree() {
 			g.free = append(g.free, int32(s))
 		}
 	}
+	g.heapifyFree()
 }
 
 // resizeGroup gives g exactly slots slots; the slots beyond it are free. On
@@ -232,6 +240,7 @@ func (m *Manager) resizeGroup(g *slotGroup, slots int64) error {
 	for s := slots - 1; s >= keep; s-- {
 		g.free = append(g.free, int32(s))
 	}
+	g.heapifyFree()
 	g.peakUsed = min(g.peakUsed, slots)
 	g.peakAvail, g.peakUnavail, g.peakEvictable = min(g.peakAvail, slots), min(g.peakUnavail, slots), min(g.peakEvictable, slots)
 	return nil

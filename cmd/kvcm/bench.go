@@ -6,12 +6,13 @@ import (
 	"io"
 
 	"github.com/kvcm/kvcm/internal/bench/bookkeeping"
+	"github.com/kvcm/kvcm/internal/bench/disk"
 	"github.com/kvcm/kvcm/internal/bench/migrate"
 )
 
 var benchCommand = command{
 	name:    "bench",
-	summary: "benchmarks: kvcm bench migrate|bookkeeping [flags]",
+	summary: "benchmarks: kvcm bench migrate|bookkeeping|disk [flags]",
 	synopsis: `kvcm bench migrate measures, per codec and chunk size, encode and decode
 throughput of scattered pages between device pools and pinned host memory,
 next to the contiguous-copy limit measured in the same process, their ratio
@@ -26,7 +27,13 @@ before, 128 decode steps each, with and without eviction pressure, with the
 SHA-256 and the XXH3 block key) on the emulated device and prints CPU time and
 allocations per request, the ratio to the SHA-256 hashing of the same prompts'
 blocks, and the decode-step cost at
-1k and 128k tokens held. Run kvcm bench bookkeeping -h for its flags.`,
+1k and 128k tokens held. Run kvcm bench bookkeeping -h for its flags.
+
+kvcm bench disk measures, per blob size (16 KiB to 2 MiB), the disk tier's
+GPU→disk (durable, fsync included) and disk→GPU (page cache dropped)
+throughput next to the raw O_DIRECT bandwidth of the same directory at the
+same block size and queue depth, sequential and random, measured in the same
+run, and their ratios. Run kvcm bench disk -h for its flags.`,
 	setup: func(*flag.FlagSet) func(stdout, stderr io.Writer) int { return nil },
 	main:  benchMain,
 }
@@ -38,8 +45,10 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			return migrate.Main(args[1:], stdout, stderr)
 		case "bookkeeping":
 			return bookkeeping.Main(args[1:], stdout, stderr)
+		case "disk":
+			return disk.Main(args[1:], stdout, stderr)
 		}
 	}
-	fmt.Fprintln(stderr, "usage: kvcm bench migrate|bookkeeping [flags]")
+	fmt.Fprintln(stderr, "usage: kvcm bench migrate|bookkeeping|disk [flags]")
 	return exitUsage
 }

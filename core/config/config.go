@@ -55,7 +55,8 @@ const (
 	GPUTier TierKind = iota
 	// HostTier is mapped pinned host memory.
 	HostTier
-	// DiskTier is one file per cold pool group under a directory.
+	// DiskTier is one file per cold pool group under a directory, of
+	// core/blob blobs; persistent across managers with Persistent.
 	DiskTier
 )
 
@@ -76,11 +77,20 @@ func (k TierKind) String() string {
 // quota Manager.ResizeLevel may grow it to: its pools reserve that much
 // address space up front so their base addresses never change (0 means
 // Quota: the GPU tier can shrink and grow back, never beyond).
+//
+// Persistent, for the disk tier only, keeps its blob files at close: a later
+// manager on the same directory whose layout fingerprint (blob size, the
+// lifecycles' buffers, tokens per block, codec identity) matches finds the
+// committed blocks there and reuses them. It needs a codec with an identity
+// (codec.Identifier); the built-in codecs have one. Without it the tier's
+// files are removed at close, and files a killed manager left are reclaimed
+// at start.
 type CacheTierConfig struct {
-	Kind     TierKind
-	Quota    int64
-	Path     string
-	MaxQuota int64
+	Kind       TierKind
+	Quota      int64
+	Path       string
+	MaxQuota   int64
+	Persistent bool
 }
 
 // GPU, Host and Disk build tier configurations.
@@ -316,6 +326,8 @@ func (c *Config) validateTiers() error {
 			return fieldErr(f+".quota", "must be positive, got %d", t.Quota)
 		case t.Kind != DiskTier && t.Path != "":
 			return fieldErr(f+".path", "only a disk tier has a path")
+		case t.Kind != DiskTier && t.Persistent:
+			return fieldErr(f+".persistent", "only a disk tier can be persistent")
 		case t.Kind != GPUTier && t.MaxQuota != 0:
 			return fieldErr(f+".max_quota", "only the GPU tier has a max_quota")
 		case t.MaxQuota != 0 && t.MaxQuota < t.Quota:

@@ -208,3 +208,6 @@ func (a *Auto) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Identity is the default codec's: both of Auto's choices write its bytes.
+func (a *Auto) Identity() string { return codec.ConcatIdentity }

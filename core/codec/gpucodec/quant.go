@@ -126,3 +126,8 @@ func (q *Quant) Decode(lg layout.LayerGroupID, srcBase device.Ptr, idx codec.Pag
 		return q.dec, q.decBl
 	}, q.perWarp(), q.extra()...)
 }
+
+// Identity names the quantized format with its element type and block size.
+func (q *Quant) Identity() string {
+	return fmt.Sprintf("kvcm.quant-e4m3/1 %v block=%d", q.opts.Format, q.opts.BlockElems)
+}

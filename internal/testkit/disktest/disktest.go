@@ -2,7 +2,9 @@
 // core.Manager: hand Files.Open to core.WithDiskFiles and the tier's blob
 // files (real files, from core.OSDiskFiles) fail on demand or at a seeded
 // random rate with the errors a real disk gives: EIO, short reads and writes,
-// a full disk, and silent truncation.
+// a full disk, revoked permissions, and silent damage (truncation, bytes
+// overwritten by another process, bits flipped on read) that only the blob
+// checksums catch.
 package disktest
 
 import (
@@ -15,7 +17,6 @@ import (
 	"syscall"
 
 	"github.com/kvcm/kvcm/core"
-	"github.com/kvcm/kvcm/core/layout"
 )
 
 // Fault is one way a disk access fails.
@@ -42,10 +43,24 @@ const (
 	// io.EOF; bytes cut and later covered again by a write past them read
 	// as zeros without error (counted by SilentReads).
 	Truncate
+	// Overwrite: before a WriteAt, which then succeeds, a random span of up
+	// to 4 KiB of the reserved file is overwritten with random bytes, as by
+	// another process.
+	Overwrite
+	// FlipBit: a ReadAt succeeds with one random bit of what it read
+	// flipped, as from a disk or filesystem that corrupts data.
+	FlipBit
+	// Denied: a ReadAt or WriteAt fails with EACCES, as when the file's
+	// permissions were revoked under the running manager (a network
+	// filesystem re-checks them).
+	Denied
 	numFaults
 )
 
-var faultNames = [numFaults]string{"read-eio", "short-read", "write-eio", "short-write", "no-space", "reserve-no-space", "truncate"}
+var faultNames = [numFaults]string{
+	"read-eio", "short-read", "write-eio", "short-write", "no-space", "reserve-no-space", "truncate",
+	"overwrite", "flip-bit", "denied",
+}
 
 func (f Fault) String() string {
 	if f >= 0 && f < numFaults {
@@ -63,9 +78,9 @@ func Faults() []Fault {
 	return out
 }
 
-func (f Fault) onRead() bool { return f == ReadEIO || f == ShortRead }
+func (f Fault) onRead() bool { return f == ReadEIO || f == ShortRead || f == FlipBit || f == Denied }
 func (f Fault) onWrite() bool {
-	return f == WriteEIO || f == ShortWrite || f == NoSpace || f == Truncate
+	return f == WriteEIO || f == ShortWrite || f == NoSpace || f == Truncate || f == Overwrite || f == Denied
 }
 func (f Fault) onReserve() bool { return f == ReserveNoSpace }
 
@@ -91,6 +106,9 @@ type Files struct {
 	injected [numFaults]int
 	silent   int
 	open     int
+	// room is the bytes writes may still add before the disk is full; -1
+	// means unlimited (see FillAfter).
+	room int64
 }
 
 // New returns Files configured by opts.
@@ -103,12 +121,16 @@ func New(opts Options) *Files {
 		rng:    rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 		rate:   min(max(opts.Rate, 0), 1),
 		faults: faults,
+		room:   -1,
 	}
 }
 
 // Open is a core.DiskOpener: a core.OSDiskFiles file wrapped with the faults.
-func (fs *Files) Open(dir string, group layout.PoolGroupIndex) (core.DiskFile, error) {
-	inner, err := core.OSDiskFiles(dir, group)
+// It never asks for direct I/O, so the faults may cut and overwrite any
+// byte range.
+func (fs *Files) Open(spec core.DiskFileSpec) (core.DiskFile, error) {
+	spec.Direct = false
+	inner, err := core.OSDiskFiles(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -126,6 +148,22 @@ func (fs *Files) FailNext(f Fault) {
 	fs.armed = append(fs.armed, f)
 }
 
+// FillAfter makes the disk full once writes have stored n more bytes: from
+// then on every WriteAt fails with ENOSPC (counted as NoSpace) until Free.
+// FillAfter(0) fills it at once, as another process would.
+func (fs *Files) FillAfter(n int64) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.room = max(n, 0)
+}
+
+// Free ends FillAfter: the disk has room again.
+func (fs *Files) Free() {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.room = -1
+}
+
 // Injected is how many times f was injected.
 func (fs *Files) Injected(f Fault) int {
 	fs.mu.Lock()
@@ -133,8 +171,9 @@ func (fs *Files) Injected(f Fault) int {
 	return fs.injected[f]
 }
 
-// SilentReads counts reads that returned no error although a truncation had
-// zeroed some of their bytes: wrong data only an integrity check can catch.
+// SilentReads counts reads that returned no error although a truncation,
+// an overwrite or a bit flip had damaged some of their bytes: wrong data only
+// an integrity check can catch.
 func (fs *Files) SilentReads() int {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -199,6 +238,18 @@ func (f *file) ReadAt(p []byte, off int64) (int, error) {
 	switch fault {
 	case ReadEIO:
 		return 0, ioErr("read", syscall.EIO)
+	case Denied:
+		return 0, ioErr("read", syscall.EACCES)
+	case FlipBit:
+		n, err := f.inner.ReadAt(p, off)
+		if n > 0 {
+			f.fs.mu.Lock()
+			bit := f.fs.rng.IntN(8 * n)
+			f.fs.silent++
+			f.fs.mu.Unlock()
+			p[bit/8] ^= 1 << (bit % 8)
+		}
+		return n, err
 	case ShortRead:
 		n, err := f.inner.ReadAt(p[:len(p)/2], off)
 		if err == nil {
@@ -217,15 +268,36 @@ func (f *file) ReadAt(p []byte, off int64) (int, error) {
 
 func (f *file) WriteAt(p []byte, off int64) (int, error) {
 	f.fs.mu.Lock()
+	if f.fs.room >= 0 {
+		if f.fs.room < int64(len(p)) {
+			f.fs.room = 0
+			f.fs.injected[NoSpace]++
+			f.fs.mu.Unlock()
+			return 0, ioErr("write", syscall.ENOSPC)
+		}
+		f.fs.room -= int64(len(p))
+	}
 	fault := f.fs.pick(Fault.onWrite)
 	cut := int64(-1)
 	if fault == Truncate && f.size > 0 {
 		cut = f.fs.rng.Int64N(f.size)
 	}
+	var junk []byte
+	var junkAt int64
+	if fault == Overwrite && f.size > 0 {
+		junk = make([]byte, 1+f.fs.rng.IntN(4096))
+		for i := range junk {
+			junk[i] = byte(f.fs.rng.Uint32())
+		}
+		junkAt = f.fs.rng.Int64N(f.size)
+		junk = junk[:min(int64(len(junk)), f.size-junkAt)]
+	}
 	f.fs.mu.Unlock()
 	switch fault {
 	case WriteEIO:
 		return 0, ioErr("write", syscall.EIO)
+	case Denied:
+		return 0, ioErr("write", syscall.EACCES)
 	case NoSpace:
 		return 0, ioErr("write", syscall.ENOSPC)
 	case ShortWrite:
@@ -244,10 +316,22 @@ func (f *file) WriteAt(p []byte, off int64) (int, error) {
 		f.holes = add(f.holes, span{cut, f.size})
 		f.fs.mu.Unlock()
 	}
+	if len(junk) > 0 {
+		if _, err := f.inner.WriteAt(junk, junkAt); err != nil {
+			return 0, err
+		}
+		f.fs.mu.Lock()
+		f.holes = add(f.holes, span{junkAt, junkAt + int64(len(junk))})
+		f.fs.mu.Unlock()
+	}
 	n, err := f.inner.WriteAt(p, off)
 	f.written(off, n)
 	return n, err
 }
+
+func (f *file) Size() (int64, error) { return f.inner.Size() }
+
+func (f *file) Alignment() int64 { return f.inner.Alignment() }
 
 // truncate cuts the real file under the manager's feet.
 func truncate(inner core.DiskFile, size int64) error {

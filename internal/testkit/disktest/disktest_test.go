@@ -13,7 +13,7 @@ import (
 
 func openFile(t *testing.T, fs *Files) core.DiskFile {
 	t.Helper()
-	f, err := fs.Open(t.TempDir(), 0)
+	f, err := fs.Open(core.DiskFileSpec{Dir: t.TempDir(), Group: 0})
 	require.NoError(t, err)
 	t.Cleanup(func() { f.Close() })
 	require.NoError(t, f.Reserve(64))
@@ -53,10 +53,21 @@ func TestArmedFaultsFailWithDiskErrors(t *testing.T) {
 	_, err = f.WriteAt(buf, 0)
 	assert.ErrorIs(t, err, syscall.EIO)
 
+	fs.FailNext(Denied)
+	_, err = f.ReadAt(buf, 0)
+	assert.ErrorIs(t, err, syscall.EACCES)
+	fs.FailNext(Denied)
+	_, err = f.WriteAt(buf, 0)
+	assert.ErrorIs(t, err, syscall.EACCES)
+
 	fs.FailNext(ReserveNoSpace)
 	assert.ErrorIs(t, f.Reserve(128), syscall.ENOSPC)
 	for _, ft := range Faults() {
-		if ft != Truncate {
+		switch ft {
+		case Truncate, Overwrite, FlipBit:
+		case Denied:
+			assert.Equal(t, 2, fs.Injected(ft), ft.String())
+		default:
 			assert.Equal(t, 1, fs.Injected(ft), ft.String())
 		}
 	}
@@ -93,6 +104,33 @@ func TestTruncationIsSeenAsEOFOrCountedSilent(t *testing.T) {
 	assert.Equal(t, silent, fs.SilentReads())
 }
 
+// An overwrite by another process and a bit flipped on read change bytes
+// without an error; SilentReads counts the reads that returned them.
+func TestOverwriteAndBitFlipAreSilentAndCounted(t *testing.T) {
+	fs := New(Options{Seed: 5})
+	f := openFile(t, fs)
+	blob := make([]byte, 64)
+	_, err := f.WriteAt(blob, 0)
+	require.NoError(t, err)
+
+	fs.FailNext(FlipBit)
+	got := make([]byte, 64)
+	_, err = f.ReadAt(got, 0)
+	require.NoError(t, err)
+	assert.NotEqual(t, blob, got, "one bit differs")
+	assert.Equal(t, 1, fs.SilentReads())
+
+	fs.FailNext(Overwrite)
+	_, err = f.WriteAt(blob[:1], 0) // junk lands somewhere in [0, 64), then this byte
+	require.NoError(t, err)
+	_, err = f.ReadAt(got, 0)
+	require.NoError(t, err)
+	assert.Equal(t, 1, fs.Injected(Overwrite))
+	if string(got[1:]) != string(blob[1:]) {
+		assert.Equal(t, 2, fs.SilentReads())
+	}
+}
+
 // Rate injects only the listed faults, reproducibly for one seed.
 func TestRateInjectsListedFaultsReproducibly(t *testing.T) {
 	run := func() [numFaults]int {
@@ -115,9 +153,28 @@ func TestRateInjectsListedFaultsReproducibly(t *testing.T) {
 // OpenFiles counts the files not yet closed.
 func TestOpenFilesCountsUnclosed(t *testing.T) {
 	fs := New(Options{})
-	f, err := fs.Open(t.TempDir(), 1)
+	f, err := fs.Open(core.DiskFileSpec{Dir: t.TempDir(), Group: 1})
 	require.NoError(t, err)
 	assert.Equal(t, 1, fs.OpenFiles())
 	require.NoError(t, f.Close())
 	assert.Zero(t, fs.OpenFiles())
+}
+
+// FillAfter lets writes store that many bytes, then fails every write with
+// ENOSPC until Free.
+func TestFillAfterFillsTheDiskUntilFree(t *testing.T) {
+	fs := New(Options{})
+	f := openFile(t, fs)
+	buf := make([]byte, 8)
+	fs.FillAfter(16)
+	for range 2 {
+		_, err := f.WriteAt(buf, 0)
+		require.NoError(t, err)
+	}
+	_, err := f.WriteAt(buf, 0)
+	assert.ErrorIs(t, err, syscall.ENOSPC)
+	assert.Equal(t, 1, fs.Injected(NoSpace))
+	fs.Free()
+	_, err = f.WriteAt(buf, 0)
+	assert.NoError(t, err)
 }

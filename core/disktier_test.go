@@ -1,0 +1,241 @@
+package core
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm/kvcm/core/blob"
+	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/config"
+)
+
+// The rules of the disk tier's blobs: every blob read is checked (layout
+// fingerprint, lifecycle, writer tag, header and payload checksums); a
+// damaged, stale or foreign blob is a miss — its pages are lost, the cache
+// that needed them gets ErrDataLost, the lost pages are counted, the next
+// request recomputes — and never wrong bytes.
+
+// Damage of every kind found in a blob file makes its read a miss.
+func TestDamagedBlobIsAMissNeverWrongBytes(t *testing.T) {
+	damages := map[string]func(t *testing.T, g *slotGroup){
+		"payload bit flip": func(t *testing.T, g *slotGroup) {
+			flipByte(t, g.file, g.hdrBytes+5)
+		},
+		"header bit flip": func(t *testing.T, g *slotGroup) {
+			flipByte(t, g.file, 33) // the block key
+		},
+		"zeros after truncation": func(t *testing.T, g *slotGroup) {
+			f := g.file.(osDiskFile)
+			require.NoError(t, f.Truncate(0))
+			require.NoError(t, f.Reserve(g.numSlots*g.stride))
+		},
+		"stale blob of another write": func(t *testing.T, g *slotGroup) {
+			buf := make([]byte, g.stride)
+			_, err := g.file.ReadAt(buf, g.stride) // slot 1's blob, into slot 0
+			require.NoError(t, err)
+			_, err = g.file.WriteAt(buf, 0)
+			require.NoError(t, err)
+		},
+	}
+	for name, damage := range damages {
+		t.Run(name, func(t *testing.T) {
+			f := newTieredFixture(t, tieredConfig(t, 4, 0, 4))
+			a := f.suspendAndPushDown([]int{0, 16}, 16)
+			f.m.mu.Lock()
+			f.syncDisk()
+			damage(t, f.m.levels[1].groups[0])
+			f.m.mu.Unlock()
+			lostBefore := f.m.Stats().LostPages
+
+			release := f.holdMigrations()
+			require.NoError(t, a.Resume(f.stream))
+			release()
+			err := f.stream.Synchronize()
+			require.ErrorIs(t, err, ErrIO, "the stream that waited for the read learns of it")
+			require.ErrorIs(t, err, blob.ErrCorrupt)
+			_, err = a.BasePageIndices(0)
+			require.ErrorIs(t, err, ErrDataLost, "the cache never reads the damaged bytes")
+			assert.Greater(t, f.m.Stats().LostPages, lostBefore, "the lost pages are counted")
+			require.NoError(t, a.Close())
+			f.requireNoLeak()
+
+			c := f.compute(blockhash.Scope{}, seq(0, 16), 3)
+			assert.Zero(t, c.ReusedTokens(), "the next request recomputes")
+			assert.Equal(t, 16, f.verifyAll(c, 3))
+			require.NoError(t, c.Close())
+		})
+	}
+}
+
+// syncDisk waits for every disk transaction submitted so far (the manager's
+// lock held).
+func (f *fixture) syncDisk() {
+	f.t.Helper()
+	for _, st := range f.m.diskStreams {
+		require.NoError(f.t, st.Synchronize(), "the blobs are written")
+	}
+}
+
+func flipByte(t *testing.T, f DiskFile, off int64) {
+	t.Helper()
+	b := []byte{0}
+	_, err := f.ReadAt(b, off)
+	require.NoError(t, err)
+	b[0] ^= 0x10
+	_, err = f.WriteAt(b, off)
+	require.NoError(t, err)
+}
+
+// Blobs on disk carry the header the format package decodes: the layout
+// fingerprint, the lifecycle, the block key with its parent and tokens.
+func TestDiskBlobsCarryTheirBlockHeader(t *testing.T) {
+	f := newTieredFixture(t, tieredConfig(t, 4, 0, 4))
+	a := f.suspendAndPushDown([]int{0, 16}, 16)
+	defer a.Close()
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	f.syncDisk()
+	g := f.m.levels[1].groups[0]
+	keys := blockhash.Chain(blockhash.Scope{}, tpb, seq(0, 16))
+	found := map[uint64]blob.Header{}
+	for s := range g.numSlots {
+		buf := make([]byte, g.stride)
+		_, err := g.file.ReadAt(buf, s*g.stride)
+		require.NoError(t, err)
+		h, err := blob.Decode(buf[:g.hdrBytes], tpb)
+		require.NoError(t, err, "slot %d", s)
+		require.NoError(t, h.Verify(buf[g.hdrBytes:]))
+		assert.Equal(t, f.m.blobFP[h.LifeCycle], h.Fingerprint)
+		found[h.Key] = h
+	}
+	parent := uint64(blockhash.Scope{}.Root())
+	for i, k := range keys {
+		h, ok := found[uint64(k)]
+		require.True(t, ok, "block %d is on disk", i)
+		assert.Equal(t, parent, h.Parent)
+		assert.Equal(t, seq(i*tpb, tpb), h.Tokens)
+		parent = uint64(k)
+	}
+}
+
+// GPU↔host migrations never wait for disk I/O they do not depend on: with
+// the disk stream stuck in a long I/O, a cache's pages go to the host tier
+// and come back, to the byte. (On a single migration stream this hangs.)
+func TestHostMigrationsDoNotWaitForDiskIO(t *testing.T) {
+	f := newTieredFixture(t, tieredConfig(t, 4, 8, 8))
+	gate := make(chan struct{})
+	f.m.mu.Lock()
+	disk := f.m.streamOf(unit{src: f.m.levels[2].groups[0], dst: f.m.levels[0].groups[0]})
+	require.NoError(t, disk.HostFunc(func() error { <-gate; return nil }))
+	f.m.mu.Unlock()
+	defer close(gate)
+
+	a := f.suspendAndPushDown([]int{0, 16}, 16)
+	assert.Equal(t, 4, a.Residency()[1], "A's pages are on the host tier")
+	require.NoError(t, a.Resume(f.stream))
+	require.NoError(t, f.stream.Synchronize())
+	assert.Equal(t, 16, f.verifyAll(a, 1))
+	require.NoError(t, a.Close())
+}
+
+// Blobs of 64 KiB and more go through direct I/O where the filesystem
+// allows it (aligned slots, aligned scratch), and round-trip to the byte.
+func TestDirectIOBlobsRoundTrip(t *testing.T) {
+	const page = 64 << 10
+	cfg := smallConfig(4)
+	cfg.Layers = cfg.Layers[:1]
+	cfg.Layers[0].Buffers = []config.BufferConfig{{Role: config.RoleKey, Size: page / 2}, {Role: config.RoleValue, Size: page / 2}}
+	cfg.CacheTiers = []config.CacheTierConfig{config.GPU(4 * page), config.Disk(4*page, t.TempDir())}
+	f := newTieredFixture(t, cfg)
+	g := f.m.levels[1].groups[0]
+	if g.align == 1 {
+		t.Logf("no O_DIRECT on %s: the buffered fallback is tested", g.dir)
+	} else {
+		assert.Zero(t, g.stride%g.align, "slots are aligned")
+	}
+	a := f.suspendAndPushDown([]int{0, 16}, 16)
+	require.Equal(t, 4, a.Residency()[1])
+	require.NoError(t, a.Resume(f.stream))
+	require.NoError(t, f.stream.Synchronize())
+	assert.Equal(t, 8, f.verifyAll(a, 1), "4 blocks × 2 buffers")
+	require.NoError(t, a.Close())
+}
+
+// BenchmarkPersistentStart is the start of a manager on a full persistent
+// tier: every slot's header read (on the I/O workers) and checked, every
+// block linked into the tree. The tier is one chain of blocks written
+// directly through the group's blob I/O; the page cache is warm.
+func BenchmarkPersistentStart(b *testing.B) {
+	for _, bc := range []struct {
+		page  int64
+		slots int64
+	}{{256, 1 << 16}, {64 << 10, 1 << 10}} {
+		b.Run(fmt.Sprintf("%dB×%d", bc.page, bc.slots), func(b *testing.B) {
+			cfg := smallConfig(4)
+			cfg.Layers = cfg.Layers[:1]
+			cfg.Layers[0].Buffers = []config.BufferConfig{{Role: config.RoleKey, Size: bc.page / 2}, {Role: config.RoleValue, Size: bc.page / 2}}
+			disk := config.Disk(bc.slots*bc.page, b.TempDir())
+			disk.Persistent = true
+			cfg.CacheTiers = []config.CacheTierConfig{config.GPU(4 * bc.page), disk}
+			m, err := NewManager(cfg)
+			require.NoError(b, err)
+			g := m.levels[1].groups[0]
+			payload := make([]byte, bc.page)
+			h := blockhash.NewHasher()
+			parent := blockhash.Scope{}.Root()
+			for s := range int32(g.numSlots) {
+				toks := seq(int(s)*tpb, tpb)
+				key := h.Next(parent, toks)
+				hd := blob.Header{Fingerprint: m.blobFP[0], Key: uint64(key), Parent: uint64(parent), Tag: uint64(s) + 1, Tokens: toks}
+				require.NoError(b, g.dio.each(1, func(_ int, scratch []byte) error { return g.dio.write(s, &hd, payload, scratch) }))
+				parent = key
+			}
+			require.NoError(b, m.Close())
+			b.ResetTimer()
+			for range b.N {
+				m, err := NewManager(cfg)
+				require.NoError(b, err)
+				b.StopTimer()
+				st, err := m.StorageStats(1)
+				require.NoError(b, err)
+				require.Equal(b, g.numSlots, st[0].Total-st[0].Free, "every slot restored")
+				require.NoError(b, m.Close())
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(g.numSlots), "ns/slot")
+		})
+	}
+}
+
+// Freed slots are reused lowest first, not last freed first, so a disk
+// tier's consecutive writes, and the reads that follow them, run forwards
+// through the file.
+func TestFreeSlotsAreReusedInAscendingOrder(t *testing.T) {
+	f := newTieredFixture(t, tieredConfig(t, 4, 0, 8))
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	g := f.m.levels[1].groups[0]
+	for want := range int32(g.numSlots) {
+		require.Equal(t, want, g.takeSlot(), "a fresh group hands out its slots in order")
+	}
+	for _, s := range []int32{5, 2, 7, 0} {
+		g.releaseSlot(s)
+	}
+	var got []int32
+	for range 4 {
+		got = append(got, g.takeSlot())
+	}
+	assert.Equal(t, []int32{0, 2, 5, 7}, got)
+	for _, s := range got {
+		g.releaseSlot(s)
+	}
+	for s := range int32(g.numSlots) {
+		if !slices.Contains(got, s) {
+			g.releaseSlot(s)
+		}
+	}
+}
