@@ -128,3 +128,8 @@ func verifyBlob(size int) func(Key, []byte) error {
 		return nil
 	}
 }
+
+func execCommand(name string, args ...string) (string, error) {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	return string(out), err
+}
