@@ -41,6 +41,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvcm/kvcm/core/config"
 	"github.com/redis/rueidis"
 )
 
@@ -152,7 +153,7 @@ func (o *Options) Validate() error {
 			return fmt.Errorf("addresses[%d]: %q has no valid port", i, a)
 		}
 	}
-	if err := ValidateNamespace(o.Namespace); err != nil {
+	if err := config.ValidateNamespace(o.Namespace); err != nil {
 		return fmt.Errorf("namespace: %v", err)
 	}
 	for _, f := range []struct {
@@ -167,20 +168,6 @@ func (o *Options) Validate() error {
 	}
 	if o.TTL > 0 && o.TTL < time.Millisecond {
 		return fmt.Errorf("ttl: must be at least 1ms, got %v", o.TTL)
-	}
-	return nil
-}
-
-// ValidateNamespace checks a key namespace: 1 to 64 bytes of printable ASCII
-// without spaces, ':' or braces.
-func ValidateNamespace(ns string) error {
-	if ns == "" || len(ns) > 64 {
-		return fmt.Errorf("must be 1 to 64 bytes, got %d", len(ns))
-	}
-	for i := 0; i < len(ns); i++ {
-		if c := ns[i]; c <= ' ' || c >= 0x7f || c == '{' || c == '}' || c == ':' {
-			return fmt.Errorf("byte %d (%q) is not printable ASCII other than space, ':' and braces", i, c)
-		}
 	}
 	return nil
 }
@@ -203,6 +190,19 @@ func (o *Options) withDefaults() {
 	def(&o.BatchKeys, DefaultBatchKeys)
 	def(&o.QueueBlobs, DefaultQueueBlobs)
 	def(&o.Writers, DefaultWriters)
+}
+
+// OptionsFrom returns the Options of a shared tier's configuration
+// (validated by config.Config.Validate).
+func OptionsFrom(c config.SharedCacheTierConfig) Options {
+	return Options{
+		Addresses:   append([]string(nil), c.Addresses...),
+		Namespace:   c.Namespace,
+		TTL:         c.TTL,
+		DialTimeout: c.DialTimeout,
+		CallTimeout: c.CallTimeout,
+		QueueBytes:  c.QueueBytes,
+	}
 }
 
 // Open validates opts and starts a store. An unreachable cluster is not an
