@@ -7,11 +7,12 @@ import (
 
 	"github.com/kvcm/kvcm/core/bench/migrate"
 	"github.com/kvcm/kvcm/internal/bench/bookkeeping"
+	"github.com/kvcm/kvcm/internal/bench/shared"
 )
 
 var benchCommand = command{
 	name:    "bench",
-	summary: "benchmarks: kvcm bench migrate|bookkeeping [flags]",
+	summary: "benchmarks: kvcm bench migrate|bookkeeping|shared [flags]",
 	synopsis: `kvcm bench migrate measures, per codec and chunk size, encode and decode
 throughput of scattered pages between device pools and pinned host memory,
 next to the contiguous-copy limit measured in the same process, their ratio
@@ -25,7 +26,13 @@ and 32k tokens, every other request sharing half its prompt with the one
 before, 128 decode steps each, with and without eviction pressure) on the
 emulated device and prints CPU time and allocations per request, the ratio to
 the SHA-256 hashing of the same prompts' blocks, and the decode-step cost at
-1k and 128k tokens held. Run kvcm bench bookkeeping -h for its flags.`,
+1k and 128k tokens held. Run kvcm bench bookkeeping -h for its flags.
+
+kvcm bench shared measures the shared tier (core/sharedtier) on a Redis
+Cluster (-addrs, or $KVCM_REDIS_CLUSTER; scripts/redis-cluster.sh start runs
+one on loopback): the store's write and lookup+read GB/s per value size beside
+the cluster's raw pipelined SET and GET GB/s measured in the same run, and
+their ratios. Run kvcm bench shared -h for its flags.`,
 	setup: func(*flag.FlagSet) func(stdout, stderr io.Writer) int { return nil },
 	main:  benchMain,
 }
@@ -37,8 +44,10 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			return migrate.Main(args[1:], stdout, stderr)
 		case "bookkeeping":
 			return bookkeeping.Main(args[1:], stdout, stderr)
+		case "shared":
+			return shared.Main(args[1:], stdout, stderr)
 		}
 	}
-	fmt.Fprintln(stderr, "usage: kvcm bench migrate|bookkeeping [flags]")
+	fmt.Fprintln(stderr, "usage: kvcm bench migrate|bookkeeping|shared [flags]")
 	return exitUsage
 }
