@@ -9,6 +9,9 @@ import "C"
 
 import (
 	"fmt"
+	"math"
+	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/kvcm/kvcm/core"
@@ -92,7 +95,34 @@ func goConfig(c *C.kvcm__const_kvcm_manager_config) (config.Config, error) {
 		}
 		cfg.Constraints = append(cfg.Constraints, b)
 	}
+	if C.kvcm__has_manager_config_shared_tier(c) != 0 && c.shared_tier != nil {
+		cfg.CacheTiers = append(cfg.CacheTiers, config.Shared(goShared(c.shared_tier)))
+	}
 	return cfg, nil
+}
+
+// goShared copies a shared tier's settings; config.Validate checks them,
+// naming cache_tiers[i].<field> (the shared tier follows the local tiers).
+func goShared(s *C.kvcm_shared_tier_config) config.SharedCacheTierConfig {
+	var addrs []string
+	if a := cString(s.addresses); a != "" {
+		addrs = strings.Split(a, ",")
+	}
+	ms := func(v C.int64_t) time.Duration { // saturating, so a huge value stays positive
+		if int64(v) > math.MaxInt64/int64(time.Millisecond) {
+			return math.MaxInt64
+		}
+		return time.Duration(v) * time.Millisecond
+	}
+	return config.SharedCacheTierConfig{
+		Addresses:   addrs,
+		Namespace:   cString(s.namespace),
+		TTL:         ms(s.ttl_ms),
+		DialTimeout: ms(s.dial_timeout_ms),
+		CallTimeout: ms(s.call_timeout_ms),
+		QueueBytes:  int64(s.queue_bytes),
+		WritePolicy: config.SharedWritePolicy(s.write_policy),
+	}
 }
 
 func goBatch(b *C.kvcm_batch_desc, name string) (config.BatchDesc, error) {

@@ -28,12 +28,18 @@ extern kvcm_status* kvcm__go_stream_enqueue_host_func(kvcm_stream stream, kvcm_h
 
 /* Versioned structs: the bytes struct_size must cover, per version. */
 #define KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V1 64
+#define KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V2 64
 #define KVCM__CP_INDEX_VTABLE_SIZE_V1 56
+#define KVCM__CP_INDEX_VTABLE_SIZE_V2 56
 #define KVCM__CP_MANAGER_BACKED_OPTIONS_SIZE_V1 48
+#define KVCM__CP_MANAGER_BACKED_OPTIONS_SIZE_V2 48
 #define KVCM__KV_CACHE_OPTIONS_SIZE_V1 80
+#define KVCM__KV_CACHE_OPTIONS_SIZE_V2 80
 #define KVCM__MANAGER_CONFIG_SIZE_V1 112
+#define KVCM__MANAGER_CONFIG_SIZE_V2 120
 
 /* Fields appended after a versioned struct's first version: read one only when it is present. */
+static inline int kvcm__has_manager_config_shared_tier(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, shared_tier) + sizeof(p->shared_tier); }
 
 /* Opaque pointer fields, read and written as uintptr_t. */
 static inline uintptr_t kvcm__get_cold_page_codec_self(const kvcm_cold_page_codec* p) { return (uintptr_t)p->self; }
@@ -140,6 +146,7 @@ const char* kvcm__enum_name_event_kind(kvcm_event_kind v);
 const char* kvcm__enum_name_memory_kind(kvcm_memory_kind v);
 const char* kvcm__enum_name_migration_path(kvcm_migration_path v);
 const char* kvcm__enum_name_page_index_location(kvcm_page_index_location v);
+const char* kvcm__enum_name_shared_write_policy(kvcm_shared_write_policy v);
 const char* kvcm__enum_name_status_code(kvcm_status_code v);
 const char* kvcm__enum_name_tier_kind(kvcm_tier_kind v);
 

@@ -39,5 +39,6 @@ func CStructs() map[string]reflect.Type {
 		"kvcm_pool_group_stats":          reflect.TypeFor[C.kvcm_pool_group_stats](),
 		"kvcm_request_desc":              reflect.TypeFor[C.kvcm_request_desc](),
 		"kvcm_reuse_scope":               reflect.TypeFor[C.kvcm_reuse_scope](),
+		"kvcm_shared_tier_config":        reflect.TypeFor[C.kvcm_shared_tier_config](),
 	}
 }

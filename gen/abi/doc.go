@@ -33,6 +33,11 @@
 //
 // # Changes
 //
+// ABI version 2 adds kvcm_manager_config.shared_tier (a
+// kvcm_shared_tier_config: a cold tier shared across nodes on a Redis
+// Cluster) and kvcm_shared_write_policy. A caller built against version 1
+// passes the version 1 struct_size, and the library does not read the field.
+//
 // Behaviour that changed for C users while ABI version 1 was unreleased
 // (no function, struct or constant changed):
 //
@@ -63,7 +68,7 @@ import (
 // constants.
 //
 //kvcm:since 1
-const ABIVersion uint32 = 1
+const ABIVersion uint32 = 2
 
 // VersionMajor is the library's major version.
 //

@@ -71,7 +71,7 @@ extern "C" {
  * constants.
  * @since ABI version 1.
  */
-#define KVCM_ABI_VERSION 1u
+#define KVCM_ABI_VERSION 2u
 
 /**
  * KVCM_VERSION_MAJOR is the library's major version.
@@ -339,6 +339,24 @@ enum {
 };
 
 /**
+ * kvcm_shared_write_policy says when committed blocks are written to the shared
+ * tier; writes are asynchronous either way and skip blocks already there.
+ * @since ABI version 2.
+ */
+typedef int32_t kvcm_shared_write_policy;
+enum {
+    /**
+     * KVCM_SHARED_WRITE_BACK_ON_EVICTION writes a block when it is evicted from the
+     * last local level (the default).
+     */
+    KVCM_SHARED_WRITE_BACK_ON_EVICTION = 0,
+    /**
+     * KVCM_SHARED_WRITE_THROUGH_ON_COMMIT writes a block when it is committed.
+     */
+    KVCM_SHARED_WRITE_THROUGH_ON_COMMIT = 1,
+};
+
+/**
  * kvcm_status_code is the code of a kvcm_status. Codes are stable: new codes are
  * only ever added.
  * @since ABI version 1.
@@ -530,6 +548,7 @@ typedef struct kvcm_pool_desc kvcm_pool_desc;
 typedef struct kvcm_pool_group_desc kvcm_pool_group_desc;
 typedef struct kvcm_pool_group_stats kvcm_pool_group_stats;
 typedef struct kvcm_request_desc kvcm_request_desc;
+typedef struct kvcm_shared_tier_config kvcm_shared_tier_config;
 
 /**
  * kvcm_attention_layer_config describes one attention layer.
@@ -1181,6 +1200,11 @@ struct kvcm_manager_config {
      * num_constraints is the length of constraints.
      */
     size_t num_constraints;
+    /**
+     * [borrowed, nullable] shared_tier is the shared tier after cache_tiers' local tiers (NULL
+     * for none). (since ABI version 2)
+     */
+    const kvcm_shared_tier_config* shared_tier;
 };
 
 /** Initializer of a kvcm_manager_config: struct_size and abi_version set, every other field zero. */
@@ -1352,6 +1376,50 @@ struct kvcm_request_desc {
      * history_length is the request's computed tokens, in [0, capacity].
      */
     int64_t history_length;
+};
+
+/**
+ * kvcm_shared_tier_config is a cold tier shared across nodes on a Redis Cluster,
+ * after every local tier: content-addressed blobs found by layout
+ * fingerprint, lifecycle and block key. Its quota is the cluster's
+ * maxmemory with an evicting policy; ttl_ms bounds a blob's life. The
+ * manager does not use it yet: a manager created with it behaves as without
+ * it (no server is contacted).
+ * @since ABI version 2.
+ */
+struct kvcm_shared_tier_config {
+    /**
+     * [borrowed] addresses are the cluster's seed nodes, host:port, comma-separated.
+     */
+    const char* addresses;
+    /**
+     * [borrowed] namespace prefixes every key: 1 to 64 bytes of printable ASCII
+     * without spaces, ':' or braces.
+     */
+    const char* namespace;
+    /**
+     * ttl_ms is the time to live of every blob written, in milliseconds (0:
+     * no expiry).
+     */
+    int64_t ttl_ms;
+    /**
+     * dial_timeout_ms bounds connecting to a node, in milliseconds (0: 2000).
+     */
+    int64_t dial_timeout_ms;
+    /**
+     * call_timeout_ms bounds every call to the cluster, in milliseconds (0:
+     * 2000).
+     */
+    int64_t call_timeout_ms;
+    /**
+     * queue_bytes bounds the bytes waiting to be written; writes beyond it
+     * are dropped and counted (0: 256 MiB).
+     */
+    int64_t queue_bytes;
+    /**
+     * write_policy says when blocks are written.
+     */
+    kvcm_shared_write_policy write_policy;
 };
 
 /* ---- Functions ---- */
@@ -2667,7 +2735,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, priority) == 48, "layout of k
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, priority_user_data) == 56, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, request_id) == 64, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, request_id_len) == 72, "layout of kvcm_kv_cache_options changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_manager_config) == 112, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_manager_config) == 120, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_manager_config) == 8, "alignment of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, struct_size) == 0, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, abi_version) == 4, "layout of kvcm_manager_config changed");
@@ -2687,6 +2755,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, num_initial_pool_ratio) == 80, 
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, typical_step) == 88, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, constraints) == 96, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, num_constraints) == 104, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, shared_tier) == 112, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_migration_stats) == 24, "layout of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_migration_stats) == 8, "alignment of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_migration_stats, path) == 0, "layout of kvcm_migration_stats changed");
@@ -2727,6 +2796,15 @@ KVCM_STATIC_ASSERT(sizeof(kvcm_request_desc) == 16, "layout of kvcm_request_desc
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_request_desc) == 8, "alignment of kvcm_request_desc changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_request_desc, capacity) == 0, "layout of kvcm_request_desc changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_request_desc, history_length) == 8, "layout of kvcm_request_desc changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_shared_tier_config) == 56, "layout of kvcm_shared_tier_config changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_shared_tier_config) == 8, "alignment of kvcm_shared_tier_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, addresses) == 0, "layout of kvcm_shared_tier_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, namespace) == 8, "layout of kvcm_shared_tier_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, ttl_ms) == 16, "layout of kvcm_shared_tier_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, dial_timeout_ms) == 24, "layout of kvcm_shared_tier_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, call_timeout_ms) == 32, "layout of kvcm_shared_tier_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, queue_bytes) == 40, "layout of kvcm_shared_tier_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, write_policy) == 48, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 544, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");

@@ -20,7 +20,7 @@ import os
 # Version 1 is the first released ABI; a later version may only append
 # fields to versioned structs and vtables, and add functions, types and
 # constants.
-KVCM_ABI_VERSION = 1
+KVCM_ABI_VERSION = 2
 
 # KVCM_VERSION_MAJOR is the library's major version.
 KVCM_VERSION_MAJOR = 0
@@ -65,6 +65,7 @@ kvcm_event_kind = ctypes.c_int32
 kvcm_memory_kind = ctypes.c_int32
 kvcm_migration_path = ctypes.c_int32
 kvcm_page_index_location = ctypes.c_int32
+kvcm_shared_write_policy = ctypes.c_int32
 kvcm_status_code = ctypes.c_int32
 kvcm_tier_kind = ctypes.c_int32
 
@@ -154,6 +155,18 @@ class PageIndexLocation(enum.IntEnum):
 KVCM_PAGE_INDEX_BAD_LOCATION = -1
 KVCM_PAGE_INDEX_HOST = 0
 KVCM_PAGE_INDEX_DEVICE = 1
+
+class SharedWritePolicy(enum.IntEnum):
+    """kvcm_shared_write_policy says when committed blocks are written to the shared
+    tier; writes are asynchronous either way and skip blocks already there.
+    """
+
+    WRITE_BACK_ON_EVICTION = 0
+    WRITE_THROUGH_ON_COMMIT = 1
+
+
+KVCM_SHARED_WRITE_BACK_ON_EVICTION = 0
+KVCM_SHARED_WRITE_THROUGH_ON_COMMIT = 1
 
 class StatusCode(enum.IntEnum):
     """kvcm_status_code is the code of a kvcm_status. Codes are stable: new codes are
@@ -458,6 +471,16 @@ class kvcm_request_desc(ctypes.Structure):
     """
 
 
+class kvcm_shared_tier_config(ctypes.Structure):
+    """kvcm_shared_tier_config is a cold tier shared across nodes on a Redis Cluster,
+    after every local tier: content-addressed blobs found by layout
+    fingerprint, lifecycle and block key. Its quota is the cluster's
+    maxmemory with an evicting policy; ttl_ms bounds a blob's life. The
+    manager does not use it yet: a manager created with it behaves as without
+    it (no server is contacted).
+    """
+
+
 kvcm_attention_layer_config._fields_ = [
     ("layer_id", ctypes.c_int32),
     ("sliding_window_size", ctypes.c_int32),
@@ -616,6 +639,7 @@ kvcm_manager_config._fields_ = [
     ("typical_step", ctypes.POINTER(kvcm_batch_desc)),
     ("constraints", ctypes.POINTER(kvcm_batch_desc)),
     ("num_constraints", ctypes.c_size_t),
+    ("shared_tier", ctypes.POINTER(kvcm_shared_tier_config)),
 ]
 
 kvcm_migration_stats._fields_ = [
@@ -665,6 +689,16 @@ kvcm_request_desc._fields_ = [
     ("history_length", ctypes.c_int64),
 ]
 
+kvcm_shared_tier_config._fields_ = [
+    ("addresses", ctypes.c_char_p),
+    ("namespace", ctypes.c_char_p),
+    ("ttl_ms", ctypes.c_int64),
+    ("dial_timeout_ms", ctypes.c_int64),
+    ("call_timeout_ms", ctypes.c_int64),
+    ("queue_bytes", ctypes.c_int64),
+    ("write_policy", kvcm_shared_write_policy),
+]
+
 # ---- Layouts frozen by the header: name -> (size, alignment, {field: offset}) ----
 
 LAYOUTS = {
@@ -684,7 +718,7 @@ LAYOUTS = {
     "kvcm_cp_manager_backed_options": (48, 8, {"struct_size": 0, "abi_version": 4, "level_weights": 8, "num_level_weights": 16, "scope": 24}),
     "kvcm_cp_request_id": (16, 8, {"data": 0, "len": 8}),
     "kvcm_kv_cache_options": (80, 8, {"struct_size": 0, "abi_version": 4, "scope": 8, "input_tokens": 32, "num_input_tokens": 40, "priority": 48, "priority_user_data": 56, "request_id": 64, "request_id_len": 72}),
-    "kvcm_manager_config": (112, 8, {"struct_size": 0, "abi_version": 4, "tokens_per_block": 8, "device": 12, "device_ordinal": 16, "event_queue_capacity": 20, "cache_tiers": 24, "num_cache_tiers": 32, "layers": 40, "num_layers": 48, "max_util_for_resume": 56, "enable_partial_reuse": 64, "enable_stats": 65, "initial_pool_ratio": 72, "num_initial_pool_ratio": 80, "typical_step": 88, "constraints": 96, "num_constraints": 104}),
+    "kvcm_manager_config": (120, 8, {"struct_size": 0, "abi_version": 4, "tokens_per_block": 8, "device": 12, "device_ordinal": 16, "event_queue_capacity": 20, "cache_tiers": 24, "num_cache_tiers": 32, "layers": 40, "num_layers": 48, "max_util_for_resume": 56, "enable_partial_reuse": 64, "enable_stats": 65, "initial_pool_ratio": 72, "num_initial_pool_ratio": 80, "typical_step": 88, "constraints": 96, "num_constraints": 104, "shared_tier": 112}),
     "kvcm_migration_stats": (24, 8, {"path": 0, "pages": 8, "bytes": 16}),
     "kvcm_page_index_pair": (8, 8, {"dst": 0, "src": 4}),
     "kvcm_peak_block_stats": (24, 8, {"index": 0, "peak_used": 8, "total": 16}),
@@ -692,6 +726,7 @@ LAYOUTS = {
     "kvcm_pool_group_desc": (48, 8, {"index": 0, "num_slots": 8, "life_cycles": 16, "num_life_cycles": 24, "pools": 32, "num_pools": 40}),
     "kvcm_pool_group_stats": (56, 8, {"level": 0, "tier": 4, "index": 8, "page_bytes": 16, "total": 24, "free": 32, "evictable": 40, "available": 48}),
     "kvcm_request_desc": (16, 8, {"capacity": 0, "history_length": 8}),
+    "kvcm_shared_tier_config": (56, 8, {"addresses": 0, "namespace": 8, "ttl_ms": 16, "dial_timeout_ms": 24, "call_timeout_ms": 32, "queue_bytes": 40, "write_policy": 48}),
 }
 
 
