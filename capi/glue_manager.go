@@ -116,7 +116,7 @@ func goShared(s *C.kvcm_shared_tier_config) config.SharedCacheTierConfig {
 	}
 	return config.SharedCacheTierConfig{
 		Addresses:   addrs,
-		Namespace:   cString(s.namespace),
+		Namespace:   cString(s.key_namespace),
 		TTL:         ms(s.ttl_ms),
 		DialTimeout: ms(s.dial_timeout_ms),
 		CallTimeout: ms(s.call_timeout_ms),

@@ -201,7 +201,7 @@ func (cfg *Config) build(a *arena) *C.kvcm_manager_config {
 	}
 	if s := cfg.Shared; s != nil {
 		sc := (*C.kvcm_shared_tier_config)(a.alloc(C.sizeof_kvcm_shared_tier_config))
-		*sc = C.kvcm_shared_tier_config{addresses: a.str(s.Addresses), namespace: a.str(s.Namespace),
+		*sc = C.kvcm_shared_tier_config{addresses: a.str(s.Addresses), key_namespace: a.str(s.Namespace),
 			ttl_ms: C.int64_t(s.TTLMs), dial_timeout_ms: C.int64_t(s.DialTimeoutMs), call_timeout_ms: C.int64_t(s.CallTimeoutMs),
 			queue_bytes: C.int64_t(s.QueueBytes), write_policy: C.kvcm_shared_write_policy(s.WritePolicy)}
 		c.shared_tier = sc

@@ -35,9 +35,9 @@ type CacheTierConfig struct {
 type SharedTierConfig struct {
 	// Addresses are the cluster's seed nodes, host:port, comma-separated.
 	Addresses spec.CStr `own:"borrowed"`
-	// Namespace prefixes every key: 1 to 64 bytes of printable ASCII
-	// without spaces, ':' or braces.
-	Namespace spec.CStr `own:"borrowed"`
+	// KeyNamespace prefixes every key: 1 to 64 bytes of printable ASCII
+	// without spaces, ':' or braces. (Not "namespace", a C++ keyword.)
+	KeyNamespace spec.CStr `own:"borrowed"`
 	// TTLMs is the time to live of every blob written, in milliseconds (0:
 	// no expiry).
 	TTLMs int64

@@ -1393,10 +1393,10 @@ struct kvcm_shared_tier_config {
      */
     const char* addresses;
     /**
-     * [borrowed] namespace prefixes every key: 1 to 64 bytes of printable ASCII
-     * without spaces, ':' or braces.
+     * [borrowed] key_namespace prefixes every key: 1 to 64 bytes of printable ASCII
+     * without spaces, ':' or braces. (Not "namespace", a C++ keyword.)
      */
-    const char* namespace;
+    const char* key_namespace;
     /**
      * ttl_ms is the time to live of every blob written, in milliseconds (0:
      * no expiry).
@@ -2799,7 +2799,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_request_desc, history_length) == 8, "layout of 
 KVCM_STATIC_ASSERT(sizeof(kvcm_shared_tier_config) == 56, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_shared_tier_config) == 8, "alignment of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, addresses) == 0, "layout of kvcm_shared_tier_config changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, namespace) == 8, "layout of kvcm_shared_tier_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, key_namespace) == 8, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, ttl_ms) == 16, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, dial_timeout_ms) == 24, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, call_timeout_ms) == 32, "layout of kvcm_shared_tier_config changed");

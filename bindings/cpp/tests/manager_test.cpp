@@ -26,12 +26,12 @@ TEST_F(ManagerTest, LibraryInfo)
 {
     EXPECT_EQ(kvcm::libraryVersion(), KVCM_VERSION_STRING);
     EXPECT_GE(kvcm::abiVersion(), kvcm::kAbiVersion);
-    static_assert(KVCM_ABI_VERSION == 1u, "ABI version 1 is the first (and current) ABI");
-    EXPECT_EQ(kvcm::abiVersion(), 1u);
+    static_assert(KVCM_ABI_VERSION == 2u, "ABI version 2 added kvcm_manager_config.shared_tier");
+    EXPECT_EQ(kvcm::abiVersion(), 2u);
     kvcm_api const* api = kvcm_get_api(KVCM_ABI_VERSION);
     ASSERT_NE(api, nullptr);
     EXPECT_EQ(api->struct_size, sizeof(kvcm_api));
-    EXPECT_EQ(api->abi_version, 1u);
+    EXPECT_EQ(api->abi_version, 2u);
     EXPECT_EQ(api->kv_cache_create, &kvcm_kv_cache_create);
     EXPECT_EQ(api->manager_attach_cp, &kvcm_manager_attach_cp);
     EXPECT_EQ(kvcm_get_api(0), nullptr);
@@ -303,6 +303,33 @@ TEST_F(ManagerTest, ConfigValuesTheCAbiWouldChangeAreRejected)
     cfg = smallConfig(64 << 10);
     cfg.layers[0].buffers[1].role = std::string("value\0x", 7);
     EXPECT_CONFIG_ERROR(kvcm::validateConfig(cfg), "layers[0].buffers[1].role");
+}
+
+// A shared tier passes through to the library, which names its fields as
+// cache_tiers[i] after the local tiers; a manager with one contacts no server.
+TEST_F(ManagerTest, SharedTierConfigNamesTheField)
+{
+    auto cfg = smallConfig(64 << 10);
+    cfg.sharedTier = kvcm::SharedCacheTierConfig{{"127.0.0.1:7101", "127.0.0.1:7102"}, "ns", 60000};
+    EXPECT_NO_THROW(kvcm::validateConfig(cfg));
+    EXPECT_NO_THROW(kvcm::KVCacheManager m(cfg));
+
+    auto const n = std::to_string(cfg.cacheTiers.size());
+    auto bad = cfg;
+    bad.sharedTier->ns = "a b";
+    EXPECT_CONFIG_ERROR(kvcm::validateConfig(bad), "cache_tiers[" + n + "].namespace");
+    bad = cfg;
+    bad.sharedTier->addresses = {"127.0.0.1:1", "nohost"};
+    EXPECT_CONFIG_ERROR(kvcm::validateConfig(bad), "cache_tiers[" + n + "].addresses[1]");
+    bad = cfg;
+    bad.sharedTier->addresses = {"a:1,b:2"};
+    EXPECT_CONFIG_ERROR(kvcm::validateConfig(bad), "cache_tiers[" + n + "].addresses[0]");
+    bad = cfg;
+    bad.sharedTier->ttlMs = -1;
+    EXPECT_CONFIG_ERROR(kvcm::validateConfig(bad), "cache_tiers[" + n + "].ttl");
+    bad = cfg;
+    bad.sharedTier->writePolicy = static_cast<kvcm::SharedWritePolicy>(9);
+    EXPECT_CONFIG_ERROR(kvcm::validateConfig(bad), "cache_tiers[" + n + "].write_policy");
 }
 
 TEST_F(ManagerTest, StatsEventsAndPeaks)

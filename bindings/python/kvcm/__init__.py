@@ -75,6 +75,8 @@ from .config import (
     HostCacheTierConfig,
     KVCacheManagerConfig,
     RequestDesc,
+    SharedCacheTierConfig,
+    SharedWritePolicy,
 )
 from .device import DeviceMemory, MemoryKind, Stream
 from .errors import (
@@ -123,7 +125,7 @@ __version__ = "0.1.0"
 __all__ = [
     # configuration
     "KVCacheManagerConfig", "GpuCacheTierConfig", "HostCacheTierConfig", "DiskCacheTierConfig",
-    "CacheTierConfig", "AttentionLayerConfig", "BufferConfig", "BatchDesc", "RequestDesc",
+    "SharedCacheTierConfig", "SharedWritePolicy", "CacheTierConfig", "AttentionLayerConfig", "BufferConfig", "BatchDesc", "RequestDesc",
     "CacheTier", "DataRole",
     # manager, caches, codecs, device helper
     "KVCacheManager", "_KVCache", "KVCacheColdPageCodec", "create_default_kv_cache_cold_page_codec",

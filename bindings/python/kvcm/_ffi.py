@@ -691,7 +691,7 @@ kvcm_request_desc._fields_ = [
 
 kvcm_shared_tier_config._fields_ = [
     ("addresses", ctypes.c_char_p),
-    ("namespace", ctypes.c_char_p),
+    ("key_namespace", ctypes.c_char_p),
     ("ttl_ms", ctypes.c_int64),
     ("dial_timeout_ms", ctypes.c_int64),
     ("call_timeout_ms", ctypes.c_int64),
@@ -726,7 +726,7 @@ LAYOUTS = {
     "kvcm_pool_group_desc": (48, 8, {"index": 0, "num_slots": 8, "life_cycles": 16, "num_life_cycles": 24, "pools": 32, "num_pools": 40}),
     "kvcm_pool_group_stats": (56, 8, {"level": 0, "tier": 4, "index": 8, "page_bytes": 16, "total": 24, "free": 32, "evictable": 40, "available": 48}),
     "kvcm_request_desc": (16, 8, {"capacity": 0, "history_length": 8}),
-    "kvcm_shared_tier_config": (56, 8, {"addresses": 0, "namespace": 8, "ttl_ms": 16, "dial_timeout_ms": 24, "call_timeout_ms": 32, "queue_bytes": 40, "write_policy": 48}),
+    "kvcm_shared_tier_config": (56, 8, {"addresses": 0, "key_namespace": 8, "ttl_ms": 16, "dial_timeout_ms": 24, "call_timeout_ms": 32, "queue_bytes": 40, "write_policy": 48}),
 }
 
 

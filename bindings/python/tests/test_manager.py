@@ -295,9 +295,9 @@ def test_resume_needs_a_stream(manager):
 
 def test_version_queries():
     assert kvcm.version().count(".") == 2
-    assert kvcm.abi_version() == 1  # ABI version 1 is the first (and current) ABI
+    assert kvcm.abi_version() == 2  # ABI version 2 added kvcm_manager_config.shared_tier
     from kvcm import _ffi
-    assert _ffi.KVCM_ABI_VERSION == 1
+    assert _ffi.KVCM_ABI_VERSION == 2
     assert not kvcm.is_poisoned()
     assert kvcm.library_path().name == "libkvcm.so"
 
