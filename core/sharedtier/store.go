@@ -98,8 +98,8 @@ type Stats struct {
 	Lookups      int64 // keys asked for by MatchPrefix and Get
 	Hits         int64 // keys found (and, for Get, verified)
 	Misses       int64 // keys not found, or lost to an error
-	Errors       int64 // failed round trips and per-key errors (each also a miss)
-	Timeouts     int64 // calls that ran out of CallTimeout (also in Errors)
+	Errors       int64 // errors: a key or a round trip lost to one (its keys are misses or write errors)
+	Timeouts     int64 // errors that were CallTimeout running out (also in Errors)
 	Corrupt      int64 // blobs Verify rejected (each also a miss)
 	BytesRead    int64
 	Queued       int64 // Puts accepted into the queue
@@ -125,9 +125,11 @@ type Store struct {
 	opts   Options
 	prefix string
 
-	mu        sync.Mutex
-	client    rueidis.Client
-	lastDial  time.Time
+	client   atomic.Pointer[rueidis.Client]
+	dialMu   sync.Mutex // held while dialing; calls meanwhile are misses
+	lastDial time.Time  // guarded by dialMu
+
+	mu        sync.Mutex // guards closed, queued, idle; never held across I/O
 	closed    bool
 	queued    map[string]struct{} // keys in the queue or being written
 	idle      []chan struct{}     // Flush waiters, closed when queued empties
@@ -241,14 +243,23 @@ func (s *Store) KeyName(k Key) string {
 	return b.String()
 }
 
-// connect returns the client, dialing again at most once a
-// DefaultReconnectPeriod while there is none. Once made, the client
-// reconnects to failed nodes by itself.
+// connect returns the client, or nil while there is none. It dials at most
+// once a DefaultReconnectPeriod, and a caller that finds another dialing
+// does not wait for it. Once made, the client reconnects to failed nodes by
+// itself.
 func (s *Store) connect() rueidis.Client {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.client != nil || s.closed || (!s.lastDial.IsZero() && time.Since(s.lastDial) < DefaultReconnectPeriod) {
-		return s.client
+	if c := s.client.Load(); c != nil {
+		return *c
+	}
+	if !s.dialMu.TryLock() {
+		return nil
+	}
+	defer s.dialMu.Unlock()
+	if c := s.client.Load(); c != nil {
+		return *c
+	}
+	if s.isClosed() || (!s.lastDial.IsZero() && time.Since(s.lastDial) < DefaultReconnectPeriod) {
+		return nil
 	}
 	s.lastDial = time.Now()
 	c, err := rueidis.NewClient(rueidis.ClientOption{
@@ -258,10 +269,17 @@ func (s *Store) connect() rueidis.Client {
 		Dialer:           net.Dialer{Timeout: s.opts.DialTimeout},
 		ConnWriteTimeout: s.opts.CallTimeout,
 	})
-	if err == nil {
-		s.client = c
+	if err != nil {
+		return nil
 	}
-	return s.client
+	s.client.Store(&c)
+	return c
+}
+
+func (s *Store) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }
 
 func (s *Store) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -544,11 +562,10 @@ func (s *Store) Close() error {
 	close(s.queue)
 	s.mu.Unlock()
 	s.writers.Wait()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.client != nil {
-		s.client.Close()
-		s.client = nil
+	s.dialMu.Lock() // a dial in progress ends first, and none starts after
+	defer s.dialMu.Unlock()
+	if c := s.client.Swap(nil); c != nil {
+		(*c).Close()
 	}
 	return nil
 }
