@@ -22,7 +22,7 @@ TEST_STEPS := generate-check fmt-check vet go-test fuzz-short py-test cpp-test
 
 .PHONY: test-steps
 test:
-	@addrs="$$($(REDIS_CLUSTER) start | tail -n 1)" || { $(REDIS_CLUSTER) stop; exit 1; }; \
+	@addrs="$$($(REDIS_CLUSTER) start)" || { $(REDIS_CLUSTER) stop; exit 1; }; \
 	echo "make test: Redis Cluster at $$addrs"; \
 	KVCM_REDIS_CLUSTER="$$addrs" $(MAKE) --no-print-directory test-steps; rc=$$?; \
 	$(REDIS_CLUSTER) stop; exit $$rc
