@@ -18,7 +18,7 @@
 // The manager-facing API is small:
 //
 //   - MatchPrefix(keys) — how many leading keys of a chain the tier holds,
-//     one pipelined round trip per batch of Options.BatchKeys keys;
+//     one pipelined round trip per batch of Options.LookupBatchKeys keys;
 //   - Get(keys) — the blobs, verified, one round trip per batch;
 //   - Put(key, blob) — an asynchronous write through a bounded queue that
 //     never blocks (a full queue drops and counts); keys already in the
@@ -59,6 +59,7 @@ const (
 	DefaultDialTimeout     = 2 * time.Second
 	DefaultCallTimeout     = 2 * time.Second
 	DefaultBatchKeys       = 64
+	DefaultLookupBatchKeys = 512
 	DefaultQueueBlobs      = 1024
 	DefaultQueueBytes      = 256 << 20
 	DefaultWriters         = 2
@@ -80,8 +81,10 @@ type Options struct {
 	// DialTimeout bounds connecting to a node; CallTimeout bounds every
 	// call (a batch of round trips). Zero selects the defaults.
 	DialTimeout, CallTimeout time.Duration
-	// BatchKeys is the number of keys of one pipelined round trip.
-	BatchKeys int
+	// BatchKeys is the number of keys of one pipelined round trip of Get
+	// and of the writers; LookupBatchKeys that of MatchPrefix, whose
+	// replies are a few bytes a key.
+	BatchKeys, LookupBatchKeys int
 	// QueueBlobs and QueueBytes bound the write queue; a Put beyond either
 	// is dropped and counted.
 	QueueBlobs int
@@ -162,7 +165,7 @@ func (o *Options) Validate() error {
 		name string
 		v    int64
 	}{{"ttl", int64(o.TTL)}, {"dial_timeout", int64(o.DialTimeout)}, {"call_timeout", int64(o.CallTimeout)},
-		{"batch_keys", int64(o.BatchKeys)}, {"queue_blobs", int64(o.QueueBlobs)}, {"queue_bytes", o.QueueBytes},
+		{"batch_keys", int64(o.BatchKeys)}, {"lookup_batch_keys", int64(o.LookupBatchKeys)}, {"queue_blobs", int64(o.QueueBlobs)}, {"queue_bytes", o.QueueBytes},
 		{"writers", int64(o.Writers)}} {
 		if f.v < 0 {
 			return fmt.Errorf("%s: must not be negative, got %d", f.name, f.v)
@@ -190,6 +193,7 @@ func (o *Options) withDefaults() {
 		o.QueueBytes = DefaultQueueBytes
 	}
 	def(&o.BatchKeys, DefaultBatchKeys)
+	def(&o.LookupBatchKeys, DefaultLookupBatchKeys)
 	def(&o.QueueBlobs, DefaultQueueBlobs)
 	def(&o.Writers, DefaultWriters)
 }
@@ -295,7 +299,7 @@ func (s *Store) countErr(err error) {
 }
 
 // MatchPrefix returns how many leading keys of keys the tier holds, asking
-// one pipelined round trip of EXISTS per batch of Options.BatchKeys keys and
+// one pipelined round trip of EXISTS per batch of Options.LookupBatchKeys keys and
 // stopping at the first batch with a miss. Errors make the match end there
 // (they are counted and returned with the length matched so far). A key
 // found here may still be evicted before Get: the caller treats Get's misses
@@ -307,8 +311,8 @@ func (s *Store) MatchPrefix(ctx context.Context, keys []Key) (int, error) {
 		return 0, ErrUnavailable
 	}
 	matched := 0
-	for start := 0; start < len(keys); start += s.opts.BatchKeys {
-		batch := keys[start:min(start+s.opts.BatchKeys, len(keys))]
+	for start := 0; start < len(keys); start += s.opts.LookupBatchKeys {
+		batch := keys[start:min(start+s.opts.LookupBatchKeys, len(keys))]
 		cmds := make(rueidis.Commands, len(batch))
 		for i, k := range batch {
 			cmds[i] = c.B().Exists().Key(s.KeyName(k)).Build()

@@ -91,7 +91,7 @@ func TestStoreRoundTrip(t *testing.T) {
 // past the first batch.
 func TestMatchPrefixEndsAtTheFirstMiss(t *testing.T) {
 	addrs := sharedCluster(t)
-	s := open(t, Options{Addresses: addrs, Namespace: namespace(t), BatchKeys: 4})
+	s := open(t, Options{Addresses: addrs, Namespace: namespace(t), BatchKeys: 4, LookupBatchKeys: 4})
 	keys := chain(9, 20)
 	putAll(t, s, keys[:11], 1024)
 	putAll(t, s, keys[12:], 1024)

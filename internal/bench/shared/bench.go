@@ -8,7 +8,9 @@
 // store's write concurrency), and pipelined GET of batches on one goroutine
 // (a lookup is one caller). The store's write is Put of every value then
 // Flush (its writers ask EXISTS, then SET NX, per batch); its read is
-// MatchPrefix over the chain then Get. Every value read back is compared to
+// MatchPrefix over the chain (EXISTS in batches of the store's default
+// LookupBatchKeys) then Get (batches of Batch). Each round runs both sides
+// back to back, raw first in even rounds and the store first in odd ones. Every value read back is compared to
 // the byte after the timed part.
 package shared
 
@@ -36,7 +38,9 @@ type Config struct {
 	Rounds    int // interleaved rounds; medians are reported
 }
 
-// Row is one value size's medians, GB/s (1e9 bytes per second).
+// Row is one value size's medians: GB/s (1e9 bytes per second), and the
+// ratios store/raw of each round (raw and store run back to back in a
+// round, so a ratio compares like with like on a noisy machine).
 type Row struct {
 	Size                  int
 	RawSet, StoreWrite    float64
@@ -80,41 +84,48 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) ([]Row, error) {
 		for i := range val {
 			val[i] = byte(i*131 + size)
 		}
-		var rs, sw, rg, sr []float64
+		var rs, sw, rg, sr, wr, rr []float64
 		for round := range cfg.Rounds {
 			prefix := fmt.Sprintf("kvcm-bench-raw:%s:%d:%d:", ns, size, round)
 			keys := make([]string, n)
 			for i := range keys {
 				keys[i] = fmt.Sprintf("%s%d", prefix, i)
 			}
-			t, err := rawSet(ctx, raw, keys, val, cfg)
-			if err != nil {
-				return nil, err
+			var set, get, w, r time.Duration
+			rawSide := func() (err error) {
+				if set, err = rawSet(ctx, raw, keys, val, cfg); err != nil {
+					return err
+				}
+				if get, err = rawGet(ctx, raw, keys, val, cfg.Batch); err != nil {
+					return err
+				}
+				return del(ctx, raw, keys, cfg.Batch)
 			}
-			rs = append(rs, gbps(n*size, t))
-			if t, err = rawGet(ctx, raw, keys, val, cfg.Batch); err != nil {
-				return nil, err
+			storeSide := func() error {
+				var skeys []string
+				var err error
+				if w, r, skeys, err = storeRound(ctx, cfg, fmt.Sprintf("%s-%d-%d", ns, size, round), n, val); err != nil {
+					return err
+				}
+				return del(ctx, raw, skeys, cfg.Batch)
 			}
-			rg = append(rg, gbps(n*size, t))
-			if err := del(ctx, raw, keys, cfg.Batch); err != nil {
-				return nil, err
+			sides := []func() error{rawSide, storeSide}
+			if round%2 == 1 { // alternate which side runs first
+				sides[0], sides[1] = sides[1], sides[0]
 			}
-
-			w, r, skeys, err := storeRound(ctx, cfg, fmt.Sprintf("%s-%d-%d", ns, size, round), n, val)
-			if err != nil {
-				return nil, err
+			for _, side := range sides {
+				if err := side(); err != nil {
+					return nil, err
+				}
 			}
-			sw = append(sw, gbps(n*size, w))
-			sr = append(sr, gbps(n*size, r))
-			if err := del(ctx, raw, skeys, cfg.Batch); err != nil {
-				return nil, err
-			}
+			rs, rg = append(rs, gbps(n*size, set)), append(rg, gbps(n*size, get))
+			sw, sr = append(sw, gbps(n*size, w)), append(sr, gbps(n*size, r))
+			wr, rr = append(wr, sw[round]/rs[round]), append(rr, sr[round]/rg[round])
 			fmt.Fprintf(progress, "size %d round %d: raw set %.2f get %.2f, store write %.2f read %.2f GB/s\n",
 				size, round, rs[round], rg[round], sw[round], sr[round])
 		}
-		row := Row{Size: size, RawSet: median(rs), StoreWrite: median(sw), RawGet: median(rg), StoreRead: median(sr)}
-		row.WriteRatio, row.ReadRatio = row.StoreWrite/row.RawSet, row.StoreRead/row.RawGet
-		rows = append(rows, row)
+		rows = append(rows, Row{Size: size, RawSet: median(rs), StoreWrite: median(sw), RawGet: median(rg),
+			StoreRead: median(sr), WriteRatio: median(wr), ReadRatio: median(rr)})
 	}
 	return rows, nil
 }
@@ -277,7 +288,7 @@ func storeRound(ctx context.Context, cfg Config, ns string, n int, val []byte) (
 
 // Print writes the table.
 func Print(w io.Writer, cfg Config, rows []Row) {
-	fmt.Fprintf(w, "Redis Cluster %s: %d MiB per point, batches of %d, %d writers, medians of %d rounds (GB/s)\n",
+	fmt.Fprintf(w, "Redis Cluster %s: %d MiB per point, batches of %d, %d writers, medians of %d rounds (GB/s; ratios: median of the rounds' store/raw)\n",
 		strings.Join(cfg.Addresses, ","), cfg.Bytes>>20, cfg.Batch, cfg.Writers, cfg.Rounds)
 	fmt.Fprintf(w, "%-9s %9s %12s %6s %9s %12s %6s\n", "value", "raw SET", "store write", "ratio", "raw GET", "store read", "ratio")
 	for _, r := range rows {

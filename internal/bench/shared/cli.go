@@ -19,7 +19,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	mib := fs.Int64("mib", 64, "MiB written and read per size and round")
 	batch := fs.Int("batch", 32, "keys per pipelined round trip")
 	writers := fs.Int("writers", 2, "write goroutines (the store's writers and the raw SET's)")
-	rounds := fs.Int("rounds", 3, "interleaved rounds (medians reported)")
+	rounds := fs.Int("rounds", 5, "interleaved rounds (medians reported)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
