@@ -2,6 +2,7 @@ package sharedtier
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"os"
@@ -101,7 +102,7 @@ func (c *privateCluster) cli(port int, args ...string) string {
 // under the wrong key cannot pass for the right one.
 func blob(k Key, size int) []byte {
 	b := make([]byte, size)
-	x := k.Block*0x9e3779b97f4a7c15 ^ k.Fingerprint ^ uint64(k.Lifecycle)<<32
+	x := k.Block*0x9e3779b97f4a7c15 ^ binary.LittleEndian.Uint64(k.Fingerprint[:]) ^ uint64(k.Lifecycle)<<32 | 1
 	for i := range b {
 		x ^= x << 13
 		x ^= x >> 7
@@ -111,10 +112,17 @@ func blob(k Key, size int) []byte {
 	return b
 }
 
+func fingerprint(n uint64) Fingerprint {
+	var f Fingerprint
+	binary.LittleEndian.PutUint64(f[:], n)
+	f[15] = 0xfe // a fingerprint's high bytes matter too
+	return f
+}
+
 func chain(fp uint64, n int) []Key {
 	keys := make([]Key, n)
 	for i := range keys {
-		keys[i] = Key{Fingerprint: fp, Lifecycle: uint32(i % 2), Block: uint64(1000 + i)}
+		keys[i] = Key{Fingerprint: fingerprint(fp), Lifecycle: uint32(i % 2), Block: uint64(1000 + i)}
 	}
 	return keys
 }

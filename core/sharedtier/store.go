@@ -28,10 +28,26 @@
 // When the manager calls Put is its write policy (config.SharedWritePolicy):
 // write-back on eviction from the last local level by default, write-through
 // on commit as an option.
+//
+// The manager does not use the store yet. Plugging it in needs: Open from
+// OptionsFrom(the shared tier's config) in NewManager and Close in
+// Manager.Close; Verify from the blob format (decode the header, check that
+// fingerprint, lifecycle and block key are the Key's and that the payload
+// checksum matches); the prefix match of create_kv_cache and probe_reuse
+// continued past the local tree with MatchPrefix over the remaining block
+// keys of each lifecycle, and for create_kv_cache Get of the matched ones
+// (a Get miss ends the match there), the blobs rebuilding tree nodes from
+// their headers (parent key, tokens) and onboarded shared → host or staging
+// → GPU, decoded on the way up, with events and stats of a new level; Put of
+// the evicted blob (already encoded: no decode) where a page leaves the last
+// local level, or of the committed blob under write-through. None of these
+// calls may hold the manager's lock across the network: MatchPrefix and Get
+// are bounded by CallTimeout, Put never blocks.
 package sharedtier
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -45,11 +61,15 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Key addresses one blob. Fingerprint is the layout fingerprint, taken as an
-// opaque number (the blob format defines it); Lifecycle is the layer group;
-// Block is the block's chain key.
+// Fingerprint is a layout fingerprint, opaque here: the blob format defines
+// it (16 bytes, as the disk tier's blob header carries it), and two managers
+// share blobs only when theirs are equal.
+type Fingerprint [16]byte
+
+// Key addresses one blob: the layout's Fingerprint, the Lifecycle (layer
+// group) and the Block's chain key (blockhash.Key).
 type Key struct {
-	Fingerprint uint64
+	Fingerprint Fingerprint
 	Lifecycle   uint32
 	Block       uint64
 }
@@ -237,9 +257,9 @@ func Open(opts Options) (*Store, error) {
 // so a chain's blobs spread over every slot.
 func (s *Store) KeyName(k Key) string {
 	var b strings.Builder
-	b.Grow(len(s.prefix) + 48)
+	b.Grow(len(s.prefix) + 64)
 	b.WriteString(s.prefix)
-	b.WriteString(strconv.FormatUint(k.Fingerprint, 16))
+	b.WriteString(hex.EncodeToString(k.Fingerprint[:]))
 	b.WriteByte(':')
 	b.WriteString(strconv.FormatUint(uint64(k.Lifecycle), 10))
 	b.WriteByte(':')

@@ -73,7 +73,7 @@ func TestStoreRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, len(keys), n)
 
-	missing := Key{Fingerprint: 7, Lifecycle: 0, Block: 1}
+	missing := Key{Fingerprint: fingerprint(7), Lifecycle: 0, Block: 1}
 	blobs, err := s.Get(ctx, append(keys, missing))
 	require.NoError(t, err)
 	for i, k := range keys {
@@ -108,9 +108,9 @@ func TestMatchPrefixEndsAtTheFirstMiss(t *testing.T) {
 func TestKeysAreContentAddressed(t *testing.T) {
 	addrs := sharedCluster(t)
 	s := open(t, Options{Addresses: addrs, Namespace: namespace(t)})
-	k := Key{Fingerprint: 1, Lifecycle: 0, Block: 42}
+	k := Key{Fingerprint: fingerprint(1), Lifecycle: 0, Block: 42}
 	putAll(t, s, []Key{k}, 100)
-	other := []Key{{Fingerprint: 2, Lifecycle: 0, Block: 42}, {Fingerprint: 1, Lifecycle: 1, Block: 42}}
+	other := []Key{{Fingerprint: fingerprint(2), Lifecycle: 0, Block: 42}, {Fingerprint: fingerprint(1), Lifecycle: 1, Block: 42}}
 	blobs, err := s.Get(context.Background(), other)
 	require.NoError(t, err)
 	assert.Equal(t, [][]byte{nil, nil}, blobs)
@@ -160,7 +160,7 @@ func TestVerifyRejectionIsAMiss(t *testing.T) {
 func TestPutSetsTheTTL(t *testing.T) {
 	addrs := sharedCluster(t)
 	s := open(t, Options{Addresses: addrs, Namespace: namespace(t), TTL: time.Hour})
-	k := Key{Fingerprint: 1, Block: 2}
+	k := Key{Fingerprint: fingerprint(1), Block: 2}
 	putAll(t, s, []Key{k}, 10)
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
 	require.NoError(t, err)

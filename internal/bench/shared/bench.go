@@ -248,7 +248,7 @@ func storeRound(ctx context.Context, cfg Config, ns string, n int, val []byte) (
 	keys := make([]sharedtier.Key, n)
 	names = make([]string, n)
 	for i := range keys {
-		keys[i] = sharedtier.Key{Fingerprint: 0xbe4c, Lifecycle: 0, Block: uint64(i)}
+		keys[i] = sharedtier.Key{Fingerprint: sharedtier.Fingerprint{0xbe, 0x4c}, Lifecycle: 0, Block: uint64(i)}
 		names[i] = s.KeyName(keys[i])
 	}
 	// Connect before the clock starts, as the raw client did.
