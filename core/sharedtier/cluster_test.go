@@ -76,6 +76,7 @@ func startPrivateCluster(t *testing.T, basePort int, maxmemory string) *privateC
 		fmt.Sprintf("KVCM_REDIS_BASE_PORT=%d", basePort),
 		"KVCM_REDIS_DIR="+filepath.Join(os.TempDir(), fmt.Sprintf("kvcm-redis-cluster-test-%d", basePort)),
 		"KVCM_REDIS_MAXMEMORY="+maxmemory)}
+	c.run("stop") // one a crashed run left behind would be reused, with its settings
 	t.Cleanup(func() { c.run("stop") })
 	out := c.run("start")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
