@@ -92,14 +92,15 @@ type Options struct {
 	// discovers the others.
 	Addresses []string
 	// Namespace prefixes every key, so that deployments (or tests) sharing a
-	// cluster do not see each other's blobs. Printable ASCII without spaces
-	// or braces (a brace would make a hash tag and pin keys to one slot).
+	// cluster do not see each other's blobs (config.ValidateNamespace: no
+	// brace, which would make a hash tag and pin every key to one slot).
 	Namespace string
 	// TTL is set on every blob written; 0 writes without expiry (the
 	// cluster's maxmemory policy then bounds the tier).
 	TTL time.Duration
 	// DialTimeout bounds connecting to a node; CallTimeout bounds every
-	// call (a batch of round trips). Zero selects the defaults.
+	// call of MatchPrefix and Get (all its round trips together) and every
+	// batch a writer sends. Zero selects the defaults.
 	DialTimeout, CallTimeout time.Duration
 	// BatchKeys is the number of keys of one pipelined round trip of Get
 	// and of the writers; LookupBatchKeys that of MatchPrefix, whose
@@ -330,6 +331,8 @@ func (s *Store) MatchPrefix(ctx context.Context, keys []Key) (int, error) {
 		s.missAll(len(keys))
 		return 0, ErrUnavailable
 	}
+	ctx, cancel := s.callCtx(ctx)
+	defer cancel()
 	matched := 0
 	for start := 0; start < len(keys); start += s.opts.LookupBatchKeys {
 		batch := keys[start:min(start+s.opts.LookupBatchKeys, len(keys))]
@@ -337,9 +340,7 @@ func (s *Store) MatchPrefix(ctx context.Context, keys []Key) (int, error) {
 		for i, k := range batch {
 			cmds[i] = c.B().Exists().Key(s.KeyName(k)).Build()
 		}
-		cctx, cancel := s.callCtx(ctx)
-		res := c.DoMulti(cctx, cmds...)
-		cancel()
+		res := c.DoMulti(ctx, cmds...)
 		s.stats.lookups.Add(int64(len(batch)))
 		for i, r := range res {
 			n, err := r.AsInt64()
@@ -378,6 +379,8 @@ func (s *Store) Get(ctx context.Context, keys []Key) ([][]byte, error) {
 		s.missAll(len(keys))
 		return blobs, ErrUnavailable
 	}
+	ctx, cancel := s.callCtx(ctx)
+	defer cancel()
 	var first error
 	for start := 0; start < len(keys); start += s.opts.BatchKeys {
 		batch := keys[start:min(start+s.opts.BatchKeys, len(keys))]
@@ -385,9 +388,7 @@ func (s *Store) Get(ctx context.Context, keys []Key) ([][]byte, error) {
 		for i, k := range batch {
 			cmds[i] = c.B().Get().Key(s.KeyName(k)).Build()
 		}
-		cctx, cancel := s.callCtx(ctx)
-		res := c.DoMulti(cctx, cmds...)
-		cancel()
+		res := c.DoMulti(ctx, cmds...)
 		s.stats.lookups.Add(int64(len(batch)))
 		for i, r := range res {
 			b, err := r.AsBytes()
