@@ -106,6 +106,16 @@ const char* kvcm__enum_name_page_index_location(kvcm_page_index_location v) {
     return NULL;
 }
 
+const char* kvcm__enum_name_shared_write_policy(kvcm_shared_write_policy v) {
+    switch (v) {
+    case KVCM_SHARED_WRITE_BACK_ON_EVICTION:
+        return "KVCM_SHARED_WRITE_BACK_ON_EVICTION";
+    case KVCM_SHARED_WRITE_THROUGH_ON_COMMIT:
+        return "KVCM_SHARED_WRITE_THROUGH_ON_COMMIT";
+    }
+    return NULL;
+}
+
 const char* kvcm__enum_name_status_code(kvcm_status_code v) {
     switch (v) {
     case KVCM_OK:

@@ -9,7 +9,10 @@ import "C"
 
 import (
 	"fmt"
+	"math"
 	"slices"
+	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/kvcm/kvcm/core"
@@ -111,6 +114,9 @@ func goConfig(c *C.kvcm__const_kvcm_manager_config) (config.Config, error) {
 		}
 		cfg.Constraints = append(cfg.Constraints, b)
 	}
+	if C.kvcm__has_manager_config_shared_tier(c) != 0 && c.shared_tier != nil {
+		cfg.CacheTiers = append(cfg.CacheTiers, config.Shared(goShared(c.shared_tier)))
+	}
 	if c.struct_size >= C.KVCM__MANAGER_CONFIG_SIZE_V2 {
 		return cfg, goConfigV2(c, &cfg)
 	}
@@ -144,6 +150,30 @@ func goConfigV2(c *C.kvcm__const_kvcm_manager_config, cfg *config.Config) error 
 		cfg.Constraints[i].SystemPromptLength = int(n)
 	}
 	return nil
+}
+
+// goShared copies a shared tier's settings; config.Validate checks them,
+// naming cache_tiers[i].<field> (the shared tier follows the local tiers).
+func goShared(s *C.kvcm_shared_tier_config) config.SharedCacheTierConfig {
+	var addrs []string
+	if a := cString(s.addresses); a != "" {
+		addrs = strings.Split(a, ",")
+	}
+	ms := func(v C.int64_t) time.Duration { // saturating, so a huge value stays positive
+		if int64(v) > math.MaxInt64/int64(time.Millisecond) {
+			return math.MaxInt64
+		}
+		return time.Duration(v) * time.Millisecond
+	}
+	return config.SharedCacheTierConfig{
+		Addresses:   addrs,
+		Namespace:   cString(s.key_namespace),
+		TTL:         ms(s.ttl_ms),
+		DialTimeout: ms(s.dial_timeout_ms),
+		CallTimeout: ms(s.call_timeout_ms),
+		QueueBytes:  int64(s.queue_bytes),
+		WritePolicy: config.SharedWritePolicy(s.write_policy),
+	}
 }
 
 func goBatch(b *C.kvcm_batch_desc, name string) (config.BatchDesc, error) {

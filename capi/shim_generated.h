@@ -36,7 +36,7 @@ extern kvcm_status* kvcm__go_stream_enqueue_host_func(kvcm_stream stream, kvcm_h
 #define KVCM__KV_CACHE_OPTIONS_SIZE_V1 80
 #define KVCM__KV_CACHE_OPTIONS_SIZE_V2 96
 #define KVCM__MANAGER_CONFIG_SIZE_V1 112
-#define KVCM__MANAGER_CONFIG_SIZE_V2 188
+#define KVCM__MANAGER_CONFIG_SIZE_V2 200
 
 /* Fields appended after a versioned struct's first version: read one only when it is present. */
 static inline int kvcm__has_cp_manager_backed_options_scope_has_lora_id(const kvcm_cp_manager_backed_options* p) { return p->struct_size >= offsetof(kvcm_cp_manager_backed_options, scope_has_lora_id) + sizeof(p->scope_has_lora_id); }
@@ -54,6 +54,7 @@ static inline int kvcm__has_manager_config_typical_step_system_prompt_length(con
 static inline int kvcm__has_manager_config_constraint_system_prompt_lengths(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, constraint_system_prompt_lengths) + sizeof(p->constraint_system_prompt_lengths); }
 static inline int kvcm__has_manager_config_num_constraint_system_prompt_lengths(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, num_constraint_system_prompt_lengths) + sizeof(p->num_constraint_system_prompt_lengths); }
 static inline int kvcm__has_manager_config_block_key(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, block_key) + sizeof(p->block_key); }
+static inline int kvcm__has_manager_config_shared_tier(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, shared_tier) + sizeof(p->shared_tier); }
 
 /* Opaque pointer fields, read and written as uintptr_t. */
 static inline uintptr_t kvcm__get_cold_page_codec_self(const kvcm_cold_page_codec* p) { return (uintptr_t)p->self; }
@@ -162,6 +163,7 @@ const char* kvcm__enum_name_event_kind(kvcm_event_kind v);
 const char* kvcm__enum_name_memory_kind(kvcm_memory_kind v);
 const char* kvcm__enum_name_migration_path(kvcm_migration_path v);
 const char* kvcm__enum_name_page_index_location(kvcm_page_index_location v);
+const char* kvcm__enum_name_shared_write_policy(kvcm_shared_write_policy v);
 const char* kvcm__enum_name_status_code(kvcm_status_code v);
 const char* kvcm__enum_name_tier_kind(kvcm_tier_kind v);
 

@@ -132,6 +132,9 @@ func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 	if err := cfg.Validate(layout.NumLifeCycles(&cfg)); err != nil {
 		return nil, err
 	}
+	// The shared tier is content-addressed (core/sharedtier), not a level of
+	// slots; the manager does not use it yet (issue 15).
+	cfg.CacheTiers = cfg.LocalTiers()
 	hasher, err := blockhash.NewHasherFor(cfg.BlockKey)
 	if err != nil {
 		return nil, err // Validate accepts only known algorithms

@@ -569,3 +569,19 @@ func TestPartialCopyOfASuspendedCacheIsEvictable(t *testing.T) {
 	assert.NoError(t, f.m.CheckInvariants())
 	require.NoError(t, c.Close())
 }
+
+// A shared tier in the configuration changes nothing yet: the manager keeps
+// only the local levels, needs no server, and its caches work as without it.
+func TestSharedTierAddsNoLocalLevel(t *testing.T) {
+	cfg := tieredConfig(t, 4, 8, 0)
+	cfg.CacheTiers = append(cfg.CacheTiers, config.Shared(config.SharedCacheTierConfig{
+		Addresses: []string{"127.0.0.1:9"}, Namespace: "unused"}))
+	f := newTieredFixture(t, cfg)
+	assert.Len(t, f.m.levels, 2)
+	a := f.compute(blockhash.Scope{}, seq(0, 13), 1)
+	require.NoError(t, a.Close())
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 13)})
+	require.NoError(t, err)
+	assert.Equal(t, 12, c.ReusedTokens())
+	require.NoError(t, c.Close())
+}

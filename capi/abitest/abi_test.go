@@ -838,6 +838,36 @@ func TestConfigValidate(t *testing.T) {
 	requireCode(t, ValidateConfig(bad), InvalidConfig, "block_key")
 }
 
+// A shared tier passes through the C ABI into the configuration: validated
+// naming cache_tiers[i].<field> after the local tiers, and not read from a
+// caller built against ABI version 1 (its struct_size does not cover it).
+func TestConfigSharedTier(t *testing.T) {
+	noLeaks(t)
+	cfg := smallConfig(8, 16)
+	cfg.Shared = &SharedTier{Addresses: "127.0.0.1:7101,127.0.0.1:7102", Namespace: "ns", TTLMs: 60000}
+	require.NoError(t, ValidateConfig(cfg))
+	m, err := CreateManager(cfg, nil)
+	require.NoError(t, err, "the manager does not contact the cluster")
+	require.NoError(t, DestroyManager(m))
+
+	for field, edit := range map[string]func(*SharedTier){
+		"cache_tiers[2].namespace":    func(s *SharedTier) { s.Namespace = "a b" },
+		"cache_tiers[2].addresses":    func(s *SharedTier) { s.Addresses = "" },
+		"cache_tiers[2].addresses[1]": func(s *SharedTier) { s.Addresses = "127.0.0.1:1,nohost" },
+		"cache_tiers[2].ttl":          func(s *SharedTier) { s.TTLMs = -1 },
+		"cache_tiers[2].call_timeout": func(s *SharedTier) { s.CallTimeoutMs = -1 },
+		"cache_tiers[2].write_policy": func(s *SharedTier) { s.WritePolicy = 9 },
+	} {
+		bad := smallConfig(8, 16)
+		s := *cfg.Shared
+		edit(&s)
+		bad.Shared = &s
+		requireCode(t, ValidateConfig(bad), InvalidConfig, field)
+		bad.StructSize = ManagerConfigSizeV1
+		require.NoError(t, ValidateConfig(bad), "a version 1 caller has no shared_tier")
+	}
+}
+
 // Quotas are sized with checked arithmetic: a quota of 2^63-1 is an error
 // naming its field (or kvcm_manager_resize_level's quota), not an overflowed
 // size.

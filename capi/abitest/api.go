@@ -111,6 +111,14 @@ type Tier struct {
 	Path     string
 }
 
+// SharedTier is a kvcm_shared_tier_config.
+type SharedTier struct {
+	Addresses, Namespace                string
+	TTLMs, DialTimeoutMs, CallTimeoutMs int64
+	QueueBytes                          int64
+	WritePolicy                         int32
+}
+
 // Buffer is a layer buffer.
 type Buffer struct {
 	Role string
@@ -137,6 +145,7 @@ type Config struct {
 	InitialPoolRatio   []float64
 	// BlockKey is the kvcm_block_key (0 sha256, 1 xxh3).
 	BlockKey int32
+	Shared             *SharedTier
 	// StructSize and ABIVersion override the versioned header when nonzero
 	// (negative ABIVersion writes 0).
 	StructSize uint32
@@ -194,8 +203,19 @@ func (cfg *Config) build(a *arena) *C.kvcm_manager_config {
 	if len(ratios) > 0 {
 		c.initial_pool_ratio, c.num_initial_pool_ratio = &ratios[0], C.size_t(len(ratios))
 	}
+	if s := cfg.Shared; s != nil {
+		sc := (*C.kvcm_shared_tier_config)(a.alloc(C.sizeof_kvcm_shared_tier_config))
+		*sc = C.kvcm_shared_tier_config{addresses: a.str(s.Addresses), key_namespace: a.str(s.Namespace),
+			ttl_ms: C.int64_t(s.TTLMs), dial_timeout_ms: C.int64_t(s.DialTimeoutMs), call_timeout_ms: C.int64_t(s.CallTimeoutMs),
+			queue_bytes: C.int64_t(s.QueueBytes), write_policy: C.kvcm_shared_write_policy(s.WritePolicy)}
+		c.shared_tier = sc
+	}
 	return c
 }
+
+// ManagerConfigSizeV1 is sizeof(kvcm_manager_config) in ABI version 1: up
+// to shared_tier, its first field of version 2.
+const ManagerConfigSizeV1 = uint32(unsafe.Offsetof(C.kvcm_manager_config{}.shared_tier))
 
 // CreateManager calls kvcm_manager_create with the configuration and the
 // codec object (nil for NULL).

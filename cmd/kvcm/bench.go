@@ -8,11 +8,12 @@ import (
 	"github.com/kvcm/kvcm/internal/bench/bookkeeping"
 	"github.com/kvcm/kvcm/internal/bench/disk"
 	"github.com/kvcm/kvcm/internal/bench/migrate"
+	"github.com/kvcm/kvcm/internal/bench/shared"
 )
 
 var benchCommand = command{
 	name:    "bench",
-	summary: "benchmarks: kvcm bench migrate|bookkeeping|disk [flags]",
+	summary: "benchmarks: kvcm bench migrate|bookkeeping|disk|shared [flags]",
 	synopsis: `kvcm bench migrate measures, per codec and chunk size, encode and decode
 throughput of scattered pages between device pools and pinned host memory,
 next to the contiguous-copy limit measured in the same process, their ratio
@@ -33,7 +34,13 @@ kvcm bench disk measures, per blob size (16 KiB to 2 MiB), the disk tier's
 GPU→disk (durable, fsync included) and disk→GPU (page cache dropped)
 throughput next to the raw O_DIRECT bandwidth of the same directory at the
 same block size and queue depth, sequential and random, measured in the same
-run, and their ratios. Run kvcm bench disk -h for its flags.`,
+run, and their ratios. Run kvcm bench disk -h for its flags.
+
+kvcm bench shared measures the shared tier (core/sharedtier) on a Redis
+Cluster (-addrs, or $KVCM_REDIS_CLUSTER; scripts/redis-cluster.sh start runs
+one on loopback): the store's write and lookup+read GB/s per value size beside
+the cluster's raw pipelined SET and GET GB/s measured in the same run, and
+their ratios. Run kvcm bench shared -h for its flags.`,
 	setup: func(*flag.FlagSet) func(stdout, stderr io.Writer) int { return nil },
 	main:  benchMain,
 }
@@ -47,8 +54,10 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			return bookkeeping.Main(args[1:], stdout, stderr)
 		case "disk":
 			return disk.Main(args[1:], stdout, stderr)
+		case "shared":
+			return shared.Main(args[1:], stdout, stderr)
 		}
 	}
-	fmt.Fprintln(stderr, "usage: kvcm bench migrate|bookkeeping|disk [flags]")
+	fmt.Fprintln(stderr, "usage: kvcm bench migrate|bookkeeping|disk|shared [flags]")
 	return exitUsage
 }

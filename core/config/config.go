@@ -10,10 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kvcm/kvcm/core/blockhash"
 )
@@ -58,6 +61,10 @@ const (
 	// DiskTier is one file per cold pool group under a directory, of
 	// core/blob blobs; persistent across managers with Persistent.
 	DiskTier
+	// SharedTier is a cold tier shared across nodes on a Redis Cluster
+	// (core/sharedtier): content-addressed blobs, not slots. Last, after
+	// every local tier.
+	SharedTier
 )
 
 func (k TierKind) String() string {
@@ -68,8 +75,59 @@ func (k TierKind) String() string {
 		return "host"
 	case DiskTier:
 		return "disk"
+	case SharedTier:
+		return "shared"
 	}
 	return fmt.Sprintf("TierKind(%d)", int(k))
+}
+
+// SharedWritePolicy says when committed blocks are written to the shared
+// tier. Writes are asynchronous either way, through a bounded queue that
+// never blocks the engine's calls, and skip blocks the cluster already holds.
+type SharedWritePolicy int
+
+const (
+	// WriteBackOnEviction (the default) writes a block when it is evicted
+	// from the last local level: the shared tier holds what no local level
+	// keeps, and a hot prefix costs no cluster traffic.
+	WriteBackOnEviction SharedWritePolicy = iota
+	// WriteThroughOnCommit writes a block when it is committed, so other
+	// nodes can reuse it at once, at the cost of writing every block.
+	WriteThroughOnCommit
+)
+
+func (p SharedWritePolicy) String() string {
+	switch p {
+	case WriteBackOnEviction:
+		return "write_back_on_eviction"
+	case WriteThroughOnCommit:
+		return "write_through_on_commit"
+	}
+	return fmt.Sprintf("SharedWritePolicy(%d)", int(p))
+}
+
+// SharedCacheTierConfig is the shared tier's cluster and policies. Its quota
+// is the cluster's own: each node's maxmemory with an evicting
+// maxmemory-policy (allkeys-lru, as scripts/redis-cluster.sh sets), so a
+// full cluster drops the least recently used blobs, which read as misses;
+// TTL bounds how long a blob lives.
+type SharedCacheTierConfig struct {
+	// Addresses are seed nodes of the Redis Cluster, host:port.
+	Addresses []string
+	// Namespace prefixes every key (1 to 64 bytes of printable ASCII
+	// without spaces, ':' or braces): deployments sharing a cluster with
+	// another namespace do not see each other's blobs.
+	Namespace string
+	// TTL is set on every blob written; 0 writes without expiry.
+	TTL time.Duration
+	// DialTimeout bounds connecting to a node and CallTimeout every call to
+	// the cluster; 0 selects the store's defaults (2 s each).
+	DialTimeout, CallTimeout time.Duration
+	// WritePolicy says when blocks are written.
+	WritePolicy SharedWritePolicy
+	// QueueBytes bounds the bytes waiting to be written; writes beyond it
+	// are dropped and counted. 0 selects the store's default (256 MiB).
+	QueueBytes int64
 }
 
 // CacheTierConfig is one cache tier with its byte quota. Path is the
@@ -85,12 +143,18 @@ func (k TierKind) String() string {
 // (codec.Identifier); the built-in codecs have one. Without it the tier's
 // files are removed at close, and files a killed manager left are reclaimed
 // at start.
+//
+// A shared tier has no quota of its own (Quota 0; see
+// SharedCacheTierConfig) and its settings in Shared. The manager does not
+// use the shared tier yet: NewManager accepts it and keeps no local level
+// for it.
 type CacheTierConfig struct {
 	Kind       TierKind
 	Quota      int64
 	Path       string
 	MaxQuota   int64
 	Persistent bool
+	Shared     *SharedCacheTierConfig
 }
 
 // GPU, Host and Disk build tier configurations.
@@ -98,6 +162,11 @@ func GPU(quota int64) CacheTierConfig  { return CacheTierConfig{Kind: GPUTier, Q
 func Host(quota int64) CacheTierConfig { return CacheTierConfig{Kind: HostTier, Quota: quota} }
 func Disk(quota int64, path string) CacheTierConfig {
 	return CacheTierConfig{Kind: DiskTier, Quota: quota, Path: path}
+}
+
+// Shared builds a shared tier's configuration.
+func Shared(c SharedCacheTierConfig) CacheTierConfig {
+	return CacheTierConfig{Kind: SharedTier, Shared: &c}
 }
 
 // RequestDesc is one request of a batch: how many tokens it holds pages for
@@ -133,7 +202,8 @@ const (
 type Config struct {
 	TokensPerBlock int
 	// CacheTiers are ordered from hottest to coldest: one GPU tier, then at
-	// most one host tier, then at most one disk tier.
+	// most one host tier, then at most one disk tier, then at most one
+	// shared tier.
 	CacheTiers []CacheTierConfig
 	Layers     []AttentionLayerConfig
 	// MaxUtilForResume: Resume refuses while the GPU tier's utilization by
@@ -236,6 +306,12 @@ func (c *Config) Tier(kind TierKind) (CacheTierConfig, bool) {
 	return CacheTierConfig{}, false
 }
 
+// LocalTiers returns CacheTiers without the shared tier: the slot-addressed
+// levels the manager allocates.
+func (c *Config) LocalTiers() []CacheTierConfig {
+	return slices.DeleteFunc(slices.Clone(c.CacheTiers), func(t CacheTierConfig) bool { return t.Kind == SharedTier })
+}
+
 // Validate checks the configuration; numLayerGroups is the number of
 // lifecycles the layers form (the layout computes it), used to check
 // InitialPoolRatio's length.
@@ -315,13 +391,20 @@ func (c *Config) validateTiers() error {
 	for i, t := range c.CacheTiers {
 		f := fmt.Sprintf("cache_tiers[%d]", i)
 		switch {
-		case t.Kind < GPUTier || t.Kind > DiskTier:
+		case t.Kind < GPUTier || t.Kind > SharedTier:
 			return fieldErr(f+".kind", "unknown tier kind %d", int(t.Kind))
 		case i == 0 && t.Kind != GPUTier:
 			return fieldErr(f+".kind", "the first tier must be the GPU tier, got %v", t.Kind)
 		case i > 0 && t.Kind <= c.CacheTiers[i-1].Kind:
-			return fieldErr(f+".kind", "tiers must be gpu, then host, then disk, each at most once; %v follows %v",
+			return fieldErr(f+".kind", "tiers must be gpu, then host, then disk, then shared, each at most once; %v follows %v",
 				t.Kind, c.CacheTiers[i-1].Kind)
+		case t.Kind != SharedTier && t.Shared != nil:
+			return fieldErr(f+".shared", "only a shared tier has shared settings")
+		case t.Kind == SharedTier:
+			if err := validateShared(f, t); err != nil {
+				return err
+			}
+			continue
 		case t.Quota <= 0:
 			return fieldErr(f+".quota", "must be positive, got %d", t.Quota)
 		case t.Kind != DiskTier && t.Path != "":
@@ -336,6 +419,75 @@ func (c *Config) validateTiers() error {
 			if err := checkDiskPath(f+".path", t.Path); err != nil {
 				return err
 			}
+		}
+	}
+	return nil
+}
+
+func validateShared(f string, t CacheTierConfig) error {
+	switch {
+	case t.Quota != 0:
+		return fieldErr(f+".quota", "a shared tier's quota is the cluster's maxmemory: must be 0, got %d", t.Quota)
+	case t.Path != "":
+		return fieldErr(f+".path", "only a disk tier has a path")
+	case t.MaxQuota != 0:
+		return fieldErr(f+".max_quota", "only the GPU tier has a max_quota")
+	case t.Shared == nil:
+		return fieldErr(f+".shared", "a shared tier needs its settings (addresses, namespace)")
+	}
+	s := t.Shared
+	if len(s.Addresses) == 0 {
+		return fieldErr(f+".addresses", "needs at least one seed address (host:port)")
+	}
+	for j, a := range s.Addresses {
+		af := fmt.Sprintf("%s.addresses[%d]", f, j)
+		if err := checkNoNUL(af, a); err != nil {
+			return err
+		}
+		host, port, err := net.SplitHostPort(a)
+		if err != nil {
+			return fieldErr(af, "%q is not host:port: %v", a, err)
+		}
+		if host == "" {
+			return fieldErr(af, "%q has no host", a)
+		}
+		if p, err := strconv.Atoi(port); err != nil || p <= 0 || p > 65535 {
+			return fieldErr(af, "%q has no port in 1..65535", a)
+		}
+	}
+	if err := ValidateNamespace(s.Namespace); err != nil {
+		return fieldErr(f+".namespace", "%v", err)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"ttl", s.TTL}, {"dial_timeout", s.DialTimeout}, {"call_timeout", s.CallTimeout}} {
+		if d.v < 0 {
+			return fieldErr(f+"."+d.name, "must not be negative, got %v", d.v)
+		}
+	}
+	if s.TTL > 0 && s.TTL < time.Millisecond {
+		return fieldErr(f+".ttl", "must be 0 (no expiry) or at least 1ms, got %v", s.TTL)
+	}
+	if s.WritePolicy != WriteBackOnEviction && s.WritePolicy != WriteThroughOnCommit {
+		return fieldErr(f+".write_policy", "unknown write policy %d", int(s.WritePolicy))
+	}
+	if s.QueueBytes < 0 {
+		return fieldErr(f+".queue_bytes", "must not be negative, got %d", s.QueueBytes)
+	}
+	return nil
+}
+
+// ValidateNamespace checks a shared tier's key namespace: 1 to 64 bytes of
+// printable ASCII without spaces, ':' or braces (a brace would make a Redis
+// hash tag and pin every key to one slot).
+func ValidateNamespace(ns string) error {
+	if ns == "" || len(ns) > 64 {
+		return fmt.Errorf("must be 1 to 64 bytes, got %d", len(ns))
+	}
+	for i := 0; i < len(ns); i++ {
+		if c := ns[i]; c <= ' ' || c >= 0x7f || c == '{' || c == '}' || c == ':' {
+			return fmt.Errorf("byte %d (%q) is not printable ASCII other than space, ':' and braces", i, c)
 		}
 	}
 	return nil

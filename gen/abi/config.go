@@ -22,6 +22,37 @@ type CacheTierConfig struct {
 	Path spec.CStr `nullable:"true" own:"borrowed"`
 }
 
+// SharedTierConfig is a cold tier shared across nodes on a Redis Cluster,
+// after every local tier: content-addressed blobs found by layout
+// fingerprint, lifecycle and block key. Its quota is the cluster's
+// maxmemory with an evicting policy; ttl_ms bounds a blob's life. The
+// manager does not use it yet: a manager created with it behaves as without
+// it (no server is contacted).
+//
+//kvcm:struct
+//kvcm:since 2
+//kvcm:cppns c
+type SharedTierConfig struct {
+	// Addresses are the cluster's seed nodes, host:port, comma-separated.
+	Addresses spec.CStr `own:"borrowed"`
+	// KeyNamespace prefixes every key: 1 to 64 bytes of printable ASCII
+	// without spaces, ':' or braces. (Not "namespace", a C++ keyword.)
+	KeyNamespace spec.CStr `own:"borrowed"`
+	// TTLMs is the time to live of every blob written, in milliseconds (0:
+	// no expiry).
+	TTLMs int64
+	// DialTimeoutMs bounds connecting to a node, in milliseconds (0: 2000).
+	DialTimeoutMs int64
+	// CallTimeoutMs bounds every call to the cluster, in milliseconds (0:
+	// 2000).
+	CallTimeoutMs int64
+	// QueueBytes bounds the bytes waiting to be written; writes beyond it
+	// are dropped and counted (0: 256 MiB).
+	QueueBytes int64
+	// WritePolicy says when blocks are written.
+	WritePolicy SharedWritePolicy
+}
+
 // BufferConfig is one per-layer buffer: its role and the bytes it needs for
 // one block of tokens.
 //
@@ -167,4 +198,7 @@ type ManagerConfig struct {
 	// BlockKey selects how committed blocks are keyed
 	// (KVCM_BLOCK_KEY_SHA256 by default).
 	BlockKey BlockKey `since:"2"`
+	// SharedTier is the shared tier after cache_tiers' local tiers (NULL
+	// for none).
+	SharedTier spec.In[SharedTierConfig] `nullable:"true" own:"borrowed" since:"2"`
 }

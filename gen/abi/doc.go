@@ -47,6 +47,10 @@
 //     priorities, the level a page left and the new
 //     KVCM_EVENT_BLOCK_PRIORITY_UPDATED kind, which kvcm_manager_drain_events
 //     skips.
+//   - kvcm_manager_config.shared_tier (a kvcm_shared_tier_config: a cold
+//     tier shared across nodes on a Redis Cluster) and
+//     kvcm_shared_write_policy.
+
 //
 // Behaviour that changed for C users while ABI version 1 was unreleased
 // (no function, struct or constant changed):

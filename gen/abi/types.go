@@ -91,6 +91,21 @@ const (
 	TierDisk TierKind = 2
 )
 
+// SharedWritePolicy says when committed blocks are written to the shared
+// tier; writes are asynchronous either way and skip blocks already there.
+//
+//kvcm:enum trim=Shared cprefix=KVCM_SHARED_ cpp=SharedWritePolicy
+//kvcm:since 2
+type SharedWritePolicy int32
+
+const (
+	// SharedWriteBackOnEviction writes a block when it is evicted from the
+	// last local level (the default).
+	SharedWriteBackOnEviction SharedWritePolicy = 0
+	// SharedWriteThroughOnCommit writes a block when it is committed.
+	SharedWriteThroughOnCommit SharedWritePolicy = 1
+)
+
 // DeviceKind selects the device a manager allocates from.
 //
 //kvcm:enum trim=Device cprefix=KVCM_DEVICE_ cpp=DeviceKind

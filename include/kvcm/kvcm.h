@@ -367,6 +367,24 @@ enum {
 };
 
 /**
+ * kvcm_shared_write_policy says when committed blocks are written to the shared
+ * tier; writes are asynchronous either way and skip blocks already there.
+ * @since ABI version 2.
+ */
+typedef int32_t kvcm_shared_write_policy;
+enum {
+    /**
+     * KVCM_SHARED_WRITE_BACK_ON_EVICTION writes a block when it is evicted from the
+     * last local level (the default).
+     */
+    KVCM_SHARED_WRITE_BACK_ON_EVICTION = 0,
+    /**
+     * KVCM_SHARED_WRITE_THROUGH_ON_COMMIT writes a block when it is committed.
+     */
+    KVCM_SHARED_WRITE_THROUGH_ON_COMMIT = 1,
+};
+
+/**
  * kvcm_status_code is the code of a kvcm_status. Codes are stable: new codes are
  * only ever added.
  * @since ABI version 1.
@@ -572,6 +590,7 @@ typedef struct kvcm_pool_group_peak_block_stats kvcm_pool_group_peak_block_stats
 typedef struct kvcm_pool_group_stats kvcm_pool_group_stats;
 typedef struct kvcm_request_desc kvcm_request_desc;
 typedef struct kvcm_reused_blocks_at_level kvcm_reused_blocks_at_level;
+typedef struct kvcm_shared_tier_config kvcm_shared_tier_config;
 
 /**
  * kvcm_attention_layer_config describes one attention layer.
@@ -1441,6 +1460,11 @@ struct kvcm_manager_config {
      * (KVCM_BLOCK_KEY_SHA256 by default). (since ABI version 2)
      */
     kvcm_block_key block_key;
+    /**
+     * [borrowed, nullable] shared_tier is the shared tier after cache_tiers' local tiers (NULL
+     * for none). (since ABI version 2)
+     */
+    const kvcm_shared_tier_config* shared_tier;
 };
 
 /** Initializer of a kvcm_manager_config: struct_size and abi_version set, every other field zero. */
@@ -1662,6 +1686,50 @@ struct kvcm_reused_blocks_at_level {
      * partial_blocks are partially reused blocks copied from the level.
      */
     int64_t partial_blocks;
+};
+
+/**
+ * kvcm_shared_tier_config is a cold tier shared across nodes on a Redis Cluster,
+ * after every local tier: content-addressed blobs found by layout
+ * fingerprint, lifecycle and block key. Its quota is the cluster's
+ * maxmemory with an evicting policy; ttl_ms bounds a blob's life. The
+ * manager does not use it yet: a manager created with it behaves as without
+ * it (no server is contacted).
+ * @since ABI version 2.
+ */
+struct kvcm_shared_tier_config {
+    /**
+     * [borrowed] addresses are the cluster's seed nodes, host:port, comma-separated.
+     */
+    const char* addresses;
+    /**
+     * [borrowed] key_namespace prefixes every key: 1 to 64 bytes of printable ASCII
+     * without spaces, ':' or braces. (Not "namespace", a C++ keyword.)
+     */
+    const char* key_namespace;
+    /**
+     * ttl_ms is the time to live of every blob written, in milliseconds (0:
+     * no expiry).
+     */
+    int64_t ttl_ms;
+    /**
+     * dial_timeout_ms bounds connecting to a node, in milliseconds (0: 2000).
+     */
+    int64_t dial_timeout_ms;
+    /**
+     * call_timeout_ms bounds every call to the cluster, in milliseconds (0:
+     * 2000).
+     */
+    int64_t call_timeout_ms;
+    /**
+     * queue_bytes bounds the bytes waiting to be written; writes beyond it
+     * are dropped and counted (0: 256 MiB).
+     */
+    int64_t queue_bytes;
+    /**
+     * write_policy says when blocks are written.
+     */
+    kvcm_shared_write_policy write_policy;
 };
 
 /* ---- Functions ---- */
@@ -3227,7 +3295,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, intra_device_copy_
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, intra_device_copy_bytes) == 104, "layout of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, host_dropped_blocks) == 112, "layout of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, host_dropped_bytes) == 120, "layout of kvcm_layer_group_iteration_stats changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_manager_config) == 192, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_manager_config) == 200, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_manager_config) == 8, "alignment of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, struct_size) == 0, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, abi_version) == 4, "layout of kvcm_manager_config changed");
@@ -3259,6 +3327,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, typical_step_system_prompt_leng
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, constraint_system_prompt_lengths) == 168, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, num_constraint_system_prompt_lengths) == 176, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, block_key) == 184, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, shared_tier) == 192, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_migration_stats) == 24, "layout of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_migration_stats) == 8, "alignment of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_migration_stats, path) == 0, "layout of kvcm_migration_stats changed");
@@ -3311,6 +3380,15 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, layer_group) == 0, "lay
 KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, level) == 4, "layout of kvcm_reused_blocks_at_level changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, full_blocks) == 8, "layout of kvcm_reused_blocks_at_level changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, partial_blocks) == 16, "layout of kvcm_reused_blocks_at_level changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_shared_tier_config) == 56, "layout of kvcm_shared_tier_config changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_shared_tier_config) == 8, "alignment of kvcm_shared_tier_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, addresses) == 0, "layout of kvcm_shared_tier_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, key_namespace) == 8, "layout of kvcm_shared_tier_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, ttl_ms) == 16, "layout of kvcm_shared_tier_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, dial_timeout_ms) == 24, "layout of kvcm_shared_tier_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, call_timeout_ms) == 32, "layout of kvcm_shared_tier_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, queue_bytes) == 40, "layout of kvcm_shared_tier_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, write_policy) == 48, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 632, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");

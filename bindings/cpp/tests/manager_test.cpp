@@ -341,6 +341,33 @@ TEST_F(ManagerTest, Version2ConfigFieldsAndLayerGroupStats)
     EXPECT_GE(peaks[0].unavailable, 3);
 }
 
+// A shared tier passes through to the library, which names its fields as
+// cache_tiers[i] after the local tiers; a manager with one contacts no server.
+TEST_F(ManagerTest, SharedTierConfigNamesTheField)
+{
+    auto cfg = smallConfig(64 << 10);
+    cfg.sharedTier = kvcm::SharedCacheTierConfig{{"127.0.0.1:7101", "127.0.0.1:7102"}, "ns", 60000};
+    EXPECT_NO_THROW(kvcm::validateConfig(cfg));
+    EXPECT_NO_THROW(kvcm::KVCacheManager m(cfg));
+
+    auto const n = std::to_string(cfg.cacheTiers.size());
+    auto bad = cfg;
+    bad.sharedTier->ns = "a b";
+    EXPECT_CONFIG_ERROR(kvcm::validateConfig(bad), "cache_tiers[" + n + "].namespace");
+    bad = cfg;
+    bad.sharedTier->addresses = {"127.0.0.1:1", "nohost"};
+    EXPECT_CONFIG_ERROR(kvcm::validateConfig(bad), "cache_tiers[" + n + "].addresses[1]");
+    bad = cfg;
+    bad.sharedTier->addresses = {"a:1,b:2"};
+    EXPECT_CONFIG_ERROR(kvcm::validateConfig(bad), "cache_tiers[" + n + "].addresses[0]");
+    bad = cfg;
+    bad.sharedTier->ttlMs = -1;
+    EXPECT_CONFIG_ERROR(kvcm::validateConfig(bad), "cache_tiers[" + n + "].ttl");
+    bad = cfg;
+    bad.sharedTier->writePolicy = static_cast<kvcm::SharedWritePolicy>(9);
+    EXPECT_CONFIG_ERROR(kvcm::validateConfig(bad), "cache_tiers[" + n + "].write_policy");
+}
+
 TEST_F(ManagerTest, StatsEventsAndPeaks)
 {
     auto cfg = smallConfig(64 << 10);

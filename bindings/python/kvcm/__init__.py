@@ -133,6 +133,8 @@ from .config import (
     KVCacheDesc,
     KVCacheManagerConfig,
     RequestDesc,
+    SharedCacheTierConfig,
+    SharedWritePolicy,
 )
 from .device import DeviceMemory, MemoryKind, Stream
 from .errors import (
@@ -218,7 +220,7 @@ __all__ = [
     "gen_multimodal_cache_key_tokens", "sequence_to_blockchain_keys",
     # configuration
     "KVCacheManagerConfig", "GpuCacheTierConfig", "HostCacheTierConfig", "DiskCacheTierConfig",
-    "CacheTierConfig", "AttentionLayerConfig", "BufferConfig", "BatchDesc", "KVCacheDesc", "RequestDesc",
+    "SharedCacheTierConfig", "SharedWritePolicy", "CacheTierConfig", "AttentionLayerConfig", "BufferConfig", "BatchDesc", "KVCacheDesc", "RequestDesc",
     "CacheTier", "DataRole",
     # manager, caches, codecs, device helper
     "KVCacheManager", "_KVCache", "KVCacheColdPageCodec", "create_default_kv_cache_cold_page_codec",

@@ -66,6 +66,7 @@ kvcm_event_kind = ctypes.c_int32
 kvcm_memory_kind = ctypes.c_int32
 kvcm_migration_path = ctypes.c_int32
 kvcm_page_index_location = ctypes.c_int32
+kvcm_shared_write_policy = ctypes.c_int32
 kvcm_status_code = ctypes.c_int32
 kvcm_tier_kind = ctypes.c_int32
 
@@ -169,6 +170,18 @@ class PageIndexLocation(enum.IntEnum):
 KVCM_PAGE_INDEX_BAD_LOCATION = -1
 KVCM_PAGE_INDEX_HOST = 0
 KVCM_PAGE_INDEX_DEVICE = 1
+
+class SharedWritePolicy(enum.IntEnum):
+    """kvcm_shared_write_policy says when committed blocks are written to the shared
+    tier; writes are asynchronous either way and skip blocks already there.
+    """
+
+    WRITE_BACK_ON_EVICTION = 0
+    WRITE_THROUGH_ON_COMMIT = 1
+
+
+KVCM_SHARED_WRITE_BACK_ON_EVICTION = 0
+KVCM_SHARED_WRITE_THROUGH_ON_COMMIT = 1
 
 class StatusCode(enum.IntEnum):
     """kvcm_status_code is the code of a kvcm_status. Codes are stable: new codes are
@@ -513,6 +526,16 @@ class kvcm_reused_blocks_at_level(ctypes.Structure):
     """
 
 
+class kvcm_shared_tier_config(ctypes.Structure):
+    """kvcm_shared_tier_config is a cold tier shared across nodes on a Redis Cluster,
+    after every local tier: content-addressed blobs found by layout
+    fingerprint, lifecycle and block key. Its quota is the cluster's
+    maxmemory with an evicting policy; ttl_ms bounds a blob's life. The
+    manager does not use it yet: a manager created with it behaves as without
+    it (no server is contacted).
+    """
+
+
 kvcm_attention_layer_config._fields_ = [
     ("layer_id", ctypes.c_int32),
     ("sliding_window_size", ctypes.c_int32),
@@ -720,6 +743,7 @@ kvcm_manager_config._fields_ = [
     ("constraint_system_prompt_lengths", ctypes.POINTER(ctypes.c_int64)),
     ("num_constraint_system_prompt_lengths", ctypes.c_size_t),
     ("block_key", kvcm_block_key),
+    ("shared_tier", ctypes.POINTER(kvcm_shared_tier_config)),
 ]
 
 kvcm_migration_stats._fields_ = [
@@ -783,6 +807,16 @@ kvcm_reused_blocks_at_level._fields_ = [
     ("partial_blocks", ctypes.c_int64),
 ]
 
+kvcm_shared_tier_config._fields_ = [
+    ("addresses", ctypes.c_char_p),
+    ("key_namespace", ctypes.c_char_p),
+    ("ttl_ms", ctypes.c_int64),
+    ("dial_timeout_ms", ctypes.c_int64),
+    ("call_timeout_ms", ctypes.c_int64),
+    ("queue_bytes", ctypes.c_int64),
+    ("write_policy", kvcm_shared_write_policy),
+]
+
 # ---- Layouts frozen by the header: name -> (size, alignment, {field: offset}) ----
 
 LAYOUTS = {
@@ -804,7 +838,7 @@ LAYOUTS = {
     "kvcm_cp_request_id": (16, 8, {"data": 0, "len": 8}),
     "kvcm_kv_cache_options": (96, 8, {"struct_size": 0, "abi_version": 4, "scope": 8, "input_tokens": 32, "num_input_tokens": 40, "priority": 48, "priority_user_data": 56, "request_id": 64, "request_id_len": 72, "scope_has_lora_id": 80, "layer_group_priority": 88}),
     "kvcm_layer_group_iteration_stats": (128, 8, {"layer_group": 0, "alloc_total_blocks": 8, "alloc_new_blocks": 16, "reused_blocks": 24, "full_reused_blocks": 32, "partial_reused_blocks": 40, "missed_blocks": 48, "gen_alloc_blocks": 56, "onboard_blocks": 64, "onboard_bytes": 72, "offload_blocks": 80, "offload_bytes": 88, "intra_device_copy_blocks": 96, "intra_device_copy_bytes": 104, "host_dropped_blocks": 112, "host_dropped_bytes": 120}),
-    "kvcm_manager_config": (192, 8, {"struct_size": 0, "abi_version": 4, "tokens_per_block": 8, "device": 12, "device_ordinal": 16, "event_queue_capacity": 20, "cache_tiers": 24, "num_cache_tiers": 32, "layers": 40, "num_layers": 48, "max_util_for_resume": 56, "enable_partial_reuse": 64, "enable_stats": 65, "initial_pool_ratio": 72, "num_initial_pool_ratio": 80, "typical_step": 88, "constraints": 96, "num_constraints": 104, "reuse_match_backoff": 112, "text_only": 116, "commit_min_snapshot": 117, "rebalance_min_sampled_kv_caches": 120, "rebalance_cooldown_secs": 128, "rebalance_target_ratio_update_interval": 136, "rebalance_ratio_threshold": 144, "rebalance_moving_average_decay": 152, "typical_step_system_prompt_length": 160, "constraint_system_prompt_lengths": 168, "num_constraint_system_prompt_lengths": 176, "block_key": 184}),
+    "kvcm_manager_config": (200, 8, {"struct_size": 0, "abi_version": 4, "tokens_per_block": 8, "device": 12, "device_ordinal": 16, "event_queue_capacity": 20, "cache_tiers": 24, "num_cache_tiers": 32, "layers": 40, "num_layers": 48, "max_util_for_resume": 56, "enable_partial_reuse": 64, "enable_stats": 65, "initial_pool_ratio": 72, "num_initial_pool_ratio": 80, "typical_step": 88, "constraints": 96, "num_constraints": 104, "reuse_match_backoff": 112, "text_only": 116, "commit_min_snapshot": 117, "rebalance_min_sampled_kv_caches": 120, "rebalance_cooldown_secs": 128, "rebalance_target_ratio_update_interval": 136, "rebalance_ratio_threshold": 144, "rebalance_moving_average_decay": 152, "typical_step_system_prompt_length": 160, "constraint_system_prompt_lengths": 168, "num_constraint_system_prompt_lengths": 176, "block_key": 184, "shared_tier": 192}),
     "kvcm_migration_stats": (24, 8, {"path": 0, "pages": 8, "bytes": 16}),
     "kvcm_page_index_pair": (8, 8, {"dst": 0, "src": 4}),
     "kvcm_peak_block_stats": (24, 8, {"index": 0, "peak_used": 8, "total": 16}),
@@ -814,6 +848,7 @@ LAYOUTS = {
     "kvcm_pool_group_stats": (56, 8, {"level": 0, "tier": 4, "index": 8, "page_bytes": 16, "total": 24, "free": 32, "evictable": 40, "available": 48}),
     "kvcm_request_desc": (16, 8, {"capacity": 0, "history_length": 8}),
     "kvcm_reused_blocks_at_level": (24, 8, {"layer_group": 0, "level": 4, "full_blocks": 8, "partial_blocks": 16}),
+    "kvcm_shared_tier_config": (56, 8, {"addresses": 0, "key_namespace": 8, "ttl_ms": 16, "dial_timeout_ms": 24, "call_timeout_ms": 32, "queue_bytes": 40, "write_policy": 48}),
 }
 
 

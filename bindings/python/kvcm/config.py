@@ -30,6 +30,8 @@ __all__ = [
     "GpuCacheTierConfig",
     "HostCacheTierConfig",
     "DiskCacheTierConfig",
+    "SharedWritePolicy",
+    "SharedCacheTierConfig",
     "CacheTierConfig",
     "KVCacheDesc",
     "RequestDesc",
@@ -157,7 +159,62 @@ class DiskCacheTierConfig:
         assert os.path.isdir(self.path), f"Disk path {self.path} does not exist or is not a directory"
 
 
-CacheTierConfig = Union[GpuCacheTierConfig, HostCacheTierConfig, DiskCacheTierConfig]
+class SharedWritePolicy(enum.IntEnum):
+    """When committed blocks reach the shared tier (``kvcm_shared_write_policy``);
+    asynchronous either way, skipping blocks already there."""
+
+    WRITE_BACK_ON_EVICTION = 0
+    """Written when evicted from the last local level (the default)."""
+    WRITE_THROUGH_ON_COMMIT = 1
+    """Written when committed."""
+
+
+@dataclass(slots=True)
+class SharedCacheTierConfig:
+    """A cold tier shared across nodes on a Redis Cluster, after every local
+    tier: ``addresses`` are seed nodes (``"host:port"``), ``namespace``
+    prefixes every key (1 to 64 bytes of printable ASCII without spaces,
+    ``:`` or braces). It has no quota: the cluster's maxmemory with an
+    evicting policy is its quota; ``ttl_ms`` (0: no expiry) bounds a blob's
+    life. Timeouts and ``queue_bytes`` of 0 select the defaults (2000 ms,
+    256 MiB). The manager does not use the shared tier yet: a manager with
+    one behaves as without it, and contacts no server."""
+
+    addresses: list[str]
+    namespace: str
+    ttl_ms: int = 0
+    dial_timeout_ms: int = 0
+    call_timeout_ms: int = 0
+    queue_bytes: int = 0
+    write_policy: SharedWritePolicy = SharedWritePolicy.WRITE_BACK_ON_EVICTION
+
+    def _check_types(self, path: str) -> None:
+        if isinstance(self.addresses, (str, bytes)) or not isinstance(self.addresses, Sequence):
+            raise TypeError(f"{path}.addresses: expected a list of str")
+        for j, a in enumerate(self.addresses):
+            if not isinstance(a, str):
+                raise TypeError(f"{path}.addresses[{j}]: expected a str, got {type(a).__name__}")
+        if not isinstance(self.namespace, str):
+            raise TypeError(f"{path}.namespace: expected a str, got {type(self.namespace).__name__}")
+        for name in ("ttl_ms", "dial_timeout_ms", "call_timeout_ms", "queue_bytes"):
+            _check_int(f"{path}.{name}", getattr(self, name))
+        _check_int(f"{path}.write_policy", self.write_policy)
+
+    def _check_c_values(self, path: str) -> None:
+        """The C struct carries the addresses comma-separated and every
+        string NUL-terminated."""
+        for j, a in enumerate(self.addresses):
+            if "," in a:
+                raise InvalidConfigError(f"invalid config: {path}.addresses[{j}]: contains a comma",
+                                         code=6, field=f"{path}.addresses[{j}]")
+            if a == "":
+                raise InvalidConfigError(f"invalid config: {path}.addresses[{j}]: is empty",
+                                         code=6, field=f"{path}.addresses[{j}]")
+            _check_no_nul(f"{path}.addresses[{j}]", a.encode())
+        _check_no_nul(f"{path}.namespace", self.namespace.encode())
+
+
+CacheTierConfig = Union[GpuCacheTierConfig, HostCacheTierConfig, DiskCacheTierConfig, SharedCacheTierConfig]
 
 
 @dataclass(slots=True)
@@ -208,7 +265,7 @@ class KVCacheManagerConfig:
     its fields in its order, with its defaults).
 
     ``cache_tiers`` are hottest first: one GPU tier, then at most one host
-    tier, then at most one disk tier. ``max_util_for_resume``, in (0, 1]
+    tier, then at most one disk tier, then at most one shared tier. ``max_util_for_resume``, in (0, 1]
     (default 0.97, the library's default), refuses ``resume`` while the GPU
     tier is busier; 0 is rejected rather than read as the default, as the C
     ABI would. ``reuse_match_backoff`` tokens are trimmed off every prefix
@@ -261,11 +318,15 @@ class KVCacheManagerConfig:
             if isinstance(v, (str, bytes)) or not isinstance(v, Sequence):
                 raise TypeError(f"{name}: expected a list, got {type(v).__name__}")
         for i, t in enumerate(self.cache_tiers):
-            if not isinstance(t, (GpuCacheTierConfig, HostCacheTierConfig, DiskCacheTierConfig)):
+            if not isinstance(t, (GpuCacheTierConfig, HostCacheTierConfig, DiskCacheTierConfig,
+                                  SharedCacheTierConfig)):
                 raise TypeError(
-                    f"cache_tiers[{i}]: expected GpuCacheTierConfig, HostCacheTierConfig or "
-                    f"DiskCacheTierConfig, got {type(t).__name__}"
+                    f"cache_tiers[{i}]: expected GpuCacheTierConfig, HostCacheTierConfig, "
+                    f"DiskCacheTierConfig or SharedCacheTierConfig, got {type(t).__name__}"
                 )
+            if isinstance(t, SharedCacheTierConfig):
+                t._check_types(f"cache_tiers[{i}]")
+                continue
             _check_int(f"cache_tiers[{i}].quota", t.quota)
             if isinstance(t, GpuCacheTierConfig):
                 _check_int(f"cache_tiers[{i}].max_quota", t.max_quota, optional=True)
@@ -315,6 +376,13 @@ class KVCacheManagerConfig:
         for i, t in enumerate(self.cache_tiers):
             if isinstance(t, DiskCacheTierConfig):
                 _check_no_nul(f"cache_tiers[{i}].path", os.fsencode(t.path))
+            if isinstance(t, SharedCacheTierConfig):
+                # The C struct passes it apart from cache_tiers, after them.
+                if i != len(self.cache_tiers) - 1:
+                    raise InvalidConfigError(
+                        f"invalid config: cache_tiers[{i + 1}].kind: the shared tier must be the last tier",
+                        code=6, field=f"cache_tiers[{i + 1}].kind")
+                t._check_c_values(f"cache_tiers[{i}]")
         for i, layer in enumerate(self.layers):
             for j, b in enumerate(layer.buffers):
                 _check_no_nul(f"layers[{i}].buffers[{j}].role", b.role.encode())

@@ -31,6 +31,7 @@ from .config import (
     GpuCacheTierConfig,
     HostCacheTierConfig,
     KVCacheManagerConfig,
+    SharedCacheTierConfig,
 )
 from .device import DeviceMemory, MemoryKind, Stream
 from .errors import (
@@ -403,8 +404,9 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
     set_field(c, "device_ordinal", device_ordinal)
     set_field(c, "event_queue_capacity", event_queue_capacity)
 
-    tiers = (ffi.kvcm_cache_tier_config * max(len(config.cache_tiers), 1))()
-    for i, t in enumerate(config.cache_tiers):
+    local = [t for t in config.cache_tiers if not isinstance(t, SharedCacheTierConfig)]
+    tiers = (ffi.kvcm_cache_tier_config * max(len(local), 1))()
+    for i, t in enumerate(local):
         tiers[i].kind = _TIER_KIND[type(t)]
         set_field(tiers[i], "quota", t.quota, f"cache_tiers[{i}].quota")
         if isinstance(t, GpuCacheTierConfig):
@@ -414,8 +416,17 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
             keep.append(p)
             tiers[i].path = p
     keep.append(tiers)
-    c.cache_tiers = tiers if config.cache_tiers else None
-    c.num_cache_tiers = len(config.cache_tiers)
+    c.cache_tiers = tiers if local else None
+    c.num_cache_tiers = len(local)
+    if len(local) < len(config.cache_tiers):  # _check_c_values: the last tier
+        st, path = config.cache_tiers[-1], f"cache_tiers[{len(local)}]"
+        sc = ffi.kvcm_shared_tier_config()
+        addrs, ns = ",".join(st.addresses).encode(), st.namespace.encode()
+        keep += [addrs, ns, sc]
+        sc.addresses, sc.key_namespace = addrs, ns
+        for name in ("ttl_ms", "dial_timeout_ms", "call_timeout_ms", "queue_bytes", "write_policy"):
+            set_field(sc, name, int(getattr(st, name)), f"{path}.{name}")
+        c.shared_tier = ctypes.pointer(sc)
 
     layers = (ffi.kvcm_attention_layer_config * max(len(config.layers), 1))()
     for i, layer in enumerate(config.layers):

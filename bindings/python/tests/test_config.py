@@ -222,3 +222,47 @@ def test_xxh3_block_key_reuses_prefixes_under_other_keys():
 def test_block_key_must_be_a_block_key():
     with pytest.raises(TypeError, match="^block_key: expected a BlockKey"):
         KVCacheManager(_with(block_key=1), device="emu")
+
+
+def _shared(**changes):
+    s = kvcm.SharedCacheTierConfig(addresses=["127.0.0.1:7101", "127.0.0.1:7102"], namespace="ns", ttl_ms=60000)
+    for k, v in changes.items():
+        setattr(s, k, v)
+    return s
+
+
+def test_shared_tier_is_accepted_and_needs_no_server():
+    """A shared tier after the local tiers is accepted; the manager does not contact it."""
+    cfg = small_config()
+    cfg.cache_tiers.append(_shared())
+    with KVCacheManager(cfg, device="emu"):
+        pass
+
+
+@pytest.mark.parametrize("changes,field", [
+    ({"namespace": "a b"}, "namespace"),
+    ({"addresses": []}, "addresses"),
+    ({"addresses": ["127.0.0.1:1", "nohost"]}, "addresses[1]"),
+    ({"addresses": ["a:1,b:2"]}, "addresses[0]"),
+    ({"ttl_ms": -1}, "ttl"),
+    ({"call_timeout_ms": -5}, "call_timeout"),
+    ({"write_policy": 9}, "write_policy"),
+])
+def test_shared_tier_errors_name_the_field(changes, field):
+    cfg = small_config()
+    n = len(cfg.cache_tiers)
+    cfg.cache_tiers.append(_shared(**changes))
+    expect_field(cfg, f"cache_tiers[{n}].{field}")
+
+
+def test_shared_tier_must_be_last():
+    cfg = small_config()
+    cfg.cache_tiers = [cfg.cache_tiers[0], _shared(), HostCacheTierConfig(quota=1 << 20)]
+    expect_field(cfg, "cache_tiers[2].kind", "last")
+
+
+def test_shared_tier_field_types():
+    cfg = small_config()
+    cfg.cache_tiers.append(_shared(addresses="127.0.0.1:1"))
+    with pytest.raises(TypeError, match=r"cache_tiers\[\d\]\.addresses"):
+        KVCacheManager(cfg, device="emu")

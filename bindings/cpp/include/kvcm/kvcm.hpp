@@ -596,6 +596,24 @@ struct DiskCacheTierConfig : CacheTierConfig
     }
 };
 
+// The shared tier: a cold tier shared across nodes on a Redis Cluster, after
+// every local tier (kvcm_shared_tier_config). addresses are seed nodes
+// ("host:port"); namespace prefixes every key (1 to 64 bytes of printable
+// ASCII without spaces, ':' or braces). Its quota is the cluster's maxmemory
+// with an evicting policy; ttlMs (0: no expiry) bounds a blob's life.
+// Timeouts and queueBytes of 0 select the defaults (2000 ms, 256 MiB). The
+// manager does not use it yet: a manager with one behaves as without it.
+struct SharedCacheTierConfig
+{
+    std::vector<std::string> addresses;
+    std::string ns;
+    int64_t ttlMs = 0;
+    int64_t dialTimeoutMs = 0;
+    int64_t callTimeoutMs = 0;
+    int64_t queueBytes = 0;
+    SharedWritePolicy writePolicy = SharedWritePolicy::kWriteBackOnEviction;
+};
+
 // One per-layer buffer: its role ("key", "value", ...) and its bytes per block.
 struct BufferConfig
 {
@@ -667,6 +685,9 @@ struct KVCacheManagerConfig
     // cheaper but matches no other process's keys, so use it only where block
     // keys never leave the manager (the CP-aware index refuses it).
     BlockKey blockKey = BlockKey::kSha256;
+    // The shared tier, after cacheTiers (errors name it
+    // cache_tiers[cacheTiers.size()]).
+    std::optional<SharedCacheTierConfig> sharedTier;
 };
 
 // The reuse scope: blocks are shared only within one scope. As in
@@ -758,6 +779,30 @@ public:
             mPromptLengths.push_back(b.systemPromptLength);
         }
 
+        if (cfg.sharedTier)
+        {
+            auto const& st = *cfg.sharedTier;
+            auto const field = "cache_tiers[" + std::to_string(cfg.cacheTiers.size()) + "]";
+            for (size_t j = 0; j < st.addresses.size(); ++j)
+            {
+                auto const af = field + ".addresses[" + std::to_string(j) + "]";
+                checkCString(af, st.addresses[j]);
+                if (st.addresses[j].empty() || st.addresses[j].find(',') != std::string::npos)
+                {
+                    throw configError(af, "must be one non-empty host:port (the C ABI joins them with commas)");
+                }
+                mAddresses += (j ? "," : "") + st.addresses[j];
+            }
+            checkCString(field + ".namespace", st.ns);
+            mShared.addresses = mAddresses.c_str();
+            mShared.key_namespace = st.ns.c_str();
+            mShared.ttl_ms = st.ttlMs;
+            mShared.dial_timeout_ms = st.dialTimeoutMs;
+            mShared.call_timeout_ms = st.callTimeoutMs;
+            mShared.queue_bytes = st.queueBytes;
+            mShared.write_policy = static_cast<kvcm_shared_write_policy>(st.writePolicy);
+        }
+
         kvcm_manager_config c{};
         c.struct_size = static_cast<uint32_t>(sizeof(kvcm_manager_config));
         c.abi_version = KVCM_ABI_VERSION;
@@ -789,6 +834,7 @@ public:
         c.constraint_system_prompt_lengths = mPromptLengths.empty() ? nullptr : mPromptLengths.data();
         c.num_constraint_system_prompt_lengths = mPromptLengths.size();
         c.block_key = static_cast<kvcm_block_key>(cfg.blockKey);
+        c.shared_tier = cfg.sharedTier ? &mShared : nullptr;
         mConfig = c;
     }
 
@@ -818,6 +864,8 @@ private:
     kvcm_batch_desc mTypical{};
     std::vector<kvcm_batch_desc> mConstraints;
     std::vector<int64_t> mPromptLengths;
+    std::string mAddresses;
+    kvcm_shared_tier_config mShared{};
     kvcm_manager_config mConfig{};
 };
 

@@ -294,6 +294,28 @@ constexpr const char* name(PageIndexLocation v) noexcept {
     return "";
 }
 
+// kvcm_shared_write_policy says when committed blocks are written to the shared
+// tier; writes are asynchronous either way and skip blocks already there.
+enum class SharedWritePolicy : std::int32_t {
+    // KVCM_SHARED_WRITE_BACK_ON_EVICTION writes a block when it is evicted from the
+    // last local level (the default).
+    kWriteBackOnEviction = KVCM_SHARED_WRITE_BACK_ON_EVICTION,
+    // KVCM_SHARED_WRITE_THROUGH_ON_COMMIT writes a block when it is committed.
+    kWriteThroughOnCommit = KVCM_SHARED_WRITE_THROUGH_ON_COMMIT,
+};
+static_assert(sizeof(SharedWritePolicy) == sizeof(::kvcm_shared_write_policy), "SharedWritePolicy has the C size");
+
+// name returns the C name of a SharedWritePolicy value ("" for an unknown value).
+constexpr const char* name(SharedWritePolicy v) noexcept {
+    switch (v) {
+    case SharedWritePolicy::kWriteBackOnEviction:
+        return "KVCM_SHARED_WRITE_BACK_ON_EVICTION";
+    case SharedWritePolicy::kWriteThroughOnCommit:
+        return "KVCM_SHARED_WRITE_THROUGH_ON_COMMIT";
+    }
+    return "";
+}
+
 // kvcm_status_code is the code of a kvcm_status. Codes are stable: new codes are
 // only ever added.
 enum class StatusCode : std::int32_t {
@@ -738,7 +760,7 @@ inline KvCacheOptions makeKvCacheOptions() noexcept {
 // sizeof(kvcm_manager_config) and abi_version = KVCM_ABI_VERSION.
 using ManagerConfig = ::kvcm_manager_config;
 static_assert(std::is_standard_layout_v<ManagerConfig> && std::is_trivially_copyable_v<ManagerConfig>);
-static_assert(sizeof(ManagerConfig) == 192 && alignof(ManagerConfig) == 8);
+static_assert(sizeof(ManagerConfig) == 200 && alignof(ManagerConfig) == 8);
 
 // makeManagerConfig returns a zeroed ManagerConfig with struct_size and abi_version set.
 inline ManagerConfig makeManagerConfig() noexcept {
@@ -753,6 +775,16 @@ inline ManagerConfig makeManagerConfig() noexcept {
 using RequestDesc = ::kvcm_request_desc;
 static_assert(std::is_standard_layout_v<RequestDesc> && std::is_trivially_copyable_v<RequestDesc>);
 static_assert(sizeof(RequestDesc) == 16 && alignof(RequestDesc) == 8);
+
+// kvcm_shared_tier_config is a cold tier shared across nodes on a Redis Cluster,
+// after every local tier: content-addressed blobs found by layout
+// fingerprint, lifecycle and block key. Its quota is the cluster's
+// maxmemory with an evicting policy; ttl_ms bounds a blob's life. The
+// manager does not use it yet: a manager created with it behaves as without
+// it (no server is contacted).
+using SharedTierConfig = ::kvcm_shared_tier_config;
+static_assert(std::is_standard_layout_v<SharedTierConfig> && std::is_trivially_copyable_v<SharedTierConfig>);
+static_assert(sizeof(SharedTierConfig) == 56 && alignof(SharedTierConfig) == 8);
 
 }  // namespace c
 
