@@ -145,7 +145,7 @@ type Config struct {
 	InitialPoolRatio   []float64
 	// BlockKey is the kvcm_block_key (0 sha256, 1 xxh3).
 	BlockKey int32
-	Shared             *SharedTier
+	Shared   *SharedTier
 	// StructSize and ABIVersion override the versioned header when nonzero
 	// (negative ABIVersion writes 0).
 	StructSize uint32

@@ -49,8 +49,17 @@
 //     skips.
 //   - kvcm_manager_config.shared_tier (a kvcm_shared_tier_config: a cold
 //     tier shared across nodes on a Redis Cluster) and
-//     kvcm_shared_write_policy.
-
+//     kvcm_shared_write_policy; kvcm_manager_config.block_key (the opt-in
+//     XXH3 block key).
+//   - KVCacheManagerV2's reuse rules: a fully cached prompt is reused whole
+//     (less reuse_match_backoff); kvcm_kv_cache_options.scope_has_lora_id
+//     (LoRA adapter 0 is a scope of its own) and layer_group_priority (a
+//     priority callback per block and layer group); kvcm_kv_cache_commit
+//     advances the history length; kvcm_manager_probe_reuse_v2,
+//     _probe_first_new_block_key, _clear_reusable_blocks,
+//     _get_num_open_caches, kvcm_kv_cache_set_stream and
+//     _get_committed_tokens; stream arguments take any stream of the
+//     device's context (an engine's CUstream, 0 included).
 //
 // Behaviour that changed for C users while ABI version 1 was unreleased
 // (no function, struct or constant changed):
