@@ -863,7 +863,7 @@ func TestConfigSharedTier(t *testing.T) {
 		edit(&s)
 		bad.Shared = &s
 		requireCode(t, ValidateConfig(bad), InvalidConfig, field)
-		bad.StructSize = ManagerConfigSizeV1
+		bad.StructSize = ConfigSizeV1
 		require.NoError(t, ValidateConfig(bad), "a version 1 caller has no shared_tier")
 	}
 }

@@ -213,10 +213,6 @@ func (cfg *Config) build(a *arena) *C.kvcm_manager_config {
 	return c
 }
 
-// ManagerConfigSizeV1 is sizeof(kvcm_manager_config) in ABI version 1: up
-// to shared_tier, its first field of version 2.
-const ManagerConfigSizeV1 = uint32(unsafe.Offsetof(C.kvcm_manager_config{}.shared_tier))
-
 // CreateManager calls kvcm_manager_create with the configuration and the
 // codec object (nil for NULL).
 func CreateManager(cfg Config, codec *Codec) (uint64, error) {
@@ -458,9 +454,13 @@ func BlockStats(m uint64) (reused, missed, evictions int64, err error) {
 	return int64(s.reused_blocks), int64(s.missed_blocks), int64(s.evictions), err
 }
 
-// ConfigSizeV1 is sizeof(kvcm_manager_config) as ABI version 1 laid it out:
-// the offset of the first field version 2 appended.
-var ConfigSizeV1 = uint32(unsafe.Offsetof(C.kvcm_manager_config{}.reuse_match_backoff))
+// ConfigSizeV1 and CacheOptionsSizeV1 are sizeof(kvcm_manager_config) and
+// sizeof(kvcm_kv_cache_options) as ABI version 1 laid them out: up to their
+// first field of version 2.
+var (
+	ConfigSizeV1       = uint32(unsafe.Offsetof(C.kvcm_manager_config{}.reuse_match_backoff))
+	CacheOptionsSizeV1 = uint32(unsafe.Offsetof(C.kvcm_kv_cache_options{}.scope_has_lora_id))
+)
 
 // LayerGroupStats is one kvcm_layer_group_iteration_stats (some fields).
 type LayerGroupStats struct {

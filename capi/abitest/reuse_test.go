@@ -5,8 +5,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/kvcm/kvcm/gen"
 )
 
 // serveV2 creates a cache in sc for tokens, resumes it on s, commits every
@@ -63,9 +61,7 @@ func TestLoRAZeroIsAScopeOfItsOwn(t *testing.T) {
 	assert.Zero(t, n, "version 1: lora_id 0 is no adapter")
 
 	// Options of ABI version 1 (no scope_has_lora_id) create a no-adapter cache.
-	desc, err := gen.Load("../..", "./gen/abi")
-	require.NoError(t, err)
-	c, err := CreateCacheV2(m, Scope{HasLoRA: true}, seq(1, 8), false, uint32(desc.Decl("KVCacheOptions").SizeV(1)))
+	c, err := CreateCacheV2(m, Scope{HasLoRA: true}, seq(1, 8), false, CacheOptionsSizeV1)
 	require.NoError(t, err)
 	info, err := GetCacheInfo(c)
 	require.NoError(t, err)
