@@ -185,8 +185,10 @@ func TestUnreachableClusterDropsAndMisses(t *testing.T) {
 		}
 	}
 	st := s.Stats()
-	assert.LessOrEqual(t, accepted, 3, "the queue holds 2 and a writer 1 batch at most")
-	assert.EqualValues(t, len(keys)-accepted, st.Dropped+st.Deduplicated)
+	// How many the writer takes off the queue meanwhile depends on timing;
+	// what does not is that every Put not queued was counted.
+	assert.Less(t, accepted, len(keys), "a full queue drops")
+	assert.EqualValues(t, len(keys)-accepted, st.Dropped+st.Deduplicated, "every Put is queued or counted")
 	n, err := s.MatchPrefix(context.Background(), keys)
 	assert.Error(t, err)
 	assert.Zero(t, n)
