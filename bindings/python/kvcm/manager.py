@@ -1015,7 +1015,8 @@ class KVCacheManager(Managed):
         KVCacheManagerV2's request statistics) is kept as the cache's
         attribute; ``text_only`` may be None, True or False (kvcm's tokens are
         text token ids either way: multimodal digest tokens are not
-        supported); ``enable_request_stats`` is accepted and kept.
+        supported); with ``enable_request_stats`` the cache's
+        ``commit_pending_stats`` returns its block counts.
         ``request_id`` names the request for the CP index attached with
         :meth:`attach_cp`, which is then notified about the cache's blocks.
         kvcm's older positional ``create_kv_cache(lora_task_id, ...)`` still
