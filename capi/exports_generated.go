@@ -492,6 +492,35 @@ func kvcm_kv_cache_get_base_page_indices(cache C.kvcm_kv_cache, layer_group C.kv
 	return statusOf(kvcmFn, glueKVCacheGetBasePageIndices(cacheObj, layer_group, indices, capacity, needed))
 }
 
+// kvcm_kv_cache_get_cached_tokens_by_level is the export of kvcm_kv_cache_get_cached_tokens_by_level (ABI version 2).
+//
+//export kvcm_kv_cache_get_cached_tokens_by_level
+func kvcm_kv_cache_get_cached_tokens_by_level(cache C.kvcm_kv_cache, tokens *C.int64_t, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_get_cached_tokens_by_level"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if needed != nil {
+		*needed = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if tokens == nil && capacity != 0 {
+		return argStatus(kvcmFn, "tokens", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if needed == nil {
+		return argStatus(kvcmFn, "needed", "must not be NULL")
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheGetCachedTokensByLevel(cacheObj, tokens, capacity, needed))
+}
+
 // kvcm_kv_cache_get_capacity is the export of kvcm_kv_cache_get_capacity (ABI version 1).
 //
 //export kvcm_kv_cache_get_capacity
@@ -649,6 +678,32 @@ func kvcm_kv_cache_get_reused_tokens(cache C.kvcm_kv_cache, out *C.int64_t) (sta
 		return st
 	}
 	return statusOf(kvcmFn, glueKVCacheGetReusedTokens(cacheObj, out))
+}
+
+// kvcm_kv_cache_get_stats is the export of kvcm_kv_cache_get_stats (ABI version 2).
+//
+//export kvcm_kv_cache_get_stats
+func kvcm_kv_cache_get_stats(cache C.kvcm_kv_cache, out *C.kvcm_block_stats) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_get_stats"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = C.kvcm_block_stats{}
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheGetStats(cacheObj, out))
 }
 
 // kvcm_kv_cache_get_status is the export of kvcm_kv_cache_get_status (ABI version 1).

@@ -164,3 +164,12 @@ func glueKVCacheGetBasePageIndices(c *kvCacheObj, lg C.kvcm_layer_group_id, indi
 	}
 	return fill(idx, indices, capacity, needed, func(i int32) C.int32_t { return C.int32_t(i) })
 }
+
+func glueKVCacheGetStats(c *kvCacheObj, out *C.kvcm_block_stats) error {
+	*out = cBlockStats(c.Core().Stats())
+	return nil
+}
+
+func glueKVCacheGetCachedTokensByLevel(c *kvCacheObj, tokens *C.int64_t, capacity C.size_t, needed *C.size_t) error {
+	return fill(c.Core().CachedTokensByLevel(), tokens, capacity, needed, func(n int) C.int64_t { return C.int64_t(n) })
+}

@@ -117,6 +117,8 @@ type KVCache struct {
 	// released its page: Resize visits only blocks from there to the first
 	// one still in the window.
 	low []int
+	// stats is this cache's share of the manager's block counters.
+	stats BlockStats
 }
 
 // match is the reusable prefix of some input.
@@ -356,7 +358,7 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	c.chain.users++
 	m.caches[c.id] = c
 	c.promptLen = len(opts.InputTokens)
-	m.stats.onCreate(len(opts.InputTokens)/tpb, len(mt.path), mt.partLen > 0)
+	c.stats = m.stats.onCreate(len(opts.InputTokens)/tpb, len(mt.path), mt.partLen > 0)
 	m.onCreatePages(c, mt, len(opts.InputTokens))
 	m.safePoint()
 	return c, nil
@@ -853,7 +855,7 @@ func (c *KVCache) Resize(capacity, history int) error {
 	generation := c.promptLen > 0 && c.history >= c.promptLen
 	c.capacity, c.history = capacity, history
 	if newBlocks > oldBlocks {
-		m.stats.onAllocate(newBlocks - oldBlocks)
+		c.stats.add(m.stats.onAllocate(newBlocks - oldBlocks))
 		m.stats.onAllocatePages(perLC, generation)
 	}
 	m.safePoint()
@@ -1220,6 +1222,43 @@ func (c *KVCache) basePageIndices(lg layout.LayerGroupID, dst []int32) ([]int32,
 		}
 	}
 	return dst, nil
+}
+
+// Stats returns the block counters this cache added to the manager's since
+// it was created: its reused and missed blocks at creation, the blocks Resize
+// allocated for it since (Evictions and LostPages stay 0: they are the
+// manager's).
+func (c *KVCache) Stats() BlockStats {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return c.stats
+}
+
+// CachedTokensByLevel returns, indexed by cache level, how many of the
+// cache's tokens with computed KV (its history) are held on that level: a
+// block's tokens count at the coldest level of its pages, and a block whose
+// every page was released (out of a sliding window) counts nowhere.
+func (c *KVCache) CachedTokensByLevel() []int {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	out := make([]int, len(c.m.levels))
+	tpb := c.m.cfg.TokensPerBlock
+	for b, blk := range c.blocks {
+		n := min(max(c.history-b*tpb, 0), tpb)
+		if n == 0 {
+			break
+		}
+		coldest := -1
+		for _, p := range blk.pages {
+			if p != nil {
+				coldest = max(coldest, p.level())
+			}
+		}
+		if coldest >= 0 {
+			out[coldest] += n
+		}
+	}
+	return out
 }
 
 // Residency returns how many of the cache's pages are on each cache level,

@@ -112,19 +112,26 @@ func (s *statCounters) count(d BlockStats) {
 	s.iter.add(d)
 }
 
-func (s *statCounters) onCreate(inputBlocks, reusedFull int, partial bool) {
+// onCreate counts a new cache's reuse and returns what it counted (the
+// cache's own counters start from it).
+func (s *statCounters) onCreate(inputBlocks, reusedFull int, partial bool) BlockStats {
 	reused := reusedFull
 	if partial {
 		reused++
 	}
-	s.count(BlockStats{
+	d := BlockStats{
 		AllocTotalBlocks: int64(reused), ReusedBlocks: int64(reused),
 		MissedBlocks: int64(max(inputBlocks-reusedFull, 0)),
-	})
+	}
+	s.count(d)
+	return d
 }
 
-func (s *statCounters) onAllocate(newBlocks int) {
-	s.count(BlockStats{AllocTotalBlocks: int64(newBlocks), AllocNewBlocks: int64(newBlocks)})
+// onAllocate counts blocks Resize allocated and returns what it counted.
+func (s *statCounters) onAllocate(newBlocks int) BlockStats {
+	d := BlockStats{AllocTotalBlocks: int64(newBlocks), AllocNewBlocks: int64(newBlocks)}
+	s.count(d)
+	return d
 }
 
 // onCreatePages counts a new cache's pages per layer group: the shared tree

@@ -84,3 +84,47 @@ func TestPeakBlockStatsTrackAvailableUnavailableEvictable(t *testing.T) {
 	assert.Equal(t, PeakBlockStats{Index: 0, PeakUsed: 3, Total: 8, Available: 8, Unavailable: 0, Evictable: 3}, peaks[0],
 		"restarted from the current counts: 3 used, all available, 3 evictable")
 }
+
+// TestCacheStatsCountOnlyItsOwnBlocks: a cache's counters are its share of
+// the manager's (reuse and misses at creation, Resize's allocations), and
+// another cache's work does not reach them.
+func TestCacheStatsCountOnlyItsOwnBlocks(t *testing.T) {
+	f := newFixture(t, smallConfig(8))
+	f.serve(blockhash.Scope{}, seq(0, 8)) // publishes 2 blocks
+	before := f.m.Stats()
+
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 13)})
+	require.NoError(t, err)
+	assert.Equal(t, BlockStats{AllocTotalBlocks: 2, ReusedBlocks: 2, MissedBlocks: 1}, c.Stats())
+	other := f.open(blockhash.Scope{}, seq(200, 8))
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Resize(16, 13))
+	require.NoError(t, c.Resize(20, 16))
+	want := BlockStats{AllocTotalBlocks: 5, AllocNewBlocks: 3, ReusedBlocks: 2, MissedBlocks: 1}
+	assert.Equal(t, want, c.Stats())
+	require.NoError(t, other.Close())
+	require.NoError(t, c.Close())
+	assert.Equal(t, want, c.Stats(), "a closed cache keeps its counters")
+	after := f.m.Stats()
+	assert.Equal(t, before.AllocNewBlocks+want.AllocNewBlocks+2, after.AllocNewBlocks,
+		"the manager counts the cache's blocks and the other cache's 2")
+}
+
+// TestCachedTokensByLevelFollowTheCachesPages: a cache's tokens with
+// computed KV count on the level their block's coldest page is on: reused
+// host blocks at level 1 until Resume brings them to the GPU, new tokens at
+// the GPU.
+func TestCachedTokensByLevelFollowTheCachesPages(t *testing.T) {
+	f := newTieredFixture(t, tieredConfig(t, 4, 8, 0))
+	f.serve(blockhash.Scope{}, seq(0, 8))
+	f.serve(blockhash.Scope{}, seq(100, 16)) // the first 2 blocks go to the host
+
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 9)})
+	require.NoError(t, err)
+	assert.Equal(t, []int{0, 8}, c.CachedTokensByLevel())
+	require.NoError(t, c.Resume(f.stream))
+	assert.Equal(t, []int{8, 0}, c.CachedTokensByLevel())
+	require.NoError(t, c.Resize(12, 10))
+	assert.Equal(t, []int{10, 0}, c.CachedTokensByLevel(), "capacity beyond the history holds no tokens")
+	require.NoError(t, c.Close())
+}

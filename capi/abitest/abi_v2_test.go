@@ -109,3 +109,29 @@ func TestBlockEventsCarryPriorities(t *testing.T) {
 	require.Len(t, v1, 1, "the v1 drain skips the 3 priority updates")
 	assert.Equal(t, int32(0), v1[0].Kind)
 }
+
+// TestCacheStatsAndCachedTokensByLevel: a cache reports its own block
+// counters and, one count per level, its tokens with computed KV; a buffer
+// too small names the levels it needs.
+func TestCacheStatsAndCachedTokensByLevel(t *testing.T) {
+	noLeaks(t)
+	m, err := CreateManager(smallConfig(8, 4), nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, DestroyManager(m)) }()
+	s, err := CreateStream(m)
+	require.NoError(t, err)
+	c, err := CreateCache(m, 0, "", seq(0, 12))
+	require.NoError(t, err)
+	require.NoError(t, Resume(c, s))
+	require.NoError(t, Resize(c, 12, 10))
+	st, err := CacheStats(c)
+	require.NoError(t, err)
+	assert.Equal(t, [4]int64{3, 3, 0, 3}, st, "3 new blocks, the prompt's 3 full blocks missed")
+	_, n, err := CachedTokensByLevel(c, 1)
+	requireCode(t, err, BufferTooSmall)
+	assert.Equal(t, 2, n)
+	got, _, err := CachedTokensByLevel(c, 2)
+	require.NoError(t, err)
+	assert.Equal(t, []int64{10, 0}, got)
+	require.NoError(t, CloseCache(c))
+}

@@ -157,3 +157,31 @@ func NumOpenCaches(m uint64) (int, error) {
 	err := status(C.kvcm_manager_get_num_open_caches(C.kvcm_manager(m), &out))
 	return int(out), err
 }
+
+// CacheStats calls kvcm_kv_cache_get_stats: alloc total, alloc new, reused
+// and missed blocks.
+func CacheStats(c uint64) ([4]int64, error) {
+	var s C.kvcm_block_stats
+	err := status(C.kvcm_kv_cache_get_stats(C.kvcm_kv_cache(c), &s))
+	return [4]int64{int64(s.alloc_total_blocks), int64(s.alloc_new_blocks), int64(s.reused_blocks), int64(s.missed_blocks)}, err
+}
+
+// CachedTokensByLevel calls kvcm_kv_cache_get_cached_tokens_by_level.
+func CachedTokensByLevel(c uint64, capacity int) ([]int64, int, error) {
+	var a arena
+	defer a.free()
+	buf := cArray[C.int64_t](&a, capacity)
+	var p *C.int64_t
+	if capacity > 0 {
+		p = &buf[0]
+	}
+	var needed C.size_t
+	err := status(C.kvcm_kv_cache_get_cached_tokens_by_level(C.kvcm_kv_cache(c), p, C.size_t(capacity), &needed))
+	var out []int64
+	if err == nil && int(needed) <= capacity {
+		for _, n := range buf[:needed] {
+			out = append(out, int64(n))
+		}
+	}
+	return out, int(needed), err
+}

@@ -248,3 +248,27 @@ type KVCacheGetReusedTokens func(cache KVCache, out spec.Out[int64]) *Status
 //kvcm:param capacity in Capacity of indices, in elements.
 //kvcm:param needed out Receives the number of blocks.
 type KVCacheGetBasePageIndices func(cache KVCache, layerGroup LayerGroupID, indices spec.Out[int32], capacity spec.Size, needed spec.Out[spec.Size]) *Status
+
+// KVCacheGetStats returns the block counters the cache added to the
+// manager's since its creation: reused and missed blocks at creation and the
+// blocks resize allocated for it (evictions and lost_pages are the manager's
+// and stay 0 here).
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param out out Receives the counters.
+type KVCacheGetStats func(cache KVCache, out spec.Out[BlockStats]) *Status
+
+// KVCacheGetCachedTokensByLevel returns, per cache level, how many of the
+// cache's tokens with computed KV (its history) are held on that level: a
+// block's tokens at the coldest level of its pages; a block whose pages a
+// sliding window released counts nowhere.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param tokens out,nullable,len=capacity Receives one count per level.
+//kvcm:param capacity in Capacity of tokens, in elements.
+//kvcm:param needed out Receives the number of levels.
+type KVCacheGetCachedTokensByLevel func(cache KVCache, tokens spec.Out[int64], capacity spec.Size, needed spec.Out[spec.Size]) *Status

@@ -425,6 +425,58 @@ TEST_F(ManagerTest, StatsEventsAndPeaks)
     }
 }
 
+// Block events carry priorities: stored blocks at the default priority; a
+// later block committed with a higher one raises its ancestors, reported as
+// priority updates that drainEvents skips.
+TEST_F(ManagerTest, BlockEventsCarryPriorities)
+{
+    auto cfg = smallConfig(64 << 10);
+    cfg.eventQueueCapacity = 64;
+    kvcm::KVCacheManager m(cfg);
+    auto stream = m.createStream();
+    auto const prompt = tokenRange(100, 12);
+    {
+        auto c = m.createKVCache(prompt.data(), 8);
+        c.resume(stream);
+        c.resize(8, 8);
+        c.commit(prompt.data(), 8);
+    }
+    auto stored = m.drainBlockEvents();
+    ASSERT_EQ(stored.size(), 2u);
+    for (auto const& e : stored)
+    {
+        EXPECT_EQ(e.kind, kvcm::EventKind::kBlockStored);
+        EXPECT_EQ(e.priority, 35) << "the default priority";
+        EXPECT_EQ(e.oldPriority, 35);
+        EXPECT_EQ(e.tokens.size(), 4u);
+    }
+    EXPECT_EQ(stored[1].parent, stored[0].key);
+    {
+        auto c = m.createKVCache(prompt, {}, [](int64_t, kvcm::LayerGroupId) { return 90; });
+        c.resume(stream);
+        c.resize(12, 12);
+        c.commit(prompt.data() + 8, 4);
+    }
+    auto raised = m.drainBlockEvents();
+    std::vector<kvcm::EventKind> kinds;
+    for (auto const& e : raised)
+    {
+        kinds.push_back(e.kind);
+        if (e.kind == kvcm::EventKind::kBlockPriorityUpdated)
+        {
+            EXPECT_EQ(e.oldPriority, 35);
+            EXPECT_EQ(e.priority, 90);
+        }
+    }
+    EXPECT_EQ(kinds,
+        (std::vector<kvcm::EventKind>{kvcm::EventKind::kBlockPriorityUpdated, kvcm::EventKind::kBlockPriorityUpdated,
+            kvcm::EventKind::kBlockStored}))
+        << "both ancestors raised, then the new block stored";
+    EXPECT_EQ(raised.back().priority, 90);
+    EXPECT_EQ(raised.back().tokens, std::vector<kvcm::Token>(prompt.begin() + 8, prompt.end()));
+    EXPECT_TRUE(m.drainEvents().empty()) << "both drains take from the one queue";
+}
+
 TEST_F(ManagerTest, QuotaAndResizeLevel)
 {
     auto cfg = smallConfig(32 << 10, 32 << 10);

@@ -275,6 +275,8 @@ _cache_close = bind("kvcm_kv_cache_close")
 _cache_resume = bind("kvcm_kv_cache_resume", stream="cuda_stream")
 _cache_set_stream = bind("kvcm_kv_cache_set_stream", stream="cuda_stream")
 _cache_committed_tokens = bind("kvcm_kv_cache_get_committed_tokens")
+_cache_cached_tokens = bind("kvcm_kv_cache_get_cached_tokens_by_level")
+_cache_stats = bind("kvcm_kv_cache_get_stats")
 _cache_suspend = bind("kvcm_kv_cache_suspend")
 _cache_resize = bind("kvcm_kv_cache_resize")
 _cache_commit = bind("kvcm_kv_cache_commit")
@@ -579,6 +581,9 @@ class KVCacheManager(Managed):
         self._num_layer_groups = self._get_i32("kvcm_manager_get_num_layer_groups")
         self._stats_on = bool(config.enable_stats)
         self._dirty_stats: set[int] = set()
+        # What caches' commit_pending_stats committed (KVCM2's committed
+        # statistics); the core's own counters count at once.
+        self._committed_stats = KVCacheStatsDelta()
         self._excluded_stats: set[int] = set()
         self._iter_suspended = self._iter_resumed = 0
         self._disk_prefetched = self._disk_pages()
@@ -1010,7 +1015,8 @@ class KVCacheManager(Managed):
         KVCacheManagerV2's request statistics) is kept as the cache's
         attribute; ``text_only`` may be None, True or False (kvcm's tokens are
         text token ids either way: multimodal digest tokens are not
-        supported); ``enable_request_stats`` is accepted and kept.
+        supported); with ``enable_request_stats`` the cache's
+        ``commit_pending_stats`` returns its block counts.
         ``request_id`` names the request for the CP index attached with
         :meth:`attach_cp`, which is then notified about the cache's blocks.
         kvcm's older positional ``create_kv_cache(lora_task_id, ...)`` still
@@ -1028,6 +1034,7 @@ class KVCacheManager(Managed):
         cache.expected_prompt_length = (cache._num_input_tokens if expected_prompt_length is None and input_tokens is not None
                                         else expected_prompt_length)
         cache.enable_request_stats = bool(enable_request_stats)
+        cache._note_pending_stats()
         return cache
 
     # -- CP index -----------------------------------------------------------------
@@ -1071,9 +1078,11 @@ class KVCacheManager(Managed):
         return self._block_stats(out)
 
     def get_committed_stats(self) -> KVCacheStatsDelta:
-        """The cumulative block counts (KVCM2's committed statistics)."""
-        s = self.stats
-        return KVCacheStatsDelta(s.alloc_total_blocks, s.alloc_new_blocks, s.reused_blocks, s.missed_blocks)
+        """KVCM2's committed statistics: the sum of what the caches'
+        ``commit_pending_stats`` committed (a cache's counts are pending until
+        then; ``discard_pending_stats`` and closing drop them). :attr:`stats`
+        counts every block at once."""
+        return self._committed_stats.copy()
 
     def get_and_reset_iteration_stats(self) -> dict[int, KVCacheIterationStatsDelta]:
         """Every layer group's counters since the previous call, for the
@@ -1357,6 +1366,9 @@ class _KVCache(Managed):
         # refreshed after every call that can change them.
         self._views: dict[int, array.array] = {}
         self._bufs: dict[int, memoryview] = {}
+        # The core's per-cache block counters at the last commit or discard
+        # of the pending statistics: what is pending is the counters less it.
+        self._stats_base = KVCacheStatsDelta()
         opts = _native.versioned(ffi.kvcm_kv_cache_options)
         salt_keep = None
         if lora_id is not None or salt is not None:
@@ -1387,7 +1399,7 @@ class _KVCache(Managed):
         self._adopt(out.value)
         manager._own(self)
         if manager._event_manager is not None:
-            manager._note_scope(self.cache_id, lora_task_id, salt)
+            manager._note_scope(self.cache_id, lora_id, salt)
 
     @property
     def manager(self) -> KVCacheManager:
@@ -1395,6 +1407,7 @@ class _KVCache(Managed):
 
     def _release(self, handle: int) -> None:
         self._stream = None
+        self._manager.clear_stats_dirty(self.id)  # closing discards the pending statistics
         if self._manager._event_manager is not None:
             self._manager._forget_scope(self._get_id(handle))
         self._bufs.clear()
@@ -1483,6 +1496,72 @@ class _KVCache(Managed):
                 n = needed.value
                 continue
             return list(buf[:needed.value])
+
+    @property
+    def cached_tokens_by_level(self) -> list[int]:
+        """Per cache level, how many of the cache's tokens with computed KV
+        (its history) are held there: a block's tokens at the coldest level of
+        its pages; blocks a sliding window released count nowhere."""
+        h = self._native()
+        n = self._manager.num_cache_levels
+        while True:
+            buf = (ctypes.c_int64 * max(n, 1))()
+            needed = ctypes.c_size_t()
+            try:
+                _cache_cached_tokens(h, buf, n, _byref(needed))
+            except BufferTooSmallError:
+                n = needed.value
+                continue
+            return [int(v) for v in buf[:needed.value]]
+
+    # -- per-request statistics (KVCM2's pending stats) -----------------------
+    def _core_stats(self) -> KVCacheStatsDelta:
+        out = ffi.kvcm_block_stats()
+        _cache_stats(self._native(), _byref(out))
+        return KVCacheStatsDelta(out.alloc_total_blocks, out.alloc_new_blocks, out.reused_blocks, out.missed_blocks)
+
+    def _note_pending_stats(self) -> None:
+        """Mark the cache's id dirty while it has pending statistics, as
+        KVCM2 does when it records them."""
+        m = self._manager
+        if self.id is not None and m._stats_on and not m.is_stats_excluded(self.id) \
+                and not self._pending_stats().empty:
+            m.mark_stats_dirty(self.id)
+
+    def _pending_stats(self) -> KVCacheStatsDelta:
+        d = self._core_stats()
+        d.subtract(self._stats_base)
+        return d
+
+    def commit_pending_stats(self) -> KVCacheStatsDelta:
+        """Commit the block counts since the previous commit or discard (the
+        reuse and misses at creation, the blocks resizes allocated) into the
+        manager's :meth:`~KVCacheManager.get_committed_stats`, and return
+        them when the cache was created with ``enable_request_stats`` (an
+        empty delta otherwise). With statistics disabled, or the cache's id
+        marked excluded, the counts are discarded instead. Either way the
+        cache's dirty mark is cleared; a closed cache has nothing pending."""
+        m = self._manager
+        if self.closed:
+            m.clear_stats_dirty(self.id)
+            return KVCacheStatsDelta()
+        if not m._stats_on or m.is_stats_excluded(self.id):
+            self.discard_pending_stats()
+            return KVCacheStatsDelta()
+        now = self._core_stats()
+        delta = now.copy()
+        delta.subtract(self._stats_base)
+        m._committed_stats.add(delta)
+        self._stats_base = now
+        m.clear_stats_dirty(self.id)
+        return delta if self.enable_request_stats else KVCacheStatsDelta()
+
+    def discard_pending_stats(self) -> None:
+        """Drop the block counts since the previous commit or discard: they
+        never reach the committed statistics. Clears the dirty mark."""
+        if not self.closed:
+            self._stats_base = self._core_stats()
+        self._manager.clear_stats_dirty(self.id)
 
     @property
     def reuse_scope(self) -> Any:
@@ -1574,6 +1653,7 @@ class _KVCache(Managed):
         except OutOfPagesError:
             return False
         self._refresh_indices()
+        self._note_pending_stats()
         return True
 
     def commit(self, accepted_input_tokens: Sequence[int], beam_search_indices: Sequence[int] | None = None,

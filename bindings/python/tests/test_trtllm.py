@@ -180,7 +180,7 @@ def test_iteration_stats_per_layer_group_and_their_arithmetic():
         assert total.empty and not it.empty
         committed = m.get_committed_stats()
         assert isinstance(committed, kvcm.KVCacheStatsDelta)
-        assert committed.reused_blocks == m.stats.reused_blocks == 2
+        assert committed.empty and m.stats.reused_blocks == 2, "closing discarded what no cache committed"
 
 
 def test_stats_off_report_nothing_through_kvcm2s_getters():
@@ -218,6 +218,74 @@ def test_reuse_by_level_storage_statistics_and_peaks():
         assert all(p.unavailable > 0 for p in peaks), "caches used every group this iteration"
         assert len(m.get_and_reset_iteration_peak_block_stats_by_level()) == 2
         assert m.get_and_reset_iteration_disk_prefetch_blocks() == 0
+
+
+def test_cached_tokens_by_level_follow_the_caches_pages():
+    """cached_tokens_by_level counts the cache's computed tokens on the level
+    their block's pages are on: reused host blocks at level 1 until resume
+    brings them to the GPU, new tokens on the GPU."""
+    cfg = small_config(gpu_quota=16 * 1024, host_quota=64 * 1024)
+    with KVCacheManager(cfg, device="emu") as m:
+        serve(m, PROMPT[:9])
+        for i in range(6):  # push the first request's blocks to the host
+            serve(m, list(range(5000 + 100 * i, 5000 + 100 * i + 40)))
+        s = m.create_stream()
+        with m.create_kv_cache(input_tokens=PROMPT[:9]) as c:
+            assert c.cached_tokens_by_level == [0, 8]
+            assert c.resume(s)
+            assert c.cached_tokens_by_level == [8, 0]
+            assert c.resize(12, 10)
+            assert c.cached_tokens_by_level == [10, 0], "capacity beyond the history holds no tokens"
+        s.close()
+
+
+def test_pending_stats_commit_into_the_committed_stats():
+    """A cache's block counts are pending until commit_pending_stats, which
+    adds them to get_committed_stats and returns them to a cache created with
+    enable_request_stats; each commit returns only what came since the last;
+    discard_pending_stats and closing drop them; both clear the dirty mark."""
+    with KVCacheManager(small_config(), device="emu") as m:
+        serve(m, PROMPT[:8])  # publishes 2 blocks
+        s = m.create_stream()
+        with m.create_kv_cache(input_tokens=PROMPT, id=5, enable_request_stats=True) as c:
+            assert m.get_dirty_stats_kv_cache_ids() == {5}, "the reuse at creation is pending"
+            assert m.get_committed_stats().empty
+            got = c.commit_pending_stats()
+            assert got == kvcm.KVCacheStatsDelta(alloc_total_blocks=2, alloc_new_blocks=0, reused_blocks=2,
+                                                 missed_blocks=1)
+            assert m.get_committed_stats() == got and m.get_dirty_stats_kv_cache_ids() == set()
+            assert c.resume(s) and c.resize(16)
+            assert m.get_dirty_stats_kv_cache_ids() == {5}
+            got = c.commit_pending_stats()
+            assert got == kvcm.KVCacheStatsDelta(alloc_total_blocks=2, alloc_new_blocks=2)
+            assert m.get_committed_stats().alloc_total_blocks == 4
+            assert c.resize(20)
+            c.discard_pending_stats()
+            assert c.commit_pending_stats().empty, "discarded"
+            assert m.get_committed_stats().alloc_total_blocks == 4
+            c.suspend()
+        with m.create_kv_cache(input_tokens=PROMPT, id=6) as c:
+            assert c.commit_pending_stats().empty, "without enable_request_stats nothing is returned"
+            assert m.get_committed_stats().reused_blocks == 4, "but the counts are committed"
+        with m.create_kv_cache(input_tokens=PROMPT, id=7, enable_request_stats=True) as c:
+            m.mark_stats_excluded(7)
+            assert c.commit_pending_stats().empty
+        with m.create_kv_cache(input_tokens=PROMPT, id=8) as c:
+            pass
+        assert m.get_dirty_stats_kv_cache_ids() == set(), "closing discards"
+        assert c.commit_pending_stats().empty
+        assert m.get_committed_stats().reused_blocks == 4
+        s.close()
+
+
+def test_pending_stats_with_stats_disabled_are_discarded():
+    """With enable_stats=False, commit_pending_stats discards and returns an
+    empty delta."""
+    with KVCacheManager(small_config(enable_stats=False), device="emu") as m:
+        with m.create_kv_cache(input_tokens=PROMPT, id=1, enable_request_stats=True) as c:
+            assert m.get_dirty_stats_kv_cache_ids() == set()
+            assert c.commit_pending_stats().empty
+        assert m.get_committed_stats().empty
 
 
 def test_suspend_resume_counters_and_stats_marks():
@@ -393,8 +461,7 @@ def test_clamped_sequence_length_fits_and_one_block_more_does_not(batch_size):
         big = m.create_kv_cache()
         big.resume(s)
         big.resize(n, n)  # computed: windowed layer groups keep their window only
-        with pytest.raises(kvcm.OutOfPagesError):
-            big.resize(n + 4, n + 4)
+        assert not big.resize(n + 4, n + 4), "one block more: out of pages (resize returns False)"
         for c in [*others, big]:
             c.suspend()
             c.close()

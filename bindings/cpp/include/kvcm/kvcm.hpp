@@ -938,6 +938,31 @@ struct CacheEvent
     uint64_t cacheId = 0;
 };
 
+// One block event of ABI version 2 (see KVCacheManager::drainBlockEvents):
+// a CacheEvent with the block's eviction priority and, for updates, what
+// changed.
+struct BlockEvent
+{
+    uint64_t seq = 0;
+    EventKind kind = EventKind::kBlockStored;
+    uint64_t key = 0;
+    uint64_t parent = 0;
+    // Updated pages: the layer group, the level the page is on now (-1:
+    // dropped while the block keeps others) and the level it was on (-1: it
+    // filled a gap).
+    LayerGroupId layerGroup = 0;
+    CacheLevel level = 0;
+    CacheLevel oldLevel = 0;
+    // The block's eviction priority (the new one of a priority update) and
+    // the one before a priority update (else priority).
+    int32_t priority = 0;
+    int32_t oldPriority = 0;
+    // Stored blocks: the block's tokens.
+    std::vector<Token> tokens;
+    // Stored blocks: the id of the cache whose commit stored it.
+    uint64_t cacheId = 0;
+};
+
 // ---- Device memory and owned streams --------------------------------------------------
 
 // DeviceMemory owns an allocation made by KVCacheManager::allocMemory; the
@@ -2076,6 +2101,58 @@ public:
                     ce.tokens.assign(e.tokens, e.tokens + e.num_tokens);
                 }
                 out.push_back(std::move(ce));
+            }
+            if (ne == 0)
+            {
+                break;
+            }
+        }
+        if (dropped != nullptr)
+        {
+            *dropped = lost;
+        }
+        return out;
+    }
+
+    // Removes and returns every queued block event, oldest first, with the
+    // blocks' priorities and the priority updates (kBlockPriorityUpdated)
+    // that drainEvents skips; both drain the one queue. dropped (if given)
+    // receives the number of events lost to a full queue since the previous
+    // drain.
+    std::vector<BlockEvent> drainBlockEvents(uint64_t* dropped = nullptr)
+    {
+        std::vector<BlockEvent> out;
+        size_t const eventsCap = 256;
+        size_t const tokensCap = eventsCap * static_cast<size_t>(std::max<int32_t>(tokensPerBlock(), 1));
+        std::vector<kvcm_block_event> events(eventsCap);
+        std::vector<Token> tokens(tokensCap);
+        uint64_t lost = 0;
+        for (;;)
+        {
+            size_t ne = 0, nt = 0;
+            uint64_t d = 0;
+            detail::check(::kvcm_manager_drain_block_events(
+                mHandle, events.data(), events.size(), tokens.data(), tokens.size(), &ne, &nt, &d));
+            lost += d;
+            for (size_t i = 0; i < ne; ++i)
+            {
+                auto const& e = events[i];
+                BlockEvent be;
+                be.seq = e.seq;
+                be.kind = static_cast<EventKind>(e.kind);
+                be.key = e.key;
+                be.parent = e.parent;
+                be.layerGroup = e.layer_group;
+                be.level = e.level;
+                be.oldLevel = e.old_level;
+                be.priority = e.priority;
+                be.oldPriority = e.old_priority;
+                be.cacheId = e.cache_id;
+                if (e.num_tokens > 0 && e.tokens != nullptr)
+                {
+                    be.tokens.assign(e.tokens, e.tokens + e.num_tokens);
+                }
+                out.push_back(std::move(be));
             }
             if (ne == 0)
             {
