@@ -134,6 +134,16 @@ func goConfigV2(c *C.kvcm__const_kvcm_manager_config, cfg *config.Config) error 
 	cfg.RebalanceTargetRatioUpdateInterval = int64(c.rebalance_target_ratio_update_interval)
 	cfg.RebalanceRatioThreshold = float64(c.rebalance_ratio_threshold)
 	cfg.RebalanceMovingAverageDecay = float64(c.rebalance_moving_average_decay)
+	if c.disk_persistent {
+		// On the last local tier, the disk tier when there is one:
+		// config.Validate names any other as cache_tiers[i].persistent.
+		for i := len(cfg.CacheTiers) - 1; i >= 0; i-- {
+			if cfg.CacheTiers[i].Kind != config.SharedTier {
+				cfg.CacheTiers[i].Persistent = true
+				break
+			}
+		}
+	}
 	if cfg.TypicalStep != nil {
 		cfg.TypicalStep.SystemPromptLength = int(c.typical_step_system_prompt_length)
 	} else if c.typical_step_system_prompt_length != 0 {

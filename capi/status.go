@@ -79,7 +79,7 @@ func codeOf(err error) C.kvcm_status_code {
 		return codeCodecRejected
 	case errors.Is(err, core.ErrInvalidArgument):
 		return codeInvalidArgument
-	case errors.Is(err, core.ErrInvalidState):
+	case errors.Is(err, core.ErrInvalidState), errors.Is(err, core.ErrDiskInUse):
 		return codeInvalidState
 	case errors.Is(err, core.ErrOutOfPages):
 		return codeOutOfPages

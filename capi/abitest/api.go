@@ -146,6 +146,8 @@ type Config struct {
 	// BlockKey is the kvcm_block_key (0 sha256, 1 xxh3).
 	BlockKey int32
 	Shared   *SharedTier
+	// DiskPersistent is disk_persistent.
+	DiskPersistent bool
 	// StructSize and ABIVersion override the versioned header when nonzero
 	// (negative ABIVersion writes 0).
 	StructSize uint32
@@ -172,6 +174,7 @@ func (cfg *Config) build(a *arena) *C.kvcm_manager_config {
 	c.reuse_match_backoff = C.int32_t(cfg.ReuseMatchBackoff)
 	c.max_util_for_resume = C.double(cfg.MaxUtilForResume)
 	c.block_key = C.kvcm_block_key(cfg.BlockKey)
+	c.disk_persistent = C.bool(cfg.DiskPersistent)
 	tiers := cArray[C.kvcm_cache_tier_config](a, len(cfg.Tiers))
 	for i, t := range cfg.Tiers {
 		tiers[i] = C.kvcm_cache_tier_config{kind: C.kvcm_tier_kind(t.Kind), quota: C.int64_t(t.Quota), max_quota: C.int64_t(t.MaxQuota)}

@@ -201,4 +201,19 @@ type ManagerConfig struct {
 	// SharedTier is the shared tier after cache_tiers' local tiers (NULL
 	// for none).
 	SharedTier spec.In[SharedTierConfig] `nullable:"true" own:"borrowed" since:"2"`
+	// DiskPersistent makes the disk tier (the last of cache_tiers)
+	// persistent: its blob files stay at destroy, and a later manager on the
+	// same directory with the same layout fingerprint (blob size, each
+	// lifecycle's buffers in order, tokens per block, window, codec
+	// identity) reuses the committed blocks there, also after the process
+	// was killed. It needs a codec with an identity: the built-in codec (a
+	// NULL codec argument, or kvcm_create_default_cold_page_codec's) has
+	// one, a codec implemented in C none.
+	// Errors name it as cache_tiers[i].persistent, i the last
+	// local tier: set on a tier list without a disk tier or with a codec
+	// without an identity it is KVCM_ERR_INVALID_CONFIG; a directory another
+	// live manager holds is KVCM_ERR_INVALID_STATE. false (the default)
+	// removes the tier's files at destroy and reclaims those a killed
+	// manager left at create.
+	DiskPersistent bool `since:"2"`
 }

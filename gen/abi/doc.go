@@ -50,7 +50,9 @@
 //   - kvcm_manager_config.shared_tier (a kvcm_shared_tier_config: a cold
 //     tier shared across nodes on a Redis Cluster) and
 //     kvcm_shared_write_policy; kvcm_manager_config.block_key (the opt-in
-//     XXH3 block key).
+//     XXH3 block key) and disk_persistent (a disk tier whose blobs the next
+//     manager on its directory reuses; a directory in use is
+//     KVCM_ERR_INVALID_STATE).
 //   - KVCacheManagerV2's reuse rules: a fully cached prompt is reused whole
 //     (less reuse_match_backoff); kvcm_kv_cache_options.scope_has_lora_id
 //     (LoRA adapter 0 is a scope of its own) and layer_group_priority (a

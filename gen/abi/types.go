@@ -23,7 +23,9 @@ const (
 	// or consumed, or is a handle of another type.
 	ErrInvalidHandle StatusCode = 2
 	// ErrInvalidState: the call is not allowed in the object's current state
-	// (for example Resize on a SUSPENDED cache).
+	// (for example Resize on a SUSPENDED cache), or the resource it needs is
+	// held elsewhere (a persistent disk tier's directory another live manager
+	// holds).
 	ErrInvalidState StatusCode = 3
 	// ErrOutOfPages: a cache level cannot supply the pages the call needs,
 	// even after evicting everything evictable.

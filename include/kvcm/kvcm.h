@@ -409,7 +409,9 @@ enum {
     KVCM_ERR_INVALID_HANDLE = 2,
     /**
      * KVCM_ERR_INVALID_STATE: the call is not allowed in the object's current state
-     * (for example Resize on a SUSPENDED cache).
+     * (for example Resize on a SUSPENDED cache), or the resource it needs is
+     * held elsewhere (a persistent disk tier's directory another live manager
+     * holds).
      */
     KVCM_ERR_INVALID_STATE = 3,
     /**
@@ -1465,6 +1467,23 @@ struct kvcm_manager_config {
      * for none). (since ABI version 2)
      */
     const kvcm_shared_tier_config* shared_tier;
+    /**
+     * disk_persistent makes the disk tier (the last of cache_tiers)
+     * persistent: its blob files stay at destroy, and a later manager on the
+     * same directory with the same layout fingerprint (blob size, each
+     * lifecycle's buffers in order, tokens per block, window, codec
+     * identity) reuses the committed blocks there, also after the process
+     * was killed. It needs a codec with an identity: the built-in codec (a
+     * NULL codec argument, or kvcm_create_default_cold_page_codec's) has
+     * one, a codec implemented in C none.
+     * Errors name it as cache_tiers[i].persistent, i the last
+     * local tier: set on a tier list without a disk tier or with a codec
+     * without an identity it is KVCM_ERR_INVALID_CONFIG; a directory another
+     * live manager holds is KVCM_ERR_INVALID_STATE. false (the default)
+     * removes the tier's files at destroy and reclaims those a killed
+     * manager left at create. (since ABI version 2)
+     */
+    bool disk_persistent;
 };
 
 /** Initializer of a kvcm_manager_config: struct_size and abi_version set, every other field zero. */
@@ -3331,7 +3350,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, intra_device_copy_
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, intra_device_copy_bytes) == 104, "layout of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, host_dropped_blocks) == 112, "layout of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, host_dropped_bytes) == 120, "layout of kvcm_layer_group_iteration_stats changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_manager_config) == 200, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_manager_config) == 208, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_manager_config) == 8, "alignment of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, struct_size) == 0, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, abi_version) == 4, "layout of kvcm_manager_config changed");
@@ -3364,6 +3383,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, constraint_system_prompt_length
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, num_constraint_system_prompt_lengths) == 176, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, block_key) == 184, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, shared_tier) == 192, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, disk_persistent) == 200, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_migration_stats) == 24, "layout of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_migration_stats) == 8, "alignment of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_migration_stats, path) == 0, "layout of kvcm_migration_stats changed");

@@ -400,6 +400,30 @@ TEST_F(CodecTest, CompressingCodecThroughDiskTier)
     EXPECT_FALSE(ec) << ec.message();
 }
 
+// A persistent disk tier needs a codec with an identity: a codec
+// implemented in C++ has none, so the library names the tier's persistent.
+TEST_F(CodecTest, PersistentDiskTierNeedsACodecIdentity)
+{
+    char dirTemplate[] = "/tmp/kvcm-cpp-persist-XXXXXX";
+    char* dir = mkdtemp(dirTemplate);
+    ASSERT_NE(dir, nullptr);
+    auto cfg = smallConfig(8 * 512);
+    cfg.cacheTiers.push_back(kvcm::DiskCacheTierConfig(32 * 256, dir, /*persistentTier=*/true));
+    try
+    {
+        kvcm::KVCacheManager m(cfg, std::make_unique<HalfCodec>(std::make_shared<CodecCounters>()));
+        ADD_FAILURE() << "a codec without an identity was accepted";
+    }
+    catch (kvcm::Error const& e)
+    {
+        EXPECT_EQ(e.code(), kvcm::StatusCode::kInvalidConfig) << e.what();
+        EXPECT_NE(e.message().find("cache_tiers[1].persistent"), std::string::npos) << e.message();
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    EXPECT_FALSE(ec) << ec.message();
+}
+
 TEST_F(CodecTest, DefaultCodecRoundTripThroughHostTier)
 {
     // The same round trip with the library's default codec (lossless for any

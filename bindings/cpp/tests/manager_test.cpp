@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -280,6 +281,95 @@ TEST_F(ManagerTest, ValidateConfigNamesTheField)
     cfg.cacheTiers.push_back(kvcm::DiskCacheTierConfig(1 << 20, "/nonexistent/kvcm"));
     EXPECT_CONFIG_ERROR(kvcm::validateConfig(cfg), "cache_tiers[1].path");
     EXPECT_EQ(kvcm::liveHandleCount(), mHandlesBefore) << "validation creates nothing";
+}
+
+// A temporary directory, removed with its files at scope end.
+class TempDir
+{
+public:
+    TempDir()
+    {
+        char tmpl[] = "/tmp/kvcm-cpp-persist-XXXXXX";
+        char* d = mkdtemp(tmpl);
+        if (d == nullptr)
+        {
+            throw std::runtime_error("mkdtemp failed");
+        }
+        mPath = d;
+    }
+
+    ~TempDir()
+    {
+        std::error_code ec;
+        std::filesystem::remove_all(mPath, ec);
+    }
+
+    TempDir(TempDir const&) = delete;
+    TempDir& operator=(TempDir const&) = delete;
+
+    [[nodiscard]] std::string const& path() const noexcept { return mPath; }
+
+private:
+    std::string mPath;
+};
+
+// A 4-page GPU tier over a 32-page disk tier in dir (512-byte pages).
+kvcm::KVCacheManagerConfig persistentConfig(std::string const& dir, bool persistent = true)
+{
+    auto cfg = smallConfig(4 * 512);
+    cfg.cacheTiers.push_back(kvcm::DiskCacheTierConfig(32 * 512, dir, persistent));
+    return cfg;
+}
+
+// A persistent disk tier's committed blocks outlive the manager and the next
+// manager on the directory reuses them; a tier that is not persistent leaves
+// nothing.
+TEST_F(ManagerTest, PersistentDiskTierIsReusedByTheNextManager)
+{
+    for (bool const persistent : {true, false})
+    {
+        TempDir dir;
+        auto const cfg = persistentConfig(dir.path(), persistent);
+        auto const first = tokenRange(100, 8);
+        {
+            kvcm::KVCacheManager m(cfg);
+            auto stream = m.createStream();
+            for (kvcm::Token i = 0; i < 8; ++i) // 2 blocks each through 4 GPU pages: the first go to disk
+            {
+                auto const t = tokenRange(100 + 100 * i, 8);
+                auto c = m.createKVCache(t);
+                c.resume(stream);
+                c.resize(8, 8);
+                c.commit(t, false);
+            }
+            stream.synchronize();
+        }
+        kvcm::KVCacheManager m(cfg);
+        EXPECT_EQ(m.probeReuse(first), persistent ? 8 : 0) << "persistent " << persistent;
+    }
+}
+
+// A second live manager on a persistent disk tier's directory is refused with
+// KVCM_ERR_INVALID_STATE; once the first is destroyed, it starts.
+TEST_F(ManagerTest, SecondManagerOnPersistentDirIsRefused)
+{
+    TempDir dir;
+    auto const cfg = persistentConfig(dir.path());
+    {
+        kvcm::KVCacheManager m(cfg);
+        EXPECT_KVCM_ERROR(kvcm::KVCacheManager second(cfg), kvcm::StatusCode::kInvalidState);
+        EXPECT_FALSE(kvcm::isPoisoned());
+    }
+    EXPECT_NO_THROW(kvcm::KVCacheManager again(cfg));
+}
+
+// persistent on a tier that is not the disk tier is rejected naming it.
+TEST_F(ManagerTest, PersistentNeedsTheDiskTier)
+{
+    auto cfg = smallConfig(64 << 10, 64 << 10);
+    cfg.cacheTiers[1].persistent = true;
+    EXPECT_CONFIG_ERROR(kvcm::validateConfig(cfg), "cache_tiers[1].persistent");
+    EXPECT_CONFIG_ERROR(kvcm::KVCacheManager m(cfg), "cache_tiers[1].persistent");
 }
 
 // What the C struct cannot carry as given is rejected naming the field, by

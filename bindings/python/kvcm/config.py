@@ -143,10 +143,21 @@ class HostCacheTierConfig:
 
 @dataclass(slots=True)
 class DiskCacheTierConfig:
-    """A disk tier: one file per cold pool group under directory ``path``."""
+    """A disk tier: one file per cold pool group under directory ``path``.
+
+    ``persistent`` keeps the files when the manager closes: a later manager
+    on ``path`` with the same layout fingerprint (blob size, each
+    lifecycle's buffers in order, tokens per block, window, codec identity)
+    reuses the committed blocks there, also after the process was killed. It
+    needs the built-in codec (a codec without an identity raises
+    :class:`~kvcm.InvalidConfigError` naming ``cache_tiers[i].persistent``);
+    a second live manager on ``path`` raises :class:`~kvcm.InvalidStateError`.
+    Without it the files are removed at close and those a killed manager
+    left are reclaimed at start."""
 
     quota: int
     path: Union[str, "os.PathLike[str]"]
+    persistent: bool = False
 
     @property
     def tier(self) -> CacheTier:
@@ -332,6 +343,8 @@ class KVCacheManagerConfig:
                 _check_int(f"cache_tiers[{i}].max_quota", t.max_quota, optional=True)
             if isinstance(t, DiskCacheTierConfig) and not isinstance(t.path, (str, os.PathLike)):
                 raise TypeError(f"cache_tiers[{i}].path: expected a str or path, got {type(t.path).__name__}")
+            if isinstance(t, DiskCacheTierConfig) and not isinstance(t.persistent, bool):
+                raise TypeError(f"cache_tiers[{i}].persistent: expected a bool, got {type(t.persistent).__name__}")
         for i, layer in enumerate(self.layers):
             if not isinstance(layer, AttentionLayerConfig):
                 raise TypeError(f"layers[{i}]: expected an AttentionLayerConfig, got {type(layer).__name__}")

@@ -417,6 +417,10 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
             p = os.fsencode(t.path)
             keep.append(p)
             tiers[i].path = p
+            if t.persistent:
+                # The C flag applies to the last local tier, which the
+                # library's order check makes this one.
+                c.disk_persistent = True
     keep.append(tiers)
     c.cache_tiers = tiers if local else None
     c.num_cache_tiers = len(local)

@@ -137,6 +137,46 @@ def test_disk_error_is_storage_io_error(tmp_path):
         assert m.get_quota(1) == 8 * page  # nothing changed
 
 
+def _persistent_config(path, persistent=True):
+    """A 4-page GPU tier over a 32-page disk tier in path (tiny pages)."""
+    layers = [kvcm.AttentionLayerConfig(0, [kvcm.BufferConfig("key", 64), kvcm.BufferConfig("value", 64)])]
+    tiers = [kvcm.GpuCacheTierConfig(4 * 128), kvcm.DiskCacheTierConfig(32 * 128, str(path), persistent=persistent)]
+    return small_config(tiers=tiers, layers=layers)
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_persistent_disk_tier_is_reused_by_the_next_manager(tmp_path, persistent):
+    """A persistent disk tier's committed blocks outlive close and the next manager on the directory reuses them;
+    a tier that is not persistent leaves nothing."""
+    prompts = [list(range(100 * i, 100 * i + 8)) for i in range(8)]
+    with KVCacheManager(_persistent_config(tmp_path, persistent), device="emu") as m:
+        s = m.create_stream()
+        for p in prompts:  # 2 blocks each through 4 GPU pages: the first ones go to disk
+            with m.create_kv_cache(input_tokens=p) as c:
+                c.resume(s)
+                prefill(c, p)
+        s.synchronize()
+    with KVCacheManager(_persistent_config(tmp_path, persistent), device="emu") as m:
+        assert m.probe_reuse(prompts[0]) == (8 if persistent else 0)
+
+
+def test_second_manager_on_persistent_dir_is_refused(tmp_path):
+    """A second live manager on a persistent disk tier's directory raises InvalidStateError; after close it starts."""
+    cfg = _persistent_config(tmp_path)
+    with KVCacheManager(cfg, device="emu"):
+        with pytest.raises(InvalidStateError, match="locked") as ei:
+            KVCacheManager(cfg, device="emu")
+        assert ei.value.code == 3 and not kvcm.is_poisoned()
+    KVCacheManager(cfg, device="emu").close()
+
+
+def test_persistent_must_be_a_bool(tmp_path):
+    """persistent is checked as a bool, naming the field."""
+    cfg = _persistent_config(tmp_path, persistent=1)
+    with pytest.raises(TypeError, match=r"cache_tiers\[1\]\.persistent"):
+        KVCacheManager(cfg, device="emu")
+
+
 def test_manager_close_closes_its_caches_and_streams(config):
     before = kvcm.live_handle_count()
     m = KVCacheManager(config, device="emu")

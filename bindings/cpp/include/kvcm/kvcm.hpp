@@ -564,12 +564,22 @@ inline constexpr kvcm_cold_page_codec_vtable kCodecAdapterVtable = {
 
 // One cache tier. Quotas are bytes. maxQuota (GPU only) is the largest quota
 // resizeLevel may grow the tier to (0: quota). path is a disk tier's directory.
+// persistent (disk only) keeps the disk tier's files when the manager is
+// destroyed: a later manager on path with the same layout fingerprint (blob
+// size, each lifecycle's buffers in order, tokens per block, window, codec
+// identity) reuses the committed blocks there, also after the process was
+// killed. It needs a codec with an identity (the built-in codec has one; a
+// ColdPageCodec implemented in C++ none: KVCM_ERR_INVALID_CONFIG naming
+// cache_tiers[i].persistent); a second live manager on path fails with
+// KVCM_ERR_INVALID_STATE. Without it the files are removed at destroy and
+// those a killed manager left are reclaimed at create.
 struct CacheTierConfig
 {
     TierKind kind = TierKind::kGpu;
     int64_t quota = 0;
     int64_t maxQuota = 0;
     std::string path;
+    bool persistent = false;
 };
 
 struct GpuCacheTierConfig : CacheTierConfig
@@ -590,8 +600,8 @@ struct HostCacheTierConfig : CacheTierConfig
 
 struct DiskCacheTierConfig : CacheTierConfig
 {
-    DiskCacheTierConfig(int64_t quotaBytes, std::string directory)
-        : CacheTierConfig{TierKind::kDisk, quotaBytes, 0, std::move(directory)}
+    DiskCacheTierConfig(int64_t quotaBytes, std::string directory, bool persistentTier = false)
+        : CacheTierConfig{TierKind::kDisk, quotaBytes, 0, std::move(directory), persistentTier}
     {
     }
 };
@@ -735,7 +745,18 @@ public:
         for (size_t i = 0; i < cfg.cacheTiers.size(); ++i)
         {
             auto const& t = cfg.cacheTiers[i];
-            checkCString("cache_tiers[" + std::to_string(i) + "].path", t.path);
+            auto const field = "cache_tiers[" + std::to_string(i) + "]";
+            checkCString(field + ".path", t.path);
+            if (t.persistent)
+            {
+                // The C flag applies to the last local tier, which the
+                // library's order check makes the disk tier.
+                if (t.kind != TierKind::kDisk)
+                {
+                    throw configError(field + ".persistent", "only a disk tier can be persistent");
+                }
+                mDiskPersistent = true;
+            }
             kvcm_cache_tier_config c{};
             c.kind = static_cast<kvcm_tier_kind>(t.kind);
             c.quota = t.quota;
@@ -835,6 +856,7 @@ public:
         c.num_constraint_system_prompt_lengths = mPromptLengths.size();
         c.block_key = static_cast<kvcm_block_key>(cfg.blockKey);
         c.shared_tier = cfg.sharedTier ? &mShared : nullptr;
+        c.disk_persistent = mDiskPersistent;
         mConfig = c;
     }
 
@@ -866,6 +888,7 @@ private:
     std::vector<int64_t> mPromptLengths;
     std::string mAddresses;
     kvcm_shared_tier_config mShared{};
+    bool mDiskPersistent = false;
     kvcm_manager_config mConfig{};
 };
 

@@ -330,7 +330,9 @@ enum class StatusCode : std::int32_t {
     // or consumed, or is a handle of another type.
     kInvalidHandle = KVCM_ERR_INVALID_HANDLE,
     // KVCM_ERR_INVALID_STATE: the call is not allowed in the object's current state
-    // (for example Resize on a SUSPENDED cache).
+    // (for example Resize on a SUSPENDED cache), or the resource it needs is
+    // held elsewhere (a persistent disk tier's directory another live manager
+    // holds).
     kInvalidState = KVCM_ERR_INVALID_STATE,
     // KVCM_ERR_OUT_OF_PAGES: a cache level cannot supply the pages the call needs,
     // even after evicting everything evictable.
@@ -760,7 +762,7 @@ inline KvCacheOptions makeKvCacheOptions() noexcept {
 // sizeof(kvcm_manager_config) and abi_version = KVCM_ABI_VERSION.
 using ManagerConfig = ::kvcm_manager_config;
 static_assert(std::is_standard_layout_v<ManagerConfig> && std::is_trivially_copyable_v<ManagerConfig>);
-static_assert(sizeof(ManagerConfig) == 200 && alignof(ManagerConfig) == 8);
+static_assert(sizeof(ManagerConfig) == 208 && alignof(ManagerConfig) == 8);
 
 // makeManagerConfig returns a zeroed ManagerConfig with struct_size and abi_version set.
 inline ManagerConfig makeManagerConfig() noexcept {
