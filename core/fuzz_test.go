@@ -438,7 +438,7 @@ func (s *session) create(a, b, which int) {
 		s.failf("new stream: %v", err)
 	}
 	r := c.ReusedTokens()
-	if r < 0 || r > max(prompt-1, 0) || r > probe {
+	if r < 0 || r > prompt || r > probe { // a prompt cached whole is reused whole
 		s.failf("cache %d reused %d tokens of a %d-token prompt; ProbeReuse said %d", c.ID(), r, prompt, probe)
 	}
 	s.caches = append(s.caches, &hcache{c: c, stream: st, seq: seq, history: r, committed: r})
