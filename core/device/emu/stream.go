@@ -387,9 +387,21 @@ func (s *stream) work() {
 		if len(batch) == 0 {
 			return // closed and drained
 		}
-		for i := range batch {
+		last := len(batch) - 1
+		for i := range batch[:last] {
 			s.run(&batch[i])
 		}
+		if batch[last].kind != opSync {
+			s.run(&batch[last])
+			continue
+		}
+		// A Synchronize that ends the batch hands the stream back before it
+		// returns: its caller then finds the stream idle, so a Record made
+		// right after it runs inline as documented.
+		s.mu.Lock()
+		s.busy = len(s.queue) > 0
+		s.run(&batch[last])
+		s.mu.Unlock()
 	}
 }
 
