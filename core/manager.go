@@ -12,11 +12,19 @@
 //
 // All methods of a Manager and of its caches are safe for concurrent use: one
 // mutex per manager serializes them.
+//
+// Files by job: manager.go and construct.go build and close the manager;
+// kvcache.go is a cache's lifecycle; tree.go the radix tree and prefix
+// matching; storage.go the levels, slot groups and page ownership; evict.go
+// making room on a level; migrate.go the migration transactions; fence.go
+// events and fences; slab.go the allocation slabs of nodes and pages;
+// resize.go level resizes; disktier.go, diskfile.go and persist.go the disk
+// tier's I/O, files and persistence; errors.go, events.go and stats.go what
+// the manager reports.
 package core
 
 import (
 	"cmp"
-	"container/heap"
 	"errors"
 	"fmt"
 	"maps"
@@ -463,76 +471,6 @@ func (m *Manager) hotUtilization(resuming *KVCache) float64 {
 		u = math.Max(u, float64(busy)/float64(g.numSlots))
 	}
 	return u
-}
-
-// need counts slots to take per group of one level.
-type need map[*slotGroup]int
-
-// drop removes an unreferenced tree page from storage and from its node.
-func (m *Manager) drop(p *page) {
-	if p.heapIdx >= 0 {
-		heap.Remove(&p.group.victims, p.heapIdx)
-	}
-	n := p.node
-	n.pages[p.lc] = nil
-	from := layout.CacheLevel(p.level())
-	if p.group.level.kind == config.HostTier {
-		st := &m.stats.lc[p.lc]
-		st.HostDroppedBlocks++
-		st.HostDroppedBytes += m.lcCodec[p.lc].coldBytes
-	}
-	p.group.release(p)
-	p.node, p.inflight = nil, nil
-	m.emitDropped(n, p.lc, from)
-	if !n.hasPages() {
-		m.prune = append(m.prune, n)
-	}
-}
-
-// newPage takes a free slot of g for lifecycle lc; reserve must have made
-// room. The page starts private, unreferenced.
-func (m *Manager) newPage(g *slotGroup, lc layout.LifeCycleID) *page {
-	p := m.slabs.page()
-	p.lc = lc
-	g.take(p)
-	return p
-}
-
-// freePage returns a private page's slot. Its data no longer matters, so a
-// transaction still moving it is of no concern any more.
-func (m *Manager) freePage(p *page) {
-	if p.heapIdx >= 0 {
-		heap.Remove(&p.group.victims, p.heapIdx)
-	}
-	p.group.release(p)
-	p.inflight = nil
-}
-
-// unref drops one reference of a cache and refreshes eviction state; private
-// pages that nobody references any more are freed.
-func (m *Manager) unref(p *page, active bool) {
-	if active {
-		p.active--
-	} else {
-		p.held--
-	}
-	m.tick++
-	p.lastUsed = m.tick
-	if p.active == 0 && p.held == 0 && p.node == nil {
-		m.freePage(p)
-		return
-	}
-	p.refresh()
-}
-
-// ref adds a reference of a cache.
-func (m *Manager) ref(p *page, active bool) {
-	if active {
-		p.active++
-	} else {
-		p.held++
-	}
-	p.refresh()
 }
 
 // safePoint prunes tree nodes that lost all pages and samples the slot-count

@@ -409,3 +409,49 @@ func (p *page) refresh() {
 		heap.Fix(&g.victims, p.heapIdx)
 	}
 }
+
+// newPage takes a free slot of g for lifecycle lc; reserve must have made
+// room. The page starts private, unreferenced.
+func (m *Manager) newPage(g *slotGroup, lc layout.LifeCycleID) *page {
+	p := m.slabs.page()
+	p.lc = lc
+	g.take(p)
+	return p
+}
+
+// freePage returns a private page's slot. Its data no longer matters, so a
+// transaction still moving it is of no concern any more.
+func (m *Manager) freePage(p *page) {
+	if p.heapIdx >= 0 {
+		heap.Remove(&p.group.victims, p.heapIdx)
+	}
+	p.group.release(p)
+	p.inflight = nil
+}
+
+// unref drops one reference of a cache and refreshes eviction state; private
+// pages that nobody references any more are freed.
+func (m *Manager) unref(p *page, active bool) {
+	if active {
+		p.active--
+	} else {
+		p.held--
+	}
+	m.tick++
+	p.lastUsed = m.tick
+	if p.active == 0 && p.held == 0 && p.node == nil {
+		m.freePage(p)
+		return
+	}
+	p.refresh()
+}
+
+// ref adds a reference of a cache.
+func (m *Manager) ref(p *page, active bool) {
+	if active {
+		p.active++
+	} else {
+		p.held++
+	}
+	p.refresh()
+}
