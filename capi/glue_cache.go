@@ -36,7 +36,7 @@ func glueKVCacheCreate(mgr *managerObj, opts *C.kvcm__const_kvcm_kv_cache_option
 	case lgFn != nil && opts.priority != nil:
 		return argError("options.layer_group_priority", "is set together with options.priority; set one of them")
 	case lgFn != nil:
-		co.Priority = func(block int, lc layout.LifeCycleID) int {
+		co.Priority = func(block int, lc layout.LayerGroupID) int {
 			var pr C.int32_t
 			if rc := C.kvcm__call_layer_group_priority_func(lgFn, user, C.int64_t(block), C.kvcm_layer_group_id(lc), &pr); rc != 0 {
 				// The core fails the commit, changing nothing, when the
@@ -47,7 +47,7 @@ func glueKVCacheCreate(mgr *managerObj, opts *C.kvcm__const_kvcm_kv_cache_option
 		}
 	case opts.priority != nil:
 		fn := opts.priority
-		co.Priority = func(block int, _ layout.LifeCycleID) int {
+		co.Priority = func(block int, _ layout.LayerGroupID) int {
 			var pr C.int32_t
 			if rc := C.kvcm__call_priority_func(fn, user, C.int64_t(block), &pr); rc != 0 {
 				panic(fmt.Sprintf("kvcm_priority_func returned %d", int32(rc)))

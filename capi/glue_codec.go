@@ -245,7 +245,7 @@ func goPoolGroupDescs(p *C.kvcm_pool_group_desc, n int) ([]layout.PoolGroupDesc,
 				return nil, fmt.Errorf("descriptor %d: life_cycles is NULL", i)
 			}
 			for _, lc := range unsafe.Slice(d.life_cycles, int(d.num_life_cycles)) {
-				g.LifeCycles = append(g.LifeCycles, layout.LifeCycleID(lc))
+				g.LifeCycles = append(g.LifeCycles, layout.LayerGroupID(lc))
 			}
 		}
 		if d.num_pools > 0 {

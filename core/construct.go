@@ -44,9 +44,9 @@ func (m *Manager) configureCodec() error {
 	if !m.codec.Configure(m.hotDescs()) {
 		return fmt.Errorf("%w: Configure %s", ErrCodecRejected, m.codecWhy())
 	}
-	lcs := make([]layout.LifeCycleID, len(m.lt.LifeCycles))
+	lcs := make([]layout.LayerGroupID, len(m.lt.LifeCycles))
 	for i := range lcs {
-		lcs[i] = layout.LifeCycleID(i)
+		lcs[i] = layout.LayerGroupID(i)
 	}
 	infos, err := codec.QueryAll(m.codec, lcs)
 	if err != nil {

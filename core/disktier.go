@@ -73,7 +73,7 @@ func (m *Manager) blobHeader(p *page, tag uint64) blob.Header {
 // blobWant is what a read expects of the blob in a slot.
 type blobWant struct {
 	fp  blob.Fingerprint
-	lc  layout.LifeCycleID
+	lc  layout.LayerGroupID
 	tag uint64
 }
 

@@ -104,21 +104,21 @@ func (m *Manager) emitMoved(p *page, from int) {
 	m.emitUpdated(p.node, p.lc, layout.CacheLevel(from), layout.CacheLevel(p.level()))
 }
 
-func (m *Manager) emitUpdated(n *node, lc layout.LifeCycleID, from, to layout.CacheLevel) {
+func (m *Manager) emitUpdated(n *node, lc layout.LayerGroupID, from, to layout.CacheLevel) {
 	m.emit(CacheEvent{Kind: BlockUpdated, Key: n.key, Parent: n.parent.key, LayerGroup: lc, Level: to, OldLevel: from,
 		Priority: n.priority[lc], OldPriority: n.priority[lc]})
 }
 
 // emitPriority reports that the priority of the stored block n's page of lc
 // went from old to its priority now.
-func (m *Manager) emitPriority(n *node, lc layout.LifeCycleID, old int) {
+func (m *Manager) emitPriority(n *node, lc layout.LayerGroupID, old int) {
 	m.emit(CacheEvent{Kind: BlockPriorityUpdated, Key: n.key, Parent: n.parent.key, LayerGroup: lc,
 		Priority: n.priority[lc], OldPriority: old})
 }
 
 // emitDropped reports that n lost its page of lc: the block is gone when it
 // has no page left, else only that layer group's page is.
-func (m *Manager) emitDropped(n *node, lc layout.LifeCycleID, from layout.CacheLevel) {
+func (m *Manager) emitDropped(n *node, lc layout.LayerGroupID, from layout.CacheLevel) {
 	if n.hasPages() {
 		m.emitUpdated(n, lc, from, DroppedLevel)
 		return

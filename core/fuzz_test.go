@@ -208,12 +208,12 @@ func (s *session) newCodec() (own *codec.Owned, garbage bool) {
 		return nil, false
 	case 3:
 		s.faulty = codectest.NewFaulty(codec.NewDefault())
-		lc := layout.LifeCycleID(s.in.n(len(s.lifecycles())))
+		lc := layout.LayerGroupID(s.in.n(len(s.lifecycles())))
 		switch s.in.n(4) {
 		case 0:
 			s.faulty.SetColdPageBytes(lc, []int64{0, -1, math.MinInt64, -4096}[s.in.n(4)])
 		case 1:
-			s.faulty.SetBatchingID(lc, layout.LifeCycleID([]int{-1, 7, 1 << 20}[s.in.n(3)]))
+			s.faulty.SetBatchingID(lc, layout.LayerGroupID([]int{-1, 7, 1 << 20}[s.in.n(3)]))
 		case 2:
 			s.faulty.SetLocation(lc, codec.PageIndexLocation([]int{-1, 2, 99}[s.in.n(3)]))
 		case 3:
@@ -451,9 +451,9 @@ func (s *session) create(a, b, which int) {
 func priority(which int) core.PriorityFunc {
 	switch which % 4 {
 	case 1, 2:
-		return func(b int, lc layout.LifeCycleID) int { return (b*37+which+int(lc)*11)%150 - 20 }
+		return func(b int, lc layout.LayerGroupID) int { return (b*37+which+int(lc)*11)%150 - 20 }
 	case 3:
-		return func(b int, _ layout.LifeCycleID) int {
+		return func(b int, _ layout.LayerGroupID) int {
 			if b == which/4%4 {
 				panic("fuzz: priority callback panics")
 			}

@@ -68,7 +68,7 @@ func (m *Manager) CheckInvariants(closed ...*KVCache) error {
 				continue
 			}
 			for lc, p := range cb.pages {
-				needs := m.lt.Needs(layout.LifeCycleID(lc), b, c.history)
+				needs := m.lt.Needs(layout.LayerGroupID(lc), b, c.history)
 				switch {
 				case p == nil && needs:
 					fail("cache %d block %d layer group %d: needed but has no page", c.id, b, lc)

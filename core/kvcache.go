@@ -53,7 +53,7 @@ const BadPageIndex int32 = -1
 // is called once per layer group of each block, runs with the manager's lock
 // held and must not call into the manager; a panic in it fails the Commit,
 // changing nothing.
-type PriorityFunc func(blockIndex int, lc layout.LifeCycleID) int
+type PriorityFunc func(blockIndex int, lc layout.LayerGroupID) int
 
 // CacheOptions configures CreateKVCache.
 type CacheOptions struct {
@@ -147,7 +147,7 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	for b, n := range mt.path {
 		cb := cacheBlock{pages: c.rows.row(numLC, promptBlocks, 0), node: n}
 		for lc, p := range n.pages {
-			if m.lt.Needs(layout.LifeCycleID(lc), b, full) {
+			if m.lt.Needs(layout.LayerGroupID(lc), b, full) {
 				cb.pages[lc] = p
 				m.ref(p, false)
 			}
@@ -165,7 +165,7 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	// The partial tokens may slide a window past some of the path's pages.
 	for b := range mt.path {
 		for lc, p := range c.blocks[b].pages {
-			if p != nil && !m.lt.Needs(layout.LifeCycleID(lc), b, reused) {
+			if p != nil && !m.lt.Needs(layout.LayerGroupID(lc), b, reused) {
 				c.blocks[b].pages[lc] = nil
 				m.unref(p, false)
 			}
@@ -203,7 +203,7 @@ func (m *Manager) copyPartial(src *node) []*page {
 	lvl := m.levels[0]
 	n := need{}
 	for lc, sp := range src.pages {
-		n[lvl.groupOf(layout.LifeCycleID(lc))]++
+		n[lvl.groupOf(layout.LayerGroupID(lc))]++
 		sp.active++ // pinned in place while room is made and the copy is submitted
 		sp.refresh()
 	}
@@ -220,7 +220,7 @@ func (m *Manager) copyPartial(src *node) []*page {
 	var descs []device.CopyDesc
 	waits := waitSet{}
 	for lc, sp := range src.pages {
-		dp := m.newPage(lvl.groupOf(layout.LifeCycleID(lc)), layout.LifeCycleID(lc))
+		dp := m.newPage(lvl.groupOf(layout.LayerGroupID(lc)), layout.LayerGroupID(lc))
 		dp.held = 1
 		pages[lc] = dp
 		waits.addFence(sp.group.fences[sp.slot])
@@ -617,8 +617,8 @@ func (c *KVCache) Resize(capacity, history int) error {
 		n := need{}
 		perLC = m.perLCScratch()
 		for lc := range lt.LifeCycles {
-			if k := lt.NewPagesNeeded(layout.LifeCycleID(lc), oldBlocks, newBlocks, history); k > 0 {
-				n[lvl.groupOf(layout.LifeCycleID(lc))] += k
+			if k := lt.NewPagesNeeded(layout.LayerGroupID(lc), oldBlocks, newBlocks, history); k > 0 {
+				n[lvl.groupOf(layout.LayerGroupID(lc))] += k
 				perLC[lc] = k
 			}
 		}
@@ -634,8 +634,8 @@ func (c *KVCache) Resize(capacity, history int) error {
 	for b := oldBlocks; b < newBlocks; b++ {
 		cb := cacheBlock{pages: c.rows.row(len(lt.LifeCycles), newBlocks-b, b)}
 		for lc := range lt.LifeCycles {
-			if lt.Needs(layout.LifeCycleID(lc), b, history) {
-				p := m.newPage(lvl.groupOf(layout.LifeCycleID(lc)), layout.LifeCycleID(lc))
+			if lt.Needs(layout.LayerGroupID(lc), b, history) {
+				p := m.newPage(lvl.groupOf(layout.LayerGroupID(lc)), layout.LayerGroupID(lc))
 				m.ref(p, true)
 				cb.pages[lc] = p
 				added = append(added, p)
@@ -673,7 +673,7 @@ func (c *KVCache) Resize(capacity, history int) error {
 	}
 	c.blocks = c.blocks[:min(len(c.blocks), newBlocks)]
 	for lc := range c.low {
-		c.low[lc] = max(c.low[lc], lt.FirstKeptBlock(layout.LifeCycleID(lc), history))
+		c.low[lc] = max(c.low[lc], lt.FirstKeptBlock(layout.LayerGroupID(lc), history))
 	}
 	generation := c.promptLen > 0 && c.history >= c.promptLen
 	c.capacity, c.history = capacity, history
@@ -706,7 +706,7 @@ func (c *KVCache) releasable(newBlocks, history int) []releasedPage {
 		if lt.LifeCycles[lc].Window.Size == 0 {
 			continue // full attention keeps every block
 		}
-		id := layout.LifeCycleID(lc)
+		id := layout.LayerGroupID(lc)
 		hi := min(lt.FirstKeptBlock(id, history), newBlocks, len(c.blocks))
 		for b := max(c.low[lc], lt.SinkBlocks(id)); b < hi; b++ {
 			if p := c.blocks[b].pages[lc]; p != nil {
@@ -845,7 +845,7 @@ func (c *KVCache) advanceHistory(history int, released []releasedPage, ev *share
 		m.unref(released[i].p, true)
 	}
 	for lc := range c.low {
-		c.low[lc] = max(c.low[lc], lt.FirstKeptBlock(layout.LifeCycleID(lc), history))
+		c.low[lc] = max(c.low[lc], lt.FirstKeptBlock(layout.LayerGroupID(lc), history))
 	}
 	c.history = history
 	m.safePoint()
@@ -945,7 +945,7 @@ func (c *KVCache) setPriority(n *node, prs []int) {
 			old := a.priority[lc]
 			a.priority[lc] = pr
 			if a.hasPages() { // a stored block
-				c.m.emitPriority(a, layout.LifeCycleID(lc), old)
+				c.m.emitPriority(a, layout.LayerGroupID(lc), old)
 			}
 			if p := a.pages[lc]; p != nil {
 				p.refresh()
@@ -973,7 +973,7 @@ func (c *KVCache) blockPriority(b int) (prs []int, err error) {
 		}
 	}()
 	for ; lc < len(prs); lc++ {
-		prs[lc] = min(max(c.priority(b, layout.LifeCycleID(lc)), MinPriority), MaxPriority)
+		prs[lc] = min(max(c.priority(b, layout.LayerGroupID(lc)), MinPriority), MaxPriority)
 	}
 	return prs, nil
 }

@@ -13,6 +13,11 @@
 // All methods of a Manager and of its caches are safe for concurrent use: one
 // mutex per manager serializes them.
 //
+// Words: a tier is a configured kind of storage (config.CacheTierConfig, the
+// design's cache_tiers); a level is a tier's place at run time
+// (layout.CacheLevel, 0 the GPU): level i holds cache_tiers[i]. A layer group
+// (layout.LayerGroupID) is the design's lifecycle.
+//
 // Files by job: manager.go and construct.go build and close the manager;
 // kvcache.go is a cache's lifecycle; tree.go the radix tree and prefix
 // matching; storage.go the levels, slot groups and page ownership; evict.go

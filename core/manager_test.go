@@ -188,10 +188,10 @@ func TestPriorityCallbackIsAskedPerLayerGroup(t *testing.T) {
 	f := newFixture(t, cfg)
 	type call struct {
 		block int
-		lc    layout.LifeCycleID
+		lc    layout.LayerGroupID
 	}
 	var calls []call
-	c, err := f.m.CreateKVCache(CacheOptions{Priority: func(b int, lc layout.LifeCycleID) int {
+	c, err := f.m.CreateKVCache(CacheOptions{Priority: func(b int, lc layout.LayerGroupID) int {
 		calls = append(calls, call{b, lc})
 		return 10 + int(lc)
 	}})
@@ -350,7 +350,7 @@ func TestEvictionDropsLeastRecentlyReleasedTailFirst(t *testing.T) {
 
 func TestEvictionHonoursPriorities(t *testing.T) {
 	f := newFixture(t, smallConfig(4))
-	keep := func(int, layout.LifeCycleID) int { return MaxPriority }
+	keep := func(int, layout.LayerGroupID) int { return MaxPriority }
 	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 8), Priority: keep})
 	require.NoError(t, err)
 	require.NoError(t, c.Resume(f.stream))
@@ -602,7 +602,7 @@ func TestIterationPeakAndStorageStats(t *testing.T) {
 	assert.Equal(t, int64(3), peaks[0].PeakUsed)
 	st := f.hotStats()
 	assert.Equal(t, PoolGroupStats{
-		Level: 0, Tier: config.GPUTier, Index: 0, LifeCycles: []layout.LifeCycleID{0},
+		Level: 0, Tier: config.GPUTier, Index: 0, LifeCycles: []layout.LayerGroupID{0},
 		PageBytes: 256, Total: 8, Free: 5, Evictable: 3, Available: 8,
 	}, st)
 	_, err = f.m.StorageStats(3)
@@ -820,7 +820,7 @@ func TestResizeBeyondTheLevelFailsPromptly(t *testing.T) {
 func TestPanickingPriorityCallbackCommitsNothing(t *testing.T) {
 	f := newFixture(t, smallConfig(16))
 	calls := 0
-	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 8), Priority: func(int, layout.LifeCycleID) int {
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 8), Priority: func(int, layout.LayerGroupID) int {
 		calls++
 		if calls == 1 {
 			panic("priority callback bug")
@@ -900,7 +900,7 @@ func TestEventsCarryPrioritiesAndTheLevelLeft(t *testing.T) {
 	}
 
 	events = nil
-	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 13), Priority: func(int, layout.LifeCycleID) int { return 80 }})
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 13), Priority: func(int, layout.LayerGroupID) int { return 80 }})
 	require.NoError(t, err)
 	require.NoError(t, c.Resume(f.stream))
 	require.NoError(t, c.Resize(12, 12))

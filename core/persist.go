@@ -60,7 +60,7 @@ func (m *Manager) restoreDisk() error {
 			if !ok[s] || h.Key == 0 || len(h.Tokens) != tpb || h.PayloadLen != g.blobBytes() {
 				continue
 			}
-			lc := layout.LifeCycleID(h.LifeCycle)
+			lc := layout.LayerGroupID(h.LifeCycle)
 			if int(lc) >= len(m.blobFP) || m.blobFP[lc] != h.Fingerprint || lvl.groupOf(lc) != g ||
 				m.hasher.Next(blockhash.Key(h.Parent), h.Tokens) != blockhash.Key(h.Key) {
 				continue
@@ -92,7 +92,7 @@ func (m *Manager) restoreDisk() error {
 		parent.addChild(n, tpb)
 		nodes[key] = n
 		for _, f := range fs {
-			lc := layout.LifeCycleID(f.h.LifeCycle)
+			lc := layout.LayerGroupID(f.h.LifeCycle)
 			if n.pages[lc] != nil || f.h.Parent != first.Parent || !slices.Equal(f.h.Tokens, first.Tokens) {
 				continue // a duplicate: its slot stays free
 			}

@@ -174,7 +174,7 @@ func (m *Manager) onCreatePages(c *KVCache, mt match, inputTokens int) {
 		st.PartialReusedBlocks += partial
 		st.ReusedBlocks += full + partial
 		st.AllocTotalBlocks += full + partial
-		needed := int64(lt.NewPagesNeeded(layout.LifeCycleID(lc), 0, inputBlocks, inputTokens))
+		needed := int64(lt.NewPagesNeeded(layout.LayerGroupID(lc), 0, inputBlocks, inputTokens))
 		st.MissedBlocks += max(needed-full, 0)
 	}
 }
@@ -193,7 +193,7 @@ func (s *statCounters) onAllocatePages(perLC []int, generation bool) {
 }
 
 // onMoved counts one page's migration on path, of bytes as it travels.
-func (s *statCounters) onMoved(lc layout.LifeCycleID, path Path, bytes int64) {
+func (s *statCounters) onMoved(lc layout.LayerGroupID, path Path, bytes int64) {
 	st := &s.lc[lc]
 	switch path {
 	case HotToHot:
@@ -300,7 +300,7 @@ type PoolGroupStats struct {
 	Level      layout.CacheLevel
 	Tier       config.TierKind
 	Index      layout.PoolGroupIndex
-	LifeCycles []layout.LifeCycleID
+	LifeCycles []layout.LayerGroupID
 	PageBytes  int64
 	Total      int64
 	Free       int64

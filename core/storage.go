@@ -14,7 +14,7 @@ import (
 // page is one lifecycle's data for one block, occupying one slot of its
 // lifecycle's pool group at its current level.
 type page struct {
-	lc    layout.LifeCycleID
+	lc    layout.LayerGroupID
 	group *slotGroup
 	slot  int32
 	// node is the radix-tree block the page belongs to; nil for a page
@@ -124,7 +124,7 @@ type storageLevel struct {
 	lcMap  []layout.PoolGroupIndex
 }
 
-func (l *storageLevel) groupOf(lc layout.LifeCycleID) *slotGroup { return l.groups[l.lcMap[lc]] }
+func (l *storageLevel) groupOf(lc layout.LayerGroupID) *slotGroup { return l.groups[l.lcMap[lc]] }
 
 // slotsBytes is the size of n slots of b bytes, checked: layout sizing keeps
 // every level within its int64 quota, so an overflow here is a bug, reported
@@ -412,7 +412,7 @@ func (p *page) refresh() {
 
 // newPage takes a free slot of g for lifecycle lc; reserve must have made
 // room. The page starts private, unreferenced.
-func (m *Manager) newPage(g *slotGroup, lc layout.LifeCycleID) *page {
+func (m *Manager) newPage(g *slotGroup, lc layout.LayerGroupID) *page {
 	p := m.slabs.page()
 	p.lc = lc
 	g.take(p)

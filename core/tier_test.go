@@ -223,7 +223,7 @@ func TestOneHotGroupSplitsIntoTwoColdGroups(t *testing.T) {
 	cfg := tieredConfig(t, 8, 16, 0)
 	cfg.Layers[1].SlidingWindowSize = 64
 	bat := codectest.NewBatching(codectest.BatchingOptions{
-		ColdPageBytes: map[layout.LifeCycleID]int64{0: 256, 1: 320},
+		ColdPageBytes: map[layout.LayerGroupID]int64{0: 256, 1: 320},
 	})
 	f := newTieredFixture(t, cfg, WithColdPageCodec(codec.Own(bat)))
 	hot, cold := f.groups(0), f.groups(1)
@@ -240,7 +240,7 @@ func TestTwoHotGroupsShareOneColdGroup(t *testing.T) {
 	cfg.Layers[1].SlidingWindowSize = 64
 	cfg.Layers[1].Buffers = []config.BufferConfig{{Role: config.RoleKey, Size: 96}}
 	bat := codectest.NewBatching(codectest.BatchingOptions{
-		ColdPageBytes: map[layout.LifeCycleID]int64{0: 256, 1: 256},
+		ColdPageBytes: map[layout.LayerGroupID]int64{0: 256, 1: 256},
 	})
 	f := newTieredFixture(t, cfg, WithColdPageCodec(codec.Own(bat)))
 	hot, cold := f.groups(0), f.groups(1)
@@ -527,7 +527,7 @@ func TestColdPoolRatiosProjectThroughSlotCounts(t *testing.T) {
 	cfg.InitialPoolRatio = []float64{0.5, 0.5}
 	// Both lifecycles have 128-byte hot pages; cold pages are 128 and 256 bytes.
 	bat := codectest.NewBatching(codectest.BatchingOptions{
-		ColdPageBytes: map[layout.LifeCycleID]int64{0: 128, 1: 256},
+		ColdPageBytes: map[layout.LayerGroupID]int64{0: 128, 1: 256},
 	})
 	f := newTieredFixture(t, cfg, WithColdPageCodec(codec.Own(bat)))
 	hot, cold := f.groups(0), f.groups(1)

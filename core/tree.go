@@ -259,7 +259,7 @@ func (m *Manager) usablePrefix(path []*node) int {
 		ok := true
 		for lc := range numLC {
 			row := missing[lc*width : (lc+1)*width]
-			id := layout.LifeCycleID(lc)
+			id := layout.LayerGroupID(lc)
 			sinks := min(m.lt.SinkBlocks(id), j)
 			first := max(m.lt.FirstKeptBlock(id, j*tpb), sinks)
 			if row[sinks] > 0 || row[j]-row[first] > 0 {

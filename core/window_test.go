@@ -27,7 +27,7 @@ func wantPages(lt *layout.Layout, capacity, history int) [][]bool {
 	out := make([][]bool, len(lt.LifeCycles))
 	for lc := range out {
 		for b := range lt.BlocksFor(capacity) {
-			out[lc] = append(out[lc], lt.Needs(layout.LifeCycleID(lc), b, history))
+			out[lc] = append(out[lc], lt.Needs(layout.LayerGroupID(lc), b, history))
 		}
 	}
 	return out

@@ -237,7 +237,7 @@ type NativeSizer interface {
 
 // Info is what a codec reports for one lifecycle.
 type Info struct {
-	LifeCycle     layout.LifeCycleID
+	LifeCycle     layout.LayerGroupID
 	ColdPageBytes int64
 	BatchingID    layout.LayerGroupID
 	Location      PageIndexLocation
@@ -248,7 +248,7 @@ var ErrQuery = errors.New("codec query failed")
 
 // QueryError is one failure value a codec returned from a query.
 type QueryError struct {
-	LifeCycle layout.LifeCycleID
+	LifeCycle layout.LayerGroupID
 	Method    string // "QueryColdPageBytes", "GetBatchingLayerGroupID" or "QueryPageIndexLocation"
 	Value     int64  // the value returned (0 when Native does not fit)
 	// Native is the size a NativeSizer returned, when it does not fit an
@@ -292,7 +292,7 @@ func (e *QueryError) Unwrap() error { return ErrQuery }
 // several are joined in one message separated by "; ") and each wraps
 // ErrQuery. It checks no relation between
 // lifecycles: validating equivalence classes is the manager's job.
-func QueryAll(c ColdPageCodec, lifecycles []layout.LifeCycleID) ([]Info, error) {
+func QueryAll(c ColdPageCodec, lifecycles []layout.LayerGroupID) ([]Info, error) {
 	if c == nil {
 		return nil, fmt.Errorf("%w: nil codec", ErrQuery)
 	}
@@ -325,7 +325,7 @@ func QueryAll(c ColdPageCodec, lifecycles []layout.LifeCycleID) ([]Info, error) 
 
 // coldPageBytes queries lc's cold-page size; for a NativeSizer whose size
 // does not fit an int64 it returns 0 and the native value.
-func coldPageBytes(c ColdPageCodec, lc layout.LifeCycleID) (int64, uint64) {
+func coldPageBytes(c ColdPageCodec, lc layout.LayerGroupID) (int64, uint64) {
 	var n uint64
 	switch cc := c.(type) {
 	case *Guarded:

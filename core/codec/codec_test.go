@@ -73,14 +73,14 @@ func configuredDefault(t *testing.T) codec.ColdPageCodec {
 	t.Helper()
 	c := codec.NewDefault()
 	require.True(t, c.Configure([]layout.PoolGroupDesc{
-		{Index: 0, NumSlots: 4, LifeCycles: []layout.LifeCycleID{0, 2}, Pools: []layout.PoolDesc{{Base: 0x10000, SlotBytes: 16}, {Base: 0x20000, SlotBytes: 48}}},
-		{Index: 1, NumSlots: 4, LifeCycles: []layout.LifeCycleID{1, 3}, Pools: []layout.PoolDesc{{Base: 0x30000, SlotBytes: 32}}},
+		{Index: 0, NumSlots: 4, LifeCycles: []layout.LayerGroupID{0, 2}, Pools: []layout.PoolDesc{{Base: 0x10000, SlotBytes: 16}, {Base: 0x20000, SlotBytes: 48}}},
+		{Index: 1, NumSlots: 4, LifeCycles: []layout.LayerGroupID{1, 3}, Pools: []layout.PoolDesc{{Base: 0x30000, SlotBytes: 32}}},
 	}))
 	return c
 }
 
 func TestQueryAllReportsEveryLifecycle(t *testing.T) {
-	infos, err := codec.QueryAll(configuredDefault(t), []layout.LifeCycleID{0, 1, 2, 3})
+	infos, err := codec.QueryAll(configuredDefault(t), []layout.LayerGroupID{0, 1, 2, 3})
 	require.NoError(t, err)
 	assert.Equal(t, []codec.Info{
 		{LifeCycle: 0, ColdPageBytes: 64, BatchingID: 0, Location: codec.Host},
@@ -98,7 +98,7 @@ func TestQueryAllNamesTheLifecycleAndMethodOfEveryFailure(t *testing.T) {
 	f.SetLocation(0, codec.BadLocation)
 	f.SetLocation(3, codec.PageIndexLocation(5))
 
-	infos, err := codec.QueryAll(f, []layout.LifeCycleID{0, 1, 2, 3})
+	infos, err := codec.QueryAll(f, []layout.LayerGroupID{0, 1, 2, 3})
 	require.Error(t, err)
 	assert.Len(t, infos, 4, "the values are returned even on failure")
 	assert.ErrorIs(t, err, codec.ErrQuery)
@@ -111,13 +111,13 @@ func TestQueryAllNamesTheLifecycleAndMethodOfEveryFailure(t *testing.T) {
 
 	var qe *codec.QueryError
 	require.ErrorAs(t, err, &qe)
-	assert.Equal(t, layout.LifeCycleID(0), qe.LifeCycle, "failures are reported in lifecycle order")
+	assert.Equal(t, layout.LayerGroupID(0), qe.LifeCycle, "failures are reported in lifecycle order")
 	assert.Equal(t, "QueryPageIndexLocation", qe.Method)
 	assert.Equal(t, int64(codec.BadLocation), qe.Value)
 
 	// A single failure is a *QueryError itself; an unknown lifecycle fails
 	// all three queries.
-	_, err = codec.QueryAll(configuredDefault(t), []layout.LifeCycleID{0, 9})
+	_, err = codec.QueryAll(configuredDefault(t), []layout.LayerGroupID{0, 9})
 	require.Error(t, err)
 	assert.Equal(t, "codec: lifecycle 9: QueryColdPageBytes returned 0 bytes (0 is failure); "+
 		"codec: lifecycle 9: GetBatchingLayerGroupID returned -1 (negative is failure or unknown lifecycle); "+
@@ -125,7 +125,7 @@ func TestQueryAllNamesTheLifecycleAndMethodOfEveryFailure(t *testing.T) {
 
 	f.ClearOverrides()
 	f.SetColdPageBytes(2, -8)
-	_, err = codec.QueryAll(f, []layout.LifeCycleID{2})
+	_, err = codec.QueryAll(f, []layout.LayerGroupID{2})
 	require.ErrorAs(t, err, &qe)
 	assert.Equal(t, "codec: lifecycle 2: QueryColdPageBytes returned -8 bytes (negative size)", err.Error())
 
@@ -136,7 +136,7 @@ func TestQueryAllNamesTheLifecycleAndMethodOfEveryFailure(t *testing.T) {
 // nativeSized reports size_t-like cold-page sizes, as a C codec does.
 type nativeSized struct {
 	codec.ColdPageCodec
-	native map[layout.LifeCycleID]uint64
+	native map[layout.LayerGroupID]uint64
 }
 
 func (n nativeSized) NativeColdPageBytes(lg layout.LayerGroupID) uint64 {
@@ -150,8 +150,8 @@ func (n nativeSized) NativeColdPageBytes(lg layout.LayerGroupID) uint64 {
 // codec's SIZE_MAX) is named as returned, not as "0 bytes" or a wrapped
 // negative value.
 func TestQueryAllReportsNativeSizesBeyondInt64AsReturned(t *testing.T) {
-	c := nativeSized{configuredDefault(t), map[layout.LifeCycleID]uint64{1: math.MaxUint64, 2: 1 << 63}}
-	infos, err := codec.QueryAll(c, []layout.LifeCycleID{0, 1, 2, 3})
+	c := nativeSized{configuredDefault(t), map[layout.LayerGroupID]uint64{1: math.MaxUint64, 2: 1 << 63}}
+	infos, err := codec.QueryAll(c, []layout.LayerGroupID{0, 1, 2, 3})
 	require.ErrorIs(t, err, codec.ErrQuery)
 	assert.Equal(t, "codec: lifecycle 1: QueryColdPageBytes returned 18446744073709551615 bytes (SIZE_MAX, more than an int64 holds); "+
 		"codec: lifecycle 2: QueryColdPageBytes returned 9223372036854775808 bytes (more than an int64 holds)", err.Error())
@@ -165,16 +165,16 @@ func TestQueryAllReportsNativeSizesBeyondInt64AsReturned(t *testing.T) {
 // The manager guards every codec it owns: a guarded native codec's sizes are
 // still reported as the codec returned them.
 func TestQueryAllReportsAGuardedCodecsNativeSizes(t *testing.T) {
-	c := codec.Guard(nativeSized{configuredDefault(t), map[layout.LifeCycleID]uint64{1: math.MaxUint64}})
-	_, err := codec.QueryAll(c, []layout.LifeCycleID{0, 1})
+	c := codec.Guard(nativeSized{configuredDefault(t), map[layout.LayerGroupID]uint64{1: math.MaxUint64}})
+	_, err := codec.QueryAll(c, []layout.LayerGroupID{0, 1})
 	require.ErrorIs(t, err, codec.ErrQuery)
 	assert.Contains(t, err.Error(), "returned 18446744073709551615 bytes (SIZE_MAX")
 }
 
 func configuredDefaultDescs() []layout.PoolGroupDesc {
 	return []layout.PoolGroupDesc{
-		{Index: 0, NumSlots: 4, LifeCycles: []layout.LifeCycleID{0, 2}, Pools: []layout.PoolDesc{{Base: 0x10000, SlotBytes: 16}, {Base: 0x20000, SlotBytes: 48}}},
-		{Index: 1, NumSlots: 4, LifeCycles: []layout.LifeCycleID{1, 3}, Pools: []layout.PoolDesc{{Base: 0x30000, SlotBytes: 32}}},
+		{Index: 0, NumSlots: 4, LifeCycles: []layout.LayerGroupID{0, 2}, Pools: []layout.PoolDesc{{Base: 0x10000, SlotBytes: 16}, {Base: 0x20000, SlotBytes: 48}}},
+		{Index: 1, NumSlots: 4, LifeCycles: []layout.LayerGroupID{1, 3}, Pools: []layout.PoolDesc{{Base: 0x30000, SlotBytes: 32}}},
 	}
 }
 

@@ -35,7 +35,7 @@ func newRig(t *testing.T, opts emu.Options, kind device.MemoryKind) (*emu.Device
 	return dev, rig
 }
 
-func fillRandom(t *testing.T, rig *codectest.Rig, lc layout.LifeCycleID, rng *rand.Rand) [][]byte {
+func fillRandom(t *testing.T, rig *codectest.Rig, lc layout.LayerGroupID, rng *rand.Rand) [][]byte {
 	t.Helper()
 	g := rig.Group(lc)
 	pages := make([][]byte, g.NumSlots)
@@ -216,10 +216,10 @@ func TestDefaultCodecRejectsInvalidCallsSynchronouslyWithNothingEnqueued(t *test
 	}
 
 	type call func() bool
-	enc := func(c codec.ColdPageCodec, lg layout.LifeCycleID, base device.Ptr, idx codec.PageIndices, s device.Stream) call {
+	enc := func(c codec.ColdPageCodec, lg layout.LayerGroupID, base device.Ptr, idx codec.PageIndices, s device.Stream) call {
 		return func() bool { return c.Encode(lg, base, idx, s) }
 	}
-	dec := func(c codec.ColdPageCodec, lg layout.LifeCycleID, base device.Ptr, idx codec.PageIndices, s device.Stream) call {
+	dec := func(c codec.ColdPageCodec, lg layout.LayerGroupID, base device.Ptr, idx codec.PageIndices, s device.Stream) call {
 		return func() bool { return c.Decode(lg, base, idx, s) }
 	}
 	s, base := rig.Stream, cold.Ptr()

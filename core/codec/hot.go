@@ -25,8 +25,8 @@ var ErrBadIndex = errors.New("codec: page index out of range")
 // nil receiver and then answer as for an unconfigured codec.
 type HotLayout struct {
 	groups []layout.PoolGroupDesc
-	byLC   map[layout.LifeCycleID]int
-	lcs    []layout.LifeCycleID
+	byLC   map[layout.LayerGroupID]int
+	lcs    []layout.LayerGroupID
 }
 
 // NewHotLayout validates descs as the design requires of Configure's argument
@@ -41,7 +41,7 @@ func NewHotLayout(descs []layout.PoolGroupDesc) (*HotLayout, error) {
 	}
 	h := &HotLayout{
 		groups: make([]layout.PoolGroupDesc, len(descs)),
-		byLC:   make(map[layout.LifeCycleID]int),
+		byLC:   make(map[layout.LayerGroupID]int),
 	}
 	for i, d := range descs {
 		if d.Index != layout.PoolGroupIndex(i) {
@@ -110,7 +110,7 @@ func (h *HotLayout) Groups() []layout.PoolGroupDesc {
 
 // LifeCycles returns every configured lifecycle in ascending order. Callers
 // must not modify it.
-func (h *HotLayout) LifeCycles() []layout.LifeCycleID {
+func (h *HotLayout) LifeCycles() []layout.LayerGroupID {
 	if h == nil {
 		return nil
 	}

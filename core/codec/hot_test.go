@@ -12,7 +12,7 @@ import (
 	"github.com/kvcm/kvcm/core/layout"
 )
 
-func lcs(ids ...layout.LifeCycleID) []layout.LifeCycleID { return ids }
+func lcs(ids ...layout.LayerGroupID) []layout.LayerGroupID { return ids }
 
 func pools(slotBytes ...int64) []layout.PoolDesc {
 	out := make([]layout.PoolDesc, len(slotBytes))
@@ -134,7 +134,7 @@ func TestAppendConcatCopiesValidatesBeforeAppending(t *testing.T) {
 	ok := codec.PageIndexPair{Dst: 1, Src: 1}
 	cases := []struct {
 		name   string
-		lg     layout.LifeCycleID
+		lg     layout.LayerGroupID
 		dir    codec.Direction
 		base   device.Ptr
 		stride int64

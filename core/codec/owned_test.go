@@ -73,7 +73,7 @@ func TestOwnedDiscardDestroysTheCodec(t *testing.T) {
 
 // newManager stands in for the manager constructor: it consumes the codec
 // first, then owns it through configuration and destroys it on any failure.
-func newManager(o *codec.Owned, descs []layout.PoolGroupDesc, lifecycles []layout.LifeCycleID) (_ codec.ColdPageCodec, err error) {
+func newManager(o *codec.Owned, descs []layout.PoolGroupDesc, lifecycles []layout.LayerGroupID) (_ codec.ColdPageCodec, err error) {
 	c, err := o.Take()
 	if err != nil {
 		return nil, err
@@ -97,7 +97,7 @@ func newManager(o *codec.Owned, descs []layout.PoolGroupDesc, lifecycles []layou
 
 func TestOwnershipIsConsumedOnSuccessAndOnFailure(t *testing.T) {
 	descs := configuredDefaultDescs()
-	lcs := []layout.LifeCycleID{0, 1, 2, 3}
+	lcs := []layout.LayerGroupID{0, 1, 2, 3}
 
 	t.Run("success", func(t *testing.T) {
 		f := codectest.NewFaulty(codec.NewDefault())

@@ -2,13 +2,11 @@ package layout
 
 import "github.com/kvcm/kvcm/core/device"
 
-// LifeCycleID identifies a lifecycle: the layers that share one attention
-// window shape and therefore allocate and release pages together. It is the
+// LayerGroupID identifies a layer group: the layers that share one attention
+// window shape and therefore allocate and release pages together (the
+// design's lifecycle: its LayerGroupId and LifeCycleId are one ID). It is the
 // stable semantic key of the storage layout.
-type LifeCycleID int32
-
-// LayerGroupID is the public name of a lifecycle; the two map one to one.
-type LayerGroupID = LifeCycleID
+type LayerGroupID int32
 
 // PoolGroupIndex identifies a pool group within one cache level. Indices of
 // different levels are unrelated and must never be compared.
@@ -35,7 +33,7 @@ type PoolDesc struct {
 type PoolGroupDesc struct {
 	Index      PoolGroupIndex
 	NumSlots   int64
-	LifeCycles []LifeCycleID
+	LifeCycles []LayerGroupID
 	Pools      []PoolDesc
 }
 

@@ -42,7 +42,7 @@ func (p Pool) SlotBytes() int64 { return p.BufferBytes * int64(len(p.Buffers)) }
 
 // LifeCycle is one layer group.
 type LifeCycle struct {
-	ID     LifeCycleID
+	ID     LayerGroupID
 	Window Window
 	Layers []int32
 	Pools  []Pool
@@ -61,7 +61,7 @@ func (lc *LifeCycle) PageBytes() int64 {
 // page index of the buffer for base page (slot) s is s*Scale + Offset, counted
 // in units of the buffer's size from its pool's base address.
 type BufferLocation struct {
-	LifeCycle LifeCycleID
+	LifeCycle LayerGroupID
 	Pool      int
 	Scale     int64
 	Offset    int64
@@ -72,7 +72,7 @@ type BufferLocation struct {
 // the slot bytes of each of its pools.
 type Group struct {
 	Index      PoolGroupIndex
-	LifeCycles []LifeCycleID
+	LifeCycles []LayerGroupID
 	PoolBytes  []int64
 }
 
@@ -93,7 +93,7 @@ type Level struct {
 }
 
 // GroupOf returns the pool group of lifecycle lc at this level.
-func (l *Level) GroupOf(lc LifeCycleID) *Group { return &l.Groups[l.LifeCycleToGroup[lc]] }
+func (l *Level) GroupOf(lc LayerGroupID) *Group { return &l.Groups[l.LifeCycleToGroup[lc]] }
 
 // Layout is the derived layout of a configuration.
 type Layout struct {
@@ -123,12 +123,12 @@ func New(cfg *config.Config) *Layout {
 	slices.SortFunc(layers, func(a, b config.AttentionLayerConfig) int { return cmp.Compare(a.LayerID, b.LayerID) })
 
 	lt := &Layout{TokensPerBlock: cfg.TokensPerBlock, Buffers: map[BufferKey]BufferLocation{}}
-	byWindow := map[Window]LifeCycleID{}
+	byWindow := map[Window]LayerGroupID{}
 	for _, l := range layers {
 		w := Window{l.SlidingWindowSize, l.NumSinkTokens}
 		id, ok := byWindow[w]
 		if !ok {
-			id = LifeCycleID(len(lt.LifeCycles))
+			id = LayerGroupID(len(lt.LifeCycles))
 			byWindow[w] = id
 			lt.LifeCycles = append(lt.LifeCycles, LifeCycle{ID: id, Window: w})
 		}
@@ -209,7 +209,7 @@ func (lt *Layout) SetColdPageBytes(coldBytes []int64) error {
 			g = len(cold.Groups)
 			cold.Groups = append(cold.Groups, Group{Index: PoolGroupIndex(g), PoolBytes: []int64{n}})
 		}
-		cold.Groups[g].LifeCycles = append(cold.Groups[g].LifeCycles, LifeCycleID(lc))
+		cold.Groups[g].LifeCycles = append(cold.Groups[g].LifeCycles, LayerGroupID(lc))
 		cold.LifeCycleToGroup[lc] = PoolGroupIndex(g)
 	}
 	for i := 1; i < len(lt.Levels); i++ {
@@ -233,21 +233,21 @@ func (lt *Layout) BlocksFor(n int) int {
 // NewPagesNeeded returns how many of blocks [from, to) lifecycle lc needs
 // once history tokens are computed: the sink blocks and those from the first
 // kept one on.
-func (lt *Layout) NewPagesNeeded(lc LifeCycleID, from, to, history int) int {
+func (lt *Layout) NewPagesNeeded(lc LayerGroupID, from, to, history int) int {
 	overlap := func(lo, hi int) int { return max(0, min(hi, to)-max(lo, from)) }
 	sinks := lt.SinkBlocks(lc)
 	return overlap(0, sinks) + overlap(max(sinks, lt.FirstKeptBlock(lc, history)), to)
 }
 
 // SinkBlocks returns how many leading blocks hold sink tokens of lifecycle lc.
-func (lt *Layout) SinkBlocks(lc LifeCycleID) int {
+func (lt *Layout) SinkBlocks(lc LayerGroupID) int {
 	return lt.BlocksFor(lt.LifeCycles[lc].Window.Sinks)
 }
 
 // FirstKeptBlock returns the first non-sink block lifecycle lc still needs
 // once history tokens are computed: later tokens attend back at most the
 // window size from the first uncomputed position.
-func (lt *Layout) FirstKeptBlock(lc LifeCycleID, history int) int {
+func (lt *Layout) FirstKeptBlock(lc LayerGroupID, history int) int {
 	w := lt.LifeCycles[lc].Window.Size
 	if w == 0 || history <= w {
 		return 0
@@ -257,7 +257,7 @@ func (lt *Layout) FirstKeptBlock(lc LifeCycleID, history int) int {
 
 // Needs reports whether lifecycle lc needs block b of a sequence whose first
 // history tokens are computed.
-func (lt *Layout) Needs(lc LifeCycleID, b, history int) bool {
+func (lt *Layout) Needs(lc LayerGroupID, b, history int) bool {
 	if lt.LifeCycles[lc].Window.Size == 0 {
 		return true // full attention
 	}
@@ -265,7 +265,7 @@ func (lt *Layout) Needs(lc LifeCycleID, b, history int) bool {
 }
 
 // PagesNeeded returns the pages lifecycle lc holds for one request.
-func (lt *Layout) PagesNeeded(lc LifeCycleID, r config.RequestDesc) int64 {
+func (lt *Layout) PagesNeeded(lc LayerGroupID, r config.RequestDesc) int64 {
 	total := lt.BlocksFor(r.Capacity)
 	first := min(lt.FirstKeptBlock(lc, r.HistoryLength), total)
 	sinks := min(lt.SinkBlocks(lc), first)

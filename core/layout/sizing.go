@@ -52,7 +52,7 @@ func (lt *Layout) atLeastOnePage(w []float64) []float64 {
 func (lt *Layout) batchBytes(b config.BatchDesc) []float64 {
 	w := make([]float64, len(lt.LifeCycles))
 	for i := range lt.LifeCycles {
-		w[i] = float64(lt.BatchPages(LifeCycleID(i), b)) * float64(lt.LifeCycles[i].PageBytes())
+		w[i] = float64(lt.BatchPages(LayerGroupID(i), b)) * float64(lt.LifeCycles[i].PageBytes())
 	}
 	return w
 }
@@ -63,7 +63,7 @@ func (lt *Layout) batchBytes(b config.BatchDesc) []float64 {
 // the reuse tree that every request holding them shares: they count once,
 // as the union of the shared blocks the requests still need, and every
 // request's other pages count for it alone. The sum saturates.
-func (lt *Layout) BatchPages(lc LifeCycleID, b config.BatchDesc) int64 {
+func (lt *Layout) BatchPages(lc LayerGroupID, b config.BatchDesc) int64 {
 	shared := 0
 	if len(b.Requests) > 0 && b.SystemPromptLength > 0 {
 		shortest := b.Requests[0].Capacity
@@ -96,7 +96,7 @@ func (lt *Layout) HotFloors(cfg *config.Config) []int64 {
 	for _, b := range cfg.Constraints {
 		for i := range lt.LifeCycles {
 			// Saturated: an overflowing floor fails as "floors overflow".
-			floors[i] = max(floors[i], lt.BatchPages(LifeCycleID(i), b))
+			floors[i] = max(floors[i], lt.BatchPages(LayerGroupID(i), b))
 		}
 	}
 	return floors

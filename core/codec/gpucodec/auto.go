@@ -90,7 +90,7 @@ type Auto struct {
 
 	mu         sync.Mutex
 	configured bool
-	choice     map[layout.LifeCycleID]Choice
+	choice     map[layout.LayerGroupID]Choice
 }
 
 var _ codec.ColdPageCodec = (*Auto)(nil)
@@ -127,7 +127,7 @@ func (a *Auto) CrossoverBytes() int64 { return a.crossover }
 
 // Choice reports how lifecycle lg's pages move; false before Configure or
 // for an unknown lifecycle.
-func (a *Auto) Choice(lg layout.LifeCycleID) (Choice, bool) {
+func (a *Auto) Choice(lg layout.LayerGroupID) (Choice, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	c, ok := a.choice[lg]
@@ -146,7 +146,7 @@ func (a *Auto) Configure(gpuDescs []layout.PoolGroupDesc) bool {
 	if !a.dma.Configure(gpuDescs) {
 		return false
 	}
-	choice := make(map[layout.LifeCycleID]Choice)
+	choice := make(map[layout.LayerGroupID]Choice)
 	anyKernel := false
 	for _, g := range gpuDescs {
 		c := Choose(g, a.crossover, a.kernel != nil)

@@ -23,7 +23,7 @@ func TestAutoPicksTheKernelForSmallChunksOnCUDA(t *testing.T) {
 			defer func() { require.NoError(t, a.Close()) }()
 			assert.True(t, a.KernelAvailable())
 			require.True(t, a.Configure(r.Groups))
-			for lc, want := range map[layout.LifeCycleID]Choice{0: Kernel, 1: DMA, 2: Kernel} {
+			for lc, want := range map[layout.LayerGroupID]Choice{0: Kernel, 1: DMA, 2: Kernel} {
 				c, ok := a.Choice(lc)
 				require.True(t, ok)
 				assert.Equal(t, want, c, "lifecycle %d", lc)
@@ -44,7 +44,7 @@ func TestAutoFallsBackToDMAWhenTheKernelRejectsTheLayout(t *testing.T) {
 	r := rig(t, d, device.DeviceMemory, autoSpecs[0], autoSpecs[1])
 	groups := append([]layout.PoolGroupDesc(nil), r.Groups...)
 	wide := groupOf(slots...)
-	wide.Index, wide.NumSlots, wide.LifeCycles = 2, 1, []layout.LifeCycleID{3}
+	wide.Index, wide.NumSlots, wide.LifeCycles = 2, 1, []layout.LayerGroupID{3}
 	m, err := r.Alloc(device.DeviceMemory, 64*int64(len(slots)))
 	require.NoError(t, err)
 	for i := range wide.Pools {
@@ -55,7 +55,7 @@ func TestAutoFallsBackToDMAWhenTheKernelRejectsTheLayout(t *testing.T) {
 	require.NoError(t, err)
 	defer a.Close()
 	require.True(t, a.Configure(groups))
-	for _, lc := range []layout.LifeCycleID{0, 1, 2, 3} {
+	for _, lc := range []layout.LayerGroupID{0, 1, 2, 3} {
 		c, ok := a.Choice(lc)
 		require.True(t, ok)
 		assert.Equal(t, DMA, c, "lifecycle %d", lc)

@@ -16,7 +16,7 @@ import (
 )
 
 func groupOf(slotBytes ...int64) layout.PoolGroupDesc {
-	g := layout.PoolGroupDesc{NumSlots: 1, LifeCycles: []layout.LifeCycleID{0}}
+	g := layout.PoolGroupDesc{NumSlots: 1, LifeCycles: []layout.LayerGroupID{0}}
 	for _, b := range slotBytes {
 		g.Pools = append(g.Pools, layout.PoolDesc{Base: 1 << 20, SlotBytes: b})
 	}
@@ -52,8 +52,8 @@ func TestChooseAtTheMeasuredCrossover(t *testing.T) {
 // 512 KiB and a 16-byte pool (mean above the crossover: DMA), lifecycle 2
 // shares group 0 with lifecycle 0.
 var autoSpecs = []codectest.GroupSpec{
-	{NumSlots: 9, LifeCycles: []layout.LifeCycleID{0, 2}, SlotBytes: []int64{4096, 4096, 1024}},
-	{NumSlots: 5, LifeCycles: []layout.LifeCycleID{1}, SlotBytes: []int64{512 << 10, 16}},
+	{NumSlots: 9, LifeCycles: []layout.LayerGroupID{0, 2}, SlotBytes: []int64{4096, 4096, 1024}},
+	{NumSlots: 5, LifeCycles: []layout.LayerGroupID{1}, SlotBytes: []int64{512 << 10, 16}},
 }
 
 // autoRoundTrip encodes every slot of every lifecycle of r with a (host or
@@ -64,7 +64,7 @@ func autoRoundTrip(t *testing.T, r *codectest.Rig, a *Auto) {
 	def := codec.NewDefault()
 	require.True(t, def.Configure(r.Groups))
 	rng := rand.New(rand.NewPCG(3, 4))
-	indices := func(lc layout.LifeCycleID, pairs []codec.PageIndexPair) codec.PageIndices {
+	indices := func(lc layout.LayerGroupID, pairs []codec.PageIndexPair) codec.PageIndices {
 		if a.QueryPageIndexLocation(lc) == codec.Host {
 			return codec.HostIndices(pairs)
 		}
@@ -75,7 +75,7 @@ func autoRoundTrip(t *testing.T, r *codectest.Rig, a *Auto) {
 		require.NoError(t, r.Stream.CopyFromHost(m.Ptr(), b))
 		return codec.DeviceIndices(m.Ptr(), len(pairs))
 	}
-	for _, lc := range []layout.LifeCycleID{0, 1, 2} {
+	for _, lc := range []layout.LayerGroupID{0, 1, 2} {
 		g := r.Group(lc)
 		page, n := g.PageBytes(), int(g.NumSlots)
 		require.Equal(t, page, a.QueryColdPageBytes(lc), "the default codec's cold size")
@@ -127,7 +127,7 @@ func TestAutoIsTheDefaultCodecOnTheEmulatedDevice(t *testing.T) {
 	assert.False(t, ok, "no choice before Configure")
 	require.True(t, a.Configure(r.Groups))
 	require.False(t, a.Configure(r.Groups), "configure once")
-	for _, lc := range []layout.LifeCycleID{0, 1, 2} {
+	for _, lc := range []layout.LayerGroupID{0, 1, 2} {
 		c, ok := a.Choice(lc)
 		require.True(t, ok)
 		assert.Equal(t, DMA, c, "lifecycle %d: no kernel on emu", lc)

@@ -21,9 +21,9 @@ import (
 // tiles, one under a tile), tiny aligned pools, and unaligned pools (the
 // byte-wise kernel). Lifecycles 0 and 2 share group 0.
 var gatherSpecs = []codectest.GroupSpec{
-	{NumSlots: 37, LifeCycles: []layout.LifeCycleID{0, 2}, SlotBytes: []int64{4096, 1024, 16384 + 48}},
-	{NumSlots: 20, LifeCycles: []layout.LifeCycleID{1}, SlotBytes: []int64{48, 80}},
-	{NumSlots: 9, LifeCycles: []layout.LifeCycleID{3}, SlotBytes: []int64{3, 10, 4099}},
+	{NumSlots: 37, LifeCycles: []layout.LayerGroupID{0, 2}, SlotBytes: []int64{4096, 1024, 16384 + 48}},
+	{NumSlots: 20, LifeCycles: []layout.LayerGroupID{1}, SlotBytes: []int64{48, 80}},
+	{NumSlots: 9, LifeCycles: []layout.LayerGroupID{3}, SlotBytes: []int64{3, 10, 4099}},
 }
 
 func TestGatherRoundTripsToTheByte(t *testing.T) {
@@ -39,7 +39,7 @@ func TestGatherRoundTripsToTheByte(t *testing.T) {
 			def := codec.NewDefault()
 			require.True(t, def.Configure(r.Groups))
 
-			for _, lc := range []layout.LifeCycleID{0, 1, 2, 3} {
+			for _, lc := range []layout.LayerGroupID{0, 1, 2, 3} {
 				grp := r.Group(lc)
 				page := grp.PageBytes()
 				require.Equal(t, page, g.QueryColdPageBytes(lc), "the default codec's cold size")
@@ -160,7 +160,7 @@ func TestDefaultCodecOnCUDARoundTripsAcrossRegions(t *testing.T) {
 	d, err := cuda.New(cuda.Options{HostRegionBytes: 64 << 10})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.Close() }) // after the rig's cleanup
-	r := rig(t, d, device.DeviceMemory, codectest.GroupSpec{NumSlots: 50, LifeCycles: []layout.LifeCycleID{0}, SlotBytes: []int64{5000, 12288, 7}})
+	r := rig(t, d, device.DeviceMemory, codectest.GroupSpec{NumSlots: 50, LifeCycles: []layout.LayerGroupID{0}, SlotBytes: []int64{5000, 12288, 7}})
 	c := codec.NewDefault()
 	require.True(t, c.Configure(r.Groups))
 	page := r.Group(0).PageBytes()
@@ -205,7 +205,7 @@ func TestGatherKernelVariantsRoundTrip(t *testing.T) {
 			require.NoError(t, err)
 			defer g.Close()
 			require.True(t, g.Configure(r.Groups))
-			for _, lc := range []layout.LifeCycleID{0, 3} { // 16-byte and byte-wise kernels
+			for _, lc := range []layout.LayerGroupID{0, 3} { // 16-byte and byte-wise kernels
 				grp := r.Group(lc)
 				page, n := grp.PageBytes(), int(grp.NumSlots)
 				cold, err := r.Alloc(device.HostMapped, int64(n)*page)

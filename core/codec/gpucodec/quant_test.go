@@ -74,7 +74,7 @@ func TestQuantErrorIsBounded(t *testing.T) {
 	d := gpu(t)
 	for _, f := range []Format{Float16, BFloat16} {
 		for _, be := range []int{128, 32, 256} {
-			spec := codectest.GroupSpec{NumSlots: 24, LifeCycles: []layout.LifeCycleID{0}, SlotBytes: []int64{8192, 2 * int64(be), 4096}}
+			spec := codectest.GroupSpec{NumSlots: 24, LifeCycles: []layout.LayerGroupID{0}, SlotBytes: []int64{8192, 2 * int64(be), 4096}}
 			r := rig(t, d, device.DeviceMemory, spec)
 			q, err := NewQuant(d, QuantOptions{Format: f, BlockElems: be})
 			require.NoError(t, err)
@@ -124,7 +124,7 @@ func TestQuantErrorIsBounded(t *testing.T) {
 
 func TestQuantRejectsLayoutsItCannotEncode(t *testing.T) {
 	d := gpu(t)
-	r := rig(t, d, device.DeviceMemory, codectest.GroupSpec{NumSlots: 4, LifeCycles: []layout.LifeCycleID{0}, SlotBytes: []int64{300}})
+	r := rig(t, d, device.DeviceMemory, codectest.GroupSpec{NumSlots: 4, LifeCycles: []layout.LayerGroupID{0}, SlotBytes: []int64{300}})
 	q, err := NewQuant(d, QuantOptions{})
 	require.NoError(t, err)
 	defer q.Close()
@@ -137,7 +137,7 @@ func TestQuantRejectsLayoutsItCannotEncode(t *testing.T) {
 
 func TestQuantBadIndexFailsTheStream(t *testing.T) {
 	d := gpu(t)
-	r := rig(t, d, device.DeviceMemory, codectest.GroupSpec{NumSlots: 4, LifeCycles: []layout.LifeCycleID{0}, SlotBytes: []int64{1024}})
+	r := rig(t, d, device.DeviceMemory, codectest.GroupSpec{NumSlots: 4, LifeCycles: []layout.LayerGroupID{0}, SlotBytes: []int64{1024}})
 	q, err := NewQuant(d, QuantOptions{})
 	require.NoError(t, err)
 	defer q.Close()

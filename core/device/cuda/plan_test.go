@@ -49,7 +49,7 @@ func TestPlanSplitsOnlyAtRegionBoundaries(t *testing.T) {
 func BenchmarkDefaultCodecPrep(b *testing.B) {
 	const pools, chunk, pages = 4, 4096, 65536
 	var allocs []*allocation
-	g := layout.PoolGroupDesc{NumSlots: pages, LifeCycles: []layout.LifeCycleID{0}}
+	g := layout.PoolGroupDesc{NumSlots: pages, LifeCycles: []layout.LayerGroupID{0}}
 	for p := range pools {
 		a := &allocation{base: device.Ptr(1<<40 + p<<32), size: pages * chunk, kind: device.DeviceMemory}
 		allocs = append(allocs, a)

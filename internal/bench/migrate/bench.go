@@ -205,7 +205,7 @@ func (b *bench) gbs(d time.Duration) float64 { return float64(b.cfg.TotalBytes) 
 
 // layoutFor is the hot pool group for chunk size c.
 func (b *bench) layoutFor(c int64) layout.PoolGroupDesc {
-	g := layout.PoolGroupDesc{Index: 0, NumSlots: b.cfg.TotalBytes / int64(b.cfg.Pools) / c, LifeCycles: []layout.LifeCycleID{0}}
+	g := layout.PoolGroupDesc{Index: 0, NumSlots: b.cfg.TotalBytes / int64(b.cfg.Pools) / c, LifeCycles: []layout.LayerGroupID{0}}
 	for _, m := range b.pools {
 		g.Pools = append(g.Pools, layout.PoolDesc{Base: m.Ptr(), SlotBytes: c})
 	}

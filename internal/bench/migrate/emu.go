@@ -61,7 +61,7 @@ func RunEmu(cfg Config, log io.Writer) ([]Result, string, error) {
 
 func emuChunk(dev *emu.Device, s device.Stream, hot []device.Memory, cold device.Memory, cfg Config, chunk int64) (Result, error) {
 	pages := int(cfg.TotalBytes / (int64(cfg.Pools) * chunk))
-	desc := layout.PoolGroupDesc{Index: 0, NumSlots: int64(pages), LifeCycles: []layout.LifeCycleID{0}}
+	desc := layout.PoolGroupDesc{Index: 0, NumSlots: int64(pages), LifeCycles: []layout.LayerGroupID{0}}
 	for _, m := range hot {
 		desc.Pools = append(desc.Pools, layout.PoolDesc{Base: m.Ptr(), SlotBytes: chunk})
 	}

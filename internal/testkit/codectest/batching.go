@@ -13,16 +13,16 @@ import (
 type BatchingOptions struct {
 	// Classes are codec-equivalence classes: every member's batching ID is
 	// the smallest member. Lifecycles in no class map to themselves.
-	Classes [][]layout.LifeCycleID
+	Classes [][]layout.LayerGroupID
 	// Representative overrides the batching ID of single lifecycles after
 	// Classes are applied, to build invalid declarations on purpose (a
 	// representative greater than a member, one that does not map to itself,
 	// an unconfigured one). Values are reported as given.
-	Representative map[layout.LifeCycleID]layout.LifeCycleID
+	Representative map[layout.LayerGroupID]layout.LayerGroupID
 	// ColdPageBytes sets the cold-page size of single lifecycles; the default
 	// is the hot page bytes. A size above the page bytes pads each cold page
 	// (the padding is left untouched); a size below makes Configure fail.
-	ColdPageBytes map[layout.LifeCycleID]int64
+	ColdPageBytes map[layout.LayerGroupID]int64
 }
 
 // Batching is the concatenating cold format (as the default codec) with
@@ -44,8 +44,8 @@ type Batching struct {
 	hot        *codec.HotLayout
 	configured bool
 	closed     bool
-	rep        map[layout.LifeCycleID]layout.LifeCycleID
-	cold       map[layout.LifeCycleID]int64
+	rep        map[layout.LayerGroupID]layout.LayerGroupID
+	cold       map[layout.LayerGroupID]int64
 	descs      []device.CopyDesc
 }
 
@@ -67,7 +67,7 @@ func (b *Batching) Configure(gpuDescs []layout.PoolGroupDesc) bool {
 	if err != nil {
 		return false
 	}
-	rep := map[layout.LifeCycleID]layout.LifeCycleID{}
+	rep := map[layout.LayerGroupID]layout.LayerGroupID{}
 	for _, lc := range hl.LifeCycles() {
 		rep[lc] = lc
 	}
@@ -86,7 +86,7 @@ func (b *Batching) Configure(gpuDescs []layout.PoolGroupDesc) bool {
 	for lc, r := range b.opts.Representative {
 		rep[lc] = r
 	}
-	cold := map[layout.LifeCycleID]int64{}
+	cold := map[layout.LayerGroupID]int64{}
 	for _, lc := range hl.LifeCycles() {
 		cold[lc] = hl.PageBytes(lc)
 	}

@@ -17,11 +17,11 @@ import (
 func TestBatchingDeclaresClassesAndSizes(t *testing.T) {
 	_, rig := newRig(t, emu.Options{})
 	b := codectest.NewBatching(codectest.BatchingOptions{
-		Classes:       [][]layout.LifeCycleID{{3, 1}},
-		ColdPageBytes: map[layout.LifeCycleID]int64{1: 300, 3: 300, 2: 512},
+		Classes:       [][]layout.LayerGroupID{{3, 1}},
+		ColdPageBytes: map[layout.LayerGroupID]int64{1: 300, 3: 300, 2: 512},
 	})
 	require.True(t, b.Configure(rig.Groups))
-	infos, err := codec.QueryAll(b, []layout.LifeCycleID{0, 1, 2, 3})
+	infos, err := codec.QueryAll(b, []layout.LayerGroupID{0, 1, 2, 3})
 	require.NoError(t, err)
 	assert.Equal(t, []codec.Info{
 		{LifeCycle: 0, ColdPageBytes: 264, BatchingID: 0, Location: codec.Host},
@@ -29,16 +29,16 @@ func TestBatchingDeclaresClassesAndSizes(t *testing.T) {
 		{LifeCycle: 2, ColdPageBytes: 512, BatchingID: 2, Location: codec.Host},
 		{LifeCycle: 3, ColdPageBytes: 300, BatchingID: 1, Location: codec.Host}, // smallest member
 	}, infos)
-	_, err = codec.QueryAll(b, []layout.LifeCycleID{5})
+	_, err = codec.QueryAll(b, []layout.LayerGroupID{5})
 	assert.Error(t, err, "unknown lifecycles fail every query")
 }
 
 func TestBatchingCanDeclareInvalidClassesOnPurpose(t *testing.T) {
 	_, rig := newRig(t, emu.Options{})
 	b := codectest.NewBatching(codectest.BatchingOptions{
-		Classes:        [][]layout.LifeCycleID{{0, 1}},                        // different hot groups
-		Representative: map[layout.LifeCycleID]layout.LifeCycleID{2: 3, 3: 2}, // greater rep; rep not mapping to itself
-		ColdPageBytes:  map[layout.LifeCycleID]int64{1: 400},                  // class members with different sizes
+		Classes:        [][]layout.LayerGroupID{{0, 1}},                         // different hot groups
+		Representative: map[layout.LayerGroupID]layout.LayerGroupID{2: 3, 3: 2}, // greater rep; rep not mapping to itself
+		ColdPageBytes:  map[layout.LayerGroupID]int64{1: 400},                   // class members with different sizes
 	})
 	require.True(t, b.Configure(rig.Groups))
 	assert.EqualValues(t, 0, b.GetBatchingLayerGroupID(1))
@@ -46,7 +46,7 @@ func TestBatchingCanDeclareInvalidClassesOnPurpose(t *testing.T) {
 	assert.EqualValues(t, 2, b.GetBatchingLayerGroupID(3))
 	assert.NotEqual(t, b.QueryColdPageBytes(0), b.QueryColdPageBytes(1))
 
-	tooSmall := codectest.NewBatching(codectest.BatchingOptions{ColdPageBytes: map[layout.LifeCycleID]int64{1: 255}})
+	tooSmall := codectest.NewBatching(codectest.BatchingOptions{ColdPageBytes: map[layout.LayerGroupID]int64{1: 255}})
 	assert.False(t, tooSmall.Configure(rig.Groups), "a cold page cannot be smaller than the concatenation")
 	assert.False(t, b.Configure(rig.Groups), "configure exactly once")
 }
@@ -58,8 +58,8 @@ func TestBatchingRoundTripOfAConcatenatedClass(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 31))
 	orig := fill(t, rig, 1, randomBytes(rng)) // slots of the group shared by 1 and 3
 	b := codectest.NewBatching(codectest.BatchingOptions{
-		Classes:       [][]layout.LifeCycleID{{1, 3}},
-		ColdPageBytes: map[layout.LifeCycleID]int64{1: 320, 3: 320},
+		Classes:       [][]layout.LayerGroupID{{1, 3}},
+		ColdPageBytes: map[layout.LayerGroupID]int64{1: 320, 3: 320},
 	})
 	require.True(t, b.Configure(rig.Groups))
 	stride := b.QueryColdPageBytes(b.GetBatchingLayerGroupID(3))

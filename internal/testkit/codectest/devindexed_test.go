@@ -44,7 +44,7 @@ func TestDeviceIndexedQueries(t *testing.T) {
 	defer d.Close()
 	require.True(t, d.Configure(rig.Groups))
 	assert.False(t, d.Configure(rig.Groups))
-	infos, err := codec.QueryAll(d, []layout.LifeCycleID{0, 1, 2, 3})
+	infos, err := codec.QueryAll(d, []layout.LayerGroupID{0, 1, 2, 3})
 	require.NoError(t, err)
 	for _, in := range infos {
 		assert.Equal(t, codec.Device, in.Location)

@@ -84,9 +84,9 @@ type Faulty struct {
 	rejectConfigure bool
 	configures      int
 	configuredWith  []layout.PoolGroupDesc
-	coldBytes       map[layout.LifeCycleID]int64
-	batching        map[layout.LifeCycleID]layout.LayerGroupID
-	location        map[layout.LifeCycleID]codec.PageIndexLocation
+	coldBytes       map[layout.LayerGroupID]int64
+	batching        map[layout.LayerGroupID]layout.LayerGroupID
+	location        map[layout.LayerGroupID]codec.PageIndexLocation
 	faults          [2]fault
 	calls           []Call
 	closes          int
@@ -98,9 +98,9 @@ var _ codec.ColdPageCodec = (*Faulty)(nil)
 func NewFaulty(inner codec.ColdPageCodec) *Faulty {
 	return &Faulty{
 		inner:     inner,
-		coldBytes: map[layout.LifeCycleID]int64{},
-		batching:  map[layout.LifeCycleID]layout.LayerGroupID{},
-		location:  map[layout.LifeCycleID]codec.PageIndexLocation{},
+		coldBytes: map[layout.LayerGroupID]int64{},
+		batching:  map[layout.LayerGroupID]layout.LayerGroupID{},
+		location:  map[layout.LayerGroupID]codec.PageIndexLocation{},
 	}
 }
 
@@ -118,7 +118,7 @@ func (f *Faulty) RejectConfigure(reject bool) {
 // SetColdPageBytes makes QueryColdPageBytes(lg) return n (0 or a negative
 // value to fake a failure). Encode and Decode still use the inner codec's
 // layout: use it to test validation, or use Batching for consistent sizes.
-func (f *Faulty) SetColdPageBytes(lg layout.LifeCycleID, n int64) {
+func (f *Faulty) SetColdPageBytes(lg layout.LayerGroupID, n int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.coldBytes[lg] = n
@@ -126,7 +126,7 @@ func (f *Faulty) SetColdPageBytes(lg layout.LifeCycleID, n int64) {
 
 // SetBatchingID makes GetBatchingLayerGroupID(lg) return id (negative to fake
 // a failure).
-func (f *Faulty) SetBatchingID(lg, id layout.LifeCycleID) {
+func (f *Faulty) SetBatchingID(lg, id layout.LayerGroupID) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.batching[lg] = id
@@ -134,7 +134,7 @@ func (f *Faulty) SetBatchingID(lg, id layout.LifeCycleID) {
 
 // SetLocation makes QueryPageIndexLocation(lg) return loc (BadLocation, or
 // any value, to fake a failure).
-func (f *Faulty) SetLocation(lg layout.LifeCycleID, loc codec.PageIndexLocation) {
+func (f *Faulty) SetLocation(lg layout.LayerGroupID, loc codec.PageIndexLocation) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.location[lg] = loc

@@ -54,7 +54,7 @@ func TestFaultyRejectsConfigureWithoutConfiguringTheInnerCodec(t *testing.T) {
 	inner := codec.NewDefault()
 	f := codectest.NewFaulty(inner)
 	f.RejectConfigure(true)
-	descs := []layout.PoolGroupDesc{{Index: 0, NumSlots: 2, LifeCycles: []layout.LifeCycleID{0}, Pools: []layout.PoolDesc{{Base: 0x1000, SlotBytes: 8}}}}
+	descs := []layout.PoolGroupDesc{{Index: 0, NumSlots: 2, LifeCycles: []layout.LayerGroupID{0}, Pools: []layout.PoolDesc{{Base: 0x1000, SlotBytes: 8}}}}
 	assert.False(t, f.Configure(descs))
 	assert.Equal(t, 1, f.ConfigureCalls())
 	assert.Zero(t, inner.QueryColdPageBytes(0), "the inner codec was not configured")
@@ -63,7 +63,7 @@ func TestFaultyRejectsConfigureWithoutConfiguringTheInnerCodec(t *testing.T) {
 func TestFaultyOverridesQueries(t *testing.T) {
 	f := codectest.NewFaulty(codec.NewDefault())
 	require.True(t, f.Configure([]layout.PoolGroupDesc{
-		{Index: 0, NumSlots: 2, LifeCycles: []layout.LifeCycleID{0, 1}, Pools: []layout.PoolDesc{{Base: 0x1000, SlotBytes: 8}}},
+		{Index: 0, NumSlots: 2, LifeCycles: []layout.LayerGroupID{0, 1}, Pools: []layout.PoolDesc{{Base: 0x1000, SlotBytes: 8}}},
 	}))
 	f.SetColdPageBytes(0, 0)
 	f.SetBatchingID(1, -3)
@@ -74,14 +74,14 @@ func TestFaultyOverridesQueries(t *testing.T) {
 	assert.EqualValues(t, 0, f.GetBatchingLayerGroupID(0))
 	assert.Equal(t, codec.BadLocation, f.QueryPageIndexLocation(1))
 
-	_, err := codec.QueryAll(f, []layout.LifeCycleID{0, 1})
+	_, err := codec.QueryAll(f, []layout.LayerGroupID{0, 1})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "lifecycle 0: QueryColdPageBytes")
 	assert.Contains(t, err.Error(), "lifecycle 1: GetBatchingLayerGroupID returned -3")
 	assert.Contains(t, err.Error(), "lifecycle 1: QueryPageIndexLocation")
 
 	f.ClearOverrides()
-	_, err = codec.QueryAll(f, []layout.LifeCycleID{0, 1})
+	_, err = codec.QueryAll(f, []layout.LayerGroupID{0, 1})
 	assert.NoError(t, err)
 
 	// Non-failure values too, to build inconsistent classes.

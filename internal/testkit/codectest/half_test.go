@@ -33,16 +33,16 @@ func TestHalfQueries(t *testing.T) {
 	assert.False(t, h.Configure(rig.Groups), "configure exactly once")
 	assert.EqualValues(t, (64+192+8)/2, h.QueryColdPageBytes(0))
 	assert.EqualValues(t, 128, h.QueryColdPageBytes(3))
-	assert.Equal(t, layout.LifeCycleID(2), h.GetBatchingLayerGroupID(2))
+	assert.Equal(t, layout.LayerGroupID(2), h.GetBatchingLayerGroupID(2))
 	assert.Equal(t, codec.Host, h.QueryPageIndexLocation(1))
-	infos, err := codec.QueryAll(h, []layout.LifeCycleID{0, 1, 2, 3})
+	infos, err := codec.QueryAll(h, []layout.LayerGroupID{0, 1, 2, 3})
 	require.NoError(t, err)
 	assert.Len(t, infos, 4)
-	_, err = codec.QueryAll(h, []layout.LifeCycleID{4})
+	_, err = codec.QueryAll(h, []layout.LayerGroupID{4})
 	assert.ErrorIs(t, err, codec.ErrQuery)
 
 	odd := codectest.NewHalf(dev)
-	descs := []layout.PoolGroupDesc{{Index: 0, NumSlots: 4, LifeCycles: []layout.LifeCycleID{0}, Pools: []layout.PoolDesc{{Base: 0x1000, SlotBytes: 6}, {Base: 0x2000, SlotBytes: 7}}}}
+	descs := []layout.PoolGroupDesc{{Index: 0, NumSlots: 4, LifeCycles: []layout.LayerGroupID{0}, Pools: []layout.PoolDesc{{Base: 0x1000, SlotBytes: 6}, {Base: 0x2000, SlotBytes: 7}}}}
 	assert.False(t, odd.Configure(descs), "16-bit elements need even slot bytes")
 }
 

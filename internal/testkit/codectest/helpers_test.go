@@ -15,8 +15,8 @@ import (
 
 // Lifecycles 0 and 2 share a three-pool group; 1 and 3 share a one-pool group.
 var specs = []codectest.GroupSpec{
-	{NumSlots: 16, LifeCycles: []layout.LifeCycleID{0, 2}, SlotBytes: []int64{64, 192, 8}},
-	{NumSlots: 8, LifeCycles: []layout.LifeCycleID{1, 3}, SlotBytes: []int64{256}},
+	{NumSlots: 16, LifeCycles: []layout.LayerGroupID{0, 2}, SlotBytes: []int64{64, 192, 8}},
+	{NumSlots: 8, LifeCycles: []layout.LayerGroupID{1, 3}, SlotBytes: []int64{256}},
 }
 
 func newRig(t *testing.T, opts emu.Options) (*emu.Device, *codectest.Rig) {
@@ -32,7 +32,7 @@ func newRig(t *testing.T, opts emu.Options) (*emu.Device, *codectest.Rig) {
 }
 
 // fill writes every slot of lc's group with gen's bytes and returns the pages.
-func fill(t *testing.T, rig *codectest.Rig, lc layout.LifeCycleID, gen func(i int) byte) [][]byte {
+func fill(t *testing.T, rig *codectest.Rig, lc layout.LayerGroupID, gen func(i int) byte) [][]byte {
 	t.Helper()
 	g := rig.Group(lc)
 	pages := make([][]byte, g.NumSlots)
@@ -61,7 +61,7 @@ func zeroLow(rng *rand.Rand) func(int) byte {
 	}
 }
 
-func poison(t *testing.T, rig *codectest.Rig, lc layout.LifeCycleID, b byte) {
+func poison(t *testing.T, rig *codectest.Rig, lc layout.LayerGroupID, b byte) {
 	t.Helper()
 	g := rig.Group(lc)
 	page := make([]byte, g.PageBytes())
@@ -73,7 +73,7 @@ func poison(t *testing.T, rig *codectest.Rig, lc layout.LifeCycleID, b byte) {
 	}
 }
 
-func readPage(t *testing.T, rig *codectest.Rig, lc layout.LifeCycleID, s int32) []byte {
+func readPage(t *testing.T, rig *codectest.Rig, lc layout.LayerGroupID, s int32) []byte {
 	t.Helper()
 	b, err := rig.ReadPage(lc, int64(s))
 	require.NoError(t, err)

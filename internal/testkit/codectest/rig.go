@@ -11,7 +11,7 @@ import (
 // GroupSpec is the shape of one hot pool group for a Rig.
 type GroupSpec struct {
 	NumSlots   int64
-	LifeCycles []layout.LifeCycleID
+	LifeCycles []layout.LayerGroupID
 	SlotBytes  []int64 // one entry per pool, in pool order
 }
 
@@ -38,7 +38,7 @@ func NewRig(dev device.Device, kind device.MemoryKind, specs ...GroupSpec) (*Rig
 		g := layout.PoolGroupDesc{
 			Index:      layout.PoolGroupIndex(i),
 			NumSlots:   sp.NumSlots,
-			LifeCycles: append([]layout.LifeCycleID(nil), sp.LifeCycles...),
+			LifeCycles: append([]layout.LayerGroupID(nil), sp.LifeCycles...),
 		}
 		for _, sb := range sp.SlotBytes {
 			m, err := r.Alloc(kind, sb*sp.NumSlots)
@@ -63,7 +63,7 @@ func (r *Rig) Alloc(kind device.MemoryKind, size int64) (device.Memory, error) {
 }
 
 // Group returns the pool group holding lifecycle lc.
-func (r *Rig) Group(lc layout.LifeCycleID) *layout.PoolGroupDesc {
+func (r *Rig) Group(lc layout.LayerGroupID) *layout.PoolGroupDesc {
 	for i := range r.Groups {
 		for _, l := range r.Groups[i].LifeCycles {
 			if l == lc {
@@ -75,7 +75,7 @@ func (r *Rig) Group(lc layout.LifeCycleID) *layout.PoolGroupDesc {
 }
 
 // Slot returns the address of slot s in pool p of lc's group.
-func (r *Rig) Slot(lc layout.LifeCycleID, p int, s int64) device.Ptr {
+func (r *Rig) Slot(lc layout.LayerGroupID, p int, s int64) device.Ptr {
 	g := r.Group(lc)
 	return g.Pools[p].Base.Add(s * g.Pools[p].SlotBytes)
 }
@@ -118,7 +118,7 @@ func (r *Rig) Read(p device.Ptr, n int64) ([]byte, error) {
 
 // WritePage writes page (the concatenation of the slot's bytes in every pool,
 // in pool order) into slot s of lc's group.
-func (r *Rig) WritePage(lc layout.LifeCycleID, s int64, page []byte) error {
+func (r *Rig) WritePage(lc layout.LayerGroupID, s int64, page []byte) error {
 	g := r.Group(lc)
 	if int64(len(page)) != g.PageBytes() {
 		return fmt.Errorf("codectest: page of %d bytes, group pages are %d", len(page), g.PageBytes())
@@ -134,7 +134,7 @@ func (r *Rig) WritePage(lc layout.LifeCycleID, s int64, page []byte) error {
 }
 
 // ReadPage reads slot s of lc's group as the concatenation of its pools.
-func (r *Rig) ReadPage(lc layout.LifeCycleID, s int64) ([]byte, error) {
+func (r *Rig) ReadPage(lc layout.LayerGroupID, s int64) ([]byte, error) {
 	g := r.Group(lc)
 	var page []byte
 	for p, pool := range g.Pools {
