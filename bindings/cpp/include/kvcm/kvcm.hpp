@@ -2095,22 +2095,9 @@ public:
     // previous drain.
     std::vector<CacheEvent> drainEvents(uint64_t* dropped = nullptr)
     {
-        std::vector<CacheEvent> out;
-        size_t const eventsCap = 256;
-        size_t const tokensCap = eventsCap * static_cast<size_t>(std::max<int32_t>(tokensPerBlock(), 1));
-        std::vector<kvcm_cache_event> events(eventsCap);
-        std::vector<Token> tokens(tokensCap);
-        uint64_t lost = 0;
-        for (;;)
-        {
-            size_t ne = 0, nt = 0;
-            uint64_t d = 0;
-            detail::check(::kvcm_manager_drain_events(
-                mHandle, events.data(), events.size(), tokens.data(), tokens.size(), &ne, &nt, &d));
-            lost += d;
-            for (size_t i = 0; i < ne; ++i)
+        return drainQueue<kvcm_cache_event, CacheEvent>(::kvcm_manager_drain_events,
+            [](kvcm_cache_event const& e)
             {
-                auto const& e = events[i];
                 CacheEvent ce;
                 ce.seq = e.seq;
                 ce.kind = static_cast<EventKind>(e.kind);
@@ -2119,22 +2106,9 @@ public:
                 ce.layerGroup = e.layer_group;
                 ce.level = e.level;
                 ce.cacheId = e.cache_id;
-                if (e.num_tokens > 0 && e.tokens != nullptr)
-                {
-                    ce.tokens.assign(e.tokens, e.tokens + e.num_tokens);
-                }
-                out.push_back(std::move(ce));
-            }
-            if (ne == 0)
-            {
-                break;
-            }
-        }
-        if (dropped != nullptr)
-        {
-            *dropped = lost;
-        }
-        return out;
+                return ce;
+            },
+            dropped);
     }
 
     // Removes and returns every queued block event, oldest first, with the
@@ -2144,22 +2118,9 @@ public:
     // drain.
     std::vector<BlockEvent> drainBlockEvents(uint64_t* dropped = nullptr)
     {
-        std::vector<BlockEvent> out;
-        size_t const eventsCap = 256;
-        size_t const tokensCap = eventsCap * static_cast<size_t>(std::max<int32_t>(tokensPerBlock(), 1));
-        std::vector<kvcm_block_event> events(eventsCap);
-        std::vector<Token> tokens(tokensCap);
-        uint64_t lost = 0;
-        for (;;)
-        {
-            size_t ne = 0, nt = 0;
-            uint64_t d = 0;
-            detail::check(::kvcm_manager_drain_block_events(
-                mHandle, events.data(), events.size(), tokens.data(), tokens.size(), &ne, &nt, &d));
-            lost += d;
-            for (size_t i = 0; i < ne; ++i)
+        return drainQueue<kvcm_block_event, BlockEvent>(::kvcm_manager_drain_block_events,
+            [](kvcm_block_event const& e)
             {
-                auto const& e = events[i];
                 BlockEvent be;
                 be.seq = e.seq;
                 be.kind = static_cast<EventKind>(e.kind);
@@ -2171,11 +2132,38 @@ public:
                 be.priority = e.priority;
                 be.oldPriority = e.old_priority;
                 be.cacheId = e.cache_id;
+                return be;
+            },
+            dropped);
+    }
+
+private:
+    // drainQueue calls drain (one of the C drain functions) until the queue is
+    // empty, converting each C event and copying its tokens.
+    template <typename CEvent, typename Event, typename Drain, typename Convert>
+    std::vector<Event> drainQueue(Drain drain, Convert convert, uint64_t* dropped)
+    {
+        std::vector<Event> out;
+        size_t const eventsCap = 256;
+        size_t const tokensCap = eventsCap * static_cast<size_t>(std::max<int32_t>(tokensPerBlock(), 1));
+        std::vector<CEvent> events(eventsCap);
+        std::vector<Token> tokens(tokensCap);
+        uint64_t lost = 0;
+        for (;;)
+        {
+            size_t ne = 0, nt = 0;
+            uint64_t d = 0;
+            detail::check(drain(mHandle, events.data(), events.size(), tokens.data(), tokens.size(), &ne, &nt, &d));
+            lost += d;
+            for (size_t i = 0; i < ne; ++i)
+            {
+                auto const& e = events[i];
+                Event ev = convert(e);
                 if (e.num_tokens > 0 && e.tokens != nullptr)
                 {
-                    be.tokens.assign(e.tokens, e.tokens + e.num_tokens);
+                    ev.tokens.assign(e.tokens, e.tokens + e.num_tokens);
                 }
-                out.push_back(std::move(be));
+                out.push_back(std::move(ev));
             }
             if (ne == 0)
             {
@@ -2189,6 +2177,7 @@ public:
         return out;
     }
 
+public:
     // ---- device helpers ----
 
     // A stream on the manager's device, destroyed (after synchronizing) with
