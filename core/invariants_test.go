@@ -17,8 +17,10 @@ import (
 // CheckInvariants checks the manager's bookkeeping at a return point (no
 // call in progress) and returns every violation found:
 //   - every live cache has committed ≤ history ≤ capacity and one block per
-//     capacity block, holds a page exactly where its layer group needs one,
-//     and its pages are on the GPU level while it is ACTIVE;
+//     capacity block, holds a page exactly where its layer group needs one
+//     (in every beam), and its pages are on the GPU level while it is ACTIVE;
+//     no two beams share a page of a block holding a position at or past
+//     the history length, and a committed block has one page for all beams;
 //   - every slot of every pool group is free or owned by exactly one page,
 //     and the owner's group and slot agree; free slots are distinct;
 //   - every page's active and held counts are the references of the ACTIVE
@@ -67,36 +69,50 @@ func (m *Manager) CheckInvariants(closed ...*KVCache) error {
 				fail("cache %d block %d: %d pages for %d layer groups", c.id, b, len(cb.pages), len(m.lt.LifeCycles))
 				continue
 			}
-			for lc, p := range cb.pages {
-				needs := m.lt.Needs(layout.LayerGroupID(lc), b, c.history)
-				switch {
-				case p == nil && needs:
-					fail("cache %d block %d layer group %d: needed but has no page", c.id, b, lc)
-				case p != nil && !needs:
-					fail("cache %d block %d layer group %d: keeps a page it does not need", c.id, b, lc)
-				}
-				if p == nil {
-					continue
-				}
-				if p.group == nil {
-					fail("cache %d block %d layer group %d: references a freed page", c.id, b, lc)
-					continue
-				}
-				if int(p.lc) != lc {
-					fail("cache %d block %d layer group %d: page of layer group %d", c.id, b, lc, p.lc)
-				}
-				if c.status == Active && p.level() != 0 {
-					fail("cache %d block %d layer group %d: ACTIVE with a page on level %d", c.id, b, lc, p.level())
-				}
-				r := want[p]
-				if r == nil {
-					r = &refs{}
-					want[p] = r
-				}
-				if c.status == Active {
-					r.active++
-				} else {
-					r.held++
+			if cb.beams != nil && (len(cb.beams) != c.beamWidth()-1 || cb.node != nil) {
+				fail("cache %d block %d: %d beam rows for beam width %d (committed: %v)",
+					c.id, b, len(cb.beams), c.beamWidth(), cb.node != nil)
+				continue
+			}
+			for k := range c.beamWidth() {
+				row := cb.beamPages(k)
+				for lc, p := range row {
+					if p != nil && k > 0 && !cb.firstOf(k, lc) {
+						if (b+1)*m.cfg.TokensPerBlock > c.history {
+							fail("cache %d block %d layer group %d: beam %d shares a page it writes into", c.id, b, lc, k)
+						}
+						continue // counted once, at the first beam that sees it
+					}
+					needs := m.lt.Needs(layout.LayerGroupID(lc), b, c.history)
+					switch {
+					case p == nil && needs:
+						fail("cache %d block %d layer group %d: needed but has no page", c.id, b, lc)
+					case p != nil && !needs:
+						fail("cache %d block %d layer group %d: keeps a page it does not need", c.id, b, lc)
+					}
+					if p == nil {
+						continue
+					}
+					if p.group == nil {
+						fail("cache %d block %d layer group %d: references a freed page", c.id, b, lc)
+						continue
+					}
+					if int(p.lc) != lc {
+						fail("cache %d block %d layer group %d: page of layer group %d", c.id, b, lc, p.lc)
+					}
+					if c.status == Active && p.level() != 0 {
+						fail("cache %d block %d layer group %d: ACTIVE with a page on level %d", c.id, b, lc, p.level())
+					}
+					r := want[p]
+					if r == nil {
+						r = &refs{}
+						want[p] = r
+					}
+					if c.status == Active {
+						r.active++
+					} else {
+						r.held++
+					}
 				}
 			}
 		}

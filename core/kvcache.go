@@ -67,11 +67,14 @@ type CacheOptions struct {
 	Priority PriorityFunc
 }
 
-// cacheBlock is one block of a cache: its page per lifecycle (nil where a
-// sliding window released it) and, once registered or reused, its tree node.
+// cacheBlock is one block of a cache: beam 0's page per lifecycle (nil where
+// a sliding window released it) and, once registered or reused, its tree
+// node. beams holds the pages of beams 1.. of a block whose beams do not all
+// see beam 0's pages (see beam.go); it is nil otherwise.
 type cacheBlock struct {
 	pages []*page
 	node  *node
+	beams [][]*page
 }
 
 // KVCache is one request's KV cache. The invariant
@@ -119,6 +122,8 @@ type KVCache struct {
 	low []int
 	// stats is this cache's share of the manager's block counters.
 	stats BlockStats
+	// width is the beam width (0 reads as 1; see beam.go).
+	width int
 }
 
 // CreateKVCache creates a SUSPENDED cache holding the longest reusable cached
@@ -322,13 +327,11 @@ func (c *KVCache) Stream() device.Stream {
 	return c.stream
 }
 
+// eachPage calls fn once for every distinct page the cache references, over
+// every beam.
 func (c *KVCache) eachPage(fn func(p *page)) {
-	for _, b := range c.blocks {
-		for _, p := range b.pages {
-			if p != nil {
-				fn(p)
-			}
-		}
+	for i := range c.blocks {
+		c.blocks[i].eachPage(fn)
 	}
 }
 
@@ -502,10 +505,18 @@ func (c *KVCache) attachStreamEvent(pages func(fn func(p *page))) error {
 	}
 	if pages == nil {
 		// Looped here: a closure handed to pages would be allocated.
-		for _, b := range c.blocks {
+		for i := range c.blocks {
+			b := &c.blocks[i]
 			for _, p := range b.pages {
 				if p != nil {
 					p.group.fences[p.slot].add(&c.m.events, ev)
+				}
+			}
+			for k := range b.beams {
+				for lc, p := range b.beams[k] {
+					if p != nil && b.firstOf(k+1, lc) {
+						p.group.fences[p.slot].add(&c.m.events, ev)
+					}
 				}
 			}
 		}
@@ -570,11 +581,7 @@ func (c *KVCache) closeLocked(force bool) error {
 	}
 	// Deepest first, so a chain's tail is released (and evicted) first.
 	for b := len(c.blocks) - 1; b >= 0; b-- {
-		for _, p := range c.blocks[b].pages {
-			if p != nil {
-				m.unref(p, active)
-			}
-		}
+		c.blocks[b].eachPage(func(p *page) { m.unref(p, active) })
 	}
 	c.blocks = nil
 	c.chain.users--
@@ -617,7 +624,7 @@ func (c *KVCache) Resize(capacity, history int) error {
 		n := need{}
 		perLC = m.perLCScratch()
 		for lc := range lt.LifeCycles {
-			if k := lt.NewPagesNeeded(layout.LayerGroupID(lc), oldBlocks, newBlocks, history); k > 0 {
+			if k := lt.NewPagesNeeded(layout.LayerGroupID(lc), oldBlocks, newBlocks, history) * c.beamWidth(); k > 0 {
 				n[lvl.groupOf(layout.LayerGroupID(lc))] += k
 				perLC[lc] = k
 			}
@@ -642,6 +649,7 @@ func (c *KVCache) Resize(capacity, history int) error {
 				waits.addFence(p.group.fences[p.slot])
 			}
 		}
+		added = c.newBeamRows(&cb, added, &waits)
 		c.blocks = append(c.blocks, cb)
 	}
 	m.adopted = added
@@ -666,7 +674,7 @@ func (c *KVCache) Resize(capacity, history int) error {
 		return err
 	}
 	for _, r := range released {
-		c.blocks[r.b].pages[r.lc] = nil
+		c.blocks[r.b].clearPage(r.lc, r.p)
 	}
 	for i := len(released) - 1; i >= 0; i-- {
 		m.unref(released[i].p, true)
@@ -678,14 +686,15 @@ func (c *KVCache) Resize(capacity, history int) error {
 	generation := c.promptLen > 0 && c.history >= c.promptLen
 	c.capacity, c.history = capacity, history
 	if newBlocks > oldBlocks {
-		c.stats.add(m.stats.onAllocate(newBlocks - oldBlocks))
+		c.stats.add(m.stats.onAllocate((newBlocks - oldBlocks) * c.beamWidth()))
 		m.stats.onAllocatePages(perLC, generation)
 	}
 	m.safePoint()
 	return nil
 }
 
-// releasedPage is a page Resize releases: block b's page of lifecycle lc.
+// releasedPage is a page Resize releases: block b's page of lifecycle lc
+// (of any beam).
 type releasedPage struct {
 	b, lc int
 	p     *page
@@ -709,20 +718,26 @@ func (c *KVCache) releasable(newBlocks, history int) []releasedPage {
 		id := layout.LayerGroupID(lc)
 		hi := min(lt.FirstKeptBlock(id, history), newBlocks, len(c.blocks))
 		for b := max(c.low[lc], lt.SinkBlocks(id)); b < hi; b++ {
-			if p := c.blocks[b].pages[lc]; p != nil {
-				out = append(out, releasedPage{b, lc, p})
+			cb := &c.blocks[b]
+			for k := range c.beamWidth() {
+				if p := cb.beamPages(k)[lc]; p != nil && cb.firstOf(k, lc) {
+					out = append(out, releasedPage{b, lc, p})
+				}
 			}
 		}
 	}
 	for b := newBlocks; b < len(c.blocks); b++ {
-		for lc, p := range c.blocks[b].pages {
-			if p != nil {
-				out = append(out, releasedPage{b, lc, p})
+		cb := &c.blocks[b]
+		for k := range c.beamWidth() {
+			for lc, p := range cb.beamPages(k) {
+				if p != nil && cb.firstOf(k, lc) {
+					out = append(out, releasedPage{b, lc, p})
+				}
 			}
 		}
 	}
 	if len(out) > 1 {
-		slices.SortFunc(out, func(x, y releasedPage) int {
+		slices.SortStableFunc(out, func(x, y releasedPage) int {
 			if x.b != y.b {
 				return cmp.Compare(x.b, y.b)
 			}
@@ -742,11 +757,30 @@ func (c *KVCache) releasable(newBlocks, history int) []releasedPage {
 // trailing partial block is published when the cache closes. Commit first
 // waits for any decode still bringing those blocks' pages back, so that a
 // page lost to its failure is never published (the cache gets ErrDataLost
-// instead).
+// instead). With several beams the tokens' KV must be in beam 0 (see
+// CommitBeamSearch).
 func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return c.commit(tokens, nil, isEnd)
+}
+
+// CommitBeamSearch is Commit after a beam search step: first beam j takes
+// over the history of beam beamSearchIndices[j] (one entry per beam: beams
+// reordered, forked or dropped, as the step chose; see SetBeamWidth for the
+// copy on write of the diverging block), then tokens, converged and now in
+// beam 0, are committed. A block the tokens complete is published once, from
+// beam 0, and every beam sees beam 0's page of it from then on (the other
+// beams' pages of it are released). A nil beamSearchIndices keeps the beams;
+// on error nothing changes.
+func (c *KVCache) CommitBeamSearch(tokens []config.Token, beamSearchIndices []int, isEnd bool) error {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return c.commit(tokens, beamSearchIndices, isEnd)
+}
+
+func (c *KVCache) commit(tokens []config.Token, parents []int, isEnd bool) error {
 	m := c.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	switch {
 	case c.status != Active:
 		return stateErr("commit", c.status)
@@ -755,6 +789,11 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 	case c.committed+len(tokens) > c.capacity:
 		return argErr("tokens", "committing %d tokens after %d would pass capacity %d",
 			len(tokens), c.committed, c.capacity)
+	}
+	if parents != nil {
+		if err := c.checkBeamIndices(parents); err != nil {
+			return err
+		}
 	}
 	tpb := m.cfg.TokensPerBlock
 	first := c.committed / tpb
@@ -789,11 +828,12 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 	// needs once they are are released after publishing.
 	history := max(c.history, c.committed+len(tokens))
 	var released []releasedPage
-	if history > c.history {
+	beams := c.beamWidth() > 1 || parents != nil
+	if history > c.history && !beams {
 		released = c.releasable(len(c.blocks), history)
 	}
 	var ev *sharedEvent
-	if full > first || len(released) > 0 {
+	if full > first || len(released) > 0 || beams {
 		// Recorded before anything changes, so a failure changes nothing;
 		// it captures the cache's work that wrote the blocks (and last
 		// used the pages the history advance releases).
@@ -802,6 +842,18 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 			return fmt.Errorf("record cache event: %w", err)
 		}
 		defer m.events.release(ev)
+	}
+	if beams {
+		// The one step that can fail once the event is recorded; released
+		// is listed after it, from the reordered beams.
+		if parents != nil {
+			if err := c.reorder(parents, history, ev); err != nil {
+				return fmt.Errorf("commit cache %d: reorder beams: %w", c.id, err)
+			}
+		}
+		if history > c.history {
+			released = c.releasable(len(c.blocks), history)
+		}
 	}
 	rest := tokens
 	for b := first; b < full; b++ {
@@ -818,6 +870,7 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 		for _, p := range c.publish(b, blk, pr) {
 			p.group.fences[p.slot].add(&m.events, ev)
 		}
+		c.unifyBlock(b, ev)
 		c.tail = c.tail[:0]
 	}
 	c.tail = append(c.tail, rest...)
@@ -839,7 +892,7 @@ func (c *KVCache) advanceHistory(history int, released []releasedPage, ev *share
 	m, lt := c.m, c.m.lt
 	for _, r := range released {
 		r.p.group.fences[r.p.slot].add(&m.events, ev)
-		c.blocks[r.b].pages[r.lc] = nil
+		c.blocks[r.b].clearPage(r.lc, r.p)
 	}
 	for i := len(released) - 1; i >= 0; i-- {
 		m.unref(released[i].p, true)
