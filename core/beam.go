@@ -155,8 +155,8 @@ func (c *KVCache) checkBeamIndices(parents []int) error {
 	return nil
 }
 
-// cowPage is a page a reorder must create: beam j's page of layer group lc
-// in block b, a copy of src.
+// cowPage is a page a reorder must fill: beam j's page of layer group lc in
+// block b, a copy of src.
 type cowPage struct {
 	b, j, lc int
 	src      *page
@@ -165,9 +165,11 @@ type cowPage struct {
 // reorder makes beam j take over the pages of old beam parents[j], for every
 // j; len(parents) is the new beam width. Blocks from the first holding a
 // position at or past history are written next, so a page two new beams
-// would share there is copied for the later one (on the cache's stream).
-// Pages no beam references any more are released, fenced by ev (recorded on
-// the cache's stream before the call). On error nothing changes.
+// would share there is copied for the later one, on the cache's stream,
+// into a page the reorder releases where there is one (the stream orders
+// the copy after its last use) and into a new GPU page otherwise. Pages no
+// beam references any more are released, fenced by ev (recorded on the
+// cache's stream before the call). On error nothing changes.
 func (c *KVCache) reorder(parents []int, history int, ev *sharedEvent) error {
 	m, tpb := c.m, c.m.cfg.TokensPerBlock
 	width, numLC := len(parents), len(m.lt.LifeCycles)
@@ -175,53 +177,69 @@ func (c *KVCache) reorder(parents []int, history int, ev *sharedEvent) error {
 		return nil
 	}
 	writable := history / tpb // the first block beams may still write into
-	// The new rows of every block, with the copies they need.
+	// The new rows of every block that has or gets beams of its own (nil:
+	// one row every beam reads, before and after), and the copies they need.
 	rows := make([][][]*page, len(c.blocks))
 	var cows []cowPage
-	n := need{}
-	lvl := m.levels[0]
+	var dropped []*page
 	for b := range c.blocks {
 		cb := &c.blocks[b]
 		if b < writable && cb.beams == nil {
-			continue // one page row every beam reads, before and after
+			continue
 		}
 		row := make([][]*page, width)
 		for j, p := range parents {
 			row[j] = slices.Clone(cb.beamPages(p))
 		}
-		if b >= writable {
-			for j := 1; j < width; j++ {
-				for lc := range numLC {
-					src := row[j][lc]
-					if src == nil {
-						continue
-					}
-					for i := range j {
-						if row[i][lc] == src {
-							cows = append(cows, cowPage{b, j, lc, src})
-							n[lvl.groupOf(layout.LayerGroupID(lc))]++
-							break
-						}
-					}
+		rows[b] = row
+		cb.eachPage(func(p *page) {
+			for _, r := range row {
+				if r[p.lc] == p {
+					return
+				}
+			}
+			dropped = append(dropped, p)
+		})
+		if b < writable {
+			continue
+		}
+		for j := 1; j < width; j++ {
+			for lc := range numLC {
+				if src := row[j][lc]; src != nil && slices.ContainsFunc(row[:j], func(r []*page) bool { return r[lc] == src }) {
+					cows = append(cows, cowPage{b, j, lc, src})
 				}
 			}
 		}
-		rows[b] = row
 	}
-	if len(cows) > 0 {
+	// Copies go into released private pages first, new pages for the rest.
+	lvl := m.levels[0]
+	dsts := make([]*page, len(cows))
+	n := need{}
+	for i, cw := range cows {
+		if k := slices.IndexFunc(dropped, func(p *page) bool { return int(p.lc) == cw.lc && p.node == nil }); k >= 0 {
+			dsts[i] = dropped[k]
+			dropped = slices.Delete(dropped, k, k+1)
+		} else {
+			n[lvl.groupOf(layout.LayerGroupID(cw.lc))]++
+		}
+	}
+	if len(n) > 0 {
 		if err := m.reserveAt(0, n); err != nil {
 			return err
 		}
 	}
 	waits := waitSet{skip: c.stream}
+	var made []*page
 	var descs []device.CopyDesc
-	made := make([]*page, 0, len(cows))
-	for _, cw := range cows {
-		dp := m.newPage(lvl.groupOf(layout.LayerGroupID(cw.lc)), layout.LayerGroupID(cw.lc))
-		m.ref(dp, true)
-		rows[cw.b][cw.j][cw.lc] = dp
-		made = append(made, dp)
-		waits.addFence(dp.group.fences[dp.slot])
+	for i, cw := range cows {
+		dp := dsts[i]
+		if dp == nil {
+			dp = m.newPage(lvl.groupOf(layout.LayerGroupID(cw.lc)), layout.LayerGroupID(cw.lc))
+			m.ref(dp, true)
+			made = append(made, dp)
+			waits.addFence(dp.group.fences[dp.slot])
+			dsts[i] = dp
+		}
 		for pool := range cw.src.group.desc.PoolBytes {
 			descs = append(descs, device.CopyDesc{
 				Dst: dp.group.slotAddr(pool, dp.slot), Src: cw.src.group.slotAddr(pool, cw.src.slot),
@@ -241,31 +259,19 @@ func (c *KVCache) reorder(parents []int, history int, ev *sharedEvent) error {
 			return fmt.Errorf("copy the diverging blocks: %w", err)
 		}
 	}
-	// Install the rows; release what no beam references any more.
-	var dropped []*page
-	for b := range c.blocks {
-		cb := &c.blocks[b]
-		if rows[b] == nil {
+	for i, cw := range cows {
+		rows[cw.b][cw.j][cw.lc] = dsts[i]
+	}
+	for b, row := range rows {
+		if row == nil {
 			continue
 		}
-		kept := func(lc int, p *page) bool {
-			for _, r := range rows[b] {
-				if r[lc] == p {
-					return true
-				}
-			}
-			return false
-		}
-		cb.eachPage(func(p *page) {
-			if !kept(int(p.lc), p) {
-				dropped = append(dropped, p)
-			}
-		})
-		copy(cb.pages, rows[b][0])
+		cb := &c.blocks[b]
+		copy(cb.pages, row[0])
 		cb.beams = nil
 		for j := 1; j < width; j++ {
-			if !slices.Equal(rows[b][j], cb.pages) {
-				cb.beams = rows[b][1:]
+			if !slices.Equal(row[j], cb.pages) {
+				cb.beams = row[1:]
 				break
 			}
 		}

@@ -42,10 +42,10 @@ type fixture struct {
 	stream device.Stream
 }
 
-func newFixture(t *testing.T, cfg config.Config) *fixture {
+func newFixture(t *testing.T, cfg config.Config, opts ...Option) *fixture {
 	t.Helper()
 	dev := devicetest.Open(t, emu.Options{Seed: 1})
-	m, err := NewManager(cfg, WithDevice(dev))
+	m, err := NewManager(cfg, append([]Option{WithDevice(dev)}, opts...)...)
 	require.NoError(t, err)
 	s, err := dev.NewStream()
 	require.NoError(t, err)
