@@ -431,6 +431,32 @@ func kvcm_kv_cache_commit(cache C.kvcm_kv_cache, tokens *C.kvcm__const_kvcm_toke
 	return statusOf(kvcmFn, glueKVCacheCommit(cacheObj, tokens, num_tokens, is_end))
 }
 
+// kvcm_kv_cache_commit_beam_search is the export of kvcm_kv_cache_commit_beam_search (ABI version 2).
+//
+//export kvcm_kv_cache_commit_beam_search
+func kvcm_kv_cache_commit_beam_search(cache C.kvcm_kv_cache, tokens *C.kvcm__const_kvcm_token, num_tokens C.size_t, beam_search_indices *C.kvcm__const_int32_t, num_beam_search_indices C.size_t, is_end C.bool) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_commit_beam_search"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if tokens == nil && num_tokens != 0 {
+		return argStatus(kvcmFn, "tokens", fmt.Sprintf("is NULL but num_tokens is %d", num_tokens))
+	}
+	if beam_search_indices == nil && num_beam_search_indices != 0 {
+		return argStatus(kvcmFn, "beam_search_indices", fmt.Sprintf("is NULL but num_beam_search_indices is %d", num_beam_search_indices))
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheCommitBeamSearch(cacheObj, tokens, num_tokens, beam_search_indices, num_beam_search_indices, is_end))
+}
+
 // kvcm_kv_cache_create is the export of kvcm_kv_cache_create (ABI version 1).
 //
 //export kvcm_kv_cache_create
@@ -490,6 +516,61 @@ func kvcm_kv_cache_get_base_page_indices(cache C.kvcm_kv_cache, layer_group C.kv
 		return st
 	}
 	return statusOf(kvcmFn, glueKVCacheGetBasePageIndices(cacheObj, layer_group, indices, capacity, needed))
+}
+
+// kvcm_kv_cache_get_beam_base_page_indices is the export of kvcm_kv_cache_get_beam_base_page_indices (ABI version 2).
+//
+//export kvcm_kv_cache_get_beam_base_page_indices
+func kvcm_kv_cache_get_beam_base_page_indices(cache C.kvcm_kv_cache, layer_group C.kvcm_layer_group_id, beam C.int32_t, indices *C.int32_t, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_get_beam_base_page_indices"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if needed != nil {
+		*needed = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if indices == nil && capacity != 0 {
+		return argStatus(kvcmFn, "indices", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if needed == nil {
+		return argStatus(kvcmFn, "needed", "must not be NULL")
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheGetBeamBasePageIndices(cacheObj, layer_group, beam, indices, capacity, needed))
+}
+
+// kvcm_kv_cache_get_beam_width is the export of kvcm_kv_cache_get_beam_width (ABI version 2).
+//
+//export kvcm_kv_cache_get_beam_width
+func kvcm_kv_cache_get_beam_width(cache C.kvcm_kv_cache, out *C.int32_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_get_beam_width"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheGetBeamWidth(cacheObj, out))
 }
 
 // kvcm_kv_cache_get_cached_tokens_by_level is the export of kvcm_kv_cache_get_cached_tokens_by_level (ABI version 2).
@@ -790,6 +871,26 @@ func kvcm_kv_cache_resume(cache C.kvcm_kv_cache, stream C.kvcm_stream) (status *
 		return st
 	}
 	return statusOf(kvcmFn, glueKVCacheResume(cacheObj, stream))
+}
+
+// kvcm_kv_cache_set_beam_width is the export of kvcm_kv_cache_set_beam_width (ABI version 2).
+//
+//export kvcm_kv_cache_set_beam_width
+func kvcm_kv_cache_set_beam_width(cache C.kvcm_kv_cache, beam_width C.int32_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_set_beam_width"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheSetBeamWidth(cacheObj, beam_width))
 }
 
 // kvcm_kv_cache_set_stream is the export of kvcm_kv_cache_set_stream (ABI version 2).

@@ -10,6 +10,7 @@
 
 /* Const element types, so that Go exports match the header's const pointers. */
 typedef const char kvcm__const_char;
+typedef const int32_t kvcm__const_int32_t;
 typedef const kvcm_cold_page_codec kvcm__const_kvcm_cold_page_codec;
 typedef const kvcm_copy_desc kvcm__const_kvcm_copy_desc;
 typedef const kvcm_cp_index_object kvcm__const_kvcm_cp_index_object;

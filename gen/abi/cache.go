@@ -249,6 +249,63 @@ type KVCacheGetReusedTokens func(cache KVCache, out spec.Out[int64]) *Status
 //kvcm:param needed out Receives the number of blocks.
 type KVCacheGetBasePageIndices func(cache KVCache, layerGroup LayerGroupID, indices spec.Out[int32], capacity spec.Size, needed spec.Out[spec.Size]) *Status
 
+// KVCacheGetBeamWidth returns the cache's beam width: how many beams have
+// page indices (1 at creation).
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param out out Receives the beam width.
+type KVCacheGetBeamWidth func(cache KVCache, out spec.Out[int32]) *Status
+
+// KVCacheSetBeamWidth sets the number of beams of an ACTIVE cache, in
+// [1, KVCM_MAX_BEAM_WIDTH]. New beams fork from beam 0: they share its pages,
+// except that each gets a copy (on the cache's stream) of every block holding
+// a position at or past the history length, the diverging block beams write
+// into next; new blocks get a page per beam. Beams at or beyond a smaller
+// width are dropped with their private pages. KVCM_ERR_OUT_OF_PAGES when the
+// GPU level has no room for the copies; on error nothing changes.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param beamWidth in The new beam width.
+type KVCacheSetBeamWidth func(cache KVCache, beamWidth int32) *Status
+
+// KVCacheGetBeamBasePageIndices is kvcm_kv_cache_get_base_page_indices for
+// one beam, in [0, beam width) (kvcm_kv_cache_get_base_page_indices reads
+// KVCM_DEFAULT_BEAM_INDEX). Beams read the same index where they share a
+// page.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param layerGroup in The layer group.
+//kvcm:param beam in The beam.
+//kvcm:param indices out,nullable,len=capacity Receives one index per block.
+//kvcm:param capacity in Capacity of indices, in elements.
+//kvcm:param needed out Receives the number of blocks.
+type KVCacheGetBeamBasePageIndices func(cache KVCache, layerGroup LayerGroupID, beam int32, indices spec.Out[int32], capacity spec.Size, needed spec.Out[spec.Size]) *Status
+
+// KVCacheCommitBeamSearch is kvcm_kv_cache_commit after a beam search step:
+// first beam j takes over the history of beam beam_search_indices[j] (one
+// entry per beam; beams reordered, forked or dropped; a page two beams would
+// share in the diverging block is copied for the later one, on the cache's
+// stream), then the tokens, converged and in beam 0, are committed. A block
+// they complete is published once, from beam 0, and every beam reads beam
+// 0's page of it from then on. NULL beam_search_indices keeps the beams. On
+// error nothing changes.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param tokens borrowed,nullable,len=numTokens The tokens (NULL only when num_tokens is 0).
+//kvcm:param numTokens in The number of tokens.
+//kvcm:param beamSearchIndices borrowed,nullable,len=numBeamSearchIndices The old beam of each beam, or NULL.
+//kvcm:param numBeamSearchIndices in The number of entries of beam_search_indices: the beam width.
+//kvcm:param isEnd in Whether these are the last tokens to commit.
+type KVCacheCommitBeamSearch func(cache KVCache, tokens spec.In[Token], numTokens spec.Size, beamSearchIndices spec.In[int32], numBeamSearchIndices spec.Size, isEnd bool) *Status
+
 // KVCacheGetStats returns the block counters the cache added to the
 // manager's since its creation: reused and missed blocks at creation and the
 // blocks resize allocated for it (evictions and lost_pages are the manager's

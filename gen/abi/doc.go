@@ -62,6 +62,10 @@
 //     _get_num_open_caches, kvcm_kv_cache_set_stream and
 //     _get_committed_tokens; stream arguments take any stream of the
 //     device's context (an engine's CUstream, 0 included).
+//   - Beam search: kvcm_kv_cache_get_beam_width / _set_beam_width,
+//     kvcm_kv_cache_get_beam_base_page_indices,
+//     kvcm_kv_cache_commit_beam_search, KVCM_DEFAULT_BEAM_INDEX and
+//     KVCM_MAX_BEAM_WIDTH.
 //
 // Behaviour that changed for C users while ABI version 1 was unreleased
 // (no function, struct or constant changed):
@@ -120,6 +124,17 @@ const VersionString = "0.1.0"
 //
 //kvcm:since 1
 const BadPageIndex int32 = core.BadPageIndex
+
+// DefaultBeamIndex is the beam the single-beam calls read, beam 0, which
+// also holds the committed tokens' KV.
+//
+//kvcm:since 2
+const DefaultBeamIndex int32 = core.DefaultBeamIndex
+
+// MaxBeamWidth is the largest beam width a cache may have.
+//
+//kvcm:since 2
+const MaxBeamWidth int32 = core.MaxBeamWidth
 
 // MinPriority is the lowest eviction priority a priority callback may return.
 //

@@ -105,6 +105,19 @@ extern "C" {
 #define KVCM_BAD_PAGE_INDEX (-1)
 
 /**
+ * KVCM_DEFAULT_BEAM_INDEX is the beam the single-beam calls read, beam 0, which
+ * also holds the committed tokens' KV.
+ * @since ABI version 2.
+ */
+#define KVCM_DEFAULT_BEAM_INDEX 0
+
+/**
+ * KVCM_MAX_BEAM_WIDTH is the largest beam width a cache may have.
+ * @since ABI version 2.
+ */
+#define KVCM_MAX_BEAM_WIDTH 1024
+
+/**
  * KVCM_MIN_PRIORITY is the lowest eviction priority a priority callback may return.
  * @since ABI version 1.
  */
@@ -2067,6 +2080,29 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_close(kvcm_kv_cache cache);
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_commit(kvcm_kv_cache cache, const kvcm_token* tokens, size_t num_tokens, bool is_end);
 
 /**
+ * kvcm_kv_cache_commit_beam_search is kvcm_kv_cache_commit after a beam search step:
+ * first beam j takes over the history of beam beam_search_indices[j] (one
+ * entry per beam; beams reordered, forked or dropped; a page two beams would
+ * share in the diverging block is copied for the later one, on the cache's
+ * stream), then the tokens, converged and in beam 0, are committed. A block
+ * they complete is published once, from beam 0, and every beam reads beam
+ * 0's page of it from then on. NULL beam_search_indices keeps the beams. On
+ * error nothing changes.
+ *
+ * @param cache [in] The cache.
+ * @param tokens [in, borrowed, nullable, array of num_tokens] The tokens (NULL only when num_tokens is 0).
+ * @param num_tokens [in] The number of tokens.
+ * @param beam_search_indices [in, borrowed, nullable, array of num_beam_search_indices] The old beam of each beam, or NULL.
+ * @param num_beam_search_indices [in] The number of entries of beam_search_indices: the beam width.
+ * @param is_end [in] Whether these are the last tokens to commit.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_commit_beam_search(kvcm_kv_cache cache, const kvcm_token* tokens, size_t num_tokens, const int32_t* beam_search_indices, size_t num_beam_search_indices, bool is_end);
+
+/**
  * kvcm_kv_cache_create creates a SUSPENDED KV cache holding the longest reusable
  * cached prefix of the input tokens: full blocks are shared; with partial
  * reuse, the matching head of one more block is copied into a private page.
@@ -2098,6 +2134,38 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_create(kvcm_manager manager
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_base_page_indices(kvcm_kv_cache cache, kvcm_layer_group_id layer_group, int32_t* indices, size_t capacity, size_t* needed);
+
+/**
+ * kvcm_kv_cache_get_beam_base_page_indices is kvcm_kv_cache_get_base_page_indices for
+ * one beam, in [0, beam width) (kvcm_kv_cache_get_base_page_indices reads
+ * KVCM_DEFAULT_BEAM_INDEX). Beams read the same index where they share a
+ * page.
+ *
+ * @param cache [in] The cache.
+ * @param layer_group [in] The layer group.
+ * @param beam [in] The beam.
+ * @param indices [out, nullable, array of capacity] Receives one index per block.
+ * @param capacity [in] Capacity of indices, in elements.
+ * @param needed [out] Receives the number of blocks.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_beam_base_page_indices(kvcm_kv_cache cache, kvcm_layer_group_id layer_group, int32_t beam, int32_t* indices, size_t capacity, size_t* needed);
+
+/**
+ * kvcm_kv_cache_get_beam_width returns the cache's beam width: how many beams have
+ * page indices (1 at creation).
+ *
+ * @param cache [in] The cache.
+ * @param out [out] Receives the beam width.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_beam_width(kvcm_kv_cache cache, int32_t* out);
 
 /**
  * kvcm_kv_cache_get_cached_tokens_by_level returns, per cache level, how many of the
@@ -2268,6 +2336,24 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_resize(kvcm_kv_cache cache,
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_resume(kvcm_kv_cache cache, kvcm_stream stream);
+
+/**
+ * kvcm_kv_cache_set_beam_width sets the number of beams of an ACTIVE cache, in
+ * [1, KVCM_MAX_BEAM_WIDTH]. New beams fork from beam 0: they share its pages,
+ * except that each gets a copy (on the cache's stream) of every block holding
+ * a position at or past the history length, the diverging block beams write
+ * into next; new blocks get a page per beam. Beams at or beyond a smaller
+ * width are dropped with their private pages. KVCM_ERR_OUT_OF_PAGES when the
+ * GPU level has no room for the copies; on error nothing changes.
+ *
+ * @param cache [in] The cache.
+ * @param beam_width [in] The new beam width.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_set_beam_width(kvcm_kv_cache cache, int32_t beam_width);
 
 /**
  * kvcm_kv_cache_set_stream moves the cache to a stream, as setting
@@ -3171,12 +3257,20 @@ struct kvcm_api {
     kvcm_status* (*stream_free_memory)(kvcm_stream stream, kvcm_device_ptr ptr);
     /** kvcm_stream_synchronize (since ABI version 1). */
     kvcm_status* (*stream_synchronize)(kvcm_stream stream);
+    /** kvcm_kv_cache_commit_beam_search (since ABI version 2). */
+    kvcm_status* (*kv_cache_commit_beam_search)(kvcm_kv_cache cache, const kvcm_token* tokens, size_t num_tokens, const int32_t* beam_search_indices, size_t num_beam_search_indices, bool is_end);
+    /** kvcm_kv_cache_get_beam_base_page_indices (since ABI version 2). */
+    kvcm_status* (*kv_cache_get_beam_base_page_indices)(kvcm_kv_cache cache, kvcm_layer_group_id layer_group, int32_t beam, int32_t* indices, size_t capacity, size_t* needed);
+    /** kvcm_kv_cache_get_beam_width (since ABI version 2). */
+    kvcm_status* (*kv_cache_get_beam_width)(kvcm_kv_cache cache, int32_t* out);
     /** kvcm_kv_cache_get_cached_tokens_by_level (since ABI version 2). */
     kvcm_status* (*kv_cache_get_cached_tokens_by_level)(kvcm_kv_cache cache, int64_t* tokens, size_t capacity, size_t* needed);
     /** kvcm_kv_cache_get_committed_tokens (since ABI version 2). */
     kvcm_status* (*kv_cache_get_committed_tokens)(kvcm_kv_cache cache, kvcm_token* tokens, size_t capacity, size_t* needed);
     /** kvcm_kv_cache_get_stats (since ABI version 2). */
     kvcm_status* (*kv_cache_get_stats)(kvcm_kv_cache cache, kvcm_block_stats* out);
+    /** kvcm_kv_cache_set_beam_width (since ABI version 2). */
+    kvcm_status* (*kv_cache_set_beam_width)(kvcm_kv_cache cache, int32_t beam_width);
     /** kvcm_kv_cache_set_stream (since ABI version 2). */
     kvcm_status* (*kv_cache_set_stream)(kvcm_kv_cache cache, kvcm_stream stream);
     /** kvcm_manager_clear_reusable_blocks (since ABI version 2). */
@@ -3445,7 +3539,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, dial_timeout_ms) == 24, "la
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, call_timeout_ms) == 32, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, queue_bytes) == 40, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, write_policy) == 48, "layout of kvcm_shared_tier_config changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 648, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 680, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
@@ -3516,19 +3610,23 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_copy_from_host) == 512, "layout of 
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_enqueue_host_func) == 520, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_free_memory) == 528, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_synchronize) == 536, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_cached_tokens_by_level) == 544, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_tokens) == 552, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 560, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 568, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 576, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 584, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 592, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 600, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 608, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 616, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 624, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 632, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 640, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_commit_beam_search) == 544, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_beam_base_page_indices) == 552, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_beam_width) == 560, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_cached_tokens_by_level) == 568, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_tokens) == 576, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 584, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_beam_width) == 592, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 600, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 608, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 616, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 624, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 632, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 640, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 648, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 656, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 664, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 672, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus

@@ -38,6 +38,13 @@ KVCM_VERSION_STRING = "0.1.0"
 # a sliding window, or beyond the capacity) in base page index arrays.
 KVCM_BAD_PAGE_INDEX = -1
 
+# KVCM_DEFAULT_BEAM_INDEX is the beam the single-beam calls read, beam 0, which
+# also holds the committed tokens' KV.
+KVCM_DEFAULT_BEAM_INDEX = 0
+
+# KVCM_MAX_BEAM_WIDTH is the largest beam width a cache may have.
+KVCM_MAX_BEAM_WIDTH = 1024
+
 # KVCM_MIN_PRIORITY is the lowest eviction priority a priority callback may return.
 KVCM_MIN_PRIORITY = 0
 
@@ -896,8 +903,11 @@ FUNCTIONS = {
     "kvcm_is_poisoned": (ctypes.c_bool, []),
     "kvcm_kv_cache_close": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache]),
     "kvcm_kv_cache_commit": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.c_bool]),
+    "kvcm_kv_cache_commit_beam_search": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.c_bool]),
     "kvcm_kv_cache_create": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_kv_cache_options), ctypes.POINTER(kvcm_kv_cache)]),
     "kvcm_kv_cache_get_base_page_indices": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_layer_group_id, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    "kvcm_kv_cache_get_beam_base_page_indices": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_layer_group_id, ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    "kvcm_kv_cache_get_beam_width": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int32)]),
     "kvcm_kv_cache_get_cached_tokens_by_level": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_kv_cache_get_capacity": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_kv_cache_get_committed_tokens": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
@@ -910,6 +920,7 @@ FUNCTIONS = {
     "kvcm_kv_cache_prefetch": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_cache_level]),
     "kvcm_kv_cache_resize": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.c_int64, ctypes.c_int64]),
     "kvcm_kv_cache_resume": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_stream]),
+    "kvcm_kv_cache_set_beam_width": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.c_int32]),
     "kvcm_kv_cache_set_stream": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_stream]),
     "kvcm_kv_cache_stop_committing": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache]),
     "kvcm_kv_cache_suspend": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache]),
@@ -981,8 +992,11 @@ PARAMETERS = {
     "kvcm_is_poisoned": (),
     "kvcm_kv_cache_close": ("cache",),
     "kvcm_kv_cache_commit": ("cache", "tokens", "num_tokens", "is_end"),
+    "kvcm_kv_cache_commit_beam_search": ("cache", "tokens", "num_tokens", "beam_search_indices", "num_beam_search_indices", "is_end"),
     "kvcm_kv_cache_create": ("manager", "options", "out"),
     "kvcm_kv_cache_get_base_page_indices": ("cache", "layer_group", "indices", "capacity", "needed"),
+    "kvcm_kv_cache_get_beam_base_page_indices": ("cache", "layer_group", "beam", "indices", "capacity", "needed"),
+    "kvcm_kv_cache_get_beam_width": ("cache", "out"),
     "kvcm_kv_cache_get_cached_tokens_by_level": ("cache", "tokens", "capacity", "needed"),
     "kvcm_kv_cache_get_capacity": ("cache", "out"),
     "kvcm_kv_cache_get_committed_tokens": ("cache", "tokens", "capacity", "needed"),
@@ -995,6 +1009,7 @@ PARAMETERS = {
     "kvcm_kv_cache_prefetch": ("cache", "level"),
     "kvcm_kv_cache_resize": ("cache", "capacity", "history_length"),
     "kvcm_kv_cache_resume": ("cache", "stream"),
+    "kvcm_kv_cache_set_beam_width": ("cache", "beam_width"),
     "kvcm_kv_cache_set_stream": ("cache", "stream"),
     "kvcm_kv_cache_stop_committing": ("cache",),
     "kvcm_kv_cache_suspend": ("cache",),

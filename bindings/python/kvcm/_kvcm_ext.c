@@ -2643,6 +2643,135 @@ done:
     return out;
 }
 
+/* kvcm_kv_cache_commit_beam_search(cache, tokens, num_tokens, beam_search_indices, num_beam_search_indices, is_end) */
+static PyObject *kx_fn_kvcm_kv_cache_commit_beam_search(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    size_t a2;
+    kx_ptr a3 = KX_PTR_INIT;
+    size_t a4;
+    bool a5;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 6, "kvcm_kv_cache_commit_beam_search") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    if (kx_pointer(args[1], names, 1, 0, 0, &a1) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[2], names, 2, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a2 = (size_t)v;
+    }
+    if (kx_pointer(args[3], names, 3, 0, 0, &a3) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[4], names, 4, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a4 = (size_t)v;
+    }
+    if (kx_bool(args[5], &a5) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_commit_beam_search(a0, (const kvcm_token*)a1.p, a2, (const int32_t*)a3.p, a4, a5);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    return out;
+}
+
+/* kvcm_kv_cache_get_beam_base_page_indices(cache, layer_group, beam, indices, capacity, needed) */
+static PyObject *kx_fn_kvcm_kv_cache_get_beam_base_page_indices(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kvcm_layer_group_id a1;
+    int32_t a2;
+    kx_ptr a3 = KX_PTR_INIT;
+    size_t a4;
+    kx_ptr a5 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 6, "kvcm_kv_cache_get_beam_base_page_indices") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[1], names, 1, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a1 = (kvcm_layer_group_id)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[2], names, 2, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a2 = (int32_t)v;
+    }
+    if (kx_pointer(args[3], names, 3, 1, 0, &a3) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[4], names, 4, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a4 = (size_t)v;
+    }
+    if (kx_pointer(args[5], names, 5, 1, 8, &a5) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_get_beam_base_page_indices(a0, a1, a2, (int32_t*)a3.p, a4, (size_t*)a5.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    return out;
+}
+
+/* kvcm_kv_cache_get_beam_width(cache, out) */
+static PyObject *kx_fn_kvcm_kv_cache_get_beam_width(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 2, "kvcm_kv_cache_get_beam_width") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 4, &a1) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_get_beam_width(a0, (int32_t*)a1.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    return out;
+}
+
 /* kvcm_kv_cache_get_cached_tokens_by_level(cache, tokens, capacity, needed) */
 static PyObject *kx_fn_kvcm_kv_cache_get_cached_tokens_by_level(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -2745,6 +2874,35 @@ static PyObject *kx_fn_kvcm_kv_cache_get_stats(PyObject *names, PyObject *const 
     out = kx_leave(r, Py_NewRef(Py_None));
 done:
     kx_ptr_release(&a1);
+    return out;
+}
+
+/* kvcm_kv_cache_set_beam_width(cache, beam_width) */
+static PyObject *kx_fn_kvcm_kv_cache_set_beam_width(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    int32_t a1;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 2, "kvcm_kv_cache_set_beam_width") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[1], names, 1, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a1 = (int32_t)v;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_set_beam_width(a0, a1);
+    Py_END_ALLOW_THREADS
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
     return out;
 }
 
@@ -3217,9 +3375,13 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_stream_enqueue_host_func", (PyCFunction)(void (*)(void))kx_fn_kvcm_stream_enqueue_host_func, METH_FASTCALL, "kvcm_stream_enqueue_host_func(stream, fn, user_data)"},
     {"kvcm_stream_free_memory", (PyCFunction)(void (*)(void))kx_fn_kvcm_stream_free_memory, METH_FASTCALL, "kvcm_stream_free_memory(stream, ptr)"},
     {"kvcm_stream_synchronize", (PyCFunction)(void (*)(void))kx_fn_kvcm_stream_synchronize, METH_FASTCALL, "kvcm_stream_synchronize(stream)"},
+    {"kvcm_kv_cache_commit_beam_search", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_commit_beam_search, METH_FASTCALL, "kvcm_kv_cache_commit_beam_search(cache, tokens, num_tokens, beam_search_indices, num_beam_search_indices, is_end)"},
+    {"kvcm_kv_cache_get_beam_base_page_indices", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_beam_base_page_indices, METH_FASTCALL, "kvcm_kv_cache_get_beam_base_page_indices(cache, layer_group, beam, indices, capacity, needed)"},
+    {"kvcm_kv_cache_get_beam_width", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_beam_width, METH_FASTCALL, "kvcm_kv_cache_get_beam_width(cache, out)"},
     {"kvcm_kv_cache_get_cached_tokens_by_level", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_cached_tokens_by_level, METH_FASTCALL, "kvcm_kv_cache_get_cached_tokens_by_level(cache, tokens, capacity, needed)"},
     {"kvcm_kv_cache_get_committed_tokens", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_committed_tokens, METH_FASTCALL, "kvcm_kv_cache_get_committed_tokens(cache, tokens, capacity, needed)"},
     {"kvcm_kv_cache_get_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_stats, METH_FASTCALL, "kvcm_kv_cache_get_stats(cache, out)"},
+    {"kvcm_kv_cache_set_beam_width", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_set_beam_width, METH_FASTCALL, "kvcm_kv_cache_set_beam_width(cache, beam_width)"},
     {"kvcm_kv_cache_set_stream", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_set_stream, METH_FASTCALL, "kvcm_kv_cache_set_stream(cache, stream)"},
     {"kvcm_manager_clear_reusable_blocks", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_clear_reusable_blocks, METH_FASTCALL, "kvcm_manager_clear_reusable_blocks(manager)"},
     {"kvcm_manager_drain_block_events", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_drain_block_events, METH_FASTCALL, "kvcm_manager_drain_block_events(manager, events, events_cap, tokens, tokens_cap, num_events, num_tokens, dropped)"},
@@ -3233,7 +3395,7 @@ static PyMethodDef kx_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 4, 4, 2, 2, 1, 8, 4, 5, 4, 4, 2, 7, 6};
+static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 6, 6, 2, 4, 4, 2, 2, 2, 1, 8, 4, 5, 4, 4, 2, 7, 6};
 
 /* bind(name, parameter_names) -> the builtin function of name; its errors
  * name the parameters as parameter_names (a tuple of str, one a

@@ -39,6 +39,13 @@ inline constexpr const char* kVersionString = KVCM_VERSION_STRING;
 // a sliding window, or beyond the capacity) in base page index arrays.
 inline constexpr std::int32_t kBadPageIndex = KVCM_BAD_PAGE_INDEX;
 
+// KVCM_DEFAULT_BEAM_INDEX is the beam the single-beam calls read, beam 0, which
+// also holds the committed tokens' KV.
+inline constexpr std::int32_t kDefaultBeamIndex = KVCM_DEFAULT_BEAM_INDEX;
+
+// KVCM_MAX_BEAM_WIDTH is the largest beam width a cache may have.
+inline constexpr std::int32_t kMaxBeamWidth = KVCM_MAX_BEAM_WIDTH;
+
 // KVCM_MIN_PRIORITY is the lowest eviction priority a priority callback may return.
 inline constexpr std::int32_t kMinPriority = KVCM_MIN_PRIORITY;
 
