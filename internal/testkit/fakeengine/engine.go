@@ -279,10 +279,10 @@ type segment struct {
 	firstOfP bool // first segment of its (block, layer group) page
 }
 
-// plan lists the segments of positions [from, to) of c's pages. Positions
-// whose block has no page fail the plan when strict, and are skipped (counted
-// in skipped, per page) otherwise.
-func (e *Engine) plan(c *core.KVCache, from, to int, strict bool) (segs []segment, skipped int64, err error) {
+// plan lists the segments of positions [from, to) of beam's pages of c.
+// Positions whose block has no page fail the plan when strict, and are
+// skipped (counted in skipped, per page) otherwise.
+func (e *Engine) plan(c *core.KVCache, beam, from, to int, strict bool) (segs []segment, skipped int64, err error) {
 	if from >= to {
 		return nil, 0, nil
 	}
@@ -292,7 +292,7 @@ func (e *Engine) plan(c *core.KVCache, from, to int, strict bool) (segs []segmen
 		if len(bis) == 0 {
 			continue
 		}
-		idx, err = c.AppendBasePageIndices(idx[:0], layout.LayerGroupID(lg))
+		idx, err = c.AppendBasePageIndicesOfBeam(idx[:0], layout.LayerGroupID(lg), beam)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -397,14 +397,19 @@ func checkRange(tokens []config.Token, from, to int) error {
 // at least to, with a history length of at most from). It covers a prefill
 // chunk and a decode step alike.
 func (e *Engine) Step(c *core.KVCache, tokens []config.Token, from, to int) error {
+	return e.StepBeam(c, core.DefaultBeamIndex, tokens, from, to)
+}
+
+// StepBeam is Step into beam's pages: tokens is that beam's hypothesis.
+func (e *Engine) StepBeam(c *core.KVCache, beam int, tokens []config.Token, from, to int) error {
 	if err := checkRange(tokens, from, to); err != nil {
 		return err
 	}
-	return e.step(c, tokens, appendPrefixHashes(nil, e.opts.Seed, tokens[:to]), from, to)
+	return e.step(c, beam, tokens, appendPrefixHashes(nil, e.opts.Seed, tokens[:to]), from, to)
 }
 
-// step is Step with the prefix hashes of at least tokens[:to] given.
-func (e *Engine) step(c *core.KVCache, tokens []config.Token, hashes []uint64, from, to int) error {
+// step is StepBeam with the prefix hashes of at least tokens[:to] given.
+func (e *Engine) step(c *core.KVCache, beam int, tokens []config.Token, hashes []uint64, from, to int) error {
 	if e.opts.NoData || from == to {
 		return nil
 	}
@@ -412,7 +417,7 @@ func (e *Engine) step(c *core.KVCache, tokens []config.Token, hashes []uint64, f
 	if err != nil {
 		return err
 	}
-	segs, _, err := e.plan(c, from, to, true)
+	segs, _, err := e.plan(c, beam, from, to, true)
 	if err != nil {
 		return err
 	}
@@ -453,13 +458,19 @@ func (e *Engine) step(c *core.KVCache, tokens []config.Token, hashes []uint64, f
 // positions at or beyond the capacity are skipped. Mismatches are counted, not returned as
 // errors; the error reports only failed calls.
 func (e *Engine) Verify(c *core.KVCache, tokens []config.Token, from, to int) (VerifyResult, error) {
+	return e.VerifyBeam(c, core.DefaultBeamIndex, tokens, from, to)
+}
+
+// VerifyBeam is Verify of beam's pages against that beam's hypothesis
+// tokens.
+func (e *Engine) VerifyBeam(c *core.KVCache, beam int, tokens []config.Token, from, to int) (VerifyResult, error) {
 	if err := checkRange(tokens, from, to); err != nil {
 		return VerifyResult{}, err
 	}
-	return e.verify(c, tokens, appendPrefixHashes(nil, e.opts.Seed, tokens[:to]), from, to)
+	return e.verify(c, beam, tokens, appendPrefixHashes(nil, e.opts.Seed, tokens[:to]), from, to)
 }
 
-func (e *Engine) verify(c *core.KVCache, tokens []config.Token, hashes []uint64, from, to int) (VerifyResult, error) {
+func (e *Engine) verify(c *core.KVCache, beam int, tokens []config.Token, hashes []uint64, from, to int) (VerifyResult, error) {
 	var res VerifyResult
 	if e.opts.NoData || from == to {
 		return res, nil
@@ -471,7 +482,7 @@ func (e *Engine) verify(c *core.KVCache, tokens []config.Token, hashes []uint64,
 	// Positions at or beyond the capacity have no KV even where their
 	// block has a page.
 	to = min(to, c.Capacity())
-	segs, skipped, err := e.plan(c, from, to, false)
+	segs, skipped, err := e.plan(c, beam, from, to, false)
 	if err != nil {
 		return res, err
 	}
