@@ -202,11 +202,13 @@ public:
         }
     }
 
-    // Writes positions [from, to) of tokens; every block must have a page.
-    void write(kvcm::KVCache const& c, std::vector<kvcm::Token> const& tokens, int64_t from, int64_t to)
+    // Writes positions [from, to) of tokens into one beam's pages; every
+    // block must have a page.
+    void write(kvcm::KVCache const& c, std::vector<kvcm::Token> const& tokens, int64_t from, int64_t to,
+        int32_t beam = kvcm::kDefaultBeamIndex)
     {
         auto const prefix = prefixHashes(mSeed, tokens, static_cast<size_t>(to));
-        auto const idx = indices(c);
+        auto const idx = indices(c, beam);
         for (int64_t pos = from; pos < to; ++pos)
         {
             for (size_t bi = 0; bi < mBufs.size(); ++bi)
@@ -236,12 +238,13 @@ public:
         std::string digest;     // FNV-1a 64 of the expected bytes, README order
     };
 
-    // Reads positions [from, to) back (skipping blocks without a page) and
-    // compares them with the writer.
-    Verified verify(kvcm::KVCache const& c, std::vector<kvcm::Token> const& tokens, int64_t from, int64_t to)
+    // Reads positions [from, to) of one beam back (skipping blocks without a
+    // page) and compares them with the writer.
+    Verified verify(kvcm::KVCache const& c, std::vector<kvcm::Token> const& tokens, int64_t from, int64_t to,
+        int32_t beam = kvcm::kDefaultBeamIndex)
     {
         auto const prefix = prefixHashes(mSeed, tokens, static_cast<size_t>(to));
-        auto const idx = indices(c);
+        auto const idx = indices(c, beam);
         Verified out;
         uint64_t h = 0xcbf29ce484222325ULL;
         std::vector<uint8_t> want;
@@ -295,14 +298,14 @@ private:
         uint64_t salt = 0;
     };
 
-    std::map<kvcm::LayerGroupId, std::vector<int32_t>> indices(kvcm::KVCache const& c) const
+    std::map<kvcm::LayerGroupId, std::vector<int32_t>> indices(kvcm::KVCache const& c, int32_t beam) const
     {
         std::map<kvcm::LayerGroupId, std::vector<int32_t>> out;
         for (auto const& b : mBufs)
         {
             if (out.count(b.lg) == 0)
             {
-                out[b.lg] = c.basePageIndices(b.lg);
+                out[b.lg] = c.basePageIndices(b.lg, beam);
             }
         }
         return out;

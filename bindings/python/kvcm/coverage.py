@@ -1,5 +1,5 @@
 """KVCM2 names whose models kvcm does not cover yet (the model-coverage
-issue: SSM state, beam search, multimodal keys, SWA scratch slots,
+issue: SSM state, multimodal keys, SWA scratch slots,
 aggregated pages, KVCM2's sha256 block keys).
 
 They are importable so that code written against KVCM2 imports unchanged;
@@ -22,7 +22,6 @@ __all__ = [
 SSM = "SSM (Mamba) state layers"
 SWA_SCRATCH = "SWA scratch-slot reuse"
 MULTIMODAL = "multimodal cache keys"
-BEAMS = "beam search"
 AGGREGATED = "aggregated pages (disaggregated-serving transfer layout)"
 LIFE_CYCLES = "KVCM2's AttnLifeCycle objects (kvcm's layer groups are integers)"
 PLANNED_DROP = "planned committed-block drops"

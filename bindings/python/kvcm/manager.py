@@ -16,7 +16,7 @@ from ._convert import set_field
 from ._managed import Managed, callback_guard
 from ._native import bind, ffi
 from .codec import KVCacheColdPageCodec
-from .common import GPU_LEVEL, PageIndexMode
+from .common import DEFAULT_BEAM_INDEX, GPU_LEVEL, PageIndexMode
 from .events import KVCacheEventManager
 from .stats import (
     KVCacheIterationStatsDelta,
@@ -282,6 +282,11 @@ _cache_resize = bind("kvcm_kv_cache_resize")
 _cache_commit = bind("kvcm_kv_cache_commit")
 _cache_prefetch = bind("kvcm_kv_cache_prefetch")
 _cache_page_indices = bind("kvcm_kv_cache_get_base_page_indices", layer_group="layer_group_id")
+_cache_beam_page_indices = bind("kvcm_kv_cache_get_beam_base_page_indices", layer_group="layer_group_id",
+                                beam="beam_id")
+_cache_commit_beams = bind("kvcm_kv_cache_commit_beam_search", tokens="accepted_input_tokens")
+_cache_beam_width = bind("kvcm_kv_cache_get_beam_width")
+_cache_set_beam_width = bind("kvcm_kv_cache_set_beam_width")
 _cache_committed = bind("kvcm_kv_cache_get_num_committed_tokens")
 _cache_history = bind("kvcm_kv_cache_get_history_length")
 _cache_capacity = bind("kvcm_kv_cache_get_capacity")
@@ -1368,8 +1373,9 @@ class _KVCache(Managed):
         # Page indices by layer group: the views get_base_page_indices hands
         # out and the caller's buffers set_base_page_index_buf registered,
         # refreshed after every call that can change them.
-        self._views: dict[int, array.array] = {}
-        self._bufs: dict[int, memoryview] = {}
+        # Keyed by (beam, layer group).
+        self._views: dict[tuple[int, int], array.array] = {}
+        self._bufs: dict[tuple[int, int], memoryview] = {}
         # The core's per-cache block counters at the last commit or discard
         # of the pending statistics: what is pending is the counters less it.
         self._stats_base = KVCacheStatsDelta()
@@ -1666,28 +1672,65 @@ class _KVCache(Managed):
         are published for reuse. Committed tokens are history: the history
         length advances to them (they must fit in the capacity). ``is_end``
         ends committing (kvcm's older ``commit(tokens, is_end)`` still works).
-        ``beam_search_indices`` must be None: beam search is not supported
-        yet."""
+
+        With beam search, ``beam_search_indices`` has one entry per beam:
+        beam j first takes over the history of beam
+        ``beam_search_indices[j]`` (beams reordered, forked or dropped; where
+        two beams would share the block they write into next, the later one
+        gets a copy of it), then the tokens, converged and in beam 0, are
+        committed. A block they complete is published once, from beam 0, and
+        every beam reads beam 0's page of it from then on. None keeps the
+        beams. On error nothing changes."""
         if isinstance(beam_search_indices, bool):
             # kvcm's older commit(tokens, is_end): a bool is never indices.
             beam_search_indices, is_end = None, beam_search_indices
-        if beam_search_indices is not None:
-            raise NotImplementedError("commit: beam_search_indices needs beam search, which kvcm does not support yet")
         toks, n, keep = _tokens(accepted_input_tokens, "accepted_input_tokens")
         h = self._resource if self._state == "open" else self._native()
+        if beam_search_indices is None:
+            def call() -> None:
+                _cache_commit(h, toks, n, bool(is_end))
+        else:
+            idx, num_idx, keep_idx = _convert.tokens(list(beam_search_indices), "beam_search_indices")
+            if num_idx == 0:
+                raise InvalidArgumentError("beam_search_indices: has 0 entries; give one per beam, or None")
+
+            def call() -> None:
+                _cache_commit_beams(h, toks, n, idx, num_idx, bool(is_end))
         if self._priority_cb is None:
-            _cache_commit(h, toks, n, bool(is_end))
+            call()
         else:
             # An exception the priority callback raised fails the commit
             # (which then changes nothing) and is re-raised here.
             try:
-                _cache_commit(h, toks, n, bool(is_end))
+                call()
             except KVCacheError as err:
                 self._stash.reraise(err)
                 raise
             self._stash.reraise()
         if self._bufs or self._views:
-            self._refresh_indices()  # a sliding window may have let pages go
+            self._refresh_indices()  # beams reordered, or a sliding window let pages go
+
+    @property
+    def beam_width(self) -> int:
+        """The number of beams (1 at creation)."""
+        out = ctypes.c_int32()
+        _cache_beam_width(self._native(), _byref(out))
+        return out.value
+
+    @beam_width.setter
+    def beam_width(self, beam_width: int) -> None:
+        """Set the number of beams of an ACTIVE cache, in [1,
+        MAX_BEAM_WIDTH]. New beams fork from beam 0: they share its pages,
+        except that each gets a copy of every block holding a position at or
+        past the history length (the block beams write into next); new blocks
+        get a page per beam. Beams at or beyond a smaller width are dropped
+        with their uncommitted KV. Raises OutOfPagesError, changing nothing,
+        when the GPU has no room for the copies."""
+        _cache_set_beam_width(self._native(), beam_width)
+        for key in [k for k in (*self._bufs, *self._views) if k[0] >= beam_width]:
+            self._bufs.pop(key, None)
+            self._views.pop(key, None)
+        self._refresh_indices()
 
     def stop_committing(self) -> None:
         _native.call("kvcm_kv_cache_stop_committing", self._native())
@@ -1703,17 +1746,19 @@ class _KVCache(Managed):
         return True
 
     # -- pages ----------------------------------------------------------------
-    def _fetch_indices(self, layer_group_id: int) -> array.array:
+    def _fetch_indices(self, layer_group_id: int, beam: int = DEFAULT_BEAM_INDEX) -> array.array:
         h = self._native()
         needed = ctypes.c_size_t()
         cap = self.num_blocks
         while True:
             a = array.array("i", bytes(4 * cap))
             ptr = a.buffer_info()[0] if cap else None
+            out = ctypes.cast(ptr, ctypes.POINTER(ctypes.c_int32)) if ptr else None
             try:
-                _cache_page_indices(h, layer_group_id,
-                                    ctypes.cast(ptr, ctypes.POINTER(ctypes.c_int32)) if ptr else None,
-                                    cap, ctypes.byref(needed))
+                if beam == DEFAULT_BEAM_INDEX:
+                    _cache_page_indices(h, layer_group_id, out, cap, ctypes.byref(needed))
+                else:
+                    _cache_beam_page_indices(h, layer_group_id, beam, out, cap, ctypes.byref(needed))
             except BufferTooSmallError:
                 cap = needed.value
                 continue
@@ -1722,55 +1767,55 @@ class _KVCache(Managed):
                 return a
             cap = needed.value
 
-    def get_page_indices(self, layer_group_id: int) -> array.array:
+    def get_page_indices(self, layer_group_id: int, beam_id: int = DEFAULT_BEAM_INDEX) -> array.array:
         """The GPU base page index of every block in a layer group (-1 where
-        the block has no page), as a fresh ``array.array('i')``: a
-        buffer-protocol object that owns its memory, so
-        ``numpy.frombuffer(a, dtype=numpy.int32)`` or ``memoryview(a)`` use it
-        without copying. The cache must be ACTIVE."""
-        return self._fetch_indices(layer_group_id)
+        the block has no page) in beam ``beam_id``, as a fresh
+        ``array.array('i')``: a buffer-protocol object that owns its memory,
+        so ``numpy.frombuffer(a, dtype=numpy.int32)`` or ``memoryview(a)`` use
+        it without copying. The cache must be ACTIVE."""
+        return self._fetch_indices(layer_group_id, beam_id)
 
-    @staticmethod
-    def _check_beam(beam: int) -> None:
-        if beam != 0:
-            raise NotImplementedError(f"beam {beam}: beam search is not supported yet (only beam 0)")
-
-    def get_base_page_indices(self, layer_group_id: int, beam_id: int = 0) -> array.array | memoryview:
+    def get_base_page_indices(self, layer_group_id: int,
+                              beam_id: int = DEFAULT_BEAM_INDEX) -> array.array | memoryview:
         """KVCacheManagerV2's view of the base page indices of a layer group
-        (-1 where a block has no page): the buffer given to
+        in beam ``beam_id`` (-1 where a block has no page; beams read the same
+        index where they share a page): the buffer given to
         :meth:`set_base_page_index_buf`, else an ``array.array('i')`` the cache
         keeps and updates in place after each call that changes its pages
-        (resume, resize, the capacity and history setters, commit), so
-        repeated calls copy nothing. Treat it as read-only; it is let go on
-        suspend. The cache must be ACTIVE; beam_id must be 0."""
-        self._check_beam(beam_id)
-        buf = self._bufs.get(layer_group_id)
+        (resume, resize, the capacity and history setters, commit, the beam
+        width setter), so repeated calls copy nothing. Treat it as read-only;
+        it is let go on suspend, and with its beam when the beam width
+        shrinks past it. The cache must be ACTIVE."""
+        key = (beam_id, layer_group_id)
+        buf = self._bufs.get(key)
         if buf is not None:
             return buf
-        view = self._views.get(layer_group_id)
+        view = self._views.get(key)
         if view is None:
-            view = self._views[layer_group_id] = self._fetch_indices(layer_group_id)
+            view = self._fetch_indices(layer_group_id, beam_id)
+            self._views[key] = view
         return view
 
     def set_base_page_index_buf(self, beam_idx: int, layer_group_id: int, buf: Any) -> None:
-        """Keep the base page indices of a layer group in a caller-owned
-        buffer (a 1-D int32 buffer, format 'i', of at least ``num_blocks``
-        entries; the entries past the blocks read -1): the cache writes them
-        now and after each call that changes its pages, until ``buf`` is None
-        or the cache is suspended. beam_idx must be 0."""
-        self._check_beam(beam_idx)
+        """Keep the base page indices of a layer group in beam ``beam_idx``
+        in a caller-owned buffer (a 1-D int32 buffer, format 'i', of at least
+        ``num_blocks`` entries; the entries past the blocks read -1): the
+        cache writes them now and after each call that changes its pages,
+        until ``buf`` is None, the cache is suspended or the beam width
+        shrinks past the beam."""
+        key = (beam_idx, layer_group_id)
         if buf is None:
-            self._bufs.pop(layer_group_id, None)
+            self._bufs.pop(key, None)
             return
         mv = memoryview(buf)
         if mv.ndim != 1 or mv.format != "i" or mv.readonly:
             raise TypeError("buf: expected a writable 1-D buffer of int32 (format 'i')")
-        idx = self._fetch_indices(layer_group_id)
+        idx = self._fetch_indices(layer_group_id, beam_idx)
         if len(mv) < len(idx):
             raise ValueError(f"buf: holds {len(mv)} indices, the cache has {len(idx)} blocks")
         self._write(mv, idx)
-        self._bufs[layer_group_id] = mv
-        self._views.pop(layer_group_id, None)
+        self._bufs[key] = mv
+        self._views.pop(key, None)
 
     @staticmethod
     def _write(mv: memoryview, idx: array.array) -> None:
@@ -1781,21 +1826,23 @@ class _KVCache(Managed):
 
     def _refresh_indices(self) -> None:
         """Update the views and registered buffers in place."""
-        for lg, mv in list(self._bufs.items()):
-            idx = self._fetch_indices(lg)
+        for key, mv in list(self._bufs.items()):
+            beam, lg = key
+            idx = self._fetch_indices(lg, beam)
             if len(mv) < len(idx):
-                del self._bufs[lg]
-                raise ValueError(f"buf of layer group {lg}: holds {len(mv)} indices, the cache now has "
-                                 f"{len(idx)} blocks; it was let go")
+                del self._bufs[key]
+                raise ValueError(f"buf of layer group {lg}, beam {beam}: holds {len(mv)} indices, the cache "
+                                 f"now has {len(idx)} blocks; it was let go")
             self._write(mv, idx)
-        for lg, view in self._views.items():
-            idx = self._fetch_indices(lg)
+        for key, view in self._views.items():
+            beam, lg = key
+            idx = self._fetch_indices(lg, beam)
             try:
                 view[:] = idx
             except BufferError:
                 # A length change while the caller holds an export of the
                 # view: hand out a new one from now on.
-                self._views[lg] = idx
+                self._views[key] = idx
 
     def __repr__(self) -> str:
         if self.closed:

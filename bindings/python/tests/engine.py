@@ -42,15 +42,15 @@ class FakeEngine:
     def close(self) -> None:
         self.scratch.close()
 
-    def _segments(self, cache: kvcm._KVCache, frm: int, to: int):
-        """(pos, buffer, device address) for every position with a page."""
+    def _segments(self, cache: kvcm._KVCache, frm: int, to: int, beam: int = kvcm.DEFAULT_BEAM_INDEX):
+        """(pos, buffer, device address) for every position of beam with a page."""
         idx_by_lg: dict[int, object] = {}
         for pos in range(frm, to):
             b = pos // self.tpb
             for buf in self.bufs:
                 lg = buf.loc.layer_group
                 if lg not in idx_by_lg:
-                    idx_by_lg[lg] = cache.get_page_indices(lg)
+                    idx_by_lg[lg] = cache.get_page_indices(lg, beam)
                 idx = idx_by_lg[lg]
                 if b >= len(idx) or idx[b] == kvcm.BAD_PAGE_INDEX:
                     continue
@@ -71,12 +71,12 @@ class FakeEngine:
         if run:
             yield run
 
-    def write(self, cache: kvcm._KVCache, tokens, frm: int, to: int) -> int:
-        """Write positions [frm, to) of tokens; returns bytes written."""
+    def write(self, cache: kvcm._KVCache, tokens, frm: int, to: int, beam: int = kvcm.DEFAULT_BEAM_INDEX) -> int:
+        """Write positions [frm, to) of tokens into beam's pages; returns bytes written."""
         prefix = kvwriter.prefix_hashes(self.seed, tokens[:to])
         stream = cache.cuda_stream or self.stream
         n = 0
-        for run in self._rounds(list(self._segments(cache, frm, to))):
+        for run in self._rounds(list(self._segments(cache, frm, to, beam))):
             view = self.scratch.view()
             descs = []
             for (pos, buf, addr), off in run:
@@ -88,23 +88,23 @@ class FakeEngine:
             stream.synchronize()
         return n
 
-    def read(self, cache: kvcm._KVCache, frm: int, to: int):
-        """[(pos, buffer, bytes)] of positions [frm, to) that have pages."""
+    def read(self, cache: kvcm._KVCache, frm: int, to: int, beam: int = kvcm.DEFAULT_BEAM_INDEX):
+        """[(pos, buffer, bytes)] of positions [frm, to) of beam that have pages."""
         stream = cache.cuda_stream or self.stream
         out = []
-        for run in self._rounds(list(self._segments(cache, frm, to))):
+        for run in self._rounds(list(self._segments(cache, frm, to, beam))):
             stream.batch_copy([(self.scratch.ptr + off, addr, buf.tok) for (pos, buf, addr), off in run])
             stream.synchronize()
             for (pos, buf, addr), off in run:
                 out.append((pos, buf, self.scratch.read(off, buf.tok)))
         return out
 
-    def verify(self, cache: kvcm._KVCache, tokens, frm: int, to: int) -> str:
-        """Read back [frm, to), assert every byte, return the README digest."""
+    def verify(self, cache: kvcm._KVCache, tokens, frm: int, to: int, beam: int = kvcm.DEFAULT_BEAM_INDEX) -> str:
+        """Read back [frm, to) of beam, assert every byte, return the README digest."""
         prefix = kvwriter.prefix_hashes(self.seed, tokens[:to])
         d = kvwriter.Digest()
         checked = 0
-        for pos, buf, got in self.read(cache, frm, to):
+        for pos, buf, got in self.read(cache, frm, to, beam):
             want = self.expected(tokens, pos, buf, prefix)
             assert got == want, (
                 f"position {pos} layer {buf.layer} role {buf.role}: got {got.hex()}, want {want.hex()}"

@@ -1620,6 +1620,39 @@ public:
     {
         commit(tokens.data(), tokens.size(), isEnd);
     }
+    // commit after a beam search step: first beam j takes over the history
+    // of beam beamSearchIndices[j] (one entry per beam; the diverging block is
+    // copied where two beams would share it), then the tokens, converged and
+    // in beam 0, are committed; a block they complete is published once and
+    // every beam reads beam 0's page of it from then on. On error nothing
+    // changes.
+    void commit(Token const* tokens, size_t numTokens, int32_t const* beamSearchIndices, size_t numBeamSearchIndices,
+        bool isEnd = false)
+    {
+        detail::check(::kvcm_kv_cache_commit_beam_search(
+            mHandle, tokens, numTokens, beamSearchIndices, numBeamSearchIndices, isEnd));
+    }
+    void commit(std::vector<Token> const& tokens, std::vector<int32_t> const& beamSearchIndices, bool isEnd = false)
+    {
+        commit(tokens.data(), tokens.size(), beamSearchIndices.data(), beamSearchIndices.size(), isEnd);
+    }
+    // The number of beams (1 at creation).
+    [[nodiscard]] int32_t beamWidth() const { return get<int32_t>(&::kvcm_kv_cache_get_beam_width); }
+    // Sets the number of beams of an ACTIVE cache, in [1, kMaxBeamWidth]: new
+    // beams fork from beam 0 (sharing its pages, with a copy of the block they
+    // write into next), beams beyond a smaller width are dropped. Returns false,
+    // changing nothing, when the GPU has not enough pages for the copies.
+    bool setBeamWidth(int32_t beamWidth)
+    {
+        kvcm_status* s = ::kvcm_kv_cache_set_beam_width(mHandle, beamWidth);
+        if (s != nullptr && ::kvcm_status_get_code(s) == KVCM_ERR_OUT_OF_PAGES)
+        {
+            detail::ignore(s);
+            return false;
+        }
+        detail::check(s);
+        return true;
+    }
     void stopCommitting() { detail::check(::kvcm_kv_cache_stop_committing(mHandle)); }
     // Moves the pages of a SUSPENDED cache that are colder than level up to
     // it; false when the level has no room for some of them.
@@ -1656,15 +1689,16 @@ public:
     }
 
     // The GPU slot of every block of a layer group (kBadPageIndex where the
-    // block has no page), for an ACTIVE cache.
-    [[nodiscard]] std::vector<int32_t> basePageIndices(LayerGroupId layerGroup) const
+    // block has no page) in one beam (kDefaultBeamIndex: beam 0), for an
+    // ACTIVE cache.
+    [[nodiscard]] std::vector<int32_t> basePageIndices(LayerGroupId layerGroup, int32_t beam = kDefaultBeamIndex) const
     {
         std::vector<int32_t> out;
         for (;;)
         {
             size_t needed = 0;
-            kvcm_status* s = ::kvcm_kv_cache_get_base_page_indices(
-                mHandle, layerGroup, out.empty() ? nullptr : out.data(), out.size(), &needed);
+            kvcm_status* s = ::kvcm_kv_cache_get_beam_base_page_indices(
+                mHandle, layerGroup, beam, out.empty() ? nullptr : out.data(), out.size(), &needed);
             if (s != nullptr && ::kvcm_status_get_code(s) == KVCM_ERR_BUFFER_TOO_SMALL && needed > out.size())
             {
                 detail::ignore(s);
