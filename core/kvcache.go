@@ -581,7 +581,19 @@ func (c *KVCache) closeLocked(force bool) error {
 	}
 	// Deepest first, so a chain's tail is released (and evicted) first.
 	for b := len(c.blocks) - 1; b >= 0; b-- {
-		c.blocks[b].eachPage(func(p *page) { m.unref(p, active) })
+		cb := &c.blocks[b]
+		for _, p := range cb.pages {
+			if p != nil {
+				m.unref(p, active)
+			}
+		}
+		for k := range cb.beams {
+			for lc, p := range cb.beams[k] {
+				if p != nil && cb.firstOf(k+1, lc) {
+					m.unref(p, active)
+				}
+			}
+		}
 	}
 	c.blocks = nil
 	c.chain.users--
