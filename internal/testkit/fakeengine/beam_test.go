@@ -68,7 +68,16 @@ func (b *beamRun) verify(what string) {
 // pages through the host and disk tiers while the cache is suspended; the
 // committed prefix is reusable by a later request.
 func TestBeamSearchKVVerifiesThroughEveryTier(t *testing.T) {
-	r := newRig(t, setup{slots: 12, hostSlots: 4, diskSlots: 64, noSlidingLyr: true})
+	t.Run("full attention", func(t *testing.T) {
+		beamSearchThroughTiers(t, setup{slots: 12, hostSlots: 4, diskSlots: 64, noSlidingLyr: true})
+	})
+	t.Run("with a sliding window", func(t *testing.T) {
+		beamSearchThroughTiers(t, setup{slots: 16, hostSlots: 4, diskSlots: 64, window: 32})
+	})
+}
+
+func beamSearchThroughTiers(t *testing.T, st setup) {
+	r := newRig(t, st)
 	rng := rand.New(rand.NewPCG(7, 8))
 	prompt := randTokens(rng, 40) // tpb 16: two full blocks and 8 tokens of a third
 	c := r.active(prompt)

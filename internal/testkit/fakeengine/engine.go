@@ -11,7 +11,9 @@
 // kernels would: it fills a host-mapped scratch buffer and enqueues one
 // BatchCopy into the cache's pages on the cache's stream (reads go the other
 // way), then synchronizes the stream so the scratch can be reused. Page
-// addresses come from KVCache.BasePageIndices and Manager.Buffer: block b of a
+// addresses come from KVCache.BasePageIndicesOfBeam (beam 0 for Step and
+// Verify, any beam for StepBeam and VerifyBeam, each with that beam's
+// hypothesis tokens) and Manager.Buffer: block b of a
 // buffer lives at PoolBase + (base*Scale+Offset)*Bytes, and token t of the
 // block Bytes/TokensPerBlock bytes further per token.
 //
