@@ -1077,8 +1077,9 @@ func (c *KVCache) registerPartial() {
 }
 
 // BasePageIndices returns, for an ACTIVE cache, the GPU slot of each block in
-// layer group lg, BadPageIndex where the block has no page. Turn a base index
-// into a buffer's page index with BufferLocation.PageIndex.
+// layer group lg in beam DefaultBeamIndex (see BasePageIndicesOfBeam),
+// BadPageIndex where the block has no page. Turn a base index into a buffer's
+// page index with BufferLocation.PageIndex.
 func (c *KVCache) BasePageIndices(lg layout.LayerGroupID) ([]int32, error) {
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
@@ -1093,23 +1094,7 @@ func (c *KVCache) AppendBasePageIndices(dst []int32, lg layout.LayerGroupID) ([]
 }
 
 func (c *KVCache) basePageIndices(lg layout.LayerGroupID, dst []int32) ([]int32, error) {
-	if c.status != Active {
-		return nil, stateErr("page indices", c.status)
-	}
-	if lg < 0 || int(lg) >= len(c.m.lt.LifeCycles) {
-		return nil, argErr("layer_group_id", "%d out of [0, %d)", lg, len(c.m.lt.LifeCycles))
-	}
-	if err := c.checkLost(); err != nil {
-		return nil, err
-	}
-	for _, b := range c.blocks {
-		if p := b.pages[lg]; p != nil {
-			dst = append(dst, p.slot)
-		} else {
-			dst = append(dst, BadPageIndex)
-		}
-	}
-	return dst, nil
+	return c.beamPageIndices(lg, DefaultBeamIndex, dst)
 }
 
 // Stats returns the block counters this cache added to the manager's since
@@ -1124,7 +1109,7 @@ func (c *KVCache) Stats() BlockStats {
 
 // CachedTokensByLevel returns, indexed by cache level, how many of the
 // cache's tokens with computed KV (its history) are held on that level: a
-// block's tokens count at the coldest level of its pages, and a block whose
+// block's tokens count at the coldest level of its pages (beam 0's), and a block whose
 // every page was released (out of a sliding window) counts nowhere.
 func (c *KVCache) CachedTokensByLevel() []int {
 	c.m.mu.Lock()
