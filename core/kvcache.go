@@ -1109,8 +1109,9 @@ func (c *KVCache) Stats() BlockStats {
 
 // CachedTokensByLevel returns, indexed by cache level, how many of the
 // cache's tokens with computed KV (its history) are held on that level: a
-// block's tokens count at the coldest level of its pages (beam 0's), and a block whose
-// every page was released (out of a sliding window) counts nowhere.
+// block's tokens count at the coldest level of its pages (beam 0's), and a
+// block whose every page was released (out of a sliding window) counts
+// nowhere.
 func (c *KVCache) CachedTokensByLevel() []int {
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
