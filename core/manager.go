@@ -8,7 +8,10 @@
 // the engine's stream, Resize allocates pages for the tokens the next step
 // computes, BasePageIndices tells the engine's kernels where the pages are,
 // Commit publishes computed tokens for reuse and advances the history length
-// to them, Suspend lets its pages be evicted, and Close releases it.
+// to them, Suspend lets its pages be evicted, and Close releases it. With beam
+// search, SetBeamWidth forks beams that share the prefix's pages,
+// BasePageIndicesOfBeam gives each beam's pages, and CommitBeamSearch
+// reorders the beams before committing their converged tokens.
 //
 // All methods of a Manager and of its caches are safe for concurrent use: one
 // mutex per manager serializes them.
@@ -19,7 +22,8 @@
 // (layout.LayerGroupID) is the design's lifecycle.
 //
 // Files by job: manager.go and construct.go build and close the manager;
-// kvcache.go is a cache's lifecycle; tree.go the radix tree and prefix
+// kvcache.go is a cache's lifecycle; beam.go its beams (per-beam pages, copy
+// on write, reorders); tree.go the radix tree and prefix
 // matching; storage.go the levels, slot groups and page ownership; evict.go
 // making room on a level; migrate.go the migration transactions; fence.go
 // events and fences; slab.go the allocation slabs of nodes and pages;
