@@ -12,7 +12,8 @@ import (
 type BlockStats struct {
 	// AllocTotalBlocks = AllocNewBlocks + ReusedBlocks.
 	AllocTotalBlocks int64
-	// AllocNewBlocks were allocated fresh by Resize.
+	// AllocNewBlocks were allocated fresh by Resize, once per beam (as
+	// KVCacheManagerV2 counts them).
 	AllocNewBlocks int64
 	// ReusedBlocks were matched in the tree at creation (partial ones too).
 	ReusedBlocks int64
