@@ -76,7 +76,9 @@ func TestForkedBeamsShareThePrefixAndCopyTheDivergingBlock(t *testing.T) {
 	assert.NotEqual(t, idx[1][2], idx[2][2])
 	assert.Equal(t, before-2, f.hotStats().Free, "one copy per new beam (one layer group)")
 
+	allocated := c.Stats().AllocNewBlocks
 	require.NoError(t, c.Resize(14, -1))
+	assert.Equal(t, allocated+3, c.Stats().AllocNewBlocks, "a new block counts once per beam")
 	idx = beamIndices(t, c)
 	assert.Len(t, idx[0], 4)
 	assert.NotEqual(t, idx[0][3], idx[1][3])
