@@ -148,6 +148,10 @@ func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 	// The shared tier is content-addressed (core/sharedtier), not a level of
 	// slots; the manager does not use it yet (issue 15).
 	cfg.CacheTiers = cfg.LocalTiers()
+	if cfg.SwaScratchReuse != nil {
+		r := *cfg.SwaScratchReuse // the manager's own copy
+		cfg.SwaScratchReuse = &r
+	}
 	hasher, err := blockhash.NewHasherFor(cfg.BlockKey)
 	if err != nil {
 		return nil, err // Validate accepts only known algorithms
