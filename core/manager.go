@@ -96,6 +96,8 @@ type Manager struct {
 	dropped []releasedPage
 	perLC   []int
 	closed  bool
+	// planned counts the PlannedDrops naming each tree page.
+	planned map[plannedPage]int
 
 	listeners []EventListener
 	eventSeq  uint64
