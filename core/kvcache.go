@@ -123,6 +123,9 @@ type KVCache struct {
 	// holds them per layer group, ACTIVE caches only.
 	scratchOn bool
 	scratch   [][]*page
+	// avgCapacity and avgHistory are the cache's mean capacity and history
+	// length, sampled for pool rebalancing (see rebalance.go).
+	avgCapacity, avgHistory mean
 }
 
 // CreateKVCache creates a SUSPENDED cache holding the longest reusable cached
@@ -186,6 +189,7 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	m.caches[c.id] = c
 	c.promptLen = len(opts.InputTokens)
 	c.scratchOn = m.cfg.EnableSwaScratchReuse()
+	c.sampleCreate()
 	c.stats = m.stats.onCreate(len(opts.InputTokens)/tpb, len(mt.path), mt.partLen > 0)
 	m.onCreatePages(c, mt, len(opts.InputTokens))
 	m.safePoint()
@@ -593,6 +597,7 @@ func (c *KVCache) closeLocked(force bool) error {
 		c.registerPartial()
 	}
 	c.freeScratch()
+	c.sampleClose()
 	// Deepest first, so a chain's tail is released (and evicted) first.
 	for b := len(c.blocks) - 1; b >= 0; b-- {
 		for _, p := range c.blocks[b].pages {
@@ -624,7 +629,8 @@ func (c *KVCache) Resize(capacity, history int) error {
 	if c.status != Active {
 		return stateErr("resize", c.status)
 	}
-	if history < 0 {
+	historyGiven := history >= 0
+	if !historyGiven {
 		history = c.history
 	}
 	switch {
@@ -722,6 +728,7 @@ func (c *KVCache) Resize(capacity, history int) error {
 		c.low[lc] = max(c.low[lc], lt.FirstKeptBlock(layout.LayerGroupID(lc), history))
 	}
 	generation := c.promptLen > 0 && c.history >= c.promptLen
+	c.sampleResize(capacity, history, historyGiven)
 	c.capacity, c.history = capacity, history
 	if newBlocks > oldBlocks {
 		c.stats.add(m.stats.onAllocate(newBlocks - oldBlocks))

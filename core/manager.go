@@ -36,6 +36,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/kvcm/kvcm/core/blob"
 	"github.com/kvcm/kvcm/core/blockhash"
@@ -98,6 +99,9 @@ type Manager struct {
 	closed  bool
 	// planned counts the PlannedDrops naming each tree page.
 	planned map[plannedPage]int
+	// rebalance samples request lengths for Adjust; now is its clock.
+	rebalance rebalancer
+	now       func() time.Time
 
 	listeners []EventListener
 	eventSeq  uint64
@@ -168,6 +172,7 @@ func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 
 		listeners: o.listeners,
 		diskFiles: o.diskFiles,
+		now:       time.Now,
 	}
 	if m.diskFiles == nil {
 		m.diskFiles = OSDiskFiles
@@ -191,6 +196,7 @@ func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 func (m *Manager) init(cc *codec.Guarded) error {
 	m.stats = newStatCounters(len(m.lt.LifeCycles), len(m.cfg.CacheTiers))
 	weights := m.lt.ByteWeights(&m.cfg)
+	m.rebalance = newRebalancer(&m.cfg, weights, len(m.cfg.CacheTiers), m.now())
 	if err := m.initHotLevel(weights); err != nil {
 		return err
 	}
