@@ -284,8 +284,14 @@ static const kvcm_api kvcm__table = {
     kvcm_stream_synchronize,
     kvcm_kv_cache_get_cached_tokens_by_level,
     kvcm_kv_cache_get_committed_tokens,
+    kvcm_kv_cache_get_scratch_desc,
     kvcm_kv_cache_get_stats,
+    kvcm_kv_cache_get_swa_scratch_reuse,
+    kvcm_kv_cache_has_scratch_slots,
+    kvcm_kv_cache_plan_committed_block_drop,
     kvcm_kv_cache_set_stream,
+    kvcm_kv_cache_set_swa_scratch_reuse,
+    kvcm_manager_adjust,
     kvcm_manager_clear_reusable_blocks,
     kvcm_manager_drain_block_events,
     kvcm_manager_get_and_reset_iteration_cached_tokens_by_level,
@@ -293,8 +299,12 @@ static const kvcm_api kvcm__table = {
     kvcm_manager_get_and_reset_iteration_reused_blocks_by_level,
     kvcm_manager_get_and_reset_layer_group_iteration_stats,
     kvcm_manager_get_num_open_caches,
+    kvcm_manager_get_scratch_pages_per_block,
+    kvcm_manager_need_adjustment,
     kvcm_manager_probe_first_new_block_key,
     kvcm_manager_probe_reuse_v2,
+    kvcm_planned_drop_destroy,
+    kvcm_planned_drop_drop,
 };
 
 const kvcm_api* kvcm_get_api(uint32_t version) {
