@@ -23,7 +23,9 @@
 // matching; storage.go the levels, slot groups and page ownership; evict.go
 // making room on a level; migrate.go the migration transactions; fence.go
 // events and fences; slab.go the allocation slabs of nodes and pages;
-// resize.go level resizes; disktier.go, diskfile.go and persist.go the disk
+// resize.go level resizes; rebalance.go pool rebalancing (NeedAdjustment,
+// Adjust); scratch.go SWA scratch reuse; planneddrop.go planned drops of a
+// finished turn's window pages; disktier.go, diskfile.go and persist.go the disk
 // tier's I/O, files and persistence; errors.go, events.go and stats.go what
 // the manager reports.
 package core

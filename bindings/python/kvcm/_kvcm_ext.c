@@ -2961,6 +2961,47 @@ done:
     return out;
 }
 
+/* kvcm_manager_clamp_max_seq_len_for_mem(manager, batch_size, token_num_upper_bound, out) */
+static PyObject *kx_fn_kvcm_manager_clamp_max_seq_len_for_mem(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    int64_t a1;
+    int64_t a2;
+    kx_ptr a3 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 4, "kvcm_manager_clamp_max_seq_len_for_mem") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[1], names, 1, INT64_MIN, INT64_MAX, "int64_t", &v) < 0)
+            goto done;
+        a1 = (int64_t)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[2], names, 2, INT64_MIN, INT64_MAX, "int64_t", &v) < 0)
+            goto done;
+        a2 = (int64_t)v;
+    }
+    if (kx_pointer(args[3], names, 3, 1, 8, &a3) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_clamp_max_seq_len_for_mem(a0, a1, a2, (int64_t*)a3.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a3);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a3);
+    return out;
+}
+
 /* kvcm_manager_clear_reusable_blocks(manager) */
 static PyObject *kx_fn_kvcm_manager_clear_reusable_blocks(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -3521,6 +3562,7 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_kv_cache_set_stream", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_set_stream, METH_FASTCALL, "kvcm_kv_cache_set_stream(cache, stream)"},
     {"kvcm_kv_cache_set_swa_scratch_reuse", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_set_swa_scratch_reuse, METH_FASTCALL, "kvcm_kv_cache_set_swa_scratch_reuse(cache, enable)"},
     {"kvcm_manager_adjust", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_adjust, METH_FASTCALL, "kvcm_manager_adjust(manager)"},
+    {"kvcm_manager_clamp_max_seq_len_for_mem", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_clamp_max_seq_len_for_mem, METH_FASTCALL, "kvcm_manager_clamp_max_seq_len_for_mem(manager, batch_size, token_num_upper_bound, out)"},
     {"kvcm_manager_clear_reusable_blocks", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_clear_reusable_blocks, METH_FASTCALL, "kvcm_manager_clear_reusable_blocks(manager)"},
     {"kvcm_manager_drain_block_events", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_drain_block_events, METH_FASTCALL, "kvcm_manager_drain_block_events(manager, events, events_cap, tokens, tokens_cap, num_events, num_tokens, dropped)"},
     {"kvcm_manager_get_and_reset_iteration_cached_tokens_by_level", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_iteration_cached_tokens_by_level, METH_FASTCALL, "kvcm_manager_get_and_reset_iteration_cached_tokens_by_level(manager, tokens, capacity, needed)"},
@@ -3537,7 +3579,7 @@ static PyMethodDef kx_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 4, 4, 7, 2, 2, 2, 2, 2, 2, 1, 1, 8, 4, 5, 4, 4, 2, 4, 2, 7, 6, 1, 1};
+static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 4, 4, 7, 2, 2, 2, 2, 2, 2, 1, 4, 1, 8, 4, 5, 4, 4, 2, 4, 2, 7, 6, 1, 1};
 
 /* bind(name, parameter_names) -> the builtin function of name; its errors
  * name the parameters as parameter_names (a tuple of str, one a
