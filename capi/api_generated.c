@@ -292,6 +292,7 @@ static const kvcm_api kvcm__table = {
     kvcm_kv_cache_set_stream,
     kvcm_kv_cache_set_swa_scratch_reuse,
     kvcm_manager_adjust,
+    kvcm_manager_clamp_max_seq_len_for_mem,
     kvcm_manager_clear_reusable_blocks,
     kvcm_manager_drain_block_events,
     kvcm_manager_get_and_reset_iteration_cached_tokens_by_level,

@@ -1074,6 +1074,32 @@ func kvcm_manager_attach_cp(manager C.kvcm_manager, cp C.kvcm_cp_index) (status 
 	return statusOf(kvcmFn, glueManagerAttachCP(managerObj, cpObj))
 }
 
+// kvcm_manager_clamp_max_seq_len_for_mem is the export of kvcm_manager_clamp_max_seq_len_for_mem (ABI version 2).
+//
+//export kvcm_manager_clamp_max_seq_len_for_mem
+func kvcm_manager_clamp_max_seq_len_for_mem(manager C.kvcm_manager, batch_size C.int64_t, token_num_upper_bound C.int64_t, out *C.int64_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_clamp_max_seq_len_for_mem"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerClampMaxSeqLenForMem(managerObj, batch_size, token_num_upper_bound, out))
+}
+
 // kvcm_manager_clear_reusable_blocks is the export of kvcm_manager_clear_reusable_blocks (ABI version 2).
 //
 //export kvcm_manager_clear_reusable_blocks

@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"errors"
+	"math"
 
 	"github.com/kvcm/kvcm/core"
 	"github.com/kvcm/kvcm/core/config"
@@ -82,3 +83,15 @@ func glueManagerNeedAdjustment(mgr *managerObj, out *C.bool) error {
 }
 
 func glueManagerAdjust(mgr *managerObj) error { return mgr.Core().Adjust() }
+
+func glueManagerClampMaxSeqLenForMem(mgr *managerObj, batchSize, upperBound C.int64_t, out *C.int64_t) error {
+	if int64(batchSize) > math.MaxInt32 {
+		return argError("batch_size", "%d is out of range (at most %d)", int64(batchSize), math.MaxInt32)
+	}
+	n, err := mgr.Core().ClampMaxSeqLenForMem(int(batchSize), int(upperBound))
+	if err != nil {
+		return err
+	}
+	*out = C.int64_t(n)
+	return nil
+}

@@ -69,8 +69,9 @@
 //     kvcm_manager_get_scratch_pages_per_block, and the kvcm_planned_drop
 //     handle of kvcm_kv_cache_plan_committed_block_drop with
 //     kvcm_planned_drop_drop and _destroy.
-//   - Pool rebalancing (issue 13 item 6): the rebalance_* fields take
-//     effect; kvcm_manager_need_adjustment and kvcm_manager_adjust.
+//   - Pool sizing (issue 13 item 6): the rebalance_* fields take effect;
+//     kvcm_manager_need_adjustment, kvcm_manager_adjust and
+//     kvcm_manager_clamp_max_seq_len_for_mem.
 //
 // Behaviour that changed for C users while ABI version 1 was unreleased
 // (no function, struct or constant changed):

@@ -660,3 +660,18 @@ type ManagerNeedAdjustment func(manager Manager, out spec.Out[bool]) *Status
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 type ManagerAdjust func(manager Manager) *Status
+
+// ManagerClampMaxSeqLenForMem returns the longest sequence, at most
+// token_num_upper_bound tokens, whose pages fit the GPU level's slots next
+// to batch_size - 1 one-token requests (KVCacheManagerV2's
+// clamp_max_seq_len_for_mem): a layer group needs, for n computed tokens,
+// its sink blocks and the blocks of its window. 0 when not even one token
+// fits. It counts the level's slots, not its free ones.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param batchSize in The batch size (positive).
+//kvcm:param tokenNumUpperBound in The longest sequence wanted (not negative).
+//kvcm:param out out Receives the sequence length in tokens.
+type ManagerClampMaxSeqLenForMem func(manager Manager, batchSize int64, tokenNumUpperBound int64, out spec.Out[int64]) *Status

@@ -2489,6 +2489,25 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_alloc_memory(kvcm_manager ma
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_attach_cp(kvcm_manager manager, kvcm_cp_index cp);
 
 /**
+ * kvcm_manager_clamp_max_seq_len_for_mem returns the longest sequence, at most
+ * token_num_upper_bound tokens, whose pages fit the GPU level's slots next
+ * to batch_size - 1 one-token requests (KVCacheManagerV2's
+ * clamp_max_seq_len_for_mem): a layer group needs, for n computed tokens,
+ * its sink blocks and the blocks of its window. 0 when not even one token
+ * fits. It counts the level's slots, not its free ones.
+ *
+ * @param manager [in] The manager.
+ * @param batch_size [in] The batch size (positive).
+ * @param token_num_upper_bound [in] The longest sequence wanted (not negative).
+ * @param out [out] Receives the sequence length in tokens.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_clamp_max_seq_len_for_mem(kvcm_manager manager, int64_t batch_size, int64_t token_num_upper_bound, int64_t* out);
+
+/**
  * kvcm_manager_clear_reusable_blocks drops every committed block from every level,
  * so that nothing is reusable afterwards. As KVCacheManagerV2's, it refuses
  * with KVCM_ERR_INVALID_STATE, changing nothing, while KV caches are open.
@@ -3382,6 +3401,8 @@ struct kvcm_api {
     kvcm_status* (*kv_cache_set_swa_scratch_reuse)(kvcm_kv_cache cache, bool enable);
     /** kvcm_manager_adjust (since ABI version 2). */
     kvcm_status* (*manager_adjust)(kvcm_manager manager);
+    /** kvcm_manager_clamp_max_seq_len_for_mem (since ABI version 2). */
+    kvcm_status* (*manager_clamp_max_seq_len_for_mem)(kvcm_manager manager, int64_t batch_size, int64_t token_num_upper_bound, int64_t* out);
     /** kvcm_manager_clear_reusable_blocks (since ABI version 2). */
     kvcm_status* (*manager_clear_reusable_blocks)(kvcm_manager manager);
     /** kvcm_manager_drain_block_events (since ABI version 2). */
@@ -3658,7 +3679,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, dial_timeout_ms) == 24, "la
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, call_timeout_ms) == 32, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, queue_bytes) == 40, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, write_policy) == 48, "layout of kvcm_shared_tier_config changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 728, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 736, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
@@ -3739,19 +3760,20 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_plan_committed_block_drop) == 592
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 600, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_swa_scratch_reuse) == 608, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_adjust) == 616, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 624, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 632, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 640, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 648, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 656, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 664, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 672, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_scratch_pages_per_block) == 680, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_need_adjustment) == 688, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 696, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 704, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_destroy) == 712, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_drop) == 720, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clamp_max_seq_len_for_mem) == 624, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 632, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 640, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 648, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 656, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 664, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 672, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 680, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_scratch_pages_per_block) == 688, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_need_adjustment) == 696, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 704, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 712, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_destroy) == 720, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_drop) == 728, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus

@@ -122,4 +122,22 @@ TEST(ScratchTest, AdjustRebalancesPoolGroupsToTheSampledDemand)
     EXPECT_FALSE(m.needAdjustment());
 }
 
+// The clamped length is the longest that fits next to batchSize - 1
+// one-token requests: it can be allocated, one block more cannot.
+TEST(ScratchTest, ClampedSequenceLengthFitsAndOneBlockMoreDoesNot)
+{
+    kvcm::KVCacheManagerConfig cfg = smallConfig(16 << 10);
+    cfg.maxUtilForResume = 1.0;
+    kvcm::KVCacheManager m(cfg);
+    auto stream = m.createStream();
+    int64_t const n = m.clampMaxSeqLenForMem(1, 1 << 20);
+    ASSERT_GT(n, 0);
+    EXPECT_EQ(m.clampMaxSeqLenForMem(1, 5), 5);
+    EXPECT_KVCM_ERROR((void)m.clampMaxSeqLenForMem(0, 5), kvcm::StatusCode::kInvalidArgument);
+    kvcm::KVCache c = m.createKVCache(std::vector<kvcm::Token>{});
+    c.resume(stream);
+    EXPECT_TRUE(c.resize(n, n));
+    EXPECT_FALSE(c.resize(n + 4, n + 4));
+}
+
 } // namespace

@@ -2133,6 +2133,15 @@ public:
     // every page a cache holds (moved with its bytes); a level that cannot
     // be adjusted is left as it was and its error thrown after the others.
     void adjust() { detail::check(::kvcm_manager_adjust(mHandle)); }
+    // The longest sequence, at most tokenNumUpperBound tokens, whose pages
+    // fit the GPU slots next to batchSize - 1 one-token requests (0 when not
+    // even one token does).
+    [[nodiscard]] int64_t clampMaxSeqLenForMem(int64_t batchSize, int64_t tokenNumUpperBound) const
+    {
+        int64_t out = 0;
+        detail::check(::kvcm_manager_clamp_max_seq_len_for_mem(mHandle, batchSize, tokenNumUpperBound, &out));
+        return out;
+    }
     // The pool groups of a level (GPU: what the codec was configured with).
     [[nodiscard]] PoolGroupDescs poolGroupDescs(CacheLevel level = kGpuLevel) const
     {
