@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/layout"
 )
@@ -173,4 +174,38 @@ func TestMovingAverageIsExactFromTheFirstSample(t *testing.T) {
 	assert.InDelta(t, 4, a.avg, 1e-12)
 	a.update(10)
 	assert.InDelta(t, (4*0.5+10)/1.5, a.avg, 1e-12)
+}
+
+// Cold levels are split by the mean reused length: requests reusing long
+// prefixes of which the window holds few pages shift a host level towards
+// full attention, keeping its cached pages' bytes.
+func TestAdjustSplitsColdLevelsByTheReusedLength(t *testing.T) {
+	cfg := rebalanceConfig(0, 0)
+	cfg.CacheTiers = append(cfg.CacheTiers, config.Host(64<<10))
+	f := newFixture(t, cfg)
+	prompt := seq(0, 800)
+	c := f.compute(blockhash.Scope{}, prompt, 3)
+	require.NoError(t, c.Close())
+	for range 4 {
+		r, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+		require.NoError(t, err)
+		require.Equal(t, 800, r.ReusedTokens())
+		require.NoError(t, r.Resume(f.stream))
+		require.NoError(t, r.Close())
+	}
+	// A long request pushes the prompt's pages down to the host level.
+	big := f.open(blockhash.Scope{LoRAID: 1}, seq(10000, 1600))
+	require.NoError(t, big.Close())
+	require.Positive(t, levelOf(t, f.m, 1).Total-levelOf(t, f.m, 1).Free, "the host level holds pages")
+	before := f.groups(1)
+	require.True(t, f.m.NeedAdjustment())
+	require.NoError(t, f.m.Adjust())
+	after := f.groups(1)
+	assert.Greater(t, after[0].Total, before[0].Total, "the host level grows its full-attention group")
+	assert.Less(t, after[1].Total, before[1].Total)
+
+	again := f.open(blockhash.Scope{}, prompt)
+	defer again.Close()
+	assert.Equal(t, 800, again.ReusedTokens())
+	assert.Positive(t, f.verifyAll(again, 3), "the reused prefix, back from the host level, kept its bytes")
 }
