@@ -134,6 +134,9 @@ func goConfigV2(c *C.kvcm__const_kvcm_manager_config, cfg *config.Config) error 
 	cfg.RebalanceTargetRatioUpdateInterval = int64(c.rebalance_target_ratio_update_interval)
 	cfg.RebalanceRatioThreshold = float64(c.rebalance_ratio_threshold)
 	cfg.RebalanceMovingAverageDecay = float64(c.rebalance_moving_average_decay)
+	if c.swa_scratch_reuse {
+		cfg.SwaScratchReuse = &config.SwaScratchReuseConfig{MaxRewindLen: int(c.swa_scratch_max_rewind_len)}
+	}
 	if c.disk_persistent {
 		// On the last local tier, the disk tier when there is one:
 		// config.Validate names any other as cache_tiers[i].persistent.

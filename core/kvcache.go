@@ -124,6 +124,13 @@ type KVCache struct {
 	stats BlockStats
 	// width is the beam width (0 reads as 1; see beam.go).
 	width int
+	// scratchOn: the cache uses SWA scratch slots (see scratch.go); scratch
+	// holds them per layer group, ACTIVE caches only.
+	scratchOn bool
+	scratch   [][]*page
+	// avgCapacity and avgHistory are the cache's mean capacity and history
+	// length, sampled for pool rebalancing (see rebalance.go).
+	avgCapacity, avgHistory mean
 }
 
 // CreateKVCache creates a SUSPENDED cache holding the longest reusable cached
@@ -186,6 +193,8 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	c.chain.users++
 	m.caches[c.id] = c
 	c.promptLen = len(opts.InputTokens)
+	c.scratchOn = m.cfg.EnableSwaScratchReuse()
+	c.sampleCreate()
 	c.stats = m.stats.onCreate(len(opts.InputTokens)/tpb, len(mt.path), mt.partLen > 0)
 	m.onCreatePages(c, mt, len(opts.InputTokens))
 	m.safePoint()
@@ -341,7 +350,9 @@ func (c *KVCache) eachPage(fn func(p *page)) {
 // is busier than MaxUtilForResume, ErrOutOfPages when the GPU cannot take the
 // pages back, ErrCodecFailed when the codec failed to decode some (they are
 // dropped) and ErrDataLost when a failure destroyed one of them (close the
-// cache then). On error the cache stays SUSPENDED.
+// cache then). With SWA scratch reuse it takes the scratch slots of the
+// cache's current step again (Suspend released them). On error the cache
+// stays SUSPENDED.
 //
 // The decode runs asynchronously: a failure of it that is not known yet when
 // Resume returns reaches stream (which waits for the decode) and, once known
@@ -387,8 +398,13 @@ func (c *KVCache) Resume(stream device.Stream) error {
 		}
 		err = c.checkLost() // a decode whose failure is known already
 	}
+	waits := waitSet{skip: stream}
+	var sc scratchPlan
+	var scratch []*page
 	if err == nil {
-		waits := waitSet{skip: stream}
+		sc, scratch, err = c.takeScratch(&waits)
+	}
+	if err == nil {
 		c.eachPage(func(p *page) { waits.addFence(p.group.fences[p.slot]) })
 		err = waits.apply(stream)
 	}
@@ -398,10 +414,14 @@ func (c *KVCache) Resume(stream device.Stream) error {
 			p.held++
 			p.refresh()
 		}
+		for _, p := range scratch {
+			m.unref(p, true)
+		}
 		m.pinned = pinned
 		m.safePoint()
 		return fmt.Errorf("resume cache %d: %w", c.id, err)
 	}
+	c.commitScratch(sc, scratch)
 	m.pinned = pinned
 	c.stream, c.next, c.status = stream, stream, Active
 	m.safePoint()
@@ -496,7 +516,8 @@ func (c *KVCache) Prefetch(level layout.CacheLevel) error {
 }
 
 // attachStreamEvent records an event on the cache's stream and adds it to the
-// fence of every given page (every page of the cache when pages is nil):
+// fence of every given page (every page of the cache, scratch slots
+// included, when pages is nil):
 // later users wait for this cache's work.
 func (c *KVCache) attachStreamEvent(pages func(fn func(p *page))) error {
 	ev, err := c.m.events.record(c.stream)
@@ -520,6 +541,11 @@ func (c *KVCache) attachStreamEvent(pages func(fn func(p *page))) error {
 				}
 			}
 		}
+		for _, s := range c.scratch {
+			for _, p := range s {
+				p.group.fences[p.slot].add(&c.m.events, ev)
+			}
+		}
 	} else {
 		pages(func(p *page) { p.group.fences[p.slot].add(&c.m.events, ev) })
 	}
@@ -528,7 +554,8 @@ func (c *KVCache) attachStreamEvent(pages func(fn func(p *page))) error {
 }
 
 // Suspend makes an ACTIVE cache SUSPENDED. Its pages stay reachable; with
-// colder levels they may be evicted there and come back on Resume.
+// colder levels they may be evicted there and come back on Resume. Its
+// scratch slots are released: scratch KV lives for one step.
 func (c *KVCache) Suspend() error {
 	m := c.m
 	m.mu.Lock()
@@ -546,6 +573,7 @@ func (c *KVCache) Suspend() error {
 		p.held++
 		m.unref(p, true)
 	})
+	c.freeScratch() // scratch KV lives for one step only
 	c.stream, c.status = nil, Suspended
 	m.safePoint()
 	return nil
@@ -579,6 +607,8 @@ func (c *KVCache) closeLocked(force bool) error {
 	if c.pendingPartial {
 		c.registerPartial()
 	}
+	c.freeScratch()
+	c.sampleClose()
 	// Deepest first, so a chain's tail is released (and evicted) first.
 	for b := len(c.blocks) - 1; b >= 0; b-- {
 		cb := &c.blocks[b]
@@ -607,7 +637,10 @@ func (c *KVCache) closeLocked(force bool) error {
 // Resize sets the capacity (tokens with pages) and the history length (tokens
 // whose KV is computed; a negative value keeps it) of an ACTIVE cache. New
 // pages come from the GPU level, evicting if needed; pages a sliding window no
-// longer needs are released. On error nothing changes.
+// longer needs are released. With SWA scratch reuse, the new blocks that are
+// out of their window by the end of the step get no page but scratch slots
+// (see ScratchDesc), and a capacity change needs the previous step computed.
+// On error nothing changes.
 func (c *KVCache) Resize(capacity, history int) error {
 	m := c.m
 	m.mu.Lock()
@@ -615,7 +648,8 @@ func (c *KVCache) Resize(capacity, history int) error {
 	if c.status != Active {
 		return stateErr("resize", c.status)
 	}
-	if history < 0 {
+	historyGiven := history >= 0
+	if !historyGiven {
 		history = c.history
 	}
 	switch {
@@ -626,19 +660,29 @@ func (c *KVCache) Resize(capacity, history int) error {
 	case capacity > MaxCapacity:
 		return argErr("capacity", "%d exceeds the largest sequence, %d tokens", capacity, MaxCapacity)
 	}
+	if err := c.checkScratchStep(capacity, history); err != nil {
+		return err
+	}
 	if err := c.checkLost(); err != nil {
 		return err
 	}
 	lt, lvl := m.lt, m.levels[0]
 	oldBlocks, newBlocks := len(c.blocks), lt.BlocksFor(capacity)
 	var perLC []int // new pages per lifecycle, for the statistics
-	if newBlocks > oldBlocks {
+	sc := c.planScratch(history, capacity)
+	if newBlocks > oldBlocks || sc.grow {
 		n := need{}
 		perLC = m.perLCScratch()
 		for lc := range lt.LifeCycles {
-			if k := lt.NewPagesNeeded(layout.LayerGroupID(lc), oldBlocks, newBlocks, history) * c.beamWidth(); k > 0 {
-				n[lvl.groupOf(layout.LayerGroupID(lc))] += k
+			id := layout.LayerGroupID(lc)
+			if k := (lt.NewPagesNeeded(id, oldBlocks, newBlocks, history) - sc.newBlocksIn(lc, oldBlocks, newBlocks)) * c.beamWidth(); k > 0 {
+				n[lvl.groupOf(id)] += k
 				perLC[lc] = k
+			}
+			if sc.on {
+				if k := sc.slots[lc] - len(c.scratchOf(lc)); k > 0 {
+					n[lvl.groupOf(id)] += k
+				}
 			}
 		}
 		if err := m.reserveAt(0, n); err != nil {
@@ -653,7 +697,7 @@ func (c *KVCache) Resize(capacity, history int) error {
 	for b := oldBlocks; b < newBlocks; b++ {
 		cb := cacheBlock{pages: c.rows.row(len(lt.LifeCycles), newBlocks-b, b)}
 		for lc := range lt.LifeCycles {
-			if lt.Needs(layout.LayerGroupID(lc), b, history) {
+			if lt.Needs(layout.LayerGroupID(lc), b, history) && !sc.in(lc, b) {
 				p := m.newPage(lvl.groupOf(layout.LayerGroupID(lc)), layout.LayerGroupID(lc))
 				m.ref(p, true)
 				cb.pages[lc] = p
@@ -664,17 +708,24 @@ func (c *KVCache) Resize(capacity, history int) error {
 		added = c.newBeamRows(&cb, added, &waits)
 		c.blocks = append(c.blocks, cb)
 	}
+	nPages := len(added)
+	added = c.addScratch(sc, added, &waits)
 	m.adopted = added
 	released := c.releasable(newBlocks, history)
+	released = c.scratchReleases(sc, released, oldBlocks)
+	dropScratch := c.excessScratch(sc)
 	var err error
 	if !waits.empty() {
 		err = waits.apply(c.stream)
 	}
-	if err == nil && len(released) > 0 {
+	if err == nil && (len(released) > 0 || len(dropScratch) > 0) {
 		// The stream may still read or write the released pages.
 		err = c.attachStreamEvent(func(fn func(p *page)) {
 			for _, r := range released {
 				fn(r.p)
+			}
+			for _, p := range dropScratch {
+				fn(p)
 			}
 		})
 	}
@@ -685,6 +736,7 @@ func (c *KVCache) Resize(capacity, history int) error {
 		}
 		return err
 	}
+	c.commitScratch(sc, added[nPages:])
 	for _, r := range released {
 		c.blocks[r.b].clearPage(r.lc, r.p)
 	}
@@ -696,6 +748,7 @@ func (c *KVCache) Resize(capacity, history int) error {
 		c.low[lc] = max(c.low[lc], lt.FirstKeptBlock(layout.LayerGroupID(lc), history))
 	}
 	generation := c.promptLen > 0 && c.history >= c.promptLen
+	c.sampleResize(capacity, history, historyGiven)
 	c.capacity, c.history = capacity, history
 	if newBlocks > oldBlocks {
 		c.stats.add(m.stats.onAllocate((newBlocks - oldBlocks) * c.beamWidth()))
@@ -839,13 +892,20 @@ func (c *KVCache) commit(tokens []config.Token, parents []int, isEnd bool) error
 	// Committed tokens are history: the pages a sliding window no longer
 	// needs once they are are released after publishing.
 	history := max(c.history, c.committed+len(tokens))
+	if err := c.checkScratchHistory(history); err != nil {
+		return err
+	}
 	var released []releasedPage
 	beams := c.beamWidth() > 1 || parents != nil
+	var sc scratchPlan
+	var dropScratch []*page // scratch slots the shorter step no longer needs
 	if history > c.history && !beams {
 		released = c.releasable(len(c.blocks), history)
+		sc = c.planScratch(history, c.capacity)
+		dropScratch = c.excessScratch(sc)
 	}
 	var ev *sharedEvent
-	if full > first || len(released) > 0 || beams {
+	if full > first || len(released) > 0 || beams || len(dropScratch) > 0 {
 		// Recorded before anything changes, so a failure changes nothing;
 		// it captures the cache's work that wrote the blocks (and last
 		// used the pages the history advance releases).
@@ -888,6 +948,12 @@ func (c *KVCache) commit(tokens []config.Token, parents []int, isEnd bool) error
 	c.tail = append(c.tail, rest...)
 	c.committed += len(tokens)
 	if history > c.history {
+		for _, p := range dropScratch {
+			p.group.fences[p.slot].add(&m.events, ev)
+		}
+		if sc.on {
+			c.commitScratch(sc, nil)
+		}
 		c.advanceHistory(history, released, ev)
 	}
 	if isEnd {

@@ -27,7 +27,9 @@
 // matching; storage.go the levels, slot groups and page ownership; evict.go
 // making room on a level; migrate.go the migration transactions; fence.go
 // events and fences; slab.go the allocation slabs of nodes and pages;
-// resize.go level resizes; disktier.go, diskfile.go and persist.go the disk
+// resize.go level resizes; rebalance.go pool rebalancing (NeedAdjustment,
+// Adjust); scratch.go SWA scratch reuse; planneddrop.go planned drops of a
+// finished turn's window pages; disktier.go, diskfile.go and persist.go the disk
 // tier's I/O, files and persistence; errors.go, events.go and stats.go what
 // the manager reports.
 package core
@@ -40,6 +42,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/kvcm/kvcm/core/blob"
 	"github.com/kvcm/kvcm/core/blockhash"
@@ -100,6 +103,11 @@ type Manager struct {
 	dropped []releasedPage
 	perLC   []int
 	closed  bool
+	// planned counts the PlannedDrops naming each tree page.
+	planned map[plannedPage]int
+	// rebalance samples request lengths for Adjust; now is its clock.
+	rebalance rebalancer
+	now       func() time.Time
 
 	listeners []EventListener
 	eventSeq  uint64
@@ -152,6 +160,10 @@ func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 	// The shared tier is content-addressed (core/sharedtier), not a level of
 	// slots; the manager does not use it yet (issue 15).
 	cfg.CacheTiers = cfg.LocalTiers()
+	if cfg.SwaScratchReuse != nil {
+		r := *cfg.SwaScratchReuse // the manager's own copy
+		cfg.SwaScratchReuse = &r
+	}
 	hasher, err := blockhash.NewHasherFor(cfg.BlockKey)
 	if err != nil {
 		return nil, err // Validate accepts only known algorithms
@@ -166,6 +178,7 @@ func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 
 		listeners: o.listeners,
 		diskFiles: o.diskFiles,
+		now:       time.Now,
 	}
 	if m.diskFiles == nil {
 		m.diskFiles = OSDiskFiles
@@ -189,6 +202,7 @@ func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 func (m *Manager) init(cc *codec.Guarded) error {
 	m.stats = newStatCounters(len(m.lt.LifeCycles), len(m.cfg.CacheTiers))
 	weights := m.lt.ByteWeights(&m.cfg)
+	m.rebalance = newRebalancer(&m.cfg, weights, len(m.cfg.CacheTiers), m.now())
 	if err := m.initHotLevel(weights); err != nil {
 		return err
 	}

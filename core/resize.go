@@ -44,6 +44,12 @@ func (m *Manager) ResizeLevel(level layout.CacheLevel, quota int64) error {
 	if err != nil {
 		return err
 	}
+	return m.resizeLevel(lvl, quota, target)
+}
+
+// resizeLevel gives the pool groups of lvl target slots and the level
+// quota: the work of ResizeLevel and Adjust.
+func (m *Manager) resizeLevel(lvl *storageLevel, quota int64, target []int64) error {
 	if err := m.checkShrink(lvl, target); err != nil {
 		return err
 	}
@@ -93,9 +99,14 @@ func (m *Manager) ResizeLevel(level layout.CacheLevel, quota int64) error {
 	return nil
 }
 
-// slotsFor shares quota among the level's groups.
+// slotsFor shares quota among the level's groups by its current weights.
 func (m *Manager) slotsFor(lvl *storageLevel, quota int64) ([]int64, error) {
-	weights := m.lt.ByteWeights(&m.cfg)
+	return m.slotsBy(lvl, quota, m.rebalance.weights[lvl.index])
+}
+
+// slotsBy shares quota among the level's groups by the layer groups' byte
+// weights.
+func (m *Manager) slotsBy(lvl *storageLevel, quota int64, weights []float64) ([]int64, error) {
 	var slots []int64
 	var err error
 	if lvl.index == 0 {

@@ -243,24 +243,73 @@ type Config struct {
 	// carried and validated; kvcm has no SSM layers, whose model coverage
 	// gives it an effect.
 	CommitMinSnapshot bool
-	// The rebalance fields tune KVCacheManagerV2's automatic pool
-	// rebalancing, which is model coverage in kvcm: they are validated with
-	// KVCacheManagerV2's rules and carried, with no effect yet. Zero
-	// RebalanceTargetRatioUpdateInterval, RebalanceRatioThreshold and
-	// RebalanceMovingAverageDecay mean unset (their Default* constants);
-	// RebalanceMinSampledKVCaches and RebalanceCooldownSecs are taken as
-	// given (0 is valid).
+	// The rebalance fields tune the pool rebalancing of
+	// Manager.NeedAdjustment and Manager.Adjust (KVCacheManagerV2's):
+	// closing caches sample their lengths into moving averages with decay
+	// RebalanceMovingAverageDecay; every RebalanceTargetRatioUpdateInterval
+	// samples the target split of each level among its pool groups is
+	// derived from them; a level needs adjusting once
+	// RebalanceMinSampledKVCaches caches were sampled,
+	// RebalanceCooldownSecs passed since the last Adjust and some pool
+	// group's target is off its current size by RebalanceRatioThreshold or
+	// more. Zero RebalanceTargetRatioUpdateInterval,
+	// RebalanceRatioThreshold and RebalanceMovingAverageDecay mean unset
+	// (their Default* constants); RebalanceMinSampledKVCaches and
+	// RebalanceCooldownSecs are taken as given (0 is valid).
 	RebalanceMinSampledKVCaches        int64
 	RebalanceCooldownSecs              float64
 	RebalanceTargetRatioUpdateInterval int64
 	RebalanceRatioThreshold            float64
 	RebalanceMovingAverageDecay        float64
+	// SwaScratchReuse, when not nil, enables SWA scratch reuse
+	// (KVCacheManagerV2's swa_scratch_reuse): during a prefill, blocks of a
+	// sliding-window layer group that are out of the window by the end of
+	// the step use a few shared scratch slots of the cache instead of a
+	// page each (see KVCache.ScratchDesc).
+	SwaScratchReuse *SwaScratchReuseConfig
 	// BlockKey selects how committed blocks are keyed: blockhash.SHA256
 	// (the zero value) is the specified key that other processes and the
 	// bindings compute too; blockhash.XXH3 is several times cheaper but
 	// matches no other process's keys (see package blockhash), so use it
 	// only where keys never leave the manager.
 	BlockKey blockhash.Algorithm
+}
+
+// SwaScratchReuseConfig configures SWA scratch reuse.
+type SwaScratchReuseConfig struct {
+	// MaxRewindLen tokens at the end of a step's capacity may be rewound
+	// (rejected draft tokens) and survive as history, so their blocks never
+	// use scratch slots. Not negative.
+	MaxRewindLen int
+}
+
+// EnableSwaScratchReuse reports whether SwaScratchReuse is set.
+func (c *Config) EnableSwaScratchReuse() bool { return c.SwaScratchReuse != nil }
+
+// MovingAverageDecay returns RebalanceMovingAverageDecay with the default
+// applied.
+func (c *Config) MovingAverageDecay() float64 {
+	if c.RebalanceMovingAverageDecay == 0 {
+		return DefaultRebalanceMovingAverageDecay
+	}
+	return c.RebalanceMovingAverageDecay
+}
+
+// RatioThreshold returns RebalanceRatioThreshold with the default applied.
+func (c *Config) RatioThreshold() float64 {
+	if c.RebalanceRatioThreshold == 0 {
+		return DefaultRebalanceRatioThreshold
+	}
+	return c.RebalanceRatioThreshold
+}
+
+// TargetRatioUpdateInterval returns RebalanceTargetRatioUpdateInterval with
+// the default applied.
+func (c *Config) TargetRatioUpdateInterval() int64 {
+	if c.RebalanceTargetRatioUpdateInterval == 0 {
+		return DefaultRebalanceTargetRatioUpdateInterval
+	}
+	return c.RebalanceTargetRatioUpdateInterval
 }
 
 // Error is a configuration error naming the offending field.
@@ -334,6 +383,9 @@ func (c *Config) Validate(numLayerGroups int) error {
 	}
 	if err := c.validateRebalance(); err != nil {
 		return err
+	}
+	if c.SwaScratchReuse != nil && c.SwaScratchReuse.MaxRewindLen < 0 {
+		return fieldErr("swa_scratch_reuse.max_rewind_len", "must not be negative, got %d", c.SwaScratchReuse.MaxRewindLen)
 	}
 	if c.InitialPoolRatio != nil {
 		if len(c.InitialPoolRatio) == 0 {

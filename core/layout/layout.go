@@ -46,6 +46,9 @@ type LifeCycle struct {
 	Window Window
 	Layers []int32
 	Pools  []Pool
+	// ScratchBlocksPerSlot is the fewest blocks of one layer a scratch slot
+	// holds, over the lifecycle's buffers (see BufferLocation).
+	ScratchBlocksPerSlot int
 }
 
 // PageBytes is the hot size of one page: one slot in every pool.
@@ -60,13 +63,23 @@ func (lc *LifeCycle) PageBytes() int64 {
 // BufferLocation says where a buffer lives in the hot layout. The kernel-facing
 // page index of the buffer for base page (slot) s is s*Scale + Offset, counted
 // in units of the buffer's size from its pool's base address.
+//
+// ScratchPagesPerBlock is how many sub-pages of a slot of the pool one block
+// of the buffer's layer takes: the layer's buffers in the pool, which sit
+// side by side. A scratch slot (see ScratchBlocksPerSlot) holds
+// Scale/ScratchPagesPerBlock blocks of one layer.
 type BufferLocation struct {
-	LifeCycle LayerGroupID
-	Pool      int
-	Scale     int64
-	Offset    int64
-	Bytes     int64
+	LifeCycle            LayerGroupID
+	Pool                 int
+	Scale                int64
+	Offset               int64
+	Bytes                int64
+	ScratchPagesPerBlock int64
 }
+
+// ScratchBlocksPerSlot is how many blocks of the buffer's layer one scratch
+// slot holds.
+func (b BufferLocation) ScratchBlocksPerSlot() int64 { return b.Scale / b.ScratchPagesPerBlock }
 
 // Group is one pool group of a level: its member lifecycles (ascending) and
 // the slot bytes of each of its pools.
@@ -163,12 +176,51 @@ func (lt *Layout) buildPools(lc *LifeCycle, layers []config.AttentionLayerConfig
 	}
 	slices.SortStableFunc(lc.Pools, func(a, b Pool) int { return cmp.Compare(b.BufferBytes, a.BufferBytes) })
 	for pi, p := range lc.Pools {
+		perLayer := map[int32]int64{}
+		for _, k := range p.Buffers {
+			perLayer[k.Layer]++
+		}
 		for off, k := range p.Buffers {
-			lt.Buffers[k] = BufferLocation{
+			loc := BufferLocation{
 				LifeCycle: lc.ID, Pool: pi, Scale: int64(len(p.Buffers)), Offset: int64(off), Bytes: p.BufferBytes,
+				ScratchPagesPerBlock: perLayer[k.Layer],
+			}
+			lt.Buffers[k] = loc
+			if bps := int(loc.ScratchBlocksPerSlot()); lc.ScratchBlocksPerSlot == 0 || bps < lc.ScratchBlocksPerSlot {
+				lc.ScratchBlocksPerSlot = bps
 			}
 		}
 	}
+}
+
+// ScratchSlots returns how many scratch slots n scratch blocks of lifecycle
+// lc take: enough for every buffer of every layer, one layer at a time (a
+// slot's sub-pages hold consecutive blocks of the layer computing now).
+func (lt *Layout) ScratchSlots(lc LayerGroupID, n int) int {
+	if n <= 0 {
+		return 0
+	}
+	bps := lt.LifeCycles[lc].ScratchBlocksPerSlot
+	return (n + bps - 1) / bps
+}
+
+// ScratchRange returns the blocks [lo, hi) of lifecycle lc that use scratch
+// slots in a step from history to capacity tokens when the last maxRewind
+// tokens may be rewound: the step's new blocks, [BlocksFor(history),
+// BlocksFor(capacity)), that are out of the window (past the sinks) once
+// every non-rewindable token of the capacity is history. Full attention has
+// none.
+func (lt *Layout) ScratchRange(lc LayerGroupID, history, capacity, maxRewind int) (lo, hi int) {
+	if lt.LifeCycles[lc].Window.Size == 0 {
+		return 0, 0
+	}
+	kept := max(0, capacity-maxRewind)
+	lo = max(lt.BlocksFor(history), lt.SinkBlocks(lc))
+	hi = min(lt.BlocksFor(capacity), lt.FirstKeptBlock(lc, kept))
+	if hi <= lo {
+		return 0, 0
+	}
+	return lo, hi
 }
 
 // hotLevel groups lifecycles whose slot layouts (pool slot sizes in order) are

@@ -329,3 +329,86 @@ type KVCacheGetStats func(cache KVCache, out spec.Out[BlockStats]) *Status
 //kvcm:param capacity in Capacity of tokens, in elements.
 //kvcm:param needed out Receives the number of levels.
 type KVCacheGetCachedTokensByLevel func(cache KVCache, tokens spec.Out[int64], capacity spec.Size, needed spec.Out[spec.Size]) *Status
+
+// KVCacheGetScratchDesc returns the scratch blocks of a layer group in the
+// ACTIVE cache's current step and its scratch slots (KVCacheManagerV2's
+// get_scratch_desc): blocks [begin, end) have no page
+// (KVCM_BAD_PAGE_INDEX) and are computed in the slots, ids of the layer
+// group's GPU pool group; begin == end when there are none. Turn a scratch
+// block into a buffer's page index with
+// kvcm_manager_get_scratch_pages_per_block. Valid until the cache's next
+// resize, commit, suspend or close.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param layerGroup in The layer group.
+//kvcm:param begin out Receives the first scratch block.
+//kvcm:param end out Receives the block after the last scratch block.
+//kvcm:param slots out,nullable,len=capacity Receives the scratch slot ids.
+//kvcm:param capacity in Capacity of slots, in elements.
+//kvcm:param needed out Receives the number of scratch slots.
+type KVCacheGetScratchDesc func(cache KVCache, layerGroup LayerGroupID, begin spec.Out[int64], end spec.Out[int64], slots spec.Out[int32], capacity spec.Size, needed spec.Out[spec.Size]) *Status
+
+// KVCacheHasScratchSlots reports whether the cache holds scratch slots now
+// (only an ACTIVE cache in a step with scratch blocks does).
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param out out Receives whether it holds scratch slots.
+type KVCacheHasScratchSlots func(cache KVCache, out spec.Out[bool]) *Status
+
+// KVCacheGetSwaScratchReuse reports whether the cache uses scratch slots;
+// it starts as the manager's swa_scratch_reuse.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param out out Receives whether scratch reuse is on.
+type KVCacheGetSwaScratchReuse func(cache KVCache, out spec.Out[bool]) *Status
+
+// KVCacheSetSwaScratchReuse turns scratch reuse on or off for the cache:
+// on only with the manager's swa_scratch_reuse (KVCM_ERR_INVALID_ARGUMENT),
+// and either way only while the current step has no scratch blocks with it
+// on (KVCM_ERR_INVALID_STATE), so no page changes.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param enable in Whether to use scratch slots.
+type KVCacheSetSwaScratchReuse func(cache KVCache, enable bool) *Status
+
+// KVCachePlanCommittedBlockDrop plans dropping the committed pages of the
+// cache's full committed blocks in the window of every sliding-window layer
+// group (past its sinks), which only the next turn of a conversation would
+// reuse (KVCacheManagerV2's plan_committed_block_drop). It needs
+// kvcm_kv_cache_stop_committing (or an is_end commit) first
+// (KVCM_ERR_INVALID_STATE). out is 0, nothing planned, when the cache
+// committed no full block or a page is no longer cached; otherwise free it
+// with kvcm_planned_drop_destroy.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param out out Receives the plan's handle, or 0.
+type KVCachePlanCommittedBlockDrop func(cache KVCache, out spec.Out[PlannedDrop]) *Status
+
+// PlannedDropDrop carries out a plan (PlannedDropHandle.drop): each planned
+// page no other plan names is dropped from every level unless a cache uses
+// it now. Carrying it out again is KVCM_ERR_INVALID_STATE; after the
+// manager's destroy it is KVCM_ERR_CLOSED.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param drop in The plan.
+type PlannedDropDrop func(drop PlannedDrop) *Status
+
+// PlannedDropDestroy frees a plan's handle, carrying the plan out first
+// when it was not (as KVCacheManagerV2 does when its handle goes) and its
+// manager is alive. The handle is consumed even when an error is reported.
+//
+//kvcm:since 2
+//kvcm:thread handle
+//kvcm:param drop consumed The plan.
+type PlannedDropDestroy func(drop PlannedDrop) *Status

@@ -175,8 +175,8 @@ type ManagerConfig struct {
 	// (finite, not negative) are taken as given; 0 in
 	// RebalanceTargetRatioUpdateInterval, RebalanceRatioThreshold and
 	// RebalanceMovingAverageDecay means the default (100, 1.25, 0.9999).
-	// Validated with KVCacheManagerV2's rules and carried: kvcm does not
-	// rebalance pools automatically.
+	// They tune pool rebalancing (kvcm_manager_need_adjustment,
+	// kvcm_manager_adjust), with KVCacheManagerV2's meaning and rules.
 	RebalanceMinSampledKVCaches int64 `since:"2"`
 	// RebalanceCooldownSecs: see rebalance_min_sampled_kv_caches.
 	RebalanceCooldownSecs float64 `since:"2"`
@@ -216,4 +216,14 @@ type ManagerConfig struct {
 	// removes the tier's files at destroy and reclaims those a killed
 	// manager left at create.
 	DiskPersistent bool `since:"2"`
+	// SwaScratchReuse enables SWA scratch reuse (KVCacheManagerV2's
+	// swa_scratch_reuse): a step's blocks of a sliding-window layer group
+	// that are out of the window by the end of the step get no page but
+	// share the cache's scratch slots (kvcm_kv_cache_get_scratch_desc).
+	SwaScratchReuse bool `since:"2"`
+	// SwaScratchMaxRewindLen is swa_scratch_reuse.max_rewind_len: the
+	// step's last tokens that may be rewound and survive as history, whose
+	// blocks always get pages (not negative; read with swa_scratch_reuse
+	// only).
+	SwaScratchMaxRewindLen int64 `since:"2"`
 }

@@ -66,6 +66,16 @@
 //     kvcm_kv_cache_get_beam_base_page_indices,
 //     kvcm_kv_cache_commit_beam_search, KVCM_DEFAULT_BEAM_INDEX and
 //     KVCM_MAX_BEAM_WIDTH.
+//   - SWA scratch reuse and planned drops (issue 13 item 4):
+//     kvcm_manager_config.swa_scratch_reuse and swa_scratch_max_rewind_len,
+//     kvcm_kv_cache_get_scratch_desc, _has_scratch_slots,
+//     _get_swa_scratch_reuse, _set_swa_scratch_reuse,
+//     kvcm_manager_get_scratch_pages_per_block, and the kvcm_planned_drop
+//     handle of kvcm_kv_cache_plan_committed_block_drop with
+//     kvcm_planned_drop_drop and _destroy.
+//   - Pool sizing (issue 13 item 6): the rebalance_* fields take effect;
+//     kvcm_manager_need_adjustment, kvcm_manager_adjust and
+//     kvcm_manager_clamp_max_seq_len_for_mem.
 //
 // Behaviour that changed for C users while ABI version 1 was unreleased
 // (no function, struct or constant changed):

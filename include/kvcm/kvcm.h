@@ -182,6 +182,13 @@ typedef int32_t kvcm_layer_group_id;
 typedef uint64_t kvcm_manager;
 
 /**
+ * kvcm_planned_drop is the handle of a planned drop of committed sliding-window
+ * pages (kvcm_kv_cache_plan_committed_block_drop). 0 is never valid.
+ * @since ABI version 2.
+ */
+typedef uint64_t kvcm_planned_drop;
+
+/**
  * kvcm_pool_group_index identifies a pool group within one cache level. Indices of
  * different levels are unrelated and must never be compared.
  * @since ABI version 1.
@@ -1435,8 +1442,8 @@ struct kvcm_manager_config {
      * (finite, not negative) are taken as given; 0 in
      * RebalanceTargetRatioUpdateInterval, RebalanceRatioThreshold and
      * RebalanceMovingAverageDecay means the default (100, 1.25, 0.9999).
-     * Validated with KVCacheManagerV2's rules and carried: kvcm does not
-     * rebalance pools automatically. (since ABI version 2)
+     * They tune pool rebalancing (kvcm_manager_need_adjustment,
+     * kvcm_manager_adjust), with KVCacheManagerV2's meaning and rules. (since ABI version 2)
      */
     int64_t rebalance_min_sampled_kv_caches;
     /**
@@ -1497,6 +1504,20 @@ struct kvcm_manager_config {
      * manager left at create. (since ABI version 2)
      */
     bool disk_persistent;
+    /**
+     * swa_scratch_reuse enables SWA scratch reuse (KVCacheManagerV2's
+     * swa_scratch_reuse): a step's blocks of a sliding-window layer group
+     * that are out of the window by the end of the step get no page but
+     * share the cache's scratch slots (kvcm_kv_cache_get_scratch_desc). (since ABI version 2)
+     */
+    bool swa_scratch_reuse;
+    /**
+     * swa_scratch_max_rewind_len is swa_scratch_reuse.max_rewind_len: the
+     * step's last tokens that may be rewound and survive as history, whose
+     * blocks always get pages (not negative; read with swa_scratch_reuse
+     * only). (since ABI version 2)
+     */
+    int64_t swa_scratch_max_rewind_len;
 };
 
 /** Initializer of a kvcm_manager_config: struct_size and abi_version set, every other field zero. */
@@ -2259,6 +2280,30 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_num_committed_tokens(kv
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_reused_tokens(kvcm_kv_cache cache, int64_t* out);
 
 /**
+ * kvcm_kv_cache_get_scratch_desc returns the scratch blocks of a layer group in the
+ * ACTIVE cache's current step and its scratch slots (KVCacheManagerV2's
+ * get_scratch_desc): blocks [begin, end) have no page
+ * (KVCM_BAD_PAGE_INDEX) and are computed in the slots, ids of the layer
+ * group's GPU pool group; begin == end when there are none. Turn a scratch
+ * block into a buffer's page index with
+ * kvcm_manager_get_scratch_pages_per_block. Valid until the cache's next
+ * resize, commit, suspend or close.
+ *
+ * @param cache [in] The cache.
+ * @param layer_group [in] The layer group.
+ * @param begin [out] Receives the first scratch block.
+ * @param end [out] Receives the block after the last scratch block.
+ * @param slots [out, nullable, array of capacity] Receives the scratch slot ids.
+ * @param capacity [in] Capacity of slots, in elements.
+ * @param needed [out] Receives the number of scratch slots.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_scratch_desc(kvcm_kv_cache cache, kvcm_layer_group_id layer_group, int64_t* begin, int64_t* end, int32_t* slots, size_t capacity, size_t* needed);
+
+/**
  * kvcm_kv_cache_get_stats returns the block counters the cache added to the
  * manager's since its creation: reused and missed blocks at creation and the
  * blocks resize allocated for it (evictions and lost_pages are the manager's
@@ -2284,6 +2329,51 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_stats(kvcm_kv_cache cac
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_status(kvcm_kv_cache cache, kvcm_cache_status* out);
+
+/**
+ * kvcm_kv_cache_get_swa_scratch_reuse reports whether the cache uses scratch slots;
+ * it starts as the manager's swa_scratch_reuse.
+ *
+ * @param cache [in] The cache.
+ * @param out [out] Receives whether scratch reuse is on.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_swa_scratch_reuse(kvcm_kv_cache cache, bool* out);
+
+/**
+ * kvcm_kv_cache_has_scratch_slots reports whether the cache holds scratch slots now
+ * (only an ACTIVE cache in a step with scratch blocks does).
+ *
+ * @param cache [in] The cache.
+ * @param out [out] Receives whether it holds scratch slots.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_has_scratch_slots(kvcm_kv_cache cache, bool* out);
+
+/**
+ * kvcm_kv_cache_plan_committed_block_drop plans dropping the committed pages of the
+ * cache's full committed blocks in the window of every sliding-window layer
+ * group (past its sinks), which only the next turn of a conversation would
+ * reuse (KVCacheManagerV2's plan_committed_block_drop). It needs
+ * kvcm_kv_cache_stop_committing (or an is_end commit) first
+ * (KVCM_ERR_INVALID_STATE). out is 0, nothing planned, when the cache
+ * committed no full block or a page is no longer cached; otherwise free it
+ * with kvcm_planned_drop_destroy.
+ *
+ * @param cache [in] The cache.
+ * @param out [out] Receives the plan's handle, or 0.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_plan_committed_block_drop(kvcm_kv_cache cache, kvcm_planned_drop* out);
 
 /**
  * kvcm_kv_cache_prefetch moves the pages of a SUSPENDED cache that are on levels
@@ -2374,6 +2464,21 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_set_beam_width(kvcm_kv_cach
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_set_stream(kvcm_kv_cache cache, kvcm_stream stream);
 
 /**
+ * kvcm_kv_cache_set_swa_scratch_reuse turns scratch reuse on or off for the cache:
+ * on only with the manager's swa_scratch_reuse (KVCM_ERR_INVALID_ARGUMENT),
+ * and either way only while the current step has no scratch blocks with it
+ * on (KVCM_ERR_INVALID_STATE), so no page changes.
+ *
+ * @param cache [in] The cache.
+ * @param enable [in] Whether to use scratch slots.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_set_swa_scratch_reuse(kvcm_kv_cache cache, bool enable);
+
+/**
  * kvcm_kv_cache_stop_committing refuses further commits; tokens computed from now on
  * (for example generated ones) are never published.
  *
@@ -2413,6 +2518,26 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_suspend(kvcm_kv_cache cache
 KVCM_API uint64_t kvcm_live_handle_count(void);
 
 /**
+ * kvcm_manager_adjust resizes the pool groups of every level that is off its
+ * sampled demand to it, keeping the level's quota (KVCacheManagerV2's
+ * adjust), as kvcm_manager_resize_level does: pages in slots that go move
+ * with their bytes into slots that stay (evicting what does not fit to
+ * colder levels, never a page a cache holds); base addresses and the page
+ * indices of ACTIVE caches stay valid. A level whose adjustment fails (a
+ * shrinking pool group with too many busy slots, or an ACTIVE cache's page
+ * in a slot that would go: KVCM_ERR_INVALID_STATE) is left unchanged and
+ * its error reported after the other levels were adjusted. It restarts the
+ * cooldown.
+ *
+ * @param manager [in] The manager.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_adjust(kvcm_manager manager);
+
+/**
  * kvcm_manager_alloc_memory allocates memory on the manager's device: device memory
  * or mapped pinned host memory (whose device address is its host address).
  * The manager frees what is still allocated when it is destroyed.
@@ -2448,6 +2573,25 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_alloc_memory(kvcm_manager ma
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_attach_cp(kvcm_manager manager, kvcm_cp_index cp);
+
+/**
+ * kvcm_manager_clamp_max_seq_len_for_mem returns the longest sequence, at most
+ * token_num_upper_bound tokens, whose pages fit the GPU level's slots next
+ * to batch_size - 1 one-token requests (KVCacheManagerV2's
+ * clamp_max_seq_len_for_mem): a layer group needs, for n computed tokens,
+ * its sink blocks and the blocks of its window. 0 when not even one token
+ * fits. It counts the level's slots, not its free ones.
+ *
+ * @param manager [in] The manager.
+ * @param batch_size [in] The batch size (positive).
+ * @param token_num_upper_bound [in] The longest sequence wanted (not negative).
+ * @param out [out] Receives the sequence length in tokens.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_clamp_max_seq_len_for_mem(kvcm_manager manager, int64_t batch_size, int64_t token_num_upper_bound, int64_t* out);
 
 /**
  * kvcm_manager_clear_reusable_blocks drops every committed block from every level,
@@ -2849,6 +2993,27 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_pool_group_descs(kvcm_ma
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_quota(kvcm_manager manager, kvcm_cache_level level, int64_t* out);
 
 /**
+ * kvcm_manager_get_scratch_pages_per_block returns how many sub-pages of a slot one
+ * block of the layer takes in a scratch slot of the buffer's pool (the
+ * layer's buffers in the pool). With scale and offset from
+ * kvcm_manager_get_buffer_location and blocks_per_slot = scale /
+ * pages_per_block, scratch block b of kvcm_kv_cache_get_scratch_desc's
+ * [begin, end) has the buffer page index slots[(b-begin)/blocks_per_slot] *
+ * scale + (((b-begin) % blocks_per_slot) * pages_per_block + offset) %
+ * scale (KVCacheManagerV2's PER_LAYER index mode, from pool_base).
+ *
+ * @param manager [in] The manager.
+ * @param layer_id [in] The layer id.
+ * @param role [in, borrowed] The buffer's role, such as "key".
+ * @param out [out] Receives the sub-pages per block.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_scratch_pages_per_block(kvcm_manager manager, int32_t layer_id, const char* role, int64_t* out);
+
+/**
  * kvcm_manager_get_stats returns the cumulative block statistics.
  *
  * @param manager [in] The manager.
@@ -2887,6 +3052,24 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_storage_stats(kvcm_manag
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_tokens_per_block(kvcm_manager manager, int32_t* out);
+
+/**
+ * kvcm_manager_need_adjustment reports whether kvcm_manager_adjust would resize
+ * some level's pool groups now (KVCacheManagerV2's need_adjustment): at
+ * least rebalance_min_sampled_kv_caches closed caches were sampled,
+ * rebalance_cooldown_secs passed since the last adjustment (or the
+ * creation) and a level's split among its pool groups is off the sampled
+ * demand by rebalance_ratio_threshold. The GPU level rebalances within the
+ * slots its tier's max_quota reserved.
+ *
+ * @param manager [in] The manager.
+ * @param out [out] Receives whether an adjustment is due.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_need_adjustment(kvcm_manager manager, bool* out);
 
 /**
  * kvcm_manager_probe_first_new_block_key returns the key of the first full block of
@@ -2965,6 +3148,33 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_probe_reuse_v2(kvcm_manager 
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_resize_level(kvcm_manager manager, kvcm_cache_level level, int64_t quota);
+
+/**
+ * kvcm_planned_drop_destroy frees a plan's handle, carrying the plan out first
+ * when it was not (as KVCacheManagerV2 does when its handle goes) and its
+ * manager is alive. The handle is consumed even when an error is reported.
+ *
+ * @param drop [in, consumed] The plan.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe, but no other call may use the handle concurrently or afterwards. Must not be called from a codec callback or a priority callback.
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_planned_drop_destroy(kvcm_planned_drop drop);
+
+/**
+ * kvcm_planned_drop_drop carries out a plan (PlannedDropHandle.drop): each planned
+ * page no other plan names is dropped from every level unless a cache uses
+ * it now. Carrying it out again is KVCM_ERR_INVALID_STATE; after the
+ * manager's destroy it is KVCM_ERR_CLOSED.
+ *
+ * @param drop [in] The plan.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_planned_drop_drop(kvcm_planned_drop drop);
 
 /**
  * kvcm_status_code_name returns the name of a status code, such as
@@ -3267,12 +3477,26 @@ struct kvcm_api {
     kvcm_status* (*kv_cache_get_cached_tokens_by_level)(kvcm_kv_cache cache, int64_t* tokens, size_t capacity, size_t* needed);
     /** kvcm_kv_cache_get_committed_tokens (since ABI version 2). */
     kvcm_status* (*kv_cache_get_committed_tokens)(kvcm_kv_cache cache, kvcm_token* tokens, size_t capacity, size_t* needed);
+    /** kvcm_kv_cache_get_scratch_desc (since ABI version 2). */
+    kvcm_status* (*kv_cache_get_scratch_desc)(kvcm_kv_cache cache, kvcm_layer_group_id layer_group, int64_t* begin, int64_t* end, int32_t* slots, size_t capacity, size_t* needed);
     /** kvcm_kv_cache_get_stats (since ABI version 2). */
     kvcm_status* (*kv_cache_get_stats)(kvcm_kv_cache cache, kvcm_block_stats* out);
+    /** kvcm_kv_cache_get_swa_scratch_reuse (since ABI version 2). */
+    kvcm_status* (*kv_cache_get_swa_scratch_reuse)(kvcm_kv_cache cache, bool* out);
+    /** kvcm_kv_cache_has_scratch_slots (since ABI version 2). */
+    kvcm_status* (*kv_cache_has_scratch_slots)(kvcm_kv_cache cache, bool* out);
+    /** kvcm_kv_cache_plan_committed_block_drop (since ABI version 2). */
+    kvcm_status* (*kv_cache_plan_committed_block_drop)(kvcm_kv_cache cache, kvcm_planned_drop* out);
     /** kvcm_kv_cache_set_beam_width (since ABI version 2). */
     kvcm_status* (*kv_cache_set_beam_width)(kvcm_kv_cache cache, int32_t beam_width);
     /** kvcm_kv_cache_set_stream (since ABI version 2). */
     kvcm_status* (*kv_cache_set_stream)(kvcm_kv_cache cache, kvcm_stream stream);
+    /** kvcm_kv_cache_set_swa_scratch_reuse (since ABI version 2). */
+    kvcm_status* (*kv_cache_set_swa_scratch_reuse)(kvcm_kv_cache cache, bool enable);
+    /** kvcm_manager_adjust (since ABI version 2). */
+    kvcm_status* (*manager_adjust)(kvcm_manager manager);
+    /** kvcm_manager_clamp_max_seq_len_for_mem (since ABI version 2). */
+    kvcm_status* (*manager_clamp_max_seq_len_for_mem)(kvcm_manager manager, int64_t batch_size, int64_t token_num_upper_bound, int64_t* out);
     /** kvcm_manager_clear_reusable_blocks (since ABI version 2). */
     kvcm_status* (*manager_clear_reusable_blocks)(kvcm_manager manager);
     /** kvcm_manager_drain_block_events (since ABI version 2). */
@@ -3287,10 +3511,18 @@ struct kvcm_api {
     kvcm_status* (*manager_get_and_reset_layer_group_iteration_stats)(kvcm_manager manager, kvcm_layer_group_iteration_stats* stats, size_t capacity, size_t* needed);
     /** kvcm_manager_get_num_open_caches (since ABI version 2). */
     kvcm_status* (*manager_get_num_open_caches)(kvcm_manager manager, size_t* out);
+    /** kvcm_manager_get_scratch_pages_per_block (since ABI version 2). */
+    kvcm_status* (*manager_get_scratch_pages_per_block)(kvcm_manager manager, int32_t layer_id, const char* role, int64_t* out);
+    /** kvcm_manager_need_adjustment (since ABI version 2). */
+    kvcm_status* (*manager_need_adjustment)(kvcm_manager manager, bool* out);
     /** kvcm_manager_probe_first_new_block_key (since ABI version 2). */
     kvcm_status* (*manager_probe_first_new_block_key)(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, uint64_t* key, bool* found);
     /** kvcm_manager_probe_reuse_v2 (since ABI version 2). */
     kvcm_status* (*manager_probe_reuse_v2)(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, int64_t* out);
+    /** kvcm_planned_drop_destroy (since ABI version 2). */
+    kvcm_status* (*planned_drop_destroy)(kvcm_planned_drop drop);
+    /** kvcm_planned_drop_drop (since ABI version 2). */
+    kvcm_status* (*planned_drop_drop)(kvcm_planned_drop drop);
 };
 
 /* ---- Layout checks: released layouts are frozen ---- */
@@ -3444,7 +3676,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, intra_device_copy_
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, intra_device_copy_bytes) == 104, "layout of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, host_dropped_blocks) == 112, "layout of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, host_dropped_bytes) == 120, "layout of kvcm_layer_group_iteration_stats changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_manager_config) == 208, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_manager_config) == 216, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_manager_config) == 8, "alignment of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, struct_size) == 0, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, abi_version) == 4, "layout of kvcm_manager_config changed");
@@ -3478,6 +3710,8 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, num_constraint_system_prompt_le
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, block_key) == 184, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, shared_tier) == 192, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, disk_persistent) == 200, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, swa_scratch_reuse) == 201, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, swa_scratch_max_rewind_len) == 208, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_migration_stats) == 24, "layout of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_migration_stats) == 8, "alignment of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_migration_stats, path) == 0, "layout of kvcm_migration_stats changed");
@@ -3539,7 +3773,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, dial_timeout_ms) == 24, "la
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, call_timeout_ms) == 32, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, queue_bytes) == 40, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, write_policy) == 48, "layout of kvcm_shared_tier_config changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 680, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 768, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
@@ -3615,18 +3849,29 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_beam_base_page_indices) == 55
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_beam_width) == 560, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_cached_tokens_by_level) == 568, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_tokens) == 576, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 584, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_beam_width) == 592, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 600, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 608, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 616, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 624, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 632, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 640, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 648, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 656, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 664, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 672, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_scratch_desc) == 584, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 592, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_swa_scratch_reuse) == 600, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_has_scratch_slots) == 608, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_plan_committed_block_drop) == 616, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_beam_width) == 624, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 632, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_swa_scratch_reuse) == 640, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_adjust) == 648, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clamp_max_seq_len_for_mem) == 656, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 664, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 672, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 680, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 688, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 696, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 704, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 712, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_scratch_pages_per_block) == 720, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_need_adjustment) == 728, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 736, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 744, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_destroy) == 752, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_drop) == 760, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus

@@ -88,14 +88,12 @@ from .coverage import (
     AttnLifeCycle,
     ExpandedBuffer,
     MmItemContext,
-    PlannedDropHandle,
-    ScratchDesc,
     SsmLayerConfig,
     SsmSnapshotIterationStatsDelta,
-    SwaScratchReuseConfig,
     gen_multimodal_cache_key_tokens,
     sequence_to_blockchain_keys,
 )
+from .scratch import PlannedDropHandle, ScratchDesc, SwaScratchReuseConfig
 from .events import (
     KVCacheCreatedData,
     KVCacheEvent,
@@ -215,9 +213,10 @@ __all__ = [
     "StorageStatistics", "BufferId", "CoalescedBuffer", "SlotDescVariant", "SlotDesc", "PageIndexConverter",
     "KVCacheEventManager", "KVCacheEvent", "KVCacheCreatedData", "KVCacheStoredData", "KVCacheStoredBlockData",
     "KVCacheRemovedData", "KVCacheUpdatedData", "KVCacheEventDiff", "UniqueToken",
+    "SwaScratchReuseConfig", "ScratchDesc", "PlannedDropHandle",
     # model coverage: importable, refused when used
-    "SsmLayerConfig", "SwaScratchReuseConfig", "MmItemContext", "AttnLifeCycle", "PlannedDropHandle",
-    "ExpandedBuffer", "AggregatedPageDesc", "ScratchDesc", "SsmSnapshotIterationStatsDelta",
+    "SsmLayerConfig", "MmItemContext", "AttnLifeCycle",
+    "ExpandedBuffer", "AggregatedPageDesc", "SsmSnapshotIterationStatsDelta",
     "gen_multimodal_cache_key_tokens", "sequence_to_blockchain_keys",
     # configuration
     "KVCacheManagerConfig", "GpuCacheTierConfig", "HostCacheTierConfig", "DiskCacheTierConfig",

@@ -21,6 +21,7 @@ from typing import Sequence, Union
 from . import coverage
 from ._ffi import BlockKey
 from .errors import InvalidConfigError
+from .scratch import SwaScratchReuseConfig
 
 __all__ = [
     "CacheTier",
@@ -287,10 +288,11 @@ class KVCacheManagerConfig:
     must always hold. ``enable_stats`` off makes the KVCM2 statistics
     getters report nothing (kvcm counts regardless; ``stats`` stays).
     ``text_only`` changes nothing (kvcm's tokens are text only);
-    ``commit_min_snapshot`` and the ``rebalance_*`` fields are validated as
-    KVCM2 does and carried: their effects (SSM snapshots, automatic pool
-    rebalancing) are model coverage. ``swa_scratch_reuse`` must stay None
-    (SWA scratch reuse is model coverage). ``block_key`` selects how
+    ``commit_min_snapshot`` is validated as KVCM2 does and carried (SSM
+    snapshots are model coverage). The ``rebalance_*`` fields tune pool
+    rebalancing (``KVCacheManager.need_adjustment``, ``adjust()``).
+    ``swa_scratch_reuse`` (a :class:`SwaScratchReuseConfig`, or None for
+    off) enables SWA scratch reuse (see :mod:`kvcm.scratch`). ``block_key`` selects how
     committed blocks are keyed: ``BlockKey.SHA256`` (the default) is the
     specified key every binding and other processes compute; ``BlockKey.XXH3``
     is several times cheaper but matches no other process's keys, so use it
@@ -307,7 +309,7 @@ class KVCacheManagerConfig:
     constraints: list[BatchDesc] = field(default_factory=list)
     typical_step: BatchDesc | None = None
     initial_pool_ratio: list[float] | None = None
-    swa_scratch_reuse: object | None = None
+    swa_scratch_reuse: SwaScratchReuseConfig | None = None
     commit_min_snapshot: bool = False
     enable_stats: bool = True
     text_only: bool = False
@@ -359,7 +361,10 @@ class KVCacheManagerConfig:
             if not isinstance(v, (int, float)) or isinstance(v, bool):
                 raise TypeError(f"{name}: expected a float, got {type(v).__name__}")
         if self.swa_scratch_reuse is not None:
-            coverage.missing("swa_scratch_reuse", coverage.SWA_SCRATCH)
+            if not isinstance(self.swa_scratch_reuse, SwaScratchReuseConfig):
+                raise TypeError(f"swa_scratch_reuse: expected a SwaScratchReuseConfig or None, "
+                                f"got {type(self.swa_scratch_reuse).__name__}")
+            _check_int("swa_scratch_reuse.max_rewind_len", self.swa_scratch_reuse.max_rewind_len)
         if self.initial_pool_ratio is not None:
             for i, r in enumerate(self.initial_pool_ratio):
                 if not isinstance(r, (int, float)) or isinstance(r, bool):

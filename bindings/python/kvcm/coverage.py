@@ -1,6 +1,6 @@
 """KVCM2 names whose models kvcm does not cover yet (the model-coverage
-issue: SSM state, multimodal keys, SWA scratch slots,
-aggregated pages, KVCM2's sha256 block keys).
+issue: SSM state, multimodal keys, aggregated pages, KVCM2's sha256 block
+keys).
 
 They are importable so that code written against KVCM2 imports unchanged;
 using one raises :class:`~kvcm.UnsupportedError` (a ``NotImplementedError``)
@@ -14,17 +14,15 @@ from typing import Any, NoReturn
 from .errors import UnsupportedError
 
 __all__ = [
-    "SsmLayerConfig", "SwaScratchReuseConfig", "MmItemContext", "AttnLifeCycle", "PlannedDropHandle",
-    "ExpandedBuffer", "AggregatedPageDesc", "ScratchDesc", "SsmSnapshotIterationStatsDelta",
+    "SsmLayerConfig", "MmItemContext", "AttnLifeCycle",
+    "ExpandedBuffer", "AggregatedPageDesc", "SsmSnapshotIterationStatsDelta",
     "gen_multimodal_cache_key_tokens", "sequence_to_blockchain_keys",
 ]
 
 SSM = "SSM (Mamba) state layers"
-SWA_SCRATCH = "SWA scratch-slot reuse"
 MULTIMODAL = "multimodal cache keys"
 AGGREGATED = "aggregated pages (disaggregated-serving transfer layout)"
 LIFE_CYCLES = "KVCM2's AttnLifeCycle objects (kvcm's layer groups are integers)"
-PLANNED_DROP = "planned committed-block drops"
 SHA256_KEYS = "KVCM2's sha256 block keys"
 PER_LAYER = "PageIndexMode.PER_LAYER page indices"
 BUFFER_TPB = "per-buffer tokens_per_block (BufferConfig.tokens_per_block_override)"
@@ -50,12 +48,6 @@ class SsmLayerConfig(_Uncovered):
     _capability = SSM
 
 
-class SwaScratchReuseConfig(_Uncovered):
-    """KVCM2's SWA scratch reuse: model coverage."""
-
-    _capability = SWA_SCRATCH
-
-
 class MmItemContext(_Uncovered):
     """KVCM2's multimodal token: model coverage."""
 
@@ -72,20 +64,12 @@ class AttnLifeCycle(_Uncovered):
         missing("AttnLifeCycle.make", LIFE_CYCLES)
 
 
-class PlannedDropHandle(_Uncovered):
-    _capability = PLANNED_DROP
-
-
 class ExpandedBuffer(_Uncovered):
     _capability = AGGREGATED
 
 
 class AggregatedPageDesc(_Uncovered):
     _capability = AGGREGATED
-
-
-class ScratchDesc(_Uncovered):
-    _capability = SWA_SCRATCH
 
 
 class SsmSnapshotIterationStatsDelta(_Uncovered):

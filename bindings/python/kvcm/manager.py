@@ -16,7 +16,7 @@ from ._convert import set_field
 from ._managed import Managed, callback_guard
 from ._native import bind, ffi
 from .codec import KVCacheColdPageCodec
-from .common import DEFAULT_BEAM_INDEX, GPU_LEVEL, PageIndexMode
+from .common import DEFAULT_BEAM_INDEX, GPU_LEVEL, HalfOpenRange, PageIndexMode
 from .events import KVCacheEventManager
 from .stats import (
     KVCacheIterationStatsDelta,
@@ -34,6 +34,7 @@ from .config import (
     SharedCacheTierConfig,
 )
 from .device import DeviceMemory, MemoryKind, Stream
+from .scratch import PlannedDropHandle, ScratchDesc
 from .errors import (
     BufferTooSmallError,
     InvalidArgumentError,
@@ -176,19 +177,35 @@ class PageIndexConverter:
     indices a kernel uses for one buffer: ``base * scale`` from the base
     address of ``get_mem_pool_base_address(layer, role)`` (SHARED), or
     ``base * scale + layer_offset`` from the pool's base address
-    (PER_LAYER). ``expansion`` is 1 (kvcm has one tokens_per_block)."""
+    (PER_LAYER). ``expansion`` is 1 (kvcm has one tokens_per_block).
+
+    With a ``scratch`` descriptor (``_KVCache.get_scratch_desc``; PER_LAYER
+    only) the blocks of its range map into its scratch slots instead: one
+    slot holds ``scale // scratch_pages_per_block`` blocks of the layer,
+    block ``i`` of the range at sub-page ``(i % that) *
+    scratch_pages_per_block + layer_offset``, modulo ``scale``, of slot
+    ``slot_ids[i // that]``."""
 
     scale: int
     expansion: int
     layer_offset: int
+    scratch_pages_per_block: int = 1
 
     def __call__(self, base_indices: Sequence[int], index_mode: PageIndexMode | None = None,
                  scratch: Any = None) -> list[int]:
-        if scratch:
-            coverage.missing("PageIndexConverter(scratch=)", coverage.SWA_SCRATCH)
+        if scratch and index_mode != PageIndexMode.PER_LAYER:
+            raise InvalidArgumentError("index_mode: scratch blocks need PageIndexMode.PER_LAYER")
         offset = self.layer_offset if index_mode == PageIndexMode.PER_LAYER else 0
         bad = ffi.KVCM_BAD_PAGE_INDEX
-        return [bad if b == bad else b * self.scale + offset for b in base_indices]
+        out = [bad if b == bad else b * self.scale + offset for b in base_indices]
+        if scratch:
+            per_slot = self.scale // self.scratch_pages_per_block
+            beg = scratch.range.beg
+            for b in range(beg, min(scratch.range.end, len(out))):
+                i = b - beg
+                sub = (i % per_slot) * self.scratch_pages_per_block + offset
+                out[b] = scratch.slot_ids[i // per_slot] * self.scale + sub % self.scale
+        return out
 
 
 _live_managers: "weakref.WeakSet[KVCacheManager]" = weakref.WeakSet()
@@ -290,6 +307,12 @@ _cache_set_beam_width = bind("kvcm_kv_cache_set_beam_width")
 _cache_committed = bind("kvcm_kv_cache_get_num_committed_tokens")
 _cache_history = bind("kvcm_kv_cache_get_history_length")
 _cache_capacity = bind("kvcm_kv_cache_get_capacity")
+_cache_scratch_desc = bind("kvcm_kv_cache_get_scratch_desc", layer_group="layer_group_id")
+_cache_plan_drop = bind("kvcm_kv_cache_plan_committed_block_drop")
+_scratch_pages_per_block = bind("kvcm_manager_get_scratch_pages_per_block")
+_need_adjustment = bind("kvcm_manager_need_adjustment")
+_adjust = bind("kvcm_manager_adjust")
+_clamp_max_seq_len = bind("kvcm_manager_clamp_max_seq_len_for_mem")
 _I64 = ctypes.c_int64
 _byref = ctypes.byref
 _TOKEN_PTR = ctypes.POINTER(ffi.kvcm_token)
@@ -476,6 +499,10 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
     set_field(c, "rebalance_target_ratio_update_interval", config.rebalance_target_ratio_update_interval)
     c.rebalance_ratio_threshold = float(config.rebalance_ratio_threshold)
     c.rebalance_moving_average_decay = float(config.rebalance_moving_average_decay)
+    if config.swa_scratch_reuse is not None:
+        c.swa_scratch_reuse = True
+        set_field(c, "swa_scratch_max_rewind_len", config.swa_scratch_reuse.max_rewind_len,
+                  "swa_scratch_reuse.max_rewind_len")
 
     def batch(b: Any, path: str) -> Any:
         reqs = (ffi.kvcm_request_desc * max(len(b.kv_caches), 1))()
@@ -672,7 +699,7 @@ class KVCacheManager(Managed):
 
     @property
     def enable_swa_scratch_reuse(self) -> bool:
-        return False
+        return self._config.enable_swa_scratch_reuse
 
     def clamp_max_seq_len_for_mem(self, batch_size: int, token_num_upper_bound: int) -> int:
         """The longest sequence, at most ``token_num_upper_bound`` tokens,
@@ -680,49 +707,31 @@ class KVCacheManager(Managed):
         of one token each (0 when not even one token does). A layer group
         needs, for n computed tokens, its sink blocks and the blocks of its
         window, as in :meth:`create_kv_cache`'s caches."""
-        if batch_size <= 0:
-            raise InvalidArgumentError(f"batch_size: must be positive, got {batch_size}")
-        tpb = self._tokens_per_block
-        shapes: dict[int, tuple[int, int]] = {}
-        for layer in self._config.layers:
-            shapes[self.get_layer_group_id(layer.layer_id)] = (layer.sliding_window_size or 0, layer.num_sink_tokens or 0)
-        pg_of = self.get_life_cycle_pool_group_indices(GPU_LEVEL)
-        remaining = [d.num_slots for d in self.get_pool_group_descs(GPU_LEVEL)]
-
-        def slots(n: int) -> list[int]:
-            out = [0] * len(remaining)
-            for lg, (window, sinks) in shapes.items():
-                blocks = -(-n // tpb)
-                first = 0 if window == 0 or n <= window else (n - window) // tpb
-                out[pg_of[lg]] += blocks - first + min(-(-sinks // tpb), first)
-            return out
-
-        for g, k in enumerate(slots(1)):
-            remaining[g] -= k * (batch_size - 1)
-            if remaining[g] < 0:
-                return 0
-
-        def fits(blocks: int) -> bool:
-            return all(k <= r for k, r in zip(slots(blocks * tpb), remaining))
-
-        if token_num_upper_bound <= 0 or not fits(1):
-            return 0
-        lo, hi = 1, -(-token_num_upper_bound // tpb)
-        if fits(hi):
-            return token_num_upper_bound
-        while lo < hi - 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-        return min(lo * tpb, token_num_upper_bound)
+        out = _I64()
+        _clamp_max_seq_len(self._native(), batch_size, max(token_num_upper_bound, 0), _byref(out))
+        return out.value
 
     @property
     def need_adjustment(self) -> bool:
-        """False: kvcm does not rebalance pools automatically (the rebalance_*
-        fields are carried for model coverage)."""
-        return False
+        """Whether :meth:`adjust` would rebalance some level's pool groups
+        now: at least ``rebalance_min_sampled_kv_caches`` closed caches were
+        sampled, ``rebalance_cooldown_secs`` passed since the last adjustment
+        (or the creation) and a level's split among its pool groups is off
+        the sampled demand by ``rebalance_ratio_threshold``. The GPU level
+        rebalances within the room ``GpuCacheTierConfig.max_quota`` reserved."""
+        out = ctypes.c_bool()
+        _need_adjustment(self._native(), _byref(out))
+        return out.value
 
     def adjust(self) -> None:
-        coverage.missing("KVCacheManager.adjust", "automatic pool rebalancing")
+        """Resize the pool groups of every level that is off its sampled
+        demand to it, keeping the level's quota: pages in slots that go move
+        with their bytes into slots that stay (what does not fit is evicted
+        to colder levels, never a page a cache holds), and ACTIVE caches'
+        page indices stay valid. A level that cannot be adjusted (an ACTIVE
+        cache's page in a slot that would go: InvalidStateError) is left as
+        it was; its error is raised after the other levels were adjusted."""
+        _adjust(self._native())
 
     @property
     def device_kind(self) -> DeviceKind:
@@ -758,6 +767,8 @@ class KVCacheManager(Managed):
         layer's offset), for indices ``base * scale``; with PER_LAYER the
         pool's base, for indices that include the layer offset (see
         :meth:`get_page_index_converter`)."""
+        if index_mode is None and self.enable_swa_scratch_reuse:
+            raise InvalidArgumentError("index_mode: must be given when SWA scratch reuse is enabled")
         loc = self.get_buffer_location(layer_id, data_role)
         if index_mode == PageIndexMode.PER_LAYER:
             return loc.pool_base
@@ -773,7 +784,12 @@ class KVCacheManager(Managed):
 
     def get_page_index_converter(self, layer_id: int, data_role: str) -> PageIndexConverter:
         loc = self.get_buffer_location(layer_id, data_role)
-        return PageIndexConverter(loc.scale, 1, loc.offset)
+        return PageIndexConverter(loc.scale, 1, loc.offset, self._scratch_pages_per_block(layer_id, data_role))
+
+    def _scratch_pages_per_block(self, layer_id: int, data_role: str) -> int:
+        out = _I64()
+        _scratch_pages_per_block(self._native(), layer_id, data_role.encode(), _byref(out))
+        return out.value
 
     def get_page_index_upper_bound(self, layer_id: int, data_role: str) -> int:
         """One past the largest SHARED page index of the buffer: the size of
@@ -782,9 +798,13 @@ class KVCacheManager(Managed):
         d = self.get_pool_group_descs(GPU_LEVEL)[self.get_life_cycle_pool_group_indices(GPU_LEVEL)[loc.layer_group]]
         return d.pools[loc.pool].slot_bytes // loc.bytes * d.num_slots - loc.offset
 
-    def supports_index_mode(self, mode: PageIndexMode) -> bool:
-        """Both modes, for every cache (kvcm has no SWA scratch slots)."""
-        return PageIndexMode(mode) in (PageIndexMode.SHARED, PageIndexMode.PER_LAYER)
+    def supports_index_mode(self, mode: PageIndexMode) -> bool | None:
+        """PER_LAYER: True. SHARED: True, or None (ask each cache) with SWA
+        scratch reuse, whose scratch blocks need PER_LAYER indices."""
+        mode = PageIndexMode(mode)
+        if mode == PageIndexMode.SHARED and self.enable_swa_scratch_reuse:
+            return None
+        return mode in (PageIndexMode.SHARED, PageIndexMode.PER_LAYER)
 
     @property
     def all_buffer_ids(self) -> Iterator[BufferId]:
@@ -1455,7 +1475,60 @@ class _KVCache(Managed):
         return out.value
 
     def supports_index_mode(self, mode: PageIndexMode) -> bool:
-        return self._manager.supports_index_mode(mode)
+        """PER_LAYER always; SHARED while the cache holds no scratch slots."""
+        if PageIndexMode(mode) == PageIndexMode.SHARED:
+            return not self.has_scratch_slots
+        return True
+
+    # -- SWA scratch reuse and planned drops ------------------------------------
+    def get_scratch_desc(self, layer_group_id: int) -> ScratchDesc | None:
+        """The scratch blocks and slots of a layer group in the ACTIVE cache's
+        current step, or None when it has none (see :mod:`kvcm.scratch`)."""
+        h = self._native()
+        beg, end, needed = _I64(), _I64(), ctypes.c_size_t()
+        cap = 0
+        while True:
+            slots = (ctypes.c_int32 * max(cap, 1))()
+            try:
+                _cache_scratch_desc(h, layer_group_id, _byref(beg), _byref(end), slots if cap else None, cap,
+                                    _byref(needed))
+            except BufferTooSmallError:
+                cap = needed.value
+                continue
+            if needed.value <= cap:
+                break
+            cap = needed.value
+        if end.value <= beg.value:
+            return None
+        return ScratchDesc(HalfOpenRange(beg.value, end.value), tuple(slots[:needed.value]))
+
+    @property
+    def has_scratch_slots(self) -> bool:
+        """Whether the cache holds scratch slots now."""
+        return bool(self._get("kvcm_kv_cache_has_scratch_slots", ctypes.c_bool))
+
+    @property
+    def enable_swa_scratch_reuse(self) -> bool:
+        """Whether the cache uses scratch slots (at first as the manager's
+        configuration says). Setting it needs the configuration to turn it on
+        (InvalidArgumentError, a ValueError) and, either way, a current step
+        without scratch blocks (InvalidStateError)."""
+        return bool(self._get("kvcm_kv_cache_get_swa_scratch_reuse", ctypes.c_bool))
+
+    @enable_swa_scratch_reuse.setter
+    def enable_swa_scratch_reuse(self, enable: bool) -> None:
+        _native.call("kvcm_kv_cache_set_swa_scratch_reuse", self._native(), bool(enable))
+
+    def plan_committed_block_drop(self) -> PlannedDropHandle | None:
+        """Plan dropping the committed pages of this turn's full blocks in the
+        window of every sliding-window layer group (past its sinks): only
+        the next turn of the conversation would reuse them; full-attention
+        and sink blocks stay. Needs :meth:`stop_committing` first
+        (InvalidStateError). None when nothing can be planned (no full block
+        committed, or a page is no longer cached)."""
+        out = ffi.kvcm_planned_drop()
+        _cache_plan_drop(self._native(), _byref(out))
+        return PlannedDropHandle(out.value) if out.value else None
 
     @property
     def num_committed_tokens(self) -> int:

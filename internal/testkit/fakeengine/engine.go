@@ -283,7 +283,10 @@ type segment struct {
 
 // plan lists the segments of positions [from, to) of beam's pages of c.
 // Positions whose block has no page fail the plan when strict, and are
-// skipped (counted in skipped, per page) otherwise.
+// skipped (counted in skipped, per page) otherwise; when strict (a write), a
+// block the cache's step computes in SWA scratch slots
+// (core.KVCache.ScratchDesc) is written there, each layer at its scratch page
+// index, as a kernel computing one layer at a time would.
 func (e *Engine) plan(c *core.KVCache, beam, from, to int, strict bool) (segs []segment, skipped int64, err error) {
 	if from >= to {
 		return nil, 0, nil
@@ -304,8 +307,25 @@ func (e *Engine) plan(c *core.KVCache, beam, from, to int, strict bool) (segs []
 				return nil, 0, err
 			}
 		}
+		var scratch core.ScratchDesc
+		if strict {
+			if scratch, err = c.ScratchDesc(layout.LayerGroupID(lg)); err != nil {
+				return nil, 0, err
+			}
+		}
 		for b := from / tpb; b*tpb < to; b++ {
 			lo, hi := max(from, b*tpb), min(to, (b+1)*tpb)
+			if b >= scratch.Begin && b < scratch.End {
+				for i, bi := range bis {
+					tb := e.bufs[bi].tokBytes
+					page := locs[i].PoolBase.Add(locs[i].ScratchPageIndex(scratch, b) * locs[i].Bytes)
+					segs = append(segs, segment{
+						buf: bi, block: b, pos: lo, n: hi - lo,
+						dev: page.Add(int64(lo-b*tpb) * tb), size: int64(hi-lo) * tb, firstOfP: i == 0,
+					})
+				}
+				continue
+			}
 			if b >= len(idx) || idx[b] == core.BadPageIndex {
 				if strict {
 					return nil, 0, fmt.Errorf("fakeengine: cache %d has no page for block %d of layer group %d (positions %d..%d); resize first",

@@ -654,6 +654,14 @@ struct BatchDesc
     int64_t systemPromptLength = 0;
 };
 
+// SwaScratchReuseConfig configures SWA scratch reuse: the last maxRewindLen
+// tokens of a step may be rewound and survive as history, so their blocks
+// always get pages (not negative).
+struct SwaScratchReuseConfig
+{
+    int64_t maxRewindLen = 0;
+};
+
 // The manager's configuration, mirroring the Go config (and TensorRT-LLM's
 // KVCacheManagerConfig).
 struct KVCacheManagerConfig
@@ -676,9 +684,9 @@ struct KVCacheManagerConfig
     std::vector<BatchDesc> constraints;
     // Tokens trimmed off the tail of every prefix match.
     int32_t reuseMatchBackoff = 0;
-    // Carried for TensorRT-LLM parity: kvcm's tokens are text only, it has
-    // no SSM snapshots and does not rebalance pools automatically (the
-    // rebalance fields are validated and have no effect yet).
+    // Carried for TensorRT-LLM parity: kvcm's tokens are text only and it
+    // has no SSM snapshots. The rebalance fields tune pool rebalancing
+    // (KVCacheManager::needAdjustment, adjust).
     bool textOnly = false;
     bool commitMinSnapshot = false;
     int64_t rebalanceMinSampledKvCaches = 2000;
@@ -698,6 +706,13 @@ struct KVCacheManagerConfig
     // The shared tier, after cacheTiers (errors name it
     // cache_tiers[cacheTiers.size()]).
     std::optional<SharedCacheTierConfig> sharedTier;
+    // SWA scratch reuse (TensorRT-LLM's swa_scratch_reuse): a step's blocks
+    // of a sliding-window layer group that are out of the window by the end
+    // of the step share the cache's scratch slots instead of pages
+    // (KVCache::scratchDesc). nullopt: off.
+    std::optional<SwaScratchReuseConfig> swaScratchReuse;
+
+    [[nodiscard]] bool enableSwaScratchReuse() const noexcept { return swaScratchReuse.has_value(); }
 };
 
 // The reuse scope: blocks are shared only within one scope. As in
@@ -857,6 +872,8 @@ public:
         c.block_key = static_cast<kvcm_block_key>(cfg.blockKey);
         c.shared_tier = cfg.sharedTier ? &mShared : nullptr;
         c.disk_persistent = mDiskPersistent;
+        c.swa_scratch_reuse = cfg.swaScratchReuse.has_value();
+        c.swa_scratch_max_rewind_len = cfg.swaScratchReuse ? cfg.swaScratchReuse->maxRewindLen : 0;
         mConfig = c;
     }
 
@@ -1528,6 +1545,93 @@ using PriorityFunction = std::function<int32_t(int64_t blockIndex, LayerGroupId 
 // history ≤ capacity. The destructor closes it (committed blocks stay cached
 // for reuse). The manager must outlive it, or destroy it first: destroying the
 // manager closes its caches, and a later close of the C++ object is a no-op.
+// The scratch blocks [begin, end) of a layer group in a cache's current step
+// and the cache's scratch slots (TensorRT-LLM's ScratchDesc); empty when
+// the layer group has none. Valid until the cache's next resize, commit,
+// suspend or close.
+struct ScratchDesc
+{
+    int64_t begin = 0;
+    int64_t end = 0;
+    std::vector<int32_t> slots;
+
+    [[nodiscard]] bool empty() const noexcept { return end <= begin; }
+    explicit operator bool() const noexcept { return !empty(); }
+};
+
+// The page index (PER_LAYER: from the pool base, in units of the buffer's
+// bytes) of scratch block `block` of d for a buffer at loc, whose layer
+// takes pagesPerBlock sub-pages of a slot
+// (KVCacheManager::scratchPagesPerBlock); -1 outside [d.begin, d.end).
+[[nodiscard]] inline int64_t scratchPageIndex(
+    BufferLocation const& loc, int64_t pagesPerBlock, ScratchDesc const& d, int64_t block)
+{
+    if (block < d.begin || block >= d.end)
+    {
+        return -1;
+    }
+    int64_t const perSlot = loc.scale / pagesPerBlock;
+    int64_t const pos = block - d.begin;
+    return int64_t{d.slots.at(static_cast<size_t>(pos / perSlot))} * loc.scale
+        + ((pos % perSlot) * pagesPerBlock + loc.offset) % loc.scale;
+}
+
+// A plan to drop a finished turn's committed sliding-window pages
+// (TensorRT-LLM's PlannedDropHandle), from KVCache::planCommittedBlockDrop.
+// drop() carries it out once; the destructor carries it out when drop() was
+// not called (as TensorRT-LLM's handle does) and frees the handle. An empty
+// plan (nothing planned) is false.
+class PlannedDrop
+{
+public:
+    PlannedDrop() noexcept = default;
+    explicit PlannedDrop(kvcm_planned_drop h) noexcept
+        : mHandle(h)
+    {
+    }
+    PlannedDrop(PlannedDrop&& o) noexcept
+        : mHandle(std::exchange(o.mHandle, 0))
+    {
+    }
+    PlannedDrop& operator=(PlannedDrop&& o) noexcept
+    {
+        if (this != &o)
+        {
+            reset();
+            mHandle = std::exchange(o.mHandle, 0);
+        }
+        return *this;
+    }
+    PlannedDrop(PlannedDrop const&) = delete;
+    PlannedDrop& operator=(PlannedDrop const&) = delete;
+    ~PlannedDrop() { reset(); }
+
+    explicit operator bool() const noexcept { return mHandle != 0; }
+    [[nodiscard]] kvcm_planned_drop handle() const noexcept { return mHandle; }
+
+    // Drops every planned page no other plan names, unless a cache uses it
+    // now. A second drop() throws Error(kInvalidState).
+    void drop()
+    {
+        if (mHandle == 0)
+        {
+            throw Error(StatusCode::kInvalidHandle, "PlannedDrop: empty plan");
+        }
+        detail::check(::kvcm_planned_drop_drop(mHandle));
+    }
+
+private:
+    void reset() noexcept
+    {
+        if (mHandle != 0)
+        {
+            detail::ignore(::kvcm_planned_drop_destroy(std::exchange(mHandle, 0)));
+        }
+    }
+
+    kvcm_planned_drop mHandle = 0;
+};
+
 class KVCache
 {
 public:
@@ -1740,6 +1844,48 @@ public:
     [[nodiscard]] int64_t capacity() const { return get<int64_t>(&::kvcm_kv_cache_get_capacity); }
     // Tokens reused from the cache at creation.
     [[nodiscard]] int64_t reusedTokens() const { return get<int64_t>(&::kvcm_kv_cache_get_reused_tokens); }
+
+    // The scratch blocks and slots of a layer group in the ACTIVE cache's
+    // current step (TensorRT-LLM's get_scratch_desc).
+    [[nodiscard]] ScratchDesc scratchDesc(LayerGroupId layerGroup) const
+    {
+        ScratchDesc d;
+        for (;;)
+        {
+            size_t needed = 0;
+            kvcm_status* s = ::kvcm_kv_cache_get_scratch_desc(
+                mHandle, layerGroup, &d.begin, &d.end, d.slots.empty() ? nullptr : d.slots.data(), d.slots.size(), &needed);
+            if (s != nullptr && ::kvcm_status_get_code(s) == KVCM_ERR_BUFFER_TOO_SMALL && needed > d.slots.size())
+            {
+                detail::ignore(s);
+                d.slots.resize(needed);
+                continue;
+            }
+            detail::check(s);
+            if (needed > d.slots.size())
+            {
+                d.slots.resize(needed);
+                continue;
+            }
+            d.slots.resize(needed);
+            return d;
+        }
+    }
+    // Whether the cache holds scratch slots now.
+    [[nodiscard]] bool hasScratchSlots() const { return get<bool>(&::kvcm_kv_cache_has_scratch_slots); }
+    // Whether the cache uses scratch slots (starts as the manager's
+    // configuration says); switching needs a step without scratch blocks.
+    [[nodiscard]] bool swaScratchReuse() const { return get<bool>(&::kvcm_kv_cache_get_swa_scratch_reuse); }
+    void setSwaScratchReuse(bool enable) { detail::check(::kvcm_kv_cache_set_swa_scratch_reuse(mHandle, enable)); }
+    // Plans dropping the committed sliding-window pages only the next turn
+    // would reuse (needs stopCommitting first); an empty PlannedDrop when
+    // nothing can be planned.
+    [[nodiscard]] PlannedDrop planCommittedBlockDrop()
+    {
+        kvcm_planned_drop h = 0;
+        detail::check(::kvcm_kv_cache_plan_committed_block_drop(mHandle, &h));
+        return PlannedDrop(h);
+    }
 
 private:
     friend class KVCacheManager;
@@ -1995,6 +2141,39 @@ public:
         }
         BufferLocation out{};
         detail::check(::kvcm_manager_get_buffer_location(mHandle, layerId, role.c_str(), &out));
+        return out;
+    }
+    // The sub-pages of a slot one block of the layer takes in a scratch slot
+    // of the buffer's pool (for scratchPageIndex).
+    [[nodiscard]] int64_t scratchPagesPerBlock(int32_t layerId, std::string const& role) const
+    {
+        if (auto const at = role.find('\0'); at != std::string::npos)
+        {
+            throw Error(StatusCode::kInvalidArgument, "role: contains a NUL byte at offset " + std::to_string(at));
+        }
+        int64_t out = 0;
+        detail::check(::kvcm_manager_get_scratch_pages_per_block(mHandle, layerId, role.c_str(), &out));
+        return out;
+    }
+    // Whether adjust() would rebalance some level's pool groups now: enough
+    // caches sampled, the cooldown passed, the split off the demand.
+    [[nodiscard]] bool needAdjustment() const
+    {
+        bool out = false;
+        detail::check(::kvcm_manager_need_adjustment(mHandle, &out));
+        return out;
+    }
+    // Rebalances every level off its sampled demand, keeping its quota and
+    // every page a cache holds (moved with its bytes); a level that cannot
+    // be adjusted is left as it was and its error thrown after the others.
+    void adjust() { detail::check(::kvcm_manager_adjust(mHandle)); }
+    // The longest sequence, at most tokenNumUpperBound tokens, whose pages
+    // fit the GPU slots next to batchSize - 1 one-token requests (0 when not
+    // even one token does).
+    [[nodiscard]] int64_t clampMaxSeqLenForMem(int64_t batchSize, int64_t tokenNumUpperBound) const
+    {
+        int64_t out = 0;
+        detail::check(::kvcm_manager_clamp_max_seq_len_for_mem(mHandle, batchSize, tokenNumUpperBound, &out));
         return out;
     }
     // The pool groups of a level (GPU: what the codec was configured with).

@@ -84,6 +84,10 @@ using LifeCycleId = LayerGroupId;
 // kvcm_manager is the handle of a KV-cache manager. 0 is never valid.
 using ManagerHandle = ::kvcm_manager;
 
+// kvcm_planned_drop is the handle of a planned drop of committed sliding-window
+// pages (kvcm_kv_cache_plan_committed_block_drop). 0 is never valid.
+using PlannedDropHandle = ::kvcm_planned_drop;
+
 // kvcm_pool_group_index identifies a pool group within one cache level. Indices of
 // different levels are unrelated and must never be compared.
 using PoolGroupIndex = ::kvcm_pool_group_index;
@@ -769,7 +773,7 @@ inline KvCacheOptions makeKvCacheOptions() noexcept {
 // sizeof(kvcm_manager_config) and abi_version = KVCM_ABI_VERSION.
 using ManagerConfig = ::kvcm_manager_config;
 static_assert(std::is_standard_layout_v<ManagerConfig> && std::is_trivially_copyable_v<ManagerConfig>);
-static_assert(sizeof(ManagerConfig) == 208 && alignof(ManagerConfig) == 8);
+static_assert(sizeof(ManagerConfig) == 216 && alignof(ManagerConfig) == 8);
 
 // makeManagerConfig returns a zeroed ManagerConfig with struct_size and abi_version set.
 inline ManagerConfig makeManagerConfig() noexcept {
