@@ -612,6 +612,14 @@ func (c *KVCache) Resize(capacity, history int) error {
 	}
 	lt, lvl := m.lt, m.levels[0]
 	oldBlocks, newBlocks := len(c.blocks), lt.BlocksFor(capacity)
+	if newBlocks == oldBlocks && !c.windowMoves(history) {
+		// A decode step within the last block: no page to take or release.
+		c.capacity, c.history = capacity, history
+		if len(m.prune) > 0 || len(m.pending) > 0 {
+			m.safePoint()
+		}
+		return nil
+	}
 	var perLC []int // new pages per lifecycle, for the statistics
 	if newBlocks > oldBlocks {
 		n := need{}
@@ -683,6 +691,25 @@ func (c *KVCache) Resize(capacity, history int) error {
 	}
 	m.safePoint()
 	return nil
+}
+
+// windowMoves reports whether some sliding window would release a block once
+// history tokens are computed: its first kept block passes its low-water mark.
+func (c *KVCache) windowMoves(history int) bool {
+	lt := c.m.lt
+	for lc, l := range lt.LifeCycles {
+		if l.Window.Size == 0 {
+			continue
+		}
+		low := 0
+		if c.low != nil {
+			low = c.low[lc]
+		}
+		if lt.FirstKeptBlock(layout.LayerGroupID(lc), history) > max(low, lt.SinkBlocks(layout.LayerGroupID(lc))) {
+			return true
+		}
+	}
+	return false
 }
 
 // releasedPage is a page Resize releases: block b's page of lifecycle lc.
@@ -757,6 +784,17 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 			len(tokens), c.committed, c.capacity)
 	}
 	tpb := m.cfg.TokensPerBlock
+	if c.committed%tpb+len(tokens) < tpb && c.committed+len(tokens) <= c.history {
+		// A decode step within the last block: no block to publish, no page
+		// to release.
+		if err := c.checkLost(); err != nil {
+			return err
+		}
+		c.tail = append(c.tail, tokens...)
+		c.committed += len(tokens)
+		c.endCommits(isEnd)
+		return nil
+	}
 	first := c.committed / tpb
 	full := (c.committed + len(tokens)) / tpb
 	// Nothing lost is published: the blocks' pages still arriving (decoded
@@ -825,11 +863,17 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 	if history > c.history {
 		c.advanceHistory(history, released, ev)
 	}
+	c.endCommits(isEnd)
+	return nil
+}
+
+// endCommits stops further commits after a commit with isEnd; with partial
+// reuse the trailing partial block is published at close.
+func (c *KVCache) endCommits(isEnd bool) {
 	if isEnd {
 		c.stopped = true
-		c.pendingPartial = m.cfg.EnablePartialReuse && c.committed%tpb != 0
+		c.pendingPartial = c.m.cfg.EnablePartialReuse && c.committed%c.m.cfg.TokensPerBlock != 0
 	}
-	return nil
 }
 
 // advanceHistory sets a larger history length within the capacity and
