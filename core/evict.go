@@ -114,7 +114,7 @@ func (m *Manager) drop(p *page) {
 		heap.Remove(&p.group.victims, p.heapIdx)
 	}
 	n := p.node
-	n.pages[p.lc] = nil
+	m.pagesOf(n)[p.lc] = nil
 	from := layout.CacheLevel(p.level())
 	if p.group.level.kind == config.HostTier {
 		st := &m.stats.lc[p.lc]
@@ -124,7 +124,7 @@ func (m *Manager) drop(p *page) {
 	p.group.release(p)
 	p.node, p.inflight = nil, nil
 	m.emitDropped(n, p.lc, from)
-	if !n.hasPages() {
+	if !m.hasPages(n) {
 		m.prune = append(m.prune, n)
 	}
 }

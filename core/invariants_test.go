@@ -3,7 +3,6 @@ package core
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"testing"
 
@@ -168,7 +167,7 @@ func (m *Manager) CheckInvariants(closed ...*KVCache) error {
 				if p.inflight != nil && !slices.Contains(m.pending, p.inflight) {
 					fail("%s: moved by a transaction that is not pending", at)
 				}
-				inTree := p.node != nil && p.node.pages[p.lc] == p
+				inTree := p.node != nil && m.pagesOf(p.node)[p.lc] == p
 				if p.node != nil && !inTree {
 					fail("%s: page names a node that does not hold it", at)
 				}
@@ -196,12 +195,18 @@ func (m *Manager) CheckInvariants(closed ...*KVCache) error {
 		}
 	}
 
+	seen := map[nodeID]bool{}
 	var walk func(n *node)
 	walk = func(n *node) {
+		if seen[n.id] {
+			fail("node at depth %d: reached twice", n.depth)
+			return
+		}
+		seen[n.id] = true
 		if got := chains[n]; n.users != got {
 			fail("node at depth %d: %d users, %d caches chained to it", n.depth, n.users, got)
 		}
-		for lc, p := range n.pages {
+		for lc, p := range m.pagesOf(n) {
 			if p == nil {
 				continue
 			}
@@ -215,36 +220,49 @@ func (m *Manager) CheckInvariants(closed ...*KVCache) error {
 				fail("node at depth %d layer group %d: its page owns no slot", n.depth, lc)
 			}
 		}
-		full := maps.Clone(n.children)
-		if c := n.child0; c != nil {
-			if _, dup := full[c.key]; dup {
-				fail("node at depth %d: its inline child is in its child map too", n.depth)
-			}
-			if full == nil {
-				full = map[blockhash.Key]*node{}
-			}
-			full[c.key] = c
-		}
-		for k, c := range full {
-			if c.parent != n || c.key != k || c.depth != n.depth+1 {
+		full, last := 0, nodeID(0)
+		for id := n.first; id != 0; id = m.nodes.at(id).next {
+			c := m.nodes.at(id)
+			if c.id != id || c.parent != n.id || c.prev != last || c.depth != n.depth+1 {
 				fail("node at depth %d: child linked inconsistently", n.depth)
-				continue
+				return
+			}
+			last = id
+			if !c.isPartial(m.cfg.TokensPerBlock) {
+				full++
+				if m.child(n, c.key) != c {
+					fail("node at depth %d: a full child is not found by its key", n.depth)
+				}
 			}
 			walk(c)
 		}
-		for _, c := range n.partials {
-			if c.parent != n {
-				fail("node at depth %d: partial child linked inconsistently", n.depth)
-				continue
+		if last != n.last {
+			fail("node at depth %d: its last child is not the end of its list", n.depth)
+		}
+		inline := 0
+		if n.child0 != 0 {
+			inline = 1
+			if c := m.nodes.at(n.child0); c.parent != n.id || c.isPartial(m.cfg.TokensPerBlock) {
+				fail("node at depth %d: its inline child is not a full child of it", n.depth)
 			}
-			walk(c)
+		}
+		if full != inline+int(n.nkids) {
+			fail("node at depth %d: %d full children, %d inline and %d in the map", n.depth, full, inline, n.nkids)
 		}
 	}
 	for k, r := range m.roots {
-		if r.key != k || r.parent != nil || r.hasPages() {
+		if r.key != k || r.parent != 0 || m.hasPages(r) {
 			fail("root %x: inconsistent", k)
 		}
 		walk(r)
+	}
+	for k, id := range m.nodes.kids {
+		if c := m.nodes.at(id); c.id != id || c.parent != k.parent || c.key != k.key || !seen[id] {
+			fail("child map entry %x of node %d names no child in the tree", k.key, k.parent)
+		}
+	}
+	if live := int(m.nodes.next) - 1 - len(m.nodes.free); live != len(seen) {
+		fail("node store: %d nodes live, %d in the tree (leaked or freed twice)", live, len(seen))
 	}
 	for n, k := range chains {
 		if n.users < k {
@@ -296,6 +314,10 @@ func TestCheckInvariantsReportsBrokenBookkeeping(t *testing.T) {
 	p.lost = true
 	assert.ErrorContains(t, f.m.CheckInvariants(), "lost page is reachable from the tree")
 	p.lost = false
+
+	leak := f.m.newNode(nil, 1, nil)
+	assert.ErrorContains(t, f.m.CheckInvariants(), "leaked or freed twice")
+	f.m.freeNode(leak)
 
 	require.NoError(t, c.Close())
 	assert.NoError(t, f.m.CheckInvariants(c))

@@ -146,7 +146,7 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	full := len(mt.path) * tpb
 	for b, n := range mt.path {
 		cb := cacheBlock{pages: c.rows.row(numLC, promptBlocks, 0), node: n}
-		for lc, p := range n.pages {
+		for lc, p := range m.pagesOf(n) {
 			if m.lt.Needs(layout.LayerGroupID(lc), b, full) {
 				cb.pages[lc] = p
 				m.ref(p, false)
@@ -191,9 +191,10 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 // new cache, on the manager's stream. It returns nil, changing nothing, when
 // the GPU level has no room.
 func (m *Manager) copyPartial(src *node) []*page {
+	srcPages := m.pagesOf(src)
 	// A source still arriving (decoded back) must be known good first.
 	m.settlePages(func(fn func(p *page)) {
-		for _, p := range src.pages {
+		for _, p := range srcPages {
 			fn(p)
 		}
 	})
@@ -202,13 +203,13 @@ func (m *Manager) copyPartial(src *node) []*page {
 	}
 	lvl := m.levels[0]
 	n := need{}
-	for lc, sp := range src.pages {
+	for lc, sp := range srcPages {
 		n[lvl.groupOf(layout.LayerGroupID(lc))]++
 		sp.active++ // pinned in place while room is made and the copy is submitted
 		sp.refresh()
 	}
 	defer func() {
-		for _, sp := range src.pages {
+		for _, sp := range srcPages {
 			sp.active--
 			sp.refresh()
 		}
@@ -216,10 +217,10 @@ func (m *Manager) copyPartial(src *node) []*page {
 	if m.reserveAt(0, n) != nil {
 		return nil
 	}
-	pages := make([]*page, len(src.pages))
+	pages := make([]*page, len(srcPages))
 	var descs []device.CopyDesc
 	waits := waitSet{}
-	for lc, sp := range src.pages {
+	for lc, sp := range srcPages {
 		dp := m.newPage(lvl.groupOf(layout.LayerGroupID(lc)), layout.LayerGroupID(lc))
 		dp.held = 1
 		pages[lc] = dp
@@ -239,7 +240,7 @@ func (m *Manager) copyPartial(src *node) []*page {
 		}
 		return nil
 	}
-	for lc, sp := range src.pages {
+	for lc, sp := range srcPages {
 		sp.group.fences[sp.slot].add(&m.events, ev)
 		dp := pages[lc]
 		dp.group.fences[dp.slot].add(&m.events, ev)
@@ -296,15 +297,19 @@ func (c *KVCache) Capacity() int {
 // chain's full blocks (kept in the tree), then of the blocks a key collision
 // kept out of it, then of the incomplete last block.
 func (c *KVCache) CommittedTokens() []config.Token {
-	c.m.mu.Lock()
-	defer c.m.mu.Unlock()
+	m := c.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c.status == Closed {
+		return nil
+	}
 	out := make([]config.Token, c.committed)
 	end := c.committed - len(c.tail) - len(c.orphan)
 	copy(out[end:], c.orphan)
 	copy(out[end+len(c.orphan):], c.tail)
-	for n := c.chain; n.parent != nil; n = n.parent {
-		end -= len(n.tokens)
-		copy(out[end:], n.tokens)
+	for n := c.chain; n.parent != 0; n = m.parentOf(n) {
+		end -= int(n.ntok)
+		copy(out[end:], m.tokensOf(n))
 	}
 	return out
 }
@@ -918,8 +923,8 @@ func (c *KVCache) publish(b int, blk []config.Token, priority []int) []*page {
 		return nil
 	}
 	key := m.hasher.Next(c.chain.key, blk)
-	next := c.chain.child(key)
-	if next != nil && !slices.Equal(next.tokens, blk) {
+	next := m.child(c.chain, key)
+	if next != nil && !slices.Equal(m.tokensOf(next), blk) {
 		// A 64-bit key collision: never link to another block's content;
 		// this cache publishes nothing more.
 		c.detached = true
@@ -932,15 +937,15 @@ func (c *KVCache) publish(b int, blk []config.Token, priority []int) []*page {
 		next = m.newNode(c.chain, key, blk)
 		c.setPriority(next, priority)
 		published = c.adopt(next, cb.pages)
-		c.chain.addChild(next, m.cfg.TokensPerBlock)
+		m.addChild(c.chain, next)
 		cb.node = next
 		m.emitStored(next, c.id)
 	default:
 		// An equal block lost pages to eviction: ours fill the gaps.
-		had := next.hasPages()
+		had := m.hasPages(next)
 		missing := make([]*page, len(cb.pages))
 		for lc, p := range cb.pages {
-			if next.pages[lc] == nil {
+			if m.pagesOf(next)[lc] == nil {
 				missing[lc] = p
 			}
 		}
@@ -965,10 +970,11 @@ func (c *KVCache) publish(b int, blk []config.Token, priority []int) []*page {
 // until the next adopt.
 func (c *KVCache) adopt(n *node, pages []*page) []*page {
 	adopted := c.m.adopted[:0]
+	row := c.m.pagesOf(n)
 	for lc, p := range pages {
 		if p != nil {
 			p.node = n
-			n.pages[lc] = p
+			row[lc] = p
 			p.refresh()
 			adopted = append(adopted, p)
 		}
@@ -981,17 +987,18 @@ func (c *KVCache) setPriority(n *node, prs []int) {
 	if c.priority == nil {
 		return
 	}
-	copy(n.priority, prs)
+	m := c.m
+	copy(m.prioOf(n), prs)
 	// Ancestors never rank below descendants, so a chain drains from its
 	// tail, in every lifecycle.
 	for lc, pr := range prs {
-		for a := n.parent; a != nil && a.parent != nil && a.priority[lc] < pr; a = a.parent {
-			old := a.priority[lc]
-			a.priority[lc] = pr
-			if a.hasPages() { // a stored block
-				c.m.emitPriority(a, layout.LayerGroupID(lc), old)
+		for a := m.parentOf(n); a != nil && a.parent != 0 && m.prioOf(a)[lc] < pr; a = m.parentOf(a) {
+			old := m.prioOf(a)[lc]
+			m.prioOf(a)[lc] = pr
+			if m.hasPages(a) { // a stored block
+				m.emitPriority(a, layout.LayerGroupID(lc), old)
 			}
-			if p := a.pages[lc]; p != nil {
+			if p := m.pagesOf(a)[lc]; p != nil {
 				p.refresh()
 			}
 		}
@@ -1037,10 +1044,12 @@ func (c *KVCache) registerPartial() {
 		}
 	}
 	blk := c.tail
-	for _, sib := range c.chain.partials {
-		if slices.Equal(sib.tokens, blk) {
+	for id := c.chain.first; id != 0; {
+		sib := m.nodes.at(id)
+		if sib.isPartial(tpb) && slices.Equal(m.tokensOf(sib), blk) {
 			return
 		}
+		id = sib.next
 	}
 	n := m.newNode(c.chain, m.hasher.Next(c.chain.key, blk), blk)
 	pr, err := c.blockPriority(b)
@@ -1050,7 +1059,7 @@ func (c *KVCache) registerPartial() {
 	}
 	c.setPriority(n, pr)
 	c.adopt(n, c.blocks[b].pages)
-	c.chain.addChild(n, tpb)
+	m.addChild(c.chain, n)
 	c.blocks[b].node = n
 	m.emitStored(n, c.id)
 }

@@ -582,10 +582,10 @@ func (m *Manager) lose(p *page, err error) {
 	p.lost, p.lostBy = true, err
 	m.losses++
 	if n := p.node; n != nil {
-		n.pages[p.lc] = nil
+		m.pagesOf(n)[p.lc] = nil
 		p.node = nil
 		m.emitDropped(n, p.lc, layout.CacheLevel(p.level()))
-		if !n.hasPages() {
+		if !m.hasPages(n) {
 			m.prune = append(m.prune, n)
 		}
 	}

@@ -1,31 +1,134 @@
 package core
 
-import "github.com/kvcm/kvcm/core/config"
+import (
+	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/config"
+)
 
-// slabChunk is how many nodes, pages or page rows one slab allocation holds.
-const slabChunk = 64
+// nodeID names a tree node in the manager's node store; 0 names none.
+type nodeID int32
 
-// slabs hands out tree nodes, pages, page rows and block tokens carved from
-// chunks, so the hot paths allocate once per slabChunk of them rather than
-// once each. Nothing is recycled (a freed page may still be named by a
-// settling transaction); a chunk is garbage once none of its items is
-// referenced. The manager lock covers it.
-type slabs struct {
-	nodes []node
-	pages []page
-	rows  []*page
-	prios []int
-	toks  []config.Token
+// nodeChunkLen is how many nodes one chunk of the node store holds.
+const nodeChunkLen = 256
+
+// nodeChunk is nodeChunkLen nodes with their tokens, priorities and pages,
+// allocated together. Nodes and priorities hold no pointers, so the garbage
+// collector never scans them; only the page row of each node is scanned.
+type nodeChunk struct {
+	nodes *[nodeChunkLen]node
+	toks  []config.Token // tokensPerBlock per node
+	prios []int          // one per layer group per node
+	pages []*page        // one per layer group per node
 }
 
-// node returns a zero node.
-func (s *slabs) node() *node {
-	if len(s.nodes) == 0 {
-		s.nodes = make([]node, slabChunk)
+// nodeStore holds every tree node of a manager in chunks that never move or
+// go away, so a *node stays valid while the manager lives; freed nodes are
+// reused, newest first. Nodes link to each other by nodeID, and keyed
+// children beyond a node's first live in one map keyed by value. The manager
+// lock covers it.
+type nodeStore struct {
+	tpb, numLC int
+	chunks     []nodeChunk
+	free       []nodeID
+	next       nodeID // the next never used ID
+	// kids holds the full-block children of nodes that have more than one:
+	// a node's first keyed child is its child0.
+	kids map[childKey]nodeID
+}
+
+// childKey names a keyed child: its parent and its block key.
+type childKey struct {
+	parent nodeID
+	key    blockhash.Key
+}
+
+func newNodeStore(tpb, numLC int) nodeStore {
+	return nodeStore{tpb: tpb, numLC: numLC, next: 1, kids: map[childKey]nodeID{}}
+}
+
+// reserve makes room for n nodes in all, so the first n cost no allocation.
+func (s *nodeStore) reserve(n int) {
+	for len(s.chunks)*nodeChunkLen < n+1 {
+		s.grow()
 	}
-	n := &s.nodes[0]
-	s.nodes = s.nodes[1:]
+}
+
+func (s *nodeStore) grow() {
+	s.chunks = append(s.chunks, nodeChunk{
+		nodes: new([nodeChunkLen]node),
+		toks:  make([]config.Token, nodeChunkLen*s.tpb),
+		prios: make([]int, nodeChunkLen*s.numLC),
+		pages: make([]*page, nodeChunkLen*s.numLC),
+	})
+}
+
+// at returns the node named id; id must name one.
+func (s *nodeStore) at(id nodeID) *node {
+	return &s.chunks[id/nodeChunkLen].nodes[id%nodeChunkLen]
+}
+
+// get returns the node named id, nil for 0.
+func (s *nodeStore) get(id nodeID) *node {
+	if id == 0 {
+		return nil
+	}
+	return s.at(id)
+}
+
+// alloc returns a zero node with its ID set, its priorities DefaultPriority
+// and no pages.
+func (s *nodeStore) alloc() *node {
+	var id nodeID
+	if k := len(s.free); k > 0 {
+		id, s.free = s.free[k-1], s.free[:k-1]
+	} else {
+		id = s.next
+		s.next++
+		if int(id)/nodeChunkLen >= len(s.chunks) {
+			s.grow()
+		}
+	}
+	n := s.at(id)
+	n.id = id
+	for i := range s.prios(n) {
+		s.prios(n)[i] = DefaultPriority
+	}
 	return n
+}
+
+// release returns n to the store; it must be unlinked and hold no page.
+func (s *nodeStore) release(n *node) {
+	id := n.id
+	clear(s.pages(n))
+	*n = node{}
+	s.free = append(s.free, id)
+}
+
+// toks returns the node's token storage, tpb long.
+func (s *nodeStore) toks(n *node) []config.Token {
+	c, i := &s.chunks[n.id/nodeChunkLen], int(n.id%nodeChunkLen)
+	return c.toks[i*s.tpb : (i+1)*s.tpb : (i+1)*s.tpb]
+}
+
+func (s *nodeStore) prios(n *node) []int {
+	c, i := &s.chunks[n.id/nodeChunkLen], int(n.id%nodeChunkLen)
+	return c.prios[i*s.numLC : (i+1)*s.numLC : (i+1)*s.numLC]
+}
+
+func (s *nodeStore) pages(n *node) []*page {
+	c, i := &s.chunks[n.id/nodeChunkLen], int(n.id%nodeChunkLen)
+	return c.pages[i*s.numLC : (i+1)*s.numLC : (i+1)*s.numLC]
+}
+
+// slabChunk is how many pages one slab allocation holds.
+const slabChunk = 64
+
+// slabs hands out pages carved from chunks, so the hot paths allocate once
+// per slabChunk of them rather than once each. Nothing is recycled (a freed
+// page may still be named by a settling transaction); a chunk is garbage
+// once none of its pages is referenced. The manager lock covers it.
+type slabs struct {
+	pages []page
 }
 
 // page returns a zero page.
@@ -36,43 +139,6 @@ func (s *slabs) page() *page {
 	p := &s.pages[0]
 	s.pages = s.pages[1:]
 	return p
-}
-
-// pageRow returns n nil page pointers, capped at n.
-func (s *slabs) pageRow(n int) []*page {
-	if len(s.rows) < n {
-		s.rows = make([]*page, n*slabChunk)
-	}
-	row := s.rows[:n:n]
-	s.rows = s.rows[n:]
-	return row
-}
-
-// priorities returns n priorities, each DefaultPriority.
-func (s *slabs) priorities(n int) []int {
-	if len(s.prios) < n {
-		s.prios = make([]int, n*slabChunk)
-	}
-	row := s.prios[:n:n]
-	s.prios = s.prios[n:]
-	for i := range row {
-		row[i] = DefaultPriority
-	}
-	return row
-}
-
-// tokens returns a copy of t, capped at its length.
-func (s *slabs) tokens(t []config.Token) []config.Token {
-	if len(t) == 0 {
-		return nil
-	}
-	if len(s.toks) < len(t) {
-		s.toks = make([]config.Token, max(len(t), 2048))
-	}
-	out := s.toks[:len(t):len(t)]
-	s.toks = s.toks[len(t):]
-	copy(out, t)
-	return out
 }
 
 // rows hands out the page rows of a cache's blocks from chunks that grow

@@ -44,7 +44,7 @@ func (p *page) level() int { return p.group.level.index }
 
 func (p *page) priority() int {
 	if p.node != nil {
-		return p.node.priority[p.lc]
+		return p.group.level.nodes.prios(p.node)[p.lc]
 	}
 	return DefaultPriority
 }
@@ -122,6 +122,8 @@ type storageLevel struct {
 	quota  int64
 	groups []*slotGroup
 	lcMap  []layout.PoolGroupIndex
+	// nodes is the manager's node store, where pages find their priority.
+	nodes *nodeStore
 }
 
 func (l *storageLevel) groupOf(lc layout.LayerGroupID) *slotGroup { return l.groups[l.lcMap[lc]] }
