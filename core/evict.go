@@ -123,6 +123,7 @@ func (m *Manager) drop(p *page) {
 	}
 	p.group.release(p)
 	p.node, p.inflight = nil, nil
+	m.pages.release(p)
 	m.emitDropped(n, p.lc, from)
 	if !m.hasPages(n) {
 		m.prune = append(m.prune, n)

@@ -194,6 +194,9 @@ func (m *Manager) CheckInvariants(closed ...*KVCache) error {
 			fail("a page referenced by a cache owns no slot")
 		}
 	}
+	if live := m.pages.next - len(m.pages.free) - len(m.pages.dead); live != len(owners) {
+		fail("page store: %d pages live, %d own slots (leaked or freed twice)", live, len(owners))
+	}
 
 	seen := map[nodeID]bool{}
 	var walk func(n *node)
@@ -318,6 +321,10 @@ func TestCheckInvariantsReportsBrokenBookkeeping(t *testing.T) {
 	leak := f.m.newNode(nil, 1, nil)
 	assert.ErrorContains(t, f.m.CheckInvariants(), "leaked or freed twice")
 	f.m.freeNode(leak)
+	lost := f.m.pages.alloc()
+	assert.ErrorContains(t, f.m.CheckInvariants(), "pages live")
+	f.m.pages.release(lost)
+	f.m.pages.recycle()
 
 	require.NoError(t, c.Close())
 	assert.NoError(t, f.m.CheckInvariants(c))

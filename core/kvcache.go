@@ -296,6 +296,7 @@ func (c *KVCache) Capacity() int {
 // CommittedTokens returns a copy of the committed tokens: those of the
 // chain's full blocks (kept in the tree), then of the blocks a key collision
 // kept out of it, then of the incomplete last block.
+// A CLOSED cache has released its blocks: it returns nil.
 func (c *KVCache) CommittedTokens() []config.Token {
 	m := c.m
 	m.mu.Lock()

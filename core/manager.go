@@ -22,10 +22,10 @@
 // kvcache.go is a cache's lifecycle; tree.go the radix tree and prefix
 // matching; storage.go the levels, slot groups and page ownership; evict.go
 // making room on a level; migrate.go the migration transactions; fence.go
-// events and fences; slab.go the allocation slabs of nodes and pages;
-// resize.go level resizes; disktier.go, diskfile.go and persist.go the disk
-// tier's I/O, files and persistence; errors.go, events.go and stats.go what
-// the manager reports.
+// events and fences; slab.go the node store (pointer-free tree nodes by ID)
+// and the page store (pages reused once freed); resize.go level resizes;
+// disktier.go, diskfile.go and persist.go the disk tier's I/O, files and
+// persistence; errors.go, events.go and stats.go what the manager reports.
 package core
 
 import (
@@ -88,7 +88,7 @@ type Manager struct {
 	// losses counts lost pages ever; a cache rescans its pages for lost
 	// ones only when it changed (see checkLost).
 	losses uint64
-	slabs  slabs
+	pages  pageStore
 	// Scratch of the hot paths, reused under the lock.
 	adopted []*page
 	pinned  []*page
@@ -197,6 +197,7 @@ func (m *Manager) init(cc *codec.Guarded) error {
 		hotSlots += g.numSlots
 	}
 	m.nodes.reserve(int(hotSlots))
+	m.pages.reserve(int(hotSlots))
 	m.codec = cc
 	defer func() { m.codec = nil }() // owned by NewManager until success
 	if err := m.configureCodec(); err != nil {
@@ -494,6 +495,7 @@ func (m *Manager) safePoint() {
 	if len(m.pending) > 0 {
 		m.settle()
 	}
+	defer m.pages.recycle()
 	defer m.notePeaks()
 	for len(m.prune) > 0 {
 		n := m.prune[len(m.prune)-1]

@@ -96,7 +96,7 @@ func (m *Manager) restoreDisk() error {
 			if m.pagesOf(n)[lc] != nil || f.h.Parent != first.Parent || !slices.Equal(f.h.Tokens, first.Tokens) {
 				continue // a duplicate: its slot stays free
 			}
-			p := m.slabs.page()
+			p := m.pages.alloc()
 			p.lc, p.node, p.diskTag = lc, n, f.h.Tag
 			p.group, p.slot, p.heapIdx = f.g, f.slot, -1
 			f.g.owner[f.slot] = p

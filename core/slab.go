@@ -120,25 +120,56 @@ func (s *nodeStore) pages(n *node) []*page {
 	return c.pages[i*s.numLC : (i+1)*s.numLC : (i+1)*s.numLC]
 }
 
-// slabChunk is how many pages one slab allocation holds.
-const slabChunk = 64
+// pageChunkLen is how many pages one chunk of the page store holds.
+const pageChunkLen = 256
 
-// slabs hands out pages carved from chunks, so the hot paths allocate once
-// per slabChunk of them rather than once each. Nothing is recycled (a freed
-// page may still be named by a settling transaction); a chunk is garbage
-// once none of its pages is referenced. The manager lock covers it.
-type slabs struct {
-	pages []page
+// pageStore hands out pages from chunks and reuses freed ones, so taking a
+// page allocates nothing in steady state. A page freed during an operation
+// is reused only after the operation's safe point (recycle): until then
+// scratch lists of the operation may still name it. A settling transaction
+// may name a reused page, but tells it apart by its inflight, which a freed
+// page has cleared. The manager lock covers it.
+type pageStore struct {
+	chunks []*[pageChunkLen]page
+	next   int // pages handed out of the last chunk
+	free   []*page
+	dead   []*page // freed since the last recycle
 }
 
-// page returns a zero page.
-func (s *slabs) page() *page {
-	if len(s.pages) == 0 {
-		s.pages = make([]page, slabChunk)
+// reserve makes room for n pages in all, so the first n cost no allocation.
+func (s *pageStore) reserve(n int) {
+	for len(s.chunks)*pageChunkLen < n {
+		s.chunks = append(s.chunks, new([pageChunkLen]page))
 	}
-	p := &s.pages[0]
-	s.pages = s.pages[1:]
+}
+
+// alloc returns a zero page.
+func (s *pageStore) alloc() *page {
+	if k := len(s.free); k > 0 {
+		p := s.free[k-1]
+		s.free[k-1] = nil
+		s.free = s.free[:k-1]
+		return p
+	}
+	if s.next == pageChunkLen*len(s.chunks) {
+		s.chunks = append(s.chunks, new([pageChunkLen]page))
+	}
+	p := &s.chunks[s.next/pageChunkLen][s.next%pageChunkLen]
+	s.next++
 	return p
+}
+
+// release takes back a page nothing references any more.
+func (s *pageStore) release(p *page) { s.dead = append(s.dead, p) }
+
+// recycle makes the pages released so far reusable.
+func (s *pageStore) recycle() {
+	for i, p := range s.dead {
+		*p = page{}
+		s.free = append(s.free, p)
+		s.dead[i] = nil
+	}
+	s.dead = s.dead[:0]
 }
 
 // rows hands out the page rows of a cache's blocks from chunks that grow

@@ -415,7 +415,7 @@ func (p *page) refresh() {
 // newPage takes a free slot of g for lifecycle lc; reserve must have made
 // room. The page starts private, unreferenced.
 func (m *Manager) newPage(g *slotGroup, lc layout.LayerGroupID) *page {
-	p := m.slabs.page()
+	p := m.pages.alloc()
 	p.lc = lc
 	g.take(p)
 	return p
@@ -429,6 +429,7 @@ func (m *Manager) freePage(p *page) {
 	}
 	p.group.release(p)
 	p.inflight = nil
+	m.pages.release(p)
 }
 
 // unref drops one reference of a cache and refreshes eviction state; private

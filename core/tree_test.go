@@ -4,6 +4,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm/kvcm/core/blockhash"
 )
 
 // A node finds each of its children whether it holds it inline or in the
@@ -65,4 +68,22 @@ func TestFreedNodesAreReusedEmpty(t *testing.T) {
 	assert.Equal(t, DefaultPriority, m.prioOf(again)[0])
 	assert.False(t, m.hasPages(again))
 	assert.Equal(t, 1, again.depth)
+}
+
+// A freed page is reused only after the operation's safe point, and then
+// starts zero.
+func TestFreedPagesAreReusedAfterTheSafePoint(t *testing.T) {
+	f := newFixture(t, smallConfig(8))
+	c := f.open(blockhash.Scope{}, seq(0, 6)) // a private partial block
+	p := c.blocks[1].pages[0]
+	require.Nil(t, p.node)
+	require.NoError(t, c.Close())
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	assert.Empty(t, f.m.pages.dead, "recycled at close's safe point")
+	q := f.m.pages.alloc()
+	assert.Same(t, p, q, "the freed page is the next one handed out")
+	assert.Equal(t, page{}, *q)
+	f.m.pages.release(q)
+	assert.NotSame(t, q, f.m.pages.alloc(), "not before the next safe point")
 }
