@@ -22,7 +22,7 @@ func (m *Manager) fitAt(li int, pages []*page) []*page {
 	for _, p := range pages {
 		g := lvl.groupOf(p.lc)
 		if _, ok := room[g]; !ok {
-			room[g] = len(g.free) + len(g.victims)
+			room[g] = g.free.len() + len(g.victims)
 		}
 		if room[g] > 0 {
 			room[g]--
@@ -41,9 +41,9 @@ func (m *Manager) fitAt(li int, pages []*page) []*page {
 // with an error naming why the victims could not leave.
 func (m *Manager) reserveAt(li int, n need) error {
 	for g, k := range n {
-		if avail := len(g.free) + len(g.victims); avail < k {
+		if avail := g.free.len() + len(g.victims); avail < k {
 			return fmt.Errorf("%w: %v pool group %d needs %d slots, %d free and %d evictable of %d",
-				ErrOutOfPages, g.level.kind, g.desc.Index, k, len(g.free), len(g.victims), g.numSlots)
+				ErrOutOfPages, g.level.kind, g.desc.Index, k, g.free.len(), len(g.victims), g.numSlots)
 		}
 	}
 	var causes []error
@@ -56,7 +56,7 @@ func (m *Manager) reserveAt(li int, n need) error {
 	for {
 		var victims []*page
 		for g, k := range n {
-			for taken := 0; len(g.free)+taken < k && len(g.victims) > 0; taken++ {
+			for taken := 0; g.free.len()+taken < k && len(g.victims) > 0; taken++ {
 				victims = append(victims, heap.Pop(&g.victims).(*page))
 			}
 		}
@@ -93,7 +93,7 @@ func (m *Manager) reserveAt(li int, n need) error {
 		}
 	}
 	for g, k := range n {
-		if len(g.free) < k {
+		if g.free.len() < k {
 			why := "the next level could not take the held pages"
 			if len(causes) > 0 {
 				return fmt.Errorf("%w: %v pool group %d needs %d slots; %s: %w",

@@ -124,16 +124,24 @@ func (m *Manager) CheckInvariants(closed ...*KVCache) error {
 				fail("%s: %d slots, capacity %d", where, g.numSlots, g.capacity)
 			}
 			isFree := make([]bool, g.numSlots)
-			for _, s := range g.free {
+			nfree := 0
+			g.free.each(func(s int32) {
+				nfree++
 				switch {
 				case s < 0 || int64(s) >= g.numSlots:
 					fail("%s: free slot %d out of [0, %d)", where, s, g.numSlots)
-				case isFree[s]:
-					fail("%s: slot %d free twice", where, s)
 				case g.owner[s] != nil:
 					fail("%s: slot %d free and owned", where, s)
 				default:
 					isFree[s] = true
+				}
+			})
+			if nfree != g.free.len() {
+				fail("%s: %d free slots, counted %d", where, nfree, g.free.len())
+			}
+			for w, word := range g.free.bits {
+				if (word != 0) != (g.free.summary[w/64]&(1<<(w%64)) != 0) {
+					fail("%s: free-slot summary wrong for slots %d to %d", where, w*64, w*64+63)
 				}
 			}
 			for s, p := range g.owner {
@@ -300,12 +308,10 @@ func TestCheckInvariantsReportsBrokenBookkeeping(t *testing.T) {
 	g := f.m.levels[0].groups[0]
 	p := c.blocks[0].pages[0]
 
-	free := g.free
-	g.free = free[:len(free)-1]
+	s := g.free.take()
 	assert.ErrorContains(t, f.m.CheckInvariants(), "neither free nor owned")
-	g.free = free
+	g.free.put(s)
 
-	s := g.free[len(g.free)-1]
 	g.owner[s] = p
 	assert.ErrorContains(t, f.m.CheckInvariants(), "page also owns")
 	g.owner[s] = nil

@@ -4,6 +4,8 @@ import (
 	"container/heap"
 	"errors"
 	"fmt"
+	"math/bits"
+	"slices"
 
 	"github.com/kvcm/kvcm/core/blob"
 	"github.com/kvcm/kvcm/core/config"
@@ -73,9 +75,9 @@ type slotGroup struct {
 	// capacity is the most slots the group can grow to in place: hot pools
 	// reserve it; cold groups grow by reallocation, so it equals numSlots.
 	capacity int64
-	// free is a min-heap of free slots (see takeSlot): slots are reused in
-	// ascending order, so a disk tier writes and reads its blobs forwards.
-	free     []int32
+	// free is the free slots (see takeSlot): slots are reused in ascending
+	// order, so a disk tier writes and reads its blobs forwards.
+	free     freeSlots
 	owner    []*page
 	fences   []fence
 	victims  victimHeap
@@ -87,12 +89,12 @@ type slotGroup struct {
 	peakAvail, peakUnavail, peakEvictable int64
 }
 
-func (g *slotGroup) used() int64 { return g.numSlots - int64(len(g.free)) }
+func (g *slotGroup) used() int64 { return g.numSlots - int64(g.free.len()) }
 
 // notePeaks raises the iteration's peaks to the group's current counts.
 func (g *slotGroup) notePeaks() {
 	ev := int64(len(g.victims))
-	avail := int64(len(g.free)) + ev
+	avail := int64(g.free.len()) + ev
 	g.peakAvail = max(g.peakAvail, avail)
 	g.peakUnavail = max(g.peakUnavail, g.numSlots-avail)
 	g.peakEvictable = max(g.peakEvictable, ev)
@@ -187,9 +189,9 @@ func newSlotGroup(dev device.Device, lvl *storageLevel, desc layout.Group, slots
 }
 
 func (g *slotGroup) initSlots() {
-	g.free = make([]int32, g.numSlots)
-	for i := range g.free {
-		g.free[i] = int32(i) // ascending: already a min-heap
+	g.free.reset(g.numSlots)
+	for s := range int32(g.numSlots) {
+		g.free.put(s)
 	}
 	g.owner = make([]*page, g.numSlots)
 	g.fences = newFences(g.numSlots)
@@ -290,62 +292,92 @@ func (g *slotGroup) take(p *page) {
 // first (rather than last freed first) keeps a disk tier's consecutive
 // writes, and the reads that follow them, in ascending file order.
 func (g *slotGroup) takeSlot() int32 {
-	h := g.free
-	s := h[0]
-	n := len(h) - 1
-	h[0] = h[n]
-	g.free = h[:n]
-	siftDown(g.free, 0)
+	s := g.free.take()
 	g.peakUsed = max(g.peakUsed, g.used())
 	return s
 }
 
 // releaseSlot returns a reserved slot nobody arrived in.
-func (g *slotGroup) releaseSlot(s int32) { g.pushFree(s) }
+func (g *slotGroup) releaseSlot(s int32) { g.free.put(s) }
 
 // release returns p's slot; the slot keeps its fence so the next owner waits
 // for every access of the previous one.
 func (g *slotGroup) release(p *page) {
 	g.owner[p.slot] = nil
-	g.pushFree(p.slot)
+	g.free.put(p.slot)
 	p.group = nil
 }
 
-func (g *slotGroup) pushFree(s int32) {
-	g.free = append(g.free, s)
-	h := g.free
-	for i := len(h) - 1; i > 0; {
-		parent := (i - 1) / 2
-		if h[parent] <= h[i] {
-			break
+// freeSlots is a set of free slots that hands out the lowest first: a bit per
+// slot, and a bit per word of them that has a free slot, so finding the
+// lowest costs a scan of one summary bit per 4,096 slots.
+type freeSlots struct {
+	bits    []uint64
+	summary []uint64 // bit w: bits[w] != 0
+	n       int
+}
+
+// reset makes the set empty, for slots numSlots.
+func (f *freeSlots) reset(numSlots int64) {
+	words := int((numSlots + 63) / 64)
+	f.bits = slices.Grow(f.bits[:0], words)[:words]
+	clear(f.bits)
+	f.summary = slices.Grow(f.summary[:0], (words+63)/64)[:(words+63)/64]
+	clear(f.summary)
+	f.n = 0
+}
+
+func (f *freeSlots) len() int { return f.n }
+
+func (f *freeSlots) has(s int32) bool { return f.bits[s/64]&(1<<(s%64)) != 0 }
+
+// put adds slot s, which must not be in the set.
+func (f *freeSlots) put(s int32) {
+	w := s / 64
+	f.bits[w] |= 1 << (s % 64)
+	f.summary[w/64] |= 1 << (w % 64)
+	f.n++
+}
+
+// remove takes slot s, which must be in the set, out of it.
+func (f *freeSlots) remove(s int32) {
+	w := s / 64
+	f.bits[w] &^= 1 << (s % 64)
+	if f.bits[w] == 0 {
+		f.summary[w/64] &^= 1 << (w % 64)
+	}
+	f.n--
+}
+
+// take removes and returns the lowest free slot; the set must not be empty.
+func (f *freeSlots) take() int32 {
+	for i, sw := range f.summary {
+		if sw != 0 {
+			w := i*64 + bits.TrailingZeros64(sw)
+			s := int32(w*64 + bits.TrailingZeros64(f.bits[w]))
+			f.remove(s)
+			return s
 		}
-		h[parent], h[i] = h[i], h[parent]
-		i = parent
+	}
+	panic("core: take from an empty free-slot set")
+}
+
+// each calls fn for every free slot, in ascending order.
+func (f *freeSlots) each(fn func(s int32)) {
+	for w, word := range f.bits {
+		for word != 0 {
+			fn(int32(w*64 + bits.TrailingZeros64(word)))
+			word &= word - 1
+		}
 	}
 }
 
-// heapifyFree restores the free heap after the list was edited as a slice.
-func (g *slotGroup) heapifyFree() {
-	for i := len(g.free)/2 - 1; i >= 0; i-- {
-		siftDown(g.free, i)
-	}
-}
-
-func siftDown(h []int32, i int) {
-	for {
-		l := 2*i + 1
-		if l >= len(h) {
-			return
+// dropFrom removes every slot at or beyond keep.
+func (f *freeSlots) dropFrom(keep int64) {
+	for s := keep; s < int64(len(f.bits))*64; s++ {
+		if f.has(int32(s)) {
+			f.remove(int32(s))
 		}
-		c := l
-		if r := l + 1; r < len(h) && h[r] < h[l] {
-			c = r
-		}
-		if h[i] <= h[c] {
-			return
-		}
-		h[i], h[c] = h[c], h[i]
-		i = c
 	}
 }
 
