@@ -40,8 +40,8 @@ func (m *Manager) fitAt(li int, pages []*page) []*page {
 // free and evictable slots of a group cannot cover its need, and otherwise
 // with an error naming why the victims could not leave.
 func (m *Manager) reserveAt(li int, n need) error {
-	for g, k := range n {
-		if avail := g.free.len() + len(g.victims); avail < k {
+	for _, x := range n {
+		if g, k := x.g, x.k; g.free.len()+len(g.victims) < k {
 			return fmt.Errorf("%w: %v pool group %d needs %d slots, %d free and %d evictable of %d",
 				ErrOutOfPages, g.level.kind, g.desc.Index, k, g.free.len(), len(g.victims), g.numSlots)
 		}
@@ -53,13 +53,18 @@ func (m *Manager) reserveAt(li int, n need) error {
 			v.refresh()
 		}
 	}()
+	lvl := m.levels[li]
 	for {
-		var victims []*page
-		for g, k := range n {
+		// The level's scratch: a migration down reserves on colder
+		// levels only.
+		victims := lvl.victimScratch[:0]
+		for _, x := range n {
+			g, k := x.g, x.k
 			for taken := 0; g.free.len()+taken < k && len(g.victims) > 0; taken++ {
 				victims = append(victims, heap.Pop(&g.victims).(*page))
 			}
 		}
+		lvl.victimScratch = victims
 		if len(victims) == 0 {
 			break
 		}
@@ -92,8 +97,8 @@ func (m *Manager) reserveAt(li int, n need) error {
 			}
 		}
 	}
-	for g, k := range n {
-		if g.free.len() < k {
+	for _, x := range n {
+		if g, k := x.g, x.k; g.free.len() < k {
 			why := "the next level could not take the held pages"
 			if len(causes) > 0 {
 				return fmt.Errorf("%w: %v pool group %d needs %d slots; %s: %w",
@@ -106,7 +111,23 @@ func (m *Manager) reserveAt(li int, n need) error {
 }
 
 // need counts slots to take per group of one level.
-type need map[*slotGroup]int
+type need []groupNeed
+
+type groupNeed struct {
+	g *slotGroup
+	k int
+}
+
+// add counts k more slots of g.
+func (n need) add(g *slotGroup, k int) need {
+	for i := range n {
+		if n[i].g == g {
+			n[i].k += k
+			return n
+		}
+	}
+	return append(n, groupNeed{g, k})
+}
 
 // drop removes an unreferenced tree page from storage and from its node.
 func (m *Manager) drop(p *page) {

@@ -202,9 +202,10 @@ func (m *Manager) copyPartial(src *node) []*page {
 		return nil
 	}
 	lvl := m.levels[0]
-	n := need{}
+	var few [4]groupNeed
+	n := need(few[:0])
 	for lc, sp := range srcPages {
-		n[lvl.groupOf(layout.LayerGroupID(lc))]++
+		n = n.add(lvl.groupOf(layout.LayerGroupID(lc)), 1)
 		sp.active++ // pinned in place while room is made and the copy is submitted
 		sp.refresh()
 	}
@@ -628,11 +629,12 @@ func (c *KVCache) Resize(capacity, history int) error {
 	}
 	var perLC []int // new pages per lifecycle, for the statistics
 	if newBlocks > oldBlocks {
-		n := need{}
+		var few [4]groupNeed
+		n := need(few[:0])
 		perLC = m.perLCScratch()
 		for lc := range lt.LifeCycles {
 			if k := lt.NewPagesNeeded(layout.LayerGroupID(lc), oldBlocks, newBlocks, history); k > 0 {
-				n[lvl.groupOf(layout.LayerGroupID(lc))] += k
+				n = n.add(lvl.groupOf(layout.LayerGroupID(lc)), k)
 				perLC[lc] = k
 			}
 		}

@@ -125,9 +125,10 @@ func (m *Manager) migrate(pages []*page, dst int) error {
 		}
 	}()
 	dl := m.levels[dst]
-	n := need{}
+	var few [4]groupNeed
+	n := need(few[:0])
 	for _, p := range pages {
-		n[dl.groupOf(p.lc)]++
+		n = n.add(dl.groupOf(p.lc), 1)
 	}
 	if err := m.reserveAt(dst, n); err != nil {
 		return err

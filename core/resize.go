@@ -48,7 +48,7 @@ func (m *Manager) ResizeLevel(level layout.CacheLevel, quota int64) error {
 	}
 	for i, g := range lvl.groups {
 		if target[i] < g.numSlots {
-			if err := m.reserveAt(lvl.index, need{g: int(g.numSlots - target[i])}); err != nil {
+			if err := m.reserveAt(lvl.index, need{{g, int(g.numSlots - target[i])}}); err != nil {
 				return fmt.Errorf("resize %v level to %d bytes: %w", lvl.kind, quota, err)
 			}
 		}

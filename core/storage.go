@@ -126,6 +126,8 @@ type storageLevel struct {
 	lcMap  []layout.PoolGroupIndex
 	// nodes is the manager's node store, where pages find their priority.
 	nodes *nodeStore
+	// victimScratch is reserveAt's list of the level's victims.
+	victimScratch []*page
 }
 
 func (l *storageLevel) groupOf(lc layout.LayerGroupID) *slotGroup { return l.groups[l.lcMap[lc]] }
