@@ -1,7 +1,6 @@
 package core
 
 import (
-	"container/heap"
 	"fmt"
 
 	"github.com/kvcm/kvcm/core/config"
@@ -61,7 +60,7 @@ func (m *Manager) reserveAt(li int, n need) error {
 		for _, x := range n {
 			g, k := x.g, x.k
 			for taken := 0; g.free.len()+taken < k && len(g.victims) > 0; taken++ {
-				victims = append(victims, heap.Pop(&g.victims).(*page))
+				victims = append(victims, g.victims.pop())
 			}
 		}
 		lvl.victimScratch = victims
@@ -91,7 +90,7 @@ func (m *Manager) reserveAt(li int, n need) error {
 				m.stats.onEvict()
 			default:
 				if v.heapIdx >= 0 {
-					heap.Remove(&v.group.victims, v.heapIdx)
+					v.group.victims.remove(v.heapIdx)
 				}
 				stuck = append(stuck, v)
 			}
@@ -132,7 +131,7 @@ func (n need) add(g *slotGroup, k int) need {
 // drop removes an unreferenced tree page from storage and from its node.
 func (m *Manager) drop(p *page) {
 	if p.heapIdx >= 0 {
-		heap.Remove(&p.group.victims, p.heapIdx)
+		p.group.victims.remove(p.heapIdx)
 	}
 	n := p.node
 	m.pagesOf(n)[p.lc] = nil

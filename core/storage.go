@@ -1,7 +1,6 @@
 package core
 
 import (
-	"container/heap"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -387,8 +386,7 @@ func (f *freeSlots) dropFrom(keep int64) {
 // recently released, then deepest (so a chain drains from its tail).
 type victimHeap []*page
 
-func (h victimHeap) Len() int { return len(h) }
-func (h victimHeap) Less(i, j int) bool {
+func (h victimHeap) less(i, j int) bool {
 	a, b := h[i], h[j]
 	if pa, pb := a.heapPrio, b.heapPrio; pa != pb {
 		return pa < pb
@@ -398,22 +396,75 @@ func (h victimHeap) Less(i, j int) bool {
 	}
 	return a.heapDepth > b.heapDepth
 }
-func (h victimHeap) Swap(i, j int) {
+func (h victimHeap) swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].heapIdx, h[j].heapIdx = i, j
 }
-func (h *victimHeap) Push(x any) {
-	p := x.(*page)
+
+// push adds p.
+func (h *victimHeap) push(p *page) {
 	p.heapIdx = len(*h)
 	*h = append(*h, p)
+	h.up(p.heapIdx)
 }
-func (h *victimHeap) Pop() any {
+
+// pop removes and returns the first victim.
+func (h *victimHeap) pop() *page { return h.remove(0) }
+
+// remove removes and returns the page at index i.
+func (h *victimHeap) remove(i int) *page {
 	old := *h
-	p := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
+	n := len(old) - 1
+	if i != n {
+		old.swap(i, n)
+		if !old[:n].down(i) {
+			old[:n].up(i)
+		}
+	}
+	p := old[n]
+	old[n] = nil
+	*h = old[:n]
 	p.heapIdx = -1
 	return p
+}
+
+// fix restores the order after the page at index i changed.
+func (h victimHeap) fix(i int) {
+	if !h.down(i) {
+		h.up(i)
+	}
+}
+
+func (h victimHeap) up(j int) {
+	for j > 0 {
+		i := (j - 1) / 2
+		if !h.less(j, i) {
+			break
+		}
+		h.swap(i, j)
+		j = i
+	}
+}
+
+// down sifts the page at i0 down and reports whether it moved.
+func (h victimHeap) down(i0 int) bool {
+	i := i0
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			break
+		}
+		j := l
+		if r := l + 1; r < len(h) && h.less(r, l) {
+			j = r
+		}
+		if !h.less(j, i) {
+			break
+		}
+		h.swap(i, j)
+		i = j
+	}
+	return i > i0
 }
 
 // evictable reports whether p may leave its slot: nobody uses it in place and
@@ -438,11 +489,11 @@ func (p *page) refresh() {
 	}
 	switch {
 	case want && p.heapIdx < 0:
-		heap.Push(&g.victims, p)
+		g.victims.push(p)
 	case !want && p.heapIdx >= 0:
-		heap.Remove(&g.victims, p.heapIdx)
+		g.victims.remove(p.heapIdx)
 	case want:
-		heap.Fix(&g.victims, p.heapIdx)
+		g.victims.fix(p.heapIdx)
 	}
 }
 
@@ -459,7 +510,7 @@ func (m *Manager) newPage(g *slotGroup, lc layout.LayerGroupID) *page {
 // transaction still moving it is of no concern any more.
 func (m *Manager) freePage(p *page) {
 	if p.heapIdx >= 0 {
-		heap.Remove(&p.group.victims, p.heapIdx)
+		p.group.victims.remove(p.heapIdx)
 	}
 	p.group.release(p)
 	p.inflight = nil
