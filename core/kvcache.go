@@ -779,9 +779,15 @@ func (c *KVCache) releasable(newBlocks, history int) []releasedPage {
 // page lost to its failure is never published (the cache gets ErrDataLost
 // instead).
 func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return c.commit(tokens, isEnd)
+}
+
+// commit is Commit with the manager's lock held (a function of its own so
+// that Commit's unlock is an open-coded defer).
+func (c *KVCache) commit(tokens []config.Token, isEnd bool) error {
 	m := c.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	switch {
 	case c.status != Active:
 		return stateErr("commit", c.status)

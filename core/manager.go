@@ -495,8 +495,6 @@ func (m *Manager) safePoint() {
 	if len(m.pending) > 0 {
 		m.settle()
 	}
-	defer m.pages.recycle()
-	defer m.notePeaks()
 	for len(m.prune) > 0 {
 		n := m.prune[len(m.prune)-1]
 		m.prune = m.prune[:len(m.prune)-1]
@@ -519,6 +517,8 @@ func (m *Manager) safePoint() {
 		m.prune = append(m.prune, parent)
 		m.freeNode(n)
 	}
+	m.notePeaks()
+	m.pages.recycle()
 }
 
 func (m *Manager) notePeaks() {

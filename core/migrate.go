@@ -531,6 +531,9 @@ func joinRelease(fns ...func() error) func() error {
 // asynchronously leaves its pages' data unusable: they are marked lost,
 // taken out of the tree, and their caches refuse to resume.
 func (m *Manager) settle() {
+	if len(m.pending) == 0 {
+		return
+	}
 	kept := m.pending[:0]
 	for _, fl := range m.pending {
 		done, err := fl.ev.ev.Query()
