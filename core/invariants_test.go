@@ -182,7 +182,7 @@ func (m *Manager) CheckInvariants(closed ...*KVCache) error {
 				if !inTree && r.active == 0 && r.held == 0 {
 					fail("%s: leaked: neither in the tree nor referenced by a cache", at)
 				}
-				inHeap := p.heapIdx >= 0 && p.heapIdx < len(g.victims) && g.victims[p.heapIdx] == p
+				inHeap := p.heapIdx >= 0 && p.heapIdx < len(g.victims) && g.victims[p.heapIdx].p == p
 				if p.heapIdx >= 0 && !inHeap {
 					fail("%s: heap index %d does not point at the page", at, p.heapIdx)
 				}
@@ -190,9 +190,14 @@ func (m *Manager) CheckInvariants(closed ...*KVCache) error {
 					fail("%s: evictable %v but in the victim heap %v", at, ev, inHeap)
 				}
 			}
-			for i, p := range g.victims {
-				if p.group != g || p.heapIdx != i {
+			for i, v := range g.victims {
+				if p := v.p; p.group != g || p.heapIdx != i {
 					fail("%s: victim %d is in group %p at heap index %d", where, i, p.group, p.heapIdx)
+				} else if v != p.victimKey() {
+					fail("%s: victim %d is ordered by a stale priority, depth or release time", where, i)
+				}
+				if i > 0 && g.victims.less(i, (i-1)/2) {
+					fail("%s: victim %d comes before its parent in the heap", where, i)
 				}
 			}
 		}

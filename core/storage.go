@@ -27,9 +27,6 @@ type page struct {
 	active, held int
 	lastUsed     uint64
 	heapIdx      int
-	// heapPrio and heapDepth are priority() and depth() as of the last
-	// refresh, so the victim heap compares pages without reading nodes.
-	heapPrio, heapDepth int
 	// moving: a migration is placing the page; it is no eviction candidate.
 	moving bool
 	// inflight is the transaction that last moved the page, until settled.
@@ -384,27 +381,39 @@ func (f *freeSlots) dropFrom(keep int64) {
 
 // victimHeap orders evictable pages: lowest priority first, then least
 // recently released, then deepest (so a chain drains from its tail).
-type victimHeap []*page
+type victimHeap []victim
+
+// victim is a page in the heap with its order as of its last refresh, kept
+// beside it so that sifting compares without reading pages or nodes.
+type victim struct {
+	prio, depth int
+	lastUsed    uint64
+	p           *page
+}
+
+func (p *page) victimKey() victim {
+	return victim{prio: p.priority(), depth: p.depth(), lastUsed: p.lastUsed, p: p}
+}
 
 func (h victimHeap) less(i, j int) bool {
-	a, b := h[i], h[j]
-	if pa, pb := a.heapPrio, b.heapPrio; pa != pb {
-		return pa < pb
+	a, b := &h[i], &h[j]
+	if a.prio != b.prio {
+		return a.prio < b.prio
 	}
 	if a.lastUsed != b.lastUsed {
 		return a.lastUsed < b.lastUsed
 	}
-	return a.heapDepth > b.heapDepth
+	return a.depth > b.depth
 }
 func (h victimHeap) swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].heapIdx, h[j].heapIdx = i, j
+	h[i].p.heapIdx, h[j].p.heapIdx = i, j
 }
 
 // push adds p.
 func (h *victimHeap) push(p *page) {
 	p.heapIdx = len(*h)
-	*h = append(*h, p)
+	*h = append(*h, p.victimKey())
 	h.up(p.heapIdx)
 }
 
@@ -421,8 +430,8 @@ func (h *victimHeap) remove(i int) *page {
 			old[:n].up(i)
 		}
 	}
-	p := old[n]
-	old[n] = nil
+	p := old[n].p
+	old[n] = victim{}
 	*h = old[:n]
 	p.heapIdx = -1
 	return p
@@ -484,15 +493,13 @@ func (p *page) evictable(lastLevel bool) bool {
 func (p *page) refresh() {
 	g := p.group
 	want := p.evictable(g.level.last)
-	if want {
-		p.heapPrio, p.heapDepth = p.priority(), p.depth()
-	}
 	switch {
 	case want && p.heapIdx < 0:
 		g.victims.push(p)
 	case !want && p.heapIdx >= 0:
 		g.victims.remove(p.heapIdx)
 	case want:
+		g.victims[p.heapIdx] = p.victimKey()
 		g.victims.fix(p.heapIdx)
 	}
 }
