@@ -5,6 +5,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"syscall"
 	"time"
@@ -88,6 +89,10 @@ type RequestResult struct {
 	RequestCPU, HashCPU time.Duration
 	// Allocs per request (median round).
 	Allocs float64
+	// GCShare is the garbage collector's share of the process CPU time
+	// while the requests ran (median round), as runtime/metrics estimates
+	// it.
+	GCShare float64
 	// Evictions per request (median round).
 	Evictions float64
 	// Reused tokens per request, averaged over the trace.
@@ -118,6 +123,14 @@ func cpuTime() time.Duration {
 		panic(err) // cannot fail for RUSAGE_SELF
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// gcTime is the garbage collector's CPU time so far, as runtime/metrics
+// estimates it (/cpu/classes/gc/total:cpu-seconds).
+func gcTime() time.Duration {
+	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	metrics.Read(s)
+	return time.Duration(s[0].Value.Float64() * 1e9)
 }
 
 func mallocs() uint64 {
@@ -255,6 +268,7 @@ func hashPrompts(h *blockhash.Hasher, prompts [][]config.Token) blockhash.Key {
 type roundResult struct {
 	request, hash     time.Duration
 	allocs, evictions float64
+	gcShare           float64
 	reused            float64
 }
 
@@ -274,7 +288,7 @@ func runTrace(cfg Config, prompts [][]config.Token, pressure bool, key blockhash
 	var res roundResult
 	runtime.GC()
 	before := r.m.Stats()
-	allocs, start := mallocs(), cpuTime()
+	allocs, gc, start := mallocs(), gcTime(), cpuTime()
 	reused := 0
 	for i, p := range prompts {
 		n, err := r.request(p, cfg.DecodeSteps, config.Token(vocab+i*cfg.DecodeSteps))
@@ -284,7 +298,9 @@ func runTrace(cfg Config, prompts [][]config.Token, pressure bool, key blockhash
 		}
 		reused += n
 	}
-	res.request = (cpuTime() - start) / time.Duration(len(prompts))
+	cpu := cpuTime() - start
+	res.gcShare = float64(gcTime()-gc) / float64(cpu)
+	res.request = cpu / time.Duration(len(prompts))
 	res.allocs = float64(mallocs()-allocs) / float64(len(prompts))
 	res.evictions = float64(r.m.Stats().Evictions-before.Evictions) / float64(len(prompts))
 	res.reused = float64(reused) / float64(len(prompts))
@@ -448,9 +464,10 @@ func Run(cfg Config, log io.Writer) (Results, error) {
 		mr := median(rs, func(r roundResult) float64 { return float64(r.request) })
 		mh := median(rs, func(r roundResult) float64 { return float64(r.hash) })
 		ma := median(rs, func(r roundResult) float64 { return r.allocs })
+		mg := median(rs, func(r roundResult) float64 { return r.gcShare })
 		out.Requests = append(out.Requests, RequestResult{
 			Prompt: c.prompt, Pressure: c.pressure, Key: c.key, RequestCPU: mr.request, HashCPU: mh.hash,
-			Allocs: ma.allocs, Evictions: mr.evictions, Reused: mr.reused,
+			Allocs: ma.allocs, GCShare: mg.gcShare, Evictions: mr.evictions, Reused: mr.reused,
 		})
 	}
 	for mi, md := range models {
