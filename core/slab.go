@@ -1,6 +1,8 @@
 package core
 
 import (
+	"unsafe"
+
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
 )
@@ -46,10 +48,16 @@ func newNodeStore(tpb, numLC int) nodeStore {
 	return nodeStore{tpb: tpb, numLC: numLC, next: 1, kids: map[childKey]nodeID{}}
 }
 
-// reserve makes room for n nodes in all, so the first n cost no allocation.
+// reserve makes room for n nodes in all, so the first n cost no allocation
+// (nor a page fault: see touch).
 func (s *nodeStore) reserve(n int) {
 	for len(s.chunks)*nodeChunkLen < n+1 {
 		s.grow()
+		c := &s.chunks[len(s.chunks)-1]
+		touch(c.nodes[:])
+		touch(c.toks)
+		touch(c.prios)
+		touch(c.pages)
 	}
 }
 
@@ -120,6 +128,19 @@ func (s *nodeStore) pages(n *node) []*page {
 	return c.pages[i*s.numLC : (i+1)*s.numLC : (i+1)*s.numLC]
 }
 
+// touch writes to every memory page of s once. Memory fresh from the
+// operating system is mapped on its first write, at the cost of a page fault
+// (microseconds on a loaded virtual machine): preallocated bookkeeping is
+// touched when the manager is built rather than by the requests that first
+// use it.
+func touch[T any](s []T) {
+	var zero T
+	step := max(1, 4096/int(unsafe.Sizeof(zero)))
+	for i := 0; i < len(s); i += step {
+		s[i] = zero
+	}
+}
+
 // pageChunkLen is how many pages one chunk of the page store holds.
 const pageChunkLen = 256
 
@@ -136,10 +157,13 @@ type pageStore struct {
 	dead   []*page // freed since the last recycle
 }
 
-// reserve makes room for n pages in all, so the first n cost no allocation.
+// reserve makes room for n pages in all, so the first n cost no allocation
+// (nor a page fault: see touch).
 func (s *pageStore) reserve(n int) {
 	for len(s.chunks)*pageChunkLen < n {
-		s.chunks = append(s.chunks, new([pageChunkLen]page))
+		c := new([pageChunkLen]page)
+		touch(c[:])
+		s.chunks = append(s.chunks, c)
 	}
 }
 

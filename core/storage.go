@@ -195,6 +195,15 @@ func (g *slotGroup) initSlots() {
 	g.fences = newFences(g.numSlots)
 	// Every slot's page may become a victim: the heap never grows by copying.
 	g.victims = make(victimHeap, 0, g.numSlots)
+	if g.level.index == 0 {
+		// The GPU level's slots are all in use under load: their
+		// bookkeeping is touched now (see touch), not by the requests.
+		touch(g.owner)
+		touch(g.victims[:g.numSlots])
+		for _, f := range g.fences {
+			touch(f[:1])
+		}
+	}
 }
 
 // fenceRoom is the events each slot's fence holds before it grows: a fence
