@@ -111,14 +111,30 @@ type KVCache struct {
 	// seenLosses is the manager's loss count when the cache last looked.
 	lost       error
 	seenLosses uint64
-	// rows hands out the page rows of new blocks.
-	rows rowChunk
+	// rows is the blocks' page rows, numLC a block for cap(blocks) blocks
+	// (see blockRows).
+	rows []*page
 	// low is, per lifecycle, the block below which every non-sink block has
 	// released its page: Resize visits only blocks from there to the first
 	// one still in the window.
 	low []int
 	// stats is this cache's share of the manager's block counters.
 	stats BlockStats
+}
+
+// reserveBlocks makes room for n blocks (see blockRows).
+func (c *KVCache) reserveBlocks(n int) {
+	r := blockRows{c.blocks, c.rows}
+	r.reserve(n, len(c.m.lt.LifeCycles))
+	c.blocks, c.rows = r.blocks, r.rows
+}
+
+// addBlock appends a block without pages, after node (nil: none yet).
+func (c *KVCache) addBlock(n *node) *cacheBlock {
+	r := blockRows{c.blocks, c.rows}
+	cb := r.add(n, len(c.m.lt.LifeCycles))
+	c.blocks, c.rows = r.blocks, r.rows
+	return cb
 }
 
 // CreateKVCache creates a SUSPENDED cache holding the longest reusable cached
@@ -139,24 +155,25 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	c.id = m.nextID
 	// Room for the prompt and a few decoded blocks, so prefill does not grow
 	// the cache's slices again.
-	numLC, promptBlocks := len(m.lt.LifeCycles), m.lt.BlocksFor(len(opts.InputTokens))+4
-	c.blocks = make([]cacheBlock, 0, promptBlocks)
+	promptBlocks := m.lt.BlocksFor(len(opts.InputTokens)) + 4
+	spare := m.spareRows(promptBlocks)
+	c.blocks, c.rows = spare.blocks, spare.rows
+	c.reserveBlocks(promptBlocks)
 
 	// Hold the path first, so making room for a partial copy cannot evict it.
 	full := len(mt.path) * tpb
 	for b, n := range mt.path {
-		cb := cacheBlock{pages: c.rows.row(numLC, promptBlocks, 0), node: n}
+		cb := c.addBlock(n)
 		for lc, p := range m.pagesOf(n) {
 			if m.lt.Needs(layout.LayerGroupID(lc), b, full) {
 				cb.pages[lc] = p
 				m.ref(p, false)
 			}
 		}
-		c.blocks = append(c.blocks, cb)
 	}
 	if mt.partial != nil {
 		if pages := m.copyPartial(mt.partial); pages != nil {
-			c.blocks = append(c.blocks, cacheBlock{pages: pages})
+			copy(c.addBlock(nil).pages, pages)
 		} else {
 			mt.partLen = 0
 		}
@@ -583,7 +600,8 @@ func (c *KVCache) closeLocked(force bool) error {
 			}
 		}
 	}
-	c.blocks = nil
+	m.putSpareRows(blockRows{c.blocks, c.rows})
+	c.blocks, c.rows = nil, nil
 	c.chain.users--
 	m.prune = append(m.prune, c.chain)
 	c.stream, c.status = nil, Closed
@@ -644,11 +662,9 @@ func (c *KVCache) Resize(capacity, history int) error {
 	}
 	waits := waitSet{skip: c.stream}
 	added := m.adopted[:0]
-	if newBlocks > oldBlocks {
-		c.blocks = slices.Grow(c.blocks, newBlocks-oldBlocks)
-	}
+	c.reserveBlocks(newBlocks)
 	for b := oldBlocks; b < newBlocks; b++ {
-		cb := cacheBlock{pages: c.rows.row(len(lt.LifeCycles), newBlocks-b, b)}
+		cb := c.addBlock(nil)
 		for lc := range lt.LifeCycles {
 			if lt.Needs(layout.LayerGroupID(lc), b, history) {
 				p := m.newPage(lvl.groupOf(layout.LayerGroupID(lc)), layout.LayerGroupID(lc))
@@ -658,7 +674,6 @@ func (c *KVCache) Resize(capacity, history int) error {
 				waits.addFence(p.group.fences[p.slot])
 			}
 		}
-		c.blocks = append(c.blocks, cb)
 	}
 	m.adopted = added
 	released := c.releasable(newBlocks, history)

@@ -89,6 +89,8 @@ type Manager struct {
 	// ones only when it changed (see checkLost).
 	losses uint64
 	pages  pageStore
+	// spare is a closed cache's blocks, for the next cache.
+	spare blockRows
 	// Scratch of the hot paths, reused under the lock.
 	adopted []*page
 	pinned  []*page

@@ -196,17 +196,60 @@ func (s *pageStore) recycle() {
 	s.dead = s.dead[:0]
 }
 
-// rows hands out the page rows of a cache's blocks from chunks that grow
-// with the cache, so a cache allocates rows O(log blocks) times.
-type rowChunk []*page
+// blockRows is a cache's blocks and their page rows: one flat row array
+// with room for every block the block slice has room for, so adding a block
+// allocates nothing until the slice grows (by doubling). A closed cache's
+// blockRows go to the manager for the next cache (spareRows).
+type blockRows struct {
+	blocks []cacheBlock
+	rows   []*page // numLC a block, for cap(blocks) blocks
+}
 
-// row returns numLC nil page pointers; want is how many more rows the caller
-// expects to need now (a chunk is at least that large).
-func (r *rowChunk) row(numLC, want, have int) []*page {
-	if len(*r) < numLC {
-		*r = make([]*page, numLC*max(want, have, 8))
+// reserve makes room for n blocks of numLC page rows, moving the rows of
+// the blocks there are.
+func (r *blockRows) reserve(n, numLC int) {
+	if cap(r.blocks) >= n {
+		return
 	}
-	row := (*r)[:numLC:numLC]
-	*r = (*r)[numLC:]
-	return row
+	blocks := make([]cacheBlock, len(r.blocks), max(n, 2*cap(r.blocks)))
+	rows := make([]*page, cap(blocks)*numLC)
+	for b, cb := range r.blocks {
+		row := rows[b*numLC : (b+1)*numLC : (b+1)*numLC]
+		copy(row, cb.pages)
+		blocks[b] = cacheBlock{pages: row, node: cb.node}
+	}
+	r.blocks, r.rows = blocks, rows
+}
+
+// add appends a block without pages, after node (nil: none yet).
+func (r *blockRows) add(node *node, numLC int) *cacheBlock {
+	b := len(r.blocks)
+	r.reserve(b+1, numLC)
+	row := r.rows[b*numLC : (b+1)*numLC : (b+1)*numLC]
+	clear(row) // a block truncated away may have left pages here
+	r.blocks = append(r.blocks, cacheBlock{pages: row, node: node})
+	return &r.blocks[b]
+}
+
+// spareRows returns blockRows with room for n blocks: the last closed
+// cache's when they are large enough.
+func (m *Manager) spareRows(n int) blockRows {
+	r := m.spare
+	if cap(r.blocks) < n {
+		return blockRows{}
+	}
+	m.spare = blockRows{}
+	return r
+}
+
+// putSpareRows keeps a closed cache's blockRows for the next cache, if they
+// are larger than those kept.
+func (m *Manager) putSpareRows(r blockRows) {
+	if cap(r.blocks) <= cap(m.spare.blocks) {
+		return
+	}
+	clear(r.blocks[:cap(r.blocks)])
+	clear(r.rows)
+	r.blocks = r.blocks[:0]
+	m.spare = r
 }
