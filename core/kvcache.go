@@ -524,7 +524,11 @@ func (c *KVCache) attachStreamEvent(pages func(fn func(p *page))) error {
 	if err != nil {
 		return fmt.Errorf("record cache event: %w", err)
 	}
-	if pages == nil {
+	switch {
+	case pages == nil && len(c.blocks) >= fenceQueryMin && ev.completed():
+		// The stream had caught up: the event orders nothing (see
+		// fenceQueryMin).
+	case pages == nil:
 		// Looped here: a closure handed to pages would be allocated.
 		for _, b := range c.blocks {
 			for _, p := range b.pages {
@@ -533,7 +537,7 @@ func (c *KVCache) attachStreamEvent(pages func(fn func(p *page))) error {
 				}
 			}
 		}
-	} else {
+	default:
 		pages(func(p *page) { p.group.fences[p.slot].add(&c.m.events, ev) })
 	}
 	c.m.events.release(ev)
@@ -870,6 +874,9 @@ func (c *KVCache) commit(tokens []config.Token, isEnd bool) error {
 		}
 		defer m.events.release(ev)
 	}
+	// An event that has completed orders nothing: the published pages'
+	// fences need not hold it (see fenceQueryMin).
+	fenced := ev != nil && !(full-first >= fenceQueryMin && ev.completed())
 	rest := tokens
 	for b := first; b < full; b++ {
 		blk := rest[:tpb-len(c.tail)]
@@ -883,7 +890,9 @@ func (c *KVCache) commit(tokens []config.Token, isEnd bool) error {
 			pr = prios[b-first]
 		}
 		for _, p := range c.publish(b, blk, pr) {
-			p.group.fences[p.slot].add(&m.events, ev)
+			if fenced {
+				p.group.fences[p.slot].add(&m.events, ev)
+			}
 		}
 		c.tail = c.tail[:0]
 	}
