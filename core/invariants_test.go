@@ -207,6 +207,11 @@ func (m *Manager) CheckInvariants(closed ...*KVCache) error {
 			fail("a page referenced by a cache owns no slot")
 		}
 	}
+	for p := range m.lostBy {
+		if _, ok := owners[p]; !ok || !p.lost {
+			fail("a failure is kept for a page that is not a lost page owning a slot")
+		}
+	}
 	if live := m.pages.next - len(m.pages.free) - len(m.pages.dead); live != len(owners) {
 		fail("page store: %d pages live, %d own slots (leaked or freed twice)", live, len(owners))
 	}

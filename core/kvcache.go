@@ -472,7 +472,7 @@ func (c *KVCache) checkLost() error {
 	c.eachPage(func(p *page) {
 		if p.lost {
 			if lost == 0 {
-				cause = p.lostBy
+				cause = m.lostBy[p]
 			}
 			lost++
 		}

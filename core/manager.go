@@ -88,6 +88,8 @@ type Manager struct {
 	// losses counts lost pages ever; a cache rescans its pages for lost
 	// ones only when it changed (see checkLost).
 	losses uint64
+	// lostBy is the failure that destroyed each lost page's data.
+	lostBy map[*page]error
 	pages  pageStore
 	// spare is a closed cache's blocks, for the next cache.
 	spare blockRows
@@ -162,6 +164,7 @@ func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 		roots:  map[blockhash.Key]*node{},
 		hasher: hasher,
 		caches: map[uint64]*KVCache{},
+		lostBy: map[*page]error{},
 		nodes:  newNodeStore(cfg.TokensPerBlock, layout.NumLifeCycles(&cfg)),
 
 		listeners: o.listeners,

@@ -583,7 +583,8 @@ func (m *Manager) lose(p *page, err error) {
 	if p.lost {
 		return
 	}
-	p.lost, p.lostBy = true, err
+	p.lost = true
+	m.lostBy[p] = err
 	m.losses++
 	if n := p.node; n != nil {
 		m.pagesOf(n)[p.lc] = nil

@@ -31,9 +31,9 @@ type page struct {
 	moving bool
 	// inflight is the transaction that last moved the page, until settled.
 	inflight *inflight
-	// lost: a failure destroyed the page's data; lostBy is the first one.
-	lost   bool
-	lostBy error
+	// lost: a failure destroyed the page's data; the manager's lostBy
+	// holds the first one.
+	lost bool
 	// diskTag is the writer tag of the page's blob while it is on disk.
 	diskTag uint64
 }
@@ -530,6 +530,9 @@ func (m *Manager) freePage(p *page) {
 	}
 	p.group.release(p)
 	p.inflight = nil
+	if p.lost {
+		delete(m.lostBy, p)
+	}
 	m.pages.release(p)
 }
 
