@@ -15,7 +15,8 @@ import (
 
 // CheckInvariants checks the manager's bookkeeping at a return point (no
 // call in progress) and returns every violation found:
-//   - every live cache has committed ≤ history ≤ capacity and one block per
+//   - every live cache has committed ≤ history ≤ capacity, its tail the
+//     tokens of its last incomplete block, and one block per
 //     capacity block, holds a page exactly where its layer group needs one,
 //     and its pages are on the GPU level while it is ACTIVE;
 //   - every slot of every pool group is free or owned by exactly one page,
@@ -53,6 +54,9 @@ func (m *Manager) CheckInvariants(closed ...*KVCache) error {
 		}
 		if n := c.committed; !(n <= c.history && c.history <= c.capacity) {
 			fail("cache %d: committed %d, history %d, capacity %d", c.id, n, c.history, c.capacity)
+		}
+		if len(c.tail) != c.committed%m.cfg.TokensPerBlock {
+			fail("cache %d: %d tokens in its last block, %d committed", c.id, len(c.tail), c.committed)
 		}
 		if got, w := len(c.blocks), m.lt.BlocksFor(c.capacity); got != w {
 			fail("cache %d: %d blocks for capacity %d (want %d)", c.id, got, c.capacity, w)

@@ -462,7 +462,9 @@ func (c *KVCache) SetStream(stream device.Stream) error {
 // when pages were lost since the last look; the verdict is final.
 func (c *KVCache) checkLost() error {
 	m := c.m
-	m.settle()
+	if len(m.pending) > 0 {
+		m.settle()
+	}
 	if c.lost != nil || c.seenLosses == m.losses {
 		return c.lost
 	}
@@ -639,16 +641,18 @@ func (c *KVCache) Resize(capacity, history int) error {
 	if err := c.checkLost(); err != nil {
 		return err
 	}
-	lt, lvl := m.lt, m.levels[0]
-	oldBlocks, newBlocks := len(c.blocks), lt.BlocksFor(capacity)
-	if newBlocks == oldBlocks && !c.windowMoves(history) {
-		// A decode step within the last block: no page to take or release.
+	// A decode step within the last block (the capacity needs the blocks
+	// there are): no page to take or release.
+	tpb := m.cfg.TokensPerBlock
+	if k := len(c.blocks); capacity <= k*tpb && capacity > (k-1)*tpb && !c.windowMoves(history) {
 		c.capacity, c.history = capacity, history
 		if len(m.prune) > 0 || len(m.pending) > 0 {
 			m.safePoint()
 		}
 		return nil
 	}
+	lt, lvl := m.lt, m.levels[0]
+	oldBlocks, newBlocks := len(c.blocks), lt.BlocksFor(capacity)
 	var perLC []int // new pages per lifecycle, for the statistics
 	if newBlocks > oldBlocks {
 		var few [4]groupNeed
@@ -724,8 +728,8 @@ func (c *KVCache) Resize(capacity, history int) error {
 // history tokens are computed: its first kept block passes its low-water mark.
 func (c *KVCache) windowMoves(history int) bool {
 	lt := c.m.lt
-	for lc, l := range lt.LifeCycles {
-		if l.Window.Size == 0 {
+	for lc := range lt.LifeCycles {
+		if lt.LifeCycles[lc].Window.Size == 0 {
 			continue
 		}
 		low := 0
@@ -817,7 +821,7 @@ func (c *KVCache) commit(tokens []config.Token, isEnd bool) error {
 			len(tokens), c.committed, c.capacity)
 	}
 	tpb := m.cfg.TokensPerBlock
-	if c.committed%tpb+len(tokens) < tpb && c.committed+len(tokens) <= c.history {
+	if len(c.tail)+len(tokens) < tpb && c.committed+len(tokens) <= c.history {
 		// A decode step within the last block: no block to publish, no page
 		// to release.
 		if err := c.checkLost(); err != nil {
