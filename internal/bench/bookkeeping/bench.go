@@ -89,9 +89,10 @@ type RequestResult struct {
 	RequestCPU, HashCPU time.Duration
 	// Allocs per request (median round).
 	Allocs float64
-	// GCShare is the garbage collector's share of the process CPU time
-	// while the requests ran (median round), as runtime/metrics estimates
-	// it.
+	// GCShare is the garbage collector's share of the Go runtime's busy CPU
+	// time while the requests ran (median round), as runtime/metrics
+	// accounts it: /cpu/classes/gc/total over /cpu/classes/total less
+	// /cpu/classes/idle.
 	GCShare float64
 	// Evictions per request (median round).
 	Evictions float64
@@ -125,12 +126,16 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// gcTime is the garbage collector's CPU time so far, as runtime/metrics
-// estimates it (/cpu/classes/gc/total:cpu-seconds).
-func gcTime() time.Duration {
-	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
+// runtimeCPU is the garbage collector's and all busy CPU time so far, in
+// seconds, as runtime/metrics accounts them.
+func runtimeCPU() (gc, busy float64) {
+	s := []metrics.Sample{
+		{Name: "/cpu/classes/gc/total:cpu-seconds"},
+		{Name: "/cpu/classes/total:cpu-seconds"},
+		{Name: "/cpu/classes/idle:cpu-seconds"},
+	}
 	metrics.Read(s)
-	return time.Duration(s[0].Value.Float64() * 1e9)
+	return s[0].Value.Float64(), s[1].Value.Float64() - s[2].Value.Float64()
 }
 
 func mallocs() uint64 {
@@ -288,7 +293,8 @@ func runTrace(cfg Config, prompts [][]config.Token, pressure bool, key blockhash
 	var res roundResult
 	runtime.GC()
 	before := r.m.Stats()
-	allocs, gc, start := mallocs(), gcTime(), cpuTime()
+	gc, busy := runtimeCPU()
+	allocs, start := mallocs(), cpuTime()
 	reused := 0
 	for i, p := range prompts {
 		n, err := r.request(p, cfg.DecodeSteps, config.Token(vocab+i*cfg.DecodeSteps))
@@ -298,9 +304,11 @@ func runTrace(cfg Config, prompts [][]config.Token, pressure bool, key blockhash
 		}
 		reused += n
 	}
-	cpu := cpuTime() - start
-	res.gcShare = float64(gcTime()-gc) / float64(cpu)
-	res.request = cpu / time.Duration(len(prompts))
+	res.request = (cpuTime() - start) / time.Duration(len(prompts))
+	gc2, busy2 := runtimeCPU()
+	if busy2 > busy {
+		res.gcShare = (gc2 - gc) / (busy2 - busy)
+	}
 	res.allocs = float64(mallocs()-allocs) / float64(len(prompts))
 	res.evictions = float64(r.m.Stats().Evictions-before.Evictions) / float64(len(prompts))
 	res.reused = float64(reused) / float64(len(prompts))
