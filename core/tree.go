@@ -20,9 +20,9 @@ const (
 // (a full block, or fewer for a partial leaf), and its page per lifecycle at
 // whatever level each lives. A scope's root node holds no tokens and no pages.
 // Nodes live in the manager's node store (slab.go) and name each other by
-// nodeID: a node holds no pointer, so the garbage collector never scans the
-// tree. Its tokens, priorities and pages are the store's (tokensOf, prioOf,
-// pagesOf).
+// nodeID: a node holds no pointer, so the garbage collector scans none of the
+// tree's links or tokens (only the nodes' page rows). Its tokens, priorities
+// and pages are the store's (tokensOf, prioOf, pagesOf).
 type node struct {
 	key    blockhash.Key
 	id     nodeID
