@@ -220,7 +220,7 @@ func (c *KVCache) reorder(parents []int, history int, ev *sharedEvent) error {
 			dsts[i] = dropped[k]
 			dropped = slices.Delete(dropped, k, k+1)
 		} else {
-			n[lvl.groupOf(layout.LayerGroupID(cw.lc))]++
+			n = n.add(lvl.groupOf(layout.LayerGroupID(cw.lc)), 1)
 		}
 	}
 	if len(n) > 0 {

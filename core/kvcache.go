@@ -114,8 +114,9 @@ type KVCache struct {
 	// seenLosses is the manager's loss count when the cache last looked.
 	lost       error
 	seenLosses uint64
-	// rows hands out the page rows of new blocks.
-	rows rowChunk
+	// rows is the blocks' page rows, numLC a block for cap(blocks) blocks
+	// (see blockRows).
+	rows []*page
 	// low is, per lifecycle, the block below which every non-sink block has
 	// released its page: Resize visits only blocks from there to the first
 	// one still in the window.
@@ -131,6 +132,21 @@ type KVCache struct {
 	// avgCapacity and avgHistory are the cache's mean capacity and history
 	// length, sampled for pool rebalancing (see rebalance.go).
 	avgCapacity, avgHistory mean
+}
+
+// reserveBlocks makes room for n blocks (see blockRows).
+func (c *KVCache) reserveBlocks(n int) {
+	r := blockRows{c.blocks, c.rows}
+	r.reserve(n, len(c.m.lt.LifeCycles))
+	c.blocks, c.rows = r.blocks, r.rows
+}
+
+// addBlock appends a block without pages, after node (nil: none yet).
+func (c *KVCache) addBlock(n *node) *cacheBlock {
+	r := blockRows{c.blocks, c.rows}
+	cb := r.add(n, len(c.m.lt.LifeCycles))
+	c.blocks, c.rows = r.blocks, r.rows
+	return cb
 }
 
 // CreateKVCache creates a SUSPENDED cache holding the longest reusable cached
@@ -151,24 +167,25 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	c.id = m.nextID
 	// Room for the prompt and a few decoded blocks, so prefill does not grow
 	// the cache's slices again.
-	numLC, promptBlocks := len(m.lt.LifeCycles), m.lt.BlocksFor(len(opts.InputTokens))+4
-	c.blocks = make([]cacheBlock, 0, promptBlocks)
+	promptBlocks := m.lt.BlocksFor(len(opts.InputTokens)) + 4
+	spare := m.spareRows(promptBlocks)
+	c.blocks, c.rows = spare.blocks, spare.rows
+	c.reserveBlocks(promptBlocks)
 
 	// Hold the path first, so making room for a partial copy cannot evict it.
 	full := len(mt.path) * tpb
 	for b, n := range mt.path {
-		cb := cacheBlock{pages: c.rows.row(numLC, promptBlocks, 0), node: n}
-		for lc, p := range n.pages {
+		cb := c.addBlock(n)
+		for lc, p := range m.pagesOf(n) {
 			if m.lt.Needs(layout.LayerGroupID(lc), b, full) {
 				cb.pages[lc] = p
 				m.ref(p, false)
 			}
 		}
-		c.blocks = append(c.blocks, cb)
 	}
 	if mt.partial != nil {
 		if pages := m.copyPartial(mt.partial); pages != nil {
-			c.blocks = append(c.blocks, cacheBlock{pages: pages})
+			copy(c.addBlock(nil).pages, pages)
 		} else {
 			mt.partLen = 0
 		}
@@ -205,9 +222,10 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 // new cache, on the manager's stream. It returns nil, changing nothing, when
 // the GPU level has no room.
 func (m *Manager) copyPartial(src *node) []*page {
+	srcPages := m.pagesOf(src)
 	// A source still arriving (decoded back) must be known good first.
 	m.settlePages(func(fn func(p *page)) {
-		for _, p := range src.pages {
+		for _, p := range srcPages {
 			fn(p)
 		}
 	})
@@ -215,14 +233,15 @@ func (m *Manager) copyPartial(src *node) []*page {
 		return nil
 	}
 	lvl := m.levels[0]
-	n := need{}
-	for lc, sp := range src.pages {
-		n[lvl.groupOf(layout.LayerGroupID(lc))]++
+	var few [4]groupNeed
+	n := need(few[:0])
+	for lc, sp := range srcPages {
+		n = n.add(lvl.groupOf(layout.LayerGroupID(lc)), 1)
 		sp.active++ // pinned in place while room is made and the copy is submitted
 		sp.refresh()
 	}
 	defer func() {
-		for _, sp := range src.pages {
+		for _, sp := range srcPages {
 			sp.active--
 			sp.refresh()
 		}
@@ -230,10 +249,10 @@ func (m *Manager) copyPartial(src *node) []*page {
 	if m.reserveAt(0, n) != nil {
 		return nil
 	}
-	pages := make([]*page, len(src.pages))
+	pages := make([]*page, len(srcPages))
 	var descs []device.CopyDesc
 	waits := waitSet{}
-	for lc, sp := range src.pages {
+	for lc, sp := range srcPages {
 		dp := m.newPage(lvl.groupOf(layout.LayerGroupID(lc)), layout.LayerGroupID(lc))
 		dp.held = 1
 		pages[lc] = dp
@@ -253,7 +272,7 @@ func (m *Manager) copyPartial(src *node) []*page {
 		}
 		return nil
 	}
-	for lc, sp := range src.pages {
+	for lc, sp := range srcPages {
 		sp.group.fences[sp.slot].add(&m.events, ev)
 		dp := pages[lc]
 		dp.group.fences[dp.slot].add(&m.events, ev)
@@ -309,16 +328,21 @@ func (c *KVCache) Capacity() int {
 // CommittedTokens returns a copy of the committed tokens: those of the
 // chain's full blocks (kept in the tree), then of the blocks a key collision
 // kept out of it, then of the incomplete last block.
+// A CLOSED cache has released its blocks: it returns nil.
 func (c *KVCache) CommittedTokens() []config.Token {
-	c.m.mu.Lock()
-	defer c.m.mu.Unlock()
+	m := c.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c.status == Closed {
+		return nil
+	}
 	out := make([]config.Token, c.committed)
 	end := c.committed - len(c.tail) - len(c.orphan)
 	copy(out[end:], c.orphan)
 	copy(out[end+len(c.orphan):], c.tail)
-	for n := c.chain; n.parent != nil; n = n.parent {
-		end -= len(n.tokens)
-		copy(out[end:], n.tokens)
+	for n := c.chain; n.parent != 0; n = m.parentOf(n) {
+		end -= int(n.ntok)
+		copy(out[end:], m.tokensOf(n))
 	}
 	return out
 }
@@ -461,7 +485,9 @@ func (c *KVCache) SetStream(stream device.Stream) error {
 // when pages were lost since the last look; the verdict is final.
 func (c *KVCache) checkLost() error {
 	m := c.m
-	m.settle()
+	if len(m.pending) > 0 {
+		m.settle()
+	}
 	if c.lost != nil || c.seenLosses == m.losses {
 		return c.lost
 	}
@@ -471,7 +497,7 @@ func (c *KVCache) checkLost() error {
 	c.eachPage(func(p *page) {
 		if p.lost {
 			if lost == 0 {
-				cause = p.lostBy
+				cause = m.lostBy[p]
 			}
 			lost++
 		}
@@ -524,7 +550,11 @@ func (c *KVCache) attachStreamEvent(pages func(fn func(p *page))) error {
 	if err != nil {
 		return fmt.Errorf("record cache event: %w", err)
 	}
-	if pages == nil {
+	switch {
+	case pages == nil && len(c.blocks) >= fenceQueryMin && ev.completed():
+		// The stream had caught up: the event orders nothing (see
+		// fenceQueryMin).
+	case pages == nil:
 		// Looped here: a closure handed to pages would be allocated.
 		for i := range c.blocks {
 			b := &c.blocks[i]
@@ -546,7 +576,7 @@ func (c *KVCache) attachStreamEvent(pages func(fn func(p *page))) error {
 				p.group.fences[p.slot].add(&c.m.events, ev)
 			}
 		}
-	} else {
+	default:
 		pages(func(p *page) { p.group.fences[p.slot].add(&c.m.events, ev) })
 	}
 	c.m.events.release(ev)
@@ -625,7 +655,8 @@ func (c *KVCache) closeLocked(force bool) error {
 			}
 		}
 	}
-	c.blocks = nil
+	m.putSpareRows(blockRows{c.blocks, c.rows})
+	c.blocks, c.rows = nil, nil
 	c.chain.users--
 	m.prune = append(m.prune, c.chain)
 	c.stream, c.status = nil, Closed
@@ -666,22 +697,34 @@ func (c *KVCache) Resize(capacity, history int) error {
 	if err := c.checkLost(); err != nil {
 		return err
 	}
+	// A decode step within the last block (the capacity needs the blocks
+	// there are): no page to take or release.
+	tpb := m.cfg.TokensPerBlock
+	if k := len(c.blocks); capacity <= k*tpb && capacity > (k-1)*tpb && !c.scratchOn && !c.windowMoves(history) {
+		c.sampleResize(capacity, history, historyGiven)
+		c.capacity, c.history = capacity, history
+		if len(m.prune) > 0 || len(m.pending) > 0 {
+			m.safePoint()
+		}
+		return nil
+	}
 	lt, lvl := m.lt, m.levels[0]
 	oldBlocks, newBlocks := len(c.blocks), lt.BlocksFor(capacity)
 	var perLC []int // new pages per lifecycle, for the statistics
 	sc := c.planScratch(history, capacity)
 	if newBlocks > oldBlocks || sc.grow {
-		n := need{}
+		var few [4]groupNeed
+		n := need(few[:0])
 		perLC = m.perLCScratch()
 		for lc := range lt.LifeCycles {
 			id := layout.LayerGroupID(lc)
 			if k := (lt.NewPagesNeeded(id, oldBlocks, newBlocks, history) - sc.newBlocksIn(lc, oldBlocks, newBlocks)) * c.beamWidth(); k > 0 {
-				n[lvl.groupOf(id)] += k
+				n = n.add(lvl.groupOf(id), k)
 				perLC[lc] = k
 			}
 			if sc.on {
 				if k := sc.slots[lc] - len(c.scratchOf(lc)); k > 0 {
-					n[lvl.groupOf(id)] += k
+					n = n.add(lvl.groupOf(id), k)
 				}
 			}
 		}
@@ -691,11 +734,9 @@ func (c *KVCache) Resize(capacity, history int) error {
 	}
 	waits := waitSet{skip: c.stream}
 	added := m.adopted[:0]
-	if newBlocks > oldBlocks {
-		c.blocks = slices.Grow(c.blocks, newBlocks-oldBlocks)
-	}
+	c.reserveBlocks(newBlocks)
 	for b := oldBlocks; b < newBlocks; b++ {
-		cb := cacheBlock{pages: c.rows.row(len(lt.LifeCycles), newBlocks-b, b)}
+		cb := c.addBlock(nil)
 		for lc := range lt.LifeCycles {
 			if lt.Needs(layout.LayerGroupID(lc), b, history) && !sc.in(lc, b) {
 				p := m.newPage(lvl.groupOf(layout.LayerGroupID(lc)), layout.LayerGroupID(lc))
@@ -705,8 +746,7 @@ func (c *KVCache) Resize(capacity, history int) error {
 				waits.addFence(p.group.fences[p.slot])
 			}
 		}
-		added = c.newBeamRows(&cb, added, &waits)
-		c.blocks = append(c.blocks, cb)
+		added = c.newBeamRows(cb, added, &waits)
 	}
 	nPages := len(added)
 	added = c.addScratch(sc, added, &waits)
@@ -756,6 +796,25 @@ func (c *KVCache) Resize(capacity, history int) error {
 	}
 	m.safePoint()
 	return nil
+}
+
+// windowMoves reports whether some sliding window would release a block once
+// history tokens are computed: its first kept block passes its low-water mark.
+func (c *KVCache) windowMoves(history int) bool {
+	lt := c.m.lt
+	for lc := range lt.LifeCycles {
+		if lt.LifeCycles[lc].Window.Size == 0 {
+			continue
+		}
+		low := 0
+		if c.low != nil {
+			low = c.low[lc]
+		}
+		if lt.FirstKeptBlock(layout.LayerGroupID(lc), history) > max(low, lt.SinkBlocks(layout.LayerGroupID(lc))) {
+			return true
+		}
+	}
+	return false
 }
 
 // releasedPage is a page Resize releases: block b's page of lifecycle lc
@@ -844,6 +903,9 @@ func (c *KVCache) CommitBeamSearch(tokens []config.Token, beamSearchIndices []in
 	return c.commit(tokens, beamSearchIndices, isEnd)
 }
 
+// commit is Commit with the manager's lock held (a function of its own so
+// that Commit's unlock is an open-coded defer); parents are the beam search
+// indices of CommitBeamSearch (nil: keep the beams).
 func (c *KVCache) commit(tokens []config.Token, parents []int, isEnd bool) error {
 	m := c.m
 	switch {
@@ -861,6 +923,17 @@ func (c *KVCache) commit(tokens []config.Token, parents []int, isEnd bool) error
 		}
 	}
 	tpb := m.cfg.TokensPerBlock
+	if parents == nil && len(c.tail)+len(tokens) < tpb && c.committed+len(tokens) <= c.history {
+		// A decode step within the last block: no block to publish, no page
+		// to release, no beam to reorder.
+		if err := c.checkLost(); err != nil {
+			return err
+		}
+		c.tail = append(c.tail, tokens...)
+		c.committed += len(tokens)
+		c.endCommits(isEnd)
+		return nil
+	}
 	first := c.committed / tpb
 	full := (c.committed + len(tokens)) / tpb
 	// Nothing lost is published: the blocks' pages still arriving (decoded
@@ -927,6 +1000,9 @@ func (c *KVCache) commit(tokens []config.Token, parents []int, isEnd bool) error
 			released = c.releasable(len(c.blocks), history)
 		}
 	}
+	// An event that has completed orders nothing: the published pages'
+	// fences need not hold it (see fenceQueryMin).
+	fenced := ev != nil && !(full-first >= fenceQueryMin && ev.completed())
 	rest := tokens
 	for b := first; b < full; b++ {
 		blk := rest[:tpb-len(c.tail)]
@@ -940,7 +1016,9 @@ func (c *KVCache) commit(tokens []config.Token, parents []int, isEnd bool) error
 			pr = prios[b-first]
 		}
 		for _, p := range c.publish(b, blk, pr) {
-			p.group.fences[p.slot].add(&m.events, ev)
+			if fenced {
+				p.group.fences[p.slot].add(&m.events, ev)
+			}
 		}
 		c.unifyBlock(b, ev)
 		c.tail = c.tail[:0]
@@ -956,11 +1034,17 @@ func (c *KVCache) commit(tokens []config.Token, parents []int, isEnd bool) error
 		}
 		c.advanceHistory(history, released, ev)
 	}
+	c.endCommits(isEnd)
+	return nil
+}
+
+// endCommits stops further commits after a commit with isEnd; with partial
+// reuse the trailing partial block is published at close.
+func (c *KVCache) endCommits(isEnd bool) {
 	if isEnd {
 		c.stopped = true
-		c.pendingPartial = m.cfg.EnablePartialReuse && c.committed%tpb != 0
+		c.pendingPartial = c.m.cfg.EnablePartialReuse && c.committed%c.m.cfg.TokensPerBlock != 0
 	}
-	return nil
 }
 
 // advanceHistory sets a larger history length within the capacity and
@@ -1005,8 +1089,8 @@ func (c *KVCache) publish(b int, blk []config.Token, priority []int) []*page {
 		return nil
 	}
 	key := m.hasher.Next(c.chain.key, blk)
-	next := c.chain.child(key)
-	if next != nil && !slices.Equal(next.tokens, blk) {
+	next := m.child(c.chain, key)
+	if next != nil && !slices.Equal(m.tokensOf(next), blk) {
 		// A 64-bit key collision: never link to another block's content;
 		// this cache publishes nothing more.
 		c.detached = true
@@ -1019,15 +1103,15 @@ func (c *KVCache) publish(b int, blk []config.Token, priority []int) []*page {
 		next = m.newNode(c.chain, key, blk)
 		c.setPriority(next, priority)
 		published = c.adopt(next, cb.pages)
-		c.chain.addChild(next, m.cfg.TokensPerBlock)
+		m.addChild(c.chain, next)
 		cb.node = next
 		m.emitStored(next, c.id)
 	default:
 		// An equal block lost pages to eviction: ours fill the gaps.
-		had := next.hasPages()
+		had := m.hasPages(next)
 		missing := make([]*page, len(cb.pages))
 		for lc, p := range cb.pages {
-			if next.pages[lc] == nil {
+			if m.pagesOf(next)[lc] == nil {
 				missing[lc] = p
 			}
 		}
@@ -1052,10 +1136,11 @@ func (c *KVCache) publish(b int, blk []config.Token, priority []int) []*page {
 // until the next adopt.
 func (c *KVCache) adopt(n *node, pages []*page) []*page {
 	adopted := c.m.adopted[:0]
+	row := c.m.pagesOf(n)
 	for lc, p := range pages {
 		if p != nil {
 			p.node = n
-			n.pages[lc] = p
+			row[lc] = p
 			p.refresh()
 			adopted = append(adopted, p)
 		}
@@ -1068,17 +1153,18 @@ func (c *KVCache) setPriority(n *node, prs []int) {
 	if c.priority == nil {
 		return
 	}
-	copy(n.priority, prs)
+	m := c.m
+	copy(m.prioOf(n), prs)
 	// Ancestors never rank below descendants, so a chain drains from its
 	// tail, in every lifecycle.
 	for lc, pr := range prs {
-		for a := n.parent; a != nil && a.parent != nil && a.priority[lc] < pr; a = a.parent {
-			old := a.priority[lc]
-			a.priority[lc] = pr
-			if a.hasPages() { // a stored block
-				c.m.emitPriority(a, layout.LayerGroupID(lc), old)
+		for a := m.parentOf(n); a != nil && a.parent != 0 && m.prioOf(a)[lc] < pr; a = m.parentOf(a) {
+			old := m.prioOf(a)[lc]
+			m.prioOf(a)[lc] = pr
+			if m.hasPages(a) { // a stored block
+				m.emitPriority(a, layout.LayerGroupID(lc), old)
 			}
-			if p := a.pages[lc]; p != nil {
+			if p := m.pagesOf(a)[lc]; p != nil {
 				p.refresh()
 			}
 		}
@@ -1124,10 +1210,12 @@ func (c *KVCache) registerPartial() {
 		}
 	}
 	blk := c.tail
-	for _, sib := range c.chain.partials {
-		if slices.Equal(sib.tokens, blk) {
+	for id := c.chain.first; id != 0; {
+		sib := m.nodes.at(id)
+		if sib.isPartial(tpb) && slices.Equal(m.tokensOf(sib), blk) {
 			return
 		}
+		id = sib.next
 	}
 	n := m.newNode(c.chain, m.hasher.Next(c.chain.key, blk), blk)
 	pr, err := c.blockPriority(b)
@@ -1137,7 +1225,7 @@ func (c *KVCache) registerPartial() {
 	}
 	c.setPriority(n, pr)
 	c.adopt(n, c.blocks[b].pages)
-	c.chain.addChild(n, tpb)
+	m.addChild(c.chain, n)
 	c.blocks[b].node = n
 	m.emitStored(n, c.id)
 }

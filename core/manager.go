@@ -26,12 +26,13 @@
 // on write, reorders); tree.go the radix tree and prefix
 // matching; storage.go the levels, slot groups and page ownership; evict.go
 // making room on a level; migrate.go the migration transactions; fence.go
-// events and fences; slab.go the allocation slabs of nodes and pages;
-// resize.go level resizes; rebalance.go pool rebalancing (NeedAdjustment,
-// Adjust); scratch.go SWA scratch reuse; planneddrop.go planned drops of a
-// finished turn's window pages; disktier.go, diskfile.go and persist.go the disk
-// tier's I/O, files and persistence; errors.go, events.go and stats.go what
-// the manager reports.
+// events and fences; slab.go the node store (pointer-free tree nodes by ID)
+// and the page store (pages reused once freed); resize.go level resizes;
+// rebalance.go pool rebalancing (NeedAdjustment, Adjust); scratch.go SWA
+// scratch reuse; planneddrop.go planned drops of a finished turn's window
+// pages; disktier.go, diskfile.go and persist.go the disk tier's I/O, files
+// and persistence; errors.go, events.go and stats.go what the manager
+// reports.
 package core
 
 import (
@@ -85,6 +86,7 @@ type Manager struct {
 	events      eventPool
 	levels      []*storageLevel
 	roots       map[blockhash.Key]*node
+	nodes       nodeStore
 	hasher      *blockhash.Hasher
 	tick        uint64
 	prune       []*node
@@ -94,7 +96,11 @@ type Manager struct {
 	// losses counts lost pages ever; a cache rescans its pages for lost
 	// ones only when it changed (see checkLost).
 	losses uint64
-	slabs  slabs
+	// lostBy is the failure that destroyed each lost page's data.
+	lostBy map[*page]error
+	pages  pageStore
+	// spare is a closed cache's blocks, for the next cache.
+	spare blockRows
 	// Scratch of the hot paths, reused under the lock.
 	adopted []*page
 	pinned  []*page
@@ -175,6 +181,8 @@ func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 		roots:  map[blockhash.Key]*node{},
 		hasher: hasher,
 		caches: map[uint64]*KVCache{},
+		lostBy: map[*page]error{},
+		nodes:  newNodeStore(cfg.TokensPerBlock, layout.NumLifeCycles(&cfg)),
 
 		listeners: o.listeners,
 		diskFiles: o.diskFiles,
@@ -206,6 +214,14 @@ func (m *Manager) init(cc *codec.Guarded) error {
 	if err := m.initHotLevel(weights); err != nil {
 		return err
 	}
+	// As many nodes as the GPU level has slots: blocks beyond that are
+	// rare (they live on colder levels) and grow the store as needed.
+	var hotSlots int64
+	for _, g := range m.levels[0].groups {
+		hotSlots += g.numSlots
+	}
+	m.nodes.reserve(int(hotSlots))
+	m.pages.reserve(int(hotSlots))
 	m.codec = cc
 	defer func() { m.codec = nil }() // owned by NewManager until success
 	if err := m.configureCodec(); err != nil {
@@ -251,7 +267,7 @@ func (m *Manager) initHotLevel(weights []float64) error {
 	if err != nil {
 		return &config.Error{Field: "cache_tiers[0].max_quota", Msg: err.Error()}
 	}
-	lvl := &storageLevel{index: 0, kind: hot.Kind, quota: hot.Quota, lcMap: m.lt.Levels[0].LifeCycleToGroup}
+	lvl := &storageLevel{index: 0, kind: hot.Kind, quota: hot.Quota, lcMap: m.lt.Levels[0].LifeCycleToGroup, nodes: &m.nodes}
 	m.levels = append(m.levels, lvl)
 	for gi, gl := range m.lt.Levels[0].Groups {
 		g, err := newHotGroup(m.dev, lvl, gl, slots[gi], max(capacity[gi], slots[gi]))
@@ -327,10 +343,10 @@ func (m *Manager) ClearReusableBlocks() error {
 	// time.
 	var clear func(n *node)
 	clear = func(n *node) {
-		for _, c := range sortedChildren(n) {
+		for _, c := range m.sortedChildren(n) {
 			clear(c)
 		}
-		for _, p := range n.pages {
+		for _, p := range m.pagesOf(n) {
 			if p != nil {
 				m.drop(p)
 			}
@@ -503,23 +519,30 @@ func (m *Manager) safePoint() {
 	if len(m.pending) > 0 {
 		m.settle()
 	}
-	defer m.notePeaks()
 	for len(m.prune) > 0 {
 		n := m.prune[len(m.prune)-1]
 		m.prune = m.prune[:len(m.prune)-1]
-		if n.parent == nil {
+		if n.id == 0 {
+			continue // pruned already (listed twice)
+		}
+		if n.parent == 0 {
 			// A scope root goes once nothing hangs from it.
 			if n.users == 0 && !n.hasChildren() && m.roots[n.key] == n {
 				delete(m.roots, n.key)
+				m.freeNode(n)
 			}
 			continue
 		}
-		if !n.prunable() || (n.parent.child(n.key) != n && !slices.Contains(n.parent.partials, n)) {
+		parent := m.parentOf(n)
+		if !m.prunable(n) || !m.isChild(parent, n) {
 			continue
 		}
-		n.parent.removeChild(n)
-		m.prune = append(m.prune, n.parent)
+		m.removeChild(parent, n)
+		m.prune = append(m.prune, parent)
+		m.freeNode(n)
 	}
+	m.notePeaks()
+	m.pages.recycle()
 }
 
 func (m *Manager) notePeaks() {

@@ -56,7 +56,7 @@ func (c *KVCache) PlanCommittedBlockDrop() (*PlannedDrop, error) {
 		}
 		for b := max(lt.SinkBlocks(id), min(lt.FirstKeptBlock(id, c.committed), end)); b < end; b++ {
 			n := c.blocks[b].node
-			if n == nil || n.pages[lc] == nil {
+			if n == nil || m.pagesOf(n)[lc] == nil {
 				return nil, nil
 			}
 			pages = append(pages, plannedPage{n, id})
@@ -96,7 +96,7 @@ func (d *PlannedDrop) Drop() error {
 			continue
 		}
 		delete(m.planned, pp)
-		if p := pp.n.pages[pp.lc]; p != nil && p.active == 0 && p.held == 0 && !p.moving {
+		if p := m.pagesOf(pp.n)[pp.lc]; p != nil && p.active == 0 && p.held == 0 && !p.moving {
 			m.drop(p)
 		}
 	}

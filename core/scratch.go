@@ -249,7 +249,7 @@ func (c *KVCache) takeScratch(waits *waitSet) (scratchPlan, []*page, error) {
 	n := need{}
 	for lc := range sc.slots {
 		if k := sc.slots[lc] - len(c.scratchOf(lc)); k > 0 {
-			n[m.levels[0].groupOf(layout.LayerGroupID(lc))] += k
+			n = n.add(m.levels[0].groupOf(layout.LayerGroupID(lc)), k)
 		}
 	}
 	if err := m.reserveAt(0, n); err != nil {
