@@ -138,10 +138,22 @@ type match struct {
 
 func (mt *match) tokens(tpb int) int { return len(mt.path)*tpb + mt.partLen }
 
+// snapshot returns the SSM snapshot a cache reusing the match starts from:
+// the last reused block's (matchPrefix ends the path at a block with one);
+// nil without SSM layers or reuse.
+func (mt *match) snapshot(lt *layout.Layout) *page {
+	if lt.SSM < 0 || len(mt.path) == 0 {
+		return nil
+	}
+	return mt.path[len(mt.path)-1].pages[lt.SSM]
+}
+
 // findMatch returns the reusable prefix of input: every full block the tree
 // holds along it (as far as every lifecycle has the pages it needs), and with
-// partial reuse the matching head of one more block. The whole input may
-// match; the engine drops the last prompt token itself when it must compute
+// partial reuse the matching head of one more block. With SSM layers the
+// match ends at the last block holding an SSM snapshot, and there is no
+// partial reuse (a state exists only where a commit ended on a block
+// boundary). The whole input may match; the engine drops the last prompt token itself when it must compute
 // it. ReuseMatchBackoff tokens are then trimmed off the match's tail. It
 // changes nothing.
 func (m *Manager) findMatch(scope blockhash.Scope, input []config.Token) match {
@@ -179,6 +191,12 @@ func (m *Manager) matchPrefix(scope blockhash.Scope, input []config.Token) match
 	}
 	m.matched = path
 	mt.path = path[:m.usablePrefix(path)]
+	if ssm := m.lt.SSM; ssm >= 0 {
+		for len(mt.path) > 0 && mt.path[len(mt.path)-1].pages[ssm] == nil {
+			mt.path = mt.path[:len(mt.path)-1]
+		}
+		return mt
+	}
 	if !m.cfg.EnablePartialReuse {
 		return mt
 	}
