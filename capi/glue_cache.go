@@ -165,6 +165,15 @@ func glueKVCacheGetBasePageIndices(c *kvCacheObj, lg C.kvcm_layer_group_id, indi
 	return fill(idx, indices, capacity, needed, func(i int32) C.int32_t { return C.int32_t(i) })
 }
 
+func glueKVCacheGetSsmBlockBaseIndex(c *kvCacheObj, lg C.kvcm_layer_group_id, out *C.int32_t) error {
+	s, err := c.Core().SsmBlockBaseIndex(layout.LayerGroupID(lg))
+	if err != nil {
+		return err
+	}
+	*out = C.int32_t(s)
+	return nil
+}
+
 func glueKVCacheGetStats(c *kvCacheObj, out *C.kvcm_block_stats) error {
 	*out = cBlockStats(c.Core().Stats())
 	return nil

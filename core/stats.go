@@ -151,11 +151,24 @@ func (s *statCounters) onSsmLookup(lc layout.LayerGroupID, inputTokens, reused, 
 func (m *Manager) GetAndResetSsmSnapshotIterationStats() map[layout.LayerGroupID]SsmSnapshotStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	out := m.ssmSnapshotStats()
+	m.stats.ssm = SsmSnapshotStats{}
+	return out
+}
+
+// SsmSnapshotIterationStats is GetAndResetSsmSnapshotIterationStats without
+// the reset.
+func (m *Manager) SsmSnapshotIterationStats() map[layout.LayerGroupID]SsmSnapshotStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ssmSnapshotStats()
+}
+
+func (m *Manager) ssmSnapshotStats() map[layout.LayerGroupID]SsmSnapshotStats {
 	out := map[layout.LayerGroupID]SsmSnapshotStats{}
 	if m.stats.ssm != (SsmSnapshotStats{}) {
 		out[m.stats.ssmLC] = m.stats.ssm
 	}
-	m.stats.ssm = SsmSnapshotStats{}
 	return out
 }
 

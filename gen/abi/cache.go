@@ -249,6 +249,20 @@ type KVCacheGetReusedTokens func(cache KVCache, out spec.Out[int64]) *Status
 //kvcm:param needed out Receives the number of blocks.
 type KVCacheGetBasePageIndices func(cache KVCache, layerGroup LayerGroupID, indices spec.Out[int32], capacity spec.Size, needed spec.Out[spec.Size]) *Status
 
+// KVCacheGetSsmBlockBaseIndex returns, for an ACTIVE cache, the GPU slot of
+// its SSM state in a layer group (KVCacheManagerV2's
+// get_ssm_block_base_index), KVCM_BAD_PAGE_INDEX for an attention layer
+// group. Turn it into a buffer's page index with b*scale + offset from
+// kvcm_manager_get_buffer_location. A cache gets its SSM state at its first
+// resume: a copy of the snapshot it reused, or a fresh one.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param layerGroup in The layer group.
+//kvcm:param out out Receives the slot.
+type KVCacheGetSsmBlockBaseIndex func(cache KVCache, layerGroup LayerGroupID, out spec.Out[int32]) *Status
+
 // KVCacheGetStats returns the block counters the cache added to the
 // manager's since its creation: reused and missed blocks at creation and the
 // blocks resize allocated for it (evictions and lost_pages are the manager's

@@ -62,6 +62,11 @@
 //     _get_num_open_caches, kvcm_kv_cache_set_stream and
 //     _get_committed_tokens; stream arguments take any stream of the
 //     device's context (an engine's CUstream, 0 included).
+//   - SSM layers: kvcm_ssm_layer_config and kvcm_manager_config.ssm_layers,
+//     num_ssm_layers and max_ssm_slots (commit_min_snapshot is required
+//     with them and now has an effect), kvcm_kv_cache_get_ssm_block_base_index,
+//     kvcm_ssm_snapshot_iteration_stats and
+//     kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats.
 //
 // Behaviour that changed for C users while ABI version 1 was unreleased
 // (no function, struct or constant changed):
