@@ -89,8 +89,6 @@ from .coverage import (
     MmItemContext,
     PlannedDropHandle,
     ScratchDesc,
-    SsmLayerConfig,
-    SsmSnapshotIterationStatsDelta,
     SwaScratchReuseConfig,
     gen_multimodal_cache_key_tokens,
     sequence_to_blockchain_keys,
@@ -111,6 +109,7 @@ from .stats import (
     KVCacheStatsDelta,
     PoolGroupPeakBlockStats,
     ReusedBlocksByLevel,
+    SsmSnapshotIterationStatsDelta,
     StorageStatistics,
 )
 from .cp import (
@@ -135,6 +134,7 @@ from .config import (
     RequestDesc,
     SharedCacheTierConfig,
     SharedWritePolicy,
+    SsmLayerConfig,
 )
 from .device import DeviceMemory, MemoryKind, Stream
 from .errors import (
@@ -214,9 +214,10 @@ __all__ = [
     "StorageStatistics", "BufferId", "CoalescedBuffer", "SlotDescVariant", "SlotDesc", "PageIndexConverter",
     "KVCacheEventManager", "KVCacheEvent", "KVCacheCreatedData", "KVCacheStoredData", "KVCacheStoredBlockData",
     "KVCacheRemovedData", "KVCacheUpdatedData", "KVCacheEventDiff", "UniqueToken",
+    "SsmLayerConfig", "SsmSnapshotIterationStatsDelta",
     # model coverage: importable, refused when used
-    "SsmLayerConfig", "SwaScratchReuseConfig", "MmItemContext", "AttnLifeCycle", "PlannedDropHandle",
-    "ExpandedBuffer", "AggregatedPageDesc", "ScratchDesc", "SsmSnapshotIterationStatsDelta",
+    "SwaScratchReuseConfig", "MmItemContext", "AttnLifeCycle", "PlannedDropHandle",
+    "ExpandedBuffer", "AggregatedPageDesc", "ScratchDesc",
     "gen_multimodal_cache_key_tokens", "sequence_to_blockchain_keys",
     # configuration
     "KVCacheManagerConfig", "GpuCacheTierConfig", "HostCacheTierConfig", "DiskCacheTierConfig",

@@ -1,5 +1,5 @@
 """KVCM2 names whose models kvcm does not cover yet (the model-coverage
-issue: SSM state, beam search, multimodal keys, SWA scratch slots,
+issue: beam search, multimodal keys, SWA scratch slots,
 aggregated pages, KVCM2's sha256 block keys).
 
 They are importable so that code written against KVCM2 imports unchanged;
@@ -14,12 +14,11 @@ from typing import Any, NoReturn
 from .errors import UnsupportedError
 
 __all__ = [
-    "SsmLayerConfig", "SwaScratchReuseConfig", "MmItemContext", "AttnLifeCycle", "PlannedDropHandle",
-    "ExpandedBuffer", "AggregatedPageDesc", "ScratchDesc", "SsmSnapshotIterationStatsDelta",
+    "SwaScratchReuseConfig", "MmItemContext", "AttnLifeCycle", "PlannedDropHandle",
+    "ExpandedBuffer", "AggregatedPageDesc", "ScratchDesc",
     "gen_multimodal_cache_key_tokens", "sequence_to_blockchain_keys",
 ]
 
-SSM = "SSM (Mamba) state layers"
 SWA_SCRATCH = "SWA scratch-slot reuse"
 MULTIMODAL = "multimodal cache keys"
 BEAMS = "beam search"
@@ -43,12 +42,6 @@ class _Uncovered:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         missing(type(self).__name__, self._capability)
-
-
-class SsmLayerConfig(_Uncovered):
-    """KVCM2's SSM (Mamba) layer: model coverage."""
-
-    _capability = SSM
 
 
 class SwaScratchReuseConfig(_Uncovered):
@@ -87,10 +80,6 @@ class AggregatedPageDesc(_Uncovered):
 
 class ScratchDesc(_Uncovered):
     _capability = SWA_SCRATCH
-
-
-class SsmSnapshotIterationStatsDelta(_Uncovered):
-    _capability = SSM
 
 
 def gen_multimodal_cache_key_tokens(*args: Any, **kwargs: Any) -> NoReturn:

@@ -23,6 +23,7 @@ from .stats import (
     KVCacheStatsDelta,
     PoolGroupPeakBlockStats,
     ReusedBlocksByLevel,
+    SsmSnapshotIterationStatsDelta,
     StorageStatistics,
 )
 from .config import (
@@ -32,6 +33,7 @@ from .config import (
     HostCacheTierConfig,
     KVCacheManagerConfig,
     SharedCacheTierConfig,
+    SsmLayerConfig,
 )
 from .device import DeviceMemory, MemoryKind, Stream
 from .errors import (
@@ -277,6 +279,7 @@ _cache_set_stream = bind("kvcm_kv_cache_set_stream", stream="cuda_stream")
 _cache_committed_tokens = bind("kvcm_kv_cache_get_committed_tokens")
 _cache_cached_tokens = bind("kvcm_kv_cache_get_cached_tokens_by_level")
 _cache_stats = bind("kvcm_kv_cache_get_stats")
+_cache_ssm_index = bind("kvcm_kv_cache_get_ssm_block_base_index", layer_group="layer_group_id")
 _cache_suspend = bind("kvcm_kv_cache_suspend")
 _cache_resize = bind("kvcm_kv_cache_resize")
 _cache_commit = bind("kvcm_kv_cache_commit")
@@ -434,8 +437,9 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
             set_field(sc, name, int(getattr(st, name)), f"{path}.{name}")
         c.shared_tier = ctypes.pointer(sc)
 
-    layers = (ffi.kvcm_attention_layer_config * max(len(config.layers), 1))()
-    for i, layer in enumerate(config.layers):
+    attention = [layer for layer in config.layers if not isinstance(layer, SsmLayerConfig)]
+    layers = (ffi.kvcm_attention_layer_config * max(len(attention), 1))()
+    for i, layer in enumerate(attention):
         set_field(layers[i], "layer_id", layer.layer_id, f"layers[{i}].layer_id")
         set_field(layers[i], "sliding_window_size", layer.sliding_window_size or 0,
                   f"layers[{i}].sliding_window_size")
@@ -450,8 +454,25 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
         layers[i].buffers = bufs if layer.buffers else None
         layers[i].num_buffers = len(layer.buffers)
     keep.append(layers)
-    c.layers = layers if config.layers else None
-    c.num_layers = len(config.layers)
+    c.layers = layers if attention else None
+    c.num_layers = len(attention)
+    ssm = [layer for layer in config.layers if isinstance(layer, SsmLayerConfig)]
+    ssm_layers = (ffi.kvcm_ssm_layer_config * max(len(ssm), 1))()
+    for i, layer in enumerate(ssm):
+        set_field(ssm_layers[i], "layer_id", layer.layer_id, f"ssm_layers[{i}].layer_id")
+        bufs = (ffi.kvcm_buffer_config * max(len(layer.buffers), 1))()
+        for j, b in enumerate(layer.buffers):
+            role = b.role.encode()
+            keep.append(role)
+            bufs[j].role = role
+            set_field(bufs[j], "size", b.size, f"ssm_layers[{i}].buffers[{j}].size")
+        keep.append(bufs)
+        ssm_layers[i].buffers = bufs if layer.buffers else None
+        ssm_layers[i].num_buffers = len(layer.buffers)
+    keep.append(ssm_layers)
+    c.ssm_layers = ssm_layers if ssm else None
+    c.num_ssm_layers = len(ssm)
+    set_field(c, "max_ssm_slots", config.max_ssm_slots)
 
     c.max_util_for_resume = float(config.max_util_for_resume)
     c.enable_partial_reuse = bool(config.enable_partial_reuse)
@@ -1120,9 +1141,20 @@ class KVCacheManager(Managed):
                                                  ctypes.c_int64)]
         return got if self._stats_on else [0] * len(got)
 
-    def get_and_reset_ssm_snapshot_iteration_stats(self) -> dict[int, Any]:
-        """Always empty: kvcm has no SSM layer groups (model coverage)."""
-        return {}
+    def get_and_reset_ssm_snapshot_iteration_stats(self) -> dict[int, SsmSnapshotIterationStatsDelta]:
+        """The SSM layer group's snapshot lookups since the previous call
+        (one per cache created with input tokens; a hit when it reused a
+        snapshot), keyed by layer group; empty without SSM layers or
+        lookups. Restarts them."""
+        out: dict[int, SsmSnapshotIterationStatsDelta] = {}
+        for s in self._array_query("kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats",
+                                   ffi.kvcm_ssm_snapshot_iteration_stats):
+            d = SsmSnapshotIterationStatsDelta(
+                s.snapshot_lookups, s.snapshot_hits, s.snapshot_misses, s.reused_tokens, s.unreused_tokens,
+                s.aligned_snapshot_hits, s.unaligned_snapshot_hits)
+            if self._stats_on and not d.empty:
+                out[s.layer_group] = d
+        return out
 
     def record_request_suspended(self) -> None:
         """Count one ACTIVE to SUSPENDED transition of a request (the engine
@@ -1751,6 +1783,17 @@ class _KVCache(Managed):
         if view is None:
             view = self._views[layer_group_id] = self._fetch_indices(layer_group_id)
         return view
+
+    def get_ssm_block_base_index(self, layer_group_id: int, beam_id: int = 0) -> int:
+        """The GPU slot of the cache's SSM state in the SSM layer group
+        (KVCM2's get_ssm_block_base_index), BAD_PAGE_INDEX (-1) for an
+        attention layer group. A cache gets its state at its first resume: a
+        copy of the snapshot it reused, or a fresh one. The cache must be
+        ACTIVE; beam_id must be 0."""
+        self._check_beam(beam_id)
+        out = ctypes.c_int32()
+        _cache_ssm_index(self._native(), layer_group_id, _byref(out))
+        return int(out.value)
 
     def set_base_page_index_buf(self, beam_idx: int, layer_group_id: int, buf: Any) -> None:
         """Keep the base page indices of a layer group in a caller-owned
