@@ -244,6 +244,7 @@ func TestSsmStatesTravelThroughHostAndDisk(t *testing.T) {
 		o, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(100*(i+1), 4)})
 		require.NoError(t, err)
 		require.NoError(t, o.Resume(f.stream))
+		f.fillPage(loc, liveState(t, o), byte(100+i)) // no GPU SSM slot keeps a's bytes
 		others = append(others, o)
 	}
 	res := a.Residency()
