@@ -265,3 +265,24 @@ func TestSsmStatesTravelThroughHostAndDisk(t *testing.T) {
 	assert.Equal(t, snap, f.readPage(loc, liveState(t, b)), "the snapshot came back")
 	require.NoError(t, b.Close())
 }
+
+// Suspend keeps the SSM state: resuming without pressure finds it in the
+// same GPU slot with the same bytes (KVCacheManagerV2's suspend/resume test).
+func TestSsmStateSurvivesSuspendAndResume(t *testing.T) {
+	f := newFixture(t, ssmConfig(64))
+	c, err := f.m.CreateKVCache(CacheOptions{})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Resize(100, 0))
+	slot := liveState(t, c)
+	state := f.fillPage(f.ssmState(), slot, 3)
+	c.StopCommitting()
+	require.NoError(t, c.Suspend())
+	require.NoError(t, c.Resume(f.stream))
+	assert.Equal(t, slot, liveState(t, c), "the same slot")
+	assert.Equal(t, state, f.readPage(f.ssmState(), slot))
+	require.NoError(t, c.Close())
+	st, err := f.m.StorageStats(layout.GPULevel)
+	require.NoError(t, err)
+	assert.Equal(t, st[1].Total, st[1].Free, "a closed cache's state is freed")
+}

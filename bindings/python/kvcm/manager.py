@@ -299,18 +299,24 @@ _PRIORITY_RESULT = "custom_priority_callback's result"
 class LifeCycle(int):
     """The layer group a priority callback is asked about: an ``int`` (the
     layer group id, KVCacheManagerV2's LifeCycleId) that also carries the
-    group's ``window_size`` (None for full attention) and
-    ``num_sink_blocks``, the attributes of KVCacheManagerV2's life cycle."""
+    group's ``window_size`` (None for full attention and the SSM layer
+    group) and ``num_sink_blocks``, the attributes of KVCacheManagerV2's
+    life cycle; ``is_ssm`` tells the SSM layer group (KVCM2's SsmLifeCycle)
+    apart."""
 
     window_size: int | None
     num_sink_blocks: int
+    is_ssm: bool
 
-    def __new__(cls, layer_group_id: int, window_size: int | None, num_sink_blocks: int) -> "LifeCycle":
+    def __new__(cls, layer_group_id: int, window_size: int | None, num_sink_blocks: int,
+                is_ssm: bool = False) -> "LifeCycle":
         lc = super().__new__(cls, layer_group_id)
-        lc.window_size, lc.num_sink_blocks = window_size, num_sink_blocks
+        lc.window_size, lc.num_sink_blocks, lc.is_ssm = window_size, num_sink_blocks, is_ssm
         return lc
 
     def __repr__(self) -> str:
+        if self.is_ssm:
+            return f"LifeCycle({int(self)}, ssm)"
         return f"LifeCycle({int(self)}, window_size={self.window_size}, num_sink_blocks={self.num_sink_blocks})"
 
 
@@ -695,12 +701,17 @@ class KVCacheManager(Managed):
         that fits the GPU level's slots next to ``batch_size - 1`` requests
         of one token each (0 when not even one token does). A layer group
         needs, for n computed tokens, its sink blocks and the blocks of its
-        window, as in :meth:`create_kv_cache`'s caches."""
+        window, as in :meth:`create_kv_cache`'s caches; the SSM layer group
+        one state per request."""
         if batch_size <= 0:
             raise InvalidArgumentError(f"batch_size: must be positive, got {batch_size}")
         tpb = self._tokens_per_block
         shapes: dict[int, tuple[int, int]] = {}
+        states: set[int] = set()
         for layer in self._config.layers:
+            if isinstance(layer, SsmLayerConfig):
+                states.add(self.get_layer_group_id(layer.layer_id))
+                continue
             shapes[self.get_layer_group_id(layer.layer_id)] = (layer.sliding_window_size or 0, layer.num_sink_tokens or 0)
         pg_of = self.get_life_cycle_pool_group_indices(GPU_LEVEL)
         remaining = [d.num_slots for d in self.get_pool_group_descs(GPU_LEVEL)]
@@ -711,6 +722,8 @@ class KVCacheManager(Managed):
                 blocks = -(-n // tpb)
                 first = 0 if window == 0 or n <= window else (n - window) // tpb
                 out[pg_of[lg]] += blocks - first + min(-(-sinks // tpb), first)
+            for lg in states:
+                out[pg_of[lg]] += 1
             return out
 
         for g, k in enumerate(slots(1)):
@@ -1003,6 +1016,9 @@ class KVCacheManager(Managed):
             by_group: dict[int, LifeCycle] = {}
             for layer in self._config.layers:
                 g = self.get_layer_group_id(layer.layer_id)
+                if isinstance(layer, SsmLayerConfig):
+                    by_group.setdefault(g, LifeCycle(g, None, 0, is_ssm=True))
+                    continue
                 sinks = -(-(layer.num_sink_tokens or 0) // tpb)
                 by_group.setdefault(g, LifeCycle(g, layer.sliding_window_size or None, sinks))
             lcs = self._lc_cache = [by_group[g] for g in range(self._num_layer_groups)]
@@ -1278,7 +1294,7 @@ class KVCacheManager(Managed):
         if not em._window_given:
             windows = {}
             for layer in self._config.layers:
-                if layer.sliding_window_size:
+                if getattr(layer, "sliding_window_size", None):  # SSM layers have no window
                     windows[self.get_layer_group_id(layer.layer_id)] = layer.sliding_window_size
             if windows:
                 em.set_layer_group_window_sizes(windows)

@@ -101,3 +101,26 @@ def test_ssm_names_are_kvcm_s_own():
     assert kvcm.SsmLayerConfig is SsmLayerConfig
     d = SsmSnapshotIterationStatsDelta(iter_snapshot_lookups=2, iter_snapshot_hits=1)
     assert d.iter_snapshot_hit_rate == 0.5 and not d.empty
+
+
+def test_ssm_manager_serves_events_priorities_and_clamping(backend):
+    """The KVCM2 surfaces that walk the layers take SSM layers: an event
+    manager, a priority callback (asked with the SSM LifeCycle), and
+    clamp_max_seq_len_for_mem (one state per request)."""
+    asked = []
+
+    def priority(ordinal, lc):
+        asked.append((int(lc), lc.is_ssm, lc.window_size))
+        return 50
+
+    em = kvcm.KVCacheEventManager(64)
+    with KVCacheManager(ssm_config(max_ssm_slots=2), em, device="emu") as m:
+        tokens = list(range(8))
+        with m.create_kv_cache(None, tokens, custom_priority_callback=priority) as c:
+            assert c.resume(m.create_stream())
+            compute_to(c, tokens, 8)
+        assert (1, True, None) in asked and (0, False, None) in asked
+        em.flush_iteration_events()
+        assert em.get_latest_events(0)
+        assert m.clamp_max_seq_len_for_mem(3, 1 << 20) == 0, "two SSM slots hold two requests, not three"
+        assert m.clamp_max_seq_len_for_mem(2, 64) == 64
