@@ -16,7 +16,12 @@
 // Words: a tier is a configured kind of storage (config.CacheTierConfig, the
 // design's cache_tiers); a level is a tier's place at run time
 // (layout.CacheLevel, 0 the GPU): level i holds cache_tiers[i]. A layer group
-// (layout.LayerGroupID) is the design's lifecycle.
+// (layout.LayerGroupID) is the design's lifecycle. With SSM layers
+// (config.SsmLayerConfig) one more layer group holds one state page per
+// cache instead of a page per block: the cache gets it at its first Resume
+// (a copy of the snapshot it reused, or a fresh page), SsmBlockBaseIndex
+// locates it, and a Commit that ends on a block boundary snapshots it into
+// that block, where reuse ends (KVCacheManagerV2's commit_min_snapshot).
 //
 // Files by job: manager.go and construct.go build and close the manager;
 // kvcache.go is a cache's lifecycle; tree.go the radix tree and prefix
