@@ -230,6 +230,10 @@ func (m *Manager) init(cc *codec.Guarded) error {
 func (m *Manager) initHotLevel(weights []float64) error {
 	hot := m.cfg.CacheTiers[0]
 	floors := m.lt.HotFloors(&m.cfg)
+	if ssm := m.lt.SSM; ssm >= 0 && m.cfg.MaxSsmSlots > 0 && floors[ssm] > m.cfg.MaxSsmSlots {
+		return &config.Error{Field: "max_ssm_slots", Msg: fmt.Sprintf(
+			"%d is below the %d SSM states the constraints need (one per request)", m.cfg.MaxSsmSlots, floors[ssm])}
+	}
 	slots, err := m.lt.HotSlots(hot.Quota, weights, floors)
 	if err != nil {
 		return &config.Error{Field: "cache_tiers[0].quota", Msg: err.Error()}

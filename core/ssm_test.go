@@ -217,6 +217,16 @@ func TestMaxSsmSlotsCapsTheSsmPoolGroup(t *testing.T) {
 	for _, x := range []*KVCache{a, b} {
 		require.NoError(t, x.Close())
 	}
+
+	cfg.Constraints = []config.BatchDesc{{Requests: []config.RequestDesc{{Capacity: 4}, {Capacity: 4}, {Capacity: 4}}}}
+	_, err = NewManager(cfg, WithDevice(f.dev))
+	var ce *config.Error
+	require.ErrorAs(t, err, &ce, "a cap below the states the constraints need")
+	assert.Equal(t, "max_ssm_slots", ce.Field)
+	cfg.MaxSsmSlots = 3
+	m, err := NewManager(cfg, WithDevice(f.dev))
+	require.NoError(t, err)
+	require.NoError(t, m.Close())
 }
 
 // An SSM state is a page of one more layer group: a suspended cache's state

@@ -113,7 +113,8 @@ func (lt *Layout) HotFloors(cfg *config.Config) []int64 {
 // would get more than MaxSlots slots. The slots of all groups together never
 // take more than quota bytes. With MaxSsmSlots, the SSM layer group's pool
 // group gets at most that many slots (at least its floor) and the bytes it
-// leaves are shared among the others.
+// leaves are shared among the others (the manager refuses a cap below the
+// group's floor).
 func (lt *Layout) HotSlots(quota int64, weights []float64, floors []int64) ([]int64, error) {
 	lvl := &lt.Levels[0]
 	gw := make([]float64, len(lvl.Groups))
