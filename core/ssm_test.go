@@ -218,7 +218,9 @@ func TestMaxSsmSlotsCapsTheSsmPoolGroup(t *testing.T) {
 		require.NoError(t, x.Close())
 	}
 
-	cfg.Constraints = []config.BatchDesc{{Requests: []config.RequestDesc{{Capacity: 4}, {Capacity: 4}, {Capacity: 4}}}}
+	// Zero-capacity requests hold only their states (KVCacheManagerV2's
+	// hybrid floors).
+	cfg.Constraints = []config.BatchDesc{{Requests: []config.RequestDesc{{}, {}, {}}}}
 	_, err = NewManager(cfg, WithDevice(f.dev))
 	var ce *config.Error
 	require.ErrorAs(t, err, &ce, "a cap below the states the constraints need")

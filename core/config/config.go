@@ -180,7 +180,7 @@ func Shared(c SharedCacheTierConfig) CacheTierConfig {
 }
 
 // RequestDesc is one request of a batch: how many tokens it holds pages for
-// and how many of them are already computed.
+// (0: none, only its SSM state) and how many of them are already computed.
 type RequestDesc struct {
 	Capacity      int
 	HistoryLength int
@@ -668,8 +668,10 @@ func validateBatch(field string, b BatchDesc) error {
 	}
 	for i, r := range b.Requests {
 		f := fmt.Sprintf("%s.kv_caches[%d]", field, i)
-		if r.Capacity <= 0 {
-			return fieldErr(f+".capacity", "must be positive, got %d", r.Capacity)
+		// 0, as in KVCacheManagerV2, is a request holding only its SSM
+		// state: hybrid models' constraints reserve states that way.
+		if r.Capacity < 0 {
+			return fieldErr(f+".capacity", "must not be negative, got %d", r.Capacity)
 		}
 		if r.HistoryLength < 0 || r.HistoryLength > r.Capacity {
 			return fieldErr(f+".history_length", "must be in [0, capacity=%d], got %d", r.Capacity, r.HistoryLength)

@@ -111,7 +111,8 @@ type SsmLayerConfig struct {
 //kvcm:since 1
 //kvcm:cppns c
 type RequestDesc struct {
-	// Capacity is the request's tokens with pages (positive).
+	// Capacity is the request's tokens with pages (not negative; 0 holds
+	// only its SSM state, as in KVCacheManagerV2's hybrid constraints).
 	Capacity int64
 	// HistoryLength is the request's computed tokens, in [0, capacity].
 	HistoryLength int64

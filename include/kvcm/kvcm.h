@@ -1693,7 +1693,8 @@ struct kvcm_pool_group_stats {
  */
 struct kvcm_request_desc {
     /**
-     * capacity is the request's tokens with pages (positive).
+     * capacity is the request's tokens with pages (not negative; 0 holds
+     * only its SSM state, as in KVCacheManagerV2's hybrid constraints).
      */
     int64_t capacity;
     /**

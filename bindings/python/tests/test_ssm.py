@@ -88,11 +88,19 @@ def test_reuse_ends_at_the_last_snapshot_and_is_counted(backend):
 
 
 def test_max_ssm_slots_caps_the_ssm_pool_group():
-    """max_ssm_slots caps the SSM layer group's GPU slots."""
+    """max_ssm_slots caps the SSM layer group's GPU slots; a constraint of
+    zero-capacity requests (KVCM2's hybrid floor: states only) needs one slot
+    per request, and a cap below that names max_ssm_slots."""
     with KVCacheManager(ssm_config(max_ssm_slots=3), device="emu") as m:
         descs = m.pool_group_descs
         assert descs[1].num_slots == 3
         assert descs[0].num_slots > 3
+    states_only = [kvcm.BatchDesc([kvcm.KVCacheDesc(0, 0)] * 3)]
+    with KVCacheManager(ssm_config(max_ssm_slots=3, constraints=states_only), device="emu") as m:
+        assert m.pool_group_descs[1].num_slots == 3
+    with pytest.raises(InvalidConfigError) as e:
+        KVCacheManager(ssm_config(max_ssm_slots=2, constraints=states_only), device="emu")
+    assert e.value.field == "max_ssm_slots"
 
 
 def test_ssm_names_are_kvcm_s_own():
