@@ -284,6 +284,7 @@ static const kvcm_api kvcm__table = {
     kvcm_stream_synchronize,
     kvcm_kv_cache_get_cached_tokens_by_level,
     kvcm_kv_cache_get_committed_tokens,
+    kvcm_kv_cache_get_reuse_diagnostics,
     kvcm_kv_cache_get_ssm_block_base_index,
     kvcm_kv_cache_get_stats,
     kvcm_kv_cache_set_stream,

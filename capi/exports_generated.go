@@ -654,6 +654,32 @@ func kvcm_kv_cache_get_num_committed_tokens(cache C.kvcm_kv_cache, out *C.int64_
 	return statusOf(kvcmFn, glueKVCacheGetNumCommittedTokens(cacheObj, out))
 }
 
+// kvcm_kv_cache_get_reuse_diagnostics is the export of kvcm_kv_cache_get_reuse_diagnostics (ABI version 2).
+//
+//export kvcm_kv_cache_get_reuse_diagnostics
+func kvcm_kv_cache_get_reuse_diagnostics(cache C.kvcm_kv_cache, out *C.kvcm_reuse_diagnostics) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_get_reuse_diagnostics"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = C.kvcm_reuse_diagnostics{}
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheGetReuseDiagnostics(cacheObj, out))
+}
+
 // kvcm_kv_cache_get_reused_tokens is the export of kvcm_kv_cache_get_reused_tokens (ABI version 1).
 //
 //export kvcm_kv_cache_get_reused_tokens

@@ -174,6 +174,12 @@ func glueKVCacheGetSsmBlockBaseIndex(c *kvCacheObj, lg C.kvcm_layer_group_id, ou
 	return nil
 }
 
+func glueKVCacheGetReuseDiagnostics(c *kvCacheObj, out *C.kvcm_reuse_diagnostics) error {
+	d := c.Core().ReuseDiagnostics()
+	*out = C.kvcm_reuse_diagnostics{content_tokens: C.int64_t(d.ContentTokens), attention_tokens: C.int64_t(d.AttentionTokens)}
+	return nil
+}
+
 func glueKVCacheGetStats(c *kvCacheObj, out *C.kvcm_block_stats) error {
 	*out = cBlockStats(c.Core().Stats())
 	return nil

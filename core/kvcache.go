@@ -125,6 +125,20 @@ type KVCache struct {
 	// first Resume copies into a private one.
 	ssm       *page
 	ssmShared bool
+	// diag is the reuse match's diagnostics at creation.
+	diag ReuseDiagnostics
+}
+
+// ReuseDiagnostics says how a cache's reuse was cut at creation
+// (KVCacheManagerV2's _get_num_reusable_tokens_before_pruning and
+// _before_hybrid_pruning): ContentTokens are the tokens of the prompt's full
+// blocks the tree holds by content, AttentionTokens those the attention
+// layer groups could reuse (their pages present); the reused tokens are
+// AttentionTokens cut back to the last SSM snapshot with SSM layers, and
+// with partial reuse they may add a partial block. All three are after
+// ReuseMatchBackoff.
+type ReuseDiagnostics struct {
+	ContentTokens, AttentionTokens int
 }
 
 // CreateKVCache creates a SUSPENDED cache holding the longest reusable cached
@@ -191,6 +205,7 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	c.chain.users++
 	m.caches[c.id] = c
 	c.promptLen = len(opts.InputTokens)
+	c.diag = ReuseDiagnostics{ContentTokens: mt.contentBlocks * tpb, AttentionTokens: mt.usableBlocks * tpb}
 	c.stats = m.stats.onCreate(len(opts.InputTokens)/tpb, len(mt.path), mt.partLen > 0)
 	m.onCreatePages(c, mt, len(opts.InputTokens))
 	if m.lt.SSM >= 0 {
@@ -327,6 +342,9 @@ func (c *KVCache) Scope() blockhash.Scope { return c.scope }
 
 // ReusedTokens returns how many tokens were reused at creation.
 func (c *KVCache) ReusedTokens() int { return c.reused }
+
+// ReuseDiagnostics returns how the cache's reuse was cut at creation.
+func (c *KVCache) ReuseDiagnostics() ReuseDiagnostics { return c.diag }
 
 // Stream returns the stream of an ACTIVE cache, nil otherwise.
 func (c *KVCache) Stream() device.Stream {

@@ -152,6 +152,12 @@ func TestSsmReuseEndsAtTheLastSnapshot(t *testing.T) {
 	for _, c := range []struct{ prompt, reused int }{{24, 12}, {16, 12}, {12, 12}, {11, 0}, {8, 0}} {
 		assert.Equal(t, c.reused, f.m.ProbeReuse(blockhash.Scope{}, prompt[:c.prompt]), "prompt of %d tokens", c.prompt)
 	}
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt[:20]})
+	require.NoError(t, err)
+	assert.Equal(t, ReuseDiagnostics{ContentTokens: 16, AttentionTokens: 16}, c.ReuseDiagnostics(),
+		"16 tokens match and are usable; the SSM snapshot cuts reuse to 12")
+	assert.Equal(t, 12, c.ReusedTokens())
+	require.NoError(t, c.Close())
 	f.m.cfg.ReuseMatchBackoff = 1
 	assert.Equal(t, 0, f.m.ProbeReuse(blockhash.Scope{}, prompt), "backing off one token leaves no snapshot")
 }

@@ -134,6 +134,10 @@ type match struct {
 	path    []*node // nodes of the reused full blocks
 	partial *node   // source of a partially reused block
 	partLen int
+	// contentBlocks are the input's full blocks the tree holds by content;
+	// usableBlocks those of them the attention layer groups can reuse (the
+	// path before an SSM snapshot shortens it).
+	contentBlocks, usableBlocks int
 }
 
 func (mt *match) tokens(tpb int) int { return len(mt.path)*tpb + mt.partLen }
@@ -191,6 +195,7 @@ func (m *Manager) matchPrefix(scope blockhash.Scope, input []config.Token) match
 	}
 	m.matched = path
 	mt.path = path[:m.usablePrefix(path)]
+	mt.contentBlocks, mt.usableBlocks = len(path), len(mt.path)
 	if ssm := m.lt.SSM; ssm >= 0 {
 		for len(mt.path) > 0 && mt.path[len(mt.path)-1].pages[ssm] == nil {
 			mt.path = mt.path[:len(mt.path)-1]

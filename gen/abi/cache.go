@@ -263,6 +263,31 @@ type KVCacheGetBasePageIndices func(cache KVCache, layerGroup LayerGroupID, indi
 //kvcm:param out out Receives the slot.
 type KVCacheGetSsmBlockBaseIndex func(cache KVCache, layerGroup LayerGroupID, out spec.Out[int32]) *Status
 
+// ReuseDiagnostics says how a cache's reuse was cut at its creation
+// (KVCacheManagerV2's _get_num_reusable_tokens_before_pruning and
+// _before_hybrid_pruning), after reuse_match_backoff.
+//
+//kvcm:struct
+//kvcm:since 2
+type ReuseDiagnostics struct {
+	// ContentTokens are the tokens of the prompt's full blocks the tree
+	// holds by content.
+	ContentTokens int64
+	// AttentionTokens are those of them the attention layer groups can
+	// reuse (their pages present); with SSM layers the reused tokens are
+	// these cut back to the last SSM snapshot.
+	AttentionTokens int64
+}
+
+// KVCacheGetReuseDiagnostics returns how the cache's reuse was cut at its
+// creation.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param out out Receives the diagnostics.
+type KVCacheGetReuseDiagnostics func(cache KVCache, out spec.Out[ReuseDiagnostics]) *Status
+
 // KVCacheGetStats returns the block counters the cache added to the
 // manager's since its creation: reused and missed blocks at creation and the
 // blocks resize allocated for it (evictions and lost_pages are the manager's

@@ -591,6 +591,7 @@ typedef struct kvcm_pool_group_desc kvcm_pool_group_desc;
 typedef struct kvcm_pool_group_peak_block_stats kvcm_pool_group_peak_block_stats;
 typedef struct kvcm_pool_group_stats kvcm_pool_group_stats;
 typedef struct kvcm_request_desc kvcm_request_desc;
+typedef struct kvcm_reuse_diagnostics kvcm_reuse_diagnostics;
 typedef struct kvcm_reused_blocks_at_level kvcm_reused_blocks_at_level;
 typedef struct kvcm_shared_tier_config kvcm_shared_tier_config;
 typedef struct kvcm_ssm_layer_config kvcm_ssm_layer_config;
@@ -1704,6 +1705,26 @@ struct kvcm_request_desc {
 };
 
 /**
+ * kvcm_reuse_diagnostics says how a cache's reuse was cut at its creation
+ * (KVCacheManagerV2's _get_num_reusable_tokens_before_pruning and
+ * _before_hybrid_pruning), after reuse_match_backoff.
+ * @since ABI version 2.
+ */
+struct kvcm_reuse_diagnostics {
+    /**
+     * content_tokens are the tokens of the prompt's full blocks the tree
+     * holds by content.
+     */
+    int64_t content_tokens;
+    /**
+     * attention_tokens are those of them the attention layer groups can
+     * reuse (their pages present); with SSM layers the reused tokens are
+     * these cut back to the last SSM snapshot.
+     */
+    int64_t attention_tokens;
+};
+
+/**
  * kvcm_reused_blocks_at_level counts one layer group's pages reused during an
  * iteration from one level (the level each was on when a new cache reused
  * it).
@@ -2264,6 +2285,19 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_id(kvcm_kv_cache cache,
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_num_committed_tokens(kvcm_kv_cache cache, int64_t* out);
+
+/**
+ * kvcm_kv_cache_get_reuse_diagnostics returns how the cache's reuse was cut at its
+ * creation.
+ *
+ * @param cache [in] The cache.
+ * @param out [out] Receives the diagnostics.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_reuse_diagnostics(kvcm_kv_cache cache, kvcm_reuse_diagnostics* out);
 
 /**
  * kvcm_kv_cache_get_reused_tokens returns how many tokens were reused at creation.
@@ -3297,6 +3331,8 @@ struct kvcm_api {
     kvcm_status* (*kv_cache_get_cached_tokens_by_level)(kvcm_kv_cache cache, int64_t* tokens, size_t capacity, size_t* needed);
     /** kvcm_kv_cache_get_committed_tokens (since ABI version 2). */
     kvcm_status* (*kv_cache_get_committed_tokens)(kvcm_kv_cache cache, kvcm_token* tokens, size_t capacity, size_t* needed);
+    /** kvcm_kv_cache_get_reuse_diagnostics (since ABI version 2). */
+    kvcm_status* (*kv_cache_get_reuse_diagnostics)(kvcm_kv_cache cache, kvcm_reuse_diagnostics* out);
     /** kvcm_kv_cache_get_ssm_block_base_index (since ABI version 2). */
     kvcm_status* (*kv_cache_get_ssm_block_base_index)(kvcm_kv_cache cache, kvcm_layer_group_id layer_group, int32_t* out);
     /** kvcm_kv_cache_get_stats (since ABI version 2). */
@@ -3559,6 +3595,10 @@ KVCM_STATIC_ASSERT(sizeof(kvcm_request_desc) == 16, "layout of kvcm_request_desc
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_request_desc) == 8, "alignment of kvcm_request_desc changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_request_desc, capacity) == 0, "layout of kvcm_request_desc changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_request_desc, history_length) == 8, "layout of kvcm_request_desc changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_reuse_diagnostics) == 16, "layout of kvcm_reuse_diagnostics changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_reuse_diagnostics) == 8, "alignment of kvcm_reuse_diagnostics changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_reuse_diagnostics, content_tokens) == 0, "layout of kvcm_reuse_diagnostics changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_reuse_diagnostics, attention_tokens) == 8, "layout of kvcm_reuse_diagnostics changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_reused_blocks_at_level) == 24, "layout of kvcm_reused_blocks_at_level changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_reused_blocks_at_level) == 8, "alignment of kvcm_reused_blocks_at_level changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, layer_group) == 0, "layout of kvcm_reused_blocks_at_level changed");
@@ -3589,7 +3629,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, reused_tokens) ==
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, unreused_tokens) == 40, "layout of kvcm_ssm_snapshot_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, aligned_snapshot_hits) == 48, "layout of kvcm_ssm_snapshot_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, unaligned_snapshot_hits) == 56, "layout of kvcm_ssm_snapshot_iteration_stats changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 664, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 672, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
@@ -3662,19 +3702,20 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_free_memory) == 528, "layout of kvc
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_synchronize) == 536, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_cached_tokens_by_level) == 544, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_tokens) == 552, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_ssm_block_base_index) == 560, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 568, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 576, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 584, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 592, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 600, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 608, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 616, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 624, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_ssm_snapshot_iteration_stats) == 632, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 640, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 648, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 656, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_reuse_diagnostics) == 560, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_ssm_block_base_index) == 568, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 576, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 584, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 592, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 600, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 608, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 616, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 624, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 632, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_ssm_snapshot_iteration_stats) == 640, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 648, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 656, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 664, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus

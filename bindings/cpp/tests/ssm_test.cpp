@@ -69,6 +69,9 @@ TEST_F(SsmTest, StateSnapshotReuseAndStats)
     {
         kvcm::KVCache b = m.createKVCache(prompt);
         EXPECT_EQ(b.reusedTokens(), 8);
+        auto const diag = b.reuseDiagnostics();
+        EXPECT_EQ(diag.content_tokens, 8) << "the 10-token commit stored two full blocks";
+        EXPECT_EQ(diag.attention_tokens, 8);
         b.resume(stream);
         EXPECT_NE(b.ssmBlockBaseIndex(ssm), kvcm::kBadPageIndex);
     }

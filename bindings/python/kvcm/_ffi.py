@@ -519,6 +519,13 @@ class kvcm_request_desc(ctypes.Structure):
     """
 
 
+class kvcm_reuse_diagnostics(ctypes.Structure):
+    """kvcm_reuse_diagnostics says how a cache's reuse was cut at its creation
+    (KVCacheManagerV2's _get_num_reusable_tokens_before_pruning and
+    _before_hybrid_pruning), after reuse_match_backoff.
+    """
+
+
 class kvcm_reused_blocks_at_level(ctypes.Structure):
     """kvcm_reused_blocks_at_level counts one layer group's pages reused during an
     iteration from one level (the level each was on when a new cache reused
@@ -820,6 +827,11 @@ kvcm_request_desc._fields_ = [
     ("history_length", ctypes.c_int64),
 ]
 
+kvcm_reuse_diagnostics._fields_ = [
+    ("content_tokens", ctypes.c_int64),
+    ("attention_tokens", ctypes.c_int64),
+]
+
 kvcm_reused_blocks_at_level._fields_ = [
     ("layer_group", kvcm_layer_group_id),
     ("level", kvcm_cache_level),
@@ -884,6 +896,7 @@ LAYOUTS = {
     "kvcm_pool_group_peak_block_stats": (32, 8, {"index": 0, "available": 8, "unavailable": 16, "evictable": 24}),
     "kvcm_pool_group_stats": (56, 8, {"level": 0, "tier": 4, "index": 8, "page_bytes": 16, "total": 24, "free": 32, "evictable": 40, "available": 48}),
     "kvcm_request_desc": (16, 8, {"capacity": 0, "history_length": 8}),
+    "kvcm_reuse_diagnostics": (16, 8, {"content_tokens": 0, "attention_tokens": 8}),
     "kvcm_reused_blocks_at_level": (24, 8, {"layer_group": 0, "level": 4, "full_blocks": 8, "partial_blocks": 16}),
     "kvcm_shared_tier_config": (56, 8, {"addresses": 0, "key_namespace": 8, "ttl_ms": 16, "dial_timeout_ms": 24, "call_timeout_ms": 32, "queue_bytes": 40, "write_policy": 48}),
     "kvcm_ssm_layer_config": (24, 8, {"layer_id": 0, "buffers": 8, "num_buffers": 16}),
@@ -942,6 +955,7 @@ FUNCTIONS = {
     "kvcm_kv_cache_get_history_length": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_kv_cache_get_id": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_uint64)]),
     "kvcm_kv_cache_get_num_committed_tokens": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64)]),
+    "kvcm_kv_cache_get_reuse_diagnostics": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(kvcm_reuse_diagnostics)]),
     "kvcm_kv_cache_get_reused_tokens": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_kv_cache_get_ssm_block_base_index": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_layer_group_id, ctypes.POINTER(ctypes.c_int32)]),
     "kvcm_kv_cache_get_stats": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(kvcm_block_stats)]),
@@ -1029,6 +1043,7 @@ PARAMETERS = {
     "kvcm_kv_cache_get_history_length": ("cache", "out"),
     "kvcm_kv_cache_get_id": ("cache", "out"),
     "kvcm_kv_cache_get_num_committed_tokens": ("cache", "out"),
+    "kvcm_kv_cache_get_reuse_diagnostics": ("cache", "out"),
     "kvcm_kv_cache_get_reused_tokens": ("cache", "out"),
     "kvcm_kv_cache_get_ssm_block_base_index": ("cache", "layer_group", "out"),
     "kvcm_kv_cache_get_stats": ("cache", "out"),

@@ -2721,6 +2721,33 @@ done:
     return out;
 }
 
+/* kvcm_kv_cache_get_reuse_diagnostics(cache, out) */
+static PyObject *kx_fn_kvcm_kv_cache_get_reuse_diagnostics(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 2, "kvcm_kv_cache_get_reuse_diagnostics") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 16, &a1) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_get_reuse_diagnostics(a0, (kvcm_reuse_diagnostics*)a1.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    return out;
+}
+
 /* kvcm_kv_cache_get_ssm_block_base_index(cache, layer_group, out) */
 static PyObject *kx_fn_kvcm_kv_cache_get_ssm_block_base_index(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -3292,6 +3319,7 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_stream_synchronize", (PyCFunction)(void (*)(void))kx_fn_kvcm_stream_synchronize, METH_FASTCALL, "kvcm_stream_synchronize(stream)"},
     {"kvcm_kv_cache_get_cached_tokens_by_level", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_cached_tokens_by_level, METH_FASTCALL, "kvcm_kv_cache_get_cached_tokens_by_level(cache, tokens, capacity, needed)"},
     {"kvcm_kv_cache_get_committed_tokens", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_committed_tokens, METH_FASTCALL, "kvcm_kv_cache_get_committed_tokens(cache, tokens, capacity, needed)"},
+    {"kvcm_kv_cache_get_reuse_diagnostics", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_reuse_diagnostics, METH_FASTCALL, "kvcm_kv_cache_get_reuse_diagnostics(cache, out)"},
     {"kvcm_kv_cache_get_ssm_block_base_index", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_ssm_block_base_index, METH_FASTCALL, "kvcm_kv_cache_get_ssm_block_base_index(cache, layer_group, out)"},
     {"kvcm_kv_cache_get_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_stats, METH_FASTCALL, "kvcm_kv_cache_get_stats(cache, out)"},
     {"kvcm_kv_cache_set_stream", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_set_stream, METH_FASTCALL, "kvcm_kv_cache_set_stream(cache, stream)"},
@@ -3308,7 +3336,7 @@ static PyMethodDef kx_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 4, 4, 3, 2, 2, 1, 8, 4, 5, 4, 4, 4, 2, 7, 6};
+static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 4, 4, 2, 3, 2, 2, 1, 8, 4, 5, 4, 4, 4, 2, 7, 6};
 
 /* bind(name, parameter_names) -> the builtin function of name; its errors
  * name the parameters as parameter_names (a tuple of str, one a

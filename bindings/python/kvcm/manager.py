@@ -280,6 +280,7 @@ _cache_committed_tokens = bind("kvcm_kv_cache_get_committed_tokens")
 _cache_cached_tokens = bind("kvcm_kv_cache_get_cached_tokens_by_level")
 _cache_stats = bind("kvcm_kv_cache_get_stats")
 _cache_ssm_index = bind("kvcm_kv_cache_get_ssm_block_base_index", layer_group="layer_group_id")
+_cache_reuse_diag = bind("kvcm_kv_cache_get_reuse_diagnostics")
 _cache_suspend = bind("kvcm_kv_cache_suspend")
 _cache_resize = bind("kvcm_kv_cache_resize")
 _cache_commit = bind("kvcm_kv_cache_commit")
@@ -1810,6 +1811,23 @@ class _KVCache(Managed):
         out = ctypes.c_int32()
         _cache_ssm_index(self._native(), layer_group_id, _byref(out))
         return int(out.value)
+
+    def _reuse_diagnostics(self) -> Any:
+        d = ffi.kvcm_reuse_diagnostics()
+        _cache_reuse_diag(self._native(), _byref(d))
+        return d
+
+    def _get_num_reusable_tokens_before_pruning(self) -> int:
+        """KVCM2's diagnostic: the prompt's tokens whose full blocks the tree
+        held by content at creation (after reuse_match_backoff)."""
+        return int(self._reuse_diagnostics().content_tokens)
+
+    def _get_num_reusable_tokens_before_hybrid_pruning(self) -> int:
+        """KVCM2's diagnostic: the prompt's tokens the attention layer groups
+        could reuse at creation, before the SSM snapshot cut them back."""
+        return int(self._reuse_diagnostics().attention_tokens)
+
+    _get_num_tokens_before_hybrid_pruning = _get_num_reusable_tokens_before_hybrid_pruning
 
     def set_base_page_index_buf(self, beam_idx: int, layer_group_id: int, buf: Any) -> None:
         """Keep the base page indices of a layer group in a caller-owned

@@ -79,6 +79,8 @@ def test_reuse_ends_at_the_last_snapshot_and_is_counted(backend):
         assert [m.probe_reuse(None, tokens[:n]) for n in (24, 16, 12, 11)] == [12, 12, 12, 0]
         with m.create_kv_cache(None, tokens[:20]) as b:
             assert b.num_committed_tokens == 12
+            assert b._get_num_reusable_tokens_before_pruning() == 16
+            assert b._get_num_reusable_tokens_before_hybrid_pruning() == 16, "the snapshot cuts 16 to 12"
             assert b.resume(s)
             assert b.get_ssm_block_base_index(1) != BAD_PAGE_INDEX
         got = m.get_and_reset_ssm_snapshot_iteration_stats()

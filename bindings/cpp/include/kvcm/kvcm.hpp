@@ -1731,6 +1731,16 @@ public:
         detail::check(::kvcm_kv_cache_get_ssm_block_base_index(mHandle, layerGroup, &out));
         return out;
     }
+    // How the cache's reuse was cut at its creation: the prompt's tokens the
+    // tree holds by content, and those the attention layer groups can reuse
+    // (with SSM layers the reused tokens are these cut back to the last
+    // snapshot).
+    [[nodiscard]] ReuseDiagnostics reuseDiagnostics() const
+    {
+        ReuseDiagnostics out{};
+        detail::check(::kvcm_kv_cache_get_reuse_diagnostics(mHandle, &out));
+        return out;
+    }
     // Writes the indices into a caller buffer and returns their count; throws
     // Error(kBufferTooSmall) when capacity is less than the count.
     size_t basePageIndices(LayerGroupId layerGroup, int32_t* out, size_t capacity) const

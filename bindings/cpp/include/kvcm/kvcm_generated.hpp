@@ -665,6 +665,13 @@ using PoolGroupStats = ::kvcm_pool_group_stats;
 static_assert(std::is_standard_layout_v<PoolGroupStats> && std::is_trivially_copyable_v<PoolGroupStats>);
 static_assert(sizeof(PoolGroupStats) == 56 && alignof(PoolGroupStats) == 8);
 
+// kvcm_reuse_diagnostics says how a cache's reuse was cut at its creation
+// (KVCacheManagerV2's _get_num_reusable_tokens_before_pruning and
+// _before_hybrid_pruning), after reuse_match_backoff.
+using ReuseDiagnostics = ::kvcm_reuse_diagnostics;
+static_assert(std::is_standard_layout_v<ReuseDiagnostics> && std::is_trivially_copyable_v<ReuseDiagnostics>);
+static_assert(sizeof(ReuseDiagnostics) == 16 && alignof(ReuseDiagnostics) == 8);
+
 // kvcm_reused_blocks_at_level counts one layer group's pages reused during an
 // iteration from one level (the level each was on when a new cache reused
 // it).
