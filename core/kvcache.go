@@ -370,9 +370,9 @@ func (c *KVCache) eachPage(fn func(p *page)) {
 // brought back to the GPU (decoded), every page is pinned there, and stream
 // waits until they are ready. With SSM layers the first Resume gives the
 // cache its SSM state page: a copy of the reused snapshot (on stream), or a
-// fresh page when it reused none. It returns ErrResumeRefused while the GPU level
-// is busier than MaxUtilForResume, ErrOutOfPages when the GPU cannot take the
-// pages back, ErrCodecFailed when the codec failed to decode some (they are
+// fresh page when it reused none. It returns ErrResumeRefused while the GPU
+// level is busier than MaxUtilForResume, ErrOutOfPages when the GPU cannot
+// take the pages back (or give the SSM state a slot), ErrCodecFailed when the codec failed to decode some (they are
 // dropped) and ErrDataLost when a failure destroyed one of them (close the
 // cache then). On error the cache stays SUSPENDED.
 //

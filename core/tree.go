@@ -136,7 +136,7 @@ type match struct {
 	partLen int
 	// contentBlocks are the input's full blocks the tree holds by content;
 	// usableBlocks those of them the attention layer groups can reuse (the
-	// path before an SSM snapshot shortens it).
+	// path before the last SSM snapshot shortens it).
 	contentBlocks, usableBlocks int
 }
 
@@ -157,9 +157,9 @@ func (mt *match) snapshot(lt *layout.Layout) *page {
 // partial reuse the matching head of one more block. With SSM layers the
 // match ends at the last block holding an SSM snapshot, and there is no
 // partial reuse (a state exists only where a commit ended on a block
-// boundary). The whole input may match; the engine drops the last prompt token itself when it must compute
-// it. ReuseMatchBackoff tokens are then trimmed off the match's tail. It
-// changes nothing.
+// boundary). The whole input may match; the engine drops the last prompt
+// token itself when it must compute it. ReuseMatchBackoff tokens are then
+// trimmed off the match's tail. It changes nothing.
 func (m *Manager) findMatch(scope blockhash.Scope, input []config.Token) match {
 	mt := m.matchPrefix(scope, input)
 	if back := m.cfg.ReuseMatchBackoff; back > 0 && mt.tokens(m.cfg.TokensPerBlock) > 0 {
