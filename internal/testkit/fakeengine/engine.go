@@ -255,6 +255,27 @@ func (e *Engine) ExpectedState(tokens []config.Token, n int, layer int32, role c
 	return out, nil
 }
 
+// VerifyState reads back the SSM state of c (which must be ACTIVE) and
+// compares it with the fake model's state after the first n tokens, counting
+// it as one page. Mismatches are counted, not returned as errors.
+func (e *Engine) VerifyState(c *core.KVCache, tokens []config.Token, n int) (VerifyResult, error) {
+	var res VerifyResult
+	if err := checkRange(tokens, 0, n); err != nil {
+		return res, err
+	}
+	if len(e.ssm) == 0 {
+		return res, fmt.Errorf("fakeengine: no SSM layers: %w", core.ErrInvalidArgument)
+	}
+	stream, err := activeStream(c)
+	if err != nil {
+		return res, err
+	}
+	err = e.verifyState(c, stream, appendPrefixHashes(nil, e.opts.Seed, tokens[:n]), n, &res)
+	e.pagesVerified.Add(res.PagesVerified)
+	e.mismatches.Add(res.Mismatches)
+	return res, err
+}
+
 // stateSegments lists the state pages of c's SSM buffers, in e.ssm order.
 func (e *Engine) stateSegments(c *core.KVCache) ([]device.Ptr, error) {
 	slot, err := c.SsmBlockBaseIndex(e.ssmLG)
