@@ -735,6 +735,32 @@ func kvcm_kv_cache_get_num_committed_tokens(cache C.kvcm_kv_cache, out *C.int64_
 	return statusOf(kvcmFn, glueKVCacheGetNumCommittedTokens(cacheObj, out))
 }
 
+// kvcm_kv_cache_get_reuse_diagnostics is the export of kvcm_kv_cache_get_reuse_diagnostics (ABI version 2).
+//
+//export kvcm_kv_cache_get_reuse_diagnostics
+func kvcm_kv_cache_get_reuse_diagnostics(cache C.kvcm_kv_cache, out *C.kvcm_reuse_diagnostics) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_get_reuse_diagnostics"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = C.kvcm_reuse_diagnostics{}
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheGetReuseDiagnostics(cacheObj, out))
+}
+
 // kvcm_kv_cache_get_reused_tokens is the export of kvcm_kv_cache_get_reused_tokens (ABI version 1).
 //
 //export kvcm_kv_cache_get_reused_tokens
@@ -800,6 +826,32 @@ func kvcm_kv_cache_get_scratch_desc(cache C.kvcm_kv_cache, layer_group C.kvcm_la
 		return st
 	}
 	return statusOf(kvcmFn, glueKVCacheGetScratchDesc(cacheObj, layer_group, begin, end, slots, capacity, needed))
+}
+
+// kvcm_kv_cache_get_ssm_block_base_index is the export of kvcm_kv_cache_get_ssm_block_base_index (ABI version 2).
+//
+//export kvcm_kv_cache_get_ssm_block_base_index
+func kvcm_kv_cache_get_ssm_block_base_index(cache C.kvcm_kv_cache, layer_group C.kvcm_layer_group_id, out *C.int32_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_get_ssm_block_base_index"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheGetSsmBlockBaseIndex(cacheObj, layer_group, out))
 }
 
 // kvcm_kv_cache_get_stats is the export of kvcm_kv_cache_get_stats (ABI version 2).
@@ -1608,6 +1660,35 @@ func kvcm_manager_get_and_reset_layer_group_iteration_stats(manager C.kvcm_manag
 		return st
 	}
 	return statusOf(kvcmFn, glueManagerGetAndResetLayerGroupIterationStats(managerObj, stats, capacity, needed))
+}
+
+// kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats is the export of kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats (ABI version 2).
+//
+//export kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats
+func kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats(manager C.kvcm_manager, stats *C.kvcm_ssm_snapshot_iteration_stats, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if needed != nil {
+		*needed = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if stats == nil && capacity != 0 {
+		return argStatus(kvcmFn, "stats", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if needed == nil {
+		return argStatus(kvcmFn, "needed", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerGetAndResetSsmSnapshotIterationStats(managerObj, stats, capacity, needed))
 }
 
 // kvcm_manager_get_buffer_location is the export of kvcm_manager_get_buffer_location (ABI version 1).

@@ -201,6 +201,21 @@ func glueKVCacheGetBeamBasePageIndices(c *kvCacheObj, lg C.kvcm_layer_group_id, 
 	return fill(idx, indices, capacity, needed, func(i int32) C.int32_t { return C.int32_t(i) })
 }
 
+func glueKVCacheGetSsmBlockBaseIndex(c *kvCacheObj, lg C.kvcm_layer_group_id, out *C.int32_t) error {
+	s, err := c.Core().SsmBlockBaseIndex(layout.LayerGroupID(lg))
+	if err != nil {
+		return err
+	}
+	*out = C.int32_t(s)
+	return nil
+}
+
+func glueKVCacheGetReuseDiagnostics(c *kvCacheObj, out *C.kvcm_reuse_diagnostics) error {
+	d := c.Core().ReuseDiagnostics()
+	*out = C.kvcm_reuse_diagnostics{content_tokens: C.int64_t(d.ContentTokens), attention_tokens: C.int64_t(d.AttentionTokens)}
+	return nil
+}
+
 func glueKVCacheGetStats(c *kvCacheObj, out *C.kvcm_block_stats) error {
 	*out = cBlockStats(c.Core().Stats())
 	return nil

@@ -51,6 +51,9 @@ func (m *Manager) initBlobFormat() error {
 				l.Buffers = append(l.Buffers, blob.Buffer{Layer: b.Layer, Role: string(b.Role), Bytes: p.BufferBytes})
 			}
 		}
+		if lc.Window.SSM {
+			l.Window = -1 // an SSM state is no attention window's page
+		}
 		m.blobFP[i] = l.Fingerprint()
 	}
 	return nil

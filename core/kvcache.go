@@ -132,6 +132,26 @@ type KVCache struct {
 	// avgCapacity and avgHistory are the cache's mean capacity and history
 	// length, sampled for pool rebalancing (see rebalance.go).
 	avgCapacity, avgHistory mean
+	// ssm is the cache's SSM state page (one per request, in the SSM layer
+	// group): nil before the first Resume of a cache that reused no
+	// snapshot. ssmShared: ssm is still the reused snapshot, a tree page the
+	// first Resume copies into a private one.
+	ssm       *page
+	ssmShared bool
+	// diag is the reuse match's diagnostics at creation.
+	diag ReuseDiagnostics
+}
+
+// ReuseDiagnostics says how a cache's reuse was cut at creation
+// (KVCacheManagerV2's _get_num_reusable_tokens_before_pruning and
+// _before_hybrid_pruning): ContentTokens are the tokens of the prompt's full
+// blocks the tree holds by content, AttentionTokens those the attention
+// layer groups could reuse (their pages present); the reused tokens are
+// AttentionTokens cut back to the last SSM snapshot with SSM layers, and
+// with partial reuse they may add a partial block. All three are after
+// ReuseMatchBackoff.
+type ReuseDiagnostics struct {
+	ContentTokens, AttentionTokens int
 }
 
 // reserveBlocks makes room for n blocks (see blockRows).
@@ -183,6 +203,10 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 			}
 		}
 	}
+	if snap := mt.snapshot(m); snap != nil {
+		c.ssm, c.ssmShared = snap, true
+		m.ref(snap, false)
+	}
 	if mt.partial != nil {
 		if pages := m.copyPartial(mt.partial); pages != nil {
 			copy(c.addBlock(nil).pages, pages)
@@ -212,8 +236,12 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	c.promptLen = len(opts.InputTokens)
 	c.scratchOn = m.cfg.EnableSwaScratchReuse()
 	c.sampleCreate()
+	c.diag = ReuseDiagnostics{ContentTokens: mt.contentBlocks * tpb, AttentionTokens: mt.usableBlocks * tpb}
 	c.stats = m.stats.onCreate(len(opts.InputTokens)/tpb, len(mt.path), mt.partLen > 0)
 	m.onCreatePages(c, mt, len(opts.InputTokens))
+	if m.lt.SSM >= 0 {
+		m.stats.onSsmLookup(m.lt.SSM, len(opts.InputTokens), reused, tpb)
+	}
 	m.safePoint()
 	return c, nil
 }
@@ -353,6 +381,9 @@ func (c *KVCache) Scope() blockhash.Scope { return c.scope }
 // ReusedTokens returns how many tokens were reused at creation.
 func (c *KVCache) ReusedTokens() int { return c.reused }
 
+// ReuseDiagnostics returns how the cache's reuse was cut at creation.
+func (c *KVCache) ReuseDiagnostics() ReuseDiagnostics { return c.diag }
+
 // Stream returns the stream of an ACTIVE cache, nil otherwise.
 func (c *KVCache) Stream() device.Stream {
 	c.m.mu.Lock()
@@ -366,13 +397,18 @@ func (c *KVCache) eachPage(fn func(p *page)) {
 	for i := range c.blocks {
 		c.blocks[i].eachPage(fn)
 	}
+	if c.ssm != nil {
+		fn(c.ssm)
+	}
 }
 
 // Resume makes a SUSPENDED cache ACTIVE on stream: pages on colder levels are
 // brought back to the GPU (decoded), every page is pinned there, and stream
-// waits until they are ready. It returns ErrResumeRefused while the GPU level
-// is busier than MaxUtilForResume, ErrOutOfPages when the GPU cannot take the
-// pages back, ErrCodecFailed when the codec failed to decode some (they are
+// waits until they are ready. With SSM layers the first Resume gives the
+// cache its SSM state page: a copy of the reused snapshot (on stream), or a
+// fresh page when it reused none. It returns ErrResumeRefused while the GPU
+// level is busier than MaxUtilForResume, ErrOutOfPages when the GPU cannot
+// take the pages back (or give the SSM state a slot), ErrCodecFailed when the codec failed to decode some (they are
 // dropped) and ErrDataLost when a failure destroyed one of them (close the
 // cache then). With SWA scratch reuse it takes the scratch slots of the
 // cache's current step again (Suspend released them). On error the cache
@@ -432,6 +468,9 @@ func (c *KVCache) Resume(stream device.Stream) error {
 		c.eachPage(func(p *page) { waits.addFence(p.group.fences[p.slot]) })
 		err = waits.apply(stream)
 	}
+	if err == nil && m.lt.SSM >= 0 && (c.ssm == nil || c.ssmShared) {
+		err = c.ownSsmState(stream)
+	}
 	if err != nil {
 		for _, p := range pinned {
 			p.active--
@@ -449,6 +488,61 @@ func (c *KVCache) Resume(stream device.Stream) error {
 	m.pinned = pinned
 	c.stream, c.next, c.status = stream, stream, Active
 	m.safePoint()
+	return nil
+}
+
+// ownSsmState gives a resuming cache its private SSM state page on the GPU
+// level: a copy, on stream, of the reused snapshot (pinned by Resume, which
+// it then releases), or a fresh page. On error it changes nothing.
+func (c *KVCache) ownSsmState(stream device.Stream) error {
+	m := c.m
+	g := m.levels[0].groupOf(m.lt.SSM)
+	if err := m.reserveAt(0, need(nil).add(g, 1)); err != nil {
+		return fmt.Errorf("SSM state: %w", err)
+	}
+	np := m.newPage(g, m.lt.SSM)
+	m.ref(np, true)
+	src := c.ssm
+	if !c.ssmShared {
+		src = nil
+	}
+	if err := m.copyPage(stream, np, src); err != nil {
+		m.unref(np, true)
+		return fmt.Errorf("SSM state: %w", err)
+	}
+	if src != nil {
+		m.unref(src, true)
+	}
+	c.ssm, c.ssmShared = np, false
+	return nil
+}
+
+// copyPage makes stream wait for dst's slot and, with a source, copies src
+// (a page of the same layer group on the GPU level) into dst on stream,
+// fencing both slots by the copy.
+func (m *Manager) copyPage(stream device.Stream, dst, src *page) error {
+	waits := waitSet{skip: stream}
+	waits.addFence(dst.group.fences[dst.slot])
+	if src != nil {
+		waits.addFence(src.group.fences[src.slot])
+	}
+	if err := waits.apply(stream); err != nil || src == nil {
+		return err
+	}
+	descs := make([]device.CopyDesc, len(src.group.desc.PoolBytes))
+	for pool, n := range src.group.desc.PoolBytes {
+		descs[pool] = device.CopyDesc{Dst: dst.group.slotAddr(pool, dst.slot), Src: src.group.slotAddr(pool, src.slot), Size: n}
+	}
+	if err := stream.BatchCopy(descs); err != nil {
+		return err
+	}
+	ev, err := m.events.record(stream)
+	if err != nil {
+		return err
+	}
+	src.group.fences[src.slot].add(&m.events, ev)
+	dst.group.fences[dst.slot].add(&m.events, ev)
+	m.events.release(ev)
 	return nil
 }
 
@@ -576,6 +670,9 @@ func (c *KVCache) attachStreamEvent(pages func(fn func(p *page))) error {
 				p.group.fences[p.slot].add(&c.m.events, ev)
 			}
 		}
+		if c.ssm != nil {
+			c.ssm.group.fences[c.ssm.slot].add(&c.m.events, ev)
+		}
 	default:
 		pages(func(p *page) { p.group.fences[p.slot].add(&c.m.events, ev) })
 	}
@@ -657,6 +754,10 @@ func (c *KVCache) closeLocked(force bool) error {
 	}
 	m.putSpareRows(blockRows{c.blocks, c.rows})
 	c.blocks, c.rows = nil, nil
+	if c.ssm != nil {
+		m.unref(c.ssm, active)
+		c.ssm = nil
+	}
 	c.chain.users--
 	m.prune = append(m.prune, c.chain)
 	c.stream, c.status = nil, Closed
@@ -1025,6 +1126,9 @@ func (c *KVCache) commit(tokens []config.Token, parents []int, isEnd bool) error
 	}
 	c.tail = append(c.tail, rest...)
 	c.committed += len(tokens)
+	if full > first && c.committed%tpb == 0 {
+		c.snapshotSsm()
+	}
 	if history > c.history {
 		for _, p := range dropScratch {
 			p.group.fences[p.slot].add(&m.events, ev)
@@ -1043,8 +1147,36 @@ func (c *KVCache) commit(tokens []config.Token, parents []int, isEnd bool) error
 func (c *KVCache) endCommits(isEnd bool) {
 	if isEnd {
 		c.stopped = true
-		c.pendingPartial = c.m.cfg.EnablePartialReuse && c.committed%c.m.cfg.TokensPerBlock != 0
+		c.pendingPartial = c.m.cfg.EnablePartialReuse && c.committed%c.m.cfg.TokensPerBlock != 0 && c.m.lt.SSM < 0
 	}
+}
+
+// snapshotSsm copies the cache's SSM state, which the engine's work on the
+// cache's stream brought to the committed tokens, into a new GPU page of the
+// committed chain's last block (KVCacheManagerV2's commit_min_snapshot), so a
+// request reusing that block resumes from it. It is best effort, as in
+// KVCacheManagerV2: without a GPU slot, or when the block has a snapshot
+// already, the block stays without one (and reuse stops before it).
+func (c *KVCache) snapshotSsm() {
+	m, n := c.m, c.chain
+	if m.lt.SSM < 0 || c.ssm == nil || c.ssmShared || c.detached || n.parent == 0 || m.pagesOf(n)[m.lt.SSM] != nil {
+		return
+	}
+	g := m.levels[0].groupOf(m.lt.SSM)
+	if m.reserveAt(0, need(nil).add(g, 1)) != nil {
+		return
+	}
+	np := m.newPage(g, m.lt.SSM)
+	if err := m.copyPage(c.stream, np, c.ssm); err != nil {
+		m.freePage(np)
+		return
+	}
+	np.node = n
+	m.pagesOf(n)[m.lt.SSM] = np
+	m.tick++
+	np.lastUsed = m.tick
+	np.refresh()
+	m.emitUpdated(n, m.lt.SSM, DroppedLevel, layout.GPULevel)
 }
 
 // advanceHistory sets a larger history length within the capacity and
@@ -1249,6 +1381,28 @@ func (c *KVCache) AppendBasePageIndices(dst []int32, lg layout.LayerGroupID) ([]
 
 func (c *KVCache) basePageIndices(lg layout.LayerGroupID, dst []int32) ([]int32, error) {
 	return c.beamPageIndices(lg, DefaultBeamIndex, dst)
+}
+
+// SsmBlockBaseIndex returns, for an ACTIVE cache, the GPU slot of its SSM
+// state in layer group lg (KVCacheManagerV2's get_ssm_block_base_index);
+// BadPageIndex for an attention layer group. Turn it into a buffer's page
+// index with BufferLocation.PageIndex.
+func (c *KVCache) SsmBlockBaseIndex(lg layout.LayerGroupID) (int32, error) {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	if c.status != Active {
+		return BadPageIndex, stateErr("SSM block base index", c.status)
+	}
+	if lg < 0 || int(lg) >= len(c.m.lt.LifeCycles) {
+		return BadPageIndex, argErr("layer_group_id", "%d out of [0, %d)", lg, len(c.m.lt.LifeCycles))
+	}
+	if err := c.checkLost(); err != nil {
+		return BadPageIndex, err
+	}
+	if !c.m.lt.IsSSM(lg) || c.ssm == nil {
+		return BadPageIndex, nil
+	}
+	return c.ssm.slot, nil
 }
 
 // Stats returns the block counters this cache added to the manager's since

@@ -19,7 +19,12 @@
 // Words: a tier is a configured kind of storage (config.CacheTierConfig, the
 // design's cache_tiers); a level is a tier's place at run time
 // (layout.CacheLevel, 0 the GPU): level i holds cache_tiers[i]. A layer group
-// (layout.LayerGroupID) is the design's lifecycle.
+// (layout.LayerGroupID) is the design's lifecycle. With SSM layers
+// (config.SsmLayerConfig) one more layer group holds one state page per
+// cache instead of a page per block: the cache gets it at its first Resume
+// (a copy of the snapshot it reused, or a fresh page), SsmBlockBaseIndex
+// locates it, and a Commit that ends on a block boundary snapshots it into
+// that block, where reuse ends (KVCacheManagerV2's commit_min_snapshot).
 //
 // Files by job: manager.go and construct.go build and close the manager;
 // kvcache.go is a cache's lifecycle; beam.go its beams (per-beam pages, copy
@@ -259,6 +264,10 @@ func (m *Manager) init(cc *codec.Guarded) error {
 func (m *Manager) initHotLevel(weights []float64) error {
 	hot := m.cfg.CacheTiers[0]
 	floors := m.lt.HotFloors(&m.cfg)
+	if ssm := m.lt.SSM; ssm >= 0 && m.cfg.MaxSsmSlots > 0 && floors[ssm] > m.cfg.MaxSsmSlots {
+		return &config.Error{Field: "max_ssm_slots", Msg: fmt.Sprintf(
+			"%d is below the %d SSM states the constraints need (one per request)", m.cfg.MaxSsmSlots, floors[ssm])}
+	}
 	slots, err := m.lt.HotSlots(hot.Quota, weights, floors)
 	if err != nil {
 		return &config.Error{Field: "cache_tiers[0].quota", Msg: err.Error()}

@@ -178,16 +178,32 @@ type match struct {
 	path    []*node // nodes of the reused full blocks
 	partial *node   // source of a partially reused block
 	partLen int
+	// contentBlocks are the input's full blocks the tree holds by content;
+	// usableBlocks those of them the attention layer groups can reuse (the
+	// path before the last SSM snapshot shortens it).
+	contentBlocks, usableBlocks int
 }
 
 func (mt *match) tokens(tpb int) int { return len(mt.path)*tpb + mt.partLen }
 
+// snapshot returns the SSM snapshot a cache reusing the match starts from:
+// the last reused block's (matchPrefix ends the path at a block with one);
+// nil without SSM layers or reuse.
+func (mt *match) snapshot(m *Manager) *page {
+	if m.lt.SSM < 0 || len(mt.path) == 0 {
+		return nil
+	}
+	return m.pagesOf(mt.path[len(mt.path)-1])[m.lt.SSM]
+}
+
 // findMatch returns the reusable prefix of input: every full block the tree
 // holds along it (as far as every lifecycle has the pages it needs), and with
-// partial reuse the matching head of one more block. The whole input may
-// match; the engine drops the last prompt token itself when it must compute
-// it. ReuseMatchBackoff tokens are then trimmed off the match's tail. It
-// changes nothing.
+// partial reuse the matching head of one more block. With SSM layers the
+// match ends at the last block holding an SSM snapshot, and there is no
+// partial reuse (a state exists only where a commit ended on a block
+// boundary). The whole input may match; the engine drops the last prompt
+// token itself when it must compute it. ReuseMatchBackoff tokens are then
+// trimmed off the match's tail. It changes nothing.
 func (m *Manager) findMatch(scope blockhash.Scope, input []config.Token) match {
 	mt := m.matchPrefix(scope, input)
 	if back := m.cfg.ReuseMatchBackoff; back > 0 && mt.tokens(m.cfg.TokensPerBlock) > 0 {
@@ -223,6 +239,13 @@ func (m *Manager) matchPrefix(scope blockhash.Scope, input []config.Token) match
 	}
 	m.matched = path
 	mt.path = path[:m.usablePrefix(path)]
+	mt.contentBlocks, mt.usableBlocks = len(path), len(mt.path)
+	if ssm := m.lt.SSM; ssm >= 0 {
+		for len(mt.path) > 0 && m.pagesOf(mt.path[len(mt.path)-1])[ssm] == nil {
+			mt.path = mt.path[:len(mt.path)-1]
+		}
+		return mt
+	}
 	if !m.cfg.EnablePartialReuse {
 		return mt
 	}

@@ -18,10 +18,12 @@ import (
 )
 
 // Window is the attention-window shape that defines a lifecycle. Size 0 is
-// full attention.
+// full attention. SSM marks the SSM layer group instead: one fixed-size
+// state per request and no page per block (Size and Sinks are 0).
 type Window struct {
 	Size  int
 	Sinks int
+	SSM   bool
 }
 
 // BufferKey names one buffer: a layer and a role.
@@ -116,13 +118,23 @@ type Layout struct {
 	// Levels has one entry per configured tier; Levels[0] is the hot level.
 	// Cold levels are filled by SetColdPageBytes.
 	Levels []Level
+	// SSM is the SSM layer group, or -1 without SSM layers.
+	SSM LayerGroupID
+	// MaxSsmSlots caps the hot slots of the SSM layer group (0: no cap).
+	MaxSsmSlots int64
 }
+
+// IsSSM reports whether lc is the SSM layer group.
+func (lt *Layout) IsSSM(lc LayerGroupID) bool { return lt.SSM >= 0 && lc == lt.SSM }
 
 // NumLifeCycles returns the number of lifecycles (layer groups).
 func NumLifeCycles(cfg *config.Config) int {
 	seen := map[Window]bool{}
 	for _, l := range cfg.Layers {
-		seen[Window{l.SlidingWindowSize, l.NumSinkTokens}] = true
+		seen[Window{Size: l.SlidingWindowSize, Sinks: l.NumSinkTokens}] = true
+	}
+	if len(cfg.SsmLayers) > 0 {
+		return len(seen) + 1
 	}
 	return len(seen)
 }
@@ -130,15 +142,17 @@ func NumLifeCycles(cfg *config.Config) int {
 // New derives the hot layout. Lifecycle ids follow the ascending layer id of
 // each window shape's first layer; pools within a lifecycle are ordered by
 // descending buffer size, buffers within a pool by layer id and then by the
-// role order of the layer's configuration.
+// role order of the layer's configuration. The SSM layer group, when there
+// are SSM layers, comes after every attention layer group.
 func New(cfg *config.Config) *Layout {
 	layers := slices.Clone(cfg.Layers)
 	slices.SortFunc(layers, func(a, b config.AttentionLayerConfig) int { return cmp.Compare(a.LayerID, b.LayerID) })
 
-	lt := &Layout{TokensPerBlock: cfg.TokensPerBlock, Buffers: map[BufferKey]BufferLocation{}}
+	lt := &Layout{TokensPerBlock: cfg.TokensPerBlock, Buffers: map[BufferKey]BufferLocation{}, SSM: -1,
+		MaxSsmSlots: cfg.MaxSsmSlots}
 	byWindow := map[Window]LayerGroupID{}
 	for _, l := range layers {
-		w := Window{l.SlidingWindowSize, l.NumSinkTokens}
+		w := Window{Size: l.SlidingWindowSize, Sinks: l.NumSinkTokens}
 		id, ok := byWindow[w]
 		if !ok {
 			id = LayerGroupID(len(lt.LifeCycles))
@@ -149,6 +163,20 @@ func New(cfg *config.Config) *Layout {
 	}
 	for i := range lt.LifeCycles {
 		lt.buildPools(&lt.LifeCycles[i], layers)
+	}
+	if len(cfg.SsmLayers) > 0 {
+		ssm := make([]config.AttentionLayerConfig, len(cfg.SsmLayers))
+		for i, l := range cfg.SsmLayers {
+			ssm[i] = config.AttentionLayerConfig{LayerID: l.LayerID, Buffers: l.Buffers}
+		}
+		slices.SortFunc(ssm, func(a, b config.AttentionLayerConfig) int { return cmp.Compare(a.LayerID, b.LayerID) })
+		lt.SSM = LayerGroupID(len(lt.LifeCycles))
+		lc := LifeCycle{ID: lt.SSM, Window: Window{SSM: true}}
+		for _, l := range ssm {
+			lc.Layers = append(lc.Layers, l.LayerID)
+		}
+		lt.LifeCycles = append(lt.LifeCycles, lc)
+		lt.buildPools(&lt.LifeCycles[lt.SSM], ssm)
 	}
 	lt.Levels = make([]Level, len(cfg.CacheTiers))
 	for i, t := range cfg.CacheTiers {
@@ -224,7 +252,7 @@ func (lt *Layout) ScratchRange(lc LayerGroupID, history, capacity, maxRewind int
 }
 
 // hotLevel groups lifecycles whose slot layouts (pool slot sizes in order) are
-// identical.
+// identical; the SSM layer group keeps a pool group of its own.
 func hotLevel(lcs []LifeCycle) Level {
 	lvl := Level{Kind: config.GPUTier, LifeCycleToGroup: make([]PoolGroupIndex, len(lcs))}
 	for i := range lcs {
@@ -232,7 +260,9 @@ func hotLevel(lcs []LifeCycle) Level {
 		for j, p := range lcs[i].Pools {
 			sizes[j] = p.SlotBytes()
 		}
-		g := slices.IndexFunc(lvl.Groups, func(g Group) bool { return slices.Equal(g.PoolBytes, sizes) })
+		g := slices.IndexFunc(lvl.Groups, func(g Group) bool {
+			return slices.Equal(g.PoolBytes, sizes) && lcs[g.LifeCycles[0]].Window.SSM == lcs[i].Window.SSM
+		})
 		if g < 0 {
 			g = len(lvl.Groups)
 			lvl.Groups = append(lvl.Groups, Group{Index: PoolGroupIndex(g), PoolBytes: sizes})
@@ -286,6 +316,9 @@ func (lt *Layout) BlocksFor(n int) int {
 // once history tokens are computed: the sink blocks and those from the first
 // kept one on.
 func (lt *Layout) NewPagesNeeded(lc LayerGroupID, from, to, history int) int {
+	if lt.IsSSM(lc) {
+		return 0 // the state is per request, not per block
+	}
 	overlap := func(lo, hi int) int { return max(0, min(hi, to)-max(lo, from)) }
 	sinks := lt.SinkBlocks(lc)
 	return overlap(0, sinks) + overlap(max(sinks, lt.FirstKeptBlock(lc, history)), to)
@@ -298,8 +331,12 @@ func (lt *Layout) SinkBlocks(lc LayerGroupID) int {
 
 // FirstKeptBlock returns the first non-sink block lifecycle lc still needs
 // once history tokens are computed: later tokens attend back at most the
-// window size from the first uncomputed position.
+// window size from the first uncomputed position. The SSM layer group keeps
+// no block: every computed block is behind its state.
 func (lt *Layout) FirstKeptBlock(lc LayerGroupID, history int) int {
+	if lt.IsSSM(lc) {
+		return history / lt.TokensPerBlock
+	}
 	w := lt.LifeCycles[lc].Window.Size
 	if w == 0 || history <= w {
 		return 0
@@ -310,14 +347,21 @@ func (lt *Layout) FirstKeptBlock(lc LayerGroupID, history int) int {
 // Needs reports whether lifecycle lc needs block b of a sequence whose first
 // history tokens are computed.
 func (lt *Layout) Needs(lc LayerGroupID, b, history int) bool {
+	if lt.IsSSM(lc) {
+		return false
+	}
 	if lt.LifeCycles[lc].Window.Size == 0 {
 		return true // full attention
 	}
 	return b < lt.SinkBlocks(lc) || b >= lt.FirstKeptBlock(lc, history)
 }
 
-// PagesNeeded returns the pages lifecycle lc holds for one request.
+// PagesNeeded returns the pages lifecycle lc holds for one request: one state
+// in the SSM layer group.
 func (lt *Layout) PagesNeeded(lc LayerGroupID, r config.RequestDesc) int64 {
+	if lt.IsSSM(lc) {
+		return 1
+	}
 	total := lt.BlocksFor(r.Capacity)
 	first := min(lt.FirstKeptBlock(lc, r.HistoryLength), total)
 	sinks := min(lt.SinkBlocks(lc), first)

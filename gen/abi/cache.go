@@ -412,3 +412,42 @@ type PlannedDropDrop func(drop PlannedDrop) *Status
 //kvcm:thread handle
 //kvcm:param drop consumed The plan.
 type PlannedDropDestroy func(drop PlannedDrop) *Status
+
+// KVCacheGetSsmBlockBaseIndex returns, for an ACTIVE cache, the GPU slot of
+// its SSM state in a layer group (KVCacheManagerV2's
+// get_ssm_block_base_index), KVCM_BAD_PAGE_INDEX for an attention layer
+// group. Turn it into a buffer's page index with b*scale + offset from
+// kvcm_manager_get_buffer_location. A cache gets its SSM state at its first
+// resume: a copy of the snapshot it reused, or a fresh one.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param layerGroup in The layer group.
+//kvcm:param out out Receives the slot.
+type KVCacheGetSsmBlockBaseIndex func(cache KVCache, layerGroup LayerGroupID, out spec.Out[int32]) *Status
+
+// ReuseDiagnostics says how a cache's reuse was cut at its creation
+// (KVCacheManagerV2's _get_num_reusable_tokens_before_pruning and
+// _before_hybrid_pruning), after reuse_match_backoff.
+//
+//kvcm:struct
+//kvcm:since 2
+type ReuseDiagnostics struct {
+	// ContentTokens are the tokens of the prompt's full blocks the tree
+	// holds by content.
+	ContentTokens int64
+	// AttentionTokens are those of them the attention layer groups can
+	// reuse (their pages present); with SSM layers the reused tokens are
+	// these cut back to the last SSM snapshot.
+	AttentionTokens int64
+}
+
+// KVCacheGetReuseDiagnostics returns how the cache's reuse was cut at its
+// creation.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param out out Receives the diagnostics.
+type KVCacheGetReuseDiagnostics func(cache KVCache, out spec.Out[ReuseDiagnostics]) *Status

@@ -76,6 +76,14 @@
 //   - Pool sizing (issue 13 item 6): the rebalance_* fields take effect;
 //     kvcm_manager_need_adjustment, kvcm_manager_adjust and
 //     kvcm_manager_clamp_max_seq_len_for_mem.
+//   - SSM layers: kvcm_ssm_layer_config and kvcm_manager_config.ssm_layers,
+//     num_ssm_layers and max_ssm_slots (commit_min_snapshot is required
+//     with them and now has an effect), kvcm_kv_cache_get_ssm_block_base_index,
+//     kvcm_ssm_snapshot_iteration_stats and
+//     kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats;
+//     kvcm_reuse_diagnostics and kvcm_kv_cache_get_reuse_diagnostics; a
+//     kvcm_request_desc's capacity may be 0 (a request holding only its SSM
+//     state).
 //
 // Behaviour that changed for C users while ABI version 1 was unreleased
 // (no function, struct or constant changed):

@@ -132,6 +132,33 @@ type CacheEvent struct {
 	CacheID uint64
 }
 
+// SsmSnapshotIterationStats counts the SSM snapshot lookups of the SSM layer
+// group during an iteration (KVCacheManagerV2's
+// SsmSnapshotIterationStatsDelta): one lookup per cache created with input
+// tokens, a hit when it reused a snapshot.
+//
+//kvcm:struct
+//kvcm:since 2
+type SsmSnapshotIterationStats struct {
+	// LayerGroup is the SSM layer group.
+	LayerGroup LayerGroupID
+	// SnapshotLookups = snapshot_hits + snapshot_misses.
+	SnapshotLookups int64
+	// SnapshotHits are lookups that reused a snapshot.
+	SnapshotHits int64
+	// SnapshotMisses are lookups that reused none.
+	SnapshotMisses int64
+	// ReusedTokens are the input tokens the hits reused.
+	ReusedTokens int64
+	// UnreusedTokens are the lookups' input tokens left to compute.
+	UnreusedTokens int64
+	// AlignedSnapshotHits are hits on a block boundary (kvcm snapshots on
+	// block boundaries only: every hit).
+	AlignedSnapshotHits int64
+	// UnalignedSnapshotHits are hits inside a block (0 in kvcm).
+	UnalignedSnapshotHits int64
+}
+
 // LayerGroupIterationStats counts one layer group's page outcomes and moves
 // during an iteration (KVCacheManagerV2's KVCacheIterationStatsDelta). A
 // block counts in a layer group when the layer group has or gets a page for
@@ -560,6 +587,19 @@ type ManagerDrainBlockEvents func(manager Manager, events spec.Out[BlockEvent], 
 //kvcm:param capacity in Capacity of stats, in elements.
 //kvcm:param needed out Receives the number of layer groups.
 type ManagerGetAndResetLayerGroupIterationStats func(manager Manager, stats spec.Out[LayerGroupIterationStats], capacity spec.Size, needed spec.Out[spec.Size]) *Status
+
+// ManagerGetAndResetSsmSnapshotIterationStats returns the SSM snapshot
+// counters since the previous call, one entry per SSM layer group that
+// counted a lookup (none without SSM layers), and restarts them. When the
+// buffer is too small nothing is reset.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param stats out,nullable,len=capacity Receives one entry per SSM layer group with lookups.
+//kvcm:param capacity in Capacity of stats, in elements.
+//kvcm:param needed out Receives the number of entries.
+type ManagerGetAndResetSsmSnapshotIterationStats func(manager Manager, stats spec.Out[SsmSnapshotIterationStats], capacity spec.Size, needed spec.Out[spec.Size]) *Status
 
 // ManagerGetAndResetIterationReusedBlocksByLevel returns, for every layer
 // group and level (layer group major), the pages reused from that level

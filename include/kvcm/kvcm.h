@@ -611,8 +611,11 @@ typedef struct kvcm_pool_group_desc kvcm_pool_group_desc;
 typedef struct kvcm_pool_group_peak_block_stats kvcm_pool_group_peak_block_stats;
 typedef struct kvcm_pool_group_stats kvcm_pool_group_stats;
 typedef struct kvcm_request_desc kvcm_request_desc;
+typedef struct kvcm_reuse_diagnostics kvcm_reuse_diagnostics;
 typedef struct kvcm_reused_blocks_at_level kvcm_reused_blocks_at_level;
 typedef struct kvcm_shared_tier_config kvcm_shared_tier_config;
+typedef struct kvcm_ssm_layer_config kvcm_ssm_layer_config;
+typedef struct kvcm_ssm_snapshot_iteration_stats kvcm_ssm_snapshot_iteration_stats;
 
 /**
  * kvcm_attention_layer_config describes one attention layer.
@@ -1433,8 +1436,10 @@ struct kvcm_manager_config {
      */
     bool text_only;
     /**
-     * commit_min_snapshot is KVCacheManagerV2's commit_min_snapshot, carried
-     * and validated (it has an effect only with SSM layers, not supported). (since ABI version 2)
+     * commit_min_snapshot is KVCacheManagerV2's commit_min_snapshot, required
+     * with ssm_layers: a commit that ends on a block boundary snapshots the
+     * SSM state into that block for reuse. Without SSM layers it changes
+     * nothing. (since ABI version 2)
      */
     bool commit_min_snapshot;
     /**
@@ -1518,6 +1523,22 @@ struct kvcm_manager_config {
      * only). (since ABI version 2)
      */
     int64_t swa_scratch_max_rewind_len;
+    /**
+     * [borrowed, nullable, array of num_ssm_layers] ssm_layers are the state-space layers of a hybrid model (NULL for
+     * none); they need commit_min_snapshot. Errors name them as
+     * ssm_layers[i]. (since ABI version 2)
+     */
+    const kvcm_ssm_layer_config* ssm_layers;
+    /**
+     * num_ssm_layers is the length of ssm_layers. (since ABI version 2)
+     */
+    size_t num_ssm_layers;
+    /**
+     * max_ssm_slots caps the GPU slots of the SSM layer group (live states and
+     * snapshots); the bytes it leaves go to the attention layer groups. 0:
+     * no cap; only with ssm_layers. (since ABI version 2)
+     */
+    int64_t max_ssm_slots;
 };
 
 /** Initializer of a kvcm_manager_config: struct_size and abi_version set, every other field zero. */
@@ -1707,13 +1728,34 @@ struct kvcm_pool_group_stats {
  */
 struct kvcm_request_desc {
     /**
-     * capacity is the request's tokens with pages (positive).
+     * capacity is the request's tokens with pages (not negative; 0 holds
+     * only its SSM state, as in KVCacheManagerV2's hybrid constraints).
      */
     int64_t capacity;
     /**
      * history_length is the request's computed tokens, in [0, capacity].
      */
     int64_t history_length;
+};
+
+/**
+ * kvcm_reuse_diagnostics says how a cache's reuse was cut at its creation
+ * (KVCacheManagerV2's _get_num_reusable_tokens_before_pruning and
+ * _before_hybrid_pruning), after reuse_match_backoff.
+ * @since ABI version 2.
+ */
+struct kvcm_reuse_diagnostics {
+    /**
+     * content_tokens are the tokens of the prompt's full blocks the tree
+     * holds by content.
+     */
+    int64_t content_tokens;
+    /**
+     * attention_tokens are those of them the attention layer groups can
+     * reuse (their pages present); with SSM layers the reused tokens are
+     * these cut back to the last SSM snapshot.
+     */
+    int64_t attention_tokens;
 };
 
 /**
@@ -1783,6 +1825,72 @@ struct kvcm_shared_tier_config {
      * write_policy says when blocks are written.
      */
     kvcm_shared_write_policy write_policy;
+};
+
+/**
+ * kvcm_ssm_layer_config describes one state-space (Mamba) layer
+ * (KVCacheManagerV2's SsmLayerConfig): its buffers hold one fixed-size state
+ * per request, so a buffer's size is the bytes of the whole state. The SSM
+ * layers form one layer group, after every attention layer group.
+ * @since ABI version 2.
+ */
+struct kvcm_ssm_layer_config {
+    /**
+     * layer_id is the layer's id, unique among every layer of the
+     * configuration, attention layers included.
+     */
+    int32_t layer_id;
+    /**
+     * [borrowed, array of num_buffers] buffers are the layer's state buffers.
+     */
+    const kvcm_buffer_config* buffers;
+    /**
+     * num_buffers is the length of buffers (at least 1).
+     */
+    size_t num_buffers;
+};
+
+/**
+ * kvcm_ssm_snapshot_iteration_stats counts the SSM snapshot lookups of the SSM layer
+ * group during an iteration (KVCacheManagerV2's
+ * SsmSnapshotIterationStatsDelta): one lookup per cache created with input
+ * tokens, a hit when it reused a snapshot.
+ * @since ABI version 2.
+ */
+struct kvcm_ssm_snapshot_iteration_stats {
+    /**
+     * layer_group is the SSM layer group.
+     */
+    kvcm_layer_group_id layer_group;
+    /**
+     * snapshot_lookups = snapshot_hits + snapshot_misses.
+     */
+    int64_t snapshot_lookups;
+    /**
+     * snapshot_hits are lookups that reused a snapshot.
+     */
+    int64_t snapshot_hits;
+    /**
+     * snapshot_misses are lookups that reused none.
+     */
+    int64_t snapshot_misses;
+    /**
+     * reused_tokens are the input tokens the hits reused.
+     */
+    int64_t reused_tokens;
+    /**
+     * unreused_tokens are the lookups' input tokens left to compute.
+     */
+    int64_t unreused_tokens;
+    /**
+     * aligned_snapshot_hits are hits on a block boundary (kvcm snapshots on
+     * block boundaries only: every hit).
+     */
+    int64_t aligned_snapshot_hits;
+    /**
+     * unaligned_snapshot_hits are hits inside a block (0 in kvcm).
+     */
+    int64_t unaligned_snapshot_hits;
 };
 
 /* ---- Functions ---- */
@@ -2268,6 +2376,19 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_id(kvcm_kv_cache cache,
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_num_committed_tokens(kvcm_kv_cache cache, int64_t* out);
 
 /**
+ * kvcm_kv_cache_get_reuse_diagnostics returns how the cache's reuse was cut at its
+ * creation.
+ *
+ * @param cache [in] The cache.
+ * @param out [out] Receives the diagnostics.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_reuse_diagnostics(kvcm_kv_cache cache, kvcm_reuse_diagnostics* out);
+
+/**
  * kvcm_kv_cache_get_reused_tokens returns how many tokens were reused at creation.
  *
  * @param cache [in] The cache.
@@ -2302,6 +2423,24 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_reused_tokens(kvcm_kv_c
  * @since ABI version 2.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_scratch_desc(kvcm_kv_cache cache, kvcm_layer_group_id layer_group, int64_t* begin, int64_t* end, int32_t* slots, size_t capacity, size_t* needed);
+
+/**
+ * kvcm_kv_cache_get_ssm_block_base_index returns, for an ACTIVE cache, the GPU slot of
+ * its SSM state in a layer group (KVCacheManagerV2's
+ * get_ssm_block_base_index), KVCM_BAD_PAGE_INDEX for an attention layer
+ * group. Turn it into a buffer's page index with b*scale + offset from
+ * kvcm_manager_get_buffer_location. A cache gets its SSM state at its first
+ * resume: a copy of the snapshot it reused, or a fresh one.
+ *
+ * @param cache [in] The cache.
+ * @param layer_group [in] The layer group.
+ * @param out [out] Receives the slot.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_ssm_block_base_index(kvcm_kv_cache cache, kvcm_layer_group_id layer_group, int32_t* out);
 
 /**
  * kvcm_kv_cache_get_stats returns the block counters the cache added to the
@@ -2854,6 +2993,23 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_and_reset_iteration_stat
  * @since ABI version 2.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_and_reset_layer_group_iteration_stats(kvcm_manager manager, kvcm_layer_group_iteration_stats* stats, size_t capacity, size_t* needed);
+
+/**
+ * kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats returns the SSM snapshot
+ * counters since the previous call, one entry per SSM layer group that
+ * counted a lookup (none without SSM layers), and restarts them. When the
+ * buffer is too small nothing is reset.
+ *
+ * @param manager [in] The manager.
+ * @param stats [out, nullable, array of capacity] Receives one entry per SSM layer group with lookups.
+ * @param capacity [in] Capacity of stats, in elements.
+ * @param needed [out] Receives the number of entries.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats(kvcm_manager manager, kvcm_ssm_snapshot_iteration_stats* stats, size_t capacity, size_t* needed);
 
 /**
  * kvcm_manager_get_buffer_location returns where the buffer of a layer and role
@@ -3477,8 +3633,12 @@ struct kvcm_api {
     kvcm_status* (*kv_cache_get_cached_tokens_by_level)(kvcm_kv_cache cache, int64_t* tokens, size_t capacity, size_t* needed);
     /** kvcm_kv_cache_get_committed_tokens (since ABI version 2). */
     kvcm_status* (*kv_cache_get_committed_tokens)(kvcm_kv_cache cache, kvcm_token* tokens, size_t capacity, size_t* needed);
+    /** kvcm_kv_cache_get_reuse_diagnostics (since ABI version 2). */
+    kvcm_status* (*kv_cache_get_reuse_diagnostics)(kvcm_kv_cache cache, kvcm_reuse_diagnostics* out);
     /** kvcm_kv_cache_get_scratch_desc (since ABI version 2). */
     kvcm_status* (*kv_cache_get_scratch_desc)(kvcm_kv_cache cache, kvcm_layer_group_id layer_group, int64_t* begin, int64_t* end, int32_t* slots, size_t capacity, size_t* needed);
+    /** kvcm_kv_cache_get_ssm_block_base_index (since ABI version 2). */
+    kvcm_status* (*kv_cache_get_ssm_block_base_index)(kvcm_kv_cache cache, kvcm_layer_group_id layer_group, int32_t* out);
     /** kvcm_kv_cache_get_stats (since ABI version 2). */
     kvcm_status* (*kv_cache_get_stats)(kvcm_kv_cache cache, kvcm_block_stats* out);
     /** kvcm_kv_cache_get_swa_scratch_reuse (since ABI version 2). */
@@ -3509,6 +3669,8 @@ struct kvcm_api {
     kvcm_status* (*manager_get_and_reset_iteration_reused_blocks_by_level)(kvcm_manager manager, kvcm_reused_blocks_at_level* rows, size_t capacity, size_t* needed);
     /** kvcm_manager_get_and_reset_layer_group_iteration_stats (since ABI version 2). */
     kvcm_status* (*manager_get_and_reset_layer_group_iteration_stats)(kvcm_manager manager, kvcm_layer_group_iteration_stats* stats, size_t capacity, size_t* needed);
+    /** kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats (since ABI version 2). */
+    kvcm_status* (*manager_get_and_reset_ssm_snapshot_iteration_stats)(kvcm_manager manager, kvcm_ssm_snapshot_iteration_stats* stats, size_t capacity, size_t* needed);
     /** kvcm_manager_get_num_open_caches (since ABI version 2). */
     kvcm_status* (*manager_get_num_open_caches)(kvcm_manager manager, size_t* out);
     /** kvcm_manager_get_scratch_pages_per_block (since ABI version 2). */
@@ -3676,7 +3838,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, intra_device_copy_
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, intra_device_copy_bytes) == 104, "layout of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, host_dropped_blocks) == 112, "layout of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, host_dropped_bytes) == 120, "layout of kvcm_layer_group_iteration_stats changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_manager_config) == 216, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_manager_config) == 240, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_manager_config) == 8, "alignment of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, struct_size) == 0, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, abi_version) == 4, "layout of kvcm_manager_config changed");
@@ -3712,6 +3874,9 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, shared_tier) == 192, "layout of
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, disk_persistent) == 200, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, swa_scratch_reuse) == 201, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, swa_scratch_max_rewind_len) == 208, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, ssm_layers) == 216, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, num_ssm_layers) == 224, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, max_ssm_slots) == 232, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_migration_stats) == 24, "layout of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_migration_stats) == 8, "alignment of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_migration_stats, path) == 0, "layout of kvcm_migration_stats changed");
@@ -3758,6 +3923,10 @@ KVCM_STATIC_ASSERT(sizeof(kvcm_request_desc) == 16, "layout of kvcm_request_desc
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_request_desc) == 8, "alignment of kvcm_request_desc changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_request_desc, capacity) == 0, "layout of kvcm_request_desc changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_request_desc, history_length) == 8, "layout of kvcm_request_desc changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_reuse_diagnostics) == 16, "layout of kvcm_reuse_diagnostics changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_reuse_diagnostics) == 8, "alignment of kvcm_reuse_diagnostics changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_reuse_diagnostics, content_tokens) == 0, "layout of kvcm_reuse_diagnostics changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_reuse_diagnostics, attention_tokens) == 8, "layout of kvcm_reuse_diagnostics changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_reused_blocks_at_level) == 24, "layout of kvcm_reused_blocks_at_level changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_reused_blocks_at_level) == 8, "alignment of kvcm_reused_blocks_at_level changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, layer_group) == 0, "layout of kvcm_reused_blocks_at_level changed");
@@ -3773,7 +3942,22 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, dial_timeout_ms) == 24, "la
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, call_timeout_ms) == 32, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, queue_bytes) == 40, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, write_policy) == 48, "layout of kvcm_shared_tier_config changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 768, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_ssm_layer_config) == 24, "layout of kvcm_ssm_layer_config changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_ssm_layer_config) == 8, "alignment of kvcm_ssm_layer_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_layer_config, layer_id) == 0, "layout of kvcm_ssm_layer_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_layer_config, buffers) == 8, "layout of kvcm_ssm_layer_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_layer_config, num_buffers) == 16, "layout of kvcm_ssm_layer_config changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_ssm_snapshot_iteration_stats) == 64, "layout of kvcm_ssm_snapshot_iteration_stats changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_ssm_snapshot_iteration_stats) == 8, "alignment of kvcm_ssm_snapshot_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, layer_group) == 0, "layout of kvcm_ssm_snapshot_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, snapshot_lookups) == 8, "layout of kvcm_ssm_snapshot_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, snapshot_hits) == 16, "layout of kvcm_ssm_snapshot_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, snapshot_misses) == 24, "layout of kvcm_ssm_snapshot_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, reused_tokens) == 32, "layout of kvcm_ssm_snapshot_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, unreused_tokens) == 40, "layout of kvcm_ssm_snapshot_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, aligned_snapshot_hits) == 48, "layout of kvcm_ssm_snapshot_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, unaligned_snapshot_hits) == 56, "layout of kvcm_ssm_snapshot_iteration_stats changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 792, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
@@ -3849,29 +4033,32 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_beam_base_page_indices) == 55
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_beam_width) == 560, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_cached_tokens_by_level) == 568, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_tokens) == 576, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_scratch_desc) == 584, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 592, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_swa_scratch_reuse) == 600, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_has_scratch_slots) == 608, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_plan_committed_block_drop) == 616, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_beam_width) == 624, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 632, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_swa_scratch_reuse) == 640, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_adjust) == 648, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clamp_max_seq_len_for_mem) == 656, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 664, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 672, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 680, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 688, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 696, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 704, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 712, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_scratch_pages_per_block) == 720, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_need_adjustment) == 728, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 736, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 744, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_destroy) == 752, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_drop) == 760, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_reuse_diagnostics) == 584, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_scratch_desc) == 592, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_ssm_block_base_index) == 600, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 608, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_swa_scratch_reuse) == 616, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_has_scratch_slots) == 624, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_plan_committed_block_drop) == 632, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_beam_width) == 640, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 648, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_swa_scratch_reuse) == 656, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_adjust) == 664, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clamp_max_seq_len_for_mem) == 672, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 680, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 688, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 696, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 704, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 712, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 720, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_ssm_snapshot_iteration_stats) == 728, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 736, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_scratch_pages_per_block) == 744, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_need_adjustment) == 752, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 760, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 768, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_destroy) == 776, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_drop) == 784, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus

@@ -88,8 +88,6 @@ from .coverage import (
     AttnLifeCycle,
     ExpandedBuffer,
     MmItemContext,
-    SsmLayerConfig,
-    SsmSnapshotIterationStatsDelta,
     gen_multimodal_cache_key_tokens,
     sequence_to_blockchain_keys,
 )
@@ -110,6 +108,7 @@ from .stats import (
     KVCacheStatsDelta,
     PoolGroupPeakBlockStats,
     ReusedBlocksByLevel,
+    SsmSnapshotIterationStatsDelta,
     StorageStatistics,
 )
 from .cp import (
@@ -134,6 +133,7 @@ from .config import (
     RequestDesc,
     SharedCacheTierConfig,
     SharedWritePolicy,
+    SsmLayerConfig,
 )
 from .device import DeviceMemory, MemoryKind, Stream
 from .errors import (
@@ -214,9 +214,10 @@ __all__ = [
     "KVCacheEventManager", "KVCacheEvent", "KVCacheCreatedData", "KVCacheStoredData", "KVCacheStoredBlockData",
     "KVCacheRemovedData", "KVCacheUpdatedData", "KVCacheEventDiff", "UniqueToken",
     "SwaScratchReuseConfig", "ScratchDesc", "PlannedDropHandle",
+    "SsmLayerConfig", "SsmSnapshotIterationStatsDelta",
     # model coverage: importable, refused when used
-    "SsmLayerConfig", "MmItemContext", "AttnLifeCycle",
-    "ExpandedBuffer", "AggregatedPageDesc", "SsmSnapshotIterationStatsDelta",
+    "MmItemContext", "AttnLifeCycle",
+    "ExpandedBuffer", "AggregatedPageDesc",
     "gen_multimodal_cache_key_tokens", "sequence_to_blockchain_keys",
     # configuration
     "KVCacheManagerConfig", "GpuCacheTierConfig", "HostCacheTierConfig", "DiskCacheTierConfig",

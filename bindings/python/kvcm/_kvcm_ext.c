@@ -601,7 +601,7 @@ static PyObject *kx_fn_kvcm_config_validate(PyObject *names, PyObject *const *ar
     PyObject *out = NULL;
     if (kx_enter(nargs, 1, "kvcm_config_validate") < 0)
         return NULL;
-    if (kx_pointer(args[0], names, 0, 0, 216, &a0) < 0)
+    if (kx_pointer(args[0], names, 0, 0, 240, &a0) < 0)
         goto done;
     Py_BEGIN_ALLOW_THREADS
     r = kx_api->config_validate((const kvcm_manager_config*)a0.p);
@@ -1593,7 +1593,7 @@ static PyObject *kx_fn_kvcm_manager_create(PyObject *names, PyObject *const *arg
     PyObject *out = NULL;
     if (kx_enter(nargs, 3, "kvcm_manager_create") < 0)
         return NULL;
-    if (kx_pointer(args[0], names, 0, 0, 216, &a0) < 0)
+    if (kx_pointer(args[0], names, 0, 0, 240, &a0) < 0)
         goto done;
     if (kx_pointer(args[1], names, 1, 0, 16, &a1) < 0)
         goto done;
@@ -2850,6 +2850,33 @@ done:
     return out;
 }
 
+/* kvcm_kv_cache_get_reuse_diagnostics(cache, out) */
+static PyObject *kx_fn_kvcm_kv_cache_get_reuse_diagnostics(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 2, "kvcm_kv_cache_get_reuse_diagnostics") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 16, &a1) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_get_reuse_diagnostics(a0, (kvcm_reuse_diagnostics*)a1.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    return out;
+}
+
 /* kvcm_kv_cache_get_scratch_desc(cache, layer_group, begin, end, slots, capacity, needed) */
 static PyObject *kx_fn_kvcm_kv_cache_get_scratch_desc(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -2903,6 +2930,40 @@ done:
     kx_ptr_release(&a3);
     kx_ptr_release(&a4);
     kx_ptr_release(&a6);
+    return out;
+}
+
+/* kvcm_kv_cache_get_ssm_block_base_index(cache, layer_group, out) */
+static PyObject *kx_fn_kvcm_kv_cache_get_ssm_block_base_index(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kvcm_layer_group_id a1;
+    kx_ptr a2 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 3, "kvcm_kv_cache_get_ssm_block_base_index") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[1], names, 1, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a1 = (kvcm_layer_group_id)v;
+    }
+    if (kx_pointer(args[2], names, 2, 1, 4, &a2) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_get_ssm_block_base_index(a0, a1, (int32_t*)a2.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a2);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a2);
     return out;
 }
 
@@ -3406,6 +3467,45 @@ done:
     return out;
 }
 
+/* kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats(manager, stats, capacity, needed) */
+static PyObject *kx_fn_kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    size_t a2;
+    kx_ptr a3 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 4, "kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 0, &a1) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[2], names, 2, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a2 = (size_t)v;
+    }
+    if (kx_pointer(args[3], names, 3, 1, 8, &a3) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_get_and_reset_ssm_snapshot_iteration_stats(a0, (kvcm_ssm_snapshot_iteration_stats*)a1.p, a2, (size_t*)a3.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    return out;
+}
+
 /* kvcm_manager_get_num_open_caches(manager, out) */
 static PyObject *kx_fn_kvcm_manager_get_num_open_caches(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -3715,7 +3815,9 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_kv_cache_get_beam_width", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_beam_width, METH_FASTCALL, "kvcm_kv_cache_get_beam_width(cache, out)"},
     {"kvcm_kv_cache_get_cached_tokens_by_level", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_cached_tokens_by_level, METH_FASTCALL, "kvcm_kv_cache_get_cached_tokens_by_level(cache, tokens, capacity, needed)"},
     {"kvcm_kv_cache_get_committed_tokens", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_committed_tokens, METH_FASTCALL, "kvcm_kv_cache_get_committed_tokens(cache, tokens, capacity, needed)"},
+    {"kvcm_kv_cache_get_reuse_diagnostics", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_reuse_diagnostics, METH_FASTCALL, "kvcm_kv_cache_get_reuse_diagnostics(cache, out)"},
     {"kvcm_kv_cache_get_scratch_desc", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_scratch_desc, METH_FASTCALL, "kvcm_kv_cache_get_scratch_desc(cache, layer_group, begin, end, slots, capacity, needed)"},
+    {"kvcm_kv_cache_get_ssm_block_base_index", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_ssm_block_base_index, METH_FASTCALL, "kvcm_kv_cache_get_ssm_block_base_index(cache, layer_group, out)"},
     {"kvcm_kv_cache_get_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_stats, METH_FASTCALL, "kvcm_kv_cache_get_stats(cache, out)"},
     {"kvcm_kv_cache_get_swa_scratch_reuse", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_swa_scratch_reuse, METH_FASTCALL, "kvcm_kv_cache_get_swa_scratch_reuse(cache, out)"},
     {"kvcm_kv_cache_has_scratch_slots", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_has_scratch_slots, METH_FASTCALL, "kvcm_kv_cache_has_scratch_slots(cache, out)"},
@@ -3731,6 +3833,7 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats, METH_FASTCALL, "kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats(manager, level, stats, capacity, needed)"},
     {"kvcm_manager_get_and_reset_iteration_reused_blocks_by_level", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_iteration_reused_blocks_by_level, METH_FASTCALL, "kvcm_manager_get_and_reset_iteration_reused_blocks_by_level(manager, rows, capacity, needed)"},
     {"kvcm_manager_get_and_reset_layer_group_iteration_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_layer_group_iteration_stats, METH_FASTCALL, "kvcm_manager_get_and_reset_layer_group_iteration_stats(manager, stats, capacity, needed)"},
+    {"kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats, METH_FASTCALL, "kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats(manager, stats, capacity, needed)"},
     {"kvcm_manager_get_num_open_caches", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_num_open_caches, METH_FASTCALL, "kvcm_manager_get_num_open_caches(manager, out)"},
     {"kvcm_manager_get_scratch_pages_per_block", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_scratch_pages_per_block, METH_FASTCALL, "kvcm_manager_get_scratch_pages_per_block(manager, layer_id, role, out)"},
     {"kvcm_manager_need_adjustment", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_need_adjustment, METH_FASTCALL, "kvcm_manager_need_adjustment(manager, out)"},
@@ -3741,7 +3844,7 @@ static PyMethodDef kx_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 6, 6, 2, 4, 4, 7, 2, 2, 2, 2, 2, 2, 2, 1, 4, 1, 8, 4, 5, 4, 4, 2, 4, 2, 7, 6, 1, 1};
+static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 6, 6, 2, 4, 4, 2, 7, 3, 2, 2, 2, 2, 2, 2, 2, 1, 4, 1, 8, 4, 5, 4, 4, 4, 2, 4, 2, 7, 6, 1, 1};
 
 /* bind(name, parameter_names) -> the builtin function of name; its errors
  * name the parameters as parameter_names (a tuple of str, one a

@@ -1,6 +1,5 @@
 """KVCM2 names whose models kvcm does not cover yet (the model-coverage
-issue: SSM state, multimodal keys, aggregated pages, KVCM2's sha256 block
-keys).
+issue: multimodal keys, aggregated pages, KVCM2's sha256 block keys).
 
 They are importable so that code written against KVCM2 imports unchanged;
 using one raises :class:`~kvcm.UnsupportedError` (a ``NotImplementedError``)
@@ -14,12 +13,11 @@ from typing import Any, NoReturn
 from .errors import UnsupportedError
 
 __all__ = [
-    "SsmLayerConfig", "MmItemContext", "AttnLifeCycle",
-    "ExpandedBuffer", "AggregatedPageDesc", "SsmSnapshotIterationStatsDelta",
+    "MmItemContext", "AttnLifeCycle",
+    "ExpandedBuffer", "AggregatedPageDesc",
     "gen_multimodal_cache_key_tokens", "sequence_to_blockchain_keys",
 ]
 
-SSM = "SSM (Mamba) state layers"
 MULTIMODAL = "multimodal cache keys"
 AGGREGATED = "aggregated pages (disaggregated-serving transfer layout)"
 LIFE_CYCLES = "KVCM2's AttnLifeCycle objects (kvcm's layer groups are integers)"
@@ -42,10 +40,6 @@ class _Uncovered:
         missing(type(self).__name__, self._capability)
 
 
-class SsmLayerConfig(_Uncovered):
-    """KVCM2's SSM (Mamba) layer: model coverage."""
-
-    _capability = SSM
 
 
 class MmItemContext(_Uncovered):
@@ -72,8 +66,6 @@ class AggregatedPageDesc(_Uncovered):
     _capability = AGGREGATED
 
 
-class SsmSnapshotIterationStatsDelta(_Uncovered):
-    _capability = SSM
 
 
 def gen_multimodal_cache_key_tokens(*args: Any, **kwargs: Any) -> NoReturn:

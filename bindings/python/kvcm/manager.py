@@ -23,6 +23,7 @@ from .stats import (
     KVCacheStatsDelta,
     PoolGroupPeakBlockStats,
     ReusedBlocksByLevel,
+    SsmSnapshotIterationStatsDelta,
     StorageStatistics,
 )
 from .config import (
@@ -32,6 +33,7 @@ from .config import (
     HostCacheTierConfig,
     KVCacheManagerConfig,
     SharedCacheTierConfig,
+    SsmLayerConfig,
 )
 from .device import DeviceMemory, MemoryKind, Stream
 from .scratch import PlannedDropHandle, ScratchDesc
@@ -294,6 +296,8 @@ _cache_set_stream = bind("kvcm_kv_cache_set_stream", stream="cuda_stream")
 _cache_committed_tokens = bind("kvcm_kv_cache_get_committed_tokens")
 _cache_cached_tokens = bind("kvcm_kv_cache_get_cached_tokens_by_level")
 _cache_stats = bind("kvcm_kv_cache_get_stats")
+_cache_ssm_index = bind("kvcm_kv_cache_get_ssm_block_base_index", layer_group="layer_group_id")
+_cache_reuse_diag = bind("kvcm_kv_cache_get_reuse_diagnostics")
 _cache_suspend = bind("kvcm_kv_cache_suspend")
 _cache_resize = bind("kvcm_kv_cache_resize")
 _cache_commit = bind("kvcm_kv_cache_commit")
@@ -324,18 +328,24 @@ _PRIORITY_RESULT = "custom_priority_callback's result"
 class LifeCycle(int):
     """The layer group a priority callback is asked about: an ``int`` (the
     layer group id, KVCacheManagerV2's LifeCycleId) that also carries the
-    group's ``window_size`` (None for full attention) and
-    ``num_sink_blocks``, the attributes of KVCacheManagerV2's life cycle."""
+    group's ``window_size`` (None for full attention and the SSM layer
+    group) and ``num_sink_blocks``, the attributes of KVCacheManagerV2's
+    life cycle; ``is_ssm`` tells the SSM layer group (KVCM2's SsmLifeCycle)
+    apart."""
 
     window_size: int | None
     num_sink_blocks: int
+    is_ssm: bool
 
-    def __new__(cls, layer_group_id: int, window_size: int | None, num_sink_blocks: int) -> "LifeCycle":
+    def __new__(cls, layer_group_id: int, window_size: int | None, num_sink_blocks: int,
+                is_ssm: bool = False) -> "LifeCycle":
         lc = super().__new__(cls, layer_group_id)
-        lc.window_size, lc.num_sink_blocks = window_size, num_sink_blocks
+        lc.window_size, lc.num_sink_blocks, lc.is_ssm = window_size, num_sink_blocks, is_ssm
         return lc
 
     def __repr__(self) -> str:
+        if self.is_ssm:
+            return f"LifeCycle({int(self)}, ssm)"
         return f"LifeCycle({int(self)}, window_size={self.window_size}, num_sink_blocks={self.num_sink_blocks})"
 
 
@@ -462,8 +472,9 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
             set_field(sc, name, int(getattr(st, name)), f"{path}.{name}")
         c.shared_tier = ctypes.pointer(sc)
 
-    layers = (ffi.kvcm_attention_layer_config * max(len(config.layers), 1))()
-    for i, layer in enumerate(config.layers):
+    attention = [layer for layer in config.layers if not isinstance(layer, SsmLayerConfig)]
+    layers = (ffi.kvcm_attention_layer_config * max(len(attention), 1))()
+    for i, layer in enumerate(attention):
         set_field(layers[i], "layer_id", layer.layer_id, f"layers[{i}].layer_id")
         set_field(layers[i], "sliding_window_size", layer.sliding_window_size or 0,
                   f"layers[{i}].sliding_window_size")
@@ -478,8 +489,25 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
         layers[i].buffers = bufs if layer.buffers else None
         layers[i].num_buffers = len(layer.buffers)
     keep.append(layers)
-    c.layers = layers if config.layers else None
-    c.num_layers = len(config.layers)
+    c.layers = layers if attention else None
+    c.num_layers = len(attention)
+    ssm = [layer for layer in config.layers if isinstance(layer, SsmLayerConfig)]
+    ssm_layers = (ffi.kvcm_ssm_layer_config * max(len(ssm), 1))()
+    for i, layer in enumerate(ssm):
+        set_field(ssm_layers[i], "layer_id", layer.layer_id, f"ssm_layers[{i}].layer_id")
+        bufs = (ffi.kvcm_buffer_config * max(len(layer.buffers), 1))()
+        for j, b in enumerate(layer.buffers):
+            role = b.role.encode()
+            keep.append(role)
+            bufs[j].role = role
+            set_field(bufs[j], "size", b.size, f"ssm_layers[{i}].buffers[{j}].size")
+        keep.append(bufs)
+        ssm_layers[i].buffers = bufs if layer.buffers else None
+        ssm_layers[i].num_buffers = len(layer.buffers)
+    keep.append(ssm_layers)
+    c.ssm_layers = ssm_layers if ssm else None
+    c.num_ssm_layers = len(ssm)
+    set_field(c, "max_ssm_slots", config.max_ssm_slots)
 
     c.max_util_for_resume = float(config.max_util_for_resume)
     c.enable_partial_reuse = bool(config.enable_partial_reuse)
@@ -706,7 +734,8 @@ class KVCacheManager(Managed):
         that fits the GPU level's slots next to ``batch_size - 1`` requests
         of one token each (0 when not even one token does). A layer group
         needs, for n computed tokens, its sink blocks and the blocks of its
-        window, as in :meth:`create_kv_cache`'s caches."""
+        window, as in :meth:`create_kv_cache`'s caches; the SSM layer group
+        one state per request."""
         out = _I64()
         _clamp_max_seq_len(self._native(), batch_size, max(token_num_upper_bound, 0), _byref(out))
         return out.value
@@ -1007,6 +1036,9 @@ class KVCacheManager(Managed):
             by_group: dict[int, LifeCycle] = {}
             for layer in self._config.layers:
                 g = self.get_layer_group_id(layer.layer_id)
+                if isinstance(layer, SsmLayerConfig):
+                    by_group.setdefault(g, LifeCycle(g, None, 0, is_ssm=True))
+                    continue
                 sinks = -(-(layer.num_sink_tokens or 0) // tpb)
                 by_group.setdefault(g, LifeCycle(g, layer.sliding_window_size or None, sinks))
             lcs = self._lc_cache = [by_group[g] for g in range(self._num_layer_groups)]
@@ -1145,9 +1177,20 @@ class KVCacheManager(Managed):
                                                  ctypes.c_int64)]
         return got if self._stats_on else [0] * len(got)
 
-    def get_and_reset_ssm_snapshot_iteration_stats(self) -> dict[int, Any]:
-        """Always empty: kvcm has no SSM layer groups (model coverage)."""
-        return {}
+    def get_and_reset_ssm_snapshot_iteration_stats(self) -> dict[int, SsmSnapshotIterationStatsDelta]:
+        """The SSM layer group's snapshot lookups since the previous call
+        (one per cache created with input tokens; a hit when it reused a
+        snapshot), keyed by layer group; empty without SSM layers or
+        lookups. Restarts them."""
+        out: dict[int, SsmSnapshotIterationStatsDelta] = {}
+        for s in self._array_query("kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats",
+                                   ffi.kvcm_ssm_snapshot_iteration_stats):
+            d = SsmSnapshotIterationStatsDelta(
+                s.snapshot_lookups, s.snapshot_hits, s.snapshot_misses, s.reused_tokens, s.unreused_tokens,
+                s.aligned_snapshot_hits, s.unaligned_snapshot_hits)
+            if self._stats_on and not d.empty:
+                out[s.layer_group] = d
+        return out
 
     def record_request_suspended(self) -> None:
         """Count one ACTIVE to SUSPENDED transition of a request (the engine
@@ -1271,7 +1314,7 @@ class KVCacheManager(Managed):
         if not em._window_given:
             windows = {}
             for layer in self._config.layers:
-                if layer.sliding_window_size:
+                if getattr(layer, "sliding_window_size", None):  # SSM layers have no window
                     windows[self.get_layer_group_id(layer.layer_id)] = layer.sliding_window_size
             if windows:
                 em.set_layer_group_window_sizes(windows)
@@ -1868,6 +1911,34 @@ class _KVCache(Managed):
             view = self._fetch_indices(layer_group_id, beam_id)
             self._views[key] = view
         return view
+
+    def get_ssm_block_base_index(self, layer_group_id: int, beam_id: int = 0) -> int:
+        """The GPU slot of the cache's SSM state in the SSM layer group
+        (KVCM2's get_ssm_block_base_index), BAD_PAGE_INDEX (-1) for an
+        attention layer group. A cache gets its state at its first resume: a
+        copy of the snapshot it reused, or a fresh one. The cache must be
+        ACTIVE; beam_id must be 0."""
+        self._check_beam(beam_id)
+        out = ctypes.c_int32()
+        _cache_ssm_index(self._native(), layer_group_id, _byref(out))
+        return int(out.value)
+
+    def _reuse_diagnostics(self) -> Any:
+        d = ffi.kvcm_reuse_diagnostics()
+        _cache_reuse_diag(self._native(), _byref(d))
+        return d
+
+    def _get_num_reusable_tokens_before_pruning(self) -> int:
+        """KVCM2's diagnostic: the prompt's tokens whose full blocks the tree
+        held by content at creation (after reuse_match_backoff)."""
+        return int(self._reuse_diagnostics().content_tokens)
+
+    def _get_num_reusable_tokens_before_hybrid_pruning(self) -> int:
+        """KVCM2's diagnostic: the prompt's tokens the attention layer groups
+        could reuse at creation, before the SSM snapshot cut them back."""
+        return int(self._reuse_diagnostics().attention_tokens)
+
+    _get_num_tokens_before_hybrid_pruning = _get_num_reusable_tokens_before_hybrid_pruning
 
     def set_base_page_index_buf(self, beam_idx: int, layer_group_id: int, buf: Any) -> None:
         """Keep the base page indices of a layer group in beam ``beam_idx``

@@ -29,7 +29,14 @@ class FakeEngine:
         self.seed = seed
         self.tpb = config.tokens_per_block
         self.bufs: list[Buffer] = []
+        self.states: list[Buffer] = []  # SSM buffers: tok is the whole state
         for layer in sorted(config.layers, key=lambda x: x.layer_id):
+            if isinstance(layer, kvcm.SsmLayerConfig):
+                for b in layer.buffers:
+                    self.states.append(Buffer(layer.layer_id, b.role, b.size, b.size,
+                                              kvwriter.buffer_salt(layer.layer_id, b.role),
+                                              manager.get_buffer_location(layer.layer_id, b.role)))
+                continue
             for b in layer.buffers:
                 assert b.size % self.tpb == 0
                 self.bufs.append(Buffer(layer.layer_id, b.role, b.size, b.size // self.tpb,
@@ -71,11 +78,31 @@ class FakeEngine:
         if run:
             yield run
 
+    def _state_seed(self, prefix: list[int], n: int) -> int:
+        return prefix[n - 1] if n > 0 else kvwriter.chain_start(self.seed)
+
+    def _state_address(self, cache: kvcm._KVCache, buf: Buffer) -> int:
+        slot = cache.get_ssm_block_base_index(buf.loc.layer_group)
+        assert slot != kvcm.BAD_PAGE_INDEX, "the cache has no SSM state"
+        return buf.loc.page_address(slot)
+
     def write(self, cache: kvcm._KVCache, tokens, frm: int, to: int, beam: int = kvcm.DEFAULT_BEAM_INDEX) -> int:
-        """Write positions [frm, to) of tokens into beam's pages; returns bytes written."""
+        """Write positions [frm, to) of tokens into beam's pages, and with SSM
+        layers the state after to positions; returns bytes written."""
         prefix = kvwriter.prefix_hashes(self.seed, tokens[:to])
         stream = cache.cuda_stream or self.stream
         n = 0
+        if frm < to and self.states:
+            view = self.scratch.view()
+            descs, off = [], 0
+            for buf in self.states:
+                view[off:off + buf.size] = kvwriter.token_bytes(self._state_seed(prefix, to), to, buf.salt, buf.size)
+                descs.append((self._state_address(cache, buf), self.scratch.ptr + off, buf.size))
+                off += buf.size
+                n += buf.size
+            del view
+            stream.batch_copy(descs)
+            stream.synchronize()
         for run in self._rounds(list(self._segments(cache, frm, to, beam))):
             view = self.scratch.view()
             descs = []
@@ -98,6 +125,21 @@ class FakeEngine:
             for (pos, buf, addr), off in run:
                 out.append((pos, buf, self.scratch.read(off, buf.tok)))
         return out
+
+    def verify_state(self, cache: kvcm._KVCache, tokens, n: int) -> str:
+        """Read the SSM state back, assert it is the writer's after the first
+        n tokens, return the README digest."""
+        prefix = kvwriter.prefix_hashes(self.seed, tokens[:n])
+        stream = cache.cuda_stream or self.stream
+        d = kvwriter.Digest()
+        for buf in self.states:
+            stream.batch_copy([(self.scratch.ptr, self._state_address(cache, buf), buf.size)])
+            stream.synchronize()
+            got = self.scratch.read(0, buf.size)
+            want = kvwriter.token_bytes(self._state_seed(prefix, n), n, buf.salt, buf.size)
+            assert got == want, f"SSM state of layer {buf.layer} role {buf.role} after {n} tokens differs"
+            d.update(want)
+        return d.hexdigest()
 
     def verify(self, cache: kvcm._KVCache, tokens, frm: int, to: int, beam: int = kvcm.DEFAULT_BEAM_INDEX) -> str:
         """Read back [frm, to) of beam, assert every byte, return the README digest."""

@@ -641,6 +641,16 @@ struct AttentionLayerConfig
     int32_t numSinkTokens = 0;
 };
 
+// One state-space (Mamba) layer (TensorRT-LLM's SsmLayerConfig): its buffers
+// hold one fixed-size state per request, so a buffer's size is the bytes of
+// the whole state. The SSM layers form one layer group, after the attention
+// ones.
+struct SsmLayerConfig
+{
+    int32_t layerId = 0;
+    std::vector<BufferConfig> buffers;
+};
+
 struct RequestDesc
 {
     int64_t capacity = 0;
@@ -671,6 +681,10 @@ struct KVCacheManagerConfig
     // one disk tier.
     std::vector<CacheTierConfig> cacheTiers;
     std::vector<AttentionLayerConfig> layers;
+    // State-space layers of a hybrid model; they need commitMinSnapshot.
+    std::vector<SsmLayerConfig> ssmLayers;
+    // Caps the SSM layer group's GPU slots (0: no cap; only with ssmLayers).
+    int64_t maxSsmSlots = 0;
     // Resume is refused while the GPU tier's utilization by active caches is
     // above this fraction, in (0, 1]. An explicit 0 is rejected (the C ABI
     // would read it as unset, i.e. the default).
@@ -684,10 +698,12 @@ struct KVCacheManagerConfig
     std::vector<BatchDesc> constraints;
     // Tokens trimmed off the tail of every prefix match.
     int32_t reuseMatchBackoff = 0;
-    // Carried for TensorRT-LLM parity: kvcm's tokens are text only and it
-    // has no SSM snapshots. The rebalance fields tune pool rebalancing
-    // (KVCacheManager::needAdjustment, adjust).
+    // Carried for TensorRT-LLM parity: kvcm's tokens are text only. The
+    // rebalance fields tune pool rebalancing (KVCacheManager::needAdjustment,
+    // adjust).
     bool textOnly = false;
+    // Required with ssmLayers: a commit that ends on a block boundary
+    // snapshots the SSM state into that block for reuse.
     bool commitMinSnapshot = false;
     int64_t rebalanceMinSampledKvCaches = 2000;
     double rebalanceCooldownSecs = 120.0;
@@ -793,6 +809,26 @@ public:
             }
             mBuffers.push_back(std::move(bufs));
         }
+        mSsmBuffers.reserve(cfg.ssmLayers.size());
+        mSsmLayers.reserve(cfg.ssmLayers.size());
+        for (size_t i = 0; i < cfg.ssmLayers.size(); ++i)
+        {
+            auto const& l = cfg.ssmLayers[i];
+            std::vector<kvcm_buffer_config> bufs;
+            bufs.reserve(l.buffers.size());
+            for (size_t j = 0; j < l.buffers.size(); ++j)
+            {
+                auto const& b = l.buffers[j];
+                checkCString("ssm_layers[" + std::to_string(i) + "].buffers[" + std::to_string(j) + "].role", b.role);
+                bufs.push_back(kvcm_buffer_config{b.role.c_str(), b.size});
+            }
+            mSsmBuffers.push_back(std::move(bufs));
+            kvcm_ssm_layer_config c{};
+            c.layer_id = l.layerId;
+            c.buffers = mSsmBuffers[i].empty() ? nullptr : mSsmBuffers[i].data();
+            c.num_buffers = mSsmBuffers[i].size();
+            mSsmLayers.push_back(c);
+        }
         mLayers.reserve(cfg.layers.size());
         for (size_t i = 0; i < cfg.layers.size(); ++i)
         {
@@ -874,6 +910,9 @@ public:
         c.disk_persistent = mDiskPersistent;
         c.swa_scratch_reuse = cfg.swaScratchReuse.has_value();
         c.swa_scratch_max_rewind_len = cfg.swaScratchReuse ? cfg.swaScratchReuse->maxRewindLen : 0;
+        c.ssm_layers = mSsmLayers.empty() ? nullptr : mSsmLayers.data();
+        c.num_ssm_layers = mSsmLayers.size();
+        c.max_ssm_slots = cfg.maxSsmSlots;
         mConfig = c;
     }
 
@@ -899,6 +938,8 @@ private:
     std::vector<kvcm_cache_tier_config> mTiers;
     std::vector<std::vector<kvcm_buffer_config>> mBuffers;
     std::vector<kvcm_attention_layer_config> mLayers;
+    std::vector<std::vector<kvcm_buffer_config>> mSsmBuffers;
+    std::vector<kvcm_ssm_layer_config> mSsmLayers;
     std::vector<std::vector<kvcm_request_desc>> mRequests;
     kvcm_batch_desc mTypical{};
     std::vector<kvcm_batch_desc> mConstraints;
@@ -1819,6 +1860,25 @@ public:
             return out;
         }
     }
+    // The GPU slot of the cache's SSM state in layerGroup (TensorRT-LLM's
+    // get_ssm_block_base_index), kBadPageIndex for an attention layer group,
+    // for an ACTIVE cache; it gets the state at its first resume.
+    [[nodiscard]] int32_t ssmBlockBaseIndex(LayerGroupId layerGroup) const
+    {
+        int32_t out = 0;
+        detail::check(::kvcm_kv_cache_get_ssm_block_base_index(mHandle, layerGroup, &out));
+        return out;
+    }
+    // How the cache's reuse was cut at its creation: the prompt's tokens the
+    // tree holds by content, and those the attention layer groups can reuse
+    // (with SSM layers the reused tokens are these cut back to the last
+    // snapshot).
+    [[nodiscard]] ReuseDiagnostics reuseDiagnostics() const
+    {
+        ReuseDiagnostics out{};
+        detail::check(::kvcm_kv_cache_get_reuse_diagnostics(mHandle, &out));
+        return out;
+    }
     // Writes the indices into a caller buffer and returns their count; throws
     // Error(kBufferTooSmall) when capacity is less than the count.
     size_t basePageIndices(LayerGroupId layerGroup, int32_t* out, size_t capacity) const
@@ -2269,6 +2329,15 @@ public:
         return list<LayerGroupIterationStats>(
             [&](LayerGroupIterationStats* p, size_t cap, size_t* n)
             { return ::kvcm_manager_get_and_reset_layer_group_iteration_stats(mHandle, p, cap, n); });
+    }
+    // TensorRT-LLM KVCacheManagerV2's SSM snapshot lookups of the iteration,
+    // one entry per SSM layer group that counted one (none without SSM
+    // layers).
+    std::vector<SsmSnapshotIterationStats> getAndResetSsmSnapshotIterationStats()
+    {
+        return list<SsmSnapshotIterationStats>(
+            [&](SsmSnapshotIterationStats* p, size_t cap, size_t* n)
+            { return ::kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats(mHandle, p, cap, n); });
     }
     // Reused pages of the iteration per layer group and level they came from.
     std::vector<ReusedBlocksAtLevel> getAndResetIterationReusedBlocksByLevel()
