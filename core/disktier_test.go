@@ -195,7 +195,7 @@ func BenchmarkPersistentStart(b *testing.B) {
 				toks := seq(int(s)*tpb, tpb)
 				key := h.Next(parent, toks)
 				hd := blob.Header{Fingerprint: m.blobFP[0], Key: uint64(key), Parent: uint64(parent), Tag: uint64(s) + 1, Tokens: toks}
-				require.NoError(b, g.dio.each(1, func(_ int, scratch []byte) error { return g.dio.write(s, &hd, payload, scratch) }))
+				require.NoError(b, g.dio.do([]blobOp{{slot: s, buf: payload, hdr: &hd}}, true))
 				parent = key
 			}
 			require.NoError(b, m.Close())
