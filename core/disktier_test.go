@@ -10,8 +10,11 @@ import (
 
 	"github.com/kvcm/kvcm/core/blob"
 	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/codec"
 	"github.com/kvcm/kvcm/core/config"
-	"github.com/kvcm/kvcm/internal/testkit/devicetest"
+	"github.com/kvcm/kvcm/core/device"
+	"github.com/kvcm/kvcm/core/device/emu"
+	"github.com/kvcm/kvcm/core/layout"
 )
 
 // The rules of the disk tier's blobs: every blob read is checked (layout
@@ -123,18 +126,23 @@ func TestDiskBlobsCarryTheirBlockHeader(t *testing.T) {
 	}
 }
 
-// GPU↔host migrations never wait for disk I/O they do not depend on: with
-// the disk stream stuck in a long I/O, a cache's pages go to the host tier
-// and come back, to the byte. (On a single migration stream this hangs.)
+// GPU↔host migrations never wait for disk I/O they do not depend on, even
+// where the host functions of all streams share one thread (CUDA's driver
+// thread; the emulation's SharedHostThread) and the codec checks its work in
+// host functions (as gpucodec does): with a disk transaction stuck in its
+// file I/O, a cache's pages go to the host tier and come back, to the byte.
+// (With disk I/O in a host function, or on the migration stream, this
+// hangs.)
 func TestHostMigrationsDoNotWaitForDiskIO(t *testing.T) {
-	f := newTieredFixture(t, tieredConfig(t, 4, 8, 8))
-	// The test's own page writes free pinned host memory, and CUDA's
-	// cuMemHostUnregister waits for every stream, the parked one too.
-	devicetest.SkipUnlessEmu(t, f.dev, "parks a stream while freeing pinned host memory, which CUDA synchronizes")
+	f := newTieredFixtureOn(t, emu.Options{Seed: 7, MaxDelay: 50e3, SharedHostThread: true}, tieredConfig(t, 4, 8, 8),
+		WithColdPageCodec(codec.Own(hostChecked{codec.NewDefault()})))
 	gate := make(chan struct{})
 	f.m.mu.Lock()
 	disk := f.m.streamOf(unit{src: f.m.levels[2].groups[0], dst: f.m.levels[0].groups[0]})
-	require.NoError(t, disk.HostFunc(func() error { <-gate; return nil }))
+	b := newDiskBatch(1)
+	stuck := []func(){func() { defer b.finish(); <-gate }} // a file I/O that does not return
+	b.left = 1
+	require.NoError(t, f.m.diskIO(disk, b, stuck))
 	f.m.mu.Unlock()
 	defer close(gate)
 
@@ -144,6 +152,18 @@ func TestHostMigrationsDoNotWaitForDiskIO(t *testing.T) {
 	require.NoError(t, f.stream.Synchronize())
 	assert.Equal(t, 16, f.verifyAll(a, 1))
 	require.NoError(t, a.Close())
+}
+
+// hostChecked is a codec that checks each call's work in a host function on
+// its stream, as gpucodec does with HostCheck.
+type hostChecked struct{ codec.ColdPageCodec }
+
+func (h hostChecked) Encode(lg layout.LayerGroupID, dst device.Ptr, idx codec.PageIndices, st device.Stream) bool {
+	return h.ColdPageCodec.Encode(lg, dst, idx, st) && st.HostFunc(func() error { return nil }) == nil
+}
+
+func (h hostChecked) Decode(lg layout.LayerGroupID, src device.Ptr, idx codec.PageIndices, st device.Stream) bool {
+	return h.ColdPageCodec.Decode(lg, src, idx, st) && st.HostFunc(func() error { return nil }) == nil
 }
 
 // Blobs of 64 KiB and more go through direct I/O where the filesystem

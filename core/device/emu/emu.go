@@ -63,6 +63,11 @@ type Options struct {
 	// backend must. BatchCopy then splits a descriptor whose host-mapped side
 	// crosses a region boundary, and counts the splits in Stats.RegionSplits.
 	HostRegionBytes int64
+	// SharedHostThread runs the host functions of every stream one at a
+	// time, as CUDA may on its one driver thread: a host function that
+	// blocks delays every other stream's host functions (not their other
+	// work, nor a WaitHost).
+	SharedHostThread bool
 }
 
 // KindCounts is one counter per memory kind.
@@ -149,6 +154,9 @@ type Device struct {
 	allocs []*allocation // live allocations, sorted by base address
 
 	failNext atomic.Int64
+
+	// hostThread serializes host functions under Options.SharedHostThread.
+	hostThread sync.Mutex
 
 	batchCalls, descriptors, regionSplits atomic.Int64
 	bytesCopied, hostFuncs                atomic.Int64
