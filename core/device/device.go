@@ -117,7 +117,8 @@ type Stream interface {
 // closed, holding no host-function thread meanwhile: on CUDA the host
 // functions of every stream may share one driver thread, so a host function
 // that blocks delays every stream's. A backend without it is waited for in a
-// host function.
+// host function. done must be closed eventually: until then the stream, and
+// a Close or Synchronize of it or of its device, waits.
 type HostWaiter interface {
 	WaitHost(done <-chan struct{}) error
 }
