@@ -27,7 +27,7 @@ import (
 func TestDamagedBlobIsAMissNeverWrongBytes(t *testing.T) {
 	damages := map[string]func(t *testing.T, g *slotGroup){
 		"payload bit flip": func(t *testing.T, g *slotGroup) {
-			flipByte(t, g.file, g.hdrBytes+5)
+			flipByte(t, g.file, g.payOff+5)
 		},
 		"header bit flip": func(t *testing.T, g *slotGroup) {
 			flipByte(t, g.file, 33) // the block key
@@ -73,6 +73,50 @@ func TestDamagedBlobIsAMissNeverWrongBytes(t *testing.T) {
 			require.NoError(t, c.Close())
 		})
 	}
+}
+
+// A damaged blob loses only its own page, not its transaction: the other
+// pages read with it load and stay cached; only the cache holding the lost
+// page sees the loss (on its stream, then ErrDataLost), exactly one page is
+// counted lost, and the next request reuses the blocks before it and
+// recomputes from the lost one on.
+func TestDamagedBlobLosesOnlyItsOwnPage(t *testing.T) {
+	f := newTieredFixture(t, tieredConfig(t, 4, 0, 4))
+	a := f.suspendAndPushDown([]int{0, 16}, 16)
+	keys := blockhash.Chain(blockhash.Scope{}, tpb, seq(0, 16))
+	f.m.mu.Lock()
+	f.syncDisk()
+	g := f.m.levels[1].groups[0]
+	slot := -1
+	for s, p := range g.owner {
+		if p != nil && p.node != nil && p.node.key == keys[2] {
+			slot = s
+		}
+	}
+	require.GreaterOrEqual(t, slot, 0, "block 2 is on disk")
+	flipByte(t, g.file, int64(slot)*g.stride+g.payOff+5)
+	f.m.mu.Unlock()
+	lostBefore := f.m.Stats().LostPages
+
+	require.NoError(t, a.Resume(f.stream), "the four pages are read in one transaction")
+	require.ErrorIs(t, f.stream.Synchronize(), blob.ErrCorrupt, "the stream of the cache holding the lost page learns of it")
+	_, err := a.BasePageIndices(0)
+	require.ErrorIs(t, err, ErrDataLost)
+	assert.Equal(t, lostBefore+1, f.m.Stats().LostPages, "only the damaged blob's page is lost")
+	require.NoError(t, a.Close())
+	f.requireNoLeak()
+
+	c := f.open(blockhash.Scope{}, seq(0, 16))
+	assert.Equal(t, 2*tpb, c.ReusedTokens(), "blocks 0 and 1, read with the lost one, are reused")
+	verified := 0
+	f.eachBuffer(c, func(block int, loc BufferLocation, layer int32, role config.DataRole, base int32) {
+		if block < 2 {
+			require.Equal(t, pattern(1, block, loc, layer, role, loc.Bytes), f.readPage(loc, base), "block %d", block)
+			verified++
+		}
+	})
+	assert.Equal(t, 8, verified, "2 blocks × 4 buffers, to the byte")
+	require.NoError(t, c.Close())
 }
 
 // syncDisk waits for every disk transaction submitted so far (the manager's
