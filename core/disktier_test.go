@@ -119,6 +119,42 @@ func TestDamagedBlobLosesOnlyItsOwnPage(t *testing.T) {
 	require.NoError(t, c.Close())
 }
 
+// A page whose blob failed in a disk read that has not settled yet, and
+// that a later transaction moves on (prefetched to the host tier, then
+// evicted back to disk by another request before the read was seen
+// complete), is still lost: the later copy carries the failure, so the
+// damaged bytes are never written back as a sound blob and reused.
+func TestBlobFailureFollowsThePageIntoLaterMoves(t *testing.T) {
+	f := newTieredFixture(t, tieredConfig(t, 4, 4, 8))
+	a := f.suspendAndPushDown([]int{0, 16}, 16) // A's pages on the host tier, B's on the GPU
+	c := f.compute(blockhash.Scope{LoRAID: 3}, seq(9000, 16), 3)
+	require.NoError(t, c.Close()) // B's pages to the host tier, A's to disk
+	require.Equal(t, 4, a.Residency()[2], "A's pages are on disk")
+	key := blockhash.Chain(blockhash.Scope{}, tpb, seq(0, 16))[1]
+	f.m.mu.Lock()
+	f.syncDisk()
+	g := f.m.levels[2].groups[0]
+	for s, p := range g.owner {
+		if p != nil && p.node != nil && p.node.key == key {
+			flipByte(t, g.file, int64(s)*g.stride+g.payOff+5)
+		}
+	}
+	f.m.mu.Unlock()
+	lostBefore := f.m.Stats().LostPages
+
+	release := f.holdMigrations()
+	require.NoError(t, a.Prefetch(1), "disk→host, not complete yet")
+	require.Equal(t, 4, a.Residency()[1])
+	d := f.open(blockhash.Scope{LoRAID: 4}, seq(7000, 16)) // C's pages to the host tier, A's back to disk
+	require.Equal(t, 4, a.Residency()[2], "A's pages moved on before the read settled")
+	release()
+	require.NoError(t, d.Close())
+	require.ErrorIs(t, a.Resume(f.stream), ErrDataLost)
+	assert.Equal(t, lostBefore+1, f.m.Stats().LostPages, "the damaged blob's page, and only it")
+	require.NoError(t, a.Close())
+	assert.Equal(t, tpb, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 17)), "block 0 is reused, block 1 is not")
+}
+
 // syncDisk waits for every disk transaction submitted so far (the manager's
 // lock held).
 func (f *fixture) syncDisk() {
