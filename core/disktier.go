@@ -16,14 +16,17 @@ import (
 )
 
 // The disk tier stores each cold page as a core/blob blob: a header of
-// blob.HeaderSize(tokens per block) bytes, then the codec's payload. Slot s of
-// a disk group sits at s × (header + payload). The header names the page's
-// layout fingerprint, lifecycle, block key, parent key and tokens, a writer
-// tag (unique per write, so a slot still holding an older blob is told from
-// the one the manager wrote) and the payload's checksum. Every read checks
-// them: a damaged, truncated, stale or foreign blob fails the read like an
-// I/O error (ErrIO wrapping blob.ErrCorrupt), which loses the pages of the
-// transaction (ErrDataLost for their caches) and never delivers its bytes.
+// blob.HeaderSize(tokens per block) bytes, padded to the group's payload
+// offset (a 4 KiB block under direct I/O), then the codec's payload, padded
+// to the slot stride; slot s of a disk group sits at s × stride. The header
+// names the page's layout fingerprint, lifecycle, block key, parent key and
+// tokens, a writer tag (unique per write, so a slot still holding an older
+// blob is told from the one the manager wrote) and the payload's checksum.
+// Every read checks them: a damaged, truncated, stale or foreign blob fails
+// like an I/O error (ErrIO wrapping blob.ErrCorrupt) and loses only its own
+// page (see diskBatch and inflight.blobErr): its bytes are never delivered,
+// the cache holding it sees the failure on its stream after Resume
+// (checkBlobs) and ErrDataLost on its next call.
 
 // initBlobFormat computes every lifecycle's layout fingerprint. A codec
 // without an identity gets fingerprints no other manager shares.
