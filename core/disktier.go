@@ -301,6 +301,9 @@ func (d *diskIO) jobs(ops []blobOp, write bool, b *diskBatch) []func() {
 		})
 	}
 	b.left = len(out)
+	if b.left == 0 {
+		close(b.done)
+	}
 	return out
 }
 
