@@ -79,8 +79,8 @@ func (d *Device) waitWord() (*uint32, error) {
 }
 
 // probeWaitValue reports whether cuStreamWaitValue32 on a registered host
-// word works here: a wait for a value already there must pass. d.privMu is
-// held.
+// word works here: a wait for a value already there must be accepted and
+// pass. d.privMu is held.
 func (d *Device) probeWaitValue(word *uint32) (bool, error) {
 	if d.priv == nil {
 		var s C.kv_CUstream
@@ -90,12 +90,8 @@ func (d *Device) probeWaitValue(word *uint32) (bool, error) {
 		d.priv = s
 	}
 	atomic.StoreUint32(word, 1)
-	r := C.kv_stream_wait_value32(d.ctx, d.priv, C.kv_CUdeviceptr(uintptr(unsafe.Pointer(word))), 1)
-	if r == C.KV_CUDA_ERROR_NOT_SUPPORTED {
-		return false, nil
-	}
-	if err := check("cuStreamWaitValue32 (probe)", r); err != nil {
-		return false, err
+	if C.kv_stream_wait_value32(d.ctx, d.priv, C.kv_CUdeviceptr(uintptr(unsafe.Pointer(word))), 1) != C.KV_CUDA_SUCCESS {
+		return false, nil // not supported here (or refused): the host-function fallback
 	}
 	return true, check("cuStreamSynchronize (private)", C.kv_stream_sync(d.ctx, d.priv))
 }
