@@ -68,6 +68,11 @@ type Options struct {
 	// blocks delays every other stream's host functions (not their other
 	// work, nor a WaitHost).
 	SharedHostThread bool
+	// ResidentHostMemory faults host-mapped memory in at Alloc, as
+	// cuMemHostRegister does for CUDA's pinned memory, so its first use costs
+	// no page faults (benchmarks set it; tests leave it lazy, which is
+	// cheaper for the many managers they make).
+	ResidentHostMemory bool
 }
 
 // KindCounts is one counter per memory kind.
