@@ -401,6 +401,13 @@ func (d *diskIO) check(s *ioScratch, k int, op blobOp) error {
 	return h.Verify(op.buf)
 }
 
+// wipe zeroes the header block of slot s, so no reader (a later manager on
+// a persistent tier) takes what it holds for a blob. It is best effort: a
+// wipe the disk refuses leaves the header, as a crash before it would.
+func (d *diskIO) wipe(s int32) {
+	d.file.WriteAt(alignedBuf(d.payOff, d.align), int64(s)*d.stride)
+}
+
 // do runs ops on the calling goroutine and returns the first blob's
 // failure: the synchronous form, for start-up and tests.
 func (d *diskIO) do(ops []blobOp, write bool) error {

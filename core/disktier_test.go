@@ -15,6 +15,7 @@ import (
 	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/device/emu"
 	"github.com/kvcm/kvcm/core/layout"
+	"github.com/kvcm/kvcm/internal/testkit/codectest"
 )
 
 // The rules of the disk tier's blobs: every blob read is checked (layout
@@ -154,6 +155,39 @@ func TestBlobFailureFollowsThePageIntoLaterMoves(t *testing.T) {
 	require.NoError(t, a.Close())
 	assert.Equal(t, tpb, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 17)), "block 0 is reused, block 1 is not")
 }
+
+// A blob written by a transaction whose earlier work failed asynchronously
+// (its encode) is not left behind looking sound: once the loss is settled
+// its header is wiped, so a later manager on the persistent directory does
+// not restore the block.
+func TestBlobOfAFailedEncodeIsNotRestored(t *testing.T) {
+	cfg := tieredConfig(t, 4, 0, 8)
+	cfg.CacheTiers[1].Persistent = true
+	faulty := codectest.NewFaulty(codec.NewDefault())
+	f := newTieredFixture(t, cfg, WithColdPageCodec(codec.Own(identified{faulty})))
+	a := f.compute(blockhash.Scope{}, seq(0, 16), 1)
+	require.NoError(t, a.Close()) // committed, cached on the GPU
+	faulty.FailAsync(codectest.OpEncode, 0, 1, nil)
+	b := f.compute(blockhash.Scope{LoRAID: 1}, seq(100, 16), 2) // A's blocks go to disk; their encode fails
+	require.NoError(t, b.Close())
+	f.m.mu.Lock()
+	f.syncDisk()
+	f.m.settle()
+	f.m.mu.Unlock()
+	require.Equal(t, int64(4), f.m.Stats().LostPages, "A's four pages")
+	require.NoError(t, f.m.Close())
+
+	m, err := NewManager(cfg, WithDevice(f.dev), WithColdPageCodec(codec.Own(identified{codec.NewDefault()})))
+	require.NoError(t, err)
+	defer m.Close()
+	assert.Zero(t, m.ProbeReuse(blockhash.Scope{}, seq(0, 17)), "no block of the failed encode is restored")
+}
+
+// identified gives a codec the default codec's identity, as a persistent
+// tier needs.
+type identified struct{ codec.ColdPageCodec }
+
+func (identified) Identity() string { return codec.ConcatIdentity }
 
 // syncDisk waits for every disk transaction submitted so far (the manager's
 // lock held).

@@ -630,6 +630,12 @@ func (m *Manager) settle() {
 				continue // moved again: the later transaction carries this one's outcome (prev)
 			}
 			p.inflight = nil
+			if err != nil && p.group.onDisk() {
+				// The blob was written after work it depends on failed (an
+				// asynchronous encode): it may look sound, so it must not
+				// outlive the loss in a persistent tier's file.
+				p.group.dio.wipe(p.slot)
+			}
 			if err := cmp.Or(err, fl.blobErr(i)); err != nil {
 				m.lose(p, err)
 			}
