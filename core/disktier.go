@@ -324,16 +324,16 @@ func (d *diskIO) runIO(run []blobOp, write bool, b *diskBatch) {
 			if write {
 				d.seal(s, 0, run[k])
 			}
-			d.finishOne(s, run[k:k+1], write, d.vec(s, run[k:k+1], write), b)
+			d.record(s, run[k:k+1], write, d.vec(s, run[k:k+1], write), b)
 		}
 		return
 	}
-	d.finishOne(s, run, write, err, b)
+	d.record(s, run, write, err, b)
 }
 
-// finishOne records the outcome of run, moved by one call that returned err:
-// a read's blobs are checked and their payload tails copied out.
-func (d *diskIO) finishOne(s *ioScratch, run []blobOp, write bool, err error, b *diskBatch) {
+// record notes the outcome of run, moved by one call that returned err: a
+// read's blobs are checked (their payload tails copied out first).
+func (d *diskIO) record(s *ioScratch, run []blobOp, write bool, err error, b *diskBatch) {
 	what := "read"
 	if write {
 		what = "write"
@@ -424,8 +424,9 @@ func (d *diskIO) do(ops []blobOp, write bool) error {
 }
 
 // each runs fn for 0 ≤ i < n on up to diskQueueDepth goroutines, each with
-// its own aligned scratch of one slot, and returns the first error (the
-// others still finish what they started). Start-up reads headers with it.
+// its own aligned scratch of one header block (payOff bytes), and returns
+// the errors joined (the others still finish what they started). Start-up
+// reads headers with it.
 func (d *diskIO) each(n int, fn func(i int, scratch []byte) error) error {
 	workers := min(n, diskQueueDepth)
 	var next atomic.Int64
@@ -435,7 +436,7 @@ func (d *diskIO) each(n int, fn func(i int, scratch []byte) error) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			buf := alignedBuf(d.stride, d.align)
+			buf := alignedBuf(d.payOff, d.align)
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= n {
