@@ -6,7 +6,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kvcm/kvcm/core/layout"
 )
@@ -209,4 +212,87 @@ func (f osDiskFile) Close() error {
 	}
 	err := f.File.Close()
 	return errors.Join(err, os.Remove(f.Name()))
+}
+
+// VectorDiskFile is a DiskFile that also reads and writes several buffers at
+// one offset in one call (preadv and pwritev), as the buffers laid end to
+// end. The disk tier moves a run of consecutive slots, headers and payloads
+// in place, in one such call; with a DiskFile that lacks the methods it
+// makes one ReadAt or WriteAt per buffer instead. Short transfers come with
+// an error, as in io.ReaderAt.
+type VectorDiskFile interface {
+	DiskFile
+	ReadvAt(bufs [][]byte, off int64) (int, error)
+	WritevAt(bufs [][]byte, off int64) (int, error)
+}
+
+func readvAt(f DiskFile, bufs [][]byte, off int64) error {
+	if v, ok := f.(VectorDiskFile); ok {
+		_, err := v.ReadvAt(bufs, off)
+		return err
+	}
+	for _, b := range bufs {
+		if _, err := f.ReadAt(b, off); err != nil {
+			return err
+		}
+		off += int64(len(b))
+	}
+	return nil
+}
+
+func writevAt(f DiskFile, bufs [][]byte, off int64) error {
+	if v, ok := f.(VectorDiskFile); ok {
+		_, err := v.WritevAt(bufs, off)
+		return err
+	}
+	for _, b := range bufs {
+		if _, err := f.WriteAt(b, off); err != nil {
+			return err
+		}
+		off += int64(len(b))
+	}
+	return nil
+}
+
+func (f osDiskFile) ReadvAt(bufs [][]byte, off int64) (int, error) {
+	return vectored(bufs, off, func(iov [][]byte, off int64) (int, error) { return unix.Preadv(int(f.Fd()), iov, off) }, io.EOF)
+}
+
+func (f osDiskFile) WritevAt(bufs [][]byte, off int64) (int, error) {
+	return vectored(bufs, off, func(iov [][]byte, off int64) (int, error) { return unix.Pwritev(int(f.Fd()), iov, off) }, io.ErrShortWrite)
+}
+
+// vectored calls op until every byte of bufs has moved, resuming after a
+// partial transfer (on a copy of the iovecs, never the caller's); a call
+// that moves nothing fails with short.
+func vectored(bufs [][]byte, off int64, op func([][]byte, int64) (int, error), short error) (int, error) {
+	total := 0
+	iov, copied := bufs, false
+	for len(iov) > 0 {
+		n, err := op(iov, off)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return total, err
+		}
+		if n == 0 {
+			return total, short
+		}
+		total += n
+		off += int64(n)
+		for n > 0 {
+			if n >= len(iov[0]) {
+				n -= len(iov[0])
+				iov = iov[1:]
+				continue
+			}
+			if !copied {
+				iov, copied = slices.Clone(iov), true
+			}
+			iov[0] = iov[0][n:]
+			n = 0
+		}
+	}
+	return total, nil
 }

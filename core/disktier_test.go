@@ -10,8 +10,12 @@ import (
 
 	"github.com/kvcm/kvcm/core/blob"
 	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/codec"
 	"github.com/kvcm/kvcm/core/config"
-	"github.com/kvcm/kvcm/internal/testkit/devicetest"
+	"github.com/kvcm/kvcm/core/device"
+	"github.com/kvcm/kvcm/core/device/emu"
+	"github.com/kvcm/kvcm/core/layout"
+	"github.com/kvcm/kvcm/internal/testkit/codectest"
 )
 
 // The rules of the disk tier's blobs: every blob read is checked (layout
@@ -24,7 +28,7 @@ import (
 func TestDamagedBlobIsAMissNeverWrongBytes(t *testing.T) {
 	damages := map[string]func(t *testing.T, g *slotGroup){
 		"payload bit flip": func(t *testing.T, g *slotGroup) {
-			flipByte(t, g.file, g.hdrBytes+5)
+			flipByte(t, g.file, g.payOff+5)
 		},
 		"header bit flip": func(t *testing.T, g *slotGroup) {
 			flipByte(t, g.file, 33) // the block key
@@ -71,6 +75,119 @@ func TestDamagedBlobIsAMissNeverWrongBytes(t *testing.T) {
 		})
 	}
 }
+
+// A damaged blob loses only its own page, not its transaction: the other
+// pages read with it load and stay cached; only the cache holding the lost
+// page sees the loss (on its stream, then ErrDataLost), exactly one page is
+// counted lost, and the next request reuses the blocks before it and
+// recomputes from the lost one on.
+func TestDamagedBlobLosesOnlyItsOwnPage(t *testing.T) {
+	f := newTieredFixture(t, tieredConfig(t, 4, 0, 4))
+	a := f.suspendAndPushDown([]int{0, 16}, 16)
+	keys := blockhash.Chain(blockhash.Scope{}, tpb, seq(0, 16))
+	f.m.mu.Lock()
+	f.syncDisk()
+	g := f.m.levels[1].groups[0]
+	slot := -1
+	for s, p := range g.owner {
+		if p != nil && p.node != nil && p.node.key == keys[2] {
+			slot = s
+		}
+	}
+	require.GreaterOrEqual(t, slot, 0, "block 2 is on disk")
+	flipByte(t, g.file, int64(slot)*g.stride+g.payOff+5)
+	f.m.mu.Unlock()
+	lostBefore := f.m.Stats().LostPages
+
+	require.NoError(t, a.Resume(f.stream), "the four pages are read in one transaction")
+	require.ErrorIs(t, f.stream.Synchronize(), blob.ErrCorrupt, "the stream of the cache holding the lost page learns of it")
+	_, err := a.BasePageIndices(0)
+	require.ErrorIs(t, err, ErrDataLost)
+	assert.Equal(t, lostBefore+1, f.m.Stats().LostPages, "only the damaged blob's page is lost")
+	require.NoError(t, a.Close())
+	f.requireNoLeak()
+
+	c := f.open(blockhash.Scope{}, seq(0, 16))
+	assert.Equal(t, 2*tpb, c.ReusedTokens(), "blocks 0 and 1, read with the lost one, are reused")
+	verified := 0
+	f.eachBuffer(c, func(block int, loc BufferLocation, layer int32, role config.DataRole, base int32) {
+		if block < 2 {
+			require.Equal(t, pattern(1, block, loc, layer, role, loc.Bytes), f.readPage(loc, base), "block %d", block)
+			verified++
+		}
+	})
+	assert.Equal(t, 8, verified, "2 blocks × 4 buffers, to the byte")
+	require.NoError(t, c.Close())
+}
+
+// A page whose blob failed in a disk read that has not settled yet, and
+// that a later transaction moves on (prefetched to the host tier, then
+// evicted back to disk by another request before the read was seen
+// complete), is still lost: the later copy carries the failure, so the
+// damaged bytes are never written back as a sound blob and reused.
+func TestBlobFailureFollowsThePageIntoLaterMoves(t *testing.T) {
+	f := newTieredFixture(t, tieredConfig(t, 4, 4, 8))
+	a := f.suspendAndPushDown([]int{0, 16}, 16) // A's pages on the host tier, B's on the GPU
+	c := f.compute(blockhash.Scope{LoRAID: 3}, seq(9000, 16), 3)
+	require.NoError(t, c.Close()) // B's pages to the host tier, A's to disk
+	require.Equal(t, 4, a.Residency()[2], "A's pages are on disk")
+	key := blockhash.Chain(blockhash.Scope{}, tpb, seq(0, 16))[1]
+	f.m.mu.Lock()
+	f.syncDisk()
+	g := f.m.levels[2].groups[0]
+	for s, p := range g.owner {
+		if p != nil && p.node != nil && p.node.key == key {
+			flipByte(t, g.file, int64(s)*g.stride+g.payOff+5)
+		}
+	}
+	f.m.mu.Unlock()
+	lostBefore := f.m.Stats().LostPages
+
+	release := f.holdMigrations()
+	require.NoError(t, a.Prefetch(1), "disk→host, not complete yet")
+	require.Equal(t, 4, a.Residency()[1])
+	d := f.open(blockhash.Scope{LoRAID: 4}, seq(7000, 16)) // C's pages to the host tier, A's back to disk
+	require.Equal(t, 4, a.Residency()[2], "A's pages moved on before the read settled")
+	release()
+	require.NoError(t, d.Close())
+	require.ErrorIs(t, a.Resume(f.stream), ErrDataLost)
+	assert.Equal(t, lostBefore+1, f.m.Stats().LostPages, "the damaged blob's page, and only it")
+	require.NoError(t, a.Close())
+	assert.Equal(t, tpb, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 17)), "block 0 is reused, block 1 is not")
+}
+
+// A blob written by a transaction whose earlier work failed asynchronously
+// (its encode) is not left behind looking sound: once the loss is settled
+// its header is wiped, so a later manager on the persistent directory does
+// not restore the block.
+func TestBlobOfAFailedEncodeIsNotRestored(t *testing.T) {
+	cfg := tieredConfig(t, 4, 0, 8)
+	cfg.CacheTiers[1].Persistent = true
+	faulty := codectest.NewFaulty(codec.NewDefault())
+	f := newTieredFixture(t, cfg, WithColdPageCodec(codec.Own(identified{faulty})))
+	a := f.compute(blockhash.Scope{}, seq(0, 16), 1)
+	require.NoError(t, a.Close()) // committed, cached on the GPU
+	faulty.FailAsync(codectest.OpEncode, 0, 1, nil)
+	b := f.compute(blockhash.Scope{LoRAID: 1}, seq(100, 16), 2) // A's blocks go to disk; their encode fails
+	require.NoError(t, b.Close())
+	f.m.mu.Lock()
+	f.syncDisk()
+	f.m.settle()
+	f.m.mu.Unlock()
+	require.Equal(t, int64(4), f.m.Stats().LostPages, "A's four pages")
+	require.NoError(t, f.m.Close())
+
+	m, err := NewManager(cfg, WithDevice(f.dev), WithColdPageCodec(codec.Own(identified{codec.NewDefault()})))
+	require.NoError(t, err)
+	defer m.Close()
+	assert.Zero(t, m.ProbeReuse(blockhash.Scope{}, seq(0, 17)), "no block of the failed encode is restored")
+}
+
+// identified gives a codec the default codec's identity, as a persistent
+// tier needs.
+type identified struct{ codec.ColdPageCodec }
+
+func (identified) Identity() string { return codec.ConcatIdentity }
 
 // syncDisk waits for every disk transaction submitted so far (the manager's
 // lock held).
@@ -123,18 +240,23 @@ func TestDiskBlobsCarryTheirBlockHeader(t *testing.T) {
 	}
 }
 
-// GPU↔host migrations never wait for disk I/O they do not depend on: with
-// the disk stream stuck in a long I/O, a cache's pages go to the host tier
-// and come back, to the byte. (On a single migration stream this hangs.)
+// GPU↔host migrations never wait for disk I/O they do not depend on, even
+// where the host functions of all streams share one thread (CUDA's driver
+// thread; the emulation's SharedHostThread) and the codec checks its work in
+// host functions (as gpucodec does): with a disk transaction stuck in its
+// file I/O, a cache's pages go to the host tier and come back, to the byte.
+// (With disk I/O in a host function, or on the migration stream, this
+// hangs.)
 func TestHostMigrationsDoNotWaitForDiskIO(t *testing.T) {
-	f := newTieredFixture(t, tieredConfig(t, 4, 8, 8))
-	// The test's own page writes free pinned host memory, and CUDA's
-	// cuMemHostUnregister waits for every stream, the parked one too.
-	devicetest.SkipUnlessEmu(t, f.dev, "parks a stream while freeing pinned host memory, which CUDA synchronizes")
+	f := newTieredFixtureOn(t, emu.Options{Seed: 7, MaxDelay: 50e3, SharedHostThread: true}, tieredConfig(t, 4, 8, 8),
+		WithColdPageCodec(codec.Own(hostChecked{codec.NewDefault()})))
 	gate := make(chan struct{})
 	f.m.mu.Lock()
 	disk := f.m.streamOf(unit{src: f.m.levels[2].groups[0], dst: f.m.levels[0].groups[0]})
-	require.NoError(t, disk.HostFunc(func() error { <-gate; return nil }))
+	b := newDiskBatch(1)
+	stuck := []func(){func() { defer b.finish(); <-gate }} // a file I/O that does not return
+	b.left = 1
+	require.NoError(t, f.m.diskIO(disk, b, stuck))
 	f.m.mu.Unlock()
 	defer close(gate)
 
@@ -144,6 +266,18 @@ func TestHostMigrationsDoNotWaitForDiskIO(t *testing.T) {
 	require.NoError(t, f.stream.Synchronize())
 	assert.Equal(t, 16, f.verifyAll(a, 1))
 	require.NoError(t, a.Close())
+}
+
+// hostChecked is a codec that checks each call's work in a host function on
+// its stream, as gpucodec does with HostCheck.
+type hostChecked struct{ codec.ColdPageCodec }
+
+func (h hostChecked) Encode(lg layout.LayerGroupID, dst device.Ptr, idx codec.PageIndices, st device.Stream) bool {
+	return h.ColdPageCodec.Encode(lg, dst, idx, st) && st.HostFunc(func() error { return nil }) == nil
+}
+
+func (h hostChecked) Decode(lg layout.LayerGroupID, src device.Ptr, idx codec.PageIndices, st device.Stream) bool {
+	return h.ColdPageCodec.Decode(lg, src, idx, st) && st.HostFunc(func() error { return nil }) == nil
 }
 
 // Blobs of 64 KiB and more go through direct I/O where the filesystem
@@ -195,7 +329,7 @@ func BenchmarkPersistentStart(b *testing.B) {
 				toks := seq(int(s)*tpb, tpb)
 				key := h.Next(parent, toks)
 				hd := blob.Header{Fingerprint: m.blobFP[0], Key: uint64(key), Parent: uint64(parent), Tag: uint64(s) + 1, Tokens: toks}
-				require.NoError(b, g.dio.each(1, func(_ int, scratch []byte) error { return g.dio.write(s, &hd, payload, scratch) }))
+				require.NoError(b, g.dio.do([]blobOp{{slot: s, buf: payload, hdr: &hd}}, true))
 				parent = key
 			}
 			require.NoError(b, m.Close())

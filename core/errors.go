@@ -44,9 +44,9 @@ var (
 	// failed its integrity check (it then also matches blob.ErrCorrupt: a
 	// damaged, stale or foreign blob is a miss, never data). Synchronous
 	// failures (creating, sizing or resizing a file) return it; an
-	// asynchronous read or write failure loses the pages it moved
-	// (ErrDataLost for their caches) and reaches the streams that waited on
-	// it as an ErrIO.
+	// asynchronous read or write failure of a page's blob loses that page
+	// alone (ErrDataLost for its caches) and reaches the stream of a cache
+	// that resumes it as an ErrIO.
 	ErrIO = errors.New("disk i/o failed")
 	// ErrClosed: the manager has been closed.
 	ErrClosed = errors.New("manager closed")

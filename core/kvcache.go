@@ -468,6 +468,9 @@ func (c *KVCache) Resume(stream device.Stream) error {
 		c.eachPage(func(p *page) { waits.addFence(p.group.fences[p.slot]) })
 		err = waits.apply(stream)
 	}
+	if err == nil {
+		err = m.checkBlobs(stream, c.eachPage)
+	}
 	if err == nil && m.lt.SSM >= 0 && (c.ssm == nil || c.ssmShared) {
 		err = c.ownSsmState(stream)
 	}

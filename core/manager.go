@@ -87,17 +87,19 @@ type Manager struct {
 	// transaction's encode overlaps another's file I/O.
 	stream      device.Stream
 	diskStreams []device.Stream
-	nextDisk    int
-	events      eventPool
-	levels      []*storageLevel
-	roots       map[blockhash.Key]*node
-	nodes       nodeStore
-	hasher      *blockhash.Hasher
-	tick        uint64
-	prune       []*node
-	nextID      uint64
-	caches      map[uint64]*KVCache
-	stats       statCounters
+	// diskQ runs the disk streams' blob I/O (see diskQueue).
+	diskQ    *diskQueue
+	nextDisk int
+	events   eventPool
+	levels   []*storageLevel
+	roots    map[blockhash.Key]*node
+	nodes    nodeStore
+	hasher   *blockhash.Hasher
+	tick     uint64
+	prune    []*node
+	nextID   uint64
+	caches   map[uint64]*KVCache
+	stats    statCounters
 	// losses counts lost pages ever; a cache rescans its pages for lost
 	// ones only when it changed (see checkLost).
 	losses uint64
@@ -257,6 +259,7 @@ func (m *Manager) init(cc *codec.Guarded) error {
 			}
 			m.diskStreams = append(m.diskStreams, st)
 		}
+		m.diskQ = newDiskQueue(diskQueueDepth)
 	}
 	return nil
 }
@@ -406,6 +409,9 @@ func (m *Manager) release() {
 	}
 	for _, st := range m.diskStreams {
 		st.Close()
+	}
+	if m.diskQ != nil {
+		m.diskQ.close() // the streams waited for every job they queued
 	}
 	m.events.close()
 	if m.ownDev {

@@ -40,6 +40,10 @@ type fixture struct {
 	m      *Manager
 	dev    device.Device // the emulation, or the backend KVCM_DEVICE names (devicetest)
 	stream device.Stream
+	// bounce is the pinned buffer writePage and readPage copy through, kept
+	// for the test: freeing pinned memory (cuMemHostUnregister) would
+	// synchronize every stream of the device, the manager's too.
+	bounce device.Memory
 }
 
 func newFixture(t *testing.T, cfg config.Config, opts ...Option) *fixture {
@@ -459,13 +463,34 @@ func (f *fixture) fillPage(loc BufferLocation, base int32, seed byte) []byte {
 
 func (f *fixture) readPage(loc BufferLocation, base int32) []byte {
 	f.t.Helper()
-	host, err := f.dev.Alloc(device.HostMapped, loc.Bytes)
-	require.NoError(f.t, err)
-	defer host.Free()
+	host := f.bounceBuf(loc.Bytes)
 	src := loc.PoolBase.Add(loc.PageIndex(base) * loc.Bytes)
 	require.NoError(f.t, f.stream.BatchCopy([]device.CopyDesc{{Dst: host.Ptr(), Src: src, Size: loc.Bytes}}))
 	require.NoError(f.t, f.stream.Synchronize())
-	return append([]byte(nil), host.Host()...)
+	return append([]byte(nil), host.Host()[:loc.Bytes]...)
+}
+
+// bounceBuf returns the fixture's pinned bounce buffer, at least n bytes
+// long; it is allocated once per size class and freed when the test ends.
+func (f *fixture) bounceBuf(n int64) device.Memory {
+	f.t.Helper()
+	if f.bounce != nil && f.bounce.Size() >= n {
+		return f.bounce
+	}
+	if f.bounce != nil {
+		require.NoError(f.t, f.stream.Synchronize())
+		require.NoError(f.t, f.bounce.Free())
+	}
+	host, err := f.dev.Alloc(device.HostMapped, max(n, 64<<10))
+	require.NoError(f.t, err)
+	f.bounce = host
+	f.t.Cleanup(func() {
+		if f.bounce == host {
+			f.bounce = nil
+			host.Free()
+		}
+	})
+	return host
 }
 
 func TestResumeRefusedAboveMaxUtil(t *testing.T) {

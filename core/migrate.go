@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -91,13 +92,68 @@ type unit struct {
 	src, dst *slotGroup
 	rep      layout.LayerGroupID
 	moves    []move
+	// disk is the blob I/O of a unit that reads or writes a disk tier.
+	disk *diskBatch
 }
 
 // inflight is a submitted transaction whose finish event has not been seen
-// complete: an asynchronous failure marks its pages lost.
+// complete: an asynchronous failure marks its pages lost, and so does the
+// failure of one page's blob (disk), for that page alone.
 type inflight struct {
 	ev    *sharedEvent
 	pages []*page
+	disk  *diskBatch
+	// prev holds, for a page that an earlier transaction was still moving
+	// when this one took it, that transaction and the page's index there:
+	// a blob the earlier one lost is lost in this one's copy too.
+	prev map[int]pageRef
+}
+
+type pageRef struct {
+	fl *inflight
+	i  int
+}
+
+// checkBlobs makes stream fail, after the waits enqueued on it so far, when
+// the blob of one of the pages each visits failed in a disk transaction not
+// yet settled: an engine that synchronizes its stream after Resume learns of
+// the loss before it reads the page's bytes, and only the caches holding a
+// lost page see it.
+func (m *Manager) checkBlobs(stream device.Stream, each func(fn func(p *page))) error {
+	var refs []pageRef
+	each(func(p *page) {
+		if fl := p.inflight; fl != nil && (fl.disk != nil || fl.prev != nil) {
+			refs = append(refs, pageRef{fl: fl, i: int(p.inflightIdx)})
+		}
+	})
+	if len(refs) == 0 {
+		return nil
+	}
+	return stream.HostFunc(func() error {
+		for _, r := range refs {
+			if err := r.fl.blobErr(r.i); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// blobErr is the failure of page i's blob in this transaction or in the
+// unsettled ones that moved it before.
+func (fl *inflight) blobErr(i int) error {
+	for {
+		if fl.disk != nil {
+			if err := fl.disk.err(i); err != nil {
+				return err
+			}
+		}
+		r, ok := fl.prev[i]
+		if !ok {
+			return nil
+		}
+		fl, i = r.fl, r.i
+	}
 }
 
 // migrate moves pages to level dst, one transaction per unit: destination
@@ -192,21 +248,24 @@ func (m *Manager) plan(pages []*page, dl *storageLevel) []unit {
 }
 
 // unitSize caps a unit: device-index codec calls at the 64 KiB index batch,
-// disk staging at what the page ring holds.
+// disk staging at a share of the page ring small enough that every disk
+// stream has a unit in flight with the ring half used, so one unit's codec
+// work overlaps the others' file I/O.
 func (m *Manager) unitSize(src, dst *slotGroup, rep layout.LayerGroupID, n int) int {
 	if rep >= 0 && m.lcCodec[rep].loc == codec.Device {
 		n = min(n, staging.MaxIndexBatchPairs)
 	}
 	if rep >= 0 && (src.onDisk() || dst.onDisk()) {
 		blob := m.lcCodec[rep].coldBytes
-		n = min(n, int(max(m.pageRing.Capacity()/blob/staging.PageRingCopies, 1)))
+		n = min(n, int(max(m.pageRing.Capacity()/blob/(2*numDiskStreams), 1)))
 	}
 	return n
 }
 
 // numDiskStreams is how many disk streams take the disk transactions in
-// turn: two, so one's codec work overlaps the other's file I/O.
-const numDiskStreams = 2
+// turn: each holds one transaction's codec work and waits for its file I/O,
+// so several transactions keep the disk workers busy.
+const numDiskStreams = 4
 
 // streamOf is the stream of unit u: the next disk stream when the unit reads
 // or writes a disk tier, so disk I/O never delays the GPU↔host migrations on
@@ -232,6 +291,9 @@ func (m *Manager) runUnit(u unit) error {
 	if err := waits.apply(st); err != nil {
 		return err
 	}
+	if u.src.onDisk() || u.dst.onDisk() {
+		u.disk = newDiskBatch(len(u.moves))
+	}
 	release, err := m.submitUnit(u, st)
 	if err != nil {
 		m.drainAfterFailure(st)
@@ -251,17 +313,23 @@ func (m *Manager) runUnit(u unit) error {
 		m.drainAfterFailure(st)
 		return err
 	}
-	fl := &inflight{ev: ev}
+	fl := &inflight{ev: ev, disk: u.disk}
 	path := pathOf(u.src, u.dst)
-	for _, mv := range u.moves {
+	for i, mv := range u.moves {
 		p := mv.p
+		if old := p.inflight; old != nil {
+			if fl.prev == nil {
+				fl.prev = map[int]pageRef{}
+			}
+			fl.prev[i] = pageRef{fl: old, i: int(p.inflightIdx)}
+		}
 		u.src.fences[mv.srcSlot].add(&m.events, ev)
 		u.dst.fences[mv.dstSlot].add(&m.events, ev)
 		u.src.release(p)
 		u.dst.owner[mv.dstSlot] = p
 		p.group, p.slot, p.diskTag = u.dst, mv.dstSlot, mv.tag
 		fl.pages = append(fl.pages, p)
-		p.inflight = fl
+		p.inflight, p.inflightIdx = fl, int32(i)
 		if u.src.level != u.dst.level {
 			m.emitMoved(p, u.src.level.index)
 		}
@@ -385,8 +453,9 @@ func (m *Manager) stage(u unit, st device.Stream) (*staging.StagingBuffer, int64
 	return buf, blob, nil
 }
 
-// encodeToDisk encodes into pinned staging, then writes each blob, with its
-// header, to its slot of the disk group's file, in stream order.
+// encodeToDisk encodes into pinned staging, then has the disk workers write
+// each blob, with its header, from the staging to its slot; the stream waits
+// for the writes (waitHost) before the unit's finish event.
 func (m *Manager) encodeToDisk(u unit, st device.Stream) (func() error, error) {
 	buf, blob, err := m.stage(u, st)
 	if err != nil {
@@ -396,30 +465,30 @@ func (m *Manager) encodeToDisk(u unit, st device.Stream) (func() error, error) {
 		return codec.PageIndexPair{Dst: int32(i), Src: mv.srcSlot}
 	})
 	if err == nil {
-		host, dio, slots, hdrs := buf.Host(), u.dst.dio, dstSlots(u), m.headers(u)
-		err = st.HostFunc(func() error {
-			return dio.each(len(slots), func(i int, scratch []byte) error {
-				return dio.write(slots[i], &hdrs[i], host[int64(i)*blob:int64(i+1)*blob], scratch)
-			})
-		})
+		host, hdrs := buf.Host(), m.headers(u)
+		ops := make([]blobOp, len(u.moves))
+		for i, mv := range u.moves {
+			ops[i] = blobOp{i: i, slot: mv.dstSlot, buf: host[int64(i)*blob : int64(i+1)*blob], hdr: &hdrs[i]}
+		}
+		err = m.diskIO(st, u.disk, u.dst.dio.jobs(ops, true, u.disk))
 	}
 	return joinRelease(release, buf.Release), err
 }
 
-// decodeFromDisk reads and checks the blobs into pinned staging, then decodes
-// them. A blob that fails its check fails the host function, so the
-// transaction's pages are lost and the decode's output is never used.
+// decodeFromDisk has the disk workers read and check the blobs into pinned
+// staging, then decodes them. A blob that fails its check fails only its own
+// page (see diskBatch): the decode's output for it is never used.
 func (m *Manager) decodeFromDisk(u unit, st device.Stream) (func() error, error) {
 	buf, blob, err := m.stage(u, st)
 	if err != nil {
 		return nil, err
 	}
-	host, dio, slots, wants := buf.Host(), u.src.dio, srcSlots(u), m.wants(u)
-	err = st.HostFunc(func() error {
-		return dio.each(len(slots), func(i int, scratch []byte) error {
-			return dio.read(slots[i], wants[i], host[int64(i)*blob:int64(i+1)*blob], scratch)
-		})
-	})
+	host, wants := buf.Host(), m.wants(u)
+	ops := make([]blobOp, len(u.moves))
+	for i, mv := range u.moves {
+		ops[i] = blobOp{i: i, slot: mv.srcSlot, buf: host[int64(i)*blob : int64(i+1)*blob], want: wants[i]}
+	}
+	err = m.diskIO(st, u.disk, u.src.dio.jobs(ops, false, u.disk))
 	var release func() error
 	if err == nil {
 		release, err = m.codecCall(u, st, false, buf.Ptr(), func(i int, mv move) codec.PageIndexPair {
@@ -429,9 +498,37 @@ func (m *Manager) decodeFromDisk(u unit, st device.Stream) (func() error, error)
 	return joinRelease(release, buf.Release), err
 }
 
+// diskIO enqueues jobs, the blob I/O of one unit, on stream st: a host
+// function hands them to the disk workers when the stream reaches it (it
+// never blocks), and the stream then waits for them without holding a host
+// function (waitHost). If the wait cannot be enqueued, diskIO waits for the
+// jobs itself, so nothing reuses their buffers early.
+func (m *Manager) diskIO(st device.Stream, b *diskBatch, jobs []func()) error {
+	q := m.diskQ
+	if err := st.HostFunc(func() error { q.push(jobs); return nil }); err != nil {
+		return err
+	}
+	if err := waitHost(st, b.done); err != nil {
+		<-b.done
+		return err
+	}
+	return nil
+}
+
+// waitHost makes work enqueued on st later wait until done is closed: with
+// device.HostWaiter where the stream has it (no host-function thread is
+// held meanwhile), else in a host function.
+func waitHost(st device.Stream, done <-chan struct{}) error {
+	if w, ok := st.(device.HostWaiter); ok {
+		return w.WaitHost(done)
+	}
+	return st.HostFunc(func() error { <-done; return nil })
+}
+
 // copyCold moves raw blobs between cold groups: a batch copy between host
-// slots, file I/O in stream order otherwise. Blobs read from disk are checked;
-// blobs written to disk get a new header.
+// slots, the disk workers' I/O in stream order otherwise, in place from and
+// to the host tier's slots. Blobs read from disk are checked; blobs written
+// to disk get a new header.
 func (m *Manager) copyCold(u unit, st device.Stream) error {
 	size := u.src.blobBytes()
 	if !u.src.onDisk() && !u.dst.onDisk() {
@@ -445,40 +542,47 @@ func (m *Manager) copyCold(u unit, st device.Stream) error {
 		m.descs = descs
 		return st.BatchCopy(descs)
 	}
-	src, dst, moves := u.src, u.dst, u.moves
-	var wants []blobWant
-	if src.onDisk() {
-		wants = m.wants(u)
+	ops := make([]blobOp, len(u.moves))
+	var jobs []func()
+	switch {
+	case u.src.onDisk() && u.dst.onDisk():
+		jobs = m.diskToDisk(u)
+	case u.src.onDisk():
+		wants := m.wants(u)
+		for i, mv := range u.moves {
+			ops[i] = blobOp{i: i, slot: mv.srcSlot, buf: u.dst.hostSlot(mv.dstSlot), want: wants[i]}
+		}
+		jobs = u.src.dio.jobs(ops, false, u.disk)
+	default:
+		hdrs := m.headers(u)
+		for i, mv := range u.moves {
+			ops[i] = blobOp{i: i, slot: mv.dstSlot, buf: u.src.hostSlot(mv.srcSlot), hdr: &hdrs[i]}
+		}
+		jobs = u.dst.dio.jobs(ops, true, u.disk)
 	}
-	var hdrs []blob.Header
-	if dst.onDisk() {
-		hdrs = m.headers(u)
-	}
-	dio := src.dio
-	if dio == nil {
-		dio = dst.dio
-	}
-	return st.HostFunc(func() error {
-		return dio.each(len(moves), func(i int, scratch []byte) error {
-			mv := moves[i]
-			var err error
-			switch {
-			case src.onDisk() && dst.onDisk():
-				tmp := make([]byte, size)
-				if err = src.dio.read(mv.srcSlot, wants[i], tmp, scratch); err == nil {
-					err = dst.dio.write(mv.dstSlot, &hdrs[i], tmp, scratch)
-				}
-			case src.onDisk():
-				err = src.dio.read(mv.srcSlot, wants[i], dst.hostSlot(mv.dstSlot), scratch)
-			default:
-				err = dst.dio.write(mv.dstSlot, &hdrs[i], src.hostSlot(mv.srcSlot), scratch)
+	return m.diskIO(st, u.disk, jobs)
+}
+
+// diskToDisk is one job per blob of a unit between two disk groups: read
+// and check it, then write it with a new header.
+func (m *Manager) diskToDisk(u unit) []func() {
+	src, dst, wants, hdrs := u.src.dio, u.dst.dio, m.wants(u), m.headers(u)
+	jobs := make([]func(), len(u.moves))
+	for i, mv := range u.moves {
+		jobs[i] = func() {
+			defer u.disk.finish()
+			buf := alignedBuf(src.blob, max(src.align, dst.align))
+			err := src.do([]blobOp{{slot: mv.srcSlot, buf: buf, want: wants[i]}}, false)
+			if err == nil {
+				err = dst.do([]blobOp{{slot: mv.dstSlot, buf: buf, hdr: &hdrs[i]}}, true)
 			}
 			if err != nil {
-				return fmt.Errorf("blob copy: %w", err)
+				u.disk.fail(i, fmt.Errorf("blob copy: %w", err))
 			}
-			return nil
-		})
-	})
+		}
+	}
+	u.disk.left = len(jobs)
+	return jobs
 }
 
 // headers are the blob headers of the unit's moves to disk.
@@ -495,22 +599,6 @@ func (m *Manager) wants(u unit) []blobWant {
 	out := make([]blobWant, len(u.moves))
 	for i, mv := range u.moves {
 		out[i] = m.wantOf(mv.p)
-	}
-	return out
-}
-
-func dstSlots(u unit) []int32 {
-	out := make([]int32, len(u.moves))
-	for i, mv := range u.moves {
-		out[i] = mv.dstSlot
-	}
-	return out
-}
-
-func srcSlots(u unit) []int32 {
-	out := make([]int32, len(u.moves))
-	for i, mv := range u.moves {
-		out[i] = mv.srcSlot
 	}
 	return out
 }
@@ -541,12 +629,19 @@ func (m *Manager) settle() {
 			kept = append(kept, fl)
 			continue
 		}
-		for _, p := range fl.pages {
-			if p.inflight == fl {
-				p.inflight = nil
-				if err != nil {
-					m.lose(p, err)
-				}
+		for i, p := range fl.pages {
+			if p.inflight != fl {
+				continue // moved again: the later transaction carries this one's outcome (prev)
+			}
+			p.inflight = nil
+			if err != nil && p.group.onDisk() {
+				// The blob was written after work it depends on failed (an
+				// asynchronous encode): it may look sound, so it must not
+				// outlive the loss in a persistent tier's file.
+				p.group.dio.wipe(p.slot)
+			}
+			if err := cmp.Or(err, fl.blobErr(i)); err != nil {
+				m.lose(p, err)
 			}
 		}
 		m.events.release(fl.ev)

@@ -29,8 +29,10 @@ type page struct {
 	heapIdx      int
 	// moving: a migration is placing the page; it is no eviction candidate.
 	moving bool
-	// inflight is the transaction that last moved the page, until settled.
-	inflight *inflight
+	// inflight is the transaction that last moved the page, until settled;
+	// inflightIdx is the page's index in it.
+	inflight    *inflight
+	inflightIdx int32
 	// lost: a failure destroyed the page's data; the manager's lostBy
 	// holds the first one.
 	lost bool
@@ -62,12 +64,13 @@ type slotGroup struct {
 	mem   []device.Memory // one allocation per pool; none on disk
 	file  DiskFile        // the group's blob file on a disk level
 	dir   string          // the disk tier's directory, for errors
-	// hdrBytes and stride: a disk slot is a blob header, then the payload.
-	// align is what the file's I/O must be aligned to (direct I/O), and
-	// stride a multiple of it.
-	hdrBytes, stride, align int64
-	dio                     *diskIO // blob I/O of the group, used on the disk stream
-	numSlots                int64
+	// hdrBytes, payOff and stride: a disk slot is a blob header, padded to
+	// payOff, then the payload, padded to stride. align is what the file's
+	// I/O must be aligned to (direct I/O); payOff and stride are multiples
+	// of it, so payloads move in place.
+	hdrBytes, payOff, stride, align int64
+	dio                             *diskIO // blob I/O of the group, used on the disk stream
+	numSlots                        int64
 	// capacity is the most slots the group can grow to in place: hot pools
 	// reserve it; cold groups grow by reallocation, so it equals numSlots.
 	capacity int64
@@ -236,8 +239,9 @@ func newDiskGroup(lvl *storageLevel, desc layout.Group, slots int64, tier config
 	}
 	hdr := int64(blob.HeaderSize(tokensPerBlock))
 	align := max(f.Alignment(), 1)
+	pay := roundUp(hdr, align)
 	g := &slotGroup{level: lvl, desc: desc, numSlots: slots, capacity: slots, file: f, dir: dir,
-		hdrBytes: hdr, stride: roundUp(hdr+blobBytes, align), align: align}
+		hdrBytes: hdr, payOff: pay, stride: roundUp(pay+blobBytes, align), align: align}
 	g.dio = g.io(tokensPerBlock)
 	if err := g.reserveFile(slots); err != nil {
 		g.freeMemory()
@@ -248,8 +252,8 @@ func newDiskGroup(lvl *storageLevel, desc layout.Group, slots int64, tier config
 }
 
 // directMinBlob is the smallest cold page the disk tier uses direct I/O
-// for: a slot is then rounded up to 4 KiB, which costs at most 1/16 more
-// disk than the blobs themselves.
+// for: a slot is then a 4 KiB header block and the page rounded up to 4 KiB,
+// which costs at most 1/8 more disk than the blobs themselves.
 const directMinBlob = 64 << 10
 
 func roundUp(n, align int64) int64 { return (n + align - 1) / align * align }

@@ -33,7 +33,14 @@ func tieredConfig(t *testing.T, gpu, host, disk int64) config.Config {
 
 func newTieredFixture(t *testing.T, cfg config.Config, opts ...Option) *fixture {
 	t.Helper()
-	dev := devicetest.Open(t, emu.Options{Seed: 7, MaxDelay: 50e3}) // emu: up to 50µs per op
+	return newTieredFixtureOn(t, emu.Options{Seed: 7, MaxDelay: 50e3}, cfg, opts...) // emu: up to 50µs per op
+}
+
+// newTieredFixtureOn is newTieredFixture with the emulation's options (the
+// backend KVCM_DEVICE names ignores them).
+func newTieredFixtureOn(t *testing.T, emuOpts emu.Options, cfg config.Config, opts ...Option) *fixture {
+	t.Helper()
+	dev := devicetest.Open(t, emuOpts)
 	m, err := NewManager(cfg, append([]Option{WithDevice(dev)}, opts...)...)
 	require.NoError(t, err)
 	s, err := dev.NewStream()
@@ -107,9 +114,7 @@ func (f *fixture) eachBuffer(c *KVCache, fn func(block int, loc BufferLocation, 
 
 func (f *fixture) writePage(loc BufferLocation, base int32, data []byte) {
 	f.t.Helper()
-	host, err := f.dev.Alloc(device.HostMapped, loc.Bytes)
-	require.NoError(f.t, err)
-	defer host.Free()
+	host := f.bounceBuf(loc.Bytes)
 	copy(host.Host(), data)
 	dst := loc.PoolBase.Add(loc.PageIndex(base) * loc.Bytes)
 	require.NoError(f.t, f.stream.BatchCopy([]device.CopyDesc{{Dst: dst, Src: host.Ptr(), Size: loc.Bytes}}))

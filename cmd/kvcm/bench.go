@@ -34,7 +34,8 @@ kvcm bench disk measures, per blob size (16 KiB to 2 MiB), the disk tier's
 GPU→disk (durable, fsync included) and disk→GPU (page cache dropped)
 throughput next to the raw O_DIRECT bandwidth of the same directory at the
 same block size and queue depth, sequential and random, measured in the same
-run, and their ratios. Run kvcm bench disk -h for its flags.
+run (medians of -reps runs, the tier's and the raw ones interleaved), and
+their ratios. Run kvcm bench disk -h for its flags.
 
 kvcm bench shared measures the shared tier (core/sharedtier) on a Redis
 Cluster (-addrs, or $KVCM_REDIS_CLUSTER; scripts/redis-cluster.sh start runs

@@ -112,6 +112,17 @@ type Stream interface {
 	Close() error
 }
 
+// HostWaiter is implemented by a Stream that can wait for the host without a
+// host function. WaitHost makes work enqueued later wait until done is
+// closed, holding no host-function thread meanwhile: on CUDA the host
+// functions of every stream may share one driver thread, so a host function
+// that blocks delays every stream's. A backend without it is waited for in a
+// host function. done must be closed eventually: until then the stream, and
+// a Close or Synchronize of it or of its device, waits.
+type HostWaiter interface {
+	WaitHost(done <-chan struct{}) error
+}
+
 // Event is a completion point in a stream.
 type Event interface {
 	// Query reports whether the recorded work has completed and, if so, its

@@ -51,9 +51,11 @@ type Device struct {
 	granErr  error
 
 	// priv is a private stream for the device's own synchronous work
-	// (zeroing grown memory), created on first use.
+	// (zeroing grown memory, probing WaitHost), created on first use; words
+	// are WaitHost's host words. privMu guards both.
 	privMu sync.Mutex
 	priv   C.kv_CUstream
+	words  hostWords
 }
 
 var _ device.Device = (*Device)(nil)
@@ -308,6 +310,7 @@ func (d *Device) Close() error {
 		errs = append(errs, check("cuStreamDestroy (private)", C.kv_stream_destroy(d.ctx, d.priv)))
 		d.priv = nil
 	}
+	errs = append(errs, d.releaseWords())
 	d.privMu.Unlock()
 	errs = append(errs, check("cuDevicePrimaryCtxRelease", C.kv_primary_release(d.cuDev)))
 	return errors.Join(errs...)

@@ -66,6 +66,7 @@ static struct {
 	kv_CUresult (*eventSynchronize)(kv_CUevent);
 	kv_CUresult (*eventElapsedTime)(float*, kv_CUevent, kv_CUevent);
 	kv_CUresult (*launchHostFunc)(kv_CUstream, kv_hostfn, void*);
+	kv_CUresult (*streamWaitValue32)(kv_CUstream, kv_CUdeviceptr, uint32_t, unsigned);  // optional
 	kv_CUresult (*memcpyAsync)(kv_CUdeviceptr, kv_CUdeviceptr, size_t, kv_CUstream);
 	kv_CUresult (*memsetD8Async)(kv_CUdeviceptr, unsigned char, size_t, kv_CUstream);
 	kv_CUresult (*moduleLoadDataEx)(kv_CUmodule*, const void*, unsigned, int*, void**);
@@ -200,6 +201,9 @@ int kv_load(const char* path, char* err, size_t errlen) {
 	if (version >= 12080 && !g.batch13000) {
 		*(void**)&g.batch12080 = resolve("cuMemcpyBatchAsync", 12080);
 	}
+	// Stream memory operations (cuStreamWaitValue32, the v2 entry point of
+	// CUDA 12); optional: WaitHost falls back to a host function without it.
+	*(void**)&g.streamWaitValue32 = resolve("cuStreamWaitValue32", want);
 	g.lib = lib;
 	g.version = version;
 	g.loaded = 1;
@@ -399,6 +403,12 @@ static void KV_CB host_trampoline(void* user) { kvcmCudaHostFunc((uintptr_t)user
 kv_CUresult kv_host_func(kv_CUcontext c, kv_CUstream s, uintptr_t handle) {
 	WITH_CTX(c);
 	return g.launchHostFunc(s, host_trampoline, (void*)handle);
+}
+
+kv_CUresult kv_stream_wait_value32(kv_CUcontext c, kv_CUstream s, kv_CUdeviceptr addr, uint32_t value) {
+	if (!g.streamWaitValue32) return KV_CUDA_ERROR_NOT_SUPPORTED;
+	WITH_CTX(c);
+	return g.streamWaitValue32(s, addr, value, 0 /* CU_STREAM_WAIT_VALUE_GEQ */);
 }
 
 kv_CUresult kv_memset8(kv_CUcontext c, kv_CUstream s, kv_CUdeviceptr p, unsigned char v, size_t n) {

@@ -148,6 +148,11 @@ kv_CUresult kv_event_sync(kv_CUcontext c, kv_CUevent e);
 kv_CUresult kv_event_elapsed(kv_CUcontext c, float* ms, kv_CUevent start, kv_CUevent end);
 kv_CUresult kv_host_func(kv_CUcontext c, kv_CUstream s, uintptr_t handle);
 kv_CUresult kv_memset8(kv_CUcontext c, kv_CUstream s, kv_CUdeviceptr p, unsigned char v, size_t n);
+// kv_stream_wait_value32 makes s wait until the 32-bit word at addr (device
+// memory or registered host memory) is at least value
+// (cuStreamWaitValue32, CU_STREAM_WAIT_VALUE_GEQ); CUDA_ERROR_NOT_SUPPORTED
+// where the driver has no stream memory operations.
+kv_CUresult kv_stream_wait_value32(kv_CUcontext c, kv_CUstream s, kv_CUdeviceptr addr, uint32_t value);
 
 // kv_batch_copy submits count copies (struct-of-arrays) as one
 // cuMemcpyBatchAsync with one attribute (srcOrder, PREFER_OVERLAP_WITH_COMPUTE)

@@ -37,6 +37,15 @@ type Stream struct {
 
 	// checks are HostCheck functions not yet enqueued (see flushChecks).
 	checks []func() error
+
+	// WaitHost's state, under mu: the stream's host word (nil until the
+	// first WaitHost; noWord: the driver cannot wait on one), the value the
+	// last wait is for, and the release of the last wait.
+	word        *uint32
+	retired     []*uint32 // earlier words whose count was used up
+	noWord      bool
+	waitCount   uint32
+	lastRelease chan struct{}
 }
 
 // maxPendingChecks bounds the checks one host function runs.
@@ -495,6 +504,18 @@ func (s *Stream) destroy() error {
 			_ = c()
 		}
 		s.checks = nil
+	}
+	if s.word != nil || len(s.retired) > 0 {
+		// The stream has passed its last wait, so its words are written for
+		// good; the next stream's WaitHost resets one it takes.
+		s.dev.privMu.Lock()
+		for _, w := range append(s.retired, s.word) {
+			if w != nil {
+				s.dev.words.free = append(s.dev.words.free, w)
+			}
+		}
+		s.dev.privMu.Unlock()
+		s.word, s.retired = nil, nil
 	}
 	if s.borrowed {
 		return err

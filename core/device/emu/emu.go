@@ -63,6 +63,16 @@ type Options struct {
 	// backend must. BatchCopy then splits a descriptor whose host-mapped side
 	// crosses a region boundary, and counts the splits in Stats.RegionSplits.
 	HostRegionBytes int64
+	// SharedHostThread runs the host functions of every stream one at a
+	// time, as CUDA may on its one driver thread: a host function that
+	// blocks delays every other stream's host functions (not their other
+	// work, nor a WaitHost).
+	SharedHostThread bool
+	// ResidentHostMemory faults host-mapped memory in at Alloc, as
+	// cuMemHostRegister does for CUDA's pinned memory, so its first use costs
+	// no page faults (benchmarks set it; tests leave it lazy, which is
+	// cheaper for the many managers they make).
+	ResidentHostMemory bool
 }
 
 // KindCounts is one counter per memory kind.
@@ -149,6 +159,9 @@ type Device struct {
 	allocs []*allocation // live allocations, sorted by base address
 
 	failNext atomic.Int64
+
+	// hostThread serializes host functions under Options.SharedHostThread.
+	hostThread sync.Mutex
 
 	batchCalls, descriptors, regionSplits atomic.Int64
 	bytesCopied, hostFuncs                atomic.Int64

@@ -78,8 +78,11 @@ func (d *Device) mapLocked(kind device.MemoryKind, size, capacity int64) (*alloc
 	if err := d.checkLimitLocked(kind, size); err != nil {
 		return nil, err
 	}
-	buf, err := syscall.Mmap(-1, 0, int(capacity), syscall.PROT_READ|syscall.PROT_WRITE,
-		syscall.MAP_ANON|syscall.MAP_PRIVATE|syscall.MAP_NORESERVE)
+	flags := syscall.MAP_ANON | syscall.MAP_PRIVATE | syscall.MAP_NORESERVE
+	if kind == device.HostMapped && d.opts.ResidentHostMemory {
+		flags |= syscall.MAP_POPULATE
+	}
+	buf, err := syscall.Mmap(-1, 0, int(capacity), syscall.PROT_READ|syscall.PROT_WRITE, flags)
 	if err != nil {
 		return nil, fmt.Errorf("mmap: %w: %w", err, device.ErrOutOfMemory)
 	}

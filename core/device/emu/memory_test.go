@@ -1,7 +1,9 @@
 package emu_test
 
 import (
+	"os"
 	"sync"
+	"syscall"
 	"testing"
 	"unsafe"
 
@@ -190,4 +192,18 @@ func TestResizeAfterDeviceCloseIsErrClosed(t *testing.T) {
 	require.NoError(t, d.Close())
 	require.ErrorIs(t, g.Free(), device.ErrClosed, "Free follows the contract")
 	require.ErrorIs(t, g.Resize(8192), device.ErrClosed)
+}
+
+// With ResidentHostMemory, host-mapped memory is resident from Alloc (as
+// pinned memory is), not faulted in at first use.
+func TestResidentHostMemoryIsFaultedInAtAlloc(t *testing.T) {
+	d := newDevice(t, emu.Options{ResidentHostMemory: true})
+	m := alloc(t, d, device.HostMapped, 1<<20)
+	vec := make([]byte, (1<<20)/os.Getpagesize())
+	h := m.Host()
+	_, _, errno := syscall.Syscall(syscall.SYS_MINCORE, uintptr(unsafe.Pointer(&h[0])), uintptr(len(h)), uintptr(unsafe.Pointer(&vec[0])))
+	require.Zero(t, errno, "mincore")
+	for i, v := range vec {
+		require.NotZero(t, v&1, "page %d is resident", i)
+	}
 }

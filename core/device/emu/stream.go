@@ -18,6 +18,7 @@ const (
 	opWait
 	opSync
 	opUpload
+	opWaitHost
 )
 
 // piece is one copy as executed: a caller's descriptor, or part of one after
@@ -33,12 +34,13 @@ type piece struct {
 // op is one queued unit of stream work.
 type op struct {
 	kind   opKind
-	pieces []piece      // opCopy
-	fn     func() error // opHostFunc
-	cap    *capture     // opRecord: completed by it; opWait: waited for
-	reply  chan<- error // opSync: buffered, receives the interval's failure
-	dst    device.Ptr   // opUpload
-	data   []byte       // opUpload: private copy of the caller's bytes
+	pieces []piece         // opCopy
+	fn     func() error    // opHostFunc
+	cap    *capture        // opRecord: completed by it; opWait: waited for
+	reply  chan<- error    // opSync: buffered, receives the interval's failure
+	dst    device.Ptr      // opUpload
+	data   []byte          // opUpload: private copy of the caller's bytes
+	host   <-chan struct{} // opWaitHost: closed when the stream may go on
 }
 
 // stream is a device.Stream: an unbounded FIFO of ops served by one worker
@@ -67,7 +69,10 @@ type stream struct {
 	evErr, syncErr error
 }
 
-var _ device.Stream = (*stream)(nil)
+var (
+	_ device.Stream     = (*stream)(nil)
+	_ device.HostWaiter = (*stream)(nil)
+)
 
 func newStream(d *Device, handle uintptr, ordinal uint64) *stream {
 	return &stream{
@@ -250,6 +255,17 @@ func (s *stream) HostFunc(fn func() error) error {
 	}
 	s.dev.hostFuncs.Add(1)
 	return nil
+}
+
+// WaitHost makes work enqueued later wait until done is closed
+// (device.HostWaiter). The stream's goroutine waits, outside any host
+// function, so with Options.SharedHostThread other streams' host functions
+// still run meanwhile.
+func (s *stream) WaitHost(done <-chan struct{}) error {
+	if done == nil {
+		return fmt.Errorf("emu: stream %#x: wait host: nil channel", s.handle)
+	}
+	return s.enqueue("wait host", op{kind: opWaitHost, host: done})
 }
 
 // Record makes ev capture the work enqueued so far on this stream, replacing
@@ -436,6 +452,11 @@ func (s *stream) run(o *op) {
 	case opSync:
 		o.reply <- s.syncErr
 		s.syncErr = nil
+	case opWaitHost:
+		select {
+		case <-o.host:
+		case <-s.dev.done:
+		}
 	}
 }
 
@@ -522,6 +543,10 @@ func (s *stream) runHostFunc(fn func() error) (err error) {
 			}
 		}
 	}()
+	if s.dev.opts.SharedHostThread {
+		s.dev.hostThread.Lock()
+		defer s.dev.hostThread.Unlock()
+	}
 	if err := fn(); err != nil {
 		return fmt.Errorf("emu: stream %#x: host function: %w", s.handle, err)
 	}

@@ -353,3 +353,49 @@ func TestCopyFromHostConsumesSourceBeforeReturning(t *testing.T) {
 	err = s.CopyFromHost(dst.Ptr().Add(4), src)
 	assert.ErrorIs(t, err, device.ErrInvalidCopy, "past the allocation's end")
 }
+
+// WaitHost holds the work enqueued after it until its channel closes, and
+// holds no host function meanwhile: under SharedHostThread another stream's
+// host functions still run.
+func TestWaitHostHoldsLaterWorkWithoutAHostFunction(t *testing.T) {
+	d := newDevice(t, emu.Options{SharedHostThread: true})
+	s, other := newStream(t, d), newStream(t, d)
+	done := make(chan struct{})
+	require.NoError(t, s.(device.HostWaiter).WaitHost(done))
+	ran := make(chan struct{})
+	require.NoError(t, s.HostFunc(func() error { close(ran); return nil }))
+
+	require.NoError(t, other.HostFunc(func() error { return nil }))
+	require.NoError(t, other.Synchronize(), "another stream's host function runs while s waits")
+	select {
+	case <-ran:
+		t.Fatal("work after WaitHost ran before its channel closed")
+	default:
+	}
+	close(done)
+	require.NoError(t, s.Synchronize())
+	<-ran
+}
+
+// SharedHostThread runs the host functions of all streams one at a time: a
+// host function that blocks delays another stream's, as on CUDA's driver
+// thread.
+func TestSharedHostThreadSerializesHostFunctions(t *testing.T) {
+	d := newDevice(t, emu.Options{SharedHostThread: true})
+	s, other := newStream(t, d), newStream(t, d)
+	fn, release := blocker()
+	started := make(chan struct{})
+	require.NoError(t, s.HostFunc(func() error { close(started); return fn() }))
+	<-started
+	ran := make(chan struct{})
+	require.NoError(t, other.HostFunc(func() error { close(ran); return nil }))
+	select {
+	case <-ran:
+		t.Fatal("a host function ran while another stream's host function blocked")
+	case <-time.After(20 * time.Millisecond):
+	}
+	release()
+	require.NoError(t, other.Synchronize())
+	<-ran
+	require.NoError(t, s.Synchronize())
+}

@@ -14,6 +14,11 @@
 // figures (the tier fills its slots in ascending order). Where the
 // filesystem refuses O_DIRECT (tmpfs) the raw figures are buffered and
 // marked so.
+//
+// Each point is measured -reps times (default 3), the tier's runs and the raw
+// runs interleaved, and every column is the median of its runs; the ratios
+// are the medians of each run's tier figure over the raw figure of the same
+// run, so a disturbance of the shared machine moves both sides of a ratio.
 package disk
 
 import (
@@ -24,6 +29,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -36,19 +42,22 @@ import (
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/device/backend"
+	"github.com/kvcm/kvcm/core/device/emu"
 )
 
 // QueueDepth is the raw I/O's queue depth: the manager's (core's
 // diskQueueDepth).
 const QueueDepth = 8
 
-// Result is one blob size's figures, in GB/s (10^9 bytes per second).
+// Result is one blob size's figures, in GB/s (10^9 bytes per second), and
+// the tier's host↔disk figures as ratios of the sequential raw ones.
 type Result struct {
 	BlobBytes                int64
 	ToDisk, FromDisk         float64
 	HostToDisk, DiskToHost   float64
 	RawSeqWrite, RawRndWrite float64
 	RawSeqRead, RawRndRead   float64
+	WriteRatio, ReadRatio    float64
 	Direct                   bool
 }
 
@@ -58,6 +67,7 @@ type Result struct {
 //	            system's temporary directory)
 //	-bytes N    bytes moved per blob size and direction, MiB (default 64)
 //	-sizes L    blob sizes, KiB (default 16,64,256,1024,2048)
+//	-reps R     runs per point, medians reported (default 3)
 func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench disk", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -65,21 +75,29 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	mib := fs.Int64("bytes", 64, "MiB moved per blob size and direction")
 	var sizes sizeList = []int64{16, 64, 256, 1024, 2048}
 	fs.Var(&sizes, "sizes", "blob sizes in KiB, comma-separated")
+	reps := fs.Int("reps", 3, "runs per point, interleaved; medians are reported")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	dev, err := backend.Open("")
+	if *reps < 1 {
+		fmt.Fprintln(stderr, "bench disk: -reps must be at least 1")
+		return 2
+	}
+	// On the emulation host memory is resident from Alloc, as pinned memory
+	// is on CUDA, so no timing includes first-touch page faults.
+	dev, err := backend.OpenWith("", backend.Options{Emu: emu.Options{ResidentHostMemory: true}})
 	if err != nil {
 		fmt.Fprintln(stderr, "bench disk:", err)
 		return 1
 	}
 	defer dev.Close()
-	fmt.Fprintf(stdout, "kvcm bench disk: %s, %d MiB per point, queue depth %d, device %s\n", *dir, *mib, QueueDepth, dev.Name())
+	fmt.Fprintf(stdout, "kvcm bench disk: %s, %d MiB per point, %d runs a point (medians), queue depth %d, device %s\n",
+		*dir, *mib, *reps, QueueDepth, dev.Name())
 	fmt.Fprintf(stdout, "%8s %9s %9s %9s %9s %9s %9s %9s %9s %8s %8s  %s\n",
 		"blob", "gpu→disk", "disk→gpu", "host→disk", "disk→host", "raw-wseq", "raw-wrnd", "raw-rseq", "raw-rrnd",
 		"h→d/raw", "d→h/raw", "raw")
 	for _, kib := range sizes {
-		r, err := Run(dev, *dir, kib<<10, *mib<<20)
+		r, err := Run(dev, *dir, kib<<10, *mib<<20, *reps)
 		if err != nil {
 			fmt.Fprintln(stderr, "bench disk:", err)
 			return 1
@@ -90,7 +108,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "%6dKi %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %8.2f %8.2f  %s\n", kib,
 			r.ToDisk, r.FromDisk, r.HostToDisk, r.DiskToHost, r.RawSeqWrite, r.RawRndWrite, r.RawSeqRead, r.RawRndRead,
-			r.HostToDisk/r.RawSeqWrite, r.DiskToHost/r.RawSeqRead, mode)
+			r.WriteRatio, r.ReadRatio, mode)
 	}
 	return 0
 }
@@ -122,21 +140,48 @@ func splitComma(v string) []string {
 	return out
 }
 
-// Run measures one blob size, moving total bytes each way.
-func Run(dev device.Device, dir string, blob, total int64) (Result, error) {
-	r := Result{BlobBytes: blob}
+// Run measures one blob size, moving total bytes each way, reps times.
+func Run(dev device.Device, dir string, blob, total int64, reps int) (Result, error) {
 	n := max(total/blob, 1)
-	var err error
-	if r.ToDisk, r.FromDisk, err = runTier(dev, dir, blob, n); err != nil {
-		return r, fmt.Errorf("%d KiB blobs through the disk tier: %w", blob>>10, err)
+	runs := make([]Result, 0, reps)
+	for range max(reps, 1) {
+		r := Result{BlobBytes: blob}
+		if err := runRaw(dir, blob, n, &r); err != nil {
+			return r, fmt.Errorf("%d KiB raw I/O: %w", blob>>10, err)
+		}
+		var err error
+		if r.HostToDisk, r.DiskToHost, err = runHost(dev, dir, blob, n); err != nil {
+			return r, fmt.Errorf("%d KiB blobs between host and disk: %w", blob>>10, err)
+		}
+		if r.ToDisk, r.FromDisk, err = runTier(dev, dir, blob, n); err != nil {
+			return r, fmt.Errorf("%d KiB blobs through the disk tier: %w", blob>>10, err)
+		}
+		r.WriteRatio, r.ReadRatio = r.HostToDisk/r.RawSeqWrite, r.DiskToHost/r.RawSeqRead
+		runs = append(runs, r)
 	}
-	if r.HostToDisk, r.DiskToHost, err = runHost(dev, dir, blob, n); err != nil {
-		return r, fmt.Errorf("%d KiB blobs between host and disk: %w", blob>>10, err)
-	}
-	if err := runRaw(dir, blob, n, &r); err != nil {
-		return r, fmt.Errorf("%d KiB raw I/O: %w", blob>>10, err)
+	r := Result{BlobBytes: blob, Direct: runs[0].Direct}
+	for _, f := range []func(r *Result) *float64{
+		func(r *Result) *float64 { return &r.ToDisk }, func(r *Result) *float64 { return &r.FromDisk },
+		func(r *Result) *float64 { return &r.HostToDisk }, func(r *Result) *float64 { return &r.DiskToHost },
+		func(r *Result) *float64 { return &r.RawSeqWrite }, func(r *Result) *float64 { return &r.RawRndWrite },
+		func(r *Result) *float64 { return &r.RawSeqRead }, func(r *Result) *float64 { return &r.RawRndRead },
+		func(r *Result) *float64 { return &r.WriteRatio }, func(r *Result) *float64 { return &r.ReadRatio },
+	} {
+		v := make([]float64, len(runs))
+		for i := range runs {
+			v[i] = *f(&runs[i])
+		}
+		*f(&r) = median(v)
 	}
 	return r, nil
+}
+
+func median(v []float64) float64 {
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }
 
 const tokensPerBlock = 16

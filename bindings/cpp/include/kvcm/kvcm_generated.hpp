@@ -390,9 +390,11 @@ enum class StatusCode : std::int32_t {
     kCodecFailed = KVCM_ERR_CODEC_FAILED,
     // KVCM_ERR_IO: reading or writing a disk tier's file failed (ENOSPC, EIO,
     // EFBIG, EOF from a truncated file): creating, sizing or resizing the
-    // file, or, asynchronously, reading or writing pages, which reaches the
-    // streams that waited for that migration (and the pages' caches as
-    // KVCM_ERR_DATA_LOST). The library is not poisoned.
+    // file, or, asynchronously, reading or writing a page's blob (a blob read
+    // back that fails its integrity check counts as a failed read). Then
+    // that page alone is lost: the stream of a cache resuming it reports the
+    // error, and its caches fail with KVCM_ERR_DATA_LOST. The library is not
+    // poisoned.
     kIo = KVCM_ERR_IO,
 };
 static_assert(sizeof(StatusCode) == sizeof(::kvcm_status_code), "StatusCode has the C size");
