@@ -1917,8 +1917,10 @@ class _KVCache(Managed):
         (KVCM2's get_ssm_block_base_index), BAD_PAGE_INDEX (-1) for an
         attention layer group. A cache gets its state at its first resume: a
         copy of the snapshot it reused, or a fresh one. The cache must be
-        ACTIVE; beam_id must be 0."""
-        self._check_beam(beam_id)
+        ACTIVE. The state is one per request, shared by its beams: beam_id
+        must be DEFAULT_BEAM_INDEX (InvalidArgumentError otherwise)."""
+        if beam_id != DEFAULT_BEAM_INDEX:
+            raise InvalidArgumentError(f"beam_id: a cache holds one SSM state, read as beam {DEFAULT_BEAM_INDEX}, got {beam_id}")
         out = ctypes.c_int32()
         _cache_ssm_index(self._native(), layer_group_id, _byref(out))
         return int(out.value)
