@@ -282,6 +282,8 @@ static const kvcm_api kvcm__table = {
     kvcm_stream_enqueue_host_func,
     kvcm_stream_free_memory,
     kvcm_stream_synchronize,
+    kvcm_kv_cache_commit_pending_stats,
+    kvcm_kv_cache_discard_pending_stats,
     kvcm_kv_cache_get_cached_tokens_by_level,
     kvcm_kv_cache_get_committed_tokens,
     kvcm_kv_cache_get_stats,

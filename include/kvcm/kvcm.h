@@ -1230,6 +1230,21 @@ struct kvcm_kv_cache_options {
      * called with priority_user_data and the manager's lock held. (since ABI version 2)
      */
     kvcm_layer_group_priority_func layer_group_priority;
+    /**
+     * has_expected_prompt_length makes expected_prompt_length the cache's
+     * prefill/generation boundary of the statistics; unset, the boundary is
+     * num_input_tokens, and without input tokens no growth counts as
+     * generation. (since ABI version 2)
+     */
+    bool has_expected_prompt_length;
+    /**
+     * expected_prompt_length (KVCacheManagerV2's expected_prompt_length, not
+     * negative): once the cache's history has reached it, capacity growth
+     * counts as generation-phase allocation (gen_alloc_blocks of
+     * kvcm_manager_get_and_reset_layer_group_iteration_stats). It changes no
+     * allocation or reuse. (since ABI version 2)
+     */
+    int64_t expected_prompt_length;
 };
 
 /** Initializer of a kvcm_kv_cache_options: struct_size and abi_version set, every other field zero. */
@@ -2067,6 +2082,22 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_close(kvcm_kv_cache cache);
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_commit(kvcm_kv_cache cache, const kvcm_token* tokens, size_t num_tokens, bool is_end);
 
 /**
+ * kvcm_kv_cache_commit_pending_stats adds the cache's pending per-layer-group counts
+ * (its reuse and misses at creation, the pages resize allocated for it since)
+ * to the manager's iteration statistics
+ * (kvcm_manager_get_and_reset_layer_group_iteration_stats) and clears them,
+ * as KVCacheManagerV2's commit_pending_stats. Page movements are not pending:
+ * they count when they happen. kvcm_kv_cache_close drops what is pending.
+ *
+ * @param cache [in] The cache.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_commit_pending_stats(kvcm_kv_cache cache);
+
+/**
  * kvcm_kv_cache_create creates a SUSPENDED KV cache holding the longest reusable
  * cached prefix of the input tokens: full blocks are shared; with partial
  * reuse, the matching head of one more block is copied into a private page.
@@ -2080,6 +2111,18 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_commit(kvcm_kv_cache cache,
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_create(kvcm_manager manager, const kvcm_kv_cache_options* options, kvcm_kv_cache* out);
+
+/**
+ * kvcm_kv_cache_discard_pending_stats drops the cache's pending per-layer-group counts:
+ * they never reach the manager's iteration statistics.
+ *
+ * @param cache [in] The cache.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_discard_pending_stats(kvcm_kv_cache cache);
 
 /**
  * kvcm_kv_cache_get_base_page_indices writes, for an ACTIVE cache, the GPU slot of each
@@ -3171,6 +3214,10 @@ struct kvcm_api {
     kvcm_status* (*stream_free_memory)(kvcm_stream stream, kvcm_device_ptr ptr);
     /** kvcm_stream_synchronize (since ABI version 1). */
     kvcm_status* (*stream_synchronize)(kvcm_stream stream);
+    /** kvcm_kv_cache_commit_pending_stats (since ABI version 2). */
+    kvcm_status* (*kv_cache_commit_pending_stats)(kvcm_kv_cache cache);
+    /** kvcm_kv_cache_discard_pending_stats (since ABI version 2). */
+    kvcm_status* (*kv_cache_discard_pending_stats)(kvcm_kv_cache cache);
     /** kvcm_kv_cache_get_cached_tokens_by_level (since ABI version 2). */
     kvcm_status* (*kv_cache_get_cached_tokens_by_level)(kvcm_kv_cache cache, int64_t* tokens, size_t capacity, size_t* needed);
     /** kvcm_kv_cache_get_committed_tokens (since ABI version 2). */
@@ -3319,7 +3366,7 @@ KVCM_STATIC_ASSERT(sizeof(kvcm_cp_request_id) == 16, "layout of kvcm_cp_request_
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_cp_request_id) == 8, "alignment of kvcm_cp_request_id changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_cp_request_id, data) == 0, "layout of kvcm_cp_request_id changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_cp_request_id, len) == 8, "layout of kvcm_cp_request_id changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_kv_cache_options) == 96, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_kv_cache_options) == 112, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_kv_cache_options) == 8, "alignment of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, struct_size) == 0, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, abi_version) == 4, "layout of kvcm_kv_cache_options changed");
@@ -3332,6 +3379,8 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, request_id) == 64, "layout of
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, request_id_len) == 72, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, scope_has_lora_id) == 80, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, layer_group_priority) == 88, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, has_expected_prompt_length) == 96, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, expected_prompt_length) == 104, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_layer_group_iteration_stats) == 128, "layout of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_layer_group_iteration_stats) == 8, "alignment of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, layer_group) == 0, "layout of kvcm_layer_group_iteration_stats changed");
@@ -3445,7 +3494,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, dial_timeout_ms) == 24, "la
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, call_timeout_ms) == 32, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, queue_bytes) == 40, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, write_policy) == 48, "layout of kvcm_shared_tier_config changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 648, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 664, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
@@ -3516,19 +3565,21 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_copy_from_host) == 512, "layout of 
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_enqueue_host_func) == 520, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_free_memory) == 528, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_synchronize) == 536, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_cached_tokens_by_level) == 544, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_tokens) == 552, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 560, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 568, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 576, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 584, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 592, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 600, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 608, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 616, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 624, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 632, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 640, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_commit_pending_stats) == 544, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_discard_pending_stats) == 552, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_cached_tokens_by_level) == 560, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_tokens) == 568, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 576, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 584, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 592, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 600, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 608, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 616, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 624, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 632, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 640, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 648, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 656, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus

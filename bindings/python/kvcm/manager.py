@@ -277,6 +277,8 @@ _cache_set_stream = bind("kvcm_kv_cache_set_stream", stream="cuda_stream")
 _cache_committed_tokens = bind("kvcm_kv_cache_get_committed_tokens")
 _cache_cached_tokens = bind("kvcm_kv_cache_get_cached_tokens_by_level")
 _cache_stats = bind("kvcm_kv_cache_get_stats")
+_cache_commit_pending = bind("kvcm_kv_cache_commit_pending_stats")
+_cache_discard_pending = bind("kvcm_kv_cache_discard_pending_stats")
 _cache_suspend = bind("kvcm_kv_cache_suspend")
 _cache_resize = bind("kvcm_kv_cache_resize")
 _cache_commit = bind("kvcm_kv_cache_commit")
@@ -1015,9 +1017,11 @@ class KVCacheManager(Managed):
         not an int included) fails the commit, which then changes nothing, and
         is re-raised by it; at close, where a trailing partial block is
         published, the block gets the default priority and close re-raises
-        it. ``expected_prompt_length`` (the prefill/generation boundary of
-        KVCacheManagerV2's request statistics) is kept as the cache's
-        attribute; ``text_only`` may be None, True or False (kvcm's tokens are
+        it. ``expected_prompt_length`` is the prefill/generation boundary of
+        the statistics: once the history has reached it, capacity growth
+        counts as generation-phase allocation (``iter_gen_alloc_blocks``); it
+        defaults to ``len(input_tokens)`` (with no input tokens, no growth
+        counts as generation) and is kept as the cache's attribute; ``text_only`` may be None, True or False (kvcm's tokens are
         text token ids either way: multimodal digest tokens are not
         supported); with ``enable_request_stats`` the cache's
         ``commit_pending_stats`` returns its block counts.
@@ -1033,10 +1037,9 @@ class KVCacheManager(Managed):
             raise ValueError(f"expected_prompt_length: expected a non-negative int or None, got {expected_prompt_length!r}")
         if text_only not in (None, True, False):
             raise TypeError(f"text_only: expected a bool or None, got {text_only!r}")
-        cache = _KVCache(self, lora_id, input_tokens, id, custom_priority_callback, salt, request_id)
+        cache = _KVCache(self, lora_id, input_tokens, id, custom_priority_callback, salt, request_id,
+                         expected_prompt_length)
         cache._reuse_scope = reuse_scope
-        cache.expected_prompt_length = (cache._num_input_tokens if expected_prompt_length is None and input_tokens is not None
-                                        else expected_prompt_length)
         cache.enable_request_stats = bool(enable_request_stats)
         cache._note_pending_stats()
         return cache
@@ -1090,7 +1093,9 @@ class KVCacheManager(Managed):
 
     def get_and_reset_iteration_stats(self) -> dict[int, KVCacheIterationStatsDelta]:
         """Every layer group's counters since the previous call, for the
-        layer groups where something was counted; restarts them."""
+        layer groups where something was counted; restarts them. A cache's
+        reuse, miss and allocation counts are there once it committed them
+        (``commit_pending_stats``); page movements count when they happen."""
         out: dict[int, KVCacheIterationStatsDelta] = {}
         for s in self._array_query("kvcm_manager_get_and_reset_layer_group_iteration_stats",
                                    ffi.kvcm_layer_group_iteration_stats):
@@ -1357,7 +1362,8 @@ class _KVCache(Managed):
 
     def __init__(self, manager: KVCacheManager, lora_id: int | None, input_tokens: Sequence[int] | None,
                  id: Any, custom_priority_callback: Callable[[int, LifeCycle], int] | None,
-                 salt: bytes | str | int | None, request_id: str | bytes | None = None) -> None:
+                 salt: bytes | str | int | None, request_id: str | bytes | None = None,
+                 expected_prompt_length: int | None = None) -> None:
         super().__init__()
         self._manager = manager
         self.id = id
@@ -1384,6 +1390,13 @@ class _KVCache(Managed):
         if n:
             opts.input_tokens = ctypes.cast(toks, _TOKEN_PTR)
             opts.num_input_tokens = n
+        # KVCM2's default boundary: the prompt's length, when there is one.
+        if expected_prompt_length is None and input_tokens is not None:
+            expected_prompt_length = n
+        self.expected_prompt_length = expected_prompt_length
+        if expected_prompt_length is not None:
+            opts.has_expected_prompt_length = True
+            opts.expected_prompt_length = expected_prompt_length
         self._priority_cb = None
         if custom_priority_callback is not None:
             if not callable(custom_priority_callback):
@@ -1540,7 +1553,9 @@ class _KVCache(Managed):
     def commit_pending_stats(self) -> KVCacheStatsDelta:
         """Commit the block counts since the previous commit or discard (the
         reuse and misses at creation, the blocks resizes allocated) into the
-        manager's :meth:`~KVCacheManager.get_committed_stats`, and return
+        manager's :meth:`~KVCacheManager.get_committed_stats`, and the
+        cache's per-layer-group counts into its
+        :meth:`~KVCacheManager.get_and_reset_iteration_stats`; return
         them when the cache was created with ``enable_request_stats`` (an
         empty delta otherwise). With statistics disabled, or the cache's id
         marked excluded, the counts are discarded instead. Either way the
@@ -1552,6 +1567,7 @@ class _KVCache(Managed):
         if not m._stats_on or m.is_stats_excluded(self.id):
             self.discard_pending_stats()
             return KVCacheStatsDelta()
+        _cache_commit_pending(self._native())
         now = self._core_stats()
         delta = now.copy()
         delta.subtract(self._stats_base)
@@ -1562,8 +1578,10 @@ class _KVCache(Managed):
 
     def discard_pending_stats(self) -> None:
         """Drop the block counts since the previous commit or discard: they
-        never reach the committed statistics. Clears the dirty mark."""
+        never reach the committed or the iteration statistics. Clears the
+        dirty mark."""
         if not self.closed:
+            _cache_discard_pending(self._native())
             self._stats_base = self._core_stats()
         self._manager.clear_stats_dirty(self.id)
 
