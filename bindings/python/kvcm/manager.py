@@ -954,7 +954,11 @@ class KVCacheManager(Managed):
 
     def clear_reusable_blocks(self) -> None:
         """Drop every committed block from every level. Raises
-        InvalidStateError while caches are open (KVCacheManagerV2's rule)."""
+        InvalidStateError, changing nothing, while caches are open
+        (KVCacheManagerV2's rule and message)."""
+        n = self.num_open_caches()
+        if n:
+            raise InvalidStateError(f"clear_reusable_blocks() with {n} KV cache(s) still open; close them first")
         _native.call("kvcm_manager_clear_reusable_blocks", self._native())
 
     def num_open_caches(self) -> int:
@@ -1723,6 +1727,10 @@ class _KVCache(Managed):
     # -- pages ----------------------------------------------------------------
     def _fetch_indices(self, layer_group_id: int) -> array.array:
         h = self._native()
+        if self.status != CacheStatus.ACTIVE:
+            # A suspended cache holds no GPU page: every block reads -1 until
+            # resume places them (and refreshes the views and buffers).
+            return array.array("i", [BAD_PAGE_INDEX]) * self.num_blocks
         needed = ctypes.c_size_t()
         cap = self.num_blocks
         while True:
@@ -1740,13 +1748,25 @@ class _KVCache(Managed):
                 return a
             cap = needed.value
 
-    def get_page_indices(self, layer_group_id: int) -> array.array:
+    def get_page_indices(self, layer_group_id: int, beam_id: int = 0) -> array.array:
         """The GPU base page index of every block in a layer group (-1 where
-        the block has no page), as a fresh ``array.array('i')``: a
-        buffer-protocol object that owns its memory, so
-        ``numpy.frombuffer(a, dtype=numpy.int32)`` or ``memoryview(a)`` use it
-        without copying. The cache must be ACTIVE."""
+        the block has no page, every block of a SUSPENDED cache), as a fresh
+        ``array.array('i')``: a buffer-protocol object that owns its memory,
+        so ``numpy.frombuffer(a, dtype=numpy.int32)`` or ``memoryview(a)`` use
+        it without copying. beam_id must be 0."""
+        self._check_beam(beam_id)
         return self._fetch_indices(layer_group_id)
+
+    @property
+    def beam_width(self) -> int:
+        """The number of beams: 1 (KVCacheManagerV2's default; beam search
+        is model coverage)."""
+        return 1
+
+    @beam_width.setter
+    def beam_width(self, beam_width: int) -> None:
+        if beam_width != 1:
+            coverage.missing("beam_width", coverage.BEAMS)
 
     @staticmethod
     def _check_beam(beam: int) -> None:
@@ -1760,7 +1780,7 @@ class _KVCache(Managed):
         keeps and updates in place after each call that changes its pages
         (resume, resize, the capacity and history setters, commit), so
         repeated calls copy nothing. Treat it as read-only; it is let go on
-        suspend. The cache must be ACTIVE; beam_id must be 0."""
+        suspend. A SUSPENDED cache's blocks read -1; beam_id must be 0."""
         self._check_beam(beam_id)
         buf = self._bufs.get(layer_group_id)
         if buf is not None:
@@ -1774,8 +1794,9 @@ class _KVCache(Managed):
         """Keep the base page indices of a layer group in a caller-owned
         buffer (a 1-D int32 buffer, format 'i', of at least ``num_blocks``
         entries; the entries past the blocks read -1): the cache writes them
-        now and after each call that changes its pages, until ``buf`` is None
-        or the cache is suspended. beam_idx must be 0."""
+        now (-1 for every block while SUSPENDED) and after each call that
+        changes its pages (resume included), until ``buf`` is None or the
+        cache is suspended. beam_idx must be 0."""
         self._check_beam(beam_idx)
         if buf is None:
             self._bufs.pop(layer_group_id, None)

@@ -101,11 +101,18 @@ def test_buffer_tokens_per_block_override_is_refused_at_creation():
 
 
 def test_initial_pool_ratio_empty_or_wrong_length_is_a_value_error():
-    """As in KVCM2: an empty list and a list of the wrong length raise
-    ValueError (InvalidConfigError) naming initial_pool_ratio."""
+    """As in KVCM2: an empty list, a list of the wrong length, a value not
+    positive and a max_util_for_resume out of (0, 1] raise ValueError
+    (InvalidConfigError) with KVCM2's wording."""
     for ratio in ([], [1.0], [1.0, 1.0, 1.0]):
-        with pytest.raises(ValueError, match="initial_pool_ratio"):
+        with pytest.raises(ValueError, match="initial_pool_ratio length"):
             KVCacheManager(small_config(initial_pool_ratio=ratio), device="emu")
+    for ratio in ([0.0, 1.0], [-0.1, 1.1]):
+        with pytest.raises(ValueError, match="initial_pool_ratio values must be positive"):
+            KVCacheManager(small_config(initial_pool_ratio=ratio), device="emu")
+    for util in (0.0, -0.1, 1.1, float("nan")):
+        with pytest.raises(ValueError, match="max_util_for_resume must be in"):
+            KVCacheManager(small_config(max_util_for_resume=util), device="emu")
     with KVCacheManager(small_config(initial_pool_ratio=[1.0, 1.0]), device="emu"):
         pass
 

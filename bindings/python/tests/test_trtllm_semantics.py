@@ -66,13 +66,18 @@ def test_probe_first_new_block_key_names_the_block_to_commit(manager):
 
 
 def test_shutdown_refuses_while_caches_are_open(config):
+    """shutdown and clear_reusable_blocks refuse, changing nothing, while
+    caches are open, with KVCM2's message (the call's name and the count);
+    the error is a RuntimeError, as KVCM2's C++ backend raises."""
     m = KVCacheManager(config, device="emu")
+    serve(m, PROMPT)
     c = m.create_kv_cache()
-    with pytest.raises(InvalidStateError, match="still open"):
+    with pytest.raises(InvalidStateError, match=r"shutdown\(\) with 1 KV cache\(s\) still open"):
         m.shutdown()
     assert not m.closed
-    with pytest.raises(InvalidStateError):
+    with pytest.raises(RuntimeError, match=r"clear_reusable_blocks\(\) with 1 KV cache\(s\) still open"):
         m.clear_reusable_blocks()
+    assert m.probe_reuse(None, PROMPT) == len(PROMPT), "the refused clear changed nothing"
     c.close()
     m.shutdown()
     assert m.closed
@@ -150,6 +155,40 @@ def test_base_page_indices_are_a_view_kept_up_to_date(manager):
             c.get_base_page_indices(lg, 1)
         c.set_base_page_index_buf(0, lg, None)
         assert list(c.get_base_page_indices(lg)) == list(c.get_page_indices(lg))
+        assert list(c.get_page_indices(lg, 0)) == list(c.get_page_indices(lg))
+        with pytest.raises(NotImplementedError, match="beam search"):
+            c.get_page_indices(lg, 1)
+
+
+def test_base_page_index_buf_of_a_suspended_cache_fills_on_resume(manager):
+    """A buffer given to a SUSPENDED cache reads -1 for every block (no GPU
+    page is held) and gets the page indices when the cache resumes."""
+    s = manager.create_stream()
+    lg = manager.get_layer_group_id(0)
+    with manager.create_kv_cache() as c:
+        buf = array.array("i", [7] * 4)
+        c.set_base_page_index_buf(0, lg, memoryview(buf))
+        assert list(buf) == [-1] * 4
+        assert c.resume(s) and c.resize(8)
+        assert list(buf[:2]) == list(c.get_page_indices(lg)) and -1 not in buf[:2]
+        c.suspend()
+        assert list(c.get_page_indices(lg)) == [-1, -1]
+        buf2 = array.array("i", [7] * 3)
+        c.set_base_page_index_buf(0, lg, memoryview(buf2))
+        assert list(buf2) == [-1] * 3
+        assert c.resume(s)
+        assert list(buf2[:2]) == list(c.get_page_indices(lg)) and -1 not in buf2[:2]
+
+
+def test_beam_width_is_one(manager):
+    """beam_width is 1, KVCM2's default; setting 1 is accepted, another
+    width names beam search (model coverage)."""
+    with manager.create_kv_cache() as c:
+        assert c.beam_width == 1
+        c.beam_width = 1
+        with pytest.raises(NotImplementedError, match="beam search"):
+            c.beam_width = 2
+        assert c.beam_width == 1
 
 
 def test_manager_resize_returns_false_and_tries_its_best(config):
