@@ -16,7 +16,7 @@ from ._convert import set_field
 from ._managed import Managed, callback_guard
 from ._native import bind, ffi
 from .codec import KVCacheColdPageCodec
-from .common import GPU_LEVEL, PageIndexMode
+from .common import GPU_LEVEL, HalfOpenRange, PageIndexMode
 from .events import KVCacheEventManager
 from .stats import (
     KVCacheIterationStatsDelta,
@@ -311,6 +311,19 @@ class LifeCycle(int):
 
     def __repr__(self) -> str:
         return f"LifeCycle({int(self)}, window_size={self.window_size}, num_sink_blocks={self.num_sink_blocks})"
+
+    def get_stale_range(self, history_length: int, tokens_per_block: int) -> HalfOpenRange:
+        """KVCacheManagerV2's stale range: the blocks past the sinks that a
+        sequence of history_length computed tokens no longer needs (out of
+        the window that an input token at position history_length still
+        sees); empty for full attention."""
+        from .common import HalfOpenRange
+
+        num_blocks = -(-history_length // tokens_per_block)
+        start = min(num_blocks, self.num_sink_blocks)
+        if self.window_size is None:
+            return HalfOpenRange(start, start)
+        return HalfOpenRange(start, max(start, (history_length + 1 - self.window_size) // tokens_per_block))
 
 
 def _priority_trampoline(stash: Any, life_cycles: list[LifeCycle], fn: Callable[[int, LifeCycle], int]) -> Any:

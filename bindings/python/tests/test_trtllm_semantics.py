@@ -209,6 +209,8 @@ def test_prefetch_answers_a_bool(config):
 
 
 def test_priority_callback_gets_life_cycles(manager):
+    """The callback gets a LifeCycle per layer group, with KVCM2's
+    window_size, num_sink_blocks and get_stale_range."""
     s = manager.create_stream()
     seen = []
     with manager.create_kv_cache(None, PROMPT[:4], None, lambda b, lc: seen.append((b, lc)) or 90) as c:
@@ -217,6 +219,13 @@ def test_priority_callback_gets_life_cycles(manager):
         c.commit(PROMPT[:4])
     assert sorted(int(lc) for _, lc in seen) == list(range(manager.num_layer_groups))
     assert {lc.window_size for _, lc in seen} == {None, 8}
+    # KVCM2's AttnLifeCycle.get_stale_range(history_length, tokens_per_block):
+    # the blocks past the sinks out of the window an input token at
+    # history_length still sees (window 8, 4 tokens a block).
+    swa = next(lc for _, lc in seen if lc.window_size == 8)
+    full = next(lc for _, lc in seen if lc.window_size is None)
+    assert (swa.get_stale_range(16, 4).beg, swa.get_stale_range(16, 4).end) == (0, 2)
+    assert not swa.get_stale_range(7, 4) and not full.get_stale_range(100, 4)
 
 
 def test_multimodal_digest_tokens_name_the_missing_capability(manager):
