@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 import zlib
 from typing import Any, Iterator, Sequence
 
@@ -23,6 +24,18 @@ def _stream(handle: Any) -> Any:
     if s is None:
         raise RuntimeError(f"stream {handle!r} was not made by the test harness (_utils streams)")
     return s
+
+
+# Per manager, the host-mapped buffer check_values copies pages into.
+_staging: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
+def _host_buffer(size: int) -> Any:
+    m = newest_manager()
+    buf = _staging.get(m)
+    if buf is None or buf.closed or buf.size < size:
+        buf = _staging[m] = m.alloc_memory(max(size, 1 << 16))
+    return buf
 
 
 def _value(token_bytes: int, layer_id: int, buf_id: int, beam: int, token: Any) -> bytes:
@@ -48,13 +61,10 @@ def check_values(addr: int, token_bytes: int, layer_id: int, buf_id: int, beam: 
         return
     want = _expected(token_bytes, layer_id, buf_id, beam, tokens)
     s = _stream(stream)
-    host = newest_manager().alloc_memory(len(want))
-    try:
-        s.batch_copy([(host.ptr, int(addr), len(want))])
-        s.synchronize()
-        got = host.read()
-    finally:
-        host.close()
+    host = _host_buffer(len(want))
+    s.batch_copy([(host.ptr, int(addr), len(want))])
+    s.synchronize()
+    got = host.read(0, len(want))
     if got != want:
         bad = next(i for i in range(len(want)) if got[i] != want[i]) // token_bytes
         raise AssertionError(f"layer {layer_id} buffer {buf_id} beam {beam}: token {bad} of {len(tokens)} "
