@@ -10,6 +10,7 @@ scripts/trtllm/run-tests.sh puts this file in place of ``kernels.py``."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import weakref
 import zlib
@@ -38,6 +39,7 @@ def _host_buffer(size: int) -> Any:
     return buf
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _value(token_bytes: int, layer_id: int, buf_id: int, beam: int, token: Any) -> bytes:
     key = token if isinstance(token, bytes) else int(token).to_bytes(8, "little", signed=True)
     seed = zlib.crc32(key, zlib.crc32(bytes([layer_id & 0xFF, layer_id >> 8 & 0xFF, buf_id, beam])))

@@ -54,5 +54,15 @@ class _HarnessStorage:
         self._layer_to_life_cycle_ids = {lid: manager.get_layer_group_id(lid) for lid in manager.layer_ids}
 
 
+_harness_storage: "weakref.WeakKeyDictionary[kvcm.KVCacheManager, _HarnessStorage]" = weakref.WeakKeyDictionary()
+
+
+def _storage_of(manager: "kvcm.KVCacheManager") -> _HarnessStorage:
+    st = _harness_storage.get(manager)
+    if st is None:
+        st = _harness_storage[manager] = _HarnessStorage(manager)
+    return st
+
+
 if not hasattr(kvcm.KVCacheManager, "_storage"):
-    kvcm.KVCacheManager._storage = property(_HarnessStorage)  # type: ignore[attr-defined]
+    kvcm.KVCacheManager._storage = property(_storage_of)  # type: ignore[attr-defined]
