@@ -16,7 +16,7 @@
 # Needs pytest and parameterized (pip install pytest parameterized) and
 # libkvcm.so (make lib; KVCM_LIBRARY overrides the path). Prints pytest's
 # summary, then the results grouped by cause (scripts/trtllm/report.py);
-# KVCM_TRTLLM_JUNIT=FILE keeps the JUnit XML file.
+# KVCM_TRTLLM_JUNIT=FILE writes the JUnit XML file there (kept).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 src=${1:?usage: scripts/trtllm/run-tests.sh TESTS_DIR [pytest arguments...]}
@@ -31,9 +31,9 @@ fi
 export KVCM_LIBRARY=${KVCM_LIBRARY:-$root/build/libkvcm.so}
 export PYTHONPATH="$root/scripts/trtllm/shim:$root/bindings/python${PYTHONPATH:+:$PYTHONPATH}"
 rc=0
-(cd "$work" && python3 -m pytest -p no:cacheprovider -q -o addopts= --junitxml="$work/junit.xml" \
+junit=${KVCM_TRTLLM_JUNIT:-$work/junit.xml}
+(cd "$work" && python3 -m pytest -p no:cacheprovider -q -o addopts= --junitxml="$junit" \
 	-W ignore::pytest.PytestUnknownMarkWarning "$@" .) || rc=$?
-if [ -n "${KVCM_TRTLLM_JUNIT:-}" ]; then cp "$work/junit.xml" "$KVCM_TRTLLM_JUNIT"; fi
-python3 "$root/scripts/trtllm/report.py" "$work/junit.xml"
+python3 "$root/scripts/trtllm/report.py" "$junit"
 # pytest exits 1 when a test failed: expected here, the report is the result.
 [ "$rc" -le 1 ] || exit "$rc"
