@@ -41,10 +41,13 @@ NAMED_CAUSES = [
 ]
 
 
-def cause(text: str, test: str) -> str:
-    for name, pat in CAUSES:
-        if re.search(pat, text):
-            return name
+def cause(message: str, text: str, test: str) -> str:
+    """The cause named by the error message, else by the traceback, else by
+    the test's name."""
+    for where in (message, text):
+        for name, pat in CAUSES:
+            if re.search(pat, where):
+                return name
     for name, pat in NAMED_CAUSES:
         if re.search(pat, test):
             return name
@@ -65,7 +68,7 @@ def main(path: str) -> None:
         if bad is not None:
             text = (bad.get("message") or "") + "\n" + (bad.text or "")
             first = next((ln for ln in (bad.get("message") or "").splitlines() if ln.strip()), "")
-            row = ("failed | " + cause(text, name), f"{name}: {first[:160]}")
+            row = ("failed | " + cause(bad.get("message") or "", text, name), f"{name}: {first[:160]}")
         elif skip is not None:
             row = ("skipped | " + (skip.get("message") or "").split("\n")[0][:100], name)
         else:
