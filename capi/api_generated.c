@@ -283,6 +283,8 @@ static const kvcm_api kvcm__table = {
     kvcm_stream_free_memory,
     kvcm_stream_synchronize,
     kvcm_kv_cache_commit_beam_search,
+    kvcm_kv_cache_commit_pending_stats,
+    kvcm_kv_cache_discard_pending_stats,
     kvcm_kv_cache_get_beam_base_page_indices,
     kvcm_kv_cache_get_beam_width,
     kvcm_kv_cache_get_cached_tokens_by_level,

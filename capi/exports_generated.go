@@ -457,6 +457,26 @@ func kvcm_kv_cache_commit_beam_search(cache C.kvcm_kv_cache, tokens *C.kvcm__con
 	return statusOf(kvcmFn, glueKVCacheCommitBeamSearch(cacheObj, tokens, num_tokens, beam_search_indices, num_beam_search_indices, is_end))
 }
 
+// kvcm_kv_cache_commit_pending_stats is the export of kvcm_kv_cache_commit_pending_stats (ABI version 2).
+//
+//export kvcm_kv_cache_commit_pending_stats
+func kvcm_kv_cache_commit_pending_stats(cache C.kvcm_kv_cache) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_commit_pending_stats"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheCommitPendingStats(cacheObj))
+}
+
 // kvcm_kv_cache_create is the export of kvcm_kv_cache_create (ABI version 1).
 //
 //export kvcm_kv_cache_create
@@ -487,6 +507,26 @@ func kvcm_kv_cache_create(manager C.kvcm_manager, options *C.kvcm__const_kvcm_kv
 		return st
 	}
 	return statusOf(kvcmFn, glueKVCacheCreate(managerObj, options, out))
+}
+
+// kvcm_kv_cache_discard_pending_stats is the export of kvcm_kv_cache_discard_pending_stats (ABI version 2).
+//
+//export kvcm_kv_cache_discard_pending_stats
+func kvcm_kv_cache_discard_pending_stats(cache C.kvcm_kv_cache) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_discard_pending_stats"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheDiscardPendingStats(cacheObj))
 }
 
 // kvcm_kv_cache_get_base_page_indices is the export of kvcm_kv_cache_get_base_page_indices (ABI version 1).

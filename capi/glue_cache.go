@@ -27,6 +27,10 @@ func glueKVCacheCreate(mgr *managerObj, opts *C.kvcm__const_kvcm_kv_cache_option
 		return err
 	}
 	co := core.CacheOptions{Scope: scope, InputTokens: tokens}
+	if C.kvcm__has_kv_cache_options_expected_prompt_length(opts) != 0 && bool(opts.has_expected_prompt_length) {
+		n := int(opts.expected_prompt_length)
+		co.ExpectedPromptLength = &n
+	}
 	user := C.kvcm__get_kv_cache_options_priority_user_data(opts)
 	var lgFn C.kvcm_layer_group_priority_func
 	if C.kvcm__has_kv_cache_options_layer_group_priority(opts) != 0 {
@@ -218,6 +222,16 @@ func glueKVCacheGetReuseDiagnostics(c *kvCacheObj, out *C.kvcm_reuse_diagnostics
 
 func glueKVCacheGetStats(c *kvCacheObj, out *C.kvcm_block_stats) error {
 	*out = cBlockStats(c.Core().Stats())
+	return nil
+}
+
+func glueKVCacheCommitPendingStats(c *kvCacheObj) error {
+	c.Core().CommitPendingStats()
+	return nil
+}
+
+func glueKVCacheDiscardPendingStats(c *kvCacheObj) error {
+	c.Core().DiscardPendingStats()
 	return nil
 }
 

@@ -35,7 +35,7 @@ extern kvcm_status* kvcm__go_stream_enqueue_host_func(kvcm_stream stream, kvcm_h
 #define KVCM__CP_MANAGER_BACKED_OPTIONS_SIZE_V1 48
 #define KVCM__CP_MANAGER_BACKED_OPTIONS_SIZE_V2 49
 #define KVCM__KV_CACHE_OPTIONS_SIZE_V1 80
-#define KVCM__KV_CACHE_OPTIONS_SIZE_V2 96
+#define KVCM__KV_CACHE_OPTIONS_SIZE_V2 112
 #define KVCM__MANAGER_CONFIG_SIZE_V1 112
 #define KVCM__MANAGER_CONFIG_SIZE_V2 240
 
@@ -43,6 +43,8 @@ extern kvcm_status* kvcm__go_stream_enqueue_host_func(kvcm_stream stream, kvcm_h
 static inline int kvcm__has_cp_manager_backed_options_scope_has_lora_id(const kvcm_cp_manager_backed_options* p) { return p->struct_size >= offsetof(kvcm_cp_manager_backed_options, scope_has_lora_id) + sizeof(p->scope_has_lora_id); }
 static inline int kvcm__has_kv_cache_options_scope_has_lora_id(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, scope_has_lora_id) + sizeof(p->scope_has_lora_id); }
 static inline int kvcm__has_kv_cache_options_layer_group_priority(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, layer_group_priority) + sizeof(p->layer_group_priority); }
+static inline int kvcm__has_kv_cache_options_has_expected_prompt_length(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, has_expected_prompt_length) + sizeof(p->has_expected_prompt_length); }
+static inline int kvcm__has_kv_cache_options_expected_prompt_length(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, expected_prompt_length) + sizeof(p->expected_prompt_length); }
 static inline int kvcm__has_manager_config_reuse_match_backoff(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, reuse_match_backoff) + sizeof(p->reuse_match_backoff); }
 static inline int kvcm__has_manager_config_text_only(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, text_only) + sizeof(p->text_only); }
 static inline int kvcm__has_manager_config_commit_min_snapshot(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, commit_min_snapshot) + sizeof(p->commit_min_snapshot); }

@@ -65,6 +65,13 @@ type CacheOptions struct {
 	InputTokens []config.Token
 	// Priority, if set, gives committed blocks their eviction priority.
 	Priority PriorityFunc
+	// ExpectedPromptLength, if set, is the prefill/generation boundary of
+	// the statistics (KVCacheManagerV2's expected_prompt_length): once the
+	// history has reached it, capacity growth counts as generation-phase
+	// allocation (LayerGroupStats.GenAllocBlocks). Unset, it is
+	// len(InputTokens), and without input tokens no growth counts as
+	// generation. It changes no allocation or reuse.
+	ExpectedPromptLength *int
 }
 
 // cacheBlock is one block of a cache: beam 0's page per lifecycle (nil where
@@ -107,9 +114,14 @@ type KVCache struct {
 	detached bool
 	orphan   []config.Token
 	reused   int
-	// promptLen is len(InputTokens) at creation: growth once the history
-	// reaches it counts as generation-phase allocation.
+	// promptLen is the prefill/generation boundary of the statistics
+	// (CacheOptions.ExpectedPromptLength), -1 for none: growth once the
+	// history has reached it counts as generation-phase allocation.
 	promptLen int
+	// pending holds, per layer group, the cache's reuse and allocation
+	// counts until CommitPendingStats adds them to the manager's iteration
+	// statistics (DiscardPendingStats and Close drop them); nil while none.
+	pending []LayerGroupStats
 	// lost is the ErrDataLost of a cache holding a lost page (sticky);
 	// seenLosses is the manager's loss count when the cache last looked.
 	lost       error
@@ -178,6 +190,15 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	if err := m.checkOpen(); err != nil {
 		return nil, err
 	}
+	promptLen := len(opts.InputTokens)
+	switch {
+	case opts.ExpectedPromptLength != nil && *opts.ExpectedPromptLength < 0:
+		return nil, argErr("ExpectedPromptLength", "%d is negative", *opts.ExpectedPromptLength)
+	case opts.ExpectedPromptLength != nil:
+		promptLen = *opts.ExpectedPromptLength
+	case promptLen == 0:
+		promptLen = -1
+	}
 	m.settle()
 	tpb := m.cfg.TokensPerBlock
 	mt := m.findMatch(opts.Scope, opts.InputTokens)
@@ -233,7 +254,7 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	}
 	c.chain.users++
 	m.caches[c.id] = c
-	c.promptLen = len(opts.InputTokens)
+	c.promptLen = promptLen
 	c.scratchOn = m.cfg.EnableSwaScratchReuse()
 	c.sampleCreate()
 	c.diag = ReuseDiagnostics{ContentTokens: mt.contentBlocks * tpb, AttentionTokens: mt.usableBlocks * tpb}
@@ -761,6 +782,7 @@ func (c *KVCache) closeLocked(force bool) error {
 		m.unref(c.ssm, active)
 		c.ssm = nil
 	}
+	c.pending = nil
 	c.chain.users--
 	m.prune = append(m.prune, c.chain)
 	c.stream, c.status = nil, Closed
@@ -891,12 +913,12 @@ func (c *KVCache) Resize(capacity, history int) error {
 	for lc := range c.low {
 		c.low[lc] = max(c.low[lc], lt.FirstKeptBlock(layout.LayerGroupID(lc), history))
 	}
-	generation := c.promptLen > 0 && c.history >= c.promptLen
+	generation := c.promptLen >= 0 && c.history >= c.promptLen
 	c.sampleResize(capacity, history, historyGiven)
 	c.capacity, c.history = capacity, history
 	if newBlocks > oldBlocks {
 		c.stats.add(m.stats.onAllocate((newBlocks - oldBlocks) * c.beamWidth()))
-		m.stats.onAllocatePages(perLC, generation)
+		c.onAllocatePages(perLC, generation)
 	}
 	m.safePoint()
 	return nil

@@ -64,7 +64,9 @@ type statCounters struct {
 // during an iteration (KVCacheManagerV2's KVCacheIterationStatsDelta, whose
 // fields carry an iter_ prefix). A block counts in a layer group when the
 // layer group has (or gets) a page for it: a sliding-window layer group
-// counts only the blocks inside its window.
+// counts only the blocks inside its window. The reuse, miss and allocation
+// counts are a cache's pending counts until it commits them; the movements
+// count when they happen.
 type LayerGroupStats struct {
 	// AllocTotalBlocks = AllocNewBlocks + ReusedBlocks.
 	AllocTotalBlocks int64
@@ -210,10 +212,12 @@ func (s *statCounters) onAllocate(newBlocks int) BlockStats {
 }
 
 // onCreatePages counts a new cache's pages per layer group: the shared tree
-// pages of its first full blocks by the level each was on, its private
-// partial copy (made from GPU pages), and the pages its full input blocks
-// need beyond those shared. A reused block's tokens count at the coldest
-// level of its pages, the partial tokens at the GPU level.
+// pages of its first full blocks by the level each was on and the tokens they
+// hold (the manager's by-level counts), and, pending in the cache, its reuse
+// (the shared pages and its private partial copy, made from GPU pages) and
+// the pages its full input blocks need beyond those shared. A reused block's
+// tokens count at the coldest level of its pages, the partial tokens at the
+// GPU level.
 func (m *Manager) onCreatePages(c *KVCache, mt match, inputTokens int) {
 	s, lt, tpb := &m.stats, m.lt, m.cfg.TokensPerBlock
 	inputBlocks := inputTokens / tpb
@@ -225,7 +229,6 @@ func (m *Manager) onCreatePages(c *KVCache, mt match, inputTokens int) {
 			}
 			lvl := p.level()
 			coldest = max(coldest, lvl)
-			s.lc[lc].FullReusedBlocks++
 			s.reusedFull[lc][lvl]++
 		}
 		s.cachedTokens[coldest] += int64(tpb)
@@ -234,7 +237,6 @@ func (m *Manager) onCreatePages(c *KVCache, mt match, inputTokens int) {
 		s.cachedTokens[0] += int64(mt.partLen)
 	}
 	for lc := range s.lc {
-		st := &s.lc[lc]
 		full := int64(0)
 		for b := range mt.path {
 			if c.blocks[b].pages[lc] != nil {
@@ -246,19 +248,37 @@ func (m *Manager) onCreatePages(c *KVCache, mt match, inputTokens int) {
 			partial = 1
 			s.reusedPartial[lc][0]++
 		}
+		needed := int64(lt.NewPagesNeeded(layout.LayerGroupID(lc), 0, inputBlocks, inputTokens))
+		missed := max(needed-full, 0)
+		if full+partial+missed == 0 {
+			continue
+		}
+		st := c.pendingOf(lc)
+		st.FullReusedBlocks += full
 		st.PartialReusedBlocks += partial
 		st.ReusedBlocks += full + partial
 		st.AllocTotalBlocks += full + partial
-		needed := int64(lt.NewPagesNeeded(layout.LayerGroupID(lc), 0, inputBlocks, inputTokens))
-		st.MissedBlocks += max(needed-full, 0)
+		st.MissedBlocks += missed
 	}
 }
 
-// onAllocatePages counts the pages Resize allocated for a cache, per layer
-// group; generation-phase growth once the history reached the prompt.
-func (s *statCounters) onAllocatePages(perLC []int, generation bool) {
+// pendingOf returns the cache's pending counts of layer group lc.
+func (c *KVCache) pendingOf(lc int) *LayerGroupStats {
+	if c.pending == nil {
+		c.pending = make([]LayerGroupStats, len(c.m.stats.lc))
+	}
+	return &c.pending[lc]
+}
+
+// onAllocatePages counts, pending in the cache, the pages Resize allocated
+// for it per layer group; generation-phase growth once the history reached
+// the prompt.
+func (c *KVCache) onAllocatePages(perLC []int, generation bool) {
 	for lc, k := range perLC {
-		st := &s.lc[lc]
+		if k == 0 {
+			continue
+		}
+		st := c.pendingOf(lc)
 		st.AllocNewBlocks += int64(k)
 		st.AllocTotalBlocks += int64(k)
 		if generation {
@@ -281,6 +301,57 @@ func (s *statCounters) onMoved(lc layout.LayerGroupID, path Path, bytes int64) {
 		st.OnboardBlocks++
 		st.OnboardBytes += bytes
 	}
+}
+
+func (s *LayerGroupStats) add(d LayerGroupStats) {
+	s.AllocTotalBlocks += d.AllocTotalBlocks
+	s.AllocNewBlocks += d.AllocNewBlocks
+	s.ReusedBlocks += d.ReusedBlocks
+	s.FullReusedBlocks += d.FullReusedBlocks
+	s.PartialReusedBlocks += d.PartialReusedBlocks
+	s.MissedBlocks += d.MissedBlocks
+	s.GenAllocBlocks += d.GenAllocBlocks
+	s.OnboardBlocks += d.OnboardBlocks
+	s.OnboardBytes += d.OnboardBytes
+	s.OffloadBlocks += d.OffloadBlocks
+	s.OffloadBytes += d.OffloadBytes
+	s.IntraDeviceCopyBlocks += d.IntraDeviceCopyBlocks
+	s.IntraDeviceCopyBytes += d.IntraDeviceCopyBytes
+	s.HostDroppedBlocks += d.HostDroppedBlocks
+	s.HostDroppedBytes += d.HostDroppedBytes
+}
+
+// CommitPendingStats adds the cache's pending per-layer-group counts (its
+// reuse and misses at creation, the pages Resize allocated for it since) to
+// the manager's iteration statistics (GetAndResetLayerGroupIterationStats)
+// and clears them, as KVCacheManagerV2's commit_pending_stats does. Page
+// movements (onboard, offload, copies, host drops) are not pending: they
+// count when they happen. A closed cache has nothing pending.
+func (c *KVCache) CommitPendingStats() {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	for lc, d := range c.pending {
+		c.m.stats.lc[lc].add(d)
+	}
+	c.pending = nil
+}
+
+// DiscardPendingStats drops the cache's pending per-layer-group counts: they
+// never reach the manager's iteration statistics. Close drops them too.
+func (c *KVCache) DiscardPendingStats() {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	c.pending = nil
+}
+
+// PendingStats returns the cache's pending per-layer-group counts, indexed
+// by layer group (all zero when none is pending).
+func (c *KVCache) PendingStats() []LayerGroupStats {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	out := make([]LayerGroupStats, len(c.m.stats.lc))
+	copy(out, c.pending)
+	return out
 }
 
 func (s *statCounters) onEvict() { s.count(BlockStats{Evictions: 1}) }
@@ -326,7 +397,9 @@ func (m *Manager) GetAndResetIterationStats() BlockStats {
 
 // GetAndResetLayerGroupIterationStats returns each layer group's counters
 // since the previous call, indexed by layer group, and starts a new
-// iteration of them.
+// iteration of them. A cache's reuse and allocation counts are there once it
+// committed them (KVCache.CommitPendingStats); page movements count when they
+// happen.
 func (m *Manager) GetAndResetLayerGroupIterationStats() []LayerGroupStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -20,16 +20,19 @@ import (
 // history is short of the prompt is prefill, growth after it generation.
 func TestLayerGroupStatsCountReuseAllocationAndGeneration(t *testing.T) {
 	f := newFixture(t, smallConfig(8))
-	f.serve(blockhash.Scope{}, seq(0, 8)) // publishes 2 blocks
-	first := f.m.GetAndResetLayerGroupIterationStats()
-	require.Len(t, first, 1)
-	assert.Equal(t, LayerGroupStats{AllocTotalBlocks: 2, AllocNewBlocks: 2, MissedBlocks: 2}, first[0])
+	first := f.open(blockhash.Scope{}, seq(0, 8)) // publishes 2 blocks
+	first.CommitPendingStats()
+	require.NoError(t, first.Close())
+	firstStats := f.m.GetAndResetLayerGroupIterationStats()
+	require.Len(t, firstStats, 1)
+	assert.Equal(t, LayerGroupStats{AllocTotalBlocks: 2, AllocNewBlocks: 2, MissedBlocks: 2}, firstStats[0])
 
 	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 13)})
 	require.NoError(t, err)
 	require.NoError(t, c.Resume(f.stream))
 	require.NoError(t, c.Resize(16, 13)) // 2 new blocks, history 8 < 13 before
 	require.NoError(t, c.Resize(20, 16)) // 1 new block after the prompt
+	c.CommitPendingStats()
 	require.NoError(t, c.Close())
 	got := f.m.GetAndResetLayerGroupIterationStats()[0]
 	assert.Equal(t, LayerGroupStats{
@@ -38,6 +41,77 @@ func TestLayerGroupStatsCountReuseAllocationAndGeneration(t *testing.T) {
 	}, got)
 	assert.InDelta(t, 2.0/3, got.HitRate(), 1e-9)
 	assert.Equal(t, LayerGroupStats{}, f.m.GetAndResetLayerGroupIterationStats()[0], "reset")
+}
+
+// TestLayerGroupStatsArePendingUntilCommitted: a cache's reuse and
+// allocation counts reach the manager's iteration statistics only when the
+// cache commits them (KVCacheManagerV2's commit_pending_stats); discarding
+// or closing drops them, and a commit counts each once.
+func TestLayerGroupStatsArePendingUntilCommitted(t *testing.T) {
+	f := newFixture(t, smallConfig(16))
+	f.serve(blockhash.Scope{}, seq(0, 8)) // closed uncommitted: counts nothing
+	assert.Equal(t, LayerGroupStats{}, f.m.GetAndResetLayerGroupIterationStats()[0], "close drops the pending counts")
+
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 12)})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Resize(12, 12))
+	assert.Equal(t, LayerGroupStats{}, f.m.GetAndResetLayerGroupIterationStats()[0], "pending until committed")
+	want := LayerGroupStats{AllocTotalBlocks: 3, AllocNewBlocks: 1, ReusedBlocks: 2, FullReusedBlocks: 2, MissedBlocks: 1}
+	assert.Equal(t, []LayerGroupStats{want}, c.PendingStats())
+
+	c.CommitPendingStats()
+	c.CommitPendingStats() // nothing pending any more
+	assert.Equal(t, want, f.m.GetAndResetLayerGroupIterationStats()[0])
+	assert.Equal(t, []LayerGroupStats{{}}, c.PendingStats())
+
+	require.NoError(t, c.Resize(16, 12))
+	c.DiscardPendingStats()
+	c.CommitPendingStats()
+	assert.Equal(t, LayerGroupStats{}, f.m.GetAndResetLayerGroupIterationStats()[0], "discarded counts never count")
+	require.NoError(t, c.Close())
+}
+
+// TestExpectedPromptLengthIsTheGenerationBoundary: growth counts as
+// generation once the history has reached the expected prompt length, which
+// defaults to the input tokens; without either nothing is generation, and an
+// expected length of 0 makes all growth generation.
+func TestExpectedPromptLengthIsTheGenerationBoundary(t *testing.T) {
+	gen := func(t *testing.T, opts CacheOptions) int64 {
+		f := newFixture(t, smallConfig(16))
+		c, err := f.m.CreateKVCache(opts)
+		require.NoError(t, err)
+		require.NoError(t, c.Resume(f.stream))
+		require.NoError(t, c.Resize(4, 0))  // history 0 before
+		require.NoError(t, c.Resize(8, 4))  // history 0 before
+		require.NoError(t, c.Resize(12, 8)) // history 4 before
+		require.NoError(t, c.Resize(16, 8)) // history 8 before
+		c.CommitPendingStats()
+		require.NoError(t, c.Close())
+		return f.m.GetAndResetLayerGroupIterationStats()[0].GenAllocBlocks
+	}
+	length := func(n int) *int { return &n }
+	t.Run("expected", func(t *testing.T) {
+		assert.Equal(t, int64(2), gen(t, CacheOptions{ExpectedPromptLength: length(4)}))
+	})
+	t.Run("input tokens by default", func(t *testing.T) {
+		assert.Equal(t, int64(1), gen(t, CacheOptions{InputTokens: seq(500, 8)}))
+	})
+	t.Run("expected over input tokens", func(t *testing.T) {
+		assert.Equal(t, int64(2), gen(t, CacheOptions{InputTokens: seq(500, 8), ExpectedPromptLength: length(4)}))
+	})
+	t.Run("none", func(t *testing.T) {
+		assert.Equal(t, int64(0), gen(t, CacheOptions{}))
+	})
+	t.Run("zero", func(t *testing.T) {
+		assert.Equal(t, int64(4), gen(t, CacheOptions{ExpectedPromptLength: length(0)}))
+	})
+	t.Run("negative", func(t *testing.T) {
+		f := newFixture(t, smallConfig(16))
+		_, err := f.m.CreateKVCache(CacheOptions{ExpectedPromptLength: length(-1)})
+		require.ErrorIs(t, err, ErrInvalidArgument)
+		assert.ErrorContains(t, err, "ExpectedPromptLength")
+	})
 }
 
 // TestReuseIsCountedByTheLevelItCameFrom: blocks offloaded to the host and
@@ -61,9 +135,10 @@ func TestReuseIsCountedByTheLevelItCameFrom(t *testing.T) {
 	assert.Equal(t, []int64{0, 0}, f.m.GetAndResetIterationCachedTokensByLevel(), "reset")
 	require.NoError(t, c.Resume(f.stream))
 	got := f.m.GetAndResetLayerGroupIterationStats()[0]
-	assert.Equal(t, int64(2), got.OnboardBlocks)
+	assert.Equal(t, int64(2), got.OnboardBlocks, "page moves count when they happen")
 	assert.Equal(t, moved.OffloadBytes, got.OnboardBytes, "the same cold pages travel back")
-	assert.Equal(t, int64(2), got.FullReusedBlocks)
+	c.CommitPendingStats()
+	assert.Equal(t, int64(2), f.m.GetAndResetLayerGroupIterationStats()[0].FullReusedBlocks)
 	require.NoError(t, c.Close())
 }
 

@@ -40,6 +40,7 @@ func TestLayerGroupIterationStatsResetOnlyWhenReturned(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, Resume(c, s))
 	require.NoError(t, Resize(c, 12, 12))
+	require.NoError(t, CommitPendingStats(c))
 	require.NoError(t, CloseCache(c))
 
 	_, n, err := LayerGroupIterationStats(m, 0)
@@ -52,6 +53,38 @@ func TestLayerGroupIterationStatsResetOnlyWhenReturned(t *testing.T) {
 	got, _, err = LayerGroupIterationStats(m, 1)
 	require.NoError(t, err)
 	assert.Equal(t, []LayerGroupStats{{LayerGroup: 0}}, got, "reset by the previous call")
+}
+
+// TestLayerGroupStatsArePendingUntilCommitted: a cache's per-layer-group
+// counts reach kvcm_manager_get_and_reset_layer_group_iteration_stats when
+// kvcm_kv_cache_commit_pending_stats commits them, once;
+// kvcm_kv_cache_discard_pending_stats and closing drop them.
+func TestLayerGroupStatsArePendingUntilCommitted(t *testing.T) {
+	noLeaks(t)
+	m, err := CreateManager(smallConfig(8, 0), nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, DestroyManager(m)) }()
+	s, err := CreateStream(m)
+	require.NoError(t, err)
+	c, err := CreateCache(m, 0, "", seq(0, 12))
+	require.NoError(t, err)
+	require.NoError(t, Resume(c, s))
+	require.NoError(t, Resize(c, 12, 12))
+	got, _, err := LayerGroupIterationStats(m, 1)
+	require.NoError(t, err)
+	assert.Equal(t, []LayerGroupStats{{LayerGroup: 0}}, got, "pending")
+	require.NoError(t, CommitPendingStats(c))
+	require.NoError(t, CommitPendingStats(c))
+	got, _, err = LayerGroupIterationStats(m, 1)
+	require.NoError(t, err)
+	assert.Equal(t, []LayerGroupStats{{LayerGroup: 0, AllocNew: 3, Missed: 3}}, got, "committed once")
+	require.NoError(t, Resize(c, 16, 12))
+	require.NoError(t, DiscardPendingStats(c))
+	require.NoError(t, Resize(c, 20, 12))
+	require.NoError(t, CloseCache(c))
+	got, _, err = LayerGroupIterationStats(m, 1)
+	require.NoError(t, err)
+	assert.Equal(t, []LayerGroupStats{{LayerGroup: 0}}, got, "discarded and closed")
 }
 
 // TestBlockEventsCarryPriorities: a stored block reports its priority; a

@@ -166,6 +166,16 @@ func CacheStats(c uint64) ([4]int64, error) {
 	return [4]int64{int64(s.alloc_total_blocks), int64(s.alloc_new_blocks), int64(s.reused_blocks), int64(s.missed_blocks)}, err
 }
 
+// CommitPendingStats calls kvcm_kv_cache_commit_pending_stats.
+func CommitPendingStats(c uint64) error {
+	return status(C.kvcm_kv_cache_commit_pending_stats(C.kvcm_kv_cache(c)))
+}
+
+// DiscardPendingStats calls kvcm_kv_cache_discard_pending_stats.
+func DiscardPendingStats(c uint64) error {
+	return status(C.kvcm_kv_cache_discard_pending_stats(C.kvcm_kv_cache(c)))
+}
+
 // CachedTokensByLevel calls kvcm_kv_cache_get_cached_tokens_by_level.
 func CachedTokensByLevel(c uint64, capacity int) ([]int64, int, error) {
 	var a arena

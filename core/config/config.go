@@ -397,7 +397,7 @@ func (c *Config) Validate(numLayerGroups int) error {
 		return err
 	}
 	if u := c.MaxUtilForResume; math.IsNaN(u) || u < 0 || u > 1 {
-		return fieldErr("max_util_for_resume", "must be in (0, 1], or 0 (unset) for the default %v, got %v",
+		return fieldErr("max_util_for_resume", "max_util_for_resume must be in (0, 1], or 0 (unset) for the default %v, got %v",
 			DefaultMaxUtilForResume, u)
 	}
 	if c.ReuseMatchBackoff < 0 {
@@ -411,15 +411,15 @@ func (c *Config) Validate(numLayerGroups int) error {
 	}
 	if c.InitialPoolRatio != nil {
 		if len(c.InitialPoolRatio) == 0 {
-			return fieldErr("initial_pool_ratio", "must not be empty (omit it to size from typical_step or constraints)")
+			return fieldErr("initial_pool_ratio", "initial_pool_ratio length must be one per layer group (%d), got an empty list (omit it to size from typical_step or constraints)", numLayerGroups)
 		}
 		if len(c.InitialPoolRatio) != numLayerGroups {
-			return fieldErr("initial_pool_ratio", "has %d entries, want one per layer group (%d)",
-				len(c.InitialPoolRatio), numLayerGroups)
+			return fieldErr("initial_pool_ratio", "initial_pool_ratio length must be one per layer group (%d), got %d",
+				numLayerGroups, len(c.InitialPoolRatio))
 		}
 		for i, r := range c.InitialPoolRatio {
 			if !(r > 0) || math.IsInf(r, 0) {
-				return fieldErr(fmt.Sprintf("initial_pool_ratio[%d]", i), "must be positive and finite, got %v", r)
+				return fieldErr(fmt.Sprintf("initial_pool_ratio[%d]", i), "initial_pool_ratio values must be positive and finite, got %v", r)
 			}
 		}
 	}

@@ -53,7 +53,7 @@ func TestMaxUtilForResumeOutOfRangeSaysZeroIsUnset(t *testing.T) {
 	for _, u := range []float64{-0.5, 1.5, math.NaN(), math.Inf(1)} {
 		cfg := valid()
 		cfg.MaxUtilForResume = u
-		requireField(t, cfg.Validate(1), "max_util_for_resume", "(0, 1]", "0 (unset)")
+		requireField(t, cfg.Validate(1), "max_util_for_resume", "max_util_for_resume must be in (0, 1]", "0 (unset)")
 	}
 }
 
@@ -110,11 +110,11 @@ func TestDefaultMaxUtilForResumeIsKVCM2s(t *testing.T) {
 func TestEmptyInitialPoolRatioIsRejected(t *testing.T) {
 	cfg := valid()
 	cfg.InitialPoolRatio = []float64{}
-	requireField(t, cfg.Validate(1), "initial_pool_ratio", "must not be empty")
+	requireField(t, cfg.Validate(1), "initial_pool_ratio", "initial_pool_ratio length", "empty list")
 	cfg.InitialPoolRatio = nil
 	require.NoError(t, cfg.Validate(1))
 	cfg.InitialPoolRatio = []float64{1, 1}
-	requireField(t, cfg.Validate(1), "initial_pool_ratio", "has 2 entries")
+	requireField(t, cfg.Validate(1), "initial_pool_ratio", "initial_pool_ratio length", "got 2")
 }
 
 // Every error names its field: reuse_match_backoff and a batch's

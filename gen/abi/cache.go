@@ -58,6 +58,17 @@ type KVCacheOptions struct {
 	// eviction priority per layer group (priority must be NULL then). It is
 	// called with priority_user_data and the manager's lock held.
 	LayerGroupPriority LayerGroupPriorityFunc `nullable:"true" since:"2"`
+	// HasExpectedPromptLength makes expected_prompt_length the cache's
+	// prefill/generation boundary of the statistics; unset, the boundary is
+	// num_input_tokens, and without input tokens no growth counts as
+	// generation.
+	HasExpectedPromptLength bool `since:"2"`
+	// ExpectedPromptLength (KVCacheManagerV2's expected_prompt_length, not
+	// negative): once the cache's history has reached it, capacity growth
+	// counts as generation-phase allocation (gen_alloc_blocks of
+	// kvcm_manager_get_and_reset_layer_group_iteration_stats). It changes no
+	// allocation or reuse.
+	ExpectedPromptLength int64 `since:"2"`
 }
 
 // KVCacheCreate creates a SUSPENDED KV cache holding the longest reusable
@@ -316,6 +327,26 @@ type KVCacheCommitBeamSearch func(cache KVCache, tokens spec.In[Token], numToken
 //kvcm:param cache in The cache.
 //kvcm:param out out Receives the counters.
 type KVCacheGetStats func(cache KVCache, out spec.Out[BlockStats]) *Status
+
+// KVCacheCommitPendingStats adds the cache's pending per-layer-group counts
+// (its reuse and misses at creation, the pages resize allocated for it since)
+// to the manager's iteration statistics
+// (kvcm_manager_get_and_reset_layer_group_iteration_stats) and clears them,
+// as KVCacheManagerV2's commit_pending_stats. Page movements are not pending:
+// they count when they happen. kvcm_kv_cache_close drops what is pending.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+type KVCacheCommitPendingStats func(cache KVCache) *Status
+
+// KVCacheDiscardPendingStats drops the cache's pending per-layer-group counts:
+// they never reach the manager's iteration statistics.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+type KVCacheDiscardPendingStats func(cache KVCache) *Status
 
 // KVCacheGetCachedTokensByLevel returns, per cache level, how many of the
 // cache's tokens with computed KV (its history) are held on that level: a

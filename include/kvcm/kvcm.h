@@ -1255,6 +1255,21 @@ struct kvcm_kv_cache_options {
      * called with priority_user_data and the manager's lock held. (since ABI version 2)
      */
     kvcm_layer_group_priority_func layer_group_priority;
+    /**
+     * has_expected_prompt_length makes expected_prompt_length the cache's
+     * prefill/generation boundary of the statistics; unset, the boundary is
+     * num_input_tokens, and without input tokens no growth counts as
+     * generation. (since ABI version 2)
+     */
+    bool has_expected_prompt_length;
+    /**
+     * expected_prompt_length (KVCacheManagerV2's expected_prompt_length, not
+     * negative): once the cache's history has reached it, capacity growth
+     * counts as generation-phase allocation (gen_alloc_blocks of
+     * kvcm_manager_get_and_reset_layer_group_iteration_stats). It changes no
+     * allocation or reuse. (since ABI version 2)
+     */
+    int64_t expected_prompt_length;
 };
 
 /** Initializer of a kvcm_kv_cache_options: struct_size and abi_version set, every other field zero. */
@@ -2234,6 +2249,22 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_commit(kvcm_kv_cache cache,
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_commit_beam_search(kvcm_kv_cache cache, const kvcm_token* tokens, size_t num_tokens, const int32_t* beam_search_indices, size_t num_beam_search_indices, bool is_end);
 
 /**
+ * kvcm_kv_cache_commit_pending_stats adds the cache's pending per-layer-group counts
+ * (its reuse and misses at creation, the pages resize allocated for it since)
+ * to the manager's iteration statistics
+ * (kvcm_manager_get_and_reset_layer_group_iteration_stats) and clears them,
+ * as KVCacheManagerV2's commit_pending_stats. Page movements are not pending:
+ * they count when they happen. kvcm_kv_cache_close drops what is pending.
+ *
+ * @param cache [in] The cache.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_commit_pending_stats(kvcm_kv_cache cache);
+
+/**
  * kvcm_kv_cache_create creates a SUSPENDED KV cache holding the longest reusable
  * cached prefix of the input tokens: full blocks are shared; with partial
  * reuse, the matching head of one more block is copied into a private page.
@@ -2247,6 +2278,18 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_commit_beam_search(kvcm_kv_
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_create(kvcm_manager manager, const kvcm_kv_cache_options* options, kvcm_kv_cache* out);
+
+/**
+ * kvcm_kv_cache_discard_pending_stats drops the cache's pending per-layer-group counts:
+ * they never reach the manager's iteration statistics.
+ *
+ * @param cache [in] The cache.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_discard_pending_stats(kvcm_kv_cache cache);
 
 /**
  * kvcm_kv_cache_get_base_page_indices writes, for an ACTIVE cache, the GPU slot of each
@@ -3627,6 +3670,10 @@ struct kvcm_api {
     kvcm_status* (*stream_synchronize)(kvcm_stream stream);
     /** kvcm_kv_cache_commit_beam_search (since ABI version 2). */
     kvcm_status* (*kv_cache_commit_beam_search)(kvcm_kv_cache cache, const kvcm_token* tokens, size_t num_tokens, const int32_t* beam_search_indices, size_t num_beam_search_indices, bool is_end);
+    /** kvcm_kv_cache_commit_pending_stats (since ABI version 2). */
+    kvcm_status* (*kv_cache_commit_pending_stats)(kvcm_kv_cache cache);
+    /** kvcm_kv_cache_discard_pending_stats (since ABI version 2). */
+    kvcm_status* (*kv_cache_discard_pending_stats)(kvcm_kv_cache cache);
     /** kvcm_kv_cache_get_beam_base_page_indices (since ABI version 2). */
     kvcm_status* (*kv_cache_get_beam_base_page_indices)(kvcm_kv_cache cache, kvcm_layer_group_id layer_group, int32_t beam, int32_t* indices, size_t capacity, size_t* needed);
     /** kvcm_kv_cache_get_beam_width (since ABI version 2). */
@@ -3809,7 +3856,7 @@ KVCM_STATIC_ASSERT(sizeof(kvcm_cp_request_id) == 16, "layout of kvcm_cp_request_
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_cp_request_id) == 8, "alignment of kvcm_cp_request_id changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_cp_request_id, data) == 0, "layout of kvcm_cp_request_id changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_cp_request_id, len) == 8, "layout of kvcm_cp_request_id changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_kv_cache_options) == 96, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_kv_cache_options) == 112, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_kv_cache_options) == 8, "alignment of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, struct_size) == 0, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, abi_version) == 4, "layout of kvcm_kv_cache_options changed");
@@ -3822,6 +3869,8 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, request_id) == 64, "layout of
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, request_id_len) == 72, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, scope_has_lora_id) == 80, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, layer_group_priority) == 88, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, has_expected_prompt_length) == 96, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, expected_prompt_length) == 104, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_layer_group_iteration_stats) == 128, "layout of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_layer_group_iteration_stats) == 8, "alignment of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, layer_group) == 0, "layout of kvcm_layer_group_iteration_stats changed");
@@ -3959,7 +4008,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, reused_tokens) ==
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, unreused_tokens) == 40, "layout of kvcm_ssm_snapshot_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, aligned_snapshot_hits) == 48, "layout of kvcm_ssm_snapshot_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, unaligned_snapshot_hits) == 56, "layout of kvcm_ssm_snapshot_iteration_stats changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 792, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 808, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
@@ -4031,36 +4080,38 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_enqueue_host_func) == 520, "layout 
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_free_memory) == 528, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_synchronize) == 536, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_commit_beam_search) == 544, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_beam_base_page_indices) == 552, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_beam_width) == 560, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_cached_tokens_by_level) == 568, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_tokens) == 576, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_reuse_diagnostics) == 584, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_scratch_desc) == 592, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_ssm_block_base_index) == 600, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 608, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_swa_scratch_reuse) == 616, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_has_scratch_slots) == 624, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_plan_committed_block_drop) == 632, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_beam_width) == 640, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 648, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_swa_scratch_reuse) == 656, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_adjust) == 664, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clamp_max_seq_len_for_mem) == 672, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 680, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 688, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 696, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 704, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 712, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 720, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_ssm_snapshot_iteration_stats) == 728, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 736, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_scratch_pages_per_block) == 744, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_need_adjustment) == 752, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 760, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 768, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_destroy) == 776, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_drop) == 784, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_commit_pending_stats) == 552, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_discard_pending_stats) == 560, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_beam_base_page_indices) == 568, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_beam_width) == 576, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_cached_tokens_by_level) == 584, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_tokens) == 592, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_reuse_diagnostics) == 600, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_scratch_desc) == 608, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_ssm_block_base_index) == 616, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 624, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_swa_scratch_reuse) == 632, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_has_scratch_slots) == 640, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_plan_committed_block_drop) == 648, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_beam_width) == 656, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 664, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_swa_scratch_reuse) == 672, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_adjust) == 680, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clamp_max_seq_len_for_mem) == 688, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 696, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 704, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 712, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 720, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 728, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 736, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_ssm_snapshot_iteration_stats) == 744, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 752, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_scratch_pages_per_block) == 760, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_need_adjustment) == 768, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 776, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 784, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_destroy) == 792, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_drop) == 800, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus

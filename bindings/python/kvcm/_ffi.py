@@ -722,6 +722,8 @@ kvcm_kv_cache_options._fields_ = [
     ("request_id_len", ctypes.c_size_t),
     ("scope_has_lora_id", ctypes.c_bool),
     ("layer_group_priority", kvcm_layer_group_priority_func),
+    ("has_expected_prompt_length", ctypes.c_bool),
+    ("expected_prompt_length", ctypes.c_int64),
 ]
 
 kvcm_layer_group_iteration_stats._fields_ = [
@@ -895,7 +897,7 @@ LAYOUTS = {
     "kvcm_reuse_scope": (24, 8, {"lora_id": 0, "salt": 8, "salt_len": 16}),
     "kvcm_cp_manager_backed_options": (56, 8, {"struct_size": 0, "abi_version": 4, "level_weights": 8, "num_level_weights": 16, "scope": 24, "scope_has_lora_id": 48}),
     "kvcm_cp_request_id": (16, 8, {"data": 0, "len": 8}),
-    "kvcm_kv_cache_options": (96, 8, {"struct_size": 0, "abi_version": 4, "scope": 8, "input_tokens": 32, "num_input_tokens": 40, "priority": 48, "priority_user_data": 56, "request_id": 64, "request_id_len": 72, "scope_has_lora_id": 80, "layer_group_priority": 88}),
+    "kvcm_kv_cache_options": (112, 8, {"struct_size": 0, "abi_version": 4, "scope": 8, "input_tokens": 32, "num_input_tokens": 40, "priority": 48, "priority_user_data": 56, "request_id": 64, "request_id_len": 72, "scope_has_lora_id": 80, "layer_group_priority": 88, "has_expected_prompt_length": 96, "expected_prompt_length": 104}),
     "kvcm_layer_group_iteration_stats": (128, 8, {"layer_group": 0, "alloc_total_blocks": 8, "alloc_new_blocks": 16, "reused_blocks": 24, "full_reused_blocks": 32, "partial_reused_blocks": 40, "missed_blocks": 48, "gen_alloc_blocks": 56, "onboard_blocks": 64, "onboard_bytes": 72, "offload_blocks": 80, "offload_bytes": 88, "intra_device_copy_blocks": 96, "intra_device_copy_bytes": 104, "host_dropped_blocks": 112, "host_dropped_bytes": 120}),
     "kvcm_manager_config": (240, 8, {"struct_size": 0, "abi_version": 4, "tokens_per_block": 8, "device": 12, "device_ordinal": 16, "event_queue_capacity": 20, "cache_tiers": 24, "num_cache_tiers": 32, "layers": 40, "num_layers": 48, "max_util_for_resume": 56, "enable_partial_reuse": 64, "enable_stats": 65, "initial_pool_ratio": 72, "num_initial_pool_ratio": 80, "typical_step": 88, "constraints": 96, "num_constraints": 104, "reuse_match_backoff": 112, "text_only": 116, "commit_min_snapshot": 117, "rebalance_min_sampled_kv_caches": 120, "rebalance_cooldown_secs": 128, "rebalance_target_ratio_update_interval": 136, "rebalance_ratio_threshold": 144, "rebalance_moving_average_decay": 152, "typical_step_system_prompt_length": 160, "constraint_system_prompt_lengths": 168, "num_constraint_system_prompt_lengths": 176, "block_key": 184, "shared_tier": 192, "disk_persistent": 200, "swa_scratch_reuse": 201, "swa_scratch_max_rewind_len": 208, "ssm_layers": 216, "num_ssm_layers": 224, "max_ssm_slots": 232}),
     "kvcm_migration_stats": (24, 8, {"path": 0, "pages": 8, "bytes": 16}),
@@ -958,7 +960,9 @@ FUNCTIONS = {
     "kvcm_kv_cache_close": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache]),
     "kvcm_kv_cache_commit": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.c_bool]),
     "kvcm_kv_cache_commit_beam_search": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.c_bool]),
+    "kvcm_kv_cache_commit_pending_stats": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache]),
     "kvcm_kv_cache_create": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_kv_cache_options), ctypes.POINTER(kvcm_kv_cache)]),
+    "kvcm_kv_cache_discard_pending_stats": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache]),
     "kvcm_kv_cache_get_base_page_indices": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_layer_group_id, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_kv_cache_get_beam_base_page_indices": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_layer_group_id, ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_kv_cache_get_beam_width": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int32)]),
@@ -1061,7 +1065,9 @@ PARAMETERS = {
     "kvcm_kv_cache_close": ("cache",),
     "kvcm_kv_cache_commit": ("cache", "tokens", "num_tokens", "is_end"),
     "kvcm_kv_cache_commit_beam_search": ("cache", "tokens", "num_tokens", "beam_search_indices", "num_beam_search_indices", "is_end"),
+    "kvcm_kv_cache_commit_pending_stats": ("cache",),
     "kvcm_kv_cache_create": ("manager", "options", "out"),
+    "kvcm_kv_cache_discard_pending_stats": ("cache",),
     "kvcm_kv_cache_get_base_page_indices": ("cache", "layer_group", "indices", "capacity", "needed"),
     "kvcm_kv_cache_get_beam_base_page_indices": ("cache", "layer_group", "beam", "indices", "capacity", "needed"),
     "kvcm_kv_cache_get_beam_width": ("cache", "out"),

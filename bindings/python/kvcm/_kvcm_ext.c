@@ -1135,7 +1135,7 @@ static PyObject *kx_fn_kvcm_kv_cache_create(PyObject *names, PyObject *const *ar
             goto done;
         a0 = (kvcm_manager)v;
     }
-    if (kx_pointer(args[1], names, 1, 0, 96, &a1) < 0)
+    if (kx_pointer(args[1], names, 1, 0, 112, &a1) < 0)
         goto done;
     if (kx_pointer(args[2], names, 2, 1, 8, &a2) < 0)
         goto done;
@@ -2692,6 +2692,50 @@ done:
     return out;
 }
 
+/* kvcm_kv_cache_commit_pending_stats(cache) */
+static PyObject *kx_fn_kvcm_kv_cache_commit_pending_stats(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 1, "kvcm_kv_cache_commit_pending_stats") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_commit_pending_stats(a0);
+    Py_END_ALLOW_THREADS
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    return out;
+}
+
+/* kvcm_kv_cache_discard_pending_stats(cache) */
+static PyObject *kx_fn_kvcm_kv_cache_discard_pending_stats(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 1, "kvcm_kv_cache_discard_pending_stats") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_discard_pending_stats(a0);
+    Py_END_ALLOW_THREADS
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    return out;
+}
+
 /* kvcm_kv_cache_get_beam_base_page_indices(cache, layer_group, beam, indices, capacity, needed) */
 static PyObject *kx_fn_kvcm_kv_cache_get_beam_base_page_indices(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -3811,6 +3855,8 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_stream_free_memory", (PyCFunction)(void (*)(void))kx_fn_kvcm_stream_free_memory, METH_FASTCALL, "kvcm_stream_free_memory(stream, ptr)"},
     {"kvcm_stream_synchronize", (PyCFunction)(void (*)(void))kx_fn_kvcm_stream_synchronize, METH_FASTCALL, "kvcm_stream_synchronize(stream)"},
     {"kvcm_kv_cache_commit_beam_search", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_commit_beam_search, METH_FASTCALL, "kvcm_kv_cache_commit_beam_search(cache, tokens, num_tokens, beam_search_indices, num_beam_search_indices, is_end)"},
+    {"kvcm_kv_cache_commit_pending_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_commit_pending_stats, METH_FASTCALL, "kvcm_kv_cache_commit_pending_stats(cache)"},
+    {"kvcm_kv_cache_discard_pending_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_discard_pending_stats, METH_FASTCALL, "kvcm_kv_cache_discard_pending_stats(cache)"},
     {"kvcm_kv_cache_get_beam_base_page_indices", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_beam_base_page_indices, METH_FASTCALL, "kvcm_kv_cache_get_beam_base_page_indices(cache, layer_group, beam, indices, capacity, needed)"},
     {"kvcm_kv_cache_get_beam_width", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_beam_width, METH_FASTCALL, "kvcm_kv_cache_get_beam_width(cache, out)"},
     {"kvcm_kv_cache_get_cached_tokens_by_level", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_cached_tokens_by_level, METH_FASTCALL, "kvcm_kv_cache_get_cached_tokens_by_level(cache, tokens, capacity, needed)"},
@@ -3844,7 +3890,7 @@ static PyMethodDef kx_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 6, 6, 2, 4, 4, 2, 7, 3, 2, 2, 2, 2, 2, 2, 2, 1, 4, 1, 8, 4, 5, 4, 4, 4, 2, 4, 2, 7, 6, 1, 1};
+static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 6, 1, 1, 6, 2, 4, 4, 2, 7, 3, 2, 2, 2, 2, 2, 2, 2, 1, 4, 1, 8, 4, 5, 4, 4, 4, 2, 4, 2, 7, 6, 1, 1};
 
 /* bind(name, parameter_names) -> the builtin function of name; its errors
  * name the parameters as parameter_names (a tuple of str, one a

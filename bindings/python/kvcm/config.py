@@ -410,7 +410,7 @@ class KVCacheManagerConfig:
         as given: the library would read them differently."""
         if self.max_util_for_resume == 0:
             raise InvalidConfigError(
-                "invalid config: max_util_for_resume: must be in (0, 1], got 0 "
+                "invalid config: max_util_for_resume: max_util_for_resume must be in (0, 1], got 0 "
                 "(the C ABI reads 0 as unset; omit the field for the default 0.97)",
                 code=6, field="max_util_for_resume")
         # 0 is a valid value of these in no language, but the C ABI reads it

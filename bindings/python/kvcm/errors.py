@@ -62,8 +62,10 @@ class InvalidHandleError(KVCacheError):
     """A handle is stale: freed, consumed or never issued."""
 
 
-class InvalidStateError(KVCacheError):
-    """The call is not allowed in the object's current state."""
+class InvalidStateError(KVCacheError, RuntimeError):
+    """The call is not allowed in the object's current state (a
+    ``RuntimeError``, as KVCacheManagerV2's C++ backend reports such
+    misuse)."""
 
 
 class OutOfMemoryError(KVCacheError, MemoryError):

@@ -298,6 +298,8 @@ _cache_cached_tokens = bind("kvcm_kv_cache_get_cached_tokens_by_level")
 _cache_stats = bind("kvcm_kv_cache_get_stats")
 _cache_ssm_index = bind("kvcm_kv_cache_get_ssm_block_base_index", layer_group="layer_group_id")
 _cache_reuse_diag = bind("kvcm_kv_cache_get_reuse_diagnostics")
+_cache_commit_pending = bind("kvcm_kv_cache_commit_pending_stats")
+_cache_discard_pending = bind("kvcm_kv_cache_discard_pending_stats")
 _cache_suspend = bind("kvcm_kv_cache_suspend")
 _cache_resize = bind("kvcm_kv_cache_resize")
 _cache_commit = bind("kvcm_kv_cache_commit")
@@ -347,6 +349,19 @@ class LifeCycle(int):
         if self.is_ssm:
             return f"LifeCycle({int(self)}, ssm)"
         return f"LifeCycle({int(self)}, window_size={self.window_size}, num_sink_blocks={self.num_sink_blocks})"
+
+    def get_stale_range(self, history_length: int, tokens_per_block: int) -> HalfOpenRange:
+        """KVCacheManagerV2's stale range: the blocks past the sinks that a
+        sequence of history_length computed tokens no longer needs (out of
+        the window that an input token at position history_length still
+        sees); empty for full attention."""
+        from .common import HalfOpenRange
+
+        num_blocks = -(-history_length // tokens_per_block)
+        start = min(num_blocks, self.num_sink_blocks)
+        if self.window_size is None:
+            return HalfOpenRange(start, start)
+        return HalfOpenRange(start, max(start, (history_length + 1 - self.window_size) // tokens_per_block))
 
 
 def _priority_trampoline(stash: Any, life_cycles: list[LifeCycle], fn: Callable[[int, LifeCycle], int]) -> Any:
@@ -1006,7 +1021,11 @@ class KVCacheManager(Managed):
 
     def clear_reusable_blocks(self) -> None:
         """Drop every committed block from every level. Raises
-        InvalidStateError while caches are open (KVCacheManagerV2's rule)."""
+        InvalidStateError, changing nothing, while caches are open
+        (KVCacheManagerV2's rule and message)."""
+        n = self.num_open_caches()
+        if n:
+            raise InvalidStateError(f"clear_reusable_blocks() with {n} KV cache(s) still open; close them first")
         _native.call("kvcm_manager_clear_reusable_blocks", self._native())
 
     def num_open_caches(self) -> int:
@@ -1072,9 +1091,11 @@ class KVCacheManager(Managed):
         not an int included) fails the commit, which then changes nothing, and
         is re-raised by it; at close, where a trailing partial block is
         published, the block gets the default priority and close re-raises
-        it. ``expected_prompt_length`` (the prefill/generation boundary of
-        KVCacheManagerV2's request statistics) is kept as the cache's
-        attribute; ``text_only`` may be None, True or False (kvcm's tokens are
+        it. ``expected_prompt_length`` is the prefill/generation boundary of
+        the statistics: once the history has reached it, capacity growth
+        counts as generation-phase allocation (``iter_gen_alloc_blocks``); it
+        defaults to ``len(input_tokens)`` (with no input tokens, no growth
+        counts as generation) and is kept as the cache's attribute; ``text_only`` may be None, True or False (kvcm's tokens are
         text token ids either way: multimodal digest tokens are not
         supported); with ``enable_request_stats`` the cache's
         ``commit_pending_stats`` returns its block counts.
@@ -1090,10 +1111,9 @@ class KVCacheManager(Managed):
             raise ValueError(f"expected_prompt_length: expected a non-negative int or None, got {expected_prompt_length!r}")
         if text_only not in (None, True, False):
             raise TypeError(f"text_only: expected a bool or None, got {text_only!r}")
-        cache = _KVCache(self, lora_id, input_tokens, id, custom_priority_callback, salt, request_id)
+        cache = _KVCache(self, lora_id, input_tokens, id, custom_priority_callback, salt, request_id,
+                         expected_prompt_length)
         cache._reuse_scope = reuse_scope
-        cache.expected_prompt_length = (cache._num_input_tokens if expected_prompt_length is None and input_tokens is not None
-                                        else expected_prompt_length)
         cache.enable_request_stats = bool(enable_request_stats)
         cache._note_pending_stats()
         return cache
@@ -1147,7 +1167,9 @@ class KVCacheManager(Managed):
 
     def get_and_reset_iteration_stats(self) -> dict[int, KVCacheIterationStatsDelta]:
         """Every layer group's counters since the previous call, for the
-        layer groups where something was counted; restarts them."""
+        layer groups where something was counted; restarts them. A cache's
+        reuse, miss and allocation counts are there once it committed them
+        (``commit_pending_stats``); page movements count when they happen."""
         out: dict[int, KVCacheIterationStatsDelta] = {}
         for s in self._array_query("kvcm_manager_get_and_reset_layer_group_iteration_stats",
                                    ffi.kvcm_layer_group_iteration_stats):
@@ -1425,7 +1447,8 @@ class _KVCache(Managed):
 
     def __init__(self, manager: KVCacheManager, lora_id: int | None, input_tokens: Sequence[int] | None,
                  id: Any, custom_priority_callback: Callable[[int, LifeCycle], int] | None,
-                 salt: bytes | str | int | None, request_id: str | bytes | None = None) -> None:
+                 salt: bytes | str | int | None, request_id: str | bytes | None = None,
+                 expected_prompt_length: int | None = None) -> None:
         super().__init__()
         self._manager = manager
         self.id = id
@@ -1453,6 +1476,13 @@ class _KVCache(Managed):
         if n:
             opts.input_tokens = ctypes.cast(toks, _TOKEN_PTR)
             opts.num_input_tokens = n
+        # KVCM2's default boundary: the prompt's length, when there is one.
+        if expected_prompt_length is None and input_tokens is not None:
+            expected_prompt_length = n
+        self.expected_prompt_length = expected_prompt_length
+        if expected_prompt_length is not None:
+            opts.has_expected_prompt_length = True
+            opts.expected_prompt_length = expected_prompt_length
         self._priority_cb = None
         if custom_priority_callback is not None:
             if not callable(custom_priority_callback):
@@ -1662,7 +1692,9 @@ class _KVCache(Managed):
     def commit_pending_stats(self) -> KVCacheStatsDelta:
         """Commit the block counts since the previous commit or discard (the
         reuse and misses at creation, the blocks resizes allocated) into the
-        manager's :meth:`~KVCacheManager.get_committed_stats`, and return
+        manager's :meth:`~KVCacheManager.get_committed_stats`, and the
+        cache's per-layer-group counts into its
+        :meth:`~KVCacheManager.get_and_reset_iteration_stats`; return
         them when the cache was created with ``enable_request_stats`` (an
         empty delta otherwise). With statistics disabled, or the cache's id
         marked excluded, the counts are discarded instead. Either way the
@@ -1674,6 +1706,7 @@ class _KVCache(Managed):
         if not m._stats_on or m.is_stats_excluded(self.id):
             self.discard_pending_stats()
             return KVCacheStatsDelta()
+        _cache_commit_pending(self._native())
         now = self._core_stats()
         delta = now.copy()
         delta.subtract(self._stats_base)
@@ -1684,8 +1717,10 @@ class _KVCache(Managed):
 
     def discard_pending_stats(self) -> None:
         """Drop the block counts since the previous commit or discard: they
-        never reach the committed statistics. Clears the dirty mark."""
+        never reach the committed or the iteration statistics. Clears the
+        dirty mark."""
         if not self.closed:
+            _cache_discard_pending(self._native())
             self._stats_base = self._core_stats()
         self._manager.clear_stats_dirty(self.id)
 
@@ -1864,6 +1899,10 @@ class _KVCache(Managed):
     # -- pages ----------------------------------------------------------------
     def _fetch_indices(self, layer_group_id: int, beam: int = DEFAULT_BEAM_INDEX) -> array.array:
         h = self._native()
+        if self.status != CacheStatus.ACTIVE:
+            # A suspended cache holds no GPU page: every block reads -1 until
+            # resume places them (and refreshes the views and buffers).
+            return array.array("i", [BAD_PAGE_INDEX]) * self.num_blocks
         needed = ctypes.c_size_t()
         cap = self.num_blocks
         while True:
@@ -1885,10 +1924,10 @@ class _KVCache(Managed):
 
     def get_page_indices(self, layer_group_id: int, beam_id: int = DEFAULT_BEAM_INDEX) -> array.array:
         """The GPU base page index of every block in a layer group (-1 where
-        the block has no page) in beam ``beam_id``, as a fresh
-        ``array.array('i')``: a buffer-protocol object that owns its memory,
-        so ``numpy.frombuffer(a, dtype=numpy.int32)`` or ``memoryview(a)`` use
-        it without copying. The cache must be ACTIVE."""
+        the block has no page, every block of a SUSPENDED cache) in beam
+        ``beam_id``, as a fresh ``array.array('i')``: a buffer-protocol object
+        that owns its memory, so ``numpy.frombuffer(a, dtype=numpy.int32)`` or
+        ``memoryview(a)`` use it without copying."""
         return self._fetch_indices(layer_group_id, beam_id)
 
     def get_base_page_indices(self, layer_group_id: int,
@@ -1901,7 +1940,7 @@ class _KVCache(Managed):
         (resume, resize, the capacity and history setters, commit, the beam
         width setter), so repeated calls copy nothing. Treat it as read-only;
         it is let go on suspend, and with its beam when the beam width
-        shrinks past it. The cache must be ACTIVE."""
+        shrinks past it. A SUSPENDED cache's blocks read -1."""
         key = (beam_id, layer_group_id)
         buf = self._bufs.get(key)
         if buf is not None:
@@ -1946,9 +1985,10 @@ class _KVCache(Managed):
         """Keep the base page indices of a layer group in beam ``beam_idx``
         in a caller-owned buffer (a 1-D int32 buffer, format 'i', of at least
         ``num_blocks`` entries; the entries past the blocks read -1): the
-        cache writes them now and after each call that changes its pages,
-        until ``buf`` is None, the cache is suspended or the beam width
-        shrinks past the beam."""
+        cache writes them now (-1 for every block while SUSPENDED) and after
+        each call that changes its pages (resume included), until ``buf`` is
+        None, the cache is suspended or the beam width shrinks past the
+        beam."""
         key = (beam_idx, layer_group_id)
         if buf is None:
             self._bufs.pop(key, None)

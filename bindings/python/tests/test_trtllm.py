@@ -98,11 +98,18 @@ def test_buffer_tokens_per_block_override_is_refused_at_creation():
 
 
 def test_initial_pool_ratio_empty_or_wrong_length_is_a_value_error():
-    """As in KVCM2: an empty list and a list of the wrong length raise
-    ValueError (InvalidConfigError) naming initial_pool_ratio."""
+    """As in KVCM2: an empty list, a list of the wrong length, a value not
+    positive and a max_util_for_resume out of (0, 1] raise ValueError
+    (InvalidConfigError) with KVCM2's wording."""
     for ratio in ([], [1.0], [1.0, 1.0, 1.0]):
-        with pytest.raises(ValueError, match="initial_pool_ratio"):
+        with pytest.raises(ValueError, match="initial_pool_ratio length"):
             KVCacheManager(small_config(initial_pool_ratio=ratio), device="emu")
+    for ratio in ([0.0, 1.0], [-0.1, 1.1]):
+        with pytest.raises(ValueError, match="initial_pool_ratio values must be positive"):
+            KVCacheManager(small_config(initial_pool_ratio=ratio), device="emu")
+    for util in (0.0, -0.1, 1.1, float("nan")):
+        with pytest.raises(ValueError, match="max_util_for_resume must be in"):
+            KVCacheManager(small_config(max_util_for_resume=util), device="emu")
     with KVCacheManager(small_config(initial_pool_ratio=[1.0, 1.0]), device="emu"):
         pass
 
@@ -144,12 +151,14 @@ def test_system_prompt_length_is_held_once_by_a_constraint():
         pass
 
 
-def serve(m, tokens, scope=None, priority=None):
+def serve(m, tokens, scope=None, priority=None, commit_stats=False):
     s = m.create_stream()
     kw = {} if scope is None else {"lora_task_id": scope.lora_id, "salt": scope.salt}
     with m.create_kv_cache(input_tokens=tokens, custom_priority_callback=priority, **kw) as c:
         c.resume(s)
         prefill(c, tokens)
+        if commit_stats:
+            c.commit_pending_stats()
         c.suspend()
     s.close()
 
@@ -159,11 +168,11 @@ def test_iteration_stats_per_layer_group_and_their_arithmetic():
     per layer group that counted something, and restarts them; the deltas
     add, subtract, copy and clear."""
     with KVCacheManager(small_config(), device="emu") as m:
-        serve(m, PROMPT[:8])
+        serve(m, PROMPT[:8], commit_stats=True)
         first = m.get_and_reset_iteration_stats()
         assert set(first) == {0, 1}
         assert first[0].iter_alloc_new_blocks == 2 and first[0].iter_missed_blocks == 2
-        serve(m, PROMPT)  # 2 of its 3 full blocks are cached
+        serve(m, PROMPT, commit_stats=True)  # 2 of its 3 full blocks are cached
         it = m.get_and_reset_iteration_stats()[0]
         assert (it.iter_full_reused_blocks, it.iter_reused_blocks, it.iter_missed_blocks) == (2, 2, 1)
         assert it.iter_cache_hit_rate == pytest.approx(2 / 3)
@@ -177,7 +186,58 @@ def test_iteration_stats_per_layer_group_and_their_arithmetic():
         assert total.empty and not it.empty
         committed = m.get_committed_stats()
         assert isinstance(committed, kvcm.KVCacheStatsDelta)
-        assert committed.empty and m.stats.reused_blocks == 2, "closing discarded what no cache committed"
+        assert committed.reused_blocks == 2 and m.stats.reused_blocks == 2
+        serve(m, PROMPT)
+        assert m.get_and_reset_iteration_stats() == {}, "closing discarded what no cache committed"
+        assert m.get_committed_stats() == committed
+
+
+def test_iteration_stats_wait_for_commit_pending_stats():
+    """A cache's per-layer-group reuse and allocation counts reach
+    get_and_reset_iteration_stats when it commits its pending statistics,
+    once; discard_pending_stats drops them; page moves count at once."""
+    cfg = small_config(gpu_quota=16 * 1024, host_quota=64 * 1024)
+    with KVCacheManager(cfg, device="emu") as m:
+        s = m.create_stream()
+        with m.create_kv_cache(input_tokens=PROMPT) as c:
+            assert c.resume(s) and c.resize(16)
+            assert m.get_and_reset_iteration_stats() == {}, "pending"
+            c.commit_pending_stats()
+            it = m.get_and_reset_iteration_stats()
+            assert (it[0].iter_alloc_new_blocks, it[0].iter_missed_blocks) == (4, 3)
+            c.commit_pending_stats()
+            assert m.get_and_reset_iteration_stats() == {}, "committed once"
+            assert c.resize(20)
+            c.discard_pending_stats()
+            c.commit_pending_stats()
+            assert m.get_and_reset_iteration_stats() == {}, "discarded"
+            c.suspend()
+        s.close()
+
+
+@pytest.mark.parametrize("kwargs, gen_blocks", [
+    ({"input_tokens": PROMPT[:8]}, 1),                               # the prompt's length by default
+    ({"input_tokens": PROMPT[:8], "expected_prompt_length": 4}, 2),  # the expected length over it
+    ({"expected_prompt_length": 4}, 2),
+    ({}, 0),                                                         # neither: nothing is generation
+    ({"input_tokens": []}, 4),                                       # an empty prompt: all growth is
+])
+def test_expected_prompt_length_is_the_generation_boundary(kwargs, gen_blocks):
+    """Growth counts as generation allocation (iter_gen_alloc_blocks) once
+    the history has reached expected_prompt_length, by default the length
+    of input_tokens."""
+    with KVCacheManager(small_config(), device="emu") as m:
+        s = m.create_stream()
+        with m.create_kv_cache(**kwargs) as c:
+            assert c.resume(s)
+            for capacity, history in ((4, 0), (8, 4), (12, 8), (16, 8)):
+                assert c.resize(capacity, history)
+            assert c.history_length == 8
+            c.commit_pending_stats()
+            it = m.get_and_reset_iteration_stats()
+            assert it[0].iter_gen_alloc_blocks == gen_blocks
+            c.suspend()
+        s.close()
 
 
 def test_stats_off_report_nothing_through_kvcm2s_getters():

@@ -66,13 +66,18 @@ def test_probe_first_new_block_key_names_the_block_to_commit(manager):
 
 
 def test_shutdown_refuses_while_caches_are_open(config):
+    """shutdown and clear_reusable_blocks refuse, changing nothing, while
+    caches are open, with KVCM2's message (the call's name and the count);
+    the error is a RuntimeError, as KVCM2's C++ backend raises."""
     m = KVCacheManager(config, device="emu")
+    serve(m, PROMPT)
     c = m.create_kv_cache()
-    with pytest.raises(InvalidStateError, match="still open"):
+    with pytest.raises(InvalidStateError, match=r"shutdown\(\) with 1 KV cache\(s\) still open"):
         m.shutdown()
     assert not m.closed
-    with pytest.raises(InvalidStateError):
+    with pytest.raises(RuntimeError, match=r"clear_reusable_blocks\(\) with 1 KV cache\(s\) still open"):
         m.clear_reusable_blocks()
+    assert m.probe_reuse(None, PROMPT) == len(PROMPT), "the refused clear changed nothing"
     c.close()
     m.shutdown()
     assert m.closed
@@ -150,6 +155,29 @@ def test_base_page_indices_are_a_view_kept_up_to_date(manager):
             c.get_base_page_indices(lg, 1)
         c.set_base_page_index_buf(0, lg, None)
         assert list(c.get_base_page_indices(lg)) == list(c.get_page_indices(lg))
+        assert list(c.get_page_indices(lg, 0)) == list(c.get_page_indices(lg))
+        with pytest.raises(InvalidArgumentError, match="beam"):
+            c.get_page_indices(lg, 1)
+
+
+def test_base_page_index_buf_of_a_suspended_cache_fills_on_resume(manager):
+    """A buffer given to a SUSPENDED cache reads -1 for every block (no GPU
+    page is held) and gets the page indices when the cache resumes."""
+    s = manager.create_stream()
+    lg = manager.get_layer_group_id(0)
+    with manager.create_kv_cache() as c:
+        buf = array.array("i", [7] * 4)
+        c.set_base_page_index_buf(0, lg, memoryview(buf))
+        assert list(buf) == [-1] * 4
+        assert c.resume(s) and c.resize(8)
+        assert list(buf[:2]) == list(c.get_page_indices(lg)) and -1 not in buf[:2]
+        c.suspend()
+        assert list(c.get_page_indices(lg)) == [-1, -1]
+        buf2 = array.array("i", [7] * 3)
+        c.set_base_page_index_buf(0, lg, memoryview(buf2))
+        assert list(buf2) == [-1] * 3
+        assert c.resume(s)
+        assert list(buf2[:2]) == list(c.get_page_indices(lg)) and -1 not in buf2[:2]
 
 
 def test_manager_resize_returns_false_and_tries_its_best(config):
@@ -170,6 +198,8 @@ def test_prefetch_answers_a_bool(config):
 
 
 def test_priority_callback_gets_life_cycles(manager):
+    """The callback gets a LifeCycle per layer group, with KVCM2's
+    window_size, num_sink_blocks and get_stale_range."""
     s = manager.create_stream()
     seen = []
     with manager.create_kv_cache(None, PROMPT[:4], None, lambda b, lc: seen.append((b, lc)) or 90) as c:
@@ -178,6 +208,13 @@ def test_priority_callback_gets_life_cycles(manager):
         c.commit(PROMPT[:4])
     assert sorted(int(lc) for _, lc in seen) == list(range(manager.num_layer_groups))
     assert {lc.window_size for _, lc in seen} == {None, 8}
+    # KVCM2's AttnLifeCycle.get_stale_range(history_length, tokens_per_block):
+    # the blocks past the sinks out of the window an input token at
+    # history_length still sees (window 8, 4 tokens a block).
+    swa = next(lc for _, lc in seen if lc.window_size == 8)
+    full = next(lc for _, lc in seen if lc.window_size is None)
+    assert (swa.get_stale_range(16, 4).beg, swa.get_stale_range(16, 4).end) == (0, 2)
+    assert not swa.get_stale_range(7, 4) and not full.get_stale_range(100, 4)
 
 
 def test_multimodal_digest_tokens_name_the_missing_capability(manager):

@@ -1799,6 +1799,12 @@ public:
         return true;
     }
     void stopCommitting() { detail::check(::kvcm_kv_cache_stop_committing(mHandle)); }
+    // Adds the cache's pending per-layer-group reuse and allocation counts to
+    // the manager's getAndResetLayerGroupIterationStats and clears them
+    // (KVCacheManagerV2's commit_pending_stats); closing drops them.
+    void commitPendingStats() { detail::check(::kvcm_kv_cache_commit_pending_stats(mHandle)); }
+    // Drops the cache's pending per-layer-group counts.
+    void discardPendingStats() { detail::check(::kvcm_kv_cache_discard_pending_stats(mHandle)); }
     // Moves the pages of a SUSPENDED cache that are colder than level up to
     // it; false when the level has no room for some of them.
     bool prefetch(CacheLevel level)
@@ -2323,7 +2329,9 @@ public:
             [&](PoolGroupPeakBlockStats* p, size_t cap, size_t* n)
             { return ::kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats(mHandle, level, p, cap, n); });
     }
-    // Every layer group's counters of the iteration, in layer group order.
+    // Every layer group's counters of the iteration, in layer group order: a
+    // cache's reuse and allocation counts once it committed them
+    // (KVCache::commitPendingStats), page movements when they happen.
     std::vector<LayerGroupIterationStats> getAndResetLayerGroupIterationStats()
     {
         return list<LayerGroupIterationStats>(

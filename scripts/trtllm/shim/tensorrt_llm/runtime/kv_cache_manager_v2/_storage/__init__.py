@@ -1,0 +1,1 @@
+"""KVCacheManagerV2's storage classes: internal to KVCacheManagerV2."""

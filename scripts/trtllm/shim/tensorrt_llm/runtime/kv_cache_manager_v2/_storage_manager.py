@@ -1,0 +1,5 @@
+"""KVCacheManagerV2's storage manager: internal to KVCacheManagerV2."""
+
+from ._internal import internal
+
+StorageManager = internal("StorageManager")
