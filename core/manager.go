@@ -73,10 +73,13 @@ type Manager struct {
 	lt     *layout.Layout
 	dev    device.Device
 	ownDev bool
-	// stream carries the migrations between GPU and host, diskStreams
-	// those that read or write the disk tier, in turn (see streamOf), so one
-	// transaction's encode overlaps another's file I/O.
+	// stream carries GPU→host evictions and the copies within a level,
+	// upStream host→GPU onboardings, diskStreams the migrations that read or
+	// write the disk tier, in turn (see streamOf): an eviction and an
+	// onboarding overlap on a full-duplex bus, and one disk transaction's
+	// encode overlaps another's file I/O. Only the slots' fences order them.
 	stream      device.Stream
+	upStream    device.Stream
 	diskStreams []device.Stream
 	nextDisk    int
 	events      eventPool
@@ -214,6 +217,9 @@ func (m *Manager) init(cc *codec.Guarded) error {
 	if m.stream, err = m.dev.NewStream(); err != nil {
 		return fmt.Errorf("create migration stream: %w", err)
 	}
+	if m.upStream, err = m.dev.NewStream(); err != nil {
+		return fmt.Errorf("create onboarding stream: %w", err)
+	}
 	if _, ok := m.cfg.Tier(config.DiskTier); ok {
 		for range numDiskStreams {
 			st, err := m.dev.NewStream()
@@ -271,10 +277,7 @@ func (m *Manager) Close() error {
 		}
 	}
 	m.closed = true
-	if m.stream != nil {
-		errs = append(errs, m.stream.Synchronize())
-	}
-	for _, st := range m.diskStreams {
+	for _, st := range m.migrationStreams() {
 		errs = append(errs, st.Synchronize())
 	}
 	m.release()
@@ -362,10 +365,7 @@ func (m *Manager) release() {
 		}
 	}
 	m.levels = nil
-	if m.stream != nil {
-		m.stream.Close()
-	}
-	for _, st := range m.diskStreams {
+	for _, st := range m.migrationStreams() {
 		st.Close()
 	}
 	m.events.close()

@@ -208,15 +208,31 @@ func (m *Manager) unitSize(src, dst *slotGroup, rep layout.LayerGroupID, n int) 
 const numDiskStreams = 2
 
 // streamOf is the stream of unit u: the next disk stream when the unit reads
-// or writes a disk tier, so disk I/O never delays the GPU↔host migrations on
-// the migration stream; they are ordered only by the slots' fences.
+// or writes a disk tier, so disk I/O never delays the GPU↔host migrations;
+// the onboarding stream for host→GPU, so an onboarding never queues behind
+// an eviction; the migration stream otherwise. Streams are ordered only by
+// the slots' fences, which runUnit waits on whatever stream recorded them.
 func (m *Manager) streamOf(u unit) device.Stream {
-	if u.src.onDisk() || u.dst.onDisk() {
+	switch {
+	case u.src.onDisk() || u.dst.onDisk():
 		st := m.diskStreams[m.nextDisk]
 		m.nextDisk = (m.nextDisk + 1) % len(m.diskStreams)
 		return st
+	case pathOf(u.src, u.dst) == HostToHot:
+		return m.upStream
 	}
 	return m.stream
+}
+
+// migrationStreams are the manager's own streams that exist.
+func (m *Manager) migrationStreams() []device.Stream {
+	var out []device.Stream
+	for _, st := range append([]device.Stream{m.stream, m.upStream}, m.diskStreams...) {
+		if st != nil {
+			out = append(out, st)
+		}
+	}
+	return out
 }
 
 // runUnit submits one transaction on its stream (see streamOf) and, on

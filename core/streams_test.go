@@ -1,0 +1,174 @@
+package core
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/internal/testkit/devicetest"
+)
+
+// The rules of migration streams: GPU→host evictions and host→GPU
+// onboardings run on streams of their own, so one never queues behind the
+// other, and only the slots' fences order them: no page is read before the
+// transfer that writes it completes, and no slot is written while a transfer
+// on another stream still reads it.
+
+// parkEvictions blocks the eviction stream until the returned function
+// (also run at cleanup) is called. It parks a stream while the test frees
+// pinned host memory, which CUDA synchronizes, so it runs on emu only.
+func (f *fixture) parkEvictions() (release func()) {
+	f.t.Helper()
+	devicetest.SkipUnlessEmu(f.t, f.dev, "parks a stream while freeing pinned host memory, which CUDA synchronizes")
+	gate := make(chan struct{})
+	f.m.mu.Lock()
+	down := f.m.streamOf(unit{src: f.m.levels[0].groups[0], dst: f.m.levels[1].groups[0]})
+	up := f.m.streamOf(unit{src: f.m.levels[1].groups[0], dst: f.m.levels[0].groups[0]})
+	require.NotSame(f.t, down, up, "evictions and onboardings have their own streams")
+	err := down.HostFunc(func() error { <-gate; return nil })
+	f.m.mu.Unlock()
+	require.NoError(f.t, err)
+	closed := false
+	release = func() {
+		if !closed {
+			closed = true
+			close(gate)
+		}
+	}
+	f.t.Cleanup(release)
+	return release
+}
+
+// passThrough runs a request over prompt that commits nothing, writing its
+// pages if write is set, and closes it: its slots are free again.
+func (f *fixture) passThrough(prompt []config.Token, write bool) {
+	f.t.Helper()
+	c, err := f.m.CreateKVCache(CacheOptions{Scope: blockhash.Scope{LoRAID: 9, HasLoRA: true}, InputTokens: prompt})
+	require.NoError(f.t, err)
+	require.NoError(f.t, c.Resume(f.stream))
+	require.NoError(f.t, c.Resize(len(prompt), len(prompt)))
+	if write {
+		f.writeAll(c, 9)
+	}
+	require.NoError(f.t, c.Close())
+}
+
+// syncAsync synchronizes the engine stream in the background.
+func (f *fixture) syncAsync() <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- f.stream.Synchronize() }()
+	return done
+}
+
+// notWithin reports whether done stays silent for a while: a transfer that
+// must wait for parked work but does not would finish in this window.
+func notWithin(done <-chan error) bool {
+	select {
+	case <-done:
+		return false
+	case <-time.After(100 * time.Millisecond):
+		return true
+	}
+}
+
+// An onboarding does not wait for evictions it does not depend on: with the
+// eviction stream parked, a cache's pages come back from the host tier into
+// free slots and the engine's stream completes. (On one stream this hangs.)
+func TestOnboardingDoesNotQueueBehindEvictions(t *testing.T) {
+	f := newTieredFixture(t, tieredConfig(t, 4, 8, 0))
+	a := f.compute(blockhash.Scope{}, seq(0, 16), 1)
+	require.NoError(t, a.Suspend())
+	f.passThrough(seq(500, 16), true) // A goes to the host tier
+	require.Equal(t, 4, a.Residency()[1])
+
+	release := f.parkEvictions()
+	require.NoError(t, a.Resume(f.stream))
+	select {
+	case err := <-f.syncAsync():
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		release()
+		t.Fatal("the onboarding waited for the parked eviction stream")
+	}
+	assert.Equal(t, 16, f.verifyAll(a, 1))
+	release()
+	require.NoError(t, a.Close())
+}
+
+// No slot is reused while a transfer on another stream still reads it: the
+// onboarding of A into the hot slots B's eviction frees waits for that
+// eviction's reads, so B comes back to the byte too.
+func TestOnboardingWaitsForTheEvictionThatFreesItsSlots(t *testing.T) {
+	f := newTieredFixture(t, tieredConfig(t, 4, 8, 0))
+	a := f.compute(blockhash.Scope{}, seq(0, 16), 1)
+	require.NoError(t, a.Suspend())
+	b := f.compute(blockhash.Scope{LoRAID: 9}, seq(500, 16), 2)
+	require.NoError(t, b.Suspend())
+
+	release := f.parkEvictions()
+	require.NoError(t, a.Resume(f.stream), "B's pages go down, A's come up into their slots")
+	done := f.syncAsync()
+	assert.True(t, notWithin(done), "A's onboarding completed while B's eviction was parked")
+	release()
+	require.NoError(t, <-done)
+	assert.Equal(t, 16, f.verifyAll(a, 1))
+	require.NoError(t, a.Suspend())
+	require.NoError(t, b.Resume(f.stream))
+	assert.Equal(t, 16, f.verifyAll(b, 2), "B's bytes were read before A's overwrote them")
+	require.NoError(t, b.Close())
+	require.NoError(t, a.Close())
+}
+
+// No page is read before its write completes: A's pages, still being
+// written to the host tier by a parked eviction, are pushed on to disk by
+// the disk stream, which waits for that eviction, so they come back to the
+// byte.
+func TestDiskWriteWaitsForTheEvictionThatWritesItsPages(t *testing.T) {
+	f := newTieredFixture(t, tieredConfig(t, 4, 4, 8))
+	a := f.compute(blockhash.Scope{}, seq(0, 16), 1)
+	require.NoError(t, a.Suspend())
+
+	release := f.parkEvictions()
+	// Requests take the GPU without writing it (the engine stream would
+	// wait for the parked evictions): A goes to the host tier, its blobs not
+	// yet written, then E's pages follow and push A's on to disk.
+	f.passThrough(seq(500, 16), false)
+	require.Equal(t, 4, a.Residency()[1])
+	e := f.open(blockhash.Scope{LoRAID: 7, HasLoRA: true}, seq(700, 16))
+	require.NoError(t, e.Suspend())
+	f.passThrough(seq(900, 16), false)
+	require.Equal(t, 4, a.Residency()[2], "A's pages are on disk")
+	release()
+
+	require.NoError(t, a.Resume(f.stream))
+	assert.Equal(t, 16, f.verifyAll(a, 1), "the disk blobs hold what the eviction wrote")
+	require.NoError(t, a.Close())
+	require.NoError(t, e.Close())
+}
+
+// Under random delays on every stream, caches that take the GPU in turn
+// (each resume evicts one and onboards another at once) keep their bytes.
+func TestDuplexMigrationsKeepBytesUnderDelays(t *testing.T) {
+	f := newTieredFixture(t, tieredConfig(t, 4, 12, 0))
+	caches := make([]*KVCache, 3)
+	for i := range caches {
+		caches[i] = f.compute(blockhash.Scope{LoRAID: int64(i)}, seq(1000*i, 16), i+1)
+		require.NoError(t, caches[i].Suspend())
+	}
+	for round := range 12 {
+		i := round % len(caches)
+		require.NoError(t, caches[i].Resume(f.stream))
+		require.Equal(t, 16, f.verifyAll(caches[i], i+1), "round %d", round)
+		require.NoError(t, caches[i].Suspend())
+	}
+	ms := f.m.MigrationStats()
+	assert.Positive(t, ms[HotToHost].Pages)
+	assert.Positive(t, ms[HostToHot].Pages)
+	for _, c := range caches {
+		require.NoError(t, c.Close())
+	}
+}
