@@ -8,7 +8,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/codec"
+	"github.com/kvcm/kvcm/core/codec/staged"
 	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/device/emu"
 	"github.com/kvcm/kvcm/internal/testkit/devicetest"
 )
 
@@ -168,6 +171,40 @@ func TestDuplexMigrationsKeepBytesUnderDelays(t *testing.T) {
 	ms := f.m.MigrationStats()
 	assert.Positive(t, ms[HotToHost].Pages)
 	assert.Positive(t, ms[HostToHot].Pages)
+	for _, c := range caches {
+		require.NoError(t, c.Close())
+	}
+}
+
+// The staged codec (device staging, DMA of contiguous chunks) moves pages
+// between the GPU and the host tier on both streams, to the byte.
+func TestStagedCodecMigratesOnBothStreams(t *testing.T) {
+	dev := devicetest.Open(t, emu.Options{Seed: 13, MaxDelay: 20e3})
+	inner := codec.ColdPageCodec(codec.NewDefault())
+	st, err := staged.New(dev, inner, staged.Options{ChunkBytes: 2 << 10, RingChunks: 2})
+	require.NoError(t, err)
+	m, err := NewManager(tieredConfig(t, 4, 12, 0), WithDevice(dev), WithColdPageCodec(codec.Own(st)))
+	require.NoError(t, err)
+	s, err := dev.NewStream()
+	require.NoError(t, err)
+	f := &fixture{t: t, m: m, dev: dev, stream: s}
+	defer func() {
+		s.Close()
+		require.NoError(t, m.Close())
+		dev.Close()
+	}()
+	caches := make([]*KVCache, 3)
+	for i := range caches {
+		caches[i] = f.compute(blockhash.Scope{LoRAID: int64(i)}, seq(1000*i, 16), i+1)
+		require.NoError(t, caches[i].Suspend())
+	}
+	for round := range 6 {
+		i := round % len(caches)
+		require.NoError(t, caches[i].Resume(f.stream))
+		require.Equal(t, 16, f.verifyAll(caches[i], i+1), "round %d", round)
+		require.NoError(t, caches[i].Suspend())
+	}
+	assert.Positive(t, m.MigrationStats()[HostToHot].Pages)
 	for _, c := range caches {
 		require.NoError(t, c.Close())
 	}
