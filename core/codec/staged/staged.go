@@ -32,10 +32,12 @@ import (
 	"github.com/kvcm/kvcm/core/staging"
 )
 
-// DefaultChunkBytes is the bytes one chunk moves by DMA: large enough that a
-// descriptor's fixed cost (~0.4 µs on PCIe gen5, EVALUATION.md §1) is below
-// 5% of its transfer, small enough to pipeline.
-const DefaultChunkBytes = 4 << 20
+// DefaultChunkBytes is the most bytes one chunk moves by DMA (~150 µs on
+// PCIe gen5): a chunk ends with its staging lease's event record, and on CUDA
+// that record also flushes the gather kernel's batched index check, one host
+// function per chunk, whose round trip (some µs) the chunk must dwarf; a
+// descriptor's fixed cost (~0.4 µs, EVALUATION.md §1) is negligible beside it.
+const DefaultChunkBytes = 8 << 20
 
 // DefaultRingChunks is how many chunks one stream's device ring holds, so a
 // chunk's gather never waits for the DMA of the chunk before it.

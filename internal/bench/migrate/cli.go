@@ -34,7 +34,7 @@ import (
 //	                two-stream contiguous DMA limit and each direction alone
 //	                (codecs default,gather,staged on CUDA, default,staged on emu)
 //	-up SIZE        duplex mode: bytes moved up (default: -total)
-//	-stage-chunk SIZE  the staged codec's DMA chunk (default 4MiB)
+//	-stage-chunk SIZE  the staged codec's DMA chunk (default 8MiB)
 func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -50,7 +50,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	on := fs.String("on", "auto", "device: cuda, emu, or auto (cuda when a GPU is present)")
 	duplex := fs.Bool("duplex", false, "move -total down while -up comes up, on two streams")
 	up := fs.String("up", "", "duplex mode: bytes moved up (default: -total)")
-	stageChunk := fs.String("stage-chunk", "4MiB", "the staged codec's DMA chunk")
+	stageChunk := fs.String("stage-chunk", "8MiB", "the staged codec's DMA chunk")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
