@@ -30,14 +30,17 @@
 #      - the C++ binding tests (GoogleTest) with KVCM_TEST_DEVICE=cuda;
 #      - the C++ CUDA codec test (bindings/cpp/tests/cuda), built here with
 #        nvcc against DIR/lib/libkvcm.so (skipped where there is no nvcc);
-#   3. runs `kvcm bench migrate` alone (BENCH_ARGS, default a short run);
+#   3. runs `kvcm bench migrate` alone (BENCH_ARGS, default a short run),
+#      then its duplex mode alone (DUPLEX_ARGS, default a short run);
 #   4. prints the benchmark table and then a summary, one line a step, last.
 #
 # Logs go to GPU_CHECK_LOGS (default DIR/logs); when OUT is set (the device
 # tool's output folder) they are also packed into $OUT/gpu-check-logs.tar.gz.
 # Exit status is non-zero when any step failed. Environment: BENCH_ARGS
 # (default: 256 MiB, 3 runs, chunks 4 KiB to 1 MiB), STEP_TIMEOUT (seconds
-# per parallel step, default 240), BENCH_TIMEOUT (seconds, default 180).
+# per parallel step, default 240), BENCH_TIMEOUT (seconds, default 180; also
+# for the duplex run), DUPLEX_ARGS (default: 256 MiB each way, 3 runs, chunks
+# 4 KiB to 1 MiB).
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -196,6 +199,10 @@ run() {
 	# shellcheck disable=SC2086
 	start bench . "$tb" "$dir/kvcm" bench migrate ${BENCH_ARGS:--total 256MiB -runs 3 -chunks 4KiB,16KiB,64KiB,256KiB,1MiB} -json "$logs/bench.json"
 	wait
+	echo "== benchmark, duplex mode (alone)"
+	# shellcheck disable=SC2086
+	start bench-duplex . "$tb" "$dir/kvcm" bench migrate -duplex ${DUPLEX_ARGS:--total 256MiB -runs 3 -chunks 4KiB,16KiB,64KiB,256KiB,1MiB} -json "$logs/bench-duplex.json"
+	wait
 
 	local summary=("${extra[@]}")
 	for name in "${order[@]}"; do
@@ -235,6 +242,8 @@ run() {
 	fi
 	echo
 	sed -n '/^kvcm bench migrate:/,$p' "$logs/bench.log"
+	echo
+	sed -n '/^kvcm bench migrate -duplex:/,$p' "$logs/bench-duplex.log"
 	echo
 	echo "== summary (logs in $logs)"
 	cat "$logs/summary.txt"
