@@ -80,6 +80,11 @@ type Manager struct {
 	// encode overlaps another's file I/O. Only the slots' fences order them.
 	stream      device.Stream
 	upStream    device.Stream
+	// codecSerial: the codec does not declare codec.MultiStream, so its
+	// calls are ordered across streams: each unit that calls it waits for
+	// lastCodec, the finish event of the previous such unit.
+	codecSerial bool
+	lastCodec   *sharedEvent
 	diskStreams []device.Stream
 	nextDisk    int
 	events      eventPool
@@ -166,6 +171,8 @@ func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 		roots:  map[blockhash.Key]*node{},
 		hasher: hasher,
 		caches: map[uint64]*KVCache{},
+
+		codecSerial: !codec.IsMultiStream(taken),
 
 		listeners: o.listeners,
 		diskFiles: o.diskFiles,
@@ -367,6 +374,10 @@ func (m *Manager) release() {
 	m.levels = nil
 	for _, st := range m.migrationStreams() {
 		st.Close()
+	}
+	if m.lastCodec != nil {
+		m.events.release(m.lastCodec)
+		m.lastCodec = nil
 	}
 	m.events.close()
 	if m.ownDev {

@@ -101,8 +101,10 @@ type inflight struct {
 }
 
 // migrate moves pages to level dst, one transaction per unit: destination
-// slots are allocated first, the migration stream waits for the source and
-// destination fences, the transfer is submitted, one finish event is
+// slots are allocated first, the unit's stream (streamOf) waits for the
+// source and destination fences, whatever streams recorded them (and, for a
+// codec that does not declare codec.MultiStream, for its previous call), the
+// transfer is submitted, one finish event is
 // recorded and attached to both sides, observers are notified, and only then
 // does the page change slots. A unit that fails synchronously releases its
 // destination slots and leaves its pages where they were (retryable), except
@@ -244,6 +246,10 @@ func (m *Manager) runUnit(u unit) error {
 		waits.addFence(u.src.fences[mv.srcSlot])
 		waits.addFence(u.dst.fences[mv.dstSlot])
 	}
+	serial := u.rep >= 0 && m.codecSerial // a codec call, ordered across streams
+	if serial && m.lastCodec != nil {
+		waits.add(m.lastCodec)
+	}
 	if err := waits.apply(st); err != nil {
 		return err
 	}
@@ -265,6 +271,13 @@ func (m *Manager) runUnit(u unit) error {
 	if err != nil {
 		m.drainAfterFailure(st)
 		return err
+	}
+	if serial {
+		ev.refs++
+		if m.lastCodec != nil {
+			m.events.release(m.lastCodec)
+		}
+		m.lastCodec = ev
 	}
 	fl := &inflight{ev: ev}
 	path := pathOf(u.src, u.dst)

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,7 +12,9 @@ import (
 	"github.com/kvcm/kvcm/core/codec"
 	"github.com/kvcm/kvcm/core/codec/staged"
 	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/device/emu"
+	"github.com/kvcm/kvcm/core/layout"
 	"github.com/kvcm/kvcm/internal/testkit/devicetest"
 )
 
@@ -61,17 +64,19 @@ func (f *fixture) passThrough(prompt []config.Token, write bool) {
 }
 
 // syncAsync synchronizes the engine stream in the background.
-func (f *fixture) syncAsync() <-chan error {
+func (f *fixture) syncAsync() chan error {
 	done := make(chan error, 1)
 	go func() { done <- f.stream.Synchronize() }()
 	return done
 }
 
 // notWithin reports whether done stays silent for a while: a transfer that
-// must wait for parked work but does not would finish in this window.
-func notWithin(done <-chan error) bool {
+// must wait for parked work but does not would finish in this window. What
+// done delivered stays in it.
+func notWithin(done chan error) bool {
 	select {
-	case <-done:
+	case err := <-done:
+		done <- err
 		return false
 	case <-time.After(100 * time.Millisecond):
 		return true
@@ -207,5 +212,95 @@ func TestStagedCodecMigratesOnBothStreams(t *testing.T) {
 	assert.Positive(t, m.MigrationStats()[HostToHot].Pages)
 	for _, c := range caches {
 		require.NoError(t, c.Close())
+	}
+}
+
+// gatedCodec is the default codec whose armed Encode first blocks its
+// stream until gate closes; multi is what it declares as codec.MultiStream.
+type gatedCodec struct {
+	codec.ColdPageCodec
+	gate  chan struct{}
+	armed bool
+	multi bool
+}
+
+func (g *gatedCodec) MultiStream() bool { return g.multi }
+
+func (g *gatedCodec) Encode(lg layout.LayerGroupID, dst device.Ptr, idx codec.PageIndices, s device.Stream) bool {
+	if g.armed {
+		gate := g.gate
+		if s.HostFunc(func() error { <-gate; return nil }) != nil {
+			return false
+		}
+	}
+	return g.ColdPageCodec.Encode(lg, dst, idx, s)
+}
+
+// A codec that declares MultiStream has its calls overlap across streams;
+// any other codec's calls are ordered across streams as if on one: an
+// onboarding's decode, into slots no eviction reads, waits for the blocked
+// encode of an eviction only then.
+func TestCodecCallsOverlapAcrossStreamsOnlyWhenTheCodecSaysSo(t *testing.T) {
+	for _, multi := range []bool{true, false} {
+		t.Run(fmt.Sprintf("multi-stream=%v", multi), func(t *testing.T) {
+			gc := &gatedCodec{ColdPageCodec: codec.NewDefault(), gate: make(chan struct{}), multi: multi}
+			f := newTieredFixture(t, tieredConfig(t, 8, 12, 0), WithColdPageCodec(codec.Own(gc)))
+			devicetest.SkipUnlessEmu(t, f.dev, "blocks a stream while freeing pinned host memory, which CUDA synchronizes")
+			released := false
+			release := func() {
+				if !released {
+					released = true
+					close(gc.gate)
+				}
+			}
+			defer release()
+			a := f.compute(blockhash.Scope{}, seq(0, 16), 1)
+			require.NoError(t, a.Suspend())
+			f.passThrough(seq(500, 32), true) // A goes to the host tier; the GPU is free
+			require.Equal(t, 4, a.Residency()[1])
+			c := f.compute(blockhash.Scope{LoRAID: 3, HasLoRA: true}, seq(700, 16), 3) // slots 0-3
+			require.NoError(t, c.Suspend())
+			// E1 holds slots 4-7 without committing, so they come free again.
+			e1, err := f.m.CreateKVCache(CacheOptions{Scope: blockhash.Scope{LoRAID: 4, HasLoRA: true}, InputTokens: seq(900, 16)})
+			require.NoError(t, err)
+			require.NoError(t, e1.Resume(f.stream))
+			require.NoError(t, e1.Resize(16, 16))
+			gc.armed = true
+			// E2 pushes C down (the blocked encode) and keeps C's slots, on a
+			// stream of its own, which waits for that encode.
+			s2, err := f.dev.NewStream()
+			require.NoError(t, err)
+			defer s2.Close()
+			e2, err := f.m.CreateKVCache(CacheOptions{Scope: blockhash.Scope{LoRAID: 5, HasLoRA: true}, InputTokens: seq(1100, 16)})
+			require.NoError(t, err)
+			require.NoError(t, e2.Resume(s2))
+			require.NoError(t, e2.Resize(16, 16))
+			require.Equal(t, 4, c.Residency()[1], "C's pages are going down")
+			gc.armed = false
+			require.NoError(t, e1.Close()) // frees slots 4-7
+
+			require.NoError(t, a.Resume(f.stream), "A comes up into slots 4-7")
+
+			done := f.syncAsync()
+			if multi {
+				select {
+				case err := <-done:
+					require.NoError(t, err)
+				case <-time.After(30 * time.Second):
+					t.Fatal("the onboarding waited for an unrelated encode of a multi-stream codec")
+				}
+			} else {
+				assert.True(t, notWithin(done), "the decode ran beside the encode of a single-stream codec")
+				release()
+				require.NoError(t, <-done)
+			}
+			assert.Equal(t, 16, f.verifyAll(a, 1))
+			release()
+			require.NoError(t, e2.Close())
+			require.NoError(t, a.Close())
+			require.NoError(t, c.Resume(f.stream))
+			assert.Equal(t, 16, f.verifyAll(c, 3))
+			require.NoError(t, c.Close())
+		})
 	}
 }

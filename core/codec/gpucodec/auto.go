@@ -252,5 +252,8 @@ func (a *Auto) Close() error {
 	return errors.Join(errs...)
 }
 
+// MultiStream is true: each of Auto's choices is.
+func (a *Auto) MultiStream() bool { return true }
+
 // Identity is the default codec's: all of Auto's choices write its bytes.
 func (a *Auto) Identity() string { return codec.ConcatIdentity }

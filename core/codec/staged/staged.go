@@ -301,6 +301,9 @@ func (c *Codec) ring(stream device.Stream, stride int64) (*streamRing, error) {
 
 func (sr *streamRing) close() error { return errors.Join(sr.pages.Close(), sr.idx.Close()) }
 
+// MultiStream is the inner codec's: the staging is per stream.
+func (c *Codec) MultiStream() bool { return codec.IsMultiStream(c.inner) }
+
 // Close frees the staging rings, after their work, and destroys the inner
 // codec. It is idempotent.
 func (c *Codec) Close() error {
