@@ -78,8 +78,8 @@ type Manager struct {
 	// write the disk tier, in turn (see streamOf): an eviction and an
 	// onboarding overlap on a full-duplex bus, and one disk transaction's
 	// encode overlaps another's file I/O. Only the slots' fences order them.
-	stream      device.Stream
-	upStream    device.Stream
+	stream   device.Stream
+	upStream device.Stream
 	// codecSerial: the codec does not declare codec.MultiStream, so its
 	// calls are ordered across streams: each unit that calls it waits for
 	// lastCodec, the finish event of the previous such unit.
