@@ -25,8 +25,8 @@
 #        tests (capi/abitest) and the cmd/kvcm tests with KVCM_DEVICE=cuda;
 #      - compute-sanitizer memcheck over the codec tests (gpucodec), the cuda
 #        copy tests and the core suite's codec tests on cuda;
-#      - `kvcm demo --device cuda` with the auto codec and with the default
-#        codec (a step passes only if it ends with "0 mismatches");
+#      - `kvcm demo --device cuda` with the auto codec, the staged codec and
+#        the default codec (a step passes only if it ends with "0 mismatches");
 #      - the C++ binding tests (GoogleTest) with KVCM_TEST_DEVICE=cuda;
 #      - the C++ CUDA codec test (bindings/cpp/tests/cuda), built here with
 #        nvcc against DIR/lib/libkvcm.so (skipped where there is no nvcc);
@@ -184,6 +184,7 @@ run() {
 	fi
 	start demo-cuda . "$t" "$dir/kvcm" demo --device cuda --codec auto
 	start demo-cuda-default . "$t" "$dir/kvcm" demo --device cuda --codec default
+	start demo-cuda-staged . "$t" "$dir/kvcm" demo --device cuda --codec staged
 	start cpp-tests-cuda . "$t" env LD_LIBRARY_PATH="$dir/lib" KVCM_TEST_DEVICE=cuda \
 		KVCM_CONFORMANCE_DIR="$root/tests/conformance" "$dir/kvcm_cpp_tests"
 	if command -v nvcc >/dev/null; then
