@@ -177,7 +177,7 @@ run() {
 		local cs=(compute-sanitizer --tool memcheck --error-exitcode 99)
 		start memcheck-gpucodec core/codec/gpucodec "$t" "${cs[@]}" "$dir/gpucodec.test" "${v[@]}"
 		start memcheck-cuda core/device/cuda "$t" "${cs[@]}" "$dir/cuda.test" -test.count=1 -test.run 'Copy|Batch|Reserve|Memset|HostFunc' -test.timeout=$((t - 15))s
-		start memcheck-core-cuda core "$t" env KVCM_DEVICE=cuda "${cs[@]}" "$dir/core.test" -test.count=1 -test.run '^Test(AutoCodec|CompressingCodec|AsyncCodec|SyncCodec|ColdTier)' -test.timeout=$((t - 15))s
+		start memcheck-core-cuda core "$t" env KVCM_DEVICE=cuda "${cs[@]}" "$dir/core.test" -test.count=1 -test.run '^Test(AutoCodec|CompressingCodec|AsyncCodec|SyncCodec|ColdTier|StagedCodec|DuplexMigrations)' -test.timeout=$((t - 15))s
 	else
 		skip memcheck "compute-sanitizer not found"
 		failed=1
