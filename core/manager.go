@@ -82,7 +82,10 @@ type Manager struct {
 	upStream device.Stream
 	// codecSerial: the codec does not declare codec.MultiStream, so its
 	// calls are ordered across streams: each unit that calls it waits for
-	// lastCodec, the finish event of the previous such unit.
+	// lastCodec, the finish event of the previous such unit. That event also
+	// covers a disk unit's file I/O (a mid-unit event would split the unit's
+	// failure interval), so for such codecs a GPU↔host unit may wait for a
+	// disk unit's I/O.
 	codecSerial bool
 	lastCodec   *sharedEvent
 	diskStreams []device.Stream
