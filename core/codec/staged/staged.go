@@ -8,9 +8,13 @@
 // batch copies elsewhere), into contiguous cold pages in a device staging
 // ring, and moves the chunk to host memory with one DMA descriptor per run of
 // consecutive destination pages; decode is the mirror (DMA into device
-// staging, then scatter on the device). Chunks follow each other on the
-// caller's stream, and the copy engines of the two directions work at the
-// same time when evictions and onboardings run on two streams.
+// staging, then scatter on the device). The DMA runs on a copy stream of the
+// codec's own per caller stream (Options.Serial: on the caller's stream), so
+// one chunk's DMA overlaps the next chunk's gather, and the copy engines of
+// the two directions work at the same time when evictions and onboardings
+// run on two streams. The call's work starts after the caller's earlier
+// work, the caller's stream waits for all of it, and every asynchronous
+// failure of it reaches the caller's stream's current failure interval.
 //
 // Staging follows core/staging's rules: one device ring per stream that calls
 // the codec (so the two directions never wait for each other's staging),
@@ -50,6 +54,13 @@ type Options struct {
 	ChunkBytes int64
 	// RingChunks is the device ring of each stream in chunks.
 	RingChunks int
+	// Serial runs each chunk's DMA on the caller's stream, after its gather
+	// (before its scatter). By default the DMA runs on a copy stream of the
+	// codec's own per caller stream, so one chunk's DMA overlaps the next
+	// chunk's gather (the previous chunk's scatter); the call's work still
+	// starts after the caller's stream's earlier work and the caller's
+	// stream waits for all of it, so it is ordered as work on that stream.
+	Serial bool
 }
 
 // Codec is the staged codec over an inner device-side codec. Its cold
@@ -68,11 +79,18 @@ type Codec struct {
 	pairs []codec.PageIndexPair
 	buf   []byte
 	descs []device.CopyDesc
+	// marks are the events recorded during a call, which the caller's
+	// stream waits on at its end (see mark); free are spare events.
+	marks, free []device.Event
 }
 
+// streamRing is the staging of one caller stream and its copy stream (the
+// caller stream itself with Options.Serial).
 type streamRing struct {
 	pages *staging.Ring
 	idx   *staging.IndexRing
+	copy  device.Stream
+	owned bool // copy is the codec's own stream
 }
 
 var _ codec.ColdPageCodec = (*Codec)(nil)
@@ -150,6 +168,43 @@ func (c *Codec) Decode(lg layout.LayerGroupID, srcBase device.Ptr, idx codec.Pag
 	return c.run(lg, srcBase, idx, stream, false)
 }
 
+// mark records an event on s that the caller's stream waits on when the call
+// ends. Every Record on a stream closes its failure interval (package
+// device), and a call records mid-way (staging leases record when they
+// change owner or end): marking first keeps each failure in a marked
+// interval, and the final waits bring them all into the caller's stream's
+// current interval, where the caller's own finish event finds them.
+func (c *Codec) mark(s device.Stream) bool {
+	var ev device.Event
+	if n := len(c.free); n > 0 {
+		ev, c.free = c.free[n-1], c.free[:n-1]
+	} else {
+		var err error
+		if ev, err = c.dev.NewEvent(); err != nil {
+			return false
+		}
+	}
+	if s.Record(ev) != nil {
+		c.free = append(c.free, ev)
+		return false
+	}
+	c.marks = append(c.marks, ev)
+	return true
+}
+
+// joinMarks makes stream wait on every mark of the call; the events are
+// free again at once (a later Record does not affect an enqueued wait).
+func (c *Codec) joinMarks(stream device.Stream) bool {
+	ok := true
+	for _, ev := range c.marks {
+		ok = stream.Wait(ev) == nil && ok
+	}
+	c.free = append(c.free, c.marks...)
+	clear(c.marks)
+	c.marks = c.marks[:0]
+	return ok
+}
+
 func (c *Codec) run(lg layout.LayerGroupID, coldBase device.Ptr, idx codec.PageIndices, stream device.Stream, toCold bool) bool {
 	if c.closed || stream == nil || idx.Location() != codec.Host || coldBase == 0 {
 		return false
@@ -184,35 +239,51 @@ func (c *Codec) run(lg layout.LayerGroupID, coldBase device.Ptr, idx codec.PageI
 	if err != nil {
 		return false
 	}
+	ok := true
+	if sr.copy != stream {
+		// The copy stream starts after the caller's earlier work (the
+		// manager's waits on the slots' fences among it).
+		ok = c.mark(stream) && sr.copy.Wait(c.marks[len(c.marks)-1]) == nil
+	}
 	perChunk := max(c.opts.ChunkBytes/stride, 1)
 	if loc == codec.Device {
 		perChunk = min(perChunk, int64(staging.MaxIndexBatchPairs))
 	}
-	for len(sorted) > 0 {
+	for ok && len(sorted) > 0 {
 		n := min(int64(len(sorted)), perChunk)
 		req, err := staging.PageRequest(stride, 1, n)
 		if err != nil {
-			return false
+			ok = false
+			break
 		}
-		lease, err := sr.pages.Acquire(req, stream)
+		// Encode stages on the caller's stream, decode on the copy stream:
+		// the stream that writes the staging first owns the lease.
+		first := stream
+		if !toCold {
+			first = sr.copy
+		}
+		lease, err := sr.pages.Acquire(req, first)
 		if err != nil {
-			return false
+			ok = false
+			break
 		}
 		k := int(lease.Size() / stride)
-		ok := c.chunk(lg, sr, lease.Ptr(), coldBase, stride, sorted[:k], loc, stream, toCold)
-		// Released after the chunk's work is enqueued: the lease records its
-		// event on stream, which protects the bytes until that work is done.
-		if lease.Release() != nil || !ok {
-			return false
-		}
+		ok = c.chunk(lg, sr, lease, coldBase, stride, sorted[:k], loc, stream, toCold)
+		// Released after the chunk's work is enqueued (and marked): the lease
+		// records its event on its owner, which protects the bytes until
+		// that work is done.
+		ok = lease.Release() == nil && ok
 		sorted = sorted[k:]
 	}
-	return true
+	return c.joinMarks(stream) && ok
 }
 
-// chunk enqueues one chunk: pairs' pages staged at stage, in order.
-func (c *Codec) chunk(lg layout.LayerGroupID, sr *streamRing, stage, coldBase device.Ptr, stride int64,
+// chunk enqueues one chunk: pairs' pages staged in lease, in order; encode
+// gathers on stream and copies on sr.copy, decode copies on sr.copy and
+// scatters on stream.
+func (c *Codec) chunk(lg layout.LayerGroupID, sr *streamRing, lease *staging.StagingBuffer, coldBase device.Ptr, stride int64,
 	pairs []codec.PageIndexPair, loc codec.PageIndexLocation, stream device.Stream, toCold bool) bool {
+	stage := lease.Ptr()
 	// The inner codec's pairs: staged page i on the cold side.
 	inner := make([]codec.PageIndexPair, len(pairs))
 	descs := c.descs[:0]
@@ -236,6 +307,16 @@ func (c *Codec) chunk(lg layout.LayerGroupID, sr *streamRing, stage, coldBase de
 		descs = append(descs, device.CopyDesc{Dst: dstOf(far, staged, toCold), Src: srcOf(far, staged, toCold), Size: stride})
 	}
 	c.descs = descs
+	// dma moves the chunk on the copy stream, owner of the lease after it.
+	dma := func() bool {
+		return lease.SetStream(sr.copy) == nil && sr.copy.BatchCopy(descs) == nil && c.mark(sr.copy)
+	}
+	if !toCold && !dma() {
+		return false
+	}
+	if !toCold && lease.SetStream(stream) != nil {
+		return false
+	}
 	ix := codec.HostIndices(inner)
 	var idxLease *staging.StagingBuffer
 	if loc == codec.Device {
@@ -249,13 +330,22 @@ func (c *Codec) chunk(lg layout.LayerGroupID, sr *streamRing, stage, coldBase de
 		if idxLease, err = sr.idx.Upload(buf, stream); err != nil {
 			return false
 		}
-		defer idxLease.Release()
 		ix = codec.DeviceIndices(idxLease.Ptr(), len(inner))
 	}
+	var ok bool
 	if toCold {
-		return c.inner.Encode(lg, stage, ix, stream) && stream.BatchCopy(descs) == nil
+		ok = c.inner.Encode(lg, stage, ix, stream)
+	} else {
+		ok = c.inner.Decode(lg, stage, ix, stream)
 	}
-	return stream.BatchCopy(descs) == nil && c.inner.Decode(lg, stage, ix, stream)
+	ok = ok && c.mark(stream)
+	if idxLease != nil {
+		ok = idxLease.Release() == nil && ok
+	}
+	if toCold && ok {
+		ok = dma()
+	}
+	return ok
 }
 
 func srcOf(far, staged device.Ptr, toCold bool) device.Ptr {
@@ -287,7 +377,13 @@ func (c *Codec) ring(stream device.Stream, stride int64) (*streamRing, error) {
 	if err != nil {
 		return nil, errors.Join(err, pages.Close())
 	}
-	sr := &streamRing{pages: pages, idx: idx}
+	sr := &streamRing{pages: pages, idx: idx, copy: stream}
+	if !c.opts.Serial {
+		if sr.copy, err = c.dev.NewStream(); err != nil {
+			return nil, errors.Join(fmt.Errorf("staged: copy stream: %w", err), sr.close())
+		}
+		sr.owned = true
+	}
 	if old, ok := c.rings[stream.Handle()]; ok {
 		// A larger page than the ring was made for: the old ring's work
 		// finishes before it is freed (Close synchronizes its events).
@@ -299,7 +395,15 @@ func (c *Codec) ring(stream device.Stream, stride int64) (*streamRing, error) {
 	return sr, nil
 }
 
-func (sr *streamRing) close() error { return errors.Join(sr.pages.Close(), sr.idx.Close()) }
+// close frees the staging after its work; the copy stream goes last, so
+// the rings' events recorded on it complete first.
+func (sr *streamRing) close() error {
+	errs := []error{sr.pages.Close(), sr.idx.Close()}
+	if sr.owned {
+		errs = append(errs, sr.copy.Synchronize(), sr.copy.Close())
+	}
+	return errors.Join(errs...)
+}
 
 // MultiStream is the inner codec's: the staging is per stream.
 func (c *Codec) MultiStream() bool { return codec.IsMultiStream(c.inner) }
@@ -316,6 +420,10 @@ func (c *Codec) Close() error {
 		errs = append(errs, sr.close())
 	}
 	c.rings = nil
+	for _, ev := range c.free {
+		errs = append(errs, ev.Close())
+	}
+	c.free = nil
 	errs = append(errs, codec.Destroy(c.inner))
 	return errors.Join(errs...)
 }

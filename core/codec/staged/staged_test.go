@@ -1,6 +1,7 @@
 package staged_test
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -137,20 +138,43 @@ func TestStagedRoundTripsInChunksThroughASmallRing(t *testing.T) {
 		"host indices":   func(device.Device) codec.ColdPageCodec { return codec.NewDefault() },
 		"device indices": func(d device.Device) codec.ColdPageCodec { return codectest.NewDeviceIndexed(d) },
 	} {
-		t.Run(name, func(t *testing.T) {
-			r := newRig(t, emu.Options{Seed: 5, MaxDelay: 20e3})
-			c := r.codec(inner(r.dev), staged.Options{ChunkBytes: 5 * page, RingChunks: 2})
-			assert.Equal(t, codec.Host, c.QueryPageIndexLocation(0))
-			assert.EqualValues(t, page, c.QueryColdPageBytes(0))
+		for _, serial := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s serial=%v", name, serial), func(t *testing.T) {
+				r := newRig(t, emu.Options{Seed: 5, MaxDelay: 20e3})
+				c := r.codec(inner(r.dev), staged.Options{ChunkBytes: 5 * page, RingChunks: 2, Serial: serial})
+				assert.Equal(t, codec.Host, c.QueryPageIndexLocation(0))
+				assert.EqualValues(t, page, c.QueryColdPageBytes(0))
+				s := r.stream()
+				enc, dec := scatter(0, slots, 9)
+				require.True(t, c.Encode(0, r.cold.Ptr(), codec.HostIndices(enc), s))
+				require.NoError(t, s.Synchronize())
+				r.requireCold(enc)
+				r.poison(s, dec)
+				require.True(t, c.Decode(0, r.cold.Ptr(), codec.HostIndices(dec), s))
+				require.NoError(t, s.Synchronize())
+				r.requireHot(s)
+			})
+		}
+	}
+}
+
+// An asynchronous failure of any chunk's work reaches the caller's stream:
+// the event the caller records after the call carries it, though the call
+// records events of its own between chunks.
+func TestStagedChunkFailuresReachTheCallersStream(t *testing.T) {
+	for _, serial := range []bool{false, true} {
+		t.Run(fmt.Sprintf("serial=%v", serial), func(t *testing.T) {
+			r := newRig(t, emu.Options{Seed: 8, MaxDelay: 5e3})
+			c := r.codec(codectest.NewDeviceIndexed(r.dev), staged.Options{ChunkBytes: 4 * page, RingChunks: 2, Serial: serial})
 			s := r.stream()
-			enc, dec := scatter(0, slots, 9)
+			enc, _ := scatter(0, slots, 6)
+			enc[1].Src = slots + 5 // outside the group: only the device sees it, in the first chunk
 			require.True(t, c.Encode(0, r.cold.Ptr(), codec.HostIndices(enc), s))
-			require.NoError(t, s.Synchronize())
-			r.requireCold(enc)
-			r.poison(s, dec)
-			require.True(t, c.Decode(0, r.cold.Ptr(), codec.HostIndices(dec), s))
-			require.NoError(t, s.Synchronize())
-			r.requireHot(s)
+			ev, err := r.dev.NewEvent()
+			require.NoError(t, err)
+			defer ev.Close()
+			require.NoError(t, s.Record(ev))
+			assert.ErrorIs(t, ev.Synchronize(), codec.ErrBadIndex)
 		})
 	}
 }

@@ -35,6 +35,8 @@ import (
 //	                (codecs default,gather,staged on CUDA, default,staged on emu)
 //	-up SIZE        duplex mode: bytes moved up (default: -total)
 //	-stage-chunk SIZE  the staged codec's DMA chunk (default 8MiB)
+//	-stage-serial   the staged codec's DMA on the caller's stream, after each
+//	                chunk's gather (default: on a copy stream, pipelined)
 func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -51,6 +53,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	duplex := fs.Bool("duplex", false, "move -total down while -up comes up, on two streams")
 	up := fs.String("up", "", "duplex mode: bytes moved up (default: -total)")
 	stageChunk := fs.String("stage-chunk", "8MiB", "the staged codec's DMA chunk")
+	stageSerial := fs.Bool("stage-serial", false, "the staged codec's DMA on the caller's stream (not pipelined)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -74,7 +77,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		cfg.Codecs = append(cfg.Codecs, strings.TrimSpace(c))
 	}
 	if *duplex {
-		return mainDuplex(cfg, *up, *stageChunk, codecsSet, *on, *ordinal, *jsonOut, stdout, stderr)
+		return mainDuplex(cfg, *up, *stageChunk, *stageSerial, codecsSet, *on, *ordinal, *jsonOut, stdout, stderr)
 	}
 	for _, c := range cfg.Codecs {
 		if c == Staged {
@@ -144,7 +147,7 @@ func ParseSize(s string) (int64, error) {
 }
 
 // mainDuplex is Main's -duplex mode.
-func mainDuplex(cfg Config, up, stageChunk string, codecsSet bool, on string, ordinal int, jsonOut string, stdout, stderr io.Writer) int {
+func mainDuplex(cfg Config, up, stageChunk string, stageSerial, codecsSet bool, on string, ordinal int, jsonOut string, stdout, stderr io.Writer) int {
 	var err error
 	if up != "" {
 		if cfg.DuplexUpBytes, err = ParseSize(up); err != nil {
@@ -152,7 +155,7 @@ func mainDuplex(cfg Config, up, stageChunk string, codecsSet bool, on string, or
 			return 2
 		}
 	}
-	var stage staged.Options
+	stage := staged.Options{Serial: stageSerial}
 	if stage.ChunkBytes, err = ParseSize(stageChunk); err != nil {
 		fmt.Fprintln(stderr, "bench migrate: -stage-chunk:", err)
 		return 2
