@@ -20,7 +20,7 @@ import (
 // of it on its next call; a codec call that fails (returns false or panics)
 // is a failure the manager rolls back, never a leak; disk errors are ErrIO.
 
-// holdMigrations blocks the manager's migration and disk streams until the
+// holdMigrations blocks every migration stream of the manager until the
 // returned function (also run at cleanup) is called: a decode submitted
 // meanwhile cannot complete, so its failure is unknown when the submitting
 // call returns.
@@ -28,8 +28,8 @@ func (f *fixture) holdMigrations() (release func()) {
 	f.t.Helper()
 	gate := make(chan struct{})
 	f.m.mu.Lock()
-	err := f.m.stream.HostFunc(func() error { <-gate; return nil })
-	for _, st := range f.m.diskStreams {
+	var err error
+	for _, st := range f.m.migrationStreams() {
 		if err == nil {
 			err = st.HostFunc(func() error { <-gate; return nil })
 		}

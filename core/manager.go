@@ -82,10 +82,21 @@ type Manager struct {
 	lt     *layout.Layout
 	dev    device.Device
 	ownDev bool
-	// stream carries the migrations between GPU and host, diskStreams
-	// those that read or write the disk tier, in turn (see streamOf), so one
-	// transaction's encode overlaps another's file I/O.
-	stream      device.Stream
+	// stream carries GPU→host evictions and the copies within a level,
+	// upStream host→GPU onboardings, diskStreams the migrations that read or
+	// write the disk tier, in turn (see streamOf): an eviction and an
+	// onboarding overlap on a full-duplex bus, and one disk transaction's
+	// encode overlaps another's file I/O. Only the slots' fences order them.
+	stream   device.Stream
+	upStream device.Stream
+	// codecSerial: the codec does not declare codec.MultiStream, so its
+	// calls are ordered across streams: each unit that calls it waits for
+	// lastCodec, the finish event of the previous such unit. That event also
+	// covers a disk unit's file I/O (a mid-unit event would split the unit's
+	// failure interval), so for such codecs a GPU↔host unit may wait for a
+	// disk unit's I/O.
+	codecSerial bool
+	lastCodec   *sharedEvent
 	diskStreams []device.Stream
 	// diskQ runs the disk streams' blob I/O (see diskQueue).
 	diskQ    *diskQueue
@@ -191,6 +202,8 @@ func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 		lostBy: map[*page]error{},
 		nodes:  newNodeStore(cfg.TokensPerBlock, layout.NumLifeCycles(&cfg)),
 
+		codecSerial: !codec.IsMultiStream(taken),
+
 		listeners: o.listeners,
 		diskFiles: o.diskFiles,
 		now:       time.Now,
@@ -250,6 +263,9 @@ func (m *Manager) init(cc *codec.Guarded) error {
 	var err error
 	if m.stream, err = m.dev.NewStream(); err != nil {
 		return fmt.Errorf("create migration stream: %w", err)
+	}
+	if m.upStream, err = m.dev.NewStream(); err != nil {
+		return fmt.Errorf("create onboarding stream: %w", err)
 	}
 	if _, ok := m.cfg.Tier(config.DiskTier); ok {
 		for range numDiskStreams {
@@ -313,10 +329,7 @@ func (m *Manager) Close() error {
 		}
 	}
 	m.closed = true
-	if m.stream != nil {
-		errs = append(errs, m.stream.Synchronize())
-	}
-	for _, st := range m.diskStreams {
+	for _, st := range m.migrationStreams() {
 		errs = append(errs, st.Synchronize())
 	}
 	m.release()
@@ -404,14 +417,15 @@ func (m *Manager) release() {
 		}
 	}
 	m.levels = nil
-	if m.stream != nil {
-		m.stream.Close()
-	}
-	for _, st := range m.diskStreams {
+	for _, st := range m.migrationStreams() {
 		st.Close()
 	}
 	if m.diskQ != nil {
 		m.diskQ.close() // the streams waited for every job they queued
+	}
+	if m.lastCodec != nil {
+		m.events.release(m.lastCodec)
+		m.lastCodec = nil
 	}
 	m.events.close()
 	if m.ownDev {

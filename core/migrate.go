@@ -157,8 +157,10 @@ func (fl *inflight) blobErr(i int) error {
 }
 
 // migrate moves pages to level dst, one transaction per unit: destination
-// slots are allocated first, the migration stream waits for the source and
-// destination fences, the transfer is submitted, one finish event is
+// slots are allocated first, the unit's stream (streamOf) waits for the
+// source and destination fences, whatever streams recorded them (and, for a
+// codec that does not declare codec.MultiStream, for its previous call), the
+// transfer is submitted, one finish event is
 // recorded and attached to both sides, observers are notified, and only then
 // does the page change slots. A unit that fails synchronously releases its
 // destination slots and leaves its pages where they were (retryable), except
@@ -268,15 +270,31 @@ func (m *Manager) unitSize(src, dst *slotGroup, rep layout.LayerGroupID, n int) 
 const numDiskStreams = 4
 
 // streamOf is the stream of unit u: the next disk stream when the unit reads
-// or writes a disk tier, so disk I/O never delays the GPU↔host migrations on
-// the migration stream; they are ordered only by the slots' fences.
+// or writes a disk tier, so disk I/O never delays the GPU↔host migrations;
+// the onboarding stream for host→GPU, so an onboarding never queues behind
+// an eviction; the migration stream otherwise. Streams are ordered only by
+// the slots' fences, which runUnit waits on whatever stream recorded them.
 func (m *Manager) streamOf(u unit) device.Stream {
-	if u.src.onDisk() || u.dst.onDisk() {
+	switch {
+	case u.src.onDisk() || u.dst.onDisk():
 		st := m.diskStreams[m.nextDisk]
 		m.nextDisk = (m.nextDisk + 1) % len(m.diskStreams)
 		return st
+	case pathOf(u.src, u.dst) == HostToHot:
+		return m.upStream
 	}
 	return m.stream
+}
+
+// migrationStreams are the manager's own streams that exist.
+func (m *Manager) migrationStreams() []device.Stream {
+	var out []device.Stream
+	for _, st := range append([]device.Stream{m.stream, m.upStream}, m.diskStreams...) {
+		if st != nil {
+			out = append(out, st)
+		}
+	}
+	return out
 }
 
 // runUnit submits one transaction on its stream (see streamOf) and, on
@@ -287,6 +305,10 @@ func (m *Manager) runUnit(u unit) error {
 	for _, mv := range u.moves {
 		waits.addFence(u.src.fences[mv.srcSlot])
 		waits.addFence(u.dst.fences[mv.dstSlot])
+	}
+	serial := u.rep >= 0 && m.codecSerial // a codec call, ordered across streams
+	if serial && m.lastCodec != nil {
+		waits.add(m.lastCodec)
 	}
 	if err := waits.apply(st); err != nil {
 		return err
@@ -312,6 +334,13 @@ func (m *Manager) runUnit(u unit) error {
 	if err != nil {
 		m.drainAfterFailure(st)
 		return err
+	}
+	if serial {
+		ev.refs++
+		if m.lastCodec != nil {
+			m.events.release(m.lastCodec)
+		}
+		m.lastCodec = ev
 	}
 	fl := &inflight{ev: ev, disk: u.disk}
 	path := pathOf(u.src, u.dst)

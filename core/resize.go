@@ -164,12 +164,9 @@ func (m *Manager) defragment(g *slotGroup, keep int64) error {
 
 // drainLevel waits until no work touches the level's memory.
 func (m *Manager) drainLevel(lvl *storageLevel) error {
-	if err := m.stream.Synchronize(); err != nil {
-		return fmt.Errorf("drain migration stream: %w", err)
-	}
-	for _, st := range m.diskStreams {
+	for _, st := range m.migrationStreams() {
 		if err := st.Synchronize(); err != nil {
-			return fmt.Errorf("drain disk stream: %w", err)
+			return fmt.Errorf("drain migration streams: %w", err)
 		}
 	}
 	waits := waitSet{}

@@ -25,19 +25,22 @@
 #        tests (capi/abitest) and the cmd/kvcm tests with KVCM_DEVICE=cuda;
 #      - compute-sanitizer memcheck over the codec tests (gpucodec), the cuda
 #        copy tests and the core suite's codec tests on cuda;
-#      - `kvcm demo --device cuda` with the auto codec and with the default
-#        codec (a step passes only if it ends with "0 mismatches");
+#      - `kvcm demo --device cuda` with the auto codec, the staged codec and
+#        the default codec (a step passes only if it ends with "0 mismatches");
 #      - the C++ binding tests (GoogleTest) with KVCM_TEST_DEVICE=cuda;
 #      - the C++ CUDA codec test (bindings/cpp/tests/cuda), built here with
 #        nvcc against DIR/lib/libkvcm.so (skipped where there is no nvcc);
-#   3. runs `kvcm bench migrate` alone (BENCH_ARGS, default a short run);
+#   3. runs `kvcm bench migrate` alone (BENCH_ARGS, default a short run),
+#      then its duplex mode alone (DUPLEX_ARGS, default a short run);
 #   4. prints the benchmark table and then a summary, one line a step, last.
 #
 # Logs go to GPU_CHECK_LOGS (default DIR/logs); when OUT is set (the device
 # tool's output folder) they are also packed into $OUT/gpu-check-logs.tar.gz.
 # Exit status is non-zero when any step failed. Environment: BENCH_ARGS
 # (default: 256 MiB, 3 runs, chunks 4 KiB to 1 MiB), STEP_TIMEOUT (seconds
-# per parallel step, default 240), BENCH_TIMEOUT (seconds, default 180).
+# per parallel step, default 240), BENCH_TIMEOUT (seconds, default 180; also
+# for the duplex run), DUPLEX_ARGS (default: 256 MiB each way, 3 runs, chunks
+# 4 KiB to 1 MiB).
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -174,13 +177,14 @@ run() {
 		local cs=(compute-sanitizer --tool memcheck --error-exitcode 99)
 		start memcheck-gpucodec core/codec/gpucodec "$t" "${cs[@]}" "$dir/gpucodec.test" "${v[@]}"
 		start memcheck-cuda core/device/cuda "$t" "${cs[@]}" "$dir/cuda.test" -test.count=1 -test.run 'Copy|Batch|Reserve|Memset|HostFunc' -test.timeout=$((t - 15))s
-		start memcheck-core-cuda core "$t" env KVCM_DEVICE=cuda "${cs[@]}" "$dir/core.test" -test.count=1 -test.run '^Test(AutoCodec|CompressingCodec|AsyncCodec|SyncCodec|ColdTier)' -test.timeout=$((t - 15))s
+		start memcheck-core-cuda core "$t" env KVCM_DEVICE=cuda "${cs[@]}" "$dir/core.test" -test.count=1 -test.run '^Test(AutoCodec|CompressingCodec|AsyncCodec|SyncCodec|ColdTier|StagedCodec|DuplexMigrations)' -test.timeout=$((t - 15))s
 	else
 		skip memcheck "compute-sanitizer not found"
 		failed=1
 	fi
 	start demo-cuda . "$t" "$dir/kvcm" demo --device cuda --codec auto
 	start demo-cuda-default . "$t" "$dir/kvcm" demo --device cuda --codec default
+	start demo-cuda-staged . "$t" "$dir/kvcm" demo --device cuda --codec staged
 	start cpp-tests-cuda . "$t" env LD_LIBRARY_PATH="$dir/lib" KVCM_TEST_DEVICE=cuda \
 		KVCM_CONFORMANCE_DIR="$root/tests/conformance" "$dir/kvcm_cpp_tests"
 	if command -v nvcc >/dev/null; then
@@ -195,6 +199,10 @@ run() {
 	echo "== benchmark (alone)"
 	# shellcheck disable=SC2086
 	start bench . "$tb" "$dir/kvcm" bench migrate ${BENCH_ARGS:--total 256MiB -runs 3 -chunks 4KiB,16KiB,64KiB,256KiB,1MiB} -json "$logs/bench.json"
+	wait
+	echo "== benchmark, duplex mode (alone)"
+	# shellcheck disable=SC2086
+	start bench-duplex . "$tb" "$dir/kvcm" bench migrate -duplex ${DUPLEX_ARGS:--total 256MiB -runs 3 -chunks 4KiB,16KiB,64KiB,256KiB,1MiB} -json "$logs/bench-duplex.json"
 	wait
 
 	local summary=("${extra[@]}")
@@ -235,6 +243,8 @@ run() {
 	fi
 	echo
 	sed -n '/^kvcm bench migrate:/,$p' "$logs/bench.log"
+	echo
+	sed -n '/^kvcm bench migrate -duplex:/,$p' "$logs/bench-duplex.log"
 	echo
 	echo "== summary (logs in $logs)"
 	cat "$logs/summary.txt"

@@ -19,8 +19,10 @@ throughput of scattered pages between device pools and pinned host memory,
 next to the contiguous-copy limit measured in the same process, their ratio
 and the host submit cost; every copied byte is verified before timing. It runs
 on a CUDA GPU when there is one (the default, gather and FP8 codecs) and on the
-emulated device otherwise (the default codec). Run kvcm bench migrate -h for
-its flags.
+emulated device otherwise (the default codec). With -duplex it moves pages down
+and up at once on two streams and prints the aggregate beside the two-stream
+contiguous DMA limit (and each direction alone beside its own), for the
+default, gather and staged codecs. Run kvcm bench migrate -h for its flags.
 
 kvcm bench bookkeeping runs the manager's bookkeeping trace (prompts of 1k, 8k
 and 32k tokens, every other request sharing half its prompt with the one

@@ -40,7 +40,10 @@ migrations per path is printed at the end.
 Cold pages are moved by the auto codec by default (--codec auto): on a GPU,
 per layer group, the gather kernel below the chunk size where DMA catches up
 (gpucodec.AutoCrossoverBytes) and DMA above it; on the emulated device, the
-default codec. --codec default always uses the default (DMA) codec.
+default codec. --codec staged is the auto codec with the staged choice below
+the crossover (pages gathered into device staging, then moved by DMA in
+contiguous chunks; gpucodec.AutoOptions.Staged). --codec default always uses
+the default (DMA) codec.
 
 The last line is "integrity: <N> pages verified, <M> mismatches"; the exit
 status is 1 when M > 0.`,
@@ -83,7 +86,7 @@ func setupDemo(fs *flag.FlagSet) func(stdout, stderr io.Writer) int {
 	fs.Var(&f.diskQuota, "disk-quota", "disk tier quota (0: no disk tier)")
 	fs.StringVar(&f.diskPath, "disk-path", "", "directory of the disk tier (default: a temporary directory, removed afterwards)")
 	fs.StringVar(&f.device, "device", backend.Auto, "device: cuda, emu, or auto (cuda when a GPU is present, else emu)")
-	fs.StringVar(&f.codec, "codec", "auto", "cold-page codec: auto (gather kernel or DMA per layer group by chunk size; DMA on emu) or default (DMA)")
+	fs.StringVar(&f.codec, "codec", "auto", "cold-page codec: auto (gather kernel or DMA per layer group by chunk size; DMA on emu), staged (device staging then DMA below the crossover) or default (DMA)")
 	fs.DurationVar(&f.maxDelay, "max-delay", 0, "emulated device: delay every stream operation by a random duration below this")
 	fs.StringVar(&f.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
 	return func(stdout, stderr io.Writer) int { return runDemo(f, stdout, stderr) }
@@ -114,8 +117,8 @@ func (f *demoFlags) validate() error {
 	default:
 		return fmt.Errorf("--device must be auto, cuda or emu, got %q", f.device)
 	}
-	if f.codec != "auto" && f.codec != "default" {
-		return fmt.Errorf("--codec must be auto or default, got %q", f.codec)
+	if f.codec != "auto" && f.codec != "staged" && f.codec != "default" {
+		return fmt.Errorf("--codec must be auto, staged or default, got %q", f.codec)
 	}
 	if f.progress != "auto" && f.progress != "always" && f.progress != "never" {
 		return fmt.Errorf("--progress must be auto, always or never, got %q", f.progress)
@@ -204,8 +207,8 @@ func demo(f *demoFlags, stdout, stderr io.Writer) (err error) {
 	defer func() { err = errors.Join(err, dev.Close()) }()
 	opts := []core.Option{core.WithDevice(dev)}
 	var auto *gpucodec.Auto
-	if f.codec == "auto" {
-		if auto, err = gpucodec.NewAuto(dev); err != nil {
+	if f.codec == "auto" || f.codec == "staged" {
+		if auto, err = gpucodec.NewAutoWith(dev, gpucodec.AutoOptions{Staged: f.codec == "staged"}); err != nil {
 			return err
 		}
 		opts = append(opts, core.WithColdPageCodec(codec.Own(auto)))

@@ -45,13 +45,17 @@ func TestDemoDeviceAndCodecFlags(t *testing.T) {
 		return strings.Join(keep, "\n")
 	}
 	assert.Equal(t, strip(def), strip(auto), "the codecs move the same pages with the same outcome")
+	code, st, errOut := demo("--device", testDevice, "--codec", "staged")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, st, "codec: auto (layer group 0: staged, layer group 1: staged)", "2 KiB chunks: staged")
+	assert.Equal(t, strip(def), strip(st), "the staged codec moves the same pages with the same outcome")
 
 	code, _, errOut = demo("--device", "tpu")
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, errOut, "--device must be auto, cuda or emu")
 	code, _, errOut = demo("--codec", "zip")
 	assert.Equal(t, exitUsage, code)
-	assert.Contains(t, errOut, "--codec must be auto or default")
+	assert.Contains(t, errOut, "--codec must be auto, staged or default")
 	if !cuda.Available() {
 		code, _, errOut = demo("--device", "cuda")
 		assert.Equal(t, exitFail, code)

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/kvcm/kvcm/core/codec"
+	"github.com/kvcm/kvcm/core/codec/staged"
 	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/layout"
 )
@@ -40,6 +41,11 @@ const (
 	DMA Choice = iota
 	// Kernel is the Gather codec: device indices, one kernel per call.
 	Kernel
+	// Staged is the staged codec (core/codec/staged): pages gathered into
+	// device staging (by the gather kernel, or by the default codec's device
+	// copies where there is no kernel), then DMA of contiguous chunks; the
+	// copy engines of both directions work at once.
+	Staged
 )
 
 func (c Choice) String() string {
@@ -48,6 +54,8 @@ func (c Choice) String() string {
 		return "dma"
 	case Kernel:
 		return "gather"
+	case Staged:
+		return "staged"
 	}
 	return fmt.Sprintf("Choice(%d)", int(c))
 }
@@ -72,11 +80,19 @@ type AutoOptions struct {
 	// GatherKernel is the gather kernel variant (GatherOptions.Kernel); ""
 	// is the default one.
 	GatherKernel string
+	// Staged makes lifecycles below the crossover take Staged instead of
+	// Kernel, on every device (over the default codec where there is no
+	// kernel): for full-duplex traffic, where a kernel over mapped host
+	// memory does not overlap the other direction (EVALUATION.md §1b).
+	Staged bool
+	// Stage configures the staged codec when Staged is set.
+	Stage staged.Options
 }
 
 // Auto is a lossless codec that picks, per lifecycle at Configure, DMA (the
 // default codec) or the gather kernel (Gather) from the lifecycle's chunk
-// size (see AutoCrossoverBytes and Choose). Both write the default codec's
+// size (see AutoCrossoverBytes and Choose); with AutoOptions.Staged, the
+// staged codec instead of the kernel. Both write the default codec's
 // cold format, so QueryColdPageBytes and batching are the default codec's;
 // QueryPageIndexLocation is Host for DMA lifecycles and Device for kernel
 // ones. On a device other than a CUDA one (the emulation), or in a build
@@ -85,7 +101,9 @@ type AutoOptions struct {
 // lifecycle takes DMA as well.
 type Auto struct {
 	dma       codec.ColdPageCodec
-	kernel    codec.ColdPageCodec // nil: no kernel codecs on this device
+	kernel    codec.ColdPageCodec // nil: no kernel codecs on this device, or staged owns it
+	staged    *staged.Codec       // nil unless AutoOptions.Staged
+	hasKernel bool
 	crossover int64
 
 	mu         sync.Mutex
@@ -114,13 +132,24 @@ func NewAutoWith(dev device.Device, opts AutoOptions) (*Auto, error) {
 		if err != nil {
 			return nil, fmt.Errorf("gpucodec: auto: %w", err)
 		}
-		a.kernel = k
+		a.kernel, a.hasKernel = k, k != nil
+	}
+	if opts.Staged {
+		inner := a.kernel
+		if inner == nil {
+			inner = codec.NewDefault()
+		}
+		st, err := staged.New(dev, inner, opts.Stage)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("gpucodec: auto: %w", err), codec.Destroy(inner))
+		}
+		a.staged, a.kernel = st, nil
 	}
 	return a, nil
 }
 
 // KernelAvailable reports whether the device has the gather kernel.
-func (a *Auto) KernelAvailable() bool { return a.kernel != nil }
+func (a *Auto) KernelAvailable() bool { return a.hasKernel }
 
 // CrossoverBytes is the crossover in use.
 func (a *Auto) CrossoverBytes() int64 { return a.crossover }
@@ -149,13 +178,20 @@ func (a *Auto) Configure(gpuDescs []layout.PoolGroupDesc) bool {
 	choice := make(map[layout.LayerGroupID]Choice)
 	anyKernel := false
 	for _, g := range gpuDescs {
-		c := Choose(g, a.crossover, a.kernel != nil)
-		anyKernel = anyKernel || c == Kernel
+		c := Choose(g, a.crossover, a.kernel != nil || a.staged != nil)
+		if c == Kernel && a.staged != nil {
+			c = Staged
+		}
+		anyKernel = anyKernel || c != DMA
 		for _, lc := range g.LifeCycles {
 			choice[lc] = c
 		}
 	}
-	if anyKernel && !a.kernel.Configure(gpuDescs) {
+	small := codec.ColdPageCodec(a.kernel)
+	if a.staged != nil {
+		small = a.staged
+	}
+	if anyKernel && !small.Configure(gpuDescs) {
 		for lc := range choice {
 			choice[lc] = DMA
 		}
@@ -167,8 +203,11 @@ func (a *Auto) Configure(gpuDescs []layout.PoolGroupDesc) bool {
 func (a *Auto) pick(lg layout.LayerGroupID) codec.ColdPageCodec {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.choice[lg] == Kernel {
+	switch a.choice[lg] {
+	case Kernel:
 		return a.kernel
+	case Staged:
+		return a.staged
 	}
 	return a.dma
 }
@@ -183,7 +222,8 @@ func (a *Auto) GetBatchingLayerGroupID(lg layout.LayerGroupID) layout.LayerGroup
 	return a.dma.GetBatchingLayerGroupID(lg)
 }
 
-// QueryPageIndexLocation is Device for kernel lifecycles, Host for DMA ones.
+// QueryPageIndexLocation is Device for kernel lifecycles, Host for DMA and
+// staged ones.
 func (a *Auto) QueryPageIndexLocation(lg layout.LayerGroupID) codec.PageIndexLocation {
 	return a.pick(lg).QueryPageIndexLocation(lg)
 }
@@ -206,8 +246,14 @@ func (a *Auto) Close() error {
 	if a.kernel != nil {
 		errs = append(errs, codec.Destroy(a.kernel))
 	}
+	if a.staged != nil {
+		errs = append(errs, a.staged.Close())
+	}
 	return errors.Join(errs...)
 }
 
-// Identity is the default codec's: both of Auto's choices write its bytes.
+// MultiStream is true: each of Auto's choices is.
+func (a *Auto) MultiStream() bool { return true }
+
+// Identity is the default codec's: all of Auto's choices write its bytes.
 func (a *Auto) Identity() string { return codec.ConcatIdentity }

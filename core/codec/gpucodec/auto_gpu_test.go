@@ -62,3 +62,22 @@ func TestAutoFallsBackToDMAWhenTheKernelRejectsTheLayout(t *testing.T) {
 		assert.Equal(t, codec.Host, a.QueryPageIndexLocation(lc))
 	}
 }
+
+// With Staged on CUDA, small-page lifecycles go through device staging over
+// the gather kernel, with host indices, and write the default codec's bytes.
+func TestAutoStagedOverTheKernelOnCUDA(t *testing.T) {
+	d := gpu(t)
+	r := rig(t, d, device.DeviceMemory, autoSpecs...)
+	a, err := NewAutoWith(d, AutoOptions{Staged: true})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, a.Close()) }()
+	assert.True(t, a.KernelAvailable())
+	require.True(t, a.Configure(r.Groups))
+	for lc, want := range map[layout.LayerGroupID]Choice{0: Staged, 1: DMA, 2: Staged} {
+		c, ok := a.Choice(lc)
+		require.True(t, ok)
+		assert.Equal(t, want, c, "lifecycle %d", lc)
+		assert.Equal(t, codec.Host, a.QueryPageIndexLocation(lc))
+	}
+	autoRoundTrip(t, r, a)
+}

@@ -151,3 +151,28 @@ func TestAutoRejectsABadLayout(t *testing.T) {
 	assert.False(t, a.Configure(bad))
 	assert.NoError(t, a.Close())
 }
+
+// With Staged, lifecycles below the crossover go through device staging
+// (over the default codec on emu, with host indices) and round-trip the
+// default codec's bytes; lifecycles above it keep DMA.
+func TestAutoStagedTakesSmallPagesThroughDeviceStaging(t *testing.T) {
+	dev := emu.New(emu.Options{Seed: 3, MaxDelay: 10e3})
+	defer dev.Close()
+	r, err := codectest.NewRig(dev, device.DeviceMemory, autoSpecs...)
+	require.NoError(t, err)
+	defer r.Close()
+	a, err := NewAutoWith(dev, AutoOptions{Staged: true})
+	require.NoError(t, err)
+	require.True(t, a.Configure(r.Groups))
+	for lc, want := range map[layout.LayerGroupID]Choice{0: Staged, 1: DMA, 2: Staged} {
+		c, ok := a.Choice(lc)
+		require.True(t, ok)
+		assert.Equal(t, want, c, "lifecycle %d", lc)
+		assert.Equal(t, codec.Host, a.QueryPageIndexLocation(lc))
+	}
+	assert.Equal(t, "staged", Staged.String())
+	autoRoundTrip(t, r, a)
+	require.NoError(t, a.Close())
+	_, err = NewAutoWith(nil, AutoOptions{Staged: true})
+	assert.Error(t, err, "staging needs a device")
+}

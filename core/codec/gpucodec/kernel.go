@@ -234,6 +234,10 @@ func (k *kernelCodec) launch(lg layout.LayerGroupID, dir codec.Direction, coldBa
 	return true
 }
 
+// MultiStream is true: a call's work uses only its own error slot and the
+// read-only pool tables, so calls on different streams may run at once.
+func (k *kernelCodec) MultiStream() bool { return true }
+
 // Close frees the codec's device memory and unloads its kernels; the owner
 // must have waited for all work the codec enqueued. It is idempotent.
 func (k *kernelCodec) Close() error {

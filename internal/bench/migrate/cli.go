@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kvcm/kvcm/core/codec/staged"
 	"github.com/kvcm/kvcm/core/device/cuda"
 )
 
@@ -28,6 +29,14 @@ import (
 //	-device N       CUDA device ordinal (default 0)
 //	-json FILE      also write the results as JSON
 //	-no-verify      skip the byte verification (not for recorded results)
+//	-duplex         duplex mode: -total goes down (encode, GPU→host) on one
+//	                stream while -up comes up (decode) on another, beside the
+//	                two-stream contiguous DMA limit and each direction alone
+//	                (codecs default,gather,staged on CUDA, default,staged on emu)
+//	-up SIZE        duplex mode: bytes moved up (default: -total)
+//	-stage-chunk SIZE  the staged codec's DMA chunk (default 8MiB)
+//	-stage-serial   the staged codec's DMA on the caller's stream, after each
+//	                chunk's gather (default: on a copy stream, pipelined)
 func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -41,9 +50,15 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	indexChunk := fs.Int("index-chunk", 8192, "index pairs per kernel codec call")
 	noVerify := fs.Bool("no-verify", false, "skip verifying the copied bytes")
 	on := fs.String("on", "auto", "device: cuda, emu, or auto (cuda when a GPU is present)")
+	duplex := fs.Bool("duplex", false, "move -total down while -up comes up, on two streams")
+	up := fs.String("up", "", "duplex mode: bytes moved up (default: -total)")
+	stageChunk := fs.String("stage-chunk", "8MiB", "the staged codec's DMA chunk")
+	stageSerial := fs.Bool("stage-serial", false, "the staged codec's DMA on the caller's stream (not pipelined)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	codecsSet := false
+	fs.Visit(func(f *flag.Flag) { codecsSet = codecsSet || f.Name == "codecs" })
 	cfg := Config{Pools: *pools, Runs: *runs, SkipVerify: *noVerify, IndexChunkPairs: *indexChunk}
 	var err error
 	if cfg.TotalBytes, err = ParseSize(*total); err != nil {
@@ -60,6 +75,15 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	for _, c := range strings.Split(*codecs, ",") {
 		cfg.Codecs = append(cfg.Codecs, strings.TrimSpace(c))
+	}
+	if *duplex {
+		return mainDuplex(cfg, *up, *stageChunk, *stageSerial, codecsSet, *on, *ordinal, *jsonOut, stdout, stderr)
+	}
+	for _, c := range cfg.Codecs {
+		if c == Staged {
+			fmt.Fprintln(stderr, "bench migrate: the staged codec is measured in -duplex mode (which reports each direction alone too)")
+			return 2
+		}
 	}
 	var res []Result
 	var header string
@@ -120,4 +144,61 @@ func ParseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("bad size %q", s)
 	}
 	return n * mult, nil
+}
+
+// mainDuplex is Main's -duplex mode.
+func mainDuplex(cfg Config, up, stageChunk string, stageSerial, codecsSet bool, on string, ordinal int, jsonOut string, stdout, stderr io.Writer) int {
+	var err error
+	if up != "" {
+		if cfg.DuplexUpBytes, err = ParseSize(up); err != nil {
+			fmt.Fprintln(stderr, "bench migrate: -up:", err)
+			return 2
+		}
+	}
+	stage := staged.Options{Serial: stageSerial}
+	if stage.ChunkBytes, err = ParseSize(stageChunk); err != nil {
+		fmt.Fprintln(stderr, "bench migrate: -stage-chunk:", err)
+		return 2
+	}
+	emuRun := func() ([]DuplexResult, string, error) {
+		if !codecsSet {
+			cfg.Codecs = []string{Default, Staged}
+		}
+		return RunDuplexEmu(cfg, stage, stderr)
+	}
+	if !codecsSet {
+		cfg.Codecs = []string{Default, Gather, Staged}
+	}
+	var res []DuplexResult
+	var header string
+	switch on {
+	case "cuda":
+		res, header, err = runDuplexOnGPU(ordinal, cfg, stage, stderr)
+	case "emu":
+		res, header, err = emuRun()
+	case "auto":
+		if res, header, err = runDuplexOnGPU(ordinal, cfg, stage, stderr); errors.Is(err, cuda.ErrUnavailable) {
+			fmt.Fprintln(stderr, "bench migrate: no CUDA GPU; duplex mode on the emulated device")
+			res, header, err = emuRun()
+		}
+	default:
+		fmt.Fprintf(stderr, "bench migrate: -on must be cuda, emu or auto, got %q\n", on)
+		return 2
+	}
+	if len(res) > 0 {
+		if jsonOut != "" {
+			if b, jerr := json.MarshalIndent(res, "", "  "); jerr == nil {
+				if jerr = os.WriteFile(jsonOut, b, 0o644); jerr != nil {
+					fmt.Fprintln(stderr, jerr)
+				}
+			}
+		}
+		fmt.Fprintln(stdout, header)
+		WriteDuplexTable(stdout, res)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "bench migrate:", err)
+		return 1
+	}
+	return 0
 }

@@ -24,5 +24,19 @@
 // every element against gpucodec.ErrorBound (quantizing). Times are the median
 // of Runs runs measured with CUDA events, after one warm-up run.
 //
-// The benchmark needs cgo and a CUDA GPU; Main reports an error elsewhere.
+// Duplex mode (-duplex, EVALUATION.md §1b; RunDuplex) moves TotalBytes down
+// (encode, GPU→host) on one stream while DuplexUpBytes come up (decode,
+// host→GPU) on another, from and into disjoint scattered slots of the same
+// pools, and prints the aggregate GB/s beside the two-stream contiguous DMA
+// limit (one descriptor per pool each way, both at once), each direction
+// alone beside its own contiguous limit, and the ratios, all measured in the
+// same run. It measures the default, gather and staged codecs (the staged
+// codec over the gather kernel: device staging, then DMA of contiguous
+// chunks) on CUDA, and the default and staged codecs (over the default
+// codec) on the emulated device. Both directions are verified byte for byte,
+// run at once, before timing; times are wall clock around the submissions
+// and both streams' synchronization, so host submit cost counts.
+//
+// The single-direction mode needs cgo and a CUDA GPU, or measures the default
+// codec on the emulated device.
 package migrate

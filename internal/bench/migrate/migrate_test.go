@@ -3,11 +3,13 @@ package migrate
 import (
 	"bytes"
 	"errors"
+	"io"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvcm/kvcm/core/codec/staged"
 	"github.com/kvcm/kvcm/core/device/cuda"
 )
 
@@ -77,4 +79,28 @@ func TestSmallRunOnGPU(t *testing.T) {
 	require.Equal(t, 0, code)
 	assert.Contains(t, out.String(), "| gather | 64 KiB × 4 |")
 	_ = errors.New
+}
+
+// Duplex mode on the emulated device: both codecs move every byte of both
+// directions at once, and the table prints the aggregate beside the
+// two-stream limit with their ratio.
+func TestDuplexModeOnEmu(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := Main([]string{"-duplex", "-on", "emu", "-total", "2MiB", "-up", "1MiB", "-chunks", "4KiB,64KiB", "-runs", "1",
+		"-stage-chunk", "256KiB"}, &out, &errb)
+	require.Equal(t, 0, code, errb.String())
+	assert.Contains(t, out.String(), "| duplex GB/s | two-stream limit GB/s | duplex / limit |")
+	assert.Regexp(t, `\| default \| 4 KiB × 4 \| 128 / 64 \| .* \| every byte \|`, out.String())
+	assert.Regexp(t, `\| staged \| 64 KiB × 4 \| 8 / 4 \| .* \| every byte \|`, out.String())
+	assert.Equal(t, 2, Main([]string{"-duplex", "-on", "emu", "-up", "x"}, &out, &errb))
+	assert.Equal(t, 2, Main([]string{"-codecs", "staged", "-on", "emu"}, &out, &errb), "staged is a duplex-mode codec")
+}
+
+// Duplex mode refuses a lossy codec and an up size no chunk divides.
+func TestDuplexConfigValidation(t *testing.T) {
+	_, _, err := RunDuplexEmu(Config{TotalBytes: 1 << 20, Chunks: []int64{4096}, Codecs: []string{Quant}, Runs: 1},
+		staged.Options{}, io.Discard)
+	assert.ErrorContains(t, err, "quant")
+	bad := Config{TotalBytes: 1 << 20, DuplexUpBytes: 3 * 4096, Chunks: []int64{4096}}
+	assert.ErrorContains(t, bad.fill(), "DuplexUpBytes")
 }

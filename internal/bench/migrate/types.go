@@ -15,7 +15,8 @@ const (
 
 // Config is one benchmark run. Zero fields take the defaults.
 type Config struct {
-	TotalBytes      int64    // bytes moved per direction and run; 1 GiB
+	TotalBytes      int64    // bytes moved per direction and run (duplex: down); 1 GiB
+	DuplexUpBytes   int64    // duplex mode: bytes moved up while TotalBytes go down; TotalBytes
 	Chunks          []int64  // bytes of one page in one pool; 4, 16, 64 KiB, 1 MiB
 	Pools           int      // pools per page; 4
 	Runs            int      // timed runs (median); 7
@@ -28,6 +29,9 @@ type Config struct {
 func (c *Config) fill() error {
 	if c.TotalBytes == 0 {
 		c.TotalBytes = 1 << 30
+	}
+	if c.DuplexUpBytes == 0 {
+		c.DuplexUpBytes = c.TotalBytes
 	}
 	if len(c.Chunks) == 0 {
 		c.Chunks = []int64{4 << 10, 16 << 10, 64 << 10, 1 << 20}
@@ -48,13 +52,13 @@ func (c *Config) fill() error {
 		c.Seed = 1
 	}
 	for _, ch := range c.Chunks {
-		if ch <= 0 || ch%256 != 0 || c.TotalBytes%(int64(c.Pools)*ch) != 0 {
-			return fmt.Errorf("bench migrate: chunk %d must be a positive multiple of 256 dividing TotalBytes/Pools", ch)
+		if ch <= 0 || ch%256 != 0 || c.TotalBytes%(int64(c.Pools)*ch) != 0 || c.DuplexUpBytes%(int64(c.Pools)*ch) != 0 {
+			return fmt.Errorf("bench migrate: chunk %d must be a positive multiple of 256 dividing TotalBytes/Pools and DuplexUpBytes/Pools", ch)
 		}
 	}
 	for _, n := range c.Codecs {
-		if n != Default && n != Gather && n != Quant && !strings.HasPrefix(n, Gather+":") {
-			return fmt.Errorf("bench migrate: unknown codec %q (want %s, %s, %s:KERNEL or %s)", n, Default, Gather, Gather, Quant)
+		if n != Default && n != Gather && n != Quant && n != Staged && !strings.HasPrefix(n, Gather+":") {
+			return fmt.Errorf("bench migrate: unknown codec %q (want %s, %s, %s:KERNEL, %s or %s)", n, Default, Gather, Gather, Quant, Staged)
 		}
 	}
 	if c.Pools <= 0 || c.Runs <= 0 || c.IndexChunkPairs <= 0 {

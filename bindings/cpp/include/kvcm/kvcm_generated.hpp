@@ -554,14 +554,17 @@ static_assert(sizeof(ColdPageCodecObject) == 16 && alignof(ColdPageCodecObject) 
 // since earlier work on the stream (a disk read, the hot-page copies) is
 // asynchronous.
 //
-// Streams and scratch. encode and decode always receive the manager's own
-// migration stream, which stays valid until after destroy. Scratch memory
-// (kvcm_stream_alloc_memory) must not be freed while work that uses it is
-// queued, and a codec must not synchronize the stream to find out. Keep
-// scratch across calls instead (work on the one stream runs in order, so a
-// later call's work reuses it safely) and free it in destroy, which runs
-// after all work has completed; what is left is freed anyway when the
-// manager is destroyed. A host function must not free memory itself (on
+// Streams and scratch. encode and decode receive one of the manager's own
+// migration streams (GPU-to-host evictions, host-to-GPU onboardings, disk
+// transfers), each valid until after destroy. The manager orders a C codec's
+// calls across these streams: a call's work starts only after the work of
+// the codec's previous call, on whatever stream, has completed, as if all
+// ran on one stream. Scratch memory (kvcm_stream_alloc_memory) must not be
+// freed while work that uses it is queued, and a codec must not synchronize
+// the stream to find out. Keep scratch across calls instead (a later call's
+// work runs after an earlier call's, so it reuses the scratch safely) and
+// free it in destroy, which runs after all work has completed; what is left
+// is freed anyway when the manager is destroyed. A host function must not free memory itself (on
 // CUDA a host function may not call into CUDA): to drop per-call scratch
 // early, let a host function mark it done and free it in a later call.
 using ColdPageCodecVtable = ::kvcm_cold_page_codec_vtable;
