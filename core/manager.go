@@ -401,6 +401,12 @@ func (m *Manager) checkNoOpenCaches(op string) error {
 }
 
 func (m *Manager) release() {
+	// Blob I/O still queued or running (a transaction that failed before its
+	// stream waited for its jobs) reads and writes the staging ring, the host
+	// slots and the disk files: it finishes before any of them is freed.
+	if m.diskQ != nil {
+		m.diskQ.close()
+	}
 	if m.pageRing != nil {
 		m.pageRing.Close()
 	}
@@ -419,9 +425,6 @@ func (m *Manager) release() {
 	m.levels = nil
 	for _, st := range m.migrationStreams() {
 		st.Close()
-	}
-	if m.diskQ != nil {
-		m.diskQ.close() // the streams waited for every job they queued
 	}
 	if m.lastCodec != nil {
 		m.events.release(m.lastCodec)

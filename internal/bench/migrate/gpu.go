@@ -46,6 +46,9 @@ func runDuplexOnGPU(ordinal int, cfg Config, stage staged.Options, log io.Writer
 		cfg.TotalBytes>>20, cfg.DuplexUpBytes>>20, cfg.Runs)
 	mk := func(name string) (codec.ColdPageCodec, error) {
 		kernel, isGather := strings.CutPrefix(name, Gather+":")
+		if !isGather {
+			kernel = "" // the default variant
+		}
 		switch {
 		case name == Default:
 			return codec.NewDefault(), nil
