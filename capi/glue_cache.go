@@ -166,7 +166,7 @@ func glueKVCacheGetBasePageIndices(c *kvCacheObj, lg C.kvcm_layer_group_id, indi
 }
 
 func glueKVCacheGetStats(c *kvCacheObj, out *C.kvcm_block_stats) error {
-	*out = cBlockStats(c.Core().Stats())
+	*out = toCBlockStats(c.Core().Stats())
 	return nil
 }
 

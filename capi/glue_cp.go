@@ -41,23 +41,17 @@ func glueCPDestroy(o *cpObj) error {
 }
 
 func glueCPCreateManagerBacked(mgr *managerObj, opts *C.kvcm__const_kvcm_cp_manager_backed_options, out *C.kvcm_cp_index) error {
-	ws, err := cArray(opts.level_weights, opts.num_level_weights, "options.level_weights")
+	o, err := fromCCPManagerBackedOptions((*C.kvcm_cp_manager_backed_options)(opts), "options")
 	if err != nil {
 		return err
-	}
-	weights := make([]float64, len(ws))
-	for i, w := range ws {
-		weights[i] = float64(w)
 	}
 	hasLoRA := C.kvcm__has_cp_manager_backed_options_scope_has_lora_id(opts) != 0 && bool(opts.scope_has_lora_id)
 	scope, err := goScope(&opts.scope, hasLoRA, "options.scope")
 	if err != nil {
 		return err
 	}
-	x, err := mgr.NewManagerBackedIndex(cp.ManagerBackedOptions{
-		LevelWeights: weights,
-		ScopeOf:      func(string) blockhash.Scope { return scope },
-	})
+	o.ScopeOf = func(string) blockhash.Scope { return scope }
+	x, err := mgr.NewManagerBackedIndex(o)
 	if err != nil {
 		return err
 	}

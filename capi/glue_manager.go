@@ -8,12 +8,10 @@ package capi
 import "C"
 
 import (
-	"fmt"
 	"math"
 	"slices"
 	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/kvcm/kvcm/core"
 	"github.com/kvcm/kvcm/core/abimodel"
@@ -26,115 +24,18 @@ import (
 
 // ---- Configuration ----
 
-func cString(p *C.char) string {
-	if p == nil {
-		return ""
-	}
-	return C.GoString(p)
-}
-
-// goBlockKey maps a kvcm_block_key to its algorithm; an unknown value stays
-// unknown, for config validation to name.
-func goBlockKey(k C.kvcm_block_key) blockhash.Algorithm {
-	switch k {
-	case C.KVCM_BLOCK_KEY_SHA256:
-		return blockhash.SHA256
-	case C.KVCM_BLOCK_KEY_XXH3:
-		return blockhash.XXH3
-	}
-	return blockhash.Algorithm(k)
-}
-
-// goConfig copies a C configuration into a config.Config, naming the field
-// of every NULL array.
+// goConfig copies a C configuration into a config.Config: fromCManagerConfig
+// converts the fields that map one to one, this the rest.
 func goConfig(c *C.kvcm__const_kvcm_manager_config) (config.Config, error) {
-	cfg := config.Config{
-		TokensPerBlock:     int(c.tokens_per_block),
-		MaxUtilForResume:   float64(c.max_util_for_resume),
-		EnablePartialReuse: bool(c.enable_partial_reuse),
-		EnableStats:        bool(c.enable_stats),
-	}
-	if C.kvcm__has_manager_config_reuse_match_backoff(c) != 0 {
-		cfg.ReuseMatchBackoff = int(c.reuse_match_backoff)
-	}
-	tiers, err := cArray(c.cache_tiers, c.num_cache_tiers, "config.cache_tiers")
+	cc := (*C.kvcm_manager_config)(c)
+	cfg, err := fromCManagerConfig(cc, "config")
 	if err != nil {
 		return cfg, err
 	}
-	for _, t := range tiers {
-		cfg.CacheTiers = append(cfg.CacheTiers, config.CacheTierConfig{
-			Kind: config.TierKind(t.kind), Quota: int64(t.quota), MaxQuota: int64(t.max_quota), Path: cString(t.path),
-		})
-	}
-	layers, err := cArray(c.layers, c.num_layers, "config.layers")
-	if err != nil {
-		return cfg, err
-	}
-	for i, l := range layers {
-		al := config.AttentionLayerConfig{
-			LayerID: int32(l.layer_id), SlidingWindowSize: int(l.sliding_window_size), NumSinkTokens: int(l.num_sink_tokens),
-		}
-		bufs, err := cArray(l.buffers, l.num_buffers, fmt.Sprintf("config.layers[%d].buffers", i))
-		if err != nil {
-			return cfg, err
-		}
-		for j, b := range bufs {
-			if b.role == nil {
-				return cfg, argError(fmt.Sprintf("config.layers[%d].buffers[%d].role", i, j), "is NULL")
-			}
-			al.Buffers = append(al.Buffers, config.BufferConfig{Role: config.DataRole(C.GoString(b.role)), Size: int64(b.size)})
-		}
-		cfg.Layers = append(cfg.Layers, al)
-	}
-	ratios, err := cArray(c.initial_pool_ratio, c.num_initial_pool_ratio, "config.initial_pool_ratio")
-	if err != nil {
-		return cfg, err
-	}
-	if c.initial_pool_ratio != nil { // non-NULL and empty is set, and invalid
-		cfg.InitialPoolRatio = make([]float64, 0, len(ratios))
-	}
-	for _, r := range ratios {
-		cfg.InitialPoolRatio = append(cfg.InitialPoolRatio, float64(r))
-	}
-	if c.typical_step != nil {
-		b, err := goBatch(c.typical_step, "config.typical_step")
-		if err != nil {
-			return cfg, err
-		}
-		cfg.TypicalStep = &b
-	}
-	cons, err := cArray(c.constraints, c.num_constraints, "config.constraints")
-	if err != nil {
-		return cfg, err
-	}
-	for i := range cons {
-		b, err := goBatch(&cons[i], fmt.Sprintf("config.constraints[%d]", i))
-		if err != nil {
-			return cfg, err
-		}
-		cfg.Constraints = append(cfg.Constraints, b)
-	}
-	if C.kvcm__has_manager_config_shared_tier(c) != 0 && c.shared_tier != nil {
+	if C.kvcm__has_manager_config_shared_tier(cc) != 0 && c.shared_tier != nil {
 		cfg.CacheTiers = append(cfg.CacheTiers, config.Shared(goShared(c.shared_tier)))
 	}
-	if c.struct_size >= C.KVCM__MANAGER_CONFIG_SIZE_V2 {
-		return cfg, goConfigV2(c, &cfg)
-	}
-	return cfg, nil
-}
-
-// goConfigV2 copies the fields ABI version 2 appended.
-func goConfigV2(c *C.kvcm__const_kvcm_manager_config, cfg *config.Config) error {
-	cfg.ReuseMatchBackoff = int(c.reuse_match_backoff)
-	cfg.BlockKey = goBlockKey(c.block_key)
-	cfg.TextOnly = bool(c.text_only)
-	cfg.CommitMinSnapshot = bool(c.commit_min_snapshot)
-	cfg.RebalanceMinSampledKVCaches = int64(c.rebalance_min_sampled_kv_caches)
-	cfg.RebalanceCooldownSecs = float64(c.rebalance_cooldown_secs)
-	cfg.RebalanceTargetRatioUpdateInterval = int64(c.rebalance_target_ratio_update_interval)
-	cfg.RebalanceRatioThreshold = float64(c.rebalance_ratio_threshold)
-	cfg.RebalanceMovingAverageDecay = float64(c.rebalance_moving_average_decay)
-	if c.disk_persistent {
+	if C.kvcm__has_manager_config_disk_persistent(cc) != 0 && c.disk_persistent {
 		// On the last local tier, the disk tier when there is one:
 		// config.Validate names any other as cache_tiers[i].persistent.
 		for i := len(cfg.CacheTiers) - 1; i >= 0; i-- {
@@ -144,22 +45,27 @@ func goConfigV2(c *C.kvcm__const_kvcm_manager_config, cfg *config.Config) error 
 			}
 		}
 	}
-	if cfg.TypicalStep != nil {
-		cfg.TypicalStep.SystemPromptLength = int(c.typical_step_system_prompt_length)
-	} else if c.typical_step_system_prompt_length != 0 {
-		return argError("config.typical_step_system_prompt_length", "is %d without a typical_step", int64(c.typical_step_system_prompt_length))
+	if C.kvcm__has_manager_config_typical_step_system_prompt_length(cc) != 0 {
+		if cfg.TypicalStep != nil {
+			cfg.TypicalStep.SystemPromptLength = int(c.typical_step_system_prompt_length)
+		} else if c.typical_step_system_prompt_length != 0 {
+			return cfg, argError("config.typical_step_system_prompt_length", "is %d without a typical_step", int64(c.typical_step_system_prompt_length))
+		}
+	}
+	if C.kvcm__has_manager_config_num_constraint_system_prompt_lengths(cc) == 0 {
+		return cfg, nil
 	}
 	lens, err := cArray(c.constraint_system_prompt_lengths, c.num_constraint_system_prompt_lengths, "config.constraint_system_prompt_lengths")
 	if err != nil {
-		return err
+		return cfg, err
 	}
 	if len(lens) != 0 && len(lens) != len(cfg.Constraints) {
-		return argError("config.num_constraint_system_prompt_lengths", "is %d, want 0 or num_constraints (%d)", len(lens), len(cfg.Constraints))
+		return cfg, argError("config.num_constraint_system_prompt_lengths", "is %d, want 0 or num_constraints (%d)", len(lens), len(cfg.Constraints))
 	}
 	for i, n := range lens {
 		cfg.Constraints[i].SystemPromptLength = int(n)
 	}
-	return nil
+	return cfg, nil
 }
 
 // goShared copies a shared tier's settings; config.Validate checks them,
@@ -184,26 +90,6 @@ func goShared(s *C.kvcm_shared_tier_config) config.SharedCacheTierConfig {
 		QueueBytes:  int64(s.queue_bytes),
 		WritePolicy: config.SharedWritePolicy(s.write_policy),
 	}
-}
-
-func goBatch(b *C.kvcm_batch_desc, name string) (config.BatchDesc, error) {
-	reqs, err := cArray(b.requests, b.num_requests, name+".requests")
-	if err != nil {
-		return config.BatchDesc{}, err
-	}
-	var out config.BatchDesc
-	for _, r := range reqs {
-		out.Requests = append(out.Requests, config.RequestDesc{Capacity: int(r.capacity), HistoryLength: int(r.history_length)})
-	}
-	return out, nil
-}
-
-// cArray views a borrowed input array of n elements.
-func cArray[T any](p *T, n C.size_t, name string) ([]T, error) {
-	if p == nil && n != 0 {
-		return nil, argError(name, "is NULL but its length is %d", uint64(n))
-	}
-	return cSlice(p, n, name)
 }
 
 // ---- Create and destroy ----
@@ -296,10 +182,7 @@ func glueManagerGetBufferLocation(mgr *managerObj, layerID C.int32_t, role *C.kv
 	if err != nil {
 		return err
 	}
-	*out = C.kvcm_buffer_location{
-		layer_group: C.kvcm_layer_group_id(loc.LifeCycle), pool: C.int32_t(loc.Pool), pool_base: C.kvcm_device_ptr(loc.PoolBase),
-		scale: C.int64_t(loc.Scale), offset: C.int64_t(loc.Offset), bytes: C.int64_t(loc.Bytes),
-	}
+	*out = toCBufferLocation(loc)
 	return nil
 }
 
@@ -355,17 +238,9 @@ func glueManagerResizeLevel(mgr *managerObj, level C.kvcm_cache_level, quota C.i
 // goScope copies a C reuse scope; hasLoRA makes lora_id an adapter id even
 // when it is 0 (ABI version 2).
 func goScope(s *C.kvcm__const_kvcm_reuse_scope, hasLoRA bool, name string) (blockhash.Scope, error) {
-	if s.salt == nil && s.salt_len != 0 {
-		return blockhash.Scope{}, argError(name+".salt", "is NULL but salt_len is %d", uint64(s.salt_len))
-	}
-	if s.salt_len > 1<<30 {
-		return blockhash.Scope{}, argError(name+".salt_len", "%d is too large", uint64(s.salt_len))
-	}
-	var salt string
-	if s.salt_len > 0 {
-		salt = C.GoStringN(s.salt, C.int(s.salt_len))
-	}
-	return blockhash.Scope{LoRAID: int64(s.lora_id), HasLoRA: hasLoRA, Salt: salt}, nil
+	sc, err := fromCReuseScope((*C.kvcm_reuse_scope)(s), name)
+	sc.HasLoRA = hasLoRA
+	return sc, err
 }
 
 func goTokens(p *C.kvcm__const_kvcm_token, n C.size_t, name string) ([]config.Token, error) {
@@ -428,21 +303,13 @@ func glueManagerGetNumOpenCaches(mgr *managerObj, out *C.size_t) error {
 
 // ---- Statistics ----
 
-func cBlockStats(s core.BlockStats) C.kvcm_block_stats {
-	return C.kvcm_block_stats{
-		alloc_total_blocks: C.int64_t(s.AllocTotalBlocks), alloc_new_blocks: C.int64_t(s.AllocNewBlocks),
-		reused_blocks: C.int64_t(s.ReusedBlocks), missed_blocks: C.int64_t(s.MissedBlocks),
-		evictions: C.int64_t(s.Evictions), lost_pages: C.int64_t(s.LostPages), hit_rate: C.double(s.HitRate()),
-	}
-}
-
 func glueManagerGetStats(mgr *managerObj, out *C.kvcm_block_stats) error {
-	*out = cBlockStats(mgr.Core().Stats())
+	*out = toCBlockStats(mgr.Core().Stats())
 	return nil
 }
 
 func glueManagerGetAndResetIterationStats(mgr *managerObj, out *C.kvcm_block_stats) error {
-	*out = cBlockStats(mgr.Core().GetAndResetIterationStats())
+	*out = toCBlockStats(mgr.Core().GetAndResetIterationStats())
 	return nil
 }
 
@@ -470,13 +337,7 @@ func glueManagerGetStorageStats(mgr *managerObj, level C.kvcm_cache_level, stats
 	if err != nil {
 		return err
 	}
-	return fill(st, stats, capacity, needed, func(s core.PoolGroupStats) C.kvcm_pool_group_stats {
-		return C.kvcm_pool_group_stats{
-			level: C.kvcm_cache_level(s.Level), tier: C.kvcm_tier_kind(s.Tier), index: C.kvcm_pool_group_index(s.Index),
-			page_bytes: C.int64_t(s.PageBytes), total: C.int64_t(s.Total), free: C.int64_t(s.Free),
-			evictable: C.int64_t(s.Evictable), available: C.int64_t(s.Available),
-		}
-	})
+	return fill(st, stats, capacity, needed, toCPoolGroupStats)
 }
 
 func glueManagerGetAndResetIterationPeakBlockStats(mgr *managerObj, level C.kvcm_cache_level, stats *C.kvcm_peak_block_stats, capacity C.size_t, needed *C.size_t) error {
@@ -491,9 +352,7 @@ func glueManagerGetAndResetIterationPeakBlockStats(mgr *managerObj, level C.kvcm
 	if peaks == nil { // a size query or a buffer too small: nothing was reset
 		peaks = make([]core.PeakBlockStats, n)
 	}
-	return fill(peaks, stats, capacity, needed, func(p core.PeakBlockStats) C.kvcm_peak_block_stats {
-		return C.kvcm_peak_block_stats{index: C.kvcm_pool_group_index(p.Index), peak_used: C.int64_t(p.PeakUsed), total: C.int64_t(p.Total)}
-	})
+	return fill(peaks, stats, capacity, needed, toCPeakBlockStats)
 }
 
 // fillReset is fill for a get-and-reset query of n entries: a size query or
@@ -510,16 +369,8 @@ func glueManagerGetAndResetLayerGroupIterationStats(mgr *managerObj, stats *C.kv
 	lg := C.kvcm_layer_group_id(0)
 	return fillReset(m.NumLayerGroups(), stats, capacity, needed, m.GetAndResetLayerGroupIterationStats,
 		func(s core.LayerGroupStats) C.kvcm_layer_group_iteration_stats {
-			out := C.kvcm_layer_group_iteration_stats{
-				layer_group: lg, alloc_total_blocks: C.int64_t(s.AllocTotalBlocks), alloc_new_blocks: C.int64_t(s.AllocNewBlocks),
-				reused_blocks: C.int64_t(s.ReusedBlocks), full_reused_blocks: C.int64_t(s.FullReusedBlocks),
-				partial_reused_blocks: C.int64_t(s.PartialReusedBlocks), missed_blocks: C.int64_t(s.MissedBlocks),
-				gen_alloc_blocks: C.int64_t(s.GenAllocBlocks),
-				onboard_blocks:   C.int64_t(s.OnboardBlocks), onboard_bytes: C.int64_t(s.OnboardBytes),
-				offload_blocks: C.int64_t(s.OffloadBlocks), offload_bytes: C.int64_t(s.OffloadBytes),
-				intra_device_copy_blocks: C.int64_t(s.IntraDeviceCopyBlocks), intra_device_copy_bytes: C.int64_t(s.IntraDeviceCopyBytes),
-				host_dropped_blocks: C.int64_t(s.HostDroppedBlocks), host_dropped_bytes: C.int64_t(s.HostDroppedBytes),
-			}
+			out := toCLayerGroupIterationStats(s)
+			out.layer_group = lg
 			lg++
 			return out
 		})
@@ -565,10 +416,7 @@ func glueManagerGetAndResetIterationPoolGroupPeakBlockStats(mgr *managerObj, lev
 	if peaks == nil { // a size query or a buffer too small: nothing was reset
 		peaks = make([]core.PeakBlockStats, n)
 	}
-	return fill(peaks, stats, capacity, needed, func(p core.PeakBlockStats) C.kvcm_pool_group_peak_block_stats {
-		return C.kvcm_pool_group_peak_block_stats{index: C.kvcm_pool_group_index(p.Index), available: C.int64_t(p.Available),
-			unavailable: C.int64_t(p.Unavailable), evictable: C.int64_t(p.Evictable)}
-	})
+	return fill(peaks, stats, capacity, needed, toCPoolGroupPeakBlockStats)
 }
 
 func glueManagerGetMigrationStats(mgr *managerObj, stats *C.kvcm_migration_stats, capacity C.size_t, needed *C.size_t) error {
@@ -577,8 +425,9 @@ func glueManagerGetMigrationStats(mgr *managerObj, stats *C.kvcm_migration_stats
 		return err
 	}
 	return fill(core.Paths(), stats, capacity, needed, func(p core.Path) C.kvcm_migration_stats {
-		c := ms[p]
-		return C.kvcm_migration_stats{path: C.kvcm_migration_path(p), pages: C.int64_t(c.Pages), bytes: C.int64_t(c.Bytes)}
+		out := toCMigrationStats(ms[p])
+		out.path = C.kvcm_migration_path(p)
+		return out
 	})
 }
 
@@ -624,19 +473,8 @@ func glueManagerDrainEvents(mgr *managerObj, events *C.kvcm_cache_event, eventsC
 	}
 	ntok := 0
 	for i, ev := range got {
-		evs[i] = C.kvcm_cache_event{
-			seq: C.uint64_t(ev.Seq), key: C.uint64_t(ev.Key), parent: C.uint64_t(ev.Parent),
-			kind: C.kvcm_event_kind(ev.Kind), layer_group: C.kvcm_layer_group_id(ev.LayerGroup),
-			level: C.kvcm_cache_level(ev.Level), num_tokens: C.size_t(len(ev.Tokens)),
-			cache_id: C.uint64_t(ev.CacheID),
-		}
-		if len(ev.Tokens) > 0 {
-			evs[i].tokens = &toks[ntok]
-		}
-		for _, t := range ev.Tokens {
-			toks[ntok] = C.kvcm_token(t)
-			ntok++
-		}
+		evs[i] = toCCacheEvent(ev)
+		evs[i].tokens, evs[i].num_tokens = eventTokens(ev.Tokens, toks, &ntok)
 	}
 	*numEvents, *numTokens = C.size_t(len(got)), C.size_t(ntok)
 	if dropped != nil {
@@ -662,19 +500,8 @@ func glueManagerDrainBlockEvents(mgr *managerObj, events *C.kvcm_block_event, ev
 	}
 	ntok := 0
 	for i, ev := range got {
-		evs[i] = C.kvcm_block_event{
-			seq: C.uint64_t(ev.Seq), key: C.uint64_t(ev.Key), parent: C.uint64_t(ev.Parent), cache_id: C.uint64_t(ev.CacheID),
-			kind: C.kvcm_event_kind(ev.Kind), layer_group: C.kvcm_layer_group_id(ev.LayerGroup),
-			level: C.kvcm_cache_level(ev.Level), old_level: C.kvcm_cache_level(ev.OldLevel),
-			priority: C.int32_t(ev.Priority), old_priority: C.int32_t(ev.OldPriority), num_tokens: C.size_t(len(ev.Tokens)),
-		}
-		if len(ev.Tokens) > 0 {
-			evs[i].tokens = &toks[ntok]
-		}
-		for _, t := range ev.Tokens {
-			toks[ntok] = C.kvcm_token(t)
-			ntok++
-		}
+		evs[i] = toCBlockEvent(ev)
+		evs[i].tokens, evs[i].num_tokens = eventTokens(ev.Tokens, toks, &ntok)
 	}
 	*numEvents, *numTokens = C.size_t(len(got)), C.size_t(ntok)
 	if dropped != nil {
@@ -683,15 +510,18 @@ func glueManagerDrainBlockEvents(mgr *managerObj, events *C.kvcm_block_event, ev
 	return nil
 }
 
-// cSlice views a caller's buffer of n elements.
-func cSlice[T any](p *T, n C.size_t, name string) ([]T, error) {
-	if n > abimodel.MaxElems/C.size_t(max(unsafe.Sizeof(*p), 1)) {
-		return nil, argError(name, "%d is too large", uint64(n))
+// eventTokens copies an event's tokens to toks at *ntok, advancing it, and
+// returns where they are (NULL for none) and their number.
+func eventTokens(ts []config.Token, toks []C.kvcm_token, ntok *int) (*C.kvcm_token, C.size_t) {
+	if len(ts) == 0 {
+		return nil, 0
 	}
-	if p == nil || n == 0 {
-		return nil, nil
+	p := &toks[*ntok]
+	for _, t := range ts {
+		toks[*ntok] = C.kvcm_token(t)
+		*ntok++
 	}
-	return unsafe.Slice(p, int(n)), nil
+	return p, C.size_t(len(ts))
 }
 
 // ---- Streams and memory ----

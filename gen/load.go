@@ -44,6 +44,9 @@ func Load(dir, pattern string) (*Model, error) {
 	if err := l.run(); err != nil {
 		return nil, err
 	}
+	if err := resolveGoMaps(l.m, dir); err != nil {
+		return nil, err
+	}
 	return l.m, nil
 }
 
@@ -214,6 +217,11 @@ func (l *loader) run() error {
 		if len(dc.GoImpls) > 0 && !dc.Vtable {
 			return fmt.Errorf("%s: //kvcm:goimpl on a type that is not a //kvcm:vtable", dc.GoName)
 		}
+		if g := d.one("go"); g != "" {
+			if dc.GoMap, err = parseGoMap(g); err != nil || dc.Kind != DStruct {
+				return fmt.Errorf("%s: bad //kvcm:go %q: want \"in|out|inout <import path>.<Type>\" on a //kvcm:struct", dc.GoName, g)
+			}
+		}
 		dc.Status = d.has("status")
 		dc.APITable = d.has("apitable")
 		if a := d.one("align"); a != "" {
@@ -348,7 +356,7 @@ func (l *loader) body(dc *Decl, s typeSpec) error {
 					return err
 				}
 				f := &Field{GoName: name.Name, CName: Snake(name.Name), Type: t, Doc: docText(af.Doc), Since: dc.Since,
-					Nullable: tag.Get("nullable") == "true", Own: tag.Get("own")}
+					Nullable: tag.Get("nullable") == "true", Own: tag.Get("own"), Go: tag.Get("go")}
 				if c := tag.Get("c"); c != "" {
 					f.CName = c
 				}

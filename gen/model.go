@@ -127,7 +127,10 @@ type Decl struct {
 	// GoImpls names the Go implementations of a vtable (//kvcm:goimpl): for
 	// each, kvcmgen writes a C vtable whose slots forward to Go exports
 	// kvcm__go_<impl>_<slot>, self and pointers passed as uintptr_t.
-	GoImpls  []string
+	GoImpls []string
+	// GoMap is the Go struct kvcmgen writes converters for (//kvcm:go), or
+	// nil.
+	GoMap    *GoMap
 	Align    int
 	Status   bool // the status type
 	APITable bool // the generated function table
@@ -159,7 +162,12 @@ type Field struct {
 	Len      string // C name of the count field
 	Nullable bool
 	Own      string
-	Offset   int
+	// Go is the field's go tag: the field of the Decl's GoMap struct it
+	// converts to or from ("" means the same name), "-" for none (the
+	// export glue converts it by hand), or "Name()" for a method whose
+	// result an out converter writes.
+	Go     string
+	Offset int
 }
 
 // Const is a named constant.

@@ -12,10 +12,11 @@ import "github.com/kvcm/kvcm/gen/spec"
 //kvcm:struct
 //kvcm:since 1
 //kvcm:cppns c
+//kvcm:go in github.com/kvcm/kvcm/core/blockhash.Scope
 type ReuseScope struct {
 	// LoraID is the LoRA adapter id (0 for none, unless a has_lora_id flag
 	// beside the scope is set).
-	LoraID int64
+	LoraID int64 `go:"LoRAID"`
 	// Salt is salt_len bytes (NULL when salt_len is 0); it may contain NULs.
 	Salt spec.CStr `len:"SaltLen" nullable:"true" own:"borrowed"`
 	// SaltLen is the length of salt in bytes.

@@ -7,6 +7,7 @@ import "github.com/kvcm/kvcm/gen/spec"
 //kvcm:struct
 //kvcm:since 1
 //kvcm:cppns c
+//kvcm:go in github.com/kvcm/kvcm/core/config.CacheTierConfig
 type CacheTierConfig struct {
 	// Kind is the tier kind; tiers are ordered gpu, then host, then disk,
 	// each at most once, the GPU tier first.
@@ -59,6 +60,7 @@ type SharedTierConfig struct {
 //kvcm:struct
 //kvcm:since 1
 //kvcm:cppns c
+//kvcm:go in github.com/kvcm/kvcm/core/config.BufferConfig
 type BufferConfig struct {
 	// Role names the buffer within its layer, such as "key" or "value".
 	Role spec.CStr `own:"borrowed"`
@@ -71,6 +73,7 @@ type BufferConfig struct {
 //kvcm:struct
 //kvcm:since 1
 //kvcm:cppns c
+//kvcm:go in github.com/kvcm/kvcm/core/config.AttentionLayerConfig
 type AttentionLayerConfig struct {
 	// LayerID is the layer's id, unique in the configuration.
 	LayerID int32
@@ -92,6 +95,7 @@ type AttentionLayerConfig struct {
 //kvcm:struct
 //kvcm:since 1
 //kvcm:cppns c
+//kvcm:go in github.com/kvcm/kvcm/core/config.RequestDesc
 type RequestDesc struct {
 	// Capacity is the request's tokens with pages (positive).
 	Capacity int64
@@ -104,6 +108,7 @@ type RequestDesc struct {
 //kvcm:struct
 //kvcm:since 1
 //kvcm:cppns c
+//kvcm:go in github.com/kvcm/kvcm/core/config.BatchDesc
 type BatchDesc struct {
 	// Requests are the batch's requests (at least 1).
 	Requests spec.In[RequestDesc] `len:"NumRequests" own:"borrowed"`
@@ -120,17 +125,18 @@ type BatchDesc struct {
 //kvcm:versioned
 //kvcm:since 1
 //kvcm:cppns c
+//kvcm:go in github.com/kvcm/kvcm/core/config.Config
 type ManagerConfig struct {
 	// TokensPerBlock is the number of tokens of one block (page).
 	TokensPerBlock int32
 	// Device selects the device (KVCM_DEVICE_AUTO by default).
-	Device DeviceKind
+	Device DeviceKind `go:"-"`
 	// DeviceOrdinal selects which CUDA device (0 by default).
-	DeviceOrdinal int32
+	DeviceOrdinal int32 `go:"-"`
 	// EventQueueCapacity bounds the queue of cache events that
 	// kvcm_manager_drain_events returns; events beyond it are dropped and
 	// counted. 0 means KVCM_DEFAULT_EVENT_QUEUE_CAPACITY.
-	EventQueueCapacity uint32
+	EventQueueCapacity uint32 `go:"-"`
 	// CacheTiers are ordered from hottest to coldest: one GPU tier, then at
 	// most one host tier, then at most one disk tier.
 	CacheTiers spec.In[CacheTierConfig] `len:"NumCacheTiers" own:"borrowed"`
@@ -189,10 +195,10 @@ type ManagerConfig struct {
 	// TypicalStepSystemPromptLength is typical_step's system prompt: its
 	// leading tokens shared by every request, whose full blocks the batch
 	// holds once (not negative).
-	TypicalStepSystemPromptLength int64 `since:"2"`
+	TypicalStepSystemPromptLength int64 `since:"2" go:"-"`
 	// ConstraintSystemPromptLengths are the constraints' system prompt
 	// lengths, one per constraint, or NULL for none.
-	ConstraintSystemPromptLengths spec.In[int64] `len:"NumConstraintSystemPromptLengths" nullable:"true" own:"borrowed" since:"2"`
+	ConstraintSystemPromptLengths spec.In[int64] `len:"NumConstraintSystemPromptLengths" nullable:"true" own:"borrowed" since:"2" go:"-"`
 	// NumConstraintSystemPromptLengths is 0 or num_constraints.
 	NumConstraintSystemPromptLengths spec.Size `since:"2"`
 	// BlockKey selects how committed blocks are keyed
@@ -200,7 +206,7 @@ type ManagerConfig struct {
 	BlockKey BlockKey `since:"2"`
 	// SharedTier is the shared tier after cache_tiers' local tiers (NULL
 	// for none).
-	SharedTier spec.In[SharedTierConfig] `nullable:"true" own:"borrowed" since:"2"`
+	SharedTier spec.In[SharedTierConfig] `nullable:"true" own:"borrowed" since:"2" go:"-"`
 	// DiskPersistent makes the disk tier (the last of cache_tiers)
 	// persistent: its blob files stay at destroy, and a later manager on the
 	// same directory with the same layout fingerprint (blob size, each
@@ -215,5 +221,5 @@ type ManagerConfig struct {
 	// live manager holds is KVCM_ERR_INVALID_STATE. false (the default)
 	// removes the tier's files at destroy and reclaims those a killed
 	// manager left at create.
-	DiskPersistent bool `since:"2"`
+	DiskPersistent bool `since:"2" go:"-"`
 }

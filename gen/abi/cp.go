@@ -95,6 +95,7 @@ type CPIndexObject struct {
 //kvcm:versioned
 //kvcm:since 1
 //kvcm:cppns c
+//kvcm:go in github.com/kvcm/kvcm/core/cp.ManagerBackedOptions
 type CPManagerBackedOptions struct {
 	// LevelWeights[l] is the fraction of a block's recompute cost that reuse
 	// saves when the block is cached on level l (0 = GPU); levels past the
@@ -104,9 +105,9 @@ type CPManagerBackedOptions struct {
 	// NumLevelWeights is the length of level_weights.
 	NumLevelWeights spec.Size
 	// Scope is the reuse scope of every request the index scores.
-	Scope ReuseScope
+	Scope ReuseScope `go:"-"`
 	// ScopeHasLoraID marks scope.lora_id as a LoRA adapter id, 0 included.
-	ScopeHasLoraID bool `since:"2"`
+	ScopeHasLoraID bool `since:"2" go:"-"`
 }
 
 // CPCreateNull creates the null CP index: every score is 0, every order the

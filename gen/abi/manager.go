@@ -10,9 +10,10 @@ import "github.com/kvcm/kvcm/gen/spec"
 //
 //kvcm:struct
 //kvcm:since 1
+//kvcm:go out github.com/kvcm/kvcm/core.BufferLocation
 type BufferLocation struct {
 	// LayerGroup is the buffer's layer group.
-	LayerGroup LayerGroupID
+	LayerGroup LayerGroupID `go:"LifeCycle"`
 	// Pool is the buffer's pool within its hot pool group.
 	Pool int32
 	// PoolBase is the pool's base address; it never changes.
@@ -30,6 +31,7 @@ type BufferLocation struct {
 //
 //kvcm:struct
 //kvcm:since 1
+//kvcm:go out github.com/kvcm/kvcm/core.BlockStats
 type BlockStats struct {
 	// AllocTotalBlocks = alloc_new_blocks + reused_blocks.
 	AllocTotalBlocks int64
@@ -45,7 +47,7 @@ type BlockStats struct {
 	LostPages int64
 	// HitRate is reused_blocks / (reused_blocks + missed_blocks), 0 when
 	// nothing was looked up.
-	HitRate float64
+	HitRate float64 `go:"HitRate()"`
 }
 
 // PoolGroupStats is the state of one pool group of one level, in slots.
@@ -53,6 +55,7 @@ type BlockStats struct {
 //
 //kvcm:struct
 //kvcm:since 1
+//kvcm:go out github.com/kvcm/kvcm/core.PoolGroupStats
 type PoolGroupStats struct {
 	// Level is the cache level.
 	Level CacheLevel
@@ -77,6 +80,7 @@ type PoolGroupStats struct {
 //
 //kvcm:struct
 //kvcm:since 1
+//kvcm:go out github.com/kvcm/kvcm/core.PeakBlockStats
 type PeakBlockStats struct {
 	// Index is the pool group's index within its level.
 	Index PoolGroupIndex
@@ -92,9 +96,10 @@ type PeakBlockStats struct {
 //
 //kvcm:struct
 //kvcm:since 1
+//kvcm:go out github.com/kvcm/kvcm/core.MigrationCounter
 type MigrationStats struct {
 	// Path is the migration path.
-	Path MigrationPath
+	Path MigrationPath `go:"-"`
 	// Pages is the number of pages moved.
 	Pages int64
 	// Bytes is the number of bytes moved.
@@ -107,6 +112,7 @@ type MigrationStats struct {
 //kvcm:struct
 //kvcm:since 1
 //kvcm:cppns c
+//kvcm:go out github.com/kvcm/kvcm/core.CacheEvent
 type CacheEvent struct {
 	// Seq is the event's sequence number.
 	Seq uint64
@@ -124,7 +130,7 @@ type CacheEvent struct {
 	Level CacheLevel
 	// Tokens of a stored block: points into the caller's token buffer
 	// passed to kvcm_manager_drain_events (NULL when num_tokens is 0).
-	Tokens spec.In[Token] `len:"NumTokens" nullable:"true" own:"borrowed"`
+	Tokens spec.In[Token] `len:"NumTokens" nullable:"true" own:"borrowed" go:"-"`
 	// NumTokens is the length of tokens.
 	NumTokens spec.Size
 	// CacheID is the id (kvcm_kv_cache_get_id) of the cache whose commit
@@ -139,9 +145,10 @@ type CacheEvent struct {
 //
 //kvcm:struct
 //kvcm:since 2
+//kvcm:go out github.com/kvcm/kvcm/core.LayerGroupStats
 type LayerGroupIterationStats struct {
 	// LayerGroup is the layer group.
-	LayerGroup LayerGroupID
+	LayerGroup LayerGroupID `go:"-"`
 	// AllocTotalBlocks = alloc_new_blocks + reused_blocks.
 	AllocTotalBlocks int64
 	// AllocNewBlocks are pages allocated fresh by resize.
@@ -199,6 +206,7 @@ type ReusedBlocksAtLevel struct {
 //
 //kvcm:struct
 //kvcm:since 2
+//kvcm:go out github.com/kvcm/kvcm/core.PeakBlockStats
 type PoolGroupPeakBlockStats struct {
 	// Index is the pool group's index within its level.
 	Index PoolGroupIndex
@@ -217,6 +225,7 @@ type PoolGroupPeakBlockStats struct {
 //kvcm:struct
 //kvcm:since 2
 //kvcm:cppns c
+//kvcm:go out github.com/kvcm/kvcm/core.CacheEvent
 type BlockEvent struct {
 	// Seq is the event's sequence number.
 	Seq uint64
@@ -243,7 +252,7 @@ type BlockEvent struct {
 	OldPriority int32
 	// Tokens of a stored block: points into the caller's token buffer
 	// (NULL when num_tokens is 0).
-	Tokens spec.In[Token] `len:"NumTokens" nullable:"true" own:"borrowed"`
+	Tokens spec.In[Token] `len:"NumTokens" nullable:"true" own:"borrowed" go:"-"`
 	// NumTokens is the length of tokens.
 	NumTokens spec.Size
 }
