@@ -141,6 +141,8 @@ func TestLoadErrors(t *testing.T) {
 		"noparam":    "parameter v has no //kvcm:param",
 		"gopointer":  "Go pointers are only allowed for the status result",
 		"goimplself": "only slots that take self (void*) first",
+		"gounmapped": `Point has no field Z: name its counterpart with a go:"Field" tag, or tag it go:"-"`,
+		"gomethodin": "a method (go:\"Dx()\") can only be read",
 	} {
 		_, err := Load(filepath.Join("testdata", "bad", dir), ".")
 		if assert.Error(t, err, dir) {

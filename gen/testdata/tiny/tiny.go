@@ -90,11 +90,12 @@ type Notify func(userData spec.VoidPtr, value int64) int32
 //kvcm:struct
 //kvcm:align 8
 //kvcm:since 1
+//kvcm:go inout image.Point
 type Pair struct {
 	// A is first.
-	A int32
+	A int32 `go:"X"`
 	// B is second.
-	B int32
+	B int32 `go:"Y"`
 }
 
 // Options are versioned options.
