@@ -13,6 +13,7 @@ import (
 )
 
 /*
+#include <stdlib.h>
 #include "kvcm/kvcm.h"
 #include "shim_generated.h"
 */
@@ -60,6 +61,55 @@ func cStringN(p *C.char, n C.size_t, name, field, lenField string) (string, erro
 		return "", nil
 	}
 	return C.GoStringN(p, C.int(n)), nil
+}
+
+// cBytes copies s into C memory for one call (NULL for ""); free releases it.
+func cBytes(s string) (*C.char, C.size_t, func()) {
+	if s == "" {
+		return nil, 0, func() {}
+	}
+	p := C.CString(s)
+	return p, C.size_t(len(s)), func() {
+		C.free(unsafe.Pointer(p))
+	}
+}
+
+// cElems passes the elements of s in place (NULL when empty): E and G have one
+// size and hold no pointers, so cgo pins s for the call.
+func cElems[E, G any](s []G) *E {
+	if len(s) == 0 {
+		return nil
+	}
+	return (*E)(unsafe.Pointer(&s[0]))
+}
+
+// slotError is the error of a slot that returned rc.
+func slotError(slot string, rc C.int32_t) error {
+	if rc == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s returned %d", slot, int32(rc))
+}
+
+// callBuffer calls a slot that fills a buffer and reports the elements it
+// needed: with room for 64, then once more with the room it asked for.
+func callBuffer[G, E any](slot string, call func(*E, C.size_t, *C.size_t) C.int32_t) ([]G, error) {
+	buf := make([]G, 64)
+	for range 2 {
+		var needed C.size_t
+		rc := call((*E)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &needed)
+		if err := slotError(slot, rc); err != nil {
+			return nil, err
+		}
+		if uint64(needed) <= uint64(len(buf)) {
+			return buf[:needed], nil
+		}
+		if needed > abimodel.MaxElems/C.size_t(unsafe.Sizeof(buf[0])) {
+			return nil, fmt.Errorf("%s needs %d elements", slot, uint64(needed))
+		}
+		buf = make([]G, needed)
+	}
+	return nil, fmt.Errorf("%s needed more than the %d elements it asked for", slot, len(buf))
 }
 
 // fromCAttentionLayerConfig converts a kvcm_attention_layer_config to a config.AttentionLayerConfig; name names it in errors.
@@ -376,4 +426,42 @@ func fromCRequestDesc(c *C.kvcm_request_desc, name string) (config.RequestDesc, 
 	out.Capacity = int(c.capacity)
 	out.HistoryLength = int(c.history_length)
 	return out, nil
+}
+
+// goCallerCPIndexVtable returns a cp.External whose funcs call the present slots of vt with self.
+func goCallerCPIndexVtable(vt *C.kvcm_cp_index_vtable, self C.uintptr_t) cp.External {
+	var out cp.External
+	if C.kvcm__has_cp_index_vtable_predict_prefix_reuse(vt) != 0 {
+		out.PredictPrefixReuse = func(a0 string, a1 []config.Token) (float64, error) {
+			p0, n0, free0 := cBytes(a0)
+			defer free0()
+			var r C.double
+			rc := C.kvcm__call_cp_index_vtable_predict_prefix_reuse(vt, self, p0, n0, cElems[C.kvcm_token](a1), C.size_t(len(a1)), &r)
+			return float64(r), slotError("predict_prefix_reuse", rc)
+		}
+	}
+	if C.kvcm__has_cp_index_vtable_get_cp_cached_blocks(vt) != 0 {
+		out.GetCPCachedBlocks = func(a0 string) ([]blockhash.Key, error) {
+			p0, n0, free0 := cBytes(a0)
+			defer free0()
+			return callBuffer[blockhash.Key, C.uint64_t]("get_cp_cached_blocks", func(buf *C.uint64_t, capacity C.size_t, needed *C.size_t) C.int32_t {
+				return C.kvcm__call_cp_index_vtable_get_cp_cached_blocks(vt, self, p0, n0, buf, capacity, needed)
+			})
+		}
+	}
+	if C.kvcm__has_cp_index_vtable_notify_blocks_allocated(vt) != 0 {
+		out.NotifyBlocksAllocated = func(a0 string, a1 []blockhash.Key) error {
+			p0, n0, free0 := cBytes(a0)
+			defer free0()
+			return slotError("notify_blocks_allocated", C.kvcm__call_cp_index_vtable_notify_blocks_allocated(vt, self, p0, n0, cElems[C.uint64_t](a1), C.size_t(len(a1))))
+		}
+	}
+	if C.kvcm__has_cp_index_vtable_notify_blocks_freed(vt) != 0 {
+		out.NotifyBlocksFreed = func(a0 string, a1 []blockhash.Key) error {
+			p0, n0, free0 := cBytes(a0)
+			defer free0()
+			return slotError("notify_blocks_freed", C.kvcm__call_cp_index_vtable_notify_blocks_freed(vt, self, p0, n0, cElems[C.uint64_t](a1), C.size_t(len(a1))))
+		}
+	}
+	return out
 }

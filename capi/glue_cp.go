@@ -17,7 +17,6 @@ import (
 
 	"github.com/kvcm/kvcm/core/abimodel"
 	"github.com/kvcm/kvcm/core/blockhash"
-	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/cp"
 )
 
@@ -111,89 +110,12 @@ func (a *cpIndexObjectArg) release() {
 	}
 }
 
-// slotError is the error of a slot that returned rc.
-func slotError(slot string, rc C.int32_t) error {
-	if rc == 0 {
-		return nil
-	}
-	return fmt.Errorf("%s returned %d", slot, int32(rc))
-}
-
-// cID is a request id in C memory for the call.
-func cID(id string) (*C.char, C.size_t, func()) {
-	if id == "" {
-		return nil, 0, func() {}
-	}
-	p := C.CString(id) // copies; the slot may not keep it
-	return p, C.size_t(len(id)), func() { C.free(unsafe.Pointer(p)) }
-}
-
-func cKeys(keys []blockhash.Key) (*C.uint64_t, C.size_t) {
-	if len(keys) == 0 {
-		return nil, 0
-	}
-	// blockhash.Key is a uint64 holding no Go pointers: cgo pins the slice.
-	return (*C.uint64_t)(unsafe.Pointer(&keys[0])), C.size_t(len(keys))
-}
-
-// external builds the External whose funcs are the vtable's present slots.
+// external builds the External whose funcs are the vtable's present slots:
+// goCallerCPIndexVtable calls all but get_allocation_priority, whose order
+// of indices this adapter turns into ids.
 func (c *cCPIndex) external() cp.External {
-	var e cp.External
 	vt, self := c.vt, c.self
-	if C.kvcm__has_cp_index_vtable_predict_prefix_reuse(vt) != 0 {
-		e.PredictPrefixReuse = func(id string, tokens []config.Token) (float64, error) {
-			p, n, free := cID(id)
-			defer free()
-			var tp *C.kvcm_token
-			if len(tokens) > 0 {
-				tp = (*C.kvcm_token)(unsafe.Pointer(&tokens[0]))
-			}
-			var score C.double
-			rc := C.kvcm__call_cp_index_vtable_predict_prefix_reuse(vt, self, p, n, tp, C.size_t(len(tokens)), &score)
-			return float64(score), slotError("predict_prefix_reuse", rc)
-		}
-	}
-	if C.kvcm__has_cp_index_vtable_get_cp_cached_blocks(vt) != 0 {
-		e.GetCPCachedBlocks = func(id string) ([]blockhash.Key, error) {
-			p, n, free := cID(id)
-			defer free()
-			buf := make([]blockhash.Key, 64)
-			for try := 0; try < 2; try++ {
-				var needed C.size_t
-				rc := C.kvcm__call_cp_index_vtable_get_cp_cached_blocks(vt, self, p, n,
-					(*C.uint64_t)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &needed)
-				if err := slotError("get_cp_cached_blocks", rc); err != nil {
-					return nil, err
-				}
-				if uint64(needed) <= uint64(len(buf)) {
-					return buf[:needed], nil
-				}
-				if needed > abimodel.MaxElems/8 {
-					return nil, fmt.Errorf("get_cp_cached_blocks needs %d keys", uint64(needed))
-				}
-				buf = make([]blockhash.Key, needed)
-			}
-			return nil, fmt.Errorf("get_cp_cached_blocks needed more than the %d keys it asked for", len(buf))
-		}
-	}
-	notify := func(slot string, call func(*C.char, C.size_t, *C.uint64_t, C.size_t) C.int32_t) func(string, []blockhash.Key) error {
-		return func(id string, keys []blockhash.Key) error {
-			p, n, free := cID(id)
-			defer free()
-			kp, kn := cKeys(keys)
-			return slotError(slot, call(p, n, kp, kn))
-		}
-	}
-	if C.kvcm__has_cp_index_vtable_notify_blocks_allocated(vt) != 0 {
-		e.NotifyBlocksAllocated = notify("notify_blocks_allocated", func(p *C.char, n C.size_t, k *C.uint64_t, kn C.size_t) C.int32_t {
-			return C.kvcm__call_cp_index_vtable_notify_blocks_allocated(vt, self, p, n, k, kn)
-		})
-	}
-	if C.kvcm__has_cp_index_vtable_notify_blocks_freed(vt) != 0 {
-		e.NotifyBlocksFreed = notify("notify_blocks_freed", func(p *C.char, n C.size_t, k *C.uint64_t, kn C.size_t) C.int32_t {
-			return C.kvcm__call_cp_index_vtable_notify_blocks_freed(vt, self, p, n, k, kn)
-		})
-	}
+	e := goCallerCPIndexVtable(vt, self)
 	if C.kvcm__has_cp_index_vtable_get_allocation_priority(vt) != 0 {
 		e.GetAllocationPriority = func(ids []string) ([]string, error) {
 			if len(ids) == 0 {

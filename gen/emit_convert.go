@@ -13,24 +13,32 @@ import (
 func init() { emitters = append(emitters, emitConvert) }
 
 // shimConvert holds the converters between the ABI's structs and the Go
-// structs their //kvcm:go directives name (see GoMap), and the helpers they
-// use to view C memory: cSlice, cArray, cString and cStringN.
+// structs their //kvcm:go directives name (see GoMap), the Go callers of
+// vtables with //kvcm:gocaller (see callerArg), and the helpers they use:
+// cSlice, cArray, cString and cStringN to read C memory; cBytes, cElems,
+// slotError and callBuffer to call slots.
 const shimConvert = "convert_generated.go"
 
 func emitConvert(m *Model, p Paths) (map[string][]byte, error) {
-	var mapped []*Decl
+	var mapped, callers []*Decl
 	for _, d := range m.Decls {
 		if d.GoMap != nil {
 			mapped = append(mapped, d)
 		}
+		if d.GoCaller != nil {
+			callers = append(callers, d)
+		}
 	}
-	if len(mapped) == 0 {
+	if len(mapped) == 0 && len(callers) == 0 {
 		return nil, nil
 	}
 	f := jen.NewFile(p.ShimPkg)
 	f.HeaderComment(Banner)
-	f.CgoPreamble(fmt.Sprintf("#include \"%s\"\n#include \"%s\"", p.Include, shimHeader))
+	f.CgoPreamble(fmt.Sprintf("#include <stdlib.h>\n#include \"%s\"\n#include \"%s\"", p.Include, shimHeader))
 	convertHelpers(f)
+	if len(callers) > 0 {
+		callerHelpers(f)
+	}
 	for _, d := range mapped {
 		if d.GoMap.In {
 			f.Add(inConverter(m, d)).Line()
@@ -38,6 +46,9 @@ func emitConvert(m *Model, p Paths) (map[string][]byte, error) {
 		if d.GoMap.Out {
 			f.Add(outConverter(d)).Line()
 		}
+	}
+	for _, d := range callers {
+		f.Add(goCaller(m, d)).Line()
 	}
 	var buf bytes.Buffer
 	if err := f.Render(&buf); err != nil {
@@ -96,6 +107,9 @@ func convertHelpers(f *jen.File) {
 func goTypeCode(t types.Type) jen.Code {
 	switch t := t.(type) {
 	case *types.Named:
+		if t.Obj().Pkg() == nil { // error
+			return jen.Id(t.Obj().Name())
+		}
 		return jen.Qual(t.Obj().Pkg().Path(), t.Obj().Name())
 	case *types.Alias:
 		if t.Obj().Pkg() == nil {

@@ -65,8 +65,10 @@ func parseGoMap(s string) (*GoMap, error) {
 func resolveGoMaps(m *Model, dir string) error {
 	var paths []string
 	for _, d := range m.Decls {
-		if d.GoMap != nil && !slices.Contains(paths, d.GoMap.Path) {
-			paths = append(paths, d.GoMap.Path)
+		for _, g := range []*GoMap{d.GoMap, d.GoCaller} {
+			if g != nil && !slices.Contains(paths, g.Path) {
+				paths = append(paths, g.Path)
+			}
 		}
 	}
 	if len(paths) == 0 {
@@ -84,11 +86,7 @@ func resolveGoMaps(m *Model, dir string) error {
 		}
 		byPath[p.PkgPath] = p.Types
 	}
-	for _, d := range m.Decls {
-		g := d.GoMap
-		if g == nil {
-			continue
-		}
+	resolve := func(d *Decl, g *GoMap, directive string) error {
 		p := byPath[g.Path]
 		var obj types.Object
 		if p != nil {
@@ -96,14 +94,30 @@ func resolveGoMaps(m *Model, dir string) error {
 		}
 		named, ok := types.Unalias(typeOf(obj)).(*types.Named)
 		if !ok {
-			return fmt.Errorf("%s: //kvcm:go names %s.%s, which is not a named type", d.GoName, g.Path, g.Name)
+			return fmt.Errorf("%s: //kvcm:%s names %s.%s, which is not a named type", d.GoName, directive, g.Path, g.Name)
 		}
 		if _, ok := named.Underlying().(*types.Struct); !ok {
-			return fmt.Errorf("%s: //kvcm:go names %s.%s, which is not a struct", d.GoName, g.Path, g.Name)
+			return fmt.Errorf("%s: //kvcm:%s names %s.%s, which is not a struct", d.GoName, directive, g.Path, g.Name)
 		}
 		g.Type = named
-		for _, f := range MappedFields(d) {
-			if err := checkMapped(d, f); err != nil {
+		return nil
+	}
+	for _, d := range m.Decls {
+		if g := d.GoMap; g != nil {
+			if err := resolve(d, g, "go"); err != nil {
+				return err
+			}
+			for _, f := range MappedFields(d) {
+				if err := checkMapped(d, f); err != nil {
+					return err
+				}
+			}
+		}
+		if g := d.GoCaller; g != nil {
+			if err := resolve(d, g, "gocaller"); err != nil {
+				return err
+			}
+			if err := checkCaller(d); err != nil {
 				return err
 			}
 		}

@@ -222,6 +222,11 @@ func (l *loader) run() error {
 				return fmt.Errorf("%s: bad //kvcm:go %q: want \"in|out|inout <import path>.<Type>\" on a //kvcm:struct", dc.GoName, g)
 			}
 		}
+		if g := d.one("gocaller"); g != "" {
+			if dc.GoCaller, err = parseGoMap("out " + g); err != nil || !dc.Vtable {
+				return fmt.Errorf("%s: bad //kvcm:gocaller %q: want \"<import path>.<Type>\" on a //kvcm:vtable", dc.GoName, g)
+			}
+		}
 		dc.Status = d.has("status")
 		dc.APITable = d.has("apitable")
 		if a := d.one("align"); a != "" {

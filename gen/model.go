@@ -130,7 +130,10 @@ type Decl struct {
 	GoImpls []string
 	// GoMap is the Go struct kvcmgen writes converters for (//kvcm:go), or
 	// nil.
-	GoMap    *GoMap
+	GoMap *GoMap
+	// GoCaller is the Go struct of funcs that calls a vtable
+	// (//kvcm:gocaller), or nil.
+	GoCaller *GoMap
 	Align    int
 	Status   bool // the status type
 	APITable bool // the generated function table

@@ -9,6 +9,7 @@ import (
 )
 
 /*
+#include <stdlib.h>
 #include "kvcm/kvcm.h"
 #include "shim_generated.h"
 */
