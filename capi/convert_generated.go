@@ -9,6 +9,8 @@ import (
 	blockhash "github.com/kvcm/kvcm/core/blockhash"
 	config "github.com/kvcm/kvcm/core/config"
 	cp "github.com/kvcm/kvcm/core/cp"
+	device "github.com/kvcm/kvcm/core/device"
+	layout "github.com/kvcm/kvcm/core/layout"
 	"unsafe"
 )
 
@@ -232,11 +234,13 @@ func fromCCacheTierConfig(c *C.kvcm_cache_tier_config, name string) (config.Cach
 func fromCReuseScope(c *C.kvcm_reuse_scope, name string) (blockhash.Scope, error) {
 	var out blockhash.Scope
 	out.LoRAID = int64(c.lora_id)
-	s, err := cStringN(c.salt, c.salt_len, name, "salt", "salt_len")
-	if err != nil {
-		return out, err
+	{
+		s, err := cStringN(c.salt, c.salt_len, name, "salt", "salt_len")
+		if err != nil {
+			return out, err
+		}
+		out.Salt = s
 	}
-	out.Salt = s
 	return out, nil
 }
 
@@ -255,6 +259,39 @@ func fromCCPManagerBackedOptions(c *C.kvcm_cp_manager_backed_options, name strin
 			v := float64(s[i])
 			out.LevelWeights = append(out.LevelWeights, v)
 		}
+	}
+	return out, nil
+}
+
+// fromCKVCacheOptions converts a kvcm_kv_cache_options to a abimodel.CacheOptions; name names it in errors.
+func fromCKVCacheOptions(c *C.kvcm_kv_cache_options, name string) (abimodel.CacheOptions, error) {
+	var out abimodel.CacheOptions
+	{
+		v, err := fromCReuseScope(&c.scope, name+".scope")
+		if err != nil {
+			return out, err
+		}
+		out.Scope = v
+	}
+	{
+		s, err := cArray(c.input_tokens, c.num_input_tokens, name+".input_tokens")
+		if err != nil {
+			return out, err
+		}
+		if c.input_tokens != nil {
+			out.InputTokens = make([]config.Token, 0, len(s))
+		}
+		for i := range s {
+			v := config.Token(s[i])
+			out.InputTokens = append(out.InputTokens, v)
+		}
+	}
+	{
+		s, err := cStringN(c.request_id, c.request_id_len, name, "request_id", "request_id_len")
+		if err != nil {
+			return out, err
+		}
+		out.RequestID = s
 	}
 	return out, nil
 }
@@ -394,6 +431,53 @@ func toCPeakBlockStats(s core.PeakBlockStats) C.kvcm_peak_block_stats {
 		peak_used: C.int64_t(s.PeakUsed),
 		total:     C.int64_t(s.Total),
 	}
+}
+
+// fromCPoolDesc converts a kvcm_pool_desc to a layout.PoolDesc; name names it in errors.
+func fromCPoolDesc(c *C.kvcm_pool_desc, name string) (layout.PoolDesc, error) {
+	var out layout.PoolDesc
+	out.Base = device.Ptr(c.base)
+	out.SlotBytes = int64(c.slot_bytes)
+	return out, nil
+}
+
+// toCPoolDesc converts a layout.PoolDesc to a kvcm_pool_desc.
+func toCPoolDesc(s layout.PoolDesc) C.kvcm_pool_desc {
+	return C.kvcm_pool_desc{
+		base:       C.kvcm_device_ptr(s.Base),
+		slot_bytes: C.int64_t(s.SlotBytes),
+	}
+}
+
+// fromCPoolGroupDesc converts a kvcm_pool_group_desc to a layout.PoolGroupDesc; name names it in errors.
+func fromCPoolGroupDesc(c *C.kvcm_pool_group_desc, name string) (layout.PoolGroupDesc, error) {
+	var out layout.PoolGroupDesc
+	out.Index = layout.PoolGroupIndex(c.index)
+	out.NumSlots = int64(c.num_slots)
+	{
+		s, err := cArray(c.life_cycles, c.num_life_cycles, name+".life_cycles")
+		if err != nil {
+			return out, err
+		}
+		for i := range s {
+			v := layout.LayerGroupID(s[i])
+			out.LifeCycles = append(out.LifeCycles, v)
+		}
+	}
+	{
+		s, err := cArray(c.pools, c.num_pools, name+".pools")
+		if err != nil {
+			return out, err
+		}
+		for i := range s {
+			v, err := fromCPoolDesc(&s[i], fmt.Sprintf("%s.pools[%d]", name, i))
+			if err != nil {
+				return out, err
+			}
+			out.Pools = append(out.Pools, v)
+		}
+	}
+	return out, nil
 }
 
 // toCPoolGroupPeakBlockStats converts a core.PeakBlockStats to a kvcm_pool_group_peak_block_stats.

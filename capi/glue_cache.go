@@ -10,23 +10,17 @@ import "C"
 import (
 	"fmt"
 
-	"github.com/kvcm/kvcm/core"
-	"github.com/kvcm/kvcm/core/abimodel"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/layout"
 )
 
 func glueKVCacheCreate(mgr *managerObj, opts *C.kvcm__const_kvcm_kv_cache_options, out *C.kvcm_kv_cache) error {
-	hasLoRA := C.kvcm__has_kv_cache_options_scope_has_lora_id(opts) != 0 && bool(opts.scope_has_lora_id)
-	scope, err := goScope(&opts.scope, hasLoRA, "options.scope")
+	o, err := fromCKVCacheOptions((*C.kvcm_kv_cache_options)(opts), "options")
 	if err != nil {
 		return err
 	}
-	tokens, err := goTokens(opts.input_tokens, opts.num_input_tokens, "options.input_tokens")
-	if err != nil {
-		return err
-	}
-	co := core.CacheOptions{Scope: scope, InputTokens: tokens}
+	o.Scope.HasLoRA = C.kvcm__has_kv_cache_options_scope_has_lora_id(opts) != 0 && bool(opts.scope_has_lora_id)
+	co := &o.CacheOptions
 	user := C.kvcm__get_kv_cache_options_priority_user_data(opts)
 	var lgFn C.kvcm_layer_group_priority_func
 	if C.kvcm__has_kv_cache_options_layer_group_priority(opts) != 0 {
@@ -55,15 +49,9 @@ func glueKVCacheCreate(mgr *managerObj, opts *C.kvcm__const_kvcm_kv_cache_option
 			return int(pr)
 		}
 	}
-	if opts.request_id == nil && opts.request_id_len != 0 {
-		return argError("options.request_id", "is NULL but request_id_len is %d", uint64(opts.request_id_len))
-	}
-	requestID, err := goID(opts.request_id, opts.request_id_len, "options.request_id")
-	if err != nil {
-		return err
-	}
 	obj, onClose := newKVCacheObj()
-	c, err := mgr.CreateCache(abimodel.CacheOptions{CacheOptions: co, RequestID: requestID, OnClose: onClose})
+	o.OnClose = onClose
+	c, err := mgr.CreateCache(o)
 	if err != nil {
 		return err
 	}

@@ -168,10 +168,10 @@ func inConverter(m *Model, d *Decl) jen.Code {
 		case isScalarField(f.Type):
 			st = append(st, dst.Op("=").Add(goTypeCode(t)).Call(src()))
 		case f.Type.Kind == KCStr && f.Len != "":
-			st = append(st,
+			st = append(st, jen.Block(
 				jen.List(jen.Id("s"), jen.Err()).Op(":=").Id("cStringN").Call(src(), jen.Id("c").Dot(f.Len), jen.Id("name"), jen.Lit(f.CName), jen.Lit(f.Len)),
 				jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Id("out"), jen.Err())),
-				jen.Id("out").Dot(f.GoField()).Op("=").Add(castTo(t, jen.Id("s"))))
+				jen.Id("out").Dot(f.GoField()).Op("=").Add(castTo(t, jen.Id("s")))))
 		case f.Type.Kind == KCStr && f.Nullable:
 			st = append(st, dst.Op("=").Add(castTo(t, jen.Id("cString").Call(src()))))
 		case f.Type.Kind == KCStr:

@@ -227,6 +227,12 @@ func (l *loader) run() error {
 				return fmt.Errorf("%s: bad //kvcm:gocaller %q: want \"<import path>.<Type>\" on a //kvcm:vtable", dc.GoName, g)
 			}
 		}
+		if dc.CppImpl = d.has("cppimpl"); dc.CppImpl && !dc.Vtable {
+			return fmt.Errorf("%s: //kvcm:cppimpl on a type that is not a //kvcm:vtable", dc.GoName)
+		}
+		if dc.PyValue = d.has("pyvalue"); dc.PyValue && dc.Kind != DStruct {
+			return fmt.Errorf("%s: //kvcm:pyvalue on a type that is not a //kvcm:struct", dc.GoName)
+		}
 		dc.Status = d.has("status")
 		dc.APITable = d.has("apitable")
 		if a := d.one("align"); a != "" {
@@ -361,7 +367,7 @@ func (l *loader) body(dc *Decl, s typeSpec) error {
 					return err
 				}
 				f := &Field{GoName: name.Name, CName: Snake(name.Name), Type: t, Doc: docText(af.Doc), Since: dc.Since,
-					Nullable: tag.Get("nullable") == "true", Own: tag.Get("own"), Go: tag.Get("go")}
+					Nullable: tag.Get("nullable") == "true", Own: tag.Get("own"), Go: tag.Get("go"), Cpp: tag.Get("cpp")}
 				if c := tag.Get("c"); c != "" {
 					f.CName = c
 				}
@@ -385,6 +391,18 @@ func (l *loader) body(dc *Decl, s typeSpec) error {
 		}
 		if err := checkGoImpls(dc); err != nil {
 			return err
+		}
+		if dc.CppImpl {
+			if err := checkCppImpl(dc); err != nil {
+				return err
+			}
+		}
+		if dc.PyValue {
+			for _, f := range dc.Fields {
+				if !isScalarField(f.Type) {
+					return fmt.Errorf("%s.%s: a //kvcm:pyvalue struct has scalar, enum and typedef fields only", dc.GoName, f.GoName)
+				}
+			}
 		}
 	}
 	return nil

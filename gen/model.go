@@ -134,6 +134,12 @@ type Decl struct {
 	// GoCaller is the Go struct of funcs that calls a vtable
 	// (//kvcm:gocaller), or nil.
 	GoCaller *GoMap
+	// CppImpl asks for the C++ trampolines of a vtable's slots
+	// (//kvcm:cppimpl).
+	CppImpl bool
+	// PyValue asks for a frozen Python dataclass of a struct's fields
+	// (//kvcm:pyvalue), read from the C struct by its _from_c.
+	PyValue  bool
 	Align    int
 	Status   bool // the status type
 	APITable bool // the generated function table
@@ -169,7 +175,10 @@ type Field struct {
 	// converts to or from ("" means the same name), "-" for none (the
 	// export glue converts it by hand), or "Name()" for a method whose
 	// result an out converter writes.
-	Go     string
+	Go string
+	// Cpp is the field's cpp tag: "-" leaves a slot of a //kvcm:cppimpl
+	// vtable to the hand-written C++ adapter.
+	Cpp    string
 	Offset int
 }
 

@@ -31,6 +31,7 @@ type ReuseScope struct {
 //kvcm:versioned
 //kvcm:since 1
 //kvcm:cppns c
+//kvcm:go in github.com/kvcm/kvcm/core/abimodel.CacheOptions
 type KVCacheOptions struct {
 	// Scope is the reuse scope.
 	Scope ReuseScope
@@ -43,10 +44,10 @@ type KVCacheOptions struct {
 	NumInputTokens spec.Size
 	// Priority, when not NULL, gives committed blocks their eviction
 	// priority. It is called with the manager's lock held.
-	Priority PriorityFunc `nullable:"true"`
+	Priority PriorityFunc `nullable:"true" go:"-"`
 	// PriorityUserData is passed to priority; the library never
 	// dereferences it. It must stay valid until the cache is closed.
-	PriorityUserData spec.VoidPtr `nullable:"true" own:"borrowed"`
+	PriorityUserData spec.VoidPtr `nullable:"true" own:"borrowed" go:"-"`
 	// RequestID names the request the cache serves, for the CP index
 	// attached to the manager (kvcm_manager_attach_cp): request_id_len bytes,
 	// not NUL-terminated. A cache without one (length 0) notifies nothing.
@@ -54,11 +55,11 @@ type KVCacheOptions struct {
 	// RequestIDLen is the length of request_id in bytes.
 	RequestIDLen spec.Size
 	// ScopeHasLoraID marks scope.lora_id as a LoRA adapter id, 0 included.
-	ScopeHasLoraID bool `since:"2"`
+	ScopeHasLoraID bool `since:"2" go:"-"`
 	// LayerGroupPriority, when not NULL, gives committed blocks their
 	// eviction priority per layer group (priority must be NULL then). It is
 	// called with priority_user_data and the manager's lock held.
-	LayerGroupPriority LayerGroupPriorityFunc `nullable:"true" since:"2"`
+	LayerGroupPriority LayerGroupPriorityFunc `nullable:"true" since:"2" go:"-"`
 }
 
 // KVCacheCreate creates a SUSPENDED KV cache holding the longest reusable

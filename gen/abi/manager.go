@@ -32,6 +32,7 @@ type BufferLocation struct {
 //kvcm:struct
 //kvcm:since 1
 //kvcm:go out github.com/kvcm/kvcm/core.BlockStats
+//kvcm:pyvalue
 type BlockStats struct {
 	// AllocTotalBlocks = alloc_new_blocks + reused_blocks.
 	AllocTotalBlocks int64
@@ -81,6 +82,7 @@ type PoolGroupStats struct {
 //kvcm:struct
 //kvcm:since 1
 //kvcm:go out github.com/kvcm/kvcm/core.PeakBlockStats
+//kvcm:pyvalue
 type PeakBlockStats struct {
 	// Index is the pool group's index within its level.
 	Index PoolGroupIndex
@@ -97,6 +99,7 @@ type PeakBlockStats struct {
 //kvcm:struct
 //kvcm:since 1
 //kvcm:go out github.com/kvcm/kvcm/core.MigrationCounter
+//kvcm:pyvalue
 type MigrationStats struct {
 	// Path is the migration path.
 	Path MigrationPath `go:"-"`

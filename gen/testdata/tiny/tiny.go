@@ -91,6 +91,7 @@ type Notify func(userData spec.VoidPtr, value int64) int32
 //kvcm:align 8
 //kvcm:since 1
 //kvcm:go inout image.Point
+//kvcm:pyvalue
 type Pair struct {
 	// A is first.
 	A int32 `go:"X"`
@@ -122,14 +123,15 @@ type Options struct {
 //kvcm:vtable
 //kvcm:versioned
 //kvcm:goimpl builtin
+//kvcm:cppimpl
 //kvcm:since 1
 type Plugin struct {
 	// Run runs.
-	Run func(self spec.VoidPtr, pairs spec.In[Pair], n spec.Size) bool
+	Run func(self spec.VoidPtr, pairs spec.In[Pair], n spec.Size) bool `cpp:"-"`
 	// Probe is optional.
 	Probe func(self spec.VoidPtr) int32 `nullable:"true"`
 	// Destroy destroys.
-	Destroy func(self spec.VoidPtr)
+	Destroy func(self spec.VoidPtr) `cpp:"-"`
 }
 
 // PluginObject is a plugin and its self.

@@ -12,6 +12,7 @@ import ctypes
 import ctypes.util
 import enum
 import os
+from dataclasses import dataclass
 
 # ---- Constants ----
 
@@ -117,6 +118,23 @@ kvcm_plugin_object._fields_ = [
     ("vtable", ctypes.POINTER(kvcm_plugin)),
     ("self", ctypes.c_void_p),
 ]
+
+# ---- Value types ----
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """kvcm_pair is an aligned pair."""
+
+    #: a is first.
+    a: int
+    #: b is second.
+    b: int
+
+    @classmethod
+    def _from_c(cls, s):
+        """Copies the fields of a kvcm_pair (or of an object with its fields)."""
+        return cls(s.a, s.b)
 
 # ---- Layouts frozen by the header: name -> (size, alignment, {field: offset}) ----
 
