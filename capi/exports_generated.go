@@ -2,7 +2,11 @@
 
 package capi
 
-import "fmt"
+import (
+	"fmt"
+	blockhash "github.com/kvcm/kvcm/core/blockhash"
+	config "github.com/kvcm/kvcm/core/config"
+)
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/../include
@@ -211,7 +215,17 @@ func kvcm_cp_get_cached_blocks(cp C.kvcm_cp_index, request_id *C.kvcm__const_cha
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueCPGetCachedBlocks(cpObj, request_id, request_id_len, keys, capacity, needed))
+	requestIdArg, err := cStringArg((*C.char)(request_id), request_id_len, "request_id_len")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	items, err := glueCPGetCachedBlocks(cpObj, requestIdArg)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fill(items, keys, capacity, needed, func(v blockhash.Key) C.uint64_t {
+		return C.uint64_t(v)
+	}))
 }
 
 // kvcm_cp_get_fault_count is the export of kvcm_cp_get_fault_count (ABI version 1).
@@ -263,7 +277,15 @@ func kvcm_cp_notify_blocks_allocated(cp C.kvcm_cp_index, request_id *C.kvcm__con
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueCPNotifyBlocksAllocated(cpObj, request_id, request_id_len, keys, num_keys))
+	requestIdArg, err := cStringArg((*C.char)(request_id), request_id_len, "request_id_len")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	keysArg, err := cSliceArg[blockhash.Key](keys, num_keys, "keys")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueCPNotifyBlocksAllocated(cpObj, requestIdArg, keysArg))
 }
 
 // kvcm_cp_notify_blocks_freed is the export of kvcm_cp_notify_blocks_freed (ABI version 1).
@@ -289,7 +311,15 @@ func kvcm_cp_notify_blocks_freed(cp C.kvcm_cp_index, request_id *C.kvcm__const_c
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueCPNotifyBlocksFreed(cpObj, request_id, request_id_len, keys, num_keys))
+	requestIdArg, err := cStringArg((*C.char)(request_id), request_id_len, "request_id_len")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	keysArg, err := cSliceArg[blockhash.Key](keys, num_keys, "keys")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueCPNotifyBlocksFreed(cpObj, requestIdArg, keysArg))
 }
 
 // kvcm_cp_predict_prefix_reuse is the export of kvcm_cp_predict_prefix_reuse (ABI version 1).
@@ -321,7 +351,15 @@ func kvcm_cp_predict_prefix_reuse(cp C.kvcm_cp_index, request_id *C.kvcm__const_
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueCPPredictPrefixReuse(cpObj, request_id, request_id_len, tokens, num_tokens, out))
+	requestIdArg, err := cStringArg((*C.char)(request_id), request_id_len, "request_id_len")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueCPPredictPrefixReuse(cpObj, requestIdArg, tokensArg, out))
 }
 
 // kvcm_create_default_cold_page_codec is the export of kvcm_create_default_cold_page_codec (ABI version 1).
@@ -428,7 +466,11 @@ func kvcm_kv_cache_commit(cache C.kvcm_kv_cache, tokens *C.kvcm__const_kvcm_toke
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheCommit(cacheObj, tokens, num_tokens, is_end))
+	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueKVCacheCommit(cacheObj, tokensArg, is_end))
 }
 
 // kvcm_kv_cache_create is the export of kvcm_kv_cache_create (ABI version 1).
@@ -489,7 +531,13 @@ func kvcm_kv_cache_get_base_page_indices(cache C.kvcm_kv_cache, layer_group C.kv
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetBasePageIndices(cacheObj, layer_group, indices, capacity, needed))
+	items, err := glueKVCacheGetBasePageIndices(cacheObj, layer_group)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fill(items, indices, capacity, needed, func(v int32) C.int32_t {
+		return C.int32_t(v)
+	}))
 }
 
 // kvcm_kv_cache_get_cached_tokens_by_level is the export of kvcm_kv_cache_get_cached_tokens_by_level (ABI version 2).
@@ -518,7 +566,13 @@ func kvcm_kv_cache_get_cached_tokens_by_level(cache C.kvcm_kv_cache, tokens *C.i
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetCachedTokensByLevel(cacheObj, tokens, capacity, needed))
+	items, err := glueKVCacheGetCachedTokensByLevel(cacheObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fill(items, tokens, capacity, needed, func(v int) C.int64_t {
+		return C.int64_t(v)
+	}))
 }
 
 // kvcm_kv_cache_get_capacity is the export of kvcm_kv_cache_get_capacity (ABI version 1).
@@ -573,7 +627,13 @@ func kvcm_kv_cache_get_committed_tokens(cache C.kvcm_kv_cache, tokens *C.kvcm_to
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetCommittedTokens(cacheObj, tokens, capacity, needed))
+	items, err := glueKVCacheGetCommittedTokens(cacheObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fill(items, tokens, capacity, needed, func(v config.Token) C.kvcm_token {
+		return C.kvcm_token(v)
+	}))
 }
 
 // kvcm_kv_cache_get_history_length is the export of kvcm_kv_cache_get_history_length (ABI version 1).
@@ -1637,7 +1697,11 @@ func kvcm_manager_get_storage_stats(manager C.kvcm_manager, level C.kvcm_cache_l
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetStorageStats(managerObj, level, stats, capacity, needed))
+	items, err := glueManagerGetStorageStats(managerObj, level)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fill(items, stats, capacity, needed, toCPoolGroupStats))
 }
 
 // kvcm_manager_get_tokens_per_block is the export of kvcm_manager_get_tokens_per_block (ABI version 1).
@@ -1701,7 +1765,11 @@ func kvcm_manager_probe_first_new_block_key(manager C.kvcm_manager, scope *C.kvc
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerProbeFirstNewBlockKey(managerObj, scope, has_lora_id, tokens, num_tokens, key, found))
+	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueManagerProbeFirstNewBlockKey(managerObj, scope, has_lora_id, tokensArg, key, found))
 }
 
 // kvcm_manager_probe_reuse is the export of kvcm_manager_probe_reuse (ABI version 1).
@@ -1733,7 +1801,11 @@ func kvcm_manager_probe_reuse(manager C.kvcm_manager, scope *C.kvcm__const_kvcm_
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerProbeReuse(managerObj, scope, tokens, num_tokens, out))
+	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueManagerProbeReuse(managerObj, scope, tokensArg, out))
 }
 
 // kvcm_manager_probe_reuse_v2 is the export of kvcm_manager_probe_reuse_v2 (ABI version 2).
@@ -1765,7 +1837,11 @@ func kvcm_manager_probe_reuse_v2(manager C.kvcm_manager, scope *C.kvcm__const_kv
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerProbeReuseV2(managerObj, scope, has_lora_id, tokens, num_tokens, out))
+	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueManagerProbeReuseV2(managerObj, scope, has_lora_id, tokensArg, out))
 }
 
 // kvcm_manager_resize_level is the export of kvcm_manager_resize_level (ABI version 1).

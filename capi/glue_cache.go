@@ -88,8 +88,8 @@ func glueKVCacheSetStream(c *kvCacheObj, stream C.kvcm_stream) error {
 	return c.SetStream(s)
 }
 
-func glueKVCacheGetCommittedTokens(c *kvCacheObj, tokens *C.kvcm_token, capacity C.size_t, needed *C.size_t) error {
-	return fill(c.Core().CommittedTokens(), tokens, capacity, needed, func(t config.Token) C.kvcm_token { return C.kvcm_token(t) })
+func glueKVCacheGetCommittedTokens(c *kvCacheObj) ([]config.Token, error) {
+	return c.Core().CommittedTokens(), nil
 }
 
 func glueKVCacheSuspend(c *kvCacheObj) error { return c.Suspend() }
@@ -98,12 +98,8 @@ func glueKVCacheResize(c *kvCacheObj, capacity, history C.int64_t) error {
 	return c.Resize(int64(capacity), int64(history))
 }
 
-func glueKVCacheCommit(c *kvCacheObj, tokens *C.kvcm__const_kvcm_token, n C.size_t, isEnd C.bool) error {
-	ts, err := goTokens(tokens, n, "tokens")
-	if err != nil {
-		return err
-	}
-	return c.Commit(ts, bool(isEnd))
+func glueKVCacheCommit(c *kvCacheObj, tokens []config.Token, isEnd C.bool) error {
+	return c.Commit(tokens, bool(isEnd))
 }
 
 func glueKVCacheStopCommitting(c *kvCacheObj) error {
@@ -145,12 +141,8 @@ func glueKVCacheGetReusedTokens(c *kvCacheObj, out *C.int64_t) error {
 	return nil
 }
 
-func glueKVCacheGetBasePageIndices(c *kvCacheObj, lg C.kvcm_layer_group_id, indices *C.int32_t, capacity C.size_t, needed *C.size_t) error {
-	idx, err := c.Core().BasePageIndices(layout.LayerGroupID(lg))
-	if err != nil {
-		return err
-	}
-	return fill(idx, indices, capacity, needed, func(i int32) C.int32_t { return C.int32_t(i) })
+func glueKVCacheGetBasePageIndices(c *kvCacheObj, lg C.kvcm_layer_group_id) ([]int32, error) {
+	return c.Core().BasePageIndices(layout.LayerGroupID(lg))
 }
 
 func glueKVCacheGetStats(c *kvCacheObj, out *C.kvcm_block_stats) error {
@@ -158,6 +150,6 @@ func glueKVCacheGetStats(c *kvCacheObj, out *C.kvcm_block_stats) error {
 	return nil
 }
 
-func glueKVCacheGetCachedTokensByLevel(c *kvCacheObj, tokens *C.int64_t, capacity C.size_t, needed *C.size_t) error {
-	return fill(c.Core().CachedTokensByLevel(), tokens, capacity, needed, func(n int) C.int64_t { return C.int64_t(n) })
+func glueKVCacheGetCachedTokensByLevel(c *kvCacheObj) ([]int, error) {
+	return c.Core().CachedTokensByLevel(), nil
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvcm/kvcm/core/abimodel"
 	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/cp"
 )
 
@@ -189,75 +190,22 @@ func glueCPCreateDelegating(a *cpIndexObjectArg, out *C.kvcm_cp_index) error {
 
 // ---- The five methods on any index ----
 
-func goID(p *C.kvcm__const_char, n C.size_t, name string) (string, error) {
-	if n > 1<<30 {
-		return "", argError(name+"_len", "%d is too large", uint64(n))
-	}
-	if n == 0 {
-		return "", nil
-	}
-	return C.GoStringN((*C.char)(unsafe.Pointer(p)), C.int(n)), nil
-}
-
-func goKeys(p *C.kvcm__const_uint64_t, n C.size_t, name string) ([]blockhash.Key, error) {
-	ks, err := cArray(p, n, name)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]blockhash.Key, len(ks))
-	for i, k := range ks {
-		out[i] = blockhash.Key(k)
-	}
-	return out, nil
-}
-
-func glueCPPredictPrefixReuse(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, tokens *C.kvcm__const_kvcm_token, n C.size_t, out *C.double) error {
-	id, err := goID(rid, ridLen, "request_id")
-	if err != nil {
-		return err
-	}
-	ts, err := goTokens(tokens, n, "tokens")
-	if err != nil {
-		return err
-	}
-	score, err := o.PredictPrefixReuse(id, ts)
+func glueCPPredictPrefixReuse(o *cpObj, id string, tokens []config.Token, out *C.double) error {
+	score, err := o.PredictPrefixReuse(id, tokens)
 	*out = C.double(score)
 	return err
 }
 
-func glueCPGetCachedBlocks(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, keys *C.uint64_t, capacity C.size_t, needed *C.size_t) error {
-	id, err := goID(rid, ridLen, "request_id")
-	if err != nil {
-		return err
-	}
-	got, err := o.GetCachedBlocks(id)
-	if err != nil {
-		return err
-	}
-	return fill(got, keys, capacity, needed, func(k blockhash.Key) C.uint64_t { return C.uint64_t(k) })
+func glueCPGetCachedBlocks(o *cpObj, id string) ([]blockhash.Key, error) {
+	return o.GetCachedBlocks(id)
 }
 
-func glueCPNotifyBlocksAllocated(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, keys *C.kvcm__const_uint64_t, n C.size_t) error {
-	return glueCPNotify(rid, ridLen, keys, n, o.NotifyBlocksAllocated)
+func glueCPNotifyBlocksAllocated(o *cpObj, id string, keys []blockhash.Key) error {
+	return o.NotifyBlocksAllocated(id, keys)
 }
 
-func glueCPNotifyBlocksFreed(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, keys *C.kvcm__const_uint64_t, n C.size_t) error {
-	return glueCPNotify(rid, ridLen, keys, n, o.NotifyBlocksFreed)
-}
-
-// glueCPNotify converts a request id and keys from C and passes them to one
-// of the index's notification methods.
-func glueCPNotify(rid *C.kvcm__const_char, ridLen C.size_t, keys *C.kvcm__const_uint64_t, n C.size_t,
-	notify func(string, []blockhash.Key) error) error {
-	id, err := goID(rid, ridLen, "request_id")
-	if err != nil {
-		return err
-	}
-	ks, err := goKeys(keys, n, "keys")
-	if err != nil {
-		return err
-	}
-	return notify(id, ks)
+func glueCPNotifyBlocksFreed(o *cpObj, id string, keys []blockhash.Key) error {
+	return o.NotifyBlocksFreed(id, keys)
 }
 
 func glueCPGetAllocationPriority(o *cpObj, ids *C.kvcm__const_kvcm_cp_request_id, n C.size_t, order *C.size_t) error {
@@ -274,7 +222,7 @@ func glueCPGetAllocationPriority(o *cpObj, ids *C.kvcm__const_kvcm_cp_request_id
 		if cids[i].data == nil && cids[i].len != 0 {
 			return argError(fmt.Sprintf("request_ids[%d].data", i), "is NULL but len is %d", uint64(cids[i].len))
 		}
-		if in[i], err = goID((*C.kvcm__const_char)(unsafe.Pointer(cids[i].data)), cids[i].len, fmt.Sprintf("request_ids[%d].data", i)); err != nil {
+		if in[i], err = cStringArg(cids[i].data, cids[i].len, fmt.Sprintf("request_ids[%d].len", i)); err != nil {
 			return err
 		}
 	}

@@ -243,42 +243,22 @@ func goScope(s *C.kvcm__const_kvcm_reuse_scope, hasLoRA bool, name string) (bloc
 	return sc, err
 }
 
-func goTokens(p *C.kvcm__const_kvcm_token, n C.size_t, name string) ([]config.Token, error) {
-	ts, err := cArray(p, n, name)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]config.Token, len(ts))
-	for i, t := range ts {
-		out[i] = config.Token(t)
-	}
-	return out, nil
+func glueManagerProbeReuse(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, tokens []config.Token, out *C.int64_t) error {
+	return glueManagerProbeReuseV2(mgr, scope, false, tokens, out)
 }
 
-func glueManagerProbeReuse(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, tokens *C.kvcm__const_kvcm_token, n C.size_t, out *C.int64_t) error {
-	return glueManagerProbeReuseV2(mgr, scope, false, tokens, n, out)
-}
-
-func glueManagerProbeReuseV2(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, hasLoRA C.bool, tokens *C.kvcm__const_kvcm_token, n C.size_t, out *C.int64_t) error {
+func glueManagerProbeReuseV2(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, hasLoRA C.bool, tokens []config.Token, out *C.int64_t) error {
 	sc, err := goScope(scope, bool(hasLoRA), "scope")
 	if err != nil {
 		return err
 	}
-	ts, err := goTokens(tokens, n, "tokens")
-	if err != nil {
-		return err
-	}
-	reused, err := mgr.ProbeReuse(sc, ts)
+	reused, err := mgr.ProbeReuse(sc, tokens)
 	*out = C.int64_t(reused)
 	return err
 }
 
-func glueManagerProbeFirstNewBlockKey(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, hasLoRA C.bool, tokens *C.kvcm__const_kvcm_token, n C.size_t, key *C.uint64_t, found *C.bool) error {
+func glueManagerProbeFirstNewBlockKey(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, hasLoRA C.bool, ts []config.Token, key *C.uint64_t, found *C.bool) error {
 	sc, err := goScope(scope, bool(hasLoRA), "scope")
-	if err != nil {
-		return err
-	}
-	ts, err := goTokens(tokens, n, "tokens")
 	if err != nil {
 		return err
 	}
@@ -313,31 +293,8 @@ func glueManagerGetAndResetIterationStats(mgr *managerObj, out *C.kvcm_block_sta
 	return nil
 }
 
-// fill writes items into a caller buffer after checking its capacity.
-func fill[T, E any](items []T, buf *E, capacity C.size_t, needed *C.size_t, conv func(T) E) error {
-	*needed = C.size_t(len(items))
-	if buf == nil && capacity == 0 {
-		return nil
-	}
-	out, err := cSlice(buf, capacity, "capacity")
-	if err != nil {
-		return err
-	}
-	if uint64(capacity) < uint64(len(items)) {
-		return errorf(codeBufferTooSmall, "need room for %d entries, got %d", len(items), uint64(capacity))
-	}
-	for i, it := range items {
-		out[i] = conv(it)
-	}
-	return nil
-}
-
-func glueManagerGetStorageStats(mgr *managerObj, level C.kvcm_cache_level, stats *C.kvcm_pool_group_stats, capacity C.size_t, needed *C.size_t) error {
-	st, err := mgr.Core().StorageStats(layout.CacheLevel(level))
-	if err != nil {
-		return err
-	}
-	return fill(st, stats, capacity, needed, toCPoolGroupStats)
+func glueManagerGetStorageStats(mgr *managerObj, level C.kvcm_cache_level) ([]core.PoolGroupStats, error) {
+	return mgr.Core().StorageStats(layout.CacheLevel(level))
 }
 
 func glueManagerGetAndResetIterationPeakBlockStats(mgr *managerObj, level C.kvcm_cache_level, stats *C.kvcm_peak_block_stats, capacity C.size_t, needed *C.size_t) error {

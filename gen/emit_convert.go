@@ -81,6 +81,48 @@ func convertHelpers(f *jen.File) {
 		jen.Return(jen.Id("cSlice").Call(jen.Id("p"), n(), jen.Id("name"))),
 	)
 	f.Line()
+	f.Comment("cStringArg copies the n bytes at p (a parameter the export checked), whose")
+	f.Comment("length is the parameter lenName.")
+	f.Func().Id("cStringArg").Params(jen.Id("p").Op("*").Qual("C", "char"), n().Qual("C", "size_t"), jen.Id("lenName").String()).
+		Params(jen.String(), jen.Error()).Block(
+		jen.If(n().Op(">").Lit(1<<30)).Block(
+			jen.Return(jen.Lit(""), jen.Id("argError").Call(jen.Id("lenName"), jen.Lit("%d is too large"), jen.Uint64().Call(n())))),
+		jen.If(n().Op("==").Lit(0).Op("||").Id("p").Op("==").Nil()).Block(jen.Return(jen.Lit(""), jen.Nil())),
+		jen.Return(jen.Qual("C", "GoStringN").Call(jen.Id("p"), jen.Qual("C", "int").Call(n())), jen.Nil()),
+	)
+	f.Line()
+	f.Comment("number is the element types cSliceArg converts between.")
+	var kinds []jen.Code
+	for _, k := range []string{"int8", "int16", "int32", "int64", "int", "uint8", "uint16", "uint32", "uint64", "uint", "uintptr", "float32", "float64"} {
+		kinds = append(kinds, jen.Op("~").Id(k))
+	}
+	f.Type().Id("number").Interface(jen.Union(kinds...))
+	f.Line()
+	f.Comment("cSliceArg copies the n elements at p, converted to G (nil for none).")
+	f.Func().Id("cSliceArg").Types(jen.Id("G"), jen.Id("E").Id("number")).Params(jen.Id("p").Op("*").Id("E"), n().Qual("C", "size_t"), jen.Id("name").String()).
+		Params(jen.Index().Id("G"), jen.Error()).Block(
+		jen.List(jen.Id("es"), jen.Err()).Op(":=").Id("cArray").Call(jen.Id("p"), n(), jen.Id("name")),
+		jen.If(jen.Err().Op("!=").Nil().Op("||").Len(jen.Id("es")).Op("==").Lit(0)).Block(jen.Return(jen.Nil(), jen.Err())),
+		jen.Id("out").Op(":=").Make(jen.Index().Id("G"), jen.Len(jen.Id("es"))),
+		jen.For(jen.List(jen.Id("i"), jen.Id("e")).Op(":=").Range().Id("es")).Block(jen.Id("out").Index(jen.Id("i")).Op("=").Id("G").Call(jen.Id("e"))),
+		jen.Return(jen.Id("out"), jen.Nil()),
+	)
+	f.Line()
+	f.Comment("fill writes items into a caller's buffer of capacity elements, converted")
+	f.Comment("by conv, and their number to needed; a NULL buffer with capacity 0 asks")
+	f.Comment("for the number only, a smaller one is KVCM_ERR_BUFFER_TOO_SMALL.")
+	f.Func().Id("fill").Types(jen.List(jen.Id("T"), jen.Id("E")).Any()).Params(jen.Id("items").Index().Id("T"), jen.Id("buf").Op("*").Id("E"),
+		jen.Id("capacity").Qual("C", "size_t"), jen.Id("needed").Op("*").Qual("C", "size_t"), jen.Id("conv").Func().Params(jen.Id("T")).Id("E")).Error().Block(
+		jen.Op("*").Id("needed").Op("=").Qual("C", "size_t").Call(jen.Len(jen.Id("items"))),
+		jen.If(jen.Id("buf").Op("==").Nil().Op("&&").Id("capacity").Op("==").Lit(0)).Block(jen.Return(jen.Nil())),
+		jen.List(jen.Id("out"), jen.Err()).Op(":=").Id("cSlice").Call(jen.Id("buf"), jen.Id("capacity"), jen.Lit("capacity")),
+		jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err())),
+		jen.If(jen.Uint64().Call(jen.Id("capacity")).Op("<").Uint64().Call(jen.Len(jen.Id("items")))).Block(
+			jen.Return(jen.Id("errorf").Call(jen.Id("codeBufferTooSmall"), jen.Lit("need room for %d entries, got %d"), jen.Len(jen.Id("items")), jen.Uint64().Call(jen.Id("capacity"))))),
+		jen.For(jen.List(jen.Id("i"), jen.Id("it")).Op(":=").Range().Id("items")).Block(jen.Id("out").Index(jen.Id("i")).Op("=").Id("conv").Call(jen.Id("it"))),
+		jen.Return(jen.Nil()),
+	)
+	f.Line()
 	f.Comment("cString copies a NUL-terminated string; NULL is \"\".")
 	f.Func().Id("cString").Params(jen.Id("p").Op("*").Qual("C", "char")).String().Block(
 		jen.If(jen.Id("p").Op("==").Nil()).Block(jen.Return(jen.Lit(""))),

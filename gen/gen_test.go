@@ -110,7 +110,7 @@ func TestModel(t *testing.T) {
 	for _, f := range m.TableFuncs() {
 		names = append(names, f.CName)
 	}
-	assert.Equal(t, []string{"kvcm_count", "kvcm_status_free", "kvcm_widget_create", "kvcm_widget_notify"}, names,
+	assert.Equal(t, []string{"kvcm_count", "kvcm_status_free", "kvcm_widget_create", "kvcm_widget_notify", "kvcm_widget_tag"}, names,
 		"the table is ordered by version, then name, and omits kvcm_get_api")
 }
 
@@ -145,6 +145,7 @@ func TestLoadErrors(t *testing.T) {
 		"gomethodin":  "a method (go:\"Dx()\") can only be read",
 		"cppimplbool": `a trampoline returns int32_t: tag the slot cpp:"-"`,
 		"pyvaluestr":  "a //kvcm:pyvalue struct has scalar, enum and typedef fields only",
+		"slicenogo":   "slice is for a const T* of scalars, with go=<Go element type>",
 	} {
 		_, err := Load(filepath.Join("testdata", "bad", dir), ".")
 		if assert.Error(t, err, dir) {

@@ -544,8 +544,19 @@ func (l *loader) function(s typeSpec) (*Func, error) {
 				p.Len = Snake(n)
 				continue
 			}
+			if g, ok := strings.CutPrefix(fl, "go="); ok {
+				p.GoElem = g
+				continue
+			}
+			if n, ok := strings.CutPrefix(fl, "buffer="); ok {
+				if byName[n] == nil {
+					return nil, fmt.Errorf("%s: %s: buffer names unknown parameter %q", name, p.GoName, n)
+				}
+				p.Buffer = Snake(n)
+				continue
+			}
 			switch fl {
-			case "in", "out", "borrowed", "owned", "consumed", "nullable":
+			case "in", "out", "borrowed", "owned", "consumed", "nullable", "string", "slice":
 			default:
 				return nil, fmt.Errorf("%s: %s: unknown flag %q", name, p.GoName, fl)
 			}
@@ -559,6 +570,9 @@ func (l *loader) function(s typeSpec) (*Func, error) {
 	for _, p := range sig.Params {
 		if p.Doc == "" {
 			return nil, fmt.Errorf("%s: parameter %s has no //kvcm:param", name, p.GoName)
+		}
+		if err := checkConvention(f, p); err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", name, p.GoName, err)
 		}
 	}
 	return f, nil
@@ -735,6 +749,29 @@ func checkGoImpls(dc *Decl) error {
 		if f.Type.Kind != KFunc || len(f.Type.Sig.Params) == 0 || f.Type.Sig.Params[0].Type.Kind != KVoidPtr {
 			return fmt.Errorf("%s.%s: a vtable with //kvcm:goimpl has only slots that take self (void*) first", dc.GoName, f.GoName)
 		}
+	}
+	return nil
+}
+
+// checkConvention checks a parameter's string, slice and buffer flags.
+func checkConvention(f *Func, p *Param) error {
+	t := p.Type
+	conv := p.Has("string") || p.Has("slice") || p.Buffer != ""
+	switch {
+	case !conv:
+		return nil
+	case !f.Sig.Result.IsStatus():
+		return fmt.Errorf("string, slice and buffer need a kvcm_status* result")
+	case p.Len == "":
+		return fmt.Errorf("string, slice and buffer need len=")
+	case p.Has("string") && t.Kind != KCStr:
+		return fmt.Errorf("string is for a const char*")
+	case p.Has("slice") && (t.Kind != KPtr || t.Dir != DirIn || !isScalarField(t.Elem) || p.GoElem == ""):
+		return fmt.Errorf("slice is for a const T* of scalars, with go=<Go element type>")
+	case p.Buffer != "" && (t.Kind != KPtr || t.Dir != DirOut):
+		return fmt.Errorf("buffer is for a T*")
+	case p.Buffer != "" && p.GoElem == "" && (t.Elem.Kind != KNamed || t.Elem.Decl.GoMap == nil || !t.Elem.Decl.GoMap.Out):
+		return fmt.Errorf("buffer needs go=<Go element type>, or elements with //kvcm:go out")
 	}
 	return nil
 }

@@ -64,6 +64,14 @@ type Param struct {
 	Len      string   // C name of the parameter giving the element count
 	Doc      string
 	Nullable bool
+	// The export's conventions (//kvcm:param flags), so that the glue gets
+	// Go values: string (a const char* with len=: a Go string), slice (a
+	// const T* with len=: a []GoElem copy), buffer=<needed> (a T* with
+	// len=capacity and the size_t* that receives the count: the glue
+	// returns a []GoElem, or a slice of T's //kvcm:go struct, and the
+	// export fills the buffer, checking its capacity).
+	GoElem string // go=<import path>.<Type> or a predeclared Go type
+	Buffer string // C name of the needed parameter of a buffer
 }
 
 // Has reports whether the parameter carries a flag.

@@ -157,7 +157,7 @@ type KVCacheResize func(cache KVCache, capacity int64, historyLength int64) *Sta
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param tokens borrowed,nullable,len=numTokens The tokens (NULL only when num_tokens is 0).
+//kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
 //kvcm:param isEnd in Whether these are the last tokens to commit.
 type KVCacheCommit func(cache KVCache, tokens spec.In[Token], numTokens spec.Size, isEnd bool) *Status
@@ -224,7 +224,7 @@ type KVCacheGetCapacity func(cache KVCache, out spec.Out[int64]) *Status
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param tokens out,nullable,len=capacity Receives the committed tokens.
+//kvcm:param tokens out,nullable,len=capacity,buffer=needed,go=github.com/kvcm/kvcm/core/config.Token Receives the committed tokens.
 //kvcm:param capacity in Capacity of tokens, in elements.
 //kvcm:param needed out Receives the number of committed tokens.
 type KVCacheGetCommittedTokens func(cache KVCache, tokens spec.Out[Token], capacity spec.Size, needed spec.Out[spec.Size]) *Status
@@ -246,7 +246,7 @@ type KVCacheGetReusedTokens func(cache KVCache, out spec.Out[int64]) *Status
 //kvcm:thread manager
 //kvcm:param cache in The cache.
 //kvcm:param layerGroup in The layer group.
-//kvcm:param indices out,nullable,len=capacity Receives one index per block.
+//kvcm:param indices out,nullable,len=capacity,buffer=needed,go=int32 Receives one index per block.
 //kvcm:param capacity in Capacity of indices, in elements.
 //kvcm:param needed out Receives the number of blocks.
 type KVCacheGetBasePageIndices func(cache KVCache, layerGroup LayerGroupID, indices spec.Out[int32], capacity spec.Size, needed spec.Out[spec.Size]) *Status
@@ -270,7 +270,7 @@ type KVCacheGetStats func(cache KVCache, out spec.Out[BlockStats]) *Status
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param tokens out,nullable,len=capacity Receives one count per level.
+//kvcm:param tokens out,nullable,len=capacity,buffer=needed,go=int Receives one count per level.
 //kvcm:param capacity in Capacity of tokens, in elements.
 //kvcm:param needed out Receives the number of levels.
 type KVCacheGetCachedTokensByLevel func(cache KVCache, tokens spec.Out[int64], capacity spec.Size, needed spec.Out[spec.Size]) *Status

@@ -166,9 +166,9 @@ type CPDestroy func(cp CPIndex) *Status
 //kvcm:since 1
 //kvcm:thread any
 //kvcm:param cp in The index.
-//kvcm:param requestID borrowed,nullable,len=requestIDLen The request id's bytes (NULL only when request_id_len is 0).
+//kvcm:param requestID borrowed,nullable,len=requestIDLen,string The request id's bytes (NULL only when request_id_len is 0).
 //kvcm:param requestIDLen in The request id's length in bytes.
-//kvcm:param tokens borrowed,nullable,len=numTokens The request's tokens (NULL only when num_tokens is 0).
+//kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The request's tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
 //kvcm:param out out Receives the score.
 type CPPredictPrefixReuse func(cp CPIndex, requestID spec.CStr, requestIDLen spec.Size, tokens spec.In[Token], numTokens spec.Size, out spec.Out[float64]) *Status
@@ -182,9 +182,9 @@ type CPPredictPrefixReuse func(cp CPIndex, requestID spec.CStr, requestIDLen spe
 //kvcm:since 1
 //kvcm:thread any
 //kvcm:param cp in The index.
-//kvcm:param requestID borrowed,nullable,len=requestIDLen The request id's bytes (NULL only when request_id_len is 0).
+//kvcm:param requestID borrowed,nullable,len=requestIDLen,string The request id's bytes (NULL only when request_id_len is 0).
 //kvcm:param requestIDLen in The request id's length in bytes.
-//kvcm:param keys out,nullable,len=capacity Receives the block keys.
+//kvcm:param keys out,nullable,len=capacity,buffer=needed,go=github.com/kvcm/kvcm/core/blockhash.Key Receives the block keys.
 //kvcm:param capacity in Capacity of keys, in elements.
 //kvcm:param needed out Receives the number of keys.
 type CPGetCachedBlocks func(cp CPIndex, requestID spec.CStr, requestIDLen spec.Size, keys spec.Out[uint64], capacity spec.Size, needed spec.Out[spec.Size]) *Status
@@ -196,9 +196,9 @@ type CPGetCachedBlocks func(cp CPIndex, requestID spec.CStr, requestIDLen spec.S
 //kvcm:since 1
 //kvcm:thread any
 //kvcm:param cp in The index.
-//kvcm:param requestID borrowed,nullable,len=requestIDLen The request id's bytes (NULL only when request_id_len is 0).
+//kvcm:param requestID borrowed,nullable,len=requestIDLen,string The request id's bytes (NULL only when request_id_len is 0).
 //kvcm:param requestIDLen in The request id's length in bytes.
-//kvcm:param keys borrowed,nullable,len=numKeys The block keys (NULL only when num_keys is 0).
+//kvcm:param keys borrowed,nullable,len=numKeys,slice,go=github.com/kvcm/kvcm/core/blockhash.Key The block keys (NULL only when num_keys is 0).
 //kvcm:param numKeys in The number of keys.
 type CPNotifyBlocksAllocated func(cp CPIndex, requestID spec.CStr, requestIDLen spec.Size, keys spec.In[uint64], numKeys spec.Size) *Status
 
@@ -210,9 +210,9 @@ type CPNotifyBlocksAllocated func(cp CPIndex, requestID spec.CStr, requestIDLen 
 //kvcm:since 1
 //kvcm:thread any
 //kvcm:param cp in The index.
-//kvcm:param requestID borrowed,nullable,len=requestIDLen The request id's bytes (NULL only when request_id_len is 0).
+//kvcm:param requestID borrowed,nullable,len=requestIDLen,string The request id's bytes (NULL only when request_id_len is 0).
 //kvcm:param requestIDLen in The request id's length in bytes.
-//kvcm:param keys borrowed,nullable,len=numKeys The block keys (NULL only when num_keys is 0).
+//kvcm:param keys borrowed,nullable,len=numKeys,slice,go=github.com/kvcm/kvcm/core/blockhash.Key The block keys (NULL only when num_keys is 0).
 //kvcm:param numKeys in The number of keys.
 type CPNotifyBlocksFreed func(cp CPIndex, requestID spec.CStr, requestIDLen spec.Size, keys spec.In[uint64], numKeys spec.Size) *Status
 

@@ -412,7 +412,7 @@ type ManagerResizeLevel func(manager Manager, level CacheLevel, quota int64) *St
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 //kvcm:param scope borrowed The reuse scope.
-//kvcm:param tokens borrowed,nullable,len=numTokens The input tokens (NULL only when num_tokens is 0).
+//kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The input tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
 //kvcm:param out out Receives the number of reusable tokens.
 type ManagerProbeReuse func(manager Manager, scope spec.In[ReuseScope], tokens spec.In[Token], numTokens spec.Size, out spec.Out[int64]) *Status
@@ -428,7 +428,7 @@ type ManagerProbeReuse func(manager Manager, scope spec.In[ReuseScope], tokens s
 //kvcm:param manager in The manager.
 //kvcm:param scope borrowed The reuse scope.
 //kvcm:param hasLoraID in Whether scope.lora_id is a LoRA adapter id, 0 included.
-//kvcm:param tokens borrowed,nullable,len=numTokens The input tokens (NULL only when num_tokens is 0).
+//kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The input tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
 //kvcm:param key out Receives the block's key (its chained content hash).
 //kvcm:param found out Receives whether there is such a block.
@@ -442,7 +442,7 @@ type ManagerProbeFirstNewBlockKey func(manager Manager, scope spec.In[ReuseScope
 //kvcm:param manager in The manager.
 //kvcm:param scope borrowed The reuse scope.
 //kvcm:param hasLoraID in Whether scope.lora_id is a LoRA adapter id, 0 included.
-//kvcm:param tokens borrowed,nullable,len=numTokens The input tokens (NULL only when num_tokens is 0).
+//kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The input tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
 //kvcm:param out out Receives the number of reusable tokens.
 type ManagerProbeReuseV2 func(manager Manager, scope spec.In[ReuseScope], hasLoraID bool, tokens spec.In[Token], numTokens spec.Size, out spec.Out[int64]) *Status
@@ -490,7 +490,7 @@ type ManagerGetAndResetIterationStats func(manager Manager, out spec.Out[BlockSt
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 //kvcm:param level in The cache level.
-//kvcm:param stats out,nullable,len=capacity Receives one entry per pool group.
+//kvcm:param stats out,nullable,len=capacity,buffer=needed Receives one entry per pool group.
 //kvcm:param capacity in Capacity of stats, in elements.
 //kvcm:param needed out Receives the number of pool groups.
 type ManagerGetStorageStats func(manager Manager, level CacheLevel, stats spec.Out[PoolGroupStats], capacity spec.Size, needed spec.Out[spec.Size]) *Status

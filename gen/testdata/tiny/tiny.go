@@ -170,10 +170,21 @@ type WidgetCreate func(options spec.In[Options], plugin spec.In[PluginObject], o
 //kvcm:param widget in The widget.
 //kvcm:param fn in The callback.
 //kvcm:param userData borrowed,nullable Passed to fn.
-//kvcm:param pairs out,nullable,len=capacity Receives pairs.
+//kvcm:param pairs out,nullable,len=capacity,buffer=needed Receives pairs.
 //kvcm:param capacity in Capacity of pairs.
 //kvcm:param needed out Receives the count.
 type WidgetNotify func(widget Widget, fn Notify, userData spec.VoidPtr, pairs spec.Out[Pair], capacity spec.Size, needed spec.Out[spec.Size]) *Status
+
+// WidgetTag tags a widget with a name and values.
+//
+//kvcm:since 2
+//kvcm:thread any
+//kvcm:param widget in The widget.
+//kvcm:param name borrowed,nullable,len=nameLen,string The name's bytes.
+//kvcm:param nameLen in The name's length.
+//kvcm:param values borrowed,nullable,len=numValues,slice,go=int The values.
+//kvcm:param numValues in The number of values.
+type WidgetTag func(widget Widget, name spec.CStr, nameLen spec.Size, values spec.In[int32], numValues spec.Size) *Status
 
 // Count returns a count.
 //

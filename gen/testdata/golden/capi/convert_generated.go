@@ -36,6 +36,57 @@ func cArray[T any](p *T, n C.size_t, name string) ([]T, error) {
 	return cSlice(p, n, name)
 }
 
+// cStringArg copies the n bytes at p (a parameter the export checked), whose
+// length is the parameter lenName.
+func cStringArg(p *C.char, n C.size_t, lenName string) (string, error) {
+	if n > 1073741824 {
+		return "", argError(lenName, "%d is too large", uint64(n))
+	}
+	if n == 0 || p == nil {
+		return "", nil
+	}
+	return C.GoStringN(p, C.int(n)), nil
+}
+
+// number is the element types cSliceArg converts between.
+type number interface {
+	~int8 | ~int16 | ~int32 | ~int64 | ~int | ~uint8 | ~uint16 | ~uint32 | ~uint64 | ~uint | ~uintptr | ~float32 | ~float64
+}
+
+// cSliceArg copies the n elements at p, converted to G (nil for none).
+func cSliceArg[G, E number](p *E, n C.size_t, name string) ([]G, error) {
+	es, err := cArray(p, n, name)
+	if err != nil || len(es) == 0 {
+		return nil, err
+	}
+	out := make([]G, len(es))
+	for i, e := range es {
+		out[i] = G(e)
+	}
+	return out, nil
+}
+
+// fill writes items into a caller's buffer of capacity elements, converted
+// by conv, and their number to needed; a NULL buffer with capacity 0 asks
+// for the number only, a smaller one is KVCM_ERR_BUFFER_TOO_SMALL.
+func fill[T, E any](items []T, buf *E, capacity C.size_t, needed *C.size_t, conv func(T) E) error {
+	*needed = C.size_t(len(items))
+	if buf == nil && capacity == 0 {
+		return nil
+	}
+	out, err := cSlice(buf, capacity, "capacity")
+	if err != nil {
+		return err
+	}
+	if uint64(capacity) < uint64(len(items)) {
+		return errorf(codeBufferTooSmall, "need room for %d entries, got %d", len(items), uint64(capacity))
+	}
+	for i, it := range items {
+		out[i] = conv(it)
+	}
+	return nil
+}
+
 // cString copies a NUL-terminated string; NULL is "".
 func cString(p *C.char) string {
 	if p == nil {
