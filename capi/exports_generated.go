@@ -598,7 +598,12 @@ func kvcm_kv_cache_get_capacity(cache C.kvcm_kv_cache, out *C.int64_t) (status *
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetCapacity(cacheObj, out))
+	v, err := glueKVCacheGetCapacity(cacheObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.int64_t(v)
+	return nil
 }
 
 // kvcm_kv_cache_get_committed_tokens is the export of kvcm_kv_cache_get_committed_tokens (ABI version 2).
@@ -659,7 +664,12 @@ func kvcm_kv_cache_get_history_length(cache C.kvcm_kv_cache, out *C.int64_t) (st
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetHistoryLength(cacheObj, out))
+	v, err := glueKVCacheGetHistoryLength(cacheObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.int64_t(v)
+	return nil
 }
 
 // kvcm_kv_cache_get_id is the export of kvcm_kv_cache_get_id (ABI version 1).
@@ -685,7 +695,12 @@ func kvcm_kv_cache_get_id(cache C.kvcm_kv_cache, out *C.uint64_t) (status *C.kvc
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetID(cacheObj, out))
+	v, err := glueKVCacheGetID(cacheObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.uint64_t(v)
+	return nil
 }
 
 // kvcm_kv_cache_get_num_committed_tokens is the export of kvcm_kv_cache_get_num_committed_tokens (ABI version 1).
@@ -711,7 +726,12 @@ func kvcm_kv_cache_get_num_committed_tokens(cache C.kvcm_kv_cache, out *C.int64_
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetNumCommittedTokens(cacheObj, out))
+	v, err := glueKVCacheGetNumCommittedTokens(cacheObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.int64_t(v)
+	return nil
 }
 
 // kvcm_kv_cache_get_reused_tokens is the export of kvcm_kv_cache_get_reused_tokens (ABI version 1).
@@ -737,7 +757,12 @@ func kvcm_kv_cache_get_reused_tokens(cache C.kvcm_kv_cache, out *C.int64_t) (sta
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetReusedTokens(cacheObj, out))
+	v, err := glueKVCacheGetReusedTokens(cacheObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.int64_t(v)
+	return nil
 }
 
 // kvcm_kv_cache_get_stats is the export of kvcm_kv_cache_get_stats (ABI version 2).
@@ -763,7 +788,12 @@ func kvcm_kv_cache_get_stats(cache C.kvcm_kv_cache, out *C.kvcm_block_stats) (st
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetStats(cacheObj, out))
+	v, err := glueKVCacheGetStats(cacheObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = toCBlockStats(v)
+	return nil
 }
 
 // kvcm_kv_cache_get_status is the export of kvcm_kv_cache_get_status (ABI version 1).
@@ -789,7 +819,12 @@ func kvcm_kv_cache_get_status(cache C.kvcm_kv_cache, out *C.kvcm_cache_status) (
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetStatus(cacheObj, out))
+	v, err := glueKVCacheGetStatus(cacheObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.kvcm_cache_status(v)
+	return nil
 }
 
 // kvcm_kv_cache_prefetch is the export of kvcm_kv_cache_prefetch (ABI version 1).
@@ -948,7 +983,12 @@ func kvcm_manager_alloc_memory(manager C.kvcm_manager, kind C.kvcm_memory_kind, 
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerAllocMemory(managerObj, kind, size, out))
+	v, err := glueManagerAllocMemory(managerObj, kind, size)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.kvcm_device_ptr(v)
+	return nil
 }
 
 // kvcm_manager_attach_cp is the export of kvcm_manager_attach_cp (ABI version 1).
@@ -1048,7 +1088,12 @@ func kvcm_manager_create_stream(manager C.kvcm_manager, out *C.kvcm_stream) (sta
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerCreateStream(managerObj, out))
+	v, err := glueManagerCreateStream(managerObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.kvcm_stream(v)
+	return nil
 }
 
 // kvcm_manager_destroy is the export of kvcm_manager_destroy (ABI version 1).
@@ -1352,7 +1397,12 @@ func kvcm_manager_get_and_reset_iteration_stats(manager C.kvcm_manager, out *C.k
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetAndResetIterationStats(managerObj, out))
+	v, err := glueManagerGetAndResetIterationStats(managerObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = toCBlockStats(v)
+	return nil
 }
 
 // kvcm_manager_get_and_reset_layer_group_iteration_stats is the export of kvcm_manager_get_and_reset_layer_group_iteration_stats (ABI version 2).
@@ -1410,7 +1460,12 @@ func kvcm_manager_get_buffer_location(manager C.kvcm_manager, layer_id C.int32_t
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetBufferLocation(managerObj, layer_id, role, out))
+	v, err := glueManagerGetBufferLocation(managerObj, layer_id, role)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = toCBufferLocation(v)
+	return nil
 }
 
 // kvcm_manager_get_device_kind is the export of kvcm_manager_get_device_kind (ABI version 1).
@@ -1436,7 +1491,12 @@ func kvcm_manager_get_device_kind(manager C.kvcm_manager, out *C.kvcm_device_kin
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetDeviceKind(managerObj, out))
+	v, err := glueManagerGetDeviceKind(managerObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.kvcm_device_kind(v)
+	return nil
 }
 
 // kvcm_manager_get_layer_group_of is the export of kvcm_manager_get_layer_group_of (ABI version 1).
@@ -1462,7 +1522,12 @@ func kvcm_manager_get_layer_group_of(manager C.kvcm_manager, layer_id C.int32_t,
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetLayerGroupOf(managerObj, layer_id, out))
+	v, err := glueManagerGetLayerGroupOf(managerObj, layer_id)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.kvcm_layer_group_id(v)
+	return nil
 }
 
 // kvcm_manager_get_migration_stats is the export of kvcm_manager_get_migration_stats (ABI version 1).
@@ -1517,7 +1582,12 @@ func kvcm_manager_get_num_layer_groups(manager C.kvcm_manager, out *C.int32_t) (
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetNumLayerGroups(managerObj, out))
+	v, err := glueManagerGetNumLayerGroups(managerObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.int32_t(v)
+	return nil
 }
 
 // kvcm_manager_get_num_levels is the export of kvcm_manager_get_num_levels (ABI version 1).
@@ -1543,7 +1613,12 @@ func kvcm_manager_get_num_levels(manager C.kvcm_manager, out *C.int32_t) (status
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetNumLevels(managerObj, out))
+	v, err := glueManagerGetNumLevels(managerObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.int32_t(v)
+	return nil
 }
 
 // kvcm_manager_get_num_open_caches is the export of kvcm_manager_get_num_open_caches (ABI version 2).
@@ -1569,7 +1644,12 @@ func kvcm_manager_get_num_open_caches(manager C.kvcm_manager, out *C.size_t) (st
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetNumOpenCaches(managerObj, out))
+	v, err := glueManagerGetNumOpenCaches(managerObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.size_t(v)
+	return nil
 }
 
 // kvcm_manager_get_pool_group_descs is the export of kvcm_manager_get_pool_group_descs (ABI version 1).
@@ -1642,7 +1722,12 @@ func kvcm_manager_get_quota(manager C.kvcm_manager, level C.kvcm_cache_level, ou
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetQuota(managerObj, level, out))
+	v, err := glueManagerGetQuota(managerObj, level)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.int64_t(v)
+	return nil
 }
 
 // kvcm_manager_get_stats is the export of kvcm_manager_get_stats (ABI version 1).
@@ -1668,7 +1753,12 @@ func kvcm_manager_get_stats(manager C.kvcm_manager, out *C.kvcm_block_stats) (st
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetStats(managerObj, out))
+	v, err := glueManagerGetStats(managerObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = toCBlockStats(v)
+	return nil
 }
 
 // kvcm_manager_get_storage_stats is the export of kvcm_manager_get_storage_stats (ABI version 1).
@@ -1727,7 +1817,12 @@ func kvcm_manager_get_tokens_per_block(manager C.kvcm_manager, out *C.int32_t) (
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetTokensPerBlock(managerObj, out))
+	v, err := glueManagerGetTokensPerBlock(managerObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.int32_t(v)
+	return nil
 }
 
 // kvcm_manager_probe_first_new_block_key is the export of kvcm_manager_probe_first_new_block_key (ABI version 2).

@@ -10,6 +10,7 @@ import "C"
 import (
 	"fmt"
 
+	"github.com/kvcm/kvcm/core"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/layout"
 )
@@ -111,44 +112,25 @@ func glueKVCachePrefetch(c *kvCacheObj, level C.kvcm_cache_level) error {
 	return c.Prefetch(layout.CacheLevel(level))
 }
 
-func glueKVCacheGetStatus(c *kvCacheObj, out *C.kvcm_cache_status) error {
-	*out = C.kvcm_cache_status(c.Core().Status())
-	return nil
+func glueKVCacheGetStatus(c *kvCacheObj) (core.Status, error) { return c.Core().Status(), nil }
+
+func glueKVCacheGetID(c *kvCacheObj) (uint64, error) { return c.Core().ID(), nil }
+
+func glueKVCacheGetNumCommittedTokens(c *kvCacheObj) (int, error) {
+	return c.Core().NumCommittedTokens(), nil
 }
 
-func glueKVCacheGetID(c *kvCacheObj, out *C.uint64_t) error {
-	*out = C.uint64_t(c.Core().ID())
-	return nil
-}
+func glueKVCacheGetHistoryLength(c *kvCacheObj) (int, error) { return c.Core().HistoryLength(), nil }
 
-func glueKVCacheGetNumCommittedTokens(c *kvCacheObj, out *C.int64_t) error {
-	*out = C.int64_t(c.Core().NumCommittedTokens())
-	return nil
-}
+func glueKVCacheGetCapacity(c *kvCacheObj) (int, error) { return c.Core().Capacity(), nil }
 
-func glueKVCacheGetHistoryLength(c *kvCacheObj, out *C.int64_t) error {
-	*out = C.int64_t(c.Core().HistoryLength())
-	return nil
-}
-
-func glueKVCacheGetCapacity(c *kvCacheObj, out *C.int64_t) error {
-	*out = C.int64_t(c.Core().Capacity())
-	return nil
-}
-
-func glueKVCacheGetReusedTokens(c *kvCacheObj, out *C.int64_t) error {
-	*out = C.int64_t(c.Core().ReusedTokens())
-	return nil
-}
+func glueKVCacheGetReusedTokens(c *kvCacheObj) (int, error) { return c.Core().ReusedTokens(), nil }
 
 func glueKVCacheGetBasePageIndices(c *kvCacheObj, lg C.kvcm_layer_group_id) ([]int32, error) {
 	return c.Core().BasePageIndices(layout.LayerGroupID(lg))
 }
 
-func glueKVCacheGetStats(c *kvCacheObj, out *C.kvcm_block_stats) error {
-	*out = toCBlockStats(c.Core().Stats())
-	return nil
-}
+func glueKVCacheGetStats(c *kvCacheObj) (core.BlockStats, error) { return c.Core().Stats(), nil }
 
 func glueKVCacheGetCachedTokensByLevel(c *kvCacheObj) ([]int, error) {
 	return c.Core().CachedTokensByLevel(), nil

@@ -145,45 +145,31 @@ func glueManagerDestroy(mgr *managerObj) error {
 
 // ---- Queries ----
 
-func glueManagerGetTokensPerBlock(mgr *managerObj, out *C.int32_t) error {
-	*out = C.int32_t(mgr.Core().TokensPerBlock())
-	return nil
+func glueManagerGetTokensPerBlock(mgr *managerObj) (int, error) {
+	return mgr.Core().TokensPerBlock(), nil
 }
 
-func glueManagerGetNumLayerGroups(mgr *managerObj, out *C.int32_t) error {
-	*out = C.int32_t(mgr.Core().NumLayerGroups())
-	return nil
+func glueManagerGetNumLayerGroups(mgr *managerObj) (int, error) {
+	return mgr.Core().NumLayerGroups(), nil
 }
 
-func glueManagerGetNumLevels(mgr *managerObj, out *C.int32_t) error {
-	*out = C.int32_t(len(mgr.Core().Layout().Levels))
-	return nil
+func glueManagerGetNumLevels(mgr *managerObj) (int, error) {
+	return len(mgr.Core().Layout().Levels), nil
 }
 
-func glueManagerGetDeviceKind(mgr *managerObj, out *C.kvcm_device_kind) error {
-	*out = C.KVCM_DEVICE_EMU
+func glueManagerGetDeviceKind(mgr *managerObj) (C.kvcm_device_kind, error) {
 	if mgr.DeviceName() == backend.CUDA {
-		*out = C.KVCM_DEVICE_CUDA
+		return C.KVCM_DEVICE_CUDA, nil
 	}
-	return nil
+	return C.KVCM_DEVICE_EMU, nil
 }
 
-func glueManagerGetLayerGroupOf(mgr *managerObj, layerID C.int32_t, out *C.kvcm_layer_group_id) error {
-	lg, err := mgr.Core().LayerGroupOf(int32(layerID))
-	if err != nil {
-		return err
-	}
-	*out = C.kvcm_layer_group_id(lg)
-	return nil
+func glueManagerGetLayerGroupOf(mgr *managerObj, layerID C.int32_t) (layout.LayerGroupID, error) {
+	return mgr.Core().LayerGroupOf(int32(layerID))
 }
 
-func glueManagerGetBufferLocation(mgr *managerObj, layerID C.int32_t, role *C.kvcm__const_char, out *C.kvcm_buffer_location) error {
-	loc, err := mgr.Core().Buffer(int32(layerID), config.DataRole(C.GoString(role)))
-	if err != nil {
-		return err
-	}
-	*out = toCBufferLocation(loc)
-	return nil
+func glueManagerGetBufferLocation(mgr *managerObj, layerID C.int32_t, role *C.kvcm__const_char) (core.BufferLocation, error) {
+	return mgr.Core().Buffer(int32(layerID), config.DataRole(C.GoString(role)))
 }
 
 func glueManagerGetPoolGroupDescs(mgr *managerObj, level C.kvcm_cache_level, descs *C.kvcm_pool_group_desc, descsCap C.size_t,
@@ -222,13 +208,8 @@ func glueManagerGetPoolGroupDescs(mgr *managerObj, level C.kvcm_cache_level, des
 	return nil
 }
 
-func glueManagerGetQuota(mgr *managerObj, level C.kvcm_cache_level, out *C.int64_t) error {
-	q, err := mgr.Core().Quota(layout.CacheLevel(level))
-	if err != nil {
-		return err
-	}
-	*out = C.int64_t(q)
-	return nil
+func glueManagerGetQuota(mgr *managerObj, level C.kvcm_cache_level) (int64, error) {
+	return mgr.Core().Quota(layout.CacheLevel(level))
 }
 
 func glueManagerResizeLevel(mgr *managerObj, level C.kvcm_cache_level, quota C.int64_t) error {
@@ -273,24 +254,19 @@ func glueManagerProbeFirstNewBlockKey(mgr *managerObj, scope *C.kvcm__const_kvcm
 
 func glueManagerClearReusableBlocks(mgr *managerObj) error { return mgr.Core().ClearReusableBlocks() }
 
-func glueManagerGetNumOpenCaches(mgr *managerObj, out *C.size_t) error {
+func glueManagerGetNumOpenCaches(mgr *managerObj) (int, error) {
 	if err := mgr.Open(); err != nil {
-		return err
+		return 0, err
 	}
-	*out = C.size_t(mgr.Core().NumOpenCaches())
-	return nil
+	return mgr.Core().NumOpenCaches(), nil
 }
 
 // ---- Statistics ----
 
-func glueManagerGetStats(mgr *managerObj, out *C.kvcm_block_stats) error {
-	*out = toCBlockStats(mgr.Core().Stats())
-	return nil
-}
+func glueManagerGetStats(mgr *managerObj) (core.BlockStats, error) { return mgr.Core().Stats(), nil }
 
-func glueManagerGetAndResetIterationStats(mgr *managerObj, out *C.kvcm_block_stats) error {
-	*out = toCBlockStats(mgr.Core().GetAndResetIterationStats())
-	return nil
+func glueManagerGetAndResetIterationStats(mgr *managerObj) (core.BlockStats, error) {
+	return mgr.Core().GetAndResetIterationStats(), nil
 }
 
 func glueManagerGetStorageStats(mgr *managerObj, level C.kvcm_cache_level) ([]core.PoolGroupStats, error) {
@@ -483,13 +459,12 @@ func eventTokens(ts []config.Token, toks []C.kvcm_token, ntok *int) (*C.kvcm_tok
 
 // ---- Streams and memory ----
 
-func glueManagerCreateStream(mgr *managerObj, out *C.kvcm_stream) error {
+func glueManagerCreateStream(mgr *managerObj) (uintptr, error) {
 	s, err := mgr.CreateStream()
 	if err != nil {
-		return err
+		return 0, err
 	}
-	*out = C.kvcm_stream(s.Handle())
-	return nil
+	return s.Handle(), nil
 }
 
 func glueManagerDestroyStream(mgr *managerObj, stream C.kvcm_stream) error {
@@ -506,17 +481,12 @@ func goMemoryKind(kind C.kvcm_memory_kind) (device.MemoryKind, error) {
 	return 0, argError("kind", "unknown memory kind %d", int32(kind))
 }
 
-func glueManagerAllocMemory(mgr *managerObj, kind C.kvcm_memory_kind, size C.uint64_t, out *C.kvcm_device_ptr) error {
+func glueManagerAllocMemory(mgr *managerObj, kind C.kvcm_memory_kind, size C.uint64_t) (device.Ptr, error) {
 	k, err := goMemoryKind(kind)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	p, err := mgr.AllocMemory(k, uint64(size))
-	if err != nil {
-		return err
-	}
-	*out = C.kvcm_device_ptr(p)
-	return nil
+	return mgr.AllocMemory(k, uint64(size))
 }
 
 func glueManagerFreeMemory(mgr *managerObj, ptr C.kvcm_device_ptr) error {

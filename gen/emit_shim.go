@@ -534,7 +534,7 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 	// Conventions: the glue gets Go strings and slices, and returns the
 	// elements of a buffer, which the export writes.
 	skip := map[string]bool{}
-	var buffer *Param
+	var buffer, resultParam *Param
 	ifErr := jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Err())))
 	for _, p := range fn.Sig.Params {
 		v := lowerCamel(p.CName) + "Arg"
@@ -548,6 +548,10 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 		case p.Buffer != "":
 			buffer = p
 			skip[p.CName], skip[p.Len], skip[p.Buffer] = true, true, true
+			continue
+		case p.Has("result"):
+			resultParam = p
+			skip[p.CName] = true
 			continue
 		default:
 			continue
@@ -572,6 +576,14 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 		}
 		body = append(body, jen.List(jen.Id("items"), jen.Err()).Op(":=").Add(glue), ifErr,
 			jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Id("fill").Call(jen.Id("items"), jen.Id(buffer.CName), jen.Id(buffer.Len), jen.Id(buffer.Buffer), conv))))
+	case resultParam != nil:
+		el := resultParam.Type.Elem
+		var v jen.Code = jen.Add(goCType(el)).Call(jen.Id("v"))
+		if el.Kind == KNamed && el.Decl.Kind == DStruct {
+			v = jen.Id("toC" + el.Decl.GoName).Call(jen.Id("v"))
+		}
+		body = append(body, jen.List(jen.Id("v"), jen.Err()).Op(":=").Add(glue), ifErr,
+			jen.Op("*").Id(resultParam.CName).Op("=").Add(v), jen.Return(jen.Nil()))
 	case status:
 		body = append(body, jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), glue)))
 	case fn.Sig.Result.Kind == KVoid:

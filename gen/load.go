@@ -556,7 +556,7 @@ func (l *loader) function(s typeSpec) (*Func, error) {
 				continue
 			}
 			switch fl {
-			case "in", "out", "borrowed", "owned", "consumed", "nullable", "string", "slice":
+			case "in", "out", "borrowed", "owned", "consumed", "nullable", "string", "slice", "result":
 			default:
 				return nil, fmt.Errorf("%s: %s: unknown flag %q", name, p.GoName, fl)
 			}
@@ -756,6 +756,21 @@ func checkGoImpls(dc *Decl) error {
 // checkConvention checks a parameter's string, slice and buffer flags.
 func checkConvention(f *Func, p *Param) error {
 	t := p.Type
+	if p.Has("result") {
+		switch {
+		case !f.Sig.Result.IsStatus():
+			return fmt.Errorf("result needs a kvcm_status* result")
+		case t.Kind != KPtr || t.Dir != DirOut || p.Len != "":
+			return fmt.Errorf("result is for a T* without len=")
+		case !isScalarField(t.Elem) && (t.Elem.Kind != KNamed || t.Elem.Decl.GoMap == nil || !t.Elem.Decl.GoMap.Out):
+			return fmt.Errorf("result is for a scalar, or a struct with //kvcm:go out")
+		}
+		for _, q := range f.Sig.Params {
+			if q != p && (q.Has("result") || q.Buffer != "") {
+				return fmt.Errorf("a function has one result or one buffer")
+			}
+		}
+	}
 	conv := p.Has("string") || p.Has("slice") || p.Buffer != ""
 	switch {
 	case !conv:

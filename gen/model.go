@@ -69,7 +69,8 @@ type Param struct {
 	// const T* with len=: a []GoElem copy), buffer=<needed> (a T* with
 	// len=capacity and the size_t* that receives the count: the glue
 	// returns a []GoElem, or a slice of T's //kvcm:go struct, and the
-	// export fills the buffer, checking its capacity).
+	// export fills the buffer, checking its capacity), result (a T* the
+	// export writes from the glue's (value, error) when the error is nil).
 	GoElem string // go=<import path>.<Type> or a predeclared Go type
 	Buffer string // C name of the needed parameter of a buffer
 }

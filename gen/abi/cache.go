@@ -184,7 +184,7 @@ type KVCachePrefetch func(cache KVCache, level CacheLevel) *Status
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param out out Receives the status.
+//kvcm:param out out,result Receives the status.
 type KVCacheGetStatus func(cache KVCache, out spec.Out[CacheStatus]) *Status
 
 // KVCacheGetID returns the cache's id, unique within its manager.
@@ -192,7 +192,7 @@ type KVCacheGetStatus func(cache KVCache, out spec.Out[CacheStatus]) *Status
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param out out Receives the id.
+//kvcm:param out out,result Receives the id.
 type KVCacheGetID func(cache KVCache, out spec.Out[uint64]) *Status
 
 // KVCacheGetNumCommittedTokens returns how many tokens are committed.
@@ -200,7 +200,7 @@ type KVCacheGetID func(cache KVCache, out spec.Out[uint64]) *Status
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param out out Receives the count.
+//kvcm:param out out,result Receives the count.
 type KVCacheGetNumCommittedTokens func(cache KVCache, out spec.Out[int64]) *Status
 
 // KVCacheGetHistoryLength returns how many tokens have their KV computed.
@@ -208,7 +208,7 @@ type KVCacheGetNumCommittedTokens func(cache KVCache, out spec.Out[int64]) *Stat
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param out out Receives the count.
+//kvcm:param out out,result Receives the count.
 type KVCacheGetHistoryLength func(cache KVCache, out spec.Out[int64]) *Status
 
 // KVCacheGetCapacity returns how many tokens the cache holds pages for.
@@ -216,7 +216,7 @@ type KVCacheGetHistoryLength func(cache KVCache, out spec.Out[int64]) *Status
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param out out Receives the count.
+//kvcm:param out out,result Receives the count.
 type KVCacheGetCapacity func(cache KVCache, out spec.Out[int64]) *Status
 
 // KVCacheGetCommittedTokens writes the committed tokens.
@@ -234,7 +234,7 @@ type KVCacheGetCommittedTokens func(cache KVCache, tokens spec.Out[Token], capac
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param out out Receives the count.
+//kvcm:param out out,result Receives the count.
 type KVCacheGetReusedTokens func(cache KVCache, out spec.Out[int64]) *Status
 
 // KVCacheGetBasePageIndices writes, for an ACTIVE cache, the GPU slot of each
@@ -259,7 +259,7 @@ type KVCacheGetBasePageIndices func(cache KVCache, layerGroup LayerGroupID, indi
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param out out Receives the counters.
+//kvcm:param out out,result Receives the counters.
 type KVCacheGetStats func(cache KVCache, out spec.Out[BlockStats]) *Status
 
 // KVCacheGetCachedTokensByLevel returns, per cache level, how many of the

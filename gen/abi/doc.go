@@ -60,12 +60,36 @@
 //  4. The hand-written bindings' value types (KVCacheManagerConfig in
 //     kvcm.hpp and config.py, whose fields and defaults are the bindings'
 //     own API) gain the field and set it in their C form (CConfig in
-//     kvcm.hpp, _build_c_config in manager.py); stats and events the
-//     bindings read from the C structs need nothing more in C++.
+//     kvcm.hpp, _build_c_config in manager.py). Statistics need nothing
+//     more: C++ uses the C structs, and Python's //kvcm:pyvalue types are
+//     generated; the hand-typed Python ones (PoolGroupStats, CacheEvent,
+//     the stats.py types) gain the field by hand.
 //
 // Independent additions on different branches touch different lines (each
 // field is one line with its doc), so they merge without conflicts; two
 // appended to the same versioned struct only need their order settled.
+//
+// # Parameters the glue gets as Go values: string, slice, buffer=, result
+//
+// Flags of //kvcm:param make the export convert a parameter before it calls
+// the glue: string (a const char* with len=: the glue gets a Go string, a
+// length over 1 GiB is an error naming the length), slice with go=<Go
+// element type> (a const T* with len=: the glue gets a []G copy), and
+// buffer=<needed> (a T* with len=capacity: the glue returns ([]G, error), G
+// from go= or the elements' //kvcm:go out struct, and the export writes
+// the count to needed and the elements when they fit, else
+// KVCM_ERR_BUFFER_TOO_SMALL), and result (a T* out-parameter: the glue
+// returns (value, error), and the export writes the value, cast or through
+// the struct's toC converter, only on success). A new function that takes
+// a request id, a token array, a two-call buffer or one out value uses
+// them, and its glue is one line.
+//
+// # Python value types: //kvcm:pyvalue
+//
+// A struct of scalars with //kvcm:pyvalue gets a frozen dataclass of the
+// same name in the Python layer, its fields in C order, with _from_c to
+// read it from the C struct (BlockStats, PeakBlockStats, MigrationStats):
+// a field appended to the struct appears in Python with make generate.
 //
 // # Vtables implemented elsewhere: //kvcm:gocaller, //kvcm:cppimpl
 //

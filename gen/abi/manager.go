@@ -303,7 +303,7 @@ type ManagerDestroy func(manager Manager) *Status
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param out out Receives the tokens per block.
+//kvcm:param out out,result Receives the tokens per block.
 type ManagerGetTokensPerBlock func(manager Manager, out spec.Out[int32]) *Status
 
 // ManagerGetNumLayerGroups returns the number of layer groups.
@@ -311,7 +311,7 @@ type ManagerGetTokensPerBlock func(manager Manager, out spec.Out[int32]) *Status
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param out out Receives the number of layer groups.
+//kvcm:param out out,result Receives the number of layer groups.
 type ManagerGetNumLayerGroups func(manager Manager, out spec.Out[int32]) *Status
 
 // ManagerGetNumLevels returns the number of cache levels (configured tiers).
@@ -319,7 +319,7 @@ type ManagerGetNumLayerGroups func(manager Manager, out spec.Out[int32]) *Status
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param out out Receives the number of levels.
+//kvcm:param out out,result Receives the number of levels.
 type ManagerGetNumLevels func(manager Manager, out spec.Out[int32]) *Status
 
 // ManagerGetDeviceKind returns the kind of device the manager selected
@@ -328,7 +328,7 @@ type ManagerGetNumLevels func(manager Manager, out spec.Out[int32]) *Status
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param out out Receives the device kind.
+//kvcm:param out out,result Receives the device kind.
 type ManagerGetDeviceKind func(manager Manager, out spec.Out[DeviceKind]) *Status
 
 // ManagerGetLayerGroupOf returns the layer group of a layer.
@@ -337,7 +337,7 @@ type ManagerGetDeviceKind func(manager Manager, out spec.Out[DeviceKind]) *Statu
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
-//kvcm:param out out Receives the layer group.
+//kvcm:param out out,result Receives the layer group.
 type ManagerGetLayerGroupOf func(manager Manager, layerID int32, out spec.Out[LayerGroupID]) *Status
 
 // ManagerGetBufferLocation returns where the buffer of a layer and role
@@ -348,7 +348,7 @@ type ManagerGetLayerGroupOf func(manager Manager, layerID int32, out spec.Out[La
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
 //kvcm:param role borrowed The buffer's role, such as "key".
-//kvcm:param out out Receives the location.
+//kvcm:param out out,result Receives the location.
 type ManagerGetBufferLocation func(manager Manager, layerID int32, role spec.CStr, out spec.Out[BufferLocation]) *Status
 
 // ManagerGetPoolGroupDescs describes the pool groups of a level in that
@@ -382,7 +382,7 @@ type ManagerGetPoolGroupDescs func(manager Manager, level CacheLevel, descs spec
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 //kvcm:param level in The cache level.
-//kvcm:param out out Receives the quota in bytes.
+//kvcm:param out out,result Receives the quota in bytes.
 type ManagerGetQuota func(manager Manager, level CacheLevel, out spec.Out[int64]) *Status
 
 // ManagerResizeLevel changes the byte quota of a cache level. Shrinking
@@ -463,7 +463,7 @@ type ManagerClearReusableBlocks func(manager Manager) *Status
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param out out Receives the number of open caches.
+//kvcm:param out out,result Receives the number of open caches.
 type ManagerGetNumOpenCaches func(manager Manager, out spec.Out[spec.Size]) *Status
 
 // ManagerGetStats returns the cumulative block statistics.
@@ -471,7 +471,7 @@ type ManagerGetNumOpenCaches func(manager Manager, out spec.Out[spec.Size]) *Sta
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param out out Receives the statistics.
+//kvcm:param out out,result Receives the statistics.
 type ManagerGetStats func(manager Manager, out spec.Out[BlockStats]) *Status
 
 // ManagerGetAndResetIterationStats returns the block statistics since the
@@ -480,7 +480,7 @@ type ManagerGetStats func(manager Manager, out spec.Out[BlockStats]) *Status
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param out out Receives the statistics.
+//kvcm:param out out,result Receives the statistics.
 type ManagerGetAndResetIterationStats func(manager Manager, out spec.Out[BlockStats]) *Status
 
 // ManagerGetStorageStats returns the state of every pool group of a level, in
