@@ -464,6 +464,27 @@ func fromCManagerConfig(c *C.kvcm_manager_config, name string) (config.Config, e
 	if C.kvcm__has_manager_config_block_key(c) != 0 {
 		out.BlockKey = blockhash.Algorithm(c.block_key)
 	}
+	if C.kvcm__has_manager_config_ssm_layers(c) != 0 {
+		{
+			s, err := cArray(c.ssm_layers, c.num_ssm_layers, name+".ssm_layers")
+			if err != nil {
+				return out, err
+			}
+			if c.ssm_layers != nil {
+				out.SsmLayers = make([]config.SsmLayerConfig, 0, len(s))
+			}
+			for i := range s {
+				v, err := fromCSsmLayerConfig(&s[i], fmt.Sprintf("%s.ssm_layers[%d]", name, i))
+				if err != nil {
+					return out, err
+				}
+				out.SsmLayers = append(out.SsmLayers, v)
+			}
+		}
+	}
+	if C.kvcm__has_manager_config_max_ssm_slots(c) != 0 {
+		out.MaxSsmSlots = int64(c.max_ssm_slots)
+	}
 	return out, nil
 }
 
@@ -561,6 +582,47 @@ func fromCRequestDesc(c *C.kvcm_request_desc, name string) (config.RequestDesc, 
 	out.Capacity = int(c.capacity)
 	out.HistoryLength = int(c.history_length)
 	return out, nil
+}
+
+// toCReuseDiagnostics converts a core.ReuseDiagnostics to a kvcm_reuse_diagnostics.
+func toCReuseDiagnostics(s core.ReuseDiagnostics) C.kvcm_reuse_diagnostics {
+	return C.kvcm_reuse_diagnostics{
+		attention_tokens: C.int64_t(s.AttentionTokens),
+		content_tokens:   C.int64_t(s.ContentTokens),
+	}
+}
+
+// fromCSsmLayerConfig converts a kvcm_ssm_layer_config to a config.SsmLayerConfig; name names it in errors.
+func fromCSsmLayerConfig(c *C.kvcm_ssm_layer_config, name string) (config.SsmLayerConfig, error) {
+	var out config.SsmLayerConfig
+	out.LayerID = int32(c.layer_id)
+	{
+		s, err := cArray(c.buffers, c.num_buffers, name+".buffers")
+		if err != nil {
+			return out, err
+		}
+		for i := range s {
+			v, err := fromCBufferConfig(&s[i], fmt.Sprintf("%s.buffers[%d]", name, i))
+			if err != nil {
+				return out, err
+			}
+			out.Buffers = append(out.Buffers, v)
+		}
+	}
+	return out, nil
+}
+
+// toCSsmSnapshotIterationStats converts a core.SsmSnapshotStats to a kvcm_ssm_snapshot_iteration_stats.
+func toCSsmSnapshotIterationStats(s core.SsmSnapshotStats) C.kvcm_ssm_snapshot_iteration_stats {
+	return C.kvcm_ssm_snapshot_iteration_stats{
+		aligned_snapshot_hits:   C.int64_t(s.AlignedHits),
+		reused_tokens:           C.int64_t(s.ReusedTokens),
+		snapshot_hits:           C.int64_t(s.Hits),
+		snapshot_lookups:        C.int64_t(s.Lookups),
+		snapshot_misses:         C.int64_t(s.Misses),
+		unaligned_snapshot_hits: C.int64_t(s.UnalignedHits),
+		unreused_tokens:         C.int64_t(s.UnreusedTokens),
+	}
 }
 
 // goCallerCPIndexVtable returns a cp.External whose funcs call the present slots of vt with self.

@@ -103,6 +103,27 @@ func glueKVCacheCommit(c *kvCacheObj, tokens []config.Token, isEnd C.bool) error
 	return c.Commit(tokens, bool(isEnd))
 }
 
+func glueKVCacheCommitBeamSearch(c *kvCacheObj, tokens []config.Token, indices *C.kvcm__const_int32_t, numIndices C.size_t, isEnd C.bool) error {
+	var parents []int // nil (NULL indices) keeps the beams; a non-NULL empty array has the wrong length
+	if indices != nil {
+		is, err := cArray(indices, numIndices, "beam_search_indices")
+		if err != nil {
+			return err
+		}
+		parents = make([]int, len(is))
+		for i, p := range is {
+			parents[i] = int(p)
+		}
+	}
+	return c.CommitBeamSearch(tokens, parents, bool(isEnd))
+}
+
+func glueKVCacheGetBeamWidth(c *kvCacheObj) (int, error) { return c.Core().BeamWidth(), nil }
+
+func glueKVCacheSetBeamWidth(c *kvCacheObj, width C.int32_t) error {
+	return c.Core().SetBeamWidth(int(width))
+}
+
 func glueKVCacheStopCommitting(c *kvCacheObj) error {
 	c.StopCommitting()
 	return nil
@@ -131,6 +152,18 @@ func glueKVCacheGetBasePageIndices(c *kvCacheObj, lg C.kvcm_layer_group_id) ([]i
 }
 
 func glueKVCacheGetStats(c *kvCacheObj) (core.BlockStats, error) { return c.Core().Stats(), nil }
+
+func glueKVCacheGetBeamBasePageIndices(c *kvCacheObj, lg C.kvcm_layer_group_id, beam C.int32_t) ([]int32, error) {
+	return c.Core().BasePageIndicesOfBeam(layout.LayerGroupID(lg), int(beam))
+}
+
+func glueKVCacheGetSsmBlockBaseIndex(c *kvCacheObj, lg C.kvcm_layer_group_id) (int32, error) {
+	return c.Core().SsmBlockBaseIndex(layout.LayerGroupID(lg))
+}
+
+func glueKVCacheGetReuseDiagnostics(c *kvCacheObj) (core.ReuseDiagnostics, error) {
+	return c.Core().ReuseDiagnostics(), nil
+}
 
 func glueKVCacheGetCachedTokensByLevel(c *kvCacheObj) ([]int, error) {
 	return c.Core().CachedTokensByLevel(), nil

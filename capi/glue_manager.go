@@ -8,6 +8,7 @@ package capi
 import "C"
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"strings"
@@ -34,6 +35,12 @@ func goConfig(c *C.kvcm__const_kvcm_manager_config) (config.Config, error) {
 	}
 	if C.kvcm__has_manager_config_shared_tier(cc) != 0 && c.shared_tier != nil {
 		cfg.CacheTiers = append(cfg.CacheTiers, config.Shared(goShared(c.shared_tier)))
+	}
+	if C.kvcm__has_manager_config_swa_scratch_reuse(cc) != 0 && c.swa_scratch_reuse {
+		cfg.SwaScratchReuse = &config.SwaScratchReuseConfig{}
+		if C.kvcm__has_manager_config_swa_scratch_max_rewind_len(cc) != 0 {
+			cfg.SwaScratchReuse.MaxRewindLen = int(c.swa_scratch_max_rewind_len)
+		}
 	}
 	if C.kvcm__has_manager_config_disk_persistent(cc) != 0 && c.disk_persistent {
 		// On the last local tier, the disk tier when there is one:
@@ -305,6 +312,29 @@ func glueManagerGetAndResetLayerGroupIterationStats(mgr *managerObj, stats *C.kv
 			out := toCLayerGroupIterationStats(s)
 			out.layer_group = lg
 			lg++
+			return out
+		})
+}
+
+func glueManagerGetAndResetSsmSnapshotIterationStats(mgr *managerObj, stats *C.kvcm_ssm_snapshot_iteration_stats, capacity C.size_t, needed *C.size_t) error {
+	m := mgr.Core()
+	type entry struct {
+		lg layout.LayerGroupID
+		s  core.SsmSnapshotStats
+	}
+	take := func() []entry {
+		byLG := m.GetAndResetSsmSnapshotIterationStats()
+		out := make([]entry, 0, len(byLG))
+		for lg, s := range byLG {
+			out = append(out, entry{lg, s})
+		}
+		slices.SortFunc(out, func(a, b entry) int { return cmp.Compare(a.lg, b.lg) })
+		return out
+	}
+	return fillReset(len(m.SsmSnapshotIterationStats()), stats, capacity, needed, take,
+		func(e entry) C.kvcm_ssm_snapshot_iteration_stats {
+			out := toCSsmSnapshotIterationStats(e.s)
+			out.layer_group = C.kvcm_layer_group_id(e.lg)
 			return out
 		})
 }

@@ -16,7 +16,7 @@ from ._native import ffi
 __all__ = [
     "LifeCycleId", "LayerGroupId", "CacheLevel", "TokenId", "TokenIdExt", "LayerId", "CudaStream",
     "BeamIndex", "MemAddress", "Priority", "PoolGroupIndex", "PoolIndex", "SlidingWindowSize",
-    "NDEBUG", "DEFAULT_BEAM_INDEX", "BAD_PAGE_INDEX", "GPU_LEVEL", "CACHE_LEVEL1",
+    "NDEBUG", "DEFAULT_BEAM_INDEX", "MAX_BEAM_WIDTH", "BAD_PAGE_INDEX", "GPU_LEVEL", "CACHE_LEVEL1",
     "exact_div", "typed_range", "HalfOpenRange",
     "PageStatus", "PageIndexMode", "ReuseScope",
 ]
@@ -42,7 +42,10 @@ SlidingWindowSize = Union[int, None]
 
 NDEBUG: int = 1
 """1: the library is a release build (its invariants are checked regardless)."""
-DEFAULT_BEAM_INDEX: BeamIndex = BeamIndex(0)
+DEFAULT_BEAM_INDEX: BeamIndex = BeamIndex(ffi.KVCM_DEFAULT_BEAM_INDEX)
+"""The beam the single-beam calls read: beam 0, which holds the committed tokens' KV."""
+MAX_BEAM_WIDTH: int = ffi.KVCM_MAX_BEAM_WIDTH
+"""The largest beam width a cache may have (a kvcm extension)."""
 BAD_PAGE_INDEX: int = ffi.KVCM_BAD_PAGE_INDEX
 """A page index of a block without a page in a layer group."""
 GPU_LEVEL: CacheLevel = CacheLevel(0)

@@ -1,6 +1,5 @@
 """KVCM2 names whose models kvcm does not cover yet (the model-coverage
-issue: SSM state, beam search, multimodal keys, SWA scratch slots,
-aggregated pages, KVCM2's sha256 block keys).
+issue: multimodal keys, aggregated pages, KVCM2's sha256 block keys).
 
 They are importable so that code written against KVCM2 imports unchanged;
 using one raises :class:`~kvcm.UnsupportedError` (a ``NotImplementedError``)
@@ -14,18 +13,14 @@ from typing import Any, NoReturn
 from .errors import UnsupportedError
 
 __all__ = [
-    "SsmLayerConfig", "SwaScratchReuseConfig", "MmItemContext", "AttnLifeCycle", "PlannedDropHandle",
-    "ExpandedBuffer", "AggregatedPageDesc", "ScratchDesc", "SsmSnapshotIterationStatsDelta",
+    "MmItemContext", "AttnLifeCycle",
+    "ExpandedBuffer", "AggregatedPageDesc",
     "gen_multimodal_cache_key_tokens", "sequence_to_blockchain_keys",
 ]
 
-SSM = "SSM (Mamba) state layers"
-SWA_SCRATCH = "SWA scratch-slot reuse"
 MULTIMODAL = "multimodal cache keys"
-BEAMS = "beam search"
 AGGREGATED = "aggregated pages (disaggregated-serving transfer layout)"
 LIFE_CYCLES = "KVCM2's AttnLifeCycle objects (kvcm's layer groups are integers)"
-PLANNED_DROP = "planned committed-block drops"
 SHA256_KEYS = "KVCM2's sha256 block keys"
 PER_LAYER = "PageIndexMode.PER_LAYER page indices"
 BUFFER_TPB = "per-buffer tokens_per_block (BufferConfig.tokens_per_block_override)"
@@ -45,16 +40,6 @@ class _Uncovered:
         missing(type(self).__name__, self._capability)
 
 
-class SsmLayerConfig(_Uncovered):
-    """KVCM2's SSM (Mamba) layer: model coverage."""
-
-    _capability = SSM
-
-
-class SwaScratchReuseConfig(_Uncovered):
-    """KVCM2's SWA scratch reuse: model coverage."""
-
-    _capability = SWA_SCRATCH
 
 
 class MmItemContext(_Uncovered):
@@ -73,10 +58,6 @@ class AttnLifeCycle(_Uncovered):
         missing("AttnLifeCycle.make", LIFE_CYCLES)
 
 
-class PlannedDropHandle(_Uncovered):
-    _capability = PLANNED_DROP
-
-
 class ExpandedBuffer(_Uncovered):
     _capability = AGGREGATED
 
@@ -85,12 +66,6 @@ class AggregatedPageDesc(_Uncovered):
     _capability = AGGREGATED
 
 
-class ScratchDesc(_Uncovered):
-    _capability = SWA_SCRATCH
-
-
-class SsmSnapshotIterationStatsDelta(_Uncovered):
-    _capability = SSM
 
 
 def gen_multimodal_cache_key_tokens(*args: Any, **kwargs: Any) -> NoReturn:

@@ -1,0 +1,84 @@
+package capi
+
+/*
+#include "kvcm/kvcm.h"
+#include "shim_generated.h"
+#include "kvcm_internal.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"math"
+
+	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/layout"
+)
+
+// SWA scratch reuse, planned drops and pool rebalancing (issue 13 items 4
+// and 6).
+
+func glueKVCacheGetScratchDesc(c *kvCacheObj, lg C.kvcm_layer_group_id, begin, end *C.int64_t) ([]int32, error) {
+	d, err := c.Core().ScratchDesc(layout.LayerGroupID(lg))
+	if err != nil {
+		return nil, err
+	}
+	*begin, *end = C.int64_t(d.Begin), C.int64_t(d.End)
+	return d.Slots, nil
+}
+
+func glueKVCacheHasScratchSlots(c *kvCacheObj) (bool, error) { return c.Core().HasScratchSlots(), nil }
+
+func glueKVCacheGetSwaScratchReuse(c *kvCacheObj) (bool, error) {
+	return c.Core().SwaScratchReuse(), nil
+}
+
+func glueKVCacheSetSwaScratchReuse(c *kvCacheObj, enable C.bool) error {
+	return c.Core().SetSwaScratchReuse(bool(enable))
+}
+
+// glueKVCachePlanCommittedBlockDrop returns the plan's handle, 0 when
+// nothing is planned.
+func glueKVCachePlanCommittedBlockDrop(c *kvCacheObj) (uint64, error) {
+	d, err := c.Core().PlanCommittedBlockDrop()
+	if err != nil || d == nil {
+		return 0, err
+	}
+	o := &plannedDropObj{PlannedDrop: d}
+	o.handle = newHandle(o)
+	return o.handle, nil
+}
+
+func gluePlannedDropDrop(d *plannedDropObj) error { return d.Drop() }
+
+func gluePlannedDropDestroy(d *plannedDropObj) error {
+	if !deleteHandle(d.handle) {
+		return errorf(codeInvalidHandle, "drop: %#x was destroyed concurrently", d.handle)
+	}
+	if d.Dropped() {
+		return nil
+	}
+	if err := d.Drop(); err != nil && !errors.Is(err, core.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+func glueManagerGetScratchPagesPerBlock(mgr *managerObj, layerID C.int32_t, role *C.kvcm__const_char) (int64, error) {
+	loc, err := mgr.Core().Buffer(int32(layerID), config.DataRole(C.GoString(role)))
+	return loc.ScratchPagesPerBlock, err
+}
+
+func glueManagerNeedAdjustment(mgr *managerObj) (bool, error) {
+	return mgr.Core().NeedAdjustment(), nil
+}
+
+func glueManagerAdjust(mgr *managerObj) error { return mgr.Core().Adjust() }
+
+func glueManagerClampMaxSeqLenForMem(mgr *managerObj, batchSize, upperBound C.int64_t) (int, error) {
+	if int64(batchSize) > math.MaxInt32 {
+		return 0, argError("batch_size", "%d is out of range (at most %d)", int64(batchSize), math.MaxInt32)
+	}
+	return mgr.Core().ClampMaxSeqLenForMem(int(batchSize), int(upperBound))
+}
