@@ -1897,8 +1897,9 @@ class _KVCache(Managed):
         (KVCM2's get_ssm_block_base_index), BAD_PAGE_INDEX (-1) for an
         attention layer group. A cache gets its state at its first resume: a
         copy of the snapshot it reused, or a fresh one. The cache must be
-        ACTIVE; beam_id must be 0."""
-        self._check_beam(beam_id)
+        ACTIVE; beam_id must be 0 (a cache has one SSM state)."""
+        if beam_id != 0:
+            raise InvalidArgumentError(f"beam_id: must be 0 (a cache has one SSM state), got {beam_id}")
         out = ctypes.c_int32()
         _cache_ssm_index(self._native(), layer_group_id, _byref(out))
         return int(out.value)
