@@ -2,7 +2,11 @@
 
 package capi
 
-import "fmt"
+import (
+	"fmt"
+	blockhash "github.com/kvcm/kvcm/core/blockhash"
+	config "github.com/kvcm/kvcm/core/config"
+)
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/../include
@@ -211,7 +215,17 @@ func kvcm_cp_get_cached_blocks(cp C.kvcm_cp_index, request_id *C.kvcm__const_cha
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueCPGetCachedBlocks(cpObj, request_id, request_id_len, keys, capacity, needed))
+	requestIdArg, err := cStringArg((*C.char)(request_id), request_id_len, "request_id_len")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	items, err := glueCPGetCachedBlocks(cpObj, requestIdArg)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fill(items, keys, capacity, needed, func(v blockhash.Key) C.uint64_t {
+		return C.uint64_t(v)
+	}))
 }
 
 // kvcm_cp_get_fault_count is the export of kvcm_cp_get_fault_count (ABI version 1).
@@ -263,7 +277,15 @@ func kvcm_cp_notify_blocks_allocated(cp C.kvcm_cp_index, request_id *C.kvcm__con
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueCPNotifyBlocksAllocated(cpObj, request_id, request_id_len, keys, num_keys))
+	requestIdArg, err := cStringArg((*C.char)(request_id), request_id_len, "request_id_len")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	keysArg, err := cSliceArg[blockhash.Key](keys, num_keys, "keys")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueCPNotifyBlocksAllocated(cpObj, requestIdArg, keysArg))
 }
 
 // kvcm_cp_notify_blocks_freed is the export of kvcm_cp_notify_blocks_freed (ABI version 1).
@@ -289,7 +311,15 @@ func kvcm_cp_notify_blocks_freed(cp C.kvcm_cp_index, request_id *C.kvcm__const_c
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueCPNotifyBlocksFreed(cpObj, request_id, request_id_len, keys, num_keys))
+	requestIdArg, err := cStringArg((*C.char)(request_id), request_id_len, "request_id_len")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	keysArg, err := cSliceArg[blockhash.Key](keys, num_keys, "keys")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueCPNotifyBlocksFreed(cpObj, requestIdArg, keysArg))
 }
 
 // kvcm_cp_predict_prefix_reuse is the export of kvcm_cp_predict_prefix_reuse (ABI version 1).
@@ -321,7 +351,15 @@ func kvcm_cp_predict_prefix_reuse(cp C.kvcm_cp_index, request_id *C.kvcm__const_
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueCPPredictPrefixReuse(cpObj, request_id, request_id_len, tokens, num_tokens, out))
+	requestIdArg, err := cStringArg((*C.char)(request_id), request_id_len, "request_id_len")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueCPPredictPrefixReuse(cpObj, requestIdArg, tokensArg, out))
 }
 
 // kvcm_create_default_cold_page_codec is the export of kvcm_create_default_cold_page_codec (ABI version 1).
@@ -428,7 +466,11 @@ func kvcm_kv_cache_commit(cache C.kvcm_kv_cache, tokens *C.kvcm__const_kvcm_toke
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheCommit(cacheObj, tokens, num_tokens, is_end))
+	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueKVCacheCommit(cacheObj, tokensArg, is_end))
 }
 
 // kvcm_kv_cache_commit_beam_search is the export of kvcm_kv_cache_commit_beam_search (ABI version 2).
@@ -454,7 +496,11 @@ func kvcm_kv_cache_commit_beam_search(cache C.kvcm_kv_cache, tokens *C.kvcm__con
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheCommitBeamSearch(cacheObj, tokens, num_tokens, beam_search_indices, num_beam_search_indices, is_end))
+	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueKVCacheCommitBeamSearch(cacheObj, tokensArg, beam_search_indices, num_beam_search_indices, is_end))
 }
 
 // kvcm_kv_cache_commit_pending_stats is the export of kvcm_kv_cache_commit_pending_stats (ABI version 2).
@@ -555,7 +601,13 @@ func kvcm_kv_cache_get_base_page_indices(cache C.kvcm_kv_cache, layer_group C.kv
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetBasePageIndices(cacheObj, layer_group, indices, capacity, needed))
+	items, err := glueKVCacheGetBasePageIndices(cacheObj, layer_group)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fill(items, indices, capacity, needed, func(v int32) C.int32_t {
+		return C.int32_t(v)
+	}))
 }
 
 // kvcm_kv_cache_get_beam_base_page_indices is the export of kvcm_kv_cache_get_beam_base_page_indices (ABI version 2).
@@ -584,7 +636,13 @@ func kvcm_kv_cache_get_beam_base_page_indices(cache C.kvcm_kv_cache, layer_group
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetBeamBasePageIndices(cacheObj, layer_group, beam, indices, capacity, needed))
+	items, err := glueKVCacheGetBeamBasePageIndices(cacheObj, layer_group, beam)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fill(items, indices, capacity, needed, func(v int32) C.int32_t {
+		return C.int32_t(v)
+	}))
 }
 
 // kvcm_kv_cache_get_beam_width is the export of kvcm_kv_cache_get_beam_width (ABI version 2).
@@ -610,7 +668,12 @@ func kvcm_kv_cache_get_beam_width(cache C.kvcm_kv_cache, out *C.int32_t) (status
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetBeamWidth(cacheObj, out))
+	v, err := glueKVCacheGetBeamWidth(cacheObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.int32_t(v)
+	return nil
 }
 
 // kvcm_kv_cache_get_cached_tokens_by_level is the export of kvcm_kv_cache_get_cached_tokens_by_level (ABI version 2).
@@ -639,7 +702,13 @@ func kvcm_kv_cache_get_cached_tokens_by_level(cache C.kvcm_kv_cache, tokens *C.i
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetCachedTokensByLevel(cacheObj, tokens, capacity, needed))
+	items, err := glueKVCacheGetCachedTokensByLevel(cacheObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fill(items, tokens, capacity, needed, func(v int) C.int64_t {
+		return C.int64_t(v)
+	}))
 }
 
 // kvcm_kv_cache_get_capacity is the export of kvcm_kv_cache_get_capacity (ABI version 1).
@@ -665,7 +734,12 @@ func kvcm_kv_cache_get_capacity(cache C.kvcm_kv_cache, out *C.int64_t) (status *
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetCapacity(cacheObj, out))
+	v, err := glueKVCacheGetCapacity(cacheObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.int64_t(v)
+	return nil
 }
 
 // kvcm_kv_cache_get_committed_tokens is the export of kvcm_kv_cache_get_committed_tokens (ABI version 2).
@@ -694,7 +768,13 @@ func kvcm_kv_cache_get_committed_tokens(cache C.kvcm_kv_cache, tokens *C.kvcm_to
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetCommittedTokens(cacheObj, tokens, capacity, needed))
+	items, err := glueKVCacheGetCommittedTokens(cacheObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fill(items, tokens, capacity, needed, func(v config.Token) C.kvcm_token {
+		return C.kvcm_token(v)
+	}))
 }
 
 // kvcm_kv_cache_get_history_length is the export of kvcm_kv_cache_get_history_length (ABI version 1).
@@ -720,7 +800,12 @@ func kvcm_kv_cache_get_history_length(cache C.kvcm_kv_cache, out *C.int64_t) (st
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetHistoryLength(cacheObj, out))
+	v, err := glueKVCacheGetHistoryLength(cacheObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.int64_t(v)
+	return nil
 }
 
 // kvcm_kv_cache_get_id is the export of kvcm_kv_cache_get_id (ABI version 1).
@@ -746,7 +831,12 @@ func kvcm_kv_cache_get_id(cache C.kvcm_kv_cache, out *C.uint64_t) (status *C.kvc
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetID(cacheObj, out))
+	v, err := glueKVCacheGetID(cacheObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.uint64_t(v)
+	return nil
 }
 
 // kvcm_kv_cache_get_num_committed_tokens is the export of kvcm_kv_cache_get_num_committed_tokens (ABI version 1).
@@ -772,7 +862,12 @@ func kvcm_kv_cache_get_num_committed_tokens(cache C.kvcm_kv_cache, out *C.int64_
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetNumCommittedTokens(cacheObj, out))
+	v, err := glueKVCacheGetNumCommittedTokens(cacheObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.int64_t(v)
+	return nil
 }
 
 // kvcm_kv_cache_get_reuse_diagnostics is the export of kvcm_kv_cache_get_reuse_diagnostics (ABI version 2).
@@ -798,7 +893,12 @@ func kvcm_kv_cache_get_reuse_diagnostics(cache C.kvcm_kv_cache, out *C.kvcm_reus
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetReuseDiagnostics(cacheObj, out))
+	v, err := glueKVCacheGetReuseDiagnostics(cacheObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = toCReuseDiagnostics(v)
+	return nil
 }
 
 // kvcm_kv_cache_get_reused_tokens is the export of kvcm_kv_cache_get_reused_tokens (ABI version 1).
@@ -824,7 +924,12 @@ func kvcm_kv_cache_get_reused_tokens(cache C.kvcm_kv_cache, out *C.int64_t) (sta
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetReusedTokens(cacheObj, out))
+	v, err := glueKVCacheGetReusedTokens(cacheObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.int64_t(v)
+	return nil
 }
 
 // kvcm_kv_cache_get_scratch_desc is the export of kvcm_kv_cache_get_scratch_desc (ABI version 2).
@@ -865,7 +970,13 @@ func kvcm_kv_cache_get_scratch_desc(cache C.kvcm_kv_cache, layer_group C.kvcm_la
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetScratchDesc(cacheObj, layer_group, begin, end, slots, capacity, needed))
+	items, err := glueKVCacheGetScratchDesc(cacheObj, layer_group, begin, end)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fill(items, slots, capacity, needed, func(v int32) C.int32_t {
+		return C.int32_t(v)
+	}))
 }
 
 // kvcm_kv_cache_get_ssm_block_base_index is the export of kvcm_kv_cache_get_ssm_block_base_index (ABI version 2).
@@ -891,7 +1002,12 @@ func kvcm_kv_cache_get_ssm_block_base_index(cache C.kvcm_kv_cache, layer_group C
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetSsmBlockBaseIndex(cacheObj, layer_group, out))
+	v, err := glueKVCacheGetSsmBlockBaseIndex(cacheObj, layer_group)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.int32_t(v)
+	return nil
 }
 
 // kvcm_kv_cache_get_stats is the export of kvcm_kv_cache_get_stats (ABI version 2).
@@ -917,7 +1033,12 @@ func kvcm_kv_cache_get_stats(cache C.kvcm_kv_cache, out *C.kvcm_block_stats) (st
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetStats(cacheObj, out))
+	v, err := glueKVCacheGetStats(cacheObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = toCBlockStats(v)
+	return nil
 }
 
 // kvcm_kv_cache_get_status is the export of kvcm_kv_cache_get_status (ABI version 1).
@@ -943,7 +1064,12 @@ func kvcm_kv_cache_get_status(cache C.kvcm_kv_cache, out *C.kvcm_cache_status) (
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetStatus(cacheObj, out))
+	v, err := glueKVCacheGetStatus(cacheObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.kvcm_cache_status(v)
+	return nil
 }
 
 // kvcm_kv_cache_get_swa_scratch_reuse is the export of kvcm_kv_cache_get_swa_scratch_reuse (ABI version 2).
@@ -969,7 +1095,12 @@ func kvcm_kv_cache_get_swa_scratch_reuse(cache C.kvcm_kv_cache, out *C.bool) (st
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetSwaScratchReuse(cacheObj, out))
+	v, err := glueKVCacheGetSwaScratchReuse(cacheObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.bool(v)
+	return nil
 }
 
 // kvcm_kv_cache_has_scratch_slots is the export of kvcm_kv_cache_has_scratch_slots (ABI version 2).
@@ -995,7 +1126,12 @@ func kvcm_kv_cache_has_scratch_slots(cache C.kvcm_kv_cache, out *C.bool) (status
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheHasScratchSlots(cacheObj, out))
+	v, err := glueKVCacheHasScratchSlots(cacheObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.bool(v)
+	return nil
 }
 
 // kvcm_kv_cache_plan_committed_block_drop is the export of kvcm_kv_cache_plan_committed_block_drop (ABI version 2).
@@ -1021,7 +1157,12 @@ func kvcm_kv_cache_plan_committed_block_drop(cache C.kvcm_kv_cache, out *C.kvcm_
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCachePlanCommittedBlockDrop(cacheObj, out))
+	v, err := glueKVCachePlanCommittedBlockDrop(cacheObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.kvcm_planned_drop(v)
+	return nil
 }
 
 // kvcm_kv_cache_prefetch is the export of kvcm_kv_cache_prefetch (ABI version 1).
@@ -1240,7 +1381,12 @@ func kvcm_manager_alloc_memory(manager C.kvcm_manager, kind C.kvcm_memory_kind, 
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerAllocMemory(managerObj, kind, size, out))
+	v, err := glueManagerAllocMemory(managerObj, kind, size)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.kvcm_device_ptr(v)
+	return nil
 }
 
 // kvcm_manager_attach_cp is the export of kvcm_manager_attach_cp (ABI version 1).
@@ -1290,7 +1436,12 @@ func kvcm_manager_clamp_max_seq_len_for_mem(manager C.kvcm_manager, batch_size C
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerClampMaxSeqLenForMem(managerObj, batch_size, token_num_upper_bound, out))
+	v, err := glueManagerClampMaxSeqLenForMem(managerObj, batch_size, token_num_upper_bound)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.int64_t(v)
+	return nil
 }
 
 // kvcm_manager_clear_reusable_blocks is the export of kvcm_manager_clear_reusable_blocks (ABI version 2).
@@ -1366,7 +1517,12 @@ func kvcm_manager_create_stream(manager C.kvcm_manager, out *C.kvcm_stream) (sta
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerCreateStream(managerObj, out))
+	v, err := glueManagerCreateStream(managerObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.kvcm_stream(v)
+	return nil
 }
 
 // kvcm_manager_destroy is the export of kvcm_manager_destroy (ABI version 1).
@@ -1670,7 +1826,12 @@ func kvcm_manager_get_and_reset_iteration_stats(manager C.kvcm_manager, out *C.k
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetAndResetIterationStats(managerObj, out))
+	v, err := glueManagerGetAndResetIterationStats(managerObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = toCBlockStats(v)
+	return nil
 }
 
 // kvcm_manager_get_and_reset_layer_group_iteration_stats is the export of kvcm_manager_get_and_reset_layer_group_iteration_stats (ABI version 2).
@@ -1757,7 +1918,12 @@ func kvcm_manager_get_buffer_location(manager C.kvcm_manager, layer_id C.int32_t
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetBufferLocation(managerObj, layer_id, role, out))
+	v, err := glueManagerGetBufferLocation(managerObj, layer_id, role)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = toCBufferLocation(v)
+	return nil
 }
 
 // kvcm_manager_get_device_kind is the export of kvcm_manager_get_device_kind (ABI version 1).
@@ -1783,7 +1949,12 @@ func kvcm_manager_get_device_kind(manager C.kvcm_manager, out *C.kvcm_device_kin
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetDeviceKind(managerObj, out))
+	v, err := glueManagerGetDeviceKind(managerObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.kvcm_device_kind(v)
+	return nil
 }
 
 // kvcm_manager_get_layer_group_of is the export of kvcm_manager_get_layer_group_of (ABI version 1).
@@ -1809,7 +1980,12 @@ func kvcm_manager_get_layer_group_of(manager C.kvcm_manager, layer_id C.int32_t,
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetLayerGroupOf(managerObj, layer_id, out))
+	v, err := glueManagerGetLayerGroupOf(managerObj, layer_id)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.kvcm_layer_group_id(v)
+	return nil
 }
 
 // kvcm_manager_get_migration_stats is the export of kvcm_manager_get_migration_stats (ABI version 1).
@@ -1864,7 +2040,12 @@ func kvcm_manager_get_num_layer_groups(manager C.kvcm_manager, out *C.int32_t) (
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetNumLayerGroups(managerObj, out))
+	v, err := glueManagerGetNumLayerGroups(managerObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.int32_t(v)
+	return nil
 }
 
 // kvcm_manager_get_num_levels is the export of kvcm_manager_get_num_levels (ABI version 1).
@@ -1890,7 +2071,12 @@ func kvcm_manager_get_num_levels(manager C.kvcm_manager, out *C.int32_t) (status
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetNumLevels(managerObj, out))
+	v, err := glueManagerGetNumLevels(managerObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.int32_t(v)
+	return nil
 }
 
 // kvcm_manager_get_num_open_caches is the export of kvcm_manager_get_num_open_caches (ABI version 2).
@@ -1916,7 +2102,12 @@ func kvcm_manager_get_num_open_caches(manager C.kvcm_manager, out *C.size_t) (st
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetNumOpenCaches(managerObj, out))
+	v, err := glueManagerGetNumOpenCaches(managerObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.size_t(v)
+	return nil
 }
 
 // kvcm_manager_get_pool_group_descs is the export of kvcm_manager_get_pool_group_descs (ABI version 1).
@@ -1989,7 +2180,12 @@ func kvcm_manager_get_quota(manager C.kvcm_manager, level C.kvcm_cache_level, ou
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetQuota(managerObj, level, out))
+	v, err := glueManagerGetQuota(managerObj, level)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.int64_t(v)
+	return nil
 }
 
 // kvcm_manager_get_scratch_pages_per_block is the export of kvcm_manager_get_scratch_pages_per_block (ABI version 2).
@@ -2018,7 +2214,12 @@ func kvcm_manager_get_scratch_pages_per_block(manager C.kvcm_manager, layer_id C
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetScratchPagesPerBlock(managerObj, layer_id, role, out))
+	v, err := glueManagerGetScratchPagesPerBlock(managerObj, layer_id, role)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.int64_t(v)
+	return nil
 }
 
 // kvcm_manager_get_stats is the export of kvcm_manager_get_stats (ABI version 1).
@@ -2044,7 +2245,12 @@ func kvcm_manager_get_stats(manager C.kvcm_manager, out *C.kvcm_block_stats) (st
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetStats(managerObj, out))
+	v, err := glueManagerGetStats(managerObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = toCBlockStats(v)
+	return nil
 }
 
 // kvcm_manager_get_storage_stats is the export of kvcm_manager_get_storage_stats (ABI version 1).
@@ -2073,7 +2279,11 @@ func kvcm_manager_get_storage_stats(manager C.kvcm_manager, level C.kvcm_cache_l
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetStorageStats(managerObj, level, stats, capacity, needed))
+	items, err := glueManagerGetStorageStats(managerObj, level)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fill(items, stats, capacity, needed, toCPoolGroupStats))
 }
 
 // kvcm_manager_get_tokens_per_block is the export of kvcm_manager_get_tokens_per_block (ABI version 1).
@@ -2099,7 +2309,12 @@ func kvcm_manager_get_tokens_per_block(manager C.kvcm_manager, out *C.int32_t) (
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetTokensPerBlock(managerObj, out))
+	v, err := glueManagerGetTokensPerBlock(managerObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.int32_t(v)
+	return nil
 }
 
 // kvcm_manager_need_adjustment is the export of kvcm_manager_need_adjustment (ABI version 2).
@@ -2125,7 +2340,12 @@ func kvcm_manager_need_adjustment(manager C.kvcm_manager, out *C.bool) (status *
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerNeedAdjustment(managerObj, out))
+	v, err := glueManagerNeedAdjustment(managerObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.bool(v)
+	return nil
 }
 
 // kvcm_manager_probe_first_new_block_key is the export of kvcm_manager_probe_first_new_block_key (ABI version 2).
@@ -2163,7 +2383,11 @@ func kvcm_manager_probe_first_new_block_key(manager C.kvcm_manager, scope *C.kvc
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerProbeFirstNewBlockKey(managerObj, scope, has_lora_id, tokens, num_tokens, key, found))
+	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueManagerProbeFirstNewBlockKey(managerObj, scope, has_lora_id, tokensArg, key, found))
 }
 
 // kvcm_manager_probe_reuse is the export of kvcm_manager_probe_reuse (ABI version 1).
@@ -2195,7 +2419,11 @@ func kvcm_manager_probe_reuse(manager C.kvcm_manager, scope *C.kvcm__const_kvcm_
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerProbeReuse(managerObj, scope, tokens, num_tokens, out))
+	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueManagerProbeReuse(managerObj, scope, tokensArg, out))
 }
 
 // kvcm_manager_probe_reuse_v2 is the export of kvcm_manager_probe_reuse_v2 (ABI version 2).
@@ -2227,7 +2455,11 @@ func kvcm_manager_probe_reuse_v2(manager C.kvcm_manager, scope *C.kvcm__const_kv
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerProbeReuseV2(managerObj, scope, has_lora_id, tokens, num_tokens, out))
+	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueManagerProbeReuseV2(managerObj, scope, has_lora_id, tokensArg, out))
 }
 
 // kvcm_manager_resize_level is the export of kvcm_manager_resize_level (ABI version 1).

@@ -11,22 +11,17 @@ import (
 	"fmt"
 
 	"github.com/kvcm/kvcm/core"
-	"github.com/kvcm/kvcm/core/abimodel"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/layout"
 )
 
 func glueKVCacheCreate(mgr *managerObj, opts *C.kvcm__const_kvcm_kv_cache_options, out *C.kvcm_kv_cache) error {
-	hasLoRA := C.kvcm__has_kv_cache_options_scope_has_lora_id(opts) != 0 && bool(opts.scope_has_lora_id)
-	scope, err := goScope(&opts.scope, hasLoRA, "options.scope")
+	o, err := fromCKVCacheOptions((*C.kvcm_kv_cache_options)(opts), "options")
 	if err != nil {
 		return err
 	}
-	tokens, err := goTokens(opts.input_tokens, opts.num_input_tokens, "options.input_tokens")
-	if err != nil {
-		return err
-	}
-	co := core.CacheOptions{Scope: scope, InputTokens: tokens}
+	o.Scope.HasLoRA = C.kvcm__has_kv_cache_options_scope_has_lora_id(opts) != 0 && bool(opts.scope_has_lora_id)
+	co := &o.CacheOptions
 	if C.kvcm__has_kv_cache_options_expected_prompt_length(opts) != 0 && bool(opts.has_expected_prompt_length) {
 		n := int(opts.expected_prompt_length)
 		co.ExpectedPromptLength = &n
@@ -59,15 +54,9 @@ func glueKVCacheCreate(mgr *managerObj, opts *C.kvcm__const_kvcm_kv_cache_option
 			return int(pr)
 		}
 	}
-	if opts.request_id == nil && opts.request_id_len != 0 {
-		return argError("options.request_id", "is NULL but request_id_len is %d", uint64(opts.request_id_len))
-	}
-	requestID, err := goID(opts.request_id, opts.request_id_len, "options.request_id")
-	if err != nil {
-		return err
-	}
 	obj, onClose := newKVCacheObj()
-	c, err := mgr.CreateCache(abimodel.CacheOptions{CacheOptions: co, RequestID: requestID, OnClose: onClose})
+	o.OnClose = onClose
+	c, err := mgr.CreateCache(o)
 	if err != nil {
 		return err
 	}
@@ -104,8 +93,8 @@ func glueKVCacheSetStream(c *kvCacheObj, stream C.kvcm_stream) error {
 	return c.SetStream(s)
 }
 
-func glueKVCacheGetCommittedTokens(c *kvCacheObj, tokens *C.kvcm_token, capacity C.size_t, needed *C.size_t) error {
-	return fill(c.Core().CommittedTokens(), tokens, capacity, needed, func(t config.Token) C.kvcm_token { return C.kvcm_token(t) })
+func glueKVCacheGetCommittedTokens(c *kvCacheObj) ([]config.Token, error) {
+	return c.Core().CommittedTokens(), nil
 }
 
 func glueKVCacheSuspend(c *kvCacheObj) error { return c.Suspend() }
@@ -114,20 +103,12 @@ func glueKVCacheResize(c *kvCacheObj, capacity, history C.int64_t) error {
 	return c.Resize(int64(capacity), int64(history))
 }
 
-func glueKVCacheCommit(c *kvCacheObj, tokens *C.kvcm__const_kvcm_token, n C.size_t, isEnd C.bool) error {
-	ts, err := goTokens(tokens, n, "tokens")
-	if err != nil {
-		return err
-	}
-	return c.Commit(ts, bool(isEnd))
+func glueKVCacheCommit(c *kvCacheObj, tokens []config.Token, isEnd C.bool) error {
+	return c.Commit(tokens, bool(isEnd))
 }
 
-func glueKVCacheCommitBeamSearch(c *kvCacheObj, tokens *C.kvcm__const_kvcm_token, n C.size_t, indices *C.kvcm__const_int32_t, numIndices C.size_t, isEnd C.bool) error {
-	ts, err := goTokens(tokens, n, "tokens")
-	if err != nil {
-		return err
-	}
-	var parents []int
+func glueKVCacheCommitBeamSearch(c *kvCacheObj, tokens []config.Token, indices *C.kvcm__const_int32_t, numIndices C.size_t, isEnd C.bool) error {
+	var parents []int // nil (NULL indices) keeps the beams; a non-NULL empty array has the wrong length
 	if indices != nil {
 		is, err := cArray(indices, numIndices, "beam_search_indices")
 		if err != nil {
@@ -138,13 +119,10 @@ func glueKVCacheCommitBeamSearch(c *kvCacheObj, tokens *C.kvcm__const_kvcm_token
 			parents[i] = int(p)
 		}
 	}
-	return c.CommitBeamSearch(ts, parents, bool(isEnd))
+	return c.CommitBeamSearch(tokens, parents, bool(isEnd))
 }
 
-func glueKVCacheGetBeamWidth(c *kvCacheObj, out *C.int32_t) error {
-	*out = C.int32_t(c.Core().BeamWidth())
-	return nil
-}
+func glueKVCacheGetBeamWidth(c *kvCacheObj) (int, error) { return c.Core().BeamWidth(), nil }
 
 func glueKVCacheSetBeamWidth(c *kvCacheObj, width C.int32_t) error {
 	return c.Core().SetBeamWidth(int(width))
@@ -159,70 +137,36 @@ func glueKVCachePrefetch(c *kvCacheObj, level C.kvcm_cache_level) error {
 	return c.Prefetch(layout.CacheLevel(level))
 }
 
-func glueKVCacheGetStatus(c *kvCacheObj, out *C.kvcm_cache_status) error {
-	*out = C.kvcm_cache_status(c.Core().Status())
-	return nil
+func glueKVCacheGetStatus(c *kvCacheObj) (core.Status, error) { return c.Core().Status(), nil }
+
+func glueKVCacheGetID(c *kvCacheObj) (uint64, error) { return c.Core().ID(), nil }
+
+func glueKVCacheGetNumCommittedTokens(c *kvCacheObj) (int, error) {
+	return c.Core().NumCommittedTokens(), nil
 }
 
-func glueKVCacheGetID(c *kvCacheObj, out *C.uint64_t) error {
-	*out = C.uint64_t(c.Core().ID())
-	return nil
+func glueKVCacheGetHistoryLength(c *kvCacheObj) (int, error) { return c.Core().HistoryLength(), nil }
+
+func glueKVCacheGetCapacity(c *kvCacheObj) (int, error) { return c.Core().Capacity(), nil }
+
+func glueKVCacheGetReusedTokens(c *kvCacheObj) (int, error) { return c.Core().ReusedTokens(), nil }
+
+func glueKVCacheGetBasePageIndices(c *kvCacheObj, lg C.kvcm_layer_group_id) ([]int32, error) {
+	return c.Core().BasePageIndices(layout.LayerGroupID(lg))
 }
 
-func glueKVCacheGetNumCommittedTokens(c *kvCacheObj, out *C.int64_t) error {
-	*out = C.int64_t(c.Core().NumCommittedTokens())
-	return nil
+func glueKVCacheGetStats(c *kvCacheObj) (core.BlockStats, error) { return c.Core().Stats(), nil }
+
+func glueKVCacheGetBeamBasePageIndices(c *kvCacheObj, lg C.kvcm_layer_group_id, beam C.int32_t) ([]int32, error) {
+	return c.Core().BasePageIndicesOfBeam(layout.LayerGroupID(lg), int(beam))
 }
 
-func glueKVCacheGetHistoryLength(c *kvCacheObj, out *C.int64_t) error {
-	*out = C.int64_t(c.Core().HistoryLength())
-	return nil
+func glueKVCacheGetSsmBlockBaseIndex(c *kvCacheObj, lg C.kvcm_layer_group_id) (int32, error) {
+	return c.Core().SsmBlockBaseIndex(layout.LayerGroupID(lg))
 }
 
-func glueKVCacheGetCapacity(c *kvCacheObj, out *C.int64_t) error {
-	*out = C.int64_t(c.Core().Capacity())
-	return nil
-}
-
-func glueKVCacheGetReusedTokens(c *kvCacheObj, out *C.int64_t) error {
-	*out = C.int64_t(c.Core().ReusedTokens())
-	return nil
-}
-
-func glueKVCacheGetBasePageIndices(c *kvCacheObj, lg C.kvcm_layer_group_id, indices *C.int32_t, capacity C.size_t, needed *C.size_t) error {
-	idx, err := c.Core().BasePageIndices(layout.LayerGroupID(lg))
-	if err != nil {
-		return err
-	}
-	return fill(idx, indices, capacity, needed, func(i int32) C.int32_t { return C.int32_t(i) })
-}
-
-func glueKVCacheGetBeamBasePageIndices(c *kvCacheObj, lg C.kvcm_layer_group_id, beam C.int32_t, indices *C.int32_t, capacity C.size_t, needed *C.size_t) error {
-	idx, err := c.Core().BasePageIndicesOfBeam(layout.LayerGroupID(lg), int(beam))
-	if err != nil {
-		return err
-	}
-	return fill(idx, indices, capacity, needed, func(i int32) C.int32_t { return C.int32_t(i) })
-}
-
-func glueKVCacheGetSsmBlockBaseIndex(c *kvCacheObj, lg C.kvcm_layer_group_id, out *C.int32_t) error {
-	s, err := c.Core().SsmBlockBaseIndex(layout.LayerGroupID(lg))
-	if err != nil {
-		return err
-	}
-	*out = C.int32_t(s)
-	return nil
-}
-
-func glueKVCacheGetReuseDiagnostics(c *kvCacheObj, out *C.kvcm_reuse_diagnostics) error {
-	d := c.Core().ReuseDiagnostics()
-	*out = C.kvcm_reuse_diagnostics{content_tokens: C.int64_t(d.ContentTokens), attention_tokens: C.int64_t(d.AttentionTokens)}
-	return nil
-}
-
-func glueKVCacheGetStats(c *kvCacheObj, out *C.kvcm_block_stats) error {
-	*out = cBlockStats(c.Core().Stats())
-	return nil
+func glueKVCacheGetReuseDiagnostics(c *kvCacheObj) (core.ReuseDiagnostics, error) {
+	return c.Core().ReuseDiagnostics(), nil
 }
 
 func glueKVCacheCommitPendingStats(c *kvCacheObj) error {
@@ -235,6 +179,6 @@ func glueKVCacheDiscardPendingStats(c *kvCacheObj) error {
 	return nil
 }
 
-func glueKVCacheGetCachedTokensByLevel(c *kvCacheObj, tokens *C.int64_t, capacity C.size_t, needed *C.size_t) error {
-	return fill(c.Core().CachedTokensByLevel(), tokens, capacity, needed, func(n int) C.int64_t { return C.int64_t(n) })
+func glueKVCacheGetCachedTokensByLevel(c *kvCacheObj) ([]int, error) {
+	return c.Core().CachedTokensByLevel(), nil
 }

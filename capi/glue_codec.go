@@ -226,7 +226,7 @@ func fillPoolGroupDescs(descs []layout.PoolGroupDesc, cd []C.kvcm_pool_group_des
 			cd[i].pools = &pools[pi]
 		}
 		for _, p := range d.Pools {
-			pools[pi] = C.kvcm_pool_desc{base: C.kvcm_device_ptr(p.Base), slot_bytes: C.int64_t(p.SlotBytes)}
+			pools[pi] = toCPoolDesc(p)
 			pi++
 		}
 	}
@@ -234,29 +234,18 @@ func fillPoolGroupDescs(descs []layout.PoolGroupDesc, cd []C.kvcm_pool_group_des
 
 // goPoolGroupDescs copies C descriptors into Go.
 func goPoolGroupDescs(p *C.kvcm_pool_group_desc, n int) ([]layout.PoolGroupDesc, error) {
-	if n < 0 || (n > 0 && p == nil) {
-		return nil, fmt.Errorf("bad descriptor array")
+	if n < 0 {
+		return nil, fmt.Errorf("bad descriptor count %d", n)
+	}
+	ds, err := cArray(p, C.size_t(n), "gpu_descs")
+	if err != nil {
+		return nil, err
 	}
 	out := make([]layout.PoolGroupDesc, n)
-	for i, d := range unsafe.Slice(p, n) {
-		g := layout.PoolGroupDesc{Index: layout.PoolGroupIndex(d.index), NumSlots: int64(d.num_slots)}
-		if d.num_life_cycles > 0 {
-			if d.life_cycles == nil {
-				return nil, fmt.Errorf("descriptor %d: life_cycles is NULL", i)
-			}
-			for _, lc := range unsafe.Slice(d.life_cycles, int(d.num_life_cycles)) {
-				g.LifeCycles = append(g.LifeCycles, layout.LayerGroupID(lc))
-			}
+	for i := range ds {
+		if out[i], err = fromCPoolGroupDesc(&ds[i], fmt.Sprintf("gpu_descs[%d]", i)); err != nil {
+			return nil, err
 		}
-		if d.num_pools > 0 {
-			if d.pools == nil {
-				return nil, fmt.Errorf("descriptor %d: pools is NULL", i)
-			}
-			for _, pd := range unsafe.Slice(d.pools, int(d.num_pools)) {
-				g.Pools = append(g.Pools, layout.PoolDesc{Base: device.Ptr(pd.base), SlotBytes: int64(pd.slot_bytes)})
-			}
-		}
-		out[i] = g
 	}
 	return out, nil
 }

@@ -41,23 +41,17 @@ func glueCPDestroy(o *cpObj) error {
 }
 
 func glueCPCreateManagerBacked(mgr *managerObj, opts *C.kvcm__const_kvcm_cp_manager_backed_options, out *C.kvcm_cp_index) error {
-	ws, err := cArray(opts.level_weights, opts.num_level_weights, "options.level_weights")
+	o, err := fromCCPManagerBackedOptions((*C.kvcm_cp_manager_backed_options)(opts), "options")
 	if err != nil {
 		return err
-	}
-	weights := make([]float64, len(ws))
-	for i, w := range ws {
-		weights[i] = float64(w)
 	}
 	hasLoRA := C.kvcm__has_cp_manager_backed_options_scope_has_lora_id(opts) != 0 && bool(opts.scope_has_lora_id)
 	scope, err := goScope(&opts.scope, hasLoRA, "options.scope")
 	if err != nil {
 		return err
 	}
-	x, err := mgr.NewManagerBackedIndex(cp.ManagerBackedOptions{
-		LevelWeights: weights,
-		ScopeOf:      func(string) blockhash.Scope { return scope },
-	})
+	o.ScopeOf = func(string) blockhash.Scope { return scope }
+	x, err := mgr.NewManagerBackedIndex(o)
 	if err != nil {
 		return err
 	}
@@ -117,89 +111,12 @@ func (a *cpIndexObjectArg) release() {
 	}
 }
 
-// slotError is the error of a slot that returned rc.
-func slotError(slot string, rc C.int32_t) error {
-	if rc == 0 {
-		return nil
-	}
-	return fmt.Errorf("%s returned %d", slot, int32(rc))
-}
-
-// cID is a request id in C memory for the call.
-func cID(id string) (*C.char, C.size_t, func()) {
-	if id == "" {
-		return nil, 0, func() {}
-	}
-	p := C.CString(id) // copies; the slot may not keep it
-	return p, C.size_t(len(id)), func() { C.free(unsafe.Pointer(p)) }
-}
-
-func cKeys(keys []blockhash.Key) (*C.uint64_t, C.size_t) {
-	if len(keys) == 0 {
-		return nil, 0
-	}
-	// blockhash.Key is a uint64 holding no Go pointers: cgo pins the slice.
-	return (*C.uint64_t)(unsafe.Pointer(&keys[0])), C.size_t(len(keys))
-}
-
-// external builds the External whose funcs are the vtable's present slots.
+// external builds the External whose funcs are the vtable's present slots:
+// goCallerCPIndexVtable calls all but get_allocation_priority, whose order
+// of indices this adapter turns into ids.
 func (c *cCPIndex) external() cp.External {
-	var e cp.External
 	vt, self := c.vt, c.self
-	if C.kvcm__has_cp_index_vtable_predict_prefix_reuse(vt) != 0 {
-		e.PredictPrefixReuse = func(id string, tokens []config.Token) (float64, error) {
-			p, n, free := cID(id)
-			defer free()
-			var tp *C.kvcm_token
-			if len(tokens) > 0 {
-				tp = (*C.kvcm_token)(unsafe.Pointer(&tokens[0]))
-			}
-			var score C.double
-			rc := C.kvcm__call_cp_index_vtable_predict_prefix_reuse(vt, self, p, n, tp, C.size_t(len(tokens)), &score)
-			return float64(score), slotError("predict_prefix_reuse", rc)
-		}
-	}
-	if C.kvcm__has_cp_index_vtable_get_cp_cached_blocks(vt) != 0 {
-		e.GetCPCachedBlocks = func(id string) ([]blockhash.Key, error) {
-			p, n, free := cID(id)
-			defer free()
-			buf := make([]blockhash.Key, 64)
-			for try := 0; try < 2; try++ {
-				var needed C.size_t
-				rc := C.kvcm__call_cp_index_vtable_get_cp_cached_blocks(vt, self, p, n,
-					(*C.uint64_t)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &needed)
-				if err := slotError("get_cp_cached_blocks", rc); err != nil {
-					return nil, err
-				}
-				if uint64(needed) <= uint64(len(buf)) {
-					return buf[:needed], nil
-				}
-				if needed > abimodel.MaxElems/8 {
-					return nil, fmt.Errorf("get_cp_cached_blocks needs %d keys", uint64(needed))
-				}
-				buf = make([]blockhash.Key, needed)
-			}
-			return nil, fmt.Errorf("get_cp_cached_blocks needed more than the %d keys it asked for", len(buf))
-		}
-	}
-	notify := func(slot string, call func(*C.char, C.size_t, *C.uint64_t, C.size_t) C.int32_t) func(string, []blockhash.Key) error {
-		return func(id string, keys []blockhash.Key) error {
-			p, n, free := cID(id)
-			defer free()
-			kp, kn := cKeys(keys)
-			return slotError(slot, call(p, n, kp, kn))
-		}
-	}
-	if C.kvcm__has_cp_index_vtable_notify_blocks_allocated(vt) != 0 {
-		e.NotifyBlocksAllocated = notify("notify_blocks_allocated", func(p *C.char, n C.size_t, k *C.uint64_t, kn C.size_t) C.int32_t {
-			return C.kvcm__call_cp_index_vtable_notify_blocks_allocated(vt, self, p, n, k, kn)
-		})
-	}
-	if C.kvcm__has_cp_index_vtable_notify_blocks_freed(vt) != 0 {
-		e.NotifyBlocksFreed = notify("notify_blocks_freed", func(p *C.char, n C.size_t, k *C.uint64_t, kn C.size_t) C.int32_t {
-			return C.kvcm__call_cp_index_vtable_notify_blocks_freed(vt, self, p, n, k, kn)
-		})
-	}
+	e := goCallerCPIndexVtable(vt, self)
 	if C.kvcm__has_cp_index_vtable_get_allocation_priority(vt) != 0 {
 		e.GetAllocationPriority = func(ids []string) ([]string, error) {
 			if len(ids) == 0 {
@@ -273,75 +190,22 @@ func glueCPCreateDelegating(a *cpIndexObjectArg, out *C.kvcm_cp_index) error {
 
 // ---- The five methods on any index ----
 
-func goID(p *C.kvcm__const_char, n C.size_t, name string) (string, error) {
-	if n > 1<<30 {
-		return "", argError(name+"_len", "%d is too large", uint64(n))
-	}
-	if n == 0 {
-		return "", nil
-	}
-	return C.GoStringN((*C.char)(unsafe.Pointer(p)), C.int(n)), nil
-}
-
-func goKeys(p *C.kvcm__const_uint64_t, n C.size_t, name string) ([]blockhash.Key, error) {
-	ks, err := cArray(p, n, name)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]blockhash.Key, len(ks))
-	for i, k := range ks {
-		out[i] = blockhash.Key(k)
-	}
-	return out, nil
-}
-
-func glueCPPredictPrefixReuse(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, tokens *C.kvcm__const_kvcm_token, n C.size_t, out *C.double) error {
-	id, err := goID(rid, ridLen, "request_id")
-	if err != nil {
-		return err
-	}
-	ts, err := goTokens(tokens, n, "tokens")
-	if err != nil {
-		return err
-	}
-	score, err := o.PredictPrefixReuse(id, ts)
+func glueCPPredictPrefixReuse(o *cpObj, id string, tokens []config.Token, out *C.double) error {
+	score, err := o.PredictPrefixReuse(id, tokens)
 	*out = C.double(score)
 	return err
 }
 
-func glueCPGetCachedBlocks(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, keys *C.uint64_t, capacity C.size_t, needed *C.size_t) error {
-	id, err := goID(rid, ridLen, "request_id")
-	if err != nil {
-		return err
-	}
-	got, err := o.GetCachedBlocks(id)
-	if err != nil {
-		return err
-	}
-	return fill(got, keys, capacity, needed, func(k blockhash.Key) C.uint64_t { return C.uint64_t(k) })
+func glueCPGetCachedBlocks(o *cpObj, id string) ([]blockhash.Key, error) {
+	return o.GetCachedBlocks(id)
 }
 
-func glueCPNotifyBlocksAllocated(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, keys *C.kvcm__const_uint64_t, n C.size_t) error {
-	return glueCPNotify(rid, ridLen, keys, n, o.NotifyBlocksAllocated)
+func glueCPNotifyBlocksAllocated(o *cpObj, id string, keys []blockhash.Key) error {
+	return o.NotifyBlocksAllocated(id, keys)
 }
 
-func glueCPNotifyBlocksFreed(o *cpObj, rid *C.kvcm__const_char, ridLen C.size_t, keys *C.kvcm__const_uint64_t, n C.size_t) error {
-	return glueCPNotify(rid, ridLen, keys, n, o.NotifyBlocksFreed)
-}
-
-// glueCPNotify converts a request id and keys from C and passes them to one
-// of the index's notification methods.
-func glueCPNotify(rid *C.kvcm__const_char, ridLen C.size_t, keys *C.kvcm__const_uint64_t, n C.size_t,
-	notify func(string, []blockhash.Key) error) error {
-	id, err := goID(rid, ridLen, "request_id")
-	if err != nil {
-		return err
-	}
-	ks, err := goKeys(keys, n, "keys")
-	if err != nil {
-		return err
-	}
-	return notify(id, ks)
+func glueCPNotifyBlocksFreed(o *cpObj, id string, keys []blockhash.Key) error {
+	return o.NotifyBlocksFreed(id, keys)
 }
 
 func glueCPGetAllocationPriority(o *cpObj, ids *C.kvcm__const_kvcm_cp_request_id, n C.size_t, order *C.size_t) error {
@@ -358,7 +222,7 @@ func glueCPGetAllocationPriority(o *cpObj, ids *C.kvcm__const_kvcm_cp_request_id
 		if cids[i].data == nil && cids[i].len != 0 {
 			return argError(fmt.Sprintf("request_ids[%d].data", i), "is NULL but len is %d", uint64(cids[i].len))
 		}
-		if in[i], err = goID((*C.kvcm__const_char)(unsafe.Pointer(cids[i].data)), cids[i].len, fmt.Sprintf("request_ids[%d].data", i)); err != nil {
+		if in[i], err = cStringArg(cids[i].data, cids[i].len, fmt.Sprintf("request_ids[%d].len", i)); err != nil {
 			return err
 		}
 	}

@@ -19,38 +19,35 @@ import (
 // SWA scratch reuse, planned drops and pool rebalancing (issue 13 items 4
 // and 6).
 
-func glueKVCacheGetScratchDesc(c *kvCacheObj, lg C.kvcm_layer_group_id, begin, end *C.int64_t, slots *C.int32_t, capacity C.size_t, needed *C.size_t) error {
+func glueKVCacheGetScratchDesc(c *kvCacheObj, lg C.kvcm_layer_group_id, begin, end *C.int64_t) ([]int32, error) {
 	d, err := c.Core().ScratchDesc(layout.LayerGroupID(lg))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	*begin, *end = C.int64_t(d.Begin), C.int64_t(d.End)
-	return fill(d.Slots, slots, capacity, needed, func(s int32) C.int32_t { return C.int32_t(s) })
+	return d.Slots, nil
 }
 
-func glueKVCacheHasScratchSlots(c *kvCacheObj, out *C.bool) error {
-	*out = C.bool(c.Core().HasScratchSlots())
-	return nil
-}
+func glueKVCacheHasScratchSlots(c *kvCacheObj) (bool, error) { return c.Core().HasScratchSlots(), nil }
 
-func glueKVCacheGetSwaScratchReuse(c *kvCacheObj, out *C.bool) error {
-	*out = C.bool(c.Core().SwaScratchReuse())
-	return nil
+func glueKVCacheGetSwaScratchReuse(c *kvCacheObj) (bool, error) {
+	return c.Core().SwaScratchReuse(), nil
 }
 
 func glueKVCacheSetSwaScratchReuse(c *kvCacheObj, enable C.bool) error {
 	return c.Core().SetSwaScratchReuse(bool(enable))
 }
 
-func glueKVCachePlanCommittedBlockDrop(c *kvCacheObj, out *C.kvcm_planned_drop) error {
+// glueKVCachePlanCommittedBlockDrop returns the plan's handle, 0 when
+// nothing is planned.
+func glueKVCachePlanCommittedBlockDrop(c *kvCacheObj) (uint64, error) {
 	d, err := c.Core().PlanCommittedBlockDrop()
 	if err != nil || d == nil {
-		return err
+		return 0, err
 	}
 	o := &plannedDropObj{PlannedDrop: d}
 	o.handle = newHandle(o)
-	*out = C.kvcm_planned_drop(o.handle)
-	return nil
+	return o.handle, nil
 }
 
 func gluePlannedDropDrop(d *plannedDropObj) error { return d.Drop() }
@@ -68,30 +65,20 @@ func gluePlannedDropDestroy(d *plannedDropObj) error {
 	return nil
 }
 
-func glueManagerGetScratchPagesPerBlock(mgr *managerObj, layerID C.int32_t, role *C.kvcm__const_char, out *C.int64_t) error {
+func glueManagerGetScratchPagesPerBlock(mgr *managerObj, layerID C.int32_t, role *C.kvcm__const_char) (int64, error) {
 	loc, err := mgr.Core().Buffer(int32(layerID), config.DataRole(C.GoString(role)))
-	if err != nil {
-		return err
-	}
-	*out = C.int64_t(loc.ScratchPagesPerBlock)
-	return nil
+	return loc.ScratchPagesPerBlock, err
 }
 
-func glueManagerNeedAdjustment(mgr *managerObj, out *C.bool) error {
-	*out = C.bool(mgr.Core().NeedAdjustment())
-	return nil
+func glueManagerNeedAdjustment(mgr *managerObj) (bool, error) {
+	return mgr.Core().NeedAdjustment(), nil
 }
 
 func glueManagerAdjust(mgr *managerObj) error { return mgr.Core().Adjust() }
 
-func glueManagerClampMaxSeqLenForMem(mgr *managerObj, batchSize, upperBound C.int64_t, out *C.int64_t) error {
+func glueManagerClampMaxSeqLenForMem(mgr *managerObj, batchSize, upperBound C.int64_t) (int, error) {
 	if int64(batchSize) > math.MaxInt32 {
-		return argError("batch_size", "%d is out of range (at most %d)", int64(batchSize), math.MaxInt32)
+		return 0, argError("batch_size", "%d is out of range (at most %d)", int64(batchSize), math.MaxInt32)
 	}
-	n, err := mgr.Core().ClampMaxSeqLenForMem(int(batchSize), int(upperBound))
-	if err != nil {
-		return err
-	}
-	*out = C.int64_t(n)
-	return nil
+	return mgr.Core().ClampMaxSeqLenForMem(int(batchSize), int(upperBound))
 }

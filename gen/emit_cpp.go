@@ -50,7 +50,14 @@ includes this file and adds the RAII classes and the codec interface.
 Requires C++17.`)
 	guard := strings.ToUpper(m.Prefix) + "_" + strings.ToUpper(m.Prefix) + "_GENERATED_HPP"
 	fmt.Fprintf(&b, "#ifndef %s\n#define %s\n\n", guard, guard)
-	b.WriteString("#include <cstddef>\n#include <cstdint>\n#include <type_traits>\n\n")
+	if slices.ContainsFunc(m.Decls, func(d *Decl) bool { return d.CppImpl }) {
+		b.WriteString("#include <algorithm>\n")
+	}
+	b.WriteString("#include <cstddef>\n#include <cstdint>\n")
+	if slices.ContainsFunc(m.Decls, func(d *Decl) bool { return d.CppImpl }) {
+		b.WriteString("#include <string_view>\n")
+	}
+	b.WriteString("#include <type_traits>\n\n")
 	fmt.Fprintf(&b, "#include \"%s\"\n\n", p.Include)
 	fmt.Fprintf(&b, "namespace %s {\n\n", m.Prefix)
 
@@ -134,6 +141,19 @@ Requires C++17.`)
 			}
 		}
 		fmt.Fprintf(&b, "}  // namespace %s\n\n", ns)
+	}
+	var impls []*Decl
+	for _, d := range m.Decls {
+		if d.CppImpl {
+			impls = append(impls, d)
+		}
+	}
+	if len(impls) > 0 {
+		b.WriteString("// ---- Vtable trampolines for C++ implementations ----\n\nnamespace detail {\n\n")
+		for _, d := range impls {
+			cppTrampolines(&b, d)
+		}
+		b.WriteString("}  // namespace detail\n\n")
 	}
 	fmt.Fprintf(&b, "}  // namespace %s\n\n#endif  // %s\n", m.Prefix, guard)
 	return b.String()

@@ -2,6 +2,7 @@ package gen
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -118,7 +119,11 @@ library (the path given, else $KVCM_LIBRARY, else libkvcm.so next to this
 package, else the system search path), sets argtypes and restype of every
 function and checks the library's ABI version. check_layouts() compares the
 ctypes layouts with the ones the header freezes.`)
-	b.WriteString("\nimport ctypes\nimport ctypes.util\nimport enum\nimport os\n\n")
+	b.WriteString("\nimport ctypes\nimport ctypes.util\nimport enum\nimport os\n")
+	if slices.ContainsFunc(m.Decls, func(d *Decl) bool { return d.PyValue }) {
+		b.WriteString("from dataclasses import dataclass\n")
+	}
+	b.WriteString("\n")
 
 	b.WriteString("# ---- Constants ----\n\n")
 	for _, c := range m.Consts {
@@ -198,6 +203,7 @@ ctypes layouts with the ones the header freezes.`)
 		}
 		b.WriteString("]\n\n")
 	}
+	pyValues(&b, m)
 
 	b.WriteString("# ---- Layouts frozen by the header: name -> (size, alignment, {field: offset}) ----\n\nLAYOUTS = {\n")
 	for _, d := range m.Decls {
@@ -288,4 +294,44 @@ def load(path=None):
     return lib
 `, strings.ToUpper(m.Prefix), m.Prefix)
 	return b.String()
+}
+
+// pyValues writes the value types of //kvcm:pyvalue structs: frozen
+// dataclasses with the C struct's fields in its order (enums as their
+// IntEnum), and _from_c, which copies them from the C struct (or the
+// extension's object of the same fields).
+func pyValues(b *strings.Builder, m *Model) {
+	first := true
+	for _, d := range m.Decls {
+		if !d.PyValue {
+			continue
+		}
+		if first {
+			b.WriteString("# ---- Value types ----\n\n")
+			first = false
+		}
+		fmt.Fprintf(b, "\n@dataclass(frozen=True, slots=True)\nclass %s:\n", d.CppName)
+		pyDocstring(b, "    ", d.Doc)
+		b.WriteString("\n")
+		var args []string
+		for _, f := range d.Fields {
+			t, conv := "int", "s."+f.CName
+			switch {
+			case f.Type.Kind == KScalar && (f.Type.Scalar == "double" || f.Type.Scalar == "float"):
+				t = "float"
+			case f.Type.Kind == KScalar && f.Type.Scalar == "bool":
+				t = "bool"
+			case f.Type.Kind == KNamed && f.Type.Decl.Kind == DEnum:
+				t, conv = f.Type.Decl.CppName, f.Type.Decl.CppName+"(s."+f.CName+")"
+			}
+			for _, line := range strings.Split(f.Doc, "\n") {
+				fmt.Fprintf(b, "    #: %s\n", line)
+			}
+			fmt.Fprintf(b, "    %s: %s\n", f.CName, t)
+			args = append(args, conv)
+		}
+		fmt.Fprintf(b, "\n    @classmethod\n    def _from_c(cls, s):\n")
+		fmt.Fprintf(b, "        \"\"\"Copies the fields of a %s (or of an object with its fields).\"\"\"\n", d.CName)
+		fmt.Fprintf(b, "        return cls(%s)\n\n", strings.Join(args, ", "))
+	}
 }

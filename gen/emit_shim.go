@@ -531,12 +531,59 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 			jen.If(jen.Id("st").Op("!=").Nil()).Block(fail(jen.Id("st"))))
 		args[p.CName] = jen.Id(v)
 	}
+	// Conventions: the glue gets Go strings and slices, and returns the
+	// elements of a buffer, which the export writes.
+	skip := map[string]bool{}
+	var buffer, resultParam *Param
+	ifErr := jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Err())))
+	for _, p := range fn.Sig.Params {
+		v := lowerCamel(p.CName) + "Arg"
+		switch {
+		case p.Has("string"):
+			body = append(body, jen.List(jen.Id(v), jen.Err()).Op(":=").Id("cStringArg").Call(
+				jen.Parens(jen.Op("*").Qual("C", "char")).Call(jen.Id(p.CName)), jen.Id(p.Len), jen.Lit(p.Len)), ifErr)
+		case p.Has("slice"):
+			body = append(body, jen.List(jen.Id(v), jen.Err()).Op(":=").Id("cSliceArg").Index(goElemCode(p.GoElem)).Call(
+				jen.Id(p.CName), jen.Id(p.Len), jen.Lit(p.CName)), ifErr)
+		case p.Buffer != "":
+			buffer = p
+			skip[p.CName], skip[p.Len], skip[p.Buffer] = true, true, true
+			continue
+		case p.Has("result"):
+			resultParam = p
+			skip[p.CName] = true
+			continue
+		default:
+			continue
+		}
+		args[p.CName], skip[p.Len] = jen.Id(v), true
+	}
 	var call []jen.Code
 	for _, p := range fn.Sig.Params {
-		call = append(call, args[p.CName])
+		if !skip[p.CName] {
+			call = append(call, args[p.CName])
+		}
 	}
 	glue := jen.Id("glue" + fn.GoName).Call(call...)
 	switch {
+	case buffer != nil:
+		el := buffer.Type.Elem
+		var conv jen.Code
+		if buffer.GoElem != "" {
+			conv = jen.Func().Params(jen.Id("v").Add(goElemCode(buffer.GoElem))).Add(goCType(el)).Block(jen.Return(jen.Add(goCType(el)).Call(jen.Id("v"))))
+		} else {
+			conv = jen.Id("toC" + el.Decl.GoName)
+		}
+		body = append(body, jen.List(jen.Id("items"), jen.Err()).Op(":=").Add(glue), ifErr,
+			jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Id("fill").Call(jen.Id("items"), jen.Id(buffer.CName), jen.Id(buffer.Len), jen.Id(buffer.Buffer), conv))))
+	case resultParam != nil:
+		el := resultParam.Type.Elem
+		var v jen.Code = jen.Add(goCType(el)).Call(jen.Id("v"))
+		if el.Kind == KNamed && el.Decl.Kind == DStruct {
+			v = jen.Id("toC" + el.Decl.GoName).Call(jen.Id("v"))
+		}
+		body = append(body, jen.List(jen.Id("v"), jen.Err()).Op(":=").Add(glue), ifErr,
+			jen.Op("*").Id(resultParam.CName).Op("=").Add(v), jen.Return(jen.Nil()))
 	case status:
 		body = append(body, jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), glue)))
 	case fn.Sig.Result.Kind == KVoid:
@@ -550,4 +597,13 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 		sig = sig.Parens(result)
 	}
 	return shimCode{name: name, doc: doc, fn: sig.Block(body...)}, nil
+}
+
+// goElemCode renders a go= element type: <import path>.<Type>, or a
+// predeclared type.
+func goElemCode(g string) jen.Code {
+	if i := strings.LastIndex(g, "."); i > 0 {
+		return jen.Qual(g[:i], g[i+1:])
+	}
+	return jen.Id(g)
 }

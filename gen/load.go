@@ -44,6 +44,9 @@ func Load(dir, pattern string) (*Model, error) {
 	if err := l.run(); err != nil {
 		return nil, err
 	}
+	if err := resolveGoMaps(l.m, dir); err != nil {
+		return nil, err
+	}
 	return l.m, nil
 }
 
@@ -214,6 +217,22 @@ func (l *loader) run() error {
 		if len(dc.GoImpls) > 0 && !dc.Vtable {
 			return fmt.Errorf("%s: //kvcm:goimpl on a type that is not a //kvcm:vtable", dc.GoName)
 		}
+		if g := d.one("go"); g != "" {
+			if dc.GoMap, err = parseGoMap(g); err != nil || dc.Kind != DStruct {
+				return fmt.Errorf("%s: bad //kvcm:go %q: want \"in|out|inout <import path>.<Type>\" on a //kvcm:struct", dc.GoName, g)
+			}
+		}
+		if g := d.one("gocaller"); g != "" {
+			if dc.GoCaller, err = parseGoMap("out " + g); err != nil || !dc.Vtable {
+				return fmt.Errorf("%s: bad //kvcm:gocaller %q: want \"<import path>.<Type>\" on a //kvcm:vtable", dc.GoName, g)
+			}
+		}
+		if dc.CppImpl = d.has("cppimpl"); dc.CppImpl && !dc.Vtable {
+			return fmt.Errorf("%s: //kvcm:cppimpl on a type that is not a //kvcm:vtable", dc.GoName)
+		}
+		if dc.PyValue = d.has("pyvalue"); dc.PyValue && dc.Kind != DStruct {
+			return fmt.Errorf("%s: //kvcm:pyvalue on a type that is not a //kvcm:struct", dc.GoName)
+		}
 		dc.Status = d.has("status")
 		dc.APITable = d.has("apitable")
 		if a := d.one("align"); a != "" {
@@ -348,7 +367,7 @@ func (l *loader) body(dc *Decl, s typeSpec) error {
 					return err
 				}
 				f := &Field{GoName: name.Name, CName: Snake(name.Name), Type: t, Doc: docText(af.Doc), Since: dc.Since,
-					Nullable: tag.Get("nullable") == "true", Own: tag.Get("own")}
+					Nullable: tag.Get("nullable") == "true", Own: tag.Get("own"), Go: tag.Get("go"), Cpp: tag.Get("cpp")}
 				if c := tag.Get("c"); c != "" {
 					f.CName = c
 				}
@@ -372,6 +391,18 @@ func (l *loader) body(dc *Decl, s typeSpec) error {
 		}
 		if err := checkGoImpls(dc); err != nil {
 			return err
+		}
+		if dc.CppImpl {
+			if err := checkCppImpl(dc); err != nil {
+				return err
+			}
+		}
+		if dc.PyValue {
+			for _, f := range dc.Fields {
+				if !isScalarField(f.Type) {
+					return fmt.Errorf("%s.%s: a //kvcm:pyvalue struct has scalar, enum and typedef fields only", dc.GoName, f.GoName)
+				}
+			}
 		}
 	}
 	return nil
@@ -513,8 +544,19 @@ func (l *loader) function(s typeSpec) (*Func, error) {
 				p.Len = Snake(n)
 				continue
 			}
+			if g, ok := strings.CutPrefix(fl, "go="); ok {
+				p.GoElem = g
+				continue
+			}
+			if n, ok := strings.CutPrefix(fl, "buffer="); ok {
+				if byName[n] == nil {
+					return nil, fmt.Errorf("%s: %s: buffer names unknown parameter %q", name, p.GoName, n)
+				}
+				p.Buffer = Snake(n)
+				continue
+			}
 			switch fl {
-			case "in", "out", "borrowed", "owned", "consumed", "nullable":
+			case "in", "out", "borrowed", "owned", "consumed", "nullable", "string", "slice", "result":
 			default:
 				return nil, fmt.Errorf("%s: %s: unknown flag %q", name, p.GoName, fl)
 			}
@@ -528,6 +570,9 @@ func (l *loader) function(s typeSpec) (*Func, error) {
 	for _, p := range sig.Params {
 		if p.Doc == "" {
 			return nil, fmt.Errorf("%s: parameter %s has no //kvcm:param", name, p.GoName)
+		}
+		if err := checkConvention(f, p); err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", name, p.GoName, err)
 		}
 	}
 	return f, nil
@@ -704,6 +749,44 @@ func checkGoImpls(dc *Decl) error {
 		if f.Type.Kind != KFunc || len(f.Type.Sig.Params) == 0 || f.Type.Sig.Params[0].Type.Kind != KVoidPtr {
 			return fmt.Errorf("%s.%s: a vtable with //kvcm:goimpl has only slots that take self (void*) first", dc.GoName, f.GoName)
 		}
+	}
+	return nil
+}
+
+// checkConvention checks a parameter's string, slice and buffer flags.
+func checkConvention(f *Func, p *Param) error {
+	t := p.Type
+	if p.Has("result") {
+		switch {
+		case !f.Sig.Result.IsStatus():
+			return fmt.Errorf("result needs a kvcm_status* result")
+		case t.Kind != KPtr || t.Dir != DirOut || p.Len != "":
+			return fmt.Errorf("result is for a T* without len=")
+		case !isScalarField(t.Elem) && (t.Elem.Kind != KNamed || t.Elem.Decl.GoMap == nil || !t.Elem.Decl.GoMap.Out):
+			return fmt.Errorf("result is for a scalar, or a struct with //kvcm:go out")
+		}
+		for _, q := range f.Sig.Params {
+			if q != p && (q.Has("result") || q.Buffer != "") {
+				return fmt.Errorf("a function has one result or one buffer")
+			}
+		}
+	}
+	conv := p.Has("string") || p.Has("slice") || p.Buffer != ""
+	switch {
+	case !conv:
+		return nil
+	case !f.Sig.Result.IsStatus():
+		return fmt.Errorf("string, slice and buffer need a kvcm_status* result")
+	case p.Len == "":
+		return fmt.Errorf("string, slice and buffer need len=")
+	case p.Has("string") && t.Kind != KCStr:
+		return fmt.Errorf("string is for a const char*")
+	case p.Has("slice") && (t.Kind != KPtr || t.Dir != DirIn || !isScalarField(t.Elem) || p.GoElem == ""):
+		return fmt.Errorf("slice is for a const T* of scalars, with go=<Go element type>")
+	case p.Buffer != "" && (t.Kind != KPtr || t.Dir != DirOut):
+		return fmt.Errorf("buffer is for a T*")
+	case p.Buffer != "" && p.GoElem == "" && (t.Elem.Kind != KNamed || t.Elem.Decl.GoMap == nil || !t.Elem.Decl.GoMap.Out):
+		return fmt.Errorf("buffer needs go=<Go element type>, or elements with //kvcm:go out")
 	}
 	return nil
 }

@@ -64,6 +64,15 @@ type Param struct {
 	Len      string   // C name of the parameter giving the element count
 	Doc      string
 	Nullable bool
+	// The export's conventions (//kvcm:param flags), so that the glue gets
+	// Go values: string (a const char* with len=: a Go string), slice (a
+	// const T* with len=: a []GoElem copy), buffer=<needed> (a T* with
+	// len=capacity and the size_t* that receives the count: the glue
+	// returns a []GoElem, or a slice of T's //kvcm:go struct, and the
+	// export fills the buffer, checking its capacity), result (a T* the
+	// export writes from the glue's (value, error) when the error is nil).
+	GoElem string // go=<import path>.<Type> or a predeclared Go type
+	Buffer string // C name of the needed parameter of a buffer
 }
 
 // Has reports whether the parameter carries a flag.
@@ -127,7 +136,19 @@ type Decl struct {
 	// GoImpls names the Go implementations of a vtable (//kvcm:goimpl): for
 	// each, kvcmgen writes a C vtable whose slots forward to Go exports
 	// kvcm__go_<impl>_<slot>, self and pointers passed as uintptr_t.
-	GoImpls  []string
+	GoImpls []string
+	// GoMap is the Go struct kvcmgen writes converters for (//kvcm:go), or
+	// nil.
+	GoMap *GoMap
+	// GoCaller is the Go struct of funcs that calls a vtable
+	// (//kvcm:gocaller), or nil.
+	GoCaller *GoMap
+	// CppImpl asks for the C++ trampolines of a vtable's slots
+	// (//kvcm:cppimpl).
+	CppImpl bool
+	// PyValue asks for a frozen Python dataclass of a struct's fields
+	// (//kvcm:pyvalue), read from the C struct by its _from_c.
+	PyValue  bool
 	Align    int
 	Status   bool // the status type
 	APITable bool // the generated function table
@@ -159,7 +180,15 @@ type Field struct {
 	Len      string // C name of the count field
 	Nullable bool
 	Own      string
-	Offset   int
+	// Go is the field's go tag: the field of the Decl's GoMap struct it
+	// converts to or from ("" means the same name), "-" for none (the
+	// export glue converts it by hand), or "Name()" for a method whose
+	// result an out converter writes.
+	Go string
+	// Cpp is the field's cpp tag: "-" leaves a slot of a //kvcm:cppimpl
+	// vtable to the hand-written C++ adapter.
+	Cpp    string
+	Offset int
 }
 
 // Const is a named constant.

@@ -12,10 +12,11 @@ import "github.com/kvcm/kvcm/gen/spec"
 //kvcm:struct
 //kvcm:since 1
 //kvcm:cppns c
+//kvcm:go in github.com/kvcm/kvcm/core/blockhash.Scope
 type ReuseScope struct {
 	// LoraID is the LoRA adapter id (0 for none, unless a has_lora_id flag
 	// beside the scope is set).
-	LoraID int64
+	LoraID int64 `go:"LoRAID"`
 	// Salt is salt_len bytes (NULL when salt_len is 0); it may contain NULs.
 	Salt spec.CStr `len:"SaltLen" nullable:"true" own:"borrowed"`
 	// SaltLen is the length of salt in bytes.
@@ -30,6 +31,7 @@ type ReuseScope struct {
 //kvcm:versioned
 //kvcm:since 1
 //kvcm:cppns c
+//kvcm:go in github.com/kvcm/kvcm/core/abimodel.CacheOptions
 type KVCacheOptions struct {
 	// Scope is the reuse scope.
 	Scope ReuseScope
@@ -42,10 +44,10 @@ type KVCacheOptions struct {
 	NumInputTokens spec.Size
 	// Priority, when not NULL, gives committed blocks their eviction
 	// priority. It is called with the manager's lock held.
-	Priority PriorityFunc `nullable:"true"`
+	Priority PriorityFunc `nullable:"true" go:"-"`
 	// PriorityUserData is passed to priority; the library never
 	// dereferences it. It must stay valid until the cache is closed.
-	PriorityUserData spec.VoidPtr `nullable:"true" own:"borrowed"`
+	PriorityUserData spec.VoidPtr `nullable:"true" own:"borrowed" go:"-"`
 	// RequestID names the request the cache serves, for the CP index
 	// attached to the manager (kvcm_manager_attach_cp): request_id_len bytes,
 	// not NUL-terminated. A cache without one (length 0) notifies nothing.
@@ -53,22 +55,22 @@ type KVCacheOptions struct {
 	// RequestIDLen is the length of request_id in bytes.
 	RequestIDLen spec.Size
 	// ScopeHasLoraID marks scope.lora_id as a LoRA adapter id, 0 included.
-	ScopeHasLoraID bool `since:"2"`
+	ScopeHasLoraID bool `since:"2" go:"-"`
 	// LayerGroupPriority, when not NULL, gives committed blocks their
 	// eviction priority per layer group (priority must be NULL then). It is
 	// called with priority_user_data and the manager's lock held.
-	LayerGroupPriority LayerGroupPriorityFunc `nullable:"true" since:"2"`
+	LayerGroupPriority LayerGroupPriorityFunc `nullable:"true" since:"2" go:"-"`
 	// HasExpectedPromptLength makes expected_prompt_length the cache's
 	// prefill/generation boundary of the statistics; unset, the boundary is
 	// num_input_tokens, and without input tokens no growth counts as
 	// generation.
-	HasExpectedPromptLength bool `since:"2"`
+	HasExpectedPromptLength bool `since:"2" go:"-"`
 	// ExpectedPromptLength (KVCacheManagerV2's expected_prompt_length, not
 	// negative): once the cache's history has reached it, capacity growth
 	// counts as generation-phase allocation (gen_alloc_blocks of
 	// kvcm_manager_get_and_reset_layer_group_iteration_stats). It changes no
 	// allocation or reuse.
-	ExpectedPromptLength int64 `since:"2"`
+	ExpectedPromptLength int64 `since:"2" go:"-"`
 }
 
 // KVCacheCreate creates a SUSPENDED KV cache holding the longest reusable
@@ -166,7 +168,7 @@ type KVCacheResize func(cache KVCache, capacity int64, historyLength int64) *Sta
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param tokens borrowed,nullable,len=numTokens The tokens (NULL only when num_tokens is 0).
+//kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
 //kvcm:param isEnd in Whether these are the last tokens to commit.
 type KVCacheCommit func(cache KVCache, tokens spec.In[Token], numTokens spec.Size, isEnd bool) *Status
@@ -193,7 +195,7 @@ type KVCachePrefetch func(cache KVCache, level CacheLevel) *Status
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param out out Receives the status.
+//kvcm:param out out,result Receives the status.
 type KVCacheGetStatus func(cache KVCache, out spec.Out[CacheStatus]) *Status
 
 // KVCacheGetID returns the cache's id, unique within its manager.
@@ -201,7 +203,7 @@ type KVCacheGetStatus func(cache KVCache, out spec.Out[CacheStatus]) *Status
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param out out Receives the id.
+//kvcm:param out out,result Receives the id.
 type KVCacheGetID func(cache KVCache, out spec.Out[uint64]) *Status
 
 // KVCacheGetNumCommittedTokens returns how many tokens are committed.
@@ -209,7 +211,7 @@ type KVCacheGetID func(cache KVCache, out spec.Out[uint64]) *Status
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param out out Receives the count.
+//kvcm:param out out,result Receives the count.
 type KVCacheGetNumCommittedTokens func(cache KVCache, out spec.Out[int64]) *Status
 
 // KVCacheGetHistoryLength returns how many tokens have their KV computed.
@@ -217,7 +219,7 @@ type KVCacheGetNumCommittedTokens func(cache KVCache, out spec.Out[int64]) *Stat
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param out out Receives the count.
+//kvcm:param out out,result Receives the count.
 type KVCacheGetHistoryLength func(cache KVCache, out spec.Out[int64]) *Status
 
 // KVCacheGetCapacity returns how many tokens the cache holds pages for.
@@ -225,7 +227,7 @@ type KVCacheGetHistoryLength func(cache KVCache, out spec.Out[int64]) *Status
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param out out Receives the count.
+//kvcm:param out out,result Receives the count.
 type KVCacheGetCapacity func(cache KVCache, out spec.Out[int64]) *Status
 
 // KVCacheGetCommittedTokens writes the committed tokens.
@@ -233,7 +235,7 @@ type KVCacheGetCapacity func(cache KVCache, out spec.Out[int64]) *Status
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param tokens out,nullable,len=capacity Receives the committed tokens.
+//kvcm:param tokens out,nullable,len=capacity,buffer=needed,go=github.com/kvcm/kvcm/core/config.Token Receives the committed tokens.
 //kvcm:param capacity in Capacity of tokens, in elements.
 //kvcm:param needed out Receives the number of committed tokens.
 type KVCacheGetCommittedTokens func(cache KVCache, tokens spec.Out[Token], capacity spec.Size, needed spec.Out[spec.Size]) *Status
@@ -243,7 +245,7 @@ type KVCacheGetCommittedTokens func(cache KVCache, tokens spec.Out[Token], capac
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param out out Receives the count.
+//kvcm:param out out,result Receives the count.
 type KVCacheGetReusedTokens func(cache KVCache, out spec.Out[int64]) *Status
 
 // KVCacheGetBasePageIndices writes, for an ACTIVE cache, the GPU slot of each
@@ -255,7 +257,7 @@ type KVCacheGetReusedTokens func(cache KVCache, out spec.Out[int64]) *Status
 //kvcm:thread manager
 //kvcm:param cache in The cache.
 //kvcm:param layerGroup in The layer group.
-//kvcm:param indices out,nullable,len=capacity Receives one index per block.
+//kvcm:param indices out,nullable,len=capacity,buffer=needed,go=int32 Receives one index per block.
 //kvcm:param capacity in Capacity of indices, in elements.
 //kvcm:param needed out Receives the number of blocks.
 type KVCacheGetBasePageIndices func(cache KVCache, layerGroup LayerGroupID, indices spec.Out[int32], capacity spec.Size, needed spec.Out[spec.Size]) *Status
@@ -266,7 +268,7 @@ type KVCacheGetBasePageIndices func(cache KVCache, layerGroup LayerGroupID, indi
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param out out Receives the beam width.
+//kvcm:param out out,result Receives the beam width.
 type KVCacheGetBeamWidth func(cache KVCache, out spec.Out[int32]) *Status
 
 // KVCacheSetBeamWidth sets the number of beams of an ACTIVE cache, in
@@ -293,7 +295,7 @@ type KVCacheSetBeamWidth func(cache KVCache, beamWidth int32) *Status
 //kvcm:param cache in The cache.
 //kvcm:param layerGroup in The layer group.
 //kvcm:param beam in The beam.
-//kvcm:param indices out,nullable,len=capacity Receives one index per block.
+//kvcm:param indices out,nullable,len=capacity,buffer=needed,go=int32 Receives one index per block.
 //kvcm:param capacity in Capacity of indices, in elements.
 //kvcm:param needed out Receives the number of blocks.
 type KVCacheGetBeamBasePageIndices func(cache KVCache, layerGroup LayerGroupID, beam int32, indices spec.Out[int32], capacity spec.Size, needed spec.Out[spec.Size]) *Status
@@ -310,7 +312,7 @@ type KVCacheGetBeamBasePageIndices func(cache KVCache, layerGroup LayerGroupID, 
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param tokens borrowed,nullable,len=numTokens The tokens (NULL only when num_tokens is 0).
+//kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
 //kvcm:param beamSearchIndices borrowed,nullable,len=numBeamSearchIndices The old beam of each beam, or NULL.
 //kvcm:param numBeamSearchIndices in The number of entries of beam_search_indices: the beam width.
@@ -325,7 +327,7 @@ type KVCacheCommitBeamSearch func(cache KVCache, tokens spec.In[Token], numToken
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param out out Receives the counters.
+//kvcm:param out out,result Receives the counters.
 type KVCacheGetStats func(cache KVCache, out spec.Out[BlockStats]) *Status
 
 // KVCacheCommitPendingStats adds the cache's pending per-layer-group counts
@@ -356,7 +358,7 @@ type KVCacheDiscardPendingStats func(cache KVCache) *Status
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param tokens out,nullable,len=capacity Receives one count per level.
+//kvcm:param tokens out,nullable,len=capacity,buffer=needed,go=int Receives one count per level.
 //kvcm:param capacity in Capacity of tokens, in elements.
 //kvcm:param needed out Receives the number of levels.
 type KVCacheGetCachedTokensByLevel func(cache KVCache, tokens spec.Out[int64], capacity spec.Size, needed spec.Out[spec.Size]) *Status
@@ -376,7 +378,7 @@ type KVCacheGetCachedTokensByLevel func(cache KVCache, tokens spec.Out[int64], c
 //kvcm:param layerGroup in The layer group.
 //kvcm:param begin out Receives the first scratch block.
 //kvcm:param end out Receives the block after the last scratch block.
-//kvcm:param slots out,nullable,len=capacity Receives the scratch slot ids.
+//kvcm:param slots out,nullable,len=capacity,buffer=needed,go=int32 Receives the scratch slot ids.
 //kvcm:param capacity in Capacity of slots, in elements.
 //kvcm:param needed out Receives the number of scratch slots.
 type KVCacheGetScratchDesc func(cache KVCache, layerGroup LayerGroupID, begin spec.Out[int64], end spec.Out[int64], slots spec.Out[int32], capacity spec.Size, needed spec.Out[spec.Size]) *Status
@@ -387,7 +389,7 @@ type KVCacheGetScratchDesc func(cache KVCache, layerGroup LayerGroupID, begin sp
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param out out Receives whether it holds scratch slots.
+//kvcm:param out out,result Receives whether it holds scratch slots.
 type KVCacheHasScratchSlots func(cache KVCache, out spec.Out[bool]) *Status
 
 // KVCacheGetSwaScratchReuse reports whether the cache uses scratch slots;
@@ -396,7 +398,7 @@ type KVCacheHasScratchSlots func(cache KVCache, out spec.Out[bool]) *Status
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param out out Receives whether scratch reuse is on.
+//kvcm:param out out,result Receives whether scratch reuse is on.
 type KVCacheGetSwaScratchReuse func(cache KVCache, out spec.Out[bool]) *Status
 
 // KVCacheSetSwaScratchReuse turns scratch reuse on or off for the cache:
@@ -422,7 +424,7 @@ type KVCacheSetSwaScratchReuse func(cache KVCache, enable bool) *Status
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param out out Receives the plan's handle, or 0.
+//kvcm:param out out,result Receives the plan's handle, or 0.
 type KVCachePlanCommittedBlockDrop func(cache KVCache, out spec.Out[PlannedDrop]) *Status
 
 // PlannedDropDrop carries out a plan (PlannedDropHandle.drop): each planned
@@ -455,7 +457,7 @@ type PlannedDropDestroy func(drop PlannedDrop) *Status
 //kvcm:thread manager
 //kvcm:param cache in The cache.
 //kvcm:param layerGroup in The layer group.
-//kvcm:param out out Receives the slot.
+//kvcm:param out out,result Receives the slot.
 type KVCacheGetSsmBlockBaseIndex func(cache KVCache, layerGroup LayerGroupID, out spec.Out[int32]) *Status
 
 // ReuseDiagnostics says how a cache's reuse was cut at its creation
@@ -464,6 +466,7 @@ type KVCacheGetSsmBlockBaseIndex func(cache KVCache, layerGroup LayerGroupID, ou
 //
 //kvcm:struct
 //kvcm:since 2
+//kvcm:go out github.com/kvcm/kvcm/core.ReuseDiagnostics
 type ReuseDiagnostics struct {
 	// ContentTokens are the tokens of the prompt's full blocks the tree
 	// holds by content.
@@ -480,5 +483,5 @@ type ReuseDiagnostics struct {
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param out out Receives the diagnostics.
+//kvcm:param out out,result Receives the diagnostics.
 type KVCacheGetReuseDiagnostics func(cache KVCache, out spec.Out[ReuseDiagnostics]) *Status

@@ -24,6 +24,7 @@ type PageIndexPair struct {
 //
 //kvcm:struct
 //kvcm:since 1
+//kvcm:go inout github.com/kvcm/kvcm/core/layout.PoolDesc
 type PoolDesc struct {
 	// Base is the pool's base address (0 for cold levels, whose storage is
 	// never exposed).
@@ -38,6 +39,7 @@ type PoolDesc struct {
 //
 //kvcm:struct
 //kvcm:since 1
+//kvcm:go in github.com/kvcm/kvcm/core/layout.PoolGroupDesc
 type PoolGroupDesc struct {
 	// Index is the group's index within its level; descriptor i has index i.
 	Index PoolGroupIndex

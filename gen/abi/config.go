@@ -7,6 +7,7 @@ import "github.com/kvcm/kvcm/gen/spec"
 //kvcm:struct
 //kvcm:since 1
 //kvcm:cppns c
+//kvcm:go in github.com/kvcm/kvcm/core/config.CacheTierConfig
 type CacheTierConfig struct {
 	// Kind is the tier kind; tiers are ordered gpu, then host, then disk,
 	// each at most once, the GPU tier first.
@@ -59,6 +60,7 @@ type SharedTierConfig struct {
 //kvcm:struct
 //kvcm:since 1
 //kvcm:cppns c
+//kvcm:go in github.com/kvcm/kvcm/core/config.BufferConfig
 type BufferConfig struct {
 	// Role names the buffer within its layer, such as "key" or "value".
 	Role spec.CStr `own:"borrowed"`
@@ -71,6 +73,7 @@ type BufferConfig struct {
 //kvcm:struct
 //kvcm:since 1
 //kvcm:cppns c
+//kvcm:go in github.com/kvcm/kvcm/core/config.AttentionLayerConfig
 type AttentionLayerConfig struct {
 	// LayerID is the layer's id, unique in the configuration.
 	LayerID int32
@@ -94,6 +97,7 @@ type AttentionLayerConfig struct {
 //kvcm:struct
 //kvcm:since 2
 //kvcm:cppns c
+//kvcm:go in github.com/kvcm/kvcm/core/config.SsmLayerConfig
 type SsmLayerConfig struct {
 	// LayerID is the layer's id, unique among every layer of the
 	// configuration, attention layers included.
@@ -110,6 +114,7 @@ type SsmLayerConfig struct {
 //kvcm:struct
 //kvcm:since 1
 //kvcm:cppns c
+//kvcm:go in github.com/kvcm/kvcm/core/config.RequestDesc
 type RequestDesc struct {
 	// Capacity is the request's tokens with pages (not negative; 0 holds
 	// only its SSM state, as in KVCacheManagerV2's hybrid constraints).
@@ -123,6 +128,7 @@ type RequestDesc struct {
 //kvcm:struct
 //kvcm:since 1
 //kvcm:cppns c
+//kvcm:go in github.com/kvcm/kvcm/core/config.BatchDesc
 type BatchDesc struct {
 	// Requests are the batch's requests (at least 1).
 	Requests spec.In[RequestDesc] `len:"NumRequests" own:"borrowed"`
@@ -139,17 +145,18 @@ type BatchDesc struct {
 //kvcm:versioned
 //kvcm:since 1
 //kvcm:cppns c
+//kvcm:go in github.com/kvcm/kvcm/core/config.Config
 type ManagerConfig struct {
 	// TokensPerBlock is the number of tokens of one block (page).
 	TokensPerBlock int32
 	// Device selects the device (KVCM_DEVICE_AUTO by default).
-	Device DeviceKind
+	Device DeviceKind `go:"-"`
 	// DeviceOrdinal selects which CUDA device (0 by default).
-	DeviceOrdinal int32
+	DeviceOrdinal int32 `go:"-"`
 	// EventQueueCapacity bounds the queue of cache events that
 	// kvcm_manager_drain_events returns; events beyond it are dropped and
 	// counted. 0 means KVCM_DEFAULT_EVENT_QUEUE_CAPACITY.
-	EventQueueCapacity uint32
+	EventQueueCapacity uint32 `go:"-"`
 	// CacheTiers are ordered from hottest to coldest: one GPU tier, then at
 	// most one host tier, then at most one disk tier.
 	CacheTiers spec.In[CacheTierConfig] `len:"NumCacheTiers" own:"borrowed"`
@@ -210,10 +217,10 @@ type ManagerConfig struct {
 	// TypicalStepSystemPromptLength is typical_step's system prompt: its
 	// leading tokens shared by every request, whose full blocks the batch
 	// holds once (not negative).
-	TypicalStepSystemPromptLength int64 `since:"2"`
+	TypicalStepSystemPromptLength int64 `since:"2" go:"-"`
 	// ConstraintSystemPromptLengths are the constraints' system prompt
 	// lengths, one per constraint, or NULL for none.
-	ConstraintSystemPromptLengths spec.In[int64] `len:"NumConstraintSystemPromptLengths" nullable:"true" own:"borrowed" since:"2"`
+	ConstraintSystemPromptLengths spec.In[int64] `len:"NumConstraintSystemPromptLengths" nullable:"true" own:"borrowed" since:"2" go:"-"`
 	// NumConstraintSystemPromptLengths is 0 or num_constraints.
 	NumConstraintSystemPromptLengths spec.Size `since:"2"`
 	// BlockKey selects how committed blocks are keyed
@@ -221,7 +228,7 @@ type ManagerConfig struct {
 	BlockKey BlockKey `since:"2"`
 	// SharedTier is the shared tier after cache_tiers' local tiers (NULL
 	// for none).
-	SharedTier spec.In[SharedTierConfig] `nullable:"true" own:"borrowed" since:"2"`
+	SharedTier spec.In[SharedTierConfig] `nullable:"true" own:"borrowed" since:"2" go:"-"`
 	// DiskPersistent makes the disk tier (the last of cache_tiers)
 	// persistent: its blob files stay at destroy, and a later manager on the
 	// same directory with the same layout fingerprint (blob size, each
@@ -236,17 +243,17 @@ type ManagerConfig struct {
 	// live manager holds is KVCM_ERR_INVALID_STATE. false (the default)
 	// removes the tier's files at destroy and reclaims those a killed
 	// manager left at create.
-	DiskPersistent bool `since:"2"`
+	DiskPersistent bool `since:"2" go:"-"`
 	// SwaScratchReuse enables SWA scratch reuse (KVCacheManagerV2's
 	// swa_scratch_reuse): a step's blocks of a sliding-window layer group
 	// that are out of the window by the end of the step get no page but
 	// share the cache's scratch slots (kvcm_kv_cache_get_scratch_desc).
-	SwaScratchReuse bool `since:"2"`
+	SwaScratchReuse bool `since:"2" go:"-"`
 	// SwaScratchMaxRewindLen is swa_scratch_reuse.max_rewind_len: the
 	// step's last tokens that may be rewound and survive as history, whose
 	// blocks always get pages (not negative; read with swa_scratch_reuse
 	// only).
-	SwaScratchMaxRewindLen int64 `since:"2"`
+	SwaScratchMaxRewindLen int64 `since:"2" go:"-"`
 	// SsmLayers are the state-space layers of a hybrid model (NULL for
 	// none); they need commit_min_snapshot. Errors name them as
 	// ssm_layers[i].

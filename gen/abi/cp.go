@@ -52,6 +52,8 @@ type CPRequestID struct {
 //kvcm:vtable
 //kvcm:versioned
 //kvcm:since 1
+//kvcm:gocaller github.com/kvcm/kvcm/core/cp.External
+//kvcm:cppimpl
 type CPIndexVtable struct {
 	// PredictPrefixReuse writes to score the predicted fraction of the
 	// request's tokens whose KV can be reused, in [0, 1].
@@ -69,9 +71,9 @@ type CPIndexVtable struct {
 	NotifyBlocksFreed func(self spec.VoidPtr, requestID spec.CStr, requestIDLen spec.Size, keys spec.In[uint64], numKeys spec.Size) int32 `nullable:"true"`
 	// GetAllocationPriority writes to order (num_request_ids elements) the
 	// indices of request_ids from highest to lowest predicted overlap.
-	GetAllocationPriority func(self spec.VoidPtr, requestIds spec.In[CPRequestID], numRequestIds spec.Size, order spec.Out[spec.Size]) int32 `nullable:"true"`
+	GetAllocationPriority func(self spec.VoidPtr, requestIds spec.In[CPRequestID], numRequestIds spec.Size, order spec.Out[spec.Size]) int32 `nullable:"true" go:"-" cpp:"-"`
 	// Destroy releases the index. Called exactly once; may be NULL.
-	Destroy func(self spec.VoidPtr) `nullable:"true"`
+	Destroy func(self spec.VoidPtr) `nullable:"true" go:"-" cpp:"-"`
 }
 
 // CPIndexObject is an external CP index: a vtable and the self pointer its
@@ -95,6 +97,7 @@ type CPIndexObject struct {
 //kvcm:versioned
 //kvcm:since 1
 //kvcm:cppns c
+//kvcm:go in github.com/kvcm/kvcm/core/cp.ManagerBackedOptions
 type CPManagerBackedOptions struct {
 	// LevelWeights[l] is the fraction of a block's recompute cost that reuse
 	// saves when the block is cached on level l (0 = GPU); levels past the
@@ -104,9 +107,9 @@ type CPManagerBackedOptions struct {
 	// NumLevelWeights is the length of level_weights.
 	NumLevelWeights spec.Size
 	// Scope is the reuse scope of every request the index scores.
-	Scope ReuseScope
+	Scope ReuseScope `go:"-"`
 	// ScopeHasLoraID marks scope.lora_id as a LoRA adapter id, 0 included.
-	ScopeHasLoraID bool `since:"2"`
+	ScopeHasLoraID bool `since:"2" go:"-"`
 }
 
 // CPCreateNull creates the null CP index: every score is 0, every order the
@@ -163,9 +166,9 @@ type CPDestroy func(cp CPIndex) *Status
 //kvcm:since 1
 //kvcm:thread any
 //kvcm:param cp in The index.
-//kvcm:param requestID borrowed,nullable,len=requestIDLen The request id's bytes (NULL only when request_id_len is 0).
+//kvcm:param requestID borrowed,nullable,len=requestIDLen,string The request id's bytes (NULL only when request_id_len is 0).
 //kvcm:param requestIDLen in The request id's length in bytes.
-//kvcm:param tokens borrowed,nullable,len=numTokens The request's tokens (NULL only when num_tokens is 0).
+//kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The request's tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
 //kvcm:param out out Receives the score.
 type CPPredictPrefixReuse func(cp CPIndex, requestID spec.CStr, requestIDLen spec.Size, tokens spec.In[Token], numTokens spec.Size, out spec.Out[float64]) *Status
@@ -179,9 +182,9 @@ type CPPredictPrefixReuse func(cp CPIndex, requestID spec.CStr, requestIDLen spe
 //kvcm:since 1
 //kvcm:thread any
 //kvcm:param cp in The index.
-//kvcm:param requestID borrowed,nullable,len=requestIDLen The request id's bytes (NULL only when request_id_len is 0).
+//kvcm:param requestID borrowed,nullable,len=requestIDLen,string The request id's bytes (NULL only when request_id_len is 0).
 //kvcm:param requestIDLen in The request id's length in bytes.
-//kvcm:param keys out,nullable,len=capacity Receives the block keys.
+//kvcm:param keys out,nullable,len=capacity,buffer=needed,go=github.com/kvcm/kvcm/core/blockhash.Key Receives the block keys.
 //kvcm:param capacity in Capacity of keys, in elements.
 //kvcm:param needed out Receives the number of keys.
 type CPGetCachedBlocks func(cp CPIndex, requestID spec.CStr, requestIDLen spec.Size, keys spec.Out[uint64], capacity spec.Size, needed spec.Out[spec.Size]) *Status
@@ -193,9 +196,9 @@ type CPGetCachedBlocks func(cp CPIndex, requestID spec.CStr, requestIDLen spec.S
 //kvcm:since 1
 //kvcm:thread any
 //kvcm:param cp in The index.
-//kvcm:param requestID borrowed,nullable,len=requestIDLen The request id's bytes (NULL only when request_id_len is 0).
+//kvcm:param requestID borrowed,nullable,len=requestIDLen,string The request id's bytes (NULL only when request_id_len is 0).
 //kvcm:param requestIDLen in The request id's length in bytes.
-//kvcm:param keys borrowed,nullable,len=numKeys The block keys (NULL only when num_keys is 0).
+//kvcm:param keys borrowed,nullable,len=numKeys,slice,go=github.com/kvcm/kvcm/core/blockhash.Key The block keys (NULL only when num_keys is 0).
 //kvcm:param numKeys in The number of keys.
 type CPNotifyBlocksAllocated func(cp CPIndex, requestID spec.CStr, requestIDLen spec.Size, keys spec.In[uint64], numKeys spec.Size) *Status
 
@@ -207,9 +210,9 @@ type CPNotifyBlocksAllocated func(cp CPIndex, requestID spec.CStr, requestIDLen 
 //kvcm:since 1
 //kvcm:thread any
 //kvcm:param cp in The index.
-//kvcm:param requestID borrowed,nullable,len=requestIDLen The request id's bytes (NULL only when request_id_len is 0).
+//kvcm:param requestID borrowed,nullable,len=requestIDLen,string The request id's bytes (NULL only when request_id_len is 0).
 //kvcm:param requestIDLen in The request id's length in bytes.
-//kvcm:param keys borrowed,nullable,len=numKeys The block keys (NULL only when num_keys is 0).
+//kvcm:param keys borrowed,nullable,len=numKeys,slice,go=github.com/kvcm/kvcm/core/blockhash.Key The block keys (NULL only when num_keys is 0).
 //kvcm:param numKeys in The number of keys.
 type CPNotifyBlocksFreed func(cp CPIndex, requestID spec.CStr, requestIDLen spec.Size, keys spec.In[uint64], numKeys spec.Size) *Status
 

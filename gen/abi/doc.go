@@ -31,6 +31,78 @@
 //
 // This package is read, never linked: its declarations only need to compile.
 //
+// # Structs the core carries: //kvcm:go
+//
+// A struct with //kvcm:go in|out <import path>.<Type> is converted to or
+// from that Go struct of the core by code kvcmgen writes
+// (capi/convert_generated.go: fromC<Name> for in, toC<Name> for out; see
+// gen.GoMap for the rules): every field maps to the Go field of its name, or
+// of the name its go:"Field" tag gives (go:"Method()" reads a method, for
+// out); go:"-" leaves the field to the hand-written glue in capi. kvcmgen
+// refuses a field that has neither a Go counterpart nor go:"-", so no field
+// is ever silently dropped.
+//
+// Adding a field to a configuration or statistics struct:
+//
+//  1. Append it to the struct here, after every existing field, with its doc
+//     comment and, in a //kvcm:versioned struct, since:"N" for the ABI
+//     version it appears in (an unversioned struct is frozen: add a new
+//     type instead).
+//  2. Give the core's Go struct (config.Config, core.BlockStats, ...) a
+//     field of the same name, or tag the new field go:"TheGoName"; a field
+//     that needs more than a cast (a unit, a field of another Go struct)
+//     gets go:"-" and a line in the glue (capi/glue_manager.go goConfig, for
+//     the manager's configuration).
+//  3. Run make generate: the C header, the converters, the C++ and Python
+//     layers and docs/api.md follow. A versioned struct's new field is read
+//     only when the caller's struct_size covers it (the converter checks
+//     kvcm__has_<struct>_<field>), so older callers keep working.
+//  4. The hand-written bindings' value types (KVCacheManagerConfig in
+//     kvcm.hpp and config.py, whose fields and defaults are the bindings'
+//     own API) gain the field and set it in their C form (CConfig in
+//     kvcm.hpp, _build_c_config in manager.py). Statistics need nothing
+//     more: C++ uses the C structs, and Python's //kvcm:pyvalue types are
+//     generated; the hand-typed Python ones (PoolGroupStats, CacheEvent,
+//     the stats.py types) gain the field by hand.
+//
+// Independent additions on different branches touch different lines (each
+// field is one line with its doc), so they merge without conflicts; two
+// appended to the same versioned struct only need their order settled.
+//
+// # Parameters the glue gets as Go values: string, slice, buffer=, result
+//
+// Flags of //kvcm:param make the export convert a parameter before it calls
+// the glue: string (a const char* with len=: the glue gets a Go string, a
+// length over 1 GiB is an error naming the length), slice with go=<Go
+// element type> (a const T* with len=: the glue gets a []G copy), and
+// buffer=<needed> (a T* with len=capacity: the glue returns ([]G, error), G
+// from go= or the elements' //kvcm:go out struct, and the export writes
+// the count to needed and the elements when they fit, else
+// KVCM_ERR_BUFFER_TOO_SMALL), and result (a T* out-parameter: the glue
+// returns (value, error), and the export writes the value, cast or through
+// the struct's toC converter, only on success). A new function that takes
+// a request id, a token array, a two-call buffer or one out value uses
+// them, and its glue is one line.
+//
+// # Python value types: //kvcm:pyvalue
+//
+// A struct of scalars with //kvcm:pyvalue gets a frozen dataclass of the
+// same name in the Python layer, its fields in C order, with _from_c to
+// read it from the C struct (BlockStats, PeakBlockStats, MigrationStats):
+// a field appended to the struct appears in Python with make generate.
+//
+// # Vtables implemented elsewhere: //kvcm:gocaller, //kvcm:cppimpl
+//
+// A vtable with //kvcm:gocaller <import path>.<Type> (a Go struct of funcs)
+// gets goCaller<Name>, which calls its present slots from Go; one with
+// //kvcm:cppimpl gets detail::<CppName>Trampolines<Of> in the C++
+// declarations, the capture-less functions a C++ adapter puts in the
+// vtable. Both map a slot's parameters by convention: pointer and length
+// (const char* p, size_t pLen) as a string, const T* with a size_t count as
+// a slice, T* with size_t capacity and size_t* needed as a two-call buffer
+// result, T* as a result, int32_t as the failure code. A slot that follows
+// none is tagged go:"-" or cpp:"-" and adapted by hand.
+//
 // # Changes
 //
 // ABI version 2 (appended, nothing of version 1 moved):

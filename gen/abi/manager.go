@@ -10,9 +10,10 @@ import "github.com/kvcm/kvcm/gen/spec"
 //
 //kvcm:struct
 //kvcm:since 1
+//kvcm:go out github.com/kvcm/kvcm/core.BufferLocation
 type BufferLocation struct {
 	// LayerGroup is the buffer's layer group.
-	LayerGroup LayerGroupID
+	LayerGroup LayerGroupID `go:"LifeCycle"`
 	// Pool is the buffer's pool within its hot pool group.
 	Pool int32
 	// PoolBase is the pool's base address; it never changes.
@@ -30,6 +31,8 @@ type BufferLocation struct {
 //
 //kvcm:struct
 //kvcm:since 1
+//kvcm:go out github.com/kvcm/kvcm/core.BlockStats
+//kvcm:pyvalue
 type BlockStats struct {
 	// AllocTotalBlocks = alloc_new_blocks + reused_blocks.
 	AllocTotalBlocks int64
@@ -45,7 +48,7 @@ type BlockStats struct {
 	LostPages int64
 	// HitRate is reused_blocks / (reused_blocks + missed_blocks), 0 when
 	// nothing was looked up.
-	HitRate float64
+	HitRate float64 `go:"HitRate()"`
 }
 
 // PoolGroupStats is the state of one pool group of one level, in slots.
@@ -53,6 +56,7 @@ type BlockStats struct {
 //
 //kvcm:struct
 //kvcm:since 1
+//kvcm:go out github.com/kvcm/kvcm/core.PoolGroupStats
 type PoolGroupStats struct {
 	// Level is the cache level.
 	Level CacheLevel
@@ -77,6 +81,8 @@ type PoolGroupStats struct {
 //
 //kvcm:struct
 //kvcm:since 1
+//kvcm:go out github.com/kvcm/kvcm/core.PeakBlockStats
+//kvcm:pyvalue
 type PeakBlockStats struct {
 	// Index is the pool group's index within its level.
 	Index PoolGroupIndex
@@ -92,9 +98,11 @@ type PeakBlockStats struct {
 //
 //kvcm:struct
 //kvcm:since 1
+//kvcm:go out github.com/kvcm/kvcm/core.MigrationCounter
+//kvcm:pyvalue
 type MigrationStats struct {
 	// Path is the migration path.
-	Path MigrationPath
+	Path MigrationPath `go:"-"`
 	// Pages is the number of pages moved.
 	Pages int64
 	// Bytes is the number of bytes moved.
@@ -107,6 +115,7 @@ type MigrationStats struct {
 //kvcm:struct
 //kvcm:since 1
 //kvcm:cppns c
+//kvcm:go out github.com/kvcm/kvcm/core.CacheEvent
 type CacheEvent struct {
 	// Seq is the event's sequence number.
 	Seq uint64
@@ -124,7 +133,7 @@ type CacheEvent struct {
 	Level CacheLevel
 	// Tokens of a stored block: points into the caller's token buffer
 	// passed to kvcm_manager_drain_events (NULL when num_tokens is 0).
-	Tokens spec.In[Token] `len:"NumTokens" nullable:"true" own:"borrowed"`
+	Tokens spec.In[Token] `len:"NumTokens" nullable:"true" own:"borrowed" go:"-"`
 	// NumTokens is the length of tokens.
 	NumTokens spec.Size
 	// CacheID is the id (kvcm_kv_cache_get_id) of the cache whose commit
@@ -139,24 +148,25 @@ type CacheEvent struct {
 //
 //kvcm:struct
 //kvcm:since 2
+//kvcm:go out github.com/kvcm/kvcm/core.SsmSnapshotStats
 type SsmSnapshotIterationStats struct {
 	// LayerGroup is the SSM layer group.
-	LayerGroup LayerGroupID
+	LayerGroup LayerGroupID `go:"-"`
 	// SnapshotLookups = snapshot_hits + snapshot_misses.
-	SnapshotLookups int64
+	SnapshotLookups int64 `go:"Lookups"`
 	// SnapshotHits are lookups that reused a snapshot.
-	SnapshotHits int64
+	SnapshotHits int64 `go:"Hits"`
 	// SnapshotMisses are lookups that reused none.
-	SnapshotMisses int64
+	SnapshotMisses int64 `go:"Misses"`
 	// ReusedTokens are the input tokens the hits reused.
 	ReusedTokens int64
 	// UnreusedTokens are the lookups' input tokens left to compute.
 	UnreusedTokens int64
 	// AlignedSnapshotHits are hits on a block boundary (kvcm snapshots on
 	// block boundaries only: every hit).
-	AlignedSnapshotHits int64
+	AlignedSnapshotHits int64 `go:"AlignedHits"`
 	// UnalignedSnapshotHits are hits inside a block (0 in kvcm).
-	UnalignedSnapshotHits int64
+	UnalignedSnapshotHits int64 `go:"UnalignedHits"`
 }
 
 // LayerGroupIterationStats counts one layer group's page outcomes and moves
@@ -166,9 +176,10 @@ type SsmSnapshotIterationStats struct {
 //
 //kvcm:struct
 //kvcm:since 2
+//kvcm:go out github.com/kvcm/kvcm/core.LayerGroupStats
 type LayerGroupIterationStats struct {
 	// LayerGroup is the layer group.
-	LayerGroup LayerGroupID
+	LayerGroup LayerGroupID `go:"-"`
 	// AllocTotalBlocks = alloc_new_blocks + reused_blocks.
 	AllocTotalBlocks int64
 	// AllocNewBlocks are pages allocated fresh by resize.
@@ -226,6 +237,7 @@ type ReusedBlocksAtLevel struct {
 //
 //kvcm:struct
 //kvcm:since 2
+//kvcm:go out github.com/kvcm/kvcm/core.PeakBlockStats
 type PoolGroupPeakBlockStats struct {
 	// Index is the pool group's index within its level.
 	Index PoolGroupIndex
@@ -244,6 +256,7 @@ type PoolGroupPeakBlockStats struct {
 //kvcm:struct
 //kvcm:since 2
 //kvcm:cppns c
+//kvcm:go out github.com/kvcm/kvcm/core.CacheEvent
 type BlockEvent struct {
 	// Seq is the event's sequence number.
 	Seq uint64
@@ -270,7 +283,7 @@ type BlockEvent struct {
 	OldPriority int32
 	// Tokens of a stored block: points into the caller's token buffer
 	// (NULL when num_tokens is 0).
-	Tokens spec.In[Token] `len:"NumTokens" nullable:"true" own:"borrowed"`
+	Tokens spec.In[Token] `len:"NumTokens" nullable:"true" own:"borrowed" go:"-"`
 	// NumTokens is the length of tokens.
 	NumTokens spec.Size
 }
@@ -318,7 +331,7 @@ type ManagerDestroy func(manager Manager) *Status
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param out out Receives the tokens per block.
+//kvcm:param out out,result Receives the tokens per block.
 type ManagerGetTokensPerBlock func(manager Manager, out spec.Out[int32]) *Status
 
 // ManagerGetNumLayerGroups returns the number of layer groups.
@@ -326,7 +339,7 @@ type ManagerGetTokensPerBlock func(manager Manager, out spec.Out[int32]) *Status
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param out out Receives the number of layer groups.
+//kvcm:param out out,result Receives the number of layer groups.
 type ManagerGetNumLayerGroups func(manager Manager, out spec.Out[int32]) *Status
 
 // ManagerGetNumLevels returns the number of cache levels (configured tiers).
@@ -334,7 +347,7 @@ type ManagerGetNumLayerGroups func(manager Manager, out spec.Out[int32]) *Status
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param out out Receives the number of levels.
+//kvcm:param out out,result Receives the number of levels.
 type ManagerGetNumLevels func(manager Manager, out spec.Out[int32]) *Status
 
 // ManagerGetDeviceKind returns the kind of device the manager selected
@@ -343,7 +356,7 @@ type ManagerGetNumLevels func(manager Manager, out spec.Out[int32]) *Status
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param out out Receives the device kind.
+//kvcm:param out out,result Receives the device kind.
 type ManagerGetDeviceKind func(manager Manager, out spec.Out[DeviceKind]) *Status
 
 // ManagerGetLayerGroupOf returns the layer group of a layer.
@@ -352,7 +365,7 @@ type ManagerGetDeviceKind func(manager Manager, out spec.Out[DeviceKind]) *Statu
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
-//kvcm:param out out Receives the layer group.
+//kvcm:param out out,result Receives the layer group.
 type ManagerGetLayerGroupOf func(manager Manager, layerID int32, out spec.Out[LayerGroupID]) *Status
 
 // ManagerGetBufferLocation returns where the buffer of a layer and role
@@ -363,7 +376,7 @@ type ManagerGetLayerGroupOf func(manager Manager, layerID int32, out spec.Out[La
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
 //kvcm:param role borrowed The buffer's role, such as "key".
-//kvcm:param out out Receives the location.
+//kvcm:param out out,result Receives the location.
 type ManagerGetBufferLocation func(manager Manager, layerID int32, role spec.CStr, out spec.Out[BufferLocation]) *Status
 
 // ManagerGetPoolGroupDescs describes the pool groups of a level in that
@@ -397,7 +410,7 @@ type ManagerGetPoolGroupDescs func(manager Manager, level CacheLevel, descs spec
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 //kvcm:param level in The cache level.
-//kvcm:param out out Receives the quota in bytes.
+//kvcm:param out out,result Receives the quota in bytes.
 type ManagerGetQuota func(manager Manager, level CacheLevel, out spec.Out[int64]) *Status
 
 // ManagerResizeLevel changes the byte quota of a cache level. Shrinking
@@ -427,7 +440,7 @@ type ManagerResizeLevel func(manager Manager, level CacheLevel, quota int64) *St
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 //kvcm:param scope borrowed The reuse scope.
-//kvcm:param tokens borrowed,nullable,len=numTokens The input tokens (NULL only when num_tokens is 0).
+//kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The input tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
 //kvcm:param out out Receives the number of reusable tokens.
 type ManagerProbeReuse func(manager Manager, scope spec.In[ReuseScope], tokens spec.In[Token], numTokens spec.Size, out spec.Out[int64]) *Status
@@ -443,7 +456,7 @@ type ManagerProbeReuse func(manager Manager, scope spec.In[ReuseScope], tokens s
 //kvcm:param manager in The manager.
 //kvcm:param scope borrowed The reuse scope.
 //kvcm:param hasLoraID in Whether scope.lora_id is a LoRA adapter id, 0 included.
-//kvcm:param tokens borrowed,nullable,len=numTokens The input tokens (NULL only when num_tokens is 0).
+//kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The input tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
 //kvcm:param key out Receives the block's key (its chained content hash).
 //kvcm:param found out Receives whether there is such a block.
@@ -457,7 +470,7 @@ type ManagerProbeFirstNewBlockKey func(manager Manager, scope spec.In[ReuseScope
 //kvcm:param manager in The manager.
 //kvcm:param scope borrowed The reuse scope.
 //kvcm:param hasLoraID in Whether scope.lora_id is a LoRA adapter id, 0 included.
-//kvcm:param tokens borrowed,nullable,len=numTokens The input tokens (NULL only when num_tokens is 0).
+//kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The input tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
 //kvcm:param out out Receives the number of reusable tokens.
 type ManagerProbeReuseV2 func(manager Manager, scope spec.In[ReuseScope], hasLoraID bool, tokens spec.In[Token], numTokens spec.Size, out spec.Out[int64]) *Status
@@ -478,7 +491,7 @@ type ManagerClearReusableBlocks func(manager Manager) *Status
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param out out Receives the number of open caches.
+//kvcm:param out out,result Receives the number of open caches.
 type ManagerGetNumOpenCaches func(manager Manager, out spec.Out[spec.Size]) *Status
 
 // ManagerGetStats returns the cumulative block statistics.
@@ -486,7 +499,7 @@ type ManagerGetNumOpenCaches func(manager Manager, out spec.Out[spec.Size]) *Sta
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param out out Receives the statistics.
+//kvcm:param out out,result Receives the statistics.
 type ManagerGetStats func(manager Manager, out spec.Out[BlockStats]) *Status
 
 // ManagerGetAndResetIterationStats returns the block statistics since the
@@ -495,7 +508,7 @@ type ManagerGetStats func(manager Manager, out spec.Out[BlockStats]) *Status
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param out out Receives the statistics.
+//kvcm:param out out,result Receives the statistics.
 type ManagerGetAndResetIterationStats func(manager Manager, out spec.Out[BlockStats]) *Status
 
 // ManagerGetStorageStats returns the state of every pool group of a level, in
@@ -505,7 +518,7 @@ type ManagerGetAndResetIterationStats func(manager Manager, out spec.Out[BlockSt
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 //kvcm:param level in The cache level.
-//kvcm:param stats out,nullable,len=capacity Receives one entry per pool group.
+//kvcm:param stats out,nullable,len=capacity,buffer=needed Receives one entry per pool group.
 //kvcm:param capacity in Capacity of stats, in elements.
 //kvcm:param needed out Receives the number of pool groups.
 type ManagerGetStorageStats func(manager Manager, level CacheLevel, stats spec.Out[PoolGroupStats], capacity spec.Size, needed spec.Out[spec.Size]) *Status
@@ -668,7 +681,7 @@ type ConfigValidate func(config spec.In[ManagerConfig]) *Status
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
 //kvcm:param role borrowed The buffer's role, such as "key".
-//kvcm:param out out Receives the sub-pages per block.
+//kvcm:param out out,result Receives the sub-pages per block.
 type ManagerGetScratchPagesPerBlock func(manager Manager, layerID int32, role spec.CStr, out spec.Out[int64]) *Status
 
 // ManagerNeedAdjustment reports whether kvcm_manager_adjust would resize
@@ -682,7 +695,7 @@ type ManagerGetScratchPagesPerBlock func(manager Manager, layerID int32, role sp
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param out out Receives whether an adjustment is due.
+//kvcm:param out out,result Receives whether an adjustment is due.
 type ManagerNeedAdjustment func(manager Manager, out spec.Out[bool]) *Status
 
 // ManagerAdjust resizes the pool groups of every level that is off its
@@ -713,5 +726,5 @@ type ManagerAdjust func(manager Manager) *Status
 //kvcm:param manager in The manager.
 //kvcm:param batchSize in The batch size (positive).
 //kvcm:param tokenNumUpperBound in The longest sequence wanted (not negative).
-//kvcm:param out out Receives the sequence length in tokens.
+//kvcm:param out out,result Receives the sequence length in tokens.
 type ManagerClampMaxSeqLenForMem func(manager Manager, batchSize int64, tokenNumUpperBound int64, out spec.Out[int64]) *Status

@@ -9,7 +9,7 @@ import "github.com/kvcm/kvcm/gen/spec"
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param out out Receives the stream.
+//kvcm:param out out,result Receives the stream.
 type ManagerCreateStream func(manager Manager, out spec.Out[Stream]) *Status
 
 // ManagerDestroyStream synchronizes and destroys a stream created with
@@ -32,7 +32,7 @@ type ManagerDestroyStream func(manager Manager, stream Stream) *Status
 //kvcm:param manager in The manager.
 //kvcm:param kind in The memory kind.
 //kvcm:param size in The size in bytes (positive).
-//kvcm:param out out Receives the address.
+//kvcm:param out out,result Receives the address.
 type ManagerAllocMemory func(manager Manager, kind MemoryKind, size uint64, out spec.Out[DevicePtr]) *Status
 
 // ManagerFreeMemory frees memory allocated with kvcm_manager_alloc_memory.

@@ -12,6 +12,7 @@ import ctypes
 import ctypes.util
 import enum
 import os
+from dataclasses import dataclass
 
 # ---- Constants ----
 
@@ -880,6 +881,75 @@ kvcm_ssm_snapshot_iteration_stats._fields_ = [
     ("aligned_snapshot_hits", ctypes.c_int64),
     ("unaligned_snapshot_hits", ctypes.c_int64),
 ]
+
+# ---- Value types ----
+
+
+@dataclass(frozen=True, slots=True)
+class BlockStats:
+    """kvcm_block_stats counts block allocation outcomes. Blocks are counted once per
+    cache, whatever the number of layer groups.
+    """
+
+    #: alloc_total_blocks = alloc_new_blocks + reused_blocks.
+    alloc_total_blocks: int
+    #: alloc_new_blocks were allocated fresh by resize.
+    alloc_new_blocks: int
+    #: reused_blocks were matched at creation (partial ones too).
+    reused_blocks: int
+    #: missed_blocks are full input blocks that were not reused.
+    missed_blocks: int
+    #: evictions counts pages evicted from any level.
+    evictions: int
+    #: lost_pages counts pages whose migration failed asynchronously.
+    lost_pages: int
+    #: hit_rate is reused_blocks / (reused_blocks + missed_blocks), 0 when
+    #: nothing was looked up.
+    hit_rate: float
+
+    @classmethod
+    def _from_c(cls, s):
+        """Copies the fields of a kvcm_block_stats (or of an object with its fields)."""
+        return cls(s.alloc_total_blocks, s.alloc_new_blocks, s.reused_blocks, s.missed_blocks, s.evictions, s.lost_pages, s.hit_rate)
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationStats:
+    """kvcm_migration_stats counts the pages and bytes moved on one migration path
+    (bytes as they travel: hot page bytes on GPU to GPU, cold blob bytes
+    otherwise).
+    """
+
+    #: path is the migration path.
+    path: MigrationPath
+    #: pages is the number of pages moved.
+    pages: int
+    #: bytes is the number of bytes moved.
+    bytes: int
+
+    @classmethod
+    def _from_c(cls, s):
+        """Copies the fields of a kvcm_migration_stats (or of an object with its fields)."""
+        return cls(MigrationPath(s.path), s.pages, s.bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class PeakBlockStats:
+    """kvcm_peak_block_stats is the largest number of slots in use in one pool group
+    during an iteration.
+    """
+
+    #: index is the pool group's index within its level.
+    index: int
+    #: peak_used is the peak of used slots since the previous call.
+    peak_used: int
+    #: total is the group's slots.
+    total: int
+
+    @classmethod
+    def _from_c(cls, s):
+        """Copies the fields of a kvcm_peak_block_stats (or of an object with its fields)."""
+        return cls(s.index, s.peak_used, s.total)
 
 # ---- Layouts frozen by the header: name -> (size, alignment, {field: offset}) ----
 

@@ -218,15 +218,10 @@ def num_live_managers() -> int:
     return sum(1 for m in list(_live_managers) if not m.closed)
 
 
-@dataclass(frozen=True, slots=True)
-class BlockStats:
-    alloc_total_blocks: int
-    alloc_new_blocks: int
-    reused_blocks: int
-    missed_blocks: int
-    evictions: int
-    lost_pages: int
-    hit_rate: float
+# The statistics value types are generated (//kvcm:pyvalue in gen/abi).
+BlockStats = ffi.BlockStats
+PeakBlockStats = ffi.PeakBlockStats
+MigrationStats = ffi.MigrationStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,20 +238,6 @@ class PoolGroupStats:
     @property
     def used(self) -> int:
         return self.total - self.free
-
-
-@dataclass(frozen=True, slots=True)
-class PeakBlockStats:
-    index: int
-    peak_used: int
-    total: int
-
-
-@dataclass(frozen=True, slots=True)
-class MigrationStats:
-    path: MigrationPath
-    pages: int
-    bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -1140,8 +1121,7 @@ class KVCacheManager(Managed):
     # -- statistics -----------------------------------------------------------
     @staticmethod
     def _block_stats(s: Any) -> BlockStats:
-        return BlockStats(s.alloc_total_blocks, s.alloc_new_blocks, s.reused_blocks, s.missed_blocks,
-                          s.evictions, s.lost_pages, s.hit_rate)
+        return BlockStats._from_c(s)
 
     @property
     def stats(self) -> BlockStats:
@@ -1300,7 +1280,7 @@ class KVCacheManager(Managed):
         (shares its iteration with
         :meth:`get_and_reset_iteration_peak_block_stats`)."""
         return [
-            PeakBlockStats(s.index, s.peak_used, s.total)
+            PeakBlockStats._from_c(s)
             for s in self._array_query("kvcm_manager_get_and_reset_iteration_peak_block_stats",
                                        ffi.kvcm_peak_block_stats, cache_level, level="cache_level")
         ]
@@ -1321,8 +1301,8 @@ class KVCacheManager(Managed):
     def get_migration_stats(self) -> dict[MigrationPath, MigrationStats]:
         out = {}
         for s in self._array_query("kvcm_manager_get_migration_stats", ffi.kvcm_migration_stats):
-            p = MigrationPath(s.path)
-            out[p] = MigrationStats(p, s.pages, s.bytes)
+            st = MigrationStats._from_c(s)
+            out[st.path] = st
         return out
 
     # -- events -----------------------------------------------------------------

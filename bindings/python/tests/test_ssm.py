@@ -13,6 +13,7 @@ from kvcm import (
     BAD_PAGE_INDEX,
     AttentionLayerConfig,
     BufferConfig,
+    InvalidArgumentError,
     InvalidConfigError,
     KVCacheManager,
     SsmLayerConfig,
@@ -61,6 +62,19 @@ def test_an_ssm_cache_holds_one_state_in_its_own_layer_group(backend):
             assert c.get_ssm_block_base_index(0) == BAD_PAGE_INDEX
             c.resize(40)
             assert c.get_ssm_block_base_index(ssm) == slot
+
+
+def test_the_ssm_state_is_read_for_beam_0_only(backend):
+    """get_ssm_block_base_index refuses a beam other than 0, naming beam_id:
+    a cache has one SSM state."""
+    with KVCacheManager(ssm_config(), device="emu") as m:
+        ssm = m.get_layer_group_id(1)
+        with m.create_kv_cache(None, list(range(10))) as c:
+            assert c.resume(m.create_stream())
+            c.resize(10)
+            assert c.get_ssm_block_base_index(ssm, beam_id=0) != BAD_PAGE_INDEX
+            with pytest.raises(InvalidArgumentError, match="beam_id"):
+                c.get_ssm_block_base_index(ssm, beam_id=1)
 
 
 def test_reuse_ends_at_the_last_snapshot_and_is_counted(backend):

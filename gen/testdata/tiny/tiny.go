@@ -90,11 +90,13 @@ type Notify func(userData spec.VoidPtr, value int64) int32
 //kvcm:struct
 //kvcm:align 8
 //kvcm:since 1
+//kvcm:go inout image.Point
+//kvcm:pyvalue
 type Pair struct {
 	// A is first.
-	A int32
+	A int32 `go:"X"`
 	// B is second.
-	B int32
+	B int32 `go:"Y"`
 }
 
 // Options are versioned options.
@@ -121,14 +123,15 @@ type Options struct {
 //kvcm:vtable
 //kvcm:versioned
 //kvcm:goimpl builtin
+//kvcm:cppimpl
 //kvcm:since 1
 type Plugin struct {
 	// Run runs.
-	Run func(self spec.VoidPtr, pairs spec.In[Pair], n spec.Size) bool
+	Run func(self spec.VoidPtr, pairs spec.In[Pair], n spec.Size) bool `cpp:"-"`
 	// Probe is optional.
 	Probe func(self spec.VoidPtr) int32 `nullable:"true"`
 	// Destroy destroys.
-	Destroy func(self spec.VoidPtr)
+	Destroy func(self spec.VoidPtr) `cpp:"-"`
 }
 
 // PluginObject is a plugin and its self.
@@ -167,10 +170,21 @@ type WidgetCreate func(options spec.In[Options], plugin spec.In[PluginObject], o
 //kvcm:param widget in The widget.
 //kvcm:param fn in The callback.
 //kvcm:param userData borrowed,nullable Passed to fn.
-//kvcm:param pairs out,nullable,len=capacity Receives pairs.
+//kvcm:param pairs out,nullable,len=capacity,buffer=needed Receives pairs.
 //kvcm:param capacity in Capacity of pairs.
 //kvcm:param needed out Receives the count.
 type WidgetNotify func(widget Widget, fn Notify, userData spec.VoidPtr, pairs spec.Out[Pair], capacity spec.Size, needed spec.Out[spec.Size]) *Status
+
+// WidgetTag tags a widget with a name and values.
+//
+//kvcm:since 2
+//kvcm:thread any
+//kvcm:param widget in The widget.
+//kvcm:param name borrowed,nullable,len=nameLen,string The name's bytes.
+//kvcm:param nameLen in The name's length.
+//kvcm:param values borrowed,nullable,len=numValues,slice,go=int The values.
+//kvcm:param numValues in The number of values.
+type WidgetTag func(widget Widget, name spec.CStr, nameLen spec.Size, values spec.In[int32], numValues spec.Size) *Status
 
 // Count returns a count.
 //

@@ -1278,67 +1278,23 @@ struct CpHolder
     std::unique_ptr<ICPAwareKVManager> index;
 };
 
-struct CpTrampolines
+// CpOf finds the index behind a holder's self, for the generated slot
+// trampolines.
+struct CpOf
 {
     static ICPAwareKVManager& of(void* self) noexcept { return *static_cast<CpHolder*>(self)->index; }
+};
+
+// CpTrampolines are the vtable's slots: the generated ones
+// (CpIndexVtableTrampolines) and the two the generator leaves to the adapter,
+// get_allocation_priority (ids back to indices) and destroy.
+struct CpTrampolines : CpIndexVtableTrampolines<CpOf>
+{
     static std::string_view id(char const* p, size_t n) noexcept
     {
         return n == 0 ? std::string_view() : std::string_view(p, n);
     }
 
-    static int32_t predict(void* self, char const* rid, size_t n, kvcm_token const* tokens, size_t nt, double* score) noexcept
-    {
-        try
-        {
-            *score = of(self).predictPrefixReuse(id(rid, n), tokens, nt);
-            return 0;
-        }
-        catch (...)
-        {
-            return 1;
-        }
-    }
-    static int32_t cached(void* self, char const* rid, size_t n, uint64_t* keys, size_t cap, size_t* needed) noexcept
-    {
-        try
-        {
-            auto const ks = of(self).getCpCachedBlocks(id(rid, n));
-            *needed = ks.size();
-            if (ks.size() <= cap && !ks.empty())
-            {
-                std::copy(ks.begin(), ks.end(), keys);
-            }
-            return 0;
-        }
-        catch (...)
-        {
-            return 1;
-        }
-    }
-    static int32_t allocated(void* self, char const* rid, size_t n, uint64_t const* keys, size_t nk) noexcept
-    {
-        try
-        {
-            of(self).notifyBlocksAllocated(id(rid, n), keys, nk);
-            return 0;
-        }
-        catch (...)
-        {
-            return 1;
-        }
-    }
-    static int32_t freed(void* self, char const* rid, size_t n, uint64_t const* keys, size_t nk) noexcept
-    {
-        try
-        {
-            of(self).notifyBlocksFreed(id(rid, n), keys, nk);
-            return 0;
-        }
-        catch (...)
-        {
-            return 1;
-        }
-    }
     static int32_t priority(void* self, kvcm_cp_request_id const* ids, size_t n, size_t* order) noexcept
     {
         try
@@ -1349,7 +1305,7 @@ struct CpTrampolines
             {
                 in.emplace_back(id(ids[i].data, ids[i].len));
             }
-            auto const out = of(self).getAllocationPriority(in);
+            auto const out = CpOf::of(self).getAllocationPriority(in);
             // Ids back to indices; equal ids take their indices in input
             // order; unknown or surplus ids become an invalid index, which
             // the library repairs (and counts).
@@ -1441,13 +1397,13 @@ public:
         vt.struct_size = static_cast<uint32_t>(sizeof(kvcm_cp_index_vtable));
         vt.abi_version = KVCM_ABI_VERSION;
         if (caps & kCpPredictPrefixReuse)
-            vt.predict_prefix_reuse = &detail::CpTrampolines::predict;
+            vt.predict_prefix_reuse = &detail::CpTrampolines::predict_prefix_reuse;
         if (caps & kCpGetCachedBlocks)
-            vt.get_cp_cached_blocks = &detail::CpTrampolines::cached;
+            vt.get_cp_cached_blocks = &detail::CpTrampolines::get_cp_cached_blocks;
         if (caps & kCpNotifyBlocksAllocated)
-            vt.notify_blocks_allocated = &detail::CpTrampolines::allocated;
+            vt.notify_blocks_allocated = &detail::CpTrampolines::notify_blocks_allocated;
         if (caps & kCpNotifyBlocksFreed)
-            vt.notify_blocks_freed = &detail::CpTrampolines::freed;
+            vt.notify_blocks_freed = &detail::CpTrampolines::notify_blocks_freed;
         if (caps & kCpGetAllocationPriority)
             vt.get_allocation_priority = &detail::CpTrampolines::priority;
         vt.destroy = &detail::CpTrampolines::destroy;

@@ -6,8 +6,10 @@
 #ifndef KVCM_KVCM_GENERATED_HPP
 #define KVCM_KVCM_GENERATED_HPP
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 
 #include "kvcm/kvcm.h"
@@ -828,6 +830,57 @@ static_assert(std::is_standard_layout_v<SsmLayerConfig> && std::is_trivially_cop
 static_assert(sizeof(SsmLayerConfig) == 24 && alignof(SsmLayerConfig) == 8);
 
 }  // namespace c
+
+// ---- Vtable trampolines for C++ implementations ----
+
+namespace detail {
+
+// CpIndexVtableTrampolines<Of> are the slots of CpIndexVtable that call the methods of
+// Of::of(self) (generated from //kvcm:cppimpl); a C++ exception becomes the failure result 1.
+template <typename Of>
+struct CpIndexVtableTrampolines {
+    static int32_t predict_prefix_reuse(void* self, const char* request_id, size_t request_id_len, const kvcm_token* tokens, size_t num_tokens, double* score) noexcept {
+        try {
+            *score = Of::of(self).predictPrefixReuse(request_id_len == 0 ? std::string_view() : std::string_view(request_id, request_id_len), tokens, num_tokens);
+            return 0;
+        } catch (...) {
+            return 1;
+        }
+    }
+
+    static int32_t get_cp_cached_blocks(void* self, const char* request_id, size_t request_id_len, uint64_t* keys, size_t capacity, size_t* needed) noexcept {
+        try {
+            auto const r = Of::of(self).getCpCachedBlocks(request_id_len == 0 ? std::string_view() : std::string_view(request_id, request_id_len));
+            *needed = r.size();
+            if (r.size() <= capacity && !r.empty()) {
+                std::copy(r.begin(), r.end(), keys);
+            }
+            return 0;
+        } catch (...) {
+            return 1;
+        }
+    }
+
+    static int32_t notify_blocks_allocated(void* self, const char* request_id, size_t request_id_len, const uint64_t* keys, size_t num_keys) noexcept {
+        try {
+            Of::of(self).notifyBlocksAllocated(request_id_len == 0 ? std::string_view() : std::string_view(request_id, request_id_len), keys, num_keys);
+            return 0;
+        } catch (...) {
+            return 1;
+        }
+    }
+
+    static int32_t notify_blocks_freed(void* self, const char* request_id, size_t request_id_len, const uint64_t* keys, size_t num_keys) noexcept {
+        try {
+            Of::of(self).notifyBlocksFreed(request_id_len == 0 ? std::string_view() : std::string_view(request_id, request_id_len), keys, num_keys);
+            return 0;
+        } catch (...) {
+            return 1;
+        }
+    }
+};
+
+}  // namespace detail
 
 }  // namespace kvcm
 

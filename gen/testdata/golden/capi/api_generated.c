@@ -61,6 +61,7 @@ static const kvcm_api kvcm__table = {
     kvcm_status_free,
     kvcm_widget_create,
     kvcm_widget_notify,
+    kvcm_widget_tag,
 };
 
 const kvcm_api* kvcm_get_api(uint32_t version) {

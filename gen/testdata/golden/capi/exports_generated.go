@@ -84,5 +84,43 @@ func kvcm__go_widget_notify(widget C.kvcm_widget, fn C.kvcm_notify, user_data C.
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueWidgetNotify(widgetObj, fn, user_data, pairs, capacity, needed))
+	items, err := glueWidgetNotify(widgetObj, fn, user_data)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fill(items, pairs, capacity, needed, toCPair))
+}
+
+// kvcm_widget_tag is the export of kvcm_widget_tag (ABI version 2).
+//
+//export kvcm_widget_tag
+func kvcm_widget_tag(widget C.kvcm_widget, name *C.kvcm__const_char, name_len C.size_t, values *C.kvcm__const_int32_t, num_values C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_widget_tag"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if name == nil && name_len != 0 {
+		return argStatus(kvcmFn, "name", fmt.Sprintf("is NULL but name_len is %d", name_len))
+	}
+	if values == nil && num_values != 0 {
+		return argStatus(kvcmFn, "values", fmt.Sprintf("is NULL but num_values is %d", num_values))
+	}
+	widgetObj, st := lookupWidget(kvcmFn, "widget", widget)
+	if st != nil {
+		return st
+	}
+	nameArg, err := cStringArg((*C.char)(name), name_len, "name_len")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	valuesArg, err := cSliceArg[int](values, num_values, "values")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueWidgetTag(widgetObj, nameArg, valuesArg))
 }

@@ -10,6 +10,7 @@
 
 /* Const element types, so that Go exports match the header's const pointers. */
 typedef const char kvcm__const_char;
+typedef const int32_t kvcm__const_int32_t;
 typedef const kvcm_options kvcm__const_kvcm_options;
 typedef const kvcm_plugin_object kvcm__const_kvcm_plugin_object;
 

@@ -6,8 +6,10 @@
 #ifndef KVCM_KVCM_GENERATED_HPP
 #define KVCM_KVCM_GENERATED_HPP
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 
 #include "kvcm/kvcm.h"
@@ -127,6 +129,26 @@ inline Options makeOptions() noexcept {
 }
 
 }  // namespace c
+
+// ---- Vtable trampolines for C++ implementations ----
+
+namespace detail {
+
+// PluginTrampolines<Of> are the slots of Plugin that call the methods of
+// Of::of(self) (generated from //kvcm:cppimpl); a C++ exception becomes the failure result 1.
+template <typename Of>
+struct PluginTrampolines {
+    static int32_t probe(void* self) noexcept {
+        try {
+            Of::of(self).probe();
+            return 0;
+        } catch (...) {
+            return 1;
+        }
+    }
+};
+
+}  // namespace detail
 
 }  // namespace kvcm
 

@@ -12,6 +12,7 @@ import ctypes
 import ctypes.util
 import enum
 import os
+from dataclasses import dataclass
 
 # ---- Constants ----
 
@@ -118,6 +119,23 @@ kvcm_plugin_object._fields_ = [
     ("self", ctypes.c_void_p),
 ]
 
+# ---- Value types ----
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """kvcm_pair is an aligned pair."""
+
+    #: a is first.
+    a: int
+    #: b is second.
+    b: int
+
+    @classmethod
+    def _from_c(cls, s):
+        """Copies the fields of a kvcm_pair (or of an object with its fields)."""
+        return cls(s.a, s.b)
+
 # ---- Layouts frozen by the header: name -> (size, alignment, {field: offset}) ----
 
 LAYOUTS = {
@@ -156,6 +174,7 @@ FUNCTIONS = {
     "kvcm_status_free": (None, [ctypes.POINTER(kvcm_status)]),
     "kvcm_widget_create": (ctypes.POINTER(kvcm_status), [ctypes.POINTER(kvcm_options), ctypes.POINTER(kvcm_plugin_object), ctypes.POINTER(kvcm_widget)]),
     "kvcm_widget_notify": (ctypes.POINTER(kvcm_status), [kvcm_widget, kvcm_notify, ctypes.c_void_p, ctypes.POINTER(kvcm_pair), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    "kvcm_widget_tag": (ctypes.POINTER(kvcm_status), [kvcm_widget, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t]),
 }
 
 # Parameter names, in order, for error messages and docs.
@@ -165,6 +184,7 @@ PARAMETERS = {
     "kvcm_status_free": ("status",),
     "kvcm_widget_create": ("options", "plugin", "out"),
     "kvcm_widget_notify": ("widget", "fn", "user_data", "pairs", "capacity", "needed"),
+    "kvcm_widget_tag": ("widget", "name", "name_len", "values", "num_values"),
 }
 
 

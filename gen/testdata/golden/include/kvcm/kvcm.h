@@ -316,6 +316,21 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_widget_create(const kvcm_options* op
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_widget_notify(kvcm_widget widget, kvcm_notify fn, void* user_data, kvcm_pair* pairs, size_t capacity, size_t* needed);
 
+/**
+ * kvcm_widget_tag tags a widget with a name and values.
+ *
+ * @param widget [in] The widget.
+ * @param name [in, borrowed, nullable, array of name_len] The name's bytes.
+ * @param name_len [in] The name's length.
+ * @param values [in, borrowed, nullable, array of num_values] The values.
+ * @param num_values [in] The number of values.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_widget_tag(kvcm_widget widget, const char* name, size_t name_len, const int32_t* values, size_t num_values);
+
 /* ---- Function table ---- */
 
 /**
@@ -334,6 +349,8 @@ struct kvcm_api {
     kvcm_status* (*widget_create)(const kvcm_options* options, const kvcm_plugin_object* plugin, kvcm_widget* out);
     /** kvcm_widget_notify (since ABI version 2). */
     kvcm_status* (*widget_notify)(kvcm_widget widget, kvcm_notify fn, void* user_data, kvcm_pair* pairs, size_t capacity, size_t* needed);
+    /** kvcm_widget_tag (since ABI version 2). */
+    kvcm_status* (*widget_tag)(kvcm_widget widget, const char* name, size_t name_len, const int32_t* values, size_t num_values);
 };
 
 /* ---- Layout checks: released layouts are frozen ---- */
@@ -366,7 +383,7 @@ KVCM_STATIC_ASSERT(sizeof(kvcm_plugin_object) == 16, "layout of kvcm_plugin_obje
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_plugin_object) == 8, "alignment of kvcm_plugin_object changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_plugin_object, vtable) == 0, "layout of kvcm_plugin_object changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_plugin_object, self) == 8, "layout of kvcm_plugin_object changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 40, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 48, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
@@ -374,6 +391,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_api, count) == 8, "layout of kvcm_api changed")
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, status_free) == 16, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_create) == 24, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_notify) == 32, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_tag) == 40, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus

@@ -1,0 +1,259 @@
+package gen
+
+import (
+	"fmt"
+	"go/types"
+	"slices"
+	"strings"
+
+	"golang.org/x/tools/go/packages"
+)
+
+// GoMap ties an ABI struct to the Go struct of the core it carries
+// (//kvcm:go in|out|inout <import path>.<Type>): kvcmgen writes the
+// converters between the two into the export package, field by field.
+//
+//   - in: fromC<Decl>(c *C.<struct>, name string) (<Type>, error), for
+//     structs the caller passes in. Scalars, enums and typedefs are cast to
+//     the Go field's type; a const char* becomes a string (NULL is "" when
+//     the field is nullable and an error naming it otherwise, pointer and
+//     length when the field has a len tag); an array with a len tag
+//     becomes a slice (a nullable one is nil exactly when the pointer is
+//     NULL) and a pointer without one a *T, their structs converted by their
+//     own in converters; a struct by value by its in converter. Fields
+//     appended after a versioned struct's first version are read only when
+//     struct_size covers them. Errors name the field (name + ".field[i]").
+//   - out: toC<Decl>(s <Type>) C.<struct>, for results: every mapped field
+//     is a scalar, enum or typedef, cast from the Go field or from a method's
+//     result (go:"Name()").
+//
+// A field of the ABI struct maps to the Go field of the same name, or of
+// the name its go tag gives; go:"-" leaves it to the export glue. A field
+// with neither a Go counterpart nor go:"-" is a generator error, so a new
+// ABI field is never silently unconverted. struct_size, abi_version and
+// the length fields of arrays and strings are never mapped.
+type GoMap struct {
+	In, Out bool
+	Path    string // import path
+	Name    string // type name
+	Type    *types.Named
+}
+
+// parseGoMap parses the argument of //kvcm:go.
+func parseGoMap(s string) (*GoMap, error) {
+	dir, typ, ok := strings.Cut(s, " ")
+	i := strings.LastIndex(typ, ".")
+	if !ok || i <= 0 || i == len(typ)-1 {
+		return nil, fmt.Errorf("bad //kvcm:go %q", s)
+	}
+	g := &GoMap{Path: typ[:i], Name: typ[i+1:]}
+	switch dir {
+	case "in":
+		g.In = true
+	case "out":
+		g.Out = true
+	case "inout":
+		g.In, g.Out = true, true
+	default:
+		return nil, fmt.Errorf("bad //kvcm:go direction %q", dir)
+	}
+	return g, nil
+}
+
+// resolveGoMaps loads the packages the //kvcm:go directives name and checks
+// every mapped field (see GoMap).
+func resolveGoMaps(m *Model, dir string) error {
+	var paths []string
+	for _, d := range m.Decls {
+		for _, g := range []*GoMap{d.GoMap, d.GoCaller} {
+			if g != nil && !slices.Contains(paths, g.Path) {
+				paths = append(paths, g.Path)
+			}
+		}
+	}
+	if len(paths) == 0 {
+		return nil
+	}
+	slices.Sort(paths)
+	pkgs, err := packages.Load(&packages.Config{Mode: packages.NeedName | packages.NeedTypes, Dir: dir}, paths...)
+	if err != nil {
+		return fmt.Errorf("load the //kvcm:go packages: %w", err)
+	}
+	byPath := map[string]*types.Package{}
+	for _, p := range pkgs {
+		if len(p.Errors) > 0 {
+			return fmt.Errorf("load %s: %v", p.PkgPath, p.Errors[0])
+		}
+		byPath[p.PkgPath] = p.Types
+	}
+	resolve := func(d *Decl, g *GoMap, directive string) error {
+		p := byPath[g.Path]
+		var obj types.Object
+		if p != nil {
+			obj = p.Scope().Lookup(g.Name)
+		}
+		named, ok := types.Unalias(typeOf(obj)).(*types.Named)
+		if !ok {
+			return fmt.Errorf("%s: //kvcm:%s names %s.%s, which is not a named type", d.GoName, directive, g.Path, g.Name)
+		}
+		if _, ok := named.Underlying().(*types.Struct); !ok {
+			return fmt.Errorf("%s: //kvcm:%s names %s.%s, which is not a struct", d.GoName, directive, g.Path, g.Name)
+		}
+		g.Type = named
+		return nil
+	}
+	for _, d := range m.Decls {
+		if g := d.GoMap; g != nil {
+			if err := resolve(d, g, "go"); err != nil {
+				return err
+			}
+			for _, f := range MappedFields(d) {
+				if err := checkMapped(d, f); err != nil {
+					return err
+				}
+			}
+		}
+		if g := d.GoCaller; g != nil {
+			if err := resolve(d, g, "gocaller"); err != nil {
+				return err
+			}
+			if err := checkCaller(d); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func typeOf(obj types.Object) types.Type {
+	if tn, ok := obj.(*types.TypeName); ok {
+		return tn.Type()
+	}
+	return nil
+}
+
+// MappedFields are the fields of a //kvcm:go struct that its converters
+// carry: every field but struct_size, abi_version, the length fields of
+// other fields and those tagged go:"-".
+func MappedFields(d *Decl) []*Field {
+	lens := map[string]bool{}
+	for _, f := range d.Fields {
+		if f.Len != "" {
+			lens[f.Len] = true
+		}
+	}
+	var out []*Field
+	for _, f := range d.Fields {
+		if f.Go == "-" || lens[f.CName] || d.Versioned && (f.CName == "struct_size" || f.CName == "abi_version") {
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// GoField is the name of the Go field (or method, with "()") f maps to.
+func (f *Field) GoField() string {
+	if f.Go != "" {
+		return f.Go
+	}
+	return f.GoName
+}
+
+// goTarget returns the Go field a mapped field converts to or from, or the
+// result type of its method.
+func goTarget(d *Decl, f *Field) (types.Type, bool) {
+	named := d.GoMap.Type
+	if name, ok := strings.CutSuffix(f.GoField(), "()"); ok {
+		obj, _, _ := types.LookupFieldOrMethod(named, false, named.Obj().Pkg(), name)
+		fn, ok := obj.(*types.Func)
+		if !ok {
+			return nil, false
+		}
+		sig := fn.Type().(*types.Signature)
+		if sig.Params().Len() != 0 || sig.Results().Len() != 1 {
+			return nil, false
+		}
+		return sig.Results().At(0).Type(), true
+	}
+	obj, _, _ := types.LookupFieldOrMethod(named, false, named.Obj().Pkg(), f.GoField())
+	v, ok := obj.(*types.Var)
+	if !ok || !v.IsField() {
+		return nil, false
+	}
+	return v.Type(), true
+}
+
+func checkMapped(d *Decl, f *Field) error {
+	g := d.GoMap
+	where := fmt.Sprintf("%s.%s (//kvcm:go %s.%s)", d.GoName, f.GoName, g.Path, g.Name)
+	t, ok := goTarget(d, f)
+	if !ok {
+		return fmt.Errorf("%s: %s has no field %s: name its counterpart with a go:\"Field\" tag, or tag it go:\"-\" and convert it in the export glue",
+			where, g.Name, f.GoField())
+	}
+	if strings.HasSuffix(f.GoField(), "()") && g.In {
+		return fmt.Errorf("%s: a method (go:%q) can only be read: the struct must be //kvcm:go out", where, f.GoField())
+	}
+	if g.Out && !isScalarField(f.Type) {
+		return fmt.Errorf("%s: an out converter writes scalars, enums and typedefs only: tag it go:\"-\"", where)
+	}
+	if g.In {
+		return checkIn(where, f, t)
+	}
+	return nil
+}
+
+func isScalarField(t *Type) bool {
+	switch t.Kind {
+	case KScalar, KSize:
+		return true
+	case KNamed:
+		return t.Decl.Kind == DEnum || t.Decl.Kind == DTypedef || t.Decl.Kind == DHandle
+	}
+	return false
+}
+
+// checkIn checks that an in converter can write the Go type t from f.
+func checkIn(where string, f *Field, t types.Type) error {
+	u := t.Underlying()
+	switch {
+	case isScalarField(f.Type):
+		if b, ok := u.(*types.Basic); ok && b.Info()&(types.IsNumeric|types.IsBoolean) != 0 {
+			return nil
+		}
+	case f.Type.Kind == KCStr:
+		if b, ok := u.(*types.Basic); ok && b.Info()&types.IsString != 0 {
+			return nil
+		}
+	case f.Type.Kind == KPtr && f.Type.Dir == DirIn && f.Len != "":
+		if s, ok := u.(*types.Slice); ok {
+			return checkElem(where, f.Type.Elem, s.Elem())
+		}
+	case f.Type.Kind == KPtr && f.Type.Dir == DirIn:
+		if p, ok := u.(*types.Pointer); ok {
+			return checkElem(where, f.Type.Elem, p.Elem())
+		}
+	case f.Type.Kind == KNamed && f.Type.Decl.Kind == DStruct:
+		return checkElem(where, f.Type, t)
+	}
+	return fmt.Errorf("%s: cannot convert %s to %s: tag it go:\"-\" and convert it in the export glue", where, f.Type.CName(), t)
+}
+
+// checkElem checks an array element, pointee or struct field by value: a
+// scalar cast, or a struct with an in converter to exactly that Go type.
+func checkElem(where string, el *Type, t types.Type) error {
+	if isScalarField(el) {
+		if b, ok := t.Underlying().(*types.Basic); ok && b.Info()&types.IsNumeric != 0 {
+			return nil
+		}
+	}
+	if el.Kind == KNamed && el.Decl.Kind == DStruct {
+		g := el.Decl.GoMap
+		if n, ok := t.(*types.Named); ok && g != nil && g.In && n.Obj().Pkg().Path() == g.Path && n.Obj().Name() == g.Name {
+			return nil
+		}
+		return fmt.Errorf("%s: its %s elements need a //kvcm:go in %s on %s", where, el.Decl.CName, t, el.Decl.GoName)
+	}
+	return fmt.Errorf("%s: cannot convert %s elements to %s", where, el.CName(), t)
+}
