@@ -1027,6 +1027,25 @@ func (c *KVCache) AppendBasePageIndices(dst []int32, lg layout.LayerGroupID) ([]
 	return c.basePageIndices(lg, dst)
 }
 
+// AggregatedPageIndices returns, for an ACTIVE cache, the aggregated page
+// index of each block of layer group lg in beam (KVCacheManagerV2's
+// get_aggregated_page_indices): the block's hot slot, which addresses every
+// AggregatedPageDesc of the layer group; BadPageIndex where the block has no
+// page, or with validOnly only the blocks that have one. Beam must be 0
+// (KVCacheManagerV2's DEFAULT_BEAM_INDEX), the one beam a cache keeps.
+func (c *KVCache) AggregatedPageIndices(lg layout.LayerGroupID, beam int, validOnly bool) ([]int32, error) {
+	if beam != 0 {
+		return nil, argErr("beam", "%d: a cache has beam 0 only", beam)
+	}
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	idx, err := c.basePageIndices(lg, nil)
+	if err != nil || !validOnly {
+		return idx, err
+	}
+	return slices.DeleteFunc(idx, func(i int32) bool { return i == BadPageIndex }), nil
+}
+
 func (c *KVCache) basePageIndices(lg layout.LayerGroupID, dst []int32) ([]int32, error) {
 	if c.status != Active {
 		return nil, stateErr("page indices", c.status)

@@ -443,6 +443,41 @@ func (m *Manager) Buffer(layer int32, role config.DataRole) (BufferLocation, err
 	return BufferLocation{BufferLocation: loc, PoolBase: g.poolBase(loc.Pool)}, nil
 }
 
+// AggregatedPageDesc is a run of buffers that lie side by side in every hot
+// slot of one pool (KVCacheManagerV2's AggregatedPageDesc): for an
+// aggregated page index i (KVCache.AggregatedPageIndices), the run's bytes
+// are [Base + i*Stride, Base + i*Stride + Size).
+type AggregatedPageDesc struct {
+	Base       device.Ptr
+	Size       int64
+	Stride     int64
+	LayerGroup layout.LayerGroupID
+	Buffers    []layout.ExpandedBuffer
+}
+
+// AggregatedPages merges buffers into the fewest runs of contiguous bytes
+// for bulk transfer, as layout.Layout.AggregatedPages describes, with their
+// hot addresses. An unknown or repeated buffer is ErrInvalidArgument naming
+// it.
+func (m *Manager) AggregatedPages(buffers []layout.BufferKey) ([]AggregatedPageDesc, error) {
+	runs, err := m.lt.AggregatedPages(buffers)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkOpen(); err != nil {
+		return nil, err
+	}
+	out := make([]AggregatedPageDesc, len(runs))
+	for i, r := range runs {
+		base := m.levels[0].groupOf(r.LayerGroup).poolBase(r.Pool)
+		out[i] = AggregatedPageDesc{Base: base.Add(r.Offset), Size: r.Size, Stride: r.SlotBytes,
+			LayerGroup: r.LayerGroup, Buffers: r.Buffers}
+	}
+	return out, nil
+}
+
 // LayerGroupOf returns the layer group (lifecycle) of a layer.
 func (m *Manager) LayerGroupOf(layer int32) (layout.LayerGroupID, error) {
 	for _, lc := range m.lt.LifeCycles {

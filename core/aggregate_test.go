@@ -1,0 +1,116 @@
+package core
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/device"
+	"github.com/kvcm/kvcm/core/layout"
+)
+
+func bufKey(layer int32, role config.DataRole) layout.BufferKey {
+	return layout.BufferKey{Layer: layer, Role: role}
+}
+
+// readRange copies size bytes at ptr back through the device.
+func (f *fixture) readRange(ptr device.Ptr, size int64) []byte {
+	f.t.Helper()
+	host, err := f.dev.Alloc(device.HostMapped, size)
+	require.NoError(f.t, err)
+	defer host.Free()
+	require.NoError(f.t, f.stream.BatchCopy([]device.CopyDesc{{Dst: host.Ptr(), Src: ptr, Size: size}}))
+	require.NoError(f.t, f.stream.Synchronize())
+	return append([]byte(nil), host.Host()...)
+}
+
+// An aggregated page desc addresses, at base + index*stride for each
+// aggregated page index of a cache, exactly the bytes of its buffers' pages
+// side by side in buffer order: what a disaggregated transfer moves in one
+// copy per run.
+func TestAggregatedPagesAddressTheBuffersPages(t *testing.T) {
+	f := newFixture(t, smallConfig(16))
+	c := f.open(blockhash.Scope{}, seq(0, 8))
+	defer c.Close()
+	want := map[layout.BufferKey][][]byte{}
+	base, err := c.BasePageIndices(0)
+	require.NoError(t, err)
+	for i, k := range []layout.BufferKey{bufKey(0, config.RoleKey), bufKey(0, config.RoleValue), bufKey(1, config.RoleKey), bufKey(1, config.RoleValue)} {
+		loc, err := f.m.Buffer(k.Layer, k.Role)
+		require.NoError(t, err)
+		for b, s := range base {
+			want[k] = append(want[k], f.fillPage(loc, s, byte(16*i+b)))
+		}
+	}
+
+	descs, err := f.m.AggregatedPages([]layout.BufferKey{bufKey(1, config.RoleValue), bufKey(0, config.RoleValue), bufKey(1, config.RoleKey)})
+	require.NoError(t, err)
+	require.Len(t, descs, 1, "0/value, 1/key and 1/value lie side by side")
+	d := descs[0]
+	assert.Equal(t, int64(192), d.Size)
+	assert.Equal(t, int64(256), d.Stride, "one slot of the pool")
+	assert.Equal(t, layout.LayerGroupID(0), d.LayerGroup)
+	pool := f.m.PoolGroupDescs()[0].Pools[0]
+	assert.Equal(t, pool.Base.Add(64), d.Base, "the run starts at 0/value, the slot's second buffer")
+
+	idx, err := c.AggregatedPageIndices(0, 0, false)
+	require.NoError(t, err)
+	require.Equal(t, base, idx, "aggregated page indices are the blocks' slots")
+	for b, i := range idx {
+		var page []byte
+		for _, eb := range d.Buffers {
+			assert.Equal(t, 1, eb.Expansion)
+			page = append(page, want[eb.Buffer][b]...)
+		}
+		assert.True(t, bytes.Equal(page, f.readRange(d.Base.Add(int64(i)*d.Stride), d.Size)), "block %d", b)
+	}
+}
+
+// valid_only drops the blocks without a page; with it off they are
+// BadPageIndex, so an index is also the block's position.
+func TestAggregatedPageIndicesValidOnlySkipsBlocksWithoutPages(t *testing.T) {
+	cfg := smallConfig(64)
+	cfg.Layers[1].SlidingWindowSize = 4
+	f := newFixture(t, cfg)
+	swa, err := f.m.LayerGroupOf(1)
+	require.NoError(t, err)
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 16)})
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Resize(16, 16))
+
+	all, err := c.AggregatedPageIndices(swa, 0, false)
+	require.NoError(t, err)
+	base, err := c.BasePageIndices(swa)
+	require.NoError(t, err)
+	assert.Equal(t, base, all)
+	require.Equal(t, []int32{BadPageIndex, BadPageIndex, BadPageIndex}, all[:3], "out of the window")
+	valid, err := c.AggregatedPageIndices(swa, 0, true)
+	require.NoError(t, err)
+	assert.Equal(t, all[3:], valid)
+}
+
+// A beam other than 0 (DEFAULT_BEAM_INDEX), an unknown layer group or a
+// cache that is not ACTIVE is refused; unknown buffers name their position.
+func TestAggregatedQueriesRefuseBadArguments(t *testing.T) {
+	f := newFixture(t, smallConfig(16))
+	c := f.open(blockhash.Scope{}, seq(0, 8))
+	_, err := c.AggregatedPageIndices(0, 1, false)
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+	assert.ErrorContains(t, err, "beam: 1")
+	_, err = c.AggregatedPageIndices(2, 0, false)
+	assert.ErrorContains(t, err, "layer_group_id: 2")
+	require.NoError(t, c.Suspend())
+	_, err = c.AggregatedPageIndices(0, 0, false)
+	assert.ErrorIs(t, err, ErrInvalidState)
+	require.NoError(t, c.Close())
+
+	_, err = f.m.AggregatedPages([]layout.BufferKey{bufKey(0, config.RoleKey), bufKey(0, "index")})
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+	assert.ErrorContains(t, err, `buffers[1]: no buffer "index" in layer 0`)
+}
