@@ -7,9 +7,8 @@ import (
 )
 
 // ExpandedBuffer is one buffer of an aggregated page with its expansion: how
-// many of the buffer's own pages one block holds (KVCacheManagerV2's
-// tokens_per_block_override). kvcm's buffers all use the configuration's
-// tokens per block, so the expansion is 1.
+// many of the buffer's own pages one block holds (1, or tokens_per_block
+// over the buffer's tokens_per_block_override).
 type ExpandedBuffer struct {
 	Buffer    BufferKey
 	Expansion int
@@ -74,7 +73,7 @@ func (lt *Layout) AggregatedPages(buffers []BufferKey) ([]AggregatedPage, error)
 				run = &out[len(out)-1]
 			}
 			run.Size += loc.Bytes
-			run.Buffers = append(run.Buffers, ExpandedBuffer{Buffer: b, Expansion: 1})
+			run.Buffers = append(run.Buffers, ExpandedBuffer{Buffer: b, Expansion: loc.Expansion})
 		}
 	}
 	return out, nil

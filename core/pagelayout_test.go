@@ -114,3 +114,84 @@ func TestAggregatedQueriesRefuseBadArguments(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalidArgument)
 	assert.ErrorContains(t, err, `buffers[1]: no buffer "index" in layer 0`)
 }
+
+// overrideConfig: smallConfig with an "index" buffer of 16 bytes per 2
+// tokens in layer 0 (tokens_per_block_override 2 of 4: expansion 2).
+func overrideConfig() config.Config {
+	cfg := smallConfig(16)
+	cfg.Layers[0].Buffers = append(cfg.Layers[0].Buffers, config.BufferConfig{Role: "index", Size: 16, TokensPerBlockOverride: 2})
+	return cfg
+}
+
+// A buffer with tokens_per_block_override holds tokens_per_block/override
+// pages of its own in each block: its kernel page indices are the block's
+// page times the expansion plus the sub-page, its stride the bytes of one
+// sub-page, and every sub-page lies inside the block's page.
+func TestTokensPerBlockOverrideExpandsTheBuffersPages(t *testing.T) {
+	f := newFixture(t, overrideConfig())
+	loc, err := f.m.Buffer(0, "index")
+	require.NoError(t, err)
+	assert.Equal(t, 2, loc.Expansion)
+	assert.Equal(t, int64(32), loc.Bytes, "two 16-byte pages a block")
+	assert.Equal(t, int64(16), loc.PageStride())
+	conv, err := f.m.PageIndexConverter(0, "index")
+	require.NoError(t, err)
+	assert.Equal(t, PageIndexConverter{Scale: loc.Scale, Expansion: 2, LayerOffset: loc.Offset}, conv)
+
+	base := []int32{3, BadPageIndex, 0}
+	shared := conv.Append(nil, base, SharedIndex)
+	require.Len(t, shared, 6)
+	assert.Equal(t, []int64{-1, -1}, shared[2:4], "a block without a page has none of its sub-pages")
+	sharedBase := loc.PoolBase.Add(loc.Offset * loc.Bytes)
+	for j, b := range []int32{3, 0} {
+		for i := range 2 {
+			k := shared[[]int{0, 4}[j]+i]
+			assert.Equal(t, loc.PoolBase.Add(loc.PageIndex(b)*loc.Bytes+int64(i)*16), sharedBase.Add(k*16),
+				"block %d sub-page %d", b, i)
+		}
+	}
+	perLayer := conv.Append(nil, base, PerLayerIndex)
+	for i, k := range perLayer {
+		if shared[i] >= 0 {
+			assert.Equal(t, shared[i]+loc.Offset*2, k, "PER_LAYER counts from the pool's base")
+		}
+	}
+
+	ub, err := f.m.PageIndexUpperBound(0, "index")
+	require.NoError(t, err)
+	slots := f.m.PoolGroupDescs()[0].NumSlots
+	pool := f.m.PoolGroupDescs()[0].Pools[loc.Pool]
+	assert.Equal(t, (pool.SlotBytes*slots-loc.Offset*loc.Bytes)/16, ub, "the pool from the buffer's base, in 16-byte pages")
+
+	descs, err := f.m.AggregatedPages([]layout.BufferKey{bufKey(0, "index")})
+	require.NoError(t, err)
+	require.Len(t, descs, 1)
+	assert.Equal(t, []layout.ExpandedBuffer{{Buffer: bufKey(0, "index"), Expansion: 2}}, descs[0].Buffers)
+	assert.Equal(t, int64(32), descs[0].Size)
+}
+
+// Without an override a buffer's expansion is 1: the converter is the
+// buffer location's scale and offset.
+func TestPageIndexConverterWithoutOverrideIsScaleAndOffset(t *testing.T) {
+	f := newFixture(t, smallConfig(16))
+	loc, err := f.m.Buffer(1, config.RoleValue)
+	require.NoError(t, err)
+	conv, err := f.m.PageIndexConverter(1, config.RoleValue)
+	require.NoError(t, err)
+	assert.Equal(t, PageIndexConverter{Scale: 4, Expansion: 1, LayerOffset: 3}, conv)
+	assert.Equal(t, []int64{8, -1}, conv.Append(nil, []int32{2, BadPageIndex}, SharedIndex))
+	assert.Equal(t, []int64{loc.PageIndex(2), -1}, conv.Append(nil, []int32{2, BadPageIndex}, PerLayerIndex))
+	assert.Equal(t, loc.Bytes, loc.PageStride())
+	_, err = f.m.PageIndexConverter(1, "index")
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+}
+
+// An override must divide tokens_per_block; the error names the field.
+func TestTokensPerBlockOverrideMustDivideTokensPerBlock(t *testing.T) {
+	for _, o := range []int{3, 8, -1} {
+		cfg := overrideConfig()
+		cfg.Layers[0].Buffers[2].TokensPerBlockOverride = o
+		_, err := NewManager(cfg)
+		assert.ErrorContains(t, err, "layers[0].buffers[2].tokens_per_block_override", "override %d", o)
+	}
+}
