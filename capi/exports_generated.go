@@ -463,6 +463,35 @@ func kvcm_kv_cache_create(manager C.kvcm_manager, options *C.kvcm__const_kvcm_kv
 	return statusOf(kvcmFn, glueKVCacheCreate(managerObj, options, out))
 }
 
+// kvcm_kv_cache_get_aggregated_page_indices is the export of kvcm_kv_cache_get_aggregated_page_indices (ABI version 2).
+//
+//export kvcm_kv_cache_get_aggregated_page_indices
+func kvcm_kv_cache_get_aggregated_page_indices(cache C.kvcm_kv_cache, layer_group C.kvcm_layer_group_id, beam C.int32_t, valid_only C.bool, indices *C.int32_t, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_get_aggregated_page_indices"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if needed != nil {
+		*needed = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if indices == nil && capacity != 0 {
+		return argStatus(kvcmFn, "indices", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if needed == nil {
+		return argStatus(kvcmFn, "needed", "must not be NULL")
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheGetAggregatedPageIndices(cacheObj, layer_group, beam, valid_only, indices, capacity, needed))
+}
+
 // kvcm_kv_cache_get_base_page_indices is the export of kvcm_kv_cache_get_base_page_indices (ABI version 1).
 //
 //export kvcm_kv_cache_get_base_page_indices
@@ -1153,6 +1182,41 @@ func kvcm_manager_free_memory(manager C.kvcm_manager, ptr C.kvcm_device_ptr) (st
 	return statusOf(kvcmFn, glueManagerFreeMemory(managerObj, ptr))
 }
 
+// kvcm_manager_get_aggregated_pages is the export of kvcm_manager_get_aggregated_pages (ABI version 2).
+//
+//export kvcm_manager_get_aggregated_pages
+func kvcm_manager_get_aggregated_pages(manager C.kvcm_manager, buffers *C.kvcm__const_kvcm_buffer_id, num_buffers C.size_t, descs *C.kvcm_aggregated_page_desc, descs_cap C.size_t, members *C.kvcm_expanded_buffer, members_cap C.size_t, num_descs *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_get_aggregated_pages"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if num_descs != nil {
+		*num_descs = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if buffers == nil && num_buffers != 0 {
+		return argStatus(kvcmFn, "buffers", fmt.Sprintf("is NULL but num_buffers is %d", num_buffers))
+	}
+	if descs == nil && descs_cap != 0 {
+		return argStatus(kvcmFn, "descs", fmt.Sprintf("is NULL but descs_cap is %d", descs_cap))
+	}
+	if members == nil && members_cap != 0 {
+		return argStatus(kvcmFn, "members", fmt.Sprintf("is NULL but members_cap is %d", members_cap))
+	}
+	if num_descs == nil {
+		return argStatus(kvcmFn, "num_descs", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerGetAggregatedPages(managerObj, buffers, num_buffers, descs, descs_cap, members, members_cap, num_descs))
+}
+
 // kvcm_manager_get_and_reset_iteration_cached_tokens_by_level is the export of kvcm_manager_get_and_reset_iteration_cached_tokens_by_level (ABI version 2).
 //
 //export kvcm_manager_get_and_reset_iteration_cached_tokens_by_level
@@ -1510,6 +1574,93 @@ func kvcm_manager_get_num_open_caches(manager C.kvcm_manager, out *C.size_t) (st
 		return st
 	}
 	return statusOf(kvcmFn, glueManagerGetNumOpenCaches(managerObj, out))
+}
+
+// kvcm_manager_get_page_index_converter is the export of kvcm_manager_get_page_index_converter (ABI version 2).
+//
+//export kvcm_manager_get_page_index_converter
+func kvcm_manager_get_page_index_converter(manager C.kvcm_manager, layer_id C.int32_t, role *C.kvcm__const_char, out *C.kvcm_page_index_converter) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_get_page_index_converter"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = C.kvcm_page_index_converter{}
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if role == nil {
+		return argStatus(kvcmFn, "role", "must not be NULL")
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerGetPageIndexConverter(managerObj, layer_id, role, out))
+}
+
+// kvcm_manager_get_page_index_upper_bound is the export of kvcm_manager_get_page_index_upper_bound (ABI version 2).
+//
+//export kvcm_manager_get_page_index_upper_bound
+func kvcm_manager_get_page_index_upper_bound(manager C.kvcm_manager, layer_id C.int32_t, role *C.kvcm__const_char, out *C.int64_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_get_page_index_upper_bound"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if role == nil {
+		return argStatus(kvcmFn, "role", "must not be NULL")
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerGetPageIndexUpperBound(managerObj, layer_id, role, out))
+}
+
+// kvcm_manager_get_page_stride is the export of kvcm_manager_get_page_stride (ABI version 2).
+//
+//export kvcm_manager_get_page_stride
+func kvcm_manager_get_page_stride(manager C.kvcm_manager, layer_id C.int32_t, role *C.kvcm__const_char, out *C.int64_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_get_page_stride"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if role == nil {
+		return argStatus(kvcmFn, "role", "must not be NULL")
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerGetPageStride(managerObj, layer_id, role, out))
 }
 
 // kvcm_manager_get_pool_group_descs is the export of kvcm_manager_get_pool_group_descs (ABI version 1).

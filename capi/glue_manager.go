@@ -159,6 +159,22 @@ func goConfigV2(c *C.kvcm__const_kvcm_manager_config, cfg *config.Config) error 
 	for i, n := range lens {
 		cfg.Constraints[i].SystemPromptLength = int(n)
 	}
+	overrides, err := cArray(c.buffer_tokens_per_block_overrides, c.num_buffer_tokens_per_block_overrides, "config.buffer_tokens_per_block_overrides")
+	if err != nil || len(overrides) == 0 {
+		return err
+	}
+	var bufs []*config.BufferConfig
+	for i := range cfg.Layers {
+		for j := range cfg.Layers[i].Buffers {
+			bufs = append(bufs, &cfg.Layers[i].Buffers[j])
+		}
+	}
+	if len(overrides) != len(bufs) {
+		return argError("config.num_buffer_tokens_per_block_overrides", "is %d, want 0 or the number of buffers of all layers (%d)", len(overrides), len(bufs))
+	}
+	for i, o := range overrides {
+		bufs[i].TokensPerBlockOverride = int(o)
+	}
 	return nil
 }
 

@@ -62,6 +62,14 @@
 //     _get_num_open_caches, kvcm_kv_cache_set_stream and
 //     _get_committed_tokens; stream arguments take any stream of the
 //     device's context (an engine's CUstream, 0 included).
+//   - KVCacheManagerV2's disaggregated transfer layout:
+//     kvcm_manager_get_aggregated_pages (kvcm_buffer_id in,
+//     kvcm_aggregated_page_desc and kvcm_expanded_buffer out),
+//     kvcm_kv_cache_get_aggregated_page_indices,
+//     kvcm_manager_get_page_index_converter (kvcm_page_index_converter),
+//     _get_page_stride and _get_page_index_upper_bound; and
+//     kvcm_manager_config.buffer_tokens_per_block_overrides (a buffer's own
+//     tokens per block: kvcm_buffer_config is frozen).
 //
 // Behaviour that changed for C users while ABI version 1 was unreleased
 // (no function, struct or constant changed):

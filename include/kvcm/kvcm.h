@@ -564,11 +564,13 @@ typedef int32_t (*kvcm_priority_func)(void* user_data, int64_t block_index, int3
 
 /* ---- Structures ---- */
 
+typedef struct kvcm_aggregated_page_desc kvcm_aggregated_page_desc;
 typedef struct kvcm_attention_layer_config kvcm_attention_layer_config;
 typedef struct kvcm_batch_desc kvcm_batch_desc;
 typedef struct kvcm_block_event kvcm_block_event;
 typedef struct kvcm_block_stats kvcm_block_stats;
 typedef struct kvcm_buffer_config kvcm_buffer_config;
+typedef struct kvcm_buffer_id kvcm_buffer_id;
 typedef struct kvcm_buffer_location kvcm_buffer_location;
 typedef struct kvcm_cache_event kvcm_cache_event;
 typedef struct kvcm_cache_tier_config kvcm_cache_tier_config;
@@ -580,10 +582,12 @@ typedef struct kvcm_cp_index_vtable kvcm_cp_index_vtable;
 typedef struct kvcm_reuse_scope kvcm_reuse_scope;
 typedef struct kvcm_cp_manager_backed_options kvcm_cp_manager_backed_options;
 typedef struct kvcm_cp_request_id kvcm_cp_request_id;
+typedef struct kvcm_expanded_buffer kvcm_expanded_buffer;
 typedef struct kvcm_kv_cache_options kvcm_kv_cache_options;
 typedef struct kvcm_layer_group_iteration_stats kvcm_layer_group_iteration_stats;
 typedef struct kvcm_manager_config kvcm_manager_config;
 typedef struct kvcm_migration_stats kvcm_migration_stats;
+typedef struct kvcm_page_index_converter kvcm_page_index_converter;
 typedef struct kvcm_page_index_pair kvcm_page_index_pair;
 typedef struct kvcm_peak_block_stats kvcm_peak_block_stats;
 typedef struct kvcm_pool_desc kvcm_pool_desc;
@@ -593,6 +597,42 @@ typedef struct kvcm_pool_group_stats kvcm_pool_group_stats;
 typedef struct kvcm_request_desc kvcm_request_desc;
 typedef struct kvcm_reused_blocks_at_level kvcm_reused_blocks_at_level;
 typedef struct kvcm_shared_tier_config kvcm_shared_tier_config;
+
+/**
+ * kvcm_aggregated_page_desc is a run of buffers that lie side by side in every GPU
+ * slot of one pool (KVCacheManagerV2's AggregatedPageDesc): for each
+ * aggregated page index i of a cache's layer group
+ * (kvcm_kv_cache_get_aggregated_page_indices), the run's bytes are
+ * [base + i*stride, base + i*stride + size): one copy moves every buffer of
+ * the run for that block.
+ * @since ABI version 2.
+ */
+struct kvcm_aggregated_page_desc {
+    /**
+     * base is the run's address in slot 0.
+     */
+    kvcm_device_ptr base;
+    /**
+     * size is the run's bytes per block, the sum of its buffers'.
+     */
+    int64_t size;
+    /**
+     * stride is the bytes between slots: the pool's slot size.
+     */
+    int64_t stride;
+    /**
+     * layer_group is the layer group whose page indices address the run.
+     */
+    kvcm_layer_group_id layer_group;
+    /**
+     * [borrowed, array of num_buffers] buffers are the run's buffers in slot order.
+     */
+    const kvcm_expanded_buffer* buffers;
+    /**
+     * num_buffers is the length of buffers.
+     */
+    size_t num_buffers;
+};
 
 /**
  * kvcm_attention_layer_config describes one attention layer.
@@ -750,6 +790,22 @@ struct kvcm_buffer_config {
      * size is the buffer's bytes per block (positive).
      */
     int64_t size;
+};
+
+/**
+ * kvcm_buffer_id names one buffer: a layer and a role (KVCacheManagerV2's
+ * BufferId).
+ * @since ABI version 2.
+ */
+struct kvcm_buffer_id {
+    /**
+     * layer_id is the buffer's layer.
+     */
+    int32_t layer_id;
+    /**
+     * [borrowed] role is the buffer's role within the layer, such as "key".
+     */
+    const char* role;
 };
 
 /**
@@ -1169,6 +1225,24 @@ struct kvcm_cp_request_id {
 };
 
 /**
+ * kvcm_expanded_buffer is one buffer of an aggregated page (KVCacheManagerV2's
+ * ExpandedBuffer).
+ * @since ABI version 2.
+ */
+struct kvcm_expanded_buffer {
+    /**
+     * buffer is the buffer's position in the buffers argument of
+     * kvcm_manager_get_aggregated_pages.
+     */
+    size_t buffer;
+    /**
+     * expansion is how many of the buffer's own pages one block holds: 1, or
+     * tokens_per_block over its tokens_per_block_override.
+     */
+    int32_t expansion;
+};
+
+/**
  * kvcm_kv_cache_options configures kvcm_kv_cache_create. Zero-initialize it and set
  * struct_size = sizeof(kvcm_kv_cache_options) and abi_version =
  * KVCM_ABI_VERSION.
@@ -1484,6 +1558,20 @@ struct kvcm_manager_config {
      * manager left at create. (since ABI version 2)
      */
     bool disk_persistent;
+    /**
+     * [borrowed, nullable, array of num_buffer_tokens_per_block_overrides] buffer_tokens_per_block_overrides are the buffers' tokens_per_block
+     * overrides (KVCacheManagerV2's BufferConfig.tokens_per_block_override),
+     * one per buffer of every layer in configuration order (layers[0]'s
+     * buffers first), 0 for none; or NULL for none at all. An override
+     * divides tokens_per_block: the buffer's size then holds that many
+     * tokens, and each block holds tokens_per_block/override of its pages. (since ABI version 2)
+     */
+    const int32_t* buffer_tokens_per_block_overrides;
+    /**
+     * num_buffer_tokens_per_block_overrides is 0 or the number of buffers of all
+     * layers. (since ABI version 2)
+     */
+    size_t num_buffer_tokens_per_block_overrides;
 };
 
 /** Initializer of a kvcm_manager_config: struct_size and abi_version set, every other field zero. */
@@ -1508,6 +1596,33 @@ struct kvcm_migration_stats {
      * bytes is the number of bytes moved.
      */
     int64_t bytes;
+};
+
+/**
+ * kvcm_page_index_converter turns base page indices into a buffer's kernel page
+ * indices (KVCacheManagerV2's PageIndexConverter): base b becomes, for k in
+ * [0, expansion), (b*scale + offset)*expansion + k, where offset is
+ * layer_offset for indices counted from the pool's base address (PER_LAYER,
+ * kvcm_buffer_location.pool_base) and 0 for indices counted from the
+ * buffer's own base address (SHARED, pool_base + layer_offset * bytes);
+ * KVCM_BAD_PAGE_INDEX stays KVCM_BAD_PAGE_INDEX. A kernel page index counts
+ * page_stride bytes (kvcm_manager_get_page_stride).
+ * @since ABI version 2.
+ */
+struct kvcm_page_index_converter {
+    /**
+     * scale multiplies a base page index.
+     */
+    int64_t scale;
+    /**
+     * expansion is how many of the buffer's own pages one block holds.
+     */
+    int32_t expansion;
+    /**
+     * layer_offset is the buffer's offset in its pool's slot, in blocks of
+     * the buffer (kvcm_buffer_location.offset).
+     */
+    int64_t layer_offset;
 };
 
 /**
@@ -2082,6 +2197,28 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_commit(kvcm_kv_cache cache,
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_create(kvcm_manager manager, const kvcm_kv_cache_options* options, kvcm_kv_cache* out);
 
 /**
+ * kvcm_kv_cache_get_aggregated_page_indices writes, for an ACTIVE cache, the
+ * aggregated page index of each block of a layer group in a beam
+ * (KVCacheManagerV2's get_aggregated_page_indices): the block's GPU slot,
+ * which addresses every kvcm_aggregated_page_desc of the layer group, and
+ * KVCM_BAD_PAGE_INDEX where the block has no page; with valid_only only the
+ * blocks that have one. beam must be 0 (DEFAULT_BEAM_INDEX).
+ *
+ * @param cache [in] The cache.
+ * @param layer_group [in] The layer group.
+ * @param beam [in] The beam (0).
+ * @param valid_only [in] Whether to skip blocks without a page.
+ * @param indices [out, nullable, array of capacity] Receives the indices.
+ * @param capacity [in] Capacity of indices, in elements.
+ * @param needed [out] Receives the number of indices.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_aggregated_page_indices(kvcm_kv_cache cache, kvcm_layer_group_id layer_group, int32_t beam, bool valid_only, int32_t* indices, size_t capacity, size_t* needed);
+
+/**
  * kvcm_kv_cache_get_base_page_indices writes, for an ACTIVE cache, the GPU slot of each
  * block in a layer group (KVCM_BAD_PAGE_INDEX where the block has no page).
  * Turn a base index b into a buffer's page index with b*scale + offset from
@@ -2526,6 +2663,34 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_drain_events(kvcm_manager ma
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_free_memory(kvcm_manager manager, kvcm_device_ptr ptr);
 
 /**
+ * kvcm_manager_get_aggregated_pages merges buffers into the fewest runs of
+ * contiguous bytes for bulk transfer (KVCacheManagerV2's
+ * get_aggregated_pages): buffers are grouped by layer group and pool, in the
+ * order each (layer group, pool) first appears in buffers, sorted by their
+ * place in the slot, and adjacent ones merge. Each buffer lands in exactly
+ * one run, so members needs num_buffers entries. The descriptors' buffers
+ * point into the caller's members buffer. num_descs is always written; when
+ * descs or members is smaller than needed nothing else is written and
+ * KVCM_ERR_BUFFER_TOO_SMALL is returned (NULL buffers with capacity 0 ask
+ * for the count, successfully). An unknown or repeated buffer is
+ * KVCM_ERR_INVALID_ARGUMENT naming its position.
+ *
+ * @param manager [in] The manager.
+ * @param buffers [in, borrowed, nullable, array of num_buffers] The buffers to aggregate, in any order (NULL only when num_buffers is 0).
+ * @param num_buffers [in] The number of buffers.
+ * @param descs [out, nullable, array of descs_cap] Receives the runs.
+ * @param descs_cap [in] Capacity of descs, in elements.
+ * @param members [out, nullable, array of members_cap] Receives every run's buffers.
+ * @param members_cap [in] Capacity of members, in elements.
+ * @param num_descs [out] Receives the number of runs.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_aggregated_pages(kvcm_manager manager, const kvcm_buffer_id* buffers, size_t num_buffers, kvcm_aggregated_page_desc* descs, size_t descs_cap, kvcm_expanded_buffer* members, size_t members_cap, size_t* num_descs);
+
+/**
  * kvcm_manager_get_and_reset_iteration_cached_tokens_by_level returns, per level, the
  * tokens new caches reused since the previous call by the level their data
  * was on (a full block at the coldest level of its pages, partially reused
@@ -2719,6 +2884,54 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_num_levels(kvcm_manager 
  * @since ABI version 2.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_num_open_caches(kvcm_manager manager, size_t* out);
+
+/**
+ * kvcm_manager_get_page_index_converter returns the page index converter of the
+ * buffer of a layer and role (KVCacheManagerV2's get_page_index_converter).
+ *
+ * @param manager [in] The manager.
+ * @param layer_id [in] The layer id.
+ * @param role [in, borrowed] The buffer's role, such as "key".
+ * @param out [out] Receives the converter.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_page_index_converter(kvcm_manager manager, int32_t layer_id, const char* role, kvcm_page_index_converter* out);
+
+/**
+ * kvcm_manager_get_page_index_upper_bound returns one past the largest SHARED kernel
+ * page index of a buffer (KVCacheManagerV2's get_page_index_upper_bound):
+ * its pool, viewed from the buffer's own base address as an array of the
+ * buffer's pages, so that an engine can wrap it as a tensor.
+ *
+ * @param manager [in] The manager.
+ * @param layer_id [in] The layer id.
+ * @param role [in, borrowed] The buffer's role, such as "key".
+ * @param out [out] Receives the bound.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_page_index_upper_bound(kvcm_manager manager, int32_t layer_id, const char* role, int64_t* out);
+
+/**
+ * kvcm_manager_get_page_stride returns the bytes between consecutive kernel page
+ * indices of a buffer (KVCacheManagerV2's get_page_stride): its bytes per
+ * block over its expansion.
+ *
+ * @param manager [in] The manager.
+ * @param layer_id [in] The layer id.
+ * @param role [in, borrowed] The buffer's role, such as "key".
+ * @param out [out] Receives the stride in bytes.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_page_stride(kvcm_manager manager, int32_t layer_id, const char* role, int64_t* out);
 
 /**
  * kvcm_manager_get_pool_group_descs describes the pool groups of a level in that
@@ -3171,6 +3384,8 @@ struct kvcm_api {
     kvcm_status* (*stream_free_memory)(kvcm_stream stream, kvcm_device_ptr ptr);
     /** kvcm_stream_synchronize (since ABI version 1). */
     kvcm_status* (*stream_synchronize)(kvcm_stream stream);
+    /** kvcm_kv_cache_get_aggregated_page_indices (since ABI version 2). */
+    kvcm_status* (*kv_cache_get_aggregated_page_indices)(kvcm_kv_cache cache, kvcm_layer_group_id layer_group, int32_t beam, bool valid_only, int32_t* indices, size_t capacity, size_t* needed);
     /** kvcm_kv_cache_get_cached_tokens_by_level (since ABI version 2). */
     kvcm_status* (*kv_cache_get_cached_tokens_by_level)(kvcm_kv_cache cache, int64_t* tokens, size_t capacity, size_t* needed);
     /** kvcm_kv_cache_get_committed_tokens (since ABI version 2). */
@@ -3183,6 +3398,8 @@ struct kvcm_api {
     kvcm_status* (*manager_clear_reusable_blocks)(kvcm_manager manager);
     /** kvcm_manager_drain_block_events (since ABI version 2). */
     kvcm_status* (*manager_drain_block_events)(kvcm_manager manager, kvcm_block_event* events, size_t events_cap, kvcm_token* tokens, size_t tokens_cap, size_t* num_events, size_t* num_tokens, uint64_t* dropped);
+    /** kvcm_manager_get_aggregated_pages (since ABI version 2). */
+    kvcm_status* (*manager_get_aggregated_pages)(kvcm_manager manager, const kvcm_buffer_id* buffers, size_t num_buffers, kvcm_aggregated_page_desc* descs, size_t descs_cap, kvcm_expanded_buffer* members, size_t members_cap, size_t* num_descs);
     /** kvcm_manager_get_and_reset_iteration_cached_tokens_by_level (since ABI version 2). */
     kvcm_status* (*manager_get_and_reset_iteration_cached_tokens_by_level)(kvcm_manager manager, int64_t* tokens, size_t capacity, size_t* needed);
     /** kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats (since ABI version 2). */
@@ -3193,6 +3410,12 @@ struct kvcm_api {
     kvcm_status* (*manager_get_and_reset_layer_group_iteration_stats)(kvcm_manager manager, kvcm_layer_group_iteration_stats* stats, size_t capacity, size_t* needed);
     /** kvcm_manager_get_num_open_caches (since ABI version 2). */
     kvcm_status* (*manager_get_num_open_caches)(kvcm_manager manager, size_t* out);
+    /** kvcm_manager_get_page_index_converter (since ABI version 2). */
+    kvcm_status* (*manager_get_page_index_converter)(kvcm_manager manager, int32_t layer_id, const char* role, kvcm_page_index_converter* out);
+    /** kvcm_manager_get_page_index_upper_bound (since ABI version 2). */
+    kvcm_status* (*manager_get_page_index_upper_bound)(kvcm_manager manager, int32_t layer_id, const char* role, int64_t* out);
+    /** kvcm_manager_get_page_stride (since ABI version 2). */
+    kvcm_status* (*manager_get_page_stride)(kvcm_manager manager, int32_t layer_id, const char* role, int64_t* out);
     /** kvcm_manager_probe_first_new_block_key (since ABI version 2). */
     kvcm_status* (*manager_probe_first_new_block_key)(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, uint64_t* key, bool* found);
     /** kvcm_manager_probe_reuse_v2 (since ABI version 2). */
@@ -3205,6 +3428,14 @@ struct kvcm_api {
 KVCM_STATIC_ASSERT(sizeof(void*) == 8, "kvcm supports 64-bit platforms only");
 KVCM_STATIC_ASSERT(sizeof(size_t) == 8, "kvcm supports 64-bit platforms only");
 KVCM_STATIC_ASSERT(sizeof(bool) == 1, "kvcm needs a one-byte bool");
+KVCM_STATIC_ASSERT(sizeof(kvcm_aggregated_page_desc) == 48, "layout of kvcm_aggregated_page_desc changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_aggregated_page_desc) == 8, "alignment of kvcm_aggregated_page_desc changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_aggregated_page_desc, base) == 0, "layout of kvcm_aggregated_page_desc changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_aggregated_page_desc, size) == 8, "layout of kvcm_aggregated_page_desc changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_aggregated_page_desc, stride) == 16, "layout of kvcm_aggregated_page_desc changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_aggregated_page_desc, layer_group) == 24, "layout of kvcm_aggregated_page_desc changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_aggregated_page_desc, buffers) == 32, "layout of kvcm_aggregated_page_desc changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_aggregated_page_desc, num_buffers) == 40, "layout of kvcm_aggregated_page_desc changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_attention_layer_config) == 32, "layout of kvcm_attention_layer_config changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_attention_layer_config) == 8, "alignment of kvcm_attention_layer_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_attention_layer_config, layer_id) == 0, "layout of kvcm_attention_layer_config changed");
@@ -3243,6 +3474,10 @@ KVCM_STATIC_ASSERT(sizeof(kvcm_buffer_config) == 16, "layout of kvcm_buffer_conf
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_buffer_config) == 8, "alignment of kvcm_buffer_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_buffer_config, role) == 0, "layout of kvcm_buffer_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_buffer_config, size) == 8, "layout of kvcm_buffer_config changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_buffer_id) == 16, "layout of kvcm_buffer_id changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_buffer_id) == 8, "alignment of kvcm_buffer_id changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_buffer_id, layer_id) == 0, "layout of kvcm_buffer_id changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_buffer_id, role) == 8, "layout of kvcm_buffer_id changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_buffer_location) == 40, "layout of kvcm_buffer_location changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_buffer_location) == 8, "alignment of kvcm_buffer_location changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_buffer_location, layer_group) == 0, "layout of kvcm_buffer_location changed");
@@ -3319,6 +3554,10 @@ KVCM_STATIC_ASSERT(sizeof(kvcm_cp_request_id) == 16, "layout of kvcm_cp_request_
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_cp_request_id) == 8, "alignment of kvcm_cp_request_id changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_cp_request_id, data) == 0, "layout of kvcm_cp_request_id changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_cp_request_id, len) == 8, "layout of kvcm_cp_request_id changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_expanded_buffer) == 16, "layout of kvcm_expanded_buffer changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_expanded_buffer) == 8, "alignment of kvcm_expanded_buffer changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_expanded_buffer, buffer) == 0, "layout of kvcm_expanded_buffer changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_expanded_buffer, expansion) == 8, "layout of kvcm_expanded_buffer changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_kv_cache_options) == 96, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_kv_cache_options) == 8, "alignment of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, struct_size) == 0, "layout of kvcm_kv_cache_options changed");
@@ -3350,7 +3589,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, intra_device_copy_
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, intra_device_copy_bytes) == 104, "layout of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, host_dropped_blocks) == 112, "layout of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, host_dropped_bytes) == 120, "layout of kvcm_layer_group_iteration_stats changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_manager_config) == 208, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_manager_config) == 224, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_manager_config) == 8, "alignment of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, struct_size) == 0, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, abi_version) == 4, "layout of kvcm_manager_config changed");
@@ -3384,11 +3623,18 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, num_constraint_system_prompt_le
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, block_key) == 184, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, shared_tier) == 192, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, disk_persistent) == 200, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, buffer_tokens_per_block_overrides) == 208, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, num_buffer_tokens_per_block_overrides) == 216, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_migration_stats) == 24, "layout of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_migration_stats) == 8, "alignment of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_migration_stats, path) == 0, "layout of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_migration_stats, pages) == 8, "layout of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_migration_stats, bytes) == 16, "layout of kvcm_migration_stats changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_page_index_converter) == 24, "layout of kvcm_page_index_converter changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_page_index_converter) == 8, "alignment of kvcm_page_index_converter changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_page_index_converter, scale) == 0, "layout of kvcm_page_index_converter changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_page_index_converter, expansion) == 8, "layout of kvcm_page_index_converter changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_page_index_converter, layer_offset) == 16, "layout of kvcm_page_index_converter changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_page_index_pair) == 8, "layout of kvcm_page_index_pair changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_page_index_pair) == 8, "alignment of kvcm_page_index_pair changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_page_index_pair, dst) == 0, "layout of kvcm_page_index_pair changed");
@@ -3445,7 +3691,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, dial_timeout_ms) == 24, "la
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, call_timeout_ms) == 32, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, queue_bytes) == 40, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, write_policy) == 48, "layout of kvcm_shared_tier_config changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 648, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 688, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
@@ -3516,19 +3762,24 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_copy_from_host) == 512, "layout of 
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_enqueue_host_func) == 520, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_free_memory) == 528, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_synchronize) == 536, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_cached_tokens_by_level) == 544, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_tokens) == 552, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 560, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 568, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 576, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 584, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 592, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 600, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 608, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 616, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 624, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 632, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 640, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_aggregated_page_indices) == 544, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_cached_tokens_by_level) == 552, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_tokens) == 560, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 568, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 576, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 584, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 592, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_aggregated_pages) == 600, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 608, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 616, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 624, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 632, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 640, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_converter) == 648, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_upper_bound) == 656, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_stride) == 664, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 672, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 680, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus

@@ -83,9 +83,7 @@ from .common import (
     typed_range,
 )
 from .coverage import (
-    AggregatedPageDesc,
     AttnLifeCycle,
-    ExpandedBuffer,
     MmItemContext,
     PlannedDropHandle,
     ScratchDesc,
@@ -164,6 +162,8 @@ from .errors import (
 )
 from .manager import (
     BAD_PAGE_INDEX,
+    AggregatedPageDesc,
+    ExpandedBuffer,
     BlockStats,
     BufferId,
     BufferLocation,

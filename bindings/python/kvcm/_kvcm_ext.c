@@ -601,7 +601,7 @@ static PyObject *kx_fn_kvcm_config_validate(PyObject *names, PyObject *const *ar
     PyObject *out = NULL;
     if (kx_enter(nargs, 1, "kvcm_config_validate") < 0)
         return NULL;
-    if (kx_pointer(args[0], names, 0, 0, 208, &a0) < 0)
+    if (kx_pointer(args[0], names, 0, 0, 224, &a0) < 0)
         goto done;
     Py_BEGIN_ALLOW_THREADS
     r = kx_api->config_validate((const kvcm_manager_config*)a0.p);
@@ -1593,7 +1593,7 @@ static PyObject *kx_fn_kvcm_manager_create(PyObject *names, PyObject *const *arg
     PyObject *out = NULL;
     if (kx_enter(nargs, 3, "kvcm_manager_create") < 0)
         return NULL;
-    if (kx_pointer(args[0], names, 0, 0, 208, &a0) < 0)
+    if (kx_pointer(args[0], names, 0, 0, 224, &a0) < 0)
         goto done;
     if (kx_pointer(args[1], names, 1, 0, 16, &a1) < 0)
         goto done;
@@ -2643,6 +2643,62 @@ done:
     return out;
 }
 
+/* kvcm_kv_cache_get_aggregated_page_indices(cache, layer_group, beam, valid_only, indices, capacity, needed) */
+static PyObject *kx_fn_kvcm_kv_cache_get_aggregated_page_indices(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kvcm_layer_group_id a1;
+    int32_t a2;
+    bool a3;
+    kx_ptr a4 = KX_PTR_INIT;
+    size_t a5;
+    kx_ptr a6 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 7, "kvcm_kv_cache_get_aggregated_page_indices") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[1], names, 1, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a1 = (kvcm_layer_group_id)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[2], names, 2, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a2 = (int32_t)v;
+    }
+    if (kx_bool(args[3], &a3) < 0)
+        goto done;
+    if (kx_pointer(args[4], names, 4, 1, 0, &a4) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[5], names, 5, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a5 = (size_t)v;
+    }
+    if (kx_pointer(args[6], names, 6, 1, 8, &a6) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_get_aggregated_page_indices(a0, a1, a2, a3, (int32_t*)a4.p, a5, (size_t*)a6.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a4);
+    kx_ptr_release(&a6);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a4);
+    kx_ptr_release(&a6);
+    return out;
+}
+
 /* kvcm_kv_cache_get_cached_tokens_by_level(cache, tokens, capacity, needed) */
 static PyObject *kx_fn_kvcm_kv_cache_get_cached_tokens_by_level(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -2860,6 +2916,69 @@ done:
     return out;
 }
 
+/* kvcm_manager_get_aggregated_pages(manager, buffers, num_buffers, descs, descs_cap, members, members_cap, num_descs) */
+static PyObject *kx_fn_kvcm_manager_get_aggregated_pages(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    size_t a2;
+    kx_ptr a3 = KX_PTR_INIT;
+    size_t a4;
+    kx_ptr a5 = KX_PTR_INIT;
+    size_t a6;
+    kx_ptr a7 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 8, "kvcm_manager_get_aggregated_pages") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    if (kx_pointer(args[1], names, 1, 0, 0, &a1) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[2], names, 2, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a2 = (size_t)v;
+    }
+    if (kx_pointer(args[3], names, 3, 1, 0, &a3) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[4], names, 4, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a4 = (size_t)v;
+    }
+    if (kx_pointer(args[5], names, 5, 1, 0, &a5) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[6], names, 6, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a6 = (size_t)v;
+    }
+    if (kx_pointer(args[7], names, 7, 1, 8, &a7) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_get_aggregated_pages(a0, (const kvcm_buffer_id*)a1.p, a2, (kvcm_aggregated_page_desc*)a3.p, a4, (kvcm_expanded_buffer*)a5.p, a6, (size_t*)a7.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    kx_ptr_release(&a7);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    kx_ptr_release(&a7);
+    return out;
+}
+
 /* kvcm_manager_get_and_reset_iteration_cached_tokens_by_level(manager, tokens, capacity, needed) */
 static PyObject *kx_fn_kvcm_manager_get_and_reset_iteration_cached_tokens_by_level(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -3050,6 +3169,123 @@ done:
     return out;
 }
 
+/* kvcm_manager_get_page_index_converter(manager, layer_id, role, out) */
+static PyObject *kx_fn_kvcm_manager_get_page_index_converter(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    int32_t a1;
+    kx_ptr a2 = KX_PTR_INIT;
+    kx_ptr a3 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 4, "kvcm_manager_get_page_index_converter") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[1], names, 1, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a1 = (int32_t)v;
+    }
+    if (kx_pointer(args[2], names, 2, 0, 0, &a2) < 0)
+        goto done;
+    if (kx_pointer(args[3], names, 3, 1, 24, &a3) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_get_page_index_converter(a0, a1, (const char*)a2.p, (kvcm_page_index_converter*)a3.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a2);
+    kx_ptr_release(&a3);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a2);
+    kx_ptr_release(&a3);
+    return out;
+}
+
+/* kvcm_manager_get_page_index_upper_bound(manager, layer_id, role, out) */
+static PyObject *kx_fn_kvcm_manager_get_page_index_upper_bound(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    int32_t a1;
+    kx_ptr a2 = KX_PTR_INIT;
+    kx_ptr a3 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 4, "kvcm_manager_get_page_index_upper_bound") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[1], names, 1, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a1 = (int32_t)v;
+    }
+    if (kx_pointer(args[2], names, 2, 0, 0, &a2) < 0)
+        goto done;
+    if (kx_pointer(args[3], names, 3, 1, 8, &a3) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_get_page_index_upper_bound(a0, a1, (const char*)a2.p, (int64_t*)a3.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a2);
+    kx_ptr_release(&a3);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a2);
+    kx_ptr_release(&a3);
+    return out;
+}
+
+/* kvcm_manager_get_page_stride(manager, layer_id, role, out) */
+static PyObject *kx_fn_kvcm_manager_get_page_stride(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    int32_t a1;
+    kx_ptr a2 = KX_PTR_INIT;
+    kx_ptr a3 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 4, "kvcm_manager_get_page_stride") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[1], names, 1, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a1 = (int32_t)v;
+    }
+    if (kx_pointer(args[2], names, 2, 0, 0, &a2) < 0)
+        goto done;
+    if (kx_pointer(args[3], names, 3, 1, 8, &a3) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_get_page_stride(a0, a1, (const char*)a2.p, (int64_t*)a3.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a2);
+    kx_ptr_release(&a3);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a2);
+    kx_ptr_release(&a3);
+    return out;
+}
+
 /* kvcm_manager_probe_first_new_block_key(manager, scope, has_lora_id, tokens, num_tokens, key, found) */
 static PyObject *kx_fn_kvcm_manager_probe_first_new_block_key(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -3217,23 +3453,28 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_stream_enqueue_host_func", (PyCFunction)(void (*)(void))kx_fn_kvcm_stream_enqueue_host_func, METH_FASTCALL, "kvcm_stream_enqueue_host_func(stream, fn, user_data)"},
     {"kvcm_stream_free_memory", (PyCFunction)(void (*)(void))kx_fn_kvcm_stream_free_memory, METH_FASTCALL, "kvcm_stream_free_memory(stream, ptr)"},
     {"kvcm_stream_synchronize", (PyCFunction)(void (*)(void))kx_fn_kvcm_stream_synchronize, METH_FASTCALL, "kvcm_stream_synchronize(stream)"},
+    {"kvcm_kv_cache_get_aggregated_page_indices", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_aggregated_page_indices, METH_FASTCALL, "kvcm_kv_cache_get_aggregated_page_indices(cache, layer_group, beam, valid_only, indices, capacity, needed)"},
     {"kvcm_kv_cache_get_cached_tokens_by_level", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_cached_tokens_by_level, METH_FASTCALL, "kvcm_kv_cache_get_cached_tokens_by_level(cache, tokens, capacity, needed)"},
     {"kvcm_kv_cache_get_committed_tokens", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_committed_tokens, METH_FASTCALL, "kvcm_kv_cache_get_committed_tokens(cache, tokens, capacity, needed)"},
     {"kvcm_kv_cache_get_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_stats, METH_FASTCALL, "kvcm_kv_cache_get_stats(cache, out)"},
     {"kvcm_kv_cache_set_stream", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_set_stream, METH_FASTCALL, "kvcm_kv_cache_set_stream(cache, stream)"},
     {"kvcm_manager_clear_reusable_blocks", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_clear_reusable_blocks, METH_FASTCALL, "kvcm_manager_clear_reusable_blocks(manager)"},
     {"kvcm_manager_drain_block_events", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_drain_block_events, METH_FASTCALL, "kvcm_manager_drain_block_events(manager, events, events_cap, tokens, tokens_cap, num_events, num_tokens, dropped)"},
+    {"kvcm_manager_get_aggregated_pages", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_aggregated_pages, METH_FASTCALL, "kvcm_manager_get_aggregated_pages(manager, buffers, num_buffers, descs, descs_cap, members, members_cap, num_descs)"},
     {"kvcm_manager_get_and_reset_iteration_cached_tokens_by_level", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_iteration_cached_tokens_by_level, METH_FASTCALL, "kvcm_manager_get_and_reset_iteration_cached_tokens_by_level(manager, tokens, capacity, needed)"},
     {"kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats, METH_FASTCALL, "kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats(manager, level, stats, capacity, needed)"},
     {"kvcm_manager_get_and_reset_iteration_reused_blocks_by_level", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_iteration_reused_blocks_by_level, METH_FASTCALL, "kvcm_manager_get_and_reset_iteration_reused_blocks_by_level(manager, rows, capacity, needed)"},
     {"kvcm_manager_get_and_reset_layer_group_iteration_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_layer_group_iteration_stats, METH_FASTCALL, "kvcm_manager_get_and_reset_layer_group_iteration_stats(manager, stats, capacity, needed)"},
     {"kvcm_manager_get_num_open_caches", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_num_open_caches, METH_FASTCALL, "kvcm_manager_get_num_open_caches(manager, out)"},
+    {"kvcm_manager_get_page_index_converter", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_page_index_converter, METH_FASTCALL, "kvcm_manager_get_page_index_converter(manager, layer_id, role, out)"},
+    {"kvcm_manager_get_page_index_upper_bound", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_page_index_upper_bound, METH_FASTCALL, "kvcm_manager_get_page_index_upper_bound(manager, layer_id, role, out)"},
+    {"kvcm_manager_get_page_stride", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_page_stride, METH_FASTCALL, "kvcm_manager_get_page_stride(manager, layer_id, role, out)"},
     {"kvcm_manager_probe_first_new_block_key", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_first_new_block_key, METH_FASTCALL, "kvcm_manager_probe_first_new_block_key(manager, scope, has_lora_id, tokens, num_tokens, key, found)"},
     {"kvcm_manager_probe_reuse_v2", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_reuse_v2, METH_FASTCALL, "kvcm_manager_probe_reuse_v2(manager, scope, has_lora_id, tokens, num_tokens, out)"},
     {NULL, NULL, 0, NULL},
 };
 
-static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 4, 4, 2, 2, 1, 8, 4, 5, 4, 4, 2, 7, 6};
+static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 7, 4, 4, 2, 2, 1, 8, 8, 4, 5, 4, 4, 2, 4, 4, 4, 7, 6};
 
 /* bind(name, parameter_names) -> the builtin function of name; its errors
  * name the parameters as parameter_names (a tuple of str, one a

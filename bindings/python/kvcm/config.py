@@ -65,9 +65,11 @@ def _check_int(path: str, v: object, *, optional: bool = False) -> None:
 @dataclass(slots=True)
 class BufferConfig:
     """One per-layer buffer: its role and the bytes it needs per block.
-    ``tokens_per_block_override`` other than None (a buffer with its own
-    block size) is model coverage: a manager refuses it with
-    :class:`~kvcm.UnsupportedError`."""
+    ``tokens_per_block_override`` other than None gives the buffer pages of
+    its own: it divides ``tokens_per_block``, ``size`` holds that many
+    tokens, and each block holds ``tokens_per_block //
+    tokens_per_block_override`` of the buffer's pages (the expansion of
+    :class:`PageIndexConverter` and :class:`ExpandedBuffer`)."""
 
     role: DataRole
     size: int
@@ -77,8 +79,12 @@ class BufferConfig:
         if not isinstance(self.role, str):
             raise TypeError(f"{path}.role: expected a str, got {type(self.role).__name__}")
         _check_int(f"{path}.size", self.size)
-        if self.tokens_per_block_override is not None:
-            coverage.missing(f"{path}.tokens_per_block_override", coverage.BUFFER_TPB)
+        o = self.tokens_per_block_override
+        if o is not None:
+            _check_int(f"{path}.tokens_per_block_override", o)
+            if o <= 0:  # 0 is "none" in the C ABI: refuse it here
+                name = f"{path}.tokens_per_block_override"
+                raise InvalidConfigError(f"invalid config: {name}: must be positive, got {o}", code=6, field=name)
 
 
 @dataclass(slots=True)

@@ -1,6 +1,6 @@
 """KVCM2 names whose models kvcm does not cover yet (the model-coverage
 issue: SSM state, beam search, multimodal keys, SWA scratch slots,
-aggregated pages, KVCM2's sha256 block keys).
+KVCM2's sha256 block keys).
 
 They are importable so that code written against KVCM2 imports unchanged;
 using one raises :class:`~kvcm.UnsupportedError` (a ``NotImplementedError``)
@@ -15,7 +15,7 @@ from .errors import UnsupportedError
 
 __all__ = [
     "SsmLayerConfig", "SwaScratchReuseConfig", "MmItemContext", "AttnLifeCycle", "PlannedDropHandle",
-    "ExpandedBuffer", "AggregatedPageDesc", "ScratchDesc", "SsmSnapshotIterationStatsDelta",
+    "ScratchDesc", "SsmSnapshotIterationStatsDelta",
     "gen_multimodal_cache_key_tokens", "sequence_to_blockchain_keys",
 ]
 
@@ -23,12 +23,10 @@ SSM = "SSM (Mamba) state layers"
 SWA_SCRATCH = "SWA scratch-slot reuse"
 MULTIMODAL = "multimodal cache keys"
 BEAMS = "beam search"
-AGGREGATED = "aggregated pages (disaggregated-serving transfer layout)"
 LIFE_CYCLES = "KVCM2's AttnLifeCycle objects (kvcm's layer groups are integers)"
 PLANNED_DROP = "planned committed-block drops"
 SHA256_KEYS = "KVCM2's sha256 block keys"
 PER_LAYER = "PageIndexMode.PER_LAYER page indices"
-BUFFER_TPB = "per-buffer tokens_per_block (BufferConfig.tokens_per_block_override)"
 
 
 def missing(name: str, capability: str) -> NoReturn:
@@ -75,14 +73,6 @@ class AttnLifeCycle(_Uncovered):
 
 class PlannedDropHandle(_Uncovered):
     _capability = PLANNED_DROP
-
-
-class ExpandedBuffer(_Uncovered):
-    _capability = AGGREGATED
-
-
-class AggregatedPageDesc(_Uncovered):
-    _capability = AGGREGATED
 
 
 class ScratchDesc(_Uncovered):

@@ -9,7 +9,7 @@ import os
 import sys
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from . import _convert, _native, coverage
 from ._convert import set_field
@@ -58,6 +58,8 @@ __all__ = [
     "SlotDescVariant",
     "SlotDesc",
     "PageIndexConverter",
+    "ExpandedBuffer",
+    "AggregatedPageDesc",
     "num_live_managers",
     "BlockStats",
     "PoolGroupStats",
@@ -173,10 +175,12 @@ class PoolGroupDesc:
 @dataclass(frozen=True, slots=True)
 class PageIndexConverter:
     """Converts base page indices (``get_base_page_indices``) into the
-    indices a kernel uses for one buffer: ``base * scale`` from the base
-    address of ``get_mem_pool_base_address(layer, role)`` (SHARED), or
-    ``base * scale + layer_offset`` from the pool's base address
-    (PER_LAYER). ``expansion`` is 1 (kvcm has one tokens_per_block)."""
+    indices a kernel uses for one buffer: base ``b`` becomes, for ``k`` in
+    ``range(expansion)``, ``(b * scale + offset) * expansion + k``, where
+    offset is 0 for indices from ``get_mem_pool_base_address(layer, role)``
+    (SHARED) and ``layer_offset`` for indices from the pool's base address
+    (PER_LAYER); -1 stays -1. ``expansion`` is the buffer's pages per block
+    (1, or tokens_per_block over its ``tokens_per_block_override``)."""
 
     scale: int
     expansion: int
@@ -187,8 +191,32 @@ class PageIndexConverter:
         if scratch:
             coverage.missing("PageIndexConverter(scratch=)", coverage.SWA_SCRATCH)
         offset = self.layer_offset if index_mode == PageIndexMode.PER_LAYER else 0
-        bad = ffi.KVCM_BAD_PAGE_INDEX
-        return [bad if b == bad else b * self.scale + offset for b in base_indices]
+        bad, e = ffi.KVCM_BAD_PAGE_INDEX, self.expansion
+        if e == 1:
+            return [bad if b == bad else b * self.scale + offset for b in base_indices]
+        return [bad if b == bad else (b * self.scale + offset) * e + k for b in base_indices for k in range(e)]
+
+
+@dataclass(frozen=True, slots=True)
+class ExpandedBuffer:
+    """One buffer of an aggregated page and its expansion (its pages per
+    block)."""
+
+    id: BufferId
+    expansion: int
+
+
+@dataclass(frozen=True, slots=True)
+class AggregatedPageDesc:
+    """A run of buffers side by side in every GPU slot of one pool: for each
+    index ``i`` of ``get_aggregated_page_indices(layer_group_id)`` the run's
+    bytes are ``[base + stride * i, base + stride * i + size)``."""
+
+    base: int
+    size: int
+    stride: int
+    layer_group_id: int
+    buffers: tuple[ExpandedBuffer, ...]
 
 
 _live_managers: "weakref.WeakSet[KVCacheManager]" = weakref.WeakSet()
@@ -266,6 +294,12 @@ _resize_level = bind("kvcm_manager_resize_level", level="cache_level")
 _get_quota = bind("kvcm_manager_get_quota", level="cache_level")
 _layer_group_of = bind("kvcm_manager_get_layer_group_of")
 _buffer_location = bind("kvcm_manager_get_buffer_location")
+_aggregated_pages = bind("kvcm_manager_get_aggregated_pages")
+_page_index_converter = bind("kvcm_manager_get_page_index_converter")
+_page_stride = bind("kvcm_manager_get_page_stride")
+_page_index_upper_bound = bind("kvcm_manager_get_page_index_upper_bound")
+_cache_aggregated_indices = bind("kvcm_kv_cache_get_aggregated_page_indices", layer_group="layer_group_id",
+                                 beam="beam_id")
 _pool_group_descs = bind("kvcm_manager_get_pool_group_descs")
 _drain_events = bind("kvcm_manager_drain_events", events_cap="max_events")
 _drain_block_events = bind("kvcm_manager_drain_block_events")
@@ -452,6 +486,14 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
     keep.append(layers)
     c.layers = layers if config.layers else None
     c.num_layers = len(config.layers)
+    overrides = [b.tokens_per_block_override or 0 for layer in config.layers for b in layer.buffers]
+    if any(overrides):
+        ov = (ctypes.c_int32 * len(overrides))()
+        for k, (i, j) in enumerate((i, j) for i, layer in enumerate(config.layers) for j in range(len(layer.buffers))):
+            ov[k] = _convert.check(overrides[k], ctypes.c_int32, f"layers[{i}].buffers[{j}].tokens_per_block_override")
+        keep.append(ov)
+        c.buffer_tokens_per_block_overrides = ov
+        c.num_buffer_tokens_per_block_overrides = len(overrides)
 
     c.max_util_for_resume = float(config.max_util_for_resume)
     c.enable_partial_reuse = bool(config.enable_partial_reuse)
@@ -758,24 +800,37 @@ class KVCacheManager(Managed):
             return loc.pool_base
         return loc.pool_base + loc.offset * loc.bytes
 
+    def _role_arg(self, role: Any) -> bytes:
+        if not isinstance(role, str):
+            raise TypeError(f"role: expected a str, got {type(role).__name__}")
+        name = role.encode()
+        at = name.find(b"\0")
+        if at >= 0:  # the C string would end there
+            raise InvalidArgumentError(f"role: contains a NUL byte at offset {at}")
+        return name
+
     def get_page_stride(self, layer_id: int, data_role: str) -> int:
-        """Bytes between consecutive page indices of the buffer."""
-        return self.get_buffer_location(layer_id, data_role).bytes
+        """Bytes between consecutive kernel page indices of the buffer: its
+        bytes per block over its expansion."""
+        out = ctypes.c_int64()
+        _page_stride(self._native(), layer_id, self._role_arg(data_role), ctypes.byref(out))
+        return out.value
 
     def get_page_index_scale(self, layer_id: int, data_role: str) -> int:
         """The multiplier from base page indices to the buffer's indices."""
         return self.get_buffer_location(layer_id, data_role).scale
 
     def get_page_index_converter(self, layer_id: int, data_role: str) -> PageIndexConverter:
-        loc = self.get_buffer_location(layer_id, data_role)
-        return PageIndexConverter(loc.scale, 1, loc.offset)
+        out = ffi.kvcm_page_index_converter()
+        _page_index_converter(self._native(), layer_id, self._role_arg(data_role), ctypes.byref(out))
+        return PageIndexConverter(out.scale, out.expansion, out.layer_offset)
 
     def get_page_index_upper_bound(self, layer_id: int, data_role: str) -> int:
-        """One past the largest SHARED page index of the buffer: the size of
-        its pool viewed as an array of the buffer's pages, from its base."""
-        loc = self.get_buffer_location(layer_id, data_role)
-        d = self.get_pool_group_descs(GPU_LEVEL)[self.get_life_cycle_pool_group_indices(GPU_LEVEL)[loc.layer_group]]
-        return d.pools[loc.pool].slot_bytes // loc.bytes * d.num_slots - loc.offset
+        """One past the largest SHARED kernel page index of the buffer: its
+        pool viewed from the buffer's base as an array of its pages."""
+        out = ctypes.c_int64()
+        _page_index_upper_bound(self._native(), layer_id, self._role_arg(data_role), ctypes.byref(out))
+        return out.value
 
     def supports_index_mode(self, mode: PageIndexMode) -> bool:
         """Both modes, for every cache (kvcm has no SWA scratch slots)."""
@@ -785,8 +840,37 @@ class KVCacheManager(Managed):
     def all_buffer_ids(self) -> Iterator[BufferId]:
         return (BufferId(layer.layer_id, b.role) for layer in self._config.layers for b in layer.buffers)
 
-    def get_aggregated_pages(self, buffers: Any) -> Any:
-        coverage.missing("get_aggregated_pages", coverage.AGGREGATED)
+    def get_aggregated_pages(self, buffers: Iterable[BufferId]) -> Iterator[AggregatedPageDesc]:
+        """Merge buffers (``BufferId`` or ``(layer_id, role)`` pairs, in any
+        order) into the fewest runs of contiguous bytes for bulk transfer:
+        grouped by layer group and pool, in the order each first appears,
+        sorted by their place in the slot, adjacent ones merged. An unknown or
+        repeated buffer raises InvalidArgumentError naming its position."""
+        ids = [BufferId(*b) for b in buffers]
+        n = len(ids)
+        arr = (ffi.kvcm_buffer_id * max(n, 1))()
+        keep = []
+        for i, b in enumerate(ids):
+            set_field(arr[i], "layer_id", b.layer_id, f"buffers[{i}].layer_id")
+            try:
+                role = self._role_arg(b.role)
+            except (TypeError, InvalidArgumentError) as e:
+                raise type(e)(f"buffers[{i}].{e}") from None
+            keep.append(role)
+            arr[i].role = role
+        descs = (ffi.kvcm_aggregated_page_desc * max(n, 1))()
+        members = (ffi.kvcm_expanded_buffer * max(n, 1))()
+        num = ctypes.c_size_t()
+        _aggregated_pages(self._native(), arr if n else None, n, descs if n else None, n,
+                          members if n else None, n, ctypes.byref(num))
+        base = ctypes.addressof(members)
+        size = ctypes.sizeof(ffi.kvcm_expanded_buffer)
+        out = []
+        for d in descs[:num.value]:
+            first = (ctypes.cast(d.buffers, ctypes.c_void_p).value - base) // size
+            bufs = tuple(ExpandedBuffer(ids[m.buffer], m.expansion) for m in members[first:first + d.num_buffers])
+            out.append(AggregatedPageDesc(int(d.base), d.size, d.stride, d.layer_group, bufs))
+        return iter(out)
 
     def get_life_cycle_pool_group_indices(self, cache_level: int = GPU_LEVEL) -> list[int]:
         """The pool group of every layer group at a level, by layer group."""
@@ -1729,6 +1813,30 @@ class _KVCache(Managed):
         ``numpy.frombuffer(a, dtype=numpy.int32)`` or ``memoryview(a)`` use it
         without copying. The cache must be ACTIVE."""
         return self._fetch_indices(layer_group_id)
+
+    def get_aggregated_page_indices(self, layer_group_id: int, beam_id: int = 0,
+                                    valid_only: bool = False) -> Iterator[int]:
+        """The aggregated page index of every block of a layer group (the
+        block's GPU slot, which addresses every :class:`AggregatedPageDesc`
+        of the layer group), -1 where a block has no page, or with
+        ``valid_only`` only the blocks that have one. The cache must be
+        ACTIVE; beam_id must be 0 (DEFAULT_BEAM_INDEX)."""
+        h = self._native()
+        needed = ctypes.c_size_t()
+        cap = self.num_blocks
+        while True:
+            a = array.array("i", bytes(4 * cap))
+            ptr = a.buffer_info()[0] if cap else None
+            try:
+                _cache_aggregated_indices(h, layer_group_id, beam_id, bool(valid_only),
+                                          ctypes.cast(ptr, ctypes.POINTER(ctypes.c_int32)) if ptr else None,
+                                          cap, ctypes.byref(needed))
+            except BufferTooSmallError:
+                cap = needed.value
+                continue
+            if needed.value <= cap:
+                return iter(a[:needed.value])
+            cap = needed.value
 
     @staticmethod
     def _check_beam(beam: int) -> None:

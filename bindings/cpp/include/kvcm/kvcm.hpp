@@ -625,10 +625,14 @@ struct SharedCacheTierConfig
 };
 
 // One per-layer buffer: its role ("key", "value", ...) and its bytes per block.
+// tokensPerBlockOverride (KVCacheManagerV2's tokens_per_block_override), when
+// not 0, divides tokens_per_block: size then holds that many tokens and each
+// block holds tokens_per_block / tokensPerBlockOverride of the buffer's pages.
 struct BufferConfig
 {
     std::string role;
     int64_t size = 0;
+    int32_t tokensPerBlockOverride = 0;
 };
 
 // One attention layer. slidingWindowSize 0 is full attention; numSinkTokens
@@ -765,6 +769,7 @@ public:
             mTiers.push_back(c);
         }
         mBuffers.reserve(cfg.layers.size());
+        bool anyOverride = false;
         for (size_t i = 0; i < cfg.layers.size(); ++i)
         {
             auto const& l = cfg.layers[i];
@@ -775,6 +780,8 @@ public:
                 auto const& b = l.buffers[j];
                 checkCString("layers[" + std::to_string(i) + "].buffers[" + std::to_string(j) + "].role", b.role);
                 bufs.push_back(kvcm_buffer_config{b.role.c_str(), b.size});
+                mOverrides.push_back(b.tokensPerBlockOverride);
+                anyOverride = anyOverride || b.tokensPerBlockOverride != 0;
             }
             mBuffers.push_back(std::move(bufs));
         }
@@ -857,6 +864,11 @@ public:
         c.block_key = static_cast<kvcm_block_key>(cfg.blockKey);
         c.shared_tier = cfg.sharedTier ? &mShared : nullptr;
         c.disk_persistent = mDiskPersistent;
+        if (anyOverride)
+        {
+            c.buffer_tokens_per_block_overrides = mOverrides.data();
+            c.num_buffer_tokens_per_block_overrides = mOverrides.size();
+        }
         mConfig = c;
     }
 
@@ -886,6 +898,7 @@ private:
     kvcm_batch_desc mTypical{};
     std::vector<kvcm_batch_desc> mConstraints;
     std::vector<int64_t> mPromptLengths;
+    std::vector<int32_t> mOverrides; // one per buffer of every layer
     std::string mAddresses;
     kvcm_shared_tier_config mShared{};
     bool mDiskPersistent = false;
@@ -917,6 +930,51 @@ inline void validateConfig(KVCacheManagerConfig const& cfg)
 }
 
 // ---- Query results -------------------------------------------------------------------
+
+// BufferName names one buffer: a layer and a role (KVCacheManagerV2's
+// BufferId; kvcm::BufferId is the C struct with a borrowed role).
+struct BufferName
+{
+    int32_t layerId = 0;
+    std::string role;
+
+    bool operator==(BufferName const& o) const { return layerId == o.layerId && role == o.role; }
+};
+
+// AggregatedPage is a run of buffers side by side in every GPU slot of one
+// pool (KVCacheManagerV2's AggregatedPageDesc): for an aggregated page index
+// i (KVCache::aggregatedPageIndices), its bytes are
+// [base + i * stride, base + i * stride + size). Each buffer's `buffer` is
+// its position in the list given to KVCacheManager::aggregatedPages.
+struct AggregatedPage
+{
+    DevicePtr base = 0;
+    int64_t size = 0;
+    int64_t stride = 0;
+    LayerGroupId layerGroup = 0;
+    std::vector<ExpandedBuffer> buffers;
+};
+
+// The kernel page indices of base page indices for one buffer
+// (PageIndexConverter's call): base b becomes, for k in [0, expansion),
+// (b * scale + offset) * expansion + k, where offset is the converter's
+// layerOffset with perLayer (indices from the pool's base) and 0 otherwise
+// (SHARED: from the buffer's own base); kBadPageIndex stays kBadPageIndex.
+[[nodiscard]] inline std::vector<int64_t> convertPageIndices(
+    PageIndexConverter const& c, std::vector<int32_t> const& base, bool perLayer = false)
+{
+    std::vector<int64_t> out;
+    out.reserve(base.size() * static_cast<size_t>(c.expansion));
+    int64_t const off = perLayer ? c.layer_offset : 0;
+    for (int32_t const b : base)
+    {
+        for (int32_t k = 0; k < c.expansion; ++k)
+        {
+            out.push_back(b == kBadPageIndex ? int64_t{kBadPageIndex} : (b * c.scale + off) * c.expansion + k);
+        }
+    }
+    return out;
+}
 
 // PoolGroupDescs owns the descriptors of one level's pool groups and the
 // arrays they point into. data() can be handed to a codec's configure().
@@ -1696,6 +1754,37 @@ public:
     }
 #endif
 
+    // The aggregated page index of every block of a layer group in a beam
+    // (0, KVCacheManagerV2's DEFAULT_BEAM_INDEX): the block's GPU slot, which addresses every
+    // AggregatedPage of the layer group; kBadPageIndex where the block has no
+    // page, or with validOnly only the blocks that have one. For an ACTIVE
+    // cache.
+    [[nodiscard]] std::vector<int32_t> aggregatedPageIndices(
+        LayerGroupId layerGroup, int32_t beam = 0, bool validOnly = false) const
+    {
+        std::vector<int32_t> out;
+        for (;;)
+        {
+            size_t needed = 0;
+            kvcm_status* s = ::kvcm_kv_cache_get_aggregated_page_indices(
+                mHandle, layerGroup, beam, validOnly, out.empty() ? nullptr : out.data(), out.size(), &needed);
+            if (s != nullptr && ::kvcm_status_get_code(s) == KVCM_ERR_BUFFER_TOO_SMALL && needed > out.size())
+            {
+                detail::ignore(s);
+                out.resize(needed);
+                continue;
+            }
+            detail::check(s);
+            if (needed > out.size())
+            {
+                out.resize(needed); // a count query (empty buffer): ask again
+                continue;
+            }
+            out.resize(needed);
+            return out;
+        }
+    }
+
     [[nodiscard]] uint64_t id() const { return get<uint64_t>(&::kvcm_kv_cache_get_id); }
     [[nodiscard]] CacheStatus status() const
     {
@@ -1962,6 +2051,74 @@ public:
         BufferLocation out{};
         detail::check(::kvcm_manager_get_buffer_location(mHandle, layerId, role.c_str(), &out));
         return out;
+    }
+    // The converter from base page indices to the kernel page indices of a
+    // layer's buffer (KVCacheManagerV2's get_page_index_converter).
+    [[nodiscard]] PageIndexConverter pageIndexConverter(int32_t layerId, std::string const& role) const
+    {
+        PageIndexConverter out{};
+        detail::check(::kvcm_manager_get_page_index_converter(mHandle, layerId, checkedRole(role), &out));
+        return out;
+    }
+    // Bytes between consecutive kernel page indices of a layer's buffer.
+    [[nodiscard]] int64_t pageStride(int32_t layerId, std::string const& role) const
+    {
+        int64_t out = 0;
+        detail::check(::kvcm_manager_get_page_stride(mHandle, layerId, checkedRole(role), &out));
+        return out;
+    }
+    // One past the largest SHARED kernel page index of a layer's buffer.
+    [[nodiscard]] int64_t pageIndexUpperBound(int32_t layerId, std::string const& role) const
+    {
+        int64_t out = 0;
+        detail::check(::kvcm_manager_get_page_index_upper_bound(mHandle, layerId, checkedRole(role), &out));
+        return out;
+    }
+    // Merges buffers (in any order) into the fewest runs of contiguous bytes
+    // for bulk transfer (KVCacheManagerV2's get_aggregated_pages); each
+    // AggregatedPage's buffers name their position in `buffers`.
+    [[nodiscard]] std::vector<AggregatedPage> aggregatedPages(std::vector<BufferName> const& buffers) const
+    {
+        std::vector<kvcm_buffer_id> in;
+        in.reserve(buffers.size());
+        for (size_t i = 0; i < buffers.size(); ++i)
+        {
+            if (auto const at = buffers[i].role.find('\0'); at != std::string::npos)
+            {
+                throw Error(StatusCode::kInvalidArgument,
+                    "buffers[" + std::to_string(i) + "].role: contains a NUL byte at offset " + std::to_string(at));
+            }
+            in.push_back(kvcm_buffer_id{buffers[i].layerId, buffers[i].role.c_str()});
+        }
+        std::vector<kvcm_aggregated_page_desc> descs;
+        std::vector<kvcm_expanded_buffer> members(in.size());
+        for (;;)
+        {
+            size_t n = 0;
+            kvcm_status* s = ::kvcm_manager_get_aggregated_pages(mHandle, in.empty() ? nullptr : in.data(), in.size(),
+                dataOrNull(descs), descs.size(), dataOrNull(members), members.size(), &n);
+            if (s != nullptr && ::kvcm_status_get_code(s) == KVCM_ERR_BUFFER_TOO_SMALL && n > descs.size())
+            {
+                detail::ignore(s);
+                descs.resize(n);
+                continue;
+            }
+            detail::check(s);
+            if (n > descs.size())
+            {
+                descs.resize(n); // a count query (empty buffer): ask again
+                continue;
+            }
+            std::vector<AggregatedPage> out;
+            out.reserve(n);
+            for (size_t i = 0; i < n; ++i)
+            {
+                auto const& d = descs[i];
+                out.push_back(AggregatedPage{d.base, d.size, d.stride, d.layer_group,
+                    std::vector<ExpandedBuffer>(d.buffers, d.buffers + d.num_buffers)});
+            }
+            return out;
+        }
     }
     // The pool groups of a level (GPU: what the codec was configured with).
     [[nodiscard]] PoolGroupDescs poolGroupDescs(CacheLevel level = kGpuLevel) const
@@ -2249,6 +2406,16 @@ private:
         {
             detail::ignore(::kvcm_manager_destroy(std::exchange(mHandle, 0)));
         }
+    }
+
+    // role as a C string, refusing one the C string would cut short.
+    static char const* checkedRole(std::string const& role)
+    {
+        if (auto const at = role.find('\0'); at != std::string::npos)
+        {
+            throw Error(StatusCode::kInvalidArgument, "role: contains a NUL byte at offset " + std::to_string(at));
+        }
+        return role.c_str();
     }
 
     kvcm_manager mHandle = 0;
