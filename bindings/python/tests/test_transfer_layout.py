@@ -35,7 +35,7 @@ def test_aggregated_pages_merge_contiguous_buffers(backend):
              ExpandedBuffer(BufferId(1, "value"), 1)))]
         split = list(m.get_aggregated_pages([(2, "value"), (1, "value"), (0, "key")]))
         assert [(d.layer_group_id, d.base - v0.pool_base if d.layer_group_id == 0 else None, d.size) for d in split] == [
-            (m.get_layer_group_id(2), None, 64), (0, 192, 64), (0, 0, 64)]
+            (m.get_layer_group_id(2), None, 32), (0, 0, 64), (0, 192, 64)]
         assert list(m.get_aggregated_pages([])) == []
         everything = list(m.get_aggregated_pages(m.all_buffer_ids))
         assert sorted(b.id for d in everything for b in d.buffers) == sorted(m.all_buffer_ids)
