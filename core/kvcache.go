@@ -63,6 +63,15 @@ type CacheOptions struct {
 	// all of it when all of it is cached (less Config.ReuseMatchBackoff).
 	// An engine that must compute the last prompt token leaves it out.
 	InputTokens []config.Token
+	// InputDigests are the multimodal digest tokens of InputTokens, sorted
+	// by position (blockhash.DigestAt); InputTokens' values there are
+	// ignored. A block's digests enter its key (see package blockhash), so
+	// only a prompt with the same items at the same positions reuses it.
+	InputDigests []blockhash.DigestAt
+	// TextOnly refuses digest tokens for this cache, in InputDigests and in
+	// commits (KVCacheManagerV2's text_only); Config.TextOnly does so for
+	// every cache.
+	TextOnly bool
 	// Priority, if set, gives committed blocks their eviction priority.
 	Priority PriorityFunc
 }
@@ -91,7 +100,12 @@ type KVCache struct {
 	// incomplete block. Full blocks' tokens live in the tree only.
 	committed int
 	tail      []config.Token
-	history   int
+	// tailDigests are the digest tokens of tail, positions relative to it;
+	// orphanDigests those of orphan, relative to it.
+	tailDigests   []blockhash.DigestAt
+	orphanDigests []blockhash.DigestAt
+	textOnly      bool
+	history       int
 	capacity  int
 	blocks    []cacheBlock
 	// chain is the tree node of the last committed full block (the scope
@@ -130,11 +144,15 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	if err := m.checkOpen(); err != nil {
 		return nil, err
 	}
+	input, err := m.textOrDigests("input_digests", opts.InputTokens, opts.InputDigests, opts.TextOnly)
+	if err != nil {
+		return nil, err
+	}
 	m.settle()
 	tpb := m.cfg.TokensPerBlock
-	mt := m.findMatch(opts.Scope, opts.InputTokens)
+	mt := m.findMatch(opts.Scope, input, opts.InputDigests)
 	// Its pages come from the tree, which holds no lost page.
-	c := &KVCache{m: m, scope: opts.Scope, priority: opts.Priority, seenLosses: m.losses}
+	c := &KVCache{m: m, scope: opts.Scope, priority: opts.Priority, seenLosses: m.losses, textOnly: opts.TextOnly || m.cfg.TextOnly}
 	m.nextID++
 	c.id = m.nextID
 	// Room for the prompt and a few decoded blocks, so prefill does not grow
@@ -171,7 +189,8 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 			}
 		}
 	}
-	c.tail = append(make([]config.Token, 0, tpb), opts.InputTokens[full:reused]...)
+	c.tail = append(make([]config.Token, 0, tpb), input[full:reused]...)
+	c.tailDigests = blockhash.DigestsIn(opts.InputDigests, full, reused)
 	c.committed = reused
 	c.history, c.capacity, c.reused = reused, reused, reused
 	c.chain = m.root(opts.Scope)
@@ -306,6 +325,35 @@ func (c *KVCache) CommittedTokens() []config.Token {
 		end -= len(n.tokens)
 		copy(out[end:], n.tokens)
 	}
+	return out
+}
+
+// CommittedDigests returns the digest tokens of CommittedTokens (whose
+// values there are 0), sorted by position.
+func (c *KVCache) CommittedDigests() []blockhash.DigestAt {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	var out []blockhash.DigestAt
+	add := func(base int, ds []blockhash.DigestAt) {
+		for _, d := range ds {
+			out = append(out, blockhash.DigestAt{Pos: base + d.Pos, Digest: d.Digest})
+		}
+	}
+	end := c.committed - len(c.tail) - len(c.orphan)
+	var chain []*node
+	for n := c.chain; n.parent != nil; n = n.parent {
+		chain = append(chain, n)
+	}
+	pos := end
+	for _, n := range chain {
+		pos -= len(n.tokens)
+	}
+	for i := len(chain) - 1; i >= 0; i-- {
+		add(pos, chain[i].digests)
+		pos += len(chain[i].tokens)
+	}
+	add(end, c.orphanDigests)
+	add(end+len(c.orphan), c.tailDigests)
 	return out
 }
 
@@ -744,7 +792,18 @@ func (c *KVCache) releasable(newBlocks, history int) []releasedPage {
 // page lost to its failure is never published (the cache gets ErrDataLost
 // instead).
 func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
+	return c.CommitDigests(tokens, nil, isEnd)
+}
+
+// CommitDigests is Commit for tokens with digest tokens (sorted by
+// position in tokens, whose values there are ignored; see
+// CacheOptions.InputDigests). A text-only cache refuses digests.
+func (c *KVCache) CommitDigests(tokens []config.Token, digests []blockhash.DigestAt, isEnd bool) error {
 	m := c.m
+	tokens, err := m.textOrDigests("digests", tokens, digests, c.textOnly)
+	if err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch {
@@ -803,10 +862,14 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 		}
 		defer m.events.release(ev)
 	}
-	rest := tokens
+	rest, at := tokens, 0 // at: the position in tokens of rest
 	for b := first; b < full; b++ {
 		blk := rest[:tpb-len(c.tail)]
-		rest = rest[len(blk):]
+		dg := c.tailDigests
+		for _, d := range blockhash.DigestsIn(digests, at, at+len(blk)) {
+			dg = append(dg, blockhash.DigestAt{Pos: len(c.tail) + d.Pos, Digest: d.Digest})
+		}
+		rest, at = rest[len(blk):], at+len(blk)
 		if len(c.tail) > 0 {
 			c.tail = append(c.tail, blk...)
 			blk = c.tail
@@ -815,10 +878,13 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 		if prios != nil {
 			pr = prios[b-first]
 		}
-		for _, p := range c.publish(b, blk, pr) {
+		for _, p := range c.publish(b, blk, dg, pr) {
 			p.group.fences[p.slot].add(&m.events, ev)
 		}
-		c.tail = c.tail[:0]
+		c.tail, c.tailDigests = c.tail[:0], nil
+	}
+	for _, d := range blockhash.DigestsIn(digests, at, len(tokens)) {
+		c.tailDigests = append(c.tailDigests, blockhash.DigestAt{Pos: len(c.tail) + d.Pos, Digest: d.Digest})
 	}
 	c.tail = append(c.tail, rest...)
 	c.committed += len(tokens)
@@ -859,33 +925,33 @@ func (c *KVCache) StopCommitting() {
 	c.stopped = true
 }
 
-// publish links block b, holding tokens blk, into the tree after the cache's
-// chain, with priority per lifecycle (nil: the defaults). If an equal block
-// is already there, the cache keeps its own pages private and follows the
-// existing node.
-func (c *KVCache) publish(b int, blk []config.Token, priority []int) []*page {
+// publish links block b, holding tokens blk with digest tokens dg, into the
+// tree after the cache's chain, with priority per lifecycle (nil: the
+// defaults). If an equal block is already there, the cache keeps its own
+// pages private and follows the existing node.
+func (c *KVCache) publish(b int, blk []config.Token, dg []blockhash.DigestAt, priority []int) []*page {
 	m := c.m
 	cb := &c.blocks[b]
 	if cb.node != nil {
 		return nil
 	}
 	if c.detached {
-		c.orphan = append(c.orphan, blk...)
+		c.orphanBlock(blk, dg)
 		return nil
 	}
-	key := m.hasher.Next(c.chain.key, blk)
+	key := m.hasher.NextDigests(c.chain.key, blk, dg)
 	next := c.chain.child(key)
-	if next != nil && !slices.Equal(next.tokens, blk) {
+	if next != nil && !next.holds(blk, dg) {
 		// A 64-bit key collision: never link to another block's content;
 		// this cache publishes nothing more.
 		c.detached = true
-		c.orphan = append(c.orphan, blk...)
+		c.orphanBlock(blk, dg)
 		return nil
 	}
 	var published []*page
 	switch {
 	case next == nil:
-		next = m.newNode(c.chain, key, blk)
+		next = m.newNode(c.chain, key, blk, dg)
 		c.setPriority(next, priority)
 		published = c.adopt(next, cb.pages)
 		c.chain.addChild(next, m.cfg.TokensPerBlock)
@@ -915,6 +981,14 @@ func (c *KVCache) publish(b int, blk []config.Token, priority []int) []*page {
 	next.users++
 	c.chain = next
 	return published
+}
+
+// orphanBlock keeps a block a key collision kept out of the tree.
+func (c *KVCache) orphanBlock(blk []config.Token, dg []blockhash.DigestAt) {
+	for _, d := range dg {
+		c.orphanDigests = append(c.orphanDigests, blockhash.DigestAt{Pos: len(c.orphan) + d.Pos, Digest: d.Digest})
+	}
+	c.orphan = append(c.orphan, blk...)
 }
 
 // adopt moves private pages into node n and returns them, in scratch valid
@@ -992,13 +1066,13 @@ func (c *KVCache) registerPartial() {
 			return
 		}
 	}
-	blk := c.tail
+	blk, dg := c.tail, c.tailDigests
 	for _, sib := range c.chain.partials {
-		if slices.Equal(sib.tokens, blk) {
+		if sib.holds(blk, dg) {
 			return
 		}
 	}
-	n := m.newNode(c.chain, m.hasher.Next(c.chain.key, blk), blk)
+	n := m.newNode(c.chain, m.hasher.NextDigests(c.chain.key, blk, dg), blk, dg)
 	pr, err := c.blockPriority(b)
 	if err != nil {
 		c.priority = nil // Close cannot fail for it: the defaults

@@ -626,7 +626,7 @@ func (m *Manager) root(scope blockhash.Scope) *node {
 	k := scope.Root()
 	r := m.roots[k]
 	if r == nil {
-		r = m.newNode(nil, k, nil)
+		r = m.newNode(nil, k, nil, nil)
 		m.roots[k] = r
 	}
 	return r
