@@ -282,8 +282,11 @@ static const kvcm_api kvcm__table = {
     kvcm_stream_enqueue_host_func,
     kvcm_stream_free_memory,
     kvcm_stream_synchronize,
+    kvcm_block_keys,
+    kvcm_kv_cache_commit_digests,
     kvcm_kv_cache_get_aggregated_page_indices,
     kvcm_kv_cache_get_cached_tokens_by_level,
+    kvcm_kv_cache_get_committed_digests,
     kvcm_kv_cache_get_committed_tokens,
     kvcm_kv_cache_get_stats,
     kvcm_kv_cache_set_stream,
@@ -299,6 +302,8 @@ static const kvcm_api kvcm__table = {
     kvcm_manager_get_page_index_upper_bound,
     kvcm_manager_get_page_stride,
     kvcm_manager_probe_first_new_block_key,
+    kvcm_manager_probe_first_new_block_key_digests,
+    kvcm_manager_probe_reuse_digests,
     kvcm_manager_probe_reuse_v2,
 };
 

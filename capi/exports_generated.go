@@ -12,6 +12,43 @@ import "fmt"
 */
 import "C"
 
+// kvcm_block_keys is the export of kvcm_block_keys (ABI version 2).
+//
+//export kvcm_block_keys
+func kvcm_block_keys(block_key C.kvcm_block_key, scope *C.kvcm__const_kvcm_reuse_scope, has_lora_id C.bool, tokens_per_block C.int32_t, tokens *C.kvcm__const_kvcm_token, num_tokens C.size_t, digest_positions *C.kvcm__const_size_t, num_digests C.size_t, digest_bytes *C.kvcm__const_char, digest_bytes_len C.size_t, partial C.bool, keys *C.uint64_t, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_block_keys"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if needed != nil {
+		*needed = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if scope == nil {
+		return argStatus(kvcmFn, "scope", "must not be NULL")
+	}
+	if tokens == nil && num_tokens != 0 {
+		return argStatus(kvcmFn, "tokens", fmt.Sprintf("is NULL but num_tokens is %d", num_tokens))
+	}
+	if digest_positions == nil && num_digests != 0 {
+		return argStatus(kvcmFn, "digest_positions", fmt.Sprintf("is NULL but num_digests is %d", num_digests))
+	}
+	if digest_bytes == nil && digest_bytes_len != 0 {
+		return argStatus(kvcmFn, "digest_bytes", fmt.Sprintf("is NULL but digest_bytes_len is %d", digest_bytes_len))
+	}
+	if keys == nil && capacity != 0 {
+		return argStatus(kvcmFn, "keys", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if needed == nil {
+		return argStatus(kvcmFn, "needed", "must not be NULL")
+	}
+	return statusOf(kvcmFn, glueBlockKeys(block_key, scope, has_lora_id, tokens_per_block, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, partial, keys, capacity, needed))
+}
+
 // kvcm_cold_page_codec_destroy is the export of kvcm_cold_page_codec_destroy (ABI version 1).
 //
 //export kvcm_cold_page_codec_destroy
@@ -431,6 +468,35 @@ func kvcm_kv_cache_commit(cache C.kvcm_kv_cache, tokens *C.kvcm__const_kvcm_toke
 	return statusOf(kvcmFn, glueKVCacheCommit(cacheObj, tokens, num_tokens, is_end))
 }
 
+// kvcm_kv_cache_commit_digests is the export of kvcm_kv_cache_commit_digests (ABI version 2).
+//
+//export kvcm_kv_cache_commit_digests
+func kvcm_kv_cache_commit_digests(cache C.kvcm_kv_cache, tokens *C.kvcm__const_kvcm_token, num_tokens C.size_t, digest_positions *C.kvcm__const_size_t, num_digests C.size_t, digest_bytes *C.kvcm__const_char, digest_bytes_len C.size_t, is_end C.bool) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_commit_digests"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if tokens == nil && num_tokens != 0 {
+		return argStatus(kvcmFn, "tokens", fmt.Sprintf("is NULL but num_tokens is %d", num_tokens))
+	}
+	if digest_positions == nil && num_digests != 0 {
+		return argStatus(kvcmFn, "digest_positions", fmt.Sprintf("is NULL but num_digests is %d", num_digests))
+	}
+	if digest_bytes == nil && digest_bytes_len != 0 {
+		return argStatus(kvcmFn, "digest_bytes", fmt.Sprintf("is NULL but digest_bytes_len is %d", digest_bytes_len))
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheCommitDigests(cacheObj, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, is_end))
+}
+
 // kvcm_kv_cache_create is the export of kvcm_kv_cache_create (ABI version 1).
 //
 //export kvcm_kv_cache_create
@@ -574,6 +640,38 @@ func kvcm_kv_cache_get_capacity(cache C.kvcm_kv_cache, out *C.int64_t) (status *
 		return st
 	}
 	return statusOf(kvcmFn, glueKVCacheGetCapacity(cacheObj, out))
+}
+
+// kvcm_kv_cache_get_committed_digests is the export of kvcm_kv_cache_get_committed_digests (ABI version 2).
+//
+//export kvcm_kv_cache_get_committed_digests
+func kvcm_kv_cache_get_committed_digests(cache C.kvcm_kv_cache, positions *C.size_t, digest_bytes *C.uint8_t, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_get_committed_digests"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if needed != nil {
+		*needed = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if positions == nil && capacity != 0 {
+		return argStatus(kvcmFn, "positions", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if digest_bytes == nil && capacity != 0 {
+		return argStatus(kvcmFn, "digest_bytes", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if needed == nil {
+		return argStatus(kvcmFn, "needed", "must not be NULL")
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheGetCommittedDigests(cacheObj, positions, digest_bytes, capacity, needed))
 }
 
 // kvcm_kv_cache_get_committed_tokens is the export of kvcm_kv_cache_get_committed_tokens (ABI version 2).
@@ -1855,6 +1953,50 @@ func kvcm_manager_probe_first_new_block_key(manager C.kvcm_manager, scope *C.kvc
 	return statusOf(kvcmFn, glueManagerProbeFirstNewBlockKey(managerObj, scope, has_lora_id, tokens, num_tokens, key, found))
 }
 
+// kvcm_manager_probe_first_new_block_key_digests is the export of kvcm_manager_probe_first_new_block_key_digests (ABI version 2).
+//
+//export kvcm_manager_probe_first_new_block_key_digests
+func kvcm_manager_probe_first_new_block_key_digests(manager C.kvcm_manager, scope *C.kvcm__const_kvcm_reuse_scope, has_lora_id C.bool, tokens *C.kvcm__const_kvcm_token, num_tokens C.size_t, digest_positions *C.kvcm__const_size_t, num_digests C.size_t, digest_bytes *C.kvcm__const_char, digest_bytes_len C.size_t, key *C.uint64_t, found *C.bool) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_probe_first_new_block_key_digests"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if key != nil {
+		*key = 0
+	}
+	if found != nil {
+		*found = false
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if scope == nil {
+		return argStatus(kvcmFn, "scope", "must not be NULL")
+	}
+	if tokens == nil && num_tokens != 0 {
+		return argStatus(kvcmFn, "tokens", fmt.Sprintf("is NULL but num_tokens is %d", num_tokens))
+	}
+	if digest_positions == nil && num_digests != 0 {
+		return argStatus(kvcmFn, "digest_positions", fmt.Sprintf("is NULL but num_digests is %d", num_digests))
+	}
+	if digest_bytes == nil && digest_bytes_len != 0 {
+		return argStatus(kvcmFn, "digest_bytes", fmt.Sprintf("is NULL but digest_bytes_len is %d", digest_bytes_len))
+	}
+	if key == nil {
+		return argStatus(kvcmFn, "key", "must not be NULL")
+	}
+	if found == nil {
+		return argStatus(kvcmFn, "found", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerProbeFirstNewBlockKeyDigests(managerObj, scope, has_lora_id, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, key, found))
+}
+
 // kvcm_manager_probe_reuse is the export of kvcm_manager_probe_reuse (ABI version 1).
 //
 //export kvcm_manager_probe_reuse
@@ -1885,6 +2027,44 @@ func kvcm_manager_probe_reuse(manager C.kvcm_manager, scope *C.kvcm__const_kvcm_
 		return st
 	}
 	return statusOf(kvcmFn, glueManagerProbeReuse(managerObj, scope, tokens, num_tokens, out))
+}
+
+// kvcm_manager_probe_reuse_digests is the export of kvcm_manager_probe_reuse_digests (ABI version 2).
+//
+//export kvcm_manager_probe_reuse_digests
+func kvcm_manager_probe_reuse_digests(manager C.kvcm_manager, scope *C.kvcm__const_kvcm_reuse_scope, has_lora_id C.bool, tokens *C.kvcm__const_kvcm_token, num_tokens C.size_t, digest_positions *C.kvcm__const_size_t, num_digests C.size_t, digest_bytes *C.kvcm__const_char, digest_bytes_len C.size_t, out *C.int64_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_probe_reuse_digests"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if scope == nil {
+		return argStatus(kvcmFn, "scope", "must not be NULL")
+	}
+	if tokens == nil && num_tokens != 0 {
+		return argStatus(kvcmFn, "tokens", fmt.Sprintf("is NULL but num_tokens is %d", num_tokens))
+	}
+	if digest_positions == nil && num_digests != 0 {
+		return argStatus(kvcmFn, "digest_positions", fmt.Sprintf("is NULL but num_digests is %d", num_digests))
+	}
+	if digest_bytes == nil && digest_bytes_len != 0 {
+		return argStatus(kvcmFn, "digest_bytes", fmt.Sprintf("is NULL but digest_bytes_len is %d", digest_bytes_len))
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerProbeReuseDigests(managerObj, scope, has_lora_id, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, out))
 }
 
 // kvcm_manager_probe_reuse_v2 is the export of kvcm_manager_probe_reuse_v2 (ABI version 2).

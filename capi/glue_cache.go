@@ -27,6 +27,13 @@ func glueKVCacheCreate(mgr *managerObj, opts *C.kvcm__const_kvcm_kv_cache_option
 		return err
 	}
 	co := core.CacheOptions{Scope: scope, InputTokens: tokens}
+	if C.kvcm__has_kv_cache_options_text_only(opts) != 0 {
+		co.TextOnly = bool(opts.text_only)
+		if co.InputDigests, err = goDigests(opts.input_digest_positions, opts.num_input_digests,
+			opts.input_digest_bytes, opts.input_digest_bytes_len, "options.input_digest_positions"); err != nil {
+			return err
+		}
+	}
 	user := C.kvcm__get_kv_cache_options_priority_user_data(opts)
 	var lgFn C.kvcm_layer_group_priority_func
 	if C.kvcm__has_kv_cache_options_layer_group_priority(opts) != 0 {

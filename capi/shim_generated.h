@@ -21,6 +21,7 @@ typedef const kvcm_manager_config kvcm__const_kvcm_manager_config;
 typedef const kvcm_reuse_scope kvcm__const_kvcm_reuse_scope;
 typedef const kvcm_status kvcm__const_kvcm_status;
 typedef const kvcm_token kvcm__const_kvcm_token;
+typedef const size_t kvcm__const_size_t;
 typedef const uint64_t kvcm__const_uint64_t;
 
 /* Internal exports behind the public wrappers of functions that take void*. */
@@ -35,7 +36,7 @@ extern kvcm_status* kvcm__go_stream_enqueue_host_func(kvcm_stream stream, kvcm_h
 #define KVCM__CP_MANAGER_BACKED_OPTIONS_SIZE_V1 48
 #define KVCM__CP_MANAGER_BACKED_OPTIONS_SIZE_V2 49
 #define KVCM__KV_CACHE_OPTIONS_SIZE_V1 80
-#define KVCM__KV_CACHE_OPTIONS_SIZE_V2 96
+#define KVCM__KV_CACHE_OPTIONS_SIZE_V2 129
 #define KVCM__MANAGER_CONFIG_SIZE_V1 112
 #define KVCM__MANAGER_CONFIG_SIZE_V2 224
 
@@ -43,6 +44,11 @@ extern kvcm_status* kvcm__go_stream_enqueue_host_func(kvcm_stream stream, kvcm_h
 static inline int kvcm__has_cp_manager_backed_options_scope_has_lora_id(const kvcm_cp_manager_backed_options* p) { return p->struct_size >= offsetof(kvcm_cp_manager_backed_options, scope_has_lora_id) + sizeof(p->scope_has_lora_id); }
 static inline int kvcm__has_kv_cache_options_scope_has_lora_id(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, scope_has_lora_id) + sizeof(p->scope_has_lora_id); }
 static inline int kvcm__has_kv_cache_options_layer_group_priority(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, layer_group_priority) + sizeof(p->layer_group_priority); }
+static inline int kvcm__has_kv_cache_options_input_digest_positions(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, input_digest_positions) + sizeof(p->input_digest_positions); }
+static inline int kvcm__has_kv_cache_options_num_input_digests(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, num_input_digests) + sizeof(p->num_input_digests); }
+static inline int kvcm__has_kv_cache_options_input_digest_bytes(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, input_digest_bytes) + sizeof(p->input_digest_bytes); }
+static inline int kvcm__has_kv_cache_options_input_digest_bytes_len(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, input_digest_bytes_len) + sizeof(p->input_digest_bytes_len); }
+static inline int kvcm__has_kv_cache_options_text_only(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, text_only) + sizeof(p->text_only); }
 static inline int kvcm__has_manager_config_reuse_match_backoff(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, reuse_match_backoff) + sizeof(p->reuse_match_backoff); }
 static inline int kvcm__has_manager_config_text_only(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, text_only) + sizeof(p->text_only); }
 static inline int kvcm__has_manager_config_commit_min_snapshot(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, commit_min_snapshot) + sizeof(p->commit_min_snapshot); }

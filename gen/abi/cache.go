@@ -58,6 +58,21 @@ type KVCacheOptions struct {
 	// eviction priority per layer group (priority must be NULL then). It is
 	// called with priority_user_data and the manager's lock held.
 	LayerGroupPriority LayerGroupPriorityFunc `nullable:"true" since:"2"`
+	// InputDigestPositions are the positions of input_tokens' multimodal
+	// digest tokens (ascending, each once; the tokens' values there are
+	// ignored), or NULL for none: see kvcm_block_keys.
+	InputDigestPositions spec.In[spec.Size] `len:"NumInputDigests" nullable:"true" own:"borrowed" since:"2"`
+	// NumInputDigests is the length of input_digest_positions.
+	NumInputDigests spec.Size `since:"2"`
+	// InputDigestBytes are the digests, 32 bytes each in the order of
+	// input_digest_positions.
+	InputDigestBytes spec.CStr `len:"InputDigestBytesLen" nullable:"true" own:"borrowed" since:"2"`
+	// InputDigestBytesLen is 32 * num_input_digests.
+	InputDigestBytesLen spec.Size `since:"2"`
+	// TextOnly refuses digest tokens for this cache, at creation and in
+	// commits (KVCacheManagerV2's text_only); the manager's text_only does
+	// so for every cache.
+	TextOnly bool `since:"2"`
 }
 
 // KVCacheCreate creates a SUSPENDED KV cache holding the longest reusable

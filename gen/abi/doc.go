@@ -70,6 +70,11 @@
 //     _get_page_stride and _get_page_index_upper_bound; and
 //     kvcm_manager_config.buffer_tokens_per_block_overrides (a buffer's own
 //     tokens per block: kvcm_buffer_config is frozen).
+//   - Multimodal digest tokens: kvcm_block_keys (a sequence's block keys,
+//     digests included), kvcm_kv_cache_options.input_digest_positions,
+//     input_digest_bytes and text_only, kvcm_kv_cache_commit_digests,
+//     _get_committed_digests, kvcm_manager_probe_reuse_digests and
+//     _probe_first_new_block_key_digests.
 //
 // Behaviour that changed for C users while ABI version 1 was unreleased
 // (no function, struct or constant changed):

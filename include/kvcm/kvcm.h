@@ -1304,6 +1304,31 @@ struct kvcm_kv_cache_options {
      * called with priority_user_data and the manager's lock held. (since ABI version 2)
      */
     kvcm_layer_group_priority_func layer_group_priority;
+    /**
+     * [borrowed, nullable, array of num_input_digests] input_digest_positions are the positions of input_tokens' multimodal
+     * digest tokens (ascending, each once; the tokens' values there are
+     * ignored), or NULL for none: see kvcm_block_keys. (since ABI version 2)
+     */
+    const size_t* input_digest_positions;
+    /**
+     * num_input_digests is the length of input_digest_positions. (since ABI version 2)
+     */
+    size_t num_input_digests;
+    /**
+     * [borrowed, nullable, array of input_digest_bytes_len] input_digest_bytes are the digests, 32 bytes each in the order of
+     * input_digest_positions. (since ABI version 2)
+     */
+    const char* input_digest_bytes;
+    /**
+     * input_digest_bytes_len is 32 * num_input_digests. (since ABI version 2)
+     */
+    size_t input_digest_bytes_len;
+    /**
+     * text_only refuses digest tokens for this cache, at creation and in
+     * commits (KVCacheManagerV2's text_only); the manager's text_only does
+     * so for every cache. (since ABI version 2)
+     */
+    bool text_only;
 };
 
 /** Initializer of a kvcm_kv_cache_options: struct_size and abi_version set, every other field zero. */
@@ -1869,6 +1894,36 @@ struct kvcm_shared_tier_config {
 /* ---- Functions ---- */
 
 /**
+ * kvcm_block_keys computes the block keys of a token sequence in a reuse scope
+ * (KVCacheManagerV2's sequence_to_blockchain_keys, less its root pair):
+ * one key per full block of tokens_per_block tokens and, with partial, one
+ * more for a trailing partial block, chained from the scope's root; the
+ * keys a manager with that block_key gives the blocks (its cache events'
+ * key). needed is always written; keys smaller than needed is
+ * KVCM_ERR_BUFFER_TOO_SMALL (NULL with capacity 0 asks for the count).
+ *
+ * @param block_key [in] The block key algorithm.
+ * @param scope [in, borrowed] The reuse scope.
+ * @param has_lora_id [in] Whether scope.lora_id is a LoRA adapter id, 0 included.
+ * @param tokens_per_block [in] Tokens per block (positive).
+ * @param tokens [in, borrowed, nullable, array of num_tokens] The tokens (NULL only when num_tokens is 0).
+ * @param num_tokens [in] The number of tokens.
+ * @param digest_positions [in, borrowed, nullable, array of num_digests] The digest tokens' positions (NULL only when num_digests is 0).
+ * @param num_digests [in] The number of digest tokens.
+ * @param digest_bytes [in, borrowed, nullable, array of digest_bytes_len] The digests, 32 bytes each.
+ * @param digest_bytes_len [in] The length of digest_bytes: 32 * num_digests.
+ * @param partial [in] Whether to key a trailing partial block too.
+ * @param keys [out, nullable, array of capacity] Receives the keys.
+ * @param capacity [in] Capacity of keys, in elements.
+ * @param needed [out] Receives the number of keys.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_block_keys(kvcm_block_key block_key, const kvcm_reuse_scope* scope, bool has_lora_id, int32_t tokens_per_block, const kvcm_token* tokens, size_t num_tokens, const size_t* digest_positions, size_t num_digests, const char* digest_bytes, size_t digest_bytes_len, bool partial, uint64_t* keys, size_t capacity, size_t* needed);
+
+/**
  * kvcm_cold_page_codec_destroy destroys a codec object the caller owns and will not
  * hand on: it calls the vtable's destroy slot (for the default codec, it
  * releases the library's codec). The object is consumed even when the call
@@ -2182,6 +2237,26 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_close(kvcm_kv_cache cache);
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_commit(kvcm_kv_cache cache, const kvcm_token* tokens, size_t num_tokens, bool is_end);
 
 /**
+ * kvcm_kv_cache_commit_digests is kvcm_kv_cache_commit for tokens with digest
+ * tokens. A text-only cache (kvcm_kv_cache_options.text_only, or the
+ * manager's text_only) refuses digests with KVCM_ERR_INVALID_ARGUMENT.
+ *
+ * @param cache [in] The cache.
+ * @param tokens [in, borrowed, nullable, array of num_tokens] The tokens (NULL only when num_tokens is 0).
+ * @param num_tokens [in] The number of tokens.
+ * @param digest_positions [in, borrowed, nullable, array of num_digests] The digest tokens' positions in tokens.
+ * @param num_digests [in] The number of digest tokens.
+ * @param digest_bytes [in, borrowed, nullable, array of digest_bytes_len] The digests, 32 bytes each.
+ * @param digest_bytes_len [in] The length of digest_bytes: 32 * num_digests.
+ * @param is_end [in] Whether these are the last tokens to commit.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_commit_digests(kvcm_kv_cache cache, const kvcm_token* tokens, size_t num_tokens, const size_t* digest_positions, size_t num_digests, const char* digest_bytes, size_t digest_bytes_len, bool is_end);
+
+/**
  * kvcm_kv_cache_create creates a SUSPENDED KV cache holding the longest reusable
  * cached prefix of the input tokens: full blocks are shared; with partial
  * reuse, the matching head of one more block is copied into a private page.
@@ -2264,6 +2339,25 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_cached_tokens_by_level(
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_capacity(kvcm_kv_cache cache, int64_t* out);
+
+/**
+ * kvcm_kv_cache_get_committed_digests writes the digest tokens of the committed
+ * tokens (kvcm_kv_cache_get_committed_tokens, whose values there are 0):
+ * their positions, ascending, and their 32 bytes each. needed is always
+ * written; a capacity smaller than needed is KVCM_ERR_BUFFER_TOO_SMALL
+ * (NULL buffers with capacity 0 ask for the count).
+ *
+ * @param cache [in] The cache.
+ * @param positions [out, nullable, array of capacity] Receives the positions.
+ * @param digest_bytes [out, nullable, array of capacity] Receives 32 bytes per digest (room for 32 * capacity bytes).
+ * @param capacity [in] Capacity, in digests.
+ * @param needed [out] Receives the number of digests.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_committed_digests(kvcm_kv_cache cache, size_t* positions, uint8_t* digest_bytes, size_t capacity, size_t* needed);
 
 /**
  * kvcm_kv_cache_get_committed_tokens writes the committed tokens.
@@ -3037,6 +3131,29 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_tokens_per_block(kvcm_ma
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_probe_first_new_block_key(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, uint64_t* key, bool* found);
 
 /**
+ * kvcm_manager_probe_first_new_block_key_digests is
+ * kvcm_manager_probe_first_new_block_key for input tokens with digest
+ * tokens.
+ *
+ * @param manager [in] The manager.
+ * @param scope [in, borrowed] The reuse scope.
+ * @param has_lora_id [in] Whether scope.lora_id is a LoRA adapter id, 0 included.
+ * @param tokens [in, borrowed, nullable, array of num_tokens] The input tokens (NULL only when num_tokens is 0).
+ * @param num_tokens [in] The number of tokens.
+ * @param digest_positions [in, borrowed, nullable, array of num_digests] The digest tokens' positions in tokens.
+ * @param num_digests [in] The number of digest tokens.
+ * @param digest_bytes [in, borrowed, nullable, array of digest_bytes_len] The digests, 32 bytes each.
+ * @param digest_bytes_len [in] The length of digest_bytes: 32 * num_digests.
+ * @param key [out] Receives the block's key.
+ * @param found [out] Receives whether there is such a block.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_probe_first_new_block_key_digests(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, const size_t* digest_positions, size_t num_digests, const char* digest_bytes, size_t digest_bytes_len, uint64_t* key, bool* found);
+
+/**
  * kvcm_manager_probe_reuse returns how many tokens of an input a new KV cache in a
  * scope would reuse now. It changes nothing.
  *
@@ -3051,6 +3168,27 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_probe_first_new_block_key(kv
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_probe_reuse(kvcm_manager manager, const kvcm_reuse_scope* scope, const kvcm_token* tokens, size_t num_tokens, int64_t* out);
+
+/**
+ * kvcm_manager_probe_reuse_digests is kvcm_manager_probe_reuse_v2 for input tokens
+ * with digest tokens.
+ *
+ * @param manager [in] The manager.
+ * @param scope [in, borrowed] The reuse scope.
+ * @param has_lora_id [in] Whether scope.lora_id is a LoRA adapter id, 0 included.
+ * @param tokens [in, borrowed, nullable, array of num_tokens] The input tokens (NULL only when num_tokens is 0).
+ * @param num_tokens [in] The number of tokens.
+ * @param digest_positions [in, borrowed, nullable, array of num_digests] The digest tokens' positions in tokens.
+ * @param num_digests [in] The number of digest tokens.
+ * @param digest_bytes [in, borrowed, nullable, array of digest_bytes_len] The digests, 32 bytes each.
+ * @param digest_bytes_len [in] The length of digest_bytes: 32 * num_digests.
+ * @param out [out] Receives the number of reusable tokens.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_probe_reuse_digests(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, const size_t* digest_positions, size_t num_digests, const char* digest_bytes, size_t digest_bytes_len, int64_t* out);
 
 /**
  * kvcm_manager_probe_reuse_v2 is kvcm_manager_probe_reuse with a has_lora_id flag:
@@ -3384,10 +3522,16 @@ struct kvcm_api {
     kvcm_status* (*stream_free_memory)(kvcm_stream stream, kvcm_device_ptr ptr);
     /** kvcm_stream_synchronize (since ABI version 1). */
     kvcm_status* (*stream_synchronize)(kvcm_stream stream);
+    /** kvcm_block_keys (since ABI version 2). */
+    kvcm_status* (*block_keys)(kvcm_block_key block_key, const kvcm_reuse_scope* scope, bool has_lora_id, int32_t tokens_per_block, const kvcm_token* tokens, size_t num_tokens, const size_t* digest_positions, size_t num_digests, const char* digest_bytes, size_t digest_bytes_len, bool partial, uint64_t* keys, size_t capacity, size_t* needed);
+    /** kvcm_kv_cache_commit_digests (since ABI version 2). */
+    kvcm_status* (*kv_cache_commit_digests)(kvcm_kv_cache cache, const kvcm_token* tokens, size_t num_tokens, const size_t* digest_positions, size_t num_digests, const char* digest_bytes, size_t digest_bytes_len, bool is_end);
     /** kvcm_kv_cache_get_aggregated_page_indices (since ABI version 2). */
     kvcm_status* (*kv_cache_get_aggregated_page_indices)(kvcm_kv_cache cache, kvcm_layer_group_id layer_group, int32_t beam, bool valid_only, int32_t* indices, size_t capacity, size_t* needed);
     /** kvcm_kv_cache_get_cached_tokens_by_level (since ABI version 2). */
     kvcm_status* (*kv_cache_get_cached_tokens_by_level)(kvcm_kv_cache cache, int64_t* tokens, size_t capacity, size_t* needed);
+    /** kvcm_kv_cache_get_committed_digests (since ABI version 2). */
+    kvcm_status* (*kv_cache_get_committed_digests)(kvcm_kv_cache cache, size_t* positions, uint8_t* digest_bytes, size_t capacity, size_t* needed);
     /** kvcm_kv_cache_get_committed_tokens (since ABI version 2). */
     kvcm_status* (*kv_cache_get_committed_tokens)(kvcm_kv_cache cache, kvcm_token* tokens, size_t capacity, size_t* needed);
     /** kvcm_kv_cache_get_stats (since ABI version 2). */
@@ -3418,6 +3562,10 @@ struct kvcm_api {
     kvcm_status* (*manager_get_page_stride)(kvcm_manager manager, int32_t layer_id, const char* role, int64_t* out);
     /** kvcm_manager_probe_first_new_block_key (since ABI version 2). */
     kvcm_status* (*manager_probe_first_new_block_key)(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, uint64_t* key, bool* found);
+    /** kvcm_manager_probe_first_new_block_key_digests (since ABI version 2). */
+    kvcm_status* (*manager_probe_first_new_block_key_digests)(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, const size_t* digest_positions, size_t num_digests, const char* digest_bytes, size_t digest_bytes_len, uint64_t* key, bool* found);
+    /** kvcm_manager_probe_reuse_digests (since ABI version 2). */
+    kvcm_status* (*manager_probe_reuse_digests)(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, const size_t* digest_positions, size_t num_digests, const char* digest_bytes, size_t digest_bytes_len, int64_t* out);
     /** kvcm_manager_probe_reuse_v2 (since ABI version 2). */
     kvcm_status* (*manager_probe_reuse_v2)(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, int64_t* out);
 };
@@ -3558,7 +3706,7 @@ KVCM_STATIC_ASSERT(sizeof(kvcm_expanded_buffer) == 16, "layout of kvcm_expanded_
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_expanded_buffer) == 8, "alignment of kvcm_expanded_buffer changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_expanded_buffer, buffer) == 0, "layout of kvcm_expanded_buffer changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_expanded_buffer, expansion) == 8, "layout of kvcm_expanded_buffer changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_kv_cache_options) == 96, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_kv_cache_options) == 136, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_kv_cache_options) == 8, "alignment of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, struct_size) == 0, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, abi_version) == 4, "layout of kvcm_kv_cache_options changed");
@@ -3571,6 +3719,11 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, request_id) == 64, "layout of
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, request_id_len) == 72, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, scope_has_lora_id) == 80, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, layer_group_priority) == 88, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, input_digest_positions) == 96, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, num_input_digests) == 104, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, input_digest_bytes) == 112, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, input_digest_bytes_len) == 120, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, text_only) == 128, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_layer_group_iteration_stats) == 128, "layout of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_layer_group_iteration_stats) == 8, "alignment of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, layer_group) == 0, "layout of kvcm_layer_group_iteration_stats changed");
@@ -3691,7 +3844,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, dial_timeout_ms) == 24, "la
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, call_timeout_ms) == 32, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, queue_bytes) == 40, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, write_policy) == 48, "layout of kvcm_shared_tier_config changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 688, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 728, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
@@ -3762,24 +3915,29 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_copy_from_host) == 512, "layout of 
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_enqueue_host_func) == 520, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_free_memory) == 528, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_synchronize) == 536, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_aggregated_page_indices) == 544, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_cached_tokens_by_level) == 552, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_tokens) == 560, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 568, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 576, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 584, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 592, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_aggregated_pages) == 600, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 608, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 616, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 624, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 632, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 640, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_converter) == 648, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_upper_bound) == 656, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_stride) == 664, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 672, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 680, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, block_keys) == 544, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_commit_digests) == 552, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_aggregated_page_indices) == 560, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_cached_tokens_by_level) == 568, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_digests) == 576, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_tokens) == 584, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 592, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 600, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 608, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 616, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_aggregated_pages) == 624, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 632, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 640, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 648, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 656, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 664, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_converter) == 672, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_upper_bound) == 680, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_stride) == 688, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 696, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key_digests) == 704, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_digests) == 712, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 720, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus

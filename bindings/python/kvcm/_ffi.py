@@ -744,6 +744,11 @@ kvcm_kv_cache_options._fields_ = [
     ("request_id_len", ctypes.c_size_t),
     ("scope_has_lora_id", ctypes.c_bool),
     ("layer_group_priority", kvcm_layer_group_priority_func),
+    ("input_digest_positions", ctypes.POINTER(ctypes.c_size_t)),
+    ("num_input_digests", ctypes.c_size_t),
+    ("input_digest_bytes", ctypes.c_void_p),
+    ("input_digest_bytes_len", ctypes.c_size_t),
+    ("text_only", ctypes.c_bool),
 ]
 
 kvcm_layer_group_iteration_stats._fields_ = [
@@ -901,7 +906,7 @@ LAYOUTS = {
     "kvcm_cp_manager_backed_options": (56, 8, {"struct_size": 0, "abi_version": 4, "level_weights": 8, "num_level_weights": 16, "scope": 24, "scope_has_lora_id": 48}),
     "kvcm_cp_request_id": (16, 8, {"data": 0, "len": 8}),
     "kvcm_expanded_buffer": (16, 8, {"buffer": 0, "expansion": 8}),
-    "kvcm_kv_cache_options": (96, 8, {"struct_size": 0, "abi_version": 4, "scope": 8, "input_tokens": 32, "num_input_tokens": 40, "priority": 48, "priority_user_data": 56, "request_id": 64, "request_id_len": 72, "scope_has_lora_id": 80, "layer_group_priority": 88}),
+    "kvcm_kv_cache_options": (136, 8, {"struct_size": 0, "abi_version": 4, "scope": 8, "input_tokens": 32, "num_input_tokens": 40, "priority": 48, "priority_user_data": 56, "request_id": 64, "request_id_len": 72, "scope_has_lora_id": 80, "layer_group_priority": 88, "input_digest_positions": 96, "num_input_digests": 104, "input_digest_bytes": 112, "input_digest_bytes_len": 120, "text_only": 128}),
     "kvcm_layer_group_iteration_stats": (128, 8, {"layer_group": 0, "alloc_total_blocks": 8, "alloc_new_blocks": 16, "reused_blocks": 24, "full_reused_blocks": 32, "partial_reused_blocks": 40, "missed_blocks": 48, "gen_alloc_blocks": 56, "onboard_blocks": 64, "onboard_bytes": 72, "offload_blocks": 80, "offload_bytes": 88, "intra_device_copy_blocks": 96, "intra_device_copy_bytes": 104, "host_dropped_blocks": 112, "host_dropped_bytes": 120}),
     "kvcm_manager_config": (224, 8, {"struct_size": 0, "abi_version": 4, "tokens_per_block": 8, "device": 12, "device_ordinal": 16, "event_queue_capacity": 20, "cache_tiers": 24, "num_cache_tiers": 32, "layers": 40, "num_layers": 48, "max_util_for_resume": 56, "enable_partial_reuse": 64, "enable_stats": 65, "initial_pool_ratio": 72, "num_initial_pool_ratio": 80, "typical_step": 88, "constraints": 96, "num_constraints": 104, "reuse_match_backoff": 112, "text_only": 116, "commit_min_snapshot": 117, "rebalance_min_sampled_kv_caches": 120, "rebalance_cooldown_secs": 128, "rebalance_target_ratio_update_interval": 136, "rebalance_ratio_threshold": 144, "rebalance_moving_average_decay": 152, "typical_step_system_prompt_length": 160, "constraint_system_prompt_lengths": 168, "num_constraint_system_prompt_lengths": 176, "block_key": 184, "shared_tier": 192, "disk_persistent": 200, "buffer_tokens_per_block_overrides": 208, "num_buffer_tokens_per_block_overrides": 216}),
     "kvcm_migration_stats": (24, 8, {"path": 0, "pages": 8, "bytes": 16}),
@@ -941,6 +946,7 @@ def check_layouts():
 # ---- Functions: name -> (restype, argtypes) ----
 
 FUNCTIONS = {
+    "kvcm_block_keys": (ctypes.POINTER(kvcm_status), [kvcm_block_key, ctypes.POINTER(kvcm_reuse_scope), ctypes.c_bool, ctypes.c_int32, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_bool, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_cold_page_codec_destroy": (ctypes.POINTER(kvcm_status), [ctypes.POINTER(kvcm_cold_page_codec)]),
     "kvcm_config_validate": (ctypes.POINTER(kvcm_status), [ctypes.POINTER(kvcm_manager_config)]),
     "kvcm_cp_create_delegating": (ctypes.POINTER(kvcm_status), [ctypes.POINTER(kvcm_cp_index_object), ctypes.POINTER(kvcm_cp_index)]),
@@ -961,11 +967,13 @@ FUNCTIONS = {
     "kvcm_is_poisoned": (ctypes.c_bool, []),
     "kvcm_kv_cache_close": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache]),
     "kvcm_kv_cache_commit": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.c_bool]),
+    "kvcm_kv_cache_commit_digests": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_bool]),
     "kvcm_kv_cache_create": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_kv_cache_options), ctypes.POINTER(kvcm_kv_cache)]),
     "kvcm_kv_cache_get_aggregated_page_indices": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_layer_group_id, ctypes.c_int32, ctypes.c_bool, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_kv_cache_get_base_page_indices": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_layer_group_id, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_kv_cache_get_cached_tokens_by_level": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_kv_cache_get_capacity": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64)]),
+    "kvcm_kv_cache_get_committed_digests": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_uint8), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_kv_cache_get_committed_tokens": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_kv_cache_get_history_length": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_kv_cache_get_id": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_uint64)]),
@@ -1014,7 +1022,9 @@ FUNCTIONS = {
     "kvcm_manager_get_storage_stats": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cache_level, ctypes.POINTER(kvcm_pool_group_stats), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_manager_get_tokens_per_block": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(ctypes.c_int32)]),
     "kvcm_manager_probe_first_new_block_key": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.c_bool, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_bool)]),
+    "kvcm_manager_probe_first_new_block_key_digests": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.c_bool, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_bool)]),
     "kvcm_manager_probe_reuse": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_int64)]),
+    "kvcm_manager_probe_reuse_digests": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.c_bool, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_manager_probe_reuse_v2": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.c_bool, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_manager_resize_level": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cache_level, ctypes.c_int64]),
     "kvcm_status_code_name": (ctypes.c_char_p, [kvcm_status_code]),
@@ -1031,6 +1041,7 @@ FUNCTIONS = {
 
 # Parameter names, in order, for error messages and docs.
 PARAMETERS = {
+    "kvcm_block_keys": ("block_key", "scope", "has_lora_id", "tokens_per_block", "tokens", "num_tokens", "digest_positions", "num_digests", "digest_bytes", "digest_bytes_len", "partial", "keys", "capacity", "needed"),
     "kvcm_cold_page_codec_destroy": ("codec",),
     "kvcm_config_validate": ("config",),
     "kvcm_cp_create_delegating": ("object", "out"),
@@ -1051,11 +1062,13 @@ PARAMETERS = {
     "kvcm_is_poisoned": (),
     "kvcm_kv_cache_close": ("cache",),
     "kvcm_kv_cache_commit": ("cache", "tokens", "num_tokens", "is_end"),
+    "kvcm_kv_cache_commit_digests": ("cache", "tokens", "num_tokens", "digest_positions", "num_digests", "digest_bytes", "digest_bytes_len", "is_end"),
     "kvcm_kv_cache_create": ("manager", "options", "out"),
     "kvcm_kv_cache_get_aggregated_page_indices": ("cache", "layer_group", "beam", "valid_only", "indices", "capacity", "needed"),
     "kvcm_kv_cache_get_base_page_indices": ("cache", "layer_group", "indices", "capacity", "needed"),
     "kvcm_kv_cache_get_cached_tokens_by_level": ("cache", "tokens", "capacity", "needed"),
     "kvcm_kv_cache_get_capacity": ("cache", "out"),
+    "kvcm_kv_cache_get_committed_digests": ("cache", "positions", "digest_bytes", "capacity", "needed"),
     "kvcm_kv_cache_get_committed_tokens": ("cache", "tokens", "capacity", "needed"),
     "kvcm_kv_cache_get_history_length": ("cache", "out"),
     "kvcm_kv_cache_get_id": ("cache", "out"),
@@ -1104,7 +1117,9 @@ PARAMETERS = {
     "kvcm_manager_get_storage_stats": ("manager", "level", "stats", "capacity", "needed"),
     "kvcm_manager_get_tokens_per_block": ("manager", "out"),
     "kvcm_manager_probe_first_new_block_key": ("manager", "scope", "has_lora_id", "tokens", "num_tokens", "key", "found"),
+    "kvcm_manager_probe_first_new_block_key_digests": ("manager", "scope", "has_lora_id", "tokens", "num_tokens", "digest_positions", "num_digests", "digest_bytes", "digest_bytes_len", "key", "found"),
     "kvcm_manager_probe_reuse": ("manager", "scope", "tokens", "num_tokens", "out"),
+    "kvcm_manager_probe_reuse_digests": ("manager", "scope", "has_lora_id", "tokens", "num_tokens", "digest_positions", "num_digests", "digest_bytes", "digest_bytes_len", "out"),
     "kvcm_manager_probe_reuse_v2": ("manager", "scope", "has_lora_id", "tokens", "num_tokens", "out"),
     "kvcm_manager_resize_level": ("manager", "level", "quota"),
     "kvcm_status_code_name": ("code",),

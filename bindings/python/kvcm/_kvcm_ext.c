@@ -1135,7 +1135,7 @@ static PyObject *kx_fn_kvcm_kv_cache_create(PyObject *names, PyObject *const *ar
             goto done;
         a0 = (kvcm_manager)v;
     }
-    if (kx_pointer(args[1], names, 1, 0, 96, &a1) < 0)
+    if (kx_pointer(args[1], names, 1, 0, 136, &a1) < 0)
         goto done;
     if (kx_pointer(args[2], names, 2, 1, 8, &a2) < 0)
         goto done;
@@ -2643,6 +2643,160 @@ done:
     return out;
 }
 
+/* kvcm_block_keys(block_key, scope, has_lora_id, tokens_per_block, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, partial, keys, capacity, needed) */
+static PyObject *kx_fn_kvcm_block_keys(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_block_key a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    bool a2;
+    int32_t a3;
+    kx_ptr a4 = KX_PTR_INIT;
+    size_t a5;
+    kx_ptr a6 = KX_PTR_INIT;
+    size_t a7;
+    kx_ptr a8 = KX_PTR_INIT;
+    size_t a9;
+    bool a10;
+    kx_ptr a11 = KX_PTR_INIT;
+    size_t a12;
+    kx_ptr a13 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 14, "kvcm_block_keys") < 0)
+        return NULL;
+    {
+        long long v;
+        if (kx_signed(args[0], names, 0, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_block_key)v;
+    }
+    if (kx_pointer(args[1], names, 1, 0, 24, &a1) < 0)
+        goto done;
+    if (kx_bool(args[2], &a2) < 0)
+        goto done;
+    {
+        long long v;
+        if (kx_signed(args[3], names, 3, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a3 = (int32_t)v;
+    }
+    if (kx_pointer(args[4], names, 4, 0, 0, &a4) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[5], names, 5, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a5 = (size_t)v;
+    }
+    if (kx_pointer(args[6], names, 6, 0, 0, &a6) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[7], names, 7, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a7 = (size_t)v;
+    }
+    if (kx_pointer(args[8], names, 8, 0, 0, &a8) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[9], names, 9, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a9 = (size_t)v;
+    }
+    if (kx_bool(args[10], &a10) < 0)
+        goto done;
+    if (kx_pointer(args[11], names, 11, 1, 0, &a11) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[12], names, 12, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a12 = (size_t)v;
+    }
+    if (kx_pointer(args[13], names, 13, 1, 8, &a13) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->block_keys(a0, (const kvcm_reuse_scope*)a1.p, a2, a3, (const kvcm_token*)a4.p, a5, (const size_t*)a6.p, a7, (const char*)a8.p, a9, a10, (uint64_t*)a11.p, a12, (size_t*)a13.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a4);
+    kx_ptr_release(&a6);
+    kx_ptr_release(&a8);
+    kx_ptr_release(&a11);
+    kx_ptr_release(&a13);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a4);
+    kx_ptr_release(&a6);
+    kx_ptr_release(&a8);
+    kx_ptr_release(&a11);
+    kx_ptr_release(&a13);
+    return out;
+}
+
+/* kvcm_kv_cache_commit_digests(cache, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, is_end) */
+static PyObject *kx_fn_kvcm_kv_cache_commit_digests(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    size_t a2;
+    kx_ptr a3 = KX_PTR_INIT;
+    size_t a4;
+    kx_ptr a5 = KX_PTR_INIT;
+    size_t a6;
+    bool a7;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 8, "kvcm_kv_cache_commit_digests") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    if (kx_pointer(args[1], names, 1, 0, 0, &a1) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[2], names, 2, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a2 = (size_t)v;
+    }
+    if (kx_pointer(args[3], names, 3, 0, 0, &a3) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[4], names, 4, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a4 = (size_t)v;
+    }
+    if (kx_pointer(args[5], names, 5, 0, 0, &a5) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[6], names, 6, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a6 = (size_t)v;
+    }
+    if (kx_bool(args[7], &a7) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_commit_digests(a0, (const kvcm_token*)a1.p, a2, (const size_t*)a3.p, a4, (const char*)a5.p, a6, a7);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    return out;
+}
+
 /* kvcm_kv_cache_get_aggregated_page_indices(cache, layer_group, beam, valid_only, indices, capacity, needed) */
 static PyObject *kx_fn_kvcm_kv_cache_get_aggregated_page_indices(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -2735,6 +2889,50 @@ static PyObject *kx_fn_kvcm_kv_cache_get_cached_tokens_by_level(PyObject *names,
 done:
     kx_ptr_release(&a1);
     kx_ptr_release(&a3);
+    return out;
+}
+
+/* kvcm_kv_cache_get_committed_digests(cache, positions, digest_bytes, capacity, needed) */
+static PyObject *kx_fn_kvcm_kv_cache_get_committed_digests(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    kx_ptr a2 = KX_PTR_INIT;
+    size_t a3;
+    kx_ptr a4 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 5, "kvcm_kv_cache_get_committed_digests") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 0, &a1) < 0)
+        goto done;
+    if (kx_pointer(args[2], names, 2, 1, 0, &a2) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[3], names, 3, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a3 = (size_t)v;
+    }
+    if (kx_pointer(args[4], names, 4, 1, 8, &a4) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_get_committed_digests(a0, (size_t*)a1.p, (uint8_t*)a2.p, a3, (size_t*)a4.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a2);
+    kx_ptr_release(&a4);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a2);
+    kx_ptr_release(&a4);
     return out;
 }
 
@@ -3338,6 +3536,153 @@ done:
     return out;
 }
 
+/* kvcm_manager_probe_first_new_block_key_digests(manager, scope, has_lora_id, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, key, found) */
+static PyObject *kx_fn_kvcm_manager_probe_first_new_block_key_digests(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    bool a2;
+    kx_ptr a3 = KX_PTR_INIT;
+    size_t a4;
+    kx_ptr a5 = KX_PTR_INIT;
+    size_t a6;
+    kx_ptr a7 = KX_PTR_INIT;
+    size_t a8;
+    kx_ptr a9 = KX_PTR_INIT;
+    kx_ptr a10 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 11, "kvcm_manager_probe_first_new_block_key_digests") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    if (kx_pointer(args[1], names, 1, 0, 24, &a1) < 0)
+        goto done;
+    if (kx_bool(args[2], &a2) < 0)
+        goto done;
+    if (kx_pointer(args[3], names, 3, 0, 0, &a3) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[4], names, 4, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a4 = (size_t)v;
+    }
+    if (kx_pointer(args[5], names, 5, 0, 0, &a5) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[6], names, 6, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a6 = (size_t)v;
+    }
+    if (kx_pointer(args[7], names, 7, 0, 0, &a7) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[8], names, 8, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a8 = (size_t)v;
+    }
+    if (kx_pointer(args[9], names, 9, 1, 8, &a9) < 0)
+        goto done;
+    if (kx_pointer(args[10], names, 10, 1, 1, &a10) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_probe_first_new_block_key_digests(a0, (const kvcm_reuse_scope*)a1.p, a2, (const kvcm_token*)a3.p, a4, (const size_t*)a5.p, a6, (const char*)a7.p, a8, (uint64_t*)a9.p, (bool*)a10.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    kx_ptr_release(&a7);
+    kx_ptr_release(&a9);
+    kx_ptr_release(&a10);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    kx_ptr_release(&a7);
+    kx_ptr_release(&a9);
+    kx_ptr_release(&a10);
+    return out;
+}
+
+/* kvcm_manager_probe_reuse_digests(manager, scope, has_lora_id, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, out) */
+static PyObject *kx_fn_kvcm_manager_probe_reuse_digests(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    bool a2;
+    kx_ptr a3 = KX_PTR_INIT;
+    size_t a4;
+    kx_ptr a5 = KX_PTR_INIT;
+    size_t a6;
+    kx_ptr a7 = KX_PTR_INIT;
+    size_t a8;
+    kx_ptr a9 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 10, "kvcm_manager_probe_reuse_digests") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    if (kx_pointer(args[1], names, 1, 0, 24, &a1) < 0)
+        goto done;
+    if (kx_bool(args[2], &a2) < 0)
+        goto done;
+    if (kx_pointer(args[3], names, 3, 0, 0, &a3) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[4], names, 4, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a4 = (size_t)v;
+    }
+    if (kx_pointer(args[5], names, 5, 0, 0, &a5) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[6], names, 6, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a6 = (size_t)v;
+    }
+    if (kx_pointer(args[7], names, 7, 0, 0, &a7) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[8], names, 8, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a8 = (size_t)v;
+    }
+    if (kx_pointer(args[9], names, 9, 1, 8, &a9) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_probe_reuse_digests(a0, (const kvcm_reuse_scope*)a1.p, a2, (const kvcm_token*)a3.p, a4, (const size_t*)a5.p, a6, (const char*)a7.p, a8, (int64_t*)a9.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    kx_ptr_release(&a7);
+    kx_ptr_release(&a9);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    kx_ptr_release(&a7);
+    kx_ptr_release(&a9);
+    return out;
+}
+
 /* kvcm_manager_probe_reuse_v2(manager, scope, has_lora_id, tokens, num_tokens, out) */
 static PyObject *kx_fn_kvcm_manager_probe_reuse_v2(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -3453,8 +3798,11 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_stream_enqueue_host_func", (PyCFunction)(void (*)(void))kx_fn_kvcm_stream_enqueue_host_func, METH_FASTCALL, "kvcm_stream_enqueue_host_func(stream, fn, user_data)"},
     {"kvcm_stream_free_memory", (PyCFunction)(void (*)(void))kx_fn_kvcm_stream_free_memory, METH_FASTCALL, "kvcm_stream_free_memory(stream, ptr)"},
     {"kvcm_stream_synchronize", (PyCFunction)(void (*)(void))kx_fn_kvcm_stream_synchronize, METH_FASTCALL, "kvcm_stream_synchronize(stream)"},
+    {"kvcm_block_keys", (PyCFunction)(void (*)(void))kx_fn_kvcm_block_keys, METH_FASTCALL, "kvcm_block_keys(block_key, scope, has_lora_id, tokens_per_block, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, partial, keys, capacity, needed)"},
+    {"kvcm_kv_cache_commit_digests", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_commit_digests, METH_FASTCALL, "kvcm_kv_cache_commit_digests(cache, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, is_end)"},
     {"kvcm_kv_cache_get_aggregated_page_indices", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_aggregated_page_indices, METH_FASTCALL, "kvcm_kv_cache_get_aggregated_page_indices(cache, layer_group, beam, valid_only, indices, capacity, needed)"},
     {"kvcm_kv_cache_get_cached_tokens_by_level", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_cached_tokens_by_level, METH_FASTCALL, "kvcm_kv_cache_get_cached_tokens_by_level(cache, tokens, capacity, needed)"},
+    {"kvcm_kv_cache_get_committed_digests", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_committed_digests, METH_FASTCALL, "kvcm_kv_cache_get_committed_digests(cache, positions, digest_bytes, capacity, needed)"},
     {"kvcm_kv_cache_get_committed_tokens", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_committed_tokens, METH_FASTCALL, "kvcm_kv_cache_get_committed_tokens(cache, tokens, capacity, needed)"},
     {"kvcm_kv_cache_get_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_stats, METH_FASTCALL, "kvcm_kv_cache_get_stats(cache, out)"},
     {"kvcm_kv_cache_set_stream", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_set_stream, METH_FASTCALL, "kvcm_kv_cache_set_stream(cache, stream)"},
@@ -3470,11 +3818,13 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_manager_get_page_index_upper_bound", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_page_index_upper_bound, METH_FASTCALL, "kvcm_manager_get_page_index_upper_bound(manager, layer_id, role, out)"},
     {"kvcm_manager_get_page_stride", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_page_stride, METH_FASTCALL, "kvcm_manager_get_page_stride(manager, layer_id, role, out)"},
     {"kvcm_manager_probe_first_new_block_key", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_first_new_block_key, METH_FASTCALL, "kvcm_manager_probe_first_new_block_key(manager, scope, has_lora_id, tokens, num_tokens, key, found)"},
+    {"kvcm_manager_probe_first_new_block_key_digests", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_first_new_block_key_digests, METH_FASTCALL, "kvcm_manager_probe_first_new_block_key_digests(manager, scope, has_lora_id, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, key, found)"},
+    {"kvcm_manager_probe_reuse_digests", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_reuse_digests, METH_FASTCALL, "kvcm_manager_probe_reuse_digests(manager, scope, has_lora_id, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, out)"},
     {"kvcm_manager_probe_reuse_v2", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_reuse_v2, METH_FASTCALL, "kvcm_manager_probe_reuse_v2(manager, scope, has_lora_id, tokens, num_tokens, out)"},
     {NULL, NULL, 0, NULL},
 };
 
-static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 7, 4, 4, 2, 2, 1, 8, 8, 4, 5, 4, 4, 2, 4, 4, 4, 7, 6};
+static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 14, 8, 7, 4, 5, 4, 2, 2, 1, 8, 8, 4, 5, 4, 4, 2, 4, 4, 4, 7, 11, 10, 6};
 
 /* bind(name, parameter_names) -> the builtin function of name; its errors
  * name the parameters as parameter_names (a tuple of str, one a
