@@ -84,15 +84,13 @@ from .common import (
 )
 from .coverage import (
     AttnLifeCycle,
-    MmItemContext,
     PlannedDropHandle,
     ScratchDesc,
     SsmLayerConfig,
     SsmSnapshotIterationStatsDelta,
     SwaScratchReuseConfig,
-    gen_multimodal_cache_key_tokens,
-    sequence_to_blockchain_keys,
 )
+from .multimodal import MmItemContext, gen_multimodal_cache_key_tokens, sequence_to_blockchain_keys
 from .events import (
     KVCacheCreatedData,
     KVCacheEvent,

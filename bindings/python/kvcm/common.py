@@ -27,7 +27,7 @@ LayerGroupId = LifeCycleId
 CacheLevel = NewType("CacheLevel", int)
 """A cache tier's position, hottest (the GPU, 0) first."""
 TokenId = NewType("TokenId", int)
-TokenIdExt = Union[TokenId, bytes]
+TokenIdExt = Union[TokenId, bytes, "MmItemContext"]  # kvcm.multimodal.MmItemContext
 """A token of a prompt. kvcm takes ``int`` tokens only: a multimodal digest
 (``bytes``) is refused with ``TypeError`` (multimodal keys are model coverage)."""
 LayerId = NewType("LayerId", int)

@@ -1,6 +1,5 @@
 """KVCM2 names whose models kvcm does not cover yet (the model-coverage
-issue: SSM state, beam search, multimodal keys, SWA scratch slots,
-KVCM2's sha256 block keys).
+issue: SSM state, beam search, SWA scratch slots).
 
 They are importable so that code written against KVCM2 imports unchanged;
 using one raises :class:`~kvcm.UnsupportedError` (a ``NotImplementedError``)
@@ -14,18 +13,15 @@ from typing import Any, NoReturn
 from .errors import UnsupportedError
 
 __all__ = [
-    "SsmLayerConfig", "SwaScratchReuseConfig", "MmItemContext", "AttnLifeCycle", "PlannedDropHandle",
+    "SsmLayerConfig", "SwaScratchReuseConfig", "AttnLifeCycle", "PlannedDropHandle",
     "ScratchDesc", "SsmSnapshotIterationStatsDelta",
-    "gen_multimodal_cache_key_tokens", "sequence_to_blockchain_keys",
 ]
 
 SSM = "SSM (Mamba) state layers"
 SWA_SCRATCH = "SWA scratch-slot reuse"
-MULTIMODAL = "multimodal cache keys"
 BEAMS = "beam search"
 LIFE_CYCLES = "KVCM2's AttnLifeCycle objects (kvcm's layer groups are integers)"
 PLANNED_DROP = "planned committed-block drops"
-SHA256_KEYS = "KVCM2's sha256 block keys"
 PER_LAYER = "PageIndexMode.PER_LAYER page indices"
 
 
@@ -55,12 +51,6 @@ class SwaScratchReuseConfig(_Uncovered):
     _capability = SWA_SCRATCH
 
 
-class MmItemContext(_Uncovered):
-    """KVCM2's multimodal token: model coverage."""
-
-    _capability = MULTIMODAL
-
-
 class AttnLifeCycle(_Uncovered):
     """KVCM2's life-cycle object: kvcm names layer groups by integers."""
 
@@ -82,10 +72,3 @@ class ScratchDesc(_Uncovered):
 class SsmSnapshotIterationStatsDelta(_Uncovered):
     _capability = SSM
 
-
-def gen_multimodal_cache_key_tokens(*args: Any, **kwargs: Any) -> NoReturn:
-    missing("gen_multimodal_cache_key_tokens", MULTIMODAL)
-
-
-def sequence_to_blockchain_keys(*args: Any, **kwargs: Any) -> NoReturn:
-    missing("sequence_to_blockchain_keys", SHA256_KEYS)

@@ -11,7 +11,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
-from . import _convert, _native, coverage
+from . import _convert, _native, coverage, multimodal
 from ._convert import set_field
 from ._managed import Managed, callback_guard
 from ._native import bind, ffi
@@ -314,6 +314,10 @@ _cache_stats = bind("kvcm_kv_cache_get_stats")
 _cache_suspend = bind("kvcm_kv_cache_suspend")
 _cache_resize = bind("kvcm_kv_cache_resize")
 _cache_commit = bind("kvcm_kv_cache_commit")
+_cache_commit_digests = bind("kvcm_kv_cache_commit_digests", tokens="accepted_input_tokens")
+_cache_committed_digests = bind("kvcm_kv_cache_get_committed_digests")
+_probe_reuse_digests = bind("kvcm_manager_probe_reuse_digests", tokens="input_tokens")
+_probe_first_new_digests = bind("kvcm_manager_probe_first_new_block_key_digests")
 _cache_prefetch = bind("kvcm_kv_cache_prefetch")
 _cache_page_indices = bind("kvcm_kv_cache_get_base_page_indices", layer_group="layer_group_id")
 _cache_committed = bind("kvcm_kv_cache_get_num_committed_tokens")
@@ -388,16 +392,22 @@ def _is_scope(value: Any) -> bool:
     return value is None or (hasattr(value, "lora_id") and hasattr(value, "salt"))
 
 
-def _tokens(value: Any, name: str) -> tuple[Any, int, Any]:
-    """_convert.tokens, naming the missing capability for KVCacheManagerV2's
-    multimodal digest tokens (bytes, MmItemContext)."""
+def _tokens(value: Any, name: str, text_only: bool = False) -> tuple[Any, int, Any, Any]:
+    """(tokens, n, keep, digests) of a token argument: text token ids take
+    _convert.tokens' fast path and have digests None; a sequence with
+    multimodal digest tokens (bytes, MmItemContext) has digests
+    (positions, count, bytes, length) for the C ABI, unless text_only, which
+    refuses them."""
     try:
-        return _convert.tokens(value, name)
+        toks, n, keep = _convert.tokens(value, name)
+        return toks, n, keep, None
     except TypeError as e:
-        if "got bytes" in str(e) or "got MmItemContext" in str(e):
-            raise TypeError(f"{e}: multimodal digest tokens need multimodal block keys, which kvcm does not "
-                            "support yet (text token ids only)") from None
-        raise
+        if not any(f"got {k}" in str(e) for k in ("bytes", "bytearray", "MmItemContext")):
+            raise
+        if text_only:
+            raise TypeError(f"{e}: a text-only cache takes text token ids only") from None
+    toks, n, pos, nd, blob, blen, keep = multimodal.split(value, name)
+    return toks, n, keep, (pos, nd, blob, blen)
 
 
 def _stream_handle(stream: Any) -> Any:
@@ -1015,10 +1025,13 @@ class KVCacheManager(Managed):
             scope, has_lora, _keep = _NO_SCOPE, False, None
         else:
             scope, has_lora, _keep = self._scope(lora_id, salt)
-        toks, n, _keep_tokens = _tokens(input_tokens, "input_tokens")
+        toks, n, _keep_tokens, dig = _tokens(input_tokens, "input_tokens", bool(self._config.text_only))
         out = _I64()
-        _probe_reuse(self._resource if self._state == "open" else self._native(), _byref(scope), has_lora,
-                     toks, n, _byref(out))
+        h = self._resource if self._state == "open" else self._native()
+        if dig is None:
+            _probe_reuse(h, _byref(scope), has_lora, toks, n, _byref(out))
+        else:
+            _probe_reuse_digests(h, _byref(scope), has_lora, toks, n, *dig, _byref(out))
         return out.value
 
     def probe_first_new_block_key(self, scope: Any, tokens: Sequence[int]) -> bytes | None:
@@ -1029,9 +1042,12 @@ class KVCacheManager(Managed):
         block's cache events)."""
         lora_id, salt = _scope_fields(scope, None, None)
         c_scope, has_lora, _keep = self._scope(lora_id, salt)
-        toks, n, _keep_tokens = _convert.tokens(tokens, "tokens")
+        toks, n, _keep_tokens, dig = _tokens(tokens, "tokens", bool(self._config.text_only))
         key, found = ctypes.c_uint64(), ctypes.c_bool()
-        _probe_first_new(self._native(), _byref(c_scope), has_lora, toks, n, _byref(key), _byref(found))
+        if dig is None:
+            _probe_first_new(self._native(), _byref(c_scope), has_lora, toks, n, _byref(key), _byref(found))
+        else:
+            _probe_first_new_digests(self._native(), _byref(c_scope), has_lora, toks, n, *dig, _byref(key), _byref(found))
         return key.value.to_bytes(8, "little") if found.value else None
 
     def clear_reusable_blocks(self) -> None:
@@ -1101,9 +1117,12 @@ class KVCacheManager(Managed):
         published, the block gets the default priority and close re-raises
         it. ``expected_prompt_length`` (the prefill/generation boundary of
         KVCacheManagerV2's request statistics) is kept as the cache's
-        attribute; ``text_only`` may be None, True or False (kvcm's tokens are
-        text token ids either way: multimodal digest tokens are not
-        supported); with ``enable_request_stats`` the cache's
+        attribute. ``input_tokens`` may hold multimodal digest tokens
+        (32-byte ``bytes`` or :class:`MmItemContext`; see
+        :mod:`kvcm.multimodal`) unless the cache is text-only: ``text_only``
+        True, or None with the configuration's ``text_only``, refuses them
+        with TypeError (and takes the text-only path). With
+        ``enable_request_stats`` the cache's
         ``commit_pending_stats`` returns its block counts.
         ``request_id`` names the request for the CP index attached with
         :meth:`attach_cp`, which is then notified about the cache's blocks.
@@ -1117,7 +1136,9 @@ class KVCacheManager(Managed):
             raise ValueError(f"expected_prompt_length: expected a non-negative int or None, got {expected_prompt_length!r}")
         if text_only not in (None, True, False):
             raise TypeError(f"text_only: expected a bool or None, got {text_only!r}")
-        cache = _KVCache(self, lora_id, input_tokens, id, custom_priority_callback, salt, request_id)
+        if text_only is None:
+            text_only = bool(self._config.text_only)
+        cache = _KVCache(self, lora_id, input_tokens, id, custom_priority_callback, salt, request_id, text_only)
         cache._reuse_scope = reuse_scope
         cache.expected_prompt_length = (cache._num_input_tokens if expected_prompt_length is None and input_tokens is not None
                                         else expected_prompt_length)
@@ -1441,7 +1462,8 @@ class _KVCache(Managed):
 
     def __init__(self, manager: KVCacheManager, lora_id: int | None, input_tokens: Sequence[int] | None,
                  id: Any, custom_priority_callback: Callable[[int, LifeCycle], int] | None,
-                 salt: bytes | str | int | None, request_id: str | bytes | None = None) -> None:
+                 salt: bytes | str | int | None, request_id: str | bytes | None = None,
+                 text_only: bool = False) -> None:
         super().__init__()
         self._manager = manager
         self.id = id
@@ -1463,11 +1485,19 @@ class _KVCache(Managed):
             scope, has_lora, salt_keep = KVCacheManager._scope(lora_id, salt)
             opts.scope = scope
             opts.scope_has_lora_id = has_lora
-        toks, n, toks_keep = _tokens(input_tokens, "input_tokens")
+        self._text_only = text_only
+        opts.text_only = text_only
+        toks, n, toks_keep, dig = _tokens(input_tokens, "input_tokens", text_only)
         self._num_input_tokens = n
         if n:
             opts.input_tokens = ctypes.cast(toks, _TOKEN_PTR)
             opts.num_input_tokens = n
+        if dig is not None:
+            pos, nd, blob, blen = dig
+            opts.input_digest_positions = ctypes.cast(pos, ctypes.POINTER(ctypes.c_size_t))
+            opts.num_input_digests = nd
+            opts.input_digest_bytes = blob
+            opts.input_digest_bytes_len = blen
         self._priority_cb = None
         if custom_priority_callback is not None:
             if not callable(custom_priority_callback):
@@ -1572,8 +1602,9 @@ class _KVCache(Managed):
         return self._get("kvcm_kv_cache_get_reused_tokens")
 
     @property
-    def committed_tokens(self) -> list[int]:
-        """A copy of the committed tokens."""
+    def committed_tokens(self) -> list[Any]:
+        """A copy of the committed tokens: text token ids, and each
+        multimodal digest token as its 32 digest bytes."""
         n = self.num_committed_tokens
         while True:
             buf = (ffi.kvcm_token * max(n, 1))()
@@ -1583,7 +1614,30 @@ class _KVCache(Managed):
             except BufferTooSmallError:
                 n = needed.value
                 continue
-            return list(buf[:needed.value])
+            out: list[Any] = list(buf[:needed.value])
+            break
+        if self._text_only:
+            return out
+        nd = ctypes.c_size_t()
+        while True:
+            cap = nd.value
+            pos = (ctypes.c_size_t * max(cap, 1))()
+            raw = (ctypes.c_uint8 * max(32 * cap, 1))()
+            try:
+                _cache_committed_digests(self._native(), pos if cap else None, raw if cap else None, cap, _byref(nd))
+            except BufferTooSmallError:
+                continue
+            if nd.value > cap:
+                continue
+            for i in range(nd.value):
+                out[pos[i]] = bytes(raw[32 * i:32 * (i + 1)])
+            return out
+
+    @property
+    def text_only(self) -> bool:
+        """Whether the cache takes text token ids only (create_kv_cache's
+        ``text_only``, or the configuration's)."""
+        return self._text_only
 
     @property
     def cached_tokens_by_level(self) -> list[int]:
@@ -1757,15 +1811,22 @@ class _KVCache(Managed):
             beam_search_indices, is_end = None, beam_search_indices
         if beam_search_indices is not None:
             raise NotImplementedError("commit: beam_search_indices needs beam search, which kvcm does not support yet")
-        toks, n, keep = _tokens(accepted_input_tokens, "accepted_input_tokens")
+        toks, n, keep, dig = _tokens(accepted_input_tokens, "accepted_input_tokens", self._text_only)
         h = self._resource if self._state == "open" else self._native()
+
+        def commit() -> None:
+            if dig is None:
+                _cache_commit(h, toks, n, bool(is_end))
+            else:
+                _cache_commit_digests(h, toks, n, *dig, bool(is_end))
+
         if self._priority_cb is None:
-            _cache_commit(h, toks, n, bool(is_end))
+            commit()
         else:
             # An exception the priority callback raised fails the commit
             # (which then changes nothing) and is re-raised here.
             try:
-                _cache_commit(h, toks, n, bool(is_end))
+                commit()
             except KVCacheError as err:
                 self._stash.reraise(err)
                 raise

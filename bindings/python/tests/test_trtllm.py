@@ -77,13 +77,9 @@ def test_error_classes_keep_kvcm_hierarchy_under_kvcm2s():
 @pytest.mark.parametrize("use", [
     lambda: kvcm.SsmLayerConfig(0, []),
     lambda: kvcm.SwaScratchReuseConfig(),
-    lambda: kvcm.MmItemContext(b"digest"),
     lambda: kvcm.AttnLifeCycle.make(8, None, 4),
     lambda: kvcm.PlannedDropHandle(),
-    lambda: kvcm.gen_multimodal_cache_key_tokens(0, b"d", 4),
-    lambda: kvcm.sequence_to_blockchain_keys(4, ReuseScope(), [1, 2]),
-], ids=["SsmLayerConfig", "SwaScratchReuseConfig", "MmItemContext", "AttnLifeCycle", "PlannedDropHandle",
-        "gen_multimodal_cache_key_tokens", "sequence_to_blockchain_keys"])
+], ids=["SsmLayerConfig", "SwaScratchReuseConfig", "AttnLifeCycle", "PlannedDropHandle"])
 def test_model_coverage_names_refuse_naming_the_capability(use):
     """Names of capabilities kvcm lacks import, and using one raises
     UnsupportedError (a NotImplementedError) naming what is missing."""
