@@ -292,6 +292,7 @@ static const kvcm_api kvcm__table = {
     kvcm_kv_cache_set_stream,
     kvcm_manager_clear_reusable_blocks,
     kvcm_manager_drain_block_events,
+    kvcm_manager_drain_block_events_digests,
     kvcm_manager_get_aggregated_pages,
     kvcm_manager_get_and_reset_iteration_cached_tokens_by_level,
     kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats,

@@ -1219,6 +1219,59 @@ func kvcm_manager_drain_block_events(manager C.kvcm_manager, events *C.kvcm_bloc
 	return statusOf(kvcmFn, glueManagerDrainBlockEvents(managerObj, events, events_cap, tokens, tokens_cap, num_events, num_tokens, dropped))
 }
 
+// kvcm_manager_drain_block_events_digests is the export of kvcm_manager_drain_block_events_digests (ABI version 2).
+//
+//export kvcm_manager_drain_block_events_digests
+func kvcm_manager_drain_block_events_digests(manager C.kvcm_manager, events *C.kvcm_block_event, events_cap C.size_t, tokens *C.kvcm_token, tokens_cap C.size_t, digest_positions *C.size_t, digest_bytes *C.uint8_t, num_events *C.size_t, num_tokens *C.size_t, num_digests *C.size_t, dropped *C.uint64_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_drain_block_events_digests"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if num_events != nil {
+		*num_events = 0
+	}
+	if num_tokens != nil {
+		*num_tokens = 0
+	}
+	if num_digests != nil {
+		*num_digests = 0
+	}
+	if dropped != nil {
+		*dropped = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if events == nil && events_cap != 0 {
+		return argStatus(kvcmFn, "events", fmt.Sprintf("is NULL but events_cap is %d", events_cap))
+	}
+	if tokens == nil && tokens_cap != 0 {
+		return argStatus(kvcmFn, "tokens", fmt.Sprintf("is NULL but tokens_cap is %d", tokens_cap))
+	}
+	if digest_positions == nil && tokens_cap != 0 {
+		return argStatus(kvcmFn, "digest_positions", fmt.Sprintf("is NULL but tokens_cap is %d", tokens_cap))
+	}
+	if digest_bytes == nil && tokens_cap != 0 {
+		return argStatus(kvcmFn, "digest_bytes", fmt.Sprintf("is NULL but tokens_cap is %d", tokens_cap))
+	}
+	if num_events == nil {
+		return argStatus(kvcmFn, "num_events", "must not be NULL")
+	}
+	if num_tokens == nil {
+		return argStatus(kvcmFn, "num_tokens", "must not be NULL")
+	}
+	if num_digests == nil {
+		return argStatus(kvcmFn, "num_digests", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerDrainBlockEventsDigests(managerObj, events, events_cap, tokens, tokens_cap, digest_positions, digest_bytes, num_events, num_tokens, num_digests, dropped))
+}
+
 // kvcm_manager_drain_events is the export of kvcm_manager_drain_events (ABI version 1).
 //
 //export kvcm_manager_drain_events

@@ -663,6 +663,13 @@ func glueManagerDrainEvents(mgr *managerObj, events *C.kvcm_cache_event, eventsC
 
 func glueManagerDrainBlockEvents(mgr *managerObj, events *C.kvcm_block_event, eventsCap C.size_t, tokens *C.kvcm_token, tokensCap C.size_t,
 	numEvents *C.size_t, numTokens *C.size_t, dropped *C.uint64_t) error {
+	return drainBlockEvents(mgr, events, eventsCap, tokens, tokensCap, nil, numEvents, numTokens, dropped)
+}
+
+// drainBlockEvents writes block events; each stored block's digest tokens
+// go to onDigest (nil: dropped), with their positions in the tokens buffer.
+func drainBlockEvents(mgr *managerObj, events *C.kvcm_block_event, eventsCap C.size_t, tokens *C.kvcm_token, tokensCap C.size_t,
+	onDigest func(pos int, d *blockhash.Digest), numEvents *C.size_t, numTokens *C.size_t, dropped *C.uint64_t) error {
 	evs, err := cSlice(events, eventsCap, "events_cap")
 	if err != nil {
 		return err
@@ -686,6 +693,11 @@ func glueManagerDrainBlockEvents(mgr *managerObj, events *C.kvcm_block_event, ev
 		}
 		if len(ev.Tokens) > 0 {
 			evs[i].tokens = &toks[ntok]
+		}
+		if onDigest != nil {
+			for j := range ev.Digests {
+				onDigest(ntok+ev.Digests[j].Pos, &ev.Digests[j].Digest)
+			}
 		}
 		for _, t := range ev.Tokens {
 			toks[ntok] = C.kvcm_token(t)

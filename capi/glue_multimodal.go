@@ -135,3 +135,23 @@ func glueManagerProbeFirstNewBlockKeyDigests(mgr *managerObj, scope *C.kvcm__con
 	*key, *found = C.uint64_t(k), C.bool(ok)
 	return err
 }
+
+func glueManagerDrainBlockEventsDigests(mgr *managerObj, events *C.kvcm_block_event, eventsCap C.size_t, tokens *C.kvcm_token,
+	tokensCap C.size_t, positions *C.size_t, bytes *C.uint8_t, numEvents, numTokens, numDigests *C.size_t, dropped *C.uint64_t) error {
+	ps, err := cSlice(positions, tokensCap, "tokens_cap")
+	if err != nil {
+		return err
+	}
+	var raw []byte
+	if len(ps) > 0 {
+		raw = unsafe.Slice((*byte)(unsafe.Pointer(bytes)), len(ps)*blockhash.DigestSize)
+	}
+	nd := 0
+	err = drainBlockEvents(mgr, events, eventsCap, tokens, tokensCap, func(pos int, d *blockhash.Digest) {
+		ps[nd] = C.size_t(pos)
+		copy(raw[nd*blockhash.DigestSize:], d[:])
+		nd++
+	}, numEvents, numTokens, dropped)
+	*numDigests = C.size_t(nd)
+	return err
+}

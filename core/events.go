@@ -44,6 +44,10 @@ type CacheEvent struct {
 	Parent blockhash.Key
 	// Tokens of a stored block (shared with the tree: do not modify).
 	Tokens []config.Token
+	// Digests are a stored block's multimodal digest tokens, positions in
+	// Tokens (which hold 0 there); nil for a text block. Shared with the
+	// tree: do not modify.
+	Digests []blockhash.DigestAt
 	// CacheID is the cache whose commit stored the block; 0 for other kinds.
 	CacheID uint64
 	// LayerGroup and Level of an updated page: the level it is on now, or
@@ -87,7 +91,7 @@ func (m *Manager) emit(e CacheEvent) {
 
 func (m *Manager) emitStored(n *node, cache uint64) {
 	pr := n.blockPriority()
-	m.emit(CacheEvent{Kind: BlockStored, Key: n.key, Parent: n.parent.key, Tokens: n.tokens, CacheID: cache,
+	m.emit(CacheEvent{Kind: BlockStored, Key: n.key, Parent: n.parent.key, Tokens: n.tokens, Digests: n.digests, CacheID: cache,
 		Priority: pr, OldPriority: pr})
 }
 

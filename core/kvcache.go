@@ -106,8 +106,8 @@ type KVCache struct {
 	orphanDigests []blockhash.DigestAt
 	textOnly      bool
 	history       int
-	capacity  int
-	blocks    []cacheBlock
+	capacity      int
+	blocks        []cacheBlock
 	// chain is the tree node of the last committed full block (the scope
 	// root before any); the cache pins it so later commits can link to it.
 	chain          *node

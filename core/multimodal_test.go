@@ -8,6 +8,8 @@ import (
 
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/device/emu"
+	"github.com/kvcm/kvcm/internal/testkit/devicetest"
 )
 
 // imagePrompt: text block 0..3, then an image item at position 4 (its digest)
@@ -143,4 +145,37 @@ func TestDigestTokensAreRefusedWhereTextOnlyOrMisplaced(t *testing.T) {
 	g := newFixture(t, cfg)
 	_, err = g.m.CreateKVCache(CacheOptions{InputTokens: prompt, InputDigests: digests})
 	assert.ErrorContains(t, err, "text-only")
+}
+
+// A stored block's event carries its digest tokens, positions in its
+// tokens (0 there), so consumers can tell an item from token 0.
+func TestStoredEventsCarryDigestTokens(t *testing.T) {
+	var events []CacheEvent
+	dev := devicetest.Open(t, emu.Options{Seed: 1})
+	m, err := NewManager(smallConfig(32), WithDevice(dev), WithEventListener(func(e CacheEvent) { events = append(events, e) }))
+	require.NoError(t, err)
+	s, err := dev.NewStream()
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		s.Close()
+		m.Close()
+		dev.Close()
+	})
+	f := &fixture{t: t, m: m, dev: dev, stream: s}
+	img := blockhash.Digest{5}
+	prompt, digests := imagePrompt(img)
+	require.NoError(t, f.openDigests(prompt, digests, false).Close())
+	var stored []CacheEvent
+	for _, e := range events {
+		if e.Kind == BlockStored {
+			stored = append(stored, e)
+		}
+	}
+	require.Len(t, stored, 3)
+	assert.Nil(t, stored[0].Digests)
+	assert.Equal(t, []blockhash.DigestAt{{Pos: 0, Digest: img}}, stored[1].Digests)
+	assert.Equal(t, []config.Token{0, 1001, 1002, 1003}, stored[1].Tokens)
+	keys, err := blockhash.ChainDigests(blockhash.SHA256, blockhash.Scope{}, tpb, prompt, digests, false)
+	require.NoError(t, err)
+	assert.Equal(t, keys, []blockhash.Key{stored[0].Key, stored[1].Key, stored[2].Key})
 }

@@ -74,7 +74,9 @@
 //     digests included), kvcm_kv_cache_options.input_digest_positions,
 //     input_digest_bytes and text_only, kvcm_kv_cache_commit_digests,
 //     _get_committed_digests, kvcm_manager_probe_reuse_digests and
-//     _probe_first_new_block_key_digests.
+//     _probe_first_new_block_key_digests, and
+//     kvcm_manager_drain_block_events_digests (stored blocks with their
+//     digest tokens).
 //
 // Behaviour that changed for C users while ABI version 1 was unreleased
 // (no function, struct or constant changed):

@@ -101,3 +101,25 @@ type ManagerProbeReuseDigests func(manager Manager, scope spec.In[ReuseScope], h
 //kvcm:param key out Receives the block's key.
 //kvcm:param found out Receives whether there is such a block.
 type ManagerProbeFirstNewBlockKeyDigests func(manager Manager, scope spec.In[ReuseScope], hasLoraID bool, tokens spec.In[Token], numTokens spec.Size, digestPositions spec.In[spec.Size], numDigests spec.Size, digestBytes spec.CStr, digestBytesLen spec.Size, key spec.Out[uint64], found spec.Out[bool]) *Status
+
+// ManagerDrainBlockEventsDigests is kvcm_manager_drain_block_events that
+// also writes the multimodal digest tokens of the stored blocks it writes:
+// their positions in the tokens buffer (whose tokens there are 0), and their
+// 32 bytes each. digest_positions and digest_bytes have room for tokens_cap
+// digests (digest_bytes for 32 * tokens_cap bytes), so an event that fits
+// in tokens fits in them.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param events out,nullable,len=eventsCap Receives the events.
+//kvcm:param eventsCap in Capacity of events, in elements.
+//kvcm:param tokens out,nullable,len=tokensCap Receives the tokens of stored blocks.
+//kvcm:param tokensCap in Capacity of tokens, in elements.
+//kvcm:param digestPositions out,nullable,len=tokensCap Receives the digest tokens' positions in tokens.
+//kvcm:param digestBytes out,nullable,len=tokensCap Receives 32 bytes per digest (room for 32 * tokens_cap bytes).
+//kvcm:param numEvents out Receives the number of events written.
+//kvcm:param numTokens out Receives the number of tokens written (on KVCM_ERR_BUFFER_TOO_SMALL, the tokens the oldest event needs).
+//kvcm:param numDigests out Receives the number of digests written.
+//kvcm:param dropped out,nullable Receives the number of events dropped since the previous drain.
+type ManagerDrainBlockEventsDigests func(manager Manager, events spec.Out[BlockEvent], eventsCap spec.Size, tokens spec.Out[Token], tokensCap spec.Size, digestPositions spec.Out[spec.Size], digestBytes spec.Out[uint8], numEvents spec.Out[spec.Size], numTokens spec.Out[spec.Size], numDigests spec.Out[spec.Size], dropped spec.Out[uint64]) *Status

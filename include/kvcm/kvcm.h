@@ -2715,6 +2715,32 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_detach_cp(kvcm_manager manag
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_drain_block_events(kvcm_manager manager, kvcm_block_event* events, size_t events_cap, kvcm_token* tokens, size_t tokens_cap, size_t* num_events, size_t* num_tokens, uint64_t* dropped);
 
 /**
+ * kvcm_manager_drain_block_events_digests is kvcm_manager_drain_block_events that
+ * also writes the multimodal digest tokens of the stored blocks it writes:
+ * their positions in the tokens buffer (whose tokens there are 0), and their
+ * 32 bytes each. digest_positions and digest_bytes have room for tokens_cap
+ * digests (digest_bytes for 32 * tokens_cap bytes), so an event that fits
+ * in tokens fits in them.
+ *
+ * @param manager [in] The manager.
+ * @param events [out, nullable, array of events_cap] Receives the events.
+ * @param events_cap [in] Capacity of events, in elements.
+ * @param tokens [out, nullable, array of tokens_cap] Receives the tokens of stored blocks.
+ * @param tokens_cap [in] Capacity of tokens, in elements.
+ * @param digest_positions [out, nullable, array of tokens_cap] Receives the digest tokens' positions in tokens.
+ * @param digest_bytes [out, nullable, array of tokens_cap] Receives 32 bytes per digest (room for 32 * tokens_cap bytes).
+ * @param num_events [out] Receives the number of events written.
+ * @param num_tokens [out] Receives the number of tokens written (on KVCM_ERR_BUFFER_TOO_SMALL, the tokens the oldest event needs).
+ * @param num_digests [out] Receives the number of digests written.
+ * @param dropped [out, nullable] Receives the number of events dropped since the previous drain.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_drain_block_events_digests(kvcm_manager manager, kvcm_block_event* events, size_t events_cap, kvcm_token* tokens, size_t tokens_cap, size_t* digest_positions, uint8_t* digest_bytes, size_t* num_events, size_t* num_tokens, size_t* num_digests, uint64_t* dropped);
+
+/**
  * kvcm_manager_drain_events removes the oldest queued cache events, as many whole
  * events as fit in both buffers, and writes them in order; it skips (removes
  * without writing) KVCM_EVENT_BLOCK_PRIORITY_UPDATED events, which
@@ -3542,6 +3568,8 @@ struct kvcm_api {
     kvcm_status* (*manager_clear_reusable_blocks)(kvcm_manager manager);
     /** kvcm_manager_drain_block_events (since ABI version 2). */
     kvcm_status* (*manager_drain_block_events)(kvcm_manager manager, kvcm_block_event* events, size_t events_cap, kvcm_token* tokens, size_t tokens_cap, size_t* num_events, size_t* num_tokens, uint64_t* dropped);
+    /** kvcm_manager_drain_block_events_digests (since ABI version 2). */
+    kvcm_status* (*manager_drain_block_events_digests)(kvcm_manager manager, kvcm_block_event* events, size_t events_cap, kvcm_token* tokens, size_t tokens_cap, size_t* digest_positions, uint8_t* digest_bytes, size_t* num_events, size_t* num_tokens, size_t* num_digests, uint64_t* dropped);
     /** kvcm_manager_get_aggregated_pages (since ABI version 2). */
     kvcm_status* (*manager_get_aggregated_pages)(kvcm_manager manager, const kvcm_buffer_id* buffers, size_t num_buffers, kvcm_aggregated_page_desc* descs, size_t descs_cap, kvcm_expanded_buffer* members, size_t members_cap, size_t* num_descs);
     /** kvcm_manager_get_and_reset_iteration_cached_tokens_by_level (since ABI version 2). */
@@ -3844,7 +3872,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, dial_timeout_ms) == 24, "la
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, call_timeout_ms) == 32, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, queue_bytes) == 40, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, write_policy) == 48, "layout of kvcm_shared_tier_config changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 728, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 736, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
@@ -3925,19 +3953,20 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 592, "layout of kvc
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 600, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 608, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 616, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_aggregated_pages) == 624, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 632, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 640, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 648, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 656, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 664, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_converter) == 672, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_upper_bound) == 680, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_stride) == 688, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 696, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key_digests) == 704, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_digests) == 712, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 720, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events_digests) == 624, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_aggregated_pages) == 632, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 640, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 648, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 656, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 664, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 672, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_converter) == 680, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_upper_bound) == 688, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_stride) == 696, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 704, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key_digests) == 712, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_digests) == 720, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 728, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus

@@ -3114,6 +3114,82 @@ done:
     return out;
 }
 
+/* kvcm_manager_drain_block_events_digests(manager, events, events_cap, tokens, tokens_cap, digest_positions, digest_bytes, num_events, num_tokens, num_digests, dropped) */
+static PyObject *kx_fn_kvcm_manager_drain_block_events_digests(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    size_t a2;
+    kx_ptr a3 = KX_PTR_INIT;
+    size_t a4;
+    kx_ptr a5 = KX_PTR_INIT;
+    kx_ptr a6 = KX_PTR_INIT;
+    kx_ptr a7 = KX_PTR_INIT;
+    kx_ptr a8 = KX_PTR_INIT;
+    kx_ptr a9 = KX_PTR_INIT;
+    kx_ptr a10 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 11, "kvcm_manager_drain_block_events_digests") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 0, &a1) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[2], names, 2, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a2 = (size_t)v;
+    }
+    if (kx_pointer(args[3], names, 3, 1, 0, &a3) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[4], names, 4, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a4 = (size_t)v;
+    }
+    if (kx_pointer(args[5], names, 5, 1, 0, &a5) < 0)
+        goto done;
+    if (kx_pointer(args[6], names, 6, 1, 0, &a6) < 0)
+        goto done;
+    if (kx_pointer(args[7], names, 7, 1, 8, &a7) < 0)
+        goto done;
+    if (kx_pointer(args[8], names, 8, 1, 8, &a8) < 0)
+        goto done;
+    if (kx_pointer(args[9], names, 9, 1, 8, &a9) < 0)
+        goto done;
+    if (kx_pointer(args[10], names, 10, 1, 8, &a10) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_drain_block_events_digests(a0, (kvcm_block_event*)a1.p, a2, (kvcm_token*)a3.p, a4, (size_t*)a5.p, (uint8_t*)a6.p, (size_t*)a7.p, (size_t*)a8.p, (size_t*)a9.p, (uint64_t*)a10.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    kx_ptr_release(&a6);
+    kx_ptr_release(&a7);
+    kx_ptr_release(&a8);
+    kx_ptr_release(&a9);
+    kx_ptr_release(&a10);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    kx_ptr_release(&a6);
+    kx_ptr_release(&a7);
+    kx_ptr_release(&a8);
+    kx_ptr_release(&a9);
+    kx_ptr_release(&a10);
+    return out;
+}
+
 /* kvcm_manager_get_aggregated_pages(manager, buffers, num_buffers, descs, descs_cap, members, members_cap, num_descs) */
 static PyObject *kx_fn_kvcm_manager_get_aggregated_pages(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -3808,6 +3884,7 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_kv_cache_set_stream", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_set_stream, METH_FASTCALL, "kvcm_kv_cache_set_stream(cache, stream)"},
     {"kvcm_manager_clear_reusable_blocks", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_clear_reusable_blocks, METH_FASTCALL, "kvcm_manager_clear_reusable_blocks(manager)"},
     {"kvcm_manager_drain_block_events", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_drain_block_events, METH_FASTCALL, "kvcm_manager_drain_block_events(manager, events, events_cap, tokens, tokens_cap, num_events, num_tokens, dropped)"},
+    {"kvcm_manager_drain_block_events_digests", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_drain_block_events_digests, METH_FASTCALL, "kvcm_manager_drain_block_events_digests(manager, events, events_cap, tokens, tokens_cap, digest_positions, digest_bytes, num_events, num_tokens, num_digests, dropped)"},
     {"kvcm_manager_get_aggregated_pages", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_aggregated_pages, METH_FASTCALL, "kvcm_manager_get_aggregated_pages(manager, buffers, num_buffers, descs, descs_cap, members, members_cap, num_descs)"},
     {"kvcm_manager_get_and_reset_iteration_cached_tokens_by_level", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_iteration_cached_tokens_by_level, METH_FASTCALL, "kvcm_manager_get_and_reset_iteration_cached_tokens_by_level(manager, tokens, capacity, needed)"},
     {"kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats, METH_FASTCALL, "kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats(manager, level, stats, capacity, needed)"},
@@ -3824,7 +3901,7 @@ static PyMethodDef kx_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 14, 8, 7, 4, 5, 4, 2, 2, 1, 8, 8, 4, 5, 4, 4, 2, 4, 4, 4, 7, 11, 10, 6};
+static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 14, 8, 7, 4, 5, 4, 2, 2, 1, 8, 11, 8, 4, 5, 4, 4, 2, 4, 4, 4, 7, 11, 10, 6};
 
 /* bind(name, parameter_names) -> the builtin function of name; its errors
  * name the parameters as parameter_names (a tuple of str, one a

@@ -302,7 +302,7 @@ _cache_aggregated_indices = bind("kvcm_kv_cache_get_aggregated_page_indices", la
                                  beam="beam_id")
 _pool_group_descs = bind("kvcm_manager_get_pool_group_descs")
 _drain_events = bind("kvcm_manager_drain_events", events_cap="max_events")
-_drain_block_events = bind("kvcm_manager_drain_block_events")
+_drain_block_events = bind("kvcm_manager_drain_block_events_digests")
 _alloc_memory = bind("kvcm_manager_alloc_memory")
 _cache_create = bind("kvcm_kv_cache_create")
 _cache_close = bind("kvcm_kv_cache_close")
@@ -1377,17 +1377,27 @@ class KVCacheManager(Managed):
         events = (ffi.kvcm_block_event * cap)()
         tok_cap = cap * max(self._tokens_per_block, 1)
         tokens = (ffi.kvcm_token * tok_cap)()
-        ne, nt, dropped = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_uint64()
+        positions = (ctypes.c_size_t * tok_cap)()
+        raw = (ctypes.c_uint8 * (32 * tok_cap))()
+        base = ctypes.addressof(tokens)
+        ne, nt, nd, dropped = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_uint64()
         groups = range(self._num_layer_groups)
         while True:
-            _drain_block_events(h, events, cap, tokens, tok_cap, ctypes.byref(ne), ctypes.byref(nt), ctypes.byref(dropped))
+            _drain_block_events(h, events, cap, tokens, tok_cap, positions, raw, ctypes.byref(ne), ctypes.byref(nt),
+                                ctypes.byref(nd), ctypes.byref(dropped))
             self._events_dropped = getattr(self, "_events_dropped", 0) + dropped.value
+            # Digest tokens by their place in the tokens buffer.
+            digests = {positions[j]: bytes(raw[32 * j:32 * (j + 1)]) for j in range(nd.value)}
             for i in range(ne.value):
                 e = events[i]
                 kind = EventKind(e.kind)
                 if kind == EventKind.BLOCK_STORED:
                     toks = [e.tokens[k] for k in range(e.num_tokens)]
-                    em._on_stored(e.key, e.parent, toks, e.level, e.priority, self._scopes.get(e.cache_id), groups)
+                    dg = None
+                    if digests and e.num_tokens:
+                        at = (ctypes.cast(e.tokens, ctypes.c_void_p).value - base) // ctypes.sizeof(ffi.kvcm_token)
+                        dg = {k: digests[at + k] for k in range(e.num_tokens) if at + k in digests} or None
+                    em._on_stored(e.key, e.parent, toks, e.level, e.priority, self._scopes.get(e.cache_id), groups, dg)
                 elif kind == EventKind.BLOCK_REMOVED:
                     em._on_removed(e.key)
                 elif kind == EventKind.BLOCK_UPDATED:

@@ -130,3 +130,36 @@ class _Scope:
 
     def __init__(self, lora_id, salt):
         self.lora_id, self.salt = lora_id, salt
+
+
+def test_events_report_digest_tokens_mm_keys_and_no_v1_hash():
+    """Stored blocks report a digest token as its hex digest; with
+    mm_token_id_offset they list each item run in mm_keys (the digest token
+    starts one at offset 0, synthetic tokens continue the chain's item in a
+    later block at their item-local offset); a block with a digest and its
+    descendants report kvcm's key where a v1 hash cannot be had."""
+    from kvcm import KVCacheEventManager, KVCacheStoredData
+    from kvcm.events import hash_v1_block_key
+
+    em = KVCacheEventManager(100, hash_algo="auto", mm_token_id_offset=VOCAB)
+    # text block, item tokens 0..5 across two blocks, text
+    prompt = [1, 2, 3, 4, *gen_multimodal_cache_key_tokens(VOCAB, IMG, 6), 7, 8]
+    with KVCacheManager(small_config(), em, device="emu") as m:
+        s = m.create_stream()
+        with m.create_kv_cache(ReuseScope(), prompt) as c:
+            c.resume(s)
+            prefill(c, prompt)
+            c.suspend()
+        em.flush_iteration_events()
+        stored = [e for e in em.get_latest_events(timeout_ms=0)
+                  if isinstance(e.data, KVCacheStoredData) and e.layer_group_id == 0]
+        blocks = [b for e in stored for b in e.data.blocks]
+        assert len(blocks) == 3
+        assert [t.token_id for t in blocks[1].tokens] == [IMG.hex(), 1001, 1002, 1003]
+        assert blocks[0].mm_keys == [] and blocks[1].mm_keys == [(IMG, 0)]
+        assert blocks[2].mm_keys == [(IMG, 4)], "the item continues in the next block at local index 4"
+        keys = [int.from_bytes(k, "little") for _, k in sequence_to_blockchain_keys(4, ReuseScope(), prompt)][1:]
+        assert blocks[0].block_hash == hash_v1_block_key([1, 2, 3, 4], 0)
+        assert [b.block_hash for b in blocks[1:]] == keys[1:], "no v1 hash past a digest: kvcm's key"
+    with pytest.raises(ValueError, match="mm_token_id_offset"):
+        KVCacheEventManager(10, mm_token_id_offset=-1)

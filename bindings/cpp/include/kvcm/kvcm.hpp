@@ -31,6 +31,7 @@
 #include <kvcm/kvcm_generated.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -713,6 +714,38 @@ struct ReuseScope
     std::string salt;
 };
 
+// A multimodal item's 32-byte content digest (KVCacheManagerV2's bytes and
+// MmItemContext tokens).
+using Digest = std::array<uint8_t, 32>;
+
+// The multimodal digest tokens of a token sequence: their positions in it
+// (ascending, each once; the tokens there are ignored, and read back 0) and
+// their digests, 32 bytes each in bytes. A block's digests enter its key.
+struct DigestTokens
+{
+    std::vector<size_t> positions;
+    std::vector<uint8_t> bytes;
+
+    void add(size_t position, Digest const& digest)
+    {
+        positions.push_back(position);
+        bytes.insert(bytes.end(), digest.begin(), digest.end());
+    }
+    [[nodiscard]] size_t size() const noexcept { return positions.size(); }
+    [[nodiscard]] bool empty() const noexcept { return positions.empty(); }
+    [[nodiscard]] Digest digest(size_t i) const
+    {
+        Digest d{};
+        std::copy_n(bytes.begin() + static_cast<std::ptrdiff_t>(32 * i), 32, d.begin());
+        return d;
+    }
+    [[nodiscard]] size_t const* positionsOrNull() const noexcept { return positions.empty() ? nullptr : positions.data(); }
+    [[nodiscard]] char const* bytesOrNull() const noexcept
+    {
+        return bytes.empty() ? nullptr : reinterpret_cast<char const*>(bytes.data());
+    }
+};
+
 namespace detail {
 
 // configError is the kvcm::Error the library raises for a bad field.
@@ -930,6 +963,27 @@ inline void validateConfig(KVCacheManagerConfig const& cfg)
 }
 
 // ---- Query results -------------------------------------------------------------------
+
+// The block keys of a token sequence with its digest tokens in a scope
+// (KVCacheManagerV2's sequence_to_blockchain_keys, less the root): one per
+// full block of tokensPerBlock tokens and, with partial, one for a trailing
+// partial block; the keys a manager with that block key gives the blocks.
+[[nodiscard]] inline std::vector<uint64_t> blockKeys(int32_t tokensPerBlock, std::vector<Token> const& tokens,
+    DigestTokens const& digests = {}, ReuseScope const& scope = {}, bool partial = true,
+    BlockKey blockKey = BlockKey::kSha256)
+{
+    kvcm_reuse_scope const s = detail::cScope(scope);
+    std::vector<uint64_t> out(tokensPerBlock > 0 ? (tokens.size() + static_cast<size_t>(tokensPerBlock) - 1)
+                                      / static_cast<size_t>(tokensPerBlock)
+                                                 : 0);
+    size_t needed = 0;
+    detail::check(::kvcm_block_keys(static_cast<kvcm_block_key>(blockKey), &s, scope.loraId.has_value(),
+        tokensPerBlock, tokens.empty() ? nullptr : tokens.data(), tokens.size(), digests.positionsOrNull(),
+        digests.size(), digests.bytesOrNull(), digests.bytes.size(), partial, out.empty() ? nullptr : out.data(),
+        out.size(), &needed));
+    out.resize(needed);
+    return out;
+}
 
 // BufferName names one buffer: a layer and a role (KVCacheManagerV2's
 // BufferId; kvcm::BufferId is the C struct with a borrowed role).
@@ -1678,6 +1732,41 @@ public:
     {
         commit(tokens.data(), tokens.size(), isEnd);
     }
+    // commit for tokens with multimodal digest tokens (positions in tokens).
+    // A text-only cache throws Error(kInvalidArgument).
+    void commit(std::vector<Token> const& tokens, DigestTokens const& digests, bool isEnd = false)
+    {
+        detail::check(::kvcm_kv_cache_commit_digests(mHandle, tokens.empty() ? nullptr : tokens.data(), tokens.size(),
+            digests.positionsOrNull(), digests.size(), digests.bytesOrNull(), digests.bytes.size(), isEnd));
+    }
+    // The digest tokens of committedTokens() (which reads 0 there).
+    [[nodiscard]] DigestTokens committedDigests() const
+    {
+        DigestTokens out;
+        for (;;)
+        {
+            size_t needed = 0;
+            kvcm_status* s = ::kvcm_kv_cache_get_committed_digests(mHandle,
+                out.positions.empty() ? nullptr : out.positions.data(), out.bytes.empty() ? nullptr : out.bytes.data(),
+                out.positions.size(), &needed);
+            if (s != nullptr && ::kvcm_status_get_code(s) == KVCM_ERR_BUFFER_TOO_SMALL)
+            {
+                detail::ignore(s);
+            }
+            else
+            {
+                detail::check(s);
+                if (needed <= out.positions.size())
+                {
+                    out.positions.resize(needed);
+                    out.bytes.resize(32 * needed);
+                    return out;
+                }
+            }
+            out.positions.resize(needed);
+            out.bytes.resize(32 * needed);
+        }
+    }
     void stopCommitting() { detail::check(::kvcm_kv_cache_stop_committing(mHandle)); }
     // Moves the pages of a SUSPENDED cache that are colder than level up to
     // it; false when the level has no room for some of them.
@@ -1927,6 +2016,44 @@ public:
     [[nodiscard]] KVCache createKVCacheForRequest(std::string_view requestId, Token const* inputTokens,
         size_t numInputTokens, ReuseScope const& scope = {}, PriorityFunction priority = nullptr)
     {
+        return create(requestId, inputTokens, numInputTokens, nullptr, scope, std::move(priority), false);
+    }
+    // createKVCache for input tokens with multimodal digest tokens; textOnly
+    // (KVCacheManagerV2's text_only) makes a cache that refuses them, here and
+    // in commits.
+    [[nodiscard]] KVCache createKVCache(std::vector<Token> const& inputTokens, DigestTokens const& digests,
+        ReuseScope const& scope = {}, PriorityFunction priority = nullptr, bool textOnly = false)
+    {
+        return create({}, inputTokens.data(), inputTokens.size(), &digests, scope, std::move(priority), textOnly);
+    }
+    // How many tokens of an input with digest tokens a new cache would reuse.
+    [[nodiscard]] int64_t probeReuse(
+        std::vector<Token> const& tokens, DigestTokens const& digests, ReuseScope const& scope = {}) const
+    {
+        kvcm_reuse_scope const s = detail::cScope(scope);
+        int64_t out = 0;
+        detail::check(::kvcm_manager_probe_reuse_digests(mHandle, &s, scope.loraId.has_value(),
+            tokens.empty() ? nullptr : tokens.data(), tokens.size(), digests.positionsOrNull(), digests.size(),
+            digests.bytesOrNull(), digests.bytes.size(), &out));
+        return out;
+    }
+    // probeFirstNewBlockKey for an input with digest tokens.
+    [[nodiscard]] std::optional<uint64_t> probeFirstNewBlockKey(
+        std::vector<Token> const& tokens, DigestTokens const& digests, ReuseScope const& scope = {}) const
+    {
+        kvcm_reuse_scope const s = detail::cScope(scope);
+        uint64_t key = 0;
+        bool found = false;
+        detail::check(::kvcm_manager_probe_first_new_block_key_digests(mHandle, &s, scope.loraId.has_value(),
+            tokens.empty() ? nullptr : tokens.data(), tokens.size(), digests.positionsOrNull(), digests.size(),
+            digests.bytesOrNull(), digests.bytes.size(), &key, &found));
+        return found ? std::optional<uint64_t>(key) : std::nullopt;
+    }
+
+private:
+    KVCache create(std::string_view requestId, Token const* inputTokens, size_t numInputTokens,
+        DigestTokens const* digests, ReuseScope const& scope, PriorityFunction priority, bool textOnly)
+    {
         KVCache cache;
         kvcm_kv_cache_options opts{};
         opts.struct_size = static_cast<uint32_t>(sizeof(kvcm_kv_cache_options));
@@ -1943,11 +2070,21 @@ public:
         }
         opts.request_id = requestId.empty() ? nullptr : requestId.data();
         opts.request_id_len = requestId.size();
+        if (digests != nullptr)
+        {
+            opts.input_digest_positions = digests->positionsOrNull();
+            opts.num_input_digests = digests->size();
+            opts.input_digest_bytes = digests->bytesOrNull();
+            opts.input_digest_bytes_len = digests->bytes.size();
+        }
+        opts.text_only = textOnly;
         kvcm_kv_cache h = 0;
         detail::check(::kvcm_kv_cache_create(mHandle, &opts, &h));
         cache.mHandle = h;
         return cache;
     }
+
+public:
     [[nodiscard]] KVCache createKVCache(
         std::vector<Token> const& inputTokens, ReuseScope const& scope = {}, PriorityFunction priority = nullptr)
     {
