@@ -87,3 +87,39 @@ func AggregatedPageIndices(c uint64, lg, beam int32, validOnly bool, capacity in
 	}
 	return out, int(needed), err
 }
+
+// BlockKeys calls kvcm_block_keys (SHA-256 keys, no LoRA, no salt) with
+// digests at positions and digestBytes as given, room for capacity keys.
+func BlockKeys(tpb int32, tokens []int32, positions []uint64, digestBytes []byte, partial bool, capacity int) ([]uint64, int, error) {
+	var a arena
+	defer a.free()
+	scope := Scope{}.build(&a)
+	toks := tokensOf(&a, tokens)
+	pos := cArray[C.size_t](&a, len(positions))
+	for i, p := range positions {
+		pos[i] = C.size_t(p)
+	}
+	var pp *C.size_t
+	if len(pos) > 0 {
+		pp = &pos[0]
+	}
+	var pb *C.char
+	if len(digestBytes) > 0 {
+		pb = a.str(string(digestBytes))
+	}
+	keys := cArray[C.uint64_t](&a, capacity)
+	var pk *C.uint64_t
+	if capacity > 0 {
+		pk = &keys[0]
+	}
+	var needed C.size_t
+	err := status(C.kvcm_block_keys(C.KVCM_BLOCK_KEY_SHA256, scope, false, C.int32_t(tpb), toks, C.size_t(len(tokens)), pp,
+		C.size_t(len(positions)), pb, C.size_t(len(digestBytes)), C.bool(partial), pk, C.size_t(capacity), &needed))
+	var out []uint64
+	if err == nil && int(needed) <= capacity {
+		for _, k := range keys[:needed] {
+			out = append(out, uint64(k))
+		}
+	}
+	return out, int(needed), err
+}

@@ -68,3 +68,28 @@ func TestAggregatedPageIndicesAreBasePageIndices(t *testing.T) {
 	_, _, err = AggregatedPageIndices(c, 0, 1, false, 3)
 	requireCode(t, err, InvalidArgument, "beam")
 }
+
+// TestBlockKeysWithDigestsThroughTheABI: kvcm_block_keys gives the
+// specified keys (blockkeys.keys' image line), counts with a NULL buffer,
+// and refuses digest bytes that are not 32 per digest, and misplaced
+// digests, naming them.
+func TestBlockKeysWithDigestsThroughTheABI(t *testing.T) {
+	a := make([]byte, 32)
+	for i := range a {
+		a[i] = byte(i)
+	}
+	toks := []int32{1, 2, 3, 4, 0, 1001, 1002, 1003, 5}
+	_, n, err := BlockKeys(4, toks, []uint64{4}, a, true, 0)
+	require.NoError(t, err)
+	assert.Equal(t, 3, n)
+	keys, _, err := BlockKeys(4, toks, []uint64{4}, a, true, 3)
+	require.NoError(t, err)
+	assert.Equal(t, []uint64{0x360d651c5f3d3835, 0x49318da9655b654e, 0x514815ef05d2367b}, keys)
+	_, _, err = BlockKeys(4, toks, []uint64{4}, a, true, 2)
+	requireCode(t, err, BufferTooSmall)
+
+	_, _, err = BlockKeys(4, toks, []uint64{4}, a[:31], true, 3)
+	requireCode(t, err, InvalidArgument, "digest_positions", "1 digests need 32 digest bytes, got 31")
+	_, _, err = BlockKeys(4, toks, []uint64{9}, a, true, 3)
+	requireCode(t, err, InvalidArgument, "position 9 outside the 9 tokens")
+}
