@@ -402,11 +402,13 @@ def _tokens(value: Any, name: str, text_only: bool = False) -> tuple[Any, int, A
         toks, n, keep = _convert.tokens(value, name)
         return toks, n, keep, None
     except TypeError as e:
-        if not any(f"got {k}" in str(e) for k in ("bytes", "bytearray", "MmItemContext")):
+        # A bytes-like argument is a buffer of token ids, never digests.
+        if isinstance(value, (bytes, bytearray, memoryview, str, array.array)) or not any(
+                f"got {k}" in str(e) for k in ("bytes", "bytearray", "MmItemContext")):
             raise
         if text_only:
             raise TypeError(f"{e}: a text-only cache takes text token ids only") from None
-    toks, n, pos, nd, blob, blen, keep = multimodal.split(value, name)
+    toks, n, pos, nd, blob, blen, keep = multimodal.split(list(value), name)
     return toks, n, keep, (pos, nd, blob, blen)
 
 
