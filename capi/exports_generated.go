@@ -468,6 +468,32 @@ func kvcm_kv_cache_commit(cache C.kvcm_kv_cache, tokens *C.kvcm__const_kvcm_toke
 	return statusOf(kvcmFn, glueKVCacheCommit(cacheObj, tokens, num_tokens, is_end))
 }
 
+// kvcm_kv_cache_commit_beam_search is the export of kvcm_kv_cache_commit_beam_search (ABI version 2).
+//
+//export kvcm_kv_cache_commit_beam_search
+func kvcm_kv_cache_commit_beam_search(cache C.kvcm_kv_cache, tokens *C.kvcm__const_kvcm_token, num_tokens C.size_t, beam_search_indices *C.kvcm__const_int32_t, num_beam_search_indices C.size_t, is_end C.bool) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_commit_beam_search"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if tokens == nil && num_tokens != 0 {
+		return argStatus(kvcmFn, "tokens", fmt.Sprintf("is NULL but num_tokens is %d", num_tokens))
+	}
+	if beam_search_indices == nil && num_beam_search_indices != 0 {
+		return argStatus(kvcmFn, "beam_search_indices", fmt.Sprintf("is NULL but num_beam_search_indices is %d", num_beam_search_indices))
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheCommitBeamSearch(cacheObj, tokens, num_tokens, beam_search_indices, num_beam_search_indices, is_end))
+}
+
 // kvcm_kv_cache_commit_digests is the export of kvcm_kv_cache_commit_digests (ABI version 2).
 //
 //export kvcm_kv_cache_commit_digests
@@ -585,6 +611,61 @@ func kvcm_kv_cache_get_base_page_indices(cache C.kvcm_kv_cache, layer_group C.kv
 		return st
 	}
 	return statusOf(kvcmFn, glueKVCacheGetBasePageIndices(cacheObj, layer_group, indices, capacity, needed))
+}
+
+// kvcm_kv_cache_get_beam_base_page_indices is the export of kvcm_kv_cache_get_beam_base_page_indices (ABI version 2).
+//
+//export kvcm_kv_cache_get_beam_base_page_indices
+func kvcm_kv_cache_get_beam_base_page_indices(cache C.kvcm_kv_cache, layer_group C.kvcm_layer_group_id, beam C.int32_t, indices *C.int32_t, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_get_beam_base_page_indices"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if needed != nil {
+		*needed = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if indices == nil && capacity != 0 {
+		return argStatus(kvcmFn, "indices", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if needed == nil {
+		return argStatus(kvcmFn, "needed", "must not be NULL")
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheGetBeamBasePageIndices(cacheObj, layer_group, beam, indices, capacity, needed))
+}
+
+// kvcm_kv_cache_get_beam_width is the export of kvcm_kv_cache_get_beam_width (ABI version 2).
+//
+//export kvcm_kv_cache_get_beam_width
+func kvcm_kv_cache_get_beam_width(cache C.kvcm_kv_cache, out *C.int32_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_get_beam_width"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheGetBeamWidth(cacheObj, out))
 }
 
 // kvcm_kv_cache_get_cached_tokens_by_level is the export of kvcm_kv_cache_get_cached_tokens_by_level (ABI version 2).
@@ -781,6 +862,32 @@ func kvcm_kv_cache_get_num_committed_tokens(cache C.kvcm_kv_cache, out *C.int64_
 	return statusOf(kvcmFn, glueKVCacheGetNumCommittedTokens(cacheObj, out))
 }
 
+// kvcm_kv_cache_get_reuse_diagnostics is the export of kvcm_kv_cache_get_reuse_diagnostics (ABI version 2).
+//
+//export kvcm_kv_cache_get_reuse_diagnostics
+func kvcm_kv_cache_get_reuse_diagnostics(cache C.kvcm_kv_cache, out *C.kvcm_reuse_diagnostics) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_get_reuse_diagnostics"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = C.kvcm_reuse_diagnostics{}
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheGetReuseDiagnostics(cacheObj, out))
+}
+
 // kvcm_kv_cache_get_reused_tokens is the export of kvcm_kv_cache_get_reused_tokens (ABI version 1).
 //
 //export kvcm_kv_cache_get_reused_tokens
@@ -805,6 +912,73 @@ func kvcm_kv_cache_get_reused_tokens(cache C.kvcm_kv_cache, out *C.int64_t) (sta
 		return st
 	}
 	return statusOf(kvcmFn, glueKVCacheGetReusedTokens(cacheObj, out))
+}
+
+// kvcm_kv_cache_get_scratch_desc is the export of kvcm_kv_cache_get_scratch_desc (ABI version 2).
+//
+//export kvcm_kv_cache_get_scratch_desc
+func kvcm_kv_cache_get_scratch_desc(cache C.kvcm_kv_cache, layer_group C.kvcm_layer_group_id, begin *C.int64_t, end *C.int64_t, slots *C.int32_t, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_get_scratch_desc"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if begin != nil {
+		*begin = 0
+	}
+	if end != nil {
+		*end = 0
+	}
+	if needed != nil {
+		*needed = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if begin == nil {
+		return argStatus(kvcmFn, "begin", "must not be NULL")
+	}
+	if end == nil {
+		return argStatus(kvcmFn, "end", "must not be NULL")
+	}
+	if slots == nil && capacity != 0 {
+		return argStatus(kvcmFn, "slots", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if needed == nil {
+		return argStatus(kvcmFn, "needed", "must not be NULL")
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheGetScratchDesc(cacheObj, layer_group, begin, end, slots, capacity, needed))
+}
+
+// kvcm_kv_cache_get_ssm_block_base_index is the export of kvcm_kv_cache_get_ssm_block_base_index (ABI version 2).
+//
+//export kvcm_kv_cache_get_ssm_block_base_index
+func kvcm_kv_cache_get_ssm_block_base_index(cache C.kvcm_kv_cache, layer_group C.kvcm_layer_group_id, out *C.int32_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_get_ssm_block_base_index"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheGetSsmBlockBaseIndex(cacheObj, layer_group, out))
 }
 
 // kvcm_kv_cache_get_stats is the export of kvcm_kv_cache_get_stats (ABI version 2).
@@ -857,6 +1031,84 @@ func kvcm_kv_cache_get_status(cache C.kvcm_kv_cache, out *C.kvcm_cache_status) (
 		return st
 	}
 	return statusOf(kvcmFn, glueKVCacheGetStatus(cacheObj, out))
+}
+
+// kvcm_kv_cache_get_swa_scratch_reuse is the export of kvcm_kv_cache_get_swa_scratch_reuse (ABI version 2).
+//
+//export kvcm_kv_cache_get_swa_scratch_reuse
+func kvcm_kv_cache_get_swa_scratch_reuse(cache C.kvcm_kv_cache, out *C.bool) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_get_swa_scratch_reuse"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = false
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheGetSwaScratchReuse(cacheObj, out))
+}
+
+// kvcm_kv_cache_has_scratch_slots is the export of kvcm_kv_cache_has_scratch_slots (ABI version 2).
+//
+//export kvcm_kv_cache_has_scratch_slots
+func kvcm_kv_cache_has_scratch_slots(cache C.kvcm_kv_cache, out *C.bool) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_has_scratch_slots"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = false
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheHasScratchSlots(cacheObj, out))
+}
+
+// kvcm_kv_cache_plan_committed_block_drop is the export of kvcm_kv_cache_plan_committed_block_drop (ABI version 2).
+//
+//export kvcm_kv_cache_plan_committed_block_drop
+func kvcm_kv_cache_plan_committed_block_drop(cache C.kvcm_kv_cache, out *C.kvcm_planned_drop) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_plan_committed_block_drop"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCachePlanCommittedBlockDrop(cacheObj, out))
 }
 
 // kvcm_kv_cache_prefetch is the export of kvcm_kv_cache_prefetch (ABI version 1).
@@ -919,6 +1171,26 @@ func kvcm_kv_cache_resume(cache C.kvcm_kv_cache, stream C.kvcm_stream) (status *
 	return statusOf(kvcmFn, glueKVCacheResume(cacheObj, stream))
 }
 
+// kvcm_kv_cache_set_beam_width is the export of kvcm_kv_cache_set_beam_width (ABI version 2).
+//
+//export kvcm_kv_cache_set_beam_width
+func kvcm_kv_cache_set_beam_width(cache C.kvcm_kv_cache, beam_width C.int32_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_set_beam_width"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheSetBeamWidth(cacheObj, beam_width))
+}
+
 // kvcm_kv_cache_set_stream is the export of kvcm_kv_cache_set_stream (ABI version 2).
 //
 //export kvcm_kv_cache_set_stream
@@ -937,6 +1209,26 @@ func kvcm_kv_cache_set_stream(cache C.kvcm_kv_cache, stream C.kvcm_stream) (stat
 		return st
 	}
 	return statusOf(kvcmFn, glueKVCacheSetStream(cacheObj, stream))
+}
+
+// kvcm_kv_cache_set_swa_scratch_reuse is the export of kvcm_kv_cache_set_swa_scratch_reuse (ABI version 2).
+//
+//export kvcm_kv_cache_set_swa_scratch_reuse
+func kvcm_kv_cache_set_swa_scratch_reuse(cache C.kvcm_kv_cache, enable C.bool) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_set_swa_scratch_reuse"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheSetSwaScratchReuse(cacheObj, enable))
 }
 
 // kvcm_kv_cache_stop_committing is the export of kvcm_kv_cache_stop_committing (ABI version 1).
@@ -992,6 +1284,26 @@ func kvcm_live_handle_count() (result C.uint64_t) {
 	return glueLiveHandleCount()
 }
 
+// kvcm_manager_adjust is the export of kvcm_manager_adjust (ABI version 2).
+//
+//export kvcm_manager_adjust
+func kvcm_manager_adjust(manager C.kvcm_manager) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_adjust"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerAdjust(managerObj))
+}
+
 // kvcm_manager_alloc_memory is the export of kvcm_manager_alloc_memory (ABI version 1).
 //
 //export kvcm_manager_alloc_memory
@@ -1040,6 +1352,32 @@ func kvcm_manager_attach_cp(manager C.kvcm_manager, cp C.kvcm_cp_index) (status 
 		return st
 	}
 	return statusOf(kvcmFn, glueManagerAttachCP(managerObj, cpObj))
+}
+
+// kvcm_manager_clamp_max_seq_len_for_mem is the export of kvcm_manager_clamp_max_seq_len_for_mem (ABI version 2).
+//
+//export kvcm_manager_clamp_max_seq_len_for_mem
+func kvcm_manager_clamp_max_seq_len_for_mem(manager C.kvcm_manager, batch_size C.int64_t, token_num_upper_bound C.int64_t, out *C.int64_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_clamp_max_seq_len_for_mem"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerClampMaxSeqLenForMem(managerObj, batch_size, token_num_upper_bound, out))
 }
 
 // kvcm_manager_clear_reusable_blocks is the export of kvcm_manager_clear_reusable_blocks (ABI version 2).
@@ -1539,6 +1877,35 @@ func kvcm_manager_get_and_reset_layer_group_iteration_stats(manager C.kvcm_manag
 	return statusOf(kvcmFn, glueManagerGetAndResetLayerGroupIterationStats(managerObj, stats, capacity, needed))
 }
 
+// kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats is the export of kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats (ABI version 2).
+//
+//export kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats
+func kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats(manager C.kvcm_manager, stats *C.kvcm_ssm_snapshot_iteration_stats, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if needed != nil {
+		*needed = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if stats == nil && capacity != 0 {
+		return argStatus(kvcmFn, "stats", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if needed == nil {
+		return argStatus(kvcmFn, "needed", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerGetAndResetSsmSnapshotIterationStats(managerObj, stats, capacity, needed))
+}
+
 // kvcm_manager_get_buffer_location is the export of kvcm_manager_get_buffer_location (ABI version 1).
 //
 //export kvcm_manager_get_buffer_location
@@ -1887,6 +2254,35 @@ func kvcm_manager_get_quota(manager C.kvcm_manager, level C.kvcm_cache_level, ou
 	return statusOf(kvcmFn, glueManagerGetQuota(managerObj, level, out))
 }
 
+// kvcm_manager_get_scratch_pages_per_block is the export of kvcm_manager_get_scratch_pages_per_block (ABI version 2).
+//
+//export kvcm_manager_get_scratch_pages_per_block
+func kvcm_manager_get_scratch_pages_per_block(manager C.kvcm_manager, layer_id C.int32_t, role *C.kvcm__const_char, out *C.int64_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_get_scratch_pages_per_block"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if role == nil {
+		return argStatus(kvcmFn, "role", "must not be NULL")
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerGetScratchPagesPerBlock(managerObj, layer_id, role, out))
+}
+
 // kvcm_manager_get_stats is the export of kvcm_manager_get_stats (ABI version 1).
 //
 //export kvcm_manager_get_stats
@@ -1966,6 +2362,32 @@ func kvcm_manager_get_tokens_per_block(manager C.kvcm_manager, out *C.int32_t) (
 		return st
 	}
 	return statusOf(kvcmFn, glueManagerGetTokensPerBlock(managerObj, out))
+}
+
+// kvcm_manager_need_adjustment is the export of kvcm_manager_need_adjustment (ABI version 2).
+//
+//export kvcm_manager_need_adjustment
+func kvcm_manager_need_adjustment(manager C.kvcm_manager, out *C.bool) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_need_adjustment"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = false
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerNeedAdjustment(managerObj, out))
 }
 
 // kvcm_manager_probe_first_new_block_key is the export of kvcm_manager_probe_first_new_block_key (ABI version 2).
@@ -2170,6 +2592,46 @@ func kvcm_manager_resize_level(manager C.kvcm_manager, level C.kvcm_cache_level,
 		return st
 	}
 	return statusOf(kvcmFn, glueManagerResizeLevel(managerObj, level, quota))
+}
+
+// kvcm_planned_drop_destroy is the export of kvcm_planned_drop_destroy (ABI version 2).
+//
+//export kvcm_planned_drop_destroy
+func kvcm_planned_drop_destroy(drop C.kvcm_planned_drop) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_planned_drop_destroy"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	dropObj, st := lookupPlannedDrop(kvcmFn, "drop", drop)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, gluePlannedDropDestroy(dropObj))
+}
+
+// kvcm_planned_drop_drop is the export of kvcm_planned_drop_drop (ABI version 2).
+//
+//export kvcm_planned_drop_drop
+func kvcm_planned_drop_drop(drop C.kvcm_planned_drop) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_planned_drop_drop"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	dropObj, st := lookupPlannedDrop(kvcmFn, "drop", drop)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, gluePlannedDropDrop(dropObj))
 }
 
 // kvcm_stream_alloc_memory is the export of kvcm_stream_alloc_memory (ABI version 1).

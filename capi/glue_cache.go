@@ -125,6 +125,34 @@ func glueKVCacheCommit(c *kvCacheObj, tokens *C.kvcm__const_kvcm_token, n C.size
 	return c.Commit(ts, bool(isEnd))
 }
 
+func glueKVCacheCommitBeamSearch(c *kvCacheObj, tokens *C.kvcm__const_kvcm_token, n C.size_t, indices *C.kvcm__const_int32_t, numIndices C.size_t, isEnd C.bool) error {
+	ts, err := goTokens(tokens, n, "tokens")
+	if err != nil {
+		return err
+	}
+	var parents []int
+	if indices != nil {
+		is, err := cArray(indices, numIndices, "beam_search_indices")
+		if err != nil {
+			return err
+		}
+		parents = make([]int, len(is))
+		for i, p := range is {
+			parents[i] = int(p)
+		}
+	}
+	return c.CommitBeamSearch(ts, parents, bool(isEnd))
+}
+
+func glueKVCacheGetBeamWidth(c *kvCacheObj, out *C.int32_t) error {
+	*out = C.int32_t(c.Core().BeamWidth())
+	return nil
+}
+
+func glueKVCacheSetBeamWidth(c *kvCacheObj, width C.int32_t) error {
+	return c.Core().SetBeamWidth(int(width))
+}
+
 func glueKVCacheStopCommitting(c *kvCacheObj) error {
 	c.StopCommitting()
 	return nil
@@ -170,6 +198,29 @@ func glueKVCacheGetBasePageIndices(c *kvCacheObj, lg C.kvcm_layer_group_id, indi
 		return err
 	}
 	return fill(idx, indices, capacity, needed, func(i int32) C.int32_t { return C.int32_t(i) })
+}
+
+func glueKVCacheGetBeamBasePageIndices(c *kvCacheObj, lg C.kvcm_layer_group_id, beam C.int32_t, indices *C.int32_t, capacity C.size_t, needed *C.size_t) error {
+	idx, err := c.Core().BasePageIndicesOfBeam(layout.LayerGroupID(lg), int(beam))
+	if err != nil {
+		return err
+	}
+	return fill(idx, indices, capacity, needed, func(i int32) C.int32_t { return C.int32_t(i) })
+}
+
+func glueKVCacheGetSsmBlockBaseIndex(c *kvCacheObj, lg C.kvcm_layer_group_id, out *C.int32_t) error {
+	s, err := c.Core().SsmBlockBaseIndex(layout.LayerGroupID(lg))
+	if err != nil {
+		return err
+	}
+	*out = C.int32_t(s)
+	return nil
+}
+
+func glueKVCacheGetReuseDiagnostics(c *kvCacheObj, out *C.kvcm_reuse_diagnostics) error {
+	d := c.Core().ReuseDiagnostics()
+	*out = C.kvcm_reuse_diagnostics{content_tokens: C.int64_t(d.ContentTokens), attention_tokens: C.int64_t(d.AttentionTokens)}
+	return nil
 }
 
 func glueKVCacheGetStats(c *kvCacheObj, out *C.kvcm_block_stats) error {

@@ -8,6 +8,7 @@ package capi
 import "C"
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -129,11 +130,33 @@ func goConfigV2(c *C.kvcm__const_kvcm_manager_config, cfg *config.Config) error 
 	cfg.BlockKey = goBlockKey(c.block_key)
 	cfg.TextOnly = bool(c.text_only)
 	cfg.CommitMinSnapshot = bool(c.commit_min_snapshot)
+	cfg.MaxSsmSlots = int64(c.max_ssm_slots)
+	ssm, err := cArray(c.ssm_layers, c.num_ssm_layers, "config.ssm_layers")
+	if err != nil {
+		return err
+	}
+	for i, l := range ssm {
+		sl := config.SsmLayerConfig{LayerID: int32(l.layer_id)}
+		bufs, err := cArray(l.buffers, l.num_buffers, fmt.Sprintf("config.ssm_layers[%d].buffers", i))
+		if err != nil {
+			return err
+		}
+		for j, b := range bufs {
+			if b.role == nil {
+				return argError(fmt.Sprintf("config.ssm_layers[%d].buffers[%d].role", i, j), "is NULL")
+			}
+			sl.Buffers = append(sl.Buffers, config.BufferConfig{Role: config.DataRole(C.GoString(b.role)), Size: int64(b.size)})
+		}
+		cfg.SsmLayers = append(cfg.SsmLayers, sl)
+	}
 	cfg.RebalanceMinSampledKVCaches = int64(c.rebalance_min_sampled_kv_caches)
 	cfg.RebalanceCooldownSecs = float64(c.rebalance_cooldown_secs)
 	cfg.RebalanceTargetRatioUpdateInterval = int64(c.rebalance_target_ratio_update_interval)
 	cfg.RebalanceRatioThreshold = float64(c.rebalance_ratio_threshold)
 	cfg.RebalanceMovingAverageDecay = float64(c.rebalance_moving_average_decay)
+	if c.swa_scratch_reuse {
+		cfg.SwaScratchReuse = &config.SwaScratchReuseConfig{MaxRewindLen: int(c.swa_scratch_max_rewind_len)}
+	}
 	if c.disk_persistent {
 		// On the last local tier, the disk tier when there is one:
 		// config.Validate names any other as cache_tiers[i].persistent.
@@ -538,6 +561,32 @@ func glueManagerGetAndResetLayerGroupIterationStats(mgr *managerObj, stats *C.kv
 			}
 			lg++
 			return out
+		})
+}
+
+func glueManagerGetAndResetSsmSnapshotIterationStats(mgr *managerObj, stats *C.kvcm_ssm_snapshot_iteration_stats, capacity C.size_t, needed *C.size_t) error {
+	m := mgr.Core()
+	type entry struct {
+		lg layout.LayerGroupID
+		s  core.SsmSnapshotStats
+	}
+	entries := func(byLG map[layout.LayerGroupID]core.SsmSnapshotStats) []entry {
+		out := make([]entry, 0, len(byLG))
+		for lg, s := range byLG {
+			out = append(out, entry{lg, s})
+		}
+		slices.SortFunc(out, func(a, b entry) int { return cmp.Compare(a.lg, b.lg) })
+		return out
+	}
+	return fillReset(len(m.SsmSnapshotIterationStats()), stats, capacity, needed,
+		func() []entry { return entries(m.GetAndResetSsmSnapshotIterationStats()) },
+		func(e entry) C.kvcm_ssm_snapshot_iteration_stats {
+			return C.kvcm_ssm_snapshot_iteration_stats{
+				layer_group: C.kvcm_layer_group_id(e.lg), snapshot_lookups: C.int64_t(e.s.Lookups),
+				snapshot_hits: C.int64_t(e.s.Hits), snapshot_misses: C.int64_t(e.s.Misses),
+				reused_tokens: C.int64_t(e.s.ReusedTokens), unreused_tokens: C.int64_t(e.s.UnreusedTokens),
+				aligned_snapshot_hits: C.int64_t(e.s.AlignedHits), unaligned_snapshot_hits: C.int64_t(e.s.UnalignedHits),
+			}
 		})
 }
 

@@ -11,6 +11,7 @@ import (
 	"runtime/cgo"
 	"sync"
 
+	"github.com/kvcm/kvcm/core"
 	"github.com/kvcm/kvcm/core/abimodel"
 )
 
@@ -94,6 +95,8 @@ func kindOf(v any) string {
 		return "default codec"
 	case *cpObj:
 		return "CP index"
+	case *plannedDropObj:
+		return "planned drop"
 	}
 	return fmt.Sprintf("%T", v)
 }
@@ -108,6 +111,10 @@ type (
 	cpObj struct {
 		handle uint64
 		*abimodel.CPIndex
+	}
+	plannedDropObj struct {
+		handle uint64
+		*core.PlannedDrop
 	}
 	// kvCacheObj's handle is freed when the cache is closed, by
 	// kvcm_kv_cache_close or by its manager's destroy (abimodel's OnClose).
@@ -151,6 +158,10 @@ func lookupManager(fn, arg string, h C.kvcm_manager) (*managerObj, *C.kvcm_statu
 
 func lookupKVCache(fn, arg string, h C.kvcm_kv_cache) (*kvCacheObj, *C.kvcm_status) {
 	return lookup[*kvCacheObj](fn, arg, uint64(h), "KV cache")
+}
+
+func lookupPlannedDrop(fn, arg string, h C.kvcm_planned_drop) (*plannedDropObj, *C.kvcm_status) {
+	return lookup[*plannedDropObj](fn, arg, uint64(h), "planned drop")
 }
 
 func lookupCPIndex(fn, arg string, h C.kvcm_cp_index) (*cpObj, *C.kvcm_status) {

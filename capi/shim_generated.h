@@ -10,6 +10,7 @@
 
 /* Const element types, so that Go exports match the header's const pointers. */
 typedef const char kvcm__const_char;
+typedef const int32_t kvcm__const_int32_t;
 typedef const kvcm_buffer_id kvcm__const_kvcm_buffer_id;
 typedef const kvcm_cold_page_codec kvcm__const_kvcm_cold_page_codec;
 typedef const kvcm_copy_desc kvcm__const_kvcm_copy_desc;
@@ -38,7 +39,7 @@ extern kvcm_status* kvcm__go_stream_enqueue_host_func(kvcm_stream stream, kvcm_h
 #define KVCM__KV_CACHE_OPTIONS_SIZE_V1 80
 #define KVCM__KV_CACHE_OPTIONS_SIZE_V2 129
 #define KVCM__MANAGER_CONFIG_SIZE_V1 112
-#define KVCM__MANAGER_CONFIG_SIZE_V2 224
+#define KVCM__MANAGER_CONFIG_SIZE_V2 256
 
 /* Fields appended after a versioned struct's first version: read one only when it is present. */
 static inline int kvcm__has_cp_manager_backed_options_scope_has_lora_id(const kvcm_cp_manager_backed_options* p) { return p->struct_size >= offsetof(kvcm_cp_manager_backed_options, scope_has_lora_id) + sizeof(p->scope_has_lora_id); }
@@ -63,6 +64,11 @@ static inline int kvcm__has_manager_config_num_constraint_system_prompt_lengths(
 static inline int kvcm__has_manager_config_block_key(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, block_key) + sizeof(p->block_key); }
 static inline int kvcm__has_manager_config_shared_tier(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, shared_tier) + sizeof(p->shared_tier); }
 static inline int kvcm__has_manager_config_disk_persistent(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, disk_persistent) + sizeof(p->disk_persistent); }
+static inline int kvcm__has_manager_config_swa_scratch_reuse(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, swa_scratch_reuse) + sizeof(p->swa_scratch_reuse); }
+static inline int kvcm__has_manager_config_swa_scratch_max_rewind_len(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, swa_scratch_max_rewind_len) + sizeof(p->swa_scratch_max_rewind_len); }
+static inline int kvcm__has_manager_config_ssm_layers(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, ssm_layers) + sizeof(p->ssm_layers); }
+static inline int kvcm__has_manager_config_num_ssm_layers(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, num_ssm_layers) + sizeof(p->num_ssm_layers); }
+static inline int kvcm__has_manager_config_max_ssm_slots(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, max_ssm_slots) + sizeof(p->max_ssm_slots); }
 static inline int kvcm__has_manager_config_buffer_tokens_per_block_overrides(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, buffer_tokens_per_block_overrides) + sizeof(p->buffer_tokens_per_block_overrides); }
 static inline int kvcm__has_manager_config_num_buffer_tokens_per_block_overrides(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, num_buffer_tokens_per_block_overrides) + sizeof(p->num_buffer_tokens_per_block_overrides); }
 

@@ -106,7 +106,7 @@ func (m *Manager) initColdLevels(weights []float64) error {
 		if err != nil {
 			return &config.Error{Field: fmt.Sprintf("cache_tiers[%d].quota", i), Msg: err.Error()}
 		}
-		lvl := &storageLevel{index: i, kind: tier.Kind, quota: tier.Quota, lcMap: m.lt.Levels[i].LifeCycleToGroup}
+		lvl := &storageLevel{index: i, kind: tier.Kind, quota: tier.Quota, lcMap: m.lt.Levels[i].LifeCycleToGroup, nodes: &m.nodes}
 		m.levels = append(m.levels, lvl)
 		for gi, gl := range m.lt.Levels[i].Groups {
 			var g *slotGroup

@@ -51,6 +51,9 @@ func (m *Manager) initBlobFormat() error {
 				l.Buffers = append(l.Buffers, blob.Buffer{Layer: b.Layer, Role: string(b.Role), Bytes: p.BufferBytes})
 			}
 		}
+		if lc.Window.SSM {
+			l.Window = -1 // an SSM state is no attention window's page
+		}
 		m.blobFP[i] = l.Fingerprint()
 	}
 	return nil
@@ -62,10 +65,10 @@ func (m *Manager) blobHeader(p *page, tag uint64) blob.Header {
 	h := blob.Header{Fingerprint: m.blobFP[p.lc], LifeCycle: uint32(p.lc), Tag: tag}
 	if n := p.node; n != nil {
 		h.Key = uint64(n.key)
-		if n.parent != nil {
-			h.Parent = uint64(n.parent.key)
+		if par := m.parentOf(n); par != nil {
+			h.Parent = uint64(par.key)
 		}
-		h.Tokens = append([]int32(nil), n.tokens...) // the node may go before the write runs
+		h.Tokens = append([]int32(nil), m.tokensOf(n)...) // the node may go before the write runs
 	}
 	return h
 }

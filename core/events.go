@@ -1,6 +1,8 @@
 package core
 
 import (
+	"slices"
+
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/layout"
@@ -42,11 +44,11 @@ type CacheEvent struct {
 	Kind   EventKind
 	Key    blockhash.Key
 	Parent blockhash.Key
-	// Tokens of a stored block (shared with the tree: do not modify).
+	// Tokens of a stored block (the listener's copy).
 	Tokens []config.Token
 	// Digests are a stored block's multimodal digest tokens, positions in
-	// Tokens (which hold 0 there); nil for a text block. Shared with the
-	// tree: do not modify.
+	// Tokens (which hold 0 there); nil for a text block (the listener's
+	// copy).
 	Digests []blockhash.DigestAt
 	// CacheID is the cache whose commit stored the block; 0 for other kinds.
 	CacheID uint64
@@ -90,14 +92,21 @@ func (m *Manager) emit(e CacheEvent) {
 }
 
 func (m *Manager) emitStored(n *node, cache uint64) {
-	pr := n.blockPriority()
-	m.emit(CacheEvent{Kind: BlockStored, Key: n.key, Parent: n.parent.key, Tokens: n.tokens, Digests: n.digests, CacheID: cache,
-		Priority: pr, OldPriority: pr})
+	if len(m.listeners) == 0 {
+		return
+	}
+	pr := m.blockPriority(n)
+	// Copied: the node's tokens are reused once it is pruned.
+	m.emit(CacheEvent{Kind: BlockStored, Key: n.key, Parent: m.parentOf(n).key, Tokens: slices.Clone(m.tokensOf(n)),
+		Digests: slices.Clone(m.digestsOf(n)), CacheID: cache, Priority: pr, OldPriority: pr})
 }
 
 func (m *Manager) emitRemoved(n *node) {
-	pr := n.blockPriority()
-	m.emit(CacheEvent{Kind: BlockRemoved, Key: n.key, Parent: n.parent.key, Priority: pr, OldPriority: pr})
+	if len(m.listeners) == 0 {
+		return
+	}
+	pr := m.blockPriority(n)
+	m.emit(CacheEvent{Kind: BlockRemoved, Key: n.key, Parent: m.parentOf(n).key, Priority: pr, OldPriority: pr})
 }
 
 // emitMoved reports that p moved from level from to its level now.
@@ -109,21 +118,28 @@ func (m *Manager) emitMoved(p *page, from int) {
 }
 
 func (m *Manager) emitUpdated(n *node, lc layout.LayerGroupID, from, to layout.CacheLevel) {
-	m.emit(CacheEvent{Kind: BlockUpdated, Key: n.key, Parent: n.parent.key, LayerGroup: lc, Level: to, OldLevel: from,
-		Priority: n.priority[lc], OldPriority: n.priority[lc]})
+	if len(m.listeners) == 0 {
+		return
+	}
+	pr := m.prioOf(n)[lc]
+	m.emit(CacheEvent{Kind: BlockUpdated, Key: n.key, Parent: m.parentOf(n).key, LayerGroup: lc, Level: to, OldLevel: from,
+		Priority: pr, OldPriority: pr})
 }
 
 // emitPriority reports that the priority of the stored block n's page of lc
 // went from old to its priority now.
 func (m *Manager) emitPriority(n *node, lc layout.LayerGroupID, old int) {
-	m.emit(CacheEvent{Kind: BlockPriorityUpdated, Key: n.key, Parent: n.parent.key, LayerGroup: lc,
-		Priority: n.priority[lc], OldPriority: old})
+	if len(m.listeners) == 0 {
+		return
+	}
+	m.emit(CacheEvent{Kind: BlockPriorityUpdated, Key: n.key, Parent: m.parentOf(n).key, LayerGroup: lc,
+		Priority: m.prioOf(n)[lc], OldPriority: old})
 }
 
 // emitDropped reports that n lost its page of lc: the block is gone when it
 // has no page left, else only that layer group's page is.
 func (m *Manager) emitDropped(n *node, lc layout.LayerGroupID, from layout.CacheLevel) {
-	if n.hasPages() {
+	if m.hasPages(n) {
 		m.emitUpdated(n, lc, from, DroppedLevel)
 		return
 	}

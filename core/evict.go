@@ -1,7 +1,6 @@
 package core
 
 import (
-	"container/heap"
 	"fmt"
 
 	"github.com/kvcm/kvcm/core/config"
@@ -22,7 +21,7 @@ func (m *Manager) fitAt(li int, pages []*page) []*page {
 	for _, p := range pages {
 		g := lvl.groupOf(p.lc)
 		if _, ok := room[g]; !ok {
-			room[g] = len(g.free) + len(g.victims)
+			room[g] = g.free.len() + len(g.victims)
 		}
 		if room[g] > 0 {
 			room[g]--
@@ -40,10 +39,10 @@ func (m *Manager) fitAt(li int, pages []*page) []*page {
 // free and evictable slots of a group cannot cover its need, and otherwise
 // with an error naming why the victims could not leave.
 func (m *Manager) reserveAt(li int, n need) error {
-	for g, k := range n {
-		if avail := len(g.free) + len(g.victims); avail < k {
+	for _, x := range n {
+		if g, k := x.g, x.k; g.free.len()+len(g.victims) < k {
 			return fmt.Errorf("%w: %v pool group %d needs %d slots, %d free and %d evictable of %d",
-				ErrOutOfPages, g.level.kind, g.desc.Index, k, len(g.free), len(g.victims), g.numSlots)
+				ErrOutOfPages, g.level.kind, g.desc.Index, k, g.free.len(), len(g.victims), g.numSlots)
 		}
 	}
 	var causes []error
@@ -53,13 +52,18 @@ func (m *Manager) reserveAt(li int, n need) error {
 			v.refresh()
 		}
 	}()
+	lvl := m.levels[li]
 	for {
-		var victims []*page
-		for g, k := range n {
-			for taken := 0; len(g.free)+taken < k && len(g.victims) > 0; taken++ {
-				victims = append(victims, heap.Pop(&g.victims).(*page))
+		// The level's scratch: a migration down reserves on colder
+		// levels only.
+		victims := lvl.victimScratch[:0]
+		for _, x := range n {
+			g, k := x.g, x.k
+			for taken := 0; g.free.len()+taken < k && len(g.victims) > 0; taken++ {
+				victims = append(victims, g.victims.pop())
 			}
 		}
+		lvl.victimScratch = victims
 		if len(victims) == 0 {
 			break
 		}
@@ -86,14 +90,14 @@ func (m *Manager) reserveAt(li int, n need) error {
 				m.stats.onEvict()
 			default:
 				if v.heapIdx >= 0 {
-					heap.Remove(&v.group.victims, v.heapIdx)
+					v.group.victims.remove(v.heapIdx)
 				}
 				stuck = append(stuck, v)
 			}
 		}
 	}
-	for g, k := range n {
-		if len(g.free) < k {
+	for _, x := range n {
+		if g, k := x.g, x.k; g.free.len() < k {
 			why := "the next level could not take the held pages"
 			if len(causes) > 0 {
 				return fmt.Errorf("%w: %v pool group %d needs %d slots; %s: %w",
@@ -106,15 +110,31 @@ func (m *Manager) reserveAt(li int, n need) error {
 }
 
 // need counts slots to take per group of one level.
-type need map[*slotGroup]int
+type need []groupNeed
+
+type groupNeed struct {
+	g *slotGroup
+	k int
+}
+
+// add counts k more slots of g.
+func (n need) add(g *slotGroup, k int) need {
+	for i := range n {
+		if n[i].g == g {
+			n[i].k += k
+			return n
+		}
+	}
+	return append(n, groupNeed{g, k})
+}
 
 // drop removes an unreferenced tree page from storage and from its node.
 func (m *Manager) drop(p *page) {
 	if p.heapIdx >= 0 {
-		heap.Remove(&p.group.victims, p.heapIdx)
+		p.group.victims.remove(p.heapIdx)
 	}
 	n := p.node
-	n.pages[p.lc] = nil
+	m.pagesOf(n)[p.lc] = nil
 	from := layout.CacheLevel(p.level())
 	if p.group.level.kind == config.HostTier {
 		st := &m.stats.lc[p.lc]
@@ -123,8 +143,9 @@ func (m *Manager) drop(p *page) {
 	}
 	p.group.release(p)
 	p.node, p.inflight = nil, nil
+	m.pages.release(p)
 	m.emitDropped(n, p.lc, from)
-	if !n.hasPages() {
+	if !m.hasPages(n) {
 		m.prune = append(m.prune, n)
 	}
 }

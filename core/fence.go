@@ -82,6 +82,12 @@ func (p *eventPool) close() {
 // every read of it since.
 type fence []*sharedEvent
 
+// fenceQueryMin is how many pages a cache event must fence before it is
+// queried first: an event already complete (the stream had caught up when it
+// was recorded) orders nothing, so no fence needs it, and one query costs
+// less than that many fence entries.
+const fenceQueryMin = 16
+
 // fencePruneAt is the fence size from which add drops completed events:
 // querying on every add would cost more than the waits saved.
 const fencePruneAt = 4

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"testing"
@@ -44,6 +45,34 @@ func FuzzSessions(f *testing.F) {
 		})
 		defer watchdog.Stop()
 		s := newSession(t, data)
+		if os.Getenv("KVCM_FUZZ_TRACE") != "" {
+			defer func() { t.Logf("config: %+v\ncalls:\n  %s", s.cfg, joinLines(s.ops)) }()
+		}
+		s.run()
+	})
+}
+
+// FuzzBeamSessions is FuzzSessions with beam search steps among the calls:
+// beam width changes and commits that reorder the beams (beam 0 always keeps
+// its own history, the one the harness writes and verifies), so the page
+// bookkeeping of forked, reordered and unified beams is checked after every
+// call, under the same faults, eviction and cold tiers.
+func FuzzBeamSessions(f *testing.F) {
+	// Every byte is drawn from the op codes that build up beams (create,
+	// resume, advance, commit, suspend, verify, beam steps), so whatever
+	// position a byte is read at, the session reaches beam search states.
+	codes := []byte{0, 2, 3, 3, 3, 5, 6, 12, 14, 14, 14, 14 + 15, 14 + 30}
+	rng := rand.New(rand.NewPCG(13, 13))
+	for range 12 {
+		seed := make([]byte, 4*maxOps)
+		for i := range seed {
+			seed[i] = codes[rng.IntN(len(codes))]
+		}
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s := newSession(t, data)
+		s.beams = true
 		if os.Getenv("KVCM_FUZZ_TRACE") != "" {
 			defer func() { t.Logf("config: %+v\ncalls:\n  %s", s.cfg, joinLines(s.ops)) }()
 		}
@@ -96,6 +125,8 @@ type session struct {
 	caches   []*hcache
 	closed   []*core.KVCache
 	ops      []string
+	// beams adds beam search steps to the calls (FuzzBeamSessions).
+	beams bool
 }
 
 // hcache is the harness's view of one cache.
@@ -316,7 +347,11 @@ func (s *session) pick(which int) *hcache {
 
 func (s *session) step() {
 	op, a, b, which := s.in.byte(), s.in.byte(), s.in.byte(), s.in.byte()
-	switch op % 14 {
+	ops := 14
+	if s.beams {
+		ops++
+	}
+	switch op % ops {
 	case 0, 1:
 		s.create(a, b, which)
 	case 2:
@@ -366,6 +401,42 @@ func (s *session) step() {
 		if h := s.pick(which); h != nil {
 			s.call(fmt.Sprintf("stop committing %d", h.c.ID()), func() error { h.c.StopCommitting(); h.ended = true; return nil })
 		}
+	case 14:
+		if h := s.pick(which); h != nil {
+			s.beam(h, a, b)
+		}
+	}
+}
+
+// beam runs a beam search step: a new beam width, or a commit whose
+// beam_search_indices reorder the beams other than beam 0. A failed call
+// must change neither the width nor the committed tokens.
+func (s *session) beam(h *hcache, a, b int) {
+	width := h.c.BeamWidth()
+	if a%2 == 0 {
+		w := 1 + b%3
+		err := s.call(fmt.Sprintf("beam width %d: %d to %d", h.c.ID(), width, w), func() error { return h.c.SetBeamWidth(w) })
+		if got := h.c.BeamWidth(); err == nil && got != w || err != nil && got != width {
+			s.failf("cache %d: beam width %d after SetBeamWidth(%d) from %d: %v", h.c.ID(), got, w, width, err)
+		}
+		return
+	}
+	parents := make([]int, width)
+	for j := 1; j < width; j++ {
+		parents[j] = (b >> j) % width
+	}
+	n := min(a%(2*s.cfg.TokensPerBlock+1), h.history-h.committed)
+	err := s.call(fmt.Sprintf("commit %d: %d tokens at %d, beams %v", h.c.ID(), n, h.committed, parents), func() error {
+		return h.c.CommitBeamSearch(h.seq[h.committed:h.committed+n], parents, false)
+	})
+	if err == nil {
+		if h.ended {
+			s.failf("cache %d: commit after stop_committing/is_end succeeded", h.c.ID())
+		}
+		h.committed += n
+	}
+	if got := h.c.BeamWidth(); got != width {
+		s.failf("cache %d: beam width %d after a commit at width %d", h.c.ID(), got, width)
 	}
 }
 

@@ -3,7 +3,6 @@ package core
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"testing"
 
@@ -16,9 +15,12 @@ import (
 
 // CheckInvariants checks the manager's bookkeeping at a return point (no
 // call in progress) and returns every violation found:
-//   - every live cache has committed ≤ history ≤ capacity and one block per
-//     capacity block, holds a page exactly where its layer group needs one,
-//     and its pages are on the GPU level while it is ACTIVE;
+//   - every live cache has committed ≤ history ≤ capacity, its tail the
+//     tokens of its last incomplete block, and one block per capacity block,
+//     holds a page exactly where its layer group needs one (in every beam),
+//     and its pages are on the GPU level while it is ACTIVE; no two beams
+//     share a page of a block holding a position at or past the history
+//     length, and a committed block has one page for all beams;
 //   - every slot of every pool group is free or owned by exactly one page,
 //     and the owner's group and slot agree; free slots are distinct;
 //   - every page's active and held counts are the references of the ACTIVE
@@ -55,6 +57,9 @@ func (m *Manager) CheckInvariants(closed ...*KVCache) error {
 		if n := c.committed; !(n <= c.history && c.history <= c.capacity) {
 			fail("cache %d: committed %d, history %d, capacity %d", c.id, n, c.history, c.capacity)
 		}
+		if len(c.tail) != c.committed%m.cfg.TokensPerBlock {
+			fail("cache %d: %d tokens in its last block, %d committed", c.id, len(c.tail), c.committed)
+		}
 		if got, w := len(c.blocks), m.lt.BlocksFor(c.capacity); got != w {
 			fail("cache %d: %d blocks for capacity %d (want %d)", c.id, got, c.capacity, w)
 		}
@@ -67,36 +72,50 @@ func (m *Manager) CheckInvariants(closed ...*KVCache) error {
 				fail("cache %d block %d: %d pages for %d layer groups", c.id, b, len(cb.pages), len(m.lt.LifeCycles))
 				continue
 			}
-			for lc, p := range cb.pages {
-				needs := m.lt.Needs(layout.LayerGroupID(lc), b, c.history)
-				switch {
-				case p == nil && needs:
-					fail("cache %d block %d layer group %d: needed but has no page", c.id, b, lc)
-				case p != nil && !needs:
-					fail("cache %d block %d layer group %d: keeps a page it does not need", c.id, b, lc)
-				}
-				if p == nil {
-					continue
-				}
-				if p.group == nil {
-					fail("cache %d block %d layer group %d: references a freed page", c.id, b, lc)
-					continue
-				}
-				if int(p.lc) != lc {
-					fail("cache %d block %d layer group %d: page of layer group %d", c.id, b, lc, p.lc)
-				}
-				if c.status == Active && p.level() != 0 {
-					fail("cache %d block %d layer group %d: ACTIVE with a page on level %d", c.id, b, lc, p.level())
-				}
-				r := want[p]
-				if r == nil {
-					r = &refs{}
-					want[p] = r
-				}
-				if c.status == Active {
-					r.active++
-				} else {
-					r.held++
+			if cb.beams != nil && (len(cb.beams) != c.beamWidth()-1 || cb.node != nil) {
+				fail("cache %d block %d: %d beam rows for beam width %d (committed: %v)",
+					c.id, b, len(cb.beams), c.beamWidth(), cb.node != nil)
+				continue
+			}
+			for k := range c.beamWidth() {
+				row := cb.beamPages(k)
+				for lc, p := range row {
+					if p != nil && k > 0 && !cb.firstOf(k, lc) {
+						if (b+1)*m.cfg.TokensPerBlock > c.history {
+							fail("cache %d block %d layer group %d: beam %d shares a page it writes into", c.id, b, lc, k)
+						}
+						continue // counted once, at the first beam that sees it
+					}
+					needs := m.lt.Needs(layout.LayerGroupID(lc), b, c.history)
+					switch {
+					case p == nil && needs:
+						fail("cache %d block %d layer group %d: needed but has no page", c.id, b, lc)
+					case p != nil && !needs:
+						fail("cache %d block %d layer group %d: keeps a page it does not need", c.id, b, lc)
+					}
+					if p == nil {
+						continue
+					}
+					if p.group == nil {
+						fail("cache %d block %d layer group %d: references a freed page", c.id, b, lc)
+						continue
+					}
+					if int(p.lc) != lc {
+						fail("cache %d block %d layer group %d: page of layer group %d", c.id, b, lc, p.lc)
+					}
+					if c.status == Active && p.level() != 0 {
+						fail("cache %d block %d layer group %d: ACTIVE with a page on level %d", c.id, b, lc, p.level())
+					}
+					r := want[p]
+					if r == nil {
+						r = &refs{}
+						want[p] = r
+					}
+					if c.status == Active {
+						r.active++
+					} else {
+						r.held++
+					}
 				}
 			}
 		}
@@ -125,16 +144,24 @@ func (m *Manager) CheckInvariants(closed ...*KVCache) error {
 				fail("%s: %d slots, capacity %d", where, g.numSlots, g.capacity)
 			}
 			isFree := make([]bool, g.numSlots)
-			for _, s := range g.free {
+			nfree := 0
+			g.free.each(func(s int32) {
+				nfree++
 				switch {
 				case s < 0 || int64(s) >= g.numSlots:
 					fail("%s: free slot %d out of [0, %d)", where, s, g.numSlots)
-				case isFree[s]:
-					fail("%s: slot %d free twice", where, s)
 				case g.owner[s] != nil:
 					fail("%s: slot %d free and owned", where, s)
 				default:
 					isFree[s] = true
+				}
+			})
+			if nfree != g.free.len() {
+				fail("%s: %d free slots, counted %d", where, nfree, g.free.len())
+			}
+			for w, word := range g.free.bits {
+				if (word != 0) != (g.free.summary[w/64]&(1<<(w%64)) != 0) {
+					fail("%s: free-slot summary wrong for slots %d to %d", where, w*64, w*64+63)
 				}
 			}
 			for s, p := range g.owner {
@@ -168,14 +195,14 @@ func (m *Manager) CheckInvariants(closed ...*KVCache) error {
 				if p.inflight != nil && !slices.Contains(m.pending, p.inflight) {
 					fail("%s: moved by a transaction that is not pending", at)
 				}
-				inTree := p.node != nil && p.node.pages[p.lc] == p
+				inTree := p.node != nil && m.pagesOf(p.node)[p.lc] == p
 				if p.node != nil && !inTree {
 					fail("%s: page names a node that does not hold it", at)
 				}
 				if !inTree && r.active == 0 && r.held == 0 {
 					fail("%s: leaked: neither in the tree nor referenced by a cache", at)
 				}
-				inHeap := p.heapIdx >= 0 && p.heapIdx < len(g.victims) && g.victims[p.heapIdx] == p
+				inHeap := p.heapIdx >= 0 && p.heapIdx < len(g.victims) && g.victims[p.heapIdx].p == p
 				if p.heapIdx >= 0 && !inHeap {
 					fail("%s: heap index %d does not point at the page", at, p.heapIdx)
 				}
@@ -183,9 +210,14 @@ func (m *Manager) CheckInvariants(closed ...*KVCache) error {
 					fail("%s: evictable %v but in the victim heap %v", at, ev, inHeap)
 				}
 			}
-			for i, p := range g.victims {
-				if p.group != g || p.heapIdx != i {
+			for i, v := range g.victims {
+				if p := v.p; p.group != g || p.heapIdx != i {
 					fail("%s: victim %d is in group %p at heap index %d", where, i, p.group, p.heapIdx)
+				} else if v != p.victimKey() {
+					fail("%s: victim %d is ordered by a stale priority, depth or release time", where, i)
+				}
+				if i > 0 && g.victims.less(i, (i-1)/2) {
+					fail("%s: victim %d comes before its parent in the heap", where, i)
 				}
 			}
 		}
@@ -195,13 +227,27 @@ func (m *Manager) CheckInvariants(closed ...*KVCache) error {
 			fail("a page referenced by a cache owns no slot")
 		}
 	}
+	for p := range m.lostBy {
+		if _, ok := owners[p]; !ok || !p.lost {
+			fail("a failure is kept for a page that is not a lost page owning a slot")
+		}
+	}
+	if live := m.pages.next - len(m.pages.free) - len(m.pages.dead); live != len(owners) {
+		fail("page store: %d pages live, %d own slots (leaked or freed twice)", live, len(owners))
+	}
 
+	seen := map[nodeID]bool{}
 	var walk func(n *node)
 	walk = func(n *node) {
+		if seen[n.id] {
+			fail("node at depth %d: reached twice", n.depth)
+			return
+		}
+		seen[n.id] = true
 		if got := chains[n]; n.users != got {
 			fail("node at depth %d: %d users, %d caches chained to it", n.depth, n.users, got)
 		}
-		for lc, p := range n.pages {
+		for lc, p := range m.pagesOf(n) {
 			if p == nil {
 				continue
 			}
@@ -215,36 +261,54 @@ func (m *Manager) CheckInvariants(closed ...*KVCache) error {
 				fail("node at depth %d layer group %d: its page owns no slot", n.depth, lc)
 			}
 		}
-		full := maps.Clone(n.children)
-		if c := n.child0; c != nil {
-			if _, dup := full[c.key]; dup {
-				fail("node at depth %d: its inline child is in its child map too", n.depth)
-			}
-			if full == nil {
-				full = map[blockhash.Key]*node{}
-			}
-			full[c.key] = c
-		}
-		for k, c := range full {
-			if c.parent != n || c.key != k || c.depth != n.depth+1 {
+		full, last := 0, nodeID(0)
+		for id := n.first; id != 0; id = m.nodes.at(id).next {
+			c := m.nodes.at(id)
+			if c.id != id || c.parent != n.id || c.prev != last || c.depth != n.depth+1 {
 				fail("node at depth %d: child linked inconsistently", n.depth)
-				continue
+				return
+			}
+			last = id
+			if !c.isPartial(m.cfg.TokensPerBlock) {
+				full++
+				if m.child(n, c.key) != c {
+					fail("node at depth %d: a full child is not found by its key", n.depth)
+				}
 			}
 			walk(c)
 		}
-		for _, c := range n.partials {
-			if c.parent != n {
-				fail("node at depth %d: partial child linked inconsistently", n.depth)
-				continue
+		if last != n.last {
+			fail("node at depth %d: its last child is not the end of its list", n.depth)
+		}
+		inline := 0
+		if n.child0 != 0 {
+			inline = 1
+			if c := m.nodes.at(n.child0); c.parent != n.id || c.isPartial(m.cfg.TokensPerBlock) {
+				fail("node at depth %d: its inline child is not a full child of it", n.depth)
 			}
-			walk(c)
+		}
+		if full != inline+int(n.nkids) {
+			fail("node at depth %d: %d full children, %d inline and %d in the map", n.depth, full, inline, n.nkids)
 		}
 	}
 	for k, r := range m.roots {
-		if r.key != k || r.parent != nil || r.hasPages() {
+		if r.key != k || r.parent != 0 || m.hasPages(r) {
 			fail("root %x: inconsistent", k)
 		}
 		walk(r)
+	}
+	for k, id := range m.nodes.kids {
+		if c := m.nodes.at(id); c.id != id || c.parent != k.parent || c.key != k.key || !seen[id] {
+			fail("child map entry %x of node %d names no child in the tree", k.key, k.parent)
+		}
+	}
+	for id, dg := range m.nodes.digests {
+		if !seen[id] || len(dg) == 0 {
+			fail("digest table entry of node %d names no node in the tree, or no digests", id)
+		}
+	}
+	if live := int(m.nodes.next) - 1 - len(m.nodes.free); live != len(seen) {
+		fail("node store: %d nodes live, %d in the tree (leaked or freed twice)", live, len(seen))
 	}
 	for n, k := range chains {
 		if n.users < k {
@@ -279,12 +343,10 @@ func TestCheckInvariantsReportsBrokenBookkeeping(t *testing.T) {
 	g := f.m.levels[0].groups[0]
 	p := c.blocks[0].pages[0]
 
-	free := g.free
-	g.free = free[:len(free)-1]
+	s := g.free.take()
 	assert.ErrorContains(t, f.m.CheckInvariants(), "neither free nor owned")
-	g.free = free
+	g.free.put(s)
 
-	s := g.free[len(g.free)-1]
 	g.owner[s] = p
 	assert.ErrorContains(t, f.m.CheckInvariants(), "page also owns")
 	g.owner[s] = nil
@@ -296,6 +358,14 @@ func TestCheckInvariantsReportsBrokenBookkeeping(t *testing.T) {
 	p.lost = true
 	assert.ErrorContains(t, f.m.CheckInvariants(), "lost page is reachable from the tree")
 	p.lost = false
+
+	leak := f.m.newNode(nil, 1, nil, nil)
+	assert.ErrorContains(t, f.m.CheckInvariants(), "leaked or freed twice")
+	f.m.freeNode(leak)
+	lost := f.m.pages.alloc()
+	assert.ErrorContains(t, f.m.CheckInvariants(), "pages live")
+	f.m.pages.release(lost)
+	f.m.pages.recycle()
 
 	require.NoError(t, c.Close())
 	assert.NoError(t, f.m.CheckInvariants(c))

@@ -76,11 +76,14 @@ type CacheOptions struct {
 	Priority PriorityFunc
 }
 
-// cacheBlock is one block of a cache: its page per lifecycle (nil where a
-// sliding window released it) and, once registered or reused, its tree node.
+// cacheBlock is one block of a cache: beam 0's page per lifecycle (nil where
+// a sliding window released it) and, once registered or reused, its tree
+// node. beams holds the pages of beams 1.. of a block whose beams do not all
+// see beam 0's pages (see beam.go); it is nil otherwise.
 type cacheBlock struct {
 	pages []*page
 	node  *node
+	beams [][]*page
 }
 
 // KVCache is one request's KV cache. The invariant
@@ -125,14 +128,59 @@ type KVCache struct {
 	// seenLosses is the manager's loss count when the cache last looked.
 	lost       error
 	seenLosses uint64
-	// rows hands out the page rows of new blocks.
-	rows rowChunk
+	// rows is the blocks' page rows, numLC a block for cap(blocks) blocks
+	// (see blockRows).
+	rows []*page
 	// low is, per lifecycle, the block below which every non-sink block has
 	// released its page: Resize visits only blocks from there to the first
 	// one still in the window.
 	low []int
 	// stats is this cache's share of the manager's block counters.
 	stats BlockStats
+	// width is the beam width (0 reads as 1; see beam.go).
+	width int
+	// scratchOn: the cache uses SWA scratch slots (see scratch.go); scratch
+	// holds them per layer group, ACTIVE caches only.
+	scratchOn bool
+	scratch   [][]*page
+	// avgCapacity and avgHistory are the cache's mean capacity and history
+	// length, sampled for pool rebalancing (see rebalance.go).
+	avgCapacity, avgHistory mean
+	// ssm is the cache's SSM state page (one per request, in the SSM layer
+	// group): nil before the first Resume of a cache that reused no
+	// snapshot. ssmShared: ssm is still the reused snapshot, a tree page the
+	// first Resume copies into a private one.
+	ssm       *page
+	ssmShared bool
+	// diag is the reuse match's diagnostics at creation.
+	diag ReuseDiagnostics
+}
+
+// ReuseDiagnostics says how a cache's reuse was cut at creation
+// (KVCacheManagerV2's _get_num_reusable_tokens_before_pruning and
+// _before_hybrid_pruning): ContentTokens are the tokens of the prompt's full
+// blocks the tree holds by content, AttentionTokens those the attention
+// layer groups could reuse (their pages present); the reused tokens are
+// AttentionTokens cut back to the last SSM snapshot with SSM layers, and
+// with partial reuse they may add a partial block. All three are after
+// ReuseMatchBackoff.
+type ReuseDiagnostics struct {
+	ContentTokens, AttentionTokens int
+}
+
+// reserveBlocks makes room for n blocks (see blockRows).
+func (c *KVCache) reserveBlocks(n int) {
+	r := blockRows{c.blocks, c.rows}
+	r.reserve(n, len(c.m.lt.LifeCycles))
+	c.blocks, c.rows = r.blocks, r.rows
+}
+
+// addBlock appends a block without pages, after node (nil: none yet).
+func (c *KVCache) addBlock(n *node) *cacheBlock {
+	r := blockRows{c.blocks, c.rows}
+	cb := r.add(n, len(c.m.lt.LifeCycles))
+	c.blocks, c.rows = r.blocks, r.rows
+	return cb
 }
 
 // CreateKVCache creates a SUSPENDED cache holding the longest reusable cached
@@ -157,24 +205,29 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	c.id = m.nextID
 	// Room for the prompt and a few decoded blocks, so prefill does not grow
 	// the cache's slices again.
-	numLC, promptBlocks := len(m.lt.LifeCycles), m.lt.BlocksFor(len(opts.InputTokens))+4
-	c.blocks = make([]cacheBlock, 0, promptBlocks)
+	promptBlocks := m.lt.BlocksFor(len(opts.InputTokens)) + 4
+	spare := m.spareRows(promptBlocks)
+	c.blocks, c.rows = spare.blocks, spare.rows
+	c.reserveBlocks(promptBlocks)
 
 	// Hold the path first, so making room for a partial copy cannot evict it.
 	full := len(mt.path) * tpb
 	for b, n := range mt.path {
-		cb := cacheBlock{pages: c.rows.row(numLC, promptBlocks, 0), node: n}
-		for lc, p := range n.pages {
+		cb := c.addBlock(n)
+		for lc, p := range m.pagesOf(n) {
 			if m.lt.Needs(layout.LayerGroupID(lc), b, full) {
 				cb.pages[lc] = p
 				m.ref(p, false)
 			}
 		}
-		c.blocks = append(c.blocks, cb)
+	}
+	if snap := mt.snapshot(m); snap != nil {
+		c.ssm, c.ssmShared = snap, true
+		m.ref(snap, false)
 	}
 	if mt.partial != nil {
 		if pages := m.copyPartial(mt.partial); pages != nil {
-			c.blocks = append(c.blocks, cacheBlock{pages: pages})
+			copy(c.addBlock(nil).pages, pages)
 		} else {
 			mt.partLen = 0
 		}
@@ -200,8 +253,14 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	c.chain.users++
 	m.caches[c.id] = c
 	c.promptLen = len(opts.InputTokens)
+	c.scratchOn = m.cfg.EnableSwaScratchReuse()
+	c.sampleCreate()
+	c.diag = ReuseDiagnostics{ContentTokens: mt.contentBlocks * tpb, AttentionTokens: mt.usableBlocks * tpb}
 	c.stats = m.stats.onCreate(len(opts.InputTokens)/tpb, len(mt.path), mt.partLen > 0)
 	m.onCreatePages(c, mt, len(opts.InputTokens))
+	if m.lt.SSM >= 0 {
+		m.stats.onSsmLookup(m.lt.SSM, len(opts.InputTokens), reused, tpb)
+	}
 	m.safePoint()
 	return c, nil
 }
@@ -210,9 +269,10 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 // new cache, on the manager's stream. It returns nil, changing nothing, when
 // the GPU level has no room.
 func (m *Manager) copyPartial(src *node) []*page {
+	srcPages := m.pagesOf(src)
 	// A source still arriving (decoded back) must be known good first.
 	m.settlePages(func(fn func(p *page)) {
-		for _, p := range src.pages {
+		for _, p := range srcPages {
 			fn(p)
 		}
 	})
@@ -220,14 +280,15 @@ func (m *Manager) copyPartial(src *node) []*page {
 		return nil
 	}
 	lvl := m.levels[0]
-	n := need{}
-	for lc, sp := range src.pages {
-		n[lvl.groupOf(layout.LayerGroupID(lc))]++
+	var few [4]groupNeed
+	n := need(few[:0])
+	for lc, sp := range srcPages {
+		n = n.add(lvl.groupOf(layout.LayerGroupID(lc)), 1)
 		sp.active++ // pinned in place while room is made and the copy is submitted
 		sp.refresh()
 	}
 	defer func() {
-		for _, sp := range src.pages {
+		for _, sp := range srcPages {
 			sp.active--
 			sp.refresh()
 		}
@@ -235,10 +296,10 @@ func (m *Manager) copyPartial(src *node) []*page {
 	if m.reserveAt(0, n) != nil {
 		return nil
 	}
-	pages := make([]*page, len(src.pages))
+	pages := make([]*page, len(srcPages))
 	var descs []device.CopyDesc
 	waits := waitSet{}
-	for lc, sp := range src.pages {
+	for lc, sp := range srcPages {
 		dp := m.newPage(lvl.groupOf(layout.LayerGroupID(lc)), layout.LayerGroupID(lc))
 		dp.held = 1
 		pages[lc] = dp
@@ -258,7 +319,7 @@ func (m *Manager) copyPartial(src *node) []*page {
 		}
 		return nil
 	}
-	for lc, sp := range src.pages {
+	for lc, sp := range srcPages {
 		sp.group.fences[sp.slot].add(&m.events, ev)
 		dp := pages[lc]
 		dp.group.fences[dp.slot].add(&m.events, ev)
@@ -314,25 +375,34 @@ func (c *KVCache) Capacity() int {
 // CommittedTokens returns a copy of the committed tokens: those of the
 // chain's full blocks (kept in the tree), then of the blocks a key collision
 // kept out of it, then of the incomplete last block.
+// A CLOSED cache has released its blocks: it returns nil.
 func (c *KVCache) CommittedTokens() []config.Token {
-	c.m.mu.Lock()
-	defer c.m.mu.Unlock()
+	m := c.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c.status == Closed {
+		return nil
+	}
 	out := make([]config.Token, c.committed)
 	end := c.committed - len(c.tail) - len(c.orphan)
 	copy(out[end:], c.orphan)
 	copy(out[end+len(c.orphan):], c.tail)
-	for n := c.chain; n.parent != nil; n = n.parent {
-		end -= len(n.tokens)
-		copy(out[end:], n.tokens)
+	for n := c.chain; n.parent != 0; n = m.parentOf(n) {
+		end -= int(n.ntok)
+		copy(out[end:], m.tokensOf(n))
 	}
 	return out
 }
 
 // CommittedDigests returns the digest tokens of CommittedTokens (whose
-// values there are 0), sorted by position.
+// values there are 0), sorted by position. A CLOSED cache returns nil.
 func (c *KVCache) CommittedDigests() []blockhash.DigestAt {
-	c.m.mu.Lock()
-	defer c.m.mu.Unlock()
+	m := c.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c.status == Closed {
+		return nil
+	}
 	var out []blockhash.DigestAt
 	add := func(base int, ds []blockhash.DigestAt) {
 		for _, d := range ds {
@@ -341,16 +411,16 @@ func (c *KVCache) CommittedDigests() []blockhash.DigestAt {
 	}
 	end := c.committed - len(c.tail) - len(c.orphan)
 	var chain []*node
-	for n := c.chain; n.parent != nil; n = n.parent {
+	for n := c.chain; n.parent != 0; n = m.parentOf(n) {
 		chain = append(chain, n)
 	}
 	pos := end
 	for _, n := range chain {
-		pos -= len(n.tokens)
+		pos -= int(n.ntok)
 	}
 	for i := len(chain) - 1; i >= 0; i-- {
-		add(pos, chain[i].digests)
-		pos += len(chain[i].tokens)
+		add(pos, m.digestsOf(chain[i]))
+		pos += int(chain[i].ntok)
 	}
 	add(end, c.orphanDigests)
 	add(end+len(c.orphan), c.tailDigests)
@@ -363,6 +433,9 @@ func (c *KVCache) Scope() blockhash.Scope { return c.scope }
 // ReusedTokens returns how many tokens were reused at creation.
 func (c *KVCache) ReusedTokens() int { return c.reused }
 
+// ReuseDiagnostics returns how the cache's reuse was cut at creation.
+func (c *KVCache) ReuseDiagnostics() ReuseDiagnostics { return c.diag }
+
 // Stream returns the stream of an ACTIVE cache, nil otherwise.
 func (c *KVCache) Stream() device.Stream {
 	c.m.mu.Lock()
@@ -370,23 +443,28 @@ func (c *KVCache) Stream() device.Stream {
 	return c.stream
 }
 
+// eachPage calls fn once for every distinct page the cache references, over
+// every beam.
 func (c *KVCache) eachPage(fn func(p *page)) {
-	for _, b := range c.blocks {
-		for _, p := range b.pages {
-			if p != nil {
-				fn(p)
-			}
-		}
+	for i := range c.blocks {
+		c.blocks[i].eachPage(fn)
+	}
+	if c.ssm != nil {
+		fn(c.ssm)
 	}
 }
 
 // Resume makes a SUSPENDED cache ACTIVE on stream: pages on colder levels are
 // brought back to the GPU (decoded), every page is pinned there, and stream
-// waits until they are ready. It returns ErrResumeRefused while the GPU level
-// is busier than MaxUtilForResume, ErrOutOfPages when the GPU cannot take the
-// pages back, ErrCodecFailed when the codec failed to decode some (they are
+// waits until they are ready. With SSM layers the first Resume gives the
+// cache its SSM state page: a copy of the reused snapshot (on stream), or a
+// fresh page when it reused none. It returns ErrResumeRefused while the GPU
+// level is busier than MaxUtilForResume, ErrOutOfPages when the GPU cannot
+// take the pages back (or give the SSM state a slot), ErrCodecFailed when the codec failed to decode some (they are
 // dropped) and ErrDataLost when a failure destroyed one of them (close the
-// cache then). On error the cache stays SUSPENDED.
+// cache then). With SWA scratch reuse it takes the scratch slots of the
+// cache's current step again (Suspend released them). On error the cache
+// stays SUSPENDED.
 //
 // The decode runs asynchronously: a failure of it that is not known yet when
 // Resume returns reaches stream (which waits for the decode) and, once known
@@ -432,10 +510,18 @@ func (c *KVCache) Resume(stream device.Stream) error {
 		}
 		err = c.checkLost() // a decode whose failure is known already
 	}
+	waits := waitSet{skip: stream}
+	var sc scratchPlan
+	var scratch []*page
 	if err == nil {
-		waits := waitSet{skip: stream}
+		sc, scratch, err = c.takeScratch(&waits)
+	}
+	if err == nil {
 		c.eachPage(func(p *page) { waits.addFence(p.group.fences[p.slot]) })
 		err = waits.apply(stream)
+	}
+	if err == nil && m.lt.SSM >= 0 && (c.ssm == nil || c.ssmShared) {
+		err = c.ownSsmState(stream)
 	}
 	if err != nil {
 		for _, p := range pinned {
@@ -443,13 +529,72 @@ func (c *KVCache) Resume(stream device.Stream) error {
 			p.held++
 			p.refresh()
 		}
+		for _, p := range scratch {
+			m.unref(p, true)
+		}
 		m.pinned = pinned
 		m.safePoint()
 		return fmt.Errorf("resume cache %d: %w", c.id, err)
 	}
+	c.commitScratch(sc, scratch)
 	m.pinned = pinned
 	c.stream, c.next, c.status = stream, stream, Active
 	m.safePoint()
+	return nil
+}
+
+// ownSsmState gives a resuming cache its private SSM state page on the GPU
+// level: a copy, on stream, of the reused snapshot (pinned by Resume, which
+// it then releases), or a fresh page. On error it changes nothing.
+func (c *KVCache) ownSsmState(stream device.Stream) error {
+	m := c.m
+	g := m.levels[0].groupOf(m.lt.SSM)
+	if err := m.reserveAt(0, need(nil).add(g, 1)); err != nil {
+		return fmt.Errorf("SSM state: %w", err)
+	}
+	np := m.newPage(g, m.lt.SSM)
+	m.ref(np, true)
+	src := c.ssm
+	if !c.ssmShared {
+		src = nil
+	}
+	if err := m.copyPage(stream, np, src); err != nil {
+		m.unref(np, true)
+		return fmt.Errorf("SSM state: %w", err)
+	}
+	if src != nil {
+		m.unref(src, true)
+	}
+	c.ssm, c.ssmShared = np, false
+	return nil
+}
+
+// copyPage makes stream wait for dst's slot and, with a source, copies src
+// (a page of the same layer group on the GPU level) into dst on stream,
+// fencing both slots by the copy.
+func (m *Manager) copyPage(stream device.Stream, dst, src *page) error {
+	waits := waitSet{skip: stream}
+	waits.addFence(dst.group.fences[dst.slot])
+	if src != nil {
+		waits.addFence(src.group.fences[src.slot])
+	}
+	if err := waits.apply(stream); err != nil || src == nil {
+		return err
+	}
+	descs := make([]device.CopyDesc, len(src.group.desc.PoolBytes))
+	for pool, n := range src.group.desc.PoolBytes {
+		descs[pool] = device.CopyDesc{Dst: dst.group.slotAddr(pool, dst.slot), Src: src.group.slotAddr(pool, src.slot), Size: n}
+	}
+	if err := stream.BatchCopy(descs); err != nil {
+		return err
+	}
+	ev, err := m.events.record(stream)
+	if err != nil {
+		return err
+	}
+	src.group.fences[src.slot].add(&m.events, ev)
+	dst.group.fences[dst.slot].add(&m.events, ev)
+	m.events.release(ev)
 	return nil
 }
 
@@ -486,7 +631,9 @@ func (c *KVCache) SetStream(stream device.Stream) error {
 // when pages were lost since the last look; the verdict is final.
 func (c *KVCache) checkLost() error {
 	m := c.m
-	m.settle()
+	if len(m.pending) > 0 {
+		m.settle()
+	}
 	if c.lost != nil || c.seenLosses == m.losses {
 		return c.lost
 	}
@@ -496,7 +643,7 @@ func (c *KVCache) checkLost() error {
 	c.eachPage(func(p *page) {
 		if p.lost {
 			if lost == 0 {
-				cause = p.lostBy
+				cause = m.lostBy[p]
 			}
 			lost++
 		}
@@ -541,23 +688,44 @@ func (c *KVCache) Prefetch(level layout.CacheLevel) error {
 }
 
 // attachStreamEvent records an event on the cache's stream and adds it to the
-// fence of every given page (every page of the cache when pages is nil):
+// fence of every given page (every page of the cache, scratch slots
+// included, when pages is nil):
 // later users wait for this cache's work.
 func (c *KVCache) attachStreamEvent(pages func(fn func(p *page))) error {
 	ev, err := c.m.events.record(c.stream)
 	if err != nil {
 		return fmt.Errorf("record cache event: %w", err)
 	}
-	if pages == nil {
+	switch {
+	case pages == nil && len(c.blocks) >= fenceQueryMin && ev.completed():
+		// The stream had caught up: the event orders nothing (see
+		// fenceQueryMin).
+	case pages == nil:
 		// Looped here: a closure handed to pages would be allocated.
-		for _, b := range c.blocks {
+		for i := range c.blocks {
+			b := &c.blocks[i]
 			for _, p := range b.pages {
 				if p != nil {
 					p.group.fences[p.slot].add(&c.m.events, ev)
 				}
 			}
+			for k := range b.beams {
+				for lc, p := range b.beams[k] {
+					if p != nil && b.firstOf(k+1, lc) {
+						p.group.fences[p.slot].add(&c.m.events, ev)
+					}
+				}
+			}
 		}
-	} else {
+		for _, s := range c.scratch {
+			for _, p := range s {
+				p.group.fences[p.slot].add(&c.m.events, ev)
+			}
+		}
+		if c.ssm != nil {
+			c.ssm.group.fences[c.ssm.slot].add(&c.m.events, ev)
+		}
+	default:
 		pages(func(p *page) { p.group.fences[p.slot].add(&c.m.events, ev) })
 	}
 	c.m.events.release(ev)
@@ -565,7 +733,8 @@ func (c *KVCache) attachStreamEvent(pages func(fn func(p *page))) error {
 }
 
 // Suspend makes an ACTIVE cache SUSPENDED. Its pages stay reachable; with
-// colder levels they may be evicted there and come back on Resume.
+// colder levels they may be evicted there and come back on Resume. Its
+// scratch slots are released: scratch KV lives for one step.
 func (c *KVCache) Suspend() error {
 	m := c.m
 	m.mu.Lock()
@@ -583,6 +752,7 @@ func (c *KVCache) Suspend() error {
 		p.held++
 		m.unref(p, true)
 	})
+	c.freeScratch() // scratch KV lives for one step only
 	c.stream, c.status = nil, Suspended
 	m.safePoint()
 	return nil
@@ -616,15 +786,30 @@ func (c *KVCache) closeLocked(force bool) error {
 	if c.pendingPartial {
 		c.registerPartial()
 	}
+	c.freeScratch()
+	c.sampleClose()
 	// Deepest first, so a chain's tail is released (and evicted) first.
 	for b := len(c.blocks) - 1; b >= 0; b-- {
-		for _, p := range c.blocks[b].pages {
+		cb := &c.blocks[b]
+		for _, p := range cb.pages {
 			if p != nil {
 				m.unref(p, active)
 			}
 		}
+		for k := range cb.beams {
+			for lc, p := range cb.beams[k] {
+				if p != nil && cb.firstOf(k+1, lc) {
+					m.unref(p, active)
+				}
+			}
+		}
 	}
-	c.blocks = nil
+	m.putSpareRows(blockRows{c.blocks, c.rows})
+	c.blocks, c.rows = nil, nil
+	if c.ssm != nil {
+		m.unref(c.ssm, active)
+		c.ssm = nil
+	}
 	c.chain.users--
 	m.prune = append(m.prune, c.chain)
 	c.stream, c.status = nil, Closed
@@ -636,7 +821,10 @@ func (c *KVCache) closeLocked(force bool) error {
 // Resize sets the capacity (tokens with pages) and the history length (tokens
 // whose KV is computed; a negative value keeps it) of an ACTIVE cache. New
 // pages come from the GPU level, evicting if needed; pages a sliding window no
-// longer needs are released. On error nothing changes.
+// longer needs are released. With SWA scratch reuse, the new blocks that are
+// out of their window by the end of the step get no page but scratch slots
+// (see ScratchDesc), and a capacity change needs the previous step computed.
+// On error nothing changes.
 func (c *KVCache) Resize(capacity, history int) error {
 	m := c.m
 	m.mu.Lock()
@@ -644,7 +832,8 @@ func (c *KVCache) Resize(capacity, history int) error {
 	if c.status != Active {
 		return stateErr("resize", c.status)
 	}
-	if history < 0 {
+	historyGiven := history >= 0
+	if !historyGiven {
 		history = c.history
 	}
 	switch {
@@ -655,19 +844,41 @@ func (c *KVCache) Resize(capacity, history int) error {
 	case capacity > MaxCapacity:
 		return argErr("capacity", "%d exceeds the largest sequence, %d tokens", capacity, MaxCapacity)
 	}
+	if err := c.checkScratchStep(capacity, history); err != nil {
+		return err
+	}
 	if err := c.checkLost(); err != nil {
 		return err
+	}
+	// A decode step within the last block (the capacity needs the blocks
+	// there are): no page to take or release.
+	tpb := m.cfg.TokensPerBlock
+	if k := len(c.blocks); capacity <= k*tpb && capacity > (k-1)*tpb && !c.scratchOn && !c.windowMoves(history) {
+		c.sampleResize(capacity, history, historyGiven)
+		c.capacity, c.history = capacity, history
+		if len(m.prune) > 0 || len(m.pending) > 0 {
+			m.safePoint()
+		}
+		return nil
 	}
 	lt, lvl := m.lt, m.levels[0]
 	oldBlocks, newBlocks := len(c.blocks), lt.BlocksFor(capacity)
 	var perLC []int // new pages per lifecycle, for the statistics
-	if newBlocks > oldBlocks {
-		n := need{}
+	sc := c.planScratch(history, capacity)
+	if newBlocks > oldBlocks || sc.grow {
+		var few [4]groupNeed
+		n := need(few[:0])
 		perLC = m.perLCScratch()
 		for lc := range lt.LifeCycles {
-			if k := lt.NewPagesNeeded(layout.LayerGroupID(lc), oldBlocks, newBlocks, history); k > 0 {
-				n[lvl.groupOf(layout.LayerGroupID(lc))] += k
+			id := layout.LayerGroupID(lc)
+			if k := (lt.NewPagesNeeded(id, oldBlocks, newBlocks, history) - sc.newBlocksIn(lc, oldBlocks, newBlocks)) * c.beamWidth(); k > 0 {
+				n = n.add(lvl.groupOf(id), k)
 				perLC[lc] = k
+			}
+			if sc.on {
+				if k := sc.slots[lc] - len(c.scratchOf(lc)); k > 0 {
+					n = n.add(lvl.groupOf(id), k)
+				}
 			}
 		}
 		if err := m.reserveAt(0, n); err != nil {
@@ -676,13 +887,11 @@ func (c *KVCache) Resize(capacity, history int) error {
 	}
 	waits := waitSet{skip: c.stream}
 	added := m.adopted[:0]
-	if newBlocks > oldBlocks {
-		c.blocks = slices.Grow(c.blocks, newBlocks-oldBlocks)
-	}
+	c.reserveBlocks(newBlocks)
 	for b := oldBlocks; b < newBlocks; b++ {
-		cb := cacheBlock{pages: c.rows.row(len(lt.LifeCycles), newBlocks-b, b)}
+		cb := c.addBlock(nil)
 		for lc := range lt.LifeCycles {
-			if lt.Needs(layout.LayerGroupID(lc), b, history) {
+			if lt.Needs(layout.LayerGroupID(lc), b, history) && !sc.in(lc, b) {
 				p := m.newPage(lvl.groupOf(layout.LayerGroupID(lc)), layout.LayerGroupID(lc))
 				m.ref(p, true)
 				cb.pages[lc] = p
@@ -690,19 +899,26 @@ func (c *KVCache) Resize(capacity, history int) error {
 				waits.addFence(p.group.fences[p.slot])
 			}
 		}
-		c.blocks = append(c.blocks, cb)
+		added = c.newBeamRows(cb, added, &waits)
 	}
+	nPages := len(added)
+	added = c.addScratch(sc, added, &waits)
 	m.adopted = added
 	released := c.releasable(newBlocks, history)
+	released = c.scratchReleases(sc, released, oldBlocks)
+	dropScratch := c.excessScratch(sc)
 	var err error
 	if !waits.empty() {
 		err = waits.apply(c.stream)
 	}
-	if err == nil && len(released) > 0 {
+	if err == nil && (len(released) > 0 || len(dropScratch) > 0) {
 		// The stream may still read or write the released pages.
 		err = c.attachStreamEvent(func(fn func(p *page)) {
 			for _, r := range released {
 				fn(r.p)
+			}
+			for _, p := range dropScratch {
+				fn(p)
 			}
 		})
 	}
@@ -713,8 +929,9 @@ func (c *KVCache) Resize(capacity, history int) error {
 		}
 		return err
 	}
+	c.commitScratch(sc, added[nPages:])
 	for _, r := range released {
-		c.blocks[r.b].pages[r.lc] = nil
+		c.blocks[r.b].clearPage(r.lc, r.p)
 	}
 	for i := len(released) - 1; i >= 0; i-- {
 		m.unref(released[i].p, true)
@@ -724,16 +941,37 @@ func (c *KVCache) Resize(capacity, history int) error {
 		c.low[lc] = max(c.low[lc], lt.FirstKeptBlock(layout.LayerGroupID(lc), history))
 	}
 	generation := c.promptLen > 0 && c.history >= c.promptLen
+	c.sampleResize(capacity, history, historyGiven)
 	c.capacity, c.history = capacity, history
 	if newBlocks > oldBlocks {
-		c.stats.add(m.stats.onAllocate(newBlocks - oldBlocks))
+		c.stats.add(m.stats.onAllocate((newBlocks - oldBlocks) * c.beamWidth()))
 		m.stats.onAllocatePages(perLC, generation)
 	}
 	m.safePoint()
 	return nil
 }
 
-// releasedPage is a page Resize releases: block b's page of lifecycle lc.
+// windowMoves reports whether some sliding window would release a block once
+// history tokens are computed: its first kept block passes its low-water mark.
+func (c *KVCache) windowMoves(history int) bool {
+	lt := c.m.lt
+	for lc := range lt.LifeCycles {
+		if lt.LifeCycles[lc].Window.Size == 0 {
+			continue
+		}
+		low := 0
+		if c.low != nil {
+			low = c.low[lc]
+		}
+		if lt.FirstKeptBlock(layout.LayerGroupID(lc), history) > max(low, lt.SinkBlocks(layout.LayerGroupID(lc))) {
+			return true
+		}
+	}
+	return false
+}
+
+// releasedPage is a page Resize releases: block b's page of lifecycle lc
+// (of any beam).
 type releasedPage struct {
 	b, lc int
 	p     *page
@@ -757,20 +995,26 @@ func (c *KVCache) releasable(newBlocks, history int) []releasedPage {
 		id := layout.LayerGroupID(lc)
 		hi := min(lt.FirstKeptBlock(id, history), newBlocks, len(c.blocks))
 		for b := max(c.low[lc], lt.SinkBlocks(id)); b < hi; b++ {
-			if p := c.blocks[b].pages[lc]; p != nil {
-				out = append(out, releasedPage{b, lc, p})
+			cb := &c.blocks[b]
+			for k := range c.beamWidth() {
+				if p := cb.beamPages(k)[lc]; p != nil && cb.firstOf(k, lc) {
+					out = append(out, releasedPage{b, lc, p})
+				}
 			}
 		}
 	}
 	for b := newBlocks; b < len(c.blocks); b++ {
-		for lc, p := range c.blocks[b].pages {
-			if p != nil {
-				out = append(out, releasedPage{b, lc, p})
+		cb := &c.blocks[b]
+		for k := range c.beamWidth() {
+			for lc, p := range cb.beamPages(k) {
+				if p != nil && cb.firstOf(k, lc) {
+					out = append(out, releasedPage{b, lc, p})
+				}
 			}
 		}
 	}
 	if len(out) > 1 {
-		slices.SortFunc(out, func(x, y releasedPage) int {
+		slices.SortStableFunc(out, func(x, y releasedPage) int {
 			if x.b != y.b {
 				return cmp.Compare(x.b, y.b)
 			}
@@ -790,22 +1034,47 @@ func (c *KVCache) releasable(newBlocks, history int) []releasedPage {
 // trailing partial block is published when the cache closes. Commit first
 // waits for any decode still bringing those blocks' pages back, so that a
 // page lost to its failure is never published (the cache gets ErrDataLost
-// instead).
+// instead). With several beams the tokens' KV must be in beam 0 (see
+// CommitBeamSearch).
 func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
-	return c.CommitDigests(tokens, nil, isEnd)
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return c.commit(tokens, nil, nil, isEnd)
 }
 
 // CommitDigests is Commit for tokens with digest tokens (sorted by
 // position in tokens, whose values there are ignored; see
 // CacheOptions.InputDigests). A text-only cache refuses digests.
 func (c *KVCache) CommitDigests(tokens []config.Token, digests []blockhash.DigestAt, isEnd bool) error {
-	m := c.m
-	tokens, err := m.textOrDigests("digests", tokens, digests, c.textOnly)
+	tokens, err := c.m.textOrDigests("digests", tokens, digests, c.textOnly)
 	if err != nil {
 		return err
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return c.commit(tokens, digests, nil, isEnd)
+}
+
+// CommitBeamSearch is Commit after a beam search step: first beam j takes
+// over the history of beam beamSearchIndices[j] (one entry per beam: beams
+// reordered, forked or dropped, as the step chose; see SetBeamWidth for the
+// copy on write of the diverging block), then tokens, converged and now in
+// beam 0, are committed. A block the tokens complete is published once, from
+// beam 0, and every beam sees beam 0's page of it from then on (the other
+// beams' pages of it are released). A nil beamSearchIndices keeps the beams;
+// on error nothing changes.
+func (c *KVCache) CommitBeamSearch(tokens []config.Token, beamSearchIndices []int, isEnd bool) error {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return c.commit(tokens, nil, beamSearchIndices, isEnd)
+}
+
+// commit is Commit with the manager's lock held (a function of its own so
+// that Commit's unlock is an open-coded defer); digests are the tokens'
+// digest tokens (checked: see textOrDigests), parents the beam search
+// indices of CommitBeamSearch (nil: keep the beams).
+func (c *KVCache) commit(tokens []config.Token, digests []blockhash.DigestAt, parents []int, isEnd bool) error {
+	m := c.m
 	switch {
 	case c.status != Active:
 		return stateErr("commit", c.status)
@@ -815,7 +1084,26 @@ func (c *KVCache) CommitDigests(tokens []config.Token, digests []blockhash.Diges
 		return argErr("tokens", "committing %d tokens after %d would pass capacity %d",
 			len(tokens), c.committed, c.capacity)
 	}
+	if parents != nil {
+		if err := c.checkBeamIndices(parents); err != nil {
+			return err
+		}
+	}
 	tpb := m.cfg.TokensPerBlock
+	if parents == nil && len(c.tail)+len(tokens) < tpb && c.committed+len(tokens) <= c.history {
+		// A decode step within the last block: no block to publish, no page
+		// to release, no beam to reorder.
+		if err := c.checkLost(); err != nil {
+			return err
+		}
+		for _, d := range digests {
+			c.tailDigests = append(c.tailDigests, blockhash.DigestAt{Pos: len(c.tail) + d.Pos, Digest: d.Digest})
+		}
+		c.tail = append(c.tail, tokens...)
+		c.committed += len(tokens)
+		c.endCommits(isEnd)
+		return nil
+	}
 	first := c.committed / tpb
 	full := (c.committed + len(tokens)) / tpb
 	// Nothing lost is published: the blocks' pages still arriving (decoded
@@ -847,12 +1135,20 @@ func (c *KVCache) CommitDigests(tokens []config.Token, digests []blockhash.Diges
 	// Committed tokens are history: the pages a sliding window no longer
 	// needs once they are are released after publishing.
 	history := max(c.history, c.committed+len(tokens))
+	if err := c.checkScratchHistory(history); err != nil {
+		return err
+	}
 	var released []releasedPage
-	if history > c.history {
+	beams := c.beamWidth() > 1 || parents != nil
+	var sc scratchPlan
+	var dropScratch []*page // scratch slots the shorter step no longer needs
+	if history > c.history && !beams {
 		released = c.releasable(len(c.blocks), history)
+		sc = c.planScratch(history, c.capacity)
+		dropScratch = c.excessScratch(sc)
 	}
 	var ev *sharedEvent
-	if full > first || len(released) > 0 {
+	if full > first || len(released) > 0 || beams || len(dropScratch) > 0 {
 		// Recorded before anything changes, so a failure changes nothing;
 		// it captures the cache's work that wrote the blocks (and last
 		// used the pages the history advance releases).
@@ -862,6 +1158,21 @@ func (c *KVCache) CommitDigests(tokens []config.Token, digests []blockhash.Diges
 		}
 		defer m.events.release(ev)
 	}
+	if beams {
+		// The one step that can fail once the event is recorded; released
+		// is listed after it, from the reordered beams.
+		if parents != nil {
+			if err := c.reorder(parents, history, ev); err != nil {
+				return fmt.Errorf("commit cache %d: reorder beams: %w", c.id, err)
+			}
+		}
+		if history > c.history {
+			released = c.releasable(len(c.blocks), history)
+		}
+	}
+	// An event that has completed orders nothing: the published pages'
+	// fences need not hold it (see fenceQueryMin).
+	fenced := ev != nil && !(full-first >= fenceQueryMin && ev.completed())
 	rest, at := tokens, 0 // at: the position in tokens of rest
 	for b := first; b < full; b++ {
 		blk := rest[:tpb-len(c.tail)]
@@ -879,8 +1190,11 @@ func (c *KVCache) CommitDigests(tokens []config.Token, digests []blockhash.Diges
 			pr = prios[b-first]
 		}
 		for _, p := range c.publish(b, blk, dg, pr) {
-			p.group.fences[p.slot].add(&m.events, ev)
+			if fenced {
+				p.group.fences[p.slot].add(&m.events, ev)
+			}
 		}
+		c.unifyBlock(b, ev)
 		c.tail, c.tailDigests = c.tail[:0], nil
 	}
 	for _, d := range blockhash.DigestsIn(digests, at, len(tokens)) {
@@ -888,14 +1202,57 @@ func (c *KVCache) CommitDigests(tokens []config.Token, digests []blockhash.Diges
 	}
 	c.tail = append(c.tail, rest...)
 	c.committed += len(tokens)
+	if full > first && c.committed%tpb == 0 {
+		c.snapshotSsm()
+	}
 	if history > c.history {
+		for _, p := range dropScratch {
+			p.group.fences[p.slot].add(&m.events, ev)
+		}
+		if sc.on {
+			c.commitScratch(sc, nil)
+		}
 		c.advanceHistory(history, released, ev)
 	}
+	c.endCommits(isEnd)
+	return nil
+}
+
+// endCommits stops further commits after a commit with isEnd; with partial
+// reuse the trailing partial block is published at close.
+func (c *KVCache) endCommits(isEnd bool) {
 	if isEnd {
 		c.stopped = true
-		c.pendingPartial = m.cfg.EnablePartialReuse && c.committed%tpb != 0
+		c.pendingPartial = c.m.cfg.EnablePartialReuse && c.committed%c.m.cfg.TokensPerBlock != 0 && c.m.lt.SSM < 0
 	}
-	return nil
+}
+
+// snapshotSsm copies the cache's SSM state, which the engine's work on the
+// cache's stream brought to the committed tokens, into a new GPU page of the
+// committed chain's last block (KVCacheManagerV2's commit_min_snapshot), so a
+// request reusing that block resumes from it. It is best effort, as in
+// KVCacheManagerV2: without a GPU slot, or when the block has a snapshot
+// already, the block stays without one (and reuse stops before it).
+func (c *KVCache) snapshotSsm() {
+	m, n := c.m, c.chain
+	if m.lt.SSM < 0 || c.ssm == nil || c.ssmShared || c.detached || n.parent == 0 || m.pagesOf(n)[m.lt.SSM] != nil {
+		return
+	}
+	g := m.levels[0].groupOf(m.lt.SSM)
+	if m.reserveAt(0, need(nil).add(g, 1)) != nil {
+		return
+	}
+	np := m.newPage(g, m.lt.SSM)
+	if err := m.copyPage(c.stream, np, c.ssm); err != nil {
+		m.freePage(np)
+		return
+	}
+	np.node = n
+	m.pagesOf(n)[m.lt.SSM] = np
+	m.tick++
+	np.lastUsed = m.tick
+	np.refresh()
+	m.emitUpdated(n, m.lt.SSM, DroppedLevel, layout.GPULevel)
 }
 
 // advanceHistory sets a larger history length within the capacity and
@@ -905,7 +1262,7 @@ func (c *KVCache) advanceHistory(history int, released []releasedPage, ev *share
 	m, lt := c.m, c.m.lt
 	for _, r := range released {
 		r.p.group.fences[r.p.slot].add(&m.events, ev)
-		c.blocks[r.b].pages[r.lc] = nil
+		c.blocks[r.b].clearPage(r.lc, r.p)
 	}
 	for i := len(released) - 1; i >= 0; i-- {
 		m.unref(released[i].p, true)
@@ -940,8 +1297,8 @@ func (c *KVCache) publish(b int, blk []config.Token, dg []blockhash.DigestAt, pr
 		return nil
 	}
 	key := m.hasher.NextDigests(c.chain.key, blk, dg)
-	next := c.chain.child(key)
-	if next != nil && !next.holds(blk, dg) {
+	next := m.child(c.chain, key)
+	if next != nil && !m.holds(next, blk, dg) {
 		// A 64-bit key collision: never link to another block's content;
 		// this cache publishes nothing more.
 		c.detached = true
@@ -954,15 +1311,15 @@ func (c *KVCache) publish(b int, blk []config.Token, dg []blockhash.DigestAt, pr
 		next = m.newNode(c.chain, key, blk, dg)
 		c.setPriority(next, priority)
 		published = c.adopt(next, cb.pages)
-		c.chain.addChild(next, m.cfg.TokensPerBlock)
+		m.addChild(c.chain, next)
 		cb.node = next
 		m.emitStored(next, c.id)
 	default:
 		// An equal block lost pages to eviction: ours fill the gaps.
-		had := next.hasPages()
+		had := m.hasPages(next)
 		missing := make([]*page, len(cb.pages))
 		for lc, p := range cb.pages {
-			if next.pages[lc] == nil {
+			if m.pagesOf(next)[lc] == nil {
 				missing[lc] = p
 			}
 		}
@@ -995,10 +1352,11 @@ func (c *KVCache) orphanBlock(blk []config.Token, dg []blockhash.DigestAt) {
 // until the next adopt.
 func (c *KVCache) adopt(n *node, pages []*page) []*page {
 	adopted := c.m.adopted[:0]
+	row := c.m.pagesOf(n)
 	for lc, p := range pages {
 		if p != nil {
 			p.node = n
-			n.pages[lc] = p
+			row[lc] = p
 			p.refresh()
 			adopted = append(adopted, p)
 		}
@@ -1011,17 +1369,18 @@ func (c *KVCache) setPriority(n *node, prs []int) {
 	if c.priority == nil {
 		return
 	}
-	copy(n.priority, prs)
+	m := c.m
+	copy(m.prioOf(n), prs)
 	// Ancestors never rank below descendants, so a chain drains from its
 	// tail, in every lifecycle.
 	for lc, pr := range prs {
-		for a := n.parent; a != nil && a.parent != nil && a.priority[lc] < pr; a = a.parent {
-			old := a.priority[lc]
-			a.priority[lc] = pr
-			if a.hasPages() { // a stored block
-				c.m.emitPriority(a, layout.LayerGroupID(lc), old)
+		for a := m.parentOf(n); a != nil && a.parent != 0 && m.prioOf(a)[lc] < pr; a = m.parentOf(a) {
+			old := m.prioOf(a)[lc]
+			m.prioOf(a)[lc] = pr
+			if m.hasPages(a) { // a stored block
+				m.emitPriority(a, layout.LayerGroupID(lc), old)
 			}
-			if p := a.pages[lc]; p != nil {
+			if p := m.pagesOf(a)[lc]; p != nil {
 				p.refresh()
 			}
 		}
@@ -1067,10 +1426,12 @@ func (c *KVCache) registerPartial() {
 		}
 	}
 	blk, dg := c.tail, c.tailDigests
-	for _, sib := range c.chain.partials {
-		if sib.holds(blk, dg) {
+	for id := c.chain.first; id != 0; {
+		sib := m.nodes.at(id)
+		if sib.isPartial(tpb) && m.holds(sib, blk, dg) {
 			return
 		}
+		id = sib.next
 	}
 	n := m.newNode(c.chain, m.hasher.NextDigests(c.chain.key, blk, dg), blk, dg)
 	pr, err := c.blockPriority(b)
@@ -1080,14 +1441,15 @@ func (c *KVCache) registerPartial() {
 	}
 	c.setPriority(n, pr)
 	c.adopt(n, c.blocks[b].pages)
-	c.chain.addChild(n, tpb)
+	m.addChild(c.chain, n)
 	c.blocks[b].node = n
 	m.emitStored(n, c.id)
 }
 
 // BasePageIndices returns, for an ACTIVE cache, the GPU slot of each block in
-// layer group lg, BadPageIndex where the block has no page. Turn a base index
-// into a buffer's page index with BufferLocation.PageIndex.
+// layer group lg in beam DefaultBeamIndex (see BasePageIndicesOfBeam),
+// BadPageIndex where the block has no page. Turn a base index into a buffer's
+// page index with BufferLocation.PageIndex.
 func (c *KVCache) BasePageIndices(lg layout.LayerGroupID) ([]int32, error) {
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
@@ -1102,18 +1464,13 @@ func (c *KVCache) AppendBasePageIndices(dst []int32, lg layout.LayerGroupID) ([]
 }
 
 // AggregatedPageIndices returns, for an ACTIVE cache, the aggregated page
-// index of each block of layer group lg in beam (KVCacheManagerV2's
-// get_aggregated_page_indices): the block's hot slot, which addresses every
-// AggregatedPageDesc of the layer group; BadPageIndex where the block has no
-// page, or with validOnly only the blocks that have one. Beam must be 0
-// (KVCacheManagerV2's DEFAULT_BEAM_INDEX), the one beam a cache keeps.
+// index of each block of layer group lg in beam (in [0, BeamWidth());
+// KVCacheManagerV2's get_aggregated_page_indices): the block's hot slot in
+// that beam, which addresses every AggregatedPageDesc of the layer group;
+// BadPageIndex where the block has no page, or with validOnly only the
+// blocks that have one.
 func (c *KVCache) AggregatedPageIndices(lg layout.LayerGroupID, beam int, validOnly bool) ([]int32, error) {
-	if beam != 0 {
-		return nil, argErr("beam", "%d: a cache has beam 0 only", beam)
-	}
-	c.m.mu.Lock()
-	defer c.m.mu.Unlock()
-	idx, err := c.basePageIndices(lg, nil)
+	idx, err := c.AppendBasePageIndicesOfBeam(nil, lg, beam)
 	if err != nil || !validOnly {
 		return idx, err
 	}
@@ -1121,23 +1478,29 @@ func (c *KVCache) AggregatedPageIndices(lg layout.LayerGroupID, beam int, validO
 }
 
 func (c *KVCache) basePageIndices(lg layout.LayerGroupID, dst []int32) ([]int32, error) {
+	return c.beamPageIndices(lg, DefaultBeamIndex, dst)
+}
+
+// SsmBlockBaseIndex returns, for an ACTIVE cache, the GPU slot of its SSM
+// state in layer group lg (KVCacheManagerV2's get_ssm_block_base_index);
+// BadPageIndex for an attention layer group. Turn it into a buffer's page
+// index with BufferLocation.PageIndex.
+func (c *KVCache) SsmBlockBaseIndex(lg layout.LayerGroupID) (int32, error) {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
 	if c.status != Active {
-		return nil, stateErr("page indices", c.status)
+		return BadPageIndex, stateErr("SSM block base index", c.status)
 	}
 	if lg < 0 || int(lg) >= len(c.m.lt.LifeCycles) {
-		return nil, argErr("layer_group_id", "%d out of [0, %d)", lg, len(c.m.lt.LifeCycles))
+		return BadPageIndex, argErr("layer_group_id", "%d out of [0, %d)", lg, len(c.m.lt.LifeCycles))
 	}
 	if err := c.checkLost(); err != nil {
-		return nil, err
+		return BadPageIndex, err
 	}
-	for _, b := range c.blocks {
-		if p := b.pages[lg]; p != nil {
-			dst = append(dst, p.slot)
-		} else {
-			dst = append(dst, BadPageIndex)
-		}
+	if !c.m.lt.IsSSM(lg) || c.ssm == nil {
+		return BadPageIndex, nil
 	}
-	return dst, nil
+	return c.ssm.slot, nil
 }
 
 // Stats returns the block counters this cache added to the manager's since
@@ -1152,8 +1515,9 @@ func (c *KVCache) Stats() BlockStats {
 
 // CachedTokensByLevel returns, indexed by cache level, how many of the
 // cache's tokens with computed KV (its history) are held on that level: a
-// block's tokens count at the coldest level of its pages, and a block whose
-// every page was released (out of a sliding window) counts nowhere.
+// block's tokens count at the coldest level of its pages (beam 0's), and a
+// block whose every page was released (out of a sliding window) counts
+// nowhere.
 func (c *KVCache) CachedTokensByLevel() []int {
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()

@@ -8,7 +8,10 @@
 // the engine's stream, Resize allocates pages for the tokens the next step
 // computes, BasePageIndices tells the engine's kernels where the pages are,
 // Commit publishes computed tokens for reuse and advances the history length
-// to them, Suspend lets its pages be evicted, and Close releases it.
+// to them, Suspend lets its pages be evicted, and Close releases it. With beam
+// search, SetBeamWidth forks beams that share the prefix's pages,
+// BasePageIndicesOfBeam gives each beam's pages, and CommitBeamSearch
+// reorders the beams before committing their converged tokens.
 //
 // All methods of a Manager and of its caches are safe for concurrent use: one
 // mutex per manager serializes them.
@@ -16,16 +19,25 @@
 // Words: a tier is a configured kind of storage (config.CacheTierConfig, the
 // design's cache_tiers); a level is a tier's place at run time
 // (layout.CacheLevel, 0 the GPU): level i holds cache_tiers[i]. A layer group
-// (layout.LayerGroupID) is the design's lifecycle.
+// (layout.LayerGroupID) is the design's lifecycle. With SSM layers
+// (config.SsmLayerConfig) one more layer group holds one state page per
+// cache instead of a page per block: the cache gets it at its first Resume
+// (a copy of the snapshot it reused, or a fresh page), SsmBlockBaseIndex
+// locates it, and a Commit that ends on a block boundary snapshots it into
+// that block, where reuse ends (KVCacheManagerV2's commit_min_snapshot).
 //
 // Files by job: manager.go and construct.go build and close the manager;
-// kvcache.go is a cache's lifecycle; tree.go the radix tree and prefix
+// kvcache.go is a cache's lifecycle; beam.go its beams (per-beam pages, copy
+// on write, reorders); tree.go the radix tree and prefix
 // matching; storage.go the levels, slot groups and page ownership; evict.go
 // making room on a level; migrate.go the migration transactions; fence.go
-// events and fences; slab.go the allocation slabs of nodes and pages;
-// resize.go level resizes; disktier.go, diskfile.go and persist.go the disk
-// tier's I/O, files and persistence; errors.go, events.go and stats.go what
-// the manager reports.
+// events and fences; slab.go the node store (pointer-free tree nodes by ID)
+// and the page store (pages reused once freed); resize.go level resizes;
+// rebalance.go pool rebalancing (NeedAdjustment, Adjust); scratch.go SWA
+// scratch reuse; planneddrop.go planned drops of a finished turn's window
+// pages; disktier.go, diskfile.go and persist.go the disk tier's I/O, files
+// and persistence; errors.go, events.go and stats.go what the manager
+// reports.
 package core
 
 import (
@@ -36,6 +48,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/kvcm/kvcm/core/blob"
 	"github.com/kvcm/kvcm/core/blockhash"
@@ -78,6 +91,7 @@ type Manager struct {
 	events      eventPool
 	levels      []*storageLevel
 	roots       map[blockhash.Key]*node
+	nodes       nodeStore
 	hasher      *blockhash.Hasher
 	tick        uint64
 	prune       []*node
@@ -87,7 +101,11 @@ type Manager struct {
 	// losses counts lost pages ever; a cache rescans its pages for lost
 	// ones only when it changed (see checkLost).
 	losses uint64
-	slabs  slabs
+	// lostBy is the failure that destroyed each lost page's data.
+	lostBy map[*page]error
+	pages  pageStore
+	// spare is a closed cache's blocks, for the next cache.
+	spare blockRows
 	// Scratch of the hot paths, reused under the lock.
 	adopted []*page
 	pinned  []*page
@@ -96,6 +114,11 @@ type Manager struct {
 	dropped []releasedPage
 	perLC   []int
 	closed  bool
+	// planned counts the PlannedDrops naming each tree page.
+	planned map[plannedPage]int
+	// rebalance samples request lengths for Adjust; now is its clock.
+	rebalance rebalancer
+	now       func() time.Time
 
 	listeners []EventListener
 	eventSeq  uint64
@@ -148,6 +171,10 @@ func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 	// The shared tier is content-addressed (core/sharedtier), not a level of
 	// slots; the manager does not use it yet (issue 15).
 	cfg.CacheTiers = cfg.LocalTiers()
+	if cfg.SwaScratchReuse != nil {
+		r := *cfg.SwaScratchReuse // the manager's own copy
+		cfg.SwaScratchReuse = &r
+	}
 	hasher, err := blockhash.NewHasherFor(cfg.BlockKey)
 	if err != nil {
 		return nil, err // Validate accepts only known algorithms
@@ -159,9 +186,12 @@ func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 		roots:  map[blockhash.Key]*node{},
 		hasher: hasher,
 		caches: map[uint64]*KVCache{},
+		lostBy: map[*page]error{},
+		nodes:  newNodeStore(cfg.TokensPerBlock, layout.NumLifeCycles(&cfg)),
 
 		listeners: o.listeners,
 		diskFiles: o.diskFiles,
+		now:       time.Now,
 	}
 	if m.diskFiles == nil {
 		m.diskFiles = OSDiskFiles
@@ -185,9 +215,18 @@ func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 func (m *Manager) init(cc *codec.Guarded) error {
 	m.stats = newStatCounters(len(m.lt.LifeCycles), len(m.cfg.CacheTiers))
 	weights := m.lt.ByteWeights(&m.cfg)
+	m.rebalance = newRebalancer(&m.cfg, weights, len(m.cfg.CacheTiers), m.now())
 	if err := m.initHotLevel(weights); err != nil {
 		return err
 	}
+	// As many nodes as the GPU level has slots: blocks beyond that are
+	// rare (they live on colder levels) and grow the store as needed.
+	var hotSlots int64
+	for _, g := range m.levels[0].groups {
+		hotSlots += g.numSlots
+	}
+	m.nodes.reserve(int(hotSlots))
+	m.pages.reserve(int(hotSlots))
 	m.codec = cc
 	defer func() { m.codec = nil }() // owned by NewManager until success
 	if err := m.configureCodec(); err != nil {
@@ -225,6 +264,10 @@ func (m *Manager) init(cc *codec.Guarded) error {
 func (m *Manager) initHotLevel(weights []float64) error {
 	hot := m.cfg.CacheTiers[0]
 	floors := m.lt.HotFloors(&m.cfg)
+	if ssm := m.lt.SSM; ssm >= 0 && m.cfg.MaxSsmSlots > 0 && floors[ssm] > m.cfg.MaxSsmSlots {
+		return &config.Error{Field: "max_ssm_slots", Msg: fmt.Sprintf(
+			"%d is below the %d SSM states the constraints need (one per request)", m.cfg.MaxSsmSlots, floors[ssm])}
+	}
 	slots, err := m.lt.HotSlots(hot.Quota, weights, floors)
 	if err != nil {
 		return &config.Error{Field: "cache_tiers[0].quota", Msg: err.Error()}
@@ -233,7 +276,7 @@ func (m *Manager) initHotLevel(weights []float64) error {
 	if err != nil {
 		return &config.Error{Field: "cache_tiers[0].max_quota", Msg: err.Error()}
 	}
-	lvl := &storageLevel{index: 0, kind: hot.Kind, quota: hot.Quota, lcMap: m.lt.Levels[0].LifeCycleToGroup}
+	lvl := &storageLevel{index: 0, kind: hot.Kind, quota: hot.Quota, lcMap: m.lt.Levels[0].LifeCycleToGroup, nodes: &m.nodes}
 	m.levels = append(m.levels, lvl)
 	for gi, gl := range m.lt.Levels[0].Groups {
 		g, err := newHotGroup(m.dev, lvl, gl, slots[gi], max(capacity[gi], slots[gi]))
@@ -309,10 +352,10 @@ func (m *Manager) ClearReusableBlocks() error {
 	// time.
 	var clear func(n *node)
 	clear = func(n *node) {
-		for _, c := range sortedChildren(n) {
+		for _, c := range m.sortedChildren(n) {
 			clear(c)
 		}
-		for _, p := range n.pages {
+		for _, p := range m.pagesOf(n) {
 			if p != nil {
 				m.drop(p)
 			}
@@ -595,23 +638,30 @@ func (m *Manager) safePoint() {
 	if len(m.pending) > 0 {
 		m.settle()
 	}
-	defer m.notePeaks()
 	for len(m.prune) > 0 {
 		n := m.prune[len(m.prune)-1]
 		m.prune = m.prune[:len(m.prune)-1]
-		if n.parent == nil {
+		if n.id == 0 {
+			continue // pruned already (listed twice)
+		}
+		if n.parent == 0 {
 			// A scope root goes once nothing hangs from it.
 			if n.users == 0 && !n.hasChildren() && m.roots[n.key] == n {
 				delete(m.roots, n.key)
+				m.freeNode(n)
 			}
 			continue
 		}
-		if !n.prunable() || (n.parent.child(n.key) != n && !slices.Contains(n.parent.partials, n)) {
+		parent := m.parentOf(n)
+		if !m.prunable(n) || !m.isChild(parent, n) {
 			continue
 		}
-		n.parent.removeChild(n)
-		m.prune = append(m.prune, n.parent)
+		m.removeChild(parent, n)
+		m.prune = append(m.prune, parent)
+		m.freeNode(n)
 	}
+	m.notePeaks()
+	m.pages.recycle()
 }
 
 func (m *Manager) notePeaks() {

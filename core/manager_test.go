@@ -42,10 +42,10 @@ type fixture struct {
 	stream device.Stream
 }
 
-func newFixture(t *testing.T, cfg config.Config) *fixture {
+func newFixture(t *testing.T, cfg config.Config, opts ...Option) *fixture {
 	t.Helper()
 	dev := devicetest.Open(t, emu.Options{Seed: 1})
-	m, err := NewManager(cfg, WithDevice(dev))
+	m, err := NewManager(cfg, append([]Option{WithDevice(dev)}, opts...)...)
 	require.NoError(t, err)
 	s, err := dev.NewStream()
 	require.NoError(t, err)
@@ -725,12 +725,12 @@ func TestPageFillingADroppedGapIsReported(t *testing.T) {
 	m.mu.Lock()
 	var n *node
 	for _, r := range m.roots {
-		if c := r.child(keys[0]); c != nil {
+		if c := m.child(r, keys[0]); c != nil {
 			n = c
 		}
 	}
 	require.NotNil(t, n)
-	filled := n.pages[1] != nil
+	filled := m.pagesOf(n)[1] != nil
 	m.mu.Unlock()
 	require.True(t, filled, "B's page filled the gap")
 	reported := false

@@ -125,9 +125,10 @@ func (m *Manager) migrate(pages []*page, dst int) error {
 		}
 	}()
 	dl := m.levels[dst]
-	n := need{}
+	var few [4]groupNeed
+	n := need(few[:0])
 	for _, p := range pages {
-		n[dl.groupOf(p.lc)]++
+		n = n.add(dl.groupOf(p.lc), 1)
 	}
 	if err := m.reserveAt(dst, n); err != nil {
 		return err
@@ -530,6 +531,9 @@ func joinRelease(fns ...func() error) func() error {
 // asynchronously leaves its pages' data unusable: they are marked lost,
 // taken out of the tree, and their caches refuse to resume.
 func (m *Manager) settle() {
+	if len(m.pending) == 0 {
+		return
+	}
 	kept := m.pending[:0]
 	for _, fl := range m.pending {
 		done, err := fl.ev.ev.Query()
@@ -579,13 +583,14 @@ func (m *Manager) lose(p *page, err error) {
 	if p.lost {
 		return
 	}
-	p.lost, p.lostBy = true, err
+	p.lost = true
+	m.lostBy[p] = err
 	m.losses++
 	if n := p.node; n != nil {
-		n.pages[p.lc] = nil
+		m.pagesOf(n)[p.lc] = nil
 		p.node = nil
 		m.emitDropped(n, p.lc, layout.CacheLevel(p.level()))
-		if !n.hasPages() {
+		if !m.hasPages(n) {
 			m.prune = append(m.prune, n)
 		}
 	}

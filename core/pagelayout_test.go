@@ -95,14 +95,37 @@ func TestAggregatedPageIndicesValidOnlySkipsBlocksWithoutPages(t *testing.T) {
 	assert.Equal(t, all[3:], valid)
 }
 
-// A beam other than 0 (DEFAULT_BEAM_INDEX), an unknown layer group or a
-// cache that is not ACTIVE is refused; unknown buffers name their position.
+// Every beam has aggregated page indices: its own pages' slots, those of
+// the shared prefix included, with the beam's diverging block its own.
+func TestAggregatedPageIndicesAreTheBeamsPages(t *testing.T) {
+	f := newFixture(t, smallConfig(32))
+	c, _, _ := openBeamCache(t, f)
+	defer c.Close()
+	require.NoError(t, c.SetBeamWidth(3))
+	beams := beamIndices(t, c)
+	for k := range beams {
+		idx, err := c.AggregatedPageIndices(0, k, false)
+		require.NoError(t, err)
+		assert.Equal(t, beams[k], idx, "beam %d", k)
+		valid, err := c.AggregatedPageIndices(0, k, true)
+		require.NoError(t, err)
+		assert.Equal(t, beams[k], valid, "beam %d: every block has a page", k)
+	}
+	assert.NotEqual(t, beams[0][2], beams[1][2], "beam 1 reads its own diverging block")
+}
+
+// A beam outside the beam width, an unknown layer group or a cache that is
+// not ACTIVE is refused; unknown buffers name their position.
 func TestAggregatedQueriesRefuseBadArguments(t *testing.T) {
 	f := newFixture(t, smallConfig(16))
 	c := f.open(blockhash.Scope{}, seq(0, 8))
+	for _, beam := range []int{-1, 1} {
+		_, err := c.AggregatedPageIndices(0, beam, false)
+		assert.ErrorIs(t, err, ErrInvalidArgument)
+		assert.ErrorContains(t, err, "beam_id")
+	}
 	_, err := c.AggregatedPageIndices(0, 1, false)
-	assert.ErrorIs(t, err, ErrInvalidArgument)
-	assert.ErrorContains(t, err, "beam: 1")
+	assert.ErrorContains(t, err, "beam_id: 1 out of [0, 1)")
 	_, err = c.AggregatedPageIndices(2, 0, false)
 	assert.ErrorContains(t, err, "layer_group_id: 2")
 	require.NoError(t, c.Suspend())

@@ -89,18 +89,18 @@ func (m *Manager) restoreDisk() error {
 			}
 		}
 		n := m.newNode(parent, blockhash.Key(key), first.Tokens, nil)
-		parent.addChild(n, tpb)
+		m.addChild(parent, n)
 		nodes[key] = n
 		for _, f := range fs {
 			lc := layout.LayerGroupID(f.h.LifeCycle)
-			if n.pages[lc] != nil || f.h.Parent != first.Parent || !slices.Equal(f.h.Tokens, first.Tokens) {
+			if m.pagesOf(n)[lc] != nil || f.h.Parent != first.Parent || !slices.Equal(f.h.Tokens, first.Tokens) {
 				continue // a duplicate: its slot stays free
 			}
-			p := m.slabs.page()
+			p := m.pages.alloc()
 			p.lc, p.node, p.diskTag = lc, n, f.h.Tag
 			p.group, p.slot, p.heapIdx = f.g, f.slot, -1
 			f.g.owner[f.slot] = p
-			n.pages[lc] = p
+			m.pagesOf(n)[lc] = p
 			p.refresh()
 		}
 		m.emitStored(n, 0)

@@ -3,7 +3,6 @@ package core
 import (
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/layout"
@@ -44,12 +43,18 @@ func (m *Manager) ResizeLevel(level layout.CacheLevel, quota int64) error {
 	if err != nil {
 		return err
 	}
+	return m.resizeLevel(lvl, quota, target)
+}
+
+// resizeLevel gives the pool groups of lvl target slots and the level
+// quota: the work of ResizeLevel and Adjust.
+func (m *Manager) resizeLevel(lvl *storageLevel, quota int64, target []int64) error {
 	if err := m.checkShrink(lvl, target); err != nil {
 		return err
 	}
 	for i, g := range lvl.groups {
 		if target[i] < g.numSlots {
-			if err := m.reserveAt(lvl.index, need{g: int(g.numSlots - target[i])}); err != nil {
+			if err := m.reserveAt(lvl.index, need{{g, int(g.numSlots - target[i])}}); err != nil {
 				return fmt.Errorf("resize %v level to %d bytes: %w", lvl.kind, quota, err)
 			}
 		}
@@ -93,9 +98,14 @@ func (m *Manager) ResizeLevel(level layout.CacheLevel, quota int64) error {
 	return nil
 }
 
-// slotsFor shares quota among the level's groups.
+// slotsFor shares quota among the level's groups by its current weights.
 func (m *Manager) slotsFor(lvl *storageLevel, quota int64) ([]int64, error) {
-	weights := m.lt.ByteWeights(&m.cfg)
+	return m.slotsBy(lvl, quota, m.rebalance.weights[lvl.index])
+}
+
+// slotsBy shares quota among the level's groups by the layer groups' byte
+// weights.
+func (m *Manager) slotsBy(lvl *storageLevel, quota int64, weights []float64) ([]int64, error) {
 	var slots []int64
 	var err error
 	if lvl.index == 0 {
@@ -140,17 +150,15 @@ func (m *Manager) checkShrink(lvl *storageLevel, target []int64) error {
 // defragment moves the pages in slots at or beyond keep into free slots
 // below it, on the same level.
 func (m *Manager) defragment(g *slotGroup, keep int64) error {
-	g.free = slices.DeleteFunc(g.free, func(s int32) bool { return int64(s) >= keep })
+	g.free.dropFrom(keep)
 	var movers []*page
 	for s := keep; s < g.numSlots; s++ {
 		if p := g.owner[s]; p != nil {
 			movers = append(movers, p)
 		}
 	}
-	g.heapifyFree()
 	err := m.migrate(movers, g.level.index)
-	g.free = slices.DeleteFunc(g.free, func(s int32) bool { return int64(s) >= keep })
-	g.heapifyFree()
+	g.free.dropFrom(keep)
 	return err
 }
 
@@ -177,13 +185,12 @@ func (m *Manager) drainLevel(lvl *storageLevel) error {
 
 // rebuildFree makes every unowned slot free again.
 func (g *slotGroup) rebuildFree() {
-	g.free = g.free[:0]
-	for s := g.numSlots - 1; s >= 0; s-- {
+	g.free.reset(g.numSlots)
+	for s := range int32(g.numSlots) {
 		if g.owner[s] == nil {
-			g.free = append(g.free, int32(s))
+			g.free.put(s)
 		}
 	}
-	g.heapifyFree()
 }
 
 // resizeGroup gives g exactly slots slots; the slots beyond it are free. On
@@ -236,11 +243,17 @@ func (m *Manager) resizeGroup(g *slotGroup, slots int64) error {
 	fences := newFences(slots)
 	copy(fences, g.fences[:keep])
 	g.owner, g.fences, g.numSlots = owner, fences, slots
-	g.free = slices.DeleteFunc(g.free, func(s int32) bool { return int64(s) >= keep })
-	for s := slots - 1; s >= keep; s-- {
-		g.free = append(g.free, int32(s))
+	var free freeSlots
+	free.reset(slots)
+	g.free.each(func(s int32) {
+		if int64(s) < keep {
+			free.put(s)
+		}
+	})
+	for s := keep; s < slots; s++ {
+		free.put(int32(s))
 	}
-	g.heapifyFree()
+	g.free = free
 	g.peakUsed = min(g.peakUsed, slots)
 	g.peakAvail, g.peakUnavail, g.peakEvictable = min(g.peakAvail, slots), min(g.peakUnavail, slots), min(g.peakEvictable, slots)
 	return nil

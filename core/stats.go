@@ -12,7 +12,8 @@ import (
 type BlockStats struct {
 	// AllocTotalBlocks = AllocNewBlocks + ReusedBlocks.
 	AllocTotalBlocks int64
-	// AllocNewBlocks were allocated fresh by Resize.
+	// AllocNewBlocks were allocated fresh by Resize, once per beam (as
+	// KVCacheManagerV2 counts them).
 	AllocNewBlocks int64
 	// ReusedBlocks were matched in the tree at creation (partial ones too).
 	ReusedBlocks int64
@@ -54,6 +55,9 @@ type statCounters struct {
 	lc                        []LayerGroupStats
 	reusedFull, reusedPartial [][]int64
 	cachedTokens              []int64
+	// ssm counts the SSM layer group's (ssmLC) snapshot lookups.
+	ssm   SsmSnapshotStats
+	ssmLC layout.LayerGroupID
 }
 
 // LayerGroupStats counts one layer group's page outcomes and movements
@@ -96,6 +100,77 @@ func (s LayerGroupStats) HitRate() float64 {
 		return float64(s.ReusedBlocks) / float64(n)
 	}
 	return 0
+}
+
+// SsmSnapshotStats counts the SSM snapshot lookups of the SSM layer group
+// (KVCacheManagerV2's SsmSnapshotIterationStatsDelta): one lookup per cache
+// created with input tokens, a hit when it reused a snapshot. ReusedTokens
+// and UnreusedTokens split the lookups' input tokens; a hit is aligned when
+// its reused length is a whole number of blocks (kvcm snapshots at block
+// boundaries only, so every hit is aligned).
+type SsmSnapshotStats struct {
+	Lookups, Hits, Misses        int64
+	ReusedTokens, UnreusedTokens int64
+	AlignedHits, UnalignedHits   int64
+}
+
+// HitRate is Hits / Lookups, 0 without lookups.
+func (s SsmSnapshotStats) HitRate() float64 {
+	if s.Lookups == 0 {
+		return 0
+	}
+	return float64(s.Hits) / float64(s.Lookups)
+}
+
+// onSsmLookup counts the SSM snapshot lookup of a cache created with
+// inputTokens of which reused were reused.
+func (s *statCounters) onSsmLookup(lc layout.LayerGroupID, inputTokens, reused, tpb int) {
+	if inputTokens == 0 {
+		return
+	}
+	st := &s.ssm
+	st.Lookups++
+	st.ReusedTokens += int64(reused)
+	st.UnreusedTokens += int64(inputTokens - reused)
+	switch {
+	case reused == 0:
+		st.Misses++
+	case reused%tpb == 0:
+		st.Hits++
+		st.AlignedHits++
+	default:
+		st.Hits++
+		st.UnalignedHits++
+	}
+	s.ssmLC = lc
+}
+
+// GetAndResetSsmSnapshotIterationStats returns the SSM snapshot counters
+// since the last call by layer group (KVCacheManagerV2's
+// get_and_reset_ssm_snapshot_iteration_stats) and starts new ones: empty
+// without SSM layers or lookups.
+func (m *Manager) GetAndResetSsmSnapshotIterationStats() map[layout.LayerGroupID]SsmSnapshotStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := m.ssmSnapshotStats()
+	m.stats.ssm = SsmSnapshotStats{}
+	return out
+}
+
+// SsmSnapshotIterationStats is GetAndResetSsmSnapshotIterationStats without
+// the reset.
+func (m *Manager) SsmSnapshotIterationStats() map[layout.LayerGroupID]SsmSnapshotStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ssmSnapshotStats()
+}
+
+func (m *Manager) ssmSnapshotStats() map[layout.LayerGroupID]SsmSnapshotStats {
+	out := map[layout.LayerGroupID]SsmSnapshotStats{}
+	if m.stats.ssm != (SsmSnapshotStats{}) {
+		out[m.stats.ssmLC] = m.stats.ssm
+	}
+	return out
 }
 
 func newStatCounters(numLC, numLevels int) statCounters {
@@ -319,7 +394,7 @@ func (m *Manager) StorageStats(level layout.CacheLevel) ([]PoolGroupStats, error
 	}
 	out := make([]PoolGroupStats, 0, len(lvl.groups))
 	for _, g := range lvl.groups {
-		free, ev := int64(len(g.free)), int64(len(g.victims))
+		free, ev := int64(g.free.len()), int64(len(g.victims))
 		out = append(out, PoolGroupStats{
 			Level: level, Tier: lvl.kind, Index: g.desc.Index, LifeCycles: g.desc.LifeCycles,
 			PageBytes: g.desc.PageBytes(), Total: g.numSlots, Free: free, Evictable: ev, Available: free + ev,

@@ -1,9 +1,10 @@
 package core
 
 import (
-	"container/heap"
 	"errors"
 	"fmt"
+	"math/bits"
+	"slices"
 
 	"github.com/kvcm/kvcm/core/blob"
 	"github.com/kvcm/kvcm/core/config"
@@ -26,16 +27,13 @@ type page struct {
 	active, held int
 	lastUsed     uint64
 	heapIdx      int
-	// heapPrio and heapDepth are priority() and depth() as of the last
-	// refresh, so the victim heap compares pages without reading nodes.
-	heapPrio, heapDepth int
 	// moving: a migration is placing the page; it is no eviction candidate.
 	moving bool
 	// inflight is the transaction that last moved the page, until settled.
 	inflight *inflight
-	// lost: a failure destroyed the page's data; lostBy is the first one.
-	lost   bool
-	lostBy error
+	// lost: a failure destroyed the page's data; the manager's lostBy
+	// holds the first one.
+	lost bool
 	// diskTag is the writer tag of the page's blob while it is on disk.
 	diskTag uint64
 }
@@ -44,7 +42,7 @@ func (p *page) level() int { return p.group.level.index }
 
 func (p *page) priority() int {
 	if p.node != nil {
-		return p.node.priority[p.lc]
+		return p.group.level.nodes.prios(p.node)[p.lc]
 	}
 	return DefaultPriority
 }
@@ -73,9 +71,9 @@ type slotGroup struct {
 	// capacity is the most slots the group can grow to in place: hot pools
 	// reserve it; cold groups grow by reallocation, so it equals numSlots.
 	capacity int64
-	// free is a min-heap of free slots (see takeSlot): slots are reused in
-	// ascending order, so a disk tier writes and reads its blobs forwards.
-	free     []int32
+	// free is the free slots (see takeSlot): slots are reused in ascending
+	// order, so a disk tier writes and reads its blobs forwards.
+	free     freeSlots
 	owner    []*page
 	fences   []fence
 	victims  victimHeap
@@ -87,12 +85,12 @@ type slotGroup struct {
 	peakAvail, peakUnavail, peakEvictable int64
 }
 
-func (g *slotGroup) used() int64 { return g.numSlots - int64(len(g.free)) }
+func (g *slotGroup) used() int64 { return g.numSlots - int64(g.free.len()) }
 
 // notePeaks raises the iteration's peaks to the group's current counts.
 func (g *slotGroup) notePeaks() {
 	ev := int64(len(g.victims))
-	avail := int64(len(g.free)) + ev
+	avail := int64(g.free.len()) + ev
 	g.peakAvail = max(g.peakAvail, avail)
 	g.peakUnavail = max(g.peakUnavail, g.numSlots-avail)
 	g.peakEvictable = max(g.peakEvictable, ev)
@@ -122,6 +120,10 @@ type storageLevel struct {
 	quota  int64
 	groups []*slotGroup
 	lcMap  []layout.PoolGroupIndex
+	// nodes is the manager's node store, where pages find their priority.
+	nodes *nodeStore
+	// victimScratch is reserveAt's list of the level's victims.
+	victimScratch []*page
 }
 
 func (l *storageLevel) groupOf(lc layout.LayerGroupID) *slotGroup { return l.groups[l.lcMap[lc]] }
@@ -185,14 +187,23 @@ func newSlotGroup(dev device.Device, lvl *storageLevel, desc layout.Group, slots
 }
 
 func (g *slotGroup) initSlots() {
-	g.free = make([]int32, g.numSlots)
-	for i := range g.free {
-		g.free[i] = int32(i) // ascending: already a min-heap
+	g.free.reset(g.numSlots)
+	for s := range int32(g.numSlots) {
+		g.free.put(s)
 	}
 	g.owner = make([]*page, g.numSlots)
 	g.fences = newFences(g.numSlots)
 	// Every slot's page may become a victim: the heap never grows by copying.
 	g.victims = make(victimHeap, 0, g.numSlots)
+	if g.level.index == 0 {
+		// The GPU level's slots are all in use under load: their
+		// bookkeeping is touched now (see touch), not by the requests.
+		touch(g.owner)
+		touch(g.victims[:g.numSlots])
+		for _, f := range g.fences {
+			touch(f[:1])
+		}
+	}
 }
 
 // fenceRoom is the events each slot's fence holds before it grows: a fence
@@ -288,96 +299,190 @@ func (g *slotGroup) take(p *page) {
 // first (rather than last freed first) keeps a disk tier's consecutive
 // writes, and the reads that follow them, in ascending file order.
 func (g *slotGroup) takeSlot() int32 {
-	h := g.free
-	s := h[0]
-	n := len(h) - 1
-	h[0] = h[n]
-	g.free = h[:n]
-	siftDown(g.free, 0)
+	s := g.free.take()
 	g.peakUsed = max(g.peakUsed, g.used())
 	return s
 }
 
 // releaseSlot returns a reserved slot nobody arrived in.
-func (g *slotGroup) releaseSlot(s int32) { g.pushFree(s) }
+func (g *slotGroup) releaseSlot(s int32) { g.free.put(s) }
 
 // release returns p's slot; the slot keeps its fence so the next owner waits
 // for every access of the previous one.
 func (g *slotGroup) release(p *page) {
 	g.owner[p.slot] = nil
-	g.pushFree(p.slot)
+	g.free.put(p.slot)
 	p.group = nil
 }
 
-func (g *slotGroup) pushFree(s int32) {
-	g.free = append(g.free, s)
-	h := g.free
-	for i := len(h) - 1; i > 0; {
-		parent := (i - 1) / 2
-		if h[parent] <= h[i] {
-			break
+// freeSlots is a set of free slots that hands out the lowest first: a bit per
+// slot, and a bit per word of them that has a free slot, so finding the
+// lowest costs a scan of one summary bit per 4,096 slots.
+type freeSlots struct {
+	bits    []uint64
+	summary []uint64 // bit w: bits[w] != 0
+	n       int
+}
+
+// reset makes the set empty, for slots numSlots.
+func (f *freeSlots) reset(numSlots int64) {
+	words := int((numSlots + 63) / 64)
+	f.bits = slices.Grow(f.bits[:0], words)[:words]
+	clear(f.bits)
+	f.summary = slices.Grow(f.summary[:0], (words+63)/64)[:(words+63)/64]
+	clear(f.summary)
+	f.n = 0
+}
+
+func (f *freeSlots) len() int { return f.n }
+
+func (f *freeSlots) has(s int32) bool { return f.bits[s/64]&(1<<(s%64)) != 0 }
+
+// put adds slot s, which must not be in the set.
+func (f *freeSlots) put(s int32) {
+	w := s / 64
+	f.bits[w] |= 1 << (s % 64)
+	f.summary[w/64] |= 1 << (w % 64)
+	f.n++
+}
+
+// remove takes slot s, which must be in the set, out of it.
+func (f *freeSlots) remove(s int32) {
+	w := s / 64
+	f.bits[w] &^= 1 << (s % 64)
+	if f.bits[w] == 0 {
+		f.summary[w/64] &^= 1 << (w % 64)
+	}
+	f.n--
+}
+
+// take removes and returns the lowest free slot; the set must not be empty.
+func (f *freeSlots) take() int32 {
+	for i, sw := range f.summary {
+		if sw != 0 {
+			w := i*64 + bits.TrailingZeros64(sw)
+			s := int32(w*64 + bits.TrailingZeros64(f.bits[w]))
+			f.remove(s)
+			return s
 		}
-		h[parent], h[i] = h[i], h[parent]
-		i = parent
+	}
+	panic("core: take from an empty free-slot set")
+}
+
+// each calls fn for every free slot, in ascending order.
+func (f *freeSlots) each(fn func(s int32)) {
+	for w, word := range f.bits {
+		for word != 0 {
+			fn(int32(w*64 + bits.TrailingZeros64(word)))
+			word &= word - 1
+		}
 	}
 }
 
-// heapifyFree restores the free heap after the list was edited as a slice.
-func (g *slotGroup) heapifyFree() {
-	for i := len(g.free)/2 - 1; i >= 0; i-- {
-		siftDown(g.free, i)
-	}
-}
-
-func siftDown(h []int32, i int) {
-	for {
-		l := 2*i + 1
-		if l >= len(h) {
-			return
+// dropFrom removes every slot at or beyond keep.
+func (f *freeSlots) dropFrom(keep int64) {
+	for s := keep; s < int64(len(f.bits))*64; s++ {
+		if f.has(int32(s)) {
+			f.remove(int32(s))
 		}
-		c := l
-		if r := l + 1; r < len(h) && h[r] < h[l] {
-			c = r
-		}
-		if h[i] <= h[c] {
-			return
-		}
-		h[i], h[c] = h[c], h[i]
-		i = c
 	}
 }
 
 // victimHeap orders evictable pages: lowest priority first, then least
 // recently released, then deepest (so a chain drains from its tail).
-type victimHeap []*page
+type victimHeap []victim
 
-func (h victimHeap) Len() int { return len(h) }
-func (h victimHeap) Less(i, j int) bool {
-	a, b := h[i], h[j]
-	if pa, pb := a.heapPrio, b.heapPrio; pa != pb {
-		return pa < pb
+// victim is a page in the heap with its order as of its last refresh, kept
+// beside it so that sifting compares without reading pages or nodes.
+type victim struct {
+	prio, depth int
+	lastUsed    uint64
+	p           *page
+}
+
+func (p *page) victimKey() victim {
+	return victim{prio: p.priority(), depth: p.depth(), lastUsed: p.lastUsed, p: p}
+}
+
+func (h victimHeap) less(i, j int) bool {
+	a, b := &h[i], &h[j]
+	if a.prio != b.prio {
+		return a.prio < b.prio
 	}
 	if a.lastUsed != b.lastUsed {
 		return a.lastUsed < b.lastUsed
 	}
-	return a.heapDepth > b.heapDepth
+	return a.depth > b.depth
 }
-func (h victimHeap) Swap(i, j int) {
+func (h victimHeap) swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].heapIdx, h[j].heapIdx = i, j
+	h[i].p.heapIdx, h[j].p.heapIdx = i, j
 }
-func (h *victimHeap) Push(x any) {
-	p := x.(*page)
+
+// push adds p.
+func (h *victimHeap) push(p *page) {
 	p.heapIdx = len(*h)
-	*h = append(*h, p)
+	*h = append(*h, p.victimKey())
+	h.up(p.heapIdx)
 }
-func (h *victimHeap) Pop() any {
+
+// pop removes and returns the first victim.
+func (h *victimHeap) pop() *page { return h.remove(0) }
+
+// remove removes and returns the page at index i.
+func (h *victimHeap) remove(i int) *page {
 	old := *h
-	p := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
+	n := len(old) - 1
+	if i != n {
+		old.swap(i, n)
+		if !old[:n].down(i) {
+			old[:n].up(i)
+		}
+	}
+	p := old[n].p
+	old[n] = victim{}
+	*h = old[:n]
 	p.heapIdx = -1
 	return p
+}
+
+// fix restores the order after the page at index i changed.
+func (h victimHeap) fix(i int) {
+	if !h.down(i) {
+		h.up(i)
+	}
+}
+
+func (h victimHeap) up(j int) {
+	for j > 0 {
+		i := (j - 1) / 2
+		if !h.less(j, i) {
+			break
+		}
+		h.swap(i, j)
+		j = i
+	}
+}
+
+// down sifts the page at i0 down and reports whether it moved.
+func (h victimHeap) down(i0 int) bool {
+	i := i0
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			break
+		}
+		j := l
+		if r := l + 1; r < len(h) && h.less(r, l) {
+			j = r
+		}
+		if !h.less(j, i) {
+			break
+		}
+		h.swap(i, j)
+		i = j
+	}
+	return i > i0
 }
 
 // evictable reports whether p may leave its slot: nobody uses it in place and
@@ -397,23 +502,21 @@ func (p *page) evictable(lastLevel bool) bool {
 func (p *page) refresh() {
 	g := p.group
 	want := p.evictable(g.level.last)
-	if want {
-		p.heapPrio, p.heapDepth = p.priority(), p.depth()
-	}
 	switch {
 	case want && p.heapIdx < 0:
-		heap.Push(&g.victims, p)
+		g.victims.push(p)
 	case !want && p.heapIdx >= 0:
-		heap.Remove(&g.victims, p.heapIdx)
+		g.victims.remove(p.heapIdx)
 	case want:
-		heap.Fix(&g.victims, p.heapIdx)
+		g.victims[p.heapIdx] = p.victimKey()
+		g.victims.fix(p.heapIdx)
 	}
 }
 
 // newPage takes a free slot of g for lifecycle lc; reserve must have made
 // room. The page starts private, unreferenced.
 func (m *Manager) newPage(g *slotGroup, lc layout.LayerGroupID) *page {
-	p := m.slabs.page()
+	p := m.pages.alloc()
 	p.lc = lc
 	g.take(p)
 	return p
@@ -423,10 +526,14 @@ func (m *Manager) newPage(g *slotGroup, lc layout.LayerGroupID) *page {
 // transaction still moving it is of no concern any more.
 func (m *Manager) freePage(p *page) {
 	if p.heapIdx >= 0 {
-		heap.Remove(&p.group.victims, p.heapIdx)
+		p.group.victims.remove(p.heapIdx)
 	}
 	p.group.release(p)
 	p.inflight = nil
+	if p.lost {
+		delete(m.lostBy, p)
+	}
+	m.pages.release(p)
 }
 
 // unref drops one reference of a cache and refreshes eviction state; private

@@ -20,57 +20,76 @@ const (
 // node is one committed block in the radix tree: its chained key, its tokens
 // (a full block, or fewer for a partial leaf), and its page per lifecycle at
 // whatever level each lives. A scope's root node holds no tokens and no pages.
+// Nodes live in the manager's node store (slab.go) and name each other by
+// nodeID: a node holds no pointer, so the garbage collector scans none of the
+// tree's links or tokens (only the nodes' page rows). Its tokens, priorities
+// and pages are the store's (tokensOf, prioOf, pagesOf), and so are the
+// multimodal digest tokens of the rare block that has them (digestsOf).
 type node struct {
 	key    blockhash.Key
-	parent *node
+	id     nodeID
+	parent nodeID
 	depth  int
-	tokens []config.Token
-	// digests are the block's multimodal digest tokens, positions relative
-	// to the block (nil for a text block); their tokens are 0.
-	digests []blockhash.DigestAt
-	// child0 is a full-block child and children holds the others: most
-	// nodes have one child, and those need no map.
-	child0   *node
-	children map[blockhash.Key]*node
-	partials []*node
-	pages    []*page
+	ntok   int32
+	// child0 is a full-block child; the others are in the store's map
+	// (nkids of them): most nodes have one child, and those need no map.
+	child0 nodeID
+	nkids  int32
+	// Every child, full or partial, is in the list from first to last,
+	// linked by prev and next, in the order they were added.
+	first, last, prev, next nodeID
 	// users counts caches whose committed chain runs through the node; such a
 	// node is never pruned, so chains stay linked while caches commit.
 	users int
-	// priority is the eviction priority of each lifecycle's page.
-	priority []int
 }
 
-// newNode returns a node from the manager's slabs; tokens and digests are
-// copied.
+// newNode returns a node from the manager's node store; tokens and digests
+// (the block's digest tokens, positions in tokens) are copied.
 func (m *Manager) newNode(parent *node, key blockhash.Key, tokens []config.Token, digests []blockhash.DigestAt) *node {
-	// Slab nodes are zero and never reused: only the set fields are written
-	// (a struct assignment would copy every field under the GC's write
-	// barrier).
-	n := m.slabs.node()
-	n.key, n.parent = key, parent
-	n.priority = m.slabs.priorities(len(m.lt.LifeCycles))
-	n.tokens = m.slabs.tokens(tokens)
-	if len(digests) > 0 {
-		n.digests = slices.Clone(digests)
-	}
-	n.pages = m.slabs.pageRow(len(m.lt.LifeCycles))
+	n := m.nodes.alloc()
+	n.key = key
+	n.ntok = int32(copy(m.nodes.toks(n), tokens))
+	m.nodes.setDigests(n, digests)
 	if parent != nil {
-		n.depth = parent.depth + 1
+		n.parent, n.depth = parent.id, parent.depth+1
 	}
 	return n
 }
 
-// blockPriority is the block's priority as one value: the highest of its
-// layer groups', the last to be evicted.
-func (n *node) blockPriority() int {
-	return slices.Max(n.priority)
+// freeNode returns an unlinked node without pages to the store.
+func (m *Manager) freeNode(n *node) { m.nodes.release(n) }
+
+// parentOf returns n's parent, nil for a root.
+func (m *Manager) parentOf(n *node) *node { return m.nodes.get(n.parent) }
+
+// tokensOf returns n's tokens (the store's: do not modify or keep).
+func (m *Manager) tokensOf(n *node) []config.Token { return m.nodes.toks(n)[:n.ntok] }
+
+// digestsOf returns n's multimodal digest tokens, positions relative to its
+// block (the store's: do not modify or keep); nil for a text block.
+func (m *Manager) digestsOf(n *node) []blockhash.DigestAt { return m.nodes.digests[n.id] }
+
+// holds reports whether n holds exactly the block tokens with digests.
+func (m *Manager) holds(n *node, tokens []config.Token, digests []blockhash.DigestAt) bool {
+	return slices.Equal(m.tokensOf(n), tokens) && slices.Equal(m.digestsOf(n), digests)
 }
 
-func (n *node) isPartial(tokensPerBlock int) bool { return len(n.tokens) < tokensPerBlock }
+// pagesOf returns n's page per lifecycle (the store's row, to read and set).
+func (m *Manager) pagesOf(n *node) []*page { return m.nodes.pages(n) }
 
-func (n *node) hasPages() bool {
-	for _, p := range n.pages {
+// prioOf returns n's eviction priority per lifecycle (the store's row).
+func (m *Manager) prioOf(n *node) []int { return m.nodes.prios(n) }
+
+// blockPriority is the block's priority as one value: the highest of its
+// layer groups', the last to be evicted.
+func (m *Manager) blockPriority(n *node) int {
+	return slices.Max(m.prioOf(n))
+}
+
+func (n *node) isPartial(tokensPerBlock int) bool { return int(n.ntok) < tokensPerBlock }
+
+func (m *Manager) hasPages(n *node) bool {
+	for _, p := range m.pagesOf(n) {
 		if p != nil {
 			return true
 		}
@@ -79,56 +98,81 @@ func (n *node) hasPages() bool {
 }
 
 // prunable: nothing left to reuse and nobody building on it.
-func (n *node) prunable() bool {
-	return n.parent != nil && n.users == 0 && !n.hasChildren() && !n.hasPages()
+func (m *Manager) prunable(n *node) bool {
+	return n.parent != 0 && n.users == 0 && !n.hasChildren() && !m.hasPages(n)
 }
 
 // hasChildren reports whether any block, full or partial, follows n.
-func (n *node) hasChildren() bool {
-	return n.child0 != nil || len(n.children) > 0 || len(n.partials) > 0
-}
+func (n *node) hasChildren() bool { return n.first != 0 }
 
-func (n *node) child(key blockhash.Key) *node {
-	if c := n.child0; c != nil && c.key == key {
-		return c
+// child returns n's full-block child of key, nil if none.
+func (m *Manager) child(n *node, key blockhash.Key) *node {
+	if n.child0 != 0 {
+		if c := m.nodes.at(n.child0); c.key == key {
+			return c
+		}
 	}
-	return n.children[key]
+	if n.nkids == 0 {
+		return nil
+	}
+	return m.nodes.get(m.nodes.kids[childKey{n.id, key}])
 }
 
-func (n *node) addChild(c *node, tokensPerBlock int) {
+// isChild reports whether c is linked as a child of n.
+func (m *Manager) isChild(n, c *node) bool {
+	return c.parent == n.id && (n.first == c.id || c.prev != 0)
+}
+
+// children calls fn for each of n's children in the order they were added.
+func (m *Manager) children(n *node, fn func(c *node)) {
+	for id := n.first; id != 0; {
+		c := m.nodes.at(id)
+		id = c.next
+		fn(c)
+	}
+}
+
+func (m *Manager) addChild(n, c *node) {
 	switch {
-	case c.isPartial(tokensPerBlock):
-		n.partials = append(n.partials, c)
-	case n.child0 == nil:
-		n.child0 = c
+	case c.isPartial(m.cfg.TokensPerBlock):
+	case n.child0 == 0:
+		n.child0 = c.id
 	default:
-		if n.children == nil {
-			n.children = map[blockhash.Key]*node{}
-		}
-		n.children[c.key] = c
+		m.nodes.kids[childKey{n.id, c.key}] = c.id
+		n.nkids++
 	}
+	c.prev, c.next = n.last, 0
+	if n.last != 0 {
+		m.nodes.at(n.last).next = c.id
+	} else {
+		n.first = c.id
+	}
+	n.last = c.id
 }
 
-func (n *node) removeChild(c *node) {
-	if n.child0 == c {
-		n.child0 = nil
+func (m *Manager) removeChild(n, c *node) {
+	if !m.isChild(n, c) {
 		return
 	}
-	if n.children[c.key] == c {
-		delete(n.children, c.key)
-		return
+	switch k := (childKey{n.id, c.key}); {
+	case c.isPartial(m.cfg.TokensPerBlock):
+	case n.child0 == c.id:
+		n.child0 = 0
+	case n.nkids > 0 && m.nodes.kids[k] == c.id:
+		delete(m.nodes.kids, k)
+		n.nkids--
 	}
-	for i, p := range n.partials {
-		if p == c {
-			n.partials = append(n.partials[:i], n.partials[i+1:]...)
-			return
-		}
+	if c.prev != 0 {
+		m.nodes.at(c.prev).next = c.next
+	} else {
+		n.first = c.next
 	}
-}
-
-// holds reports whether n holds exactly the block tokens with digests.
-func (n *node) holds(tokens []config.Token, digests []blockhash.DigestAt) bool {
-	return slices.Equal(n.tokens, tokens) && slices.Equal(n.digests, digests)
+	if c.next != 0 {
+		m.nodes.at(c.next).prev = c.prev
+	} else {
+		n.last = c.prev
+	}
+	c.prev, c.next = 0, 0
 }
 
 // commonPrefix returns how many leading tokens a and b share, a digest
@@ -154,25 +198,41 @@ type match struct {
 	path    []*node // nodes of the reused full blocks
 	partial *node   // source of a partially reused block
 	partLen int
+	// contentBlocks are the input's full blocks the tree holds by content;
+	// usableBlocks those of them the attention layer groups can reuse (the
+	// path before the last SSM snapshot shortens it).
+	contentBlocks, usableBlocks int
 }
 
 func (mt *match) tokens(tpb int) int { return len(mt.path)*tpb + mt.partLen }
 
 // key returns the key the match's full blocks end at: the last one's, or
 // the scope's root.
-func (mt *match) key(scope blockhash.Scope, m *Manager) blockhash.Key {
+func (mt *match) key(scope blockhash.Scope) blockhash.Key {
 	if len(mt.path) > 0 {
 		return mt.path[len(mt.path)-1].key
 	}
 	return scope.Root()
 }
 
+// snapshot returns the SSM snapshot a cache reusing the match starts from:
+// the last reused block's (matchPrefix ends the path at a block with one);
+// nil without SSM layers or reuse.
+func (mt *match) snapshot(m *Manager) *page {
+	if m.lt.SSM < 0 || len(mt.path) == 0 {
+		return nil
+	}
+	return m.pagesOf(mt.path[len(mt.path)-1])[m.lt.SSM]
+}
+
 // findMatch returns the reusable prefix of input: every full block the tree
 // holds along it (as far as every lifecycle has the pages it needs), and with
-// partial reuse the matching head of one more block. The whole input may
-// match; the engine drops the last prompt token itself when it must compute
-// it. ReuseMatchBackoff tokens are then trimmed off the match's tail. It
-// changes nothing.
+// partial reuse the matching head of one more block. With SSM layers the
+// match ends at the last block holding an SSM snapshot, and there is no
+// partial reuse (a state exists only where a commit ended on a block
+// boundary). The whole input may match; the engine drops the last prompt
+// token itself when it must compute it. ReuseMatchBackoff tokens are then
+// trimmed off the match's tail. It changes nothing.
 func (m *Manager) findMatch(scope blockhash.Scope, input []config.Token, digests []blockhash.DigestAt) match {
 	mt := m.matchPrefix(scope, input, digests)
 	if back := m.cfg.ReuseMatchBackoff; back > 0 && mt.tokens(m.cfg.TokensPerBlock) > 0 {
@@ -202,8 +262,8 @@ func (m *Manager) matchPrefix(scope blockhash.Scope, input []config.Token, diges
 	for b := 0; (b+1)*tpb <= limit; b++ {
 		blk := input[b*tpb : (b+1)*tpb]
 		dg := blockhash.DigestsIn(digests, b*tpb, (b+1)*tpb)
-		c := cur.child(m.hasher.NextDigests(cur.key, blk, dg))
-		if c == nil || !c.holds(blk, dg) {
+		c := m.child(cur, m.hasher.NextDigests(cur.key, blk, dg))
+		if c == nil || !m.holds(c, blk, dg) {
 			break
 		}
 		path = append(path, c)
@@ -211,6 +271,13 @@ func (m *Manager) matchPrefix(scope blockhash.Scope, input []config.Token, diges
 	}
 	m.matched = path
 	mt.path = path[:m.usablePrefix(path)]
+	mt.contentBlocks, mt.usableBlocks = len(path), len(mt.path)
+	if ssm := m.lt.SSM; ssm >= 0 {
+		for len(mt.path) > 0 && m.pagesOf(mt.path[len(mt.path)-1])[ssm] == nil {
+			mt.path = mt.path[:len(mt.path)-1]
+		}
+		return mt
+	}
 	if !m.cfg.EnablePartialReuse {
 		return mt
 	}
@@ -224,11 +291,11 @@ func (m *Manager) matchPrefix(scope blockhash.Scope, input []config.Token, diges
 	restDigests := blockhash.DigestsIn(digests, from, from+len(rest))
 	var best *node
 	bestLen := 0
-	for _, c := range sortedChildren(parent) {
+	for _, c := range m.sortedChildren(parent) {
 		if !m.hotComplete(c) {
 			continue
 		}
-		if l := min(commonPrefix(c.tokens, c.digests, rest, restDigests), tpb-1); l > bestLen {
+		if l := min(commonPrefix(m.tokensOf(c), m.digestsOf(c), rest, restDigests), tpb-1); l > bestLen {
 			best, bestLen = c, l
 		}
 	}
@@ -236,15 +303,17 @@ func (m *Manager) matchPrefix(scope blockhash.Scope, input []config.Token, diges
 	return mt
 }
 
-// sortedChildren lists a node's children in a deterministic order.
-func sortedChildren(n *node) []*node {
-	out := make([]*node, 0, 1+len(n.children)+len(n.partials))
-	if n.child0 != nil {
-		out = append(out, n.child0)
-	}
-	for _, c := range n.children {
-		out = append(out, c)
-	}
+// sortedChildren lists a node's children in a deterministic order: the full
+// blocks by key, then the partial ones in the order they were added.
+func (m *Manager) sortedChildren(n *node) []*node {
+	var out, partials []*node
+	m.children(n, func(c *node) {
+		if c.isPartial(m.cfg.TokensPerBlock) {
+			partials = append(partials, c)
+		} else {
+			out = append(out, c)
+		}
+	})
 	slices.SortFunc(out, func(a, b *node) int {
 		switch {
 		case a.key < b.key:
@@ -254,13 +323,13 @@ func sortedChildren(n *node) []*node {
 		}
 		return 0
 	})
-	return append(out, n.partials...)
+	return append(out, partials...)
 }
 
 // hotComplete: the node has a page for every lifecycle, all on the GPU level,
 // so it can be copied from.
 func (m *Manager) hotComplete(n *node) bool {
-	for _, p := range n.pages {
+	for _, p := range m.pagesOf(n) {
 		if p == nil || p.level() != 0 {
 			return false
 		}
@@ -284,7 +353,7 @@ func (m *Manager) usablePrefix(path []*node) int {
 		row[0] = 0
 		for b, n := range path {
 			row[b+1] = row[b]
-			if n.pages[lc] == nil {
+			if m.pagesOf(n)[lc] == nil {
 				row[b+1]++
 			}
 		}
@@ -378,7 +447,7 @@ func (m *Manager) ProbeFirstNewBlockKeyDigests(scope blockhash.Scope, input []co
 	if (b+1)*tpb > len(input) {
 		return 0, false, nil
 	}
-	k := mt.key(scope, m)
+	k := mt.key(scope)
 	for i := len(mt.path); i <= b; i++ {
 		k = m.hasher.NextDigests(k, input[i*tpb:(i+1)*tpb], blockhash.DigestsIn(digests, i*tpb, (i+1)*tpb))
 	}

@@ -4,36 +4,90 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm/kvcm/core/blockhash"
 )
 
-// A node finds each of its children whether it holds it inline or in its
-// map, also after removals and re-additions, and lists them in key order.
+// A node finds each of its children whether it holds it inline or in the
+// store's map, also after removals and re-additions, and lists them in key
+// order, partial blocks last in the order they came.
 func TestNodeFindsEveryChild(t *testing.T) {
-	parent := &node{}
-	kids := []*node{{key: 30, tokens: seq(0, tpb)}, {key: 10, tokens: seq(4, tpb)}, {key: 20, tokens: seq(8, tpb)}}
-	partial := &node{key: 5, tokens: seq(0, 2)}
+	m := newFixture(t, smallConfig(8)).m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	parent := m.newNode(nil, 1, nil, nil)
+	kids := []*node{m.newNode(parent, 30, seq(0, tpb), nil), m.newNode(parent, 10, seq(4, tpb), nil), m.newNode(parent, 20, seq(8, tpb), nil)}
+	partial := m.newNode(parent, 5, seq(0, 2), nil)
+	partial2 := m.newNode(parent, 6, seq(0, 3), nil)
 	for _, k := range kids {
-		parent.addChild(k, tpb)
+		m.addChild(parent, k)
 	}
-	parent.addChild(partial, tpb)
+	m.addChild(parent, partial)
+	m.addChild(parent, partial2)
 	for _, k := range kids {
-		assert.Same(t, k, parent.child(k.key))
+		assert.Same(t, k, m.child(parent, k.key))
 	}
-	assert.Nil(t, parent.child(partial.key), "partial blocks are no keyed children")
-	assert.Equal(t, []*node{kids[1], kids[2], kids[0], partial}, sortedChildren(parent))
+	assert.Nil(t, m.child(parent, partial.key), "partial blocks are no keyed children")
+	assert.Equal(t, []*node{kids[1], kids[2], kids[0], partial, partial2}, m.sortedChildren(parent))
 
-	parent.removeChild(kids[0]) // the inline one
-	assert.Nil(t, parent.child(30))
-	assert.Same(t, kids[1], parent.child(10))
+	m.removeChild(parent, kids[0]) // the inline one
+	m.removeChild(parent, partial)
+	assert.Nil(t, m.child(parent, 30))
+	assert.False(t, m.isChild(parent, kids[0]))
+	assert.Same(t, kids[1], m.child(parent, 10))
 	assert.True(t, parent.hasChildren())
-	again := &node{key: 40, tokens: seq(12, tpb)}
-	parent.addChild(again, tpb)
-	assert.Same(t, again, parent.child(40))
-	assert.Equal(t, []*node{kids[1], kids[2], again, partial}, sortedChildren(parent))
+	again := m.newNode(parent, 40, seq(12, tpb), nil)
+	m.addChild(parent, again)
+	assert.Same(t, again, m.child(parent, 40))
+	assert.Equal(t, []*node{kids[1], kids[2], again, partial2}, m.sortedChildren(parent))
 
-	for _, c := range []*node{kids[1], kids[2], again, partial} {
-		parent.removeChild(c)
+	for _, c := range []*node{kids[1], kids[2], again, partial2} {
+		assert.True(t, m.isChild(parent, c))
+		m.removeChild(parent, c)
 	}
 	assert.False(t, parent.hasChildren())
-	assert.Empty(t, sortedChildren(parent))
+	assert.Empty(t, m.sortedChildren(parent))
+	assert.Empty(t, m.nodes.kids, "no map entry outlives its child")
+}
+
+// A freed node's ID is reused, and the reused node starts empty: no tokens
+// or digest tokens from its last use, default priorities and no pages.
+func TestFreedNodesAreReusedEmpty(t *testing.T) {
+	m := newFixture(t, smallConfig(8)).m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	root := m.newNode(nil, 1, nil, nil)
+	dg := []blockhash.DigestAt{{Pos: 1, Digest: blockhash.Digest{7}}}
+	n := m.newNode(root, 2, seq(0, tpb), dg)
+	require.Equal(t, dg, m.digestsOf(n))
+	m.prioOf(n)[0] = MaxPriority
+	id := n.id
+	m.freeNode(n)
+	assert.Empty(t, m.nodes.digests, "a freed node's digests go with it")
+	again := m.newNode(root, 3, seq(0, 2), nil)
+	assert.Equal(t, id, again.id)
+	assert.Equal(t, seq(0, 2), m.tokensOf(again))
+	assert.Nil(t, m.digestsOf(again), "a reused ID starts without the digests of its last node")
+	assert.Equal(t, DefaultPriority, m.prioOf(again)[0])
+	assert.False(t, m.hasPages(again))
+	assert.Equal(t, 1, again.depth)
+}
+
+// A freed page is reused only after the operation's safe point, and then
+// starts zero.
+func TestFreedPagesAreReusedAfterTheSafePoint(t *testing.T) {
+	f := newFixture(t, smallConfig(8))
+	c := f.open(blockhash.Scope{}, seq(0, 6)) // a private partial block
+	p := c.blocks[1].pages[0]
+	require.Nil(t, p.node)
+	require.NoError(t, c.Close())
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	assert.Empty(t, f.m.pages.dead, "recycled at close's safe point")
+	q := f.m.pages.alloc()
+	assert.Same(t, p, q, "the freed page is the next one handed out")
+	assert.Equal(t, page{}, *q)
+	f.m.pages.release(q)
+	assert.NotSame(t, q, f.m.pages.alloc(), "not before the next safe point")
 }

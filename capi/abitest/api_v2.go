@@ -185,3 +185,61 @@ func CachedTokensByLevel(c uint64, capacity int) ([]int64, int, error) {
 	}
 	return out, int(needed), err
 }
+
+// BeamWidth calls kvcm_kv_cache_get_beam_width.
+func BeamWidth(c uint64) (int32, error) {
+	var out C.int32_t
+	err := status(C.kvcm_kv_cache_get_beam_width(C.kvcm_kv_cache(c), &out))
+	return int32(out), err
+}
+
+// SetBeamWidth calls kvcm_kv_cache_set_beam_width.
+func SetBeamWidth(c uint64, width int32) error {
+	return status(C.kvcm_kv_cache_set_beam_width(C.kvcm_kv_cache(c), C.int32_t(width)))
+}
+
+// BeamPageIndices calls kvcm_kv_cache_get_beam_base_page_indices with room
+// for capacity indices.
+func BeamPageIndices(c uint64, lg, beam int32, capacity int) ([]int32, error) {
+	var a arena
+	defer a.free()
+	buf := cArray[C.int32_t](&a, capacity)
+	var p *C.int32_t
+	if capacity > 0 {
+		p = &buf[0]
+	}
+	var needed C.size_t
+	err := status(C.kvcm_kv_cache_get_beam_base_page_indices(C.kvcm_kv_cache(c), C.kvcm_layer_group_id(lg), C.int32_t(beam), p, C.size_t(capacity), &needed))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int32, needed)
+	for i := range out {
+		out[i] = int32(buf[i])
+	}
+	return out, nil
+}
+
+// CommitBeamSearch calls kvcm_kv_cache_commit_beam_search; nil indices pass
+// NULL with numIndices entries.
+func CommitBeamSearch(c uint64, tokens []int32, indices []int32, numIndices int) error {
+	var a arena
+	defer a.free()
+	toks := cArray[C.kvcm_token](&a, len(tokens))
+	for i, t := range tokens {
+		toks[i] = C.kvcm_token(t)
+	}
+	var tp *C.kvcm_token
+	if len(toks) > 0 {
+		tp = &toks[0]
+	}
+	var ip *C.int32_t
+	if indices != nil {
+		is := cArray[C.int32_t](&a, len(indices))
+		for i, x := range indices {
+			is[i] = C.int32_t(x)
+		}
+		ip = &is[0]
+	}
+	return status(C.kvcm_kv_cache_commit_beam_search(C.kvcm_kv_cache(c), tp, C.size_t(len(tokens)), ip, C.size_t(numIndices), false))
+}

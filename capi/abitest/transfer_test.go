@@ -43,7 +43,8 @@ func TestAggregatedPagesCountsMembersAndBufferTooSmall(t *testing.T) {
 }
 
 // TestAggregatedPageIndicesAreBasePageIndices: for beam 0 the indices are
-// the base page indices (valid_only drops BAD ones); beam 1 is refused.
+// the base page indices (valid_only drops BAD ones); a beam outside the
+// beam width is refused, and within it the indices are the beam's.
 func TestAggregatedPageIndicesAreBasePageIndices(t *testing.T) {
 	noLeaks(t)
 	m, err := CreateManager(smallConfig(8, 0), nil)
@@ -67,6 +68,15 @@ func TestAggregatedPageIndicesAreBasePageIndices(t *testing.T) {
 	assert.Equal(t, base, idx)
 	_, _, err = AggregatedPageIndices(c, 0, 1, false, 3)
 	requireCode(t, err, InvalidArgument, "beam")
+
+	require.NoError(t, SetBeamWidth(c, 2))
+	for beam := range int32(2) {
+		idx, _, err := AggregatedPageIndices(c, 0, beam, false, 3)
+		require.NoError(t, err)
+		want, err := BeamPageIndices(c, 0, beam, 3)
+		require.NoError(t, err)
+		assert.Equal(t, want, idx, "beam %d", beam)
+	}
 }
 
 // TestBlockKeysWithDigestsThroughTheABI: kvcm_block_keys gives the

@@ -174,6 +174,15 @@ func (c *Cache) Commit(tokens []config.Token, isEnd bool) error {
 	return c.c.Commit(tokens, isEnd)
 }
 
+// CommitBeamSearch commits tokens after a beam search step (see
+// core.KVCache.CommitBeamSearch); a tracked cache notifies its CP index.
+func (c *Cache) CommitBeamSearch(tokens []config.Token, beamSearchIndices []int, isEnd bool) error {
+	if c.tc != nil {
+		return c.tc.CommitBeamSearch(tokens, beamSearchIndices, isEnd)
+	}
+	return c.c.CommitBeamSearch(tokens, beamSearchIndices, isEnd)
+}
+
 // CommitDigests commits computed tokens with digest tokens (see
 // core.KVCache.CommitDigests). A cache its CP index tracks takes text only:
 // the index names blocks by text keys.

@@ -66,6 +66,16 @@ type AttentionLayerConfig struct {
 	NumSinkTokens     int
 }
 
+// SsmLayerConfig describes one state-space (Mamba) layer, as
+// KVCacheManagerV2's SsmLayerConfig: its buffers hold one fixed-size
+// recurrent state per request rather than per block of tokens, so Size is
+// the bytes of the whole state. Every SSM layer belongs to the one SSM layer
+// group.
+type SsmLayerConfig struct {
+	LayerID int32
+	Buffers []BufferConfig
+}
+
 // TierKind is the kind of a cache tier.
 type TierKind int
 
@@ -186,7 +196,7 @@ func Shared(c SharedCacheTierConfig) CacheTierConfig {
 }
 
 // RequestDesc is one request of a batch: how many tokens it holds pages for
-// and how many of them are already computed.
+// (0: none, only its SSM state) and how many of them are already computed.
 type RequestDesc struct {
 	Capacity      int
 	HistoryLength int
@@ -222,6 +232,14 @@ type Config struct {
 	// shared tier.
 	CacheTiers []CacheTierConfig
 	Layers     []AttentionLayerConfig
+	// SsmLayers are the state-space layers of a hybrid model; their layer
+	// ids are distinct from those of Layers. They form one layer group of
+	// their own (its own hot pools) and need CommitMinSnapshot.
+	SsmLayers []SsmLayerConfig
+	// MaxSsmSlots caps the GPU slots of the SSM layer group (live states and
+	// snapshots together); the bytes it leaves go to the attention layer
+	// groups. 0 means no cap; only with SsmLayers.
+	MaxSsmSlots int64
 	// MaxUtilForResume: Resume refuses while the GPU tier's utilization by
 	// active caches is above this fraction, in (0, 1]. Zero means unset and
 	// selects DefaultMaxUtilForResume, so the zero Config (like a
@@ -254,29 +272,79 @@ type Config struct {
 	// TextOnly promises that no request carries multimodal tokens; kvcm's
 	// tokens are text only, so it changes nothing.
 	TextOnly bool
-	// CommitMinSnapshot (KVCacheManagerV2: commit keeps only the minimum
-	// snapshot reusable at the committed length; needed by SSM layers) is
-	// carried and validated; kvcm has no SSM layers, whose model coverage
-	// gives it an effect.
+	// CommitMinSnapshot (KVCacheManagerV2: commit keeps the snapshot
+	// reusable at the committed length) must be set with SsmLayers: a Commit
+	// that ends on a block boundary then snapshots the SSM state into that
+	// block, where a later request reuses it. Without SSM layers it changes
+	// nothing.
 	CommitMinSnapshot bool
-	// The rebalance fields tune KVCacheManagerV2's automatic pool
-	// rebalancing, which is model coverage in kvcm: they are validated with
-	// KVCacheManagerV2's rules and carried, with no effect yet. Zero
-	// RebalanceTargetRatioUpdateInterval, RebalanceRatioThreshold and
-	// RebalanceMovingAverageDecay mean unset (their Default* constants);
-	// RebalanceMinSampledKVCaches and RebalanceCooldownSecs are taken as
-	// given (0 is valid).
+	// The rebalance fields tune the pool rebalancing of
+	// Manager.NeedAdjustment and Manager.Adjust (KVCacheManagerV2's):
+	// closing caches sample their lengths into moving averages with decay
+	// RebalanceMovingAverageDecay; every RebalanceTargetRatioUpdateInterval
+	// samples the target split of each level among its pool groups is
+	// derived from them; a level needs adjusting once
+	// RebalanceMinSampledKVCaches caches were sampled,
+	// RebalanceCooldownSecs passed since the last Adjust and some pool
+	// group's target is off its current size by RebalanceRatioThreshold or
+	// more. Zero RebalanceTargetRatioUpdateInterval,
+	// RebalanceRatioThreshold and RebalanceMovingAverageDecay mean unset
+	// (their Default* constants); RebalanceMinSampledKVCaches and
+	// RebalanceCooldownSecs are taken as given (0 is valid).
 	RebalanceMinSampledKVCaches        int64
 	RebalanceCooldownSecs              float64
 	RebalanceTargetRatioUpdateInterval int64
 	RebalanceRatioThreshold            float64
 	RebalanceMovingAverageDecay        float64
+	// SwaScratchReuse, when not nil, enables SWA scratch reuse
+	// (KVCacheManagerV2's swa_scratch_reuse): during a prefill, blocks of a
+	// sliding-window layer group that are out of the window by the end of
+	// the step use a few shared scratch slots of the cache instead of a
+	// page each (see KVCache.ScratchDesc).
+	SwaScratchReuse *SwaScratchReuseConfig
 	// BlockKey selects how committed blocks are keyed: blockhash.SHA256
 	// (the zero value) is the specified key that other processes and the
 	// bindings compute too; blockhash.XXH3 is several times cheaper but
 	// matches no other process's keys (see package blockhash), so use it
 	// only where keys never leave the manager.
 	BlockKey blockhash.Algorithm
+}
+
+// SwaScratchReuseConfig configures SWA scratch reuse.
+type SwaScratchReuseConfig struct {
+	// MaxRewindLen tokens at the end of a step's capacity may be rewound
+	// (rejected draft tokens) and survive as history, so their blocks never
+	// use scratch slots. Not negative.
+	MaxRewindLen int
+}
+
+// EnableSwaScratchReuse reports whether SwaScratchReuse is set.
+func (c *Config) EnableSwaScratchReuse() bool { return c.SwaScratchReuse != nil }
+
+// MovingAverageDecay returns RebalanceMovingAverageDecay with the default
+// applied.
+func (c *Config) MovingAverageDecay() float64 {
+	if c.RebalanceMovingAverageDecay == 0 {
+		return DefaultRebalanceMovingAverageDecay
+	}
+	return c.RebalanceMovingAverageDecay
+}
+
+// RatioThreshold returns RebalanceRatioThreshold with the default applied.
+func (c *Config) RatioThreshold() float64 {
+	if c.RebalanceRatioThreshold == 0 {
+		return DefaultRebalanceRatioThreshold
+	}
+	return c.RebalanceRatioThreshold
+}
+
+// TargetRatioUpdateInterval returns RebalanceTargetRatioUpdateInterval with
+// the default applied.
+func (c *Config) TargetRatioUpdateInterval() int64 {
+	if c.RebalanceTargetRatioUpdateInterval == 0 {
+		return DefaultRebalanceTargetRatioUpdateInterval
+	}
+	return c.RebalanceTargetRatioUpdateInterval
 }
 
 // Error is a configuration error naming the offending field.
@@ -341,6 +409,9 @@ func (c *Config) Validate(numLayerGroups int) error {
 	if err := c.validateLayers(); err != nil {
 		return err
 	}
+	if err := c.validateSsm(); err != nil {
+		return err
+	}
 	if u := c.MaxUtilForResume; math.IsNaN(u) || u < 0 || u > 1 {
 		return fieldErr("max_util_for_resume", "must be in (0, 1], or 0 (unset) for the default %v, got %v",
 			DefaultMaxUtilForResume, u)
@@ -350,6 +421,9 @@ func (c *Config) Validate(numLayerGroups int) error {
 	}
 	if err := c.validateRebalance(); err != nil {
 		return err
+	}
+	if c.SwaScratchReuse != nil && c.SwaScratchReuse.MaxRewindLen < 0 {
+		return fieldErr("swa_scratch_reuse.max_rewind_len", "must not be negative, got %d", c.SwaScratchReuse.MaxRewindLen)
 	}
 	if c.InitialPoolRatio != nil {
 		if len(c.InitialPoolRatio) == 0 {
@@ -599,6 +673,70 @@ func (c *Config) validateLayers() error {
 	return nil
 }
 
+// validateSsm checks the SSM layers: ids distinct from every other layer's,
+// buffers as an attention layer's (without tokens_per_block_override),
+// CommitMinSnapshot set, and MaxSsmSlots only with them.
+func (c *Config) validateSsm() error {
+	if c.MaxSsmSlots < 0 {
+		return fieldErr("max_ssm_slots", "must not be negative, got %d", c.MaxSsmSlots)
+	}
+	if len(c.SsmLayers) == 0 {
+		if c.MaxSsmSlots != 0 {
+			return fieldErr("max_ssm_slots", "caps the SSM layer group: needs ssm_layers")
+		}
+		return nil
+	}
+	if !c.CommitMinSnapshot {
+		return fieldErr("commit_min_snapshot", "must be true when SSM layers are present (%d in ssm_layers)", len(c.SsmLayers))
+	}
+	seen := make(map[int32]string, len(c.Layers)+len(c.SsmLayers))
+	var total int64
+	for i, l := range c.Layers {
+		seen[l.LayerID] = fmt.Sprintf("layers[%d]", i)
+		for _, b := range l.Buffers {
+			total += b.Size * int64(b.Expansion(c.TokensPerBlock)) // validated: the sum fits
+		}
+	}
+	for i, l := range c.SsmLayers {
+		f := fmt.Sprintf("ssm_layers[%d]", i)
+		if other, dup := seen[l.LayerID]; dup {
+			return fieldErr(f+".layer_id", "duplicates %s.layer_id (%d)", other, l.LayerID)
+		}
+		seen[l.LayerID] = f
+		if len(l.Buffers) == 0 {
+			return fieldErr(f+".buffers", "needs at least one buffer")
+		}
+		roles := make([]DataRole, 0, len(l.Buffers))
+		for j, b := range l.Buffers {
+			bf := fmt.Sprintf("%s.buffers[%d]", f, j)
+			if b.Role == "" {
+				return fieldErr(bf+".role", "must not be empty")
+			}
+			if err := checkNoNUL(bf+".role", string(b.Role)); err != nil {
+				return err
+			}
+			if slices.Contains(roles, b.Role) {
+				return fieldErr(bf+".role", "duplicate role %q in the layer", b.Role)
+			}
+			roles = append(roles, b.Role)
+			if b.Size <= 0 {
+				return fieldErr(bf+".size", "must be positive, got %d", b.Size)
+			}
+			if b.TokensPerBlockOverride != 0 {
+				// A state is one page a cache, not a block of tokens.
+				return fieldErr(bf+".tokens_per_block_override", "must be 0 for an SSM layer's state, got %d",
+					b.TokensPerBlockOverride)
+			}
+			if b.Size > math.MaxInt64-total {
+				return fieldErr(bf+".size", "%d bytes bring the buffers of all layers beyond %d bytes a block",
+					b.Size, int64(math.MaxInt64))
+			}
+			total += b.Size
+		}
+	}
+	return nil
+}
+
 func validateBatch(field string, b BatchDesc) error {
 	if len(b.Requests) == 0 {
 		return fieldErr(field+".kv_caches", "must not be empty")
@@ -608,8 +746,10 @@ func validateBatch(field string, b BatchDesc) error {
 	}
 	for i, r := range b.Requests {
 		f := fmt.Sprintf("%s.kv_caches[%d]", field, i)
-		if r.Capacity <= 0 {
-			return fieldErr(f+".capacity", "must be positive, got %d", r.Capacity)
+		// 0, as in KVCacheManagerV2, is a request holding only its SSM
+		// state: hybrid models' constraints reserve states that way.
+		if r.Capacity < 0 {
+			return fieldErr(f+".capacity", "must not be negative, got %d", r.Capacity)
 		}
 		if r.HistoryLength < 0 || r.HistoryLength > r.Capacity {
 			return fieldErr(f+".history_length", "must be in [0, capacity=%d], got %d", r.Capacity, r.HistoryLength)

@@ -146,6 +146,19 @@ func (tc *TrackedCache) Commit(tokens []config.Token, isEnd bool) error {
 	return nil
 }
 
+// CommitBeamSearch commits tokens after a beam search step (see
+// core.KVCache.CommitBeamSearch) and, on success, notifies the full blocks
+// they complete.
+func (tc *TrackedCache) CommitBeamSearch(tokens []config.Token, beamSearchIndices []int, isEnd bool) error {
+	if err := tc.KVCache.CommitBeamSearch(tokens, beamSearchIndices, isEnd); err != nil {
+		return err
+	}
+	if added := tc.extend(tokens); len(added) > 0 {
+		tc.t.cp.NotifyBlocksAllocated(tc.requestID, added)
+	}
+	return nil
+}
+
 // Close closes the cache (see core.KVCache.Close) and, the first time it
 // succeeds, notifies the terminal free of every block notified allocated.
 func (tc *TrackedCache) Close() error {

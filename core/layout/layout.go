@@ -18,10 +18,12 @@ import (
 )
 
 // Window is the attention-window shape that defines a lifecycle. Size 0 is
-// full attention.
+// full attention. SSM marks the SSM layer group instead: one fixed-size
+// state per request and no page per block (Size and Sinks are 0).
 type Window struct {
 	Size  int
 	Sinks int
+	SSM   bool
 }
 
 // BufferKey names one buffer: a layer and a role.
@@ -46,6 +48,9 @@ type LifeCycle struct {
 	Window Window
 	Layers []int32
 	Pools  []Pool
+	// ScratchBlocksPerSlot is the fewest blocks of one layer a scratch slot
+	// holds, over the lifecycle's buffers (see BufferLocation).
+	ScratchBlocksPerSlot int
 }
 
 // PageBytes is the hot size of one page: one slot in every pool.
@@ -63,14 +68,24 @@ func (lc *LifeCycle) PageBytes() int64 {
 // buffer with a tokens_per_block_override holds Expansion pages of its own in
 // each block: kernel page indices (s*Scale + Offset)*Expansion + i for i in
 // [0, Expansion), counted in units of Bytes/Expansion.
+//
+// ScratchPagesPerBlock is how many sub-pages of a slot of the pool one block
+// of the buffer's layer takes: the layer's buffers in the pool, which sit
+// side by side. A scratch slot (see ScratchBlocksPerSlot) holds
+// Scale/ScratchPagesPerBlock blocks of one layer.
 type BufferLocation struct {
-	LifeCycle LayerGroupID
-	Pool      int
-	Scale     int64
-	Offset    int64
-	Bytes     int64
-	Expansion int
+	LifeCycle            LayerGroupID
+	Pool                 int
+	Scale                int64
+	Offset               int64
+	Bytes                int64
+	Expansion            int
+	ScratchPagesPerBlock int64
 }
+
+// ScratchBlocksPerSlot is how many blocks of the buffer's layer one scratch
+// slot holds.
+func (b BufferLocation) ScratchBlocksPerSlot() int64 { return b.Scale / b.ScratchPagesPerBlock }
 
 // Group is one pool group of a level: its member lifecycles (ascending) and
 // the slot bytes of each of its pools.
@@ -107,13 +122,23 @@ type Layout struct {
 	// Levels has one entry per configured tier; Levels[0] is the hot level.
 	// Cold levels are filled by SetColdPageBytes.
 	Levels []Level
+	// SSM is the SSM layer group, or -1 without SSM layers.
+	SSM LayerGroupID
+	// MaxSsmSlots caps the hot slots of the SSM layer group (0: no cap).
+	MaxSsmSlots int64
 }
+
+// IsSSM reports whether lc is the SSM layer group.
+func (lt *Layout) IsSSM(lc LayerGroupID) bool { return lt.SSM >= 0 && lc == lt.SSM }
 
 // NumLifeCycles returns the number of lifecycles (layer groups).
 func NumLifeCycles(cfg *config.Config) int {
 	seen := map[Window]bool{}
 	for _, l := range cfg.Layers {
-		seen[Window{l.SlidingWindowSize, l.NumSinkTokens}] = true
+		seen[Window{Size: l.SlidingWindowSize, Sinks: l.NumSinkTokens}] = true
+	}
+	if len(cfg.SsmLayers) > 0 {
+		return len(seen) + 1
 	}
 	return len(seen)
 }
@@ -121,15 +146,17 @@ func NumLifeCycles(cfg *config.Config) int {
 // New derives the hot layout. Lifecycle ids follow the ascending layer id of
 // each window shape's first layer; pools within a lifecycle are ordered by
 // descending buffer size, buffers within a pool by layer id and then by the
-// role order of the layer's configuration.
+// role order of the layer's configuration. The SSM layer group, when there
+// are SSM layers, comes after every attention layer group.
 func New(cfg *config.Config) *Layout {
 	layers := slices.Clone(cfg.Layers)
 	slices.SortFunc(layers, func(a, b config.AttentionLayerConfig) int { return cmp.Compare(a.LayerID, b.LayerID) })
 
-	lt := &Layout{TokensPerBlock: cfg.TokensPerBlock, Buffers: map[BufferKey]BufferLocation{}}
+	lt := &Layout{TokensPerBlock: cfg.TokensPerBlock, Buffers: map[BufferKey]BufferLocation{}, SSM: -1,
+		MaxSsmSlots: cfg.MaxSsmSlots}
 	byWindow := map[Window]LayerGroupID{}
 	for _, l := range layers {
-		w := Window{l.SlidingWindowSize, l.NumSinkTokens}
+		w := Window{Size: l.SlidingWindowSize, Sinks: l.NumSinkTokens}
 		id, ok := byWindow[w]
 		if !ok {
 			id = LayerGroupID(len(lt.LifeCycles))
@@ -140,6 +167,20 @@ func New(cfg *config.Config) *Layout {
 	}
 	for i := range lt.LifeCycles {
 		lt.buildPools(&lt.LifeCycles[i], layers)
+	}
+	if len(cfg.SsmLayers) > 0 {
+		ssm := make([]config.AttentionLayerConfig, len(cfg.SsmLayers))
+		for i, l := range cfg.SsmLayers {
+			ssm[i] = config.AttentionLayerConfig{LayerID: l.LayerID, Buffers: l.Buffers}
+		}
+		slices.SortFunc(ssm, func(a, b config.AttentionLayerConfig) int { return cmp.Compare(a.LayerID, b.LayerID) })
+		lt.SSM = LayerGroupID(len(lt.LifeCycles))
+		lc := LifeCycle{ID: lt.SSM, Window: Window{SSM: true}}
+		for _, l := range ssm {
+			lc.Layers = append(lc.Layers, l.LayerID)
+		}
+		lt.LifeCycles = append(lt.LifeCycles, lc)
+		lt.buildPools(&lt.LifeCycles[lt.SSM], ssm)
 	}
 	lt.Levels = make([]Level, len(cfg.CacheTiers))
 	for i, t := range cfg.CacheTiers {
@@ -174,17 +215,56 @@ func (lt *Layout) buildPools(lc *LifeCycle, layers []config.AttentionLayerConfig
 	}
 	slices.SortStableFunc(lc.Pools, func(a, b Pool) int { return cmp.Compare(b.BufferBytes, a.BufferBytes) })
 	for pi, p := range lc.Pools {
+		perLayer := map[int32]int64{}
+		for _, k := range p.Buffers {
+			perLayer[k.Layer]++
+		}
 		for off, k := range p.Buffers {
-			lt.Buffers[k] = BufferLocation{
+			loc := BufferLocation{
 				LifeCycle: lc.ID, Pool: pi, Scale: int64(len(p.Buffers)), Offset: int64(off), Bytes: p.BufferBytes,
-				Expansion: expansion[k],
+				Expansion:            expansion[k],
+				ScratchPagesPerBlock: perLayer[k.Layer],
+			}
+			lt.Buffers[k] = loc
+			if bps := int(loc.ScratchBlocksPerSlot()); lc.ScratchBlocksPerSlot == 0 || bps < lc.ScratchBlocksPerSlot {
+				lc.ScratchBlocksPerSlot = bps
 			}
 		}
 	}
 }
 
+// ScratchSlots returns how many scratch slots n scratch blocks of lifecycle
+// lc take: enough for every buffer of every layer, one layer at a time (a
+// slot's sub-pages hold consecutive blocks of the layer computing now).
+func (lt *Layout) ScratchSlots(lc LayerGroupID, n int) int {
+	if n <= 0 {
+		return 0
+	}
+	bps := lt.LifeCycles[lc].ScratchBlocksPerSlot
+	return (n + bps - 1) / bps
+}
+
+// ScratchRange returns the blocks [lo, hi) of lifecycle lc that use scratch
+// slots in a step from history to capacity tokens when the last maxRewind
+// tokens may be rewound: the step's new blocks, [BlocksFor(history),
+// BlocksFor(capacity)), that are out of the window (past the sinks) once
+// every non-rewindable token of the capacity is history. Full attention has
+// none.
+func (lt *Layout) ScratchRange(lc LayerGroupID, history, capacity, maxRewind int) (lo, hi int) {
+	if lt.LifeCycles[lc].Window.Size == 0 {
+		return 0, 0
+	}
+	kept := max(0, capacity-maxRewind)
+	lo = max(lt.BlocksFor(history), lt.SinkBlocks(lc))
+	hi = min(lt.BlocksFor(capacity), lt.FirstKeptBlock(lc, kept))
+	if hi <= lo {
+		return 0, 0
+	}
+	return lo, hi
+}
+
 // hotLevel groups lifecycles whose slot layouts (pool slot sizes in order) are
-// identical.
+// identical; the SSM layer group keeps a pool group of its own.
 func hotLevel(lcs []LifeCycle) Level {
 	lvl := Level{Kind: config.GPUTier, LifeCycleToGroup: make([]PoolGroupIndex, len(lcs))}
 	for i := range lcs {
@@ -192,7 +272,9 @@ func hotLevel(lcs []LifeCycle) Level {
 		for j, p := range lcs[i].Pools {
 			sizes[j] = p.SlotBytes()
 		}
-		g := slices.IndexFunc(lvl.Groups, func(g Group) bool { return slices.Equal(g.PoolBytes, sizes) })
+		g := slices.IndexFunc(lvl.Groups, func(g Group) bool {
+			return slices.Equal(g.PoolBytes, sizes) && lcs[g.LifeCycles[0]].Window.SSM == lcs[i].Window.SSM
+		})
 		if g < 0 {
 			g = len(lvl.Groups)
 			lvl.Groups = append(lvl.Groups, Group{Index: PoolGroupIndex(g), PoolBytes: sizes})
@@ -246,6 +328,9 @@ func (lt *Layout) BlocksFor(n int) int {
 // once history tokens are computed: the sink blocks and those from the first
 // kept one on.
 func (lt *Layout) NewPagesNeeded(lc LayerGroupID, from, to, history int) int {
+	if lt.IsSSM(lc) {
+		return 0 // the state is per request, not per block
+	}
 	overlap := func(lo, hi int) int { return max(0, min(hi, to)-max(lo, from)) }
 	sinks := lt.SinkBlocks(lc)
 	return overlap(0, sinks) + overlap(max(sinks, lt.FirstKeptBlock(lc, history)), to)
@@ -258,8 +343,12 @@ func (lt *Layout) SinkBlocks(lc LayerGroupID) int {
 
 // FirstKeptBlock returns the first non-sink block lifecycle lc still needs
 // once history tokens are computed: later tokens attend back at most the
-// window size from the first uncomputed position.
+// window size from the first uncomputed position. The SSM layer group keeps
+// no block: every computed block is behind its state.
 func (lt *Layout) FirstKeptBlock(lc LayerGroupID, history int) int {
+	if lt.IsSSM(lc) {
+		return history / lt.TokensPerBlock
+	}
 	w := lt.LifeCycles[lc].Window.Size
 	if w == 0 || history <= w {
 		return 0
@@ -270,14 +359,21 @@ func (lt *Layout) FirstKeptBlock(lc LayerGroupID, history int) int {
 // Needs reports whether lifecycle lc needs block b of a sequence whose first
 // history tokens are computed.
 func (lt *Layout) Needs(lc LayerGroupID, b, history int) bool {
+	if lt.IsSSM(lc) {
+		return false
+	}
 	if lt.LifeCycles[lc].Window.Size == 0 {
 		return true // full attention
 	}
 	return b < lt.SinkBlocks(lc) || b >= lt.FirstKeptBlock(lc, history)
 }
 
-// PagesNeeded returns the pages lifecycle lc holds for one request.
+// PagesNeeded returns the pages lifecycle lc holds for one request: one state
+// in the SSM layer group.
 func (lt *Layout) PagesNeeded(lc LayerGroupID, r config.RequestDesc) int64 {
+	if lt.IsSSM(lc) {
+		return 1
+	}
 	total := lt.BlocksFor(r.Capacity)
 	first := min(lt.FirstKeptBlock(lc, r.HistoryLength), total)
 	sinks := min(lt.SinkBlocks(lc), first)

@@ -62,8 +62,12 @@ func (lt *Layout) batchBytes(b config.BatchDesc) []float64 {
 // by every request, as far as the shortest request holds them) are pages of
 // the reuse tree that every request holding them shares: they count once,
 // as the union of the shared blocks the requests still need, and every
-// request's other pages count for it alone. The sum saturates.
+// request's other pages count for it alone. The sum saturates. In the SSM
+// layer group every request holds one state.
 func (lt *Layout) BatchPages(lc LayerGroupID, b config.BatchDesc) int64 {
+	if lt.IsSSM(lc) {
+		return int64(len(b.Requests))
+	}
 	shared := 0
 	if len(b.Requests) > 0 && b.SystemPromptLength > 0 {
 		shortest := b.Requests[0].Capacity
@@ -107,7 +111,10 @@ func (lt *Layout) HotFloors(cfg *config.Config) []int64 {
 // raised to them and the rest is shared again by weight. It fails when the
 // floors (or one slot per group) do not fit in the quota, or when a group
 // would get more than MaxSlots slots. The slots of all groups together never
-// take more than quota bytes.
+// take more than quota bytes. With MaxSsmSlots, the SSM layer group's pool
+// group gets at most that many slots (at least its floor) and the bytes it
+// leaves are shared among the others (the manager refuses a cap below the
+// group's floor).
 func (lt *Layout) HotSlots(quota int64, weights []float64, floors []int64) ([]int64, error) {
 	lvl := &lt.Levels[0]
 	gw := make([]float64, len(lvl.Groups))
@@ -119,7 +126,37 @@ func (lt *Layout) HotSlots(quota int64, weights []float64, floors []int64) ([]in
 	for g := range gfloor {
 		gfloor[g] = max(gfloor[g], 1)
 	}
-	return shareQuota("gpu", quota, lvl.Groups, gw, gfloor)
+	slots, err := shareQuota("gpu", quota, lvl.Groups, gw, gfloor)
+	if err != nil || lt.SSM < 0 || lt.MaxSsmSlots == 0 || len(lvl.Groups) == 1 {
+		return slots, err
+	}
+	sg := lvl.LifeCycleToGroup[lt.SSM]
+	capped := max(lt.MaxSsmSlots, gfloor[sg])
+	if slots[sg] <= capped {
+		return slots, nil
+	}
+	// The capped group is pinned; the others share what it leaves.
+	var others []Group
+	var ow []float64
+	var of []int64
+	for g := range lvl.Groups {
+		if PoolGroupIndex(g) != sg {
+			others, ow, of = append(others, lvl.Groups[g]), append(ow, gw[g]), append(of, gfloor[g])
+		}
+	}
+	rest, err := shareQuota("gpu", quota-capped*lvl.Groups[sg].PageBytes(), others, ow, of)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, 0, len(lvl.Groups))
+	for g := range lvl.Groups {
+		if PoolGroupIndex(g) == sg {
+			out = append(out, capped)
+		} else {
+			out, rest = append(out, rest[0]), rest[1:]
+		}
+	}
+	return out, nil
 }
 
 // ColdSlots sizes the pool groups of cold level lvl. Each lifecycle's hot byte

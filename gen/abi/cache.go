@@ -264,6 +264,63 @@ type KVCacheGetReusedTokens func(cache KVCache, out spec.Out[int64]) *Status
 //kvcm:param needed out Receives the number of blocks.
 type KVCacheGetBasePageIndices func(cache KVCache, layerGroup LayerGroupID, indices spec.Out[int32], capacity spec.Size, needed spec.Out[spec.Size]) *Status
 
+// KVCacheGetBeamWidth returns the cache's beam width: how many beams have
+// page indices (1 at creation).
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param out out Receives the beam width.
+type KVCacheGetBeamWidth func(cache KVCache, out spec.Out[int32]) *Status
+
+// KVCacheSetBeamWidth sets the number of beams of an ACTIVE cache, in
+// [1, KVCM_MAX_BEAM_WIDTH]. New beams fork from beam 0: they share its pages,
+// except that each gets a copy (on the cache's stream) of every block holding
+// a position at or past the history length, the diverging block beams write
+// into next; new blocks get a page per beam. Beams at or beyond a smaller
+// width are dropped with their private pages. KVCM_ERR_OUT_OF_PAGES when the
+// GPU level has no room for the copies; on error nothing changes.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param beamWidth in The new beam width.
+type KVCacheSetBeamWidth func(cache KVCache, beamWidth int32) *Status
+
+// KVCacheGetBeamBasePageIndices is kvcm_kv_cache_get_base_page_indices for
+// one beam, in [0, beam width) (kvcm_kv_cache_get_base_page_indices reads
+// KVCM_DEFAULT_BEAM_INDEX). Beams read the same index where they share a
+// page.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param layerGroup in The layer group.
+//kvcm:param beam in The beam.
+//kvcm:param indices out,nullable,len=capacity Receives one index per block.
+//kvcm:param capacity in Capacity of indices, in elements.
+//kvcm:param needed out Receives the number of blocks.
+type KVCacheGetBeamBasePageIndices func(cache KVCache, layerGroup LayerGroupID, beam int32, indices spec.Out[int32], capacity spec.Size, needed spec.Out[spec.Size]) *Status
+
+// KVCacheCommitBeamSearch is kvcm_kv_cache_commit after a beam search step:
+// first beam j takes over the history of beam beam_search_indices[j] (one
+// entry per beam; beams reordered, forked or dropped; a page two beams would
+// share in the diverging block is copied for the later one, on the cache's
+// stream), then the tokens, converged and in beam 0, are committed. A block
+// they complete is published once, from beam 0, and every beam reads beam
+// 0's page of it from then on. NULL beam_search_indices keeps the beams. On
+// error nothing changes.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param tokens borrowed,nullable,len=numTokens The tokens (NULL only when num_tokens is 0).
+//kvcm:param numTokens in The number of tokens.
+//kvcm:param beamSearchIndices borrowed,nullable,len=numBeamSearchIndices The old beam of each beam, or NULL.
+//kvcm:param numBeamSearchIndices in The number of entries of beam_search_indices: the beam width.
+//kvcm:param isEnd in Whether these are the last tokens to commit.
+type KVCacheCommitBeamSearch func(cache KVCache, tokens spec.In[Token], numTokens spec.Size, beamSearchIndices spec.In[int32], numBeamSearchIndices spec.Size, isEnd bool) *Status
+
 // KVCacheGetStats returns the block counters the cache added to the
 // manager's since its creation: reused and missed blocks at creation and the
 // blocks resize allocated for it (evictions and lost_pages are the manager's
@@ -287,3 +344,125 @@ type KVCacheGetStats func(cache KVCache, out spec.Out[BlockStats]) *Status
 //kvcm:param capacity in Capacity of tokens, in elements.
 //kvcm:param needed out Receives the number of levels.
 type KVCacheGetCachedTokensByLevel func(cache KVCache, tokens spec.Out[int64], capacity spec.Size, needed spec.Out[spec.Size]) *Status
+
+// KVCacheGetScratchDesc returns the scratch blocks of a layer group in the
+// ACTIVE cache's current step and its scratch slots (KVCacheManagerV2's
+// get_scratch_desc): blocks [begin, end) have no page
+// (KVCM_BAD_PAGE_INDEX) and are computed in the slots, ids of the layer
+// group's GPU pool group; begin == end when there are none. Turn a scratch
+// block into a buffer's page index with
+// kvcm_manager_get_scratch_pages_per_block. Valid until the cache's next
+// resize, commit, suspend or close.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param layerGroup in The layer group.
+//kvcm:param begin out Receives the first scratch block.
+//kvcm:param end out Receives the block after the last scratch block.
+//kvcm:param slots out,nullable,len=capacity Receives the scratch slot ids.
+//kvcm:param capacity in Capacity of slots, in elements.
+//kvcm:param needed out Receives the number of scratch slots.
+type KVCacheGetScratchDesc func(cache KVCache, layerGroup LayerGroupID, begin spec.Out[int64], end spec.Out[int64], slots spec.Out[int32], capacity spec.Size, needed spec.Out[spec.Size]) *Status
+
+// KVCacheHasScratchSlots reports whether the cache holds scratch slots now
+// (only an ACTIVE cache in a step with scratch blocks does).
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param out out Receives whether it holds scratch slots.
+type KVCacheHasScratchSlots func(cache KVCache, out spec.Out[bool]) *Status
+
+// KVCacheGetSwaScratchReuse reports whether the cache uses scratch slots;
+// it starts as the manager's swa_scratch_reuse.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param out out Receives whether scratch reuse is on.
+type KVCacheGetSwaScratchReuse func(cache KVCache, out spec.Out[bool]) *Status
+
+// KVCacheSetSwaScratchReuse turns scratch reuse on or off for the cache:
+// on only with the manager's swa_scratch_reuse (KVCM_ERR_INVALID_ARGUMENT),
+// and either way only while the current step has no scratch blocks with it
+// on (KVCM_ERR_INVALID_STATE), so no page changes.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param enable in Whether to use scratch slots.
+type KVCacheSetSwaScratchReuse func(cache KVCache, enable bool) *Status
+
+// KVCachePlanCommittedBlockDrop plans dropping the committed pages of the
+// cache's full committed blocks in the window of every sliding-window layer
+// group (past its sinks), which only the next turn of a conversation would
+// reuse (KVCacheManagerV2's plan_committed_block_drop). It needs
+// kvcm_kv_cache_stop_committing (or an is_end commit) first
+// (KVCM_ERR_INVALID_STATE). out is 0, nothing planned, when the cache
+// committed no full block or a page is no longer cached; otherwise free it
+// with kvcm_planned_drop_destroy.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param out out Receives the plan's handle, or 0.
+type KVCachePlanCommittedBlockDrop func(cache KVCache, out spec.Out[PlannedDrop]) *Status
+
+// PlannedDropDrop carries out a plan (PlannedDropHandle.drop): each planned
+// page no other plan names is dropped from every level unless a cache uses
+// it now. Carrying it out again is KVCM_ERR_INVALID_STATE; after the
+// manager's destroy it is KVCM_ERR_CLOSED.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param drop in The plan.
+type PlannedDropDrop func(drop PlannedDrop) *Status
+
+// PlannedDropDestroy frees a plan's handle, carrying the plan out first
+// when it was not (as KVCacheManagerV2 does when its handle goes) and its
+// manager is alive. The handle is consumed even when an error is reported.
+//
+//kvcm:since 2
+//kvcm:thread handle
+//kvcm:param drop consumed The plan.
+type PlannedDropDestroy func(drop PlannedDrop) *Status
+
+// KVCacheGetSsmBlockBaseIndex returns, for an ACTIVE cache, the GPU slot of
+// its SSM state in a layer group (KVCacheManagerV2's
+// get_ssm_block_base_index), KVCM_BAD_PAGE_INDEX for an attention layer
+// group. Turn it into a buffer's page index with b*scale + offset from
+// kvcm_manager_get_buffer_location. A cache gets its SSM state at its first
+// resume: a copy of the snapshot it reused, or a fresh one.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param layerGroup in The layer group.
+//kvcm:param out out Receives the slot.
+type KVCacheGetSsmBlockBaseIndex func(cache KVCache, layerGroup LayerGroupID, out spec.Out[int32]) *Status
+
+// ReuseDiagnostics says how a cache's reuse was cut at its creation
+// (KVCacheManagerV2's _get_num_reusable_tokens_before_pruning and
+// _before_hybrid_pruning), after reuse_match_backoff.
+//
+//kvcm:struct
+//kvcm:since 2
+type ReuseDiagnostics struct {
+	// ContentTokens are the tokens of the prompt's full blocks the tree
+	// holds by content.
+	ContentTokens int64
+	// AttentionTokens are those of them the attention layer groups can
+	// reuse (their pages present); with SSM layers the reused tokens are
+	// these cut back to the last SSM snapshot.
+	AttentionTokens int64
+}
+
+// KVCacheGetReuseDiagnostics returns how the cache's reuse was cut at its
+// creation.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param cache in The cache.
+//kvcm:param out out Receives the diagnostics.
+type KVCacheGetReuseDiagnostics func(cache KVCache, out spec.Out[ReuseDiagnostics]) *Status

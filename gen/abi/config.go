@@ -86,6 +86,24 @@ type AttentionLayerConfig struct {
 	NumBuffers spec.Size
 }
 
+// SsmLayerConfig describes one state-space (Mamba) layer
+// (KVCacheManagerV2's SsmLayerConfig): its buffers hold one fixed-size state
+// per request, so a buffer's size is the bytes of the whole state. The SSM
+// layers form one layer group, after every attention layer group.
+//
+//kvcm:struct
+//kvcm:since 2
+//kvcm:cppns c
+type SsmLayerConfig struct {
+	// LayerID is the layer's id, unique among every layer of the
+	// configuration, attention layers included.
+	LayerID int32
+	// Buffers are the layer's state buffers.
+	Buffers spec.In[BufferConfig] `len:"NumBuffers" own:"borrowed"`
+	// NumBuffers is the length of buffers (at least 1).
+	NumBuffers spec.Size
+}
+
 // RequestDesc is one request of a batch: how many tokens it holds pages for
 // and how many of them are already computed.
 //
@@ -93,7 +111,8 @@ type AttentionLayerConfig struct {
 //kvcm:since 1
 //kvcm:cppns c
 type RequestDesc struct {
-	// Capacity is the request's tokens with pages (positive).
+	// Capacity is the request's tokens with pages (not negative; 0 holds
+	// only its SSM state, as in KVCacheManagerV2's hybrid constraints).
 	Capacity int64
 	// HistoryLength is the request's computed tokens, in [0, capacity].
 	HistoryLength int64
@@ -168,15 +187,17 @@ type ManagerConfig struct {
 	// TextOnly promises that no request carries multimodal tokens (kvcm's
 	// tokens are text only: it changes nothing).
 	TextOnly bool `since:"2"`
-	// CommitMinSnapshot is KVCacheManagerV2's commit_min_snapshot, carried
-	// and validated (it has an effect only with SSM layers, not supported).
+	// CommitMinSnapshot is KVCacheManagerV2's commit_min_snapshot, required
+	// with ssm_layers: a commit that ends on a block boundary snapshots the
+	// SSM state into that block for reuse. Without SSM layers it changes
+	// nothing.
 	CommitMinSnapshot bool `since:"2"`
 	// RebalanceMinSampledKVCaches (not negative) and RebalanceCooldownSecs
 	// (finite, not negative) are taken as given; 0 in
 	// RebalanceTargetRatioUpdateInterval, RebalanceRatioThreshold and
 	// RebalanceMovingAverageDecay means the default (100, 1.25, 0.9999).
-	// Validated with KVCacheManagerV2's rules and carried: kvcm does not
-	// rebalance pools automatically.
+	// They tune pool rebalancing (kvcm_manager_need_adjustment,
+	// kvcm_manager_adjust), with KVCacheManagerV2's meaning and rules.
 	RebalanceMinSampledKVCaches int64 `since:"2"`
 	// RebalanceCooldownSecs: see rebalance_min_sampled_kv_caches.
 	RebalanceCooldownSecs float64 `since:"2"`
@@ -216,6 +237,26 @@ type ManagerConfig struct {
 	// removes the tier's files at destroy and reclaims those a killed
 	// manager left at create.
 	DiskPersistent bool `since:"2"`
+	// SwaScratchReuse enables SWA scratch reuse (KVCacheManagerV2's
+	// swa_scratch_reuse): a step's blocks of a sliding-window layer group
+	// that are out of the window by the end of the step get no page but
+	// share the cache's scratch slots (kvcm_kv_cache_get_scratch_desc).
+	SwaScratchReuse bool `since:"2"`
+	// SwaScratchMaxRewindLen is swa_scratch_reuse.max_rewind_len: the
+	// step's last tokens that may be rewound and survive as history, whose
+	// blocks always get pages (not negative; read with swa_scratch_reuse
+	// only).
+	SwaScratchMaxRewindLen int64 `since:"2"`
+	// SsmLayers are the state-space layers of a hybrid model (NULL for
+	// none); they need commit_min_snapshot. Errors name them as
+	// ssm_layers[i].
+	SsmLayers spec.In[SsmLayerConfig] `len:"NumSsmLayers" nullable:"true" own:"borrowed" since:"2"`
+	// NumSsmLayers is the length of ssm_layers.
+	NumSsmLayers spec.Size `since:"2"`
+	// MaxSsmSlots caps the GPU slots of the SSM layer group (live states and
+	// snapshots); the bytes it leaves go to the attention layer groups. 0:
+	// no cap; only with ssm_layers.
+	MaxSsmSlots int64 `since:"2"`
 	// BufferTokensPerBlockOverrides are the buffers' tokens_per_block
 	// overrides (KVCacheManagerV2's BufferConfig.tokens_per_block_override),
 	// one per buffer of every layer in configuration order (layers[0]'s

@@ -62,6 +62,28 @@
 //     _get_num_open_caches, kvcm_kv_cache_set_stream and
 //     _get_committed_tokens; stream arguments take any stream of the
 //     device's context (an engine's CUstream, 0 included).
+//   - Beam search: kvcm_kv_cache_get_beam_width / _set_beam_width,
+//     kvcm_kv_cache_get_beam_base_page_indices,
+//     kvcm_kv_cache_commit_beam_search, KVCM_DEFAULT_BEAM_INDEX and
+//     KVCM_MAX_BEAM_WIDTH.
+//   - SWA scratch reuse and planned drops (issue 13 item 4):
+//     kvcm_manager_config.swa_scratch_reuse and swa_scratch_max_rewind_len,
+//     kvcm_kv_cache_get_scratch_desc, _has_scratch_slots,
+//     _get_swa_scratch_reuse, _set_swa_scratch_reuse,
+//     kvcm_manager_get_scratch_pages_per_block, and the kvcm_planned_drop
+//     handle of kvcm_kv_cache_plan_committed_block_drop with
+//     kvcm_planned_drop_drop and _destroy.
+//   - Pool sizing (issue 13 item 6): the rebalance_* fields take effect;
+//     kvcm_manager_need_adjustment, kvcm_manager_adjust and
+//     kvcm_manager_clamp_max_seq_len_for_mem.
+//   - SSM layers: kvcm_ssm_layer_config and kvcm_manager_config.ssm_layers,
+//     num_ssm_layers and max_ssm_slots (commit_min_snapshot is required
+//     with them and now has an effect), kvcm_kv_cache_get_ssm_block_base_index,
+//     kvcm_ssm_snapshot_iteration_stats and
+//     kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats;
+//     kvcm_reuse_diagnostics and kvcm_kv_cache_get_reuse_diagnostics; a
+//     kvcm_request_desc's capacity may be 0 (a request holding only its SSM
+//     state).
 //   - KVCacheManagerV2's disaggregated transfer layout:
 //     kvcm_manager_get_aggregated_pages (kvcm_buffer_id in,
 //     kvcm_aggregated_page_desc and kvcm_expanded_buffer out),
@@ -135,6 +157,17 @@ const VersionString = "0.1.0"
 //
 //kvcm:since 1
 const BadPageIndex int32 = core.BadPageIndex
+
+// DefaultBeamIndex is the beam the single-beam calls read, beam 0, which
+// also holds the committed tokens' KV.
+//
+//kvcm:since 2
+const DefaultBeamIndex int32 = core.DefaultBeamIndex
+
+// MaxBeamWidth is the largest beam width a cache may have.
+//
+//kvcm:since 2
+const MaxBeamWidth int32 = core.MaxBeamWidth
 
 // MinPriority is the lowest eviction priority a priority callback may return.
 //

@@ -132,6 +132,33 @@ type CacheEvent struct {
 	CacheID uint64
 }
 
+// SsmSnapshotIterationStats counts the SSM snapshot lookups of the SSM layer
+// group during an iteration (KVCacheManagerV2's
+// SsmSnapshotIterationStatsDelta): one lookup per cache created with input
+// tokens, a hit when it reused a snapshot.
+//
+//kvcm:struct
+//kvcm:since 2
+type SsmSnapshotIterationStats struct {
+	// LayerGroup is the SSM layer group.
+	LayerGroup LayerGroupID
+	// SnapshotLookups = snapshot_hits + snapshot_misses.
+	SnapshotLookups int64
+	// SnapshotHits are lookups that reused a snapshot.
+	SnapshotHits int64
+	// SnapshotMisses are lookups that reused none.
+	SnapshotMisses int64
+	// ReusedTokens are the input tokens the hits reused.
+	ReusedTokens int64
+	// UnreusedTokens are the lookups' input tokens left to compute.
+	UnreusedTokens int64
+	// AlignedSnapshotHits are hits on a block boundary (kvcm snapshots on
+	// block boundaries only: every hit).
+	AlignedSnapshotHits int64
+	// UnalignedSnapshotHits are hits inside a block (0 in kvcm).
+	UnalignedSnapshotHits int64
+}
+
 // LayerGroupIterationStats counts one layer group's page outcomes and moves
 // during an iteration (KVCacheManagerV2's KVCacheIterationStatsDelta). A
 // block counts in a layer group when the layer group has or gets a page for
@@ -561,6 +588,19 @@ type ManagerDrainBlockEvents func(manager Manager, events spec.Out[BlockEvent], 
 //kvcm:param needed out Receives the number of layer groups.
 type ManagerGetAndResetLayerGroupIterationStats func(manager Manager, stats spec.Out[LayerGroupIterationStats], capacity spec.Size, needed spec.Out[spec.Size]) *Status
 
+// ManagerGetAndResetSsmSnapshotIterationStats returns the SSM snapshot
+// counters since the previous call, one entry per SSM layer group that
+// counted a lookup (none without SSM layers), and restarts them. When the
+// buffer is too small nothing is reset.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param stats out,nullable,len=capacity Receives one entry per SSM layer group with lookups.
+//kvcm:param capacity in Capacity of stats, in elements.
+//kvcm:param needed out Receives the number of entries.
+type ManagerGetAndResetSsmSnapshotIterationStats func(manager Manager, stats spec.Out[SsmSnapshotIterationStats], capacity spec.Size, needed spec.Out[spec.Size]) *Status
+
 // ManagerGetAndResetIterationReusedBlocksByLevel returns, for every layer
 // group and level (layer group major), the pages reused from that level
 // since the previous call, and restarts the counts. When the buffer is too
@@ -613,3 +653,65 @@ type ManagerGetAndResetIterationPoolGroupPeakBlockStats func(manager Manager, le
 //kvcm:thread any
 //kvcm:param config borrowed The configuration; read during the call only.
 type ConfigValidate func(config spec.In[ManagerConfig]) *Status
+
+// ManagerGetScratchPagesPerBlock returns how many sub-pages of a slot one
+// block of the layer takes in a scratch slot of the buffer's pool (the
+// layer's buffers in the pool). With scale and offset from
+// kvcm_manager_get_buffer_location and blocks_per_slot = scale /
+// pages_per_block, scratch block b of kvcm_kv_cache_get_scratch_desc's
+// [begin, end) has the buffer page index slots[(b-begin)/blocks_per_slot] *
+// scale + (((b-begin) % blocks_per_slot) * pages_per_block + offset) %
+// scale (KVCacheManagerV2's PER_LAYER index mode, from pool_base).
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param layerID in The layer id.
+//kvcm:param role borrowed The buffer's role, such as "key".
+//kvcm:param out out Receives the sub-pages per block.
+type ManagerGetScratchPagesPerBlock func(manager Manager, layerID int32, role spec.CStr, out spec.Out[int64]) *Status
+
+// ManagerNeedAdjustment reports whether kvcm_manager_adjust would resize
+// some level's pool groups now (KVCacheManagerV2's need_adjustment): at
+// least rebalance_min_sampled_kv_caches closed caches were sampled,
+// rebalance_cooldown_secs passed since the last adjustment (or the
+// creation) and a level's split among its pool groups is off the sampled
+// demand by rebalance_ratio_threshold. The GPU level rebalances within the
+// slots its tier's max_quota reserved.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param out out Receives whether an adjustment is due.
+type ManagerNeedAdjustment func(manager Manager, out spec.Out[bool]) *Status
+
+// ManagerAdjust resizes the pool groups of every level that is off its
+// sampled demand to it, keeping the level's quota (KVCacheManagerV2's
+// adjust), as kvcm_manager_resize_level does: pages in slots that go move
+// with their bytes into slots that stay (evicting what does not fit to
+// colder levels, never a page a cache holds); base addresses and the page
+// indices of ACTIVE caches stay valid. A level whose adjustment fails (a
+// shrinking pool group with too many busy slots, or an ACTIVE cache's page
+// in a slot that would go: KVCM_ERR_INVALID_STATE) is left unchanged and
+// its error reported after the other levels were adjusted. It restarts the
+// cooldown.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+type ManagerAdjust func(manager Manager) *Status
+
+// ManagerClampMaxSeqLenForMem returns the longest sequence, at most
+// token_num_upper_bound tokens, whose pages fit the GPU level's slots next
+// to batch_size - 1 one-token requests (KVCacheManagerV2's
+// clamp_max_seq_len_for_mem): a layer group needs, for n computed tokens,
+// its sink blocks and the blocks of its window. 0 when not even one token
+// fits. It counts the level's slots, not its free ones.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param batchSize in The batch size (positive).
+//kvcm:param tokenNumUpperBound in The longest sequence wanted (not negative).
+//kvcm:param out out Receives the sequence length in tokens.
+type ManagerClampMaxSeqLenForMem func(manager Manager, batchSize int64, tokenNumUpperBound int64, out spec.Out[int64]) *Status

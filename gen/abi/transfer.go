@@ -138,13 +138,14 @@ type ManagerGetPageIndexUpperBound func(manager Manager, layerID int32, role spe
 // (KVCacheManagerV2's get_aggregated_page_indices): the block's GPU slot,
 // which addresses every kvcm_aggregated_page_desc of the layer group, and
 // KVCM_BAD_PAGE_INDEX where the block has no page; with valid_only only the
-// blocks that have one. beam must be 0 (DEFAULT_BEAM_INDEX).
+// blocks that have one. beam is in [0, beam width) (KVCM_DEFAULT_BEAM_INDEX
+// for a single-beam cache).
 //
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param cache in The cache.
 //kvcm:param layerGroup in The layer group.
-//kvcm:param beam in The beam (0).
+//kvcm:param beam in The beam.
 //kvcm:param validOnly in Whether to skip blocks without a page.
 //kvcm:param indices out,nullable,len=capacity Receives the indices.
 //kvcm:param capacity in Capacity of indices, in elements.

@@ -297,6 +297,13 @@ type Manager uint64
 //kvcm:since 1
 type KVCache uint64
 
+// PlannedDrop is the handle of a planned drop of committed sliding-window
+// pages (kvcm_kv_cache_plan_committed_block_drop). 0 is never valid.
+//
+//kvcm:handle
+//kvcm:since 2
+type PlannedDrop uint64
+
 // Status is an error: a code and a message. NULL means success. Free it
 // with kvcm_status_free.
 //

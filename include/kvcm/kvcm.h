@@ -105,6 +105,19 @@ extern "C" {
 #define KVCM_BAD_PAGE_INDEX (-1)
 
 /**
+ * KVCM_DEFAULT_BEAM_INDEX is the beam the single-beam calls read, beam 0, which
+ * also holds the committed tokens' KV.
+ * @since ABI version 2.
+ */
+#define KVCM_DEFAULT_BEAM_INDEX 0
+
+/**
+ * KVCM_MAX_BEAM_WIDTH is the largest beam width a cache may have.
+ * @since ABI version 2.
+ */
+#define KVCM_MAX_BEAM_WIDTH 1024
+
+/**
  * KVCM_MIN_PRIORITY is the lowest eviction priority a priority callback may return.
  * @since ABI version 1.
  */
@@ -167,6 +180,13 @@ typedef int32_t kvcm_layer_group_id;
  * @since ABI version 1.
  */
 typedef uint64_t kvcm_manager;
+
+/**
+ * kvcm_planned_drop is the handle of a planned drop of committed sliding-window
+ * pages (kvcm_kv_cache_plan_committed_block_drop). 0 is never valid.
+ * @since ABI version 2.
+ */
+typedef uint64_t kvcm_planned_drop;
 
 /**
  * kvcm_pool_group_index identifies a pool group within one cache level. Indices of
@@ -595,8 +615,11 @@ typedef struct kvcm_pool_group_desc kvcm_pool_group_desc;
 typedef struct kvcm_pool_group_peak_block_stats kvcm_pool_group_peak_block_stats;
 typedef struct kvcm_pool_group_stats kvcm_pool_group_stats;
 typedef struct kvcm_request_desc kvcm_request_desc;
+typedef struct kvcm_reuse_diagnostics kvcm_reuse_diagnostics;
 typedef struct kvcm_reused_blocks_at_level kvcm_reused_blocks_at_level;
 typedef struct kvcm_shared_tier_config kvcm_shared_tier_config;
+typedef struct kvcm_ssm_layer_config kvcm_ssm_layer_config;
+typedef struct kvcm_ssm_snapshot_iteration_stats kvcm_ssm_snapshot_iteration_stats;
 
 /**
  * kvcm_aggregated_page_desc is a run of buffers that lie side by side in every GPU
@@ -1512,8 +1535,10 @@ struct kvcm_manager_config {
      */
     bool text_only;
     /**
-     * commit_min_snapshot is KVCacheManagerV2's commit_min_snapshot, carried
-     * and validated (it has an effect only with SSM layers, not supported). (since ABI version 2)
+     * commit_min_snapshot is KVCacheManagerV2's commit_min_snapshot, required
+     * with ssm_layers: a commit that ends on a block boundary snapshots the
+     * SSM state into that block for reuse. Without SSM layers it changes
+     * nothing. (since ABI version 2)
      */
     bool commit_min_snapshot;
     /**
@@ -1521,8 +1546,8 @@ struct kvcm_manager_config {
      * (finite, not negative) are taken as given; 0 in
      * RebalanceTargetRatioUpdateInterval, RebalanceRatioThreshold and
      * RebalanceMovingAverageDecay means the default (100, 1.25, 0.9999).
-     * Validated with KVCacheManagerV2's rules and carried: kvcm does not
-     * rebalance pools automatically. (since ABI version 2)
+     * They tune pool rebalancing (kvcm_manager_need_adjustment,
+     * kvcm_manager_adjust), with KVCacheManagerV2's meaning and rules. (since ABI version 2)
      */
     int64_t rebalance_min_sampled_kv_caches;
     /**
@@ -1583,6 +1608,36 @@ struct kvcm_manager_config {
      * manager left at create. (since ABI version 2)
      */
     bool disk_persistent;
+    /**
+     * swa_scratch_reuse enables SWA scratch reuse (KVCacheManagerV2's
+     * swa_scratch_reuse): a step's blocks of a sliding-window layer group
+     * that are out of the window by the end of the step get no page but
+     * share the cache's scratch slots (kvcm_kv_cache_get_scratch_desc). (since ABI version 2)
+     */
+    bool swa_scratch_reuse;
+    /**
+     * swa_scratch_max_rewind_len is swa_scratch_reuse.max_rewind_len: the
+     * step's last tokens that may be rewound and survive as history, whose
+     * blocks always get pages (not negative; read with swa_scratch_reuse
+     * only). (since ABI version 2)
+     */
+    int64_t swa_scratch_max_rewind_len;
+    /**
+     * [borrowed, nullable, array of num_ssm_layers] ssm_layers are the state-space layers of a hybrid model (NULL for
+     * none); they need commit_min_snapshot. Errors name them as
+     * ssm_layers[i]. (since ABI version 2)
+     */
+    const kvcm_ssm_layer_config* ssm_layers;
+    /**
+     * num_ssm_layers is the length of ssm_layers. (since ABI version 2)
+     */
+    size_t num_ssm_layers;
+    /**
+     * max_ssm_slots caps the GPU slots of the SSM layer group (live states and
+     * snapshots); the bytes it leaves go to the attention layer groups. 0:
+     * no cap; only with ssm_layers. (since ABI version 2)
+     */
+    int64_t max_ssm_slots;
     /**
      * [borrowed, nullable, array of num_buffer_tokens_per_block_overrides] buffer_tokens_per_block_overrides are the buffers' tokens_per_block
      * overrides (KVCacheManagerV2's BufferConfig.tokens_per_block_override),
@@ -1813,13 +1868,34 @@ struct kvcm_pool_group_stats {
  */
 struct kvcm_request_desc {
     /**
-     * capacity is the request's tokens with pages (positive).
+     * capacity is the request's tokens with pages (not negative; 0 holds
+     * only its SSM state, as in KVCacheManagerV2's hybrid constraints).
      */
     int64_t capacity;
     /**
      * history_length is the request's computed tokens, in [0, capacity].
      */
     int64_t history_length;
+};
+
+/**
+ * kvcm_reuse_diagnostics says how a cache's reuse was cut at its creation
+ * (KVCacheManagerV2's _get_num_reusable_tokens_before_pruning and
+ * _before_hybrid_pruning), after reuse_match_backoff.
+ * @since ABI version 2.
+ */
+struct kvcm_reuse_diagnostics {
+    /**
+     * content_tokens are the tokens of the prompt's full blocks the tree
+     * holds by content.
+     */
+    int64_t content_tokens;
+    /**
+     * attention_tokens are those of them the attention layer groups can
+     * reuse (their pages present); with SSM layers the reused tokens are
+     * these cut back to the last SSM snapshot.
+     */
+    int64_t attention_tokens;
 };
 
 /**
@@ -1889,6 +1965,72 @@ struct kvcm_shared_tier_config {
      * write_policy says when blocks are written.
      */
     kvcm_shared_write_policy write_policy;
+};
+
+/**
+ * kvcm_ssm_layer_config describes one state-space (Mamba) layer
+ * (KVCacheManagerV2's SsmLayerConfig): its buffers hold one fixed-size state
+ * per request, so a buffer's size is the bytes of the whole state. The SSM
+ * layers form one layer group, after every attention layer group.
+ * @since ABI version 2.
+ */
+struct kvcm_ssm_layer_config {
+    /**
+     * layer_id is the layer's id, unique among every layer of the
+     * configuration, attention layers included.
+     */
+    int32_t layer_id;
+    /**
+     * [borrowed, array of num_buffers] buffers are the layer's state buffers.
+     */
+    const kvcm_buffer_config* buffers;
+    /**
+     * num_buffers is the length of buffers (at least 1).
+     */
+    size_t num_buffers;
+};
+
+/**
+ * kvcm_ssm_snapshot_iteration_stats counts the SSM snapshot lookups of the SSM layer
+ * group during an iteration (KVCacheManagerV2's
+ * SsmSnapshotIterationStatsDelta): one lookup per cache created with input
+ * tokens, a hit when it reused a snapshot.
+ * @since ABI version 2.
+ */
+struct kvcm_ssm_snapshot_iteration_stats {
+    /**
+     * layer_group is the SSM layer group.
+     */
+    kvcm_layer_group_id layer_group;
+    /**
+     * snapshot_lookups = snapshot_hits + snapshot_misses.
+     */
+    int64_t snapshot_lookups;
+    /**
+     * snapshot_hits are lookups that reused a snapshot.
+     */
+    int64_t snapshot_hits;
+    /**
+     * snapshot_misses are lookups that reused none.
+     */
+    int64_t snapshot_misses;
+    /**
+     * reused_tokens are the input tokens the hits reused.
+     */
+    int64_t reused_tokens;
+    /**
+     * unreused_tokens are the lookups' input tokens left to compute.
+     */
+    int64_t unreused_tokens;
+    /**
+     * aligned_snapshot_hits are hits on a block boundary (kvcm snapshots on
+     * block boundaries only: every hit).
+     */
+    int64_t aligned_snapshot_hits;
+    /**
+     * unaligned_snapshot_hits are hits inside a block (0 in kvcm).
+     */
+    int64_t unaligned_snapshot_hits;
 };
 
 /* ---- Functions ---- */
@@ -2237,6 +2379,29 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_close(kvcm_kv_cache cache);
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_commit(kvcm_kv_cache cache, const kvcm_token* tokens, size_t num_tokens, bool is_end);
 
 /**
+ * kvcm_kv_cache_commit_beam_search is kvcm_kv_cache_commit after a beam search step:
+ * first beam j takes over the history of beam beam_search_indices[j] (one
+ * entry per beam; beams reordered, forked or dropped; a page two beams would
+ * share in the diverging block is copied for the later one, on the cache's
+ * stream), then the tokens, converged and in beam 0, are committed. A block
+ * they complete is published once, from beam 0, and every beam reads beam
+ * 0's page of it from then on. NULL beam_search_indices keeps the beams. On
+ * error nothing changes.
+ *
+ * @param cache [in] The cache.
+ * @param tokens [in, borrowed, nullable, array of num_tokens] The tokens (NULL only when num_tokens is 0).
+ * @param num_tokens [in] The number of tokens.
+ * @param beam_search_indices [in, borrowed, nullable, array of num_beam_search_indices] The old beam of each beam, or NULL.
+ * @param num_beam_search_indices [in] The number of entries of beam_search_indices: the beam width.
+ * @param is_end [in] Whether these are the last tokens to commit.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_commit_beam_search(kvcm_kv_cache cache, const kvcm_token* tokens, size_t num_tokens, const int32_t* beam_search_indices, size_t num_beam_search_indices, bool is_end);
+
+/**
  * kvcm_kv_cache_commit_digests is kvcm_kv_cache_commit for tokens with digest
  * tokens. A text-only cache (kvcm_kv_cache_options.text_only, or the
  * manager's text_only) refuses digests with KVCM_ERR_INVALID_ARGUMENT.
@@ -2277,11 +2442,12 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_create(kvcm_manager manager
  * (KVCacheManagerV2's get_aggregated_page_indices): the block's GPU slot,
  * which addresses every kvcm_aggregated_page_desc of the layer group, and
  * KVCM_BAD_PAGE_INDEX where the block has no page; with valid_only only the
- * blocks that have one. beam must be 0 (DEFAULT_BEAM_INDEX).
+ * blocks that have one. beam is in [0, beam width) (KVCM_DEFAULT_BEAM_INDEX
+ * for a single-beam cache).
  *
  * @param cache [in] The cache.
  * @param layer_group [in] The layer group.
- * @param beam [in] The beam (0).
+ * @param beam [in] The beam.
  * @param valid_only [in] Whether to skip blocks without a page.
  * @param indices [out, nullable, array of capacity] Receives the indices.
  * @param capacity [in] Capacity of indices, in elements.
@@ -2310,6 +2476,38 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_aggregated_page_indices
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_base_page_indices(kvcm_kv_cache cache, kvcm_layer_group_id layer_group, int32_t* indices, size_t capacity, size_t* needed);
+
+/**
+ * kvcm_kv_cache_get_beam_base_page_indices is kvcm_kv_cache_get_base_page_indices for
+ * one beam, in [0, beam width) (kvcm_kv_cache_get_base_page_indices reads
+ * KVCM_DEFAULT_BEAM_INDEX). Beams read the same index where they share a
+ * page.
+ *
+ * @param cache [in] The cache.
+ * @param layer_group [in] The layer group.
+ * @param beam [in] The beam.
+ * @param indices [out, nullable, array of capacity] Receives one index per block.
+ * @param capacity [in] Capacity of indices, in elements.
+ * @param needed [out] Receives the number of blocks.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_beam_base_page_indices(kvcm_kv_cache cache, kvcm_layer_group_id layer_group, int32_t beam, int32_t* indices, size_t capacity, size_t* needed);
+
+/**
+ * kvcm_kv_cache_get_beam_width returns the cache's beam width: how many beams have
+ * page indices (1 at creation).
+ *
+ * @param cache [in] The cache.
+ * @param out [out] Receives the beam width.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_beam_width(kvcm_kv_cache cache, int32_t* out);
 
 /**
  * kvcm_kv_cache_get_cached_tokens_by_level returns, per cache level, how many of the
@@ -2410,6 +2608,19 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_id(kvcm_kv_cache cache,
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_num_committed_tokens(kvcm_kv_cache cache, int64_t* out);
 
 /**
+ * kvcm_kv_cache_get_reuse_diagnostics returns how the cache's reuse was cut at its
+ * creation.
+ *
+ * @param cache [in] The cache.
+ * @param out [out] Receives the diagnostics.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_reuse_diagnostics(kvcm_kv_cache cache, kvcm_reuse_diagnostics* out);
+
+/**
  * kvcm_kv_cache_get_reused_tokens returns how many tokens were reused at creation.
  *
  * @param cache [in] The cache.
@@ -2420,6 +2631,48 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_num_committed_tokens(kv
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_reused_tokens(kvcm_kv_cache cache, int64_t* out);
+
+/**
+ * kvcm_kv_cache_get_scratch_desc returns the scratch blocks of a layer group in the
+ * ACTIVE cache's current step and its scratch slots (KVCacheManagerV2's
+ * get_scratch_desc): blocks [begin, end) have no page
+ * (KVCM_BAD_PAGE_INDEX) and are computed in the slots, ids of the layer
+ * group's GPU pool group; begin == end when there are none. Turn a scratch
+ * block into a buffer's page index with
+ * kvcm_manager_get_scratch_pages_per_block. Valid until the cache's next
+ * resize, commit, suspend or close.
+ *
+ * @param cache [in] The cache.
+ * @param layer_group [in] The layer group.
+ * @param begin [out] Receives the first scratch block.
+ * @param end [out] Receives the block after the last scratch block.
+ * @param slots [out, nullable, array of capacity] Receives the scratch slot ids.
+ * @param capacity [in] Capacity of slots, in elements.
+ * @param needed [out] Receives the number of scratch slots.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_scratch_desc(kvcm_kv_cache cache, kvcm_layer_group_id layer_group, int64_t* begin, int64_t* end, int32_t* slots, size_t capacity, size_t* needed);
+
+/**
+ * kvcm_kv_cache_get_ssm_block_base_index returns, for an ACTIVE cache, the GPU slot of
+ * its SSM state in a layer group (KVCacheManagerV2's
+ * get_ssm_block_base_index), KVCM_BAD_PAGE_INDEX for an attention layer
+ * group. Turn it into a buffer's page index with b*scale + offset from
+ * kvcm_manager_get_buffer_location. A cache gets its SSM state at its first
+ * resume: a copy of the snapshot it reused, or a fresh one.
+ *
+ * @param cache [in] The cache.
+ * @param layer_group [in] The layer group.
+ * @param out [out] Receives the slot.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_ssm_block_base_index(kvcm_kv_cache cache, kvcm_layer_group_id layer_group, int32_t* out);
 
 /**
  * kvcm_kv_cache_get_stats returns the block counters the cache added to the
@@ -2447,6 +2700,51 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_stats(kvcm_kv_cache cac
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_status(kvcm_kv_cache cache, kvcm_cache_status* out);
+
+/**
+ * kvcm_kv_cache_get_swa_scratch_reuse reports whether the cache uses scratch slots;
+ * it starts as the manager's swa_scratch_reuse.
+ *
+ * @param cache [in] The cache.
+ * @param out [out] Receives whether scratch reuse is on.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_swa_scratch_reuse(kvcm_kv_cache cache, bool* out);
+
+/**
+ * kvcm_kv_cache_has_scratch_slots reports whether the cache holds scratch slots now
+ * (only an ACTIVE cache in a step with scratch blocks does).
+ *
+ * @param cache [in] The cache.
+ * @param out [out] Receives whether it holds scratch slots.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_has_scratch_slots(kvcm_kv_cache cache, bool* out);
+
+/**
+ * kvcm_kv_cache_plan_committed_block_drop plans dropping the committed pages of the
+ * cache's full committed blocks in the window of every sliding-window layer
+ * group (past its sinks), which only the next turn of a conversation would
+ * reuse (KVCacheManagerV2's plan_committed_block_drop). It needs
+ * kvcm_kv_cache_stop_committing (or an is_end commit) first
+ * (KVCM_ERR_INVALID_STATE). out is 0, nothing planned, when the cache
+ * committed no full block or a page is no longer cached; otherwise free it
+ * with kvcm_planned_drop_destroy.
+ *
+ * @param cache [in] The cache.
+ * @param out [out] Receives the plan's handle, or 0.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_plan_committed_block_drop(kvcm_kv_cache cache, kvcm_planned_drop* out);
 
 /**
  * kvcm_kv_cache_prefetch moves the pages of a SUSPENDED cache that are on levels
@@ -2501,6 +2799,24 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_resize(kvcm_kv_cache cache,
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_resume(kvcm_kv_cache cache, kvcm_stream stream);
 
 /**
+ * kvcm_kv_cache_set_beam_width sets the number of beams of an ACTIVE cache, in
+ * [1, KVCM_MAX_BEAM_WIDTH]. New beams fork from beam 0: they share its pages,
+ * except that each gets a copy (on the cache's stream) of every block holding
+ * a position at or past the history length, the diverging block beams write
+ * into next; new blocks get a page per beam. Beams at or beyond a smaller
+ * width are dropped with their private pages. KVCM_ERR_OUT_OF_PAGES when the
+ * GPU level has no room for the copies; on error nothing changes.
+ *
+ * @param cache [in] The cache.
+ * @param beam_width [in] The new beam width.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_set_beam_width(kvcm_kv_cache cache, int32_t beam_width);
+
+/**
  * kvcm_kv_cache_set_stream moves the cache to a stream, as setting
  * KVCacheManagerV2's cuda_stream does: an ACTIVE cache's work continues on
  * the new stream, which first waits (an event orders them) for everything
@@ -2517,6 +2833,21 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_resume(kvcm_kv_cache cache,
  * @since ABI version 2.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_set_stream(kvcm_kv_cache cache, kvcm_stream stream);
+
+/**
+ * kvcm_kv_cache_set_swa_scratch_reuse turns scratch reuse on or off for the cache:
+ * on only with the manager's swa_scratch_reuse (KVCM_ERR_INVALID_ARGUMENT),
+ * and either way only while the current step has no scratch blocks with it
+ * on (KVCM_ERR_INVALID_STATE), so no page changes.
+ *
+ * @param cache [in] The cache.
+ * @param enable [in] Whether to use scratch slots.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_set_swa_scratch_reuse(kvcm_kv_cache cache, bool enable);
 
 /**
  * kvcm_kv_cache_stop_committing refuses further commits; tokens computed from now on
@@ -2558,6 +2889,26 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_suspend(kvcm_kv_cache cache
 KVCM_API uint64_t kvcm_live_handle_count(void);
 
 /**
+ * kvcm_manager_adjust resizes the pool groups of every level that is off its
+ * sampled demand to it, keeping the level's quota (KVCacheManagerV2's
+ * adjust), as kvcm_manager_resize_level does: pages in slots that go move
+ * with their bytes into slots that stay (evicting what does not fit to
+ * colder levels, never a page a cache holds); base addresses and the page
+ * indices of ACTIVE caches stay valid. A level whose adjustment fails (a
+ * shrinking pool group with too many busy slots, or an ACTIVE cache's page
+ * in a slot that would go: KVCM_ERR_INVALID_STATE) is left unchanged and
+ * its error reported after the other levels were adjusted. It restarts the
+ * cooldown.
+ *
+ * @param manager [in] The manager.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_adjust(kvcm_manager manager);
+
+/**
  * kvcm_manager_alloc_memory allocates memory on the manager's device: device memory
  * or mapped pinned host memory (whose device address is its host address).
  * The manager frees what is still allocated when it is destroyed.
@@ -2593,6 +2944,25 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_alloc_memory(kvcm_manager ma
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_attach_cp(kvcm_manager manager, kvcm_cp_index cp);
+
+/**
+ * kvcm_manager_clamp_max_seq_len_for_mem returns the longest sequence, at most
+ * token_num_upper_bound tokens, whose pages fit the GPU level's slots next
+ * to batch_size - 1 one-token requests (KVCacheManagerV2's
+ * clamp_max_seq_len_for_mem): a layer group needs, for n computed tokens,
+ * its sink blocks and the blocks of its window. 0 when not even one token
+ * fits. It counts the level's slots, not its free ones.
+ *
+ * @param manager [in] The manager.
+ * @param batch_size [in] The batch size (positive).
+ * @param token_num_upper_bound [in] The longest sequence wanted (not negative).
+ * @param out [out] Receives the sequence length in tokens.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_clamp_max_seq_len_for_mem(kvcm_manager manager, int64_t batch_size, int64_t token_num_upper_bound, int64_t* out);
 
 /**
  * kvcm_manager_clear_reusable_blocks drops every committed block from every level,
@@ -2911,6 +3281,23 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_and_reset_iteration_stat
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_and_reset_layer_group_iteration_stats(kvcm_manager manager, kvcm_layer_group_iteration_stats* stats, size_t capacity, size_t* needed);
 
 /**
+ * kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats returns the SSM snapshot
+ * counters since the previous call, one entry per SSM layer group that
+ * counted a lookup (none without SSM layers), and restarts them. When the
+ * buffer is too small nothing is reset.
+ *
+ * @param manager [in] The manager.
+ * @param stats [out, nullable, array of capacity] Receives one entry per SSM layer group with lookups.
+ * @param capacity [in] Capacity of stats, in elements.
+ * @param needed [out] Receives the number of entries.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats(kvcm_manager manager, kvcm_ssm_snapshot_iteration_stats* stats, size_t capacity, size_t* needed);
+
+/**
  * kvcm_manager_get_buffer_location returns where the buffer of a layer and role
  * lives in the hot layout.
  *
@@ -3096,6 +3483,27 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_pool_group_descs(kvcm_ma
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_quota(kvcm_manager manager, kvcm_cache_level level, int64_t* out);
 
 /**
+ * kvcm_manager_get_scratch_pages_per_block returns how many sub-pages of a slot one
+ * block of the layer takes in a scratch slot of the buffer's pool (the
+ * layer's buffers in the pool). With scale and offset from
+ * kvcm_manager_get_buffer_location and blocks_per_slot = scale /
+ * pages_per_block, scratch block b of kvcm_kv_cache_get_scratch_desc's
+ * [begin, end) has the buffer page index slots[(b-begin)/blocks_per_slot] *
+ * scale + (((b-begin) % blocks_per_slot) * pages_per_block + offset) %
+ * scale (KVCacheManagerV2's PER_LAYER index mode, from pool_base).
+ *
+ * @param manager [in] The manager.
+ * @param layer_id [in] The layer id.
+ * @param role [in, borrowed] The buffer's role, such as "key".
+ * @param out [out] Receives the sub-pages per block.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_scratch_pages_per_block(kvcm_manager manager, int32_t layer_id, const char* role, int64_t* out);
+
+/**
  * kvcm_manager_get_stats returns the cumulative block statistics.
  *
  * @param manager [in] The manager.
@@ -3134,6 +3542,24 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_storage_stats(kvcm_manag
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_tokens_per_block(kvcm_manager manager, int32_t* out);
+
+/**
+ * kvcm_manager_need_adjustment reports whether kvcm_manager_adjust would resize
+ * some level's pool groups now (KVCacheManagerV2's need_adjustment): at
+ * least rebalance_min_sampled_kv_caches closed caches were sampled,
+ * rebalance_cooldown_secs passed since the last adjustment (or the
+ * creation) and a level's split among its pool groups is off the sampled
+ * demand by rebalance_ratio_threshold. The GPU level rebalances within the
+ * slots its tier's max_quota reserved.
+ *
+ * @param manager [in] The manager.
+ * @param out [out] Receives whether an adjustment is due.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_need_adjustment(kvcm_manager manager, bool* out);
 
 /**
  * kvcm_manager_probe_first_new_block_key returns the key of the first full block of
@@ -3256,6 +3682,33 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_probe_reuse_v2(kvcm_manager 
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_resize_level(kvcm_manager manager, kvcm_cache_level level, int64_t quota);
+
+/**
+ * kvcm_planned_drop_destroy frees a plan's handle, carrying the plan out first
+ * when it was not (as KVCacheManagerV2 does when its handle goes) and its
+ * manager is alive. The handle is consumed even when an error is reported.
+ *
+ * @param drop [in, consumed] The plan.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe, but no other call may use the handle concurrently or afterwards. Must not be called from a codec callback or a priority callback.
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_planned_drop_destroy(kvcm_planned_drop drop);
+
+/**
+ * kvcm_planned_drop_drop carries out a plan (PlannedDropHandle.drop): each planned
+ * page no other plan names is dropped from every level unless a cache uses
+ * it now. Carrying it out again is KVCM_ERR_INVALID_STATE; after the
+ * manager's destroy it is KVCM_ERR_CLOSED.
+ *
+ * @param drop [in] The plan.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_planned_drop_drop(kvcm_planned_drop drop);
 
 /**
  * kvcm_status_code_name returns the name of a status code, such as
@@ -3550,20 +4003,46 @@ struct kvcm_api {
     kvcm_status* (*stream_synchronize)(kvcm_stream stream);
     /** kvcm_block_keys (since ABI version 2). */
     kvcm_status* (*block_keys)(kvcm_block_key block_key, const kvcm_reuse_scope* scope, bool has_lora_id, int32_t tokens_per_block, const kvcm_token* tokens, size_t num_tokens, const size_t* digest_positions, size_t num_digests, const char* digest_bytes, size_t digest_bytes_len, bool partial, uint64_t* keys, size_t capacity, size_t* needed);
+    /** kvcm_kv_cache_commit_beam_search (since ABI version 2). */
+    kvcm_status* (*kv_cache_commit_beam_search)(kvcm_kv_cache cache, const kvcm_token* tokens, size_t num_tokens, const int32_t* beam_search_indices, size_t num_beam_search_indices, bool is_end);
     /** kvcm_kv_cache_commit_digests (since ABI version 2). */
     kvcm_status* (*kv_cache_commit_digests)(kvcm_kv_cache cache, const kvcm_token* tokens, size_t num_tokens, const size_t* digest_positions, size_t num_digests, const char* digest_bytes, size_t digest_bytes_len, bool is_end);
     /** kvcm_kv_cache_get_aggregated_page_indices (since ABI version 2). */
     kvcm_status* (*kv_cache_get_aggregated_page_indices)(kvcm_kv_cache cache, kvcm_layer_group_id layer_group, int32_t beam, bool valid_only, int32_t* indices, size_t capacity, size_t* needed);
+    /** kvcm_kv_cache_get_beam_base_page_indices (since ABI version 2). */
+    kvcm_status* (*kv_cache_get_beam_base_page_indices)(kvcm_kv_cache cache, kvcm_layer_group_id layer_group, int32_t beam, int32_t* indices, size_t capacity, size_t* needed);
+    /** kvcm_kv_cache_get_beam_width (since ABI version 2). */
+    kvcm_status* (*kv_cache_get_beam_width)(kvcm_kv_cache cache, int32_t* out);
     /** kvcm_kv_cache_get_cached_tokens_by_level (since ABI version 2). */
     kvcm_status* (*kv_cache_get_cached_tokens_by_level)(kvcm_kv_cache cache, int64_t* tokens, size_t capacity, size_t* needed);
     /** kvcm_kv_cache_get_committed_digests (since ABI version 2). */
     kvcm_status* (*kv_cache_get_committed_digests)(kvcm_kv_cache cache, size_t* positions, uint8_t* digest_bytes, size_t capacity, size_t* needed);
     /** kvcm_kv_cache_get_committed_tokens (since ABI version 2). */
     kvcm_status* (*kv_cache_get_committed_tokens)(kvcm_kv_cache cache, kvcm_token* tokens, size_t capacity, size_t* needed);
+    /** kvcm_kv_cache_get_reuse_diagnostics (since ABI version 2). */
+    kvcm_status* (*kv_cache_get_reuse_diagnostics)(kvcm_kv_cache cache, kvcm_reuse_diagnostics* out);
+    /** kvcm_kv_cache_get_scratch_desc (since ABI version 2). */
+    kvcm_status* (*kv_cache_get_scratch_desc)(kvcm_kv_cache cache, kvcm_layer_group_id layer_group, int64_t* begin, int64_t* end, int32_t* slots, size_t capacity, size_t* needed);
+    /** kvcm_kv_cache_get_ssm_block_base_index (since ABI version 2). */
+    kvcm_status* (*kv_cache_get_ssm_block_base_index)(kvcm_kv_cache cache, kvcm_layer_group_id layer_group, int32_t* out);
     /** kvcm_kv_cache_get_stats (since ABI version 2). */
     kvcm_status* (*kv_cache_get_stats)(kvcm_kv_cache cache, kvcm_block_stats* out);
+    /** kvcm_kv_cache_get_swa_scratch_reuse (since ABI version 2). */
+    kvcm_status* (*kv_cache_get_swa_scratch_reuse)(kvcm_kv_cache cache, bool* out);
+    /** kvcm_kv_cache_has_scratch_slots (since ABI version 2). */
+    kvcm_status* (*kv_cache_has_scratch_slots)(kvcm_kv_cache cache, bool* out);
+    /** kvcm_kv_cache_plan_committed_block_drop (since ABI version 2). */
+    kvcm_status* (*kv_cache_plan_committed_block_drop)(kvcm_kv_cache cache, kvcm_planned_drop* out);
+    /** kvcm_kv_cache_set_beam_width (since ABI version 2). */
+    kvcm_status* (*kv_cache_set_beam_width)(kvcm_kv_cache cache, int32_t beam_width);
     /** kvcm_kv_cache_set_stream (since ABI version 2). */
     kvcm_status* (*kv_cache_set_stream)(kvcm_kv_cache cache, kvcm_stream stream);
+    /** kvcm_kv_cache_set_swa_scratch_reuse (since ABI version 2). */
+    kvcm_status* (*kv_cache_set_swa_scratch_reuse)(kvcm_kv_cache cache, bool enable);
+    /** kvcm_manager_adjust (since ABI version 2). */
+    kvcm_status* (*manager_adjust)(kvcm_manager manager);
+    /** kvcm_manager_clamp_max_seq_len_for_mem (since ABI version 2). */
+    kvcm_status* (*manager_clamp_max_seq_len_for_mem)(kvcm_manager manager, int64_t batch_size, int64_t token_num_upper_bound, int64_t* out);
     /** kvcm_manager_clear_reusable_blocks (since ABI version 2). */
     kvcm_status* (*manager_clear_reusable_blocks)(kvcm_manager manager);
     /** kvcm_manager_drain_block_events (since ABI version 2). */
@@ -3580,6 +4059,8 @@ struct kvcm_api {
     kvcm_status* (*manager_get_and_reset_iteration_reused_blocks_by_level)(kvcm_manager manager, kvcm_reused_blocks_at_level* rows, size_t capacity, size_t* needed);
     /** kvcm_manager_get_and_reset_layer_group_iteration_stats (since ABI version 2). */
     kvcm_status* (*manager_get_and_reset_layer_group_iteration_stats)(kvcm_manager manager, kvcm_layer_group_iteration_stats* stats, size_t capacity, size_t* needed);
+    /** kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats (since ABI version 2). */
+    kvcm_status* (*manager_get_and_reset_ssm_snapshot_iteration_stats)(kvcm_manager manager, kvcm_ssm_snapshot_iteration_stats* stats, size_t capacity, size_t* needed);
     /** kvcm_manager_get_num_open_caches (since ABI version 2). */
     kvcm_status* (*manager_get_num_open_caches)(kvcm_manager manager, size_t* out);
     /** kvcm_manager_get_page_index_converter (since ABI version 2). */
@@ -3588,6 +4069,10 @@ struct kvcm_api {
     kvcm_status* (*manager_get_page_index_upper_bound)(kvcm_manager manager, int32_t layer_id, const char* role, int64_t* out);
     /** kvcm_manager_get_page_stride (since ABI version 2). */
     kvcm_status* (*manager_get_page_stride)(kvcm_manager manager, int32_t layer_id, const char* role, int64_t* out);
+    /** kvcm_manager_get_scratch_pages_per_block (since ABI version 2). */
+    kvcm_status* (*manager_get_scratch_pages_per_block)(kvcm_manager manager, int32_t layer_id, const char* role, int64_t* out);
+    /** kvcm_manager_need_adjustment (since ABI version 2). */
+    kvcm_status* (*manager_need_adjustment)(kvcm_manager manager, bool* out);
     /** kvcm_manager_probe_first_new_block_key (since ABI version 2). */
     kvcm_status* (*manager_probe_first_new_block_key)(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, uint64_t* key, bool* found);
     /** kvcm_manager_probe_first_new_block_key_digests (since ABI version 2). */
@@ -3596,6 +4081,10 @@ struct kvcm_api {
     kvcm_status* (*manager_probe_reuse_digests)(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, const size_t* digest_positions, size_t num_digests, const char* digest_bytes, size_t digest_bytes_len, int64_t* out);
     /** kvcm_manager_probe_reuse_v2 (since ABI version 2). */
     kvcm_status* (*manager_probe_reuse_v2)(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, int64_t* out);
+    /** kvcm_planned_drop_destroy (since ABI version 2). */
+    kvcm_status* (*planned_drop_destroy)(kvcm_planned_drop drop);
+    /** kvcm_planned_drop_drop (since ABI version 2). */
+    kvcm_status* (*planned_drop_drop)(kvcm_planned_drop drop);
 };
 
 /* ---- Layout checks: released layouts are frozen ---- */
@@ -3770,7 +4259,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, intra_device_copy_
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, intra_device_copy_bytes) == 104, "layout of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, host_dropped_blocks) == 112, "layout of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, host_dropped_bytes) == 120, "layout of kvcm_layer_group_iteration_stats changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_manager_config) == 224, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_manager_config) == 256, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_manager_config) == 8, "alignment of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, struct_size) == 0, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, abi_version) == 4, "layout of kvcm_manager_config changed");
@@ -3804,8 +4293,13 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, num_constraint_system_prompt_le
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, block_key) == 184, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, shared_tier) == 192, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, disk_persistent) == 200, "layout of kvcm_manager_config changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, buffer_tokens_per_block_overrides) == 208, "layout of kvcm_manager_config changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, num_buffer_tokens_per_block_overrides) == 216, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, swa_scratch_reuse) == 201, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, swa_scratch_max_rewind_len) == 208, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, ssm_layers) == 216, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, num_ssm_layers) == 224, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, max_ssm_slots) == 232, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, buffer_tokens_per_block_overrides) == 240, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, num_buffer_tokens_per_block_overrides) == 248, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_migration_stats) == 24, "layout of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_migration_stats) == 8, "alignment of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_migration_stats, path) == 0, "layout of kvcm_migration_stats changed");
@@ -3857,6 +4351,10 @@ KVCM_STATIC_ASSERT(sizeof(kvcm_request_desc) == 16, "layout of kvcm_request_desc
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_request_desc) == 8, "alignment of kvcm_request_desc changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_request_desc, capacity) == 0, "layout of kvcm_request_desc changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_request_desc, history_length) == 8, "layout of kvcm_request_desc changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_reuse_diagnostics) == 16, "layout of kvcm_reuse_diagnostics changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_reuse_diagnostics) == 8, "alignment of kvcm_reuse_diagnostics changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_reuse_diagnostics, content_tokens) == 0, "layout of kvcm_reuse_diagnostics changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_reuse_diagnostics, attention_tokens) == 8, "layout of kvcm_reuse_diagnostics changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_reused_blocks_at_level) == 24, "layout of kvcm_reused_blocks_at_level changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_reused_blocks_at_level) == 8, "alignment of kvcm_reused_blocks_at_level changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, layer_group) == 0, "layout of kvcm_reused_blocks_at_level changed");
@@ -3872,7 +4370,22 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, dial_timeout_ms) == 24, "la
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, call_timeout_ms) == 32, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, queue_bytes) == 40, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, write_policy) == 48, "layout of kvcm_shared_tier_config changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 736, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_ssm_layer_config) == 24, "layout of kvcm_ssm_layer_config changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_ssm_layer_config) == 8, "alignment of kvcm_ssm_layer_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_layer_config, layer_id) == 0, "layout of kvcm_ssm_layer_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_layer_config, buffers) == 8, "layout of kvcm_ssm_layer_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_layer_config, num_buffers) == 16, "layout of kvcm_ssm_layer_config changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_ssm_snapshot_iteration_stats) == 64, "layout of kvcm_ssm_snapshot_iteration_stats changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_ssm_snapshot_iteration_stats) == 8, "alignment of kvcm_ssm_snapshot_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, layer_group) == 0, "layout of kvcm_ssm_snapshot_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, snapshot_lookups) == 8, "layout of kvcm_ssm_snapshot_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, snapshot_hits) == 16, "layout of kvcm_ssm_snapshot_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, snapshot_misses) == 24, "layout of kvcm_ssm_snapshot_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, reused_tokens) == 32, "layout of kvcm_ssm_snapshot_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, unreused_tokens) == 40, "layout of kvcm_ssm_snapshot_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, aligned_snapshot_hits) == 48, "layout of kvcm_ssm_snapshot_iteration_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, unaligned_snapshot_hits) == 56, "layout of kvcm_ssm_snapshot_iteration_stats changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 880, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
@@ -3944,29 +4457,47 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_enqueue_host_func) == 520, "layout 
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_free_memory) == 528, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_synchronize) == 536, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, block_keys) == 544, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_commit_digests) == 552, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_aggregated_page_indices) == 560, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_cached_tokens_by_level) == 568, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_digests) == 576, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_tokens) == 584, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 592, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 600, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 608, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 616, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events_digests) == 624, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_aggregated_pages) == 632, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 640, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 648, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 656, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 664, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 672, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_converter) == 680, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_upper_bound) == 688, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_stride) == 696, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 704, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key_digests) == 712, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_digests) == 720, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 728, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_commit_beam_search) == 552, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_commit_digests) == 560, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_aggregated_page_indices) == 568, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_beam_base_page_indices) == 576, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_beam_width) == 584, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_cached_tokens_by_level) == 592, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_digests) == 600, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_tokens) == 608, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_reuse_diagnostics) == 616, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_scratch_desc) == 624, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_ssm_block_base_index) == 632, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 640, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_swa_scratch_reuse) == 648, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_has_scratch_slots) == 656, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_plan_committed_block_drop) == 664, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_beam_width) == 672, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 680, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_swa_scratch_reuse) == 688, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_adjust) == 696, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clamp_max_seq_len_for_mem) == 704, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 712, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 720, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events_digests) == 728, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_aggregated_pages) == 736, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 744, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 752, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 760, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 768, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_ssm_snapshot_iteration_stats) == 776, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 784, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_converter) == 792, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_upper_bound) == 800, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_stride) == 808, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_scratch_pages_per_block) == 816, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_need_adjustment) == 824, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 832, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key_digests) == 840, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_digests) == 848, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 856, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_destroy) == 864, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_drop) == 872, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus

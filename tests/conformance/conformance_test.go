@@ -142,6 +142,13 @@ func (r *runner) configure(l line) bool {
 			lc.Buffers = append(lc.Buffers, config.BufferConfig{Role: config.DataRole(f[i]), Size: atoi(t, l, f[i+1])})
 		}
 		r.cfg.Layers = append(r.cfg.Layers, lc)
+	case "ssm_layer":
+		sl := config.SsmLayerConfig{LayerID: int32(atoi(t, l, f[1]))}
+		for i := 2; i+1 < len(f); i += 2 {
+			sl.Buffers = append(sl.Buffers, config.BufferConfig{Role: config.DataRole(f[i]), Size: atoi(t, l, f[i+1])})
+		}
+		r.cfg.SsmLayers = append(r.cfg.SsmLayers, sl)
+		r.cfg.CommitMinSnapshot = true
 	case "partial_reuse":
 		r.cfg.EnablePartialReuse = f[1] == "on"
 	case "reuse_match_backoff":
@@ -275,6 +282,15 @@ func (r *runner) step(l line) {
 			t.Fatalf("line %d: %d mismatches, first %v", l.no, res.Mismatches, res.First)
 		}
 		r.expect(l, 4, r.digest(l, c, seq, from, to))
+	case "state":
+		c, seq := r.cache(l), r.cseq[f[1]]
+		n := int(atoi(t, l, f[2]))
+		res, err := r.eng.VerifyState(c, seq, n)
+		must(err)
+		if res.Mismatches != 0 {
+			t.Fatalf("line %d: the SSM state differs from the writer's after %d tokens: %v", l.no, n, res.First)
+		}
+		r.expect(l, 3, r.stateDigest(seq, n))
 	case "used":
 		st, err := r.m.StorageStats(layout.CacheLevel(atoi(t, l, f[1])))
 		must(err)
@@ -286,6 +302,28 @@ func (r *runner) step(l line) {
 	default:
 		t.Fatalf("line %d: unknown step %q", l.no, f[0])
 	}
+}
+
+// stateDigest is FNV-1a 64 over the writer's SSM state after n tokens of
+// every SSM buffer, in ascending layer id and configuration order.
+func (r *runner) stateDigest(seq []config.Token, n int) string {
+	layers := append([]config.SsmLayerConfig(nil), r.cfg.SsmLayers...)
+	for i := 1; i < len(layers); i++ {
+		for j := i; j > 0 && layers[j].LayerID < layers[j-1].LayerID; j-- {
+			layers[j], layers[j-1] = layers[j-1], layers[j]
+		}
+	}
+	h := fnv.New64a()
+	for _, ly := range layers {
+		for _, b := range ly.Buffers {
+			st, err := r.eng.ExpectedState(seq, n, ly.LayerID, b.Role)
+			if err != nil {
+				r.t.Fatal(err)
+			}
+			h.Write(st)
+		}
+	}
+	return fmt.Sprintf("%016x", h.Sum64())
 }
 
 // digest is FNV-1a 64 over the expected bytes of positions [from, to) of

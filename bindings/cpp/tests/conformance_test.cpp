@@ -197,6 +197,17 @@ private:
             }
             mCfg.layers.push_back(std::move(layer));
         }
+        else if (f[0] == "ssm_layer")
+        {
+            kvcm::SsmLayerConfig layer;
+            layer.layerId = static_cast<int32_t>(num(l, 1));
+            for (size_t i = 2; i + 1 < f.size(); i += 2)
+            {
+                layer.buffers.push_back(kvcm::BufferConfig{f[i], num(l, i + 1)});
+            }
+            mCfg.ssmLayers.push_back(std::move(layer));
+            mCfg.commitMinSnapshot = true;
+        }
         else if (f[0] == "partial_reuse")
         {
             mCfg.enablePartialReuse = f.at(1) == "on";
@@ -329,6 +340,12 @@ private:
                 auto const v = mWriter->verify(cache(l), mCacheSeq.at(f[1]), num(l, 2), num(l, 3));
                 EXPECT_EQ(v.mismatches, 0) << "page bytes differ from the writer";
                 expect(l, 4, v.digest);
+            }
+            else if (op == "state")
+            {
+                auto const v = mWriter->verifyState(cache(l), mCacheSeq.at(f[1]), num(l, 2));
+                EXPECT_EQ(v.mismatches, 0) << "the SSM state differs from the writer's";
+                expect(l, 3, v.digest);
             }
             else if (op == "used")
             {

@@ -730,6 +730,70 @@ TEST_F(ManagerTest, TrtllmReuseCommitAndLifecycle)
     EXPECT_FALSE(m);
 }
 
+// Beam search: forked beams read the prompt (the diverging partial block is
+// copied), write their own KV, take over another beam's history at commit,
+// and a committed block is published once; a refused call changes nothing.
+TEST_F(ManagerTest, BeamSearchKeepsEveryBeamsKv)
+{
+    auto const cfg = smallConfig(64 << 10);
+    kvcm::KVCacheManager m(cfg);
+    auto stream = m.createStream();
+    KvWriter writer(m, cfg, stream, /*seed=*/21);
+    auto const prompt = tokenRange(100, 10); // tpb 4: two full blocks and 2 tokens
+    auto c = m.createKVCache(prompt);
+    EXPECT_EQ(c.beamWidth(), 1);
+    EXPECT_KVCM_ERROR(c.setBeamWidth(2), kvcm::StatusCode::kInvalidState);
+    c.resume(stream);
+    ASSERT_TRUE(c.resize(10, 0));
+    writer.write(c, prompt, 0, 10);
+    c.commit(prompt);
+
+    ASSERT_TRUE(c.setBeamWidth(3));
+    EXPECT_EQ(c.beamWidth(), 3);
+    EXPECT_KVCM_ERROR(c.setBeamWidth(0), kvcm::StatusCode::kInvalidArgument);
+    EXPECT_KVCM_ERROR(c.setBeamWidth(kvcm::kMaxBeamWidth + 1), kvcm::StatusCode::kInvalidArgument);
+    EXPECT_KVCM_ERROR((void)c.basePageIndices(0, 3), kvcm::StatusCode::kInvalidArgument);
+    EXPECT_EQ(c.basePageIndices(0), c.basePageIndices(0, kvcm::kDefaultBeamIndex));
+    std::vector<std::vector<kvcm::Token>> hyps(3, prompt);
+    for (int32_t k = 0; k < 3; ++k)
+    {
+        auto const idx = c.basePageIndices(0, k);
+        EXPECT_EQ(idx[0], c.basePageIndices(0)[0]) << "beam " << k << " shares the prefix";
+        if (k > 0)
+        {
+            EXPECT_NE(idx[2], c.basePageIndices(0)[2]) << "beam " << k << " has its own diverging block";
+        }
+        EXPECT_EQ(writer.verify(c, hyps[k], 0, 10, k).mismatches, 0) << "beam " << k;
+    }
+    // Two decode steps, a token of its own in every beam.
+    for (int64_t pos = 10; pos < 12; ++pos)
+    {
+        ASSERT_TRUE(c.resize(pos + 1));
+        for (int32_t k = 0; k < 3; ++k)
+        {
+            hyps[k].push_back(static_cast<kvcm::Token>(1000 + 10 * k + pos));
+            writer.write(c, hyps[k], pos, pos + 1, k);
+        }
+        ASSERT_TRUE(c.resize(pos + 1, pos + 1));
+    }
+    EXPECT_KVCM_ERROR(c.commit({}, std::vector<int32_t>{0, 1}), kvcm::StatusCode::kInvalidArgument);
+    EXPECT_EQ(c.beamWidth(), 3);
+
+    // Beam 2's hypothesis won: every beam takes it over, and its two
+    // decoded tokens complete block 2, committed once from beam 0.
+    std::vector<kvcm::Token> const won = hyps[2];
+    c.commit(std::vector<kvcm::Token>(won.begin() + 10, won.end()), std::vector<int32_t>{2, 2, 2});
+    EXPECT_EQ(c.numCommittedTokens(), 12);
+    for (int32_t k = 0; k < 3; ++k)
+    {
+        EXPECT_EQ(c.basePageIndices(0, k)[2], c.basePageIndices(0)[2]) << "block 2 committed: one page";
+        EXPECT_EQ(writer.verify(c, won, 0, 12, k).mismatches, 0) << "beam " << k;
+    }
+    ASSERT_TRUE(c.setBeamWidth(1));
+    c.close();
+    EXPECT_EQ(m.probeReuse(won), 12);
+}
+
 TEST_F(ManagerTest, StreamHelper)
 {
     kvcm::KVCacheManager m(smallConfig(64 << 10));

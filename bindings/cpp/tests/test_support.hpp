@@ -200,13 +200,37 @@ public:
                 mBufs.push_back(buf);
             }
         }
+        std::vector<kvcm::SsmLayerConfig> ssm = cfg.ssmLayers;
+        std::stable_sort(ssm.begin(), ssm.end(), [](auto const& a, auto const& b) { return a.layerId < b.layerId; });
+        for (auto const& l : ssm)
+        {
+            for (auto const& b : l.buffers)
+            {
+                Buf buf;
+                buf.layer = l.layerId;
+                buf.role = b.role;
+                buf.lg = m.layerGroupOf(l.layerId);
+                buf.loc = m.bufferLocation(l.layerId, b.role);
+                buf.tok = static_cast<size_t>(b.size); // a whole state
+                buf.salt = bufferSalt(l.layerId, b.role);
+                mStates.push_back(buf);
+            }
+        }
     }
 
-    // Writes positions [from, to) of tokens; every block must have a page.
-    void write(kvcm::KVCache const& c, std::vector<kvcm::Token> const& tokens, int64_t from, int64_t to)
+    // Writes positions [from, to) of tokens into one beam's pages; every
+    // block must have a page. With SSM layers it also writes the state after
+    // to positions.
+    void write(kvcm::KVCache const& c, std::vector<kvcm::Token> const& tokens, int64_t from, int64_t to,
+        int32_t beam = kvcm::kDefaultBeamIndex)
     {
         auto const prefix = prefixHashes(mSeed, tokens, static_cast<size_t>(to));
-        auto const idx = indices(c);
+        auto const idx = indices(c, beam);
+        for (size_t i = 0; from < to && i < mStates.size(); ++i)
+        {
+            auto const& b = mStates[i];
+            fillToken(mIO.stageWrite(stateAddress(c, b), b.tok), b.tok, stateSeed(prefix, to), to, b.salt, mZeroLow);
+        }
         for (int64_t pos = from; pos < to; ++pos)
         {
             for (size_t bi = 0; bi < mBufs.size(); ++bi)
@@ -236,12 +260,13 @@ public:
         std::string digest;     // FNV-1a 64 of the expected bytes, README order
     };
 
-    // Reads positions [from, to) back (skipping blocks without a page) and
-    // compares them with the writer.
-    Verified verify(kvcm::KVCache const& c, std::vector<kvcm::Token> const& tokens, int64_t from, int64_t to)
+    // Reads positions [from, to) of one beam back (skipping blocks without a
+    // page) and compares them with the writer.
+    Verified verify(kvcm::KVCache const& c, std::vector<kvcm::Token> const& tokens, int64_t from, int64_t to,
+        int32_t beam = kvcm::kDefaultBeamIndex)
     {
         auto const prefix = prefixHashes(mSeed, tokens, static_cast<size_t>(to));
-        auto const idx = indices(c);
+        auto const idx = indices(c, beam);
         Verified out;
         uint64_t h = 0xcbf29ce484222325ULL;
         std::vector<uint8_t> want;
@@ -284,6 +309,33 @@ public:
         return out;
     }
 
+    // Reads the SSM state back and compares it with the writer's state after
+    // the first n tokens; the digest is FNV-1a 64 of the expected bytes of
+    // every SSM buffer, in ascending layer id and configuration order.
+    Verified verifyState(kvcm::KVCache const& c, std::vector<kvcm::Token> const& tokens, int64_t n)
+    {
+        auto const prefix = prefixHashes(mSeed, tokens, static_cast<size_t>(n));
+        Verified out;
+        uint64_t h = 0xcbf29ce484222325ULL;
+        std::vector<uint8_t> want;
+        for (auto const& b : mStates)
+        {
+            auto const got = mIO.read(stateAddress(c, b), b.tok);
+            want.assign(b.tok, 0);
+            fillToken(want.data(), b.tok, stateSeed(prefix, n), n, b.salt, mZeroLow);
+            h = fnv1a(want.data(), want.size(), h);
+            ++out.checked;
+            if (got != want)
+            {
+                ++out.mismatches;
+            }
+        }
+        char hex[17];
+        std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+        out.digest = hex;
+        return out;
+    }
+
 private:
     struct Buf
     {
@@ -295,17 +347,34 @@ private:
         uint64_t salt = 0;
     };
 
-    std::map<kvcm::LayerGroupId, std::vector<int32_t>> indices(kvcm::KVCache const& c) const
+    std::map<kvcm::LayerGroupId, std::vector<int32_t>> indices(kvcm::KVCache const& c, int32_t beam) const
     {
         std::map<kvcm::LayerGroupId, std::vector<int32_t>> out;
         for (auto const& b : mBufs)
         {
             if (out.count(b.lg) == 0)
             {
-                out[b.lg] = c.basePageIndices(b.lg);
+                out[b.lg] = c.basePageIndices(b.lg, beam);
             }
         }
         return out;
+    }
+
+    // stateSeed is the prefix hash the state after n positions derives from.
+    uint64_t stateSeed(std::vector<uint64_t> const& prefix, int64_t n) const
+    {
+        return n == 0 ? mix64(mSeed ^ 0x6b76636d2d66616bULL) : prefix[static_cast<size_t>(n - 1)];
+    }
+
+    kvcm::DevicePtr stateAddress(kvcm::KVCache const& c, Buf const& b) const
+    {
+        int32_t const slot = c.ssmBlockBaseIndex(b.lg);
+        if (slot == kvcm::kBadPageIndex)
+        {
+            throw std::runtime_error("KvWriter: the cache has no SSM state");
+        }
+        int64_t const page = static_cast<int64_t>(slot) * b.loc.scale + b.loc.offset;
+        return b.loc.pool_base + static_cast<uint64_t>(page * b.loc.bytes);
     }
 
     kvcm::DevicePtr address(Buf const& b, int32_t base, int64_t pos) const
@@ -320,6 +389,7 @@ private:
     bool mZeroLow;
     int64_t mTpb;
     std::vector<Buf> mBufs;
+    std::vector<Buf> mStates; // SSM buffers: tok is the state's bytes
 };
 
 // ---- test codecs -------------------------------------------------------------------

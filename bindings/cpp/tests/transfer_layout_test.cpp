@@ -44,8 +44,9 @@ TEST_F(TransferLayoutTest, AggregatedPagesMergeContiguousBuffers)
     EXPECT_KVCM_ERROR((void)m.aggregatedPages({{0, std::string("key\0x", 5)}}), kvcm::StatusCode::kInvalidArgument);
 }
 
-// Aggregated page indices are the blocks' slots; valid_only drops blocks
-// without a page; a beam other than 0 is refused.
+// Aggregated page indices are the blocks' slots in the beam asked for;
+// valid_only drops blocks without a page; a beam outside the width is
+// refused.
 TEST_F(TransferLayoutTest, AggregatedPageIndices)
 {
     auto cfg = smallConfig(64 << 10);
@@ -63,6 +64,13 @@ TEST_F(TransferLayoutTest, AggregatedPageIndices)
     auto const valid = c.aggregatedPageIndices(swa, 0, true);
     EXPECT_EQ(valid, std::vector<int32_t>(all.begin() + 3, all.end()));
     EXPECT_KVCM_ERROR((void)c.aggregatedPageIndices(swa, 1), kvcm::StatusCode::kInvalidArgument);
+    ASSERT_TRUE(c.setBeamWidth(2));
+    ASSERT_TRUE(c.resize(20)); // a new block: a page per beam
+    for (int32_t beam = 0; beam < 2; ++beam)
+    {
+        EXPECT_EQ(c.aggregatedPageIndices(0, beam), c.basePageIndices(0, beam)) << "beam " << beam;
+    }
+    EXPECT_NE(c.aggregatedPageIndices(0, 1), c.aggregatedPageIndices(0, 0)) << "beam 1's new block is its own";
 }
 
 // A tokens_per_block override expands the buffer's pages: the converter's

@@ -60,6 +60,7 @@ from .codec import KVCacheColdPageCodec, create_default_kv_cache_cold_page_codec
 from .common import (
     CACHE_LEVEL1,
     DEFAULT_BEAM_INDEX,
+    MAX_BEAM_WIDTH,
     GPU_LEVEL,
     NDEBUG,
     BeamIndex,
@@ -82,15 +83,9 @@ from .common import (
     exact_div,
     typed_range,
 )
-from .coverage import (
-    AttnLifeCycle,
-    PlannedDropHandle,
-    ScratchDesc,
-    SsmLayerConfig,
-    SsmSnapshotIterationStatsDelta,
-    SwaScratchReuseConfig,
-)
+from .coverage import AttnLifeCycle
 from .multimodal import MmItemContext, gen_multimodal_cache_key_tokens, sequence_to_blockchain_keys
+from .scratch import PlannedDropHandle, ScratchDesc, SwaScratchReuseConfig
 from .events import (
     KVCacheCreatedData,
     KVCacheEvent,
@@ -107,6 +102,7 @@ from .stats import (
     KVCacheStatsDelta,
     PoolGroupPeakBlockStats,
     ReusedBlocksByLevel,
+    SsmSnapshotIterationStatsDelta,
     StorageStatistics,
 )
 from .cp import (
@@ -131,6 +127,7 @@ from .config import (
     RequestDesc,
     SharedCacheTierConfig,
     SharedWritePolicy,
+    SsmLayerConfig,
 )
 from .device import DeviceMemory, MemoryKind, Stream
 from .errors import (
@@ -205,17 +202,19 @@ __all__ = [
     # TensorRT-LLM KVCacheManagerV2's module names
     "LifeCycleId", "LayerGroupId", "CacheLevel", "TokenId", "TokenIdExt", "LayerId", "CudaStream",
     "BeamIndex", "MemAddress", "Priority", "PoolGroupIndex", "PoolIndex", "SlidingWindowSize",
-    "NDEBUG", "DEFAULT_BEAM_INDEX", "GPU_LEVEL", "CACHE_LEVEL1", "exact_div", "typed_range",
+    "NDEBUG", "DEFAULT_BEAM_INDEX", "MAX_BEAM_WIDTH", "GPU_LEVEL", "CACHE_LEVEL1", "exact_div", "typed_range",
     "HalfOpenRange", "PageStatus", "PageIndexMode", "KvCacheStatus", "ReuseScope", "IKvCacheColdPageCodec",
     "poison_reason", "take_poison", "num_live_managers",
     "KVCacheStatsDelta", "KVCacheIterationStatsDelta", "ReusedBlocksByLevel", "PoolGroupPeakBlockStats",
     "StorageStatistics", "BufferId", "CoalescedBuffer", "SlotDescVariant", "SlotDesc", "PageIndexConverter",
     "KVCacheEventManager", "KVCacheEvent", "KVCacheCreatedData", "KVCacheStoredData", "KVCacheStoredBlockData",
     "KVCacheRemovedData", "KVCacheUpdatedData", "KVCacheEventDiff", "UniqueToken",
+    "SwaScratchReuseConfig", "ScratchDesc", "PlannedDropHandle",
+    "SsmLayerConfig", "SsmSnapshotIterationStatsDelta",
+    "MmItemContext", "gen_multimodal_cache_key_tokens", "sequence_to_blockchain_keys",
+    "ExpandedBuffer", "AggregatedPageDesc",
     # model coverage: importable, refused when used
-    "SsmLayerConfig", "SwaScratchReuseConfig", "MmItemContext", "AttnLifeCycle", "PlannedDropHandle",
-    "ExpandedBuffer", "AggregatedPageDesc", "ScratchDesc", "SsmSnapshotIterationStatsDelta",
-    "gen_multimodal_cache_key_tokens", "sequence_to_blockchain_keys",
+    "AttnLifeCycle",
     # configuration
     "KVCacheManagerConfig", "GpuCacheTierConfig", "HostCacheTierConfig", "DiskCacheTierConfig",
     "SharedCacheTierConfig", "SharedWritePolicy", "CacheTierConfig", "AttentionLayerConfig", "BufferConfig", "BatchDesc", "KVCacheDesc", "RequestDesc",

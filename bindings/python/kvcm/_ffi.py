@@ -38,6 +38,13 @@ KVCM_VERSION_STRING = "0.1.0"
 # a sliding window, or beyond the capacity) in base page index arrays.
 KVCM_BAD_PAGE_INDEX = -1
 
+# KVCM_DEFAULT_BEAM_INDEX is the beam the single-beam calls read, beam 0, which
+# also holds the committed tokens' KV.
+KVCM_DEFAULT_BEAM_INDEX = 0
+
+# KVCM_MAX_BEAM_WIDTH is the largest beam width a cache may have.
+KVCM_MAX_BEAM_WIDTH = 1024
+
 # KVCM_MIN_PRIORITY is the lowest eviction priority a priority callback may return.
 KVCM_MIN_PRIORITY = 0
 
@@ -56,6 +63,7 @@ kvcm_device_ptr = ctypes.c_uint64
 kvcm_kv_cache = ctypes.c_uint64
 kvcm_layer_group_id = ctypes.c_int32
 kvcm_manager = ctypes.c_uint64
+kvcm_planned_drop = ctypes.c_uint64
 kvcm_pool_group_index = ctypes.c_int32
 kvcm_stream = ctypes.c_uint64
 kvcm_token = ctypes.c_int32
@@ -553,6 +561,13 @@ class kvcm_request_desc(ctypes.Structure):
     """
 
 
+class kvcm_reuse_diagnostics(ctypes.Structure):
+    """kvcm_reuse_diagnostics says how a cache's reuse was cut at its creation
+    (KVCacheManagerV2's _get_num_reusable_tokens_before_pruning and
+    _before_hybrid_pruning), after reuse_match_backoff.
+    """
+
+
 class kvcm_reused_blocks_at_level(ctypes.Structure):
     """kvcm_reused_blocks_at_level counts one layer group's pages reused during an
     iteration from one level (the level each was on when a new cache reused
@@ -567,6 +582,22 @@ class kvcm_shared_tier_config(ctypes.Structure):
     maxmemory with an evicting policy; ttl_ms bounds a blob's life. The
     manager does not use it yet: a manager created with it behaves as without
     it (no server is contacted).
+    """
+
+
+class kvcm_ssm_layer_config(ctypes.Structure):
+    """kvcm_ssm_layer_config describes one state-space (Mamba) layer
+    (KVCacheManagerV2's SsmLayerConfig): its buffers hold one fixed-size state
+    per request, so a buffer's size is the bytes of the whole state. The SSM
+    layers form one layer group, after every attention layer group.
+    """
+
+
+class kvcm_ssm_snapshot_iteration_stats(ctypes.Structure):
+    """kvcm_ssm_snapshot_iteration_stats counts the SSM snapshot lookups of the SSM layer
+    group during an iteration (KVCacheManagerV2's
+    SsmSnapshotIterationStatsDelta): one lookup per cache created with input
+    tokens, a hit when it reused a snapshot.
     """
 
 
@@ -803,6 +834,11 @@ kvcm_manager_config._fields_ = [
     ("block_key", kvcm_block_key),
     ("shared_tier", ctypes.POINTER(kvcm_shared_tier_config)),
     ("disk_persistent", ctypes.c_bool),
+    ("swa_scratch_reuse", ctypes.c_bool),
+    ("swa_scratch_max_rewind_len", ctypes.c_int64),
+    ("ssm_layers", ctypes.POINTER(kvcm_ssm_layer_config)),
+    ("num_ssm_layers", ctypes.c_size_t),
+    ("max_ssm_slots", ctypes.c_int64),
     ("buffer_tokens_per_block_overrides", ctypes.POINTER(ctypes.c_int32)),
     ("num_buffer_tokens_per_block_overrides", ctypes.c_size_t),
 ]
@@ -867,6 +903,11 @@ kvcm_request_desc._fields_ = [
     ("history_length", ctypes.c_int64),
 ]
 
+kvcm_reuse_diagnostics._fields_ = [
+    ("content_tokens", ctypes.c_int64),
+    ("attention_tokens", ctypes.c_int64),
+]
+
 kvcm_reused_blocks_at_level._fields_ = [
     ("layer_group", kvcm_layer_group_id),
     ("level", kvcm_cache_level),
@@ -882,6 +923,23 @@ kvcm_shared_tier_config._fields_ = [
     ("call_timeout_ms", ctypes.c_int64),
     ("queue_bytes", ctypes.c_int64),
     ("write_policy", kvcm_shared_write_policy),
+]
+
+kvcm_ssm_layer_config._fields_ = [
+    ("layer_id", ctypes.c_int32),
+    ("buffers", ctypes.POINTER(kvcm_buffer_config)),
+    ("num_buffers", ctypes.c_size_t),
+]
+
+kvcm_ssm_snapshot_iteration_stats._fields_ = [
+    ("layer_group", kvcm_layer_group_id),
+    ("snapshot_lookups", ctypes.c_int64),
+    ("snapshot_hits", ctypes.c_int64),
+    ("snapshot_misses", ctypes.c_int64),
+    ("reused_tokens", ctypes.c_int64),
+    ("unreused_tokens", ctypes.c_int64),
+    ("aligned_snapshot_hits", ctypes.c_int64),
+    ("unaligned_snapshot_hits", ctypes.c_int64),
 ]
 
 # ---- Layouts frozen by the header: name -> (size, alignment, {field: offset}) ----
@@ -908,7 +966,7 @@ LAYOUTS = {
     "kvcm_expanded_buffer": (16, 8, {"buffer": 0, "expansion": 8}),
     "kvcm_kv_cache_options": (136, 8, {"struct_size": 0, "abi_version": 4, "scope": 8, "input_tokens": 32, "num_input_tokens": 40, "priority": 48, "priority_user_data": 56, "request_id": 64, "request_id_len": 72, "scope_has_lora_id": 80, "layer_group_priority": 88, "input_digest_positions": 96, "num_input_digests": 104, "input_digest_bytes": 112, "input_digest_bytes_len": 120, "text_only": 128}),
     "kvcm_layer_group_iteration_stats": (128, 8, {"layer_group": 0, "alloc_total_blocks": 8, "alloc_new_blocks": 16, "reused_blocks": 24, "full_reused_blocks": 32, "partial_reused_blocks": 40, "missed_blocks": 48, "gen_alloc_blocks": 56, "onboard_blocks": 64, "onboard_bytes": 72, "offload_blocks": 80, "offload_bytes": 88, "intra_device_copy_blocks": 96, "intra_device_copy_bytes": 104, "host_dropped_blocks": 112, "host_dropped_bytes": 120}),
-    "kvcm_manager_config": (224, 8, {"struct_size": 0, "abi_version": 4, "tokens_per_block": 8, "device": 12, "device_ordinal": 16, "event_queue_capacity": 20, "cache_tiers": 24, "num_cache_tiers": 32, "layers": 40, "num_layers": 48, "max_util_for_resume": 56, "enable_partial_reuse": 64, "enable_stats": 65, "initial_pool_ratio": 72, "num_initial_pool_ratio": 80, "typical_step": 88, "constraints": 96, "num_constraints": 104, "reuse_match_backoff": 112, "text_only": 116, "commit_min_snapshot": 117, "rebalance_min_sampled_kv_caches": 120, "rebalance_cooldown_secs": 128, "rebalance_target_ratio_update_interval": 136, "rebalance_ratio_threshold": 144, "rebalance_moving_average_decay": 152, "typical_step_system_prompt_length": 160, "constraint_system_prompt_lengths": 168, "num_constraint_system_prompt_lengths": 176, "block_key": 184, "shared_tier": 192, "disk_persistent": 200, "buffer_tokens_per_block_overrides": 208, "num_buffer_tokens_per_block_overrides": 216}),
+    "kvcm_manager_config": (256, 8, {"struct_size": 0, "abi_version": 4, "tokens_per_block": 8, "device": 12, "device_ordinal": 16, "event_queue_capacity": 20, "cache_tiers": 24, "num_cache_tiers": 32, "layers": 40, "num_layers": 48, "max_util_for_resume": 56, "enable_partial_reuse": 64, "enable_stats": 65, "initial_pool_ratio": 72, "num_initial_pool_ratio": 80, "typical_step": 88, "constraints": 96, "num_constraints": 104, "reuse_match_backoff": 112, "text_only": 116, "commit_min_snapshot": 117, "rebalance_min_sampled_kv_caches": 120, "rebalance_cooldown_secs": 128, "rebalance_target_ratio_update_interval": 136, "rebalance_ratio_threshold": 144, "rebalance_moving_average_decay": 152, "typical_step_system_prompt_length": 160, "constraint_system_prompt_lengths": 168, "num_constraint_system_prompt_lengths": 176, "block_key": 184, "shared_tier": 192, "disk_persistent": 200, "swa_scratch_reuse": 201, "swa_scratch_max_rewind_len": 208, "ssm_layers": 216, "num_ssm_layers": 224, "max_ssm_slots": 232, "buffer_tokens_per_block_overrides": 240, "num_buffer_tokens_per_block_overrides": 248}),
     "kvcm_migration_stats": (24, 8, {"path": 0, "pages": 8, "bytes": 16}),
     "kvcm_page_index_converter": (24, 8, {"scale": 0, "expansion": 8, "layer_offset": 16}),
     "kvcm_page_index_pair": (8, 8, {"dst": 0, "src": 4}),
@@ -918,8 +976,11 @@ LAYOUTS = {
     "kvcm_pool_group_peak_block_stats": (32, 8, {"index": 0, "available": 8, "unavailable": 16, "evictable": 24}),
     "kvcm_pool_group_stats": (56, 8, {"level": 0, "tier": 4, "index": 8, "page_bytes": 16, "total": 24, "free": 32, "evictable": 40, "available": 48}),
     "kvcm_request_desc": (16, 8, {"capacity": 0, "history_length": 8}),
+    "kvcm_reuse_diagnostics": (16, 8, {"content_tokens": 0, "attention_tokens": 8}),
     "kvcm_reused_blocks_at_level": (24, 8, {"layer_group": 0, "level": 4, "full_blocks": 8, "partial_blocks": 16}),
     "kvcm_shared_tier_config": (56, 8, {"addresses": 0, "key_namespace": 8, "ttl_ms": 16, "dial_timeout_ms": 24, "call_timeout_ms": 32, "queue_bytes": 40, "write_policy": 48}),
+    "kvcm_ssm_layer_config": (24, 8, {"layer_id": 0, "buffers": 8, "num_buffers": 16}),
+    "kvcm_ssm_snapshot_iteration_stats": (64, 8, {"layer_group": 0, "snapshot_lookups": 8, "snapshot_hits": 16, "snapshot_misses": 24, "reused_tokens": 32, "unreused_tokens": 40, "aligned_snapshot_hits": 48, "unaligned_snapshot_hits": 56}),
 }
 
 
@@ -967,10 +1028,13 @@ FUNCTIONS = {
     "kvcm_is_poisoned": (ctypes.c_bool, []),
     "kvcm_kv_cache_close": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache]),
     "kvcm_kv_cache_commit": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.c_bool]),
+    "kvcm_kv_cache_commit_beam_search": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.c_bool]),
     "kvcm_kv_cache_commit_digests": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_bool]),
     "kvcm_kv_cache_create": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_kv_cache_options), ctypes.POINTER(kvcm_kv_cache)]),
     "kvcm_kv_cache_get_aggregated_page_indices": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_layer_group_id, ctypes.c_int32, ctypes.c_bool, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_kv_cache_get_base_page_indices": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_layer_group_id, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    "kvcm_kv_cache_get_beam_base_page_indices": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_layer_group_id, ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    "kvcm_kv_cache_get_beam_width": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int32)]),
     "kvcm_kv_cache_get_cached_tokens_by_level": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_kv_cache_get_capacity": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_kv_cache_get_committed_digests": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_uint8), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
@@ -978,18 +1042,28 @@ FUNCTIONS = {
     "kvcm_kv_cache_get_history_length": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_kv_cache_get_id": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_uint64)]),
     "kvcm_kv_cache_get_num_committed_tokens": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64)]),
+    "kvcm_kv_cache_get_reuse_diagnostics": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(kvcm_reuse_diagnostics)]),
     "kvcm_kv_cache_get_reused_tokens": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64)]),
+    "kvcm_kv_cache_get_scratch_desc": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_layer_group_id, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    "kvcm_kv_cache_get_ssm_block_base_index": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_layer_group_id, ctypes.POINTER(ctypes.c_int32)]),
     "kvcm_kv_cache_get_stats": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(kvcm_block_stats)]),
     "kvcm_kv_cache_get_status": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(kvcm_cache_status)]),
+    "kvcm_kv_cache_get_swa_scratch_reuse": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_bool)]),
+    "kvcm_kv_cache_has_scratch_slots": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_bool)]),
+    "kvcm_kv_cache_plan_committed_block_drop": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(kvcm_planned_drop)]),
     "kvcm_kv_cache_prefetch": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_cache_level]),
     "kvcm_kv_cache_resize": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.c_int64, ctypes.c_int64]),
     "kvcm_kv_cache_resume": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_stream]),
+    "kvcm_kv_cache_set_beam_width": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.c_int32]),
     "kvcm_kv_cache_set_stream": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_stream]),
+    "kvcm_kv_cache_set_swa_scratch_reuse": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.c_bool]),
     "kvcm_kv_cache_stop_committing": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache]),
     "kvcm_kv_cache_suspend": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache]),
     "kvcm_live_handle_count": (ctypes.c_uint64, []),
+    "kvcm_manager_adjust": (ctypes.POINTER(kvcm_status), [kvcm_manager]),
     "kvcm_manager_alloc_memory": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_memory_kind, ctypes.c_uint64, ctypes.POINTER(kvcm_device_ptr)]),
     "kvcm_manager_attach_cp": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cp_index]),
+    "kvcm_manager_clamp_max_seq_len_for_mem": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_manager_clear_reusable_blocks": (ctypes.POINTER(kvcm_status), [kvcm_manager]),
     "kvcm_manager_create": (ctypes.POINTER(kvcm_status), [ctypes.POINTER(kvcm_manager_config), ctypes.POINTER(kvcm_cold_page_codec), ctypes.POINTER(kvcm_manager)]),
     "kvcm_manager_create_stream": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_stream)]),
@@ -1007,6 +1081,7 @@ FUNCTIONS = {
     "kvcm_manager_get_and_reset_iteration_reused_blocks_by_level": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reused_blocks_at_level), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_manager_get_and_reset_iteration_stats": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_block_stats)]),
     "kvcm_manager_get_and_reset_layer_group_iteration_stats": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_layer_group_iteration_stats), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    "kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_ssm_snapshot_iteration_stats), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_manager_get_buffer_location": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.c_int32, ctypes.c_char_p, ctypes.POINTER(kvcm_buffer_location)]),
     "kvcm_manager_get_device_kind": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_device_kind)]),
     "kvcm_manager_get_layer_group_of": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.c_int32, ctypes.POINTER(kvcm_layer_group_id)]),
@@ -1019,15 +1094,19 @@ FUNCTIONS = {
     "kvcm_manager_get_page_stride": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.c_int32, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_manager_get_pool_group_descs": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cache_level, ctypes.POINTER(kvcm_pool_group_desc), ctypes.c_size_t, ctypes.POINTER(kvcm_layer_group_id), ctypes.c_size_t, ctypes.POINTER(kvcm_pool_desc), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_manager_get_quota": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cache_level, ctypes.POINTER(ctypes.c_int64)]),
+    "kvcm_manager_get_scratch_pages_per_block": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.c_int32, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_manager_get_stats": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_block_stats)]),
     "kvcm_manager_get_storage_stats": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cache_level, ctypes.POINTER(kvcm_pool_group_stats), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_manager_get_tokens_per_block": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(ctypes.c_int32)]),
+    "kvcm_manager_need_adjustment": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(ctypes.c_bool)]),
     "kvcm_manager_probe_first_new_block_key": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.c_bool, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_bool)]),
     "kvcm_manager_probe_first_new_block_key_digests": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.c_bool, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_bool)]),
     "kvcm_manager_probe_reuse": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_manager_probe_reuse_digests": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.c_bool, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_manager_probe_reuse_v2": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.c_bool, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_manager_resize_level": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cache_level, ctypes.c_int64]),
+    "kvcm_planned_drop_destroy": (ctypes.POINTER(kvcm_status), [kvcm_planned_drop]),
+    "kvcm_planned_drop_drop": (ctypes.POINTER(kvcm_status), [kvcm_planned_drop]),
     "kvcm_status_code_name": (ctypes.c_char_p, [kvcm_status_code]),
     "kvcm_status_free": (None, [ctypes.POINTER(kvcm_status)]),
     "kvcm_status_get_code": (kvcm_status_code, [ctypes.POINTER(kvcm_status)]),
@@ -1063,10 +1142,13 @@ PARAMETERS = {
     "kvcm_is_poisoned": (),
     "kvcm_kv_cache_close": ("cache",),
     "kvcm_kv_cache_commit": ("cache", "tokens", "num_tokens", "is_end"),
+    "kvcm_kv_cache_commit_beam_search": ("cache", "tokens", "num_tokens", "beam_search_indices", "num_beam_search_indices", "is_end"),
     "kvcm_kv_cache_commit_digests": ("cache", "tokens", "num_tokens", "digest_positions", "num_digests", "digest_bytes", "digest_bytes_len", "is_end"),
     "kvcm_kv_cache_create": ("manager", "options", "out"),
     "kvcm_kv_cache_get_aggregated_page_indices": ("cache", "layer_group", "beam", "valid_only", "indices", "capacity", "needed"),
     "kvcm_kv_cache_get_base_page_indices": ("cache", "layer_group", "indices", "capacity", "needed"),
+    "kvcm_kv_cache_get_beam_base_page_indices": ("cache", "layer_group", "beam", "indices", "capacity", "needed"),
+    "kvcm_kv_cache_get_beam_width": ("cache", "out"),
     "kvcm_kv_cache_get_cached_tokens_by_level": ("cache", "tokens", "capacity", "needed"),
     "kvcm_kv_cache_get_capacity": ("cache", "out"),
     "kvcm_kv_cache_get_committed_digests": ("cache", "positions", "digest_bytes", "capacity", "needed"),
@@ -1074,18 +1156,28 @@ PARAMETERS = {
     "kvcm_kv_cache_get_history_length": ("cache", "out"),
     "kvcm_kv_cache_get_id": ("cache", "out"),
     "kvcm_kv_cache_get_num_committed_tokens": ("cache", "out"),
+    "kvcm_kv_cache_get_reuse_diagnostics": ("cache", "out"),
     "kvcm_kv_cache_get_reused_tokens": ("cache", "out"),
+    "kvcm_kv_cache_get_scratch_desc": ("cache", "layer_group", "begin", "end", "slots", "capacity", "needed"),
+    "kvcm_kv_cache_get_ssm_block_base_index": ("cache", "layer_group", "out"),
     "kvcm_kv_cache_get_stats": ("cache", "out"),
     "kvcm_kv_cache_get_status": ("cache", "out"),
+    "kvcm_kv_cache_get_swa_scratch_reuse": ("cache", "out"),
+    "kvcm_kv_cache_has_scratch_slots": ("cache", "out"),
+    "kvcm_kv_cache_plan_committed_block_drop": ("cache", "out"),
     "kvcm_kv_cache_prefetch": ("cache", "level"),
     "kvcm_kv_cache_resize": ("cache", "capacity", "history_length"),
     "kvcm_kv_cache_resume": ("cache", "stream"),
+    "kvcm_kv_cache_set_beam_width": ("cache", "beam_width"),
     "kvcm_kv_cache_set_stream": ("cache", "stream"),
+    "kvcm_kv_cache_set_swa_scratch_reuse": ("cache", "enable"),
     "kvcm_kv_cache_stop_committing": ("cache",),
     "kvcm_kv_cache_suspend": ("cache",),
     "kvcm_live_handle_count": (),
+    "kvcm_manager_adjust": ("manager",),
     "kvcm_manager_alloc_memory": ("manager", "kind", "size", "out"),
     "kvcm_manager_attach_cp": ("manager", "cp"),
+    "kvcm_manager_clamp_max_seq_len_for_mem": ("manager", "batch_size", "token_num_upper_bound", "out"),
     "kvcm_manager_clear_reusable_blocks": ("manager",),
     "kvcm_manager_create": ("config", "codec", "out"),
     "kvcm_manager_create_stream": ("manager", "out"),
@@ -1103,6 +1195,7 @@ PARAMETERS = {
     "kvcm_manager_get_and_reset_iteration_reused_blocks_by_level": ("manager", "rows", "capacity", "needed"),
     "kvcm_manager_get_and_reset_iteration_stats": ("manager", "out"),
     "kvcm_manager_get_and_reset_layer_group_iteration_stats": ("manager", "stats", "capacity", "needed"),
+    "kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats": ("manager", "stats", "capacity", "needed"),
     "kvcm_manager_get_buffer_location": ("manager", "layer_id", "role", "out"),
     "kvcm_manager_get_device_kind": ("manager", "out"),
     "kvcm_manager_get_layer_group_of": ("manager", "layer_id", "out"),
@@ -1115,15 +1208,19 @@ PARAMETERS = {
     "kvcm_manager_get_page_stride": ("manager", "layer_id", "role", "out"),
     "kvcm_manager_get_pool_group_descs": ("manager", "level", "descs", "descs_cap", "life_cycles", "life_cycles_cap", "pools", "pools_cap", "num_descs", "num_life_cycles", "num_pools"),
     "kvcm_manager_get_quota": ("manager", "level", "out"),
+    "kvcm_manager_get_scratch_pages_per_block": ("manager", "layer_id", "role", "out"),
     "kvcm_manager_get_stats": ("manager", "out"),
     "kvcm_manager_get_storage_stats": ("manager", "level", "stats", "capacity", "needed"),
     "kvcm_manager_get_tokens_per_block": ("manager", "out"),
+    "kvcm_manager_need_adjustment": ("manager", "out"),
     "kvcm_manager_probe_first_new_block_key": ("manager", "scope", "has_lora_id", "tokens", "num_tokens", "key", "found"),
     "kvcm_manager_probe_first_new_block_key_digests": ("manager", "scope", "has_lora_id", "tokens", "num_tokens", "digest_positions", "num_digests", "digest_bytes", "digest_bytes_len", "key", "found"),
     "kvcm_manager_probe_reuse": ("manager", "scope", "tokens", "num_tokens", "out"),
     "kvcm_manager_probe_reuse_digests": ("manager", "scope", "has_lora_id", "tokens", "num_tokens", "digest_positions", "num_digests", "digest_bytes", "digest_bytes_len", "out"),
     "kvcm_manager_probe_reuse_v2": ("manager", "scope", "has_lora_id", "tokens", "num_tokens", "out"),
     "kvcm_manager_resize_level": ("manager", "level", "quota"),
+    "kvcm_planned_drop_destroy": ("drop",),
+    "kvcm_planned_drop_drop": ("drop",),
     "kvcm_status_code_name": ("code",),
     "kvcm_status_free": ("status",),
     "kvcm_status_get_code": ("status",),

@@ -601,7 +601,7 @@ static PyObject *kx_fn_kvcm_config_validate(PyObject *names, PyObject *const *ar
     PyObject *out = NULL;
     if (kx_enter(nargs, 1, "kvcm_config_validate") < 0)
         return NULL;
-    if (kx_pointer(args[0], names, 0, 0, 224, &a0) < 0)
+    if (kx_pointer(args[0], names, 0, 0, 256, &a0) < 0)
         goto done;
     Py_BEGIN_ALLOW_THREADS
     r = kx_api->config_validate((const kvcm_manager_config*)a0.p);
@@ -1593,7 +1593,7 @@ static PyObject *kx_fn_kvcm_manager_create(PyObject *names, PyObject *const *arg
     PyObject *out = NULL;
     if (kx_enter(nargs, 3, "kvcm_manager_create") < 0)
         return NULL;
-    if (kx_pointer(args[0], names, 0, 0, 224, &a0) < 0)
+    if (kx_pointer(args[0], names, 0, 0, 256, &a0) < 0)
         goto done;
     if (kx_pointer(args[1], names, 1, 0, 16, &a1) < 0)
         goto done;
@@ -2736,6 +2736,55 @@ done:
     return out;
 }
 
+/* kvcm_kv_cache_commit_beam_search(cache, tokens, num_tokens, beam_search_indices, num_beam_search_indices, is_end) */
+static PyObject *kx_fn_kvcm_kv_cache_commit_beam_search(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    size_t a2;
+    kx_ptr a3 = KX_PTR_INIT;
+    size_t a4;
+    bool a5;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 6, "kvcm_kv_cache_commit_beam_search") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    if (kx_pointer(args[1], names, 1, 0, 0, &a1) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[2], names, 2, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a2 = (size_t)v;
+    }
+    if (kx_pointer(args[3], names, 3, 0, 0, &a3) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[4], names, 4, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a4 = (size_t)v;
+    }
+    if (kx_bool(args[5], &a5) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_commit_beam_search(a0, (const kvcm_token*)a1.p, a2, (const int32_t*)a3.p, a4, a5);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    return out;
+}
+
 /* kvcm_kv_cache_commit_digests(cache, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, is_end) */
 static PyObject *kx_fn_kvcm_kv_cache_commit_digests(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -2850,6 +2899,86 @@ static PyObject *kx_fn_kvcm_kv_cache_get_aggregated_page_indices(PyObject *names
 done:
     kx_ptr_release(&a4);
     kx_ptr_release(&a6);
+    return out;
+}
+
+/* kvcm_kv_cache_get_beam_base_page_indices(cache, layer_group, beam, indices, capacity, needed) */
+static PyObject *kx_fn_kvcm_kv_cache_get_beam_base_page_indices(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kvcm_layer_group_id a1;
+    int32_t a2;
+    kx_ptr a3 = KX_PTR_INIT;
+    size_t a4;
+    kx_ptr a5 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 6, "kvcm_kv_cache_get_beam_base_page_indices") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[1], names, 1, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a1 = (kvcm_layer_group_id)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[2], names, 2, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a2 = (int32_t)v;
+    }
+    if (kx_pointer(args[3], names, 3, 1, 0, &a3) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[4], names, 4, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a4 = (size_t)v;
+    }
+    if (kx_pointer(args[5], names, 5, 1, 8, &a5) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_get_beam_base_page_indices(a0, a1, a2, (int32_t*)a3.p, a4, (size_t*)a5.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    return out;
+}
+
+/* kvcm_kv_cache_get_beam_width(cache, out) */
+static PyObject *kx_fn_kvcm_kv_cache_get_beam_width(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 2, "kvcm_kv_cache_get_beam_width") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 4, &a1) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_get_beam_width(a0, (int32_t*)a1.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
     return out;
 }
 
@@ -2975,6 +3104,123 @@ done:
     return out;
 }
 
+/* kvcm_kv_cache_get_reuse_diagnostics(cache, out) */
+static PyObject *kx_fn_kvcm_kv_cache_get_reuse_diagnostics(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 2, "kvcm_kv_cache_get_reuse_diagnostics") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 16, &a1) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_get_reuse_diagnostics(a0, (kvcm_reuse_diagnostics*)a1.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    return out;
+}
+
+/* kvcm_kv_cache_get_scratch_desc(cache, layer_group, begin, end, slots, capacity, needed) */
+static PyObject *kx_fn_kvcm_kv_cache_get_scratch_desc(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kvcm_layer_group_id a1;
+    kx_ptr a2 = KX_PTR_INIT;
+    kx_ptr a3 = KX_PTR_INIT;
+    kx_ptr a4 = KX_PTR_INIT;
+    size_t a5;
+    kx_ptr a6 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 7, "kvcm_kv_cache_get_scratch_desc") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[1], names, 1, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a1 = (kvcm_layer_group_id)v;
+    }
+    if (kx_pointer(args[2], names, 2, 1, 8, &a2) < 0)
+        goto done;
+    if (kx_pointer(args[3], names, 3, 1, 8, &a3) < 0)
+        goto done;
+    if (kx_pointer(args[4], names, 4, 1, 0, &a4) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[5], names, 5, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a5 = (size_t)v;
+    }
+    if (kx_pointer(args[6], names, 6, 1, 8, &a6) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_get_scratch_desc(a0, a1, (int64_t*)a2.p, (int64_t*)a3.p, (int32_t*)a4.p, a5, (size_t*)a6.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a2);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a4);
+    kx_ptr_release(&a6);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a2);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a4);
+    kx_ptr_release(&a6);
+    return out;
+}
+
+/* kvcm_kv_cache_get_ssm_block_base_index(cache, layer_group, out) */
+static PyObject *kx_fn_kvcm_kv_cache_get_ssm_block_base_index(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kvcm_layer_group_id a1;
+    kx_ptr a2 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 3, "kvcm_kv_cache_get_ssm_block_base_index") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[1], names, 1, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a1 = (kvcm_layer_group_id)v;
+    }
+    if (kx_pointer(args[2], names, 2, 1, 4, &a2) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_get_ssm_block_base_index(a0, a1, (int32_t*)a2.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a2);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a2);
+    return out;
+}
+
 /* kvcm_kv_cache_get_stats(cache, out) */
 static PyObject *kx_fn_kvcm_kv_cache_get_stats(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -2999,6 +3245,116 @@ static PyObject *kx_fn_kvcm_kv_cache_get_stats(PyObject *names, PyObject *const 
     out = kx_leave(r, Py_NewRef(Py_None));
 done:
     kx_ptr_release(&a1);
+    return out;
+}
+
+/* kvcm_kv_cache_get_swa_scratch_reuse(cache, out) */
+static PyObject *kx_fn_kvcm_kv_cache_get_swa_scratch_reuse(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 2, "kvcm_kv_cache_get_swa_scratch_reuse") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 1, &a1) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_get_swa_scratch_reuse(a0, (bool*)a1.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    return out;
+}
+
+/* kvcm_kv_cache_has_scratch_slots(cache, out) */
+static PyObject *kx_fn_kvcm_kv_cache_has_scratch_slots(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 2, "kvcm_kv_cache_has_scratch_slots") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 1, &a1) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_has_scratch_slots(a0, (bool*)a1.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    return out;
+}
+
+/* kvcm_kv_cache_plan_committed_block_drop(cache, out) */
+static PyObject *kx_fn_kvcm_kv_cache_plan_committed_block_drop(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 2, "kvcm_kv_cache_plan_committed_block_drop") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 8, &a1) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_plan_committed_block_drop(a0, (kvcm_planned_drop*)a1.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    return out;
+}
+
+/* kvcm_kv_cache_set_beam_width(cache, beam_width) */
+static PyObject *kx_fn_kvcm_kv_cache_set_beam_width(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    int32_t a1;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 2, "kvcm_kv_cache_set_beam_width") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[1], names, 1, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a1 = (int32_t)v;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_set_beam_width(a0, a1);
+    Py_END_ALLOW_THREADS
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
     return out;
 }
 
@@ -3028,6 +3384,94 @@ static PyObject *kx_fn_kvcm_kv_cache_set_stream(PyObject *names, PyObject *const
     Py_END_ALLOW_THREADS
     out = kx_leave(r, Py_NewRef(Py_None));
 done:
+    return out;
+}
+
+/* kvcm_kv_cache_set_swa_scratch_reuse(cache, enable) */
+static PyObject *kx_fn_kvcm_kv_cache_set_swa_scratch_reuse(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    bool a1;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 2, "kvcm_kv_cache_set_swa_scratch_reuse") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    if (kx_bool(args[1], &a1) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_set_swa_scratch_reuse(a0, a1);
+    Py_END_ALLOW_THREADS
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    return out;
+}
+
+/* kvcm_manager_adjust(manager) */
+static PyObject *kx_fn_kvcm_manager_adjust(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 1, "kvcm_manager_adjust") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_adjust(a0);
+    Py_END_ALLOW_THREADS
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    return out;
+}
+
+/* kvcm_manager_clamp_max_seq_len_for_mem(manager, batch_size, token_num_upper_bound, out) */
+static PyObject *kx_fn_kvcm_manager_clamp_max_seq_len_for_mem(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    int64_t a1;
+    int64_t a2;
+    kx_ptr a3 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 4, "kvcm_manager_clamp_max_seq_len_for_mem") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[1], names, 1, INT64_MIN, INT64_MAX, "int64_t", &v) < 0)
+            goto done;
+        a1 = (int64_t)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[2], names, 2, INT64_MIN, INT64_MAX, "int64_t", &v) < 0)
+            goto done;
+        a2 = (int64_t)v;
+    }
+    if (kx_pointer(args[3], names, 3, 1, 8, &a3) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_clamp_max_seq_len_for_mem(a0, a1, a2, (int64_t*)a3.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a3);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a3);
     return out;
 }
 
@@ -3416,6 +3860,45 @@ done:
     return out;
 }
 
+/* kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats(manager, stats, capacity, needed) */
+static PyObject *kx_fn_kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    size_t a2;
+    kx_ptr a3 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 4, "kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 0, &a1) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[2], names, 2, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a2 = (size_t)v;
+    }
+    if (kx_pointer(args[3], names, 3, 1, 8, &a3) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_get_and_reset_ssm_snapshot_iteration_stats(a0, (kvcm_ssm_snapshot_iteration_stats*)a1.p, a2, (size_t*)a3.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    return out;
+}
+
 /* kvcm_manager_get_num_open_caches(manager, out) */
 static PyObject *kx_fn_kvcm_manager_get_num_open_caches(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -3557,6 +4040,72 @@ static PyObject *kx_fn_kvcm_manager_get_page_stride(PyObject *names, PyObject *c
 done:
     kx_ptr_release(&a2);
     kx_ptr_release(&a3);
+    return out;
+}
+
+/* kvcm_manager_get_scratch_pages_per_block(manager, layer_id, role, out) */
+static PyObject *kx_fn_kvcm_manager_get_scratch_pages_per_block(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    int32_t a1;
+    kx_ptr a2 = KX_PTR_INIT;
+    kx_ptr a3 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 4, "kvcm_manager_get_scratch_pages_per_block") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[1], names, 1, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a1 = (int32_t)v;
+    }
+    if (kx_pointer(args[2], names, 2, 0, 0, &a2) < 0)
+        goto done;
+    if (kx_pointer(args[3], names, 3, 1, 8, &a3) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_get_scratch_pages_per_block(a0, a1, (const char*)a2.p, (int64_t*)a3.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a2);
+    kx_ptr_release(&a3);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a2);
+    kx_ptr_release(&a3);
+    return out;
+}
+
+/* kvcm_manager_need_adjustment(manager, out) */
+static PyObject *kx_fn_kvcm_manager_need_adjustment(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 2, "kvcm_manager_need_adjustment") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 1, &a1) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_need_adjustment(a0, (bool*)a1.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
     return out;
 }
 
@@ -3806,6 +4355,50 @@ done:
     return out;
 }
 
+/* kvcm_planned_drop_destroy(drop) */
+static PyObject *kx_fn_kvcm_planned_drop_destroy(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_planned_drop a0;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 1, "kvcm_planned_drop_destroy") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_planned_drop)v;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->planned_drop_destroy(a0);
+    Py_END_ALLOW_THREADS
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    return out;
+}
+
+/* kvcm_planned_drop_drop(drop) */
+static PyObject *kx_fn_kvcm_planned_drop_drop(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_planned_drop a0;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 1, "kvcm_planned_drop_drop") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_planned_drop)v;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->planned_drop_drop(a0);
+    Py_END_ALLOW_THREADS
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    return out;
+}
+
 static PyMethodDef kx_functions[] = {
     {"kvcm_cold_page_codec_destroy", (PyCFunction)(void (*)(void))kx_fn_kvcm_cold_page_codec_destroy, METH_FASTCALL, "kvcm_cold_page_codec_destroy(codec)"},
     {"kvcm_config_validate", (PyCFunction)(void (*)(void))kx_fn_kvcm_config_validate, METH_FASTCALL, "kvcm_config_validate(config)"},
@@ -3875,13 +4468,26 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_stream_free_memory", (PyCFunction)(void (*)(void))kx_fn_kvcm_stream_free_memory, METH_FASTCALL, "kvcm_stream_free_memory(stream, ptr)"},
     {"kvcm_stream_synchronize", (PyCFunction)(void (*)(void))kx_fn_kvcm_stream_synchronize, METH_FASTCALL, "kvcm_stream_synchronize(stream)"},
     {"kvcm_block_keys", (PyCFunction)(void (*)(void))kx_fn_kvcm_block_keys, METH_FASTCALL, "kvcm_block_keys(block_key, scope, has_lora_id, tokens_per_block, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, partial, keys, capacity, needed)"},
+    {"kvcm_kv_cache_commit_beam_search", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_commit_beam_search, METH_FASTCALL, "kvcm_kv_cache_commit_beam_search(cache, tokens, num_tokens, beam_search_indices, num_beam_search_indices, is_end)"},
     {"kvcm_kv_cache_commit_digests", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_commit_digests, METH_FASTCALL, "kvcm_kv_cache_commit_digests(cache, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, is_end)"},
     {"kvcm_kv_cache_get_aggregated_page_indices", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_aggregated_page_indices, METH_FASTCALL, "kvcm_kv_cache_get_aggregated_page_indices(cache, layer_group, beam, valid_only, indices, capacity, needed)"},
+    {"kvcm_kv_cache_get_beam_base_page_indices", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_beam_base_page_indices, METH_FASTCALL, "kvcm_kv_cache_get_beam_base_page_indices(cache, layer_group, beam, indices, capacity, needed)"},
+    {"kvcm_kv_cache_get_beam_width", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_beam_width, METH_FASTCALL, "kvcm_kv_cache_get_beam_width(cache, out)"},
     {"kvcm_kv_cache_get_cached_tokens_by_level", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_cached_tokens_by_level, METH_FASTCALL, "kvcm_kv_cache_get_cached_tokens_by_level(cache, tokens, capacity, needed)"},
     {"kvcm_kv_cache_get_committed_digests", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_committed_digests, METH_FASTCALL, "kvcm_kv_cache_get_committed_digests(cache, positions, digest_bytes, capacity, needed)"},
     {"kvcm_kv_cache_get_committed_tokens", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_committed_tokens, METH_FASTCALL, "kvcm_kv_cache_get_committed_tokens(cache, tokens, capacity, needed)"},
+    {"kvcm_kv_cache_get_reuse_diagnostics", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_reuse_diagnostics, METH_FASTCALL, "kvcm_kv_cache_get_reuse_diagnostics(cache, out)"},
+    {"kvcm_kv_cache_get_scratch_desc", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_scratch_desc, METH_FASTCALL, "kvcm_kv_cache_get_scratch_desc(cache, layer_group, begin, end, slots, capacity, needed)"},
+    {"kvcm_kv_cache_get_ssm_block_base_index", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_ssm_block_base_index, METH_FASTCALL, "kvcm_kv_cache_get_ssm_block_base_index(cache, layer_group, out)"},
     {"kvcm_kv_cache_get_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_stats, METH_FASTCALL, "kvcm_kv_cache_get_stats(cache, out)"},
+    {"kvcm_kv_cache_get_swa_scratch_reuse", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_swa_scratch_reuse, METH_FASTCALL, "kvcm_kv_cache_get_swa_scratch_reuse(cache, out)"},
+    {"kvcm_kv_cache_has_scratch_slots", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_has_scratch_slots, METH_FASTCALL, "kvcm_kv_cache_has_scratch_slots(cache, out)"},
+    {"kvcm_kv_cache_plan_committed_block_drop", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_plan_committed_block_drop, METH_FASTCALL, "kvcm_kv_cache_plan_committed_block_drop(cache, out)"},
+    {"kvcm_kv_cache_set_beam_width", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_set_beam_width, METH_FASTCALL, "kvcm_kv_cache_set_beam_width(cache, beam_width)"},
     {"kvcm_kv_cache_set_stream", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_set_stream, METH_FASTCALL, "kvcm_kv_cache_set_stream(cache, stream)"},
+    {"kvcm_kv_cache_set_swa_scratch_reuse", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_set_swa_scratch_reuse, METH_FASTCALL, "kvcm_kv_cache_set_swa_scratch_reuse(cache, enable)"},
+    {"kvcm_manager_adjust", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_adjust, METH_FASTCALL, "kvcm_manager_adjust(manager)"},
+    {"kvcm_manager_clamp_max_seq_len_for_mem", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_clamp_max_seq_len_for_mem, METH_FASTCALL, "kvcm_manager_clamp_max_seq_len_for_mem(manager, batch_size, token_num_upper_bound, out)"},
     {"kvcm_manager_clear_reusable_blocks", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_clear_reusable_blocks, METH_FASTCALL, "kvcm_manager_clear_reusable_blocks(manager)"},
     {"kvcm_manager_drain_block_events", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_drain_block_events, METH_FASTCALL, "kvcm_manager_drain_block_events(manager, events, events_cap, tokens, tokens_cap, num_events, num_tokens, dropped)"},
     {"kvcm_manager_drain_block_events_digests", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_drain_block_events_digests, METH_FASTCALL, "kvcm_manager_drain_block_events_digests(manager, events, events_cap, tokens, tokens_cap, digest_positions, digest_bytes, num_events, num_tokens, num_digests, dropped)"},
@@ -3890,18 +4496,23 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats, METH_FASTCALL, "kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats(manager, level, stats, capacity, needed)"},
     {"kvcm_manager_get_and_reset_iteration_reused_blocks_by_level", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_iteration_reused_blocks_by_level, METH_FASTCALL, "kvcm_manager_get_and_reset_iteration_reused_blocks_by_level(manager, rows, capacity, needed)"},
     {"kvcm_manager_get_and_reset_layer_group_iteration_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_layer_group_iteration_stats, METH_FASTCALL, "kvcm_manager_get_and_reset_layer_group_iteration_stats(manager, stats, capacity, needed)"},
+    {"kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats, METH_FASTCALL, "kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats(manager, stats, capacity, needed)"},
     {"kvcm_manager_get_num_open_caches", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_num_open_caches, METH_FASTCALL, "kvcm_manager_get_num_open_caches(manager, out)"},
     {"kvcm_manager_get_page_index_converter", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_page_index_converter, METH_FASTCALL, "kvcm_manager_get_page_index_converter(manager, layer_id, role, out)"},
     {"kvcm_manager_get_page_index_upper_bound", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_page_index_upper_bound, METH_FASTCALL, "kvcm_manager_get_page_index_upper_bound(manager, layer_id, role, out)"},
     {"kvcm_manager_get_page_stride", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_page_stride, METH_FASTCALL, "kvcm_manager_get_page_stride(manager, layer_id, role, out)"},
+    {"kvcm_manager_get_scratch_pages_per_block", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_scratch_pages_per_block, METH_FASTCALL, "kvcm_manager_get_scratch_pages_per_block(manager, layer_id, role, out)"},
+    {"kvcm_manager_need_adjustment", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_need_adjustment, METH_FASTCALL, "kvcm_manager_need_adjustment(manager, out)"},
     {"kvcm_manager_probe_first_new_block_key", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_first_new_block_key, METH_FASTCALL, "kvcm_manager_probe_first_new_block_key(manager, scope, has_lora_id, tokens, num_tokens, key, found)"},
     {"kvcm_manager_probe_first_new_block_key_digests", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_first_new_block_key_digests, METH_FASTCALL, "kvcm_manager_probe_first_new_block_key_digests(manager, scope, has_lora_id, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, key, found)"},
     {"kvcm_manager_probe_reuse_digests", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_reuse_digests, METH_FASTCALL, "kvcm_manager_probe_reuse_digests(manager, scope, has_lora_id, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, out)"},
     {"kvcm_manager_probe_reuse_v2", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_reuse_v2, METH_FASTCALL, "kvcm_manager_probe_reuse_v2(manager, scope, has_lora_id, tokens, num_tokens, out)"},
+    {"kvcm_planned_drop_destroy", (PyCFunction)(void (*)(void))kx_fn_kvcm_planned_drop_destroy, METH_FASTCALL, "kvcm_planned_drop_destroy(drop)"},
+    {"kvcm_planned_drop_drop", (PyCFunction)(void (*)(void))kx_fn_kvcm_planned_drop_drop, METH_FASTCALL, "kvcm_planned_drop_drop(drop)"},
     {NULL, NULL, 0, NULL},
 };
 
-static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 14, 8, 7, 4, 5, 4, 2, 2, 1, 8, 11, 8, 4, 5, 4, 4, 2, 4, 4, 4, 7, 11, 10, 6};
+static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 14, 6, 8, 7, 6, 2, 4, 5, 4, 2, 7, 3, 2, 2, 2, 2, 2, 2, 2, 1, 4, 1, 8, 11, 8, 4, 5, 4, 4, 4, 2, 4, 4, 4, 4, 2, 7, 11, 10, 6, 1, 1};
 
 /* bind(name, parameter_names) -> the builtin function of name; its errors
  * name the parameters as parameter_names (a tuple of str, one a

@@ -16,7 +16,7 @@ from ._native import ffi
 __all__ = [
     "LifeCycleId", "LayerGroupId", "CacheLevel", "TokenId", "TokenIdExt", "LayerId", "CudaStream",
     "BeamIndex", "MemAddress", "Priority", "PoolGroupIndex", "PoolIndex", "SlidingWindowSize",
-    "NDEBUG", "DEFAULT_BEAM_INDEX", "BAD_PAGE_INDEX", "GPU_LEVEL", "CACHE_LEVEL1",
+    "NDEBUG", "DEFAULT_BEAM_INDEX", "MAX_BEAM_WIDTH", "BAD_PAGE_INDEX", "GPU_LEVEL", "CACHE_LEVEL1",
     "exact_div", "typed_range", "HalfOpenRange",
     "PageStatus", "PageIndexMode", "ReuseScope",
 ]
@@ -28,8 +28,9 @@ CacheLevel = NewType("CacheLevel", int)
 """A cache tier's position, hottest (the GPU, 0) first."""
 TokenId = NewType("TokenId", int)
 TokenIdExt = Union[TokenId, bytes, "MmItemContext"]  # kvcm.multimodal.MmItemContext
-"""A token of a prompt. kvcm takes ``int`` tokens only: a multimodal digest
-(``bytes``) is refused with ``TypeError`` (multimodal keys are model coverage)."""
+"""A token of a prompt: a text token id, or a multimodal item's 32-byte
+digest as ``bytes`` or an ``MmItemContext`` (see :mod:`kvcm.multimodal`); a
+text-only cache refuses digests with ``TypeError``."""
 LayerId = NewType("LayerId", int)
 CudaStream = NewType("CudaStream", int)
 BeamIndex = NewType("BeamIndex", int)
@@ -42,7 +43,10 @@ SlidingWindowSize = Union[int, None]
 
 NDEBUG: int = 1
 """1: the library is a release build (its invariants are checked regardless)."""
-DEFAULT_BEAM_INDEX: BeamIndex = BeamIndex(0)
+DEFAULT_BEAM_INDEX: BeamIndex = BeamIndex(ffi.KVCM_DEFAULT_BEAM_INDEX)
+"""The beam the single-beam calls read: beam 0, which holds the committed tokens' KV."""
+MAX_BEAM_WIDTH: int = ffi.KVCM_MAX_BEAM_WIDTH
+"""The largest beam width a cache may have (a kvcm extension)."""
 BAD_PAGE_INDEX: int = ffi.KVCM_BAD_PAGE_INDEX
 """A page index of a block without a page in a layer group."""
 GPU_LEVEL: CacheLevel = CacheLevel(0)
@@ -113,8 +117,9 @@ class PageStatus(enum.Enum):
 
 
 class PageIndexMode(enum.IntEnum):
-    """How kernel-facing page indices count. kvcm supports SHARED (one index
-    space per pool, scaled per buffer); PER_LAYER is model coverage."""
+    """How kernel-facing page indices count: SHARED from the buffer's own
+    base address (one index space per pool, scaled per buffer), PER_LAYER
+    from the pool's base address, the buffer's offset included."""
 
     SHARED = 0
     PER_LAYER = 1

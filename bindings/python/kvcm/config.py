@@ -18,15 +18,16 @@ import os
 from dataclasses import dataclass, field
 from typing import Sequence, Union
 
-from . import coverage
 from ._ffi import BlockKey
 from .errors import InvalidConfigError
+from .scratch import SwaScratchReuseConfig
 
 __all__ = [
     "CacheTier",
     "DataRole",
     "BufferConfig",
     "AttentionLayerConfig",
+    "SsmLayerConfig",
     "GpuCacheTierConfig",
     "HostCacheTierConfig",
     "DiskCacheTierConfig",
@@ -111,6 +112,32 @@ class AttentionLayerConfig:
             if not isinstance(b, BufferConfig):
                 raise TypeError(f"{path}.buffers[{j}]: expected a BufferConfig, got {type(b).__name__}")
             b._check_types(f"{path}.buffers[{j}]")
+
+
+@dataclass(slots=True)
+class SsmLayerConfig:
+    """One state-space (Mamba) layer (KVCM2's ``SsmLayerConfig``): its
+    buffers hold one fixed-size state per request, so a buffer's ``size`` is
+    the bytes of the whole state. Every SSM layer belongs to the one SSM
+    layer group, after the attention ones; it needs
+    ``KVCacheManagerConfig.commit_min_snapshot``. Its buffers take no
+    ``tokens_per_block_override``."""
+
+    layer_id: int
+    buffers: list[BufferConfig]
+
+    def _check_types(self, path: str) -> None:
+        _check_int(f"{path}.layer_id", self.layer_id)
+        if isinstance(self.buffers, (str, bytes)) or not isinstance(self.buffers, Sequence):
+            raise TypeError(f"{path}.buffers: expected a list of BufferConfig")
+        for j, b in enumerate(self.buffers):
+            if not isinstance(b, BufferConfig):
+                raise TypeError(f"{path}.buffers[{j}]: expected a BufferConfig, got {type(b).__name__}")
+            b._check_types(f"{path}.buffers[{j}]")
+            if b.tokens_per_block_override is not None:  # a state is not a block of tokens
+                name = f"{path}.buffers[{j}].tokens_per_block_override"
+                raise InvalidConfigError(f"invalid config: {name}: must be None for an SSM layer's state, "
+                                         f"got {b.tokens_per_block_override}", code=6, field=name)
 
 
 @dataclass(slots=True)
@@ -292,11 +319,16 @@ class KVCacheManagerConfig:
     gets the same number of slots. ``constraints`` are batches the GPU tier
     must always hold. ``enable_stats`` off makes the KVCM2 statistics
     getters report nothing (kvcm counts regardless; ``stats`` stays).
-    ``text_only`` changes nothing (kvcm's tokens are text only);
-    ``commit_min_snapshot`` and the ``rebalance_*`` fields are validated as
-    KVCM2 does and carried: their effects (SSM snapshots, automatic pool
-    rebalancing) are model coverage. ``swa_scratch_reuse`` must stay None
-    (SWA scratch reuse is model coverage). ``block_key`` selects how
+    ``text_only`` changes nothing (kvcm's tokens are text only).
+    ``layers`` may hold :class:`SsmLayerConfig` entries beside the attention
+    layers; they need ``commit_min_snapshot``, with which a commit that ends
+    on a block boundary snapshots the SSM state for reuse (the library names
+    an SSM layer's fields ``ssm_layers[i]``, counting SSM layers only).
+    ``max_ssm_slots`` (a kvcm extension, 0: no cap) caps the SSM layer
+    group's GPU slots. The ``rebalance_*`` fields tune pool rebalancing
+    (``KVCacheManager.need_adjustment``, ``adjust()``). ``swa_scratch_reuse``
+    (a :class:`SwaScratchReuseConfig`, or None for off) enables SWA scratch
+    reuse (see :mod:`kvcm.scratch`). ``block_key`` selects how
     committed blocks are keyed: ``BlockKey.SHA256`` (the default) is the
     specified key every binding and other processes compute; ``BlockKey.XXH3``
     is several times cheaper but matches no other process's keys, so use it
@@ -306,14 +338,14 @@ class KVCacheManagerConfig:
 
     tokens_per_block: int
     cache_tiers: list[CacheTierConfig]
-    layers: list[AttentionLayerConfig]
+    layers: list[AttentionLayerConfig | SsmLayerConfig]
     max_util_for_resume: float = 0.97
     enable_partial_reuse: bool = True
     reuse_match_backoff: int = 0
     constraints: list[BatchDesc] = field(default_factory=list)
     typical_step: BatchDesc | None = None
     initial_pool_ratio: list[float] | None = None
-    swa_scratch_reuse: object | None = None
+    swa_scratch_reuse: SwaScratchReuseConfig | None = None
     commit_min_snapshot: bool = False
     enable_stats: bool = True
     text_only: bool = False
@@ -323,6 +355,7 @@ class KVCacheManagerConfig:
     rebalance_ratio_threshold: float = 1.25
     rebalance_moving_average_decay: float = 0.9999
     block_key: BlockKey = BlockKey.SHA256
+    max_ssm_slots: int = 0
 
     @property
     def enable_swa_scratch_reuse(self) -> bool:
@@ -352,9 +385,11 @@ class KVCacheManagerConfig:
             if isinstance(t, DiskCacheTierConfig) and not isinstance(t.persistent, bool):
                 raise TypeError(f"cache_tiers[{i}].persistent: expected a bool, got {type(t.persistent).__name__}")
         for i, layer in enumerate(self.layers):
-            if not isinstance(layer, AttentionLayerConfig):
-                raise TypeError(f"layers[{i}]: expected an AttentionLayerConfig, got {type(layer).__name__}")
+            if not isinstance(layer, (AttentionLayerConfig, SsmLayerConfig)):
+                raise TypeError(f"layers[{i}]: expected an AttentionLayerConfig or SsmLayerConfig, "
+                                f"got {type(layer).__name__}")
             layer._check_types(f"layers[{i}]")
+        _check_int("max_ssm_slots", self.max_ssm_slots)
         if not isinstance(self.max_util_for_resume, (int, float)) or isinstance(self.max_util_for_resume, bool):
             raise TypeError("max_util_for_resume: expected a float")
         _check_int("reuse_match_backoff", self.reuse_match_backoff)
@@ -365,7 +400,10 @@ class KVCacheManagerConfig:
             if not isinstance(v, (int, float)) or isinstance(v, bool):
                 raise TypeError(f"{name}: expected a float, got {type(v).__name__}")
         if self.swa_scratch_reuse is not None:
-            coverage.missing("swa_scratch_reuse", coverage.SWA_SCRATCH)
+            if not isinstance(self.swa_scratch_reuse, SwaScratchReuseConfig):
+                raise TypeError(f"swa_scratch_reuse: expected a SwaScratchReuseConfig or None, "
+                                f"got {type(self.swa_scratch_reuse).__name__}")
+            _check_int("swa_scratch_reuse.max_rewind_len", self.swa_scratch_reuse.max_rewind_len)
         if self.initial_pool_ratio is not None:
             for i, r in enumerate(self.initial_pool_ratio):
                 if not isinstance(r, (int, float)) or isinstance(r, bool):

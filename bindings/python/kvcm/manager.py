@@ -11,18 +11,19 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
-from . import _convert, _native, coverage, multimodal
+from . import _convert, _native, multimodal
 from ._convert import set_field
 from ._managed import Managed, callback_guard
 from ._native import bind, ffi
 from .codec import KVCacheColdPageCodec
-from .common import GPU_LEVEL, PageIndexMode
+from .common import DEFAULT_BEAM_INDEX, GPU_LEVEL, HalfOpenRange, PageIndexMode
 from .events import KVCacheEventManager
 from .stats import (
     KVCacheIterationStatsDelta,
     KVCacheStatsDelta,
     PoolGroupPeakBlockStats,
     ReusedBlocksByLevel,
+    SsmSnapshotIterationStatsDelta,
     StorageStatistics,
 )
 from .config import (
@@ -32,8 +33,10 @@ from .config import (
     HostCacheTierConfig,
     KVCacheManagerConfig,
     SharedCacheTierConfig,
+    SsmLayerConfig,
 )
 from .device import DeviceMemory, MemoryKind, Stream
+from .scratch import PlannedDropHandle, ScratchDesc
 from .errors import (
     BufferTooSmallError,
     InvalidArgumentError,
@@ -41,6 +44,7 @@ from .errors import (
     KVCacheError,
     OutOfPagesError,
     ResumeRefusedError,
+    UnsupportedError,
 )
 
 __all__ = [
@@ -180,21 +184,37 @@ class PageIndexConverter:
     offset is 0 for indices from ``get_mem_pool_base_address(layer, role)``
     (SHARED) and ``layer_offset`` for indices from the pool's base address
     (PER_LAYER); -1 stays -1. ``expansion`` is the buffer's pages per block
-    (1, or tokens_per_block over its ``tokens_per_block_override``)."""
+    (1, or tokens_per_block over its ``tokens_per_block_override``).
+
+    With a ``scratch`` descriptor (``_KVCache.get_scratch_desc``; PER_LAYER
+    only) the blocks of its range map into its scratch slots instead: one
+    slot holds ``scale // scratch_pages_per_block`` blocks of the layer,
+    block ``i`` of the range at sub-page ``(i % that) *
+    scratch_pages_per_block + layer_offset``, modulo ``scale``, of slot
+    ``slot_ids[i // that]`` (then expanded as above)."""
 
     scale: int
     expansion: int
     layer_offset: int
+    scratch_pages_per_block: int = 1
 
     def __call__(self, base_indices: Sequence[int], index_mode: PageIndexMode | None = None,
                  scratch: Any = None) -> list[int]:
-        if scratch:
-            coverage.missing("PageIndexConverter(scratch=)", coverage.SWA_SCRATCH)
+        if scratch and index_mode != PageIndexMode.PER_LAYER:
+            raise InvalidArgumentError("index_mode: scratch blocks need PageIndexMode.PER_LAYER")
         offset = self.layer_offset if index_mode == PageIndexMode.PER_LAYER else 0
         bad, e = ffi.KVCM_BAD_PAGE_INDEX, self.expansion
+        out = [bad if b == bad else b * self.scale + offset for b in base_indices]
+        if scratch:
+            per_slot = self.scale // self.scratch_pages_per_block
+            beg = scratch.range.beg
+            for b in range(beg, min(scratch.range.end, len(out))):
+                i = b - beg
+                sub = (i % per_slot) * self.scratch_pages_per_block + offset
+                out[b] = scratch.slot_ids[i // per_slot] * self.scale + sub % self.scale
         if e == 1:
-            return [bad if b == bad else b * self.scale + offset for b in base_indices]
-        return [bad if b == bad else (b * self.scale + offset) * e + k for b in base_indices for k in range(e)]
+            return out
+        return [bad if p == bad else p * e + k for p in out for k in range(e)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,6 +331,8 @@ _cache_set_stream = bind("kvcm_kv_cache_set_stream", stream="cuda_stream")
 _cache_committed_tokens = bind("kvcm_kv_cache_get_committed_tokens")
 _cache_cached_tokens = bind("kvcm_kv_cache_get_cached_tokens_by_level")
 _cache_stats = bind("kvcm_kv_cache_get_stats")
+_cache_ssm_index = bind("kvcm_kv_cache_get_ssm_block_base_index", layer_group="layer_group_id")
+_cache_reuse_diag = bind("kvcm_kv_cache_get_reuse_diagnostics")
 _cache_suspend = bind("kvcm_kv_cache_suspend")
 _cache_resize = bind("kvcm_kv_cache_resize")
 _cache_commit = bind("kvcm_kv_cache_commit")
@@ -320,9 +342,20 @@ _probe_reuse_digests = bind("kvcm_manager_probe_reuse_digests", tokens="input_to
 _probe_first_new_digests = bind("kvcm_manager_probe_first_new_block_key_digests")
 _cache_prefetch = bind("kvcm_kv_cache_prefetch")
 _cache_page_indices = bind("kvcm_kv_cache_get_base_page_indices", layer_group="layer_group_id")
+_cache_beam_page_indices = bind("kvcm_kv_cache_get_beam_base_page_indices", layer_group="layer_group_id",
+                                beam="beam_id")
+_cache_commit_beams = bind("kvcm_kv_cache_commit_beam_search", tokens="accepted_input_tokens")
+_cache_beam_width = bind("kvcm_kv_cache_get_beam_width")
+_cache_set_beam_width = bind("kvcm_kv_cache_set_beam_width")
 _cache_committed = bind("kvcm_kv_cache_get_num_committed_tokens")
 _cache_history = bind("kvcm_kv_cache_get_history_length")
 _cache_capacity = bind("kvcm_kv_cache_get_capacity")
+_cache_scratch_desc = bind("kvcm_kv_cache_get_scratch_desc", layer_group="layer_group_id")
+_cache_plan_drop = bind("kvcm_kv_cache_plan_committed_block_drop")
+_scratch_pages_per_block = bind("kvcm_manager_get_scratch_pages_per_block")
+_need_adjustment = bind("kvcm_manager_need_adjustment")
+_adjust = bind("kvcm_manager_adjust")
+_clamp_max_seq_len = bind("kvcm_manager_clamp_max_seq_len_for_mem")
 _I64 = ctypes.c_int64
 _byref = ctypes.byref
 _TOKEN_PTR = ctypes.POINTER(ffi.kvcm_token)
@@ -334,18 +367,24 @@ _PRIORITY_RESULT = "custom_priority_callback's result"
 class LifeCycle(int):
     """The layer group a priority callback is asked about: an ``int`` (the
     layer group id, KVCacheManagerV2's LifeCycleId) that also carries the
-    group's ``window_size`` (None for full attention) and
-    ``num_sink_blocks``, the attributes of KVCacheManagerV2's life cycle."""
+    group's ``window_size`` (None for full attention and the SSM layer
+    group) and ``num_sink_blocks``, the attributes of KVCacheManagerV2's
+    life cycle; ``is_ssm`` tells the SSM layer group (KVCM2's SsmLifeCycle)
+    apart."""
 
     window_size: int | None
     num_sink_blocks: int
+    is_ssm: bool
 
-    def __new__(cls, layer_group_id: int, window_size: int | None, num_sink_blocks: int) -> "LifeCycle":
+    def __new__(cls, layer_group_id: int, window_size: int | None, num_sink_blocks: int,
+                is_ssm: bool = False) -> "LifeCycle":
         lc = super().__new__(cls, layer_group_id)
-        lc.window_size, lc.num_sink_blocks = window_size, num_sink_blocks
+        lc.window_size, lc.num_sink_blocks, lc.is_ssm = window_size, num_sink_blocks, is_ssm
         return lc
 
     def __repr__(self) -> str:
+        if self.is_ssm:
+            return f"LifeCycle({int(self)}, ssm)"
         return f"LifeCycle({int(self)}, window_size={self.window_size}, num_sink_blocks={self.num_sink_blocks})"
 
 
@@ -480,8 +519,9 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
             set_field(sc, name, int(getattr(st, name)), f"{path}.{name}")
         c.shared_tier = ctypes.pointer(sc)
 
-    layers = (ffi.kvcm_attention_layer_config * max(len(config.layers), 1))()
-    for i, layer in enumerate(config.layers):
+    attention = [layer for layer in config.layers if not isinstance(layer, SsmLayerConfig)]
+    layers = (ffi.kvcm_attention_layer_config * max(len(attention), 1))()
+    for i, layer in enumerate(attention):
         set_field(layers[i], "layer_id", layer.layer_id, f"layers[{i}].layer_id")
         set_field(layers[i], "sliding_window_size", layer.sliding_window_size or 0,
                   f"layers[{i}].sliding_window_size")
@@ -496,16 +536,33 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
         layers[i].buffers = bufs if layer.buffers else None
         layers[i].num_buffers = len(layer.buffers)
     keep.append(layers)
-    c.layers = layers if config.layers else None
-    c.num_layers = len(config.layers)
-    overrides = [b.tokens_per_block_override or 0 for layer in config.layers for b in layer.buffers]
+    c.layers = layers if attention else None
+    c.num_layers = len(attention)
+    overrides = [b.tokens_per_block_override or 0 for layer in attention for b in layer.buffers]
     if any(overrides):
         ov = (ctypes.c_int32 * len(overrides))()
-        for k, (i, j) in enumerate((i, j) for i, layer in enumerate(config.layers) for j in range(len(layer.buffers))):
+        for k, (i, j) in enumerate((i, j) for i, layer in enumerate(attention) for j in range(len(layer.buffers))):
             ov[k] = _convert.check(overrides[k], ctypes.c_int32, f"layers[{i}].buffers[{j}].tokens_per_block_override")
         keep.append(ov)
         c.buffer_tokens_per_block_overrides = ov
         c.num_buffer_tokens_per_block_overrides = len(overrides)
+    ssm = [layer for layer in config.layers if isinstance(layer, SsmLayerConfig)]
+    ssm_layers = (ffi.kvcm_ssm_layer_config * max(len(ssm), 1))()
+    for i, layer in enumerate(ssm):
+        set_field(ssm_layers[i], "layer_id", layer.layer_id, f"ssm_layers[{i}].layer_id")
+        bufs = (ffi.kvcm_buffer_config * max(len(layer.buffers), 1))()
+        for j, b in enumerate(layer.buffers):
+            role = b.role.encode()
+            keep.append(role)
+            bufs[j].role = role
+            set_field(bufs[j], "size", b.size, f"ssm_layers[{i}].buffers[{j}].size")
+        keep.append(bufs)
+        ssm_layers[i].buffers = bufs if layer.buffers else None
+        ssm_layers[i].num_buffers = len(layer.buffers)
+    keep.append(ssm_layers)
+    c.ssm_layers = ssm_layers if ssm else None
+    c.num_ssm_layers = len(ssm)
+    set_field(c, "max_ssm_slots", config.max_ssm_slots)
 
     c.max_util_for_resume = float(config.max_util_for_resume)
     c.enable_partial_reuse = bool(config.enable_partial_reuse)
@@ -525,6 +582,10 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
     set_field(c, "rebalance_target_ratio_update_interval", config.rebalance_target_ratio_update_interval)
     c.rebalance_ratio_threshold = float(config.rebalance_ratio_threshold)
     c.rebalance_moving_average_decay = float(config.rebalance_moving_average_decay)
+    if config.swa_scratch_reuse is not None:
+        c.swa_scratch_reuse = True
+        set_field(c, "swa_scratch_max_rewind_len", config.swa_scratch_reuse.max_rewind_len,
+                  "swa_scratch_reuse.max_rewind_len")
 
     def batch(b: Any, path: str) -> Any:
         reqs = (ffi.kvcm_request_desc * max(len(b.kv_caches), 1))()
@@ -721,57 +782,40 @@ class KVCacheManager(Managed):
 
     @property
     def enable_swa_scratch_reuse(self) -> bool:
-        return False
+        return self._config.enable_swa_scratch_reuse
 
     def clamp_max_seq_len_for_mem(self, batch_size: int, token_num_upper_bound: int) -> int:
         """The longest sequence, at most ``token_num_upper_bound`` tokens,
         that fits the GPU level's slots next to ``batch_size - 1`` requests
         of one token each (0 when not even one token does). A layer group
         needs, for n computed tokens, its sink blocks and the blocks of its
-        window, as in :meth:`create_kv_cache`'s caches."""
-        if batch_size <= 0:
-            raise InvalidArgumentError(f"batch_size: must be positive, got {batch_size}")
-        tpb = self._tokens_per_block
-        shapes: dict[int, tuple[int, int]] = {}
-        for layer in self._config.layers:
-            shapes[self.get_layer_group_id(layer.layer_id)] = (layer.sliding_window_size or 0, layer.num_sink_tokens or 0)
-        pg_of = self.get_life_cycle_pool_group_indices(GPU_LEVEL)
-        remaining = [d.num_slots for d in self.get_pool_group_descs(GPU_LEVEL)]
-
-        def slots(n: int) -> list[int]:
-            out = [0] * len(remaining)
-            for lg, (window, sinks) in shapes.items():
-                blocks = -(-n // tpb)
-                first = 0 if window == 0 or n <= window else (n - window) // tpb
-                out[pg_of[lg]] += blocks - first + min(-(-sinks // tpb), first)
-            return out
-
-        for g, k in enumerate(slots(1)):
-            remaining[g] -= k * (batch_size - 1)
-            if remaining[g] < 0:
-                return 0
-
-        def fits(blocks: int) -> bool:
-            return all(k <= r for k, r in zip(slots(blocks * tpb), remaining))
-
-        if token_num_upper_bound <= 0 or not fits(1):
-            return 0
-        lo, hi = 1, -(-token_num_upper_bound // tpb)
-        if fits(hi):
-            return token_num_upper_bound
-        while lo < hi - 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-        return min(lo * tpb, token_num_upper_bound)
+        window, as in :meth:`create_kv_cache`'s caches; the SSM layer group
+        one state per request."""
+        out = _I64()
+        _clamp_max_seq_len(self._native(), batch_size, max(token_num_upper_bound, 0), _byref(out))
+        return out.value
 
     @property
     def need_adjustment(self) -> bool:
-        """False: kvcm does not rebalance pools automatically (the rebalance_*
-        fields are carried for model coverage)."""
-        return False
+        """Whether :meth:`adjust` would rebalance some level's pool groups
+        now: at least ``rebalance_min_sampled_kv_caches`` closed caches were
+        sampled, ``rebalance_cooldown_secs`` passed since the last adjustment
+        (or the creation) and a level's split among its pool groups is off
+        the sampled demand by ``rebalance_ratio_threshold``. The GPU level
+        rebalances within the room ``GpuCacheTierConfig.max_quota`` reserved."""
+        out = ctypes.c_bool()
+        _need_adjustment(self._native(), _byref(out))
+        return out.value
 
     def adjust(self) -> None:
-        coverage.missing("KVCacheManager.adjust", "automatic pool rebalancing")
+        """Resize the pool groups of every level that is off its sampled
+        demand to it, keeping the level's quota: pages in slots that go move
+        with their bytes into slots that stay (what does not fit is evicted
+        to colder levels, never a page a cache holds), and ACTIVE caches'
+        page indices stay valid. A level that cannot be adjusted (an ACTIVE
+        cache's page in a slot that would go: InvalidStateError) is left as
+        it was; its error is raised after the other levels were adjusted."""
+        _adjust(self._native())
 
     @property
     def device_kind(self) -> DeviceKind:
@@ -807,6 +851,8 @@ class KVCacheManager(Managed):
         layer's offset), for indices ``base * scale``; with PER_LAYER the
         pool's base, for indices that include the layer offset (see
         :meth:`get_page_index_converter`)."""
+        if index_mode is None and self.enable_swa_scratch_reuse:
+            raise InvalidArgumentError("index_mode: must be given when SWA scratch reuse is enabled")
         loc = self.get_buffer_location(layer_id, data_role)
         if index_mode == PageIndexMode.PER_LAYER:
             return loc.pool_base
@@ -835,7 +881,13 @@ class KVCacheManager(Managed):
     def get_page_index_converter(self, layer_id: int, data_role: str) -> PageIndexConverter:
         out = ffi.kvcm_page_index_converter()
         _page_index_converter(self._native(), layer_id, self._role_arg(data_role), ctypes.byref(out))
-        return PageIndexConverter(out.scale, out.expansion, out.layer_offset)
+        return PageIndexConverter(out.scale, out.expansion, out.layer_offset,
+                                  self._scratch_pages_per_block(layer_id, data_role))
+
+    def _scratch_pages_per_block(self, layer_id: int, data_role: str) -> int:
+        out = _I64()
+        _scratch_pages_per_block(self._native(), layer_id, data_role.encode(), _byref(out))
+        return out.value
 
     def get_page_index_upper_bound(self, layer_id: int, data_role: str) -> int:
         """One past the largest SHARED kernel page index of the buffer: its
@@ -844,9 +896,13 @@ class KVCacheManager(Managed):
         _page_index_upper_bound(self._native(), layer_id, self._role_arg(data_role), ctypes.byref(out))
         return out.value
 
-    def supports_index_mode(self, mode: PageIndexMode) -> bool:
-        """Both modes, for every cache (kvcm has no SWA scratch slots)."""
-        return PageIndexMode(mode) in (PageIndexMode.SHARED, PageIndexMode.PER_LAYER)
+    def supports_index_mode(self, mode: PageIndexMode) -> bool | None:
+        """PER_LAYER: True. SHARED: True, or None (ask each cache) with SWA
+        scratch reuse, whose scratch blocks need PER_LAYER indices."""
+        mode = PageIndexMode(mode)
+        if mode == PageIndexMode.SHARED and self.enable_swa_scratch_reuse:
+            return None
+        return mode in (PageIndexMode.SHARED, PageIndexMode.PER_LAYER)
 
     @property
     def all_buffer_ids(self) -> Iterator[BufferId]:
@@ -1084,6 +1140,9 @@ class KVCacheManager(Managed):
             by_group: dict[int, LifeCycle] = {}
             for layer in self._config.layers:
                 g = self.get_layer_group_id(layer.layer_id)
+                if isinstance(layer, SsmLayerConfig):
+                    by_group.setdefault(g, LifeCycle(g, None, 0, is_ssm=True))
+                    continue
                 sinks = -(-(layer.num_sink_tokens or 0) // tpb)
                 by_group.setdefault(g, LifeCycle(g, layer.sliding_window_size or None, sinks))
             lcs = self._lc_cache = [by_group[g] for g in range(self._num_layer_groups)]
@@ -1227,9 +1286,20 @@ class KVCacheManager(Managed):
                                                  ctypes.c_int64)]
         return got if self._stats_on else [0] * len(got)
 
-    def get_and_reset_ssm_snapshot_iteration_stats(self) -> dict[int, Any]:
-        """Always empty: kvcm has no SSM layer groups (model coverage)."""
-        return {}
+    def get_and_reset_ssm_snapshot_iteration_stats(self) -> dict[int, SsmSnapshotIterationStatsDelta]:
+        """The SSM layer group's snapshot lookups since the previous call
+        (one per cache created with input tokens; a hit when it reused a
+        snapshot), keyed by layer group; empty without SSM layers or
+        lookups. Restarts them."""
+        out: dict[int, SsmSnapshotIterationStatsDelta] = {}
+        for s in self._array_query("kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats",
+                                   ffi.kvcm_ssm_snapshot_iteration_stats):
+            d = SsmSnapshotIterationStatsDelta(
+                s.snapshot_lookups, s.snapshot_hits, s.snapshot_misses, s.reused_tokens, s.unreused_tokens,
+                s.aligned_snapshot_hits, s.unaligned_snapshot_hits)
+            if self._stats_on and not d.empty:
+                out[s.layer_group] = d
+        return out
 
     def record_request_suspended(self) -> None:
         """Count one ACTIVE to SUSPENDED transition of a request (the engine
@@ -1353,7 +1423,7 @@ class KVCacheManager(Managed):
         if not em._window_given:
             windows = {}
             for layer in self._config.layers:
-                if layer.sliding_window_size:
+                if getattr(layer, "sliding_window_size", None):  # SSM layers have no window
                     windows[self.get_layer_group_id(layer.layer_id)] = layer.sliding_window_size
             if windows:
                 em.set_layer_group_window_sizes(windows)
@@ -1486,8 +1556,9 @@ class _KVCache(Managed):
         # Page indices by layer group: the views get_base_page_indices hands
         # out and the caller's buffers set_base_page_index_buf registered,
         # refreshed after every call that can change them.
-        self._views: dict[int, array.array] = {}
-        self._bufs: dict[int, memoryview] = {}
+        # Keyed by (beam, layer group).
+        self._views: dict[tuple[int, int], array.array] = {}
+        self._bufs: dict[tuple[int, int], memoryview] = {}
         # The core's per-cache block counters at the last commit or discard
         # of the pending statistics: what is pending is the counters less it.
         self._stats_base = KVCacheStatsDelta()
@@ -1575,7 +1646,60 @@ class _KVCache(Managed):
         return out.value
 
     def supports_index_mode(self, mode: PageIndexMode) -> bool:
-        return self._manager.supports_index_mode(mode)
+        """PER_LAYER always; SHARED while the cache holds no scratch slots."""
+        if PageIndexMode(mode) == PageIndexMode.SHARED:
+            return not self.has_scratch_slots
+        return True
+
+    # -- SWA scratch reuse and planned drops ------------------------------------
+    def get_scratch_desc(self, layer_group_id: int) -> ScratchDesc | None:
+        """The scratch blocks and slots of a layer group in the ACTIVE cache's
+        current step, or None when it has none (see :mod:`kvcm.scratch`)."""
+        h = self._native()
+        beg, end, needed = _I64(), _I64(), ctypes.c_size_t()
+        cap = 0
+        while True:
+            slots = (ctypes.c_int32 * max(cap, 1))()
+            try:
+                _cache_scratch_desc(h, layer_group_id, _byref(beg), _byref(end), slots if cap else None, cap,
+                                    _byref(needed))
+            except BufferTooSmallError:
+                cap = needed.value
+                continue
+            if needed.value <= cap:
+                break
+            cap = needed.value
+        if end.value <= beg.value:
+            return None
+        return ScratchDesc(HalfOpenRange(beg.value, end.value), tuple(slots[:needed.value]))
+
+    @property
+    def has_scratch_slots(self) -> bool:
+        """Whether the cache holds scratch slots now."""
+        return bool(self._get("kvcm_kv_cache_has_scratch_slots", ctypes.c_bool))
+
+    @property
+    def enable_swa_scratch_reuse(self) -> bool:
+        """Whether the cache uses scratch slots (at first as the manager's
+        configuration says). Setting it needs the configuration to turn it on
+        (InvalidArgumentError, a ValueError) and, either way, a current step
+        without scratch blocks (InvalidStateError)."""
+        return bool(self._get("kvcm_kv_cache_get_swa_scratch_reuse", ctypes.c_bool))
+
+    @enable_swa_scratch_reuse.setter
+    def enable_swa_scratch_reuse(self, enable: bool) -> None:
+        _native.call("kvcm_kv_cache_set_swa_scratch_reuse", self._native(), bool(enable))
+
+    def plan_committed_block_drop(self) -> PlannedDropHandle | None:
+        """Plan dropping the committed pages of this turn's full blocks in the
+        window of every sliding-window layer group (past its sinks): only
+        the next turn of the conversation would reuse them; full-attention
+        and sink blocks stay. Needs :meth:`stop_committing` first
+        (InvalidStateError). None when nothing can be planned (no full block
+        committed, or a page is no longer cached)."""
+        out = ffi.kvcm_planned_drop()
+        _cache_plan_drop(self._native(), _byref(out))
+        return PlannedDropHandle(out.value) if out.value else None
 
     @property
     def num_committed_tokens(self) -> int:
@@ -1816,35 +1940,71 @@ class _KVCache(Managed):
         are published for reuse. Committed tokens are history: the history
         length advances to them (they must fit in the capacity). ``is_end``
         ends committing (kvcm's older ``commit(tokens, is_end)`` still works).
-        ``beam_search_indices`` must be None: beam search is not supported
-        yet."""
+
+        With beam search, ``beam_search_indices`` has one entry per beam:
+        beam j first takes over the history of beam
+        ``beam_search_indices[j]`` (beams reordered, forked or dropped; where
+        two beams would share the block they write into next, the later one
+        gets a copy of it), then the tokens, converged and in beam 0, are
+        committed. A block they complete is published once, from beam 0, and
+        every beam reads beam 0's page of it from then on. None keeps the
+        beams. On error nothing changes."""
         if isinstance(beam_search_indices, bool):
             # kvcm's older commit(tokens, is_end): a bool is never indices.
             beam_search_indices, is_end = None, beam_search_indices
-        if beam_search_indices is not None:
-            raise NotImplementedError("commit: beam_search_indices needs beam search, which kvcm does not support yet")
         toks, n, keep, dig = _tokens(accepted_input_tokens, "accepted_input_tokens", self._text_only)
         h = self._resource if self._state == "open" else self._native()
+        if beam_search_indices is None:
+            def call() -> None:
+                if dig is None:
+                    _cache_commit(h, toks, n, bool(is_end))
+                else:
+                    _cache_commit_digests(h, toks, n, *dig, bool(is_end))
+        else:
+            if dig is not None:
+                raise UnsupportedError("commit: digest tokens with beam_search_indices (a beam search step "
+                                       "commits text tokens only)")
+            idx, num_idx, keep_idx = _convert.tokens(list(beam_search_indices), "beam_search_indices")
+            if num_idx == 0:
+                raise InvalidArgumentError("beam_search_indices: has 0 entries; give one per beam, or None")
 
-        def commit() -> None:
-            if dig is None:
-                _cache_commit(h, toks, n, bool(is_end))
-            else:
-                _cache_commit_digests(h, toks, n, *dig, bool(is_end))
-
+            def call() -> None:
+                _cache_commit_beams(h, toks, n, idx, num_idx, bool(is_end))
         if self._priority_cb is None:
-            commit()
+            call()
         else:
             # An exception the priority callback raised fails the commit
             # (which then changes nothing) and is re-raised here.
             try:
-                commit()
+                call()
             except KVCacheError as err:
                 self._stash.reraise(err)
                 raise
             self._stash.reraise()
         if self._bufs or self._views:
-            self._refresh_indices()  # a sliding window may have let pages go
+            self._refresh_indices()  # beams reordered, or a sliding window let pages go
+
+    @property
+    def beam_width(self) -> int:
+        """The number of beams (1 at creation)."""
+        out = ctypes.c_int32()
+        _cache_beam_width(self._native(), _byref(out))
+        return out.value
+
+    @beam_width.setter
+    def beam_width(self, beam_width: int) -> None:
+        """Set the number of beams of an ACTIVE cache, in [1,
+        MAX_BEAM_WIDTH]. New beams fork from beam 0: they share its pages,
+        except that each gets a copy of every block holding a position at or
+        past the history length (the block beams write into next); new blocks
+        get a page per beam. Beams at or beyond a smaller width are dropped
+        with their uncommitted KV. Raises OutOfPagesError, changing nothing,
+        when the GPU has no room for the copies."""
+        _cache_set_beam_width(self._native(), beam_width)
+        for key in [k for k in (*self._bufs, *self._views) if k[0] >= beam_width]:
+            self._bufs.pop(key, None)
+            self._views.pop(key, None)
+        self._refresh_indices()
 
     def stop_committing(self) -> None:
         _native.call("kvcm_kv_cache_stop_committing", self._native())
@@ -1860,17 +2020,19 @@ class _KVCache(Managed):
         return True
 
     # -- pages ----------------------------------------------------------------
-    def _fetch_indices(self, layer_group_id: int) -> array.array:
+    def _fetch_indices(self, layer_group_id: int, beam: int = DEFAULT_BEAM_INDEX) -> array.array:
         h = self._native()
         needed = ctypes.c_size_t()
         cap = self.num_blocks
         while True:
             a = array.array("i", bytes(4 * cap))
             ptr = a.buffer_info()[0] if cap else None
+            out = ctypes.cast(ptr, ctypes.POINTER(ctypes.c_int32)) if ptr else None
             try:
-                _cache_page_indices(h, layer_group_id,
-                                    ctypes.cast(ptr, ctypes.POINTER(ctypes.c_int32)) if ptr else None,
-                                    cap, ctypes.byref(needed))
+                if beam == DEFAULT_BEAM_INDEX:
+                    _cache_page_indices(h, layer_group_id, out, cap, ctypes.byref(needed))
+                else:
+                    _cache_beam_page_indices(h, layer_group_id, beam, out, cap, ctypes.byref(needed))
             except BufferTooSmallError:
                 cap = needed.value
                 continue
@@ -1879,21 +2041,21 @@ class _KVCache(Managed):
                 return a
             cap = needed.value
 
-    def get_page_indices(self, layer_group_id: int) -> array.array:
+    def get_page_indices(self, layer_group_id: int, beam_id: int = DEFAULT_BEAM_INDEX) -> array.array:
         """The GPU base page index of every block in a layer group (-1 where
-        the block has no page), as a fresh ``array.array('i')``: a
-        buffer-protocol object that owns its memory, so
-        ``numpy.frombuffer(a, dtype=numpy.int32)`` or ``memoryview(a)`` use it
-        without copying. The cache must be ACTIVE."""
-        return self._fetch_indices(layer_group_id)
+        the block has no page) in beam ``beam_id``, as a fresh
+        ``array.array('i')``: a buffer-protocol object that owns its memory,
+        so ``numpy.frombuffer(a, dtype=numpy.int32)`` or ``memoryview(a)`` use
+        it without copying. The cache must be ACTIVE."""
+        return self._fetch_indices(layer_group_id, beam_id)
 
-    def get_aggregated_page_indices(self, layer_group_id: int, beam_id: int = 0,
+    def get_aggregated_page_indices(self, layer_group_id: int, beam_id: int = DEFAULT_BEAM_INDEX,
                                     valid_only: bool = False) -> Iterator[int]:
-        """The aggregated page index of every block of a layer group (the
-        block's GPU slot, which addresses every :class:`AggregatedPageDesc`
-        of the layer group), -1 where a block has no page, or with
-        ``valid_only`` only the blocks that have one. The cache must be
-        ACTIVE; beam_id must be 0 (DEFAULT_BEAM_INDEX)."""
+        """The aggregated page index of every block of a layer group in beam
+        ``beam_id`` (in ``range(beam_width)``): the block's GPU slot in that
+        beam, which addresses every :class:`AggregatedPageDesc` of the layer
+        group; -1 where a block has no page, or with ``valid_only`` only the
+        blocks that have one. The cache must be ACTIVE."""
         h = self._native()
         needed = ctypes.c_size_t()
         cap = self.num_blocks
@@ -1911,47 +2073,76 @@ class _KVCache(Managed):
                 return iter(a[:needed.value])
             cap = needed.value
 
-    @staticmethod
-    def _check_beam(beam: int) -> None:
-        if beam != 0:
-            raise NotImplementedError(f"beam {beam}: beam search is not supported yet (only beam 0)")
-
-    def get_base_page_indices(self, layer_group_id: int, beam_id: int = 0) -> array.array | memoryview:
+    def get_base_page_indices(self, layer_group_id: int,
+                              beam_id: int = DEFAULT_BEAM_INDEX) -> array.array | memoryview:
         """KVCacheManagerV2's view of the base page indices of a layer group
-        (-1 where a block has no page): the buffer given to
+        in beam ``beam_id`` (-1 where a block has no page; beams read the same
+        index where they share a page): the buffer given to
         :meth:`set_base_page_index_buf`, else an ``array.array('i')`` the cache
         keeps and updates in place after each call that changes its pages
-        (resume, resize, the capacity and history setters, commit), so
-        repeated calls copy nothing. Treat it as read-only; it is let go on
-        suspend. The cache must be ACTIVE; beam_id must be 0."""
-        self._check_beam(beam_id)
-        buf = self._bufs.get(layer_group_id)
+        (resume, resize, the capacity and history setters, commit, the beam
+        width setter), so repeated calls copy nothing. Treat it as read-only;
+        it is let go on suspend, and with its beam when the beam width
+        shrinks past it. The cache must be ACTIVE."""
+        key = (beam_id, layer_group_id)
+        buf = self._bufs.get(key)
         if buf is not None:
             return buf
-        view = self._views.get(layer_group_id)
+        view = self._views.get(key)
         if view is None:
-            view = self._views[layer_group_id] = self._fetch_indices(layer_group_id)
+            view = self._fetch_indices(layer_group_id, beam_id)
+            self._views[key] = view
         return view
 
+    def get_ssm_block_base_index(self, layer_group_id: int, beam_id: int = 0) -> int:
+        """The GPU slot of the cache's SSM state in the SSM layer group
+        (KVCM2's get_ssm_block_base_index), BAD_PAGE_INDEX (-1) for an
+        attention layer group. A cache gets its state at its first resume: a
+        copy of the snapshot it reused, or a fresh one. The cache must be
+        ACTIVE; beam_id must be 0 (a cache holds one SSM state)."""
+        if beam_id != DEFAULT_BEAM_INDEX:
+            raise NotImplementedError(f"beam {beam_id}: a cache holds one SSM state, beam 0's")
+        out = ctypes.c_int32()
+        _cache_ssm_index(self._native(), layer_group_id, _byref(out))
+        return int(out.value)
+
+    def _reuse_diagnostics(self) -> Any:
+        d = ffi.kvcm_reuse_diagnostics()
+        _cache_reuse_diag(self._native(), _byref(d))
+        return d
+
+    def _get_num_reusable_tokens_before_pruning(self) -> int:
+        """KVCM2's diagnostic: the prompt's tokens whose full blocks the tree
+        held by content at creation (after reuse_match_backoff)."""
+        return int(self._reuse_diagnostics().content_tokens)
+
+    def _get_num_reusable_tokens_before_hybrid_pruning(self) -> int:
+        """KVCM2's diagnostic: the prompt's tokens the attention layer groups
+        could reuse at creation, before the SSM snapshot cut them back."""
+        return int(self._reuse_diagnostics().attention_tokens)
+
+    _get_num_tokens_before_hybrid_pruning = _get_num_reusable_tokens_before_hybrid_pruning
+
     def set_base_page_index_buf(self, beam_idx: int, layer_group_id: int, buf: Any) -> None:
-        """Keep the base page indices of a layer group in a caller-owned
-        buffer (a 1-D int32 buffer, format 'i', of at least ``num_blocks``
-        entries; the entries past the blocks read -1): the cache writes them
-        now and after each call that changes its pages, until ``buf`` is None
-        or the cache is suspended. beam_idx must be 0."""
-        self._check_beam(beam_idx)
+        """Keep the base page indices of a layer group in beam ``beam_idx``
+        in a caller-owned buffer (a 1-D int32 buffer, format 'i', of at least
+        ``num_blocks`` entries; the entries past the blocks read -1): the
+        cache writes them now and after each call that changes its pages,
+        until ``buf`` is None, the cache is suspended or the beam width
+        shrinks past the beam."""
+        key = (beam_idx, layer_group_id)
         if buf is None:
-            self._bufs.pop(layer_group_id, None)
+            self._bufs.pop(key, None)
             return
         mv = memoryview(buf)
         if mv.ndim != 1 or mv.format != "i" or mv.readonly:
             raise TypeError("buf: expected a writable 1-D buffer of int32 (format 'i')")
-        idx = self._fetch_indices(layer_group_id)
+        idx = self._fetch_indices(layer_group_id, beam_idx)
         if len(mv) < len(idx):
             raise ValueError(f"buf: holds {len(mv)} indices, the cache has {len(idx)} blocks")
         self._write(mv, idx)
-        self._bufs[layer_group_id] = mv
-        self._views.pop(layer_group_id, None)
+        self._bufs[key] = mv
+        self._views.pop(key, None)
 
     @staticmethod
     def _write(mv: memoryview, idx: array.array) -> None:
@@ -1962,21 +2153,23 @@ class _KVCache(Managed):
 
     def _refresh_indices(self) -> None:
         """Update the views and registered buffers in place."""
-        for lg, mv in list(self._bufs.items()):
-            idx = self._fetch_indices(lg)
+        for key, mv in list(self._bufs.items()):
+            beam, lg = key
+            idx = self._fetch_indices(lg, beam)
             if len(mv) < len(idx):
-                del self._bufs[lg]
-                raise ValueError(f"buf of layer group {lg}: holds {len(mv)} indices, the cache now has "
-                                 f"{len(idx)} blocks; it was let go")
+                del self._bufs[key]
+                raise ValueError(f"buf of layer group {lg}, beam {beam}: holds {len(mv)} indices, the cache "
+                                 f"now has {len(idx)} blocks; it was let go")
             self._write(mv, idx)
-        for lg, view in self._views.items():
-            idx = self._fetch_indices(lg)
+        for key, view in self._views.items():
+            beam, lg = key
+            idx = self._fetch_indices(lg, beam)
             try:
                 view[:] = idx
             except BufferError:
                 # A length change while the caller holds an export of the
                 # view: hand out a new one from now on.
-                self._views[lg] = idx
+                self._views[key] = idx
 
     def __repr__(self) -> str:
         if self.closed:

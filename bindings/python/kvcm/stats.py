@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields, replace
 
 __all__ = [
     "KVCacheStatsDelta", "KVCacheIterationStatsDelta", "ReusedBlocksByLevel", "PoolGroupPeakBlockStats",
-    "StorageStatistics",
+    "StorageStatistics", "SsmSnapshotIterationStatsDelta",
 ]
 
 
@@ -77,6 +77,29 @@ class KVCacheIterationStatsDelta(_Counters):
         """Reused over looked-up (reused + missed) blocks; 0 when none."""
         n = self.iter_reused_blocks + self.iter_missed_blocks
         return self.iter_reused_blocks / n if n else 0.0
+
+
+@dataclass(slots=True)
+class SsmSnapshotIterationStatsDelta(_Counters):
+    """The SSM layer group's snapshot lookups over an iteration (see
+    ``KVCacheManager.get_and_reset_ssm_snapshot_iteration_stats``): one
+    lookup per cache created with input tokens, a hit when it reused a
+    snapshot; aligned hits end on a block boundary (kvcm snapshots there
+    only, so unaligned hits stay 0)."""
+
+    iter_snapshot_lookups: int = 0
+    iter_snapshot_hits: int = 0
+    iter_snapshot_misses: int = 0
+    iter_reused_tokens: int = 0
+    iter_unreused_tokens: int = 0
+    iter_aligned_snapshot_hits: int = 0
+    iter_unaligned_snapshot_hits: int = 0
+
+    @property
+    def iter_snapshot_hit_rate(self) -> float:
+        """Hits over lookups; 0 when none."""
+        n = self.iter_snapshot_lookups
+        return self.iter_snapshot_hits / n if n else 0.0
 
 
 @dataclass(slots=True)

@@ -128,7 +128,7 @@ def test_constraint_history_length():
 
 
 def test_typical_step_capacity():
-    expect_field(_with(typical_step=BatchDesc([RequestDesc(capacity=0)])), "typical_step.kv_caches[0].capacity")
+    expect_field(_with(typical_step=BatchDesc([RequestDesc(capacity=-1)])), "typical_step.kv_caches[0].capacity")
 
 
 def test_no_layers():

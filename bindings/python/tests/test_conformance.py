@@ -17,6 +17,7 @@ from kvcm import (
     HostCacheTierConfig,
     KVCacheManager,
     KVCacheManagerConfig,
+    SsmLayerConfig,
 )
 
 VECTORS = sorted(CONFORMANCE_DIR.glob("*.vec"))
@@ -56,6 +57,9 @@ def parse(path):
         elif k == "layer":
             bufs = [BufferConfig(f[i], int(f[i + 1])) for i in range(4, len(f), 2)]
             cfg["layers"].append(AttentionLayerConfig(int(f[1]), bufs, int(f[2]) or None, int(f[3]) or None))
+        elif k == "ssm_layer":
+            bufs = [BufferConfig(f[i], int(f[i + 1])) for i in range(2, len(f), 2)]
+            cfg["layers"].append(SsmLayerConfig(int(f[1]), bufs))
         elif k == "partial_reuse":
             cfg["partial"] = f[1] == "on"
         elif k == "reuse_match_backoff":
@@ -69,7 +73,8 @@ def parse(path):
     # kvcm's defaults, whatever KVCacheManagerConfig's are.
     config = KVCacheManagerConfig(tokens_per_block=cfg["tokens_per_block"], cache_tiers=cfg["tiers"], layers=cfg["layers"],
                                   max_util_for_resume=0.95, enable_partial_reuse=cfg["partial"], enable_stats=False,
-                                  reuse_match_backoff=cfg["backoff"])
+                                  reuse_match_backoff=cfg["backoff"],
+                                  commit_min_snapshot=any(isinstance(x, SsmLayerConfig) for x in cfg["layers"]))
     return config, cfg["seed"], seqs, steps
 
 
@@ -117,6 +122,8 @@ def test_conformance_vector(path):
                 expect(sum(1 for i in idx if i >= 0), f[4])
             elif op == "verify":
                 expect(eng.verify(caches[f[1]], cseq[f[1]], int(f[2]), int(f[3])), f[4])
+            elif op == "state":
+                expect(eng.verify_state(caches[f[1]], cseq[f[1]], int(f[2])), f[3])
             elif op == "used":
                 expect(sum(s.total - s.free for s in m.get_storage_stats(int(f[1]))), f[2])
             else:

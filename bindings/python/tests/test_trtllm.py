@@ -75,11 +75,9 @@ def test_error_classes_keep_kvcm_hierarchy_under_kvcm2s():
 
 
 @pytest.mark.parametrize("use", [
-    lambda: kvcm.SsmLayerConfig(0, []),
-    lambda: kvcm.SwaScratchReuseConfig(),
     lambda: kvcm.AttnLifeCycle.make(8, None, 4),
-    lambda: kvcm.PlannedDropHandle(),
-], ids=["SsmLayerConfig", "SwaScratchReuseConfig", "AttnLifeCycle", "PlannedDropHandle"])
+    lambda: kvcm.AttnLifeCycle(),
+], ids=["AttnLifeCycle.make", "AttnLifeCycle"])
 def test_model_coverage_names_refuse_naming_the_capability(use):
     """Names of capabilities kvcm lacks import, and using one raises
     UnsupportedError (a NotImplementedError) naming what is missing."""

@@ -10,7 +10,7 @@ from typing import NamedTuple
 import pytest
 from conftest import prefill, small_config
 
-from kvcm import InvalidStateError, KVCacheManager, OutOfPagesError
+from kvcm import InvalidArgumentError, InvalidStateError, KVCacheManager, OutOfPagesError
 
 PROMPT = list(range(1000, 1020))
 
@@ -99,7 +99,7 @@ def test_commit_advances_history_length(manager):
         c.commit(PROMPT[6:7], None, True)
         with pytest.raises(InvalidStateError):
             c.commit(PROMPT[7:8])
-        with pytest.raises(NotImplementedError, match="beam search"):
+        with pytest.raises(InvalidStateError):
             c.commit([1], [0])
 
 
@@ -146,7 +146,7 @@ def test_base_page_indices_are_a_view_kept_up_to_date(manager):
         c.resize(16)
         assert list(buf[:4]) == list(c.get_page_indices(lg)) and buf[4] == -1, "updated by resize"
         assert list(c.get_base_page_indices(lg)) == list(buf)
-        with pytest.raises(NotImplementedError, match="beam search"):
+        with pytest.raises(InvalidArgumentError, match="beam_id"):
             c.get_base_page_indices(lg, 1)
         c.set_base_page_index_buf(0, lg, None)
         assert list(c.get_base_page_indices(lg)) == list(c.get_page_indices(lg))

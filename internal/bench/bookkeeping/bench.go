@@ -5,6 +5,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"syscall"
 	"time"
@@ -88,6 +89,11 @@ type RequestResult struct {
 	RequestCPU, HashCPU time.Duration
 	// Allocs per request (median round).
 	Allocs float64
+	// GCShare is the garbage collector's share of the Go runtime's busy CPU
+	// time while the requests ran (median round), as runtime/metrics
+	// accounts it: /cpu/classes/gc/total over /cpu/classes/total less
+	// /cpu/classes/idle.
+	GCShare float64
 	// Evictions per request (median round).
 	Evictions float64
 	// Reused tokens per request, averaged over the trace.
@@ -118,6 +124,18 @@ func cpuTime() time.Duration {
 		panic(err) // cannot fail for RUSAGE_SELF
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// runtimeCPU is the garbage collector's and all busy CPU time so far, in
+// seconds, as runtime/metrics accounts them.
+func runtimeCPU() (gc, busy float64) {
+	s := []metrics.Sample{
+		{Name: "/cpu/classes/gc/total:cpu-seconds"},
+		{Name: "/cpu/classes/total:cpu-seconds"},
+		{Name: "/cpu/classes/idle:cpu-seconds"},
+	}
+	metrics.Read(s)
+	return s[0].Value.Float64(), s[1].Value.Float64() - s[2].Value.Float64()
 }
 
 func mallocs() uint64 {
@@ -255,6 +273,7 @@ func hashPrompts(h *blockhash.Hasher, prompts [][]config.Token) blockhash.Key {
 type roundResult struct {
 	request, hash     time.Duration
 	allocs, evictions float64
+	gcShare           float64
 	reused            float64
 }
 
@@ -274,6 +293,7 @@ func runTrace(cfg Config, prompts [][]config.Token, pressure bool, key blockhash
 	var res roundResult
 	runtime.GC()
 	before := r.m.Stats()
+	gc, busy := runtimeCPU()
 	allocs, start := mallocs(), cpuTime()
 	reused := 0
 	for i, p := range prompts {
@@ -285,6 +305,10 @@ func runTrace(cfg Config, prompts [][]config.Token, pressure bool, key blockhash
 		reused += n
 	}
 	res.request = (cpuTime() - start) / time.Duration(len(prompts))
+	gc2, busy2 := runtimeCPU()
+	if busy2 > busy {
+		res.gcShare = (gc2 - gc) / (busy2 - busy)
+	}
 	res.allocs = float64(mallocs()-allocs) / float64(len(prompts))
 	res.evictions = float64(r.m.Stats().Evictions-before.Evictions) / float64(len(prompts))
 	res.reused = float64(reused) / float64(len(prompts))
@@ -448,9 +472,10 @@ func Run(cfg Config, log io.Writer) (Results, error) {
 		mr := median(rs, func(r roundResult) float64 { return float64(r.request) })
 		mh := median(rs, func(r roundResult) float64 { return float64(r.hash) })
 		ma := median(rs, func(r roundResult) float64 { return r.allocs })
+		mg := median(rs, func(r roundResult) float64 { return r.gcShare })
 		out.Requests = append(out.Requests, RequestResult{
 			Prompt: c.prompt, Pressure: c.pressure, Key: c.key, RequestCPU: mr.request, HashCPU: mh.hash,
-			Allocs: ma.allocs, Evictions: mr.evictions, Reused: mr.reused,
+			Allocs: ma.allocs, GCShare: mg.gcShare, Evictions: mr.evictions, Reused: mr.reused,
 		})
 	}
 	for mi, md := range models {

@@ -11,9 +11,19 @@
 // kernels would: it fills a host-mapped scratch buffer and enqueues one
 // BatchCopy into the cache's pages on the cache's stream (reads go the other
 // way), then synchronizes the stream so the scratch can be reused. Page
-// addresses come from KVCache.BasePageIndices and Manager.Buffer: block b of a
+// addresses come from KVCache.BasePageIndicesOfBeam (beam 0 for Step and
+// Verify, any beam for StepBeam and VerifyBeam, each with that beam's
+// hypothesis tokens) and Manager.Buffer: block b of a
 // buffer lives at PoolBase + (base*Scale+Offset)*Bytes, and token t of the
 // block Bytes/TokensPerBlock bytes further per token.
+//
+// SSM layers hold one state per cache instead of KV per position: after
+// computing n positions, the state of an SSM buffer is a pseudo-random byte
+// stream seeded by the prefix hash of tokens[0..n-1], by n and by the buffer.
+// Step writes the state after its last position into the cache's state page
+// (KVCache.SsmBlockBaseIndex); Verify checks it after the range's end when
+// that end is the cache's history length, so a reused snapshot verifies only
+// if it holds the state of the same prefix at the same length.
 //
 // Step and Verify work on caches the caller drives; Session and Serve drive a
 // whole request the way an engine's scheduler would.
@@ -120,13 +130,17 @@ type buffer struct {
 // Engine is the fake engine. It is safe for concurrent use; calls on
 // different caches run in parallel.
 type Engine struct {
-	m       *core.Manager
-	dev     device.Device
-	tpb     int
-	opts    Options
-	bufs    []buffer
-	byLG    [][]int // buffer indices per layer group
-	scratch int64   // bytes of one scratch buffer
+	m    *core.Manager
+	dev  device.Device
+	tpb  int
+	opts Options
+	bufs []buffer
+	byLG [][]int // buffer indices per layer group
+	// ssm are the SSM layers' state buffers (tokBytes is a state's bytes),
+	// ssmLG their layer group.
+	ssm     []buffer
+	ssmLG   layout.LayerGroupID
+	scratch int64 // bytes of one scratch buffer
 
 	mu     sync.Mutex
 	free   []device.Memory // idle scratch buffers
@@ -194,7 +208,159 @@ func New(m *core.Manager, cfg config.Config, opts Options) (*Engine, error) {
 			e.scratch = max(e.scratch, b.Size)
 		}
 	}
+	for i, l := range cfg.SsmLayers {
+		lg, err := m.LayerGroupOf(l.LayerID)
+		if err != nil {
+			return nil, fmt.Errorf("fakeengine: ssm_layers[%d]: %w", i, err)
+		}
+		e.ssmLG = lg
+		for _, b := range l.Buffers {
+			if opts.ZeroLowBytes && b.Size%2 != 0 {
+				return nil, fmt.Errorf("fakeengine: SSM layer %d buffer %q: ZeroLowBytes needs an even size, got %d",
+					l.LayerID, b.Role, b.Size)
+			}
+			loc, err := m.Buffer(l.LayerID, b.Role)
+			if err != nil {
+				return nil, fmt.Errorf("fakeengine: SSM layer %d buffer %q: %w", l.LayerID, b.Role, err)
+			}
+			if loc.Bytes != b.Size || loc.LifeCycle != lg {
+				return nil, fmt.Errorf("fakeengine: SSM layer %d buffer %q: config does not match the manager's layout", l.LayerID, b.Role)
+			}
+			e.ssm = append(e.ssm, buffer{layer: l.LayerID, role: b.Role, lg: lg, tokBytes: b.Size,
+				salt: bufferSalt(l.LayerID, b.Role)})
+			e.scratch = max(e.scratch, b.Size)
+		}
+	}
 	return e, nil
+}
+
+// stateSeed is the prefix hash a state after n positions derives from.
+func (e *Engine) stateSeed(hashes []uint64, n int) uint64 {
+	if n == 0 {
+		return chainStart(e.opts.Seed)
+	}
+	return hashes[n-1]
+}
+
+// ExpectedState returns the bytes the fake model gives the state of SSM
+// buffer (layer, role) after the first n tokens.
+func (e *Engine) ExpectedState(tokens []config.Token, n int, layer int32, role config.DataRole) ([]byte, error) {
+	bi := slices.IndexFunc(e.ssm, func(b buffer) bool { return b.layer == layer && b.role == role })
+	if bi < 0 {
+		return nil, fmt.Errorf("fakeengine: no SSM buffer %q in layer %d", role, layer)
+	}
+	if n < 0 || n > len(tokens) {
+		return nil, fmt.Errorf("fakeengine: state after %d of %d tokens", n, len(tokens))
+	}
+	out := make([]byte, e.ssm[bi].tokBytes)
+	fillToken(out, e.stateSeed(appendPrefixHashes(nil, e.opts.Seed, tokens[:n]), n), n, e.ssm[bi].salt, e.opts.ZeroLowBytes)
+	return out, nil
+}
+
+// VerifyState reads back the SSM state of c (which must be ACTIVE) and
+// compares it with the fake model's state after the first n tokens, counting
+// it as one page. Mismatches are counted, not returned as errors.
+func (e *Engine) VerifyState(c *core.KVCache, tokens []config.Token, n int) (VerifyResult, error) {
+	var res VerifyResult
+	if err := checkRange(tokens, 0, n); err != nil {
+		return res, err
+	}
+	if len(e.ssm) == 0 {
+		return res, fmt.Errorf("fakeengine: no SSM layers: %w", core.ErrInvalidArgument)
+	}
+	stream, err := activeStream(c)
+	if err != nil {
+		return res, err
+	}
+	err = e.verifyState(c, stream, appendPrefixHashes(nil, e.opts.Seed, tokens[:n]), n, &res)
+	e.pagesVerified.Add(res.PagesVerified)
+	e.mismatches.Add(res.Mismatches)
+	return res, err
+}
+
+// stateSegments lists the state pages of c's SSM buffers, in e.ssm order.
+func (e *Engine) stateSegments(c *core.KVCache) ([]device.Ptr, error) {
+	slot, err := c.SsmBlockBaseIndex(e.ssmLG)
+	if err != nil {
+		return nil, err
+	}
+	if slot == core.BadPageIndex {
+		return nil, fmt.Errorf("fakeengine: cache %d has no SSM state", c.ID())
+	}
+	out := make([]device.Ptr, len(e.ssm))
+	for i, b := range e.ssm {
+		loc, err := e.m.Buffer(b.layer, b.role)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = loc.PoolBase.Add(loc.PageIndex(slot) * loc.Bytes)
+	}
+	return out, nil
+}
+
+// writeState writes the state after n positions into c's state page.
+func (e *Engine) writeState(c *core.KVCache, stream device.Stream, hashes []uint64, n int) error {
+	pages, err := e.stateSegments(c)
+	if err != nil {
+		return err
+	}
+	scratch, err := e.getScratch()
+	if err != nil {
+		return err
+	}
+	defer e.putScratch(scratch)
+	for i, b := range e.ssm {
+		fillToken(scratch.Host()[:b.tokBytes], e.stateSeed(hashes, n), n, b.salt, e.opts.ZeroLowBytes)
+		if err := stream.BatchCopy([]device.CopyDesc{{Dst: pages[i], Src: scratch.Ptr(), Size: b.tokBytes}}); err != nil {
+			return fmt.Errorf("fakeengine: write the state of cache %d: %w", c.ID(), err)
+		}
+		if err := stream.Synchronize(); err != nil {
+			return fmt.Errorf("fakeengine: write the state of cache %d: %w", c.ID(), err)
+		}
+		e.bytesWritten.Add(b.tokBytes)
+	}
+	return nil
+}
+
+// verifyState checks c's state page against the state after n positions,
+// counting it as one verified page.
+func (e *Engine) verifyState(c *core.KVCache, stream device.Stream, hashes []uint64, n int, res *VerifyResult) error {
+	pages, err := e.stateSegments(c)
+	if err != nil {
+		return err
+	}
+	scratch, err := e.getScratch()
+	if err != nil {
+		return err
+	}
+	defer e.putScratch(scratch)
+	want := make([]byte, 0, e.scratch)
+	for i, b := range e.ssm {
+		if err := stream.BatchCopy([]device.CopyDesc{{Dst: scratch.Ptr(), Src: pages[i], Size: b.tokBytes}}); err != nil {
+			return fmt.Errorf("fakeengine: read the state of cache %d: %w", c.ID(), err)
+		}
+		if err := stream.Synchronize(); err != nil {
+			return fmt.Errorf("fakeengine: read the state of cache %d: %w", c.ID(), err)
+		}
+		want = want[:b.tokBytes]
+		fillToken(want, e.stateSeed(hashes, n), n, b.salt, e.opts.ZeroLowBytes)
+		got := scratch.Host()[:b.tokBytes]
+		e.bytesVerified.Add(b.tokBytes)
+		if string(got) == string(want) {
+			continue
+		}
+		res.Mismatches++
+		if res.First == nil {
+			off := 0
+			for got[off] == want[off] {
+				off++
+			}
+			res.First = &Mismatch{CacheID: c.ID(), Block: -1, Layer: b.layer, Role: b.role, Position: n,
+				Offset: off, Got: got[off], Want: want[off]}
+		}
+	}
+	res.PagesVerified++
+	return nil
 }
 
 // Close frees the engine's scratch memory. Call it before closing the
@@ -279,10 +445,13 @@ type segment struct {
 	firstOfP bool // first segment of its (block, layer group) page
 }
 
-// plan lists the segments of positions [from, to) of c's pages. Positions
-// whose block has no page fail the plan when strict, and are skipped (counted
-// in skipped, per page) otherwise.
-func (e *Engine) plan(c *core.KVCache, from, to int, strict bool) (segs []segment, skipped int64, err error) {
+// plan lists the segments of positions [from, to) of beam's pages of c.
+// Positions whose block has no page fail the plan when strict, and are
+// skipped (counted in skipped, per page) otherwise; when strict (a write), a
+// block the cache's step computes in SWA scratch slots
+// (core.KVCache.ScratchDesc) is written there, each layer at its scratch page
+// index, as a kernel computing one layer at a time would.
+func (e *Engine) plan(c *core.KVCache, beam, from, to int, strict bool) (segs []segment, skipped int64, err error) {
 	if from >= to {
 		return nil, 0, nil
 	}
@@ -292,7 +461,7 @@ func (e *Engine) plan(c *core.KVCache, from, to int, strict bool) (segs []segmen
 		if len(bis) == 0 {
 			continue
 		}
-		idx, err = c.AppendBasePageIndices(idx[:0], layout.LayerGroupID(lg))
+		idx, err = c.AppendBasePageIndicesOfBeam(idx[:0], layout.LayerGroupID(lg), beam)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -302,8 +471,25 @@ func (e *Engine) plan(c *core.KVCache, from, to int, strict bool) (segs []segmen
 				return nil, 0, err
 			}
 		}
+		var scratch core.ScratchDesc
+		if strict {
+			if scratch, err = c.ScratchDesc(layout.LayerGroupID(lg)); err != nil {
+				return nil, 0, err
+			}
+		}
 		for b := from / tpb; b*tpb < to; b++ {
 			lo, hi := max(from, b*tpb), min(to, (b+1)*tpb)
+			if b >= scratch.Begin && b < scratch.End {
+				for i, bi := range bis {
+					tb := e.bufs[bi].tokBytes
+					page := locs[i].PoolBase.Add(locs[i].ScratchPageIndex(scratch, b) * locs[i].Bytes)
+					segs = append(segs, segment{
+						buf: bi, block: b, pos: lo, n: hi - lo,
+						dev: page.Add(int64(lo-b*tpb) * tb), size: int64(hi-lo) * tb, firstOfP: i == 0,
+					})
+				}
+				continue
+			}
 			if b >= len(idx) || idx[b] == core.BadPageIndex {
 				if strict {
 					return nil, 0, fmt.Errorf("fakeengine: cache %d has no page for block %d of layer group %d (positions %d..%d); resize first",
@@ -392,19 +578,25 @@ func checkRange(tokens []config.Token, from, to int) error {
 }
 
 // Step computes positions [from, to) of the sequence tokens into c: it
-// writes their KV into c's pages on c's stream and waits for the copy. The
+// writes their KV into c's pages, and with SSM layers the state after to
+// positions into c's state page, on c's stream and waits for the copy. The
 // cache must be ACTIVE with pages for every position (Resize to a capacity of
 // at least to, with a history length of at most from). It covers a prefill
 // chunk and a decode step alike.
 func (e *Engine) Step(c *core.KVCache, tokens []config.Token, from, to int) error {
+	return e.StepBeam(c, core.DefaultBeamIndex, tokens, from, to)
+}
+
+// StepBeam is Step into beam's pages: tokens is that beam's hypothesis.
+func (e *Engine) StepBeam(c *core.KVCache, beam int, tokens []config.Token, from, to int) error {
 	if err := checkRange(tokens, from, to); err != nil {
 		return err
 	}
-	return e.step(c, tokens, appendPrefixHashes(nil, e.opts.Seed, tokens[:to]), from, to)
+	return e.step(c, beam, tokens, appendPrefixHashes(nil, e.opts.Seed, tokens[:to]), from, to)
 }
 
-// step is Step with the prefix hashes of at least tokens[:to] given.
-func (e *Engine) step(c *core.KVCache, tokens []config.Token, hashes []uint64, from, to int) error {
+// step is StepBeam with the prefix hashes of at least tokens[:to] given.
+func (e *Engine) step(c *core.KVCache, beam int, tokens []config.Token, hashes []uint64, from, to int) error {
 	if e.opts.NoData || from == to {
 		return nil
 	}
@@ -412,9 +604,14 @@ func (e *Engine) step(c *core.KVCache, tokens []config.Token, hashes []uint64, f
 	if err != nil {
 		return err
 	}
-	segs, _, err := e.plan(c, from, to, true)
+	segs, _, err := e.plan(c, beam, from, to, true)
 	if err != nil {
 		return err
+	}
+	if len(e.ssm) > 0 {
+		if err := e.writeState(c, stream, hashes, to); err != nil {
+			return err
+		}
 	}
 	scratch, err := e.getScratch()
 	if err != nil {
@@ -450,16 +647,24 @@ func (e *Engine) step(c *core.KVCache, tokens []config.Token, hashes []uint64, f
 // Verify reads back positions [from, to) of c (which must be ACTIVE) on its
 // stream and compares them with the fake model's KV of tokens. Positions
 // whose block has no page in a layer group (released by a sliding window) and
-// positions at or beyond the capacity are skipped. Mismatches are counted, not returned as
-// errors; the error reports only failed calls.
+// positions at or beyond the capacity are skipped. With SSM layers, when to
+// is the cache's history length, the state is checked too (one page).
+// Mismatches are counted, not returned as errors; the error reports only
+// failed calls.
 func (e *Engine) Verify(c *core.KVCache, tokens []config.Token, from, to int) (VerifyResult, error) {
+	return e.VerifyBeam(c, core.DefaultBeamIndex, tokens, from, to)
+}
+
+// VerifyBeam is Verify of beam's pages against that beam's hypothesis
+// tokens.
+func (e *Engine) VerifyBeam(c *core.KVCache, beam int, tokens []config.Token, from, to int) (VerifyResult, error) {
 	if err := checkRange(tokens, from, to); err != nil {
 		return VerifyResult{}, err
 	}
-	return e.verify(c, tokens, appendPrefixHashes(nil, e.opts.Seed, tokens[:to]), from, to)
+	return e.verify(c, beam, tokens, appendPrefixHashes(nil, e.opts.Seed, tokens[:to]), from, to)
 }
 
-func (e *Engine) verify(c *core.KVCache, tokens []config.Token, hashes []uint64, from, to int) (VerifyResult, error) {
+func (e *Engine) verify(c *core.KVCache, beam int, tokens []config.Token, hashes []uint64, from, to int) (VerifyResult, error) {
 	var res VerifyResult
 	if e.opts.NoData || from == to {
 		return res, nil
@@ -468,10 +673,15 @@ func (e *Engine) verify(c *core.KVCache, tokens []config.Token, hashes []uint64,
 	if err != nil {
 		return res, err
 	}
+	if len(e.ssm) > 0 && to == c.HistoryLength() {
+		if err := e.verifyState(c, stream, hashes, to, &res); err != nil {
+			return res, err
+		}
+	}
 	// Positions at or beyond the capacity have no KV even where their
 	// block has a page.
 	to = min(to, c.Capacity())
-	segs, skipped, err := e.plan(c, from, to, false)
+	segs, skipped, err := e.plan(c, beam, from, to, false)
 	if err != nil {
 		return res, err
 	}

@@ -88,13 +88,13 @@ func (s *Session) Resume(stream device.Stream) (VerifyResult, error) {
 	if err := s.c.Resume(stream); err != nil {
 		return VerifyResult{}, err
 	}
-	return s.e.verify(s.c, s.tokens, s.hashesTo(s.computed), 0, s.computed)
+	return s.e.verify(s.c, core.DefaultBeamIndex, s.tokens, s.hashesTo(s.computed), 0, s.computed)
 }
 
 // Verify checks every position the cache holds a page for; the cache must be
 // ACTIVE.
 func (s *Session) Verify() (VerifyResult, error) {
-	return s.e.verify(s.c, s.tokens, s.hashesTo(s.computed), 0, s.computed)
+	return s.e.verify(s.c, core.DefaultBeamIndex, s.tokens, s.hashesTo(s.computed), 0, s.computed)
 }
 
 // Suspend makes the cache SUSPENDED.
@@ -130,7 +130,7 @@ func (s *Session) Advance() (done bool, err error) {
 	if !s.e.opts.NoData {
 		hashes = s.hashesTo(to)
 	}
-	if err := s.e.step(s.c, s.tokens, hashes, s.computed, to); err != nil {
+	if err := s.e.step(s.c, core.DefaultBeamIndex, s.tokens, hashes, s.computed, to); err != nil {
 		return false, err
 	}
 	if err := s.c.Resize(to, to); err != nil {

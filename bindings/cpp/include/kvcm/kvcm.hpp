@@ -646,6 +646,16 @@ struct AttentionLayerConfig
     int32_t numSinkTokens = 0;
 };
 
+// One state-space (Mamba) layer (TensorRT-LLM's SsmLayerConfig): its buffers
+// hold one fixed-size state per request, so a buffer's size is the bytes of
+// the whole state. The SSM layers form one layer group, after the attention
+// ones.
+struct SsmLayerConfig
+{
+    int32_t layerId = 0;
+    std::vector<BufferConfig> buffers;
+};
+
 struct RequestDesc
 {
     int64_t capacity = 0;
@@ -659,6 +669,14 @@ struct BatchDesc
     int64_t systemPromptLength = 0;
 };
 
+// SwaScratchReuseConfig configures SWA scratch reuse: the last maxRewindLen
+// tokens of a step may be rewound and survive as history, so their blocks
+// always get pages (not negative).
+struct SwaScratchReuseConfig
+{
+    int64_t maxRewindLen = 0;
+};
+
 // The manager's configuration, mirroring the Go config (and TensorRT-LLM's
 // KVCacheManagerConfig).
 struct KVCacheManagerConfig
@@ -668,6 +686,10 @@ struct KVCacheManagerConfig
     // one disk tier.
     std::vector<CacheTierConfig> cacheTiers;
     std::vector<AttentionLayerConfig> layers;
+    // State-space layers of a hybrid model; they need commitMinSnapshot.
+    std::vector<SsmLayerConfig> ssmLayers;
+    // Caps the SSM layer group's GPU slots (0: no cap; only with ssmLayers).
+    int64_t maxSsmSlots = 0;
     // Resume is refused while the GPU tier's utilization by active caches is
     // above this fraction, in (0, 1]. An explicit 0 is rejected (the C ABI
     // would read it as unset, i.e. the default).
@@ -681,10 +703,12 @@ struct KVCacheManagerConfig
     std::vector<BatchDesc> constraints;
     // Tokens trimmed off the tail of every prefix match.
     int32_t reuseMatchBackoff = 0;
-    // Carried for TensorRT-LLM parity: kvcm's tokens are text only, it has
-    // no SSM snapshots and does not rebalance pools automatically (the
-    // rebalance fields are validated and have no effect yet).
+    // Carried for TensorRT-LLM parity: kvcm's tokens are text only. The
+    // rebalance fields tune pool rebalancing (KVCacheManager::needAdjustment,
+    // adjust).
     bool textOnly = false;
+    // Required with ssmLayers: a commit that ends on a block boundary
+    // snapshots the SSM state into that block for reuse.
     bool commitMinSnapshot = false;
     int64_t rebalanceMinSampledKvCaches = 2000;
     double rebalanceCooldownSecs = 120.0;
@@ -703,6 +727,13 @@ struct KVCacheManagerConfig
     // The shared tier, after cacheTiers (errors name it
     // cache_tiers[cacheTiers.size()]).
     std::optional<SharedCacheTierConfig> sharedTier;
+    // SWA scratch reuse (TensorRT-LLM's swa_scratch_reuse): a step's blocks
+    // of a sliding-window layer group that are out of the window by the end
+    // of the step share the cache's scratch slots instead of pages
+    // (KVCache::scratchDesc). nullopt: off.
+    std::optional<SwaScratchReuseConfig> swaScratchReuse;
+
+    [[nodiscard]] bool enableSwaScratchReuse() const noexcept { return swaScratchReuse.has_value(); }
 };
 
 // The reuse scope: blocks are shared only within one scope. As in
@@ -818,6 +849,26 @@ public:
             }
             mBuffers.push_back(std::move(bufs));
         }
+        mSsmBuffers.reserve(cfg.ssmLayers.size());
+        mSsmLayers.reserve(cfg.ssmLayers.size());
+        for (size_t i = 0; i < cfg.ssmLayers.size(); ++i)
+        {
+            auto const& l = cfg.ssmLayers[i];
+            std::vector<kvcm_buffer_config> bufs;
+            bufs.reserve(l.buffers.size());
+            for (size_t j = 0; j < l.buffers.size(); ++j)
+            {
+                auto const& b = l.buffers[j];
+                checkCString("ssm_layers[" + std::to_string(i) + "].buffers[" + std::to_string(j) + "].role", b.role);
+                bufs.push_back(kvcm_buffer_config{b.role.c_str(), b.size});
+            }
+            mSsmBuffers.push_back(std::move(bufs));
+            kvcm_ssm_layer_config c{};
+            c.layer_id = l.layerId;
+            c.buffers = mSsmBuffers[i].empty() ? nullptr : mSsmBuffers[i].data();
+            c.num_buffers = mSsmBuffers[i].size();
+            mSsmLayers.push_back(c);
+        }
         mLayers.reserve(cfg.layers.size());
         for (size_t i = 0; i < cfg.layers.size(); ++i)
         {
@@ -902,6 +953,11 @@ public:
             c.buffer_tokens_per_block_overrides = mOverrides.data();
             c.num_buffer_tokens_per_block_overrides = mOverrides.size();
         }
+        c.swa_scratch_reuse = cfg.swaScratchReuse.has_value();
+        c.swa_scratch_max_rewind_len = cfg.swaScratchReuse ? cfg.swaScratchReuse->maxRewindLen : 0;
+        c.ssm_layers = mSsmLayers.empty() ? nullptr : mSsmLayers.data();
+        c.num_ssm_layers = mSsmLayers.size();
+        c.max_ssm_slots = cfg.maxSsmSlots;
         mConfig = c;
     }
 
@@ -927,6 +983,8 @@ private:
     std::vector<kvcm_cache_tier_config> mTiers;
     std::vector<std::vector<kvcm_buffer_config>> mBuffers;
     std::vector<kvcm_attention_layer_config> mLayers;
+    std::vector<std::vector<kvcm_buffer_config>> mSsmBuffers;
+    std::vector<kvcm_ssm_layer_config> mSsmLayers;
     std::vector<std::vector<kvcm_request_desc>> mRequests;
     kvcm_batch_desc mTypical{};
     std::vector<kvcm_batch_desc> mConstraints;
@@ -1640,6 +1698,93 @@ using PriorityFunction = std::function<int32_t(int64_t blockIndex, LayerGroupId 
 // history ≤ capacity. The destructor closes it (committed blocks stay cached
 // for reuse). The manager must outlive it, or destroy it first: destroying the
 // manager closes its caches, and a later close of the C++ object is a no-op.
+// The scratch blocks [begin, end) of a layer group in a cache's current step
+// and the cache's scratch slots (TensorRT-LLM's ScratchDesc); empty when
+// the layer group has none. Valid until the cache's next resize, commit,
+// suspend or close.
+struct ScratchDesc
+{
+    int64_t begin = 0;
+    int64_t end = 0;
+    std::vector<int32_t> slots;
+
+    [[nodiscard]] bool empty() const noexcept { return end <= begin; }
+    explicit operator bool() const noexcept { return !empty(); }
+};
+
+// The page index (PER_LAYER: from the pool base, in units of the buffer's
+// bytes) of scratch block `block` of d for a buffer at loc, whose layer
+// takes pagesPerBlock sub-pages of a slot
+// (KVCacheManager::scratchPagesPerBlock); -1 outside [d.begin, d.end).
+[[nodiscard]] inline int64_t scratchPageIndex(
+    BufferLocation const& loc, int64_t pagesPerBlock, ScratchDesc const& d, int64_t block)
+{
+    if (block < d.begin || block >= d.end)
+    {
+        return -1;
+    }
+    int64_t const perSlot = loc.scale / pagesPerBlock;
+    int64_t const pos = block - d.begin;
+    return int64_t{d.slots.at(static_cast<size_t>(pos / perSlot))} * loc.scale
+        + ((pos % perSlot) * pagesPerBlock + loc.offset) % loc.scale;
+}
+
+// A plan to drop a finished turn's committed sliding-window pages
+// (TensorRT-LLM's PlannedDropHandle), from KVCache::planCommittedBlockDrop.
+// drop() carries it out once; the destructor carries it out when drop() was
+// not called (as TensorRT-LLM's handle does) and frees the handle. An empty
+// plan (nothing planned) is false.
+class PlannedDrop
+{
+public:
+    PlannedDrop() noexcept = default;
+    explicit PlannedDrop(kvcm_planned_drop h) noexcept
+        : mHandle(h)
+    {
+    }
+    PlannedDrop(PlannedDrop&& o) noexcept
+        : mHandle(std::exchange(o.mHandle, 0))
+    {
+    }
+    PlannedDrop& operator=(PlannedDrop&& o) noexcept
+    {
+        if (this != &o)
+        {
+            reset();
+            mHandle = std::exchange(o.mHandle, 0);
+        }
+        return *this;
+    }
+    PlannedDrop(PlannedDrop const&) = delete;
+    PlannedDrop& operator=(PlannedDrop const&) = delete;
+    ~PlannedDrop() { reset(); }
+
+    explicit operator bool() const noexcept { return mHandle != 0; }
+    [[nodiscard]] kvcm_planned_drop handle() const noexcept { return mHandle; }
+
+    // Drops every planned page no other plan names, unless a cache uses it
+    // now. A second drop() throws Error(kInvalidState).
+    void drop()
+    {
+        if (mHandle == 0)
+        {
+            throw Error(StatusCode::kInvalidHandle, "PlannedDrop: empty plan");
+        }
+        detail::check(::kvcm_planned_drop_drop(mHandle));
+    }
+
+private:
+    void reset() noexcept
+    {
+        if (mHandle != 0)
+        {
+            detail::ignore(::kvcm_planned_drop_destroy(std::exchange(mHandle, 0)));
+        }
+    }
+
+    kvcm_planned_drop mHandle = 0;
+};
+
 class KVCache
 {
 public:
@@ -1767,6 +1912,39 @@ public:
             out.bytes.resize(32 * needed);
         }
     }
+    // commit after a beam search step: first beam j takes over the history
+    // of beam beamSearchIndices[j] (one entry per beam; the diverging block is
+    // copied where two beams would share it), then the tokens, converged and
+    // in beam 0, are committed; a block they complete is published once and
+    // every beam reads beam 0's page of it from then on. On error nothing
+    // changes.
+    void commit(Token const* tokens, size_t numTokens, int32_t const* beamSearchIndices, size_t numBeamSearchIndices,
+        bool isEnd = false)
+    {
+        detail::check(::kvcm_kv_cache_commit_beam_search(
+            mHandle, tokens, numTokens, beamSearchIndices, numBeamSearchIndices, isEnd));
+    }
+    void commit(std::vector<Token> const& tokens, std::vector<int32_t> const& beamSearchIndices, bool isEnd = false)
+    {
+        commit(tokens.data(), tokens.size(), beamSearchIndices.data(), beamSearchIndices.size(), isEnd);
+    }
+    // The number of beams (1 at creation).
+    [[nodiscard]] int32_t beamWidth() const { return get<int32_t>(&::kvcm_kv_cache_get_beam_width); }
+    // Sets the number of beams of an ACTIVE cache, in [1, kMaxBeamWidth]: new
+    // beams fork from beam 0 (sharing its pages, with a copy of the block they
+    // write into next), beams beyond a smaller width are dropped. Returns false,
+    // changing nothing, when the GPU has not enough pages for the copies.
+    bool setBeamWidth(int32_t beamWidth)
+    {
+        kvcm_status* s = ::kvcm_kv_cache_set_beam_width(mHandle, beamWidth);
+        if (s != nullptr && ::kvcm_status_get_code(s) == KVCM_ERR_OUT_OF_PAGES)
+        {
+            detail::ignore(s);
+            return false;
+        }
+        detail::check(s);
+        return true;
+    }
     void stopCommitting() { detail::check(::kvcm_kv_cache_stop_committing(mHandle)); }
     // Moves the pages of a SUSPENDED cache that are colder than level up to
     // it; false when the level has no room for some of them.
@@ -1803,15 +1981,16 @@ public:
     }
 
     // The GPU slot of every block of a layer group (kBadPageIndex where the
-    // block has no page), for an ACTIVE cache.
-    [[nodiscard]] std::vector<int32_t> basePageIndices(LayerGroupId layerGroup) const
+    // block has no page) in one beam (kDefaultBeamIndex: beam 0), for an
+    // ACTIVE cache.
+    [[nodiscard]] std::vector<int32_t> basePageIndices(LayerGroupId layerGroup, int32_t beam = kDefaultBeamIndex) const
     {
         std::vector<int32_t> out;
         for (;;)
         {
             size_t needed = 0;
-            kvcm_status* s = ::kvcm_kv_cache_get_base_page_indices(
-                mHandle, layerGroup, out.empty() ? nullptr : out.data(), out.size(), &needed);
+            kvcm_status* s = ::kvcm_kv_cache_get_beam_base_page_indices(
+                mHandle, layerGroup, beam, out.empty() ? nullptr : out.data(), out.size(), &needed);
             if (s != nullptr && ::kvcm_status_get_code(s) == KVCM_ERR_BUFFER_TOO_SMALL && needed > out.size())
             {
                 detail::ignore(s);
@@ -1827,6 +2006,25 @@ public:
             out.resize(needed);
             return out;
         }
+    }
+    // The GPU slot of the cache's SSM state in layerGroup (TensorRT-LLM's
+    // get_ssm_block_base_index), kBadPageIndex for an attention layer group,
+    // for an ACTIVE cache; it gets the state at its first resume.
+    [[nodiscard]] int32_t ssmBlockBaseIndex(LayerGroupId layerGroup) const
+    {
+        int32_t out = 0;
+        detail::check(::kvcm_kv_cache_get_ssm_block_base_index(mHandle, layerGroup, &out));
+        return out;
+    }
+    // How the cache's reuse was cut at its creation: the prompt's tokens the
+    // tree holds by content, and those the attention layer groups can reuse
+    // (with SSM layers the reused tokens are these cut back to the last
+    // snapshot).
+    [[nodiscard]] ReuseDiagnostics reuseDiagnostics() const
+    {
+        ReuseDiagnostics out{};
+        detail::check(::kvcm_kv_cache_get_reuse_diagnostics(mHandle, &out));
+        return out;
     }
     // Writes the indices into a caller buffer and returns their count; throws
     // Error(kBufferTooSmall) when capacity is less than the count.
@@ -1844,12 +2042,12 @@ public:
 #endif
 
     // The aggregated page index of every block of a layer group in a beam
-    // (0, KVCacheManagerV2's DEFAULT_BEAM_INDEX): the block's GPU slot, which addresses every
-    // AggregatedPage of the layer group; kBadPageIndex where the block has no
-    // page, or with validOnly only the blocks that have one. For an ACTIVE
-    // cache.
+    // (in [0, beamWidth()); kDefaultBeamIndex: beam 0): the block's GPU slot
+    // in that beam, which addresses every AggregatedPage of the layer group;
+    // kBadPageIndex where the block has no page, or with validOnly only the
+    // blocks that have one. For an ACTIVE cache.
     [[nodiscard]] std::vector<int32_t> aggregatedPageIndices(
-        LayerGroupId layerGroup, int32_t beam = 0, bool validOnly = false) const
+        LayerGroupId layerGroup, int32_t beam = kDefaultBeamIndex, bool validOnly = false) const
     {
         std::vector<int32_t> out;
         for (;;)
@@ -1884,6 +2082,48 @@ public:
     [[nodiscard]] int64_t capacity() const { return get<int64_t>(&::kvcm_kv_cache_get_capacity); }
     // Tokens reused from the cache at creation.
     [[nodiscard]] int64_t reusedTokens() const { return get<int64_t>(&::kvcm_kv_cache_get_reused_tokens); }
+
+    // The scratch blocks and slots of a layer group in the ACTIVE cache's
+    // current step (TensorRT-LLM's get_scratch_desc).
+    [[nodiscard]] ScratchDesc scratchDesc(LayerGroupId layerGroup) const
+    {
+        ScratchDesc d;
+        for (;;)
+        {
+            size_t needed = 0;
+            kvcm_status* s = ::kvcm_kv_cache_get_scratch_desc(
+                mHandle, layerGroup, &d.begin, &d.end, d.slots.empty() ? nullptr : d.slots.data(), d.slots.size(), &needed);
+            if (s != nullptr && ::kvcm_status_get_code(s) == KVCM_ERR_BUFFER_TOO_SMALL && needed > d.slots.size())
+            {
+                detail::ignore(s);
+                d.slots.resize(needed);
+                continue;
+            }
+            detail::check(s);
+            if (needed > d.slots.size())
+            {
+                d.slots.resize(needed);
+                continue;
+            }
+            d.slots.resize(needed);
+            return d;
+        }
+    }
+    // Whether the cache holds scratch slots now.
+    [[nodiscard]] bool hasScratchSlots() const { return get<bool>(&::kvcm_kv_cache_has_scratch_slots); }
+    // Whether the cache uses scratch slots (starts as the manager's
+    // configuration says); switching needs a step without scratch blocks.
+    [[nodiscard]] bool swaScratchReuse() const { return get<bool>(&::kvcm_kv_cache_get_swa_scratch_reuse); }
+    void setSwaScratchReuse(bool enable) { detail::check(::kvcm_kv_cache_set_swa_scratch_reuse(mHandle, enable)); }
+    // Plans dropping the committed sliding-window pages only the next turn
+    // would reuse (needs stopCommitting first); an empty PlannedDrop when
+    // nothing can be planned.
+    [[nodiscard]] PlannedDrop planCommittedBlockDrop()
+    {
+        kvcm_planned_drop h = 0;
+        detail::check(::kvcm_kv_cache_plan_committed_block_drop(mHandle, &h));
+        return PlannedDrop(h);
+    }
 
 private:
     friend class KVCacheManager;
@@ -2257,6 +2497,39 @@ public:
             return out;
         }
     }
+    // The sub-pages of a slot one block of the layer takes in a scratch slot
+    // of the buffer's pool (for scratchPageIndex).
+    [[nodiscard]] int64_t scratchPagesPerBlock(int32_t layerId, std::string const& role) const
+    {
+        if (auto const at = role.find('\0'); at != std::string::npos)
+        {
+            throw Error(StatusCode::kInvalidArgument, "role: contains a NUL byte at offset " + std::to_string(at));
+        }
+        int64_t out = 0;
+        detail::check(::kvcm_manager_get_scratch_pages_per_block(mHandle, layerId, role.c_str(), &out));
+        return out;
+    }
+    // Whether adjust() would rebalance some level's pool groups now: enough
+    // caches sampled, the cooldown passed, the split off the demand.
+    [[nodiscard]] bool needAdjustment() const
+    {
+        bool out = false;
+        detail::check(::kvcm_manager_need_adjustment(mHandle, &out));
+        return out;
+    }
+    // Rebalances every level off its sampled demand, keeping its quota and
+    // every page a cache holds (moved with its bytes); a level that cannot
+    // be adjusted is left as it was and its error thrown after the others.
+    void adjust() { detail::check(::kvcm_manager_adjust(mHandle)); }
+    // The longest sequence, at most tokenNumUpperBound tokens, whose pages
+    // fit the GPU slots next to batchSize - 1 one-token requests (0 when not
+    // even one token does).
+    [[nodiscard]] int64_t clampMaxSeqLenForMem(int64_t batchSize, int64_t tokenNumUpperBound) const
+    {
+        int64_t out = 0;
+        detail::check(::kvcm_manager_clamp_max_seq_len_for_mem(mHandle, batchSize, tokenNumUpperBound, &out));
+        return out;
+    }
     // The pool groups of a level (GPU: what the codec was configured with).
     [[nodiscard]] PoolGroupDescs poolGroupDescs(CacheLevel level = kGpuLevel) const
     {
@@ -2350,6 +2623,15 @@ public:
         return list<LayerGroupIterationStats>(
             [&](LayerGroupIterationStats* p, size_t cap, size_t* n)
             { return ::kvcm_manager_get_and_reset_layer_group_iteration_stats(mHandle, p, cap, n); });
+    }
+    // TensorRT-LLM KVCacheManagerV2's SSM snapshot lookups of the iteration,
+    // one entry per SSM layer group that counted one (none without SSM
+    // layers).
+    std::vector<SsmSnapshotIterationStats> getAndResetSsmSnapshotIterationStats()
+    {
+        return list<SsmSnapshotIterationStats>(
+            [&](SsmSnapshotIterationStats* p, size_t cap, size_t* n)
+            { return ::kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats(mHandle, p, cap, n); });
     }
     // Reused pages of the iteration per layer group and level they came from.
     std::vector<ReusedBlocksAtLevel> getAndResetIterationReusedBlocksByLevel()

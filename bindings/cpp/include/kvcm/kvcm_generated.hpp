@@ -39,6 +39,13 @@ inline constexpr const char* kVersionString = KVCM_VERSION_STRING;
 // a sliding window, or beyond the capacity) in base page index arrays.
 inline constexpr std::int32_t kBadPageIndex = KVCM_BAD_PAGE_INDEX;
 
+// KVCM_DEFAULT_BEAM_INDEX is the beam the single-beam calls read, beam 0, which
+// also holds the committed tokens' KV.
+inline constexpr std::int32_t kDefaultBeamIndex = KVCM_DEFAULT_BEAM_INDEX;
+
+// KVCM_MAX_BEAM_WIDTH is the largest beam width a cache may have.
+inline constexpr std::int32_t kMaxBeamWidth = KVCM_MAX_BEAM_WIDTH;
+
 // KVCM_MIN_PRIORITY is the lowest eviction priority a priority callback may return.
 inline constexpr std::int32_t kMinPriority = KVCM_MIN_PRIORITY;
 
@@ -76,6 +83,10 @@ using LifeCycleId = LayerGroupId;
 
 // kvcm_manager is the handle of a KV-cache manager. 0 is never valid.
 using ManagerHandle = ::kvcm_manager;
+
+// kvcm_planned_drop is the handle of a planned drop of committed sliding-window
+// pages (kvcm_kv_cache_plan_committed_block_drop). 0 is never valid.
+using PlannedDropHandle = ::kvcm_planned_drop;
 
 // kvcm_pool_group_index identifies a pool group within one cache level. Indices of
 // different levels are unrelated and must never be compared.
@@ -699,12 +710,27 @@ using PoolGroupStats = ::kvcm_pool_group_stats;
 static_assert(std::is_standard_layout_v<PoolGroupStats> && std::is_trivially_copyable_v<PoolGroupStats>);
 static_assert(sizeof(PoolGroupStats) == 56 && alignof(PoolGroupStats) == 8);
 
+// kvcm_reuse_diagnostics says how a cache's reuse was cut at its creation
+// (KVCacheManagerV2's _get_num_reusable_tokens_before_pruning and
+// _before_hybrid_pruning), after reuse_match_backoff.
+using ReuseDiagnostics = ::kvcm_reuse_diagnostics;
+static_assert(std::is_standard_layout_v<ReuseDiagnostics> && std::is_trivially_copyable_v<ReuseDiagnostics>);
+static_assert(sizeof(ReuseDiagnostics) == 16 && alignof(ReuseDiagnostics) == 8);
+
 // kvcm_reused_blocks_at_level counts one layer group's pages reused during an
 // iteration from one level (the level each was on when a new cache reused
 // it).
 using ReusedBlocksAtLevel = ::kvcm_reused_blocks_at_level;
 static_assert(std::is_standard_layout_v<ReusedBlocksAtLevel> && std::is_trivially_copyable_v<ReusedBlocksAtLevel>);
 static_assert(sizeof(ReusedBlocksAtLevel) == 24 && alignof(ReusedBlocksAtLevel) == 8);
+
+// kvcm_ssm_snapshot_iteration_stats counts the SSM snapshot lookups of the SSM layer
+// group during an iteration (KVCacheManagerV2's
+// SsmSnapshotIterationStatsDelta): one lookup per cache created with input
+// tokens, a hit when it reused a snapshot.
+using SsmSnapshotIterationStats = ::kvcm_ssm_snapshot_iteration_stats;
+static_assert(std::is_standard_layout_v<SsmSnapshotIterationStats> && std::is_trivially_copyable_v<SsmSnapshotIterationStats>);
+static_assert(sizeof(SsmSnapshotIterationStats) == 64 && alignof(SsmSnapshotIterationStats) == 8);
 
 // ---- Structures that borrow pointers for one call: kvcm::c ----
 
@@ -796,7 +822,7 @@ inline KvCacheOptions makeKvCacheOptions() noexcept {
 // sizeof(kvcm_manager_config) and abi_version = KVCM_ABI_VERSION.
 using ManagerConfig = ::kvcm_manager_config;
 static_assert(std::is_standard_layout_v<ManagerConfig> && std::is_trivially_copyable_v<ManagerConfig>);
-static_assert(sizeof(ManagerConfig) == 224 && alignof(ManagerConfig) == 8);
+static_assert(sizeof(ManagerConfig) == 256 && alignof(ManagerConfig) == 8);
 
 // makeManagerConfig returns a zeroed ManagerConfig with struct_size and abi_version set.
 inline ManagerConfig makeManagerConfig() noexcept {
@@ -821,6 +847,14 @@ static_assert(sizeof(RequestDesc) == 16 && alignof(RequestDesc) == 8);
 using SharedTierConfig = ::kvcm_shared_tier_config;
 static_assert(std::is_standard_layout_v<SharedTierConfig> && std::is_trivially_copyable_v<SharedTierConfig>);
 static_assert(sizeof(SharedTierConfig) == 56 && alignof(SharedTierConfig) == 8);
+
+// kvcm_ssm_layer_config describes one state-space (Mamba) layer
+// (KVCacheManagerV2's SsmLayerConfig): its buffers hold one fixed-size state
+// per request, so a buffer's size is the bytes of the whole state. The SSM
+// layers form one layer group, after every attention layer group.
+using SsmLayerConfig = ::kvcm_ssm_layer_config;
+static_assert(std::is_standard_layout_v<SsmLayerConfig> && std::is_trivially_copyable_v<SsmLayerConfig>);
+static_assert(sizeof(SsmLayerConfig) == 24 && alignof(SsmLayerConfig) == 8);
 
 }  // namespace c
 

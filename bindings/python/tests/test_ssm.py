@@ -1,0 +1,136 @@
+"""SSM layers (KVCacheManagerV2's SsmLayerConfig): one fixed-size state per
+request in a layer group of its own, snapshots where a commit ends on a
+block boundary, reuse that ends at the last snapshot, and the snapshot
+lookup statistics."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import small_config
+
+import kvcm
+from kvcm import (
+    BAD_PAGE_INDEX,
+    AttentionLayerConfig,
+    BufferConfig,
+    InvalidConfigError,
+    KVCacheManager,
+    SsmLayerConfig,
+    SsmSnapshotIterationStatsDelta,
+)
+
+
+def ssm_config(**kw):
+    layers = [
+        AttentionLayerConfig(0, [BufferConfig("key", 64), BufferConfig("value", 64)]),
+        SsmLayerConfig(1, [BufferConfig("ssm_state", 256), BufferConfig("conv_state", 64)]),
+    ]
+    kw.setdefault("commit_min_snapshot", True)
+    return small_config(layers=layers, **kw)
+
+
+def compute_to(cache, tokens, n):
+    """Grow, compute and commit up to n tokens in one commit."""
+    cache.resize(max(n, cache.capacity))
+    cache.commit(tokens[cache.num_committed_tokens:n])
+
+
+def test_ssm_layers_need_commit_min_snapshot():
+    """Without commit_min_snapshot the manager refuses SSM layers, naming the
+    field; a cap on SSM slots without SSM layers names max_ssm_slots."""
+    with pytest.raises(InvalidConfigError, match="commit_min_snapshot") as e:
+        KVCacheManager(ssm_config(commit_min_snapshot=False), device="emu")
+    assert e.value.field == "commit_min_snapshot"
+    with pytest.raises(InvalidConfigError, match="max_ssm_slots"):
+        KVCacheManager(small_config(max_ssm_slots=2), device="emu")
+
+
+def test_an_ssm_cache_holds_one_state_in_its_own_layer_group(backend):
+    """The SSM layers form the last layer group, with no page per block: an
+    ACTIVE cache has one SSM state whatever its length, and attention layer
+    groups report BAD_PAGE_INDEX for it."""
+    with KVCacheManager(ssm_config(), device="emu") as m:
+        ssm = m.get_layer_group_id(1)
+        assert ssm == 1 and [list(g) for g in m.layer_grouping] == [[0], [1]]
+        with m.create_kv_cache(None, list(range(10))) as c:
+            assert c.resume(m.create_stream())
+            c.resize(10)
+            slot = c.get_ssm_block_base_index(ssm)
+            assert slot != BAD_PAGE_INDEX
+            assert list(c.get_base_page_indices(ssm)) == [BAD_PAGE_INDEX] * 3
+            assert c.get_ssm_block_base_index(0) == BAD_PAGE_INDEX
+            c.resize(40)
+            assert c.get_ssm_block_base_index(ssm) == slot
+
+
+def test_reuse_ends_at_the_last_snapshot_and_is_counted(backend):
+    """A commit ending on a block boundary snapshots the state; a later
+    prompt reuses up to the last snapshot into a state of its own, and each
+    creation with input tokens counts one snapshot lookup."""
+    tokens = list(range(24))
+    with KVCacheManager(ssm_config(), device="emu") as m:
+        s = m.create_stream()
+        with m.create_kv_cache(None, tokens) as a:
+            assert a.resume(s)
+            compute_to(a, tokens, 12)  # one commit of three blocks: a snapshot at 12
+            compute_to(a, tokens, 18)  # ends mid-block: none
+        assert m.get_and_reset_ssm_snapshot_iteration_stats() == {
+            1: SsmSnapshotIterationStatsDelta(1, 0, 1, 0, 24, 0, 0)}
+        assert [m.probe_reuse(None, tokens[:n]) for n in (24, 16, 12, 11)] == [12, 12, 12, 0]
+        with m.create_kv_cache(None, tokens[:20]) as b:
+            assert b.num_committed_tokens == 12
+            assert b._get_num_reusable_tokens_before_pruning() == 16
+            assert b._get_num_reusable_tokens_before_hybrid_pruning() == 16, "the snapshot cuts 16 to 12"
+            assert b.resume(s)
+            assert b.get_ssm_block_base_index(1) != BAD_PAGE_INDEX
+        got = m.get_and_reset_ssm_snapshot_iteration_stats()
+        assert got == {1: SsmSnapshotIterationStatsDelta(1, 1, 0, 12, 8, 1, 0)}
+        assert got[1].iter_snapshot_hit_rate == 1.0
+        assert m.get_and_reset_ssm_snapshot_iteration_stats() == {}
+
+
+def test_max_ssm_slots_caps_the_ssm_pool_group():
+    """max_ssm_slots caps the SSM layer group's GPU slots; a constraint of
+    zero-capacity requests (KVCM2's hybrid floor: states only) needs one slot
+    per request, and a cap below that names max_ssm_slots."""
+    with KVCacheManager(ssm_config(max_ssm_slots=3), device="emu") as m:
+        descs = m.pool_group_descs
+        assert descs[1].num_slots == 3
+        assert descs[0].num_slots > 3
+    states_only = [kvcm.BatchDesc([kvcm.KVCacheDesc(0, 0)] * 3)]
+    with KVCacheManager(ssm_config(max_ssm_slots=3, constraints=states_only), device="emu") as m:
+        assert m.pool_group_descs[1].num_slots == 3
+    with pytest.raises(InvalidConfigError) as e:
+        KVCacheManager(ssm_config(max_ssm_slots=2, constraints=states_only), device="emu")
+    assert e.value.field == "max_ssm_slots"
+
+
+def test_ssm_names_are_kvcm_s_own():
+    """SsmLayerConfig and SsmSnapshotIterationStatsDelta are no longer model
+    coverage."""
+    assert kvcm.SsmLayerConfig is SsmLayerConfig
+    d = SsmSnapshotIterationStatsDelta(iter_snapshot_lookups=2, iter_snapshot_hits=1)
+    assert d.iter_snapshot_hit_rate == 0.5 and not d.empty
+
+
+def test_ssm_manager_serves_events_priorities_and_clamping(backend):
+    """The KVCM2 surfaces that walk the layers take SSM layers: an event
+    manager, a priority callback (asked with the SSM LifeCycle), and
+    clamp_max_seq_len_for_mem (one state per request)."""
+    asked = []
+
+    def priority(ordinal, lc):
+        asked.append((int(lc), lc.is_ssm, lc.window_size))
+        return 50
+
+    em = kvcm.KVCacheEventManager(64)
+    with KVCacheManager(ssm_config(max_ssm_slots=2), em, device="emu") as m:
+        tokens = list(range(8))
+        with m.create_kv_cache(None, tokens, custom_priority_callback=priority) as c:
+            assert c.resume(m.create_stream())
+            compute_to(c, tokens, 8)
+        assert (1, True, None) in asked and (0, False, None) in asked
+        em.flush_iteration_events()
+        assert em.get_latest_events(0)
+        assert m.clamp_max_seq_len_for_mem(3, 1 << 20) == 0, "two SSM slots hold two requests, not three"
+        assert m.clamp_max_seq_len_for_mem(2, 64) == 64

@@ -1,0 +1,87 @@
+package core
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/config"
+)
+
+// dropConfig: full attention and an 8-token window, 4 tokens a block.
+func dropConfig() config.Config {
+	cfg := smallConfig(256)
+	cfg.Layers[1].SlidingWindowSize = 8
+	return cfg
+}
+
+// turn computes and commits tokens, stops committing and plans the drop.
+func (f *fixture) turn(tokens []config.Token) (*KVCache, *PlannedDrop) {
+	f.t.Helper()
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: tokens})
+	require.NoError(f.t, err)
+	require.NoError(f.t, c.Resume(f.stream))
+	require.NoError(f.t, c.Resize(len(tokens), -1))
+	require.NoError(f.t, c.Commit(tokens[c.NumCommittedTokens():], false))
+	c.StopCommitting()
+	d, err := c.PlanCommittedBlockDrop()
+	require.NoError(f.t, err)
+	return c, d
+}
+
+// A planned drop drops the window's committed pages of the turn once it is
+// carried out, and only pages no other plan still names: a later turn
+// extending the conversation reuses everything before that window.
+func TestPlannedDropDropsTheTurnsWindowPages(t *testing.T) {
+	f := newFixture(t, dropConfig())
+	long := seq(0, 24)
+	short := long[:8]
+	lc, longDrop := f.turn(long)
+	require.NotNil(t, longDrop)
+	require.NoError(t, lc.Close())
+	sc, shortDrop := f.turn(short)
+	require.NotNil(t, shortDrop)
+	require.NoError(t, sc.Close())
+	scope := blockhash.Scope{}
+	assert.Equal(t, 8, f.m.ProbeReuse(scope, short), "planned pages stay cached")
+
+	require.NoError(t, shortDrop.Drop())
+	assert.True(t, shortDrop.Dropped())
+	assert.Equal(t, 0, f.m.ProbeReuse(scope, short), "the short turn's window is gone")
+	assert.Equal(t, 24, f.m.ProbeReuse(scope, long), "the long turn needs none of it")
+
+	require.NoError(t, longDrop.Drop())
+	assert.Equal(t, 24-8, f.m.ProbeReuse(scope, long), "the window is dropped, older full-attention blocks stay")
+	require.ErrorIs(t, longDrop.Drop(), ErrInvalidState, "a plan is carried out once")
+}
+
+// Planning needs stop_committing first; a cache with no committed full block
+// has nothing to plan.
+func TestPlanningADropNeedsStopCommitting(t *testing.T) {
+	f := newFixture(t, dropConfig())
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 3)})
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Resize(3, -1))
+	_, err = c.PlanCommittedBlockDrop()
+	require.ErrorIs(t, err, ErrInvalidState)
+	assert.Contains(t, err.Error(), "stop_committing")
+	require.NoError(t, c.Commit(seq(0, 3), true))
+	d, err := c.PlanCommittedBlockDrop()
+	require.NoError(t, err)
+	assert.Nil(t, d, "no full block committed")
+}
+
+// A page a cache still uses is not dropped by the plan: it stays cached.
+func TestPlannedDropKeepsPagesInUse(t *testing.T) {
+	f := newFixture(t, dropConfig())
+	tokens := seq(0, 24)
+	first, d := f.turn(tokens)
+	require.NotNil(t, d)
+	defer first.Close()
+	require.NoError(t, d.Drop())
+	assert.Equal(t, 24, f.m.ProbeReuse(blockhash.Scope{}, tokens), "the first turn's cache still holds its window")
+}

@@ -1,0 +1,310 @@
+package core
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/layout"
+)
+
+// ssmConfig: smallConfig's two full-attention layers and one SSM layer
+// (a 128-byte state and a 64-byte conv state), with commit_min_snapshot.
+func ssmConfig(slots int64) config.Config {
+	cfg := smallConfig(slots)
+	cfg.SsmLayers = []config.SsmLayerConfig{{LayerID: 2, Buffers: []config.BufferConfig{
+		{Role: "ssm_state", Size: 128}, {Role: "conv_state", Size: 64},
+	}}}
+	cfg.CommitMinSnapshot = true
+	return cfg
+}
+
+// ssmState is the location of the SSM layer's state buffer.
+func (f *fixture) ssmState() BufferLocation {
+	f.t.Helper()
+	loc, err := f.m.Buffer(2, "ssm_state")
+	require.NoError(f.t, err)
+	return loc
+}
+
+// liveState returns the cache's SSM state slot.
+func liveState(t *testing.T, c *KVCache) int32 {
+	t.Helper()
+	s, err := c.SsmBlockBaseIndex(c.m.Layout().SSM)
+	require.NoError(t, err)
+	require.NotEqual(t, BadPageIndex, s, "an ACTIVE cache has its SSM state")
+	return s
+}
+
+// SSM layers need commit_min_snapshot, their states take no
+// tokens_per_block_override, and bad SSM fields are named.
+func TestSsmConfigurationErrorsNameTheField(t *testing.T) {
+	cases := map[string]func(*config.Config){
+		"commit_min_snapshot":           func(c *config.Config) { c.CommitMinSnapshot = false },
+		"ssm_layers[0].layer_id":        func(c *config.Config) { c.SsmLayers[0].LayerID = 1 },
+		"ssm_layers[0].buffers":         func(c *config.Config) { c.SsmLayers[0].Buffers = nil },
+		"ssm_layers[0].buffers[1].role": func(c *config.Config) { c.SsmLayers[0].Buffers[1].Role = "ssm_state" },
+		"ssm_layers[0].buffers[0].size": func(c *config.Config) { c.SsmLayers[0].Buffers[0].Size = 0 },
+		"ssm_layers[0].buffers[0].tokens_per_block_override": func(c *config.Config) {
+			c.SsmLayers[0].Buffers[0].TokensPerBlockOverride = 2 // divides tokens_per_block: fine for a layer
+		},
+		"max_ssm_slots":               func(c *config.Config) { c.MaxSsmSlots = -1 },
+		"max_ssm_slots (without SSM)": func(c *config.Config) { c.SsmLayers, c.MaxSsmSlots = nil, 4 },
+	}
+	for name, mutate := range cases {
+		t.Run(name, func(t *testing.T) {
+			cfg := ssmConfig(64)
+			mutate(&cfg)
+			err := cfg.Validate(layout.NumLifeCycles(&cfg))
+			require.ErrorIs(t, err, config.ErrInvalid)
+			var ce *config.Error
+			require.ErrorAs(t, err, &ce)
+			field := name
+			if i := len("max_ssm_slots"); len(name) > i && name[:i] == "max_ssm_slots" {
+				field = "max_ssm_slots"
+			}
+			assert.Equal(t, field, ce.Field)
+		})
+	}
+}
+
+// The SSM layers form one layer group after the attention ones, with a hot
+// pool group of its own even where its slot layout equals another's, and no
+// page per block: an ACTIVE cache holds one SSM state whatever its length.
+func TestSsmLayerGroupHoldsOneStatePerCache(t *testing.T) {
+	cfg := ssmConfig(64)
+	cfg.SsmLayers[0].Buffers = []config.BufferConfig{{Role: "ssm_state", Size: 128}, {Role: "conv_state", Size: 128}}
+	f := newFixture(t, cfg)
+	lt := f.m.Layout()
+	require.Len(t, lt.LifeCycles, 2)
+	assert.Equal(t, layout.LayerGroupID(1), lt.SSM)
+	assert.True(t, lt.LifeCycles[1].Window.SSM)
+	assert.Equal(t, []int32{2}, lt.LifeCycles[1].Layers)
+	require.Len(t, lt.Levels[0].Groups, 2, "equal slot bytes, yet a pool group of its own")
+
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 10)})
+	require.NoError(t, err)
+	_, err = c.SsmBlockBaseIndex(lt.SSM)
+	require.ErrorIs(t, err, ErrInvalidState, "a SUSPENDED cache has no GPU slot to report")
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Resize(10, 10))
+	liveState(t, c)
+	idx, err := c.BasePageIndices(lt.SSM)
+	require.NoError(t, err)
+	assert.Equal(t, []int32{BadPageIndex, BadPageIndex, BadPageIndex}, idx, "no page per block")
+	attn, err := c.SsmBlockBaseIndex(0)
+	require.NoError(t, err)
+	assert.Equal(t, BadPageIndex, attn, "an attention layer group has no SSM state")
+	_, err = c.SsmBlockBaseIndex(2)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	assert.Equal(t, []int{3 + 1}, c.Residency(), "three KV pages and one state")
+	require.NoError(t, c.Resize(40, 40))
+	assert.Equal(t, []int{10 + 1}, c.Residency(), "still one state")
+	require.NoError(t, c.Close())
+}
+
+// computeTo brings c to n committed tokens of prompt as an engine would: grow,
+// compute (here: write the SSM state with seed), commit.
+func (f *fixture) computeTo(c *KVCache, prompt []config.Token, n int, seed byte) []byte {
+	f.t.Helper()
+	require.NoError(f.t, c.Resize(max(n, c.Capacity()), -1))
+	state := f.fillPage(f.ssmState(), liveState(f.t, c), seed)
+	require.NoError(f.t, c.Commit(prompt[c.NumCommittedTokens():n], false))
+	return state
+}
+
+// A Commit that ends on a block boundary snapshots the SSM state into that
+// block; a later prompt through it reuses the blocks up to there and starts
+// from a private copy of the snapshot, byte for byte, while the first cache's
+// state stays its own.
+func TestSsmSnapshotAtBlockBoundaryIsReusedByteForByte(t *testing.T) {
+	f := newFixture(t, ssmConfig(64))
+	loc, prompt := f.ssmState(), seq(0, 16)
+	a, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	require.NoError(t, a.Resume(f.stream))
+	at8 := f.computeTo(a, prompt, 8, 7)
+	f.computeTo(a, prompt, 10, 99) // the first cache moves on, mid-block
+
+	b, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt[:14]})
+	require.NoError(t, err)
+	assert.Equal(t, 8, b.ReusedTokens(), "reuse ends at the snapshot, block 2's end")
+	require.NoError(t, b.Resume(f.stream))
+	assert.NotEqual(t, liveState(t, a), liveState(t, b), "a private state")
+	assert.Equal(t, at8, f.readPage(loc, liveState(t, b)), "the state at 8 tokens")
+	f.fillPage(loc, liveState(t, b), 42)
+	assert.NotEqual(t, at8, f.readPage(loc, liveState(t, a)), "writing one state leaves the other")
+	require.NoError(t, a.Close())
+	require.NoError(t, b.Close())
+}
+
+// Reuse stops at the deepest block holding a snapshot: a Commit of several
+// blocks snapshots only the last one, a Commit ending mid-block none, and a
+// prompt that matches blocks without a snapshot reuses none of them.
+func TestSsmReuseEndsAtTheLastSnapshot(t *testing.T) {
+	f := newFixture(t, ssmConfig(64))
+	prompt := seq(0, 24)
+	a, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	require.NoError(t, a.Resume(f.stream))
+	f.computeTo(a, prompt, 12, 1) // blocks 0-2 in one Commit: a snapshot at 12
+	f.computeTo(a, prompt, 18, 2) // blocks 3 and half of 4: no snapshot
+	require.NoError(t, a.Close())
+	for _, c := range []struct{ prompt, reused int }{{24, 12}, {16, 12}, {12, 12}, {11, 0}, {8, 0}} {
+		assert.Equal(t, c.reused, f.m.ProbeReuse(blockhash.Scope{}, prompt[:c.prompt]), "prompt of %d tokens", c.prompt)
+	}
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt[:20]})
+	require.NoError(t, err)
+	assert.Equal(t, ReuseDiagnostics{ContentTokens: 16, AttentionTokens: 16}, c.ReuseDiagnostics(),
+		"16 tokens match and are usable; the SSM snapshot cuts reuse to 12")
+	assert.Equal(t, 12, c.ReusedTokens())
+	require.NoError(t, c.Close())
+	f.m.cfg.ReuseMatchBackoff = 1
+	assert.Equal(t, 0, f.m.ProbeReuse(blockhash.Scope{}, prompt), "backing off one token leaves no snapshot")
+}
+
+// Every cache created with input tokens counts one SSM snapshot lookup: a
+// hit (aligned: on a block boundary) when it reused a snapshot, with its
+// reused and unreused tokens; the getter resets the counters.
+func TestSsmSnapshotStatsCountLookups(t *testing.T) {
+	f := newFixture(t, ssmConfig(64))
+	prompt := seq(0, 16)
+	a, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	require.NoError(t, a.Resume(f.stream))
+	f.computeTo(a, prompt, 8, 1)
+	require.NoError(t, a.Close())
+	b, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt[:10]})
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+	c, err := f.m.CreateKVCache(CacheOptions{})
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+
+	got := f.m.GetAndResetSsmSnapshotIterationStats()
+	want := SsmSnapshotStats{Lookups: 2, Hits: 1, Misses: 1, ReusedTokens: 8, UnreusedTokens: 16 + 2, AlignedHits: 1}
+	assert.Equal(t, map[layout.LayerGroupID]SsmSnapshotStats{1: want}, got)
+	assert.InDelta(t, 0.5, got[1].HitRate(), 1e-9)
+	assert.Empty(t, f.m.GetAndResetSsmSnapshotIterationStats(), "reset")
+	assert.Empty(t, newFixture(t, smallConfig(16)).m.GetAndResetSsmSnapshotIterationStats(), "no SSM layers")
+}
+
+// MaxSsmSlots caps the SSM pool group's GPU slots; the bytes it leaves go to
+// the attention layer groups. A snapshot that finds no GPU slot is not taken.
+func TestMaxSsmSlotsCapsTheSsmPoolGroup(t *testing.T) {
+	cfg := ssmConfig(64)
+	uncapped := newFixture(t, cfg)
+	st, err := uncapped.m.StorageStats(layout.GPULevel)
+	require.NoError(t, err)
+	require.Len(t, st, 2)
+	require.Greater(t, st[1].Total, int64(2))
+
+	cfg.MaxSsmSlots, cfg.MaxUtilForResume = 2, 1
+	f := newFixture(t, cfg)
+	capped, err := f.m.StorageStats(layout.GPULevel)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), capped[1].Total)
+	assert.Greater(t, capped[0].Total, st[0].Total, "the attention group gets the rest")
+
+	prompt := seq(0, 16)
+	a, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	require.NoError(t, a.Resume(f.stream))
+	f.computeTo(a, prompt, 4, 1) // snapshot: slot 2 of 2
+	f.computeTo(a, prompt, 8, 2) // the first snapshot is evicted for it (no colder level: dropped)
+	b, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(50, 16)})
+	require.NoError(t, err)
+	require.NoError(t, b.Resume(f.stream), "the second state takes the last snapshot's place")
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	require.ErrorIs(t, c.Resume(f.stream), ErrOutOfPages, "two live states fill the capped group")
+	require.NoError(t, c.Close())
+	f.computeTo(a, prompt, 12, 3)
+	assert.Equal(t, 0, f.m.ProbeReuse(blockhash.Scope{}, prompt[:12]), "no slot for a snapshot at 12")
+	for _, x := range []*KVCache{a, b} {
+		require.NoError(t, x.Close())
+	}
+
+	// Zero-capacity requests hold only their states (KVCacheManagerV2's
+	// hybrid floors).
+	cfg.Constraints = []config.BatchDesc{{Requests: []config.RequestDesc{{}, {}, {}}}}
+	_, err = NewManager(cfg, WithDevice(f.dev))
+	var ce *config.Error
+	require.ErrorAs(t, err, &ce, "a cap below the states the constraints need")
+	assert.Equal(t, "max_ssm_slots", ce.Field)
+	cfg.MaxSsmSlots = 3
+	m, err := NewManager(cfg, WithDevice(f.dev))
+	require.NoError(t, err)
+	require.NoError(t, m.Close())
+}
+
+// An SSM state is a page of one more layer group: a suspended cache's state
+// and the tree's snapshots are evicted to the host and disk levels through
+// the codec and come back byte for byte.
+func TestSsmStatesTravelThroughHostAndDisk(t *testing.T) {
+	cfg := tieredConfig(t, 8, 2, 64)
+	cfg.SsmLayers = ssmConfig(0).SsmLayers
+	cfg.CommitMinSnapshot = true
+	cfg.MaxSsmSlots = 2
+	f := newTieredFixture(t, cfg)
+	loc := f.ssmState()
+	prompt := seq(0, 8)
+	a, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	require.NoError(t, a.Resume(f.stream))
+	snap := f.computeTo(a, prompt, 8, 5)
+	live := f.fillPage(loc, liveState(t, a), 6)
+	require.NoError(t, a.Suspend())
+
+	// Other requests take the GPU's SSM slots: a's state and the snapshot
+	// leave the GPU level.
+	var others []*KVCache
+	for i := range 2 {
+		o, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(100*(i+1), 4)})
+		require.NoError(t, err)
+		require.NoError(t, o.Resume(f.stream))
+		f.fillPage(loc, liveState(t, o), byte(100+i)) // no GPU SSM slot keeps a's bytes
+		others = append(others, o)
+	}
+	res := a.Residency()
+	assert.Equal(t, 2, res[0], "a's KV pages stayed on the GPU")
+	assert.Equal(t, 1, res[1]+res[2], "a's state left it")
+	t.Logf("a's residency by level: %v", res)
+	for _, o := range others {
+		require.NoError(t, o.Close())
+	}
+
+	require.NoError(t, a.Resume(f.stream))
+	assert.Equal(t, live, f.readPage(loc, liveState(t, a)), "a's live state came back")
+	b, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	assert.Equal(t, 8, b.ReusedTokens())
+	require.NoError(t, a.Close())
+	require.NoError(t, b.Resume(f.stream))
+	assert.Equal(t, snap, f.readPage(loc, liveState(t, b)), "the snapshot came back")
+	require.NoError(t, b.Close())
+}
+
+// Suspend keeps the SSM state: resuming without pressure finds it in the
+// same GPU slot with the same bytes (KVCacheManagerV2's suspend/resume test).
+func TestSsmStateSurvivesSuspendAndResume(t *testing.T) {
+	f := newFixture(t, ssmConfig(64))
+	c, err := f.m.CreateKVCache(CacheOptions{})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Resize(100, 0))
+	slot := liveState(t, c)
+	state := f.fillPage(f.ssmState(), slot, 3)
+	c.StopCommitting()
+	require.NoError(t, c.Suspend())
+	require.NoError(t, c.Resume(f.stream))
+	assert.Equal(t, slot, liveState(t, c), "the same slot")
+	assert.Equal(t, state, f.readPage(f.ssmState(), slot))
+	require.NoError(t, c.Close())
+	st, err := f.m.StorageStats(layout.GPULevel)
+	require.NoError(t, err)
+	assert.Equal(t, st[1].Total, st[1].Free, "a closed cache's state is freed")
+}
