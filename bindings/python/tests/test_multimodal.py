@@ -13,6 +13,7 @@ from kvcm import (
     KVCacheManager,
     MmItemContext,
     ReuseScope,
+    UnsupportedError,
     gen_multimodal_cache_key_tokens,
     sequence_to_blockchain_keys,
 )
@@ -77,6 +78,18 @@ def test_digest_tokens_are_checked(backend):
             m.create_kv_cache(None, image_prompt(IMG))
         with pytest.raises(TypeError, match="text-only"):
             m.probe_reuse(None, image_prompt(IMG))
+
+
+def test_digest_tokens_with_beam_search_indices_are_unsupported(backend):
+    """A beam search step commits text tokens: digest tokens with
+    beam_search_indices raise UnsupportedError and commit nothing."""
+    with KVCacheManager(small_config(), device="emu") as m:
+        with m.create_kv_cache(None, []) as c:
+            assert c.resume(m.create_stream()) and c.resize(8)
+            with pytest.raises(UnsupportedError, match="beam_search_indices"):
+                c.commit([1, IMG], [0])
+            assert c.num_committed_tokens == 0
+            c.suspend()
 
 
 def test_sequence_to_blockchain_keys_chains_from_the_scope_root(backend):

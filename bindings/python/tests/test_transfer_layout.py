@@ -5,6 +5,7 @@ overrides, through both backends."""
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 
 import pytest
 from conftest import small_config
@@ -15,10 +16,13 @@ from kvcm import (
     BufferConfig,
     BufferId,
     ExpandedBuffer,
+    GpuCacheTierConfig,
     InvalidArgumentError,
     InvalidConfigError,
     KVCacheManager,
+    KVCacheManagerConfig,
     PageIndexMode,
+    SwaScratchReuseConfig,
 )
 
 
@@ -74,8 +78,8 @@ def test_aggregated_page_desc_addresses_the_buffers_bytes(backend):
 
 
 def test_aggregated_page_indices_valid_only_and_beam(backend):
-    """valid_only drops the blocks a sliding window released; a beam other
-    than 0 is refused."""
+    """valid_only drops the blocks a sliding window released; every beam has
+    its own indices, and a beam outside the beam width is refused."""
     with KVCacheManager(small_config(), device="emu") as m:
         s = m.create_stream()
         swa = m.get_layer_group_id(2)
@@ -87,6 +91,11 @@ def test_aggregated_page_indices_valid_only_and_beam(backend):
             assert list(c.get_aggregated_page_indices(swa, valid_only=True)) == [i for i in full if i != -1]
             with pytest.raises(InvalidArgumentError, match="beam"):
                 list(c.get_aggregated_page_indices(swa, 1))
+            c.beam_width = 2
+            c.resize(24)  # a new block: a page per beam
+            for beam in range(2):
+                assert list(c.get_aggregated_page_indices(0, beam)) == list(c.get_base_page_indices(0, beam))
+            assert list(c.get_aggregated_page_indices(0, 1))[-1] != list(c.get_aggregated_page_indices(0, 0))[-1]
             c.suspend()
 
 
@@ -120,3 +129,24 @@ def test_tokens_per_block_override_must_divide_tokens_per_block(override, match)
     with pytest.raises(InvalidConfigError, match=match) as e:
         KVCacheManager(small_config(layers=layers), device="emu")
     assert e.value.field == "layers[0].buffers[0].tokens_per_block_override"
+
+
+def test_converter_expands_scratch_mapped_indices(backend):
+    """With SWA scratch reuse, a buffer's expanded indices of scratch blocks
+    are the scratch-mapped indices, each expanded as any other."""
+    kv = [BufferConfig("key", 64), BufferConfig("index", 16, tokens_per_block_override=2)]
+    layers = [AttentionLayerConfig(0, kv)] + [AttentionLayerConfig(i, kv, sliding_window_size=8) for i in range(1, 3)]
+    cfg = KVCacheManagerConfig(tokens_per_block=4, cache_tiers=[GpuCacheTierConfig(64 << 10)], layers=layers,
+                               swa_scratch_reuse=SwaScratchReuseConfig(0))
+    with KVCacheManager(cfg, device="emu") as m:
+        with m.create_kv_cache(None, list(range(64))) as c:
+            assert c.resume(m.create_stream()) and c.resize(64)
+            d = c.get_scratch_desc(1)
+            assert d is not None and d.range.end > d.range.beg
+            base = list(c.get_base_page_indices(1))
+            conv = m.get_page_index_converter(1, "index")
+            assert conv.expansion == 2
+            plain = dataclasses.replace(conv, expansion=1)(base, PageIndexMode.PER_LAYER, d)
+            assert conv(base, PageIndexMode.PER_LAYER, d) == [p * 2 + k for p in plain for k in range(2)]
+            assert all(p != -1 for p in plain[d.range.beg:d.range.end]), "scratch blocks map into their slots"
+            c.suspend()
