@@ -344,6 +344,9 @@ func fromCKVCacheOptions(c *C.kvcm_kv_cache_options, name string) (abimodel.Cach
 		}
 		out.RequestID = s
 	}
+	if C.kvcm__has_kv_cache_options_text_only(c) != 0 {
+		out.TextOnly = bool(c.text_only)
+	}
 	return out, nil
 }
 

@@ -16,6 +16,43 @@ import (
 */
 import "C"
 
+// kvcm_block_keys is the export of kvcm_block_keys (ABI version 2).
+//
+//export kvcm_block_keys
+func kvcm_block_keys(block_key C.kvcm_block_key, scope *C.kvcm__const_kvcm_reuse_scope, has_lora_id C.bool, tokens_per_block C.int32_t, tokens *C.kvcm__const_kvcm_token, num_tokens C.size_t, digest_positions *C.kvcm__const_size_t, num_digests C.size_t, digest_bytes *C.kvcm__const_char, digest_bytes_len C.size_t, partial C.bool, keys *C.uint64_t, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_block_keys"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if needed != nil {
+		*needed = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if scope == nil {
+		return argStatus(kvcmFn, "scope", "must not be NULL")
+	}
+	if tokens == nil && num_tokens != 0 {
+		return argStatus(kvcmFn, "tokens", fmt.Sprintf("is NULL but num_tokens is %d", num_tokens))
+	}
+	if digest_positions == nil && num_digests != 0 {
+		return argStatus(kvcmFn, "digest_positions", fmt.Sprintf("is NULL but num_digests is %d", num_digests))
+	}
+	if digest_bytes == nil && digest_bytes_len != 0 {
+		return argStatus(kvcmFn, "digest_bytes", fmt.Sprintf("is NULL but digest_bytes_len is %d", digest_bytes_len))
+	}
+	if keys == nil && capacity != 0 {
+		return argStatus(kvcmFn, "keys", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if needed == nil {
+		return argStatus(kvcmFn, "needed", "must not be NULL")
+	}
+	return statusOf(kvcmFn, glueBlockKeys(block_key, scope, has_lora_id, tokens_per_block, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, partial, keys, capacity, needed))
+}
+
 // kvcm_cold_page_codec_destroy is the export of kvcm_cold_page_codec_destroy (ABI version 1).
 //
 //export kvcm_cold_page_codec_destroy
@@ -503,6 +540,35 @@ func kvcm_kv_cache_commit_beam_search(cache C.kvcm_kv_cache, tokens *C.kvcm__con
 	return statusOf(kvcmFn, glueKVCacheCommitBeamSearch(cacheObj, tokensArg, beam_search_indices, num_beam_search_indices, is_end))
 }
 
+// kvcm_kv_cache_commit_digests is the export of kvcm_kv_cache_commit_digests (ABI version 2).
+//
+//export kvcm_kv_cache_commit_digests
+func kvcm_kv_cache_commit_digests(cache C.kvcm_kv_cache, tokens *C.kvcm__const_kvcm_token, num_tokens C.size_t, digest_positions *C.kvcm__const_size_t, num_digests C.size_t, digest_bytes *C.kvcm__const_char, digest_bytes_len C.size_t, is_end C.bool) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_commit_digests"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if tokens == nil && num_tokens != 0 {
+		return argStatus(kvcmFn, "tokens", fmt.Sprintf("is NULL but num_tokens is %d", num_tokens))
+	}
+	if digest_positions == nil && num_digests != 0 {
+		return argStatus(kvcmFn, "digest_positions", fmt.Sprintf("is NULL but num_digests is %d", num_digests))
+	}
+	if digest_bytes == nil && digest_bytes_len != 0 {
+		return argStatus(kvcmFn, "digest_bytes", fmt.Sprintf("is NULL but digest_bytes_len is %d", digest_bytes_len))
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheCommitDigests(cacheObj, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, is_end))
+}
+
 // kvcm_kv_cache_commit_pending_stats is the export of kvcm_kv_cache_commit_pending_stats (ABI version 2).
 //
 //export kvcm_kv_cache_commit_pending_stats
@@ -573,6 +639,35 @@ func kvcm_kv_cache_discard_pending_stats(cache C.kvcm_kv_cache) (status *C.kvcm_
 		return st
 	}
 	return statusOf(kvcmFn, glueKVCacheDiscardPendingStats(cacheObj))
+}
+
+// kvcm_kv_cache_get_aggregated_page_indices is the export of kvcm_kv_cache_get_aggregated_page_indices (ABI version 2).
+//
+//export kvcm_kv_cache_get_aggregated_page_indices
+func kvcm_kv_cache_get_aggregated_page_indices(cache C.kvcm_kv_cache, layer_group C.kvcm_layer_group_id, beam C.int32_t, valid_only C.bool, indices *C.int32_t, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_get_aggregated_page_indices"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if needed != nil {
+		*needed = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if indices == nil && capacity != 0 {
+		return argStatus(kvcmFn, "indices", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if needed == nil {
+		return argStatus(kvcmFn, "needed", "must not be NULL")
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheGetAggregatedPageIndices(cacheObj, layer_group, beam, valid_only, indices, capacity, needed))
 }
 
 // kvcm_kv_cache_get_base_page_indices is the export of kvcm_kv_cache_get_base_page_indices (ABI version 1).
@@ -740,6 +835,38 @@ func kvcm_kv_cache_get_capacity(cache C.kvcm_kv_cache, out *C.int64_t) (status *
 	}
 	*out = C.int64_t(v)
 	return nil
+}
+
+// kvcm_kv_cache_get_committed_digests is the export of kvcm_kv_cache_get_committed_digests (ABI version 2).
+//
+//export kvcm_kv_cache_get_committed_digests
+func kvcm_kv_cache_get_committed_digests(cache C.kvcm_kv_cache, positions *C.size_t, digest_bytes *C.uint8_t, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_get_committed_digests"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if needed != nil {
+		*needed = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if positions == nil && capacity != 0 {
+		return argStatus(kvcmFn, "positions", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if digest_bytes == nil && capacity != 0 {
+		return argStatus(kvcmFn, "digest_bytes", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if needed == nil {
+		return argStatus(kvcmFn, "needed", "must not be NULL")
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueKVCacheGetCommittedDigests(cacheObj, positions, digest_bytes, capacity, needed))
 }
 
 // kvcm_kv_cache_get_committed_tokens is the export of kvcm_kv_cache_get_committed_tokens (ABI version 2).
@@ -1626,6 +1753,59 @@ func kvcm_manager_drain_block_events(manager C.kvcm_manager, events *C.kvcm_bloc
 	return statusOf(kvcmFn, glueManagerDrainBlockEvents(managerObj, events, events_cap, tokens, tokens_cap, num_events, num_tokens, dropped))
 }
 
+// kvcm_manager_drain_block_events_digests is the export of kvcm_manager_drain_block_events_digests (ABI version 2).
+//
+//export kvcm_manager_drain_block_events_digests
+func kvcm_manager_drain_block_events_digests(manager C.kvcm_manager, events *C.kvcm_block_event, events_cap C.size_t, tokens *C.kvcm_token, tokens_cap C.size_t, digest_positions *C.size_t, digest_bytes *C.uint8_t, num_events *C.size_t, num_tokens *C.size_t, num_digests *C.size_t, dropped *C.uint64_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_drain_block_events_digests"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if num_events != nil {
+		*num_events = 0
+	}
+	if num_tokens != nil {
+		*num_tokens = 0
+	}
+	if num_digests != nil {
+		*num_digests = 0
+	}
+	if dropped != nil {
+		*dropped = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if events == nil && events_cap != 0 {
+		return argStatus(kvcmFn, "events", fmt.Sprintf("is NULL but events_cap is %d", events_cap))
+	}
+	if tokens == nil && tokens_cap != 0 {
+		return argStatus(kvcmFn, "tokens", fmt.Sprintf("is NULL but tokens_cap is %d", tokens_cap))
+	}
+	if digest_positions == nil && tokens_cap != 0 {
+		return argStatus(kvcmFn, "digest_positions", fmt.Sprintf("is NULL but tokens_cap is %d", tokens_cap))
+	}
+	if digest_bytes == nil && tokens_cap != 0 {
+		return argStatus(kvcmFn, "digest_bytes", fmt.Sprintf("is NULL but tokens_cap is %d", tokens_cap))
+	}
+	if num_events == nil {
+		return argStatus(kvcmFn, "num_events", "must not be NULL")
+	}
+	if num_tokens == nil {
+		return argStatus(kvcmFn, "num_tokens", "must not be NULL")
+	}
+	if num_digests == nil {
+		return argStatus(kvcmFn, "num_digests", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerDrainBlockEventsDigests(managerObj, events, events_cap, tokens, tokens_cap, digest_positions, digest_bytes, num_events, num_tokens, num_digests, dropped))
+}
+
 // kvcm_manager_drain_events is the export of kvcm_manager_drain_events (ABI version 1).
 //
 //export kvcm_manager_drain_events
@@ -1685,6 +1865,41 @@ func kvcm_manager_free_memory(manager C.kvcm_manager, ptr C.kvcm_device_ptr) (st
 		return st
 	}
 	return statusOf(kvcmFn, glueManagerFreeMemory(managerObj, ptr))
+}
+
+// kvcm_manager_get_aggregated_pages is the export of kvcm_manager_get_aggregated_pages (ABI version 2).
+//
+//export kvcm_manager_get_aggregated_pages
+func kvcm_manager_get_aggregated_pages(manager C.kvcm_manager, buffers *C.kvcm__const_kvcm_buffer_id, num_buffers C.size_t, descs *C.kvcm_aggregated_page_desc, descs_cap C.size_t, members *C.kvcm_expanded_buffer, members_cap C.size_t, num_descs *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_get_aggregated_pages"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if num_descs != nil {
+		*num_descs = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if buffers == nil && num_buffers != 0 {
+		return argStatus(kvcmFn, "buffers", fmt.Sprintf("is NULL but num_buffers is %d", num_buffers))
+	}
+	if descs == nil && descs_cap != 0 {
+		return argStatus(kvcmFn, "descs", fmt.Sprintf("is NULL but descs_cap is %d", descs_cap))
+	}
+	if members == nil && members_cap != 0 {
+		return argStatus(kvcmFn, "members", fmt.Sprintf("is NULL but members_cap is %d", members_cap))
+	}
+	if num_descs == nil {
+		return argStatus(kvcmFn, "num_descs", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerGetAggregatedPages(managerObj, buffers, num_buffers, descs, descs_cap, members, members_cap, num_descs))
 }
 
 // kvcm_manager_get_and_reset_iteration_cached_tokens_by_level is the export of kvcm_manager_get_and_reset_iteration_cached_tokens_by_level (ABI version 2).
@@ -2110,6 +2325,93 @@ func kvcm_manager_get_num_open_caches(manager C.kvcm_manager, out *C.size_t) (st
 	return nil
 }
 
+// kvcm_manager_get_page_index_converter is the export of kvcm_manager_get_page_index_converter (ABI version 2).
+//
+//export kvcm_manager_get_page_index_converter
+func kvcm_manager_get_page_index_converter(manager C.kvcm_manager, layer_id C.int32_t, role *C.kvcm__const_char, out *C.kvcm_page_index_converter) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_get_page_index_converter"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = C.kvcm_page_index_converter{}
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if role == nil {
+		return argStatus(kvcmFn, "role", "must not be NULL")
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerGetPageIndexConverter(managerObj, layer_id, role, out))
+}
+
+// kvcm_manager_get_page_index_upper_bound is the export of kvcm_manager_get_page_index_upper_bound (ABI version 2).
+//
+//export kvcm_manager_get_page_index_upper_bound
+func kvcm_manager_get_page_index_upper_bound(manager C.kvcm_manager, layer_id C.int32_t, role *C.kvcm__const_char, out *C.int64_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_get_page_index_upper_bound"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if role == nil {
+		return argStatus(kvcmFn, "role", "must not be NULL")
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerGetPageIndexUpperBound(managerObj, layer_id, role, out))
+}
+
+// kvcm_manager_get_page_stride is the export of kvcm_manager_get_page_stride (ABI version 2).
+//
+//export kvcm_manager_get_page_stride
+func kvcm_manager_get_page_stride(manager C.kvcm_manager, layer_id C.int32_t, role *C.kvcm__const_char, out *C.int64_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_get_page_stride"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if role == nil {
+		return argStatus(kvcmFn, "role", "must not be NULL")
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerGetPageStride(managerObj, layer_id, role, out))
+}
+
 // kvcm_manager_get_pool_group_descs is the export of kvcm_manager_get_pool_group_descs (ABI version 1).
 //
 //export kvcm_manager_get_pool_group_descs
@@ -2390,6 +2692,50 @@ func kvcm_manager_probe_first_new_block_key(manager C.kvcm_manager, scope *C.kvc
 	return statusOf(kvcmFn, glueManagerProbeFirstNewBlockKey(managerObj, scope, has_lora_id, tokensArg, key, found))
 }
 
+// kvcm_manager_probe_first_new_block_key_digests is the export of kvcm_manager_probe_first_new_block_key_digests (ABI version 2).
+//
+//export kvcm_manager_probe_first_new_block_key_digests
+func kvcm_manager_probe_first_new_block_key_digests(manager C.kvcm_manager, scope *C.kvcm__const_kvcm_reuse_scope, has_lora_id C.bool, tokens *C.kvcm__const_kvcm_token, num_tokens C.size_t, digest_positions *C.kvcm__const_size_t, num_digests C.size_t, digest_bytes *C.kvcm__const_char, digest_bytes_len C.size_t, key *C.uint64_t, found *C.bool) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_probe_first_new_block_key_digests"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if key != nil {
+		*key = 0
+	}
+	if found != nil {
+		*found = false
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if scope == nil {
+		return argStatus(kvcmFn, "scope", "must not be NULL")
+	}
+	if tokens == nil && num_tokens != 0 {
+		return argStatus(kvcmFn, "tokens", fmt.Sprintf("is NULL but num_tokens is %d", num_tokens))
+	}
+	if digest_positions == nil && num_digests != 0 {
+		return argStatus(kvcmFn, "digest_positions", fmt.Sprintf("is NULL but num_digests is %d", num_digests))
+	}
+	if digest_bytes == nil && digest_bytes_len != 0 {
+		return argStatus(kvcmFn, "digest_bytes", fmt.Sprintf("is NULL but digest_bytes_len is %d", digest_bytes_len))
+	}
+	if key == nil {
+		return argStatus(kvcmFn, "key", "must not be NULL")
+	}
+	if found == nil {
+		return argStatus(kvcmFn, "found", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerProbeFirstNewBlockKeyDigests(managerObj, scope, has_lora_id, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, key, found))
+}
+
 // kvcm_manager_probe_reuse is the export of kvcm_manager_probe_reuse (ABI version 1).
 //
 //export kvcm_manager_probe_reuse
@@ -2424,6 +2770,44 @@ func kvcm_manager_probe_reuse(manager C.kvcm_manager, scope *C.kvcm__const_kvcm_
 		return statusOf(kvcmFn, err)
 	}
 	return statusOf(kvcmFn, glueManagerProbeReuse(managerObj, scope, tokensArg, out))
+}
+
+// kvcm_manager_probe_reuse_digests is the export of kvcm_manager_probe_reuse_digests (ABI version 2).
+//
+//export kvcm_manager_probe_reuse_digests
+func kvcm_manager_probe_reuse_digests(manager C.kvcm_manager, scope *C.kvcm__const_kvcm_reuse_scope, has_lora_id C.bool, tokens *C.kvcm__const_kvcm_token, num_tokens C.size_t, digest_positions *C.kvcm__const_size_t, num_digests C.size_t, digest_bytes *C.kvcm__const_char, digest_bytes_len C.size_t, out *C.int64_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_probe_reuse_digests"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if scope == nil {
+		return argStatus(kvcmFn, "scope", "must not be NULL")
+	}
+	if tokens == nil && num_tokens != 0 {
+		return argStatus(kvcmFn, "tokens", fmt.Sprintf("is NULL but num_tokens is %d", num_tokens))
+	}
+	if digest_positions == nil && num_digests != 0 {
+		return argStatus(kvcmFn, "digest_positions", fmt.Sprintf("is NULL but num_digests is %d", num_digests))
+	}
+	if digest_bytes == nil && digest_bytes_len != 0 {
+		return argStatus(kvcmFn, "digest_bytes", fmt.Sprintf("is NULL but digest_bytes_len is %d", digest_bytes_len))
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueManagerProbeReuseDigests(managerObj, scope, has_lora_id, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, out))
 }
 
 // kvcm_manager_probe_reuse_v2 is the export of kvcm_manager_probe_reuse_v2 (ABI version 2).

@@ -26,6 +26,12 @@ func glueKVCacheCreate(mgr *managerObj, opts *C.kvcm__const_kvcm_kv_cache_option
 		n := int(opts.expected_prompt_length)
 		co.ExpectedPromptLength = &n
 	}
+	if C.kvcm__has_kv_cache_options_input_digest_bytes_len(opts) != 0 {
+		if co.InputDigests, err = goDigests(opts.input_digest_positions, opts.num_input_digests,
+			opts.input_digest_bytes, opts.input_digest_bytes_len, "options.input_digest_positions"); err != nil {
+			return err
+		}
+	}
 	user := C.kvcm__get_kv_cache_options_priority_user_data(opts)
 	var lgFn C.kvcm_layer_group_priority_func
 	if C.kvcm__has_kv_cache_options_layer_group_priority(opts) != 0 {

@@ -59,6 +59,9 @@ func goConfig(c *C.kvcm__const_kvcm_manager_config) (config.Config, error) {
 			return cfg, argError("config.typical_step_system_prompt_length", "is %d without a typical_step", int64(c.typical_step_system_prompt_length))
 		}
 	}
+	if err := goBufferOverrides(cc, &cfg); err != nil {
+		return cfg, err
+	}
 	if C.kvcm__has_manager_config_num_constraint_system_prompt_lengths(cc) == 0 {
 		return cfg, nil
 	}
@@ -73,6 +76,32 @@ func goConfig(c *C.kvcm__const_kvcm_manager_config) (config.Config, error) {
 		cfg.Constraints[i].SystemPromptLength = int(n)
 	}
 	return cfg, nil
+}
+
+// goBufferOverrides sets each buffer's tokens_per_block_override from
+// buffer_tokens_per_block_overrides (one per buffer of every attention layer,
+// in order, or none).
+func goBufferOverrides(c *C.kvcm_manager_config, cfg *config.Config) error {
+	if C.kvcm__has_manager_config_num_buffer_tokens_per_block_overrides(c) == 0 {
+		return nil
+	}
+	overrides, err := cArray(c.buffer_tokens_per_block_overrides, c.num_buffer_tokens_per_block_overrides, "config.buffer_tokens_per_block_overrides")
+	if err != nil || len(overrides) == 0 {
+		return err
+	}
+	var bufs []*config.BufferConfig
+	for i := range cfg.Layers {
+		for j := range cfg.Layers[i].Buffers {
+			bufs = append(bufs, &cfg.Layers[i].Buffers[j])
+		}
+	}
+	if len(overrides) != len(bufs) {
+		return argError("config.num_buffer_tokens_per_block_overrides", "is %d, want 0 or the number of buffers of all layers (%d)", len(overrides), len(bufs))
+	}
+	for i, o := range overrides {
+		bufs[i].TokensPerBlockOverride = int(o)
+	}
+	return nil
 }
 
 // goShared copies a shared tier's settings; config.Validate checks them,
@@ -448,6 +477,13 @@ func glueManagerDrainEvents(mgr *managerObj, events *C.kvcm_cache_event, eventsC
 
 func glueManagerDrainBlockEvents(mgr *managerObj, events *C.kvcm_block_event, eventsCap C.size_t, tokens *C.kvcm_token, tokensCap C.size_t,
 	numEvents *C.size_t, numTokens *C.size_t, dropped *C.uint64_t) error {
+	return drainBlockEvents(mgr, events, eventsCap, tokens, tokensCap, nil, numEvents, numTokens, dropped)
+}
+
+// drainBlockEvents writes block events; each stored block's digest tokens
+// go to onDigest (nil: dropped), with their positions in the tokens buffer.
+func drainBlockEvents(mgr *managerObj, events *C.kvcm_block_event, eventsCap C.size_t, tokens *C.kvcm_token, tokensCap C.size_t,
+	onDigest func(pos int, d *blockhash.Digest), numEvents *C.size_t, numTokens *C.size_t, dropped *C.uint64_t) error {
 	evs, err := cSlice(events, eventsCap, "events_cap")
 	if err != nil {
 		return err
@@ -464,6 +500,11 @@ func glueManagerDrainBlockEvents(mgr *managerObj, events *C.kvcm_block_event, ev
 	ntok := 0
 	for i, ev := range got {
 		evs[i] = toCBlockEvent(ev)
+		if onDigest != nil {
+			for j := range ev.Digests {
+				onDigest(ntok+ev.Digests[j].Pos, &ev.Digests[j].Digest)
+			}
+		}
 		evs[i].tokens, evs[i].num_tokens = eventTokens(ev.Tokens, toks, &ntok)
 	}
 	*numEvents, *numTokens = C.size_t(len(got)), C.size_t(ntok)

@@ -11,6 +11,7 @@
 /* Const element types, so that Go exports match the header's const pointers. */
 typedef const char kvcm__const_char;
 typedef const int32_t kvcm__const_int32_t;
+typedef const kvcm_buffer_id kvcm__const_kvcm_buffer_id;
 typedef const kvcm_cold_page_codec kvcm__const_kvcm_cold_page_codec;
 typedef const kvcm_copy_desc kvcm__const_kvcm_copy_desc;
 typedef const kvcm_cp_index_object kvcm__const_kvcm_cp_index_object;
@@ -21,6 +22,7 @@ typedef const kvcm_manager_config kvcm__const_kvcm_manager_config;
 typedef const kvcm_reuse_scope kvcm__const_kvcm_reuse_scope;
 typedef const kvcm_status kvcm__const_kvcm_status;
 typedef const kvcm_token kvcm__const_kvcm_token;
+typedef const size_t kvcm__const_size_t;
 typedef const uint64_t kvcm__const_uint64_t;
 
 /* Internal exports behind the public wrappers of functions that take void*. */
@@ -35,9 +37,9 @@ extern kvcm_status* kvcm__go_stream_enqueue_host_func(kvcm_stream stream, kvcm_h
 #define KVCM__CP_MANAGER_BACKED_OPTIONS_SIZE_V1 48
 #define KVCM__CP_MANAGER_BACKED_OPTIONS_SIZE_V2 49
 #define KVCM__KV_CACHE_OPTIONS_SIZE_V1 80
-#define KVCM__KV_CACHE_OPTIONS_SIZE_V2 112
+#define KVCM__KV_CACHE_OPTIONS_SIZE_V2 145
 #define KVCM__MANAGER_CONFIG_SIZE_V1 112
-#define KVCM__MANAGER_CONFIG_SIZE_V2 240
+#define KVCM__MANAGER_CONFIG_SIZE_V2 256
 
 /* Fields appended after a versioned struct's first version: read one only when it is present. */
 static inline int kvcm__has_cp_manager_backed_options_scope_has_lora_id(const kvcm_cp_manager_backed_options* p) { return p->struct_size >= offsetof(kvcm_cp_manager_backed_options, scope_has_lora_id) + sizeof(p->scope_has_lora_id); }
@@ -45,6 +47,11 @@ static inline int kvcm__has_kv_cache_options_scope_has_lora_id(const kvcm_kv_cac
 static inline int kvcm__has_kv_cache_options_layer_group_priority(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, layer_group_priority) + sizeof(p->layer_group_priority); }
 static inline int kvcm__has_kv_cache_options_has_expected_prompt_length(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, has_expected_prompt_length) + sizeof(p->has_expected_prompt_length); }
 static inline int kvcm__has_kv_cache_options_expected_prompt_length(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, expected_prompt_length) + sizeof(p->expected_prompt_length); }
+static inline int kvcm__has_kv_cache_options_input_digest_positions(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, input_digest_positions) + sizeof(p->input_digest_positions); }
+static inline int kvcm__has_kv_cache_options_num_input_digests(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, num_input_digests) + sizeof(p->num_input_digests); }
+static inline int kvcm__has_kv_cache_options_input_digest_bytes(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, input_digest_bytes) + sizeof(p->input_digest_bytes); }
+static inline int kvcm__has_kv_cache_options_input_digest_bytes_len(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, input_digest_bytes_len) + sizeof(p->input_digest_bytes_len); }
+static inline int kvcm__has_kv_cache_options_text_only(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, text_only) + sizeof(p->text_only); }
 static inline int kvcm__has_manager_config_reuse_match_backoff(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, reuse_match_backoff) + sizeof(p->reuse_match_backoff); }
 static inline int kvcm__has_manager_config_text_only(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, text_only) + sizeof(p->text_only); }
 static inline int kvcm__has_manager_config_commit_min_snapshot(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, commit_min_snapshot) + sizeof(p->commit_min_snapshot); }
@@ -64,6 +71,8 @@ static inline int kvcm__has_manager_config_swa_scratch_max_rewind_len(const kvcm
 static inline int kvcm__has_manager_config_ssm_layers(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, ssm_layers) + sizeof(p->ssm_layers); }
 static inline int kvcm__has_manager_config_num_ssm_layers(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, num_ssm_layers) + sizeof(p->num_ssm_layers); }
 static inline int kvcm__has_manager_config_max_ssm_slots(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, max_ssm_slots) + sizeof(p->max_ssm_slots); }
+static inline int kvcm__has_manager_config_buffer_tokens_per_block_overrides(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, buffer_tokens_per_block_overrides) + sizeof(p->buffer_tokens_per_block_overrides); }
+static inline int kvcm__has_manager_config_num_buffer_tokens_per_block_overrides(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, num_buffer_tokens_per_block_overrides) + sizeof(p->num_buffer_tokens_per_block_overrides); }
 
 /* Opaque pointer fields, read and written as uintptr_t. */
 static inline uintptr_t kvcm__get_cold_page_codec_self(const kvcm_cold_page_codec* p) { return (uintptr_t)p->self; }

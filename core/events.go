@@ -46,6 +46,10 @@ type CacheEvent struct {
 	Parent blockhash.Key
 	// Tokens of a stored block (the listener's copy).
 	Tokens []config.Token
+	// Digests are a stored block's multimodal digest tokens, positions in
+	// Tokens (which hold 0 there); nil for a text block (the listener's
+	// copy).
+	Digests []blockhash.DigestAt
 	// CacheID is the cache whose commit stored the block; 0 for other kinds.
 	CacheID uint64
 	// LayerGroup and Level of an updated page: the level it is on now, or
@@ -94,7 +98,7 @@ func (m *Manager) emitStored(n *node, cache uint64) {
 	pr := m.blockPriority(n)
 	// Copied: the node's tokens are reused once it is pruned.
 	m.emit(CacheEvent{Kind: BlockStored, Key: n.key, Parent: m.parentOf(n).key, Tokens: slices.Clone(m.tokensOf(n)),
-		CacheID: cache, Priority: pr, OldPriority: pr})
+		Digests: slices.Clone(m.digestsOf(n)), CacheID: cache, Priority: pr, OldPriority: pr})
 }
 
 func (m *Manager) emitRemoved(n *node) {

@@ -302,6 +302,11 @@ func (m *Manager) CheckInvariants(closed ...*KVCache) error {
 			fail("child map entry %x of node %d names no child in the tree", k.key, k.parent)
 		}
 	}
+	for id, dg := range m.nodes.digests {
+		if !seen[id] || len(dg) == 0 {
+			fail("digest table entry of node %d names no node in the tree, or no digests", id)
+		}
+	}
 	if live := int(m.nodes.next) - 1 - len(m.nodes.free); live != len(seen) {
 		fail("node store: %d nodes live, %d in the tree (leaked or freed twice)", live, len(seen))
 	}
@@ -354,7 +359,7 @@ func TestCheckInvariantsReportsBrokenBookkeeping(t *testing.T) {
 	assert.ErrorContains(t, f.m.CheckInvariants(), "lost page is reachable from the tree")
 	p.lost = false
 
-	leak := f.m.newNode(nil, 1, nil)
+	leak := f.m.newNode(nil, 1, nil, nil)
 	assert.ErrorContains(t, f.m.CheckInvariants(), "leaked or freed twice")
 	f.m.freeNode(leak)
 	lost := f.m.pages.alloc()

@@ -63,6 +63,15 @@ type CacheOptions struct {
 	// all of it when all of it is cached (less Config.ReuseMatchBackoff).
 	// An engine that must compute the last prompt token leaves it out.
 	InputTokens []config.Token
+	// InputDigests are the multimodal digest tokens of InputTokens, sorted
+	// by position (blockhash.DigestAt); InputTokens' values there are
+	// ignored. A block's digests enter its key (see package blockhash), so
+	// only a prompt with the same items at the same positions reuses it.
+	InputDigests []blockhash.DigestAt
+	// TextOnly refuses digest tokens for this cache, in InputDigests and in
+	// commits (KVCacheManagerV2's text_only); Config.TextOnly does so for
+	// every cache.
+	TextOnly bool
 	// Priority, if set, gives committed blocks their eviction priority.
 	Priority PriorityFunc
 	// ExpectedPromptLength, if set, is the prefill/generation boundary of
@@ -101,9 +110,14 @@ type KVCache struct {
 	// incomplete block. Full blocks' tokens live in the tree only.
 	committed int
 	tail      []config.Token
-	history   int
-	capacity  int
-	blocks    []cacheBlock
+	// tailDigests are the digest tokens of tail, positions relative to it;
+	// orphanDigests those of orphan, relative to it.
+	tailDigests   []blockhash.DigestAt
+	orphanDigests []blockhash.DigestAt
+	textOnly      bool
+	history       int
+	capacity      int
+	blocks        []cacheBlock
 	// chain is the tree node of the last committed full block (the scope
 	// root before any); the cache pins it so later commits can link to it.
 	chain          *node
@@ -199,11 +213,15 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	case promptLen == 0:
 		promptLen = -1
 	}
+	input, err := m.textOrDigests("input_digests", opts.InputTokens, opts.InputDigests, opts.TextOnly)
+	if err != nil {
+		return nil, err
+	}
 	m.settle()
 	tpb := m.cfg.TokensPerBlock
-	mt := m.findMatch(opts.Scope, opts.InputTokens)
+	mt := m.findMatch(opts.Scope, input, opts.InputDigests)
 	// Its pages come from the tree, which holds no lost page.
-	c := &KVCache{m: m, scope: opts.Scope, priority: opts.Priority, seenLosses: m.losses}
+	c := &KVCache{m: m, scope: opts.Scope, priority: opts.Priority, seenLosses: m.losses, textOnly: opts.TextOnly || m.cfg.TextOnly}
 	m.nextID++
 	c.id = m.nextID
 	// Room for the prompt and a few decoded blocks, so prefill does not grow
@@ -245,7 +263,8 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 			}
 		}
 	}
-	c.tail = append(make([]config.Token, 0, tpb), opts.InputTokens[full:reused]...)
+	c.tail = append(make([]config.Token, 0, tpb), input[full:reused]...)
+	c.tailDigests = blockhash.DigestsIn(opts.InputDigests, full, reused)
 	c.committed = reused
 	c.history, c.capacity, c.reused = reused, reused, reused
 	c.chain = m.root(opts.Scope)
@@ -393,6 +412,39 @@ func (c *KVCache) CommittedTokens() []config.Token {
 		end -= int(n.ntok)
 		copy(out[end:], m.tokensOf(n))
 	}
+	return out
+}
+
+// CommittedDigests returns the digest tokens of CommittedTokens (whose
+// values there are 0), sorted by position. A CLOSED cache returns nil.
+func (c *KVCache) CommittedDigests() []blockhash.DigestAt {
+	m := c.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c.status == Closed {
+		return nil
+	}
+	var out []blockhash.DigestAt
+	add := func(base int, ds []blockhash.DigestAt) {
+		for _, d := range ds {
+			out = append(out, blockhash.DigestAt{Pos: base + d.Pos, Digest: d.Digest})
+		}
+	}
+	end := c.committed - len(c.tail) - len(c.orphan)
+	var chain []*node
+	for n := c.chain; n.parent != 0; n = m.parentOf(n) {
+		chain = append(chain, n)
+	}
+	pos := end
+	for _, n := range chain {
+		pos -= int(n.ntok)
+	}
+	for i := len(chain) - 1; i >= 0; i-- {
+		add(pos, m.digestsOf(chain[i]))
+		pos += int(chain[i].ntok)
+	}
+	add(end, c.orphanDigests)
+	add(end+len(c.orphan), c.tailDigests)
 	return out
 }
 
@@ -1012,7 +1064,20 @@ func (c *KVCache) releasable(newBlocks, history int) []releasedPage {
 func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
-	return c.commit(tokens, nil, isEnd)
+	return c.commit(tokens, nil, nil, isEnd)
+}
+
+// CommitDigests is Commit for tokens with digest tokens (sorted by
+// position in tokens, whose values there are ignored; see
+// CacheOptions.InputDigests). A text-only cache refuses digests.
+func (c *KVCache) CommitDigests(tokens []config.Token, digests []blockhash.DigestAt, isEnd bool) error {
+	tokens, err := c.m.textOrDigests("digests", tokens, digests, c.textOnly)
+	if err != nil {
+		return err
+	}
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return c.commit(tokens, digests, nil, isEnd)
 }
 
 // CommitBeamSearch is Commit after a beam search step: first beam j takes
@@ -1026,13 +1091,14 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 func (c *KVCache) CommitBeamSearch(tokens []config.Token, beamSearchIndices []int, isEnd bool) error {
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
-	return c.commit(tokens, beamSearchIndices, isEnd)
+	return c.commit(tokens, nil, beamSearchIndices, isEnd)
 }
 
 // commit is Commit with the manager's lock held (a function of its own so
-// that Commit's unlock is an open-coded defer); parents are the beam search
+// that Commit's unlock is an open-coded defer); digests are the tokens'
+// digest tokens (checked: see textOrDigests), parents the beam search
 // indices of CommitBeamSearch (nil: keep the beams).
-func (c *KVCache) commit(tokens []config.Token, parents []int, isEnd bool) error {
+func (c *KVCache) commit(tokens []config.Token, digests []blockhash.DigestAt, parents []int, isEnd bool) error {
 	m := c.m
 	switch {
 	case c.status != Active:
@@ -1054,6 +1120,9 @@ func (c *KVCache) commit(tokens []config.Token, parents []int, isEnd bool) error
 		// to release, no beam to reorder.
 		if err := c.checkLost(); err != nil {
 			return err
+		}
+		for _, d := range digests {
+			c.tailDigests = append(c.tailDigests, blockhash.DigestAt{Pos: len(c.tail) + d.Pos, Digest: d.Digest})
 		}
 		c.tail = append(c.tail, tokens...)
 		c.committed += len(tokens)
@@ -1129,10 +1198,14 @@ func (c *KVCache) commit(tokens []config.Token, parents []int, isEnd bool) error
 	// An event that has completed orders nothing: the published pages'
 	// fences need not hold it (see fenceQueryMin).
 	fenced := ev != nil && !(full-first >= fenceQueryMin && ev.completed())
-	rest := tokens
+	rest, at := tokens, 0 // at: the position in tokens of rest
 	for b := first; b < full; b++ {
 		blk := rest[:tpb-len(c.tail)]
-		rest = rest[len(blk):]
+		dg := c.tailDigests
+		for _, d := range blockhash.DigestsIn(digests, at, at+len(blk)) {
+			dg = append(dg, blockhash.DigestAt{Pos: len(c.tail) + d.Pos, Digest: d.Digest})
+		}
+		rest, at = rest[len(blk):], at+len(blk)
 		if len(c.tail) > 0 {
 			c.tail = append(c.tail, blk...)
 			blk = c.tail
@@ -1141,13 +1214,16 @@ func (c *KVCache) commit(tokens []config.Token, parents []int, isEnd bool) error
 		if prios != nil {
 			pr = prios[b-first]
 		}
-		for _, p := range c.publish(b, blk, pr) {
+		for _, p := range c.publish(b, blk, dg, pr) {
 			if fenced {
 				p.group.fences[p.slot].add(&m.events, ev)
 			}
 		}
 		c.unifyBlock(b, ev)
-		c.tail = c.tail[:0]
+		c.tail, c.tailDigests = c.tail[:0], nil
+	}
+	for _, d := range blockhash.DigestsIn(digests, at, len(tokens)) {
+		c.tailDigests = append(c.tailDigests, blockhash.DigestAt{Pos: len(c.tail) + d.Pos, Digest: d.Digest})
 	}
 	c.tail = append(c.tail, rest...)
 	c.committed += len(tokens)
@@ -1231,33 +1307,33 @@ func (c *KVCache) StopCommitting() {
 	c.stopped = true
 }
 
-// publish links block b, holding tokens blk, into the tree after the cache's
-// chain, with priority per lifecycle (nil: the defaults). If an equal block
-// is already there, the cache keeps its own pages private and follows the
-// existing node.
-func (c *KVCache) publish(b int, blk []config.Token, priority []int) []*page {
+// publish links block b, holding tokens blk with digest tokens dg, into the
+// tree after the cache's chain, with priority per lifecycle (nil: the
+// defaults). If an equal block is already there, the cache keeps its own
+// pages private and follows the existing node.
+func (c *KVCache) publish(b int, blk []config.Token, dg []blockhash.DigestAt, priority []int) []*page {
 	m := c.m
 	cb := &c.blocks[b]
 	if cb.node != nil {
 		return nil
 	}
 	if c.detached {
-		c.orphan = append(c.orphan, blk...)
+		c.orphanBlock(blk, dg)
 		return nil
 	}
-	key := m.hasher.Next(c.chain.key, blk)
+	key := m.hasher.NextDigests(c.chain.key, blk, dg)
 	next := m.child(c.chain, key)
-	if next != nil && !slices.Equal(m.tokensOf(next), blk) {
+	if next != nil && !m.holds(next, blk, dg) {
 		// A 64-bit key collision: never link to another block's content;
 		// this cache publishes nothing more.
 		c.detached = true
-		c.orphan = append(c.orphan, blk...)
+		c.orphanBlock(blk, dg)
 		return nil
 	}
 	var published []*page
 	switch {
 	case next == nil:
-		next = m.newNode(c.chain, key, blk)
+		next = m.newNode(c.chain, key, blk, dg)
 		c.setPriority(next, priority)
 		published = c.adopt(next, cb.pages)
 		m.addChild(c.chain, next)
@@ -1287,6 +1363,14 @@ func (c *KVCache) publish(b int, blk []config.Token, priority []int) []*page {
 	next.users++
 	c.chain = next
 	return published
+}
+
+// orphanBlock keeps a block a key collision kept out of the tree.
+func (c *KVCache) orphanBlock(blk []config.Token, dg []blockhash.DigestAt) {
+	for _, d := range dg {
+		c.orphanDigests = append(c.orphanDigests, blockhash.DigestAt{Pos: len(c.orphan) + d.Pos, Digest: d.Digest})
+	}
+	c.orphan = append(c.orphan, blk...)
 }
 
 // adopt moves private pages into node n and returns them, in scratch valid
@@ -1366,15 +1450,15 @@ func (c *KVCache) registerPartial() {
 			return
 		}
 	}
-	blk := c.tail
+	blk, dg := c.tail, c.tailDigests
 	for id := c.chain.first; id != 0; {
 		sib := m.nodes.at(id)
-		if sib.isPartial(tpb) && slices.Equal(m.tokensOf(sib), blk) {
+		if sib.isPartial(tpb) && m.holds(sib, blk, dg) {
 			return
 		}
 		id = sib.next
 	}
-	n := m.newNode(c.chain, m.hasher.Next(c.chain.key, blk), blk)
+	n := m.newNode(c.chain, m.hasher.NextDigests(c.chain.key, blk, dg), blk, dg)
 	pr, err := c.blockPriority(b)
 	if err != nil {
 		c.priority = nil // Close cannot fail for it: the defaults
@@ -1402,6 +1486,20 @@ func (c *KVCache) AppendBasePageIndices(dst []int32, lg layout.LayerGroupID) ([]
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
 	return c.basePageIndices(lg, dst)
+}
+
+// AggregatedPageIndices returns, for an ACTIVE cache, the aggregated page
+// index of each block of layer group lg in beam (in [0, BeamWidth());
+// KVCacheManagerV2's get_aggregated_page_indices): the block's hot slot in
+// that beam, which addresses every AggregatedPageDesc of the layer group;
+// BadPageIndex where the block has no page, or with validOnly only the
+// blocks that have one.
+func (c *KVCache) AggregatedPageIndices(lg layout.LayerGroupID, beam int, validOnly bool) ([]int32, error) {
+	idx, err := c.AppendBasePageIndicesOfBeam(nil, lg, beam)
+	if err != nil || !validOnly {
+		return idx, err
+	}
+	return slices.DeleteFunc(idx, func(i int32) bool { return i == BadPageIndex }), nil
 }
 
 func (c *KVCache) basePageIndices(lg layout.LayerGroupID, dst []int32) ([]int32, error) {

@@ -494,6 +494,81 @@ func (b BufferLocation) PageIndex(base int32) int64 {
 	return int64(base)*b.Scale + b.Offset
 }
 
+// PageStride returns the bytes between consecutive kernel page indices of
+// the buffer: its bytes per block over its expansion.
+func (b BufferLocation) PageStride() int64 { return b.Bytes / int64(b.Expansion) }
+
+// PageIndexMode selects what kernel page indices count from
+// (KVCacheManagerV2's PageIndexMode).
+type PageIndexMode int
+
+const (
+	// SharedIndex indices count from the buffer's own base address (its pool's
+	// base plus its offset): buffers of a layer group with the same scale share
+	// them.
+	SharedIndex PageIndexMode = iota
+	// PerLayerIndex indices count from the pool's base address and include the
+	// buffer's offset.
+	PerLayerIndex
+)
+
+// PageIndexConverter turns base page indices (KVCache.BasePageIndices) into
+// a buffer's kernel page indices (KVCacheManagerV2's PageIndexConverter):
+// base b becomes, for i in [0, Expansion), (b*Scale + offset)*Expansion + i,
+// where offset is LayerOffset in PerLayerIndex mode and 0 in SharedIndex
+// mode; BadPageIndex stays BadPageIndex, Expansion times.
+type PageIndexConverter struct {
+	Scale       int64
+	Expansion   int
+	LayerOffset int64
+}
+
+// Append appends the kernel page indices of base to dst.
+func (p PageIndexConverter) Append(dst []int64, base []int32, mode PageIndexMode) []int64 {
+	var off int64
+	if mode == PerLayerIndex {
+		off = p.LayerOffset
+	}
+	e := int64(p.Expansion)
+	for _, b := range base {
+		for i := range e {
+			if b == BadPageIndex {
+				dst = append(dst, int64(BadPageIndex))
+			} else {
+				dst = append(dst, (int64(b)*p.Scale+off)*e+i)
+			}
+		}
+	}
+	return dst
+}
+
+// PageIndexConverter returns the converter of a layer's buffer.
+func (m *Manager) PageIndexConverter(layer int32, role config.DataRole) (PageIndexConverter, error) {
+	loc, err := m.Buffer(layer, role)
+	if err != nil {
+		return PageIndexConverter{}, err
+	}
+	return PageIndexConverter{Scale: loc.Scale, Expansion: loc.Expansion, LayerOffset: loc.Offset}, nil
+}
+
+// PageIndexUpperBound returns one past the largest SharedIndex kernel page
+// index of a layer's buffer: its pool viewed from the buffer's base address
+// as an array of the buffer's pages (KVCacheManagerV2's
+// get_page_index_upper_bound), so that the engine can wrap it as a tensor.
+func (m *Manager) PageIndexUpperBound(layer int32, role config.DataRole) (int64, error) {
+	loc, ok := m.lt.Buffers[layout.BufferKey{Layer: layer, Role: role}]
+	if !ok {
+		return 0, argErr("layer/role", "no buffer %q in layer %d", role, layer)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkOpen(); err != nil {
+		return 0, err
+	}
+	slots := m.levels[0].groupOf(loc.LifeCycle).capacity
+	return (loc.Scale*slots - loc.Offset) * int64(loc.Expansion), nil
+}
+
 // Buffer returns the location of a layer's buffer.
 func (m *Manager) Buffer(layer int32, role config.DataRole) (BufferLocation, error) {
 	loc, ok := m.lt.Buffers[layout.BufferKey{Layer: layer, Role: role}]
@@ -507,6 +582,41 @@ func (m *Manager) Buffer(layer int32, role config.DataRole) (BufferLocation, err
 	}
 	g := m.levels[0].groupOf(loc.LifeCycle)
 	return BufferLocation{BufferLocation: loc, PoolBase: g.poolBase(loc.Pool)}, nil
+}
+
+// AggregatedPageDesc is a run of buffers that lie side by side in every hot
+// slot of one pool (KVCacheManagerV2's AggregatedPageDesc): for an
+// aggregated page index i (KVCache.AggregatedPageIndices), the run's bytes
+// are [Base + i*Stride, Base + i*Stride + Size).
+type AggregatedPageDesc struct {
+	Base       device.Ptr
+	Size       int64
+	Stride     int64
+	LayerGroup layout.LayerGroupID
+	Buffers    []layout.ExpandedBuffer
+}
+
+// AggregatedPages merges buffers into the fewest runs of contiguous bytes
+// for bulk transfer, as layout.Layout.AggregatedPages describes, with their
+// hot addresses. An unknown or repeated buffer is ErrInvalidArgument naming
+// it.
+func (m *Manager) AggregatedPages(buffers []layout.BufferKey) ([]AggregatedPageDesc, error) {
+	runs, err := m.lt.AggregatedPages(buffers)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkOpen(); err != nil {
+		return nil, err
+	}
+	out := make([]AggregatedPageDesc, len(runs))
+	for i, r := range runs {
+		base := m.levels[0].groupOf(r.LayerGroup).poolBase(r.Pool)
+		out[i] = AggregatedPageDesc{Base: base.Add(r.Offset), Size: r.Size, Stride: r.SlotBytes,
+			LayerGroup: r.LayerGroup, Buffers: r.Buffers}
+	}
+	return out, nil
 }
 
 // LayerGroupOf returns the layer group (lifecycle) of a layer.
@@ -589,7 +699,7 @@ func (m *Manager) root(scope blockhash.Scope) *node {
 	k := scope.Root()
 	r := m.roots[k]
 	if r == nil {
-		r = m.newNode(nil, k, nil)
+		r = m.newNode(nil, k, nil, nil)
 		m.roots[k] = r
 	}
 	return r

@@ -84,11 +84,11 @@ func (m *Manager) restoreDisk() error {
 		if parent == nil {
 			parent = m.roots[blockhash.Key(first.Parent)]
 			if parent == nil {
-				parent = m.newNode(nil, blockhash.Key(first.Parent), nil)
+				parent = m.newNode(nil, blockhash.Key(first.Parent), nil, nil)
 				m.roots[parent.key] = parent
 			}
 		}
-		n := m.newNode(parent, blockhash.Key(key), first.Tokens)
+		n := m.newNode(parent, blockhash.Key(key), first.Tokens, nil)
 		m.addChild(parent, n)
 		nodes[key] = n
 		for _, f := range fs {

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"slices"
 	"unsafe"
 
 	"github.com/kvcm/kvcm/core/blockhash"
@@ -36,6 +37,9 @@ type nodeStore struct {
 	// kids holds the full-block children of nodes that have more than one:
 	// a node's first keyed child is its child0.
 	kids map[childKey]nodeID
+	// digests holds the multimodal digest tokens of the nodes whose blocks
+	// have some: they are rare, and a side table keeps nodes pointer-free.
+	digests map[nodeID][]blockhash.DigestAt
 }
 
 // childKey names a keyed child: its parent and its block key.
@@ -45,7 +49,8 @@ type childKey struct {
 }
 
 func newNodeStore(tpb, numLC int) nodeStore {
-	return nodeStore{tpb: tpb, numLC: numLC, next: 1, kids: map[childKey]nodeID{}}
+	return nodeStore{tpb: tpb, numLC: numLC, next: 1, kids: map[childKey]nodeID{},
+		digests: map[nodeID][]blockhash.DigestAt{}}
 }
 
 // reserve makes room for n nodes in all, so the first n cost no allocation
@@ -105,11 +110,22 @@ func (s *nodeStore) alloc() *node {
 }
 
 // release returns n to the store; it must be unlinked and hold no page.
+// Its digests go with it: a reused ID starts without any.
 func (s *nodeStore) release(n *node) {
 	id := n.id
 	clear(s.pages(n))
+	delete(s.digests, id)
 	*n = node{}
 	s.free = append(s.free, id)
+}
+
+// setDigests gives n a copy of digests (none: a text block).
+func (s *nodeStore) setDigests(n *node, digests []blockhash.DigestAt) {
+	if len(digests) == 0 {
+		delete(s.digests, n.id)
+		return
+	}
+	s.digests[n.id] = slices.Clone(digests)
 }
 
 // toks returns the node's token storage, tpb long.

@@ -39,7 +39,8 @@ func liveState(t *testing.T, c *KVCache) int32 {
 	return s
 }
 
-// SSM layers need commit_min_snapshot, and bad SSM fields are named.
+// SSM layers need commit_min_snapshot, their states take no
+// tokens_per_block_override, and bad SSM fields are named.
 func TestSsmConfigurationErrorsNameTheField(t *testing.T) {
 	cases := map[string]func(*config.Config){
 		"commit_min_snapshot":           func(c *config.Config) { c.CommitMinSnapshot = false },
@@ -47,8 +48,11 @@ func TestSsmConfigurationErrorsNameTheField(t *testing.T) {
 		"ssm_layers[0].buffers":         func(c *config.Config) { c.SsmLayers[0].Buffers = nil },
 		"ssm_layers[0].buffers[1].role": func(c *config.Config) { c.SsmLayers[0].Buffers[1].Role = "ssm_state" },
 		"ssm_layers[0].buffers[0].size": func(c *config.Config) { c.SsmLayers[0].Buffers[0].Size = 0 },
-		"max_ssm_slots":                 func(c *config.Config) { c.MaxSsmSlots = -1 },
-		"max_ssm_slots (without SSM)":   func(c *config.Config) { c.SsmLayers, c.MaxSsmSlots = nil, 4 },
+		"ssm_layers[0].buffers[0].tokens_per_block_override": func(c *config.Config) {
+			c.SsmLayers[0].Buffers[0].TokensPerBlockOverride = 2 // divides tokens_per_block: fine for a layer
+		},
+		"max_ssm_slots":               func(c *config.Config) { c.MaxSsmSlots = -1 },
+		"max_ssm_slots (without SSM)": func(c *config.Config) { c.SsmLayers, c.MaxSsmSlots = nil, 4 },
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/kvcm/kvcm/core/blockhash"
@@ -22,7 +23,8 @@ const (
 // Nodes live in the manager's node store (slab.go) and name each other by
 // nodeID: a node holds no pointer, so the garbage collector scans none of the
 // tree's links or tokens (only the nodes' page rows). Its tokens, priorities
-// and pages are the store's (tokensOf, prioOf, pagesOf).
+// and pages are the store's (tokensOf, prioOf, pagesOf), and so are the
+// multimodal digest tokens of the rare block that has them (digestsOf).
 type node struct {
 	key    blockhash.Key
 	id     nodeID
@@ -41,11 +43,13 @@ type node struct {
 	users int
 }
 
-// newNode returns a node from the manager's node store; tokens are copied.
-func (m *Manager) newNode(parent *node, key blockhash.Key, tokens []config.Token) *node {
+// newNode returns a node from the manager's node store; tokens and digests
+// (the block's digest tokens, positions in tokens) are copied.
+func (m *Manager) newNode(parent *node, key blockhash.Key, tokens []config.Token, digests []blockhash.DigestAt) *node {
 	n := m.nodes.alloc()
 	n.key = key
 	n.ntok = int32(copy(m.nodes.toks(n), tokens))
+	m.nodes.setDigests(n, digests)
 	if parent != nil {
 		n.parent, n.depth = parent.id, parent.depth+1
 	}
@@ -60,6 +64,15 @@ func (m *Manager) parentOf(n *node) *node { return m.nodes.get(n.parent) }
 
 // tokensOf returns n's tokens (the store's: do not modify or keep).
 func (m *Manager) tokensOf(n *node) []config.Token { return m.nodes.toks(n)[:n.ntok] }
+
+// digestsOf returns n's multimodal digest tokens, positions relative to its
+// block (the store's: do not modify or keep); nil for a text block.
+func (m *Manager) digestsOf(n *node) []blockhash.DigestAt { return m.nodes.digests[n.id] }
+
+// holds reports whether n holds exactly the block tokens with digests.
+func (m *Manager) holds(n *node, tokens []config.Token, digests []blockhash.DigestAt) bool {
+	return slices.Equal(m.tokensOf(n), tokens) && slices.Equal(m.digestsOf(n), digests)
+}
 
 // pagesOf returns n's page per lifecycle (the store's row, to read and set).
 func (m *Manager) pagesOf(n *node) []*page { return m.nodes.pages(n) }
@@ -162,12 +175,19 @@ func (m *Manager) removeChild(n, c *node) {
 	c.prev, c.next = 0, 0
 }
 
-// commonPrefix returns how many leading tokens a and b share.
-func commonPrefix(a, b []config.Token) int {
+// commonPrefix returns how many leading tokens a and b share, a digest
+// token matching only the same digest.
+func commonPrefix(a []config.Token, ad []blockhash.DigestAt, b []config.Token, bd []blockhash.DigestAt) int {
 	n := min(len(a), len(b))
-	for i := 0; i < n; i++ {
-		if a[i] != b[i] {
-			return i
+	i, j := 0, 0 // next digest of a and of b
+	for p := 0; p < n; p++ {
+		da, db := i < len(ad) && ad[i].Pos == p, j < len(bd) && bd[j].Pos == p
+		switch {
+		case da != db, da && ad[i].Digest != bd[j].Digest, a[p] != b[p]:
+			return p
+		}
+		if da {
+			i, j = i+1, j+1
 		}
 	}
 	return n
@@ -185,6 +205,15 @@ type match struct {
 }
 
 func (mt *match) tokens(tpb int) int { return len(mt.path)*tpb + mt.partLen }
+
+// key returns the key the match's full blocks end at: the last one's, or
+// the scope's root.
+func (mt *match) key(scope blockhash.Scope) blockhash.Key {
+	if len(mt.path) > 0 {
+		return mt.path[len(mt.path)-1].key
+	}
+	return scope.Root()
+}
 
 // snapshot returns the SSM snapshot a cache reusing the match starts from:
 // the last reused block's (matchPrefix ends the path at a block with one);
@@ -204,18 +233,20 @@ func (mt *match) snapshot(m *Manager) *page {
 // boundary). The whole input may match; the engine drops the last prompt
 // token itself when it must compute it. ReuseMatchBackoff tokens are then
 // trimmed off the match's tail. It changes nothing.
-func (m *Manager) findMatch(scope blockhash.Scope, input []config.Token) match {
-	mt := m.matchPrefix(scope, input)
+func (m *Manager) findMatch(scope blockhash.Scope, input []config.Token, digests []blockhash.DigestAt) match {
+	mt := m.matchPrefix(scope, input, digests)
 	if back := m.cfg.ReuseMatchBackoff; back > 0 && mt.tokens(m.cfg.TokensPerBlock) > 0 {
 		// The trimmed match is the match of the trimmed input: a shorter
 		// prefix may need other pages (a window further back).
-		mt = m.matchPrefix(scope, input[:max(mt.tokens(m.cfg.TokensPerBlock)-back, 0)])
+		n := max(mt.tokens(m.cfg.TokensPerBlock)-back, 0)
+		mt = m.matchPrefix(scope, input[:n], blockhash.DigestsIn(digests, 0, n))
 	}
 	return mt
 }
 
-// matchPrefix walks the tree along all of input.
-func (m *Manager) matchPrefix(scope blockhash.Scope, input []config.Token) match {
+// matchPrefix walks the tree along all of input (digests: its digest
+// tokens, sorted).
+func (m *Manager) matchPrefix(scope blockhash.Scope, input []config.Token, digests []blockhash.DigestAt) match {
 	var mt match
 	limit := len(input)
 	if limit == 0 {
@@ -230,8 +261,9 @@ func (m *Manager) matchPrefix(scope blockhash.Scope, input []config.Token) match
 	path := m.matched[:0]
 	for b := 0; (b+1)*tpb <= limit; b++ {
 		blk := input[b*tpb : (b+1)*tpb]
-		c := m.child(cur, m.hasher.Next(cur.key, blk))
-		if c == nil || !slices.Equal(m.tokensOf(c), blk) {
+		dg := blockhash.DigestsIn(digests, b*tpb, (b+1)*tpb)
+		c := m.child(cur, m.hasher.NextDigests(cur.key, blk, dg))
+		if c == nil || !m.holds(c, blk, dg) {
 			break
 		}
 		path = append(path, c)
@@ -253,15 +285,17 @@ func (m *Manager) matchPrefix(scope blockhash.Scope, input []config.Token) match
 	if len(mt.path) > 0 {
 		parent = mt.path[len(mt.path)-1]
 	}
-	rest := input[len(mt.path)*tpb : limit]
+	from := len(mt.path) * tpb
+	rest := input[from:limit]
 	rest = rest[:min(len(rest), tpb)]
+	restDigests := blockhash.DigestsIn(digests, from, from+len(rest))
 	var best *node
 	bestLen := 0
 	for _, c := range m.sortedChildren(parent) {
 		if !m.hotComplete(c) {
 			continue
 		}
-		if l := min(commonPrefix(m.tokensOf(c), rest), tpb-1); l > bestLen {
+		if l := min(commonPrefix(m.tokensOf(c), m.digestsOf(c), rest, restDigests), tpb-1); l > bestLen {
 			best, bestLen = c, l
 		}
 	}
@@ -346,13 +380,44 @@ func (m *Manager) usablePrefix(path []*node) int {
 // ProbeReuse returns how many tokens of input a new cache in scope would
 // reuse now. It changes nothing.
 func (m *Manager) ProbeReuse(scope blockhash.Scope, input []config.Token) int {
+	n, _ := m.ProbeReuseDigests(scope, input, nil)
+	return n
+}
+
+// ProbeReuseDigests is ProbeReuse for input with digest tokens (see
+// CacheOptions.InputDigests); bad digests are ErrInvalidArgument.
+func (m *Manager) ProbeReuseDigests(scope blockhash.Scope, input []config.Token, digests []blockhash.DigestAt) (int, error) {
+	input, err := m.textOrDigests("input_digests", input, digests, false)
+	if err != nil {
+		return 0, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return 0
+		return 0, nil
 	}
-	mt := m.findMatch(scope, input)
-	return mt.tokens(m.cfg.TokensPerBlock)
+	mt := m.findMatch(scope, input, digests)
+	return mt.tokens(m.cfg.TokensPerBlock), nil
+}
+
+// textOrDigests checks the digest tokens of tokens (named name) and returns
+// tokens with 0 at every digest position (a copy where needed). A text-only
+// manager or cache refuses digests.
+func (m *Manager) textOrDigests(name string, tokens []config.Token, digests []blockhash.DigestAt, textOnly bool) ([]config.Token, error) {
+	if len(digests) == 0 {
+		return tokens, nil
+	}
+	if textOnly || m.cfg.TextOnly {
+		return nil, argErr(name, "digest tokens in a text-only cache")
+	}
+	if err := blockhash.CheckDigests(name, digests, len(tokens)); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	out := slices.Clone(tokens)
+	for _, d := range digests {
+		out[d.Pos] = 0
+	}
+	return out, nil
 }
 
 // ProbeFirstNewBlockKey returns the key of the first full block of input
@@ -360,17 +425,31 @@ func (m *Manager) ProbeReuse(scope blockhash.Scope, input []config.Token) int {
 // would compute and commit first. It reports false when no full block of
 // input lies past that prefix. It changes nothing.
 func (m *Manager) ProbeFirstNewBlockKey(scope blockhash.Scope, input []config.Token) (blockhash.Key, bool) {
+	k, ok, _ := m.ProbeFirstNewBlockKeyDigests(scope, input, nil)
+	return k, ok
+}
+
+// ProbeFirstNewBlockKeyDigests is ProbeFirstNewBlockKey for input with
+// digest tokens; bad digests are ErrInvalidArgument.
+func (m *Manager) ProbeFirstNewBlockKeyDigests(scope blockhash.Scope, input []config.Token, digests []blockhash.DigestAt) (blockhash.Key, bool, error) {
+	input, err := m.textOrDigests("input_digests", input, digests, false)
+	if err != nil {
+		return 0, false, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return 0, false
+		return 0, false, nil
 	}
 	tpb := m.cfg.TokensPerBlock
-	mt := m.findMatch(scope, input)
+	mt := m.findMatch(scope, input, digests)
 	b := mt.tokens(tpb) / tpb
 	if (b+1)*tpb > len(input) {
-		return 0, false
+		return 0, false, nil
 	}
-	keys := blockhash.Chain(scope, tpb, input[:(b+1)*tpb])
-	return keys[b], true
+	k := mt.key(scope)
+	for i := len(mt.path); i <= b; i++ {
+		k = m.hasher.NextDigests(k, input[i*tpb:(i+1)*tpb], blockhash.DigestsIn(digests, i*tpb, (i+1)*tpb))
+	}
+	return k, true, nil
 }

@@ -16,10 +16,10 @@ func TestNodeFindsEveryChild(t *testing.T) {
 	m := newFixture(t, smallConfig(8)).m
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	parent := m.newNode(nil, 1, nil)
-	kids := []*node{m.newNode(parent, 30, seq(0, tpb)), m.newNode(parent, 10, seq(4, tpb)), m.newNode(parent, 20, seq(8, tpb))}
-	partial := m.newNode(parent, 5, seq(0, 2))
-	partial2 := m.newNode(parent, 6, seq(0, 3))
+	parent := m.newNode(nil, 1, nil, nil)
+	kids := []*node{m.newNode(parent, 30, seq(0, tpb), nil), m.newNode(parent, 10, seq(4, tpb), nil), m.newNode(parent, 20, seq(8, tpb), nil)}
+	partial := m.newNode(parent, 5, seq(0, 2), nil)
+	partial2 := m.newNode(parent, 6, seq(0, 3), nil)
 	for _, k := range kids {
 		m.addChild(parent, k)
 	}
@@ -37,7 +37,7 @@ func TestNodeFindsEveryChild(t *testing.T) {
 	assert.False(t, m.isChild(parent, kids[0]))
 	assert.Same(t, kids[1], m.child(parent, 10))
 	assert.True(t, parent.hasChildren())
-	again := m.newNode(parent, 40, seq(12, tpb))
+	again := m.newNode(parent, 40, seq(12, tpb), nil)
 	m.addChild(parent, again)
 	assert.Same(t, again, m.child(parent, 40))
 	assert.Equal(t, []*node{kids[1], kids[2], again, partial2}, m.sortedChildren(parent))
@@ -52,19 +52,23 @@ func TestNodeFindsEveryChild(t *testing.T) {
 }
 
 // A freed node's ID is reused, and the reused node starts empty: no tokens
-// from its last use, default priorities and no pages.
+// or digest tokens from its last use, default priorities and no pages.
 func TestFreedNodesAreReusedEmpty(t *testing.T) {
 	m := newFixture(t, smallConfig(8)).m
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	root := m.newNode(nil, 1, nil)
-	n := m.newNode(root, 2, seq(0, tpb))
+	root := m.newNode(nil, 1, nil, nil)
+	dg := []blockhash.DigestAt{{Pos: 1, Digest: blockhash.Digest{7}}}
+	n := m.newNode(root, 2, seq(0, tpb), dg)
+	require.Equal(t, dg, m.digestsOf(n))
 	m.prioOf(n)[0] = MaxPriority
 	id := n.id
 	m.freeNode(n)
-	again := m.newNode(root, 3, seq(0, 2))
+	assert.Empty(t, m.nodes.digests, "a freed node's digests go with it")
+	again := m.newNode(root, 3, seq(0, 2), nil)
 	assert.Equal(t, id, again.id)
 	assert.Equal(t, seq(0, 2), m.tokensOf(again))
+	assert.Nil(t, m.digestsOf(again), "a reused ID starts without the digests of its last node")
 	assert.Equal(t, DefaultPriority, m.prioOf(again)[0])
 	assert.False(t, m.hasPages(again))
 	assert.Equal(t, 1, again.depth)

@@ -15,11 +15,13 @@ import "C"
 // compiler laid them out) with the generator's model.
 func CStructs() map[string]reflect.Type {
 	return map[string]reflect.Type{
+		"kvcm_aggregated_page_desc":         reflect.TypeFor[C.kvcm_aggregated_page_desc](),
 		"kvcm_attention_layer_config":       reflect.TypeFor[C.kvcm_attention_layer_config](),
 		"kvcm_batch_desc":                   reflect.TypeFor[C.kvcm_batch_desc](),
 		"kvcm_block_event":                  reflect.TypeFor[C.kvcm_block_event](),
 		"kvcm_block_stats":                  reflect.TypeFor[C.kvcm_block_stats](),
 		"kvcm_buffer_config":                reflect.TypeFor[C.kvcm_buffer_config](),
+		"kvcm_buffer_id":                    reflect.TypeFor[C.kvcm_buffer_id](),
 		"kvcm_buffer_location":              reflect.TypeFor[C.kvcm_buffer_location](),
 		"kvcm_cache_event":                  reflect.TypeFor[C.kvcm_cache_event](),
 		"kvcm_cache_tier_config":            reflect.TypeFor[C.kvcm_cache_tier_config](),
@@ -30,10 +32,12 @@ func CStructs() map[string]reflect.Type {
 		"kvcm_cp_index_vtable":              reflect.TypeFor[C.kvcm_cp_index_vtable](),
 		"kvcm_cp_manager_backed_options":    reflect.TypeFor[C.kvcm_cp_manager_backed_options](),
 		"kvcm_cp_request_id":                reflect.TypeFor[C.kvcm_cp_request_id](),
+		"kvcm_expanded_buffer":              reflect.TypeFor[C.kvcm_expanded_buffer](),
 		"kvcm_kv_cache_options":             reflect.TypeFor[C.kvcm_kv_cache_options](),
 		"kvcm_layer_group_iteration_stats":  reflect.TypeFor[C.kvcm_layer_group_iteration_stats](),
 		"kvcm_manager_config":               reflect.TypeFor[C.kvcm_manager_config](),
 		"kvcm_migration_stats":              reflect.TypeFor[C.kvcm_migration_stats](),
+		"kvcm_page_index_converter":         reflect.TypeFor[C.kvcm_page_index_converter](),
 		"kvcm_page_index_pair":              reflect.TypeFor[C.kvcm_page_index_pair](),
 		"kvcm_peak_block_stats":             reflect.TypeFor[C.kvcm_peak_block_stats](),
 		"kvcm_pool_desc":                    reflect.TypeFor[C.kvcm_pool_desc](),

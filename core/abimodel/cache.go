@@ -41,6 +41,10 @@ func (mgr *Manager) CreateCache(opts CacheOptions) (*Cache, error) {
 		mgr.mu.Unlock()
 		return nil, destroyedErr("manager is being destroyed")
 	}
+	if mgr.attached != nil && opts.RequestID != "" && len(opts.InputDigests) > 0 {
+		mgr.mu.Unlock()
+		return nil, errDigestsTracked("options.input_digest_positions")
+	}
 	c, err := mgr.m.CreateKVCache(opts.CacheOptions)
 	if err != nil {
 		mgr.mu.Unlock()
@@ -177,6 +181,23 @@ func (c *Cache) CommitBeamSearch(tokens []config.Token, beamSearchIndices []int,
 		return c.tc.CommitBeamSearch(tokens, beamSearchIndices, isEnd)
 	}
 	return c.c.CommitBeamSearch(tokens, beamSearchIndices, isEnd)
+}
+
+// CommitDigests commits computed tokens with digest tokens (see
+// core.KVCache.CommitDigests). A cache its CP index tracks takes text only:
+// the index names blocks by text keys.
+func (c *Cache) CommitDigests(tokens []config.Token, digests []blockhash.DigestAt, isEnd bool) error {
+	if len(digests) == 0 {
+		return c.Commit(tokens, isEnd)
+	}
+	if c.tc != nil {
+		return errDigestsTracked("digest_positions")
+	}
+	return c.c.CommitDigests(tokens, digests, isEnd)
+}
+
+func errDigestsTracked(arg string) error {
+	return argErr(arg, "digest tokens in a cache its CP index tracks (the CP index keys text tokens only)")
 }
 
 // StopCommitting refuses further commits (see core.KVCache.StopCommitting).

@@ -35,9 +35,25 @@ const (
 
 // BufferConfig is one per-layer buffer: its role and the bytes it needs for
 // one block of tokens.
+//
+// TokensPerBlockOverride, when not 0, gives the buffer pages of its own
+// (KVCacheManagerV2's tokens_per_block_override): Size bytes hold that many
+// tokens, the override divides TokensPerBlock, and each block holds
+// TokensPerBlock/override of the buffer's pages side by side (its
+// expansion).
 type BufferConfig struct {
-	Role DataRole
-	Size int64
+	Role                   DataRole
+	Size                   int64
+	TokensPerBlockOverride int
+}
+
+// Expansion returns how many of the buffer's pages one block of
+// tokensPerBlock tokens holds: 1 without an override.
+func (b BufferConfig) Expansion(tokensPerBlock int) int {
+	if b.TokensPerBlockOverride == 0 {
+		return 1
+	}
+	return tokensPerBlock / b.TokensPerBlockOverride
 }
 
 // AttentionLayerConfig describes one attention layer. SlidingWindowSize 0
@@ -642,19 +658,24 @@ func (c *Config) validateLayers() error {
 			if b.Size <= 0 {
 				return fieldErr(bf+".size", "must be positive, got %d", b.Size)
 			}
-			if b.Size > math.MaxInt64-total {
-				return fieldErr(bf+".size", "%d bytes bring the buffers of all layers beyond %d bytes a block",
-					b.Size, int64(math.MaxInt64))
+			if o := b.TokensPerBlockOverride; o < 0 || (o > 0 && c.TokensPerBlock%o != 0) {
+				return fieldErr(bf+".tokens_per_block_override", "must divide tokens_per_block (%d), got %d", c.TokensPerBlock, o)
 			}
-			total += b.Size
+			e := int64(b.Expansion(c.TokensPerBlock))
+			block := b.Size * e
+			if b.Size > math.MaxInt64/e || block > math.MaxInt64-total {
+				return fieldErr(bf+".size", "%d bytes (x%d pages a block) bring the buffers of all layers beyond %d bytes a block",
+					b.Size, b.Expansion(c.TokensPerBlock), int64(math.MaxInt64))
+			}
+			total += block
 		}
 	}
 	return nil
 }
 
 // validateSsm checks the SSM layers: ids distinct from every other layer's,
-// buffers as an attention layer's, CommitMinSnapshot set, and MaxSsmSlots
-// only with them.
+// buffers as an attention layer's (without tokens_per_block_override),
+// CommitMinSnapshot set, and MaxSsmSlots only with them.
 func (c *Config) validateSsm() error {
 	if c.MaxSsmSlots < 0 {
 		return fieldErr("max_ssm_slots", "must not be negative, got %d", c.MaxSsmSlots)
@@ -673,7 +694,7 @@ func (c *Config) validateSsm() error {
 	for i, l := range c.Layers {
 		seen[l.LayerID] = fmt.Sprintf("layers[%d]", i)
 		for _, b := range l.Buffers {
-			total += b.Size // validated: the sum fits
+			total += b.Size * int64(b.Expansion(c.TokensPerBlock)) // validated: the sum fits
 		}
 	}
 	for i, l := range c.SsmLayers {
@@ -700,6 +721,11 @@ func (c *Config) validateSsm() error {
 			roles = append(roles, b.Role)
 			if b.Size <= 0 {
 				return fieldErr(bf+".size", "must be positive, got %d", b.Size)
+			}
+			if b.TokensPerBlockOverride != 0 {
+				// A state is one page a cache, not a block of tokens.
+				return fieldErr(bf+".tokens_per_block_override", "must be 0 for an SSM layer's state, got %d",
+					b.TokensPerBlockOverride)
 			}
 			if b.Size > math.MaxInt64-total {
 				return fieldErr(bf+".size", "%d bytes bring the buffers of all layers beyond %d bytes a block",

@@ -62,9 +62,12 @@ func (lc *LifeCycle) PageBytes() int64 {
 	return n
 }
 
-// BufferLocation says where a buffer lives in the hot layout. The kernel-facing
-// page index of the buffer for base page (slot) s is s*Scale + Offset, counted
-// in units of the buffer's size from its pool's base address.
+// BufferLocation says where a buffer lives in the hot layout. The block of
+// base page (slot) s is the buffer's page s*Scale + Offset, counted in units
+// of Bytes (the buffer's bytes per block) from its pool's base address. A
+// buffer with a tokens_per_block_override holds Expansion pages of its own in
+// each block: kernel page indices (s*Scale + Offset)*Expansion + i for i in
+// [0, Expansion), counted in units of Bytes/Expansion.
 //
 // ScratchPagesPerBlock is how many sub-pages of a slot of the pool one block
 // of the buffer's layer takes: the layer's buffers in the pool, which sit
@@ -76,6 +79,7 @@ type BufferLocation struct {
 	Scale                int64
 	Offset               int64
 	Bytes                int64
+	Expansion            int
 	ScratchPagesPerBlock int64
 }
 
@@ -188,18 +192,25 @@ func New(cfg *config.Config) *Layout {
 
 func (lt *Layout) buildPools(lc *LifeCycle, layers []config.AttentionLayerConfig) {
 	bySize := map[int64]int{}
+	expansion := map[BufferKey]int{}
 	for _, l := range layers {
 		if !slices.Contains(lc.Layers, l.LayerID) {
 			continue
 		}
 		for _, b := range l.Buffers {
-			i, ok := bySize[b.Size]
+			// A buffer is coalesced by its bytes per block: an expanded
+			// buffer's pages side by side.
+			e := b.Expansion(lt.TokensPerBlock)
+			size := b.Size * int64(e)
+			i, ok := bySize[size]
 			if !ok {
 				i = len(lc.Pools)
-				bySize[b.Size] = i
-				lc.Pools = append(lc.Pools, Pool{BufferBytes: b.Size})
+				bySize[size] = i
+				lc.Pools = append(lc.Pools, Pool{BufferBytes: size})
 			}
-			lc.Pools[i].Buffers = append(lc.Pools[i].Buffers, BufferKey{l.LayerID, b.Role})
+			k := BufferKey{l.LayerID, b.Role}
+			lc.Pools[i].Buffers = append(lc.Pools[i].Buffers, k)
+			expansion[k] = e
 		}
 	}
 	slices.SortStableFunc(lc.Pools, func(a, b Pool) int { return cmp.Compare(b.BufferBytes, a.BufferBytes) })
@@ -211,6 +222,7 @@ func (lt *Layout) buildPools(lc *LifeCycle, layers []config.AttentionLayerConfig
 		for off, k := range p.Buffers {
 			loc := BufferLocation{
 				LifeCycle: lc.ID, Pool: pi, Scale: int64(len(p.Buffers)), Offset: int64(off), Bytes: p.BufferBytes,
+				Expansion:            expansion[k],
 				ScratchPagesPerBlock: perLayer[k.Layer],
 			}
 			lt.Buffers[k] = loc

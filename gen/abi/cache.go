@@ -71,6 +71,21 @@ type KVCacheOptions struct {
 	// kvcm_manager_get_and_reset_layer_group_iteration_stats). It changes no
 	// allocation or reuse.
 	ExpectedPromptLength int64 `since:"2" go:"-"`
+	// InputDigestPositions are the positions of input_tokens' multimodal
+	// digest tokens (ascending, each once; the tokens' values there are
+	// ignored), or NULL for none: see kvcm_block_keys.
+	InputDigestPositions spec.In[spec.Size] `len:"NumInputDigests" nullable:"true" own:"borrowed" since:"2" go:"-"`
+	// NumInputDigests is the length of input_digest_positions.
+	NumInputDigests spec.Size `since:"2" go:"-"`
+	// InputDigestBytes are the digests, 32 bytes each in the order of
+	// input_digest_positions.
+	InputDigestBytes spec.CStr `len:"InputDigestBytesLen" nullable:"true" own:"borrowed" since:"2" go:"-"`
+	// InputDigestBytesLen is 32 * num_input_digests.
+	InputDigestBytesLen spec.Size `since:"2" go:"-"`
+	// TextOnly refuses digest tokens for this cache, at creation and in
+	// commits (KVCacheManagerV2's text_only); the manager's text_only does
+	// so for every cache.
+	TextOnly bool `since:"2"`
 }
 
 // KVCacheCreate creates a SUSPENDED KV cache holding the longest reusable

@@ -264,4 +264,14 @@ type ManagerConfig struct {
 	// snapshots); the bytes it leaves go to the attention layer groups. 0:
 	// no cap; only with ssm_layers.
 	MaxSsmSlots int64 `since:"2"`
+	// BufferTokensPerBlockOverrides are the buffers' tokens_per_block
+	// overrides (KVCacheManagerV2's BufferConfig.tokens_per_block_override),
+	// one per buffer of every layer in configuration order (layers[0]'s
+	// buffers first), 0 for none; or NULL for none at all. An override
+	// divides tokens_per_block: the buffer's size then holds that many
+	// tokens, and each block holds tokens_per_block/override of its pages.
+	BufferTokensPerBlockOverrides spec.In[int32] `len:"NumBufferTokensPerBlockOverrides" nullable:"true" own:"borrowed" since:"2" go:"-"`
+	// NumBufferTokensPerBlockOverrides is 0 or the number of buffers of all
+	// layers.
+	NumBufferTokensPerBlockOverrides spec.Size `since:"2" go:"-"`
 }

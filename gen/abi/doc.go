@@ -156,6 +156,21 @@
 //     kvcm_reuse_diagnostics and kvcm_kv_cache_get_reuse_diagnostics; a
 //     kvcm_request_desc's capacity may be 0 (a request holding only its SSM
 //     state).
+//   - KVCacheManagerV2's disaggregated transfer layout:
+//     kvcm_manager_get_aggregated_pages (kvcm_buffer_id in,
+//     kvcm_aggregated_page_desc and kvcm_expanded_buffer out),
+//     kvcm_kv_cache_get_aggregated_page_indices,
+//     kvcm_manager_get_page_index_converter (kvcm_page_index_converter),
+//     _get_page_stride and _get_page_index_upper_bound; and
+//     kvcm_manager_config.buffer_tokens_per_block_overrides (a buffer's own
+//     tokens per block: kvcm_buffer_config is frozen).
+//   - Multimodal digest tokens: kvcm_block_keys (a sequence's block keys,
+//     digests included), kvcm_kv_cache_options.input_digest_positions,
+//     input_digest_bytes and text_only, kvcm_kv_cache_commit_digests,
+//     _get_committed_digests, kvcm_manager_probe_reuse_digests and
+//     _probe_first_new_block_key_digests, and
+//     kvcm_manager_drain_block_events_digests (stored blocks with their
+//     digest tokens).
 //
 // Behaviour that changed for C users while ABI version 1 was unreleased
 // (no function, struct or constant changed):

@@ -586,11 +586,13 @@ typedef int32_t (*kvcm_priority_func)(void* user_data, int64_t block_index, int3
 
 /* ---- Structures ---- */
 
+typedef struct kvcm_aggregated_page_desc kvcm_aggregated_page_desc;
 typedef struct kvcm_attention_layer_config kvcm_attention_layer_config;
 typedef struct kvcm_batch_desc kvcm_batch_desc;
 typedef struct kvcm_block_event kvcm_block_event;
 typedef struct kvcm_block_stats kvcm_block_stats;
 typedef struct kvcm_buffer_config kvcm_buffer_config;
+typedef struct kvcm_buffer_id kvcm_buffer_id;
 typedef struct kvcm_buffer_location kvcm_buffer_location;
 typedef struct kvcm_cache_event kvcm_cache_event;
 typedef struct kvcm_cache_tier_config kvcm_cache_tier_config;
@@ -602,10 +604,12 @@ typedef struct kvcm_cp_index_vtable kvcm_cp_index_vtable;
 typedef struct kvcm_reuse_scope kvcm_reuse_scope;
 typedef struct kvcm_cp_manager_backed_options kvcm_cp_manager_backed_options;
 typedef struct kvcm_cp_request_id kvcm_cp_request_id;
+typedef struct kvcm_expanded_buffer kvcm_expanded_buffer;
 typedef struct kvcm_kv_cache_options kvcm_kv_cache_options;
 typedef struct kvcm_layer_group_iteration_stats kvcm_layer_group_iteration_stats;
 typedef struct kvcm_manager_config kvcm_manager_config;
 typedef struct kvcm_migration_stats kvcm_migration_stats;
+typedef struct kvcm_page_index_converter kvcm_page_index_converter;
 typedef struct kvcm_page_index_pair kvcm_page_index_pair;
 typedef struct kvcm_peak_block_stats kvcm_peak_block_stats;
 typedef struct kvcm_pool_desc kvcm_pool_desc;
@@ -618,6 +622,42 @@ typedef struct kvcm_reused_blocks_at_level kvcm_reused_blocks_at_level;
 typedef struct kvcm_shared_tier_config kvcm_shared_tier_config;
 typedef struct kvcm_ssm_layer_config kvcm_ssm_layer_config;
 typedef struct kvcm_ssm_snapshot_iteration_stats kvcm_ssm_snapshot_iteration_stats;
+
+/**
+ * kvcm_aggregated_page_desc is a run of buffers that lie side by side in every GPU
+ * slot of one pool (KVCacheManagerV2's AggregatedPageDesc): for each
+ * aggregated page index i of a cache's layer group
+ * (kvcm_kv_cache_get_aggregated_page_indices), the run's bytes are
+ * [base + i*stride, base + i*stride + size): one copy moves every buffer of
+ * the run for that block.
+ * @since ABI version 2.
+ */
+struct kvcm_aggregated_page_desc {
+    /**
+     * base is the run's address in slot 0.
+     */
+    kvcm_device_ptr base;
+    /**
+     * size is the run's bytes per block, the sum of its buffers'.
+     */
+    int64_t size;
+    /**
+     * stride is the bytes between slots: the pool's slot size.
+     */
+    int64_t stride;
+    /**
+     * layer_group is the layer group whose page indices address the run.
+     */
+    kvcm_layer_group_id layer_group;
+    /**
+     * [borrowed, array of num_buffers] buffers are the run's buffers in slot order.
+     */
+    const kvcm_expanded_buffer* buffers;
+    /**
+     * num_buffers is the length of buffers.
+     */
+    size_t num_buffers;
+};
 
 /**
  * kvcm_attention_layer_config describes one attention layer.
@@ -775,6 +815,22 @@ struct kvcm_buffer_config {
      * size is the buffer's bytes per block (positive).
      */
     int64_t size;
+};
+
+/**
+ * kvcm_buffer_id names one buffer: a layer and a role (KVCacheManagerV2's
+ * BufferId).
+ * @since ABI version 2.
+ */
+struct kvcm_buffer_id {
+    /**
+     * layer_id is the buffer's layer.
+     */
+    int32_t layer_id;
+    /**
+     * [borrowed] role is the buffer's role within the layer, such as "key".
+     */
+    const char* role;
 };
 
 /**
@@ -1197,6 +1253,24 @@ struct kvcm_cp_request_id {
 };
 
 /**
+ * kvcm_expanded_buffer is one buffer of an aggregated page (KVCacheManagerV2's
+ * ExpandedBuffer).
+ * @since ABI version 2.
+ */
+struct kvcm_expanded_buffer {
+    /**
+     * buffer is the buffer's position in the buffers argument of
+     * kvcm_manager_get_aggregated_pages.
+     */
+    size_t buffer;
+    /**
+     * expansion is how many of the buffer's own pages one block holds: 1, or
+     * tokens_per_block over its tokens_per_block_override.
+     */
+    int32_t expansion;
+};
+
+/**
  * kvcm_kv_cache_options configures kvcm_kv_cache_create. Zero-initialize it and set
  * struct_size = sizeof(kvcm_kv_cache_options) and abi_version =
  * KVCM_ABI_VERSION.
@@ -1273,6 +1347,31 @@ struct kvcm_kv_cache_options {
      * allocation or reuse. (since ABI version 2)
      */
     int64_t expected_prompt_length;
+    /**
+     * [borrowed, nullable, array of num_input_digests] input_digest_positions are the positions of input_tokens' multimodal
+     * digest tokens (ascending, each once; the tokens' values there are
+     * ignored), or NULL for none: see kvcm_block_keys. (since ABI version 2)
+     */
+    const size_t* input_digest_positions;
+    /**
+     * num_input_digests is the length of input_digest_positions. (since ABI version 2)
+     */
+    size_t num_input_digests;
+    /**
+     * [borrowed, nullable, array of input_digest_bytes_len] input_digest_bytes are the digests, 32 bytes each in the order of
+     * input_digest_positions. (since ABI version 2)
+     */
+    const char* input_digest_bytes;
+    /**
+     * input_digest_bytes_len is 32 * num_input_digests. (since ABI version 2)
+     */
+    size_t input_digest_bytes_len;
+    /**
+     * text_only refuses digest tokens for this cache, at creation and in
+     * commits (KVCacheManagerV2's text_only); the manager's text_only does
+     * so for every cache. (since ABI version 2)
+     */
+    bool text_only;
 };
 
 /** Initializer of a kvcm_kv_cache_options: struct_size and abi_version set, every other field zero. */
@@ -1559,6 +1658,20 @@ struct kvcm_manager_config {
      * no cap; only with ssm_layers. (since ABI version 2)
      */
     int64_t max_ssm_slots;
+    /**
+     * [borrowed, nullable, array of num_buffer_tokens_per_block_overrides] buffer_tokens_per_block_overrides are the buffers' tokens_per_block
+     * overrides (KVCacheManagerV2's BufferConfig.tokens_per_block_override),
+     * one per buffer of every layer in configuration order (layers[0]'s
+     * buffers first), 0 for none; or NULL for none at all. An override
+     * divides tokens_per_block: the buffer's size then holds that many
+     * tokens, and each block holds tokens_per_block/override of its pages. (since ABI version 2)
+     */
+    const int32_t* buffer_tokens_per_block_overrides;
+    /**
+     * num_buffer_tokens_per_block_overrides is 0 or the number of buffers of all
+     * layers. (since ABI version 2)
+     */
+    size_t num_buffer_tokens_per_block_overrides;
 };
 
 /** Initializer of a kvcm_manager_config: struct_size and abi_version set, every other field zero. */
@@ -1583,6 +1696,33 @@ struct kvcm_migration_stats {
      * bytes is the number of bytes moved.
      */
     int64_t bytes;
+};
+
+/**
+ * kvcm_page_index_converter turns base page indices into a buffer's kernel page
+ * indices (KVCacheManagerV2's PageIndexConverter): base b becomes, for k in
+ * [0, expansion), (b*scale + offset)*expansion + k, where offset is
+ * layer_offset for indices counted from the pool's base address (PER_LAYER,
+ * kvcm_buffer_location.pool_base) and 0 for indices counted from the
+ * buffer's own base address (SHARED, pool_base + layer_offset * bytes);
+ * KVCM_BAD_PAGE_INDEX stays KVCM_BAD_PAGE_INDEX. A kernel page index counts
+ * page_stride bytes (kvcm_manager_get_page_stride).
+ * @since ABI version 2.
+ */
+struct kvcm_page_index_converter {
+    /**
+     * scale multiplies a base page index.
+     */
+    int64_t scale;
+    /**
+     * expansion is how many of the buffer's own pages one block holds.
+     */
+    int32_t expansion;
+    /**
+     * layer_offset is the buffer's offset in its pool's slot, in blocks of
+     * the buffer (kvcm_buffer_location.offset).
+     */
+    int64_t layer_offset;
 };
 
 /**
@@ -1914,6 +2054,36 @@ struct kvcm_ssm_snapshot_iteration_stats {
 };
 
 /* ---- Functions ---- */
+
+/**
+ * kvcm_block_keys computes the block keys of a token sequence in a reuse scope
+ * (KVCacheManagerV2's sequence_to_blockchain_keys, less its root pair):
+ * one key per full block of tokens_per_block tokens and, with partial, one
+ * more for a trailing partial block, chained from the scope's root; the
+ * keys a manager with that block_key gives the blocks (its cache events'
+ * key). needed is always written; keys smaller than needed is
+ * KVCM_ERR_BUFFER_TOO_SMALL (NULL with capacity 0 asks for the count).
+ *
+ * @param block_key [in] The block key algorithm.
+ * @param scope [in, borrowed] The reuse scope.
+ * @param has_lora_id [in] Whether scope.lora_id is a LoRA adapter id, 0 included.
+ * @param tokens_per_block [in] Tokens per block (positive).
+ * @param tokens [in, borrowed, nullable, array of num_tokens] The tokens (NULL only when num_tokens is 0).
+ * @param num_tokens [in] The number of tokens.
+ * @param digest_positions [in, borrowed, nullable, array of num_digests] The digest tokens' positions (NULL only when num_digests is 0).
+ * @param num_digests [in] The number of digest tokens.
+ * @param digest_bytes [in, borrowed, nullable, array of digest_bytes_len] The digests, 32 bytes each.
+ * @param digest_bytes_len [in] The length of digest_bytes: 32 * num_digests.
+ * @param partial [in] Whether to key a trailing partial block too.
+ * @param keys [out, nullable, array of capacity] Receives the keys.
+ * @param capacity [in] Capacity of keys, in elements.
+ * @param needed [out] Receives the number of keys.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_block_keys(kvcm_block_key block_key, const kvcm_reuse_scope* scope, bool has_lora_id, int32_t tokens_per_block, const kvcm_token* tokens, size_t num_tokens, const size_t* digest_positions, size_t num_digests, const char* digest_bytes, size_t digest_bytes_len, bool partial, uint64_t* keys, size_t capacity, size_t* needed);
 
 /**
  * kvcm_cold_page_codec_destroy destroys a codec object the caller owns and will not
@@ -2252,6 +2422,26 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_commit(kvcm_kv_cache cache,
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_commit_beam_search(kvcm_kv_cache cache, const kvcm_token* tokens, size_t num_tokens, const int32_t* beam_search_indices, size_t num_beam_search_indices, bool is_end);
 
 /**
+ * kvcm_kv_cache_commit_digests is kvcm_kv_cache_commit for tokens with digest
+ * tokens. A text-only cache (kvcm_kv_cache_options.text_only, or the
+ * manager's text_only) refuses digests with KVCM_ERR_INVALID_ARGUMENT.
+ *
+ * @param cache [in] The cache.
+ * @param tokens [in, borrowed, nullable, array of num_tokens] The tokens (NULL only when num_tokens is 0).
+ * @param num_tokens [in] The number of tokens.
+ * @param digest_positions [in, borrowed, nullable, array of num_digests] The digest tokens' positions in tokens.
+ * @param num_digests [in] The number of digest tokens.
+ * @param digest_bytes [in, borrowed, nullable, array of digest_bytes_len] The digests, 32 bytes each.
+ * @param digest_bytes_len [in] The length of digest_bytes: 32 * num_digests.
+ * @param is_end [in] Whether these are the last tokens to commit.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_commit_digests(kvcm_kv_cache cache, const kvcm_token* tokens, size_t num_tokens, const size_t* digest_positions, size_t num_digests, const char* digest_bytes, size_t digest_bytes_len, bool is_end);
+
+/**
  * kvcm_kv_cache_commit_pending_stats adds the cache's pending per-layer-group counts
  * (its reuse and misses at creation, the pages resize allocated for it since)
  * to the manager's iteration statistics
@@ -2293,6 +2483,29 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_create(kvcm_manager manager
  * @since ABI version 2.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_discard_pending_stats(kvcm_kv_cache cache);
+
+/**
+ * kvcm_kv_cache_get_aggregated_page_indices writes, for an ACTIVE cache, the
+ * aggregated page index of each block of a layer group in a beam
+ * (KVCacheManagerV2's get_aggregated_page_indices): the block's GPU slot,
+ * which addresses every kvcm_aggregated_page_desc of the layer group, and
+ * KVCM_BAD_PAGE_INDEX where the block has no page; with valid_only only the
+ * blocks that have one. beam is in [0, beam width) (KVCM_DEFAULT_BEAM_INDEX
+ * for a single-beam cache).
+ *
+ * @param cache [in] The cache.
+ * @param layer_group [in] The layer group.
+ * @param beam [in] The beam.
+ * @param valid_only [in] Whether to skip blocks without a page.
+ * @param indices [out, nullable, array of capacity] Receives the indices.
+ * @param capacity [in] Capacity of indices, in elements.
+ * @param needed [out] Receives the number of indices.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_aggregated_page_indices(kvcm_kv_cache cache, kvcm_layer_group_id layer_group, int32_t beam, bool valid_only, int32_t* indices, size_t capacity, size_t* needed);
 
 /**
  * kvcm_kv_cache_get_base_page_indices writes, for an ACTIVE cache, the GPU slot of each
@@ -2372,6 +2585,25 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_cached_tokens_by_level(
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_capacity(kvcm_kv_cache cache, int64_t* out);
+
+/**
+ * kvcm_kv_cache_get_committed_digests writes the digest tokens of the committed
+ * tokens (kvcm_kv_cache_get_committed_tokens, whose values there are 0):
+ * their positions, ascending, and their 32 bytes each. needed is always
+ * written; a capacity smaller than needed is KVCM_ERR_BUFFER_TOO_SMALL
+ * (NULL buffers with capacity 0 ask for the count).
+ *
+ * @param cache [in] The cache.
+ * @param positions [out, nullable, array of capacity] Receives the positions.
+ * @param digest_bytes [out, nullable, array of capacity] Receives 32 bytes per digest (room for 32 * capacity bytes).
+ * @param capacity [in] Capacity, in digests.
+ * @param needed [out] Receives the number of digests.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_committed_digests(kvcm_kv_cache cache, size_t* positions, uint8_t* digest_bytes, size_t capacity, size_t* needed);
 
 /**
  * kvcm_kv_cache_get_committed_tokens writes the committed tokens.
@@ -2901,6 +3133,32 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_detach_cp(kvcm_manager manag
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_drain_block_events(kvcm_manager manager, kvcm_block_event* events, size_t events_cap, kvcm_token* tokens, size_t tokens_cap, size_t* num_events, size_t* num_tokens, uint64_t* dropped);
 
 /**
+ * kvcm_manager_drain_block_events_digests is kvcm_manager_drain_block_events that
+ * also writes the multimodal digest tokens of the stored blocks it writes:
+ * their positions in the tokens buffer (whose tokens there are 0), and their
+ * 32 bytes each. digest_positions and digest_bytes have room for tokens_cap
+ * digests (digest_bytes for 32 * tokens_cap bytes), so an event that fits
+ * in tokens fits in them.
+ *
+ * @param manager [in] The manager.
+ * @param events [out, nullable, array of events_cap] Receives the events.
+ * @param events_cap [in] Capacity of events, in elements.
+ * @param tokens [out, nullable, array of tokens_cap] Receives the tokens of stored blocks.
+ * @param tokens_cap [in] Capacity of tokens, in elements.
+ * @param digest_positions [out, nullable, array of tokens_cap] Receives the digest tokens' positions in tokens.
+ * @param digest_bytes [out, nullable, array of tokens_cap] Receives 32 bytes per digest (room for 32 * tokens_cap bytes).
+ * @param num_events [out] Receives the number of events written.
+ * @param num_tokens [out] Receives the number of tokens written (on KVCM_ERR_BUFFER_TOO_SMALL, the tokens the oldest event needs).
+ * @param num_digests [out] Receives the number of digests written.
+ * @param dropped [out, nullable] Receives the number of events dropped since the previous drain.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_drain_block_events_digests(kvcm_manager manager, kvcm_block_event* events, size_t events_cap, kvcm_token* tokens, size_t tokens_cap, size_t* digest_positions, uint8_t* digest_bytes, size_t* num_events, size_t* num_tokens, size_t* num_digests, uint64_t* dropped);
+
+/**
  * kvcm_manager_drain_events removes the oldest queued cache events, as many whole
  * events as fit in both buffers, and writes them in order; it skips (removes
  * without writing) KVCM_EVENT_BLOCK_PRIORITY_UPDATED events, which
@@ -2941,6 +3199,34 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_drain_events(kvcm_manager ma
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_free_memory(kvcm_manager manager, kvcm_device_ptr ptr);
+
+/**
+ * kvcm_manager_get_aggregated_pages merges buffers into the fewest runs of
+ * contiguous bytes for bulk transfer (KVCacheManagerV2's
+ * get_aggregated_pages): buffers are grouped by layer group and pool, in the
+ * order each (layer group, pool) first appears in buffers, sorted by their
+ * place in the slot, and adjacent ones merge. Each buffer lands in exactly
+ * one run, so members needs num_buffers entries. The descriptors' buffers
+ * point into the caller's members buffer. num_descs is always written; when
+ * descs or members is smaller than needed nothing else is written and
+ * KVCM_ERR_BUFFER_TOO_SMALL is returned (NULL buffers with capacity 0 ask
+ * for the count, successfully). An unknown or repeated buffer is
+ * KVCM_ERR_INVALID_ARGUMENT naming its position.
+ *
+ * @param manager [in] The manager.
+ * @param buffers [in, borrowed, nullable, array of num_buffers] The buffers to aggregate, in any order (NULL only when num_buffers is 0).
+ * @param num_buffers [in] The number of buffers.
+ * @param descs [out, nullable, array of descs_cap] Receives the runs.
+ * @param descs_cap [in] Capacity of descs, in elements.
+ * @param members [out, nullable, array of members_cap] Receives every run's buffers.
+ * @param members_cap [in] Capacity of members, in elements.
+ * @param num_descs [out] Receives the number of runs.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_aggregated_pages(kvcm_manager manager, const kvcm_buffer_id* buffers, size_t num_buffers, kvcm_aggregated_page_desc* descs, size_t descs_cap, kvcm_expanded_buffer* members, size_t members_cap, size_t* num_descs);
 
 /**
  * kvcm_manager_get_and_reset_iteration_cached_tokens_by_level returns, per level, the
@@ -3155,6 +3441,54 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_num_levels(kvcm_manager 
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_num_open_caches(kvcm_manager manager, size_t* out);
 
 /**
+ * kvcm_manager_get_page_index_converter returns the page index converter of the
+ * buffer of a layer and role (KVCacheManagerV2's get_page_index_converter).
+ *
+ * @param manager [in] The manager.
+ * @param layer_id [in] The layer id.
+ * @param role [in, borrowed] The buffer's role, such as "key".
+ * @param out [out] Receives the converter.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_page_index_converter(kvcm_manager manager, int32_t layer_id, const char* role, kvcm_page_index_converter* out);
+
+/**
+ * kvcm_manager_get_page_index_upper_bound returns one past the largest SHARED kernel
+ * page index of a buffer (KVCacheManagerV2's get_page_index_upper_bound):
+ * its pool, viewed from the buffer's own base address as an array of the
+ * buffer's pages, so that an engine can wrap it as a tensor.
+ *
+ * @param manager [in] The manager.
+ * @param layer_id [in] The layer id.
+ * @param role [in, borrowed] The buffer's role, such as "key".
+ * @param out [out] Receives the bound.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_page_index_upper_bound(kvcm_manager manager, int32_t layer_id, const char* role, int64_t* out);
+
+/**
+ * kvcm_manager_get_page_stride returns the bytes between consecutive kernel page
+ * indices of a buffer (KVCacheManagerV2's get_page_stride): its bytes per
+ * block over its expansion.
+ *
+ * @param manager [in] The manager.
+ * @param layer_id [in] The layer id.
+ * @param role [in, borrowed] The buffer's role, such as "key".
+ * @param out [out] Receives the stride in bytes.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_page_stride(kvcm_manager manager, int32_t layer_id, const char* role, int64_t* out);
+
+/**
  * kvcm_manager_get_pool_group_descs describes the pool groups of a level in that
  * level's grouping order. For the GPU level these are the descriptors a codec
  * is configured with (pools with base addresses; num_slots is the reserved
@@ -3297,6 +3631,29 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_need_adjustment(kvcm_manager
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_probe_first_new_block_key(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, uint64_t* key, bool* found);
 
 /**
+ * kvcm_manager_probe_first_new_block_key_digests is
+ * kvcm_manager_probe_first_new_block_key for input tokens with digest
+ * tokens.
+ *
+ * @param manager [in] The manager.
+ * @param scope [in, borrowed] The reuse scope.
+ * @param has_lora_id [in] Whether scope.lora_id is a LoRA adapter id, 0 included.
+ * @param tokens [in, borrowed, nullable, array of num_tokens] The input tokens (NULL only when num_tokens is 0).
+ * @param num_tokens [in] The number of tokens.
+ * @param digest_positions [in, borrowed, nullable, array of num_digests] The digest tokens' positions in tokens.
+ * @param num_digests [in] The number of digest tokens.
+ * @param digest_bytes [in, borrowed, nullable, array of digest_bytes_len] The digests, 32 bytes each.
+ * @param digest_bytes_len [in] The length of digest_bytes: 32 * num_digests.
+ * @param key [out] Receives the block's key.
+ * @param found [out] Receives whether there is such a block.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_probe_first_new_block_key_digests(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, const size_t* digest_positions, size_t num_digests, const char* digest_bytes, size_t digest_bytes_len, uint64_t* key, bool* found);
+
+/**
  * kvcm_manager_probe_reuse returns how many tokens of an input a new KV cache in a
  * scope would reuse now. It changes nothing.
  *
@@ -3311,6 +3668,27 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_probe_first_new_block_key(kv
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_probe_reuse(kvcm_manager manager, const kvcm_reuse_scope* scope, const kvcm_token* tokens, size_t num_tokens, int64_t* out);
+
+/**
+ * kvcm_manager_probe_reuse_digests is kvcm_manager_probe_reuse_v2 for input tokens
+ * with digest tokens.
+ *
+ * @param manager [in] The manager.
+ * @param scope [in, borrowed] The reuse scope.
+ * @param has_lora_id [in] Whether scope.lora_id is a LoRA adapter id, 0 included.
+ * @param tokens [in, borrowed, nullable, array of num_tokens] The input tokens (NULL only when num_tokens is 0).
+ * @param num_tokens [in] The number of tokens.
+ * @param digest_positions [in, borrowed, nullable, array of num_digests] The digest tokens' positions in tokens.
+ * @param num_digests [in] The number of digest tokens.
+ * @param digest_bytes [in, borrowed, nullable, array of digest_bytes_len] The digests, 32 bytes each.
+ * @param digest_bytes_len [in] The length of digest_bytes: 32 * num_digests.
+ * @param out [out] Receives the number of reusable tokens.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_probe_reuse_digests(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, const size_t* digest_positions, size_t num_digests, const char* digest_bytes, size_t digest_bytes_len, int64_t* out);
 
 /**
  * kvcm_manager_probe_reuse_v2 is kvcm_manager_probe_reuse with a has_lora_id flag:
@@ -3671,18 +4049,26 @@ struct kvcm_api {
     kvcm_status* (*stream_free_memory)(kvcm_stream stream, kvcm_device_ptr ptr);
     /** kvcm_stream_synchronize (since ABI version 1). */
     kvcm_status* (*stream_synchronize)(kvcm_stream stream);
+    /** kvcm_block_keys (since ABI version 2). */
+    kvcm_status* (*block_keys)(kvcm_block_key block_key, const kvcm_reuse_scope* scope, bool has_lora_id, int32_t tokens_per_block, const kvcm_token* tokens, size_t num_tokens, const size_t* digest_positions, size_t num_digests, const char* digest_bytes, size_t digest_bytes_len, bool partial, uint64_t* keys, size_t capacity, size_t* needed);
     /** kvcm_kv_cache_commit_beam_search (since ABI version 2). */
     kvcm_status* (*kv_cache_commit_beam_search)(kvcm_kv_cache cache, const kvcm_token* tokens, size_t num_tokens, const int32_t* beam_search_indices, size_t num_beam_search_indices, bool is_end);
+    /** kvcm_kv_cache_commit_digests (since ABI version 2). */
+    kvcm_status* (*kv_cache_commit_digests)(kvcm_kv_cache cache, const kvcm_token* tokens, size_t num_tokens, const size_t* digest_positions, size_t num_digests, const char* digest_bytes, size_t digest_bytes_len, bool is_end);
     /** kvcm_kv_cache_commit_pending_stats (since ABI version 2). */
     kvcm_status* (*kv_cache_commit_pending_stats)(kvcm_kv_cache cache);
     /** kvcm_kv_cache_discard_pending_stats (since ABI version 2). */
     kvcm_status* (*kv_cache_discard_pending_stats)(kvcm_kv_cache cache);
+    /** kvcm_kv_cache_get_aggregated_page_indices (since ABI version 2). */
+    kvcm_status* (*kv_cache_get_aggregated_page_indices)(kvcm_kv_cache cache, kvcm_layer_group_id layer_group, int32_t beam, bool valid_only, int32_t* indices, size_t capacity, size_t* needed);
     /** kvcm_kv_cache_get_beam_base_page_indices (since ABI version 2). */
     kvcm_status* (*kv_cache_get_beam_base_page_indices)(kvcm_kv_cache cache, kvcm_layer_group_id layer_group, int32_t beam, int32_t* indices, size_t capacity, size_t* needed);
     /** kvcm_kv_cache_get_beam_width (since ABI version 2). */
     kvcm_status* (*kv_cache_get_beam_width)(kvcm_kv_cache cache, int32_t* out);
     /** kvcm_kv_cache_get_cached_tokens_by_level (since ABI version 2). */
     kvcm_status* (*kv_cache_get_cached_tokens_by_level)(kvcm_kv_cache cache, int64_t* tokens, size_t capacity, size_t* needed);
+    /** kvcm_kv_cache_get_committed_digests (since ABI version 2). */
+    kvcm_status* (*kv_cache_get_committed_digests)(kvcm_kv_cache cache, size_t* positions, uint8_t* digest_bytes, size_t capacity, size_t* needed);
     /** kvcm_kv_cache_get_committed_tokens (since ABI version 2). */
     kvcm_status* (*kv_cache_get_committed_tokens)(kvcm_kv_cache cache, kvcm_token* tokens, size_t capacity, size_t* needed);
     /** kvcm_kv_cache_get_reuse_diagnostics (since ABI version 2). */
@@ -3713,6 +4099,10 @@ struct kvcm_api {
     kvcm_status* (*manager_clear_reusable_blocks)(kvcm_manager manager);
     /** kvcm_manager_drain_block_events (since ABI version 2). */
     kvcm_status* (*manager_drain_block_events)(kvcm_manager manager, kvcm_block_event* events, size_t events_cap, kvcm_token* tokens, size_t tokens_cap, size_t* num_events, size_t* num_tokens, uint64_t* dropped);
+    /** kvcm_manager_drain_block_events_digests (since ABI version 2). */
+    kvcm_status* (*manager_drain_block_events_digests)(kvcm_manager manager, kvcm_block_event* events, size_t events_cap, kvcm_token* tokens, size_t tokens_cap, size_t* digest_positions, uint8_t* digest_bytes, size_t* num_events, size_t* num_tokens, size_t* num_digests, uint64_t* dropped);
+    /** kvcm_manager_get_aggregated_pages (since ABI version 2). */
+    kvcm_status* (*manager_get_aggregated_pages)(kvcm_manager manager, const kvcm_buffer_id* buffers, size_t num_buffers, kvcm_aggregated_page_desc* descs, size_t descs_cap, kvcm_expanded_buffer* members, size_t members_cap, size_t* num_descs);
     /** kvcm_manager_get_and_reset_iteration_cached_tokens_by_level (since ABI version 2). */
     kvcm_status* (*manager_get_and_reset_iteration_cached_tokens_by_level)(kvcm_manager manager, int64_t* tokens, size_t capacity, size_t* needed);
     /** kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats (since ABI version 2). */
@@ -3725,12 +4115,22 @@ struct kvcm_api {
     kvcm_status* (*manager_get_and_reset_ssm_snapshot_iteration_stats)(kvcm_manager manager, kvcm_ssm_snapshot_iteration_stats* stats, size_t capacity, size_t* needed);
     /** kvcm_manager_get_num_open_caches (since ABI version 2). */
     kvcm_status* (*manager_get_num_open_caches)(kvcm_manager manager, size_t* out);
+    /** kvcm_manager_get_page_index_converter (since ABI version 2). */
+    kvcm_status* (*manager_get_page_index_converter)(kvcm_manager manager, int32_t layer_id, const char* role, kvcm_page_index_converter* out);
+    /** kvcm_manager_get_page_index_upper_bound (since ABI version 2). */
+    kvcm_status* (*manager_get_page_index_upper_bound)(kvcm_manager manager, int32_t layer_id, const char* role, int64_t* out);
+    /** kvcm_manager_get_page_stride (since ABI version 2). */
+    kvcm_status* (*manager_get_page_stride)(kvcm_manager manager, int32_t layer_id, const char* role, int64_t* out);
     /** kvcm_manager_get_scratch_pages_per_block (since ABI version 2). */
     kvcm_status* (*manager_get_scratch_pages_per_block)(kvcm_manager manager, int32_t layer_id, const char* role, int64_t* out);
     /** kvcm_manager_need_adjustment (since ABI version 2). */
     kvcm_status* (*manager_need_adjustment)(kvcm_manager manager, bool* out);
     /** kvcm_manager_probe_first_new_block_key (since ABI version 2). */
     kvcm_status* (*manager_probe_first_new_block_key)(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, uint64_t* key, bool* found);
+    /** kvcm_manager_probe_first_new_block_key_digests (since ABI version 2). */
+    kvcm_status* (*manager_probe_first_new_block_key_digests)(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, const size_t* digest_positions, size_t num_digests, const char* digest_bytes, size_t digest_bytes_len, uint64_t* key, bool* found);
+    /** kvcm_manager_probe_reuse_digests (since ABI version 2). */
+    kvcm_status* (*manager_probe_reuse_digests)(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, const size_t* digest_positions, size_t num_digests, const char* digest_bytes, size_t digest_bytes_len, int64_t* out);
     /** kvcm_manager_probe_reuse_v2 (since ABI version 2). */
     kvcm_status* (*manager_probe_reuse_v2)(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, int64_t* out);
     /** kvcm_planned_drop_destroy (since ABI version 2). */
@@ -3745,6 +4145,14 @@ struct kvcm_api {
 KVCM_STATIC_ASSERT(sizeof(void*) == 8, "kvcm supports 64-bit platforms only");
 KVCM_STATIC_ASSERT(sizeof(size_t) == 8, "kvcm supports 64-bit platforms only");
 KVCM_STATIC_ASSERT(sizeof(bool) == 1, "kvcm needs a one-byte bool");
+KVCM_STATIC_ASSERT(sizeof(kvcm_aggregated_page_desc) == 48, "layout of kvcm_aggregated_page_desc changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_aggregated_page_desc) == 8, "alignment of kvcm_aggregated_page_desc changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_aggregated_page_desc, base) == 0, "layout of kvcm_aggregated_page_desc changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_aggregated_page_desc, size) == 8, "layout of kvcm_aggregated_page_desc changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_aggregated_page_desc, stride) == 16, "layout of kvcm_aggregated_page_desc changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_aggregated_page_desc, layer_group) == 24, "layout of kvcm_aggregated_page_desc changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_aggregated_page_desc, buffers) == 32, "layout of kvcm_aggregated_page_desc changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_aggregated_page_desc, num_buffers) == 40, "layout of kvcm_aggregated_page_desc changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_attention_layer_config) == 32, "layout of kvcm_attention_layer_config changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_attention_layer_config) == 8, "alignment of kvcm_attention_layer_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_attention_layer_config, layer_id) == 0, "layout of kvcm_attention_layer_config changed");
@@ -3783,6 +4191,10 @@ KVCM_STATIC_ASSERT(sizeof(kvcm_buffer_config) == 16, "layout of kvcm_buffer_conf
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_buffer_config) == 8, "alignment of kvcm_buffer_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_buffer_config, role) == 0, "layout of kvcm_buffer_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_buffer_config, size) == 8, "layout of kvcm_buffer_config changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_buffer_id) == 16, "layout of kvcm_buffer_id changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_buffer_id) == 8, "alignment of kvcm_buffer_id changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_buffer_id, layer_id) == 0, "layout of kvcm_buffer_id changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_buffer_id, role) == 8, "layout of kvcm_buffer_id changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_buffer_location) == 40, "layout of kvcm_buffer_location changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_buffer_location) == 8, "alignment of kvcm_buffer_location changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_buffer_location, layer_group) == 0, "layout of kvcm_buffer_location changed");
@@ -3859,7 +4271,11 @@ KVCM_STATIC_ASSERT(sizeof(kvcm_cp_request_id) == 16, "layout of kvcm_cp_request_
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_cp_request_id) == 8, "alignment of kvcm_cp_request_id changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_cp_request_id, data) == 0, "layout of kvcm_cp_request_id changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_cp_request_id, len) == 8, "layout of kvcm_cp_request_id changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_kv_cache_options) == 112, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_expanded_buffer) == 16, "layout of kvcm_expanded_buffer changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_expanded_buffer) == 8, "alignment of kvcm_expanded_buffer changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_expanded_buffer, buffer) == 0, "layout of kvcm_expanded_buffer changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_expanded_buffer, expansion) == 8, "layout of kvcm_expanded_buffer changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_kv_cache_options) == 152, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_kv_cache_options) == 8, "alignment of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, struct_size) == 0, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, abi_version) == 4, "layout of kvcm_kv_cache_options changed");
@@ -3874,6 +4290,11 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, scope_has_lora_id) == 80, "la
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, layer_group_priority) == 88, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, has_expected_prompt_length) == 96, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, expected_prompt_length) == 104, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, input_digest_positions) == 112, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, num_input_digests) == 120, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, input_digest_bytes) == 128, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, input_digest_bytes_len) == 136, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, text_only) == 144, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_layer_group_iteration_stats) == 128, "layout of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_layer_group_iteration_stats) == 8, "alignment of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, layer_group) == 0, "layout of kvcm_layer_group_iteration_stats changed");
@@ -3892,7 +4313,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, intra_device_copy_
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, intra_device_copy_bytes) == 104, "layout of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, host_dropped_blocks) == 112, "layout of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, host_dropped_bytes) == 120, "layout of kvcm_layer_group_iteration_stats changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_manager_config) == 240, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_manager_config) == 256, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_manager_config) == 8, "alignment of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, struct_size) == 0, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, abi_version) == 4, "layout of kvcm_manager_config changed");
@@ -3931,11 +4352,18 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, swa_scratch_max_rewind_len) == 
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, ssm_layers) == 216, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, num_ssm_layers) == 224, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, max_ssm_slots) == 232, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, buffer_tokens_per_block_overrides) == 240, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, num_buffer_tokens_per_block_overrides) == 248, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_migration_stats) == 24, "layout of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_migration_stats) == 8, "alignment of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_migration_stats, path) == 0, "layout of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_migration_stats, pages) == 8, "layout of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_migration_stats, bytes) == 16, "layout of kvcm_migration_stats changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_page_index_converter) == 24, "layout of kvcm_page_index_converter changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_page_index_converter) == 8, "alignment of kvcm_page_index_converter changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_page_index_converter, scale) == 0, "layout of kvcm_page_index_converter changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_page_index_converter, expansion) == 8, "layout of kvcm_page_index_converter changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_page_index_converter, layer_offset) == 16, "layout of kvcm_page_index_converter changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_page_index_pair) == 8, "layout of kvcm_page_index_pair changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_page_index_pair) == 8, "alignment of kvcm_page_index_pair changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_page_index_pair, dst) == 0, "layout of kvcm_page_index_pair changed");
@@ -4011,7 +4439,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, reused_tokens) ==
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, unreused_tokens) == 40, "layout of kvcm_ssm_snapshot_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, aligned_snapshot_hits) == 48, "layout of kvcm_ssm_snapshot_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, unaligned_snapshot_hits) == 56, "layout of kvcm_ssm_snapshot_iteration_stats changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 808, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 896, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
@@ -4082,39 +4510,50 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_copy_from_host) == 512, "layout of 
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_enqueue_host_func) == 520, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_free_memory) == 528, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_synchronize) == 536, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_commit_beam_search) == 544, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_commit_pending_stats) == 552, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_discard_pending_stats) == 560, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_beam_base_page_indices) == 568, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_beam_width) == 576, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_cached_tokens_by_level) == 584, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_tokens) == 592, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_reuse_diagnostics) == 600, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_scratch_desc) == 608, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_ssm_block_base_index) == 616, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 624, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_swa_scratch_reuse) == 632, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_has_scratch_slots) == 640, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_plan_committed_block_drop) == 648, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_beam_width) == 656, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 664, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_swa_scratch_reuse) == 672, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_adjust) == 680, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clamp_max_seq_len_for_mem) == 688, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 696, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 704, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 712, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 720, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 728, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 736, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_ssm_snapshot_iteration_stats) == 744, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 752, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_scratch_pages_per_block) == 760, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_need_adjustment) == 768, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 776, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 784, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_destroy) == 792, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_drop) == 800, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, block_keys) == 544, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_commit_beam_search) == 552, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_commit_digests) == 560, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_commit_pending_stats) == 568, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_discard_pending_stats) == 576, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_aggregated_page_indices) == 584, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_beam_base_page_indices) == 592, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_beam_width) == 600, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_cached_tokens_by_level) == 608, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_digests) == 616, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_tokens) == 624, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_reuse_diagnostics) == 632, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_scratch_desc) == 640, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_ssm_block_base_index) == 648, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 656, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_swa_scratch_reuse) == 664, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_has_scratch_slots) == 672, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_plan_committed_block_drop) == 680, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_beam_width) == 688, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 696, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_swa_scratch_reuse) == 704, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_adjust) == 712, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clamp_max_seq_len_for_mem) == 720, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 728, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 736, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events_digests) == 744, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_aggregated_pages) == 752, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 760, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 768, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 776, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 784, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_ssm_snapshot_iteration_stats) == 792, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 800, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_converter) == 808, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_upper_bound) == 816, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_stride) == 824, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_scratch_pages_per_block) == 832, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_need_adjustment) == 840, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 848, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key_digests) == 856, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_digests) == 864, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 872, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_destroy) == 880, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_drop) == 888, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus

@@ -83,14 +83,8 @@ from .common import (
     exact_div,
     typed_range,
 )
-from .coverage import (
-    AggregatedPageDesc,
-    AttnLifeCycle,
-    ExpandedBuffer,
-    MmItemContext,
-    gen_multimodal_cache_key_tokens,
-    sequence_to_blockchain_keys,
-)
+from .coverage import AttnLifeCycle
+from .multimodal import MmItemContext, gen_multimodal_cache_key_tokens, sequence_to_blockchain_keys
 from .scratch import PlannedDropHandle, ScratchDesc, SwaScratchReuseConfig
 from .events import (
     KVCacheCreatedData,
@@ -163,6 +157,8 @@ from .errors import (
 )
 from .manager import (
     BAD_PAGE_INDEX,
+    AggregatedPageDesc,
+    ExpandedBuffer,
     BlockStats,
     BufferId,
     BufferLocation,
@@ -215,10 +211,10 @@ __all__ = [
     "KVCacheRemovedData", "KVCacheUpdatedData", "KVCacheEventDiff", "UniqueToken",
     "SwaScratchReuseConfig", "ScratchDesc", "PlannedDropHandle",
     "SsmLayerConfig", "SsmSnapshotIterationStatsDelta",
-    # model coverage: importable, refused when used
-    "MmItemContext", "AttnLifeCycle",
+    "MmItemContext", "gen_multimodal_cache_key_tokens", "sequence_to_blockchain_keys",
     "ExpandedBuffer", "AggregatedPageDesc",
-    "gen_multimodal_cache_key_tokens", "sequence_to_blockchain_keys",
+    # model coverage: importable, refused when used
+    "AttnLifeCycle",
     # configuration
     "KVCacheManagerConfig", "GpuCacheTierConfig", "HostCacheTierConfig", "DiskCacheTierConfig",
     "SharedCacheTierConfig", "SharedWritePolicy", "CacheTierConfig", "AttentionLayerConfig", "BufferConfig", "BatchDesc", "KVCacheDesc", "RequestDesc",

@@ -289,6 +289,16 @@ kvcm_priority_func = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_
 # ---- Structures (declared first, fields set below, so pointers may refer forward) ----
 
 
+class kvcm_aggregated_page_desc(ctypes.Structure):
+    """kvcm_aggregated_page_desc is a run of buffers that lie side by side in every GPU
+    slot of one pool (KVCacheManagerV2's AggregatedPageDesc): for each
+    aggregated page index i of a cache's layer group
+    (kvcm_kv_cache_get_aggregated_page_indices), the run's bytes are
+    [base + i*stride, base + i*stride + size): one copy moves every buffer of
+    the run for that block.
+    """
+
+
 class kvcm_attention_layer_config(ctypes.Structure):
     """kvcm_attention_layer_config describes one attention layer."""
 
@@ -313,6 +323,12 @@ class kvcm_block_stats(ctypes.Structure):
 class kvcm_buffer_config(ctypes.Structure):
     """kvcm_buffer_config is one per-layer buffer: its role and the bytes it needs for
     one block of tokens.
+    """
+
+
+class kvcm_buffer_id(ctypes.Structure):
+    """kvcm_buffer_id names one buffer: a layer and a role (KVCacheManagerV2's
+    BufferId).
     """
 
 
@@ -452,6 +468,12 @@ class kvcm_cp_request_id(ctypes.Structure):
     """
 
 
+class kvcm_expanded_buffer(ctypes.Structure):
+    """kvcm_expanded_buffer is one buffer of an aggregated page (KVCacheManagerV2's
+    ExpandedBuffer).
+    """
+
+
 class kvcm_kv_cache_options(ctypes.Structure):
     """kvcm_kv_cache_options configures kvcm_kv_cache_create. Zero-initialize it and set
     struct_size = sizeof(kvcm_kv_cache_options) and abi_version =
@@ -479,6 +501,18 @@ class kvcm_migration_stats(ctypes.Structure):
     """kvcm_migration_stats counts the pages and bytes moved on one migration path
     (bytes as they travel: hot page bytes on GPU to GPU, cold blob bytes
     otherwise).
+    """
+
+
+class kvcm_page_index_converter(ctypes.Structure):
+    """kvcm_page_index_converter turns base page indices into a buffer's kernel page
+    indices (KVCacheManagerV2's PageIndexConverter): base b becomes, for k in
+    [0, expansion), (b*scale + offset)*expansion + k, where offset is
+    layer_offset for indices counted from the pool's base address (PER_LAYER,
+    kvcm_buffer_location.pool_base) and 0 for indices counted from the
+    buffer's own base address (SHARED, pool_base + layer_offset * bytes);
+    KVCM_BAD_PAGE_INDEX stays KVCM_BAD_PAGE_INDEX. A kernel page index counts
+    page_stride bytes (kvcm_manager_get_page_stride).
     """
 
 
@@ -571,6 +605,15 @@ class kvcm_ssm_snapshot_iteration_stats(ctypes.Structure):
     """
 
 
+kvcm_aggregated_page_desc._fields_ = [
+    ("base", kvcm_device_ptr),
+    ("size", ctypes.c_int64),
+    ("stride", ctypes.c_int64),
+    ("layer_group", kvcm_layer_group_id),
+    ("buffers", ctypes.POINTER(kvcm_expanded_buffer)),
+    ("num_buffers", ctypes.c_size_t),
+]
+
 kvcm_attention_layer_config._fields_ = [
     ("layer_id", ctypes.c_int32),
     ("sliding_window_size", ctypes.c_int32),
@@ -612,6 +655,11 @@ kvcm_block_stats._fields_ = [
 kvcm_buffer_config._fields_ = [
     ("role", ctypes.c_char_p),
     ("size", ctypes.c_int64),
+]
+
+kvcm_buffer_id._fields_ = [
+    ("layer_id", ctypes.c_int32),
+    ("role", ctypes.c_char_p),
 ]
 
 kvcm_buffer_location._fields_ = [
@@ -714,6 +762,11 @@ kvcm_cp_request_id._fields_ = [
     ("len", ctypes.c_size_t),
 ]
 
+kvcm_expanded_buffer._fields_ = [
+    ("buffer", ctypes.c_size_t),
+    ("expansion", ctypes.c_int32),
+]
+
 kvcm_kv_cache_options._fields_ = [
     ("struct_size", ctypes.c_uint32),
     ("abi_version", ctypes.c_uint32),
@@ -728,6 +781,11 @@ kvcm_kv_cache_options._fields_ = [
     ("layer_group_priority", kvcm_layer_group_priority_func),
     ("has_expected_prompt_length", ctypes.c_bool),
     ("expected_prompt_length", ctypes.c_int64),
+    ("input_digest_positions", ctypes.POINTER(ctypes.c_size_t)),
+    ("num_input_digests", ctypes.c_size_t),
+    ("input_digest_bytes", ctypes.c_void_p),
+    ("input_digest_bytes_len", ctypes.c_size_t),
+    ("text_only", ctypes.c_bool),
 ]
 
 kvcm_layer_group_iteration_stats._fields_ = [
@@ -787,12 +845,20 @@ kvcm_manager_config._fields_ = [
     ("ssm_layers", ctypes.POINTER(kvcm_ssm_layer_config)),
     ("num_ssm_layers", ctypes.c_size_t),
     ("max_ssm_slots", ctypes.c_int64),
+    ("buffer_tokens_per_block_overrides", ctypes.POINTER(ctypes.c_int32)),
+    ("num_buffer_tokens_per_block_overrides", ctypes.c_size_t),
 ]
 
 kvcm_migration_stats._fields_ = [
     ("path", kvcm_migration_path),
     ("pages", ctypes.c_int64),
     ("bytes", ctypes.c_int64),
+]
+
+kvcm_page_index_converter._fields_ = [
+    ("scale", ctypes.c_int64),
+    ("expansion", ctypes.c_int32),
+    ("layer_offset", ctypes.c_int64),
 ]
 
 kvcm_page_index_pair._fields_ = [
@@ -954,11 +1020,13 @@ class PeakBlockStats:
 # ---- Layouts frozen by the header: name -> (size, alignment, {field: offset}) ----
 
 LAYOUTS = {
+    "kvcm_aggregated_page_desc": (48, 8, {"base": 0, "size": 8, "stride": 16, "layer_group": 24, "buffers": 32, "num_buffers": 40}),
     "kvcm_attention_layer_config": (32, 8, {"layer_id": 0, "sliding_window_size": 4, "num_sink_tokens": 8, "buffers": 16, "num_buffers": 24}),
     "kvcm_batch_desc": (16, 8, {"requests": 0, "num_requests": 8}),
     "kvcm_block_event": (72, 8, {"seq": 0, "key": 8, "parent": 16, "cache_id": 24, "kind": 32, "layer_group": 36, "level": 40, "old_level": 44, "priority": 48, "old_priority": 52, "tokens": 56, "num_tokens": 64}),
     "kvcm_block_stats": (56, 8, {"alloc_total_blocks": 0, "alloc_new_blocks": 8, "reused_blocks": 16, "missed_blocks": 24, "evictions": 32, "lost_pages": 40, "hit_rate": 48}),
     "kvcm_buffer_config": (16, 8, {"role": 0, "size": 8}),
+    "kvcm_buffer_id": (16, 8, {"layer_id": 0, "role": 8}),
     "kvcm_buffer_location": (40, 8, {"layer_group": 0, "pool": 4, "pool_base": 8, "scale": 16, "offset": 24, "bytes": 32}),
     "kvcm_cache_event": (64, 8, {"seq": 0, "key": 8, "parent": 16, "kind": 24, "layer_group": 28, "level": 32, "tokens": 40, "num_tokens": 48, "cache_id": 56}),
     "kvcm_cache_tier_config": (32, 8, {"kind": 0, "quota": 8, "max_quota": 16, "path": 24}),
@@ -970,10 +1038,12 @@ LAYOUTS = {
     "kvcm_reuse_scope": (24, 8, {"lora_id": 0, "salt": 8, "salt_len": 16}),
     "kvcm_cp_manager_backed_options": (56, 8, {"struct_size": 0, "abi_version": 4, "level_weights": 8, "num_level_weights": 16, "scope": 24, "scope_has_lora_id": 48}),
     "kvcm_cp_request_id": (16, 8, {"data": 0, "len": 8}),
-    "kvcm_kv_cache_options": (112, 8, {"struct_size": 0, "abi_version": 4, "scope": 8, "input_tokens": 32, "num_input_tokens": 40, "priority": 48, "priority_user_data": 56, "request_id": 64, "request_id_len": 72, "scope_has_lora_id": 80, "layer_group_priority": 88, "has_expected_prompt_length": 96, "expected_prompt_length": 104}),
+    "kvcm_expanded_buffer": (16, 8, {"buffer": 0, "expansion": 8}),
+    "kvcm_kv_cache_options": (152, 8, {"struct_size": 0, "abi_version": 4, "scope": 8, "input_tokens": 32, "num_input_tokens": 40, "priority": 48, "priority_user_data": 56, "request_id": 64, "request_id_len": 72, "scope_has_lora_id": 80, "layer_group_priority": 88, "has_expected_prompt_length": 96, "expected_prompt_length": 104, "input_digest_positions": 112, "num_input_digests": 120, "input_digest_bytes": 128, "input_digest_bytes_len": 136, "text_only": 144}),
     "kvcm_layer_group_iteration_stats": (128, 8, {"layer_group": 0, "alloc_total_blocks": 8, "alloc_new_blocks": 16, "reused_blocks": 24, "full_reused_blocks": 32, "partial_reused_blocks": 40, "missed_blocks": 48, "gen_alloc_blocks": 56, "onboard_blocks": 64, "onboard_bytes": 72, "offload_blocks": 80, "offload_bytes": 88, "intra_device_copy_blocks": 96, "intra_device_copy_bytes": 104, "host_dropped_blocks": 112, "host_dropped_bytes": 120}),
-    "kvcm_manager_config": (240, 8, {"struct_size": 0, "abi_version": 4, "tokens_per_block": 8, "device": 12, "device_ordinal": 16, "event_queue_capacity": 20, "cache_tiers": 24, "num_cache_tiers": 32, "layers": 40, "num_layers": 48, "max_util_for_resume": 56, "enable_partial_reuse": 64, "enable_stats": 65, "initial_pool_ratio": 72, "num_initial_pool_ratio": 80, "typical_step": 88, "constraints": 96, "num_constraints": 104, "reuse_match_backoff": 112, "text_only": 116, "commit_min_snapshot": 117, "rebalance_min_sampled_kv_caches": 120, "rebalance_cooldown_secs": 128, "rebalance_target_ratio_update_interval": 136, "rebalance_ratio_threshold": 144, "rebalance_moving_average_decay": 152, "typical_step_system_prompt_length": 160, "constraint_system_prompt_lengths": 168, "num_constraint_system_prompt_lengths": 176, "block_key": 184, "shared_tier": 192, "disk_persistent": 200, "swa_scratch_reuse": 201, "swa_scratch_max_rewind_len": 208, "ssm_layers": 216, "num_ssm_layers": 224, "max_ssm_slots": 232}),
+    "kvcm_manager_config": (256, 8, {"struct_size": 0, "abi_version": 4, "tokens_per_block": 8, "device": 12, "device_ordinal": 16, "event_queue_capacity": 20, "cache_tiers": 24, "num_cache_tiers": 32, "layers": 40, "num_layers": 48, "max_util_for_resume": 56, "enable_partial_reuse": 64, "enable_stats": 65, "initial_pool_ratio": 72, "num_initial_pool_ratio": 80, "typical_step": 88, "constraints": 96, "num_constraints": 104, "reuse_match_backoff": 112, "text_only": 116, "commit_min_snapshot": 117, "rebalance_min_sampled_kv_caches": 120, "rebalance_cooldown_secs": 128, "rebalance_target_ratio_update_interval": 136, "rebalance_ratio_threshold": 144, "rebalance_moving_average_decay": 152, "typical_step_system_prompt_length": 160, "constraint_system_prompt_lengths": 168, "num_constraint_system_prompt_lengths": 176, "block_key": 184, "shared_tier": 192, "disk_persistent": 200, "swa_scratch_reuse": 201, "swa_scratch_max_rewind_len": 208, "ssm_layers": 216, "num_ssm_layers": 224, "max_ssm_slots": 232, "buffer_tokens_per_block_overrides": 240, "num_buffer_tokens_per_block_overrides": 248}),
     "kvcm_migration_stats": (24, 8, {"path": 0, "pages": 8, "bytes": 16}),
+    "kvcm_page_index_converter": (24, 8, {"scale": 0, "expansion": 8, "layer_offset": 16}),
     "kvcm_page_index_pair": (8, 8, {"dst": 0, "src": 4}),
     "kvcm_peak_block_stats": (24, 8, {"index": 0, "peak_used": 8, "total": 16}),
     "kvcm_pool_desc": (16, 8, {"base": 0, "slot_bytes": 8}),
@@ -1012,6 +1082,7 @@ def check_layouts():
 # ---- Functions: name -> (restype, argtypes) ----
 
 FUNCTIONS = {
+    "kvcm_block_keys": (ctypes.POINTER(kvcm_status), [kvcm_block_key, ctypes.POINTER(kvcm_reuse_scope), ctypes.c_bool, ctypes.c_int32, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_bool, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_cold_page_codec_destroy": (ctypes.POINTER(kvcm_status), [ctypes.POINTER(kvcm_cold_page_codec)]),
     "kvcm_config_validate": (ctypes.POINTER(kvcm_status), [ctypes.POINTER(kvcm_manager_config)]),
     "kvcm_cp_create_delegating": (ctypes.POINTER(kvcm_status), [ctypes.POINTER(kvcm_cp_index_object), ctypes.POINTER(kvcm_cp_index)]),
@@ -1033,14 +1104,17 @@ FUNCTIONS = {
     "kvcm_kv_cache_close": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache]),
     "kvcm_kv_cache_commit": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.c_bool]),
     "kvcm_kv_cache_commit_beam_search": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.c_bool]),
+    "kvcm_kv_cache_commit_digests": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_bool]),
     "kvcm_kv_cache_commit_pending_stats": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache]),
     "kvcm_kv_cache_create": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_kv_cache_options), ctypes.POINTER(kvcm_kv_cache)]),
     "kvcm_kv_cache_discard_pending_stats": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache]),
+    "kvcm_kv_cache_get_aggregated_page_indices": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_layer_group_id, ctypes.c_int32, ctypes.c_bool, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_kv_cache_get_base_page_indices": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_layer_group_id, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_kv_cache_get_beam_base_page_indices": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_layer_group_id, ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_kv_cache_get_beam_width": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int32)]),
     "kvcm_kv_cache_get_cached_tokens_by_level": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_kv_cache_get_capacity": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64)]),
+    "kvcm_kv_cache_get_committed_digests": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_uint8), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_kv_cache_get_committed_tokens": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_kv_cache_get_history_length": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_kv_cache_get_id": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_uint64)]),
@@ -1074,8 +1148,10 @@ FUNCTIONS = {
     "kvcm_manager_destroy_stream": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_stream]),
     "kvcm_manager_detach_cp": (ctypes.POINTER(kvcm_status), [kvcm_manager]),
     "kvcm_manager_drain_block_events": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_block_event), ctypes.c_size_t, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_uint64)]),
+    "kvcm_manager_drain_block_events_digests": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_block_event), ctypes.c_size_t, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_uint8), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_uint64)]),
     "kvcm_manager_drain_events": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_cache_event), ctypes.c_size_t, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_uint64)]),
     "kvcm_manager_free_memory": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_device_ptr]),
+    "kvcm_manager_get_aggregated_pages": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_buffer_id), ctypes.c_size_t, ctypes.POINTER(kvcm_aggregated_page_desc), ctypes.c_size_t, ctypes.POINTER(kvcm_expanded_buffer), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_manager_get_and_reset_iteration_cached_tokens_by_level": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(ctypes.c_int64), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_manager_get_and_reset_iteration_peak_block_stats": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cache_level, ctypes.POINTER(kvcm_peak_block_stats), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cache_level, ctypes.POINTER(kvcm_pool_group_peak_block_stats), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
@@ -1090,6 +1166,9 @@ FUNCTIONS = {
     "kvcm_manager_get_num_layer_groups": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(ctypes.c_int32)]),
     "kvcm_manager_get_num_levels": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(ctypes.c_int32)]),
     "kvcm_manager_get_num_open_caches": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(ctypes.c_size_t)]),
+    "kvcm_manager_get_page_index_converter": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.c_int32, ctypes.c_char_p, ctypes.POINTER(kvcm_page_index_converter)]),
+    "kvcm_manager_get_page_index_upper_bound": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.c_int32, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64)]),
+    "kvcm_manager_get_page_stride": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.c_int32, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_manager_get_pool_group_descs": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cache_level, ctypes.POINTER(kvcm_pool_group_desc), ctypes.c_size_t, ctypes.POINTER(kvcm_layer_group_id), ctypes.c_size_t, ctypes.POINTER(kvcm_pool_desc), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_manager_get_quota": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cache_level, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_manager_get_scratch_pages_per_block": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.c_int32, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64)]),
@@ -1098,7 +1177,9 @@ FUNCTIONS = {
     "kvcm_manager_get_tokens_per_block": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(ctypes.c_int32)]),
     "kvcm_manager_need_adjustment": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(ctypes.c_bool)]),
     "kvcm_manager_probe_first_new_block_key": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.c_bool, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_bool)]),
+    "kvcm_manager_probe_first_new_block_key_digests": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.c_bool, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_bool)]),
     "kvcm_manager_probe_reuse": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_int64)]),
+    "kvcm_manager_probe_reuse_digests": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.c_bool, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_manager_probe_reuse_v2": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.c_bool, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_manager_resize_level": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cache_level, ctypes.c_int64]),
     "kvcm_planned_drop_destroy": (ctypes.POINTER(kvcm_status), [kvcm_planned_drop]),
@@ -1117,6 +1198,7 @@ FUNCTIONS = {
 
 # Parameter names, in order, for error messages and docs.
 PARAMETERS = {
+    "kvcm_block_keys": ("block_key", "scope", "has_lora_id", "tokens_per_block", "tokens", "num_tokens", "digest_positions", "num_digests", "digest_bytes", "digest_bytes_len", "partial", "keys", "capacity", "needed"),
     "kvcm_cold_page_codec_destroy": ("codec",),
     "kvcm_config_validate": ("config",),
     "kvcm_cp_create_delegating": ("object", "out"),
@@ -1138,14 +1220,17 @@ PARAMETERS = {
     "kvcm_kv_cache_close": ("cache",),
     "kvcm_kv_cache_commit": ("cache", "tokens", "num_tokens", "is_end"),
     "kvcm_kv_cache_commit_beam_search": ("cache", "tokens", "num_tokens", "beam_search_indices", "num_beam_search_indices", "is_end"),
+    "kvcm_kv_cache_commit_digests": ("cache", "tokens", "num_tokens", "digest_positions", "num_digests", "digest_bytes", "digest_bytes_len", "is_end"),
     "kvcm_kv_cache_commit_pending_stats": ("cache",),
     "kvcm_kv_cache_create": ("manager", "options", "out"),
     "kvcm_kv_cache_discard_pending_stats": ("cache",),
+    "kvcm_kv_cache_get_aggregated_page_indices": ("cache", "layer_group", "beam", "valid_only", "indices", "capacity", "needed"),
     "kvcm_kv_cache_get_base_page_indices": ("cache", "layer_group", "indices", "capacity", "needed"),
     "kvcm_kv_cache_get_beam_base_page_indices": ("cache", "layer_group", "beam", "indices", "capacity", "needed"),
     "kvcm_kv_cache_get_beam_width": ("cache", "out"),
     "kvcm_kv_cache_get_cached_tokens_by_level": ("cache", "tokens", "capacity", "needed"),
     "kvcm_kv_cache_get_capacity": ("cache", "out"),
+    "kvcm_kv_cache_get_committed_digests": ("cache", "positions", "digest_bytes", "capacity", "needed"),
     "kvcm_kv_cache_get_committed_tokens": ("cache", "tokens", "capacity", "needed"),
     "kvcm_kv_cache_get_history_length": ("cache", "out"),
     "kvcm_kv_cache_get_id": ("cache", "out"),
@@ -1179,8 +1264,10 @@ PARAMETERS = {
     "kvcm_manager_destroy_stream": ("manager", "stream"),
     "kvcm_manager_detach_cp": ("manager",),
     "kvcm_manager_drain_block_events": ("manager", "events", "events_cap", "tokens", "tokens_cap", "num_events", "num_tokens", "dropped"),
+    "kvcm_manager_drain_block_events_digests": ("manager", "events", "events_cap", "tokens", "tokens_cap", "digest_positions", "digest_bytes", "num_events", "num_tokens", "num_digests", "dropped"),
     "kvcm_manager_drain_events": ("manager", "events", "events_cap", "tokens", "tokens_cap", "num_events", "num_tokens", "dropped"),
     "kvcm_manager_free_memory": ("manager", "ptr"),
+    "kvcm_manager_get_aggregated_pages": ("manager", "buffers", "num_buffers", "descs", "descs_cap", "members", "members_cap", "num_descs"),
     "kvcm_manager_get_and_reset_iteration_cached_tokens_by_level": ("manager", "tokens", "capacity", "needed"),
     "kvcm_manager_get_and_reset_iteration_peak_block_stats": ("manager", "level", "stats", "capacity", "needed"),
     "kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats": ("manager", "level", "stats", "capacity", "needed"),
@@ -1195,6 +1282,9 @@ PARAMETERS = {
     "kvcm_manager_get_num_layer_groups": ("manager", "out"),
     "kvcm_manager_get_num_levels": ("manager", "out"),
     "kvcm_manager_get_num_open_caches": ("manager", "out"),
+    "kvcm_manager_get_page_index_converter": ("manager", "layer_id", "role", "out"),
+    "kvcm_manager_get_page_index_upper_bound": ("manager", "layer_id", "role", "out"),
+    "kvcm_manager_get_page_stride": ("manager", "layer_id", "role", "out"),
     "kvcm_manager_get_pool_group_descs": ("manager", "level", "descs", "descs_cap", "life_cycles", "life_cycles_cap", "pools", "pools_cap", "num_descs", "num_life_cycles", "num_pools"),
     "kvcm_manager_get_quota": ("manager", "level", "out"),
     "kvcm_manager_get_scratch_pages_per_block": ("manager", "layer_id", "role", "out"),
@@ -1203,7 +1293,9 @@ PARAMETERS = {
     "kvcm_manager_get_tokens_per_block": ("manager", "out"),
     "kvcm_manager_need_adjustment": ("manager", "out"),
     "kvcm_manager_probe_first_new_block_key": ("manager", "scope", "has_lora_id", "tokens", "num_tokens", "key", "found"),
+    "kvcm_manager_probe_first_new_block_key_digests": ("manager", "scope", "has_lora_id", "tokens", "num_tokens", "digest_positions", "num_digests", "digest_bytes", "digest_bytes_len", "key", "found"),
     "kvcm_manager_probe_reuse": ("manager", "scope", "tokens", "num_tokens", "out"),
+    "kvcm_manager_probe_reuse_digests": ("manager", "scope", "has_lora_id", "tokens", "num_tokens", "digest_positions", "num_digests", "digest_bytes", "digest_bytes_len", "out"),
     "kvcm_manager_probe_reuse_v2": ("manager", "scope", "has_lora_id", "tokens", "num_tokens", "out"),
     "kvcm_manager_resize_level": ("manager", "level", "quota"),
     "kvcm_planned_drop_destroy": ("drop",),

@@ -601,7 +601,7 @@ static PyObject *kx_fn_kvcm_config_validate(PyObject *names, PyObject *const *ar
     PyObject *out = NULL;
     if (kx_enter(nargs, 1, "kvcm_config_validate") < 0)
         return NULL;
-    if (kx_pointer(args[0], names, 0, 0, 240, &a0) < 0)
+    if (kx_pointer(args[0], names, 0, 0, 256, &a0) < 0)
         goto done;
     Py_BEGIN_ALLOW_THREADS
     r = kx_api->config_validate((const kvcm_manager_config*)a0.p);
@@ -1135,7 +1135,7 @@ static PyObject *kx_fn_kvcm_kv_cache_create(PyObject *names, PyObject *const *ar
             goto done;
         a0 = (kvcm_manager)v;
     }
-    if (kx_pointer(args[1], names, 1, 0, 112, &a1) < 0)
+    if (kx_pointer(args[1], names, 1, 0, 152, &a1) < 0)
         goto done;
     if (kx_pointer(args[2], names, 2, 1, 8, &a2) < 0)
         goto done;
@@ -1593,7 +1593,7 @@ static PyObject *kx_fn_kvcm_manager_create(PyObject *names, PyObject *const *arg
     PyObject *out = NULL;
     if (kx_enter(nargs, 3, "kvcm_manager_create") < 0)
         return NULL;
-    if (kx_pointer(args[0], names, 0, 0, 240, &a0) < 0)
+    if (kx_pointer(args[0], names, 0, 0, 256, &a0) < 0)
         goto done;
     if (kx_pointer(args[1], names, 1, 0, 16, &a1) < 0)
         goto done;
@@ -2643,6 +2643,99 @@ done:
     return out;
 }
 
+/* kvcm_block_keys(block_key, scope, has_lora_id, tokens_per_block, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, partial, keys, capacity, needed) */
+static PyObject *kx_fn_kvcm_block_keys(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_block_key a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    bool a2;
+    int32_t a3;
+    kx_ptr a4 = KX_PTR_INIT;
+    size_t a5;
+    kx_ptr a6 = KX_PTR_INIT;
+    size_t a7;
+    kx_ptr a8 = KX_PTR_INIT;
+    size_t a9;
+    bool a10;
+    kx_ptr a11 = KX_PTR_INIT;
+    size_t a12;
+    kx_ptr a13 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 14, "kvcm_block_keys") < 0)
+        return NULL;
+    {
+        long long v;
+        if (kx_signed(args[0], names, 0, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_block_key)v;
+    }
+    if (kx_pointer(args[1], names, 1, 0, 24, &a1) < 0)
+        goto done;
+    if (kx_bool(args[2], &a2) < 0)
+        goto done;
+    {
+        long long v;
+        if (kx_signed(args[3], names, 3, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a3 = (int32_t)v;
+    }
+    if (kx_pointer(args[4], names, 4, 0, 0, &a4) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[5], names, 5, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a5 = (size_t)v;
+    }
+    if (kx_pointer(args[6], names, 6, 0, 0, &a6) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[7], names, 7, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a7 = (size_t)v;
+    }
+    if (kx_pointer(args[8], names, 8, 0, 0, &a8) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[9], names, 9, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a9 = (size_t)v;
+    }
+    if (kx_bool(args[10], &a10) < 0)
+        goto done;
+    if (kx_pointer(args[11], names, 11, 1, 0, &a11) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[12], names, 12, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a12 = (size_t)v;
+    }
+    if (kx_pointer(args[13], names, 13, 1, 8, &a13) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->block_keys(a0, (const kvcm_reuse_scope*)a1.p, a2, a3, (const kvcm_token*)a4.p, a5, (const size_t*)a6.p, a7, (const char*)a8.p, a9, a10, (uint64_t*)a11.p, a12, (size_t*)a13.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a4);
+    kx_ptr_release(&a6);
+    kx_ptr_release(&a8);
+    kx_ptr_release(&a11);
+    kx_ptr_release(&a13);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a4);
+    kx_ptr_release(&a6);
+    kx_ptr_release(&a8);
+    kx_ptr_release(&a11);
+    kx_ptr_release(&a13);
+    return out;
+}
+
 /* kvcm_kv_cache_commit_beam_search(cache, tokens, num_tokens, beam_search_indices, num_beam_search_indices, is_end) */
 static PyObject *kx_fn_kvcm_kv_cache_commit_beam_search(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -2692,6 +2785,67 @@ done:
     return out;
 }
 
+/* kvcm_kv_cache_commit_digests(cache, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, is_end) */
+static PyObject *kx_fn_kvcm_kv_cache_commit_digests(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    size_t a2;
+    kx_ptr a3 = KX_PTR_INIT;
+    size_t a4;
+    kx_ptr a5 = KX_PTR_INIT;
+    size_t a6;
+    bool a7;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 8, "kvcm_kv_cache_commit_digests") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    if (kx_pointer(args[1], names, 1, 0, 0, &a1) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[2], names, 2, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a2 = (size_t)v;
+    }
+    if (kx_pointer(args[3], names, 3, 0, 0, &a3) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[4], names, 4, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a4 = (size_t)v;
+    }
+    if (kx_pointer(args[5], names, 5, 0, 0, &a5) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[6], names, 6, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a6 = (size_t)v;
+    }
+    if (kx_bool(args[7], &a7) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_commit_digests(a0, (const kvcm_token*)a1.p, a2, (const size_t*)a3.p, a4, (const char*)a5.p, a6, a7);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    return out;
+}
+
 /* kvcm_kv_cache_commit_pending_stats(cache) */
 static PyObject *kx_fn_kvcm_kv_cache_commit_pending_stats(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -2733,6 +2887,62 @@ static PyObject *kx_fn_kvcm_kv_cache_discard_pending_stats(PyObject *names, PyOb
     Py_END_ALLOW_THREADS
     out = kx_leave(r, Py_NewRef(Py_None));
 done:
+    return out;
+}
+
+/* kvcm_kv_cache_get_aggregated_page_indices(cache, layer_group, beam, valid_only, indices, capacity, needed) */
+static PyObject *kx_fn_kvcm_kv_cache_get_aggregated_page_indices(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kvcm_layer_group_id a1;
+    int32_t a2;
+    bool a3;
+    kx_ptr a4 = KX_PTR_INIT;
+    size_t a5;
+    kx_ptr a6 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 7, "kvcm_kv_cache_get_aggregated_page_indices") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[1], names, 1, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a1 = (kvcm_layer_group_id)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[2], names, 2, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a2 = (int32_t)v;
+    }
+    if (kx_bool(args[3], &a3) < 0)
+        goto done;
+    if (kx_pointer(args[4], names, 4, 1, 0, &a4) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[5], names, 5, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a5 = (size_t)v;
+    }
+    if (kx_pointer(args[6], names, 6, 1, 8, &a6) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_get_aggregated_page_indices(a0, a1, a2, a3, (int32_t*)a4.p, a5, (size_t*)a6.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a4);
+    kx_ptr_release(&a6);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a4);
+    kx_ptr_release(&a6);
     return out;
 }
 
@@ -2852,6 +3062,50 @@ static PyObject *kx_fn_kvcm_kv_cache_get_cached_tokens_by_level(PyObject *names,
 done:
     kx_ptr_release(&a1);
     kx_ptr_release(&a3);
+    return out;
+}
+
+/* kvcm_kv_cache_get_committed_digests(cache, positions, digest_bytes, capacity, needed) */
+static PyObject *kx_fn_kvcm_kv_cache_get_committed_digests(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    kx_ptr a2 = KX_PTR_INIT;
+    size_t a3;
+    kx_ptr a4 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 5, "kvcm_kv_cache_get_committed_digests") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 0, &a1) < 0)
+        goto done;
+    if (kx_pointer(args[2], names, 2, 1, 0, &a2) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[3], names, 3, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a3 = (size_t)v;
+    }
+    if (kx_pointer(args[4], names, 4, 1, 8, &a4) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_get_committed_digests(a0, (size_t*)a1.p, (uint8_t*)a2.p, a3, (size_t*)a4.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a2);
+    kx_ptr_release(&a4);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a2);
+    kx_ptr_release(&a4);
     return out;
 }
 
@@ -3348,6 +3602,145 @@ done:
     return out;
 }
 
+/* kvcm_manager_drain_block_events_digests(manager, events, events_cap, tokens, tokens_cap, digest_positions, digest_bytes, num_events, num_tokens, num_digests, dropped) */
+static PyObject *kx_fn_kvcm_manager_drain_block_events_digests(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    size_t a2;
+    kx_ptr a3 = KX_PTR_INIT;
+    size_t a4;
+    kx_ptr a5 = KX_PTR_INIT;
+    kx_ptr a6 = KX_PTR_INIT;
+    kx_ptr a7 = KX_PTR_INIT;
+    kx_ptr a8 = KX_PTR_INIT;
+    kx_ptr a9 = KX_PTR_INIT;
+    kx_ptr a10 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 11, "kvcm_manager_drain_block_events_digests") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 0, &a1) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[2], names, 2, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a2 = (size_t)v;
+    }
+    if (kx_pointer(args[3], names, 3, 1, 0, &a3) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[4], names, 4, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a4 = (size_t)v;
+    }
+    if (kx_pointer(args[5], names, 5, 1, 0, &a5) < 0)
+        goto done;
+    if (kx_pointer(args[6], names, 6, 1, 0, &a6) < 0)
+        goto done;
+    if (kx_pointer(args[7], names, 7, 1, 8, &a7) < 0)
+        goto done;
+    if (kx_pointer(args[8], names, 8, 1, 8, &a8) < 0)
+        goto done;
+    if (kx_pointer(args[9], names, 9, 1, 8, &a9) < 0)
+        goto done;
+    if (kx_pointer(args[10], names, 10, 1, 8, &a10) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_drain_block_events_digests(a0, (kvcm_block_event*)a1.p, a2, (kvcm_token*)a3.p, a4, (size_t*)a5.p, (uint8_t*)a6.p, (size_t*)a7.p, (size_t*)a8.p, (size_t*)a9.p, (uint64_t*)a10.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    kx_ptr_release(&a6);
+    kx_ptr_release(&a7);
+    kx_ptr_release(&a8);
+    kx_ptr_release(&a9);
+    kx_ptr_release(&a10);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    kx_ptr_release(&a6);
+    kx_ptr_release(&a7);
+    kx_ptr_release(&a8);
+    kx_ptr_release(&a9);
+    kx_ptr_release(&a10);
+    return out;
+}
+
+/* kvcm_manager_get_aggregated_pages(manager, buffers, num_buffers, descs, descs_cap, members, members_cap, num_descs) */
+static PyObject *kx_fn_kvcm_manager_get_aggregated_pages(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    size_t a2;
+    kx_ptr a3 = KX_PTR_INIT;
+    size_t a4;
+    kx_ptr a5 = KX_PTR_INIT;
+    size_t a6;
+    kx_ptr a7 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 8, "kvcm_manager_get_aggregated_pages") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    if (kx_pointer(args[1], names, 1, 0, 0, &a1) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[2], names, 2, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a2 = (size_t)v;
+    }
+    if (kx_pointer(args[3], names, 3, 1, 0, &a3) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[4], names, 4, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a4 = (size_t)v;
+    }
+    if (kx_pointer(args[5], names, 5, 1, 0, &a5) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[6], names, 6, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a6 = (size_t)v;
+    }
+    if (kx_pointer(args[7], names, 7, 1, 8, &a7) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_get_aggregated_pages(a0, (const kvcm_buffer_id*)a1.p, a2, (kvcm_aggregated_page_desc*)a3.p, a4, (kvcm_expanded_buffer*)a5.p, a6, (size_t*)a7.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    kx_ptr_release(&a7);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    kx_ptr_release(&a7);
+    return out;
+}
+
 /* kvcm_manager_get_and_reset_iteration_cached_tokens_by_level(manager, tokens, capacity, needed) */
 static PyObject *kx_fn_kvcm_manager_get_and_reset_iteration_cached_tokens_by_level(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -3577,6 +3970,123 @@ done:
     return out;
 }
 
+/* kvcm_manager_get_page_index_converter(manager, layer_id, role, out) */
+static PyObject *kx_fn_kvcm_manager_get_page_index_converter(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    int32_t a1;
+    kx_ptr a2 = KX_PTR_INIT;
+    kx_ptr a3 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 4, "kvcm_manager_get_page_index_converter") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[1], names, 1, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a1 = (int32_t)v;
+    }
+    if (kx_pointer(args[2], names, 2, 0, 0, &a2) < 0)
+        goto done;
+    if (kx_pointer(args[3], names, 3, 1, 24, &a3) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_get_page_index_converter(a0, a1, (const char*)a2.p, (kvcm_page_index_converter*)a3.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a2);
+    kx_ptr_release(&a3);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a2);
+    kx_ptr_release(&a3);
+    return out;
+}
+
+/* kvcm_manager_get_page_index_upper_bound(manager, layer_id, role, out) */
+static PyObject *kx_fn_kvcm_manager_get_page_index_upper_bound(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    int32_t a1;
+    kx_ptr a2 = KX_PTR_INIT;
+    kx_ptr a3 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 4, "kvcm_manager_get_page_index_upper_bound") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[1], names, 1, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a1 = (int32_t)v;
+    }
+    if (kx_pointer(args[2], names, 2, 0, 0, &a2) < 0)
+        goto done;
+    if (kx_pointer(args[3], names, 3, 1, 8, &a3) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_get_page_index_upper_bound(a0, a1, (const char*)a2.p, (int64_t*)a3.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a2);
+    kx_ptr_release(&a3);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a2);
+    kx_ptr_release(&a3);
+    return out;
+}
+
+/* kvcm_manager_get_page_stride(manager, layer_id, role, out) */
+static PyObject *kx_fn_kvcm_manager_get_page_stride(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    int32_t a1;
+    kx_ptr a2 = KX_PTR_INIT;
+    kx_ptr a3 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 4, "kvcm_manager_get_page_stride") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[1], names, 1, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a1 = (int32_t)v;
+    }
+    if (kx_pointer(args[2], names, 2, 0, 0, &a2) < 0)
+        goto done;
+    if (kx_pointer(args[3], names, 3, 1, 8, &a3) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_get_page_stride(a0, a1, (const char*)a2.p, (int64_t*)a3.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a2);
+    kx_ptr_release(&a3);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a2);
+    kx_ptr_release(&a3);
+    return out;
+}
+
 /* kvcm_manager_get_scratch_pages_per_block(manager, layer_id, role, out) */
 static PyObject *kx_fn_kvcm_manager_get_scratch_pages_per_block(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -3692,6 +4202,153 @@ done:
     kx_ptr_release(&a3);
     kx_ptr_release(&a5);
     kx_ptr_release(&a6);
+    return out;
+}
+
+/* kvcm_manager_probe_first_new_block_key_digests(manager, scope, has_lora_id, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, key, found) */
+static PyObject *kx_fn_kvcm_manager_probe_first_new_block_key_digests(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    bool a2;
+    kx_ptr a3 = KX_PTR_INIT;
+    size_t a4;
+    kx_ptr a5 = KX_PTR_INIT;
+    size_t a6;
+    kx_ptr a7 = KX_PTR_INIT;
+    size_t a8;
+    kx_ptr a9 = KX_PTR_INIT;
+    kx_ptr a10 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 11, "kvcm_manager_probe_first_new_block_key_digests") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    if (kx_pointer(args[1], names, 1, 0, 24, &a1) < 0)
+        goto done;
+    if (kx_bool(args[2], &a2) < 0)
+        goto done;
+    if (kx_pointer(args[3], names, 3, 0, 0, &a3) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[4], names, 4, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a4 = (size_t)v;
+    }
+    if (kx_pointer(args[5], names, 5, 0, 0, &a5) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[6], names, 6, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a6 = (size_t)v;
+    }
+    if (kx_pointer(args[7], names, 7, 0, 0, &a7) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[8], names, 8, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a8 = (size_t)v;
+    }
+    if (kx_pointer(args[9], names, 9, 1, 8, &a9) < 0)
+        goto done;
+    if (kx_pointer(args[10], names, 10, 1, 1, &a10) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_probe_first_new_block_key_digests(a0, (const kvcm_reuse_scope*)a1.p, a2, (const kvcm_token*)a3.p, a4, (const size_t*)a5.p, a6, (const char*)a7.p, a8, (uint64_t*)a9.p, (bool*)a10.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    kx_ptr_release(&a7);
+    kx_ptr_release(&a9);
+    kx_ptr_release(&a10);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    kx_ptr_release(&a7);
+    kx_ptr_release(&a9);
+    kx_ptr_release(&a10);
+    return out;
+}
+
+/* kvcm_manager_probe_reuse_digests(manager, scope, has_lora_id, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, out) */
+static PyObject *kx_fn_kvcm_manager_probe_reuse_digests(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    bool a2;
+    kx_ptr a3 = KX_PTR_INIT;
+    size_t a4;
+    kx_ptr a5 = KX_PTR_INIT;
+    size_t a6;
+    kx_ptr a7 = KX_PTR_INIT;
+    size_t a8;
+    kx_ptr a9 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 10, "kvcm_manager_probe_reuse_digests") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    if (kx_pointer(args[1], names, 1, 0, 24, &a1) < 0)
+        goto done;
+    if (kx_bool(args[2], &a2) < 0)
+        goto done;
+    if (kx_pointer(args[3], names, 3, 0, 0, &a3) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[4], names, 4, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a4 = (size_t)v;
+    }
+    if (kx_pointer(args[5], names, 5, 0, 0, &a5) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[6], names, 6, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a6 = (size_t)v;
+    }
+    if (kx_pointer(args[7], names, 7, 0, 0, &a7) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[8], names, 8, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a8 = (size_t)v;
+    }
+    if (kx_pointer(args[9], names, 9, 1, 8, &a9) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_probe_reuse_digests(a0, (const kvcm_reuse_scope*)a1.p, a2, (const kvcm_token*)a3.p, a4, (const size_t*)a5.p, a6, (const char*)a7.p, a8, (int64_t*)a9.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    kx_ptr_release(&a7);
+    kx_ptr_release(&a9);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    kx_ptr_release(&a7);
+    kx_ptr_release(&a9);
     return out;
 }
 
@@ -3854,12 +4511,16 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_stream_enqueue_host_func", (PyCFunction)(void (*)(void))kx_fn_kvcm_stream_enqueue_host_func, METH_FASTCALL, "kvcm_stream_enqueue_host_func(stream, fn, user_data)"},
     {"kvcm_stream_free_memory", (PyCFunction)(void (*)(void))kx_fn_kvcm_stream_free_memory, METH_FASTCALL, "kvcm_stream_free_memory(stream, ptr)"},
     {"kvcm_stream_synchronize", (PyCFunction)(void (*)(void))kx_fn_kvcm_stream_synchronize, METH_FASTCALL, "kvcm_stream_synchronize(stream)"},
+    {"kvcm_block_keys", (PyCFunction)(void (*)(void))kx_fn_kvcm_block_keys, METH_FASTCALL, "kvcm_block_keys(block_key, scope, has_lora_id, tokens_per_block, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, partial, keys, capacity, needed)"},
     {"kvcm_kv_cache_commit_beam_search", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_commit_beam_search, METH_FASTCALL, "kvcm_kv_cache_commit_beam_search(cache, tokens, num_tokens, beam_search_indices, num_beam_search_indices, is_end)"},
+    {"kvcm_kv_cache_commit_digests", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_commit_digests, METH_FASTCALL, "kvcm_kv_cache_commit_digests(cache, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, is_end)"},
     {"kvcm_kv_cache_commit_pending_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_commit_pending_stats, METH_FASTCALL, "kvcm_kv_cache_commit_pending_stats(cache)"},
     {"kvcm_kv_cache_discard_pending_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_discard_pending_stats, METH_FASTCALL, "kvcm_kv_cache_discard_pending_stats(cache)"},
+    {"kvcm_kv_cache_get_aggregated_page_indices", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_aggregated_page_indices, METH_FASTCALL, "kvcm_kv_cache_get_aggregated_page_indices(cache, layer_group, beam, valid_only, indices, capacity, needed)"},
     {"kvcm_kv_cache_get_beam_base_page_indices", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_beam_base_page_indices, METH_FASTCALL, "kvcm_kv_cache_get_beam_base_page_indices(cache, layer_group, beam, indices, capacity, needed)"},
     {"kvcm_kv_cache_get_beam_width", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_beam_width, METH_FASTCALL, "kvcm_kv_cache_get_beam_width(cache, out)"},
     {"kvcm_kv_cache_get_cached_tokens_by_level", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_cached_tokens_by_level, METH_FASTCALL, "kvcm_kv_cache_get_cached_tokens_by_level(cache, tokens, capacity, needed)"},
+    {"kvcm_kv_cache_get_committed_digests", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_committed_digests, METH_FASTCALL, "kvcm_kv_cache_get_committed_digests(cache, positions, digest_bytes, capacity, needed)"},
     {"kvcm_kv_cache_get_committed_tokens", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_committed_tokens, METH_FASTCALL, "kvcm_kv_cache_get_committed_tokens(cache, tokens, capacity, needed)"},
     {"kvcm_kv_cache_get_reuse_diagnostics", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_reuse_diagnostics, METH_FASTCALL, "kvcm_kv_cache_get_reuse_diagnostics(cache, out)"},
     {"kvcm_kv_cache_get_scratch_desc", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_scratch_desc, METH_FASTCALL, "kvcm_kv_cache_get_scratch_desc(cache, layer_group, begin, end, slots, capacity, needed)"},
@@ -3875,22 +4536,29 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_manager_clamp_max_seq_len_for_mem", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_clamp_max_seq_len_for_mem, METH_FASTCALL, "kvcm_manager_clamp_max_seq_len_for_mem(manager, batch_size, token_num_upper_bound, out)"},
     {"kvcm_manager_clear_reusable_blocks", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_clear_reusable_blocks, METH_FASTCALL, "kvcm_manager_clear_reusable_blocks(manager)"},
     {"kvcm_manager_drain_block_events", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_drain_block_events, METH_FASTCALL, "kvcm_manager_drain_block_events(manager, events, events_cap, tokens, tokens_cap, num_events, num_tokens, dropped)"},
+    {"kvcm_manager_drain_block_events_digests", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_drain_block_events_digests, METH_FASTCALL, "kvcm_manager_drain_block_events_digests(manager, events, events_cap, tokens, tokens_cap, digest_positions, digest_bytes, num_events, num_tokens, num_digests, dropped)"},
+    {"kvcm_manager_get_aggregated_pages", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_aggregated_pages, METH_FASTCALL, "kvcm_manager_get_aggregated_pages(manager, buffers, num_buffers, descs, descs_cap, members, members_cap, num_descs)"},
     {"kvcm_manager_get_and_reset_iteration_cached_tokens_by_level", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_iteration_cached_tokens_by_level, METH_FASTCALL, "kvcm_manager_get_and_reset_iteration_cached_tokens_by_level(manager, tokens, capacity, needed)"},
     {"kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats, METH_FASTCALL, "kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats(manager, level, stats, capacity, needed)"},
     {"kvcm_manager_get_and_reset_iteration_reused_blocks_by_level", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_iteration_reused_blocks_by_level, METH_FASTCALL, "kvcm_manager_get_and_reset_iteration_reused_blocks_by_level(manager, rows, capacity, needed)"},
     {"kvcm_manager_get_and_reset_layer_group_iteration_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_layer_group_iteration_stats, METH_FASTCALL, "kvcm_manager_get_and_reset_layer_group_iteration_stats(manager, stats, capacity, needed)"},
     {"kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats, METH_FASTCALL, "kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats(manager, stats, capacity, needed)"},
     {"kvcm_manager_get_num_open_caches", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_num_open_caches, METH_FASTCALL, "kvcm_manager_get_num_open_caches(manager, out)"},
+    {"kvcm_manager_get_page_index_converter", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_page_index_converter, METH_FASTCALL, "kvcm_manager_get_page_index_converter(manager, layer_id, role, out)"},
+    {"kvcm_manager_get_page_index_upper_bound", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_page_index_upper_bound, METH_FASTCALL, "kvcm_manager_get_page_index_upper_bound(manager, layer_id, role, out)"},
+    {"kvcm_manager_get_page_stride", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_page_stride, METH_FASTCALL, "kvcm_manager_get_page_stride(manager, layer_id, role, out)"},
     {"kvcm_manager_get_scratch_pages_per_block", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_scratch_pages_per_block, METH_FASTCALL, "kvcm_manager_get_scratch_pages_per_block(manager, layer_id, role, out)"},
     {"kvcm_manager_need_adjustment", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_need_adjustment, METH_FASTCALL, "kvcm_manager_need_adjustment(manager, out)"},
     {"kvcm_manager_probe_first_new_block_key", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_first_new_block_key, METH_FASTCALL, "kvcm_manager_probe_first_new_block_key(manager, scope, has_lora_id, tokens, num_tokens, key, found)"},
+    {"kvcm_manager_probe_first_new_block_key_digests", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_first_new_block_key_digests, METH_FASTCALL, "kvcm_manager_probe_first_new_block_key_digests(manager, scope, has_lora_id, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, key, found)"},
+    {"kvcm_manager_probe_reuse_digests", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_reuse_digests, METH_FASTCALL, "kvcm_manager_probe_reuse_digests(manager, scope, has_lora_id, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, out)"},
     {"kvcm_manager_probe_reuse_v2", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_reuse_v2, METH_FASTCALL, "kvcm_manager_probe_reuse_v2(manager, scope, has_lora_id, tokens, num_tokens, out)"},
     {"kvcm_planned_drop_destroy", (PyCFunction)(void (*)(void))kx_fn_kvcm_planned_drop_destroy, METH_FASTCALL, "kvcm_planned_drop_destroy(drop)"},
     {"kvcm_planned_drop_drop", (PyCFunction)(void (*)(void))kx_fn_kvcm_planned_drop_drop, METH_FASTCALL, "kvcm_planned_drop_drop(drop)"},
     {NULL, NULL, 0, NULL},
 };
 
-static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 6, 1, 1, 6, 2, 4, 4, 2, 7, 3, 2, 2, 2, 2, 2, 2, 2, 1, 4, 1, 8, 4, 5, 4, 4, 4, 2, 4, 2, 7, 6, 1, 1};
+static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 14, 6, 8, 1, 1, 7, 6, 2, 4, 5, 4, 2, 7, 3, 2, 2, 2, 2, 2, 2, 2, 1, 4, 1, 8, 11, 8, 4, 5, 4, 4, 4, 2, 4, 4, 4, 4, 2, 7, 11, 10, 6, 1, 1};
 
 /* bind(name, parameter_names) -> the builtin function of name; its errors
  * name the parameters as parameter_names (a tuple of str, one a

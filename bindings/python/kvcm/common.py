@@ -27,9 +27,10 @@ LayerGroupId = LifeCycleId
 CacheLevel = NewType("CacheLevel", int)
 """A cache tier's position, hottest (the GPU, 0) first."""
 TokenId = NewType("TokenId", int)
-TokenIdExt = Union[TokenId, bytes]
-"""A token of a prompt. kvcm takes ``int`` tokens only: a multimodal digest
-(``bytes``) is refused with ``TypeError`` (multimodal keys are model coverage)."""
+TokenIdExt = Union[TokenId, bytes, "MmItemContext"]  # kvcm.multimodal.MmItemContext
+"""A token of a prompt: a text token id, or a multimodal item's 32-byte
+digest as ``bytes`` or an ``MmItemContext`` (see :mod:`kvcm.multimodal`); a
+text-only cache refuses digests with ``TypeError``."""
 LayerId = NewType("LayerId", int)
 CudaStream = NewType("CudaStream", int)
 BeamIndex = NewType("BeamIndex", int)
@@ -116,8 +117,9 @@ class PageStatus(enum.Enum):
 
 
 class PageIndexMode(enum.IntEnum):
-    """How kernel-facing page indices count. kvcm supports SHARED (one index
-    space per pool, scaled per buffer); PER_LAYER is model coverage."""
+    """How kernel-facing page indices count: SHARED from the buffer's own
+    base address (one index space per pool, scaled per buffer), PER_LAYER
+    from the pool's base address, the buffer's offset included."""
 
     SHARED = 0
     PER_LAYER = 1

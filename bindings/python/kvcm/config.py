@@ -18,7 +18,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Sequence, Union
 
-from . import coverage
 from ._ffi import BlockKey
 from .errors import InvalidConfigError
 from .scratch import SwaScratchReuseConfig
@@ -67,9 +66,11 @@ def _check_int(path: str, v: object, *, optional: bool = False) -> None:
 @dataclass(slots=True)
 class BufferConfig:
     """One per-layer buffer: its role and the bytes it needs per block.
-    ``tokens_per_block_override`` other than None (a buffer with its own
-    block size) is model coverage: a manager refuses it with
-    :class:`~kvcm.UnsupportedError`."""
+    ``tokens_per_block_override`` other than None gives the buffer pages of
+    its own: it divides ``tokens_per_block``, ``size`` holds that many
+    tokens, and each block holds ``tokens_per_block //
+    tokens_per_block_override`` of the buffer's pages (the expansion of
+    :class:`PageIndexConverter` and :class:`ExpandedBuffer`)."""
 
     role: DataRole
     size: int
@@ -79,8 +80,12 @@ class BufferConfig:
         if not isinstance(self.role, str):
             raise TypeError(f"{path}.role: expected a str, got {type(self.role).__name__}")
         _check_int(f"{path}.size", self.size)
-        if self.tokens_per_block_override is not None:
-            coverage.missing(f"{path}.tokens_per_block_override", coverage.BUFFER_TPB)
+        o = self.tokens_per_block_override
+        if o is not None:
+            _check_int(f"{path}.tokens_per_block_override", o)
+            if o <= 0:  # 0 is "none" in the C ABI: refuse it here
+                name = f"{path}.tokens_per_block_override"
+                raise InvalidConfigError(f"invalid config: {name}: must be positive, got {o}", code=6, field=name)
 
 
 @dataclass(slots=True)
@@ -115,7 +120,8 @@ class SsmLayerConfig:
     buffers hold one fixed-size state per request, so a buffer's ``size`` is
     the bytes of the whole state. Every SSM layer belongs to the one SSM
     layer group, after the attention ones; it needs
-    ``KVCacheManagerConfig.commit_min_snapshot``."""
+    ``KVCacheManagerConfig.commit_min_snapshot``. Its buffers take no
+    ``tokens_per_block_override``."""
 
     layer_id: int
     buffers: list[BufferConfig]
@@ -128,6 +134,10 @@ class SsmLayerConfig:
             if not isinstance(b, BufferConfig):
                 raise TypeError(f"{path}.buffers[{j}]: expected a BufferConfig, got {type(b).__name__}")
             b._check_types(f"{path}.buffers[{j}]")
+            if b.tokens_per_block_override is not None:  # a state is not a block of tokens
+                name = f"{path}.buffers[{j}].tokens_per_block_override"
+                raise InvalidConfigError(f"invalid config: {name}: must be None for an SSM layer's state, "
+                                         f"got {b.tokens_per_block_override}", code=6, field=name)
 
 
 @dataclass(slots=True)

@@ -1,5 +1,5 @@
-"""KVCM2 names whose models kvcm does not cover yet (the model-coverage
-issue: multimodal keys, aggregated pages, KVCM2's sha256 block keys).
+"""KVCM2 names whose models kvcm does not cover (the model-coverage issue:
+KVCM2's AttnLifeCycle objects; kvcm names layer groups by integers).
 
 They are importable so that code written against KVCM2 imports unchanged;
 using one raises :class:`~kvcm.UnsupportedError` (a ``NotImplementedError``)
@@ -12,18 +12,9 @@ from typing import Any, NoReturn
 
 from .errors import UnsupportedError
 
-__all__ = [
-    "MmItemContext", "AttnLifeCycle",
-    "ExpandedBuffer", "AggregatedPageDesc",
-    "gen_multimodal_cache_key_tokens", "sequence_to_blockchain_keys",
-]
+__all__ = ["AttnLifeCycle"]
 
-MULTIMODAL = "multimodal cache keys"
-AGGREGATED = "aggregated pages (disaggregated-serving transfer layout)"
 LIFE_CYCLES = "KVCM2's AttnLifeCycle objects (kvcm's layer groups are integers)"
-SHA256_KEYS = "KVCM2's sha256 block keys"
-PER_LAYER = "PageIndexMode.PER_LAYER page indices"
-BUFFER_TPB = "per-buffer tokens_per_block (BufferConfig.tokens_per_block_override)"
 
 
 def missing(name: str, capability: str) -> NoReturn:
@@ -40,14 +31,6 @@ class _Uncovered:
         missing(type(self).__name__, self._capability)
 
 
-
-
-class MmItemContext(_Uncovered):
-    """KVCM2's multimodal token: model coverage."""
-
-    _capability = MULTIMODAL
-
-
 class AttnLifeCycle(_Uncovered):
     """KVCM2's life-cycle object: kvcm names layer groups by integers."""
 
@@ -56,21 +39,3 @@ class AttnLifeCycle(_Uncovered):
     @staticmethod
     def make(window_size: int | None, num_sink_tokens: int | None, tokens_per_block: int) -> "AttnLifeCycle":
         missing("AttnLifeCycle.make", LIFE_CYCLES)
-
-
-class ExpandedBuffer(_Uncovered):
-    _capability = AGGREGATED
-
-
-class AggregatedPageDesc(_Uncovered):
-    _capability = AGGREGATED
-
-
-
-
-def gen_multimodal_cache_key_tokens(*args: Any, **kwargs: Any) -> NoReturn:
-    missing("gen_multimodal_cache_key_tokens", MULTIMODAL)
-
-
-def sequence_to_blockchain_keys(*args: Any, **kwargs: Any) -> NoReturn:
-    missing("sequence_to_blockchain_keys", SHA256_KEYS)

@@ -157,6 +157,13 @@ class _Block:
     layer_groups: set[int]
     tokens: list[UniqueToken]
     parent: EventBlockHash | None
+    # v1_ok: the block and its ancestors hold text tokens only, so v1 is
+    # TensorRT-LLM's v1 hash (else kvcm's key, as KVCM2 falls back).
+    v1_ok: bool = True
+    # last_digest: the last multimodal item digest of the chain so far, which
+    # synthetic tokens above mm_token_id_offset continue.
+    last_digest: bytes | None = None
+    mm_keys: list[MmKey] = field(default_factory=list)
 
 
 class KVCacheEventManager:
@@ -167,7 +174,13 @@ class KVCacheEventManager:
     ``window_size_by_layer_group``) is every event's window size;
     ``attention_dp_gather``, with ``attention_dp_rank``, gathers every
     rank's events at flush and publishes them on rank 0.
-    ``mm_token_id_offset`` is carried (kvcm's tokens are text only).
+    A stored block's multimodal digest tokens are reported as their hex
+    digests; such a block and its descendants have no v1 hash, so under
+    ``v1_block_key`` they report kvcm's key instead. With
+    ``mm_token_id_offset`` (not negative) a stored block lists its items in
+    ``mm_keys``: ``(digest, item-local offset)`` per run of an item's tokens
+    (its digest token starts one at 0; a token above the offset continues
+    the chain's last item at offset ``token - mm_token_id_offset``).
     """
 
     def __init__(
@@ -192,6 +205,8 @@ class KVCacheEventManager:
         self._dp_rank = attention_dp_rank
         self._dp_gather = attention_dp_gather
         self._hash_algo = hash_algo
+        if mm_token_id_offset is not None and (type(mm_token_id_offset) is not int or mm_token_id_offset < 0):
+            raise ValueError(f"mm_token_id_offset: expected a non-negative int or None, got {mm_token_id_offset!r}")
         self.mm_token_id_offset = mm_token_id_offset
         self._next_id = 0
         self._blocks: dict[int, _Block] = {}
@@ -354,16 +369,50 @@ class KVCacheEventManager:
         return key.to_bytes(8, "big").hex()
 
     def _on_stored(self, key: int, parent: int, tokens: Sequence[int], level: int, priority: int,
-                   scope: tuple[int | None, Any] | None, layer_groups: Sequence[int]) -> None:
+                   scope: tuple[int | None, Any] | None, layer_groups: Sequence[int],
+                   digests: dict[int, bytes] | None = None) -> None:
         up = self._blocks.get(parent)
         lora, salt = scope if scope is not None else (None, None)
-        v1 = hash_v1_block_key(tokens, up.v1 if up else 0, lora, None if up else cache_salt_id(salt))
-        b = _Block(self._block_hash(key, v1), v1, set(layer_groups), [UniqueToken(int(t)) for t in tokens],
-                   up.hash if up else None)
+        v1_ok = (up.v1_ok if up else True) and not digests
+        # A block with digest tokens has no v1 hash: it and its descendants
+        # report kvcm's key instead (KVCM2 falls back to its own key).
+        v1 = hash_v1_block_key(tokens, up.v1 if up else 0, lora, None if up else cache_salt_id(salt)) if v1_ok else key
+        dg = digests or {}
+        toks = [UniqueToken(dg[i].hex()) if i in dg else UniqueToken(int(t)) for i, t in enumerate(tokens)]
+        last, mm_keys = self._mm_keys(tokens, dg, up.last_digest if up else None)
+        b = _Block(self._block_hash(key, v1), v1, set(layer_groups), toks, up.hash if up else None, v1_ok, last, mm_keys)
         self._blocks[key] = b
-        block = KVCacheStoredBlockData(b.hash, b.tokens, level, priority)
+        block = KVCacheStoredBlockData(b.hash, b.tokens, level, priority, list(mm_keys))
         for lg in layer_groups:
             self.add_stored_event(b.parent, [block], lg)
+
+    def _mm_keys(self, tokens: Sequence[int], digests: dict[int, bytes], item: bytes | None
+                 ) -> tuple[bytes | None, list[MmKey]]:
+        """The last item digest after a block, and its mm_keys with
+        mm_token_id_offset (none without): (digest, item-local offset) per
+        run of an item's tokens, a digest token starting one at 0 and a token
+        above the offset continuing the chain's last item at its local
+        index, until a text token."""
+        last = item
+        for i in sorted(digests):
+            last = digests[i]
+        off = self.mm_token_id_offset
+        if off is None:
+            return last, []
+        keys: list[MmKey] = []
+        in_run = False
+        for i, t in enumerate(tokens):
+            if i in digests:
+                item = digests[i]
+                keys.append((item, 0))
+                in_run = True
+            elif item is not None and t > off:
+                if not in_run:
+                    keys.append((item, t - off))
+                in_run = True
+            else:
+                in_run = False
+        return last, keys
 
     def _on_removed(self, key: int) -> None:
         b = self._blocks.pop(key, None)
@@ -382,7 +431,7 @@ class KVCacheEventManager:
             return
         if old_level < 0 or lg not in b.layer_groups:  # a page filled a gap: stored again for it
             b.layer_groups.add(lg)
-            self.add_stored_event(b.parent, [KVCacheStoredBlockData(b.hash, b.tokens, level, priority)], lg)
+            self.add_stored_event(b.parent, [KVCacheStoredBlockData(b.hash, b.tokens, level, priority, list(b.mm_keys))], lg)
             return
         self.add_updated_event(b.hash, cache_level=KVCacheEventDiff(old_level, level), layer_group_id=lg)
 

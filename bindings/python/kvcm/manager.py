@@ -9,9 +9,9 @@ import os
 import sys
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
-from . import _convert, _native, coverage
+from . import _convert, _native, multimodal
 from ._convert import set_field
 from ._managed import Managed, callback_guard
 from ._native import bind, ffi
@@ -44,6 +44,7 @@ from .errors import (
     KVCacheError,
     OutOfPagesError,
     ResumeRefusedError,
+    UnsupportedError,
 )
 
 __all__ = [
@@ -61,6 +62,8 @@ __all__ = [
     "SlotDescVariant",
     "SlotDesc",
     "PageIndexConverter",
+    "ExpandedBuffer",
+    "AggregatedPageDesc",
     "num_live_managers",
     "BlockStats",
     "PoolGroupStats",
@@ -176,17 +179,19 @@ class PoolGroupDesc:
 @dataclass(frozen=True, slots=True)
 class PageIndexConverter:
     """Converts base page indices (``get_base_page_indices``) into the
-    indices a kernel uses for one buffer: ``base * scale`` from the base
-    address of ``get_mem_pool_base_address(layer, role)`` (SHARED), or
-    ``base * scale + layer_offset`` from the pool's base address
-    (PER_LAYER). ``expansion`` is 1 (kvcm has one tokens_per_block).
+    indices a kernel uses for one buffer: base ``b`` becomes, for ``k`` in
+    ``range(expansion)``, ``(b * scale + offset) * expansion + k``, where
+    offset is 0 for indices from ``get_mem_pool_base_address(layer, role)``
+    (SHARED) and ``layer_offset`` for indices from the pool's base address
+    (PER_LAYER); -1 stays -1. ``expansion`` is the buffer's pages per block
+    (1, or tokens_per_block over its ``tokens_per_block_override``).
 
     With a ``scratch`` descriptor (``_KVCache.get_scratch_desc``; PER_LAYER
     only) the blocks of its range map into its scratch slots instead: one
     slot holds ``scale // scratch_pages_per_block`` blocks of the layer,
     block ``i`` of the range at sub-page ``(i % that) *
     scratch_pages_per_block + layer_offset``, modulo ``scale``, of slot
-    ``slot_ids[i // that]``."""
+    ``slot_ids[i // that]`` (then expanded as above)."""
 
     scale: int
     expansion: int
@@ -198,7 +203,7 @@ class PageIndexConverter:
         if scratch and index_mode != PageIndexMode.PER_LAYER:
             raise InvalidArgumentError("index_mode: scratch blocks need PageIndexMode.PER_LAYER")
         offset = self.layer_offset if index_mode == PageIndexMode.PER_LAYER else 0
-        bad = ffi.KVCM_BAD_PAGE_INDEX
+        bad, e = ffi.KVCM_BAD_PAGE_INDEX, self.expansion
         out = [bad if b == bad else b * self.scale + offset for b in base_indices]
         if scratch:
             per_slot = self.scale // self.scratch_pages_per_block
@@ -207,7 +212,31 @@ class PageIndexConverter:
                 i = b - beg
                 sub = (i % per_slot) * self.scratch_pages_per_block + offset
                 out[b] = scratch.slot_ids[i // per_slot] * self.scale + sub % self.scale
-        return out
+        if e == 1:
+            return out
+        return [bad if p == bad else p * e + k for p in out for k in range(e)]
+
+
+@dataclass(frozen=True, slots=True)
+class ExpandedBuffer:
+    """One buffer of an aggregated page and its expansion (its pages per
+    block)."""
+
+    id: BufferId
+    expansion: int
+
+
+@dataclass(frozen=True, slots=True)
+class AggregatedPageDesc:
+    """A run of buffers side by side in every GPU slot of one pool: for each
+    index ``i`` of ``get_aggregated_page_indices(layer_group_id)`` the run's
+    bytes are ``[base + stride * i, base + stride * i + size)``."""
+
+    base: int
+    size: int
+    stride: int
+    layer_group_id: int
+    buffers: tuple[ExpandedBuffer, ...]
 
 
 _live_managers: "weakref.WeakSet[KVCacheManager]" = weakref.WeakSet()
@@ -266,9 +295,15 @@ _resize_level = bind("kvcm_manager_resize_level", level="cache_level")
 _get_quota = bind("kvcm_manager_get_quota", level="cache_level")
 _layer_group_of = bind("kvcm_manager_get_layer_group_of")
 _buffer_location = bind("kvcm_manager_get_buffer_location")
+_aggregated_pages = bind("kvcm_manager_get_aggregated_pages")
+_page_index_converter = bind("kvcm_manager_get_page_index_converter")
+_page_stride = bind("kvcm_manager_get_page_stride")
+_page_index_upper_bound = bind("kvcm_manager_get_page_index_upper_bound")
+_cache_aggregated_indices = bind("kvcm_kv_cache_get_aggregated_page_indices", layer_group="layer_group_id",
+                                 beam="beam_id")
 _pool_group_descs = bind("kvcm_manager_get_pool_group_descs")
 _drain_events = bind("kvcm_manager_drain_events", events_cap="max_events")
-_drain_block_events = bind("kvcm_manager_drain_block_events")
+_drain_block_events = bind("kvcm_manager_drain_block_events_digests")
 _alloc_memory = bind("kvcm_manager_alloc_memory")
 _cache_create = bind("kvcm_kv_cache_create")
 _cache_close = bind("kvcm_kv_cache_close")
@@ -284,6 +319,10 @@ _cache_discard_pending = bind("kvcm_kv_cache_discard_pending_stats")
 _cache_suspend = bind("kvcm_kv_cache_suspend")
 _cache_resize = bind("kvcm_kv_cache_resize")
 _cache_commit = bind("kvcm_kv_cache_commit")
+_cache_commit_digests = bind("kvcm_kv_cache_commit_digests", tokens="accepted_input_tokens")
+_cache_committed_digests = bind("kvcm_kv_cache_get_committed_digests")
+_probe_reuse_digests = bind("kvcm_manager_probe_reuse_digests", tokens="input_tokens")
+_probe_first_new_digests = bind("kvcm_manager_probe_first_new_block_key_digests")
 _cache_prefetch = bind("kvcm_kv_cache_prefetch")
 _cache_page_indices = bind("kvcm_kv_cache_get_base_page_indices", layer_group="layer_group_id")
 _cache_beam_page_indices = bind("kvcm_kv_cache_get_beam_base_page_indices", layer_group="layer_group_id",
@@ -388,16 +427,24 @@ def _is_scope(value: Any) -> bool:
     return value is None or (hasattr(value, "lora_id") and hasattr(value, "salt"))
 
 
-def _tokens(value: Any, name: str) -> tuple[Any, int, Any]:
-    """_convert.tokens, naming the missing capability for KVCacheManagerV2's
-    multimodal digest tokens (bytes, MmItemContext)."""
+def _tokens(value: Any, name: str, text_only: bool = False) -> tuple[Any, int, Any, Any]:
+    """(tokens, n, keep, digests) of a token argument: text token ids take
+    _convert.tokens' fast path and have digests None; a sequence with
+    multimodal digest tokens (bytes, MmItemContext) has digests
+    (positions, count, bytes, length) for the C ABI, unless text_only, which
+    refuses them."""
     try:
-        return _convert.tokens(value, name)
+        toks, n, keep = _convert.tokens(value, name)
+        return toks, n, keep, None
     except TypeError as e:
-        if "got bytes" in str(e) or "got MmItemContext" in str(e):
-            raise TypeError(f"{e}: multimodal digest tokens need multimodal block keys, which kvcm does not "
-                            "support yet (text token ids only)") from None
-        raise
+        # A bytes-like argument is a buffer of token ids, never digests.
+        if isinstance(value, (bytes, bytearray, memoryview, str, array.array)) or not any(
+                f"got {k}" in str(e) for k in ("bytes", "bytearray", "MmItemContext")):
+            raise
+        if text_only:
+            raise TypeError(f"{e}: a text-only cache takes text token ids only") from None
+    toks, n, pos, nd, blob, blen, keep = multimodal.split(list(value), name)
+    return toks, n, keep, (pos, nd, blob, blen)
 
 
 def _stream_handle(stream: Any) -> Any:
@@ -487,6 +534,14 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
     keep.append(layers)
     c.layers = layers if attention else None
     c.num_layers = len(attention)
+    overrides = [b.tokens_per_block_override or 0 for layer in attention for b in layer.buffers]
+    if any(overrides):
+        ov = (ctypes.c_int32 * len(overrides))()
+        for k, (i, j) in enumerate((i, j) for i, layer in enumerate(attention) for j in range(len(layer.buffers))):
+            ov[k] = _convert.check(overrides[k], ctypes.c_int32, f"layers[{i}].buffers[{j}].tokens_per_block_override")
+        keep.append(ov)
+        c.buffer_tokens_per_block_overrides = ov
+        c.num_buffer_tokens_per_block_overrides = len(overrides)
     ssm = [layer for layer in config.layers if isinstance(layer, SsmLayerConfig)]
     ssm_layers = (ffi.kvcm_ssm_layer_config * max(len(ssm), 1))()
     for i, layer in enumerate(ssm):
@@ -799,17 +854,31 @@ class KVCacheManager(Managed):
             return loc.pool_base
         return loc.pool_base + loc.offset * loc.bytes
 
+    def _role_arg(self, role: Any) -> bytes:
+        if not isinstance(role, str):
+            raise TypeError(f"role: expected a str, got {type(role).__name__}")
+        name = role.encode()
+        at = name.find(b"\0")
+        if at >= 0:  # the C string would end there
+            raise InvalidArgumentError(f"role: contains a NUL byte at offset {at}")
+        return name
+
     def get_page_stride(self, layer_id: int, data_role: str) -> int:
-        """Bytes between consecutive page indices of the buffer."""
-        return self.get_buffer_location(layer_id, data_role).bytes
+        """Bytes between consecutive kernel page indices of the buffer: its
+        bytes per block over its expansion."""
+        out = ctypes.c_int64()
+        _page_stride(self._native(), layer_id, self._role_arg(data_role), ctypes.byref(out))
+        return out.value
 
     def get_page_index_scale(self, layer_id: int, data_role: str) -> int:
         """The multiplier from base page indices to the buffer's indices."""
         return self.get_buffer_location(layer_id, data_role).scale
 
     def get_page_index_converter(self, layer_id: int, data_role: str) -> PageIndexConverter:
-        loc = self.get_buffer_location(layer_id, data_role)
-        return PageIndexConverter(loc.scale, 1, loc.offset, self._scratch_pages_per_block(layer_id, data_role))
+        out = ffi.kvcm_page_index_converter()
+        _page_index_converter(self._native(), layer_id, self._role_arg(data_role), ctypes.byref(out))
+        return PageIndexConverter(out.scale, out.expansion, out.layer_offset,
+                                  self._scratch_pages_per_block(layer_id, data_role))
 
     def _scratch_pages_per_block(self, layer_id: int, data_role: str) -> int:
         out = _I64()
@@ -817,11 +886,11 @@ class KVCacheManager(Managed):
         return out.value
 
     def get_page_index_upper_bound(self, layer_id: int, data_role: str) -> int:
-        """One past the largest SHARED page index of the buffer: the size of
-        its pool viewed as an array of the buffer's pages, from its base."""
-        loc = self.get_buffer_location(layer_id, data_role)
-        d = self.get_pool_group_descs(GPU_LEVEL)[self.get_life_cycle_pool_group_indices(GPU_LEVEL)[loc.layer_group]]
-        return d.pools[loc.pool].slot_bytes // loc.bytes * d.num_slots - loc.offset
+        """One past the largest SHARED kernel page index of the buffer: its
+        pool viewed from the buffer's base as an array of its pages."""
+        out = ctypes.c_int64()
+        _page_index_upper_bound(self._native(), layer_id, self._role_arg(data_role), ctypes.byref(out))
+        return out.value
 
     def supports_index_mode(self, mode: PageIndexMode) -> bool | None:
         """PER_LAYER: True. SHARED: True, or None (ask each cache) with SWA
@@ -835,8 +904,37 @@ class KVCacheManager(Managed):
     def all_buffer_ids(self) -> Iterator[BufferId]:
         return (BufferId(layer.layer_id, b.role) for layer in self._config.layers for b in layer.buffers)
 
-    def get_aggregated_pages(self, buffers: Any) -> Any:
-        coverage.missing("get_aggregated_pages", coverage.AGGREGATED)
+    def get_aggregated_pages(self, buffers: Iterable[BufferId]) -> Iterator[AggregatedPageDesc]:
+        """Merge buffers (``BufferId`` or ``(layer_id, role)`` pairs, in any
+        order) into the fewest runs of contiguous bytes for bulk transfer:
+        grouped by layer group and pool, in the order each first appears,
+        sorted by their place in the slot, adjacent ones merged. An unknown or
+        repeated buffer raises InvalidArgumentError naming its position."""
+        ids = [BufferId(*b) for b in buffers]
+        n = len(ids)
+        arr = (ffi.kvcm_buffer_id * max(n, 1))()
+        keep = []
+        for i, b in enumerate(ids):
+            set_field(arr[i], "layer_id", b.layer_id, f"buffers[{i}].layer_id")
+            try:
+                role = self._role_arg(b.role)
+            except (TypeError, InvalidArgumentError) as e:
+                raise type(e)(f"buffers[{i}].{e}") from None
+            keep.append(role)
+            arr[i].role = role
+        descs = (ffi.kvcm_aggregated_page_desc * max(n, 1))()
+        members = (ffi.kvcm_expanded_buffer * max(n, 1))()
+        num = ctypes.c_size_t()
+        _aggregated_pages(self._native(), arr if n else None, n, descs if n else None, n,
+                          members if n else None, n, ctypes.byref(num))
+        base = ctypes.addressof(members)
+        size = ctypes.sizeof(ffi.kvcm_expanded_buffer)
+        out = []
+        for d in descs[:num.value]:
+            first = (ctypes.cast(d.buffers, ctypes.c_void_p).value - base) // size
+            bufs = tuple(ExpandedBuffer(ids[m.buffer], m.expansion) for m in members[first:first + d.num_buffers])
+            out.append(AggregatedPageDesc(int(d.base), d.size, d.stride, d.layer_group, bufs))
+        return iter(out)
 
     def get_life_cycle_pool_group_indices(self, cache_level: int = GPU_LEVEL) -> list[int]:
         """The pool group of every layer group at a level, by layer group."""
@@ -981,10 +1079,13 @@ class KVCacheManager(Managed):
             scope, has_lora, _keep = _NO_SCOPE, False, None
         else:
             scope, has_lora, _keep = self._scope(lora_id, salt)
-        toks, n, _keep_tokens = _tokens(input_tokens, "input_tokens")
+        toks, n, _keep_tokens, dig = _tokens(input_tokens, "input_tokens", bool(self._config.text_only))
         out = _I64()
-        _probe_reuse(self._resource if self._state == "open" else self._native(), _byref(scope), has_lora,
-                     toks, n, _byref(out))
+        h = self._resource if self._state == "open" else self._native()
+        if dig is None:
+            _probe_reuse(h, _byref(scope), has_lora, toks, n, _byref(out))
+        else:
+            _probe_reuse_digests(h, _byref(scope), has_lora, toks, n, *dig, _byref(out))
         return out.value
 
     def probe_first_new_block_key(self, scope: Any, tokens: Sequence[int]) -> bytes | None:
@@ -995,9 +1096,12 @@ class KVCacheManager(Managed):
         block's cache events)."""
         lora_id, salt = _scope_fields(scope, None, None)
         c_scope, has_lora, _keep = self._scope(lora_id, salt)
-        toks, n, _keep_tokens = _convert.tokens(tokens, "tokens")
+        toks, n, _keep_tokens, dig = _tokens(tokens, "tokens", bool(self._config.text_only))
         key, found = ctypes.c_uint64(), ctypes.c_bool()
-        _probe_first_new(self._native(), _byref(c_scope), has_lora, toks, n, _byref(key), _byref(found))
+        if dig is None:
+            _probe_first_new(self._native(), _byref(c_scope), has_lora, toks, n, _byref(key), _byref(found))
+        else:
+            _probe_first_new_digests(self._native(), _byref(c_scope), has_lora, toks, n, *dig, _byref(key), _byref(found))
         return key.value.to_bytes(8, "little") if found.value else None
 
     def clear_reusable_blocks(self) -> None:
@@ -1076,9 +1180,12 @@ class KVCacheManager(Managed):
         the statistics: once the history has reached it, capacity growth
         counts as generation-phase allocation (``iter_gen_alloc_blocks``); it
         defaults to ``len(input_tokens)`` (with no input tokens, no growth
-        counts as generation) and is kept as the cache's attribute; ``text_only`` may be None, True or False (kvcm's tokens are
-        text token ids either way: multimodal digest tokens are not
-        supported); with ``enable_request_stats`` the cache's
+        counts as generation) and is kept as the cache's attribute.
+        ``input_tokens`` may hold multimodal digest tokens (32-byte ``bytes``
+        or :class:`MmItemContext`; see :mod:`kvcm.multimodal`) unless the
+        cache is text-only: ``text_only`` True, or None with the
+        configuration's ``text_only``, refuses them with TypeError (and takes
+        the text-only path). With ``enable_request_stats`` the cache's
         ``commit_pending_stats`` returns its block counts.
         ``request_id`` names the request for the CP index attached with
         :meth:`attach_cp`, which is then notified about the cache's blocks.
@@ -1092,8 +1199,10 @@ class KVCacheManager(Managed):
             raise ValueError(f"expected_prompt_length: expected a non-negative int or None, got {expected_prompt_length!r}")
         if text_only not in (None, True, False):
             raise TypeError(f"text_only: expected a bool or None, got {text_only!r}")
+        if text_only is None:
+            text_only = bool(self._config.text_only)
         cache = _KVCache(self, lora_id, input_tokens, id, custom_priority_callback, salt, request_id,
-                         expected_prompt_length)
+                         expected_prompt_length, text_only)
         cache._reuse_scope = reuse_scope
         cache.enable_request_stats = bool(enable_request_stats)
         cache._note_pending_stats()
@@ -1342,17 +1451,27 @@ class KVCacheManager(Managed):
         events = (ffi.kvcm_block_event * cap)()
         tok_cap = cap * max(self._tokens_per_block, 1)
         tokens = (ffi.kvcm_token * tok_cap)()
-        ne, nt, dropped = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_uint64()
+        positions = (ctypes.c_size_t * tok_cap)()
+        raw = (ctypes.c_uint8 * (32 * tok_cap))()
+        base = ctypes.addressof(tokens)
+        ne, nt, nd, dropped = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_uint64()
         groups = range(self._num_layer_groups)
         while True:
-            _drain_block_events(h, events, cap, tokens, tok_cap, ctypes.byref(ne), ctypes.byref(nt), ctypes.byref(dropped))
+            _drain_block_events(h, events, cap, tokens, tok_cap, positions, raw, ctypes.byref(ne), ctypes.byref(nt),
+                                ctypes.byref(nd), ctypes.byref(dropped))
             self._events_dropped = getattr(self, "_events_dropped", 0) + dropped.value
+            # Digest tokens by their place in the tokens buffer.
+            digests = {positions[j]: bytes(raw[32 * j:32 * (j + 1)]) for j in range(nd.value)}
             for i in range(ne.value):
                 e = events[i]
                 kind = EventKind(e.kind)
                 if kind == EventKind.BLOCK_STORED:
                     toks = [e.tokens[k] for k in range(e.num_tokens)]
-                    em._on_stored(e.key, e.parent, toks, e.level, e.priority, self._scopes.get(e.cache_id), groups)
+                    dg = None
+                    if digests and e.num_tokens:
+                        at = (ctypes.cast(e.tokens, ctypes.c_void_p).value - base) // ctypes.sizeof(ffi.kvcm_token)
+                        dg = {k: digests[at + k] for k in range(e.num_tokens) if at + k in digests} or None
+                    em._on_stored(e.key, e.parent, toks, e.level, e.priority, self._scopes.get(e.cache_id), groups, dg)
                 elif kind == EventKind.BLOCK_REMOVED:
                     em._on_removed(e.key)
                 elif kind == EventKind.BLOCK_UPDATED:
@@ -1428,7 +1547,7 @@ class _KVCache(Managed):
     def __init__(self, manager: KVCacheManager, lora_id: int | None, input_tokens: Sequence[int] | None,
                  id: Any, custom_priority_callback: Callable[[int, LifeCycle], int] | None,
                  salt: bytes | str | int | None, request_id: str | bytes | None = None,
-                 expected_prompt_length: int | None = None) -> None:
+                 expected_prompt_length: int | None = None, text_only: bool = False) -> None:
         super().__init__()
         self._manager = manager
         self.id = id
@@ -1451,7 +1570,9 @@ class _KVCache(Managed):
             scope, has_lora, salt_keep = KVCacheManager._scope(lora_id, salt)
             opts.scope = scope
             opts.scope_has_lora_id = has_lora
-        toks, n, toks_keep = _tokens(input_tokens, "input_tokens")
+        self._text_only = text_only
+        opts.text_only = text_only
+        toks, n, toks_keep, dig = _tokens(input_tokens, "input_tokens", text_only)
         self._num_input_tokens = n
         if n:
             opts.input_tokens = ctypes.cast(toks, _TOKEN_PTR)
@@ -1463,6 +1584,12 @@ class _KVCache(Managed):
         if expected_prompt_length is not None:
             opts.has_expected_prompt_length = True
             opts.expected_prompt_length = expected_prompt_length
+        if dig is not None:
+            pos, nd, blob, blen = dig
+            opts.input_digest_positions = ctypes.cast(pos, ctypes.POINTER(ctypes.c_size_t))
+            opts.num_input_digests = nd
+            opts.input_digest_bytes = blob
+            opts.input_digest_bytes_len = blen
         self._priority_cb = None
         if custom_priority_callback is not None:
             if not callable(custom_priority_callback):
@@ -1620,8 +1747,9 @@ class _KVCache(Managed):
         return self._get("kvcm_kv_cache_get_reused_tokens")
 
     @property
-    def committed_tokens(self) -> list[int]:
-        """A copy of the committed tokens."""
+    def committed_tokens(self) -> list[Any]:
+        """A copy of the committed tokens: text token ids, and each
+        multimodal digest token as its 32 digest bytes."""
         n = self.num_committed_tokens
         while True:
             buf = (ffi.kvcm_token * max(n, 1))()
@@ -1631,7 +1759,30 @@ class _KVCache(Managed):
             except BufferTooSmallError:
                 n = needed.value
                 continue
-            return list(buf[:needed.value])
+            out: list[Any] = list(buf[:needed.value])
+            break
+        if self._text_only:
+            return out
+        nd = ctypes.c_size_t()
+        while True:
+            cap = nd.value
+            pos = (ctypes.c_size_t * max(cap, 1))()
+            raw = (ctypes.c_uint8 * max(32 * cap, 1))()
+            try:
+                _cache_committed_digests(self._native(), pos if cap else None, raw if cap else None, cap, _byref(nd))
+            except BufferTooSmallError:
+                continue
+            if nd.value > cap:
+                continue
+            for i in range(nd.value):
+                out[pos[i]] = bytes(raw[32 * i:32 * (i + 1)])
+            return out
+
+    @property
+    def text_only(self) -> bool:
+        """Whether the cache takes text token ids only (create_kv_cache's
+        ``text_only``, or the configuration's)."""
+        return self._text_only
 
     @property
     def cached_tokens_by_level(self) -> list[int]:
@@ -1815,12 +1966,18 @@ class _KVCache(Managed):
         if isinstance(beam_search_indices, bool):
             # kvcm's older commit(tokens, is_end): a bool is never indices.
             beam_search_indices, is_end = None, beam_search_indices
-        toks, n, keep = _tokens(accepted_input_tokens, "accepted_input_tokens")
+        toks, n, keep, dig = _tokens(accepted_input_tokens, "accepted_input_tokens", self._text_only)
         h = self._resource if self._state == "open" else self._native()
         if beam_search_indices is None:
             def call() -> None:
-                _cache_commit(h, toks, n, bool(is_end))
+                if dig is None:
+                    _cache_commit(h, toks, n, bool(is_end))
+                else:
+                    _cache_commit_digests(h, toks, n, *dig, bool(is_end))
         else:
+            if dig is not None:
+                raise UnsupportedError("commit: digest tokens with beam_search_indices (a beam search step "
+                                       "commits text tokens only)")
             idx, num_idx, keep_idx = _convert.tokens(list(beam_search_indices), "beam_search_indices")
             if num_idx == 0:
                 raise InvalidArgumentError("beam_search_indices: has 0 entries; give one per beam, or None")
@@ -1909,6 +2066,30 @@ class _KVCache(Managed):
         that owns its memory, so ``numpy.frombuffer(a, dtype=numpy.int32)`` or
         ``memoryview(a)`` use it without copying."""
         return self._fetch_indices(layer_group_id, beam_id)
+
+    def get_aggregated_page_indices(self, layer_group_id: int, beam_id: int = DEFAULT_BEAM_INDEX,
+                                    valid_only: bool = False) -> Iterator[int]:
+        """The aggregated page index of every block of a layer group in beam
+        ``beam_id`` (in ``range(beam_width)``): the block's GPU slot in that
+        beam, which addresses every :class:`AggregatedPageDesc` of the layer
+        group; -1 where a block has no page, or with ``valid_only`` only the
+        blocks that have one. The cache must be ACTIVE."""
+        h = self._native()
+        needed = ctypes.c_size_t()
+        cap = self.num_blocks
+        while True:
+            a = array.array("i", bytes(4 * cap))
+            ptr = a.buffer_info()[0] if cap else None
+            try:
+                _cache_aggregated_indices(h, layer_group_id, beam_id, bool(valid_only),
+                                          ctypes.cast(ptr, ctypes.POINTER(ctypes.c_int32)) if ptr else None,
+                                          cap, ctypes.byref(needed))
+            except BufferTooSmallError:
+                cap = needed.value
+                continue
+            if needed.value <= cap:
+                return iter(a[:needed.value])
+            cap = needed.value
 
     def get_base_page_indices(self, layer_group_id: int,
                               beam_id: int = DEFAULT_BEAM_INDEX) -> array.array | memoryview:

@@ -98,14 +98,18 @@ def test_integer_argument_out_of_its_c_range_is_refused_naming_it(manager, activ
 @pytest.mark.parametrize("bad", [4.0, "4", True, None, b"4"], ids=["float", "str", "bool", "None", "bytes"])
 def test_integer_argument_that_is_not_an_int_is_refused_naming_it(manager, active, what, bounds, call, name, bad):
     """A float, str, bool or None is a TypeError naming the argument (never
-    int()-converted), and nothing changes."""
+    int()-converted), and nothing changes. A bytes token is a multimodal
+    digest token, which must be 32 bytes: a ValueError naming the token."""
     if bad is True and "token" in what:
         pytest.skip("tokens are converted by array('i'), which takes a bool token as 0 or 1")
+    err = TypeError
+    if isinstance(bad, bytes) and "token" in what:
+        err = ValueError
     if bad is None and what in ("probe_reuse lora", "create_kv_cache lora", "cache resize capacity",
                                 "cache resize history_length", "resume stream"):
         pytest.skip("None is this argument's documented default")
     before = _state(manager, active)
-    with pytest.raises(TypeError, match=rf"^{name}: expected an int|{name}"):
+    with pytest.raises(err, match=rf"^{name}: expected an int|{name}"):
         call(manager, active, bad)
     assert _state(manager, active) == before
 

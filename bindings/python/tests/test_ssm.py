@@ -148,3 +148,15 @@ def test_ssm_manager_serves_events_priorities_and_clamping(backend):
         assert em.get_latest_events(0)
         assert m.clamp_max_seq_len_for_mem(3, 1 << 20) == 0, "two SSM slots hold two requests, not three"
         assert m.clamp_max_seq_len_for_mem(2, 64) == 64
+
+
+def test_ssm_buffers_take_no_tokens_per_block_override():
+    """An SSM layer's state is not a block of tokens: an override on its
+    buffer raises InvalidConfigError naming it."""
+    layers = [
+        AttentionLayerConfig(0, [BufferConfig("key", 64)]),
+        SsmLayerConfig(1, [BufferConfig("ssm_state", 256, tokens_per_block_override=2)]),
+    ]
+    with pytest.raises(InvalidConfigError, match="SSM") as e:
+        KVCacheManager(small_config(layers=layers, commit_min_snapshot=True), device="emu")
+    assert e.value.field == "layers[1].buffers[0].tokens_per_block_override"

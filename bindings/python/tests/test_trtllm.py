@@ -75,26 +75,14 @@ def test_error_classes_keep_kvcm_hierarchy_under_kvcm2s():
 
 
 @pytest.mark.parametrize("use", [
-    lambda: kvcm.MmItemContext(b"digest"),
     lambda: kvcm.AttnLifeCycle.make(8, None, 4),
-    lambda: kvcm.AggregatedPageDesc(),
-    lambda: kvcm.gen_multimodal_cache_key_tokens(0, b"d", 4),
-    lambda: kvcm.sequence_to_blockchain_keys(4, ReuseScope(), [1, 2]),
-], ids=["MmItemContext", "AttnLifeCycle",
-        "AggregatedPageDesc", "gen_multimodal_cache_key_tokens", "sequence_to_blockchain_keys"])
+    lambda: kvcm.AttnLifeCycle(),
+], ids=["AttnLifeCycle.make", "AttnLifeCycle"])
 def test_model_coverage_names_refuse_naming_the_capability(use):
     """Names of capabilities kvcm lacks import, and using one raises
     UnsupportedError (a NotImplementedError) naming what is missing."""
     with pytest.raises(UnsupportedError, match="kvcm does not support .* yet"):
         use()
-
-
-def test_buffer_tokens_per_block_override_is_refused_at_creation():
-    """A per-buffer tokens_per_block is model coverage: the manager refuses
-    it naming the field and the capability."""
-    layers = [AttentionLayerConfig(0, [BufferConfig("key", 64, tokens_per_block_override=2)])]
-    with pytest.raises(UnsupportedError, match=r"layers\[0\]\.buffers\[0\]\.tokens_per_block_override.*per-buffer"):
-        KVCacheManager(small_config(layers=layers), device="emu")
 
 
 def test_initial_pool_ratio_empty_or_wrong_length_is_a_value_error():
@@ -464,7 +452,7 @@ def test_layout_queries_agree_on_every_page_address():
             for bid in m.all_buffer_ids:
                 loc = m.get_buffer_location(*bid)
                 conv = m.get_page_index_converter(*bid)
-                assert (conv.scale, conv.expansion) == (m.get_page_index_scale(*bid), 1)
+                assert (conv.scale, conv.expansion, conv.layer_offset) == (m.get_page_index_scale(*bid), 1, loc.offset)
                 base = list(c.get_page_indices(loc.layer_group))
                 stride = m.get_page_stride(*bid)
                 bound = m.get_page_index_upper_bound(*bid)
@@ -476,8 +464,6 @@ def test_layout_queries_agree_on_every_page_address():
                             assert 0 <= i < bound + (loc.offset if mode == PageIndexMode.PER_LAYER else 0)
             c.suspend()
         assert m.supports_index_mode(PageIndexMode.PER_LAYER) and m.supports_index_mode(PageIndexMode.SHARED)
-        with pytest.raises(UnsupportedError):
-            m.get_aggregated_pages([])
 
 
 def test_manager_constructor_takes_the_event_manager_second():

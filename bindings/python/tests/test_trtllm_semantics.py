@@ -217,11 +217,22 @@ def test_priority_callback_gets_life_cycles(manager):
     assert not swa.get_stale_range(7, 4) and not full.get_stale_range(100, 4)
 
 
-def test_multimodal_digest_tokens_name_the_missing_capability(manager):
-    with pytest.raises(TypeError, match="multimodal digest tokens"):
-        manager.create_kv_cache(None, [1, 2, b"\0" * 32], text_only=False)
-    with pytest.raises(TypeError, match="multimodal digest tokens"):
-        manager.probe_reuse(None, [b"\0" * 32])
+def test_text_only_caches_refuse_digest_tokens(manager):
+    """KVCM2's text_only: a text-only cache refuses multimodal digest tokens
+    at creation and in commits, naming them; a plain cache takes them."""
+    with pytest.raises(TypeError, match="text-only cache"):
+        manager.create_kv_cache(None, [1, 2, b"\0" * 32], text_only=True)
+    with manager.create_kv_cache(None, [1, 2, b"\0" * 32], text_only=False) as c:
+        assert not c.text_only
+    s = manager.create_stream()
+    with manager.create_kv_cache(None, [1, 2], text_only=True) as c:
+        assert c.text_only
+        c.resume(s)
+        c.capacity = 4
+        with pytest.raises(TypeError, match="text-only cache"):
+            c.commit([1, b"\1" * 32])
+        assert c.num_committed_tokens == 0
+        c.suspend()
 
 
 def test_a_stream_object_with_cuda_stream_is_its_handle(manager):

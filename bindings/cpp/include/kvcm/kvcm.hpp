@@ -31,6 +31,7 @@
 #include <kvcm/kvcm_generated.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -625,10 +626,14 @@ struct SharedCacheTierConfig
 };
 
 // One per-layer buffer: its role ("key", "value", ...) and its bytes per block.
+// tokensPerBlockOverride (KVCacheManagerV2's tokens_per_block_override), when
+// not 0, divides tokens_per_block: size then holds that many tokens and each
+// block holds tokens_per_block / tokensPerBlockOverride of the buffer's pages.
 struct BufferConfig
 {
     std::string role;
     int64_t size = 0;
+    int32_t tokensPerBlockOverride = 0;
 };
 
 // One attention layer. slidingWindowSize 0 is full attention; numSinkTokens
@@ -740,6 +745,38 @@ struct ReuseScope
     std::string salt;
 };
 
+// A multimodal item's 32-byte content digest (KVCacheManagerV2's bytes and
+// MmItemContext tokens).
+using Digest = std::array<uint8_t, 32>;
+
+// The multimodal digest tokens of a token sequence: their positions in it
+// (ascending, each once; the tokens there are ignored, and read back 0) and
+// their digests, 32 bytes each in bytes. A block's digests enter its key.
+struct DigestTokens
+{
+    std::vector<size_t> positions;
+    std::vector<uint8_t> bytes;
+
+    void add(size_t position, Digest const& digest)
+    {
+        positions.push_back(position);
+        bytes.insert(bytes.end(), digest.begin(), digest.end());
+    }
+    [[nodiscard]] size_t size() const noexcept { return positions.size(); }
+    [[nodiscard]] bool empty() const noexcept { return positions.empty(); }
+    [[nodiscard]] Digest digest(size_t i) const
+    {
+        Digest d{};
+        std::copy_n(bytes.begin() + static_cast<std::ptrdiff_t>(32 * i), 32, d.begin());
+        return d;
+    }
+    [[nodiscard]] size_t const* positionsOrNull() const noexcept { return positions.empty() ? nullptr : positions.data(); }
+    [[nodiscard]] char const* bytesOrNull() const noexcept
+    {
+        return bytes.empty() ? nullptr : reinterpret_cast<char const*>(bytes.data());
+    }
+};
+
 namespace detail {
 
 // configError is the kvcm::Error the library raises for a bad field.
@@ -796,6 +833,7 @@ public:
             mTiers.push_back(c);
         }
         mBuffers.reserve(cfg.layers.size());
+        bool anyOverride = false;
         for (size_t i = 0; i < cfg.layers.size(); ++i)
         {
             auto const& l = cfg.layers[i];
@@ -806,6 +844,8 @@ public:
                 auto const& b = l.buffers[j];
                 checkCString("layers[" + std::to_string(i) + "].buffers[" + std::to_string(j) + "].role", b.role);
                 bufs.push_back(kvcm_buffer_config{b.role.c_str(), b.size});
+                mOverrides.push_back(b.tokensPerBlockOverride);
+                anyOverride = anyOverride || b.tokensPerBlockOverride != 0;
             }
             mBuffers.push_back(std::move(bufs));
         }
@@ -908,6 +948,11 @@ public:
         c.block_key = static_cast<kvcm_block_key>(cfg.blockKey);
         c.shared_tier = cfg.sharedTier ? &mShared : nullptr;
         c.disk_persistent = mDiskPersistent;
+        if (anyOverride)
+        {
+            c.buffer_tokens_per_block_overrides = mOverrides.data();
+            c.num_buffer_tokens_per_block_overrides = mOverrides.size();
+        }
         c.swa_scratch_reuse = cfg.swaScratchReuse.has_value();
         c.swa_scratch_max_rewind_len = cfg.swaScratchReuse ? cfg.swaScratchReuse->maxRewindLen : 0;
         c.ssm_layers = mSsmLayers.empty() ? nullptr : mSsmLayers.data();
@@ -944,6 +989,7 @@ private:
     kvcm_batch_desc mTypical{};
     std::vector<kvcm_batch_desc> mConstraints;
     std::vector<int64_t> mPromptLengths;
+    std::vector<int32_t> mOverrides; // one per buffer of every layer
     std::string mAddresses;
     kvcm_shared_tier_config mShared{};
     bool mDiskPersistent = false;
@@ -975,6 +1021,72 @@ inline void validateConfig(KVCacheManagerConfig const& cfg)
 }
 
 // ---- Query results -------------------------------------------------------------------
+
+// The block keys of a token sequence with its digest tokens in a scope
+// (KVCacheManagerV2's sequence_to_blockchain_keys, less the root): one per
+// full block of tokensPerBlock tokens and, with partial, one for a trailing
+// partial block; the keys a manager with that block key gives the blocks.
+[[nodiscard]] inline std::vector<uint64_t> blockKeys(int32_t tokensPerBlock, std::vector<Token> const& tokens,
+    DigestTokens const& digests = {}, ReuseScope const& scope = {}, bool partial = true,
+    BlockKey blockKey = BlockKey::kSha256)
+{
+    kvcm_reuse_scope const s = detail::cScope(scope);
+    std::vector<uint64_t> out(tokensPerBlock > 0 ? (tokens.size() + static_cast<size_t>(tokensPerBlock) - 1)
+                                      / static_cast<size_t>(tokensPerBlock)
+                                                 : 0);
+    size_t needed = 0;
+    detail::check(::kvcm_block_keys(static_cast<kvcm_block_key>(blockKey), &s, scope.loraId.has_value(),
+        tokensPerBlock, tokens.empty() ? nullptr : tokens.data(), tokens.size(), digests.positionsOrNull(),
+        digests.size(), digests.bytesOrNull(), digests.bytes.size(), partial, out.empty() ? nullptr : out.data(),
+        out.size(), &needed));
+    out.resize(needed);
+    return out;
+}
+
+// BufferName names one buffer: a layer and a role (KVCacheManagerV2's
+// BufferId; kvcm::BufferId is the C struct with a borrowed role).
+struct BufferName
+{
+    int32_t layerId = 0;
+    std::string role;
+
+    bool operator==(BufferName const& o) const { return layerId == o.layerId && role == o.role; }
+};
+
+// AggregatedPage is a run of buffers side by side in every GPU slot of one
+// pool (KVCacheManagerV2's AggregatedPageDesc): for an aggregated page index
+// i (KVCache::aggregatedPageIndices), its bytes are
+// [base + i * stride, base + i * stride + size). Each buffer's `buffer` is
+// its position in the list given to KVCacheManager::aggregatedPages.
+struct AggregatedPage
+{
+    DevicePtr base = 0;
+    int64_t size = 0;
+    int64_t stride = 0;
+    LayerGroupId layerGroup = 0;
+    std::vector<ExpandedBuffer> buffers;
+};
+
+// The kernel page indices of base page indices for one buffer
+// (PageIndexConverter's call): base b becomes, for k in [0, expansion),
+// (b * scale + offset) * expansion + k, where offset is the converter's
+// layerOffset with perLayer (indices from the pool's base) and 0 otherwise
+// (SHARED: from the buffer's own base); kBadPageIndex stays kBadPageIndex.
+[[nodiscard]] inline std::vector<int64_t> convertPageIndices(
+    PageIndexConverter const& c, std::vector<int32_t> const& base, bool perLayer = false)
+{
+    std::vector<int64_t> out;
+    out.reserve(base.size() * static_cast<size_t>(c.expansion));
+    int64_t const off = perLayer ? c.layer_offset : 0;
+    for (int32_t const b : base)
+    {
+        for (int32_t k = 0; k < c.expansion; ++k)
+        {
+            out.push_back(b == kBadPageIndex ? int64_t{kBadPageIndex} : (b * c.scale + off) * c.expansion + k);
+        }
+    }
+    return out;
+}
 
 // PoolGroupDescs owns the descriptors of one level's pool groups and the
 // arrays they point into. data() can be handed to a codec's configure().
@@ -1721,6 +1833,41 @@ public:
     {
         commit(tokens.data(), tokens.size(), isEnd);
     }
+    // commit for tokens with multimodal digest tokens (positions in tokens).
+    // A text-only cache throws Error(kInvalidArgument).
+    void commit(std::vector<Token> const& tokens, DigestTokens const& digests, bool isEnd = false)
+    {
+        detail::check(::kvcm_kv_cache_commit_digests(mHandle, tokens.empty() ? nullptr : tokens.data(), tokens.size(),
+            digests.positionsOrNull(), digests.size(), digests.bytesOrNull(), digests.bytes.size(), isEnd));
+    }
+    // The digest tokens of committedTokens() (which reads 0 there).
+    [[nodiscard]] DigestTokens committedDigests() const
+    {
+        DigestTokens out;
+        for (;;)
+        {
+            size_t needed = 0;
+            kvcm_status* s = ::kvcm_kv_cache_get_committed_digests(mHandle,
+                out.positions.empty() ? nullptr : out.positions.data(), out.bytes.empty() ? nullptr : out.bytes.data(),
+                out.positions.size(), &needed);
+            if (s != nullptr && ::kvcm_status_get_code(s) == KVCM_ERR_BUFFER_TOO_SMALL)
+            {
+                detail::ignore(s);
+            }
+            else
+            {
+                detail::check(s);
+                if (needed <= out.positions.size())
+                {
+                    out.positions.resize(needed);
+                    out.bytes.resize(32 * needed);
+                    return out;
+                }
+            }
+            out.positions.resize(needed);
+            out.bytes.resize(32 * needed);
+        }
+    }
     // commit after a beam search step: first beam j takes over the history
     // of beam beamSearchIndices[j] (one entry per beam; the diverging block is
     // copied where two beams would share it), then the tokens, converged and
@@ -1855,6 +2002,37 @@ public:
         return basePageIndices(layerGroup, out.data(), out.size());
     }
 #endif
+
+    // The aggregated page index of every block of a layer group in a beam
+    // (in [0, beamWidth()); kDefaultBeamIndex: beam 0): the block's GPU slot
+    // in that beam, which addresses every AggregatedPage of the layer group;
+    // kBadPageIndex where the block has no page, or with validOnly only the
+    // blocks that have one. For an ACTIVE cache.
+    [[nodiscard]] std::vector<int32_t> aggregatedPageIndices(
+        LayerGroupId layerGroup, int32_t beam = kDefaultBeamIndex, bool validOnly = false) const
+    {
+        std::vector<int32_t> out;
+        for (;;)
+        {
+            size_t needed = 0;
+            kvcm_status* s = ::kvcm_kv_cache_get_aggregated_page_indices(
+                mHandle, layerGroup, beam, validOnly, out.empty() ? nullptr : out.data(), out.size(), &needed);
+            if (s != nullptr && ::kvcm_status_get_code(s) == KVCM_ERR_BUFFER_TOO_SMALL && needed > out.size())
+            {
+                detail::ignore(s);
+                out.resize(needed);
+                continue;
+            }
+            detail::check(s);
+            if (needed > out.size())
+            {
+                out.resize(needed); // a count query (empty buffer): ask again
+                continue;
+            }
+            out.resize(needed);
+            return out;
+        }
+    }
 
     [[nodiscard]] uint64_t id() const { return get<uint64_t>(&::kvcm_kv_cache_get_id); }
     [[nodiscard]] CacheStatus status() const
@@ -2040,6 +2218,44 @@ public:
     [[nodiscard]] KVCache createKVCacheForRequest(std::string_view requestId, Token const* inputTokens,
         size_t numInputTokens, ReuseScope const& scope = {}, PriorityFunction priority = nullptr)
     {
+        return create(requestId, inputTokens, numInputTokens, nullptr, scope, std::move(priority), false);
+    }
+    // createKVCache for input tokens with multimodal digest tokens; textOnly
+    // (KVCacheManagerV2's text_only) makes a cache that refuses them, here and
+    // in commits.
+    [[nodiscard]] KVCache createKVCache(std::vector<Token> const& inputTokens, DigestTokens const& digests,
+        ReuseScope const& scope = {}, PriorityFunction priority = nullptr, bool textOnly = false)
+    {
+        return create({}, inputTokens.data(), inputTokens.size(), &digests, scope, std::move(priority), textOnly);
+    }
+    // How many tokens of an input with digest tokens a new cache would reuse.
+    [[nodiscard]] int64_t probeReuse(
+        std::vector<Token> const& tokens, DigestTokens const& digests, ReuseScope const& scope = {}) const
+    {
+        kvcm_reuse_scope const s = detail::cScope(scope);
+        int64_t out = 0;
+        detail::check(::kvcm_manager_probe_reuse_digests(mHandle, &s, scope.loraId.has_value(),
+            tokens.empty() ? nullptr : tokens.data(), tokens.size(), digests.positionsOrNull(), digests.size(),
+            digests.bytesOrNull(), digests.bytes.size(), &out));
+        return out;
+    }
+    // probeFirstNewBlockKey for an input with digest tokens.
+    [[nodiscard]] std::optional<uint64_t> probeFirstNewBlockKey(
+        std::vector<Token> const& tokens, DigestTokens const& digests, ReuseScope const& scope = {}) const
+    {
+        kvcm_reuse_scope const s = detail::cScope(scope);
+        uint64_t key = 0;
+        bool found = false;
+        detail::check(::kvcm_manager_probe_first_new_block_key_digests(mHandle, &s, scope.loraId.has_value(),
+            tokens.empty() ? nullptr : tokens.data(), tokens.size(), digests.positionsOrNull(), digests.size(),
+            digests.bytesOrNull(), digests.bytes.size(), &key, &found));
+        return found ? std::optional<uint64_t>(key) : std::nullopt;
+    }
+
+private:
+    KVCache create(std::string_view requestId, Token const* inputTokens, size_t numInputTokens,
+        DigestTokens const* digests, ReuseScope const& scope, PriorityFunction priority, bool textOnly)
+    {
         KVCache cache;
         kvcm_kv_cache_options opts{};
         opts.struct_size = static_cast<uint32_t>(sizeof(kvcm_kv_cache_options));
@@ -2056,11 +2272,21 @@ public:
         }
         opts.request_id = requestId.empty() ? nullptr : requestId.data();
         opts.request_id_len = requestId.size();
+        if (digests != nullptr)
+        {
+            opts.input_digest_positions = digests->positionsOrNull();
+            opts.num_input_digests = digests->size();
+            opts.input_digest_bytes = digests->bytesOrNull();
+            opts.input_digest_bytes_len = digests->bytes.size();
+        }
+        opts.text_only = textOnly;
         kvcm_kv_cache h = 0;
         detail::check(::kvcm_kv_cache_create(mHandle, &opts, &h));
         cache.mHandle = h;
         return cache;
     }
+
+public:
     [[nodiscard]] KVCache createKVCache(
         std::vector<Token> const& inputTokens, ReuseScope const& scope = {}, PriorityFunction priority = nullptr)
     {
@@ -2164,6 +2390,74 @@ public:
         BufferLocation out{};
         detail::check(::kvcm_manager_get_buffer_location(mHandle, layerId, role.c_str(), &out));
         return out;
+    }
+    // The converter from base page indices to the kernel page indices of a
+    // layer's buffer (KVCacheManagerV2's get_page_index_converter).
+    [[nodiscard]] PageIndexConverter pageIndexConverter(int32_t layerId, std::string const& role) const
+    {
+        PageIndexConverter out{};
+        detail::check(::kvcm_manager_get_page_index_converter(mHandle, layerId, checkedRole(role), &out));
+        return out;
+    }
+    // Bytes between consecutive kernel page indices of a layer's buffer.
+    [[nodiscard]] int64_t pageStride(int32_t layerId, std::string const& role) const
+    {
+        int64_t out = 0;
+        detail::check(::kvcm_manager_get_page_stride(mHandle, layerId, checkedRole(role), &out));
+        return out;
+    }
+    // One past the largest SHARED kernel page index of a layer's buffer.
+    [[nodiscard]] int64_t pageIndexUpperBound(int32_t layerId, std::string const& role) const
+    {
+        int64_t out = 0;
+        detail::check(::kvcm_manager_get_page_index_upper_bound(mHandle, layerId, checkedRole(role), &out));
+        return out;
+    }
+    // Merges buffers (in any order) into the fewest runs of contiguous bytes
+    // for bulk transfer (KVCacheManagerV2's get_aggregated_pages); each
+    // AggregatedPage's buffers name their position in `buffers`.
+    [[nodiscard]] std::vector<AggregatedPage> aggregatedPages(std::vector<BufferName> const& buffers) const
+    {
+        std::vector<kvcm_buffer_id> in;
+        in.reserve(buffers.size());
+        for (size_t i = 0; i < buffers.size(); ++i)
+        {
+            if (auto const at = buffers[i].role.find('\0'); at != std::string::npos)
+            {
+                throw Error(StatusCode::kInvalidArgument,
+                    "buffers[" + std::to_string(i) + "].role: contains a NUL byte at offset " + std::to_string(at));
+            }
+            in.push_back(kvcm_buffer_id{buffers[i].layerId, buffers[i].role.c_str()});
+        }
+        std::vector<kvcm_aggregated_page_desc> descs;
+        std::vector<kvcm_expanded_buffer> members(in.size());
+        for (;;)
+        {
+            size_t n = 0;
+            kvcm_status* s = ::kvcm_manager_get_aggregated_pages(mHandle, in.empty() ? nullptr : in.data(), in.size(),
+                dataOrNull(descs), descs.size(), dataOrNull(members), members.size(), &n);
+            if (s != nullptr && ::kvcm_status_get_code(s) == KVCM_ERR_BUFFER_TOO_SMALL && n > descs.size())
+            {
+                detail::ignore(s);
+                descs.resize(n);
+                continue;
+            }
+            detail::check(s);
+            if (n > descs.size())
+            {
+                descs.resize(n); // a count query (empty buffer): ask again
+                continue;
+            }
+            std::vector<AggregatedPage> out;
+            out.reserve(n);
+            for (size_t i = 0; i < n; ++i)
+            {
+                auto const& d = descs[i];
+                out.push_back(AggregatedPage{d.base, d.size, d.stride, d.layer_group,
+                    std::vector<ExpandedBuffer>(d.buffers, d.buffers + d.num_buffers)});
+            }
+            return out;
+        }
     }
     // The sub-pages of a slot one block of the layer takes in a scratch slot
     // of the buffer's pool (for scratchPageIndex).
@@ -2495,6 +2789,16 @@ private:
         {
             detail::ignore(::kvcm_manager_destroy(std::exchange(mHandle, 0)));
         }
+    }
+
+    // role as a C string, refusing one the C string would cut short.
+    static char const* checkedRole(std::string const& role)
+    {
+        if (auto const at = role.find('\0'); at != std::string::npos)
+        {
+            throw Error(StatusCode::kInvalidArgument, "role: contains a NUL byte at offset " + std::to_string(at));
+        }
+        return role.c_str();
     }
 
     kvcm_manager mHandle = 0;

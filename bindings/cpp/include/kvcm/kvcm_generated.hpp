@@ -502,11 +502,27 @@ using PriorityFunc = ::kvcm_priority_func;
 
 // ---- Structures (the C structs themselves; layouts checked below) ----
 
+// kvcm_aggregated_page_desc is a run of buffers that lie side by side in every GPU
+// slot of one pool (KVCacheManagerV2's AggregatedPageDesc): for each
+// aggregated page index i of a cache's layer group
+// (kvcm_kv_cache_get_aggregated_page_indices), the run's bytes are
+// [base + i*stride, base + i*stride + size): one copy moves every buffer of
+// the run for that block.
+using AggregatedPageDesc = ::kvcm_aggregated_page_desc;
+static_assert(std::is_standard_layout_v<AggregatedPageDesc> && std::is_trivially_copyable_v<AggregatedPageDesc>);
+static_assert(sizeof(AggregatedPageDesc) == 48 && alignof(AggregatedPageDesc) == 8);
+
 // kvcm_block_stats counts block allocation outcomes. Blocks are counted once per
 // cache, whatever the number of layer groups.
 using BlockStats = ::kvcm_block_stats;
 static_assert(std::is_standard_layout_v<BlockStats> && std::is_trivially_copyable_v<BlockStats>);
 static_assert(sizeof(BlockStats) == 56 && alignof(BlockStats) == 8);
+
+// kvcm_buffer_id names one buffer: a layer and a role (KVCacheManagerV2's
+// BufferId).
+using BufferId = ::kvcm_buffer_id;
+static_assert(std::is_standard_layout_v<BufferId> && std::is_trivially_copyable_v<BufferId>);
+static_assert(sizeof(BufferId) == 16 && alignof(BufferId) == 8);
 
 // kvcm_buffer_location says where the buffer of a layer and role lives in the hot
 // layout. For base page index b (from kvcm_kv_cache_get_base_page_indices),
@@ -627,6 +643,12 @@ inline CpIndexVtable makeCpIndexVtable() noexcept {
     return v;
 }
 
+// kvcm_expanded_buffer is one buffer of an aggregated page (KVCacheManagerV2's
+// ExpandedBuffer).
+using ExpandedBuffer = ::kvcm_expanded_buffer;
+static_assert(std::is_standard_layout_v<ExpandedBuffer> && std::is_trivially_copyable_v<ExpandedBuffer>);
+static_assert(sizeof(ExpandedBuffer) == 16 && alignof(ExpandedBuffer) == 8);
+
 // kvcm_layer_group_iteration_stats counts one layer group's page outcomes and moves
 // during an iteration (KVCacheManagerV2's KVCacheIterationStatsDelta). A
 // block counts in a layer group when the layer group has or gets a page for
@@ -641,6 +663,18 @@ static_assert(sizeof(LayerGroupIterationStats) == 128 && alignof(LayerGroupItera
 using MigrationStats = ::kvcm_migration_stats;
 static_assert(std::is_standard_layout_v<MigrationStats> && std::is_trivially_copyable_v<MigrationStats>);
 static_assert(sizeof(MigrationStats) == 24 && alignof(MigrationStats) == 8);
+
+// kvcm_page_index_converter turns base page indices into a buffer's kernel page
+// indices (KVCacheManagerV2's PageIndexConverter): base b becomes, for k in
+// [0, expansion), (b*scale + offset)*expansion + k, where offset is
+// layer_offset for indices counted from the pool's base address (PER_LAYER,
+// kvcm_buffer_location.pool_base) and 0 for indices counted from the
+// buffer's own base address (SHARED, pool_base + layer_offset * bytes);
+// KVCM_BAD_PAGE_INDEX stays KVCM_BAD_PAGE_INDEX. A kernel page index counts
+// page_stride bytes (kvcm_manager_get_page_stride).
+using PageIndexConverter = ::kvcm_page_index_converter;
+static_assert(std::is_standard_layout_v<PageIndexConverter> && std::is_trivially_copyable_v<PageIndexConverter>);
+static_assert(sizeof(PageIndexConverter) == 24 && alignof(PageIndexConverter) == 8);
 
 // kvcm_page_index_pair is the destination and source index of one logical page
 // copy, exactly the design's struct alignas(8) PageIndexPair: 8 bytes,
@@ -779,7 +813,7 @@ static_assert(sizeof(CpRequestId) == 16 && alignof(CpRequestId) == 8);
 // KVCM_ABI_VERSION.
 using KvCacheOptions = ::kvcm_kv_cache_options;
 static_assert(std::is_standard_layout_v<KvCacheOptions> && std::is_trivially_copyable_v<KvCacheOptions>);
-static_assert(sizeof(KvCacheOptions) == 112 && alignof(KvCacheOptions) == 8);
+static_assert(sizeof(KvCacheOptions) == 152 && alignof(KvCacheOptions) == 8);
 
 // makeKvCacheOptions returns a zeroed KvCacheOptions with struct_size and abi_version set.
 inline KvCacheOptions makeKvCacheOptions() noexcept {
@@ -795,7 +829,7 @@ inline KvCacheOptions makeKvCacheOptions() noexcept {
 // sizeof(kvcm_manager_config) and abi_version = KVCM_ABI_VERSION.
 using ManagerConfig = ::kvcm_manager_config;
 static_assert(std::is_standard_layout_v<ManagerConfig> && std::is_trivially_copyable_v<ManagerConfig>);
-static_assert(sizeof(ManagerConfig) == 240 && alignof(ManagerConfig) == 8);
+static_assert(sizeof(ManagerConfig) == 256 && alignof(ManagerConfig) == 8);
 
 // makeManagerConfig returns a zeroed ManagerConfig with struct_size and abi_version set.
 inline ManagerConfig makeManagerConfig() noexcept {
