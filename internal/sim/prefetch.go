@@ -1,0 +1,103 @@
+package sim
+
+import (
+	"fmt"
+
+	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/layout"
+)
+
+// levelIndex is the part of a CP index that knows each cached block's level
+// (cp.ManagerBacked).
+type levelIndex interface {
+	BlockLevels(key blockhash.Key) ([]int32, bool)
+}
+
+// level returns the level of a cached block as the CP index reports it (the
+// simulator's mirror without a manager-backed index), and whether it is
+// cached.
+func (e *engine) level(k blockhash.Key) (int, bool) {
+	if e.levels != nil {
+		lv, ok := e.levels.BlockLevels(k)
+		if !ok || len(lv) == 0 || lv[0] < 0 {
+			return 0, false
+		}
+		return int(lv[0]), true
+	}
+	lv, ok := e.cached[k]
+	return lv, ok
+}
+
+// prefetch brings the cold cached prefixes of waiting requests to the GPU,
+// oldest waiter first, within the budgets of PrefetchOptions. A prefetched
+// block is evictable on the GPU, so it takes only free or evictable pages;
+// the pages budget keeps the prefetched blocks of all waiters under both
+// Pages × the GPU capacity and the free-plus-evictable pages running
+// requests have not reserved.
+func (e *engine) prefetch() {
+	po := e.opts.Prefetch
+	limit := int(po.Pages * float64(e.res.CapacityBlocks))
+	for _, id := range e.sch.Waiting() {
+		if e.link.h2d > e.t+po.Horizon {
+			return
+		}
+		j := e.byID[id]
+		var coldKeys []blockhash.Key
+		n := 0
+		for ; n < len(j.chain); n++ {
+			lv, ok := e.level(j.chain[n])
+			if !ok {
+				break
+			}
+			if lv > 0 {
+				coldKeys = append(coldKeys, j.chain[n])
+			}
+		}
+		cold := len(coldKeys)
+		if cold == 0 {
+			continue
+		}
+		room := min(limit-e.prefetchN, e.available()-e.outstanding)
+		if cold > room {
+			continue
+		}
+		c, err := e.m.CreateKVCache(core.CacheOptions{InputTokens: j.prompt[:n*e.tpb]})
+		if err != nil {
+			e.fail(fmt.Errorf("sim: prefetch for %q: %w", id, err))
+			return
+		}
+		err = c.Prefetch(layout.GPULevel)
+		ready := e.charge()
+		if cerr := c.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			e.fail(fmt.Errorf("sim: prefetch for %q: %w", id, err))
+			return
+		}
+		for _, k := range coldKeys {
+			if lv, ok := e.cached[k]; ok && lv == 0 {
+				e.readyAt[k] = ready
+			}
+		}
+		j.prefetched += cold
+		e.prefetchN += cold
+		e.res.Prefetched += int64(cold)
+	}
+}
+
+// checkRunning fails the run when a running request's reused or committed
+// block is not on the GPU, or the GPU cannot cover the pages running
+// requests have reserved.
+func (e *engine) checkRunning() {
+	for k, n := range e.pins {
+		if lv, ok := e.cached[k]; n > 0 && (!ok || lv != 0) {
+			e.fail(fmt.Errorf("sim: a block a running request holds is not on the GPU (cached %v, level %d)", ok, lv))
+			return
+		}
+	}
+	if a := e.available(); a < e.outstanding {
+		e.fail(fmt.Errorf("sim: %d free or evictable GPU pages cannot cover the %d running requests reserved", a, e.outstanding))
+	}
+}

@@ -1,0 +1,116 @@
+package sim
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm/kvcm/core/sched"
+)
+
+// evictedPrefixTrace: "first" computes a 1024-token prefix, then 6 requests
+// with prompts of their own, one at a time, push it off a 2048-token GPU,
+// then "again" asks for the prefix once more. Requests are far apart, so
+// nobody queues.
+func evictedPrefixTrace() *Trace {
+	tr := &Trace{Name: "evicted-prefix"}
+	tr.Requests = append(tr.Requests, Request{ID: "first", Arrival: 0, Output: 1,
+		Segments: []Segment{{Name: "shared", Len: 1024}, {Name: "q0", Len: 16}}})
+	for i := 1; i <= 6; i++ {
+		tr.Requests = append(tr.Requests, Request{ID: fmt.Sprintf("other%d", i), Arrival: float64(i), Output: 1,
+			Segments: []Segment{{Name: fmt.Sprintf("own%d", i), Len: 1024}}})
+	}
+	tr.Requests = append(tr.Requests, Request{ID: "again", Arrival: 10, Output: 1,
+		Segments: []Segment{{Name: "shared", Len: 1024}, {Name: "q1", Len: 16}}})
+	return tr
+}
+
+func smallTierOpts(t Tiers) Options {
+	o := DefaultOptions()
+	o.CapacityTokens, o.TokenBudget, o.MaxBatch, o.Warmup = 2048, 1024, 8, 0
+	o.Tiers = t
+	o.Link.Duplex = 2 * o.Link.H2D // both directions at full rate unless a test says otherwise
+	o.selfCheck = true
+	return o
+}
+
+func byID(res *Result, id string) RequestResult {
+	for _, r := range res.Requests {
+		if r.ID == id {
+			return r
+		}
+	}
+	panic("no request " + id)
+}
+
+// A request whose prefix was offloaded to host pays the host→GPU transfer of
+// its blocks, at the link's rate, instead of computing the prefix again.
+func TestAPrefixOnHostPaysTheTransferNotThePrefill(t *testing.T) {
+	tr := evictedPrefixTrace()
+	gpu := run(t, tr, smallTierOpts(Tiers{}))
+	host := run(t, tr, smallTierOpts(Tiers{HostX: 4}))
+
+	g, h := byID(gpu, "again"), byID(host, "again")
+	assert.Equal(t, 0, g.Reused, "GPU only: the prefix was evicted and is computed again")
+	assert.Equal(t, [3]int{0, 1024, 0}, h.ReusedByLevel, "tiered: the whole prefix is reused from host")
+	assert.Equal(t, 1024, h.Reused)
+	link := DefaultLink()
+	assert.InDelta(t, 1024*link.BytesPerToken/(link.H2D*1e9), h.Transfer(), 1e-9,
+		"the transfer is the prefix's bytes over host→GPU bandwidth")
+	assert.Zero(t, g.Transfer(), "nothing to transfer on the GPU tier alone")
+	assert.Less(t, h.TTFT(), g.TTFT(), "55 GB/s of onboarding beats 1024 tokens of prefill")
+	assert.Greater(t, host.Moved[0][1], int64(0), "the prefix was offloaded to host")
+	assert.Equal(t, int64(1024/16), host.Moved[1][0], "and only the prefix came back")
+}
+
+// While offloads run GPU→host, onboarding shares the link: each direction
+// gets at most half of the duplex rate.
+func TestOnboardingSharesTheLinkWithOffloads(t *testing.T) {
+	tr := evictedPrefixTrace()
+	o := smallTierOpts(Tiers{HostX: 4})
+	o.Link.Duplex = 40
+	res := run(t, tr, o)
+	h := byID(res, "again")
+	require.Equal(t, 1024, h.ReusedByLevel[1])
+	assert.InDelta(t, 1024*o.Link.BytesPerToken/(20*1e9), h.Transfer(), 1e-9,
+		"the prefix came in while its own Resume offloaded blocks to make room: 20 GB/s, not 55")
+}
+
+// With a disk level behind host, a prefix pushed to disk comes back through
+// a disk read and then host→GPU, and pays both.
+func TestAPrefixOnDiskPaysTheDiskReadAndTheCopy(t *testing.T) {
+	tr := evictedPrefixTrace()
+	res := run(t, tr, smallTierOpts(Tiers{HostX: 1, DiskX: 4, DiskDir: t.TempDir()}))
+	h := byID(res, "again")
+	require.Equal(t, 1024, h.Reused)
+	require.Positive(t, h.ReusedByLevel[2], "some of the prefix was on disk")
+	link := DefaultLink()
+	b := 16 * link.BytesPerToken
+	disk := float64(h.ReusedByLevel[2] / 16)
+	host := float64(h.ReusedByLevel[1] / 16)
+	assert.InDelta(t, disk*b/(link.DiskRead*1e9)+(disk+host)*b/(link.H2D*1e9), h.Transfer(), 1e-6,
+		"disk blocks are read, then every cold block is copied host→GPU")
+	assert.Positive(t, res.Moved[1][2]+res.Moved[0][2], "blocks went down to disk")
+}
+
+// Compute overlaps transfers: while one request onboards, the others keep
+// computing, and nothing that was not cold waits for the link.
+func TestTieredRunsFinishWithTheSameRequestsAndChargeOnlyColdReuse(t *testing.T) {
+	w := tinyW2()
+	tr := w.Trace(3).TimeScaled(0.05)
+	for _, p := range []sched.Policy{sched.FCFS(), sched.Default()} {
+		o := tinyOpts(w, p)
+		o.CapacityTokens /= 2
+		o.Tiers, o.selfCheck = Tiers{HostX: 2}, true
+		res := run(t, tr, o)
+		for _, r := range res.Requests {
+			if r.ReusedByLevel[1]+r.ReusedByLevel[2] == 0 {
+				assert.Zero(t, r.Transfer(), "%s reused nothing cold", r.ID)
+			}
+			assert.Equal(t, r.Reused, r.ReusedByLevel[0]+r.ReusedByLevel[1]+r.ReusedByLevel[2])
+			assert.InDelta(t, r.TTFT(), r.Queueing()+r.Transfer()+r.Prefill(), 1e-9)
+		}
+	}
+}
