@@ -30,7 +30,8 @@ func (e *engine) level(k blockhash.Key) (int, bool) {
 }
 
 // prefetch brings the cold cached prefixes of waiting requests to the GPU,
-// oldest waiter first, within the budgets of PrefetchOptions. A prefetched
+// oldest waiter first, within the budgets of PrefetchOptions (as much of a
+// prefix, from its start, as the pages budget leaves room for). A prefetched
 // block is evictable on the GPU, so it takes only free or evictable pages;
 // the pages budget keeps the prefetched blocks of all waiters under both
 // Pages × the GPU capacity and the free-plus-evictable pages running
@@ -43,11 +44,13 @@ func (e *engine) prefetch() {
 			return
 		}
 		j := e.byID[id]
+		// The longest cached prefix whose cold blocks fit the budget.
+		room := min(limit-e.prefetchN, e.available()-e.outstanding)
 		var coldKeys []blockhash.Key
 		n := 0
 		for ; n < len(j.chain); n++ {
 			lv, ok := e.level(j.chain[n])
-			if !ok {
+			if !ok || lv > 0 && len(coldKeys) == room {
 				break
 			}
 			if lv > 0 {
@@ -56,10 +59,6 @@ func (e *engine) prefetch() {
 		}
 		cold := len(coldKeys)
 		if cold == 0 {
-			continue
-		}
-		room := min(limit-e.prefetchN, e.available()-e.outstanding)
-		if cold > room {
 			continue
 		}
 		c, err := e.m.CreateKVCache(core.CacheOptions{InputTokens: j.prompt[:n*e.tpb]})
@@ -88,8 +87,8 @@ func (e *engine) prefetch() {
 }
 
 // checkRunning fails the run when a running request's reused or committed
-// block is not on the GPU, or the GPU cannot cover the pages running
-// requests have reserved.
+// block is not on the GPU, the GPU cannot cover the pages running requests
+// have reserved, or prefetch is over its pages budget.
 func (e *engine) checkRunning() {
 	for k, n := range e.pins {
 		if lv, ok := e.cached[k]; n > 0 && (!ok || lv != 0) {
@@ -99,5 +98,8 @@ func (e *engine) checkRunning() {
 	}
 	if a := e.available(); a < e.outstanding {
 		e.fail(fmt.Errorf("sim: %d free or evictable GPU pages cannot cover the %d running requests reserved", a, e.outstanding))
+	}
+	if limit := int(e.opts.Prefetch.Pages * float64(e.res.CapacityBlocks)); e.opts.Prefetch.On && e.prefetchN > limit {
+		e.fail(fmt.Errorf("sim: %d blocks prefetched for waiting requests, over the budget of %d", e.prefetchN, limit))
 	}
 }

@@ -114,3 +114,87 @@ func TestTieredRunsFinishWithTheSameRequestsAndChargeOnlyColdReuse(t *testing.T)
 		}
 	}
 }
+
+// queuedBehindAHog is evictedPrefixTrace with a long request admitted just
+// before "again": with one request at a time, "again" waits for it.
+func queuedBehindAHog() *Trace {
+	tr := evictedPrefixTrace()
+	tr.Requests = append(tr.Requests, Request{ID: "hog", Arrival: 9.9, Output: 400,
+		Segments: []Segment{{Name: "hog", Len: 16}}})
+	return tr
+}
+
+// A request that waits while its prefix is on host has the prefix prefetched
+// to the GPU: admitted, it finds the prefix there and waits for no transfer.
+func TestPrefetchBringsAWaitingRequestsHostPrefixToTheGPU(t *testing.T) {
+	tr := queuedBehindAHog()
+	o := smallTierOpts(Tiers{HostX: 4})
+	o.MaxBatch = 1
+	plain := run(t, tr, o)
+	o.Prefetch.On, o.Prefetch.Pages = true, 1
+	pre := run(t, tr, o)
+
+	p, q := byID(plain, "again"), byID(pre, "again")
+	require.Positive(t, p.Queueing(), "again waits behind the hog")
+	assert.Equal(t, [3]int{0, 1024, 0}, p.ReusedByLevel, "without prefetch the prefix is still on host at admission")
+	assert.Positive(t, p.Transfer())
+	assert.Equal(t, [3]int{1024, 0, 0}, q.ReusedByLevel, "with prefetch it is on the GPU")
+	assert.Zero(t, q.Transfer(), "and the transfer was done while it waited")
+	assert.Equal(t, int64(1024/16), pre.Prefetched)
+	assert.Less(t, q.TTFT(), p.TTFT())
+
+	// With room for a quarter of the GPU's 128 pages, the first 32 blocks.
+	o.Prefetch.Pages = 0.25
+	part := byID(run(t, tr, o), "again")
+	assert.Equal(t, [3]int{512, 512, 0}, part.ReusedByLevel, "the pages budget bounds the prefetch, from the prefix's start")
+}
+
+// Prefetch never takes a page a running request holds or has reserved, and
+// keeps the blocks prefetched for waiters within its pages budget: the
+// engine checks both after every step (selfCheck) under a backlog, with a
+// budget small enough to bind.
+func TestPrefetchNeverTakesPagesARunningRequestHolds(t *testing.T) {
+	w := tinyW2()
+	tr := w.Trace(5).TimeScaled(0.01)
+	for _, pages := range []float64{0.02, 0.25, 1} {
+		o := tinyOpts(w, sched.FCFS())
+		o.CapacityTokens = 1536 // 96 pages: running requests hold most of them
+		o.Tiers = Tiers{HostX: 1, DiskX: 2, DiskDir: t.TempDir()}
+		o.Prefetch = PrefetchOptions{On: true, Pages: pages, Horizon: 1}
+		o.selfCheck = true
+		res := run(t, tr, o)
+		if pages == 1 {
+			assert.Positive(t, res.Prefetched, "a backlog leaves time to prefetch")
+		}
+	}
+}
+
+// Bad prefetch and tier settings are refused, naming the setting.
+func TestBadTierAndPrefetchSettingsAreRefused(t *testing.T) {
+	tr := evictedPrefixTrace()
+	o := smallTierOpts(Tiers{HostX: -1})
+	_, err := Run(tr, o)
+	assert.ErrorContains(t, err, "tier sizes")
+	o = smallTierOpts(Tiers{HostX: 1})
+	o.Prefetch = PrefetchOptions{On: true, Pages: 0, Horizon: 0.05}
+	_, err = Run(tr, o)
+	assert.ErrorContains(t, err, "prefetch pages")
+	o = smallTierOpts(Tiers{HostX: 1})
+	o.Link.DiskRead = 0
+	_, err = Run(tr, o)
+	assert.ErrorContains(t, err, "disk read")
+}
+
+// Variants parse as POLICY[@SERVING] and print back the same way.
+func TestVariantsParseAndPrint(t *testing.T) {
+	for _, s := range []string{"fcfs", "aged:64@tiered", "window:8@tiered+prefetch"} {
+		v, err := ParseVariant(s)
+		require.NoError(t, err)
+		assert.Equal(t, s, v.String())
+	}
+	v, err := ParseVariant("fcfs@gpu")
+	require.NoError(t, err)
+	assert.Equal(t, "fcfs", v.String())
+	_, err = ParseVariant("fcfs@nvme")
+	assert.ErrorContains(t, err, "serving")
+}
