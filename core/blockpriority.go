@@ -5,28 +5,29 @@ import (
 	"github.com/kvcm/kvcm/core/layout"
 )
 
-// SetBlockPriority sets the eviction priority of the cached blocks along
-// chain, the chained keys (blockhash.Chain) of leading full blocks in scope,
-// as far as the tree holds them, and returns how many blocks that is. It is
-// for a scheduler that knows which cached blocks waiting requests will
-// reuse, where a PriorityFunc decides only at commit.
+// SetBlockPriorities sets the eviction priority of the cached blocks along
+// chain, the chained keys (blockhash.Chain) of leading full blocks in scope:
+// chain[i] gets priorities[i], as far as the tree holds the chain. It
+// returns how many blocks that is. It is for a scheduler that knows which
+// cached blocks waiting requests will reuse, where a PriorityFunc decides
+// only at commit. The two slices must be as long; otherwise it fails,
+// changing nothing.
 //
-// priority is clamped into [MinPriority, MaxPriority]. The tree's rule that
+// Priorities are clamped into [MinPriority, MaxPriority]. The tree's rule that
 // an ancestor never ranks below a descendant holds afterwards: raising a
 // block raises its ancestors to it, and lowering one stops at the highest
 // priority among its children. A stored block whose priority changes is
 // reported as BlockPriorityUpdated. Every layer group's page gets the
 // priority.
-func (m *Manager) SetBlockPriority(scope blockhash.Scope, chain []blockhash.Key, priority int) (int, error) {
+func (m *Manager) SetBlockPriorities(scope blockhash.Scope, chain []blockhash.Key, priorities []int) (int, error) {
+	if len(priorities) != len(chain) {
+		return 0, argErr("priorities", "has %d entries for a chain of %d blocks", len(priorities), len(chain))
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.checkOpen(); err != nil {
 		return 0, err
 	}
-	if len(chain) == 0 {
-		return 0, nil
-	}
-	pr := min(max(priority, MinPriority), MaxPriority)
 	var path []*node
 	for n := m.root(scope); len(path) < len(chain); {
 		c := m.child(n, chain[len(path)])
@@ -40,7 +41,7 @@ func (m *Manager) SetBlockPriority(scope blockhash.Scope, chain []blockhash.Key,
 	for i := len(path) - 1; i >= 0; i-- {
 		n := path[i]
 		for lc := range m.prioOf(n) {
-			want := pr
+			want := min(max(priorities[i], MinPriority), MaxPriority)
 			m.children(n, func(c *node) { want = max(want, m.prioOf(c)[lc]) })
 			m.setNodePriority(n, layout.LayerGroupID(lc), want)
 		}
