@@ -48,7 +48,7 @@ func TestQueueReuseIsBoundedByTheLimitOldestFirst(t *testing.T) {
 	x := &fixedIndex{blocks: map[string][]blockhash.Key{}}
 	var ws []Waiter
 	for i := range 1000 {
-		id := string(rune('a' + i%26)) + string(rune('a'+i/26))
+		id := string(rune('a'+i%26)) + string(rune('a'+i/26))
 		x.blocks[id] = keys(1, 2, uint64(100+i), uint64(5000+i))
 		ws = append(ws, Waiter{ID: id})
 	}

@@ -2,9 +2,11 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/kvcm/kvcm/core"
 	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/cp"
 	"github.com/kvcm/kvcm/core/layout"
 )
 
@@ -102,4 +104,55 @@ func (e *engine) checkRunning() {
 	if limit := int(e.opts.Prefetch.Pages * float64(e.res.CapacityBlocks)); e.opts.Prefetch.On && e.prefetchN > limit {
 		e.fail(fmt.Errorf("sim: %d blocks prefetched for waiting requests, over the budget of %d", e.prefetchN, limit))
 	}
+}
+
+// protectQueue raises the eviction priority of the blocks waiting requests
+// will reuse (cp.QueueReuse, within QueueEvictOptions.Limit) and returns
+// the blocks nobody waits for any more to the default priority.
+func (e *engine) protectQueue() {
+	qo := e.opts.QueueEvict
+	ids := e.sch.Waiting()
+	ws := make([]cp.Waiter, len(ids))
+	for i, id := range ids {
+		ws[i] = cp.Waiter{ID: id, Tokens: e.byID[id].prompt}
+	}
+	lists := cp.QueueReuse(e.tracker.CP(), ws, int(qo.Limit*float64(e.res.CapacityBlocks)))
+	want := map[blockhash.Key]struct{}{}
+	next := make(map[string][]blockhash.Key, len(ids))
+	for i, l := range lists {
+		if len(l) == 0 {
+			continue
+		}
+		next[ids[i]] = l
+		for _, k := range l {
+			want[k] = struct{}{}
+		}
+	}
+	set := func(chain []blockhash.Key, pr func(k blockhash.Key) int) {
+		prs := make([]int, len(chain))
+		for i, k := range chain {
+			prs[i] = pr(k)
+		}
+		if _, err := e.m.SetBlockPriorities(blockhash.Scope{}, chain, prs); err != nil {
+			e.fail(fmt.Errorf("sim: queue-aware eviction: %w", err))
+		}
+	}
+	for id, old := range e.protected {
+		if slices.Equal(old, next[id]) {
+			continue
+		}
+		set(old, func(k blockhash.Key) int {
+			if _, ok := want[k]; ok {
+				return qo.Priority
+			}
+			return core.DefaultPriority
+		})
+	}
+	for id, l := range next {
+		if !slices.Equal(l, e.protected[id]) {
+			set(l, func(blockhash.Key) int { return qo.Priority })
+		}
+	}
+	e.protected = next
+	e.res.Protected = max(e.res.Protected, len(want))
 }

@@ -57,6 +57,8 @@ type Options struct {
 	Link  Link
 	// Prefetch brings waiting requests' cold prefixes to the GPU.
 	Prefetch PrefetchOptions
+	// QueueEvict evicts the blocks waiting requests will reuse last.
+	QueueEvict QueueEvictOptions
 	// selfCheck makes every step verify that running requests keep their
 	// pages on the GPU and their reservations covered (tests).
 	selfCheck bool
@@ -69,7 +71,7 @@ func DefaultOptions() Options {
 	return Options{
 		Policy: sched.FCFS(), Index: IndexManager, Cost: DefaultCost(),
 		TokenBudget: 8192, MaxBatch: 256, TokensPerBlock: 16, Warmup: 0.1,
-		Link: DefaultLink(), Prefetch: DefaultPrefetch(),
+		Link: DefaultLink(), Prefetch: DefaultPrefetch(), QueueEvict: DefaultQueueEvict(),
 	}
 }
 
@@ -120,8 +122,10 @@ type Result struct {
 	// BlockBytes is what the link charged for one.
 	Moved      [3][3]int64
 	BlockBytes float64
-	// Prefetched counts blocks prefetch brought to the GPU.
+	// Prefetched counts blocks prefetch brought to the GPU; Protected is
+	// the most blocks queue-aware eviction raised at once.
 	Prefetched     int64
+	Protected      int
 	CapacityBlocks int64
 	SchedTime      time.Duration
 	Sched          sched.Stats
@@ -189,6 +193,9 @@ type engine struct {
 	readyAt   map[blockhash.Key]float64
 	levels    levelIndex
 	prefetchN int // blocks prefetched for requests still waiting
+	// protected holds, per waiting request, the chain whose priority
+	// queue-aware eviction raised.
+	protected map[string][]blockhash.Key
 	diskDir   string
 
 	jobs        []job
@@ -224,6 +231,10 @@ func Run(tr *Trace, opts Options) (*Result, error) {
 		return nil, fmt.Errorf("sim: warm-up fraction %v out of [0, 1)", opts.Warmup)
 	case opts.Tiers.HostX < 0 || opts.Tiers.DiskX < 0:
 		return nil, fmt.Errorf("sim: tier sizes must not be negative, got host %v disk %v", opts.Tiers.HostX, opts.Tiers.DiskX)
+	case opts.QueueEvict.On && !(opts.QueueEvict.Limit >= 0 && opts.QueueEvict.Limit <= 1 &&
+		opts.QueueEvict.Priority > core.DefaultPriority && opts.QueueEvict.Priority <= core.MaxPriority):
+		return nil, fmt.Errorf("sim: queue-aware eviction limit %v must be in [0, 1] and priority %d in (%d, %d]",
+			opts.QueueEvict.Limit, opts.QueueEvict.Priority, core.DefaultPriority, core.MaxPriority)
 	case opts.Prefetch.On && !(opts.Prefetch.Pages > 0 && opts.Prefetch.Pages <= 1 && opts.Prefetch.Horizon >= 0):
 		return nil, fmt.Errorf("sim: prefetch pages %v must be in (0, 1] and horizon %v not negative",
 			opts.Prefetch.Pages, opts.Prefetch.Horizon)
@@ -234,7 +245,8 @@ func Run(tr *Trace, opts Options) (*Result, error) {
 		}
 	}
 	e := &engine{opts: opts, tr: tr, tpb: opts.TokensPerBlock,
-		cached: map[blockhash.Key]int{}, pins: map[blockhash.Key]int{}, readyAt: map[blockhash.Key]float64{}}
+		cached: map[blockhash.Key]int{}, pins: map[blockhash.Key]int{}, readyAt: map[blockhash.Key]float64{},
+		protected: map[string][]blockhash.Key{}}
 	e.link = link{cfg: opts.Link, blockBytes: float64(opts.TokensPerBlock) * opts.Link.BytesPerToken}
 	if err := e.init(); err != nil {
 		return nil, err
@@ -509,6 +521,9 @@ func (e *engine) step() {
 		for _, a := range adm {
 			e.byID[a.ID].bypass = a.Bypassed
 		}
+	}
+	if e.opts.QueueEvict.On && (e.sch.Len() > 0 || len(e.protected) > 0) && e.err == nil {
+		e.protectQueue()
 	}
 	if e.opts.Prefetch.On && e.sch.Len() > 0 && e.err == nil {
 		e.prefetch()

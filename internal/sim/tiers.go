@@ -90,24 +90,47 @@ type PrefetchOptions struct {
 	Horizon float64 `json:"horizon_s"`
 }
 
+// QueueEvictOptions configures eviction that knows the queue: each step the
+// blocks waiting requests will reuse, as the CP index reports them
+// (cp.QueueReuse, oldest waiter first), get eviction priority Priority
+// (core.SetBlockPriorities), above the default of every other block, so
+// they are evicted last, at every level; blocks nobody waits for any more go
+// back to the default. At most Limit × the GPU capacity blocks are raised at
+// once, so a flood of waiters cannot pin the cache. It needs the
+// manager-backed index (with none or null nothing is raised).
+type QueueEvictOptions struct {
+	On       bool    `json:"on"`
+	Limit    float64 `json:"limit"`
+	Priority int     `json:"priority"`
+}
+
+// DefaultQueueEvict: off; when on, half the GPU at priority 70.
+func DefaultQueueEvict() QueueEvictOptions { return QueueEvictOptions{Limit: 0.5, Priority: 70} }
+
 // DefaultPrefetch: off; when on, a quarter of the GPU and 50 ms of link.
 func DefaultPrefetch() PrefetchOptions { return PrefetchOptions{Pages: 0.25, Horizon: 0.05} }
 
-// Serving is how a variant serves: the GPU tier alone, or over the cold
-// tiers, with or without prefetch.
+// Serving is how a variant serves: the GPU tier alone or over the cold
+// tiers, with or without prefetch (tiered only) and queue-aware eviction.
 type Serving struct {
-	Tiered   bool
-	Prefetch bool
+	Tiered     bool
+	Prefetch   bool
+	QueueEvict bool
 }
 
+// String is gpu or tiered, then +prefetch and +qevict when on.
 func (s Serving) String() string {
-	switch {
-	case s.Prefetch:
-		return "tiered+prefetch"
-	case s.Tiered:
-		return "tiered"
+	out := "gpu"
+	if s.Tiered {
+		out = "tiered"
 	}
-	return "gpu"
+	if s.Prefetch {
+		out += "+prefetch"
+	}
+	if s.QueueEvict {
+		out += "+qevict"
+	}
+	return out
 }
 
 // Variant is one line of an experiment: a policy served one way.
@@ -124,8 +147,8 @@ func (v Variant) String() string {
 	return v.Policy.String() + "@" + v.Serving.String()
 }
 
-// ParseVariant parses POLICY[@SERVING], SERVING one of gpu, tiered,
-// tiered+prefetch (no suffix: gpu).
+// ParseVariant parses POLICY[@SERVING]; SERVING is gpu or tiered, then
+// optionally +prefetch (tiered only) and +qevict (no suffix: gpu).
 func ParseVariant(s string) (Variant, error) {
 	ps, ss, _ := strings.Cut(s, "@")
 	p, err := sched.ParsePolicy(ps)
@@ -133,14 +156,26 @@ func ParseVariant(s string) (Variant, error) {
 		return Variant{}, err
 	}
 	v := Variant{Policy: p}
-	switch ss {
-	case "", "gpu":
+	if ss == "" {
+		return v, nil
+	}
+	parts := strings.Split(ss, "+")
+	switch parts[0] {
+	case "gpu":
 	case "tiered":
 		v.Serving.Tiered = true
-	case "tiered+prefetch":
-		v.Serving = Serving{Tiered: true, Prefetch: true}
 	default:
-		return Variant{}, fmt.Errorf("sim: variant %q: serving %q is not gpu, tiered or tiered+prefetch", s, ss)
+		return Variant{}, fmt.Errorf("sim: variant %q: serving %q is not gpu or tiered", s, parts[0])
+	}
+	for _, x := range parts[1:] {
+		switch {
+		case x == "prefetch" && v.Serving.Tiered && !v.Serving.Prefetch && !v.Serving.QueueEvict:
+			v.Serving.Prefetch = true
+		case x == "qevict" && !v.Serving.QueueEvict:
+			v.Serving.QueueEvict = true
+		default:
+			return Variant{}, fmt.Errorf("sim: variant %q: serving %q: want gpu|tiered, then +prefetch (tiered only), then +qevict", s, ss)
+		}
 	}
 	return v, nil
 }
@@ -154,6 +189,7 @@ func (v Variant) apply(o Options, tiers Tiers) Options {
 		o.Tiers = tiers
 	}
 	o.Prefetch.On = v.Serving.Prefetch
+	o.QueueEvict.On = v.Serving.QueueEvict
 	return o
 }
 

@@ -198,3 +198,52 @@ func TestVariantsParseAndPrint(t *testing.T) {
 	_, err = ParseVariant("fcfs@nvme")
 	assert.ErrorContains(t, err, "serving")
 }
+
+// waitingPrefixTrace: "first" caches a 1024-token prefix, "filler" a prompt
+// of its own after it; then "hog" runs alone (one request at a time) and
+// grows by 400 decoded tokens while "again", which wants the prefix, waits.
+// The GPU (2048 tokens) is full, so the hog evicts.
+func waitingPrefixTrace() *Trace {
+	return &Trace{Name: "waiting-prefix", Requests: []Request{
+		{ID: "first", Arrival: 0, Output: 1, Segments: []Segment{{Name: "shared", Len: 1024}, {Name: "q0", Len: 16}}},
+		{ID: "filler", Arrival: 1, Output: 1, Segments: []Segment{{Name: "filler", Len: 976}}},
+		{ID: "hog", Arrival: 9.99, Output: 400, Segments: []Segment{{Name: "hog", Len: 16}}},
+		{ID: "again", Arrival: 10, Output: 1, Segments: []Segment{{Name: "shared", Len: 1024}, {Name: "q1", Len: 16}}},
+	}}
+}
+
+// Blocks a waiting request will reuse are evicted after blocks nobody waits
+// for, although LRU would take them first.
+func TestQueueAwareEvictionKeepsTheBlocksWaitersWillReuse(t *testing.T) {
+	tr := waitingPrefixTrace()
+	o := smallTierOpts(Tiers{})
+	o.MaxBatch = 1
+	lru := run(t, tr, o)
+	o.QueueEvict.On = true
+	qa := run(t, tr, o)
+
+	l, q := byID(lru, "again"), byID(qa, "again")
+	require.Positive(t, l.Queueing(), "again waits behind the hog")
+	assert.Less(t, l.Reused, 1024, "LRU evicts the older prefix while again waits")
+	assert.Equal(t, 1024, q.Reused, "queue-aware eviction takes the filler's blocks instead")
+	assert.Less(t, q.TTFT(), l.TTFT())
+	assert.Equal(t, 1024/16, qa.Protected)
+}
+
+// However many requests wait, queue-aware eviction raises at most
+// Limit × the GPU capacity blocks at once.
+func TestQueueAwareEvictionIsBoundedUnderAFloodOfWaiters(t *testing.T) {
+	w := tinyW2()
+	tr := w.Trace(5).TimeScaled(0.001) // a backlog: almost everyone waits
+	for _, limit := range []float64{0, 0.05, 0.3} {
+		o := tinyOpts(w, sched.FCFS())
+		o.QueueEvict = QueueEvictOptions{On: true, Limit: limit, Priority: 70}
+		o.selfCheck = true
+		res := run(t, tr, o)
+		bound := int(limit * float64(res.CapacityBlocks))
+		assert.LessOrEqual(t, res.Protected, bound, "limit %v", limit)
+		if limit > 0 {
+			assert.Equal(t, bound, res.Protected, "limit %v: the waiters want more than the limit, which binds", limit)
+		}
+	}
+}
