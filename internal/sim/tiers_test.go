@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 
@@ -246,4 +247,50 @@ func TestQueueAwareEvictionIsBoundedUnderAFloodOfWaiters(t *testing.T) {
 			assert.Equal(t, bound, res.Protected, "limit %v: the waiters want more than the limit, which binds", limit)
 		}
 	}
+}
+
+// Without reuse (W5) the cold levels, prefetch and queue-aware eviction
+// change no request's timing: offloads delay nothing but onboarding, and
+// there is nothing to onboard.
+func TestWithoutReuseTheTiersChangeNothing(t *testing.T) {
+	w := NewW5().Shrink(16)
+	tr := w.Trace(2).TimeScaled(0.2)
+	o := DefaultOptions()
+	o.CapacityTokens = 16384
+	gpu := run(t, tr, o)
+	o.Tiers, o.Prefetch.On, o.QueueEvict.On = Tiers{HostX: 1, DiskX: 1, DiskDir: t.TempDir()}, true, true
+	tiered := run(t, tr, o)
+	assert.Equal(t, gpu.Requests, tiered.Requests)
+	assert.Positive(t, tiered.Moved[0][1], "blocks were offloaded all the same")
+}
+
+// A matrix of variants pairs each point with every FCFS variant, the first
+// one first.
+func TestMatrixGainsAgainstEveryFCFSVariant(t *testing.T) {
+	w := tinyW2()
+	var vs []Variant
+	for _, s := range []string{"fcfs", "fcfs@tiered", "aged:64@tiered+prefetch+qevict"} {
+		v, err := ParseVariant(s)
+		require.NoError(t, err)
+		vs = append(vs, v)
+	}
+	base := tinyOpts(w, sched.FCFS())
+	base.CapacityTokens = 0
+	mx := Matrix{Workloads: []Workload{w}, Variants: vs, Loads: []float64{0.9}, Seeds: []uint64{1, 2},
+		Base: base, Tiers: Tiers{HostX: 2}, Workers: 1}
+	rep, err := mx.Run()
+	require.NoError(t, err)
+	pts := rep.Workloads[0].Points
+	require.Len(t, pts, 3)
+	assert.Equal(t, []string{"fcfs", "fcfs@tiered", "aged:64@tiered+prefetch+qevict"},
+		[]string{pts[0].Policy, pts[1].Policy, pts[2].Policy})
+	require.Len(t, pts[0].Gains, 1)
+	assert.Equal(t, "fcfs@tiered", pts[0].Gains[0].Against)
+	require.Len(t, pts[2].Gains, 2)
+	assert.Equal(t, "fcfs", pts[2].Gains[0].Against)
+	assert.Equal(t, pts[2].Gains[0].Mean, *pts[2].GainMean, "the first FCFS variant's gain is GainMean")
+	assert.Equal(t, "fcfs@tiered", pts[2].Gains[1].Against)
+	var buf bytes.Buffer
+	require.NoError(t, rep.WriteMarkdown(&buf))
+	assert.Contains(t, buf.String(), "vs fcfs@tiered")
 }
