@@ -10,6 +10,8 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+
+	"github.com/kvcm/kvcm/core/sched"
 )
 
 // CLI holds the flags of `kvcm simulate`. Register them on a flag set, then
@@ -29,6 +31,7 @@ type CLI struct {
 	capacity                   int64
 	workers                    int
 	tiers                      Tiers
+	saturation                 string
 	opts                       Options
 	fs                         *flag.FlagSet
 }
@@ -76,6 +79,7 @@ func (c *CLI) Register(fs *flag.FlagSet) {
 	fs.Float64Var(&c.opts.Cost.D0, "d0", d.D0, "decode step fixed cost (s)")
 	fs.Float64Var(&c.opts.Cost.D1, "d1", d.D1, "decode cost per running request (s)")
 	fs.Float64Var(&c.opts.Cost.D2, "d2", d.D2, "decode cost per context token (s)")
+	fs.StringVar(&c.saturation, "saturation", "fcfs", "the FCFS variant whose backlog throughput defines the load: fcfs (on the GPU tier) or fcfs@tiered")
 	c.tiers = DefaultTiers()
 	fs.Float64Var(&c.tiers.HostX, "host-capacity", c.tiers.HostX, "host level of @tiered variants, as a multiple of the GPU capacity (0: none)")
 	fs.Float64Var(&c.tiers.DiskX, "disk-capacity", c.tiers.DiskX, "disk level of @tiered variants, as a multiple of the GPU capacity (0: none)")
@@ -151,6 +155,14 @@ func (c *CLI) Matrix() (Matrix, error) {
 		mx.Variants = nil
 	}
 	mx.Tiers = c.tiers
+	sat, err := ParseVariant(c.saturation)
+	if err != nil {
+		return mx, fmt.Errorf("--saturation: %w", err)
+	}
+	if sat.Policy.Kind != sched.KindFCFS {
+		return mx, fmt.Errorf("--saturation %s: the load is defined by FCFS", c.saturation)
+	}
+	mx.Saturation = sat
 	for _, s := range splitList(loads) {
 		l, err := strconv.ParseFloat(s, 64)
 		if err != nil || !(l > 0) {

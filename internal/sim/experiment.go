@@ -36,8 +36,11 @@ type Matrix struct {
 	Variants []Variant
 	// Tiers sizes the cold levels of tiered variants.
 	Tiers Tiers
-	Loads []float64
-	Seeds []uint64
+	// Saturation is the variant whose backlog throughput defines the load
+	// (its policy must be FCFS); zero: FCFS on the GPU tier alone.
+	Saturation Variant
+	Loads      []float64
+	Seeds      []uint64
 	// Base is the run configuration; Policy and CapacityTokens are set per
 	// run (CapacityTokens only when Base leaves it 0).
 	Base Options
@@ -52,15 +55,17 @@ const CDFPoints = 201
 
 // Report is a finished experiment.
 type Report struct {
-	Cost        CostModel       `json:"cost"`
-	TokenBudget int             `json:"token_budget"`
-	MaxBatch    int             `json:"max_batch"`
-	Block       int             `json:"tokens_per_block"`
-	Warmup      float64         `json:"warmup"`
-	Index       Index           `json:"index"`
-	Seeds       []uint64        `json:"seeds"`
-	Workloads   []WorkloadPoint `json:"workloads"`
-	WallSeconds float64         `json:"wall_seconds"`
+	Cost        CostModel `json:"cost"`
+	TokenBudget int       `json:"token_budget"`
+	MaxBatch    int       `json:"max_batch"`
+	Block       int       `json:"tokens_per_block"`
+	Warmup      float64   `json:"warmup"`
+	Index       Index     `json:"index"`
+	Seeds       []uint64  `json:"seeds"`
+	// SaturationOf is the variant whose saturation defines the load.
+	SaturationOf string          `json:"saturation_of"`
+	Workloads    []WorkloadPoint `json:"workloads"`
+	WallSeconds  float64         `json:"wall_seconds"`
 }
 
 // WorkloadPoint is one workload's results.
@@ -236,8 +241,16 @@ func (mx Matrix) Run() (*Report, error) {
 		return o
 	}
 
-	// Phase 1: saturation, per workload and seed, of FCFS on the GPU tier.
+	// Phase 1: saturation, per workload and seed, of FCFS on the GPU tier
+	// or as Saturation serves.
 	gpuFCFS := Variant{Policy: sched.FCFS()}
+	satV := gpuFCFS
+	if mx.Saturation != (Variant{}) {
+		if mx.Saturation.Policy.Kind != sched.KindFCFS {
+			return nil, fmt.Errorf("sim: saturation variant %v must be FCFS", mx.Saturation)
+		}
+		satV = mx.Saturation
+	}
 	sat := make([][]float64, nw)
 	for wi := range sat {
 		sat[wi] = make([]float64, ns)
@@ -250,7 +263,7 @@ func (mx Matrix) Run() (*Report, error) {
 	}
 	err := parallel(workers, jobs, func(j job2) error {
 		w := mx.Workloads[j.wi]
-		res, err := Run(traces[j.wi][j.si].Backlog(), opts(w, gpuFCFS))
+		res, err := Run(traces[j.wi][j.si].Backlog(), opts(w, satV))
 		if err != nil {
 			return fmt.Errorf("%s seed %d saturation: %w", w.Name(), mx.Seeds[j.si], err)
 		}
@@ -310,6 +323,7 @@ func (mx Matrix) Run() (*Report, error) {
 	rep := &Report{
 		Cost: mx.Base.Cost, TokenBudget: mx.Base.TokenBudget, MaxBatch: mx.Base.MaxBatch,
 		Block: mx.Base.TokensPerBlock, Warmup: mx.Base.Warmup, Index: mx.Base.Index, Seeds: mx.Seeds,
+		SaturationOf: satV.String(),
 	}
 	fcfs := slices.IndexFunc(vs, func(v Variant) bool { return v.Policy.Kind == sched.KindFCFS })
 	for wi, w := range mx.Workloads {

@@ -33,7 +33,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		r.Cost.T0, r.Cost.Beta, r.Cost.Gamma, r.Cost.D0, r.Cost.D1, r.Cost.D2)
 	for _, wp := range r.Workloads {
 		fmt.Fprintf(w, "\n== %s: %d requests, KV capacity %d tokens%s", wp.Name, wp.Requests, wp.CapacityTokens, wp.footprint())
-		fmt.Fprintf(w, ", FCFS saturation %.3f req/s\n", wp.Saturation)
+		fmt.Fprintf(w, ", %s saturation %.3f req/s\n", r.saturationOf(), wp.Saturation)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "load\tpolicy\tbound\tTTFT mean\tp50\tp90\tp99\tqueue mean\tqueue p99\ttransfer mean\tprefill mean\tprefill p99\thit %\tgpu/host/disk %\tonboard GB\toffload GB\tprefill tok/req\tevictions\tworst wait\tworst bypass\tsched µs/step\tmean gain vs FCFS %\tp99 gain %\tother baselines\t")
 		for _, pt := range wp.Points {
@@ -54,6 +54,15 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// saturationOf names the variant whose saturation defines the load (FCFS
+// for reports from before variants).
+func (r *Report) saturationOf() string {
+	if r.SaturationOf == "" || r.SaturationOf == "fcfs" {
+		return "FCFS"
+	}
+	return r.SaturationOf
 }
 
 // levels is the hit ratio by level, in percent.
@@ -100,7 +109,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		r.Cost.T0, r.Cost.Beta, r.Cost.Gamma, r.Cost.D0, r.Cost.D1, r.Cost.D2)
 	for _, wp := range r.Workloads {
 		fmt.Fprintf(w, "\n#### %s\n\n%d requests, KV capacity %d tokens%s", wp.Name, wp.Requests, wp.CapacityTokens, wp.footprint())
-		fmt.Fprintf(w, ", FCFS saturation %.3f req/s.\n\n", wp.Saturation)
+		fmt.Fprintf(w, ", %s saturation %.3f req/s.\n\n", r.saturationOf(), wp.Saturation)
 		fmt.Fprintln(w, "| ρ | policy | bound | TTFT mean (s) | p50 | p90 | p99 | queue mean | transfer mean | prefill mean | hit % | gpu/host/disk % | onboard GB | offload GB | prefill tok/req | evictions | worst wait (s) | worst bypass | sched µs/step | mean gain % | p99 gain % | gains vs other FCFS (mean / p99 %) |")
 		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 		for _, pt := range wp.Points {
