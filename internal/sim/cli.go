@@ -30,6 +30,8 @@ type CLI struct {
 	index                      string
 	capacity                   int64
 	workers                    int
+	tiers                      Tiers
+	saturation                 string
 	opts                       Options
 	fs                         *flag.FlagSet
 }
@@ -50,7 +52,7 @@ func (c *CLI) Register(fs *flag.FlagSet) {
 	c.fs = fs
 	d := c.opts.Cost
 	fs.StringVar(&c.workloads, "workloads", "w2:0.8:0.25,w5", "comma-separated workloads: w1, w2:ALPHA:CAPACITY (Zipf alpha, capacity as a fraction of the distinct-prefix footprint), w4, w5, rag")
-	fs.StringVar(&c.policies, "policies", DefaultPolicies, "comma-separated policies: fcfs, lpm[:scancap], klpm:K[:scancap], window:N, resort")
+	fs.StringVar(&c.policies, "policies", DefaultPolicies, "comma-separated policies: fcfs, lpm[:scancap], klpm:K[:scancap], window:N, aged:N[:f], resort; each may end in @gpu (the default) or @tiered (host and disk levels, --host-capacity, --disk-capacity), then +prefetch (tiered only) and +qevict (queue-aware eviction), e.g. aged:64@tiered+prefetch+qevict")
 	fs.StringVar(&c.loads, "loads", "0.85,0.95", "comma-separated loads, as fractions of each workload's FCFS saturation throughput")
 	fs.IntVar(&c.seeds, "seeds", 3, "number of seeds (traces) per point")
 	fs.Uint64Var(&c.seedBase, "seed-base", 1, "first seed")
@@ -77,6 +79,24 @@ func (c *CLI) Register(fs *flag.FlagSet) {
 	fs.Float64Var(&c.opts.Cost.D0, "d0", d.D0, "decode step fixed cost (s)")
 	fs.Float64Var(&c.opts.Cost.D1, "d1", d.D1, "decode cost per running request (s)")
 	fs.Float64Var(&c.opts.Cost.D2, "d2", d.D2, "decode cost per context token (s)")
+	fs.StringVar(&c.saturation, "saturation", "fcfs", "the FCFS variant whose backlog throughput defines the load: fcfs (on the GPU tier) or fcfs@tiered")
+	c.tiers = DefaultTiers()
+	fs.Float64Var(&c.tiers.HostX, "host-capacity", c.tiers.HostX, "host level of @tiered variants, as a multiple of the GPU capacity (0: none)")
+	fs.Float64Var(&c.tiers.DiskX, "disk-capacity", c.tiers.DiskX, "disk level of @tiered variants, as a multiple of the GPU capacity (0: none)")
+	fs.StringVar(&c.tiers.DiskDir, "disk-dir", "", "directory of the disk level's files (default: a temporary one per run)")
+	l := c.opts.Link
+	fs.Float64Var(&c.opts.Link.BytesPerToken, "kv-bytes-per-token", l.BytesPerToken, "modelled KV bytes a token, all layers, that the link moves")
+	fs.Float64Var(&c.opts.Link.H2D, "pcie-h2d", l.H2D, "host→GPU GB/s, one direction alone (docs/benchmarks.md, H200)")
+	fs.Float64Var(&c.opts.Link.D2H, "pcie-d2h", l.D2H, "GPU→host GB/s, one direction alone (docs/benchmarks.md, H200)")
+	fs.Float64Var(&c.opts.Link.Duplex, "pcie-duplex", l.Duplex, "GB/s of both PCIe directions at once, in total (not measured: an assumption)")
+	fs.Float64Var(&c.opts.Link.DiskRead, "disk-read", l.DiskRead, "disk read GB/s (docs/benchmarks.md, disk→gpu at 2 MiB)")
+	fs.Float64Var(&c.opts.Link.DiskWrite, "disk-write", l.DiskWrite, "disk write GB/s (docs/benchmarks.md, gpu→disk at 2 MiB)")
+	p := c.opts.Prefetch
+	fs.Float64Var(&c.opts.Prefetch.Pages, "prefetch-pages", p.Pages, "@tiered+prefetch: most GPU pages, as a fraction of the GPU capacity, prefetched for waiting requests")
+	fs.Float64Var(&c.opts.Prefetch.Horizon, "prefetch-horizon", p.Horizon, "@tiered+prefetch: no prefetch while the host→GPU link is busy more than this many seconds ahead")
+	q := c.opts.QueueEvict
+	fs.Float64Var(&c.opts.QueueEvict.Limit, "qevict-limit", q.Limit, "+qevict: most blocks raised for waiting requests at once, as a fraction of the GPU capacity")
+	fs.IntVar(&c.opts.QueueEvict.Priority, "qevict-priority", q.Priority, "+qevict: eviction priority of blocks waiting requests will reuse (above the default 35, at most 100)")
 }
 
 // Matrix builds the experiment from the parsed flags.
@@ -121,13 +141,28 @@ func (c *CLI) Matrix() (Matrix, error) {
 			mx.Workloads = append(mx.Workloads, w.Shrink(c.shrink))
 		}
 	}
+	tiered := false
 	for _, s := range splitList(c.policies) {
-		p, err := sched.ParsePolicy(s)
+		v, err := ParseVariant(s)
 		if err != nil {
 			return mx, err
 		}
-		mx.Policies = append(mx.Policies, p)
+		mx.Policies = append(mx.Policies, v.Policy)
+		mx.Variants = append(mx.Variants, v)
+		tiered = tiered || v.Serving != (Serving{})
 	}
+	if !tiered {
+		mx.Variants = nil
+	}
+	mx.Tiers = c.tiers
+	sat, err := ParseVariant(c.saturation)
+	if err != nil {
+		return mx, fmt.Errorf("--saturation: %w", err)
+	}
+	if sat.Policy.Kind != sched.KindFCFS {
+		return mx, fmt.Errorf("--saturation %s: the load is defined by FCFS", c.saturation)
+	}
+	mx.Saturation = sat
 	for _, s := range splitList(loads) {
 		l, err := strconv.ParseFloat(s, 64)
 		if err != nil || !(l > 0) {

@@ -30,9 +30,17 @@ import (
 // traces as the matrix has seeds.
 type Matrix struct {
 	Workloads []Workload
-	Policies  []sched.Policy
-	Loads     []float64
-	Seeds     []uint64
+	// Policies run on the GPU tier alone; Variants, when set, replace them
+	// with policies served each its own way.
+	Policies []sched.Policy
+	Variants []Variant
+	// Tiers sizes the cold levels of tiered variants.
+	Tiers Tiers
+	// Saturation is the variant whose backlog throughput defines the load
+	// (its policy must be FCFS); zero: FCFS on the GPU tier alone.
+	Saturation Variant
+	Loads      []float64
+	Seeds      []uint64
 	// Base is the run configuration; Policy and CapacityTokens are set per
 	// run (CapacityTokens only when Base leaves it 0).
 	Base Options
@@ -47,15 +55,17 @@ const CDFPoints = 201
 
 // Report is a finished experiment.
 type Report struct {
-	Cost        CostModel       `json:"cost"`
-	TokenBudget int             `json:"token_budget"`
-	MaxBatch    int             `json:"max_batch"`
-	Block       int             `json:"tokens_per_block"`
-	Warmup      float64         `json:"warmup"`
-	Index       Index           `json:"index"`
-	Seeds       []uint64        `json:"seeds"`
-	Workloads   []WorkloadPoint `json:"workloads"`
-	WallSeconds float64         `json:"wall_seconds"`
+	Cost        CostModel `json:"cost"`
+	TokenBudget int       `json:"token_budget"`
+	MaxBatch    int       `json:"max_batch"`
+	Block       int       `json:"tokens_per_block"`
+	Warmup      float64   `json:"warmup"`
+	Index       Index     `json:"index"`
+	Seeds       []uint64  `json:"seeds"`
+	// SaturationOf is the variant whose saturation defines the load.
+	SaturationOf string          `json:"saturation_of"`
+	Workloads    []WorkloadPoint `json:"workloads"`
+	WallSeconds  float64         `json:"wall_seconds"`
 }
 
 // WorkloadPoint is one workload's results.
@@ -89,6 +99,9 @@ type Point struct {
 	// the matrix has no FCFS.
 	GainMean *Estimate `json:"ttft_mean_gain_vs_fcfs,omitempty"`
 	GainP99  *Estimate `json:"ttft_p99_gain_vs_fcfs,omitempty"`
+	// Gains are the same against every FCFS variant of the matrix but the
+	// point itself (the first of them is GainMean and GainP99).
+	Gains []Gain `json:"gains,omitempty"`
 	// TTFTQuantiles are the quantiles 0, 1/(CDFPoints-1), …, 1 of the
 	// measured TTFTs of every seed pooled: the TTFT CDF.
 	TTFTQuantiles []float64 `json:"ttft_quantiles,omitempty"`
@@ -96,12 +109,15 @@ type Point struct {
 
 // Aggregate holds the over-seed estimates of the metrics.
 type Aggregate struct {
-	TTFTMean, TTFTP50, TTFTP90, TTFTP99     Estimate
-	QueueMean, QueueP50, QueueP90, QueueP99 Estimate
-	PrefillMean, PrefillP99                 Estimate
-	HitRatio, PrefillTokens, Evictions      Estimate
-	MaxWait, MaxBypass, BoundViolations     Estimate
-	SchedMicros, Throughput                 Estimate
+	TTFTMean, TTFTP50, TTFTP90, TTFTP99      Estimate
+	QueueMean, QueueP50, QueueP90, QueueP99  Estimate
+	TransferMean, TransferP99                Estimate
+	PrefillMean, PrefillP99                  Estimate
+	HitRatio, PrefillTokens, Evictions       Estimate
+	HitGPU, HitHost, HitDisk                 Estimate
+	OnboardGB, OffloadGB, DiskGB, PrefetchGB Estimate
+	MaxWait, MaxBypass, BoundViolations      Estimate
+	SchedMicros, Throughput                  Estimate
 	// WorstWait and WorstBypass are the largest over seeds.
 	WorstWait, WorstBypass float64
 }
@@ -128,6 +144,15 @@ func aggregate(runs []Metrics) Aggregate {
 		QueueP50:        f(func(m Metrics) float64 { return m.Queue.P50 }),
 		QueueP90:        f(func(m Metrics) float64 { return m.Queue.P90 }),
 		QueueP99:        f(func(m Metrics) float64 { return m.Queue.P99 }),
+		TransferMean:    f(func(m Metrics) float64 { return m.Transfer.Mean }),
+		TransferP99:     f(func(m Metrics) float64 { return m.Transfer.P99 }),
+		HitGPU:          f(func(m Metrics) float64 { return m.HitByLevel[0] }),
+		HitHost:         f(func(m Metrics) float64 { return m.HitByLevel[1] }),
+		HitDisk:         f(func(m Metrics) float64 { return m.HitByLevel[2] }),
+		OnboardGB:       f(func(m Metrics) float64 { return m.OnboardGB }),
+		OffloadGB:       f(func(m Metrics) float64 { return m.OffloadGB }),
+		DiskGB:          f(func(m Metrics) float64 { return m.DiskGB }),
+		PrefetchGB:      f(func(m Metrics) float64 { return m.PrefetchGB }),
 		PrefillMean:     f(func(m Metrics) float64 { return m.Prefill.Mean }),
 		PrefillP99:      f(func(m Metrics) float64 { return m.Prefill.P99 }),
 		HitRatio:        f(func(m Metrics) float64 { return m.HitRatio }),
@@ -141,6 +166,25 @@ func aggregate(runs []Metrics) Aggregate {
 	}
 }
 
+// Gain is a point's paired gain against one baseline variant.
+type Gain struct {
+	Against string   `json:"against"`
+	Mean    Estimate `json:"ttft_mean"`
+	P99     Estimate `json:"ttft_p99"`
+}
+
+// variants returns the matrix's variants: Variants, or Policies on the GPU.
+func (mx Matrix) variants() []Variant {
+	if len(mx.Variants) > 0 {
+		return mx.Variants
+	}
+	vs := make([]Variant, len(mx.Policies))
+	for i, p := range mx.Policies {
+		vs[i] = Variant{Policy: p}
+	}
+	return vs
+}
+
 type job2 struct {
 	wi, pi, li, si int
 	backlog        bool
@@ -149,7 +193,8 @@ type job2 struct {
 // Run runs the experiment.
 func (mx Matrix) Run() (*Report, error) {
 	start := time.Now()
-	if len(mx.Workloads) == 0 || len(mx.Policies) == 0 || len(mx.Loads) == 0 || len(mx.Seeds) == 0 {
+	vs := mx.variants()
+	if len(mx.Workloads) == 0 || len(vs) == 0 || len(mx.Loads) == 0 || len(mx.Seeds) == 0 {
 		return nil, fmt.Errorf("sim: an experiment needs workloads, policies, loads and seeds")
 	}
 	for _, l := range mx.Loads {
@@ -161,7 +206,7 @@ func (mx Matrix) Run() (*Report, error) {
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	nw, np, nl, ns := len(mx.Workloads), len(mx.Policies), len(mx.Loads), len(mx.Seeds)
+	nw, np, nl, ns := len(mx.Workloads), len(vs), len(mx.Loads), len(mx.Seeds)
 	total := nw*ns + nw*np*nl*ns
 	var mu sync.Mutex
 	done := 0
@@ -188,16 +233,24 @@ func (mx Matrix) Run() (*Report, error) {
 			}
 		}
 	}
-	opts := func(w Workload, p sched.Policy) Options {
-		o := mx.Base
-		o.Policy = p
+	opts := func(w Workload, v Variant) Options {
+		o := v.apply(mx.Base, mx.Tiers)
 		if o.CapacityTokens == 0 {
 			o.CapacityTokens = w.Capacity()
 		}
 		return o
 	}
 
-	// Phase 1: saturation, per workload and seed.
+	// Phase 1: saturation, per workload and seed, of FCFS on the GPU tier
+	// or as Saturation serves.
+	gpuFCFS := Variant{Policy: sched.FCFS()}
+	satV := gpuFCFS
+	if mx.Saturation != (Variant{}) {
+		if mx.Saturation.Policy.Kind != sched.KindFCFS {
+			return nil, fmt.Errorf("sim: saturation variant %v must be FCFS", mx.Saturation)
+		}
+		satV = mx.Saturation
+	}
 	sat := make([][]float64, nw)
 	for wi := range sat {
 		sat[wi] = make([]float64, ns)
@@ -210,7 +263,7 @@ func (mx Matrix) Run() (*Report, error) {
 	}
 	err := parallel(workers, jobs, func(j job2) error {
 		w := mx.Workloads[j.wi]
-		res, err := Run(traces[j.wi][j.si].Backlog(), opts(w, sched.FCFS()))
+		res, err := Run(traces[j.wi][j.si].Backlog(), opts(w, satV))
 		if err != nil {
 			return fmt.Errorf("%s seed %d saturation: %w", w.Name(), mx.Seeds[j.si], err)
 		}
@@ -252,7 +305,7 @@ func (mx Matrix) Run() (*Report, error) {
 		mus[wi] = mean(sat[wi])
 	}
 	err = parallel(workers, jobs, func(j job2) error {
-		w, p := mx.Workloads[j.wi], mx.Policies[j.pi]
+		w, p := mx.Workloads[j.wi], vs[j.pi]
 		tr := traces[j.wi][j.si]
 		res, err := Run(tr.TimeScaled(LoadScale(tr, mx.Loads[j.li], mus[j.wi])), opts(w, p))
 		if err != nil {
@@ -270,11 +323,12 @@ func (mx Matrix) Run() (*Report, error) {
 	rep := &Report{
 		Cost: mx.Base.Cost, TokenBudget: mx.Base.TokenBudget, MaxBatch: mx.Base.MaxBatch,
 		Block: mx.Base.TokensPerBlock, Warmup: mx.Base.Warmup, Index: mx.Base.Index, Seeds: mx.Seeds,
+		SaturationOf: satV.String(),
 	}
-	fcfs := slices.IndexFunc(mx.Policies, func(p sched.Policy) bool { return p.Kind == sched.KindFCFS })
+	fcfs := slices.IndexFunc(vs, func(v Variant) bool { return v.Policy.Kind == sched.KindFCFS })
 	for wi, w := range mx.Workloads {
 		wp := WorkloadPoint{
-			Name: w.Name(), Requests: len(traces[wi][0].Requests), CapacityTokens: opts(w, sched.FCFS()).CapacityTokens,
+			Name: w.Name(), Requests: len(traces[wi][0].Requests), CapacityTokens: opts(w, gpuFCFS).CapacityTokens,
 			Footprint: w.Footprint(), Saturation: mus[wi], SaturationBySeed: sat[wi],
 		}
 		if w.Kind == Replay {
@@ -285,19 +339,25 @@ func (mx Matrix) Run() (*Report, error) {
 			wp.Footprint, wp.FootprintMeasured = sum/int64(ns), true
 		}
 		for li, load := range mx.Loads {
-			for pi, p := range mx.Policies {
-				pt := Point{Policy: p.String(), Bound: p.BoundString(), Load: load, Runs: runs[wi][pi][li]}
+			for pi, p := range vs {
+				pt := Point{Policy: p.String(), Bound: p.Policy.BoundString(), Load: load, Runs: runs[wi][pi][li]}
 				pt.Agg = aggregate(pt.Runs)
-				if fcfs >= 0 && pi != fcfs {
-					base := runs[wi][fcfs][li]
+				for bi, b := range vs {
+					if b.Policy.Kind != sched.KindFCFS || bi == pi {
+						continue
+					}
+					base := runs[wi][bi][li]
 					gm := make([]float64, ns)
 					gp := make([]float64, ns)
 					for si := range gm {
 						gm[si] = gain(base[si].TTFT.Mean, pt.Runs[si].TTFT.Mean)
 						gp[si] = gain(base[si].TTFT.P99, pt.Runs[si].TTFT.P99)
 					}
-					em, ep := Estimate95(gm), Estimate95(gp)
-					pt.GainMean, pt.GainP99 = &em, &ep
+					g := Gain{Against: b.String(), Mean: Estimate95(gm), P99: Estimate95(gp)}
+					pt.Gains = append(pt.Gains, g)
+					if bi == fcfs {
+						pt.GainMean, pt.GainP99 = &g.Mean, &g.P99
+					}
 				}
 				var pooled []float64
 				for _, x := range ttfts[wi][pi][li] {

@@ -10,12 +10,24 @@ import (
 // worst case. Times are in seconds.
 type Metrics struct {
 	Requests int `json:"requests"`
-	// TTFT = Queue + Prefill, per request.
-	TTFT    Dist `json:"ttft"`
-	Queue   Dist `json:"queue"`
-	Prefill Dist `json:"prefill"`
-	// HitRatio is reused prompt tokens over prompt tokens.
-	HitRatio float64 `json:"hit_ratio"`
+	// TTFT = Queue + Transfer + Prefill, per request.
+	TTFT     Dist `json:"ttft"`
+	Queue    Dist `json:"queue"`
+	Transfer Dist `json:"transfer"`
+	Prefill  Dist `json:"prefill"`
+	// HitRatio is reused prompt tokens over prompt tokens; HitByLevel
+	// splits it by the level the reused blocks were on at admission (GPU,
+	// host, disk).
+	HitRatio   float64    `json:"hit_ratio"`
+	HitByLevel [3]float64 `json:"hit_by_level"`
+	// OnboardGB, OffloadGB and DiskGB are the modelled gigabytes (1e9 B)
+	// moved during the whole run: to the GPU from colder levels, from the
+	// GPU to colder levels, and read from or written to disk.
+	OnboardGB float64 `json:"onboard_gb"`
+	OffloadGB float64 `json:"offload_gb"`
+	DiskGB    float64 `json:"disk_gb"`
+	// PrefetchGB is the part of OnboardGB that prefetch brought.
+	PrefetchGB float64 `json:"prefetch_gb"`
 	// PrefillTokens is the mean number of prompt tokens computed (not
 	// reused) per request.
 	PrefillTokens float64 `json:"prefill_tokens"`
@@ -86,17 +98,31 @@ func (r *Result) Metrics() Metrics {
 	m.Requests = len(ms)
 	ttft := make([]float64, len(ms))
 	queue := make([]float64, len(ms))
+	xfer := make([]float64, len(ms))
 	pre := make([]float64, len(ms))
 	var prompt, reused int64
+	var byLevel [3]int64
 	for i, q := range ms {
-		ttft[i], queue[i], pre[i] = q.TTFT(), q.Queueing(), q.Prefill()
+		ttft[i], queue[i], xfer[i], pre[i] = q.TTFT(), q.Queueing(), q.Transfer(), q.Prefill()
 		prompt += int64(q.Prompt)
 		reused += int64(q.Reused)
+		for l, n := range q.ReusedByLevel {
+			byLevel[l] += int64(n)
+		}
 	}
-	m.TTFT, m.Queue, m.Prefill = dist(ttft), dist(queue), dist(pre)
+	m.TTFT, m.Queue, m.Transfer, m.Prefill = dist(ttft), dist(queue), dist(xfer), dist(pre)
 	if prompt > 0 {
 		m.HitRatio = float64(reused) / float64(prompt)
+		for l, n := range byLevel {
+			m.HitByLevel[l] = float64(n) / float64(prompt)
+		}
 	}
+	gb := r.BlockBytes / 1e9
+	mv := r.Moved
+	m.OnboardGB = float64(mv[1][0]+mv[2][0]) * gb
+	m.OffloadGB = float64(mv[0][1]+mv[0][2]) * gb
+	m.DiskGB = float64(mv[0][2]+mv[1][2]+mv[2][0]+mv[2][1]) * gb
+	m.PrefetchGB = float64(r.Prefetched) * gb
 	if len(ms) > 0 {
 		m.PrefillTokens = float64(prompt-reused) / float64(len(ms))
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 )
 
@@ -32,26 +33,58 @@ func (r *Report) WriteTable(w io.Writer) error {
 		r.Cost.T0, r.Cost.Beta, r.Cost.Gamma, r.Cost.D0, r.Cost.D1, r.Cost.D2)
 	for _, wp := range r.Workloads {
 		fmt.Fprintf(w, "\n== %s: %d requests, KV capacity %d tokens%s", wp.Name, wp.Requests, wp.CapacityTokens, wp.footprint())
-		fmt.Fprintf(w, ", FCFS saturation %.3f req/s\n", wp.Saturation)
+		fmt.Fprintf(w, ", %s saturation %.3f req/s\n", r.saturationOf(), wp.Saturation)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "load\tpolicy\tbound\tTTFT mean\tp50\tp90\tp99\tqueue mean\tqueue p99\tprefill mean\tprefill p99\thit %\tprefill tok/req\tevictions\tworst wait\tworst bypass\tsched µs/step\tmean gain vs FCFS %\tp99 gain %\t")
+		fmt.Fprintln(tw, "load\tpolicy\tbound\tTTFT mean\tp50\tp90\tp99\tqueue mean\tqueue p99\ttransfer mean\tprefill mean\tprefill p99\thit %\tgpu/host/disk %\tonboard GB\toffload GB\tprefill tok/req\tevictions\tworst wait\tworst bypass\tsched µs/step\tmean gain vs FCFS %\tp99 gain %\tother baselines\t")
 		for _, pt := range wp.Points {
 			a := pt.Agg
 			gm, gp := "", ""
 			if pt.GainMean != nil {
 				gm, gp = pm(*pt.GainMean, 100, 1), pm(*pt.GainP99, 100, 1)
 			}
-			fmt.Fprintf(tw, "%.2f\t%s\t%s\t%s\t%.3f\t%.3f\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%.0f\t%.0f\t%.2f\t%.0f\t%.1f\t%s\t%s\t\n",
+			fmt.Fprintf(tw, "%.2f\t%s\t%s\t%s\t%.3f\t%.3f\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%s\t%.1f\t%.1f\t%.0f\t%.0f\t%.2f\t%.0f\t%.1f\t%s\t%s\t%s\t\n",
 				pt.Load, pt.Policy, pt.Bound, pm(a.TTFTMean, 1, 3), a.TTFTP50.Mean, a.TTFTP90.Mean, pm(a.TTFTP99, 1, 2),
-				a.QueueMean.Mean, a.QueueP99.Mean, a.PrefillMean.Mean, a.PrefillP99.Mean,
-				pm(a.HitRatio, 100, 1), a.PrefillTokens.Mean, a.Evictions.Mean, a.WorstWait, a.WorstBypass,
-				a.SchedMicros.Mean, gm, gp)
+				a.QueueMean.Mean, a.QueueP99.Mean, a.TransferMean.Mean, a.PrefillMean.Mean, a.PrefillP99.Mean,
+				pm(a.HitRatio, 100, 1), a.levels(), a.OnboardGB.Mean, a.OffloadGB.Mean,
+				a.PrefillTokens.Mean, a.Evictions.Mean, a.WorstWait, a.WorstBypass,
+				a.SchedMicros.Mean, gm, gp, pt.otherGains())
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// saturationOf names the variant whose saturation defines the load (FCFS
+// for reports from before variants).
+func (r *Report) saturationOf() string {
+	if r.SaturationOf == "" || r.SaturationOf == "fcfs" {
+		return "FCFS"
+	}
+	return r.SaturationOf
+}
+
+// levels is the hit ratio by level, in percent.
+func (a Aggregate) levels() string {
+	return fmt.Sprintf("%.1f/%.1f/%.1f", 100*a.HitGPU.Mean, 100*a.HitHost.Mean, 100*a.HitDisk.Mean)
+}
+
+// otherGains lists the gains against the FCFS baselines after the first:
+// "vs BASELINE mean m±ci p99 m±ci", separated by "; ".
+func (pt Point) otherGains() string {
+	gains := pt.Gains
+	if pt.GainMean != nil {
+		gains = gains[1:] // the first FCFS variant's, shown on its own
+	}
+	var out []string
+	for _, g := range gains {
+		out = append(out, fmt.Sprintf("vs %s %s / %s", g.Against, pm(g.Mean, 100, 1), pm(g.P99, 100, 1)))
+	}
+	if len(out) == 0 {
+		return "—"
+	}
+	return strings.Join(out, "; ")
 }
 
 // footprint describes the capacity against the footprint, if there is one.
@@ -76,19 +109,20 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		r.Cost.T0, r.Cost.Beta, r.Cost.Gamma, r.Cost.D0, r.Cost.D1, r.Cost.D2)
 	for _, wp := range r.Workloads {
 		fmt.Fprintf(w, "\n#### %s\n\n%d requests, KV capacity %d tokens%s", wp.Name, wp.Requests, wp.CapacityTokens, wp.footprint())
-		fmt.Fprintf(w, ", FCFS saturation %.3f req/s.\n\n", wp.Saturation)
-		fmt.Fprintln(w, "| ρ | policy | bound | TTFT mean (s) | p50 | p90 | p99 | queue mean | prefill mean | hit % | prefill tok/req | evictions | worst wait (s) | worst bypass | sched µs/step | mean gain % | p99 gain % |")
-		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+		fmt.Fprintf(w, ", %s saturation %.3f req/s.\n\n", r.saturationOf(), wp.Saturation)
+		fmt.Fprintln(w, "| ρ | policy | bound | TTFT mean (s) | p50 | p90 | p99 | queue mean | transfer mean | prefill mean | hit % | gpu/host/disk % | onboard GB | offload GB | prefill tok/req | evictions | worst wait (s) | worst bypass | sched µs/step | mean gain % | p99 gain % | gains vs other FCFS (mean / p99 %) |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 		for _, pt := range wp.Points {
 			a := pt.Agg
 			gm, gp := "—", "—"
 			if pt.GainMean != nil {
 				gm, gp = pm(*pt.GainMean, 100, 1), pm(*pt.GainP99, 100, 1)
 			}
-			fmt.Fprintf(w, "| %.2f | %s | %s | %s | %.3f | %.3f | %s | %.3f | %.3f | %s | %.0f | %.0f | %.2f | %.0f | %.1f | %s | %s |\n",
+			fmt.Fprintf(w, "| %.2f | %s | %s | %s | %.3f | %.3f | %s | %.3f | %.3f | %.3f | %s | %s | %.1f | %.1f | %.0f | %.0f | %.2f | %.0f | %.1f | %s | %s | %s |\n",
 				pt.Load, pt.Policy, pt.Bound, pm(a.TTFTMean, 1, 3), a.TTFTP50.Mean, a.TTFTP90.Mean, pm(a.TTFTP99, 1, 2),
-				a.QueueMean.Mean, a.PrefillMean.Mean, pm(a.HitRatio, 100, 1), a.PrefillTokens.Mean, a.Evictions.Mean,
-				a.WorstWait, a.WorstBypass, a.SchedMicros.Mean, gm, gp)
+				a.QueueMean.Mean, a.TransferMean.Mean, a.PrefillMean.Mean, pm(a.HitRatio, 100, 1), a.levels(),
+				a.OnboardGB.Mean, a.OffloadGB.Mean, a.PrefillTokens.Mean, a.Evictions.Mean,
+				a.WorstWait, a.WorstBypass, a.SchedMicros.Mean, gm, gp, pt.otherGains())
 		}
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"sort"
 	"time"
@@ -50,37 +51,61 @@ type Options struct {
 	Warmup float64
 	// LevelWeights configures the manager-backed index (nil: defaults).
 	LevelWeights []float64
+	// Tiers are the cold levels under the GPU (zero: none), Link the cost
+	// of moving blocks between levels.
+	Tiers Tiers
+	Link  Link
+	// Prefetch brings waiting requests' cold prefixes to the GPU.
+	Prefetch PrefetchOptions
+	// QueueEvict evicts the blocks waiting requests will reuse last.
+	QueueEvict QueueEvictOptions
+	// selfCheck makes every step verify that running requests keep their
+	// pages on the GPU and their reservations covered (tests).
+	selfCheck bool
 }
 
 // DefaultOptions: FCFS, manager-backed index, default cost model, budget
-// 8192, batch 256, 16 tokens a block, 10% warm-up.
+// 8192, batch 256, 16 tokens a block, 10% warm-up, GPU tier only (the
+// default link and prefetch budgets apply once tiers and prefetch are on).
 func DefaultOptions() Options {
 	return Options{
 		Policy: sched.FCFS(), Index: IndexManager, Cost: DefaultCost(),
 		TokenBudget: 8192, MaxBatch: 256, TokensPerBlock: 16, Warmup: 0.1,
+		Link: DefaultLink(), Prefetch: DefaultPrefetch(), QueueEvict: DefaultQueueEvict(),
 	}
 }
 
 // RequestResult is what happened to one request. Times are in seconds.
 type RequestResult struct {
-	ID         string  `json:"id"`
-	Arrival    float64 `json:"arrival"`
-	Admit      float64 `json:"admit"`
+	ID      string  `json:"id"`
+	Arrival float64 `json:"arrival"`
+	Admit   float64 `json:"admit"`
+	// Ready is when the request's reused blocks were all on the GPU: its
+	// admission, unless some had to come from a cold level.
+	Ready      float64 `json:"ready"`
 	FirstToken float64 `json:"first_token"`
 	Finish     float64 `json:"finish"`
 	Prompt     int     `json:"prompt"`
 	Reused     int     `json:"reused"`
-	Bypassed   int     `json:"bypassed"`
+	// ReusedByLevel splits Reused by the level each block was on when the
+	// request was admitted (0 GPU, 1 host, 2 disk).
+	ReusedByLevel [3]int `json:"reused_by_level"`
+	Bypassed      int    `json:"bypassed"`
 }
 
-// TTFT is the time to first token: queueing plus prefill.
+// TTFT is the time to first token: queueing, transfer and prefill.
 func (r RequestResult) TTFT() float64 { return r.FirstToken - r.Arrival }
 
 // Queueing is the time from arrival to admission.
 func (r RequestResult) Queueing() float64 { return r.Admit - r.Arrival }
 
-// Prefill is the time from admission to the first token.
-func (r RequestResult) Prefill() float64 { return r.FirstToken - r.Admit }
+// Transfer is the time from admission until the reused blocks are on the
+// GPU (what is left of their onboarding once the request is admitted).
+func (r RequestResult) Transfer() float64 { return r.Ready - r.Admit }
+
+// Prefill is the time from the reused blocks being on the GPU to the first
+// token.
+func (r RequestResult) Prefill() float64 { return r.FirstToken - r.Ready }
 
 // Result is one run.
 type Result struct {
@@ -92,7 +117,15 @@ type Result struct {
 	Steps    int
 	SimTime  float64
 	// Evictions counts pages the manager evicted during the whole run.
-	Evictions      int64
+	Evictions int64
+	// Moved counts blocks moved between levels, Moved[from][to], and
+	// BlockBytes is what the link charged for one.
+	Moved      [3][3]int64
+	BlockBytes float64
+	// Prefetched counts blocks prefetch brought to the GPU; Protected is
+	// the most blocks queue-aware eviction raised at once.
+	Prefetched     int64
+	Protected      int
 	CapacityBlocks int64
 	SchedTime      time.Duration
 	Sched          sched.Stats
@@ -105,6 +138,8 @@ type phase int
 
 const (
 	waiting phase = iota
+	// onboarding: admitted, its reused blocks still on their way to the GPU.
+	onboarding
 	prefilling
 	decoding
 	finished
@@ -129,7 +164,10 @@ type job struct {
 	chunk       int
 	arrival     float64
 	admitT      float64
+	readyT      float64
 	firstT      float64
+	byLevel     [3]int
+	prefetched  int
 	bypass      int
 }
 
@@ -144,9 +182,21 @@ type engine struct {
 
 	// The simulator's own mirror of the tree, from the manager's events,
 	// and the pages running requests pin: admission control is exact.
-	cached     map[blockhash.Key]struct{}
+	// cached maps each cached block to its level.
+	cached     map[blockhash.Key]int
 	pins       map[blockhash.Key]int
 	committing *job
+	// moves counts blocks moved by the manager call in progress; link
+	// charges them. readyAt is when a prefetched block reaches the GPU.
+	moves     [3][3]int64
+	link      link
+	readyAt   map[blockhash.Key]float64
+	levels    levelIndex
+	prefetchN int // blocks prefetched for requests still waiting
+	// protected holds, per waiting request, the chain whose priority
+	// queue-aware eviction raised.
+	protected map[string][]blockhash.Key
+	diskDir   string
 
 	jobs        []job
 	byID        map[string]*job
@@ -179,9 +229,25 @@ func Run(tr *Trace, opts Options) (*Result, error) {
 		return nil, errors.New("sim: max batch, tokens per block and capacity must be positive")
 	case opts.Warmup < 0 || opts.Warmup >= 1:
 		return nil, fmt.Errorf("sim: warm-up fraction %v out of [0, 1)", opts.Warmup)
+	case opts.Tiers.HostX < 0 || opts.Tiers.DiskX < 0:
+		return nil, fmt.Errorf("sim: tier sizes must not be negative, got host %v disk %v", opts.Tiers.HostX, opts.Tiers.DiskX)
+	case opts.QueueEvict.On && !(opts.QueueEvict.Limit >= 0 && opts.QueueEvict.Limit <= 1 &&
+		opts.QueueEvict.Priority > core.DefaultPriority && opts.QueueEvict.Priority <= core.MaxPriority):
+		return nil, fmt.Errorf("sim: queue-aware eviction limit %v must be in [0, 1] and priority %d in (%d, %d]",
+			opts.QueueEvict.Limit, opts.QueueEvict.Priority, core.DefaultPriority, core.MaxPriority)
+	case opts.Prefetch.On && !(opts.Prefetch.Pages > 0 && opts.Prefetch.Pages <= 1 && opts.Prefetch.Horizon >= 0):
+		return nil, fmt.Errorf("sim: prefetch pages %v must be in (0, 1] and horizon %v not negative",
+			opts.Prefetch.Pages, opts.Prefetch.Horizon)
+	}
+	if opts.Tiers.On() {
+		if err := opts.Link.Validate(); err != nil {
+			return nil, err
+		}
 	}
 	e := &engine{opts: opts, tr: tr, tpb: opts.TokensPerBlock,
-		cached: map[blockhash.Key]struct{}{}, pins: map[blockhash.Key]int{}}
+		cached: map[blockhash.Key]int{}, pins: map[blockhash.Key]int{}, readyAt: map[blockhash.Key]float64{},
+		protected: map[string][]blockhash.Key{}}
+	e.link = link{cfg: opts.Link, blockBytes: float64(opts.TokensPerBlock) * opts.Link.BytesPerToken}
 	if err := e.init(); err != nil {
 		return nil, err
 	}
@@ -197,9 +263,24 @@ func Run(tr *Trace, opts Options) (*Result, error) {
 
 func (e *engine) init() error {
 	blocks := (e.opts.CapacityTokens + int64(e.tpb) - 1) / int64(e.tpb)
+	tiers := []config.CacheTierConfig{config.GPU(blocks * 8)}
+	if x := e.opts.Tiers.HostX; x > 0 {
+		tiers = append(tiers, config.Host(int64(math.Ceil(x*float64(blocks)))*8))
+	}
+	if x := e.opts.Tiers.DiskX; x > 0 {
+		dir := e.opts.Tiers.DiskDir
+		if dir == "" {
+			d, err := os.MkdirTemp("", "kvcm-sim-disk-")
+			if err != nil {
+				return fmt.Errorf("sim: disk tier directory: %w", err)
+			}
+			e.diskDir, dir = d, d
+		}
+		tiers = append(tiers, config.Disk(int64(math.Ceil(x*float64(blocks)))*8, dir))
+	}
 	cfg := config.Config{
 		TokensPerBlock: e.tpb,
-		CacheTiers:     []config.CacheTierConfig{config.GPU(blocks * 8)},
+		CacheTiers:     tiers,
 		Layers: []config.AttentionLayerConfig{{LayerID: 0, Buffers: []config.BufferConfig{
 			{Role: config.RoleKey, Size: 8},
 		}}},
@@ -220,7 +301,7 @@ func (e *engine) init() error {
 				return nil
 			},
 		}, listen)
-		index = mb
+		index, e.levels = mb, mb
 	case IndexNull, IndexNone, "":
 		e.m, err = core.NewManager(cfg, listen)
 		if e.opts.Index == IndexNull {
@@ -230,9 +311,11 @@ func (e *engine) init() error {
 		return fmt.Errorf("sim: unknown index %q (none, null, manager)", e.opts.Index)
 	}
 	if err != nil {
+		e.removeDiskDir()
 		return err
 	}
 	if e.stream, err = e.m.Device().NewStream(); err != nil {
+		e.removeDiskDir()
 		e.m.Close()
 		return err
 	}
@@ -300,13 +383,21 @@ func (e *engine) close() {
 		e.stream.Close()
 	}
 	e.m.Close()
+	e.removeDiskDir()
+}
+
+func (e *engine) removeDiskDir() {
+	if e.diskDir != "" {
+		os.RemoveAll(e.diskDir)
+		e.diskDir = ""
+	}
 }
 
 // onEvent keeps the simulator's mirror; it runs with the manager's lock held.
 func (e *engine) onEvent(ev core.CacheEvent) {
 	switch ev.Kind {
 	case core.BlockStored:
-		e.cached[ev.Key] = struct{}{}
+		e.cached[ev.Key] = int(ev.Level)
 		if j := e.committing; j != nil {
 			// The committing request's own page now backs the block.
 			j.pins = append(j.pins, ev.Key)
@@ -314,8 +405,27 @@ func (e *engine) onEvent(ev core.CacheEvent) {
 		}
 	case core.BlockRemoved:
 		delete(e.cached, ev.Key)
+		delete(e.readyAt, ev.Key)
+	case core.BlockUpdated:
+		// One layer group: a block's page is the block.
+		if ev.Level < 0 || ev.Level > 2 {
+			break
+		}
+		if _, ok := e.cached[ev.Key]; ok {
+			e.cached[ev.Key] = int(ev.Level)
+		}
+		if ev.Level != layout.GPULevel {
+			delete(e.readyAt, ev.Key)
+		}
+		if ev.OldLevel >= 0 && ev.OldLevel <= 2 {
+			e.moves[ev.OldLevel][ev.Level]++
+		}
 	}
 }
+
+// charge charges the blocks the last manager calls moved and returns when
+// those brought to the GPU have arrived (now if none).
+func (e *engine) charge() float64 { return e.link.issue(&e.moves, e.t) }
 
 func (e *engine) fail(err error) {
 	if e.err == nil {
@@ -387,6 +497,11 @@ func (e *engine) step() {
 		e.t = next
 		return
 	}
+	for _, j := range e.running {
+		if j.phase == onboarding && j.readyT <= e.t {
+			j.phase = prefilling
+		}
+	}
 	e.budget = e.opts.TokenBudget
 	for _, j := range e.running {
 		if j.phase == decoding {
@@ -407,6 +522,15 @@ func (e *engine) step() {
 			e.byID[a.ID].bypass = a.Bypassed
 		}
 	}
+	if e.opts.QueueEvict.On && (e.sch.Len() > 0 || len(e.protected) > 0) && e.err == nil {
+		e.protectQueue()
+	}
+	if e.opts.Prefetch.On && e.sch.Len() > 0 && e.err == nil {
+		e.prefetch()
+	}
+	if e.opts.selfCheck && e.err == nil {
+		e.checkRunning()
+	}
 	if e.err != nil {
 		return
 	}
@@ -419,6 +543,9 @@ func (e *engine) step() {
 	var sc stepCost
 	for _, j := range e.running {
 		n := 1
+		if j.phase == onboarding {
+			continue
+		}
 		if j.phase == prefilling {
 			n = j.chunk
 			if n == 0 {
@@ -436,6 +563,17 @@ func (e *engine) step() {
 			e.outstanding -= need - j.capBlocks
 			j.capBlocks = need
 		}
+	}
+	e.charge()
+	if sc == (stepCost{}) {
+		// Every running request is onboarding: wait for the first to be
+		// ready, or for an arrival.
+		next := e.nextArrival()
+		for _, j := range e.running {
+			next = min(next, j.readyT)
+		}
+		e.t = next
+		return
 	}
 	e.t += e.opts.Cost.step(&sc)
 	e.res.Steps++
@@ -487,6 +625,7 @@ func (e *engine) commit(j *job) {
 	e.committing = j
 	err := j.cache.Commit(src[j.committed:target], false)
 	e.committing = nil
+	e.charge()
 	if err != nil {
 		e.fail(err)
 		return
@@ -501,19 +640,23 @@ func (e *engine) offer(id string) bool {
 		return false
 	}
 	reused := 0
+	var byLevel [3]int
 	for reused < len(j.chain) {
-		if _, ok := e.cached[j.chain[reused]]; !ok {
+		lv, ok := e.cached[j.chain[reused]]
+		if !ok {
 			break
 		}
+		byLevel[lv]++
 		reused++
 	}
 	unpinned := 0
 	for _, k := range j.chain[:reused] {
-		if e.pins[k] == 0 {
+		if e.cached[k] == 0 && e.pins[k] == 0 {
 			unpinned++
 		}
 	}
-	need := j.totalBlocks - reused
+	// Blocks on cold levels come to the GPU at Resume: they need pages now.
+	need := j.totalBlocks - byLevel[0]
 	if e.available()-e.outstanding-unpinned < need {
 		return false
 	}
@@ -532,15 +675,28 @@ func (e *engine) offer(id string) bool {
 		e.fail(err)
 		return false
 	}
-	j.cache, j.phase, j.admitT = c, prefilling, e.t
+	ready := e.charge()
+	for _, k := range j.chain[:reused] {
+		if r, ok := e.readyAt[k]; ok {
+			ready = max(ready, r)
+		}
+	}
+	e.prefetchN -= j.prefetched
+	j.prefetched = 0
+	j.cache, j.phase, j.admitT, j.readyT, j.byLevel = c, prefilling, e.t, ready, byLevel
 	j.reused, j.computed, j.committed, j.capBlocks = reused*e.tpb, reused*e.tpb, reused*e.tpb, reused
 	j.pins = slices.Clone(j.chain[:reused])
 	for _, k := range j.pins {
 		e.pins[k]++
 	}
-	e.outstanding += need
-	j.chunk = min(j.p-j.computed, e.budget)
-	e.budget -= j.chunk
+	e.outstanding += j.totalBlocks - reused
+	j.chunk = 0
+	if ready > e.t {
+		j.phase = onboarding
+	} else {
+		j.chunk = min(j.p-j.computed, e.budget)
+		e.budget -= j.chunk
+	}
 	e.running = append(e.running, j)
 	return true
 }
@@ -550,6 +706,7 @@ func (e *engine) finish(j *job) {
 		e.fail(err)
 		return
 	}
+	e.charge()
 	for _, k := range j.pins {
 		if e.pins[k]--; e.pins[k] == 0 {
 			delete(e.pins, k)
@@ -558,8 +715,9 @@ func (e *engine) finish(j *job) {
 	e.outstanding -= j.totalBlocks - j.capBlocks
 	j.phase = finished
 	e.res.Requests = append(e.res.Requests, RequestResult{
-		ID: j.req.ID, Arrival: j.arrival, Admit: j.admitT, FirstToken: j.firstT, Finish: e.t,
-		Prompt: j.p, Reused: j.reused, Bypassed: j.bypass,
+		ID: j.req.ID, Arrival: j.arrival, Admit: j.admitT, Ready: j.readyT, FirstToken: j.firstT, Finish: e.t,
+		Prompt: j.p, Reused: j.reused, ReusedByLevel: [3]int{j.byLevel[0] * e.tpb, j.byLevel[1] * e.tpb, j.byLevel[2] * e.tpb},
+		Bypassed: j.bypass,
 	})
 	j.prompt, j.full, j.chain, j.pins, j.cache = nil, nil, nil, nil, nil
 	if nt := e.nextTurn[j.idx]; nt >= 0 {
@@ -574,6 +732,7 @@ func (e *engine) result() *Result {
 	r.Skip = int(math.Floor(e.opts.Warmup * float64(len(r.Requests))))
 	r.SimTime = e.t
 	r.Evictions = e.m.Stats().Evictions
+	r.Moved, r.BlockBytes = e.link.moved, e.link.blockBytes
 	r.Sched = e.sch.Stats()
 	return &r
 }

@@ -325,7 +325,21 @@ func TestCLIBuildsTheMatrixFromFlags(t *testing.T) {
 	assert.Equal(t, 1e-4, mx.Base.Cost.Beta)
 	assert.Equal(t, 4096, mx.Base.TokenBudget)
 
-	require.NoError(t, fs.Parse([]string{"--full"}))
+	require.NoError(t, fs.Parse([]string{"--policies", "fcfs,fcfs@tiered,aged:64@tiered+prefetch+qevict", "--host-capacity", "3",
+		"--disk-capacity", "0", "--pcie-h2d", "20", "--qevict-limit", "0.1"}))
+	mx, err = c.Matrix()
+	require.NoError(t, err)
+	require.Len(t, mx.Variants, 3, "served variants replace the plain policies")
+	assert.Equal(t, "aged:64@tiered+prefetch+qevict", mx.Variants[2].String())
+	assert.Equal(t, Tiers{HostX: 3}, mx.Tiers)
+	assert.Equal(t, 20.0, mx.Base.Link.H2D)
+	assert.Equal(t, 0.1, mx.Base.QueueEvict.Limit)
+	o := mx.Variants[0].apply(mx.Base, mx.Tiers)
+	assert.False(t, o.Tiers.On(), "a plain policy runs on the GPU tier alone")
+	o = mx.Variants[2].apply(mx.Base, mx.Tiers)
+	assert.True(t, o.Tiers.On() && o.Prefetch.On && o.QueueEvict.On)
+
+	require.NoError(t, fs.Parse([]string{"--policies", DefaultPolicies, "--full"}))
 	mx, err = c.Matrix()
 	require.NoError(t, err)
 	assert.Len(t, mx.Workloads, 10)
@@ -342,7 +356,7 @@ func TestCLIBuildsTheMatrixFromFlags(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, tr.Requests, 10)
 
-	for _, bad := range [][]string{{"--workloads", "w9"}, {"--policies", "lifo"}, {"--loads", "-1"}, {"--seeds", "0"}} {
+	for _, bad := range [][]string{{"--workloads", "w9"}, {"--policies", "lifo"}, {"--policies", "fcfs@gpu+prefetch"}, {"--policies", "fcfs@nvme"}, {"--loads", "-1"}, {"--seeds", "0"}} {
 		var c CLI
 		fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
 		c.Register(fs)

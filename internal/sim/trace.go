@@ -3,9 +3,12 @@
 // KV cache is a core.KVCache (tiny buffers, so millions of tokens fit),
 // reuse, eviction and block bookkeeping are the manager's own, and blocks
 // that finished requests leave behind stay cached until evicted. Compute
-// time comes from a documented cost model (CostModel). It measures admission
-// policies (package sched) against CP-aware indexes (package cp) on the
-// workloads of EVALUATION.md §3.
+// time comes from a documented cost model (CostModel), moves between the
+// GPU and the manager's host and disk levels (Tiers) from a link model
+// (Link) that runs alongside compute. It measures admission policies
+// (package sched), prefetch for waiting requests and queue-aware eviction
+// against CP-aware indexes (package cp) on the workloads of EVALUATION.md
+// §3.
 package sim
 
 import (
