@@ -135,14 +135,24 @@ type KVCache struct {
 
 // CreateKVCache creates a SUSPENDED cache holding the longest reusable cached
 // prefix of opts.InputTokens: full blocks are shared; with partial reuse, the
-// matching head of one more block is copied into a private page.
+// matching head of one more block is copied into a private page. With a
+// shared tier the match continues into it: the blocks it holds past the
+// local tree are fetched without the manager's lock and onboarded to the
+// first cold level (see sharedlevel.go); Resume brings them to the GPU.
 func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
+	var fetched *sharedFetch
+	if m.shared != nil {
+		fetched = m.fetchShared(opts.Scope, opts.InputTokens)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.checkOpen(); err != nil {
 		return nil, err
 	}
 	m.settle()
+	if fetched != nil {
+		m.onboardShared(fetched)
+	}
 	tpb := m.cfg.TokensPerBlock
 	mt := m.findMatch(opts.Scope, opts.InputTokens)
 	// Its pages come from the tree, which holds no lost page.
@@ -939,9 +949,11 @@ func (c *KVCache) commit(tokens []config.Token, parents []int, isEnd bool) error
 		if prios != nil {
 			pr = prios[b-first]
 		}
-		for _, p := range c.publish(b, blk, pr) {
+		published := c.publish(b, blk, pr)
+		for _, p := range published {
 			p.group.fences[p.slot].add(&m.events, ev)
 		}
+		m.writeThrough(published)
 		c.unifyBlock(b, ev)
 		c.tail = c.tail[:0]
 	}

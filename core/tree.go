@@ -275,8 +275,18 @@ func (m *Manager) usablePrefix(path []*node) int {
 }
 
 // ProbeReuse returns how many tokens of input a new cache in scope would
-// reuse now. It changes nothing.
+// reuse now. With a shared tier it continues past the local tree into it
+// (one round trip per batch of block keys, without the manager's lock): the
+// blocks the tier holds now count, less ReuseMatchBackoff. It changes
+// nothing.
 func (m *Manager) ProbeReuse(scope blockhash.Scope, input []config.Token) int {
+	if m.shared != nil {
+		return m.probeShared(scope, input)
+	}
+	return m.probeLocal(scope, input)
+}
+
+func (m *Manager) probeLocal(scope blockhash.Scope, input []config.Token) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
