@@ -30,7 +30,8 @@
 // resize.go level resizes; rebalance.go pool rebalancing (NeedAdjustment,
 // Adjust); scratch.go SWA scratch reuse; planneddrop.go planned drops of a
 // finished turn's window pages; disktier.go, diskfile.go and persist.go the disk
-// tier's I/O, files and persistence; errors.go, events.go and stats.go what
+// tier's I/O, files and persistence; sharedlevel.go the shared tier (Redis
+// Cluster) beside the local levels; errors.go, events.go and stats.go what
 // the manager reports.
 package core
 
