@@ -159,3 +159,29 @@ func TestOnboardedBlocksAreAnnouncedFromTheSharedLevel(t *testing.T) {
 	assert.Equal(t, int64(2*256), st.OnboardedBytes, "2 cold pages of 256 bytes")
 	assert.Zero(t, st.DiscardedPages)
 }
+
+// Without a host tier the blobs land on the disk tier (with headers of its
+// own) and are read, checked and decoded from there; under write-back, pages
+// evicted from the disk tier, the last local level, are read from their
+// slots and written. Either way the second manager holds the first's bytes.
+func TestDiskTierOnboardsAndWritesBack(t *testing.T) {
+	addrs, ns := clusterAddrs(t), testNamespace()
+	a := newTieredFixture(t, withSharedTier(tieredConfig(t, 4, 0, 4), addrs, ns, config.WriteBackOnEviction))
+	for i := range 4 { // 4 prompts of 3 blocks through 4 GPU and 4 disk pages
+		require.NoError(t, a.compute(blockhash.Scope{}, seq(100*i, 12), i+1).Close())
+	}
+	require.NoError(t, a.m.FlushShared(context.Background()))
+	st, _ := a.m.SharedStats()
+	require.Positive(t, st.WriteBacks)
+	require.Equal(t, st.WriteBacks, st.Store.Written+st.Store.Present, "every evicted block is written")
+	require.Zero(t, st.LostWrites)
+
+	b := newTieredFixture(t, withSharedTier(tieredConfig(t, 4, 0, 4), addrs, ns, config.WriteBackOnEviction))
+	c, err := b.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 13)})
+	require.NoError(t, err)
+	assert.Equal(t, 12, c.ReusedTokens(), "the first prompt, evicted first, is in the cluster")
+	assert.Equal(t, int64(3), b.groups(1)[0].Total-b.groups(1)[0].Free, "landed on the disk level")
+	require.NoError(t, c.Resume(b.stream))
+	assert.Equal(t, 12, b.verifyAll(c, 1))
+	require.NoError(t, c.Close())
+}
