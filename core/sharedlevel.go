@@ -258,13 +258,18 @@ func (m *Manager) planShared(scope blockhash.Scope, input []config.Token) (*shar
 	return p, true
 }
 
-// sharedFetch is what a lookup found: blobs[i] is want[i]'s, for the first
-// blocks blocks of the plan.
+// sharedFetch is what a lookup fetched: the plan's blocks [from, to)
+// (counted from its start); blobs[i] is want[wantFrom[from]+i]'s.
 type sharedFetch struct {
-	plan   *sharedPlan
-	blocks int
-	blobs  [][]byte
+	plan     *sharedPlan
+	from, to int
+	blobs    [][]byte
 }
+
+// sharedChunkBytes is about how many blob bytes one fetch brings before they
+// are landed: the landing of one chunk (on the shared stream) overlaps the
+// fetch of the next. A variable for the tests.
+var sharedChunkBytes int64 = 8 << 20
 
 // matchShared asks the shared tier how many blocks of the plan it holds,
 // without the lock, and counts the lookup.
@@ -279,36 +284,57 @@ func (m *Manager) matchShared(p *sharedPlan) int {
 }
 
 // fetchShared looks input's blocks past the local tree up in the shared
-// tier and fetches the blobs found, without the lock; nil when there is
-// nothing to onboard. A blob missing (evicted since the match), failing its
-// check or of other tokens (a key collision) ends the blocks there.
+// tier and fetches the blobs found, without the lock, in chunks of about
+// sharedChunkBytes: each chunk but the last is onboarded as soon as it
+// arrives (taking the lock for that only), so its landing overlaps the next
+// fetch; the last is returned, for CreateKVCache to onboard under the lock
+// it creates the cache with (nil when there is none). A blob missing
+// (evicted since the match), failing its check or of other tokens (a key
+// collision) ends the blocks there.
 func (m *Manager) fetchShared(scope blockhash.Scope, input []config.Token) *sharedFetch {
 	p, ok := m.planShared(scope, input)
 	if !ok {
 		return nil
 	}
 	k := m.matchShared(p)
-	if k == 0 {
-		return nil
+	var perBlock int64
+	for _, lc := range m.lcCodec {
+		perBlock += lc.coldBytes
 	}
-	blobs, _ := m.shared.store.Get(context.Background(), p.want[:p.wantFrom[k]])
+	chunk := int(max(sharedChunkBytes/perBlock, 1))
 	tpb := m.cfg.TokensPerBlock
-	for i, b := range blobs {
-		blk := p.input[(p.start+p.blockOf(i))*tpb:][:tpb]
-		if b != nil {
-			h, err := blob.Decode(b, tpb) // verified by the store
-			if err == nil && slices.Equal(h.Tokens, blk) {
-				continue
+	for from := 0; from < k; {
+		to := min(from+chunk, k)
+		lo := p.wantFrom[from]
+		blobs, _ := m.shared.store.Get(context.Background(), p.want[lo:p.wantFrom[to]])
+		for i, b := range blobs {
+			j := p.blockOf(lo + i)
+			if b != nil {
+				h, err := blob.Decode(b, tpb) // verified by the store
+				if err == nil && slices.Equal(h.Tokens, p.input[(p.start+j)*tpb:][:tpb]) {
+					continue
+				}
 			}
+			to = j
+			blobs = blobs[:p.wantFrom[j]-lo]
+			break
 		}
-		k = p.blockOf(i)
-		blobs = blobs[:p.wantFrom[k]]
-		break
+		if to == from {
+			return nil
+		}
+		f := &sharedFetch{plan: p, from: from, to: to, blobs: blobs}
+		if to == k || to < min(from+chunk, k) {
+			return f
+		}
+		m.mu.Lock()
+		if !m.closed {
+			m.onboardShared(f)
+			m.safePoint()
+		}
+		m.mu.Unlock()
+		from = to
 	}
-	if k == 0 {
-		return nil
-	}
-	return &sharedFetch{plan: p, blocks: k, blobs: blobs}
+	return nil
 }
 
 // blockOf is the plan block (counted from start) of want[i].
@@ -332,11 +358,12 @@ type arrival struct {
 // that arrived locally meanwhile is kept and the fetched one discarded.
 func (m *Manager) onboardShared(f *sharedFetch) {
 	sh, p, tpb := m.shared, f.plan, m.cfg.TokensPerBlock
+	lo := p.wantFrom[f.from]
 	// Room first, so making it cannot evict the blocks being linked.
-	k := f.blocks
-	for ; k > 0; k /= 2 {
+	to := f.to
+	for ; to > f.from; to = f.from + (to-f.from)/2 {
 		n := need{}
-		for _, lc := range p.wantLC[:p.wantFrom[k]] {
+		for _, lc := range p.wantLC[lo:p.wantFrom[to]] {
 			n[sh.dst.groupOf(lc)]++
 		}
 		if m.reserveAt(sh.dst.index, n) == nil {
@@ -345,18 +372,18 @@ func (m *Manager) onboardShared(f *sharedFetch) {
 	}
 	used := 0
 	defer func() { sh.stats.DiscardedPages += int64(len(f.blobs) - used) }()
-	if k == 0 {
+	if to == f.from {
 		return
 	}
 	var arrivals []arrival
 	cur := m.root(p.scope)
-	for b := 0; b < p.start+k; b++ {
+	for b := 0; b < p.start+to; b++ {
 		blk := p.input[b*tpb : (b+1)*tpb]
 		c := cur.child(p.keys[b])
 		if c != nil && !slices.Equal(c.tokens, blk) {
 			break
 		}
-		if b < p.start {
+		if b < p.start+f.from {
 			if c == nil {
 				break
 			}
@@ -375,8 +402,9 @@ func (m *Manager) onboardShared(f *sharedFetch) {
 			if c.pages[lc] != nil {
 				continue
 			}
-			h, _ := blob.Decode(f.blobs[i], tpb) // verified by the store
-			a := arrival{p: m.newPage(sh.dst.groupOf(lc), lc), n: c, payload: f.blobs[i][h.Size():], hdr: h, fresh: fresh}
+			bl := f.blobs[i-lo]
+			h, _ := blob.Decode(bl, tpb) // verified by the store
+			a := arrival{p: m.newPage(sh.dst.groupOf(lc), lc), n: c, payload: bl[h.Size():], hdr: h, fresh: fresh}
 			arrivals = append(arrivals, a)
 		}
 		if fresh && len(arrivals) == before {

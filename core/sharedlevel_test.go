@@ -185,3 +185,33 @@ func TestDiskTierOnboardsAndWritesBack(t *testing.T) {
 	assert.Equal(t, 12, b.verifyAll(c, 1))
 	require.NoError(t, c.Close())
 }
+
+// A long prefix is fetched and landed in chunks (each landing overlapping
+// the next fetch): every block arrives once, in order, with its bytes.
+func TestLongPrefixOnboardsInChunks(t *testing.T) {
+	addrs, ns := clusterAddrs(t), testNamespace()
+	computeShared(t, addrs, ns, seq(0, 28))
+	old := sharedChunkBytes
+	sharedChunkBytes = 2 * 256 // 2 blocks a chunk: 7 blocks in 4 chunks
+	t.Cleanup(func() { sharedChunkBytes = old })
+	var stored []CacheEvent
+	b := newTieredFixture(t, withSharedTier(tieredConfig(t, 8, 8, 0), addrs, ns, config.WriteBackOnEviction),
+		WithEventListener(func(e CacheEvent) {
+			if e.Kind == BlockStored {
+				stored = append(stored, e)
+			}
+		}))
+	c, err := b.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 29)})
+	require.NoError(t, err)
+	assert.Equal(t, 28, c.ReusedTokens())
+	require.Len(t, stored, 7)
+	for i := 1; i < len(stored); i++ {
+		assert.Equal(t, stored[i-1].Key, stored[i].Parent, "block %d follows block %d", i, i-1)
+	}
+	require.NoError(t, c.Resume(b.stream))
+	assert.Equal(t, 28, b.verifyAll(c, 1), "7 blocks × 2 layers × 2 buffers")
+	require.NoError(t, c.Close())
+	st, _ := b.m.SharedStats()
+	assert.Equal(t, int64(7), st.OnboardedBlocks)
+	assert.Zero(t, st.DiscardedPages)
+}
