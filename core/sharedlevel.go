@@ -33,8 +33,10 @@ import (
 // transaction per pool group on the shared stream (wait the slots' fences,
 // copy or write, record the finish event, attach it), and the cache onboards
 // them to the GPU at Resume like any cold page, decoded by the codec. The
-// lookup runs without the manager's lock; the tree is walked again under it
-// and a block that changed meanwhile ends the onboarding there. A fault (a
+// lookup and the fetch run without the manager's lock, the fetch in chunks
+// of about sharedChunkBytes, each landed as it arrives so that its copy
+// overlaps the next fetch; the tree is walked again under the lock and a
+// block that changed meanwhile ends the onboarding there. A fault (a
 // node down, a timeout, a damaged or foreign blob) is a miss and a counted
 // error, never wrong bytes: each call is bounded by the tier's call timeout.
 //
