@@ -227,7 +227,7 @@ func TestStoppedNodeGivesMissesNotErrors(t *testing.T) {
 	s := sharedSetup(seeds, uniqueNamespace(), config.WriteThroughOnCommit, 256, 0)
 	a, b := newRig(t, s), newRig(t, s)
 	rng := rand.New(rand.NewPCG(15, 3))
-	prompts := make([][]config.Token, 6)
+	prompts := make([][]config.Token, 10) // 8 after the stop: some start on a node still up
 	for i := range prompts {
 		prompts[i] = randTokens(rng, 96)
 		_, err := a.e.Serve(a.stream(), fakeengine.Request{Prompt: prompts[i], OutputLen: 1})
@@ -235,21 +235,25 @@ func TestStoppedNodeGivesMissesNotErrors(t *testing.T) {
 	}
 	flush(t, a.m)
 
-	run("stop-node", "1")
-	reused := 0
-	for _, p := range prompts {
+	serve := func(p []config.Token) int {
 		res, err := b.e.Serve(b.stream(), fakeengine.Request{Prompt: concat(p, randTokens(rng, 8)), OutputLen: 1})
 		require.NoError(t, err, "the engine never sees the cluster's faults")
 		assert.Zero(t, res.Verified.Mismatches)
 		assert.Zero(t, res.Final.Mismatches)
-		reused += res.Reused
-		// The node's loss reaches the writer too: new blocks are written
-		// through, and those of its slots fail.
+		return res.Reused
+	}
+	for _, p := range prompts[:2] {
+		assert.Equal(t, 96, serve(p), "every node up: the whole prompt is reused")
+	}
+	run("stop-node", "1") // in the middle of node b's run
+	reused := 0
+	for _, p := range prompts[2:] {
+		reused += serve(p)
 	}
 	flush(t, b.m)
 	st := sharedStats(t, b.m)
 	assert.Positive(t, st.Store.Errors, "the down node's keys are counted errors")
-	assert.Less(t, reused, 6*96, "the blocks on the stopped node are misses")
+	assert.Less(t, reused, 8*96, "the blocks on the stopped node are misses")
 	assert.Positive(t, reused, "the blocks on the nodes up are reused")
 	assert.Zero(t, b.e.Mismatches())
 }
