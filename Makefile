@@ -2,7 +2,7 @@
 GO ?= go
 GOFLAGS_TEST ?= -race -count=1
 
-.PHONY: all demo test fmt-check vet go-test fuzz fuzz-short build generate generate-check lib
+.PHONY: all demo demo-cluster test fmt-check vet go-test fuzz fuzz-short build generate generate-check lib
 
 all: build
 
@@ -11,6 +11,17 @@ build:
 
 demo:
 	$(GO) run ./cmd/kvcm demo
+
+# make demo-cluster starts a local Redis Cluster, runs node a of
+# `kvcm demo --shared` in one process and node b in a second one (which
+# reuses the first's system prompts through the cluster), and stops it.
+demo-cluster:
+	@$(GO) build -o $${TMPDIR:-/tmp}/kvcm-demo-cluster ./cmd/kvcm
+	@addrs="$$($(REDIS_CLUSTER) start)" || { $(REDIS_CLUSTER) stop; exit 1; }; \
+	ns="demo-$$(date +%s)"; bin=$${TMPDIR:-/tmp}/kvcm-demo-cluster; \
+	$$bin demo --shared "$$addrs" --shared-namespace $$ns --shared-node a && \
+	$$bin demo --shared "$$addrs" --shared-namespace $$ns --shared-node b; rc=$$?; \
+	$(REDIS_CLUSTER) stop; rm -f $$bin; exit $$rc
 
 # make test starts one local Redis Cluster (scripts/redis-cluster.sh: three
 # masters on 127.0.0.1, redis-server installed with apt where missing) for the

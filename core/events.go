@@ -55,8 +55,11 @@ type CacheEvent struct {
 	// LayerGroup and Level of an updated page: the level it is on now, or
 	// DroppedLevel when that layer group's page left the cache while the
 	// block keeps pages of other layer groups; OldLevel is where it was
-	// (DroppedLevel for a page that filled a gap). Level of a stored block
-	// is the GPU level, where commits publish.
+	// (DroppedLevel for a page that filled a gap, the shared level —
+	// Manager.SharedLevel — for a page onboarded from the shared tier).
+	// Level of a stored block is the GPU level, where commits publish; a
+	// block onboarded from the shared tier is stored with CacheID 0 and its
+	// pages then report the level they landed on.
 	LayerGroup layout.LayerGroupID
 	Level      layout.CacheLevel
 	OldLevel   layout.CacheLevel

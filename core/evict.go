@@ -86,6 +86,7 @@ func (m *Manager) reserveAt(li int, n need) error {
 			case v.group.level.index != li:
 				m.stats.onEvict()
 			case v.held == 0 && v.active == 0 && v.node != nil:
+				m.writeBack(v)
 				m.drop(v)
 				m.stats.onEvict()
 			default:

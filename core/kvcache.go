@@ -197,8 +197,15 @@ func (c *KVCache) addBlock(n *node) *cacheBlock {
 
 // CreateKVCache creates a SUSPENDED cache holding the longest reusable cached
 // prefix of opts.InputTokens: full blocks are shared; with partial reuse, the
-// matching head of one more block is copied into a private page.
+// matching head of one more block is copied into a private page. With a
+// shared tier the match continues into it: the blocks it holds past the
+// local tree are fetched without the manager's lock and onboarded to the
+// first cold level (see sharedlevel.go); Resume brings them to the GPU.
 func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
+	var fetched *sharedFetch
+	if m.shared != nil {
+		fetched = m.fetchShared(opts.Scope, opts.InputTokens)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.checkOpen(); err != nil {
@@ -218,6 +225,9 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 		return nil, err
 	}
 	m.settle()
+	if fetched != nil {
+		m.onboardShared(fetched)
+	}
 	tpb := m.cfg.TokensPerBlock
 	mt := m.findMatch(opts.Scope, input, opts.InputDigests)
 	// Its pages come from the tree, which holds no lost page.
@@ -1214,11 +1224,13 @@ func (c *KVCache) commit(tokens []config.Token, digests []blockhash.DigestAt, pa
 		if prios != nil {
 			pr = prios[b-first]
 		}
-		for _, p := range c.publish(b, blk, dg, pr) {
+		published := c.publish(b, blk, dg, pr)
+		for _, p := range published {
 			if fenced {
 				p.group.fences[p.slot].add(&m.events, ev)
 			}
 		}
+		m.writeThrough(published)
 		c.unifyBlock(b, ev)
 		c.tail, c.tailDigests = c.tail[:0], nil
 	}

@@ -36,8 +36,8 @@
 // rebalance.go pool rebalancing (NeedAdjustment, Adjust); scratch.go SWA
 // scratch reuse; planneddrop.go planned drops of a finished turn's window
 // pages; disktier.go, diskfile.go and persist.go the disk tier's I/O, files
-// and persistence; errors.go, events.go and stats.go what the manager
-// reports.
+// and persistence; sharedlevel.go the shared tier (Redis Cluster) beside the
+// local levels; errors.go, events.go and stats.go what the manager reports.
 package core
 
 import (
@@ -137,6 +137,8 @@ type Manager struct {
 	eventSeq  uint64
 
 	diskFiles DiskOpener
+	// shared is the shared tier, nil without one (see sharedlevel.go).
+	shared *sharedLevel
 	// blobFP is each lifecycle's layout fingerprint (see initBlobFormat);
 	// diskSeq numbers the blob writes (the writer tags).
 	blobFP  []blob.Fingerprint
@@ -182,7 +184,8 @@ func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 		return nil, err
 	}
 	// The shared tier is content-addressed (core/sharedtier), not a level of
-	// slots; the manager does not use it yet (issue 15).
+	// slots: sharedlevel.go keeps it beside the local levels.
+	sharedCfg, hasShared := cfg.Tier(config.SharedTier)
 	cfg.CacheTiers = cfg.LocalTiers()
 	if cfg.SwaScratchReuse != nil {
 		r := *cfg.SwaScratchReuse // the manager's own copy
@@ -222,6 +225,12 @@ func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 	if err := m.init(cc); err != nil {
 		m.release()
 		return nil, err
+	}
+	if hasShared {
+		if err := m.openShared(*sharedCfg.Shared); err != nil {
+			m.release()
+			return nil, err
+		}
 	}
 	m.codec = cc
 	return m, nil
@@ -316,7 +325,17 @@ func (m *Manager) initHotLevel(weights []float64) error {
 // manager's methods report ErrClosed and its caches are CLOSED.
 func (m *Manager) Close() error {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	err := m.closeLocked()
+	m.mu.Unlock()
+	// The shared tier's queued writes are flushed without the lock (each
+	// batch bounded by its call timeout).
+	if m.shared != nil {
+		m.shared.close()
+	}
+	return err
+}
+
+func (m *Manager) closeLocked() error {
 	if m.closed {
 		return nil
 	}
@@ -331,6 +350,9 @@ func (m *Manager) Close() error {
 	m.closed = true
 	for _, st := range m.migrationStreams() {
 		errs = append(errs, st.Synchronize())
+	}
+	if m.shared != nil {
+		errs = append(errs, m.shared.stream.Synchronize())
 	}
 	m.release()
 	return errors.Join(errs...)
@@ -429,6 +451,9 @@ func (m *Manager) release() {
 	if m.lastCodec != nil {
 		m.events.release(m.lastCodec)
 		m.lastCodec = nil
+	}
+	if m.shared != nil && m.shared.stream != nil {
+		m.shared.stream.Close()
 	}
 	m.events.close()
 	if m.ownDev {

@@ -378,26 +378,39 @@ func (m *Manager) usablePrefix(path []*node) int {
 }
 
 // ProbeReuse returns how many tokens of input a new cache in scope would
-// reuse now. It changes nothing.
+// reuse now. With a shared tier it continues past the local tree into it
+// (one round trip per batch of block keys, without the manager's lock): the
+// blocks the tier holds now count, less ReuseMatchBackoff. It changes
+// nothing.
 func (m *Manager) ProbeReuse(scope blockhash.Scope, input []config.Token) int {
 	n, _ := m.ProbeReuseDigests(scope, input, nil)
 	return n
 }
 
 // ProbeReuseDigests is ProbeReuse for input with digest tokens (see
-// CacheOptions.InputDigests); bad digests are ErrInvalidArgument.
+// CacheOptions.InputDigests); bad digests are ErrInvalidArgument. Input with
+// digests is matched in the local tree only: the shared tier holds text
+// blocks.
 func (m *Manager) ProbeReuseDigests(scope blockhash.Scope, input []config.Token, digests []blockhash.DigestAt) (int, error) {
 	input, err := m.textOrDigests("input_digests", input, digests, false)
 	if err != nil {
 		return 0, err
 	}
+	if m.shared != nil && len(digests) == 0 {
+		return m.probeShared(scope, input), nil
+	}
+	return m.probeLocal(scope, input, digests), nil
+}
+
+// probeLocal is ProbeReuseDigests in the local levels.
+func (m *Manager) probeLocal(scope blockhash.Scope, input []config.Token, digests []blockhash.DigestAt) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return 0, nil
+		return 0
 	}
 	mt := m.findMatch(scope, input, digests)
-	return mt.tokens(m.cfg.TokensPerBlock), nil
+	return mt.tokens(m.cfg.TokensPerBlock)
 }
 
 // textOrDigests checks the digest tokens of tokens (named name) and returns

@@ -46,7 +46,15 @@ contiguous chunks; gpucodec.AutoOptions.Staged). --codec default always uses
 the default (DMA) codec.
 
 The last line is "integrity: <N> pages verified, <M> mismatches"; the exit
-status is 1 when M > 0.`,
+status is 1 when M > 0.
+
+With --shared ADDRS (a Redis Cluster's seeds; make demo-cluster starts one)
+two nodes share the cluster as a shared tier: node a serves the first
+request of every group and writes its blocks through; node b, another
+manager on another device (--shared-node b runs it alone, in another
+process), serves the others and reuses the system prompts node a computed,
+onboarded from the cluster and verified byte for byte. Each node prints
+"node <n>: integrity: ..." last.`,
 	setup: setupDemo,
 }
 
@@ -68,6 +76,7 @@ type demoFlags struct {
 	maxDelay                                   time.Duration
 	progress                                   string
 	device, codec                              string
+	shared                                     sharedDemoFlags
 }
 
 func setupDemo(fs *flag.FlagSet) func(stdout, stderr io.Writer) int {
@@ -89,6 +98,9 @@ func setupDemo(fs *flag.FlagSet) func(stdout, stderr io.Writer) int {
 	fs.StringVar(&f.codec, "codec", "auto", "cold-page codec: auto (gather kernel or DMA per layer group by chunk size; DMA on emu), staged (device staging then DMA below the crossover) or default (DMA)")
 	fs.DurationVar(&f.maxDelay, "max-delay", 0, "emulated device: delay every stream operation by a random duration below this")
 	fs.StringVar(&f.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
+	fs.StringVar(&f.shared.addrs, "shared", "", "Redis Cluster seed addresses, comma-separated: run the two-node shared tier demo (see demoshared.go) instead")
+	fs.StringVar(&f.shared.node, "shared-node", "both", "with --shared: the node to run, a (writes), b (reuses) or both in turn")
+	fs.StringVar(&f.shared.namespace, "shared-namespace", "kvcm-demo", "with --shared: the shared tier's key namespace, the same for both nodes")
 	return func(stdout, stderr io.Writer) int { return runDemo(f, stdout, stderr) }
 }
 
@@ -180,6 +192,13 @@ func runDemo(f *demoFlags, stdout, stderr io.Writer) int {
 	if err := f.validate(); err != nil {
 		fmt.Fprintf(stderr, "kvcm demo: %v\n", err)
 		return exitUsage
+	}
+	if err := f.shared.validate(); err != nil {
+		fmt.Fprintf(stderr, "kvcm demo: %v\n", err)
+		return exitUsage
+	}
+	if f.shared.addrs != "" {
+		return runSharedDemo(f, stdout, stderr)
 	}
 	if err := demo(f, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "kvcm demo: %v\n", err)

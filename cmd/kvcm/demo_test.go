@@ -1,8 +1,11 @@
 package main
 
 import (
+	"fmt"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -64,4 +67,26 @@ func TestDemoDeviceAndCodecFlags(t *testing.T) {
 		require.Equal(t, exitOK, code, errOut)
 		assert.Contains(t, out, "device: emulated", "auto without a GPU is the emulation")
 	}
+}
+
+// With --shared the second node reuses, through the cluster, the system
+// prompts the first computed, and both verify every reused byte; it skips
+// without KVCM_REDIS_CLUSTER.
+func TestDemoSharedSecondNodeReusesFirstsPrefixes(t *testing.T) {
+	addrs := os.Getenv("KVCM_REDIS_CLUSTER")
+	if addrs == "" {
+		t.Skip("KVCM_REDIS_CLUSTER is not set (scripts/redis-cluster.sh start; make test sets it)")
+	}
+	ns := fmt.Sprintf("demotest%d", time.Now().UnixNano())
+	code, out, errOut := runCLI("demo", "--shared", addrs, "--shared-namespace", ns, "--device", testDevice,
+		"--groups", "3", "--per-group", "2", "--system-tokens", "128", "--tokens-per-block", "16", "--progress", "never")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "node a: shared tier: 0 of")
+	assert.Regexp(t, `node b: shared tier: 24 of \d+ blocks looked up found, 24 blocks`, out, "3 system prompts of 8 blocks")
+	assert.Regexp(t, `node a: integrity: [1-9][0-9]* pages verified, 0 mismatches\n`, out)
+	assert.Regexp(t, `node b: integrity: [1-9][0-9]* pages verified, 0 mismatches\n$`, out)
+
+	code, _, errOut = runCLI("demo", "--shared", addrs, "--shared-node", "c")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "--shared-node")
 }

@@ -171,9 +171,9 @@ type SharedCacheTierConfig struct {
 // at start.
 //
 // A shared tier has no quota of its own (Quota 0; see
-// SharedCacheTierConfig) and its settings in Shared. The manager does not
-// use the shared tier yet: NewManager accepts it and keeps no local level
-// for it.
+// SharedCacheTierConfig) and its settings in Shared. NewManager keeps no
+// slot level for it (core/sharedlevel.go): it needs a host or disk tier,
+// through which its blocks are onboarded.
 type CacheTierConfig struct {
 	Kind       TierKind
 	Quota      int64

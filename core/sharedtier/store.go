@@ -29,20 +29,11 @@
 // write-back on eviction from the last local level by default, write-through
 // on commit as an option.
 //
-// The manager does not use the store yet. Plugging it in needs: Open from
-// OptionsFrom(the shared tier's config) in NewManager and Close in
-// Manager.Close; Verify from the blob format (decode the header, check that
-// fingerprint, lifecycle and block key are the Key's and that the payload
-// checksum matches); the prefix match of create_kv_cache and probe_reuse
-// continued past the local tree with MatchPrefix over the remaining block
-// keys of each lifecycle, and for create_kv_cache Get of the matched ones
-// (a Get miss ends the match there), the blobs rebuilding tree nodes from
-// their headers (parent key, tokens) and onboarded shared → host or staging
-// → GPU, decoded on the way up, with events and stats of a new level; Put of
-// the evicted blob (already encoded: no decode) where a page leaves the last
-// local level, or of the committed blob under write-through. None of these
-// calls may hold the manager's lock across the network: MatchPrefix and Get
-// are bounded by CallTimeout, Put never blocks.
+// The manager's side is core/sharedlevel.go: it opens the store from
+// OptionsFrom(the shared tier's config) with a Verify of the blob format,
+// continues create_kv_cache's and probe_reuse's prefix match with
+// MatchPrefix and Get outside its lock, and Puts blobs on eviction from the
+// last local level or on commit.
 package sharedtier
 
 import (

@@ -435,10 +435,11 @@ TEST_F(ManagerTest, Version2ConfigFieldsAndLayerGroupStats)
 }
 
 // A shared tier passes through to the library, which names its fields as
-// cache_tiers[i] after the local tiers; a manager with one contacts no server.
+// cache_tiers[i] after the local tiers; a cluster that cannot be reached is
+// no error.
 TEST_F(ManagerTest, SharedTierConfigNamesTheField)
 {
-    auto cfg = smallConfig(64 << 10);
+    auto cfg = smallConfig(64 << 10, 64 << 10);
     cfg.sharedTier = kvcm::SharedCacheTierConfig{{"127.0.0.1:7101", "127.0.0.1:7102"}, "ns", 60000};
     EXPECT_NO_THROW(kvcm::validateConfig(cfg));
     EXPECT_NO_THROW(kvcm::KVCacheManager m(cfg));

@@ -583,9 +583,12 @@ class kvcm_shared_tier_config(ctypes.Structure):
     """kvcm_shared_tier_config is a cold tier shared across nodes on a Redis Cluster,
     after every local tier: content-addressed blobs found by layout
     fingerprint, lifecycle and block key. Its quota is the cluster's
-    maxmemory with an evicting policy; ttl_ms bounds a blob's life. The
-    manager does not use it yet: a manager created with it behaves as without
-    it (no server is contacted).
+    maxmemory with an evicting policy; ttl_ms bounds a blob's life. It needs
+    a host or disk tier before it, through which its blocks are onboarded.
+    create_kv_cache and probe_reuse continue the prefix match into it; blocks
+    reach it on eviction from the last local level (write-back, the default)
+    or on commit (write-through). An unreachable cluster costs misses, never
+    errors: the manager reconnects on its own.
     """
 
 

@@ -221,8 +221,11 @@ class SharedCacheTierConfig:
     ``:`` or braces). It has no quota: the cluster's maxmemory with an
     evicting policy is its quota; ``ttl_ms`` (0: no expiry) bounds a blob's
     life. Timeouts and ``queue_bytes`` of 0 select the defaults (2000 ms,
-    256 MiB). The manager does not use the shared tier yet: a manager with
-    one behaves as without it, and contacts no server."""
+    256 MiB). It needs a host or disk tier before it: its blocks are
+    onboarded through it. ``create_kv_cache`` and ``probe_reuse`` continue
+    the prefix match into the shared tier; blocks reach it on eviction from
+    the last local level (write-back, the default) or on commit
+    (write-through). An unreachable cluster costs misses, never errors."""
 
     addresses: list[str]
     namespace: str

@@ -23,7 +23,7 @@ func TestRunMeasuresBothSides(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rows, 2)
 	for _, r := range rows {
-		for _, v := range []float64{r.RawSet, r.RawGet, r.StoreWrite, r.StoreRead, r.WriteRatio, r.ReadRatio} {
+		for _, v := range []float64{r.RawSet, r.RawGet, r.StoreWrite, r.StoreRead, r.WriteRatio, r.ReadRatio, r.Onboard, r.OnboardRatio} {
 			assert.Positive(t, v)
 		}
 	}

@@ -143,7 +143,7 @@ func (r *rig) lgOf(layer int32) layout.LayerGroupID {
 // requireDrained asserts every slot of every level is free or evictable.
 func (r *rig) requireDrained() {
 	r.t.Helper()
-	for level := range r.cfg.CacheTiers {
+	for level := range r.cfg.LocalTiers() {
 		st, err := r.m.StorageStats(layout.CacheLevel(level))
 		require.NoError(r.t, err)
 		for _, g := range st {

@@ -612,8 +612,11 @@ struct DiskCacheTierConfig : CacheTierConfig
 // ("host:port"); namespace prefixes every key (1 to 64 bytes of printable
 // ASCII without spaces, ':' or braces). Its quota is the cluster's maxmemory
 // with an evicting policy; ttlMs (0: no expiry) bounds a blob's life.
-// Timeouts and queueBytes of 0 select the defaults (2000 ms, 256 MiB). The
-// manager does not use it yet: a manager with one behaves as without it.
+// Timeouts and queueBytes of 0 select the defaults (2000 ms, 256 MiB). It
+// needs a host or disk tier before it, through which its blocks are
+// onboarded; createKvCache and probeReuse continue the prefix match into it,
+// and blocks reach it on eviction from the last local level (write-back, the
+// default) or on commit (write-through). An unreachable cluster costs misses.
 struct SharedCacheTierConfig
 {
     std::vector<std::string> addresses;

@@ -1,0 +1,217 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/layout"
+	"github.com/kvcm/kvcm/core/sharedtier"
+)
+
+// The manager side of the shared tier: it needs a cold local level to
+// onboard through; a cluster that cannot be reached costs misses and counted
+// errors, never an error to the engine; lookups run without the manager's
+// lock; onboarded blocks are announced with the shared level they came
+// from. The end-to-end contract (two managers, two processes, a node
+// stopped mid-run, verified to the byte) is in
+// internal/testkit/fakeengine/shared_test.go.
+
+func withSharedTier(cfg config.Config, addrs []string, ns string, policy config.SharedWritePolicy) config.Config {
+	cfg.CacheTiers = append(cfg.CacheTiers, config.Shared(config.SharedCacheTierConfig{
+		Addresses: addrs, Namespace: ns, WritePolicy: policy,
+		DialTimeout: 200 * time.Millisecond, CallTimeout: 500 * time.Millisecond}))
+	return cfg
+}
+
+// clusterAddrs returns make test's cluster, or skips.
+func clusterAddrs(t *testing.T) []string {
+	s := os.Getenv("KVCM_REDIS_CLUSTER")
+	if s == "" {
+		t.Skip("KVCM_REDIS_CLUSTER is not set (scripts/redis-cluster.sh start; make test sets it)")
+	}
+	return strings.Split(s, ",")
+}
+
+func testNamespace() string { return fmt.Sprintf("core%d-%d", os.Getpid(), time.Now().UnixNano()) }
+
+// A shared tier without a host or disk tier is refused, naming the field.
+func TestSharedTierNeedsAColdLocalLevel(t *testing.T) {
+	cfg := withSharedTier(smallConfig(4), []string{"127.0.0.1:9"}, "ns", config.WriteBackOnEviction)
+	_, err := NewManager(cfg, WithDevice(newFixture(t, smallConfig(4)).dev))
+	var cerr *config.Error
+	require.ErrorAs(t, err, &cerr)
+	assert.Equal(t, "cache_tiers[1].kind", cerr.Field)
+}
+
+// With nothing listening at the seeds, every lookup and write is a miss and
+// a counted error: caches are created, committed and evicted as without the
+// tier, and reuse stays local.
+func TestUnreachableClusterIsAMissNotAnError(t *testing.T) {
+	for _, policy := range []config.SharedWritePolicy{config.WriteBackOnEviction, config.WriteThroughOnCommit} {
+		t.Run(policy.String(), func(t *testing.T) {
+			f := newTieredFixture(t, withSharedTier(tieredConfig(t, 4, 4, 0), []string{"127.0.0.1:9"}, "ns", policy))
+			for i := range 4 { // 4 prompts of 3 blocks through 4 GPU and 4 host pages: evictions
+				require.NoError(t, f.compute(blockhash.Scope{}, seq(100*i, 13), i).Close())
+			}
+			assert.Zero(t, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 13)), "evicted, and the tier is unreachable")
+			c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(300, 13)})
+			require.NoError(t, err)
+			assert.Equal(t, 12, c.ReusedTokens(), "the local match is unchanged")
+			require.NoError(t, c.Close())
+			require.NoError(t, f.m.FlushShared(context.Background()))
+			st, ok := f.m.SharedStats()
+			require.True(t, ok)
+			assert.Positive(t, st.Store.Errors)
+			assert.Zero(t, st.OnboardedBlocks)
+			assert.Zero(t, st.Store.Written)
+		})
+	}
+}
+
+// computeShared commits prompt in a manager with the shared tier under
+// write-through and waits until it is written.
+func computeShared(t *testing.T, addrs []string, ns string, prompt []config.Token) {
+	a := newTieredFixture(t, withSharedTier(tieredConfig(t, 8, 8, 0), addrs, ns, config.WriteThroughOnCommit))
+	c, err := a.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(a.stream))
+	require.NoError(t, c.Resize(len(prompt), len(prompt)))
+	a.writeAll(c, 1) // computed before it is committed, as an engine does
+	require.NoError(t, c.Commit(prompt, true))
+	require.NoError(t, c.Close())
+	require.NoError(t, a.m.FlushShared(context.Background()))
+	st, _ := a.m.SharedStats()
+	require.Equal(t, int64(len(prompt)/tpb), st.Store.Written, "every block")
+}
+
+// CreateKVCache reads the shared tier without holding the manager's lock:
+// the store's checks of the blobs, which run while the fetch is in flight,
+// find it free.
+func TestSharedLookupHoldsNoLock(t *testing.T) {
+	addrs, ns := clusterAddrs(t), testNamespace()
+	computeShared(t, addrs, ns, seq(0, 12))
+	b := newTieredFixture(t, withSharedTier(tieredConfig(t, 8, 8, 0), addrs, ns, config.WriteBackOnEviction))
+	var checked, locked int
+	opts := sharedtier.OptionsFrom(*withSharedTier(config.Config{}, addrs, ns, 0).CacheTiers[0].Shared)
+	opts.Verify = func(k sharedtier.Key, blob []byte) error {
+		checked++
+		if !b.m.mu.TryLock() {
+			locked++
+		} else {
+			b.m.mu.Unlock()
+		}
+		return b.m.verifyShared(k, blob)
+	}
+	s, err := sharedtier.Open(opts)
+	require.NoError(t, err)
+	b.m.shared.store.Close()
+	b.m.shared.store = s
+	c, err := b.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 13)})
+	require.NoError(t, err)
+	assert.Equal(t, 12, c.ReusedTokens())
+	assert.Equal(t, 3, checked, "3 blocks")
+	assert.Zero(t, locked, "the lock was held during the fetch")
+	require.NoError(t, c.Resume(b.stream))
+	assert.Equal(t, 12, b.verifyAll(c, 1), "3 blocks × 2 layers × 2 buffers hold the first manager's bytes")
+	require.NoError(t, c.Close())
+}
+
+// Onboarded blocks are stored (by no cache) and each page reports that it
+// came from the shared level to the first cold level; the counters say how
+// many blocks, pages and bytes.
+func TestOnboardedBlocksAreAnnouncedFromTheSharedLevel(t *testing.T) {
+	addrs, ns := clusterAddrs(t), testNamespace()
+	computeShared(t, addrs, ns, seq(0, 8))
+	var events []CacheEvent
+	b := newTieredFixture(t, withSharedTier(tieredConfig(t, 8, 8, 0), addrs, ns, config.WriteBackOnEviction),
+		WithEventListener(func(e CacheEvent) { events = append(events, e) }))
+	shared, ok := b.m.SharedLevel()
+	require.True(t, ok)
+	assert.Equal(t, layout.CacheLevel(2), shared, "after the GPU and host levels")
+	assert.Equal(t, 8, b.m.ProbeReuse(blockhash.Scope{}, seq(0, 9)))
+	c, err := b.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 9)})
+	require.NoError(t, err)
+	defer c.Close()
+	assert.Equal(t, 8, c.ReusedTokens())
+	var kinds []EventKind
+	for _, e := range events {
+		kinds = append(kinds, e.Kind)
+		if e.Kind == BlockUpdated {
+			assert.Equal(t, shared, e.OldLevel)
+			assert.Equal(t, layout.CacheLevel(1), e.Level)
+		}
+	}
+	require.Equal(t, []EventKind{BlockStored, BlockUpdated, BlockStored, BlockUpdated}, kinds)
+	assert.Equal(t, events[0].Key, events[2].Parent, "in block order")
+	assert.Zero(t, events[0].CacheID)
+	st, _ := b.m.SharedStats()
+	assert.Equal(t, int64(2), st.OnboardedBlocks)
+	assert.Equal(t, int64(2), st.OnboardedPages)
+	assert.Equal(t, int64(2*256), st.OnboardedBytes, "2 cold pages of 256 bytes")
+	assert.Zero(t, st.DiscardedPages)
+}
+
+// Without a host tier the blobs land on the disk tier (with headers of its
+// own) and are read, checked and decoded from there; under write-back, pages
+// evicted from the disk tier, the last local level, are read from their
+// slots and written. Either way the second manager holds the first's bytes.
+func TestDiskTierOnboardsAndWritesBack(t *testing.T) {
+	addrs, ns := clusterAddrs(t), testNamespace()
+	a := newTieredFixture(t, withSharedTier(tieredConfig(t, 4, 0, 4), addrs, ns, config.WriteBackOnEviction))
+	for i := range 4 { // 4 prompts of 3 blocks through 4 GPU and 4 disk pages
+		require.NoError(t, a.compute(blockhash.Scope{}, seq(100*i, 12), i+1).Close())
+	}
+	require.NoError(t, a.m.FlushShared(context.Background()))
+	st, _ := a.m.SharedStats()
+	require.Positive(t, st.WriteBacks)
+	require.Equal(t, st.WriteBacks, st.Store.Written+st.Store.Present, "every evicted block is written")
+	require.Zero(t, st.LostWrites)
+
+	b := newTieredFixture(t, withSharedTier(tieredConfig(t, 4, 0, 4), addrs, ns, config.WriteBackOnEviction))
+	c, err := b.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 13)})
+	require.NoError(t, err)
+	assert.Equal(t, 12, c.ReusedTokens(), "the first prompt, evicted first, is in the cluster")
+	assert.Equal(t, int64(3), b.groups(1)[0].Total-b.groups(1)[0].Free, "landed on the disk level")
+	require.NoError(t, c.Resume(b.stream))
+	assert.Equal(t, 12, b.verifyAll(c, 1))
+	require.NoError(t, c.Close())
+}
+
+// A long prefix is fetched and landed in chunks (each landing overlapping
+// the next fetch): every block arrives once, in order, with its bytes.
+func TestLongPrefixOnboardsInChunks(t *testing.T) {
+	addrs, ns := clusterAddrs(t), testNamespace()
+	computeShared(t, addrs, ns, seq(0, 28))
+	old := sharedChunkBytes
+	sharedChunkBytes = 2 * 256 // 2 blocks a chunk: 7 blocks in 4 chunks
+	t.Cleanup(func() { sharedChunkBytes = old })
+	var stored []CacheEvent
+	b := newTieredFixture(t, withSharedTier(tieredConfig(t, 8, 8, 0), addrs, ns, config.WriteBackOnEviction),
+		WithEventListener(func(e CacheEvent) {
+			if e.Kind == BlockStored {
+				stored = append(stored, e)
+			}
+		}))
+	c, err := b.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 29)})
+	require.NoError(t, err)
+	assert.Equal(t, 28, c.ReusedTokens())
+	require.Len(t, stored, 7)
+	for i := 1; i < len(stored); i++ {
+		assert.Equal(t, stored[i-1].Key, stored[i].Parent, "block %d follows block %d", i, i-1)
+	}
+	require.NoError(t, c.Resume(b.stream))
+	assert.Equal(t, 28, b.verifyAll(c, 1), "7 blocks × 2 layers × 2 buffers")
+	require.NoError(t, c.Close())
+	st, _ := b.m.SharedStats()
+	assert.Equal(t, int64(7), st.OnboardedBlocks)
+	assert.Zero(t, st.DiscardedPages)
+}
