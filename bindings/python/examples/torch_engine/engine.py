@@ -1,0 +1,311 @@
+"""A small Llama-shaped decoder whose KV cache is kvcm's.
+
+RMSNorm, rotary position embeddings, grouped-query attention, SwiGLU MLPs,
+random weights from a fixed seed, some layers with a sliding window. Each
+layer's K and V live in kvcm's pools (buffers "key" and "value", one token
+a (num_kv_heads, head_dim) slice); attention writes the chunk's K/V into its
+pages, gathers the context's K/V back from the pages by page index and runs
+scaled-dot-product attention over them. Prefill is chunked on a fixed grid
+(chunk boundaries at multiples of ``chunk``), so a request that reuses a
+cached prefix ending on the grid computes the remaining chunks exactly as a
+request without cache does.
+
+Two ways to reach the pages: on CUDA, the pools are torch tensors over the
+pool memory (``kvcm.torch.pool_tensor``), indexed by page index; on the
+emulated device (CPU torch), whose memory is not host-visible, pages are
+batch-copied to and from a host-mapped staging buffer on the cache's stream.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+import kvcm
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab: int = 4096
+    dim: int = 512
+    layers: int = 8
+    heads: int = 8
+    kv_heads: int = 2
+    ffn: int = 1536
+    window: int = 1024  # of the sliding-window layers
+    window_layers: tuple[int, ...] = (2, 5)
+    rope_theta: float = 10000.0
+    eps: float = 1e-5
+    seed: int = 1234
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.heads
+
+
+TINY = ModelConfig(vocab=256, dim=64, layers=8, heads=4, kv_heads=2, ffn=128, window=64)
+
+
+def kv_layers(cfg: ModelConfig, tokens_per_block: int, itemsize: int) -> list[kvcm.AttentionLayerConfig]:
+    """The manager's layers for the model: a key and a value buffer each."""
+    size = tokens_per_block * cfg.kv_heads * cfg.head_dim * itemsize
+    return [kvcm.AttentionLayerConfig(i, [kvcm.BufferConfig("key", size), kvcm.BufferConfig("value", size)],
+                                      sliding_window_size=cfg.window if i in cfg.window_layers else None)
+            for i in range(cfg.layers)]
+
+
+class Weights:
+    def __init__(self, cfg: ModelConfig, device: torch.device, dtype: torch.dtype) -> None:
+        g = torch.Generator().manual_seed(cfg.seed)
+
+        def w(*shape: int, scale: float | None = None) -> torch.Tensor:
+            s = scale if scale is not None else 1.0 / math.sqrt(shape[0])
+            return (torch.randn(*shape, generator=g) * s).to(device=device, dtype=dtype)
+
+        d, hd = cfg.dim, cfg.head_dim
+        self.emb = w(cfg.vocab, d, scale=1.0)
+        self.layers = []
+        for _ in range(cfg.layers):
+            self.layers.append(dict(
+                attn_norm=torch.ones(d, device=device, dtype=dtype),
+                wq=w(d, cfg.heads * hd), wk=w(d, cfg.kv_heads * hd), wv=w(d, cfg.kv_heads * hd),
+                wo=w(cfg.heads * hd, d),
+                mlp_norm=torch.ones(d, device=device, dtype=dtype),
+                w1=w(d, cfg.ffn), w3=w(d, cfg.ffn), w2=w(cfg.ffn, d)))
+        self.norm = torch.ones(d, device=device, dtype=dtype)
+        self.out = w(d, cfg.vocab)
+        inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+        self.inv_freq = inv.to(device)
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
+
+
+def rope(x: torch.Tensor, pos: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    """x: (T, heads, head_dim), rotated by position (half-split rotation)."""
+    ang = pos.to(torch.float64)[:, None] * inv_freq[None, :]
+    cos, sin = ang.cos().to(torch.float32)[:, None, :], ang.sin().to(torch.float32)[:, None, :]
+    x1, x2 = x.float().chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).to(x.dtype)
+
+
+class CudaPages:
+    """Pages as torch tensors over kvcm's GPU pools (no copy)."""
+
+    def __init__(self, m: kvcm.KVCacheManager, cfg: ModelConfig, dtype: torch.dtype) -> None:
+        import kvcm.torch as kt
+
+        self.kt = kt
+        self.m = m
+        shape = (cfg.kv_heads, cfg.head_dim)
+        self.pools = {(lid, role): kt.pool_tensor(m, lid, role, dtype, shape)
+                      for lid in range(cfg.layers) for role in ("key", "value")}
+
+    def begin(self, cache: kvcm._KVCache) -> None:
+        """Fetch the cache's page indices (after resume or resize)."""
+        self.host_idx = {key: self.kt.kernel_page_indices(self.m, cache, *key) for key in self.pools}
+        self.idx = {key: torch.tensor(v, dtype=torch.long, device="cuda") for key, v in self.host_idx.items()}
+
+    def _slots(self, key, beg: int, end: int):
+        tpp = self.pools[key].shape[1]
+        if min(self.host_idx[key][beg // tpp:(end - 1) // tpp + 1]) < 0:
+            raise RuntimeError(f"layer {key[0]} {key[1]}: a page of [{beg}, {end}) is not on the GPU")
+        pos = torch.arange(beg, end, device=self.idx[key].device)
+        return self.idx[key][pos // tpp], pos % tpp
+
+    def write(self, key, beg: int, end: int, x: torch.Tensor) -> None:
+        page, off = self._slots(key, beg, end)
+        self.pools[key][page, off] = x
+
+    def read(self, key, beg: int, end: int) -> torch.Tensor:
+        page, off = self._slots(key, beg, end)
+        return self.pools[key][page, off]
+
+    def close(self) -> None:
+        self.pools.clear()
+
+
+class StagedPages:
+    """Pages reached through a host-mapped staging buffer and batch copies
+    on the cache's stream (the emulated device; any device works)."""
+
+    def __init__(self, m: kvcm.KVCacheManager, cfg: ModelConfig, dtype: torch.dtype, max_tokens: int) -> None:
+        self.m = m
+        self.dtype = dtype
+        self.tok_shape = (cfg.kv_heads, cfg.head_dim)
+        self.tok = cfg.kv_heads * cfg.head_dim * torch.empty((), dtype=dtype).element_size()
+        self.locs = {(lid, role): m.get_buffer_location(lid, role)
+                     for lid in range(cfg.layers) for role in ("key", "value")}
+        self.tpb = m.tokens_per_block
+        self.staging = m.alloc_memory(max_tokens * self.tok, kvcm.MemoryKind.HOST_MAPPED)
+        self.max_tokens = max_tokens
+
+    def begin(self, cache: kvcm._KVCache) -> None:
+        self.stream = cache.cuda_stream
+        self.base = {lg: list(cache.get_page_indices(lg)) for lg in {loc.layer_group for loc in self.locs.values()}}
+
+    def _runs(self, key, beg: int, end: int):
+        """(device address, staging offset, bytes) per block of [beg, end)."""
+        loc = self.locs[key]
+        base = self.base[loc.layer_group]
+        pos = beg
+        while pos < end:
+            b, off = divmod(pos, self.tpb)
+            n = min(end, (b + 1) * self.tpb) - pos
+            if base[b] < 0:
+                raise RuntimeError(f"layer {key[0]} {key[1]}: block {b} has no GPU page")
+            yield loc.page_address(base[b]) + off * self.tok, (pos - beg) * self.tok, n * self.tok
+            pos += n
+
+    def write(self, key, beg: int, end: int, x: torch.Tensor) -> None:
+        data = x.detach().to("cpu", self.dtype).contiguous().view(torch.uint8).numpy().tobytes()
+        self.staging.write(0, data)
+        self.stream.batch_copy([(dev, self.staging.ptr + s, n) for dev, s, n in self._runs(key, beg, end)])
+        self.stream.synchronize()
+
+    def read(self, key, beg: int, end: int) -> torch.Tensor:
+        if end - beg > self.max_tokens:
+            raise ValueError(f"[{beg}, {end}): more than the staging buffer's {self.max_tokens} tokens")
+        self.stream.batch_copy([(self.staging.ptr + s, dev, n) for dev, s, n in self._runs(key, beg, end)])
+        self.stream.synchronize()
+        raw = bytearray(self.staging.read(0, (end - beg) * self.tok))
+        return torch.frombuffer(raw, dtype=self.dtype).view(end - beg, *self.tok_shape)
+
+    def close(self) -> None:
+        self.staging.close()
+
+
+@dataclass
+class Result:
+    reused: int  # prompt tokens reused from the cache
+    levels: list[int]  # the reused tokens per cache level (where they were when the request came)
+    prompt_logits: torch.Tensor  # logits of the last prompt token (float32, CPU)
+    tokens: list[int] = field(default_factory=list)  # greedy tokens
+    step_logits: list[torch.Tensor] = field(default_factory=list)  # logits of each decode step
+    ttft: float = 0.0  # seconds from create_kv_cache to the first token's logits
+
+
+class Engine:
+    """Batch-1 inference over one kvcm manager."""
+
+    def __init__(self, m: kvcm.KVCacheManager, cfg: ModelConfig, device: str, dtype: torch.dtype,
+                 chunk: int, max_tokens: int) -> None:
+        if chunk % m.tokens_per_block:
+            raise ValueError(f"chunk: {chunk} is not a multiple of tokens_per_block {m.tokens_per_block}")
+        self.m, self.cfg, self.device, self.dtype, self.chunk = m, cfg, torch.device(device), dtype, chunk
+        self.w = Weights(cfg, self.device, dtype)
+        self.cuda = self.device.type == "cuda"
+        if self.cuda:
+            self.pages = CudaPages(m, cfg, dtype)
+            self.stream = torch.cuda.current_stream()
+        else:
+            self.pages = StagedPages(m, cfg, dtype, max_tokens)
+            self.stream = m.create_stream()
+
+    def close(self) -> None:
+        self.pages.close()
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    @torch.inference_mode()
+    def forward(self, tokens: list[int], beg: int) -> torch.Tensor:
+        """Positions [beg, beg + len(tokens)) of the cache begun in pages: writes
+        their K/V, returns the last position's logits (float32)."""
+        cfg, w = self.cfg, self.w
+        end = beg + len(tokens)
+        t = torch.tensor(tokens, device=self.device)
+        pos = torch.arange(beg, end, device=self.device)
+        x = w.emb[t]
+        rep = cfg.heads // cfg.kv_heads
+        for i, lw in enumerate(w.layers):
+            h = rms_norm(x, lw["attn_norm"], cfg.eps)
+            q = rope((h @ lw["wq"]).view(-1, cfg.heads, cfg.head_dim), pos, w.inv_freq)
+            k = rope((h @ lw["wk"]).view(-1, cfg.kv_heads, cfg.head_dim), pos, w.inv_freq)
+            v = (h @ lw["wv"]).view(-1, cfg.kv_heads, cfg.head_dim)
+            self.pages.write((i, "key"), beg, end, k)
+            self.pages.write((i, "value"), beg, end, v)
+            window = cfg.window if i in cfg.window_layers else None
+            ctx = 0 if window is None else max(0, beg - window + 1)
+            kc = self.pages.read((i, "key"), ctx, end).to(self.device)
+            vc = self.pages.read((i, "value"), ctx, end).to(self.device)
+            kpos = torch.arange(ctx, end, device=self.device)
+            mask = kpos[None, :] <= pos[:, None]
+            if window is not None:
+                mask &= kpos[None, :] > pos[:, None] - window
+            qh = q.transpose(0, 1)[None]  # (1, heads, T, hd)
+            kh = kc.transpose(0, 1).repeat_interleave(rep, dim=0)[None]
+            vh = vc.transpose(0, 1).repeat_interleave(rep, dim=0)[None]
+            o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)
+            x = x + o[0].transpose(0, 1).reshape(len(tokens), -1) @ lw["wo"]
+            h = rms_norm(x, lw["mlp_norm"], cfg.eps)
+            x = x + (F.silu(h @ lw["w1"]) * (h @ lw["w3"])) @ lw["w2"]
+        return (rms_norm(x[-1:], w.norm, cfg.eps) @ w.out)[0].float()
+
+    def _resume(self, cache: kvcm._KVCache) -> None:
+        if not cache.resume(self.stream):
+            raise RuntimeError("resume refused: the GPU tier cannot take the request")
+
+    def generate(self, prompt: list[int], max_new: int, salt: bytes | None = None) -> Result:
+        """Serve one request: reuse the cached prefix (none under a fresh
+        ``salt``), prefill the rest in grid-aligned chunks, decode greedily."""
+        self.sync()
+        t0 = time.perf_counter()
+        cache = self.m.create_kv_cache(None, prompt, salt=salt)
+        try:
+            reused = cache.num_committed_tokens
+            levels = cache.cached_tokens_by_level
+            self._resume(cache)
+            n = len(prompt)
+            cap = n + max_new
+            cache.resize(cap)
+            self.pages.begin(cache)
+            pos, logits = reused, None
+            while pos < n:
+                end = min(n, (pos // self.chunk + 1) * self.chunk)
+                logits = self.forward(prompt[pos:end], pos)
+                cache.resize(cap, end)
+                cache.commit(prompt[pos:end])
+                self.pages.begin(cache)
+                pos = end
+            if logits is None:
+                raise ValueError("prompt: every token was reused; nothing to compute the first token from")
+            self.sync()
+            res = Result(reused, levels, logits.cpu(), ttft=time.perf_counter() - t0)
+            tok = int(logits.argmax())
+            for step in range(max_new):
+                res.tokens.append(tok)
+                if step == max_new - 1:
+                    break
+                logits = self.forward([tok], n + step)
+                cache.resize(cap, n + step + 1)
+                cache.commit([tok])
+                self.pages.begin(cache)
+                res.step_logits.append(logits.cpu())
+                tok = int(logits.argmax())
+            return res
+        finally:
+            cache.close()
+
+    def fill(self, tokens: list[int], salt: bytes) -> None:
+        """Commit a request's blocks without computing them (their pages hold
+        whatever was there): traffic that pushes other blocks to colder
+        levels. Its salt keeps them from ever being reused."""
+        cache = self.m.create_kv_cache(None, tokens, salt=salt)
+        try:
+            self._resume(cache)
+            n = len(tokens)
+            cache.resize(n)
+            for beg in range(0, n, self.chunk):
+                end = min(n, beg + self.chunk)
+                cache.resize(n, end)
+                cache.commit(tokens[beg:end])
+        finally:
+            cache.close()
