@@ -103,12 +103,16 @@ class CudaPages:
 
         self.kt = kt
         self.m = m
-        shape = (cfg.kv_heads, cfg.head_dim)
-        self.pools = {(lid, role): kt.pool_tensor(m, lid, role, dtype, shape)
-                      for lid in range(cfg.layers) for role in ("key", "value")}
+        self.dtype = dtype
+        self.shape = (cfg.kv_heads, cfg.head_dim)
+        self.keys = [(lid, role) for lid in range(cfg.layers) for role in ("key", "value")]
+        self.pools: dict = {}
 
     def begin(self, cache: kvcm._KVCache) -> None:
-        """Fetch the cache's page indices (after resume or resize)."""
+        """Fetch the pools and the cache's page indices (after resume, resize
+        or commit). The pool tensors are made again each time (a few calls):
+        they stay right should the manager ever move its pools."""
+        self.pools = {key: self.kt.pool_tensor(self.m, *key, self.dtype, self.shape) for key in self.keys}
         self.host_idx = {key: self.kt.kernel_page_indices(self.m, cache, *key) for key in self.pools}
         self.idx = {key: torch.tensor(v, dtype=torch.long, device="cuda") for key, v in self.host_idx.items()}
 
