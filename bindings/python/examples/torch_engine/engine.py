@@ -257,6 +257,11 @@ class Engine:
         if not cache.resume(self.stream):
             raise RuntimeError("resume refused: the GPU tier cannot take the request")
 
+    @staticmethod
+    def _resize(cache: kvcm._KVCache, capacity: int, history: int | None = None) -> None:
+        if not cache.resize(capacity, history):
+            raise RuntimeError(f"resize({capacity}, {history}) refused: the GPU tier is out of pages")
+
     def generate(self, prompt: list[int], max_new: int, salt: bytes | None = None) -> Result:
         """Serve one request: reuse the cached prefix (none under a fresh
         ``salt``), prefill the rest in grid-aligned chunks, decode greedily."""
@@ -269,13 +274,13 @@ class Engine:
             self._resume(cache)
             n = len(prompt)
             cap = n + max_new
-            cache.resize(cap)
+            self._resize(cache, cap)
             self.pages.begin(cache)
             pos, logits = reused, None
             while pos < n:
                 end = min(n, (pos // self.chunk + 1) * self.chunk)
                 logits = self.forward(prompt[pos:end], pos)
-                cache.resize(cap, end)
+                self._resize(cache, cap, end)
                 cache.commit(prompt[pos:end])
                 self.pages.begin(cache)
                 pos = end
@@ -289,7 +294,7 @@ class Engine:
                 if step == max_new - 1:
                     break
                 logits = self.forward([tok], n + step)
-                cache.resize(cap, n + step + 1)
+                self._resize(cache, cap, n + step + 1)
                 cache.commit([tok])
                 self.pages.begin(cache)
                 res.step_logits.append(logits.cpu())
@@ -306,10 +311,10 @@ class Engine:
         try:
             self._resume(cache)
             n = len(tokens)
-            cache.resize(n)
+            self._resize(cache, n)
             for beg in range(0, n, self.chunk):
                 end = min(n, beg + self.chunk)
-                cache.resize(n, end)
+                self._resize(cache, n, end)
                 cache.commit(tokens[beg:end])
         finally:
             cache.close()
