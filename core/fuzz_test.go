@@ -425,7 +425,7 @@ func (s *session) step() {
 		}
 	case 3, 4:
 		if h := s.pick(which); h != nil {
-			s.advance(h, 1+a%(4*s.cfg.TokensPerBlock))
+			s.advance(h, 1+a%(4*s.cfg.TokensPerBlock), op%ops == 4 && len(s.cfg.SsmLayers) > 0)
 		}
 	case 5:
 		if h := s.pick(which); h != nil {
@@ -622,8 +622,10 @@ func (s *session) verify(h *hcache, what string) {
 }
 
 // advance computes n more positions the way an engine step does: resize for
-// them, write their KV, advance the history.
-func (s *session) advance(h *hcache, n int) {
+// them, write their KV, advance the history. With commit (SSM sessions), a
+// cache whose history is all committed commits the computed tokens instead,
+// a commit from the history length that advances it.
+func (s *session) advance(h *hcache, n int, commit bool) {
 	if h.c.Status() != core.Active {
 		s.call(fmt.Sprintf("resize %d while %v", h.c.ID(), h.c.Status()), func() error { return h.c.Resize(h.history+n, -1) })
 		return
@@ -639,6 +641,15 @@ func (s *session) advance(h *hcache, n int) {
 		s.logf("  step %d [%d, %d): %v", h.c.ID(), h.history, to, err)
 		h.tainted = true
 		return
+	}
+	if commit && !h.ended && h.committed == h.history {
+		err := s.call(fmt.Sprintf("commit %d: %d computed tokens at %d", h.c.ID(), to-h.committed, h.committed), func() error {
+			return h.c.Commit(h.seq[h.committed:to], false)
+		})
+		if err == nil {
+			h.committed, h.history = to, to
+			return
+		}
 	}
 	if s.call(fmt.Sprintf("resize %d history to %d", h.c.ID(), to), func() error { return h.c.Resize(to, to) }) == nil {
 		h.history = to
