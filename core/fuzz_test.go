@@ -80,6 +80,42 @@ func FuzzBeamSessions(f *testing.F) {
 	})
 }
 
+// FuzzSsmSessions is FuzzSessions over a hybrid model: SSM layers beside
+// the attention ones (commit_min_snapshot, maybe a cap on SSM slots), so
+// every call also checks the SSM states, the snapshots commits take and the
+// reuse that resumes from them: the engine writes each cache's state and
+// verifies it whenever it verifies up to the history length, so a snapshot
+// of another length or another prefix is a mismatch.
+func FuzzSsmSessions(f *testing.F) {
+	for _, seed := range fuzzSeeds {
+		f.Add(seed)
+	}
+	// Seeds drawn from the op codes that compute, commit and reuse.
+	codes := []byte{0, 1, 2, 3, 3, 4, 5, 5, 6, 8, 12, 13}
+	rng := rand.New(rand.NewPCG(17, 17))
+	for range 12 {
+		seed := make([]byte, 4*maxOps)
+		for i := range seed {
+			seed[i] = codes[rng.IntN(len(codes))]
+		}
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		watchdog := time.AfterFunc(sessionLimit, func() {
+			buf := make([]byte, 1<<20)
+			n := runtime.Stack(buf, true)
+			panic(fmt.Sprintf("session ran past %v: deadlock?\n%s", sessionLimit, buf[:n]))
+		})
+		defer watchdog.Stop()
+		s := newSession(t, data)
+		s.addSsm()
+		if os.Getenv("KVCM_FUZZ_TRACE") != "" {
+			defer func() { t.Logf("config: %+v\ncalls:\n  %s", s.cfg, joinLines(s.ops)) }()
+		}
+		s.run()
+	})
+}
+
 // fuzzSeeds seed the corpus alongside testdata/fuzz/FuzzSessions.
 var fuzzSeeds = [][]byte{
 	{},
@@ -199,6 +235,32 @@ func newSession(t *testing.T, data []byte) *session {
 	return s
 }
 
+// addSsm makes the session's model a hybrid one: one or two SSM layers
+// after the attention layers (states of a few sizes), commit_min_snapshot,
+// and maybe max_ssm_slots. Every level grows by room for a few states, so
+// the attention layers keep the blocks the session drew.
+func (s *session) addSsm() {
+	in := s.in
+	var stateBytes int64
+	for k := range 1 + in.n(2) {
+		st := int64(16 * (1 + in.n(4)))
+		conv := int64(8 * (1 + in.n(2)))
+		s.cfg.SsmLayers = append(s.cfg.SsmLayers, config.SsmLayerConfig{LayerID: int32(len(s.cfg.Layers) + k),
+			Buffers: []config.BufferConfig{{Role: "ssm_state", Size: st}, {Role: "conv_state", Size: conv}}})
+		stateBytes += st + conv
+	}
+	s.cfg.CommitMinSnapshot = true
+	s.cfg.MaxSsmSlots = []int64{0, 0, 2, 4}[in.n(4)]
+	states := int64(2 + in.n(6))
+	for i := range s.cfg.CacheTiers {
+		s.cfg.CacheTiers[i].Quota += states * stateBytes
+		if s.cfg.CacheTiers[i].MaxQuota != 0 {
+			s.cfg.CacheTiers[i].MaxQuota += 2 * states * stateBytes
+		}
+		s.quotas[i] += stateBytes
+	}
+}
+
 func (s *session) logf(format string, args ...any) {
 	s.ops = append(s.ops, fmt.Sprintf(format, args...))
 }
@@ -265,6 +327,9 @@ func (s *session) lifecycles() []int {
 			seen[k] = true
 			out = append(out, len(out))
 		}
+	}
+	if len(s.cfg.SsmLayers) > 0 {
+		out = append(out, len(out))
 	}
 	return out
 }
@@ -360,7 +425,7 @@ func (s *session) step() {
 		}
 	case 3, 4:
 		if h := s.pick(which); h != nil {
-			s.advance(h, 1+a%(4*s.cfg.TokensPerBlock))
+			s.advance(h, 1+a%(4*s.cfg.TokensPerBlock), op%ops == 4 && len(s.cfg.SsmLayers) > 0)
 		}
 	case 5:
 		if h := s.pick(which); h != nil {
@@ -557,8 +622,10 @@ func (s *session) verify(h *hcache, what string) {
 }
 
 // advance computes n more positions the way an engine step does: resize for
-// them, write their KV, advance the history.
-func (s *session) advance(h *hcache, n int) {
+// them, write their KV, advance the history. With commit (SSM sessions), a
+// cache whose history is all committed commits the computed tokens instead,
+// a commit from the history length that advances it.
+func (s *session) advance(h *hcache, n int, commit bool) {
 	if h.c.Status() != core.Active {
 		s.call(fmt.Sprintf("resize %d while %v", h.c.ID(), h.c.Status()), func() error { return h.c.Resize(h.history+n, -1) })
 		return
@@ -574,6 +641,15 @@ func (s *session) advance(h *hcache, n int) {
 		s.logf("  step %d [%d, %d): %v", h.c.ID(), h.history, to, err)
 		h.tainted = true
 		return
+	}
+	if commit && !h.ended && h.committed == h.history {
+		err := s.call(fmt.Sprintf("commit %d: %d computed tokens at %d", h.c.ID(), to-h.committed, h.committed), func() error {
+			return h.c.Commit(h.seq[h.committed:to], false)
+		})
+		if err == nil {
+			h.committed, h.history = to, to
+			return
+		}
 	}
 	if s.call(fmt.Sprintf("resize %d history to %d", h.c.ID(), to), func() error { return h.c.Resize(to, to) }) == nil {
 		h.history = to

@@ -29,6 +29,9 @@ import (
 //   - every owned page is linked in the tree or referenced by a cache (no
 //     leaked slot), no lost page is reachable from the tree, and every tree
 //     page links back to its node;
+//   - with SSM layers every ACTIVE cache holds its own SSM state on the GPU
+//     level; a SUSPENDED one may still hold the snapshot it reused (a tree
+//     page), and these references count like the blocks' pages;
 //   - a node's users are the caches whose chain ends at it;
 //   - the given closed caches hold nothing and are unknown to the manager.
 //
@@ -118,6 +121,35 @@ func (m *Manager) CheckInvariants(closed ...*KVCache) error {
 					}
 				}
 			}
+		}
+	}
+	for _, c := range m.caches {
+		if c.status == Closed || c.ssm == nil {
+			if c.status == Active && m.lt.SSM >= 0 {
+				fail("cache %d: ACTIVE without its SSM state", c.id)
+			}
+			continue
+		}
+		p := c.ssm
+		switch {
+		case m.lt.SSM < 0 || p.lc != m.lt.SSM:
+			fail("cache %d: SSM state of layer group %d (SSM layer group %d)", c.id, p.lc, m.lt.SSM)
+		case p.group == nil:
+			fail("cache %d: references a freed SSM state", c.id)
+		case c.ssmShared != (p.node != nil):
+			fail("cache %d: SSM state shared %v, in the tree %v", c.id, c.ssmShared, p.node != nil)
+		case c.status == Active && (c.ssmShared || p.level() != 0):
+			fail("cache %d: ACTIVE with SSM state shared %v on level %d", c.id, c.ssmShared, p.level())
+		}
+		r := want[p]
+		if r == nil {
+			r = &refs{}
+			want[p] = r
+		}
+		if c.status == Active {
+			r.active++
+		} else {
+			r.held++
 		}
 	}
 	for _, c := range closed {

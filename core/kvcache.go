@@ -1070,7 +1070,11 @@ func (c *KVCache) releasable(newBlocks, history int) []releasedPage {
 // waits for any decode still bringing those blocks' pages back, so that a
 // page lost to its failure is never published (the cache gets ErrDataLost
 // instead). With several beams the tokens' KV must be in beam 0 (see
-// CommitBeamSearch).
+// CommitBeamSearch). With SSM layers a commit must start or end at the
+// history length (KVCacheManagerV2's rule): the cache's one SSM state is
+// that of the history, or of the commit's end once the work on the cache's
+// stream that computed its tokens is done; other commits fail with
+// ErrInvalidArgument naming tokens.
 func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
@@ -1118,6 +1122,12 @@ func (c *KVCache) commit(tokens []config.Token, digests []blockhash.DigestAt, pa
 	case c.committed+len(tokens) > c.capacity:
 		return argErr("tokens", "committing %d tokens after %d would pass capacity %d",
 			len(tokens), c.committed, c.capacity)
+	case m.lt.SSM >= 0 && len(tokens) > 0 && c.committed != c.history && c.committed+len(tokens) != c.history:
+		// The one SSM state is at the history length (or, for a commit from
+		// there, at its end once the stream's work is done): a commit ending
+		// anywhere else could not snapshot the state of its tokens.
+		return argErr("tokens", "with SSM layers a commit starts or ends at the history length %d; %d tokens after %d do neither",
+			c.history, len(tokens), c.committed)
 	}
 	if parents != nil {
 		if err := c.checkBeamIndices(parents); err != nil {

@@ -308,3 +308,39 @@ func TestSsmStateSurvivesSuspendAndResume(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, st[1].Total, st[1].Free, "a closed cache's state is freed")
 }
+
+// With SSM layers a Commit starts or ends at the history length (the one
+// state is the history's): a commit ending short of a history that passed it
+// fails, naming tokens, and changes nothing; one ending at it snapshots the
+// history's state.
+func TestSsmCommitStartsOrEndsAtTheHistory(t *testing.T) {
+	f := newFixture(t, ssmConfig(64))
+	prompt := seq(0, 16)
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Resize(12, 10))
+	f.fillPage(f.ssmState(), liveState(t, c), 10)
+
+	err = c.Commit(prompt[:8], false)
+	require.ErrorIs(t, err, ErrInvalidArgument, "the state is 10 tokens', not 8's")
+	assert.ErrorContains(t, err, "tokens: ")
+	assert.Zero(t, c.NumCommittedTokens(), "a failed commit changes nothing")
+	assert.Zero(t, f.m.ProbeReuse(blockhash.Scope{}, prompt), "and snapshots nothing")
+
+	require.NoError(t, c.Commit(prompt[:10], false), "ending at the history")
+	assert.Zero(t, f.m.ProbeReuse(blockhash.Scope{}, prompt), "mid-block: no snapshot")
+	require.NoError(t, c.Resize(12, 12))
+	at12 := f.fillPage(f.ssmState(), liveState(t, c), 12)
+	require.ErrorIs(t, c.Commit(prompt[10:11], false), ErrInvalidArgument, "from 10 to 11 of a history of 12")
+	require.NoError(t, c.Commit(prompt[10:12], false), "from 10 to the history")
+	b, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt[:14]})
+	require.NoError(t, err)
+	assert.Equal(t, 12, b.ReusedTokens())
+	require.NoError(t, b.Resume(f.stream))
+	assert.Equal(t, at12, f.readPage(f.ssmState(), liveState(t, b)), "the history's state at 12")
+	require.NoError(t, b.Close())
+	require.NoError(t, c.Resize(16, -1))
+	require.NoError(t, c.Commit(prompt[12:16], false), "from the history on")
+	require.NoError(t, c.Close())
+}
