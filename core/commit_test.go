@@ -68,17 +68,42 @@ func TestCommitInPiecesPublishesEveryFullBlock(t *testing.T) {
 }
 
 // With partial reuse, the tokens of the trailing partial block committed in
-// pieces are published at close and reusable.
+// pieces are published at close and reusable, whether or not the last commit
+// said isEnd: closing stops the commits, and KVCacheManagerV2 commits the
+// partial block when commits stop.
 func TestCommitInPiecesPublishesThePartialTail(t *testing.T) {
 	cfg := smallConfig(16)
 	cfg.EnablePartialReuse = true
 	prompt := seq(0, 26)
-	for _, piece := range []int{1, 3, 26} {
-		t.Run(fmt.Sprintf("piece=%d", piece), func(t *testing.T) {
-			m, keys, toks := storedBlocks(t, cfg, prompt, piece, true)
-			require.Len(t, keys, 7, "six full blocks and the partial one")
-			assert.Equal(t, prompt[24:], toks[6])
-			assert.Equal(t, 26, m.ProbeReuse(blockhash.Scope{}, append(slices.Clone(prompt), 99)))
-		})
+	for _, isEnd := range []bool{true, false} {
+		for _, piece := range []int{1, 3, 26} {
+			t.Run(fmt.Sprintf("isEnd=%v/piece=%d", isEnd, piece), func(t *testing.T) {
+				m, keys, toks := storedBlocks(t, cfg, prompt, piece, isEnd)
+				require.Len(t, keys, 7, "six full blocks and the partial one")
+				assert.Equal(t, prompt[24:], toks[6])
+				assert.Equal(t, 26, m.ProbeReuse(blockhash.Scope{}, append(slices.Clone(prompt), 99)))
+			})
+		}
 	}
+}
+
+// StopCommitting stops the commits as a commit with isEnd does: with partial
+// reuse the committed tokens' trailing partial block is published at close,
+// and tokens after the stop are not.
+func TestStopCommittingPublishesThePartialTailAtClose(t *testing.T) {
+	cfg := smallConfig(16)
+	cfg.EnablePartialReuse = true
+	f := newFixture(t, cfg)
+	m, s := f.m, f.stream
+	prompt := seq(0, 10)
+	c, err := m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(s))
+	require.NoError(t, c.Resize(12, 0))
+	require.NoError(t, c.Commit(prompt, false))
+	c.StopCommitting()
+	require.Error(t, c.Commit(seq(10, 2), false), "no commit after the stop")
+	assert.Equal(t, 8, m.ProbeReuse(blockhash.Scope{}, append(slices.Clone(prompt), 99)), "published at close, not at the stop")
+	require.NoError(t, c.Close())
+	assert.Equal(t, 10, m.ProbeReuse(blockhash.Scope{}, append(slices.Clone(prompt), 99)))
 }

@@ -817,6 +817,7 @@ func (c *KVCache) closeLocked(force bool) error {
 			return err
 		}
 	}
+	c.stopCommits()
 	if c.pendingPartial {
 		c.registerPartial()
 	}
@@ -1065,8 +1066,9 @@ func (c *KVCache) releasable(newBlocks, history int) []releasedPage {
 // history: when they pass the history length it advances to them, as
 // KVCacheManagerV2's commit does (releasing pages a sliding window no longer
 // needs, after publishing them), so the tokens must fit in the capacity. With
-// isEnd no further commits are accepted, and with partial reuse enabled the
-// trailing partial block is published when the cache closes. Commit first
+// isEnd no further commits are accepted; with partial reuse enabled the
+// trailing partial block is published when the cache closes (with or without
+// isEnd). Commit first
 // waits for any decode still bringing those blocks' pages back, so that a
 // page lost to its failure is never published (the cache gets ErrDataLost
 // instead). With several beams the tokens' KV must be in beam 0 (see
@@ -1265,13 +1267,23 @@ func (c *KVCache) commit(tokens []config.Token, digests []blockhash.DigestAt, pa
 	return nil
 }
 
-// endCommits stops further commits after a commit with isEnd; with partial
-// reuse the trailing partial block is published at close.
+// endCommits stops further commits after a commit with isEnd.
 func (c *KVCache) endCommits(isEnd bool) {
 	if isEnd {
-		c.stopped = true
-		c.pendingPartial = c.m.cfg.EnablePartialReuse && c.committed%c.m.cfg.TokensPerBlock != 0 && c.m.lt.SSM < 0
+		c.stopCommits()
 	}
+}
+
+// stopCommits refuses further commits; with partial reuse the trailing
+// partial block of the committed tokens is published at close, when nobody
+// writes into it any more (KVCacheManagerV2 commits it when commits stop:
+// at commit with is_end, stop_committing or close).
+func (c *KVCache) stopCommits() {
+	if c.stopped {
+		return
+	}
+	c.stopped = true
+	c.pendingPartial = c.m.cfg.EnablePartialReuse && c.committed%c.m.cfg.TokensPerBlock != 0 && c.m.lt.SSM < 0
 }
 
 // snapshotSsm copies the cache's SSM state, which the engine's work on the
@@ -1322,11 +1334,12 @@ func (c *KVCache) advanceHistory(history int, released []releasedPage, ev *share
 }
 
 // StopCommitting refuses further commits; tokens computed from now on (for
-// example generated ones) are never published.
+// example generated ones) are never published. With partial reuse the
+// trailing partial block of the committed tokens is published at close.
 func (c *KVCache) StopCommitting() {
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
-	c.stopped = true
+	c.stopCommits()
 }
 
 // publish links block b, holding tokens blk with digest tokens dg, into the

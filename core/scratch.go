@@ -316,7 +316,7 @@ func (c *KVCache) SetSwaScratchReuse(on bool) error {
 	case on && !c.m.cfg.EnableSwaScratchReuse():
 		return argErr("enable_swa_scratch_reuse", "the manager's configuration has no swa_scratch_reuse")
 	case c.wouldUseScratch():
-		return fmt.Errorf("%w: cache %d: its current step (history %d, capacity %d) has scratch blocks; switch scratch reuse before resizing",
+		return fmt.Errorf("%w: cache %d: scratch blocks are needed by its current step (history %d, capacity %d); switch scratch reuse before resizing",
 			ErrInvalidState, c.id, c.history, c.capacity)
 	}
 	c.scratchOn = on

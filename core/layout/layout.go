@@ -342,18 +342,19 @@ func (lt *Layout) SinkBlocks(lc LayerGroupID) int {
 }
 
 // FirstKeptBlock returns the first non-sink block lifecycle lc still needs
-// once history tokens are computed: later tokens attend back at most the
-// window size from the first uncomputed position. The SSM layer group keeps
-// no block: every computed block is behind its state.
+// once history tokens are computed: the token at the first uncomputed
+// position attends to the window size of tokens ending at itself, from
+// position history+1-window on (KVCacheManagerV2's stale range). The SSM
+// layer group keeps no block: every computed block is behind its state.
 func (lt *Layout) FirstKeptBlock(lc LayerGroupID, history int) int {
 	if lt.IsSSM(lc) {
 		return history / lt.TokensPerBlock
 	}
 	w := lt.LifeCycles[lc].Window.Size
-	if w == 0 || history <= w {
+	if w == 0 || history+1 <= w {
 		return 0
 	}
-	return (history - w) / lt.TokensPerBlock
+	return (history + 1 - w) / lt.TokensPerBlock
 }
 
 // Needs reports whether lifecycle lc needs block b of a sequence whose first

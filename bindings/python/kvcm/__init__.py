@@ -152,6 +152,7 @@ from .errors import (
     OutOfPagesError,
     PoisonedError,
     ResumeRefusedError,
+    ScratchInUseError,
     StorageIOError,
     UnsupportedError,
 )
@@ -231,7 +232,7 @@ __all__ = [
     # library
     "abi_version", "is_poisoned", "library_path", "live_handle_count", "version",
     # errors
-    "KVCacheError", "InvalidArgumentError", "InvalidHandleError", "InvalidStateError",
+    "KVCacheError", "InvalidArgumentError", "InvalidHandleError", "InvalidStateError", "ScratchInUseError",
     "OutOfMemoryError", "OutOfPagesError", "ResumeRefusedError", "InvalidConfigError", "CodecRejectedError",
     "DataLostError", "BufferTooSmallError", "ManagerClosedError", "CuError", "DeviceError", "UnsupportedError",
     "CorruptedError", "InternalError", "PoisonedError", "CodecFailedError", "StorageIOError", "ClosedError",

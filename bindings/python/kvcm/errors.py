@@ -16,6 +16,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidHandleError",
     "InvalidStateError",
+    "ScratchInUseError",
     "OutOfMemoryError",
     "OutOfPagesError",
     "ResumeRefusedError",
@@ -66,6 +67,12 @@ class InvalidStateError(KVCacheError, RuntimeError):
     """The call is not allowed in the object's current state (a
     ``RuntimeError``, as KVCacheManagerV2's C++ backend reports such
     misuse)."""
+
+
+class ScratchInUseError(InvalidStateError, ValueError):
+    """Scratch reuse cannot be switched while the cache's current step needs
+    scratch blocks: an InvalidStateError, and a ``ValueError`` as
+    KVCacheManagerV2 reports it."""
 
 
 class OutOfMemoryError(KVCacheError, MemoryError):

@@ -41,6 +41,7 @@ from .errors import (
     BufferTooSmallError,
     InvalidArgumentError,
     InvalidStateError,
+    ScratchInUseError,
     KVCacheError,
     OutOfPagesError,
     ResumeRefusedError,
@@ -1692,12 +1693,18 @@ class _KVCache(Managed):
         """Whether the cache uses scratch slots (at first as the manager's
         configuration says). Setting it needs the configuration to turn it on
         (InvalidArgumentError, a ValueError) and, either way, a current step
-        without scratch blocks (InvalidStateError)."""
+        that needs no scratch blocks (ScratchInUseError: an InvalidStateError
+        and, as KVCacheManagerV2 reports it, a ValueError)."""
         return bool(self._get("kvcm_kv_cache_get_swa_scratch_reuse", ctypes.c_bool))
 
     @enable_swa_scratch_reuse.setter
     def enable_swa_scratch_reuse(self, enable: bool) -> None:
-        _native.call("kvcm_kv_cache_set_swa_scratch_reuse", self._native(), bool(enable))
+        try:
+            _native.call("kvcm_kv_cache_set_swa_scratch_reuse", self._native(), bool(enable))
+        except InvalidStateError as e:
+            if self.closed:
+                raise
+            raise ScratchInUseError(e.message, code=e.code) from None
 
     def plan_committed_block_drop(self) -> PlannedDropHandle | None:
         """Plan dropping the committed pages of this turn's full blocks in the

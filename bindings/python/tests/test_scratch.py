@@ -83,12 +83,17 @@ def test_max_rewind_len_keeps_the_tail_in_pages(backend):
 
 
 def test_scratch_reuse_switches_only_between_steps(backend):
-    """A cache turns scratch reuse off or on only while its step has no
-    scratch blocks; on needs the manager's configuration."""
+    """A cache turns scratch reuse off or on only while its step needs no
+    scratch blocks (refused with a ScratchInUseError, both an
+    InvalidStateError and KVCacheManagerV2's ValueError); on needs the
+    manager's configuration."""
     with KVCacheManager(scratch_config(), device="emu") as m:
         c = prefill(m, 64)
         with pytest.raises(InvalidStateError):
             c.enable_swa_scratch_reuse = False
+        with pytest.raises(ValueError, match="scratch blocks are needed"):
+            c.enable_swa_scratch_reuse = False
+        assert c.enable_swa_scratch_reuse
         c.commit(list(range(64)))
         c.enable_swa_scratch_reuse = False
         assert not c.enable_swa_scratch_reuse
