@@ -141,16 +141,26 @@ func (m *Manager) SharedStats() (SharedStats, bool) {
 	return s, true
 }
 
-// FlushShared waits until the shared tier's queued writes are written or
-// failed, or ctx is done; it returns at once without a shared tier. It does
-// not wait for writes still ordered behind a migration on the shared stream:
-// those are queued when their host function runs.
+// FlushShared waits until the shared tier's writes handed over so far are
+// written or failed: first the shared stream's work (the reads of evicted
+// and committed pages, which queue their blobs), then the store's queue. It
+// returns ctx's error once ctx is done, whatever is still running (which
+// goes on), and nil at once without a shared tier. It does not wait for
+// writes still ordered behind a migration on the shared stream: those are
+// queued when their host function runs.
 func (m *Manager) FlushShared(ctx context.Context) error {
 	if m.shared == nil {
 		return nil
 	}
-	if err := m.shared.stream.Synchronize(); err != nil {
-		return fmt.Errorf("shared tier stream: %w", err)
+	synced := make(chan error, 1)
+	go func() { synced <- m.shared.stream.Synchronize() }()
+	select {
+	case err := <-synced:
+		if err != nil {
+			return fmt.Errorf("shared tier stream: %w", err)
+		}
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	return m.shared.store.Flush(ctx)
 }

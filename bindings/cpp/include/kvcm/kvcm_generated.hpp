@@ -58,6 +58,10 @@ inline constexpr std::int32_t kMaxPriority = KVCM_MAX_PRIORITY;
 // kvcm_manager_config.event_queue_capacity is 0.
 inline constexpr std::uint32_t kDefaultEventQueueCapacity = KVCM_DEFAULT_EVENT_QUEUE_CAPACITY;
 
+// KVCM_NO_SHARED_LEVEL is what kvcm_manager_get_shared_level reports for a manager
+// without a shared tier.
+inline constexpr std::int32_t kNoSharedLevel = KVCM_NO_SHARED_LEVEL;
+
 // ---- Scalar types and handles ----
 
 // kvcm_cache_level orders the cache tiers from hottest (0, the GPU) to coldest.
@@ -730,6 +734,14 @@ static_assert(sizeof(ReuseDiagnostics) == 16 && alignof(ReuseDiagnostics) == 8);
 using ReusedBlocksAtLevel = ::kvcm_reused_blocks_at_level;
 static_assert(std::is_standard_layout_v<ReusedBlocksAtLevel> && std::is_trivially_copyable_v<ReusedBlocksAtLevel>);
 static_assert(sizeof(ReusedBlocksAtLevel) == 24 && alignof(ReusedBlocksAtLevel) == 8);
+
+// kvcm_shared_stats counts the shared tier's traffic: the manager's view (blocks
+// looked up, onboarded, written back or through) and its client's (keys,
+// round-trip errors, the write queue), cumulative since the manager was
+// created.
+using SharedStats = ::kvcm_shared_stats;
+static_assert(std::is_standard_layout_v<SharedStats> && std::is_trivially_copyable_v<SharedStats>);
+static_assert(sizeof(SharedStats) == 184 && alignof(SharedStats) == 8);
 
 // kvcm_ssm_snapshot_iteration_stats counts the SSM snapshot lookups of the SSM layer
 // group during an iteration (KVCacheManagerV2's
