@@ -164,6 +164,8 @@ const char* kvcm__enum_name_tier_kind(kvcm_tier_kind v) {
         return "KVCM_TIER_HOST";
     case KVCM_TIER_DISK:
         return "KVCM_TIER_DISK";
+    case KVCM_TIER_SHARED:
+        return "KVCM_TIER_SHARED";
     }
     return NULL;
 }

@@ -175,7 +175,7 @@
 //   - The shared tier at run time: kvcm_manager_get_shared_level
 //     (KVCM_NO_SHARED_LEVEL without one), kvcm_manager_get_shared_stats
 //     (kvcm_shared_stats) and kvcm_manager_flush_shared, which waits at
-//     most its timeout_ms.
+//     most its timeout_ms; KVCM_TIER_SHARED names the shared tier's kind.
 //
 // Behaviour that changed for C users while ABI version 1 was unreleased
 // (no function, struct or constant changed):

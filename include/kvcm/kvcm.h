@@ -538,6 +538,12 @@ enum {
      * KVCM_TIER_DISK is one file per cold pool group under a directory.
      */
     KVCM_TIER_DISK = 2,
+    /**
+     * KVCM_TIER_SHARED is the shared tier on a Redis Cluster, after every local
+     * tier. It is configured by kvcm_manager_config.shared_tier, not in
+     * cache_tiers; it names the level kvcm_manager_get_shared_level reports.
+     */
+    KVCM_TIER_SHARED = 3,
 };
 
 /* ---- Opaque types ---- */

@@ -244,11 +244,13 @@ class TierKind(enum.IntEnum):
     GPU = 0
     HOST = 1
     DISK = 2
+    SHARED = 3
 
 
 KVCM_TIER_GPU = 0
 KVCM_TIER_HOST = 1
 KVCM_TIER_DISK = 2
+KVCM_TIER_SHARED = 3
 
 
 # ---- Opaque types and callbacks ----

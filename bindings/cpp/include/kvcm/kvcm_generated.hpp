@@ -454,6 +454,10 @@ enum class TierKind : std::int32_t {
     kHost = KVCM_TIER_HOST,
     // KVCM_TIER_DISK is one file per cold pool group under a directory.
     kDisk = KVCM_TIER_DISK,
+    // KVCM_TIER_SHARED is the shared tier on a Redis Cluster, after every local
+    // tier. It is configured by kvcm_manager_config.shared_tier, not in
+    // cache_tiers; it names the level kvcm_manager_get_shared_level reports.
+    kShared = KVCM_TIER_SHARED,
 };
 static_assert(sizeof(TierKind) == sizeof(::kvcm_tier_kind), "TierKind has the C size");
 
@@ -466,6 +470,8 @@ constexpr const char* name(TierKind v) noexcept {
         return "KVCM_TIER_HOST";
     case TierKind::kDisk:
         return "KVCM_TIER_DISK";
+    case TierKind::kShared:
+        return "KVCM_TIER_SHARED";
     }
     return "";
 }
