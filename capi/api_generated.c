@@ -164,6 +164,8 @@ const char* kvcm__enum_name_tier_kind(kvcm_tier_kind v) {
         return "KVCM_TIER_HOST";
     case KVCM_TIER_DISK:
         return "KVCM_TIER_DISK";
+    case KVCM_TIER_SHARED:
+        return "KVCM_TIER_SHARED";
     }
     return NULL;
 }
@@ -308,6 +310,7 @@ static const kvcm_api kvcm__table = {
     kvcm_manager_clear_reusable_blocks,
     kvcm_manager_drain_block_events,
     kvcm_manager_drain_block_events_digests,
+    kvcm_manager_flush_shared,
     kvcm_manager_get_aggregated_pages,
     kvcm_manager_get_and_reset_iteration_cached_tokens_by_level,
     kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats,
@@ -319,6 +322,8 @@ static const kvcm_api kvcm__table = {
     kvcm_manager_get_page_index_upper_bound,
     kvcm_manager_get_page_stride,
     kvcm_manager_get_scratch_pages_per_block,
+    kvcm_manager_get_shared_level,
+    kvcm_manager_get_shared_stats,
     kvcm_manager_need_adjustment,
     kvcm_manager_probe_first_new_block_key,
     kvcm_manager_probe_first_new_block_key_digests,

@@ -595,6 +595,35 @@ func toCReuseDiagnostics(s core.ReuseDiagnostics) C.kvcm_reuse_diagnostics {
 	}
 }
 
+// toCSharedStats converts a core.SharedStats to a kvcm_shared_stats.
+func toCSharedStats(s core.SharedStats) C.kvcm_shared_stats {
+	return C.kvcm_shared_stats{
+		bytes_read:       C.int64_t(s.Store.BytesRead),
+		bytes_written:    C.int64_t(s.Store.BytesWritten),
+		corrupt:          C.int64_t(s.Store.Corrupt),
+		deduplicated:     C.int64_t(s.Store.Deduplicated),
+		discarded_pages:  C.int64_t(s.DiscardedPages),
+		dropped:          C.int64_t(s.Store.Dropped),
+		errors:           C.int64_t(s.Store.Errors),
+		found_blocks:     C.int64_t(s.FoundBlocks),
+		hits:             C.int64_t(s.Store.Hits),
+		lookup_blocks:    C.int64_t(s.LookupBlocks),
+		lookups:          C.int64_t(s.Store.Lookups),
+		lost_writes:      C.int64_t(s.LostWrites),
+		misses:           C.int64_t(s.Store.Misses),
+		onboarded_blocks: C.int64_t(s.OnboardedBlocks),
+		onboarded_bytes:  C.int64_t(s.OnboardedBytes),
+		onboarded_pages:  C.int64_t(s.OnboardedPages),
+		present:          C.int64_t(s.Store.Present),
+		queued:           C.int64_t(s.Store.Queued),
+		timeouts:         C.int64_t(s.Store.Timeouts),
+		write_backs:      C.int64_t(s.WriteBacks),
+		write_errors:     C.int64_t(s.Store.WriteErrors),
+		write_throughs:   C.int64_t(s.WriteThroughs),
+		written:          C.int64_t(s.Store.Written),
+	}
+}
+
 // fromCSsmLayerConfig converts a kvcm_ssm_layer_config to a config.SsmLayerConfig; name names it in errors.
 func fromCSsmLayerConfig(c *C.kvcm_ssm_layer_config, name string) (config.SsmLayerConfig, error) {
 	var out config.SsmLayerConfig

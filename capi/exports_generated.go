@@ -1847,6 +1847,37 @@ func kvcm_manager_drain_events(manager C.kvcm_manager, events *C.kvcm_cache_even
 	return statusOf(kvcmFn, glueManagerDrainEvents(managerObj, events, events_cap, tokens, tokens_cap, num_events, num_tokens, dropped))
 }
 
+// kvcm_manager_flush_shared is the export of kvcm_manager_flush_shared (ABI version 2).
+//
+//export kvcm_manager_flush_shared
+func kvcm_manager_flush_shared(manager C.kvcm_manager, timeout_ms C.int64_t, out *C.bool) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_flush_shared"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = false
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	v, err := glueManagerFlushShared(managerObj, timeout_ms)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.bool(v)
+	return nil
+}
+
 // kvcm_manager_free_memory is the export of kvcm_manager_free_memory (ABI version 1).
 //
 //export kvcm_manager_free_memory
@@ -2521,6 +2552,68 @@ func kvcm_manager_get_scratch_pages_per_block(manager C.kvcm_manager, layer_id C
 		return statusOf(kvcmFn, err)
 	}
 	*out = C.int64_t(v)
+	return nil
+}
+
+// kvcm_manager_get_shared_level is the export of kvcm_manager_get_shared_level (ABI version 2).
+//
+//export kvcm_manager_get_shared_level
+func kvcm_manager_get_shared_level(manager C.kvcm_manager, out *C.kvcm_cache_level) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_get_shared_level"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	v, err := glueManagerGetSharedLevel(managerObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.kvcm_cache_level(v)
+	return nil
+}
+
+// kvcm_manager_get_shared_stats is the export of kvcm_manager_get_shared_stats (ABI version 2).
+//
+//export kvcm_manager_get_shared_stats
+func kvcm_manager_get_shared_stats(manager C.kvcm_manager, out *C.kvcm_shared_stats) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_get_shared_stats"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = C.kvcm_shared_stats{}
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	v, err := glueManagerGetSharedStats(managerObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = toCSharedStats(v)
 	return nil
 }
 

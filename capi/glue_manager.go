@@ -563,3 +563,13 @@ func glueManagerAllocMemory(mgr *managerObj, kind C.kvcm_memory_kind, size C.uin
 func glueManagerFreeMemory(mgr *managerObj, ptr C.kvcm_device_ptr) error {
 	return mgr.FreeMemory(device.Ptr(ptr))
 }
+
+// ---- Shared tier ----
+
+func glueManagerGetSharedLevel(mgr *managerObj) (layout.CacheLevel, error) { return mgr.SharedLevel() }
+
+func glueManagerGetSharedStats(mgr *managerObj) (core.SharedStats, error) { return mgr.SharedStats() }
+
+func glueManagerFlushShared(mgr *managerObj, timeoutMs C.int64_t) (bool, error) {
+	return mgr.FlushShared(int64(timeoutMs))
+}

@@ -141,16 +141,26 @@ func (m *Manager) SharedStats() (SharedStats, bool) {
 	return s, true
 }
 
-// FlushShared waits until the shared tier's queued writes are written or
-// failed, or ctx is done; it returns at once without a shared tier. It does
-// not wait for writes still ordered behind a migration on the shared stream:
-// those are queued when their host function runs.
+// FlushShared waits until the shared tier's writes handed over so far are
+// written or failed: first the shared stream's work (the reads of evicted
+// and committed pages, which queue their blobs), then the store's queue. It
+// returns ctx's error once ctx is done, whatever is still running (which
+// goes on), and nil at once without a shared tier. It does not wait for
+// writes still ordered behind a migration on the shared stream: those are
+// queued when their host function runs.
 func (m *Manager) FlushShared(ctx context.Context) error {
 	if m.shared == nil {
 		return nil
 	}
-	if err := m.shared.stream.Synchronize(); err != nil {
-		return fmt.Errorf("shared tier stream: %w", err)
+	synced := make(chan error, 1)
+	go func() { synced <- m.shared.stream.Synchronize() }()
+	select {
+	case err := <-synced:
+		if err != nil {
+			return fmt.Errorf("shared tier stream: %w", err)
+		}
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	return m.shared.store.Flush(ctx)
 }
@@ -541,9 +551,11 @@ func (m *Manager) probeShared(scope blockhash.Scope, input []config.Token) int {
 
 // writeBack queues the blob of p, a page eviction is about to drop from the
 // last local level, for the shared tier (WriteBackOnEviction): the shared
-// stream waits the slot's fence, a host function reads the payload (a disk
-// slot's blob is checked) and queues it, and the finish event joins the
-// slot's fence so its next owner waits for the read.
+// stream waits the slot's fence, then reads the payload and queues it (a
+// host slot is copied in a host function; a disk slot's blob is read and
+// checked by the disk workers, the stream waiting for them without holding
+// a host function), and the finish event joins the slot's fence so its next
+// owner waits for the read.
 func (m *Manager) writeBack(p *page) {
 	sh := m.shared
 	if sh == nil || sh.policy != config.WriteBackOnEviction || !p.group.level.last ||
@@ -554,28 +566,31 @@ func (m *Manager) writeBack(p *page) {
 	key, hdr := m.sharedKey(p.lc, p.node.key), m.blobHeader(p, 0)
 	size := m.lcCodec[p.lc].coldBytes
 	store, lost := sh.store, &sh.lostWrites
-	var read func(dst []byte) error
-	if g.onDisk() {
-		dio, want := g.dio, m.wantOf(p)
-		read = func(dst []byte) error {
-			return dio.do([]blobOp{{slot: slot, buf: dst, want: want}}, false)
-		}
-	} else {
-		src := g.hostSlot(slot)
-		read = func(dst []byte) error { copy(dst, src); return nil }
-	}
-	err := m.sharedHostFunc([]*slotGroup{g}, []int32{slot}, func() error {
+	queue := func(read func(dst []byte) error) {
 		b := make([]byte, hdr.Size()+int(size))
 		payload := b[hdr.Size():]
 		if err := read(payload); err != nil {
-			lost.Add(1)
-			return nil // the page is dropped anyway: only its write is lost
+			lost.Add(1) // the page is dropped anyway: only its write is lost
+			return
 		}
 		hdr.Seal(payload)
 		hdr.Put(b)
 		store.Put(key, b)
-		return nil
-	})
+	}
+	groups, slots := []*slotGroup{g}, []int32{slot}
+	var err error
+	if g.onDisk() {
+		dio, want := g.dio, m.wantOf(p)
+		err = m.sharedDiskJob(groups, slots, func() {
+			queue(func(dst []byte) error { return dio.do([]blobOp{{slot: slot, buf: dst, want: want}}, false) })
+		})
+	} else {
+		src := g.hostSlot(slot)
+		err = m.sharedHostFunc(groups, slots, func() error {
+			queue(func(dst []byte) error { copy(dst, src); return nil })
+			return nil
+		})
+	}
 	if err != nil {
 		sh.stats.LostWrites++
 		return
@@ -586,6 +601,36 @@ func (m *Manager) writeBack(p *page) {
 // sharedHostFunc runs fn on the shared stream after the fences of the given
 // slots, and adds its finish event to them.
 func (m *Manager) sharedHostFunc(groups []*slotGroup, slots []int32, fn func() error) error {
+	return m.sharedOnStream(groups, slots, func(st device.Stream) error { return st.HostFunc(fn) })
+}
+
+// sharedDiskJob runs job, blob I/O, on the disk workers in the shared
+// stream's order after the fences of the given slots: a host function hands
+// it over (it never blocks), the stream waits for it without holding a host
+// function (waitHost), and the finish event joins the slots' fences. If the
+// wait cannot be enqueued, sharedDiskJob waits for the job itself, so
+// nothing reuses the slots early.
+func (m *Manager) sharedDiskJob(groups []*slotGroup, slots []int32, job func()) error {
+	return m.sharedOnStream(groups, slots, func(st device.Stream) error {
+		done := make(chan struct{})
+		q := m.diskQ
+		if err := st.HostFunc(func() error {
+			q.push([]func(){func() { defer close(done); job() }})
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := waitHost(st, done); err != nil {
+			<-done
+			return err
+		}
+		return nil
+	})
+}
+
+// sharedOnStream enqueues work on the shared stream after the fences of the
+// given slots, and adds the finish event to them.
+func (m *Manager) sharedOnStream(groups []*slotGroup, slots []int32, enqueue func(device.Stream) error) error {
 	st := m.shared.stream
 	waits := waitSet{}
 	for i, g := range groups {
@@ -594,7 +639,7 @@ func (m *Manager) sharedHostFunc(groups []*slotGroup, slots []int32, fn func() e
 	if err := waits.apply(st); err != nil {
 		return err
 	}
-	if err := st.HostFunc(fn); err != nil {
+	if err := enqueue(st); err != nil {
 		m.drainAfterFailure(st)
 		return err
 	}

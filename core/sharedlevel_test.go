@@ -12,7 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/codec"
 	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/device/emu"
 	"github.com/kvcm/kvcm/core/layout"
 	"github.com/kvcm/kvcm/core/sharedtier"
 )
@@ -214,4 +216,28 @@ func TestLongPrefixOnboardsInChunks(t *testing.T) {
 	st, _ := b.m.SharedStats()
 	assert.Equal(t, int64(7), st.OnboardedBlocks)
 	assert.Zero(t, st.DiscardedPages)
+}
+
+// The shared tier's disk I/O (a write-back's read of a disk slot) holds no
+// host function: with such a job stuck, where the host functions of all
+// streams share one thread (CUDA's driver thread; the emulation's
+// SharedHostThread), a cache's pages still go to the host tier and come
+// back, to the byte. (With the read in a host function, this hangs.)
+func TestSharedDiskJobsHoldNoHostFunction(t *testing.T) {
+	cfg := withSharedTier(tieredConfig(t, 4, 8, 8), []string{"127.0.0.1:9"}, "ns", config.WriteBackOnEviction)
+	f := newTieredFixtureOn(t, emu.Options{Seed: 7, MaxDelay: 50e3, SharedHostThread: true}, cfg,
+		WithColdPageCodec(codec.Own(hostChecked{codec.NewDefault()})))
+	gate := make(chan struct{})
+	f.m.mu.Lock()
+	disk := f.m.levels[2].groups[0]
+	require.NoError(t, f.m.sharedDiskJob([]*slotGroup{disk}, []int32{int32(disk.numSlots) - 1}, func() { <-gate }))
+	f.m.mu.Unlock()
+	defer close(gate)
+
+	a := f.suspendAndPushDown([]int{0, 16}, 16)
+	assert.Equal(t, 4, a.Residency()[1], "A's pages are on the host tier")
+	require.NoError(t, a.Resume(f.stream))
+	require.NoError(t, f.stream.Synchronize())
+	assert.Equal(t, 16, f.verifyAll(a, 1))
+	require.NoError(t, a.Close())
 }

@@ -264,7 +264,10 @@ func outConverter(d *Decl) jen.Code {
 	g := d.GoMap
 	dict := jen.Dict{}
 	for _, f := range MappedFields(d) {
-		src := jen.Id("s").Dot(strings.TrimSuffix(f.GoField(), "()"))
+		src := jen.Id("s")
+		for _, name := range strings.Split(strings.TrimSuffix(f.GoField(), "()"), ".") {
+			src = src.Dot(name)
+		}
 		if strings.HasSuffix(f.GoField(), "()") {
 			src = src.Call()
 		}

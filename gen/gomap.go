@@ -25,7 +25,8 @@ import (
 //     struct_size covers them. Errors name the field (name + ".field[i]").
 //   - out: toC<Decl>(s <Type>) C.<struct>, for results: every mapped field
 //     is a scalar, enum or typedef, cast from the Go field or from a method's
-//     result (go:"Name()").
+//     result (go:"Name()") or from a field of a struct field
+//     (go:"Field.Sub").
 //
 // A field of the ABI struct maps to the Go field of the same name, or of
 // the name its go tag gives; go:"-" leaves it to the export glue. A field
@@ -176,12 +177,16 @@ func goTarget(d *Decl, f *Field) (types.Type, bool) {
 		}
 		return sig.Results().At(0).Type(), true
 	}
-	obj, _, _ := types.LookupFieldOrMethod(named, false, named.Obj().Pkg(), f.GoField())
-	v, ok := obj.(*types.Var)
-	if !ok || !v.IsField() {
-		return nil, false
+	var t types.Type = named
+	for _, name := range strings.Split(f.GoField(), ".") {
+		obj, _, _ := types.LookupFieldOrMethod(t, false, named.Obj().Pkg(), name)
+		v, ok := obj.(*types.Var)
+		if !ok || !v.IsField() {
+			return nil, false
+		}
+		t = v.Type()
 	}
-	return v.Type(), true
+	return t, true
 }
 
 func checkMapped(d *Decl, f *Field) error {
@@ -191,6 +196,9 @@ func checkMapped(d *Decl, f *Field) error {
 	if !ok {
 		return fmt.Errorf("%s: %s has no field %s: name its counterpart with a go:\"Field\" tag, or tag it go:\"-\" and convert it in the export glue",
 			where, g.Name, f.GoField())
+	}
+	if strings.Contains(f.GoField(), ".") && g.In {
+		return fmt.Errorf("%s: a field of a field (go:%q) can only be read: the struct must be //kvcm:go out", where, f.GoField())
 	}
 	if strings.HasSuffix(f.GoField(), "()") && g.In {
 		return fmt.Errorf("%s: a method (go:%q) can only be read: the struct must be //kvcm:go out", where, f.GoField())

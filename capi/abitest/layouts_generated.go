@@ -48,6 +48,7 @@ func CStructs() map[string]reflect.Type {
 		"kvcm_reuse_diagnostics":            reflect.TypeFor[C.kvcm_reuse_diagnostics](),
 		"kvcm_reuse_scope":                  reflect.TypeFor[C.kvcm_reuse_scope](),
 		"kvcm_reused_blocks_at_level":       reflect.TypeFor[C.kvcm_reused_blocks_at_level](),
+		"kvcm_shared_stats":                 reflect.TypeFor[C.kvcm_shared_stats](),
 		"kvcm_shared_tier_config":           reflect.TypeFor[C.kvcm_shared_tier_config](),
 		"kvcm_ssm_layer_config":             reflect.TypeFor[C.kvcm_ssm_layer_config](),
 		"kvcm_ssm_snapshot_iteration_stats": reflect.TypeFor[C.kvcm_ssm_snapshot_iteration_stats](),

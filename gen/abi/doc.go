@@ -37,7 +37,8 @@
 // from that Go struct of the core by code kvcmgen writes
 // (capi/convert_generated.go: fromC<Name> for in, toC<Name> for out; see
 // gen.GoMap for the rules): every field maps to the Go field of its name, or
-// of the name its go:"Field" tag gives (go:"Method()" reads a method, for
+// of the name its go:"Field" tag gives (go:"Method()" reads a method and
+// go:"Field.Sub" a field of a struct field, for
 // out); go:"-" leaves the field to the hand-written glue in capi. kvcmgen
 // refuses a field that has neither a Go counterpart nor go:"-", so no field
 // is ever silently dropped.
@@ -171,6 +172,10 @@
 //     _probe_first_new_block_key_digests, and
 //     kvcm_manager_drain_block_events_digests (stored blocks with their
 //     digest tokens).
+//   - The shared tier at run time: kvcm_manager_get_shared_level
+//     (KVCM_NO_SHARED_LEVEL without one), kvcm_manager_get_shared_stats
+//     (kvcm_shared_stats) and kvcm_manager_flush_shared, which waits at
+//     most its timeout_ms; KVCM_TIER_SHARED names the shared tier's kind.
 //
 // Behaviour that changed for C users while ABI version 1 was unreleased
 // (no function, struct or constant changed):

@@ -93,6 +93,12 @@ const (
 	TierHost TierKind = 1
 	// TierDisk is one file per cold pool group under a directory.
 	TierDisk TierKind = 2
+	// TierShared is the shared tier on a Redis Cluster, after every local
+	// tier. It is configured by kvcm_manager_config.shared_tier, not in
+	// cache_tiers; it names the level kvcm_manager_get_shared_level reports.
+	//
+	//kvcm:since 2
+	TierShared TierKind = 3
 )
 
 // SharedWritePolicy says when committed blocks are written to the shared

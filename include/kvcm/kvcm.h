@@ -136,6 +136,13 @@ extern "C" {
  */
 #define KVCM_DEFAULT_EVENT_QUEUE_CAPACITY 4096u
 
+/**
+ * KVCM_NO_SHARED_LEVEL is what kvcm_manager_get_shared_level reports for a manager
+ * without a shared tier.
+ * @since ABI version 2.
+ */
+#define KVCM_NO_SHARED_LEVEL (-1)
+
 /* ---- Scalar types and handles ---- */
 
 /**
@@ -531,6 +538,12 @@ enum {
      * KVCM_TIER_DISK is one file per cold pool group under a directory.
      */
     KVCM_TIER_DISK = 2,
+    /**
+     * KVCM_TIER_SHARED is the shared tier on a Redis Cluster, after every local
+     * tier. It is configured by kvcm_manager_config.shared_tier, not in
+     * cache_tiers; it names the level kvcm_manager_get_shared_level reports.
+     */
+    KVCM_TIER_SHARED = 3,
 };
 
 /* ---- Opaque types ---- */
@@ -619,6 +632,7 @@ typedef struct kvcm_pool_group_stats kvcm_pool_group_stats;
 typedef struct kvcm_request_desc kvcm_request_desc;
 typedef struct kvcm_reuse_diagnostics kvcm_reuse_diagnostics;
 typedef struct kvcm_reused_blocks_at_level kvcm_reused_blocks_at_level;
+typedef struct kvcm_shared_stats kvcm_shared_stats;
 typedef struct kvcm_shared_tier_config kvcm_shared_tier_config;
 typedef struct kvcm_ssm_layer_config kvcm_ssm_layer_config;
 typedef struct kvcm_ssm_snapshot_iteration_stats kvcm_ssm_snapshot_iteration_stats;
@@ -1944,6 +1958,120 @@ struct kvcm_reused_blocks_at_level {
 };
 
 /**
+ * kvcm_shared_stats counts the shared tier's traffic: the manager's view (blocks
+ * looked up, onboarded, written back or through) and its client's (keys,
+ * round-trip errors, the write queue), cumulative since the manager was
+ * created.
+ * @since ABI version 2.
+ */
+struct kvcm_shared_stats {
+    /**
+     * lookup_blocks are blocks past the local tree looked up in the shared
+     * tier by kvcm_kv_cache_create and the probe calls.
+     */
+    int64_t lookup_blocks;
+    /**
+     * found_blocks are looked-up blocks the shared tier held (every missing
+     * page of the block).
+     */
+    int64_t found_blocks;
+    /**
+     * onboarded_blocks were brought from the shared tier to the first cold
+     * local level.
+     */
+    int64_t onboarded_blocks;
+    /**
+     * onboarded_pages are the onboarded blocks' pages.
+     */
+    int64_t onboarded_pages;
+    /**
+     * onboarded_bytes are the onboarded pages' payload bytes.
+     */
+    int64_t onboarded_bytes;
+    /**
+     * discarded_pages were fetched but not onboarded: the tree had changed
+     * meanwhile, the level had no room, or the copy could not be submitted.
+     */
+    int64_t discarded_pages;
+    /**
+     * write_backs are pages evicted from the last local level handed to the
+     * write queue (KVCM_SHARED_WRITE_BACK_ON_EVICTION).
+     */
+    int64_t write_backs;
+    /**
+     * write_throughs are committed pages handed to the write queue
+     * (KVCM_SHARED_WRITE_THROUGH_ON_COMMIT).
+     */
+    int64_t write_throughs;
+    /**
+     * lost_writes are pages that could not be handed to the queue: their
+     * slot could not be read, or the copy not submitted.
+     */
+    int64_t lost_writes;
+    /**
+     * lookups are keys the client asked the cluster for.
+     */
+    int64_t lookups;
+    /**
+     * hits are keys found (and, for fetched blobs, verified).
+     */
+    int64_t hits;
+    /**
+     * misses are keys not found, or lost to an error.
+     */
+    int64_t misses;
+    /**
+     * errors are keys or round trips lost to an error (a node down, a
+     * timeout, a refused command); their keys count as misses or write
+     * errors.
+     */
+    int64_t errors;
+    /**
+     * timeouts are the errors that were the call timeout running out.
+     */
+    int64_t timeouts;
+    /**
+     * corrupt are blobs read back that failed their check (header, key,
+     * layout fingerprint, checksum); each is also a miss.
+     */
+    int64_t corrupt;
+    /**
+     * bytes_read are blob bytes read from the cluster.
+     */
+    int64_t bytes_read;
+    /**
+     * queued are blobs accepted into the write queue.
+     */
+    int64_t queued;
+    /**
+     * dropped are blobs refused by the write queue: it was full (its
+     * queue_bytes) or the manager closing.
+     */
+    int64_t dropped;
+    /**
+     * deduplicated are blobs not queued because their key already was.
+     */
+    int64_t deduplicated;
+    /**
+     * present are queued blobs not written because the cluster already
+     * held their key.
+     */
+    int64_t present;
+    /**
+     * written are blobs written to the cluster.
+     */
+    int64_t written;
+    /**
+     * write_errors are queued blobs lost to an error.
+     */
+    int64_t write_errors;
+    /**
+     * bytes_written are blob bytes written to the cluster.
+     */
+    int64_t bytes_written;
+};
+
+/**
  * kvcm_shared_tier_config is a cold tier shared across nodes on a Redis Cluster,
  * after every local tier: content-addressed blobs found by layout
  * fingerprint, lifecycle and block key. Its quota is the cluster's
@@ -3191,6 +3319,26 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_drain_block_events_digests(k
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_drain_events(kvcm_manager manager, kvcm_cache_event* events, size_t events_cap, kvcm_token* tokens, size_t tokens_cap, size_t* num_events, size_t* num_tokens, uint64_t* dropped);
 
 /**
+ * kvcm_manager_flush_shared waits, at most timeout_ms milliseconds, until the
+ * shared tier's writes handed over so far (blocks evicted from the last
+ * local level, or committed, with write-through) are written to the cluster
+ * or failed, and reports whether that happened in time: false when the
+ * timeout ran out first, the writes going on. It never waits longer than the
+ * timeout, and never for writes still ordered behind a migration (those are
+ * handed over when it completes). Without a shared tier it reports true at
+ * once. A timeout_ms that is not positive is KVCM_ERR_INVALID_ARGUMENT.
+ *
+ * @param manager [in] The manager.
+ * @param timeout_ms [in] The longest wait in milliseconds (positive).
+ * @param out [out] Receives whether every write was done in time.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_flush_shared(kvcm_manager manager, int64_t timeout_ms, bool* out);
+
+/**
  * kvcm_manager_free_memory frees memory allocated with kvcm_manager_alloc_memory.
  * No enqueued work may still use it.
  *
@@ -3553,6 +3701,34 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_quota(kvcm_manager manag
  * @since ABI version 2.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_scratch_pages_per_block(kvcm_manager manager, int32_t layer_id, const char* role, int64_t* out);
+
+/**
+ * kvcm_manager_get_shared_level returns the shared tier's level number: the number
+ * of local levels (kvcm_manager_get_num_levels), which no level query takes;
+ * events name it as the old_level of a page onboarded from the shared tier.
+ * Without a shared tier it is KVCM_NO_SHARED_LEVEL.
+ *
+ * @param manager [in] The manager.
+ * @param out [out] Receives the shared level, or KVCM_NO_SHARED_LEVEL.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_shared_level(kvcm_manager manager, kvcm_cache_level* out);
+
+/**
+ * kvcm_manager_get_shared_stats returns the shared tier's cumulative counters. A
+ * manager without a shared tier fails with KVCM_ERR_INVALID_STATE.
+ *
+ * @param manager [in] The manager.
+ * @param out [out] Receives the statistics.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_get_shared_stats(kvcm_manager manager, kvcm_shared_stats* out);
 
 /**
  * kvcm_manager_get_stats returns the cumulative block statistics.
@@ -4104,6 +4280,8 @@ struct kvcm_api {
     kvcm_status* (*manager_drain_block_events)(kvcm_manager manager, kvcm_block_event* events, size_t events_cap, kvcm_token* tokens, size_t tokens_cap, size_t* num_events, size_t* num_tokens, uint64_t* dropped);
     /** kvcm_manager_drain_block_events_digests (since ABI version 2). */
     kvcm_status* (*manager_drain_block_events_digests)(kvcm_manager manager, kvcm_block_event* events, size_t events_cap, kvcm_token* tokens, size_t tokens_cap, size_t* digest_positions, uint8_t* digest_bytes, size_t* num_events, size_t* num_tokens, size_t* num_digests, uint64_t* dropped);
+    /** kvcm_manager_flush_shared (since ABI version 2). */
+    kvcm_status* (*manager_flush_shared)(kvcm_manager manager, int64_t timeout_ms, bool* out);
     /** kvcm_manager_get_aggregated_pages (since ABI version 2). */
     kvcm_status* (*manager_get_aggregated_pages)(kvcm_manager manager, const kvcm_buffer_id* buffers, size_t num_buffers, kvcm_aggregated_page_desc* descs, size_t descs_cap, kvcm_expanded_buffer* members, size_t members_cap, size_t* num_descs);
     /** kvcm_manager_get_and_reset_iteration_cached_tokens_by_level (since ABI version 2). */
@@ -4126,6 +4304,10 @@ struct kvcm_api {
     kvcm_status* (*manager_get_page_stride)(kvcm_manager manager, int32_t layer_id, const char* role, int64_t* out);
     /** kvcm_manager_get_scratch_pages_per_block (since ABI version 2). */
     kvcm_status* (*manager_get_scratch_pages_per_block)(kvcm_manager manager, int32_t layer_id, const char* role, int64_t* out);
+    /** kvcm_manager_get_shared_level (since ABI version 2). */
+    kvcm_status* (*manager_get_shared_level)(kvcm_manager manager, kvcm_cache_level* out);
+    /** kvcm_manager_get_shared_stats (since ABI version 2). */
+    kvcm_status* (*manager_get_shared_stats)(kvcm_manager manager, kvcm_shared_stats* out);
     /** kvcm_manager_need_adjustment (since ABI version 2). */
     kvcm_status* (*manager_need_adjustment)(kvcm_manager manager, bool* out);
     /** kvcm_manager_probe_first_new_block_key (since ABI version 2). */
@@ -4418,6 +4600,31 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, layer_group) == 0, "lay
 KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, level) == 4, "layout of kvcm_reused_blocks_at_level changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, full_blocks) == 8, "layout of kvcm_reused_blocks_at_level changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, partial_blocks) == 16, "layout of kvcm_reused_blocks_at_level changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_shared_stats) == 184, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_shared_stats) == 8, "alignment of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, lookup_blocks) == 0, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, found_blocks) == 8, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, onboarded_blocks) == 16, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, onboarded_pages) == 24, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, onboarded_bytes) == 32, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, discarded_pages) == 40, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, write_backs) == 48, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, write_throughs) == 56, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, lost_writes) == 64, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, lookups) == 72, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, hits) == 80, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, misses) == 88, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, errors) == 96, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, timeouts) == 104, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, corrupt) == 112, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, bytes_read) == 120, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, queued) == 128, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, dropped) == 136, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, deduplicated) == 144, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, present) == 152, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, written) == 160, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, write_errors) == 168, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, bytes_written) == 176, "layout of kvcm_shared_stats changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_shared_tier_config) == 56, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_shared_tier_config) == 8, "alignment of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, addresses) == 0, "layout of kvcm_shared_tier_config changed");
@@ -4442,7 +4649,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, reused_tokens) ==
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, unreused_tokens) == 40, "layout of kvcm_ssm_snapshot_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, aligned_snapshot_hits) == 48, "layout of kvcm_ssm_snapshot_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, unaligned_snapshot_hits) == 56, "layout of kvcm_ssm_snapshot_iteration_stats changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 896, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 920, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
@@ -4539,24 +4746,27 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clamp_max_seq_len_for_mem) == 720,
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 728, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 736, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events_digests) == 744, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_aggregated_pages) == 752, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 760, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 768, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 776, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 784, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_ssm_snapshot_iteration_stats) == 792, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 800, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_converter) == 808, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_upper_bound) == 816, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_stride) == 824, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_scratch_pages_per_block) == 832, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_need_adjustment) == 840, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 848, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key_digests) == 856, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_digests) == 864, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 872, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_destroy) == 880, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_drop) == 888, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_flush_shared) == 752, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_aggregated_pages) == 760, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 768, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 776, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 784, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 792, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_ssm_snapshot_iteration_stats) == 800, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 808, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_converter) == 816, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_upper_bound) == 824, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_stride) == 832, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_scratch_pages_per_block) == 840, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_shared_level) == 848, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_shared_stats) == 856, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_need_adjustment) == 864, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 872, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key_digests) == 880, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_digests) == 888, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 896, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_destroy) == 904, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_drop) == 912, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus

@@ -176,6 +176,7 @@ from .manager import (
     PoolDesc,
     PoolGroupDesc,
     PoolGroupStats,
+    SharedStats,
     SlotDesc,
     SlotDescVariant,
     _KVCache,
@@ -228,7 +229,7 @@ __all__ = [
     # results and enums
     "BAD_PAGE_INDEX", "BlockKey", "BlockStats", "BufferLocation", "CacheEvent", "CacheStatus", "DeviceKind",
     "EventKind", "MigrationPath", "MigrationStats", "PeakBlockStats", "PoolDesc", "PoolGroupDesc",
-    "PoolGroupStats",
+    "PoolGroupStats", "SharedStats",
     # library
     "abi_version", "is_poisoned", "library_path", "live_handle_count", "version",
     # errors

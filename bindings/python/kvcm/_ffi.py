@@ -56,6 +56,10 @@ KVCM_MAX_PRIORITY = 100
 # kvcm_manager_config.event_queue_capacity is 0.
 KVCM_DEFAULT_EVENT_QUEUE_CAPACITY = 4096
 
+# KVCM_NO_SHARED_LEVEL is what kvcm_manager_get_shared_level reports for a manager
+# without a shared tier.
+KVCM_NO_SHARED_LEVEL = -1
+
 # ---- Scalar types and handles ----
 
 kvcm_cache_level = ctypes.c_int32
@@ -240,11 +244,13 @@ class TierKind(enum.IntEnum):
     GPU = 0
     HOST = 1
     DISK = 2
+    SHARED = 3
 
 
 KVCM_TIER_GPU = 0
 KVCM_TIER_HOST = 1
 KVCM_TIER_DISK = 2
+KVCM_TIER_SHARED = 3
 
 
 # ---- Opaque types and callbacks ----
@@ -576,6 +582,14 @@ class kvcm_reused_blocks_at_level(ctypes.Structure):
     """kvcm_reused_blocks_at_level counts one layer group's pages reused during an
     iteration from one level (the level each was on when a new cache reused
     it).
+    """
+
+
+class kvcm_shared_stats(ctypes.Structure):
+    """kvcm_shared_stats counts the shared tier's traffic: the manager's view (blocks
+    looked up, onboarded, written back or through) and its client's (keys,
+    round-trip errors, the write queue), cumulative since the manager was
+    created.
     """
 
 
@@ -924,6 +938,32 @@ kvcm_reused_blocks_at_level._fields_ = [
     ("partial_blocks", ctypes.c_int64),
 ]
 
+kvcm_shared_stats._fields_ = [
+    ("lookup_blocks", ctypes.c_int64),
+    ("found_blocks", ctypes.c_int64),
+    ("onboarded_blocks", ctypes.c_int64),
+    ("onboarded_pages", ctypes.c_int64),
+    ("onboarded_bytes", ctypes.c_int64),
+    ("discarded_pages", ctypes.c_int64),
+    ("write_backs", ctypes.c_int64),
+    ("write_throughs", ctypes.c_int64),
+    ("lost_writes", ctypes.c_int64),
+    ("lookups", ctypes.c_int64),
+    ("hits", ctypes.c_int64),
+    ("misses", ctypes.c_int64),
+    ("errors", ctypes.c_int64),
+    ("timeouts", ctypes.c_int64),
+    ("corrupt", ctypes.c_int64),
+    ("bytes_read", ctypes.c_int64),
+    ("queued", ctypes.c_int64),
+    ("dropped", ctypes.c_int64),
+    ("deduplicated", ctypes.c_int64),
+    ("present", ctypes.c_int64),
+    ("written", ctypes.c_int64),
+    ("write_errors", ctypes.c_int64),
+    ("bytes_written", ctypes.c_int64),
+]
+
 kvcm_shared_tier_config._fields_ = [
     ("addresses", ctypes.c_char_p),
     ("key_namespace", ctypes.c_char_p),
@@ -1020,6 +1060,79 @@ class PeakBlockStats:
         """Copies the fields of a kvcm_peak_block_stats (or of an object with its fields)."""
         return cls(s.index, s.peak_used, s.total)
 
+
+@dataclass(frozen=True, slots=True)
+class SharedStats:
+    """kvcm_shared_stats counts the shared tier's traffic: the manager's view (blocks
+    looked up, onboarded, written back or through) and its client's (keys,
+    round-trip errors, the write queue), cumulative since the manager was
+    created.
+    """
+
+    #: lookup_blocks are blocks past the local tree looked up in the shared
+    #: tier by kvcm_kv_cache_create and the probe calls.
+    lookup_blocks: int
+    #: found_blocks are looked-up blocks the shared tier held (every missing
+    #: page of the block).
+    found_blocks: int
+    #: onboarded_blocks were brought from the shared tier to the first cold
+    #: local level.
+    onboarded_blocks: int
+    #: onboarded_pages are the onboarded blocks' pages.
+    onboarded_pages: int
+    #: onboarded_bytes are the onboarded pages' payload bytes.
+    onboarded_bytes: int
+    #: discarded_pages were fetched but not onboarded: the tree had changed
+    #: meanwhile, the level had no room, or the copy could not be submitted.
+    discarded_pages: int
+    #: write_backs are pages evicted from the last local level handed to the
+    #: write queue (KVCM_SHARED_WRITE_BACK_ON_EVICTION).
+    write_backs: int
+    #: write_throughs are committed pages handed to the write queue
+    #: (KVCM_SHARED_WRITE_THROUGH_ON_COMMIT).
+    write_throughs: int
+    #: lost_writes are pages that could not be handed to the queue: their
+    #: slot could not be read, or the copy not submitted.
+    lost_writes: int
+    #: lookups are keys the client asked the cluster for.
+    lookups: int
+    #: hits are keys found (and, for fetched blobs, verified).
+    hits: int
+    #: misses are keys not found, or lost to an error.
+    misses: int
+    #: errors are keys or round trips lost to an error (a node down, a
+    #: timeout, a refused command); their keys count as misses or write
+    #: errors.
+    errors: int
+    #: timeouts are the errors that were the call timeout running out.
+    timeouts: int
+    #: corrupt are blobs read back that failed their check (header, key,
+    #: layout fingerprint, checksum); each is also a miss.
+    corrupt: int
+    #: bytes_read are blob bytes read from the cluster.
+    bytes_read: int
+    #: queued are blobs accepted into the write queue.
+    queued: int
+    #: dropped are blobs refused by the write queue: it was full (its
+    #: queue_bytes) or the manager closing.
+    dropped: int
+    #: deduplicated are blobs not queued because their key already was.
+    deduplicated: int
+    #: present are queued blobs not written because the cluster already
+    #: held their key.
+    present: int
+    #: written are blobs written to the cluster.
+    written: int
+    #: write_errors are queued blobs lost to an error.
+    write_errors: int
+    #: bytes_written are blob bytes written to the cluster.
+    bytes_written: int
+
+    @classmethod
+    def _from_c(cls, s):
+        """Copies the fields of a kvcm_shared_stats (or of an object with its fields)."""
+        return cls(s.lookup_blocks, s.found_blocks, s.onboarded_blocks, s.onboarded_pages, s.onboarded_bytes, s.discarded_pages, s.write_backs, s.write_throughs, s.lost_writes, s.lookups, s.hits, s.misses, s.errors, s.timeouts, s.corrupt, s.bytes_read, s.queued, s.dropped, s.deduplicated, s.present, s.written, s.write_errors, s.bytes_written)
+
 # ---- Layouts frozen by the header: name -> (size, alignment, {field: offset}) ----
 
 LAYOUTS = {
@@ -1056,6 +1169,7 @@ LAYOUTS = {
     "kvcm_request_desc": (16, 8, {"capacity": 0, "history_length": 8}),
     "kvcm_reuse_diagnostics": (16, 8, {"content_tokens": 0, "attention_tokens": 8}),
     "kvcm_reused_blocks_at_level": (24, 8, {"layer_group": 0, "level": 4, "full_blocks": 8, "partial_blocks": 16}),
+    "kvcm_shared_stats": (184, 8, {"lookup_blocks": 0, "found_blocks": 8, "onboarded_blocks": 16, "onboarded_pages": 24, "onboarded_bytes": 32, "discarded_pages": 40, "write_backs": 48, "write_throughs": 56, "lost_writes": 64, "lookups": 72, "hits": 80, "misses": 88, "errors": 96, "timeouts": 104, "corrupt": 112, "bytes_read": 120, "queued": 128, "dropped": 136, "deduplicated": 144, "present": 152, "written": 160, "write_errors": 168, "bytes_written": 176}),
     "kvcm_shared_tier_config": (56, 8, {"addresses": 0, "key_namespace": 8, "ttl_ms": 16, "dial_timeout_ms": 24, "call_timeout_ms": 32, "queue_bytes": 40, "write_policy": 48}),
     "kvcm_ssm_layer_config": (24, 8, {"layer_id": 0, "buffers": 8, "num_buffers": 16}),
     "kvcm_ssm_snapshot_iteration_stats": (64, 8, {"layer_group": 0, "snapshot_lookups": 8, "snapshot_hits": 16, "snapshot_misses": 24, "reused_tokens": 32, "unreused_tokens": 40, "aligned_snapshot_hits": 48, "unaligned_snapshot_hits": 56}),
@@ -1153,6 +1267,7 @@ FUNCTIONS = {
     "kvcm_manager_drain_block_events": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_block_event), ctypes.c_size_t, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_uint64)]),
     "kvcm_manager_drain_block_events_digests": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_block_event), ctypes.c_size_t, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_uint8), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_uint64)]),
     "kvcm_manager_drain_events": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_cache_event), ctypes.c_size_t, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_uint64)]),
+    "kvcm_manager_flush_shared": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.c_int64, ctypes.POINTER(ctypes.c_bool)]),
     "kvcm_manager_free_memory": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_device_ptr]),
     "kvcm_manager_get_aggregated_pages": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_buffer_id), ctypes.c_size_t, ctypes.POINTER(kvcm_aggregated_page_desc), ctypes.c_size_t, ctypes.POINTER(kvcm_expanded_buffer), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_manager_get_and_reset_iteration_cached_tokens_by_level": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(ctypes.c_int64), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
@@ -1175,6 +1290,8 @@ FUNCTIONS = {
     "kvcm_manager_get_pool_group_descs": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cache_level, ctypes.POINTER(kvcm_pool_group_desc), ctypes.c_size_t, ctypes.POINTER(kvcm_layer_group_id), ctypes.c_size_t, ctypes.POINTER(kvcm_pool_desc), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_manager_get_quota": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cache_level, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_manager_get_scratch_pages_per_block": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.c_int32, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64)]),
+    "kvcm_manager_get_shared_level": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_cache_level)]),
+    "kvcm_manager_get_shared_stats": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_shared_stats)]),
     "kvcm_manager_get_stats": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_block_stats)]),
     "kvcm_manager_get_storage_stats": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cache_level, ctypes.POINTER(kvcm_pool_group_stats), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_manager_get_tokens_per_block": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(ctypes.c_int32)]),
@@ -1269,6 +1386,7 @@ PARAMETERS = {
     "kvcm_manager_drain_block_events": ("manager", "events", "events_cap", "tokens", "tokens_cap", "num_events", "num_tokens", "dropped"),
     "kvcm_manager_drain_block_events_digests": ("manager", "events", "events_cap", "tokens", "tokens_cap", "digest_positions", "digest_bytes", "num_events", "num_tokens", "num_digests", "dropped"),
     "kvcm_manager_drain_events": ("manager", "events", "events_cap", "tokens", "tokens_cap", "num_events", "num_tokens", "dropped"),
+    "kvcm_manager_flush_shared": ("manager", "timeout_ms", "out"),
     "kvcm_manager_free_memory": ("manager", "ptr"),
     "kvcm_manager_get_aggregated_pages": ("manager", "buffers", "num_buffers", "descs", "descs_cap", "members", "members_cap", "num_descs"),
     "kvcm_manager_get_and_reset_iteration_cached_tokens_by_level": ("manager", "tokens", "capacity", "needed"),
@@ -1291,6 +1409,8 @@ PARAMETERS = {
     "kvcm_manager_get_pool_group_descs": ("manager", "level", "descs", "descs_cap", "life_cycles", "life_cycles_cap", "pools", "pools_cap", "num_descs", "num_life_cycles", "num_pools"),
     "kvcm_manager_get_quota": ("manager", "level", "out"),
     "kvcm_manager_get_scratch_pages_per_block": ("manager", "layer_id", "role", "out"),
+    "kvcm_manager_get_shared_level": ("manager", "out"),
+    "kvcm_manager_get_shared_stats": ("manager", "out"),
     "kvcm_manager_get_stats": ("manager", "out"),
     "kvcm_manager_get_storage_stats": ("manager", "level", "stats", "capacity", "needed"),
     "kvcm_manager_get_tokens_per_block": ("manager", "out"),

@@ -3678,6 +3678,40 @@ done:
     return out;
 }
 
+/* kvcm_manager_flush_shared(manager, timeout_ms, out) */
+static PyObject *kx_fn_kvcm_manager_flush_shared(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    int64_t a1;
+    kx_ptr a2 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 3, "kvcm_manager_flush_shared") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[1], names, 1, INT64_MIN, INT64_MAX, "int64_t", &v) < 0)
+            goto done;
+        a1 = (int64_t)v;
+    }
+    if (kx_pointer(args[2], names, 2, 1, 1, &a2) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_flush_shared(a0, a1, (bool*)a2.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a2);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a2);
+    return out;
+}
+
 /* kvcm_manager_get_aggregated_pages(manager, buffers, num_buffers, descs, descs_cap, members, members_cap, num_descs) */
 static PyObject *kx_fn_kvcm_manager_get_aggregated_pages(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -4126,6 +4160,60 @@ done:
     return out;
 }
 
+/* kvcm_manager_get_shared_level(manager, out) */
+static PyObject *kx_fn_kvcm_manager_get_shared_level(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 2, "kvcm_manager_get_shared_level") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 4, &a1) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_get_shared_level(a0, (kvcm_cache_level*)a1.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    return out;
+}
+
+/* kvcm_manager_get_shared_stats(manager, out) */
+static PyObject *kx_fn_kvcm_manager_get_shared_stats(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 2, "kvcm_manager_get_shared_stats") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 184, &a1) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_get_shared_stats(a0, (kvcm_shared_stats*)a1.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    return out;
+}
+
 /* kvcm_manager_need_adjustment(manager, out) */
 static PyObject *kx_fn_kvcm_manager_need_adjustment(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -4537,6 +4625,7 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_manager_clear_reusable_blocks", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_clear_reusable_blocks, METH_FASTCALL, "kvcm_manager_clear_reusable_blocks(manager)"},
     {"kvcm_manager_drain_block_events", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_drain_block_events, METH_FASTCALL, "kvcm_manager_drain_block_events(manager, events, events_cap, tokens, tokens_cap, num_events, num_tokens, dropped)"},
     {"kvcm_manager_drain_block_events_digests", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_drain_block_events_digests, METH_FASTCALL, "kvcm_manager_drain_block_events_digests(manager, events, events_cap, tokens, tokens_cap, digest_positions, digest_bytes, num_events, num_tokens, num_digests, dropped)"},
+    {"kvcm_manager_flush_shared", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_flush_shared, METH_FASTCALL, "kvcm_manager_flush_shared(manager, timeout_ms, out)"},
     {"kvcm_manager_get_aggregated_pages", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_aggregated_pages, METH_FASTCALL, "kvcm_manager_get_aggregated_pages(manager, buffers, num_buffers, descs, descs_cap, members, members_cap, num_descs)"},
     {"kvcm_manager_get_and_reset_iteration_cached_tokens_by_level", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_iteration_cached_tokens_by_level, METH_FASTCALL, "kvcm_manager_get_and_reset_iteration_cached_tokens_by_level(manager, tokens, capacity, needed)"},
     {"kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats, METH_FASTCALL, "kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats(manager, level, stats, capacity, needed)"},
@@ -4548,6 +4637,8 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_manager_get_page_index_upper_bound", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_page_index_upper_bound, METH_FASTCALL, "kvcm_manager_get_page_index_upper_bound(manager, layer_id, role, out)"},
     {"kvcm_manager_get_page_stride", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_page_stride, METH_FASTCALL, "kvcm_manager_get_page_stride(manager, layer_id, role, out)"},
     {"kvcm_manager_get_scratch_pages_per_block", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_scratch_pages_per_block, METH_FASTCALL, "kvcm_manager_get_scratch_pages_per_block(manager, layer_id, role, out)"},
+    {"kvcm_manager_get_shared_level", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_shared_level, METH_FASTCALL, "kvcm_manager_get_shared_level(manager, out)"},
+    {"kvcm_manager_get_shared_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_get_shared_stats, METH_FASTCALL, "kvcm_manager_get_shared_stats(manager, out)"},
     {"kvcm_manager_need_adjustment", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_need_adjustment, METH_FASTCALL, "kvcm_manager_need_adjustment(manager, out)"},
     {"kvcm_manager_probe_first_new_block_key", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_first_new_block_key, METH_FASTCALL, "kvcm_manager_probe_first_new_block_key(manager, scope, has_lora_id, tokens, num_tokens, key, found)"},
     {"kvcm_manager_probe_first_new_block_key_digests", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_first_new_block_key_digests, METH_FASTCALL, "kvcm_manager_probe_first_new_block_key_digests(manager, scope, has_lora_id, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, key, found)"},
@@ -4558,7 +4649,7 @@ static PyMethodDef kx_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 14, 6, 8, 1, 1, 7, 6, 2, 4, 5, 4, 2, 7, 3, 2, 2, 2, 2, 2, 2, 2, 1, 4, 1, 8, 11, 8, 4, 5, 4, 4, 4, 2, 4, 4, 4, 4, 2, 7, 11, 10, 6, 1, 1};
+static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 14, 6, 8, 1, 1, 7, 6, 2, 4, 5, 4, 2, 7, 3, 2, 2, 2, 2, 2, 2, 2, 1, 4, 1, 8, 11, 3, 8, 4, 5, 4, 4, 4, 2, 4, 4, 4, 4, 2, 2, 2, 7, 11, 10, 6, 1, 1};
 
 /* bind(name, parameter_names) -> the builtin function of name; its errors
  * name the parameters as parameter_names (a tuple of str, one a

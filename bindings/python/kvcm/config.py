@@ -50,6 +50,9 @@ class CacheTier(enum.IntEnum):
     GPU_MEM = 0
     HOST_MEM = 1
     DISK = 2
+    SHARED = 3
+    """The shared tier (:class:`SharedCacheTierConfig`), after every local
+    tier: its level is ``KVCacheManager.shared_level``."""
 
 
 def _is_int(v: object) -> bool:
@@ -234,6 +237,10 @@ class SharedCacheTierConfig:
     call_timeout_ms: int = 0
     queue_bytes: int = 0
     write_policy: SharedWritePolicy = SharedWritePolicy.WRITE_BACK_ON_EVICTION
+
+    @property
+    def tier(self) -> CacheTier:
+        return CacheTier.SHARED
 
     def _check_types(self, path: str) -> None:
         if isinstance(self.addresses, (str, bytes)) or not isinstance(self.addresses, Sequence):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import array
 import copy
 import ctypes
+import math
 import os
 import sys
 import weakref
@@ -50,6 +51,7 @@ from .errors import (
 
 __all__ = [
     "KVCacheManager",
+    "SharedStats",
     "_KVCache",
     "CacheStatus",
     "DeviceKind",
@@ -252,6 +254,7 @@ def num_live_managers() -> int:
 BlockStats = ffi.BlockStats
 PeakBlockStats = ffi.PeakBlockStats
 MigrationStats = ffi.MigrationStats
+SharedStats = ffi.SharedStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -695,6 +698,8 @@ class KVCacheManager(Managed):
         self._tokens_per_block = self._get_i32("kvcm_manager_get_tokens_per_block")
         self._num_levels = self._get_i32("kvcm_manager_get_num_levels")
         self._num_layer_groups = self._get_i32("kvcm_manager_get_num_layer_groups")
+        shared = self._get_i32("kvcm_manager_get_shared_level")
+        self._shared_level = None if shared == ffi.KVCM_NO_SHARED_LEVEL else shared
         self._stats_on = bool(config.enable_stats)
         self._dirty_stats: set[int] = set()
         # What caches' commit_pending_stats committed (KVCM2's committed
@@ -743,7 +748,18 @@ class KVCacheManager(Managed):
 
     @property
     def cache_tier_list(self) -> list[CacheTier]:
+        """The tiers by level: the local ones (``num_cache_levels``), then
+        ``CacheTier.SHARED`` at :attr:`shared_level` when there is a shared
+        tier."""
         return [t.tier for t in self._config.cache_tiers]
+
+    @property
+    def shared_level(self) -> int | None:
+        """The shared tier's level: ``num_cache_levels``, after every local
+        level (no level query takes it; cache events name it as the
+        ``old_level`` of a page onboarded from the shared tier). None without
+        a shared tier."""
+        return self._shared_level
 
     @property
     def enable_partial_match(self) -> bool:
@@ -1240,6 +1256,35 @@ class KVCacheManager(Managed):
         out = ffi.kvcm_block_stats()
         _native.call("kvcm_manager_get_stats", self._native(), ctypes.byref(out))
         return self._block_stats(out)
+
+    def get_shared_stats(self) -> SharedStats | None:
+        """The shared tier's cumulative counters (:class:`SharedStats`: the
+        manager's blocks looked up, onboarded, written back or through, and
+        its cluster client's keys, errors and write queue); None without a
+        shared tier."""
+        if self._shared_level is None:
+            self._native()  # a closed manager raises
+            return None
+        out = ffi.kvcm_shared_stats()
+        _native.call("kvcm_manager_get_shared_stats", self._native(), ctypes.byref(out))
+        return SharedStats._from_c(out)
+
+    def flush_shared(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds (positive; rounded up to whole
+        milliseconds) until the shared tier's writes handed over so far are
+        written to the cluster or failed. True when they were in time, False
+        when the timeout ran out first (the writes go on). Without a shared
+        tier it returns True at once. A timeout that is not a positive finite
+        number raises :class:`InvalidArgumentError` (a bool, str or None
+        ``TypeError``)."""
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise TypeError(f"timeout: expected seconds as a number, got {type(timeout).__name__}")
+        if not (math.isfinite(timeout) and timeout > 0):
+            raise InvalidArgumentError(f"timeout: {timeout!r} is not a positive finite number of seconds")
+        ms = min(math.ceil(timeout * 1000), _convert.RANGES[ctypes.c_int64][1])
+        out = ctypes.c_bool()
+        _native.call("kvcm_manager_flush_shared", self._native(), ms, ctypes.byref(out))
+        return bool(out.value)
 
     def get_and_reset_iteration_block_stats(self) -> BlockStats:
         """:attr:`stats` of the iteration since the previous call (kvcm's

@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -1145,7 +1146,8 @@ struct BlockEvent
     uint64_t parent = 0;
     // Updated pages: the layer group, the level the page is on now (-1:
     // dropped while the block keeps others) and the level it was on (-1: it
-    // filled a gap).
+    // filled a gap, KVCacheManager::sharedLevel() for a page onboarded from the
+    // shared tier).
     LayerGroupId layerGroup = 0;
     CacheLevel level = 0;
     CacheLevel oldLevel = 0;
@@ -2629,6 +2631,42 @@ public:
             }
         }
         return MigrationStats{static_cast<kvcm_migration_path>(path), 0, 0};
+    }
+
+    // ---- shared tier ----
+
+    // The shared tier's level: numLevels(), after every local level, which
+    // events name as the old level of a page onboarded from the shared tier
+    // (no level query takes it); std::nullopt without a shared tier.
+    [[nodiscard]] std::optional<CacheLevel> sharedLevel() const
+    {
+        auto const level = get<CacheLevel>(&::kvcm_manager_get_shared_level);
+        return level == kNoSharedLevel ? std::nullopt : std::optional<CacheLevel>(level);
+    }
+    // The shared tier's cumulative counters (SharedStats is
+    // kvcm_shared_stats); std::nullopt without a shared tier.
+    [[nodiscard]] std::optional<SharedStats> sharedStats() const
+    {
+        if (!sharedLevel())
+        {
+            return std::nullopt;
+        }
+        SharedStats out{};
+        detail::check(::kvcm_manager_get_shared_stats(mHandle, &out));
+        return out;
+    }
+    // Waits at most timeout until the shared tier's writes handed over so
+    // far are written or failed: true when they were in time, false when the
+    // timeout ran out first (the writes go on). A timeout that is not
+    // positive throws Error (kInvalidArgument); without a shared tier it
+    // returns true at once.
+    template <class Rep, class Period>
+    bool flushShared(std::chrono::duration<Rep, Period> timeout)
+    {
+        auto const ms = std::chrono::ceil<std::chrono::milliseconds>(timeout).count();
+        bool done = false;
+        detail::check(::kvcm_manager_flush_shared(mHandle, static_cast<int64_t>(ms), &done));
+        return done;
     }
 
     // ---- events ----

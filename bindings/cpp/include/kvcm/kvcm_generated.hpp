@@ -58,6 +58,10 @@ inline constexpr std::int32_t kMaxPriority = KVCM_MAX_PRIORITY;
 // kvcm_manager_config.event_queue_capacity is 0.
 inline constexpr std::uint32_t kDefaultEventQueueCapacity = KVCM_DEFAULT_EVENT_QUEUE_CAPACITY;
 
+// KVCM_NO_SHARED_LEVEL is what kvcm_manager_get_shared_level reports for a manager
+// without a shared tier.
+inline constexpr std::int32_t kNoSharedLevel = KVCM_NO_SHARED_LEVEL;
+
 // ---- Scalar types and handles ----
 
 // kvcm_cache_level orders the cache tiers from hottest (0, the GPU) to coldest.
@@ -450,6 +454,10 @@ enum class TierKind : std::int32_t {
     kHost = KVCM_TIER_HOST,
     // KVCM_TIER_DISK is one file per cold pool group under a directory.
     kDisk = KVCM_TIER_DISK,
+    // KVCM_TIER_SHARED is the shared tier on a Redis Cluster, after every local
+    // tier. It is configured by kvcm_manager_config.shared_tier, not in
+    // cache_tiers; it names the level kvcm_manager_get_shared_level reports.
+    kShared = KVCM_TIER_SHARED,
 };
 static_assert(sizeof(TierKind) == sizeof(::kvcm_tier_kind), "TierKind has the C size");
 
@@ -462,6 +470,8 @@ constexpr const char* name(TierKind v) noexcept {
         return "KVCM_TIER_HOST";
     case TierKind::kDisk:
         return "KVCM_TIER_DISK";
+    case TierKind::kShared:
+        return "KVCM_TIER_SHARED";
     }
     return "";
 }
@@ -730,6 +740,14 @@ static_assert(sizeof(ReuseDiagnostics) == 16 && alignof(ReuseDiagnostics) == 8);
 using ReusedBlocksAtLevel = ::kvcm_reused_blocks_at_level;
 static_assert(std::is_standard_layout_v<ReusedBlocksAtLevel> && std::is_trivially_copyable_v<ReusedBlocksAtLevel>);
 static_assert(sizeof(ReusedBlocksAtLevel) == 24 && alignof(ReusedBlocksAtLevel) == 8);
+
+// kvcm_shared_stats counts the shared tier's traffic: the manager's view (blocks
+// looked up, onboarded, written back or through) and its client's (keys,
+// round-trip errors, the write queue), cumulative since the manager was
+// created.
+using SharedStats = ::kvcm_shared_stats;
+static_assert(std::is_standard_layout_v<SharedStats> && std::is_trivially_copyable_v<SharedStats>);
+static_assert(sizeof(SharedStats) == 184 && alignof(SharedStats) == 8);
 
 // kvcm_ssm_snapshot_iteration_stats counts the SSM snapshot lookups of the SSM layer
 // group during an iteration (KVCacheManagerV2's
