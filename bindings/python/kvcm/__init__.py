@@ -153,6 +153,7 @@ from .errors import (
     PoisonedError,
     ResumeRefusedError,
     ScratchInUseError,
+    SsmNeedsSnapshotError,
     StorageIOError,
     UnsupportedError,
 )
@@ -234,7 +235,7 @@ __all__ = [
     "abi_version", "is_poisoned", "library_path", "live_handle_count", "version",
     # errors
     "KVCacheError", "InvalidArgumentError", "InvalidHandleError", "InvalidStateError", "ScratchInUseError",
-    "OutOfMemoryError", "OutOfPagesError", "ResumeRefusedError", "InvalidConfigError", "CodecRejectedError",
+    "SsmNeedsSnapshotError", "OutOfMemoryError", "OutOfPagesError", "ResumeRefusedError", "InvalidConfigError", "CodecRejectedError",
     "DataLostError", "BufferTooSmallError", "ManagerClosedError", "CuError", "DeviceError", "UnsupportedError",
     "CorruptedError", "InternalError", "PoisonedError", "CodecFailedError", "StorageIOError", "ClosedError",
     "ConsumedError", "ForkedProcessError", "LibraryNotFoundError",

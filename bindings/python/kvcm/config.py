@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Sequence, Union
 
 from ._ffi import BlockKey
-from .errors import InvalidConfigError
+from .errors import InvalidConfigError, SsmNeedsSnapshotError
 from .scratch import SwaScratchReuseConfig
 
 __all__ = [
@@ -331,7 +331,8 @@ class KVCacheManagerConfig:
     getters report nothing (kvcm counts regardless; ``stats`` stays).
     ``text_only`` changes nothing (kvcm's tokens are text only).
     ``layers`` may hold :class:`SsmLayerConfig` entries beside the attention
-    layers; they need ``commit_min_snapshot``, with which a commit that ends
+    layers; they need ``commit_min_snapshot`` (the constructor raises
+    :class:`SsmNeedsSnapshotError` without it), with which a commit that ends
     on a block boundary snapshots the SSM state for reuse (the library names
     an SSM layer's fields ``ssm_layers[i]``, counting SSM layers only).
     ``max_ssm_slots`` (a kvcm extension, 0: no cap) caps the SSM layer
@@ -366,6 +367,15 @@ class KVCacheManagerConfig:
     rebalance_moving_average_decay: float = 0.9999
     block_key: BlockKey = BlockKey.SHA256
     max_ssm_slots: int = 0
+
+    def __post_init__(self) -> None:
+        # KVCacheManagerV2 asserts this in its config's constructor; the
+        # library checks it again at manager creation (a field set later).
+        if (isinstance(self.layers, Sequence) and not self.commit_min_snapshot
+                and any(isinstance(layer, SsmLayerConfig) for layer in self.layers)):
+            raise SsmNeedsSnapshotError(
+                "invalid config: commit_min_snapshot: must be true when SSM layers are present",
+                code=6, field="commit_min_snapshot")
 
     @property
     def enable_swa_scratch_reuse(self) -> bool:

@@ -17,6 +17,7 @@ __all__ = [
     "InvalidHandleError",
     "InvalidStateError",
     "ScratchInUseError",
+    "SsmNeedsSnapshotError",
     "OutOfMemoryError",
     "OutOfPagesError",
     "ResumeRefusedError",
@@ -104,6 +105,12 @@ class InvalidConfigError(KVCacheError, ValueError):
             m = self._FIELD.search(message)
             field = m.group(1) if m else None
         self.field = field
+
+
+class SsmNeedsSnapshotError(InvalidConfigError, AssertionError):
+    """A :class:`~kvcm.KVCacheManagerConfig` has SSM layers without
+    ``commit_min_snapshot``: an InvalidConfigError naming that field, and an
+    ``AssertionError`` as KVCacheManagerV2's config constructor reports it."""
 
 
 class CodecRejectedError(KVCacheError):

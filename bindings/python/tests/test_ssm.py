@@ -37,10 +37,19 @@ def compute_to(cache, tokens, n):
 
 
 def test_ssm_layers_need_commit_min_snapshot():
-    """Without commit_min_snapshot the manager refuses SSM layers, naming the
-    field; a cap on SSM slots without SSM layers names max_ssm_slots."""
+    """Without commit_min_snapshot the config's constructor refuses SSM layers
+    (an InvalidConfigError naming the field and, as in KVCacheManagerV2, an
+    AssertionError), and so does the manager for the field cleared later; a
+    cap on SSM slots without SSM layers names max_ssm_slots."""
+    with pytest.raises(AssertionError):
+        ssm_config(commit_min_snapshot=False)
     with pytest.raises(InvalidConfigError, match="commit_min_snapshot") as e:
-        KVCacheManager(ssm_config(commit_min_snapshot=False), device="emu")
+        ssm_config(commit_min_snapshot=False)
+    assert e.value.field == "commit_min_snapshot"
+    cfg = ssm_config()
+    cfg.commit_min_snapshot = False
+    with pytest.raises(InvalidConfigError, match="commit_min_snapshot") as e:
+        KVCacheManager(cfg, device="emu")
     assert e.value.field == "commit_min_snapshot"
     with pytest.raises(InvalidConfigError, match="max_ssm_slots"):
         KVCacheManager(small_config(max_ssm_slots=2), device="emu")
