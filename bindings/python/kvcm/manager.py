@@ -1610,6 +1610,11 @@ class _KVCache(Managed):
         # The core's per-cache block counters at the last commit or discard
         # of the pending statistics: what is pending is the counters less it.
         self._stats_base = KVCacheStatsDelta()
+        # KVCM2 holds a cache's SSM snapshot lookup (one per cache created
+        # with input tokens) among its pending statistics until they are
+        # committed or discarded; kvcm counts the lookup at once, and keeps
+        # only its dirty mark pending.
+        self._ssm_lookup_pending = False
         opts = _native.versioned(ffi.kvcm_kv_cache_options)
         salt_keep = None
         if lora_id is not None or salt is not None:
@@ -1620,6 +1625,8 @@ class _KVCache(Managed):
         opts.text_only = text_only
         toks, n, toks_keep, dig = _tokens(input_tokens, "input_tokens", text_only)
         self._num_input_tokens = n
+        self._ssm_lookup_pending = n > 0 and any(isinstance(layer, SsmLayerConfig)
+                                                 for layer in manager._config.layers)
         if n:
             opts.input_tokens = ctypes.cast(toks, _TOKEN_PTR)
             opts.num_input_tokens = n
@@ -1860,11 +1867,12 @@ class _KVCache(Managed):
         return KVCacheStatsDelta(out.alloc_total_blocks, out.alloc_new_blocks, out.reused_blocks, out.missed_blocks)
 
     def _note_pending_stats(self) -> None:
-        """Mark the cache's id dirty while it has pending statistics, as
-        KVCM2 does when it records them."""
+        """Mark the cache's id dirty while it has pending statistics (block
+        counts, or its SSM snapshot lookup), as KVCM2 does when it records
+        them."""
         m = self._manager
         if self.id is not None and m._stats_on and not m.is_stats_excluded(self.id) \
-                and not self._pending_stats().empty:
+                and (self._ssm_lookup_pending or not self._pending_stats().empty):
             m.mark_stats_dirty(self.id)
 
     def _pending_stats(self) -> KVCacheStatsDelta:
@@ -1883,6 +1891,7 @@ class _KVCache(Managed):
         marked excluded, the counts are discarded instead. Either way the
         cache's dirty mark is cleared; a closed cache has nothing pending."""
         m = self._manager
+        self._ssm_lookup_pending = False
         if self.closed:
             m.clear_stats_dirty(self.id)
             return KVCacheStatsDelta()
@@ -1902,6 +1911,7 @@ class _KVCache(Managed):
         """Drop the block counts since the previous commit or discard: they
         never reach the committed or the iteration statistics. Clears the
         dirty mark."""
+        self._ssm_lookup_pending = False
         if not self.closed:
             _cache_discard_pending(self._native())
             self._stats_base = self._core_stats()

@@ -112,6 +112,27 @@ def test_reuse_ends_at_the_last_snapshot_and_is_counted(backend):
         assert m.get_and_reset_ssm_snapshot_iteration_stats() == {}
 
 
+def test_an_ssm_snapshot_lookup_leaves_the_cache_dirty_until_committed_or_discarded(backend):
+    """A cache created with input tokens has its SSM snapshot lookup pending,
+    so its id is dirty at once, also with no block counted (3 tokens at 4 a
+    block), until commit_pending_stats or discard_pending_stats; a cache
+    created without input tokens looks nothing up."""
+    with KVCacheManager(ssm_config(), device="emu") as m:
+        with m.create_kv_cache(None, [1, 2, 3], 5) as a:
+            assert m.get_dirty_stats_kv_cache_ids() == {5}
+            assert a.resume(m.create_stream())
+            a.discard_pending_stats()
+            assert m.get_dirty_stats_kv_cache_ids() == set()
+            assert a.resize(a.capacity)
+            assert m.get_dirty_stats_kv_cache_ids() == set(), "the discarded lookup is no longer pending"
+        with m.create_kv_cache(None, [1, 2, 3], 6) as b:
+            assert m.get_dirty_stats_kv_cache_ids() == {6}
+            b.commit_pending_stats()
+            assert m.get_dirty_stats_kv_cache_ids() == set()
+        with m.create_kv_cache(None, None, 7):
+            assert m.get_dirty_stats_kv_cache_ids() == set()
+
+
 def test_max_ssm_slots_caps_the_ssm_pool_group():
     """max_ssm_slots caps the SSM layer group's GPU slots; a constraint of
     zero-capacity requests (KVCM2's hybrid floor: states only) needs one slot
