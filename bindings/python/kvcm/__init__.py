@@ -235,7 +235,8 @@ __all__ = [
     "abi_version", "is_poisoned", "library_path", "live_handle_count", "version",
     # errors
     "KVCacheError", "InvalidArgumentError", "InvalidHandleError", "InvalidStateError", "ScratchInUseError",
-    "SsmNeedsSnapshotError", "OutOfMemoryError", "OutOfPagesError", "ResumeRefusedError", "InvalidConfigError", "CodecRejectedError",
+    "SsmNeedsSnapshotError",
+    "OutOfMemoryError", "OutOfPagesError", "ResumeRefusedError", "InvalidConfigError", "CodecRejectedError",
     "DataLostError", "BufferTooSmallError", "ManagerClosedError", "CuError", "DeviceError", "UnsupportedError",
     "CorruptedError", "InternalError", "PoisonedError", "CodecFailedError", "StorageIOError", "ClosedError",
     "ConsumedError", "ForkedProcessError", "LibraryNotFoundError",
