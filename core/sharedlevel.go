@@ -424,6 +424,15 @@ func (m *Manager) onboardShared(f *sharedFetch) {
 		}
 		cur = c
 	}
+	used = m.landArrivals(arrivals)
+}
+
+// landArrivals lands arrivals, in block order, one transaction per slot
+// group, and links the pages of the transactions submitted into the tree
+// with their events; it returns how many pages it linked. A page whose disk
+// write fails later is lost when its transaction settles (see landShared).
+func (m *Manager) landArrivals(arrivals []arrival) int {
+	sh, used := m.shared, 0
 	byGroup := map[*slotGroup][]arrival{}
 	var order []*slotGroup
 	for _, a := range arrivals {
@@ -467,12 +476,18 @@ func (m *Manager) onboardShared(f *sharedFetch) {
 		}
 		m.emitUpdated(a.n, a.p.lc, sh.level, layout.CacheLevel(sh.dst.index))
 	}
+	return used
 }
 
 // landShared is one transaction of arrivals into group g: the shared stream
-// waits the slots' fences, copies the payloads into the host slots (or
-// writes them, with new headers, to the disk slots), records the finish
-// event and attaches it to the slots and pages.
+// waits the slots' fences, copies the payloads into the host slots in a host
+// function (or has the disk workers write them, with new headers, to the
+// disk slots, waiting for them without holding a host function: waitHost),
+// records the finish event and attaches it to the slots and pages. A blob
+// the disk cannot take fails only its page (see diskBatch): the page is lost
+// (dropped from the tree, counted in LostPages) when the transaction
+// settles, and a cache holding it meanwhile learns it before reading it
+// (checkBlobs), as for a migration to disk.
 func (m *Manager) landShared(g *slotGroup, as []arrival) error {
 	st := m.shared.stream
 	waits := waitSet{}
@@ -483,6 +498,7 @@ func (m *Manager) landShared(g *slotGroup, as []arrival) error {
 		return err
 	}
 	var err error
+	var disk *diskBatch
 	if g.onDisk() {
 		hdrs := make([]blob.Header, len(as))
 		for i, a := range as {
@@ -491,12 +507,12 @@ func (m *Manager) landShared(g *slotGroup, as []arrival) error {
 			hdrs[i] = a.hdr
 			hdrs[i].Tag = m.diskSeq
 		}
-		dio := g.dio
 		ops := make([]blobOp, len(as))
 		for i, a := range as {
 			ops[i] = blobOp{i: i, slot: a.p.slot, buf: a.payload, hdr: &hdrs[i]}
 		}
-		err = st.HostFunc(func() error { return dio.do(ops, true) })
+		disk = newDiskBatch(len(as))
+		err = m.diskIO(st, disk, g.dio.jobs(ops, true, disk))
 	} else {
 		dsts := make([][]byte, len(as))
 		for i, a := range as {
@@ -518,10 +534,10 @@ func (m *Manager) landShared(g *slotGroup, as []arrival) error {
 		m.drainAfterFailure(st)
 		return err
 	}
-	fl := &inflight{ev: ev}
-	for _, a := range as {
+	fl := &inflight{ev: ev, disk: disk}
+	for i, a := range as {
 		g.fences[a.p.slot].add(&m.events, ev)
-		a.p.inflight = fl
+		a.p.inflight, a.p.inflightIdx = fl, int32(i)
 		fl.pages = append(fl.pages, a.p)
 	}
 	m.pending = append(m.pending, fl)

@@ -2,15 +2,18 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvcm/kvcm/core/blob"
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/codec"
 	"github.com/kvcm/kvcm/core/config"
@@ -240,4 +243,126 @@ func TestSharedDiskJobsHoldNoHostFunction(t *testing.T) {
 	require.NoError(t, f.stream.Synchronize())
 	assert.Equal(t, 16, f.verifyAll(a, 1))
 	require.NoError(t, a.Close())
+}
+
+// Landing blobs on a disk tier (no host tier) holds no host function either:
+// with a landing's write stuck in the disk workers, where all streams share
+// one host-function thread, a cache's pages still go to the host tier and
+// come back, to the byte. (With the write in a host function, this hangs.)
+func TestSharedLandingHoldsNoHostFunction(t *testing.T) {
+	d := &landingDisk{gate: make(chan struct{})}
+	d.block.Store(-1)
+	cfg := withSharedTier(tieredConfig(t, 4, 8, 8), []string{"127.0.0.1:9"}, "ns", config.WriteBackOnEviction)
+	f := newTieredFixtureOn(t, emu.Options{Seed: 7, MaxDelay: 50e3, SharedHostThread: true}, cfg,
+		WithColdPageCodec(codec.Own(hostChecked{codec.NewDefault()})), WithDiskFiles(d.open))
+	f.m.mu.Lock()
+	disk := f.m.levels[2].groups[0]
+	p := f.m.newPage(disk, 0)
+	d.block.Store(int64(p.slot) * disk.stride)
+	a := arrival{p: p, payload: make([]byte, disk.blobBytes()), hdr: blob.Header{Fingerprint: f.m.blobFP[0]}}
+	require.NoError(t, f.m.landShared(disk, []arrival{a}))
+	f.m.mu.Unlock()
+	defer close(d.gate)
+
+	c := f.suspendAndPushDown([]int{0, 16}, 16)
+	assert.Equal(t, 4, c.Residency()[1], "the cache's pages are on the host tier")
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, f.stream.Synchronize())
+	assert.Equal(t, 16, f.verifyAll(c, 1))
+	require.NoError(t, c.Close())
+}
+
+// A landed blob the disk refuses to write loses only its page: the page is
+// dropped from the tree and counted lost when its transaction settles; the
+// other page of the same transaction stays, its blob on disk to the byte.
+func TestFailedLandingWriteLosesOnlyItsPage(t *testing.T) {
+	d := &landingDisk{}
+	d.block.Store(-1)
+	cfg := withSharedTier(tieredConfig(t, 4, 0, 8), []string{"127.0.0.1:9"}, "ns", config.WriteBackOnEviction)
+	f := newTieredFixture(t, cfg, WithDiskFiles(d.open))
+	m := f.m
+	m.mu.Lock()
+	g := m.shared.dst.groupOf(0)
+	require.True(t, g.onDisk())
+	cur, key := m.root(blockhash.Scope{}), blockhash.Scope{}.Root()
+	var arrivals []arrival
+	for b := range 2 {
+		blk := seq(b*tpb, tpb)
+		key = m.hasher.Next(key, blk)
+		n := m.newNode(cur, key, blk, nil)
+		m.addChild(cur, n)
+		payload := make([]byte, g.blobBytes())
+		for i := range payload {
+			payload[i] = byte(b*7 + i)
+		}
+		h := blob.Header{Fingerprint: m.blobFP[0], Key: uint64(key), Tokens: append([]int32(nil), blk...)}
+		arrivals = append(arrivals, arrival{p: m.newPage(g, 0), n: n, payload: payload, hdr: h, fresh: true})
+		cur = n
+	}
+	d.block.Store(int64(arrivals[1].p.slot) * g.stride)
+	require.Equal(t, 2, m.landArrivals(arrivals), "both are linked: the write fails later")
+	m.mu.Unlock()
+	require.NoError(t, m.shared.stream.Synchronize())
+	m.mu.Lock()
+	m.settle()
+	good, bad := arrivals[0], arrivals[1]
+	assert.True(t, bad.p.lost, "the page whose blob was not written")
+	assert.Nil(t, m.pagesOf(bad.n)[0], "is out of the tree")
+	assert.False(t, good.p.lost)
+	assert.Same(t, good.p, m.pagesOf(good.n)[0])
+	got := make([]byte, g.blobBytes())
+	require.NoError(t, g.dio.do([]blobOp{{slot: good.p.slot, buf: got, want: m.wantOf(good.p)}}, false))
+	assert.Equal(t, good.payload, got)
+	m.mu.Unlock()
+	assert.Equal(t, int64(1), m.Stats().LostPages)
+	assert.Equal(t, tpb, m.ProbeReuse(blockhash.Scope{}, seq(0, 2*tpb+1)), "the first block only")
+}
+
+// landingDisk opens the disk tier's files with OSDiskFiles; a write that
+// covers offset block waits for gate or, without one, fails.
+type landingDisk struct {
+	block atomic.Int64 // -1: none
+	gate  chan struct{}
+}
+
+func (d *landingDisk) open(spec DiskFileSpec) (DiskFile, error) {
+	f, err := OSDiskFiles(spec)
+	if err != nil {
+		return nil, err
+	}
+	return landingFile{f.(VectorDiskFile), d}, nil
+}
+
+type landingFile struct {
+	VectorDiskFile
+	d *landingDisk
+}
+
+func (f landingFile) hit(off int64, n int) error {
+	if b := f.d.block.Load(); b < off || b >= off+int64(n) {
+		return nil
+	}
+	if f.d.gate != nil {
+		<-f.d.gate
+		return nil
+	}
+	return errors.New("injected write failure")
+}
+
+func (f landingFile) WriteAt(p []byte, off int64) (int, error) {
+	if err := f.hit(off, len(p)); err != nil {
+		return 0, err
+	}
+	return f.VectorDiskFile.WriteAt(p, off)
+}
+
+func (f landingFile) WritevAt(bufs [][]byte, off int64) (int, error) {
+	n := 0
+	for _, b := range bufs {
+		n += len(b)
+	}
+	if err := f.hit(off, n); err != nil {
+		return 0, err
+	}
+	return f.VectorDiskFile.WritevAt(bufs, off)
 }
