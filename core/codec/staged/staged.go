@@ -36,12 +36,16 @@ import (
 	"github.com/kvcm/kvcm/core/staging"
 )
 
-// DefaultChunkBytes is the most bytes one chunk moves by DMA (~150 µs on
+// DefaultChunkBytes is the most bytes one chunk moves by DMA (~600 µs on
 // PCIe gen5): a chunk ends with its staging lease's event record, and on CUDA
 // that record also flushes the gather kernel's batched index check, one host
 // function per chunk, whose round trip (some µs) the chunk must dwarf; a
 // descriptor's fixed cost (~0.4 µs, EVALUATION.md §1) is negligible beside it.
-const DefaultChunkBytes = 8 << 20
+// On the H200, with both directions at once, 8 MiB chunks moved 0.65–0.71 of
+// the two-stream limit, 16 MiB 0.81–0.94 and 32 MiB 0.84–0.94 (same runs,
+// docs/benchmarks.md). A stream's ring is DefaultRingChunks of them: 128 MiB
+// of device memory per caller stream.
+const DefaultChunkBytes = 32 << 20
 
 // DefaultRingChunks is how many chunks one stream's device ring holds, so a
 // chunk's gather never waits for the DMA of the chunk before it.
