@@ -50,7 +50,25 @@ func kvcm_block_keys(block_key C.kvcm_block_key, scope *C.kvcm__const_kvcm_reuse
 	if needed == nil {
 		return argStatus(kvcmFn, "needed", "must not be NULL")
 	}
-	return statusOf(kvcmFn, glueBlockKeys(block_key, scope, has_lora_id, tokens_per_block, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, partial, keys, capacity, needed))
+	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	digestPositionsArg, err := cSliceArg[uint64](digest_positions, num_digests, "digest_positions")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	digestBytesArg, err := cStringArg((*C.char)(digest_bytes), digest_bytes_len, "digest_bytes_len")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	items, err := glueBlockKeys(block_key, scope, has_lora_id, tokens_per_block, tokensArg, digestPositionsArg, digestBytesArg, partial)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fill(items, keys, capacity, needed, func(v blockhash.Key) C.uint64_t {
+		return C.uint64_t(v)
+	}))
 }
 
 // kvcm_cold_page_codec_destroy is the export of kvcm_cold_page_codec_destroy (ABI version 1).
@@ -566,7 +584,19 @@ func kvcm_kv_cache_commit_digests(cache C.kvcm_kv_cache, tokens *C.kvcm__const_k
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheCommitDigests(cacheObj, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, is_end))
+	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	digestPositionsArg, err := cSliceArg[uint64](digest_positions, num_digests, "digest_positions")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	digestBytesArg, err := cStringArg((*C.char)(digest_bytes), digest_bytes_len, "digest_bytes_len")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueKVCacheCommitDigests(cacheObj, tokensArg, digestPositionsArg, digestBytesArg, is_end))
 }
 
 // kvcm_kv_cache_commit_pending_stats is the export of kvcm_kv_cache_commit_pending_stats (ABI version 2).
@@ -2826,7 +2856,19 @@ func kvcm_manager_probe_first_new_block_key_digests(manager C.kvcm_manager, scop
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerProbeFirstNewBlockKeyDigests(managerObj, scope, has_lora_id, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, key, found))
+	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	digestPositionsArg, err := cSliceArg[uint64](digest_positions, num_digests, "digest_positions")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	digestBytesArg, err := cStringArg((*C.char)(digest_bytes), digest_bytes_len, "digest_bytes_len")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueManagerProbeFirstNewBlockKeyDigests(managerObj, scope, has_lora_id, tokensArg, digestPositionsArg, digestBytesArg, key, found))
 }
 
 // kvcm_manager_probe_reuse is the export of kvcm_manager_probe_reuse (ABI version 1).
@@ -2900,7 +2942,24 @@ func kvcm_manager_probe_reuse_digests(manager C.kvcm_manager, scope *C.kvcm__con
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerProbeReuseDigests(managerObj, scope, has_lora_id, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, out))
+	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	digestPositionsArg, err := cSliceArg[uint64](digest_positions, num_digests, "digest_positions")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	digestBytesArg, err := cStringArg((*C.char)(digest_bytes), digest_bytes_len, "digest_bytes_len")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	v, err := glueManagerProbeReuseDigests(managerObj, scope, has_lora_id, tokensArg, digestPositionsArg, digestBytesArg)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.int64_t(v)
+	return nil
 }
 
 // kvcm_manager_probe_reuse_v2 is the export of kvcm_manager_probe_reuse_v2 (ABI version 2).

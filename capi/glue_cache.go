@@ -27,8 +27,15 @@ func glueKVCacheCreate(mgr *managerObj, opts *C.kvcm__const_kvcm_kv_cache_option
 		co.ExpectedPromptLength = &n
 	}
 	if C.kvcm__has_kv_cache_options_input_digest_bytes_len(opts) != 0 {
-		if co.InputDigests, err = goDigests(opts.input_digest_positions, opts.num_input_digests,
-			opts.input_digest_bytes, opts.input_digest_bytes_len, "options.input_digest_positions"); err != nil {
+		ps, err := cSliceArg[uint64](opts.input_digest_positions, opts.num_input_digests, "options.input_digest_positions")
+		if err != nil {
+			return err
+		}
+		bs, err := cStringN(opts.input_digest_bytes, opts.input_digest_bytes_len, "options", "input_digest_bytes", "input_digest_bytes_len")
+		if err != nil {
+			return err
+		}
+		if co.InputDigests, err = goDigests(ps, bs, "options.input_digest_positions"); err != nil {
 			return err
 		}
 	}

@@ -14,74 +14,46 @@ import (
 	"github.com/kvcm/kvcm/core/config"
 )
 
-// goTokens copies a C token array (named name) beside its digests.
-func goTokens(p *C.kvcm__const_kvcm_token, n C.size_t, name string) ([]config.Token, error) {
-	ts, err := cArray(p, n, name)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]config.Token, len(ts))
-	for i, t := range ts {
-		out[i] = config.Token(t)
-	}
-	return out, nil
-}
-
-// goDigests copies a sequence's digest tokens: positions (named name) and
+// goDigests pairs a sequence's digest token positions (named name) with
 // their 32 bytes each.
-func goDigests(positions *C.kvcm__const_size_t, n C.size_t, bytes *C.kvcm__const_char, blen C.size_t, name string) ([]blockhash.DigestAt, error) {
-	ps, err := cArray(positions, n, name)
-	if err != nil {
-		return nil, err
+func goDigests(positions []uint64, bytes, name string) ([]blockhash.DigestAt, error) {
+	if uint64(len(bytes)) != uint64(len(positions))*blockhash.DigestSize {
+		return nil, argError(name, "%d digests need %d digest bytes, got %d", len(positions), uint64(len(positions))*blockhash.DigestSize, len(bytes))
 	}
-	if uint64(blen) != uint64(len(ps))*blockhash.DigestSize {
-		return nil, argError(name, "%d digests need %d digest bytes, got %d", len(ps), uint64(len(ps))*blockhash.DigestSize, uint64(blen))
-	}
-	if len(ps) == 0 {
+	if len(positions) == 0 {
 		return nil, nil
 	}
-	raw := unsafe.Slice((*byte)(unsafe.Pointer(bytes)), int(blen))
-	out := make([]blockhash.DigestAt, len(ps))
-	for i, p := range ps {
-		out[i].Pos = int(min(uint64(p), uint64(^uint(0)>>1)))
-		copy(out[i].Digest[:], raw[i*blockhash.DigestSize:])
+	out := make([]blockhash.DigestAt, len(positions))
+	for i, p := range positions {
+		out[i].Pos = int(min(p, uint64(^uint(0)>>1)))
+		copy(out[i].Digest[:], bytes[i*blockhash.DigestSize:])
 	}
 	return out, nil
 }
 
 func glueBlockKeys(algo C.kvcm_block_key, scope *C.kvcm__const_kvcm_reuse_scope, hasLoRA C.bool, tpb C.int32_t,
-	tokens *C.kvcm__const_kvcm_token, n C.size_t, positions *C.kvcm__const_size_t, nd C.size_t,
-	bytes *C.kvcm__const_char, blen C.size_t, partial C.bool, keys *C.uint64_t, capacity C.size_t, needed *C.size_t) error {
+	tokens []config.Token, positions []uint64, bytes string, partial C.bool) ([]blockhash.Key, error) {
 	sc, err := goScope(scope, bool(hasLoRA), "scope")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ts, err := goTokens(tokens, n, "tokens")
+	ds, err := goDigests(positions, bytes, "digest_positions")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ds, err := goDigests(positions, nd, bytes, blen, "digest_positions")
+	ks, err := blockhash.ChainDigests(blockhash.Algorithm(algo), sc, int(tpb), tokens, ds, bool(partial))
 	if err != nil {
-		return err
+		return nil, argError("block_keys", "%v", err)
 	}
-	ks, err := blockhash.ChainDigests(blockhash.Algorithm(algo), sc, int(tpb), ts, ds, bool(partial))
-	if err != nil {
-		return argError("block_keys", "%v", err)
-	}
-	return fill(ks, keys, capacity, needed, func(k blockhash.Key) C.uint64_t { return C.uint64_t(k) })
+	return ks, nil
 }
 
-func glueKVCacheCommitDigests(c *kvCacheObj, tokens *C.kvcm__const_kvcm_token, n C.size_t, positions *C.kvcm__const_size_t,
-	nd C.size_t, bytes *C.kvcm__const_char, blen C.size_t, isEnd C.bool) error {
-	ts, err := goTokens(tokens, n, "tokens")
+func glueKVCacheCommitDigests(c *kvCacheObj, tokens []config.Token, positions []uint64, bytes string, isEnd C.bool) error {
+	ds, err := goDigests(positions, bytes, "digest_positions")
 	if err != nil {
 		return err
 	}
-	ds, err := goDigests(positions, nd, bytes, blen, "digest_positions")
-	if err != nil {
-		return err
-	}
-	return c.CommitDigests(ts, ds, bool(isEnd))
+	return c.CommitDigests(tokens, ds, bool(isEnd))
 }
 
 func glueKVCacheGetCommittedDigests(c *kvCacheObj, positions *C.size_t, bytes *C.uint8_t, capacity C.size_t, needed *C.size_t) error {
@@ -105,39 +77,30 @@ func glueKVCacheGetCommittedDigests(c *kvCacheObj, positions *C.size_t, bytes *C
 	return nil
 }
 
-func glueManagerProbeReuseDigests(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, hasLoRA C.bool, tokens *C.kvcm__const_kvcm_token,
-	n C.size_t, positions *C.kvcm__const_size_t, nd C.size_t, bytes *C.kvcm__const_char, blen C.size_t, out *C.int64_t) error {
+func glueManagerProbeReuseDigests(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, hasLoRA C.bool, tokens []config.Token,
+	positions []uint64, bytes string) (int64, error) {
 	sc, err := goScope(scope, bool(hasLoRA), "scope")
 	if err != nil {
-		return err
+		return 0, err
 	}
-	ts, err := goTokens(tokens, n, "tokens")
+	ds, err := goDigests(positions, bytes, "digest_positions")
 	if err != nil {
-		return err
-	}
-	ds, err := goDigests(positions, nd, bytes, blen, "digest_positions")
-	if err != nil {
-		return err
+		return 0, err
 	}
 	if err := mgr.Open(); err != nil {
-		return err
+		return 0, err
 	}
-	r, err := mgr.Core().ProbeReuseDigests(sc, ts, ds)
-	*out = C.int64_t(r)
-	return err
+	r, err := mgr.Core().ProbeReuseDigests(sc, tokens, ds)
+	return int64(r), err
 }
 
-func glueManagerProbeFirstNewBlockKeyDigests(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, hasLoRA C.bool, tokens *C.kvcm__const_kvcm_token,
-	n C.size_t, positions *C.kvcm__const_size_t, nd C.size_t, bytes *C.kvcm__const_char, blen C.size_t, key *C.uint64_t, found *C.bool) error {
+func glueManagerProbeFirstNewBlockKeyDigests(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, hasLoRA C.bool, tokens []config.Token,
+	positions []uint64, bytes string, key *C.uint64_t, found *C.bool) error {
 	sc, err := goScope(scope, bool(hasLoRA), "scope")
 	if err != nil {
 		return err
 	}
-	ts, err := goTokens(tokens, n, "tokens")
-	if err != nil {
-		return err
-	}
-	ds, err := goDigests(positions, nd, bytes, blen, "digest_positions")
+	ds, err := goDigests(positions, bytes, "digest_positions")
 	if err != nil {
 		return err
 	}
@@ -145,7 +108,7 @@ func glueManagerProbeFirstNewBlockKeyDigests(mgr *managerObj, scope *C.kvcm__con
 	if err := mgr.Open(); err != nil {
 		return err
 	}
-	k, ok, err := mgr.Core().ProbeFirstNewBlockKeyDigests(sc, ts, ds)
+	k, ok, err := mgr.Core().ProbeFirstNewBlockKeyDigests(sc, tokens, ds)
 	*key, *found = C.uint64_t(k), C.bool(ok)
 	return err
 }

@@ -23,14 +23,14 @@ import "github.com/kvcm/kvcm/gen/spec"
 //kvcm:param scope borrowed The reuse scope.
 //kvcm:param hasLoraID in Whether scope.lora_id is a LoRA adapter id, 0 included.
 //kvcm:param tokensPerBlock in Tokens per block (positive).
-//kvcm:param tokens borrowed,nullable,len=numTokens The tokens (NULL only when num_tokens is 0).
+//kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
-//kvcm:param digestPositions borrowed,nullable,len=numDigests The digest tokens' positions (NULL only when num_digests is 0).
+//kvcm:param digestPositions borrowed,nullable,len=numDigests,slice,go=uint64 The digest tokens' positions (NULL only when num_digests is 0).
 //kvcm:param numDigests in The number of digest tokens.
-//kvcm:param digestBytes borrowed,nullable,len=digestBytesLen The digests, 32 bytes each.
+//kvcm:param digestBytes borrowed,nullable,len=digestBytesLen,string The digests, 32 bytes each.
 //kvcm:param digestBytesLen in The length of digest_bytes: 32 * num_digests.
 //kvcm:param partial in Whether to key a trailing partial block too.
-//kvcm:param keys out,nullable,len=capacity Receives the keys.
+//kvcm:param keys out,nullable,len=capacity,buffer=needed,go=github.com/kvcm/kvcm/core/blockhash.Key Receives the keys.
 //kvcm:param capacity in Capacity of keys, in elements.
 //kvcm:param needed out Receives the number of keys.
 type BlockKeys func(blockKey BlockKey, scope spec.In[ReuseScope], hasLoraID bool, tokensPerBlock int32, tokens spec.In[Token], numTokens spec.Size, digestPositions spec.In[spec.Size], numDigests spec.Size, digestBytes spec.CStr, digestBytesLen spec.Size, partial bool, keys spec.Out[uint64], capacity spec.Size, needed spec.Out[spec.Size]) *Status
@@ -42,11 +42,11 @@ type BlockKeys func(blockKey BlockKey, scope spec.In[ReuseScope], hasLoraID bool
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param tokens borrowed,nullable,len=numTokens The tokens (NULL only when num_tokens is 0).
+//kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
-//kvcm:param digestPositions borrowed,nullable,len=numDigests The digest tokens' positions in tokens.
+//kvcm:param digestPositions borrowed,nullable,len=numDigests,slice,go=uint64 The digest tokens' positions in tokens.
 //kvcm:param numDigests in The number of digest tokens.
-//kvcm:param digestBytes borrowed,nullable,len=digestBytesLen The digests, 32 bytes each.
+//kvcm:param digestBytes borrowed,nullable,len=digestBytesLen,string The digests, 32 bytes each.
 //kvcm:param digestBytesLen in The length of digest_bytes: 32 * num_digests.
 //kvcm:param isEnd in Whether these are the last tokens to commit.
 type KVCacheCommitDigests func(cache KVCache, tokens spec.In[Token], numTokens spec.Size, digestPositions spec.In[spec.Size], numDigests spec.Size, digestBytes spec.CStr, digestBytesLen spec.Size, isEnd bool) *Status
@@ -74,13 +74,13 @@ type KVCacheGetCommittedDigests func(cache KVCache, positions spec.Out[spec.Size
 //kvcm:param manager in The manager.
 //kvcm:param scope borrowed The reuse scope.
 //kvcm:param hasLoraID in Whether scope.lora_id is a LoRA adapter id, 0 included.
-//kvcm:param tokens borrowed,nullable,len=numTokens The input tokens (NULL only when num_tokens is 0).
+//kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The input tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
-//kvcm:param digestPositions borrowed,nullable,len=numDigests The digest tokens' positions in tokens.
+//kvcm:param digestPositions borrowed,nullable,len=numDigests,slice,go=uint64 The digest tokens' positions in tokens.
 //kvcm:param numDigests in The number of digest tokens.
-//kvcm:param digestBytes borrowed,nullable,len=digestBytesLen The digests, 32 bytes each.
+//kvcm:param digestBytes borrowed,nullable,len=digestBytesLen,string The digests, 32 bytes each.
 //kvcm:param digestBytesLen in The length of digest_bytes: 32 * num_digests.
-//kvcm:param out out Receives the number of reusable tokens.
+//kvcm:param out out,result Receives the number of reusable tokens.
 type ManagerProbeReuseDigests func(manager Manager, scope spec.In[ReuseScope], hasLoraID bool, tokens spec.In[Token], numTokens spec.Size, digestPositions spec.In[spec.Size], numDigests spec.Size, digestBytes spec.CStr, digestBytesLen spec.Size, out spec.Out[int64]) *Status
 
 // ManagerProbeFirstNewBlockKeyDigests is
@@ -92,11 +92,11 @@ type ManagerProbeReuseDigests func(manager Manager, scope spec.In[ReuseScope], h
 //kvcm:param manager in The manager.
 //kvcm:param scope borrowed The reuse scope.
 //kvcm:param hasLoraID in Whether scope.lora_id is a LoRA adapter id, 0 included.
-//kvcm:param tokens borrowed,nullable,len=numTokens The input tokens (NULL only when num_tokens is 0).
+//kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The input tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
-//kvcm:param digestPositions borrowed,nullable,len=numDigests The digest tokens' positions in tokens.
+//kvcm:param digestPositions borrowed,nullable,len=numDigests,slice,go=uint64 The digest tokens' positions in tokens.
 //kvcm:param numDigests in The number of digest tokens.
-//kvcm:param digestBytes borrowed,nullable,len=digestBytesLen The digests, 32 bytes each.
+//kvcm:param digestBytes borrowed,nullable,len=digestBytesLen,string The digests, 32 bytes each.
 //kvcm:param digestBytesLen in The length of digest_bytes: 32 * num_digests.
 //kvcm:param key out Receives the block's key.
 //kvcm:param found out Receives whether there is such a block.
