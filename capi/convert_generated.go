@@ -499,6 +499,15 @@ func toCMigrationStats(s core.MigrationCounter) C.kvcm_migration_stats {
 	}
 }
 
+// toCPageIndexConverter converts a core.PageIndexConverter to a kvcm_page_index_converter.
+func toCPageIndexConverter(s core.PageIndexConverter) C.kvcm_page_index_converter {
+	return C.kvcm_page_index_converter{
+		expansion:    C.int32_t(s.Expansion),
+		layer_offset: C.int64_t(s.LayerOffset),
+		scale:        C.int64_t(s.Scale),
+	}
+}
+
 // toCPeakBlockStats converts a core.PeakBlockStats to a kvcm_peak_block_stats.
 func toCPeakBlockStats(s core.PeakBlockStats) C.kvcm_peak_block_stats {
 	return C.kvcm_peak_block_stats{

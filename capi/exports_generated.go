@@ -697,7 +697,13 @@ func kvcm_kv_cache_get_aggregated_page_indices(cache C.kvcm_kv_cache, layer_grou
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetAggregatedPageIndices(cacheObj, layer_group, beam, valid_only, indices, capacity, needed))
+	items, err := glueKVCacheGetAggregatedPageIndices(cacheObj, layer_group, beam, valid_only)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fill(items, indices, capacity, needed, func(v int32) C.int32_t {
+		return C.int32_t(v)
+	}))
 }
 
 // kvcm_kv_cache_get_base_page_indices is the export of kvcm_kv_cache_get_base_page_indices (ABI version 1).
@@ -2412,7 +2418,12 @@ func kvcm_manager_get_page_index_converter(manager C.kvcm_manager, layer_id C.in
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetPageIndexConverter(managerObj, layer_id, role, out))
+	v, err := glueManagerGetPageIndexConverter(managerObj, layer_id, role)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = toCPageIndexConverter(v)
+	return nil
 }
 
 // kvcm_manager_get_page_index_upper_bound is the export of kvcm_manager_get_page_index_upper_bound (ABI version 2).
@@ -2441,7 +2452,12 @@ func kvcm_manager_get_page_index_upper_bound(manager C.kvcm_manager, layer_id C.
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetPageIndexUpperBound(managerObj, layer_id, role, out))
+	v, err := glueManagerGetPageIndexUpperBound(managerObj, layer_id, role)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.int64_t(v)
+	return nil
 }
 
 // kvcm_manager_get_page_stride is the export of kvcm_manager_get_page_stride (ABI version 2).
@@ -2470,7 +2486,12 @@ func kvcm_manager_get_page_stride(manager C.kvcm_manager, layer_id C.int32_t, ro
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetPageStride(managerObj, layer_id, role, out))
+	v, err := glueManagerGetPageStride(managerObj, layer_id, role)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.int64_t(v)
+	return nil
 }
 
 // kvcm_manager_get_pool_group_descs is the export of kvcm_manager_get_pool_group_descs (ABI version 1).

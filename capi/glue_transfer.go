@@ -10,6 +10,7 @@ import "C"
 import (
 	"fmt"
 
+	"github.com/kvcm/kvcm/core"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/layout"
 )
@@ -66,38 +67,22 @@ func glueManagerGetAggregatedPages(mgr *managerObj, buffers *C.kvcm__const_kvcm_
 	return nil
 }
 
-func glueManagerGetPageIndexConverter(mgr *managerObj, layerID C.int32_t, role *C.kvcm__const_char, out *C.kvcm_page_index_converter) error {
-	p, err := mgr.Core().PageIndexConverter(int32(layerID), config.DataRole(C.GoString(role)))
-	if err != nil {
-		return err
-	}
-	*out = C.kvcm_page_index_converter{scale: C.int64_t(p.Scale), expansion: C.int32_t(p.Expansion), layer_offset: C.int64_t(p.LayerOffset)}
-	return nil
+func glueManagerGetPageIndexConverter(mgr *managerObj, layerID C.int32_t, role *C.kvcm__const_char) (core.PageIndexConverter, error) {
+	return mgr.Core().PageIndexConverter(int32(layerID), config.DataRole(C.GoString(role)))
 }
 
-func glueManagerGetPageStride(mgr *managerObj, layerID C.int32_t, role *C.kvcm__const_char, out *C.int64_t) error {
+func glueManagerGetPageStride(mgr *managerObj, layerID C.int32_t, role *C.kvcm__const_char) (int64, error) {
 	loc, err := mgr.Core().Buffer(int32(layerID), config.DataRole(C.GoString(role)))
 	if err != nil {
-		return err
+		return 0, err
 	}
-	*out = C.int64_t(loc.PageStride())
-	return nil
+	return loc.PageStride(), nil
 }
 
-func glueManagerGetPageIndexUpperBound(mgr *managerObj, layerID C.int32_t, role *C.kvcm__const_char, out *C.int64_t) error {
-	n, err := mgr.Core().PageIndexUpperBound(int32(layerID), config.DataRole(C.GoString(role)))
-	if err != nil {
-		return err
-	}
-	*out = C.int64_t(n)
-	return nil
+func glueManagerGetPageIndexUpperBound(mgr *managerObj, layerID C.int32_t, role *C.kvcm__const_char) (int64, error) {
+	return mgr.Core().PageIndexUpperBound(int32(layerID), config.DataRole(C.GoString(role)))
 }
 
-func glueKVCacheGetAggregatedPageIndices(c *kvCacheObj, lg C.kvcm_layer_group_id, beam C.int32_t, validOnly C.bool,
-	indices *C.int32_t, capacity C.size_t, needed *C.size_t) error {
-	idx, err := c.Core().AggregatedPageIndices(layout.LayerGroupID(lg), int(beam), bool(validOnly))
-	if err != nil {
-		return err
-	}
-	return fill(idx, indices, capacity, needed, func(i int32) C.int32_t { return C.int32_t(i) })
+func glueKVCacheGetAggregatedPageIndices(c *kvCacheObj, lg C.kvcm_layer_group_id, beam C.int32_t, validOnly C.bool) ([]int32, error) {
+	return c.Core().AggregatedPageIndices(layout.LayerGroupID(lg), int(beam), bool(validOnly))
 }

@@ -63,6 +63,7 @@ type AggregatedPageDesc struct {
 //
 //kvcm:struct
 //kvcm:since 2
+//kvcm:go out github.com/kvcm/kvcm/core.PageIndexConverter
 type PageIndexConverter struct {
 	// Scale multiplies a base page index.
 	Scale int64
@@ -105,7 +106,7 @@ type ManagerGetAggregatedPages func(manager Manager, buffers spec.In[BufferID], 
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
 //kvcm:param role borrowed The buffer's role, such as "key".
-//kvcm:param out out Receives the converter.
+//kvcm:param out out,result Receives the converter.
 type ManagerGetPageIndexConverter func(manager Manager, layerID int32, role spec.CStr, out spec.Out[PageIndexConverter]) *Status
 
 // ManagerGetPageStride returns the bytes between consecutive kernel page
@@ -117,7 +118,7 @@ type ManagerGetPageIndexConverter func(manager Manager, layerID int32, role spec
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
 //kvcm:param role borrowed The buffer's role, such as "key".
-//kvcm:param out out Receives the stride in bytes.
+//kvcm:param out out,result Receives the stride in bytes.
 type ManagerGetPageStride func(manager Manager, layerID int32, role spec.CStr, out spec.Out[int64]) *Status
 
 // ManagerGetPageIndexUpperBound returns one past the largest SHARED kernel
@@ -130,7 +131,7 @@ type ManagerGetPageStride func(manager Manager, layerID int32, role spec.CStr, o
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
 //kvcm:param role borrowed The buffer's role, such as "key".
-//kvcm:param out out Receives the bound.
+//kvcm:param out out,result Receives the bound.
 type ManagerGetPageIndexUpperBound func(manager Manager, layerID int32, role spec.CStr, out spec.Out[int64]) *Status
 
 // KVCacheGetAggregatedPageIndices writes, for an ACTIVE cache, the
@@ -147,7 +148,7 @@ type ManagerGetPageIndexUpperBound func(manager Manager, layerID int32, role spe
 //kvcm:param layerGroup in The layer group.
 //kvcm:param beam in The beam.
 //kvcm:param validOnly in Whether to skip blocks without a page.
-//kvcm:param indices out,nullable,len=capacity Receives the indices.
+//kvcm:param indices out,nullable,len=capacity,buffer=needed,go=int32 Receives the indices.
 //kvcm:param capacity in Capacity of indices, in elements.
 //kvcm:param needed out Receives the number of indices.
 type KVCacheGetAggregatedPageIndices func(cache KVCache, layerGroup LayerGroupID, beam int32, validOnly bool, indices spec.Out[int32], capacity spec.Size, needed spec.Out[spec.Size]) *Status
