@@ -2925,7 +2925,12 @@ func kvcm_manager_probe_reuse(manager C.kvcm_manager, scope *C.kvcm__const_kvcm_
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueManagerProbeReuse(managerObj, scope, tokensArg, out))
+	v, err := glueManagerProbeReuse(managerObj, scope, tokensArg)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.int64_t(v)
+	return nil
 }
 
 // kvcm_manager_probe_reuse_digests is the export of kvcm_manager_probe_reuse_digests (ABI version 2).
@@ -3016,7 +3021,12 @@ func kvcm_manager_probe_reuse_v2(manager C.kvcm_manager, scope *C.kvcm__const_kv
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueManagerProbeReuseV2(managerObj, scope, has_lora_id, tokensArg, out))
+	v, err := glueManagerProbeReuseV2(managerObj, scope, has_lora_id, tokensArg)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.int64_t(v)
+	return nil
 }
 
 // kvcm_manager_resize_level is the export of kvcm_manager_resize_level (ABI version 1).

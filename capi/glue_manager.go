@@ -260,18 +260,16 @@ func goScope(s *C.kvcm__const_kvcm_reuse_scope, hasLoRA bool, name string) (bloc
 	return sc, err
 }
 
-func glueManagerProbeReuse(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, tokens []config.Token, out *C.int64_t) error {
-	return glueManagerProbeReuseV2(mgr, scope, false, tokens, out)
+func glueManagerProbeReuse(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, tokens []config.Token) (int, error) {
+	return glueManagerProbeReuseV2(mgr, scope, false, tokens)
 }
 
-func glueManagerProbeReuseV2(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, hasLoRA C.bool, tokens []config.Token, out *C.int64_t) error {
+func glueManagerProbeReuseV2(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, hasLoRA C.bool, tokens []config.Token) (int, error) {
 	sc, err := goScope(scope, bool(hasLoRA), "scope")
 	if err != nil {
-		return err
+		return 0, err
 	}
-	reused, err := mgr.ProbeReuse(sc, tokens)
-	*out = C.int64_t(reused)
-	return err
+	return mgr.ProbeReuse(sc, tokens)
 }
 
 func glueManagerProbeFirstNewBlockKey(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, hasLoRA C.bool, ts []config.Token, key *C.uint64_t, found *C.bool) error {
