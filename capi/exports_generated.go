@@ -306,7 +306,12 @@ func kvcm_cp_get_fault_count(cp C.kvcm_cp_index, out *C.uint64_t) (status *C.kvc
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueCPGetFaultCount(cpObj, out))
+	v, err := glueCPGetFaultCount(cpObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.uint64_t(v)
+	return nil
 }
 
 // kvcm_cp_notify_blocks_allocated is the export of kvcm_cp_notify_blocks_allocated (ABI version 1).
@@ -414,7 +419,12 @@ func kvcm_cp_predict_prefix_reuse(cp C.kvcm_cp_index, request_id *C.kvcm__const_
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueCPPredictPrefixReuse(cpObj, requestIdArg, tokensArg, out))
+	v, err := glueCPPredictPrefixReuse(cpObj, requestIdArg, tokensArg)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.double(v)
+	return nil
 }
 
 // kvcm_create_default_cold_page_codec is the export of kvcm_create_default_cold_page_codec (ABI version 1).
@@ -3108,7 +3118,12 @@ func kvcm_stream_alloc_memory(stream C.kvcm_stream, kind C.kvcm_memory_kind, siz
 	if out == nil {
 		return argStatus(kvcmFn, "out", "must not be NULL")
 	}
-	return statusOf(kvcmFn, glueStreamAllocMemory(stream, kind, size, out))
+	v, err := glueStreamAllocMemory(stream, kind, size)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.kvcm_device_ptr(v)
+	return nil
 }
 
 // kvcm_stream_batch_copy is the export of kvcm_stream_batch_copy (ABI version 1).

@@ -190,10 +190,8 @@ func glueCPCreateDelegating(a *cpIndexObjectArg, out *C.kvcm_cp_index) error {
 
 // ---- The five methods on any index ----
 
-func glueCPPredictPrefixReuse(o *cpObj, id string, tokens []config.Token, out *C.double) error {
-	score, err := o.PredictPrefixReuse(id, tokens)
-	*out = C.double(score)
-	return err
+func glueCPPredictPrefixReuse(o *cpObj, id string, tokens []config.Token) (float64, error) {
+	return o.PredictPrefixReuse(id, tokens)
 }
 
 func glueCPGetCachedBlocks(o *cpObj, id string) ([]blockhash.Key, error) {
@@ -236,11 +234,7 @@ func glueCPGetAllocationPriority(o *cpObj, ids *C.kvcm__const_kvcm_cp_request_id
 	return nil
 }
 
-func glueCPGetFaultCount(o *cpObj, out *C.uint64_t) error {
-	n, err := o.FaultCount()
-	*out = C.uint64_t(n)
-	return err
-}
+func glueCPGetFaultCount(o *cpObj) (uint64, error) { return o.FaultCount() }
 
 // ---- Wiring a manager to an index ----
 

@@ -21,17 +21,12 @@ func resolveStream(h C.kvcm_stream) (device.Stream, error) {
 	return abimodel.Devices.Stream(uintptr(h))
 }
 
-func glueStreamAllocMemory(stream C.kvcm_stream, kind C.kvcm_memory_kind, size C.uint64_t, out *C.kvcm_device_ptr) error {
+func glueStreamAllocMemory(stream C.kvcm_stream, kind C.kvcm_memory_kind, size C.uint64_t) (device.Ptr, error) {
 	k, err := goMemoryKind(kind)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	p, err := abimodel.Devices.Alloc(uintptr(stream), k, uint64(size))
-	if err != nil {
-		return err
-	}
-	*out = C.kvcm_device_ptr(p)
-	return nil
+	return abimodel.Devices.Alloc(uintptr(stream), k, uint64(size))
 }
 
 func glueStreamFreeMemory(stream C.kvcm_stream, ptr C.kvcm_device_ptr) error {

@@ -170,7 +170,7 @@ type CPDestroy func(cp CPIndex) *Status
 //kvcm:param requestIDLen in The request id's length in bytes.
 //kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The request's tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
-//kvcm:param out out Receives the score.
+//kvcm:param out out,result Receives the score.
 type CPPredictPrefixReuse func(cp CPIndex, requestID spec.CStr, requestIDLen spec.Size, tokens spec.In[Token], numTokens spec.Size, out spec.Out[float64]) *Status
 
 // CPGetCachedBlocks writes the keys of blocks the index knows to be cached
@@ -235,7 +235,7 @@ type CPGetAllocationPriority func(cp CPIndex, requestIds spec.In[CPRequestID], n
 //kvcm:since 1
 //kvcm:thread any
 //kvcm:param cp in The index.
-//kvcm:param out out Receives the count.
+//kvcm:param out out,result Receives the count.
 type CPGetFaultCount func(cp CPIndex, out spec.Out[uint64]) *Status
 
 // ManagerAttachCP makes the manager notify a CP index about the caches

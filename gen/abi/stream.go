@@ -58,7 +58,7 @@ type ManagerFreeMemory func(manager Manager, ptr DevicePtr) *Status
 //kvcm:param stream in A stream of the device to allocate on.
 //kvcm:param kind in The memory kind.
 //kvcm:param size in The size in bytes (positive).
-//kvcm:param out out Receives the address.
+//kvcm:param out out,result Receives the address.
 type StreamAllocMemory func(stream Stream, kind MemoryKind, size uint64, out spec.Out[DevicePtr]) *Status
 
 // StreamFreeMemory frees memory allocated with kvcm_stream_alloc_memory on
