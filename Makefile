@@ -59,7 +59,8 @@ go-test:
 bench-bookkeeping:
 	$(GO) run ./cmd/kvcm bench bookkeeping $(BENCH_BOOKKEEPING_ARGS)
 
-# The fault harnesses (core.FuzzSessions, and abitest.FuzzABI over the C ABI):
+# The fault harnesses (core.FuzzSessions, its beam-search and SSM variants
+# FuzzBeamSessions and FuzzSsmSessions, and abitest.FuzzABI over the C ABI):
 # go-test runs their committed seed corpora (testdata/fuzz/<target>); these
 # explore new inputs, and a failing one is written there. fuzz-short is the
 # bounded run of make test.
@@ -69,6 +70,8 @@ FUZZ_SHORT_ABI_TIME ?= 10s
 FUZZ_PARALLEL ?= 2
 fuzz:
 	$(GO) test ./core -run '^$$' -fuzz '^FuzzSessions$$' -fuzztime $(FUZZTIME) -parallel $(FUZZ_PARALLEL)
+	$(GO) test ./core -run '^$$' -fuzz '^FuzzBeamSessions$$' -fuzztime $(FUZZTIME) -parallel $(FUZZ_PARALLEL)
+	$(GO) test ./core -run '^$$' -fuzz '^FuzzSsmSessions$$' -fuzztime $(FUZZTIME) -parallel $(FUZZ_PARALLEL)
 	$(GO) test ./capi/abitest -run '^$$' -fuzz '^FuzzABI$$' -fuzztime $(FUZZTIME) -parallel $(FUZZ_PARALLEL)
 
 fuzz-short:
