@@ -379,8 +379,6 @@ class LifeCycle(int):
         sequence of history_length computed tokens no longer needs (out of
         the window that an input token at position history_length still
         sees); empty for full attention."""
-        from .common import HalfOpenRange
-
         num_blocks = -(-history_length // tokens_per_block)
         start = min(num_blocks, self.num_sink_blocks)
         if self.window_size is None:
