@@ -3171,7 +3171,8 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_suspend(kvcm_kv_cache cache
 
 /**
  * kvcm_live_handle_count returns the number of live handles of every type
- * (managers, KV caches, default codecs not yet consumed), for leak tests.
+ * (managers, KV caches, default and built-in codec objects not yet
+ * consumed), for leak tests.
  *
  * @return The number of live handles.
  * @par Thread safety
