@@ -671,8 +671,9 @@ class KVCacheManager(Managed):
         if cold_page_codec is not None:
             if type(cold_page_codec) is not KVCacheColdPageCodec:
                 raise TypeError(
-                    "cold_page_codec: expected a native codec from create_default_kv_cache_cold_page_codec() "
-                    "or KVCacheColdPageCodec.from_factory(); Python codec implementations are not "
+                    "cold_page_codec: expected a native codec (kvcm.codec.Default(), Gather(), Fp8(), "
+                    "Auto(), KVCacheColdPageCodec.from_factory()) or a built-in codec's name; "
+                    "Python codec implementations are not "
                     f"supported (got {type(cold_page_codec).__name__})"
                 )
             # Consumed first: from here on the codec belongs to this call,

@@ -119,7 +119,8 @@ class StagedPages(StagedBytes):
         super().__init__(m, cfg, cfg.kv_heads * cfg.head_dim * torch.empty((), dtype=dtype).element_size(), max_tokens)
 
     def write(self, key, beg: int, end: int, x: torch.Tensor) -> None:
-        self.write_bytes(key, beg, end, x.detach().to("cpu", self.dtype).contiguous().view(torch.uint8).numpy().tobytes())
+        data = x.detach().to("cpu", self.dtype).contiguous().view(torch.uint8).numpy().tobytes()
+        self.write_bytes(key, beg, end, data)
 
     def read(self, key, beg: int, end: int) -> torch.Tensor:
         raw = self.read_bytes(key, beg, end)
