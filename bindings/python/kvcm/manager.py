@@ -625,7 +625,8 @@ class KVCacheManager(Managed):
     third parameter, as in KVCM2) consumes ``codec`` before the C call,
     whether construction succeeds or fails: never use it again. A built-in
     codec may also be named (``cold_page_codec="gather"``, ``"fp8"``,
-    ``"auto"``, ``"default"``: see :mod:`kvcm.codec`). A codec
+    ``"auto"``, ``"default"``, or a :class:`~kvcm.codec.BuiltinCodec`: see
+    :mod:`kvcm.codec`). A codec
     passed second, where the event manager goes, is consumed too and
     refused with ``TypeError``. ``event_manager`` (a
     :class:`~kvcm.KVCacheEventManager`) receives the manager's block events.
@@ -647,7 +648,7 @@ class KVCacheManager(Managed):
         self,
         config: KVCacheManagerConfig,
         event_manager: KVCacheEventManager | None = None,
-        cold_page_codec: KVCacheColdPageCodec | str | None = None,
+        cold_page_codec: KVCacheColdPageCodec | str | ffi.BuiltinCodec | None = None,
         *,
         device: str | DeviceKind = DeviceKind.AUTO,
         device_ordinal: int = 0,
@@ -666,7 +667,7 @@ class KVCacheManager(Managed):
         if event_manager is not None and not isinstance(event_manager, KVCacheEventManager):
             raise TypeError(f"event_manager: expected a KVCacheEventManager, got {type(event_manager).__name__}")
         codec_struct = None
-        if isinstance(cold_page_codec, str):
+        if isinstance(cold_page_codec, (str, ffi.BuiltinCodec)):
             cold_page_codec = create_builtin_kv_cache_cold_page_codec(cold_page_codec)
         if cold_page_codec is not None:
             if type(cold_page_codec) is not KVCacheColdPageCodec:

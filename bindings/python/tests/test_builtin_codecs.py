@@ -11,7 +11,8 @@ from kvcm import CodecRejectedError, ConsumedError, InvalidArgumentError, KVCach
 from kvcm.codec import BuiltinCodec, ElementType
 
 
-@pytest.mark.parametrize("make", [kvcm.codec.Default, kvcm.codec.Auto, lambda: "auto", lambda: "default"])
+@pytest.mark.parametrize("make", [kvcm.codec.Default, kvcm.codec.Auto, lambda: "auto", lambda: "default",
+                                  lambda: BuiltinCodec.AUTO])
 def test_lossless_builtins_make_a_manager_on_the_emulated_device(make):
     before = kvcm.live_handle_count()
     with KVCacheManager(small_config(host_quota=64 * 1024), cold_page_codec=make(), device="emu") as m:
@@ -19,7 +20,8 @@ def test_lossless_builtins_make_a_manager_on_the_emulated_device(make):
     assert kvcm.live_handle_count() == before
 
 
-@pytest.mark.parametrize("make", [kvcm.codec.Gather, kvcm.codec.Fp8, lambda: "gather", lambda: "FP8"])
+@pytest.mark.parametrize("make", [kvcm.codec.Gather, kvcm.codec.Fp8, lambda: "gather", lambda: "FP8",
+                                  lambda: BuiltinCodec.GATHER])
 def test_kernel_codecs_are_refused_on_the_emulated_device(make):
     before = kvcm.live_handle_count()
     codec = make()
@@ -27,7 +29,7 @@ def test_kernel_codecs_are_refused_on_the_emulated_device(make):
         KVCacheManager(small_config(host_quota=64 * 1024), cold_page_codec=codec, device="emu")
     assert "emu device" in str(ei.value)
     assert kvcm.live_handle_count() == before  # consumed on the failure path
-    if not isinstance(codec, str):
+    if isinstance(codec, kvcm.KVCacheColdPageCodec):
         assert codec.closed
         with pytest.raises(ConsumedError):
             KVCacheManager(small_config(), cold_page_codec=codec, device="emu")
