@@ -107,8 +107,15 @@ PYTHON ?= python3
 py-ext:
 	cd bindings/python && $(PYTHON) setup.py -q build_ext --inplace -b "$(CURDIR)/build/pyext" -t "$(CURDIR)/build/pyext/tmp"
 
+# py-test-deps installs bindings/python/tests/requirements.txt (pytest,
+# numpy) when one of them is missing.
+.PHONY: py-test-deps
+py-test-deps:
+	@$(PYTHON) -c "import pytest, numpy" 2>/dev/null || \
+		$(PYTHON) -m pip install -q -r bindings/python/tests/requirements.txt
+
 .PHONY: py-test
-py-test: lib py-ext
+py-test: lib py-ext py-test-deps
 	@cd bindings/python && \
 	KVCM_LIBRARY="$(CURDIR)/build/libkvcm.so" KVCM_REQUIRE_EXTENSION=1 \
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests; rc=$$?; \

@@ -427,6 +427,34 @@ func kvcm_cp_predict_prefix_reuse(cp C.kvcm_cp_index, request_id *C.kvcm__const_
 	return nil
 }
 
+// kvcm_create_builtin_cold_page_codec is the export of kvcm_create_builtin_cold_page_codec (ABI version 2).
+//
+//export kvcm_create_builtin_cold_page_codec
+func kvcm_create_builtin_cold_page_codec(options *C.kvcm__const_kvcm_builtin_codec_options, out *C.kvcm_cold_page_codec) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_create_builtin_cold_page_codec"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = C.kvcm_cold_page_codec{}
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if options == nil {
+		return argStatus(kvcmFn, "options", "must not be NULL")
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	if st := checkVersion(kvcmFn, "options", uint32(options.struct_size), uint32(options.abi_version), uint32(C.KVCM__BUILTIN_CODEC_OPTIONS_SIZE_V2)); st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueCreateBuiltinColdPageCodec(options, out))
+}
+
 // kvcm_create_default_cold_page_codec is the export of kvcm_create_default_cold_page_codec (ABI version 1).
 //
 //export kvcm_create_default_cold_page_codec

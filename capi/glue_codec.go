@@ -9,6 +9,7 @@ package capi
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/kvcm/kvcm/core/codec"
+	"github.com/kvcm/kvcm/core/codec/gpucodec"
 	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/layout"
 )
@@ -28,9 +30,10 @@ import (
 // the codec is either handed on (to core.NewManager, which consumes it) or
 // destroyed.
 type coldPageCodecArg struct {
-	supplied bool         // a codec object was passed (not NULL)
-	owned    *codec.Owned // nil when none was passed or taking it failed
-	err      error        // why the codec object is unusable
+	supplied bool           // a codec object was passed (not NULL)
+	owned    *codec.Owned   // nil when none was passed or taking it failed
+	builtin  *gpucodec.Spec // a built-in codec object: made on the manager's device
+	err      error          // why the codec object is unusable
 }
 
 // consumeColdPageCodec takes the codec object p. It never fails: problems
@@ -49,12 +52,14 @@ func consumeColdPageCodec(p *C.kvcm__const_kvcm_cold_page_codec) *coldPageCodecA
 		return a
 	}
 	if vt == C.kvcm__default_cold_page_codec_vtable() {
-		obj, ok := takeDefaultCodec(uint64(self))
-		if !ok {
-			a.err = errorf(codeInvalidHandle, "codec: the default codec object %#x was already consumed or never created", uint64(self))
-			return a
+		switch obj := takeLibraryCodec(uint64(self)).(type) {
+		case *defaultCodecObj:
+			a.owned = codec.Own(obj.ColdPageCodec)
+		case *builtinCodecObj:
+			a.builtin = &obj.spec
+		default:
+			a.err = errorf(codeInvalidHandle, "codec: the library codec object %#x was already consumed or never created", uint64(self))
 		}
-		a.owned = codec.Own(obj.ColdPageCodec)
 		return a
 	}
 	cc := &cCodec{vt: vt, self: self}
@@ -268,17 +273,51 @@ func glueCreateDefaultColdPageCodec(out *C.kvcm_cold_page_codec) error {
 	return nil
 }
 
-// takeDefaultCodec frees the handle and returns its codec.
-func takeDefaultCodec(h uint64) (*defaultCodecObj, bool) {
+// builtinCodecObj is a codec object made by
+// kvcm_create_builtin_cold_page_codec for a codec that runs on the manager's
+// device: it holds the choice until kvcm_manager_create makes the codec on
+// the device it opens. It shares the default codec's vtable, whose slots fail
+// on it (defaultCodecOf does not return it).
+type builtinCodecObj struct {
+	spec gpucodec.Spec
+}
+
+func glueCreateBuiltinColdPageCodec(opts *C.kvcm__const_kvcm_builtin_codec_options, out *C.kvcm_cold_page_codec) error {
+	s := gpucodec.Spec{
+		Kind: gpucodec.Kind(opts.kind), Format: gpucodec.Format(opts.element),
+		BlockElems: int(opts.block_elems), CrossoverBytes: int64(opts.crossover_bytes),
+	}
+	if err := s.Validate(); err != nil {
+		var se *gpucodec.SpecError
+		if errors.As(err, &se) {
+			return argError("options."+se.Field, "%s", se.Reason)
+		}
+		return err
+	}
+	if s.Kind == gpucodec.KindDefault {
+		return glueCreateDefaultColdPageCodec(out)
+	}
+	h := newHandle(&builtinCodecObj{spec: s})
+	out.vtable = C.kvcm__default_cold_page_codec_vtable()
+	C.kvcm__set_cold_page_codec_self(out, C.uintptr_t(h))
+	return nil
+}
+
+// takeLibraryCodec frees the handle of a codec object the library made and
+// returns its value (*defaultCodecObj or *builtinCodecObj); nil when h is no
+// such live handle.
+func takeLibraryCodec(h uint64) any {
 	v, ok := handleValue(h)
 	if !ok {
-		return nil, false
+		return nil
 	}
-	obj, ok := v.(*defaultCodecObj)
-	if !ok || !deleteHandle(h) {
-		return nil, false
+	switch v.(type) {
+	case *defaultCodecObj, *builtinCodecObj:
+		if deleteHandle(h) {
+			return v
+		}
 	}
-	return obj, true
+	return nil
 }
 
 func defaultCodecOf(self C.uintptr_t) *defaultCodecObj {
@@ -406,7 +445,7 @@ func defaultTransform(self C.uintptr_t, lg C.kvcm_layer_group_id, base C.uintptr
 //export kvcm__go_default_destroy
 func kvcm__go_default_destroy(self C.uintptr_t) {
 	defer recoverSlot("default codec destroy")
-	if obj, ok := takeDefaultCodec(uint64(self)); ok {
+	if obj, ok := takeLibraryCodec(uint64(self)).(*defaultCodecObj); ok {
 		codec.Destroy(obj.ColdPageCodec)
 	}
 }

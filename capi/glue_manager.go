@@ -162,6 +162,7 @@ func glueManagerCreate(cfgC *C.kvcm__const_kvcm_manager_config, codecArg *coldPa
 		return err
 	}
 	opts.Codec = codecArg.owned // consumed by New, also on failure
+	opts.Builtin = codecArg.builtin
 	m, err := abimodel.New(cfg, opts)
 	if err != nil {
 		return err

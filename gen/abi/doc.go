@@ -176,6 +176,12 @@
 //     (KVCM_NO_SHARED_LEVEL without one), kvcm_manager_get_shared_stats
 //     (kvcm_shared_stats) and kvcm_manager_flush_shared, which waits at
 //     most its timeout_ms; KVCM_TIER_SHARED names the shared tier's kind.
+//   - The built-in codecs: kvcm_create_builtin_cold_page_codec
+//     (kvcm_builtin_codec_options: kvcm_builtin_codec selects the default,
+//     gather, FP8 or auto codec; kvcm_element_type is the FP8 codec's hot
+//     element type). kvcm_manager_create makes a gather, FP8 or auto codec
+//     on the device it opens; the gather and FP8 codecs are CUDA only
+//     (KVCM_ERR_CODEC_REJECTED on the emulated device).
 //
 // Behaviour that changed for C users while ABI version 1 was unreleased
 // (no function, struct or constant changed):

@@ -73,8 +73,10 @@ kvcm_pool_group_index = ctypes.c_int32
 kvcm_stream = ctypes.c_uint64
 kvcm_token = ctypes.c_int32
 kvcm_block_key = ctypes.c_int32
+kvcm_builtin_codec = ctypes.c_int32
 kvcm_cache_status = ctypes.c_int32
 kvcm_device_kind = ctypes.c_int32
+kvcm_element_type = ctypes.c_int32
 kvcm_event_kind = ctypes.c_int32
 kvcm_memory_kind = ctypes.c_int32
 kvcm_migration_path = ctypes.c_int32
@@ -97,6 +99,20 @@ class BlockKey(enum.IntEnum):
 
 KVCM_BLOCK_KEY_SHA256 = 0
 KVCM_BLOCK_KEY_XXH3 = 1
+
+class BuiltinCodec(enum.IntEnum):
+    """kvcm_builtin_codec names one of the library's built-in cold-page codecs."""
+
+    DEFAULT = 0
+    GATHER = 1
+    FP8 = 2
+    AUTO = 3
+
+
+KVCM_BUILTIN_CODEC_DEFAULT = 0
+KVCM_BUILTIN_CODEC_GATHER = 1
+KVCM_BUILTIN_CODEC_FP8 = 2
+KVCM_BUILTIN_CODEC_AUTO = 3
 
 class CacheStatus(enum.IntEnum):
     """kvcm_cache_status is a KV cache's place in its lifecycle: SUSPENDED → ACTIVE →
@@ -123,6 +139,16 @@ class DeviceKind(enum.IntEnum):
 KVCM_DEVICE_AUTO = 0
 KVCM_DEVICE_EMU = 1
 KVCM_DEVICE_CUDA = 2
+
+class ElementType(enum.IntEnum):
+    """kvcm_element_type is the element type of hot pages, for codecs that read values."""
+
+    FLOAT16 = 0
+    BFLOAT16 = 1
+
+
+KVCM_ELEMENT_FLOAT16 = 0
+KVCM_ELEMENT_BFLOAT16 = 1
 
 class EventKind(enum.IntEnum):
     """kvcm_event_kind says what happened to a cached block."""
@@ -344,6 +370,14 @@ class kvcm_buffer_location(ctypes.Structure):
     the buffer's kernel-facing page index is b*scale + offset, and its block of
     data starts at pool_base + (b*scale + offset) * bytes: page indices count
     in units of bytes (the buffer's size per block) from pool_base.
+    """
+
+
+class kvcm_builtin_codec_options(ctypes.Structure):
+    """kvcm_builtin_codec_options selects a built-in codec for
+    kvcm_create_builtin_cold_page_codec. Zero-initialize it and set
+    struct_size = sizeof(kvcm_builtin_codec_options) and abi_version =
+    KVCM_ABI_VERSION; all zero is the default codec.
     """
 
 
@@ -686,6 +720,15 @@ kvcm_buffer_location._fields_ = [
     ("scale", ctypes.c_int64),
     ("offset", ctypes.c_int64),
     ("bytes", ctypes.c_int64),
+]
+
+kvcm_builtin_codec_options._fields_ = [
+    ("struct_size", ctypes.c_uint32),
+    ("abi_version", ctypes.c_uint32),
+    ("kind", kvcm_builtin_codec),
+    ("element", kvcm_element_type),
+    ("block_elems", ctypes.c_int32),
+    ("crossover_bytes", ctypes.c_int64),
 ]
 
 kvcm_cache_event._fields_ = [
@@ -1144,6 +1187,7 @@ LAYOUTS = {
     "kvcm_buffer_config": (16, 8, {"role": 0, "size": 8}),
     "kvcm_buffer_id": (16, 8, {"layer_id": 0, "role": 8}),
     "kvcm_buffer_location": (40, 8, {"layer_group": 0, "pool": 4, "pool_base": 8, "scale": 16, "offset": 24, "bytes": 32}),
+    "kvcm_builtin_codec_options": (32, 8, {"struct_size": 0, "abi_version": 4, "kind": 8, "element": 12, "block_elems": 16, "crossover_bytes": 24}),
     "kvcm_cache_event": (64, 8, {"seq": 0, "key": 8, "parent": 16, "kind": 24, "layer_group": 28, "level": 32, "tokens": 40, "num_tokens": 48, "cache_id": 56}),
     "kvcm_cache_tier_config": (32, 8, {"kind": 0, "quota": 8, "max_quota": 16, "path": 24}),
     "kvcm_cold_page_codec": (16, 8, {"vtable": 0, "self": 8}),
@@ -1212,6 +1256,7 @@ FUNCTIONS = {
     "kvcm_cp_notify_blocks_allocated": (ctypes.POINTER(kvcm_status), [kvcm_cp_index, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]),
     "kvcm_cp_notify_blocks_freed": (ctypes.POINTER(kvcm_status), [kvcm_cp_index, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]),
     "kvcm_cp_predict_prefix_reuse": (ctypes.POINTER(kvcm_status), [kvcm_cp_index, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_double)]),
+    "kvcm_create_builtin_cold_page_codec": (ctypes.POINTER(kvcm_status), [ctypes.POINTER(kvcm_builtin_codec_options), ctypes.POINTER(kvcm_cold_page_codec)]),
     "kvcm_create_default_cold_page_codec": (ctypes.POINTER(kvcm_status), [ctypes.POINTER(kvcm_cold_page_codec)]),
     "kvcm_debug_panic": (ctypes.POINTER(kvcm_status), [ctypes.c_char_p]),
     "kvcm_get_abi_version": (ctypes.c_uint32, []),
@@ -1331,6 +1376,7 @@ PARAMETERS = {
     "kvcm_cp_notify_blocks_allocated": ("cp", "request_id", "request_id_len", "keys", "num_keys"),
     "kvcm_cp_notify_blocks_freed": ("cp", "request_id", "request_id_len", "keys", "num_keys"),
     "kvcm_cp_predict_prefix_reuse": ("cp", "request_id", "request_id_len", "tokens", "num_tokens", "out"),
+    "kvcm_create_builtin_cold_page_codec": ("options", "out"),
     "kvcm_create_default_cold_page_codec": ("out",),
     "kvcm_debug_panic": ("message",),
     "kvcm_get_abi_version": (),

@@ -16,7 +16,7 @@ from . import _convert, _native, multimodal
 from ._convert import set_field
 from ._managed import Managed, callback_guard
 from ._native import bind, ffi
-from .codec import KVCacheColdPageCodec
+from .codec import KVCacheColdPageCodec, create_builtin_kv_cache_cold_page_codec
 from .common import DEFAULT_BEAM_INDEX, GPU_LEVEL, HalfOpenRange, PageIndexMode
 from .events import KVCacheEventManager
 from .stats import (
@@ -623,7 +623,10 @@ class KVCacheManager(Managed):
     ``KVCacheManager(config)`` uses the default lossless codec.
     ``KVCacheManager(config, cold_page_codec=codec)`` (the codec is the
     third parameter, as in KVCM2) consumes ``codec`` before the C call,
-    whether construction succeeds or fails: never use it again. A codec
+    whether construction succeeds or fails: never use it again. A built-in
+    codec may also be named (``cold_page_codec="gather"``, ``"fp8"``,
+    ``"auto"``, ``"default"``, or a :class:`~kvcm.codec.BuiltinCodec`: see
+    :mod:`kvcm.codec`). A codec
     passed second, where the event manager goes, is consumed too and
     refused with ``TypeError``. ``event_manager`` (a
     :class:`~kvcm.KVCacheEventManager`) receives the manager's block events.
@@ -645,7 +648,7 @@ class KVCacheManager(Managed):
         self,
         config: KVCacheManagerConfig,
         event_manager: KVCacheEventManager | None = None,
-        cold_page_codec: KVCacheColdPageCodec | None = None,
+        cold_page_codec: KVCacheColdPageCodec | str | ffi.BuiltinCodec | None = None,
         *,
         device: str | DeviceKind = DeviceKind.AUTO,
         device_ordinal: int = 0,
@@ -664,11 +667,14 @@ class KVCacheManager(Managed):
         if event_manager is not None and not isinstance(event_manager, KVCacheEventManager):
             raise TypeError(f"event_manager: expected a KVCacheEventManager, got {type(event_manager).__name__}")
         codec_struct = None
+        if isinstance(cold_page_codec, (str, ffi.BuiltinCodec)):
+            cold_page_codec = create_builtin_kv_cache_cold_page_codec(cold_page_codec)
         if cold_page_codec is not None:
             if type(cold_page_codec) is not KVCacheColdPageCodec:
                 raise TypeError(
-                    "cold_page_codec: expected a native codec from create_default_kv_cache_cold_page_codec() "
-                    "or KVCacheColdPageCodec.from_factory(); Python codec implementations are not "
+                    "cold_page_codec: expected a native codec (kvcm.codec.Default(), Gather(), Fp8(), "
+                    "Auto(), KVCacheColdPageCodec.from_factory()) or a built-in codec's name; "
+                    "Python codec implementations are not "
                     f"supported (got {type(cold_page_codec).__name__})"
                 )
             # Consumed first: from here on the codec belongs to this call,

@@ -12,7 +12,8 @@
 //     which deletes the C++ object, exactly once, on success and on every
 //     failure path.
 //   - createDefaultKvCacheColdPageCodec(): the library's default lossless
-//     concatenating codec as a std::unique_ptr<IKvCacheColdPageCodec>.
+//     concatenating codec as a std::unique_ptr<IKvCacheColdPageCodec>;
+//     createBuiltinKvCacheColdPageCodec(): the gather, FP8 or auto codec.
 //   - KVCacheManager and KVCache: RAII over the manager and cache handles.
 //   - Stream / StreamView, DeviceMemory: the small stream API (create,
 //     synchronize, host functions, batch copies) codecs and engines use on the
@@ -560,6 +561,55 @@ inline constexpr kvcm_cold_page_codec_vtable kCodecAdapterVtable = {
     auto out = std::make_unique<NativeColdPageCodec>(c); // may throw bad_alloc: guard destroys c
     guard.release();
     return out;
+}
+
+// BuiltinColdPageCodecOptions selects one of the library's built-in codecs
+// (kvcm_builtin_codec_options): kind, and the options of the FP8 and auto
+// codecs.
+struct BuiltinColdPageCodecOptions
+{
+    BuiltinCodec kind = BuiltinCodec::kDefault;
+    // FP8: the hot pools' element type.
+    ElementType element = ElementType::kFloat16;
+    // FP8: elements per scale, a power of two in [8, 256]; 0 means 128.
+    int32_t blockElems = 0;
+    // Auto: mean bytes per page and pool at and above which a lifecycle takes
+    // the default codec; 0 means the measured 256 KiB.
+    int64_t crossoverBytes = 0;
+};
+
+// createBuiltinKvCacheColdPageCodec returns one of the library's built-in
+// codecs (kvcm_create_builtin_cold_page_codec), to hand to KVCacheManager.
+// The gather, FP8 and auto codecs are made on the manager's device when the
+// manager is constructed; until then their methods fail. The gather and FP8
+// codecs are CUDA only: on the emulated device the manager's constructor
+// throws kvcm::Error (kCodecRejected). Bad options throw kInvalidArgument
+// naming the field.
+[[nodiscard]] inline std::unique_ptr<IKvCacheColdPageCodec> createBuiltinKvCacheColdPageCodec(
+    BuiltinColdPageCodecOptions const& options)
+{
+    kvcm_builtin_codec_options o{};
+    o.struct_size = static_cast<uint32_t>(sizeof(kvcm_builtin_codec_options));
+    o.abi_version = KVCM_ABI_VERSION;
+    o.kind = static_cast<kvcm_builtin_codec>(options.kind);
+    o.element = static_cast<kvcm_element_type>(options.element);
+    o.block_elems = options.blockElems;
+    o.crossover_bytes = options.crossoverBytes;
+    kvcm_cold_page_codec c{};
+    detail::check(::kvcm_create_builtin_cold_page_codec(&o, &c));
+    auto guard = std::unique_ptr<kvcm_cold_page_codec, void (*)(kvcm_cold_page_codec*)>(
+        &c, [](kvcm_cold_page_codec* p) { detail::ignore(::kvcm_cold_page_codec_destroy(p)); });
+    auto out = std::make_unique<NativeColdPageCodec>(c); // may throw bad_alloc: guard destroys c
+    guard.release();
+    return out;
+}
+
+// createBuiltinKvCacheColdPageCodec with the kind's default options.
+[[nodiscard]] inline std::unique_ptr<IKvCacheColdPageCodec> createBuiltinKvCacheColdPageCodec(BuiltinCodec kind)
+{
+    BuiltinColdPageCodecOptions options;
+    options.kind = kind;
+    return createBuiltinKvCacheColdPageCodec(options);
 }
 
 // ---- Configuration -----------------------------------------------------------------
