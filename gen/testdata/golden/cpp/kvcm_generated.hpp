@@ -115,6 +115,11 @@ static_assert(sizeof(PluginObject) == 16 && alignof(PluginObject) == 8);
 
 namespace c {
 
+// kvcm_drawing holds shapes.
+using Drawing = ::kvcm_drawing;
+static_assert(std::is_standard_layout_v<Drawing> && std::is_trivially_copyable_v<Drawing>);
+static_assert(sizeof(Drawing) == 40 && alignof(Drawing) == 8);
+
 // kvcm_options are versioned options.
 using Options = ::kvcm_options;
 static_assert(std::is_standard_layout_v<Options> && std::is_trivially_copyable_v<Options>);
@@ -127,6 +132,11 @@ inline Options makeOptions() noexcept {
     v.abi_version = KVCM_ABI_VERSION;
     return v;
 }
+
+// kvcm_shape is a configuration value of the bindings.
+using Shape = ::kvcm_shape;
+static_assert(std::is_standard_layout_v<Shape> && std::is_trivially_copyable_v<Shape>);
+static_assert(sizeof(Shape) == 16 && alignof(Shape) == 8);
 
 }  // namespace c
 

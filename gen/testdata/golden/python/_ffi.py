@@ -70,6 +70,10 @@ kvcm_notify = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64)
 # ---- Structures (declared first, fields set below, so pointers may refer forward) ----
 
 
+class kvcm_drawing(ctypes.Structure):
+    """kvcm_drawing holds shapes."""
+
+
 class kvcm_options(ctypes.Structure):
     """kvcm_options are versioned options."""
 
@@ -87,6 +91,18 @@ class kvcm_plugin(ctypes.Structure):
 class kvcm_plugin_object(ctypes.Structure):
     """kvcm_plugin_object is a plugin and its self."""
 
+
+class kvcm_shape(ctypes.Structure):
+    """kvcm_shape is a configuration value of the bindings."""
+
+
+kvcm_drawing._fields_ = [
+    ("shapes", ctypes.POINTER(kvcm_shape)),
+    ("num_shapes", ctypes.c_size_t),
+    ("main", ctypes.POINTER(kvcm_shape)),
+    ("weights", ctypes.POINTER(ctypes.c_double)),
+    ("num_weights", ctypes.c_size_t),
+]
 
 kvcm_options._fields_ = [
     ("struct_size", ctypes.c_uint32),
@@ -119,6 +135,12 @@ kvcm_plugin_object._fields_ = [
     ("self", ctypes.c_void_p),
 ]
 
+kvcm_shape._fields_ = [
+    ("name", ctypes.c_char_p),
+    ("sides", ctypes.c_int32),
+    ("hidden", ctypes.c_bool),
+]
+
 # ---- Value types ----
 
 
@@ -139,10 +161,12 @@ class Pair:
 # ---- Layouts frozen by the header: name -> (size, alignment, {field: offset}) ----
 
 LAYOUTS = {
+    "kvcm_drawing": (40, 8, {"shapes": 0, "num_shapes": 8, "main": 16, "weights": 24, "num_weights": 32}),
     "kvcm_options": (48, 8, {"struct_size": 0, "abi_version": 4, "flag": 8, "pairs": 16, "num_pairs": 24, "label": 32, "extra": 40}),
     "kvcm_pair": (8, 8, {"a": 0, "b": 4}),
     "kvcm_plugin": (32, 8, {"struct_size": 0, "abi_version": 4, "run": 8, "probe": 16, "destroy": 24}),
     "kvcm_plugin_object": (16, 8, {"vtable": 0, "self": 8}),
+    "kvcm_shape": (16, 8, {"name": 0, "sides": 8, "hidden": 12}),
 }
 
 
