@@ -208,6 +208,8 @@ type BatchDesc struct {
 //kvcm:cppfield sharedTier std::optional<SharedCacheTierConfig> | The shared tier, after cacheTiers (errors name it cache_tiers[cacheTiers.size()]).
 //kvcm:cppfield swaScratchReuse std::optional<SwaScratchReuseConfig> | SWA scratch reuse (TensorRT-LLM's swa_scratch_reuse; KVCache::scratchDesc); nullopt: off.
 //kvcm:pyconfig KVCacheManagerConfig order=tokens_per_block,cache_tiers,layers,max_util_for_resume,enable_partial_reuse,reuse_match_backoff,constraints,typical_step,initial_pool_ratio,swa_scratch_reuse,commit_min_snapshot,enable_stats,text_only,rebalance_min_sampled_kv_caches,rebalance_cooldown_secs,rebalance_target_ratio_update_interval,rebalance_ratio_threshold,rebalance_moving_average_decay,block_key,max_ssm_slots
+//kvcm:pydoc The fields of kvcm.KVCacheManagerConfig (TensorRT-LLM's names, order and
+//kvcm:pydoc defaults) with the conversion of those kvcm_manager_config shares.
 //kvcm:pyfield cache_tiers list[CacheTierConfig] | The tiers, hottest first, the shared tier last (the C struct carries it apart).
 //kvcm:pyfield layers list[AttentionLayerConfig|SsmLayerConfig] | The layers; the C struct carries the SSM layers apart.
 //kvcm:pyfield swa_scratch_reuse SwaScratchReuseConfig|None None | SWA scratch reuse (TensorRT-LLM's swa_scratch_reuse); None: off.

@@ -185,10 +185,8 @@ class SsmLayerConfig:
 
 @dataclass(slots=True)
 class KVCacheManagerConfig:
-    """kvcm_manager_config is the manager's configuration, mirroring
-    KVCacheManagerV2's KVCacheManagerConfig. Every pointer is borrowed for the
-    call to kvcm_manager_create only. Zero-initialize it and set struct_size =
-    sizeof(kvcm_manager_config) and abi_version = KVCM_ABI_VERSION.
+    """The fields of kvcm.KVCacheManagerConfig (TensorRT-LLM's names, order and
+    defaults) with the conversion of those kvcm_manager_config shares.
     """
 
     #: tokens_per_block is the number of tokens of one block (page).
