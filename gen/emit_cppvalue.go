@@ -46,6 +46,10 @@ func parseValueType(d directives, kind, prefix string) (*ValueType, error) {
 	}
 	v := &ValueType{Name: args[0], Methods: d[prefix+"method"]}
 	for _, a := range args[1:] {
+		if a == "out" {
+			v.Out = true
+			continue
+		}
 		order, ok := strings.CutPrefix(a, "order=")
 		if !ok {
 			return nil, fmt.Errorf("unknown argument %q", a)
@@ -243,7 +247,11 @@ inline std::string fieldPath(std::string const& path, char const* name, std::siz
 	}
 	b.WriteString("namespace detail {\n\n")
 	for _, d := range decls {
-		if err := cppValueConverter(&b, m, d); err != nil {
+		convert := cppValueConverter
+		if d.CppValue.Out {
+			convert = cppValueFromC
+		}
+		if err := convert(&b, m, d); err != nil {
 			return nil, err
 		}
 	}
@@ -352,5 +360,37 @@ func cppValueConverter(b *strings.Builder, m *Model, d *Decl) error {
 		fmt.Fprintf(b, "    %s\n", s)
 	}
 	b.WriteString("};\n\n")
+	return nil
+}
+
+// cppValueFromC writes detail::fromC, which copies a C struct the library
+// returned into its value type (//kvcm:cppvalue <Name> out).
+func cppValueFromC(b *strings.Builder, _ *Model, d *Decl) error {
+	fields, err := cppValueFields(d)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(b, "// fromC copies a %s into a %s (its own fields left at their defaults).\n", d.CName, d.CppValue.Name)
+	fmt.Fprintf(b, "inline %s fromC(::%s const& c)\n{\n    %s v;\n", d.CppValue.Name, d.CName, d.CppValue.Name)
+	for _, f := range fields {
+		cf := f.Field
+		if cf == nil {
+			continue
+		}
+		c, v, t := "c."+cf.CName, "v."+f.Name, cf.Type
+		switch {
+		case t.Kind == KNamed && t.Decl.Kind == DEnum:
+			fmt.Fprintf(b, "    %s = static_cast<%s>(%s);\n", v, t.Decl.CppName, c)
+		case t.Kind == KCStr:
+			fmt.Fprintf(b, "    %s = %s != nullptr ? std::string(%s) : std::string();\n", v, c, c)
+		case t.Kind == KPtr && cf.Len != "" && (t.Elem.Kind != KNamed || t.Elem.Decl.CppValue == nil):
+			fmt.Fprintf(b, "    if (%s != nullptr && c.%s > 0)\n    {\n        %s.assign(%s, %s + c.%s);\n    }\n", c, cf.Len, v, c, c, cf.Len)
+		case t.Kind == KPtr:
+			return fmt.Errorf("%s.%s: an out value type copies arrays of scalars only: tag it cpp:\"-\"", d.GoName, cf.GoName)
+		default:
+			fmt.Fprintf(b, "    %s = %s;\n", v, c)
+		}
+	}
+	b.WriteString("    return v;\n}\n\n")
 	return nil
 }

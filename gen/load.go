@@ -233,6 +233,9 @@ func (l *loader) run() error {
 		if dc.PyValue = d.has("pyvalue"); dc.PyValue && dc.Kind != DStruct {
 			return fmt.Errorf("%s: //kvcm:pyvalue on a type that is not a //kvcm:struct", dc.GoName)
 		}
+		if o, ok := strings.CutPrefix(d.one("pyvalue"), "order="); ok {
+			dc.PyValueOrder = strings.Split(o, ",")
+		}
 		if d.has("cppvalue") {
 			if dc.CppValue, err = parseValueType(d, "cppvalue", "cpp"); err != nil || dc.Kind != DStruct {
 				return fmt.Errorf("%s: bad //kvcm:cppvalue %q: want \"<C++ name> [order=a,b,...]\" on a //kvcm:struct (%v)", dc.GoName, d.one("cppvalue"), err)
@@ -409,10 +412,8 @@ func (l *loader) body(dc *Decl, s typeSpec) error {
 			}
 		}
 		if dc.PyValue {
-			for _, f := range dc.Fields {
-				if !isScalarField(f.Type) {
-					return fmt.Errorf("%s.%s: a //kvcm:pyvalue struct has scalar, enum and typedef fields only", dc.GoName, f.GoName)
-				}
+			if _, err := pyValueFields(dc); err != nil {
+				return err
 			}
 		}
 	}

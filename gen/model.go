@@ -149,6 +149,9 @@ type Decl struct {
 	// PyValue asks for a frozen Python dataclass of a struct's fields
 	// (//kvcm:pyvalue), read from the C struct by its _from_c.
 	PyValue bool
+	// PyValueOrder is the order of the //kvcm:pyvalue type's fields
+	// (//kvcm:pyvalue order=a,b,...; nil: C order).
+	PyValueOrder []string
 	// CppValue asks for an owning C++ value type of the struct and its
 	// conversion to the C struct (//kvcm:cppvalue), or is nil.
 	CppValue *ValueType
@@ -222,6 +225,9 @@ type ValueType struct {
 	Order   []string
 	Own     []*OwnField
 	Methods []string // //kvcm:cppmethod: member functions, verbatim
+	// Out makes the value type one the binding reads from the C struct
+	// (the library's results) instead of one it converts to it.
+	Out bool
 }
 
 // OwnField is a field of a binding's value type that its C struct lacks

@@ -63,7 +63,9 @@
 //     (kvcm_values_generated.hpp) and the Python one (kvcm/_values.py)
 //     with its conversion; give it cppdefault/pydefault where the
 //     bindings' default is not zero (Python fields without pydefault are
-//     required, so append one with a default). A field the bindings carry
+//     required, so append one with a default), and add its binding name to
+//     the struct's order= lists (kvcmgen refuses an order= that misses a
+//     field, so none is dropped silently). A field the bindings carry
 //     elsewhere is tagged cpp:"-" / py:"-" and set in their C form by hand
 //     (detail::CConfig in kvcm.hpp, _build_c_config in manager.py).
 //     Statistics need nothing more: C++ uses the C structs, and Python's
@@ -220,6 +222,17 @@
 //     stream cannot be fenced is closed anyway and the error reported after
 //     the release. Closing open caches on destroy is now also the rule of
 //     Go's core.Manager.Close, which used to refuse with caches open.
+//
+// The bindings' configuration and event types are generated from this
+// description (//kvcm:cppvalue, //kvcm:pyconfig; no function, struct or
+// constant changed): the C++ KVCacheManagerConfig, its tiers, layers,
+// buffers and batches, CacheEvent and BlockEvent (kvcm_values_generated.hpp),
+// and the fields and C conversion of Python's configuration classes
+// (kvcm/_values.py, under the hand-written classes of kvcm.config). Their
+// names, fields, field order, defaults and errors are what they were, with
+// one unification: Python's kvcm.SharedWritePolicy is the generated enum
+// (kvcm._ffi.SharedWritePolicy, the same members and values) rather than a
+// second copy of it.
 package abi
 
 import (

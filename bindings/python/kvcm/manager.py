@@ -250,11 +250,13 @@ def num_live_managers() -> int:
     return sum(1 for m in list(_live_managers) if not m.closed)
 
 
-# The statistics value types are generated (//kvcm:pyvalue in gen/abi).
+# The statistics and event value types are generated (//kvcm:pyvalue in
+# gen/abi).
 BlockStats = ffi.BlockStats
 PeakBlockStats = ffi.PeakBlockStats
 MigrationStats = ffi.MigrationStats
 SharedStats = ffi.SharedStats
+CacheEvent = ffi.CacheEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,21 +275,6 @@ class PoolGroupStats:
         return self.total - self.free
 
 
-
-
-@dataclass(frozen=True, slots=True)
-class CacheEvent:
-    seq: int
-    kind: EventKind
-    key: int
-    parent: int
-    tokens: tuple[int, ...]
-    layer_group: int
-    #: The level an updated page is on now; -1 when that layer group's page
-    #: was dropped while the block keeps others.
-    level: int
-    #: The id of the cache whose commit stored the block (stored events).
-    cache_id: int = 0
 
 
 _TIER_KIND = {GpuCacheTierConfig: 0, HostCacheTierConfig: 1, DiskCacheTierConfig: 2}
@@ -1494,10 +1481,7 @@ class KVCacheManager(Managed):
                          ctypes.byref(ne), ctypes.byref(nt), ctypes.byref(dropped))
             self._events_dropped = getattr(self, "_events_dropped", 0) + dropped.value
             for i in range(ne.value):
-                e = events[i]
-                toks = tuple(e.tokens[k] for k in range(e.num_tokens)) if e.num_tokens else ()
-                out.append(CacheEvent(e.seq, EventKind(e.kind), e.key, e.parent, toks, e.layer_group, e.level,
-                                      e.cache_id))
+                out.append(CacheEvent._from_c(events[i]))
             if ne.value == 0:
                 return out
 

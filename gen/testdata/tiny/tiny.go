@@ -156,6 +156,37 @@ type Drawing struct {
 	NumWeights spec.Size
 }
 
+// Note is a result the library writes.
+//
+//kvcm:struct
+//kvcm:since 1
+//kvcm:cppns c
+//kvcm:cppvalue Note out
+type Note struct {
+	// Text is the note's text.
+	Text spec.CStr `nullable:"true" own:"borrowed"`
+	// Codes are its codes.
+	Codes spec.In[int32] `len:"NumCodes" nullable:"true" own:"borrowed"`
+	// NumCodes is the length of codes.
+	NumCodes spec.Size
+	// Kind is the note's kind.
+	Kind Where
+}
+
+// Sample is a result with an array.
+//
+//kvcm:struct
+//kvcm:since 1
+//kvcm:pyvalue order=codes,id
+type Sample struct {
+	// ID is its id.
+	ID uint64 `pydefault:"0"`
+	// Codes are its codes.
+	Codes spec.In[int32] `len:"NumCodes" nullable:"true" own:"borrowed"`
+	// NumCodes is the length of codes.
+	NumCodes spec.Size
+}
+
 // Plugin is a vtable.
 //
 //kvcm:vtable

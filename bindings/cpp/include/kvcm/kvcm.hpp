@@ -864,48 +864,8 @@ private:
     std::vector<PoolDesc> mPools;
 };
 
-// One cache event (see KVCacheManager::drainEvents).
-struct CacheEvent
-{
-    uint64_t seq = 0;
-    EventKind kind = EventKind::kBlockStored;
-    uint64_t key = 0;
-    uint64_t parent = 0;
-    // Updated pages: the layer group and the level the page is on now (-1:
-    // that layer group's page was dropped, the block keeps others).
-    LayerGroupId layerGroup = 0;
-    CacheLevel level = 0;
-    // Stored blocks: the block's tokens.
-    std::vector<Token> tokens;
-    // Stored blocks: the id of the cache whose commit stored it.
-    uint64_t cacheId = 0;
-};
-
-// One block event of ABI version 2 (see KVCacheManager::drainBlockEvents):
-// a CacheEvent with the block's eviction priority and, for updates, what
-// changed.
-struct BlockEvent
-{
-    uint64_t seq = 0;
-    EventKind kind = EventKind::kBlockStored;
-    uint64_t key = 0;
-    uint64_t parent = 0;
-    // Updated pages: the layer group, the level the page is on now (-1:
-    // dropped while the block keeps others) and the level it was on (-1: it
-    // filled a gap, KVCacheManager::sharedLevel() for a page onboarded from the
-    // shared tier).
-    LayerGroupId layerGroup = 0;
-    CacheLevel level = 0;
-    CacheLevel oldLevel = 0;
-    // The block's eviction priority (the new one of a priority update) and
-    // the one before a priority update (else priority).
-    int32_t priority = 0;
-    int32_t oldPriority = 0;
-    // Stored blocks: the block's tokens.
-    std::vector<Token> tokens;
-    // Stored blocks: the id of the cache whose commit stored it.
-    uint64_t cacheId = 0;
-};
+// CacheEvent and BlockEvent (the events drainEvents and drainBlockEvents
+// return) are generated into kvcm_values_generated.hpp.
 
 // ---- Device memory and owned streams --------------------------------------------------
 
@@ -2422,20 +2382,7 @@ public:
     // previous drain.
     std::vector<CacheEvent> drainEvents(uint64_t* dropped = nullptr)
     {
-        return drainQueue<kvcm_cache_event, CacheEvent>(::kvcm_manager_drain_events,
-            [](kvcm_cache_event const& e)
-            {
-                CacheEvent ce;
-                ce.seq = e.seq;
-                ce.kind = static_cast<EventKind>(e.kind);
-                ce.key = e.key;
-                ce.parent = e.parent;
-                ce.layerGroup = e.layer_group;
-                ce.level = e.level;
-                ce.cacheId = e.cache_id;
-                return ce;
-            },
-            dropped);
+        return drainQueue<kvcm_cache_event, CacheEvent>(::kvcm_manager_drain_events, dropped);
     }
 
     // Removes and returns every queued block event, oldest first, with the
@@ -2445,30 +2392,14 @@ public:
     // drain.
     std::vector<BlockEvent> drainBlockEvents(uint64_t* dropped = nullptr)
     {
-        return drainQueue<kvcm_block_event, BlockEvent>(::kvcm_manager_drain_block_events,
-            [](kvcm_block_event const& e)
-            {
-                BlockEvent be;
-                be.seq = e.seq;
-                be.kind = static_cast<EventKind>(e.kind);
-                be.key = e.key;
-                be.parent = e.parent;
-                be.layerGroup = e.layer_group;
-                be.level = e.level;
-                be.oldLevel = e.old_level;
-                be.priority = e.priority;
-                be.oldPriority = e.old_priority;
-                be.cacheId = e.cache_id;
-                return be;
-            },
-            dropped);
+        return drainQueue<kvcm_block_event, BlockEvent>(::kvcm_manager_drain_block_events, dropped);
     }
 
 private:
     // drainQueue calls drain (one of the C drain functions) until the queue is
-    // empty, converting each C event and copying its tokens.
-    template <typename CEvent, typename Event, typename Drain, typename Convert>
-    std::vector<Event> drainQueue(Drain drain, Convert convert, uint64_t* dropped)
+    // empty, copying each C event with its tokens (detail::fromC).
+    template <typename CEvent, typename Event, typename Drain>
+    std::vector<Event> drainQueue(Drain drain, uint64_t* dropped)
     {
         std::vector<Event> out;
         size_t const eventsCap = 256;
@@ -2484,13 +2415,7 @@ private:
             lost += d;
             for (size_t i = 0; i < ne; ++i)
             {
-                auto const& e = events[i];
-                Event ev = convert(e);
-                if (e.num_tokens > 0 && e.tokens != nullptr)
-                {
-                    ev.tokens.assign(e.tokens, e.tokens + e.num_tokens);
-                }
-                out.push_back(std::move(ev));
+                out.push_back(detail::fromC(events[i]));
             }
             if (ne == 0)
             {

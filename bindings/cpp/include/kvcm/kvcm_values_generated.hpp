@@ -95,6 +95,65 @@ struct BatchDesc
     std::int64_t systemPromptLength = 0;
 };
 
+// One block event of ABI version 2 (see KVCacheManager::drainBlockEvents):
+// a CacheEvent with the block's eviction priority and, for updates, what
+// changed. A page onboarded from the shared tier has
+// KVCacheManager::sharedLevel() as its old level.
+struct BlockEvent
+{
+    // seq is the event's sequence number.
+    std::uint64_t seq = 0;
+    // kind says what happened.
+    EventKind kind = EventKind::kBlockStored;
+    // key is the block's chained content hash.
+    std::uint64_t key = 0;
+    // parent is the key of the previous block (or the scope's root).
+    std::uint64_t parent = 0;
+    // layerGroup is the layer group of an updated page.
+    LayerGroupId layerGroup = 0;
+    // level is where an updated page is now (-1: dropped while the block
+    // keeps pages of other layer groups); 0 for a stored block.
+    CacheLevel level = 0;
+    // oldLevel is where an updated page was (-1: it filled a gap).
+    CacheLevel oldLevel = 0;
+    // priority is the block's eviction priority (the new one of a priority
+    // update).
+    std::int32_t priority = 0;
+    // oldPriority is the priority before a priority update (else priority).
+    std::int32_t oldPriority = 0;
+    // tokens of a stored block: points into the caller's token buffer
+    // (NULL when num_tokens is 0).
+    std::vector<Token> tokens;
+    // cacheId is the id of the cache whose commit stored the block; 0 for
+    // other kinds.
+    std::uint64_t cacheId = 0;
+};
+
+// One cache event (see KVCacheManager::drainEvents).
+struct CacheEvent
+{
+    // seq is the event's sequence number.
+    std::uint64_t seq = 0;
+    // kind says what happened.
+    EventKind kind = EventKind::kBlockStored;
+    // key is the block's chained content hash.
+    std::uint64_t key = 0;
+    // parent is the key of the previous block (or the scope's root).
+    std::uint64_t parent = 0;
+    // layerGroup is the layer group of an updated page.
+    LayerGroupId layerGroup = 0;
+    // level is the level an updated page is on now, or -1 when that layer
+    // group's page was dropped while the block keeps pages of other layer
+    // groups (a block losing its last page is KVCM_EVENT_BLOCK_REMOVED).
+    CacheLevel level = 0;
+    // tokens of a stored block: points into the caller's token buffer
+    // passed to kvcm_manager_drain_events (NULL when num_tokens is 0).
+    std::vector<Token> tokens;
+    // cacheId is the id (kvcm_kv_cache_get_id) of the cache whose commit
+    // stored the block; 0 for other kinds.
+    std::uint64_t cacheId = 0;
+};
+
 // One cache tier. Quotas are bytes. maxQuota (GPU only) is the largest quota
 // resizeLevel may grow the tier to (0: quota). path is a disk tier's directory.
 // persistent (disk only) keeps the disk tier's files when the manager is
@@ -344,6 +403,45 @@ private:
     std::vector<CRequestDesc> mRequests;
     std::vector<::kvcm_request_desc> mRequestsC;
 };
+
+// fromC copies a kvcm_block_event into a BlockEvent (its own fields left at their defaults).
+inline BlockEvent fromC(::kvcm_block_event const& c)
+{
+    BlockEvent v;
+    v.seq = c.seq;
+    v.kind = static_cast<EventKind>(c.kind);
+    v.key = c.key;
+    v.parent = c.parent;
+    v.layerGroup = c.layer_group;
+    v.level = c.level;
+    v.oldLevel = c.old_level;
+    v.priority = c.priority;
+    v.oldPriority = c.old_priority;
+    if (c.tokens != nullptr && c.num_tokens > 0)
+    {
+        v.tokens.assign(c.tokens, c.tokens + c.num_tokens);
+    }
+    v.cacheId = c.cache_id;
+    return v;
+}
+
+// fromC copies a kvcm_cache_event into a CacheEvent (its own fields left at their defaults).
+inline CacheEvent fromC(::kvcm_cache_event const& c)
+{
+    CacheEvent v;
+    v.seq = c.seq;
+    v.kind = static_cast<EventKind>(c.kind);
+    v.key = c.key;
+    v.parent = c.parent;
+    v.layerGroup = c.layer_group;
+    v.level = c.level;
+    if (c.tokens != nullptr && c.num_tokens > 0)
+    {
+        v.tokens.assign(c.tokens, c.tokens + c.num_tokens);
+    }
+    v.cacheId = c.cache_id;
+    return v;
+}
 
 // CCacheTierConfig is the C form of CacheTierConfig (kvcm_cache_tier_config).
 class CCacheTierConfig

@@ -111,6 +111,11 @@ using PluginObject = ::kvcm_plugin_object;
 static_assert(std::is_standard_layout_v<PluginObject> && std::is_trivially_copyable_v<PluginObject>);
 static_assert(sizeof(PluginObject) == 16 && alignof(PluginObject) == 8);
 
+// kvcm_sample is a result with an array.
+using Sample = ::kvcm_sample;
+static_assert(std::is_standard_layout_v<Sample> && std::is_trivially_copyable_v<Sample>);
+static_assert(sizeof(Sample) == 24 && alignof(Sample) == 8);
+
 // ---- Structures that borrow pointers for one call: kvcm::c ----
 
 namespace c {
@@ -119,6 +124,11 @@ namespace c {
 using Drawing = ::kvcm_drawing;
 static_assert(std::is_standard_layout_v<Drawing> && std::is_trivially_copyable_v<Drawing>);
 static_assert(sizeof(Drawing) == 40 && alignof(Drawing) == 8);
+
+// kvcm_note is a result the library writes.
+using Note = ::kvcm_note;
+static_assert(std::is_standard_layout_v<Note> && std::is_trivially_copyable_v<Note>);
+static_assert(sizeof(Note) == 32 && alignof(Note) == 8);
 
 // kvcm_options are versioned options.
 using Options = ::kvcm_options;

@@ -67,6 +67,17 @@ struct Drawing
     std::vector<double> weights;
 };
 
+// kvcm_note is a result the library writes.
+struct Note
+{
+    // text is the note's text.
+    std::string text;
+    // codes are its codes.
+    std::vector<std::int32_t> codes;
+    // kind is the note's kind.
+    Where kind = Where::kHere;
+};
+
 namespace detail {
 
 // CShape is the C form of Shape (kvcm_shape).
@@ -120,6 +131,19 @@ private:
     std::vector<::kvcm_shape> mShapesC;
     std::unique_ptr<CShape> mMain;
 };
+
+// fromC copies a kvcm_note into a Note (its own fields left at their defaults).
+inline Note fromC(::kvcm_note const& c)
+{
+    Note v;
+    v.text = c.text != nullptr ? std::string(c.text) : std::string();
+    if (c.codes != nullptr && c.num_codes > 0)
+    {
+        v.codes.assign(c.codes, c.codes + c.num_codes);
+    }
+    v.kind = static_cast<Where>(c.kind);
+    return v;
+}
 
 } // namespace detail
 

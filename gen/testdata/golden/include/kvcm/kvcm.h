@@ -148,10 +148,12 @@ typedef int32_t (*kvcm_notify)(void* user_data, int64_t value);
 /* ---- Structures ---- */
 
 typedef struct kvcm_drawing kvcm_drawing;
+typedef struct kvcm_note kvcm_note;
 typedef struct kvcm_options kvcm_options;
 typedef struct kvcm_pair kvcm_pair;
 typedef struct kvcm_plugin kvcm_plugin;
 typedef struct kvcm_plugin_object kvcm_plugin_object;
+typedef struct kvcm_sample kvcm_sample;
 typedef struct kvcm_shape kvcm_shape;
 
 /**
@@ -179,6 +181,29 @@ struct kvcm_drawing {
      * num_weights is the length of weights.
      */
     size_t num_weights;
+};
+
+/**
+ * kvcm_note is a result the library writes.
+ * @since ABI version 1.
+ */
+struct kvcm_note {
+    /**
+     * [borrowed, nullable] text is the note's text.
+     */
+    const char* text;
+    /**
+     * [borrowed, nullable, array of num_codes] codes are its codes.
+     */
+    const int32_t* codes;
+    /**
+     * num_codes is the length of codes.
+     */
+    size_t num_codes;
+    /**
+     * kind is the note's kind.
+     */
+    kvcm_where kind;
 };
 
 /**
@@ -281,6 +306,25 @@ struct kvcm_plugin_object {
      * [owned] self is the state.
      */
     void* self;
+};
+
+/**
+ * kvcm_sample is a result with an array.
+ * @since ABI version 1.
+ */
+struct kvcm_sample {
+    /**
+     * id is its id.
+     */
+    uint64_t id;
+    /**
+     * [borrowed, nullable, array of num_codes] codes are its codes.
+     */
+    const int32_t* codes;
+    /**
+     * num_codes is the length of codes.
+     */
+    size_t num_codes;
 };
 
 /**
@@ -414,6 +458,12 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_drawing, num_shapes) == 8, "layout of kvcm_draw
 KVCM_STATIC_ASSERT(offsetof(kvcm_drawing, main) == 16, "layout of kvcm_drawing changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_drawing, weights) == 24, "layout of kvcm_drawing changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_drawing, num_weights) == 32, "layout of kvcm_drawing changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_note) == 32, "layout of kvcm_note changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_note) == 8, "alignment of kvcm_note changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_note, text) == 0, "layout of kvcm_note changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_note, codes) == 8, "layout of kvcm_note changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_note, num_codes) == 16, "layout of kvcm_note changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_note, kind) == 24, "layout of kvcm_note changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_options) == 48, "layout of kvcm_options changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_options) == 8, "alignment of kvcm_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_options, struct_size) == 0, "layout of kvcm_options changed");
@@ -438,6 +488,11 @@ KVCM_STATIC_ASSERT(sizeof(kvcm_plugin_object) == 16, "layout of kvcm_plugin_obje
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_plugin_object) == 8, "alignment of kvcm_plugin_object changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_plugin_object, vtable) == 0, "layout of kvcm_plugin_object changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_plugin_object, self) == 8, "layout of kvcm_plugin_object changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_sample) == 24, "layout of kvcm_sample changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_sample) == 8, "alignment of kvcm_sample changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_sample, id) == 0, "layout of kvcm_sample changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_sample, codes) == 8, "layout of kvcm_sample changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_sample, num_codes) == 16, "layout of kvcm_sample changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_shape) == 16, "layout of kvcm_shape changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_shape) == 8, "alignment of kvcm_shape changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shape, name) == 0, "layout of kvcm_shape changed");
