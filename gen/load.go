@@ -233,6 +233,19 @@ func (l *loader) run() error {
 		if dc.PyValue = d.has("pyvalue"); dc.PyValue && dc.Kind != DStruct {
 			return fmt.Errorf("%s: //kvcm:pyvalue on a type that is not a //kvcm:struct", dc.GoName)
 		}
+		if o, ok := strings.CutPrefix(d.one("pyvalue"), "order="); ok {
+			dc.PyValueOrder = strings.Split(o, ",")
+		}
+		if d.has("cppvalue") {
+			if dc.CppValue, err = parseValueType(d, "cppvalue", "cpp"); err != nil || dc.Kind != DStruct {
+				return fmt.Errorf("%s: bad //kvcm:cppvalue %q: want \"<C++ name> [order=a,b,...]\" on a //kvcm:struct (%v)", dc.GoName, d.one("cppvalue"), err)
+			}
+		}
+		if d.has("pyconfig") {
+			if dc.PyConfig, err = parseValueType(d, "pyconfig", "py"); err != nil || dc.Kind != DStruct {
+				return fmt.Errorf("%s: bad //kvcm:pyconfig %q: want \"<Python name> [order=a,b,...]\" on a //kvcm:struct (%v)", dc.GoName, d.one("pyconfig"), err)
+			}
+		}
 		dc.Status = d.has("status")
 		dc.APITable = d.has("apitable")
 		if a := d.one("align"); a != "" {
@@ -367,7 +380,8 @@ func (l *loader) body(dc *Decl, s typeSpec) error {
 					return err
 				}
 				f := &Field{GoName: name.Name, CName: Snake(name.Name), Type: t, Doc: docText(af.Doc), Since: dc.Since,
-					Nullable: tag.Get("nullable") == "true", Own: tag.Get("own"), Go: tag.Get("go"), Cpp: tag.Get("cpp")}
+					Nullable: tag.Get("nullable") == "true", Own: tag.Get("own"), Go: tag.Get("go"), Cpp: tag.Get("cpp"),
+					CppDefault: tag.Get("cppdefault"), Path: tag.Get("path"), Py: tag.Get("py"), PyDefault: tag.Get("pydefault")}
 				if c := tag.Get("c"); c != "" {
 					f.CName = c
 				}
@@ -398,10 +412,8 @@ func (l *loader) body(dc *Decl, s typeSpec) error {
 			}
 		}
 		if dc.PyValue {
-			for _, f := range dc.Fields {
-				if !isScalarField(f.Type) {
-					return fmt.Errorf("%s.%s: a //kvcm:pyvalue struct has scalar, enum and typedef fields only", dc.GoName, f.GoName)
-				}
+			if _, err := pyValueFields(dc); err != nil {
+				return err
 			}
 		}
 	}

@@ -58,13 +58,20 @@
 //     layers and docs/api.md follow. A versioned struct's new field is read
 //     only when the caller's struct_size covers it (the converter checks
 //     kvcm__has_<struct>_<field>), so older callers keep working.
-//  4. The hand-written bindings' value types (KVCacheManagerConfig in
-//     kvcm.hpp and config.py, whose fields and defaults are the bindings'
-//     own API) gain the field and set it in their C form (CConfig in
-//     kvcm.hpp, _build_c_config in manager.py). Statistics need nothing
-//     more: C++ uses the C structs, and Python's //kvcm:pyvalue types are
-//     generated; the hand-typed Python ones (PoolGroupStats, CacheEvent,
-//     the stats.py types) gain the field by hand.
+//  4. The bindings' value types follow: a field of a //kvcm:cppvalue or
+//     //kvcm:pyconfig struct appears in the C++ value type
+//     (kvcm_values_generated.hpp) and the Python one (kvcm/_values.py)
+//     with its conversion; give it cppdefault/pydefault where the
+//     bindings' default is not zero (Python fields without pydefault are
+//     required, so append one with a default), and add its binding name to
+//     the struct's order= lists (kvcmgen refuses an order= that misses a
+//     field, so none is dropped silently). A field the bindings carry
+//     elsewhere is tagged cpp:"-" / py:"-" and set in their C form by hand
+//     (detail::CConfig in kvcm.hpp, _build_c_config in manager.py).
+//     Statistics need nothing more: C++ uses the C structs, and Python's
+//     //kvcm:pyvalue types are generated; the hand-typed Python ones
+//     (PoolGroupStats, CacheEvent, the stats.py types) gain the field by
+//     hand.
 //
 // Independent additions on different branches touch different lines (each
 // field is one line with its doc), so they merge without conflicts; two
@@ -91,6 +98,29 @@
 // same name in the Python layer, its fields in C order, with _from_c to
 // read it from the C struct (BlockStats, PeakBlockStats, MigrationStats):
 // a field appended to the struct appears in Python with make generate.
+//
+// # Configuration value types: //kvcm:cppvalue, //kvcm:pyconfig
+//
+// A struct with //kvcm:cppvalue <Name> [order=a,b,...] gets an owning C++
+// value type kvcm::<Name> (std::string for a const char*, std::vector for
+// an array with its count, std::optional for a nullable single pointer, the
+// enum class for an enum) and detail::C<Name>, its conversion to the C
+// struct for one call, which rejects a NUL byte in a string naming the
+// field's path; see gen/emit_cppvalue.go. One with //kvcm:pyconfig <Name>
+// gets a Python dataclass <Name> in kvcm/_values.py with _to_c, which
+// writes the fields into the ctypes struct through _convert.set_field
+// (errors name the field's path); see gen/emit_pyconfig.go. The public
+// classes of kvcm.config derive from the Python ones and add their
+// behaviour (type checks, TensorRT-LLM's aliases). Field tags: cpp:"name"
+// and py:"name" rename a field in a binding ("-": not in it, the binding
+// converts it by hand), cppdefault:"v" and pydefault:"v" give its default,
+// path:"name" the name C++ errors give it. //kvcm:cppfield and
+// //kvcm:pyfield "name type [default] | doc" add a field the C struct
+// lacks (converted by hand), //kvcm:cppdoc and //kvcm:pydoc lines replace
+// the struct's doc, //kvcm:cppmethod lines are C++ member functions,
+// verbatim. order= lists the binding's fields (their binding names) where
+// the binding's order differs from C's (C++ aggregate initialization and
+// Python's positional arguments follow it).
 //
 // # Vtables implemented elsewhere: //kvcm:gocaller, //kvcm:cppimpl
 //
@@ -198,6 +228,17 @@
 //     stream cannot be fenced is closed anyway and the error reported after
 //     the release. Closing open caches on destroy is now also the rule of
 //     Go's core.Manager.Close, which used to refuse with caches open.
+//
+// The bindings' configuration and event types are generated from this
+// description (//kvcm:cppvalue, //kvcm:pyconfig; no function, struct or
+// constant changed): the C++ KVCacheManagerConfig, its tiers, layers,
+// buffers and batches, CacheEvent and BlockEvent (kvcm_values_generated.hpp),
+// and the fields and C conversion of Python's configuration classes
+// (kvcm/_values.py, under the hand-written classes of kvcm.config). Their
+// names, fields, field order, defaults and errors are what they were, with
+// one unification: Python's kvcm.SharedWritePolicy is the generated enum
+// (kvcm._ffi.SharedWritePolicy, the same members and values) rather than a
+// second copy of it.
 package abi
 
 import (

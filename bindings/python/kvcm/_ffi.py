@@ -1066,6 +1066,39 @@ class BlockStats:
 
 
 @dataclass(frozen=True, slots=True)
+class CacheEvent:
+    """kvcm_cache_event reports a change of the set of reusable blocks. seq increases
+    by one per event of a manager, starting at 1.
+    """
+
+    #: seq is the event's sequence number.
+    seq: int
+    #: kind says what happened.
+    kind: EventKind
+    #: key is the block's chained content hash.
+    key: int
+    #: parent is the key of the previous block (or the scope's root).
+    parent: int
+    #: tokens of a stored block: points into the caller's token buffer
+    #: passed to kvcm_manager_drain_events (NULL when num_tokens is 0).
+    tokens: tuple[int, ...]
+    #: layer_group is the layer group of an updated page.
+    layer_group: int
+    #: level is the level an updated page is on now, or -1 when that layer
+    #: group's page was dropped while the block keeps pages of other layer
+    #: groups (a block losing its last page is KVCM_EVENT_BLOCK_REMOVED).
+    level: int
+    #: cache_id is the id (kvcm_kv_cache_get_id) of the cache whose commit
+    #: stored the block; 0 for other kinds.
+    cache_id: int = 0
+
+    @classmethod
+    def _from_c(cls, s):
+        """Copies the fields of a kvcm_cache_event (or of an object with its fields)."""
+        return cls(s.seq, EventKind(s.kind), s.key, s.parent, tuple(s.tokens[:s.num_tokens]) if s.num_tokens else (), s.layer_group, s.level, s.cache_id)
+
+
+@dataclass(frozen=True, slots=True)
 class MigrationStats:
     """kvcm_migration_stats counts the pages and bytes moved on one migration path
     (bytes as they travel: hot page bytes on GPU to GPU, cold blob bytes

@@ -250,11 +250,13 @@ def num_live_managers() -> int:
     return sum(1 for m in list(_live_managers) if not m.closed)
 
 
-# The statistics value types are generated (//kvcm:pyvalue in gen/abi).
+# The statistics and event value types are generated (//kvcm:pyvalue in
+# gen/abi).
 BlockStats = ffi.BlockStats
 PeakBlockStats = ffi.PeakBlockStats
 MigrationStats = ffi.MigrationStats
 SharedStats = ffi.SharedStats
+CacheEvent = ffi.CacheEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,19 +275,6 @@ class PoolGroupStats:
         return self.total - self.free
 
 
-@dataclass(frozen=True, slots=True)
-class CacheEvent:
-    seq: int
-    kind: EventKind
-    key: int
-    parent: int
-    tokens: tuple[int, ...]
-    layer_group: int
-    #: The level an updated page is on now; -1 when that layer group's page
-    #: was dropped while the block keeps others.
-    level: int
-    #: The id of the cache whose commit stored the block (stored events).
-    cache_id: int = 0
 
 
 _TIER_KIND = {GpuCacheTierConfig: 0, HostCacheTierConfig: 1, DiskCacheTierConfig: 2}
@@ -477,14 +466,19 @@ def _salt_bytes(salt: Any) -> bytes | None:
 def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ordinal: int,
                     event_queue_capacity: int) -> tuple[Any, list[Any]]:
     """The kvcm_manager_config for config, and the objects it points into
-    (keep them alive for the call)."""
+    (keep them alive for the call). The fields the C struct shares with the
+    configuration's classes are written by their generated ``_to_c``
+    (:mod:`kvcm._values`); this adds what the C struct carries elsewhere: the
+    tiers by class (the shared one apart), the SSM layers apart from the
+    attention layers, the buffers' overrides, the batches' system prompt
+    lengths and SWA scratch reuse."""
     if not isinstance(config, KVCacheManagerConfig):
         raise TypeError(f"config: expected a KVCacheManagerConfig, got {type(config).__name__}")
     config._check_types()
     config._check_c_values()
     keep: list[Any] = []
     c = _native.versioned(ffi.kvcm_manager_config)
-    set_field(c, "tokens_per_block", config.tokens_per_block)
+    config._to_c(c, "", keep)
     c.device = int(device)
     set_field(c, "device_ordinal", device_ordinal)
     set_field(c, "event_queue_capacity", event_queue_capacity)
@@ -510,29 +504,16 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
     if len(local) < len(config.cache_tiers):  # _check_c_values: the last tier
         st, path = config.cache_tiers[-1], f"cache_tiers[{len(local)}]"
         sc = ffi.kvcm_shared_tier_config()
-        addrs, ns = ",".join(st.addresses).encode(), st.namespace.encode()
-        keep += [addrs, ns, sc]
-        sc.addresses, sc.key_namespace = addrs, ns
-        for name in ("ttl_ms", "dial_timeout_ms", "call_timeout_ms", "queue_bytes", "write_policy"):
-            set_field(sc, name, int(getattr(st, name)), f"{path}.{name}")
+        st._to_c(sc, path, keep)
+        addrs = ",".join(st.addresses).encode()
+        keep += [addrs, sc]
+        sc.addresses = addrs
         c.shared_tier = ctypes.pointer(sc)
 
     attention = [layer for layer in config.layers if not isinstance(layer, SsmLayerConfig)]
     layers = (ffi.kvcm_attention_layer_config * max(len(attention), 1))()
     for i, layer in enumerate(attention):
-        set_field(layers[i], "layer_id", layer.layer_id, f"layers[{i}].layer_id")
-        set_field(layers[i], "sliding_window_size", layer.sliding_window_size or 0,
-                  f"layers[{i}].sliding_window_size")
-        set_field(layers[i], "num_sink_tokens", layer.num_sink_tokens or 0, f"layers[{i}].num_sink_tokens")
-        bufs = (ffi.kvcm_buffer_config * max(len(layer.buffers), 1))()
-        for j, b in enumerate(layer.buffers):
-            role = b.role.encode()
-            keep.append(role)
-            bufs[j].role = role
-            set_field(bufs[j], "size", b.size, f"layers[{i}].buffers[{j}].size")
-        keep.append(bufs)
-        layers[i].buffers = bufs if layer.buffers else None
-        layers[i].num_buffers = len(layer.buffers)
+        layer._to_c(layers[i], f"layers[{i}]", keep)
     keep.append(layers)
     c.layers = layers if attention else None
     c.num_layers = len(attention)
@@ -547,66 +528,19 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
     ssm = [layer for layer in config.layers if isinstance(layer, SsmLayerConfig)]
     ssm_layers = (ffi.kvcm_ssm_layer_config * max(len(ssm), 1))()
     for i, layer in enumerate(ssm):
-        set_field(ssm_layers[i], "layer_id", layer.layer_id, f"ssm_layers[{i}].layer_id")
-        bufs = (ffi.kvcm_buffer_config * max(len(layer.buffers), 1))()
-        for j, b in enumerate(layer.buffers):
-            role = b.role.encode()
-            keep.append(role)
-            bufs[j].role = role
-            set_field(bufs[j], "size", b.size, f"ssm_layers[{i}].buffers[{j}].size")
-        keep.append(bufs)
-        ssm_layers[i].buffers = bufs if layer.buffers else None
-        ssm_layers[i].num_buffers = len(layer.buffers)
+        layer._to_c(ssm_layers[i], f"ssm_layers[{i}]", keep)
     keep.append(ssm_layers)
     c.ssm_layers = ssm_layers if ssm else None
     c.num_ssm_layers = len(ssm)
-    set_field(c, "max_ssm_slots", config.max_ssm_slots)
 
-    c.max_util_for_resume = float(config.max_util_for_resume)
-    c.enable_partial_reuse = bool(config.enable_partial_reuse)
-    c.enable_stats = bool(config.enable_stats)
-    c.block_key = int(config.block_key)
-    if config.initial_pool_ratio is not None:  # an empty list is passed on: the library rejects it
-        n = len(config.initial_pool_ratio)
-        r = (ctypes.c_double * max(n, 1))(*config.initial_pool_ratio)
-        keep.append(r)
-        c.initial_pool_ratio = r
-        c.num_initial_pool_ratio = n
-    set_field(c, "reuse_match_backoff", config.reuse_match_backoff)
-    c.text_only = bool(config.text_only)
-    c.commit_min_snapshot = bool(config.commit_min_snapshot)
-    set_field(c, "rebalance_min_sampled_kv_caches", config.rebalance_min_sampled_kv_caches)
-    c.rebalance_cooldown_secs = float(config.rebalance_cooldown_secs)
-    set_field(c, "rebalance_target_ratio_update_interval", config.rebalance_target_ratio_update_interval)
-    c.rebalance_ratio_threshold = float(config.rebalance_ratio_threshold)
-    c.rebalance_moving_average_decay = float(config.rebalance_moving_average_decay)
     if config.swa_scratch_reuse is not None:
         c.swa_scratch_reuse = True
         set_field(c, "swa_scratch_max_rewind_len", config.swa_scratch_reuse.max_rewind_len,
                   "swa_scratch_reuse.max_rewind_len")
-
-    def batch(b: Any, path: str) -> Any:
-        reqs = (ffi.kvcm_request_desc * max(len(b.kv_caches), 1))()
-        for k, r in enumerate(b.kv_caches):
-            set_field(reqs[k], "capacity", r.capacity, f"{path}.kv_caches[{k}].capacity")
-            set_field(reqs[k], "history_length", r.history_length, f"{path}.kv_caches[{k}].history_length")
-        keep.append(reqs)
-        d = ffi.kvcm_batch_desc()
-        d.requests = reqs if b.kv_caches else None
-        d.num_requests = len(b.kv_caches)
-        return d
-
     if config.typical_step is not None:
-        ts = batch(config.typical_step, "typical_step")
-        keep.append(ts)
-        c.typical_step = ctypes.pointer(ts)
         set_field(c, "typical_step_system_prompt_length", config.typical_step.system_prompt_length,
                   "typical_step.system_prompt_length")
     if config.constraints:
-        cs = (ffi.kvcm_batch_desc * len(config.constraints))(*[batch(b, f"constraints[{i}]") for i, b in enumerate(config.constraints)])
-        keep.append(cs)
-        c.constraints = cs
-        c.num_constraints = len(config.constraints)
         lens = (ctypes.c_int64 * len(config.constraints))()
         for i, b in enumerate(config.constraints):
             lens[i] = _convert.check(b.system_prompt_length, ctypes.c_int64, f"constraints[{i}].system_prompt_length")
@@ -1553,10 +1487,7 @@ class KVCacheManager(Managed):
                          ctypes.byref(ne), ctypes.byref(nt), ctypes.byref(dropped))
             self._events_dropped = getattr(self, "_events_dropped", 0) + dropped.value
             for i in range(ne.value):
-                e = events[i]
-                toks = tuple(e.tokens[k] for k in range(e.num_tokens)) if e.num_tokens else ()
-                out.append(CacheEvent(e.seq, EventKind(e.kind), e.key, e.parent, toks, e.layer_group, e.level,
-                                      e.cache_id))
+                out.append(CacheEvent._from_c(events[i]))
             if ne.value == 0:
                 return out
 
