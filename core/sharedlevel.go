@@ -67,7 +67,11 @@ type SharedStats struct {
 	// LostWrites are pages that could not be handed to the queue: their
 	// slot could not be read, or the transaction not submitted.
 	LostWrites int64
-	Store      sharedtier.Stats
+	// FailedLandings are onboarded pages whose landing write to a disk
+	// tier failed after it was submitted (an I/O error): each is lost when
+	// its transaction settles, and also counted in BlockStats.LostPages.
+	FailedLandings int64
+	Store          sharedtier.Stats
 }
 
 type sharedLevel struct {
@@ -534,7 +538,7 @@ func (m *Manager) landShared(g *slotGroup, as []arrival) error {
 		m.drainAfterFailure(st)
 		return err
 	}
-	fl := &inflight{ev: ev, disk: disk}
+	fl := &inflight{ev: ev, disk: disk, landing: true}
 	for i, a := range as {
 		g.fences[a.p.slot].add(&m.events, ev)
 		a.p.inflight, a.p.inflightIdx = fl, int32(i)

@@ -273,7 +273,8 @@ func TestSharedLandingHoldsNoHostFunction(t *testing.T) {
 }
 
 // A landed blob the disk refuses to write loses only its page: the page is
-// dropped from the tree and counted lost when its transaction settles; the
+// dropped from the tree and counted lost (and a failed landing) when its
+// transaction settles; the
 // other page of the same transaction stays, its blob on disk to the byte.
 func TestFailedLandingWriteLosesOnlyItsPage(t *testing.T) {
 	d := &landingDisk{}
@@ -315,6 +316,8 @@ func TestFailedLandingWriteLosesOnlyItsPage(t *testing.T) {
 	assert.Equal(t, good.payload, got)
 	m.mu.Unlock()
 	assert.Equal(t, int64(1), m.Stats().LostPages)
+	st, _ := m.SharedStats()
+	assert.Equal(t, int64(1), st.FailedLandings, "the failed landing is counted in the shared tier's stats")
 	assert.Equal(t, tpb, m.ProbeReuse(blockhash.Scope{}, seq(0, 2*tpb+1)), "the first block only")
 }
 
