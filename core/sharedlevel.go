@@ -21,7 +21,10 @@ import (
 // the disk tier's: a core/blob header naming the layout fingerprint, the
 // lifecycle, the block key, the parent key and the tokens, then the codec's
 // payload. Managers (in other processes, on other nodes) whose layouts have
-// the same fingerprint share blobs.
+// the same fingerprint share blobs, of text blocks and of blocks with
+// multimodal digest tokens alike: the digests (and their flag) enter the
+// block key (blockhash.Hasher.NextDigests), so managers given the same input
+// and digests agree on it, and an input's other digest misses.
 //
 // Reads. CreateKVCache and ProbeReuse continue the prefix match past the
 // local tree: the blocks from the first one a lifecycle lacks a page of are
@@ -200,9 +203,13 @@ func (m *Manager) verifyShared(key sharedtier.Key, b []byte) error {
 // sharedPlan is what a lookup asks the shared tier for: the pages missing
 // locally of the input's full blocks from start on, in block order.
 type sharedPlan struct {
-	scope  blockhash.Scope
-	input  []config.Token
-	keys   []blockhash.Key // chain key of every full block looked at
+	scope blockhash.Scope
+	input []config.Token // 0 at every digest position
+	// digests are the input's multimodal digest tokens (sorted), which enter
+	// the block keys (blockhash.Hasher.NextDigests), so managers agree on the
+	// key of a block with digests as on a text block's.
+	digests []blockhash.DigestAt
+	keys    []blockhash.Key // chain key of every full block looked at
 	start  int             // first block a lifecycle lacks a page of
 	want   []sharedtier.Key
 	wantLC []layout.LayerGroupID
@@ -223,10 +230,17 @@ func (p *sharedPlan) coveredBlocks(n int) int {
 	return k
 }
 
-// planShared walks the tree along input's full blocks and lists the pages
-// to ask the shared tier for; false when every block is local (or none is
+// blockDigests are the digest tokens of plan block b (counted from the
+// input's first), positions relative to the block.
+func (p *sharedPlan) blockDigests(b, tpb int) []blockhash.DigestAt {
+	return blockhash.DigestsIn(p.digests, b*tpb, (b+1)*tpb)
+}
+
+// planShared walks the tree along input's full blocks (input with 0 at the
+// positions of its digest tokens, see textOrDigests) and lists the pages to
+// ask the shared tier for; false when every block is local (or none is
 // full). It takes the lock.
-func (m *Manager) planShared(scope blockhash.Scope, input []config.Token) (*sharedPlan, bool) {
+func (m *Manager) planShared(scope blockhash.Scope, input []config.Token, digests []blockhash.DigestAt) (*sharedPlan, bool) {
 	tpb := m.cfg.TokensPerBlock
 	nb := len(input) / tpb
 	if nb == 0 {
@@ -237,16 +251,16 @@ func (m *Manager) planShared(scope blockhash.Scope, input []config.Token) (*shar
 	if m.closed {
 		return nil, false
 	}
-	p := &sharedPlan{scope: scope, input: input, start: -1}
+	p := &sharedPlan{scope: scope, input: input, digests: digests, start: -1}
 	cur := m.roots[scope.Root()]
 	key := scope.Root()
 	numLC := len(m.lt.LifeCycles)
 	for b := range nb {
-		blk := input[b*tpb : (b+1)*tpb]
-		key = m.hasher.Next(key, blk)
+		blk, dg := input[b*tpb:(b+1)*tpb], p.blockDigests(b, tpb)
+		key = m.hasher.NextDigests(key, blk, dg)
 		var c *node
 		if cur != nil {
-			if c = m.child(cur, key); c != nil && !slices.Equal(m.tokensOf(c), blk) {
+			if c = m.child(cur, key); c != nil && !m.holds(c, blk, dg) {
 				break // a key collision: nothing past it is this input's
 			}
 		}
@@ -300,15 +314,16 @@ func (m *Manager) matchShared(p *sharedPlan) int {
 }
 
 // fetchShared looks input's blocks past the local tree up in the shared
-// tier and fetches the blobs found, without the lock, in chunks of about
+// tier (input and digests as for planShared) and fetches the blobs found,
+// without the lock, in chunks of about
 // sharedChunkBytes: each chunk but the last is onboarded as soon as it
 // arrives (taking the lock for that only), so its landing overlaps the next
 // fetch; the last is returned, for CreateKVCache to onboard under the lock
 // it creates the cache with (nil when there is none). A blob missing
 // (evicted since the match), failing its check or of other tokens (a key
 // collision) ends the blocks there.
-func (m *Manager) fetchShared(scope blockhash.Scope, input []config.Token) *sharedFetch {
-	p, ok := m.planShared(scope, input)
+func (m *Manager) fetchShared(scope blockhash.Scope, input []config.Token, digests []blockhash.DigestAt) *sharedFetch {
+	p, ok := m.planShared(scope, input, digests)
 	if !ok {
 		return nil
 	}
@@ -394,9 +409,9 @@ func (m *Manager) onboardShared(f *sharedFetch) {
 	var arrivals []arrival
 	cur := m.root(p.scope)
 	for b := 0; b < p.start+to; b++ {
-		blk := p.input[b*tpb : (b+1)*tpb]
+		blk, dg := p.input[b*tpb:(b+1)*tpb], p.blockDigests(b, tpb)
 		c := m.child(cur, p.keys[b])
-		if c != nil && !slices.Equal(m.tokensOf(c), blk) {
+		if c != nil && !m.holds(c, blk, dg) {
 			break
 		}
 		if b < p.start+f.from {
@@ -408,7 +423,7 @@ func (m *Manager) onboardShared(f *sharedFetch) {
 		}
 		fresh := c == nil
 		if fresh {
-			c = m.newNode(cur, p.keys[b], blk, nil)
+			c = m.newNode(cur, p.keys[b], blk, dg)
 			m.addChild(cur, c)
 		}
 		before := len(arrivals)
@@ -548,12 +563,12 @@ func (m *Manager) landShared(g *slotGroup, as []arrival) error {
 	return nil
 }
 
-// probeShared is ProbeReuse with a shared tier: the local match, or the
-// blocks the shared tier holds past it now (less ReuseMatchBackoff), if
+// probeShared is ProbeReuseDigests with a shared tier: the local match, or
+// the blocks the shared tier holds past it now (less ReuseMatchBackoff), if
 // longer.
-func (m *Manager) probeShared(scope blockhash.Scope, input []config.Token) int {
-	local := m.probeLocal(scope, input, nil)
-	p, ok := m.planShared(scope, input)
+func (m *Manager) probeShared(scope blockhash.Scope, input []config.Token, digests []blockhash.DigestAt) int {
+	local := m.probeLocal(scope, input, digests)
+	p, ok := m.planShared(scope, input, digests)
 	if !ok {
 		return local
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -368,4 +369,46 @@ func (f landingFile) WritevAt(bufs [][]byte, off int64) (int, error) {
 		return 0, err
 	}
 	return f.VectorDiskFile.WritevAt(bufs, off)
+}
+
+// Blocks keyed by multimodal digests are shared like text blocks: the
+// digests enter the block key, so a second manager given the same prompt and
+// digests reuses every block from the cluster, to the byte, and one given
+// another item's digest there reuses only the text block before it.
+func TestDigestBlocksAreShared(t *testing.T) {
+	addrs, ns := clusterAddrs(t), testNamespace()
+	prompt, digests := imagePrompt(blockhash.Digest{7})
+	a := newTieredFixture(t, withSharedTier(tieredConfig(t, 8, 8, 0), addrs, ns, config.WriteThroughOnCommit))
+	c, err := a.m.CreateKVCache(CacheOptions{InputTokens: prompt, InputDigests: digests})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(a.stream))
+	require.NoError(t, c.Resize(len(prompt), len(prompt)))
+	a.writeAll(c, 1)
+	require.NoError(t, c.CommitDigests(prompt, digests, true))
+	require.NoError(t, c.Close())
+	require.NoError(t, a.m.FlushShared(context.Background()))
+	st, _ := a.m.SharedStats()
+	require.Equal(t, int64(3), st.Store.Written, "every block, the image's included")
+
+	input := append(slices.Clone(prompt), 13)
+	b := newTieredFixture(t, withSharedTier(tieredConfig(t, 8, 8, 0), addrs, ns, config.WriteBackOnEviction))
+	n, err := b.m.ProbeReuseDigests(blockhash.Scope{}, input, digests)
+	require.NoError(t, err)
+	assert.Equal(t, 12, n)
+	other := []blockhash.DigestAt{{Pos: 4, Digest: blockhash.Digest{8}}}
+	n, err = b.m.ProbeReuseDigests(blockhash.Scope{}, input, other)
+	require.NoError(t, err)
+	assert.Equal(t, 4, n, "another image: the text block before it")
+
+	input[4] = 77 // the value at a digest position does not matter
+	d, err := b.m.CreateKVCache(CacheOptions{InputTokens: input, InputDigests: digests})
+	require.NoError(t, err)
+	assert.Equal(t, 12, d.ReusedTokens())
+	assert.Equal(t, digests, d.CommittedDigests(), "the onboarded blocks keep their digests")
+	require.NoError(t, d.Resume(b.stream))
+	require.NoError(t, b.stream.Synchronize())
+	b.verifyAll(d, 1)
+	require.NoError(t, d.Close())
+	st, _ = b.m.SharedStats()
+	assert.Equal(t, int64(3), st.OnboardedBlocks)
 }
