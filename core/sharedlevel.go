@@ -315,29 +315,45 @@ func (m *Manager) matchShared(p *sharedPlan) int {
 
 // fetchShared looks input's blocks past the local tree up in the shared
 // tier (input and digests as for planShared) and fetches the blobs found,
-// without the lock, in chunks of about
-// sharedChunkBytes: each chunk but the last is onboarded as soon as it
-// arrives (taking the lock for that only), so its landing overlaps the next
-// fetch; the last is returned, for CreateKVCache to onboard under the lock
-// it creates the cache with (nil when there is none). A blob missing
-// (evicted since the match), failing its check or of other tokens (a key
-// collision) ends the blocks there.
+// without the lock, in chunks of about sharedChunkBytes, the next chunk's
+// fetch in flight while one is checked and onboarded: each chunk but the
+// last is onboarded as soon as it arrives (taking the lock for that only),
+// so its landing overlaps the next fetch; the last is returned, for
+// CreateKVCache to onboard under the lock it creates the cache with (nil
+// when there is none). A blob missing (evicted since the match), failing its
+// check or of other tokens (a key collision) ends the blocks there (the
+// chunk already in flight is dropped).
 func (m *Manager) fetchShared(scope blockhash.Scope, input []config.Token, digests []blockhash.DigestAt) *sharedFetch {
 	p, ok := m.planShared(scope, input, digests)
 	if !ok {
 		return nil
 	}
 	k := m.matchShared(p)
+	if k == 0 {
+		return nil
+	}
 	var perBlock int64
 	for _, lc := range m.lcCodec {
 		perBlock += lc.coldBytes
 	}
 	chunk := int(max(sharedChunkBytes/perBlock, 1))
 	tpb := m.cfg.TokensPerBlock
+	get := func(from int) <-chan [][]byte {
+		got := make(chan [][]byte, 1)
+		go func() {
+			blobs, _ := m.shared.store.Get(context.Background(), p.want[p.wantFrom[from]:p.wantFrom[min(from+chunk, k)]])
+			got <- blobs
+		}()
+		return got
+	}
+	next := get(0)
 	for from := 0; from < k; {
 		to := min(from+chunk, k)
 		lo := p.wantFrom[from]
-		blobs, _ := m.shared.store.Get(context.Background(), p.want[lo:p.wantFrom[to]])
+		blobs := <-next
+		if to < k {
+			next = get(to)
+		}
 		for i, b := range blobs {
 			j := p.blockOf(lo + i)
 			if b != nil {
