@@ -210,9 +210,9 @@ type sharedPlan struct {
 	// key of a block with digests as on a text block's.
 	digests []blockhash.DigestAt
 	keys    []blockhash.Key // chain key of every full block looked at
-	start  int             // first block a lifecycle lacks a page of
-	want   []sharedtier.Key
-	wantLC []layout.LayerGroupID
+	start   int             // first block a lifecycle lacks a page of
+	want    []sharedtier.Key
+	wantLC  []layout.LayerGroupID
 	// wantFrom[b-start] is the index in want of block b's first page, and
 	// wantFrom[len] = len(want).
 	wantFrom []int
