@@ -614,6 +614,7 @@ func toCSharedStats(s core.SharedStats) C.kvcm_shared_stats {
 		discarded_pages:  C.int64_t(s.DiscardedPages),
 		dropped:          C.int64_t(s.Store.Dropped),
 		errors:           C.int64_t(s.Store.Errors),
+		failed_landings:  C.int64_t(s.FailedLandings),
 		found_blocks:     C.int64_t(s.FoundBlocks),
 		hits:             C.int64_t(s.Store.Hits),
 		lookup_blocks:    C.int64_t(s.LookupBlocks),

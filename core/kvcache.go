@@ -202,9 +202,13 @@ func (c *KVCache) addBlock(n *node) *cacheBlock {
 // local tree are fetched without the manager's lock and onboarded to the
 // first cold level (see sharedlevel.go); Resume brings them to the GPU.
 func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
+	input, err := m.textOrDigests("input_digests", opts.InputTokens, opts.InputDigests, opts.TextOnly)
+	if err != nil {
+		return nil, err
+	}
 	var fetched *sharedFetch
 	if m.shared != nil {
-		fetched = m.fetchShared(opts.Scope, opts.InputTokens)
+		fetched = m.fetchShared(opts.Scope, input, opts.InputDigests)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -219,10 +223,6 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 		promptLen = *opts.ExpectedPromptLength
 	case promptLen == 0:
 		promptLen = -1
-	}
-	input, err := m.textOrDigests("input_digests", opts.InputTokens, opts.InputDigests, opts.TextOnly)
-	if err != nil {
-		return nil, err
 	}
 	m.settle()
 	if fetched != nil {

@@ -2161,6 +2161,13 @@ struct kvcm_shared_stats {
      * bytes_written are blob bytes written to the cluster.
      */
     int64_t bytes_written;
+    /**
+     * failed_landings are onboarded pages whose landing write to a disk
+     * tier (shared → disk, without a host tier) failed after it was
+     * submitted: each is lost when its transaction settles, and also
+     * counted in lost_pages.
+     */
+    int64_t failed_landings;
 };
 
 /**
@@ -4724,7 +4731,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, layer_group) == 0, "lay
 KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, level) == 4, "layout of kvcm_reused_blocks_at_level changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, full_blocks) == 8, "layout of kvcm_reused_blocks_at_level changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, partial_blocks) == 16, "layout of kvcm_reused_blocks_at_level changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_shared_stats) == 184, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_shared_stats) == 192, "layout of kvcm_shared_stats changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_shared_stats) == 8, "alignment of kvcm_shared_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, lookup_blocks) == 0, "layout of kvcm_shared_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, found_blocks) == 8, "layout of kvcm_shared_stats changed");
@@ -4749,6 +4756,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, present) == 152, "layout of kvcm_
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, written) == 160, "layout of kvcm_shared_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, write_errors) == 168, "layout of kvcm_shared_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, bytes_written) == 176, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, failed_landings) == 184, "layout of kvcm_shared_stats changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_shared_tier_config) == 56, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_shared_tier_config) == 8, "alignment of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, addresses) == 0, "layout of kvcm_shared_tier_config changed");

@@ -1005,6 +1005,7 @@ kvcm_shared_stats._fields_ = [
     ("written", ctypes.c_int64),
     ("write_errors", ctypes.c_int64),
     ("bytes_written", ctypes.c_int64),
+    ("failed_landings", ctypes.c_int64),
 ]
 
 kvcm_shared_tier_config._fields_ = [
@@ -1203,11 +1204,16 @@ class SharedStats:
     write_errors: int
     #: bytes_written are blob bytes written to the cluster.
     bytes_written: int
+    #: failed_landings are onboarded pages whose landing write to a disk
+    #: tier (shared → disk, without a host tier) failed after it was
+    #: submitted: each is lost when its transaction settles, and also
+    #: counted in lost_pages.
+    failed_landings: int
 
     @classmethod
     def _from_c(cls, s):
         """Copies the fields of a kvcm_shared_stats (or of an object with its fields)."""
-        return cls(s.lookup_blocks, s.found_blocks, s.onboarded_blocks, s.onboarded_pages, s.onboarded_bytes, s.discarded_pages, s.write_backs, s.write_throughs, s.lost_writes, s.lookups, s.hits, s.misses, s.errors, s.timeouts, s.corrupt, s.bytes_read, s.queued, s.dropped, s.deduplicated, s.present, s.written, s.write_errors, s.bytes_written)
+        return cls(s.lookup_blocks, s.found_blocks, s.onboarded_blocks, s.onboarded_pages, s.onboarded_bytes, s.discarded_pages, s.write_backs, s.write_throughs, s.lost_writes, s.lookups, s.hits, s.misses, s.errors, s.timeouts, s.corrupt, s.bytes_read, s.queued, s.dropped, s.deduplicated, s.present, s.written, s.write_errors, s.bytes_written, s.failed_landings)
 
 # ---- Layouts frozen by the header: name -> (size, alignment, {field: offset}) ----
 
@@ -1246,7 +1252,7 @@ LAYOUTS = {
     "kvcm_request_desc": (16, 8, {"capacity": 0, "history_length": 8}),
     "kvcm_reuse_diagnostics": (16, 8, {"content_tokens": 0, "attention_tokens": 8}),
     "kvcm_reused_blocks_at_level": (24, 8, {"layer_group": 0, "level": 4, "full_blocks": 8, "partial_blocks": 16}),
-    "kvcm_shared_stats": (184, 8, {"lookup_blocks": 0, "found_blocks": 8, "onboarded_blocks": 16, "onboarded_pages": 24, "onboarded_bytes": 32, "discarded_pages": 40, "write_backs": 48, "write_throughs": 56, "lost_writes": 64, "lookups": 72, "hits": 80, "misses": 88, "errors": 96, "timeouts": 104, "corrupt": 112, "bytes_read": 120, "queued": 128, "dropped": 136, "deduplicated": 144, "present": 152, "written": 160, "write_errors": 168, "bytes_written": 176}),
+    "kvcm_shared_stats": (192, 8, {"lookup_blocks": 0, "found_blocks": 8, "onboarded_blocks": 16, "onboarded_pages": 24, "onboarded_bytes": 32, "discarded_pages": 40, "write_backs": 48, "write_throughs": 56, "lost_writes": 64, "lookups": 72, "hits": 80, "misses": 88, "errors": 96, "timeouts": 104, "corrupt": 112, "bytes_read": 120, "queued": 128, "dropped": 136, "deduplicated": 144, "present": 152, "written": 160, "write_errors": 168, "bytes_written": 176, "failed_landings": 184}),
     "kvcm_shared_tier_config": (56, 8, {"addresses": 0, "key_namespace": 8, "ttl_ms": 16, "dial_timeout_ms": 24, "call_timeout_ms": 32, "queue_bytes": 40, "write_policy": 48}),
     "kvcm_ssm_layer_config": (24, 8, {"layer_id": 0, "buffers": 8, "num_buffers": 16}),
     "kvcm_ssm_snapshot_iteration_stats": (64, 8, {"layer_group": 0, "snapshot_lookups": 8, "snapshot_hits": 16, "snapshot_misses": 24, "reused_tokens": 32, "unreused_tokens": 40, "aligned_snapshot_hits": 48, "unaligned_snapshot_hits": 56}),

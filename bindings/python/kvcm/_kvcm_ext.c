@@ -4227,7 +4227,7 @@ static PyObject *kx_fn_kvcm_manager_get_shared_stats(PyObject *names, PyObject *
             goto done;
         a0 = (kvcm_manager)v;
     }
-    if (kx_pointer(args[1], names, 1, 1, 184, &a1) < 0)
+    if (kx_pointer(args[1], names, 1, 1, 192, &a1) < 0)
         goto done;
     Py_BEGIN_ALLOW_THREADS
     r = kx_api->manager_get_shared_stats(a0, (kvcm_shared_stats*)a1.p);

@@ -820,7 +820,7 @@ static_assert(sizeof(ReusedBlocksAtLevel) == 24 && alignof(ReusedBlocksAtLevel) 
 // created.
 using SharedStats = ::kvcm_shared_stats;
 static_assert(std::is_standard_layout_v<SharedStats> && std::is_trivially_copyable_v<SharedStats>);
-static_assert(sizeof(SharedStats) == 184 && alignof(SharedStats) == 8);
+static_assert(sizeof(SharedStats) == 192 && alignof(SharedStats) == 8);
 
 // kvcm_ssm_snapshot_iteration_stats counts the SSM snapshot lookups of the SSM layer
 // group during an iteration (KVCacheManagerV2's
