@@ -52,7 +52,7 @@ func (c *CLI) Register(fs *flag.FlagSet) {
 	c.fs = fs
 	d := c.opts.Cost
 	fs.StringVar(&c.workloads, "workloads", "w2:0.8:0.25,w5", "comma-separated workloads: w1, w2:ALPHA:CAPACITY (Zipf alpha, capacity as a fraction of the distinct-prefix footprint), w4, w5, rag")
-	fs.StringVar(&c.policies, "policies", DefaultPolicies, "comma-separated policies: fcfs, lpm[:scancap], klpm:K[:scancap], window:N, aged:N[:f], resort; each may end in @gpu (the default) or @tiered (host and disk levels, --host-capacity, --disk-capacity), then +prefetch (tiered only) and +qevict (queue-aware eviction), e.g. aged:64@tiered+prefetch+qevict")
+	fs.StringVar(&c.policies, "policies", DefaultPolicies, "comma-separated policies: fcfs, lpm[:scancap], klpm:K[:scancap], window:N, aged:N[:f], resort; each may end in @gpu (the default) or @tiered (host and disk levels, --host-capacity, --disk-capacity), then, in this order, +prefetch (tiered only), +qevict (queue-aware eviction) and +recompute (tiered only: recompute a cold prefix where reading it would take longer, counting the delay to others), e.g. aged:64@tiered+prefetch+qevict")
 	fs.StringVar(&c.loads, "loads", "0.85,0.95", "comma-separated loads, as fractions of each workload's FCFS saturation throughput")
 	fs.IntVar(&c.seeds, "seeds", 3, "number of seeds (traces) per point")
 	fs.Uint64Var(&c.seedBase, "seed-base", 1, "first seed")

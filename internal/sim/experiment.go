@@ -116,6 +116,7 @@ type Aggregate struct {
 	HitRatio, PrefillTokens, Evictions       Estimate
 	HitGPU, HitHost, HitDisk                 Estimate
 	OnboardGB, OffloadGB, DiskGB, PrefetchGB Estimate
+	RecomputedGB                             Estimate
 	MaxWait, MaxBypass, BoundViolations      Estimate
 	SchedMicros, Throughput                  Estimate
 	// WorstWait and WorstBypass are the largest over seeds.
@@ -153,6 +154,7 @@ func aggregate(runs []Metrics) Aggregate {
 		OffloadGB:       f(func(m Metrics) float64 { return m.OffloadGB }),
 		DiskGB:          f(func(m Metrics) float64 { return m.DiskGB }),
 		PrefetchGB:      f(func(m Metrics) float64 { return m.PrefetchGB }),
+		RecomputedGB:    f(func(m Metrics) float64 { return m.RecomputedGB }),
 		PrefillMean:     f(func(m Metrics) float64 { return m.Prefill.Mean }),
 		PrefillP99:      f(func(m Metrics) float64 { return m.Prefill.P99 }),
 		HitRatio:        f(func(m Metrics) float64 { return m.HitRatio }),

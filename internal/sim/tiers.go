@@ -111,14 +111,17 @@ func DefaultQueueEvict() QueueEvictOptions { return QueueEvictOptions{Limit: 0.5
 func DefaultPrefetch() PrefetchOptions { return PrefetchOptions{Pages: 0.25, Horizon: 0.05} }
 
 // Serving is how a variant serves: the GPU tier alone or over the cold
-// tiers, with or without prefetch (tiered only) and queue-aware eviction.
+// tiers, with or without prefetch (tiered only), queue-aware eviction and
+// the choice between reading a cold prefix and recomputing it (tiered
+// only).
 type Serving struct {
 	Tiered     bool
 	Prefetch   bool
 	QueueEvict bool
+	Recompute  bool
 }
 
-// String is gpu or tiered, then +prefetch and +qevict when on.
+// String is gpu or tiered, then +prefetch, +qevict and +recompute when on.
 func (s Serving) String() string {
 	out := "gpu"
 	if s.Tiered {
@@ -129,6 +132,9 @@ func (s Serving) String() string {
 	}
 	if s.QueueEvict {
 		out += "+qevict"
+	}
+	if s.Recompute {
+		out += "+recompute"
 	}
 	return out
 }
@@ -148,7 +154,8 @@ func (v Variant) String() string {
 }
 
 // ParseVariant parses POLICY[@SERVING]; SERVING is gpu or tiered, then
-// optionally +prefetch (tiered only) and +qevict (no suffix: gpu).
+// optionally, in this order, +prefetch (tiered only), +qevict and
+// +recompute (tiered only); no suffix: gpu.
 func ParseVariant(s string) (Variant, error) {
 	ps, ss, _ := strings.Cut(s, "@")
 	p, err := sched.ParsePolicy(ps)
@@ -169,12 +176,14 @@ func ParseVariant(s string) (Variant, error) {
 	}
 	for _, x := range parts[1:] {
 		switch {
-		case x == "prefetch" && v.Serving.Tiered && !v.Serving.Prefetch && !v.Serving.QueueEvict:
+		case x == "prefetch" && v.Serving.Tiered && !v.Serving.Prefetch && !v.Serving.QueueEvict && !v.Serving.Recompute:
 			v.Serving.Prefetch = true
-		case x == "qevict" && !v.Serving.QueueEvict:
+		case x == "qevict" && !v.Serving.QueueEvict && !v.Serving.Recompute:
 			v.Serving.QueueEvict = true
+		case x == "recompute" && v.Serving.Tiered && !v.Serving.Recompute:
+			v.Serving.Recompute = true
 		default:
-			return Variant{}, fmt.Errorf("sim: variant %q: serving %q: want gpu|tiered, then +prefetch (tiered only), then +qevict", s, ss)
+			return Variant{}, fmt.Errorf("sim: variant %q: serving %q: want gpu|tiered, then +prefetch (tiered only), +qevict, +recompute (tiered only)", s, ss)
 		}
 	}
 	return v, nil
@@ -190,7 +199,27 @@ func (v Variant) apply(o Options, tiers Tiers) Options {
 	}
 	o.Prefetch.On = v.Serving.Prefetch
 	o.QueueEvict.On = v.Serving.QueueEvict
+	o.Recompute = v.Serving.Recompute
 	return o
+}
+
+// arrival returns when host and disk blocks of a request admitted at t
+// would all be on the GPU if issued now, as issue would charge them
+// (disk blocks first, then host ones), without charging them.
+func (l *link) arrival(host, disk int, t float64) float64 {
+	if host+disk == 0 {
+		return t
+	}
+	rate := l.cfg.H2D
+	if l.d2h > t {
+		rate = min(rate, l.cfg.Duplex/2)
+	}
+	h := max(t, l.h2d)
+	if disk > 0 {
+		r := max(t, l.dread) + float64(disk)*l.blockBytes/(l.cfg.DiskRead*1e9)
+		h = max(r, h) + float64(disk)*l.blockBytes/(rate*1e9)
+	}
+	return h + float64(host)*l.blockBytes/(rate*1e9)
 }
 
 // link is the transfer model's state: when each channel is free.
