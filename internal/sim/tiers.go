@@ -33,7 +33,10 @@ func DefaultTiers() Tiers { return Tiers{HostX: 1, DiskX: 2} }
 // parallel with compute: host→GPU (H2D), GPU→host (D2H), disk read and disk
 // write. While both PCIe directions are busy each runs at
 // min(its own rate, Duplex/2). A block onboarded from disk is read, then
-// copied host→GPU; one offloaded to disk is copied GPU→host, then written.
+// copied host→GPU as soon as it is read: the copies of a disk prefix take
+// their share of H2D when issued, and the last lands a block's copy after
+// the last read, so host blocks issued meanwhile do not wait for the disk.
+// One offloaded to disk is copied GPU→host, then written.
 // Offloads delay nothing but the onboarding that shares the link with them
 // (the device writes an evicted page out before its slot is overwritten;
 // the model does not charge that ordering).
@@ -210,16 +213,23 @@ func (l *link) arrival(host, disk int, t float64) float64 {
 	if host+disk == 0 {
 		return t
 	}
-	rate := l.cfg.H2D
-	if l.d2h > t {
-		rate = min(rate, l.cfg.Duplex/2)
-	}
-	h := max(t, l.h2d)
+	rate := l.h2dRate(t)
+	b := l.blockBytes
+	h := max(t, l.h2d) + float64(disk+host)*b/(rate*1e9)
 	if disk > 0 {
-		r := max(t, l.dread) + float64(disk)*l.blockBytes/(l.cfg.DiskRead*1e9)
-		h = max(r, h) + float64(disk)*l.blockBytes/(rate*1e9)
+		r := max(t, l.dread) + float64(disk)*b/(l.cfg.DiskRead*1e9)
+		h = max(h, r+b/(l.h2dRate(r)*1e9))
 	}
-	return h + float64(host)*l.blockBytes/(rate*1e9)
+	return h
+}
+
+// h2dRate is the host→GPU rate of a copy starting at t: shared with GPU→host
+// if that direction is still busy then.
+func (l *link) h2dRate(t float64) float64 {
+	if l.d2h > t {
+		return min(l.cfg.H2D, l.cfg.Duplex/2)
+	}
+	return l.cfg.H2D
 }
 
 // link is the transfer model's state: when each channel is free.
@@ -265,8 +275,13 @@ func (l *link) issue(m *[3][3]int64, t float64) float64 {
 	}
 	ready := t
 	if n := float64(m[2][0]); n > 0 {
+		// Each block is copied to the GPU as soon as it is read: the
+		// copies take their share of host→GPU now, not once every read is
+		// done (which would hold up host blocks issued meanwhile), and the
+		// last one lands a block's copy after the last read.
 		r := l.send(&l.dread, nil, t, n*b, l.cfg.DiskRead)
-		ready = max(ready, l.send(&l.h2d, &l.d2h, r, n*b, l.cfg.H2D))
+		c := l.send(&l.h2d, &l.d2h, t, n*b, l.cfg.H2D)
+		ready = max(ready, c, r+b/(l.h2dRate(r)*1e9))
 	}
 	if n := float64(m[1][0]); n > 0 {
 		ready = max(ready, l.send(&l.h2d, &l.d2h, t, n*b, l.cfg.H2D))
