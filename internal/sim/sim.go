@@ -60,8 +60,10 @@ type Options struct {
 	// QueueEvict evicts the blocks waiting requests will reuse last.
 	QueueEvict QueueEvictOptions
 	// Recompute lets admission recompute the part of a request's cached
-	// prefix that would take longer to bring to the GPU than to compute
-	// (see engine.cheapestReuse), instead of always reading all of it.
+	// prefix that would take longer to bring to the GPU than to compute,
+	// counting the delay the extra prefill imposes on the requests still
+	// waiting for their first token (see engine.cheapestReuse), instead of
+	// always reading all of it.
 	Recompute bool
 	// selfCheck makes every step verify that running requests keep their
 	// pages on the GPU and their reservations covered (tests).
@@ -773,11 +775,10 @@ func (e *engine) cheapestReuse(j *job, reused int) int {
 // prefillAlone is the cost model's time to prefill u tokens after p cached
 // ones in chunks of the token budget, with nothing else in the steps.
 func (e *engine) prefillAlone(u, p int) float64 {
-	var sc stepCost
 	var t float64
 	for u > 0 {
 		n := min(u, e.opts.TokenBudget)
-		sc = stepCost{}
+		var sc stepCost
 		sc.prefill(n, p)
 		t += e.opts.Cost.step(&sc)
 		u, p = u-n, p+n
