@@ -1405,16 +1405,18 @@ func (c *KVCache) publish(b int, blk []config.Token, dg []blockhash.DigestAt, pr
 }
 
 // dropColder drops the pages of n, an equal block already in the tree, that
-// lie on a colder level than the cache's own page of the same lifecycle
-// and that no cache references, so that publish adopts the cache's pages in
-// their place: a block an engine recomputed rather than read back from host
-// or disk is then shared from the upper level instead of staying cold.
+// lie on a colder level than the cache's own page of the same lifecycle,
+// that no cache references, no migration is placing and no failure has lost
+// (those keep their own accounting), so that publish adopts the cache's
+// pages in their place: a block an engine recomputed rather than read back
+// from host or disk is then shared from the upper level instead of staying
+// cold.
 func (c *KVCache) dropColder(n *node, pages []*page) {
 	m := c.m
 	row := m.pagesOf(n)
 	for lc, p := range pages {
 		old := row[lc]
-		if p == nil || old == nil || old.level() <= p.level() || old.active > 0 || old.held > 0 || old.moving {
+		if p == nil || old == nil || old.level() <= p.level() || old.active > 0 || old.held > 0 || old.moving || old.lost {
 			continue
 		}
 		m.drop(old)
