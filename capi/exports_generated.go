@@ -50,11 +50,11 @@ func kvcm_block_keys(block_key C.kvcm_block_key, scope *C.kvcm__const_kvcm_reuse
 	if needed == nil {
 		return argStatus(kvcmFn, "needed", "must not be NULL")
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	digestPositionsArg, err := cSliceArg[uint64](digest_positions, num_digests, "digest_positions")
+	digestPositionsArg, err := cSliceArg[uint64](nil, digest_positions, num_digests, "digest_positions")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -341,7 +341,7 @@ func kvcm_cp_notify_blocks_allocated(cp C.kvcm_cp_index, request_id *C.kvcm__con
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	keysArg, err := cSliceArg[blockhash.Key](keys, num_keys, "keys")
+	keysArg, err := cSliceArg[blockhash.Key](nil, keys, num_keys, "keys")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -375,7 +375,7 @@ func kvcm_cp_notify_blocks_freed(cp C.kvcm_cp_index, request_id *C.kvcm__const_c
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	keysArg, err := cSliceArg[blockhash.Key](keys, num_keys, "keys")
+	keysArg, err := cSliceArg[blockhash.Key](nil, keys, num_keys, "keys")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -415,7 +415,7 @@ func kvcm_cp_predict_prefix_reuse(cp C.kvcm_cp_index, request_id *C.kvcm__const_
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -531,7 +531,8 @@ func kvcm_kv_cache_commit(cache C.kvcm_kv_cache, tokens *C.kvcm__const_kvcm_toke
 	if st != nil {
 		return st
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	var tokensBuf [8]config.Token
+	tokensArg, err := cSliceArg[config.Token](tokensBuf[:], tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -561,7 +562,7 @@ func kvcm_kv_cache_commit_beam_search(cache C.kvcm_kv_cache, tokens *C.kvcm__con
 	if st != nil {
 		return st
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -594,11 +595,11 @@ func kvcm_kv_cache_commit_digests(cache C.kvcm_kv_cache, tokens *C.kvcm__const_k
 	if st != nil {
 		return st
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	digestPositionsArg, err := cSliceArg[uint64](digest_positions, num_digests, "digest_positions")
+	digestPositionsArg, err := cSliceArg[uint64](nil, digest_positions, num_digests, "digest_positions")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2839,7 +2840,7 @@ func kvcm_manager_probe_first_new_block_key(manager C.kvcm_manager, scope *C.kvc
 	if st != nil {
 		return st
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2887,11 +2888,11 @@ func kvcm_manager_probe_first_new_block_key_digests(manager C.kvcm_manager, scop
 	if st != nil {
 		return st
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	digestPositionsArg, err := cSliceArg[uint64](digest_positions, num_digests, "digest_positions")
+	digestPositionsArg, err := cSliceArg[uint64](nil, digest_positions, num_digests, "digest_positions")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2931,7 +2932,7 @@ func kvcm_manager_probe_reuse(manager C.kvcm_manager, scope *C.kvcm__const_kvcm_
 	if st != nil {
 		return st
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2978,11 +2979,11 @@ func kvcm_manager_probe_reuse_digests(manager C.kvcm_manager, scope *C.kvcm__con
 	if st != nil {
 		return st
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	digestPositionsArg, err := cSliceArg[uint64](digest_positions, num_digests, "digest_positions")
+	digestPositionsArg, err := cSliceArg[uint64](nil, digest_positions, num_digests, "digest_positions")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -3027,7 +3028,7 @@ func kvcm_manager_probe_reuse_v2(manager C.kvcm_manager, scope *C.kvcm__const_kv
 	if st != nil {
 		return st
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
