@@ -378,19 +378,25 @@ def token_conversion(rounds: int) -> tuple[float, float, float]:
 def go_cycle(cmd: str) -> dict[int, float]:
     """µs per request by prompt from the Go benchmark command, if it exists:
     ``<prompt> <µs>`` lines, or the table of ``kvcm bench bookkeeping``
-    (``| 1k | true | <µs> | ...``: the rows with eviction pressure, as this
-    trace has)."""
+    (its "µs / request" column in the rows with eviction pressure, as this
+    trace has, and the SHA-256 block key, the default)."""
     try:
         res = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=600)
     except (OSError, subprocess.TimeoutExpired):
         return {}
     out: dict[int, float] = {}
+    cols: dict[str, int] = {}
     for line in res.stdout.splitlines():
         if line.startswith("|"):
             f = [c.strip() for c in line.strip("|").split("|")]
-            if len(f) >= 3 and f[1] == "true" and f[0].endswith("k") and f[0][:-1].isdigit():
+            if "µs / request" in f:
+                cols = {name: i for i, name in enumerate(f)}
+                continue
+            us, key = cols.get("µs / request", 2), cols.get("block key")
+            if (len(f) > us and f[1] == "true" and f[0].endswith("k") and f[0][:-1].isdigit()
+                    and (key is None or f[key] == "sha256")):
                 try:
-                    out[int(f[0][:-1]) * 1024] = float(f[2])
+                    out[int(f[0][:-1]) * 1024] = float(f[us])
                 except ValueError:
                     pass
             continue
