@@ -35,7 +35,7 @@ func TestHandleNeverReused(t *testing.T) {
 // issuing and freeing see either the value or no handle.
 func TestHandleConcurrentDelete(t *testing.T) {
 	for range 100 {
-		h := newHandle(h0)
+		h := newHandle(concurrentValue)
 		var wg sync.WaitGroup
 		wins := make(chan bool, 4)
 		for range 4 {
@@ -43,7 +43,7 @@ func TestHandleConcurrentDelete(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				if v, ok := handleValue(h); ok {
-					assert.Equal(t, h0, v)
+					assert.Equal(t, concurrentValue, v)
 				}
 				wins <- deleteHandle(h)
 			}()
@@ -60,7 +60,8 @@ func TestHandleConcurrentDelete(t *testing.T) {
 	}
 }
 
-const h0 = "value"
+// concurrentValue is the value TestHandleConcurrentDelete registers.
+const concurrentValue = "value"
 
 // BenchmarkHandleLookup is the cost every C call pays to resolve its handle.
 func BenchmarkHandleLookup(b *testing.B) {
