@@ -133,7 +133,7 @@ BENCH_PY_ARGS ?=
 .PHONY: bench-python
 bench-python: lib py-ext
 	KVCM_LIBRARY="$(CURDIR)/build/libkvcm.so" $(PYTHON) bindings/python/bench/bookkeeping.py \
-		--go "$(GO) run ./cmd/kvcm bench bookkeeping -held 1k" $(BENCH_PY_ARGS)
+		--go "$(GO) run ./cmd/kvcm bench bookkeeping -held 1k -keys sha256" $(BENCH_PY_ARGS)
 
 # C++ bindings (bindings/cpp): CMake builds libkvcm.so from the Go sources,
 # the GoogleTest tests (also under AddressSanitizer) and the find_package test;

@@ -50,11 +50,11 @@ func kvcm_block_keys(block_key C.kvcm_block_key, scope *C.kvcm__const_kvcm_reuse
 	if needed == nil {
 		return argStatus(kvcmFn, "needed", "must not be NULL")
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	digestPositionsArg, err := cSliceArg[uint64](digest_positions, num_digests, "digest_positions")
+	digestPositionsArg, err := cSliceArg[uint64](nil, digest_positions, num_digests, "digest_positions")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -341,7 +341,7 @@ func kvcm_cp_notify_blocks_allocated(cp C.kvcm_cp_index, request_id *C.kvcm__con
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	keysArg, err := cSliceArg[blockhash.Key](keys, num_keys, "keys")
+	keysArg, err := cSliceArg[blockhash.Key](nil, keys, num_keys, "keys")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -375,7 +375,7 @@ func kvcm_cp_notify_blocks_freed(cp C.kvcm_cp_index, request_id *C.kvcm__const_c
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	keysArg, err := cSliceArg[blockhash.Key](keys, num_keys, "keys")
+	keysArg, err := cSliceArg[blockhash.Key](nil, keys, num_keys, "keys")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -415,7 +415,7 @@ func kvcm_cp_predict_prefix_reuse(cp C.kvcm_cp_index, request_id *C.kvcm__const_
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -559,7 +559,8 @@ func kvcm_kv_cache_commit(cache C.kvcm_kv_cache, tokens *C.kvcm__const_kvcm_toke
 	if st != nil {
 		return st
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	var tokensBuf [8]config.Token
+	tokensArg, err := cSliceArg[config.Token](tokensBuf[:], tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -589,7 +590,7 @@ func kvcm_kv_cache_commit_beam_search(cache C.kvcm_kv_cache, tokens *C.kvcm__con
 	if st != nil {
 		return st
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -622,11 +623,11 @@ func kvcm_kv_cache_commit_digests(cache C.kvcm_kv_cache, tokens *C.kvcm__const_k
 	if st != nil {
 		return st
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	digestPositionsArg, err := cSliceArg[uint64](digest_positions, num_digests, "digest_positions")
+	digestPositionsArg, err := cSliceArg[uint64](nil, digest_positions, num_digests, "digest_positions")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2867,7 +2868,7 @@ func kvcm_manager_probe_first_new_block_key(manager C.kvcm_manager, scope *C.kvc
 	if st != nil {
 		return st
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2915,11 +2916,11 @@ func kvcm_manager_probe_first_new_block_key_digests(manager C.kvcm_manager, scop
 	if st != nil {
 		return st
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	digestPositionsArg, err := cSliceArg[uint64](digest_positions, num_digests, "digest_positions")
+	digestPositionsArg, err := cSliceArg[uint64](nil, digest_positions, num_digests, "digest_positions")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2959,7 +2960,7 @@ func kvcm_manager_probe_reuse(manager C.kvcm_manager, scope *C.kvcm__const_kvcm_
 	if st != nil {
 		return st
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -3006,11 +3007,11 @@ func kvcm_manager_probe_reuse_digests(manager C.kvcm_manager, scope *C.kvcm__con
 	if st != nil {
 		return st
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	digestPositionsArg, err := cSliceArg[uint64](digest_positions, num_digests, "digest_positions")
+	digestPositionsArg, err := cSliceArg[uint64](nil, digest_positions, num_digests, "digest_positions")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -3055,7 +3056,7 @@ func kvcm_manager_probe_reuse_v2(manager C.kvcm_manager, scope *C.kvcm__const_kv
 	if st != nil {
 		return st
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}

@@ -27,7 +27,7 @@ func glueKVCacheCreate(mgr *managerObj, opts *C.kvcm__const_kvcm_kv_cache_option
 		co.ExpectedPromptLength = &n
 	}
 	if C.kvcm__has_kv_cache_options_input_digest_bytes_len(opts) != 0 {
-		ps, err := cSliceArg[uint64](opts.input_digest_positions, opts.num_input_digests, "options.input_digest_positions")
+		ps, err := cSliceArg[uint64](nil, opts.input_digest_positions, opts.num_input_digests, "options.input_digest_positions")
 		if err != nil {
 			return err
 		}

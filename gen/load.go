@@ -568,7 +568,7 @@ func (l *loader) function(s typeSpec) (*Func, error) {
 				continue
 			}
 			switch fl {
-			case "in", "out", "borrowed", "owned", "consumed", "nullable", "string", "slice", "result":
+			case "in", "out", "borrowed", "owned", "consumed", "nullable", "string", "slice", "short", "result":
 			default:
 				return nil, fmt.Errorf("%s: %s: unknown flag %q", name, p.GoName, fl)
 			}
@@ -785,6 +785,8 @@ func checkConvention(f *Func, p *Param) error {
 	}
 	conv := p.Has("string") || p.Has("slice") || p.Buffer != ""
 	switch {
+	case p.Has("short") && !p.Has("slice"):
+		return fmt.Errorf("short is for a slice")
 	case !conv:
 		return nil
 	case !f.Sig.Result.IsStatus():

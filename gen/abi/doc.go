@@ -14,9 +14,10 @@
 //     when struct_size covers it and it is non-null. Array element structs
 //     (tiers, layers, buffers, requests, descriptors) are frozen: extending
 //     one means a new element type and a new field in its versioned parent.
-//   - Handles (kvcm_manager, kvcm_kv_cache) are cgo.Handle values. 0 is never
-//     valid; a freed or consumed handle is detected and reported as
-//     KVCM_ERR_INVALID_HANDLE, never dereferenced.
+//   - Handles (kvcm_manager, kvcm_kv_cache) are opaque 64-bit values, never
+//     reused within a process. 0 is never valid; a freed or consumed handle
+//     is detected and reported as KVCM_ERR_INVALID_HANDLE, never
+//     dereferenced.
 //   - Query results are written into caller-provided buffers with a count of
 //     the elements needed; passing a NULL buffer with capacity 0 asks for the
 //     count only.
@@ -82,7 +83,10 @@
 // Flags of //kvcm:param make the export convert a parameter before it calls
 // the glue: string (a const char* with len=: the glue gets a Go string, a
 // length over 1 GiB is an error naming the length), slice with go=<Go
-// element type> (a const T* with len=: the glue gets a []G copy), and
+// element type> (a const T* with len=: the glue gets a []G copy; with short
+// as well, the copy of up to 8 elements is an array in the export's frame, so
+// a glue that keeps the slice makes it escape to the heap on every call:
+// short is for the hot calls whose glue does not keep it), and
 // buffer=<needed> (a T* with len=capacity: the glue returns ([]G, error), G
 // from go= or the elements' //kvcm:go out struct, and the export writes
 // the count to needed and the elements when they fit, else

@@ -336,6 +336,7 @@ _I64 = ctypes.c_int64
 _byref = ctypes.byref
 _TOKEN_PTR = ctypes.POINTER(ffi.kvcm_token)
 _NO_SCOPE = ffi.kvcm_reuse_scope()  # read only: the default scope
+_NO_STATS = KVCacheStatsDelta()  # read only: a new cache's statistics base
 
 _PRIORITY_RESULT = "custom_priority_callback's result"
 
@@ -633,6 +634,7 @@ class KVCacheManager(Managed):
         del keep
         self._adopt(int(out.value))
         self._config = copy.deepcopy(config)
+        self._has_ssm = any(isinstance(layer, SsmLayerConfig) for layer in self._config.layers)
         self._tokens_per_block = self._get_i32("kvcm_manager_get_tokens_per_block")
         self._num_levels = self._get_i32("kvcm_manager_get_num_levels")
         self._num_layer_groups = self._get_i32("kvcm_manager_get_num_layer_groups")
@@ -1532,7 +1534,9 @@ class _KVCache(Managed):
         super().__init__()
         self._manager = manager
         self.id = id
-        self._stash = _native.Stash()
+        # Collects what a priority callback raises; only a cache with one
+        # has it.
+        self._stash: _native.Stash | None = None
         self._stream: Any = None
         self._reuse_scope: Any = None
         self._lora_id, self._salt = lora_id, salt
@@ -1544,7 +1548,7 @@ class _KVCache(Managed):
         self._bufs: dict[tuple[int, int], memoryview] = {}
         # The core's per-cache block counters at the last commit or discard
         # of the pending statistics: what is pending is the counters less it.
-        self._stats_base = KVCacheStatsDelta()
+        self._stats_base = _NO_STATS  # replaced, never changed in place
         # KVCM2 holds a cache's SSM snapshot lookup (one per cache created
         # with input tokens) among its pending statistics until they are
         # committed or discarded; kvcm counts the lookup at once, and keeps
@@ -1560,8 +1564,7 @@ class _KVCache(Managed):
         opts.text_only = text_only
         toks, n, toks_keep, dig = _tokens(input_tokens, "input_tokens", text_only)
         self._num_input_tokens = n
-        self._ssm_lookup_pending = n > 0 and any(isinstance(layer, SsmLayerConfig)
-                                                 for layer in manager._config.layers)
+        self._ssm_lookup_pending = n > 0 and manager._has_ssm
         if n:
             opts.input_tokens = ctypes.cast(toks, _TOKEN_PTR)
             opts.num_input_tokens = n
@@ -1582,6 +1585,7 @@ class _KVCache(Managed):
         if custom_priority_callback is not None:
             if not callable(custom_priority_callback):
                 raise TypeError("custom_priority_callback: expected a callable(block_ordinal, life_cycle) -> int")
+            self._stash = _native.Stash()
             self._priority_cb = _priority_trampoline(self._stash, manager._life_cycles(), custom_priority_callback)
             opts.layer_group_priority = self._priority_cb
         rid_keep = None
@@ -1941,8 +1945,11 @@ class _KVCache(Managed):
             _cache_resize(self._resource if self._state == "open" else self._native(), capacity, history_length)
         except OutOfPagesError:
             return False
-        self._refresh_indices()
-        self._note_pending_stats()
+        # The decode step's path: each check is inlined before its call.
+        if self._bufs or self._views:
+            self._refresh_indices()
+        if self.id is not None:
+            self._note_pending_stats()
         return True
 
     def commit(self, accepted_input_tokens: Sequence[int], beam_search_indices: Sequence[int] | None = None,
@@ -1960,6 +1967,21 @@ class _KVCache(Managed):
         committed. A block they complete is published once, from beam 0, and
         every beam reads beam 0's page of it from then on. None keeps the
         beams. On error nothing changes."""
+        if beam_search_indices is None and self._priority_cb is None:
+            # The decode step's path: text tokens, no beams, no callback to
+            # re-raise from; anything else (digest tokens too) takes the
+            # general path below, which makes the same checks.
+            try:
+                toks, n, keep = _convert.tokens(accepted_input_tokens, "accepted_input_tokens")
+            except TypeError:
+                pass
+            else:
+                _cache_commit(self._resource if self._state == "open" else self._native(), toks, n,
+                              is_end if is_end.__class__ is bool else bool(is_end))
+                del keep
+                if self._bufs or self._views:
+                    self._refresh_indices()
+                return
         if isinstance(beam_search_indices, bool):
             # kvcm's older commit(tokens, is_end): a bool is never indices.
             beam_search_indices, is_end = None, beam_search_indices

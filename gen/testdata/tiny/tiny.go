@@ -251,7 +251,7 @@ type WidgetNotify func(widget Widget, fn Notify, userData spec.VoidPtr, pairs sp
 //kvcm:param widget in The widget.
 //kvcm:param name borrowed,nullable,len=nameLen,string The name's bytes.
 //kvcm:param nameLen in The name's length.
-//kvcm:param values borrowed,nullable,len=numValues,slice,go=int The values.
+//kvcm:param values borrowed,nullable,len=numValues,slice,short,go=int The values.
 //kvcm:param numValues in The number of values.
 type WidgetTag func(widget Widget, name spec.CStr, nameLen spec.Size, values spec.In[int32], numValues spec.Size) *Status
 
