@@ -768,7 +768,14 @@ TEST_F(ManagerTest, BeamSearchKeepsEveryBeamsKv)
             EXPECT_NE(idx[2], c.basePageIndices(0)[2]) << "beam " << k << " has its own diverging block";
         }
         EXPECT_EQ(writer.verify(c, hyps[k], 0, 10, k).mismatches, 0) << "beam " << k;
+        // The caller-buffer form writes the same indices, and refuses a
+        // buffer too small for them.
+        int32_t buf[8] = {};
+        ASSERT_EQ(c.basePageIndices(0, k, buf, 8), idx.size()) << "beam " << k;
+        EXPECT_EQ(std::vector<int32_t>(buf, buf + idx.size()), idx) << "beam " << k;
+        EXPECT_KVCM_ERROR(c.basePageIndices(0, k, buf, idx.size() - 1), kvcm::StatusCode::kBufferTooSmall);
     }
+    EXPECT_KVCM_ERROR(c.basePageIndices(0, 3, static_cast<int32_t*>(nullptr), 0), kvcm::StatusCode::kInvalidArgument);
     // Two decode steps, a token of its own in every beam.
     for (int64_t pos = 10; pos < 12; ++pos)
     {
