@@ -41,6 +41,7 @@ from .scratch import PlannedDropHandle, ScratchDesc
 from .errors import (
     BufferTooSmallError,
     InvalidArgumentError,
+    SsmCommitOffHistoryError,
     InvalidStateError,
     ScratchInUseError,
     KVCacheError,
@@ -2022,7 +2023,11 @@ class _KVCache(Managed):
         gets a copy of it), then the tokens, converged and in beam 0, are
         committed. A block they complete is published once, from beam 0, and
         every beam reads beam 0's page of it from then on. None keeps the
-        beams. On error nothing changes."""
+        beams. With SSM layers a commit must start or end at the history
+        length (the SSM state is the history's), else it raises
+        SsmCommitOffHistoryError (an InvalidArgumentError and, as
+        KVCacheManagerV2 reports it, an AssertionError). On error nothing
+        changes."""
         if isinstance(beam_search_indices, bool):
             # kvcm's older commit(tokens, is_end): a bool is never indices.
             beam_search_indices, is_end = None, beam_search_indices
@@ -2044,17 +2049,22 @@ class _KVCache(Managed):
 
             def call() -> None:
                 _cache_commit_beams(h, toks, n, idx, num_idx, bool(is_end))
-        if self._priority_cb is None:
-            call()
-        else:
-            # An exception the priority callback raised fails the commit
-            # (which then changes nothing) and is re-raised here.
-            try:
+        try:
+            if self._priority_cb is None:
                 call()
-            except KVCacheError as err:
-                self._stash.reraise(err)
-                raise
-            self._stash.reraise()
+            else:
+                # An exception the priority callback raised fails the commit
+                # (which then changes nothing) and is re-raised here.
+                try:
+                    call()
+                except KVCacheError as err:
+                    self._stash.reraise(err)
+                    raise
+                self._stash.reraise()
+        except InvalidArgumentError as err:
+            if SsmCommitOffHistoryError.RULE in err.message:
+                raise SsmCommitOffHistoryError(err.message, err.code) from None
+            raise
         if self._bufs or self._views:
             self._refresh_indices()  # beams reordered, or a sliding window let pages go
 
