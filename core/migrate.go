@@ -618,7 +618,7 @@ func (m *Manager) diskToDisk(u unit) []func() {
 func (m *Manager) headers(u unit) []blob.Header {
 	out := make([]blob.Header, len(u.moves))
 	for i, mv := range u.moves {
-		out[i] = m.blobHeader(mv.p, mv.tag)
+		out[i] = m.diskHeader(mv.p, mv.tag)
 	}
 	return out
 }
