@@ -349,6 +349,44 @@ TEST_F(ManagerTest, PersistentDiskTierIsReusedByTheNextManager)
     }
 }
 
+// A persistent disk tier keeps the blocks' multimodal digest tokens: the
+// next manager on the directory reuses an image prompt's blocks for the same
+// item, and only the text block before it for another.
+TEST_F(ManagerTest, PersistentDiskTierKeepsDigestKeyedBlocks)
+{
+    TempDir dir;
+    auto const cfg = persistentConfig(dir.path());
+    std::vector<kvcm::Token> const prompt{1, 2, 3, 4, 0, 1001, 1002, 1003, 9, 10, 11, 12};
+    kvcm::DigestTokens img, other;
+    img.add(4, kvcm::Digest{1, 2, 3});
+    other.add(4, kvcm::Digest{9});
+    {
+        kvcm::KVCacheManager m(cfg);
+        auto stream = m.createStream();
+        {
+            auto c = m.createKVCache(prompt, img);
+            c.resume(stream);
+            c.resize(12, 12);
+            c.commit(prompt, img);
+        }
+        for (kvcm::Token i = 1; i < 8; ++i) // 4 GPU pages: the image prompt's blocks go to disk
+        {
+            auto const t = tokenRange(100 * i, 8);
+            auto c = m.createKVCache(t);
+            c.resume(stream);
+            c.resize(8, 8);
+            c.commit(t, false);
+        }
+        stream.synchronize();
+    }
+    kvcm::KVCacheManager m(cfg);
+    EXPECT_EQ(m.probeReuse(prompt, img), 12);
+    EXPECT_EQ(m.probeReuse(prompt, other), 4);
+    auto c = m.createKVCache(prompt, img);
+    EXPECT_EQ(c.reusedTokens(), 12);
+    EXPECT_EQ(c.committedDigests().positions, img.positions);
+}
+
 // A second live manager on a persistent disk tier's directory is refused with
 // KVCM_ERR_INVALID_STATE; once the first is destroyed, it starts.
 TEST_F(ManagerTest, SecondManagerOnPersistentDirIsRefused)
