@@ -1381,45 +1381,66 @@ func (c *KVCache) stopCommits(closing bool) {
 	if c.status != Active {
 		return // the state cannot change before the cache resumes: closing gives it
 	}
-	g := m.levels[0].groupOf(m.lt.SSM)
-	if m.reserveAt(0, need(nil).add(g, 1)) != nil {
-		return
+	if np := c.copyState(nil); np != nil {
+		m.ref(np, false)
+		c.stopState, c.pendingPartial = np, true
 	}
-	np := m.newPage(g, m.lt.SSM)
-	if err := m.copyPage(c.stream, np, c.ssm); err != nil {
-		m.freePage(np)
-		return
+}
+
+// copyState returns a new page of the SSM layer group, of node n (nil: a
+// private page), holding a copy of the ACTIVE cache's SSM state as the work
+// on its stream so far leaves it: on the GPU level where a slot can be made
+// free there, else on the first colder level that has room (KVCacheManagerV2
+// tries every level), encoded by the codec as an eviction would. It returns
+// nil when no level has room or the copy fails: a snapshot is best effort.
+func (c *KVCache) copyState(n *node) *page {
+	m := c.m
+	for lvl := range m.levels {
+		g := m.levels[lvl].groupOf(m.lt.SSM)
+		if m.reserveAt(lvl, need(nil).add(g, 1)) != nil {
+			continue
+		}
+		if lvl == 0 {
+			np := m.newPage(g, m.lt.SSM)
+			if err := m.copyPage(c.stream, np, c.ssm); err != nil {
+				m.freePage(np)
+				return nil
+			}
+			np.node = n
+			return np
+		}
+		np := m.pages.alloc()
+		np.lc, np.node, np.heapIdx = m.lt.SSM, n, -1
+		if err := m.copyToCold(c.stream, np, c.ssm, lvl); err != nil {
+			m.pages.release(np)
+			return nil
+		}
+		return np
 	}
-	m.ref(np, false)
-	c.stopState, c.pendingPartial = np, true
+	return nil
 }
 
 // snapshotSsm copies the cache's SSM state, which the engine's work on the
-// cache's stream brought to the committed tokens, into a new GPU page of the
+// cache's stream brought to the committed tokens, into a new page of the
 // committed chain's last block (KVCacheManagerV2's commit_min_snapshot), so a
-// request reusing that block resumes from it. It is best effort, as in
-// KVCacheManagerV2: without a GPU slot, or when the block has a snapshot
-// already, the block stays without one (and reuse stops before it).
+// request reusing that block resumes from it: on the GPU level, or a colder
+// one without a GPU slot (see copyState). It is best effort, as in
+// KVCacheManagerV2: without a slot on any level, or when the block has a
+// snapshot already, the block stays without one (and reuse stops before it).
 func (c *KVCache) snapshotSsm() {
 	m, n := c.m, c.chain
 	if m.lt.SSM < 0 || c.ssm == nil || c.ssmShared || c.detached || n.parent == 0 || m.pagesOf(n)[m.lt.SSM] != nil {
 		return
 	}
-	g := m.levels[0].groupOf(m.lt.SSM)
-	if m.reserveAt(0, need(nil).add(g, 1)) != nil {
+	np := c.copyState(n)
+	if np == nil {
 		return
 	}
-	np := m.newPage(g, m.lt.SSM)
-	if err := m.copyPage(c.stream, np, c.ssm); err != nil {
-		m.freePage(np)
-		return
-	}
-	np.node = n
 	m.pagesOf(n)[m.lt.SSM] = np
 	m.tick++
 	np.lastUsed = m.tick
 	np.refresh()
-	m.emitUpdated(n, m.lt.SSM, DroppedLevel, layout.GPULevel)
+	m.emitUpdated(n, m.lt.SSM, DroppedLevel, layout.CacheLevel(np.level()))
 }
 
 // advanceHistory sets a larger history length within the capacity and

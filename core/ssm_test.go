@@ -193,7 +193,8 @@ func TestSsmSnapshotStatsCountLookups(t *testing.T) {
 }
 
 // MaxSsmSlots caps the SSM pool group's GPU slots; the bytes it leaves go to
-// the attention layer groups. A snapshot that finds no GPU slot is not taken.
+// the attention layer groups. A snapshot that finds no GPU slot, and no
+// colder level, is not taken.
 func TestMaxSsmSlotsCapsTheSsmPoolGroup(t *testing.T) {
 	cfg := ssmConfig(64)
 	uncapped := newFixture(t, cfg)
@@ -469,6 +470,51 @@ func TestSsmStoppedCommitsKeepTheStateOfTheCommittedTokens(t *testing.T) {
 			require.NoError(t, b.Resume(f.stream))
 			assert.Equal(t, at10, f.readPage(loc, liveState(t, b)), "the state at the committed 10 tokens")
 			require.NoError(t, b.Close())
+			require.NoError(t, f.m.CheckInvariants())
+		})
+	}
+}
+
+// A snapshot that finds no GPU slot is taken on the first colder level with
+// room (KVCacheManagerV2 tries every level): the state is encoded there
+// through the codec, after the work that wrote it, and a later prompt
+// through the block resumes from it byte for byte.
+func TestSsmSnapshotWithoutAGpuSlotIsTakenOnAColderLevel(t *testing.T) {
+	for _, cold := range []string{"host", "disk"} {
+		t.Run(cold, func(t *testing.T) {
+			cfg := tieredConfig(t, 8, 0, 64)
+			level := layout.CacheLevel(1)
+			if cold == "host" {
+				cfg = tieredConfig(t, 8, 64, 0)
+			}
+			cfg.SsmLayers = ssmConfig(0).SsmLayers
+			cfg.CommitMinSnapshot = true
+			cfg.MaxSsmSlots = 2
+			f := newTieredFixture(t, cfg)
+			loc, prompt := f.ssmState(), seq(0, 16)
+			ssm := f.m.Layout().SSM
+			a, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+			require.NoError(t, err)
+			require.NoError(t, a.Resume(f.stream))
+			b, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(100, 4)})
+			require.NoError(t, err)
+			require.NoError(t, b.Resume(f.stream)) // the two live states fill the GPU's SSM slots
+			at8 := f.computeTo(a, prompt, 8, 5)
+			f.fillPage(loc, liveState(t, a), 6) // a moves on: the copy was taken before
+			st, err := f.m.StorageStats(level)
+			require.NoError(t, err)
+			assert.Equal(t, int64(1), st[ssm].Total-st[ssm].Free, "the snapshot is on the %s level", cold)
+			assert.Equal(t, 8, f.m.ProbeReuse(blockhash.Scope{}, prompt[:12]))
+			require.NoError(t, f.m.CheckInvariants())
+			require.NoError(t, b.Close())
+			require.NoError(t, a.Close()) // room for the snapshot and a new state
+
+			c, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt[:12]})
+			require.NoError(t, err)
+			assert.Equal(t, 8, c.ReusedTokens())
+			require.NoError(t, c.Resume(f.stream))
+			assert.Equal(t, at8, f.readPage(loc, liveState(t, c)), "the state at 8 tokens, back from the %s level", cold)
+			require.NoError(t, c.Close())
 			require.NoError(t, f.m.CheckInvariants())
 		})
 	}

@@ -128,6 +128,38 @@ TEST_F(SsmTest, PartialBlockIsPublishedWithItsStateAtClose)
     EXPECT_EQ(got[0].unaligned_snapshot_hits, 1);
 }
 
+// While live states hold every GPU SSM slot, a block-boundary snapshot is
+// taken on the host level; a later prompt resumes from it, KV and state byte
+// for byte.
+TEST_F(SsmTest, SnapshotWithoutAGpuSlotIsTakenOnTheHost)
+{
+    auto cfg = ssmConfig();
+    cfg.cacheTiers.push_back(kvcm::HostCacheTierConfig(64 << 10));
+    cfg.maxSsmSlots = 2;
+    kvcm::KVCacheManager m(cfg);
+    auto stream = m.createStream();
+    KvWriter writer(m, cfg, stream, /*seed=*/6);
+    auto const prompt = tokenRange(0, 16);
+    {
+        kvcm::KVCache holder = m.createKVCache(tokenRange(500, 2));
+        holder.resume(stream); // one GPU SSM slot
+        kvcm::KVCache a = m.createKVCache(prompt);
+        a.resume(stream); // the other
+        ASSERT_TRUE(a.resize(8, 0));
+        writer.write(a, prompt, 0, 8);
+        a.commit(prompt.data(), 8);
+        auto const host = m.storageStats(1);
+        ASSERT_EQ(host.size(), 2u);
+        EXPECT_EQ(host[1].total - host[1].free, 1) << "the snapshot is on the host level";
+    }
+    EXPECT_EQ(m.probeReuse(std::vector<kvcm::Token>(prompt.begin(), prompt.begin() + 12)), 8);
+    kvcm::KVCache b = m.createKVCache(std::vector<kvcm::Token>(prompt.begin(), prompt.begin() + 12));
+    EXPECT_EQ(b.reusedTokens(), 8);
+    b.resume(stream);
+    EXPECT_EQ(writer.verify(b, prompt, 0, 8).mismatches, 0);
+    EXPECT_EQ(writer.verifyState(b, prompt, 8).mismatches, 0);
+}
+
 // maxSsmSlots caps the SSM pool group's GPU slots.
 TEST_F(SsmTest, MaxSsmSlotsCapsTheSsmPoolGroup)
 {

@@ -242,3 +242,30 @@ def test_a_commit_off_the_history_raises_an_assertion_error(backend):
             assert c.num_committed_tokens == 0
             c.commit(tokens[:10])
             assert c.num_committed_tokens == 10
+
+
+def test_a_snapshot_without_a_gpu_slot_is_taken_on_the_host(backend):
+    """While live states hold every GPU SSM slot, a block-boundary snapshot
+    is taken on the host level; a later prompt resumes from it, KV and state
+    byte for byte."""
+    cfg = ssm_config(gpu_quota=64 * 1024, host_quota=64 * 1024, max_ssm_slots=2)
+    tokens = list(range(16))
+    with KVCacheManager(cfg, device="emu") as m:
+        eng = FakeEngine(m, cfg, seed=4)
+        s = m.create_stream()
+        with m.create_kv_cache(None, [500, 501]) as holder:
+            assert holder.resume(s)  # one GPU SSM slot
+            with m.create_kv_cache(None, tokens) as a:
+                assert a.resume(s)  # the other
+                assert a.resize(8, 0)
+                eng.write(a, tokens, 0, 8)
+                a.commit(tokens[:8])
+            host = m.get_storage_stats(1)
+            assert host[1].total - host[1].free == 1, "the snapshot is on the host level"
+        assert m.probe_reuse(None, tokens[:12]) == 8
+        with m.create_kv_cache(None, tokens[:12]) as b:
+            assert b.num_committed_tokens == 8
+            assert b.resume(s)
+            eng.verify(b, tokens, 0, 8)
+            eng.verify_state(b, tokens, 8)
+        eng.close()
