@@ -252,7 +252,9 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	for b, n := range mt.path {
 		cb := c.addBlock(n)
 		for lc, p := range m.pagesOf(n) {
-			if m.lt.Needs(layout.LayerGroupID(lc), b, full) {
+			// A page the window needs at the path's end may be missing
+			// when the partial block moves the window past it.
+			if p != nil && m.lt.Needs(layout.LayerGroupID(lc), b, full) {
 				cb.pages[lc] = p
 				m.ref(p, false)
 			}
@@ -267,7 +269,7 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 			copy(c.addBlock(nil).pages, pages)
 		} else {
 			mt.partLen = 0
-			c.cutToSnapshot(&mt)
+			c.cutToFullBlocks(&mt)
 			full = len(mt.path) * tpb
 		}
 	}
@@ -304,22 +306,24 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	return c, nil
 }
 
-// cutToSnapshot, with SSM layers, makes a new cache whose partial block could
-// not be copied start from the last full block of mt's path holding a
-// snapshot, as mt ends without a partial block: the state it holds is the
-// partial block's end.
-func (c *KVCache) cutToSnapshot(mt *match) {
+// cutToFullBlocks makes a new cache whose partial block could not be copied
+// start from the full blocks of mt's path it can use without it: those whose
+// pages every lifecycle needs at their end are there (the partial block may
+// have moved a window past missing ones) and, with SSM layers, up to the
+// last one holding a snapshot (the state it holds is the partial block's
+// end).
+func (c *KVCache) cutToFullBlocks(mt *match) {
 	m := c.m
 	mt.partial = nil
-	if m.lt.SSM < 0 {
-		return
-	}
-	if c.ssm != nil {
-		m.unref(c.ssm, false)
-		c.ssm, c.ssmShared = nil, false
-	}
-	for len(mt.path) > 0 && m.pagesOf(mt.path[len(mt.path)-1])[m.lt.SSM] == nil {
-		mt.path = mt.path[:len(mt.path)-1]
+	mt.path = mt.path[:m.usablePrefix(mt.path)]
+	if m.lt.SSM >= 0 {
+		if c.ssm != nil {
+			m.unref(c.ssm, false)
+			c.ssm, c.ssmShared = nil, false
+		}
+		for len(mt.path) > 0 && m.pagesOf(mt.path[len(mt.path)-1])[m.lt.SSM] == nil {
+			mt.path = mt.path[:len(mt.path)-1]
+		}
 	}
 	for b := len(c.blocks) - 1; b >= len(mt.path); b-- {
 		for lc, p := range c.blocks[b].pages {

@@ -338,6 +338,26 @@ func (m *Manager) matchPrefix(scope blockhash.Scope, input []config.Token, diges
 		mt.contentPart = max(mt.contentPart, mt.attentionPart)
 	}
 	mt.partial, mt.partLen = best, bestLen
+	if ssm < 0 && m.cfg.EnablePartialReuse && mt.contentBlocks > mt.usableBlocks {
+		// A sliding window that moves on over a partial block's tokens may
+		// need fewer of the path's pages than at the block boundary (pages
+		// of blocks it had no use for were never kept): the deepest content
+		// match, with the matching head of one more block, is usable where
+		// every lifecycle has the pages it needs at that endpoint.
+		rest, rd := head(mt.contentBlocks)
+		var cand *node
+		l := 0
+		for _, c := range m.sortedChildren(parentAt(mt.contentBlocks)) {
+			if k := min(commonPrefix(m.tokensOf(c), m.digestsOf(c), rest, rd), tpb-1); k > l && m.hotComplete(c) {
+				cand, l = c, k
+			}
+		}
+		if end := mt.contentBlocks*tpb + l; cand != nil && end > mt.tokens(tpb) && m.usableAt(path, mt.contentBlocks, end) {
+			mt.path, mt.partial, mt.partLen = path[:mt.contentBlocks], cand, l
+			mt.usableBlocks, mt.attentionPart = mt.contentBlocks, l
+			mt.contentPart = max(mt.contentPart, l)
+		}
+	}
 	if ssm >= 0 && best == nil {
 		for len(mt.path) > 0 && m.pagesOf(mt.path[len(mt.path)-1])[ssm] == nil {
 			mt.path = mt.path[:len(mt.path)-1]
@@ -429,6 +449,21 @@ func (m *Manager) usablePrefix(path []*node) int {
 		}
 	}
 	return 0
+}
+
+// usableAt reports whether every lifecycle has the pages it needs of the
+// first j blocks of path to continue after end tokens (the tokens past the j
+// blocks are a partial block's).
+func (m *Manager) usableAt(path []*node, j, end int) bool {
+	for lc := range m.lt.LifeCycles {
+		id := layout.LayerGroupID(lc)
+		for b := range j {
+			if m.lt.Needs(id, b, end) && m.pagesOf(path[b])[lc] == nil {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // ProbeReuse returns how many tokens of input a new cache in scope would
