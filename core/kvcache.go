@@ -653,7 +653,8 @@ func (c *KVCache) Resume(stream device.Stream) error {
 
 // ownSsmState gives a resuming cache its private SSM state page on the GPU
 // level: a copy, on stream, of the reused snapshot (pinned by Resume, which
-// it then releases), or a fresh page. On error it changes nothing.
+// it then releases; one intra-device copy of the SSM layer group in the
+// iteration statistics), or a fresh page. On error it changes nothing.
 func (c *KVCache) ownSsmState(stream device.Stream) error {
 	m := c.m
 	g := m.levels[0].groupOf(m.lt.SSM)
@@ -672,6 +673,9 @@ func (c *KVCache) ownSsmState(stream device.Stream) error {
 	}
 	if src != nil {
 		m.unref(src, true)
+		// KVCacheManagerV2 counts this deferred copy in the iteration
+		// statistics at once.
+		m.stats.onMoved(m.lt.SSM, HotToHot, g.desc.PageBytes())
 	}
 	c.ssm, c.ssmShared = np, false
 	return nil

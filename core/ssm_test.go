@@ -519,3 +519,32 @@ func TestSsmSnapshotWithoutAGpuSlotIsTakenOnAColderLevel(t *testing.T) {
 		})
 	}
 }
+
+// The first Resume's copy of a reused snapshot into the cache's own state
+// counts at once as one intra-device copy of the SSM layer group in the
+// iteration statistics (KVCacheManagerV2's deferred copy); a fresh state
+// copies nothing.
+func TestSsmSnapshotCopyAtResumeCountsAsAnIntraDeviceCopy(t *testing.T) {
+	f := newFixture(t, ssmConfig(64))
+	prompt := seq(0, 12)
+	a, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	require.NoError(t, a.Resume(f.stream))
+	f.computeTo(a, prompt, 8, 1)
+	require.NoError(t, a.Close())
+	ssm := f.m.Layout().SSM
+	b, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	require.Equal(t, 8, b.ReusedTokens())
+	f.m.GetAndResetLayerGroupIterationStats()
+	require.NoError(t, b.Resume(f.stream))
+	st := f.m.GetAndResetLayerGroupIterationStats()[ssm]
+	assert.Equal(t, int64(1), st.IntraDeviceCopyBlocks)
+	assert.Equal(t, int64(128+64), st.IntraDeviceCopyBytes, "the state's bytes")
+	require.NoError(t, b.Close())
+	c, err := f.m.CreateKVCache(CacheOptions{})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	assert.Zero(t, f.m.GetAndResetLayerGroupIterationStats()[ssm].IntraDeviceCopyBlocks, "a fresh state")
+	require.NoError(t, c.Close())
+}
