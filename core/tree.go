@@ -240,8 +240,10 @@ func (mt *match) snapshot(m *Manager) *page {
 // match ends where an SSM snapshot is: at a partial block (published at
 // close with the state at its end) the input holds whole, after the full
 // blocks, and without partial reuse only where the input ends with it; else
-// at the last full block holding a snapshot. The whole input may match; the engine drops the last prompt
-// token itself when it must compute it. ReuseMatchBackoff tokens are then
+// at the last full block holding a snapshot. A partial block's match is
+// checked at its endpoint, where a sliding window may need fewer of the
+// full blocks' pages. The whole input may match; the engine drops the last
+// prompt token itself when it must compute it. ReuseMatchBackoff tokens are then
 // trimmed off the match's tail. It changes nothing.
 func (m *Manager) findMatch(scope blockhash.Scope, input []config.Token, digests []blockhash.DigestAt) match {
 	mt := m.matchPrefix(scope, input, digests)
@@ -325,8 +327,6 @@ func (m *Manager) matchPrefix(scope blockhash.Scope, input []config.Token, diges
 			continue
 		case ssm >= 0 && !m.cfg.EnablePartialReuse && l != len(rest):
 			// Without partial reuse, only where the input ends with it.
-			continue
-		case ssm < 0 && !m.cfg.EnablePartialReuse:
 			continue
 		}
 		if l > bestLen {
