@@ -387,6 +387,41 @@ TEST_F(ManagerTest, PersistentDiskTierKeepsDigestKeyedBlocks)
     EXPECT_EQ(c.committedDigests().positions, img.positions);
 }
 
+// With partial reuse, a match ending in a partial block is usable where
+// every layer group has the pages it needs at that endpoint: a window that
+// moved on over the partial tokens needs no page of a block it left, though
+// that page is missing at the block boundary (TensorRT-LLM's rewind
+// endpoint).
+TEST_F(ManagerTest, PartialMatchIsCheckedAtItsEndpoint)
+{
+    auto cfg = smallConfig(64 << 10);
+    cfg.enablePartialReuse = true;
+    cfg.layers[1].slidingWindowSize = 2;
+    kvcm::KVCacheManager m(cfg);
+    auto stream = m.createStream();
+    auto const longer = tokenRange(0, 20);
+    {
+        auto a = m.createKVCache(longer);
+        a.resume(stream);
+        ASSERT_TRUE(a.resize(20, 20)); // history 20 at once: no window page of blocks 0-3
+        a.commit(longer, false);
+    }
+    std::vector<kvcm::Token> const base(longer.begin(), longer.begin() + 10);
+    {
+        auto b = m.createKVCache(base);
+        EXPECT_EQ(b.reusedTokens(), 0) << "at 8 tokens the window needs block 1's missing page";
+        b.resume(stream);
+        ASSERT_TRUE(b.resize(10, 10));
+        b.commit(base, false);
+    }
+    auto rewind = base;
+    rewind.push_back(99);
+    EXPECT_EQ(m.probeReuse(rewind), 10);
+    auto c = m.createKVCache(rewind);
+    EXPECT_EQ(c.reusedTokens(), 10);
+    c.resume(stream);
+}
+
 // A second live manager on a persistent disk tier's directory is refused with
 // KVCM_ERR_INVALID_STATE; once the first is destroyed, it starts.
 TEST_F(ManagerTest, SecondManagerOnPersistentDirIsRefused)
