@@ -111,7 +111,7 @@ func (m *Manager) initColdLevels(weights []float64) error {
 		for gi, gl := range m.lt.Levels[i].Groups {
 			var g *slotGroup
 			if tier.Kind == config.DiskTier {
-				g, err = newDiskGroup(lvl, gl, slots[gi], tier, m.cfg.TokensPerBlock, m.diskFiles)
+				g, err = newDiskGroup(lvl, gl, slots[gi], tier, m.cfg.TokensPerBlock, diskDigests(&m.cfg), m.diskFiles)
 			} else {
 				g, err = newSlotGroup(m.dev, lvl, gl, slots[gi], device.HostMapped)
 			}

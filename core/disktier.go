@@ -16,11 +16,14 @@ import (
 )
 
 // The disk tier stores each cold page as a core/blob blob: a header of
-// blob.HeaderSize(tokens per block) bytes, padded to the group's payload
-// offset (a 4 KiB block under direct I/O), then the codec's payload, padded
-// to the slot stride; slot s of a disk group sits at s × stride. The header
-// names the page's layout fingerprint, lifecycle, block key, parent key and
-// tokens, a writer tag (unique per write, so a slot still holding an older
+// blob.HeaderSize(tokens per block) bytes (a persistent tier of a manager
+// that is not text-only: blob.HeaderSizeDigests(tokens per block, tokens per
+// block), room for a block's multimodal digest tokens), padded to the
+// group's payload offset (a 4 KiB block under direct I/O), then the codec's
+// payload, padded to the slot stride; slot s of a disk group sits at s ×
+// stride. The header names the page's layout fingerprint, lifecycle, block
+// key, parent key and tokens (with their digests on a persistent tier, so a
+// restarted manager rebuilds digest-keyed blocks too), a writer tag (unique per write, so a slot still holding an older
 // blob is told from the one the manager wrote) and the payload's checksum.
 // Every read checks them: a damaged, truncated, stale or foreign blob fails
 // like an I/O error (ErrIO wrapping blob.ErrCorrupt) and loses only its own
@@ -74,6 +77,26 @@ func (m *Manager) blobHeader(p *page, tag uint64) blob.Header {
 			h.Parent = uint64(par.key)
 		}
 		h.Tokens = append([]int32(nil), m.tokensOf(n)...) // the node may go before the write runs
+	}
+	return h
+}
+
+// diskDigests reports whether the disk tier's headers hold the blocks'
+// digest tokens: a persistent tier (restoreDisk rebuilds blocks from the
+// headers) of a manager that may have digest tokens.
+func diskDigests(cfg *config.Config) bool {
+	t, ok := cfg.Tier(config.DiskTier)
+	return ok && t.Persistent && !cfg.TextOnly
+}
+
+// diskHeader is the header the disk tier writes for p with tag: blobHeader
+// with the block's digest tokens where the tier keeps them.
+func (m *Manager) diskHeader(p *page, tag uint64) blob.Header {
+	h := m.blobHeader(p, tag)
+	if n := p.node; n != nil && diskDigests(&m.cfg) {
+		for _, d := range m.digestsOf(n) {
+			h.Digests = append(h.Digests, blob.Digest{Pos: int32(d.Pos), Value: d.Digest})
+		}
 	}
 	return h
 }

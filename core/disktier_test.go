@@ -399,3 +399,48 @@ func TestFreeSlotsAreReusedInAscendingOrder(t *testing.T) {
 		}
 	}
 }
+
+// A persistent disk tier keeps the blocks' multimodal digest tokens in their
+// headers: a manager restarted on the directory reuses digest-keyed blocks
+// with the same items (not the text blocks of equal token values), byte for
+// byte, and a text-only manager has no room for them.
+func TestPersistentTierRestoresDigestKeyedBlocks(t *testing.T) {
+	cfg := tieredConfig(t, 4, 0, 8)
+	cfg.CacheTiers[1].Persistent = true
+	f := newTieredFixture(t, cfg, WithColdPageCodec(codec.Own(identified{codec.NewDefault()})))
+	img := blockhash.Digest{1, 2, 3}
+	prompt, digests := imagePrompt(img)
+	a := f.openDigests(prompt, digests, false)
+	f.writeAll(a, 1)
+	require.NoError(t, a.Close())
+	b := f.compute(blockhash.Scope{LoRAID: 1}, seq(100, 16), 2) // the image prompt's blocks go to disk
+	require.NoError(t, b.Close())
+	f.m.mu.Lock()
+	f.syncDisk()
+	f.m.mu.Unlock()
+	require.NoError(t, f.m.Close())
+
+	m, err := NewManager(cfg, WithDevice(f.dev), WithColdPageCodec(codec.Own(identified{codec.NewDefault()})))
+	require.NoError(t, err)
+	defer m.Close()
+	g := &fixture{t: t, m: m, dev: f.dev, stream: f.stream}
+	require.NoError(t, m.CheckInvariants())
+	n, err := m.ProbeReuseDigests(blockhash.Scope{}, prompt, digests)
+	require.NoError(t, err)
+	assert.Equal(t, 12, n, "the digest-keyed blocks are restored")
+	assert.Equal(t, 4, m.ProbeReuse(blockhash.Scope{}, prompt), "token 0 is not the item")
+	c, err := m.CreateKVCache(CacheOptions{InputTokens: prompt, InputDigests: digests})
+	require.NoError(t, err)
+	assert.Equal(t, digests, c.CommittedDigests())
+	require.NoError(t, c.Resume(g.stream))
+	assert.Equal(t, 3*4, g.verifyAll(c, 1), "every buffer page of the three blocks, byte for byte")
+	require.NoError(t, c.Close())
+
+	assert.Equal(t, int64(blob.HeaderSizeDigests(tpb, tpb)), m.levels[1].groups[0].hdrBytes)
+	cfg.TextOnly = true
+	require.NoError(t, m.Close())
+	text, err := NewManager(cfg, WithDevice(f.dev), WithColdPageCodec(codec.Own(identified{codec.NewDefault()})))
+	require.NoError(t, err)
+	assert.Equal(t, int64(blob.HeaderSize(tpb)), text.levels[1].groups[0].hdrBytes, "text-only: text headers")
+	require.NoError(t, text.Close())
+}

@@ -124,6 +124,20 @@ func (m *Manager) CheckInvariants(closed ...*KVCache) error {
 		}
 	}
 	for _, c := range m.caches {
+		if p := c.stopState; p != nil && c.status != Closed {
+			// The copy of the SSM state for the partial block published at
+			// close: held by the cache, private.
+			if p.group == nil || p.lc != m.lt.SSM || p.node != nil {
+				fail("cache %d: stopped SSM state freed, of layer group %d or in the tree", c.id, p.lc)
+			} else {
+				r := want[p]
+				if r == nil {
+					r = &refs{}
+					want[p] = r
+				}
+				r.held++
+			}
+		}
 		if c.status == Closed || c.ssm == nil {
 			if c.status == Active && m.lt.SSM >= 0 {
 				fail("cache %d: ACTIVE without its SSM state", c.id)

@@ -164,6 +164,11 @@ type KVCache struct {
 	// first Resume copies into a private one.
 	ssm       *page
 	ssmShared bool
+	// stopState is a copy of the SSM state at the committed length, taken
+	// when commits stopped on a partial block while the cache could compute
+	// on (see stopCommits); the partial block published at close gets it.
+	// Held by the cache, nil otherwise.
+	stopState *page
 	// diag is the reuse match's diagnostics at creation.
 	diag ReuseDiagnostics
 }
@@ -172,10 +177,11 @@ type KVCache struct {
 // (KVCacheManagerV2's _get_num_reusable_tokens_before_pruning and
 // _before_hybrid_pruning): ContentTokens are the tokens of the prompt's full
 // blocks the tree holds by content, AttentionTokens those the attention
-// layer groups could reuse (their pages present); the reused tokens are
-// AttentionTokens cut back to the last SSM snapshot with SSM layers, and
-// with partial reuse they may add a partial block. All three are after
-// ReuseMatchBackoff.
+// layer groups could reuse (their pages present); with partial reuse both
+// add the matching head of one more block (for AttentionTokens, of a block
+// whose attention pages are on the GPU level). The reused tokens are at most
+// AttentionTokens: with SSM layers they end at an SSM snapshot (see
+// CreateKVCache). All three are after ReuseMatchBackoff.
 type ReuseDiagnostics struct {
 	ContentTokens, AttentionTokens int
 }
@@ -246,7 +252,9 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	for b, n := range mt.path {
 		cb := c.addBlock(n)
 		for lc, p := range m.pagesOf(n) {
-			if m.lt.Needs(layout.LayerGroupID(lc), b, full) {
+			// A page the window needs at the path's end may be missing
+			// when the partial block moves the window past it.
+			if p != nil && m.lt.Needs(layout.LayerGroupID(lc), b, full) {
 				cb.pages[lc] = p
 				m.ref(p, false)
 			}
@@ -261,6 +269,8 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 			copy(c.addBlock(nil).pages, pages)
 		} else {
 			mt.partLen = 0
+			c.cutToFullBlocks(&mt)
+			full = len(mt.path) * tpb
 		}
 	}
 	reused := mt.tokens(tpb)
@@ -286,7 +296,7 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	c.promptLen = promptLen
 	c.scratchOn = m.cfg.EnableSwaScratchReuse()
 	c.sampleCreate()
-	c.diag = ReuseDiagnostics{ContentTokens: mt.contentBlocks * tpb, AttentionTokens: mt.usableBlocks * tpb}
+	c.diag = ReuseDiagnostics{ContentTokens: mt.contentBlocks*tpb + mt.contentPart, AttentionTokens: mt.usableBlocks*tpb + mt.attentionPart}
 	c.stats = m.stats.onCreate(len(opts.InputTokens)/tpb, len(mt.path), mt.partLen > 0)
 	m.onCreatePages(c, mt, len(opts.InputTokens))
 	if m.lt.SSM >= 0 {
@@ -296,32 +306,88 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	return c, nil
 }
 
-// copyPartial copies every page of src into new private GPU pages held by the
-// new cache, on the manager's stream. It returns nil, changing nothing, when
-// the GPU level has no room.
+// cutToFullBlocks makes a new cache whose partial block could not be copied
+// start from the full blocks of mt's path it can use without it: those whose
+// pages every lifecycle needs at their end are there (the partial block may
+// have moved a window past missing ones) and, with SSM layers, up to the
+// last one holding a snapshot (the state it holds is the partial block's
+// end).
+func (c *KVCache) cutToFullBlocks(mt *match) {
+	m := c.m
+	mt.partial = nil
+	mt.path = mt.path[:m.usablePrefix(mt.path)]
+	if m.lt.SSM >= 0 {
+		if c.ssm != nil {
+			m.unref(c.ssm, false)
+			c.ssm, c.ssmShared = nil, false
+		}
+		for len(mt.path) > 0 && m.pagesOf(mt.path[len(mt.path)-1])[m.lt.SSM] == nil {
+			mt.path = mt.path[:len(mt.path)-1]
+		}
+	}
+	for b := len(c.blocks) - 1; b >= len(mt.path); b-- {
+		for lc, p := range c.blocks[b].pages {
+			if p != nil {
+				c.blocks[b].pages[lc] = nil
+				m.unref(p, false)
+			}
+		}
+	}
+	c.blocks = c.blocks[:len(mt.path)]
+	// The shorter path may need pages a window had no use for at the
+	// longer one.
+	full := len(mt.path) * m.cfg.TokensPerBlock
+	for b, n := range mt.path {
+		for lc, p := range m.pagesOf(n) {
+			if c.blocks[b].pages[lc] == nil && p != nil && m.lt.Needs(layout.LayerGroupID(lc), b, full) {
+				c.blocks[b].pages[lc] = p
+				m.ref(p, false)
+			}
+		}
+	}
+	if snap := mt.snapshot(m); snap != nil {
+		c.ssm, c.ssmShared = snap, true
+		m.ref(snap, false)
+	}
+}
+
+// copyPartial copies every attention page of src into new private GPU pages
+// held by the new cache, on the manager's stream (an SSM snapshot is the
+// cache's state, copied by its first Resume). It returns nil, changing
+// nothing, when the GPU level has no room.
 func (m *Manager) copyPartial(src *node) []*page {
-	srcPages := m.pagesOf(src)
+	all := m.pagesOf(src)
 	// A source still arriving (decoded back) must be known good first.
 	m.settlePages(func(fn func(p *page)) {
-		for _, p := range srcPages {
+		for _, p := range all {
 			fn(p)
 		}
 	})
 	if !m.hotComplete(src) {
 		return nil
 	}
+	srcPages := all
+	if m.lt.SSM >= 0 {
+		srcPages = slices.Clone(all)
+		srcPages[m.lt.SSM] = nil
+	}
 	lvl := m.levels[0]
 	var few [4]groupNeed
 	n := need(few[:0])
 	for lc, sp := range srcPages {
+		if sp == nil {
+			continue
+		}
 		n = n.add(lvl.groupOf(layout.LayerGroupID(lc)), 1)
 		sp.active++ // pinned in place while room is made and the copy is submitted
 		sp.refresh()
 	}
 	defer func() {
 		for _, sp := range srcPages {
-			sp.active--
-			sp.refresh()
+			if sp != nil {
+				sp.active--
+				sp.refresh()
+			}
 		}
 	}()
 	if m.reserveAt(0, n) != nil {
@@ -331,6 +397,9 @@ func (m *Manager) copyPartial(src *node) []*page {
 	var descs []device.CopyDesc
 	waits := waitSet{}
 	for lc, sp := range srcPages {
+		if sp == nil {
+			continue
+		}
 		dp := m.newPage(lvl.groupOf(layout.LayerGroupID(lc)), layout.LayerGroupID(lc))
 		dp.held = 1
 		pages[lc] = dp
@@ -346,11 +415,16 @@ func (m *Manager) copyPartial(src *node) []*page {
 	ev, err := m.submit(waits, descs)
 	if err != nil {
 		for _, p := range pages {
-			m.freePage(p)
+			if p != nil {
+				m.freePage(p)
+			}
 		}
 		return nil
 	}
 	for lc, sp := range srcPages {
+		if sp == nil {
+			continue
+		}
 		sp.group.fences[sp.slot].add(&m.events, ev)
 		dp := pages[lc]
 		dp.group.fences[dp.slot].add(&m.events, ev)
@@ -579,7 +653,8 @@ func (c *KVCache) Resume(stream device.Stream) error {
 
 // ownSsmState gives a resuming cache its private SSM state page on the GPU
 // level: a copy, on stream, of the reused snapshot (pinned by Resume, which
-// it then releases), or a fresh page. On error it changes nothing.
+// it then releases; one intra-device copy of the SSM layer group in the
+// iteration statistics), or a fresh page. On error it changes nothing.
 func (c *KVCache) ownSsmState(stream device.Stream) error {
 	m := c.m
 	g := m.levels[0].groupOf(m.lt.SSM)
@@ -598,6 +673,9 @@ func (c *KVCache) ownSsmState(stream device.Stream) error {
 	}
 	if src != nil {
 		m.unref(src, true)
+		// KVCacheManagerV2 counts this deferred copy in the iteration
+		// statistics at once.
+		m.stats.onMoved(m.lt.SSM, HotToHot, g.desc.PageBytes())
 	}
 	c.ssm, c.ssmShared = np, false
 	return nil
@@ -817,9 +895,13 @@ func (c *KVCache) closeLocked(force bool) error {
 			return err
 		}
 	}
-	c.stopCommits()
+	c.stopCommits(true)
 	if c.pendingPartial {
 		c.registerPartial()
+	}
+	if c.stopState != nil {
+		m.unref(c.stopState, false)
+		c.stopState = nil
 	}
 	c.freeScratch()
 	c.sampleClose()
@@ -1270,48 +1352,103 @@ func (c *KVCache) commit(tokens []config.Token, digests []blockhash.DigestAt, pa
 // endCommits stops further commits after a commit with isEnd.
 func (c *KVCache) endCommits(isEnd bool) {
 	if isEnd {
-		c.stopCommits()
+		c.stopCommits(false)
 	}
 }
 
-// stopCommits refuses further commits; with partial reuse the trailing
-// partial block of the committed tokens is published at close, when nobody
-// writes into it any more (KVCacheManagerV2 commits it when commits stop:
-// at commit with is_end, stop_committing or close).
-func (c *KVCache) stopCommits() {
-	if c.stopped {
+// stopCommits refuses further commits (closing: the cache is being
+// closed). With partial reuse, or with SSM layers, the trailing partial block
+// of the committed tokens is published at close, when nobody writes into it
+// any more (KVCacheManagerV2 commits it when commits stop: at commit with
+// is_end, stop_committing or close). With SSM layers it is published with
+// the SSM state at the committed length, so it is published only when that
+// state exists: the history is the committed tokens when commits stop. A
+// cache closing then gives its own state to the block; one that may compute
+// on (is_end, stop_committing) keeps a copy of it for the block (stopState),
+// best effort as every snapshot.
+func (c *KVCache) stopCommits(closing bool) {
+	m := c.m
+	if c.stopped && !(closing && m.lt.SSM >= 0 && !c.pendingPartial) {
 		return
 	}
 	c.stopped = true
-	c.pendingPartial = c.m.cfg.EnablePartialReuse && c.committed%c.m.cfg.TokensPerBlock != 0 && c.m.lt.SSM < 0
+	if c.committed%m.cfg.TokensPerBlock == 0 {
+		return
+	}
+	if m.lt.SSM < 0 {
+		c.pendingPartial = m.cfg.EnablePartialReuse
+		return
+	}
+	if c.history != c.committed || c.ssm == nil || c.ssmShared || c.detached {
+		return
+	}
+	if closing {
+		c.pendingPartial = true
+		return
+	}
+	if c.status != Active {
+		return // the state cannot change before the cache resumes: closing gives it
+	}
+	if np := c.copyState(nil); np != nil {
+		m.ref(np, false)
+		c.stopState, c.pendingPartial = np, true
+	}
+}
+
+// copyState returns a new page of the SSM layer group, of node n (nil: a
+// private page), holding a copy of the ACTIVE cache's SSM state as the work
+// on its stream so far leaves it: on the GPU level where a slot can be made
+// free there, else on the first colder level that has room (KVCacheManagerV2
+// tries every level), encoded by the codec as an eviction would. It returns
+// nil when no level has room or the copy fails: a snapshot is best effort.
+func (c *KVCache) copyState(n *node) *page {
+	m := c.m
+	for lvl := range m.levels {
+		g := m.levels[lvl].groupOf(m.lt.SSM)
+		if m.reserveAt(lvl, need(nil).add(g, 1)) != nil {
+			continue
+		}
+		if lvl == 0 {
+			np := m.newPage(g, m.lt.SSM)
+			if err := m.copyPage(c.stream, np, c.ssm); err != nil {
+				m.freePage(np)
+				return nil
+			}
+			np.node = n
+			return np
+		}
+		np := m.pages.alloc()
+		np.lc, np.node, np.heapIdx = m.lt.SSM, n, -1
+		if err := m.copyToCold(c.stream, np, c.ssm, lvl); err != nil {
+			m.pages.release(np)
+			return nil
+		}
+		return np
+	}
+	return nil
 }
 
 // snapshotSsm copies the cache's SSM state, which the engine's work on the
-// cache's stream brought to the committed tokens, into a new GPU page of the
+// cache's stream brought to the committed tokens, into a new page of the
 // committed chain's last block (KVCacheManagerV2's commit_min_snapshot), so a
-// request reusing that block resumes from it. It is best effort, as in
-// KVCacheManagerV2: without a GPU slot, or when the block has a snapshot
-// already, the block stays without one (and reuse stops before it).
+// request reusing that block resumes from it: on the GPU level, or a colder
+// one without a GPU slot (see copyState). It is best effort, as in
+// KVCacheManagerV2: without a slot on any level, or when the block has a
+// snapshot already, the block stays without one (and reuse stops before it).
 func (c *KVCache) snapshotSsm() {
 	m, n := c.m, c.chain
 	if m.lt.SSM < 0 || c.ssm == nil || c.ssmShared || c.detached || n.parent == 0 || m.pagesOf(n)[m.lt.SSM] != nil {
 		return
 	}
-	g := m.levels[0].groupOf(m.lt.SSM)
-	if m.reserveAt(0, need(nil).add(g, 1)) != nil {
+	np := c.copyState(n)
+	if np == nil {
 		return
 	}
-	np := m.newPage(g, m.lt.SSM)
-	if err := m.copyPage(c.stream, np, c.ssm); err != nil {
-		m.freePage(np)
-		return
-	}
-	np.node = n
 	m.pagesOf(n)[m.lt.SSM] = np
 	m.tick++
 	np.lastUsed = m.tick
 	np.refresh()
-	m.emitUpdated(n, m.lt.SSM, DroppedLevel, layout.GPULevel)
+	m.emitUpdated(n, m.lt.SSM, DroppedLevel, layout.CacheLevel(np.level()))
 }
 
 // advanceHistory sets a larger history length within the capacity and
@@ -1339,7 +1476,7 @@ func (c *KVCache) advanceHistory(history int, released []releasedPage, ev *share
 func (c *KVCache) StopCommitting() {
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
-	c.stopCommits()
+	c.stopCommits(false)
 }
 
 // publish links block b, holding tokens blk with digest tokens dg, into the
@@ -1495,7 +1632,10 @@ func (c *KVCache) blockPriority(b int) (prs []int, err error) {
 }
 
 // registerPartial publishes the trailing partial block at close, when nobody
-// writes into it any more.
+// writes into it any more. With SSM layers the block gets the SSM state at
+// its end (see stopCommits): the copy taken when commits stopped, else the
+// cache's own state, which the closing cache gives up; an equal partial block
+// already published without a state gets it instead.
 func (c *KVCache) registerPartial() {
 	m := c.m
 	tpb := m.cfg.TokensPerBlock
@@ -1503,8 +1643,17 @@ func (c *KVCache) registerPartial() {
 	if b >= len(c.blocks) || c.blocks[b].node != nil {
 		return
 	}
-	for _, p := range c.blocks[b].pages {
-		if p == nil || p.lost {
+	for lc, p := range c.blocks[b].pages {
+		if layout.LayerGroupID(lc) != m.lt.SSM && (p == nil || p.lost) {
+			return
+		}
+	}
+	var state *page
+	if m.lt.SSM >= 0 {
+		if state = c.stopState; state == nil {
+			state = c.ssm
+		}
+		if state == nil || state.lost || state.node != nil {
 			return
 		}
 	}
@@ -1512,6 +1661,15 @@ func (c *KVCache) registerPartial() {
 	for id := c.chain.first; id != 0; {
 		sib := m.nodes.at(id)
 		if sib.isPartial(tpb) && m.holds(sib, blk, dg) {
+			if state != nil && m.pagesOf(sib)[m.lt.SSM] == nil {
+				had := m.hasPages(sib)
+				c.adoptState(sib, state)
+				if had {
+					m.emitUpdated(sib, m.lt.SSM, DroppedLevel, layout.CacheLevel(state.level()))
+				} else {
+					m.emitStored(sib, c.id)
+				}
+			}
 			return
 		}
 		id = sib.next
@@ -1524,9 +1682,24 @@ func (c *KVCache) registerPartial() {
 	}
 	c.setPriority(n, pr)
 	c.adopt(n, c.blocks[b].pages)
+	if state != nil {
+		c.adoptState(n, state)
+	}
 	m.addChild(c.chain, n)
 	c.blocks[b].node = n
 	m.emitStored(n, c.id)
+}
+
+// adoptState makes state, a page of the closing cache (its SSM state or
+// stopState), the SSM snapshot of node n; the cache's reference to it is
+// dropped as it closes.
+func (c *KVCache) adoptState(n *node, state *page) {
+	m := c.m
+	state.node = n
+	m.pagesOf(n)[m.lt.SSM] = state
+	m.tick++
+	state.lastUsed = m.tick
+	state.refresh()
 }
 
 // BasePageIndices returns, for an ACTIVE cache, the GPU slot of each block in

@@ -94,6 +94,11 @@ type unit struct {
 	moves    []move
 	// disk is the blob I/O of a unit that reads or writes a disk tier.
 	disk *diskBatch
+	// copy: the moves' pages are new pages the transfer fills from the
+	// source slots, which stay their owners' (see copyToCold); after, if
+	// set, is an event the transfer waits for first.
+	copy  bool
+	after *sharedEvent
 }
 
 // inflight is a submitted transaction whose finish event has not been seen
@@ -309,6 +314,9 @@ func (m *Manager) runUnit(u unit) error {
 		waits.addFence(u.src.fences[mv.srcSlot])
 		waits.addFence(u.dst.fences[mv.dstSlot])
 	}
+	if u.after != nil {
+		waits.add(u.after)
+	}
 	serial := u.rep >= 0 && m.codecSerial // a codec call, ordered across streams
 	if serial && m.lastCodec != nil {
 		waits.add(m.lastCodec)
@@ -357,12 +365,14 @@ func (m *Manager) runUnit(u unit) error {
 		}
 		u.src.fences[mv.srcSlot].add(&m.events, ev)
 		u.dst.fences[mv.dstSlot].add(&m.events, ev)
-		u.src.release(p)
+		if !u.copy {
+			u.src.release(p)
+		}
 		u.dst.owner[mv.dstSlot] = p
 		p.group, p.slot, p.diskTag = u.dst, mv.dstSlot, mv.tag
 		fl.pages = append(fl.pages, p)
 		p.inflight, p.inflightIdx = fl, int32(i)
-		if u.src.level != u.dst.level {
+		if u.src.level != u.dst.level && !u.copy {
 			m.emitMoved(p, u.src.level.index)
 		}
 		c := &m.migrations[path]
@@ -621,7 +631,7 @@ func (m *Manager) diskToDisk(u unit) []func() {
 func (m *Manager) headers(u unit) []blob.Header {
 	out := make([]blob.Header, len(u.moves))
 	for i, mv := range u.moves {
-		out[i] = m.blobHeader(mv.p, mv.tag)
+		out[i] = m.diskHeader(mv.p, mv.tag)
 	}
 	return out
 }
@@ -730,4 +740,32 @@ func (m *Manager) lose(p *page, err error) {
 		return
 	}
 	p.refresh()
+}
+
+// copyToCold fills np, a new page of src's layer group without a slot, with
+// a copy of src (a page on the GPU level) on cold level lvl, through the
+// codec as an eviction would, after the work on stream so far (which wrote
+// src); stream then waits for the copy before it writes src again. The
+// level must have a free slot (reserveAt). On error np has no slot and
+// nothing changed.
+func (m *Manager) copyToCold(stream device.Stream, np, src *page, lvl int) error {
+	after, err := m.events.record(stream)
+	if err != nil {
+		return err
+	}
+	defer m.events.release(after)
+	dst := m.levels[lvl].groupOf(src.lc)
+	mv := move{p: np, srcSlot: src.slot, dstSlot: dst.takeSlot()}
+	if dst.onDisk() {
+		m.diskSeq++
+		mv.tag = m.diskSeq
+	}
+	u := unit{src: src.group, dst: dst, rep: m.lcCodec[src.lc].rep, moves: []move{mv}, copy: true, after: after}
+	if err := m.runUnit(u); err != nil {
+		dst.releaseSlot(mv.dstSlot)
+		return fmt.Errorf("%v copy of a page: %w", pathOf(u.src, u.dst), err)
+	}
+	waits := waitSet{skip: stream}
+	waits.addFence(src.group.fences[src.slot])
+	return waits.apply(stream)
 }

@@ -14,8 +14,9 @@ import (
 // tier's files hold (config.CacheTierConfig.Persistent). It reads every
 // slot's header, not the payloads: a slot whose header is intact, of this
 // manager's fingerprint and of its lifecycle's group, with a full block
-// whose key is the hash of its parent key and tokens, becomes a page of that
-// block on the disk level. The blocks are linked into the tree by their
+// whose key is the hash of its parent key and tokens (with the digest tokens
+// the header holds: see diskDigests), becomes a page of that block on the
+// disk level. The blocks are linked into the tree by their
 // parent keys; a block whose parent is not on disk hangs from a root of its
 // parent's key, so the chains that start at a scope's root are reachable
 // again and the others only wait for eviction. Every other slot is free
@@ -62,7 +63,8 @@ func (m *Manager) restoreDisk() error {
 			}
 			lc := layout.LayerGroupID(h.LifeCycle)
 			if int(lc) >= len(m.blobFP) || m.blobFP[lc] != h.Fingerprint || lvl.groupOf(lc) != g ||
-				m.hasher.Next(blockhash.Key(h.Parent), h.Tokens) != blockhash.Key(h.Key) {
+				(len(h.Digests) > 0 && m.cfg.TextOnly) ||
+				m.hasher.NextDigests(blockhash.Key(h.Parent), h.Tokens, headerDigests(h)) != blockhash.Key(h.Key) {
 				continue
 			}
 			byKey[h.Key] = append(byKey[h.Key], found{g: g, slot: int32(s), h: h})
@@ -88,12 +90,13 @@ func (m *Manager) restoreDisk() error {
 				m.roots[parent.key] = parent
 			}
 		}
-		n := m.newNode(parent, blockhash.Key(key), first.Tokens, nil)
+		n := m.newNode(parent, blockhash.Key(key), first.Tokens, headerDigests(first))
 		m.addChild(parent, n)
 		nodes[key] = n
 		for _, f := range fs {
 			lc := layout.LayerGroupID(f.h.LifeCycle)
-			if m.pagesOf(n)[lc] != nil || f.h.Parent != first.Parent || !slices.Equal(f.h.Tokens, first.Tokens) {
+			if m.pagesOf(n)[lc] != nil || f.h.Parent != first.Parent || !slices.Equal(f.h.Tokens, first.Tokens) ||
+				!slices.Equal(f.h.Digests, first.Digests) {
 				continue // a duplicate: its slot stays free
 			}
 			p := m.pages.alloc()
@@ -119,4 +122,17 @@ func (m *Manager) restoreDisk() error {
 		g.peakUsed = g.used()
 	}
 	return nil
+}
+
+// headerDigests returns the digest tokens a blob header holds as the tree's
+// (nil for a text block).
+func headerDigests(h blob.Header) []blockhash.DigestAt {
+	if len(h.Digests) == 0 {
+		return nil
+	}
+	out := make([]blockhash.DigestAt, len(h.Digests))
+	for i, d := range h.Digests {
+		out[i] = blockhash.DigestAt{Pos: int(d.Pos), Digest: d.Value}
+	}
+	return out
 }

@@ -193,7 +193,8 @@ func TestSsmSnapshotStatsCountLookups(t *testing.T) {
 }
 
 // MaxSsmSlots caps the SSM pool group's GPU slots; the bytes it leaves go to
-// the attention layer groups. A snapshot that finds no GPU slot is not taken.
+// the attention layer groups. A snapshot that finds no GPU slot, and no
+// colder level, is not taken.
 func TestMaxSsmSlotsCapsTheSsmPoolGroup(t *testing.T) {
 	cfg := ssmConfig(64)
 	uncapped := newFixture(t, cfg)
@@ -342,5 +343,208 @@ func TestSsmCommitStartsOrEndsAtTheHistory(t *testing.T) {
 	require.NoError(t, b.Close())
 	require.NoError(t, c.Resize(16, -1))
 	require.NoError(t, c.Commit(prompt[12:16], false), "from the history on")
+	require.NoError(t, c.Close())
+}
+
+// ssmPartialConfig is ssmConfig with partial reuse.
+func ssmPartialConfig(slots int64) config.Config {
+	cfg := ssmConfig(slots)
+	cfg.EnablePartialReuse = true
+	return cfg
+}
+
+// A cache that closes with its committed tokens ending mid-block publishes
+// that partial block with the SSM state at its end (its own state, which it
+// gives up): a later prompt holding the whole block reuses up to its end
+// (an unaligned hit) and resumes from that state byte for byte; a prompt
+// ending inside it falls back to the last full block with a snapshot.
+func TestSsmPartialBlockIsPublishedWithItsStateAtClose(t *testing.T) {
+	f := newFixture(t, ssmPartialConfig(64))
+	loc, prompt := f.ssmState(), seq(0, 16)
+	a, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	require.NoError(t, a.Resume(f.stream))
+	f.computeTo(a, prompt, 8, 1)
+	at10 := f.computeTo(a, prompt, 10, 2)
+	require.NoError(t, a.Close())
+	f.m.GetAndResetSsmSnapshotIterationStats()
+
+	b, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt[:14]})
+	require.NoError(t, err)
+	assert.Equal(t, 10, b.ReusedTokens(), "up to the partial block's end")
+	assert.Equal(t, ReuseDiagnostics{ContentTokens: 10, AttentionTokens: 10}, b.ReuseDiagnostics())
+	require.NoError(t, b.Resume(f.stream))
+	assert.Equal(t, at10, f.readPage(loc, liveState(t, b)), "the state at 10 tokens")
+	require.NoError(t, b.Close())
+	st := f.m.GetAndResetSsmSnapshotIterationStats()[f.m.Layout().SSM]
+	assert.Equal(t, SsmSnapshotStats{Lookups: 1, Hits: 1, ReusedTokens: 10, UnreusedTokens: 4, UnalignedHits: 1}, st)
+
+	assert.Equal(t, 10, f.m.ProbeReuse(blockhash.Scope{}, prompt[:10]), "the whole input")
+	assert.Equal(t, 8, f.m.ProbeReuse(blockhash.Scope{}, append(seq(0, 9), 99)), "the state is at 10, not 9")
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: append(seq(0, 9), 99)})
+	require.NoError(t, err)
+	assert.Equal(t, ReuseDiagnostics{ContentTokens: 9, AttentionTokens: 9}, c.ReuseDiagnostics(),
+		"the attention pages match 9 tokens; the SSM state cuts reuse to 8")
+	require.NoError(t, c.Close())
+	require.NoError(t, f.m.CheckInvariants())
+}
+
+// Without partial reuse the partial block is published all the same, and a
+// prompt reuses it only when it ends with it (KVCacheManagerV2: partial
+// snapshots are created, partial prompt reuse stays optional).
+func TestSsmPartialBlockWithoutPartialReuseMatchesOnlyAtTheInputsEnd(t *testing.T) {
+	f := newFixture(t, ssmConfig(64))
+	loc, prompt := f.ssmState(), seq(0, 16)
+	a, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	require.NoError(t, a.Resume(f.stream))
+	f.computeTo(a, prompt, 8, 1)
+	at10 := f.computeTo(a, prompt, 10, 2)
+	require.NoError(t, a.Close())
+	assert.Equal(t, 8, f.m.ProbeReuse(blockhash.Scope{}, prompt[:14]), "the input goes on: the snapshot at 8")
+	b, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt[:10]})
+	require.NoError(t, err)
+	assert.Equal(t, 10, b.ReusedTokens(), "the input ends with the partial block")
+	require.NoError(t, b.Resume(f.stream))
+	assert.Equal(t, at10, f.readPage(loc, liveState(t, b)))
+	require.NoError(t, b.Close())
+}
+
+// A partial block keeps the state of the cache's last commit only (one
+// cache's earlier endpoints in the same block are gone: their state moved
+// on), and only when the history is still the committed tokens when the
+// cache closes.
+func TestSsmPartialBlockKeepsOnlyTheLastCommitsState(t *testing.T) {
+	f := newFixture(t, ssmPartialConfig(64))
+	prompt := seq(0, 16)
+	a, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	require.NoError(t, a.Resume(f.stream))
+	f.computeTo(a, prompt, 8, 1)
+	f.computeTo(a, prompt, 9, 2)
+	f.computeTo(a, prompt, 10, 3)
+	require.NoError(t, a.Close())
+	assert.Equal(t, 8, f.m.ProbeReuse(blockhash.Scope{}, append(seq(0, 9), 99)), "no state at 9")
+	assert.Equal(t, 10, f.m.ProbeReuse(blockhash.Scope{}, prompt))
+
+	other := seq(100, 16)
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: other})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	f.computeTo(c, other, 10, 4)
+	require.NoError(t, c.Resize(12, 12)) // computed on past the committed tokens
+	require.NoError(t, c.Close())
+	assert.Zero(t, f.m.ProbeReuse(blockhash.Scope{}, other), "no state at 10 is left")
+	require.NoError(t, f.m.CheckInvariants())
+}
+
+// A cache whose commits stop (is_end, StopCommitting) on a partial block
+// while it may compute on keeps a copy of the state at the committed length,
+// and the partial block published at close gets that copy, not the state
+// the cache moved on to.
+func TestSsmStoppedCommitsKeepTheStateOfTheCommittedTokens(t *testing.T) {
+	for _, stop := range []string{"is_end", "StopCommitting"} {
+		t.Run(stop, func(t *testing.T) {
+			f := newFixture(t, ssmPartialConfig(64))
+			loc, prompt := f.ssmState(), seq(0, 16)
+			a, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+			require.NoError(t, err)
+			require.NoError(t, a.Resume(f.stream))
+			require.NoError(t, a.Resize(10, -1))
+			at10 := f.fillPage(loc, liveState(t, a), 5)
+			if stop == "is_end" {
+				require.NoError(t, a.Commit(prompt[:10], true))
+			} else {
+				require.NoError(t, a.Commit(prompt[:10], false))
+				a.StopCommitting()
+			}
+			require.NoError(t, f.m.CheckInvariants())
+			require.NoError(t, a.Resize(13, 13))
+			f.fillPage(loc, liveState(t, a), 6) // generation moves the state on
+			require.NoError(t, a.Suspend())
+			require.NoError(t, a.Close())
+
+			b, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+			require.NoError(t, err)
+			assert.Equal(t, 10, b.ReusedTokens())
+			require.NoError(t, b.Resume(f.stream))
+			assert.Equal(t, at10, f.readPage(loc, liveState(t, b)), "the state at the committed 10 tokens")
+			require.NoError(t, b.Close())
+			require.NoError(t, f.m.CheckInvariants())
+		})
+	}
+}
+
+// A snapshot that finds no GPU slot is taken on the first colder level with
+// room (KVCacheManagerV2 tries every level): the state is encoded there
+// through the codec, after the work that wrote it, and a later prompt
+// through the block resumes from it byte for byte.
+func TestSsmSnapshotWithoutAGpuSlotIsTakenOnAColderLevel(t *testing.T) {
+	for _, cold := range []string{"host", "disk"} {
+		t.Run(cold, func(t *testing.T) {
+			cfg := tieredConfig(t, 8, 0, 64)
+			level := layout.CacheLevel(1)
+			if cold == "host" {
+				cfg = tieredConfig(t, 8, 64, 0)
+			}
+			cfg.SsmLayers = ssmConfig(0).SsmLayers
+			cfg.CommitMinSnapshot = true
+			cfg.MaxSsmSlots = 2
+			f := newTieredFixture(t, cfg)
+			loc, prompt := f.ssmState(), seq(0, 16)
+			ssm := f.m.Layout().SSM
+			a, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+			require.NoError(t, err)
+			require.NoError(t, a.Resume(f.stream))
+			b, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(100, 4)})
+			require.NoError(t, err)
+			require.NoError(t, b.Resume(f.stream)) // the two live states fill the GPU's SSM slots
+			at8 := f.computeTo(a, prompt, 8, 5)
+			f.fillPage(loc, liveState(t, a), 6) // a moves on: the copy was taken before
+			st, err := f.m.StorageStats(level)
+			require.NoError(t, err)
+			assert.Equal(t, int64(1), st[ssm].Total-st[ssm].Free, "the snapshot is on the %s level", cold)
+			assert.Equal(t, 8, f.m.ProbeReuse(blockhash.Scope{}, prompt[:12]))
+			require.NoError(t, f.m.CheckInvariants())
+			require.NoError(t, b.Close())
+			require.NoError(t, a.Close()) // room for the snapshot and a new state
+
+			c, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt[:12]})
+			require.NoError(t, err)
+			assert.Equal(t, 8, c.ReusedTokens())
+			require.NoError(t, c.Resume(f.stream))
+			assert.Equal(t, at8, f.readPage(loc, liveState(t, c)), "the state at 8 tokens, back from the %s level", cold)
+			require.NoError(t, c.Close())
+			require.NoError(t, f.m.CheckInvariants())
+		})
+	}
+}
+
+// The first Resume's copy of a reused snapshot into the cache's own state
+// counts at once as one intra-device copy of the SSM layer group in the
+// iteration statistics (KVCacheManagerV2's deferred copy); a fresh state
+// copies nothing.
+func TestSsmSnapshotCopyAtResumeCountsAsAnIntraDeviceCopy(t *testing.T) {
+	f := newFixture(t, ssmConfig(64))
+	prompt := seq(0, 12)
+	a, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	require.NoError(t, a.Resume(f.stream))
+	f.computeTo(a, prompt, 8, 1)
+	require.NoError(t, a.Close())
+	ssm := f.m.Layout().SSM
+	b, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	require.Equal(t, 8, b.ReusedTokens())
+	f.m.GetAndResetLayerGroupIterationStats()
+	require.NoError(t, b.Resume(f.stream))
+	st := f.m.GetAndResetLayerGroupIterationStats()[ssm]
+	assert.Equal(t, int64(1), st.IntraDeviceCopyBlocks)
+	assert.Equal(t, int64(128+64), st.IntraDeviceCopyBytes, "the state's bytes")
+	require.NoError(t, b.Close())
+	c, err := f.m.CreateKVCache(CacheOptions{})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	assert.Zero(t, f.m.GetAndResetLayerGroupIterationStats()[ssm].IntraDeviceCopyBlocks, "a fresh state")
 	require.NoError(t, c.Close())
 }

@@ -108,8 +108,8 @@ func (s LayerGroupStats) HitRate() float64 {
 // (KVCacheManagerV2's SsmSnapshotIterationStatsDelta): one lookup per cache
 // created with input tokens, a hit when it reused a snapshot. ReusedTokens
 // and UnreusedTokens split the lookups' input tokens; a hit is aligned when
-// its reused length is a whole number of blocks (kvcm snapshots at block
-// boundaries only, so every hit is aligned).
+// its reused length is a whole number of blocks (a full block's snapshot),
+// unaligned when it resumed from a partial block's state.
 type SsmSnapshotStats struct {
 	Lookups, Hits, Misses        int64
 	ReusedTokens, UnreusedTokens int64

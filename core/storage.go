@@ -226,8 +226,8 @@ func newFences(n int64) []fence {
 // newDiskGroup opens the group's blob file under dir with open, with its
 // space reserved up front so a full disk fails here rather than during a
 // write. Each slot holds a blob header for blocks of tokensPerBlock tokens
-// and the cold page.
-func newDiskGroup(lvl *storageLevel, desc layout.Group, slots int64, tier config.CacheTierConfig, tokensPerBlock int, open DiskOpener) (*slotGroup, error) {
+// (with room for as many digest tokens with digests) and the cold page.
+func newDiskGroup(lvl *storageLevel, desc layout.Group, slots int64, tier config.CacheTierConfig, tokensPerBlock int, digests bool, open DiskOpener) (*slotGroup, error) {
 	dir := tier.Path
 	blobBytes := desc.PoolBytes[0]
 	f, err := open(DiskFileSpec{Dir: dir, Group: desc.Index, Persistent: tier.Persistent, Direct: blobBytes >= directMinBlob})
@@ -238,6 +238,9 @@ func newDiskGroup(lvl *storageLevel, desc layout.Group, slots int64, tier config
 		return nil, fmt.Errorf("%w: disk tier %s: %w", ErrIO, dir, err)
 	}
 	hdr := int64(blob.HeaderSize(tokensPerBlock))
+	if digests {
+		hdr = int64(blob.HeaderSizeDigests(tokensPerBlock, tokensPerBlock))
+	}
 	align := max(f.Alignment(), 1)
 	pay := roundUp(hdr, align)
 	g := &slotGroup{level: lvl, desc: desc, numSlots: slots, capacity: slots, file: f, dir: dir,

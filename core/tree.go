@@ -200,8 +200,12 @@ type match struct {
 	partLen int
 	// contentBlocks are the input's full blocks the tree holds by content;
 	// usableBlocks those of them the attention layer groups can reuse (the
-	// path before the last SSM snapshot shortens it).
+	// path before the last SSM snapshot shortens it). With partial reuse
+	// contentPart and attentionPart are the matching heads of one more
+	// block: by content, and of a block whose attention pages are on the
+	// GPU level (so it could be copied from).
 	contentBlocks, usableBlocks int
+	contentPart, attentionPart  int
 }
 
 func (mt *match) tokens(tpb int) int { return len(mt.path)*tpb + mt.partLen }
@@ -216,10 +220,15 @@ func (mt *match) key(scope blockhash.Scope) blockhash.Key {
 }
 
 // snapshot returns the SSM snapshot a cache reusing the match starts from:
-// the last reused block's (matchPrefix ends the path at a block with one);
-// nil without SSM layers or reuse.
+// the partial block's, else the last reused block's (matchPrefix ends the
+// path at a block with one); nil without SSM layers or reuse.
 func (mt *match) snapshot(m *Manager) *page {
-	if m.lt.SSM < 0 || len(mt.path) == 0 {
+	switch {
+	case m.lt.SSM < 0:
+		return nil
+	case mt.partial != nil:
+		return m.pagesOf(mt.partial)[m.lt.SSM]
+	case len(mt.path) == 0:
 		return nil
 	}
 	return m.pagesOf(mt.path[len(mt.path)-1])[m.lt.SSM]
@@ -228,10 +237,13 @@ func (mt *match) snapshot(m *Manager) *page {
 // findMatch returns the reusable prefix of input: every full block the tree
 // holds along it (as far as every lifecycle has the pages it needs), and with
 // partial reuse the matching head of one more block. With SSM layers the
-// match ends at the last block holding an SSM snapshot, and there is no
-// partial reuse (a state exists only where a commit ended on a block
-// boundary). The whole input may match; the engine drops the last prompt
-// token itself when it must compute it. ReuseMatchBackoff tokens are then
+// match ends where an SSM snapshot is: at a partial block (published at
+// close with the state at its end) the input holds whole, after the full
+// blocks, and without partial reuse only where the input ends with it; else
+// at the last full block holding a snapshot. A partial block's match is
+// checked at its endpoint, where a sliding window may need fewer of the
+// full blocks' pages. The whole input may match; the engine drops the last
+// prompt token itself when it must compute it. ReuseMatchBackoff tokens are then
 // trimmed off the match's tail. It changes nothing.
 func (m *Manager) findMatch(scope blockhash.Scope, input []config.Token, digests []blockhash.DigestAt) match {
 	mt := m.matchPrefix(scope, input, digests)
@@ -272,34 +284,85 @@ func (m *Manager) matchPrefix(scope blockhash.Scope, input []config.Token, diges
 	m.matched = path
 	mt.path = path[:m.usablePrefix(path)]
 	mt.contentBlocks, mt.usableBlocks = len(path), len(mt.path)
-	if ssm := m.lt.SSM; ssm >= 0 {
-		for len(mt.path) > 0 && m.pagesOf(mt.path[len(mt.path)-1])[ssm] == nil {
-			mt.path = mt.path[:len(mt.path)-1]
+	ssm := m.lt.SSM
+	if ssm < 0 && !m.cfg.EnablePartialReuse {
+		return mt
+	}
+	parentAt := func(blocks int) *node {
+		if blocks > 0 {
+			return path[blocks-1]
 		}
-		return mt
+		return root
 	}
-	if !m.cfg.EnablePartialReuse {
-		return mt
+	// head returns the input's tokens (at most a block) after blocks full
+	// blocks, and their digests.
+	head := func(blocks int) ([]config.Token, []blockhash.DigestAt) {
+		from := blocks * tpb
+		rest := input[from:limit]
+		rest = rest[:min(len(rest), tpb)]
+		return rest, blockhash.DigestsIn(digests, from, from+len(rest))
 	}
-	parent := root
-	if len(mt.path) > 0 {
-		parent = mt.path[len(mt.path)-1]
+	if m.cfg.EnablePartialReuse {
+		// The diagnostics count the matching head of the block after the
+		// content match, whatever its pages.
+		rest, rd := head(mt.contentBlocks)
+		m.children(parentAt(mt.contentBlocks), func(c *node) {
+			mt.contentPart = max(mt.contentPart, min(commonPrefix(m.tokensOf(c), m.digestsOf(c), rest, rd), tpb-1))
+		})
 	}
-	from := len(mt.path) * tpb
-	rest := input[from:limit]
-	rest = rest[:min(len(rest), tpb)]
-	restDigests := blockhash.DigestsIn(digests, from, from+len(rest))
+	rest, restDigests := head(mt.usableBlocks)
 	var best *node
 	bestLen := 0
-	for _, c := range m.sortedChildren(parent) {
-		if !m.hotComplete(c) {
+	for _, c := range m.sortedChildren(parentAt(mt.usableBlocks)) {
+		l := min(commonPrefix(m.tokensOf(c), m.digestsOf(c), rest, restDigests), tpb-1)
+		if m.cfg.EnablePartialReuse && m.hotAttention(c) {
+			mt.attentionPart = max(mt.attentionPart, l)
+		}
+		switch {
+		case !m.hotComplete(c):
+			continue
+		case ssm >= 0 && (!c.isPartial(tpb) || l != int(c.ntok)):
+			// The SSM snapshot of a partial block is at its end: only a
+			// block the input holds whole can be resumed from.
+			continue
+		case ssm >= 0 && !m.cfg.EnablePartialReuse && l != len(rest):
+			// Without partial reuse, only where the input ends with it.
 			continue
 		}
-		if l := min(commonPrefix(m.tokensOf(c), m.digestsOf(c), rest, restDigests), tpb-1); l > bestLen {
+		if l > bestLen {
 			best, bestLen = c, l
 		}
 	}
+	mt.attentionPart = max(mt.attentionPart, bestLen)
+	if mt.contentBlocks == mt.usableBlocks {
+		mt.contentPart = max(mt.contentPart, mt.attentionPart)
+	}
 	mt.partial, mt.partLen = best, bestLen
+	if ssm < 0 && m.cfg.EnablePartialReuse && mt.contentBlocks > mt.usableBlocks {
+		// A sliding window that moves on over a partial block's tokens may
+		// need fewer of the path's pages than at the block boundary (pages
+		// of blocks it had no use for were never kept): the deepest content
+		// match, with the matching head of one more block, is usable where
+		// every lifecycle has the pages it needs at that endpoint.
+		rest, rd := head(mt.contentBlocks)
+		var cand *node
+		l := 0
+		for _, c := range m.sortedChildren(parentAt(mt.contentBlocks)) {
+			if k := min(commonPrefix(m.tokensOf(c), m.digestsOf(c), rest, rd), tpb-1); k > l && m.hotComplete(c) {
+				cand, l = c, k
+			}
+		}
+		if end := mt.contentBlocks*tpb + l; cand != nil && end > mt.tokens(tpb) && m.usableAt(path, mt.contentBlocks, end) {
+			mt.path, mt.partial, mt.partLen = path[:mt.contentBlocks], cand, l
+			mt.usableBlocks, mt.attentionPart = mt.contentBlocks, l
+			mt.contentPart = max(mt.contentPart, l)
+		}
+	}
+	if ssm >= 0 && best == nil {
+		for len(mt.path) > 0 && m.pagesOf(mt.path[len(mt.path)-1])[ssm] == nil {
+			mt.path = mt.path[:len(mt.path)-1]
+		}
+	}
 	return mt
 }
 
@@ -324,6 +387,17 @@ func (m *Manager) sortedChildren(n *node) []*node {
 		return 0
 	})
 	return append(out, partials...)
+}
+
+// hotAttention: the node has a page for every attention lifecycle, all on
+// the GPU level.
+func (m *Manager) hotAttention(n *node) bool {
+	for lc, p := range m.pagesOf(n) {
+		if layout.LayerGroupID(lc) != m.lt.SSM && (p == nil || p.level() != 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // hotComplete: the node has a page for every lifecycle, all on the GPU level,
@@ -375,6 +449,21 @@ func (m *Manager) usablePrefix(path []*node) int {
 		}
 	}
 	return 0
+}
+
+// usableAt reports whether every lifecycle has the pages it needs of the
+// first j blocks of path to continue after end tokens (the tokens past the j
+// blocks are a partial block's).
+func (m *Manager) usableAt(path []*node, j, end int) bool {
+	for lc := range m.lt.LifeCycles {
+		id := layout.LayerGroupID(lc)
+		for b := range j {
+			if m.lt.Needs(id, b, end) && m.pagesOf(path[b])[lc] == nil {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // ProbeReuse returns how many tokens of input a new cache in scope would

@@ -1,11 +1,13 @@
 package core
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/layout"
 )
@@ -77,4 +79,37 @@ func TestWindowsHoldTheirBlocksWhateverTheSteps(t *testing.T) {
 	}
 	st := f.hotStats()
 	assert.Equal(t, st.Total, st.Free+st.Evictable, "every page is free or cached once the caches closed")
+}
+
+// With partial reuse, a match ending in a partial block is usable where every
+// layer group has the pages it needs at that endpoint: a window that moves
+// on over the partial block's tokens needs no page of a block it left,
+// though its page is missing at the block boundary (KVCacheManagerV2's
+// rewind endpoint); the reused pages hold the KV byte for byte.
+func TestPartialMatchNeedsTheWindowsPagesAtItsEndpoint(t *testing.T) {
+	cfg := smallConfig(64)
+	cfg.EnablePartialReuse = true
+	cfg.Layers[1].SlidingWindowSize = 2 // half a block
+	f := newFixture(t, cfg)
+	long := seq(0, 20)
+	a := f.open(blockhash.Scope{}, long) // history 20 at once: the window's pages of blocks 0-3 are never taken
+	f.writeAll(a, 1)
+	require.NoError(t, a.Close())
+	base := long[:10]
+	assert.Zero(t, f.m.ProbeReuse(blockhash.Scope{}, base), "block 2's window page is missing")
+	b := f.open(blockhash.Scope{}, base)
+	assert.Zero(t, b.ReusedTokens())
+	f.writeAll(b, 1)
+	require.NoError(t, b.Close()) // a partial block of 2 tokens with both layer groups' pages
+
+	rewind := append(slices.Clone(base), 99)
+	assert.Equal(t, 10, f.m.ProbeReuse(blockhash.Scope{}, rewind),
+		"at 10 tokens the window needs block 2 only: block 1's missing page does not cut the match")
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: rewind})
+	require.NoError(t, err)
+	assert.Equal(t, 10, c.ReusedTokens())
+	require.NoError(t, c.Resume(f.stream))
+	assert.Equal(t, 3*2+2, f.verifyAll(c, 1), "blocks 0-2 of the full-attention layer, block 2 of the window's")
+	require.NoError(t, c.Close())
+	require.NoError(t, f.m.CheckInvariants())
 }

@@ -16,7 +16,7 @@
 //	off  size  field
 //	  0     4  magic "KVCB"
 //	  4     2  Version
-//	  6     2  flags (0)
+//	  6     2  flags (FlagDigests, or 0)
 //	  8     4  lifecycle
 //	 12     4  n, the number of tokens
 //	 16    16  fingerprint
@@ -28,6 +28,13 @@
 //	 68     4  reserved (0)
 //	 72  4×n   tokens (int32)
 //	72+4n   4  CRC-32C of bytes [0, 72+4n)
+//
+// A header with FlagDigests (a block with multimodal digest tokens,
+// HeaderSizeDigests(n, d) bytes) holds d (uint32, 1 ≤ d ≤ n) after the
+// tokens, then d digests of 36 bytes (position in the block, uint32; the
+// 32-byte digest) by ascending position, and the CRC-32C last, of every byte
+// before it. A reader of the format before digests finds that checksum
+// wrong: such a blob is a miss for it, never another block.
 package blob
 
 import (
@@ -58,8 +65,31 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // Checksum is the CRC-32C of b, as the header stores it.
 func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
-// HeaderSize is the size of the header of a blob of a block of tokens tokens.
+// FlagDigests marks a header holding digest tokens.
+const FlagDigests = 1
+
+// digestSize is the encoded size of one digest token.
+const digestSize = 4 + 32
+
+// HeaderSize is the size of the header of a blob of a block of tokens tokens
+// without digests.
 func HeaderSize(tokens int) int { return fixedSize + 4*tokens + 4 }
+
+// HeaderSizeDigests is the size of the header of a blob of a block of tokens
+// tokens of which digests are digest tokens (HeaderSize without any).
+func HeaderSizeDigests(tokens, digests int) int {
+	if digests == 0 {
+		return HeaderSize(tokens)
+	}
+	return HeaderSize(tokens) + 4 + digestSize*digests
+}
+
+// Digest is a digest token of a block: its position in the block and the
+// multimodal item's 32-byte content digest.
+type Digest struct {
+	Pos   int32
+	Value [32]byte
+}
 
 // Fingerprint identifies a layout: blobs with equal fingerprints are
 // interchangeable between managers.
@@ -123,10 +153,13 @@ type Header struct {
 	PayloadLen int64
 	PayloadCRC uint32
 	Tokens     []int32
+	// Digests are the block's digest tokens by ascending position (their
+	// Tokens are 0); nil for a text block.
+	Digests []Digest
 }
 
 // Size is the encoded size of h.
-func (h *Header) Size() int { return HeaderSize(len(h.Tokens)) }
+func (h *Header) Size() int { return HeaderSizeDigests(len(h.Tokens), len(h.Digests)) }
 
 // Seal sets the payload length and checksum of h from payload.
 func (h *Header) Seal(payload []byte) {
@@ -144,7 +177,11 @@ func (h *Header) Put(dst []byte) (int, error) {
 	le := binary.LittleEndian
 	copy(dst, magic)
 	le.PutUint16(dst[4:], Version)
-	le.PutUint16(dst[6:], 0)
+	var flags uint16
+	if len(h.Digests) > 0 {
+		flags = FlagDigests
+	}
+	le.PutUint16(dst[6:], flags)
 	le.PutUint32(dst[8:], h.LifeCycle)
 	le.PutUint32(dst[12:], uint32(len(h.Tokens)))
 	copy(dst[16:32], h.Fingerprint[:])
@@ -156,6 +193,16 @@ func (h *Header) Put(dst []byte) (int, error) {
 	le.PutUint32(dst[68:], 0)
 	for i, t := range h.Tokens {
 		le.PutUint32(dst[fixedSize+4*i:], uint32(t))
+	}
+	if len(h.Digests) > 0 {
+		off := fixedSize + 4*len(h.Tokens)
+		le.PutUint32(dst[off:], uint32(len(h.Digests)))
+		off += 4
+		for _, d := range h.Digests {
+			le.PutUint32(dst[off:], uint32(d.Pos))
+			copy(dst[off+4:off+digestSize], d.Value[:])
+			off += digestSize
+		}
 	}
 	le.PutUint32(dst[n-4:], Checksum(dst[:n-4]))
 	return n, nil
@@ -179,7 +226,23 @@ func Decode(src []byte, maxTokens int) (Header, error) {
 	if int64(nt) > int64(maxTokens) {
 		return Header{}, fmt.Errorf("%w: %d tokens, at most %d", ErrCorrupt, nt, maxTokens)
 	}
+	flags := le.Uint16(src[6:])
+	if flags&^FlagDigests != 0 {
+		return Header{}, fmt.Errorf("%w: unknown flags %#x", ErrCorrupt, flags)
+	}
 	n := HeaderSize(int(nt))
+	nd := 0
+	if flags&FlagDigests != 0 {
+		if len(src) < n+4 {
+			return Header{}, fmt.Errorf("%w: header of at least %d bytes, got %d", ErrCorrupt, n+4, len(src))
+		}
+		d := le.Uint32(src[n-4:]) // the digest count, where a text header's checksum is
+		if d == 0 || d > nt {
+			return Header{}, fmt.Errorf("%w: %d digests in a block of %d tokens", ErrCorrupt, d, nt)
+		}
+		nd = int(d)
+		n = HeaderSizeDigests(int(nt), nd)
+	}
 	if len(src) < n {
 		return Header{}, fmt.Errorf("%w: header of %d bytes, got %d", ErrCorrupt, n, len(src))
 	}
@@ -198,6 +261,19 @@ func Decode(src []byte, maxTokens int) (Header, error) {
 	copy(h.Fingerprint[:], src[16:32])
 	for i := range h.Tokens {
 		h.Tokens[i] = int32(le.Uint32(src[fixedSize+4*i:]))
+	}
+	if nd > 0 {
+		h.Digests = make([]Digest, nd)
+		off := fixedSize + 4*int(nt) + 4
+		for i := range h.Digests {
+			d := &h.Digests[i]
+			d.Pos = int32(le.Uint32(src[off:]))
+			copy(d.Value[:], src[off+4:off+digestSize])
+			if d.Pos < 0 || int64(d.Pos) >= int64(nt) || (i > 0 && d.Pos <= h.Digests[i-1].Pos) {
+				return Header{}, fmt.Errorf("%w: digest %d at position %d", ErrCorrupt, i, d.Pos)
+			}
+			off += digestSize
+		}
 	}
 	return h, nil
 }

@@ -114,3 +114,48 @@ func BenchmarkChecksum(b *testing.B) {
 		})
 	}
 }
+
+// A header with digest tokens round-trips them (FlagDigests set, the
+// larger size), and every flipped bit of it is detected.
+func TestDigestHeaderRoundTripsAndDetectsBitFlips(t *testing.T) {
+	h, payload := sample()
+	h.Tokens = []int32{1, 0, 0, 4}
+	h.Digests = []Digest{{Pos: 1, Value: [32]byte{1, 2, 3}}, {Pos: 2, Value: [32]byte{9}}}
+	n := HeaderSizeDigests(4, 2)
+	assert.Equal(t, HeaderSize(4)+4+2*36, n)
+	assert.Equal(t, n, h.Size())
+	buf := make([]byte, n)
+	_, err := h.Put(buf)
+	require.NoError(t, err)
+	assert.Equal(t, uint16(FlagDigests), uint16(buf[6])|uint16(buf[7])<<8)
+	got, err := Decode(buf, 4)
+	require.NoError(t, err)
+	assert.Equal(t, h, got)
+	require.NoError(t, got.Verify(payload))
+	for bit := range 8 * n {
+		buf[bit/8] ^= 1 << (bit % 8)
+		_, err := Decode(buf, 4)
+		assert.Error(t, err, "bit %d", bit)
+		buf[bit/8] ^= 1 << (bit % 8)
+	}
+	text, _ := sample()
+	assert.Equal(t, HeaderSize(4), text.Size(), "a text block's header keeps its size")
+}
+
+// A digest header whose digests are out of order or out of the block is
+// corrupt, even with a valid checksum.
+func TestDigestHeaderOutOfOrderIsCorrupt(t *testing.T) {
+	h, _ := sample()
+	h.Digests = []Digest{{Pos: 2}, {Pos: 1}}
+	buf := make([]byte, h.Size())
+	_, err := h.Put(buf)
+	require.NoError(t, err)
+	_, err = Decode(buf, 4)
+	require.ErrorIs(t, err, ErrCorrupt)
+	h.Digests = []Digest{{Pos: 4}}
+	buf = make([]byte, h.Size())
+	_, err = h.Put(buf)
+	require.NoError(t, err)
+	_, err = Decode(buf, 4)
+	require.ErrorIs(t, err, ErrCorrupt)
+}

@@ -165,10 +165,11 @@ type SsmSnapshotIterationStats struct {
 	ReusedTokens int64
 	// UnreusedTokens are the lookups' input tokens left to compute.
 	UnreusedTokens int64
-	// AlignedSnapshotHits are hits on a block boundary (kvcm snapshots on
-	// block boundaries only: every hit).
+	// AlignedSnapshotHits are hits on a block boundary (a full block's
+	// snapshot).
 	AlignedSnapshotHits int64 `go:"AlignedHits"`
-	// UnalignedSnapshotHits are hits inside a block (0 in kvcm).
+	// UnalignedSnapshotHits are hits inside a block (the state of a partial
+	// block published at close).
 	UnalignedSnapshotHits int64 `go:"UnalignedHits"`
 }
 

@@ -2273,12 +2273,13 @@ struct kvcm_ssm_snapshot_iteration_stats {
      */
     int64_t unreused_tokens;
     /**
-     * aligned_snapshot_hits are hits on a block boundary (kvcm snapshots on
-     * block boundaries only: every hit).
+     * aligned_snapshot_hits are hits on a block boundary (a full block's
+     * snapshot).
      */
     int64_t aligned_snapshot_hits;
     /**
-     * unaligned_snapshot_hits are hits inside a block (0 in kvcm).
+     * unaligned_snapshot_hits are hits inside a block (the state of a partial
+     * block published at close).
      */
     int64_t unaligned_snapshot_hits;
 };

@@ -3,8 +3,8 @@ file) by cause: passed; failed or errored because the test reads
 KVCacheManagerV2's internals (KVCM2InternalError of the shim); because the
 only FakeEngine at hand (fake_engine.py at 4097b14) predates the test file;
 because a capability is still missing (the capability kvcm's UnsupportedError
-names); because kvcm differs on purpose (docs/trtllm.md, "What differs on
-purpose"); other failures (kvcm behaving differently: bugs to fix or
+names); because of a known difference (KVCacheManagerV2's partial-coverage
+pages); other failures (kvcm behaving differently: bugs to fix or
 differences to decide); skipped, by the skip reason.
 
 usage: python3 scripts/trtllm/report.py junit.xml
@@ -37,10 +37,6 @@ NAMED_CAUSES = [
     # Its FakeEngine sizes a token by the manager's tokens_per_block, not the
     # buffer's tokens_per_block_override.
     ("harness: fake_engine.py predates the test file", r"TestHeteroTokensPerBlock\."),
-    ("on purpose: SSM snapshots at block boundaries only",
-     r"test_ssm_partial_snapshot|test_ssm_snapshot_iteration_stats_2_unaligned|"
-     r"test_num_reusable_tokens_before_hybrid_pruning|test_reuse_match_reports_content_divergence|"
-     r"test_commit_min_snapshot_requires_history_alignment"),
     ("differs: commit_min_snapshot partial-coverage pages of sliding windows",
      r"TestPartialCoverageReuse\."),
 ]

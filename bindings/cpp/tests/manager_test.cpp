@@ -349,6 +349,79 @@ TEST_F(ManagerTest, PersistentDiskTierIsReusedByTheNextManager)
     }
 }
 
+// A persistent disk tier keeps the blocks' multimodal digest tokens: the
+// next manager on the directory reuses an image prompt's blocks for the same
+// item, and only the text block before it for another.
+TEST_F(ManagerTest, PersistentDiskTierKeepsDigestKeyedBlocks)
+{
+    TempDir dir;
+    auto const cfg = persistentConfig(dir.path());
+    std::vector<kvcm::Token> const prompt{1, 2, 3, 4, 0, 1001, 1002, 1003, 9, 10, 11, 12};
+    kvcm::DigestTokens img, other;
+    img.add(4, kvcm::Digest{1, 2, 3});
+    other.add(4, kvcm::Digest{9});
+    {
+        kvcm::KVCacheManager m(cfg);
+        auto stream = m.createStream();
+        {
+            auto c = m.createKVCache(prompt, img);
+            c.resume(stream);
+            c.resize(12, 12);
+            c.commit(prompt, img);
+        }
+        for (kvcm::Token i = 1; i < 8; ++i) // 4 GPU pages: the image prompt's blocks go to disk
+        {
+            auto const t = tokenRange(100 * i, 8);
+            auto c = m.createKVCache(t);
+            c.resume(stream);
+            c.resize(8, 8);
+            c.commit(t, false);
+        }
+        stream.synchronize();
+    }
+    kvcm::KVCacheManager m(cfg);
+    EXPECT_EQ(m.probeReuse(prompt, img), 12);
+    EXPECT_EQ(m.probeReuse(prompt, other), 4);
+    auto c = m.createKVCache(prompt, img);
+    EXPECT_EQ(c.reusedTokens(), 12);
+    EXPECT_EQ(c.committedDigests().positions, img.positions);
+}
+
+// With partial reuse, a match ending in a partial block is usable where
+// every layer group has the pages it needs at that endpoint: a window that
+// moved on over the partial tokens needs no page of a block it left, though
+// that page is missing at the block boundary (TensorRT-LLM's rewind
+// endpoint).
+TEST_F(ManagerTest, PartialMatchIsCheckedAtItsEndpoint)
+{
+    auto cfg = smallConfig(64 << 10);
+    cfg.enablePartialReuse = true;
+    cfg.layers[1].slidingWindowSize = 2;
+    kvcm::KVCacheManager m(cfg);
+    auto stream = m.createStream();
+    auto const longer = tokenRange(0, 20);
+    {
+        auto a = m.createKVCache(longer);
+        a.resume(stream);
+        ASSERT_TRUE(a.resize(20, 20)); // history 20 at once: no window page of blocks 0-3
+        a.commit(longer, false);
+    }
+    std::vector<kvcm::Token> const base(longer.begin(), longer.begin() + 10);
+    {
+        auto b = m.createKVCache(base);
+        EXPECT_EQ(b.reusedTokens(), 0) << "at 8 tokens the window needs block 1's missing page";
+        b.resume(stream);
+        ASSERT_TRUE(b.resize(10, 10));
+        b.commit(base, false);
+    }
+    auto rewind = base;
+    rewind.push_back(99);
+    EXPECT_EQ(m.probeReuse(rewind), 10);
+    auto c = m.createKVCache(rewind);
+    EXPECT_EQ(c.reusedTokens(), 10);
+    c.resume(stream);
+}
+
 // A second live manager on a persistent disk tier's directory is refused with
 // KVCM_ERR_INVALID_STATE; once the first is destroyed, it starts.
 TEST_F(ManagerTest, SecondManagerOnPersistentDirIsRefused)
@@ -768,7 +841,14 @@ TEST_F(ManagerTest, BeamSearchKeepsEveryBeamsKv)
             EXPECT_NE(idx[2], c.basePageIndices(0)[2]) << "beam " << k << " has its own diverging block";
         }
         EXPECT_EQ(writer.verify(c, hyps[k], 0, 10, k).mismatches, 0) << "beam " << k;
+        // The caller-buffer form writes the same indices, and refuses a
+        // buffer too small for them.
+        int32_t buf[8] = {};
+        ASSERT_EQ(c.basePageIndices(0, k, buf, 8), idx.size()) << "beam " << k;
+        EXPECT_EQ(std::vector<int32_t>(buf, buf + idx.size()), idx) << "beam " << k;
+        EXPECT_KVCM_ERROR(c.basePageIndices(0, k, buf, idx.size() - 1), kvcm::StatusCode::kBufferTooSmall);
     }
+    EXPECT_KVCM_ERROR(c.basePageIndices(0, 3, static_cast<int32_t*>(nullptr), 0), kvcm::StatusCode::kInvalidArgument);
     // Two decode steps, a token of its own in every beam.
     for (int64_t pos = 10; pos < 12; ++pos)
     {

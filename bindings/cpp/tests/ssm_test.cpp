@@ -1,6 +1,7 @@
 // SSM layers: one state per request in a layer group of its own, snapshots
-// where a commit ends on a block boundary, reuse ending at the last
-// snapshot, the snapshot lookup statistics and the SSM slot cap.
+// where a commit ends on a block boundary and at a partial last block
+// published at close, reuse ending at the last snapshot, the snapshot lookup
+// statistics and the SSM slot cap.
 #include "test_support.hpp"
 
 using namespace kvcm_test;
@@ -85,6 +86,78 @@ TEST_F(SsmTest, StateSnapshotReuseAndStats)
     EXPECT_EQ(got[0].aligned_snapshot_hits, 1);
     EXPECT_EQ(got[0].unaligned_snapshot_hits, 0);
     EXPECT_TRUE(m.getAndResetSsmSnapshotIterationStats().empty());
+}
+
+// A cache closing with its commits ending mid-block publishes that block
+// with the SSM state at its end: a prompt holding the whole block reuses up
+// to there (an unaligned hit), KV and state byte for byte; one ending inside
+// it falls back to the last full block with a snapshot.
+TEST_F(SsmTest, PartialBlockIsPublishedWithItsStateAtClose)
+{
+    auto cfg = ssmConfig();
+    cfg.enablePartialReuse = true;
+    kvcm::KVCacheManager m(cfg);
+    auto stream = m.createStream();
+    KvWriter writer(m, cfg, stream, /*seed=*/5);
+    auto const prompt = tokenRange(0, 16);
+    {
+        kvcm::KVCache a = m.createKVCache(prompt);
+        a.resume(stream);
+        ASSERT_TRUE(a.resize(10, 0));
+        writer.write(a, prompt, 0, 8);
+        a.commit(prompt.data(), 8);
+        writer.write(a, prompt, 8, 10);
+        a.commit(prompt.data() + 8, 2);
+    }
+    (void)m.getAndResetSsmSnapshotIterationStats();
+    auto fork = tokenRange(0, 9);
+    fork.push_back(99);
+    EXPECT_EQ(m.probeReuse(fork), 8) << "the state is at 10, not 9";
+    {
+        kvcm::KVCache b = m.createKVCache(std::vector<kvcm::Token>(prompt.begin(), prompt.begin() + 14));
+        EXPECT_EQ(b.reusedTokens(), 10);
+        b.resume(stream);
+        EXPECT_EQ(writer.verify(b, prompt, 0, 10).mismatches, 0);
+        EXPECT_EQ(writer.verifyState(b, prompt, 10).mismatches, 0);
+    }
+    auto got = m.getAndResetSsmSnapshotIterationStats();
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].snapshot_hits, 1);
+    EXPECT_EQ(got[0].reused_tokens, 10);
+    EXPECT_EQ(got[0].aligned_snapshot_hits, 0);
+    EXPECT_EQ(got[0].unaligned_snapshot_hits, 1);
+}
+
+// While live states hold every GPU SSM slot, a block-boundary snapshot is
+// taken on the host level; a later prompt resumes from it, KV and state byte
+// for byte.
+TEST_F(SsmTest, SnapshotWithoutAGpuSlotIsTakenOnTheHost)
+{
+    auto cfg = ssmConfig();
+    cfg.cacheTiers.push_back(kvcm::HostCacheTierConfig(64 << 10));
+    cfg.maxSsmSlots = 2;
+    kvcm::KVCacheManager m(cfg);
+    auto stream = m.createStream();
+    KvWriter writer(m, cfg, stream, /*seed=*/6);
+    auto const prompt = tokenRange(0, 16);
+    {
+        kvcm::KVCache holder = m.createKVCache(tokenRange(500, 2));
+        holder.resume(stream); // one GPU SSM slot
+        kvcm::KVCache a = m.createKVCache(prompt);
+        a.resume(stream); // the other
+        ASSERT_TRUE(a.resize(8, 0));
+        writer.write(a, prompt, 0, 8);
+        a.commit(prompt.data(), 8);
+        auto const host = m.storageStats(1);
+        ASSERT_EQ(host.size(), 2u);
+        EXPECT_EQ(host[1].total - host[1].free, 1) << "the snapshot is on the host level";
+    }
+    EXPECT_EQ(m.probeReuse(std::vector<kvcm::Token>(prompt.begin(), prompt.begin() + 12)), 8);
+    kvcm::KVCache b = m.createKVCache(std::vector<kvcm::Token>(prompt.begin(), prompt.begin() + 12));
+    EXPECT_EQ(b.reusedTokens(), 8);
+    b.resume(stream);
+    EXPECT_EQ(writer.verify(b, prompt, 0, 8).mismatches, 0);
+    EXPECT_EQ(writer.verifyState(b, prompt, 8).mismatches, 0);
 }
 
 // maxSsmSlots caps the SSM pool group's GPU slots.

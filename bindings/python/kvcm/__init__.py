@@ -153,6 +153,7 @@ from .errors import (
     PoisonedError,
     ResumeRefusedError,
     ScratchInUseError,
+    SsmCommitOffHistoryError,
     SsmNeedsSnapshotError,
     StorageIOError,
     UnsupportedError,
@@ -236,7 +237,7 @@ __all__ = [
     "abi_version", "is_poisoned", "library_path", "live_handle_count", "version",
     # errors
     "KVCacheError", "InvalidArgumentError", "InvalidHandleError", "InvalidStateError", "ScratchInUseError",
-    "SsmNeedsSnapshotError",
+    "SsmNeedsSnapshotError", "SsmCommitOffHistoryError",
     "OutOfMemoryError", "OutOfPagesError", "ResumeRefusedError", "InvalidConfigError", "CodecRejectedError",
     "DataLostError", "BufferTooSmallError", "ManagerClosedError", "CuError", "DeviceError", "UnsupportedError",
     "CorruptedError", "InternalError", "PoisonedError", "CodecFailedError", "StorageIOError", "ClosedError",

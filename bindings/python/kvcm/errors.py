@@ -18,6 +18,7 @@ __all__ = [
     "InvalidStateError",
     "ScratchInUseError",
     "SsmNeedsSnapshotError",
+    "SsmCommitOffHistoryError",
     "OutOfMemoryError",
     "OutOfPagesError",
     "ResumeRefusedError",
@@ -111,6 +112,16 @@ class SsmNeedsSnapshotError(InvalidConfigError, AssertionError):
     """A :class:`~kvcm.KVCacheManagerConfig` has SSM layers without
     ``commit_min_snapshot``: an InvalidConfigError naming that field, and an
     ``AssertionError`` as KVCacheManagerV2's config constructor reports it."""
+
+
+class SsmCommitOffHistoryError(InvalidArgumentError, AssertionError):
+    """With SSM layers a commit neither starts nor ends at the history
+    length (the one SSM state is the history's): an InvalidArgumentError
+    naming ``tokens``, and an ``AssertionError`` as KVCacheManagerV2 reports
+    it. The commit changed nothing."""
+
+    # The library's message for this rule (core's Commit).
+    RULE = "with SSM layers a commit starts or ends at the history length"
 
 
 class CodecRejectedError(KVCacheError):

@@ -41,6 +41,7 @@ from .scratch import PlannedDropHandle, ScratchDesc
 from .errors import (
     BufferTooSmallError,
     InvalidArgumentError,
+    SsmCommitOffHistoryError,
     InvalidStateError,
     ScratchInUseError,
     KVCacheError,
@@ -1966,7 +1967,11 @@ class _KVCache(Managed):
         gets a copy of it), then the tokens, converged and in beam 0, are
         committed. A block they complete is published once, from beam 0, and
         every beam reads beam 0's page of it from then on. None keeps the
-        beams. On error nothing changes."""
+        beams. With SSM layers a commit must start or end at the history
+        length (the SSM state is the history's), else it raises
+        SsmCommitOffHistoryError (an InvalidArgumentError and, as
+        KVCacheManagerV2 reports it, an AssertionError). On error nothing
+        changes."""
         if beam_search_indices is None and self._priority_cb is None:
             # The decode step's path: text tokens, no beams, no callback to
             # re-raise from; anything else (digest tokens too) takes the
@@ -1976,8 +1981,13 @@ class _KVCache(Managed):
             except TypeError:
                 pass
             else:
-                _cache_commit(self._resource if self._state == "open" else self._native(), toks, n,
-                              is_end if is_end.__class__ is bool else bool(is_end))
+                try:
+                    _cache_commit(self._resource if self._state == "open" else self._native(), toks, n,
+                                  is_end if is_end.__class__ is bool else bool(is_end))
+                except InvalidArgumentError as err:
+                    if SsmCommitOffHistoryError.RULE in err.message:
+                        raise SsmCommitOffHistoryError(err.message, err.code) from None
+                    raise
                 del keep
                 if self._bufs or self._views:
                     self._refresh_indices()
@@ -2003,17 +2013,22 @@ class _KVCache(Managed):
 
             def call() -> None:
                 _cache_commit_beams(h, toks, n, idx, num_idx, bool(is_end))
-        if self._priority_cb is None:
-            call()
-        else:
-            # An exception the priority callback raised fails the commit
-            # (which then changes nothing) and is re-raised here.
-            try:
+        try:
+            if self._priority_cb is None:
                 call()
-            except KVCacheError as err:
-                self._stash.reraise(err)
-                raise
-            self._stash.reraise()
+            else:
+                # An exception the priority callback raised fails the commit
+                # (which then changes nothing) and is re-raised here.
+                try:
+                    call()
+                except KVCacheError as err:
+                    self._stash.reraise(err)
+                    raise
+                self._stash.reraise()
+        except InvalidArgumentError as err:
+            if SsmCommitOffHistoryError.RULE in err.message:
+                raise SsmCommitOffHistoryError(err.message, err.code) from None
+            raise
         if self._bufs or self._views:
             self._refresh_indices()  # beams reordered, or a sliding window let pages go
 

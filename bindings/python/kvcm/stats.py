@@ -84,8 +84,8 @@ class SsmSnapshotIterationStatsDelta(_Counters):
     """The SSM layer group's snapshot lookups over an iteration (see
     ``KVCacheManager.get_and_reset_ssm_snapshot_iteration_stats``): one
     lookup per cache created with input tokens, a hit when it reused a
-    snapshot; aligned hits end on a block boundary (kvcm snapshots there
-    only, so unaligned hits stay 0)."""
+    snapshot; aligned hits end on a block boundary, unaligned ones resumed
+    from the state of a partial block published at close."""
 
     iter_snapshot_lookups: int = 0
     iter_snapshot_hits: int = 0

@@ -176,3 +176,31 @@ def test_events_report_digest_tokens_mm_keys_and_no_v1_hash():
         assert [b.block_hash for b in blocks[1:]] == keys[1:], "no v1 hash past a digest: kvcm's key"
     with pytest.raises(ValueError, match="mm_token_id_offset"):
         KVCacheEventManager(10, mm_token_id_offset=-1)
+
+
+def test_a_restarted_persistent_disk_tier_reuses_digest_keyed_blocks(tmp_path, backend):
+    """A persistent disk tier keeps the blocks' digest tokens: the next
+    manager on the directory reuses an image prompt's blocks for the same
+    item, only the text block before it for another."""
+    from kvcm import AttentionLayerConfig, BufferConfig, DiskCacheTierConfig, GpuCacheTierConfig
+
+    def config():
+        layers = [AttentionLayerConfig(0, [BufferConfig("key", 64), BufferConfig("value", 64)])]
+        tiers = [GpuCacheTierConfig(4 * 128), DiskCacheTierConfig(32 * 128, str(tmp_path), persistent=True)]
+        return small_config(tiers=tiers, layers=layers)
+
+    prompt = image_prompt(IMG)
+    with KVCacheManager(config(), device="emu") as m:
+        s = m.create_stream()
+        for p in [prompt] + [list(range(100 * i, 100 * i + 8)) for i in range(1, 5)]:
+            with m.create_kv_cache(ReuseScope(), p) as c:  # 4 GPU pages: the image prompt goes to disk
+                c.resume(s)
+                prefill(c, p)
+        s.synchronize()
+    with KVCacheManager(config(), device="emu") as m:
+        assert m.probe_reuse(ReuseScope(), image_prompt(IMG)) == 12
+        assert m.probe_reuse(ReuseScope(), image_prompt(OTHER)) == 4
+        with m.create_kv_cache(ReuseScope(), prompt) as c:
+            assert c.num_committed_tokens == 12
+            assert c.resume(m.create_stream())
+            assert c.committed_tokens == [1, 2, 3, 4, IMG, 1001, 1002, 1003, 9, 10, 11, 12]

@@ -1,12 +1,13 @@
 """SSM layers (KVCacheManagerV2's SsmLayerConfig): one fixed-size state per
 request in a layer group of its own, snapshots where a commit ends on a
-block boundary, reuse that ends at the last snapshot, and the snapshot
-lookup statistics."""
+block boundary and at a partial last block published at close, reuse that
+ends at the last snapshot, and the snapshot lookup statistics."""
 
 from __future__ import annotations
 
 import pytest
 from conftest import small_config
+from engine import FakeEngine
 
 import kvcm
 from kvcm import (
@@ -16,6 +17,7 @@ from kvcm import (
     InvalidArgumentError,
     InvalidConfigError,
     KVCacheManager,
+    SsmCommitOffHistoryError,
     SsmLayerConfig,
     SsmSnapshotIterationStatsDelta,
 )
@@ -190,3 +192,80 @@ def test_ssm_buffers_take_no_tokens_per_block_override():
     with pytest.raises(InvalidConfigError, match="SSM") as e:
         KVCacheManager(small_config(layers=layers, commit_min_snapshot=True), device="emu")
     assert e.value.field == "layers[1].buffers[0].tokens_per_block_override"
+
+
+def test_a_partial_block_is_published_with_its_state_at_close(backend):
+    """A cache closing with its commits ending mid-block publishes that block
+    with the SSM state at its end: a prompt holding the whole block reuses up
+    to there (an unaligned hit) from that state, KV and state byte for byte;
+    without partial reuse only a prompt ending with it does."""
+    tokens = list(range(16))
+    for partial in (True, False):
+        cfg = ssm_config(enable_partial_reuse=partial)
+        with KVCacheManager(cfg, device="emu") as m:
+            eng = FakeEngine(m, cfg, seed=3)
+            s = m.create_stream()
+            with m.create_kv_cache(None, tokens) as a:
+                assert a.resume(s)
+                assert a.resize(10, 0)
+                eng.write(a, tokens, 0, 10)
+                a.commit(tokens[:10])
+            m.get_and_reset_ssm_snapshot_iteration_stats()
+            assert m.probe_reuse(None, tokens[:14]) == (10 if partial else 0)
+            assert m.probe_reuse(None, tokens[:9] + [99]) == 0, "the state is at 10, not 9"
+            prompt = tokens[:14] if partial else tokens[:10]
+            with m.create_kv_cache(None, prompt) as b:
+                assert b.num_committed_tokens == 10
+                assert b.resume(s)
+                eng.verify(b, tokens, 0, 10)
+                eng.verify_state(b, tokens, 10)
+            assert m.get_and_reset_ssm_snapshot_iteration_stats() == {
+                1: SsmSnapshotIterationStatsDelta(1, 1, 0, 10, len(prompt) - 10, 0, 1)}
+            eng.close()
+
+
+def test_a_commit_off_the_history_raises_an_assertion_error(backend):
+    """With SSM layers a commit that neither starts nor ends at the history
+    length raises SsmCommitOffHistoryError, an InvalidArgumentError naming
+    tokens and, as KVCacheManagerV2 reports it, an AssertionError; it
+    changes nothing."""
+    tokens = list(range(16))
+    with KVCacheManager(ssm_config(), device="emu") as m:
+        with m.create_kv_cache(None, tokens) as c:
+            assert c.resume(m.create_stream())
+            assert c.resize(12, 10)
+            with pytest.raises(AssertionError):
+                c.commit(tokens[:8])
+            with pytest.raises(InvalidArgumentError, match="tokens: ") as e:
+                c.commit(tokens[:8])
+            assert isinstance(e.value, SsmCommitOffHistoryError)
+            assert c.num_committed_tokens == 0
+            c.commit(tokens[:10])
+            assert c.num_committed_tokens == 10
+
+
+def test_a_snapshot_without_a_gpu_slot_is_taken_on_the_host(backend):
+    """While live states hold every GPU SSM slot, a block-boundary snapshot
+    is taken on the host level; a later prompt resumes from it, KV and state
+    byte for byte."""
+    cfg = ssm_config(gpu_quota=64 * 1024, host_quota=64 * 1024, max_ssm_slots=2)
+    tokens = list(range(16))
+    with KVCacheManager(cfg, device="emu") as m:
+        eng = FakeEngine(m, cfg, seed=4)
+        s = m.create_stream()
+        with m.create_kv_cache(None, [500, 501]) as holder:
+            assert holder.resume(s)  # one GPU SSM slot
+            with m.create_kv_cache(None, tokens) as a:
+                assert a.resume(s)  # the other
+                assert a.resize(8, 0)
+                eng.write(a, tokens, 0, 8)
+                a.commit(tokens[:8])
+            host = m.get_storage_stats(1)
+            assert host[1].total - host[1].free == 1, "the snapshot is on the host level"
+        assert m.probe_reuse(None, tokens[:12]) == 8
+        with m.create_kv_cache(None, tokens[:12]) as b:
+            assert b.num_committed_tokens == 8
+            assert b.resume(s)
+            eng.verify(b, tokens, 0, 8)
+            eng.verify_state(b, tokens, 8)
+        eng.close()

@@ -246,3 +246,28 @@ def test_a_stream_object_with_cuda_stream_is_its_handle(manager):
         c.capacity = 4
         c.cuda_stream = TorchLikeStream()
         c.commit(PROMPT[:4])
+
+
+def test_a_partial_match_is_checked_at_its_endpoint(backend):
+    """With partial reuse, a match ending in a partial block is usable where
+    every layer group has the pages it needs at that endpoint: the sliding
+    window that moved on over the partial tokens needs no page of a block it
+    left, though that page is missing at the block boundary
+    (TestPartialCoverageReuse's rewind endpoint)."""
+    with KVCacheManager(small_config(enable_partial_reuse=True), device="emu") as m:
+        s = m.create_stream()
+        long = list(range(500, 524))
+        with m.create_kv_cache(None, long) as a:  # history 24 at once: no window page of blocks 0-3
+            assert a.resume(s)
+            assert a.resize(24, 24)
+            a.commit(long)
+        base = long[:11]
+        with m.create_kv_cache(None, base) as b:
+            assert b.num_committed_tokens == 0, "at 8 tokens the window needs block 0's missing page"
+            assert b.resume(s)
+            assert b.resize(11, 11)
+            b.commit(base)
+        assert m.probe_reuse(None, base + [99]) == 11
+        with m.create_kv_cache(None, base + [99]) as c:
+            assert c.num_committed_tokens == 11
+            assert c.resume(s)

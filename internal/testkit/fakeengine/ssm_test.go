@@ -92,3 +92,36 @@ func TestSsmInterleavedScenario(t *testing.T) {
 		window: 48, maxDelay: 20 * time.Microsecond, tweak: withSsm(6), engine: fakeengine.Options{ChunkTokens: 32}},
 		workload: base, inFlight: 4})
 }
+
+// While live states hold every GPU SSM slot, a request's snapshots are taken
+// on the host level (KVCacheManagerV2 tries every level): a later request
+// through the prefix resumes from one, and its state and KV verify byte for
+// byte.
+func TestSsmSnapshotsTakenOnTheHostVerify(t *testing.T) {
+	r := newRig(t, setup{slots: 24, hostSlots: 16, noSlidingLyr: true, tweak: withSsm(2),
+		engine: fakeengine.Options{ChunkTokens: 32}})
+	ssm := r.lgOf(3)
+	rng := rand.New(rand.NewPCG(55, 56))
+	a := randTokens(rng, 96)
+	holder, err := r.e.Start(fakeengine.Request{Prompt: randTokens(rng, 8), OutputLen: 1})
+	require.NoError(t, err)
+	_, err = holder.Resume(r.stream()) // its state takes one of the two GPU SSM slots
+	require.NoError(t, err)
+	res, err := r.e.Serve(r.stream(), fakeengine.Request{Prompt: a, OutputLen: 2}) // the other: a's state
+	require.NoError(t, err)
+	require.Zero(t, res.Final.Mismatches, "first: %v", res.Final.First)
+	require.NoError(t, holder.Close())
+	st, err := r.m.StorageStats(1)
+	require.NoError(t, err)
+	require.Positive(t, st[ssm].Total-st[ssm].Free, "a's snapshots are on the host level")
+	r.m.GetAndResetSsmSnapshotIterationStats()
+
+	res, err = r.e.Serve(r.stream(), fakeengine.Request{Prompt: concat(a[:80], []config.Token{7}), OutputLen: 2})
+	require.NoError(t, err)
+	require.Equal(t, 64, res.Reused, "the last snapshot within the prompt: the chunk ending at 64")
+	assert.Zero(t, res.Verified.Mismatches, "first: %v", res.Verified.First)
+	assert.Equal(t, int64(4+1), res.Verified.PagesVerified, "4 blocks and the SSM state")
+	assert.Zero(t, res.Final.Mismatches, "first: %v", res.Final.First)
+	assert.Equal(t, int64(1), r.m.GetAndResetSsmSnapshotIterationStats()[ssm].Hits)
+	r.requireDrained()
+}

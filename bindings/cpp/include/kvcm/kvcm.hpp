@@ -1757,10 +1757,25 @@ public:
         detail::check(::kvcm_kv_cache_get_base_page_indices(mHandle, layerGroup, out, capacity, &needed));
         return needed;
     }
+    // basePageIndices(layerGroup, out, capacity) for one beam (in [0,
+    // beamWidth()); kDefaultBeamIndex: beam 0): writes the beam's indices
+    // into a caller buffer and returns their count; throws
+    // Error(kBufferTooSmall) when capacity is less than the count, and
+    // Error(kInvalidArgument) for a beam out of range.
+    size_t basePageIndices(LayerGroupId layerGroup, int32_t beam, int32_t* out, size_t capacity) const
+    {
+        size_t needed = 0;
+        detail::check(::kvcm_kv_cache_get_beam_base_page_indices(mHandle, layerGroup, beam, out, capacity, &needed));
+        return needed;
+    }
 #ifdef KVCM_HAS_SPAN
     size_t basePageIndices(LayerGroupId layerGroup, std::span<int32_t> out) const
     {
         return basePageIndices(layerGroup, out.data(), out.size());
+    }
+    size_t basePageIndices(LayerGroupId layerGroup, int32_t beam, std::span<int32_t> out) const
+    {
+        return basePageIndices(layerGroup, beam, out.data(), out.size());
     }
 #endif
 
