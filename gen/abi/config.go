@@ -180,7 +180,8 @@ type ManagerConfig struct {
 	// EnableStats enables statistics collection.
 	EnableStats bool
 	// InitialPoolRatio is one hot-tier byte ratio per layer group, in layer
-	// group order (NULL when unused; non-NULL with length 0 is invalid). When empty, typical_step decides; else
+	// group order (NULL when unused; non-NULL with length 0 is invalid): positive values
+	// summing to 1.0 (within 1e-6). When empty, typical_step decides; else
 	// constraints; else every layer group gets the same number of slots.
 	InitialPoolRatio spec.In[float64] `len:"NumInitialPoolRatio" nullable:"true" own:"borrowed"`
 	// NumInitialPoolRatio is the length of initial_pool_ratio.

@@ -1538,7 +1538,8 @@ struct kvcm_manager_config {
     bool enable_stats;
     /**
      * [borrowed, nullable, array of num_initial_pool_ratio] initial_pool_ratio is one hot-tier byte ratio per layer group, in layer
-     * group order (NULL when unused; non-NULL with length 0 is invalid). When empty, typical_step decides; else
+     * group order (NULL when unused; non-NULL with length 0 is invalid): positive values
+     * summing to 1.0 (within 1e-6). When empty, typical_step decides; else
      * constraints; else every layer group gets the same number of slots.
      */
     const double* initial_pool_ratio;

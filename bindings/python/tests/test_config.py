@@ -172,7 +172,7 @@ def test_valid_config_with_every_tier(tmp_path):
     cfg = small_config(
         tiers=[GpuCacheTierConfig(64 << 10, max_quota=128 << 10), HostCacheTierConfig(64 << 10),
                DiskCacheTierConfig(64 << 10, str(tmp_path))],
-        initial_pool_ratio=[3.0, 1.0],
+        initial_pool_ratio=[0.75, 0.25],
         constraints=[BatchDesc([RequestDesc(16, 8)])],
         enable_partial_reuse=True,
         enable_stats=True,

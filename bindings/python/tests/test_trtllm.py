@@ -87,18 +87,21 @@ def test_model_coverage_names_refuse_naming_the_capability(use):
 
 def test_initial_pool_ratio_empty_or_wrong_length_is_a_value_error():
     """As in KVCM2: an empty list, a list of the wrong length, a value not
-    positive and a max_util_for_resume out of (0, 1] raise ValueError
-    (InvalidConfigError) with KVCM2's wording."""
+    positive, ratios not summing to 1.0 and a max_util_for_resume out of
+    (0, 1] raise ValueError (InvalidConfigError) with KVCM2's wording."""
     for ratio in ([], [1.0], [1.0, 1.0, 1.0]):
         with pytest.raises(ValueError, match="initial_pool_ratio length"):
             KVCacheManager(small_config(initial_pool_ratio=ratio), device="emu")
     for ratio in ([0.0, 1.0], [-0.1, 1.1]):
         with pytest.raises(ValueError, match="initial_pool_ratio values must be positive"):
             KVCacheManager(small_config(initial_pool_ratio=ratio), device="emu")
+    for ratio in ([0.4, 0.5], [1.0, 1.0]):
+        with pytest.raises(ValueError, match="initial_pool_ratio values must sum to 1.0"):
+            KVCacheManager(small_config(initial_pool_ratio=ratio), device="emu")
     for util in (0.0, -0.1, 1.1, float("nan")):
         with pytest.raises(ValueError, match="max_util_for_resume must be in"):
             KVCacheManager(small_config(max_util_for_resume=util), device="emu")
-    with KVCacheManager(small_config(initial_pool_ratio=[1.0, 1.0]), device="emu"):
+    with KVCacheManager(small_config(initial_pool_ratio=[0.5, 0.5]), device="emu"):
         pass
 
 

@@ -700,8 +700,8 @@ struct KVCacheManagerConfig
     double maxUtilForResume = 0.97;
     bool enablePartialReuse = false;
     bool enableStats = false;
-    // One hot-tier byte ratio per layer group (empty: typicalStep decides,
-    // else constraints, else equal slot counts).
+    // One hot-tier byte ratio per layer group, positive and summing to 1.0
+    // (empty: typicalStep decides, else constraints, else equal slot counts).
     std::vector<double> initialPoolRatio;
     std::optional<BatchDesc> typicalStep;
     std::vector<BatchDesc> constraints;
