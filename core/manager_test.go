@@ -525,10 +525,36 @@ func TestConstraintFloorsOnHotLevel(t *testing.T) {
 	require.Len(t, st, 2)
 	assert.GreaterOrEqual(t, st[1].Total, int64(16), "the floor (64 tokens = 16 blocks) beats the 1%% ratio")
 
-	cfg.Constraints[0].Requests[0].Capacity = 1 << 20
-	_, err = NewManager(cfg)
-	require.ErrorIs(t, err, ErrInvalidConfig)
-	assert.Contains(t, err.Error(), "cache_tiers[0].quota")
+	// A constraint beyond the quota raises the quota to the floors, as in
+	// KVCacheManagerV2: 4096 tokens are 1024 blocks a layer group, with room
+	// for the resume gate (0.97).
+	cfg.Constraints[0].Requests[0].Capacity = 4096
+	f = newFixture(t, cfg)
+	st, err = f.m.StorageStats(layout.GPULevel)
+	require.NoError(t, err)
+	floor := int64(math.Ceil(1024 / config.DefaultMaxUtilForResume))
+	assert.Equal(t, []int64{floor, floor}, []int64{st[0].Total, st[1].Total}, "both groups at their floors")
+	q, err := f.m.Quota(layout.GPULevel)
+	require.NoError(t, err)
+	assert.Equal(t, floor*128+floor*32, q, "the level's quota is what its pools take")
+}
+
+// The hot level gets at least a window's worth of slots per layer group
+// (KVCacheManagerV2's structural floor: sinks + (window + tpb - 2) / tpb + 1
+// for a sliding window, the largest of those for full attention), raising a
+// quota below that.
+func TestStructuralFloorsRaiseTheQuota(t *testing.T) {
+	cfg := smallConfig(1) // two 128-byte layer groups, a quota of 2 slots
+	cfg.Layers[1].SlidingWindowSize = 2 * tpb
+	f := newFixture(t, cfg)
+	st, err := f.m.StorageStats(layout.GPULevel)
+	require.NoError(t, err)
+	require.Len(t, st, 1)
+	floor := int64((2*tpb+tpb-2)/tpb + 1)
+	assert.Equal(t, 2*floor, st[0].Total, "a window's floor for each layer group")
+	q, err := f.m.Quota(layout.GPULevel)
+	require.NoError(t, err)
+	assert.Equal(t, 2*floor*128, q)
 }
 
 func TestBadConfigurationsNameTheField(t *testing.T) {

@@ -270,7 +270,11 @@ type Config struct {
 	InitialPoolRatio []float64
 	TypicalStep      *BatchDesc
 	// Constraints are batches the GPU tier must always be able to hold; they
-	// set floors on hot slot counts and never affect cold tiers.
+	// set floors on hot slot counts (with room for MaxUtilForResume), next
+	// to each layer group's structural floor of a window's worth of slots,
+	// and never affect cold tiers. As in KVCacheManagerV2, a GPU quota
+	// below the floors is raised to them (the level's quota is then what
+	// its pools take).
 	Constraints []BatchDesc
 	// EnableStats is carried for KVCacheManagerV2 parity: kvcm always
 	// counts its statistics (the bindings default it to true).

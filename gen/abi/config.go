@@ -188,7 +188,10 @@ type ManagerConfig struct {
 	NumInitialPoolRatio spec.Size
 	// TypicalStep is a typical batch step (NULL when unused).
 	TypicalStep spec.In[BatchDesc] `nullable:"true" own:"borrowed"`
-	// Constraints are batches the GPU tier must always be able to hold.
+	// Constraints are batches the GPU tier must always be able to hold:
+	// floors on the hot slot counts (with room for max_util_for_resume),
+	// next to each layer group's floor of a window's worth of slots; a GPU
+	// quota below the floors is raised to them, as in KVCacheManagerV2.
 	Constraints spec.In[BatchDesc] `len:"NumConstraints" nullable:"true" own:"borrowed"`
 	// NumConstraints is the length of constraints.
 	NumConstraints spec.Size

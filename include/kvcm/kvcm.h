@@ -1552,7 +1552,10 @@ struct kvcm_manager_config {
      */
     const kvcm_batch_desc* typical_step;
     /**
-     * [borrowed, nullable, array of num_constraints] constraints are batches the GPU tier must always be able to hold.
+     * [borrowed, nullable, array of num_constraints] constraints are batches the GPU tier must always be able to hold:
+     * floors on the hot slot counts (with room for max_util_for_resume),
+     * next to each layer group's floor of a window's worth of slots; a GPU
+     * quota below the floors is raised to them, as in KVCacheManagerV2.
      */
     const kvcm_batch_desc* constraints;
     /**
