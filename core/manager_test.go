@@ -184,8 +184,8 @@ func TestCommitAdvancingHistoryReleasesOutOfWindowPagesAfterPublishing(t *testin
 	assert.Equal(t, 16, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 16)))
 }
 
-// The priority callback is asked once per layer group of every committed
-// block (each layer group's page keeps its own priority).
+// The priority callback is asked once per layer group of every block, as
+// its pages are allocated (each layer group's page keeps its own priority).
 func TestPriorityCallbackIsAskedPerLayerGroup(t *testing.T) {
 	cfg := smallConfig(64)
 	cfg.Layers[1].SlidingWindowSize = 8
@@ -866,29 +866,31 @@ func TestResizeBeyondTheLevelFailsPromptly(t *testing.T) {
 	}
 }
 
-// A priority callback that panics during Commit leaves the cache as it was:
-// no token is committed, and a retried Commit publishes every block.
+// A priority callback that panics during Commit (for a block whose page was
+// not allocated by Resize: a partial-reuse copy) leaves the cache as it was:
+// no token is committed, and a retried Commit publishes the block.
 func TestPanickingPriorityCallbackCommitsNothing(t *testing.T) {
-	f := newFixture(t, smallConfig(16))
-	calls := 0
-	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 8), Priority: func(int, layout.LayerGroupID) int {
-		calls++
-		if calls == 1 {
+	cfg := smallConfig(16)
+	cfg.EnablePartialReuse = true
+	f := newFixture(t, cfg)
+	f.serve(blockhash.Scope{}, seq(0, 6)) // publishes the partial block of 6 tokens at close
+	fail := true
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 7), Priority: func(int, layout.LayerGroupID) int {
+		if fail {
 			panic("priority callback bug")
 		}
 		return 50
 	}})
 	require.NoError(t, err)
+	require.Equal(t, 6, c.NumCommittedTokens(), "a partial-reuse copy of 6 tokens")
 	require.NoError(t, c.Resume(f.stream))
-	require.NoError(t, c.Resize(8, 8))
-	func() {
-		defer func() { _ = recover() }()
-		_ = c.Commit(seq(0, 8), false)
-	}()
-	assert.Equal(t, 0, c.NumCommittedTokens(), "the panicking commit committed nothing")
-	// Retrying the commit must publish both blocks.
-	require.NoError(t, c.Commit(seq(0, 8), false))
-	assert.Equal(t, 8, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 9)), "both blocks are reusable")
+	require.NoError(t, c.Resize(8, 8), "the copy's block has its page already: Resize asks nothing")
+	err = c.Commit(seq(6, 2), false)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	assert.Equal(t, 6, c.NumCommittedTokens(), "the failed commit committed nothing")
+	fail = false
+	require.NoError(t, c.Commit(seq(6, 2), false))
+	assert.Equal(t, 8, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 9)), "the block is reusable")
 	require.NoError(t, c.Close())
 }
 

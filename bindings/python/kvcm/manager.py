@@ -1183,12 +1183,15 @@ class KVCacheManager(Managed):
         a ReuseScope (``lora_id`` and ``salt``; lora_id None and 0 are
         different scopes) or None; ``lora_task_id``/``salt`` are kvcm's older
         spelling. ``custom_priority_callback(block_ordinal, life_cycle)``
-        gives each layer group's page of a committed block its eviction
-        priority, an int clamped into [0, 100]; ``life_cycle`` is a
-        :class:`LifeCycle` (the layer group id, with ``window_size`` and
-        ``num_sink_blocks``). It runs with the manager's lock held and must
-        not call into the manager. An exception it raises (a result that is
-        not an int included) fails the commit, which then changes nothing, and
+        gives each layer group's page of a block its eviction priority, an
+        int clamped into [0, 100]; ``life_cycle`` is a :class:`LifeCycle`
+        (the layer group id, with ``window_size`` and ``num_sink_blocks``).
+        As in KVCacheManagerV2 it is asked when ``resize`` allocates the page
+        (the page ranks by it while private and keeps it when committed); a
+        block whose page came otherwise (a partial-reuse copy) is asked at its
+        commit. It runs with the manager's lock held and must not call into
+        the manager. An exception it raises (a result that is not an int
+        included) fails the resize or commit, which then changes nothing, and
         is re-raised by it; at close, where a trailing partial block is
         published, the block gets the default priority and close re-raises
         it. ``expected_prompt_length`` is the prefill/generation boundary of
@@ -1991,7 +1994,10 @@ class _KVCache(Managed):
         """Set capacity (tokens with pages; None keeps it) and history_length
         (computed tokens; None keeps it) of an ACTIVE cache. Returns False,
         changing nothing, when the GPU has not enough pages; raises
-        InvalidArgumentError and the like for a bad request."""
+        InvalidArgumentError and the like for a bad request. The cache's
+        ``custom_priority_callback`` is asked about each new page first (as
+        KVCacheManagerV2 asks as it allocates); an exception it raises fails
+        the resize, which then changes nothing, and is re-raised here."""
         if capacity is None:
             capacity = self.capacity
         if history_length is None:
@@ -2000,8 +2006,12 @@ class _KVCache(Managed):
             history_length = _convert.check(history_length, _I64, "history_length")
             if history_length < 0:
                 raise InvalidArgumentError(f"history_length: must not be negative, got {history_length}")
+        h = self._resource if self._state == "open" else self._native()
         try:
-            _cache_resize(self._resource if self._state == "open" else self._native(), capacity, history_length)
+            if self._priority_cb is None:
+                _cache_resize(h, capacity, history_length)
+            else:
+                _native.call_with_stash(self._stash, lambda: _cache_resize(h, capacity, history_length))
         except OutOfPagesError:
             return False
         self._refresh_indices()
