@@ -137,6 +137,11 @@ type KVCache struct {
 	// (CacheOptions.ExpectedPromptLength), -1 for none: growth once the
 	// history has reached it counts as generation-phase allocation.
 	promptLen int
+	// pendingSsm is the cache's SSM snapshot lookup (at creation, with SSM
+	// layers and input tokens) until CommitPendingStats adds it to the
+	// manager's SSM snapshot statistics, as KVCacheManagerV2 holds it
+	// pending; DiscardPendingStats and Close drop it.
+	pendingSsm SsmSnapshotStats
 	// pending holds, per layer group, the cache's reuse and allocation
 	// counts until CommitPendingStats adds them to the manager's iteration
 	// statistics (DiscardPendingStats and Close drop them); nil while none.
@@ -295,7 +300,7 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	c.stats = m.stats.onCreate(len(opts.InputTokens)/tpb, len(mt.path), mt.partLen > 0)
 	m.onCreatePages(c, mt, len(opts.InputTokens))
 	if m.lt.SSM >= 0 {
-		m.stats.onSsmLookup(m.lt.SSM, len(opts.InputTokens), reused, tpb)
+		c.pendingSsm.onLookup(len(opts.InputTokens), reused, tpb)
 	}
 	m.safePoint()
 	return c, nil
@@ -851,6 +856,7 @@ func (c *KVCache) closeLocked(force bool) error {
 		c.ssm = nil
 	}
 	c.pending = nil
+	c.pendingSsm = SsmSnapshotStats{}
 	c.chain.users--
 	m.prune = append(m.prune, c.chain)
 	c.stream, c.status = nil, Closed

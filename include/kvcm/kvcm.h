@@ -2157,7 +2157,9 @@ struct kvcm_ssm_layer_config {
  * kvcm_ssm_snapshot_iteration_stats counts the SSM snapshot lookups of the SSM layer
  * group during an iteration (KVCacheManagerV2's
  * SsmSnapshotIterationStatsDelta): one lookup per cache created with input
- * tokens, a hit when it reused a snapshot.
+ * tokens, a hit when it reused a snapshot, counted when the cache commits its
+ * pending statistics (kvcm_kv_cache_commit_pending_stats; discarding or
+ * closing drops it).
  * @since ABI version 2.
  */
 struct kvcm_ssm_snapshot_iteration_stats {

@@ -758,7 +758,9 @@ static_assert(sizeof(SharedStats) == 184 && alignof(SharedStats) == 8);
 // kvcm_ssm_snapshot_iteration_stats counts the SSM snapshot lookups of the SSM layer
 // group during an iteration (KVCacheManagerV2's
 // SsmSnapshotIterationStatsDelta): one lookup per cache created with input
-// tokens, a hit when it reused a snapshot.
+// tokens, a hit when it reused a snapshot, counted when the cache commits its
+// pending statistics (kvcm_kv_cache_commit_pending_stats; discarding or
+// closing drops it).
 using SsmSnapshotIterationStats = ::kvcm_ssm_snapshot_iteration_stats;
 static_assert(std::is_standard_layout_v<SsmSnapshotIterationStats> && std::is_trivially_copyable_v<SsmSnapshotIterationStats>);
 static_assert(sizeof(SsmSnapshotIterationStats) == 64 && alignof(SsmSnapshotIterationStats) == 8);
