@@ -57,6 +57,32 @@ func TestPlannedDropDropsTheTurnsWindowPages(t *testing.T) {
 	require.ErrorIs(t, longDrop.Drop(), ErrInvalidState, "a plan is carried out once")
 }
 
+// With reuse_match_backoff, a turn that reused less than a cached block and
+// committed the rest of it follows the cached block (its own page stays
+// private): the plan names the cached block's pages, as KVCacheManagerV2
+// plans the block it rebased onto.
+func TestPlannedDropOfAFollowedBlockPlansTheCachedOne(t *testing.T) {
+	cfg := dropConfig()
+	cfg.ReuseMatchBackoff = 1
+	cfg.EnablePartialReuse = true
+	f := newFixture(t, cfg)
+	long := seq(0, 24)
+	short := long[:8]
+	lc, longDrop := f.turn(long)
+	require.NotNil(t, longDrop)
+	require.NoError(t, lc.Close())
+	sc, shortDrop := f.turn(short)
+	require.NotNil(t, shortDrop, "the followed blocks are planned")
+	require.NoError(t, sc.Close())
+	scope := blockhash.Scope{}
+	assert.Equal(t, 8-1, f.m.ProbeReuse(scope, short), "planned pages stay cached")
+
+	require.NoError(t, shortDrop.Drop())
+	assert.Equal(t, 0, f.m.ProbeReuse(scope, short), "the short turn's window is gone")
+	assert.Equal(t, 24-1, f.m.ProbeReuse(scope, long), "the long turn needs none of it")
+	require.NoError(t, longDrop.Drop())
+}
+
 // Planning needs stop_committing first; a cache with no committed full block
 // has nothing to plan.
 func TestPlanningADropNeedsStopCommitting(t *testing.T) {
