@@ -24,9 +24,10 @@ type plannedPage struct {
 
 // PlanCommittedBlockDrop plans dropping, for every sliding-window layer
 // group, the committed pages of the cache's full committed blocks that are in
-// the window of the committed tokens (past its sink blocks): a later turn
+// the window of the committed tokens (past its sink blocks), and with SSM
+// layers the SSM snapshot of the last committed full block: a later turn
 // that extends the conversation reuses the rest, and full-attention and sink
-// blocks stay. A block the cache committed as an equal cached block follows
+// blocks (and earlier snapshots) stay. A block the cache committed as an equal cached block follows
 // that block: its pages are planned. It needs StopCommitting (or Commit with
 // isEnd) first
 // (ErrInvalidState). It returns nil, planning nothing, when the cache
@@ -76,6 +77,18 @@ func (c *KVCache) PlanCommittedBlockDrop() (*PlannedDrop, error) {
 				return nil, nil
 			}
 			pages = append(pages, plannedPage{n, id})
+		}
+	}
+	// The SSM state of the conversation's endpoint: the snapshot of the last
+	// committed full block, which only a later turn extending it reuses
+	// (earlier snapshots serve shorter prompts and stay).
+	if ssm := lt.SSM; ssm >= 0 {
+		n := c.blocks[end-1].node
+		if n == nil {
+			n = along[end-1]
+		}
+		if n != nil && m.pagesOf(n)[ssm] != nil {
+			pages = append(pages, plannedPage{n, ssm})
 		}
 	}
 	if len(pages) == 0 {

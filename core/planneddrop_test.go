@@ -111,3 +111,42 @@ func TestPlannedDropKeepsPagesInUse(t *testing.T) {
 	require.NoError(t, d.Drop())
 	assert.Equal(t, 24, f.m.ProbeReuse(blockhash.Scope{}, tokens), "the first turn's cache still holds its window")
 }
+
+// With SSM layers a plan names the SSM snapshot of the conversation's
+// endpoint (the last committed full block): dropped, reuse ends at the
+// snapshot before it, as in KVCacheManagerV2; shared plans drop it once
+// both are carried out. Without a committed full block nothing is planned.
+func TestPlannedDropNamesTheEndpointSsmSnapshot(t *testing.T) {
+	f := newFixture(t, ssmConfig(64))
+	prompt := seq(0, 8)
+	c, err := f.m.CreateKVCache(CacheOptions{})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Resize(4, -1))
+	require.NoError(t, c.Commit(prompt[:4], false)) // a snapshot at 4
+	require.NoError(t, c.Resize(8, -1))
+	require.NoError(t, c.Commit(prompt[4:], false)) // and at 8
+	c.StopCommitting()
+	first, err := c.PlanCommittedBlockDrop()
+	require.NoError(t, err)
+	second, err := c.PlanCommittedBlockDrop()
+	require.NoError(t, err)
+	require.NotNil(t, first, "full attention only: the SSM snapshot is the plan")
+	require.NotNil(t, second)
+	require.NoError(t, c.Close())
+	scope := blockhash.Scope{}
+	assert.Equal(t, 8, f.m.ProbeReuse(scope, prompt))
+	require.NoError(t, first.Drop())
+	assert.Equal(t, 8, f.m.ProbeReuse(scope, prompt), "the other plan still names it")
+	require.NoError(t, second.Drop())
+	assert.Equal(t, 4, f.m.ProbeReuse(scope, prompt), "reuse ends at the earlier snapshot")
+
+	empty, err := f.m.CreateKVCache(CacheOptions{})
+	require.NoError(t, err)
+	require.NoError(t, empty.Resume(f.stream))
+	empty.StopCommitting()
+	d, err := empty.PlanCommittedBlockDrop()
+	require.NoError(t, err)
+	assert.Nil(t, d)
+	require.NoError(t, empty.Close())
+}
