@@ -351,28 +351,47 @@ _NO_SCOPE = ffi.kvcm_reuse_scope()  # read only: the default scope
 _PRIORITY_RESULT = "custom_priority_callback's result"
 
 
-class LifeCycle(int):
-    """The layer group a priority callback is asked about: an ``int`` (the
-    layer group id, KVCacheManagerV2's LifeCycleId) that also carries the
-    group's ``window_size`` (None for full attention and the SSM layer
-    group) and ``num_sink_blocks``, the attributes of KVCacheManagerV2's
-    life cycle; ``is_ssm`` tells the SSM layer group (KVCM2's SsmLifeCycle)
-    apart."""
+class LifeCycle:
+    """The layer group a priority callback is asked about, as
+    KVCacheManagerV2 passes its life cycle object (not an int): the group's
+    ``window_size`` (None for full attention and the SSM layer group),
+    ``num_sink_blocks`` and ``get_stale_range``; ``is_ssm`` tells the SSM
+    layer group (KVCM2's SsmLifeCycle) apart. As a kvcm extension it
+    carries its ``layer_group_id``: ``int(lc)`` (and indexing with it) gives
+    the id, and it compares equal to it."""
 
+    __slots__ = ("layer_group_id", "window_size", "num_sink_blocks", "is_ssm")
+
+    layer_group_id: int
     window_size: int | None
     num_sink_blocks: int
     is_ssm: bool
 
-    def __new__(cls, layer_group_id: int, window_size: int | None, num_sink_blocks: int,
-                is_ssm: bool = False) -> "LifeCycle":
-        lc = super().__new__(cls, layer_group_id)
-        lc.window_size, lc.num_sink_blocks, lc.is_ssm = window_size, num_sink_blocks, is_ssm
-        return lc
+    def __init__(self, layer_group_id: int, window_size: int | None, num_sink_blocks: int,
+                 is_ssm: bool = False) -> None:
+        self.layer_group_id, self.window_size = int(layer_group_id), window_size
+        self.num_sink_blocks, self.is_ssm = num_sink_blocks, is_ssm
+
+    def __index__(self) -> int:
+        return self.layer_group_id
+
+    __int__ = __index__
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LifeCycle):
+            return (self.layer_group_id, self.window_size, self.num_sink_blocks, self.is_ssm) == (
+                other.layer_group_id, other.window_size, other.num_sink_blocks, other.is_ssm)
+        if isinstance(other, int) and not isinstance(other, bool):
+            return self.layer_group_id == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.layer_group_id)
 
     def __repr__(self) -> str:
         if self.is_ssm:
-            return f"LifeCycle({int(self)}, ssm)"
-        return f"LifeCycle({int(self)}, window_size={self.window_size}, num_sink_blocks={self.num_sink_blocks})"
+            return f"LifeCycle({self.layer_group_id}, ssm)"
+        return f"LifeCycle({self.layer_group_id}, window_size={self.window_size}, num_sink_blocks={self.num_sink_blocks})"
 
     def get_stale_range(self, history_length: int, tokens_per_block: int) -> HalfOpenRange:
         """KVCacheManagerV2's stale range: the blocks past the sinks that a
