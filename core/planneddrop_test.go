@@ -81,6 +81,9 @@ func TestPlannedDropOfAFollowedBlockPlansTheCachedOne(t *testing.T) {
 	assert.Equal(t, 0, f.m.ProbeReuse(scope, short), "the short turn's window is gone")
 	assert.Equal(t, 24-1, f.m.ProbeReuse(scope, long), "the long turn needs none of it")
 	require.NoError(t, longDrop.Drop())
+	// The backoff trims the content match (24 tokens) to 23; the longest
+	// match within it whose window pages are all there ends at 16.
+	assert.Equal(t, 24-8, f.m.ProbeReuse(scope, long))
 }
 
 // Planning needs stop_committing first; a cache with no committed full block

@@ -162,8 +162,12 @@ func TestSsmReuseEndsAtTheLastSnapshot(t *testing.T) {
 		"16 tokens match and are usable; the SSM snapshot cuts reuse to 12")
 	assert.Equal(t, 12, c.ReusedTokens())
 	require.NoError(t, c.Close())
+	// The backoff applies to the content match (16 tokens describe 15
+	// positions): the last snapshot within them is at 12; a content match
+	// of 12 tokens describes 11, with no snapshot.
 	f.m.cfg.ReuseMatchBackoff = 1
-	assert.Equal(t, 0, f.m.ProbeReuse(blockhash.Scope{}, prompt), "backing off one token leaves no snapshot")
+	assert.Equal(t, 12, f.m.ProbeReuse(blockhash.Scope{}, prompt))
+	assert.Equal(t, 0, f.m.ProbeReuse(blockhash.Scope{}, prompt[:12]), "backing off one token leaves no snapshot")
 }
 
 // Every cache created with input tokens counts one SSM snapshot lookup: a

@@ -259,7 +259,9 @@ type Config struct {
 	EnablePartialReuse bool
 	// ReuseMatchBackoff tokens are trimmed off the tail of every prefix
 	// match (KVCacheManagerV2's reuse_match_backoff): for pools that also
-	// hold state reading that many tokens ahead. Not negative.
+	// hold state reading that many tokens ahead. As there it applies inside
+	// the match: off the tokens the tree holds along the prompt, the match
+	// being the longest usable one within the rest. Not negative.
 	ReuseMatchBackoff int
 	// InitialPoolRatio is one hot-tier byte ratio per layer group, in layer
 	// group order. When nil, TypicalStep decides; else Constraints; else
