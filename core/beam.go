@@ -318,6 +318,7 @@ func (c *KVCache) newBeamRows(cb *cacheBlock, added []*page, waits *waitSet) []*
 				continue
 			}
 			p := m.newPage(lvl.groupOf(layout.LayerGroupID(lc)), layout.LayerGroupID(lc))
+			p.prio, p.prioSet = p0.prio, p0.prioSet // the block's priority, asked once
 			m.ref(p, true)
 			cb.beams[k][lc] = p
 			added = append(added, p)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/layout"
 )
 
 // same is n copies of p.
@@ -86,4 +87,60 @@ func TestSetBlockPrioritiesKeepsAncestorsAtLeastTheirChildren(t *testing.T) {
 	f.m.mu.Lock()
 	assert.Equal(t, MaxPriority, f.m.blockPriority(first), "clamped")
 	f.m.mu.Unlock()
+}
+
+// The PriorityFunc is asked as Resize allocates a page (KVCacheManagerV2 asks
+// its custom_priority_callback per page it allocates), once per block and
+// layer group: the private page ranks by it, and the committed block keeps it
+// without asking again.
+func TestPriorityIsAskedAsPagesAreAllocated(t *testing.T) {
+	cfg := smallConfig(16)
+	cfg.Layers[1].SlidingWindowSize = 8 // two layer groups
+	f := newFixture(t, cfg)
+	type call struct {
+		block int
+		lc    layout.LayerGroupID
+	}
+	var calls []call
+	c, err := f.m.CreateKVCache(CacheOptions{Priority: func(b int, lc layout.LayerGroupID) int {
+		calls = append(calls, call{b, lc})
+		return 60 + int(lc)
+	}})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Resize(8, -1))
+	assert.Equal(t, []call{{0, 0}, {0, 1}, {1, 0}, {1, 1}}, calls, "asked at allocation")
+	assert.Equal(t, 61, c.blocks[1].pages[1].priority(), "the private page ranks by it")
+	require.NoError(t, c.Commit(seq(0, 8), false))
+	assert.Len(t, calls, 4, "the commit asks nothing more")
+	n := c.blocks[0].node
+	require.NotNil(t, n)
+	assert.Equal(t, []int{60, 61}, f.m.prioOf(n), "the committed block keeps its pages' priority")
+	require.NoError(t, c.Close())
+}
+
+// A PriorityFunc that panics while Resize allocates fails the Resize, which
+// changes nothing; the retry allocates.
+func TestPanickingPriorityFailsResizeChangingNothing(t *testing.T) {
+	f := newFixture(t, smallConfig(16))
+	fail := true
+	c, err := f.m.CreateKVCache(CacheOptions{Priority: func(int, layout.LayerGroupID) int {
+		if fail {
+			panic("priority callback bug")
+		}
+		return 50
+	}})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	free := f.m.levels[0].groups[0].free.len()
+	err = c.Resize(8, 8)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "priority callback failed for block 0")
+	assert.Equal(t, []int{0, 0, 0}, []int{c.Capacity(), c.HistoryLength(), len(c.blocks)}, "nothing changed")
+	assert.Equal(t, free, f.m.levels[0].groups[0].free.len(), "no slot was taken")
+	fail = false
+	require.NoError(t, c.Resize(8, 8))
+	require.NoError(t, c.Commit(seq(0, 8), false))
+	assert.Equal(t, 8, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 9)))
+	require.NoError(t, c.Close())
 }

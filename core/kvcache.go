@@ -47,12 +47,16 @@ const MaxCapacity = math.MaxInt32
 const BadPageIndex int32 = -1
 
 // PriorityFunc returns the eviction priority of the page of layer group
-// (lifecycle) lc of the cache's block at blockIndex when it is committed, in
-// [MinPriority, MaxPriority] (values outside are clamped), as
-// KVCacheManagerV2's custom_priority_callback(block_ordinal, life_cycle). It
-// is called once per layer group of each block, runs with the manager's lock
-// held and must not call into the manager; a panic in it fails the Commit,
-// changing nothing.
+// (lifecycle) lc of the cache's block at blockIndex, in [MinPriority,
+// MaxPriority] (values outside are clamped), as KVCacheManagerV2's
+// custom_priority_callback(block_ordinal, life_cycle). As there, it is asked
+// when Resize allocates the page (once per block and layer group, for every
+// beam's page), before Resize changes anything: the page, private until it is
+// committed, is ranked for eviction by it, and the block keeps it when it is
+// committed. A block whose page was allocated otherwise (a partial-reuse
+// copy), or that has none in a layer group, is asked at its commit. It runs
+// with the manager's lock held and must not call into the manager; a panic
+// in it fails the Resize or Commit, changing nothing.
 type PriorityFunc func(blockIndex int, lc layout.LayerGroupID) int
 
 // CacheOptions configures CreateKVCache.
@@ -72,7 +76,8 @@ type CacheOptions struct {
 	// commits (KVCacheManagerV2's text_only); Config.TextOnly does so for
 	// every cache.
 	TextOnly bool
-	// Priority, if set, gives committed blocks their eviction priority.
+	// Priority, if set, gives the cache's pages their eviction priority, as
+	// they are allocated (see PriorityFunc).
 	Priority PriorityFunc
 	// ExpectedPromptLength, if set, is the prefill/generation boundary of
 	// the statistics (KVCacheManagerV2's expected_prompt_length): once the
@@ -132,6 +137,11 @@ type KVCache struct {
 	// (CacheOptions.ExpectedPromptLength), -1 for none: growth once the
 	// history has reached it counts as generation-phase allocation.
 	promptLen int
+	// pendingSsm is the cache's SSM snapshot lookup (at creation, with SSM
+	// layers and input tokens) until CommitPendingStats adds it to the
+	// manager's SSM snapshot statistics, as KVCacheManagerV2 holds it
+	// pending; DiscardPendingStats and Close drop it.
+	pendingSsm SsmSnapshotStats
 	// pending holds, per layer group, the cache's reuse and allocation
 	// counts until CommitPendingStats adds them to the manager's iteration
 	// statistics (DiscardPendingStats and Close drop them); nil while none.
@@ -300,7 +310,7 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	c.stats = m.stats.onCreate(len(opts.InputTokens)/tpb, len(mt.path), mt.partLen > 0)
 	m.onCreatePages(c, mt, len(opts.InputTokens))
 	if m.lt.SSM >= 0 {
-		m.stats.onSsmLookup(m.lt.SSM, len(opts.InputTokens), reused, tpb)
+		c.pendingSsm.onLookup(len(opts.InputTokens), reused, tpb)
 	}
 	m.safePoint()
 	return c, nil
@@ -928,6 +938,7 @@ func (c *KVCache) closeLocked(force bool) error {
 		c.ssm = nil
 	}
 	c.pending = nil
+	c.pendingSsm = SsmSnapshotStats{}
 	c.chain.users--
 	m.prune = append(m.prune, c.chain)
 	c.stream, c.status = nil, Closed
@@ -983,6 +994,11 @@ func (c *KVCache) Resize(capacity, history int) error {
 	oldBlocks, newBlocks := len(c.blocks), lt.BlocksFor(capacity)
 	var perLC []int // new pages per lifecycle, for the statistics
 	sc := c.planScratch(history, capacity)
+	needs := func(b, lc int) bool { return lt.Needs(layout.LayerGroupID(lc), b, history) && !sc.in(lc, b) }
+	prios, err := c.allocPriorities(oldBlocks, newBlocks, needs)
+	if err != nil {
+		return fmt.Errorf("resize cache %d to %d tokens: %w", c.id, capacity, err)
+	}
 	if newBlocks > oldBlocks || sc.grow {
 		var few [4]groupNeed
 		n := need(few[:0])
@@ -1009,8 +1025,11 @@ func (c *KVCache) Resize(capacity, history int) error {
 	for b := oldBlocks; b < newBlocks; b++ {
 		cb := c.addBlock(nil)
 		for lc := range lt.LifeCycles {
-			if lt.Needs(layout.LayerGroupID(lc), b, history) && !sc.in(lc, b) {
+			if needs(b, lc) {
 				p := m.newPage(lvl.groupOf(layout.LayerGroupID(lc)), layout.LayerGroupID(lc))
+				if prios != nil {
+					p.setPriority(prios[b-oldBlocks][lc])
+				}
 				m.ref(p, true)
 				cb.pages[lc] = p
 				added = append(added, p)
@@ -1025,7 +1044,6 @@ func (c *KVCache) Resize(capacity, history int) error {
 	released := c.releasable(newBlocks, history)
 	released = c.scratchReleases(sc, released, oldBlocks)
 	dropScratch := c.excessScratch(sc)
-	var err error
 	if !waits.empty() {
 		err = waits.apply(c.stream)
 	}
@@ -1607,28 +1625,70 @@ func (c *KVCache) setPriority(n *node, prs []int) {
 	}
 }
 
-// blockPriority calls the cache's PriorityFunc for block b and every
-// lifecycle, clamped into [MinPriority, MaxPriority]; a panic in the
-// callback is an error.
-func (c *KVCache) blockPriority(b int) (prs []int, err error) {
-	prs = make([]int, len(c.m.lt.LifeCycles))
-	if c.priority == nil {
-		for lc := range prs {
+// blockPriority returns the priority of block b in every lifecycle as it is
+// committed: the one its page got at allocation (see allocPriorities), else
+// what the cache's PriorityFunc says now (for a page allocated otherwise, or
+// none), clamped into [MinPriority, MaxPriority]; a panic in the callback is
+// an error.
+func (c *KVCache) blockPriority(b int) ([]int, error) {
+	prs := make([]int, len(c.m.lt.LifeCycles))
+	for lc := range prs {
+		if c.priority == nil {
 			prs[lc] = DefaultPriority
+			continue
 		}
-		return prs, nil
+		if b < len(c.blocks) {
+			if p := c.blocks[b].pages[lc]; p != nil && p.prioSet {
+				prs[lc] = int(p.prio)
+				continue
+			}
+		}
+		pr, err := c.askPriority(b, layout.LayerGroupID(lc))
+		if err != nil {
+			return nil, err
+		}
+		prs[lc] = pr
 	}
-	lc := 0
+	return prs, nil
+}
+
+// askPriority calls the cache's PriorityFunc (set) for block b of lifecycle
+// lc, clamped into [MinPriority, MaxPriority]; a panic in it is an error.
+func (c *KVCache) askPriority(b int, lc layout.LayerGroupID) (pr int, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			prs, err = nil, fmt.Errorf("%w: priority callback failed for block %d, layer group %d: %v",
+			pr, err = 0, fmt.Errorf("%w: priority callback failed for block %d, layer group %d: %v",
 				ErrInvalidArgument, b, lc, r)
 		}
 	}()
-	for ; lc < len(prs); lc++ {
-		prs[lc] = min(max(c.priority(b, layout.LayerGroupID(lc)), MinPriority), MaxPriority)
+	return min(max(c.priority(b, lc), MinPriority), MaxPriority), nil
+}
+
+// allocPriorities asks the cache's PriorityFunc, before anything changes,
+// about every page Resize allocates for blocks from..to-1 (KVCacheManagerV2
+// asks as it allocates a page, not as it commits it): one row per block, one
+// entry per lifecycle, valid where need(b, lc). Nil without a PriorityFunc.
+func (c *KVCache) allocPriorities(from, to int, need func(b, lc int) bool) ([][]int, error) {
+	if c.priority == nil || to <= from {
+		return nil, nil
 	}
-	return prs, nil
+	nlc := len(c.m.lt.LifeCycles)
+	flat := make([]int, (to-from)*nlc)
+	rows := make([][]int, to-from)
+	for b := from; b < to; b++ {
+		rows[b-from] = flat[(b-from)*nlc : (b-from+1)*nlc]
+		for lc := range nlc {
+			if !need(b, lc) {
+				continue
+			}
+			pr, err := c.askPriority(b, layout.LayerGroupID(lc))
+			if err != nil {
+				return nil, err
+			}
+			rows[b-from][lc] = pr
+		}
+	}
+	return rows, nil
 }
 
 // registerPartial publishes the trailing partial block at close, when nobody

@@ -291,20 +291,27 @@ func (m *Manager) init(cc *codec.Guarded) error {
 
 func (m *Manager) initHotLevel(weights []float64) error {
 	hot := m.cfg.CacheTiers[0]
-	floors := m.lt.HotFloors(&m.cfg)
-	if ssm := m.lt.SSM; ssm >= 0 && m.cfg.MaxSsmSlots > 0 && floors[ssm] > m.cfg.MaxSsmSlots {
-		return &config.Error{Field: "max_ssm_slots", Msg: fmt.Sprintf(
-			"%d is below the %d SSM states the constraints need (one per request)", m.cfg.MaxSsmSlots, floors[ssm])}
+	if ssm := m.lt.SSM; ssm >= 0 && m.cfg.MaxSsmSlots > 0 {
+		if need := m.lt.ConstraintSlots(&m.cfg)[ssm]; need > m.cfg.MaxSsmSlots {
+			return &config.Error{Field: "max_ssm_slots", Msg: fmt.Sprintf(
+				"%d is below the %d SSM states the constraints need (one per request)", m.cfg.MaxSsmSlots, need)}
+		}
 	}
-	slots, err := m.lt.HotSlots(hot.Quota, weights, floors)
+	// As in KVCacheManagerV2, the floors (a window's worth of slots per
+	// layer group, the constraint batches with room for the resume gate)
+	// are feasibility floors: a quota below them is raised to them, and
+	// the level's quota is what its pools then take.
+	floors := m.lt.HotFloors(&m.cfg)
+	quota := max(hot.Quota, m.lt.FloorBytes(floors))
+	slots, err := m.lt.HotSlots(quota, weights, floors)
 	if err != nil {
 		return &config.Error{Field: "cache_tiers[0].quota", Msg: err.Error()}
 	}
-	capacity, err := m.lt.HotSlots(hot.MaxQuotaOrQuota(), weights, floors)
+	capacity, err := m.lt.HotSlots(max(hot.MaxQuotaOrQuota(), quota), weights, floors)
 	if err != nil {
 		return &config.Error{Field: "cache_tiers[0].max_quota", Msg: err.Error()}
 	}
-	lvl := &storageLevel{index: 0, kind: hot.Kind, quota: hot.Quota, lcMap: m.lt.Levels[0].LifeCycleToGroup, nodes: &m.nodes}
+	lvl := &storageLevel{index: 0, kind: hot.Kind, quota: quota, lcMap: m.lt.Levels[0].LifeCycleToGroup, nodes: &m.nodes}
 	m.levels = append(m.levels, lvl)
 	for gi, gl := range m.lt.Levels[0].Groups {
 		g, err := newHotGroup(m.dev, lvl, gl, slots[gi], max(capacity[gi], slots[gi]))

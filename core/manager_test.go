@@ -184,8 +184,8 @@ func TestCommitAdvancingHistoryReleasesOutOfWindowPagesAfterPublishing(t *testin
 	assert.Equal(t, 16, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 16)))
 }
 
-// The priority callback is asked once per layer group of every committed
-// block (each layer group's page keeps its own priority).
+// The priority callback is asked once per layer group of every block, as
+// its pages are allocated (each layer group's page keeps its own priority).
 func TestPriorityCallbackIsAskedPerLayerGroup(t *testing.T) {
 	cfg := smallConfig(64)
 	cfg.Layers[1].SlidingWindowSize = 8
@@ -525,10 +525,36 @@ func TestConstraintFloorsOnHotLevel(t *testing.T) {
 	require.Len(t, st, 2)
 	assert.GreaterOrEqual(t, st[1].Total, int64(16), "the floor (64 tokens = 16 blocks) beats the 1%% ratio")
 
-	cfg.Constraints[0].Requests[0].Capacity = 1 << 20
-	_, err = NewManager(cfg)
-	require.ErrorIs(t, err, ErrInvalidConfig)
-	assert.Contains(t, err.Error(), "cache_tiers[0].quota")
+	// A constraint beyond the quota raises the quota to the floors, as in
+	// KVCacheManagerV2: 4096 tokens are 1024 blocks a layer group, with room
+	// for the resume gate (0.97).
+	cfg.Constraints[0].Requests[0].Capacity = 4096
+	f = newFixture(t, cfg)
+	st, err = f.m.StorageStats(layout.GPULevel)
+	require.NoError(t, err)
+	floor := int64(math.Ceil(1024 / config.DefaultMaxUtilForResume))
+	assert.Equal(t, []int64{floor, floor}, []int64{st[0].Total, st[1].Total}, "both groups at their floors")
+	q, err := f.m.Quota(layout.GPULevel)
+	require.NoError(t, err)
+	assert.Equal(t, floor*128+floor*32, q, "the level's quota is what its pools take")
+}
+
+// The hot level gets at least a window's worth of slots per layer group
+// (KVCacheManagerV2's structural floor: sinks + (window + tpb - 2) / tpb + 1
+// for a sliding window, the largest of those for full attention), raising a
+// quota below that.
+func TestStructuralFloorsRaiseTheQuota(t *testing.T) {
+	cfg := smallConfig(1) // two 128-byte layer groups, a quota of 2 slots
+	cfg.Layers[1].SlidingWindowSize = 2 * tpb
+	f := newFixture(t, cfg)
+	st, err := f.m.StorageStats(layout.GPULevel)
+	require.NoError(t, err)
+	require.Len(t, st, 1)
+	floor := int64((2*tpb+tpb-2)/tpb + 1)
+	assert.Equal(t, 2*floor, st[0].Total, "a window's floor for each layer group")
+	q, err := f.m.Quota(layout.GPULevel)
+	require.NoError(t, err)
+	assert.Equal(t, 2*floor*128, q)
 }
 
 func TestBadConfigurationsNameTheField(t *testing.T) {
@@ -840,29 +866,31 @@ func TestResizeBeyondTheLevelFailsPromptly(t *testing.T) {
 	}
 }
 
-// A priority callback that panics during Commit leaves the cache as it was:
-// no token is committed, and a retried Commit publishes every block.
+// A priority callback that panics during Commit (for a block whose page was
+// not allocated by Resize: a partial-reuse copy) leaves the cache as it was:
+// no token is committed, and a retried Commit publishes the block.
 func TestPanickingPriorityCallbackCommitsNothing(t *testing.T) {
-	f := newFixture(t, smallConfig(16))
-	calls := 0
-	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 8), Priority: func(int, layout.LayerGroupID) int {
-		calls++
-		if calls == 1 {
+	cfg := smallConfig(16)
+	cfg.EnablePartialReuse = true
+	f := newFixture(t, cfg)
+	f.serve(blockhash.Scope{}, seq(0, 6)) // publishes the partial block of 6 tokens at close
+	fail := true
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 7), Priority: func(int, layout.LayerGroupID) int {
+		if fail {
 			panic("priority callback bug")
 		}
 		return 50
 	}})
 	require.NoError(t, err)
+	require.Equal(t, 6, c.NumCommittedTokens(), "a partial-reuse copy of 6 tokens")
 	require.NoError(t, c.Resume(f.stream))
-	require.NoError(t, c.Resize(8, 8))
-	func() {
-		defer func() { _ = recover() }()
-		_ = c.Commit(seq(0, 8), false)
-	}()
-	assert.Equal(t, 0, c.NumCommittedTokens(), "the panicking commit committed nothing")
-	// Retrying the commit must publish both blocks.
-	require.NoError(t, c.Commit(seq(0, 8), false))
-	assert.Equal(t, 8, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 9)), "both blocks are reusable")
+	require.NoError(t, c.Resize(8, 8), "the copy's block has its page already: Resize asks nothing")
+	err = c.Commit(seq(6, 2), false)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	assert.Equal(t, 6, c.NumCommittedTokens(), "the failed commit committed nothing")
+	fail = false
+	require.NoError(t, c.Commit(seq(6, 2), false))
+	assert.Equal(t, 8, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 9)), "the block is reusable")
 	require.NoError(t, c.Close())
 }
 

@@ -24,9 +24,12 @@ type plannedPage struct {
 
 // PlanCommittedBlockDrop plans dropping, for every sliding-window layer
 // group, the committed pages of the cache's full committed blocks that are in
-// the window of the committed tokens (past its sink blocks): a later turn
+// the window of the committed tokens (past its sink blocks), and with SSM
+// layers the SSM snapshot of the last committed full block: a later turn
 // that extends the conversation reuses the rest, and full-attention and sink
-// blocks stay. It needs StopCommitting (or Commit with isEnd) first
+// blocks (and earlier snapshots) stay. A block the cache committed as an equal cached block follows
+// that block: its pages are planned. It needs StopCommitting (or Commit with
+// isEnd) first
 // (ErrInvalidState). It returns nil, planning nothing, when the cache
 // committed no full block, its blocks are not all in the tree (a key
 // collision detached it) or one of the pages is no longer cached.
@@ -48,6 +51,17 @@ func (c *KVCache) PlanCommittedBlockDrop() (*PlannedDrop, error) {
 	if end == 0 {
 		return nil, nil
 	}
+	// A block the cache committed where an equal one was cached already
+	// follows that block in the tree, keeping its own pages private
+	// (allow_seq_rebasing False): the plan names the tree's block, the one
+	// a later turn reuses, as KVCacheManagerV2 plans the block it rebased
+	// onto.
+	along := make([]*node, end)
+	for n := c.chain; n != nil && n.parent != 0; n = m.parentOf(n) {
+		if b := n.depth - 1; b < end {
+			along[b] = n
+		}
+	}
 	var pages []plannedPage
 	for lc := range lt.LifeCycles {
 		id := layout.LayerGroupID(lc)
@@ -56,10 +70,25 @@ func (c *KVCache) PlanCommittedBlockDrop() (*PlannedDrop, error) {
 		}
 		for b := max(lt.SinkBlocks(id), min(lt.FirstKeptBlock(id, c.committed), end)); b < end; b++ {
 			n := c.blocks[b].node
+			if n == nil {
+				n = along[b]
+			}
 			if n == nil || m.pagesOf(n)[lc] == nil {
 				return nil, nil
 			}
 			pages = append(pages, plannedPage{n, id})
+		}
+	}
+	// The SSM state of the conversation's endpoint: the snapshot of the last
+	// committed full block, which only a later turn extending it reuses
+	// (earlier snapshots serve shorter prompts and stay).
+	if ssm := lt.SSM; ssm >= 0 {
+		n := c.blocks[end-1].node
+		if n == nil {
+			n = along[end-1]
+		}
+		if n != nil && m.pagesOf(n)[ssm] != nil {
+			pages = append(pages, plannedPage{n, ssm})
 		}
 	}
 	if len(pages) == 0 {

@@ -162,31 +162,49 @@ func TestSsmReuseEndsAtTheLastSnapshot(t *testing.T) {
 		"16 tokens match and are usable; the SSM snapshot cuts reuse to 12")
 	assert.Equal(t, 12, c.ReusedTokens())
 	require.NoError(t, c.Close())
+	// The backoff applies to the content match (16 tokens describe 15
+	// positions): the last snapshot within them is at 12; a content match
+	// of 12 tokens describes 11, with no snapshot.
 	f.m.cfg.ReuseMatchBackoff = 1
-	assert.Equal(t, 0, f.m.ProbeReuse(blockhash.Scope{}, prompt), "backing off one token leaves no snapshot")
+	assert.Equal(t, 12, f.m.ProbeReuse(blockhash.Scope{}, prompt))
+	assert.Equal(t, 0, f.m.ProbeReuse(blockhash.Scope{}, prompt[:12]), "backing off one token leaves no snapshot")
 }
 
 // Every cache created with input tokens counts one SSM snapshot lookup: a
 // hit (aligned: on a block boundary) when it reused a snapshot, with its
-// reused and unreused tokens; the getter resets the counters.
+// reused and unreused tokens. As in KVCacheManagerV2 the lookup is pending in
+// the cache: CommitPendingStats counts it, DiscardPendingStats and Close drop
+// it; the getter resets the counters.
 func TestSsmSnapshotStatsCountLookups(t *testing.T) {
 	f := newFixture(t, ssmConfig(64))
 	prompt := seq(0, 16)
 	a, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
 	require.NoError(t, err)
+	assert.Empty(t, f.m.SsmSnapshotIterationStats(), "pending in the cache")
+	a.CommitPendingStats()
 	require.NoError(t, a.Resume(f.stream))
 	f.computeTo(a, prompt, 8, 1)
 	require.NoError(t, a.Close())
 	b, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt[:10]})
 	require.NoError(t, err)
+	b.CommitPendingStats()
 	require.NoError(t, b.Close())
 	c, err := f.m.CreateKVCache(CacheOptions{})
 	require.NoError(t, err)
+	c.CommitPendingStats()
 	require.NoError(t, c.Close())
+	d, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	d.DiscardPendingStats()
+	d.CommitPendingStats()
+	require.NoError(t, d.Close())
+	e, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	require.NoError(t, e.Close())
 
 	got := f.m.GetAndResetSsmSnapshotIterationStats()
 	want := SsmSnapshotStats{Lookups: 2, Hits: 1, Misses: 1, ReusedTokens: 8, UnreusedTokens: 16 + 2, AlignedHits: 1}
-	assert.Equal(t, map[layout.LayerGroupID]SsmSnapshotStats{1: want}, got)
+	assert.Equal(t, map[layout.LayerGroupID]SsmSnapshotStats{1: want}, got, "discarded and closed lookups do not count")
 	assert.InDelta(t, 0.5, got[1].HitRate(), 1e-9)
 	assert.Empty(t, f.m.GetAndResetSsmSnapshotIterationStats(), "reset")
 	assert.Empty(t, newFixture(t, smallConfig(16)).m.GetAndResetSsmSnapshotIterationStats(), "no SSM layers")

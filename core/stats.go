@@ -106,7 +106,8 @@ func (s LayerGroupStats) HitRate() float64 {
 
 // SsmSnapshotStats counts the SSM snapshot lookups of the SSM layer group
 // (KVCacheManagerV2's SsmSnapshotIterationStatsDelta): one lookup per cache
-// created with input tokens, a hit when it reused a snapshot. ReusedTokens
+// created with input tokens, a hit when it reused a snapshot, counted when
+// the cache commits its pending statistics (KVCache.CommitPendingStats). ReusedTokens
 // and UnreusedTokens split the lookups' input tokens; a hit is aligned when
 // its reused length is a whole number of blocks (a full block's snapshot),
 // unaligned when it resumed from a partial block's state.
@@ -124,13 +125,12 @@ func (s SsmSnapshotStats) HitRate() float64 {
 	return float64(s.Hits) / float64(s.Lookups)
 }
 
-// onSsmLookup counts the SSM snapshot lookup of a cache created with
+// onLookup counts the SSM snapshot lookup of a cache created with
 // inputTokens of which reused were reused.
-func (s *statCounters) onSsmLookup(lc layout.LayerGroupID, inputTokens, reused, tpb int) {
+func (st *SsmSnapshotStats) onLookup(inputTokens, reused, tpb int) {
 	if inputTokens == 0 {
 		return
 	}
-	st := &s.ssm
 	st.Lookups++
 	st.ReusedTokens += int64(reused)
 	st.UnreusedTokens += int64(inputTokens - reused)
@@ -144,7 +144,16 @@ func (s *statCounters) onSsmLookup(lc layout.LayerGroupID, inputTokens, reused, 
 		st.Hits++
 		st.UnalignedHits++
 	}
-	s.ssmLC = lc
+}
+
+func (st *SsmSnapshotStats) add(d SsmSnapshotStats) {
+	st.Lookups += d.Lookups
+	st.Hits += d.Hits
+	st.Misses += d.Misses
+	st.ReusedTokens += d.ReusedTokens
+	st.UnreusedTokens += d.UnreusedTokens
+	st.AlignedHits += d.AlignedHits
+	st.UnalignedHits += d.UnalignedHits
 }
 
 // GetAndResetSsmSnapshotIterationStats returns the SSM snapshot counters
@@ -323,7 +332,8 @@ func (s *LayerGroupStats) add(d LayerGroupStats) {
 
 // CommitPendingStats adds the cache's pending per-layer-group counts (its
 // reuse and misses at creation, the pages Resize allocated for it since) to
-// the manager's iteration statistics (GetAndResetLayerGroupIterationStats)
+// the manager's iteration statistics (GetAndResetLayerGroupIterationStats),
+// and its SSM snapshot lookup to GetAndResetSsmSnapshotIterationStats,
 // and clears them, as KVCacheManagerV2's commit_pending_stats does. Page
 // movements (onboard, offload, copies, host drops) are not pending: they
 // count when they happen. A closed cache has nothing pending.
@@ -334,14 +344,21 @@ func (c *KVCache) CommitPendingStats() {
 		c.m.stats.lc[lc].add(d)
 	}
 	c.pending = nil
+	if c.pendingSsm != (SsmSnapshotStats{}) {
+		c.m.stats.ssm.add(c.pendingSsm)
+		c.m.stats.ssmLC = c.m.lt.SSM
+		c.pendingSsm = SsmSnapshotStats{}
+	}
 }
 
-// DiscardPendingStats drops the cache's pending per-layer-group counts: they
-// never reach the manager's iteration statistics. Close drops them too.
+// DiscardPendingStats drops the cache's pending per-layer-group counts and
+// SSM snapshot lookup: they never reach the manager's iteration statistics.
+// Close drops them too.
 func (c *KVCache) DiscardPendingStats() {
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
 	c.pending = nil
+	c.pendingSsm = SsmSnapshotStats{}
 }
 
 // PendingStats returns the cache's pending per-layer-group counts, indexed

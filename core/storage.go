@@ -38,15 +38,30 @@ type page struct {
 	lost bool
 	// diskTag is the writer tag of the page's blob while it is on disk.
 	diskTag uint64
+	// prio is the eviction priority the cache's PriorityFunc gave the page
+	// when it was allocated (prioSet), as KVCacheManagerV2 asks its
+	// custom_priority_callback per page: a private page is ranked by it,
+	// and the block takes it when it is committed.
+	prio    int8
+	prioSet bool
 }
 
 func (p *page) level() int { return p.group.level.index }
 
 func (p *page) priority() int {
-	if p.node != nil {
+	switch {
+	case p.node != nil:
 		return p.group.level.nodes.prios(p.node)[p.lc]
+	case p.prioSet:
+		return int(p.prio)
 	}
 	return DefaultPriority
+}
+
+// setPriority gives a private page the priority its cache's PriorityFunc
+// chose at allocation.
+func (p *page) setPriority(pr int) {
+	p.prio, p.prioSet = int8(pr), true
 }
 
 func (p *page) depth() int {

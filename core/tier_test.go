@@ -226,7 +226,7 @@ func TestHeldPagesAreNeverDropped(t *testing.T) {
 // land in two cold pool groups.
 func TestOneHotGroupSplitsIntoTwoColdGroups(t *testing.T) {
 	cfg := tieredConfig(t, 8, 16, 0)
-	cfg.Layers[1].SlidingWindowSize = 64
+	cfg.Layers[1].SlidingWindowSize = 17 // keeps every block of 16 tokens; a floor of 5 slots
 	bat := codectest.NewBatching(codectest.BatchingOptions{
 		ColdPageBytes: map[layout.LayerGroupID]int64{0: 256, 1: 320},
 	})
@@ -242,7 +242,7 @@ func TestOneHotGroupSplitsIntoTwoColdGroups(t *testing.T) {
 // cold pool group.
 func TestTwoHotGroupsShareOneColdGroup(t *testing.T) {
 	cfg := tieredConfig(t, 8, 16, 0)
-	cfg.Layers[1].SlidingWindowSize = 64
+	cfg.Layers[1].SlidingWindowSize = 17 // keeps every block of 16 tokens; a floor of 5 slots
 	cfg.Layers[1].Buffers = []config.BufferConfig{{Role: config.RoleKey, Size: 96}}
 	bat := codectest.NewBatching(codectest.BatchingOptions{
 		ColdPageBytes: map[layout.LayerGroupID]int64{0: 256, 1: 256},
@@ -423,17 +423,19 @@ func TestBatchingRepresentativesAreValidated(t *testing.T) {
 }
 
 func TestHotColdMigrationsBatchByRepresentative(t *testing.T) {
-	cfg := tieredConfig(t, 4, 32, 0)
-	cfg.Layers[1].SlidingWindowSize = 64 // two lifecycles, one hot group of 8 slots
+	cfg := tieredConfig(t, 5, 32, 0)
+	// Two lifecycles, one hot group of 10 slots (the window's floor of 5
+	// each); the window keeps every block of 16 tokens.
+	cfg.Layers[1].SlidingWindowSize = 17
 	faulty := codectest.NewFaulty(codec.NewDefault())
 	faulty.SetBatchingID(1, 0)
 	f := newTieredFixture(t, cfg, WithColdPageCodec(codec.Own(faulty)))
-	a := f.compute(blockhash.Scope{}, seq(0, 16), 1) // 4 blocks × 2 lifecycles = all 8 slots
+	a := f.compute(blockhash.Scope{}, seq(0, 16), 1) // 4 blocks × 2 lifecycles = 8 of the 10 slots
 	require.NoError(t, a.Suspend())
 	faulty.ResetCalls()
 	b := f.compute(blockhash.Scope{}, seq(100, 16), 2)
 	assert.Equal(t, 1, faulty.CallCount(codectest.OpEncode), "both lifecycles' pages in one call")
-	assert.Equal(t, []int{8}, faulty.PairsPerCall(codectest.OpEncode))
+	assert.Equal(t, []int{6}, faulty.PairsPerCall(codectest.OpEncode), "the 8 b needs less the 2 free slots, of both lifecycles")
 	require.NoError(t, b.Close())
 	require.NoError(t, a.Resume(f.stream))
 	assert.Equal(t, 16, f.verifyAll(a, 1), "4 blocks × 4 buffers")

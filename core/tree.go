@@ -243,14 +243,19 @@ func (mt *match) snapshot(m *Manager) *page {
 // at the last full block holding a snapshot. A partial block's match is
 // checked at its endpoint, where a sliding window may need fewer of the
 // full blocks' pages. The whole input may match; the engine drops the last
-// prompt token itself when it must compute it. ReuseMatchBackoff tokens are then
-// trimmed off the match's tail. It changes nothing.
+// prompt token itself when it must compute it. ReuseMatchBackoff tokens are
+// then trimmed off the tail of the content match (the tokens the tree holds
+// along input, pages or not), and the match is the longest usable one
+// within what is left, as KVCacheManagerV2 applies the backoff inside the
+// match: a match of m tokens describes the first m - backoff positions, and
+// the pages needed are those of the final endpoint. It changes nothing.
 func (m *Manager) findMatch(scope blockhash.Scope, input []config.Token, digests []blockhash.DigestAt) match {
 	mt := m.matchPrefix(scope, input, digests)
-	if back := m.cfg.ReuseMatchBackoff; back > 0 && mt.tokens(m.cfg.TokensPerBlock) > 0 {
+	tpb := m.cfg.TokensPerBlock
+	if content := max(mt.contentBlocks*tpb, mt.tokens(tpb)); m.cfg.ReuseMatchBackoff > 0 && content > 0 {
 		// The trimmed match is the match of the trimmed input: a shorter
 		// prefix may need other pages (a window further back).
-		n := max(mt.tokens(m.cfg.TokensPerBlock)-back, 0)
+		n := max(content-m.cfg.ReuseMatchBackoff, 0)
 		mt = m.matchPrefix(scope, input[:n], blockhash.DigestsIn(digests, 0, n))
 	}
 	return mt

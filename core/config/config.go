@@ -216,6 +216,10 @@ type BatchDesc struct {
 // mirror it.
 const DefaultMaxUtilForResume = 0.97
 
+// InitialPoolRatioSumTolerance is how far the sum of InitialPoolRatio may be
+// from 1.0 (KVCacheManagerV2's tolerance).
+const InitialPoolRatioSumTolerance = 1e-6
+
 // Defaults of the rebalance fields whose zero value means unset (0 is not a
 // valid value of theirs); KVCacheManagerV2's defaults.
 const (
@@ -255,16 +259,24 @@ type Config struct {
 	EnablePartialReuse bool
 	// ReuseMatchBackoff tokens are trimmed off the tail of every prefix
 	// match (KVCacheManagerV2's reuse_match_backoff): for pools that also
-	// hold state reading that many tokens ahead. Not negative.
+	// hold state reading that many tokens ahead. As there it applies inside
+	// the match: off the tokens the tree holds along the prompt, the match
+	// being the longest usable one within the rest. Not negative.
 	ReuseMatchBackoff int
 	// InitialPoolRatio is one hot-tier byte ratio per layer group, in layer
 	// group order. When nil, TypicalStep decides; else Constraints; else
-	// every layer group gets the same number of slots. A non-nil empty
-	// list is invalid, as in KVCacheManagerV2.
+	// every layer group gets the same number of slots. As in
+	// KVCacheManagerV2, the ratios are positive and sum to 1.0 (within
+	// InitialPoolRatioSumTolerance), and a non-nil empty list is invalid.
+	// Constraint floors (HotFloors in package layout) still win over them.
 	InitialPoolRatio []float64
 	TypicalStep      *BatchDesc
 	// Constraints are batches the GPU tier must always be able to hold; they
-	// set floors on hot slot counts and never affect cold tiers.
+	// set floors on hot slot counts (with room for MaxUtilForResume), next
+	// to each layer group's structural floor of a window's worth of slots,
+	// and never affect cold tiers. As in KVCacheManagerV2, a GPU quota
+	// below the floors is raised to them (the level's quota is then what
+	// its pools take).
 	Constraints []BatchDesc
 	// EnableStats is carried for KVCacheManagerV2 parity: kvcm always
 	// counts its statistics (the bindings default it to true).
@@ -433,10 +445,15 @@ func (c *Config) Validate(numLayerGroups int) error {
 			return fieldErr("initial_pool_ratio", "initial_pool_ratio length must be one per layer group (%d), got %d",
 				numLayerGroups, len(c.InitialPoolRatio))
 		}
+		var sum float64
 		for i, r := range c.InitialPoolRatio {
 			if !(r > 0) || math.IsInf(r, 0) {
 				return fieldErr(fmt.Sprintf("initial_pool_ratio[%d]", i), "initial_pool_ratio values must be positive and finite, got %v", r)
 			}
+			sum += r
+		}
+		if math.Abs(sum-1) > InitialPoolRatioSumTolerance {
+			return fieldErr("initial_pool_ratio", "initial_pool_ratio values must sum to 1.0 (within %v), got %v", InitialPoolRatioSumTolerance, sum)
 		}
 	}
 	if c.BlockKey != blockhash.SHA256 && c.BlockKey != blockhash.XXH3 {

@@ -117,6 +117,20 @@ func TestEmptyInitialPoolRatioIsRejected(t *testing.T) {
 	requireField(t, cfg.Validate(1), "initial_pool_ratio", "initial_pool_ratio length", "got 2")
 }
 
+// initial_pool_ratio sums to 1.0, as KVCacheManagerV2 requires (within its
+// tolerance of 1e-6): the ratios are shares of the hot tier, not weights.
+func TestInitialPoolRatioSumsToOne(t *testing.T) {
+	cfg := valid()
+	cfg.InitialPoolRatio = []float64{1}
+	require.NoError(t, cfg.Validate(1))
+	cfg.InitialPoolRatio = []float64{1 - 1e-7}
+	require.NoError(t, cfg.Validate(1), "within the tolerance")
+	for _, r := range [][]float64{{0.9}, {1.1}, {2}} {
+		cfg.InitialPoolRatio = r
+		requireField(t, cfg.Validate(1), "initial_pool_ratio", "initial_pool_ratio values must sum to 1.0")
+	}
+}
+
 // Every error names its field: reuse_match_backoff and a batch's
 // system_prompt_length must not be negative; a batch's requests are named
 // kv_caches, as in KVCacheManagerV2.

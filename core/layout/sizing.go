@@ -10,7 +10,8 @@ import (
 
 // ByteWeights derives one positive hot-tier byte weight per lifecycle (layer
 // group), normalized to sum to 1: from InitialPoolRatio, else from the pages a
-// typical step needs, else from the largest constraint, else equal slot counts.
+// typical step needs, else from the slots the constraints need
+// (ConstraintSlots), else equal slot counts.
 func (lt *Layout) ByteWeights(cfg *config.Config) []float64 {
 	w := make([]float64, len(lt.LifeCycles))
 	switch {
@@ -19,12 +20,9 @@ func (lt *Layout) ByteWeights(cfg *config.Config) []float64 {
 	case cfg.TypicalStep != nil:
 		w = lt.atLeastOnePage(lt.batchBytes(*cfg.TypicalStep))
 	case len(cfg.Constraints) > 0:
-		for _, b := range cfg.Constraints {
-			for i, x := range lt.batchBytes(b) {
-				w[i] = max(w[i], x)
-			}
+		for i, n := range lt.ConstraintSlots(cfg) {
+			w[i] = float64(n) * float64(lt.LifeCycles[i].PageBytes())
 		}
-		w = lt.atLeastOnePage(w)
 	default:
 		for i := range lt.LifeCycles {
 			w[i] = float64(lt.LifeCycles[i].PageBytes())
@@ -93,23 +91,114 @@ func (lt *Layout) BatchPages(lc LayerGroupID, b config.BatchDesc) int64 {
 	return n
 }
 
-// HotFloors returns, per lifecycle, the slots the largest constraint batch
-// needs on the hot level.
-func (lt *Layout) HotFloors(cfg *config.Config) []int64 {
-	floors := make([]int64, len(lt.LifeCycles))
+// StructuralFloor returns the hot slots lifecycle lc needs whatever the
+// batch, as KVCacheManagerV2 floors them: one SSM state; for a sliding
+// window its sink blocks and the blocks a window spans while it slides
+// (sinks + (window + tpb - 2) / tpb + 1); for full attention the largest
+// sliding-window floor of the layout (every layer group sees the same
+// sequence), at least one.
+func (lt *Layout) StructuralFloor(lc LayerGroupID) int64 {
+	if lt.IsSSM(lc) {
+		return 1
+	}
+	if lt.LifeCycles[lc].Window.Size > 0 {
+		return lt.windowFloor(lc)
+	}
+	floor := int64(1)
+	for i := range lt.LifeCycles {
+		if id := LayerGroupID(i); !lt.IsSSM(id) && lt.LifeCycles[i].Window.Size > 0 {
+			floor = max(floor, lt.windowFloor(id))
+		}
+	}
+	return floor
+}
+
+func (lt *Layout) windowFloor(lc LayerGroupID) int64 {
+	tpb := lt.TokensPerBlock
+	return int64(lt.SinkBlocks(lc) + (lt.LifeCycles[lc].Window.Size+tpb-2)/tpb + 1)
+}
+
+// needsHeadroom reports whether hot pool group g holds a lifecycle whose
+// pages grow with the sequence (any but the SSM layer group): resume refuses
+// such a group above MaxUtilForResume, so its constraint floors leave room
+// for that.
+func (lt *Layout) needsHeadroom(g PoolGroupIndex) bool {
+	for lc, pg := range lt.Levels[0].LifeCycleToGroup {
+		if pg == g && !lt.IsSSM(LayerGroupID(lc)) {
+			return true
+		}
+	}
+	return false
+}
+
+// constraintShare scales n slots a constraint batch takes in hot pool group g
+// up to the slots that hold them under the resume gate: n / MaxUtilForResume,
+// rounded up, where the group needs headroom; n otherwise.
+func (lt *Layout) constraintShare(cfg *config.Config, g PoolGroupIndex, n int64) int64 {
+	if !lt.needsHeadroom(g) || n == math.MaxInt64 {
+		return n
+	}
+	return int64(math.Ceil(float64(n) / cfg.MaxUtil()))
+}
+
+// ConstraintSlots returns, per lifecycle, the hot slots the constraints need:
+// its StructuralFloor, raised to every constraint batch's pages
+// (BatchPages) scaled by constraintShare.
+func (lt *Layout) ConstraintSlots(cfg *config.Config) []int64 {
+	slots := make([]int64, len(lt.LifeCycles))
+	for i := range lt.LifeCycles {
+		slots[i] = lt.StructuralFloor(LayerGroupID(i))
+	}
 	for _, b := range cfg.Constraints {
 		for i := range lt.LifeCycles {
-			// Saturated: an overflowing floor fails as "floors overflow".
-			floors[i] = max(floors[i], lt.BatchPages(LayerGroupID(i), b))
+			g := lt.Levels[0].LifeCycleToGroup[i]
+			slots[i] = max(slots[i], lt.constraintShare(cfg, g, lt.BatchPages(LayerGroupID(i), b)))
+		}
+	}
+	return slots
+}
+
+// HotFloors returns, per hot pool group, the fewest slots it gets
+// (KVCacheManagerV2's minimum slots): the StructuralFloor of each of its
+// lifecycles summed, raised to every constraint batch's pages in the group
+// scaled by constraintShare. Saturated: an overflowing floor fails in
+// HotSlots as "floors overflow".
+func (lt *Layout) HotFloors(cfg *config.Config) []int64 {
+	lvl := &lt.Levels[0]
+	floors := make([]int64, len(lvl.Groups))
+	for lc, g := range lvl.LifeCycleToGroup {
+		floors[g] = addSaturating(floors[g], lt.StructuralFloor(LayerGroupID(lc)))
+	}
+	for _, b := range cfg.Constraints {
+		pages := make([]int64, len(lvl.Groups))
+		for lc, g := range lvl.LifeCycleToGroup {
+			pages[g] = addSaturating(pages[g], lt.BatchPages(LayerGroupID(lc), b))
+		}
+		for g := range floors {
+			floors[g] = max(floors[g], lt.constraintShare(cfg, PoolGroupIndex(g), pages[g]))
 		}
 	}
 	return floors
 }
 
+// FloorBytes returns the bytes the hot pool groups' floors take (the least
+// quota HotSlots accepts), saturated.
+func (lt *Layout) FloorBytes(floors []int64) int64 {
+	var need int64
+	for g, gl := range lt.Levels[0].Groups {
+		b, ok := CheckedMul(floors[g], gl.PageBytes())
+		if !ok {
+			return math.MaxInt64
+		}
+		need = addSaturating(need, b)
+	}
+	return need
+}
+
 // HotSlots sizes every hot pool group from the quota: each group gets the byte
-// weights of its lifecycles, then groups below their constraint floors are
-// raised to them and the rest is shared again by weight. It fails when the
-// floors (or one slot per group) do not fit in the quota, or when a group
+// weights of its lifecycles, then groups below their floors (HotFloors, one
+// per pool group) are raised to them and the rest is shared again by weight.
+// It fails when the floors do not fit in the quota, or when a group
 // would get more than MaxSlots slots. The slots of all groups together never
 // take more than quota bytes. With MaxSsmSlots, the SSM layer group's pool
 // group gets at most that many slots (at least its floor) and the bytes it
@@ -118,13 +207,12 @@ func (lt *Layout) HotFloors(cfg *config.Config) []int64 {
 func (lt *Layout) HotSlots(quota int64, weights []float64, floors []int64) ([]int64, error) {
 	lvl := &lt.Levels[0]
 	gw := make([]float64, len(lvl.Groups))
-	gfloor := make([]int64, len(lvl.Groups))
 	for lc, g := range lvl.LifeCycleToGroup {
 		gw[g] += weights[lc]
-		gfloor[g] += floors[lc]
 	}
+	gfloor := make([]int64, len(lvl.Groups))
 	for g := range gfloor {
-		gfloor[g] = max(gfloor[g], 1)
+		gfloor[g] = max(floors[g], 1)
 	}
 	slots, err := shareQuota("gpu", quota, lvl.Groups, gw, gfloor)
 	if err != nil || lt.SSM < 0 || lt.MaxSsmSlots == 0 || len(lvl.Groups) == 1 {

@@ -118,13 +118,67 @@ func TestBatchPagesCountTheSystemPromptOnce(t *testing.T) {
 }
 
 // TestSystemPromptLowersConstraintFloors: a constraint batch sharing a system
-// prompt needs fewer hot slots than the same batch without one.
+// prompt needs fewer hot slots than the same batch without one (each floor
+// leaves room for the resume gate: pages / max_util_for_resume, rounded up).
 func TestSystemPromptLowersConstraintFloors(t *testing.T) {
 	cfg, lt := groups(64, false)
+	cfg.MaxUtilForResume = 0.5
 	batch := config.BatchDesc{Requests: []config.RequestDesc{{Capacity: 40}, {Capacity: 40}}}
 	cfg.Constraints = []config.BatchDesc{batch}
-	assert.Equal(t, []int64{20}, lt.HotFloors(cfg))
+	assert.Equal(t, []int64{2 * 20}, lt.HotFloors(cfg))
 	batch.SystemPromptLength = 32
 	cfg.Constraints = []config.BatchDesc{batch}
-	assert.Equal(t, []int64{8 + 2*2}, lt.HotFloors(cfg))
+	assert.Equal(t, []int64{2 * (8 + 2*2)}, lt.HotFloors(cfg))
+}
+
+// TestConstraintFloorsLeaveResumeHeadroom: a constraint batch's pages in a
+// pool group of growing layer groups are divided by max_util_for_resume,
+// rounded up, so the whole batch resumes under the gate; the SSM layer
+// group's pool group (one state a request, no growth) gets the pages alone.
+// Structural floors sum per pool group. As KVCacheManagerV2 sizes them.
+func TestConstraintFloorsLeaveResumeHeadroom(t *testing.T) {
+	cfg := &config.Config{
+		TokensPerBlock:   4,
+		MaxUtilForResume: 0.95,
+		CacheTiers:       []config.CacheTierConfig{config.GPU(1)},
+		Layers: []config.AttentionLayerConfig{
+			{LayerID: 0, Buffers: []config.BufferConfig{{Role: config.RoleKey, Size: 64}}},
+			{LayerID: 1, SlidingWindowSize: 8, NumSinkTokens: 4, Buffers: []config.BufferConfig{{Role: config.RoleKey, Size: 32}}},
+		},
+		SsmLayers: []config.SsmLayerConfig{{LayerID: 2, Buffers: []config.BufferConfig{{Role: config.RoleKey, Size: 48}}}},
+	}
+	lt := layout.New(cfg)
+	require.Len(t, lt.Levels[0].Groups, 3)
+	// Window 8 of 4-token blocks with one sink block: 1 + (8+2)/4 + 1 = 4;
+	// full attention takes the largest window floor; the SSM state 1.
+	assert.Equal(t, []int64{4, 4, 1}, []int64{lt.StructuralFloor(0), lt.StructuralFloor(1), lt.StructuralFloor(2)})
+	assert.Equal(t, []int64{4, 4, 1}, lt.HotFloors(cfg))
+	reqs := make([]config.RequestDesc, 32)
+	for i := range reqs {
+		reqs[i] = config.RequestDesc{Capacity: 1}
+	}
+	cfg.Constraints = []config.BatchDesc{{Requests: reqs}}
+	// 32 one-block requests: 32 pages in each attention group, 34 slots
+	// (32 / 0.95 = 33.7) so that resuming the last one stays under 0.95; 32
+	// SSM states.
+	assert.Equal(t, []int64{34, 34, 32}, lt.HotFloors(cfg))
+	assert.Equal(t, []int64{34, 34, 32}, lt.ConstraintSlots(cfg))
+	assert.Equal(t, int64(34*64+34*32+32*48), lt.FloorBytes(lt.HotFloors(cfg)))
+}
+
+// TestSharedPoolGroupFloorsSum: layer groups sharing one hot pool group get
+// the sum of their structural floors (two windows' worth here), as
+// KVCacheManagerV2 reserves worst-case slots per layer group.
+func TestSharedPoolGroupFloorsSum(t *testing.T) {
+	cfg := &config.Config{
+		TokensPerBlock: 32,
+		CacheTiers:     []config.CacheTierConfig{config.GPU(1)},
+		Layers: []config.AttentionLayerConfig{
+			{LayerID: 0, SlidingWindowSize: 32, Buffers: []config.BufferConfig{{Role: config.RoleKey, Size: 2 << 20}}},
+			{LayerID: 1, Buffers: []config.BufferConfig{{Role: config.RoleKey, Size: 2 << 20}}},
+		},
+	}
+	lt := layout.New(cfg)
+	require.Len(t, lt.Levels[0].Groups, 1)
+	assert.Equal(t, []int64{2 + 2}, lt.HotFloors(cfg))
 }

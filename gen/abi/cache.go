@@ -42,8 +42,9 @@ type KVCacheOptions struct {
 	InputTokens spec.In[Token] `len:"NumInputTokens" nullable:"true" own:"borrowed"`
 	// NumInputTokens is the length of input_tokens.
 	NumInputTokens spec.Size
-	// Priority, when not NULL, gives committed blocks their eviction
-	// priority. It is called with the manager's lock held.
+	// Priority, when not NULL, gives the cache's pages their eviction
+	// priority as they are allocated (see kvcm_priority_func). It is called
+	// with the manager's lock held.
 	Priority PriorityFunc `nullable:"true" go:"-"`
 	// PriorityUserData is passed to priority; the library never
 	// dereferences it. It must stay valid until the cache is closed.
@@ -56,9 +57,10 @@ type KVCacheOptions struct {
 	RequestIDLen spec.Size
 	// ScopeHasLoraID marks scope.lora_id as a LoRA adapter id, 0 included.
 	ScopeHasLoraID bool `since:"2" go:"-"`
-	// LayerGroupPriority, when not NULL, gives committed blocks their
-	// eviction priority per layer group (priority must be NULL then). It is
-	// called with priority_user_data and the manager's lock held.
+	// LayerGroupPriority, when not NULL, gives the cache's pages their
+	// eviction priority per layer group as they are allocated (priority must
+	// be NULL then). It is called with priority_user_data and the manager's
+	// lock held.
 	LayerGroupPriority LayerGroupPriorityFunc `nullable:"true" since:"2" go:"-"`
 	// HasExpectedPromptLength makes expected_prompt_length the cache's
 	// prefill/generation boundary of the statistics; unset, the boundary is
@@ -161,7 +163,9 @@ type KVCacheSuspend func(cache KVCache) *Status
 // KVCacheResize sets the capacity (tokens with pages) and the history length
 // (tokens whose KV is computed) of an ACTIVE cache. New pages come from the
 // GPU level, evicting if needed; pages a sliding window no longer needs are
-// released. On error nothing changes.
+// released. The cache's priority function is asked about each new page
+// first. On error (a priority function that reports failure included:
+// KVCM_ERR_INVALID_ARGUMENT) nothing changes.
 //
 //kvcm:since 1
 //kvcm:thread manager

@@ -245,14 +245,18 @@ type ManagerConfig struct {
 	// EnableStats enables statistics collection.
 	EnableStats bool `pydefault:"True"`
 	// InitialPoolRatio is one hot-tier byte ratio per layer group, in layer
-	// group order (NULL when unused; non-NULL with length 0 is invalid). When empty, typical_step decides; else
+	// group order (NULL when unused; non-NULL with length 0 is invalid): positive values
+	// summing to 1.0 (within 1e-6). When empty, typical_step decides; else
 	// constraints; else every layer group gets the same number of slots.
 	InitialPoolRatio spec.In[float64] `len:"NumInitialPoolRatio" nullable:"true" own:"borrowed" pydefault:"None"`
 	// NumInitialPoolRatio is the length of initial_pool_ratio.
 	NumInitialPoolRatio spec.Size
 	// TypicalStep is a typical batch step (NULL when unused).
 	TypicalStep spec.In[BatchDesc] `nullable:"true" own:"borrowed" pydefault:"None"`
-	// Constraints are batches the GPU tier must always be able to hold.
+	// Constraints are batches the GPU tier must always be able to hold:
+	// floors on the hot slot counts (with room for max_util_for_resume),
+	// next to each layer group's floor of a window's worth of slots; a GPU
+	// quota below the floors is raised to them, as in KVCacheManagerV2.
 	Constraints spec.In[BatchDesc] `len:"NumConstraints" nullable:"true" own:"borrowed" pydefault:"[]"`
 	// NumConstraints is the length of constraints.
 	NumConstraints spec.Size

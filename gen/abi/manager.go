@@ -147,7 +147,9 @@ type CacheEvent struct {
 // SsmSnapshotIterationStats counts the SSM snapshot lookups of the SSM layer
 // group during an iteration (KVCacheManagerV2's
 // SsmSnapshotIterationStatsDelta): one lookup per cache created with input
-// tokens, a hit when it reused a snapshot.
+// tokens, a hit when it reused a snapshot, counted when the cache commits its
+// pending statistics (kvcm_kv_cache_commit_pending_stats; discarding or
+// closing drops it).
 //
 //kvcm:struct
 //kvcm:since 2

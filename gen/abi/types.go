@@ -332,11 +332,16 @@ type HostFunc func(userData spec.VoidPtr) int32
 
 // PriorityFunc writes to priority the eviction priority, in
 // [KVCM_MIN_PRIORITY, KVCM_MAX_PRIORITY] (values outside are clamped), of the
-// cache's block at blockIndex when it is committed, and returns 0. Any other
-// return value is a failure: kvcm_kv_cache_commit then fails with
-// KVCM_ERR_INVALID_ARGUMENT and changes nothing (a trailing partial block
-// published at close gets the default priority instead). It is called with
-// the manager's lock held and must not call back into the library.
+// cache's block at blockIndex, and returns 0. As KVCacheManagerV2 asks its
+// custom_priority_callback, it is called when kvcm_kv_cache_resize allocates
+// the block's pages (before anything changes): the pages are ranked by it
+// while private, and the block keeps it when it is committed; a block whose
+// pages came otherwise (a partial-reuse copy) is asked at its commit. Any
+// other return value is a failure: kvcm_kv_cache_resize or
+// kvcm_kv_cache_commit then fails with KVCM_ERR_INVALID_ARGUMENT and changes
+// nothing (a trailing partial block published at close gets the default
+// priority instead). It is called with the manager's lock held and must not
+// call back into the library.
 //
 //kvcm:callback
 //kvcm:since 1
@@ -346,7 +351,8 @@ type PriorityFunc func(userData spec.VoidPtr, blockIndex int64, priority spec.Ou
 // KVCacheManagerV2's custom_priority_callback(block_ordinal, life_cycle): it
 // writes the eviction priority of the page of layer group layerGroup of the
 // cache's block at blockIndex, and is called once per layer group of each
-// committed block. The rest is as for kvcm_priority_func.
+// block, when its page there is allocated. The rest is as for
+// kvcm_priority_func.
 //
 //kvcm:callback
 //kvcm:since 2

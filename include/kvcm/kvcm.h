@@ -629,7 +629,8 @@ typedef int32_t (*kvcm_host_func)(void* user_data);
  * KVCacheManagerV2's custom_priority_callback(block_ordinal, life_cycle): it
  * writes the eviction priority of the page of layer group layerGroup of the
  * cache's block at blockIndex, and is called once per layer group of each
- * committed block. The rest is as for kvcm_priority_func.
+ * block, when its page there is allocated. The rest is as for
+ * kvcm_priority_func.
  * @since ABI version 2.
  */
 typedef int32_t (*kvcm_layer_group_priority_func)(void* user_data, int64_t block_index, kvcm_layer_group_id layer_group, int32_t* priority);
@@ -637,11 +638,16 @@ typedef int32_t (*kvcm_layer_group_priority_func)(void* user_data, int64_t block
 /**
  * kvcm_priority_func writes to priority the eviction priority, in
  * [KVCM_MIN_PRIORITY, KVCM_MAX_PRIORITY] (values outside are clamped), of the
- * cache's block at blockIndex when it is committed, and returns 0. Any other
- * return value is a failure: kvcm_kv_cache_commit then fails with
- * KVCM_ERR_INVALID_ARGUMENT and changes nothing (a trailing partial block
- * published at close gets the default priority instead). It is called with
- * the manager's lock held and must not call back into the library.
+ * cache's block at blockIndex, and returns 0. As KVCacheManagerV2 asks its
+ * custom_priority_callback, it is called when kvcm_kv_cache_resize allocates
+ * the block's pages (before anything changes): the pages are ranked by it
+ * while private, and the block keeps it when it is committed; a block whose
+ * pages came otherwise (a partial-reuse copy) is asked at its commit. Any
+ * other return value is a failure: kvcm_kv_cache_resize or
+ * kvcm_kv_cache_commit then fails with KVCM_ERR_INVALID_ARGUMENT and changes
+ * nothing (a trailing partial block published at close gets the default
+ * priority instead). It is called with the manager's lock held and must not
+ * call back into the library.
  * @since ABI version 1.
  */
 typedef int32_t (*kvcm_priority_func)(void* user_data, int64_t block_index, int32_t* priority);
@@ -1409,8 +1415,9 @@ struct kvcm_kv_cache_options {
      */
     size_t num_input_tokens;
     /**
-     * [nullable] priority, when not NULL, gives committed blocks their eviction
-     * priority. It is called with the manager's lock held.
+     * [nullable] priority, when not NULL, gives the cache's pages their eviction
+     * priority as they are allocated (see kvcm_priority_func). It is called
+     * with the manager's lock held.
      */
     kvcm_priority_func priority;
     /**
@@ -1433,9 +1440,10 @@ struct kvcm_kv_cache_options {
      */
     bool scope_has_lora_id;
     /**
-     * [nullable] layer_group_priority, when not NULL, gives committed blocks their
-     * eviction priority per layer group (priority must be NULL then). It is
-     * called with priority_user_data and the manager's lock held. (since ABI version 2)
+     * [nullable] layer_group_priority, when not NULL, gives the cache's pages their
+     * eviction priority per layer group as they are allocated (priority must
+     * be NULL then). It is called with priority_user_data and the manager's
+     * lock held. (since ABI version 2)
      */
     kvcm_layer_group_priority_func layer_group_priority;
     /**
@@ -1630,7 +1638,8 @@ struct kvcm_manager_config {
     bool enable_stats;
     /**
      * [borrowed, nullable, array of num_initial_pool_ratio] initial_pool_ratio is one hot-tier byte ratio per layer group, in layer
-     * group order (NULL when unused; non-NULL with length 0 is invalid). When empty, typical_step decides; else
+     * group order (NULL when unused; non-NULL with length 0 is invalid): positive values
+     * summing to 1.0 (within 1e-6). When empty, typical_step decides; else
      * constraints; else every layer group gets the same number of slots.
      */
     const double* initial_pool_ratio;
@@ -1643,7 +1652,10 @@ struct kvcm_manager_config {
      */
     const kvcm_batch_desc* typical_step;
     /**
-     * [borrowed, nullable, array of num_constraints] constraints are batches the GPU tier must always be able to hold.
+     * [borrowed, nullable, array of num_constraints] constraints are batches the GPU tier must always be able to hold:
+     * floors on the hot slot counts (with room for max_util_for_resume),
+     * next to each layer group's floor of a window's worth of slots; a GPU
+     * quota below the floors is raised to them, as in KVCacheManagerV2.
      */
     const kvcm_batch_desc* constraints;
     /**
@@ -2244,7 +2256,9 @@ struct kvcm_ssm_layer_config {
  * kvcm_ssm_snapshot_iteration_stats counts the SSM snapshot lookups of the SSM layer
  * group during an iteration (KVCacheManagerV2's
  * SsmSnapshotIterationStatsDelta): one lookup per cache created with input
- * tokens, a hit when it reused a snapshot.
+ * tokens, a hit when it reused a snapshot, counted when the cache commits its
+ * pending statistics (kvcm_kv_cache_commit_pending_stats; discarding or
+ * closing drops it).
  * @since ABI version 2.
  */
 struct kvcm_ssm_snapshot_iteration_stats {
@@ -3063,7 +3077,9 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_prefetch(kvcm_kv_cache cach
  * kvcm_kv_cache_resize sets the capacity (tokens with pages) and the history length
  * (tokens whose KV is computed) of an ACTIVE cache. New pages come from the
  * GPU level, evicting if needed; pages a sliding window no longer needs are
- * released. On error nothing changes.
+ * released. The cache's priority function is asked about each new page
+ * first. On error (a priority function that reports failure included:
+ * KVCM_ERR_INVALID_ARGUMENT) nothing changes.
  *
  * @param cache [in] The cache.
  * @param capacity [in] The new capacity in tokens.

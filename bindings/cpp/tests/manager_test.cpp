@@ -690,8 +690,9 @@ TEST_F(ManagerTest, PriorityCallback)
     EXPECT_EQ(asked, (std::vector<int64_t>{0, 10, 20}));
 }
 
-// A priority callback that throws fails the commit, which changes nothing;
-// the retry succeeds once the callback does.
+// A priority callback that throws fails the resize that allocates the pages
+// (it is asked as they are allocated, as in KVCacheManagerV2), which changes
+// nothing; the retry succeeds once the callback does.
 TEST_F(ManagerTest, ThrowingPriorityCallbackChangesNothing)
 {
     kvcm::KVCacheManager m(smallConfig(64 << 10));
@@ -706,10 +707,10 @@ TEST_F(ManagerTest, ThrowingPriorityCallbackChangesNothing)
         return kvcm::kMaxPriority;
     });
     c.resume(stream);
-    c.resize(12, 12);
-    EXPECT_KVCM_ERROR(c.commit(t), kvcm::StatusCode::kInvalidArgument);
-    EXPECT_EQ(c.numCommittedTokens(), 0);
+    EXPECT_KVCM_ERROR(c.resize(12, 12), kvcm::StatusCode::kInvalidArgument);
+    EXPECT_EQ(c.capacity(), 0);
     fail = false;
+    c.resize(12, 12);
     c.commit(t);
     EXPECT_EQ(c.numCommittedTokens(), 12);
 }

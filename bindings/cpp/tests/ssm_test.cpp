@@ -53,6 +53,8 @@ TEST_F(SsmTest, StateSnapshotReuseAndStats)
     auto const prompt = tokenRange(0, 16);
     {
         kvcm::KVCache a = m.createKVCache(prompt);
+        EXPECT_TRUE(m.getAndResetSsmSnapshotIterationStats().empty()) << "the lookup is pending in the cache";
+        a.commitPendingStats();
         a.resume(stream);
         a.resize(12, 0);
         EXPECT_NE(a.ssmBlockBaseIndex(ssm), kvcm::kBadPageIndex);
@@ -75,6 +77,7 @@ TEST_F(SsmTest, StateSnapshotReuseAndStats)
         EXPECT_EQ(diag.attention_tokens, 8);
         b.resume(stream);
         EXPECT_NE(b.ssmBlockBaseIndex(ssm), kvcm::kBadPageIndex);
+        b.commitPendingStats();
     }
     auto got = m.getAndResetSsmSnapshotIterationStats();
     ASSERT_EQ(got.size(), 1u);

@@ -306,16 +306,22 @@ kvcm_host_func = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
 # KVCacheManagerV2's custom_priority_callback(block_ordinal, life_cycle): it
 # writes the eviction priority of the page of layer group layerGroup of the
 # cache's block at blockIndex, and is called once per layer group of each
-# committed block. The rest is as for kvcm_priority_func.
+# block, when its page there is allocated. The rest is as for
+# kvcm_priority_func.
 kvcm_layer_group_priority_func = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, kvcm_layer_group_id, ctypes.POINTER(ctypes.c_int32))
 
 # kvcm_priority_func writes to priority the eviction priority, in
 # [KVCM_MIN_PRIORITY, KVCM_MAX_PRIORITY] (values outside are clamped), of the
-# cache's block at blockIndex when it is committed, and returns 0. Any other
-# return value is a failure: kvcm_kv_cache_commit then fails with
-# KVCM_ERR_INVALID_ARGUMENT and changes nothing (a trailing partial block
-# published at close gets the default priority instead). It is called with
-# the manager's lock held and must not call back into the library.
+# cache's block at blockIndex, and returns 0. As KVCacheManagerV2 asks its
+# custom_priority_callback, it is called when kvcm_kv_cache_resize allocates
+# the block's pages (before anything changes): the pages are ranked by it
+# while private, and the block keeps it when it is committed; a block whose
+# pages came otherwise (a partial-reuse copy) is asked at its commit. Any
+# other return value is a failure: kvcm_kv_cache_resize or
+# kvcm_kv_cache_commit then fails with KVCM_ERR_INVALID_ARGUMENT and changes
+# nothing (a trailing partial block published at close gets the default
+# priority instead). It is called with the manager's lock held and must not
+# call back into the library.
 kvcm_priority_func = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_int32))
 
 # ---- Structures (declared first, fields set below, so pointers may refer forward) ----
@@ -652,7 +658,9 @@ class kvcm_ssm_snapshot_iteration_stats(ctypes.Structure):
     """kvcm_ssm_snapshot_iteration_stats counts the SSM snapshot lookups of the SSM layer
     group during an iteration (KVCacheManagerV2's
     SsmSnapshotIterationStatsDelta): one lookup per cache created with input
-    tokens, a hit when it reused a snapshot.
+    tokens, a hit when it reused a snapshot, counted when the cache commits its
+    pending statistics (kvcm_kv_cache_commit_pending_stats; discarding or
+    closing drops it).
     """
 
 

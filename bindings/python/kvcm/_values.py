@@ -206,12 +206,16 @@ class KVCacheManagerConfig:
     #: reuse_match_backoff tokens are trimmed off the tail of every prefix
     #: match (not negative).
     reuse_match_backoff: int = 0
-    #: constraints are batches the GPU tier must always be able to hold.
+    #: constraints are batches the GPU tier must always be able to hold:
+    #: floors on the hot slot counts (with room for max_util_for_resume),
+    #: next to each layer group's floor of a window's worth of slots; a GPU
+    #: quota below the floors is raised to them, as in KVCacheManagerV2.
     constraints: list[BatchDesc] = field(default_factory=list)
     #: typical_step is a typical batch step (NULL when unused).
     typical_step: BatchDesc | None = None
     #: initial_pool_ratio is one hot-tier byte ratio per layer group, in layer
-    #: group order (NULL when unused; non-NULL with length 0 is invalid). When empty, typical_step decides; else
+    #: group order (NULL when unused; non-NULL with length 0 is invalid): positive values
+    #: summing to 1.0 (within 1e-6). When empty, typical_step decides; else
     #: constraints; else every layer group gets the same number of slots.
     initial_pool_ratio: list[float] | None = None
     #: SWA scratch reuse (TensorRT-LLM's swa_scratch_reuse); None: off.

@@ -294,10 +294,14 @@ class KVCacheManagerConfig(_values.KVCacheManagerConfig):
     tier is busier; 0 is rejected rather than read as the default, as the C
     ABI would. ``reuse_match_backoff`` tokens are trimmed off every prefix
     match. ``initial_pool_ratio`` has one hot-tier byte ratio per layer
-    group (an empty list or a wrong length is a ValueError); without it
+    group, positive and summing to 1.0 (an empty list, a wrong length or
+    another sum is a ValueError); without it
     ``typical_step`` decides, else ``constraints``, else every layer group
     gets the same number of slots. ``constraints`` are batches the GPU tier
-    must always hold. ``enable_stats`` off makes the KVCM2 statistics
+    must always hold: with each layer group's floor of a window's worth of
+    slots they set floors on the GPU pools (with room for
+    ``max_util_for_resume``), and a ``quota`` below the floors is raised to
+    them, as in KVCacheManagerV2. ``enable_stats`` off makes the KVCM2 statistics
     getters report nothing (kvcm counts regardless; ``stats`` stays).
     ``text_only`` changes nothing (kvcm's tokens are text only).
     ``layers`` may hold :class:`SsmLayerConfig` entries beside the attention

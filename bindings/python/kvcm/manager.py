@@ -342,28 +342,47 @@ _NO_STATS = KVCacheStatsDelta()  # read only: a new cache's statistics base
 _PRIORITY_RESULT = "custom_priority_callback's result"
 
 
-class LifeCycle(int):
-    """The layer group a priority callback is asked about: an ``int`` (the
-    layer group id, KVCacheManagerV2's LifeCycleId) that also carries the
-    group's ``window_size`` (None for full attention and the SSM layer
-    group) and ``num_sink_blocks``, the attributes of KVCacheManagerV2's
-    life cycle; ``is_ssm`` tells the SSM layer group (KVCM2's SsmLifeCycle)
-    apart."""
+class LifeCycle:
+    """The layer group a priority callback is asked about, as
+    KVCacheManagerV2 passes its life cycle object (not an int): the group's
+    ``window_size`` (None for full attention and the SSM layer group),
+    ``num_sink_blocks`` and ``get_stale_range``; ``is_ssm`` tells the SSM
+    layer group (KVCM2's SsmLifeCycle) apart. As a kvcm extension it
+    carries its ``layer_group_id``: ``int(lc)`` (and indexing with it) gives
+    the id, and it compares equal to it."""
 
+    __slots__ = ("layer_group_id", "window_size", "num_sink_blocks", "is_ssm")
+
+    layer_group_id: int
     window_size: int | None
     num_sink_blocks: int
     is_ssm: bool
 
-    def __new__(cls, layer_group_id: int, window_size: int | None, num_sink_blocks: int,
-                is_ssm: bool = False) -> "LifeCycle":
-        lc = super().__new__(cls, layer_group_id)
-        lc.window_size, lc.num_sink_blocks, lc.is_ssm = window_size, num_sink_blocks, is_ssm
-        return lc
+    def __init__(self, layer_group_id: int, window_size: int | None, num_sink_blocks: int,
+                 is_ssm: bool = False) -> None:
+        self.layer_group_id, self.window_size = int(layer_group_id), window_size
+        self.num_sink_blocks, self.is_ssm = num_sink_blocks, is_ssm
+
+    def __index__(self) -> int:
+        return self.layer_group_id
+
+    __int__ = __index__
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LifeCycle):
+            return (self.layer_group_id, self.window_size, self.num_sink_blocks, self.is_ssm) == (
+                other.layer_group_id, other.window_size, other.num_sink_blocks, other.is_ssm)
+        if isinstance(other, int) and not isinstance(other, bool):
+            return self.layer_group_id == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.layer_group_id)
 
     def __repr__(self) -> str:
         if self.is_ssm:
-            return f"LifeCycle({int(self)}, ssm)"
-        return f"LifeCycle({int(self)}, window_size={self.window_size}, num_sink_blocks={self.num_sink_blocks})"
+            return f"LifeCycle({self.layer_group_id}, ssm)"
+        return f"LifeCycle({self.layer_group_id}, window_size={self.window_size}, num_sink_blocks={self.num_sink_blocks})"
 
     def get_stale_range(self, history_length: int, tokens_per_block: int) -> HalfOpenRange:
         """KVCacheManagerV2's stale range: the blocks past the sinks that a
@@ -1126,12 +1145,15 @@ class KVCacheManager(Managed):
         a ReuseScope (``lora_id`` and ``salt``; lora_id None and 0 are
         different scopes) or None; ``lora_task_id``/``salt`` are kvcm's older
         spelling. ``custom_priority_callback(block_ordinal, life_cycle)``
-        gives each layer group's page of a committed block its eviction
-        priority, an int clamped into [0, 100]; ``life_cycle`` is a
-        :class:`LifeCycle` (the layer group id, with ``window_size`` and
-        ``num_sink_blocks``). It runs with the manager's lock held and must
-        not call into the manager. An exception it raises (a result that is
-        not an int included) fails the commit, which then changes nothing, and
+        gives each layer group's page of a block its eviction priority, an
+        int clamped into [0, 100]; ``life_cycle`` is a :class:`LifeCycle`
+        (the layer group id, with ``window_size`` and ``num_sink_blocks``).
+        As in KVCacheManagerV2 it is asked when ``resize`` allocates the page
+        (the page ranks by it while private and keeps it when committed); a
+        block whose page came otherwise (a partial-reuse copy) is asked at its
+        commit. It runs with the manager's lock held and must not call into
+        the manager. An exception it raises (a result that is not an int
+        included) fails the resize or commit, which then changes nothing, and
         is re-raised by it; at close, where a trailing partial block is
         published, the block gets the default priority and close re-raises
         it. ``expected_prompt_length`` is the prefill/generation boundary of
@@ -1933,7 +1955,10 @@ class _KVCache(Managed):
         """Set capacity (tokens with pages; None keeps it) and history_length
         (computed tokens; None keeps it) of an ACTIVE cache. Returns False,
         changing nothing, when the GPU has not enough pages; raises
-        InvalidArgumentError and the like for a bad request."""
+        InvalidArgumentError and the like for a bad request. The cache's
+        ``custom_priority_callback`` is asked about each new page first (as
+        KVCacheManagerV2 asks as it allocates); an exception it raises fails
+        the resize, which then changes nothing, and is re-raised here."""
         if capacity is None:
             capacity = self.capacity
         if history_length is None:
@@ -1942,8 +1967,12 @@ class _KVCache(Managed):
             history_length = _convert.check(history_length, _I64, "history_length")
             if history_length < 0:
                 raise InvalidArgumentError(f"history_length: must not be negative, got {history_length}")
+        h = self._resource if self._state == "open" else self._native()
         try:
-            _cache_resize(self._resource if self._state == "open" else self._native(), capacity, history_length)
+            if self._priority_cb is None:
+                _cache_resize(h, capacity, history_length)
+            else:
+                _native.call_with_stash(self._stash, lambda: _cache_resize(h, capacity, history_length))
         except OutOfPagesError:
             return False
         # The decode step's path: each check is inlined before its call.

@@ -144,9 +144,14 @@ def test_huge_quota_names_the_field():
                  "cache_tiers[0].max_quota")
 
 
-def test_quota_too_small_for_one_slot():
-    e = expect_field(_with(cache_tiers=[GpuCacheTierConfig(16)]), "cache_tiers[0].quota")
-    assert "gpu" in str(e)
+def test_quota_below_the_floors_is_raised_to_them():
+    """As in KVCM2, a GPU quota below the pools' floors (a window's worth of
+    slots per layer group: 8-token window, 4-token blocks: (8 + 2) // 4 + 1 = 3
+    slots, the full-attention group too) is raised to them."""
+    with KVCacheManager(_with(cache_tiers=[GpuCacheTierConfig(16)]), device="emu") as m:
+        stats = m.get_storage_statistics(0)
+        assert [s.total for s in stats] == [3] * len(stats)
+        assert m.get_quota(0) == sum(3 * sum(s.slot_sizes) for s in stats)
 
 
 @pytest.mark.parametrize(
@@ -172,7 +177,7 @@ def test_valid_config_with_every_tier(tmp_path):
     cfg = small_config(
         tiers=[GpuCacheTierConfig(64 << 10, max_quota=128 << 10), HostCacheTierConfig(64 << 10),
                DiskCacheTierConfig(64 << 10, str(tmp_path))],
-        initial_pool_ratio=[3.0, 1.0],
+        initial_pool_ratio=[0.75, 0.25],
         constraints=[BatchDesc([RequestDesc(16, 8)])],
         enable_partial_reuse=True,
         enable_stats=True,

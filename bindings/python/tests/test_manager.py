@@ -260,7 +260,11 @@ def test_stats_and_events():
         assert isinstance(m.get_migration_stats(), dict)
 
 
-def test_priority_callback_gives_committed_blocks_their_priority(manager):
+def test_priority_callback_is_asked_as_pages_are_allocated(manager):
+    """As KVCacheManagerV2 asks custom_priority_callback(block_ordinal,
+    life_cycle) per page it allocates: resize asks once per layer group of
+    each new block, and the commit keeps those priorities (asking nothing
+    more)."""
     s = manager.create_stream()
     seen = []
 
@@ -271,9 +275,9 @@ def test_priority_callback_gives_committed_blocks_their_priority(manager):
     with manager.create_kv_cache(input_tokens=PROMPT, id="r", custom_priority_callback=priority) as c:
         c.resume(s)
         c.resize(8, 8)
+        assert seen == [(0, 0), (0, 1), (1, 0), (1, 1)], "asked at allocation, before any commit"
         c.commit(PROMPT[:8])
-    # KVCacheManagerV2's (block_ordinal, life_cycle): once per layer group.
-    assert seen == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert seen == [(0, 0), (0, 1), (1, 0), (1, 1)], "the commit keeps the allocation's priorities"
     windows = {int(lc): lc.window_size for _, lc in seen}
     swa = manager.get_layer_group_id(2)
     assert windows == {swa: 8, 1 - swa: None}
@@ -285,10 +289,11 @@ class Boom(Exception):
 
 
 @pytest.mark.parametrize("failure", ["raises", "returns a float", "returns None"])
-def test_failing_priority_callback_fails_commit_changing_nothing(manager, failure):
+def test_failing_priority_callback_fails_resize_changing_nothing(manager, failure):
     """A priority callback that raises (or answers something that is not an
-    int) fails the commit, which changes nothing; the exception is
-    re-raised; the retry succeeds once the callback does."""
+    int) fails the resize that allocates the pages, which changes nothing;
+    the exception is re-raised; the retry succeeds once the callback does,
+    and the commit publishes the blocks."""
     s = manager.create_stream()
     fail = [True]
 
@@ -303,12 +308,11 @@ def test_failing_priority_callback_fails_commit_changing_nothing(manager, failur
     expected = Boom if failure == "raises" else TypeError
     with manager.create_kv_cache(input_tokens=other, custom_priority_callback=priority) as c:
         c.resume(s)
-        c.resize(8, 8)
         with pytest.raises(expected, match="block 0" if failure == "raises" else "priority"):
-            c.commit(other[:8])
-        assert c.num_committed_tokens == 0
-        assert manager.probe_reuse(other) == 0, "nothing was published"
+            c.resize(8, 8)
+        assert (c.capacity, c.history_length, c.num_blocks) == (0, 0, 0), "the failed resize changed nothing"
         fail[0] = False
+        assert c.resize(8, 8)
         c.commit(other[:8])
         assert c.num_committed_tokens == 8
     assert manager.probe_reuse(other) == 8

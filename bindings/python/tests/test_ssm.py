@@ -91,11 +91,14 @@ def test_the_ssm_state_is_read_for_beam_0_only(backend):
 def test_reuse_ends_at_the_last_snapshot_and_is_counted(backend):
     """A commit ending on a block boundary snapshots the state; a later
     prompt reuses up to the last snapshot into a state of its own, and each
-    creation with input tokens counts one snapshot lookup."""
+    creation with input tokens counts one snapshot lookup, pending in the
+    cache until commit_pending_stats (as in KVCM2)."""
     tokens = list(range(24))
     with KVCacheManager(ssm_config(), device="emu") as m:
         s = m.create_stream()
         with m.create_kv_cache(None, tokens) as a:
+            assert m.get_and_reset_ssm_snapshot_iteration_stats() == {}, "pending in the cache"
+            a.commit_pending_stats()
             assert a.resume(s)
             compute_to(a, tokens, 12)  # one commit of three blocks: a snapshot at 12
             compute_to(a, tokens, 18)  # ends mid-block: none
@@ -108,6 +111,7 @@ def test_reuse_ends_at_the_last_snapshot_and_is_counted(backend):
             assert b._get_num_reusable_tokens_before_hybrid_pruning() == 16, "the snapshot cuts 16 to 12"
             assert b.resume(s)
             assert b.get_ssm_block_base_index(1) != BAD_PAGE_INDEX
+            b.commit_pending_stats()
         got = m.get_and_reset_ssm_snapshot_iteration_stats()
         assert got == {1: SsmSnapshotIterationStatsDelta(1, 1, 0, 12, 8, 1, 0)}
         assert got[1].iter_snapshot_hit_rate == 1.0
@@ -125,6 +129,7 @@ def test_an_ssm_snapshot_lookup_leaves_the_cache_dirty_until_committed_or_discar
             assert a.resume(m.create_stream())
             a.discard_pending_stats()
             assert m.get_dirty_stats_kv_cache_ids() == set()
+            assert m.get_and_reset_ssm_snapshot_iteration_stats() == {}, "the discarded lookup never counts"
             assert a.resize(a.capacity)
             assert m.get_dirty_stats_kv_cache_ids() == set(), "the discarded lookup is no longer pending"
         with m.create_kv_cache(None, [1, 2, 3], 6) as b:

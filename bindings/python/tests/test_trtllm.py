@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 
 import pytest
@@ -87,18 +88,21 @@ def test_model_coverage_names_refuse_naming_the_capability(use):
 
 def test_initial_pool_ratio_empty_or_wrong_length_is_a_value_error():
     """As in KVCM2: an empty list, a list of the wrong length, a value not
-    positive and a max_util_for_resume out of (0, 1] raise ValueError
-    (InvalidConfigError) with KVCM2's wording."""
+    positive, ratios not summing to 1.0 and a max_util_for_resume out of
+    (0, 1] raise ValueError (InvalidConfigError) with KVCM2's wording."""
     for ratio in ([], [1.0], [1.0, 1.0, 1.0]):
         with pytest.raises(ValueError, match="initial_pool_ratio length"):
             KVCacheManager(small_config(initial_pool_ratio=ratio), device="emu")
     for ratio in ([0.0, 1.0], [-0.1, 1.1]):
         with pytest.raises(ValueError, match="initial_pool_ratio values must be positive"):
             KVCacheManager(small_config(initial_pool_ratio=ratio), device="emu")
+    for ratio in ([0.4, 0.5], [1.0, 1.0]):
+        with pytest.raises(ValueError, match="initial_pool_ratio values must sum to 1.0"):
+            KVCacheManager(small_config(initial_pool_ratio=ratio), device="emu")
     for util in (0.0, -0.1, 1.1, float("nan")):
         with pytest.raises(ValueError, match="max_util_for_resume must be in"):
             KVCacheManager(small_config(max_util_for_resume=util), device="emu")
-    with KVCacheManager(small_config(initial_pool_ratio=[1.0, 1.0]), device="emu"):
+    with KVCacheManager(small_config(initial_pool_ratio=[0.5, 0.5]), device="emu"):
         pass
 
 
@@ -130,13 +134,21 @@ def test_tier_configs_assert_valid():
 
 def test_system_prompt_length_is_held_once_by_a_constraint():
     """A constraint batch whose requests share a system prompt needs its full
-    blocks once: 4 requests of 400 tokens do not fit a 64 KiB GPU tier, but
-    do when 396 of their tokens are one shared prompt."""
+    blocks once: 4 requests of 400 tokens (100 blocks each) raise a 64 KiB
+    GPU tier to 4 * 100 / 0.97 slots of full attention; with 396 shared
+    tokens (99 + 4 * 1 blocks) the batch fits the quota as it is."""
     reqs = [KVCacheDesc(400, 0) for _ in range(4)]
-    with pytest.raises(kvcm.KVCacheError):
-        KVCacheManager(small_config(constraints=[BatchDesc(reqs)]), device="emu")
-    with KVCacheManager(small_config(constraints=[BatchDesc(reqs, system_prompt_length=396)]), device="emu"):
-        pass
+    gpu = kvcm.GPU_LEVEL
+
+    def sizing(cfg):
+        with KVCacheManager(cfg, device="emu") as m:
+            full = m.get_life_cycle_pool_group_indices(gpu)[0]
+            return m.get_storage_statistics(gpu)[full].total, m.get_quota(gpu)
+
+    slots, quota = sizing(small_config(constraints=[BatchDesc(reqs)]))
+    assert slots == math.ceil(400 / 0.97) and quota > 64 * 1024
+    slots, quota = sizing(small_config(constraints=[BatchDesc(reqs, system_prompt_length=396)]))
+    assert slots >= math.ceil(103 / 0.97) and quota == 64 * 1024
 
 
 def serve(m, tokens, scope=None, priority=None, commit_stats=False):
@@ -485,6 +497,50 @@ def test_manager_constructor_takes_the_event_manager_second():
     assert kvcm.num_live_managers() == before
     assert kvcm.take_poison() is None
 
+
+
+def _two_group_config(window, quota, size=2 << 20, **kw):
+    """A sliding-window and a full-attention layer of one buffer of size
+    bytes each (one shared pool group), 32 tokens a block."""
+    layers = [AttentionLayerConfig(layer_id=0, buffers=[BufferConfig(role="key", size=size)],
+                                   sliding_window_size=window, num_sink_tokens=0),
+              AttentionLayerConfig(layer_id=1, buffers=[BufferConfig(role="key", size=size)])]
+    return KVCacheManagerConfig(tokens_per_block=32, cache_tiers=[GpuCacheTierConfig(quota=quota)],
+                                layers=layers, **kw)
+
+
+def test_gpu_pools_hold_a_window_per_layer_group_above_the_quota():
+    """As in KVCM2, the GPU pools hold at least a window's worth of slots per
+    layer group (sinks + (window + tpb - 2) // tpb + 1 for a sliding window,
+    the largest of those for full attention): a 4 MiB quota for two 2 MiB
+    layer groups with a 32-token window gets 4 slots, so one sequence of 96
+    tokens fits (3 full-attention blocks and the window's one) and two fit 32
+    tokens."""
+    with KVCacheManager(_two_group_config(32, 4 << 20), device="emu") as m:
+        (st,) = m.get_storage_statistics(kvcm.GPU_LEVEL)
+        assert st.total == 4 and m.get_quota(0) == 4 * (2 << 20)
+        assert m.clamp_max_seq_len_for_mem(batch_size=1, token_num_upper_bound=96) == 96
+        assert m.clamp_max_seq_len_for_mem(batch_size=2, token_num_upper_bound=96) == 32
+
+
+def test_constraints_beyond_the_quota_raise_it_with_resume_headroom():
+    """As in KVCM2, constraints are feasibility floors: a quota of exactly the
+    pages of 32 one-token requests is raised so that each pool group holds
+    them under max_util_for_resume (32 / 0.95, rounded up: 34 slots), and the
+    whole batch resumes."""
+    cfg = _two_group_config(64, 32 * 2 * 4096, size=4096, max_util_for_resume=0.95,
+                            constraints=[BatchDesc(kv_caches=[KVCacheDesc(capacity=1, history_length=0)] * 32)])
+    with KVCacheManager(cfg, device="emu") as m:
+        (st,) = m.get_storage_statistics(kvcm.GPU_LEVEL)
+        assert st.total == 2 * 34, "one shared pool group: 34 slots per layer group"
+        s = m.create_stream()
+        caches = [m.create_kv_cache() for _ in range(32)]
+        for c in caches:
+            assert c.resume(s)
+            c.capacity = 1
+        for c in caches:
+            c.suspend()
+            c.close()
 
 
 @pytest.mark.parametrize("batch_size", [1, 3])

@@ -198,15 +198,18 @@ def test_prefetch_answers_a_bool(config):
 
 
 def test_priority_callback_gets_life_cycles(manager):
-    """The callback gets a LifeCycle per layer group, with KVCM2's
-    window_size, num_sink_blocks and get_stale_range."""
+    """The callback gets a LifeCycle per layer group, as KVCM2 an object
+    that is not an int, with KVCM2's window_size, num_sink_blocks and
+    get_stale_range (and kvcm's layer_group_id: int(lc))."""
     s = manager.create_stream()
     seen = []
     with manager.create_kv_cache(None, PROMPT[:4], None, lambda b, lc: seen.append((b, lc)) or 90) as c:
         c.resume(s)
         c.capacity = 4
         c.commit(PROMPT[:4])
+    assert not any(isinstance(lc, int) for _, lc in seen)
     assert sorted(int(lc) for _, lc in seen) == list(range(manager.num_layer_groups))
+    assert all(lc == lc.layer_group_id and [10, 11][lc] == 10 + int(lc) for _, lc in seen)
     assert {lc.window_size for _, lc in seen} == {None, 8}
     # KVCM2's AttnLifeCycle.get_stale_range(history_length, tokens_per_block):
     # the blocks past the sinks out of the window an input token at

@@ -374,7 +374,7 @@ func TestRecomputedBlocksRefillEvictedPages(t *testing.T) {
 	r := newRig(t, setup{window: 32, engine: fakeengine.Options{ChunkTokens: 16},
 		tweak: func(c *config.Config) {
 			// 36 full-attention slots, 14 windowed ones.
-			c.InitialPoolRatio = []float64{40 * 56, 4 * 16}
+			c.InitialPoolRatio = []float64{40 * 56.0 / (40*56 + 4*16), 4 * 16.0 / (40*56 + 4*16)}
 			c.CacheTiers[0].Quota = 16 * (40*56 + 4*16)
 		}})
 	rng := rand.New(rand.NewPCG(1, 1))

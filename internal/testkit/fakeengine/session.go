@@ -39,7 +39,9 @@ type Session struct {
 }
 
 // Start creates the request's cache, SUSPENDED, holding the longest reusable
-// cached prefix of the prompt.
+// cached prefix of the prompt, and commits the statistics of its creation
+// (its reuse, its SSM snapshot lookup), as an engine does once it schedules
+// the request.
 func (e *Engine) Start(req Request) (*Session, error) {
 	if len(req.Prompt) == 0 {
 		return nil, fmt.Errorf("fakeengine: empty prompt: %w", core.ErrInvalidArgument)
@@ -51,6 +53,7 @@ func (e *Engine) Start(req Request) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.CommitPendingStats()
 	s := &Session{e: e, req: req, c: c, reused: c.ReusedTokens()}
 	s.tokens = make([]config.Token, len(req.Prompt), len(req.Prompt)+req.OutputLen)
 	copy(s.tokens, req.Prompt)

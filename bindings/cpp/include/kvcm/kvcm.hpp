@@ -1402,12 +1402,14 @@ private:
 
 // ---- KVCache -------------------------------------------------------------------------
 
-// Eviction priority of one layer group's page of a committed block, in
+// Eviction priority of one layer group's page of a block, in
 // [kMinPriority, kMaxPriority] (KVCacheManagerV2's
-// custom_priority_callback(block_ordinal, life_cycle)): called once per layer
-// group of each committed block, with the manager's lock held, so it must not
-// call into the manager. An exception it throws fails the commit, which then
-// changes nothing.
+// custom_priority_callback(block_ordinal, life_cycle)): as there, called once
+// per layer group of each block when resize allocates its page (the block
+// keeps it when committed; a block whose page came otherwise, a partial-reuse
+// copy, is asked at its commit), with the manager's lock held, so it must not
+// call into the manager. An exception it throws fails the resize (or commit),
+// which then changes nothing.
 using PriorityFunction = std::function<int32_t(int64_t blockIndex, LayerGroupId layerGroup)>;
 
 // KVCache is one request's KV cache (RAII over kvcm_kv_cache): SUSPENDED →

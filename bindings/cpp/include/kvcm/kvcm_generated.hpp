@@ -555,16 +555,22 @@ using HostFunc = ::kvcm_host_func;
 // KVCacheManagerV2's custom_priority_callback(block_ordinal, life_cycle): it
 // writes the eviction priority of the page of layer group layerGroup of the
 // cache's block at blockIndex, and is called once per layer group of each
-// committed block. The rest is as for kvcm_priority_func.
+// block, when its page there is allocated. The rest is as for
+// kvcm_priority_func.
 using LayerGroupPriorityFunc = ::kvcm_layer_group_priority_func;
 
 // kvcm_priority_func writes to priority the eviction priority, in
 // [KVCM_MIN_PRIORITY, KVCM_MAX_PRIORITY] (values outside are clamped), of the
-// cache's block at blockIndex when it is committed, and returns 0. Any other
-// return value is a failure: kvcm_kv_cache_commit then fails with
-// KVCM_ERR_INVALID_ARGUMENT and changes nothing (a trailing partial block
-// published at close gets the default priority instead). It is called with
-// the manager's lock held and must not call back into the library.
+// cache's block at blockIndex, and returns 0. As KVCacheManagerV2 asks its
+// custom_priority_callback, it is called when kvcm_kv_cache_resize allocates
+// the block's pages (before anything changes): the pages are ranked by it
+// while private, and the block keeps it when it is committed; a block whose
+// pages came otherwise (a partial-reuse copy) is asked at its commit. Any
+// other return value is a failure: kvcm_kv_cache_resize or
+// kvcm_kv_cache_commit then fails with KVCM_ERR_INVALID_ARGUMENT and changes
+// nothing (a trailing partial block published at close gets the default
+// priority instead). It is called with the manager's lock held and must not
+// call back into the library.
 using PriorityFunc = ::kvcm_priority_func;
 
 // ---- Structures (the C structs themselves; layouts checked below) ----
@@ -825,7 +831,9 @@ static_assert(sizeof(SharedStats) == 192 && alignof(SharedStats) == 8);
 // kvcm_ssm_snapshot_iteration_stats counts the SSM snapshot lookups of the SSM layer
 // group during an iteration (KVCacheManagerV2's
 // SsmSnapshotIterationStatsDelta): one lookup per cache created with input
-// tokens, a hit when it reused a snapshot.
+// tokens, a hit when it reused a snapshot, counted when the cache commits its
+// pending statistics (kvcm_kv_cache_commit_pending_stats; discarding or
+// closing drops it).
 using SsmSnapshotIterationStats = ::kvcm_ssm_snapshot_iteration_stats;
 static_assert(std::is_standard_layout_v<SsmSnapshotIterationStats> && std::is_trivially_copyable_v<SsmSnapshotIterationStats>);
 static_assert(sizeof(SsmSnapshotIterationStats) == 64 && alignof(SsmSnapshotIterationStats) == 8);

@@ -260,12 +260,16 @@ struct KVCacheManagerConfig
     // enableStats enables statistics collection.
     bool enableStats = false;
     // initialPoolRatio is one hot-tier byte ratio per layer group, in layer
-    // group order (NULL when unused; non-NULL with length 0 is invalid). When empty, typical_step decides; else
+    // group order (NULL when unused; non-NULL with length 0 is invalid): positive values
+    // summing to 1.0 (within 1e-6). When empty, typical_step decides; else
     // constraints; else every layer group gets the same number of slots.
     std::vector<double> initialPoolRatio;
     // typicalStep is a typical batch step (NULL when unused).
     std::optional<BatchDesc> typicalStep;
-    // constraints are batches the GPU tier must always be able to hold.
+    // constraints are batches the GPU tier must always be able to hold:
+    // floors on the hot slot counts (with room for max_util_for_resume),
+    // next to each layer group's floor of a window's worth of slots; a GPU
+    // quota below the floors is raised to them, as in KVCacheManagerV2.
     std::vector<BatchDesc> constraints;
     // reuseMatchBackoff tokens are trimmed off the tail of every prefix
     // match (not negative).

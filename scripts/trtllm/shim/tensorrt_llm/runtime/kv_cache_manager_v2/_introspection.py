@@ -1,28 +1,59 @@
 """KVCacheManagerV2's ``_introspection``: white-box hooks its tests use to
-look inside the manager (page states, pool ratios, tree pages). kvcm has
-none of those; a test calling one fails with KVCM2InternalError naming it.
-The hooks that only name layer groups (KVCM2's life cycles) answer from the
-manager's public layout: ``attention_life_cycle_ids``,
-``swa_life_cycle_ids`` and ``ssm_life_cycle_id``."""
+look inside the manager (page states, pool ratios, tree pages). The hooks
+whose answer is public data of a kvcm manager are computed from kvcm's public
+API (the pool groups' sizes and slot counts, the layer groups of the
+configured layers); a test calling any other fails with KVCM2InternalError
+naming it."""
+
+from __future__ import annotations
 
 from typing import Any, NoReturn
+
+import kvcm
 
 from ._internal import KVCM2InternalError
 
 
+def storage_statistics(manager: Any, cache_level: int = 0) -> list[Any]:
+    """The pool groups' slot counts at a level: ``get_storage_statistics``."""
+    return list(manager.get_storage_statistics(cache_level))
+
+
+def storage_utilization(manager: Any, cache_level: int = 0) -> list[float]:
+    """Per pool group, the slots neither free nor evictable over its slots."""
+    return [s.unavailable / s.total for s in manager.get_storage_statistics(cache_level)]
+
+
+def current_gpu_ratio(manager: Any) -> list[float]:
+    """Per GPU pool group, its share of the GPU pools' bytes."""
+    sizes = [sum(s.slot_sizes) * s.total for s in manager.get_storage_statistics(kvcm.GPU_LEVEL)]
+    total = sum(sizes)
+    return [b / total for b in sizes]
+
+
+def _layer_groups(manager: Any, want: Any) -> list[int]:
+    ids: set[int] = set()
+    for layer in manager.init_config.layers:
+        if want(layer):
+            ids.add(int(manager.get_layer_group_id(layer.layer_id)))
+    return sorted(ids)
+
+
 def attention_life_cycle_ids(manager: Any) -> list[int]:
-    """The attention layer groups' ids, in order."""
-    return [int(lc) for lc in manager._life_cycles() if not lc.is_ssm]
+    """The layer groups of the attention layers, in order."""
+    return _layer_groups(manager, lambda layer: not isinstance(layer, kvcm.SsmLayerConfig))
 
 
 def swa_life_cycle_ids(manager: Any) -> list[int]:
-    """The ids of the attention layer groups with a sliding window, in order."""
-    return [int(lc) for lc in manager._life_cycles() if not lc.is_ssm and lc.window_size is not None]
+    """The layer groups of the sliding-window attention layers, in order."""
+    return _layer_groups(manager, lambda layer: not isinstance(layer, kvcm.SsmLayerConfig)
+                         and layer.sliding_window_size is not None)
 
 
 def ssm_life_cycle_id(manager: Any) -> int | None:
-    """The SSM layer group's id, None without SSM layers."""
-    return next((int(lc) for lc in manager._life_cycles() if lc.is_ssm), None)
+    """The SSM layer group, None without SSM layers."""
+    ids = _layer_groups(manager, lambda layer: isinstance(layer, kvcm.SsmLayerConfig))
+    return ids[0] if ids else None
 
 
 def __getattr__(name: str) -> NoReturn:
