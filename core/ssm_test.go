@@ -393,6 +393,7 @@ func TestSsmPartialBlockIsPublishedWithItsStateAtClose(t *testing.T) {
 	assert.Equal(t, ReuseDiagnostics{ContentTokens: 10, AttentionTokens: 10}, b.ReuseDiagnostics())
 	require.NoError(t, b.Resume(f.stream))
 	assert.Equal(t, at10, f.readPage(loc, liveState(t, b)), "the state at 10 tokens")
+	b.CommitPendingStats()
 	require.NoError(t, b.Close())
 	st := f.m.GetAndResetSsmSnapshotIterationStats()[f.m.Layout().SSM]
 	assert.Equal(t, SsmSnapshotStats{Lookups: 1, Hits: 1, ReusedTokens: 10, UnreusedTokens: 4, UnalignedHits: 1}, st)

@@ -122,6 +122,7 @@ TEST_F(SsmTest, PartialBlockIsPublishedWithItsStateAtClose)
         b.resume(stream);
         EXPECT_EQ(writer.verify(b, prompt, 0, 10).mismatches, 0);
         EXPECT_EQ(writer.verifyState(b, prompt, 10).mismatches, 0);
+        b.commitPendingStats();
     }
     auto got = m.getAndResetSsmSnapshotIterationStats();
     ASSERT_EQ(got.size(), 1u);

@@ -224,6 +224,7 @@ def test_a_partial_block_is_published_with_its_state_at_close(backend):
                 assert b.resume(s)
                 eng.verify(b, tokens, 0, 10)
                 eng.verify_state(b, tokens, 10)
+                b.commit_pending_stats()
             assert m.get_and_reset_ssm_snapshot_iteration_stats() == {
                 1: SsmSnapshotIterationStatsDelta(1, 1, 0, 10, len(prompt) - 10, 0, 1)}
             eng.close()
