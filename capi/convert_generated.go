@@ -76,7 +76,13 @@ func cSliceArg[G, E number](p *E, n C.size_t, name string) ([]G, error) {
 // by conv, and their number to needed; a NULL buffer with capacity 0 asks
 // for the number only, a smaller one is KVCM_ERR_BUFFER_TOO_SMALL.
 func fill[T, E any](items []T, buf *E, capacity C.size_t, needed *C.size_t, conv func(T) E) error {
-	*needed = C.size_t(len(items))
+	return fillTaken(items, len(items), buf, capacity, needed, conv)
+}
+
+// fillTaken is fill for a get-and-reset query of n entries: items are
+// those it took, none when the buffer cannot hold n (nothing was reset).
+func fillTaken[T, E any](items []T, n int, buf *E, capacity C.size_t, needed *C.size_t, conv func(T) E) error {
+	*needed = C.size_t(n)
 	if buf == nil && capacity == 0 {
 		return nil
 	}
@@ -84,13 +90,20 @@ func fill[T, E any](items []T, buf *E, capacity C.size_t, needed *C.size_t, conv
 	if err != nil {
 		return err
 	}
-	if uint64(capacity) < uint64(len(items)) {
-		return errorf(codeBufferTooSmall, "need room for %d entries, got %d", len(items), uint64(capacity))
+	if uint64(capacity) < uint64(n) || len(items) > len(out) {
+		return errorf(codeBufferTooSmall, "need room for %d entries, got %d", n, uint64(capacity))
 	}
 	for i, it := range items {
 		out[i] = conv(it)
 	}
 	return nil
+}
+
+// bufferRoom is how many entries a caller's buffer holds (0 for a size
+// query), for a get-and-reset query that takes only what fits.
+func bufferRoom[E any](buf *E, capacity C.size_t) (int, error) {
+	out, err := cSlice(buf, capacity, "capacity")
+	return len(out), err
 }
 
 // cString copies a NUL-terminated string; NULL is "".
@@ -350,8 +363,8 @@ func fromCKVCacheOptions(c *C.kvcm_kv_cache_options, name string) (abimodel.Cach
 	return out, nil
 }
 
-// toCLayerGroupIterationStats converts a core.LayerGroupStats to a kvcm_layer_group_iteration_stats.
-func toCLayerGroupIterationStats(s core.LayerGroupStats) C.kvcm_layer_group_iteration_stats {
+// toCLayerGroupIterationStats converts a abimodel.LayerGroupIterationStats to a kvcm_layer_group_iteration_stats.
+func toCLayerGroupIterationStats(s abimodel.LayerGroupIterationStats) C.kvcm_layer_group_iteration_stats {
 	return C.kvcm_layer_group_iteration_stats{
 		alloc_new_blocks:         C.int64_t(s.AllocNewBlocks),
 		alloc_total_blocks:       C.int64_t(s.AllocTotalBlocks),
@@ -361,6 +374,7 @@ func toCLayerGroupIterationStats(s core.LayerGroupStats) C.kvcm_layer_group_iter
 		host_dropped_bytes:       C.int64_t(s.HostDroppedBytes),
 		intra_device_copy_blocks: C.int64_t(s.IntraDeviceCopyBlocks),
 		intra_device_copy_bytes:  C.int64_t(s.IntraDeviceCopyBytes),
+		layer_group:              C.kvcm_layer_group_id(s.LayerGroup),
 		missed_blocks:            C.int64_t(s.MissedBlocks),
 		offload_blocks:           C.int64_t(s.OffloadBlocks),
 		offload_bytes:            C.int64_t(s.OffloadBytes),
@@ -604,6 +618,16 @@ func toCReuseDiagnostics(s core.ReuseDiagnostics) C.kvcm_reuse_diagnostics {
 	}
 }
 
+// toCReusedBlocksAtLevel converts a abimodel.ReusedBlocksAtLevel to a kvcm_reused_blocks_at_level.
+func toCReusedBlocksAtLevel(s abimodel.ReusedBlocksAtLevel) C.kvcm_reused_blocks_at_level {
+	return C.kvcm_reused_blocks_at_level{
+		full_blocks:    C.int64_t(s.FullBlocks),
+		layer_group:    C.kvcm_layer_group_id(s.LayerGroup),
+		level:          C.kvcm_cache_level(s.Level),
+		partial_blocks: C.int64_t(s.PartialBlocks),
+	}
+}
+
 // toCSharedStats converts a core.SharedStats to a kvcm_shared_stats.
 func toCSharedStats(s core.SharedStats) C.kvcm_shared_stats {
 	return C.kvcm_shared_stats{
@@ -653,10 +677,11 @@ func fromCSsmLayerConfig(c *C.kvcm_ssm_layer_config, name string) (config.SsmLay
 	return out, nil
 }
 
-// toCSsmSnapshotIterationStats converts a core.SsmSnapshotStats to a kvcm_ssm_snapshot_iteration_stats.
-func toCSsmSnapshotIterationStats(s core.SsmSnapshotStats) C.kvcm_ssm_snapshot_iteration_stats {
+// toCSsmSnapshotIterationStats converts a abimodel.SsmSnapshotIterationStats to a kvcm_ssm_snapshot_iteration_stats.
+func toCSsmSnapshotIterationStats(s abimodel.SsmSnapshotIterationStats) C.kvcm_ssm_snapshot_iteration_stats {
 	return C.kvcm_ssm_snapshot_iteration_stats{
 		aligned_snapshot_hits:   C.int64_t(s.AlignedHits),
+		layer_group:             C.kvcm_layer_group_id(s.LayerGroup),
 		reused_tokens:           C.int64_t(s.ReusedTokens),
 		snapshot_hits:           C.int64_t(s.Hits),
 		snapshot_lookups:        C.int64_t(s.Lookups),

@@ -462,7 +462,8 @@ func kvcm_debug_panic(message *C.kvcm__const_char) (status *C.kvcm_status) {
 	if isPoisoned() {
 		return poisonedStatus(kvcmFn)
 	}
-	return statusOf(kvcmFn, glueDebugPanic(message))
+	messageArg := cString((*C.char)(message))
+	return statusOf(kvcmFn, glueDebugPanic(messageArg))
 }
 
 // kvcm_get_abi_version is the export of kvcm_get_abi_version (ABI version 1).
@@ -2005,7 +2006,17 @@ func kvcm_manager_get_and_reset_iteration_cached_tokens_by_level(manager C.kvcm_
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetAndResetIterationCachedTokensByLevel(managerObj, tokens, capacity, needed))
+	room, err := bufferRoom(tokens, capacity)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	items, n, err := glueManagerGetAndResetIterationCachedTokensByLevel(managerObj, room)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fillTaken(items, n, tokens, capacity, needed, func(v int64) C.int64_t {
+		return C.int64_t(v)
+	}))
 }
 
 // kvcm_manager_get_and_reset_iteration_peak_block_stats is the export of kvcm_manager_get_and_reset_iteration_peak_block_stats (ABI version 1).
@@ -2034,7 +2045,15 @@ func kvcm_manager_get_and_reset_iteration_peak_block_stats(manager C.kvcm_manage
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetAndResetIterationPeakBlockStats(managerObj, level, stats, capacity, needed))
+	room, err := bufferRoom(stats, capacity)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	items, n, err := glueManagerGetAndResetIterationPeakBlockStats(managerObj, level, room)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fillTaken(items, n, stats, capacity, needed, toCPeakBlockStats))
 }
 
 // kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats is the export of kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats (ABI version 2).
@@ -2063,7 +2082,15 @@ func kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats(manager C.
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetAndResetIterationPoolGroupPeakBlockStats(managerObj, level, stats, capacity, needed))
+	room, err := bufferRoom(stats, capacity)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	items, n, err := glueManagerGetAndResetIterationPoolGroupPeakBlockStats(managerObj, level, room)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fillTaken(items, n, stats, capacity, needed, toCPoolGroupPeakBlockStats))
 }
 
 // kvcm_manager_get_and_reset_iteration_reused_blocks_by_level is the export of kvcm_manager_get_and_reset_iteration_reused_blocks_by_level (ABI version 2).
@@ -2092,7 +2119,15 @@ func kvcm_manager_get_and_reset_iteration_reused_blocks_by_level(manager C.kvcm_
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetAndResetIterationReusedBlocksByLevel(managerObj, rows, capacity, needed))
+	room, err := bufferRoom(rows, capacity)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	items, n, err := glueManagerGetAndResetIterationReusedBlocksByLevel(managerObj, room)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fillTaken(items, n, rows, capacity, needed, toCReusedBlocksAtLevel))
 }
 
 // kvcm_manager_get_and_reset_iteration_stats is the export of kvcm_manager_get_and_reset_iteration_stats (ABI version 1).
@@ -2152,7 +2187,15 @@ func kvcm_manager_get_and_reset_layer_group_iteration_stats(manager C.kvcm_manag
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetAndResetLayerGroupIterationStats(managerObj, stats, capacity, needed))
+	room, err := bufferRoom(stats, capacity)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	items, n, err := glueManagerGetAndResetLayerGroupIterationStats(managerObj, room)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fillTaken(items, n, stats, capacity, needed, toCLayerGroupIterationStats))
 }
 
 // kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats is the export of kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats (ABI version 2).
@@ -2181,7 +2224,15 @@ func kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats(manager C.kvcm_mana
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetAndResetSsmSnapshotIterationStats(managerObj, stats, capacity, needed))
+	room, err := bufferRoom(stats, capacity)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	items, n, err := glueManagerGetAndResetSsmSnapshotIterationStats(managerObj, room)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fillTaken(items, n, stats, capacity, needed, toCSsmSnapshotIterationStats))
 }
 
 // kvcm_manager_get_buffer_location is the export of kvcm_manager_get_buffer_location (ABI version 1).
@@ -2210,7 +2261,8 @@ func kvcm_manager_get_buffer_location(manager C.kvcm_manager, layer_id C.int32_t
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetBufferLocation(managerObj, layer_id, role)
+	roleArg := config.DataRole(cString((*C.char)(role)))
+	v, err := glueManagerGetBufferLocation(managerObj, layer_id, roleArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2428,7 +2480,8 @@ func kvcm_manager_get_page_index_converter(manager C.kvcm_manager, layer_id C.in
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetPageIndexConverter(managerObj, layer_id, role)
+	roleArg := config.DataRole(cString((*C.char)(role)))
+	v, err := glueManagerGetPageIndexConverter(managerObj, layer_id, roleArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2462,7 +2515,8 @@ func kvcm_manager_get_page_index_upper_bound(manager C.kvcm_manager, layer_id C.
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetPageIndexUpperBound(managerObj, layer_id, role)
+	roleArg := config.DataRole(cString((*C.char)(role)))
+	v, err := glueManagerGetPageIndexUpperBound(managerObj, layer_id, roleArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2496,7 +2550,8 @@ func kvcm_manager_get_page_stride(manager C.kvcm_manager, layer_id C.int32_t, ro
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetPageStride(managerObj, layer_id, role)
+	roleArg := config.DataRole(cString((*C.char)(role)))
+	v, err := glueManagerGetPageStride(managerObj, layer_id, roleArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2608,7 +2663,8 @@ func kvcm_manager_get_scratch_pages_per_block(manager C.kvcm_manager, layer_id C
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetScratchPagesPerBlock(managerObj, layer_id, role)
+	roleArg := config.DataRole(cString((*C.char)(role)))
+	v, err := glueManagerGetScratchPagesPerBlock(managerObj, layer_id, roleArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}

@@ -8,7 +8,6 @@ package capi
 import "C"
 
 import (
-	"cmp"
 	"math"
 	"slices"
 	"strings"
@@ -204,8 +203,8 @@ func glueManagerGetLayerGroupOf(mgr *managerObj, layerID C.int32_t) (layout.Laye
 	return mgr.Core().LayerGroupOf(int32(layerID))
 }
 
-func glueManagerGetBufferLocation(mgr *managerObj, layerID C.int32_t, role *C.kvcm__const_char) (core.BufferLocation, error) {
-	return mgr.Core().Buffer(int32(layerID), config.DataRole(C.GoString(role)))
+func glueManagerGetBufferLocation(mgr *managerObj, layerID C.int32_t, role config.DataRole) (core.BufferLocation, error) {
+	return mgr.Core().Buffer(int32(layerID), role)
 }
 
 func glueManagerGetPoolGroupDescs(mgr *managerObj, level C.kvcm_cache_level, descs *C.kvcm_pool_group_desc, descsCap C.size_t,
@@ -307,106 +306,28 @@ func glueManagerGetStorageStats(mgr *managerObj, level C.kvcm_cache_level) ([]co
 	return mgr.Core().StorageStats(layout.CacheLevel(level))
 }
 
-func glueManagerGetAndResetIterationPeakBlockStats(mgr *managerObj, level C.kvcm_cache_level, stats *C.kvcm_peak_block_stats, capacity C.size_t, needed *C.size_t) error {
-	buf, err := cSlice(stats, capacity, "capacity")
-	if err != nil {
-		return err
-	}
-	peaks, n, err := mgr.GetAndResetIterationPeakBlockStats(layout.CacheLevel(level), len(buf))
-	if err != nil {
-		return err
-	}
-	if peaks == nil { // a size query or a buffer too small: nothing was reset
-		peaks = make([]core.PeakBlockStats, n)
-	}
-	return fill(peaks, stats, capacity, needed, toCPeakBlockStats)
+func glueManagerGetAndResetIterationPeakBlockStats(mgr *managerObj, level C.kvcm_cache_level, room int) ([]core.PeakBlockStats, int, error) {
+	return mgr.GetAndResetIterationPeakBlockStats(layout.CacheLevel(level), room)
 }
 
-// fillReset is fill for a get-and-reset query of n entries: a size query or
-// a buffer too small takes nothing (take resets what it returns).
-func fillReset[T, E any](n int, buf *E, capacity C.size_t, needed *C.size_t, take func() []T, conv func(T) E) error {
-	if buf == nil && capacity == 0 || uint64(capacity) < uint64(n) {
-		return fill(make([]T, n), buf, capacity, needed, conv)
-	}
-	return fill(take(), buf, capacity, needed, conv)
+func glueManagerGetAndResetLayerGroupIterationStats(mgr *managerObj, room int) ([]abimodel.LayerGroupIterationStats, int, error) {
+	return mgr.GetAndResetLayerGroupIterationStats(room)
 }
 
-func glueManagerGetAndResetLayerGroupIterationStats(mgr *managerObj, stats *C.kvcm_layer_group_iteration_stats, capacity C.size_t, needed *C.size_t) error {
-	m := mgr.Core()
-	lg := C.kvcm_layer_group_id(0)
-	return fillReset(m.NumLayerGroups(), stats, capacity, needed, m.GetAndResetLayerGroupIterationStats,
-		func(s core.LayerGroupStats) C.kvcm_layer_group_iteration_stats {
-			out := toCLayerGroupIterationStats(s)
-			out.layer_group = lg
-			lg++
-			return out
-		})
+func glueManagerGetAndResetSsmSnapshotIterationStats(mgr *managerObj, room int) ([]abimodel.SsmSnapshotIterationStats, int, error) {
+	return mgr.GetAndResetSsmSnapshotIterationStats(room)
 }
 
-func glueManagerGetAndResetSsmSnapshotIterationStats(mgr *managerObj, stats *C.kvcm_ssm_snapshot_iteration_stats, capacity C.size_t, needed *C.size_t) error {
-	m := mgr.Core()
-	type entry struct {
-		lg layout.LayerGroupID
-		s  core.SsmSnapshotStats
-	}
-	take := func() []entry {
-		byLG := m.GetAndResetSsmSnapshotIterationStats()
-		out := make([]entry, 0, len(byLG))
-		for lg, s := range byLG {
-			out = append(out, entry{lg, s})
-		}
-		slices.SortFunc(out, func(a, b entry) int { return cmp.Compare(a.lg, b.lg) })
-		return out
-	}
-	return fillReset(len(m.SsmSnapshotIterationStats()), stats, capacity, needed, take,
-		func(e entry) C.kvcm_ssm_snapshot_iteration_stats {
-			out := toCSsmSnapshotIterationStats(e.s)
-			out.layer_group = C.kvcm_layer_group_id(e.lg)
-			return out
-		})
+func glueManagerGetAndResetIterationReusedBlocksByLevel(mgr *managerObj, room int) ([]abimodel.ReusedBlocksAtLevel, int, error) {
+	return mgr.GetAndResetIterationReusedBlocksByLevel(room)
 }
 
-func glueManagerGetAndResetIterationReusedBlocksByLevel(mgr *managerObj, rows *C.kvcm_reused_blocks_at_level, capacity C.size_t, needed *C.size_t) error {
-	m := mgr.Core()
-	type row struct {
-		lg, level   int
-		full, parts int64
-	}
-	take := func() []row {
-		var out []row
-		for lg, r := range m.GetAndResetIterationReusedBlocksByLevel() {
-			for level := range r.Full {
-				out = append(out, row{lg, level, r.Full[level], r.Partial[level]})
-			}
-		}
-		return out
-	}
-	n := m.NumLayerGroups() * len(m.Layout().Levels)
-	return fillReset(n, rows, capacity, needed, take, func(r row) C.kvcm_reused_blocks_at_level {
-		return C.kvcm_reused_blocks_at_level{layer_group: C.kvcm_layer_group_id(r.lg), level: C.kvcm_cache_level(r.level),
-			full_blocks: C.int64_t(r.full), partial_blocks: C.int64_t(r.parts)}
-	})
+func glueManagerGetAndResetIterationCachedTokensByLevel(mgr *managerObj, room int) ([]int64, int, error) {
+	return mgr.GetAndResetIterationCachedTokensByLevel(room)
 }
 
-func glueManagerGetAndResetIterationCachedTokensByLevel(mgr *managerObj, tokens *C.int64_t, capacity C.size_t, needed *C.size_t) error {
-	m := mgr.Core()
-	return fillReset(len(m.Layout().Levels), tokens, capacity, needed, m.GetAndResetIterationCachedTokensByLevel,
-		func(n int64) C.int64_t { return C.int64_t(n) })
-}
-
-func glueManagerGetAndResetIterationPoolGroupPeakBlockStats(mgr *managerObj, level C.kvcm_cache_level, stats *C.kvcm_pool_group_peak_block_stats, capacity C.size_t, needed *C.size_t) error {
-	buf, err := cSlice(stats, capacity, "capacity")
-	if err != nil {
-		return err
-	}
-	peaks, n, err := mgr.GetAndResetIterationPeakBlockStats(layout.CacheLevel(level), len(buf))
-	if err != nil {
-		return err
-	}
-	if peaks == nil { // a size query or a buffer too small: nothing was reset
-		peaks = make([]core.PeakBlockStats, n)
-	}
-	return fill(peaks, stats, capacity, needed, toCPoolGroupPeakBlockStats)
+func glueManagerGetAndResetIterationPoolGroupPeakBlockStats(mgr *managerObj, level C.kvcm_cache_level, room int) ([]core.PeakBlockStats, int, error) {
+	return mgr.GetAndResetIterationPeakBlockStats(layout.CacheLevel(level), room)
 }
 
 func glueManagerGetMigrationStats(mgr *managerObj, stats *C.kvcm_migration_stats, capacity C.size_t, needed *C.size_t) error {

@@ -65,8 +65,8 @@ func gluePlannedDropDestroy(d *plannedDropObj) error {
 	return nil
 }
 
-func glueManagerGetScratchPagesPerBlock(mgr *managerObj, layerID C.int32_t, role *C.kvcm__const_char) (int64, error) {
-	loc, err := mgr.Core().Buffer(int32(layerID), config.DataRole(C.GoString(role)))
+func glueManagerGetScratchPagesPerBlock(mgr *managerObj, layerID C.int32_t, role config.DataRole) (int64, error) {
+	loc, err := mgr.Core().Buffer(int32(layerID), role)
 	return loc.ScratchPagesPerBlock, err
 }
 

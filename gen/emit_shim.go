@@ -539,6 +539,15 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 	for _, p := range fn.Sig.Params {
 		v := lowerCamel(p.CName) + "Arg"
 		switch {
+		case p.Has("string") && p.Len == "":
+			// NUL-terminated: the export rejected NULL unless nullable (then "").
+			var str jen.Code = jen.Id("cString").Call(jen.Parens(jen.Op("*").Qual("C", "char")).Call(jen.Id(p.CName)))
+			if p.GoElem != "" {
+				str = jen.Add(goElemCode(p.GoElem)).Call(str)
+			}
+			body = append(body, jen.Id(v).Op(":=").Add(str))
+			args[p.CName] = jen.Id(v)
+			continue
 		case p.Has("string"):
 			body = append(body, jen.List(jen.Id(v), jen.Err()).Op(":=").Id("cStringArg").Call(
 				jen.Parens(jen.Op("*").Qual("C", "char")).Call(jen.Id(p.CName)), jen.Id(p.Len), jen.Lit(p.Len)), ifErr)
@@ -548,6 +557,11 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 		case p.Buffer != "":
 			buffer = p
 			skip[p.CName], skip[p.Len], skip[p.Buffer] = true, true, true
+			if p.Has("reset") {
+				// The glue gets the room the caller's buffer has, so that a
+				// size query or a buffer too small resets nothing.
+				body = append(body, jen.List(jen.Id("room"), jen.Err()).Op(":=").Id("bufferRoom").Call(jen.Id(p.CName), jen.Id(p.Len)), ifErr)
+			}
 			continue
 		case p.Has("result"):
 			resultParam = p
@@ -564,6 +578,9 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 			call = append(call, args[p.CName])
 		}
 	}
+	if buffer != nil && buffer.Has("reset") {
+		call = append(call, jen.Id("room"))
+	}
 	glue := jen.Id("glue" + fn.GoName).Call(call...)
 	switch {
 	case buffer != nil:
@@ -573,6 +590,11 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 			conv = jen.Func().Params(jen.Id("v").Add(goElemCode(buffer.GoElem))).Add(goCType(el)).Block(jen.Return(jen.Add(goCType(el)).Call(jen.Id("v"))))
 		} else {
 			conv = jen.Id("toC" + el.Decl.GoName)
+		}
+		if buffer.Has("reset") {
+			body = append(body, jen.List(jen.Id("items"), jen.Id("n"), jen.Err()).Op(":=").Add(glue), ifErr,
+				jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Id("fillTaken").Call(jen.Id("items"), jen.Id("n"), jen.Id(buffer.CName), jen.Id(buffer.Len), jen.Id(buffer.Buffer), conv))))
+			break
 		}
 		body = append(body, jen.List(jen.Id("items"), jen.Err()).Op(":=").Add(glue), ifErr,
 			jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Id("fill").Call(jen.Id("items"), jen.Id(buffer.CName), jen.Id(buffer.Len), jen.Id(buffer.Buffer), conv))))

@@ -556,7 +556,7 @@ func (l *loader) function(s typeSpec) (*Func, error) {
 				continue
 			}
 			switch fl {
-			case "in", "out", "borrowed", "owned", "consumed", "nullable", "string", "slice", "result":
+			case "in", "out", "borrowed", "owned", "consumed", "nullable", "string", "slice", "result", "reset":
 			default:
 				return nil, fmt.Errorf("%s: %s: unknown flag %q", name, p.GoName, fl)
 			}
@@ -771,16 +771,19 @@ func checkConvention(f *Func, p *Param) error {
 			}
 		}
 	}
+	if p.Has("reset") && p.Buffer == "" {
+		return fmt.Errorf("reset is for a buffer=")
+	}
 	conv := p.Has("string") || p.Has("slice") || p.Buffer != ""
 	switch {
 	case !conv:
 		return nil
 	case !f.Sig.Result.IsStatus():
 		return fmt.Errorf("string, slice and buffer need a kvcm_status* result")
-	case p.Len == "":
-		return fmt.Errorf("string, slice and buffer need len=")
 	case p.Has("string") && t.Kind != KCStr:
 		return fmt.Errorf("string is for a const char*")
+	case p.Len == "" && !p.Has("string"):
+		return fmt.Errorf("slice and buffer need len=")
 	case p.Has("slice") && (t.Kind != KPtr || t.Dir != DirIn || !isScalarField(t.Elem) || p.GoElem == ""):
 		return fmt.Errorf("slice is for a const T* of scalars, with go=<Go element type>")
 	case p.Buffer != "" && (t.Kind != KPtr || t.Dir != DirOut):

@@ -65,11 +65,14 @@ type Param struct {
 	Doc      string
 	Nullable bool
 	// The export's conventions (//kvcm:param flags), so that the glue gets
-	// Go values: string (a const char* with len=: a Go string), slice (a
+	// Go values: string (a const char* with len=, or NUL-terminated
+	// without: a Go string, cast to go= when given), slice (a
 	// const T* with len=: a []GoElem copy), buffer=<needed> (a T* with
 	// len=capacity and the size_t* that receives the count: the glue
 	// returns a []GoElem, or a slice of T's //kvcm:go struct, and the
-	// export fills the buffer, checking its capacity), result (a T* the
+	// export fills the buffer, checking its capacity; with reset the glue
+	// also gets the buffer's room and returns the elements only when they
+	// fit, with their number), result (a T* the
 	// export writes from the glue's (value, error) when the error is nil).
 	GoElem string // go=<import path>.<Type> or a predeclared Go type
 	Buffer string // C name of the needed parameter of a buffer

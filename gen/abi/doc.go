@@ -70,20 +70,30 @@
 // field is one line with its doc), so they merge without conflicts; two
 // appended to the same versioned struct only need their order settled.
 //
-// # Parameters the glue gets as Go values: string, slice, buffer=, result
+// # Parameters the glue gets as Go values: string, slice, buffer=, reset, result
 //
 // Flags of //kvcm:param make the export convert a parameter before it calls
 // the glue: string (a const char* with len=: the glue gets a Go string, a
-// length over 1 GiB is an error naming the length), slice with go=<Go
+// length over 1 GiB is an error naming the length; without len=, a
+// NUL-terminated const char*, NULL rejected unless nullable, then "";
+// go=<Go string type> casts it, as the buffer roles are
+// config.DataRole), slice with go=<Go
 // element type> (a const T* with len=: the glue gets a []G copy), and
 // buffer=<needed> (a T* with len=capacity: the glue returns ([]G, error), G
 // from go= or the elements' //kvcm:go out struct, and the export writes
 // the count to needed and the elements when they fit, else
 // KVCM_ERR_BUFFER_TOO_SMALL), and result (a T* out-parameter: the glue
 // returns (value, error), and the export writes the value, cast or through
-// the struct's toC converter, only on success). A new function that takes
-// a request id, a token array, a two-call buffer or one out value uses
-// them, and its glue is one line.
+// the struct's toC converter, only on success). A buffer= that is also
+// reset is a get-and-reset query: the glue gets one more argument, room
+// int (how many elements the caller's buffer holds, 0 for a size query),
+// and returns ([]G, n int, error): the n elements, taken and reset only when
+// they fit in room, otherwise nil and n, resetting nothing; the export
+// writes n to needed and the taken elements, or reports
+// KVCM_ERR_BUFFER_TOO_SMALL. The rule that a size query resets nothing
+// lives in core/abimodel (Manager.GetAndReset*(room)). A new function that
+// takes a request id, a role, a token array, a two-call buffer or one out
+// value uses them, and its glue is one line.
 //
 // # Python value types: //kvcm:pyvalue
 //

@@ -148,10 +148,10 @@ type CacheEvent struct {
 //
 //kvcm:struct
 //kvcm:since 2
-//kvcm:go out github.com/kvcm/kvcm/core.SsmSnapshotStats
+//kvcm:go out github.com/kvcm/kvcm/core/abimodel.SsmSnapshotIterationStats
 type SsmSnapshotIterationStats struct {
 	// LayerGroup is the SSM layer group.
-	LayerGroup LayerGroupID `go:"-"`
+	LayerGroup LayerGroupID
 	// SnapshotLookups = snapshot_hits + snapshot_misses.
 	SnapshotLookups int64 `go:"Lookups"`
 	// SnapshotHits are lookups that reused a snapshot.
@@ -176,10 +176,10 @@ type SsmSnapshotIterationStats struct {
 //
 //kvcm:struct
 //kvcm:since 2
-//kvcm:go out github.com/kvcm/kvcm/core.LayerGroupStats
+//kvcm:go out github.com/kvcm/kvcm/core/abimodel.LayerGroupIterationStats
 type LayerGroupIterationStats struct {
 	// LayerGroup is the layer group.
-	LayerGroup LayerGroupID `go:"-"`
+	LayerGroup LayerGroupID
 	// AllocTotalBlocks = alloc_new_blocks + reused_blocks.
 	AllocTotalBlocks int64
 	// AllocNewBlocks are pages allocated fresh by resize.
@@ -220,6 +220,7 @@ type LayerGroupIterationStats struct {
 //
 //kvcm:struct
 //kvcm:since 2
+//kvcm:go out github.com/kvcm/kvcm/core/abimodel.ReusedBlocksAtLevel
 type ReusedBlocksAtLevel struct {
 	// LayerGroup is the layer group.
 	LayerGroup LayerGroupID
@@ -375,7 +376,7 @@ type ManagerGetLayerGroupOf func(manager Manager, layerID int32, out spec.Out[La
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
-//kvcm:param role borrowed The buffer's role, such as "key".
+//kvcm:param role borrowed,string,go=github.com/kvcm/kvcm/core/config.DataRole The buffer's role, such as "key".
 //kvcm:param out out,result Receives the location.
 type ManagerGetBufferLocation func(manager Manager, layerID int32, role spec.CStr, out spec.Out[BufferLocation]) *Status
 
@@ -531,7 +532,7 @@ type ManagerGetStorageStats func(manager Manager, level CacheLevel, stats spec.O
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 //kvcm:param level in The cache level.
-//kvcm:param stats out,nullable,len=capacity Receives one entry per pool group.
+//kvcm:param stats out,nullable,len=capacity,buffer=needed,reset Receives one entry per pool group.
 //kvcm:param capacity in Capacity of stats, in elements.
 //kvcm:param needed out Receives the number of pool groups.
 type ManagerGetAndResetIterationPeakBlockStats func(manager Manager, level CacheLevel, stats spec.Out[PeakBlockStats], capacity spec.Size, needed spec.Out[spec.Size]) *Status
@@ -596,7 +597,7 @@ type ManagerDrainBlockEvents func(manager Manager, events spec.Out[BlockEvent], 
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param stats out,nullable,len=capacity Receives one entry per layer group.
+//kvcm:param stats out,nullable,len=capacity,buffer=needed,reset Receives one entry per layer group.
 //kvcm:param capacity in Capacity of stats, in elements.
 //kvcm:param needed out Receives the number of layer groups.
 type ManagerGetAndResetLayerGroupIterationStats func(manager Manager, stats spec.Out[LayerGroupIterationStats], capacity spec.Size, needed spec.Out[spec.Size]) *Status
@@ -609,7 +610,7 @@ type ManagerGetAndResetLayerGroupIterationStats func(manager Manager, stats spec
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param stats out,nullable,len=capacity Receives one entry per SSM layer group with lookups.
+//kvcm:param stats out,nullable,len=capacity,buffer=needed,reset Receives one entry per SSM layer group with lookups.
 //kvcm:param capacity in Capacity of stats, in elements.
 //kvcm:param needed out Receives the number of entries.
 type ManagerGetAndResetSsmSnapshotIterationStats func(manager Manager, stats spec.Out[SsmSnapshotIterationStats], capacity spec.Size, needed spec.Out[spec.Size]) *Status
@@ -622,7 +623,7 @@ type ManagerGetAndResetSsmSnapshotIterationStats func(manager Manager, stats spe
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param rows out,nullable,len=capacity Receives one entry per layer group and level.
+//kvcm:param rows out,nullable,len=capacity,buffer=needed,reset Receives one entry per layer group and level.
 //kvcm:param capacity in Capacity of rows, in elements.
 //kvcm:param needed out Receives the number of layer groups times levels.
 type ManagerGetAndResetIterationReusedBlocksByLevel func(manager Manager, rows spec.Out[ReusedBlocksAtLevel], capacity spec.Size, needed spec.Out[spec.Size]) *Status
@@ -636,7 +637,7 @@ type ManagerGetAndResetIterationReusedBlocksByLevel func(manager Manager, rows s
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param tokens out,nullable,len=capacity Receives one count per level.
+//kvcm:param tokens out,nullable,len=capacity,buffer=needed,reset,go=int64 Receives one count per level.
 //kvcm:param capacity in Capacity of tokens, in elements.
 //kvcm:param needed out Receives the number of levels.
 type ManagerGetAndResetIterationCachedTokensByLevel func(manager Manager, tokens spec.Out[int64], capacity spec.Size, needed spec.Out[spec.Size]) *Status
@@ -651,7 +652,7 @@ type ManagerGetAndResetIterationCachedTokensByLevel func(manager Manager, tokens
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 //kvcm:param level in The cache level.
-//kvcm:param stats out,nullable,len=capacity Receives one entry per pool group.
+//kvcm:param stats out,nullable,len=capacity,buffer=needed,reset Receives one entry per pool group.
 //kvcm:param capacity in Capacity of stats, in elements.
 //kvcm:param needed out Receives the number of pool groups.
 type ManagerGetAndResetIterationPoolGroupPeakBlockStats func(manager Manager, level CacheLevel, stats spec.Out[PoolGroupPeakBlockStats], capacity spec.Size, needed spec.Out[spec.Size]) *Status
@@ -680,7 +681,7 @@ type ConfigValidate func(config spec.In[ManagerConfig]) *Status
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
-//kvcm:param role borrowed The buffer's role, such as "key".
+//kvcm:param role borrowed,string,go=github.com/kvcm/kvcm/core/config.DataRole The buffer's role, such as "key".
 //kvcm:param out out,result Receives the sub-pages per block.
 type ManagerGetScratchPagesPerBlock func(manager Manager, layerID int32, role spec.CStr, out spec.Out[int64]) *Status
 

@@ -186,6 +186,17 @@ type WidgetNotify func(widget Widget, fn Notify, userData spec.VoidPtr, pairs sp
 //kvcm:param numValues in The number of values.
 type WidgetTag func(widget Widget, name spec.CStr, nameLen spec.Size, values spec.In[int32], numValues spec.Size) *Status
 
+// WidgetTakePairs returns the pairs a label collected and resets them.
+//
+//kvcm:since 2
+//kvcm:thread any
+//kvcm:param widget in The widget.
+//kvcm:param label borrowed,string The label.
+//kvcm:param pairs out,nullable,len=capacity,buffer=needed,reset Receives pairs.
+//kvcm:param capacity in Capacity of pairs.
+//kvcm:param needed out Receives the count.
+type WidgetTakePairs func(widget Widget, label spec.CStr, pairs spec.Out[Pair], capacity spec.Size, needed spec.Out[spec.Size]) *Status
+
 // Count returns a count.
 //
 //kvcm:since 1

@@ -124,3 +124,44 @@ func kvcm_widget_tag(widget C.kvcm_widget, name *C.kvcm__const_char, name_len C.
 	}
 	return statusOf(kvcmFn, glueWidgetTag(widgetObj, nameArg, valuesArg))
 }
+
+// kvcm_widget_take_pairs is the export of kvcm_widget_take_pairs (ABI version 2).
+//
+//export kvcm_widget_take_pairs
+func kvcm_widget_take_pairs(widget C.kvcm_widget, label *C.kvcm__const_char, pairs *C.kvcm_pair, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_widget_take_pairs"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if needed != nil {
+		*needed = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if label == nil {
+		return argStatus(kvcmFn, "label", "must not be NULL")
+	}
+	if pairs == nil && capacity != 0 {
+		return argStatus(kvcmFn, "pairs", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if needed == nil {
+		return argStatus(kvcmFn, "needed", "must not be NULL")
+	}
+	widgetObj, st := lookupWidget(kvcmFn, "widget", widget)
+	if st != nil {
+		return st
+	}
+	labelArg := cString((*C.char)(label))
+	room, err := bufferRoom(pairs, capacity)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	items, n, err := glueWidgetTakePairs(widgetObj, labelArg, room)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fillTaken(items, n, pairs, capacity, needed, toCPair))
+}
