@@ -385,10 +385,13 @@ func toCLayerGroupIterationStats(s abimodel.LayerGroupIterationStats) C.kvcm_lay
 	}
 }
 
-// fromCManagerConfig converts a kvcm_manager_config to a config.Config; name names it in errors.
-func fromCManagerConfig(c *C.kvcm_manager_config, name string) (config.Config, error) {
-	var out config.Config
+// fromCManagerConfig converts a kvcm_manager_config to a abimodel.ManagerConfig; name names it in errors.
+func fromCManagerConfig(c *C.kvcm_manager_config, name string) (abimodel.ManagerConfig, error) {
+	var out abimodel.ManagerConfig
 	out.TokensPerBlock = int(c.tokens_per_block)
+	out.Device = abimodel.DeviceKind(c.device)
+	out.DeviceOrdinal = int(c.device_ordinal)
+	out.EventQueueCapacity = int(c.event_queue_capacity)
 	{
 		s, err := cArray(c.cache_tiers, c.num_cache_tiers, name+".cache_tiers")
 		if err != nil {
@@ -478,8 +481,44 @@ func fromCManagerConfig(c *C.kvcm_manager_config, name string) (config.Config, e
 	if C.kvcm__has_manager_config_rebalance_moving_average_decay(c) != 0 {
 		out.RebalanceMovingAverageDecay = float64(c.rebalance_moving_average_decay)
 	}
+	if C.kvcm__has_manager_config_typical_step_system_prompt_length(c) != 0 {
+		out.TypicalStepSystemPromptLength = int(c.typical_step_system_prompt_length)
+	}
+	if C.kvcm__has_manager_config_constraint_system_prompt_lengths(c) != 0 {
+		{
+			s, err := cArray(c.constraint_system_prompt_lengths, c.num_constraint_system_prompt_lengths, name+".constraint_system_prompt_lengths")
+			if err != nil {
+				return out, err
+			}
+			if c.constraint_system_prompt_lengths != nil {
+				out.ConstraintSystemPromptLengths = make([]int64, 0, len(s))
+			}
+			for i := range s {
+				v := int64(s[i])
+				out.ConstraintSystemPromptLengths = append(out.ConstraintSystemPromptLengths, v)
+			}
+		}
+	}
 	if C.kvcm__has_manager_config_block_key(c) != 0 {
 		out.BlockKey = blockhash.Algorithm(c.block_key)
+	}
+	if C.kvcm__has_manager_config_shared_tier(c) != 0 {
+		if c.shared_tier != nil {
+			v, err := fromCSharedTierConfig(c.shared_tier, name+".shared_tier")
+			if err != nil {
+				return out, err
+			}
+			out.SharedTier = &v
+		}
+	}
+	if C.kvcm__has_manager_config_disk_persistent(c) != 0 {
+		out.DiskPersistent = bool(c.disk_persistent)
+	}
+	if C.kvcm__has_manager_config_swa_scratch_reuse(c) != 0 {
+		out.SwaScratchReuse = bool(c.swa_scratch_reuse)
+	}
+	if C.kvcm__has_manager_config_swa_scratch_max_rewind_len(c) != 0 {
+		out.SwaScratchMaxRewindLen = int(c.swa_scratch_max_rewind_len)
 	}
 	if C.kvcm__has_manager_config_ssm_layers(c) != 0 {
 		{
@@ -501,6 +540,21 @@ func fromCManagerConfig(c *C.kvcm_manager_config, name string) (config.Config, e
 	}
 	if C.kvcm__has_manager_config_max_ssm_slots(c) != 0 {
 		out.MaxSsmSlots = int64(c.max_ssm_slots)
+	}
+	if C.kvcm__has_manager_config_buffer_tokens_per_block_overrides(c) != 0 {
+		{
+			s, err := cArray(c.buffer_tokens_per_block_overrides, c.num_buffer_tokens_per_block_overrides, name+".buffer_tokens_per_block_overrides")
+			if err != nil {
+				return out, err
+			}
+			if c.buffer_tokens_per_block_overrides != nil {
+				out.BufferTokensPerBlockOverrides = make([]int, 0, len(s))
+			}
+			for i := range s {
+				v := int(s[i])
+				out.BufferTokensPerBlockOverrides = append(out.BufferTokensPerBlockOverrides, v)
+			}
+		}
 	}
 	return out, nil
 }
@@ -655,6 +709,19 @@ func toCSharedStats(s core.SharedStats) C.kvcm_shared_stats {
 		write_throughs:   C.int64_t(s.WriteThroughs),
 		written:          C.int64_t(s.Store.Written),
 	}
+}
+
+// fromCSharedTierConfig converts a kvcm_shared_tier_config to a abimodel.SharedTierConfig; name names it in errors.
+func fromCSharedTierConfig(c *C.kvcm_shared_tier_config, name string) (abimodel.SharedTierConfig, error) {
+	var out abimodel.SharedTierConfig
+	out.Addresses = cString(c.addresses)
+	out.KeyNamespace = cString(c.key_namespace)
+	out.TTLMs = int64(c.ttl_ms)
+	out.DialTimeoutMs = int64(c.dial_timeout_ms)
+	out.CallTimeoutMs = int64(c.call_timeout_ms)
+	out.QueueBytes = int64(c.queue_bytes)
+	out.WritePolicy = config.SharedWritePolicy(c.write_policy)
+	return out, nil
 }
 
 // fromCSsmLayerConfig converts a kvcm_ssm_layer_config to a config.SsmLayerConfig; name names it in errors.

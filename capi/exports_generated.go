@@ -50,6 +50,10 @@ func kvcm_block_keys(block_key C.kvcm_block_key, scope *C.kvcm__const_kvcm_reuse
 	if needed == nil {
 		return argStatus(kvcmFn, "needed", "must not be NULL")
 	}
+	scopeArg, err := fromCReuseScope((*C.kvcm_reuse_scope)(scope), "scope")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
 	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
@@ -62,7 +66,7 @@ func kvcm_block_keys(block_key C.kvcm_block_key, scope *C.kvcm__const_kvcm_reuse
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	items, err := glueBlockKeys(block_key, scope, has_lora_id, tokens_per_block, tokensArg, digestPositionsArg, digestBytesArg, partial)
+	items, err := glueBlockKeys(block_key, scopeArg, has_lora_id, tokens_per_block, tokensArg, digestPositionsArg, digestBytesArg, partial)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -111,7 +115,11 @@ func kvcm_config_validate(config *C.kvcm__const_kvcm_manager_config) (status *C.
 	if st := checkVersion(kvcmFn, "config", uint32(config.struct_size), uint32(config.abi_version), uint32(C.KVCM__MANAGER_CONFIG_SIZE_V1)); st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueConfigValidate(config))
+	configArg, err := fromCManagerConfig((*C.kvcm_manager_config)(config), "config")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueConfigValidate(configArg))
 }
 
 // kvcm_cp_create_delegating is the export of kvcm_cp_create_delegating (ABI version 1).
@@ -1665,7 +1673,11 @@ func kvcm_manager_create(config *C.kvcm__const_kvcm_manager_config, codec *C.kvc
 	if st := checkVersion(kvcmFn, "config", uint32(config.struct_size), uint32(config.abi_version), uint32(C.KVCM__MANAGER_CONFIG_SIZE_V1)); st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerCreate(config, codecArg, out))
+	configArg, err := fromCManagerConfig((*C.kvcm_manager_config)(config), "config")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueManagerCreate(configArg, codecArg, out))
 }
 
 // kvcm_manager_create_stream is the export of kvcm_manager_create_stream (ABI version 1).
@@ -2895,11 +2907,15 @@ func kvcm_manager_probe_first_new_block_key(manager C.kvcm_manager, scope *C.kvc
 	if st != nil {
 		return st
 	}
+	scopeArg, err := fromCReuseScope((*C.kvcm_reuse_scope)(scope), "scope")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
 	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueManagerProbeFirstNewBlockKey(managerObj, scope, has_lora_id, tokensArg, key, found))
+	return statusOf(kvcmFn, glueManagerProbeFirstNewBlockKey(managerObj, scopeArg, has_lora_id, tokensArg, key, found))
 }
 
 // kvcm_manager_probe_first_new_block_key_digests is the export of kvcm_manager_probe_first_new_block_key_digests (ABI version 2).
@@ -2943,6 +2959,10 @@ func kvcm_manager_probe_first_new_block_key_digests(manager C.kvcm_manager, scop
 	if st != nil {
 		return st
 	}
+	scopeArg, err := fromCReuseScope((*C.kvcm_reuse_scope)(scope), "scope")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
 	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
@@ -2955,7 +2975,7 @@ func kvcm_manager_probe_first_new_block_key_digests(manager C.kvcm_manager, scop
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueManagerProbeFirstNewBlockKeyDigests(managerObj, scope, has_lora_id, tokensArg, digestPositionsArg, digestBytesArg, key, found))
+	return statusOf(kvcmFn, glueManagerProbeFirstNewBlockKeyDigests(managerObj, scopeArg, has_lora_id, tokensArg, digestPositionsArg, digestBytesArg, key, found))
 }
 
 // kvcm_manager_probe_reuse is the export of kvcm_manager_probe_reuse (ABI version 1).
@@ -2987,11 +3007,15 @@ func kvcm_manager_probe_reuse(manager C.kvcm_manager, scope *C.kvcm__const_kvcm_
 	if st != nil {
 		return st
 	}
+	scopeArg, err := fromCReuseScope((*C.kvcm_reuse_scope)(scope), "scope")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
 	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	v, err := glueManagerProbeReuse(managerObj, scope, tokensArg)
+	v, err := glueManagerProbeReuse(managerObj, scopeArg, tokensArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -3034,6 +3058,10 @@ func kvcm_manager_probe_reuse_digests(manager C.kvcm_manager, scope *C.kvcm__con
 	if st != nil {
 		return st
 	}
+	scopeArg, err := fromCReuseScope((*C.kvcm_reuse_scope)(scope), "scope")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
 	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
@@ -3046,7 +3074,7 @@ func kvcm_manager_probe_reuse_digests(manager C.kvcm_manager, scope *C.kvcm__con
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	v, err := glueManagerProbeReuseDigests(managerObj, scope, has_lora_id, tokensArg, digestPositionsArg, digestBytesArg)
+	v, err := glueManagerProbeReuseDigests(managerObj, scopeArg, has_lora_id, tokensArg, digestPositionsArg, digestBytesArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -3083,11 +3111,15 @@ func kvcm_manager_probe_reuse_v2(manager C.kvcm_manager, scope *C.kvcm__const_kv
 	if st != nil {
 		return st
 	}
+	scopeArg, err := fromCReuseScope((*C.kvcm_reuse_scope)(scope), "scope")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
 	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	v, err := glueManagerProbeReuseV2(managerObj, scope, has_lora_id, tokensArg)
+	v, err := glueManagerProbeReuseV2(managerObj, scopeArg, has_lora_id, tokensArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}

@@ -8,155 +8,23 @@ package capi
 import "C"
 
 import (
-	"math"
 	"slices"
-	"strings"
-	"time"
 
 	"github.com/kvcm/kvcm/core"
 	"github.com/kvcm/kvcm/core/abimodel"
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
-	"github.com/kvcm/kvcm/core/device/backend"
 	"github.com/kvcm/kvcm/core/layout"
 )
 
-// ---- Configuration ----
-
-// goConfig copies a C configuration into a config.Config: fromCManagerConfig
-// converts the fields that map one to one, this the rest.
-func goConfig(c *C.kvcm__const_kvcm_manager_config) (config.Config, error) {
-	cc := (*C.kvcm_manager_config)(c)
-	cfg, err := fromCManagerConfig(cc, "config")
-	if err != nil {
-		return cfg, err
-	}
-	if C.kvcm__has_manager_config_shared_tier(cc) != 0 && c.shared_tier != nil {
-		cfg.CacheTiers = append(cfg.CacheTiers, config.Shared(goShared(c.shared_tier)))
-	}
-	if C.kvcm__has_manager_config_swa_scratch_reuse(cc) != 0 && c.swa_scratch_reuse {
-		cfg.SwaScratchReuse = &config.SwaScratchReuseConfig{}
-		if C.kvcm__has_manager_config_swa_scratch_max_rewind_len(cc) != 0 {
-			cfg.SwaScratchReuse.MaxRewindLen = int(c.swa_scratch_max_rewind_len)
-		}
-	}
-	if C.kvcm__has_manager_config_disk_persistent(cc) != 0 && c.disk_persistent {
-		// On the last local tier, the disk tier when there is one:
-		// config.Validate names any other as cache_tiers[i].persistent.
-		for i := len(cfg.CacheTiers) - 1; i >= 0; i-- {
-			if cfg.CacheTiers[i].Kind != config.SharedTier {
-				cfg.CacheTiers[i].Persistent = true
-				break
-			}
-		}
-	}
-	if C.kvcm__has_manager_config_typical_step_system_prompt_length(cc) != 0 {
-		if cfg.TypicalStep != nil {
-			cfg.TypicalStep.SystemPromptLength = int(c.typical_step_system_prompt_length)
-		} else if c.typical_step_system_prompt_length != 0 {
-			return cfg, argError("config.typical_step_system_prompt_length", "is %d without a typical_step", int64(c.typical_step_system_prompt_length))
-		}
-	}
-	if err := goBufferOverrides(cc, &cfg); err != nil {
-		return cfg, err
-	}
-	if C.kvcm__has_manager_config_num_constraint_system_prompt_lengths(cc) == 0 {
-		return cfg, nil
-	}
-	lens, err := cArray(c.constraint_system_prompt_lengths, c.num_constraint_system_prompt_lengths, "config.constraint_system_prompt_lengths")
-	if err != nil {
-		return cfg, err
-	}
-	if len(lens) != 0 && len(lens) != len(cfg.Constraints) {
-		return cfg, argError("config.num_constraint_system_prompt_lengths", "is %d, want 0 or num_constraints (%d)", len(lens), len(cfg.Constraints))
-	}
-	for i, n := range lens {
-		cfg.Constraints[i].SystemPromptLength = int(n)
-	}
-	return cfg, nil
-}
-
-// goBufferOverrides sets each buffer's tokens_per_block_override from
-// buffer_tokens_per_block_overrides (one per buffer of every attention layer,
-// in order, or none).
-func goBufferOverrides(c *C.kvcm_manager_config, cfg *config.Config) error {
-	if C.kvcm__has_manager_config_num_buffer_tokens_per_block_overrides(c) == 0 {
-		return nil
-	}
-	overrides, err := cArray(c.buffer_tokens_per_block_overrides, c.num_buffer_tokens_per_block_overrides, "config.buffer_tokens_per_block_overrides")
-	if err != nil || len(overrides) == 0 {
-		return err
-	}
-	var bufs []*config.BufferConfig
-	for i := range cfg.Layers {
-		for j := range cfg.Layers[i].Buffers {
-			bufs = append(bufs, &cfg.Layers[i].Buffers[j])
-		}
-	}
-	if len(overrides) != len(bufs) {
-		return argError("config.num_buffer_tokens_per_block_overrides", "is %d, want 0 or the number of buffers of all layers (%d)", len(overrides), len(bufs))
-	}
-	for i, o := range overrides {
-		bufs[i].TokensPerBlockOverride = int(o)
-	}
-	return nil
-}
-
-// goShared copies a shared tier's settings; config.Validate checks them,
-// naming cache_tiers[i].<field> (the shared tier follows the local tiers).
-func goShared(s *C.kvcm_shared_tier_config) config.SharedCacheTierConfig {
-	var addrs []string
-	if a := cString(s.addresses); a != "" {
-		addrs = strings.Split(a, ",")
-	}
-	ms := func(v C.int64_t) time.Duration { // saturating, so a huge value stays positive
-		if int64(v) > math.MaxInt64/int64(time.Millisecond) {
-			return math.MaxInt64
-		}
-		return time.Duration(v) * time.Millisecond
-	}
-	return config.SharedCacheTierConfig{
-		Addresses:   addrs,
-		Namespace:   cString(s.key_namespace),
-		TTL:         ms(s.ttl_ms),
-		DialTimeout: ms(s.dial_timeout_ms),
-		CallTimeout: ms(s.call_timeout_ms),
-		QueueBytes:  int64(s.queue_bytes),
-		WritePolicy: config.SharedWritePolicy(s.write_policy),
-	}
-}
-
 // ---- Create and destroy ----
 
-// goDevice converts the device selection of a C configuration.
-func goDevice(kind C.kvcm_device_kind) (string, error) {
-	switch kind {
-	case C.KVCM_DEVICE_AUTO:
-		return backend.Auto, nil
-	case C.KVCM_DEVICE_EMU:
-		return backend.Emu, nil
-	case C.KVCM_DEVICE_CUDA:
-		return backend.CUDA, nil
-	}
-	return "", argError("config.device", "unknown device kind %d", int32(kind))
-}
-
-// goOptions converts what a C configuration holds besides config.Config.
-func goOptions(c *C.kvcm__const_kvcm_manager_config) (abimodel.Options, error) {
-	dev, err := goDevice(c.device)
-	return abimodel.Options{Device: dev, DeviceOrdinal: int(c.device_ordinal), EventQueueCapacity: int(c.event_queue_capacity)}, err
-}
-
-func glueManagerCreate(cfgC *C.kvcm__const_kvcm_manager_config, codecArg *coldPageCodecArg, out *C.kvcm_manager) error {
+func glueManagerCreate(mc abimodel.ManagerConfig, codecArg *coldPageCodecArg, out *C.kvcm_manager) error {
 	if codecArg.err != nil {
 		return codecArg.err
 	}
-	cfg, err := goConfig(cfgC)
-	if err != nil {
-		return err
-	}
-	opts, err := goOptions(cfgC)
+	cfg, opts, err := mc.Resolve()
 	if err != nil {
 		return err
 	}
@@ -192,11 +60,8 @@ func glueManagerGetNumLevels(mgr *managerObj) (int, error) {
 	return len(mgr.Core().Layout().Levels), nil
 }
 
-func glueManagerGetDeviceKind(mgr *managerObj) (C.kvcm_device_kind, error) {
-	if mgr.DeviceName() == backend.CUDA {
-		return C.KVCM_DEVICE_CUDA, nil
-	}
-	return C.KVCM_DEVICE_EMU, nil
+func glueManagerGetDeviceKind(mgr *managerObj) (abimodel.DeviceKind, error) {
+	return mgr.DeviceKind(), nil
 }
 
 func glueManagerGetLayerGroupOf(mgr *managerObj, layerID C.int32_t) (layout.LayerGroupID, error) {
@@ -251,32 +116,17 @@ func glueManagerResizeLevel(mgr *managerObj, level C.kvcm_cache_level, quota C.i
 	return mgr.Core().ResizeLevel(layout.CacheLevel(level), int64(quota))
 }
 
-// goScope copies a C reuse scope; hasLoRA makes lora_id an adapter id even
-// when it is 0 (ABI version 2).
-func goScope(s *C.kvcm__const_kvcm_reuse_scope, hasLoRA bool, name string) (blockhash.Scope, error) {
-	sc, err := fromCReuseScope((*C.kvcm_reuse_scope)(s), name)
-	sc.HasLoRA = hasLoRA
-	return sc, err
+func glueManagerProbeReuse(mgr *managerObj, scope blockhash.Scope, tokens []config.Token) (int, error) {
+	return mgr.ProbeReuse(scope, tokens)
 }
 
-func glueManagerProbeReuse(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, tokens []config.Token) (int, error) {
-	return glueManagerProbeReuseV2(mgr, scope, false, tokens)
+func glueManagerProbeReuseV2(mgr *managerObj, scope blockhash.Scope, hasLoRA C.bool, tokens []config.Token) (int, error) {
+	scope.HasLoRA = bool(hasLoRA)
+	return mgr.ProbeReuse(scope, tokens)
 }
 
-func glueManagerProbeReuseV2(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, hasLoRA C.bool, tokens []config.Token) (int, error) {
-	sc, err := goScope(scope, bool(hasLoRA), "scope")
-	if err != nil {
-		return 0, err
-	}
-	return mgr.ProbeReuse(sc, tokens)
-}
-
-func glueManagerProbeFirstNewBlockKey(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, hasLoRA C.bool, ts []config.Token, key *C.uint64_t, found *C.bool) error {
-	sc, err := goScope(scope, bool(hasLoRA), "scope")
-	if err != nil {
-		return err
-	}
-	*key, *found = 0, false
+func glueManagerProbeFirstNewBlockKey(mgr *managerObj, sc blockhash.Scope, hasLoRA C.bool, ts []config.Token, key *C.uint64_t, found *C.bool) error {
+	sc.HasLoRA = bool(hasLoRA)
 	if err := mgr.Open(); err != nil {
 		return err
 	}
@@ -342,12 +192,8 @@ func glueManagerGetMigrationStats(mgr *managerObj, stats *C.kvcm_migration_stats
 	})
 }
 
-func glueConfigValidate(cfgC *C.kvcm__const_kvcm_manager_config) error {
-	cfg, err := goConfig(cfgC)
-	if err != nil {
-		return err
-	}
-	opts, err := goOptions(cfgC)
+func glueConfigValidate(mc abimodel.ManagerConfig) error {
+	cfg, opts, err := mc.Resolve()
 	if err != nil {
 		return err
 	}

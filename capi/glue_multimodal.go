@@ -31,12 +31,9 @@ func goDigests(positions []uint64, bytes, name string) ([]blockhash.DigestAt, er
 	return out, nil
 }
 
-func glueBlockKeys(algo C.kvcm_block_key, scope *C.kvcm__const_kvcm_reuse_scope, hasLoRA C.bool, tpb C.int32_t,
+func glueBlockKeys(algo C.kvcm_block_key, sc blockhash.Scope, hasLoRA C.bool, tpb C.int32_t,
 	tokens []config.Token, positions []uint64, bytes string, partial C.bool) ([]blockhash.Key, error) {
-	sc, err := goScope(scope, bool(hasLoRA), "scope")
-	if err != nil {
-		return nil, err
-	}
+	sc.HasLoRA = bool(hasLoRA)
 	ds, err := goDigests(positions, bytes, "digest_positions")
 	if err != nil {
 		return nil, err
@@ -77,12 +74,9 @@ func glueKVCacheGetCommittedDigests(c *kvCacheObj, positions *C.size_t, bytes *C
 	return nil
 }
 
-func glueManagerProbeReuseDigests(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, hasLoRA C.bool, tokens []config.Token,
+func glueManagerProbeReuseDigests(mgr *managerObj, sc blockhash.Scope, hasLoRA C.bool, tokens []config.Token,
 	positions []uint64, bytes string) (int64, error) {
-	sc, err := goScope(scope, bool(hasLoRA), "scope")
-	if err != nil {
-		return 0, err
-	}
+	sc.HasLoRA = bool(hasLoRA)
 	ds, err := goDigests(positions, bytes, "digest_positions")
 	if err != nil {
 		return 0, err
@@ -94,12 +88,9 @@ func glueManagerProbeReuseDigests(mgr *managerObj, scope *C.kvcm__const_kvcm_reu
 	return int64(r), err
 }
 
-func glueManagerProbeFirstNewBlockKeyDigests(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, hasLoRA C.bool, tokens []config.Token,
+func glueManagerProbeFirstNewBlockKeyDigests(mgr *managerObj, sc blockhash.Scope, hasLoRA C.bool, tokens []config.Token,
 	positions []uint64, bytes string, key *C.uint64_t, found *C.bool) error {
-	sc, err := goScope(scope, bool(hasLoRA), "scope")
-	if err != nil {
-		return err
-	}
+	sc.HasLoRA = bool(hasLoRA)
 	ds, err := goDigests(positions, bytes, "digest_positions")
 	if err != nil {
 		return err

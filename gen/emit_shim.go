@@ -539,6 +539,12 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 	for _, p := range fn.Sig.Params {
 		v := lowerCamel(p.CName) + "Arg"
 		switch {
+		case p.Has("convert"):
+			d := p.Type.Elem.Decl
+			body = append(body, jen.List(jen.Id(v), jen.Err()).Op(":=").Id("fromC"+d.GoName).Call(
+				jen.Parens(jen.Op("*").Qual("C", d.CName)).Call(jen.Id(p.CName)), jen.Lit(p.CName)), ifErr)
+			args[p.CName] = jen.Id(v)
+			continue
 		case p.Has("string") && p.Len == "":
 			// NUL-terminated: the export rejected NULL unless nullable (then "").
 			var str jen.Code = jen.Id("cString").Call(jen.Parens(jen.Op("*").Qual("C", "char")).Call(jen.Id(p.CName)))

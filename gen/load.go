@@ -556,7 +556,7 @@ func (l *loader) function(s typeSpec) (*Func, error) {
 				continue
 			}
 			switch fl {
-			case "in", "out", "borrowed", "owned", "consumed", "nullable", "string", "slice", "result", "reset":
+			case "in", "out", "borrowed", "owned", "consumed", "nullable", "string", "slice", "result", "reset", "convert":
 			default:
 				return nil, fmt.Errorf("%s: %s: unknown flag %q", name, p.GoName, fl)
 			}
@@ -769,6 +769,16 @@ func checkConvention(f *Func, p *Param) error {
 			if q != p && (q.Has("result") || q.Buffer != "") {
 				return fmt.Errorf("a function has one result or one buffer")
 			}
+		}
+	}
+	if p.Has("convert") {
+		switch {
+		case !f.Sig.Result.IsStatus():
+			return fmt.Errorf("convert needs a kvcm_status* result")
+		case t.Kind != KPtr || t.Dir != DirIn || p.Len != "" || p.Nullable || p.Has("consumed"):
+			return fmt.Errorf("convert is for a const T* without len=, neither nullable nor consumed")
+		case t.Elem.Kind != KNamed || t.Elem.Decl.GoMap == nil || !t.Elem.Decl.GoMap.In:
+			return fmt.Errorf("convert is for a struct with //kvcm:go in")
 		}
 	}
 	if p.Has("reset") && p.Buffer == "" {

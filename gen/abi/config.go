@@ -36,12 +36,13 @@ type CacheTierConfig struct {
 //kvcm:struct
 //kvcm:since 2
 //kvcm:cppns c
+//kvcm:go in github.com/kvcm/kvcm/core/abimodel.SharedTierConfig
 type SharedTierConfig struct {
 	// Addresses are the cluster's seed nodes, host:port, comma-separated.
-	Addresses spec.CStr `own:"borrowed"`
+	Addresses spec.CStr `nullable:"true" own:"borrowed"`
 	// KeyNamespace prefixes every key: 1 to 64 bytes of printable ASCII
 	// without spaces, ':' or braces. (Not "namespace", a C++ keyword.)
-	KeyNamespace spec.CStr `own:"borrowed"`
+	KeyNamespace spec.CStr `nullable:"true" own:"borrowed"`
 	// TTLMs is the time to live of every blob written, in milliseconds (0:
 	// no expiry).
 	TTLMs int64
@@ -148,18 +149,18 @@ type BatchDesc struct {
 //kvcm:versioned
 //kvcm:since 1
 //kvcm:cppns c
-//kvcm:go in github.com/kvcm/kvcm/core/config.Config
+//kvcm:go in github.com/kvcm/kvcm/core/abimodel.ManagerConfig
 type ManagerConfig struct {
 	// TokensPerBlock is the number of tokens of one block (page).
 	TokensPerBlock int32
 	// Device selects the device (KVCM_DEVICE_AUTO by default).
-	Device DeviceKind `go:"-"`
+	Device DeviceKind
 	// DeviceOrdinal selects which CUDA device (0 by default).
-	DeviceOrdinal int32 `go:"-"`
+	DeviceOrdinal int32
 	// EventQueueCapacity bounds the queue of cache events that
 	// kvcm_manager_drain_events returns; events beyond it are dropped and
 	// counted. 0 means KVCM_DEFAULT_EVENT_QUEUE_CAPACITY.
-	EventQueueCapacity uint32 `go:"-"`
+	EventQueueCapacity uint32
 	// CacheTiers are ordered from hottest to coldest: one GPU tier, then at
 	// most one host tier, then at most one disk tier.
 	CacheTiers spec.In[CacheTierConfig] `len:"NumCacheTiers" own:"borrowed"`
@@ -220,10 +221,10 @@ type ManagerConfig struct {
 	// TypicalStepSystemPromptLength is typical_step's system prompt: its
 	// leading tokens shared by every request, whose full blocks the batch
 	// holds once (not negative).
-	TypicalStepSystemPromptLength int64 `since:"2" go:"-"`
+	TypicalStepSystemPromptLength int64 `since:"2"`
 	// ConstraintSystemPromptLengths are the constraints' system prompt
 	// lengths, one per constraint, or NULL for none.
-	ConstraintSystemPromptLengths spec.In[int64] `len:"NumConstraintSystemPromptLengths" nullable:"true" own:"borrowed" since:"2" go:"-"`
+	ConstraintSystemPromptLengths spec.In[int64] `len:"NumConstraintSystemPromptLengths" nullable:"true" own:"borrowed" since:"2"`
 	// NumConstraintSystemPromptLengths is 0 or num_constraints.
 	NumConstraintSystemPromptLengths spec.Size `since:"2"`
 	// BlockKey selects how committed blocks are keyed
@@ -231,7 +232,7 @@ type ManagerConfig struct {
 	BlockKey BlockKey `since:"2"`
 	// SharedTier is the shared tier after cache_tiers' local tiers (NULL
 	// for none).
-	SharedTier spec.In[SharedTierConfig] `nullable:"true" own:"borrowed" since:"2" go:"-"`
+	SharedTier spec.In[SharedTierConfig] `nullable:"true" own:"borrowed" since:"2"`
 	// DiskPersistent makes the disk tier (the last of cache_tiers)
 	// persistent: its blob files stay at destroy, and a later manager on the
 	// same directory with the same layout fingerprint (blob size, each
@@ -246,17 +247,17 @@ type ManagerConfig struct {
 	// live manager holds is KVCM_ERR_INVALID_STATE. false (the default)
 	// removes the tier's files at destroy and reclaims those a killed
 	// manager left at create.
-	DiskPersistent bool `since:"2" go:"-"`
+	DiskPersistent bool `since:"2"`
 	// SwaScratchReuse enables SWA scratch reuse (KVCacheManagerV2's
 	// swa_scratch_reuse): a step's blocks of a sliding-window layer group
 	// that are out of the window by the end of the step get no page but
 	// share the cache's scratch slots (kvcm_kv_cache_get_scratch_desc).
-	SwaScratchReuse bool `since:"2" go:"-"`
+	SwaScratchReuse bool `since:"2"`
 	// SwaScratchMaxRewindLen is swa_scratch_reuse.max_rewind_len: the
 	// step's last tokens that may be rewound and survive as history, whose
 	// blocks always get pages (not negative; read with swa_scratch_reuse
 	// only).
-	SwaScratchMaxRewindLen int64 `since:"2" go:"-"`
+	SwaScratchMaxRewindLen int64 `since:"2"`
 	// SsmLayers are the state-space layers of a hybrid model (NULL for
 	// none); they need commit_min_snapshot. Errors name them as
 	// ssm_layers[i].
@@ -273,8 +274,8 @@ type ManagerConfig struct {
 	// buffers first), 0 for none; or NULL for none at all. An override
 	// divides tokens_per_block: the buffer's size then holds that many
 	// tokens, and each block holds tokens_per_block/override of its pages.
-	BufferTokensPerBlockOverrides spec.In[int32] `len:"NumBufferTokensPerBlockOverrides" nullable:"true" own:"borrowed" since:"2" go:"-"`
+	BufferTokensPerBlockOverrides spec.In[int32] `len:"NumBufferTokensPerBlockOverrides" nullable:"true" own:"borrowed" since:"2"`
 	// NumBufferTokensPerBlockOverrides is 0 or the number of buffers of all
 	// layers.
-	NumBufferTokensPerBlockOverrides spec.Size `since:"2" go:"-"`
+	NumBufferTokensPerBlockOverrides spec.Size `since:"2"`
 }

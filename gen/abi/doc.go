@@ -49,11 +49,13 @@
 //     comment and, in a //kvcm:versioned struct, since:"N" for the ABI
 //     version it appears in (an unversioned struct is frozen: add a new
 //     type instead).
-//  2. Give the core's Go struct (config.Config, core.BlockStats, ...) a
-//     field of the same name, or tag the new field go:"TheGoName"; a field
-//     that needs more than a cast (a unit, a field of another Go struct)
-//     gets go:"-" and a line in the glue (capi/glue_manager.go goConfig, for
-//     the manager's configuration).
+//  2. Give the core's Go struct (abimodel.ManagerConfig, core.BlockStats,
+//     ...) a field of the same name, or tag the new field go:"TheGoName". A
+//     manager configuration field that needs more than a cast (a unit, a
+//     field of another Go struct) gets a field of its ABI form in
+//     abimodel.ManagerConfig, which embeds config.Config, and a line in its
+//     Resolve (tested in core/abimodel/config_test.go); go:"-" leaves a
+//     field to the hand-written glue.
 //  3. Run make generate: the C header, the converters, the C++ and Python
 //     layers and docs/api.md follow. A versioned struct's new field is read
 //     only when the caller's struct_size covers it (the converter checks
@@ -70,14 +72,16 @@
 // field is one line with its doc), so they merge without conflicts; two
 // appended to the same versioned struct only need their order settled.
 //
-// # Parameters the glue gets as Go values: string, slice, buffer=, reset, result
+// # Parameters the glue gets as Go values: string, slice, convert, buffer=, reset, result
 //
 // Flags of //kvcm:param make the export convert a parameter before it calls
 // the glue: string (a const char* with len=: the glue gets a Go string, a
 // length over 1 GiB is an error naming the length; without len=, a
 // NUL-terminated const char*, NULL rejected unless nullable, then "";
 // go=<Go string type> casts it, as the buffer roles are
-// config.DataRole), slice with go=<Go
+// config.DataRole), convert (a const T* of a struct with //kvcm:go in,
+// neither nullable nor consumed: the glue gets T's Go value from fromC<T>,
+// whose errors name the parameter's fields), slice with go=<Go
 // element type> (a const T* with len=: the glue gets a []G copy), and
 // buffer=<needed> (a T* with len=capacity: the glue returns ([]G, error), G
 // from go= or the elements' //kvcm:go out struct, and the export writes

@@ -308,7 +308,7 @@ type BlockEvent struct {
 //
 //kvcm:since 1
 //kvcm:thread any
-//kvcm:param config borrowed The configuration; read during the call only.
+//kvcm:param config borrowed,convert The configuration; read during the call only.
 //kvcm:param codec consumed,nullable The cold-page codec object, or NULL for the default codec. Consumed on success and on failure.
 //kvcm:param out out Receives the manager handle (0 on failure).
 type ManagerCreate func(config spec.In[ManagerConfig], codec spec.In[ColdPageCodec], out spec.Out[Manager]) *Status
@@ -440,7 +440,7 @@ type ManagerResizeLevel func(manager Manager, level CacheLevel, quota int64) *St
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param scope borrowed The reuse scope.
+//kvcm:param scope borrowed,convert The reuse scope.
 //kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The input tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
 //kvcm:param out out,result Receives the number of reusable tokens.
@@ -455,7 +455,7 @@ type ManagerProbeReuse func(manager Manager, scope spec.In[ReuseScope], tokens s
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param scope borrowed The reuse scope.
+//kvcm:param scope borrowed,convert The reuse scope.
 //kvcm:param hasLoraID in Whether scope.lora_id is a LoRA adapter id, 0 included.
 //kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The input tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
@@ -469,7 +469,7 @@ type ManagerProbeFirstNewBlockKey func(manager Manager, scope spec.In[ReuseScope
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param scope borrowed The reuse scope.
+//kvcm:param scope borrowed,convert The reuse scope.
 //kvcm:param hasLoraID in Whether scope.lora_id is a LoRA adapter id, 0 included.
 //kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The input tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
@@ -665,7 +665,7 @@ type ManagerGetAndResetIterationPoolGroupPeakBlockStats func(manager Manager, le
 //
 //kvcm:since 1
 //kvcm:thread any
-//kvcm:param config borrowed The configuration; read during the call only.
+//kvcm:param config borrowed,convert The configuration; read during the call only.
 type ConfigValidate func(config spec.In[ManagerConfig]) *Status
 
 // ManagerGetScratchPagesPerBlock returns how many sub-pages of a slot one

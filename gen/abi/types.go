@@ -1,6 +1,9 @@
 package abi
 
-import "github.com/kvcm/kvcm/gen/spec"
+import (
+	"github.com/kvcm/kvcm/core/abimodel"
+	"github.com/kvcm/kvcm/gen/spec"
+)
 
 // StatusCode is the code of a kvcm_status. Codes are stable: new codes are
 // only ever added.
@@ -125,11 +128,11 @@ type DeviceKind int32
 const (
 	// DeviceAuto uses CUDA where the build and the machine have it and the
 	// emulated device otherwise.
-	DeviceAuto DeviceKind = 0
+	DeviceAuto DeviceKind = DeviceKind(abimodel.DeviceAuto)
 	// DeviceEmu is the host emulation of a device (no GPU needed).
-	DeviceEmu DeviceKind = 1
+	DeviceEmu DeviceKind = DeviceKind(abimodel.DeviceEmu)
 	// DeviceCUDA is a CUDA device (device_ordinal selects which).
-	DeviceCUDA DeviceKind = 2
+	DeviceCUDA DeviceKind = DeviceKind(abimodel.DeviceCUDA)
 )
 
 // BlockKey selects how a manager keys committed blocks (the hashes that

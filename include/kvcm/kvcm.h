@@ -2085,11 +2085,11 @@ struct kvcm_shared_stats {
  */
 struct kvcm_shared_tier_config {
     /**
-     * [borrowed] addresses are the cluster's seed nodes, host:port, comma-separated.
+     * [borrowed, nullable] addresses are the cluster's seed nodes, host:port, comma-separated.
      */
     const char* addresses;
     /**
-     * [borrowed] key_namespace prefixes every key: 1 to 64 bytes of printable ASCII
+     * [borrowed, nullable] key_namespace prefixes every key: 1 to 64 bytes of printable ASCII
      * without spaces, ':' or braces. (Not "namespace", a C++ keyword.)
      */
     const char* key_namespace;

@@ -192,10 +192,11 @@ type WidgetTag func(widget Widget, name spec.CStr, nameLen spec.Size, values spe
 //kvcm:thread any
 //kvcm:param widget in The widget.
 //kvcm:param label borrowed,string The label.
+//kvcm:param origin borrowed,convert The origin the pairs are relative to.
 //kvcm:param pairs out,nullable,len=capacity,buffer=needed,reset Receives pairs.
 //kvcm:param capacity in Capacity of pairs.
 //kvcm:param needed out Receives the count.
-type WidgetTakePairs func(widget Widget, label spec.CStr, pairs spec.Out[Pair], capacity spec.Size, needed spec.Out[spec.Size]) *Status
+type WidgetTakePairs func(widget Widget, label spec.CStr, origin spec.In[Pair], pairs spec.Out[Pair], capacity spec.Size, needed spec.Out[spec.Size]) *Status
 
 // Count returns a count.
 //

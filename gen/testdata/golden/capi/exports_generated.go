@@ -128,7 +128,7 @@ func kvcm_widget_tag(widget C.kvcm_widget, name *C.kvcm__const_char, name_len C.
 // kvcm_widget_take_pairs is the export of kvcm_widget_take_pairs (ABI version 2).
 //
 //export kvcm_widget_take_pairs
-func kvcm_widget_take_pairs(widget C.kvcm_widget, label *C.kvcm__const_char, pairs *C.kvcm_pair, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
+func kvcm_widget_take_pairs(widget C.kvcm_widget, label *C.kvcm__const_char, origin *C.kvcm__const_kvcm_pair, pairs *C.kvcm_pair, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
 	const kvcmFn = "kvcm_widget_take_pairs"
 	defer func() {
 		if r := recover(); r != nil {
@@ -144,6 +144,9 @@ func kvcm_widget_take_pairs(widget C.kvcm_widget, label *C.kvcm__const_char, pai
 	if label == nil {
 		return argStatus(kvcmFn, "label", "must not be NULL")
 	}
+	if origin == nil {
+		return argStatus(kvcmFn, "origin", "must not be NULL")
+	}
 	if pairs == nil && capacity != 0 {
 		return argStatus(kvcmFn, "pairs", fmt.Sprintf("is NULL but capacity is %d", capacity))
 	}
@@ -155,11 +158,15 @@ func kvcm_widget_take_pairs(widget C.kvcm_widget, label *C.kvcm__const_char, pai
 		return st
 	}
 	labelArg := cString((*C.char)(label))
+	originArg, err := fromCPair((*C.kvcm_pair)(origin), "origin")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
 	room, err := bufferRoom(pairs, capacity)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	items, n, err := glueWidgetTakePairs(widgetObj, labelArg, room)
+	items, n, err := glueWidgetTakePairs(widgetObj, labelArg, originArg, room)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}

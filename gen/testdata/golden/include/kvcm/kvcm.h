@@ -336,6 +336,7 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_widget_tag(kvcm_widget widget, const
  *
  * @param widget [in] The widget.
  * @param label [in, borrowed] The label.
+ * @param origin [in, borrowed] The origin the pairs are relative to.
  * @param pairs [out, nullable, array of capacity] Receives pairs.
  * @param capacity [in] Capacity of pairs.
  * @param needed [out] Receives the count.
@@ -344,7 +345,7 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_widget_tag(kvcm_widget widget, const
  * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
  * @since ABI version 2.
  */
-KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_widget_take_pairs(kvcm_widget widget, const char* label, kvcm_pair* pairs, size_t capacity, size_t* needed);
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_widget_take_pairs(kvcm_widget widget, const char* label, const kvcm_pair* origin, kvcm_pair* pairs, size_t capacity, size_t* needed);
 
 /* ---- Function table ---- */
 
@@ -367,7 +368,7 @@ struct kvcm_api {
     /** kvcm_widget_tag (since ABI version 2). */
     kvcm_status* (*widget_tag)(kvcm_widget widget, const char* name, size_t name_len, const int32_t* values, size_t num_values);
     /** kvcm_widget_take_pairs (since ABI version 2). */
-    kvcm_status* (*widget_take_pairs)(kvcm_widget widget, const char* label, kvcm_pair* pairs, size_t capacity, size_t* needed);
+    kvcm_status* (*widget_take_pairs)(kvcm_widget widget, const char* label, const kvcm_pair* origin, kvcm_pair* pairs, size_t capacity, size_t* needed);
 };
 
 /* ---- Layout checks: released layouts are frozen ---- */
