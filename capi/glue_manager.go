@@ -8,8 +8,6 @@ package capi
 import "C"
 
 import (
-	"slices"
-
 	"github.com/kvcm/kvcm/core"
 	"github.com/kvcm/kvcm/core/abimodel"
 	"github.com/kvcm/kvcm/core/blockhash"
@@ -204,51 +202,32 @@ func glueConfigValidate(mc abimodel.ManagerConfig) error {
 
 func glueManagerDrainEvents(mgr *managerObj, events *C.kvcm_cache_event, eventsCap C.size_t, tokens *C.kvcm_token, tokensCap C.size_t,
 	numEvents *C.size_t, numTokens *C.size_t, dropped *C.uint64_t) error {
-	evs, err := cSlice(events, eventsCap, "events_cap")
-	if err != nil {
-		return err
-	}
-	toks, err := cSlice(tokens, tokensCap, "tokens_cap")
-	if err != nil {
-		return err
-	}
-	// Priority updates have no kvcm_cache_event form: skipped, draining
-	// on while a drain brought only those.
-	var got []core.CacheEvent
-	var d uint64
-	for {
-		all, dd, need := mgr.Events().Drain(len(evs), len(toks))
-		d += dd
-		if need > 0 {
-			*numTokens = C.size_t(need)
-			return errorf(codeBufferTooSmall, "the oldest event has %d tokens; tokens_cap is %d", need, uint64(tokensCap))
-		}
-		got = slices.DeleteFunc(all, func(ev core.CacheEvent) bool { return ev.Kind == core.BlockPriorityUpdated })
-		if len(got) > 0 || len(all) == 0 {
-			break
-		}
-	}
-	ntok := 0
-	for i, ev := range got {
-		evs[i] = toCCacheEvent(ev)
-		evs[i].tokens, evs[i].num_tokens = eventTokens(ev.Tokens, toks, &ntok)
-	}
-	*numEvents, *numTokens = C.size_t(len(got)), C.size_t(ntok)
-	if dropped != nil {
-		*dropped = C.uint64_t(d)
-	}
-	return nil
+	return drainEvents(mgr.Events().DrainCacheEvents, events, eventsCap, tokens, tokensCap, nil, numEvents, numTokens, dropped,
+		func(ev core.CacheEvent, toks *C.kvcm_token, n C.size_t) C.kvcm_cache_event {
+			out := toCCacheEvent(ev)
+			out.tokens, out.num_tokens = toks, n
+			return out
+		})
 }
 
 func glueManagerDrainBlockEvents(mgr *managerObj, events *C.kvcm_block_event, eventsCap C.size_t, tokens *C.kvcm_token, tokensCap C.size_t,
 	numEvents *C.size_t, numTokens *C.size_t, dropped *C.uint64_t) error {
-	return drainBlockEvents(mgr, events, eventsCap, tokens, tokensCap, nil, numEvents, numTokens, dropped)
+	return drainEvents(mgr.Events().Drain, events, eventsCap, tokens, tokensCap, nil, numEvents, numTokens, dropped, blockEvent)
 }
 
-// drainBlockEvents writes block events; each stored block's digest tokens
-// go to onDigest (nil: dropped), with their positions in the tokens buffer.
-func drainBlockEvents(mgr *managerObj, events *C.kvcm_block_event, eventsCap C.size_t, tokens *C.kvcm_token, tokensCap C.size_t,
-	onDigest func(pos int, d *blockhash.Digest), numEvents *C.size_t, numTokens *C.size_t, dropped *C.uint64_t) error {
+func blockEvent(ev core.CacheEvent, toks *C.kvcm_token, n C.size_t) C.kvcm_block_event {
+	out := toCBlockEvent(ev)
+	out.tokens, out.num_tokens = toks, n
+	return out
+}
+
+// drainEvents writes the events drain takes into the caller's buffers, each
+// event's tokens a run of the tokens buffer (NULL for none), converted by
+// conv; each stored block's digest tokens go to onDigest (nil: dropped),
+// with their positions in the tokens buffer.
+func drainEvents[E any](drain func(maxEvents, maxTokens int) ([]core.CacheEvent, uint64, int), events *E, eventsCap C.size_t,
+	tokens *C.kvcm_token, tokensCap C.size_t, onDigest func(pos int, d *blockhash.Digest), numEvents, numTokens *C.size_t, dropped *C.uint64_t,
+	conv func(core.CacheEvent, *C.kvcm_token, C.size_t) E) error {
 	evs, err := cSlice(events, eventsCap, "events_cap")
 	if err != nil {
 		return err
@@ -257,40 +236,33 @@ func drainBlockEvents(mgr *managerObj, events *C.kvcm_block_event, eventsCap C.s
 	if err != nil {
 		return err
 	}
-	got, d, need := mgr.Events().Drain(len(evs), len(toks))
+	got, d, need := drain(len(evs), len(toks))
 	if need > 0 {
 		*numTokens = C.size_t(need)
 		return errorf(codeBufferTooSmall, "the oldest event has %d tokens; tokens_cap is %d", need, uint64(tokensCap))
 	}
 	ntok := 0
 	for i, ev := range got {
-		evs[i] = toCBlockEvent(ev)
 		if onDigest != nil {
 			for j := range ev.Digests {
 				onDigest(ntok+ev.Digests[j].Pos, &ev.Digests[j].Digest)
 			}
 		}
-		evs[i].tokens, evs[i].num_tokens = eventTokens(ev.Tokens, toks, &ntok)
+		var p *C.kvcm_token
+		if len(ev.Tokens) > 0 {
+			p = &toks[ntok]
+		}
+		for _, t := range ev.Tokens {
+			toks[ntok] = C.kvcm_token(t)
+			ntok++
+		}
+		evs[i] = conv(ev, p, C.size_t(len(ev.Tokens)))
 	}
 	*numEvents, *numTokens = C.size_t(len(got)), C.size_t(ntok)
 	if dropped != nil {
 		*dropped = C.uint64_t(d)
 	}
 	return nil
-}
-
-// eventTokens copies an event's tokens to toks at *ntok, advancing it, and
-// returns where they are (NULL for none) and their number.
-func eventTokens(ts []config.Token, toks []C.kvcm_token, ntok *int) (*C.kvcm_token, C.size_t) {
-	if len(ts) == 0 {
-		return nil, 0
-	}
-	p := &toks[*ntok]
-	for _, t := range ts {
-		toks[*ntok] = C.kvcm_token(t)
-		*ntok++
-	}
-	return p, C.size_t(len(ts))
 }
 
 // ---- Streams and memory ----

@@ -115,11 +115,11 @@ func glueManagerDrainBlockEventsDigests(mgr *managerObj, events *C.kvcm_block_ev
 		raw = unsafe.Slice((*byte)(unsafe.Pointer(bytes)), len(ps)*blockhash.DigestSize)
 	}
 	nd := 0
-	err = drainBlockEvents(mgr, events, eventsCap, tokens, tokensCap, func(pos int, d *blockhash.Digest) {
+	err = drainEvents(mgr.Events().Drain, events, eventsCap, tokens, tokensCap, func(pos int, d *blockhash.Digest) {
 		ps[nd] = C.size_t(pos)
 		copy(raw[nd*blockhash.DigestSize:], d[:])
 		nd++
-	}, numEvents, numTokens, dropped)
+	}, numEvents, numTokens, dropped, blockEvent)
 	*numDigests = C.size_t(nd)
 	return err
 }
