@@ -3302,3 +3302,126 @@ func kvcm_stream_synchronize(stream C.kvcm_stream) (status *C.kvcm_status) {
 	}
 	return statusOf(kvcmFn, glueStreamSynchronize(stream))
 }
+
+// kvcm__go_default_configure is the configure slot of the default kvcm_cold_page_codec_vtable.
+//
+//export kvcm__go_default_configure
+func kvcm__go_default_configure(self C.uintptr_t, gpu_descs C.uintptr_t, num_gpu_descs C.kvcm_pool_group_index) (result C.bool) {
+	const kvcmFn = "default kvcm_cold_page_codec_vtable.configure"
+	result = false
+	defer func() {
+		if r := recover(); r != nil {
+			poison(kvcmFn, r)
+		}
+	}()
+	obj, ok := lookupDefault(self)
+	if !ok || isPoisoned() {
+		return false
+	}
+	return glueDefaultConfigure(obj, gpu_descs, num_gpu_descs)
+}
+
+// kvcm__go_default_query_cold_page_bytes is the query_cold_page_bytes slot of the default kvcm_cold_page_codec_vtable.
+//
+//export kvcm__go_default_query_cold_page_bytes
+func kvcm__go_default_query_cold_page_bytes(self C.uintptr_t, layer_group_id C.kvcm_layer_group_id) (result C.size_t) {
+	const kvcmFn = "default kvcm_cold_page_codec_vtable.query_cold_page_bytes"
+	result = 0
+	defer func() {
+		if r := recover(); r != nil {
+			poison(kvcmFn, r)
+		}
+	}()
+	obj, ok := lookupDefault(self)
+	if !ok || isPoisoned() {
+		return 0
+	}
+	return glueDefaultQueryColdPageBytes(obj, layer_group_id)
+}
+
+// kvcm__go_default_get_batching_layer_group_id is the get_batching_layer_group_id slot of the default kvcm_cold_page_codec_vtable.
+//
+//export kvcm__go_default_get_batching_layer_group_id
+func kvcm__go_default_get_batching_layer_group_id(self C.uintptr_t, layer_group_id C.kvcm_layer_group_id) (result C.kvcm_layer_group_id) {
+	const kvcmFn = "default kvcm_cold_page_codec_vtable.get_batching_layer_group_id"
+	result = -1
+	defer func() {
+		if r := recover(); r != nil {
+			poison(kvcmFn, r)
+		}
+	}()
+	obj, ok := lookupDefault(self)
+	if !ok || isPoisoned() {
+		return -1
+	}
+	return glueDefaultGetBatchingLayerGroupID(obj, layer_group_id)
+}
+
+// kvcm__go_default_query_page_index_location is the query_page_index_location slot of the default kvcm_cold_page_codec_vtable.
+//
+//export kvcm__go_default_query_page_index_location
+func kvcm__go_default_query_page_index_location(self C.uintptr_t, layer_group_id C.kvcm_layer_group_id) (result C.kvcm_page_index_location) {
+	const kvcmFn = "default kvcm_cold_page_codec_vtable.query_page_index_location"
+	result = C.KVCM_PAGE_INDEX_BAD_LOCATION
+	defer func() {
+		if r := recover(); r != nil {
+			poison(kvcmFn, r)
+		}
+	}()
+	obj, ok := lookupDefault(self)
+	if !ok || isPoisoned() {
+		return C.KVCM_PAGE_INDEX_BAD_LOCATION
+	}
+	return glueDefaultQueryPageIndexLocation(obj, layer_group_id)
+}
+
+// kvcm__go_default_encode is the encode slot of the default kvcm_cold_page_codec_vtable.
+//
+//export kvcm__go_default_encode
+func kvcm__go_default_encode(self C.uintptr_t, layer_group_id C.kvcm_layer_group_id, dst_base_ptr C.uintptr_t, page_indices C.uintptr_t, num_base_pages C.size_t, stream C.kvcm_stream) (result C.bool) {
+	const kvcmFn = "default kvcm_cold_page_codec_vtable.encode"
+	result = false
+	defer func() {
+		if r := recover(); r != nil {
+			poison(kvcmFn, r)
+		}
+	}()
+	obj, ok := lookupDefault(self)
+	if !ok || isPoisoned() {
+		return false
+	}
+	return glueDefaultEncode(obj, layer_group_id, dst_base_ptr, page_indices, num_base_pages, stream)
+}
+
+// kvcm__go_default_decode is the decode slot of the default kvcm_cold_page_codec_vtable.
+//
+//export kvcm__go_default_decode
+func kvcm__go_default_decode(self C.uintptr_t, layer_group_id C.kvcm_layer_group_id, src_base_ptr C.uintptr_t, page_indices C.uintptr_t, num_base_pages C.size_t, stream C.kvcm_stream) (result C.bool) {
+	const kvcmFn = "default kvcm_cold_page_codec_vtable.decode"
+	result = false
+	defer func() {
+		if r := recover(); r != nil {
+			poison(kvcmFn, r)
+		}
+	}()
+	obj, ok := lookupDefault(self)
+	if !ok || isPoisoned() {
+		return false
+	}
+	return glueDefaultDecode(obj, layer_group_id, src_base_ptr, page_indices, num_base_pages, stream)
+}
+
+// kvcm__go_default_destroy is the destroy slot of the default kvcm_cold_page_codec_vtable.
+//
+//export kvcm__go_default_destroy
+func kvcm__go_default_destroy(self C.uintptr_t) {
+	const kvcmFn = "default kvcm_cold_page_codec_vtable.destroy"
+	defer func() {
+		if r := recover(); r != nil {
+			poison(kvcmFn, r)
+		}
+	}()
+	if obj, ok := lookupDefault(self); ok {
+		glueDefaultDestroy(obj)
+	}
+}

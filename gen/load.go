@@ -367,7 +367,7 @@ func (l *loader) body(dc *Decl, s typeSpec) error {
 					return err
 				}
 				f := &Field{GoName: name.Name, CName: Snake(name.Name), Type: t, Doc: docText(af.Doc), Since: dc.Since,
-					Nullable: tag.Get("nullable") == "true", Own: tag.Get("own"), Go: tag.Get("go"), Cpp: tag.Get("cpp")}
+					Nullable: tag.Get("nullable") == "true", Own: tag.Get("own"), Go: tag.Get("go"), Cpp: tag.Get("cpp"), Fail: tag.Get("fail")}
 				if c := tag.Get("c"); c != "" {
 					f.CName = c
 				}

@@ -191,7 +191,11 @@ type Field struct {
 	Go string
 	// Cpp is the field's cpp tag: "-" leaves a slot of a //kvcm:cppimpl
 	// vtable to the hand-written C++ adapter.
-	Cpp    string
+	Cpp string
+	// Fail is the fail tag of a slot of a //kvcm:goimpl vtable: the value
+	// (a number or a C constant) the Go implementation returns when it
+	// cannot run the slot; "" is the zero value.
+	Fail   string
 	Offset int
 }
 

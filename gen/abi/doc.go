@@ -106,6 +106,17 @@
 // read it from the C struct (BlockStats, PeakBlockStats, MigrationStats):
 // a field appended to the struct appears in Python with make generate.
 //
+// # Vtables implemented in Go: //kvcm:goimpl
+//
+// A vtable with //kvcm:goimpl <impl> (the default codec's) gets a C table
+// whose slots forward to Go exports kvcm__go_<impl>_<slot>, all generated:
+// each finds its object with the hand-written lookup<Impl>(self), returns
+// the slot's fail value (its fail:"..." tag, a number or a C constant;
+// otherwise false or 0) when self is not a live object or the library is
+// poisoned, and else calls glue<Impl><Slot>(obj, the other parameters,
+// pointers as uintptr_t). A panic poisons the library and returns the fail
+// value. A slot without a result (destroy) runs on a poisoned library too.
+//
 // # Vtables implemented elsewhere: //kvcm:gocaller, //kvcm:cppimpl
 //
 // A vtable with //kvcm:gocaller <import path>.<Type> (a Go struct of funcs)

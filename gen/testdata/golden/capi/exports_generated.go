@@ -172,3 +172,54 @@ func kvcm_widget_take_pairs(widget C.kvcm_widget, label *C.kvcm__const_char, ori
 	}
 	return statusOf(kvcmFn, fillTaken(items, n, pairs, capacity, needed, toCPair))
 }
+
+// kvcm__go_builtin_run is the run slot of the builtin kvcm_plugin.
+//
+//export kvcm__go_builtin_run
+func kvcm__go_builtin_run(self C.uintptr_t, pairs C.uintptr_t, n C.size_t) (result C.bool) {
+	const kvcmFn = "builtin kvcm_plugin.run"
+	result = false
+	defer func() {
+		if r := recover(); r != nil {
+			poison(kvcmFn, r)
+		}
+	}()
+	obj, ok := lookupBuiltin(self)
+	if !ok || isPoisoned() {
+		return false
+	}
+	return glueBuiltinRun(obj, pairs, n)
+}
+
+// kvcm__go_builtin_probe is the probe slot of the builtin kvcm_plugin.
+//
+//export kvcm__go_builtin_probe
+func kvcm__go_builtin_probe(self C.uintptr_t) (result C.int32_t) {
+	const kvcmFn = "builtin kvcm_plugin.probe"
+	result = 0
+	defer func() {
+		if r := recover(); r != nil {
+			poison(kvcmFn, r)
+		}
+	}()
+	obj, ok := lookupBuiltin(self)
+	if !ok || isPoisoned() {
+		return 0
+	}
+	return glueBuiltinProbe(obj)
+}
+
+// kvcm__go_builtin_destroy is the destroy slot of the builtin kvcm_plugin.
+//
+//export kvcm__go_builtin_destroy
+func kvcm__go_builtin_destroy(self C.uintptr_t) {
+	const kvcmFn = "builtin kvcm_plugin.destroy"
+	defer func() {
+		if r := recover(); r != nil {
+			poison(kvcmFn, r)
+		}
+	}()
+	if obj, ok := lookupBuiltin(self); ok {
+		glueBuiltinDestroy(obj)
+	}
+}
