@@ -11,6 +11,7 @@ import (
 	"fmt"
 
 	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/abimodel"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/layout"
 )
@@ -35,7 +36,7 @@ func glueKVCacheCreate(mgr *managerObj, opts *C.kvcm__const_kvcm_kv_cache_option
 		if err != nil {
 			return err
 		}
-		if co.InputDigests, err = goDigests(ps, bs, "options.input_digest_positions"); err != nil {
+		if co.InputDigests, err = abimodel.Digests(ps, bs, "options.input_digest_positions"); err != nil {
 			return err
 		}
 	}

@@ -8,33 +8,17 @@ package capi
 import "C"
 
 import (
+	"github.com/kvcm/kvcm/core/abimodel"
 	"unsafe"
 
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
 )
 
-// goDigests pairs a sequence's digest token positions (named name) with
-// their 32 bytes each.
-func goDigests(positions []uint64, bytes, name string) ([]blockhash.DigestAt, error) {
-	if uint64(len(bytes)) != uint64(len(positions))*blockhash.DigestSize {
-		return nil, argError(name, "%d digests need %d digest bytes, got %d", len(positions), uint64(len(positions))*blockhash.DigestSize, len(bytes))
-	}
-	if len(positions) == 0 {
-		return nil, nil
-	}
-	out := make([]blockhash.DigestAt, len(positions))
-	for i, p := range positions {
-		out[i].Pos = int(min(p, uint64(^uint(0)>>1)))
-		copy(out[i].Digest[:], bytes[i*blockhash.DigestSize:])
-	}
-	return out, nil
-}
-
 func glueBlockKeys(algo C.kvcm_block_key, sc blockhash.Scope, hasLoRA C.bool, tpb C.int32_t,
 	tokens []config.Token, positions []uint64, bytes string, partial C.bool) ([]blockhash.Key, error) {
 	sc.HasLoRA = bool(hasLoRA)
-	ds, err := goDigests(positions, bytes, "digest_positions")
+	ds, err := abimodel.Digests(positions, bytes, "digest_positions")
 	if err != nil {
 		return nil, err
 	}
@@ -46,7 +30,7 @@ func glueBlockKeys(algo C.kvcm_block_key, sc blockhash.Scope, hasLoRA C.bool, tp
 }
 
 func glueKVCacheCommitDigests(c *kvCacheObj, tokens []config.Token, positions []uint64, bytes string, isEnd C.bool) error {
-	ds, err := goDigests(positions, bytes, "digest_positions")
+	ds, err := abimodel.Digests(positions, bytes, "digest_positions")
 	if err != nil {
 		return err
 	}
@@ -77,7 +61,7 @@ func glueKVCacheGetCommittedDigests(c *kvCacheObj, positions *C.size_t, bytes *C
 func glueManagerProbeReuseDigests(mgr *managerObj, sc blockhash.Scope, hasLoRA C.bool, tokens []config.Token,
 	positions []uint64, bytes string) (int64, error) {
 	sc.HasLoRA = bool(hasLoRA)
-	ds, err := goDigests(positions, bytes, "digest_positions")
+	ds, err := abimodel.Digests(positions, bytes, "digest_positions")
 	if err != nil {
 		return 0, err
 	}
@@ -91,7 +75,7 @@ func glueManagerProbeReuseDigests(mgr *managerObj, sc blockhash.Scope, hasLoRA C
 func glueManagerProbeFirstNewBlockKeyDigests(mgr *managerObj, sc blockhash.Scope, hasLoRA C.bool, tokens []config.Token,
 	positions []uint64, bytes string, key *C.uint64_t, found *C.bool) error {
 	sc.HasLoRA = bool(hasLoRA)
-	ds, err := goDigests(positions, bytes, "digest_positions")
+	ds, err := abimodel.Digests(positions, bytes, "digest_positions")
 	if err != nil {
 		return err
 	}

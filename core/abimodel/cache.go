@@ -1,6 +1,8 @@
 package abimodel
 
 import (
+	"math"
+
 	"github.com/kvcm/kvcm/core"
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
@@ -208,3 +210,22 @@ func (c *Cache) Prefetch(level layout.CacheLevel) error { return c.c.Prefetch(le
 
 // Manager returns the cache's manager.
 func (c *Cache) Manager() *Manager { return c.mgr }
+
+// Digests pairs a sequence's digest token positions with their
+// blockhash.DigestSize bytes each, as the ABI passes them (positions and
+// one byte string); a byte count that does not match is an invalid
+// argument naming name. No positions are nil.
+func Digests(positions []uint64, bytes, name string) ([]blockhash.DigestAt, error) {
+	if uint64(len(bytes)) != uint64(len(positions))*blockhash.DigestSize {
+		return nil, argErr(name, "%d digests need %d digest bytes, got %d", len(positions), uint64(len(positions))*blockhash.DigestSize, len(bytes))
+	}
+	if len(positions) == 0 {
+		return nil, nil
+	}
+	out := make([]blockhash.DigestAt, len(positions))
+	for i, p := range positions {
+		out[i].Pos = int(min(p, uint64(math.MaxInt)))
+		copy(out[i].Digest[:], bytes[i*blockhash.DigestSize:])
+	}
+	return out, nil
+}

@@ -1,6 +1,7 @@
 package abimodel
 
 import (
+	"strings"
 	"sync"
 	"testing"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/layout"
 )
 
@@ -77,4 +79,24 @@ func TestCacheResumeNeedsAStream(t *testing.T) {
 	require.NoError(t, err)
 	assert.ErrorIs(t, c.Resume(nil), core.ErrInvalidArgument)
 	assert.Same(t, m, c.Manager())
+}
+
+// Digests pairs each position with its 32 bytes, in order; a byte string
+// that is not 32 bytes per position is an invalid argument naming the
+// argument, and no positions are no digests.
+func TestDigestsPairPositionsWithTheirBytes(t *testing.T) {
+	bytes := strings.Repeat("a", blockhash.DigestSize) + strings.Repeat("b", blockhash.DigestSize)
+	ds, err := Digests([]uint64{3, 7}, bytes, "digest_positions")
+	require.NoError(t, err)
+	require.Len(t, ds, 2)
+	assert.Equal(t, []int{3, 7}, []int{ds[0].Pos, ds[1].Pos})
+	assert.Equal(t, byte('a'), ds[0].Digest[blockhash.DigestSize-1])
+	assert.Equal(t, byte('b'), ds[1].Digest[0])
+
+	_, err = Digests([]uint64{3}, bytes, "digest_positions")
+	assert.ErrorIs(t, err, core.ErrInvalidArgument)
+	assert.ErrorContains(t, err, "digest_positions: 1 digests need 32 digest bytes, got 64")
+	ds, err = Digests(nil, "", "digest_positions")
+	assert.NoError(t, err)
+	assert.Nil(t, ds)
 }
