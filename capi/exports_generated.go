@@ -3303,6 +3303,45 @@ func kvcm_stream_synchronize(stream C.kvcm_stream) (status *C.kvcm_status) {
 	return statusOf(kvcmFn, glueStreamSynchronize(stream))
 }
 
+// lookupCPIndex resolves a kvcm_cp_index argument to its CP index, or reports
+// KVCM_ERR_INVALID_HANDLE naming the argument.
+func lookupCPIndex(fn, arg string, h C.kvcm_cp_index) (*cpObj, *C.kvcm_status) {
+	return lookup[*cpObj](fn, arg, uint64(h), "CP index")
+}
+
+// lookupKVCache resolves a kvcm_kv_cache argument to its KV cache, or reports
+// KVCM_ERR_INVALID_HANDLE naming the argument.
+func lookupKVCache(fn, arg string, h C.kvcm_kv_cache) (*kvCacheObj, *C.kvcm_status) {
+	return lookup[*kvCacheObj](fn, arg, uint64(h), "KV cache")
+}
+
+// lookupManager resolves a kvcm_manager argument to its manager, or reports
+// KVCM_ERR_INVALID_HANDLE naming the argument.
+func lookupManager(fn, arg string, h C.kvcm_manager) (*managerObj, *C.kvcm_status) {
+	return lookup[*managerObj](fn, arg, uint64(h), "manager")
+}
+
+// lookupPlannedDrop resolves a kvcm_planned_drop argument to its planned drop, or reports
+// KVCM_ERR_INVALID_HANDLE naming the argument.
+func lookupPlannedDrop(fn, arg string, h C.kvcm_planned_drop) (*plannedDropObj, *C.kvcm_status) {
+	return lookup[*plannedDropObj](fn, arg, uint64(h), "planned drop")
+}
+
+// handleKind names the kind of a handle's value, for errors.
+func handleKind(v any) (string, bool) {
+	switch v.(type) {
+	case *cpObj:
+		return "CP index", true
+	case *kvCacheObj:
+		return "KV cache", true
+	case *managerObj:
+		return "manager", true
+	case *plannedDropObj:
+		return "planned drop", true
+	}
+	return "", false
+}
+
 // kvcm__go_default_configure is the configure slot of the default kvcm_cold_page_codec_vtable.
 //
 //export kvcm__go_default_configure

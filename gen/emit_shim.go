@@ -398,6 +398,27 @@ func emitShimGo(m *Model, p Paths) ([]byte, error) {
 		f.Add(code.fn)
 		f.Line()
 	}
+	var kinds []jen.Code
+	for _, d := range m.Decls {
+		if d.GoHandle == "" {
+			continue
+		}
+		obj := jen.Op("*").Id(d.GoHandle)
+		f.Comment(fmt.Sprintf("lookup%s resolves a %s argument to its %s, or reports", d.GoName, d.CName, d.GoHandleWhat))
+		f.Comment("KVCM_ERR_INVALID_HANDLE naming the argument.")
+		f.Func().Id("lookup"+d.GoName).Params(jen.List(jen.Id("fn"), jen.Id("arg")).String(), jen.Id("h").Qual("C", d.CName)).
+			Params(obj, jen.Op("*").Qual("C", m.StatusDecl().CName)).Block(
+			jen.Return(jen.Id("lookup").Index(obj).Call(jen.Id("fn"), jen.Id("arg"), jen.Uint64().Call(jen.Id("h")), jen.Lit(d.GoHandleWhat))))
+		f.Line()
+		kinds = append(kinds, jen.Case(obj).Block(jen.Return(jen.Lit(d.GoHandleWhat), jen.True())))
+	}
+	if len(kinds) > 0 {
+		f.Comment("handleKind names the kind of a handle's value, for errors.")
+		f.Func().Id("handleKind").Params(jen.Id("v").Any()).Params(jen.String(), jen.Bool()).Block(
+			jen.Switch(jen.Id("v").Assert(jen.Type())).Block(kinds...),
+			jen.Return(jen.Lit(""), jen.False()))
+		f.Line()
+	}
 	for _, d := range m.Decls {
 		for _, impl := range d.GoImpls {
 			for _, slot := range goImplSlots(d) {

@@ -217,6 +217,12 @@ func (l *loader) run() error {
 		if len(dc.GoImpls) > 0 && !dc.Vtable {
 			return fmt.Errorf("%s: //kvcm:goimpl on a type that is not a //kvcm:vtable", dc.GoName)
 		}
+		if g := d.one("gohandle"); g != "" {
+			var ok bool
+			if dc.GoHandle, dc.GoHandleWhat, ok = strings.Cut(g, " "); !ok || dc.Kind != DHandle {
+				return fmt.Errorf("%s: bad //kvcm:gohandle %q: want \"<Go type> <words>\" on a //kvcm:handle", dc.GoName, g)
+			}
+		}
 		if g := d.one("go"); g != "" {
 			if dc.GoMap, err = parseGoMap(g); err != nil || dc.Kind != DStruct {
 				return fmt.Errorf("%s: bad //kvcm:go %q: want \"in|out|inout <import path>.<Type>\" on a //kvcm:struct", dc.GoName, g)

@@ -141,6 +141,11 @@ type Decl struct {
 	// each, kvcmgen writes a C vtable whose slots forward to Go exports
 	// kvcm__go_<impl>_<slot>, self and pointers passed as uintptr_t.
 	GoImpls []string
+	// GoHandle is the Go type behind a handle (//kvcm:gohandle <type>
+	// <words>) and GoHandleWhat the words that name its kind in errors:
+	// the export package gets lookup<Name>, which resolves an argument to
+	// a *<type>, and handleKind.
+	GoHandle, GoHandleWhat string
 	// GoMap is the Go struct kvcmgen writes converters for (//kvcm:go), or
 	// nil.
 	GoMap *GoMap

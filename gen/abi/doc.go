@@ -16,7 +16,10 @@
 //     one means a new element type and a new field in its versioned parent.
 //   - Handles (kvcm_manager, kvcm_kv_cache) are cgo.Handle values. 0 is never
 //     valid; a freed or consumed handle is detected and reported as
-//     KVCM_ERR_INVALID_HANDLE, never dereferenced.
+//     KVCM_ERR_INVALID_HANDLE, never dereferenced. A handle type's
+//     //kvcm:gohandle <Go type> <words> names the capi type behind it and
+//     the words errors call it: kvcmgen writes lookup<Name>, which the
+//     exports call on every argument of the type, and handleKind.
 //   - Query results are written into caller-provided buffers with a count of
 //     the elements needed; passing a NULL buffer with capacity 0 asks for the
 //     count only.

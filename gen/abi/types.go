@@ -299,12 +299,14 @@ type Stream uintptr
 // Manager is the handle of a KV-cache manager. 0 is never valid.
 //
 //kvcm:handle
+//kvcm:gohandle managerObj manager
 //kvcm:since 1
 type Manager uint64
 
 // KVCache is the handle of one request's KV cache. 0 is never valid.
 //
 //kvcm:handle
+//kvcm:gohandle kvCacheObj KV cache
 //kvcm:since 1
 type KVCache uint64
 
@@ -312,6 +314,7 @@ type KVCache uint64
 // pages (kvcm_kv_cache_plan_committed_block_drop). 0 is never valid.
 //
 //kvcm:handle
+//kvcm:gohandle plannedDropObj planned drop
 //kvcm:since 2
 type PlannedDrop uint64
 

@@ -55,6 +55,7 @@ const (
 // Widget is a handle.
 //
 //kvcm:handle
+//kvcm:gohandle widgetObj widget
 //kvcm:since 1
 type Widget uint64
 

@@ -173,6 +173,21 @@ func kvcm_widget_take_pairs(widget C.kvcm_widget, label *C.kvcm__const_char, ori
 	return statusOf(kvcmFn, fillTaken(items, n, pairs, capacity, needed, toCPair))
 }
 
+// lookupWidget resolves a kvcm_widget argument to its widget, or reports
+// KVCM_ERR_INVALID_HANDLE naming the argument.
+func lookupWidget(fn, arg string, h C.kvcm_widget) (*widgetObj, *C.kvcm_status) {
+	return lookup[*widgetObj](fn, arg, uint64(h), "widget")
+}
+
+// handleKind names the kind of a handle's value, for errors.
+func handleKind(v any) (string, bool) {
+	switch v.(type) {
+	case *widgetObj:
+		return "widget", true
+	}
+	return "", false
+}
+
 // kvcm__go_builtin_run is the run slot of the builtin kvcm_plugin.
 //
 //export kvcm__go_builtin_run
