@@ -574,7 +574,11 @@ func kvcm_kv_cache_commit_beam_search(cache C.kvcm_kv_cache, tokens *C.kvcm__con
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueKVCacheCommitBeamSearch(cacheObj, tokensArg, beam_search_indices, num_beam_search_indices, is_end))
+	beamSearchIndicesArg, err := cSliceArgNil[int](beam_search_indices, num_beam_search_indices, "beam_search_indices")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueKVCacheCommitBeamSearch(cacheObj, tokensArg, beamSearchIndicesArg, is_end))
 }
 
 // kvcm_kv_cache_commit_digests is the export of kvcm_kv_cache_commit_digests (ABI version 2).

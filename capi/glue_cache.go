@@ -121,18 +121,9 @@ func glueKVCacheCommit(c *kvCacheObj, tokens []config.Token, isEnd C.bool) error
 	return c.Commit(tokens, bool(isEnd))
 }
 
-func glueKVCacheCommitBeamSearch(c *kvCacheObj, tokens []config.Token, indices *C.kvcm__const_int32_t, numIndices C.size_t, isEnd C.bool) error {
-	var parents []int // nil (NULL indices) keeps the beams; a non-NULL empty array has the wrong length
-	if indices != nil {
-		is, err := cArray(indices, numIndices, "beam_search_indices")
-		if err != nil {
-			return err
-		}
-		parents = make([]int, len(is))
-		for i, p := range is {
-			parents[i] = int(p)
-		}
-	}
+// glueKVCacheCommitBeamSearch: nil parents (NULL) keep the beams; a
+// non-NULL empty array has the wrong length.
+func glueKVCacheCommitBeamSearch(c *kvCacheObj, tokens []config.Token, parents []int, isEnd C.bool) error {
 	return c.CommitBeamSearch(tokens, parents, bool(isEnd))
 }
 

@@ -108,6 +108,15 @@ func convertHelpers(f *jen.File) {
 		jen.Return(jen.Id("out"), jen.Nil()),
 	)
 	f.Line()
+	f.Comment("cSliceArgNil is cSliceArg keeping NULL apart from an empty array: NULL")
+	f.Comment("is nil, a non-NULL array of 0 elements an empty slice.")
+	f.Func().Id("cSliceArgNil").Types(jen.Id("G"), jen.Id("E").Id("number")).Params(jen.Id("p").Op("*").Id("E"), n().Qual("C", "size_t"), jen.Id("name").String()).
+		Params(jen.Index().Id("G"), jen.Error()).Block(
+		jen.List(jen.Id("out"), jen.Err()).Op(":=").Id("cSliceArg").Index(jen.Id("G")).Call(jen.Id("p"), n(), jen.Id("name")),
+		jen.If(jen.Err().Op("==").Nil().Op("&&").Id("out").Op("==").Nil().Op("&&").Id("p").Op("!=").Nil()).Block(jen.Id("out").Op("=").Index().Id("G").Values()),
+		jen.Return(jen.Id("out"), jen.Err()),
+	)
+	f.Line()
 	f.Comment("fill writes items into a caller's buffer of capacity elements, converted")
 	f.Comment("by conv, and their number to needed; a NULL buffer with capacity 0 asks")
 	f.Comment("for the number only, a smaller one is KVCM_ERR_BUFFER_TOO_SMALL.")

@@ -590,7 +590,11 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 			body = append(body, jen.List(jen.Id(v), jen.Err()).Op(":=").Id("cStringArg").Call(
 				jen.Parens(jen.Op("*").Qual("C", "char")).Call(jen.Id(p.CName)), jen.Id(p.Len), jen.Lit(p.Len)), ifErr)
 		case p.Has("slice"):
-			body = append(body, jen.List(jen.Id(v), jen.Err()).Op(":=").Id("cSliceArg").Index(goElemCode(p.GoElem)).Call(
+			helper := "cSliceArg"
+			if p.Has("nullnil") {
+				helper = "cSliceArgNil"
+			}
+			body = append(body, jen.List(jen.Id(v), jen.Err()).Op(":=").Id(helper).Index(goElemCode(p.GoElem)).Call(
 				jen.Id(p.CName), jen.Id(p.Len), jen.Lit(p.CName)), ifErr)
 		case p.Buffer != "":
 			buffer = p

@@ -562,7 +562,7 @@ func (l *loader) function(s typeSpec) (*Func, error) {
 				continue
 			}
 			switch fl {
-			case "in", "out", "borrowed", "owned", "consumed", "nullable", "string", "slice", "result", "reset", "convert":
+			case "in", "out", "borrowed", "owned", "consumed", "nullable", "string", "slice", "result", "reset", "convert", "nullnil":
 			default:
 				return nil, fmt.Errorf("%s: %s: unknown flag %q", name, p.GoName, fl)
 			}
@@ -786,6 +786,9 @@ func checkConvention(f *Func, p *Param) error {
 		case t.Elem.Kind != KNamed || t.Elem.Decl.GoMap == nil || !t.Elem.Decl.GoMap.In:
 			return fmt.Errorf("convert is for a struct with //kvcm:go in")
 		}
+	}
+	if p.Has("nullnil") && (!p.Has("slice") || !p.Nullable) {
+		return fmt.Errorf("nullnil is for a nullable slice")
 	}
 	if p.Has("reset") && p.Buffer == "" {
 		return fmt.Errorf("reset is for a buffer=")

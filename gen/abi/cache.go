@@ -329,7 +329,7 @@ type KVCacheGetBeamBasePageIndices func(cache KVCache, layerGroup LayerGroupID, 
 //kvcm:param cache in The cache.
 //kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
-//kvcm:param beamSearchIndices borrowed,nullable,len=numBeamSearchIndices The old beam of each beam, or NULL.
+//kvcm:param beamSearchIndices borrowed,nullable,len=numBeamSearchIndices,slice,go=int,nullnil The old beam of each beam, or NULL.
 //kvcm:param numBeamSearchIndices in The number of entries of beam_search_indices: the beam width.
 //kvcm:param isEnd in Whether these are the last tokens to commit.
 type KVCacheCommitBeamSearch func(cache KVCache, tokens spec.In[Token], numTokens spec.Size, beamSearchIndices spec.In[int32], numBeamSearchIndices spec.Size, isEnd bool) *Status

@@ -78,29 +78,35 @@
 // # Parameters the glue gets as Go values: string, slice, convert, buffer=, reset, result
 //
 // Flags of //kvcm:param make the export convert a parameter before it calls
-// the glue: string (a const char* with len=: the glue gets a Go string, a
-// length over 1 GiB is an error naming the length; without len=, a
-// NUL-terminated const char*, NULL rejected unless nullable, then "";
-// go=<Go string type> casts it, as the buffer roles are
-// config.DataRole), convert (a const T* of a struct with //kvcm:go in,
-// neither nullable nor consumed: the glue gets T's Go value from fromC<T>,
-// whose errors name the parameter's fields), slice with go=<Go
-// element type> (a const T* with len=: the glue gets a []G copy), and
-// buffer=<needed> (a T* with len=capacity: the glue returns ([]G, error), G
-// from go= or the elements' //kvcm:go out struct, and the export writes
-// the count to needed and the elements when they fit, else
-// KVCM_ERR_BUFFER_TOO_SMALL), and result (a T* out-parameter: the glue
-// returns (value, error), and the export writes the value, cast or through
-// the struct's toC converter, only on success). A buffer= that is also
-// reset is a get-and-reset query: the glue gets one more argument, room
-// int (how many elements the caller's buffer holds, 0 for a size query),
-// and returns ([]G, n int, error): the n elements, taken and reset only when
-// they fit in room, otherwise nil and n, resetting nothing; the export
-// writes n to needed and the taken elements, or reports
-// KVCM_ERR_BUFFER_TOO_SMALL. The rule that a size query resets nothing
-// lives in core/abimodel (Manager.GetAndReset*(room)). A new function that
-// takes a request id, a role, a token array, a two-call buffer or one out
-// value uses them, and its glue is one line.
+// the glue, so that a new function taking a request id, a role, a token
+// array, a configuration, a two-call buffer or one out value has a one-line
+// glue:
+//
+//   - string: a const char* with len= becomes a Go string (a length over
+//     1 GiB is an error naming the length); without len= it is
+//     NUL-terminated (NULL is rejected unless nullable, then ""); go=<Go
+//     string type> casts it (the buffer roles are config.DataRole).
+//   - slice with go=<Go element type>: a const T* of scalars with len=
+//     becomes a []G copy, nil for none. With nullnil (on a nullable slice)
+//     NULL is nil and a non-NULL array of 0 elements an empty slice, for a
+//     parameter whose NULL means "unchanged".
+//   - convert: a const T* of a struct with //kvcm:go in, neither nullable
+//     nor consumed, becomes T's Go value (fromC<T>, whose errors name the
+//     parameter's fields).
+//   - buffer=<needed>: a T* with len=capacity; the glue returns ([]G,
+//     error), G from go= or the elements' //kvcm:go out struct, and the
+//     export writes the count to needed and the elements when they fit,
+//     else KVCM_ERR_BUFFER_TOO_SMALL.
+//   - reset, on a buffer=: a get-and-reset query. The glue gets one more
+//     argument, room int (how many elements the caller's buffer holds, 0
+//     for a size query), and returns ([]G, n int, error): the n elements,
+//     taken and reset only when they fit in room, otherwise nil and n,
+//     resetting nothing; the export writes n to needed and the taken
+//     elements, or reports KVCM_ERR_BUFFER_TOO_SMALL. The rule lives in
+//     core/abimodel (Manager.GetAndReset*(room)).
+//   - result: a T* out-parameter; the glue returns (value, error), and the
+//     export writes the value, cast or through the struct's toC converter,
+//     only on success.
 //
 // # Python value types: //kvcm:pyvalue
 //

@@ -66,6 +66,16 @@ func cSliceArg[G, E number](p *E, n C.size_t, name string) ([]G, error) {
 	return out, nil
 }
 
+// cSliceArgNil is cSliceArg keeping NULL apart from an empty array: NULL
+// is nil, a non-NULL array of 0 elements an empty slice.
+func cSliceArgNil[G, E number](p *E, n C.size_t, name string) ([]G, error) {
+	out, err := cSliceArg[G](p, n, name)
+	if err == nil && out == nil && p != nil {
+		out = []G{}
+	}
+	return out, err
+}
+
 // fill writes items into a caller's buffer of capacity elements, converted
 // by conv, and their number to needed; a NULL buffer with capacity 0 asks
 // for the number only, a smaller one is KVCM_ERR_BUFFER_TOO_SMALL.
