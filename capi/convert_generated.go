@@ -337,9 +337,9 @@ func fromCCPManagerBackedOptions(c *C.kvcm_cp_manager_backed_options, name strin
 	return out, nil
 }
 
-// fromCKVCacheOptions converts a kvcm_kv_cache_options to a abimodel.CacheOptions; name names it in errors.
-func fromCKVCacheOptions(c *C.kvcm_kv_cache_options, name string) (abimodel.CacheOptions, error) {
-	var out abimodel.CacheOptions
+// fromCKVCacheOptions converts a kvcm_kv_cache_options to a abimodel.KVCacheOptions; name names it in errors.
+func fromCKVCacheOptions(c *C.kvcm_kv_cache_options, name string) (abimodel.KVCacheOptions, error) {
+	var out abimodel.KVCacheOptions
 	{
 		v, err := fromCReuseScope(&c.scope, name+".scope")
 		if err != nil {
@@ -366,6 +366,39 @@ func fromCKVCacheOptions(c *C.kvcm_kv_cache_options, name string) (abimodel.Cach
 			return out, err
 		}
 		out.RequestID = s
+	}
+	if C.kvcm__has_kv_cache_options_scope_has_lora_id(c) != 0 {
+		out.ScopeHasLoraID = bool(c.scope_has_lora_id)
+	}
+	if C.kvcm__has_kv_cache_options_has_expected_prompt_length(c) != 0 {
+		out.HasExpectedPromptLength = bool(c.has_expected_prompt_length)
+	}
+	if C.kvcm__has_kv_cache_options_expected_prompt_length(c) != 0 {
+		out.ExpectedPromptLength = int(c.expected_prompt_length)
+	}
+	if C.kvcm__has_kv_cache_options_input_digest_positions(c) != 0 {
+		{
+			s, err := cArray(c.input_digest_positions, c.num_input_digests, name+".input_digest_positions")
+			if err != nil {
+				return out, err
+			}
+			if c.input_digest_positions != nil {
+				out.InputDigestPositions = make([]uint64, 0, len(s))
+			}
+			for i := range s {
+				v := uint64(s[i])
+				out.InputDigestPositions = append(out.InputDigestPositions, v)
+			}
+		}
+	}
+	if C.kvcm__has_kv_cache_options_input_digest_bytes(c) != 0 {
+		{
+			s, err := cStringN(c.input_digest_bytes, c.input_digest_bytes_len, name, "input_digest_bytes", "input_digest_bytes_len")
+			if err != nil {
+				return out, err
+			}
+			out.InputDigestBytes = s
+		}
 	}
 	if C.kvcm__has_kv_cache_options_text_only(c) != 0 {
 		out.TextOnly = bool(c.text_only)

@@ -229,3 +229,38 @@ func Digests(positions []uint64, bytes, name string) ([]blockhash.DigestAt, erro
 	}
 	return out, nil
 }
+
+// KVCacheOptions are a cache's options as the ABI carries them
+// (kvcm_kv_cache_options): CacheOptions, and what the ABI holds in a form
+// of its own. Resolve turns them into CreateCache's options. Its
+// ExpectedPromptLength shadows core.CacheOptions' (a *int there, a flag and
+// a value here).
+type KVCacheOptions struct {
+	CacheOptions
+	// ScopeHasLoraID makes Scope.LoRAID an adapter id, 0 included.
+	ScopeHasLoraID bool
+	// HasExpectedPromptLength says ExpectedPromptLength is set.
+	HasExpectedPromptLength bool
+	ExpectedPromptLength    int
+	// InputDigestPositions and InputDigestBytes are the input's digest
+	// tokens (Digests pairs them).
+	InputDigestPositions []uint64
+	InputDigestBytes     string
+}
+
+// Resolve returns the options CreateCache takes; it changes nothing in o.
+// Errors name the kvcm_kv_cache_options field.
+func (o KVCacheOptions) Resolve() (CacheOptions, error) {
+	co := o.CacheOptions
+	co.Scope.HasLoRA = o.ScopeHasLoraID
+	if o.HasExpectedPromptLength {
+		n := o.ExpectedPromptLength
+		co.CacheOptions.ExpectedPromptLength = &n
+	}
+	ds, err := Digests(o.InputDigestPositions, o.InputDigestBytes, "options.input_digest_positions")
+	if err != nil {
+		return co, err
+	}
+	co.InputDigests = ds
+	return co, nil
+}

@@ -100,3 +100,28 @@ func TestDigestsPairPositionsWithTheirBytes(t *testing.T) {
 	assert.NoError(t, err)
 	assert.Nil(t, ds)
 }
+
+// KVCacheOptions.Resolve turns the ABI's flags and arrays into the cache
+// options: the LoRA flag into the scope, the expected prompt length into a
+// value only when its flag is set, the digest arrays into digests (a bad
+// pairing is an invalid argument naming options.input_digest_positions).
+func TestKVCacheOptionsResolve(t *testing.T) {
+	o, err := KVCacheOptions{ScopeHasLoraID: true, HasExpectedPromptLength: true, ExpectedPromptLength: 12,
+		InputDigestPositions: []uint64{2}, InputDigestBytes: strings.Repeat("x", blockhash.DigestSize)}.Resolve()
+	require.NoError(t, err)
+	assert.True(t, o.Scope.HasLoRA)
+	require.NotNil(t, o.CacheOptions.ExpectedPromptLength)
+	assert.Equal(t, 12, *o.CacheOptions.ExpectedPromptLength)
+	require.Len(t, o.InputDigests, 1)
+	assert.Equal(t, 2, o.InputDigests[0].Pos)
+
+	o, err = KVCacheOptions{ExpectedPromptLength: 12}.Resolve()
+	require.NoError(t, err)
+	assert.Nil(t, o.CacheOptions.ExpectedPromptLength, "a length without its flag is unset")
+	assert.False(t, o.Scope.HasLoRA)
+	assert.Nil(t, o.InputDigests)
+
+	_, err = KVCacheOptions{InputDigestPositions: []uint64{2}}.Resolve()
+	assert.ErrorIs(t, err, core.ErrInvalidArgument)
+	assert.ErrorContains(t, err, "options.input_digest_positions")
+}
