@@ -226,6 +226,9 @@
 //     stream cannot be fenced is closed anyway and the error reported after
 //     the release. Closing open caches on destroy is now also the rule of
 //     Go's core.Manager.Close, which used to refuse with caches open.
+//   - kvcm_manager_drain_events that fails with KVCM_ERR_BUFFER_TOO_SMALL
+//     after draining past priority updates keeps the count of events
+//     dropped for the next drain; it used to lose it.
 package abi
 
 import (
