@@ -107,8 +107,15 @@ PYTHON ?= python3
 py-ext:
 	cd bindings/python && $(PYTHON) setup.py -q build_ext --inplace -b "$(CURDIR)/build/pyext" -t "$(CURDIR)/build/pyext/tmp"
 
+# py-test-deps installs bindings/python/tests/requirements.txt (pytest,
+# numpy) when one of them is missing.
+.PHONY: py-test-deps
+py-test-deps:
+	@$(PYTHON) -c "import pytest, numpy" 2>/dev/null || \
+		$(PYTHON) -m pip install -q -r bindings/python/tests/requirements.txt
+
 .PHONY: py-test
-py-test: lib py-ext
+py-test: lib py-ext py-test-deps
 	@cd bindings/python && \
 	KVCM_LIBRARY="$(CURDIR)/build/libkvcm.so" KVCM_REQUIRE_EXTENSION=1 \
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests; rc=$$?; \
@@ -126,7 +133,7 @@ BENCH_PY_ARGS ?=
 .PHONY: bench-python
 bench-python: lib py-ext
 	KVCM_LIBRARY="$(CURDIR)/build/libkvcm.so" $(PYTHON) bindings/python/bench/bookkeeping.py \
-		--go "$(GO) run ./cmd/kvcm bench bookkeeping -held 1k" $(BENCH_PY_ARGS)
+		--go "$(GO) run ./cmd/kvcm bench bookkeeping -held 1k -keys sha256" $(BENCH_PY_ARGS)
 
 # C++ bindings (bindings/cpp): CMake builds libkvcm.so from the Go sources,
 # the GoogleTest tests (also under AddressSanitizer) and the find_package test;

@@ -24,6 +24,20 @@ const char* kvcm__enum_name_block_key(kvcm_block_key v) {
     return NULL;
 }
 
+const char* kvcm__enum_name_builtin_codec(kvcm_builtin_codec v) {
+    switch (v) {
+    case KVCM_BUILTIN_CODEC_DEFAULT:
+        return "KVCM_BUILTIN_CODEC_DEFAULT";
+    case KVCM_BUILTIN_CODEC_GATHER:
+        return "KVCM_BUILTIN_CODEC_GATHER";
+    case KVCM_BUILTIN_CODEC_FP8:
+        return "KVCM_BUILTIN_CODEC_FP8";
+    case KVCM_BUILTIN_CODEC_AUTO:
+        return "KVCM_BUILTIN_CODEC_AUTO";
+    }
+    return NULL;
+}
+
 const char* kvcm__enum_name_cache_status(kvcm_cache_status v) {
     switch (v) {
     case KVCM_CACHE_SUSPENDED:
@@ -44,6 +58,16 @@ const char* kvcm__enum_name_device_kind(kvcm_device_kind v) {
         return "KVCM_DEVICE_EMU";
     case KVCM_DEVICE_CUDA:
         return "KVCM_DEVICE_CUDA";
+    }
+    return NULL;
+}
+
+const char* kvcm__enum_name_element_type(kvcm_element_type v) {
+    switch (v) {
+    case KVCM_ELEMENT_FLOAT16:
+        return "KVCM_ELEMENT_FLOAT16";
+    case KVCM_ELEMENT_BFLOAT16:
+        return "KVCM_ELEMENT_BFLOAT16";
     }
     return NULL;
 }
@@ -285,6 +309,7 @@ static const kvcm_api kvcm__table = {
     kvcm_stream_free_memory,
     kvcm_stream_synchronize,
     kvcm_block_keys,
+    kvcm_create_builtin_cold_page_codec,
     kvcm_kv_cache_commit_beam_search,
     kvcm_kv_cache_commit_digests,
     kvcm_kv_cache_commit_pending_stats,

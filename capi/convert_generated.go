@@ -59,13 +59,21 @@ type number interface {
 	~int8 | ~int16 | ~int32 | ~int64 | ~int | ~uint8 | ~uint16 | ~uint32 | ~uint64 | ~uint | ~uintptr | ~float32 | ~float64
 }
 
-// cSliceArg copies the n elements at p, converted to G (nil for none).
-func cSliceArg[G, E number](p *E, n C.size_t, name string) ([]G, error) {
+// cSliceArg copies the n elements at p, converted to G (nil for none),
+// into buf when they fit: the export of a short slice parameter passes
+// an array of its frame, which stays on the stack (its glue keeps no
+// slice), so a decode step's one token costs no allocation.
+func cSliceArg[G, E number](buf []G, p *E, n C.size_t, name string) ([]G, error) {
 	es, err := cArray(p, n, name)
 	if err != nil || len(es) == 0 {
 		return nil, err
 	}
-	out := make([]G, len(es))
+	var out []G
+	if len(es) <= cap(buf) {
+		out = buf[:len(es)]
+	} else {
+		out = make([]G, len(es))
+	}
 	for i, e := range es {
 		out[i] = G(e)
 	}
@@ -74,8 +82,8 @@ func cSliceArg[G, E number](p *E, n C.size_t, name string) ([]G, error) {
 
 // cSliceArgNil is cSliceArg keeping NULL apart from an empty array: NULL
 // is nil, a non-NULL array of 0 elements an empty slice.
-func cSliceArgNil[G, E number](p *E, n C.size_t, name string) ([]G, error) {
-	out, err := cSliceArg[G](p, n, name)
+func cSliceArgNil[G, E number](buf []G, p *E, n C.size_t, name string) ([]G, error) {
+	out, err := cSliceArg(buf, p, n, name)
 	if err == nil && out == nil && p != nil {
 		out = []G{}
 	}
@@ -735,6 +743,7 @@ func toCSharedStats(s core.SharedStats) C.kvcm_shared_stats {
 		discarded_pages:  C.int64_t(s.DiscardedPages),
 		dropped:          C.int64_t(s.Store.Dropped),
 		errors:           C.int64_t(s.Store.Errors),
+		failed_landings:  C.int64_t(s.FailedLandings),
 		found_blocks:     C.int64_t(s.FoundBlocks),
 		hits:             C.int64_t(s.Store.Hits),
 		lookup_blocks:    C.int64_t(s.LookupBlocks),

@@ -54,11 +54,11 @@ func kvcm_block_keys(block_key C.kvcm_block_key, scope *C.kvcm__const_kvcm_reuse
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	digestPositionsArg, err := cSliceArg[uint64](digest_positions, num_digests, "digest_positions")
+	digestPositionsArg, err := cSliceArg[uint64](nil, digest_positions, num_digests, "digest_positions")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -349,7 +349,7 @@ func kvcm_cp_notify_blocks_allocated(cp C.kvcm_cp_index, request_id *C.kvcm__con
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	keysArg, err := cSliceArg[blockhash.Key](keys, num_keys, "keys")
+	keysArg, err := cSliceArg[blockhash.Key](nil, keys, num_keys, "keys")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -383,7 +383,7 @@ func kvcm_cp_notify_blocks_freed(cp C.kvcm_cp_index, request_id *C.kvcm__const_c
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	keysArg, err := cSliceArg[blockhash.Key](keys, num_keys, "keys")
+	keysArg, err := cSliceArg[blockhash.Key](nil, keys, num_keys, "keys")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -423,7 +423,7 @@ func kvcm_cp_predict_prefix_reuse(cp C.kvcm_cp_index, request_id *C.kvcm__const_
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -433,6 +433,34 @@ func kvcm_cp_predict_prefix_reuse(cp C.kvcm_cp_index, request_id *C.kvcm__const_
 	}
 	*out = C.double(v)
 	return nil
+}
+
+// kvcm_create_builtin_cold_page_codec is the export of kvcm_create_builtin_cold_page_codec (ABI version 2).
+//
+//export kvcm_create_builtin_cold_page_codec
+func kvcm_create_builtin_cold_page_codec(options *C.kvcm__const_kvcm_builtin_codec_options, out *C.kvcm_cold_page_codec) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_create_builtin_cold_page_codec"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = C.kvcm_cold_page_codec{}
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if options == nil {
+		return argStatus(kvcmFn, "options", "must not be NULL")
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	if st := checkVersion(kvcmFn, "options", uint32(options.struct_size), uint32(options.abi_version), uint32(C.KVCM__BUILTIN_CODEC_OPTIONS_SIZE_V2)); st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, glueCreateBuiltinColdPageCodec(options, out))
 }
 
 // kvcm_create_default_cold_page_codec is the export of kvcm_create_default_cold_page_codec (ABI version 1).
@@ -540,7 +568,8 @@ func kvcm_kv_cache_commit(cache C.kvcm_kv_cache, tokens *C.kvcm__const_kvcm_toke
 	if st != nil {
 		return st
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	var tokensBuf [8]config.Token
+	tokensArg, err := cSliceArg[config.Token](tokensBuf[:], tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -570,11 +599,11 @@ func kvcm_kv_cache_commit_beam_search(cache C.kvcm_kv_cache, tokens *C.kvcm__con
 	if st != nil {
 		return st
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	beamSearchIndicesArg, err := cSliceArgNil[int](beam_search_indices, num_beam_search_indices, "beam_search_indices")
+	beamSearchIndicesArg, err := cSliceArgNil[int](nil, beam_search_indices, num_beam_search_indices, "beam_search_indices")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -607,11 +636,11 @@ func kvcm_kv_cache_commit_digests(cache C.kvcm_kv_cache, tokens *C.kvcm__const_k
 	if st != nil {
 		return st
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	digestPositionsArg, err := cSliceArg[uint64](digest_positions, num_digests, "digest_positions")
+	digestPositionsArg, err := cSliceArg[uint64](nil, digest_positions, num_digests, "digest_positions")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2915,7 +2944,7 @@ func kvcm_manager_probe_first_new_block_key(manager C.kvcm_manager, scope *C.kvc
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2967,11 +2996,11 @@ func kvcm_manager_probe_first_new_block_key_digests(manager C.kvcm_manager, scop
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	digestPositionsArg, err := cSliceArg[uint64](digest_positions, num_digests, "digest_positions")
+	digestPositionsArg, err := cSliceArg[uint64](nil, digest_positions, num_digests, "digest_positions")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -3015,7 +3044,7 @@ func kvcm_manager_probe_reuse(manager C.kvcm_manager, scope *C.kvcm__const_kvcm_
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -3066,11 +3095,11 @@ func kvcm_manager_probe_reuse_digests(manager C.kvcm_manager, scope *C.kvcm__con
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	digestPositionsArg, err := cSliceArg[uint64](digest_positions, num_digests, "digest_positions")
+	digestPositionsArg, err := cSliceArg[uint64](nil, digest_positions, num_digests, "digest_positions")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -3119,7 +3148,7 @@ func kvcm_manager_probe_reuse_v2(manager C.kvcm_manager, scope *C.kvcm__const_kv
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	tokensArg, err := cSliceArg[config.Token](tokens, num_tokens, "tokens")
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}

@@ -9,13 +9,15 @@ package capi
 import "C"
 
 import (
+	"errors"
 	"fmt"
-	"github.com/kvcm/kvcm/core/abimodel"
 	"math"
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/kvcm/kvcm/core/abimodel"
 	"github.com/kvcm/kvcm/core/codec"
+	"github.com/kvcm/kvcm/core/codec/gpucodec"
 	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/layout"
 )
@@ -28,9 +30,10 @@ import (
 // the codec is either handed on (to core.NewManager, which consumes it) or
 // destroyed.
 type coldPageCodecArg struct {
-	supplied bool         // a codec object was passed (not NULL)
-	owned    *codec.Owned // nil when none was passed or taking it failed
-	err      error        // why the codec object is unusable
+	supplied bool           // a codec object was passed (not NULL)
+	owned    *codec.Owned   // nil when none was passed or taking it failed
+	builtin  *gpucodec.Spec // a built-in codec object: made on the manager's device
+	err      error          // why the codec object is unusable
 }
 
 // consumeColdPageCodec takes the codec object p. It never fails: problems
@@ -50,11 +53,14 @@ func consumeColdPageCodec(p *C.kvcm__const_kvcm_cold_page_codec) *coldPageCodecA
 	}
 	if vt == C.kvcm__default_cold_page_codec_vtable() {
 		obj, ok := takeDefaultCodec(uint64(self))
-		if !ok {
-			a.err = errorf(codeInvalidHandle, "codec: the default codec object %#x was already consumed or never created", uint64(self))
-			return a
+		switch {
+		case !ok:
+			a.err = errorf(codeInvalidHandle, "codec: the library codec object %#x was already consumed or never created", uint64(self))
+		case obj.builtin != nil:
+			a.builtin = obj.builtin
+		default:
+			a.owned = codec.Own(obj.Codec())
 		}
-		a.owned = codec.Own(obj.Codec())
 		return a
 	}
 	cc := &cCodec{vt: vt, self: self}
@@ -252,21 +258,48 @@ func goPoolGroupDescs(p *C.kvcm_pool_group_desc, n int) ([]layout.PoolGroupDesc,
 
 // ---- The default codec object ----
 
-// defaultCodecObj is the object behind a codec object made by
-// kvcm_create_default_cold_page_codec; its handle is the object's self.
-// Taking it (by kvcm_manager_create) or destroying it frees the handle, so
-// the object is consumed once.
+// defaultCodecObj is the object behind a codec object of the default
+// codec's vtable; its handle is the object's self. It is the default codec
+// (kvcm_create_default_cold_page_codec), or, for a built-in codec that runs
+// on the manager's device (kvcm_create_builtin_cold_page_codec), only the
+// choice, which kvcm_manager_create makes on the device it opens: every slot
+// but destroy fails on a choice. Taking it (by kvcm_manager_create) or
+// destroying it frees the handle, so the object is consumed once.
 type defaultCodecObj struct {
-	*abimodel.DefaultCodec
-	handle uint64
+	*abimodel.DefaultCodec                // nil for a built-in codec's choice
+	builtin                *gpucodec.Spec // the choice, or nil
+	handle                 uint64
 }
 
 func glueCreateDefaultColdPageCodec(out *C.kvcm_cold_page_codec) error {
-	obj := &defaultCodecObj{DefaultCodec: abimodel.NewDefaultCodec()}
+	publishDefaultCodec(&defaultCodecObj{DefaultCodec: abimodel.NewDefaultCodec()}, out)
+	return nil
+}
+
+func glueCreateBuiltinColdPageCodec(opts *C.kvcm__const_kvcm_builtin_codec_options, out *C.kvcm_cold_page_codec) error {
+	s := gpucodec.Spec{
+		Kind: gpucodec.Kind(opts.kind), Format: gpucodec.Format(opts.element),
+		BlockElems: int(opts.block_elems), CrossoverBytes: int64(opts.crossover_bytes),
+	}
+	if err := s.Validate(); err != nil {
+		var se *gpucodec.SpecError
+		if errors.As(err, &se) {
+			return argError("options."+se.Field, "%s", se.Reason)
+		}
+		return err
+	}
+	if s.Kind == gpucodec.KindDefault {
+		return glueCreateDefaultColdPageCodec(out)
+	}
+	publishDefaultCodec(&defaultCodecObj{builtin: &s}, out)
+	return nil
+}
+
+// publishDefaultCodec issues obj's handle and writes the codec object.
+func publishDefaultCodec(obj *defaultCodecObj, out *C.kvcm_cold_page_codec) {
 	obj.handle = newHandle(obj)
 	out.vtable = C.kvcm__default_cold_page_codec_vtable()
 	C.kvcm__set_cold_page_codec_self(out, C.uintptr_t(obj.handle))
-	return nil
 }
 
 // takeDefaultCodec frees the handle and returns its object.
@@ -278,8 +311,8 @@ func takeDefaultCodec(h uint64) (*defaultCodecObj, bool) {
 	return obj, true
 }
 
-// lookupDefault finds the live default codec object self (the generated
-// slot exports call it).
+// lookupDefault finds the live object self of the default codec's vtable
+// (the generated slot exports call it), a built-in codec's choice included.
 func lookupDefault(self C.uintptr_t) (*defaultCodecObj, bool) {
 	v, ok := handleValue(uint64(self))
 	if !ok {
@@ -290,19 +323,31 @@ func lookupDefault(self C.uintptr_t) (*defaultCodecObj, bool) {
 }
 
 func glueDefaultConfigure(obj *defaultCodecObj, gpuDescs C.uintptr_t, n C.kvcm_pool_group_index) C.bool {
+	if obj.DefaultCodec == nil {
+		return false
+	}
 	descs, err := goPoolGroupDescs((*C.kvcm_pool_group_desc)(C.kvcm__ptr(gpuDescs)), int(n))
 	return C.bool(err == nil && obj.Configure(descs))
 }
 
 func glueDefaultQueryColdPageBytes(obj *defaultCodecObj, lg C.kvcm_layer_group_id) C.size_t {
+	if obj.DefaultCodec == nil {
+		return 0
+	}
 	return C.size_t(obj.QueryColdPageBytes(layout.LayerGroupID(lg)))
 }
 
 func glueDefaultGetBatchingLayerGroupID(obj *defaultCodecObj, lg C.kvcm_layer_group_id) C.kvcm_layer_group_id {
+	if obj.DefaultCodec == nil {
+		return -1
+	}
 	return C.kvcm_layer_group_id(obj.GetBatchingLayerGroupID(layout.LayerGroupID(lg)))
 }
 
 func glueDefaultQueryPageIndexLocation(obj *defaultCodecObj, lg C.kvcm_layer_group_id) C.kvcm_page_index_location {
+	if obj.DefaultCodec == nil {
+		return C.KVCM_PAGE_INDEX_BAD_LOCATION
+	}
 	return C.kvcm_page_index_location(obj.QueryPageIndexLocation(layout.LayerGroupID(lg)))
 }
 
@@ -317,6 +362,9 @@ func glueDefaultDecode(obj *defaultCodecObj, lg C.kvcm_layer_group_id, src, pair
 // defaultTransform views the caller's pairs where the codec wants them: a
 // host slice over the C array, or the device address.
 func defaultTransform(obj *defaultCodecObj, encode bool, lg C.kvcm_layer_group_id, base, pairs C.uintptr_t, n C.size_t, stream C.kvcm_stream) C.bool {
+	if obj.DefaultCodec == nil {
+		return false
+	}
 	s, err := resolveStream(stream)
 	if err != nil || n > 0 && pairs == 0 || uint64(n) > math.MaxInt32 {
 		return false
@@ -333,7 +381,7 @@ func defaultTransform(obj *defaultCodecObj, encode bool, lg C.kvcm_layer_group_i
 }
 
 func glueDefaultDestroy(obj *defaultCodecObj) {
-	if deleteHandle(obj.handle) {
+	if deleteHandle(obj.handle) && obj.DefaultCodec != nil {
 		obj.Destroy()
 	}
 }

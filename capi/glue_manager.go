@@ -27,6 +27,7 @@ func glueManagerCreate(mc abimodel.ManagerConfig, codecArg *coldPageCodecArg, ou
 		return err
 	}
 	opts.Codec = codecArg.owned // consumed by New, also on failure
+	opts.Builtin = codecArg.builtin
 	m, err := abimodel.New(cfg, opts)
 	if err != nil {
 		return err

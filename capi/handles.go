@@ -8,44 +8,95 @@ import "C"
 
 import (
 	"fmt"
-	"runtime/cgo"
 	"sync"
+	"sync/atomic"
 
 	"github.com/kvcm/kvcm/core"
 	"github.com/kvcm/kvcm/core/abimodel"
 )
 
-// Handles are cgo.Handle values. cgo.Handle.Value panics on a freed handle
-// (and a forged value could alias a live one of another type), so every
-// lookup first checks a registry of live handles and then the value's type:
-// a stale, consumed or forged handle is reported, never dereferenced.
-// cgo.Handle values are never reused within a process, so a freed handle
-// stays invalid forever.
-var handles struct {
-	mu   sync.Mutex
-	live map[cgo.Handle]struct{}
+// Handles are opaque nonzero values of the handle table: the low slotBits
+// bits name a slot, the bits above are the handle's sequence number, which
+// newHandle counts up from 1 and never reuses within a process. So a freed
+// handle stays invalid forever (its slot, when reused, holds an entry with
+// another sequence number), 0 is never issued, and every lookup checks the
+// whole value against the slot's entry and then the value's type: a stale,
+// consumed or forged handle is reported, never dereferenced.
+//
+// Every C call looks its handle up, so a lookup takes no lock: a slot holds
+// an atomic pointer to an immutable entry. Issuing and freeing are serialized
+// by the table's mutex.
+const (
+	slotBits  = 24 // at most 2^24 live handles
+	chunkBits = 12 // slots per chunk of the table
+	slotMask  = 1<<slotBits - 1
+	chunkMask = 1<<chunkBits - 1
+	maxSeq    = 1<<(64-slotBits) - 1
+)
+
+type handleEntry struct {
+	h uint64
+	v any
 }
 
-// newHandle registers v and returns its handle.
+var handles struct {
+	chunks [1 << (slotBits - chunkBits)]atomic.Pointer[[1 << chunkBits]atomic.Pointer[handleEntry]]
+
+	mu    sync.Mutex // guards what follows and the writes to the slots
+	seq   uint64     // the last sequence number issued
+	next  uint64     // slots below next have been used
+	free  []uint64   // freed slots, reused before new ones
+	count uint64     // live handles
+}
+
+func handleSlot(slot uint64) *atomic.Pointer[handleEntry] {
+	chunk := handles.chunks[slot>>chunkBits].Load()
+	if chunk == nil {
+		return nil
+	}
+	return &chunk[slot&chunkMask]
+}
+
+// newHandle registers v and returns its handle. It panics (which poisons
+// the library) when 2^24 handles are live or 2^40 have been issued.
 func newHandle(v any) uint64 {
-	h := cgo.NewHandle(v)
 	handles.mu.Lock()
 	defer handles.mu.Unlock()
-	if handles.live == nil {
-		handles.live = map[cgo.Handle]struct{}{}
+	if handles.seq == maxSeq {
+		panic("kvcm: handle sequence numbers exhausted")
 	}
-	handles.live[h] = struct{}{}
-	return uint64(h)
+	var slot uint64
+	if n := len(handles.free); n > 0 {
+		slot = handles.free[n-1]
+		handles.free = handles.free[:n-1]
+	} else {
+		if handles.next > slotMask {
+			panic(fmt.Sprintf("kvcm: more than %d live handles", slotMask+1))
+		}
+		slot = handles.next
+		handles.next++
+		if slot&chunkMask == 0 {
+			handles.chunks[slot>>chunkBits].Store(new([1 << chunkBits]atomic.Pointer[handleEntry]))
+		}
+	}
+	handles.seq++
+	h := handles.seq<<slotBits | slot
+	handleSlot(slot).Store(&handleEntry{h: h, v: v})
+	handles.count++
+	return h
 }
 
 // handleValue returns the value of a live handle.
 func handleValue(h uint64) (any, bool) {
-	handles.mu.Lock()
-	defer handles.mu.Unlock()
-	if _, ok := handles.live[cgo.Handle(h)]; !ok {
+	s := handleSlot(h & slotMask)
+	if s == nil {
 		return nil, false
 	}
-	return cgo.Handle(h).Value(), true
+	e := s.Load()
+	if e == nil || e.h != h {
+		return nil, false
+	}
+	return e.v, true
 }
 
 // deleteHandle frees a handle; it reports false when it was not live (so
@@ -53,18 +104,24 @@ func handleValue(h uint64) (any, bool) {
 func deleteHandle(h uint64) bool {
 	handles.mu.Lock()
 	defer handles.mu.Unlock()
-	if _, ok := handles.live[cgo.Handle(h)]; !ok {
+	slot := h & slotMask
+	s := handleSlot(slot)
+	if s == nil {
 		return false
 	}
-	delete(handles.live, cgo.Handle(h))
-	cgo.Handle(h).Delete()
+	if e := s.Load(); e == nil || e.h != h {
+		return false
+	}
+	s.Store(nil)
+	handles.free = append(handles.free, slot)
+	handles.count--
 	return true
 }
 
 func liveHandles() uint64 {
 	handles.mu.Lock()
 	defer handles.mu.Unlock()
-	return uint64(len(handles.live))
+	return handles.count
 }
 
 // lookup resolves a handle argument to a value of type T, or reports
@@ -89,7 +146,10 @@ func kindOf(v any) string {
 	if k, ok := handleKind(v); ok {
 		return k
 	}
-	if _, ok := v.(*defaultCodecObj); ok {
+	if o, ok := v.(*defaultCodecObj); ok {
+		if o.builtin != nil {
+			return "built-in codec"
+		}
 		return "default codec"
 	}
 	return fmt.Sprintf("%T", v)

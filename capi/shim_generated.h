@@ -12,6 +12,7 @@
 typedef const char kvcm__const_char;
 typedef const int32_t kvcm__const_int32_t;
 typedef const kvcm_buffer_id kvcm__const_kvcm_buffer_id;
+typedef const kvcm_builtin_codec_options kvcm__const_kvcm_builtin_codec_options;
 typedef const kvcm_cold_page_codec kvcm__const_kvcm_cold_page_codec;
 typedef const kvcm_copy_desc kvcm__const_kvcm_copy_desc;
 typedef const kvcm_cp_index_object kvcm__const_kvcm_cp_index_object;
@@ -30,6 +31,7 @@ extern kvcm_status* kvcm__go_stream_copy_from_host(kvcm_stream stream, kvcm_devi
 extern kvcm_status* kvcm__go_stream_enqueue_host_func(kvcm_stream stream, kvcm_host_func fn, uintptr_t user_data);
 
 /* Versioned structs: the bytes struct_size must cover, per version. */
+#define KVCM__BUILTIN_CODEC_OPTIONS_SIZE_V2 32
 #define KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V1 64
 #define KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V2 64
 #define KVCM__CP_INDEX_VTABLE_SIZE_V1 56
@@ -175,8 +177,10 @@ static inline int32_t kvcm__call_priority_func(kvcm_priority_func fn, uintptr_t 
 
 /* Enumerator names (defined in api_generated.c). */
 const char* kvcm__enum_name_block_key(kvcm_block_key v);
+const char* kvcm__enum_name_builtin_codec(kvcm_builtin_codec v);
 const char* kvcm__enum_name_cache_status(kvcm_cache_status v);
 const char* kvcm__enum_name_device_kind(kvcm_device_kind v);
+const char* kvcm__enum_name_element_type(kvcm_element_type v);
 const char* kvcm__enum_name_event_kind(kvcm_event_kind v);
 const char* kvcm__enum_name_memory_kind(kvcm_memory_kind v);
 const char* kvcm__enum_name_migration_path(kvcm_migration_path v);

@@ -316,6 +316,10 @@ func (d *diskIO) jobs(ops []blobOp, write bool, b *diskBatch) []func() {
 func (d *diskIO) runIO(run []blobOp, write bool, b *diskBatch) {
 	s := d.getScratch()
 	defer d.scratch.Put(s)
+	if write && len(run) == 1 {
+		d.record(s, run, true, d.writeLone(s, run[0]), b)
+		return
+	}
 	if write {
 		for k := range run {
 			d.seal(s, k, run[k])
@@ -332,6 +336,40 @@ func (d *diskIO) runIO(run []blobOp, write bool, b *diskBatch) {
 		return
 	}
 	d.record(s, run, write, err, b)
+}
+
+// writeLone writes a run of one slot (every run, for blobs of more than
+// half of diskRunBytes) payload first, with the payload's checksum computed
+// meanwhile on another goroutine, then the header block: the device gets the
+// payload without waiting for the CRC, which costs a core about 0.2 ms per
+// 2 MiB. A blob whose payload write fails keeps the slot's old header, whose
+// tag no read of this write accepts.
+func (d *diskIO) writeLone(s *ioScratch, op blobOp) error {
+	hdr := s.hdr[:d.payOff]
+	sealed := make(chan struct{})
+	go func() {
+		defer close(sealed)
+		op.hdr.Seal(op.buf)
+		op.hdr.Put(hdr[:d.hdrBytes])
+	}()
+	iov, p := s.iov[:0], d.inPlace(op.buf)
+	if p > 0 {
+		iov = append(iov, op.buf[:p])
+	}
+	if p < d.blob || d.stride-d.payOff > p {
+		t := d.tailBuf(s, 0)
+		clear(t[copy(t, op.buf[p:]):])
+		iov = append(iov, t[:d.stride-d.payOff-p])
+	}
+	s.iov = iov
+	off := int64(op.slot) * d.stride
+	err := writevAt(d.file, iov, off+d.payOff)
+	<-sealed
+	if err != nil {
+		return err
+	}
+	_, err = d.file.WriteAt(hdr, off)
+	return err
 }
 
 // record notes the outcome of run, moved by one call that returned err: a

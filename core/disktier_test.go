@@ -200,11 +200,13 @@ func (f *fixture) syncDisk() {
 
 func flipByte(t *testing.T, f DiskFile, off int64) {
 	t.Helper()
-	b := []byte{0}
-	_, err := f.ReadAt(b, off)
+	align := f.Alignment() // the block holding off, for a direct-I/O file
+	b := alignedBuf(align, align)
+	base := off / align * align
+	_, err := f.ReadAt(b, base)
 	require.NoError(t, err)
-	b[0] ^= 0x10
-	_, err = f.WriteAt(b, off)
+	b[off-base] ^= 0x10
+	_, err = f.WriteAt(b, base)
 	require.NoError(t, err)
 }
 
@@ -281,26 +283,46 @@ func (h hostChecked) Decode(lg layout.LayerGroupID, src device.Ptr, idx codec.Pa
 }
 
 // Blobs of 64 KiB and more go through direct I/O where the filesystem
-// allows it (aligned slots, aligned scratch), and round-trip to the byte.
+// allows it (aligned slots, aligned scratch), and round-trip to the byte:
+// blobs moved several slots to a vectored call, and blobs of more than half
+// a run (1 MiB), each written payload first and header after, whose damage
+// is still a miss.
 func TestDirectIOBlobsRoundTrip(t *testing.T) {
-	const page = 64 << 10
-	cfg := smallConfig(4)
-	cfg.Layers = cfg.Layers[:1]
-	cfg.Layers[0].Buffers = []config.BufferConfig{{Role: config.RoleKey, Size: page / 2}, {Role: config.RoleValue, Size: page / 2}}
-	cfg.CacheTiers = []config.CacheTierConfig{config.GPU(4 * page), config.Disk(4*page, t.TempDir())}
-	f := newTieredFixture(t, cfg)
-	g := f.m.levels[1].groups[0]
-	if g.align == 1 {
-		t.Logf("no O_DIRECT on %s: the buffered fallback is tested", g.dir)
-	} else {
-		assert.Zero(t, g.stride%g.align, "slots are aligned")
+	for _, page := range []int64{64 << 10, 1 << 20} {
+		t.Run(fmt.Sprintf("%dKiB", page>>10), func(t *testing.T) {
+			cfg := smallConfig(4)
+			cfg.Layers = cfg.Layers[:1]
+			cfg.Layers[0].Buffers = []config.BufferConfig{{Role: config.RoleKey, Size: page / 2}, {Role: config.RoleValue, Size: page / 2}}
+			cfg.CacheTiers = []config.CacheTierConfig{config.GPU(4 * page), config.Disk(4*page, t.TempDir())}
+			f := newTieredFixture(t, cfg)
+			g := f.m.levels[1].groups[0]
+			if g.align == 1 {
+				t.Logf("no O_DIRECT on %s: the buffered fallback is tested", g.dir)
+			} else {
+				assert.Zero(t, g.stride%g.align, "slots are aligned")
+			}
+			a := f.suspendAndPushDown([]int{0, 16}, 16)
+			require.Equal(t, 4, a.Residency()[1])
+			require.NoError(t, a.Resume(f.stream))
+			require.NoError(t, f.stream.Synchronize())
+			assert.Equal(t, 8, f.verifyAll(a, 1), "4 blocks × 2 buffers")
+			require.NoError(t, a.Close())
+
+			b := f.suspendAndPushDown([]int{1000, 16}, 16)
+			require.Equal(t, 4, b.Residency()[1])
+			f.m.mu.Lock()
+			f.syncDisk()
+			for s := range g.numSlots {
+				flipByte(t, g.file, s*g.stride+g.payOff+page-1)
+			}
+			f.m.mu.Unlock()
+			require.NoError(t, b.Resume(f.stream))
+			require.ErrorIs(t, f.stream.Synchronize(), blob.ErrCorrupt)
+			_, err := b.BasePageIndices(0)
+			require.ErrorIs(t, err, ErrDataLost, "a damaged payload is a miss")
+			require.NoError(t, b.Close())
+		})
 	}
-	a := f.suspendAndPushDown([]int{0, 16}, 16)
-	require.Equal(t, 4, a.Residency()[1])
-	require.NoError(t, a.Resume(f.stream))
-	require.NoError(t, f.stream.Synchronize())
-	assert.Equal(t, 8, f.verifyAll(a, 1), "4 blocks × 2 buffers")
-	require.NoError(t, a.Close())
 }
 
 // BenchmarkPersistentStart is the start of a manager on a full persistent

@@ -202,9 +202,13 @@ func (c *KVCache) addBlock(n *node) *cacheBlock {
 // local tree are fetched without the manager's lock and onboarded to the
 // first cold level (see sharedlevel.go); Resume brings them to the GPU.
 func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
+	input, err := m.textOrDigests("input_digests", opts.InputTokens, opts.InputDigests, opts.TextOnly)
+	if err != nil {
+		return nil, err
+	}
 	var fetched *sharedFetch
 	if m.shared != nil {
-		fetched = m.fetchShared(opts.Scope, opts.InputTokens)
+		fetched = m.fetchShared(opts.Scope, input, opts.InputDigests)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -219,10 +223,6 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 		promptLen = *opts.ExpectedPromptLength
 	case promptLen == 0:
 		promptLen = -1
-	}
-	input, err := m.textOrDigests("input_digests", opts.InputTokens, opts.InputDigests, opts.TextOnly)
-	if err != nil {
-		return nil, err
 	}
 	m.settle()
 	if fetched != nil {
@@ -1344,8 +1344,10 @@ func (c *KVCache) StopCommitting() {
 
 // publish links block b, holding tokens blk with digest tokens dg, into the
 // tree after the cache's chain, with priority per lifecycle (nil: the
-// defaults). If an equal block is already there, the cache keeps its own
-// pages private and follows the existing node.
+// defaults). If an equal block is already there, the cache follows the
+// existing node and keeps its own pages private, except where the node has
+// no page of a lifecycle or only one on a colder level that no cache
+// references: there the cache's page replaces it (see dropColder).
 func (c *KVCache) publish(b int, blk []config.Token, dg []blockhash.DigestAt, priority []int) []*page {
 	m := c.m
 	cb := &c.blocks[b]
@@ -1375,7 +1377,9 @@ func (c *KVCache) publish(b int, blk []config.Token, dg []blockhash.DigestAt, pr
 		cb.node = next
 		m.emitStored(next, c.id)
 	default:
-		// An equal block lost pages to eviction: ours fill the gaps.
+		// An equal block lost pages to eviction, or keeps them colder than
+		// ours: ours fill the gaps.
+		c.dropColder(next, cb.pages)
 		had := m.hasPages(next)
 		missing := make([]*page, len(cb.pages))
 		for lc, p := range cb.pages {
@@ -1398,6 +1402,25 @@ func (c *KVCache) publish(b int, blk []config.Token, dg []blockhash.DigestAt, pr
 	next.users++
 	c.chain = next
 	return published
+}
+
+// dropColder drops the pages of n, an equal block already in the tree, that
+// lie on a colder level than the cache's own page of the same lifecycle,
+// that no cache references, no migration is placing and no failure has lost
+// (those keep their own accounting), so that publish adopts the cache's
+// pages in their place: a block an engine recomputed rather than read back
+// from host or disk is then shared from the upper level instead of staying
+// cold.
+func (c *KVCache) dropColder(n *node, pages []*page) {
+	m := c.m
+	row := m.pagesOf(n)
+	for lc, p := range pages {
+		old := row[lc]
+		if p == nil || old == nil || old.level() <= p.level() || old.active > 0 || old.held > 0 || old.moving || old.lost {
+			continue
+		}
+		m.drop(old)
+	}
 }
 
 // orphanBlock keeps a block a key collision kept out of the tree.

@@ -107,6 +107,9 @@ type inflight struct {
 	// when this one took it, that transaction and the page's index there:
 	// a blob the earlier one lost is lost in this one's copy too.
 	prev map[int]pageRef
+	// landing: the transaction lands blobs fetched from the shared tier
+	// (landShared); its failed disk writes count as SharedStats.FailedLandings.
+	landing bool
 }
 
 type pageRef struct {
@@ -659,6 +662,9 @@ func (m *Manager) settle() {
 			continue
 		}
 		for i, p := range fl.pages {
+			if fl.landing && fl.disk != nil && fl.disk.err(i) != nil {
+				m.shared.stats.FailedLandings++ // whether or not the page moved again
+			}
 			if p.inflight != fl {
 				continue // moved again: the later transaction carries this one's outcome (prev)
 			}

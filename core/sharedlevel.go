@@ -21,7 +21,10 @@ import (
 // the disk tier's: a core/blob header naming the layout fingerprint, the
 // lifecycle, the block key, the parent key and the tokens, then the codec's
 // payload. Managers (in other processes, on other nodes) whose layouts have
-// the same fingerprint share blobs.
+// the same fingerprint share blobs, of text blocks and of blocks with
+// multimodal digest tokens alike: the digests (and their flag) enter the
+// block key (blockhash.Hasher.NextDigests), so managers given the same input
+// and digests agree on it, and an input's other digest misses.
 //
 // Reads. CreateKVCache and ProbeReuse continue the prefix match past the
 // local tree: the blocks from the first one a lifecycle lacks a page of are
@@ -67,7 +70,11 @@ type SharedStats struct {
 	// LostWrites are pages that could not be handed to the queue: their
 	// slot could not be read, or the transaction not submitted.
 	LostWrites int64
-	Store      sharedtier.Stats
+	// FailedLandings are onboarded pages whose landing write to a disk
+	// tier failed after it was submitted (an I/O error): each is lost when
+	// its transaction settles, and also counted in BlockStats.LostPages.
+	FailedLandings int64
+	Store          sharedtier.Stats
 }
 
 type sharedLevel struct {
@@ -196,12 +203,16 @@ func (m *Manager) verifyShared(key sharedtier.Key, b []byte) error {
 // sharedPlan is what a lookup asks the shared tier for: the pages missing
 // locally of the input's full blocks from start on, in block order.
 type sharedPlan struct {
-	scope  blockhash.Scope
-	input  []config.Token
-	keys   []blockhash.Key // chain key of every full block looked at
-	start  int             // first block a lifecycle lacks a page of
-	want   []sharedtier.Key
-	wantLC []layout.LayerGroupID
+	scope blockhash.Scope
+	input []config.Token // 0 at every digest position
+	// digests are the input's multimodal digest tokens (sorted), which enter
+	// the block keys (blockhash.Hasher.NextDigests), so managers agree on the
+	// key of a block with digests as on a text block's.
+	digests []blockhash.DigestAt
+	keys    []blockhash.Key // chain key of every full block looked at
+	start   int             // first block a lifecycle lacks a page of
+	want    []sharedtier.Key
+	wantLC  []layout.LayerGroupID
 	// wantFrom[b-start] is the index in want of block b's first page, and
 	// wantFrom[len] = len(want).
 	wantFrom []int
@@ -219,10 +230,17 @@ func (p *sharedPlan) coveredBlocks(n int) int {
 	return k
 }
 
-// planShared walks the tree along input's full blocks and lists the pages
-// to ask the shared tier for; false when every block is local (or none is
+// blockDigests are the digest tokens of plan block b (counted from the
+// input's first), positions relative to the block.
+func (p *sharedPlan) blockDigests(b, tpb int) []blockhash.DigestAt {
+	return blockhash.DigestsIn(p.digests, b*tpb, (b+1)*tpb)
+}
+
+// planShared walks the tree along input's full blocks (input with 0 at the
+// positions of its digest tokens, see textOrDigests) and lists the pages to
+// ask the shared tier for; false when every block is local (or none is
 // full). It takes the lock.
-func (m *Manager) planShared(scope blockhash.Scope, input []config.Token) (*sharedPlan, bool) {
+func (m *Manager) planShared(scope blockhash.Scope, input []config.Token, digests []blockhash.DigestAt) (*sharedPlan, bool) {
 	tpb := m.cfg.TokensPerBlock
 	nb := len(input) / tpb
 	if nb == 0 {
@@ -233,16 +251,16 @@ func (m *Manager) planShared(scope blockhash.Scope, input []config.Token) (*shar
 	if m.closed {
 		return nil, false
 	}
-	p := &sharedPlan{scope: scope, input: input, start: -1}
+	p := &sharedPlan{scope: scope, input: input, digests: digests, start: -1}
 	cur := m.roots[scope.Root()]
 	key := scope.Root()
 	numLC := len(m.lt.LifeCycles)
 	for b := range nb {
-		blk := input[b*tpb : (b+1)*tpb]
-		key = m.hasher.Next(key, blk)
+		blk, dg := input[b*tpb:(b+1)*tpb], p.blockDigests(b, tpb)
+		key = m.hasher.NextDigests(key, blk, dg)
 		var c *node
 		if cur != nil {
-			if c = m.child(cur, key); c != nil && !slices.Equal(m.tokensOf(c), blk) {
+			if c = m.child(cur, key); c != nil && !m.holds(c, blk, dg) {
 				break // a key collision: nothing past it is this input's
 			}
 		}
@@ -296,29 +314,46 @@ func (m *Manager) matchShared(p *sharedPlan) int {
 }
 
 // fetchShared looks input's blocks past the local tree up in the shared
-// tier and fetches the blobs found, without the lock, in chunks of about
-// sharedChunkBytes: each chunk but the last is onboarded as soon as it
-// arrives (taking the lock for that only), so its landing overlaps the next
-// fetch; the last is returned, for CreateKVCache to onboard under the lock
-// it creates the cache with (nil when there is none). A blob missing
-// (evicted since the match), failing its check or of other tokens (a key
-// collision) ends the blocks there.
-func (m *Manager) fetchShared(scope blockhash.Scope, input []config.Token) *sharedFetch {
-	p, ok := m.planShared(scope, input)
+// tier (input and digests as for planShared) and fetches the blobs found,
+// without the lock, in chunks of about sharedChunkBytes, the next chunk's
+// fetch in flight while one is checked and onboarded: each chunk but the
+// last is onboarded as soon as it arrives (taking the lock for that only),
+// so its landing overlaps the next fetch; the last is returned, for
+// CreateKVCache to onboard under the lock it creates the cache with (nil
+// when there is none). A blob missing (evicted since the match), failing its
+// check or of other tokens (a key collision) ends the blocks there (the
+// chunk already in flight is dropped).
+func (m *Manager) fetchShared(scope blockhash.Scope, input []config.Token, digests []blockhash.DigestAt) *sharedFetch {
+	p, ok := m.planShared(scope, input, digests)
 	if !ok {
 		return nil
 	}
 	k := m.matchShared(p)
+	if k == 0 {
+		return nil
+	}
 	var perBlock int64
 	for _, lc := range m.lcCodec {
 		perBlock += lc.coldBytes
 	}
 	chunk := int(max(sharedChunkBytes/perBlock, 1))
 	tpb := m.cfg.TokensPerBlock
+	get := func(from int) <-chan [][]byte {
+		got := make(chan [][]byte, 1)
+		go func() {
+			blobs, _ := m.shared.store.Get(context.Background(), p.want[p.wantFrom[from]:p.wantFrom[min(from+chunk, k)]])
+			got <- blobs
+		}()
+		return got
+	}
+	next := get(0)
 	for from := 0; from < k; {
 		to := min(from+chunk, k)
 		lo := p.wantFrom[from]
-		blobs, _ := m.shared.store.Get(context.Background(), p.want[lo:p.wantFrom[to]])
+		blobs := <-next
+		if to < k {
+			next = get(to)
+		}
 		for i, b := range blobs {
 			j := p.blockOf(lo + i)
 			if b != nil {
@@ -390,9 +425,9 @@ func (m *Manager) onboardShared(f *sharedFetch) {
 	var arrivals []arrival
 	cur := m.root(p.scope)
 	for b := 0; b < p.start+to; b++ {
-		blk := p.input[b*tpb : (b+1)*tpb]
+		blk, dg := p.input[b*tpb:(b+1)*tpb], p.blockDigests(b, tpb)
 		c := m.child(cur, p.keys[b])
-		if c != nil && !slices.Equal(m.tokensOf(c), blk) {
+		if c != nil && !m.holds(c, blk, dg) {
 			break
 		}
 		if b < p.start+f.from {
@@ -404,7 +439,7 @@ func (m *Manager) onboardShared(f *sharedFetch) {
 		}
 		fresh := c == nil
 		if fresh {
-			c = m.newNode(cur, p.keys[b], blk, nil)
+			c = m.newNode(cur, p.keys[b], blk, dg)
 			m.addChild(cur, c)
 		}
 		before := len(arrivals)
@@ -534,7 +569,7 @@ func (m *Manager) landShared(g *slotGroup, as []arrival) error {
 		m.drainAfterFailure(st)
 		return err
 	}
-	fl := &inflight{ev: ev, disk: disk}
+	fl := &inflight{ev: ev, disk: disk, landing: true}
 	for i, a := range as {
 		g.fences[a.p.slot].add(&m.events, ev)
 		a.p.inflight, a.p.inflightIdx = fl, int32(i)
@@ -544,12 +579,12 @@ func (m *Manager) landShared(g *slotGroup, as []arrival) error {
 	return nil
 }
 
-// probeShared is ProbeReuse with a shared tier: the local match, or the
-// blocks the shared tier holds past it now (less ReuseMatchBackoff), if
+// probeShared is ProbeReuseDigests with a shared tier: the local match, or
+// the blocks the shared tier holds past it now (less ReuseMatchBackoff), if
 // longer.
-func (m *Manager) probeShared(scope blockhash.Scope, input []config.Token) int {
-	local := m.probeLocal(scope, input, nil)
-	p, ok := m.planShared(scope, input)
+func (m *Manager) probeShared(scope blockhash.Scope, input []config.Token, digests []blockhash.DigestAt) int {
+	local := m.probeLocal(scope, input, digests)
+	p, ok := m.planShared(scope, input, digests)
 	if !ok {
 		return local
 	}

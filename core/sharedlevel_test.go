@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -273,7 +274,8 @@ func TestSharedLandingHoldsNoHostFunction(t *testing.T) {
 }
 
 // A landed blob the disk refuses to write loses only its page: the page is
-// dropped from the tree and counted lost when its transaction settles; the
+// dropped from the tree and counted lost (and a failed landing) when its
+// transaction settles; the
 // other page of the same transaction stays, its blob on disk to the byte.
 func TestFailedLandingWriteLosesOnlyItsPage(t *testing.T) {
 	d := &landingDisk{}
@@ -315,6 +317,8 @@ func TestFailedLandingWriteLosesOnlyItsPage(t *testing.T) {
 	assert.Equal(t, good.payload, got)
 	m.mu.Unlock()
 	assert.Equal(t, int64(1), m.Stats().LostPages)
+	st, _ := m.SharedStats()
+	assert.Equal(t, int64(1), st.FailedLandings, "the failed landing is counted in the shared tier's stats")
 	assert.Equal(t, tpb, m.ProbeReuse(blockhash.Scope{}, seq(0, 2*tpb+1)), "the first block only")
 }
 
@@ -365,4 +369,46 @@ func (f landingFile) WritevAt(bufs [][]byte, off int64) (int, error) {
 		return 0, err
 	}
 	return f.VectorDiskFile.WritevAt(bufs, off)
+}
+
+// Blocks keyed by multimodal digests are shared like text blocks: the
+// digests enter the block key, so a second manager given the same prompt and
+// digests reuses every block from the cluster, to the byte, and one given
+// another item's digest there reuses only the text block before it.
+func TestDigestBlocksAreShared(t *testing.T) {
+	addrs, ns := clusterAddrs(t), testNamespace()
+	prompt, digests := imagePrompt(blockhash.Digest{7})
+	a := newTieredFixture(t, withSharedTier(tieredConfig(t, 8, 8, 0), addrs, ns, config.WriteThroughOnCommit))
+	c, err := a.m.CreateKVCache(CacheOptions{InputTokens: prompt, InputDigests: digests})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(a.stream))
+	require.NoError(t, c.Resize(len(prompt), len(prompt)))
+	a.writeAll(c, 1)
+	require.NoError(t, c.CommitDigests(prompt, digests, true))
+	require.NoError(t, c.Close())
+	require.NoError(t, a.m.FlushShared(context.Background()))
+	st, _ := a.m.SharedStats()
+	require.Equal(t, int64(3), st.Store.Written, "every block, the image's included")
+
+	input := append(slices.Clone(prompt), 13)
+	b := newTieredFixture(t, withSharedTier(tieredConfig(t, 8, 8, 0), addrs, ns, config.WriteBackOnEviction))
+	n, err := b.m.ProbeReuseDigests(blockhash.Scope{}, input, digests)
+	require.NoError(t, err)
+	assert.Equal(t, 12, n)
+	other := []blockhash.DigestAt{{Pos: 4, Digest: blockhash.Digest{8}}}
+	n, err = b.m.ProbeReuseDigests(blockhash.Scope{}, input, other)
+	require.NoError(t, err)
+	assert.Equal(t, 4, n, "another image: the text block before it")
+
+	input[4] = 77 // the value at a digest position does not matter
+	d, err := b.m.CreateKVCache(CacheOptions{InputTokens: input, InputDigests: digests})
+	require.NoError(t, err)
+	assert.Equal(t, 12, d.ReusedTokens())
+	assert.Equal(t, digests, d.CommittedDigests(), "the onboarded blocks keep their digests")
+	require.NoError(t, d.Resume(b.stream))
+	require.NoError(t, b.stream.Synchronize())
+	b.verifyAll(d, 1)
+	require.NoError(t, d.Close())
+	st, _ = b.m.SharedStats()
+	assert.Equal(t, int64(3), st.OnboardedBlocks)
 }

@@ -388,16 +388,16 @@ func (m *Manager) ProbeReuse(scope blockhash.Scope, input []config.Token) int {
 }
 
 // ProbeReuseDigests is ProbeReuse for input with digest tokens (see
-// CacheOptions.InputDigests); bad digests are ErrInvalidArgument. Input with
-// digests is matched in the local tree only: the shared tier holds text
-// blocks.
+// CacheOptions.InputDigests); bad digests are ErrInvalidArgument. The digests
+// enter the block keys, so the shared tier's blocks of the same input (text
+// and digests) count as for text.
 func (m *Manager) ProbeReuseDigests(scope blockhash.Scope, input []config.Token, digests []blockhash.DigestAt) (int, error) {
 	input, err := m.textOrDigests("input_digests", input, digests, false)
 	if err != nil {
 		return 0, err
 	}
-	if m.shared != nil && len(digests) == 0 {
-		return m.probeShared(scope, input), nil
+	if m.shared != nil {
+		return m.probeShared(scope, input, digests), nil
 	}
 	return m.probeLocal(scope, input, digests), nil
 }

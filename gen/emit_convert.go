@@ -98,21 +98,29 @@ func convertHelpers(f *jen.File) {
 	}
 	f.Type().Id("number").Interface(jen.Union(kinds...))
 	f.Line()
-	f.Comment("cSliceArg copies the n elements at p, converted to G (nil for none).")
-	f.Func().Id("cSliceArg").Types(jen.Id("G"), jen.Id("E").Id("number")).Params(jen.Id("p").Op("*").Id("E"), n().Qual("C", "size_t"), jen.Id("name").String()).
+	f.Comment("cSliceArg copies the n elements at p, converted to G (nil for none),")
+	f.Comment("into buf when they fit: the export of a short slice parameter passes")
+	f.Comment("an array of its frame, which stays on the stack (its glue keeps no")
+	f.Comment("slice), so a decode step's one token costs no allocation.")
+	f.Func().Id("cSliceArg").Types(jen.Id("G"), jen.Id("E").Id("number")).Params(jen.Id("buf").Index().Id("G"), jen.Id("p").Op("*").Id("E"), n().Qual("C", "size_t"), jen.Id("name").String()).
 		Params(jen.Index().Id("G"), jen.Error()).Block(
 		jen.List(jen.Id("es"), jen.Err()).Op(":=").Id("cArray").Call(jen.Id("p"), n(), jen.Id("name")),
 		jen.If(jen.Err().Op("!=").Nil().Op("||").Len(jen.Id("es")).Op("==").Lit(0)).Block(jen.Return(jen.Nil(), jen.Err())),
-		jen.Id("out").Op(":=").Make(jen.Index().Id("G"), jen.Len(jen.Id("es"))),
+		jen.Var().Id("out").Index().Id("G"),
+		jen.If(jen.Len(jen.Id("es")).Op("<=").Cap(jen.Id("buf"))).Block(
+			jen.Id("out").Op("=").Id("buf").Index(jen.Op(":").Len(jen.Id("es"))),
+		).Else().Block(
+			jen.Id("out").Op("=").Make(jen.Index().Id("G"), jen.Len(jen.Id("es"))),
+		),
 		jen.For(jen.List(jen.Id("i"), jen.Id("e")).Op(":=").Range().Id("es")).Block(jen.Id("out").Index(jen.Id("i")).Op("=").Id("G").Call(jen.Id("e"))),
 		jen.Return(jen.Id("out"), jen.Nil()),
 	)
 	f.Line()
 	f.Comment("cSliceArgNil is cSliceArg keeping NULL apart from an empty array: NULL")
 	f.Comment("is nil, a non-NULL array of 0 elements an empty slice.")
-	f.Func().Id("cSliceArgNil").Types(jen.Id("G"), jen.Id("E").Id("number")).Params(jen.Id("p").Op("*").Id("E"), n().Qual("C", "size_t"), jen.Id("name").String()).
+	f.Func().Id("cSliceArgNil").Types(jen.Id("G"), jen.Id("E").Id("number")).Params(jen.Id("buf").Index().Id("G"), jen.Id("p").Op("*").Id("E"), n().Qual("C", "size_t"), jen.Id("name").String()).
 		Params(jen.Index().Id("G"), jen.Error()).Block(
-		jen.List(jen.Id("out"), jen.Err()).Op(":=").Id("cSliceArg").Index(jen.Id("G")).Call(jen.Id("p"), n(), jen.Id("name")),
+		jen.List(jen.Id("out"), jen.Err()).Op(":=").Id("cSliceArg").Call(jen.Id("buf"), jen.Id("p"), n(), jen.Id("name")),
 		jen.If(jen.Err().Op("==").Nil().Op("&&").Id("out").Op("==").Nil().Op("&&").Id("p").Op("!=").Nil()).Block(jen.Id("out").Op("=").Index().Id("G").Values()),
 		jen.Return(jen.Id("out"), jen.Err()),
 	)

@@ -296,10 +296,62 @@ def load(path=None):
 	return b.String()
 }
 
-// pyValues writes the value types of //kvcm:pyvalue structs: frozen
-// dataclasses with the C struct's fields in its order (enums as their
-// IntEnum), and _from_c, which copies them from the C struct (or the
-// extension's object of the same fields).
+// pyValueField is a field of a //kvcm:pyvalue type.
+type pyValueField struct{ name, typ, conv, doc, def string }
+
+// pyValueFields lists the fields of d's //kvcm:pyvalue type: the C
+// struct's (enums as their IntEnum, an array of scalars with its count as a
+// tuple; counts are not fields) in its order or the one of //kvcm:pyvalue
+// order=a,b,... (py:"name" renames a field, pydefault:"v" gives its
+// default), with the expression _from_c reads each from.
+func pyValueFields(d *Decl) ([]pyValueField, error) {
+	cnt := counts(d)
+	var fields []pyValueField
+	for _, f := range d.Fields {
+		if cnt[f.CName] {
+			continue
+		}
+		name := f.CName
+		if f.Py != "" {
+			name = f.Py
+		}
+		t, conv := "int", "s."+f.CName
+		switch {
+		case f.Type.Kind == KScalar && (f.Type.Scalar == "double" || f.Type.Scalar == "float"):
+			t = "float"
+		case f.Type.Kind == KScalar && f.Type.Scalar == "bool":
+			t = "bool"
+		case f.Type.Kind == KNamed && f.Type.Decl.Kind == DEnum:
+			t, conv = f.Type.Decl.CppName, f.Type.Decl.CppName+"(s."+f.CName+")"
+		case f.Type.Kind == KPtr && f.Type.Dir == DirIn && f.Len != "" && isScalarField(f.Type.Elem):
+			t = "tuple[int, ...]"
+			conv = fmt.Sprintf("tuple(s.%s[:s.%s]) if s.%s else ()", f.CName, f.Len, f.Len)
+		case !isScalarField(f.Type):
+			return nil, fmt.Errorf("%s.%s: a //kvcm:pyvalue struct has scalar, enum and typedef fields only (and arrays of them with a count)", d.GoName, f.GoName)
+		}
+		fields = append(fields, pyValueField{name, t, conv, renamed(f.Doc, f.CName, name), f.PyDefault})
+	}
+	if len(d.PyValueOrder) == 0 {
+		return fields, nil
+	}
+	if len(d.PyValueOrder) != len(fields) {
+		return nil, fmt.Errorf("%s: //kvcm:pyvalue order= names %d fields, the value type has %d", d.GoName, len(d.PyValueOrder), len(fields))
+	}
+	ordered := make([]pyValueField, 0, len(fields))
+	for _, name := range d.PyValueOrder {
+		i := slices.IndexFunc(fields, func(f pyValueField) bool { return f.name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("%s: //kvcm:pyvalue order= names %q, not a field of the value type", d.GoName, name)
+		}
+		ordered = append(ordered, fields[i])
+	}
+	return ordered, nil
+}
+
+// pyValues writes the value types of //kvcm:pyvalue structs (see
+// pyValueFields; the loader checked them): frozen dataclasses, and
+// _from_c, which copies them from the C struct (or the extension's object
+// of the same fields).
 func pyValues(b *strings.Builder, m *Model) {
 	first := true
 	for _, d := range m.Decls {
@@ -310,25 +362,24 @@ func pyValues(b *strings.Builder, m *Model) {
 			b.WriteString("# ---- Value types ----\n\n")
 			first = false
 		}
+		fields, err := pyValueFields(d)
+		if err != nil {
+			panic(err) // checked by the loader
+		}
 		fmt.Fprintf(b, "\n@dataclass(frozen=True, slots=True)\nclass %s:\n", d.CppName)
 		pyDocstring(b, "    ", d.Doc)
 		b.WriteString("\n")
 		var args []string
-		for _, f := range d.Fields {
-			t, conv := "int", "s."+f.CName
-			switch {
-			case f.Type.Kind == KScalar && (f.Type.Scalar == "double" || f.Type.Scalar == "float"):
-				t = "float"
-			case f.Type.Kind == KScalar && f.Type.Scalar == "bool":
-				t = "bool"
-			case f.Type.Kind == KNamed && f.Type.Decl.Kind == DEnum:
-				t, conv = f.Type.Decl.CppName, f.Type.Decl.CppName+"(s."+f.CName+")"
-			}
-			for _, line := range strings.Split(f.Doc, "\n") {
+		for _, f := range fields {
+			for _, line := range strings.Split(f.doc, "\n") {
 				fmt.Fprintf(b, "    #: %s\n", line)
 			}
-			fmt.Fprintf(b, "    %s: %s\n", f.CName, t)
-			args = append(args, conv)
+			if f.def != "" {
+				fmt.Fprintf(b, "    %s: %s = %s\n", f.name, f.typ, f.def)
+			} else {
+				fmt.Fprintf(b, "    %s: %s\n", f.name, f.typ)
+			}
+			args = append(args, f.conv)
 		}
 		fmt.Fprintf(b, "\n    @classmethod\n    def _from_c(cls, s):\n")
 		fmt.Fprintf(b, "        \"\"\"Copies the fields of a %s (or of an object with its fields).\"\"\"\n", d.CName)

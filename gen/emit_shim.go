@@ -32,6 +32,10 @@ const (
 	shimHeader = "shim_generated.h"
 	shimGo     = "exports_generated.go"
 	shimC      = "api_generated.c"
+
+	// sliceArgBuf is the length of the array in an export's frame that a
+	// short slice argument is copied into when it fits (see cSliceArg).
+	sliceArgBuf = 8
 )
 
 // constTypedef is the name of the const typedef of a type used behind In[T].
@@ -590,12 +594,18 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 			body = append(body, jen.List(jen.Id(v), jen.Err()).Op(":=").Id("cStringArg").Call(
 				jen.Parens(jen.Op("*").Qual("C", "char")).Call(jen.Id(p.CName)), jen.Id(p.Len), jen.Lit(p.Len)), ifErr)
 		case p.Has("slice"):
+			buf := jen.Nil()
+			if p.Has("short") {
+				name := lowerCamel(p.CName) + "Buf"
+				body = append(body, jen.Var().Id(name).Index(jen.Lit(sliceArgBuf)).Add(goElemCode(p.GoElem)))
+				buf = jen.Id(name).Index(jen.Op(":"))
+			}
 			helper := "cSliceArg"
 			if p.Has("nullnil") {
 				helper = "cSliceArgNil"
 			}
 			body = append(body, jen.List(jen.Id(v), jen.Err()).Op(":=").Id(helper).Index(goElemCode(p.GoElem)).Call(
-				jen.Id(p.CName), jen.Id(p.Len), jen.Lit(p.CName)), ifErr)
+				buf, jen.Id(p.CName), jen.Id(p.Len), jen.Lit(p.CName)), ifErr)
 		case p.Buffer != "":
 			buffer = p
 			skip[p.CName], skip[p.Len], skip[p.Buffer] = true, true, true

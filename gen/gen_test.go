@@ -15,15 +15,17 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 
 // tinyPaths puts every output of the tiny description under one tree.
 var tinyPaths = Paths{
-	Header:  "include/kvcm/kvcm.h",
-	ShimDir: "capi",
-	ShimPkg: "capi",
-	Cpp:     "cpp/kvcm_generated.hpp",
-	Python:  "python/_ffi.py",
-	PyExt:   "python/_kvcm_ext.c",
-	Doc:     "docs/api.md",
-	Include: "kvcm/kvcm.h",
-	Layouts: "capi/abitest/layouts_generated.go",
+	Header:    "include/kvcm/kvcm.h",
+	ShimDir:   "capi",
+	ShimPkg:   "capi",
+	Cpp:       "cpp/kvcm_generated.hpp",
+	CppValues: "cpp/kvcm_values_generated.hpp",
+	Python:    "python/_ffi.py",
+	PyValues:  "python/_values.py",
+	PyExt:     "python/_kvcm_ext.c",
+	Doc:       "docs/api.md",
+	Include:   "kvcm/kvcm.h",
+	Layouts:   "capi/abitest/layouts_generated.go",
 }
 
 func loadTiny(t *testing.T) *Model {
@@ -148,6 +150,7 @@ func TestLoadErrors(t *testing.T) {
 		"slicenogo":       "slice is for a const T* of scalars, with go=<Go element type>",
 		"resetnobuffer":   "reset is for a buffer=",
 		"convertnullable": "convert is for a const T* without len=, neither nullable nor consumed",
+		"shortnoslice":    "short is for a slice",
 	} {
 		_, err := Load(filepath.Join("testdata", "bad", dir), ".")
 		if assert.Error(t, err, dir) {
@@ -186,4 +189,23 @@ func TestCheckReportsStaleGeneratedFiles(t *testing.T) {
 	diff, err = Check(root, files)
 	require.NoError(t, err)
 	assert.Empty(t, diff)
+}
+
+// A binding's value type (//kvcm:cppvalue, //kvcm:pyconfig) has every field
+// of its C struct that is not tagged "-" and nothing else: kvcmgen refuses a
+// field it cannot convert, an order= that does not list exactly the value
+// type's fields, and a C++ name that would collide with the C struct's alias.
+func TestValueTypeErrors(t *testing.T) {
+	for dir, want := range map[string]string{
+		"cppvalueorder": `order= names "nope", not a field of the value type`,
+		"pyconfigtype":  `no Python value type for void*: tag it py:"-"`,
+		"cppvaluealias": "is the name of the C struct's alias: give the struct a //kvcm:cppns",
+	} {
+		m, err := Load(filepath.Join("testdata", "valuebad", dir), ".")
+		require.NoError(t, err, dir)
+		_, err = Generate(m, tinyPaths)
+		if assert.Error(t, err, dir) {
+			assert.Contains(t, err.Error(), want, dir)
+		}
+	}
 }

@@ -11,11 +11,17 @@ import (
 
 // Paths says where each output goes, relative to the output root.
 type Paths struct {
-	Header   string // public C header
-	ShimDir  string // cgo export shim package directory
-	ShimPkg  string // its Go package name
-	Cpp      string // C++ declarations
-	Python   string // Python ctypes layer
+	Header  string // public C header
+	ShimDir string // cgo export shim package directory
+	ShimPkg string // its Go package name
+	Cpp     string // C++ declarations
+	// CppValues is the C++ value types of //kvcm:cppvalue structs with
+	// their conversions ("" for none).
+	CppValues string
+	Python    string // Python ctypes layer
+	// PyValues is the Python value types of //kvcm:pyconfig structs with
+	// their conversions ("" for none).
+	PyValues string
 	PyExt    string // CPython extension module ("" for none)
 	Doc      string // API reference
 	Include  string // the #include name of the public header
@@ -25,15 +31,17 @@ type Paths struct {
 
 // DefaultPaths is kvcm's layout.
 var DefaultPaths = Paths{
-	Header:  "include/kvcm/kvcm.h",
-	ShimDir: "capi",
-	ShimPkg: "capi",
-	Cpp:     "bindings/cpp/include/kvcm/kvcm_generated.hpp",
-	Python:  "bindings/python/kvcm/_ffi.py",
-	PyExt:   "bindings/python/kvcm/_kvcm_ext.c",
-	Doc:     "docs/api.md",
-	Include: "kvcm/kvcm.h",
-	Layouts: "capi/abitest/layouts_generated.go",
+	Header:    "include/kvcm/kvcm.h",
+	ShimDir:   "capi",
+	ShimPkg:   "capi",
+	Cpp:       "bindings/cpp/include/kvcm/kvcm_generated.hpp",
+	CppValues: "bindings/cpp/include/kvcm/kvcm_values_generated.hpp",
+	Python:    "bindings/python/kvcm/_ffi.py",
+	PyValues:  "bindings/python/kvcm/_values.py",
+	PyExt:     "bindings/python/kvcm/_kvcm_ext.c",
+	Doc:       "docs/api.md",
+	Include:   "kvcm/kvcm.h",
+	Layouts:   "capi/abitest/layouts_generated.go",
 }
 
 // Generate renders every output of the model, keyed by path.

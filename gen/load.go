@@ -239,6 +239,19 @@ func (l *loader) run() error {
 		if dc.PyValue = d.has("pyvalue"); dc.PyValue && dc.Kind != DStruct {
 			return fmt.Errorf("%s: //kvcm:pyvalue on a type that is not a //kvcm:struct", dc.GoName)
 		}
+		if o, ok := strings.CutPrefix(d.one("pyvalue"), "order="); ok {
+			dc.PyValueOrder = strings.Split(o, ",")
+		}
+		if d.has("cppvalue") {
+			if dc.CppValue, err = parseValueType(d, "cppvalue", "cpp"); err != nil || dc.Kind != DStruct {
+				return fmt.Errorf("%s: bad //kvcm:cppvalue %q: want \"<C++ name> [order=a,b,...]\" on a //kvcm:struct (%v)", dc.GoName, d.one("cppvalue"), err)
+			}
+		}
+		if d.has("pyconfig") {
+			if dc.PyConfig, err = parseValueType(d, "pyconfig", "py"); err != nil || dc.Kind != DStruct {
+				return fmt.Errorf("%s: bad //kvcm:pyconfig %q: want \"<Python name> [order=a,b,...]\" on a //kvcm:struct (%v)", dc.GoName, d.one("pyconfig"), err)
+			}
+		}
 		dc.Status = d.has("status")
 		dc.APITable = d.has("apitable")
 		if a := d.one("align"); a != "" {
@@ -373,7 +386,8 @@ func (l *loader) body(dc *Decl, s typeSpec) error {
 					return err
 				}
 				f := &Field{GoName: name.Name, CName: Snake(name.Name), Type: t, Doc: docText(af.Doc), Since: dc.Since,
-					Nullable: tag.Get("nullable") == "true", Own: tag.Get("own"), Go: tag.Get("go"), Cpp: tag.Get("cpp"), Fail: tag.Get("fail")}
+					Nullable: tag.Get("nullable") == "true", Own: tag.Get("own"), Go: tag.Get("go"), Cpp: tag.Get("cpp"), Fail: tag.Get("fail"),
+					CppDefault: tag.Get("cppdefault"), Path: tag.Get("path"), Py: tag.Get("py"), PyDefault: tag.Get("pydefault")}
 				if c := tag.Get("c"); c != "" {
 					f.CName = c
 				}
@@ -404,10 +418,8 @@ func (l *loader) body(dc *Decl, s typeSpec) error {
 			}
 		}
 		if dc.PyValue {
-			for _, f := range dc.Fields {
-				if !isScalarField(f.Type) {
-					return fmt.Errorf("%s.%s: a //kvcm:pyvalue struct has scalar, enum and typedef fields only", dc.GoName, f.GoName)
-				}
+			if _, err := pyValueFields(dc); err != nil {
+				return err
 			}
 		}
 	}
@@ -562,7 +574,7 @@ func (l *loader) function(s typeSpec) (*Func, error) {
 				continue
 			}
 			switch fl {
-			case "in", "out", "borrowed", "owned", "consumed", "nullable", "string", "slice", "result", "reset", "convert", "nullnil":
+			case "in", "out", "borrowed", "owned", "consumed", "nullable", "string", "slice", "short", "result", "reset", "convert", "nullnil":
 			default:
 				return nil, fmt.Errorf("%s: %s: unknown flag %q", name, p.GoName, fl)
 			}
@@ -795,6 +807,8 @@ func checkConvention(f *Func, p *Param) error {
 	}
 	conv := p.Has("string") || p.Has("slice") || p.Buffer != ""
 	switch {
+	case p.Has("short") && !p.Has("slice"):
+		return fmt.Errorf("short is for a slice")
 	case !conv:
 		return nil
 	case !f.Sig.Result.IsStatus():

@@ -157,7 +157,16 @@ type Decl struct {
 	CppImpl bool
 	// PyValue asks for a frozen Python dataclass of a struct's fields
 	// (//kvcm:pyvalue), read from the C struct by its _from_c.
-	PyValue  bool
+	PyValue bool
+	// PyValueOrder is the order of the //kvcm:pyvalue type's fields
+	// (//kvcm:pyvalue order=a,b,...; nil: C order).
+	PyValueOrder []string
+	// CppValue asks for an owning C++ value type of the struct and its
+	// conversion to the C struct (//kvcm:cppvalue), or is nil.
+	CppValue *ValueType
+	// PyConfig asks for a Python value type of the struct with its
+	// conversion to the ctypes struct (//kvcm:pyconfig), or is nil.
+	PyConfig *ValueType
 	Align    int
 	Status   bool // the status type
 	APITable bool // the generated function table
@@ -195,13 +204,49 @@ type Field struct {
 	// result an out converter writes.
 	Go string
 	// Cpp is the field's cpp tag: "-" leaves a slot of a //kvcm:cppimpl
-	// vtable to the hand-written C++ adapter.
+	// vtable to the hand-written C++ adapter, and a field of a
+	// //kvcm:cppvalue struct out of its value type (the hand-written
+	// binding sets it); another word renames the field there.
 	Cpp string
 	// Fail is the fail tag of a slot of a //kvcm:goimpl vtable: the value
 	// (a number or a C constant) the Go implementation returns when it
 	// cannot run the slot; "" is the zero value.
-	Fail   string
+	Fail string
+	// CppDefault is the default of the field in its C++ value type
+	// (cppdefault tag), "" for the zero value.
+	CppDefault string
+	// Py is the field's py tag in a //kvcm:pyconfig struct: "-" leaves it
+	// out of the Python value type, another word renames it there.
+	Py string
+	// PyDefault is the field's default in its Python value type (pydefault
+	// tag; "" for none: the field is required).
+	PyDefault string
+	// Path is the name errors give the field in field paths (path tag;
+	// "" means its C name).
+	Path   string
 	Offset int
+}
+
+// ValueType is a binding's value type of a C struct (//kvcm:cppvalue,
+// //kvcm:pyconfig), whose fields are the struct's (less its counts and the
+// fields tagged "-" for the binding, with the binding's defaults) and the
+// binding's own fields (//kvcm:cppfield, //kvcm:pyfield), in Order (their
+// binding names) or else in C order, the own fields last.
+type ValueType struct {
+	Name    string
+	Doc     string
+	Order   []string
+	Own     []*OwnField
+	Methods []string // //kvcm:cppmethod: member functions, verbatim
+	// Out makes the value type one the binding reads from the C struct
+	// (the library's results) instead of one it converts to it.
+	Out bool
+}
+
+// OwnField is a field of a binding's value type that its C struct lacks
+// (name type [default] | doc): the hand-written binding converts it.
+type OwnField struct {
+	Name, Type, Default, Doc string
 }
 
 // Const is a named constant.

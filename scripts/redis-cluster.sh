@@ -7,6 +7,8 @@
 #                                         masters on 127.0.0.1, create the
 #                                         cluster and wait for cluster_state:ok;
 #                                         prints the seed addresses
+#   scripts/redis-cluster.sh install      install redis-server with apt where
+#                                         it is missing (as root), only
 #   scripts/redis-cluster.sh stop         stop every node and remove the data
 #   scripts/redis-cluster.sh status       the cluster's state and its nodes
 #   scripts/redis-cluster.sh addrs        the seed addresses, comma-separated
@@ -19,13 +21,23 @@
 # 17101-17103), KVCM_REDIS_DIR (the data directory, default
 # ${TMPDIR:-/tmp}/kvcm-redis-cluster-$BASE_PORT), KVCM_REDIS_MAXMEMORY (per
 # node, 256mb), KVCM_REDIS_POLICY (allkeys-lru: a full cluster evicts, which
-# the shared tier sees as misses). Only 127.0.0.1 is ever bound or addressed.
+# the shared tier sees as misses), KVCM_REDIS_BIN (a directory holding
+# redis-server and redis-cli commands to use instead of the installed ones,
+# nothing installed then: the bin/ of scripts/redis-pack.sh's tarball). Only
+# 127.0.0.1 is ever bound or addressed.
 set -euo pipefail
 
 BASE_PORT=${KVCM_REDIS_BASE_PORT:-7101}
 DIR=${KVCM_REDIS_DIR:-${TMPDIR:-/tmp}/kvcm-redis-cluster-$BASE_PORT}
 MAXMEMORY=${KVCM_REDIS_MAXMEMORY:-256mb}
 POLICY=${KVCM_REDIS_POLICY:-allkeys-lru}
+REDIS_BIN=${KVCM_REDIS_BIN:-}
+REDIS_SERVER=redis-server
+REDIS_CLI=redis-cli
+if [ -n "$REDIS_BIN" ]; then
+	REDIS_SERVER=$REDIS_BIN/redis-server
+	REDIS_CLI=$REDIS_BIN/redis-cli
+fi
 HOST=127.0.0.1
 NODES=3
 WAIT_TRIES=100 # 0.1 s each: 10 s at most for any wait
@@ -39,8 +51,12 @@ addrs() {
 }
 
 install_redis() {
-	if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
+	if command -v "$REDIS_SERVER" >/dev/null && command -v "$REDIS_CLI" >/dev/null; then
 		return
+	fi
+	if [ -n "$REDIS_BIN" ]; then
+		echo "redis-cluster: KVCM_REDIS_BIN=$REDIS_BIN has no redis-server and redis-cli" >&2
+		exit 1
 	fi
 	if [ "$(id -u)" != 0 ]; then
 		echo "redis-cluster: redis-server is missing and installing it needs root" >&2
@@ -54,7 +70,7 @@ install_redis() {
 	if command -v service >/dev/null; then service redis-server stop >/dev/null 2>&1 || true; fi
 }
 
-cli() { timeout 5 redis-cli -h "$HOST" -p "$1" "${@:2}"; }
+cli() { timeout 5 "$REDIS_CLI" -h "$HOST" -p "$1" "${@:2}"; }
 
 wait_ping() {
 	local p=$1 i
@@ -83,7 +99,7 @@ wait_ok() {
 start_node() {
 	local p=$1
 	mkdir -p "$DIR/$p"
-	redis-server --bind "$HOST" --port "$p" --protected-mode yes \
+	"$REDIS_SERVER" --bind "$HOST" --port "$p" --protected-mode yes \
 		--cluster-enabled yes --cluster-config-file "$DIR/$p/nodes.conf" \
 		--cluster-node-timeout 2000 --cluster-require-full-coverage no \
 		--dir "$DIR/$p" --save '' --appendonly no \
@@ -105,7 +121,7 @@ start() {
 	for p in $(ports); do start_node "$p"; done
 	local seeds=()
 	for p in $(ports); do seeds+=("$HOST:$p"); done
-	timeout 30 redis-cli --cluster create "${seeds[@]}" --cluster-replicas 0 --cluster-yes >"$DIR/create.log" 2>&1 ||
+	timeout 30 "$REDIS_CLI" --cluster create "${seeds[@]}" --cluster-replicas 0 --cluster-yes >"$DIR/create.log" 2>&1 ||
 		{ cat "$DIR/create.log" >&2; exit 1; }
 	touch "$DIR/created"
 	wait_ok
@@ -148,6 +164,7 @@ status() {
 }
 
 case "${1:-}" in
+install) install_redis ;;
 start) start ;;
 stop) stop ;;
 status) status ;;
@@ -159,7 +176,7 @@ start-node)
 	wait_ok
 	;;
 *)
-	sed -n '2,22p' "$0" >&2
+	sed -n '2,27p' "$0" >&2
 	exit 2
 	;;
 esac

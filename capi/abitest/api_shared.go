@@ -15,7 +15,7 @@ type SharedStats struct {
 	Lookups, Hits, Misses, Errors, Timeouts         int64
 	Corrupt, BytesRead, Queued, Dropped             int64
 	Deduplicated, Present, Written, WriteErrors     int64
-	BytesWritten                                    int64
+	BytesWritten, FailedLandings                    int64
 }
 
 // NoSharedLevel is KVCM_NO_SHARED_LEVEL.
@@ -41,7 +41,7 @@ func GetSharedStats(m uint64) (SharedStats, error) {
 		Timeouts: int64(s.timeouts), Corrupt: int64(s.corrupt), BytesRead: int64(s.bytes_read),
 		Queued: int64(s.queued), Dropped: int64(s.dropped), Deduplicated: int64(s.deduplicated),
 		Present: int64(s.present), Written: int64(s.written), WriteErrors: int64(s.write_errors),
-		BytesWritten: int64(s.bytes_written),
+		BytesWritten: int64(s.bytes_written), FailedLandings: int64(s.failed_landings),
 	}, err
 }
 

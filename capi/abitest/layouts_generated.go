@@ -23,6 +23,7 @@ func CStructs() map[string]reflect.Type {
 		"kvcm_buffer_config":                reflect.TypeFor[C.kvcm_buffer_config](),
 		"kvcm_buffer_id":                    reflect.TypeFor[C.kvcm_buffer_id](),
 		"kvcm_buffer_location":              reflect.TypeFor[C.kvcm_buffer_location](),
+		"kvcm_builtin_codec_options":        reflect.TypeFor[C.kvcm_builtin_codec_options](),
 		"kvcm_cache_event":                  reflect.TypeFor[C.kvcm_cache_event](),
 		"kvcm_cache_tier_config":            reflect.TypeFor[C.kvcm_cache_tier_config](),
 		"kvcm_cold_page_codec":              reflect.TypeFor[C.kvcm_cold_page_codec](),

@@ -147,6 +147,7 @@ func TestSharedTierAcrossManagers(t *testing.T) {
 	assert.Positive(t, sb.OnboardedBytes)
 	assert.Positive(t, sb.BytesRead)
 	assert.Zero(t, sb.Corrupt)
+	assert.Zero(t, sb.FailedLandings, "every landing was written")
 	evs, err := DrainBlockEvents(b)
 	require.NoError(t, err)
 	onboarded := 0

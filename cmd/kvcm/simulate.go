@@ -24,7 +24,9 @@ replayed traces: --write-trace writes a workload's traces, --trace replays
 them (several files, one a seed) at exactly the same loads.
 
 The default run takes a minute or two; --full runs the matrix of
-docs/scheduling.md.`,
+docs/scheduling.md's first study, --grid tiers the grid over the host and
+disk tiers (issue 18). Simulations run in parallel, one per CPU unless
+-j (--workers) says otherwise, longest first.`,
 	setup: setupSimulate,
 }
 

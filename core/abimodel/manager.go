@@ -12,6 +12,7 @@ import (
 	"github.com/kvcm/kvcm/core"
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/codec"
+	"github.com/kvcm/kvcm/core/codec/gpucodec"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/device/backend"
@@ -34,6 +35,11 @@ type Options struct {
 	// Codec is consumed by New, also when New fails; nil selects the default
 	// codec.
 	Codec *codec.Owned
+	// Builtin, when set (and Codec is nil), selects a built-in codec that New
+	// makes on the device it opens (gpucodec.New): the gather and FP8 codecs
+	// exist only on CUDA, so on the emulated device New fails with
+	// core.ErrCodecRejected wrapping gpucodec.ErrNeedsCUDA.
+	Builtin *gpucodec.Spec
 	// Registry receives the manager's device; nil means Devices.
 	Registry *DeviceRegistry
 }
@@ -116,6 +122,14 @@ func New(cfg config.Config, opts Options) (*Manager, error) {
 	if err != nil {
 		opts.Codec.Discard()
 		return nil, err
+	}
+	if opts.Builtin != nil && opts.Codec == nil {
+		c, err := gpucodec.New(dev, *opts.Builtin)
+		if err != nil {
+			dev.Close()
+			return nil, fmt.Errorf("%w: %w", core.ErrCodecRejected, err)
+		}
+		opts.Codec = codec.Own(c)
 	}
 	mgr := &Manager{
 		dev: dev, registry: reg, events: NewEventQueue(capacity),

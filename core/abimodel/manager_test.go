@@ -9,6 +9,7 @@ import (
 	"github.com/kvcm/kvcm/core"
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/codec"
+	"github.com/kvcm/kvcm/core/codec/gpucodec"
 	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/device/backend"
 	"github.com/kvcm/kvcm/core/layout"
@@ -108,6 +109,21 @@ func TestNewConsumesTheCodecOnFailure(t *testing.T) {
 	_, err := New(bad, Options{Device: backend.Emu, Codec: owned, Registry: &DeviceRegistry{}})
 	assert.ErrorIs(t, err, core.ErrInvalidConfig)
 	assert.True(t, owned.Consumed(), "bad config")
+}
+
+// A built-in codec is made on the device New opens: the kernel-only ones are
+// refused on the emulated device (ErrCodecRejected wrapping ErrNeedsCUDA),
+// Auto is made there and runs as the default codec.
+func TestNewMakesTheBuiltinCodecOnItsDevice(t *testing.T) {
+	reg := &DeviceRegistry{}
+	for _, k := range []gpucodec.Kind{gpucodec.KindGather, gpucodec.KindFP8} {
+		_, err := New(smallConfig(16), Options{Device: backend.Emu, Builtin: &gpucodec.Spec{Kind: k}, Registry: reg})
+		assert.ErrorIs(t, err, core.ErrCodecRejected, "%v", k)
+		assert.ErrorIs(t, err, gpucodec.ErrNeedsCUDA, "%v", k)
+	}
+	m, err := New(smallConfig(16), Options{Device: backend.Emu, Builtin: &gpucodec.Spec{Kind: gpucodec.KindAuto}, Registry: reg})
+	require.NoError(t, err)
+	require.NoError(t, m.Close())
 }
 
 // Validate reports the argument or field at fault and allocates nothing.

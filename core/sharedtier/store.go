@@ -105,6 +105,7 @@ type Options struct {
 	Writers int
 	// Verify, when set, checks a blob read back (its header names key, its
 	// checksum matches); an error makes it a miss counted in Stats.Corrupt.
+	// Get calls it from several goroutines at once.
 	Verify func(key Key, blob []byte) error
 }
 
@@ -359,10 +360,15 @@ func (s *Store) missAll(n int) {
 	s.countErr(ErrUnavailable)
 }
 
+// GetDepth is how many of a Get's round trips are in flight at once: the
+// next batches are on the wire while one batch's blobs are checked (Verify).
+const GetDepth = 4
+
 // Get returns the blobs of keys, one pipelined round trip of GET per batch of
-// Options.BatchKeys keys: blobs[i] is nil where keys[i] is missing, failed or
-// rejected by Verify. The error is the first round-trip or key error, if
-// any; the blobs found are returned with it.
+// Options.BatchKeys keys, up to GetDepth of them at once: blobs[i] is nil
+// where keys[i] is missing, failed or rejected by Verify (which runs on
+// several goroutines at once). The error is the first round-trip or key
+// error, in key order, if any; the blobs found are returned with it.
 func (s *Store) Get(ctx context.Context, keys []Key) ([][]byte, error) {
 	blobs := make([][]byte, len(keys))
 	c := s.connect()
@@ -372,45 +378,65 @@ func (s *Store) Get(ctx context.Context, keys []Key) ([][]byte, error) {
 	}
 	ctx, cancel := s.callCtx(ctx)
 	defer cancel()
-	var first error
-	for start := 0; start < len(keys); start += s.opts.BatchKeys {
-		batch := keys[start:min(start+s.opts.BatchKeys, len(keys))]
-		cmds := make(rueidis.Commands, len(batch))
-		for i, k := range batch {
-			cmds[i] = c.B().Get().Key(s.KeyName(k)).Build()
-		}
-		res := c.DoMulti(ctx, cmds...)
-		s.stats.lookups.Add(int64(len(batch)))
-		for i, r := range res {
-			b, err := r.AsBytes()
-			switch {
-			case rueidis.IsRedisNil(err):
-				s.stats.misses.Add(1)
-				continue
-			case err != nil:
-				s.stats.misses.Add(1)
-				s.countErr(err)
-				if first == nil {
-					first = fmt.Errorf("sharedtier: get: %w", err)
-				}
-				continue
-			}
-			if s.opts.Verify != nil {
-				if err := s.opts.Verify(batch[i], b); err != nil {
-					s.stats.misses.Add(1)
-					s.stats.corrupt.Add(1)
-					if first == nil {
-						first = fmt.Errorf("sharedtier: blob %s: %w", s.KeyName(batch[i]), err)
-					}
-					continue
-				}
-			}
-			s.stats.hits.Add(1)
-			s.stats.bytesRead.Add(int64(len(b)))
-			blobs[start+i] = b
+	bk := s.opts.BatchKeys
+	errs := make([]error, (len(keys)+bk-1)/bk)
+	slots := make(chan struct{}, GetDepth)
+	var wg sync.WaitGroup
+	for b := range errs {
+		lo, hi := b*bk, min((b+1)*bk, len(keys))
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			errs[b] = s.getBatch(ctx, c, keys[lo:hi], blobs[lo:hi])
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return blobs, err
 		}
 	}
-	return blobs, first
+	return blobs, nil
+}
+
+// getBatch is one round trip of Get: the blobs of batch into out.
+func (s *Store) getBatch(ctx context.Context, c rueidis.Client, batch []Key, out [][]byte) error {
+	cmds := make(rueidis.Commands, len(batch))
+	for i, k := range batch {
+		cmds[i] = c.B().Get().Key(s.KeyName(k)).Build()
+	}
+	res := c.DoMulti(ctx, cmds...)
+	s.stats.lookups.Add(int64(len(batch)))
+	var first error
+	for i, r := range res {
+		b, err := r.AsBytes()
+		switch {
+		case rueidis.IsRedisNil(err):
+			s.stats.misses.Add(1)
+			continue
+		case err != nil:
+			s.stats.misses.Add(1)
+			s.countErr(err)
+			if first == nil {
+				first = fmt.Errorf("sharedtier: get: %w", err)
+			}
+			continue
+		}
+		if s.opts.Verify != nil {
+			if err := s.opts.Verify(batch[i], b); err != nil {
+				s.stats.misses.Add(1)
+				s.stats.corrupt.Add(1)
+				if first == nil {
+					first = fmt.Errorf("sharedtier: blob %s: %w", s.KeyName(batch[i]), err)
+				}
+				continue
+			}
+		}
+		s.stats.hits.Add(1)
+		s.stats.bytesRead.Add(int64(len(b)))
+		out[i] = b
+	}
+	return first
 }
 
 // Put queues blob to be written under key and returns at once: false when it

@@ -2,6 +2,7 @@ package sharedtier
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
@@ -154,6 +155,36 @@ func TestVerifyRejectionIsAMiss(t *testing.T) {
 	assert.Nil(t, blobs[1])
 	assert.Equal(t, blob(keys[2], 2048), blobs[2])
 	assert.EqualValues(t, 1, r.Stats().Corrupt)
+}
+
+// Get's batches are in flight together (GetDepth), yet the error it reports
+// is the first in key order, and every other blob is still returned.
+func TestGetReportsTheFirstErrorInKeyOrder(t *testing.T) {
+	addrs := sharedCluster(t)
+	ns := namespace(t)
+	w := open(t, Options{Addresses: addrs, Namespace: ns})
+	keys := chain(6, 4*GetDepth)
+	putAll(t, w, keys, 1024)
+	early, late := errors.New("early key"), errors.New("late key")
+	r := open(t, Options{Addresses: addrs, Namespace: ns, BatchKeys: 2, Verify: func(k Key, b []byte) error {
+		switch k {
+		case keys[1]:
+			return early
+		case keys[len(keys)-1]:
+			return late
+		}
+		return verifyBlob(1024)(k, b)
+	}})
+	blobs, err := r.Get(context.Background(), keys)
+	require.ErrorIs(t, err, early)
+	for i, k := range keys {
+		if i == 1 || i == len(keys)-1 {
+			assert.Nil(t, blobs[i])
+			continue
+		}
+		assert.Equal(t, blob(k, 1024), blobs[i], "blob %d", i)
+	}
+	assert.EqualValues(t, 2, r.Stats().Corrupt)
 }
 
 // Every blob is written with the configured TTL.

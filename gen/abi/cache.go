@@ -183,7 +183,7 @@ type KVCacheResize func(cache KVCache, capacity int64, historyLength int64) *Sta
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param cache in The cache.
-//kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The tokens (NULL only when num_tokens is 0).
+//kvcm:param tokens borrowed,nullable,len=numTokens,slice,short,go=github.com/kvcm/kvcm/core/config.Token The tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
 //kvcm:param isEnd in Whether these are the last tokens to commit.
 type KVCacheCommit func(cache KVCache, tokens spec.In[Token], numTokens spec.Size, isEnd bool) *Status

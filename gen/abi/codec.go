@@ -183,3 +183,81 @@ type CreateDefaultColdPageCodec func(out spec.Out[ColdPageCodec]) *Status
 //kvcm:thread any
 //kvcm:param codec consumed The codec object to destroy.
 type ColdPageCodecDestroy func(codec spec.In[ColdPageCodec]) *Status
+
+// BuiltinCodec names one of the library's built-in cold-page codecs.
+//
+//kvcm:enum trim=BuiltinCodec cprefix=KVCM_BUILTIN_CODEC_ cpp=BuiltinCodec
+//kvcm:since 2
+type BuiltinCodec int32
+
+const (
+	// BuiltinCodecDefault is the default lossless concatenating codec (the
+	// codec kvcm_create_default_cold_page_codec makes).
+	BuiltinCodecDefault BuiltinCodec = 0
+	// BuiltinCodecGather is the lossless gather codec: the default codec's
+	// cold bytes, with the page indices on the device and one CUDA kernel per
+	// call. CUDA only.
+	BuiltinCodecGather BuiltinCodec = 1
+	// BuiltinCodecFp8 is the fixed-ratio lossy codec for fp16 or bf16 pages:
+	// FP8 e4m3 with one float32 scale per block of elements (0.516 of the hot
+	// bytes with 128-element blocks). CUDA only; every pool's slot bytes must
+	// be a multiple of 2 * block_elems.
+	BuiltinCodecFp8 BuiltinCodec = 2
+	// BuiltinCodecAuto is lossless: per lifecycle the default codec or the
+	// gather codec, from the lifecycle's bytes per page and pool against a
+	// measured crossover (256 KiB unless crossover_bytes says otherwise). On
+	// the emulated device it is the default codec.
+	BuiltinCodecAuto BuiltinCodec = 3
+)
+
+// ElementType is the element type of hot pages, for codecs that read values.
+//
+//kvcm:enum trim=Element cprefix=KVCM_ELEMENT_ cpp=ElementType
+//kvcm:since 2
+type ElementType int32
+
+const (
+	// ElementFloat16 is IEEE 754 binary16.
+	ElementFloat16 ElementType = 0
+	// ElementBfloat16 is bfloat16.
+	ElementBfloat16 ElementType = 1
+)
+
+// BuiltinCodecOptions selects a built-in codec for
+// kvcm_create_builtin_cold_page_codec. Zero-initialize it and set
+// struct_size = sizeof(kvcm_builtin_codec_options) and abi_version =
+// KVCM_ABI_VERSION; all zero is the default codec.
+//
+//kvcm:struct
+//kvcm:versioned
+//kvcm:since 2
+type BuiltinCodecOptions struct {
+	// Kind is the codec.
+	Kind BuiltinCodec `go:"-"`
+	// Element is the FP8 codec's hot element type (every pool's).
+	Element ElementType `go:"-"`
+	// BlockElems is the FP8 codec's number of elements per scale: a power of
+	// two in [8, 256]; 0 means 128.
+	BlockElems int32 `go:"-"`
+	// CrossoverBytes is the auto codec's crossover: mean bytes per page and
+	// pool at and above which a lifecycle takes the default codec; 0 means
+	// the measured 256 KiB.
+	CrossoverBytes int64 `go:"-"`
+}
+
+// CreateBuiltinColdPageCodec creates one of the library's built-in codecs as
+// a codec object, to be consumed by kvcm_manager_create (or destroyed with
+// kvcm_cold_page_codec_destroy). The default codec's object is the one
+// kvcm_create_default_cold_page_codec makes. The gather, FP8 and auto codecs
+// run on the manager's device, so the object only records the choice and
+// kvcm_manager_create makes the codec once it has opened the device; their
+// slots cannot be called directly (each fails). The gather and FP8 codecs
+// have CUDA kernels only: on the emulated device kvcm_manager_create fails
+// with KVCM_ERR_CODEC_REJECTED, saying so (the codec is consumed as always).
+// Bad options fail here with KVCM_ERR_INVALID_ARGUMENT naming the field.
+//
+//kvcm:since 2
+//kvcm:thread any
+//kvcm:param options borrowed The codec and its options; read during the call only.
+//kvcm:param out out Receives the codec object; the caller owns it until it hands it on.
+type CreateBuiltinColdPageCodec func(options spec.In[BuiltinCodecOptions], out spec.Out[ColdPageCodec]) *Status

@@ -14,12 +14,13 @@
 //     when struct_size covers it and it is non-null. Array element structs
 //     (tiers, layers, buffers, requests, descriptors) are frozen: extending
 //     one means a new element type and a new field in its versioned parent.
-//   - Handles (kvcm_manager, kvcm_kv_cache) are cgo.Handle values. 0 is never
-//     valid; a freed or consumed handle is detected and reported as
-//     KVCM_ERR_INVALID_HANDLE, never dereferenced. A handle type's
-//     //kvcm:gohandle <Go type> <words> names the capi type behind it and
-//     the words errors call it: kvcmgen writes lookup<Name>, which the
-//     exports call on every argument of the type, and handleKind.
+//   - Handles (kvcm_manager, kvcm_kv_cache) are opaque 64-bit values, never
+//     reused within a process. 0 is never valid; a freed or consumed handle
+//     is detected and reported as KVCM_ERR_INVALID_HANDLE, never
+//     dereferenced. A handle type's //kvcm:gohandle <Go type> <words> names
+//     the capi type behind it and the words errors call it: kvcmgen writes
+//     lookup<Name>, which the exports call on every argument of the type,
+//     and handleKind.
 //   - Query results are written into caller-provided buffers with a count of
 //     the elements needed; passing a NULL buffer with capacity 0 asks for the
 //     count only.
@@ -63,13 +64,20 @@
 //     layers and docs/api.md follow. A versioned struct's new field is read
 //     only when the caller's struct_size covers it (the converter checks
 //     kvcm__has_<struct>_<field>), so older callers keep working.
-//  4. The hand-written bindings' value types (KVCacheManagerConfig in
-//     kvcm.hpp and config.py, whose fields and defaults are the bindings'
-//     own API) gain the field and set it in their C form (CConfig in
-//     kvcm.hpp, _build_c_config in manager.py). Statistics need nothing
-//     more: C++ uses the C structs, and Python's //kvcm:pyvalue types are
-//     generated; the hand-typed Python ones (PoolGroupStats, CacheEvent,
-//     the stats.py types) gain the field by hand.
+//  4. The bindings' value types follow: a field of a //kvcm:cppvalue or
+//     //kvcm:pyconfig struct appears in the C++ value type
+//     (kvcm_values_generated.hpp) and the Python one (kvcm/_values.py)
+//     with its conversion; give it cppdefault/pydefault where the
+//     bindings' default is not zero (Python fields without pydefault are
+//     required, so append one with a default), and add its binding name to
+//     the struct's order= lists (kvcmgen refuses an order= that misses a
+//     field, so none is dropped silently). A field the bindings carry
+//     elsewhere is tagged cpp:"-" / py:"-" and set in their C form by hand
+//     (detail::CConfig in kvcm.hpp, _build_c_config in manager.py).
+//     Statistics need nothing more: C++ uses the C structs, and Python's
+//     //kvcm:pyvalue types are generated; the hand-typed Python ones
+//     (PoolGroupStats, CacheEvent, the stats.py types) gain the field by
+//     hand.
 //
 // Independent additions on different branches touch different lines (each
 // field is one line with its doc), so they merge without conflicts; two
@@ -89,7 +97,10 @@
 //   - slice with go=<Go element type>: a const T* of scalars with len=
 //     becomes a []G copy, nil for none. With nullnil (on a nullable slice)
 //     NULL is nil and a non-NULL array of 0 elements an empty slice, for a
-//     parameter whose NULL means "unchanged".
+//     parameter whose NULL means "unchanged". With short as well, the copy
+//     of up to 8 elements is an array in the export's frame, so a glue that
+//     keeps the slice makes it escape to the heap on every call: short is
+//     for the hot calls whose glue does not keep it.
 //   - convert: a const T* of a struct with //kvcm:go in, neither nullable
 //     nor consumed, becomes T's Go value (fromC<T>, whose errors name the
 //     parameter's fields).
@@ -125,6 +136,29 @@
 // poisoned, and else calls glue<Impl><Slot>(obj, the other parameters,
 // pointers as uintptr_t). A panic poisons the library and returns the fail
 // value. A slot without a result (destroy) runs on a poisoned library too.
+//
+// # Configuration value types: //kvcm:cppvalue, //kvcm:pyconfig
+//
+// A struct with //kvcm:cppvalue <Name> [order=a,b,...] gets an owning C++
+// value type kvcm::<Name> (std::string for a const char*, std::vector for
+// an array with its count, std::optional for a nullable single pointer, the
+// enum class for an enum) and detail::C<Name>, its conversion to the C
+// struct for one call, which rejects a NUL byte in a string naming the
+// field's path; see gen/emit_cppvalue.go. One with //kvcm:pyconfig <Name>
+// gets a Python dataclass <Name> in kvcm/_values.py with _to_c, which
+// writes the fields into the ctypes struct through _convert.set_field
+// (errors name the field's path); see gen/emit_pyconfig.go. The public
+// classes of kvcm.config derive from the Python ones and add their
+// behaviour (type checks, TensorRT-LLM's aliases). Field tags: cpp:"name"
+// and py:"name" rename a field in a binding ("-": not in it, the binding
+// converts it by hand), cppdefault:"v" and pydefault:"v" give its default,
+// path:"name" the name C++ errors give it. //kvcm:cppfield and
+// //kvcm:pyfield "name type [default] | doc" add a field the C struct
+// lacks (converted by hand), //kvcm:cppdoc and //kvcm:pydoc lines replace
+// the struct's doc, //kvcm:cppmethod lines are C++ member functions,
+// verbatim. order= lists the binding's fields (their binding names) where
+// the binding's order differs from C's (C++ aggregate initialization and
+// Python's positional arguments follow it).
 //
 // # Vtables implemented elsewhere: //kvcm:gocaller, //kvcm:cppimpl
 //
@@ -210,6 +244,12 @@
 //     (KVCM_NO_SHARED_LEVEL without one), kvcm_manager_get_shared_stats
 //     (kvcm_shared_stats) and kvcm_manager_flush_shared, which waits at
 //     most its timeout_ms; KVCM_TIER_SHARED names the shared tier's kind.
+//   - The built-in codecs: kvcm_create_builtin_cold_page_codec
+//     (kvcm_builtin_codec_options: kvcm_builtin_codec selects the default,
+//     gather, FP8 or auto codec; kvcm_element_type is the FP8 codec's hot
+//     element type). kvcm_manager_create makes a gather, FP8 or auto codec
+//     on the device it opens; the gather and FP8 codecs are CUDA only
+//     (KVCM_ERR_CODEC_REJECTED on the emulated device).
 //
 // Behaviour that changed for C users while ABI version 1 was unreleased
 // (no function, struct or constant changed):
@@ -229,6 +269,17 @@
 //   - kvcm_manager_drain_events that fails with KVCM_ERR_BUFFER_TOO_SMALL
 //     after draining past priority updates keeps the count of events
 //     dropped for the next drain; it used to lose it.
+//
+// The bindings' configuration and event types are generated from this
+// description (//kvcm:cppvalue, //kvcm:pyconfig; no function, struct or
+// constant changed): the C++ KVCacheManagerConfig, its tiers, layers,
+// buffers and batches, CacheEvent and BlockEvent (kvcm_values_generated.hpp),
+// and the fields and C conversion of Python's configuration classes
+// (kvcm/_values.py, under the hand-written classes of kvcm.config). Their
+// names, fields, field order, defaults and errors are what they were, with
+// one unification: Python's kvcm.SharedWritePolicy is the generated enum
+// (kvcm._ffi.SharedWritePolicy, the same members and values) rather than a
+// second copy of it.
 package abi
 
 import (

@@ -76,7 +76,8 @@ type StatusFree func(status spec.Out[Status])
 type StatusCodeName func(code StatusCode) spec.CStr
 
 // LiveHandleCount returns the number of live handles of every type
-// (managers, KV caches, default codecs not yet consumed), for leak tests.
+// (managers, KV caches, default and built-in codec objects not yet
+// consumed), for leak tests.
 //
 //kvcm:since 1
 //kvcm:thread any

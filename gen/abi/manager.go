@@ -116,6 +116,9 @@ type MigrationStats struct {
 //kvcm:since 1
 //kvcm:cppns c
 //kvcm:go out github.com/kvcm/kvcm/core.CacheEvent
+//kvcm:cppvalue CacheEvent out order=seq,kind,key,parent,layerGroup,level,tokens,cacheId
+//kvcm:pyvalue order=seq,kind,key,parent,tokens,layer_group,level,cache_id
+//kvcm:cppdoc One cache event (see KVCacheManager::drainEvents).
 type CacheEvent struct {
 	// Seq is the event's sequence number.
 	Seq uint64
@@ -138,7 +141,7 @@ type CacheEvent struct {
 	NumTokens spec.Size
 	// CacheID is the id (kvcm_kv_cache_get_id) of the cache whose commit
 	// stored the block; 0 for other kinds.
-	CacheID uint64
+	CacheID uint64 `pydefault:"0"`
 }
 
 // SsmSnapshotIterationStats counts the SSM snapshot lookups of the SSM layer
@@ -258,6 +261,11 @@ type PoolGroupPeakBlockStats struct {
 //kvcm:since 2
 //kvcm:cppns c
 //kvcm:go out github.com/kvcm/kvcm/core.CacheEvent
+//kvcm:cppvalue BlockEvent out order=seq,kind,key,parent,layerGroup,level,oldLevel,priority,oldPriority,tokens,cacheId
+//kvcm:cppdoc One block event of ABI version 2 (see KVCacheManager::drainBlockEvents):
+//kvcm:cppdoc a CacheEvent with the block's eviction priority and, for updates, what
+//kvcm:cppdoc changed. A page onboarded from the shared tier has
+//kvcm:cppdoc KVCacheManager::sharedLevel() as its old level.
 type BlockEvent struct {
 	// Seq is the event's sequence number.
 	Seq uint64

@@ -73,6 +73,11 @@ type SharedStats struct {
 	WriteErrors int64 `go:"Store.WriteErrors"`
 	// BytesWritten are blob bytes written to the cluster.
 	BytesWritten int64 `go:"Store.BytesWritten"`
+	// FailedLandings are onboarded pages whose landing write to a disk
+	// tier (shared → disk, without a host tier) failed after it was
+	// submitted: each is lost when its transaction settles, and also
+	// counted in lost_pages.
+	FailedLandings int64 `since:"2"`
 }
 
 // NoSharedLevel is what kvcm_manager_get_shared_level reports for a manager

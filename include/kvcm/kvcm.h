@@ -241,6 +241,39 @@ enum {
 };
 
 /**
+ * kvcm_builtin_codec names one of the library's built-in cold-page codecs.
+ * @since ABI version 2.
+ */
+typedef int32_t kvcm_builtin_codec;
+enum {
+    /**
+     * KVCM_BUILTIN_CODEC_DEFAULT is the default lossless concatenating codec (the
+     * codec kvcm_create_default_cold_page_codec makes).
+     */
+    KVCM_BUILTIN_CODEC_DEFAULT = 0,
+    /**
+     * KVCM_BUILTIN_CODEC_GATHER is the lossless gather codec: the default codec's
+     * cold bytes, with the page indices on the device and one CUDA kernel per
+     * call. CUDA only.
+     */
+    KVCM_BUILTIN_CODEC_GATHER = 1,
+    /**
+     * KVCM_BUILTIN_CODEC_FP8 is the fixed-ratio lossy codec for fp16 or bf16 pages:
+     * FP8 e4m3 with one float32 scale per block of elements (0.516 of the hot
+     * bytes with 128-element blocks). CUDA only; every pool's slot bytes must
+     * be a multiple of 2 * block_elems.
+     */
+    KVCM_BUILTIN_CODEC_FP8 = 2,
+    /**
+     * KVCM_BUILTIN_CODEC_AUTO is lossless: per lifecycle the default codec or the
+     * gather codec, from the lifecycle's bytes per page and pool against a
+     * measured crossover (256 KiB unless crossover_bytes says otherwise). On
+     * the emulated device it is the default codec.
+     */
+    KVCM_BUILTIN_CODEC_AUTO = 3,
+};
+
+/**
  * kvcm_cache_status is a KV cache's place in its lifecycle: SUSPENDED → ACTIVE →
  * CLOSED, with ACTIVE ⇄ SUSPENDED as often as the engine needs.
  * @since ABI version 1.
@@ -282,6 +315,22 @@ enum {
      * KVCM_DEVICE_CUDA is a CUDA device (device_ordinal selects which).
      */
     KVCM_DEVICE_CUDA = 2,
+};
+
+/**
+ * kvcm_element_type is the element type of hot pages, for codecs that read values.
+ * @since ABI version 2.
+ */
+typedef int32_t kvcm_element_type;
+enum {
+    /**
+     * KVCM_ELEMENT_FLOAT16 is IEEE 754 binary16.
+     */
+    KVCM_ELEMENT_FLOAT16 = 0,
+    /**
+     * KVCM_ELEMENT_BFLOAT16 is bfloat16.
+     */
+    KVCM_ELEMENT_BFLOAT16 = 1,
 };
 
 /**
@@ -607,6 +656,7 @@ typedef struct kvcm_block_stats kvcm_block_stats;
 typedef struct kvcm_buffer_config kvcm_buffer_config;
 typedef struct kvcm_buffer_id kvcm_buffer_id;
 typedef struct kvcm_buffer_location kvcm_buffer_location;
+typedef struct kvcm_builtin_codec_options kvcm_builtin_codec_options;
 typedef struct kvcm_cache_event kvcm_cache_event;
 typedef struct kvcm_cache_tier_config kvcm_cache_tier_config;
 typedef struct kvcm_cold_page_codec kvcm_cold_page_codec;
@@ -881,6 +931,48 @@ struct kvcm_buffer_location {
      */
     int64_t bytes;
 };
+
+/**
+ * kvcm_builtin_codec_options selects a built-in codec for
+ * kvcm_create_builtin_cold_page_codec. Zero-initialize it and set
+ * struct_size = sizeof(kvcm_builtin_codec_options) and abi_version =
+ * KVCM_ABI_VERSION; all zero is the default codec.
+ *
+ * Versioned: initialize with KVCM_BUILTIN_CODEC_OPTIONS_INIT (or zero it and set struct_size and abi_version).
+ * @since ABI version 2.
+ */
+struct kvcm_builtin_codec_options {
+    /**
+     * Set to sizeof(kvcm_builtin_codec_options): the library reads only the fields it covers.
+     */
+    uint32_t struct_size;
+    /**
+     * Set to KVCM_ABI_VERSION, the version of the header the caller was built with.
+     */
+    uint32_t abi_version;
+    /**
+     * kind is the codec.
+     */
+    kvcm_builtin_codec kind;
+    /**
+     * element is the FP8 codec's hot element type (every pool's).
+     */
+    kvcm_element_type element;
+    /**
+     * block_elems is the FP8 codec's number of elements per scale: a power of
+     * two in [8, 256]; 0 means 128.
+     */
+    int32_t block_elems;
+    /**
+     * crossover_bytes is the auto codec's crossover: mean bytes per page and
+     * pool at and above which a lifecycle takes the default codec; 0 means
+     * the measured 256 KiB.
+     */
+    int64_t crossover_bytes;
+};
+
+/** Initializer of a kvcm_builtin_codec_options: struct_size and abi_version set, every other field zero. */
+#define KVCM_BUILTIN_CODEC_OPTIONS_INIT { (uint32_t)sizeof(kvcm_builtin_codec_options), KVCM_ABI_VERSION }
 
 /**
  * kvcm_cache_event reports a change of the set of reusable blocks. seq increases
@@ -2069,6 +2161,13 @@ struct kvcm_shared_stats {
      * bytes_written are blob bytes written to the cluster.
      */
     int64_t bytes_written;
+    /**
+     * failed_landings are onboarded pages whose landing write to a disk
+     * tier (shared → disk, without a host tier) failed after it was
+     * submitted: each is lost when its transaction settles, and also
+     * counted in lost_pages.
+     */
+    int64_t failed_landings;
 };
 
 /**
@@ -2410,6 +2509,27 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_notify_blocks_freed(kvcm_cp_index
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_cp_predict_prefix_reuse(kvcm_cp_index cp, const char* request_id, size_t request_id_len, const kvcm_token* tokens, size_t num_tokens, double* out);
+
+/**
+ * kvcm_create_builtin_cold_page_codec creates one of the library's built-in codecs as
+ * a codec object, to be consumed by kvcm_manager_create (or destroyed with
+ * kvcm_cold_page_codec_destroy). The default codec's object is the one
+ * kvcm_create_default_cold_page_codec makes. The gather, FP8 and auto codecs
+ * run on the manager's device, so the object only records the choice and
+ * kvcm_manager_create makes the codec once it has opened the device; their
+ * slots cannot be called directly (each fails). The gather and FP8 codecs
+ * have CUDA kernels only: on the emulated device kvcm_manager_create fails
+ * with KVCM_ERR_CODEC_REJECTED, saying so (the codec is consumed as always).
+ * Bad options fail here with KVCM_ERR_INVALID_ARGUMENT naming the field.
+ *
+ * @param options [in, borrowed] The codec and its options; read during the call only.
+ * @param out [out] Receives the codec object; the caller owns it until it hands it on.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_create_builtin_cold_page_codec(const kvcm_builtin_codec_options* options, kvcm_cold_page_codec* out);
 
 /**
  * kvcm_create_default_cold_page_codec creates the default lossless concatenating codec
@@ -3058,7 +3178,8 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_suspend(kvcm_kv_cache cache
 
 /**
  * kvcm_live_handle_count returns the number of live handles of every type
- * (managers, KV caches, default codecs not yet consumed), for leak tests.
+ * (managers, KV caches, default and built-in codec objects not yet
+ * consumed), for leak tests.
  *
  * @return The number of live handles.
  * @par Thread safety
@@ -4230,6 +4351,8 @@ struct kvcm_api {
     kvcm_status* (*stream_synchronize)(kvcm_stream stream);
     /** kvcm_block_keys (since ABI version 2). */
     kvcm_status* (*block_keys)(kvcm_block_key block_key, const kvcm_reuse_scope* scope, bool has_lora_id, int32_t tokens_per_block, const kvcm_token* tokens, size_t num_tokens, const size_t* digest_positions, size_t num_digests, const char* digest_bytes, size_t digest_bytes_len, bool partial, uint64_t* keys, size_t capacity, size_t* needed);
+    /** kvcm_create_builtin_cold_page_codec (since ABI version 2). */
+    kvcm_status* (*create_builtin_cold_page_codec)(const kvcm_builtin_codec_options* options, kvcm_cold_page_codec* out);
     /** kvcm_kv_cache_commit_beam_search (since ABI version 2). */
     kvcm_status* (*kv_cache_commit_beam_search)(kvcm_kv_cache cache, const kvcm_token* tokens, size_t num_tokens, const int32_t* beam_search_indices, size_t num_beam_search_indices, bool is_end);
     /** kvcm_kv_cache_commit_digests (since ABI version 2). */
@@ -4388,6 +4511,14 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_buffer_location, pool_base) == 8, "layout of kv
 KVCM_STATIC_ASSERT(offsetof(kvcm_buffer_location, scale) == 16, "layout of kvcm_buffer_location changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_buffer_location, offset) == 24, "layout of kvcm_buffer_location changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_buffer_location, bytes) == 32, "layout of kvcm_buffer_location changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_builtin_codec_options) == 32, "layout of kvcm_builtin_codec_options changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_builtin_codec_options) == 8, "alignment of kvcm_builtin_codec_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_builtin_codec_options, struct_size) == 0, "layout of kvcm_builtin_codec_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_builtin_codec_options, abi_version) == 4, "layout of kvcm_builtin_codec_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_builtin_codec_options, kind) == 8, "layout of kvcm_builtin_codec_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_builtin_codec_options, element) == 12, "layout of kvcm_builtin_codec_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_builtin_codec_options, block_elems) == 16, "layout of kvcm_builtin_codec_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_builtin_codec_options, crossover_bytes) == 24, "layout of kvcm_builtin_codec_options changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_cache_event) == 64, "layout of kvcm_cache_event changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_cache_event) == 8, "alignment of kvcm_cache_event changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_cache_event, seq) == 0, "layout of kvcm_cache_event changed");
@@ -4600,7 +4731,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, layer_group) == 0, "lay
 KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, level) == 4, "layout of kvcm_reused_blocks_at_level changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, full_blocks) == 8, "layout of kvcm_reused_blocks_at_level changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, partial_blocks) == 16, "layout of kvcm_reused_blocks_at_level changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_shared_stats) == 184, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_shared_stats) == 192, "layout of kvcm_shared_stats changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_shared_stats) == 8, "alignment of kvcm_shared_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, lookup_blocks) == 0, "layout of kvcm_shared_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, found_blocks) == 8, "layout of kvcm_shared_stats changed");
@@ -4625,6 +4756,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, present) == 152, "layout of kvcm_
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, written) == 160, "layout of kvcm_shared_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, write_errors) == 168, "layout of kvcm_shared_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, bytes_written) == 176, "layout of kvcm_shared_stats changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shared_stats, failed_landings) == 184, "layout of kvcm_shared_stats changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_shared_tier_config) == 56, "layout of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_shared_tier_config) == 8, "alignment of kvcm_shared_tier_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shared_tier_config, addresses) == 0, "layout of kvcm_shared_tier_config changed");
@@ -4649,7 +4781,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, reused_tokens) ==
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, unreused_tokens) == 40, "layout of kvcm_ssm_snapshot_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, aligned_snapshot_hits) == 48, "layout of kvcm_ssm_snapshot_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, unaligned_snapshot_hits) == 56, "layout of kvcm_ssm_snapshot_iteration_stats changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 920, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 928, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
@@ -4721,52 +4853,53 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_enqueue_host_func) == 520, "layout 
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_free_memory) == 528, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, stream_synchronize) == 536, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, block_keys) == 544, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_commit_beam_search) == 552, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_commit_digests) == 560, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_commit_pending_stats) == 568, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_discard_pending_stats) == 576, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_aggregated_page_indices) == 584, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_beam_base_page_indices) == 592, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_beam_width) == 600, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_cached_tokens_by_level) == 608, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_digests) == 616, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_tokens) == 624, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_reuse_diagnostics) == 632, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_scratch_desc) == 640, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_ssm_block_base_index) == 648, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 656, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_swa_scratch_reuse) == 664, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_has_scratch_slots) == 672, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_plan_committed_block_drop) == 680, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_beam_width) == 688, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 696, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_swa_scratch_reuse) == 704, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_adjust) == 712, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clamp_max_seq_len_for_mem) == 720, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 728, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 736, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events_digests) == 744, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_flush_shared) == 752, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_aggregated_pages) == 760, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 768, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 776, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 784, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 792, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_ssm_snapshot_iteration_stats) == 800, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 808, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_converter) == 816, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_upper_bound) == 824, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_stride) == 832, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_scratch_pages_per_block) == 840, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_shared_level) == 848, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_shared_stats) == 856, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_need_adjustment) == 864, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 872, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key_digests) == 880, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_digests) == 888, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 896, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_destroy) == 904, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_drop) == 912, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, create_builtin_cold_page_codec) == 552, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_commit_beam_search) == 560, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_commit_digests) == 568, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_commit_pending_stats) == 576, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_discard_pending_stats) == 584, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_aggregated_page_indices) == 592, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_beam_base_page_indices) == 600, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_beam_width) == 608, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_cached_tokens_by_level) == 616, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_digests) == 624, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_tokens) == 632, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_reuse_diagnostics) == 640, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_scratch_desc) == 648, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_ssm_block_base_index) == 656, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 664, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_swa_scratch_reuse) == 672, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_has_scratch_slots) == 680, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_plan_committed_block_drop) == 688, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_beam_width) == 696, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 704, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_swa_scratch_reuse) == 712, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_adjust) == 720, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clamp_max_seq_len_for_mem) == 728, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 736, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 744, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events_digests) == 752, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_flush_shared) == 760, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_aggregated_pages) == 768, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 776, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 784, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 792, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 800, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_ssm_snapshot_iteration_stats) == 808, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 816, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_converter) == 824, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_upper_bound) == 832, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_stride) == 840, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_scratch_pages_per_block) == 848, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_shared_level) == 856, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_shared_stats) == 864, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_need_adjustment) == 872, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 880, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key_digests) == 888, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_digests) == 896, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 904, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_destroy) == 912, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_drop) == 920, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus

@@ -21,6 +21,7 @@ type CLI struct {
 	seeds                      int
 	seedBase                   uint64
 	full                       bool
+	grid                       string
 	shrink                     int
 	jsonOut, markdown          bool
 	fromJSON                   string
@@ -46,17 +47,28 @@ const (
 	DefaultPolicies = "fcfs,lpm:128,klpm:4,window:64,aged:64,resort"
 )
 
+// The tiers grid (--grid tiers): issue 18's workloads, loads, seeds and
+// variants; flags given explicitly override each part.
+const (
+	TiersGridWorkloads = "w1,w2:0.8:0.25,w4,w5,rag"
+	TiersGridLoads     = "0.7,0.85,0.95"
+	TiersGridSeeds     = 5
+	TiersGridPolicies  = "fcfs,fcfs@tiered,aged:64@tiered,fcfs@tiered+prefetch+qevict," +
+		"aged:64@tiered+prefetch+qevict,aged:64@tiered+prefetch+qevict+recompute"
+)
+
 // Register defines the flags on fs.
 func (c *CLI) Register(fs *flag.FlagSet) {
 	c.opts = DefaultOptions()
 	c.fs = fs
 	d := c.opts.Cost
 	fs.StringVar(&c.workloads, "workloads", "w2:0.8:0.25,w5", "comma-separated workloads: w1, w2:ALPHA:CAPACITY (Zipf alpha, capacity as a fraction of the distinct-prefix footprint), w4, w5, rag")
-	fs.StringVar(&c.policies, "policies", DefaultPolicies, "comma-separated policies: fcfs, lpm[:scancap], klpm:K[:scancap], window:N, aged:N[:f], resort; each may end in @gpu (the default) or @tiered (host and disk levels, --host-capacity, --disk-capacity), then +prefetch (tiered only) and +qevict (queue-aware eviction), e.g. aged:64@tiered+prefetch+qevict")
+	fs.StringVar(&c.policies, "policies", DefaultPolicies, "comma-separated policies: fcfs, lpm[:scancap], klpm:K[:scancap], window:N, aged:N[:f], resort; each may end in @gpu (the default) or @tiered (host and disk levels, --host-capacity, --disk-capacity), then, in this order, +prefetch (tiered only), +qevict (queue-aware eviction) and +recompute (tiered only: recompute a cold prefix where reading it would take longer, counting the delay to others), e.g. aged:64@tiered+prefetch+qevict")
 	fs.StringVar(&c.loads, "loads", "0.85,0.95", "comma-separated loads, as fractions of each workload's FCFS saturation throughput")
 	fs.IntVar(&c.seeds, "seeds", 3, "number of seeds (traces) per point")
 	fs.Uint64Var(&c.seedBase, "seed-base", 1, "first seed")
 	fs.BoolVar(&c.full, "full", false, "the full matrix: workloads "+FullWorkloads+", loads "+FullLoads+", "+strconv.Itoa(FullSeeds)+" seeds (about 35 minutes on 2 cores)")
+	fs.StringVar(&c.grid, "grid", "", "a preset grid: tiers (workloads "+TiersGridWorkloads+", loads "+TiersGridLoads+", "+strconv.Itoa(TiersGridSeeds)+" seeds, policies "+TiersGridPolicies+"); --workloads, --loads, --seeds and --policies given explicitly override it")
 	fs.IntVar(&c.shrink, "shrink", 1, "divide every workload's request count by this (a quick look at the same shape)")
 	fs.BoolVar(&c.jsonOut, "json", false, "write the report as JSON on stdout instead of tables")
 	fs.BoolVar(&c.markdown, "markdown", false, "write the tables as Markdown")
@@ -68,7 +80,8 @@ func (c *CLI) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.writeTrace, "write-trace", "", "write the first workload's trace as JSONL to this file, and exit: the first seed's, or every seed's where the name contains {seed}")
 	fs.StringVar(&c.index, "index", string(IndexManager), "CP-aware index: manager (the manager-backed one), null, none")
 	fs.Int64Var(&c.capacity, "capacity", 0, "KV capacity in tokens for every workload (0: each workload's own)")
-	fs.IntVar(&c.workers, "workers", 0, "simulations run at once (0: one per CPU)")
+	fs.IntVar(&c.workers, "workers", 0, "simulations run at once, longest first (0: one per CPU)")
+	fs.IntVar(&c.workers, "j", 0, "same as --workers")
 	fs.IntVar(&c.opts.TokenBudget, "budget", c.opts.TokenBudget, "token budget per step")
 	fs.IntVar(&c.opts.MaxBatch, "max-batch", c.opts.MaxBatch, "most requests running at once")
 	fs.IntVar(&c.opts.TokensPerBlock, "block", c.opts.TokensPerBlock, "tokens per KV block")
@@ -101,11 +114,36 @@ func (c *CLI) Register(fs *flag.FlagSet) {
 
 // Matrix builds the experiment from the parsed flags.
 func (c *CLI) Matrix() (Matrix, error) {
-	wl, loads, seeds := c.workloads, c.loads, c.seeds
+	wl, loads, seeds, policies := c.workloads, c.loads, c.seeds, c.policies
 	if c.full {
 		wl, loads, seeds = FullWorkloads, FullLoads, max(seeds, FullSeeds)
 	}
 	var mx Matrix
+	switch c.grid {
+	case "":
+	case "tiers":
+		if c.full {
+			return mx, errors.New("--grid and --full are two presets: give one")
+		}
+		set := map[string]bool{}
+		if c.fs != nil {
+			c.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		}
+		if !set["workloads"] {
+			wl = TiersGridWorkloads
+		}
+		if !set["loads"] {
+			loads = TiersGridLoads
+		}
+		if !set["seeds"] {
+			seeds = TiersGridSeeds
+		}
+		if !set["policies"] {
+			policies = TiersGridPolicies
+		}
+	default:
+		return mx, fmt.Errorf("--grid %q: the presets are tiers", c.grid)
+	}
 	if c.tracePath != "" {
 		var clash []string
 		if c.fs != nil {
@@ -142,7 +180,7 @@ func (c *CLI) Matrix() (Matrix, error) {
 		}
 	}
 	tiered := false
-	for _, s := range splitList(c.policies) {
+	for _, s := range splitList(policies) {
 		v, err := ParseVariant(s)
 		if err != nil {
 			return mx, err

@@ -44,7 +44,10 @@ type Matrix struct {
 	// Base is the run configuration; Policy and CapacityTokens are set per
 	// run (CapacityTokens only when Base leaves it 0).
 	Base Options
-	// Workers runs that many simulations at once (0: GOMAXPROCS).
+	// Workers runs that many simulations at once (0: GOMAXPROCS). Each
+	// phase (saturation, then the matrix) starts its longest simulations
+	// first, so that with many workers none is left running alone at the
+	// end.
 	Workers int
 	// Progress, if set, is called after every finished run.
 	Progress func(done, total int)
@@ -105,6 +108,9 @@ type Point struct {
 	// TTFTQuantiles are the quantiles 0, 1/(CDFPoints-1), …, 1 of the
 	// measured TTFTs of every seed pooled: the TTFT CDF.
 	TTFTQuantiles []float64 `json:"ttft_quantiles,omitempty"`
+	// RunSeconds is the wall-clock time of each seed's simulation, in
+	// Seeds order (what sizing a grid needs; it varies with the machine).
+	RunSeconds []float64 `json:"run_seconds,omitempty"`
 }
 
 // Aggregate holds the over-seed estimates of the metrics.
@@ -116,6 +122,7 @@ type Aggregate struct {
 	HitRatio, PrefillTokens, Evictions       Estimate
 	HitGPU, HitHost, HitDisk                 Estimate
 	OnboardGB, OffloadGB, DiskGB, PrefetchGB Estimate
+	RecomputedGB                             Estimate
 	MaxWait, MaxBypass, BoundViolations      Estimate
 	SchedMicros, Throughput                  Estimate
 	// WorstWait and WorstBypass are the largest over seeds.
@@ -153,6 +160,7 @@ func aggregate(runs []Metrics) Aggregate {
 		OffloadGB:       f(func(m Metrics) float64 { return m.OffloadGB }),
 		DiskGB:          f(func(m Metrics) float64 { return m.DiskGB }),
 		PrefetchGB:      f(func(m Metrics) float64 { return m.PrefetchGB }),
+		RecomputedGB:    f(func(m Metrics) float64 { return m.RecomputedGB }),
 		PrefillMean:     f(func(m Metrics) float64 { return m.Prefill.Mean }),
 		PrefillP99:      f(func(m Metrics) float64 { return m.Prefill.P99 }),
 		HitRatio:        f(func(m Metrics) float64 { return m.HitRatio }),
@@ -188,6 +196,35 @@ func (mx Matrix) variants() []Variant {
 type job2 struct {
 	wi, pi, li, si int
 	backlog        bool
+	// cost orders the jobs, longest first, so that a long simulation does
+	// not start last and leave the other workers idle.
+	cost float64
+}
+
+// traceCost estimates the work of simulating tr: the tokens it prefills and
+// decodes (served over the tiers, about twice as much).
+func traceCost(tr *Trace, v Variant) float64 {
+	var n float64
+	for i := range tr.Requests {
+		n += float64(tr.Requests[i].PromptLen() + tr.Requests[i].Output)
+	}
+	if v.Serving.Tiered {
+		n *= 2
+	}
+	return n
+}
+
+// longestFirst sorts jobs by decreasing cost, stably.
+func longestFirst(jobs []job2) {
+	slices.SortStableFunc(jobs, func(a, b job2) int {
+		switch {
+		case a.cost > b.cost:
+			return -1
+		case a.cost < b.cost:
+			return 1
+		}
+		return 0
+	})
 }
 
 // Run runs the experiment.
@@ -258,9 +295,10 @@ func (mx Matrix) Run() (*Report, error) {
 	var jobs []job2
 	for wi := range mx.Workloads {
 		for si := range mx.Seeds {
-			jobs = append(jobs, job2{wi: wi, si: si, backlog: true})
+			jobs = append(jobs, job2{wi: wi, si: si, backlog: true, cost: traceCost(traces[wi][si], satV)})
 		}
 	}
+	longestFirst(jobs)
 	err := parallel(workers, jobs, func(j job2) error {
 		w := mx.Workloads[j.wi]
 		res, err := Run(traces[j.wi][j.si].Backlog(), opts(w, satV))
@@ -278,15 +316,19 @@ func (mx Matrix) Run() (*Report, error) {
 	// Phase 2: the matrix.
 	runs := make([][][][]Metrics, nw)
 	ttfts := make([][][][][]float64, nw)
+	secs := make([][][][]float64, nw)
 	for wi := range runs {
 		runs[wi] = make([][][]Metrics, np)
 		ttfts[wi] = make([][][][]float64, np)
+		secs[wi] = make([][][]float64, np)
 		for pi := range runs[wi] {
 			runs[wi][pi] = make([][]Metrics, nl)
 			ttfts[wi][pi] = make([][][]float64, nl)
+			secs[wi][pi] = make([][]float64, nl)
 			for li := range runs[wi][pi] {
 				runs[wi][pi][li] = make([]Metrics, ns)
 				ttfts[wi][pi][li] = make([][]float64, ns)
+				secs[wi][pi][li] = make([]float64, ns)
 			}
 		}
 	}
@@ -294,12 +336,13 @@ func (mx Matrix) Run() (*Report, error) {
 	for wi := range mx.Workloads {
 		for li := range mx.Loads {
 			for si := range mx.Seeds {
-				for pi := range mx.Policies {
-					jobs = append(jobs, job2{wi: wi, pi: pi, li: li, si: si})
+				for pi := range vs {
+					jobs = append(jobs, job2{wi: wi, pi: pi, li: li, si: si, cost: traceCost(traces[wi][si], vs[pi])})
 				}
 			}
 		}
 	}
+	longestFirst(jobs)
 	mus := make([]float64, nw)
 	for wi := range mus {
 		mus[wi] = mean(sat[wi])
@@ -307,7 +350,9 @@ func (mx Matrix) Run() (*Report, error) {
 	err = parallel(workers, jobs, func(j job2) error {
 		w, p := mx.Workloads[j.wi], vs[j.pi]
 		tr := traces[j.wi][j.si]
+		t0 := time.Now()
 		res, err := Run(tr.TimeScaled(LoadScale(tr, mx.Loads[j.li], mus[j.wi])), opts(w, p))
+		secs[j.wi][j.pi][j.li][j.si] = time.Since(t0).Seconds()
 		if err != nil {
 			return fmt.Errorf("%s %v load %v seed %d: %w", w.Name(), p, mx.Loads[j.li], mx.Seeds[j.si], err)
 		}
@@ -340,7 +385,8 @@ func (mx Matrix) Run() (*Report, error) {
 		}
 		for li, load := range mx.Loads {
 			for pi, p := range vs {
-				pt := Point{Policy: p.String(), Bound: p.Policy.BoundString(), Load: load, Runs: runs[wi][pi][li]}
+				pt := Point{Policy: p.String(), Bound: p.Policy.BoundString(), Load: load, Runs: runs[wi][pi][li],
+					RunSeconds: secs[wi][pi][li]}
 				pt.Agg = aggregate(pt.Runs)
 				for bi, b := range vs {
 					if b.Policy.Kind != sched.KindFCFS || bi == pi {

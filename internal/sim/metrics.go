@@ -28,6 +28,9 @@ type Metrics struct {
 	DiskGB    float64 `json:"disk_gb"`
 	// PrefetchGB is the part of OnboardGB that prefetch brought.
 	PrefetchGB float64 `json:"prefetch_gb"`
+	// RecomputedGB is the cached KV that admission chose to recompute
+	// rather than read back (Options.Recompute), whole run.
+	RecomputedGB float64 `json:"recomputed_gb"`
 	// PrefillTokens is the mean number of prompt tokens computed (not
 	// reused) per request.
 	PrefillTokens float64 `json:"prefill_tokens"`
@@ -123,6 +126,7 @@ func (r *Result) Metrics() Metrics {
 	m.OffloadGB = float64(mv[0][1]+mv[0][2]) * gb
 	m.DiskGB = float64(mv[0][2]+mv[1][2]+mv[2][0]+mv[2][1]) * gb
 	m.PrefetchGB = float64(r.Prefetched) * gb
+	m.RecomputedGB = float64(r.Recomputed) * gb
 	if len(ms) > 0 {
 		m.PrefillTokens = float64(prompt-reused) / float64(len(ms))
 	}

@@ -42,10 +42,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 			if pt.GainMean != nil {
 				gm, gp = pm(*pt.GainMean, 100, 1), pm(*pt.GainP99, 100, 1)
 			}
-			fmt.Fprintf(tw, "%.2f\t%s\t%s\t%s\t%.3f\t%.3f\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%s\t%.1f\t%.1f\t%.0f\t%.0f\t%.2f\t%.0f\t%.1f\t%s\t%s\t%s\t\n",
+			fmt.Fprintf(tw, "%.2f\t%s\t%s\t%s\t%.3f\t%.3f\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t%.2f\t%.0f\t%.1f\t%s\t%s\t%s\t\n",
 				pt.Load, pt.Policy, pt.Bound, pm(a.TTFTMean, 1, 3), a.TTFTP50.Mean, a.TTFTP90.Mean, pm(a.TTFTP99, 1, 2),
 				a.QueueMean.Mean, a.QueueP99.Mean, a.TransferMean.Mean, a.PrefillMean.Mean, a.PrefillP99.Mean,
-				pm(a.HitRatio, 100, 1), a.levels(), a.OnboardGB.Mean, a.OffloadGB.Mean,
+				pm(a.HitRatio, 100, 1), a.levels(), a.OnboardGB.Mean, a.PrefetchGB.Mean, a.RecomputedGB.Mean, a.OffloadGB.Mean,
 				a.PrefillTokens.Mean, a.Evictions.Mean, a.WorstWait, a.WorstBypass,
 				a.SchedMicros.Mean, gm, gp, pt.otherGains())
 		}
@@ -110,18 +110,18 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	for _, wp := range r.Workloads {
 		fmt.Fprintf(w, "\n#### %s\n\n%d requests, KV capacity %d tokens%s", wp.Name, wp.Requests, wp.CapacityTokens, wp.footprint())
 		fmt.Fprintf(w, ", %s saturation %.3f req/s.\n\n", r.saturationOf(), wp.Saturation)
-		fmt.Fprintln(w, "| ρ | policy | bound | TTFT mean (s) | p50 | p90 | p99 | queue mean | transfer mean | prefill mean | hit % | gpu/host/disk % | onboard GB | offload GB | prefill tok/req | evictions | worst wait (s) | worst bypass | sched µs/step | mean gain % | p99 gain % | gains vs other FCFS (mean / p99 %) |")
-		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+		fmt.Fprintln(w, "| ρ | policy | bound | TTFT mean (s) | p50 | p90 | p99 | queue mean | transfer mean | prefill mean | hit % | gpu/host/disk % | onboard GB | prefetch GB | recomputed GB | offload GB | prefill tok/req | evictions | worst wait (s) | worst bypass | sched µs/step | mean gain % | p99 gain % | gains vs other FCFS (mean / p99 %) |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 		for _, pt := range wp.Points {
 			a := pt.Agg
 			gm, gp := "—", "—"
 			if pt.GainMean != nil {
 				gm, gp = pm(*pt.GainMean, 100, 1), pm(*pt.GainP99, 100, 1)
 			}
-			fmt.Fprintf(w, "| %.2f | %s | %s | %s | %.3f | %.3f | %s | %.3f | %.3f | %.3f | %s | %s | %.1f | %.1f | %.0f | %.0f | %.2f | %.0f | %.1f | %s | %s | %s |\n",
+			fmt.Fprintf(w, "| %.2f | %s | %s | %s | %.3f | %.3f | %s | %.3f | %.3f | %.3f | %s | %s | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %.2f | %.0f | %.1f | %s | %s | %s |\n",
 				pt.Load, pt.Policy, pt.Bound, pm(a.TTFTMean, 1, 3), a.TTFTP50.Mean, a.TTFTP90.Mean, pm(a.TTFTP99, 1, 2),
 				a.QueueMean.Mean, a.TransferMean.Mean, a.PrefillMean.Mean, pm(a.HitRatio, 100, 1), a.levels(),
-				a.OnboardGB.Mean, a.OffloadGB.Mean, a.PrefillTokens.Mean, a.Evictions.Mean,
+				a.OnboardGB.Mean, a.PrefetchGB.Mean, a.RecomputedGB.Mean, a.OffloadGB.Mean, a.PrefillTokens.Mean, a.Evictions.Mean,
 				a.WorstWait, a.WorstBypass, a.SchedMicros.Mean, gm, gp, pt.otherGains())
 		}
 	}

@@ -59,6 +59,12 @@ type Options struct {
 	Prefetch PrefetchOptions
 	// QueueEvict evicts the blocks waiting requests will reuse last.
 	QueueEvict QueueEvictOptions
+	// Recompute lets admission recompute the part of a request's cached
+	// prefix that would take longer to bring to the GPU than to compute,
+	// counting the delay the extra prefill imposes on the requests still
+	// waiting for their first token (see engine.cheapestReuse), instead of
+	// always reading all of it.
+	Recompute bool
 	// selfCheck makes every step verify that running requests keep their
 	// pages on the GPU and their reservations covered (tests).
 	selfCheck bool
@@ -123,8 +129,10 @@ type Result struct {
 	Moved      [3][3]int64
 	BlockBytes float64
 	// Prefetched counts blocks prefetch brought to the GPU; Protected is
-	// the most blocks queue-aware eviction raised at once.
+	// the most blocks queue-aware eviction raised at once; Recomputed
+	// counts cached blocks admission chose to recompute rather than read.
 	Prefetched     int64
+	Recomputed     int64
 	Protected      int
 	CapacityBlocks int64
 	SchedTime      time.Duration
@@ -649,6 +657,19 @@ func (e *engine) offer(id string) bool {
 		byLevel[lv]++
 		reused++
 	}
+	input, recomputed := j.prompt, 0
+	if e.opts.Recompute && byLevel[1]+byLevel[2] > 0 {
+		if cut := e.cheapestReuse(j, reused); cut < reused {
+			recomputed = reused - cut
+			reused, byLevel = cut, [3]int{}
+			for _, k := range j.chain[:cut] {
+				byLevel[e.cached[k]]++
+			}
+			// The manager reuses the longest cached prefix of its input:
+			// cut short, it reuses exactly the cut.
+			input = j.prompt[:cut*e.tpb]
+		}
+	}
 	unpinned := 0
 	for _, k := range j.chain[:reused] {
 		if e.cached[k] == 0 && e.pins[k] == 0 {
@@ -660,7 +681,7 @@ func (e *engine) offer(id string) bool {
 	if e.available()-e.outstanding-unpinned < need {
 		return false
 	}
-	c, err := e.tracker.CreateWithKeys(id, core.CacheOptions{InputTokens: j.prompt}, j.chain)
+	c, err := e.tracker.CreateWithKeys(id, core.CacheOptions{InputTokens: input}, j.chain)
 	if err != nil {
 		e.fail(err)
 		return false
@@ -682,6 +703,7 @@ func (e *engine) offer(id string) bool {
 		}
 	}
 	e.prefetchN -= j.prefetched
+	e.res.Recomputed += int64(recomputed)
 	j.prefetched = 0
 	j.cache, j.phase, j.admitT, j.readyT, j.byLevel = c, prefilling, e.t, ready, byLevel
 	j.reused, j.computed, j.committed, j.capBlocks = reused*e.tpb, reused*e.tpb, reused*e.tpb, reused
@@ -699,6 +721,69 @@ func (e *engine) offer(id string) bool {
 	}
 	e.running = append(e.running, j)
 	return true
+}
+
+// cheapestReuse returns how many of the first reused cached blocks of j's
+// chain to reuse if it is admitted now: the cut c that minimizes the time to
+// its first token plus the delay its extra computing imposes on the others
+// still waiting for theirs. For each cut, its own time is when its cold
+// blocks before c would arrive (the link as it is booked now; blocks
+// prefetch has in flight when they land) plus the time to prefill the rest
+// of the prompt alone, chunked by the token budget; the delay is the
+// prefill time beyond that of reusing all of it, once for every other
+// request that is waiting or not yet at its first token (they share the
+// steps). Ties keep the longer reuse. Host blocks are almost always worth
+// reading; disk blocks only when the engine is idle enough and reading is
+// slower than recomputing (the defaults: 64 µs a token against 50).
+//
+// A recomputed block replaces its cold copy when the request commits it
+// (the manager adopts a cache's page in place of an unreferenced colder
+// one), so later requests find it on the GPU.
+func (e *engine) cheapestReuse(j *job, reused int) int {
+	others := e.sch.Len() - 1
+	for _, r := range e.running {
+		if r.phase == onboarding || r.phase == prefilling {
+			others++
+		}
+	}
+	base := e.prefillAlone(j.p-reused*e.tpb, reused*e.tpb)
+	best, bestT := reused, math.Inf(1)
+	host, disk, inFlight := 0, 0, e.t
+	for c := 0; c <= reused; c++ {
+		if c > 0 {
+			k := j.chain[c-1]
+			switch e.cached[k] {
+			case 0:
+				if r, ok := e.readyAt[k]; ok {
+					inFlight = max(inFlight, r)
+				}
+			case 1:
+				host++
+			case 2:
+				disk++
+			}
+		}
+		compute := e.prefillAlone(j.p-c*e.tpb, c*e.tpb)
+		t := max(inFlight, e.link.arrival(host, disk, e.t)) + compute + float64(max(others, 0))*(compute-base)
+		if t <= bestT {
+			best, bestT = c, t
+		}
+	}
+	return best
+}
+
+// prefillAlone is the cost model's time to prefill u tokens after p cached
+// ones in chunks of the token budget, with nothing else in the steps.
+func (e *engine) prefillAlone(u, p int) float64 {
+	var t float64
+	for u > 0 {
+		n := min(u, e.opts.TokenBudget)
+		var sc stepCost
+		sc.prefill(n, p)
+		t += e.opts.Cost.step(&sc)
+		u, p = u-n, p+n
+	}
+	return t
 }
 
 func (e *engine) finish(j *job) {

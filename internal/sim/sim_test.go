@@ -356,12 +356,85 @@ func TestCLIBuildsTheMatrixFromFlags(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, tr.Requests, 10)
 
-	for _, bad := range [][]string{{"--workloads", "w9"}, {"--policies", "lifo"}, {"--policies", "fcfs@gpu+prefetch"}, {"--policies", "fcfs@nvme"}, {"--loads", "-1"}, {"--seeds", "0"}} {
+	for _, bad := range [][]string{{"--workloads", "w9"}, {"--policies", "lifo"}, {"--policies", "fcfs@gpu+prefetch"}, {"--policies", "fcfs@nvme"}, {"--loads", "-1"}, {"--seeds", "0"},
+		{"--grid", "huge"}, {"--grid", "tiers", "--full"}} {
 		var c CLI
 		fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
 		c.Register(fs)
 		require.NoError(t, fs.Parse(bad))
 		_, err := c.Matrix()
 		assert.Error(t, err, "%v", bad)
+	}
+}
+
+// --grid tiers is issue 18's grid; flags given explicitly override its
+// parts, and -j is --workers.
+func TestTheTiersGridPresetAndItsOverrides(t *testing.T) {
+	var c CLI
+	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
+	c.Register(fs)
+	require.NoError(t, fs.Parse([]string{"--grid", "tiers", "-j", "16"}))
+	mx, err := c.Matrix()
+	require.NoError(t, err)
+	var names []string
+	for _, w := range mx.Workloads {
+		names = append(names, w.Name())
+	}
+	assert.Equal(t, []string{"w1", "w2:0.8:0.25", "w4", "w5", "rag"}, names)
+	assert.Equal(t, []float64{0.7, 0.85, 0.95}, mx.Loads)
+	assert.Len(t, mx.Seeds, 5)
+	require.Len(t, mx.Variants, 6)
+	assert.Equal(t, "aged:64@tiered+prefetch+qevict+recompute", mx.Variants[5].String())
+	assert.Equal(t, 16, mx.Workers)
+
+	c = CLI{}
+	fs = flag.NewFlagSet("simulate", flag.ContinueOnError)
+	c.Register(fs)
+	require.NoError(t, fs.Parse([]string{"--grid", "tiers", "--shrink", "8", "--seeds", "2", "--loads", "0.85",
+		"--workloads", "w2:0.8:0.25"}))
+	mx, err = c.Matrix()
+	require.NoError(t, err)
+	require.Len(t, mx.Workloads, 1)
+	assert.Len(t, mx.Workloads[0].Trace(1).Requests, 4096/8)
+	assert.Equal(t, []float64{0.85}, mx.Loads)
+	assert.Len(t, mx.Seeds, 2)
+	assert.Len(t, mx.Variants, 6, "the preset's policies where none are given")
+}
+
+// A matrix gives the same results whatever the number of workers (they run
+// the longest simulations first, which changes only when each runs), and a
+// matrix of variants alone runs every one of them.
+func TestMatrixResultsDoNotDependOnTheWorkers(t *testing.T) {
+	w := tinyW2()
+	var vs []Variant
+	for _, s := range []string{"fcfs", "fcfs@tiered", "aged:64@tiered+prefetch+qevict+recompute"} {
+		v, err := ParseVariant(s)
+		require.NoError(t, err)
+		vs = append(vs, v)
+	}
+	w5 := NewW5()
+	w5.Requests, w5.PromptLen, w5.OutputLen = 40, 300, 8
+	base := tinyOpts(w, sched.FCFS())
+	base.CapacityTokens = 0
+	reports := make([]*Report, 2)
+	for i, workers := range []int{1, 3} {
+		mx := Matrix{Workloads: []Workload{w5, w}, Variants: vs, Loads: []float64{0.8, 0.95}, Seeds: []uint64{1, 2},
+			Base: base, Tiers: Tiers{HostX: 1, DiskX: 1}, Workers: workers}
+		rep, err := mx.Run()
+		require.NoError(t, err)
+		reports[i] = rep
+	}
+	for wi, wp := range reports[0].Workloads {
+		require.Len(t, wp.Points, len(vs)*2)
+		for pi, pt := range wp.Points {
+			other := reports[1].Workloads[wi].Points[pi]
+			require.Len(t, pt.RunSeconds, 2)
+			for si := range pt.Runs {
+				a, b := pt.Runs[si], other.Runs[si]
+				assert.Positive(t, a.Requests, "%s %s seed %d ran", wp.Name, pt.Policy, si)
+				a.SchedMicros, b.SchedMicros = 0, 0 // wall-clock
+				assert.Equal(t, a, b, "%s %s seed %d", wp.Name, pt.Policy, si)
+			}
+		}
 	}
 }

@@ -33,7 +33,10 @@ func DefaultTiers() Tiers { return Tiers{HostX: 1, DiskX: 2} }
 // parallel with compute: host→GPU (H2D), GPU→host (D2H), disk read and disk
 // write. While both PCIe directions are busy each runs at
 // min(its own rate, Duplex/2). A block onboarded from disk is read, then
-// copied host→GPU; one offloaded to disk is copied GPU→host, then written.
+// copied host→GPU as soon as it is read: the copies of a disk prefix take
+// their share of H2D when issued, and the last lands a block's copy after
+// the last read, so host blocks issued meanwhile do not wait for the disk.
+// One offloaded to disk is copied GPU→host, then written.
 // Offloads delay nothing but the onboarding that shares the link with them
 // (the device writes an evicted page out before its slot is overwritten;
 // the model does not charge that ordering).
@@ -111,14 +114,17 @@ func DefaultQueueEvict() QueueEvictOptions { return QueueEvictOptions{Limit: 0.5
 func DefaultPrefetch() PrefetchOptions { return PrefetchOptions{Pages: 0.25, Horizon: 0.05} }
 
 // Serving is how a variant serves: the GPU tier alone or over the cold
-// tiers, with or without prefetch (tiered only) and queue-aware eviction.
+// tiers, with or without prefetch (tiered only), queue-aware eviction and
+// the choice between reading a cold prefix and recomputing it (tiered
+// only).
 type Serving struct {
 	Tiered     bool
 	Prefetch   bool
 	QueueEvict bool
+	Recompute  bool
 }
 
-// String is gpu or tiered, then +prefetch and +qevict when on.
+// String is gpu or tiered, then +prefetch, +qevict and +recompute when on.
 func (s Serving) String() string {
 	out := "gpu"
 	if s.Tiered {
@@ -129,6 +135,9 @@ func (s Serving) String() string {
 	}
 	if s.QueueEvict {
 		out += "+qevict"
+	}
+	if s.Recompute {
+		out += "+recompute"
 	}
 	return out
 }
@@ -148,7 +157,8 @@ func (v Variant) String() string {
 }
 
 // ParseVariant parses POLICY[@SERVING]; SERVING is gpu or tiered, then
-// optionally +prefetch (tiered only) and +qevict (no suffix: gpu).
+// optionally, in this order, +prefetch (tiered only), +qevict and
+// +recompute (tiered only); no suffix: gpu.
 func ParseVariant(s string) (Variant, error) {
 	ps, ss, _ := strings.Cut(s, "@")
 	p, err := sched.ParsePolicy(ps)
@@ -169,12 +179,14 @@ func ParseVariant(s string) (Variant, error) {
 	}
 	for _, x := range parts[1:] {
 		switch {
-		case x == "prefetch" && v.Serving.Tiered && !v.Serving.Prefetch && !v.Serving.QueueEvict:
+		case x == "prefetch" && v.Serving.Tiered && !v.Serving.Prefetch && !v.Serving.QueueEvict && !v.Serving.Recompute:
 			v.Serving.Prefetch = true
-		case x == "qevict" && !v.Serving.QueueEvict:
+		case x == "qevict" && !v.Serving.QueueEvict && !v.Serving.Recompute:
 			v.Serving.QueueEvict = true
+		case x == "recompute" && v.Serving.Tiered && !v.Serving.Recompute:
+			v.Serving.Recompute = true
 		default:
-			return Variant{}, fmt.Errorf("sim: variant %q: serving %q: want gpu|tiered, then +prefetch (tiered only), then +qevict", s, ss)
+			return Variant{}, fmt.Errorf("sim: variant %q: serving %q: want gpu|tiered, then +prefetch (tiered only), +qevict, +recompute (tiered only)", s, ss)
 		}
 	}
 	return v, nil
@@ -190,7 +202,34 @@ func (v Variant) apply(o Options, tiers Tiers) Options {
 	}
 	o.Prefetch.On = v.Serving.Prefetch
 	o.QueueEvict.On = v.Serving.QueueEvict
+	o.Recompute = v.Serving.Recompute
 	return o
+}
+
+// arrival returns when host and disk blocks of a request admitted at t
+// would all be on the GPU if issued now, as issue would charge them
+// (disk blocks first, then host ones), without charging them.
+func (l *link) arrival(host, disk int, t float64) float64 {
+	if host+disk == 0 {
+		return t
+	}
+	rate := l.h2dRate(t)
+	b := l.blockBytes
+	h := max(t, l.h2d) + float64(disk+host)*b/(rate*1e9)
+	if disk > 0 {
+		r := max(t, l.dread) + float64(disk)*b/(l.cfg.DiskRead*1e9)
+		h = max(h, r+b/(l.h2dRate(r)*1e9))
+	}
+	return h
+}
+
+// h2dRate is the host→GPU rate of a copy starting at t: shared with GPU→host
+// if that direction is still busy then.
+func (l *link) h2dRate(t float64) float64 {
+	if l.d2h > t {
+		return min(l.cfg.H2D, l.cfg.Duplex/2)
+	}
+	return l.cfg.H2D
 }
 
 // link is the transfer model's state: when each channel is free.
@@ -236,8 +275,13 @@ func (l *link) issue(m *[3][3]int64, t float64) float64 {
 	}
 	ready := t
 	if n := float64(m[2][0]); n > 0 {
+		// Each block is copied to the GPU as soon as it is read: the
+		// copies take their share of host→GPU now, not once every read is
+		// done (which would hold up host blocks issued meanwhile), and the
+		// last one lands a block's copy after the last read.
 		r := l.send(&l.dread, nil, t, n*b, l.cfg.DiskRead)
-		ready = max(ready, l.send(&l.h2d, &l.d2h, r, n*b, l.cfg.H2D))
+		c := l.send(&l.h2d, &l.d2h, t, n*b, l.cfg.H2D)
+		ready = max(ready, c, r+b/(l.h2dRate(r)*1e9))
 	}
 	if n := float64(m[1][0]); n > 0 {
 		ready = max(ready, l.send(&l.h2d, &l.d2h, t, n*b, l.cfg.H2D))

@@ -91,8 +91,8 @@ func TestAPrefixOnDiskPaysTheDiskReadAndTheCopy(t *testing.T) {
 	b := 16 * link.BytesPerToken
 	disk := float64(h.ReusedByLevel[2] / 16)
 	host := float64(h.ReusedByLevel[1] / 16)
-	assert.InDelta(t, disk*b/(link.DiskRead*1e9)+(disk+host)*b/(link.H2D*1e9), h.Transfer(), 1e-6,
-		"disk blocks are read, then every cold block is copied host→GPU")
+	assert.InDelta(t, max(disk*b/(link.DiskRead*1e9)+b/(link.H2D*1e9), (disk+host)*b/(link.H2D*1e9)), h.Transfer(), 1e-6,
+		"disk blocks are read and each copied host→GPU once read, with the host blocks: the last lands a block's copy after the last read")
 	assert.Positive(t, res.Moved[1][2]+res.Moved[0][2], "blocks went down to disk")
 }
 
@@ -188,7 +188,8 @@ func TestBadTierAndPrefetchSettingsAreRefused(t *testing.T) {
 
 // Variants parse as POLICY[@SERVING] and print back the same way.
 func TestVariantsParseAndPrint(t *testing.T) {
-	for _, s := range []string{"fcfs", "aged:64@tiered", "window:8@tiered+prefetch"} {
+	for _, s := range []string{"fcfs", "aged:64@tiered", "window:8@tiered+prefetch", "fcfs@tiered+recompute",
+		"aged:64@tiered+prefetch+qevict+recompute"} {
 		v, err := ParseVariant(s)
 		require.NoError(t, err)
 		assert.Equal(t, s, v.String())
@@ -198,6 +199,60 @@ func TestVariantsParseAndPrint(t *testing.T) {
 	assert.Equal(t, "fcfs", v.String())
 	_, err = ParseVariant("fcfs@nvme")
 	assert.ErrorContains(t, err, "serving")
+	_, err = ParseVariant("fcfs@gpu+recompute")
+	assert.ErrorContains(t, err, "tiered only", "nothing to read back on the GPU tier alone")
+	_, err = ParseVariant("fcfs@tiered+recompute+qevict")
+	assert.ErrorContains(t, err, "serving", "suffixes come in one order")
+}
+
+// With the engine idle and a disk read slower a token than prefill (the
+// defaults), admission recomputes the part of a prefix on disk instead of
+// reading it, and the sooner first token is worth it; the recomputed blocks
+// replace their disk copies, so a later request reuses them from the GPU.
+func TestAnIdleEngineRecomputesAPrefixSlowerToReadThanToCompute(t *testing.T) {
+	tr := evictedPrefixTrace()
+	tr.Requests = append(tr.Requests, Request{ID: "later", Arrival: 20, Output: 1,
+		Segments: []Segment{{Name: "shared", Len: 1024}, {Name: "q2", Len: 16}}})
+	o := smallTierOpts(Tiers{HostX: 1, DiskX: 4, DiskDir: t.TempDir()})
+	o.TokenBudget = 4096 // one chunk, whatever is reused
+	read := run(t, tr, o)
+	o.Recompute = true
+	rec := run(t, tr, o)
+
+	r, c := byID(read, "again"), byID(rec, "again")
+	require.Positive(t, r.ReusedByLevel[2], "some of the prefix is on disk")
+	assert.Zero(t, c.ReusedByLevel[2], "with the choice, nothing is read from disk")
+	assert.Equal(t, int64(r.ReusedByLevel[2]/16), rec.Recomputed)
+	assert.Less(t, c.TTFT(), r.TTFT())
+	assert.Equal(t, [3]int{1024, 0, 0}, byID(rec, "later").ReusedByLevel, "the recomputed blocks are on the GPU now")
+}
+
+// Where reading is faster than computing (a fast disk), admission reads: the
+// run is the same as without the choice.
+func TestAFastReadIsNeverRecomputed(t *testing.T) {
+	tr := evictedPrefixTrace()
+	o := smallTierOpts(Tiers{HostX: 1, DiskX: 4, DiskDir: t.TempDir()})
+	o.Link.DiskRead = 50
+	read := run(t, tr, o)
+	o.Recompute = true
+	rec := run(t, tr, o)
+	assert.Zero(t, rec.Recomputed)
+	assert.Equal(t, read.Requests, rec.Requests)
+}
+
+// When other requests wait for their first token, a recompute would delay
+// each of them: admission weighs that and reads the prefix from disk.
+func TestRecomputingWeighsTheDelayItImposesOnOthers(t *testing.T) {
+	tr := evictedPrefixTrace()
+	for i := 0; i < 6; i++ {
+		tr.Requests = append(tr.Requests, Request{ID: fmt.Sprintf("crowd%d", i), Arrival: 10, Output: 1,
+			Segments: []Segment{{Name: fmt.Sprintf("crowd%d", i), Len: 64}}})
+	}
+	o := smallTierOpts(Tiers{HostX: 1, DiskX: 4, DiskDir: t.TempDir()})
+	o.Recompute, o.MaxBatch, o.TokenBudget = true, 16, 4096
+	c := byID(run(t, tr, o), "again")
+	assert.Equal(t, 1024, c.Reused, "six requests wait behind it: the prefix is read")
+	assert.Positive(t, c.ReusedByLevel[2])
 }
 
 // waitingPrefixTrace: "first" caches a 1024-token prefix, "filler" a prompt
@@ -249,8 +304,8 @@ func TestQueueAwareEvictionIsBoundedUnderAFloodOfWaiters(t *testing.T) {
 	}
 }
 
-// Without reuse (W5) the cold levels, prefetch and queue-aware eviction
-// change no request's timing: offloads delay nothing but onboarding, and
+// Without reuse (W5) the cold levels, prefetch, queue-aware eviction and
+// the choice to recompute change no request's timing: offloads delay nothing but onboarding, and
 // there is nothing to onboard.
 func TestWithoutReuseTheTiersChangeNothing(t *testing.T) {
 	w := NewW5().Shrink(16)
@@ -258,7 +313,7 @@ func TestWithoutReuseTheTiersChangeNothing(t *testing.T) {
 	o := DefaultOptions()
 	o.CapacityTokens = 16384
 	gpu := run(t, tr, o)
-	o.Tiers, o.Prefetch.On, o.QueueEvict.On = Tiers{HostX: 1, DiskX: 1, DiskDir: t.TempDir()}, true, true
+	o.Tiers, o.Prefetch.On, o.QueueEvict.On, o.Recompute = Tiers{HostX: 1, DiskX: 1, DiskDir: t.TempDir()}, true, true, true
 	tiered := run(t, tr, o)
 	assert.Equal(t, gpu.Requests, tiered.Requests)
 	assert.Positive(t, tiered.Moved[0][1], "blocks were offloaded all the same")
@@ -293,4 +348,19 @@ func TestMatrixGainsAgainstEveryFCFSVariant(t *testing.T) {
 	var buf bytes.Buffer
 	require.NoError(t, rep.WriteMarkdown(&buf))
 	assert.Contains(t, buf.String(), "vs fcfs@tiered")
+}
+
+// Host blocks issued while a disk prefix is still being read do not wait
+// for the disk: the disk blocks' copies to the GPU follow their reads, and
+// the host blocks share the host→GPU channel with them.
+func TestHostBlocksDoNotWaitBehindADiskRead(t *testing.T) {
+	l := link{cfg: DefaultLink(), blockBytes: 16 * DefaultLink().BytesPerToken}
+	b, h2d, read := l.blockBytes, l.cfg.H2D*1e9, l.cfg.DiskRead*1e9
+	disk := [3][3]int64{2: {0: 64}}
+	diskReady := l.issue(&disk, 0)
+	assert.InDelta(t, 64*b/read+b/h2d, diskReady, 1e-9, "the reads, then the last block's copy")
+	host := [3][3]int64{1: {0: 64}}
+	hostReady := l.issue(&host, 0.001)
+	assert.InDelta(t, 128*b/h2d, hostReady, 1e-9, "behind the disk blocks' copies only, not their reads")
+	assert.Less(t, hostReady, diskReady)
 }

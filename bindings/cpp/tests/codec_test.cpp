@@ -464,3 +464,42 @@ TEST_F(CodecTest, DefaultCodecRoundTripThroughHostTier)
 }
 
 } // namespace
+
+// The built-in codecs: the default and auto codecs make a manager on every
+// device (auto writes the default codec's cold pages, so its cold page is the
+// hot page); the gather and FP8 codecs are CUDA only, refused on the emulated
+// device with kCodecRejected, the codec consumed.
+TEST_F(CodecTest, BuiltinCodecsNeedTheirDevice)
+{
+    for (auto kind : {kvcm::BuiltinCodec::kDefault, kvcm::BuiltinCodec::kAuto})
+    {
+        kvcm::KVCacheManager m(smallConfig(16 << 10, 16 << 10), kvcm::createBuiltinKvCacheColdPageCodec(kind));
+        EXPECT_EQ(kvcm::liveHandleCount(), mHandlesBefore + 1) << kvcm::name(kind);
+        auto cold = m.storageStats(1);
+        ASSERT_EQ(cold.size(), 1u);
+        EXPECT_EQ(cold[0].page_bytes, 512) << kvcm::name(kind);
+    }
+    KVCM_SKIP_UNLESS_EMU();
+    for (auto kind : {kvcm::BuiltinCodec::kGather, kvcm::BuiltinCodec::kFp8})
+    {
+        EXPECT_KVCM_ERROR(kvcm::KVCacheManager(smallConfig(16 << 10, 16 << 10),
+                              kvcm::createBuiltinKvCacheColdPageCodec(kind)),
+            kvcm::StatusCode::kCodecRejected);
+        EXPECT_EQ(kvcm::liveHandleCount(), mHandlesBefore) << kvcm::name(kind);
+    }
+}
+
+// Bad built-in codec options throw kInvalidArgument and make nothing.
+TEST_F(CodecTest, BuiltinCodecOptionsAreChecked)
+{
+    kvcm::BuiltinColdPageCodecOptions o;
+    o.kind = kvcm::BuiltinCodec::kFp8;
+    o.blockElems = 100;
+    EXPECT_KVCM_ERROR((void)kvcm::createBuiltinKvCacheColdPageCodec(o), kvcm::StatusCode::kInvalidArgument);
+    o.blockElems = 64;
+    o.element = kvcm::ElementType::kBfloat16;
+    auto codec = kvcm::createBuiltinKvCacheColdPageCodec(o);
+    EXPECT_EQ(kvcm::liveHandleCount(), mHandlesBefore + 1);
+    codec.reset();
+    EXPECT_EQ(kvcm::liveHandleCount(), mHandlesBefore);
+}

@@ -115,6 +115,7 @@ TEST_F(SharedTierTest, SecondManagerReusesTheFirstsBlocks)
     auto const sb = b.sharedStats().value();
     EXPECT_EQ(sb.onboarded_blocks, 4);
     EXPECT_EQ(sb.corrupt, 0);
+    EXPECT_EQ(sb.failed_landings, 0);
     int onboarded = 0;
     for (auto const& e : b.drainBlockEvents())
     {

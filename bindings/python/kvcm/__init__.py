@@ -56,7 +56,7 @@ its own manager.
 """
 
 from ._managed import ForkedProcessError, Managed
-from .codec import KVCacheColdPageCodec, create_default_kv_cache_cold_page_codec
+from .codec import KVCacheColdPageCodec, create_builtin_kv_cache_cold_page_codec, create_default_kv_cache_cold_page_codec
 from .common import (
     CACHE_LEVEL1,
     DEFAULT_BEAM_INDEX,
@@ -224,6 +224,7 @@ __all__ = [
     "CacheTier", "DataRole",
     # manager, caches, codecs, device helper
     "KVCacheManager", "_KVCache", "KVCacheColdPageCodec", "create_default_kv_cache_cold_page_codec",
+    "create_builtin_kv_cache_cold_page_codec",
     "Stream", "DeviceMemory", "MemoryKind", "Managed",
     # CP-aware KV management
     "CPAwareKVManager", "NullCPAwareKVManager", "ManagerBackedCPAwareKVManager", "ContextPilotKVManager",

@@ -73,8 +73,10 @@ kvcm_pool_group_index = ctypes.c_int32
 kvcm_stream = ctypes.c_uint64
 kvcm_token = ctypes.c_int32
 kvcm_block_key = ctypes.c_int32
+kvcm_builtin_codec = ctypes.c_int32
 kvcm_cache_status = ctypes.c_int32
 kvcm_device_kind = ctypes.c_int32
+kvcm_element_type = ctypes.c_int32
 kvcm_event_kind = ctypes.c_int32
 kvcm_memory_kind = ctypes.c_int32
 kvcm_migration_path = ctypes.c_int32
@@ -97,6 +99,20 @@ class BlockKey(enum.IntEnum):
 
 KVCM_BLOCK_KEY_SHA256 = 0
 KVCM_BLOCK_KEY_XXH3 = 1
+
+class BuiltinCodec(enum.IntEnum):
+    """kvcm_builtin_codec names one of the library's built-in cold-page codecs."""
+
+    DEFAULT = 0
+    GATHER = 1
+    FP8 = 2
+    AUTO = 3
+
+
+KVCM_BUILTIN_CODEC_DEFAULT = 0
+KVCM_BUILTIN_CODEC_GATHER = 1
+KVCM_BUILTIN_CODEC_FP8 = 2
+KVCM_BUILTIN_CODEC_AUTO = 3
 
 class CacheStatus(enum.IntEnum):
     """kvcm_cache_status is a KV cache's place in its lifecycle: SUSPENDED → ACTIVE →
@@ -123,6 +139,16 @@ class DeviceKind(enum.IntEnum):
 KVCM_DEVICE_AUTO = 0
 KVCM_DEVICE_EMU = 1
 KVCM_DEVICE_CUDA = 2
+
+class ElementType(enum.IntEnum):
+    """kvcm_element_type is the element type of hot pages, for codecs that read values."""
+
+    FLOAT16 = 0
+    BFLOAT16 = 1
+
+
+KVCM_ELEMENT_FLOAT16 = 0
+KVCM_ELEMENT_BFLOAT16 = 1
 
 class EventKind(enum.IntEnum):
     """kvcm_event_kind says what happened to a cached block."""
@@ -344,6 +370,14 @@ class kvcm_buffer_location(ctypes.Structure):
     the buffer's kernel-facing page index is b*scale + offset, and its block of
     data starts at pool_base + (b*scale + offset) * bytes: page indices count
     in units of bytes (the buffer's size per block) from pool_base.
+    """
+
+
+class kvcm_builtin_codec_options(ctypes.Structure):
+    """kvcm_builtin_codec_options selects a built-in codec for
+    kvcm_create_builtin_cold_page_codec. Zero-initialize it and set
+    struct_size = sizeof(kvcm_builtin_codec_options) and abi_version =
+    KVCM_ABI_VERSION; all zero is the default codec.
     """
 
 
@@ -688,6 +722,15 @@ kvcm_buffer_location._fields_ = [
     ("bytes", ctypes.c_int64),
 ]
 
+kvcm_builtin_codec_options._fields_ = [
+    ("struct_size", ctypes.c_uint32),
+    ("abi_version", ctypes.c_uint32),
+    ("kind", kvcm_builtin_codec),
+    ("element", kvcm_element_type),
+    ("block_elems", ctypes.c_int32),
+    ("crossover_bytes", ctypes.c_int64),
+]
+
 kvcm_cache_event._fields_ = [
     ("seq", ctypes.c_uint64),
     ("key", ctypes.c_uint64),
@@ -962,6 +1005,7 @@ kvcm_shared_stats._fields_ = [
     ("written", ctypes.c_int64),
     ("write_errors", ctypes.c_int64),
     ("bytes_written", ctypes.c_int64),
+    ("failed_landings", ctypes.c_int64),
 ]
 
 kvcm_shared_tier_config._fields_ = [
@@ -1020,6 +1064,39 @@ class BlockStats:
     def _from_c(cls, s):
         """Copies the fields of a kvcm_block_stats (or of an object with its fields)."""
         return cls(s.alloc_total_blocks, s.alloc_new_blocks, s.reused_blocks, s.missed_blocks, s.evictions, s.lost_pages, s.hit_rate)
+
+
+@dataclass(frozen=True, slots=True)
+class CacheEvent:
+    """kvcm_cache_event reports a change of the set of reusable blocks. seq increases
+    by one per event of a manager, starting at 1.
+    """
+
+    #: seq is the event's sequence number.
+    seq: int
+    #: kind says what happened.
+    kind: EventKind
+    #: key is the block's chained content hash.
+    key: int
+    #: parent is the key of the previous block (or the scope's root).
+    parent: int
+    #: tokens of a stored block: points into the caller's token buffer
+    #: passed to kvcm_manager_drain_events (NULL when num_tokens is 0).
+    tokens: tuple[int, ...]
+    #: layer_group is the layer group of an updated page.
+    layer_group: int
+    #: level is the level an updated page is on now, or -1 when that layer
+    #: group's page was dropped while the block keeps pages of other layer
+    #: groups (a block losing its last page is KVCM_EVENT_BLOCK_REMOVED).
+    level: int
+    #: cache_id is the id (kvcm_kv_cache_get_id) of the cache whose commit
+    #: stored the block; 0 for other kinds.
+    cache_id: int = 0
+
+    @classmethod
+    def _from_c(cls, s):
+        """Copies the fields of a kvcm_cache_event (or of an object with its fields)."""
+        return cls(s.seq, EventKind(s.kind), s.key, s.parent, tuple(s.tokens[:s.num_tokens]) if s.num_tokens else (), s.layer_group, s.level, s.cache_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1127,11 +1204,16 @@ class SharedStats:
     write_errors: int
     #: bytes_written are blob bytes written to the cluster.
     bytes_written: int
+    #: failed_landings are onboarded pages whose landing write to a disk
+    #: tier (shared → disk, without a host tier) failed after it was
+    #: submitted: each is lost when its transaction settles, and also
+    #: counted in lost_pages.
+    failed_landings: int
 
     @classmethod
     def _from_c(cls, s):
         """Copies the fields of a kvcm_shared_stats (or of an object with its fields)."""
-        return cls(s.lookup_blocks, s.found_blocks, s.onboarded_blocks, s.onboarded_pages, s.onboarded_bytes, s.discarded_pages, s.write_backs, s.write_throughs, s.lost_writes, s.lookups, s.hits, s.misses, s.errors, s.timeouts, s.corrupt, s.bytes_read, s.queued, s.dropped, s.deduplicated, s.present, s.written, s.write_errors, s.bytes_written)
+        return cls(s.lookup_blocks, s.found_blocks, s.onboarded_blocks, s.onboarded_pages, s.onboarded_bytes, s.discarded_pages, s.write_backs, s.write_throughs, s.lost_writes, s.lookups, s.hits, s.misses, s.errors, s.timeouts, s.corrupt, s.bytes_read, s.queued, s.dropped, s.deduplicated, s.present, s.written, s.write_errors, s.bytes_written, s.failed_landings)
 
 # ---- Layouts frozen by the header: name -> (size, alignment, {field: offset}) ----
 
@@ -1144,6 +1226,7 @@ LAYOUTS = {
     "kvcm_buffer_config": (16, 8, {"role": 0, "size": 8}),
     "kvcm_buffer_id": (16, 8, {"layer_id": 0, "role": 8}),
     "kvcm_buffer_location": (40, 8, {"layer_group": 0, "pool": 4, "pool_base": 8, "scale": 16, "offset": 24, "bytes": 32}),
+    "kvcm_builtin_codec_options": (32, 8, {"struct_size": 0, "abi_version": 4, "kind": 8, "element": 12, "block_elems": 16, "crossover_bytes": 24}),
     "kvcm_cache_event": (64, 8, {"seq": 0, "key": 8, "parent": 16, "kind": 24, "layer_group": 28, "level": 32, "tokens": 40, "num_tokens": 48, "cache_id": 56}),
     "kvcm_cache_tier_config": (32, 8, {"kind": 0, "quota": 8, "max_quota": 16, "path": 24}),
     "kvcm_cold_page_codec": (16, 8, {"vtable": 0, "self": 8}),
@@ -1169,7 +1252,7 @@ LAYOUTS = {
     "kvcm_request_desc": (16, 8, {"capacity": 0, "history_length": 8}),
     "kvcm_reuse_diagnostics": (16, 8, {"content_tokens": 0, "attention_tokens": 8}),
     "kvcm_reused_blocks_at_level": (24, 8, {"layer_group": 0, "level": 4, "full_blocks": 8, "partial_blocks": 16}),
-    "kvcm_shared_stats": (184, 8, {"lookup_blocks": 0, "found_blocks": 8, "onboarded_blocks": 16, "onboarded_pages": 24, "onboarded_bytes": 32, "discarded_pages": 40, "write_backs": 48, "write_throughs": 56, "lost_writes": 64, "lookups": 72, "hits": 80, "misses": 88, "errors": 96, "timeouts": 104, "corrupt": 112, "bytes_read": 120, "queued": 128, "dropped": 136, "deduplicated": 144, "present": 152, "written": 160, "write_errors": 168, "bytes_written": 176}),
+    "kvcm_shared_stats": (192, 8, {"lookup_blocks": 0, "found_blocks": 8, "onboarded_blocks": 16, "onboarded_pages": 24, "onboarded_bytes": 32, "discarded_pages": 40, "write_backs": 48, "write_throughs": 56, "lost_writes": 64, "lookups": 72, "hits": 80, "misses": 88, "errors": 96, "timeouts": 104, "corrupt": 112, "bytes_read": 120, "queued": 128, "dropped": 136, "deduplicated": 144, "present": 152, "written": 160, "write_errors": 168, "bytes_written": 176, "failed_landings": 184}),
     "kvcm_shared_tier_config": (56, 8, {"addresses": 0, "key_namespace": 8, "ttl_ms": 16, "dial_timeout_ms": 24, "call_timeout_ms": 32, "queue_bytes": 40, "write_policy": 48}),
     "kvcm_ssm_layer_config": (24, 8, {"layer_id": 0, "buffers": 8, "num_buffers": 16}),
     "kvcm_ssm_snapshot_iteration_stats": (64, 8, {"layer_group": 0, "snapshot_lookups": 8, "snapshot_hits": 16, "snapshot_misses": 24, "reused_tokens": 32, "unreused_tokens": 40, "aligned_snapshot_hits": 48, "unaligned_snapshot_hits": 56}),
@@ -1212,6 +1295,7 @@ FUNCTIONS = {
     "kvcm_cp_notify_blocks_allocated": (ctypes.POINTER(kvcm_status), [kvcm_cp_index, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]),
     "kvcm_cp_notify_blocks_freed": (ctypes.POINTER(kvcm_status), [kvcm_cp_index, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]),
     "kvcm_cp_predict_prefix_reuse": (ctypes.POINTER(kvcm_status), [kvcm_cp_index, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_double)]),
+    "kvcm_create_builtin_cold_page_codec": (ctypes.POINTER(kvcm_status), [ctypes.POINTER(kvcm_builtin_codec_options), ctypes.POINTER(kvcm_cold_page_codec)]),
     "kvcm_create_default_cold_page_codec": (ctypes.POINTER(kvcm_status), [ctypes.POINTER(kvcm_cold_page_codec)]),
     "kvcm_debug_panic": (ctypes.POINTER(kvcm_status), [ctypes.c_char_p]),
     "kvcm_get_abi_version": (ctypes.c_uint32, []),
@@ -1331,6 +1415,7 @@ PARAMETERS = {
     "kvcm_cp_notify_blocks_allocated": ("cp", "request_id", "request_id_len", "keys", "num_keys"),
     "kvcm_cp_notify_blocks_freed": ("cp", "request_id", "request_id_len", "keys", "num_keys"),
     "kvcm_cp_predict_prefix_reuse": ("cp", "request_id", "request_id_len", "tokens", "num_tokens", "out"),
+    "kvcm_create_builtin_cold_page_codec": ("options", "out"),
     "kvcm_create_default_cold_page_codec": ("out",),
     "kvcm_debug_panic": ("message",),
     "kvcm_get_abi_version": (),

@@ -2736,6 +2736,31 @@ done:
     return out;
 }
 
+/* kvcm_create_builtin_cold_page_codec(options, out) */
+static PyObject *kx_fn_kvcm_create_builtin_cold_page_codec(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kx_ptr a0 = KX_PTR_INIT;
+    kx_ptr a1 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 2, "kvcm_create_builtin_cold_page_codec") < 0)
+        return NULL;
+    if (kx_pointer(args[0], names, 0, 0, 32, &a0) < 0)
+        goto done;
+    if (kx_pointer(args[1], names, 1, 1, 16, &a1) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->create_builtin_cold_page_codec((const kvcm_builtin_codec_options*)a0.p, (kvcm_cold_page_codec*)a1.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a0);
+    kx_ptr_release(&a1);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a0);
+    kx_ptr_release(&a1);
+    return out;
+}
+
 /* kvcm_kv_cache_commit_beam_search(cache, tokens, num_tokens, beam_search_indices, num_beam_search_indices, is_end) */
 static PyObject *kx_fn_kvcm_kv_cache_commit_beam_search(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -4202,7 +4227,7 @@ static PyObject *kx_fn_kvcm_manager_get_shared_stats(PyObject *names, PyObject *
             goto done;
         a0 = (kvcm_manager)v;
     }
-    if (kx_pointer(args[1], names, 1, 1, 184, &a1) < 0)
+    if (kx_pointer(args[1], names, 1, 1, 192, &a1) < 0)
         goto done;
     Py_BEGIN_ALLOW_THREADS
     r = kx_api->manager_get_shared_stats(a0, (kvcm_shared_stats*)a1.p);
@@ -4600,6 +4625,7 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_stream_free_memory", (PyCFunction)(void (*)(void))kx_fn_kvcm_stream_free_memory, METH_FASTCALL, "kvcm_stream_free_memory(stream, ptr)"},
     {"kvcm_stream_synchronize", (PyCFunction)(void (*)(void))kx_fn_kvcm_stream_synchronize, METH_FASTCALL, "kvcm_stream_synchronize(stream)"},
     {"kvcm_block_keys", (PyCFunction)(void (*)(void))kx_fn_kvcm_block_keys, METH_FASTCALL, "kvcm_block_keys(block_key, scope, has_lora_id, tokens_per_block, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, partial, keys, capacity, needed)"},
+    {"kvcm_create_builtin_cold_page_codec", (PyCFunction)(void (*)(void))kx_fn_kvcm_create_builtin_cold_page_codec, METH_FASTCALL, "kvcm_create_builtin_cold_page_codec(options, out)"},
     {"kvcm_kv_cache_commit_beam_search", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_commit_beam_search, METH_FASTCALL, "kvcm_kv_cache_commit_beam_search(cache, tokens, num_tokens, beam_search_indices, num_beam_search_indices, is_end)"},
     {"kvcm_kv_cache_commit_digests", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_commit_digests, METH_FASTCALL, "kvcm_kv_cache_commit_digests(cache, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, is_end)"},
     {"kvcm_kv_cache_commit_pending_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_commit_pending_stats, METH_FASTCALL, "kvcm_kv_cache_commit_pending_stats(cache)"},
@@ -4649,7 +4675,7 @@ static PyMethodDef kx_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 14, 6, 8, 1, 1, 7, 6, 2, 4, 5, 4, 2, 7, 3, 2, 2, 2, 2, 2, 2, 2, 1, 4, 1, 8, 11, 3, 8, 4, 5, 4, 4, 4, 2, 4, 4, 4, 4, 2, 2, 2, 7, 11, 10, 6, 1, 1};
+static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 14, 2, 6, 8, 1, 1, 7, 6, 2, 4, 5, 4, 2, 7, 3, 2, 2, 2, 2, 2, 2, 2, 1, 4, 1, 8, 11, 3, 8, 4, 5, 4, 4, 4, 2, 4, 4, 4, 4, 2, 2, 2, 7, 11, 10, 6, 1, 1};
 
 /* bind(name, parameter_names) -> the builtin function of name; its errors
  * name the parameters as parameter_names (a tuple of str, one a

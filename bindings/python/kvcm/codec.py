@@ -8,6 +8,13 @@ made by :func:`create_default_kv_cache_cold_page_codec` or by a C/C++ factory
 subclasses are not supported (a non-goal of the design): the codec runs with
 the manager's lock held, on the migration path, from any thread.
 
+The library's built-in codecs are :func:`Default`, :func:`Gather`, :func:`Fp8`
+and :func:`Auto` (or :func:`create_builtin_kv_cache_cold_page_codec` by name;
+``KVCacheManager(config, cold_page_codec="gather")`` takes the name too). The
+gather, FP8 and auto codecs run on the manager's device: the manager makes
+them when it opens the device. Gather and FP8 have CUDA kernels only: on the
+emulated device the manager raises :class:`~kvcm.CodecRejectedError`.
+
 Passing a codec to ``KVCacheManager(config, cold_page_codec=codec)`` consumes
 it whether construction succeeds or fails; the wrapper is unusable from then
 on and raises :class:`~kvcm.ConsumedError`. A codec never handed over is
@@ -23,7 +30,13 @@ from . import _native
 from ._managed import Managed, check_not_forked
 from ._native import ffi
 
-__all__ = ["KVCacheColdPageCodec", "create_default_kv_cache_cold_page_codec", "CODEC_FACTORY"]
+__all__ = [
+    "KVCacheColdPageCodec", "create_default_kv_cache_cold_page_codec", "CODEC_FACTORY",
+    "BuiltinCodec", "ElementType", "create_builtin_kv_cache_cold_page_codec", "Default", "Gather", "Fp8", "Auto",
+]
+
+BuiltinCodec = ffi.BuiltinCodec
+ElementType = ffi.ElementType
 
 #: The C signature of a codec factory: ``kvcm_status* factory(kvcm_cold_page_codec* out)``,
 #: the same as ``kvcm_create_default_cold_page_codec``. Its restype is
@@ -138,3 +151,91 @@ def create_default_kv_cache_cold_page_codec() -> KVCacheColdPageCodec:
     out = ffi.kvcm_cold_page_codec()
     _native.call("kvcm_create_default_cold_page_codec", ctypes.byref(out))
     return KVCacheColdPageCodec._wrap(out)
+
+
+_ELEMENT_NAMES = {"float16": ElementType.FLOAT16, "fp16": ElementType.FLOAT16, "half": ElementType.FLOAT16,
+                  "bfloat16": ElementType.BFLOAT16, "bf16": ElementType.BFLOAT16}
+
+
+def _builtin_kind(kind: "str | BuiltinCodec") -> BuiltinCodec:
+    if isinstance(kind, BuiltinCodec):
+        return kind
+    if isinstance(kind, str):
+        try:
+            return BuiltinCodec[kind.upper()]
+        except KeyError:
+            pass
+        raise ValueError(f"kind: expected one of 'default', 'gather', 'fp8', 'auto', got {kind!r}")
+    raise TypeError(f"kind: expected a BuiltinCodec or its name, got {type(kind).__name__}")
+
+
+def _element(element: Any) -> ElementType:
+    if isinstance(element, ElementType):
+        return element
+    # A torch.float16 / numpy float16 names itself ("torch.float16", "float16").
+    name = str(element).lower().rsplit(".", 1)[-1]
+    if name in _ELEMENT_NAMES:
+        return _ELEMENT_NAMES[name]
+    raise ValueError(f"element: expected 'float16' or 'bfloat16' (or an ElementType), got {element!r}")
+
+
+def create_builtin_kv_cache_cold_page_codec(
+    kind: "str | BuiltinCodec",
+    *,
+    element: Any = ElementType.FLOAT16,
+    block_elems: int = 0,
+    crossover_bytes: int = 0,
+) -> KVCacheColdPageCodec:
+    """One of the library's built-in codecs (``kvcm_create_builtin_cold_page_codec``).
+
+    ``kind`` is a :class:`BuiltinCodec` or its name: ``"default"``,
+    ``"gather"`` (lossless, device indices, one CUDA kernel per call),
+    ``"fp8"`` (FP8 e4m3 with one float32 scale per ``block_elems`` elements
+    of the ``element`` type: ``"float16"`` or ``"bfloat16"``, or a torch or
+    numpy dtype of that name; ``block_elems`` a power of two in [8, 256], 0
+    for 128) or ``"auto"`` (lossless: per lifecycle the default codec or the
+    gather kernel, ``crossover_bytes`` per page and pool, 0 for the measured
+    256 KiB; the default codec on the emulated device). Bad options raise
+    :class:`~kvcm.InvalidArgumentError` naming the field.
+    """
+    k = _builtin_kind(kind)
+    o = ffi.kvcm_builtin_codec_options()
+    o.struct_size = ctypes.sizeof(o)
+    o.abi_version = ffi.KVCM_ABI_VERSION
+    o.kind = int(k)
+    o.element = int(_element(element))
+    for name, v in (("block_elems", block_elems), ("crossover_bytes", crossover_bytes)):
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise TypeError(f"{name}: expected an int, got {type(v).__name__}")
+    if not -(1 << 31) <= block_elems < (1 << 31):
+        raise ValueError(f"block_elems: {block_elems} is out of range")
+    o.block_elems = block_elems
+    o.crossover_bytes = crossover_bytes
+    out = ffi.kvcm_cold_page_codec()
+    _native.call("kvcm_create_builtin_cold_page_codec", ctypes.byref(o), ctypes.byref(out))
+    return KVCacheColdPageCodec._wrap(out)
+
+
+def Default() -> KVCacheColdPageCodec:
+    """The default lossless codec (the one ``KVCacheManager(config)`` uses)."""
+    return create_builtin_kv_cache_cold_page_codec(BuiltinCodec.DEFAULT)
+
+
+def Gather() -> KVCacheColdPageCodec:
+    """The lossless gather codec: the default codec's cold bytes, moved by one
+    CUDA kernel per call with the page indices on the device. CUDA only."""
+    return create_builtin_kv_cache_cold_page_codec(BuiltinCodec.GATHER)
+
+
+def Fp8(element: Any = ElementType.FLOAT16, block_elems: int = 0) -> KVCacheColdPageCodec:
+    """The lossy FP8 e4m3 codec for float16 or bfloat16 pages, one float32
+    scale per ``block_elems`` elements (0: 128, 0.516 of the hot bytes).
+    CUDA only; every pool's slot bytes must be a multiple of 2 * block_elems."""
+    return create_builtin_kv_cache_cold_page_codec(BuiltinCodec.FP8, element=element, block_elems=block_elems)
+
+
+def Auto(crossover_bytes: int = 0) -> KVCacheColdPageCodec:
+    """The lossless auto codec: per lifecycle the default codec or the gather
+    kernel (below ``crossover_bytes`` per page and pool, 0 for 256 KiB); the
+    default codec on the emulated device."""
+    return create_builtin_kv_cache_cold_page_codec(BuiltinCodec.AUTO, crossover_bytes=crossover_bytes)

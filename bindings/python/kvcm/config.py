@@ -1,6 +1,10 @@
 """The manager configuration, with TensorRT-LLM kv_cache_manager_v2's names.
 
-These classes are plain data. The library validates a configuration when a
+These classes are plain data: the fields of those that mirror a C struct
+(buffers, layers, batches, the shared tier, the manager's configuration) and
+their conversion to it are generated from the ABI description into
+:mod:`kvcm._values` (``//kvcm:pyconfig``); the classes here derive from them
+and add the type checks and TensorRT-LLM's aliases. The library validates a configuration when a
 :class:`~kvcm.KVCacheManager` is created and raises
 :class:`~kvcm.InvalidConfigError` whose ``field`` names the offending field
 with its path (``"layers[2].buffers[0].size"``), exactly as the Go core does;
@@ -15,10 +19,11 @@ from __future__ import annotations
 
 import enum
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence, Union
 
-from ._ffi import BlockKey
+from . import _values
+from ._ffi import BlockKey, SharedWritePolicy
 from .errors import InvalidConfigError, SsmNeedsSnapshotError
 from .scratch import SwaScratchReuseConfig
 
@@ -67,17 +72,13 @@ def _check_int(path: str, v: object, *, optional: bool = False) -> None:
 
 
 @dataclass(slots=True)
-class BufferConfig:
+class BufferConfig(_values.BufferConfig):
     """One per-layer buffer: its role and the bytes it needs per block.
     ``tokens_per_block_override`` other than None gives the buffer pages of
     its own: it divides ``tokens_per_block``, ``size`` holds that many
     tokens, and each block holds ``tokens_per_block //
     tokens_per_block_override`` of the buffer's pages (the expansion of
     :class:`PageIndexConverter` and :class:`ExpandedBuffer`)."""
-
-    role: DataRole
-    size: int
-    tokens_per_block_override: int | None = None
 
     def _check_types(self, path: str) -> None:
         if not isinstance(self.role, str):
@@ -92,14 +93,9 @@ class BufferConfig:
 
 
 @dataclass(slots=True)
-class AttentionLayerConfig:
+class AttentionLayerConfig(_values.AttentionLayerConfig):
     """One attention layer. ``sliding_window_size=None`` is full attention;
     ``num_sink_tokens`` are the leading tokens a windowed layer always keeps."""
-
-    layer_id: int
-    buffers: list[BufferConfig]
-    sliding_window_size: int | None = None
-    num_sink_tokens: int | None = None
 
     @property
     def window_size(self) -> int | None:
@@ -118,16 +114,13 @@ class AttentionLayerConfig:
 
 
 @dataclass(slots=True)
-class SsmLayerConfig:
+class SsmLayerConfig(_values.SsmLayerConfig):
     """One state-space (Mamba) layer (KVCM2's ``SsmLayerConfig``): its
     buffers hold one fixed-size state per request, so a buffer's ``size`` is
     the bytes of the whole state. Every SSM layer belongs to the one SSM
     layer group, after the attention ones; it needs
     ``KVCacheManagerConfig.commit_min_snapshot``. Its buffers take no
     ``tokens_per_block_override``."""
-
-    layer_id: int
-    buffers: list[BufferConfig]
 
     def _check_types(self, path: str) -> None:
         _check_int(f"{path}.layer_id", self.layer_id)
@@ -206,18 +199,8 @@ class DiskCacheTierConfig:
         assert os.path.isdir(self.path), f"Disk path {self.path} does not exist or is not a directory"
 
 
-class SharedWritePolicy(enum.IntEnum):
-    """When committed blocks reach the shared tier (``kvcm_shared_write_policy``);
-    asynchronous either way, skipping blocks already there."""
-
-    WRITE_BACK_ON_EVICTION = 0
-    """Written when evicted from the last local level (the default)."""
-    WRITE_THROUGH_ON_COMMIT = 1
-    """Written when committed."""
-
-
 @dataclass(slots=True)
-class SharedCacheTierConfig:
+class SharedCacheTierConfig(_values.SharedCacheTierConfig):
     """A cold tier shared across nodes on a Redis Cluster, after every local
     tier: ``addresses`` are seed nodes (``"host:port"``), ``namespace``
     prefixes every key (1 to 64 bytes of printable ASCII without spaces,
@@ -228,15 +211,9 @@ class SharedCacheTierConfig:
     onboarded through it. ``create_kv_cache`` and ``probe_reuse`` continue
     the prefix match into the shared tier; blocks reach it on eviction from
     the last local level (write-back, the default) or on commit
-    (write-through). An unreachable cluster costs misses, never errors."""
-
-    addresses: list[str]
-    namespace: str
-    ttl_ms: int = 0
-    dial_timeout_ms: int = 0
-    call_timeout_ms: int = 0
-    queue_bytes: int = 0
-    write_policy: SharedWritePolicy = SharedWritePolicy.WRITE_BACK_ON_EVICTION
+    (write-through). An unreachable cluster costs misses, never errors.
+    ``write_policy`` is a :class:`SharedWritePolicy` (the C ABI's
+    ``kvcm_shared_write_policy``)."""
 
     @property
     def tier(self) -> CacheTier:
@@ -265,18 +242,14 @@ class SharedCacheTierConfig:
                 raise InvalidConfigError(f"invalid config: {path}.addresses[{j}]: is empty",
                                          code=6, field=f"{path}.addresses[{j}]")
             _check_no_nul(f"{path}.addresses[{j}]", a.encode())
-        _check_no_nul(f"{path}.namespace", self.namespace.encode())
 
 
 CacheTierConfig = Union[GpuCacheTierConfig, HostCacheTierConfig, DiskCacheTierConfig, SharedCacheTierConfig]
 
 
 @dataclass(slots=True)
-class KVCacheDesc:
+class KVCacheDesc(_values.KVCacheDesc):
     """One request of a batch: tokens with pages, and computed tokens."""
-
-    capacity: int
-    history_length: int
 
 
 @dataclass(slots=True)
@@ -288,13 +261,10 @@ class RequestDesc(KVCacheDesc):
 
 
 @dataclass(slots=True)
-class BatchDesc:
+class BatchDesc(_values.BatchDesc):
     """One batch step: its requests (``kv_caches``), whose first
     ``system_prompt_length`` tokens are one prompt they all share: its full
     blocks are held once for the batch."""
-
-    kv_caches: list[KVCacheDesc]
-    system_prompt_length: int = 0
 
     @property
     def requests(self) -> list[KVCacheDesc]:
@@ -314,7 +284,7 @@ def _check_batch(path: str, b: object) -> None:
 
 
 @dataclass(slots=True)
-class KVCacheManagerConfig:
+class KVCacheManagerConfig(_values.KVCacheManagerConfig):
     """The manager's configuration (TensorRT-LLM's ``KVCacheManagerConfig``,
     its fields in its order, with its defaults).
 
@@ -346,27 +316,6 @@ class KVCacheManagerConfig:
     only where block keys never leave the manager (the CP-aware index refuses
     it).
     """
-
-    tokens_per_block: int
-    cache_tiers: list[CacheTierConfig]
-    layers: list[AttentionLayerConfig | SsmLayerConfig]
-    max_util_for_resume: float = 0.97
-    enable_partial_reuse: bool = True
-    reuse_match_backoff: int = 0
-    constraints: list[BatchDesc] = field(default_factory=list)
-    typical_step: BatchDesc | None = None
-    initial_pool_ratio: list[float] | None = None
-    swa_scratch_reuse: SwaScratchReuseConfig | None = None
-    commit_min_snapshot: bool = False
-    enable_stats: bool = True
-    text_only: bool = False
-    rebalance_min_sampled_kv_caches: int = 2000
-    rebalance_cooldown_secs: float = 120.0
-    rebalance_target_ratio_update_interval: int = 100
-    rebalance_ratio_threshold: float = 1.25
-    rebalance_moving_average_decay: float = 0.9999
-    block_key: BlockKey = BlockKey.SHA256
-    max_ssm_slots: int = 0
 
     def __post_init__(self) -> None:
         # KVCacheManagerV2 asserts this in its config's constructor; the

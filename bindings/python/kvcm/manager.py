@@ -16,7 +16,7 @@ from . import _convert, _native, multimodal
 from ._convert import set_field
 from ._managed import Managed, callback_guard
 from ._native import bind, ffi
-from .codec import KVCacheColdPageCodec
+from .codec import KVCacheColdPageCodec, create_builtin_kv_cache_cold_page_codec
 from .common import DEFAULT_BEAM_INDEX, GPU_LEVEL, HalfOpenRange, PageIndexMode
 from .events import KVCacheEventManager
 from .stats import (
@@ -250,11 +250,13 @@ def num_live_managers() -> int:
     return sum(1 for m in list(_live_managers) if not m.closed)
 
 
-# The statistics value types are generated (//kvcm:pyvalue in gen/abi).
+# The statistics and event value types are generated (//kvcm:pyvalue in
+# gen/abi).
 BlockStats = ffi.BlockStats
 PeakBlockStats = ffi.PeakBlockStats
 MigrationStats = ffi.MigrationStats
 SharedStats = ffi.SharedStats
+CacheEvent = ffi.CacheEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,19 +275,6 @@ class PoolGroupStats:
         return self.total - self.free
 
 
-@dataclass(frozen=True, slots=True)
-class CacheEvent:
-    seq: int
-    kind: EventKind
-    key: int
-    parent: int
-    tokens: tuple[int, ...]
-    layer_group: int
-    #: The level an updated page is on now; -1 when that layer group's page
-    #: was dropped while the block keeps others.
-    level: int
-    #: The id of the cache whose commit stored the block (stored events).
-    cache_id: int = 0
 
 
 _TIER_KIND = {GpuCacheTierConfig: 0, HostCacheTierConfig: 1, DiskCacheTierConfig: 2}
@@ -347,6 +336,7 @@ _I64 = ctypes.c_int64
 _byref = ctypes.byref
 _TOKEN_PTR = ctypes.POINTER(ffi.kvcm_token)
 _NO_SCOPE = ffi.kvcm_reuse_scope()  # read only: the default scope
+_NO_STATS = KVCacheStatsDelta()  # read only: a new cache's statistics base
 
 _PRIORITY_RESULT = "custom_priority_callback's result"
 
@@ -477,14 +467,19 @@ def _salt_bytes(salt: Any) -> bytes | None:
 def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ordinal: int,
                     event_queue_capacity: int) -> tuple[Any, list[Any]]:
     """The kvcm_manager_config for config, and the objects it points into
-    (keep them alive for the call)."""
+    (keep them alive for the call). The fields the C struct shares with the
+    configuration's classes are written by their generated ``_to_c``
+    (:mod:`kvcm._values`); this adds what the C struct carries elsewhere: the
+    tiers by class (the shared one apart), the SSM layers apart from the
+    attention layers, the buffers' overrides, the batches' system prompt
+    lengths and SWA scratch reuse."""
     if not isinstance(config, KVCacheManagerConfig):
         raise TypeError(f"config: expected a KVCacheManagerConfig, got {type(config).__name__}")
     config._check_types()
     config._check_c_values()
     keep: list[Any] = []
     c = _native.versioned(ffi.kvcm_manager_config)
-    set_field(c, "tokens_per_block", config.tokens_per_block)
+    config._to_c(c, "", keep)
     c.device = int(device)
     set_field(c, "device_ordinal", device_ordinal)
     set_field(c, "event_queue_capacity", event_queue_capacity)
@@ -510,29 +505,16 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
     if len(local) < len(config.cache_tiers):  # _check_c_values: the last tier
         st, path = config.cache_tiers[-1], f"cache_tiers[{len(local)}]"
         sc = ffi.kvcm_shared_tier_config()
-        addrs, ns = ",".join(st.addresses).encode(), st.namespace.encode()
-        keep += [addrs, ns, sc]
-        sc.addresses, sc.key_namespace = addrs, ns
-        for name in ("ttl_ms", "dial_timeout_ms", "call_timeout_ms", "queue_bytes", "write_policy"):
-            set_field(sc, name, int(getattr(st, name)), f"{path}.{name}")
+        st._to_c(sc, path, keep)
+        addrs = ",".join(st.addresses).encode()
+        keep += [addrs, sc]
+        sc.addresses = addrs
         c.shared_tier = ctypes.pointer(sc)
 
     attention = [layer for layer in config.layers if not isinstance(layer, SsmLayerConfig)]
     layers = (ffi.kvcm_attention_layer_config * max(len(attention), 1))()
     for i, layer in enumerate(attention):
-        set_field(layers[i], "layer_id", layer.layer_id, f"layers[{i}].layer_id")
-        set_field(layers[i], "sliding_window_size", layer.sliding_window_size or 0,
-                  f"layers[{i}].sliding_window_size")
-        set_field(layers[i], "num_sink_tokens", layer.num_sink_tokens or 0, f"layers[{i}].num_sink_tokens")
-        bufs = (ffi.kvcm_buffer_config * max(len(layer.buffers), 1))()
-        for j, b in enumerate(layer.buffers):
-            role = b.role.encode()
-            keep.append(role)
-            bufs[j].role = role
-            set_field(bufs[j], "size", b.size, f"layers[{i}].buffers[{j}].size")
-        keep.append(bufs)
-        layers[i].buffers = bufs if layer.buffers else None
-        layers[i].num_buffers = len(layer.buffers)
+        layer._to_c(layers[i], f"layers[{i}]", keep)
     keep.append(layers)
     c.layers = layers if attention else None
     c.num_layers = len(attention)
@@ -547,66 +529,19 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
     ssm = [layer for layer in config.layers if isinstance(layer, SsmLayerConfig)]
     ssm_layers = (ffi.kvcm_ssm_layer_config * max(len(ssm), 1))()
     for i, layer in enumerate(ssm):
-        set_field(ssm_layers[i], "layer_id", layer.layer_id, f"ssm_layers[{i}].layer_id")
-        bufs = (ffi.kvcm_buffer_config * max(len(layer.buffers), 1))()
-        for j, b in enumerate(layer.buffers):
-            role = b.role.encode()
-            keep.append(role)
-            bufs[j].role = role
-            set_field(bufs[j], "size", b.size, f"ssm_layers[{i}].buffers[{j}].size")
-        keep.append(bufs)
-        ssm_layers[i].buffers = bufs if layer.buffers else None
-        ssm_layers[i].num_buffers = len(layer.buffers)
+        layer._to_c(ssm_layers[i], f"ssm_layers[{i}]", keep)
     keep.append(ssm_layers)
     c.ssm_layers = ssm_layers if ssm else None
     c.num_ssm_layers = len(ssm)
-    set_field(c, "max_ssm_slots", config.max_ssm_slots)
 
-    c.max_util_for_resume = float(config.max_util_for_resume)
-    c.enable_partial_reuse = bool(config.enable_partial_reuse)
-    c.enable_stats = bool(config.enable_stats)
-    c.block_key = int(config.block_key)
-    if config.initial_pool_ratio is not None:  # an empty list is passed on: the library rejects it
-        n = len(config.initial_pool_ratio)
-        r = (ctypes.c_double * max(n, 1))(*config.initial_pool_ratio)
-        keep.append(r)
-        c.initial_pool_ratio = r
-        c.num_initial_pool_ratio = n
-    set_field(c, "reuse_match_backoff", config.reuse_match_backoff)
-    c.text_only = bool(config.text_only)
-    c.commit_min_snapshot = bool(config.commit_min_snapshot)
-    set_field(c, "rebalance_min_sampled_kv_caches", config.rebalance_min_sampled_kv_caches)
-    c.rebalance_cooldown_secs = float(config.rebalance_cooldown_secs)
-    set_field(c, "rebalance_target_ratio_update_interval", config.rebalance_target_ratio_update_interval)
-    c.rebalance_ratio_threshold = float(config.rebalance_ratio_threshold)
-    c.rebalance_moving_average_decay = float(config.rebalance_moving_average_decay)
     if config.swa_scratch_reuse is not None:
         c.swa_scratch_reuse = True
         set_field(c, "swa_scratch_max_rewind_len", config.swa_scratch_reuse.max_rewind_len,
                   "swa_scratch_reuse.max_rewind_len")
-
-    def batch(b: Any, path: str) -> Any:
-        reqs = (ffi.kvcm_request_desc * max(len(b.kv_caches), 1))()
-        for k, r in enumerate(b.kv_caches):
-            set_field(reqs[k], "capacity", r.capacity, f"{path}.kv_caches[{k}].capacity")
-            set_field(reqs[k], "history_length", r.history_length, f"{path}.kv_caches[{k}].history_length")
-        keep.append(reqs)
-        d = ffi.kvcm_batch_desc()
-        d.requests = reqs if b.kv_caches else None
-        d.num_requests = len(b.kv_caches)
-        return d
-
     if config.typical_step is not None:
-        ts = batch(config.typical_step, "typical_step")
-        keep.append(ts)
-        c.typical_step = ctypes.pointer(ts)
         set_field(c, "typical_step_system_prompt_length", config.typical_step.system_prompt_length,
                   "typical_step.system_prompt_length")
     if config.constraints:
-        cs = (ffi.kvcm_batch_desc * len(config.constraints))(*[batch(b, f"constraints[{i}]") for i, b in enumerate(config.constraints)])
-        keep.append(cs)
-        c.constraints = cs
-        c.num_constraints = len(config.constraints)
         lens = (ctypes.c_int64 * len(config.constraints))()
         for i, b in enumerate(config.constraints):
             lens[i] = _convert.check(b.system_prompt_length, ctypes.c_int64, f"constraints[{i}].system_prompt_length")
@@ -623,7 +558,10 @@ class KVCacheManager(Managed):
     ``KVCacheManager(config)`` uses the default lossless codec.
     ``KVCacheManager(config, cold_page_codec=codec)`` (the codec is the
     third parameter, as in KVCM2) consumes ``codec`` before the C call,
-    whether construction succeeds or fails: never use it again. A codec
+    whether construction succeeds or fails: never use it again. A built-in
+    codec may also be named (``cold_page_codec="gather"``, ``"fp8"``,
+    ``"auto"``, ``"default"``, or a :class:`~kvcm.codec.BuiltinCodec`: see
+    :mod:`kvcm.codec`). A codec
     passed second, where the event manager goes, is consumed too and
     refused with ``TypeError``. ``event_manager`` (a
     :class:`~kvcm.KVCacheEventManager`) receives the manager's block events.
@@ -645,7 +583,7 @@ class KVCacheManager(Managed):
         self,
         config: KVCacheManagerConfig,
         event_manager: KVCacheEventManager | None = None,
-        cold_page_codec: KVCacheColdPageCodec | None = None,
+        cold_page_codec: KVCacheColdPageCodec | str | ffi.BuiltinCodec | None = None,
         *,
         device: str | DeviceKind = DeviceKind.AUTO,
         device_ordinal: int = 0,
@@ -664,11 +602,14 @@ class KVCacheManager(Managed):
         if event_manager is not None and not isinstance(event_manager, KVCacheEventManager):
             raise TypeError(f"event_manager: expected a KVCacheEventManager, got {type(event_manager).__name__}")
         codec_struct = None
+        if isinstance(cold_page_codec, (str, ffi.BuiltinCodec)):
+            cold_page_codec = create_builtin_kv_cache_cold_page_codec(cold_page_codec)
         if cold_page_codec is not None:
             if type(cold_page_codec) is not KVCacheColdPageCodec:
                 raise TypeError(
-                    "cold_page_codec: expected a native codec from create_default_kv_cache_cold_page_codec() "
-                    "or KVCacheColdPageCodec.from_factory(); Python codec implementations are not "
+                    "cold_page_codec: expected a native codec (kvcm.codec.Default(), Gather(), Fp8(), "
+                    "Auto(), KVCacheColdPageCodec.from_factory()) or a built-in codec's name; "
+                    "Python codec implementations are not "
                     f"supported (got {type(cold_page_codec).__name__})"
                 )
             # Consumed first: from here on the codec belongs to this call,
@@ -693,6 +634,7 @@ class KVCacheManager(Managed):
         del keep
         self._adopt(int(out.value))
         self._config = copy.deepcopy(config)
+        self._has_ssm = any(isinstance(layer, SsmLayerConfig) for layer in self._config.layers)
         self._tokens_per_block = self._get_i32("kvcm_manager_get_tokens_per_block")
         self._num_levels = self._get_i32("kvcm_manager_get_num_levels")
         self._num_layer_groups = self._get_i32("kvcm_manager_get_num_layer_groups")
@@ -1547,10 +1489,7 @@ class KVCacheManager(Managed):
                          ctypes.byref(ne), ctypes.byref(nt), ctypes.byref(dropped))
             self._events_dropped = getattr(self, "_events_dropped", 0) + dropped.value
             for i in range(ne.value):
-                e = events[i]
-                toks = tuple(e.tokens[k] for k in range(e.num_tokens)) if e.num_tokens else ()
-                out.append(CacheEvent(e.seq, EventKind(e.kind), e.key, e.parent, toks, e.layer_group, e.level,
-                                      e.cache_id))
+                out.append(CacheEvent._from_c(events[i]))
             if ne.value == 0:
                 return out
 
@@ -1595,7 +1534,9 @@ class _KVCache(Managed):
         super().__init__()
         self._manager = manager
         self.id = id
-        self._stash = _native.Stash()
+        # Collects what a priority callback raises; only a cache with one
+        # has it.
+        self._stash: _native.Stash | None = None
         self._stream: Any = None
         self._reuse_scope: Any = None
         self._lora_id, self._salt = lora_id, salt
@@ -1607,7 +1548,7 @@ class _KVCache(Managed):
         self._bufs: dict[tuple[int, int], memoryview] = {}
         # The core's per-cache block counters at the last commit or discard
         # of the pending statistics: what is pending is the counters less it.
-        self._stats_base = KVCacheStatsDelta()
+        self._stats_base = _NO_STATS  # replaced, never changed in place
         # KVCM2 holds a cache's SSM snapshot lookup (one per cache created
         # with input tokens) among its pending statistics until they are
         # committed or discarded; kvcm counts the lookup at once, and keeps
@@ -1623,8 +1564,7 @@ class _KVCache(Managed):
         opts.text_only = text_only
         toks, n, toks_keep, dig = _tokens(input_tokens, "input_tokens", text_only)
         self._num_input_tokens = n
-        self._ssm_lookup_pending = n > 0 and any(isinstance(layer, SsmLayerConfig)
-                                                 for layer in manager._config.layers)
+        self._ssm_lookup_pending = n > 0 and manager._has_ssm
         if n:
             opts.input_tokens = ctypes.cast(toks, _TOKEN_PTR)
             opts.num_input_tokens = n
@@ -1645,6 +1585,7 @@ class _KVCache(Managed):
         if custom_priority_callback is not None:
             if not callable(custom_priority_callback):
                 raise TypeError("custom_priority_callback: expected a callable(block_ordinal, life_cycle) -> int")
+            self._stash = _native.Stash()
             self._priority_cb = _priority_trampoline(self._stash, manager._life_cycles(), custom_priority_callback)
             opts.layer_group_priority = self._priority_cb
         rid_keep = None
@@ -2004,8 +1945,11 @@ class _KVCache(Managed):
             _cache_resize(self._resource if self._state == "open" else self._native(), capacity, history_length)
         except OutOfPagesError:
             return False
-        self._refresh_indices()
-        self._note_pending_stats()
+        # The decode step's path: each check is inlined before its call.
+        if self._bufs or self._views:
+            self._refresh_indices()
+        if self.id is not None:
+            self._note_pending_stats()
         return True
 
     def commit(self, accepted_input_tokens: Sequence[int], beam_search_indices: Sequence[int] | None = None,
@@ -2023,6 +1967,21 @@ class _KVCache(Managed):
         committed. A block they complete is published once, from beam 0, and
         every beam reads beam 0's page of it from then on. None keeps the
         beams. On error nothing changes."""
+        if beam_search_indices is None and self._priority_cb is None:
+            # The decode step's path: text tokens, no beams, no callback to
+            # re-raise from; anything else (digest tokens too) takes the
+            # general path below, which makes the same checks.
+            try:
+                toks, n, keep = _convert.tokens(accepted_input_tokens, "accepted_input_tokens")
+            except TypeError:
+                pass
+            else:
+                _cache_commit(self._resource if self._state == "open" else self._native(), toks, n,
+                              is_end if is_end.__class__ is bool else bool(is_end))
+                del keep
+                if self._bufs or self._views:
+                    self._refresh_indices()
+                return
         if isinstance(beam_search_indices, bool):
             # kvcm's older commit(tokens, is_end): a bool is never indices.
             beam_search_indices, is_end = None, beam_search_indices

@@ -111,7 +111,7 @@ def test_a_second_manager_reuses_the_firsts_blocks(backend):
         assert cache.reused_tokens == len(PROMPT)
         cache.close()
         st = b.get_shared_stats()
-        assert (st.onboarded_blocks, st.onboarded_pages, st.corrupt) == (4, 4, 0)
+        assert (st.onboarded_blocks, st.onboarded_pages, st.corrupt, st.failed_landings) == (4, 4, 0, 0)
         assert st.bytes_read > 0
         em.flush_iteration_events()
         moves = [e.data.cache_level for e in em.get_latest_events(timeout_ms=0)

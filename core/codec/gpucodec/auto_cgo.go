@@ -20,4 +20,14 @@ func init() {
 		}
 		return g, nil
 	}
+	newKernelSpec = func(dev device.Device, s Spec) (codec.ColdPageCodec, error) {
+		cd, ok := dev.(*cuda.Device)
+		if !ok {
+			return nil, nil
+		}
+		if s.Kind == KindFP8 {
+			return NewQuant(cd, QuantOptions{Format: s.Format, BlockElems: s.BlockElems})
+		}
+		return NewGather(cd)
+	}
 }

@@ -81,3 +81,18 @@ func TestAutoStagedOverTheKernelOnCUDA(t *testing.T) {
 	}
 	autoRoundTrip(t, r, a)
 }
+
+// On a CUDA device New makes the kernel codecs themselves, with the spec's
+// options.
+func TestNewMakesTheKernelCodecsOnCUDA(t *testing.T) {
+	d := gpu(t)
+	g, err := New(d, Spec{Kind: KindGather})
+	require.NoError(t, err)
+	assert.IsType(t, &Gather{}, g)
+	require.NoError(t, codec.Destroy(g))
+	q, err := New(d, Spec{Kind: KindFP8, Format: BFloat16, BlockElems: 64})
+	require.NoError(t, err)
+	require.IsType(t, &Quant{}, q)
+	assert.Equal(t, QuantOptions{Format: BFloat16, BlockElems: 64}, q.(*Quant).Options())
+	require.NoError(t, codec.Destroy(q))
+}

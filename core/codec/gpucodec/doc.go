@@ -24,6 +24,11 @@
 //     by default: 0.516 of the hot bytes). Its error against the original is
 //     bounded per element by ErrorBound.
 //
+// New makes any of them, or the default codec, from a Spec (what the C ABI's
+// kvcm_create_builtin_cold_page_codec records) on a given device; Gather and
+// Quant have no emulation, so on any device other than a CUDA one New fails
+// with ErrNeedsCUDA.
+//
 // Both implement codec.ColdPageCodec and io.Closer. Calls validate what the
 // host can see (configured, known lifecycle, Device indices, a stream of the
 // codec's own cuda device, non-null and aligned pointers) and return false

@@ -36,20 +36,22 @@ import (
 	"github.com/kvcm/kvcm/core/staging"
 )
 
-// DefaultChunkBytes is the most bytes one chunk moves by DMA (~600 µs on
+// DefaultChunkBytes is the most bytes one chunk moves by DMA (~1.2 ms on
 // PCIe gen5): a chunk ends with its staging lease's event record, and on CUDA
 // that record also flushes the gather kernel's batched index check, one host
-// function per chunk, whose round trip (some µs) the chunk must dwarf; a
+// function per chunk, and uploads the chunk's index pairs, whose costs the
+// chunk must dwarf while the other direction keeps the copy engines busy; a
 // descriptor's fixed cost (~0.4 µs, EVALUATION.md §1) is negligible beside it.
-// On the H200, with both directions at once, 8 MiB chunks moved 0.65–0.71 of
-// the two-stream limit, 16 MiB 0.81–0.94 and 32 MiB 0.84–0.94 (same runs,
-// docs/benchmarks.md). A stream's ring is DefaultRingChunks of them: 128 MiB
-// of device memory per caller stream.
-const DefaultChunkBytes = 32 << 20
+// On the H200, with both directions at once, 4 KiB pages moved 0.84–0.89 of
+// the two-stream limit with 32 MiB chunks and 0.91–0.94 with 64 MiB chunks in
+// a ring of two (16 KiB to 1 MiB: 0.92–0.99; docs/benchmarks.md).
+const DefaultChunkBytes = 64 << 20
 
-// DefaultRingChunks is how many chunks one stream's device ring holds, so a
-// chunk's gather never waits for the DMA of the chunk before it.
-const DefaultRingChunks = 4
+// DefaultRingChunks is how many chunks one stream's device ring holds: two,
+// so a chunk's gather (or scatter) overlaps the DMA of the chunk before it
+// (rings of three or four measured no better): 128 MiB of device memory per
+// caller stream.
+const DefaultRingChunks = 2
 
 // Options configure New. Zero fields take the defaults.
 type Options struct {

@@ -119,6 +119,75 @@ type Options struct {
 	Extra int64 `since:"2"`
 }
 
+// Shape is a configuration value of the bindings.
+//
+//kvcm:struct
+//kvcm:since 1
+//kvcm:cppns c
+//kvcm:cppvalue Shape order=sides,name,scale
+//kvcm:cppfield scale double 1.0 | Scale is the bindings' own field.
+//kvcm:pyconfig Shape
+//kvcm:pyfield scale float 1.0 | Scale is the bindings' own field.
+type Shape struct {
+	// Name is the shape's name.
+	Name spec.CStr `own:"borrowed" path:"label"`
+	// Sides is its number of sides.
+	Sides int32 `cppdefault:"3" pydefault:"3"`
+	// Hidden is converted by hand.
+	Hidden bool `cpp:"-" py:"-"`
+}
+
+// Drawing holds shapes.
+//
+//kvcm:struct
+//kvcm:since 1
+//kvcm:cppns c
+//kvcm:cppvalue Drawing
+//kvcm:pyconfig Drawing
+type Drawing struct {
+	// Shapes are its shapes.
+	Shapes spec.In[Shape] `len:"NumShapes" own:"borrowed" py:"items" pydefault:"[]"`
+	// NumShapes is the length of shapes.
+	NumShapes spec.Size
+	// Main is the main shape (NULL for none).
+	Main spec.In[Shape] `nullable:"true" own:"borrowed" pydefault:"None"`
+	// Weights are weights (NULL for none).
+	Weights spec.In[float64] `len:"NumWeights" nullable:"true" own:"borrowed" pydefault:"None"`
+	// NumWeights is the length of weights.
+	NumWeights spec.Size
+}
+
+// Note is a result the library writes.
+//
+//kvcm:struct
+//kvcm:since 1
+//kvcm:cppns c
+//kvcm:cppvalue Note out
+type Note struct {
+	// Text is the note's text.
+	Text spec.CStr `nullable:"true" own:"borrowed"`
+	// Codes are its codes.
+	Codes spec.In[int32] `len:"NumCodes" nullable:"true" own:"borrowed"`
+	// NumCodes is the length of codes.
+	NumCodes spec.Size
+	// Kind is the note's kind.
+	Kind Where
+}
+
+// Sample is a result with an array.
+//
+//kvcm:struct
+//kvcm:since 1
+//kvcm:pyvalue order=codes,id
+type Sample struct {
+	// ID is its id.
+	ID uint64 `pydefault:"0"`
+	// Codes are its codes.
+	Codes spec.In[int32] `len:"NumCodes" nullable:"true" own:"borrowed"`
+	// NumCodes is the length of codes.
+	NumCodes spec.Size
+}
+
 // Plugin is a vtable.
 //
 //kvcm:vtable
@@ -183,7 +252,7 @@ type WidgetNotify func(widget Widget, fn Notify, userData spec.VoidPtr, pairs sp
 //kvcm:param widget in The widget.
 //kvcm:param name borrowed,nullable,len=nameLen,string The name's bytes.
 //kvcm:param nameLen in The name's length.
-//kvcm:param values borrowed,nullable,len=numValues,slice,go=int The values.
+//kvcm:param values borrowed,nullable,len=numValues,slice,short,go=int The values.
 //kvcm:param numValues in The number of values.
 type WidgetTag func(widget Widget, name spec.CStr, nameLen spec.Size, values spec.In[int32], numValues spec.Size) *Status
 

@@ -34,7 +34,10 @@ import (
 //	                two-stream contiguous DMA limit and each direction alone
 //	                (codecs default,gather,staged on CUDA, default,staged on emu)
 //	-up SIZE        duplex mode: bytes moved up (default: -total)
-//	-stage-chunk SIZE  the staged codec's DMA chunk (default 8MiB)
+//	-stage-chunk SIZE  the staged codec's DMA chunk (default: the codec's,
+//	                staged.DefaultChunkBytes)
+//	-stage-ring N   the staged codec's device ring per stream, in chunks
+//	                (default: the codec's, staged.DefaultRingChunks)
 //	-stage-serial   the staged codec's DMA on the caller's stream, after each
 //	                chunk's gather (default: on a copy stream, pipelined)
 func Main(args []string, stdout, stderr io.Writer) int {
@@ -52,7 +55,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	on := fs.String("on", "auto", "device: cuda, emu, or auto (cuda when a GPU is present)")
 	duplex := fs.Bool("duplex", false, "move -total down while -up comes up, on two streams")
 	up := fs.String("up", "", "duplex mode: bytes moved up (default: -total)")
-	stageChunk := fs.String("stage-chunk", "8MiB", "the staged codec's DMA chunk")
+	stageChunk := fs.String("stage-chunk", "", "the staged codec's DMA chunk (default: the codec's default)")
+	stageRing := fs.Int("stage-ring", 0, "the staged codec's device ring per stream, in chunks (default: the codec's default)")
 	stageSerial := fs.Bool("stage-serial", false, "the staged codec's DMA on the caller's stream (not pipelined)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -77,7 +81,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		cfg.Codecs = append(cfg.Codecs, strings.TrimSpace(c))
 	}
 	if *duplex {
-		return mainDuplex(cfg, *up, *stageChunk, *stageSerial, codecsSet, *on, *ordinal, *jsonOut, stdout, stderr)
+		return mainDuplex(cfg, *up, *stageChunk, *stageRing, *stageSerial, codecsSet, *on, *ordinal, *jsonOut, stdout, stderr)
 	}
 	for _, c := range cfg.Codecs {
 		if c == Staged {
@@ -147,7 +151,7 @@ func ParseSize(s string) (int64, error) {
 }
 
 // mainDuplex is Main's -duplex mode.
-func mainDuplex(cfg Config, up, stageChunk string, stageSerial, codecsSet bool, on string, ordinal int, jsonOut string, stdout, stderr io.Writer) int {
+func mainDuplex(cfg Config, up, stageChunk string, stageRing int, stageSerial, codecsSet bool, on string, ordinal int, jsonOut string, stdout, stderr io.Writer) int {
 	var err error
 	if up != "" {
 		if cfg.DuplexUpBytes, err = ParseSize(up); err != nil {
@@ -155,9 +159,15 @@ func mainDuplex(cfg Config, up, stageChunk string, stageSerial, codecsSet bool, 
 			return 2
 		}
 	}
-	stage := staged.Options{Serial: stageSerial}
-	if stage.ChunkBytes, err = ParseSize(stageChunk); err != nil {
-		fmt.Fprintln(stderr, "bench migrate: -stage-chunk:", err)
+	stage := staged.Options{Serial: stageSerial, RingChunks: stageRing}
+	if stageChunk != "" {
+		if stage.ChunkBytes, err = ParseSize(stageChunk); err != nil {
+			fmt.Fprintln(stderr, "bench migrate: -stage-chunk:", err)
+			return 2
+		}
+	}
+	if stageRing < 0 {
+		fmt.Fprintf(stderr, "bench migrate: -stage-ring %d must not be negative\n", stageRing)
 		return 2
 	}
 	emuRun := func() ([]DuplexResult, string, error) {

@@ -400,8 +400,25 @@ func RunDuplexEmu(cfg Config, stage staged.Options, log io.Writer) ([]DuplexResu
 	}
 	dev := emu.New(emu.Options{})
 	defer dev.Close()
-	header := fmt.Sprintf("kvcm bench migrate -duplex: emulated device (host memmove), %d MiB down and %d MiB up per run, median of %d runs, wall clock",
-		cfg.TotalBytes>>20, cfg.DuplexUpBytes>>20, cfg.Runs)
+	header := fmt.Sprintf("kvcm bench migrate -duplex: emulated device (host memmove), %d MiB down and %d MiB up per run, median of %d runs, wall clock; %s",
+		cfg.TotalBytes>>20, cfg.DuplexUpBytes>>20, cfg.Runs, describeStaging(stage))
 	res, err := RunDuplex(dev, cfg, emuCodecs(dev, stage), log)
 	return res, header, err
+}
+
+// describeStaging names the staged codec's effective chunk and ring, so a
+// recorded table says which staging it measured.
+func describeStaging(o staged.Options) string {
+	chunk, ring := o.ChunkBytes, o.RingChunks
+	if chunk == 0 {
+		chunk = staged.DefaultChunkBytes
+	}
+	if ring == 0 {
+		ring = staged.DefaultRingChunks
+	}
+	mode := "pipelined"
+	if o.Serial {
+		mode = "serial"
+	}
+	return fmt.Sprintf("staged: %d KiB chunks, ring of %d, %s", chunk>>10, ring, mode)
 }

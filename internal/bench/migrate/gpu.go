@@ -41,9 +41,9 @@ func runDuplexOnGPU(ordinal int, cfg Config, stage staged.Options, log io.Writer
 		return nil, "", err
 	}
 	p := dev.Properties()
-	header := fmt.Sprintf("kvcm bench migrate -duplex: %s (sm_%d%d, %d SMs), driver %d.%d, %v; %d MiB down and %d MiB up per run, median of %d runs, wall clock",
+	header := fmt.Sprintf("kvcm bench migrate -duplex: %s (sm_%d%d, %d SMs), driver %d.%d, %v; %d MiB down and %d MiB up per run, median of %d runs, wall clock; %s",
 		p.Name, p.ComputeMajor, p.ComputeMinor, p.Multiprocessors, p.DriverVersion/1000, p.DriverVersion%1000/10, p.BatchMode,
-		cfg.TotalBytes>>20, cfg.DuplexUpBytes>>20, cfg.Runs)
+		cfg.TotalBytes>>20, cfg.DuplexUpBytes>>20, cfg.Runs, describeStaging(stage))
 	mk := func(name string) (codec.ColdPageCodec, error) {
 		kernel, isGather := strings.CutPrefix(name, Gather+":")
 		if !isGather {

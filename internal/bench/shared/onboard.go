@@ -22,8 +22,10 @@ import (
 // it, twice: the first warms its memory, the reusable blocks are cleared and
 // the second is timed. The onboarding time is that of CreateKVCache (lookup, fetch, landing
 // in the host tier) plus Resume until its stream is synchronized (decode to
-// the GPU); its GB/s are payload bytes over it, beside the raw GET of the
-// same round.
+// the GPU); its GB/s are payload bytes over it. Its reference is a raw
+// pipelined GET (batches of Config.Batch, one caller) of the same blobs,
+// timed right before the onboarding in even rounds and right after it in odd
+// ones, so that both sides of the ratio see the same load of the machine.
 
 const onboardTokensPerBlock = 16
 
@@ -50,13 +52,41 @@ func onboardPrompt(n int) []config.Token {
 }
 
 // onboardRound writes n blocks of size bytes through one manager and times
-// their onboarding into another.
-func onboardRound(ctx context.Context, cfg Config, ns string, n, size int) (time.Duration, error) {
+// their onboarding into another, and the raw GET of their blobs beside it
+// (bytes: the blob bytes that GET read).
+func onboardRound(ctx context.Context, raw rueidis.Client, cfg Config, ns string, round, n, size int) (onboard, get time.Duration, bytes int, err error) {
 	mcfg := onboardConfig(cfg.Addresses, ns, n, size)
 	prompt := onboardPrompt(n)
 	if err := writeThrough(ctx, mcfg, prompt, n); err != nil {
-		return 0, err
+		return 0, 0, 0, err
 	}
+	names, err := scanNamespace(ctx, raw, ns)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	rawGet := func() error {
+		get, bytes, err = rawGetBlobs(ctx, raw, names, cfg.Batch)
+		return err
+	}
+	if round%2 == 0 {
+		if err := rawGet(); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	if onboard, err = onboardTimed(mcfg, prompt, n); err != nil {
+		return 0, 0, 0, err
+	}
+	if round%2 == 1 {
+		if err := rawGet(); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	return onboard, get, bytes, nil
+}
+
+// onboardTimed creates the reading manager and times its second onboarding
+// of prompt's n blocks.
+func onboardTimed(mcfg config.Config, prompt []config.Token, n int) (time.Duration, error) {
 	dev, err := backend.Open("")
 	if err != nil {
 		return 0, err
@@ -156,22 +186,49 @@ func writeThrough(ctx context.Context, mcfg config.Config, prompt []config.Token
 
 // delNamespace deletes every key of a manager's namespace, node by node.
 func delNamespace(ctx context.Context, c rueidis.Client, ns string) error {
+	names, err := scanNamespace(ctx, c, ns)
+	if err != nil {
+		return err
+	}
+	return del(ctx, c, names, 64)
+}
+
+// scanNamespace lists the keys of a manager's namespace, node by node.
+func scanNamespace(ctx context.Context, c rueidis.Client, ns string) ([]string, error) {
+	var names []string
 	for addr, node := range c.Nodes() {
 		var cursor uint64
 		for {
 			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match("kvcm:"+ns+":*").Count(1000).Build()).AsScanEntry()
 			if err != nil {
-				return fmt.Errorf("bench shared: scan %s: %w", addr, err)
+				return nil, fmt.Errorf("bench shared: scan %s: %w", addr, err)
 			}
-			for _, k := range e.Elements {
-				if err := node.Do(ctx, node.B().Del().Key(k).Build()).Error(); err != nil {
-					return fmt.Errorf("bench shared: del on %s: %w", addr, err)
-				}
-			}
+			names = append(names, e.Elements...)
 			if cursor = e.Cursor; cursor == 0 {
 				break
 			}
 		}
 	}
-	return nil
+	return names, nil
+}
+
+// rawGetBlobs reads keys with pipelined GET, one batch at a time, and
+// returns the time and the bytes read.
+func rawGetBlobs(ctx context.Context, c rueidis.Client, keys []string, batch int) (time.Duration, int, error) {
+	bytes := 0
+	start := time.Now()
+	for _, b := range batches(keys, batch) {
+		cmds := make(rueidis.Commands, len(b))
+		for i, k := range b {
+			cmds[i] = c.B().Get().Key(k).Build()
+		}
+		for _, r := range c.DoMulti(ctx, cmds...) {
+			v, err := r.AsBytes()
+			if err != nil {
+				return 0, 0, fmt.Errorf("bench shared: raw get of the onboarded blobs: %w", err)
+			}
+			bytes += len(v)
+		}
+	}
+	return time.Since(start), bytes, nil
 }

@@ -12,7 +12,8 @@
 //     which deletes the C++ object, exactly once, on success and on every
 //     failure path.
 //   - createDefaultKvCacheColdPageCodec(): the library's default lossless
-//     concatenating codec as a std::unique_ptr<IKvCacheColdPageCodec>.
+//     concatenating codec as a std::unique_ptr<IKvCacheColdPageCodec>;
+//     createBuiltinKvCacheColdPageCodec(): the gather, FP8 or auto codec.
 //   - KVCacheManager and KVCache: RAII over the manager and cache handles.
 //   - Stream / StreamView, DeviceMemory: the small stream API (create,
 //     synchronize, host functions, batch copies) codecs and engines use on the
@@ -562,27 +563,77 @@ inline constexpr kvcm_cold_page_codec_vtable kCodecAdapterVtable = {
     return out;
 }
 
-// ---- Configuration -----------------------------------------------------------------
-
-// One cache tier. Quotas are bytes. maxQuota (GPU only) is the largest quota
-// resizeLevel may grow the tier to (0: quota). path is a disk tier's directory.
-// persistent (disk only) keeps the disk tier's files when the manager is
-// destroyed: a later manager on path with the same layout fingerprint (blob
-// size, each lifecycle's buffers in order, tokens per block, window, codec
-// identity) reuses the committed blocks there, also after the process was
-// killed. It needs a codec with an identity (the built-in codec has one; a
-// ColdPageCodec implemented in C++ none: KVCM_ERR_INVALID_CONFIG naming
-// cache_tiers[i].persistent); a second live manager on path fails with
-// KVCM_ERR_INVALID_STATE. Without it the files are removed at destroy and
-// those a killed manager left are reclaimed at create.
-struct CacheTierConfig
+// BuiltinColdPageCodecOptions selects one of the library's built-in codecs
+// (kvcm_builtin_codec_options): kind, and the options of the FP8 and auto
+// codecs.
+struct BuiltinColdPageCodecOptions
 {
-    TierKind kind = TierKind::kGpu;
-    int64_t quota = 0;
-    int64_t maxQuota = 0;
-    std::string path;
-    bool persistent = false;
+    BuiltinCodec kind = BuiltinCodec::kDefault;
+    // FP8: the hot pools' element type.
+    ElementType element = ElementType::kFloat16;
+    // FP8: elements per scale, a power of two in [8, 256]; 0 means 128.
+    int32_t blockElems = 0;
+    // Auto: mean bytes per page and pool at and above which a lifecycle takes
+    // the default codec; 0 means the measured 256 KiB.
+    int64_t crossoverBytes = 0;
 };
+
+// createBuiltinKvCacheColdPageCodec returns one of the library's built-in
+// codecs (kvcm_create_builtin_cold_page_codec), to hand to KVCacheManager.
+// The gather, FP8 and auto codecs are made on the manager's device when the
+// manager is constructed; until then their methods fail. The gather and FP8
+// codecs are CUDA only: on the emulated device the manager's constructor
+// throws kvcm::Error (kCodecRejected). Bad options throw kInvalidArgument
+// naming the field.
+[[nodiscard]] inline std::unique_ptr<IKvCacheColdPageCodec> createBuiltinKvCacheColdPageCodec(
+    BuiltinColdPageCodecOptions const& options)
+{
+    kvcm_builtin_codec_options o{};
+    o.struct_size = static_cast<uint32_t>(sizeof(kvcm_builtin_codec_options));
+    o.abi_version = KVCM_ABI_VERSION;
+    o.kind = static_cast<kvcm_builtin_codec>(options.kind);
+    o.element = static_cast<kvcm_element_type>(options.element);
+    o.block_elems = options.blockElems;
+    o.crossover_bytes = options.crossoverBytes;
+    kvcm_cold_page_codec c{};
+    detail::check(::kvcm_create_builtin_cold_page_codec(&o, &c));
+    auto guard = std::unique_ptr<kvcm_cold_page_codec, void (*)(kvcm_cold_page_codec*)>(
+        &c, [](kvcm_cold_page_codec* p) { detail::ignore(::kvcm_cold_page_codec_destroy(p)); });
+    auto out = std::make_unique<NativeColdPageCodec>(c); // may throw bad_alloc: guard destroys c
+    guard.release();
+    return out;
+}
+
+// createBuiltinKvCacheColdPageCodec with the kind's default options.
+[[nodiscard]] inline std::unique_ptr<IKvCacheColdPageCodec> createBuiltinKvCacheColdPageCodec(BuiltinCodec kind)
+{
+    BuiltinColdPageCodecOptions options;
+    options.kind = kind;
+    return createBuiltinKvCacheColdPageCodec(options);
+}
+
+// ---- Configuration -----------------------------------------------------------------
+//
+// The configuration's value types (CacheTierConfig, SharedCacheTierConfig,
+// BufferConfig, AttentionLayerConfig, SsmLayerConfig, RequestDesc, BatchDesc,
+// KVCacheManagerConfig) and their conversion to the C structs are generated
+// from gen/abi (//kvcm:cppvalue) into kvcm_values_generated.hpp; this header
+// adds the tier constructors and the fields the C struct carries elsewhere
+// (detail::CConfig).
+
+// SwaScratchReuseConfig configures SWA scratch reuse: the last maxRewindLen
+// tokens of a step may be rewound and survive as history, so their blocks
+// always get pages (not negative).
+struct SwaScratchReuseConfig
+{
+    int64_t maxRewindLen = 0;
+};
+
+} // namespace kvcm
+
+#include <kvcm/kvcm_values_generated.hpp>
+
+namespace kvcm {
 
 struct GpuCacheTierConfig : CacheTierConfig
 {
@@ -607,139 +658,6 @@ struct DiskCacheTierConfig : CacheTierConfig
     {
     }
 };
-
-// The shared tier: a cold tier shared across nodes on a Redis Cluster, after
-// every local tier (kvcm_shared_tier_config). addresses are seed nodes
-// ("host:port"); namespace prefixes every key (1 to 64 bytes of printable
-// ASCII without spaces, ':' or braces). Its quota is the cluster's maxmemory
-// with an evicting policy; ttlMs (0: no expiry) bounds a blob's life.
-// Timeouts and queueBytes of 0 select the defaults (2000 ms, 256 MiB). It
-// needs a host or disk tier before it, through which its blocks are
-// onboarded; createKvCache and probeReuse continue the prefix match into it,
-// and blocks reach it on eviction from the last local level (write-back, the
-// default) or on commit (write-through). An unreachable cluster costs misses.
-struct SharedCacheTierConfig
-{
-    std::vector<std::string> addresses;
-    std::string ns;
-    int64_t ttlMs = 0;
-    int64_t dialTimeoutMs = 0;
-    int64_t callTimeoutMs = 0;
-    int64_t queueBytes = 0;
-    SharedWritePolicy writePolicy = SharedWritePolicy::kWriteBackOnEviction;
-};
-
-// One per-layer buffer: its role ("key", "value", ...) and its bytes per block.
-// tokensPerBlockOverride (KVCacheManagerV2's tokens_per_block_override), when
-// not 0, divides tokens_per_block: size then holds that many tokens and each
-// block holds tokens_per_block / tokensPerBlockOverride of the buffer's pages.
-struct BufferConfig
-{
-    std::string role;
-    int64_t size = 0;
-    int32_t tokensPerBlockOverride = 0;
-};
-
-// One attention layer. slidingWindowSize 0 is full attention; numSinkTokens
-// are the leading tokens a sliding-window layer always keeps.
-struct AttentionLayerConfig
-{
-    int32_t layerId = 0;
-    std::vector<BufferConfig> buffers;
-    int32_t slidingWindowSize = 0;
-    int32_t numSinkTokens = 0;
-};
-
-// One state-space (Mamba) layer (TensorRT-LLM's SsmLayerConfig): its buffers
-// hold one fixed-size state per request, so a buffer's size is the bytes of
-// the whole state. The SSM layers form one layer group, after the attention
-// ones.
-struct SsmLayerConfig
-{
-    int32_t layerId = 0;
-    std::vector<BufferConfig> buffers;
-};
-
-struct RequestDesc
-{
-    int64_t capacity = 0;
-    int64_t historyLength = 0;
-};
-
-struct BatchDesc
-{
-    std::vector<RequestDesc> requests;
-    // Leading tokens every request shares: their full blocks count once.
-    int64_t systemPromptLength = 0;
-};
-
-// SwaScratchReuseConfig configures SWA scratch reuse: the last maxRewindLen
-// tokens of a step may be rewound and survive as history, so their blocks
-// always get pages (not negative).
-struct SwaScratchReuseConfig
-{
-    int64_t maxRewindLen = 0;
-};
-
-// The manager's configuration, mirroring the Go config (and TensorRT-LLM's
-// KVCacheManagerConfig).
-struct KVCacheManagerConfig
-{
-    int32_t tokensPerBlock = 0;
-    // Hottest first: one GPU tier, then at most one host tier, then at most
-    // one disk tier.
-    std::vector<CacheTierConfig> cacheTiers;
-    std::vector<AttentionLayerConfig> layers;
-    // State-space layers of a hybrid model; they need commitMinSnapshot.
-    std::vector<SsmLayerConfig> ssmLayers;
-    // Caps the SSM layer group's GPU slots (0: no cap; only with ssmLayers).
-    int64_t maxSsmSlots = 0;
-    // Resume is refused while the GPU tier's utilization by active caches is
-    // above this fraction, in (0, 1]. An explicit 0 is rejected (the C ABI
-    // would read it as unset, i.e. the default).
-    double maxUtilForResume = 0.97;
-    bool enablePartialReuse = false;
-    bool enableStats = false;
-    // One hot-tier byte ratio per layer group (empty: typicalStep decides,
-    // else constraints, else equal slot counts).
-    std::vector<double> initialPoolRatio;
-    std::optional<BatchDesc> typicalStep;
-    std::vector<BatchDesc> constraints;
-    // Tokens trimmed off the tail of every prefix match.
-    int32_t reuseMatchBackoff = 0;
-    // Carried for TensorRT-LLM parity: kvcm's tokens are text only. The
-    // rebalance fields tune pool rebalancing (KVCacheManager::needAdjustment,
-    // adjust).
-    bool textOnly = false;
-    // Required with ssmLayers: a commit that ends on a block boundary
-    // snapshots the SSM state into that block for reuse.
-    bool commitMinSnapshot = false;
-    int64_t rebalanceMinSampledKvCaches = 2000;
-    double rebalanceCooldownSecs = 120.0;
-    int64_t rebalanceTargetRatioUpdateInterval = 100;
-    double rebalanceRatioThreshold = 1.25;
-    double rebalanceMovingAverageDecay = 0.9999;
-    DeviceKind device = DeviceKind::kAuto;
-    int32_t deviceOrdinal = 0;
-    // Bound of the event queue drainEvents reads (0: the library default).
-    uint32_t eventQueueCapacity = 0;
-    // How committed blocks are keyed: kSha256 (the default) is the specified
-    // key every binding and other processes compute; kXxh3 is several times
-    // cheaper but matches no other process's keys, so use it only where block
-    // keys never leave the manager (the CP-aware index refuses it).
-    BlockKey blockKey = BlockKey::kSha256;
-    // The shared tier, after cacheTiers (errors name it
-    // cache_tiers[cacheTiers.size()]).
-    std::optional<SharedCacheTierConfig> sharedTier;
-    // SWA scratch reuse (TensorRT-LLM's swa_scratch_reuse): a step's blocks
-    // of a sliding-window layer group that are out of the window by the end
-    // of the step share the cache's scratch slots instead of pages
-    // (KVCache::scratchDesc). nullopt: off.
-    std::optional<SwaScratchReuseConfig> swaScratchReuse;
-
-    [[nodiscard]] bool enableSwaScratchReuse() const noexcept { return swaScratchReuse.has_value(); }
-};
-
 // The reuse scope: blocks are shared only within one scope. As in
 // KVCacheManagerV2's ReuseScope, no LoRA adapter (nullopt) and adapter 0 are
 // different scopes.
@@ -783,118 +701,45 @@ struct DigestTokens
 
 namespace detail {
 
-// configError is the kvcm::Error the library raises for a bad field.
-inline Error configError(std::string const& field, std::string const& msg)
-{
-    return Error(StatusCode::kInvalidConfig, "invalid config: " + field + ": " + msg);
-}
-
-// checkCString rejects a string the C ABI would cut at a NUL byte.
-inline void checkCString(std::string const& field, std::string const& s)
-{
-    if (auto const at = s.find('\0'); at != std::string::npos)
-    {
-        throw configError(field, "contains a NUL byte at offset " + std::to_string(at));
-    }
-}
-
-// CConfig is the C form of a KVCacheManagerConfig; its pointers borrow from
-// the C++ config and from its own vectors, for the duration of one call. It
-// throws kvcm::Error (KVCM_ERR_INVALID_CONFIG, naming the field) for what the
-// C struct cannot carry as given: an explicit maxUtilForResume of 0 (which C
-// reads as unset) and NUL bytes in paths and roles (where C strings end).
+// CConfig is the C form of a KVCacheManagerConfig for one call: the fields
+// kvcmgen converts (CKVCacheManagerConfig) and those the C struct carries
+// elsewhere: a tier's persistent flag (disk_persistent), the buffers'
+// tokensPerBlockOverride, the batches' systemPromptLength, the shared tier
+// (its addresses joined with commas) and swaScratchReuse. It throws
+// kvcm::Error (KVCM_ERR_INVALID_CONFIG, naming the field) for what the C
+// struct cannot carry as given: an explicit maxUtilForResume of 0 (which C
+// reads as unset), persistent on a tier other than the disk tier, and NUL
+// bytes in paths, roles and the shared tier's strings (where C strings end).
 class CConfig
 {
 public:
     explicit CConfig(KVCacheManagerConfig const& cfg)
+        : mGen(checked(cfg), "")
     {
-        if (cfg.maxUtilForResume == 0)
-        {
-            throw configError("max_util_for_resume", "must be in (0, 1], got 0 (the C ABI reads 0 as unset; "
-                                                     "keep the default 0.97 instead)");
-        }
-        mTiers.reserve(cfg.cacheTiers.size());
-        for (size_t i = 0; i < cfg.cacheTiers.size(); ++i)
-        {
-            auto const& t = cfg.cacheTiers[i];
-            auto const field = "cache_tiers[" + std::to_string(i) + "]";
-            checkCString(field + ".path", t.path);
-            if (t.persistent)
-            {
-                // The C flag applies to the last local tier, which the
-                // library's order check makes the disk tier.
-                if (t.kind != TierKind::kDisk)
-                {
-                    throw configError(field + ".persistent", "only a disk tier can be persistent");
-                }
-                mDiskPersistent = true;
-            }
-            kvcm_cache_tier_config c{};
-            c.kind = static_cast<kvcm_tier_kind>(t.kind);
-            c.quota = t.quota;
-            c.max_quota = t.maxQuota;
-            c.path = t.path.empty() ? nullptr : t.path.c_str();
-            mTiers.push_back(c);
-        }
-        mBuffers.reserve(cfg.layers.size());
+        auto& c = mGen.get();
+        c.disk_persistent = std::any_of(
+            cfg.cacheTiers.begin(), cfg.cacheTiers.end(), [](CacheTierConfig const& t) { return t.persistent; });
         bool anyOverride = false;
-        for (size_t i = 0; i < cfg.layers.size(); ++i)
+        for (auto const& l : cfg.layers)
         {
-            auto const& l = cfg.layers[i];
-            std::vector<kvcm_buffer_config> bufs;
-            bufs.reserve(l.buffers.size());
-            for (size_t j = 0; j < l.buffers.size(); ++j)
+            for (auto const& b : l.buffers)
             {
-                auto const& b = l.buffers[j];
-                checkCString("layers[" + std::to_string(i) + "].buffers[" + std::to_string(j) + "].role", b.role);
-                bufs.push_back(kvcm_buffer_config{b.role.c_str(), b.size});
                 mOverrides.push_back(b.tokensPerBlockOverride);
                 anyOverride = anyOverride || b.tokensPerBlockOverride != 0;
             }
-            mBuffers.push_back(std::move(bufs));
         }
-        mSsmBuffers.reserve(cfg.ssmLayers.size());
-        mSsmLayers.reserve(cfg.ssmLayers.size());
-        for (size_t i = 0; i < cfg.ssmLayers.size(); ++i)
+        if (anyOverride)
         {
-            auto const& l = cfg.ssmLayers[i];
-            std::vector<kvcm_buffer_config> bufs;
-            bufs.reserve(l.buffers.size());
-            for (size_t j = 0; j < l.buffers.size(); ++j)
-            {
-                auto const& b = l.buffers[j];
-                checkCString("ssm_layers[" + std::to_string(i) + "].buffers[" + std::to_string(j) + "].role", b.role);
-                bufs.push_back(kvcm_buffer_config{b.role.c_str(), b.size});
-            }
-            mSsmBuffers.push_back(std::move(bufs));
-            kvcm_ssm_layer_config c{};
-            c.layer_id = l.layerId;
-            c.buffers = mSsmBuffers[i].empty() ? nullptr : mSsmBuffers[i].data();
-            c.num_buffers = mSsmBuffers[i].size();
-            mSsmLayers.push_back(c);
+            c.buffer_tokens_per_block_overrides = mOverrides.data();
+            c.num_buffer_tokens_per_block_overrides = mOverrides.size();
         }
-        mLayers.reserve(cfg.layers.size());
-        for (size_t i = 0; i < cfg.layers.size(); ++i)
-        {
-            kvcm_attention_layer_config c{};
-            c.layer_id = cfg.layers[i].layerId;
-            c.sliding_window_size = cfg.layers[i].slidingWindowSize;
-            c.num_sink_tokens = cfg.layers[i].numSinkTokens;
-            c.buffers = mBuffers[i].empty() ? nullptr : mBuffers[i].data();
-            c.num_buffers = mBuffers[i].size();
-            mLayers.push_back(c);
-        }
-        if (cfg.typicalStep)
-        {
-            mTypical = batch(*cfg.typicalStep);
-        }
-        mConstraints.reserve(cfg.constraints.size());
+        c.typical_step_system_prompt_length = cfg.typicalStep ? cfg.typicalStep->systemPromptLength : 0;
         for (auto const& b : cfg.constraints)
         {
-            mConstraints.push_back(batch(b));
             mPromptLengths.push_back(b.systemPromptLength);
         }
-
+        c.constraint_system_prompt_lengths = mPromptLengths.empty() ? nullptr : mPromptLengths.data();
+        c.num_constraint_system_prompt_lengths = mPromptLengths.size();
         if (cfg.sharedTier)
         {
             auto const& st = *cfg.sharedTier;
@@ -909,95 +754,46 @@ public:
                 }
                 mAddresses += (j ? "," : "") + st.addresses[j];
             }
-            checkCString(field + ".namespace", st.ns);
-            mShared.addresses = mAddresses.c_str();
-            mShared.key_namespace = st.ns.c_str();
-            mShared.ttl_ms = st.ttlMs;
-            mShared.dial_timeout_ms = st.dialTimeoutMs;
-            mShared.call_timeout_ms = st.callTimeoutMs;
-            mShared.queue_bytes = st.queueBytes;
-            mShared.write_policy = static_cast<kvcm_shared_write_policy>(st.writePolicy);
-        }
-
-        kvcm_manager_config c{};
-        c.struct_size = static_cast<uint32_t>(sizeof(kvcm_manager_config));
-        c.abi_version = KVCM_ABI_VERSION;
-        c.tokens_per_block = cfg.tokensPerBlock;
-        c.device = static_cast<kvcm_device_kind>(cfg.device);
-        c.device_ordinal = cfg.deviceOrdinal;
-        c.event_queue_capacity = cfg.eventQueueCapacity;
-        c.cache_tiers = mTiers.empty() ? nullptr : mTiers.data();
-        c.num_cache_tiers = mTiers.size();
-        c.layers = mLayers.empty() ? nullptr : mLayers.data();
-        c.num_layers = mLayers.size();
-        c.max_util_for_resume = cfg.maxUtilForResume;
-        c.enable_partial_reuse = cfg.enablePartialReuse;
-        c.enable_stats = cfg.enableStats;
-        c.initial_pool_ratio = cfg.initialPoolRatio.empty() ? nullptr : cfg.initialPoolRatio.data();
-        c.num_initial_pool_ratio = cfg.initialPoolRatio.size();
-        c.typical_step = cfg.typicalStep ? &mTypical : nullptr;
-        c.constraints = mConstraints.empty() ? nullptr : mConstraints.data();
-        c.num_constraints = mConstraints.size();
-        c.reuse_match_backoff = cfg.reuseMatchBackoff;
-        c.text_only = cfg.textOnly;
-        c.commit_min_snapshot = cfg.commitMinSnapshot;
-        c.rebalance_min_sampled_kv_caches = cfg.rebalanceMinSampledKvCaches;
-        c.rebalance_cooldown_secs = cfg.rebalanceCooldownSecs;
-        c.rebalance_target_ratio_update_interval = cfg.rebalanceTargetRatioUpdateInterval;
-        c.rebalance_ratio_threshold = cfg.rebalanceRatioThreshold;
-        c.rebalance_moving_average_decay = cfg.rebalanceMovingAverageDecay;
-        c.typical_step_system_prompt_length = cfg.typicalStep ? cfg.typicalStep->systemPromptLength : 0;
-        c.constraint_system_prompt_lengths = mPromptLengths.empty() ? nullptr : mPromptLengths.data();
-        c.num_constraint_system_prompt_lengths = mPromptLengths.size();
-        c.block_key = static_cast<kvcm_block_key>(cfg.blockKey);
-        c.shared_tier = cfg.sharedTier ? &mShared : nullptr;
-        c.disk_persistent = mDiskPersistent;
-        if (anyOverride)
-        {
-            c.buffer_tokens_per_block_overrides = mOverrides.data();
-            c.num_buffer_tokens_per_block_overrides = mOverrides.size();
+            mShared = std::make_unique<CSharedCacheTierConfig>(st, field);
+            mShared->get().addresses = mAddresses.c_str();
+            c.shared_tier = &mShared->get();
         }
         c.swa_scratch_reuse = cfg.swaScratchReuse.has_value();
         c.swa_scratch_max_rewind_len = cfg.swaScratchReuse ? cfg.swaScratchReuse->maxRewindLen : 0;
-        c.ssm_layers = mSsmLayers.empty() ? nullptr : mSsmLayers.data();
-        c.num_ssm_layers = mSsmLayers.size();
-        c.max_ssm_slots = cfg.maxSsmSlots;
-        mConfig = c;
     }
 
     CConfig(CConfig const&) = delete;
     CConfig& operator=(CConfig const&) = delete;
 
-    [[nodiscard]] kvcm_manager_config const* get() const noexcept { return &mConfig; }
+    [[nodiscard]] kvcm_manager_config const* get() const noexcept { return &mGen.get(); }
 
 private:
-    kvcm_batch_desc batch(BatchDesc const& b)
+    // checked returns cfg after the checks that come before any conversion.
+    static KVCacheManagerConfig const& checked(KVCacheManagerConfig const& cfg)
     {
-        std::vector<kvcm_request_desc> reqs;
-        reqs.reserve(b.requests.size());
-        for (auto const& r : b.requests)
+        if (cfg.maxUtilForResume == 0)
         {
-            reqs.push_back(kvcm_request_desc{r.capacity, r.historyLength});
+            throw configError("max_util_for_resume", "must be in (0, 1], got 0 (the C ABI reads 0 as unset; "
+                                                     "keep the default 0.97 instead)");
         }
-        mRequests.push_back(std::move(reqs));
-        auto const& stored = mRequests.back(); // vector data survives moves of mRequests' elements
-        return kvcm_batch_desc{stored.empty() ? nullptr : stored.data(), stored.size()};
+        for (size_t i = 0; i < cfg.cacheTiers.size(); ++i)
+        {
+            // The C flag applies to the last local tier, which the library's
+            // order check makes the disk tier.
+            if (cfg.cacheTiers[i].persistent && cfg.cacheTiers[i].kind != TierKind::kDisk)
+            {
+                throw configError(
+                    "cache_tiers[" + std::to_string(i) + "].persistent", "only a disk tier can be persistent");
+            }
+        }
+        return cfg;
     }
 
-    std::vector<kvcm_cache_tier_config> mTiers;
-    std::vector<std::vector<kvcm_buffer_config>> mBuffers;
-    std::vector<kvcm_attention_layer_config> mLayers;
-    std::vector<std::vector<kvcm_buffer_config>> mSsmBuffers;
-    std::vector<kvcm_ssm_layer_config> mSsmLayers;
-    std::vector<std::vector<kvcm_request_desc>> mRequests;
-    kvcm_batch_desc mTypical{};
-    std::vector<kvcm_batch_desc> mConstraints;
-    std::vector<int64_t> mPromptLengths;
+    CKVCacheManagerConfig mGen;
     std::vector<int32_t> mOverrides; // one per buffer of every layer
+    std::vector<int64_t> mPromptLengths;
     std::string mAddresses;
-    kvcm_shared_tier_config mShared{};
-    bool mDiskPersistent = false;
-    kvcm_manager_config mConfig{};
+    std::unique_ptr<CSharedCacheTierConfig> mShared;
 };
 
 inline kvcm_reuse_scope cScope(ReuseScope const& s) noexcept
@@ -1118,48 +914,8 @@ private:
     std::vector<PoolDesc> mPools;
 };
 
-// One cache event (see KVCacheManager::drainEvents).
-struct CacheEvent
-{
-    uint64_t seq = 0;
-    EventKind kind = EventKind::kBlockStored;
-    uint64_t key = 0;
-    uint64_t parent = 0;
-    // Updated pages: the layer group and the level the page is on now (-1:
-    // that layer group's page was dropped, the block keeps others).
-    LayerGroupId layerGroup = 0;
-    CacheLevel level = 0;
-    // Stored blocks: the block's tokens.
-    std::vector<Token> tokens;
-    // Stored blocks: the id of the cache whose commit stored it.
-    uint64_t cacheId = 0;
-};
-
-// One block event of ABI version 2 (see KVCacheManager::drainBlockEvents):
-// a CacheEvent with the block's eviction priority and, for updates, what
-// changed.
-struct BlockEvent
-{
-    uint64_t seq = 0;
-    EventKind kind = EventKind::kBlockStored;
-    uint64_t key = 0;
-    uint64_t parent = 0;
-    // Updated pages: the layer group, the level the page is on now (-1:
-    // dropped while the block keeps others) and the level it was on (-1: it
-    // filled a gap, KVCacheManager::sharedLevel() for a page onboarded from the
-    // shared tier).
-    LayerGroupId layerGroup = 0;
-    CacheLevel level = 0;
-    CacheLevel oldLevel = 0;
-    // The block's eviction priority (the new one of a priority update) and
-    // the one before a priority update (else priority).
-    int32_t priority = 0;
-    int32_t oldPriority = 0;
-    // Stored blocks: the block's tokens.
-    std::vector<Token> tokens;
-    // Stored blocks: the id of the cache whose commit stored it.
-    uint64_t cacheId = 0;
-};
+// CacheEvent and BlockEvent (the events drainEvents and drainBlockEvents
+// return) are generated into kvcm_values_generated.hpp.
 
 // ---- Device memory and owned streams --------------------------------------------------
 
@@ -2676,20 +2432,7 @@ public:
     // previous drain.
     std::vector<CacheEvent> drainEvents(uint64_t* dropped = nullptr)
     {
-        return drainQueue<kvcm_cache_event, CacheEvent>(::kvcm_manager_drain_events,
-            [](kvcm_cache_event const& e)
-            {
-                CacheEvent ce;
-                ce.seq = e.seq;
-                ce.kind = static_cast<EventKind>(e.kind);
-                ce.key = e.key;
-                ce.parent = e.parent;
-                ce.layerGroup = e.layer_group;
-                ce.level = e.level;
-                ce.cacheId = e.cache_id;
-                return ce;
-            },
-            dropped);
+        return drainQueue<kvcm_cache_event, CacheEvent>(::kvcm_manager_drain_events, dropped);
     }
 
     // Removes and returns every queued block event, oldest first, with the
@@ -2699,30 +2442,14 @@ public:
     // drain.
     std::vector<BlockEvent> drainBlockEvents(uint64_t* dropped = nullptr)
     {
-        return drainQueue<kvcm_block_event, BlockEvent>(::kvcm_manager_drain_block_events,
-            [](kvcm_block_event const& e)
-            {
-                BlockEvent be;
-                be.seq = e.seq;
-                be.kind = static_cast<EventKind>(e.kind);
-                be.key = e.key;
-                be.parent = e.parent;
-                be.layerGroup = e.layer_group;
-                be.level = e.level;
-                be.oldLevel = e.old_level;
-                be.priority = e.priority;
-                be.oldPriority = e.old_priority;
-                be.cacheId = e.cache_id;
-                return be;
-            },
-            dropped);
+        return drainQueue<kvcm_block_event, BlockEvent>(::kvcm_manager_drain_block_events, dropped);
     }
 
 private:
     // drainQueue calls drain (one of the C drain functions) until the queue is
-    // empty, converting each C event and copying its tokens.
-    template <typename CEvent, typename Event, typename Drain, typename Convert>
-    std::vector<Event> drainQueue(Drain drain, Convert convert, uint64_t* dropped)
+    // empty, copying each C event with its tokens (detail::fromC).
+    template <typename CEvent, typename Event, typename Drain>
+    std::vector<Event> drainQueue(Drain drain, uint64_t* dropped)
     {
         std::vector<Event> out;
         size_t const eventsCap = 256;
@@ -2738,13 +2465,7 @@ private:
             lost += d;
             for (size_t i = 0; i < ne; ++i)
             {
-                auto const& e = events[i];
-                Event ev = convert(e);
-                if (e.num_tokens > 0 && e.tokens != nullptr)
-                {
-                    ev.tokens.assign(e.tokens, e.tokens + e.num_tokens);
-                }
-                out.push_back(std::move(ev));
+                out.push_back(detail::fromC(events[i]));
             }
             if (ne == 0)
             {

@@ -134,6 +134,43 @@ constexpr const char* name(BlockKey v) noexcept {
     return "";
 }
 
+// kvcm_builtin_codec names one of the library's built-in cold-page codecs.
+enum class BuiltinCodec : std::int32_t {
+    // KVCM_BUILTIN_CODEC_DEFAULT is the default lossless concatenating codec (the
+    // codec kvcm_create_default_cold_page_codec makes).
+    kDefault = KVCM_BUILTIN_CODEC_DEFAULT,
+    // KVCM_BUILTIN_CODEC_GATHER is the lossless gather codec: the default codec's
+    // cold bytes, with the page indices on the device and one CUDA kernel per
+    // call. CUDA only.
+    kGather = KVCM_BUILTIN_CODEC_GATHER,
+    // KVCM_BUILTIN_CODEC_FP8 is the fixed-ratio lossy codec for fp16 or bf16 pages:
+    // FP8 e4m3 with one float32 scale per block of elements (0.516 of the hot
+    // bytes with 128-element blocks). CUDA only; every pool's slot bytes must
+    // be a multiple of 2 * block_elems.
+    kFp8 = KVCM_BUILTIN_CODEC_FP8,
+    // KVCM_BUILTIN_CODEC_AUTO is lossless: per lifecycle the default codec or the
+    // gather codec, from the lifecycle's bytes per page and pool against a
+    // measured crossover (256 KiB unless crossover_bytes says otherwise). On
+    // the emulated device it is the default codec.
+    kAuto = KVCM_BUILTIN_CODEC_AUTO,
+};
+static_assert(sizeof(BuiltinCodec) == sizeof(::kvcm_builtin_codec), "BuiltinCodec has the C size");
+
+// name returns the C name of a BuiltinCodec value ("" for an unknown value).
+constexpr const char* name(BuiltinCodec v) noexcept {
+    switch (v) {
+    case BuiltinCodec::kDefault:
+        return "KVCM_BUILTIN_CODEC_DEFAULT";
+    case BuiltinCodec::kGather:
+        return "KVCM_BUILTIN_CODEC_GATHER";
+    case BuiltinCodec::kFp8:
+        return "KVCM_BUILTIN_CODEC_FP8";
+    case BuiltinCodec::kAuto:
+        return "KVCM_BUILTIN_CODEC_AUTO";
+    }
+    return "";
+}
+
 // kvcm_cache_status is a KV cache's place in its lifecycle: SUSPENDED → ACTIVE →
 // CLOSED, with ACTIVE ⇄ SUSPENDED as often as the engine needs.
 enum class CacheStatus : std::int32_t {
@@ -182,6 +219,26 @@ constexpr const char* name(DeviceKind v) noexcept {
         return "KVCM_DEVICE_EMU";
     case DeviceKind::kCuda:
         return "KVCM_DEVICE_CUDA";
+    }
+    return "";
+}
+
+// kvcm_element_type is the element type of hot pages, for codecs that read values.
+enum class ElementType : std::int32_t {
+    // KVCM_ELEMENT_FLOAT16 is IEEE 754 binary16.
+    kFloat16 = KVCM_ELEMENT_FLOAT16,
+    // KVCM_ELEMENT_BFLOAT16 is bfloat16.
+    kBfloat16 = KVCM_ELEMENT_BFLOAT16,
+};
+static_assert(sizeof(ElementType) == sizeof(::kvcm_element_type), "ElementType has the C size");
+
+// name returns the C name of a ElementType value ("" for an unknown value).
+constexpr const char* name(ElementType v) noexcept {
+    switch (v) {
+    case ElementType::kFloat16:
+        return "KVCM_ELEMENT_FLOAT16";
+    case ElementType::kBfloat16:
+        return "KVCM_ELEMENT_BFLOAT16";
     }
     return "";
 }
@@ -543,6 +600,22 @@ using BufferLocation = ::kvcm_buffer_location;
 static_assert(std::is_standard_layout_v<BufferLocation> && std::is_trivially_copyable_v<BufferLocation>);
 static_assert(sizeof(BufferLocation) == 40 && alignof(BufferLocation) == 8);
 
+// kvcm_builtin_codec_options selects a built-in codec for
+// kvcm_create_builtin_cold_page_codec. Zero-initialize it and set
+// struct_size = sizeof(kvcm_builtin_codec_options) and abi_version =
+// KVCM_ABI_VERSION; all zero is the default codec.
+using BuiltinCodecOptions = ::kvcm_builtin_codec_options;
+static_assert(std::is_standard_layout_v<BuiltinCodecOptions> && std::is_trivially_copyable_v<BuiltinCodecOptions>);
+static_assert(sizeof(BuiltinCodecOptions) == 32 && alignof(BuiltinCodecOptions) == 8);
+
+// makeBuiltinCodecOptions returns a zeroed BuiltinCodecOptions with struct_size and abi_version set.
+inline BuiltinCodecOptions makeBuiltinCodecOptions() noexcept {
+    BuiltinCodecOptions v{};
+    v.struct_size = static_cast<std::uint32_t>(sizeof(BuiltinCodecOptions));
+    v.abi_version = KVCM_ABI_VERSION;
+    return v;
+}
+
 // kvcm_cold_page_codec is a codec object: a vtable and the self pointer its slots
 // receive. Ownership of a codec object is transferred (consumed) by the
 // functions that take it; the caller must not use or destroy it afterwards.
@@ -747,7 +820,7 @@ static_assert(sizeof(ReusedBlocksAtLevel) == 24 && alignof(ReusedBlocksAtLevel) 
 // created.
 using SharedStats = ::kvcm_shared_stats;
 static_assert(std::is_standard_layout_v<SharedStats> && std::is_trivially_copyable_v<SharedStats>);
-static_assert(sizeof(SharedStats) == 184 && alignof(SharedStats) == 8);
+static_assert(sizeof(SharedStats) == 192 && alignof(SharedStats) == 8);
 
 // kvcm_ssm_snapshot_iteration_stats counts the SSM snapshot lookups of the SSM layer
 // group during an iteration (KVCacheManagerV2's

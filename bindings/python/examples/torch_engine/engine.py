@@ -14,48 +14,22 @@ Two ways to reach the pages: on CUDA, the pools are torch tensors over the
 pool memory (``kvcm.torch.pool_tensor``), indexed by page index; on the
 emulated device (CPU torch), whose memory is not host-visible, pages are
 batch-copied to and from a host-mapped staging buffer on the cache's stream.
+
+The model's shape and the serving loop are driver.py's (shared with the
+numpy backend, numpy_engine.py).
 """
 
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from driver import TINY, EngineBase, ModelConfig, Result, StagedBytes, kv_layers
 
 import kvcm
 
-
-@dataclass(frozen=True)
-class ModelConfig:
-    vocab: int = 4096
-    dim: int = 512
-    layers: int = 8
-    heads: int = 8
-    kv_heads: int = 2
-    ffn: int = 1536
-    window: int = 1024  # of the sliding-window layers
-    window_layers: tuple[int, ...] = (2, 5)
-    rope_theta: float = 10000.0
-    eps: float = 1e-5
-    seed: int = 1234
-
-    @property
-    def head_dim(self) -> int:
-        return self.dim // self.heads
-
-
-TINY = ModelConfig(vocab=256, dim=64, layers=8, heads=4, kv_heads=2, ffn=128, window=64)
-
-
-def kv_layers(cfg: ModelConfig, tokens_per_block: int, itemsize: int) -> list[kvcm.AttentionLayerConfig]:
-    """The manager's layers for the model: a key and a value buffer each."""
-    size = tokens_per_block * cfg.kv_heads * cfg.head_dim * itemsize
-    return [kvcm.AttentionLayerConfig(i, [kvcm.BufferConfig("key", size), kvcm.BufferConfig("value", size)],
-                                      sliding_window_size=cfg.window if i in cfg.window_layers else None)
-            for i in range(cfg.layers)]
+__all__ = ["TINY", "Engine", "ModelConfig", "Result", "kv_layers"]
 
 
 class Weights:
@@ -135,74 +109,31 @@ class CudaPages:
         self.pools.clear()
 
 
-class StagedPages:
+class StagedPages(StagedBytes):
     """Pages reached through a host-mapped staging buffer and batch copies
     on the cache's stream (the emulated device; any device works)."""
 
     def __init__(self, m: kvcm.KVCacheManager, cfg: ModelConfig, dtype: torch.dtype, max_tokens: int) -> None:
-        self.m = m
         self.dtype = dtype
         self.tok_shape = (cfg.kv_heads, cfg.head_dim)
-        self.tok = cfg.kv_heads * cfg.head_dim * torch.empty((), dtype=dtype).element_size()
-        self.locs = {(lid, role): m.get_buffer_location(lid, role)
-                     for lid in range(cfg.layers) for role in ("key", "value")}
-        self.tpb = m.tokens_per_block
-        self.staging = m.alloc_memory(max_tokens * self.tok, kvcm.MemoryKind.HOST_MAPPED)
-        self.max_tokens = max_tokens
-
-    def begin(self, cache: kvcm._KVCache) -> None:
-        self.stream = cache.cuda_stream
-        self.base = {lg: list(cache.get_page_indices(lg)) for lg in {loc.layer_group for loc in self.locs.values()}}
-
-    def _runs(self, key, beg: int, end: int):
-        """(device address, staging offset, bytes) per block of [beg, end)."""
-        loc = self.locs[key]
-        base = self.base[loc.layer_group]
-        pos = beg
-        while pos < end:
-            b, off = divmod(pos, self.tpb)
-            n = min(end, (b + 1) * self.tpb) - pos
-            if base[b] < 0:
-                raise RuntimeError(f"layer {key[0]} {key[1]}: block {b} has no GPU page")
-            yield loc.page_address(base[b]) + off * self.tok, (pos - beg) * self.tok, n * self.tok
-            pos += n
+        super().__init__(m, cfg, cfg.kv_heads * cfg.head_dim * torch.empty((), dtype=dtype).element_size(), max_tokens)
 
     def write(self, key, beg: int, end: int, x: torch.Tensor) -> None:
         data = x.detach().to("cpu", self.dtype).contiguous().view(torch.uint8).numpy().tobytes()
-        self.staging.write(0, data)
-        self.stream.batch_copy([(dev, self.staging.ptr + s, n) for dev, s, n in self._runs(key, beg, end)])
-        self.stream.synchronize()
+        self.write_bytes(key, beg, end, data)
 
     def read(self, key, beg: int, end: int) -> torch.Tensor:
-        if end - beg > self.max_tokens:
-            raise ValueError(f"[{beg}, {end}): more than the staging buffer's {self.max_tokens} tokens")
-        self.stream.batch_copy([(self.staging.ptr + s, dev, n) for dev, s, n in self._runs(key, beg, end)])
-        self.stream.synchronize()
-        raw = bytearray(self.staging.read(0, (end - beg) * self.tok))
+        raw = self.read_bytes(key, beg, end)
         return torch.frombuffer(raw, dtype=self.dtype).view(end - beg, *self.tok_shape)
 
-    def close(self) -> None:
-        self.staging.close()
 
-
-@dataclass
-class Result:
-    reused: int  # prompt tokens reused from the cache
-    levels: list[int]  # the reused tokens per cache level (where they were when the request came)
-    prompt_logits: torch.Tensor  # logits of the last prompt token (float32, CPU)
-    tokens: list[int] = field(default_factory=list)  # greedy tokens
-    step_logits: list[torch.Tensor] = field(default_factory=list)  # logits of each decode step
-    ttft: float = 0.0  # seconds from create_kv_cache to the first token's logits
-
-
-class Engine:
-    """Batch-1 inference over one kvcm manager."""
+class Engine(EngineBase):
+    """Batch-1 inference over one kvcm manager, in PyTorch."""
 
     def __init__(self, m: kvcm.KVCacheManager, cfg: ModelConfig, device: str, dtype: torch.dtype,
                  chunk: int, max_tokens: int) -> None:
-        if chunk % m.tokens_per_block:
-            raise ValueError(f"chunk: {chunk} is not a multiple of tokens_per_block {m.tokens_per_block}")
-        self.m, self.cfg, self.device, self.dtype, self.chunk = m, cfg, torch.device(device), dtype, chunk
+        super().__init__(m, cfg, chunk)
+        self.device, self.dtype = torch.device(device), dtype
         self.w = Weights(cfg, self.device, dtype)
         self.cuda = self.device.type == "cuda"
         if self.cuda:
@@ -212,12 +143,12 @@ class Engine:
             self.pages = StagedPages(m, cfg, dtype, max_tokens)
             self.stream = m.create_stream()
 
-    def close(self) -> None:
-        self.pages.close()
-
     def sync(self) -> None:
         if self.cuda:
             torch.cuda.synchronize()
+
+    def to_host(self, logits: torch.Tensor):
+        return logits.cpu().numpy()
 
     @torch.inference_mode()
     def forward(self, tokens: list[int], beg: int) -> torch.Tensor:
@@ -252,69 +183,3 @@ class Engine:
             h = rms_norm(x, lw["mlp_norm"], cfg.eps)
             x = x + (F.silu(h @ lw["w1"]) * (h @ lw["w3"])) @ lw["w2"]
         return (rms_norm(x[-1:], w.norm, cfg.eps) @ w.out)[0].float()
-
-    def _resume(self, cache: kvcm._KVCache) -> None:
-        if not cache.resume(self.stream):
-            raise RuntimeError("resume refused: the GPU tier cannot take the request")
-
-    @staticmethod
-    def _resize(cache: kvcm._KVCache, capacity: int, history: int | None = None) -> None:
-        if not cache.resize(capacity, history):
-            raise RuntimeError(f"resize({capacity}, {history}) refused: the GPU tier is out of pages")
-
-    def generate(self, prompt: list[int], max_new: int, salt: bytes | None = None) -> Result:
-        """Serve one request: reuse the cached prefix (none under a fresh
-        ``salt``), prefill the rest in grid-aligned chunks, decode greedily."""
-        self.sync()
-        t0 = time.perf_counter()
-        cache = self.m.create_kv_cache(None, prompt, salt=salt)
-        try:
-            reused = cache.num_committed_tokens
-            levels = cache.cached_tokens_by_level
-            self._resume(cache)
-            n = len(prompt)
-            cap = n + max_new
-            self._resize(cache, cap)
-            self.pages.begin(cache)
-            pos, logits = reused, None
-            while pos < n:
-                end = min(n, (pos // self.chunk + 1) * self.chunk)
-                logits = self.forward(prompt[pos:end], pos)
-                self._resize(cache, cap, end)
-                cache.commit(prompt[pos:end])
-                self.pages.begin(cache)
-                pos = end
-            if logits is None:
-                raise ValueError("prompt: every token was reused; nothing to compute the first token from")
-            self.sync()
-            res = Result(reused, levels, logits.cpu(), ttft=time.perf_counter() - t0)
-            tok = int(logits.argmax())
-            for step in range(max_new):
-                res.tokens.append(tok)
-                if step == max_new - 1:
-                    break
-                logits = self.forward([tok], n + step)
-                self._resize(cache, cap, n + step + 1)
-                cache.commit([tok])
-                self.pages.begin(cache)
-                res.step_logits.append(logits.cpu())
-                tok = int(logits.argmax())
-            return res
-        finally:
-            cache.close()
-
-    def fill(self, tokens: list[int], salt: bytes) -> None:
-        """Commit a request's blocks without computing them (their pages hold
-        whatever was there): traffic that pushes other blocks to colder
-        levels. Its salt keeps them from ever being reused."""
-        cache = self.m.create_kv_cache(None, tokens, salt=salt)
-        try:
-            self._resume(cache)
-            n = len(tokens)
-            self._resize(cache, n)
-            for beg in range(0, n, self.chunk):
-                end = min(n, beg + self.chunk)
-                self._resize(cache, n, end)
-                cache.commit(tokens[beg:end])
-        finally:
-            cache.close()

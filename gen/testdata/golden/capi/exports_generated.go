@@ -118,7 +118,8 @@ func kvcm_widget_tag(widget C.kvcm_widget, name *C.kvcm__const_char, name_len C.
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	valuesArg, err := cSliceArg[int](values, num_values, "values")
+	var valuesBuf [8]int
+	valuesArg, err := cSliceArg[int](valuesBuf[:], values, num_values, "values")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}

@@ -111,9 +111,24 @@ using PluginObject = ::kvcm_plugin_object;
 static_assert(std::is_standard_layout_v<PluginObject> && std::is_trivially_copyable_v<PluginObject>);
 static_assert(sizeof(PluginObject) == 16 && alignof(PluginObject) == 8);
 
+// kvcm_sample is a result with an array.
+using Sample = ::kvcm_sample;
+static_assert(std::is_standard_layout_v<Sample> && std::is_trivially_copyable_v<Sample>);
+static_assert(sizeof(Sample) == 24 && alignof(Sample) == 8);
+
 // ---- Structures that borrow pointers for one call: kvcm::c ----
 
 namespace c {
+
+// kvcm_drawing holds shapes.
+using Drawing = ::kvcm_drawing;
+static_assert(std::is_standard_layout_v<Drawing> && std::is_trivially_copyable_v<Drawing>);
+static_assert(sizeof(Drawing) == 40 && alignof(Drawing) == 8);
+
+// kvcm_note is a result the library writes.
+using Note = ::kvcm_note;
+static_assert(std::is_standard_layout_v<Note> && std::is_trivially_copyable_v<Note>);
+static_assert(sizeof(Note) == 32 && alignof(Note) == 8);
 
 // kvcm_options are versioned options.
 using Options = ::kvcm_options;
@@ -127,6 +142,11 @@ inline Options makeOptions() noexcept {
     v.abi_version = KVCM_ABI_VERSION;
     return v;
 }
+
+// kvcm_shape is a configuration value of the bindings.
+using Shape = ::kvcm_shape;
+static_assert(std::is_standard_layout_v<Shape> && std::is_trivially_copyable_v<Shape>);
+static_assert(sizeof(Shape) == 16 && alignof(Shape) == 8);
 
 }  // namespace c
 

@@ -70,6 +70,14 @@ kvcm_notify = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64)
 # ---- Structures (declared first, fields set below, so pointers may refer forward) ----
 
 
+class kvcm_drawing(ctypes.Structure):
+    """kvcm_drawing holds shapes."""
+
+
+class kvcm_note(ctypes.Structure):
+    """kvcm_note is a result the library writes."""
+
+
 class kvcm_options(ctypes.Structure):
     """kvcm_options are versioned options."""
 
@@ -87,6 +95,29 @@ class kvcm_plugin(ctypes.Structure):
 class kvcm_plugin_object(ctypes.Structure):
     """kvcm_plugin_object is a plugin and its self."""
 
+
+class kvcm_sample(ctypes.Structure):
+    """kvcm_sample is a result with an array."""
+
+
+class kvcm_shape(ctypes.Structure):
+    """kvcm_shape is a configuration value of the bindings."""
+
+
+kvcm_drawing._fields_ = [
+    ("shapes", ctypes.POINTER(kvcm_shape)),
+    ("num_shapes", ctypes.c_size_t),
+    ("main", ctypes.POINTER(kvcm_shape)),
+    ("weights", ctypes.POINTER(ctypes.c_double)),
+    ("num_weights", ctypes.c_size_t),
+]
+
+kvcm_note._fields_ = [
+    ("text", ctypes.c_char_p),
+    ("codes", ctypes.POINTER(ctypes.c_int32)),
+    ("num_codes", ctypes.c_size_t),
+    ("kind", kvcm_where),
+]
 
 kvcm_options._fields_ = [
     ("struct_size", ctypes.c_uint32),
@@ -119,6 +150,18 @@ kvcm_plugin_object._fields_ = [
     ("self", ctypes.c_void_p),
 ]
 
+kvcm_sample._fields_ = [
+    ("id", ctypes.c_uint64),
+    ("codes", ctypes.POINTER(ctypes.c_int32)),
+    ("num_codes", ctypes.c_size_t),
+]
+
+kvcm_shape._fields_ = [
+    ("name", ctypes.c_char_p),
+    ("sides", ctypes.c_int32),
+    ("hidden", ctypes.c_bool),
+]
+
 # ---- Value types ----
 
 
@@ -136,13 +179,32 @@ class Pair:
         """Copies the fields of a kvcm_pair (or of an object with its fields)."""
         return cls(s.a, s.b)
 
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """kvcm_sample is a result with an array."""
+
+    #: codes are its codes.
+    codes: tuple[int, ...]
+    #: id is its id.
+    id: int = 0
+
+    @classmethod
+    def _from_c(cls, s):
+        """Copies the fields of a kvcm_sample (or of an object with its fields)."""
+        return cls(tuple(s.codes[:s.num_codes]) if s.num_codes else (), s.id)
+
 # ---- Layouts frozen by the header: name -> (size, alignment, {field: offset}) ----
 
 LAYOUTS = {
+    "kvcm_drawing": (40, 8, {"shapes": 0, "num_shapes": 8, "main": 16, "weights": 24, "num_weights": 32}),
+    "kvcm_note": (32, 8, {"text": 0, "codes": 8, "num_codes": 16, "kind": 24}),
     "kvcm_options": (48, 8, {"struct_size": 0, "abi_version": 4, "flag": 8, "pairs": 16, "num_pairs": 24, "label": 32, "extra": 40}),
     "kvcm_pair": (8, 8, {"a": 0, "b": 4}),
     "kvcm_plugin": (32, 8, {"struct_size": 0, "abi_version": 4, "run": 8, "probe": 16, "destroy": 24}),
     "kvcm_plugin_object": (16, 8, {"vtable": 0, "self": 8}),
+    "kvcm_sample": (24, 8, {"id": 0, "codes": 8, "num_codes": 16}),
+    "kvcm_shape": (16, 8, {"name": 0, "sides": 8, "hidden": 12}),
 }
 
 

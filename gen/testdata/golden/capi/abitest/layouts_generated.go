@@ -15,9 +15,13 @@ import "C"
 // compiler laid them out) with the generator's model.
 func CStructs() map[string]reflect.Type {
 	return map[string]reflect.Type{
+		"kvcm_drawing":       reflect.TypeFor[C.kvcm_drawing](),
+		"kvcm_note":          reflect.TypeFor[C.kvcm_note](),
 		"kvcm_options":       reflect.TypeFor[C.kvcm_options](),
 		"kvcm_pair":          reflect.TypeFor[C.kvcm_pair](),
 		"kvcm_plugin":        reflect.TypeFor[C.kvcm_plugin](),
 		"kvcm_plugin_object": reflect.TypeFor[C.kvcm_plugin_object](),
+		"kvcm_sample":        reflect.TypeFor[C.kvcm_sample](),
+		"kvcm_shape":         reflect.TypeFor[C.kvcm_shape](),
 	}
 }

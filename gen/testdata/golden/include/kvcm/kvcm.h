@@ -147,10 +147,64 @@ typedef int32_t (*kvcm_notify)(void* user_data, int64_t value);
 
 /* ---- Structures ---- */
 
+typedef struct kvcm_drawing kvcm_drawing;
+typedef struct kvcm_note kvcm_note;
 typedef struct kvcm_options kvcm_options;
 typedef struct kvcm_pair kvcm_pair;
 typedef struct kvcm_plugin kvcm_plugin;
 typedef struct kvcm_plugin_object kvcm_plugin_object;
+typedef struct kvcm_sample kvcm_sample;
+typedef struct kvcm_shape kvcm_shape;
+
+/**
+ * kvcm_drawing holds shapes.
+ * @since ABI version 1.
+ */
+struct kvcm_drawing {
+    /**
+     * [borrowed, array of num_shapes] shapes are its shapes.
+     */
+    const kvcm_shape* shapes;
+    /**
+     * num_shapes is the length of shapes.
+     */
+    size_t num_shapes;
+    /**
+     * [borrowed, nullable] main is the main shape (NULL for none).
+     */
+    const kvcm_shape* main;
+    /**
+     * [borrowed, nullable, array of num_weights] weights are weights (NULL for none).
+     */
+    const double* weights;
+    /**
+     * num_weights is the length of weights.
+     */
+    size_t num_weights;
+};
+
+/**
+ * kvcm_note is a result the library writes.
+ * @since ABI version 1.
+ */
+struct kvcm_note {
+    /**
+     * [borrowed, nullable] text is the note's text.
+     */
+    const char* text;
+    /**
+     * [borrowed, nullable, array of num_codes] codes are its codes.
+     */
+    const int32_t* codes;
+    /**
+     * num_codes is the length of codes.
+     */
+    size_t num_codes;
+    /**
+     * kind is the note's kind.
+     */
+    kvcm_where kind;
+};
 
 /**
  * kvcm_options are versioned options.
@@ -252,6 +306,44 @@ struct kvcm_plugin_object {
      * [owned] self is the state.
      */
     void* self;
+};
+
+/**
+ * kvcm_sample is a result with an array.
+ * @since ABI version 1.
+ */
+struct kvcm_sample {
+    /**
+     * id is its id.
+     */
+    uint64_t id;
+    /**
+     * [borrowed, nullable, array of num_codes] codes are its codes.
+     */
+    const int32_t* codes;
+    /**
+     * num_codes is the length of codes.
+     */
+    size_t num_codes;
+};
+
+/**
+ * kvcm_shape is a configuration value of the bindings.
+ * @since ABI version 1.
+ */
+struct kvcm_shape {
+    /**
+     * [borrowed] name is the shape's name.
+     */
+    const char* name;
+    /**
+     * sides is its number of sides.
+     */
+    int32_t sides;
+    /**
+     * hidden is converted by hand.
+     */
+    bool hidden;
 };
 
 /* ---- Functions ---- */
@@ -377,6 +469,19 @@ struct kvcm_api {
 KVCM_STATIC_ASSERT(sizeof(void*) == 8, "kvcm supports 64-bit platforms only");
 KVCM_STATIC_ASSERT(sizeof(size_t) == 8, "kvcm supports 64-bit platforms only");
 KVCM_STATIC_ASSERT(sizeof(bool) == 1, "kvcm needs a one-byte bool");
+KVCM_STATIC_ASSERT(sizeof(kvcm_drawing) == 40, "layout of kvcm_drawing changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_drawing) == 8, "alignment of kvcm_drawing changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_drawing, shapes) == 0, "layout of kvcm_drawing changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_drawing, num_shapes) == 8, "layout of kvcm_drawing changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_drawing, main) == 16, "layout of kvcm_drawing changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_drawing, weights) == 24, "layout of kvcm_drawing changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_drawing, num_weights) == 32, "layout of kvcm_drawing changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_note) == 32, "layout of kvcm_note changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_note) == 8, "alignment of kvcm_note changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_note, text) == 0, "layout of kvcm_note changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_note, codes) == 8, "layout of kvcm_note changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_note, num_codes) == 16, "layout of kvcm_note changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_note, kind) == 24, "layout of kvcm_note changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_options) == 48, "layout of kvcm_options changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_options) == 8, "alignment of kvcm_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_options, struct_size) == 0, "layout of kvcm_options changed");
@@ -401,6 +506,16 @@ KVCM_STATIC_ASSERT(sizeof(kvcm_plugin_object) == 16, "layout of kvcm_plugin_obje
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_plugin_object) == 8, "alignment of kvcm_plugin_object changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_plugin_object, vtable) == 0, "layout of kvcm_plugin_object changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_plugin_object, self) == 8, "layout of kvcm_plugin_object changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_sample) == 24, "layout of kvcm_sample changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_sample) == 8, "alignment of kvcm_sample changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_sample, id) == 0, "layout of kvcm_sample changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_sample, codes) == 8, "layout of kvcm_sample changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_sample, num_codes) == 16, "layout of kvcm_sample changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_shape) == 16, "layout of kvcm_shape changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_shape) == 8, "alignment of kvcm_shape changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shape, name) == 0, "layout of kvcm_shape changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shape, sides) == 8, "layout of kvcm_shape changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_shape, hidden) == 12, "layout of kvcm_shape changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 56, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
