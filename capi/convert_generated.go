@@ -80,11 +80,27 @@ func cSliceArg[G, E number](buf []G, p *E, n C.size_t, name string) ([]G, error)
 	return out, nil
 }
 
+// cSliceArgNil is cSliceArg keeping NULL apart from an empty array: NULL
+// is nil, a non-NULL array of 0 elements an empty slice.
+func cSliceArgNil[G, E number](buf []G, p *E, n C.size_t, name string) ([]G, error) {
+	out, err := cSliceArg(buf, p, n, name)
+	if err == nil && out == nil && p != nil {
+		out = []G{}
+	}
+	return out, err
+}
+
 // fill writes items into a caller's buffer of capacity elements, converted
 // by conv, and their number to needed; a NULL buffer with capacity 0 asks
 // for the number only, a smaller one is KVCM_ERR_BUFFER_TOO_SMALL.
 func fill[T, E any](items []T, buf *E, capacity C.size_t, needed *C.size_t, conv func(T) E) error {
-	*needed = C.size_t(len(items))
+	return fillTaken(items, len(items), buf, capacity, needed, conv)
+}
+
+// fillTaken is fill for a get-and-reset query of n entries: items are
+// those it took, none when the buffer cannot hold n (nothing was reset).
+func fillTaken[T, E any](items []T, n int, buf *E, capacity C.size_t, needed *C.size_t, conv func(T) E) error {
+	*needed = C.size_t(n)
 	if buf == nil && capacity == 0 {
 		return nil
 	}
@@ -92,13 +108,20 @@ func fill[T, E any](items []T, buf *E, capacity C.size_t, needed *C.size_t, conv
 	if err != nil {
 		return err
 	}
-	if uint64(capacity) < uint64(len(items)) {
-		return errorf(codeBufferTooSmall, "need room for %d entries, got %d", len(items), uint64(capacity))
+	if uint64(capacity) < uint64(n) || len(items) > len(out) {
+		return errorf(codeBufferTooSmall, "need room for %d entries, got %d", n, uint64(capacity))
 	}
 	for i, it := range items {
 		out[i] = conv(it)
 	}
 	return nil
+}
+
+// bufferRoom is how many entries a caller's buffer holds (0 for a size
+// query), for a get-and-reset query that takes only what fits.
+func bufferRoom[E any](buf *E, capacity C.size_t) (int, error) {
+	out, err := cSlice(buf, capacity, "capacity")
+	return len(out), err
 }
 
 // cString copies a NUL-terminated string; NULL is "".
@@ -322,9 +345,9 @@ func fromCCPManagerBackedOptions(c *C.kvcm_cp_manager_backed_options, name strin
 	return out, nil
 }
 
-// fromCKVCacheOptions converts a kvcm_kv_cache_options to a abimodel.CacheOptions; name names it in errors.
-func fromCKVCacheOptions(c *C.kvcm_kv_cache_options, name string) (abimodel.CacheOptions, error) {
-	var out abimodel.CacheOptions
+// fromCKVCacheOptions converts a kvcm_kv_cache_options to a abimodel.KVCacheOptions; name names it in errors.
+func fromCKVCacheOptions(c *C.kvcm_kv_cache_options, name string) (abimodel.KVCacheOptions, error) {
+	var out abimodel.KVCacheOptions
 	{
 		v, err := fromCReuseScope(&c.scope, name+".scope")
 		if err != nil {
@@ -352,14 +375,47 @@ func fromCKVCacheOptions(c *C.kvcm_kv_cache_options, name string) (abimodel.Cach
 		}
 		out.RequestID = s
 	}
+	if C.kvcm__has_kv_cache_options_scope_has_lora_id(c) != 0 {
+		out.ScopeHasLoraID = bool(c.scope_has_lora_id)
+	}
+	if C.kvcm__has_kv_cache_options_has_expected_prompt_length(c) != 0 {
+		out.HasExpectedPromptLength = bool(c.has_expected_prompt_length)
+	}
+	if C.kvcm__has_kv_cache_options_expected_prompt_length(c) != 0 {
+		out.ExpectedPromptLength = int(c.expected_prompt_length)
+	}
+	if C.kvcm__has_kv_cache_options_input_digest_positions(c) != 0 {
+		{
+			s, err := cArray(c.input_digest_positions, c.num_input_digests, name+".input_digest_positions")
+			if err != nil {
+				return out, err
+			}
+			if c.input_digest_positions != nil {
+				out.InputDigestPositions = make([]uint64, 0, len(s))
+			}
+			for i := range s {
+				v := uint64(s[i])
+				out.InputDigestPositions = append(out.InputDigestPositions, v)
+			}
+		}
+	}
+	if C.kvcm__has_kv_cache_options_input_digest_bytes(c) != 0 {
+		{
+			s, err := cStringN(c.input_digest_bytes, c.input_digest_bytes_len, name, "input_digest_bytes", "input_digest_bytes_len")
+			if err != nil {
+				return out, err
+			}
+			out.InputDigestBytes = s
+		}
+	}
 	if C.kvcm__has_kv_cache_options_text_only(c) != 0 {
 		out.TextOnly = bool(c.text_only)
 	}
 	return out, nil
 }
 
-// toCLayerGroupIterationStats converts a core.LayerGroupStats to a kvcm_layer_group_iteration_stats.
-func toCLayerGroupIterationStats(s core.LayerGroupStats) C.kvcm_layer_group_iteration_stats {
+// toCLayerGroupIterationStats converts a abimodel.LayerGroupIterationStats to a kvcm_layer_group_iteration_stats.
+func toCLayerGroupIterationStats(s abimodel.LayerGroupIterationStats) C.kvcm_layer_group_iteration_stats {
 	return C.kvcm_layer_group_iteration_stats{
 		alloc_new_blocks:         C.int64_t(s.AllocNewBlocks),
 		alloc_total_blocks:       C.int64_t(s.AllocTotalBlocks),
@@ -369,6 +425,7 @@ func toCLayerGroupIterationStats(s core.LayerGroupStats) C.kvcm_layer_group_iter
 		host_dropped_bytes:       C.int64_t(s.HostDroppedBytes),
 		intra_device_copy_blocks: C.int64_t(s.IntraDeviceCopyBlocks),
 		intra_device_copy_bytes:  C.int64_t(s.IntraDeviceCopyBytes),
+		layer_group:              C.kvcm_layer_group_id(s.LayerGroup),
 		missed_blocks:            C.int64_t(s.MissedBlocks),
 		offload_blocks:           C.int64_t(s.OffloadBlocks),
 		offload_bytes:            C.int64_t(s.OffloadBytes),
@@ -379,10 +436,13 @@ func toCLayerGroupIterationStats(s core.LayerGroupStats) C.kvcm_layer_group_iter
 	}
 }
 
-// fromCManagerConfig converts a kvcm_manager_config to a config.Config; name names it in errors.
-func fromCManagerConfig(c *C.kvcm_manager_config, name string) (config.Config, error) {
-	var out config.Config
+// fromCManagerConfig converts a kvcm_manager_config to a abimodel.ManagerConfig; name names it in errors.
+func fromCManagerConfig(c *C.kvcm_manager_config, name string) (abimodel.ManagerConfig, error) {
+	var out abimodel.ManagerConfig
 	out.TokensPerBlock = int(c.tokens_per_block)
+	out.Device = abimodel.DeviceKind(c.device)
+	out.DeviceOrdinal = int(c.device_ordinal)
+	out.EventQueueCapacity = int(c.event_queue_capacity)
 	{
 		s, err := cArray(c.cache_tiers, c.num_cache_tiers, name+".cache_tiers")
 		if err != nil {
@@ -472,8 +532,44 @@ func fromCManagerConfig(c *C.kvcm_manager_config, name string) (config.Config, e
 	if C.kvcm__has_manager_config_rebalance_moving_average_decay(c) != 0 {
 		out.RebalanceMovingAverageDecay = float64(c.rebalance_moving_average_decay)
 	}
+	if C.kvcm__has_manager_config_typical_step_system_prompt_length(c) != 0 {
+		out.TypicalStepSystemPromptLength = int(c.typical_step_system_prompt_length)
+	}
+	if C.kvcm__has_manager_config_constraint_system_prompt_lengths(c) != 0 {
+		{
+			s, err := cArray(c.constraint_system_prompt_lengths, c.num_constraint_system_prompt_lengths, name+".constraint_system_prompt_lengths")
+			if err != nil {
+				return out, err
+			}
+			if c.constraint_system_prompt_lengths != nil {
+				out.ConstraintSystemPromptLengths = make([]int64, 0, len(s))
+			}
+			for i := range s {
+				v := int64(s[i])
+				out.ConstraintSystemPromptLengths = append(out.ConstraintSystemPromptLengths, v)
+			}
+		}
+	}
 	if C.kvcm__has_manager_config_block_key(c) != 0 {
 		out.BlockKey = blockhash.Algorithm(c.block_key)
+	}
+	if C.kvcm__has_manager_config_shared_tier(c) != 0 {
+		if c.shared_tier != nil {
+			v, err := fromCSharedTierConfig(c.shared_tier, name+".shared_tier")
+			if err != nil {
+				return out, err
+			}
+			out.SharedTier = &v
+		}
+	}
+	if C.kvcm__has_manager_config_disk_persistent(c) != 0 {
+		out.DiskPersistent = bool(c.disk_persistent)
+	}
+	if C.kvcm__has_manager_config_swa_scratch_reuse(c) != 0 {
+		out.SwaScratchReuse = bool(c.swa_scratch_reuse)
+	}
+	if C.kvcm__has_manager_config_swa_scratch_max_rewind_len(c) != 0 {
+		out.SwaScratchMaxRewindLen = int(c.swa_scratch_max_rewind_len)
 	}
 	if C.kvcm__has_manager_config_ssm_layers(c) != 0 {
 		{
@@ -495,6 +591,21 @@ func fromCManagerConfig(c *C.kvcm_manager_config, name string) (config.Config, e
 	}
 	if C.kvcm__has_manager_config_max_ssm_slots(c) != 0 {
 		out.MaxSsmSlots = int64(c.max_ssm_slots)
+	}
+	if C.kvcm__has_manager_config_buffer_tokens_per_block_overrides(c) != 0 {
+		{
+			s, err := cArray(c.buffer_tokens_per_block_overrides, c.num_buffer_tokens_per_block_overrides, name+".buffer_tokens_per_block_overrides")
+			if err != nil {
+				return out, err
+			}
+			if c.buffer_tokens_per_block_overrides != nil {
+				out.BufferTokensPerBlockOverrides = make([]int, 0, len(s))
+			}
+			for i := range s {
+				v := int(s[i])
+				out.BufferTokensPerBlockOverrides = append(out.BufferTokensPerBlockOverrides, v)
+			}
+		}
 	}
 	return out, nil
 }
@@ -612,6 +723,16 @@ func toCReuseDiagnostics(s core.ReuseDiagnostics) C.kvcm_reuse_diagnostics {
 	}
 }
 
+// toCReusedBlocksAtLevel converts a abimodel.ReusedBlocksAtLevel to a kvcm_reused_blocks_at_level.
+func toCReusedBlocksAtLevel(s abimodel.ReusedBlocksAtLevel) C.kvcm_reused_blocks_at_level {
+	return C.kvcm_reused_blocks_at_level{
+		full_blocks:    C.int64_t(s.FullBlocks),
+		layer_group:    C.kvcm_layer_group_id(s.LayerGroup),
+		level:          C.kvcm_cache_level(s.Level),
+		partial_blocks: C.int64_t(s.PartialBlocks),
+	}
+}
+
 // toCSharedStats converts a core.SharedStats to a kvcm_shared_stats.
 func toCSharedStats(s core.SharedStats) C.kvcm_shared_stats {
 	return C.kvcm_shared_stats{
@@ -642,6 +763,19 @@ func toCSharedStats(s core.SharedStats) C.kvcm_shared_stats {
 	}
 }
 
+// fromCSharedTierConfig converts a kvcm_shared_tier_config to a abimodel.SharedTierConfig; name names it in errors.
+func fromCSharedTierConfig(c *C.kvcm_shared_tier_config, name string) (abimodel.SharedTierConfig, error) {
+	var out abimodel.SharedTierConfig
+	out.Addresses = cString(c.addresses)
+	out.KeyNamespace = cString(c.key_namespace)
+	out.TTLMs = int64(c.ttl_ms)
+	out.DialTimeoutMs = int64(c.dial_timeout_ms)
+	out.CallTimeoutMs = int64(c.call_timeout_ms)
+	out.QueueBytes = int64(c.queue_bytes)
+	out.WritePolicy = config.SharedWritePolicy(c.write_policy)
+	return out, nil
+}
+
 // fromCSsmLayerConfig converts a kvcm_ssm_layer_config to a config.SsmLayerConfig; name names it in errors.
 func fromCSsmLayerConfig(c *C.kvcm_ssm_layer_config, name string) (config.SsmLayerConfig, error) {
 	var out config.SsmLayerConfig
@@ -662,10 +796,11 @@ func fromCSsmLayerConfig(c *C.kvcm_ssm_layer_config, name string) (config.SsmLay
 	return out, nil
 }
 
-// toCSsmSnapshotIterationStats converts a core.SsmSnapshotStats to a kvcm_ssm_snapshot_iteration_stats.
-func toCSsmSnapshotIterationStats(s core.SsmSnapshotStats) C.kvcm_ssm_snapshot_iteration_stats {
+// toCSsmSnapshotIterationStats converts a abimodel.SsmSnapshotIterationStats to a kvcm_ssm_snapshot_iteration_stats.
+func toCSsmSnapshotIterationStats(s abimodel.SsmSnapshotIterationStats) C.kvcm_ssm_snapshot_iteration_stats {
 	return C.kvcm_ssm_snapshot_iteration_stats{
 		aligned_snapshot_hits:   C.int64_t(s.AlignedHits),
+		layer_group:             C.kvcm_layer_group_id(s.LayerGroup),
 		reused_tokens:           C.int64_t(s.ReusedTokens),
 		snapshot_hits:           C.int64_t(s.Hits),
 		snapshot_lookups:        C.int64_t(s.Lookups),

@@ -50,6 +50,10 @@ func kvcm_block_keys(block_key C.kvcm_block_key, scope *C.kvcm__const_kvcm_reuse
 	if needed == nil {
 		return argStatus(kvcmFn, "needed", "must not be NULL")
 	}
+	scopeArg, err := fromCReuseScope((*C.kvcm_reuse_scope)(scope), "scope")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
 	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
@@ -62,7 +66,7 @@ func kvcm_block_keys(block_key C.kvcm_block_key, scope *C.kvcm__const_kvcm_reuse
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	items, err := glueBlockKeys(block_key, scope, has_lora_id, tokens_per_block, tokensArg, digestPositionsArg, digestBytesArg, partial)
+	items, err := glueBlockKeys(block_key, scopeArg, has_lora_id, tokens_per_block, tokensArg, digestPositionsArg, digestBytesArg, partial)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -111,7 +115,11 @@ func kvcm_config_validate(config *C.kvcm__const_kvcm_manager_config) (status *C.
 	if st := checkVersion(kvcmFn, "config", uint32(config.struct_size), uint32(config.abi_version), uint32(C.KVCM__MANAGER_CONFIG_SIZE_V1)); st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueConfigValidate(config))
+	configArg, err := fromCManagerConfig((*C.kvcm_manager_config)(config), "config")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueConfigValidate(configArg))
 }
 
 // kvcm_cp_create_delegating is the export of kvcm_cp_create_delegating (ABI version 1).
@@ -490,7 +498,8 @@ func kvcm_debug_panic(message *C.kvcm__const_char) (status *C.kvcm_status) {
 	if isPoisoned() {
 		return poisonedStatus(kvcmFn)
 	}
-	return statusOf(kvcmFn, glueDebugPanic(message))
+	messageArg := cString((*C.char)(message))
+	return statusOf(kvcmFn, glueDebugPanic(messageArg))
 }
 
 // kvcm_get_abi_version is the export of kvcm_get_abi_version (ABI version 1).
@@ -594,7 +603,11 @@ func kvcm_kv_cache_commit_beam_search(cache C.kvcm_kv_cache, tokens *C.kvcm__con
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueKVCacheCommitBeamSearch(cacheObj, tokensArg, beam_search_indices, num_beam_search_indices, is_end))
+	beamSearchIndicesArg, err := cSliceArgNil[int](nil, beam_search_indices, num_beam_search_indices, "beam_search_indices")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueKVCacheCommitBeamSearch(cacheObj, tokensArg, beamSearchIndicesArg, is_end))
 }
 
 // kvcm_kv_cache_commit_digests is the export of kvcm_kv_cache_commit_digests (ABI version 2).
@@ -1693,7 +1706,11 @@ func kvcm_manager_create(config *C.kvcm__const_kvcm_manager_config, codec *C.kvc
 	if st := checkVersion(kvcmFn, "config", uint32(config.struct_size), uint32(config.abi_version), uint32(C.KVCM__MANAGER_CONFIG_SIZE_V1)); st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerCreate(config, codecArg, out))
+	configArg, err := fromCManagerConfig((*C.kvcm_manager_config)(config), "config")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueManagerCreate(configArg, codecArg, out))
 }
 
 // kvcm_manager_create_stream is the export of kvcm_manager_create_stream (ABI version 1).
@@ -2034,7 +2051,17 @@ func kvcm_manager_get_and_reset_iteration_cached_tokens_by_level(manager C.kvcm_
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetAndResetIterationCachedTokensByLevel(managerObj, tokens, capacity, needed))
+	room, err := bufferRoom(tokens, capacity)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	items, n, err := glueManagerGetAndResetIterationCachedTokensByLevel(managerObj, room)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fillTaken(items, n, tokens, capacity, needed, func(v int64) C.int64_t {
+		return C.int64_t(v)
+	}))
 }
 
 // kvcm_manager_get_and_reset_iteration_peak_block_stats is the export of kvcm_manager_get_and_reset_iteration_peak_block_stats (ABI version 1).
@@ -2063,7 +2090,15 @@ func kvcm_manager_get_and_reset_iteration_peak_block_stats(manager C.kvcm_manage
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetAndResetIterationPeakBlockStats(managerObj, level, stats, capacity, needed))
+	room, err := bufferRoom(stats, capacity)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	items, n, err := glueManagerGetAndResetIterationPeakBlockStats(managerObj, level, room)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fillTaken(items, n, stats, capacity, needed, toCPeakBlockStats))
 }
 
 // kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats is the export of kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats (ABI version 2).
@@ -2092,7 +2127,15 @@ func kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats(manager C.
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetAndResetIterationPoolGroupPeakBlockStats(managerObj, level, stats, capacity, needed))
+	room, err := bufferRoom(stats, capacity)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	items, n, err := glueManagerGetAndResetIterationPoolGroupPeakBlockStats(managerObj, level, room)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fillTaken(items, n, stats, capacity, needed, toCPoolGroupPeakBlockStats))
 }
 
 // kvcm_manager_get_and_reset_iteration_reused_blocks_by_level is the export of kvcm_manager_get_and_reset_iteration_reused_blocks_by_level (ABI version 2).
@@ -2121,7 +2164,15 @@ func kvcm_manager_get_and_reset_iteration_reused_blocks_by_level(manager C.kvcm_
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetAndResetIterationReusedBlocksByLevel(managerObj, rows, capacity, needed))
+	room, err := bufferRoom(rows, capacity)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	items, n, err := glueManagerGetAndResetIterationReusedBlocksByLevel(managerObj, room)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fillTaken(items, n, rows, capacity, needed, toCReusedBlocksAtLevel))
 }
 
 // kvcm_manager_get_and_reset_iteration_stats is the export of kvcm_manager_get_and_reset_iteration_stats (ABI version 1).
@@ -2181,7 +2232,15 @@ func kvcm_manager_get_and_reset_layer_group_iteration_stats(manager C.kvcm_manag
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetAndResetLayerGroupIterationStats(managerObj, stats, capacity, needed))
+	room, err := bufferRoom(stats, capacity)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	items, n, err := glueManagerGetAndResetLayerGroupIterationStats(managerObj, room)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fillTaken(items, n, stats, capacity, needed, toCLayerGroupIterationStats))
 }
 
 // kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats is the export of kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats (ABI version 2).
@@ -2210,7 +2269,15 @@ func kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats(manager C.kvcm_mana
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetAndResetSsmSnapshotIterationStats(managerObj, stats, capacity, needed))
+	room, err := bufferRoom(stats, capacity)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	items, n, err := glueManagerGetAndResetSsmSnapshotIterationStats(managerObj, room)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fillTaken(items, n, stats, capacity, needed, toCSsmSnapshotIterationStats))
 }
 
 // kvcm_manager_get_buffer_location is the export of kvcm_manager_get_buffer_location (ABI version 1).
@@ -2239,7 +2306,8 @@ func kvcm_manager_get_buffer_location(manager C.kvcm_manager, layer_id C.int32_t
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetBufferLocation(managerObj, layer_id, role)
+	roleArg := config.DataRole(cString((*C.char)(role)))
+	v, err := glueManagerGetBufferLocation(managerObj, layer_id, roleArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2457,7 +2525,8 @@ func kvcm_manager_get_page_index_converter(manager C.kvcm_manager, layer_id C.in
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetPageIndexConverter(managerObj, layer_id, role)
+	roleArg := config.DataRole(cString((*C.char)(role)))
+	v, err := glueManagerGetPageIndexConverter(managerObj, layer_id, roleArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2491,7 +2560,8 @@ func kvcm_manager_get_page_index_upper_bound(manager C.kvcm_manager, layer_id C.
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetPageIndexUpperBound(managerObj, layer_id, role)
+	roleArg := config.DataRole(cString((*C.char)(role)))
+	v, err := glueManagerGetPageIndexUpperBound(managerObj, layer_id, roleArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2525,7 +2595,8 @@ func kvcm_manager_get_page_stride(manager C.kvcm_manager, layer_id C.int32_t, ro
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetPageStride(managerObj, layer_id, role)
+	roleArg := config.DataRole(cString((*C.char)(role)))
+	v, err := glueManagerGetPageStride(managerObj, layer_id, roleArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2637,7 +2708,8 @@ func kvcm_manager_get_scratch_pages_per_block(manager C.kvcm_manager, layer_id C
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetScratchPagesPerBlock(managerObj, layer_id, role)
+	roleArg := config.DataRole(cString((*C.char)(role)))
+	v, err := glueManagerGetScratchPagesPerBlock(managerObj, layer_id, roleArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2868,11 +2940,15 @@ func kvcm_manager_probe_first_new_block_key(manager C.kvcm_manager, scope *C.kvc
 	if st != nil {
 		return st
 	}
+	scopeArg, err := fromCReuseScope((*C.kvcm_reuse_scope)(scope), "scope")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
 	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueManagerProbeFirstNewBlockKey(managerObj, scope, has_lora_id, tokensArg, key, found))
+	return statusOf(kvcmFn, glueManagerProbeFirstNewBlockKey(managerObj, scopeArg, has_lora_id, tokensArg, key, found))
 }
 
 // kvcm_manager_probe_first_new_block_key_digests is the export of kvcm_manager_probe_first_new_block_key_digests (ABI version 2).
@@ -2916,6 +2992,10 @@ func kvcm_manager_probe_first_new_block_key_digests(manager C.kvcm_manager, scop
 	if st != nil {
 		return st
 	}
+	scopeArg, err := fromCReuseScope((*C.kvcm_reuse_scope)(scope), "scope")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
 	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
@@ -2928,7 +3008,7 @@ func kvcm_manager_probe_first_new_block_key_digests(manager C.kvcm_manager, scop
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueManagerProbeFirstNewBlockKeyDigests(managerObj, scope, has_lora_id, tokensArg, digestPositionsArg, digestBytesArg, key, found))
+	return statusOf(kvcmFn, glueManagerProbeFirstNewBlockKeyDigests(managerObj, scopeArg, has_lora_id, tokensArg, digestPositionsArg, digestBytesArg, key, found))
 }
 
 // kvcm_manager_probe_reuse is the export of kvcm_manager_probe_reuse (ABI version 1).
@@ -2960,11 +3040,15 @@ func kvcm_manager_probe_reuse(manager C.kvcm_manager, scope *C.kvcm__const_kvcm_
 	if st != nil {
 		return st
 	}
+	scopeArg, err := fromCReuseScope((*C.kvcm_reuse_scope)(scope), "scope")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
 	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	v, err := glueManagerProbeReuse(managerObj, scope, tokensArg)
+	v, err := glueManagerProbeReuse(managerObj, scopeArg, tokensArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -3007,6 +3091,10 @@ func kvcm_manager_probe_reuse_digests(manager C.kvcm_manager, scope *C.kvcm__con
 	if st != nil {
 		return st
 	}
+	scopeArg, err := fromCReuseScope((*C.kvcm_reuse_scope)(scope), "scope")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
 	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
@@ -3019,7 +3107,7 @@ func kvcm_manager_probe_reuse_digests(manager C.kvcm_manager, scope *C.kvcm__con
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	v, err := glueManagerProbeReuseDigests(managerObj, scope, has_lora_id, tokensArg, digestPositionsArg, digestBytesArg)
+	v, err := glueManagerProbeReuseDigests(managerObj, scopeArg, has_lora_id, tokensArg, digestPositionsArg, digestBytesArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -3056,11 +3144,15 @@ func kvcm_manager_probe_reuse_v2(manager C.kvcm_manager, scope *C.kvcm__const_kv
 	if st != nil {
 		return st
 	}
+	scopeArg, err := fromCReuseScope((*C.kvcm_reuse_scope)(scope), "scope")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
 	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	v, err := glueManagerProbeReuseV2(managerObj, scope, has_lora_id, tokensArg)
+	v, err := glueManagerProbeReuseV2(managerObj, scopeArg, has_lora_id, tokensArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -3242,4 +3334,166 @@ func kvcm_stream_synchronize(stream C.kvcm_stream) (status *C.kvcm_status) {
 		return poisonedStatus(kvcmFn)
 	}
 	return statusOf(kvcmFn, glueStreamSynchronize(stream))
+}
+
+// lookupCPIndex resolves a kvcm_cp_index argument to its CP index, or reports
+// KVCM_ERR_INVALID_HANDLE naming the argument.
+func lookupCPIndex(fn, arg string, h C.kvcm_cp_index) (*cpObj, *C.kvcm_status) {
+	return lookup[*cpObj](fn, arg, uint64(h), "CP index")
+}
+
+// lookupKVCache resolves a kvcm_kv_cache argument to its KV cache, or reports
+// KVCM_ERR_INVALID_HANDLE naming the argument.
+func lookupKVCache(fn, arg string, h C.kvcm_kv_cache) (*kvCacheObj, *C.kvcm_status) {
+	return lookup[*kvCacheObj](fn, arg, uint64(h), "KV cache")
+}
+
+// lookupManager resolves a kvcm_manager argument to its manager, or reports
+// KVCM_ERR_INVALID_HANDLE naming the argument.
+func lookupManager(fn, arg string, h C.kvcm_manager) (*managerObj, *C.kvcm_status) {
+	return lookup[*managerObj](fn, arg, uint64(h), "manager")
+}
+
+// lookupPlannedDrop resolves a kvcm_planned_drop argument to its planned drop, or reports
+// KVCM_ERR_INVALID_HANDLE naming the argument.
+func lookupPlannedDrop(fn, arg string, h C.kvcm_planned_drop) (*plannedDropObj, *C.kvcm_status) {
+	return lookup[*plannedDropObj](fn, arg, uint64(h), "planned drop")
+}
+
+// handleKind names the kind of a handle's value, for errors.
+func handleKind(v any) (string, bool) {
+	switch v.(type) {
+	case *cpObj:
+		return "CP index", true
+	case *kvCacheObj:
+		return "KV cache", true
+	case *managerObj:
+		return "manager", true
+	case *plannedDropObj:
+		return "planned drop", true
+	}
+	return "", false
+}
+
+// kvcm__go_default_configure is the configure slot of the default kvcm_cold_page_codec_vtable.
+//
+//export kvcm__go_default_configure
+func kvcm__go_default_configure(self C.uintptr_t, gpu_descs C.uintptr_t, num_gpu_descs C.kvcm_pool_group_index) (result C.bool) {
+	const kvcmFn = "default kvcm_cold_page_codec_vtable.configure"
+	result = false
+	defer func() {
+		if r := recover(); r != nil {
+			poison(kvcmFn, r)
+		}
+	}()
+	obj, ok := lookupDefault(self)
+	if !ok || isPoisoned() {
+		return false
+	}
+	return glueDefaultConfigure(obj, gpu_descs, num_gpu_descs)
+}
+
+// kvcm__go_default_query_cold_page_bytes is the query_cold_page_bytes slot of the default kvcm_cold_page_codec_vtable.
+//
+//export kvcm__go_default_query_cold_page_bytes
+func kvcm__go_default_query_cold_page_bytes(self C.uintptr_t, layer_group_id C.kvcm_layer_group_id) (result C.size_t) {
+	const kvcmFn = "default kvcm_cold_page_codec_vtable.query_cold_page_bytes"
+	result = 0
+	defer func() {
+		if r := recover(); r != nil {
+			poison(kvcmFn, r)
+		}
+	}()
+	obj, ok := lookupDefault(self)
+	if !ok || isPoisoned() {
+		return 0
+	}
+	return glueDefaultQueryColdPageBytes(obj, layer_group_id)
+}
+
+// kvcm__go_default_get_batching_layer_group_id is the get_batching_layer_group_id slot of the default kvcm_cold_page_codec_vtable.
+//
+//export kvcm__go_default_get_batching_layer_group_id
+func kvcm__go_default_get_batching_layer_group_id(self C.uintptr_t, layer_group_id C.kvcm_layer_group_id) (result C.kvcm_layer_group_id) {
+	const kvcmFn = "default kvcm_cold_page_codec_vtable.get_batching_layer_group_id"
+	result = -1
+	defer func() {
+		if r := recover(); r != nil {
+			poison(kvcmFn, r)
+		}
+	}()
+	obj, ok := lookupDefault(self)
+	if !ok || isPoisoned() {
+		return -1
+	}
+	return glueDefaultGetBatchingLayerGroupID(obj, layer_group_id)
+}
+
+// kvcm__go_default_query_page_index_location is the query_page_index_location slot of the default kvcm_cold_page_codec_vtable.
+//
+//export kvcm__go_default_query_page_index_location
+func kvcm__go_default_query_page_index_location(self C.uintptr_t, layer_group_id C.kvcm_layer_group_id) (result C.kvcm_page_index_location) {
+	const kvcmFn = "default kvcm_cold_page_codec_vtable.query_page_index_location"
+	result = C.KVCM_PAGE_INDEX_BAD_LOCATION
+	defer func() {
+		if r := recover(); r != nil {
+			poison(kvcmFn, r)
+		}
+	}()
+	obj, ok := lookupDefault(self)
+	if !ok || isPoisoned() {
+		return C.KVCM_PAGE_INDEX_BAD_LOCATION
+	}
+	return glueDefaultQueryPageIndexLocation(obj, layer_group_id)
+}
+
+// kvcm__go_default_encode is the encode slot of the default kvcm_cold_page_codec_vtable.
+//
+//export kvcm__go_default_encode
+func kvcm__go_default_encode(self C.uintptr_t, layer_group_id C.kvcm_layer_group_id, dst_base_ptr C.uintptr_t, page_indices C.uintptr_t, num_base_pages C.size_t, stream C.kvcm_stream) (result C.bool) {
+	const kvcmFn = "default kvcm_cold_page_codec_vtable.encode"
+	result = false
+	defer func() {
+		if r := recover(); r != nil {
+			poison(kvcmFn, r)
+		}
+	}()
+	obj, ok := lookupDefault(self)
+	if !ok || isPoisoned() {
+		return false
+	}
+	return glueDefaultEncode(obj, layer_group_id, dst_base_ptr, page_indices, num_base_pages, stream)
+}
+
+// kvcm__go_default_decode is the decode slot of the default kvcm_cold_page_codec_vtable.
+//
+//export kvcm__go_default_decode
+func kvcm__go_default_decode(self C.uintptr_t, layer_group_id C.kvcm_layer_group_id, src_base_ptr C.uintptr_t, page_indices C.uintptr_t, num_base_pages C.size_t, stream C.kvcm_stream) (result C.bool) {
+	const kvcmFn = "default kvcm_cold_page_codec_vtable.decode"
+	result = false
+	defer func() {
+		if r := recover(); r != nil {
+			poison(kvcmFn, r)
+		}
+	}()
+	obj, ok := lookupDefault(self)
+	if !ok || isPoisoned() {
+		return false
+	}
+	return glueDefaultDecode(obj, layer_group_id, src_base_ptr, page_indices, num_base_pages, stream)
+}
+
+// kvcm__go_default_destroy is the destroy slot of the default kvcm_cold_page_codec_vtable.
+//
+//export kvcm__go_default_destroy
+func kvcm__go_default_destroy(self C.uintptr_t) {
+	const kvcmFn = "default kvcm_cold_page_codec_vtable.destroy"
+	defer func() {
+		if r := recover(); r != nil {
+			poison(kvcmFn, r)
+		}
+	}()
+	if obj, ok := lookupDefault(self); ok {
+		glueDefaultDestroy(obj)
+	}
 }

@@ -16,29 +16,15 @@ import (
 )
 
 func glueKVCacheCreate(mgr *managerObj, opts *C.kvcm__const_kvcm_kv_cache_options, out *C.kvcm_kv_cache) error {
-	o, err := fromCKVCacheOptions((*C.kvcm_kv_cache_options)(opts), "options")
+	ko, err := fromCKVCacheOptions((*C.kvcm_kv_cache_options)(opts), "options")
 	if err != nil {
 		return err
 	}
-	o.Scope.HasLoRA = C.kvcm__has_kv_cache_options_scope_has_lora_id(opts) != 0 && bool(opts.scope_has_lora_id)
+	o, err := ko.Resolve()
+	if err != nil {
+		return err
+	}
 	co := &o.CacheOptions
-	if C.kvcm__has_kv_cache_options_expected_prompt_length(opts) != 0 && bool(opts.has_expected_prompt_length) {
-		n := int(opts.expected_prompt_length)
-		co.ExpectedPromptLength = &n
-	}
-	if C.kvcm__has_kv_cache_options_input_digest_bytes_len(opts) != 0 {
-		ps, err := cSliceArg[uint64](nil, opts.input_digest_positions, opts.num_input_digests, "options.input_digest_positions")
-		if err != nil {
-			return err
-		}
-		bs, err := cStringN(opts.input_digest_bytes, opts.input_digest_bytes_len, "options", "input_digest_bytes", "input_digest_bytes_len")
-		if err != nil {
-			return err
-		}
-		if co.InputDigests, err = goDigests(ps, bs, "options.input_digest_positions"); err != nil {
-			return err
-		}
-	}
 	user := C.kvcm__get_kv_cache_options_priority_user_data(opts)
 	var lgFn C.kvcm_layer_group_priority_func
 	if C.kvcm__has_kv_cache_options_layer_group_priority(opts) != 0 {
@@ -120,18 +106,9 @@ func glueKVCacheCommit(c *kvCacheObj, tokens []config.Token, isEnd C.bool) error
 	return c.Commit(tokens, bool(isEnd))
 }
 
-func glueKVCacheCommitBeamSearch(c *kvCacheObj, tokens []config.Token, indices *C.kvcm__const_int32_t, numIndices C.size_t, isEnd C.bool) error {
-	var parents []int // nil (NULL indices) keeps the beams; a non-NULL empty array has the wrong length
-	if indices != nil {
-		is, err := cArray(indices, numIndices, "beam_search_indices")
-		if err != nil {
-			return err
-		}
-		parents = make([]int, len(is))
-		for i, p := range is {
-			parents[i] = int(p)
-		}
-	}
+// glueKVCacheCommitBeamSearch: nil parents (NULL) keep the beams; a
+// non-NULL empty array has the wrong length.
+func glueKVCacheCommitBeamSearch(c *kvCacheObj, tokens []config.Token, parents []int, isEnd C.bool) error {
 	return c.CommitBeamSearch(tokens, parents, bool(isEnd))
 }
 

@@ -12,10 +12,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/kvcm/kvcm/core/abimodel"
 	"github.com/kvcm/kvcm/core/codec"
 	"github.com/kvcm/kvcm/core/codec/gpucodec"
 	"github.com/kvcm/kvcm/core/device"
@@ -52,13 +52,14 @@ func consumeColdPageCodec(p *C.kvcm__const_kvcm_cold_page_codec) *coldPageCodecA
 		return a
 	}
 	if vt == C.kvcm__default_cold_page_codec_vtable() {
-		switch obj := takeLibraryCodec(uint64(self)).(type) {
-		case *defaultCodecObj:
-			a.owned = codec.Own(obj.ColdPageCodec)
-		case *builtinCodecObj:
-			a.builtin = &obj.spec
-		default:
+		obj, ok := takeDefaultCodec(uint64(self))
+		switch {
+		case !ok:
 			a.err = errorf(codeInvalidHandle, "codec: the library codec object %#x was already consumed or never created", uint64(self))
+		case obj.builtin != nil:
+			a.builtin = obj.builtin
+		default:
+			a.owned = codec.Own(obj.Codec())
 		}
 		return a
 	}
@@ -257,29 +258,22 @@ func goPoolGroupDescs(p *C.kvcm_pool_group_desc, n int) ([]layout.PoolGroupDesc,
 
 // ---- The default codec object ----
 
-// defaultCodecObj is the Go default codec behind a codec object made by
-// kvcm_create_default_cold_page_codec; self is its handle. Taking it (by
-// kvcm_manager_create) or destroying it frees the handle, so the object can be
-// consumed once.
+// defaultCodecObj is the object behind a codec object of the default
+// codec's vtable; its handle is the object's self. It is the default codec
+// (kvcm_create_default_cold_page_codec), or, for a built-in codec that runs
+// on the manager's device (kvcm_create_builtin_cold_page_codec), only the
+// choice, which kvcm_manager_create makes on the device it opens: every slot
+// but destroy fails on a choice. Taking it (by kvcm_manager_create) or
+// destroying it frees the handle, so the object is consumed once.
 type defaultCodecObj struct {
-	codec.ColdPageCodec
-	mu sync.Mutex // serializes direct slot calls
+	*abimodel.DefaultCodec                // nil for a built-in codec's choice
+	builtin                *gpucodec.Spec // the choice, or nil
+	handle                 uint64
 }
 
 func glueCreateDefaultColdPageCodec(out *C.kvcm_cold_page_codec) error {
-	h := newHandle(&defaultCodecObj{ColdPageCodec: codec.NewDefault()})
-	out.vtable = C.kvcm__default_cold_page_codec_vtable()
-	C.kvcm__set_cold_page_codec_self(out, C.uintptr_t(h))
+	publishDefaultCodec(&defaultCodecObj{DefaultCodec: abimodel.NewDefaultCodec()}, out)
 	return nil
-}
-
-// builtinCodecObj is a codec object made by
-// kvcm_create_builtin_cold_page_codec for a codec that runs on the manager's
-// device: it holds the choice until kvcm_manager_create makes the codec on
-// the device it opens. It shares the default codec's vtable, whose slots fail
-// on it (defaultCodecOf does not return it).
-type builtinCodecObj struct {
-	spec gpucodec.Spec
 }
 
 func glueCreateBuiltinColdPageCodec(opts *C.kvcm__const_kvcm_builtin_codec_options, out *C.kvcm_cold_page_codec) error {
@@ -297,155 +291,97 @@ func glueCreateBuiltinColdPageCodec(opts *C.kvcm__const_kvcm_builtin_codec_optio
 	if s.Kind == gpucodec.KindDefault {
 		return glueCreateDefaultColdPageCodec(out)
 	}
-	h := newHandle(&builtinCodecObj{spec: s})
+	publishDefaultCodec(&defaultCodecObj{builtin: &s}, out)
+	return nil
+}
+
+// publishDefaultCodec issues obj's handle and writes the codec object.
+func publishDefaultCodec(obj *defaultCodecObj, out *C.kvcm_cold_page_codec) {
+	obj.handle = newHandle(obj)
 	out.vtable = C.kvcm__default_cold_page_codec_vtable()
-	C.kvcm__set_cold_page_codec_self(out, C.uintptr_t(h))
-	return nil
+	C.kvcm__set_cold_page_codec_self(out, C.uintptr_t(obj.handle))
 }
 
-// takeLibraryCodec frees the handle of a codec object the library made and
-// returns its value (*defaultCodecObj or *builtinCodecObj); nil when h is no
-// such live handle.
-func takeLibraryCodec(h uint64) any {
-	v, ok := handleValue(h)
-	if !ok {
-		return nil
+// takeDefaultCodec frees the handle and returns its object.
+func takeDefaultCodec(h uint64) (*defaultCodecObj, bool) {
+	obj, ok := lookupDefault(C.uintptr_t(h))
+	if !ok || !deleteHandle(h) {
+		return nil, false
 	}
-	switch v.(type) {
-	case *defaultCodecObj, *builtinCodecObj:
-		if deleteHandle(h) {
-			return v
-		}
-	}
-	return nil
+	return obj, true
 }
 
-func defaultCodecOf(self C.uintptr_t) *defaultCodecObj {
+// lookupDefault finds the live object self of the default codec's vtable
+// (the generated slot exports call it), a built-in codec's choice included.
+func lookupDefault(self C.uintptr_t) (*defaultCodecObj, bool) {
 	v, ok := handleValue(uint64(self))
 	if !ok {
-		return nil
+		return nil, false
 	}
-	obj, _ := v.(*defaultCodecObj)
-	return obj
+	obj, ok := v.(*defaultCodecObj)
+	return obj, ok
 }
 
-// recoverSlot turns a panic in a default-codec slot into its failure value
-// and poisons the library.
-func recoverSlot(name string) {
-	if r := recover(); r != nil {
-		poison(name, r)
-	}
-}
-
-//export kvcm__go_default_configure
-func kvcm__go_default_configure(self C.uintptr_t, gpuDescs C.uintptr_t, n C.kvcm_pool_group_index) (ok C.bool) {
-	defer recoverSlot("default codec configure")
-	obj := defaultCodecOf(self)
-	if obj == nil || isPoisoned() {
+func glueDefaultConfigure(obj *defaultCodecObj, gpuDescs C.uintptr_t, n C.kvcm_pool_group_index) C.bool {
+	if obj.DefaultCodec == nil {
 		return false
 	}
 	descs, err := goPoolGroupDescs((*C.kvcm_pool_group_desc)(C.kvcm__ptr(gpuDescs)), int(n))
-	if err != nil {
-		return false
-	}
-	obj.mu.Lock()
-	defer obj.mu.Unlock()
-	return C.bool(obj.Configure(descs))
+	return C.bool(err == nil && obj.Configure(descs))
 }
 
-//export kvcm__go_default_query_cold_page_bytes
-func kvcm__go_default_query_cold_page_bytes(self C.uintptr_t, lg C.kvcm_layer_group_id) (n C.size_t) {
-	defer recoverSlot("default codec query_cold_page_bytes")
-	obj := defaultCodecOf(self)
-	if obj == nil || isPoisoned() {
+func glueDefaultQueryColdPageBytes(obj *defaultCodecObj, lg C.kvcm_layer_group_id) C.size_t {
+	if obj.DefaultCodec == nil {
 		return 0
 	}
-	obj.mu.Lock()
-	defer obj.mu.Unlock()
-	return C.size_t(max(obj.QueryColdPageBytes(layout.LayerGroupID(lg)), 0))
+	return C.size_t(obj.QueryColdPageBytes(layout.LayerGroupID(lg)))
 }
 
-//export kvcm__go_default_get_batching_layer_group_id
-func kvcm__go_default_get_batching_layer_group_id(self C.uintptr_t, lg C.kvcm_layer_group_id) (id C.kvcm_layer_group_id) {
-	id = -1
-	defer recoverSlot("default codec get_batching_layer_group_id")
-	obj := defaultCodecOf(self)
-	if obj == nil || isPoisoned() {
+func glueDefaultGetBatchingLayerGroupID(obj *defaultCodecObj, lg C.kvcm_layer_group_id) C.kvcm_layer_group_id {
+	if obj.DefaultCodec == nil {
 		return -1
 	}
-	obj.mu.Lock()
-	defer obj.mu.Unlock()
 	return C.kvcm_layer_group_id(obj.GetBatchingLayerGroupID(layout.LayerGroupID(lg)))
 }
 
-//export kvcm__go_default_query_page_index_location
-func kvcm__go_default_query_page_index_location(self C.uintptr_t, lg C.kvcm_layer_group_id) (loc C.kvcm_page_index_location) {
-	loc = C.KVCM_PAGE_INDEX_BAD_LOCATION
-	defer recoverSlot("default codec query_page_index_location")
-	obj := defaultCodecOf(self)
-	if obj == nil || isPoisoned() {
+func glueDefaultQueryPageIndexLocation(obj *defaultCodecObj, lg C.kvcm_layer_group_id) C.kvcm_page_index_location {
+	if obj.DefaultCodec == nil {
 		return C.KVCM_PAGE_INDEX_BAD_LOCATION
 	}
-	obj.mu.Lock()
-	defer obj.mu.Unlock()
 	return C.kvcm_page_index_location(obj.QueryPageIndexLocation(layout.LayerGroupID(lg)))
 }
 
-// goIndices views the caller's pairs in the location the codec selected.
-func goIndices(c codec.ColdPageCodec, lg C.kvcm_layer_group_id, pairs C.uintptr_t, n C.size_t) (codec.PageIndices, bool) {
-	if n > 0 && pairs == 0 || uint64(n) > math.MaxInt32 {
-		return codec.PageIndices{}, false
-	}
-	switch c.QueryPageIndexLocation(layout.LayerGroupID(lg)) {
-	case codec.Host:
-		if n == 0 {
-			return codec.HostIndices(nil), true
-		}
-		p := (*codec.PageIndexPair)(C.kvcm__ptr(pairs))
-		return codec.HostIndices(unsafe.Slice(p, int(n))), true
-	case codec.Device:
-		return codec.DeviceIndices(device.Ptr(pairs), int(n)), true
-	}
-	return codec.PageIndices{}, false
+func glueDefaultEncode(obj *defaultCodecObj, lg C.kvcm_layer_group_id, dst, pairs C.uintptr_t, n C.size_t, stream C.kvcm_stream) C.bool {
+	return defaultTransform(obj, true, lg, dst, pairs, n, stream)
 }
 
-//export kvcm__go_default_encode
-func kvcm__go_default_encode(self C.uintptr_t, lg C.kvcm_layer_group_id, dst C.uintptr_t, pairs C.uintptr_t, n C.size_t, stream C.kvcm_stream) (ok C.bool) {
-	defer recoverSlot("default codec encode")
-	return defaultTransform(self, lg, dst, pairs, n, stream, true)
+func glueDefaultDecode(obj *defaultCodecObj, lg C.kvcm_layer_group_id, src, pairs C.uintptr_t, n C.size_t, stream C.kvcm_stream) C.bool {
+	return defaultTransform(obj, false, lg, src, pairs, n, stream)
 }
 
-//export kvcm__go_default_decode
-func kvcm__go_default_decode(self C.uintptr_t, lg C.kvcm_layer_group_id, src C.uintptr_t, pairs C.uintptr_t, n C.size_t, stream C.kvcm_stream) (ok C.bool) {
-	defer recoverSlot("default codec decode")
-	return defaultTransform(self, lg, src, pairs, n, stream, false)
-}
-
-func defaultTransform(self C.uintptr_t, lg C.kvcm_layer_group_id, base C.uintptr_t, pairs C.uintptr_t, n C.size_t, stream C.kvcm_stream, encode bool) C.bool {
-	obj := defaultCodecOf(self)
-	if obj == nil || isPoisoned() {
+// defaultTransform views the caller's pairs where the codec wants them: a
+// host slice over the C array, or the device address.
+func defaultTransform(obj *defaultCodecObj, encode bool, lg C.kvcm_layer_group_id, base, pairs C.uintptr_t, n C.size_t, stream C.kvcm_stream) C.bool {
+	if obj.DefaultCodec == nil {
 		return false
 	}
 	s, err := resolveStream(stream)
-	if err != nil {
+	if err != nil || n > 0 && pairs == 0 || uint64(n) > math.MaxInt32 {
 		return false
 	}
-	obj.mu.Lock()
-	defer obj.mu.Unlock()
-	idx, ok := goIndices(obj, lg, pairs, n)
-	if !ok {
-		return false
-	}
-	if encode {
-		return C.bool(obj.Encode(layout.LayerGroupID(lg), device.Ptr(base), idx, s))
-	}
-	return C.bool(obj.Decode(layout.LayerGroupID(lg), device.Ptr(base), idx, s))
+	return C.bool(obj.Transform(encode, layout.LayerGroupID(lg), device.Ptr(base), func(loc codec.PageIndexLocation) (codec.PageIndices, bool) {
+		switch {
+		case loc == codec.Device:
+			return codec.DeviceIndices(device.Ptr(pairs), int(n)), true
+		case n == 0:
+			return codec.HostIndices(nil), true
+		}
+		return codec.HostIndices(unsafe.Slice((*codec.PageIndexPair)(C.kvcm__ptr(pairs)), int(n))), true
+	}, s))
 }
 
-//export kvcm__go_default_destroy
-func kvcm__go_default_destroy(self C.uintptr_t) {
-	defer recoverSlot("default codec destroy")
-	if obj, ok := takeLibraryCodec(uint64(self)).(*defaultCodecObj); ok {
-		codec.Destroy(obj.ColdPageCodec)
+func glueDefaultDestroy(obj *defaultCodecObj) {
+	if deleteHandle(obj.handle) && obj.DefaultCodec != nil {
+		obj.Destroy()
 	}
 }

@@ -46,10 +46,11 @@ func glueCPCreateManagerBacked(mgr *managerObj, opts *C.kvcm__const_kvcm_cp_mana
 		return err
 	}
 	hasLoRA := C.kvcm__has_cp_manager_backed_options_scope_has_lora_id(opts) != 0 && bool(opts.scope_has_lora_id)
-	scope, err := goScope(&opts.scope, hasLoRA, "options.scope")
+	scope, err := fromCReuseScope(&opts.scope, "options.scope")
 	if err != nil {
 		return err
 	}
+	scope.HasLoRA = hasLoRA
 	o.ScopeOf = func(string) blockhash.Scope { return scope }
 	x, err := mgr.NewManagerBackedIndex(o)
 	if err != nil {

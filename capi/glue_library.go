@@ -21,13 +21,12 @@ func glueIsPoisoned() C.bool { return C.bool(isPoisoned()) }
 // DebugPanicEnv enables kvcm_debug_panic.
 const DebugPanicEnv = "KVCM_ENABLE_DEBUG_PANIC"
 
-func glueDebugPanic(message *C.kvcm__const_char) error {
+func glueDebugPanic(message string) error {
 	if !envIs(DebugPanicEnv, "1") {
 		return errorf(codeUnsupported, "disabled: set %s=1 to enable this test-only entry", DebugPanicEnv)
 	}
-	msg := "kvcm_debug_panic"
-	if message != nil {
-		msg = C.GoString(message)
+	if message == "" {
+		message = "kvcm_debug_panic"
 	}
-	panic(msg)
+	panic(message)
 }

@@ -8,156 +8,21 @@ package capi
 import "C"
 
 import (
-	"cmp"
-	"math"
-	"slices"
-	"strings"
-	"time"
-
 	"github.com/kvcm/kvcm/core"
 	"github.com/kvcm/kvcm/core/abimodel"
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
-	"github.com/kvcm/kvcm/core/device/backend"
 	"github.com/kvcm/kvcm/core/layout"
 )
 
-// ---- Configuration ----
-
-// goConfig copies a C configuration into a config.Config: fromCManagerConfig
-// converts the fields that map one to one, this the rest.
-func goConfig(c *C.kvcm__const_kvcm_manager_config) (config.Config, error) {
-	cc := (*C.kvcm_manager_config)(c)
-	cfg, err := fromCManagerConfig(cc, "config")
-	if err != nil {
-		return cfg, err
-	}
-	if C.kvcm__has_manager_config_shared_tier(cc) != 0 && c.shared_tier != nil {
-		cfg.CacheTiers = append(cfg.CacheTiers, config.Shared(goShared(c.shared_tier)))
-	}
-	if C.kvcm__has_manager_config_swa_scratch_reuse(cc) != 0 && c.swa_scratch_reuse {
-		cfg.SwaScratchReuse = &config.SwaScratchReuseConfig{}
-		if C.kvcm__has_manager_config_swa_scratch_max_rewind_len(cc) != 0 {
-			cfg.SwaScratchReuse.MaxRewindLen = int(c.swa_scratch_max_rewind_len)
-		}
-	}
-	if C.kvcm__has_manager_config_disk_persistent(cc) != 0 && c.disk_persistent {
-		// On the last local tier, the disk tier when there is one:
-		// config.Validate names any other as cache_tiers[i].persistent.
-		for i := len(cfg.CacheTiers) - 1; i >= 0; i-- {
-			if cfg.CacheTiers[i].Kind != config.SharedTier {
-				cfg.CacheTiers[i].Persistent = true
-				break
-			}
-		}
-	}
-	if C.kvcm__has_manager_config_typical_step_system_prompt_length(cc) != 0 {
-		if cfg.TypicalStep != nil {
-			cfg.TypicalStep.SystemPromptLength = int(c.typical_step_system_prompt_length)
-		} else if c.typical_step_system_prompt_length != 0 {
-			return cfg, argError("config.typical_step_system_prompt_length", "is %d without a typical_step", int64(c.typical_step_system_prompt_length))
-		}
-	}
-	if err := goBufferOverrides(cc, &cfg); err != nil {
-		return cfg, err
-	}
-	if C.kvcm__has_manager_config_num_constraint_system_prompt_lengths(cc) == 0 {
-		return cfg, nil
-	}
-	lens, err := cArray(c.constraint_system_prompt_lengths, c.num_constraint_system_prompt_lengths, "config.constraint_system_prompt_lengths")
-	if err != nil {
-		return cfg, err
-	}
-	if len(lens) != 0 && len(lens) != len(cfg.Constraints) {
-		return cfg, argError("config.num_constraint_system_prompt_lengths", "is %d, want 0 or num_constraints (%d)", len(lens), len(cfg.Constraints))
-	}
-	for i, n := range lens {
-		cfg.Constraints[i].SystemPromptLength = int(n)
-	}
-	return cfg, nil
-}
-
-// goBufferOverrides sets each buffer's tokens_per_block_override from
-// buffer_tokens_per_block_overrides (one per buffer of every attention layer,
-// in order, or none).
-func goBufferOverrides(c *C.kvcm_manager_config, cfg *config.Config) error {
-	if C.kvcm__has_manager_config_num_buffer_tokens_per_block_overrides(c) == 0 {
-		return nil
-	}
-	overrides, err := cArray(c.buffer_tokens_per_block_overrides, c.num_buffer_tokens_per_block_overrides, "config.buffer_tokens_per_block_overrides")
-	if err != nil || len(overrides) == 0 {
-		return err
-	}
-	var bufs []*config.BufferConfig
-	for i := range cfg.Layers {
-		for j := range cfg.Layers[i].Buffers {
-			bufs = append(bufs, &cfg.Layers[i].Buffers[j])
-		}
-	}
-	if len(overrides) != len(bufs) {
-		return argError("config.num_buffer_tokens_per_block_overrides", "is %d, want 0 or the number of buffers of all layers (%d)", len(overrides), len(bufs))
-	}
-	for i, o := range overrides {
-		bufs[i].TokensPerBlockOverride = int(o)
-	}
-	return nil
-}
-
-// goShared copies a shared tier's settings; config.Validate checks them,
-// naming cache_tiers[i].<field> (the shared tier follows the local tiers).
-func goShared(s *C.kvcm_shared_tier_config) config.SharedCacheTierConfig {
-	var addrs []string
-	if a := cString(s.addresses); a != "" {
-		addrs = strings.Split(a, ",")
-	}
-	ms := func(v C.int64_t) time.Duration { // saturating, so a huge value stays positive
-		if int64(v) > math.MaxInt64/int64(time.Millisecond) {
-			return math.MaxInt64
-		}
-		return time.Duration(v) * time.Millisecond
-	}
-	return config.SharedCacheTierConfig{
-		Addresses:   addrs,
-		Namespace:   cString(s.key_namespace),
-		TTL:         ms(s.ttl_ms),
-		DialTimeout: ms(s.dial_timeout_ms),
-		CallTimeout: ms(s.call_timeout_ms),
-		QueueBytes:  int64(s.queue_bytes),
-		WritePolicy: config.SharedWritePolicy(s.write_policy),
-	}
-}
-
 // ---- Create and destroy ----
 
-// goDevice converts the device selection of a C configuration.
-func goDevice(kind C.kvcm_device_kind) (string, error) {
-	switch kind {
-	case C.KVCM_DEVICE_AUTO:
-		return backend.Auto, nil
-	case C.KVCM_DEVICE_EMU:
-		return backend.Emu, nil
-	case C.KVCM_DEVICE_CUDA:
-		return backend.CUDA, nil
-	}
-	return "", argError("config.device", "unknown device kind %d", int32(kind))
-}
-
-// goOptions converts what a C configuration holds besides config.Config.
-func goOptions(c *C.kvcm__const_kvcm_manager_config) (abimodel.Options, error) {
-	dev, err := goDevice(c.device)
-	return abimodel.Options{Device: dev, DeviceOrdinal: int(c.device_ordinal), EventQueueCapacity: int(c.event_queue_capacity)}, err
-}
-
-func glueManagerCreate(cfgC *C.kvcm__const_kvcm_manager_config, codecArg *coldPageCodecArg, out *C.kvcm_manager) error {
+func glueManagerCreate(mc abimodel.ManagerConfig, codecArg *coldPageCodecArg, out *C.kvcm_manager) error {
 	if codecArg.err != nil {
 		return codecArg.err
 	}
-	cfg, err := goConfig(cfgC)
-	if err != nil {
-		return err
-	}
-	opts, err := goOptions(cfgC)
+	cfg, opts, err := mc.Resolve()
 	if err != nil {
 		return err
 	}
@@ -194,19 +59,16 @@ func glueManagerGetNumLevels(mgr *managerObj) (int, error) {
 	return len(mgr.Core().Layout().Levels), nil
 }
 
-func glueManagerGetDeviceKind(mgr *managerObj) (C.kvcm_device_kind, error) {
-	if mgr.DeviceName() == backend.CUDA {
-		return C.KVCM_DEVICE_CUDA, nil
-	}
-	return C.KVCM_DEVICE_EMU, nil
+func glueManagerGetDeviceKind(mgr *managerObj) (abimodel.DeviceKind, error) {
+	return mgr.DeviceKind(), nil
 }
 
 func glueManagerGetLayerGroupOf(mgr *managerObj, layerID C.int32_t) (layout.LayerGroupID, error) {
 	return mgr.Core().LayerGroupOf(int32(layerID))
 }
 
-func glueManagerGetBufferLocation(mgr *managerObj, layerID C.int32_t, role *C.kvcm__const_char) (core.BufferLocation, error) {
-	return mgr.Core().Buffer(int32(layerID), config.DataRole(C.GoString(role)))
+func glueManagerGetBufferLocation(mgr *managerObj, layerID C.int32_t, role config.DataRole) (core.BufferLocation, error) {
+	return mgr.Core().Buffer(int32(layerID), role)
 }
 
 func glueManagerGetPoolGroupDescs(mgr *managerObj, level C.kvcm_cache_level, descs *C.kvcm_pool_group_desc, descsCap C.size_t,
@@ -253,32 +115,17 @@ func glueManagerResizeLevel(mgr *managerObj, level C.kvcm_cache_level, quota C.i
 	return mgr.Core().ResizeLevel(layout.CacheLevel(level), int64(quota))
 }
 
-// goScope copies a C reuse scope; hasLoRA makes lora_id an adapter id even
-// when it is 0 (ABI version 2).
-func goScope(s *C.kvcm__const_kvcm_reuse_scope, hasLoRA bool, name string) (blockhash.Scope, error) {
-	sc, err := fromCReuseScope((*C.kvcm_reuse_scope)(s), name)
-	sc.HasLoRA = hasLoRA
-	return sc, err
+func glueManagerProbeReuse(mgr *managerObj, scope blockhash.Scope, tokens []config.Token) (int, error) {
+	return mgr.ProbeReuse(scope, tokens)
 }
 
-func glueManagerProbeReuse(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, tokens []config.Token) (int, error) {
-	return glueManagerProbeReuseV2(mgr, scope, false, tokens)
+func glueManagerProbeReuseV2(mgr *managerObj, scope blockhash.Scope, hasLoRA C.bool, tokens []config.Token) (int, error) {
+	scope.HasLoRA = bool(hasLoRA)
+	return mgr.ProbeReuse(scope, tokens)
 }
 
-func glueManagerProbeReuseV2(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, hasLoRA C.bool, tokens []config.Token) (int, error) {
-	sc, err := goScope(scope, bool(hasLoRA), "scope")
-	if err != nil {
-		return 0, err
-	}
-	return mgr.ProbeReuse(sc, tokens)
-}
-
-func glueManagerProbeFirstNewBlockKey(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, hasLoRA C.bool, ts []config.Token, key *C.uint64_t, found *C.bool) error {
-	sc, err := goScope(scope, bool(hasLoRA), "scope")
-	if err != nil {
-		return err
-	}
-	*key, *found = 0, false
+func glueManagerProbeFirstNewBlockKey(mgr *managerObj, sc blockhash.Scope, hasLoRA C.bool, ts []config.Token, key *C.uint64_t, found *C.bool) error {
+	sc.HasLoRA = bool(hasLoRA)
 	if err := mgr.Open(); err != nil {
 		return err
 	}
@@ -308,106 +155,28 @@ func glueManagerGetStorageStats(mgr *managerObj, level C.kvcm_cache_level) ([]co
 	return mgr.Core().StorageStats(layout.CacheLevel(level))
 }
 
-func glueManagerGetAndResetIterationPeakBlockStats(mgr *managerObj, level C.kvcm_cache_level, stats *C.kvcm_peak_block_stats, capacity C.size_t, needed *C.size_t) error {
-	buf, err := cSlice(stats, capacity, "capacity")
-	if err != nil {
-		return err
-	}
-	peaks, n, err := mgr.GetAndResetIterationPeakBlockStats(layout.CacheLevel(level), len(buf))
-	if err != nil {
-		return err
-	}
-	if peaks == nil { // a size query or a buffer too small: nothing was reset
-		peaks = make([]core.PeakBlockStats, n)
-	}
-	return fill(peaks, stats, capacity, needed, toCPeakBlockStats)
+func glueManagerGetAndResetIterationPeakBlockStats(mgr *managerObj, level C.kvcm_cache_level, room int) ([]core.PeakBlockStats, int, error) {
+	return mgr.GetAndResetIterationPeakBlockStats(layout.CacheLevel(level), room)
 }
 
-// fillReset is fill for a get-and-reset query of n entries: a size query or
-// a buffer too small takes nothing (take resets what it returns).
-func fillReset[T, E any](n int, buf *E, capacity C.size_t, needed *C.size_t, take func() []T, conv func(T) E) error {
-	if buf == nil && capacity == 0 || uint64(capacity) < uint64(n) {
-		return fill(make([]T, n), buf, capacity, needed, conv)
-	}
-	return fill(take(), buf, capacity, needed, conv)
+func glueManagerGetAndResetLayerGroupIterationStats(mgr *managerObj, room int) ([]abimodel.LayerGroupIterationStats, int, error) {
+	return mgr.GetAndResetLayerGroupIterationStats(room)
 }
 
-func glueManagerGetAndResetLayerGroupIterationStats(mgr *managerObj, stats *C.kvcm_layer_group_iteration_stats, capacity C.size_t, needed *C.size_t) error {
-	m := mgr.Core()
-	lg := C.kvcm_layer_group_id(0)
-	return fillReset(m.NumLayerGroups(), stats, capacity, needed, m.GetAndResetLayerGroupIterationStats,
-		func(s core.LayerGroupStats) C.kvcm_layer_group_iteration_stats {
-			out := toCLayerGroupIterationStats(s)
-			out.layer_group = lg
-			lg++
-			return out
-		})
+func glueManagerGetAndResetSsmSnapshotIterationStats(mgr *managerObj, room int) ([]abimodel.SsmSnapshotIterationStats, int, error) {
+	return mgr.GetAndResetSsmSnapshotIterationStats(room)
 }
 
-func glueManagerGetAndResetSsmSnapshotIterationStats(mgr *managerObj, stats *C.kvcm_ssm_snapshot_iteration_stats, capacity C.size_t, needed *C.size_t) error {
-	m := mgr.Core()
-	type entry struct {
-		lg layout.LayerGroupID
-		s  core.SsmSnapshotStats
-	}
-	take := func() []entry {
-		byLG := m.GetAndResetSsmSnapshotIterationStats()
-		out := make([]entry, 0, len(byLG))
-		for lg, s := range byLG {
-			out = append(out, entry{lg, s})
-		}
-		slices.SortFunc(out, func(a, b entry) int { return cmp.Compare(a.lg, b.lg) })
-		return out
-	}
-	return fillReset(len(m.SsmSnapshotIterationStats()), stats, capacity, needed, take,
-		func(e entry) C.kvcm_ssm_snapshot_iteration_stats {
-			out := toCSsmSnapshotIterationStats(e.s)
-			out.layer_group = C.kvcm_layer_group_id(e.lg)
-			return out
-		})
+func glueManagerGetAndResetIterationReusedBlocksByLevel(mgr *managerObj, room int) ([]abimodel.ReusedBlocksAtLevel, int, error) {
+	return mgr.GetAndResetIterationReusedBlocksByLevel(room)
 }
 
-func glueManagerGetAndResetIterationReusedBlocksByLevel(mgr *managerObj, rows *C.kvcm_reused_blocks_at_level, capacity C.size_t, needed *C.size_t) error {
-	m := mgr.Core()
-	type row struct {
-		lg, level   int
-		full, parts int64
-	}
-	take := func() []row {
-		var out []row
-		for lg, r := range m.GetAndResetIterationReusedBlocksByLevel() {
-			for level := range r.Full {
-				out = append(out, row{lg, level, r.Full[level], r.Partial[level]})
-			}
-		}
-		return out
-	}
-	n := m.NumLayerGroups() * len(m.Layout().Levels)
-	return fillReset(n, rows, capacity, needed, take, func(r row) C.kvcm_reused_blocks_at_level {
-		return C.kvcm_reused_blocks_at_level{layer_group: C.kvcm_layer_group_id(r.lg), level: C.kvcm_cache_level(r.level),
-			full_blocks: C.int64_t(r.full), partial_blocks: C.int64_t(r.parts)}
-	})
+func glueManagerGetAndResetIterationCachedTokensByLevel(mgr *managerObj, room int) ([]int64, int, error) {
+	return mgr.GetAndResetIterationCachedTokensByLevel(room)
 }
 
-func glueManagerGetAndResetIterationCachedTokensByLevel(mgr *managerObj, tokens *C.int64_t, capacity C.size_t, needed *C.size_t) error {
-	m := mgr.Core()
-	return fillReset(len(m.Layout().Levels), tokens, capacity, needed, m.GetAndResetIterationCachedTokensByLevel,
-		func(n int64) C.int64_t { return C.int64_t(n) })
-}
-
-func glueManagerGetAndResetIterationPoolGroupPeakBlockStats(mgr *managerObj, level C.kvcm_cache_level, stats *C.kvcm_pool_group_peak_block_stats, capacity C.size_t, needed *C.size_t) error {
-	buf, err := cSlice(stats, capacity, "capacity")
-	if err != nil {
-		return err
-	}
-	peaks, n, err := mgr.GetAndResetIterationPeakBlockStats(layout.CacheLevel(level), len(buf))
-	if err != nil {
-		return err
-	}
-	if peaks == nil { // a size query or a buffer too small: nothing was reset
-		peaks = make([]core.PeakBlockStats, n)
-	}
-	return fill(peaks, stats, capacity, needed, toCPoolGroupPeakBlockStats)
+func glueManagerGetAndResetIterationPoolGroupPeakBlockStats(mgr *managerObj, level C.kvcm_cache_level, room int) ([]core.PeakBlockStats, int, error) {
+	return mgr.GetAndResetIterationPeakBlockStats(layout.CacheLevel(level), room)
 }
 
 func glueManagerGetMigrationStats(mgr *managerObj, stats *C.kvcm_migration_stats, capacity C.size_t, needed *C.size_t) error {
@@ -422,12 +191,8 @@ func glueManagerGetMigrationStats(mgr *managerObj, stats *C.kvcm_migration_stats
 	})
 }
 
-func glueConfigValidate(cfgC *C.kvcm__const_kvcm_manager_config) error {
-	cfg, err := goConfig(cfgC)
-	if err != nil {
-		return err
-	}
-	opts, err := goOptions(cfgC)
+func glueConfigValidate(mc abimodel.ManagerConfig) error {
+	cfg, opts, err := mc.Resolve()
 	if err != nil {
 		return err
 	}
@@ -438,51 +203,32 @@ func glueConfigValidate(cfgC *C.kvcm__const_kvcm_manager_config) error {
 
 func glueManagerDrainEvents(mgr *managerObj, events *C.kvcm_cache_event, eventsCap C.size_t, tokens *C.kvcm_token, tokensCap C.size_t,
 	numEvents *C.size_t, numTokens *C.size_t, dropped *C.uint64_t) error {
-	evs, err := cSlice(events, eventsCap, "events_cap")
-	if err != nil {
-		return err
-	}
-	toks, err := cSlice(tokens, tokensCap, "tokens_cap")
-	if err != nil {
-		return err
-	}
-	// Priority updates have no kvcm_cache_event form: skipped, draining
-	// on while a drain brought only those.
-	var got []core.CacheEvent
-	var d uint64
-	for {
-		all, dd, need := mgr.Events().Drain(len(evs), len(toks))
-		d += dd
-		if need > 0 {
-			*numTokens = C.size_t(need)
-			return errorf(codeBufferTooSmall, "the oldest event has %d tokens; tokens_cap is %d", need, uint64(tokensCap))
-		}
-		got = slices.DeleteFunc(all, func(ev core.CacheEvent) bool { return ev.Kind == core.BlockPriorityUpdated })
-		if len(got) > 0 || len(all) == 0 {
-			break
-		}
-	}
-	ntok := 0
-	for i, ev := range got {
-		evs[i] = toCCacheEvent(ev)
-		evs[i].tokens, evs[i].num_tokens = eventTokens(ev.Tokens, toks, &ntok)
-	}
-	*numEvents, *numTokens = C.size_t(len(got)), C.size_t(ntok)
-	if dropped != nil {
-		*dropped = C.uint64_t(d)
-	}
-	return nil
+	return drainEvents(mgr.Events().DrainCacheEvents, events, eventsCap, tokens, tokensCap, nil, numEvents, numTokens, dropped,
+		func(ev core.CacheEvent, toks *C.kvcm_token, n C.size_t) C.kvcm_cache_event {
+			out := toCCacheEvent(ev)
+			out.tokens, out.num_tokens = toks, n
+			return out
+		})
 }
 
 func glueManagerDrainBlockEvents(mgr *managerObj, events *C.kvcm_block_event, eventsCap C.size_t, tokens *C.kvcm_token, tokensCap C.size_t,
 	numEvents *C.size_t, numTokens *C.size_t, dropped *C.uint64_t) error {
-	return drainBlockEvents(mgr, events, eventsCap, tokens, tokensCap, nil, numEvents, numTokens, dropped)
+	return drainEvents(mgr.Events().Drain, events, eventsCap, tokens, tokensCap, nil, numEvents, numTokens, dropped, blockEvent)
 }
 
-// drainBlockEvents writes block events; each stored block's digest tokens
-// go to onDigest (nil: dropped), with their positions in the tokens buffer.
-func drainBlockEvents(mgr *managerObj, events *C.kvcm_block_event, eventsCap C.size_t, tokens *C.kvcm_token, tokensCap C.size_t,
-	onDigest func(pos int, d *blockhash.Digest), numEvents *C.size_t, numTokens *C.size_t, dropped *C.uint64_t) error {
+func blockEvent(ev core.CacheEvent, toks *C.kvcm_token, n C.size_t) C.kvcm_block_event {
+	out := toCBlockEvent(ev)
+	out.tokens, out.num_tokens = toks, n
+	return out
+}
+
+// drainEvents writes the events drain takes into the caller's buffers, each
+// event's tokens a run of the tokens buffer (NULL for none), converted by
+// conv; each stored block's digest tokens go to onDigest (nil: dropped),
+// with their positions in the tokens buffer.
+func drainEvents[E any](drain func(maxEvents, maxTokens int) ([]core.CacheEvent, uint64, int), events *E, eventsCap C.size_t,
+	tokens *C.kvcm_token, tokensCap C.size_t, onDigest func(pos int, d *blockhash.Digest), numEvents, numTokens *C.size_t, dropped *C.uint64_t,
+	conv func(core.CacheEvent, *C.kvcm_token, C.size_t) E) error {
 	evs, err := cSlice(events, eventsCap, "events_cap")
 	if err != nil {
 		return err
@@ -491,40 +237,33 @@ func drainBlockEvents(mgr *managerObj, events *C.kvcm_block_event, eventsCap C.s
 	if err != nil {
 		return err
 	}
-	got, d, need := mgr.Events().Drain(len(evs), len(toks))
+	got, d, need := drain(len(evs), len(toks))
 	if need > 0 {
 		*numTokens = C.size_t(need)
 		return errorf(codeBufferTooSmall, "the oldest event has %d tokens; tokens_cap is %d", need, uint64(tokensCap))
 	}
 	ntok := 0
 	for i, ev := range got {
-		evs[i] = toCBlockEvent(ev)
 		if onDigest != nil {
 			for j := range ev.Digests {
 				onDigest(ntok+ev.Digests[j].Pos, &ev.Digests[j].Digest)
 			}
 		}
-		evs[i].tokens, evs[i].num_tokens = eventTokens(ev.Tokens, toks, &ntok)
+		var p *C.kvcm_token
+		if len(ev.Tokens) > 0 {
+			p = &toks[ntok]
+		}
+		for _, t := range ev.Tokens {
+			toks[ntok] = C.kvcm_token(t)
+			ntok++
+		}
+		evs[i] = conv(ev, p, C.size_t(len(ev.Tokens)))
 	}
 	*numEvents, *numTokens = C.size_t(len(got)), C.size_t(ntok)
 	if dropped != nil {
 		*dropped = C.uint64_t(d)
 	}
 	return nil
-}
-
-// eventTokens copies an event's tokens to toks at *ntok, advancing it, and
-// returns where they are (NULL for none) and their number.
-func eventTokens(ts []config.Token, toks []C.kvcm_token, ntok *int) (*C.kvcm_token, C.size_t) {
-	if len(ts) == 0 {
-		return nil, 0
-	}
-	p := &toks[*ntok]
-	for _, t := range ts {
-		toks[*ntok] = C.kvcm_token(t)
-		*ntok++
-	}
-	return p, C.size_t(len(ts))
 }
 
 // ---- Streams and memory ----

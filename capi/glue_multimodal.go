@@ -8,36 +8,17 @@ package capi
 import "C"
 
 import (
+	"github.com/kvcm/kvcm/core/abimodel"
 	"unsafe"
 
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
 )
 
-// goDigests pairs a sequence's digest token positions (named name) with
-// their 32 bytes each.
-func goDigests(positions []uint64, bytes, name string) ([]blockhash.DigestAt, error) {
-	if uint64(len(bytes)) != uint64(len(positions))*blockhash.DigestSize {
-		return nil, argError(name, "%d digests need %d digest bytes, got %d", len(positions), uint64(len(positions))*blockhash.DigestSize, len(bytes))
-	}
-	if len(positions) == 0 {
-		return nil, nil
-	}
-	out := make([]blockhash.DigestAt, len(positions))
-	for i, p := range positions {
-		out[i].Pos = int(min(p, uint64(^uint(0)>>1)))
-		copy(out[i].Digest[:], bytes[i*blockhash.DigestSize:])
-	}
-	return out, nil
-}
-
-func glueBlockKeys(algo C.kvcm_block_key, scope *C.kvcm__const_kvcm_reuse_scope, hasLoRA C.bool, tpb C.int32_t,
+func glueBlockKeys(algo C.kvcm_block_key, sc blockhash.Scope, hasLoRA C.bool, tpb C.int32_t,
 	tokens []config.Token, positions []uint64, bytes string, partial C.bool) ([]blockhash.Key, error) {
-	sc, err := goScope(scope, bool(hasLoRA), "scope")
-	if err != nil {
-		return nil, err
-	}
-	ds, err := goDigests(positions, bytes, "digest_positions")
+	sc.HasLoRA = bool(hasLoRA)
+	ds, err := abimodel.Digests(positions, bytes, "digest_positions")
 	if err != nil {
 		return nil, err
 	}
@@ -49,7 +30,7 @@ func glueBlockKeys(algo C.kvcm_block_key, scope *C.kvcm__const_kvcm_reuse_scope,
 }
 
 func glueKVCacheCommitDigests(c *kvCacheObj, tokens []config.Token, positions []uint64, bytes string, isEnd C.bool) error {
-	ds, err := goDigests(positions, bytes, "digest_positions")
+	ds, err := abimodel.Digests(positions, bytes, "digest_positions")
 	if err != nil {
 		return err
 	}
@@ -77,13 +58,10 @@ func glueKVCacheGetCommittedDigests(c *kvCacheObj, positions *C.size_t, bytes *C
 	return nil
 }
 
-func glueManagerProbeReuseDigests(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, hasLoRA C.bool, tokens []config.Token,
+func glueManagerProbeReuseDigests(mgr *managerObj, sc blockhash.Scope, hasLoRA C.bool, tokens []config.Token,
 	positions []uint64, bytes string) (int64, error) {
-	sc, err := goScope(scope, bool(hasLoRA), "scope")
-	if err != nil {
-		return 0, err
-	}
-	ds, err := goDigests(positions, bytes, "digest_positions")
+	sc.HasLoRA = bool(hasLoRA)
+	ds, err := abimodel.Digests(positions, bytes, "digest_positions")
 	if err != nil {
 		return 0, err
 	}
@@ -94,13 +72,10 @@ func glueManagerProbeReuseDigests(mgr *managerObj, scope *C.kvcm__const_kvcm_reu
 	return int64(r), err
 }
 
-func glueManagerProbeFirstNewBlockKeyDigests(mgr *managerObj, scope *C.kvcm__const_kvcm_reuse_scope, hasLoRA C.bool, tokens []config.Token,
+func glueManagerProbeFirstNewBlockKeyDigests(mgr *managerObj, sc blockhash.Scope, hasLoRA C.bool, tokens []config.Token,
 	positions []uint64, bytes string, key *C.uint64_t, found *C.bool) error {
-	sc, err := goScope(scope, bool(hasLoRA), "scope")
-	if err != nil {
-		return err
-	}
-	ds, err := goDigests(positions, bytes, "digest_positions")
+	sc.HasLoRA = bool(hasLoRA)
+	ds, err := abimodel.Digests(positions, bytes, "digest_positions")
 	if err != nil {
 		return err
 	}
@@ -124,11 +99,11 @@ func glueManagerDrainBlockEventsDigests(mgr *managerObj, events *C.kvcm_block_ev
 		raw = unsafe.Slice((*byte)(unsafe.Pointer(bytes)), len(ps)*blockhash.DigestSize)
 	}
 	nd := 0
-	err = drainBlockEvents(mgr, events, eventsCap, tokens, tokensCap, func(pos int, d *blockhash.Digest) {
+	err = drainEvents(mgr.Events().Drain, events, eventsCap, tokens, tokensCap, func(pos int, d *blockhash.Digest) {
 		ps[nd] = C.size_t(pos)
 		copy(raw[nd*blockhash.DigestSize:], d[:])
 		nd++
-	}, numEvents, numTokens, dropped)
+	}, numEvents, numTokens, dropped, blockEvent)
 	*numDigests = C.size_t(nd)
 	return err
 }

@@ -8,10 +8,9 @@ package capi
 import "C"
 
 import (
-	"errors"
 	"math"
 
-	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/abimodel"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/layout"
 )
@@ -56,17 +55,11 @@ func gluePlannedDropDestroy(d *plannedDropObj) error {
 	if !deleteHandle(d.handle) {
 		return errorf(codeInvalidHandle, "drop: %#x was destroyed concurrently", d.handle)
 	}
-	if d.Dropped() {
-		return nil
-	}
-	if err := d.Drop(); err != nil && !errors.Is(err, core.ErrClosed) {
-		return err
-	}
-	return nil
+	return abimodel.DestroyPlannedDrop(d.PlannedDrop)
 }
 
-func glueManagerGetScratchPagesPerBlock(mgr *managerObj, layerID C.int32_t, role *C.kvcm__const_char) (int64, error) {
-	loc, err := mgr.Core().Buffer(int32(layerID), config.DataRole(C.GoString(role)))
+func glueManagerGetScratchPagesPerBlock(mgr *managerObj, layerID C.int32_t, role config.DataRole) (int64, error) {
+	loc, err := mgr.Core().Buffer(int32(layerID), role)
 	return loc.ScratchPagesPerBlock, err
 }
 

@@ -67,20 +67,20 @@ func glueManagerGetAggregatedPages(mgr *managerObj, buffers *C.kvcm__const_kvcm_
 	return nil
 }
 
-func glueManagerGetPageIndexConverter(mgr *managerObj, layerID C.int32_t, role *C.kvcm__const_char) (core.PageIndexConverter, error) {
-	return mgr.Core().PageIndexConverter(int32(layerID), config.DataRole(C.GoString(role)))
+func glueManagerGetPageIndexConverter(mgr *managerObj, layerID C.int32_t, role config.DataRole) (core.PageIndexConverter, error) {
+	return mgr.Core().PageIndexConverter(int32(layerID), role)
 }
 
-func glueManagerGetPageStride(mgr *managerObj, layerID C.int32_t, role *C.kvcm__const_char) (int64, error) {
-	loc, err := mgr.Core().Buffer(int32(layerID), config.DataRole(C.GoString(role)))
+func glueManagerGetPageStride(mgr *managerObj, layerID C.int32_t, role config.DataRole) (int64, error) {
+	loc, err := mgr.Core().Buffer(int32(layerID), role)
 	if err != nil {
 		return 0, err
 	}
 	return loc.PageStride(), nil
 }
 
-func glueManagerGetPageIndexUpperBound(mgr *managerObj, layerID C.int32_t, role *C.kvcm__const_char) (int64, error) {
-	return mgr.Core().PageIndexUpperBound(int32(layerID), config.DataRole(C.GoString(role)))
+func glueManagerGetPageIndexUpperBound(mgr *managerObj, layerID C.int32_t, role config.DataRole) (int64, error) {
+	return mgr.Core().PageIndexUpperBound(int32(layerID), role)
 }
 
 func glueKVCacheGetAggregatedPageIndices(c *kvCacheObj, lg C.kvcm_layer_group_id, beam C.int32_t, validOnly C.bool) ([]int32, error) {

@@ -143,17 +143,14 @@ func lookup[T any](fn, arg string, h uint64, what string) (T, *C.kvcm_status) {
 }
 
 func kindOf(v any) string {
-	switch v.(type) {
-	case *managerObj:
-		return "manager"
-	case *kvCacheObj:
-		return "KV cache"
-	case *defaultCodecObj:
+	if k, ok := handleKind(v); ok {
+		return k
+	}
+	if o, ok := v.(*defaultCodecObj); ok {
+		if o.builtin != nil {
+			return "built-in codec"
+		}
 		return "default codec"
-	case *cpObj:
-		return "CP index"
-	case *plannedDropObj:
-		return "planned drop"
 	}
 	return fmt.Sprintf("%T", v)
 }
@@ -207,20 +204,4 @@ func (o *kvCacheObj) publish(c *abimodel.Cache) (uint64, bool) {
 	}
 	o.handle = newHandle(o)
 	return o.handle, true
-}
-
-func lookupManager(fn, arg string, h C.kvcm_manager) (*managerObj, *C.kvcm_status) {
-	return lookup[*managerObj](fn, arg, uint64(h), "manager")
-}
-
-func lookupKVCache(fn, arg string, h C.kvcm_kv_cache) (*kvCacheObj, *C.kvcm_status) {
-	return lookup[*kvCacheObj](fn, arg, uint64(h), "KV cache")
-}
-
-func lookupPlannedDrop(fn, arg string, h C.kvcm_planned_drop) (*plannedDropObj, *C.kvcm_status) {
-	return lookup[*plannedDropObj](fn, arg, uint64(h), "planned drop")
-}
-
-func lookupCPIndex(fn, arg string, h C.kvcm_cp_index) (*cpObj, *C.kvcm_status) {
-	return lookup[*cpObj](fn, arg, uint64(h), "CP index")
 }

@@ -116,19 +116,42 @@ func convertHelpers(f *jen.File) {
 		jen.Return(jen.Id("out"), jen.Nil()),
 	)
 	f.Line()
+	f.Comment("cSliceArgNil is cSliceArg keeping NULL apart from an empty array: NULL")
+	f.Comment("is nil, a non-NULL array of 0 elements an empty slice.")
+	f.Func().Id("cSliceArgNil").Types(jen.Id("G"), jen.Id("E").Id("number")).Params(jen.Id("buf").Index().Id("G"), jen.Id("p").Op("*").Id("E"), n().Qual("C", "size_t"), jen.Id("name").String()).
+		Params(jen.Index().Id("G"), jen.Error()).Block(
+		jen.List(jen.Id("out"), jen.Err()).Op(":=").Id("cSliceArg").Call(jen.Id("buf"), jen.Id("p"), n(), jen.Id("name")),
+		jen.If(jen.Err().Op("==").Nil().Op("&&").Id("out").Op("==").Nil().Op("&&").Id("p").Op("!=").Nil()).Block(jen.Id("out").Op("=").Index().Id("G").Values()),
+		jen.Return(jen.Id("out"), jen.Err()),
+	)
+	f.Line()
 	f.Comment("fill writes items into a caller's buffer of capacity elements, converted")
 	f.Comment("by conv, and their number to needed; a NULL buffer with capacity 0 asks")
 	f.Comment("for the number only, a smaller one is KVCM_ERR_BUFFER_TOO_SMALL.")
 	f.Func().Id("fill").Types(jen.List(jen.Id("T"), jen.Id("E")).Any()).Params(jen.Id("items").Index().Id("T"), jen.Id("buf").Op("*").Id("E"),
 		jen.Id("capacity").Qual("C", "size_t"), jen.Id("needed").Op("*").Qual("C", "size_t"), jen.Id("conv").Func().Params(jen.Id("T")).Id("E")).Error().Block(
-		jen.Op("*").Id("needed").Op("=").Qual("C", "size_t").Call(jen.Len(jen.Id("items"))),
+		jen.Return(jen.Id("fillTaken").Call(jen.Id("items"), jen.Len(jen.Id("items")), jen.Id("buf"), jen.Id("capacity"), jen.Id("needed"), jen.Id("conv"))),
+	)
+	f.Line()
+	f.Comment("fillTaken is fill for a get-and-reset query of n entries: items are")
+	f.Comment("those it took, none when the buffer cannot hold n (nothing was reset).")
+	f.Func().Id("fillTaken").Types(jen.List(jen.Id("T"), jen.Id("E")).Any()).Params(jen.Id("items").Index().Id("T"), n().Int(), jen.Id("buf").Op("*").Id("E"),
+		jen.Id("capacity").Qual("C", "size_t"), jen.Id("needed").Op("*").Qual("C", "size_t"), jen.Id("conv").Func().Params(jen.Id("T")).Id("E")).Error().Block(
+		jen.Op("*").Id("needed").Op("=").Qual("C", "size_t").Call(n()),
 		jen.If(jen.Id("buf").Op("==").Nil().Op("&&").Id("capacity").Op("==").Lit(0)).Block(jen.Return(jen.Nil())),
 		jen.List(jen.Id("out"), jen.Err()).Op(":=").Id("cSlice").Call(jen.Id("buf"), jen.Id("capacity"), jen.Lit("capacity")),
 		jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err())),
-		jen.If(jen.Uint64().Call(jen.Id("capacity")).Op("<").Uint64().Call(jen.Len(jen.Id("items")))).Block(
-			jen.Return(jen.Id("errorf").Call(jen.Id("codeBufferTooSmall"), jen.Lit("need room for %d entries, got %d"), jen.Len(jen.Id("items")), jen.Uint64().Call(jen.Id("capacity"))))),
+		jen.If(jen.Uint64().Call(jen.Id("capacity")).Op("<").Uint64().Call(n()).Op("||").Len(jen.Id("items")).Op(">").Len(jen.Id("out"))).Block(
+			jen.Return(jen.Id("errorf").Call(jen.Id("codeBufferTooSmall"), jen.Lit("need room for %d entries, got %d"), n(), jen.Uint64().Call(jen.Id("capacity"))))),
 		jen.For(jen.List(jen.Id("i"), jen.Id("it")).Op(":=").Range().Id("items")).Block(jen.Id("out").Index(jen.Id("i")).Op("=").Id("conv").Call(jen.Id("it"))),
 		jen.Return(jen.Nil()),
+	)
+	f.Line()
+	f.Comment("bufferRoom is how many entries a caller's buffer holds (0 for a size")
+	f.Comment("query), for a get-and-reset query that takes only what fits.")
+	f.Func().Id("bufferRoom").Types(jen.Id("E").Any()).Params(jen.Id("buf").Op("*").Id("E"), jen.Id("capacity").Qual("C", "size_t")).Params(jen.Int(), jen.Error()).Block(
+		jen.List(jen.Id("out"), jen.Err()).Op(":=").Id("cSlice").Call(jen.Id("buf"), jen.Id("capacity"), jen.Lit("capacity")),
+		jen.Return(jen.Len(jen.Id("out")), jen.Err()),
 	)
 	f.Line()
 	f.Comment("cString copies a NUL-terminated string; NULL is \"\".")

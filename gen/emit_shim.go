@@ -402,6 +402,38 @@ func emitShimGo(m *Model, p Paths) ([]byte, error) {
 		f.Add(code.fn)
 		f.Line()
 	}
+	var kinds []jen.Code
+	for _, d := range m.Decls {
+		if d.GoHandle == "" {
+			continue
+		}
+		obj := jen.Op("*").Id(d.GoHandle)
+		f.Comment(fmt.Sprintf("lookup%s resolves a %s argument to its %s, or reports", d.GoName, d.CName, d.GoHandleWhat))
+		f.Comment("KVCM_ERR_INVALID_HANDLE naming the argument.")
+		f.Func().Id("lookup"+d.GoName).Params(jen.List(jen.Id("fn"), jen.Id("arg")).String(), jen.Id("h").Qual("C", d.CName)).
+			Params(obj, jen.Op("*").Qual("C", m.StatusDecl().CName)).Block(
+			jen.Return(jen.Id("lookup").Index(obj).Call(jen.Id("fn"), jen.Id("arg"), jen.Uint64().Call(jen.Id("h")), jen.Lit(d.GoHandleWhat))))
+		f.Line()
+		kinds = append(kinds, jen.Case(obj).Block(jen.Return(jen.Lit(d.GoHandleWhat), jen.True())))
+	}
+	if len(kinds) > 0 {
+		f.Comment("handleKind names the kind of a handle's value, for errors.")
+		f.Func().Id("handleKind").Params(jen.Id("v").Any()).Params(jen.String(), jen.Bool()).Block(
+			jen.Switch(jen.Id("v").Assert(jen.Type())).Block(kinds...),
+			jen.Return(jen.Lit(""), jen.False()))
+		f.Line()
+	}
+	for _, d := range m.Decls {
+		for _, impl := range d.GoImpls {
+			for _, slot := range goImplSlots(d) {
+				name, fn := goImplSlotExport(m, d, impl, slot)
+				f.Comment(fmt.Sprintf("%s is the %s slot of the %s %s.", name, slot.CName, impl, d.CName))
+				f.Comment("//export " + name)
+				f.Add(fn)
+				f.Line()
+			}
+		}
+	}
 	var buf bytes.Buffer
 	if err := f.Render(&buf); err != nil {
 		return nil, fmt.Errorf("render shim: %w", err)
@@ -543,6 +575,21 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 	for _, p := range fn.Sig.Params {
 		v := lowerCamel(p.CName) + "Arg"
 		switch {
+		case p.Has("convert"):
+			d := p.Type.Elem.Decl
+			body = append(body, jen.List(jen.Id(v), jen.Err()).Op(":=").Id("fromC"+d.GoName).Call(
+				jen.Parens(jen.Op("*").Qual("C", d.CName)).Call(jen.Id(p.CName)), jen.Lit(p.CName)), ifErr)
+			args[p.CName] = jen.Id(v)
+			continue
+		case p.Has("string") && p.Len == "":
+			// NUL-terminated: the export rejected NULL unless nullable (then "").
+			var str jen.Code = jen.Id("cString").Call(jen.Parens(jen.Op("*").Qual("C", "char")).Call(jen.Id(p.CName)))
+			if p.GoElem != "" {
+				str = jen.Add(goElemCode(p.GoElem)).Call(str)
+			}
+			body = append(body, jen.Id(v).Op(":=").Add(str))
+			args[p.CName] = jen.Id(v)
+			continue
 		case p.Has("string"):
 			body = append(body, jen.List(jen.Id(v), jen.Err()).Op(":=").Id("cStringArg").Call(
 				jen.Parens(jen.Op("*").Qual("C", "char")).Call(jen.Id(p.CName)), jen.Id(p.Len), jen.Lit(p.Len)), ifErr)
@@ -553,11 +600,20 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 				body = append(body, jen.Var().Id(name).Index(jen.Lit(sliceArgBuf)).Add(goElemCode(p.GoElem)))
 				buf = jen.Id(name).Index(jen.Op(":"))
 			}
-			body = append(body, jen.List(jen.Id(v), jen.Err()).Op(":=").Id("cSliceArg").Index(goElemCode(p.GoElem)).Call(
+			helper := "cSliceArg"
+			if p.Has("nullnil") {
+				helper = "cSliceArgNil"
+			}
+			body = append(body, jen.List(jen.Id(v), jen.Err()).Op(":=").Id(helper).Index(goElemCode(p.GoElem)).Call(
 				buf, jen.Id(p.CName), jen.Id(p.Len), jen.Lit(p.CName)), ifErr)
 		case p.Buffer != "":
 			buffer = p
 			skip[p.CName], skip[p.Len], skip[p.Buffer] = true, true, true
+			if p.Has("reset") {
+				// The glue gets the room the caller's buffer has, so that a
+				// size query or a buffer too small resets nothing.
+				body = append(body, jen.List(jen.Id("room"), jen.Err()).Op(":=").Id("bufferRoom").Call(jen.Id(p.CName), jen.Id(p.Len)), ifErr)
+			}
 			continue
 		case p.Has("result"):
 			resultParam = p
@@ -574,6 +630,9 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 			call = append(call, args[p.CName])
 		}
 	}
+	if buffer != nil && buffer.Has("reset") {
+		call = append(call, jen.Id("room"))
+	}
 	glue := jen.Id("glue" + fn.GoName).Call(call...)
 	switch {
 	case buffer != nil:
@@ -583,6 +642,11 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 			conv = jen.Func().Params(jen.Id("v").Add(goElemCode(buffer.GoElem))).Add(goCType(el)).Block(jen.Return(jen.Add(goCType(el)).Call(jen.Id("v"))))
 		} else {
 			conv = jen.Id("toC" + el.Decl.GoName)
+		}
+		if buffer.Has("reset") {
+			body = append(body, jen.List(jen.Id("items"), jen.Id("n"), jen.Err()).Op(":=").Add(glue), ifErr,
+				jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Id("fillTaken").Call(jen.Id("items"), jen.Id("n"), jen.Id(buffer.CName), jen.Id(buffer.Len), jen.Id(buffer.Buffer), conv))))
+			break
 		}
 		body = append(body, jen.List(jen.Id("items"), jen.Err()).Op(":=").Add(glue), ifErr,
 			jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Id("fill").Call(jen.Id("items"), jen.Id(buffer.CName), jen.Id(buffer.Len), jen.Id(buffer.Buffer), conv))))
@@ -616,4 +680,57 @@ func goElemCode(g string) jen.Code {
 		return jen.Qual(g[:i], g[i+1:])
 	}
 	return jen.Id(g)
+}
+
+// goImplSlotExport writes the Go export a slot of a Go implementation of a
+// vtable forwards to: it returns the slot's fail value when self is not a
+// live object of the implementation (the hand-written lookup<Impl> finds
+// it) or the library is poisoned, turns a panic into that value and
+// poisons the library, and otherwise calls glue<Impl><Slot> with the object
+// and the slot's other parameters (pointers as uintptr_t). A slot without a
+// result runs also on a poisoned library, so that destroy releases.
+func goImplSlotExport(m *Model, d *Decl, impl string, slot *Field) (string, *jen.Statement) {
+	name := fmt.Sprintf("kvcm__go_%s_%s", impl, slot.CName)
+	sig := slot.Type.Sig
+	var params, args []jen.Code
+	for _, p := range sig.Params {
+		t := goCType(p.Type)
+		if p.Type.IsPointer() {
+			t = jen.Qual("C", "uintptr_t")
+		}
+		params = append(params, jen.Id(p.CName).Add(t))
+	}
+	args = append(args, jen.Id("obj"))
+	for _, p := range sig.Params[1:] {
+		args = append(args, jen.Id(p.CName))
+	}
+	self := sig.Params[0].CName
+	implName := Camel(impl)
+	glue := jen.Id("glue" + implName + slot.GoName).Call(args...)
+	body := []jen.Code{jen.Const().Id("kvcmFn").Op("=").Lit(fmt.Sprintf("%s %s.%s", impl, d.CName, slot.CName))}
+	fn := jen.Func().Id(name).Params(params...)
+	if sig.Result.Kind == KVoid {
+		body = append(body,
+			jen.Defer().Func().Params().Block(jen.If(jen.Id("r").Op(":=").Recover(), jen.Id("r").Op("!=").Nil()).Block(jen.Id("poison").Call(jen.Id("kvcmFn"), jen.Id("r")))).Call(),
+			jen.If(jen.List(jen.Id("obj"), jen.Id("ok")).Op(":=").Id("lookup"+implName).Call(jen.Id(self)), jen.Id("ok")).Block(glue))
+		return name, fn.Block(body...)
+	}
+	var fail jen.Code
+	switch {
+	case slot.Fail == "" && sig.Result.Kind == KScalar && sig.Result.Scalar == "bool":
+		fail = jen.False()
+	case slot.Fail == "":
+		fail = jen.Lit(0)
+	case strings.Trim(slot.Fail, "-0123456789") == "":
+		fail = jen.Id(slot.Fail)
+	default:
+		fail = jen.Qual("C", slot.Fail)
+	}
+	body = append(body,
+		jen.Id("result").Op("=").Add(fail),
+		jen.Defer().Func().Params().Block(jen.If(jen.Id("r").Op(":=").Recover(), jen.Id("r").Op("!=").Nil()).Block(jen.Id("poison").Call(jen.Id("kvcmFn"), jen.Id("r")))).Call(),
+		jen.List(jen.Id("obj"), jen.Id("ok")).Op(":=").Id("lookup"+implName).Call(jen.Id(self)),
+		jen.If(jen.Op("!").Id("ok").Op("||").Id("isPoisoned").Call()).Block(jen.Return(fail)),
+		jen.Return(glue))
+	return name, fn.Params(jen.Id("result").Add(goCType(sig.Result))).Block(body...)
 }

@@ -112,7 +112,7 @@ func TestModel(t *testing.T) {
 	for _, f := range m.TableFuncs() {
 		names = append(names, f.CName)
 	}
-	assert.Equal(t, []string{"kvcm_count", "kvcm_status_free", "kvcm_widget_create", "kvcm_widget_notify", "kvcm_widget_tag"}, names,
+	assert.Equal(t, []string{"kvcm_count", "kvcm_status_free", "kvcm_widget_create", "kvcm_widget_notify", "kvcm_widget_tag", "kvcm_widget_take_pairs"}, names,
 		"the table is ordered by version, then name, and omits kvcm_get_api")
 }
 
@@ -138,17 +138,19 @@ func TestNames(t *testing.T) {
 
 func TestLoadErrors(t *testing.T) {
 	for dir, want := range map[string]string{
-		"multi":        "multi-value results are not allowed",
-		"gostring":     "not fixed-width",
-		"noparam":      "parameter v has no //kvcm:param",
-		"gopointer":    "Go pointers are only allowed for the status result",
-		"goimplself":   "only slots that take self (void*) first",
-		"gounmapped":   `Point has no field Z: name its counterpart with a go:"Field" tag, or tag it go:"-"`,
-		"gomethodin":   "a method (go:\"Dx()\") can only be read",
-		"cppimplbool":  `a trampoline returns int32_t: tag the slot cpp:"-"`,
-		"pyvaluestr":   "a //kvcm:pyvalue struct has scalar, enum and typedef fields only",
-		"slicenogo":    "slice is for a const T* of scalars, with go=<Go element type>",
-		"shortnoslice": "short is for a slice",
+		"multi":           "multi-value results are not allowed",
+		"gostring":        "not fixed-width",
+		"noparam":         "parameter v has no //kvcm:param",
+		"gopointer":       "Go pointers are only allowed for the status result",
+		"goimplself":      "only slots that take self (void*) first",
+		"gounmapped":      `Point has no field Z: name its counterpart with a go:"Field" tag, or tag it go:"-"`,
+		"gomethodin":      "a method (go:\"Dx()\") can only be read",
+		"cppimplbool":     `a trampoline returns int32_t: tag the slot cpp:"-"`,
+		"pyvaluestr":      "a //kvcm:pyvalue struct has scalar, enum and typedef fields only",
+		"slicenogo":       "slice is for a const T* of scalars, with go=<Go element type>",
+		"resetnobuffer":   "reset is for a buffer=",
+		"convertnullable": "convert is for a const T* without len=, neither nullable nor consumed",
+		"shortnoslice":    "short is for a slice",
 	} {
 		_, err := Load(filepath.Join("testdata", "bad", dir), ".")
 		if assert.Error(t, err, dir) {

@@ -217,6 +217,12 @@ func (l *loader) run() error {
 		if len(dc.GoImpls) > 0 && !dc.Vtable {
 			return fmt.Errorf("%s: //kvcm:goimpl on a type that is not a //kvcm:vtable", dc.GoName)
 		}
+		if g := d.one("gohandle"); g != "" {
+			var ok bool
+			if dc.GoHandle, dc.GoHandleWhat, ok = strings.Cut(g, " "); !ok || dc.Kind != DHandle {
+				return fmt.Errorf("%s: bad //kvcm:gohandle %q: want \"<Go type> <words>\" on a //kvcm:handle", dc.GoName, g)
+			}
+		}
 		if g := d.one("go"); g != "" {
 			if dc.GoMap, err = parseGoMap(g); err != nil || dc.Kind != DStruct {
 				return fmt.Errorf("%s: bad //kvcm:go %q: want \"in|out|inout <import path>.<Type>\" on a //kvcm:struct", dc.GoName, g)
@@ -380,7 +386,7 @@ func (l *loader) body(dc *Decl, s typeSpec) error {
 					return err
 				}
 				f := &Field{GoName: name.Name, CName: Snake(name.Name), Type: t, Doc: docText(af.Doc), Since: dc.Since,
-					Nullable: tag.Get("nullable") == "true", Own: tag.Get("own"), Go: tag.Get("go"), Cpp: tag.Get("cpp"),
+					Nullable: tag.Get("nullable") == "true", Own: tag.Get("own"), Go: tag.Get("go"), Cpp: tag.Get("cpp"), Fail: tag.Get("fail"),
 					CppDefault: tag.Get("cppdefault"), Path: tag.Get("path"), Py: tag.Get("py"), PyDefault: tag.Get("pydefault")}
 				if c := tag.Get("c"); c != "" {
 					f.CName = c
@@ -568,7 +574,7 @@ func (l *loader) function(s typeSpec) (*Func, error) {
 				continue
 			}
 			switch fl {
-			case "in", "out", "borrowed", "owned", "consumed", "nullable", "string", "slice", "short", "result":
+			case "in", "out", "borrowed", "owned", "consumed", "nullable", "string", "slice", "short", "result", "reset", "convert", "nullnil":
 			default:
 				return nil, fmt.Errorf("%s: %s: unknown flag %q", name, p.GoName, fl)
 			}
@@ -783,6 +789,22 @@ func checkConvention(f *Func, p *Param) error {
 			}
 		}
 	}
+	if p.Has("convert") {
+		switch {
+		case !f.Sig.Result.IsStatus():
+			return fmt.Errorf("convert needs a kvcm_status* result")
+		case t.Kind != KPtr || t.Dir != DirIn || p.Len != "" || p.Nullable || p.Has("consumed"):
+			return fmt.Errorf("convert is for a const T* without len=, neither nullable nor consumed")
+		case t.Elem.Kind != KNamed || t.Elem.Decl.GoMap == nil || !t.Elem.Decl.GoMap.In:
+			return fmt.Errorf("convert is for a struct with //kvcm:go in")
+		}
+	}
+	if p.Has("nullnil") && (!p.Has("slice") || !p.Nullable) {
+		return fmt.Errorf("nullnil is for a nullable slice")
+	}
+	if p.Has("reset") && p.Buffer == "" {
+		return fmt.Errorf("reset is for a buffer=")
+	}
 	conv := p.Has("string") || p.Has("slice") || p.Buffer != ""
 	switch {
 	case p.Has("short") && !p.Has("slice"):
@@ -791,10 +813,10 @@ func checkConvention(f *Func, p *Param) error {
 		return nil
 	case !f.Sig.Result.IsStatus():
 		return fmt.Errorf("string, slice and buffer need a kvcm_status* result")
-	case p.Len == "":
-		return fmt.Errorf("string, slice and buffer need len=")
 	case p.Has("string") && t.Kind != KCStr:
 		return fmt.Errorf("string is for a const char*")
+	case p.Len == "" && !p.Has("string"):
+		return fmt.Errorf("slice and buffer need len=")
 	case p.Has("slice") && (t.Kind != KPtr || t.Dir != DirIn || !isScalarField(t.Elem) || p.GoElem == ""):
 		return fmt.Errorf("slice is for a const T* of scalars, with go=<Go element type>")
 	case p.Buffer != "" && (t.Kind != KPtr || t.Dir != DirOut):

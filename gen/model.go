@@ -65,11 +65,15 @@ type Param struct {
 	Doc      string
 	Nullable bool
 	// The export's conventions (//kvcm:param flags), so that the glue gets
-	// Go values: string (a const char* with len=: a Go string), slice (a
-	// const T* with len=: a []GoElem copy), buffer=<needed> (a T* with
+	// Go values: string (a const char* with len=, or NUL-terminated
+	// without: a Go string, cast to go= when given), slice (a
+	// const T* with len=: a []GoElem copy), convert (a const T* of a
+	// //kvcm:go in struct: its Go value), buffer=<needed> (a T* with
 	// len=capacity and the size_t* that receives the count: the glue
 	// returns a []GoElem, or a slice of T's //kvcm:go struct, and the
-	// export fills the buffer, checking its capacity), result (a T* the
+	// export fills the buffer, checking its capacity; with reset the glue
+	// also gets the buffer's room and returns the elements only when they
+	// fit, with their number), result (a T* the
 	// export writes from the glue's (value, error) when the error is nil).
 	GoElem string // go=<import path>.<Type> or a predeclared Go type
 	Buffer string // C name of the needed parameter of a buffer
@@ -137,6 +141,11 @@ type Decl struct {
 	// each, kvcmgen writes a C vtable whose slots forward to Go exports
 	// kvcm__go_<impl>_<slot>, self and pointers passed as uintptr_t.
 	GoImpls []string
+	// GoHandle is the Go type behind a handle (//kvcm:gohandle <type>
+	// <words>) and GoHandleWhat the words that name its kind in errors:
+	// the export package gets lookup<Name>, which resolves an argument to
+	// a *<type>, and handleKind.
+	GoHandle, GoHandleWhat string
 	// GoMap is the Go struct kvcmgen writes converters for (//kvcm:go), or
 	// nil.
 	GoMap *GoMap
@@ -199,6 +208,10 @@ type Field struct {
 	// //kvcm:cppvalue struct out of its value type (the hand-written
 	// binding sets it); another word renames the field there.
 	Cpp string
+	// Fail is the fail tag of a slot of a //kvcm:goimpl vtable: the value
+	// (a number or a C constant) the Go implementation returns when it
+	// cannot run the slot; "" is the zero value.
+	Fail string
 	// CppDefault is the default of the field in its C++ value type
 	// (cppdefault tag), "" for the zero value.
 	CppDefault string

@@ -6,6 +6,7 @@ package abitest
 #include "kvcm/kvcm.h"
 
 static bool tc_call_configure(kvcm_cold_page_codec c) { return c.vtable->configure(c.self, NULL, 0); }
+static void tc_call_destroy(kvcm_cold_page_codec c) { c.vtable->destroy(c.self); }
 */
 import "C"
 
@@ -49,3 +50,6 @@ func NewBuiltinCodec(o BuiltinCodecOptions) (*Codec, error) {
 // CallConfigure calls the codec object's configure slot directly, with no
 // groups.
 func (c *Codec) CallConfigure() bool { return bool(C.tc_call_configure(c.c)) }
+
+// CallDestroy calls the codec object's destroy slot directly.
+func (c *Codec) CallDestroy() { C.tc_call_destroy(c.c) }

@@ -78,3 +78,15 @@ func TestBuiltinCodecObjectIsConsumedOnce(t *testing.T) {
 	require.NoError(t, def.Destroy())
 	requireCode(t, def.Destroy(), InvalidHandle)
 }
+
+// A device codec's object shares the default codec's vtable, whose destroy
+// slot releases it too: the object is then consumed.
+func TestBuiltinCodecObjectIsReleasedByItsDestroySlot(t *testing.T) {
+	noLeaks(t)
+	for _, kind := range []int32{BuiltinGather, BuiltinFp8, BuiltinAuto, BuiltinDefault} {
+		codec, err := NewBuiltinCodec(BuiltinCodecOptions{Kind: kind})
+		require.NoError(t, err)
+		codec.CallDestroy()
+		requireCode(t, codec.Destroy(), InvalidHandle)
+	}
+}

@@ -1,6 +1,8 @@
 package abimodel
 
 import (
+	"math"
+
 	"github.com/kvcm/kvcm/core"
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
@@ -208,3 +210,57 @@ func (c *Cache) Prefetch(level layout.CacheLevel) error { return c.c.Prefetch(le
 
 // Manager returns the cache's manager.
 func (c *Cache) Manager() *Manager { return c.mgr }
+
+// Digests pairs a sequence's digest token positions with their
+// blockhash.DigestSize bytes each, as the ABI passes them (positions and
+// one byte string); a byte count that does not match is an invalid
+// argument naming name. No positions are nil.
+func Digests(positions []uint64, bytes, name string) ([]blockhash.DigestAt, error) {
+	if uint64(len(bytes)) != uint64(len(positions))*blockhash.DigestSize {
+		return nil, argErr(name, "%d digests need %d digest bytes, got %d", len(positions), uint64(len(positions))*blockhash.DigestSize, len(bytes))
+	}
+	if len(positions) == 0 {
+		return nil, nil
+	}
+	out := make([]blockhash.DigestAt, len(positions))
+	for i, p := range positions {
+		out[i].Pos = int(min(p, uint64(math.MaxInt)))
+		copy(out[i].Digest[:], bytes[i*blockhash.DigestSize:])
+	}
+	return out, nil
+}
+
+// KVCacheOptions are a cache's options as the ABI carries them
+// (kvcm_kv_cache_options): CacheOptions, and what the ABI holds in a form
+// of its own. Resolve turns them into CreateCache's options. Its
+// ExpectedPromptLength shadows core.CacheOptions' (a *int there, a flag and
+// a value here).
+type KVCacheOptions struct {
+	CacheOptions
+	// ScopeHasLoraID makes Scope.LoRAID an adapter id, 0 included.
+	ScopeHasLoraID bool
+	// HasExpectedPromptLength says ExpectedPromptLength is set.
+	HasExpectedPromptLength bool
+	ExpectedPromptLength    int
+	// InputDigestPositions and InputDigestBytes are the input's digest
+	// tokens (Digests pairs them).
+	InputDigestPositions []uint64
+	InputDigestBytes     string
+}
+
+// Resolve returns the options CreateCache takes; it changes nothing in o.
+// Errors name the kvcm_kv_cache_options field.
+func (o KVCacheOptions) Resolve() (CacheOptions, error) {
+	co := o.CacheOptions
+	co.Scope.HasLoRA = o.ScopeHasLoraID
+	if o.HasExpectedPromptLength {
+		n := o.ExpectedPromptLength
+		co.CacheOptions.ExpectedPromptLength = &n
+	}
+	ds, err := Digests(o.InputDigestPositions, o.InputDigestBytes, "options.input_digest_positions")
+	if err != nil {
+		return co, err
+	}
+	co.InputDigests = ds
+	return co, nil
+}

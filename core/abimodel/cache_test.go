@@ -1,6 +1,7 @@
 package abimodel
 
 import (
+	"strings"
 	"sync"
 	"testing"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/layout"
 )
 
@@ -77,4 +79,49 @@ func TestCacheResumeNeedsAStream(t *testing.T) {
 	require.NoError(t, err)
 	assert.ErrorIs(t, c.Resume(nil), core.ErrInvalidArgument)
 	assert.Same(t, m, c.Manager())
+}
+
+// Digests pairs each position with its 32 bytes, in order; a byte string
+// that is not 32 bytes per position is an invalid argument naming the
+// argument, and no positions are no digests.
+func TestDigestsPairPositionsWithTheirBytes(t *testing.T) {
+	bytes := strings.Repeat("a", blockhash.DigestSize) + strings.Repeat("b", blockhash.DigestSize)
+	ds, err := Digests([]uint64{3, 7}, bytes, "digest_positions")
+	require.NoError(t, err)
+	require.Len(t, ds, 2)
+	assert.Equal(t, []int{3, 7}, []int{ds[0].Pos, ds[1].Pos})
+	assert.Equal(t, byte('a'), ds[0].Digest[blockhash.DigestSize-1])
+	assert.Equal(t, byte('b'), ds[1].Digest[0])
+
+	_, err = Digests([]uint64{3}, bytes, "digest_positions")
+	assert.ErrorIs(t, err, core.ErrInvalidArgument)
+	assert.ErrorContains(t, err, "digest_positions: 1 digests need 32 digest bytes, got 64")
+	ds, err = Digests(nil, "", "digest_positions")
+	assert.NoError(t, err)
+	assert.Nil(t, ds)
+}
+
+// KVCacheOptions.Resolve turns the ABI's flags and arrays into the cache
+// options: the LoRA flag into the scope, the expected prompt length into a
+// value only when its flag is set, the digest arrays into digests (a bad
+// pairing is an invalid argument naming options.input_digest_positions).
+func TestKVCacheOptionsResolve(t *testing.T) {
+	o, err := KVCacheOptions{ScopeHasLoraID: true, HasExpectedPromptLength: true, ExpectedPromptLength: 12,
+		InputDigestPositions: []uint64{2}, InputDigestBytes: strings.Repeat("x", blockhash.DigestSize)}.Resolve()
+	require.NoError(t, err)
+	assert.True(t, o.Scope.HasLoRA)
+	require.NotNil(t, o.CacheOptions.ExpectedPromptLength)
+	assert.Equal(t, 12, *o.CacheOptions.ExpectedPromptLength)
+	require.Len(t, o.InputDigests, 1)
+	assert.Equal(t, 2, o.InputDigests[0].Pos)
+
+	o, err = KVCacheOptions{ExpectedPromptLength: 12}.Resolve()
+	require.NoError(t, err)
+	assert.Nil(t, o.CacheOptions.ExpectedPromptLength, "a length without its flag is unset")
+	assert.False(t, o.Scope.HasLoRA)
+	assert.Nil(t, o.InputDigests)
+
+	_, err = KVCacheOptions{InputDigestPositions: []uint64{2}}.Resolve()
+	assert.ErrorIs(t, err, core.ErrInvalidArgument)
+	assert.ErrorContains(t, err, "options.input_digest_positions")
 }

@@ -54,6 +54,33 @@ func (e *EventQueue) Len() int {
 func (e *EventQueue) Drain(maxEvents, maxTokens int) (events []core.CacheEvent, dropped uint64, need int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.drain(maxEvents, maxTokens)
+}
+
+// DrainCacheEvents is Drain for kvcm_manager_drain_events, whose
+// kvcm_cache_event has no form for a priority update: it removes
+// BlockPriorityUpdated events without returning or counting them, and
+// drains on while a drain brought only those, so that no events means an
+// empty queue or no room. When the oldest event left needs more than
+// maxTokens, the dropped count stays queued for the next drain.
+func (e *EventQueue) DrainCacheEvents(maxEvents, maxTokens int) (events []core.CacheEvent, dropped uint64, need int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for {
+		all, d, need := e.drain(maxEvents, maxTokens)
+		dropped += d
+		if need > 0 {
+			e.dropped += dropped
+			return nil, 0, need
+		}
+		events = slices.DeleteFunc(all, func(ev core.CacheEvent) bool { return ev.Kind == core.BlockPriorityUpdated })
+		if len(events) > 0 || len(all) == 0 {
+			return events, dropped, 0
+		}
+	}
+}
+
+func (e *EventQueue) drain(maxEvents, maxTokens int) (events []core.CacheEvent, dropped uint64, need int) {
 	if maxEvents > 0 && e.head < len(e.q) && len(e.q[e.head].Tokens) > maxTokens {
 		return nil, 0, len(e.q[e.head].Tokens)
 	}

@@ -88,3 +88,35 @@ func TestManagerQueuesItsEvents(t *testing.T) {
 	assert.Equal(t, seq(0, 4), evs[0].Tokens)
 	assert.NotZero(t, dropped, "the second block's event was dropped")
 }
+
+func priority(seq uint64) core.CacheEvent {
+	return core.CacheEvent{Seq: seq, Kind: core.BlockPriorityUpdated}
+}
+
+// DrainCacheEvents removes priority updates without returning them and
+// drains on past a drain that brought only those; when the oldest event
+// needs more tokens than there is room for, nothing it took is lost: the
+// dropped count stays for the next drain.
+func TestDrainCacheEventsSkipsPriorityUpdates(t *testing.T) {
+	q := NewEventQueue(3)
+	q.Push(priority(0))
+	q.Push(priority(1))
+	q.Push(stored(2, 1, 2))
+	q.Push(stored(3)) // dropped: the queue holds 3
+	evs, dropped, need := q.DrainCacheEvents(2, 1)
+	assert.Nil(t, evs)
+	assert.Equal(t, 2, need, "the stored event needs 2 tokens")
+	assert.Zero(t, dropped)
+
+	evs, dropped, need = q.DrainCacheEvents(2, 8)
+	assert.Zero(t, need)
+	assert.Equal(t, uint64(1), dropped, "the count survived the failed drain")
+	require.Len(t, evs, 1)
+	assert.Equal(t, uint64(2), evs[0].Seq)
+	assert.Zero(t, q.Len())
+
+	q.Push(priority(4))
+	evs, _, _ = q.DrainCacheEvents(1, 0)
+	assert.Empty(t, evs, "only a priority update: none, and the queue is empty")
+	assert.Zero(t, q.Len())
+}

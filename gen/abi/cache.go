@@ -31,7 +31,7 @@ type ReuseScope struct {
 //kvcm:versioned
 //kvcm:since 1
 //kvcm:cppns c
-//kvcm:go in github.com/kvcm/kvcm/core/abimodel.CacheOptions
+//kvcm:go in github.com/kvcm/kvcm/core/abimodel.KVCacheOptions
 type KVCacheOptions struct {
 	// Scope is the reuse scope.
 	Scope ReuseScope
@@ -56,7 +56,7 @@ type KVCacheOptions struct {
 	// RequestIDLen is the length of request_id in bytes.
 	RequestIDLen spec.Size
 	// ScopeHasLoraID marks scope.lora_id as a LoRA adapter id, 0 included.
-	ScopeHasLoraID bool `since:"2" go:"-"`
+	ScopeHasLoraID bool `since:"2"`
 	// LayerGroupPriority, when not NULL, gives the cache's pages their
 	// eviction priority per layer group as they are allocated (priority must
 	// be NULL then). It is called with priority_user_data and the manager's
@@ -66,24 +66,24 @@ type KVCacheOptions struct {
 	// prefill/generation boundary of the statistics; unset, the boundary is
 	// num_input_tokens, and without input tokens no growth counts as
 	// generation.
-	HasExpectedPromptLength bool `since:"2" go:"-"`
+	HasExpectedPromptLength bool `since:"2"`
 	// ExpectedPromptLength (KVCacheManagerV2's expected_prompt_length, not
 	// negative): once the cache's history has reached it, capacity growth
 	// counts as generation-phase allocation (gen_alloc_blocks of
 	// kvcm_manager_get_and_reset_layer_group_iteration_stats). It changes no
 	// allocation or reuse.
-	ExpectedPromptLength int64 `since:"2" go:"-"`
+	ExpectedPromptLength int64 `since:"2"`
 	// InputDigestPositions are the positions of input_tokens' multimodal
 	// digest tokens (ascending, each once; the tokens' values there are
 	// ignored), or NULL for none: see kvcm_block_keys.
-	InputDigestPositions spec.In[spec.Size] `len:"NumInputDigests" nullable:"true" own:"borrowed" since:"2" go:"-"`
+	InputDigestPositions spec.In[spec.Size] `len:"NumInputDigests" nullable:"true" own:"borrowed" since:"2"`
 	// NumInputDigests is the length of input_digest_positions.
-	NumInputDigests spec.Size `since:"2" go:"-"`
+	NumInputDigests spec.Size `since:"2"`
 	// InputDigestBytes are the digests, 32 bytes each in the order of
 	// input_digest_positions.
-	InputDigestBytes spec.CStr `len:"InputDigestBytesLen" nullable:"true" own:"borrowed" since:"2" go:"-"`
+	InputDigestBytes spec.CStr `len:"InputDigestBytesLen" nullable:"true" own:"borrowed" since:"2"`
 	// InputDigestBytesLen is 32 * num_input_digests.
-	InputDigestBytesLen spec.Size `since:"2" go:"-"`
+	InputDigestBytesLen spec.Size `since:"2"`
 	// TextOnly refuses digest tokens for this cache, at creation and in
 	// commits (KVCacheManagerV2's text_only); the manager's text_only does
 	// so for every cache.
@@ -333,7 +333,7 @@ type KVCacheGetBeamBasePageIndices func(cache KVCache, layerGroup LayerGroupID, 
 //kvcm:param cache in The cache.
 //kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
-//kvcm:param beamSearchIndices borrowed,nullable,len=numBeamSearchIndices The old beam of each beam, or NULL.
+//kvcm:param beamSearchIndices borrowed,nullable,len=numBeamSearchIndices,slice,go=int,nullnil The old beam of each beam, or NULL.
 //kvcm:param numBeamSearchIndices in The number of entries of beam_search_indices: the beam width.
 //kvcm:param isEnd in Whether these are the last tokens to commit.
 type KVCacheCommitBeamSearch func(cache KVCache, tokens spec.In[Token], numTokens spec.Size, beamSearchIndices spec.In[int32], numBeamSearchIndices spec.Size, isEnd bool) *Status

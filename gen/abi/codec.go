@@ -117,10 +117,10 @@ type ColdPageCodecVtable struct {
 	// GetBatchingLayerGroupID returns the smallest layer group of the
 	// argument's codec-equivalence class, negative on failure. NULL means the
 	// identity.
-	GetBatchingLayerGroupID func(self spec.VoidPtr, layerGroupID LayerGroupID) LayerGroupID `nullable:"true"`
+	GetBatchingLayerGroupID func(self spec.VoidPtr, layerGroupID LayerGroupID) LayerGroupID `nullable:"true" fail:"-1"`
 	// QueryPageIndexLocation selects where the index pairs of both encode and
 	// decode live; KVCM_PAGE_INDEX_BAD_LOCATION on failure.
-	QueryPageIndexLocation func(self spec.VoidPtr, layerGroupID LayerGroupID) PageIndexLocation
+	QueryPageIndexLocation func(self spec.VoidPtr, layerGroupID LayerGroupID) PageIndexLocation `fail:"KVCM_PAGE_INDEX_BAD_LOCATION"`
 	// Encode enqueues on stream the encoding of hot slots page_indices[i].src
 	// into cold pages at dst_base + page_indices[i].dst * cold page bytes.
 	Encode func(self spec.VoidPtr, layerGroupID LayerGroupID, dstBasePtr spec.VoidPtr, pageIndices spec.In[PageIndexPair], numBasePages spec.Size, stream Stream) bool

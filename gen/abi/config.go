@@ -63,12 +63,13 @@ type CacheTierConfig struct {
 //kvcm:cppfield addresses std::vector<std::string> | The seed nodes, one host:port each (the C struct joins them with commas).
 //kvcm:pyconfig SharedCacheTierConfig order=addresses,namespace,ttl_ms,dial_timeout_ms,call_timeout_ms,queue_bytes,write_policy
 //kvcm:pyfield addresses list[str] | The seed nodes, one "host:port" each (the C struct joins them with commas).
+//kvcm:go in github.com/kvcm/kvcm/core/abimodel.SharedTierConfig
 type SharedTierConfig struct {
 	// Addresses are the cluster's seed nodes, host:port, comma-separated.
-	Addresses spec.CStr `own:"borrowed" cpp:"-" py:"-"`
+	Addresses spec.CStr `nullable:"true" own:"borrowed" cpp:"-" py:"-"`
 	// KeyNamespace prefixes every key: 1 to 64 bytes of printable ASCII
 	// without spaces, ':' or braces. (Not "namespace", a C++ keyword.)
-	KeyNamespace spec.CStr `own:"borrowed" cpp:"ns" path:"namespace" py:"namespace"`
+	KeyNamespace spec.CStr `nullable:"true" own:"borrowed" cpp:"ns" path:"namespace" py:"namespace"`
 	// TTLMs is the time to live of every blob written, in milliseconds (0:
 	// no expiry).
 	TTLMs int64 `pydefault:"0"`
@@ -199,7 +200,7 @@ type BatchDesc struct {
 //kvcm:versioned
 //kvcm:since 1
 //kvcm:cppns c
-//kvcm:go in github.com/kvcm/kvcm/core/config.Config
+//kvcm:go in github.com/kvcm/kvcm/core/abimodel.ManagerConfig
 //kvcm:cppvalue KVCacheManagerConfig order=tokensPerBlock,cacheTiers,layers,ssmLayers,maxSsmSlots,maxUtilForResume,enablePartialReuse,enableStats,initialPoolRatio,typicalStep,constraints,reuseMatchBackoff,textOnly,commitMinSnapshot,rebalanceMinSampledKvCaches,rebalanceCooldownSecs,rebalanceTargetRatioUpdateInterval,rebalanceRatioThreshold,rebalanceMovingAverageDecay,device,deviceOrdinal,eventQueueCapacity,blockKey,sharedTier,swaScratchReuse
 //kvcm:cppdoc The manager's configuration, mirroring the Go config (and TensorRT-LLM's
 //kvcm:cppdoc KVCacheManagerConfig), with KVCacheManagerV2's defaults. Unlike the C
@@ -218,13 +219,13 @@ type ManagerConfig struct {
 	// TokensPerBlock is the number of tokens of one block (page).
 	TokensPerBlock int32
 	// Device selects the device (KVCM_DEVICE_AUTO by default).
-	Device DeviceKind `go:"-" py:"-"`
+	Device DeviceKind `py:"-"`
 	// DeviceOrdinal selects which CUDA device (0 by default).
-	DeviceOrdinal int32 `go:"-" py:"-"`
+	DeviceOrdinal int32 `py:"-"`
 	// EventQueueCapacity bounds the queue of cache events that
 	// kvcm_manager_drain_events returns; events beyond it are dropped and
 	// counted. 0 means KVCM_DEFAULT_EVENT_QUEUE_CAPACITY.
-	EventQueueCapacity uint32 `go:"-" py:"-"`
+	EventQueueCapacity uint32 `py:"-"`
 	// CacheTiers are ordered from hottest to coldest: one GPU tier, then at
 	// most one host tier, then at most one disk tier.
 	CacheTiers spec.In[CacheTierConfig] `len:"NumCacheTiers" own:"borrowed" py:"-"`
@@ -289,10 +290,10 @@ type ManagerConfig struct {
 	// TypicalStepSystemPromptLength is typical_step's system prompt: its
 	// leading tokens shared by every request, whose full blocks the batch
 	// holds once (not negative).
-	TypicalStepSystemPromptLength int64 `since:"2" go:"-" cpp:"-" py:"-"`
+	TypicalStepSystemPromptLength int64 `since:"2" cpp:"-" py:"-"`
 	// ConstraintSystemPromptLengths are the constraints' system prompt
 	// lengths, one per constraint, or NULL for none.
-	ConstraintSystemPromptLengths spec.In[int64] `len:"NumConstraintSystemPromptLengths" nullable:"true" own:"borrowed" since:"2" go:"-" cpp:"-" py:"-"`
+	ConstraintSystemPromptLengths spec.In[int64] `len:"NumConstraintSystemPromptLengths" nullable:"true" own:"borrowed" since:"2" cpp:"-" py:"-"`
 	// NumConstraintSystemPromptLengths is 0 or num_constraints.
 	NumConstraintSystemPromptLengths spec.Size `since:"2"`
 	// BlockKey selects how committed blocks are keyed
@@ -300,7 +301,7 @@ type ManagerConfig struct {
 	BlockKey BlockKey `since:"2" pydefault:"SHA256"`
 	// SharedTier is the shared tier after cache_tiers' local tiers (NULL
 	// for none).
-	SharedTier spec.In[SharedTierConfig] `nullable:"true" own:"borrowed" since:"2" go:"-" cpp:"-" py:"-"`
+	SharedTier spec.In[SharedTierConfig] `nullable:"true" own:"borrowed" since:"2" cpp:"-" py:"-"`
 	// DiskPersistent makes the disk tier (the last of cache_tiers)
 	// persistent: its blob files stay at destroy, and a later manager on the
 	// same directory with the same layout fingerprint (blob size, each
@@ -315,17 +316,17 @@ type ManagerConfig struct {
 	// live manager holds is KVCM_ERR_INVALID_STATE. false (the default)
 	// removes the tier's files at destroy and reclaims those a killed
 	// manager left at create.
-	DiskPersistent bool `since:"2" go:"-" cpp:"-" py:"-"`
+	DiskPersistent bool `since:"2" cpp:"-" py:"-"`
 	// SwaScratchReuse enables SWA scratch reuse (KVCacheManagerV2's
 	// swa_scratch_reuse): a step's blocks of a sliding-window layer group
 	// that are out of the window by the end of the step get no page but
 	// share the cache's scratch slots (kvcm_kv_cache_get_scratch_desc).
-	SwaScratchReuse bool `since:"2" go:"-" cpp:"-" py:"-"`
+	SwaScratchReuse bool `since:"2" cpp:"-" py:"-"`
 	// SwaScratchMaxRewindLen is swa_scratch_reuse.max_rewind_len: the
 	// step's last tokens that may be rewound and survive as history, whose
 	// blocks always get pages (not negative; read with swa_scratch_reuse
 	// only).
-	SwaScratchMaxRewindLen int64 `since:"2" go:"-" cpp:"-" py:"-"`
+	SwaScratchMaxRewindLen int64 `since:"2" cpp:"-" py:"-"`
 	// SsmLayers are the state-space layers of a hybrid model (NULL for
 	// none); they need commit_min_snapshot. Errors name them as
 	// ssm_layers[i].
@@ -342,8 +343,8 @@ type ManagerConfig struct {
 	// buffers first), 0 for none; or NULL for none at all. An override
 	// divides tokens_per_block: the buffer's size then holds that many
 	// tokens, and each block holds tokens_per_block/override of its pages.
-	BufferTokensPerBlockOverrides spec.In[int32] `len:"NumBufferTokensPerBlockOverrides" nullable:"true" own:"borrowed" since:"2" go:"-" cpp:"-" py:"-"`
+	BufferTokensPerBlockOverrides spec.In[int32] `len:"NumBufferTokensPerBlockOverrides" nullable:"true" own:"borrowed" since:"2" cpp:"-" py:"-"`
 	// NumBufferTokensPerBlockOverrides is 0 or the number of buffers of all
 	// layers.
-	NumBufferTokensPerBlockOverrides spec.Size `since:"2" go:"-"`
+	NumBufferTokensPerBlockOverrides spec.Size `since:"2"`
 }

@@ -10,6 +10,7 @@ import "github.com/kvcm/kvcm/gen/spec"
 // every kind. Every kind is safe for concurrent use.
 //
 //kvcm:handle
+//kvcm:gohandle cpObj CP index
 //kvcm:since 1
 type CPIndex uint64
 

@@ -17,7 +17,10 @@
 //   - Handles (kvcm_manager, kvcm_kv_cache) are opaque 64-bit values, never
 //     reused within a process. 0 is never valid; a freed or consumed handle
 //     is detected and reported as KVCM_ERR_INVALID_HANDLE, never
-//     dereferenced.
+//     dereferenced. A handle type's //kvcm:gohandle <Go type> <words> names
+//     the capi type behind it and the words errors call it: kvcmgen writes
+//     lookup<Name>, which the exports call on every argument of the type,
+//     and handleKind.
 //   - Query results are written into caller-provided buffers with a count of
 //     the elements needed; passing a NULL buffer with capacity 0 asks for the
 //     count only.
@@ -50,11 +53,13 @@
 //     comment and, in a //kvcm:versioned struct, since:"N" for the ABI
 //     version it appears in (an unversioned struct is frozen: add a new
 //     type instead).
-//  2. Give the core's Go struct (config.Config, core.BlockStats, ...) a
-//     field of the same name, or tag the new field go:"TheGoName"; a field
-//     that needs more than a cast (a unit, a field of another Go struct)
-//     gets go:"-" and a line in the glue (capi/glue_manager.go goConfig, for
-//     the manager's configuration).
+//  2. Give the core's Go struct (abimodel.ManagerConfig, core.BlockStats,
+//     ...) a field of the same name, or tag the new field go:"TheGoName". A
+//     manager configuration field that needs more than a cast (a unit, a
+//     field of another Go struct) gets a field of its ABI form in
+//     abimodel.ManagerConfig, which embeds config.Config, and a line in its
+//     Resolve (tested in core/abimodel/config_test.go); go:"-" leaves a
+//     field to the hand-written glue.
 //  3. Run make generate: the C header, the converters, the C++ and Python
 //     layers and docs/api.md follow. A versioned struct's new field is read
 //     only when the caller's struct_size covers it (the converter checks
@@ -78,23 +83,41 @@
 // field is one line with its doc), so they merge without conflicts; two
 // appended to the same versioned struct only need their order settled.
 //
-// # Parameters the glue gets as Go values: string, slice, buffer=, result
+// # Parameters the glue gets as Go values: string, slice, convert, buffer=, reset, result
 //
 // Flags of //kvcm:param make the export convert a parameter before it calls
-// the glue: string (a const char* with len=: the glue gets a Go string, a
-// length over 1 GiB is an error naming the length), slice with go=<Go
-// element type> (a const T* with len=: the glue gets a []G copy; with short
-// as well, the copy of up to 8 elements is an array in the export's frame, so
-// a glue that keeps the slice makes it escape to the heap on every call:
-// short is for the hot calls whose glue does not keep it), and
-// buffer=<needed> (a T* with len=capacity: the glue returns ([]G, error), G
-// from go= or the elements' //kvcm:go out struct, and the export writes
-// the count to needed and the elements when they fit, else
-// KVCM_ERR_BUFFER_TOO_SMALL), and result (a T* out-parameter: the glue
-// returns (value, error), and the export writes the value, cast or through
-// the struct's toC converter, only on success). A new function that takes
-// a request id, a token array, a two-call buffer or one out value uses
-// them, and its glue is one line.
+// the glue, so that a new function taking a request id, a role, a token
+// array, a configuration, a two-call buffer or one out value has a one-line
+// glue:
+//
+//   - string: a const char* with len= becomes a Go string (a length over
+//     1 GiB is an error naming the length); without len= it is
+//     NUL-terminated (NULL is rejected unless nullable, then ""); go=<Go
+//     string type> casts it (the buffer roles are config.DataRole).
+//   - slice with go=<Go element type>: a const T* of scalars with len=
+//     becomes a []G copy, nil for none. With nullnil (on a nullable slice)
+//     NULL is nil and a non-NULL array of 0 elements an empty slice, for a
+//     parameter whose NULL means "unchanged". With short as well, the copy
+//     of up to 8 elements is an array in the export's frame, so a glue that
+//     keeps the slice makes it escape to the heap on every call: short is
+//     for the hot calls whose glue does not keep it.
+//   - convert: a const T* of a struct with //kvcm:go in, neither nullable
+//     nor consumed, becomes T's Go value (fromC<T>, whose errors name the
+//     parameter's fields).
+//   - buffer=<needed>: a T* with len=capacity; the glue returns ([]G,
+//     error), G from go= or the elements' //kvcm:go out struct, and the
+//     export writes the count to needed and the elements when they fit,
+//     else KVCM_ERR_BUFFER_TOO_SMALL.
+//   - reset, on a buffer=: a get-and-reset query. The glue gets one more
+//     argument, room int (how many elements the caller's buffer holds, 0
+//     for a size query), and returns ([]G, n int, error): the n elements,
+//     taken and reset only when they fit in room, otherwise nil and n,
+//     resetting nothing; the export writes n to needed and the taken
+//     elements, or reports KVCM_ERR_BUFFER_TOO_SMALL. The rule lives in
+//     core/abimodel (Manager.GetAndReset*(room)).
+//   - result: a T* out-parameter; the glue returns (value, error), and the
+//     export writes the value, cast or through the struct's toC converter,
+//     only on success.
 //
 // # Python value types: //kvcm:pyvalue
 //
@@ -102,6 +125,17 @@
 // same name in the Python layer, its fields in C order, with _from_c to
 // read it from the C struct (BlockStats, PeakBlockStats, MigrationStats):
 // a field appended to the struct appears in Python with make generate.
+//
+// # Vtables implemented in Go: //kvcm:goimpl
+//
+// A vtable with //kvcm:goimpl <impl> (the default codec's) gets a C table
+// whose slots forward to Go exports kvcm__go_<impl>_<slot>, all generated:
+// each finds its object with the hand-written lookup<Impl>(self), returns
+// the slot's fail value (its fail:"..." tag, a number or a C constant;
+// otherwise false or 0) when self is not a live object or the library is
+// poisoned, and else calls glue<Impl><Slot>(obj, the other parameters,
+// pointers as uintptr_t). A panic poisons the library and returns the fail
+// value. A slot without a result (destroy) runs on a poisoned library too.
 //
 // # Configuration value types: //kvcm:cppvalue, //kvcm:pyconfig
 //
@@ -232,6 +266,9 @@
 //     stream cannot be fenced is closed anyway and the error reported after
 //     the release. Closing open caches on destroy is now also the rule of
 //     Go's core.Manager.Close, which used to refuse with caches open.
+//   - kvcm_manager_drain_events that fails with KVCM_ERR_BUFFER_TOO_SMALL
+//     after draining past priority updates keeps the count of events
+//     dropped for the next drain; it used to lose it.
 //
 // The bindings' configuration and event types are generated from this
 // description (//kvcm:cppvalue, //kvcm:pyconfig; no function, struct or

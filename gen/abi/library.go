@@ -99,5 +99,5 @@ type IsPoisoned func() bool
 //
 //kvcm:since 1
 //kvcm:thread any
-//kvcm:param message nullable The panic message.
+//kvcm:param message nullable,string The panic message (NULL or "": "kvcm_debug_panic").
 type DebugPanic func(message spec.CStr) *Status

@@ -153,10 +153,10 @@ type CacheEvent struct {
 //
 //kvcm:struct
 //kvcm:since 2
-//kvcm:go out github.com/kvcm/kvcm/core.SsmSnapshotStats
+//kvcm:go out github.com/kvcm/kvcm/core/abimodel.SsmSnapshotIterationStats
 type SsmSnapshotIterationStats struct {
 	// LayerGroup is the SSM layer group.
-	LayerGroup LayerGroupID `go:"-"`
+	LayerGroup LayerGroupID
 	// SnapshotLookups = snapshot_hits + snapshot_misses.
 	SnapshotLookups int64 `go:"Lookups"`
 	// SnapshotHits are lookups that reused a snapshot.
@@ -182,10 +182,10 @@ type SsmSnapshotIterationStats struct {
 //
 //kvcm:struct
 //kvcm:since 2
-//kvcm:go out github.com/kvcm/kvcm/core.LayerGroupStats
+//kvcm:go out github.com/kvcm/kvcm/core/abimodel.LayerGroupIterationStats
 type LayerGroupIterationStats struct {
 	// LayerGroup is the layer group.
-	LayerGroup LayerGroupID `go:"-"`
+	LayerGroup LayerGroupID
 	// AllocTotalBlocks = alloc_new_blocks + reused_blocks.
 	AllocTotalBlocks int64
 	// AllocNewBlocks are pages allocated fresh by resize.
@@ -226,6 +226,7 @@ type LayerGroupIterationStats struct {
 //
 //kvcm:struct
 //kvcm:since 2
+//kvcm:go out github.com/kvcm/kvcm/core/abimodel.ReusedBlocksAtLevel
 type ReusedBlocksAtLevel struct {
 	// LayerGroup is the layer group.
 	LayerGroup LayerGroupID
@@ -318,7 +319,7 @@ type BlockEvent struct {
 //
 //kvcm:since 1
 //kvcm:thread any
-//kvcm:param config borrowed The configuration; read during the call only.
+//kvcm:param config borrowed,convert The configuration; read during the call only.
 //kvcm:param codec consumed,nullable The cold-page codec object, or NULL for the default codec. Consumed on success and on failure.
 //kvcm:param out out Receives the manager handle (0 on failure).
 type ManagerCreate func(config spec.In[ManagerConfig], codec spec.In[ColdPageCodec], out spec.Out[Manager]) *Status
@@ -386,7 +387,7 @@ type ManagerGetLayerGroupOf func(manager Manager, layerID int32, out spec.Out[La
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
-//kvcm:param role borrowed The buffer's role, such as "key".
+//kvcm:param role borrowed,string,go=github.com/kvcm/kvcm/core/config.DataRole The buffer's role, such as "key".
 //kvcm:param out out,result Receives the location.
 type ManagerGetBufferLocation func(manager Manager, layerID int32, role spec.CStr, out spec.Out[BufferLocation]) *Status
 
@@ -450,7 +451,7 @@ type ManagerResizeLevel func(manager Manager, level CacheLevel, quota int64) *St
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param scope borrowed The reuse scope.
+//kvcm:param scope borrowed,convert The reuse scope.
 //kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The input tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
 //kvcm:param out out,result Receives the number of reusable tokens.
@@ -465,7 +466,7 @@ type ManagerProbeReuse func(manager Manager, scope spec.In[ReuseScope], tokens s
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param scope borrowed The reuse scope.
+//kvcm:param scope borrowed,convert The reuse scope.
 //kvcm:param hasLoraID in Whether scope.lora_id is a LoRA adapter id, 0 included.
 //kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The input tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
@@ -479,7 +480,7 @@ type ManagerProbeFirstNewBlockKey func(manager Manager, scope spec.In[ReuseScope
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param scope borrowed The reuse scope.
+//kvcm:param scope borrowed,convert The reuse scope.
 //kvcm:param hasLoraID in Whether scope.lora_id is a LoRA adapter id, 0 included.
 //kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The input tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
@@ -542,7 +543,7 @@ type ManagerGetStorageStats func(manager Manager, level CacheLevel, stats spec.O
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 //kvcm:param level in The cache level.
-//kvcm:param stats out,nullable,len=capacity Receives one entry per pool group.
+//kvcm:param stats out,nullable,len=capacity,buffer=needed,reset Receives one entry per pool group.
 //kvcm:param capacity in Capacity of stats, in elements.
 //kvcm:param needed out Receives the number of pool groups.
 type ManagerGetAndResetIterationPeakBlockStats func(manager Manager, level CacheLevel, stats spec.Out[PeakBlockStats], capacity spec.Size, needed spec.Out[spec.Size]) *Status
@@ -607,7 +608,7 @@ type ManagerDrainBlockEvents func(manager Manager, events spec.Out[BlockEvent], 
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param stats out,nullable,len=capacity Receives one entry per layer group.
+//kvcm:param stats out,nullable,len=capacity,buffer=needed,reset Receives one entry per layer group.
 //kvcm:param capacity in Capacity of stats, in elements.
 //kvcm:param needed out Receives the number of layer groups.
 type ManagerGetAndResetLayerGroupIterationStats func(manager Manager, stats spec.Out[LayerGroupIterationStats], capacity spec.Size, needed spec.Out[spec.Size]) *Status
@@ -620,7 +621,7 @@ type ManagerGetAndResetLayerGroupIterationStats func(manager Manager, stats spec
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param stats out,nullable,len=capacity Receives one entry per SSM layer group with lookups.
+//kvcm:param stats out,nullable,len=capacity,buffer=needed,reset Receives one entry per SSM layer group with lookups.
 //kvcm:param capacity in Capacity of stats, in elements.
 //kvcm:param needed out Receives the number of entries.
 type ManagerGetAndResetSsmSnapshotIterationStats func(manager Manager, stats spec.Out[SsmSnapshotIterationStats], capacity spec.Size, needed spec.Out[spec.Size]) *Status
@@ -633,7 +634,7 @@ type ManagerGetAndResetSsmSnapshotIterationStats func(manager Manager, stats spe
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param rows out,nullable,len=capacity Receives one entry per layer group and level.
+//kvcm:param rows out,nullable,len=capacity,buffer=needed,reset Receives one entry per layer group and level.
 //kvcm:param capacity in Capacity of rows, in elements.
 //kvcm:param needed out Receives the number of layer groups times levels.
 type ManagerGetAndResetIterationReusedBlocksByLevel func(manager Manager, rows spec.Out[ReusedBlocksAtLevel], capacity spec.Size, needed spec.Out[spec.Size]) *Status
@@ -647,7 +648,7 @@ type ManagerGetAndResetIterationReusedBlocksByLevel func(manager Manager, rows s
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param tokens out,nullable,len=capacity Receives one count per level.
+//kvcm:param tokens out,nullable,len=capacity,buffer=needed,reset,go=int64 Receives one count per level.
 //kvcm:param capacity in Capacity of tokens, in elements.
 //kvcm:param needed out Receives the number of levels.
 type ManagerGetAndResetIterationCachedTokensByLevel func(manager Manager, tokens spec.Out[int64], capacity spec.Size, needed spec.Out[spec.Size]) *Status
@@ -662,7 +663,7 @@ type ManagerGetAndResetIterationCachedTokensByLevel func(manager Manager, tokens
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 //kvcm:param level in The cache level.
-//kvcm:param stats out,nullable,len=capacity Receives one entry per pool group.
+//kvcm:param stats out,nullable,len=capacity,buffer=needed,reset Receives one entry per pool group.
 //kvcm:param capacity in Capacity of stats, in elements.
 //kvcm:param needed out Receives the number of pool groups.
 type ManagerGetAndResetIterationPoolGroupPeakBlockStats func(manager Manager, level CacheLevel, stats spec.Out[PoolGroupPeakBlockStats], capacity spec.Size, needed spec.Out[spec.Size]) *Status
@@ -675,7 +676,7 @@ type ManagerGetAndResetIterationPoolGroupPeakBlockStats func(manager Manager, le
 //
 //kvcm:since 1
 //kvcm:thread any
-//kvcm:param config borrowed The configuration; read during the call only.
+//kvcm:param config borrowed,convert The configuration; read during the call only.
 type ConfigValidate func(config spec.In[ManagerConfig]) *Status
 
 // ManagerGetScratchPagesPerBlock returns how many sub-pages of a slot one
@@ -691,7 +692,7 @@ type ConfigValidate func(config spec.In[ManagerConfig]) *Status
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
-//kvcm:param role borrowed The buffer's role, such as "key".
+//kvcm:param role borrowed,string,go=github.com/kvcm/kvcm/core/config.DataRole The buffer's role, such as "key".
 //kvcm:param out out,result Receives the sub-pages per block.
 type ManagerGetScratchPagesPerBlock func(manager Manager, layerID int32, role spec.CStr, out spec.Out[int64]) *Status
 

@@ -20,7 +20,7 @@ import "github.com/kvcm/kvcm/gen/spec"
 //kvcm:since 2
 //kvcm:thread any
 //kvcm:param blockKey in The block key algorithm.
-//kvcm:param scope borrowed The reuse scope.
+//kvcm:param scope borrowed,convert The reuse scope.
 //kvcm:param hasLoraID in Whether scope.lora_id is a LoRA adapter id, 0 included.
 //kvcm:param tokensPerBlock in Tokens per block (positive).
 //kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The tokens (NULL only when num_tokens is 0).
@@ -72,7 +72,7 @@ type KVCacheGetCommittedDigests func(cache KVCache, positions spec.Out[spec.Size
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param scope borrowed The reuse scope.
+//kvcm:param scope borrowed,convert The reuse scope.
 //kvcm:param hasLoraID in Whether scope.lora_id is a LoRA adapter id, 0 included.
 //kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The input tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
@@ -90,7 +90,7 @@ type ManagerProbeReuseDigests func(manager Manager, scope spec.In[ReuseScope], h
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param scope borrowed The reuse scope.
+//kvcm:param scope borrowed,convert The reuse scope.
 //kvcm:param hasLoraID in Whether scope.lora_id is a LoRA adapter id, 0 included.
 //kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The input tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.

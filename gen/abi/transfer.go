@@ -105,7 +105,7 @@ type ManagerGetAggregatedPages func(manager Manager, buffers spec.In[BufferID], 
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
-//kvcm:param role borrowed The buffer's role, such as "key".
+//kvcm:param role borrowed,string,go=github.com/kvcm/kvcm/core/config.DataRole The buffer's role, such as "key".
 //kvcm:param out out,result Receives the converter.
 type ManagerGetPageIndexConverter func(manager Manager, layerID int32, role spec.CStr, out spec.Out[PageIndexConverter]) *Status
 
@@ -117,7 +117,7 @@ type ManagerGetPageIndexConverter func(manager Manager, layerID int32, role spec
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
-//kvcm:param role borrowed The buffer's role, such as "key".
+//kvcm:param role borrowed,string,go=github.com/kvcm/kvcm/core/config.DataRole The buffer's role, such as "key".
 //kvcm:param out out,result Receives the stride in bytes.
 type ManagerGetPageStride func(manager Manager, layerID int32, role spec.CStr, out spec.Out[int64]) *Status
 
@@ -130,7 +130,7 @@ type ManagerGetPageStride func(manager Manager, layerID int32, role spec.CStr, o
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
-//kvcm:param role borrowed The buffer's role, such as "key".
+//kvcm:param role borrowed,string,go=github.com/kvcm/kvcm/core/config.DataRole The buffer's role, such as "key".
 //kvcm:param out out,result Receives the bound.
 type ManagerGetPageIndexUpperBound func(manager Manager, layerID int32, role spec.CStr, out spec.Out[int64]) *Status
 

@@ -1,6 +1,9 @@
 package abi
 
-import "github.com/kvcm/kvcm/gen/spec"
+import (
+	"github.com/kvcm/kvcm/core/abimodel"
+	"github.com/kvcm/kvcm/gen/spec"
+)
 
 // StatusCode is the code of a kvcm_status. Codes are stable: new codes are
 // only ever added.
@@ -125,11 +128,11 @@ type DeviceKind int32
 const (
 	// DeviceAuto uses CUDA where the build and the machine have it and the
 	// emulated device otherwise.
-	DeviceAuto DeviceKind = 0
+	DeviceAuto DeviceKind = DeviceKind(abimodel.DeviceAuto)
 	// DeviceEmu is the host emulation of a device (no GPU needed).
-	DeviceEmu DeviceKind = 1
+	DeviceEmu DeviceKind = DeviceKind(abimodel.DeviceEmu)
 	// DeviceCUDA is a CUDA device (device_ordinal selects which).
-	DeviceCUDA DeviceKind = 2
+	DeviceCUDA DeviceKind = DeviceKind(abimodel.DeviceCUDA)
 )
 
 // BlockKey selects how a manager keys committed blocks (the hashes that
@@ -296,12 +299,14 @@ type Stream uintptr
 // Manager is the handle of a KV-cache manager. 0 is never valid.
 //
 //kvcm:handle
+//kvcm:gohandle managerObj manager
 //kvcm:since 1
 type Manager uint64
 
 // KVCache is the handle of one request's KV cache. 0 is never valid.
 //
 //kvcm:handle
+//kvcm:gohandle kvCacheObj KV cache
 //kvcm:since 1
 type KVCache uint64
 
@@ -309,6 +314,7 @@ type KVCache uint64
 // pages (kvcm_kv_cache_plan_committed_block_drop). 0 is never valid.
 //
 //kvcm:handle
+//kvcm:gohandle plannedDropObj planned drop
 //kvcm:since 2
 type PlannedDrop uint64
 

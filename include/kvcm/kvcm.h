@@ -2196,11 +2196,11 @@ struct kvcm_shared_stats {
  */
 struct kvcm_shared_tier_config {
     /**
-     * [borrowed] addresses are the cluster's seed nodes, host:port, comma-separated.
+     * [borrowed, nullable] addresses are the cluster's seed nodes, host:port, comma-separated.
      */
     const char* addresses;
     /**
-     * [borrowed] key_namespace prefixes every key: 1 to 64 bytes of printable ASCII
+     * [borrowed, nullable] key_namespace prefixes every key: 1 to 64 bytes of printable ASCII
      * without spaces, ':' or braces. (Not "namespace", a C++ keyword.)
      */
     const char* key_namespace;
@@ -2570,7 +2570,7 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_create_default_cold_page_codec(kvcm_
  * KVCM_ERR_UNSUPPORTED) unless the environment variable KVCM_ENABLE_DEBUG_PANIC
  * is set to 1. Never call it in production: it poisons the process's library.
  *
- * @param message [in, borrowed, nullable] The panic message.
+ * @param message [in, borrowed, nullable] The panic message (NULL or "": "kvcm_debug_panic").
  * @return NULL on success; otherwise a status to free with kvcm_status_free.
  * @par Thread safety
  * Thread-safe; may be called from any thread, also from codec callbacks and host functions.

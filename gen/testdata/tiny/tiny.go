@@ -55,6 +55,7 @@ const (
 // Widget is a handle.
 //
 //kvcm:handle
+//kvcm:gohandle widgetObj widget
 //kvcm:since 1
 type Widget uint64
 
@@ -254,6 +255,18 @@ type WidgetNotify func(widget Widget, fn Notify, userData spec.VoidPtr, pairs sp
 //kvcm:param values borrowed,nullable,len=numValues,slice,short,go=int The values.
 //kvcm:param numValues in The number of values.
 type WidgetTag func(widget Widget, name spec.CStr, nameLen spec.Size, values spec.In[int32], numValues spec.Size) *Status
+
+// WidgetTakePairs returns the pairs a label collected and resets them.
+//
+//kvcm:since 2
+//kvcm:thread any
+//kvcm:param widget in The widget.
+//kvcm:param label borrowed,string The label.
+//kvcm:param origin borrowed,convert The origin the pairs are relative to.
+//kvcm:param pairs out,nullable,len=capacity,buffer=needed,reset Receives pairs.
+//kvcm:param capacity in Capacity of pairs.
+//kvcm:param needed out Receives the count.
+type WidgetTakePairs func(widget Widget, label spec.CStr, origin spec.In[Pair], pairs spec.Out[Pair], capacity spec.Size, needed spec.Out[spec.Size]) *Status
 
 // Count returns a count.
 //

@@ -474,7 +474,7 @@ public:
     CSharedCacheTierConfig(SharedCacheTierConfig const& v, [[maybe_unused]] std::string const& path)
     {
         checkCString(fieldPath(path, "namespace"), v.ns);
-        mC.key_namespace = v.ns.c_str();
+        mC.key_namespace = v.ns.empty() ? nullptr : v.ns.c_str();
         mC.ttl_ms = v.ttlMs;
         mC.dial_timeout_ms = v.dialTimeoutMs;
         mC.call_timeout_ms = v.callTimeoutMs;

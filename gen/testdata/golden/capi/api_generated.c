@@ -62,6 +62,7 @@ static const kvcm_api kvcm__table = {
     kvcm_widget_create,
     kvcm_widget_notify,
     kvcm_widget_tag,
+    kvcm_widget_take_pairs,
 };
 
 const kvcm_api* kvcm_get_api(uint32_t version) {

@@ -74,11 +74,27 @@ func cSliceArg[G, E number](buf []G, p *E, n C.size_t, name string) ([]G, error)
 	return out, nil
 }
 
+// cSliceArgNil is cSliceArg keeping NULL apart from an empty array: NULL
+// is nil, a non-NULL array of 0 elements an empty slice.
+func cSliceArgNil[G, E number](buf []G, p *E, n C.size_t, name string) ([]G, error) {
+	out, err := cSliceArg(buf, p, n, name)
+	if err == nil && out == nil && p != nil {
+		out = []G{}
+	}
+	return out, err
+}
+
 // fill writes items into a caller's buffer of capacity elements, converted
 // by conv, and their number to needed; a NULL buffer with capacity 0 asks
 // for the number only, a smaller one is KVCM_ERR_BUFFER_TOO_SMALL.
 func fill[T, E any](items []T, buf *E, capacity C.size_t, needed *C.size_t, conv func(T) E) error {
-	*needed = C.size_t(len(items))
+	return fillTaken(items, len(items), buf, capacity, needed, conv)
+}
+
+// fillTaken is fill for a get-and-reset query of n entries: items are
+// those it took, none when the buffer cannot hold n (nothing was reset).
+func fillTaken[T, E any](items []T, n int, buf *E, capacity C.size_t, needed *C.size_t, conv func(T) E) error {
+	*needed = C.size_t(n)
 	if buf == nil && capacity == 0 {
 		return nil
 	}
@@ -86,13 +102,20 @@ func fill[T, E any](items []T, buf *E, capacity C.size_t, needed *C.size_t, conv
 	if err != nil {
 		return err
 	}
-	if uint64(capacity) < uint64(len(items)) {
-		return errorf(codeBufferTooSmall, "need room for %d entries, got %d", len(items), uint64(capacity))
+	if uint64(capacity) < uint64(n) || len(items) > len(out) {
+		return errorf(codeBufferTooSmall, "need room for %d entries, got %d", n, uint64(capacity))
 	}
 	for i, it := range items {
 		out[i] = conv(it)
 	}
 	return nil
+}
+
+// bufferRoom is how many entries a caller's buffer holds (0 for a size
+// query), for a get-and-reset query that takes only what fits.
+func bufferRoom[E any](buf *E, capacity C.size_t) (int, error) {
+	out, err := cSlice(buf, capacity, "capacity")
+	return len(out), err
 }
 
 // cString copies a NUL-terminated string; NULL is "".

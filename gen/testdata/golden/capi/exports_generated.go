@@ -125,3 +125,117 @@ func kvcm_widget_tag(widget C.kvcm_widget, name *C.kvcm__const_char, name_len C.
 	}
 	return statusOf(kvcmFn, glueWidgetTag(widgetObj, nameArg, valuesArg))
 }
+
+// kvcm_widget_take_pairs is the export of kvcm_widget_take_pairs (ABI version 2).
+//
+//export kvcm_widget_take_pairs
+func kvcm_widget_take_pairs(widget C.kvcm_widget, label *C.kvcm__const_char, origin *C.kvcm__const_kvcm_pair, pairs *C.kvcm_pair, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_widget_take_pairs"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if needed != nil {
+		*needed = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if label == nil {
+		return argStatus(kvcmFn, "label", "must not be NULL")
+	}
+	if origin == nil {
+		return argStatus(kvcmFn, "origin", "must not be NULL")
+	}
+	if pairs == nil && capacity != 0 {
+		return argStatus(kvcmFn, "pairs", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if needed == nil {
+		return argStatus(kvcmFn, "needed", "must not be NULL")
+	}
+	widgetObj, st := lookupWidget(kvcmFn, "widget", widget)
+	if st != nil {
+		return st
+	}
+	labelArg := cString((*C.char)(label))
+	originArg, err := fromCPair((*C.kvcm_pair)(origin), "origin")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	room, err := bufferRoom(pairs, capacity)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	items, n, err := glueWidgetTakePairs(widgetObj, labelArg, originArg, room)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fillTaken(items, n, pairs, capacity, needed, toCPair))
+}
+
+// lookupWidget resolves a kvcm_widget argument to its widget, or reports
+// KVCM_ERR_INVALID_HANDLE naming the argument.
+func lookupWidget(fn, arg string, h C.kvcm_widget) (*widgetObj, *C.kvcm_status) {
+	return lookup[*widgetObj](fn, arg, uint64(h), "widget")
+}
+
+// handleKind names the kind of a handle's value, for errors.
+func handleKind(v any) (string, bool) {
+	switch v.(type) {
+	case *widgetObj:
+		return "widget", true
+	}
+	return "", false
+}
+
+// kvcm__go_builtin_run is the run slot of the builtin kvcm_plugin.
+//
+//export kvcm__go_builtin_run
+func kvcm__go_builtin_run(self C.uintptr_t, pairs C.uintptr_t, n C.size_t) (result C.bool) {
+	const kvcmFn = "builtin kvcm_plugin.run"
+	result = false
+	defer func() {
+		if r := recover(); r != nil {
+			poison(kvcmFn, r)
+		}
+	}()
+	obj, ok := lookupBuiltin(self)
+	if !ok || isPoisoned() {
+		return false
+	}
+	return glueBuiltinRun(obj, pairs, n)
+}
+
+// kvcm__go_builtin_probe is the probe slot of the builtin kvcm_plugin.
+//
+//export kvcm__go_builtin_probe
+func kvcm__go_builtin_probe(self C.uintptr_t) (result C.int32_t) {
+	const kvcmFn = "builtin kvcm_plugin.probe"
+	result = 0
+	defer func() {
+		if r := recover(); r != nil {
+			poison(kvcmFn, r)
+		}
+	}()
+	obj, ok := lookupBuiltin(self)
+	if !ok || isPoisoned() {
+		return 0
+	}
+	return glueBuiltinProbe(obj)
+}
+
+// kvcm__go_builtin_destroy is the destroy slot of the builtin kvcm_plugin.
+//
+//export kvcm__go_builtin_destroy
+func kvcm__go_builtin_destroy(self C.uintptr_t) {
+	const kvcmFn = "builtin kvcm_plugin.destroy"
+	defer func() {
+		if r := recover(); r != nil {
+			poison(kvcmFn, r)
+		}
+	}()
+	if obj, ok := lookupBuiltin(self); ok {
+		glueBuiltinDestroy(obj)
+	}
+}

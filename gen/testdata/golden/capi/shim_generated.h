@@ -12,6 +12,7 @@
 typedef const char kvcm__const_char;
 typedef const int32_t kvcm__const_int32_t;
 typedef const kvcm_options kvcm__const_kvcm_options;
+typedef const kvcm_pair kvcm__const_kvcm_pair;
 typedef const kvcm_plugin_object kvcm__const_kvcm_plugin_object;
 
 /* Internal exports behind the public wrappers of functions that take void*. */

@@ -237,6 +237,7 @@ FUNCTIONS = {
     "kvcm_widget_create": (ctypes.POINTER(kvcm_status), [ctypes.POINTER(kvcm_options), ctypes.POINTER(kvcm_plugin_object), ctypes.POINTER(kvcm_widget)]),
     "kvcm_widget_notify": (ctypes.POINTER(kvcm_status), [kvcm_widget, kvcm_notify, ctypes.c_void_p, ctypes.POINTER(kvcm_pair), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_widget_tag": (ctypes.POINTER(kvcm_status), [kvcm_widget, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t]),
+    "kvcm_widget_take_pairs": (ctypes.POINTER(kvcm_status), [kvcm_widget, ctypes.c_char_p, ctypes.POINTER(kvcm_pair), ctypes.POINTER(kvcm_pair), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
 }
 
 # Parameter names, in order, for error messages and docs.
@@ -247,6 +248,7 @@ PARAMETERS = {
     "kvcm_widget_create": ("options", "plugin", "out"),
     "kvcm_widget_notify": ("widget", "fn", "user_data", "pairs", "capacity", "needed"),
     "kvcm_widget_tag": ("widget", "name", "name_len", "values", "num_values"),
+    "kvcm_widget_take_pairs": ("widget", "label", "origin", "pairs", "capacity", "needed"),
 }
 
 

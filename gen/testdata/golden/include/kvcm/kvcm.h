@@ -423,6 +423,22 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_widget_notify(kvcm_widget widget, kv
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_widget_tag(kvcm_widget widget, const char* name, size_t name_len, const int32_t* values, size_t num_values);
 
+/**
+ * kvcm_widget_take_pairs returns the pairs a label collected and resets them.
+ *
+ * @param widget [in] The widget.
+ * @param label [in, borrowed] The label.
+ * @param origin [in, borrowed] The origin the pairs are relative to.
+ * @param pairs [out, nullable, array of capacity] Receives pairs.
+ * @param capacity [in] Capacity of pairs.
+ * @param needed [out] Receives the count.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_widget_take_pairs(kvcm_widget widget, const char* label, const kvcm_pair* origin, kvcm_pair* pairs, size_t capacity, size_t* needed);
+
 /* ---- Function table ---- */
 
 /**
@@ -443,6 +459,8 @@ struct kvcm_api {
     kvcm_status* (*widget_notify)(kvcm_widget widget, kvcm_notify fn, void* user_data, kvcm_pair* pairs, size_t capacity, size_t* needed);
     /** kvcm_widget_tag (since ABI version 2). */
     kvcm_status* (*widget_tag)(kvcm_widget widget, const char* name, size_t name_len, const int32_t* values, size_t num_values);
+    /** kvcm_widget_take_pairs (since ABI version 2). */
+    kvcm_status* (*widget_take_pairs)(kvcm_widget widget, const char* label, const kvcm_pair* origin, kvcm_pair* pairs, size_t capacity, size_t* needed);
 };
 
 /* ---- Layout checks: released layouts are frozen ---- */
@@ -498,7 +516,7 @@ KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_shape) == 8, "alignment of kvcm_shape chang
 KVCM_STATIC_ASSERT(offsetof(kvcm_shape, name) == 0, "layout of kvcm_shape changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shape, sides) == 8, "layout of kvcm_shape changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shape, hidden) == 12, "layout of kvcm_shape changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 48, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 56, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
@@ -507,6 +525,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_api, status_free) == 16, "layout of kvcm_api ch
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_create) == 24, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_notify) == 32, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_tag) == 40, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_take_pairs) == 48, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus
