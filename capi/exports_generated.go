@@ -3180,6 +3180,58 @@ func kvcm_manager_resize_level(manager C.kvcm_manager, level C.kvcm_cache_level,
 	return statusOf(kvcmFn, glueManagerResizeLevel(managerObj, level, quota))
 }
 
+// kvcm_manager_set_block_priorities is the export of kvcm_manager_set_block_priorities (ABI version 2).
+//
+//export kvcm_manager_set_block_priorities
+func kvcm_manager_set_block_priorities(manager C.kvcm_manager, scope *C.kvcm__const_kvcm_reuse_scope, has_lora_id C.bool, keys *C.kvcm__const_uint64_t, num_keys C.size_t, priorities *C.kvcm__const_int32_t, num_priorities C.size_t, out *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_set_block_priorities"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if scope == nil {
+		return argStatus(kvcmFn, "scope", "must not be NULL")
+	}
+	if keys == nil && num_keys != 0 {
+		return argStatus(kvcmFn, "keys", fmt.Sprintf("is NULL but num_keys is %d", num_keys))
+	}
+	if priorities == nil && num_priorities != 0 {
+		return argStatus(kvcmFn, "priorities", fmt.Sprintf("is NULL but num_priorities is %d", num_priorities))
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	scopeArg, err := fromCReuseScope((*C.kvcm_reuse_scope)(scope), "scope")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	keysArg, err := cSliceArg[blockhash.Key](nil, keys, num_keys, "keys")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	prioritiesArg, err := cSliceArg[int](nil, priorities, num_priorities, "priorities")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	v, err := glueManagerSetBlockPriorities(managerObj, scopeArg, has_lora_id, keysArg, prioritiesArg)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*out = C.size_t(v)
+	return nil
+}
+
 // kvcm_planned_drop_destroy is the export of kvcm_planned_drop_destroy (ABI version 2).
 //
 //export kvcm_planned_drop_destroy

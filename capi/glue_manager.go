@@ -134,6 +134,11 @@ func glueManagerProbeFirstNewBlockKey(mgr *managerObj, sc blockhash.Scope, hasLo
 	return nil
 }
 
+func glueManagerSetBlockPriorities(mgr *managerObj, sc blockhash.Scope, hasLoRA C.bool, keys []blockhash.Key, prs []int) (int, error) {
+	sc.HasLoRA = bool(hasLoRA)
+	return mgr.Core().SetBlockPriorities(sc, keys, prs)
+}
+
 func glueManagerClearReusableBlocks(mgr *managerObj) error { return mgr.Core().ClearReusableBlocks() }
 
 func glueManagerGetNumOpenCaches(mgr *managerObj) (int, error) {

@@ -250,6 +250,11 @@
 //     element type). kvcm_manager_create makes a gather, FP8 or auto codec
 //     on the device it opens; the gather and FP8 codecs are CUDA only
 //     (KVCM_ERR_CODEC_REJECTED on the emulated device).
+//   - Queue-aware eviction (issue 18 item 3):
+//     kvcm_manager_set_block_priorities sets the eviction priority of cached
+//     blocks along a chain of block keys (a waiting request's, from the CP
+//     index), and KVCM_DEFAULT_PRIORITY is the priority that returns them to
+//     the common order.
 //
 // Behaviour that changed for C users while ABI version 1 was unreleased
 // (no function, struct or constant changed):
@@ -343,6 +348,12 @@ const MinPriority int32 = core.MinPriority
 //
 //kvcm:since 1
 const MaxPriority int32 = core.MaxPriority
+
+// DefaultPriority is the eviction priority of a block whose pages were
+// allocated without a priority callback.
+//
+//kvcm:since 2
+const DefaultPriority int32 = core.DefaultPriority
 
 // DefaultEventQueueCapacity is the capacity of a manager's event queue when
 // kvcm_manager_config.event_queue_capacity is 0.

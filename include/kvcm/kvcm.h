@@ -130,6 +130,13 @@ extern "C" {
 #define KVCM_MAX_PRIORITY 100
 
 /**
+ * KVCM_DEFAULT_PRIORITY is the eviction priority of a block whose pages were
+ * allocated without a priority callback.
+ * @since ABI version 2.
+ */
+#define KVCM_DEFAULT_PRIORITY 35
+
+/**
  * KVCM_DEFAULT_EVENT_QUEUE_CAPACITY is the capacity of a manager's event queue when
  * kvcm_manager_config.event_queue_capacity is 0.
  * @since ABI version 1.
@@ -4049,6 +4056,43 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_probe_reuse_v2(kvcm_manager 
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_resize_level(kvcm_manager manager, kvcm_cache_level level, int64_t quota);
 
 /**
+ * kvcm_manager_set_block_priorities sets the eviction priority of the cached blocks
+ * along a chain: keys are the chained keys of an input's leading full
+ * blocks in the scope (as kvcm_cp_get_cached_blocks returns them for a
+ * request, or the key of kvcm_block_event), and keys[i] gets priorities[i]
+ * as far as the manager holds the chain; out receives how many blocks that
+ * is (uncached blocks past it are skipped). It is for a scheduler that knows
+ * which cached blocks its waiting requests will reuse: blocks given a higher
+ * priority are evicted after those of lower priority, whatever their age,
+ * where a priority callback decides only when a page is allocated.
+ *
+ * Priorities are clamped into [KVCM_MIN_PRIORITY, KVCM_MAX_PRIORITY];
+ * KVCM_DEFAULT_PRIORITY returns a block nobody waits for to the common
+ * order. An ancestor never ranks below a descendant: raising a block raises
+ * the blocks before it to its priority, and lowering one stops at the
+ * highest priority among the blocks after it. A stored block whose priority changes is reported as
+ * a KVCM_EVENT_BLOCK_PRIORITY_UPDATED block event. Every layer group's page
+ * gets the priority.
+ *
+ * num_priorities must equal num_keys; otherwise it fails with
+ * KVCM_ERR_INVALID_ARGUMENT naming priorities, changing nothing.
+ *
+ * @param manager [in] The manager.
+ * @param scope [in, borrowed] The reuse scope of the blocks.
+ * @param has_lora_id [in] Whether scope.lora_id is a LoRA adapter id, 0 included.
+ * @param keys [in, borrowed, nullable, array of num_keys] The chained block keys, first block first (NULL only when num_keys is 0).
+ * @param num_keys [in] The number of keys.
+ * @param priorities [in, borrowed, nullable, array of num_priorities] The priority of each key's block (NULL only when num_priorities is 0).
+ * @param num_priorities [in] The number of priorities (num_keys).
+ * @param out [out] Receives the number of cached blocks whose priority was set.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_set_block_priorities(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const uint64_t* keys, size_t num_keys, const int32_t* priorities, size_t num_priorities, size_t* out);
+
+/**
  * kvcm_planned_drop_destroy frees a plan's handle, carrying the plan out first
  * when it was not (as KVCacheManagerV2 does when its handle goes) and its
  * manager is alive. The handle is consumed even when an error is reported.
@@ -4458,6 +4502,8 @@ struct kvcm_api {
     kvcm_status* (*manager_probe_reuse_digests)(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, const size_t* digest_positions, size_t num_digests, const char* digest_bytes, size_t digest_bytes_len, int64_t* out);
     /** kvcm_manager_probe_reuse_v2 (since ABI version 2). */
     kvcm_status* (*manager_probe_reuse_v2)(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, int64_t* out);
+    /** kvcm_manager_set_block_priorities (since ABI version 2). */
+    kvcm_status* (*manager_set_block_priorities)(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const uint64_t* keys, size_t num_keys, const int32_t* priorities, size_t num_priorities, size_t* out);
     /** kvcm_planned_drop_destroy (since ABI version 2). */
     kvcm_status* (*planned_drop_destroy)(kvcm_planned_drop drop);
     /** kvcm_planned_drop_drop (since ABI version 2). */
@@ -4798,7 +4844,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, reused_tokens) ==
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, unreused_tokens) == 40, "layout of kvcm_ssm_snapshot_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, aligned_snapshot_hits) == 48, "layout of kvcm_ssm_snapshot_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, unaligned_snapshot_hits) == 56, "layout of kvcm_ssm_snapshot_iteration_stats changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 928, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 936, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
@@ -4915,8 +4961,9 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 880,
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key_digests) == 888, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_digests) == 896, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 904, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_destroy) == 912, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_drop) == 920, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_set_block_priorities) == 912, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_destroy) == 920, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_drop) == 928, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus

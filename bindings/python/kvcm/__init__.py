@@ -60,6 +60,7 @@ from .codec import KVCacheColdPageCodec, create_builtin_kv_cache_cold_page_codec
 from .common import (
     CACHE_LEVEL1,
     DEFAULT_BEAM_INDEX,
+    DEFAULT_PRIORITY,
     MAX_BEAM_WIDTH,
     GPU_LEVEL,
     NDEBUG,
@@ -206,7 +207,7 @@ __all__ = [
     # TensorRT-LLM KVCacheManagerV2's module names
     "LifeCycleId", "LayerGroupId", "CacheLevel", "TokenId", "TokenIdExt", "LayerId", "CudaStream",
     "BeamIndex", "MemAddress", "Priority", "PoolGroupIndex", "PoolIndex", "SlidingWindowSize",
-    "NDEBUG", "DEFAULT_BEAM_INDEX", "MAX_BEAM_WIDTH", "GPU_LEVEL", "CACHE_LEVEL1", "exact_div", "typed_range",
+    "NDEBUG", "DEFAULT_BEAM_INDEX", "MAX_BEAM_WIDTH", "DEFAULT_PRIORITY", "GPU_LEVEL", "CACHE_LEVEL1", "exact_div", "typed_range",
     "HalfOpenRange", "PageStatus", "PageIndexMode", "KvCacheStatus", "ReuseScope", "IKvCacheColdPageCodec",
     "poison_reason", "take_poison", "num_live_managers",
     "KVCacheStatsDelta", "KVCacheIterationStatsDelta", "ReusedBlocksByLevel", "PoolGroupPeakBlockStats",

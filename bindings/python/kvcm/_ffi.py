@@ -52,6 +52,10 @@ KVCM_MIN_PRIORITY = 0
 # KVCM_MAX_PRIORITY is the highest eviction priority a priority callback may return.
 KVCM_MAX_PRIORITY = 100
 
+# KVCM_DEFAULT_PRIORITY is the eviction priority of a block whose pages were
+# allocated without a priority callback.
+KVCM_DEFAULT_PRIORITY = 35
+
 # KVCM_DEFAULT_EVENT_QUEUE_CAPACITY is the capacity of a manager's event queue when
 # kvcm_manager_config.event_queue_capacity is 0.
 KVCM_DEFAULT_EVENT_QUEUE_CAPACITY = 4096
@@ -1394,6 +1398,7 @@ FUNCTIONS = {
     "kvcm_manager_probe_reuse_digests": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.c_bool, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_manager_probe_reuse_v2": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.c_bool, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_manager_resize_level": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cache_level, ctypes.c_int64]),
+    "kvcm_manager_set_block_priorities": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.c_bool, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_planned_drop_destroy": (ctypes.POINTER(kvcm_status), [kvcm_planned_drop]),
     "kvcm_planned_drop_drop": (ctypes.POINTER(kvcm_status), [kvcm_planned_drop]),
     "kvcm_status_code_name": (ctypes.c_char_p, [kvcm_status_code]),
@@ -1514,6 +1519,7 @@ PARAMETERS = {
     "kvcm_manager_probe_reuse_digests": ("manager", "scope", "has_lora_id", "tokens", "num_tokens", "digest_positions", "num_digests", "digest_bytes", "digest_bytes_len", "out"),
     "kvcm_manager_probe_reuse_v2": ("manager", "scope", "has_lora_id", "tokens", "num_tokens", "out"),
     "kvcm_manager_resize_level": ("manager", "level", "quota"),
+    "kvcm_manager_set_block_priorities": ("manager", "scope", "has_lora_id", "keys", "num_keys", "priorities", "num_priorities", "out"),
     "kvcm_planned_drop_destroy": ("drop",),
     "kvcm_planned_drop_drop": ("drop",),
     "kvcm_status_code_name": ("code",),

@@ -4512,6 +4512,65 @@ done:
     return out;
 }
 
+/* kvcm_manager_set_block_priorities(manager, scope, has_lora_id, keys, num_keys, priorities, num_priorities, out) */
+static PyObject *kx_fn_kvcm_manager_set_block_priorities(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    bool a2;
+    kx_ptr a3 = KX_PTR_INIT;
+    size_t a4;
+    kx_ptr a5 = KX_PTR_INIT;
+    size_t a6;
+    kx_ptr a7 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 8, "kvcm_manager_set_block_priorities") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    if (kx_pointer(args[1], names, 1, 0, 24, &a1) < 0)
+        goto done;
+    if (kx_bool(args[2], &a2) < 0)
+        goto done;
+    if (kx_pointer(args[3], names, 3, 0, 0, &a3) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[4], names, 4, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a4 = (size_t)v;
+    }
+    if (kx_pointer(args[5], names, 5, 0, 0, &a5) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[6], names, 6, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a6 = (size_t)v;
+    }
+    if (kx_pointer(args[7], names, 7, 1, 8, &a7) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_set_block_priorities(a0, (const kvcm_reuse_scope*)a1.p, a2, (const uint64_t*)a3.p, a4, (const int32_t*)a5.p, a6, (size_t*)a7.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    kx_ptr_release(&a7);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    kx_ptr_release(&a7);
+    return out;
+}
+
 /* kvcm_planned_drop_destroy(drop) */
 static PyObject *kx_fn_kvcm_planned_drop_destroy(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -4670,12 +4729,13 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_manager_probe_first_new_block_key_digests", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_first_new_block_key_digests, METH_FASTCALL, "kvcm_manager_probe_first_new_block_key_digests(manager, scope, has_lora_id, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, key, found)"},
     {"kvcm_manager_probe_reuse_digests", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_reuse_digests, METH_FASTCALL, "kvcm_manager_probe_reuse_digests(manager, scope, has_lora_id, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, out)"},
     {"kvcm_manager_probe_reuse_v2", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_reuse_v2, METH_FASTCALL, "kvcm_manager_probe_reuse_v2(manager, scope, has_lora_id, tokens, num_tokens, out)"},
+    {"kvcm_manager_set_block_priorities", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_set_block_priorities, METH_FASTCALL, "kvcm_manager_set_block_priorities(manager, scope, has_lora_id, keys, num_keys, priorities, num_priorities, out)"},
     {"kvcm_planned_drop_destroy", (PyCFunction)(void (*)(void))kx_fn_kvcm_planned_drop_destroy, METH_FASTCALL, "kvcm_planned_drop_destroy(drop)"},
     {"kvcm_planned_drop_drop", (PyCFunction)(void (*)(void))kx_fn_kvcm_planned_drop_drop, METH_FASTCALL, "kvcm_planned_drop_drop(drop)"},
     {NULL, NULL, 0, NULL},
 };
 
-static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 14, 2, 6, 8, 1, 1, 7, 6, 2, 4, 5, 4, 2, 7, 3, 2, 2, 2, 2, 2, 2, 2, 1, 4, 1, 8, 11, 3, 8, 4, 5, 4, 4, 4, 2, 4, 4, 4, 4, 2, 2, 2, 7, 11, 10, 6, 1, 1};
+static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 14, 2, 6, 8, 1, 1, 7, 6, 2, 4, 5, 4, 2, 7, 3, 2, 2, 2, 2, 2, 2, 2, 1, 4, 1, 8, 11, 3, 8, 4, 5, 4, 4, 4, 2, 4, 4, 4, 4, 2, 2, 2, 7, 11, 10, 6, 8, 1, 1};
 
 /* bind(name, parameter_names) -> the builtin function of name; its errors
  * name the parameters as parameter_names (a tuple of str, one a

@@ -16,7 +16,7 @@ from ._native import ffi
 __all__ = [
     "LifeCycleId", "LayerGroupId", "CacheLevel", "TokenId", "TokenIdExt", "LayerId", "CudaStream",
     "BeamIndex", "MemAddress", "Priority", "PoolGroupIndex", "PoolIndex", "SlidingWindowSize",
-    "NDEBUG", "DEFAULT_BEAM_INDEX", "MAX_BEAM_WIDTH", "BAD_PAGE_INDEX", "GPU_LEVEL", "CACHE_LEVEL1",
+    "NDEBUG", "DEFAULT_BEAM_INDEX", "MAX_BEAM_WIDTH", "DEFAULT_PRIORITY", "BAD_PAGE_INDEX", "GPU_LEVEL", "CACHE_LEVEL1",
     "exact_div", "typed_range", "HalfOpenRange",
     "PageStatus", "PageIndexMode", "ReuseScope",
 ]
@@ -47,6 +47,10 @@ DEFAULT_BEAM_INDEX: BeamIndex = BeamIndex(ffi.KVCM_DEFAULT_BEAM_INDEX)
 """The beam the single-beam calls read: beam 0, which holds the committed tokens' KV."""
 MAX_BEAM_WIDTH: int = ffi.KVCM_MAX_BEAM_WIDTH
 """The largest beam width a cache may have (a kvcm extension)."""
+DEFAULT_PRIORITY: Priority = Priority(ffi.KVCM_DEFAULT_PRIORITY)
+"""The eviction priority of a block allocated without a priority callback;
+``KVCacheManager.set_block_priorities`` returns blocks to the common order
+with it (a kvcm extension)."""
 BAD_PAGE_INDEX: int = ffi.KVCM_BAD_PAGE_INDEX
 """A page index of a block without a page in a layer group."""
 GPU_LEVEL: CacheLevel = CacheLevel(0)

@@ -285,6 +285,7 @@ _TIER_KIND = {GpuCacheTierConfig: 0, HostCacheTierConfig: 1, DiskCacheTierConfig
 _manager_create = bind("kvcm_manager_create")
 _probe_reuse = bind("kvcm_manager_probe_reuse_v2", tokens="input_tokens")
 _probe_first_new = bind("kvcm_manager_probe_first_new_block_key", tokens="tokens")
+_set_block_priorities = bind("kvcm_manager_set_block_priorities", keys="block_keys")
 _resize_level = bind("kvcm_manager_resize_level", level="cache_level")
 _get_quota = bind("kvcm_manager_get_quota", level="cache_level")
 _layer_group_of = bind("kvcm_manager_get_layer_group_of")
@@ -433,6 +434,17 @@ def _scope_fields(reuse_scope: Any, lora_task_id: Any, salt: Any) -> tuple[int |
         raise TypeError("reuse_scope: expected a ReuseScope (an object with lora_id and salt) or None, "
                         f"got {type(reuse_scope).__name__}")
     return reuse_scope.lora_id, reuse_scope.salt
+
+
+def _block_key(value: Any, name: str) -> int:
+    """A block key as the C ABI's uint64: an int, or the key's 8
+    little-endian bytes."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        b = bytes(value)
+        if len(b) != 8:
+            raise InvalidArgumentError(f"{name}: a block key is 8 bytes, got {len(b)}")
+        return int.from_bytes(b, "little")
+    return _convert.check(value, ctypes.c_uint64, name)
 
 
 def _is_scope(value: Any) -> bool:
@@ -1080,6 +1092,32 @@ class KVCacheManager(Managed):
         else:
             _probe_first_new_digests(self._native(), _byref(c_scope), has_lora, toks, n, *dig, _byref(key), _byref(found))
         return key.value.to_bytes(8, "little") if found.value else None
+
+    def set_block_priorities(self, block_keys: Sequence[int | bytes], priorities: Sequence[int],
+                             scope: Any = None) -> int:
+        """Set the eviction priority of the cached blocks along a chain of
+        block keys in ``scope`` (a ReuseScope or None), first block first:
+        ``block_keys[i]`` gets ``priorities[i]``, as far as the manager holds
+        the chain, and blocks given a higher priority are evicted after those
+        of lower priority. It is for a scheduler: the keys of a waiting
+        request are what its CP index's ``get_cp_cached_blocks`` returns
+        (ints); a key may also be the 8 little-endian bytes of
+        ``probe_first_new_block_key`` and the cache events. ``DEFAULT_PRIORITY``
+        returns blocks nobody waits for to the common order. Priorities are
+        clamped into [0, 100], and a block never ranks below the blocks after
+        it. Returns how many blocks were set. Raises InvalidArgumentError
+        naming ``priorities``, changing nothing, unless the two are as long;
+        a key or priority out of its C type's range raises naming it."""
+        lora_id, salt = _scope_fields(scope, None, None)
+        c_scope, has_lora, _keep = self._scope(lora_id, salt)
+        keys = [_block_key(k, f"block_keys[{i}]") for i, k in enumerate(block_keys)]
+        prs = [_convert.check(p, ctypes.c_int32, f"priorities[{i}]") for i, p in enumerate(priorities)]
+        out = ctypes.c_size_t()
+        c_keys = (ctypes.c_uint64 * len(keys))(*keys) if keys else None
+        c_prs = (ctypes.c_int32 * len(prs))(*prs) if prs else None
+        _set_block_priorities(self._native(), _byref(c_scope), has_lora, c_keys, len(keys), c_prs, len(prs),
+                              _byref(out))
+        return out.value
 
     def clear_reusable_blocks(self) -> None:
         """Drop every committed block from every level. Raises

@@ -2115,6 +2115,25 @@ public:
             tokens.empty() ? nullptr : tokens.data(), tokens.size(), &key, &found));
         return found ? std::optional<uint64_t>(key) : std::nullopt;
     }
+    // Sets the eviction priority of the cached blocks along a chain of block
+    // keys in scope (a waiting request's CPIndex::getCachedBlocks, first block
+    // first): keys[i] gets priorities[i], as far as the manager holds the
+    // chain, and blocks given a higher priority are evicted after those of
+    // lower priority. kDefaultPriority returns blocks nobody waits for to the
+    // common order. Priorities are clamped into [kMinPriority, kMaxPriority];
+    // a block never ranks below the blocks after it. Returns how many blocks
+    // were set. Throws Error(kInvalidArgument) naming priorities, changing
+    // nothing, when the two are not as long.
+    size_t setBlockPriorities(
+        std::vector<uint64_t> const& keys, std::vector<int32_t> const& priorities, ReuseScope const& scope = {})
+    {
+        kvcm_reuse_scope const s = detail::cScope(scope);
+        size_t n = 0;
+        detail::check(::kvcm_manager_set_block_priorities(mHandle, &s, scope.loraId.has_value(),
+            keys.empty() ? nullptr : keys.data(), keys.size(), priorities.empty() ? nullptr : priorities.data(),
+            priorities.size(), &n));
+        return n;
+    }
     // Drops every committed block from every level; throws
     // Error(kInvalidState) while caches are open (KVCacheManagerV2's rule).
     void clearReusableBlocks() { detail::check(::kvcm_manager_clear_reusable_blocks(mHandle)); }

@@ -54,6 +54,10 @@ inline constexpr std::int32_t kMinPriority = KVCM_MIN_PRIORITY;
 // KVCM_MAX_PRIORITY is the highest eviction priority a priority callback may return.
 inline constexpr std::int32_t kMaxPriority = KVCM_MAX_PRIORITY;
 
+// KVCM_DEFAULT_PRIORITY is the eviction priority of a block whose pages were
+// allocated without a priority callback.
+inline constexpr std::int32_t kDefaultPriority = KVCM_DEFAULT_PRIORITY;
+
 // KVCM_DEFAULT_EVENT_QUEUE_CAPACITY is the capacity of a manager's event queue when
 // kvcm_manager_config.event_queue_capacity is 0.
 inline constexpr std::uint32_t kDefaultEventQueueCapacity = KVCM_DEFAULT_EVENT_QUEUE_CAPACITY;
