@@ -18,7 +18,7 @@ func (lt *Layout) ByteWeights(cfg *config.Config) []float64 {
 	case len(cfg.InitialPoolRatio) > 0:
 		copy(w, cfg.InitialPoolRatio) // validated positive
 	case cfg.TypicalStep != nil:
-		w = lt.atLeastOnePage(lt.batchBytes(*cfg.TypicalStep))
+		w = lt.atLeastOnePage(lt.batchBytes(*cfg.TypicalStep, cfg.SwaScratchReuse))
 	case len(cfg.Constraints) > 0:
 		for i, n := range lt.ConstraintSlots(cfg) {
 			w[i] = float64(n) * float64(lt.LifeCycles[i].PageBytes())
@@ -47,10 +47,10 @@ func (lt *Layout) atLeastOnePage(w []float64) []float64 {
 	return w
 }
 
-func (lt *Layout) batchBytes(b config.BatchDesc) []float64 {
+func (lt *Layout) batchBytes(b config.BatchDesc, scratch *config.SwaScratchReuseConfig) []float64 {
 	w := make([]float64, len(lt.LifeCycles))
 	for i := range lt.LifeCycles {
-		w[i] = float64(lt.BatchPages(LayerGroupID(i), b)) * float64(lt.LifeCycles[i].PageBytes())
+		w[i] = float64(lt.BatchPages(LayerGroupID(i), b, scratch)) * float64(lt.LifeCycles[i].PageBytes())
 	}
 	return w
 }
@@ -60,9 +60,11 @@ func (lt *Layout) batchBytes(b config.BatchDesc) []float64 {
 // by every request, as far as the shortest request holds them) are pages of
 // the reuse tree that every request holding them shares: they count once,
 // as the union of the shared blocks the requests still need, and every
-// request's other pages count for it alone. The sum saturates. In the SSM
-// layer group every request holds one state.
-func (lt *Layout) BatchPages(lc LayerGroupID, b config.BatchDesc) int64 {
+// request's other pages count for it alone. With SWA scratch reuse
+// (scratch not nil) a request's scratch blocks (ScratchRange) count as the
+// scratch slots they share (ScratchSlots), as KVCacheManagerV2 counts them.
+// The sum saturates. In the SSM layer group every request holds one state.
+func (lt *Layout) BatchPages(lc LayerGroupID, b config.BatchDesc, scratch *config.SwaScratchReuseConfig) int64 {
 	if lt.IsSSM(lc) {
 		return int64(len(b.Requests))
 	}
@@ -82,7 +84,12 @@ func (lt *Layout) BatchPages(lc LayerGroupID, b config.BatchDesc) int64 {
 			held = lt.NewPagesNeeded(lc, 0, shared, r.HistoryLength)
 			firstKept = min(firstKept, max(lt.SinkBlocks(lc), lt.FirstKeptBlock(lc, r.HistoryLength)))
 		}
-		n = addSaturating(n, lt.PagesNeeded(lc, r)-int64(held))
+		pages := lt.PagesNeeded(lc, r) - int64(held)
+		if scratch != nil {
+			lo, hi := lt.ScratchRange(lc, r.HistoryLength, r.Capacity, scratch.MaxRewindLen)
+			pages -= int64(hi - lo - lt.ScratchSlots(lc, hi-lo))
+		}
+		n = addSaturating(n, pages)
 	}
 	if shared > 0 {
 		sinks := min(lt.SinkBlocks(lc), shared)
@@ -152,7 +159,7 @@ func (lt *Layout) ConstraintSlots(cfg *config.Config) []int64 {
 	for _, b := range cfg.Constraints {
 		for i := range lt.LifeCycles {
 			g := lt.Levels[0].LifeCycleToGroup[i]
-			slots[i] = max(slots[i], lt.constraintShare(cfg, g, lt.BatchPages(LayerGroupID(i), b)))
+			slots[i] = max(slots[i], lt.constraintShare(cfg, g, lt.BatchPages(LayerGroupID(i), b, cfg.SwaScratchReuse)))
 		}
 	}
 	return slots
@@ -172,7 +179,7 @@ func (lt *Layout) HotFloors(cfg *config.Config) []int64 {
 	for _, b := range cfg.Constraints {
 		pages := make([]int64, len(lvl.Groups))
 		for lc, g := range lvl.LifeCycleToGroup {
-			pages[g] = addSaturating(pages[g], lt.BatchPages(LayerGroupID(lc), b))
+			pages[g] = addSaturating(pages[g], lt.BatchPages(LayerGroupID(lc), b, cfg.SwaScratchReuse))
 		}
 		for g := range floors {
 			floors[g] = max(floors[g], lt.constraintShare(cfg, PoolGroupIndex(g), pages[g]))

@@ -103,18 +103,18 @@ func TestBatchPagesCountTheSystemPromptOnce(t *testing.T) {
 		return config.RequestDesc{Capacity: capacity, HistoryLength: history}
 	}
 	three := []config.RequestDesc{req(40, 0), req(40, 0), req(40, 0)} // 10 blocks each
-	assert.Equal(t, int64(30), lt.BatchPages(0, config.BatchDesc{Requests: three}))
+	assert.Equal(t, int64(30), lt.BatchPages(0, config.BatchDesc{Requests: three}, nil))
 	// 18 tokens: 4 full shared blocks, held once; the rest 6 blocks a request.
-	assert.Equal(t, int64(4+3*6), lt.BatchPages(0, config.BatchDesc{Requests: three, SystemPromptLength: 18}))
+	assert.Equal(t, int64(4+3*6), lt.BatchPages(0, config.BatchDesc{Requests: three, SystemPromptLength: 18}, nil))
 	// The shortest request (12 tokens, 3 blocks) bounds the shared blocks.
 	short := []config.RequestDesc{req(40, 0), req(12, 0)}
-	assert.Equal(t, int64(3+7+0), lt.BatchPages(0, config.BatchDesc{Requests: short, SystemPromptLength: 40}))
+	assert.Equal(t, int64(3+7+0), lt.BatchPages(0, config.BatchDesc{Requests: short, SystemPromptLength: 40}, nil))
 	// A windowed layer of requests that computed 100 tokens keeps blocks from
 	// (100-64)/4 = 9 on: shared blocks before it are needed by none.
 	long := []config.RequestDesc{req(120, 100), req(120, 100)} // 30 blocks, 21 kept each
-	assert.Equal(t, int64(42), lt.BatchPages(1, config.BatchDesc{Requests: long}))
+	assert.Equal(t, int64(42), lt.BatchPages(1, config.BatchDesc{Requests: long}, nil))
 	// 48 shared tokens = 12 blocks; blocks 9..11 are kept, once: 3 + 2*(21-3).
-	assert.Equal(t, int64(3+2*18), lt.BatchPages(1, config.BatchDesc{Requests: long, SystemPromptLength: 48}))
+	assert.Equal(t, int64(3+2*18), lt.BatchPages(1, config.BatchDesc{Requests: long, SystemPromptLength: 48}, nil))
 }
 
 // TestSystemPromptLowersConstraintFloors: a constraint batch sharing a system
@@ -181,4 +181,23 @@ func TestSharedPoolGroupFloorsSum(t *testing.T) {
 	lt := layout.New(cfg)
 	require.Len(t, lt.Levels[0].Groups, 1)
 	assert.Equal(t, []int64{2 + 2}, lt.HotFloors(cfg))
+}
+
+// TestBatchPagesCountScratchSlotsWithScratchReuse: with SWA scratch reuse a
+// request's scratch blocks (the step's new blocks out of the window) count as
+// the scratch slots they share, one layer at a time, not a page each.
+func TestBatchPagesCountScratchSlotsWithScratchReuse(t *testing.T) {
+	cfg := &config.Config{TokensPerBlock: 4, CacheTiers: []config.CacheTierConfig{config.GPU(1)}}
+	for id := range int32(4) { // one window layer group: a slot holds 4 scratch blocks
+		cfg.Layers = append(cfg.Layers, config.AttentionLayerConfig{
+			LayerID: id, SlidingWindowSize: 64, Buffers: []config.BufferConfig{{Role: config.RoleKey, Size: 64}},
+		})
+	}
+	lt := layout.New(cfg)
+	prefill := config.BatchDesc{Requests: []config.RequestDesc{{Capacity: 400}, {Capacity: 400}}} // 100 blocks each
+	assert.Equal(t, int64(2*100), lt.BatchPages(0, prefill, nil))
+	lo, hi := lt.ScratchRange(0, 0, 400, 0)
+	require.Equal(t, []int{0, 84}, []int{lo, hi}, "the blocks before the last window are scratch")
+	scratch := &config.SwaScratchReuseConfig{}
+	assert.Equal(t, int64(2*(100-84+84/4)), lt.BatchPages(0, prefill, scratch))
 }
