@@ -607,6 +607,9 @@ func fromCManagerConfig(c *C.kvcm_manager_config, name string) (abimodel.Manager
 			}
 		}
 	}
+	if C.kvcm__has_manager_config_gpu_pool_granularity(c) != 0 {
+		out.GpuPoolGranularity = int64(c.gpu_pool_granularity)
+	}
 	return out, nil
 }
 

@@ -41,7 +41,7 @@ extern kvcm_status* kvcm__go_stream_enqueue_host_func(kvcm_stream stream, kvcm_h
 #define KVCM__KV_CACHE_OPTIONS_SIZE_V1 80
 #define KVCM__KV_CACHE_OPTIONS_SIZE_V2 145
 #define KVCM__MANAGER_CONFIG_SIZE_V1 112
-#define KVCM__MANAGER_CONFIG_SIZE_V2 256
+#define KVCM__MANAGER_CONFIG_SIZE_V2 264
 
 /* Fields appended after a versioned struct's first version: read one only when it is present. */
 static inline int kvcm__has_cp_manager_backed_options_scope_has_lora_id(const kvcm_cp_manager_backed_options* p) { return p->struct_size >= offsetof(kvcm_cp_manager_backed_options, scope_has_lora_id) + sizeof(p->scope_has_lora_id); }
@@ -75,6 +75,7 @@ static inline int kvcm__has_manager_config_num_ssm_layers(const kvcm_manager_con
 static inline int kvcm__has_manager_config_max_ssm_slots(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, max_ssm_slots) + sizeof(p->max_ssm_slots); }
 static inline int kvcm__has_manager_config_buffer_tokens_per_block_overrides(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, buffer_tokens_per_block_overrides) + sizeof(p->buffer_tokens_per_block_overrides); }
 static inline int kvcm__has_manager_config_num_buffer_tokens_per_block_overrides(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, num_buffer_tokens_per_block_overrides) + sizeof(p->num_buffer_tokens_per_block_overrides); }
+static inline int kvcm__has_manager_config_gpu_pool_granularity(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, gpu_pool_granularity) + sizeof(p->gpu_pool_granularity); }
 
 /* Opaque pointer fields, read and written as uintptr_t. */
 static inline uintptr_t kvcm__get_cold_page_codec_self(const kvcm_cold_page_codec* p) { return (uintptr_t)p->self; }

@@ -302,7 +302,7 @@ func (m *Manager) initHotLevel(weights []float64) error {
 	// are feasibility floors: a quota below them is raised to them, and
 	// the level's quota is what its pools then take.
 	floors := m.lt.HotFloors(&m.cfg)
-	quota := max(hot.Quota, m.lt.FloorBytes(floors))
+	quota := m.lt.HotQuota(hot.Quota, floors)
 	slots, err := m.lt.HotSlots(quota, weights, floors)
 	if err != nil {
 		return &config.Error{Field: "cache_tiers[0].quota", Msg: err.Error()}

@@ -557,6 +557,32 @@ func TestStructuralFloorsRaiseTheQuota(t *testing.T) {
 	assert.Equal(t, 2*floor*128, q)
 }
 
+// With config.KVCM2PoolGranularity the GPU pools are whole granules of
+// KVCacheManagerV2's size (2 MiB for these quotas) and a group gets every
+// slot they hold; the level's quota, at construction and on resize, is rounded
+// up to the granule.
+func TestKVCM2PoolGranularityRoundsTheGPUPools(t *testing.T) {
+	const gran = 2 << 20
+	cfg := smallConfig(8) // one pool of 256-byte slots
+	cfg.CacheTiers[0].PoolGranularity = config.KVCM2PoolGranularity
+	cfg.CacheTiers[0].MaxQuota = 4 * gran
+	f := newFixture(t, cfg)
+	st, err := f.m.StorageStats(layout.GPULevel)
+	require.NoError(t, err)
+	require.Len(t, st, 1)
+	assert.Equal(t, int64(gran/256), st[0].Total, "8 slots' quota rounds up to one granule")
+	q, err := f.m.Quota(layout.GPULevel)
+	require.NoError(t, err)
+	assert.Equal(t, int64(gran), q)
+	require.NoError(t, f.m.ResizeLevel(layout.GPULevel, 2*gran+1))
+	st, err = f.m.StorageStats(layout.GPULevel)
+	require.NoError(t, err)
+	assert.Equal(t, int64(3*gran/256), st[0].Total)
+	q, err = f.m.Quota(layout.GPULevel)
+	require.NoError(t, err)
+	assert.Equal(t, int64(3*gran), q)
+}
+
 func TestBadConfigurationsNameTheField(t *testing.T) {
 	for name, tc := range map[string]struct {
 		mutate func(*config.Config)
@@ -578,6 +604,10 @@ func TestBadConfigurationsNameTheField(t *testing.T) {
 		"typical step": {func(c *config.Config) {
 			c.TypicalStep = &config.BatchDesc{Requests: []config.RequestDesc{{Capacity: 4, HistoryLength: 5}}}
 		}, "typical_step.kv_caches[0].history_length"},
+		"host granularity": {func(c *config.Config) {
+			c.CacheTiers = append(c.CacheTiers, config.CacheTierConfig{Kind: config.HostTier, Quota: 1 << 20, PoolGranularity: 4096})
+		}, "cache_tiers[1].pool_granularity"},
+		"bad granularity": {func(c *config.Config) { c.CacheTiers[0].PoolGranularity = -2 }, "cache_tiers[0].pool_granularity"},
 		"disk without path": {func(c *config.Config) {
 			c.CacheTiers = append(c.CacheTiers, config.Disk(1<<20, ""))
 		}, "cache_tiers[1].path"},

@@ -43,6 +43,9 @@ func (m *Manager) ResizeLevel(level layout.CacheLevel, quota int64) error {
 	if err != nil {
 		return err
 	}
+	if lvl.index == 0 {
+		quota = m.lt.HotQuota(quota, m.lt.HotFloors(&m.cfg)) // whole granules
+	}
 	return m.resizeLevel(lvl, quota, target)
 }
 

@@ -47,6 +47,8 @@ type ManagerConfig struct {
 	// BufferTokensPerBlockOverrides are the TokensPerBlockOverride of every
 	// buffer of every attention layer, in order: none, or one per buffer.
 	BufferTokensPerBlockOverrides []int
+	// GpuPoolGranularity is the GPU tier's PoolGranularity.
+	GpuPoolGranularity int64
 }
 
 // SharedTierConfig is kvcm_shared_tier_config: a shared tier's settings in
@@ -96,6 +98,9 @@ func (c ManagerConfig) Resolve() (config.Config, Options, error) {
 	}
 	if c.SwaScratchReuse {
 		cfg.SwaScratchReuse = &config.SwaScratchReuseConfig{MaxRewindLen: c.SwaScratchMaxRewindLen}
+	}
+	if len(cfg.CacheTiers) > 0 {
+		cfg.CacheTiers[0].PoolGranularity = c.GpuPoolGranularity
 	}
 	if c.DiskPersistent {
 		// On the last local tier: config.Validate names any but the disk

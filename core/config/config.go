@@ -170,18 +170,31 @@ type SharedCacheTierConfig struct {
 // files are removed at close, and files a killed manager left are reclaimed
 // at start.
 //
+// PoolGranularity, for the GPU tier only, is the size unit of its pools: 0
+// sizes them to the byte (slots times slot size); a positive value makes
+// every pool a whole number of such granules, a group getting every slot its
+// granules hold; KVCM2PoolGranularity takes KVCacheManagerV2's granule for
+// the quota (2 MiB up to 32 MiB, layout.GpuPoolGranularity), so the pools
+// get KVCacheManagerV2's slot counts. With a granule the quota is rounded up
+// to it, and the pools' floors take whole granules.
+//
 // A shared tier has no quota of its own (Quota 0; see
 // SharedCacheTierConfig) and its settings in Shared. NewManager keeps no
 // slot level for it (core/sharedlevel.go): it needs a host or disk tier,
 // through which its blocks are onboarded.
 type CacheTierConfig struct {
-	Kind       TierKind
-	Quota      int64
-	Path       string
-	MaxQuota   int64
-	Persistent bool
-	Shared     *SharedCacheTierConfig
+	Kind            TierKind
+	Quota           int64
+	Path            string
+	MaxQuota        int64
+	PoolGranularity int64
+	Persistent      bool
+	Shared          *SharedCacheTierConfig
 }
+
+// KVCM2PoolGranularity, as a GPU tier's PoolGranularity, takes
+// KVCacheManagerV2's pool granule for the tier's quota.
+const KVCM2PoolGranularity int64 = -1
 
 // GPU, Host and Disk build tier configurations.
 func GPU(quota int64) CacheTierConfig  { return CacheTierConfig{Kind: GPUTier, Quota: quota} }
@@ -520,6 +533,10 @@ func (c *Config) validateTiers() error {
 			return fieldErr(f+".persistent", "only a disk tier can be persistent")
 		case t.Kind != GPUTier && t.MaxQuota != 0:
 			return fieldErr(f+".max_quota", "only the GPU tier has a max_quota")
+		case t.Kind != GPUTier && t.PoolGranularity != 0:
+			return fieldErr(f+".pool_granularity", "only the GPU tier has a pool_granularity")
+		case t.PoolGranularity < KVCM2PoolGranularity:
+			return fieldErr(f+".pool_granularity", "must be -1 (KVCacheManagerV2's), 0 (none) or positive, got %d", t.PoolGranularity)
 		case t.MaxQuota != 0 && t.MaxQuota < t.Quota:
 			return fieldErr(f+".max_quota", "must be at least quota (%d), got %d", t.Quota, t.MaxQuota)
 		case t.Kind == DiskTier:

@@ -126,6 +126,10 @@ type Layout struct {
 	SSM LayerGroupID
 	// MaxSsmSlots caps the hot slots of the SSM layer group (0: no cap).
 	MaxSsmSlots int64
+	// HotGranularity is the size unit of every hot pool, from the GPU
+	// tier's PoolGranularity (GpuPoolGranularity of its quota for
+	// config.KVCM2PoolGranularity); 0: pools sized to the byte.
+	HotGranularity int64
 }
 
 // IsSSM reports whether lc is the SSM layer group.
@@ -185,6 +189,14 @@ func New(cfg *config.Config) *Layout {
 	lt.Levels = make([]Level, len(cfg.CacheTiers))
 	for i, t := range cfg.CacheTiers {
 		lt.Levels[i].Kind = t.Kind
+	}
+	if len(cfg.CacheTiers) > 0 {
+		switch hot := cfg.CacheTiers[0]; {
+		case hot.PoolGranularity == config.KVCM2PoolGranularity:
+			lt.HotGranularity = GpuPoolGranularity(hot.Quota)
+		case hot.PoolGranularity > 0:
+			lt.HotGranularity = hot.PoolGranularity
+		}
 	}
 	lt.Levels[0] = hotLevel(lt.LifeCycles)
 	return lt

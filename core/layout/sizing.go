@@ -1,9 +1,11 @@
 package layout
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 
 	"github.com/kvcm/kvcm/core/config"
 )
@@ -18,7 +20,7 @@ func (lt *Layout) ByteWeights(cfg *config.Config) []float64 {
 	case len(cfg.InitialPoolRatio) > 0:
 		copy(w, cfg.InitialPoolRatio) // validated positive
 	case cfg.TypicalStep != nil:
-		w = lt.atLeastOnePage(lt.batchBytes(*cfg.TypicalStep))
+		w = lt.atLeastOnePage(lt.batchBytes(*cfg.TypicalStep, cfg.SwaScratchReuse))
 	case len(cfg.Constraints) > 0:
 		for i, n := range lt.ConstraintSlots(cfg) {
 			w[i] = float64(n) * float64(lt.LifeCycles[i].PageBytes())
@@ -47,10 +49,10 @@ func (lt *Layout) atLeastOnePage(w []float64) []float64 {
 	return w
 }
 
-func (lt *Layout) batchBytes(b config.BatchDesc) []float64 {
+func (lt *Layout) batchBytes(b config.BatchDesc, scratch *config.SwaScratchReuseConfig) []float64 {
 	w := make([]float64, len(lt.LifeCycles))
 	for i := range lt.LifeCycles {
-		w[i] = float64(lt.BatchPages(LayerGroupID(i), b)) * float64(lt.LifeCycles[i].PageBytes())
+		w[i] = float64(lt.BatchPages(LayerGroupID(i), b, scratch)) * float64(lt.LifeCycles[i].PageBytes())
 	}
 	return w
 }
@@ -60,9 +62,11 @@ func (lt *Layout) batchBytes(b config.BatchDesc) []float64 {
 // by every request, as far as the shortest request holds them) are pages of
 // the reuse tree that every request holding them shares: they count once,
 // as the union of the shared blocks the requests still need, and every
-// request's other pages count for it alone. The sum saturates. In the SSM
-// layer group every request holds one state.
-func (lt *Layout) BatchPages(lc LayerGroupID, b config.BatchDesc) int64 {
+// request's other pages count for it alone. With SWA scratch reuse
+// (scratch not nil) a request's scratch blocks (ScratchRange) count as the
+// scratch slots they share (ScratchSlots), as KVCacheManagerV2 counts them.
+// The sum saturates. In the SSM layer group every request holds one state.
+func (lt *Layout) BatchPages(lc LayerGroupID, b config.BatchDesc, scratch *config.SwaScratchReuseConfig) int64 {
 	if lt.IsSSM(lc) {
 		return int64(len(b.Requests))
 	}
@@ -82,7 +86,12 @@ func (lt *Layout) BatchPages(lc LayerGroupID, b config.BatchDesc) int64 {
 			held = lt.NewPagesNeeded(lc, 0, shared, r.HistoryLength)
 			firstKept = min(firstKept, max(lt.SinkBlocks(lc), lt.FirstKeptBlock(lc, r.HistoryLength)))
 		}
-		n = addSaturating(n, lt.PagesNeeded(lc, r)-int64(held))
+		pages := lt.PagesNeeded(lc, r) - int64(held)
+		if scratch != nil {
+			lo, hi := lt.ScratchRange(lc, r.HistoryLength, r.Capacity, scratch.MaxRewindLen)
+			pages -= int64(hi - lo - lt.ScratchSlots(lc, hi-lo))
+		}
+		n = addSaturating(n, pages)
 	}
 	if shared > 0 {
 		sinks := min(lt.SinkBlocks(lc), shared)
@@ -152,7 +161,7 @@ func (lt *Layout) ConstraintSlots(cfg *config.Config) []int64 {
 	for _, b := range cfg.Constraints {
 		for i := range lt.LifeCycles {
 			g := lt.Levels[0].LifeCycleToGroup[i]
-			slots[i] = max(slots[i], lt.constraintShare(cfg, g, lt.BatchPages(LayerGroupID(i), b)))
+			slots[i] = max(slots[i], lt.constraintShare(cfg, g, lt.BatchPages(LayerGroupID(i), b, cfg.SwaScratchReuse)))
 		}
 	}
 	return slots
@@ -172,7 +181,7 @@ func (lt *Layout) HotFloors(cfg *config.Config) []int64 {
 	for _, b := range cfg.Constraints {
 		pages := make([]int64, len(lvl.Groups))
 		for lc, g := range lvl.LifeCycleToGroup {
-			pages[g] = addSaturating(pages[g], lt.BatchPages(LayerGroupID(lc), b))
+			pages[g] = addSaturating(pages[g], lt.BatchPages(LayerGroupID(lc), b, cfg.SwaScratchReuse))
 		}
 		for g := range floors {
 			floors[g] = max(floors[g], lt.constraintShare(cfg, PoolGroupIndex(g), pages[g]))
@@ -181,30 +190,214 @@ func (lt *Layout) HotFloors(cfg *config.Config) []int64 {
 	return floors
 }
 
-// FloorBytes returns the bytes the hot pool groups' floors take (the least
-// quota HotSlots accepts), saturated.
-func (lt *Layout) FloorBytes(floors []int64) int64 {
-	var need int64
-	for g, gl := range lt.Levels[0].Groups {
-		b, ok := CheckedMul(floors[g], gl.PageBytes())
+// GpuPoolGranularity returns the size unit of the hot pools for a GPU quota,
+// KVCacheManagerV2's physical-page granularity: 2 MiB, doubled for every
+// doubling of the quota from 1 GiB on, at most 32 MiB (from 16 GiB on).
+func GpuPoolGranularity(quota int64) int64 {
+	const page = 2 << 20
+	shift := bits.Len64(uint64(max(quota, 0))>>30) - 1
+	return page << min(4, max(0, shift))
+}
+
+// poolGrains returns the granules n slots of group g take: each pool of the
+// group rounded up to whole granules on its own. Saturated.
+func (lt *Layout) poolGrains(g *Group, n int64) int64 {
+	gran := lt.HotGranularity
+	var grains int64
+	for _, b := range g.PoolBytes {
+		bytes, ok := CheckedMul(n, b)
 		if !ok {
 			return math.MaxInt64
 		}
-		need = addSaturating(need, b)
+		grains = addSaturating(grains, (bytes+gran-1)/gran)
 	}
-	return need
+	return grains
 }
 
-// HotSlots sizes every hot pool group from the quota: each group gets the byte
-// weights of its lifecycles, then groups below their floors (HotFloors, one
-// per pool group) are raised to them and the rest is shared again by weight.
-// It fails when the floors do not fit in the quota, or when a group
-// would get more than MaxSlots slots. The slots of all groups together never
-// take more than quota bytes. With MaxSsmSlots, the SSM layer group's pool
+// slotsIn returns the most slots group g can have in grains granules.
+func (lt *Layout) slotsIn(g *Group, grains int64) int64 {
+	// Every pool rounds up by less than a granule, so the answer lies in
+	// [(grains-pools)*gran/pageBytes, grains*gran/pageBytes].
+	pb := g.PageBytes()
+	hi := bigMulDiv(grains, lt.HotGranularity, pb)
+	lo := bigMulDiv(max(grains-int64(len(g.PoolBytes)), 0), lt.HotGranularity, pb)
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if lt.poolGrains(g, mid) <= grains {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
+}
+
+// bigMulDiv returns a*b/c for non-negative a, b and positive c, saturated.
+func bigMulDiv(a, b, c int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(c) {
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	return int64(min(q, math.MaxInt64))
+}
+
+// FloorBytes returns the bytes the hot pool groups' floors take, each pool
+// rounded up to HotGranularity when it is set (the least quota HotSlots
+// accepts), saturated.
+func (lt *Layout) FloorBytes(floors []int64) int64 {
+	if lt.HotGranularity == 0 {
+		var need int64
+		for g, gl := range lt.Levels[0].Groups {
+			b, ok := CheckedMul(floors[g], gl.PageBytes())
+			if !ok {
+				return math.MaxInt64
+			}
+			need = addSaturating(need, b)
+		}
+		return need
+	}
+	var grains int64
+	for g := range lt.Levels[0].Groups {
+		grains = addSaturating(grains, lt.poolGrains(&lt.Levels[0].Groups[g], floors[g]))
+	}
+	if b, ok := CheckedMul(grains, lt.HotGranularity); ok {
+		return b
+	}
+	return math.MaxInt64
+}
+
+// HotQuota returns the bytes the hot pools take for a configured quota: the
+// quota rounded up to HotGranularity, raised to the floors' FloorBytes, as
+// KVCacheManagerV2 raises a quota to its minimum.
+func (lt *Layout) HotQuota(quota int64, floors []int64) int64 {
+	return max(lt.roundToGranule(quota), lt.FloorBytes(floors))
+}
+
+// roundToGranule rounds quota up to HotGranularity (down where that
+// overflows); without a granule it is the quota.
+func (lt *Layout) roundToGranule(quota int64) int64 {
+	gran := lt.HotGranularity
+	if gran == 0 {
+		return quota
+	}
+	rounded := quota / gran * gran
+	if rounded < quota && rounded <= math.MaxInt64-gran {
+		rounded += gran
+	}
+	return rounded
+}
+
+// HotSlots sizes every hot pool group from the quota. With a HotGranularity
+// it does as KVCacheManagerV2 does, in granules: the quota is rounded up to
+// the granule; each pool of
+// a group is a whole number of granules, and a group has the most slots its
+// granules hold. The granules are shared by the byte weights of the groups'
+// lifecycles, the groups of smaller weight first, each getting its share of
+// what the ones before it left (rounded half to even); a group that gets no
+// more than its floor (HotFloors, one per pool group) is pinned at the
+// granules of its floor and the rest is shared again among the others. It
+// fails when the floors overflow or a group would get more than MaxSlots
+// slots, or when the floors' FloorBytes exceed the quota. Without a
+// granule, see hotSlotsExact. With MaxSsmSlots, the SSM layer group's pool
 // group gets at most that many slots (at least its floor) and the bytes it
 // leaves are shared among the others (the manager refuses a cap below the
 // group's floor).
 func (lt *Layout) HotSlots(quota int64, weights []float64, floors []int64) ([]int64, error) {
+	if lt.HotGranularity == 0 {
+		return lt.hotSlotsExact(quota, weights, floors)
+	}
+	lvl := &lt.Levels[0]
+	gw := make([]float64, len(lvl.Groups))
+	for lc, g := range lvl.LifeCycleToGroup {
+		gw[g] += weights[lc]
+	}
+	gfloor := make([]int64, len(lvl.Groups))
+	for g := range gfloor {
+		gfloor[g] = max(floors[g], 1)
+	}
+	need := lt.FloorBytes(gfloor)
+	quota = lt.roundToGranule(quota)
+	switch {
+	case need == math.MaxInt64:
+		return nil, fmt.Errorf("layout: gpu floors overflow")
+	case need > quota:
+		return nil, fmt.Errorf("layout: gpu quota %d bytes is below the %d bytes its minimum slots need", quota, need)
+	}
+	grains := quota / lt.HotGranularity
+	all := make([]int, len(lvl.Groups))
+	for g := range all {
+		all[g] = g
+	}
+	slots := make([]int64, len(lvl.Groups))
+	if err := lt.shareGrains(grains, all, gw, gfloor, slots); err != nil {
+		return nil, err
+	}
+	if lt.SSM < 0 || lt.MaxSsmSlots == 0 || len(lvl.Groups) == 1 {
+		return slots, nil
+	}
+	sg := int(lvl.LifeCycleToGroup[lt.SSM])
+	capped := max(lt.MaxSsmSlots, gfloor[sg])
+	if slots[sg] <= capped {
+		return slots, nil
+	}
+	// The capped group is pinned; the others share what it leaves.
+	slots[sg] = capped
+	others := slices.DeleteFunc(all, func(g int) bool { return g == sg })
+	if err := lt.shareGrains(grains-lt.poolGrains(&lvl.Groups[sg], capped), others, gw, gfloor, slots); err != nil {
+		return nil, err
+	}
+	return slots, nil
+}
+
+// shareGrains shares grains granules among the hot groups named by active,
+// by weight, each at least its floor, writing their slots into slots. The
+// floors of active fit in grains.
+func (lt *Layout) shareGrains(grains int64, active []int, weights []float64, floors, slots []int64) error {
+	groups := lt.Levels[0].Groups
+	active = slices.Clone(active)
+	for len(active) > 0 {
+		order := slices.Clone(active)
+		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(weights[a], weights[b]) })
+		var rest float64
+		for _, g := range order {
+			rest += weights[g]
+		}
+		budget := grains
+		for _, g := range order {
+			share := min(math.RoundToEven(float64(budget)*weights[g]/rest), float64(budget))
+			slots[g] = lt.slotsIn(&groups[g], int64(share))
+			budget -= lt.poolGrains(&groups[g], slots[g])
+			rest -= weights[g]
+		}
+		var free []int
+		for _, g := range active {
+			if slots[g] <= floors[g] {
+				slots[g] = lt.slotsIn(&groups[g], lt.poolGrains(&groups[g], floors[g]))
+				grains -= lt.poolGrains(&groups[g], slots[g])
+			} else {
+				free = append(free, g)
+			}
+		}
+		if len(free) == len(active) {
+			break
+		}
+		active = free
+	}
+	for g := range groups {
+		if slots[g] > MaxSlots {
+			return fmt.Errorf("layout: gpu pool group %d gets %d slots of %d bytes, more than the %d a pool group can index",
+				groups[g].Index, slots[g], groups[g].PageBytes(), MaxSlots)
+		}
+	}
+	return nil
+}
+
+// hotSlotsExact is HotSlots without a granule: each group gets the byte
+// weights of its lifecycles, then groups below their floors are raised to
+// them and the rest is shared again by weight; the slots of all groups
+// together never take more than quota bytes.
+func (lt *Layout) hotSlotsExact(quota int64, weights []float64, floors []int64) ([]int64, error) {
 	lvl := &lt.Levels[0]
 	gw := make([]float64, len(lvl.Groups))
 	for lc, g := range lvl.LifeCycleToGroup {

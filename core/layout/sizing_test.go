@@ -62,6 +62,9 @@ func TestSlotsNeverExceedTheQuota(t *testing.T) {
 		for _, windowed := range []bool{false, true} {
 			cfg, lt := groups(buf, windowed)
 			fitsEveryQuota(t, cfg, lt)
+			cfg.CacheTiers[0].PoolGranularity = config.KVCM2PoolGranularity
+			lt.HotGranularity = layout.New(cfg).HotGranularity
+			fitsEveryQuota(t, cfg, lt)
 		}
 	}
 }
@@ -73,7 +76,8 @@ func fitsEveryQuota(t *testing.T, cfg *config.Config, lt *layout.Layout) {
 	for _, quota := range []int64{math.MaxInt64, math.MaxInt64 - 1, 1 << 62, 3<<61 + 7} {
 		slots, err := lt.HotSlots(quota, w, lt.HotFloors(cfg))
 		require.NoError(t, err, "quota %d", quota)
-		fitsQuota(t, quota, lt.Levels[0].Groups, slots)
+		// The hot pools take the quota rounded to their granules.
+		fitsQuota(t, lt.HotQuota(quota, lt.HotFloors(cfg)), lt.Levels[0].Groups, slots)
 		slots, err = lt.ColdSlots(1, quota, w)
 		require.NoError(t, err, "quota %d", quota)
 		fitsQuota(t, quota, lt.Levels[1].Groups, slots)
@@ -103,18 +107,18 @@ func TestBatchPagesCountTheSystemPromptOnce(t *testing.T) {
 		return config.RequestDesc{Capacity: capacity, HistoryLength: history}
 	}
 	three := []config.RequestDesc{req(40, 0), req(40, 0), req(40, 0)} // 10 blocks each
-	assert.Equal(t, int64(30), lt.BatchPages(0, config.BatchDesc{Requests: three}))
+	assert.Equal(t, int64(30), lt.BatchPages(0, config.BatchDesc{Requests: three}, nil))
 	// 18 tokens: 4 full shared blocks, held once; the rest 6 blocks a request.
-	assert.Equal(t, int64(4+3*6), lt.BatchPages(0, config.BatchDesc{Requests: three, SystemPromptLength: 18}))
+	assert.Equal(t, int64(4+3*6), lt.BatchPages(0, config.BatchDesc{Requests: three, SystemPromptLength: 18}, nil))
 	// The shortest request (12 tokens, 3 blocks) bounds the shared blocks.
 	short := []config.RequestDesc{req(40, 0), req(12, 0)}
-	assert.Equal(t, int64(3+7+0), lt.BatchPages(0, config.BatchDesc{Requests: short, SystemPromptLength: 40}))
+	assert.Equal(t, int64(3+7+0), lt.BatchPages(0, config.BatchDesc{Requests: short, SystemPromptLength: 40}, nil))
 	// A windowed layer of requests that computed 100 tokens keeps blocks from
 	// (100-64)/4 = 9 on: shared blocks before it are needed by none.
 	long := []config.RequestDesc{req(120, 100), req(120, 100)} // 30 blocks, 21 kept each
-	assert.Equal(t, int64(42), lt.BatchPages(1, config.BatchDesc{Requests: long}))
+	assert.Equal(t, int64(42), lt.BatchPages(1, config.BatchDesc{Requests: long}, nil))
 	// 48 shared tokens = 12 blocks; blocks 9..11 are kept, once: 3 + 2*(21-3).
-	assert.Equal(t, int64(3+2*18), lt.BatchPages(1, config.BatchDesc{Requests: long, SystemPromptLength: 48}))
+	assert.Equal(t, int64(3+2*18), lt.BatchPages(1, config.BatchDesc{Requests: long, SystemPromptLength: 48}, nil))
 }
 
 // TestSystemPromptLowersConstraintFloors: a constraint batch sharing a system
@@ -164,6 +168,9 @@ func TestConstraintFloorsLeaveResumeHeadroom(t *testing.T) {
 	assert.Equal(t, []int64{34, 34, 32}, lt.HotFloors(cfg))
 	assert.Equal(t, []int64{34, 34, 32}, lt.ConstraintSlots(cfg))
 	assert.Equal(t, int64(34*64+34*32+32*48), lt.FloorBytes(lt.HotFloors(cfg)))
+	// With KVCacheManagerV2's granule each of the three pools takes one.
+	cfg.CacheTiers[0].PoolGranularity = config.KVCM2PoolGranularity
+	assert.Equal(t, int64(3*(2<<20)), layout.New(cfg).FloorBytes(lt.HotFloors(cfg)))
 }
 
 // TestSharedPoolGroupFloorsSum: layer groups sharing one hot pool group get
@@ -181,4 +188,83 @@ func TestSharedPoolGroupFloorsSum(t *testing.T) {
 	lt := layout.New(cfg)
 	require.Len(t, lt.Levels[0].Groups, 1)
 	assert.Equal(t, []int64{2 + 2}, lt.HotFloors(cfg))
+}
+
+// TestBatchPagesCountScratchSlotsWithScratchReuse: with SWA scratch reuse a
+// request's scratch blocks (the step's new blocks out of the window) count as
+// the scratch slots they share, one layer at a time, not a page each.
+func TestBatchPagesCountScratchSlotsWithScratchReuse(t *testing.T) {
+	cfg := &config.Config{TokensPerBlock: 4, CacheTiers: []config.CacheTierConfig{config.GPU(1)}}
+	for id := range int32(4) { // one window layer group: a slot holds 4 scratch blocks
+		cfg.Layers = append(cfg.Layers, config.AttentionLayerConfig{
+			LayerID: id, SlidingWindowSize: 64, Buffers: []config.BufferConfig{{Role: config.RoleKey, Size: 64}},
+		})
+	}
+	lt := layout.New(cfg)
+	prefill := config.BatchDesc{Requests: []config.RequestDesc{{Capacity: 400}, {Capacity: 400}}} // 100 blocks each
+	assert.Equal(t, int64(2*100), lt.BatchPages(0, prefill, nil))
+	lo, hi := lt.ScratchRange(0, 0, 400, 0)
+	require.Equal(t, []int{0, 84}, []int{lo, hi}, "the blocks before the last window are scratch")
+	scratch := &config.SwaScratchReuseConfig{}
+	assert.Equal(t, int64(2*(100-84+84/4)), lt.BatchPages(0, prefill, scratch))
+}
+
+// TestGpuPoolGranularity: the hot pools' granule is KVCacheManagerV2's, 2 MiB
+// below 2 GiB of quota, doubling with every doubling of the quota, at most 32
+// MiB.
+func TestGpuPoolGranularity(t *testing.T) {
+	const mib, gib = int64(1 << 20), int64(1 << 30)
+	for quota, want := range map[int64]int64{
+		1: 2 * mib, gib: 2 * mib, 2*gib - 1: 2 * mib, 2 * gib: 4 * mib, 5 * gib: 8 * mib,
+		8 * gib: 16 * mib, 16 * gib: 32 * mib, 1 << 50: 32 * mib,
+	} {
+		assert.Equal(t, want, layout.GpuPoolGranularity(quota), "quota %d", quota)
+	}
+}
+
+// TestHotPoolsAreWholeGranules: every hot pool is a whole number of granules
+// and a group gets every slot its granules hold, so a group of small slots
+// gets a granule's worth however small its share; a quota is rounded up to
+// the granule and raised to the floors' granules (KVCacheManagerV2's
+// rounding).
+func TestHotPoolsAreWholeGranules(t *testing.T) {
+	const gran = int64(2 << 20)
+	window := func(size int64, quota int64) *config.Config {
+		return &config.Config{
+			TokensPerBlock: 4,
+			CacheTiers:     []config.CacheTierConfig{{Kind: config.GPUTier, Quota: quota, PoolGranularity: config.KVCM2PoolGranularity}},
+			Layers: []config.AttentionLayerConfig{
+				{LayerID: 0, SlidingWindowSize: 4, Buffers: []config.BufferConfig{{Role: config.RoleKey, Size: size}}},
+				{LayerID: 1, Buffers: []config.BufferConfig{{Role: config.RoleKey, Size: gran}}},
+			},
+			Constraints: []config.BatchDesc{{Requests: []config.RequestDesc{{Capacity: 4}}}},
+		}
+	}
+	// Five granules, floors of 2 slots each: two granules hold two slots of
+	// a granule less a byte, three hold three slots of a granule.
+	cfg := window(gran-1, 5*gran)
+	lt := layout.New(cfg)
+	floors := lt.HotFloors(cfg)
+	require.Equal(t, []int64{2, 2}, floors)
+	slots, err := lt.HotSlots(5*gran, lt.ByteWeights(cfg), floors)
+	require.NoError(t, err)
+	assert.Equal(t, []int64{2, 3}, slots)
+	// Slots of 1 KiB get a whole granule: 2048 slots. A quota of 2 granules is
+	// raised to the 3 the floors take (2 slots of a granule and a byte: 2).
+	cfg = window(1024, 2*gran)
+	cfg.Layers[1].Buffers[0].Size = gran/2 + 1
+	cfg.TypicalStep = &config.BatchDesc{Requests: []config.RequestDesc{{Capacity: 4}}}
+	lt = layout.New(cfg)
+	floors = lt.HotFloors(cfg)
+	assert.Equal(t, 3*gran, lt.HotQuota(2*gran, floors))
+	assert.Equal(t, 3*gran, lt.HotQuota(3*gran-1, floors))
+	slots, err = lt.HotSlots(lt.HotQuota(2*gran, floors), lt.ByteWeights(cfg), floors)
+	require.NoError(t, err)
+	assert.Equal(t, []int64{2048, 3}, slots)
+	_, err = lt.HotSlots(3*gran-1-2*gran, lt.ByteWeights(cfg), floors)
+	assert.ErrorContains(t, err, "below the 6291456 bytes its minimum slots need")
+	// Without a granule the pools are sized to the byte.
+	cfg.CacheTiers[0].PoolGranularity = 0
+	lt = layout.New(cfg)
+	assert.Equal(t, int64(2*1024+2*(gran/2+1)), lt.HotQuota(2*gran/3, floors))
 }

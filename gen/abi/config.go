@@ -347,4 +347,13 @@ type ManagerConfig struct {
 	// NumBufferTokensPerBlockOverrides is 0 or the number of buffers of all
 	// layers.
 	NumBufferTokensPerBlockOverrides spec.Size `since:"2"`
+	// GpuPoolGranularity is the GPU tier's pool granularity (errors name
+	// it cache_tiers[0].pool_granularity): 0 (the default) sizes the GPU
+	// pools to the byte; a positive value makes every GPU pool a whole
+	// number of such granules, a pool group getting every slot its granules
+	// hold; -1 takes KVCacheManagerV2's granule for the quota (2 MiB, doubled
+	// for every doubling of the quota from 1 GiB on, at most 32 MiB), so the
+	// pools get KVCacheManagerV2's slot counts. With a granule the GPU quota
+	// is rounded up to it.
+	GpuPoolGranularity int64 `since:"2" cpp:"-" py:"-"`
 }

@@ -1797,6 +1797,17 @@ struct kvcm_manager_config {
      * layers. (since ABI version 2)
      */
     size_t num_buffer_tokens_per_block_overrides;
+    /**
+     * gpu_pool_granularity is the GPU tier's pool granularity (errors name
+     * it cache_tiers[0].pool_granularity): 0 (the default) sizes the GPU
+     * pools to the byte; a positive value makes every GPU pool a whole
+     * number of such granules, a pool group getting every slot its granules
+     * hold; -1 takes KVCacheManagerV2's granule for the quota (2 MiB, doubled
+     * for every doubling of the quota from 1 GiB on, at most 32 MiB), so the
+     * pools get KVCacheManagerV2's slot counts. With a granule the GPU quota
+     * is rounded up to it. (since ABI version 2)
+     */
+    int64_t gpu_pool_granularity;
 };
 
 /** Initializer of a kvcm_manager_config: struct_size and abi_version set, every other field zero. */
@@ -4692,7 +4703,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, intra_device_copy_
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, intra_device_copy_bytes) == 104, "layout of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, host_dropped_blocks) == 112, "layout of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, host_dropped_bytes) == 120, "layout of kvcm_layer_group_iteration_stats changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_manager_config) == 256, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_manager_config) == 264, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_manager_config) == 8, "alignment of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, struct_size) == 0, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, abi_version) == 4, "layout of kvcm_manager_config changed");
@@ -4733,6 +4744,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, num_ssm_layers) == 224, "layout
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, max_ssm_slots) == 232, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, buffer_tokens_per_block_overrides) == 240, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, num_buffer_tokens_per_block_overrides) == 248, "layout of kvcm_manager_config changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_manager_config, gpu_pool_granularity) == 256, "layout of kvcm_manager_config changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_migration_stats) == 24, "layout of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_migration_stats) == 8, "alignment of kvcm_migration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_migration_stats, path) == 0, "layout of kvcm_migration_stats changed");

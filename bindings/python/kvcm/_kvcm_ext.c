@@ -601,7 +601,7 @@ static PyObject *kx_fn_kvcm_config_validate(PyObject *names, PyObject *const *ar
     PyObject *out = NULL;
     if (kx_enter(nargs, 1, "kvcm_config_validate") < 0)
         return NULL;
-    if (kx_pointer(args[0], names, 0, 0, 256, &a0) < 0)
+    if (kx_pointer(args[0], names, 0, 0, 264, &a0) < 0)
         goto done;
     Py_BEGIN_ALLOW_THREADS
     r = kx_api->config_validate((const kvcm_manager_config*)a0.p);
@@ -1593,7 +1593,7 @@ static PyObject *kx_fn_kvcm_manager_create(PyObject *names, PyObject *const *arg
     PyObject *out = NULL;
     if (kx_enter(nargs, 3, "kvcm_manager_create") < 0)
         return NULL;
-    if (kx_pointer(args[0], names, 0, 0, 256, &a0) < 0)
+    if (kx_pointer(args[0], names, 0, 0, 264, &a0) < 0)
         goto done;
     if (kx_pointer(args[1], names, 1, 0, 16, &a1) < 0)
         goto done;

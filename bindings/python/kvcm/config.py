@@ -140,10 +140,19 @@ class SsmLayerConfig(_values.SsmLayerConfig):
 class GpuCacheTierConfig:
     """The GPU tier: ``quota`` bytes, growable by ``KVCacheManager.resize`` up
     to ``max_quota`` (default: ``quota``), reserved up front so pool base
-    addresses never move."""
+    addresses never move.
+
+    ``pool_granularity`` (a kvcm extension) is the size unit of the GPU
+    pools: -1 (the default) takes KVCacheManagerV2's granule for the quota
+    (2 MiB, doubled for every doubling of the quota from 1 GiB on, at most
+    32 MiB), so every pool is whole granules and a pool group gets every slot
+    they hold, as in KVCacheManagerV2 (the quota is rounded up to the
+    granule); 0 sizes the pools to the byte (the Go, C and C++ default); a
+    positive value is a granule of that many bytes."""
 
     quota: int
     max_quota: int | None = None
+    pool_granularity: int = -1
 
     @property
     def tier(self) -> CacheTier:
@@ -353,6 +362,7 @@ class KVCacheManagerConfig(_values.KVCacheManagerConfig):
             _check_int(f"cache_tiers[{i}].quota", t.quota)
             if isinstance(t, GpuCacheTierConfig):
                 _check_int(f"cache_tiers[{i}].max_quota", t.max_quota, optional=True)
+                _check_int(f"cache_tiers[{i}].pool_granularity", t.pool_granularity)
             if isinstance(t, DiskCacheTierConfig) and not isinstance(t.path, (str, os.PathLike)):
                 raise TypeError(f"cache_tiers[{i}].path: expected a str or path, got {type(t.path).__name__}")
             if isinstance(t, DiskCacheTierConfig) and not isinstance(t.persistent, bool):

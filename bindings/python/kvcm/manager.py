@@ -523,6 +523,7 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
         set_field(tiers[i], "quota", t.quota, f"cache_tiers[{i}].quota")
         if isinstance(t, GpuCacheTierConfig):
             set_field(tiers[i], "max_quota", t.max_quota or 0, f"cache_tiers[{i}].max_quota")
+            set_field(c, "gpu_pool_granularity", t.pool_granularity, f"cache_tiers[{i}].pool_granularity")
         if isinstance(t, DiskCacheTierConfig):
             p = os.fsencode(t.path)
             keep.append(p)

@@ -32,7 +32,7 @@ CONFORMANCE_DIR = REPO / "tests" / "conformance"
 def small_config(gpu_quota: int = 64 * 1024, host_quota: int | None = None, tiers=None, **kw) -> KVCacheManagerConfig:
     """Two full-attention layers and one sliding-window layer, 4 tokens per block."""
     if tiers is None:
-        tiers = [GpuCacheTierConfig(gpu_quota)]
+        tiers = [GpuCacheTierConfig(gpu_quota, pool_granularity=0)]
         if host_quota:
             tiers.append(HostCacheTierConfig(host_quota))
     layers = [

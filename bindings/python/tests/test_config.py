@@ -148,7 +148,7 @@ def test_quota_below_the_floors_is_raised_to_them():
     """As in KVCM2, a GPU quota below the pools' floors (a window's worth of
     slots per layer group: 8-token window, 4-token blocks: (8 + 2) // 4 + 1 = 3
     slots, the full-attention group too) is raised to them."""
-    with KVCacheManager(_with(cache_tiers=[GpuCacheTierConfig(16)]), device="emu") as m:
+    with KVCacheManager(_with(cache_tiers=[GpuCacheTierConfig(16, pool_granularity=0)]), device="emu") as m:
         stats = m.get_storage_statistics(0)
         assert [s.total for s in stats] == [3] * len(stats)
         assert m.get_quota(0) == sum(3 * sum(s.slot_sizes) for s in stats)
@@ -175,7 +175,7 @@ def test_type_errors_name_the_field(mutate, field):
 
 def test_valid_config_with_every_tier(tmp_path):
     cfg = small_config(
-        tiers=[GpuCacheTierConfig(64 << 10, max_quota=128 << 10), HostCacheTierConfig(64 << 10),
+        tiers=[GpuCacheTierConfig(64 << 10, max_quota=128 << 10, pool_granularity=0), HostCacheTierConfig(64 << 10),
                DiskCacheTierConfig(64 << 10, str(tmp_path))],
         initial_pool_ratio=[0.75, 0.25],
         constraints=[BatchDesc([RequestDesc(16, 8)])],

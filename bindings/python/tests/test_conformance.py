@@ -52,8 +52,11 @@ def parse(path):
         if k == "tokens_per_block":
             cfg["tokens_per_block"] = int(f[1])
         elif k == "tier":
-            cls = {"gpu": GpuCacheTierConfig, "host": HostCacheTierConfig}[f[1]]
-            cfg["tiers"].append(cls(int(f[2])))
+            # The vectors are the core's byte-exact pools (granularity 0).
+            if f[1] == "gpu":
+                cfg["tiers"].append(GpuCacheTierConfig(int(f[2]), pool_granularity=0))
+            else:
+                cfg["tiers"].append(HostCacheTierConfig(int(f[2])))
         elif k == "layer":
             bufs = [BufferConfig(f[i], int(f[i + 1])) for i in range(4, len(f), 2)]
             cfg["layers"].append(AttentionLayerConfig(int(f[1]), bufs, int(f[2]) or None, int(f[3]) or None))

@@ -126,7 +126,7 @@ def test_disk_error_is_storage_io_error(tmp_path):
     """A disk tier's file that cannot be sized raises StorageIOError (an OSError), not InternalError."""
     page = 1 << 20  # large pages, so a 1 PiB tier stays within a pool group's slot range
     layers = [kvcm.AttentionLayerConfig(0, [kvcm.BufferConfig("key", page), kvcm.BufferConfig("value", page)])]
-    cfg = small_config(tiers=[kvcm.GpuCacheTierConfig(8 * page), kvcm.DiskCacheTierConfig(8 * page, str(tmp_path))],
+    cfg = small_config(tiers=[kvcm.GpuCacheTierConfig(8 * page, pool_granularity=0), kvcm.DiskCacheTierConfig(8 * page, str(tmp_path))],
                        layers=layers)
     with KVCacheManager(cfg, device="emu") as m:
         with pytest.raises(StorageIOError, match="disk") as ei:
@@ -139,7 +139,7 @@ def test_disk_error_is_storage_io_error(tmp_path):
 def _persistent_config(path, persistent=True):
     """A 4-page GPU tier over a 32-page disk tier in path (tiny pages)."""
     layers = [kvcm.AttentionLayerConfig(0, [kvcm.BufferConfig("key", 64), kvcm.BufferConfig("value", 64)])]
-    tiers = [kvcm.GpuCacheTierConfig(4 * 128), kvcm.DiskCacheTierConfig(32 * 128, str(path), persistent=persistent)]
+    tiers = [kvcm.GpuCacheTierConfig(4 * 128, pool_granularity=0), kvcm.DiskCacheTierConfig(32 * 128, str(path), persistent=persistent)]
     return small_config(tiers=tiers, layers=layers)
 
 

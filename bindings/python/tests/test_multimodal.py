@@ -186,7 +186,7 @@ def test_a_restarted_persistent_disk_tier_reuses_digest_keyed_blocks(tmp_path, b
 
     def config():
         layers = [AttentionLayerConfig(0, [BufferConfig("key", 64), BufferConfig("value", 64)])]
-        tiers = [GpuCacheTierConfig(4 * 128), DiskCacheTierConfig(32 * 128, str(tmp_path), persistent=True)]
+        tiers = [GpuCacheTierConfig(4 * 128, pool_granularity=0), DiskCacheTierConfig(32 * 128, str(tmp_path), persistent=True)]
         return small_config(tiers=tiers, layers=layers)
 
     prompt = image_prompt(IMG)

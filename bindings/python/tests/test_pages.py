@@ -66,7 +66,7 @@ def test_windowed_layer_releases_pages(manager):
 @pytest.mark.parametrize("tier", ["host", "disk"])
 def test_pages_evicted_to_a_cold_tier_come_back_byte_exact(tier, tmp_path):
     cold = HostCacheTierConfig(32 << 10) if tier == "host" else DiskCacheTierConfig(32 << 10, str(tmp_path))
-    cfg = small_config(tiers=[GpuCacheTierConfig(2560), cold], enable_stats=True)
+    cfg = small_config(tiers=[GpuCacheTierConfig(2560, pool_granularity=0), cold], enable_stats=True)
     with KVCacheManager(cfg, device="emu") as m:
         eng = FakeEngine(m, cfg, seed=11)
         seqs = [list(range(10_000 * (r + 1), 10_000 * (r + 1) + 20)) for r in range(3)]

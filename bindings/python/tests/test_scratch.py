@@ -27,7 +27,7 @@ def scratch_config(rewind: int = 0) -> KVCacheManagerConfig:
     """Full attention (layer group 0) and an 8-token window over four layers
     (layer group 1): a scratch slot holds four blocks of one layer."""
     layers = [AttentionLayerConfig(0, KV)] + [AttentionLayerConfig(i, KV, sliding_window_size=8) for i in range(1, 5)]
-    return KVCacheManagerConfig(tokens_per_block=4, cache_tiers=[GpuCacheTierConfig(64 << 10)], layers=layers,
+    return KVCacheManagerConfig(tokens_per_block=4, cache_tiers=[GpuCacheTierConfig(64 << 10, pool_granularity=0)], layers=layers,
                                 swa_scratch_reuse=SwaScratchReuseConfig(rewind))
 
 
@@ -119,7 +119,7 @@ def test_planned_drop_handle(backend):
     committed pages when carried out, pages other plans or turns still need
     stay, and a plan is carried out once."""
     layers = [AttentionLayerConfig(0, KV), AttentionLayerConfig(1, KV, sliding_window_size=8)]
-    cfg = KVCacheManagerConfig(tokens_per_block=8, cache_tiers=[GpuCacheTierConfig(64 << 10)], layers=layers)
+    cfg = KVCacheManagerConfig(tokens_per_block=8, cache_tiers=[GpuCacheTierConfig(64 << 10, pool_granularity=0)], layers=layers)
     with KVCacheManager(cfg, device="emu") as m:
         long_tokens = list(range(24))
         short_tokens = long_tokens[:8]
@@ -156,7 +156,7 @@ def test_adjust_rebalances_pools_to_the_sampled_demand(backend):
     need_adjustment turns true and adjust() splits the GPU quota by the
     demand (more full-attention slots, fewer window slots)."""
     layers = [AttentionLayerConfig(0, KV), AttentionLayerConfig(1, [BufferConfig("key", 32)], sliding_window_size=64)]
-    cfg = KVCacheManagerConfig(tokens_per_block=4, cache_tiers=[GpuCacheTierConfig(64 << 10, max_quota=256 << 10)],
+    cfg = KVCacheManagerConfig(tokens_per_block=4, cache_tiers=[GpuCacheTierConfig(64 << 10, max_quota=256 << 10, pool_granularity=0)],
                                layers=layers, rebalance_min_sampled_kv_caches=3, rebalance_cooldown_secs=0,
                                rebalance_target_ratio_update_interval=1)
     with KVCacheManager(cfg, device="emu") as m:

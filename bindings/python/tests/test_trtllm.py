@@ -505,7 +505,7 @@ def _two_group_config(window, quota, size=2 << 20, **kw):
     layers = [AttentionLayerConfig(layer_id=0, buffers=[BufferConfig(role="key", size=size)],
                                    sliding_window_size=window, num_sink_tokens=0),
               AttentionLayerConfig(layer_id=1, buffers=[BufferConfig(role="key", size=size)])]
-    return KVCacheManagerConfig(tokens_per_block=32, cache_tiers=[GpuCacheTierConfig(quota=quota)],
+    return KVCacheManagerConfig(tokens_per_block=32, cache_tiers=[GpuCacheTierConfig(quota=quota, pool_granularity=0)],
                                 layers=layers, **kw)
 
 
@@ -564,3 +564,32 @@ def test_clamped_sequence_length_fits_and_one_block_more_does_not(batch_size):
         for c in [*others, big]:
             c.suspend()
             c.close()
+
+
+def test_gpu_pools_are_kvcm2_granules_by_default():
+    """GpuCacheTierConfig's default pool_granularity is KVCacheManagerV2's
+    2 MiB granule: five granules for slots of a granule less a byte and of a
+    granule give them 2 and 3 slots; pool_granularity=0 sizes the pools to
+    the byte."""
+    grain = 2 << 20
+
+    def config(**tier):
+        return kvcm.KVCacheManagerConfig(
+            tokens_per_block=4, cache_tiers=[kvcm.GpuCacheTierConfig(5 * grain, **tier)],
+            layers=[kvcm.AttentionLayerConfig(0, [kvcm.BufferConfig("key", grain - 1)], sliding_window_size=4),
+                    kvcm.AttentionLayerConfig(1, [kvcm.BufferConfig("key", grain)])],
+            constraints=[kvcm.BatchDesc([kvcm.KVCacheDesc(capacity=4, history_length=0)])])
+
+    with kvcm.KVCacheManager(config(), device="emu") as m:
+        assert [s.total for s in m.get_storage_statistics(kvcm.GPU_LEVEL)] == [2, 3]
+        assert m.get_quota(kvcm.GPU_LEVEL) == 5 * grain
+    with kvcm.KVCacheManager(config(pool_granularity=0), device="emu") as m:
+        assert [s.total for s in m.get_storage_statistics(kvcm.GPU_LEVEL)] == [2, 2]
+
+
+def test_pool_granularity_is_validated():
+    """A pool_granularity below -1 is an InvalidConfigError naming it."""
+    cfg = small_config(tiers=[GpuCacheTierConfig(1 << 20, pool_granularity=-2)])
+    with pytest.raises(kvcm.InvalidConfigError) as ei:
+        kvcm.KVCacheManager(cfg, device="emu")
+    assert ei.value.field == "cache_tiers[0].pool_granularity"

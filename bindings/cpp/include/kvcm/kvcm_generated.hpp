@@ -932,7 +932,7 @@ inline KvCacheOptions makeKvCacheOptions() noexcept {
 // sizeof(kvcm_manager_config) and abi_version = KVCM_ABI_VERSION.
 using ManagerConfig = ::kvcm_manager_config;
 static_assert(std::is_standard_layout_v<ManagerConfig> && std::is_trivially_copyable_v<ManagerConfig>);
-static_assert(sizeof(ManagerConfig) == 256 && alignof(ManagerConfig) == 8);
+static_assert(sizeof(ManagerConfig) == 264 && alignof(ManagerConfig) == 8);
 
 // makeManagerConfig returns a zeroed ManagerConfig with struct_size and abi_version set.
 inline ManagerConfig makeManagerConfig() noexcept {
