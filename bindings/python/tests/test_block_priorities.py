@@ -18,7 +18,8 @@ def served(backend):
     """A manager of 4 GPU pages holding A and B (2 blocks each), a
     manager-backed CP index over it, and a stream."""
     layers = [kvcm.AttentionLayerConfig(0, [kvcm.BufferConfig("key", 64), kvcm.BufferConfig("value", 64)])]
-    with KVCacheManager(small_config(tiers=[kvcm.GpuCacheTierConfig(4 * 128)], layers=layers), device="emu") as m:
+    tiers = [kvcm.GpuCacheTierConfig(4 * 128, pool_granularity=0)]  # 4 pages, not KVCM2's granules
+    with KVCacheManager(small_config(tiers=tiers, layers=layers), device="emu") as m:
         cp = ManagerBackedCPAwareKVManager(m, [1.0])
         s = m.create_stream()
         for p in (A, B):
