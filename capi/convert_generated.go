@@ -374,6 +374,19 @@ func fromCCPManagerBackedOptions(c *C.kvcm_cp_manager_backed_options, name strin
 	return out, nil
 }
 
+// fromCCPRequestID converts a kvcm_cp_request_id to a abimodel.RequestID; name names it in errors.
+func fromCCPRequestID(c *C.kvcm_cp_request_id, name string) (abimodel.RequestID, error) {
+	var out abimodel.RequestID
+	{
+		s, err := cStringN(c.data, c.len, name, "data", "len")
+		if err != nil {
+			return out, err
+		}
+		out.ID = s
+	}
+	return out, nil
+}
+
 // fromCKVCacheOptions converts a kvcm_kv_cache_options to a abimodel.KVCacheOptions; name names it in errors.
 func fromCKVCacheOptions(c *C.kvcm_kv_cache_options, name string) (abimodel.KVCacheOptions, error) {
 	var out abimodel.KVCacheOptions

@@ -246,7 +246,11 @@ func kvcm_cp_get_allocation_priority(cp C.kvcm_cp_index, request_ids *C.kvcm__co
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueCPGetAllocationPriority(cpObj, request_ids, num_request_ids, order))
+	requestIdsArg, err := cStructsArg((*C.kvcm_cp_request_id)(request_ids), num_request_ids, "request_ids", fromCCPRequestID)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueCPGetAllocationPriority(cpObj, requestIdsArg, order))
 }
 
 // kvcm_cp_get_cached_blocks is the export of kvcm_cp_get_cached_blocks (ABI version 1).
