@@ -11,6 +11,7 @@ import (
 	cp "github.com/kvcm/kvcm/core/cp"
 	device "github.com/kvcm/kvcm/core/device"
 	layout "github.com/kvcm/kvcm/core/layout"
+	"math"
 	"unsafe"
 )
 
@@ -40,6 +41,22 @@ func cArray[T any](p *T, n C.size_t, name string) ([]T, error) {
 		return nil, argError(name, "is NULL but its length is %d", uint64(n))
 	}
 	return cSlice(p, n, name)
+}
+
+// cStructsArg converts the n structs at p (a borrowed input array) by conv,
+// each named name[i] in its errors; nil for none.
+func cStructsArg[T, G any](p *T, n C.size_t, name string, conv func(*T, string) (G, error)) ([]G, error) {
+	cs, err := cArray(p, n, name)
+	if err != nil || len(cs) == 0 {
+		return nil, err
+	}
+	out := make([]G, len(cs))
+	for i := range cs {
+		if out[i], err = conv(&cs[i], fmt.Sprintf("%s[%d]", name, i)); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // cStringArg copies the n bytes at p (a parameter the export checked), whose
@@ -312,6 +329,18 @@ func fromCCacheTierConfig(c *C.kvcm_cache_tier_config, name string) (config.Cach
 	return out, nil
 }
 
+// fromCCopyDesc converts a kvcm_copy_desc to a device.CopyDesc; name names it in errors.
+func fromCCopyDesc(c *C.kvcm_copy_desc, name string) (device.CopyDesc, error) {
+	var out device.CopyDesc
+	out.Dst = device.Ptr(c.dst)
+	out.Src = device.Ptr(c.src)
+	if uint64(c.size) > math.MaxInt64 {
+		return out, argError(name+".size", "is too large")
+	}
+	out.Size = int64(c.size)
+	return out, nil
+}
+
 // fromCReuseScope converts a kvcm_reuse_scope to a blockhash.Scope; name names it in errors.
 func fromCReuseScope(c *C.kvcm_reuse_scope, name string) (blockhash.Scope, error) {
 	var out blockhash.Scope
@@ -341,6 +370,19 @@ func fromCCPManagerBackedOptions(c *C.kvcm_cp_manager_backed_options, name strin
 			v := float64(s[i])
 			out.LevelWeights = append(out.LevelWeights, v)
 		}
+	}
+	return out, nil
+}
+
+// fromCCPRequestID converts a kvcm_cp_request_id to a abimodel.RequestID; name names it in errors.
+func fromCCPRequestID(c *C.kvcm_cp_request_id, name string) (abimodel.RequestID, error) {
+	var out abimodel.RequestID
+	{
+		s, err := cStringN(c.data, c.len, name, "data", "len")
+		if err != nil {
+			return out, err
+		}
+		out.ID = s
 	}
 	return out, nil
 }

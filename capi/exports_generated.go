@@ -246,7 +246,11 @@ func kvcm_cp_get_allocation_priority(cp C.kvcm_cp_index, request_ids *C.kvcm__co
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueCPGetAllocationPriority(cpObj, request_ids, num_request_ids, order))
+	requestIdsArg, err := cStructsArg((*C.kvcm_cp_request_id)(request_ids), num_request_ids, "request_ids", fromCCPRequestID)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueCPGetAllocationPriority(cpObj, requestIdsArg, order))
 }
 
 // kvcm_cp_get_cached_blocks is the export of kvcm_cp_get_cached_blocks (ABI version 1).
@@ -3315,7 +3319,11 @@ func kvcm_stream_batch_copy(stream C.kvcm_stream, descs *C.kvcm__const_kvcm_copy
 	if descs == nil && num_descs != 0 {
 		return argStatus(kvcmFn, "descs", fmt.Sprintf("is NULL but num_descs is %d", num_descs))
 	}
-	return statusOf(kvcmFn, glueStreamBatchCopy(stream, descs, num_descs))
+	descsArg, err := cStructsArg((*C.kvcm_copy_desc)(descs), num_descs, "descs", fromCCopyDesc)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueStreamBatchCopy(stream, descsArg))
 }
 
 // kvcm__go_stream_copy_from_host is the export of kvcm_stream_copy_from_host (ABI version 1).

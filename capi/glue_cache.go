@@ -11,6 +11,7 @@ import (
 	"fmt"
 
 	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/abimodel"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/layout"
 )
@@ -53,17 +54,13 @@ func glueKVCacheCreate(mgr *managerObj, opts *C.kvcm__const_kvcm_kv_cache_option
 			return int(pr)
 		}
 	}
-	obj, onClose := newKVCacheObj()
-	o.OnClose = onClose
-	c, err := mgr.CreateCache(o)
-	if err != nil {
+	obj := &kvCacheObj{}
+	o.OnOpen = func(c *abimodel.Cache) { obj.Cache, obj.handle = c, newHandle(obj) }
+	o.OnClose = func() { deleteHandle(obj.handle) }
+	if _, err := mgr.CreateCache(o); err != nil {
 		return err
 	}
-	h, ok := obj.publish(c)
-	if !ok {
-		return errorf(codeInvalidHandle, "manager: %#x was destroyed concurrently", mgr.handle)
-	}
-	*out = C.kvcm_kv_cache(h)
+	*out = C.kvcm_kv_cache(obj.handle)
 	return nil
 }
 

@@ -243,17 +243,7 @@ func goPoolGroupDescs(p *C.kvcm_pool_group_desc, n int) ([]layout.PoolGroupDesc,
 	if n < 0 {
 		return nil, fmt.Errorf("bad descriptor count %d", n)
 	}
-	ds, err := cArray(p, C.size_t(n), "gpu_descs")
-	if err != nil {
-		return nil, err
-	}
-	out := make([]layout.PoolGroupDesc, n)
-	for i := range ds {
-		if out[i], err = fromCPoolGroupDesc(&ds[i], fmt.Sprintf("gpu_descs[%d]", i)); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return cStructsArg(p, C.size_t(n), "gpu_descs", fromCPoolGroupDesc)
 }
 
 // ---- The default codec object ----

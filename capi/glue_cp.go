@@ -207,23 +207,14 @@ func glueCPNotifyBlocksFreed(o *cpObj, id string, keys []blockhash.Key) error {
 	return o.NotifyBlocksFreed(id, keys)
 }
 
-func glueCPGetAllocationPriority(o *cpObj, ids *C.kvcm__const_kvcm_cp_request_id, n C.size_t, order *C.size_t) error {
-	cids, err := cArray(ids, n, "request_ids")
+func glueCPGetAllocationPriority(o *cpObj, ids []abimodel.RequestID, order *C.size_t) error {
+	outs, err := cSlice(order, C.size_t(len(ids)), "num_request_ids")
 	if err != nil {
 		return err
 	}
-	outs, err := cSlice(order, n, "num_request_ids")
-	if err != nil {
-		return err
-	}
-	in := make([]string, len(cids))
-	for i := range cids {
-		if cids[i].data == nil && cids[i].len != 0 {
-			return argError(fmt.Sprintf("request_ids[%d].data", i), "is NULL but len is %d", uint64(cids[i].len))
-		}
-		if in[i], err = cStringArg(cids[i].data, cids[i].len, fmt.Sprintf("request_ids[%d].len", i)); err != nil {
-			return err
-		}
+	in := make([]string, len(ids))
+	for i, id := range ids {
+		in[i] = id.ID
 	}
 	got, err := o.GetAllocationPriority(in)
 	if err != nil {

@@ -60,23 +60,12 @@ func glueStreamEnqueueHostFunc(stream C.kvcm_stream, fn C.kvcm_host_func, user C
 	})
 }
 
-func glueStreamBatchCopy(stream C.kvcm_stream, descs *C.kvcm__const_kvcm_copy_desc, n C.size_t) error {
+func glueStreamBatchCopy(stream C.kvcm_stream, descs []device.CopyDesc) error {
 	s, err := resolveStream(stream)
 	if err != nil {
 		return err
 	}
-	cd, err := cArray(descs, n, "descs")
-	if err != nil {
-		return err
-	}
-	out := make([]device.CopyDesc, len(cd))
-	for i, d := range cd {
-		if uint64(d.size) > abimodel.MaxElems {
-			return argError(fmt.Sprintf("descs[%d].size", i), "%d is too large", uint64(d.size))
-		}
-		out[i] = device.CopyDesc{Dst: device.Ptr(d.dst), Src: device.Ptr(d.src), Size: int64(d.size)}
-	}
-	return s.BatchCopy(out)
+	return s.BatchCopy(descs)
 }
 
 func glueStreamCopyFromHost(stream C.kvcm_stream, dst C.kvcm_device_ptr, src C.uintptr_t, size C.size_t) error {

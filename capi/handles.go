@@ -170,38 +170,11 @@ type (
 		handle uint64
 		*core.PlannedDrop
 	}
-	// kvCacheObj's handle is freed when the cache is closed, by
-	// kvcm_kv_cache_close or by its manager's destroy (abimodel's OnClose).
+	// kvCacheObj's handle is issued when the cache is created
+	// (abimodel's OnOpen) and freed when it is closed, by kvcm_kv_cache_close
+	// or by its manager's destroy (abimodel's OnClose).
 	kvCacheObj struct {
 		*abimodel.Cache
-		mu     sync.Mutex // guards handle and closed
 		handle uint64
-		closed bool
 	}
 )
-
-// newKVCacheObj returns an object for a cache about to be created and the
-// OnClose that frees its handle.
-func newKVCacheObj() (*kvCacheObj, func()) {
-	o := &kvCacheObj{}
-	return o, func() {
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		o.closed = true
-		if o.handle != 0 {
-			deleteHandle(o.handle)
-		}
-	}
-}
-
-// publish issues the cache's handle, unless its manager closed it already.
-func (o *kvCacheObj) publish(c *abimodel.Cache) (uint64, bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.Cache = c
-	if o.closed {
-		return 0, false
-	}
-	o.handle = newHandle(o)
-	return o.handle, true
-}

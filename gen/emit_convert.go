@@ -81,6 +81,21 @@ func convertHelpers(f *jen.File) {
 		jen.Return(jen.Id("cSlice").Call(jen.Id("p"), n(), jen.Id("name"))),
 	)
 	f.Line()
+	f.Comment("cStructsArg converts the n structs at p (a borrowed input array) by conv,")
+	f.Comment("each named name[i] in its errors; nil for none.")
+	f.Func().Id("cStructsArg").Types(jen.List(jen.Id("T"), jen.Id("G")).Any()).Params(jen.Id("p").Op("*").Id("T"), n().Qual("C", "size_t"), jen.Id("name").String(),
+		jen.Id("conv").Func().Params(jen.Op("*").Id("T"), jen.String()).Params(jen.Id("G"), jen.Error())).
+		Params(jen.Index().Id("G"), jen.Error()).Block(
+		jen.List(jen.Id("cs"), jen.Err()).Op(":=").Id("cArray").Call(jen.Id("p"), n(), jen.Id("name")),
+		jen.If(jen.Err().Op("!=").Nil().Op("||").Len(jen.Id("cs")).Op("==").Lit(0)).Block(jen.Return(jen.Nil(), jen.Err())),
+		jen.Id("out").Op(":=").Make(jen.Index().Id("G"), jen.Len(jen.Id("cs"))),
+		jen.For(jen.Id("i").Op(":=").Range().Id("cs")).Block(
+			jen.If(jen.List(jen.Id("out").Index(jen.Id("i")), jen.Err()).Op("=").Id("conv").Call(jen.Op("&").Id("cs").Index(jen.Id("i")),
+				jen.Qual("fmt", "Sprintf").Call(jen.Lit("%s[%d]"), jen.Id("name"), jen.Id("i"))), jen.Err().Op("!=").Nil()).Block(
+				jen.Return(jen.Nil(), jen.Err()))),
+		jen.Return(jen.Id("out"), jen.Nil()),
+	)
+	f.Line()
 	f.Comment("cStringArg copies the n bytes at p (a parameter the export checked), whose")
 	f.Comment("length is the parameter lenName.")
 	f.Func().Id("cStringArg").Params(jen.Id("p").Op("*").Qual("C", "char"), n().Qual("C", "size_t"), jen.Id("lenName").String()).
@@ -223,6 +238,16 @@ func castTo(t types.Type, x jen.Code) jen.Code {
 	return jen.Add(goTypeCode(t)).Call(x)
 }
 
+// wrapsSigned reports whether the C scalar c (uint64_t or size_t) holds
+// values the Go type t (a 64-bit signed integer) cannot.
+func wrapsSigned(c *Type, t types.Type) bool {
+	if c.Kind != KSize && (c.Kind != KScalar || c.Scalar != "uint64_t") {
+		return false
+	}
+	b, ok := t.Underlying().(*types.Basic)
+	return ok && (b.Kind() == types.Int64 || b.Kind() == types.Int)
+}
+
 // inConverter writes fromC<Decl>.
 func inConverter(m *Model, d *Decl) jen.Code {
 	g := d.GoMap
@@ -238,6 +263,10 @@ func inConverter(m *Model, d *Decl) jen.Code {
 		src := func() *jen.Statement { return jen.Id("c").Dot(f.CName) }
 		var st []jen.Code
 		switch {
+		case isScalarField(f.Type) && wrapsSigned(f.Type, t):
+			// A value the signed Go field cannot hold would turn negative.
+			st = append(st, jen.If(jen.Uint64().Call(src()).Op(">").Qual("math", "MaxInt64")).Block(fail(f.CName, "is too large")),
+				dst.Op("=").Add(goTypeCode(t)).Call(src()))
 		case isScalarField(f.Type):
 			st = append(st, dst.Op("=").Add(goTypeCode(t)).Call(src()))
 		case f.Type.Kind == KCStr && f.Len != "":

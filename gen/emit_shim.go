@@ -575,6 +575,10 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 	for _, p := range fn.Sig.Params {
 		v := lowerCamel(p.CName) + "Arg"
 		switch {
+		case p.Has("convert") && p.Len != "":
+			d := p.Type.Elem.Decl
+			body = append(body, jen.List(jen.Id(v), jen.Err()).Op(":=").Id("cStructsArg").Call(
+				jen.Parens(jen.Op("*").Qual("C", d.CName)).Call(jen.Id(p.CName)), jen.Id(p.Len), jen.Lit(p.CName), jen.Id("fromC"+d.GoName)), ifErr)
 		case p.Has("convert"):
 			d := p.Type.Elem.Decl
 			body = append(body, jen.List(jen.Id(v), jen.Err()).Op(":=").Id("fromC"+d.GoName).Call(

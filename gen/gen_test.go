@@ -112,7 +112,7 @@ func TestModel(t *testing.T) {
 	for _, f := range m.TableFuncs() {
 		names = append(names, f.CName)
 	}
-	assert.Equal(t, []string{"kvcm_count", "kvcm_status_free", "kvcm_widget_create", "kvcm_widget_notify", "kvcm_widget_tag", "kvcm_widget_take_pairs"}, names,
+	assert.Equal(t, []string{"kvcm_count", "kvcm_status_free", "kvcm_widget_create", "kvcm_widget_move_pairs", "kvcm_widget_notify", "kvcm_widget_tag", "kvcm_widget_take_pairs"}, names,
 		"the table is ordered by version, then name, and omits kvcm_get_api")
 }
 
@@ -149,7 +149,7 @@ func TestLoadErrors(t *testing.T) {
 		"pyvaluestr":      "a //kvcm:pyvalue struct has scalar, enum and typedef fields only",
 		"slicenogo":       "slice is for a const T* of scalars, with go=<Go element type>",
 		"resetnobuffer":   "reset is for a buffer=",
-		"convertnullable": "convert is for a const T* without len=, neither nullable nor consumed",
+		"convertnullable": "convert is for a const T*, not consumed, nullable only with len=",
 		"shortnoslice":    "short is for a slice",
 	} {
 		_, err := Load(filepath.Join("testdata", "bad", dir), ".")

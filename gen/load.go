@@ -793,8 +793,8 @@ func checkConvention(f *Func, p *Param) error {
 		switch {
 		case !f.Sig.Result.IsStatus():
 			return fmt.Errorf("convert needs a kvcm_status* result")
-		case t.Kind != KPtr || t.Dir != DirIn || p.Len != "" || p.Nullable || p.Has("consumed"):
-			return fmt.Errorf("convert is for a const T* without len=, neither nullable nor consumed")
+		case t.Kind != KPtr || t.Dir != DirIn || p.Has("consumed") || (p.Nullable && p.Len == ""):
+			return fmt.Errorf("convert is for a const T*, not consumed, nullable only with len=")
 		case t.Elem.Kind != KNamed || t.Elem.Decl.GoMap == nil || !t.Elem.Decl.GoMap.In:
 			return fmt.Errorf("convert is for a struct with //kvcm:go in")
 		}

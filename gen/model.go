@@ -68,7 +68,8 @@ type Param struct {
 	// Go values: string (a const char* with len=, or NUL-terminated
 	// without: a Go string, cast to go= when given), slice (a
 	// const T* with len=: a []GoElem copy), convert (a const T* of a
-	// //kvcm:go in struct: its Go value), buffer=<needed> (a T* with
+	// //kvcm:go in struct: its Go value, or with len= a slice of them),
+	// buffer=<needed> (a T* with
 	// len=capacity and the size_t* that receives the count: the glue
 	// returns a []GoElem, or a slice of T's //kvcm:go struct, and the
 	// export fills the buffer, checking its capacity; with reset the glue

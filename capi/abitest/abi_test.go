@@ -631,6 +631,9 @@ func TestStreamAPI(t *testing.T) {
 	require.NoError(t, CopyFromHost(s, dev, data))
 	require.NoError(t, BatchCopy(s, []Copy{{Dst: host, Src: dev, Size: 256}}))
 	require.NoError(t, BatchCopy(s, nil))
+	// A size no signed 64-bit count holds is an argument error naming the
+	// element's field, not a negative size.
+	requireCode(t, BatchCopy(s, []Copy{{Dst: host, Src: dev, Size: 8}, {Dst: host, Src: dev, Size: 1 << 63}}), InvalidArgument, "descs[1].size", "too large")
 	runs := HostFuncRuns()
 	require.NoError(t, EnqueueHostFunc(s, 0))
 	require.NoError(t, Synchronize(s))

@@ -17,8 +17,14 @@ type CacheOptions struct {
 	// RequestID, when not empty and a CP index is attached, makes the cache
 	// notify that index of the blocks it holds (cp.TrackedCache).
 	RequestID string
+	// OnOpen, if set, runs once the cache exists, before CreateCache
+	// returns and before any Close can close it (the C ABI issues the
+	// cache's handle there), under the manager's lock: it must not call the
+	// manager.
+	OnOpen func(*Cache)
 	// OnClose, if set, runs once the cache is closed, by Cache.Close or by
-	// Manager.Close (the C ABI frees the cache's handle there).
+	// Manager.Close (the C ABI frees the cache's handle there), after
+	// OnOpen.
 	OnClose func()
 }
 
@@ -58,6 +64,9 @@ func (mgr *Manager) CreateCache(opts CacheOptions) (*Cache, error) {
 		idx.acquire()
 		obj.tc, added = cp.NewTracker(mgr.m, idx.index).Wrap(opts.RequestID, c, opts.CacheOptions)
 		obj.cpRef = idx
+	}
+	if opts.OnOpen != nil {
+		opts.OnOpen(obj)
 	}
 	mgr.caches[obj] = struct{}{}
 	mgr.mu.Unlock()

@@ -53,6 +53,32 @@ func TestCacheIsClosedOnceUnderRacingCloses(t *testing.T) {
 	}
 }
 
+// A cache's OnOpen runs before CreateCache returns, and its OnClose after
+// its OnOpen even when the manager closes the cache at once.
+func TestCacheOnOpenRunsBeforeAnyClose(t *testing.T) {
+	for round := range 20 {
+		m := newManager(t, Options{})
+		var mu sync.Mutex
+		var log []string
+		note := func(s string) { mu.Lock(); log = append(log, s); mu.Unlock() }
+		closed := make(chan struct{})
+		go func() { defer close(closed); m.Close() }()
+		var opened *Cache
+		c, err := m.CreateCache(CacheOptions{
+			OnOpen:  func(c *Cache) { opened = c; note("open") },
+			OnClose: func() { note("close") },
+		})
+		<-closed
+		if err != nil { // the manager was gone first: neither runs
+			assert.Empty(t, log, "round %d", round)
+			continue
+		}
+		assert.Same(t, c, opened, "round %d", round)
+		require.NoError(t, c.Close())
+		assert.Equal(t, []string{"open", "close"}, log, "round %d", round)
+	}
+}
+
 // Resize bounds capacity and history by MaxElems before the core sees them;
 // a negative history keeps the current one.
 func TestCacheResizeBounds(t *testing.T) {

@@ -191,6 +191,9 @@ func (x *CPIndex) NotifyBlocksFreed(requestID string, keys []blockhash.Key) erro
 	return nil
 }
 
+// RequestID is a kvcm_cp_request_id: one request's id.
+type RequestID struct{ ID string }
+
 // GetAllocationPriority returns the order in which the requests should get
 // pages, as indices into ids: a permutation, whatever the index answered
 // (cp.RepairOrder drops unknown and repeated ids and appends missing ones);

@@ -151,6 +151,7 @@ type ColdPageCodec struct {
 //
 //kvcm:struct
 //kvcm:since 1
+//kvcm:go in github.com/kvcm/kvcm/core/device.CopyDesc
 type CopyDesc struct {
 	// Dst is the destination address.
 	Dst DevicePtr

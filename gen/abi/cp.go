@@ -20,9 +20,10 @@ type CPIndex uint64
 //kvcm:struct
 //kvcm:since 1
 //kvcm:cppns c
+//kvcm:go in github.com/kvcm/kvcm/core/abimodel.RequestID
 type CPRequestID struct {
 	// Data holds the id's bytes.
-	Data spec.CStr `len:"Len" nullable:"true" own:"borrowed"`
+	Data spec.CStr `len:"Len" nullable:"true" own:"borrowed" go:"ID"`
 	// Len is the id's length in bytes.
 	Len spec.Size
 }
@@ -224,7 +225,7 @@ type CPNotifyBlocksFreed func(cp CPIndex, requestID spec.CStr, requestIDLen spec
 //kvcm:since 1
 //kvcm:thread any
 //kvcm:param cp in The index.
-//kvcm:param requestIds borrowed,nullable,len=numRequestIds The request ids (NULL only when num_request_ids is 0).
+//kvcm:param requestIds borrowed,nullable,len=numRequestIds,convert The request ids (NULL only when num_request_ids is 0).
 //kvcm:param numRequestIds in The number of request ids.
 //kvcm:param order out,nullable,len=numRequestIds Receives num_request_ids indices into request_ids.
 type CPGetAllocationPriority func(cp CPIndex, requestIds spec.In[CPRequestID], numRequestIds spec.Size, order spec.Out[spec.Size]) *Status

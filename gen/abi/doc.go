@@ -45,7 +45,9 @@
 // go:"Field.Sub" a field of a struct field, for
 // out); go:"-" leaves the field to the hand-written glue in capi. kvcmgen
 // refuses a field that has neither a Go counterpart nor go:"-", so no field
-// is ever silently dropped.
+// is ever silently dropped. An in converter rejects a uint64_t or size_t
+// field above the largest value of its signed 64-bit Go field ("is too
+// large") rather than let it turn negative.
 //
 // Adding a field to a configuration or statistics struct:
 //
@@ -101,9 +103,11 @@
 //     of up to 8 elements is an array in the export's frame, so a glue that
 //     keeps the slice makes it escape to the heap on every call: short is
 //     for the hot calls whose glue does not keep it.
-//   - convert: a const T* of a struct with //kvcm:go in, neither nullable
-//     nor consumed, becomes T's Go value (fromC<T>, whose errors name the
-//     parameter's fields).
+//   - convert: a const T* of a struct with //kvcm:go in, not consumed,
+//     becomes T's Go value (fromC<T>, whose errors name the parameter's
+//     fields); it is not nullable. With len= it is a borrowed array (NULL
+//     only for 0 elements) that becomes a []G of the Go values, nil for
+//     none, each element's errors naming it as p[i].
 //   - buffer=<needed>: a T* with len=capacity; the glue returns ([]G,
 //     error), G from go= or the elements' //kvcm:go out struct, and the
 //     export writes the count to needed and the elements when they fit,

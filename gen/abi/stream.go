@@ -104,7 +104,7 @@ type StreamEnqueueHostFunc func(stream Stream, fn HostFunc, userData spec.VoidPt
 //kvcm:since 1
 //kvcm:thread stream
 //kvcm:param stream in The stream.
-//kvcm:param descs borrowed,nullable,len=numDescs The copies (NULL only when num_descs is 0).
+//kvcm:param descs borrowed,nullable,len=numDescs,convert The copies (NULL only when num_descs is 0).
 //kvcm:param numDescs in The number of copies.
 type StreamBatchCopy func(stream Stream, descs spec.In[CopyDesc], numDescs spec.Size) *Status
 

@@ -268,6 +268,15 @@ type WidgetTag func(widget Widget, name spec.CStr, nameLen spec.Size, values spe
 //kvcm:param needed out Receives the count.
 type WidgetTakePairs func(widget Widget, label spec.CStr, origin spec.In[Pair], pairs spec.Out[Pair], capacity spec.Size, needed spec.Out[spec.Size]) *Status
 
+// WidgetMovePairs moves the widget along pairs.
+//
+//kvcm:since 2
+//kvcm:thread any
+//kvcm:param widget in The widget.
+//kvcm:param pairs borrowed,nullable,len=numPairs,convert The pairs (NULL only when num_pairs is 0).
+//kvcm:param numPairs in The number of pairs.
+type WidgetMovePairs func(widget Widget, pairs spec.In[Pair], numPairs spec.Size) *Status
+
 // Count returns a count.
 //
 //kvcm:since 1

@@ -3,6 +3,7 @@
 package capi
 
 import (
+	"fmt"
 	abimodel "github.com/kvcm/kvcm/core/abimodel"
 	"image"
 	"unsafe"
@@ -34,6 +35,22 @@ func cArray[T any](p *T, n C.size_t, name string) ([]T, error) {
 		return nil, argError(name, "is NULL but its length is %d", uint64(n))
 	}
 	return cSlice(p, n, name)
+}
+
+// cStructsArg converts the n structs at p (a borrowed input array) by conv,
+// each named name[i] in its errors; nil for none.
+func cStructsArg[T, G any](p *T, n C.size_t, name string, conv func(*T, string) (G, error)) ([]G, error) {
+	cs, err := cArray(p, n, name)
+	if err != nil || len(cs) == 0 {
+		return nil, err
+	}
+	out := make([]G, len(cs))
+	for i := range cs {
+		if out[i], err = conv(&cs[i], fmt.Sprintf("%s[%d]", name, i)); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // cStringArg copies the n bytes at p (a parameter the export checked), whose

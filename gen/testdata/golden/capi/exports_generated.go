@@ -55,6 +55,33 @@ func kvcm_widget_create(options *C.kvcm__const_kvcm_options, plugin *C.kvcm__con
 	return statusOf(kvcmFn, glueWidgetCreate(options, pluginArg, out))
 }
 
+// kvcm_widget_move_pairs is the export of kvcm_widget_move_pairs (ABI version 2).
+//
+//export kvcm_widget_move_pairs
+func kvcm_widget_move_pairs(widget C.kvcm_widget, pairs *C.kvcm__const_kvcm_pair, num_pairs C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_widget_move_pairs"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if pairs == nil && num_pairs != 0 {
+		return argStatus(kvcmFn, "pairs", fmt.Sprintf("is NULL but num_pairs is %d", num_pairs))
+	}
+	widgetObj, st := lookupWidget(kvcmFn, "widget", widget)
+	if st != nil {
+		return st
+	}
+	pairsArg, err := cStructsArg((*C.kvcm_pair)(pairs), num_pairs, "pairs", fromCPair)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueWidgetMovePairs(widgetObj, pairsArg))
+}
+
 // kvcm__go_widget_notify is the export of kvcm_widget_notify (ABI version 2).
 //
 //export kvcm__go_widget_notify

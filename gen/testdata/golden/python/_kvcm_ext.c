@@ -638,6 +638,40 @@ done:
     return out;
 }
 
+/* kvcm_widget_move_pairs(widget, pairs, num_pairs) */
+static PyObject *kx_fn_kvcm_widget_move_pairs(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_widget a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    size_t a2;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 3, "kvcm_widget_move_pairs") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_widget)v;
+    }
+    if (kx_pointer(args[1], names, 1, 0, 0, &a1) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[2], names, 2, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a2 = (size_t)v;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->widget_move_pairs(a0, (const kvcm_pair*)a1.p, a2);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    return out;
+}
+
 /* kvcm_widget_notify(widget, fn, user_data, pairs, capacity, needed) */
 static PyObject *kx_fn_kvcm_widget_notify(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -786,13 +820,14 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_count", (PyCFunction)(void (*)(void))kx_fn_kvcm_count, METH_FASTCALL, "kvcm_count()"},
     {"kvcm_status_free", (PyCFunction)(void (*)(void))kx_fn_kvcm_status_free, METH_FASTCALL, "kvcm_status_free(status)"},
     {"kvcm_widget_create", (PyCFunction)(void (*)(void))kx_fn_kvcm_widget_create, METH_FASTCALL, "kvcm_widget_create(options, plugin, out)"},
+    {"kvcm_widget_move_pairs", (PyCFunction)(void (*)(void))kx_fn_kvcm_widget_move_pairs, METH_FASTCALL, "kvcm_widget_move_pairs(widget, pairs, num_pairs)"},
     {"kvcm_widget_notify", (PyCFunction)(void (*)(void))kx_fn_kvcm_widget_notify, METH_FASTCALL, "kvcm_widget_notify(widget, fn, user_data, pairs, capacity, needed)"},
     {"kvcm_widget_tag", (PyCFunction)(void (*)(void))kx_fn_kvcm_widget_tag, METH_FASTCALL, "kvcm_widget_tag(widget, name, name_len, values, num_values)"},
     {"kvcm_widget_take_pairs", (PyCFunction)(void (*)(void))kx_fn_kvcm_widget_take_pairs, METH_FASTCALL, "kvcm_widget_take_pairs(widget, label, origin, pairs, capacity, needed)"},
     {NULL, NULL, 0, NULL},
 };
 
-static const Py_ssize_t kx_arity[] = {0, 1, 3, 6, 5, 6};
+static const Py_ssize_t kx_arity[] = {0, 1, 3, 3, 6, 5, 6};
 
 /* bind(name, parameter_names) -> the builtin function of name; its errors
  * name the parameters as parameter_names (a tuple of str, one a

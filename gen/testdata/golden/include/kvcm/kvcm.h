@@ -393,6 +393,19 @@ KVCM_API void kvcm_status_free(kvcm_status* status);
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_widget_create(const kvcm_options* options, const kvcm_plugin_object* plugin, kvcm_widget* out);
 
 /**
+ * kvcm_widget_move_pairs moves the widget along pairs.
+ *
+ * @param widget [in] The widget.
+ * @param pairs [in, borrowed, nullable, array of num_pairs] The pairs (NULL only when num_pairs is 0).
+ * @param num_pairs [in] The number of pairs.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_widget_move_pairs(kvcm_widget widget, const kvcm_pair* pairs, size_t num_pairs);
+
+/**
  * kvcm_widget_notify calls fn with user data.
  *
  * @param widget [in] The widget.
@@ -455,6 +468,8 @@ struct kvcm_api {
     void (*status_free)(kvcm_status* status);
     /** kvcm_widget_create (since ABI version 1). */
     kvcm_status* (*widget_create)(const kvcm_options* options, const kvcm_plugin_object* plugin, kvcm_widget* out);
+    /** kvcm_widget_move_pairs (since ABI version 2). */
+    kvcm_status* (*widget_move_pairs)(kvcm_widget widget, const kvcm_pair* pairs, size_t num_pairs);
     /** kvcm_widget_notify (since ABI version 2). */
     kvcm_status* (*widget_notify)(kvcm_widget widget, kvcm_notify fn, void* user_data, kvcm_pair* pairs, size_t capacity, size_t* needed);
     /** kvcm_widget_tag (since ABI version 2). */
@@ -516,16 +531,17 @@ KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_shape) == 8, "alignment of kvcm_shape chang
 KVCM_STATIC_ASSERT(offsetof(kvcm_shape, name) == 0, "layout of kvcm_shape changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shape, sides) == 8, "layout of kvcm_shape changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shape, hidden) == 12, "layout of kvcm_shape changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 56, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 64, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, count) == 8, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, status_free) == 16, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_create) == 24, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_notify) == 32, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_tag) == 40, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_take_pairs) == 48, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_move_pairs) == 32, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_notify) == 40, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_tag) == 48, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_take_pairs) == 56, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus
