@@ -278,6 +278,10 @@
 //   - kvcm_manager_drain_events that fails with KVCM_ERR_BUFFER_TOO_SMALL
 //     after draining past priority updates keeps the count of events
 //     dropped for the next drain; it used to lose it.
+//   - kvcm_kv_cache_create racing with kvcm_manager_destroy of its manager
+//     returns a handle that is already invalid (as when the destroy comes
+//     just after the create returns); it used to fail with
+//     KVCM_ERR_INVALID_HANDLE.
 //
 // The bindings' configuration and event types are generated from this
 // description (//kvcm:cppvalue, //kvcm:pyconfig; no function, struct or
