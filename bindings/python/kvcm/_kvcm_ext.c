@@ -4737,6 +4737,125 @@ static PyMethodDef kx_functions[] = {
 
 static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 14, 2, 6, 8, 1, 1, 7, 6, 2, 4, 5, 4, 2, 7, 3, 2, 2, 2, 2, 2, 2, 2, 1, 4, 1, 8, 11, 3, 8, 4, 5, 4, 4, 4, 2, 4, 4, 4, 4, 2, 2, 2, 7, 11, 10, 6, 8, 1, 1};
 
+static const size_t kx_slot_offsets[] = {
+    offsetof(kvcm_api, cold_page_codec_destroy),
+    offsetof(kvcm_api, config_validate),
+    offsetof(kvcm_api, cp_create_delegating),
+    offsetof(kvcm_api, cp_create_manager_backed),
+    offsetof(kvcm_api, cp_create_null),
+    offsetof(kvcm_api, cp_destroy),
+    offsetof(kvcm_api, cp_get_allocation_priority),
+    offsetof(kvcm_api, cp_get_cached_blocks),
+    offsetof(kvcm_api, cp_get_fault_count),
+    offsetof(kvcm_api, cp_notify_blocks_allocated),
+    offsetof(kvcm_api, cp_notify_blocks_freed),
+    offsetof(kvcm_api, cp_predict_prefix_reuse),
+    offsetof(kvcm_api, create_default_cold_page_codec),
+    offsetof(kvcm_api, debug_panic),
+    offsetof(kvcm_api, get_abi_version),
+    offsetof(kvcm_api, get_library_version),
+    offsetof(kvcm_api, is_poisoned),
+    offsetof(kvcm_api, kv_cache_close),
+    offsetof(kvcm_api, kv_cache_commit),
+    offsetof(kvcm_api, kv_cache_create),
+    offsetof(kvcm_api, kv_cache_get_base_page_indices),
+    offsetof(kvcm_api, kv_cache_get_capacity),
+    offsetof(kvcm_api, kv_cache_get_history_length),
+    offsetof(kvcm_api, kv_cache_get_id),
+    offsetof(kvcm_api, kv_cache_get_num_committed_tokens),
+    offsetof(kvcm_api, kv_cache_get_reused_tokens),
+    offsetof(kvcm_api, kv_cache_get_status),
+    offsetof(kvcm_api, kv_cache_prefetch),
+    offsetof(kvcm_api, kv_cache_resize),
+    offsetof(kvcm_api, kv_cache_resume),
+    offsetof(kvcm_api, kv_cache_stop_committing),
+    offsetof(kvcm_api, kv_cache_suspend),
+    offsetof(kvcm_api, live_handle_count),
+    offsetof(kvcm_api, manager_alloc_memory),
+    offsetof(kvcm_api, manager_attach_cp),
+    offsetof(kvcm_api, manager_create),
+    offsetof(kvcm_api, manager_create_stream),
+    offsetof(kvcm_api, manager_destroy),
+    offsetof(kvcm_api, manager_destroy_stream),
+    offsetof(kvcm_api, manager_detach_cp),
+    offsetof(kvcm_api, manager_drain_events),
+    offsetof(kvcm_api, manager_free_memory),
+    offsetof(kvcm_api, manager_get_and_reset_iteration_peak_block_stats),
+    offsetof(kvcm_api, manager_get_and_reset_iteration_stats),
+    offsetof(kvcm_api, manager_get_buffer_location),
+    offsetof(kvcm_api, manager_get_device_kind),
+    offsetof(kvcm_api, manager_get_layer_group_of),
+    offsetof(kvcm_api, manager_get_migration_stats),
+    offsetof(kvcm_api, manager_get_num_layer_groups),
+    offsetof(kvcm_api, manager_get_num_levels),
+    offsetof(kvcm_api, manager_get_pool_group_descs),
+    offsetof(kvcm_api, manager_get_quota),
+    offsetof(kvcm_api, manager_get_stats),
+    offsetof(kvcm_api, manager_get_storage_stats),
+    offsetof(kvcm_api, manager_get_tokens_per_block),
+    offsetof(kvcm_api, manager_probe_reuse),
+    offsetof(kvcm_api, manager_resize_level),
+    offsetof(kvcm_api, status_code_name),
+    offsetof(kvcm_api, status_free),
+    offsetof(kvcm_api, status_get_code),
+    offsetof(kvcm_api, status_get_message),
+    offsetof(kvcm_api, stream_alloc_memory),
+    offsetof(kvcm_api, stream_batch_copy),
+    offsetof(kvcm_api, stream_copy_from_host),
+    offsetof(kvcm_api, stream_enqueue_host_func),
+    offsetof(kvcm_api, stream_free_memory),
+    offsetof(kvcm_api, stream_synchronize),
+    offsetof(kvcm_api, block_keys),
+    offsetof(kvcm_api, create_builtin_cold_page_codec),
+    offsetof(kvcm_api, kv_cache_commit_beam_search),
+    offsetof(kvcm_api, kv_cache_commit_digests),
+    offsetof(kvcm_api, kv_cache_commit_pending_stats),
+    offsetof(kvcm_api, kv_cache_discard_pending_stats),
+    offsetof(kvcm_api, kv_cache_get_aggregated_page_indices),
+    offsetof(kvcm_api, kv_cache_get_beam_base_page_indices),
+    offsetof(kvcm_api, kv_cache_get_beam_width),
+    offsetof(kvcm_api, kv_cache_get_cached_tokens_by_level),
+    offsetof(kvcm_api, kv_cache_get_committed_digests),
+    offsetof(kvcm_api, kv_cache_get_committed_tokens),
+    offsetof(kvcm_api, kv_cache_get_reuse_diagnostics),
+    offsetof(kvcm_api, kv_cache_get_scratch_desc),
+    offsetof(kvcm_api, kv_cache_get_ssm_block_base_index),
+    offsetof(kvcm_api, kv_cache_get_stats),
+    offsetof(kvcm_api, kv_cache_get_swa_scratch_reuse),
+    offsetof(kvcm_api, kv_cache_has_scratch_slots),
+    offsetof(kvcm_api, kv_cache_plan_committed_block_drop),
+    offsetof(kvcm_api, kv_cache_set_beam_width),
+    offsetof(kvcm_api, kv_cache_set_stream),
+    offsetof(kvcm_api, kv_cache_set_swa_scratch_reuse),
+    offsetof(kvcm_api, manager_adjust),
+    offsetof(kvcm_api, manager_clamp_max_seq_len_for_mem),
+    offsetof(kvcm_api, manager_clear_reusable_blocks),
+    offsetof(kvcm_api, manager_drain_block_events),
+    offsetof(kvcm_api, manager_drain_block_events_digests),
+    offsetof(kvcm_api, manager_flush_shared),
+    offsetof(kvcm_api, manager_get_aggregated_pages),
+    offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level),
+    offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats),
+    offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level),
+    offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats),
+    offsetof(kvcm_api, manager_get_and_reset_ssm_snapshot_iteration_stats),
+    offsetof(kvcm_api, manager_get_num_open_caches),
+    offsetof(kvcm_api, manager_get_page_index_converter),
+    offsetof(kvcm_api, manager_get_page_index_upper_bound),
+    offsetof(kvcm_api, manager_get_page_stride),
+    offsetof(kvcm_api, manager_get_scratch_pages_per_block),
+    offsetof(kvcm_api, manager_get_shared_level),
+    offsetof(kvcm_api, manager_get_shared_stats),
+    offsetof(kvcm_api, manager_need_adjustment),
+    offsetof(kvcm_api, manager_probe_first_new_block_key),
+    offsetof(kvcm_api, manager_probe_first_new_block_key_digests),
+    offsetof(kvcm_api, manager_probe_reuse_digests),
+    offsetof(kvcm_api, manager_probe_reuse_v2),
+    offsetof(kvcm_api, manager_set_block_priorities),
+    offsetof(kvcm_api, planned_drop_destroy),
+    offsetof(kvcm_api, planned_drop_drop)
+};
+
 /* bind(name, parameter_names) -> the builtin function of name; its errors
  * name the parameters as parameter_names (a tuple of str, one a
  * parameter). KeyError when name has no fast path. */
@@ -4789,6 +4908,39 @@ static PyObject *kx_names(PyObject *module, PyObject *unused)
     return t;
 }
 
+/* slots(get_api_address) -> the addresses the table of the library whose
+ * kvcm_get_api is there holds at this extension's slots, in functions()'s
+ * order: kvcm._native compares them with the library's symbols before
+ * attach, so an extension built against another header than the library's
+ * (slots shifted within an unreleased ABI version) is refused, not called. */
+static PyObject *kx_slots(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    void *fp = PyLong_AsVoidPtr(arg);
+    if (!fp) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "slots: kvcm_get_api's address is NULL");
+        return NULL;
+    }
+    const kvcm_api *api = ((const kvcm_api *(*)(uint32_t))fp)(KVCM_ABI_VERSION);
+    Py_ssize_t n = 0;
+    while (kx_functions[n].ml_name)
+        n++;
+    PyObject *t = PyTuple_New(n);
+    for (Py_ssize_t i = 0; t && i < n; i++) {
+        void *slot = NULL;
+        if (api && kx_slot_offsets[i] + sizeof(void *) <= api->struct_size)
+            memcpy(&slot, (const char *)api + kx_slot_offsets[i], sizeof slot);
+        PyObject *v = PyLong_FromVoidPtr(slot);
+        if (!v) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return t;
+}
+
 static PyMethodDef kx_module_methods[] = {
     {"configure", (PyCFunction)(void (*)(void))kx_configure, METH_VARARGS | METH_KEYWORDS,
      "configure(*, load, integer, tokens, check_not_forked, release_deferred, deferred, errors, base_error)"},
@@ -4796,6 +4948,7 @@ static PyMethodDef kx_module_methods[] = {
     {"mark_forked", kx_mark_forked, METH_NOARGS, "mark_forked(): this process is a fork() child"},
     {"bind", (PyCFunction)(void (*)(void))kx_bind, METH_FASTCALL, "bind(name, parameter_names)"},
     {"functions", kx_names, METH_NOARGS, "functions(): the names with a fast path"},
+    {"slots", kx_slots, METH_O, "slots(get_api_address): the library table's addresses at functions()'s slots"},
     {"tokens", (PyCFunction)(void (*)(void))kx_tokens, METH_FASTCALL,
      "tokens(value, name='tokens') -> (address or None, count, keep), as kvcm._convert.tokens"},
     {NULL, NULL, 0, NULL},

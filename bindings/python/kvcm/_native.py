@@ -82,8 +82,20 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 def _attach_ext() -> None:
     """The extension's load hook: load the library (as the ctypes path
-    does) and hand over its function table."""
-    _ext.attach(ctypes.cast(_load().kvcm_get_api, ctypes.c_void_p).value)
+    does), check that its function table holds, at every slot the
+    extension calls, the function of that name (an extension compiled
+    against another header than the library's would call others), and hand
+    the table over."""
+    lib = _load()
+    get_api = ctypes.cast(lib.kvcm_get_api, ctypes.c_void_p).value
+    for name, slot in zip(_ext.functions(), _ext.slots(get_api)):
+        want = ctypes.cast(getattr(lib, name, None), ctypes.c_void_p).value
+        if slot != want:
+            raise ImportError(
+                f"kvcm._kvcm_ext was built for another libkvcm than {lib._name}: its slot of {name} "
+                "holds another function there; rebuild the extension (pip install ./bindings/python, "
+                "make py-ext) or use KVCM_PYTHON_BACKEND=ctypes")
+    _ext.attach(get_api)
 
 
 def _import_ext() -> Any:

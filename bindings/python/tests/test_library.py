@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from conftest import HERE
 
 import kvcm
@@ -144,3 +145,35 @@ def test_readme_example_runs():
     before = kvcm.live_handle_count()
     exec(compile(code, "README.md", "exec"), {})
     assert kvcm.live_handle_count() == before
+
+
+def test_an_extension_built_for_another_library_is_refused(monkeypatch):
+    """The compiled extension calls through the library's function table by
+    slot: when a slot holds another function than the one of its name (an
+    extension built against another header of the same, unreleased ABI
+    version), loading refuses it with an ImportError naming the function,
+    and nothing is attached."""
+    from kvcm import _native
+
+    real = _native._ext
+    if real is None:
+        pytest.skip("kvcm._kvcm_ext is not built")
+    attached = []
+
+    class Shifted:
+        def functions(self):
+            return real.functions()
+
+        def slots(self, get_api):
+            s = real.slots(get_api)
+            return s[1:] + s[:1]
+
+        def attach(self, get_api):
+            attached.append(get_api)
+
+    monkeypatch.setattr(_native, "_ext", Shifted())
+    with pytest.raises(ImportError, match=f"slot of {real.functions()[0]} holds another function"):
+        _native._attach_ext()
+    assert attached == []
+    monkeypatch.setattr(_native, "_ext", real)
+    _native._attach_ext()  # the real extension's slots match the library's symbols

@@ -829,6 +829,16 @@ static PyMethodDef kx_functions[] = {
 
 static const Py_ssize_t kx_arity[] = {0, 1, 3, 3, 6, 5, 6};
 
+static const size_t kx_slot_offsets[] = {
+    offsetof(kvcm_api, count),
+    offsetof(kvcm_api, status_free),
+    offsetof(kvcm_api, widget_create),
+    offsetof(kvcm_api, widget_move_pairs),
+    offsetof(kvcm_api, widget_notify),
+    offsetof(kvcm_api, widget_tag),
+    offsetof(kvcm_api, widget_take_pairs)
+};
+
 /* bind(name, parameter_names) -> the builtin function of name; its errors
  * name the parameters as parameter_names (a tuple of str, one a
  * parameter). KeyError when name has no fast path. */
@@ -881,6 +891,39 @@ static PyObject *kx_names(PyObject *module, PyObject *unused)
     return t;
 }
 
+/* slots(get_api_address) -> the addresses the table of the library whose
+ * kvcm_get_api is there holds at this extension's slots, in functions()'s
+ * order: kvcm._native compares them with the library's symbols before
+ * attach, so an extension built against another header than the library's
+ * (slots shifted within an unreleased ABI version) is refused, not called. */
+static PyObject *kx_slots(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    void *fp = PyLong_AsVoidPtr(arg);
+    if (!fp) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "slots: kvcm_get_api's address is NULL");
+        return NULL;
+    }
+    const kvcm_api *api = ((const kvcm_api *(*)(uint32_t))fp)(KVCM_ABI_VERSION);
+    Py_ssize_t n = 0;
+    while (kx_functions[n].ml_name)
+        n++;
+    PyObject *t = PyTuple_New(n);
+    for (Py_ssize_t i = 0; t && i < n; i++) {
+        void *slot = NULL;
+        if (api && kx_slot_offsets[i] + sizeof(void *) <= api->struct_size)
+            memcpy(&slot, (const char *)api + kx_slot_offsets[i], sizeof slot);
+        PyObject *v = PyLong_FromVoidPtr(slot);
+        if (!v) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return t;
+}
+
 static PyMethodDef kx_module_methods[] = {
     {"configure", (PyCFunction)(void (*)(void))kx_configure, METH_VARARGS | METH_KEYWORDS,
      "configure(*, load, integer, tokens, check_not_forked, release_deferred, deferred, errors, base_error)"},
@@ -888,6 +931,7 @@ static PyMethodDef kx_module_methods[] = {
     {"mark_forked", kx_mark_forked, METH_NOARGS, "mark_forked(): this process is a fork() child"},
     {"bind", (PyCFunction)(void (*)(void))kx_bind, METH_FASTCALL, "bind(name, parameter_names)"},
     {"functions", kx_names, METH_NOARGS, "functions(): the names with a fast path"},
+    {"slots", kx_slots, METH_O, "slots(get_api_address): the library table's addresses at functions()'s slots"},
     {"tokens", (PyCFunction)(void (*)(void))kx_tokens, METH_FASTCALL,
      "tokens(value, name='tokens') -> (address or None, count, keep), as kvcm._convert.tokens"},
     {NULL, NULL, 0, NULL},
