@@ -295,14 +295,21 @@ static PyObject *kx_bind(PyObject *module, PyObject *const *args, Py_ssize_t nar
     return NULL;
 }
 
+/* The number of functions with a fast path (kx_functions without its end). */
+static Py_ssize_t kx_num_functions(void)
+{
+    Py_ssize_t n = 0;
+    while (kx_functions[n].ml_name)
+        n++;
+    return n;
+}
+
 /* functions() -> the names of the functions with a fast path. */
 static PyObject *kx_names(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    Py_ssize_t n = 0;
-    while (kx_functions[n].ml_name)
-        n++;
+    Py_ssize_t n = kx_num_functions();
     PyObject *t = PyTuple_New(n);
     for (Py_ssize_t i = 0; t && i < n; i++) {
         PyObject *s = PyUnicode_FromString(kx_functions[i].ml_name);
@@ -323,21 +330,14 @@ static PyObject *kx_names(PyObject *module, PyObject *unused)
 static PyObject *kx_slots(PyObject *module, PyObject *arg)
 {
     (void)module;
-    void *fp = PyLong_AsVoidPtr(arg);
-    if (!fp) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "slots: kvcm_get_api's address is NULL");
+    const kvcm_api *api = kx_table_at(arg, "slots");
+    if (!api)
         return NULL;
-    }
-    const kvcm_api *api = ((const kvcm_api *(*)(uint32_t))fp)(KVCM_ABI_VERSION);
-    Py_ssize_t n = 0;
-    while (kx_functions[n].ml_name)
-        n++;
+    Py_ssize_t n = kx_num_functions();
     PyObject *t = PyTuple_New(n);
     for (Py_ssize_t i = 0; t && i < n; i++) {
-        void *slot = NULL;
-        if (api && kx_slot_offsets[i] + sizeof(void *) <= api->struct_size)
-            memcpy(&slot, (const char *)api + kx_slot_offsets[i], sizeof slot);
+        void *slot;
+        memcpy(&slot, (const char *)api + kx_slot_offsets[i], sizeof slot);
         PyObject *v = PyLong_FromVoidPtr(slot);
         if (!v) {
             Py_CLEAR(t);

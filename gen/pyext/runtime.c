@@ -527,14 +527,15 @@ static PyObject *kx_configure(PyObject *module, PyObject *args, PyObject *kwargs
     Py_RETURN_NONE;
 }
 
-/* attach(get_api_address): use the library whose kvcm_get_api is there. */
-static PyObject *kx_attach(PyObject *module, PyObject *arg)
+/* kx_table_at(get_api_address, what): the function table of the library whose
+ * kvcm_get_api is at that address, for this extension's ABI version; an
+ * ImportError (ValueError for a NULL address) naming what when it has none. */
+static const kvcm_api *kx_table_at(PyObject *arg, const char *what)
 {
-    (void)module;
     void *fp = PyLong_AsVoidPtr(arg);
     if (!fp) {
         if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "attach: kvcm_get_api's address is NULL");
+            PyErr_Format(PyExc_ValueError, "%s: kvcm_get_api's address is NULL", what);
         return NULL;
     }
     const kvcm_api *api = ((const kvcm_api *(*)(uint32_t))fp)(KVCM_ABI_VERSION);
@@ -543,6 +544,16 @@ static PyObject *kx_attach(PyObject *module, PyObject *arg)
                      (int)KVCM_ABI_VERSION);
         return NULL;
     }
+    return api;
+}
+
+/* attach(get_api_address): use the library whose kvcm_get_api is there. */
+static PyObject *kx_attach(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    const kvcm_api *api = kx_table_at(arg, "attach");
+    if (!api)
+        return NULL;
     kx_api = api;
     Py_RETURN_NONE;
 }

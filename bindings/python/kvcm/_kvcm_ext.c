@@ -543,14 +543,15 @@ static PyObject *kx_configure(PyObject *module, PyObject *args, PyObject *kwargs
     Py_RETURN_NONE;
 }
 
-/* attach(get_api_address): use the library whose kvcm_get_api is there. */
-static PyObject *kx_attach(PyObject *module, PyObject *arg)
+/* kx_table_at(get_api_address, what): the function table of the library whose
+ * kvcm_get_api is at that address, for this extension's ABI version; an
+ * ImportError (ValueError for a NULL address) naming what when it has none. */
+static const kvcm_api *kx_table_at(PyObject *arg, const char *what)
 {
-    (void)module;
     void *fp = PyLong_AsVoidPtr(arg);
     if (!fp) {
         if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "attach: kvcm_get_api's address is NULL");
+            PyErr_Format(PyExc_ValueError, "%s: kvcm_get_api's address is NULL", what);
         return NULL;
     }
     const kvcm_api *api = ((const kvcm_api *(*)(uint32_t))fp)(KVCM_ABI_VERSION);
@@ -559,6 +560,16 @@ static PyObject *kx_attach(PyObject *module, PyObject *arg)
                      (int)KVCM_ABI_VERSION);
         return NULL;
     }
+    return api;
+}
+
+/* attach(get_api_address): use the library whose kvcm_get_api is there. */
+static PyObject *kx_attach(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    const kvcm_api *api = kx_table_at(arg, "attach");
+    if (!api)
+        return NULL;
     kx_api = api;
     Py_RETURN_NONE;
 }
@@ -4888,14 +4899,21 @@ static PyObject *kx_bind(PyObject *module, PyObject *const *args, Py_ssize_t nar
     return NULL;
 }
 
+/* The number of functions with a fast path (kx_functions without its end). */
+static Py_ssize_t kx_num_functions(void)
+{
+    Py_ssize_t n = 0;
+    while (kx_functions[n].ml_name)
+        n++;
+    return n;
+}
+
 /* functions() -> the names of the functions with a fast path. */
 static PyObject *kx_names(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    Py_ssize_t n = 0;
-    while (kx_functions[n].ml_name)
-        n++;
+    Py_ssize_t n = kx_num_functions();
     PyObject *t = PyTuple_New(n);
     for (Py_ssize_t i = 0; t && i < n; i++) {
         PyObject *s = PyUnicode_FromString(kx_functions[i].ml_name);
@@ -4916,21 +4934,14 @@ static PyObject *kx_names(PyObject *module, PyObject *unused)
 static PyObject *kx_slots(PyObject *module, PyObject *arg)
 {
     (void)module;
-    void *fp = PyLong_AsVoidPtr(arg);
-    if (!fp) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "slots: kvcm_get_api's address is NULL");
+    const kvcm_api *api = kx_table_at(arg, "slots");
+    if (!api)
         return NULL;
-    }
-    const kvcm_api *api = ((const kvcm_api *(*)(uint32_t))fp)(KVCM_ABI_VERSION);
-    Py_ssize_t n = 0;
-    while (kx_functions[n].ml_name)
-        n++;
+    Py_ssize_t n = kx_num_functions();
     PyObject *t = PyTuple_New(n);
     for (Py_ssize_t i = 0; t && i < n; i++) {
-        void *slot = NULL;
-        if (api && kx_slot_offsets[i] + sizeof(void *) <= api->struct_size)
-            memcpy(&slot, (const char *)api + kx_slot_offsets[i], sizeof slot);
+        void *slot;
+        memcpy(&slot, (const char *)api + kx_slot_offsets[i], sizeof slot);
         PyObject *v = PyLong_FromVoidPtr(slot);
         if (!v) {
             Py_CLEAR(t);
