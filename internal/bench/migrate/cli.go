@@ -40,6 +40,9 @@ import (
 //	                (default: the codec's, staged.DefaultRingChunks)
 //	-stage-serial   the staged codec's DMA on the caller's stream, after each
 //	                chunk's gather (default: on a copy stream, pipelined)
+//	-stage-index-upload  the staged codec copies the gather kernel's index
+//	                pairs into device memory (default: the host writes them
+//	                into host-mapped memory the kernel reads)
 func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -58,6 +61,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	stageChunk := fs.String("stage-chunk", "", "the staged codec's DMA chunk (default: the codec's default)")
 	stageRing := fs.Int("stage-ring", 0, "the staged codec's device ring per stream, in chunks (default: the codec's default)")
 	stageSerial := fs.Bool("stage-serial", false, "the staged codec's DMA on the caller's stream (not pipelined)")
+	stageIndexUpload := fs.Bool("stage-index-upload", false, "the staged codec uploads index pairs to device memory (default: host-mapped)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -81,7 +85,18 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		cfg.Codecs = append(cfg.Codecs, strings.TrimSpace(c))
 	}
 	if *duplex {
-		return mainDuplex(cfg, *up, *stageChunk, *stageRing, *stageSerial, codecsSet, *on, *ordinal, *jsonOut, stdout, stderr)
+		stage := staged.Options{Serial: *stageSerial, RingChunks: *stageRing, IndexUpload: *stageIndexUpload}
+		if *stageChunk != "" {
+			if stage.ChunkBytes, err = ParseSize(*stageChunk); err != nil {
+				fmt.Fprintln(stderr, "bench migrate: -stage-chunk:", err)
+				return 2
+			}
+		}
+		if stage.RingChunks < 0 {
+			fmt.Fprintf(stderr, "bench migrate: -stage-ring %d must not be negative\n", stage.RingChunks)
+			return 2
+		}
+		return mainDuplex(cfg, *up, stage, codecsSet, *on, *ordinal, *jsonOut, stdout, stderr)
 	}
 	for _, c := range cfg.Codecs {
 		if c == Staged {
@@ -151,24 +166,13 @@ func ParseSize(s string) (int64, error) {
 }
 
 // mainDuplex is Main's -duplex mode.
-func mainDuplex(cfg Config, up, stageChunk string, stageRing int, stageSerial, codecsSet bool, on string, ordinal int, jsonOut string, stdout, stderr io.Writer) int {
+func mainDuplex(cfg Config, up string, stage staged.Options, codecsSet bool, on string, ordinal int, jsonOut string, stdout, stderr io.Writer) int {
 	var err error
 	if up != "" {
 		if cfg.DuplexUpBytes, err = ParseSize(up); err != nil {
 			fmt.Fprintln(stderr, "bench migrate: -up:", err)
 			return 2
 		}
-	}
-	stage := staged.Options{Serial: stageSerial, RingChunks: stageRing}
-	if stageChunk != "" {
-		if stage.ChunkBytes, err = ParseSize(stageChunk); err != nil {
-			fmt.Fprintln(stderr, "bench migrate: -stage-chunk:", err)
-			return 2
-		}
-	}
-	if stageRing < 0 {
-		fmt.Fprintf(stderr, "bench migrate: -stage-ring %d must not be negative\n", stageRing)
-		return 2
 	}
 	emuRun := func() ([]DuplexResult, string, error) {
 		if !codecsSet {

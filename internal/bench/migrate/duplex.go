@@ -36,17 +36,13 @@ type DuplexResult struct {
 	// DuplexGBs is (DownBytes+UpBytes) over the time both took at once;
 	// LimitDuplex the same for the two contiguous copies at once.
 	DuplexGBs, LimitDuplex float64
-	Verified               bool
+	// DuplexRatio, DownRatio and UpRatio are the medians, over the rounds,
+	// of the codec's GB/s over its limit's measured in the same round: the
+	// reference runs just before the codec, so a drift of the link between
+	// rounds cancels out of the ratio.
+	DuplexRatio, DownRatio, UpRatio float64
+	Verified                        bool
 }
-
-// DuplexRatio is the aggregate over the two-stream contiguous limit.
-func (r DuplexResult) DuplexRatio() float64 { return r.DuplexGBs / r.LimitDuplex }
-
-// DownRatio is the encode alone over its contiguous limit.
-func (r DuplexResult) DownRatio() float64 { return r.DownGBs / r.LimitD2H }
-
-// UpRatio is the decode alone over its contiguous limit.
-func (r DuplexResult) UpRatio() float64 { return r.UpGBs / r.LimitH2D }
 
 // WriteDuplexTable prints duplex results as a Markdown table.
 func WriteDuplexTable(w io.Writer, res []DuplexResult) {
@@ -58,8 +54,8 @@ func WriteDuplexTable(w io.Writer, res []DuplexResult) {
 			ver = "every byte"
 		}
 		fmt.Fprintf(w, "| %s | %s × %d | %d / %d | %.2f | %.2f | %.3f | %.2f (%.3f) | %.2f (%.3f) | %s |\n",
-			r.Codec, size(r.Chunk), r.Pools, r.DownPages, r.UpPages, r.DuplexGBs, r.LimitDuplex, r.DuplexRatio(),
-			r.DownGBs, r.DownRatio(), r.UpGBs, r.UpRatio(), ver)
+			r.Codec, size(r.Chunk), r.Pools, r.DownPages, r.UpPages, r.DuplexGBs, r.LimitDuplex, r.DuplexRatio,
+			r.DownGBs, r.DownRatio, r.UpGBs, r.UpRatio, ver)
 	}
 }
 
@@ -71,9 +67,11 @@ type CodecMaker func(name string) (codec.ColdPageCodec, error)
 // encoded into one host buffer while the other host buffer's pages are
 // decoded into the remaining slots, in a random order. Every byte of both
 // directions is verified before timing. Times are wall clock around the
-// submissions and the synchronization of both streams (median of Runs, after
-// one warm-up), so a codec's host submit cost counts as it does in the
-// manager, which submits both directions from one thread.
+// submissions and the synchronization of both streams, so a codec's host
+// submit cost counts as it does in the manager, which submits both
+// directions from one thread. After one warm-up round, each of Runs rounds
+// times, per direction and both at once, the contiguous limit and then every
+// codec; figures are medians over the rounds.
 func RunDuplex(dev device.Device, cfg Config, mk CodecMaker, log io.Writer) ([]DuplexResult, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
@@ -133,23 +131,116 @@ func duplexChunk(dev device.Device, cfg Config, mk CodecMaker, c int64, log io.W
 	if err := r.setup(); err != nil {
 		return nil, err
 	}
-	lim, err := r.limits()
-	if err != nil {
-		return nil, fmt.Errorf("contiguous limits: %w", err)
-	}
-	fmt.Fprintf(log, "chunk %s: %d pages down, %d up; contiguous D2H %.1f, H2D %.1f, both at once %.1f GB/s\n",
-		size(c), r.down, r.up, lim.LimitD2H, lim.LimitH2D, lim.LimitDuplex)
+	passes := []pass{r.limitPass()}
 	for _, name := range cfg.Codecs {
-		res := lim
-		res.Codec = name
-		if err := r.measure(name, mk, &res); err != nil {
-			return out, fmt.Errorf("%s codec: %w", name, err)
+		p, err := r.codecPass(name, mk)
+		if err != nil {
+			return nil, fmt.Errorf("%s codec: %w", name, err)
 		}
+		passes = append(passes, p)
+	}
+	err = r.rounds(passes)
+	lim := passes[0]
+	fmt.Fprintf(log, "chunk %s: %d pages down, %d up; contiguous D2H %.1f, H2D %.1f, both at once %.1f GB/s\n",
+		size(c), r.down, r.up, medianOf(lim.gbs[modeDown]), medianOf(lim.gbs[modeUp]), medianOf(lim.gbs[modeBoth]))
+	for _, p := range passes[1:] {
+		res := DuplexResult{Codec: p.name, Chunk: c, Pools: cfg.Pools, DownPages: r.down, UpPages: r.up, Verified: p.verified,
+			LimitD2H: medianOf(lim.gbs[modeDown]), LimitH2D: medianOf(lim.gbs[modeUp]), LimitDuplex: medianOf(lim.gbs[modeBoth]),
+			DownGBs: medianOf(p.gbs[modeDown]), UpGBs: medianOf(p.gbs[modeUp]), DuplexGBs: medianOf(p.gbs[modeBoth]),
+			DownRatio: medianRatio(p.gbs[modeDown], lim.gbs[modeDown]), UpRatio: medianRatio(p.gbs[modeUp], lim.gbs[modeUp]),
+			DuplexRatio: medianRatio(p.gbs[modeBoth], lim.gbs[modeBoth])}
 		fmt.Fprintf(log, "  %-8s duplex %6.2f GB/s (%.3f of limit)  down %6.2f (%.3f)  up %6.2f (%.3f)\n",
-			name, res.DuplexGBs, res.DuplexRatio(), res.DownGBs, res.DownRatio(), res.UpGBs, res.UpRatio())
+			p.name, res.DuplexGBs, res.DuplexRatio, res.DownGBs, res.DownRatio, res.UpGBs, res.UpRatio)
 		out = append(out, res)
 	}
-	return out, nil
+	for _, p := range passes {
+		if p.close != nil {
+			err = errors.Join(err, p.close())
+		}
+	}
+	return out, err
+}
+
+// The three timings of a pass: encode alone, decode alone, both at once.
+const (
+	modeDown = iota
+	modeUp
+	modeBoth
+	modes
+)
+
+// pass is what one round times: the contiguous limit or one codec, with
+// its GB/s per mode, one entry per round.
+type pass struct {
+	name     string
+	down, up func() error
+	close    func() error
+	verified bool
+	gbs      [modes][]float64
+}
+
+// rounds runs one warm-up round and then Runs timed rounds; in each round
+// every mode times every pass in turn.
+func (r *duplexRig) rounds(passes []pass) error {
+	for round := range r.cfg.Runs + 1 {
+		for m := range modes {
+			for i := range passes {
+				p := &passes[i]
+				down, up := p.down, p.up
+				switch m {
+				case modeDown:
+					up = nil
+				case modeUp:
+					down = nil
+				}
+				gbs, err := r.time(down, up)
+				if err != nil {
+					return fmt.Errorf("%s: %w", p.name, err)
+				}
+				if round > 0 {
+					p.gbs[m] = append(p.gbs[m], gbs)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// limitPass is the contiguous copies of the same bytes, per pool one
+// descriptor: D2H on one stream, H2D on the other.
+func (r *duplexRig) limitPass() pass {
+	var d2h, h2d []device.CopyDesc
+	for p, m := range r.hot {
+		dn, up := int64(r.down)*r.chunk, int64(r.up)*r.chunk
+		d2h = append(d2h, device.CopyDesc{Dst: r.coldDown.Ptr().Add(int64(p) * dn), Src: m.Ptr(), Size: dn})
+		h2d = append(h2d, device.CopyDesc{Dst: m.Ptr().Add(dn), Src: r.coldUp.Ptr().Add(int64(p) * up), Size: up})
+	}
+	return pass{name: "contiguous",
+		down: func() error { return r.sd.BatchCopy(d2h) },
+		up:   func() error { return r.su.BatchCopy(h2d) }}
+}
+
+// time is GB/s of the bytes down and/or up move in one run.
+func (r *duplexRig) time(down, up func() error) (float64, error) {
+	var bytes int64
+	if down != nil {
+		bytes += int64(r.down) * r.page
+	}
+	if up != nil {
+		bytes += int64(r.up) * r.page
+	}
+	start := time.Now()
+	for _, f := range []func() error{down, up} {
+		if f != nil {
+			if err := f(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if err := errors.Join(r.sd.Synchronize(), r.su.Synchronize()); err != nil {
+		return 0, err
+	}
+	return float64(bytes) / time.Since(start).Seconds() / 1e9, nil
 }
 
 func (r *duplexRig) setup() error {
@@ -202,56 +293,6 @@ func (r *duplexRig) setup() error {
 	return nil
 }
 
-// limits measures the contiguous copies of the same bytes, per pool one
-// descriptor: D2H alone, H2D alone, both at once on the two streams.
-func (r *duplexRig) limits() (DuplexResult, error) {
-	var d2h, h2d []device.CopyDesc
-	for p, m := range r.hot {
-		dn, up := int64(r.down)*r.chunk, int64(r.up)*r.chunk
-		d2h = append(d2h, device.CopyDesc{Dst: r.coldDown.Ptr().Add(int64(p) * dn), Src: m.Ptr(), Size: dn})
-		h2d = append(h2d, device.CopyDesc{Dst: m.Ptr().Add(dn), Src: r.coldUp.Ptr().Add(int64(p) * up), Size: up})
-	}
-	down := func() error { return r.sd.BatchCopy(d2h) }
-	up := func() error { return r.su.BatchCopy(h2d) }
-	res := DuplexResult{Chunk: r.chunk, Pools: r.cfg.Pools, DownPages: r.down, UpPages: r.up}
-	var err error
-	if res.LimitD2H, err = r.time(down, nil); err != nil {
-		return res, err
-	}
-	if res.LimitH2D, err = r.time(nil, up); err != nil {
-		return res, err
-	}
-	res.LimitDuplex, err = r.time(down, up)
-	return res, err
-}
-
-// time is GB/s of the bytes down and/or up moves, median wall clock.
-func (r *duplexRig) time(down, up func() error) (float64, error) {
-	var bytes int64
-	if down != nil {
-		bytes += int64(r.down) * r.page
-	}
-	if up != nil {
-		bytes += int64(r.up) * r.page
-	}
-	var wall []time.Duration
-	for range r.cfg.Runs + 1 {
-		start := time.Now()
-		for _, f := range []func() error{down, up} {
-			if f != nil {
-				if err := f(); err != nil {
-					return 0, err
-				}
-			}
-		}
-		if err := errors.Join(r.sd.Synchronize(), r.su.Synchronize()); err != nil {
-			return 0, err
-		}
-		wall = append(wall, time.Since(start))
-	}
-	return float64(bytes) / median(wall[1:]).Seconds() / 1e9, nil
-}
-
 func (r *duplexRig) desc() layout.PoolGroupDesc {
 	g := layout.PoolGroupDesc{Index: 0, NumSlots: int64(r.down + r.up), LifeCycles: []layout.LayerGroupID{0}}
 	for _, m := range r.hot {
@@ -260,19 +301,26 @@ func (r *duplexRig) desc() layout.PoolGroupDesc {
 	return g
 }
 
-func (r *duplexRig) measure(name string, mk CodecMaker, res *DuplexResult) (err error) {
+// codecPass makes and configures the codec name and verifies every byte of
+// a duplex run of it (unless SkipVerify); its close destroys the codec.
+func (r *duplexRig) codecPass(name string, mk CodecMaker) (p pass, err error) {
 	cd, err := mk(name)
 	if err != nil {
-		return err
+		return p, err
 	}
+	p = pass{name: name, close: func() error {
+		return errors.Join(r.sd.Synchronize(), r.su.Synchronize(), codec.Destroy(cd))
+	}}
 	defer func() {
-		err = errors.Join(err, r.sd.Synchronize(), r.su.Synchronize(), codec.Destroy(cd))
+		if err != nil {
+			err = errors.Join(err, p.close())
+		}
 	}()
 	if !cd.Configure([]layout.PoolGroupDesc{r.desc()}) {
-		return errors.New("configure failed")
+		return p, errors.New("configure failed")
 	}
 	if got := cd.QueryColdPageBytes(0); got != r.page {
-		return fmt.Errorf("cold page of %d bytes, want the concatenated %d", got, r.page)
+		return p, fmt.Errorf("cold page of %d bytes, want the concatenated %d", got, r.page)
 	}
 	devIdx := cd.QueryPageIndexLocation(0) == codec.Device
 	call := func(pairs []codec.PageIndexPair, base device.Ptr, s device.Stream, at device.Ptr,
@@ -305,20 +353,14 @@ func (r *duplexRig) measure(name string, mk CodecMaker, res *DuplexResult) (err 
 		return call(r.dec, r.coldUp.Ptr(), r.su, r.idx.Ptr().Add(int64(r.down)*codec.PageIndexPairBytes),
 			func(b device.Ptr, ix codec.PageIndices, s device.Stream) bool { return cd.Decode(0, b, ix, s) })
 	}
+	p.down, p.up = down, up
 	if !r.cfg.SkipVerify {
 		if err := r.verify(down, up); err != nil {
-			return err
+			return p, err
 		}
-		res.Verified = true
+		p.verified = true
 	}
-	if res.DownGBs, err = r.time(down, nil); err != nil {
-		return err
-	}
-	if res.UpGBs, err = r.time(nil, up); err != nil {
-		return err
-	}
-	res.DuplexGBs, err = r.time(down, up)
-	return err
+	return p, nil
 }
 
 // verify loads the image into the hot pools and the up pages' cold bytes,
@@ -420,5 +462,9 @@ func describeStaging(o staged.Options) string {
 	if o.Serial {
 		mode = "serial"
 	}
-	return fmt.Sprintf("staged: %d KiB chunks, ring of %d, %s", chunk>>10, ring, mode)
+	index := "host-mapped index pairs"
+	if o.IndexUpload {
+		index = "index pairs uploaded"
+	}
+	return fmt.Sprintf("staged: %d KiB chunks, ring of %d, %s, %s", chunk>>10, ring, mode, index)
 }
