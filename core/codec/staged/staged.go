@@ -67,20 +67,7 @@ type Options struct {
 	// starts after the caller's stream's earlier work and the caller's
 	// stream waits for all of it, so it is ordered as work on that stream.
 	Serial bool
-	// IndexUpload stages a device-index inner codec's pairs in device memory
-	// by a copy on the caller's stream. By default the host writes them into
-	// a host-mapped ring that the kernel reads in place, so no index copy
-	// queues on a copy engine behind the other direction's DMA.
-	IndexUpload bool
-	// IndexRingBytes is the host-mapped index ring of each caller stream,
-	// raised to one chunk's pairs when smaller; 0 is HostIndexRingBytes.
-	IndexRingBytes int64
 }
-
-// HostIndexRingBytes is the default host-mapped index ring of each caller
-// stream: room for the pairs of 512 Ki pages in flight, past which a call
-// waits on the host for the oldest chunk's kernel to finish reading.
-const HostIndexRingBytes = 4 << 20
 
 // Codec is the staged codec over an inner device-side codec. Its cold
 // format is the inner codec's; its indices are host indices (it builds DMA
@@ -107,12 +94,9 @@ type Codec struct {
 // caller stream itself with Options.Serial).
 type streamRing struct {
 	pages *staging.Ring
-	// idx stages device indices by upload (Options.IndexUpload), hostIdx
-	// by host writes; only one of them is set.
-	idx     *staging.IndexRing
-	hostIdx *staging.Ring
-	copy    device.Stream
-	owned   bool // copy is the codec's own stream
+	idx   *staging.IndexRing
+	copy  device.Stream
+	owned bool // copy is the codec's own stream
 }
 
 var _ codec.ColdPageCodec = (*Codec)(nil)
@@ -130,17 +114,12 @@ func New(dev device.Device, inner codec.ColdPageCodec, opts Options) (*Codec, er
 		return nil, fmt.Errorf("staged: ChunkBytes %d must not be negative", opts.ChunkBytes)
 	case opts.RingChunks < 0:
 		return nil, fmt.Errorf("staged: RingChunks %d must not be negative", opts.RingChunks)
-	case opts.IndexRingBytes < 0:
-		return nil, fmt.Errorf("staged: IndexRingBytes %d must not be negative", opts.IndexRingBytes)
 	}
 	if opts.ChunkBytes == 0 {
 		opts.ChunkBytes = DefaultChunkBytes
 	}
 	if opts.RingChunks == 0 {
 		opts.RingChunks = DefaultRingChunks
-	}
-	if opts.IndexRingBytes == 0 {
-		opts.IndexRingBytes = HostIndexRingBytes
 	}
 	return &Codec{dev: dev, inner: inner, opts: opts, rings: map[uintptr]*streamRing{}}, nil
 }
@@ -354,7 +333,7 @@ func (c *Codec) chunk(lg layout.LayerGroupID, sr *streamRing, lease *staging.Sta
 		}
 		c.buf = buf
 		var err error
-		if idxLease, err = sr.stageIndices(buf, stream); err != nil {
+		if idxLease, err = sr.idx.Upload(buf, stream); err != nil {
 			return false
 		}
 		ix = codec.DeviceIndices(idxLease.Ptr(), len(inner))
@@ -373,27 +352,6 @@ func (c *Codec) chunk(lg layout.LayerGroupID, sr *streamRing, lease *staging.Sta
 		ok = dma()
 	}
 	return ok
-}
-
-// stageIndices places pairs where stream's kernel reads them: uploaded into
-// the device index ring, or written by the host into the host-mapped ring
-// (Acquire without a stream first waits for the range's earlier readers).
-// The lease is owned by stream; the caller releases it after the kernel.
-func (sr *streamRing) stageIndices(pairs []byte, stream device.Stream) (*staging.StagingBuffer, error) {
-	if sr.idx != nil {
-		return sr.idx.Upload(pairs, stream)
-	}
-	n := int64(len(pairs))
-	b, err := sr.hostIdx.Acquire(staging.Request{Min: n, Max: n, Granularity: staging.PageIndexPairBytes,
-		Alignment: staging.IndexAlignment}, nil)
-	if err != nil {
-		return nil, err
-	}
-	copy(b.Host(), pairs)
-	if err := b.SetStream(stream); err != nil {
-		return nil, errors.Join(err, b.Release())
-	}
-	return b, nil
 }
 
 func srcOf(far, staged device.Ptr, toCold bool) device.Ptr {
@@ -421,16 +379,11 @@ func (c *Codec) ring(stream device.Stream, stride int64) (*streamRing, error) {
 	if err != nil {
 		return nil, fmt.Errorf("staged: device staging ring: %w", err)
 	}
-	sr := &streamRing{pages: pages, copy: stream}
-	if c.opts.IndexUpload {
-		sr.idx, err = staging.NewIndexRing(c.dev, 0)
-	} else {
-		chunkPairs := min(chunk/stride, int64(staging.MaxIndexBatchPairs))
-		sr.hostIdx, err = staging.NewRing(c.dev, device.HostMapped, max(c.opts.IndexRingBytes, chunkPairs*staging.PageIndexPairBytes))
-	}
+	idx, err := staging.NewIndexRing(c.dev, 0)
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("staged: index ring: %w", err), pages.Close())
+		return nil, errors.Join(err, pages.Close())
 	}
+	sr := &streamRing{pages: pages, idx: idx, copy: stream}
 	if !c.opts.Serial {
 		if sr.copy, err = c.dev.NewStream(); err != nil {
 			return nil, errors.Join(fmt.Errorf("staged: copy stream: %w", err), sr.close())
@@ -451,13 +404,7 @@ func (c *Codec) ring(stream device.Stream, stride int64) (*streamRing, error) {
 // close frees the staging after its work; the copy stream goes last, so
 // the rings' events recorded on it complete first.
 func (sr *streamRing) close() error {
-	errs := []error{sr.pages.Close()}
-	if sr.idx != nil {
-		errs = append(errs, sr.idx.Close())
-	}
-	if sr.hostIdx != nil {
-		errs = append(errs, sr.hostIdx.Close())
-	}
+	errs := []error{sr.pages.Close(), sr.idx.Close()}
 	if sr.owned {
 		errs = append(errs, sr.copy.Synchronize(), sr.copy.Close())
 	}

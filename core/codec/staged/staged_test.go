@@ -132,26 +132,16 @@ func (r *rig) requireHot(s device.Stream) {
 // The staged codec writes the inner codec's cold format to the byte and
 // decodes it back, with host-indexed and device-indexed inner codecs, in
 // chunks smaller than the call that reuse a ring smaller than the call,
-// under random stream delays; a device-indexed inner codec's pairs are
-// uploaded or written by the host into a ring that the call wraps, which
-// never rewrites pairs a kernel may still read.
+// under random stream delays.
 func TestStagedRoundTripsInChunksThroughASmallRing(t *testing.T) {
-	deviceIndexed := func(d device.Device) codec.ColdPageCodec { return codectest.NewDeviceIndexed(d) }
-	for _, v := range []struct {
-		name  string
-		inner func(d device.Device) codec.ColdPageCodec
-		opts  staged.Options
-	}{
-		{"host indices", func(device.Device) codec.ColdPageCodec { return codec.NewDefault() }, staged.Options{}},
-		{"device indices written by the host", deviceIndexed, staged.Options{IndexRingBytes: 1}},
-		{"device indices uploaded", deviceIndexed, staged.Options{IndexUpload: true}},
+	for name, inner := range map[string]func(d device.Device) codec.ColdPageCodec{
+		"host indices":   func(device.Device) codec.ColdPageCodec { return codec.NewDefault() },
+		"device indices": func(d device.Device) codec.ColdPageCodec { return codectest.NewDeviceIndexed(d) },
 	} {
 		for _, serial := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s serial=%v", v.name, serial), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s serial=%v", name, serial), func(t *testing.T) {
 				r := newRig(t, emu.Options{Seed: 5, MaxDelay: 20e3})
-				opts := v.opts
-				opts.ChunkBytes, opts.RingChunks, opts.Serial = 5*page, 2, serial
-				c := r.codec(v.inner(r.dev), opts)
+				c := r.codec(inner(r.dev), staged.Options{ChunkBytes: 5 * page, RingChunks: 2, Serial: serial})
 				assert.Equal(t, codec.Host, c.QueryPageIndexLocation(0))
 				assert.EqualValues(t, page, c.QueryColdPageBytes(0))
 				s := r.stream()

@@ -40,9 +40,6 @@ import (
 //	                (default: the codec's, staged.DefaultRingChunks)
 //	-stage-serial   the staged codec's DMA on the caller's stream, after each
 //	                chunk's gather (default: on a copy stream, pipelined)
-//	-stage-index-upload  the staged codec copies the gather kernel's index
-//	                pairs into device memory (default: the host writes them
-//	                into host-mapped memory the kernel reads)
 func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -61,7 +58,6 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	stageChunk := fs.String("stage-chunk", "", "the staged codec's DMA chunk (default: the codec's default)")
 	stageRing := fs.Int("stage-ring", 0, "the staged codec's device ring per stream, in chunks (default: the codec's default)")
 	stageSerial := fs.Bool("stage-serial", false, "the staged codec's DMA on the caller's stream (not pipelined)")
-	stageIndexUpload := fs.Bool("stage-index-upload", false, "the staged codec uploads index pairs to device memory (default: host-mapped)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -85,7 +81,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		cfg.Codecs = append(cfg.Codecs, strings.TrimSpace(c))
 	}
 	if *duplex {
-		stage := staged.Options{Serial: *stageSerial, RingChunks: *stageRing, IndexUpload: *stageIndexUpload}
+		stage := staged.Options{Serial: *stageSerial, RingChunks: *stageRing}
 		if *stageChunk != "" {
 			if stage.ChunkBytes, err = ParseSize(*stageChunk); err != nil {
 				fmt.Fprintln(stderr, "bench migrate: -stage-chunk:", err)

@@ -35,7 +35,11 @@
 // chunks) on CUDA, and the default and staged codecs (over the default
 // codec) on the emulated device. Both directions are verified byte for byte,
 // run at once, before timing; times are wall clock around the submissions
-// and both streams' synchronization, so host submit cost counts.
+// and both streams' synchronization, so host submit cost counts. Each round
+// times the contiguous limit just before each codec, and a ratio is the
+// median over the rounds of the codec's GB/s over that round's limit: the
+// link's throughput drifts by several percent over a run, and a reference
+// measured minutes earlier moved the ratios by as much.
 //
 // The single-direction mode needs cgo and a CUDA GPU, or measures the default
 // codec on the emulated device.

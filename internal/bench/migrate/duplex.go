@@ -462,9 +462,5 @@ func describeStaging(o staged.Options) string {
 	if o.Serial {
 		mode = "serial"
 	}
-	index := "host-mapped index pairs"
-	if o.IndexUpload {
-		index = "index pairs uploaded"
-	}
-	return fmt.Sprintf("staged: %d KiB chunks, ring of %d, %s, %s", chunk>>10, ring, mode, index)
+	return fmt.Sprintf("staged: %d KiB chunks, ring of %d, %s", chunk>>10, ring, mode)
 }
