@@ -300,8 +300,9 @@ func TestCompressingCodecRoundTripsExactly(t *testing.T) {
 	assert.Positive(t, m.MigrationStats()[HotToDisk].Pages+m.MigrationStats()[HostToDisk].Pages)
 }
 
-// The auto codec through every cold path: the gather kernel on CUDA (the
-// 64-byte slots are far below the crossover), the default codec on emu.
+// The auto codec through every cold path: the staged codec over the gather
+// kernel on CUDA (the 64-byte slots are far below the crossover), the
+// default codec on emu.
 func TestAutoCodecRoundTripsThroughHostAndDisk(t *testing.T) {
 	dev := devicetest.Open(t, emu.Options{Seed: 11, MaxDelay: 20e3})
 	auto, err := gpucodec.NewAuto(dev)
@@ -318,7 +319,7 @@ func TestAutoCodecRoundTripsThroughHostAndDisk(t *testing.T) {
 	}()
 	want := gpucodec.DMA
 	if !devicetest.IsEmu(dev) {
-		want = gpucodec.Kernel
+		want = gpucodec.Staged
 	}
 	got, ok := auto.Choice(0)
 	require.True(t, ok)

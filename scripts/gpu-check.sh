@@ -184,7 +184,7 @@ run() {
 	fi
 	start demo-cuda . "$t" "$dir/kvcm" demo --device cuda --codec auto
 	start demo-cuda-default . "$t" "$dir/kvcm" demo --device cuda --codec default
-	start demo-cuda-staged . "$t" "$dir/kvcm" demo --device cuda --codec staged
+	start demo-cuda-gather . "$t" "$dir/kvcm" demo --device cuda --codec gather
 	start cpp-tests-cuda . "$t" env LD_LIBRARY_PATH="$dir/lib" KVCM_TEST_DEVICE=cuda \
 		KVCM_CONFORMANCE_DIR="$root/tests/conformance" "$dir/kvcm_cpp_tests"
 	if command -v nvcc >/dev/null; then

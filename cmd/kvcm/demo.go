@@ -38,12 +38,14 @@ host tiers are shrunk (evicting and defragmenting) and grown back. A table of
 migrations per path is printed at the end.
 
 Cold pages are moved by the auto codec by default (--codec auto): on a GPU,
-per layer group, the gather kernel below the chunk size where DMA catches up
-(gpucodec.AutoCrossoverBytes) and DMA above it; on the emulated device, the
-default codec. --codec staged is the auto codec with the staged choice below
-the crossover (pages gathered into device staging, then moved by DMA in
-contiguous chunks; gpucodec.AutoOptions.Staged). --codec default always uses
-the default (DMA) codec.
+per layer group, below the chunk size where DMA catches up
+(gpucodec.StagedCrossoverBytes) the staged codec (pages gathered by the
+gather kernel into device staging, then moved by DMA in contiguous chunks),
+and DMA above it; on the emulated device, the default codec. --codec gather
+keeps the gather kernel over mapped host memory below the crossover
+(gpucodec.StageNever); --codec staged stages on every device, over the
+default codec's device copies on the emulated device (gpucodec.StageAlways);
+--codec default always uses the default (DMA) codec.
 
 The last line is "integrity: <N> pages verified, <M> mismatches"; the exit
 status is 1 when M > 0.
@@ -79,6 +81,13 @@ type demoFlags struct {
 	shared                                     sharedDemoFlags
 }
 
+// demoStaging is the auto codec's staging for each --codec but default.
+var demoStaging = map[string]gpucodec.Staging{
+	"auto":   gpucodec.StageWithKernel,
+	"gather": gpucodec.StageNever,
+	"staged": gpucodec.StageAlways,
+}
+
 func setupDemo(fs *flag.FlagSet) func(stdout, stderr io.Writer) int {
 	f := &demoFlags{gpuQuota: 8 << 20, hostQuota: 2 << 20, diskQuota: 64 << 20}
 	fs.Int64Var(&f.seed, "seed", 1, "seed of the workload, the fake model and the device's delays")
@@ -95,7 +104,7 @@ func setupDemo(fs *flag.FlagSet) func(stdout, stderr io.Writer) int {
 	fs.Var(&f.diskQuota, "disk-quota", "disk tier quota (0: no disk tier)")
 	fs.StringVar(&f.diskPath, "disk-path", "", "directory of the disk tier (default: a temporary directory, removed afterwards)")
 	fs.StringVar(&f.device, "device", backend.Auto, "device: cuda, emu, or auto (cuda when a GPU is present, else emu)")
-	fs.StringVar(&f.codec, "codec", "auto", "cold-page codec: auto (gather kernel or DMA per layer group by chunk size; DMA on emu), staged (device staging then DMA below the crossover) or default (DMA)")
+	fs.StringVar(&f.codec, "codec", "auto", "cold-page codec: auto (staged over the gather kernel or DMA per layer group by chunk size; DMA on emu), gather (the kernel instead of staging), staged (staging on every device) or default (DMA)")
 	fs.DurationVar(&f.maxDelay, "max-delay", 0, "emulated device: delay every stream operation by a random duration below this")
 	fs.StringVar(&f.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
 	fs.StringVar(&f.shared.addrs, "shared", "", "Redis Cluster seed addresses, comma-separated: run the two-node shared tier demo (see demoshared.go) instead")
@@ -129,8 +138,8 @@ func (f *demoFlags) validate() error {
 	default:
 		return fmt.Errorf("--device must be auto, cuda or emu, got %q", f.device)
 	}
-	if f.codec != "auto" && f.codec != "staged" && f.codec != "default" {
-		return fmt.Errorf("--codec must be auto, staged or default, got %q", f.codec)
+	if _, ok := demoStaging[f.codec]; !ok && f.codec != "default" {
+		return fmt.Errorf("--codec must be auto, gather, staged or default, got %q", f.codec)
 	}
 	if f.progress != "auto" && f.progress != "always" && f.progress != "never" {
 		return fmt.Errorf("--progress must be auto, always or never, got %q", f.progress)
@@ -226,8 +235,8 @@ func demo(f *demoFlags, stdout, stderr io.Writer) (err error) {
 	defer func() { err = errors.Join(err, dev.Close()) }()
 	opts := []core.Option{core.WithDevice(dev)}
 	var auto *gpucodec.Auto
-	if f.codec == "auto" || f.codec == "staged" {
-		if auto, err = gpucodec.NewAutoWith(dev, gpucodec.AutoOptions{Staged: f.codec == "staged"}); err != nil {
+	if staging, ok := demoStaging[f.codec]; ok {
+		if auto, err = gpucodec.NewAutoWith(dev, gpucodec.AutoOptions{Staging: staging}); err != nil {
 			return err
 		}
 		opts = append(opts, core.WithColdPageCodec(codec.Own(auto)))

@@ -58,7 +58,7 @@ func TestDemoDeviceAndCodecFlags(t *testing.T) {
 	assert.Contains(t, errOut, "--device must be auto, cuda or emu")
 	code, _, errOut = demo("--codec", "zip")
 	assert.Equal(t, exitUsage, code)
-	assert.Contains(t, errOut, "--codec must be auto, staged or default")
+	assert.Contains(t, errOut, "--codec must be auto, gather, staged or default")
 	if !cuda.Available() {
 		code, _, errOut = demo("--device", "cuda")
 		assert.Equal(t, exitFail, code)

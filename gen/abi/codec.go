@@ -204,10 +204,13 @@ const (
 	// bytes with 128-element blocks). CUDA only; every pool's slot bytes must
 	// be a multiple of 2 * block_elems.
 	BuiltinCodecFp8 BuiltinCodec = 2
-	// BuiltinCodecAuto is lossless: per lifecycle the default codec or the
-	// gather codec, from the lifecycle's bytes per page and pool against a
-	// measured crossover (256 KiB unless crossover_bytes says otherwise). On
-	// the emulated device it is the default codec.
+	// BuiltinCodecAuto is lossless: per lifecycle the default codec or, on
+	// CUDA, the staged codec (the gather kernel into device staging, then
+	// DMA of contiguous chunks, so eviction and onboarding overlap near the
+	// two-stream DMA limit; 128 MiB of device memory per migrating stream),
+	// from the lifecycle's bytes per page and pool against a measured
+	// crossover (1 MiB unless crossover_bytes says otherwise). On the
+	// emulated device it is the default codec.
 	BuiltinCodecAuto BuiltinCodec = 3
 )
 
@@ -242,7 +245,7 @@ type BuiltinCodecOptions struct {
 	BlockElems int32 `go:"-"`
 	// CrossoverBytes is the auto codec's crossover: mean bytes per page and
 	// pool at and above which a lifecycle takes the default codec; 0 means
-	// the measured 256 KiB.
+	// the measured 1 MiB.
 	CrossoverBytes int64 `go:"-"`
 }
 

@@ -272,10 +272,13 @@ enum {
      */
     KVCM_BUILTIN_CODEC_FP8 = 2,
     /**
-     * KVCM_BUILTIN_CODEC_AUTO is lossless: per lifecycle the default codec or the
-     * gather codec, from the lifecycle's bytes per page and pool against a
-     * measured crossover (256 KiB unless crossover_bytes says otherwise). On
-     * the emulated device it is the default codec.
+     * KVCM_BUILTIN_CODEC_AUTO is lossless: per lifecycle the default codec or, on
+     * CUDA, the staged codec (the gather kernel into device staging, then
+     * DMA of contiguous chunks, so eviction and onboarding overlap near the
+     * two-stream DMA limit; 128 MiB of device memory per migrating stream),
+     * from the lifecycle's bytes per page and pool against a measured
+     * crossover (1 MiB unless crossover_bytes says otherwise). On the
+     * emulated device it is the default codec.
      */
     KVCM_BUILTIN_CODEC_AUTO = 3,
 };
@@ -979,7 +982,7 @@ struct kvcm_builtin_codec_options {
     /**
      * crossover_bytes is the auto codec's crossover: mean bytes per page and
      * pool at and above which a lifecycle takes the default codec; 0 means
-     * the measured 256 KiB.
+     * the measured 1 MiB.
      */
     int64_t crossover_bytes;
 };

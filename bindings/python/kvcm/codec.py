@@ -235,7 +235,8 @@ def Fp8(element: Any = ElementType.FLOAT16, block_elems: int = 0) -> KVCacheCold
 
 
 def Auto(crossover_bytes: int = 0) -> KVCacheColdPageCodec:
-    """The lossless auto codec: per lifecycle the default codec or the gather
-    kernel (below ``crossover_bytes`` per page and pool, 0 for 256 KiB); the
-    default codec on the emulated device."""
+    """The lossless auto codec: per lifecycle the default codec or, on CUDA,
+    the staged codec (the gather kernel into device staging, then DMA; below
+    ``crossover_bytes`` per page and pool, 0 for 1 MiB); the default codec on
+    the emulated device."""
     return create_builtin_kv_cache_cold_page_codec(BuiltinCodec.AUTO, crossover_bytes=crossover_bytes)

@@ -32,6 +32,36 @@ import (
 // points the same way below the crossover.
 const AutoCrossoverBytes = 256 << 10
 
+// StagedCrossoverBytes is the crossover when lifecycles below it take the
+// staged codec: staging keeps 0.96–0.98 of a direction's limit at 256 KiB,
+// where DMA reaches 0.84–0.88 (0.94–0.97 against 0.77 with both directions
+// at once), and the two are level at 1 MiB (0.98–0.99 either way; duplex
+// 0.95 staged, 0.96 DMA), where DMA is taken as at the kernel's tie
+// (docs/benchmarks.md, session 3 and 4 duplex tables on the H200).
+const StagedCrossoverBytes = 1 << 20
+
+// Staging says whether Auto's lifecycles below the crossover take the staged
+// codec (device staging, then DMA of contiguous chunks) rather than the
+// gather kernel over mapped host memory.
+type Staging int
+
+const (
+	// StageWithKernel stages over the gather kernel where the device has
+	// it, and takes DMA elsewhere (the default): on CUDA eviction and
+	// onboarding then run at once near the two-stream DMA limit, at the cost
+	// of a device ring of staged.DefaultChunkBytes × DefaultRingChunks
+	// (128 MiB) per stream that migrates, made on first use.
+	StageWithKernel Staging = iota
+	// StageNever keeps the gather kernel below the crossover: no device
+	// staging memory, but a kernel over mapped host memory does not overlap
+	// the other direction (EVALUATION.md §1b).
+	StageNever
+	// StageAlways stages on every device, over the default codec's device
+	// copies where there is no kernel (the emulated device: it exercises
+	// staging, at two memmoves a page).
+	StageAlways
+)
+
 // Choice is how Auto moves one lifecycle's pages.
 type Choice int
 
@@ -80,29 +110,28 @@ type AutoOptions struct {
 	// GatherKernel is the gather kernel variant (GatherOptions.Kernel); ""
 	// is the default one.
 	GatherKernel string
-	// Staged makes lifecycles below the crossover take Staged instead of
-	// Kernel, on every device (over the default codec where there is no
-	// kernel): for full-duplex traffic, where a kernel over mapped host
-	// memory does not overlap the other direction (EVALUATION.md §1b).
-	Staged bool
-	// Stage configures the staged codec when Staged is set.
+	// Staging says when lifecycles below the crossover take Staged; the
+	// default stages where the device has the gather kernel.
+	Staging Staging
+	// Stage configures the staged codec when it is used.
 	Stage staged.Options
 }
 
 // Auto is a lossless codec that picks, per lifecycle at Configure, DMA (the
-// default codec) or the gather kernel (Gather) from the lifecycle's chunk
-// size (see AutoCrossoverBytes and Choose); with AutoOptions.Staged, the
-// staged codec instead of the kernel. Both write the default codec's
+// default codec) or, below the crossover, the staged codec over the gather
+// kernel (AutoOptions.Staging; StagedCrossoverBytes) or the kernel alone
+// (StageNever; AutoCrossoverBytes), from the lifecycle's chunk size (see
+// Choose). All write the default codec's
 // cold format, so QueryColdPageBytes and batching are the default codec's;
-// QueryPageIndexLocation is Host for DMA lifecycles and Device for kernel
-// ones. On a device other than a CUDA one (the emulation), or in a build
+// QueryPageIndexLocation is Device for kernel lifecycles and Host for the
+// others. On a device other than a CUDA one (the emulation), or in a build
 // without cgo, there is no kernel: every lifecycle takes DMA and Auto behaves
 // exactly as the default codec. If the gather codec rejects the layout, every
 // lifecycle takes DMA as well.
 type Auto struct {
 	dma       codec.ColdPageCodec
 	kernel    codec.ColdPageCodec // nil: no kernel codecs on this device, or staged owns it
-	staged    *staged.Codec       // nil unless AutoOptions.Staged
+	staged    *staged.Codec       // nil when no lifecycle can stage
 	hasKernel bool
 	crossover int64
 
@@ -123,10 +152,12 @@ func NewAuto(dev device.Device) (*Auto, error) { return NewAutoWith(dev, AutoOpt
 // NewAutoWith returns an Auto for dev. On a CUDA device it loads the gather
 // kernels now (an error if that fails).
 func NewAutoWith(dev device.Device, opts AutoOptions) (*Auto, error) {
-	a := &Auto{dma: codec.NewDefault(), crossover: opts.CrossoverBytes}
-	if a.crossover <= 0 {
-		a.crossover = AutoCrossoverBytes
+	switch opts.Staging {
+	case StageWithKernel, StageNever, StageAlways:
+	default:
+		return nil, fmt.Errorf("gpucodec: auto: unknown Staging %d", int(opts.Staging))
 	}
+	a := &Auto{dma: codec.NewDefault()}
 	if newKernelFor != nil && dev != nil {
 		k, err := newKernelFor(dev, opts.GatherKernel)
 		if err != nil {
@@ -134,7 +165,16 @@ func NewAutoWith(dev device.Device, opts AutoOptions) (*Auto, error) {
 		}
 		a.kernel, a.hasKernel = k, k != nil
 	}
-	if opts.Staged {
+	stage := opts.Staging == StageAlways || opts.Staging == StageWithKernel && a.hasKernel
+	switch {
+	case opts.CrossoverBytes > 0:
+		a.crossover = opts.CrossoverBytes
+	case stage:
+		a.crossover = StagedCrossoverBytes
+	default:
+		a.crossover = AutoCrossoverBytes
+	}
+	if stage {
 		inner := a.kernel
 		if inner == nil {
 			inner = codec.NewDefault()

@@ -13,15 +13,18 @@ import (
 	"github.com/kvcm/kvcm/core/layout"
 )
 
-func TestAutoPicksTheKernelForSmallChunksOnCUDA(t *testing.T) {
+// With StageNever on CUDA, small-chunk lifecycles take the gather kernel
+// with device indices, below AutoCrossoverBytes.
+func TestAutoWithoutStagingPicksTheKernelForSmallChunksOnCUDA(t *testing.T) {
 	d := gpu(t)
 	for _, hotKind := range []device.MemoryKind{device.DeviceMemory, device.HostMapped} {
 		t.Run(hotKind.String(), func(t *testing.T) {
 			r := rig(t, d, hotKind, autoSpecs...)
-			a, err := NewAuto(d)
+			a, err := NewAutoWith(d, AutoOptions{Staging: StageNever})
 			require.NoError(t, err)
 			defer func() { require.NoError(t, a.Close()) }()
 			assert.True(t, a.KernelAvailable())
+			assert.Equal(t, int64(AutoCrossoverBytes), a.CrossoverBytes())
 			require.True(t, a.Configure(r.Groups))
 			for lc, want := range map[layout.LayerGroupID]Choice{0: Kernel, 1: DMA, 2: Kernel} {
 				c, ok := a.Choice(lc)
@@ -63,15 +66,17 @@ func TestAutoFallsBackToDMAWhenTheKernelRejectsTheLayout(t *testing.T) {
 	}
 }
 
-// With Staged on CUDA, small-page lifecycles go through device staging over
-// the gather kernel, with host indices, and write the default codec's bytes.
-func TestAutoStagedOverTheKernelOnCUDA(t *testing.T) {
+// By default on CUDA, lifecycles below StagedCrossoverBytes go through
+// device staging over the gather kernel, with host indices, and write the
+// default codec's bytes.
+func TestAutoStagesOverTheKernelOnCUDAByDefault(t *testing.T) {
 	d := gpu(t)
 	r := rig(t, d, device.DeviceMemory, autoSpecs...)
-	a, err := NewAutoWith(d, AutoOptions{Staged: true})
+	a, err := NewAuto(d)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, a.Close()) }()
 	assert.True(t, a.KernelAvailable())
+	assert.Equal(t, int64(StagedCrossoverBytes), a.CrossoverBytes())
 	require.True(t, a.Configure(r.Groups))
 	for lc, want := range map[layout.LayerGroupID]Choice{0: Staged, 1: DMA, 2: Staged} {
 		c, ok := a.Choice(lc)

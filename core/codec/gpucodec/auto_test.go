@@ -48,12 +48,12 @@ func TestChooseAtTheMeasuredCrossover(t *testing.T) {
 	assert.Equal(t, "Choice(7)", Choice(7).String())
 }
 
-// autoSpecs: lifecycle 0 has 4 KiB chunks (kernel on a GPU), lifecycle 1 a
-// 512 KiB and a 16-byte pool (mean above the crossover: DMA), lifecycle 2
-// shares group 0 with lifecycle 0.
+// autoSpecs: lifecycle 0 has 4 KiB chunks (kernel or staging on a GPU),
+// lifecycle 1 a 2 MiB and a 16-byte pool (mean above both crossovers: DMA),
+// lifecycle 2 shares group 0 with lifecycle 0.
 var autoSpecs = []codectest.GroupSpec{
 	{NumSlots: 9, LifeCycles: []layout.LayerGroupID{0, 2}, SlotBytes: []int64{4096, 4096, 1024}},
-	{NumSlots: 5, LifeCycles: []layout.LayerGroupID{1}, SlotBytes: []int64{512 << 10, 16}},
+	{NumSlots: 5, LifeCycles: []layout.LayerGroupID{1}, SlotBytes: []int64{2 << 20, 16}},
 }
 
 // autoRoundTrip encodes every slot of every lifecycle of r with a (host or
@@ -161,7 +161,7 @@ func TestAutoStagedTakesSmallPagesThroughDeviceStaging(t *testing.T) {
 	r, err := codectest.NewRig(dev, device.DeviceMemory, autoSpecs...)
 	require.NoError(t, err)
 	defer r.Close()
-	a, err := NewAutoWith(dev, AutoOptions{Staged: true})
+	a, err := NewAutoWith(dev, AutoOptions{Staging: StageAlways})
 	require.NoError(t, err)
 	require.True(t, a.Configure(r.Groups))
 	for lc, want := range map[layout.LayerGroupID]Choice{0: Staged, 1: DMA, 2: Staged} {
@@ -173,6 +173,8 @@ func TestAutoStagedTakesSmallPagesThroughDeviceStaging(t *testing.T) {
 	assert.Equal(t, "staged", Staged.String())
 	autoRoundTrip(t, r, a)
 	require.NoError(t, a.Close())
-	_, err = NewAutoWith(nil, AutoOptions{Staged: true})
+	_, err = NewAutoWith(nil, AutoOptions{Staging: StageAlways})
 	assert.Error(t, err, "staging needs a device")
+	_, err = NewAutoWith(dev, AutoOptions{Staging: 7})
+	assert.ErrorContains(t, err, "Staging")
 }

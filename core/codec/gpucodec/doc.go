@@ -10,15 +10,16 @@
 //     with 16-byte loads, several in flight per lane, which keeps mapped
 //     pinned host memory busy across PCIe. Layouts not aligned to 16 bytes
 //     fall back to a byte-wise kernel.
-//   - Auto (NewAuto): per lifecycle, DMA (the default codec) or Gather, from
-//     the lifecycle's chunk size (mean slot bytes per pool) against the
-//     crossover `kvcm bench migrate` measured (AutoCrossoverBytes). On the
-//     emulated device, or without cgo, it is the default codec. With
-//     AutoOptions.Staged, lifecycles below the crossover take the staged
-//     codec (core/codec/staged) over Gather instead: pages gathered into
-//     device staging, then moved by DMA in contiguous chunks, so eviction and
-//     onboarding both use the copy engines at once (over the default codec's
-//     device copies on the emulated device).
+//   - Auto (NewAuto): per lifecycle, DMA (the default codec) or, below a
+//     measured crossover of the lifecycle's chunk size (mean slot bytes per
+//     pool), the staged codec (core/codec/staged) over Gather: pages
+//     gathered into device staging, then moved by DMA in contiguous chunks,
+//     so eviction and onboarding both use the copy engines at once
+//     (StagedCrossoverBytes). AutoOptions.Staging StageNever keeps Gather
+//     itself below AutoCrossoverBytes (no staging memory); StageAlways
+//     stages on every device, over the default codec's device copies on the
+//     emulated device. On the emulated device, or without cgo, it is
+//     otherwise the default codec.
 //   - Quant (NewQuant): a fixed-ratio lossy codec for fp16 or bf16 pages:
 //     FP8 e4m3 with one float32 scale per block of BlockElems elements (128
 //     by default: 0.516 of the hot bytes). Its error against the original is

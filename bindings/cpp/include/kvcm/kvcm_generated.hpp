@@ -152,10 +152,13 @@ enum class BuiltinCodec : std::int32_t {
     // bytes with 128-element blocks). CUDA only; every pool's slot bytes must
     // be a multiple of 2 * block_elems.
     kFp8 = KVCM_BUILTIN_CODEC_FP8,
-    // KVCM_BUILTIN_CODEC_AUTO is lossless: per lifecycle the default codec or the
-    // gather codec, from the lifecycle's bytes per page and pool against a
-    // measured crossover (256 KiB unless crossover_bytes says otherwise). On
-    // the emulated device it is the default codec.
+    // KVCM_BUILTIN_CODEC_AUTO is lossless: per lifecycle the default codec or, on
+    // CUDA, the staged codec (the gather kernel into device staging, then
+    // DMA of contiguous chunks, so eviction and onboarding overlap near the
+    // two-stream DMA limit; 128 MiB of device memory per migrating stream),
+    // from the lifecycle's bytes per page and pool against a measured
+    // crossover (1 MiB unless crossover_bytes says otherwise). On the
+    // emulated device it is the default codec.
     kAuto = KVCM_BUILTIN_CODEC_AUTO,
 };
 static_assert(sizeof(BuiltinCodec) == sizeof(::kvcm_builtin_codec), "BuiltinCodec has the C size");
