@@ -22,7 +22,10 @@
 //   - Get(keys) — the blobs, verified, one round trip per batch;
 //   - Put(key, blob) — an asynchronous write through a bounded queue that
 //     never blocks (a full queue drops and counts); keys already in the
-//     cluster or already queued are not written again;
+//     cluster or already queued are not written again. Each writer keeps
+//     one pipelined round trip in flight, which writes a batch (SET NX of
+//     the keys its EXISTS found missing) and asks EXISTS of the next: one
+//     round trip a batch, as a raw pipelined SET;
 //   - Flush, Stats, Close.
 //
 // When the manager calls Put is its write policy (config.SharedWritePolicy):
@@ -31,9 +34,10 @@
 //
 // The manager's side is core/sharedlevel.go: it opens the store from
 // OptionsFrom(the shared tier's config) with a Verify of the blob format,
-// continues create_kv_cache's and probe_reuse's prefix match with
-// MatchPrefix and Get outside its lock, and Puts blobs on eviction from the
-// last local level or on commit.
+// continues create_kv_cache's, probe_reuse's and
+// probe_first_new_block_key's prefix match with MatchPrefix (and
+// create_kv_cache's fetch with Get) outside its lock, and Puts blobs on
+// eviction from the last local level or on commit.
 package sharedtier
 
 import (

@@ -7,7 +7,8 @@
 // store: pipelined SET of batches of Batch values on Writers goroutines (the
 // store's write concurrency), and pipelined GET of batches on one goroutine
 // (a lookup is one caller). The store's write is Put of every value then
-// Flush (its writers ask EXISTS, then SET NX, per batch); its read is
+// Flush (each writer's round trip writes a batch, SET NX, and asks EXISTS
+// of the next); its read is
 // MatchPrefix over the chain (EXISTS in batches of the store's default
 // LookupBatchKeys) then Get (batches of Batch). Each round runs both sides
 // back to back, raw first in even rounds and the store first in odd ones. Every value read back is compared to
