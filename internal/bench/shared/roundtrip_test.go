@@ -1,7 +1,7 @@
 package shared
 
 // Why the store's writers send one round trip a batch (docs/benchmarks.md,
-// "Shared tier: the write path"): the time of one batch of 32 values written
+// "issue 15, the write path"): the time of one batch of 32 values written
 // the three ways, interleaved in one run on one goroutine, with the raw
 // pipelined SET as the reference.
 //
