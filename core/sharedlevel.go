@@ -26,8 +26,9 @@ import (
 // block key (blockhash.Hasher.NextDigests), so managers given the same input
 // and digests agree on it, and an input's other digest misses.
 //
-// Reads. CreateKVCache and ProbeReuse continue the prefix match past the
-// local tree: the blocks from the first one a lifecycle lacks a page of are
+// Reads. CreateKVCache, ProbeReuse and ProbeFirstNewBlockKey (which names
+// the first block past ProbeReuse's prefix) continue the prefix match past
+// the local tree: the blocks from the first one a lifecycle lacks a page of are
 // looked up with one pipelined round trip per batch of keys
 // (Store.MatchPrefix), and CreateKVCache fetches what was found (Store.Get,
 // each blob checked: header, key, fingerprint, tokens, payload checksum).
@@ -49,7 +50,8 @@ import (
 // WriteThroughOnCommit every committed page is encoded into pinned staging
 // on the shared stream and queued. The queue (Store.Put) is bounded and never
 // blocks: a full queue drops and counts, and a block the cluster already
-// holds is not written again.
+// holds is not written again (its EXISTS rides in the round trip that
+// writes the batch before it).
 
 // SharedStats counts the shared tier's traffic as the manager sees it, with
 // the store's own counters in Store.
@@ -581,23 +583,25 @@ func (m *Manager) landShared(g *slotGroup, as []arrival) error {
 
 // probeShared is ProbeReuseDigests with a shared tier: the local match, or
 // the blocks the shared tier holds past it now (less ReuseMatchBackoff), if
-// longer.
-func (m *Manager) probeShared(scope blockhash.Scope, input []config.Token, digests []blockhash.DigestAt) int {
+// longer. keys are the chain keys of input's first full blocks, as the
+// lookup computed them (nil when it asked the tier nothing: every block is
+// local, or none is full).
+func (m *Manager) probeShared(scope blockhash.Scope, input []config.Token, digests []blockhash.DigestAt) (tokens int, keys []blockhash.Key) {
 	local := m.probeLocal(scope, input, digests)
 	p, ok := m.planShared(scope, input, digests)
 	if !ok {
-		return local
+		return local, nil
 	}
 	k := m.matchShared(p)
 	if k == 0 {
-		return local
+		return local, p.keys
 	}
 	tpb := m.cfg.TokensPerBlock
 	t := max((p.start+k)*tpb-m.cfg.ReuseMatchBackoff, 0)
 	if !m.cfg.EnablePartialReuse {
 		t = t / tpb * tpb
 	}
-	return max(local, t)
+	return max(local, t), p.keys
 }
 
 // writeBack queues the blob of p, a page eviction is about to drop from the

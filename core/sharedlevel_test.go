@@ -131,6 +131,48 @@ func TestSharedLookupHoldsNoLock(t *testing.T) {
 	require.NoError(t, c.Close())
 }
 
+// ProbeFirstNewBlockKey continues the prefix into the shared tier as
+// ProbeReuse does: another node names the first block past the ones the tier
+// holds (the block a cache created now would compute first), not a block it
+// would onboard; it onboards nothing, and past blocks the tier lacks it names
+// the first of them.
+func TestProbeFirstNewBlockKeyContinuesIntoTheSharedTier(t *testing.T) {
+	addrs, ns := clusterAddrs(t), testNamespace()
+	computeShared(t, addrs, ns, seq(0, 12)) // blocks 0-2 in the tier
+	b := newTieredFixture(t, withSharedTier(tieredConfig(t, 8, 8, 0), addrs, ns, config.WriteBackOnEviction))
+	prompt := seq(0, 21) // 5 full blocks
+	keys := blockhash.Chain(blockhash.Scope{}, tpb, prompt)
+
+	k, ok := b.m.ProbeFirstNewBlockKey(blockhash.Scope{}, prompt)
+	require.True(t, ok)
+	assert.Equal(t, keys[3], k, "blocks 0-2 are in the tier: block 3 is the first to compute")
+	st, _ := b.m.SharedStats()
+	assert.Equal(t, int64(5), st.LookupBlocks, "the blocks past the (empty) local tree were looked up")
+	assert.Equal(t, int64(3), st.FoundBlocks)
+	assert.Zero(t, st.OnboardedBlocks, "a probe changes nothing")
+	assert.Zero(t, b.groups(1)[0].Total-b.groups(1)[0].Free, "nothing landed on the host level")
+
+	_, ok = b.m.ProbeFirstNewBlockKey(blockhash.Scope{}, prompt[:15])
+	assert.False(t, ok, "no full block past the tier's three")
+
+	other := append(seq(0, 4), seq(500, 12)...) // block 0 is the tier's, block 1 is not
+	k, ok = b.m.ProbeFirstNewBlockKey(blockhash.Scope{}, other)
+	require.True(t, ok)
+	assert.Equal(t, blockhash.Chain(blockhash.Scope{}, tpb, other)[1], k)
+
+	k, ok = b.m.ProbeFirstNewBlockKey(blockhash.LoRA(3), prompt)
+	require.True(t, ok)
+	assert.Equal(t, blockhash.Chain(blockhash.LoRA(3), tpb, prompt)[0], k, "another scope's chain is not in the tier")
+
+	c, err := b.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	assert.Equal(t, 12, c.ReusedTokens(), "the cache reuses the three blocks the probe passed")
+	require.NoError(t, c.Close())
+	k, ok = b.m.ProbeFirstNewBlockKey(blockhash.Scope{}, prompt)
+	require.True(t, ok)
+	assert.Equal(t, keys[3], k, "the same block once the three are local")
+}
+
 // Onboarded blocks are stored (by no cache) and each page reports that it
 // came from the shared level to the first cold level; the counters say how
 // many blocks, pages and bytes.

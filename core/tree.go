@@ -491,7 +491,8 @@ func (m *Manager) ProbeReuseDigests(scope blockhash.Scope, input []config.Token,
 		return 0, err
 	}
 	if m.shared != nil {
-		return m.probeShared(scope, input, digests), nil
+		n, _ := m.probeShared(scope, input, digests)
+		return n, nil
 	}
 	return m.probeLocal(scope, input, digests), nil
 }
@@ -529,8 +530,11 @@ func (m *Manager) textOrDigests(name string, tokens []config.Token, digests []bl
 
 // ProbeFirstNewBlockKey returns the key of the first full block of input
 // past its reusable prefix (see ProbeReuse): the block a new cache in scope
-// would compute and commit first. It reports false when no full block of
-// input lies past that prefix. It changes nothing.
+// would compute and commit first. With a shared tier the prefix continues
+// into it as ProbeReuse's does (one round trip per batch of block keys,
+// without the manager's lock), so a block the tier holds is not named. It
+// reports false when no full block of input lies past that prefix. It
+// changes nothing.
 func (m *Manager) ProbeFirstNewBlockKey(scope blockhash.Scope, input []config.Token) (blockhash.Key, bool) {
 	k, ok, _ := m.ProbeFirstNewBlockKeyDigests(scope, input, nil)
 	return k, ok
@@ -543,20 +547,47 @@ func (m *Manager) ProbeFirstNewBlockKeyDigests(scope blockhash.Scope, input []co
 	if err != nil {
 		return 0, false, err
 	}
+	tpb := m.cfg.TokensPerBlock
+	if m.shared != nil {
+		t, keys := m.probeShared(scope, input, digests)
+		b := t / tpb
+		if (b+1)*tpb > len(input) {
+			return 0, false, nil
+		}
+		if b < len(keys) {
+			return keys[b], true, nil
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.closed {
+			return 0, false, nil
+		}
+		k := scope.Root()
+		if len(keys) > 0 {
+			k = keys[len(keys)-1]
+		}
+		return m.chainKey(k, len(keys), b, input, digests), true, nil
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return 0, false, nil
 	}
-	tpb := m.cfg.TokensPerBlock
 	mt := m.findMatch(scope, input, digests)
 	b := mt.tokens(tpb) / tpb
 	if (b+1)*tpb > len(input) {
 		return 0, false, nil
 	}
-	k := mt.key(scope)
-	for i := len(mt.path); i <= b; i++ {
-		k = m.hasher.NextDigests(k, input[i*tpb:(i+1)*tpb], blockhash.DigestsIn(digests, i*tpb, (i+1)*tpb))
+	return m.chainKey(mt.key(scope), len(mt.path), b, input, digests), true, nil
+}
+
+// chainKey returns the key of block b of input, continuing the chain from
+// key, block from-1's (the scope's root for block 0). Under the lock: the
+// hasher is the manager's.
+func (m *Manager) chainKey(key blockhash.Key, from, b int, input []config.Token, digests []blockhash.DigestAt) blockhash.Key {
+	tpb := m.cfg.TokensPerBlock
+	for i := from; i <= b; i++ {
+		key = m.hasher.NextDigests(key, input[i*tpb:(i+1)*tpb], blockhash.DigestsIn(digests, i*tpb, (i+1)*tpb))
 	}
-	return k, true, nil
+	return key
 }

@@ -22,7 +22,10 @@
 //   - Get(keys) — the blobs, verified, one round trip per batch;
 //   - Put(key, blob) — an asynchronous write through a bounded queue that
 //     never blocks (a full queue drops and counts); keys already in the
-//     cluster or already queued are not written again;
+//     cluster or already queued are not written again. Each writer keeps
+//     one pipelined round trip in flight, which writes a batch (SET NX of
+//     the keys its EXISTS found missing) and asks EXISTS of the next: one
+//     round trip a batch, as a raw pipelined SET;
 //   - Flush, Stats, Close.
 //
 // When the manager calls Put is its write policy (config.SharedWritePolicy):
@@ -31,9 +34,10 @@
 //
 // The manager's side is core/sharedlevel.go: it opens the store from
 // OptionsFrom(the shared tier's config) with a Verify of the blob format,
-// continues create_kv_cache's and probe_reuse's prefix match with
-// MatchPrefix and Get outside its lock, and Puts blobs on eviction from the
-// last local level or on commit.
+// continues create_kv_cache's, probe_reuse's and
+// probe_first_new_block_key's prefix match with MatchPrefix (and
+// create_kv_cache's fetch with Get) outside its lock, and Puts blobs on
+// eviction from the last local level or on commit.
 package sharedtier
 
 import (
@@ -472,81 +476,83 @@ func (s *Store) Put(key Key, blob []byte) bool {
 	return true
 }
 
-// writer drains the queue in batches: one round trip of EXISTS, then one of
-// SET NX (with the TTL) for the keys missing.
+// writer drains the queue in batches of up to Options.BatchKeys keys (and
+// writeBatchBytes), with one pipelined round trip a batch, as a raw
+// pipelined SET has: the round trip that writes a batch (SET NX, with the
+// TTL, of the keys its EXISTS found missing) also carries the EXISTS of the
+// next batch, taken from the queue as it is sent. A writer thus keeps one
+// round trip in flight, and only a batch taken while the writer had nothing
+// to write waits for a round trip of EXISTS alone.
 func (s *Store) writer() {
 	defer s.writers.Done()
-	for p := range s.queue {
-		batch := []pending{p}
-		bytes := len(p.blob)
-	fill:
-		for len(batch) < s.opts.BatchKeys && bytes < 16<<20 {
-			select {
-			case q, ok := <-s.queue:
-				if !ok {
-					break fill
-				}
-				batch = append(batch, q)
-				bytes += len(q.blob)
-			default:
-				break fill
-			}
+	var sets []pending // keys found missing, to write in the next round trip
+	for {
+		next := s.take(len(sets) == 0)
+		if len(sets)+len(next) == 0 {
+			return // the queue is closed and drained
 		}
-		s.write(batch)
-		s.mu.Lock()
-		for _, q := range batch {
-			delete(s.queued, q.name)
-			s.queueSize.Add(-int64(len(q.blob)))
-		}
-		if len(s.queued) == 0 {
-			for _, ch := range s.idle {
-				close(ch)
-			}
-			s.idle = nil
-		}
-		s.mu.Unlock()
+		sets = s.roundTrip(sets, next)
 	}
 }
 
-func (s *Store) write(batch []pending) {
+// writeBatchBytes bounds the blob bytes of one writer's batch.
+const writeBatchBytes = 16 << 20
+
+// take returns the next batch of the queue: when wait is set, at least its
+// first key, waiting for it (none once the queue is closed and drained);
+// otherwise only what is queued now.
+func (s *Store) take(wait bool) []pending {
+	var batch []pending
+	bytes := 0
+	if wait {
+		p, ok := <-s.queue
+		if !ok {
+			return nil
+		}
+		batch, bytes = append(batch, p), len(p.blob)
+	}
+	for len(batch) < s.opts.BatchKeys && bytes < writeBatchBytes {
+		select {
+		case p, ok := <-s.queue:
+			if !ok {
+				return batch
+			}
+			batch, bytes = append(batch, p), bytes+len(p.blob)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// roundTrip is one pipelined round trip of a writer: SET NX of sets and
+// EXISTS of next. It releases sets and the keys of next it is done with
+// (present, or lost to an error: a write error) and returns the others,
+// which the cluster lacks.
+func (s *Store) roundTrip(sets, next []pending) (missing []pending) {
 	c := s.connect()
 	if c == nil {
-		s.stats.writeErrors.Add(int64(len(batch)))
+		s.stats.writeErrors.Add(int64(len(sets) + len(next)))
 		s.countErr(ErrUnavailable)
-		return
+		s.release(sets, next)
+		return nil
 	}
 	ctx, cancel := s.callCtx(context.Background())
 	defer cancel()
-	exists := make(rueidis.Commands, len(batch))
-	for i, p := range batch {
-		exists[i] = c.B().Exists().Key(p.name).Build()
-	}
-	var sets rueidis.Commands
-	var setBatch []pending
-	for i, r := range c.DoMulti(ctx, exists...) {
-		n, err := r.AsInt64()
-		if err != nil {
-			s.stats.writeErrors.Add(1)
-			s.countErr(err)
-			continue
-		}
-		if n == 1 {
-			s.stats.present.Add(1)
-			continue
-		}
-		p := batch[i]
+	cmds := make(rueidis.Commands, 0, len(sets)+len(next))
+	for _, p := range sets {
 		set := c.B().Set().Key(p.name).Value(rueidis.BinaryString(p.blob)).Nx()
 		if s.opts.TTL > 0 {
-			sets = append(sets, set.PxMilliseconds(s.opts.TTL.Milliseconds()).Build())
+			cmds = append(cmds, set.PxMilliseconds(s.opts.TTL.Milliseconds()).Build())
 		} else {
-			sets = append(sets, set.Build())
+			cmds = append(cmds, set.Build())
 		}
-		setBatch = append(setBatch, p)
 	}
-	if len(sets) == 0 {
-		return
+	for _, p := range next {
+		cmds = append(cmds, c.B().Exists().Key(p.name).Build())
 	}
-	for i, r := range c.DoMulti(ctx, sets...) {
+	res := c.DoMulti(ctx, cmds...)
+	for i, r := range res[:len(sets)] {
 		err := r.Error()
 		switch {
 		case rueidis.IsRedisNil(err): // NX: another node wrote it meanwhile
@@ -556,8 +562,44 @@ func (s *Store) write(batch []pending) {
 			s.countErr(err)
 		default:
 			s.stats.written.Add(1)
-			s.stats.bytesWritten.Add(int64(len(setBatch[i].blob)))
+			s.stats.bytesWritten.Add(int64(len(sets[i].blob)))
 		}
+	}
+	var settled []pending
+	for i, r := range res[len(sets):] {
+		n, err := r.AsInt64()
+		switch {
+		case err != nil:
+			s.stats.writeErrors.Add(1)
+			s.countErr(err)
+		case n == 1:
+			s.stats.present.Add(1)
+		default:
+			missing = append(missing, next[i])
+			continue
+		}
+		settled = append(settled, next[i])
+	}
+	s.release(sets, settled)
+	return missing
+}
+
+// release takes the keys of batches out of the queue's accounting, once
+// they are written or failed, and wakes Flush when none is left.
+func (s *Store) release(batches ...[]pending) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range batches {
+		for _, p := range b {
+			delete(s.queued, p.name)
+			s.queueSize.Add(-int64(len(p.blob)))
+		}
+	}
+	if len(s.queued) == 0 {
+		for _, ch := range s.idle {
+			close(ch)
+		}
+		s.idle = nil
 	}
 }
 

@@ -134,6 +134,39 @@ func TestPutSkipsKeysAlreadyPresent(t *testing.T) {
 	assert.EqualValues(t, 4, st.Present)
 }
 
+// A writer's round trip writes one batch and asks EXISTS of the next: over
+// many batches, with present and missing keys interleaved, every missing key
+// is written once, every present one is skipped (counted, not sent), and
+// every blob reads back to the byte, with one writer and with several.
+func TestWritesSkipPresentKeysAcrossBatches(t *testing.T) {
+	addrs := sharedCluster(t)
+	const size = 2048
+	for _, writers := range []int{1, 3} {
+		ns := namespace(t)
+		keys := chain(13, 61)
+		var present []Key
+		for i, k := range keys {
+			if i%3 == 1 || (i >= 20 && i < 30) {
+				present = append(present, k)
+			}
+		}
+		other := open(t, Options{Addresses: addrs, Namespace: ns})
+		putAll(t, other, present, size)
+		s := open(t, Options{Addresses: addrs, Namespace: ns, BatchKeys: 4, Writers: writers, Verify: verifyBlob(size)})
+		putAll(t, s, keys, size)
+		st := s.Stats()
+		assert.EqualValues(t, len(keys)-len(present), st.Written, "writers %d", writers)
+		assert.EqualValues(t, len(present), st.Present, "writers %d", writers)
+		assert.EqualValues(t, int64(len(keys)-len(present))*size, st.BytesWritten, "writers %d", writers)
+		assert.Zero(t, st.WriteErrors, "writers %d", writers)
+		blobs, err := s.Get(context.Background(), keys)
+		require.NoError(t, err)
+		for i, k := range keys {
+			assert.Equal(t, blob(k, size), blobs[i], "writers %d, blob %d", writers, i)
+		}
+	}
+}
+
 // Verify rejecting a blob (a checksum mismatch, a foreign header) makes it a
 // miss and a counted error, never bytes handed out.
 func TestVerifyRejectionIsAMiss(t *testing.T) {

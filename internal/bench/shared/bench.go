@@ -7,7 +7,8 @@
 // store: pipelined SET of batches of Batch values on Writers goroutines (the
 // store's write concurrency), and pipelined GET of batches on one goroutine
 // (a lookup is one caller). The store's write is Put of every value then
-// Flush (its writers ask EXISTS, then SET NX, per batch); its read is
+// Flush (each writer's round trip writes a batch, SET NX, and asks EXISTS
+// of the next); its read is
 // MatchPrefix over the chain (EXISTS in batches of the store's default
 // LookupBatchKeys) then Get (batches of Batch). Each round runs both sides
 // back to back, raw first in even rounds and the store first in odd ones. Every value read back is compared to
@@ -83,6 +84,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) ([]Row, error) {
 	}
 	defer raw.Close()
 	ns := fmt.Sprintf("bench%d", time.Now().UnixNano())
+	if err := warm(ctx, raw, ns); err != nil {
+		return nil, err
+	}
 	var rows []Row
 	for _, size := range cfg.Sizes {
 		n := int(max(int64(cfg.Batch), cfg.Bytes/int64(size)))
@@ -145,6 +149,21 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) ([]Row, error) {
 			OnboardRawGet: median(og2), OnboardRatio: median(or)})
 	}
 	return rows, nil
+}
+
+// warm connects c to every node before any clock starts, as the store's
+// warm-up does: one pipelined EXISTS of keys spread over every slot owner.
+func warm(ctx context.Context, c rueidis.Client, ns string) error {
+	cmds := make(rueidis.Commands, 64)
+	for i := range cmds {
+		cmds[i] = c.B().Exists().Key(fmt.Sprintf("kvcm-bench-warm:%s:%d", ns, i)).Build()
+	}
+	for _, r := range c.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("bench shared: warm-up: %w", err)
+		}
+	}
+	return nil
 }
 
 func gbps(bytes int, d time.Duration) float64 { return float64(bytes) / d.Seconds() / 1e9 }
@@ -268,9 +287,11 @@ func storeRound(ctx context.Context, cfg Config, ns string, n int, val []byte) (
 		keys[i] = sharedtier.Key{Fingerprint: sharedtier.Fingerprint{0xbe, 0x4c}, Lifecycle: 0, Block: uint64(i)}
 		names[i] = s.KeyName(keys[i])
 	}
-	// Connect before the clock starts, as the raw client did.
-	if _, err := s.MatchPrefix(ctx, keys[:1]); err != nil {
-		return 0, 0, names, err
+	// Connect to every node before the clock starts, as the raw client is
+	// (warm): the first batch of EXISTS spans every slot owner, and finds
+	// nothing, which ends the match.
+	if n, err := s.MatchPrefix(ctx, keys); err != nil || n != 0 {
+		return 0, 0, names, fmt.Errorf("bench shared: store warm-up matched %d keys: %v", n, err)
 	}
 	start := time.Now()
 	for _, k := range keys {
