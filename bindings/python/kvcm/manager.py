@@ -1630,25 +1630,28 @@ class _KVCache(Managed):
         # committed or discarded; kvcm counts the lookup at once, and keeps
         # only its dirty mark pending.
         self._ssm_lookup_pending = False
-        # The decode step's deferred commits: a commit of text tokens that
+        # The decode step's deferred commits. A commit of text tokens that
         # stays inside the block being filled and inside the history changes
         # only the committed count and the block's partial tokens, which
-        # nothing but this cache's queries read (no page, event, statistic or
-        # published block). Such commits wait in _pending and reach the
-        # library in one commit when anything else crosses into it for this
-        # cache (_native: every query and call but resize; close; the
-        # manager's close), or when a commit cannot wait. The checks that
-        # decide it use what the library last reported or accepted:
-        # _m_committed (committed tokens, the waiting ones included) and
-        # _m_history (the history length), None while unknown; _active and
-        # _stopped (ACTIVE; commits stopped). Anything the library would
-        # refuse is not deferred: it takes the library's path, which reports
-        # it.
+        # nothing but this cache's own queries read (no page, event,
+        # statistic or published block; with SSM layers a commit's place is
+        # checked against the history, so they never defer). Such commits
+        # wait in _pending and reach the library in one commit when anything
+        # else crosses into it for this cache (_native: every query and call
+        # but resize; close; the manager's close), before that call. What
+        # decides it is what the library last reported or accepted:
+        # _m_committed (its committed tokens, without _pending) and
+        # _m_history (the history length), None while unknown; _active
+        # (ACTIVE since a resume) and _stopped (commits stopped). _room is
+        # how many more tokens may wait: 0 unless all of those are known and
+        # allow it. Anything the library would refuse is not deferred: it
+        # takes the library's path, which reports it.
         self._pending: list[int] = []
         self._m_committed: int | None = None
         self._m_history: int | None = None
         self._active = False
         self._stopped = False
+        self._room = 0
         self._defers = not manager._has_ssm and custom_priority_callback is None
         self._tpb = manager._tokens_per_block
         opts = _native.versioned(ffi.kvcm_kv_cache_options)
@@ -1721,9 +1724,24 @@ class _KVCache(Managed):
         _cache_commit(h, toks, n, False)
         del keep
         self._pending = []
+        self._m_committed += n  # known while tokens wait
+
+    def _update_room(self) -> None:
+        """Recompute _room from the mirror (see __init__)."""
+        c, h = self._m_committed, self._m_history
+        if c is None or h is None or not self._active or self._stopped or not self._defers \
+                or self._state != "open":
+            self._room = 0
+            return
+        c += len(self._pending)
+        self._room = max(0, min(h - c, self._tpb - 1 - c % self._tpb))
+
+    def _mark_closed(self) -> None:
+        self._room = 0
+        super()._mark_closed()
 
     def _release(self, handle: int) -> None:
-        self._active = False
+        self._active, self._room = False, 0
         try:
             if self._pending:
                 self._flush(handle)  # partial reuse publishes them at close
@@ -1840,7 +1858,8 @@ class _KVCache(Managed):
             out = _I64()
             _cache_committed(self._resource, out)
             c = self._m_committed = out.value
-        return c
+            self._update_room()
+        return c + len(self._pending)
 
     @property
     def history_length(self) -> int:
@@ -1851,6 +1870,7 @@ class _KVCache(Managed):
             out = _I64()
             _cache_history(self._resource, out)
             h = self._m_history = out.value
+            self._update_room()
         return h
 
     @property
@@ -2051,6 +2071,7 @@ class _KVCache(Managed):
         except (ResumeRefusedError, OutOfPagesError):
             return False
         self._active = True
+        self._update_room()
         self._stream = cuda_stream
         self._refresh_indices()
         return True
@@ -2059,7 +2080,7 @@ class _KVCache(Managed):
         """Make the cache SUSPENDED; buffers given to set_base_page_index_buf
         are let go (as KVCacheManagerV2 does)."""
         h = self._native()
-        self._active = False
+        self._active, self._room = False, 0
         _cache_suspend(h)
         self._bufs.clear()
         self._views.clear()
@@ -2090,6 +2111,7 @@ class _KVCache(Managed):
             return False
         if history_length >= 0:
             self._m_history = history_length
+            self._update_room()
         # The decode step's path: each check is inlined before its call.
         if self._bufs or self._views:
             self._refresh_indices()
@@ -2116,21 +2138,18 @@ class _KVCache(Managed):
         SsmCommitOffHistoryError (an InvalidArgumentError and, as
         KVCacheManagerV2 reports it, an AssertionError). On error nothing
         changes."""
-        if beam_search_indices is None and self._defers:
-            c, h = self._m_committed, self._m_history
-            t = accepted_input_tokens
-            if (is_end is False and c is not None and h is not None and self._active and not self._stopped
-                    and self._state == "open" and (t.__class__ is list or t.__class__ is tuple)):
-                n = len(t)
-                if 0 < n and c + n <= h and c % self._tpb + n < self._tpb:
-                    for x in t:
-                        if x.__class__ is not int or not -0x80000000 <= x <= 0x7FFFFFFF:
-                            break
-                    else:
-                        # The decode step: deferred (see __init__).
-                        self._pending += t
-                        self._m_committed = c + n
-                        return
+        t = accepted_input_tokens
+        if beam_search_indices is None and is_end is False and (t.__class__ is list or t.__class__ is tuple):
+            n, r = len(t), self._room
+            if 0 < n <= r:
+                for x in t:
+                    if x.__class__ is not int or not -0x80000000 <= x <= 0x7FFFFFFF:
+                        break
+                else:
+                    # The decode step: deferred (see __init__).
+                    self._pending += t
+                    self._room = r - n
+                    return
         if beam_search_indices is None and self._priority_cb is None:
             # Text tokens, no beams, no callback to re-raise from; anything
             # else (digest tokens too) takes the general path below, which
@@ -2208,6 +2227,7 @@ class _KVCache(Managed):
             self._m_history = c
         if is_end:
             self._stopped = True
+        self._update_room()
 
     @property
     def beam_width(self) -> int:
@@ -2233,7 +2253,7 @@ class _KVCache(Managed):
 
     def stop_committing(self) -> None:
         _native.call("kvcm_kv_cache_stop_committing", self._native())
-        self._stopped = True
+        self._stopped, self._room = True, 0
 
     def prefetch(self, target: int) -> bool:
         """Bring a SUSPENDED cache's pages up to cache level ``target``
