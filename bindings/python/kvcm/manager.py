@@ -1640,18 +1640,19 @@ class _KVCache(Managed):
         # else crosses into it for this cache (_native: every query and call
         # but resize; close; the manager's close), before that call. What
         # decides it is what the library last reported or accepted:
-        # _m_committed (its committed tokens, without _pending) and
-        # _m_history (the history length), None while unknown; _active
-        # (ACTIVE since a resume) and _stopped (commits stopped). _room is
-        # how many more tokens may wait: 0 unless all of those are known and
-        # allow it. Anything the library would refuse is not deferred: it
-        # takes the library's path, which reports it.
+        # _m_committed (the committed tokens, _pending included) and
+        # _m_history (the history length), -1 while unknown; _active
+        # (ACTIVE since a resume) and _stopped (commits stopped). _limit is
+        # the committed count the waiting tokens may reach (the last before
+        # the block being filled completes), -1 unless all of those are known
+        # and allow waiting. Anything the library would refuse is not
+        # deferred: it takes the library's path, which reports it.
         self._pending: list[int] = []
-        self._m_committed: int | None = None
-        self._m_history: int | None = None
+        self._m_committed = -1
+        self._m_history = -1
         self._active = False
         self._stopped = False
-        self._room = 0
+        self._limit = -1
         self._defers = not manager._has_ssm and custom_priority_callback is None
         self._tpb = manager._tokens_per_block
         opts = _native.versioned(ffi.kvcm_kv_cache_options)
@@ -1724,24 +1725,21 @@ class _KVCache(Managed):
         _cache_commit(h, toks, n, False)
         del keep
         self._pending = []
-        self._m_committed += n  # known while tokens wait
 
-    def _update_room(self) -> None:
-        """Recompute _room from the mirror (see __init__)."""
-        c, h = self._m_committed, self._m_history
-        if c is None or h is None or not self._active or self._stopped or not self._defers \
-                or self._state != "open":
-            self._room = 0
-            return
-        c += len(self._pending)
-        self._room = max(0, min(h - c, self._tpb - 1 - c % self._tpb))
+    def _update_limit(self) -> None:
+        """Recompute _limit from the mirror (see __init__)."""
+        c = self._m_committed
+        if c < 0 or not self._active or self._stopped or not self._defers or self._state != "open":
+            self._limit = -1
+        else:
+            self._limit = c - c % self._tpb + self._tpb - 1
 
     def _mark_closed(self) -> None:
-        self._room = 0
+        self._limit = -1
         super()._mark_closed()
 
     def _release(self, handle: int) -> None:
-        self._active, self._room = False, 0
+        self._active, self._limit = False, -1
         try:
             if self._pending:
                 self._flush(handle)  # partial reuse publishes them at close
@@ -1854,23 +1852,22 @@ class _KVCache(Managed):
         if self._state != "open":
             self._native()  # raises
         c = self._m_committed
-        if c is None:
+        if c < 0:
             out = _I64()
             _cache_committed(self._resource, out)
             c = self._m_committed = out.value
-            self._update_room()
-        return c + len(self._pending)
+            self._update_limit()
+        return c
 
     @property
     def history_length(self) -> int:
         if self._state != "open":
             self._native()  # raises
         h = self._m_history
-        if h is None:
+        if h < 0:
             out = _I64()
             _cache_history(self._resource, out)
             h = self._m_history = out.value
-            self._update_room()
         return h
 
     @property
@@ -2071,7 +2068,7 @@ class _KVCache(Managed):
         except (ResumeRefusedError, OutOfPagesError):
             return False
         self._active = True
-        self._update_room()
+        self._update_limit()
         self._stream = cuda_stream
         self._refresh_indices()
         return True
@@ -2080,7 +2077,7 @@ class _KVCache(Managed):
         """Make the cache SUSPENDED; buffers given to set_base_page_index_buf
         are let go (as KVCacheManagerV2 does)."""
         h = self._native()
-        self._active, self._room = False, 0
+        self._active, self._limit = False, -1
         _cache_suspend(h)
         self._bufs.clear()
         self._views.clear()
@@ -2097,7 +2094,7 @@ class _KVCache(Managed):
             capacity = self.capacity
         if history_length is None:
             history_length = -1
-        elif type(history_length) is not int or history_length < 0:
+        elif history_length.__class__ is not int or history_length < 0:
             history_length = _convert.check(history_length, _I64, "history_length")
             if history_length < 0:
                 raise InvalidArgumentError(f"history_length: must not be negative, got {history_length}")
@@ -2111,7 +2108,6 @@ class _KVCache(Managed):
             return False
         if history_length >= 0:
             self._m_history = history_length
-            self._update_room()
         # The decode step's path: each check is inlined before its call.
         if self._bufs or self._views:
             self._refresh_indices()
@@ -2140,15 +2136,16 @@ class _KVCache(Managed):
         changes."""
         t = accepted_input_tokens
         if beam_search_indices is None and is_end is False and (t.__class__ is list or t.__class__ is tuple):
-            n, r = len(t), self._room
-            if 0 < n <= r:
+            n = len(t)
+            c = self._m_committed + n
+            if n and c <= self._limit and c <= self._m_history:
                 for x in t:
                     if x.__class__ is not int or not -0x80000000 <= x <= 0x7FFFFFFF:
                         break
                 else:
                     # The decode step: deferred (see __init__).
                     self._pending += t
-                    self._room = r - n
+                    self._m_committed = c
                     return
         if beam_search_indices is None and self._priority_cb is None:
             # Text tokens, no beams, no callback to re-raise from; anything
@@ -2216,18 +2213,18 @@ class _KVCache(Managed):
         """Update the deferral's mirror after the library committed n tokens
         (committed tokens are history; is_end stops commits)."""
         c = self._m_committed
-        if c is None:
+        if c < 0:
             out = _I64()
             _cache_committed(h, out)
             c = out.value
         else:
             c += n
         self._m_committed = c
-        if self._m_history is not None and c > self._m_history:
+        if 0 <= self._m_history < c:
             self._m_history = c
         if is_end:
             self._stopped = True
-        self._update_room()
+        self._update_limit()
 
     @property
     def beam_width(self) -> int:
@@ -2253,7 +2250,7 @@ class _KVCache(Managed):
 
     def stop_committing(self) -> None:
         _native.call("kvcm_kv_cache_stop_committing", self._native())
-        self._stopped, self._room = True, 0
+        self._stopped, self._limit = True, -1
 
     def prefetch(self, target: int) -> bool:
         """Bring a SUSPENDED cache's pages up to cache level ``target``
