@@ -748,6 +748,12 @@ func (c *KVCache) SetStream(stream device.Stream) error {
 	return nil
 }
 
+// lossUnchecked reports whether checkLost has anything to do: decodes to
+// settle, a loss the cache has not looked at, or its own loss to report.
+func (c *KVCache) lossUnchecked() bool {
+	return c.lost != nil || c.seenLosses != c.m.losses || len(c.m.pending) > 0
+}
+
 // checkLost returns ErrDataLost when the cache holds a page a failure
 // destroyed, after accounting every failure known now. Pages are scanned only
 // when pages were lost since the last look; the verdict is final.
@@ -973,11 +979,17 @@ func (c *KVCache) Resize(capacity, history int) error {
 	case capacity > MaxCapacity:
 		return argErr("capacity", "%d exceeds the largest sequence, %d tokens", capacity, MaxCapacity)
 	}
-	if err := c.checkScratchStep(capacity, history); err != nil {
-		return err
+	// The two checks are guarded here so that a decode step calls neither
+	// when it has nothing to check.
+	if c.scratchOn {
+		if err := c.checkScratchStep(capacity, history); err != nil {
+			return err
+		}
 	}
-	if err := c.checkLost(); err != nil {
-		return err
+	if c.lossUnchecked() {
+		if err := c.checkLost(); err != nil {
+			return err
+		}
 	}
 	// A decode step within the last block (the capacity needs the blocks
 	// there are): no page to take or release.
@@ -1240,8 +1252,10 @@ func (c *KVCache) commit(tokens []config.Token, digests []blockhash.DigestAt, pa
 	if parents == nil && len(c.tail)+len(tokens) < tpb && c.committed+len(tokens) <= c.history {
 		// A decode step within the last block: no block to publish, no page
 		// to release, no beam to reorder.
-		if err := c.checkLost(); err != nil {
-			return err
+		if c.lossUnchecked() {
+			if err := c.checkLost(); err != nil {
+				return err
+			}
 		}
 		for _, d := range digests {
 			c.tailDigests = append(c.tailDigests, blockhash.DigestAt{Pos: len(c.tail) + d.Pos, Digest: d.Digest})

@@ -31,7 +31,9 @@ Seven ways to run the same cycle, measured in the same run:
   call, the reference of the ratios.
 
 It also prints, per scalar call, the binding's cost over the C call and over
-the raw ctypes call (best of rounds) on both backends, and the cost of a
+the raw ctypes call (best of rounds) on both backends, the decode step
+through the package against the same calls through the bound functions
+(one library call each), and the cost of a
 token list becoming a C array (the binding's conversion on both backends
 against the former ``(c_int32 * n)(*tokens)`` and ``array('i', list)``).
 
@@ -350,6 +352,57 @@ def per_call(rounds: int, cref: ctypes.CDLL | None, ext) -> list[tuple[str, floa
     return rows
 
 
+def decode_step(rounds: int) -> tuple[float, float, float, float]:
+    """ns per decode step of the trace (resize +1, commit one token) through
+    the package, its resize and its commit apart (31 one-token commits that
+    complete no block: those wait in the cache, see manager.py), and the step
+    through the bound functions the methods call (a library call each):
+    minima over rounds of 128 steps on fresh caches."""
+    m = KVCacheManager(config(1024), device="emu")
+    s = m.create_stream()
+    p, d = requests(1024, 1)[0], [7]
+    n = len(p)
+    resize, commit = _native.bind("kvcm_kv_cache_resize"), _native.bind("kvcm_kv_cache_commit")
+    one = array.array("i", d)
+    addr = one.buffer_info()[0]
+    best = {"step": [], "resize": [], "commit": [], "bound": []}
+    for _ in range(8 * rounds):
+        c = m.create_kv_cache(input_tokens=p)
+        c.resume(s)
+        c.resize(n + 200, n)
+        c.commit(p[c.num_committed_tokens:])
+        t0 = time.process_time()
+        for k in range(DECODE_STEPS):
+            c.resize(n + 200, n + k + 1)
+        t1 = time.process_time()
+        for _ in range(31):
+            c.commit(d)
+        t2 = time.process_time()
+        c.close()
+        best["resize"].append((t1 - t0) / DECODE_STEPS)
+        best["commit"].append((t2 - t1) / 31)
+        for way in ("step", "bound"):
+            c = m.create_kv_cache(input_tokens=p)
+            c.resume(s)
+            c.resize(n, n)
+            c.commit(p[c.num_committed_tokens:])
+            if way == "step":
+                t0 = time.process_time()
+                for k in range(DECODE_STEPS):
+                    c.resize(n + k + 1, n + k + 1)
+                    c.commit(d)
+            else:
+                h = c._native()
+                t0 = time.process_time()
+                for k in range(DECODE_STEPS):
+                    resize(h, n + k + 1, n + k + 1)
+                    commit(h, addr, 1, False)
+            best[way].append((time.process_time() - t0) / DECODE_STEPS)
+            c.close()
+    m.close()
+    return tuple(min(best[k]) * 1e9 for k in ("step", "resize", "commit", "bound"))
+
+
 def token_conversion(rounds: int) -> tuple[float, float, float]:
     """ns per token, best of rounds: (c_int32*n)(*list), array('i', list),
     and the binding's list conversion (kvcm._convert.tokens, as the backend
@@ -486,6 +539,12 @@ def main() -> None:
             e_txt = f"  proto {e:>6.0f}" if e is not None else ""
             print(f"  {name:<26} binding {b:>6.0f}  bound {f:>6.0f}  ctypes {r:>6.0f}{e_txt}{c_txt}  "
                   f"binding: {b - r:>5.0f} over ctypes" + over_c)
+    for be in backends:
+        _native.use_backend(be)
+        step, rs, cm, bound = decode_step(args.rounds)
+        print(f"\ndecode step through the package ({be} backend), ns: {step:.0f} (resize {rs:.0f}, commit of one "
+              f"token inside a block {cm:.0f}); through the bound functions {bound:.0f}; package/bound "
+              f"{step / bound:.2f}x")
     for be in backends:
         _native.use_backend(be)
         old, arr, new = token_conversion(args.rounds)

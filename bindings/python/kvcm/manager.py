@@ -692,11 +692,25 @@ class KVCacheManager(Managed):
         return self._resource if self._state == "open" else None
 
     def _release(self, handle: int) -> None:
-        for child in list(self._children):
+        children = list(self._children)
+        failed: KVCacheError | None = None
+        for child in children:
+            if getattr(child, "_pending", None) and not child.closed:
+                # The manager closes its caches: their deferred commits
+                # first (with partial reuse the partial block is published
+                # at close). As a cache's close, closing goes on and the
+                # first error is raised at the end.
+                try:
+                    child._flush(child._resource)
+                except KVCacheError as err:
+                    failed = failed or err
+        for child in children:
             child._mark_closed()  # the manager frees them
         if self._event_manager is not None:
             self._event_manager._detach(self)
         _native.call("kvcm_manager_destroy", handle)
+        if failed is not None:
+            raise failed
 
     def _own(self, child: Managed) -> None:
         self._children.add(child)
@@ -1616,6 +1630,31 @@ class _KVCache(Managed):
         # committed or discarded; kvcm counts the lookup at once, and keeps
         # only its dirty mark pending.
         self._ssm_lookup_pending = False
+        # The decode step's deferred commits. A commit of text tokens that
+        # stays inside the block being filled and inside the history changes
+        # only the committed count and the block's partial tokens, which
+        # nothing but this cache's own queries read (no page, event,
+        # statistic or published block; with SSM layers a commit's place is
+        # checked against the history, so they never defer). Such commits
+        # wait in _pending and reach the library in one commit when anything
+        # else crosses into it for this cache (_native: every query and call
+        # but resize; close; the manager's close), before that call. What
+        # decides it is what the library last reported or accepted:
+        # _m_committed (the committed tokens, _pending included) and
+        # _m_history (the history length), -1 while unknown; _active
+        # (ACTIVE since a resume) and _stopped (commits stopped). _limit is
+        # the committed count the waiting tokens may reach (the last before
+        # the block being filled completes), -1 unless all of those are known
+        # and allow waiting. Anything the library would refuse is not
+        # deferred: it takes the library's path, which reports it.
+        self._pending: list[int] = []
+        self._m_committed = -1
+        self._m_history = -1
+        self._active = False
+        self._stopped = False
+        self._limit = -1
+        self._defers = not manager._has_ssm and custom_priority_callback is None
+        self._tpb = manager._tokens_per_block
         opts = _native.versioned(ffi.kvcm_kv_cache_options)
         salt_keep = None
         if lora_id is not None or salt is not None:
@@ -1669,7 +1708,45 @@ class _KVCache(Managed):
     def manager(self) -> KVCacheManager:
         return self._manager
 
+    def _native(self) -> Any:
+        """The handle (ClosedError and the like otherwise), after the
+        deferred commits reached the library: every call but the decode
+        step's observes them."""
+        h = Managed._native(self)
+        if self._pending:
+            self._flush(h)
+        return h
+
+    def _flush(self, h: int) -> None:
+        """Commit the deferred tokens in one call. On failure (the cache's
+        data lost, or the manager gone) they stay deferred, so that nothing
+        is lost, and the error is raised."""
+        toks, n, keep = _convert.tokens(self._pending, "accepted_input_tokens")
+        _cache_commit(h, toks, n, False)
+        del keep
+        self._pending = []
+
+    def _update_limit(self) -> None:
+        """Recompute _limit from the mirror (see __init__)."""
+        c = self._m_committed
+        if c < 0 or not self._active or self._stopped or not self._defers or self._state != "open":
+            self._limit = -1
+        else:
+            self._limit = c - c % self._tpb + self._tpb - 1
+
+    def _mark_closed(self) -> None:
+        self._limit = -1
+        super()._mark_closed()
+
     def _release(self, handle: int) -> None:
+        self._active, self._limit = False, -1
+        try:
+            if self._pending:
+                self._flush(handle)  # partial reuse publishes them at close
+        finally:
+            self._close_handle(handle)
+
+    def _close_handle(self, handle: int) -> None:
         self._stream = None
         self._manager.clear_stats_dirty(self.id)  # closing discards the pending statistics
         if self._manager._event_manager is not None:
@@ -1772,15 +1849,26 @@ class _KVCache(Managed):
 
     @property
     def num_committed_tokens(self) -> int:
-        out = _I64()
-        _cache_committed(self._resource if self._state == "open" else self._native(), out)
-        return out.value
+        if self._state != "open":
+            self._native()  # raises
+        c = self._m_committed
+        if c < 0:
+            out = _I64()
+            _cache_committed(self._resource, out)
+            c = self._m_committed = out.value
+            self._update_limit()
+        return c
 
     @property
     def history_length(self) -> int:
-        out = _I64()
-        _cache_history(self._resource if self._state == "open" else self._native(), out)
-        return out.value
+        if self._state != "open":
+            self._native()  # raises
+        h = self._m_history
+        if h < 0:
+            out = _I64()
+            _cache_history(self._resource, out)
+            h = self._m_history = out.value
+        return h
 
     @property
     def capacity(self) -> int:
@@ -1976,9 +2064,11 @@ class _KVCache(Managed):
             if cuda_stream is None:
                 raise InvalidArgumentError("cuda_stream: the cache never had a stream; pass one")
         try:
-            _cache_resume(self._resource if self._state == "open" else self._native(), _stream_handle(cuda_stream))
+            _cache_resume(self._native(), _stream_handle(cuda_stream))
         except (ResumeRefusedError, OutOfPagesError):
             return False
+        self._active = True
+        self._update_limit()
         self._stream = cuda_stream
         self._refresh_indices()
         return True
@@ -1986,7 +2076,9 @@ class _KVCache(Managed):
     def suspend(self) -> None:
         """Make the cache SUSPENDED; buffers given to set_base_page_index_buf
         are let go (as KVCacheManagerV2 does)."""
-        _cache_suspend(self._native())
+        h = self._native()
+        self._active, self._limit = False, -1
+        _cache_suspend(h)
         self._bufs.clear()
         self._views.clear()
 
@@ -2002,7 +2094,7 @@ class _KVCache(Managed):
             capacity = self.capacity
         if history_length is None:
             history_length = -1
-        elif type(history_length) is not int or history_length < 0:
+        elif history_length.__class__ is not int or history_length < 0:
             history_length = _convert.check(history_length, _I64, "history_length")
             if history_length < 0:
                 raise InvalidArgumentError(f"history_length: must not be negative, got {history_length}")
@@ -2014,6 +2106,8 @@ class _KVCache(Managed):
                 _native.call_with_stash(self._stash, lambda: _cache_resize(h, capacity, history_length))
         except OutOfPagesError:
             return False
+        if history_length >= 0:
+            self._m_history = history_length
         # The decode step's path: each check is inlined before its call.
         if self._bufs or self._views:
             self._refresh_indices()
@@ -2040,23 +2134,37 @@ class _KVCache(Managed):
         SsmCommitOffHistoryError (an InvalidArgumentError and, as
         KVCacheManagerV2 reports it, an AssertionError). On error nothing
         changes."""
+        t = accepted_input_tokens
+        if beam_search_indices is None and is_end is False and (t.__class__ is list or t.__class__ is tuple):
+            n = len(t)
+            c = self._m_committed + n
+            if n and c <= self._limit and c <= self._m_history:
+                for x in t:
+                    if x.__class__ is not int or not -0x80000000 <= x <= 0x7FFFFFFF:
+                        break
+                else:
+                    # The decode step: deferred (see __init__).
+                    self._pending += t
+                    self._m_committed = c
+                    return
         if beam_search_indices is None and self._priority_cb is None:
-            # The decode step's path: text tokens, no beams, no callback to
-            # re-raise from; anything else (digest tokens too) takes the
-            # general path below, which makes the same checks.
+            # Text tokens, no beams, no callback to re-raise from; anything
+            # else (digest tokens too) takes the general path below, which
+            # makes the same checks.
             try:
                 toks, n, keep = _convert.tokens(accepted_input_tokens, "accepted_input_tokens")
             except TypeError:
                 pass
             else:
+                h = self._native()
                 try:
-                    _cache_commit(self._resource if self._state == "open" else self._native(), toks, n,
-                                  is_end if is_end.__class__ is bool else bool(is_end))
+                    _cache_commit(h, toks, n, is_end if is_end.__class__ is bool else bool(is_end))
                 except InvalidArgumentError as err:
                     if SsmCommitOffHistoryError.RULE in err.message:
                         raise SsmCommitOffHistoryError(err.message, err.code) from None
                     raise
                 del keep
+                self._committed_by(h, n, is_end)
                 if self._bufs or self._views:
                     self._refresh_indices()
                 return
@@ -2064,7 +2172,7 @@ class _KVCache(Managed):
             # kvcm's older commit(tokens, is_end): a bool is never indices.
             beam_search_indices, is_end = None, beam_search_indices
         toks, n, keep, dig = _tokens(accepted_input_tokens, "accepted_input_tokens", self._text_only)
-        h = self._resource if self._state == "open" else self._native()
+        h = self._native()
         if beam_search_indices is None:
             def call() -> None:
                 if dig is None:
@@ -2097,8 +2205,26 @@ class _KVCache(Managed):
             if SsmCommitOffHistoryError.RULE in err.message:
                 raise SsmCommitOffHistoryError(err.message, err.code) from None
             raise
+        self._committed_by(h, n, is_end)
         if self._bufs or self._views:
             self._refresh_indices()  # beams reordered, or a sliding window let pages go
+
+    def _committed_by(self, h: int, n: int, is_end: Any) -> None:
+        """Update the deferral's mirror after the library committed n tokens
+        (committed tokens are history; is_end stops commits)."""
+        c = self._m_committed
+        if c < 0:
+            out = _I64()
+            _cache_committed(h, out)
+            c = out.value
+        else:
+            c += n
+        self._m_committed = c
+        if 0 <= self._m_history < c:
+            self._m_history = c
+        if is_end:
+            self._stopped = True
+        self._update_limit()
 
     @property
     def beam_width(self) -> int:
@@ -2124,6 +2250,7 @@ class _KVCache(Managed):
 
     def stop_committing(self) -> None:
         _native.call("kvcm_kv_cache_stop_committing", self._native())
+        self._stopped, self._limit = True, -1
 
     def prefetch(self, target: int) -> bool:
         """Bring a SUSPENDED cache's pages up to cache level ``target``

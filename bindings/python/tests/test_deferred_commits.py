@@ -1,0 +1,244 @@
+"""The decode step's deferred commits (manager.py, _KVCache.__init__): a
+commit that stays inside the block being filled and inside the history waits
+in the Python cache and reaches the library in one commit before anything
+else observes the cache. Each test states the rule it checks; the reference
+is a cache with a priority callback, which never defers, on a manager of its
+own built from the same configuration."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from conftest import small_config
+
+from kvcm import (
+    CacheStatus,
+    ClosedError,
+    InvalidArgumentError,
+    InvalidStateError,
+    KVCacheManager,
+)
+
+PROMPT = list(range(500, 510))  # 2 full blocks and 2 tokens at 4 tokens a block
+
+
+def _pair(config, prompt=PROMPT):
+    """(subject, reference) managers, streams and caches, prefilled alike."""
+    out = []
+    for ref in (False, True):
+        m = KVCacheManager(config, device="emu")
+        s = m.create_stream()
+        cb = (lambda _b, _lc: 35) if ref else None
+        c = m.create_kv_cache(input_tokens=prompt, custom_priority_callback=cb)
+        assert c.resume(s)
+        n = len(prompt)
+        assert c.resize(n, n)
+        c.commit(prompt[c.num_committed_tokens:])
+        out.append((m, s, c))
+    return out
+
+
+def _observe(m, c):
+    """Everything a caller can read of the cache and of its manager's tree."""
+    lg = [m.get_layer_group_id(i) for i in range(3)]
+    return dict(
+        committed=c.num_committed_tokens,
+        history=c.history_length,
+        capacity=c.capacity,
+        tokens=c.committed_tokens,
+        status=c.status,
+        cached=c.cached_tokens_by_level,
+        pages=[list(c.get_page_indices(g)) for g in lg],
+        base=[list(c.get_base_page_indices(g)) for g in lg],
+        stats=m.stats,
+        reusable=m.probe_reuse(None, c.committed_tokens),
+    )
+
+
+def _same_error(f_subject, f_reference):
+    """Both calls raise the same error class and message, or neither does."""
+    errs = []
+    for f in (f_subject, f_reference):
+        try:
+            f()
+            errs.append(None)
+        except Exception as e:  # noqa: BLE001 - compared below
+            errs.append((type(e), str(e)))
+    assert errs[0] == errs[1]
+    return errs[0]
+
+
+@pytest.fixture
+def pair():
+    got = _pair(small_config())
+    yield got
+    for m, _s, _c in got:
+        m.close()
+
+
+def test_every_query_sees_the_deferred_commits(pair):
+    """Rule: after each decode step (resize by one, commit one token), every
+    query of the cache and of its manager reads what it reads when every
+    commit reaches the library at once."""
+    (m, _, c), (mr, _, r) = pair
+    assert c._defers and not r._defers
+    for k in range(13):
+        for cache in (c, r):
+            n = cache.num_committed_tokens
+            assert cache.resize(n + 1, n + 1)
+            cache.commit([900 + k])
+        assert c._pending == ([] if (11 + k) % 4 == 0 else [900 + k]), "a commit completing no block waits"
+        assert _observe(m, c) == _observe(mr, r)
+        assert c._pending == [], "the queries flushed the waiting tokens"
+
+
+def test_commits_wait_only_inside_the_block_and_the_history(pair):
+    """Rule: only commits that complete no block and stay inside the history
+    wait; one that completes a block publishes it in that call, and one past
+    the history advances it in that call."""
+    (m, _, c), _ = pair
+    n = c.num_committed_tokens  # 10: two tokens into the third block
+    c.resize(n + 4, n + 1)
+    c.commit([1])
+    assert c._pending == [1]
+    assert m.probe_reuse(None, PROMPT + [1, 2]) == 8, "the partial block is not published"
+    c.resize(n + 4, n + 2)
+    c.commit([2])  # completes block 2: published now, with the waiting token
+    assert c._pending == []
+    assert m.probe_reuse(None, PROMPT + [1, 2]) == 12
+    c.commit([3])  # past the history (12): the library advances it
+    assert c._pending == [] and c.history_length == 13
+
+
+def test_suspend_and_resume_keep_the_deferred_commits(pair):
+    """Rule: suspend is an observation: the waiting tokens are committed
+    before it, and after resume the cache reads them."""
+    (m, s, c), (mr, sr, r) = pair
+    for cache, stream in ((c, s), (r, sr)):
+        n = cache.num_committed_tokens
+        cache.resize(n + 1, n + 1)
+        cache.commit([7])
+        cache.suspend()
+        assert cache.resume(stream)
+    assert _observe(m, c) == _observe(mr, r)
+
+
+def test_close_publishes_the_deferred_partial_block():
+    """Rule: with partial reuse the partial block is published at close, its
+    deferred tokens included."""
+    cfg = small_config(enable_partial_reuse=True)
+    got = _pair(cfg)
+    try:
+        for _m, _s, cache in got:
+            n = cache.num_committed_tokens
+            cache.resize(n + 1, n + 1)
+            cache.commit([7])
+            cache.close()
+        (m, _, _), (mr, _, _) = got
+        assert m.probe_reuse(None, PROMPT + [7]) == mr.probe_reuse(None, PROMPT + [7]) == 11
+    finally:
+        for m, _s, _c in got:
+            m.close()
+
+
+def test_manager_close_with_deferred_commits_closes_the_cache(pair):
+    """Rule: closing the manager commits its caches' waiting tokens, then
+    closes them; the cache refuses calls afterwards, a deferrable commit
+    included."""
+    (m, _, c), _ = pair
+    n = c.num_committed_tokens
+    c.resize(n + 2, n + 2)
+    c.commit([7])
+    assert c._pending == [7]
+    m.close()
+    assert c.closed and c.status == CacheStatus.CLOSED
+    with pytest.raises(ClosedError):
+        c.commit([8])
+    with pytest.raises(ClosedError):
+        c.num_committed_tokens
+
+
+def test_errors_are_raised_by_the_call_that_causes_them(pair):
+    """Rule: a commit the library refuses is never deferred: it raises in
+    that call the error (class and message) it raises without deferral, and
+    changes nothing; the tokens deferred before it stay committed."""
+    (m, s, c), (mr, sr, r) = pair
+    for cache in (c, r):
+        n = cache.num_committed_tokens
+        cache.resize(n + 1, n + 1)
+        cache.commit([7])
+    # Past the capacity.
+    err = _same_error(lambda: c.commit([1, 2]), lambda: r.commit([1, 2]))
+    assert err is not None and err[0] is InvalidArgumentError and "capacity" in err[1]
+    # Not a token id.
+    for bad in ([2**31], [1.5], ["x"], [None]):
+        err = _same_error(lambda: c.commit(bad), lambda: r.commit(bad))
+        assert err is not None
+    assert _observe(m, c) == _observe(mr, r)
+    assert c.committed_tokens[-1] == 7
+    # After stop_committing, and on a suspended cache.
+    for cache in (c, r):
+        n = cache.num_committed_tokens
+        cache.resize(n + 2, n + 1)
+        cache.commit([8])
+    for cache, stream in ((c, s), (r, sr)):
+        cache.suspend()
+    err = _same_error(lambda: c.commit([9]), lambda: r.commit([9]))
+    assert err is not None and err[0] is InvalidStateError
+    for cache, stream in ((c, s), (r, sr)):
+        assert cache.resume(stream)
+        cache.stop_committing()
+    err = _same_error(lambda: c.commit([9]), lambda: r.commit([9]))
+    assert err is not None and err[0] is InvalidStateError
+    assert _observe(m, c) == _observe(mr, r)
+
+
+def test_is_end_is_never_deferred(pair):
+    """Rule: a commit with is_end reaches the library in that call; later
+    commits are refused as without deferral."""
+    (m, _, c), (mr, _, r) = pair
+    for cache in (c, r):
+        n = cache.num_committed_tokens
+        cache.resize(n + 2, n + 1)
+        cache.commit([7], is_end=True)
+    assert c._pending == []
+    err = _same_error(lambda: c.commit([8]), lambda: r.commit([8]))
+    assert err is not None and err[0] is InvalidStateError
+    assert _observe(m, c) == _observe(mr, r)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_steps_match_the_library(seed):
+    """Rule: any sequence of resizes, commits (one to a few tokens, valid or
+    not), queries and suspends reads and raises exactly as without deferral."""
+    rnd = random.Random(seed)
+    got = _pair(small_config(enable_partial_reuse=bool(seed % 2)))
+    (m, s, c), (mr, sr, r) = got
+    deferred = 0
+    try:
+        for step in range(120):
+            op = rnd.random()
+            if op < 0.35:
+                grow, adv = rnd.randint(0, 3), rnd.randint(0, 3)
+                args = (lambda cache: (cache.capacity + grow, min(cache.capacity + grow, cache.history_length + adv)))
+                _same_error(lambda: c.resize(*args(c)), lambda: r.resize(*args(r)))
+            elif op < 0.8:
+                toks = [rnd.randint(0, 50) for _ in range(rnd.choice((1, 1, 1, 2, 3)))]
+                end = rnd.random() < 0.01
+                _same_error(lambda: c.commit(toks, is_end=end), lambda: r.commit(toks, is_end=end))
+                deferred += bool(c._pending)
+            elif op < 0.85:
+                for cache, stream in ((c, s), (r, sr)):
+                    cache.suspend()
+                    assert cache.resume(stream)
+            else:
+                assert _observe(m, c) == _observe(mr, r), f"step {step}"
+        assert _observe(m, c) == _observe(mr, r)
+        assert deferred > 0, "some commits waited"
+        c.close()
+        r.close()
+        assert m.stats == mr.stats
+    finally:
+        m.close()
+        mr.close()
