@@ -302,16 +302,17 @@ type pyValueField struct{ name, typ, conv, doc, def string }
 // pyValueFields lists the fields of d's //kvcm:pyvalue type: the C
 // struct's (enums as their IntEnum, an array of scalars with its count as a
 // tuple; counts are not fields) in its order or the one of //kvcm:pyvalue
-// order=a,b,... (py:"name" renames a field, pydefault:"v" gives its
-// default), with the expression _from_c reads each from.
+// order=a,b,... (py:"name" renames a field, py:"-" leaves it out,
+// pydefault:"v" gives its default; prefix=p starts every name, counters
+// makes every default 0), with the expression _from_c reads each from.
 func pyValueFields(d *Decl) ([]pyValueField, error) {
 	cnt := counts(d)
 	var fields []pyValueField
 	for _, f := range d.Fields {
-		if cnt[f.CName] {
+		if cnt[f.CName] || f.Py == "-" {
 			continue
 		}
-		name := f.CName
+		name := d.PyValuePrefix + f.CName
 		if f.Py != "" {
 			name = f.Py
 		}
@@ -329,7 +330,14 @@ func pyValueFields(d *Decl) ([]pyValueField, error) {
 		case !isScalarField(f.Type):
 			return nil, fmt.Errorf("%s.%s: a //kvcm:pyvalue struct has scalar, enum and typedef fields only (and arrays of them with a count)", d.GoName, f.GoName)
 		}
-		fields = append(fields, pyValueField{name, t, conv, renamed(f.Doc, f.CName, name), f.PyDefault})
+		def := f.PyDefault
+		if d.PyValueCounters && def == "" {
+			if t != "int" {
+				return nil, fmt.Errorf("%s.%s: a //kvcm:pyvalue counters struct has int fields only (or a pydefault)", d.GoName, f.GoName)
+			}
+			def = "0"
+		}
+		fields = append(fields, pyValueField{name, t, conv, renamed(f.Doc, f.CName, name), def})
 	}
 	if len(d.PyValueOrder) == 0 {
 		return fields, nil
@@ -349,9 +357,9 @@ func pyValueFields(d *Decl) ([]pyValueField, error) {
 }
 
 // pyValues writes the value types of //kvcm:pyvalue structs (see
-// pyValueFields; the loader checked them): frozen dataclasses, and
-// _from_c, which copies them from the C struct (or the extension's object
-// of the same fields).
+// pyValueFields; the loader checked them): frozen dataclasses (mutable ones
+// for counters), and _from_c, which copies them from the C struct (or the
+// extension's object of the same fields).
 func pyValues(b *strings.Builder, m *Model) {
 	first := true
 	for _, d := range m.Decls {
@@ -366,7 +374,14 @@ func pyValues(b *strings.Builder, m *Model) {
 		if err != nil {
 			panic(err) // checked by the loader
 		}
-		fmt.Fprintf(b, "\n@dataclass(frozen=True, slots=True)\nclass %s:\n", d.CppName)
+		name, dc := d.CppName, "frozen=True, slots=True"
+		if d.PyValueName != "" {
+			name = d.PyValueName
+		}
+		if d.PyValueCounters {
+			dc = "slots=True"
+		}
+		fmt.Fprintf(b, "\n@dataclass(%s)\nclass %s:\n", dc, name)
 		pyDocstring(b, "    ", d.Doc)
 		b.WriteString("\n")
 		var args []string

@@ -147,6 +147,8 @@ func TestLoadErrors(t *testing.T) {
 		"gomethodin":      "a method (go:\"Dx()\") can only be read",
 		"cppimplbool":     `a trampoline returns int32_t: tag the slot cpp:"-"`,
 		"pyvaluestr":      "a //kvcm:pyvalue struct has scalar, enum and typedef fields only",
+		"pyvaluecounters": "a //kvcm:pyvalue counters struct has int fields only (or a pydefault)",
+		"pyvalueargs":     `unknown argument "frozen"`,
 		"slicenogo":       "slice is for a const T* of scalars, with go=<Go element type>",
 		"resetnobuffer":   "reset is for a buffer=",
 		"convertnullable": "convert is for a const T*, not consumed, nullable only with len=",

@@ -239,12 +239,14 @@ func (l *loader) run() error {
 		if dc.PyValue = d.has("pyvalue"); dc.PyValue && dc.Kind != DStruct {
 			return fmt.Errorf("%s: //kvcm:pyvalue on a type that is not a //kvcm:struct", dc.GoName)
 		}
-		if o, ok := strings.CutPrefix(d.one("pyvalue"), "order="); ok {
-			dc.PyValueOrder = strings.Split(o, ",")
+		if dc.PyValue {
+			if err := parsePyValue(dc, d.one("pyvalue")); err != nil {
+				return fmt.Errorf("%s: bad //kvcm:pyvalue %q: %w", dc.GoName, d.one("pyvalue"), err)
+			}
 		}
 		if d.has("cppvalue") {
 			if dc.CppValue, err = parseValueType(d, "cppvalue", "cpp"); err != nil || dc.Kind != DStruct {
-				return fmt.Errorf("%s: bad //kvcm:cppvalue %q: want \"<C++ name> [order=a,b,...]\" on a //kvcm:struct (%v)", dc.GoName, d.one("cppvalue"), err)
+				return fmt.Errorf("%s: bad //kvcm:cppvalue %q: want \"<C++ name> [order=a,b,...] [out] [arg]\" on a //kvcm:struct (%v)", dc.GoName, d.one("cppvalue"), err)
 			}
 		}
 		if d.has("pyconfig") {
@@ -823,6 +825,26 @@ func checkConvention(f *Func, p *Param) error {
 		return fmt.Errorf("buffer is for a T*")
 	case p.Buffer != "" && p.GoElem == "" && (t.Elem.Kind != KNamed || t.Elem.Decl.GoMap == nil || !t.Elem.Decl.GoMap.Out):
 		return fmt.Errorf("buffer needs go=<Go element type>, or elements with //kvcm:go out")
+	}
+	return nil
+}
+
+// parsePyValue reads the arguments of //kvcm:pyvalue [Name] [order=a,b,...]
+// [prefix=p] [counters].
+func parsePyValue(dc *Decl, args string) error {
+	for i, a := range strings.Fields(args) {
+		switch k, v, ok := strings.Cut(a, "="); {
+		case ok && k == "order":
+			dc.PyValueOrder = strings.Split(v, ",")
+		case ok && k == "prefix":
+			dc.PyValuePrefix = v
+		case !ok && a == "counters":
+			dc.PyValueCounters = true
+		case !ok && i == 0:
+			dc.PyValueName = a
+		default:
+			return fmt.Errorf("unknown argument %q (want [Name] [order=a,b,...] [prefix=p] [counters])", a)
+		}
 	}
 	return nil
 }

@@ -89,16 +89,10 @@ MigrationPath = ffi.MigrationPath
 
 
 @dataclass(frozen=True, slots=True)
-class BufferLocation:
+class BufferLocation(ffi.BufferLocation):
     """Where a (layer, role) buffer lives in the GPU layout: block ``b``
-    with base page index ``i`` is at ``pool_base + (i*scale + offset) * bytes``."""
-
-    layer_group: int
-    pool: int
-    pool_base: int
-    scale: int
-    offset: int
-    bytes: int
+    with base page index ``i`` is at ``pool_base + (i*scale + offset) * bytes``
+    (the fields are generated: ``//kvcm:pyvalue``)."""
 
     def page_index(self, base: int) -> int:
         return -1 if base < 0 else base * self.scale + self.offset
@@ -828,7 +822,7 @@ class KVCacheManager(Managed):
         if at >= 0:  # the C string would end there
             raise InvalidArgumentError(f"role: contains a NUL byte at offset {at}")
         _buffer_location(self._native(), layer_id, name, ctypes.byref(out))
-        return BufferLocation(out.layer_group, out.pool, int(out.pool_base), out.scale, out.offset, out.bytes)
+        return BufferLocation._from_c(out)
 
     def get_mem_pool_base_address(self, layer_id: int, data_role: str,
                                   index_mode: PageIndexMode | None = None) -> int:
@@ -1310,11 +1304,7 @@ class KVCacheManager(Managed):
         out: dict[int, KVCacheIterationStatsDelta] = {}
         for s in self._array_query("kvcm_manager_get_and_reset_layer_group_iteration_stats",
                                    ffi.kvcm_layer_group_iteration_stats):
-            d = KVCacheIterationStatsDelta(
-                s.alloc_total_blocks, s.alloc_new_blocks, s.reused_blocks, s.full_reused_blocks,
-                s.partial_reused_blocks, s.missed_blocks, s.gen_alloc_blocks, s.onboard_blocks, s.onboard_bytes,
-                s.offload_blocks, s.offload_bytes, s.intra_device_copy_blocks, s.intra_device_copy_bytes,
-                s.host_dropped_blocks, s.host_dropped_bytes)
+            d = KVCacheIterationStatsDelta._from_c(s)
             if self._stats_on and not d.empty:
                 out[s.layer_group] = d
         return out
@@ -1344,9 +1334,7 @@ class KVCacheManager(Managed):
         out: dict[int, SsmSnapshotIterationStatsDelta] = {}
         for s in self._array_query("kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats",
                                    ffi.kvcm_ssm_snapshot_iteration_stats):
-            d = SsmSnapshotIterationStatsDelta(
-                s.snapshot_lookups, s.snapshot_hits, s.snapshot_misses, s.reused_tokens, s.unreused_tokens,
-                s.aligned_snapshot_hits, s.unaligned_snapshot_hits)
+            d = SsmSnapshotIterationStatsDelta._from_c(s)
             if self._stats_on and not d.empty:
                 out[s.layer_group] = d
         return out
@@ -1447,7 +1435,7 @@ class KVCacheManager(Managed):
         evictable slots since the last reset (sampled at the end of every
         operation); restarts them."""
         return [
-            PoolGroupPeakBlockStats(s.available, s.unavailable, s.evictable)
+            PoolGroupPeakBlockStats._from_c(s)
             for s in self._array_query("kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats",
                                        ffi.kvcm_pool_group_peak_block_stats, cache_level, level="cache_level")
         ]

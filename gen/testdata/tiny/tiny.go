@@ -188,6 +188,54 @@ type Sample struct {
 	NumCodes spec.Size
 }
 
+// Tally counts the hits of one key.
+//
+//kvcm:struct
+//kvcm:since 1
+//kvcm:pyvalue TallyDelta prefix=n_ counters
+type Tally struct {
+	// Key is the key counted; the Python record leaves it out.
+	Key int32 `py:"-"`
+	// Hits are hits.
+	Hits int64
+	// Misses are misses.
+	Misses int64
+}
+
+// Tag names a thing for a function: a number, a label and salt bytes.
+//
+//kvcm:struct
+//kvcm:since 1
+//kvcm:cppns c
+//kvcm:cppvalue Tag arg
+type Tag struct {
+	// Number is its number.
+	Number int32
+	// Label is its label.
+	Label spec.CStr `own:"borrowed"`
+	// Salt is salt_len bytes; it may hold NUL bytes.
+	Salt spec.CStr `len:"SaltLen" nullable:"true" own:"borrowed"`
+	// SaltLen is the length of salt.
+	SaltLen spec.Size
+}
+
+// Report is a result with pairs and bytes.
+//
+//kvcm:struct
+//kvcm:since 1
+//kvcm:cppns c
+//kvcm:cppvalue Report out
+type Report struct {
+	// Pairs are its pairs.
+	Pairs spec.In[Pair] `len:"NumPairs" nullable:"true" own:"borrowed"`
+	// NumPairs is the length of pairs.
+	NumPairs spec.Size
+	// Salt is salt_len bytes.
+	Salt spec.CStr `len:"SaltLen" nullable:"true" own:"borrowed"`
+	// SaltLen is the length of salt.
+	SaltLen spec.Size
+}
+
 // Plugin is a vtable.
 //
 //kvcm:vtable
