@@ -154,6 +154,19 @@ ctypes layouts with the ones the header freezes.`)
 			fmt.Fprintf(&b, "    %s = %d\n", e.PyName, e.Value)
 		}
 		b.WriteString("\n\n")
+		if d.PyEnum != "" {
+			fmt.Fprintf(&b, "class %s(enum.IntEnum):\n", d.PyEnum)
+			pyDocstring(&b, "    ", d.Doc+"\n\n"+d.CppName+" with the Python binding's names (//kvcm:pyenum).")
+			b.WriteString("\n")
+			for _, e := range d.Members {
+				name := e.PyName
+				if to := d.PyEnumNames[name]; to != "" {
+					name = to
+				}
+				fmt.Fprintf(&b, "    %s = %d\n", name, e.Value)
+			}
+			b.WriteString("\n\n")
+		}
 		for _, e := range d.Members {
 			fmt.Fprintf(&b, "%s = %d\n", e.CName, e.Value)
 		}
@@ -300,7 +313,7 @@ def load(path=None):
 type pyValueField struct{ name, typ, conv, doc, def string }
 
 // pyValueFields lists the fields of d's //kvcm:pyvalue type: the C
-// struct's (enums as their IntEnum, an array of scalars with its count as a
+// struct's (enums as their IntEnum, its //kvcm:pyenum if any, an array of scalars with its count as a
 // tuple; counts are not fields) in its order or the one of //kvcm:pyvalue
 // order=a,b,... (py:"name" renames a field, py:"-" leaves it out,
 // pydefault:"v" gives its default; prefix=p starts every name, counters
@@ -323,7 +336,11 @@ func pyValueFields(d *Decl) ([]pyValueField, error) {
 		case f.Type.Kind == KScalar && f.Type.Scalar == "bool":
 			t = "bool"
 		case f.Type.Kind == KNamed && f.Type.Decl.Kind == DEnum:
-			t, conv = f.Type.Decl.CppName, f.Type.Decl.CppName+"(s."+f.CName+")"
+			t = f.Type.Decl.CppName
+			if f.Type.Decl.PyEnum != "" {
+				t = f.Type.Decl.PyEnum
+			}
+			conv = t + "(s." + f.CName + ")"
 		case f.Type.Kind == KPtr && f.Type.Dir == DirIn && f.Len != "" && isScalarField(f.Type.Elem):
 			t = "tuple[int, ...]"
 			conv = fmt.Sprintf("tuple(s.%s[:s.%s]) if s.%s else ()", f.CName, f.Len, f.Len)

@@ -149,6 +149,7 @@ func TestLoadErrors(t *testing.T) {
 		"pyvaluestr":      "a //kvcm:pyvalue struct has scalar, enum and typedef fields only",
 		"pyvaluecounters": "a //kvcm:pyvalue counters struct has int fields only (or a pydefault)",
 		"pyvalueargs":     `unknown argument "frozen"`,
+		"pyenumname":      "//kvcm:pyenum renames ONE, not a member (its Python names: ZERO)",
 		"slicenogo":       "slice is for a const T* of scalars, with go=<Go element type>",
 		"resetnobuffer":   "reset is for a buffer=",
 		"convertnullable": "convert is for a const T*, not consumed, nullable only with len=",

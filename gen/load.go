@@ -267,6 +267,20 @@ func (l *loader) run() error {
 			}
 			dc.CppBase = e["cppbase"]
 			l.enumOpts[name] = e
+			if p := strings.Fields(d.one("pyenum")); len(p) > 0 {
+				dc.PyEnum, dc.PyEnumNames = p[0], map[string]string{}
+				for _, r := range p[1:] {
+					for _, kv := range strings.Split(r, ",") {
+						from, to, ok := strings.Cut(kv, "=")
+						if !ok || from == "" || to == "" {
+							return fmt.Errorf("%s: bad //kvcm:pyenum renaming %q: want <member>=<name>", dc.GoName, kv)
+						}
+						dc.PyEnumNames[from] = to
+					}
+				}
+			}
+		} else if d.has("pyenum") {
+			return fmt.Errorf("%s: //kvcm:pyenum on a type that is not a //kvcm:enum", dc.GoName)
 		}
 		l.m.byGo[name] = dc
 		l.m.Decls = append(l.m.Decls, dc)
@@ -284,6 +298,13 @@ func (l *loader) run() error {
 	for _, vs := range consts {
 		if err := l.constSpec(vs, constDoc[vs]); err != nil {
 			return err
+		}
+	}
+	for _, dc := range l.m.Decls {
+		for from := range dc.PyEnumNames {
+			if !slices.ContainsFunc(dc.Members, func(e *EnumMember) bool { return e.PyName == from }) {
+				return fmt.Errorf("%s: //kvcm:pyenum renames %s, not a member (its Python names: %s)", dc.GoName, from, strings.Join(pyMemberNames(dc), ", "))
+			}
 		}
 	}
 	for _, s := range funcs {
@@ -847,4 +868,13 @@ func parsePyValue(dc *Decl, args string) error {
 		}
 	}
 	return nil
+}
+
+// pyMemberNames lists the Python names of an enum's members.
+func pyMemberNames(d *Decl) []string {
+	var out []string
+	for _, e := range d.Members {
+		out = append(out, e.PyName)
+	}
+	return out
 }

@@ -162,6 +162,12 @@ type Decl struct {
 	// PyValueOrder is the order of the //kvcm:pyvalue type's fields
 	// (//kvcm:pyvalue order=a,b,...; nil: C order).
 	PyValueOrder []string
+	// PyEnum is the name of an enum's second Python IntEnum, with
+	// PyEnumNames renaming members (//kvcm:pyenum <Name> [A=B,...]; "":
+	// none): the binding's own names for the C values, which Python value
+	// types use for fields of the enum.
+	PyEnum      string
+	PyEnumNames map[string]string
 	// PyValueName is the //kvcm:pyvalue type's name ("": the C++ name).
 	PyValueName string
 	// PyValueCounters makes the //kvcm:pyvalue type a mutable record of

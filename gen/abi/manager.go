@@ -58,6 +58,7 @@ type BlockStats struct {
 //kvcm:struct
 //kvcm:since 1
 //kvcm:go out github.com/kvcm/kvcm/core.PoolGroupStats
+//kvcm:pyvalue
 type PoolGroupStats struct {
 	// Level is the cache level.
 	Level CacheLevel

@@ -277,6 +277,18 @@ class TierKind(enum.IntEnum):
     SHARED = 3
 
 
+class CacheTier(enum.IntEnum):
+    """kvcm_tier_kind is the kind of a cache tier.
+
+    TierKind with the Python binding's names (//kvcm:pyenum).
+    """
+
+    GPU_MEM = 0
+    HOST_MEM = 1
+    DISK = 2
+    SHARED = 3
+
+
 KVCM_TIER_GPU = 0
 KVCM_TIER_HOST = 1
 KVCM_TIER_DISK = 2
@@ -1244,6 +1256,35 @@ class PoolGroupPeakBlockStats:
     def _from_c(cls, s):
         """Copies the fields of a kvcm_pool_group_peak_block_stats (or of an object with its fields)."""
         return cls(s.available, s.unavailable, s.evictable)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolGroupStats:
+    """kvcm_pool_group_stats is the state of one pool group of one level, in slots.
+    available = free + evictable.
+    """
+
+    #: level is the cache level.
+    level: int
+    #: tier is the level's tier kind.
+    tier: CacheTier
+    #: index is the pool group's index within its level.
+    index: int
+    #: page_bytes is the bytes of one page (slot) of the group.
+    page_bytes: int
+    #: total is the group's slots.
+    total: int
+    #: free is the group's unused slots.
+    free: int
+    #: evictable is the group's slots held only by the cache (reusable).
+    evictable: int
+    #: available = free + evictable.
+    available: int
+
+    @classmethod
+    def _from_c(cls, s):
+        """Copies the fields of a kvcm_pool_group_stats (or of an object with its fields)."""
+        return cls(s.level, CacheTier(s.tier), s.index, s.page_bytes, s.total, s.free, s.evictable, s.available)
 
 
 @dataclass(frozen=True, slots=True)

@@ -255,15 +255,9 @@ CacheEvent = ffi.CacheEvent
 
 
 @dataclass(frozen=True, slots=True)
-class PoolGroupStats:
-    level: int
-    tier: CacheTier
-    index: int
-    page_bytes: int
-    total: int
-    free: int
-    evictable: int
-    available: int
+class PoolGroupStats(ffi.PoolGroupStats):
+    """The state of one pool group of one level, in slots (the fields are
+    generated: ``//kvcm:pyvalue``)."""
 
     @property
     def used(self) -> int:
@@ -271,8 +265,6 @@ class PoolGroupStats:
 
 
 
-
-_TIER_KIND = {GpuCacheTierConfig: 0, HostCacheTierConfig: 1, DiskCacheTierConfig: 2}
 
 # The library functions, bound once (see _native.bind: every integer argument
 # is checked against its C type; the keywords give the Python API's names).
@@ -513,7 +505,7 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
     local = [t for t in config.cache_tiers if not isinstance(t, SharedCacheTierConfig)]
     tiers = (ffi.kvcm_cache_tier_config * max(len(local), 1))()
     for i, t in enumerate(local):
-        tiers[i].kind = _TIER_KIND[type(t)]
+        tiers[i].kind = t.tier
         set_field(tiers[i], "quota", t.quota, f"cache_tiers[{i}].quota")
         if isinstance(t, GpuCacheTierConfig):
             set_field(tiers[i], "max_quota", t.max_quota or 0, f"cache_tiers[{i}].max_quota")
@@ -1407,8 +1399,7 @@ class KVCacheManager(Managed):
     def get_storage_stats(self, cache_level: int = 0) -> list[PoolGroupStats]:
         """The state of every pool group of a level, in slots."""
         return [
-            PoolGroupStats(s.level, CacheTier(s.tier), s.index, s.page_bytes, s.total, s.free, s.evictable,
-                           s.available)
+            PoolGroupStats._from_c(s)
             for s in self._array_query("kvcm_manager_get_storage_stats", ffi.kvcm_pool_group_stats,
                                        cache_level, level="cache_level")
         ]

@@ -42,6 +42,7 @@ const (
 // Where is a location with a negative value.
 //
 //kvcm:enum trim=Where cprefix=KVCM_WHERE_ cpp=Where cppbase=int
+//kvcm:pyenum Place HERE=AT_HOME
 //kvcm:since 1
 type Where int32
 
@@ -200,6 +201,8 @@ type Tally struct {
 	Hits int64
 	// Misses are misses.
 	Misses int64
+	// At is where they were counted.
+	At Where `pydefault:"Place.AT_HOME"`
 }
 
 // Tag names a thing for a function: a number, a label and salt bytes.

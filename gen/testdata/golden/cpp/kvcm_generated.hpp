@@ -119,7 +119,7 @@ static_assert(sizeof(Sample) == 24 && alignof(Sample) == 8);
 // kvcm_tally counts the hits of one key.
 using Tally = ::kvcm_tally;
 static_assert(std::is_standard_layout_v<Tally> && std::is_trivially_copyable_v<Tally>);
-static_assert(sizeof(Tally) == 24 && alignof(Tally) == 8);
+static_assert(sizeof(Tally) == 32 && alignof(Tally) == 8);
 
 // ---- Structures that borrow pointers for one call: kvcm::c ----
 

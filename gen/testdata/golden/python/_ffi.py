@@ -49,6 +49,16 @@ class Where(enum.IntEnum):
     HERE = 0
 
 
+class Place(enum.IntEnum):
+    """kvcm_where is a location with a negative value.
+
+    Where with the Python binding's names (//kvcm:pyenum).
+    """
+
+    NOWHERE = -1
+    AT_HOME = 0
+
+
 KVCM_WHERE_NOWHERE = -1
 KVCM_WHERE_HERE = 0
 
@@ -192,6 +202,7 @@ kvcm_tally._fields_ = [
     ("key", ctypes.c_int32),
     ("hits", ctypes.c_int64),
     ("misses", ctypes.c_int64),
+    ("at", kvcm_where),
 ]
 
 # ---- Value types ----
@@ -235,11 +246,13 @@ class TallyDelta:
     n_hits: int = 0
     #: n_misses are misses.
     n_misses: int = 0
+    #: n_at is where they were counted.
+    n_at: Place = Place.AT_HOME
 
     @classmethod
     def _from_c(cls, s):
         """Copies the fields of a kvcm_tally (or of an object with its fields)."""
-        return cls(s.hits, s.misses)
+        return cls(s.hits, s.misses, Place(s.at))
 
 # ---- Layouts frozen by the header: name -> (size, alignment, {field: offset}) ----
 
@@ -254,7 +267,7 @@ LAYOUTS = {
     "kvcm_sample": (24, 8, {"id": 0, "codes": 8, "num_codes": 16}),
     "kvcm_shape": (16, 8, {"name": 0, "sides": 8, "hidden": 12}),
     "kvcm_tag": (32, 8, {"number": 0, "label": 8, "salt": 16, "salt_len": 24}),
-    "kvcm_tally": (24, 8, {"key": 0, "hits": 8, "misses": 16}),
+    "kvcm_tally": (32, 8, {"key": 0, "hits": 8, "misses": 16, "at": 24}),
 }
 
 

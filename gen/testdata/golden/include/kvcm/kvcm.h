@@ -412,6 +412,10 @@ struct kvcm_tally {
      * misses are misses.
      */
     int64_t misses;
+    /**
+     * at is where they were counted.
+     */
+    kvcm_where at;
 };
 
 /* ---- Functions ---- */
@@ -611,11 +615,12 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_tag, number) == 0, "layout of kvcm_tag changed"
 KVCM_STATIC_ASSERT(offsetof(kvcm_tag, label) == 8, "layout of kvcm_tag changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_tag, salt) == 16, "layout of kvcm_tag changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_tag, salt_len) == 24, "layout of kvcm_tag changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_tally) == 24, "layout of kvcm_tally changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_tally) == 32, "layout of kvcm_tally changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_tally) == 8, "alignment of kvcm_tally changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_tally, key) == 0, "layout of kvcm_tally changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_tally, hits) == 8, "layout of kvcm_tally changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_tally, misses) == 16, "layout of kvcm_tally changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_tally, at) == 24, "layout of kvcm_tally changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 64, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
