@@ -79,9 +79,8 @@
 //     Statistics need nothing more: C++ uses the C structs (and the
 //     //kvcm:cppvalue out types), and Python's //kvcm:pyvalue types are
 //     generated (a field the Python record lacks is tagged py:"-"); the
-//     hand-typed Python ones (KVCacheStatsDelta, PageIndexConverter,
-//     PoolDesc/PoolGroupDesc, the aggregated pages) gain the field by
-//     hand.
+//     hand-typed Python ones (KVCacheStatsDelta, PoolDesc/PoolGroupDesc,
+//     the aggregated pages) gain the field by hand.
 //
 // Independent additions on different branches touch different lines (each
 // field is one line with its doc), so they merge without conflicts; two
@@ -142,7 +141,9 @@
 // under the hand-written classes of kvcm.stats, which add the counters'
 // add/subtract/copy/clear/empty and the hit rates. A public class with
 // behaviour derives from the generated one (manager.BufferLocation adds
-// page_index and page_address, PoolGroupStats used) and so keeps _from_c.
+// page_index and page_address, PoolGroupStats used, PageIndexConverter its
+// call and its own field scratch_pages_per_block, after the generated
+// ones) and so keeps _from_c.
 // An enum with //kvcm:pyenum <Name> [A=B,...] gets a second IntEnum Name
 // of the same values, the members A renamed B, which the value types use
 // for its fields: TierKind's CacheTier, with TensorRT-LLM's GPU_MEM and
@@ -320,8 +321,9 @@
 // and errors: C++ ReuseScope, BufferName, AggregatedPage and
 // BuiltinColdPageCodecOptions, Python's kvcm.CacheTier (//kvcm:pyenum),
 // and the fields and C conversion of Python's BufferLocation,
-// PoolGroupStats, PoolGroupPeakBlockStats, KVCacheIterationStatsDelta and
-// SsmSnapshotIterationStatsDelta (kvcm._ffi, //kvcm:pyvalue).
+// PageIndexConverter, PoolGroupStats, PoolGroupPeakBlockStats,
+// KVCacheIterationStatsDelta and SsmSnapshotIterationStatsDelta
+// (kvcm._ffi, //kvcm:pyvalue).
 package abi
 
 import (

@@ -74,6 +74,7 @@ type AggregatedPageDesc struct {
 //kvcm:struct
 //kvcm:since 2
 //kvcm:go out github.com/kvcm/kvcm/core.PageIndexConverter
+//kvcm:pyvalue
 type PageIndexConverter struct {
 	// Scale multiplies a base page index.
 	Scale int64

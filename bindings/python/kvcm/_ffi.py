@@ -1220,6 +1220,32 @@ class MigrationStats:
 
 
 @dataclass(frozen=True, slots=True)
+class PageIndexConverter:
+    """kvcm_page_index_converter turns base page indices into a buffer's kernel page
+    indices (KVCacheManagerV2's PageIndexConverter): base b becomes, for k in
+    [0, expansion), (b*scale + offset)*expansion + k, where offset is
+    layer_offset for indices counted from the pool's base address (PER_LAYER,
+    kvcm_buffer_location.pool_base) and 0 for indices counted from the
+    buffer's own base address (SHARED, pool_base + layer_offset * bytes);
+    KVCM_BAD_PAGE_INDEX stays KVCM_BAD_PAGE_INDEX. A kernel page index counts
+    page_stride bytes (kvcm_manager_get_page_stride).
+    """
+
+    #: scale multiplies a base page index.
+    scale: int
+    #: expansion is how many of the buffer's own pages one block holds.
+    expansion: int
+    #: layer_offset is the buffer's offset in its pool's slot, in blocks of
+    #: the buffer (kvcm_buffer_location.offset).
+    layer_offset: int
+
+    @classmethod
+    def _from_c(cls, s):
+        """Copies the fields of a kvcm_page_index_converter (or of an object with its fields)."""
+        return cls(s.scale, s.expansion, s.layer_offset)
+
+
+@dataclass(frozen=True, slots=True)
 class PeakBlockStats:
     """kvcm_peak_block_stats is the largest number of slots in use in one pool group
     during an iteration.

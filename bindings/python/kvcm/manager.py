@@ -175,7 +175,7 @@ class PoolGroupDesc:
 
 
 @dataclass(frozen=True, slots=True)
-class PageIndexConverter:
+class PageIndexConverter(ffi.PageIndexConverter):
     """Converts base page indices (``get_base_page_indices``) into the
     indices a kernel uses for one buffer: base ``b`` becomes, for ``k`` in
     ``range(expansion)``, ``(b * scale + offset) * expansion + k``, where
@@ -189,11 +189,9 @@ class PageIndexConverter:
     slot holds ``scale // scratch_pages_per_block`` blocks of the layer,
     block ``i`` of the range at sub-page ``(i % that) *
     scratch_pages_per_block + layer_offset``, modulo ``scale``, of slot
-    ``slot_ids[i // that]`` (then expanded as above)."""
+    ``slot_ids[i // that]`` (then expanded as above). The fields but
+    ``scratch_pages_per_block`` are generated (``//kvcm:pyvalue``)."""
 
-    scale: int
-    expansion: int
-    layer_offset: int
     scratch_pages_per_block: int = 1
 
     def __call__(self, base_indices: Sequence[int], index_mode: PageIndexMode | None = None,
