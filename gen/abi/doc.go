@@ -307,6 +307,9 @@
 //     returns a handle that is already invalid (as when the destroy comes
 //     just after the create returns); it used to fail with
 //     KVCM_ERR_INVALID_HANDLE.
+//   - C++ CPIndex::managerBacked passes its scope's has_lora_id flag, as
+//     Python's ManagerBackedCPIndex does: a ReuseScope with loraId 0 scores
+//     adapter 0's blocks; it used to score those without an adapter.
 //
 // The bindings' configuration and event types are generated from this
 // description (//kvcm:cppvalue, //kvcm:pyconfig; no function, struct or

@@ -2555,6 +2555,7 @@ inline CPIndex CPIndex::managerBacked(
     opts.level_weights = levelWeights.empty() ? nullptr : levelWeights.data();
     opts.num_level_weights = levelWeights.size();
     opts.scope = detail::cScope(scope);
+    opts.scope_has_lora_id = scope.loraId.has_value();
     CPIndex out;
     detail::check(::kvcm_cp_create_manager_backed(manager.handle(), &opts, &out.mHandle));
     return out;
