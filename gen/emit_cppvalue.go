@@ -17,8 +17,11 @@ func init() { emitters = append(emitters, emitCppValues) }
 //   - a scalar, enum (as its enum class) or typedef: itself;
 //   - a const char*: std::string (an empty one is NULL where the field is
 //     nullable); a NUL byte in it is KVCM_ERR_INVALID_CONFIG naming the
-//     field's path, since the C string would end there;
-//   - a const T* with a count: std::vector of T, or of T's value type;
+//     field's path, since the C string would end there (with arg:
+//     KVCM_ERR_INVALID_ARGUMENT, for a value passed to a function); one
+//     with a length (len=) is bytes and may hold NUL bytes;
+//   - a const T* with a count: std::vector of T, or of T's value type (T's
+//     C struct where T has none);
 //   - a nullable const T* without one: std::optional of T's value type.
 //
 // Counts, struct_size and abi_version are set by the converter; a field
@@ -48,6 +51,10 @@ func parseValueType(d directives, kind, prefix string) (*ValueType, error) {
 	for _, a := range args[1:] {
 		if a == "out" {
 			v.Out = true
+			continue
+		}
+		if a == "arg" {
+			v.Arg = true
 			continue
 		}
 		order, ok := strings.CutPrefix(a, "order=")
@@ -163,6 +170,10 @@ func cppValueElem(t *Type) (string, error) {
 		return t.Decl.CppName, nil
 	case t.Kind == KNamed && t.Decl.CppValue != nil:
 		return t.Decl.CppValue.Name, nil
+	case t.Kind == KNamed && t.Decl.Kind == DStruct && t.Decl.CppNamespace == "":
+		return t.Decl.CppName, nil
+	case t.Kind == KNamed && t.Decl.Kind == DStruct:
+		return t.Decl.CppNamespace + "::" + t.Decl.CppName, nil
 	}
 	return "", fmt.Errorf("no C++ value type for elements %s (give the struct //kvcm:cppvalue)", t.CName())
 }
@@ -214,12 +225,14 @@ inline Error configError(std::string const& field, std::string const& msg)
     return Error(StatusCode::kInvalidConfig, "invalid config: " + field + ": " + msg);
 }
 
-// checkCString rejects a string the C ABI would cut at a NUL byte.
-inline void checkCString(std::string const& field, std::string const& s)
+// checkCString rejects a string the C ABI would cut at a NUL byte: a bad
+// field of a configuration, or with kInvalidArgument of an argument.
+inline void checkCString(std::string const& field, std::string const& s, StatusCode code = StatusCode::kInvalidConfig)
 {
     if (auto const at = s.find('\0'); at != std::string::npos)
     {
-        throw configError(field, "contains a NUL byte at offset " + std::to_string(at));
+        std::string const msg = "contains a NUL byte at offset " + std::to_string(at);
+        throw code == StatusCode::kInvalidConfig ? configError(field, msg) : Error(code, field + ": " + msg);
     }
 }
 
@@ -324,8 +337,14 @@ func cppValueConverter(b *strings.Builder, m *Model, d *Decl) error {
 		switch {
 		case t.Kind == KNamed && t.Decl.Kind == DEnum:
 			fmt.Fprintf(b, "        %s = static_cast<::%s>(%s);\n", c, t.Decl.CName, v)
+		case t.Kind == KCStr && cf.Len != "":
+			fmt.Fprintf(b, "        %s = %s.empty() ? nullptr : %s.data();\n        mC.%s = %s.size();\n", c, v, v, cf.Len, v)
 		case t.Kind == KCStr:
-			fmt.Fprintf(b, "        checkCString(fieldPath(path, \"%s\"), %s);\n", pathName, v)
+			code := ""
+			if d.CppValue.Arg {
+				code = ", StatusCode::kInvalidArgument"
+			}
+			fmt.Fprintf(b, "        checkCString(fieldPath(path, \"%s\"), %s%s);\n", pathName, v, code)
 			if cf.Nullable {
 				fmt.Fprintf(b, "        %s = %s.empty() ? nullptr : %s.c_str();\n", c, v, v)
 			} else {
@@ -381,6 +400,8 @@ func cppValueFromC(b *strings.Builder, _ *Model, d *Decl) error {
 		switch {
 		case t.Kind == KNamed && t.Decl.Kind == DEnum:
 			fmt.Fprintf(b, "    %s = static_cast<%s>(%s);\n", v, t.Decl.CppName, c)
+		case t.Kind == KCStr && cf.Len != "":
+			fmt.Fprintf(b, "    if (%s != nullptr && c.%s > 0)\n    {\n        %s.assign(%s, c.%s);\n    }\n", c, cf.Len, v, c, cf.Len)
 		case t.Kind == KCStr:
 			fmt.Fprintf(b, "    %s = %s != nullptr ? std::string(%s) : std::string();\n", v, c, c)
 		case t.Kind == KPtr && cf.Len != "" && (t.Elem.Kind != KNamed || t.Elem.Decl.CppValue == nil):

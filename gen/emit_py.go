@@ -154,6 +154,19 @@ ctypes layouts with the ones the header freezes.`)
 			fmt.Fprintf(&b, "    %s = %d\n", e.PyName, e.Value)
 		}
 		b.WriteString("\n\n")
+		if d.PyEnum != "" {
+			fmt.Fprintf(&b, "class %s(enum.IntEnum):\n", d.PyEnum)
+			pyDocstring(&b, "    ", d.Doc+"\n\n"+d.CppName+" with the Python binding's names (//kvcm:pyenum).")
+			b.WriteString("\n")
+			for _, e := range d.Members {
+				name := e.PyName
+				if to := d.PyEnumNames[name]; to != "" {
+					name = to
+				}
+				fmt.Fprintf(&b, "    %s = %d\n", name, e.Value)
+			}
+			b.WriteString("\n\n")
+		}
 		for _, e := range d.Members {
 			fmt.Fprintf(&b, "%s = %d\n", e.CName, e.Value)
 		}
@@ -300,18 +313,19 @@ def load(path=None):
 type pyValueField struct{ name, typ, conv, doc, def string }
 
 // pyValueFields lists the fields of d's //kvcm:pyvalue type: the C
-// struct's (enums as their IntEnum, an array of scalars with its count as a
+// struct's (enums as their IntEnum, its //kvcm:pyenum if any, an array of scalars with its count as a
 // tuple; counts are not fields) in its order or the one of //kvcm:pyvalue
-// order=a,b,... (py:"name" renames a field, pydefault:"v" gives its
-// default), with the expression _from_c reads each from.
+// order=a,b,... (py:"name" renames a field, py:"-" leaves it out,
+// pydefault:"v" gives its default; prefix=p starts every name, counters
+// makes every default 0), with the expression _from_c reads each from.
 func pyValueFields(d *Decl) ([]pyValueField, error) {
 	cnt := counts(d)
 	var fields []pyValueField
 	for _, f := range d.Fields {
-		if cnt[f.CName] {
+		if cnt[f.CName] || f.Py == "-" {
 			continue
 		}
-		name := f.CName
+		name := d.PyValuePrefix + f.CName
 		if f.Py != "" {
 			name = f.Py
 		}
@@ -322,14 +336,25 @@ func pyValueFields(d *Decl) ([]pyValueField, error) {
 		case f.Type.Kind == KScalar && f.Type.Scalar == "bool":
 			t = "bool"
 		case f.Type.Kind == KNamed && f.Type.Decl.Kind == DEnum:
-			t, conv = f.Type.Decl.CppName, f.Type.Decl.CppName+"(s."+f.CName+")"
+			t = f.Type.Decl.CppName
+			if f.Type.Decl.PyEnum != "" {
+				t = f.Type.Decl.PyEnum
+			}
+			conv = t + "(s." + f.CName + ")"
 		case f.Type.Kind == KPtr && f.Type.Dir == DirIn && f.Len != "" && isScalarField(f.Type.Elem):
 			t = "tuple[int, ...]"
 			conv = fmt.Sprintf("tuple(s.%s[:s.%s]) if s.%s else ()", f.CName, f.Len, f.Len)
 		case !isScalarField(f.Type):
 			return nil, fmt.Errorf("%s.%s: a //kvcm:pyvalue struct has scalar, enum and typedef fields only (and arrays of them with a count)", d.GoName, f.GoName)
 		}
-		fields = append(fields, pyValueField{name, t, conv, renamed(f.Doc, f.CName, name), f.PyDefault})
+		def := f.PyDefault
+		if d.PyValueCounters && def == "" {
+			if t != "int" {
+				return nil, fmt.Errorf("%s.%s: a //kvcm:pyvalue counters struct has int fields only (or a pydefault)", d.GoName, f.GoName)
+			}
+			def = "0"
+		}
+		fields = append(fields, pyValueField{name, t, conv, renamed(f.Doc, f.CName, name), def})
 	}
 	if len(d.PyValueOrder) == 0 {
 		return fields, nil
@@ -349,9 +374,9 @@ func pyValueFields(d *Decl) ([]pyValueField, error) {
 }
 
 // pyValues writes the value types of //kvcm:pyvalue structs (see
-// pyValueFields; the loader checked them): frozen dataclasses, and
-// _from_c, which copies them from the C struct (or the extension's object
-// of the same fields).
+// pyValueFields; the loader checked them): frozen dataclasses (mutable ones
+// for counters), and _from_c, which copies them from the C struct (or the
+// extension's object of the same fields).
 func pyValues(b *strings.Builder, m *Model) {
 	first := true
 	for _, d := range m.Decls {
@@ -366,7 +391,14 @@ func pyValues(b *strings.Builder, m *Model) {
 		if err != nil {
 			panic(err) // checked by the loader
 		}
-		fmt.Fprintf(b, "\n@dataclass(frozen=True, slots=True)\nclass %s:\n", d.CppName)
+		name, dc := d.CppName, "frozen=True, slots=True"
+		if d.PyValueName != "" {
+			name = d.PyValueName
+		}
+		if d.PyValueCounters {
+			dc = "slots=True"
+		}
+		fmt.Fprintf(b, "\n@dataclass(%s)\nclass %s:\n", dc, name)
 		pyDocstring(b, "    ", d.Doc)
 		b.WriteString("\n")
 		var args []string

@@ -239,12 +239,14 @@ func (l *loader) run() error {
 		if dc.PyValue = d.has("pyvalue"); dc.PyValue && dc.Kind != DStruct {
 			return fmt.Errorf("%s: //kvcm:pyvalue on a type that is not a //kvcm:struct", dc.GoName)
 		}
-		if o, ok := strings.CutPrefix(d.one("pyvalue"), "order="); ok {
-			dc.PyValueOrder = strings.Split(o, ",")
+		if dc.PyValue {
+			if err := parsePyValue(dc, d.one("pyvalue")); err != nil {
+				return fmt.Errorf("%s: bad //kvcm:pyvalue %q: %w", dc.GoName, d.one("pyvalue"), err)
+			}
 		}
 		if d.has("cppvalue") {
 			if dc.CppValue, err = parseValueType(d, "cppvalue", "cpp"); err != nil || dc.Kind != DStruct {
-				return fmt.Errorf("%s: bad //kvcm:cppvalue %q: want \"<C++ name> [order=a,b,...]\" on a //kvcm:struct (%v)", dc.GoName, d.one("cppvalue"), err)
+				return fmt.Errorf("%s: bad //kvcm:cppvalue %q: want \"<C++ name> [order=a,b,...] [out] [arg]\" on a //kvcm:struct (%v)", dc.GoName, d.one("cppvalue"), err)
 			}
 		}
 		if d.has("pyconfig") {
@@ -265,6 +267,20 @@ func (l *loader) run() error {
 			}
 			dc.CppBase = e["cppbase"]
 			l.enumOpts[name] = e
+			if p := strings.Fields(d.one("pyenum")); len(p) > 0 {
+				dc.PyEnum, dc.PyEnumNames = p[0], map[string]string{}
+				for _, r := range p[1:] {
+					for _, kv := range strings.Split(r, ",") {
+						from, to, ok := strings.Cut(kv, "=")
+						if !ok || from == "" || to == "" {
+							return fmt.Errorf("%s: bad //kvcm:pyenum renaming %q: want <member>=<name>", dc.GoName, kv)
+						}
+						dc.PyEnumNames[from] = to
+					}
+				}
+			}
+		} else if d.has("pyenum") {
+			return fmt.Errorf("%s: //kvcm:pyenum on a type that is not a //kvcm:enum", dc.GoName)
 		}
 		l.m.byGo[name] = dc
 		l.m.Decls = append(l.m.Decls, dc)
@@ -282,6 +298,13 @@ func (l *loader) run() error {
 	for _, vs := range consts {
 		if err := l.constSpec(vs, constDoc[vs]); err != nil {
 			return err
+		}
+	}
+	for _, dc := range l.m.Decls {
+		for from := range dc.PyEnumNames {
+			if !slices.ContainsFunc(dc.Members, func(e *EnumMember) bool { return e.PyName == from }) {
+				return fmt.Errorf("%s: //kvcm:pyenum renames %s, not a member (its Python names: %s)", dc.GoName, from, strings.Join(pyMemberNames(dc), ", "))
+			}
 		}
 	}
 	for _, s := range funcs {
@@ -825,4 +848,33 @@ func checkConvention(f *Func, p *Param) error {
 		return fmt.Errorf("buffer needs go=<Go element type>, or elements with //kvcm:go out")
 	}
 	return nil
+}
+
+// parsePyValue reads the arguments of //kvcm:pyvalue [Name] [order=a,b,...]
+// [prefix=p] [counters].
+func parsePyValue(dc *Decl, args string) error {
+	for i, a := range strings.Fields(args) {
+		switch k, v, ok := strings.Cut(a, "="); {
+		case ok && k == "order":
+			dc.PyValueOrder = strings.Split(v, ",")
+		case ok && k == "prefix":
+			dc.PyValuePrefix = v
+		case !ok && a == "counters":
+			dc.PyValueCounters = true
+		case !ok && i == 0:
+			dc.PyValueName = a
+		default:
+			return fmt.Errorf("unknown argument %q (want [Name] [order=a,b,...] [prefix=p] [counters])", a)
+		}
+	}
+	return nil
+}
+
+// pyMemberNames lists the Python names of an enum's members.
+func pyMemberNames(d *Decl) []string {
+	var out []string
+	for _, e := range d.Members {
+		out = append(out, e.PyName)
+	}
+	return out
 }

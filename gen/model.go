@@ -162,6 +162,20 @@ type Decl struct {
 	// PyValueOrder is the order of the //kvcm:pyvalue type's fields
 	// (//kvcm:pyvalue order=a,b,...; nil: C order).
 	PyValueOrder []string
+	// PyEnum is the name of an enum's second Python IntEnum, with
+	// PyEnumNames renaming members (//kvcm:pyenum <Name> [A=B,...]; "":
+	// none): the binding's own names for the C values, which Python value
+	// types use for fields of the enum.
+	PyEnum      string
+	PyEnumNames map[string]string
+	// PyValueName is the //kvcm:pyvalue type's name ("": the C++ name).
+	PyValueName string
+	// PyValueCounters makes the //kvcm:pyvalue type a mutable record of
+	// counters, every field defaulting to 0 (//kvcm:pyvalue counters).
+	PyValueCounters bool
+	// PyValuePrefix starts the name of every field of the //kvcm:pyvalue
+	// type (//kvcm:pyvalue prefix=p).
+	PyValuePrefix string
 	// CppValue asks for an owning C++ value type of the struct and its
 	// conversion to the C struct (//kvcm:cppvalue), or is nil.
 	CppValue *ValueType
@@ -216,8 +230,9 @@ type Field struct {
 	// CppDefault is the default of the field in its C++ value type
 	// (cppdefault tag), "" for the zero value.
 	CppDefault string
-	// Py is the field's py tag in a //kvcm:pyconfig struct: "-" leaves it
-	// out of the Python value type, another word renames it there.
+	// Py is the field's py tag in a //kvcm:pyconfig or //kvcm:pyvalue
+	// struct: "-" leaves it out of the Python value type, another word
+	// renames it there.
 	Py string
 	// PyDefault is the field's default in its Python value type (pydefault
 	// tag; "" for none: the field is required).
@@ -242,6 +257,10 @@ type ValueType struct {
 	// Out makes the value type one the binding reads from the C struct
 	// (the library's results) instead of one it converts to it.
 	Out bool
+	// Arg makes the converter's errors KVCM_ERR_INVALID_ARGUMENT naming
+	// the argument's path (a value passed to a function), instead of
+	// KVCM_ERR_INVALID_CONFIG (a configuration's).
+	Arg bool
 }
 
 // OwnField is a field of a binding's value type that its C struct lacks

@@ -13,10 +13,15 @@ import "github.com/kvcm/kvcm/gen/spec"
 //kvcm:since 1
 //kvcm:cppns c
 //kvcm:go in github.com/kvcm/kvcm/core/blockhash.Scope
+//kvcm:cppvalue ReuseScope order=loraId,salt
+//kvcm:cppdoc The reuse scope: blocks are shared only within one scope. As in
+//kvcm:cppdoc KVCacheManagerV2's ReuseScope, no LoRA adapter (nullopt) and adapter 0 are
+//kvcm:cppdoc different scopes.
+//kvcm:cppfield loraId std::optional<std::int64_t> | The LoRA adapter id, nullopt for none (lora_id and the has_lora_id flag beside the scope).
 type ReuseScope struct {
 	// LoraID is the LoRA adapter id (0 for none, unless a has_lora_id flag
 	// beside the scope is set).
-	LoraID int64 `go:"LoRAID"`
+	LoraID int64 `go:"LoRAID" cpp:"-"`
 	// Salt is salt_len bytes (NULL when salt_len is 0); it may contain NULs.
 	Salt spec.CStr `len:"SaltLen" nullable:"true" own:"borrowed"`
 	// SaltLen is the length of salt in bytes.

@@ -235,6 +235,10 @@ const (
 //kvcm:struct
 //kvcm:versioned
 //kvcm:since 2
+//kvcm:cppvalue BuiltinColdPageCodecOptions
+//kvcm:cppdoc BuiltinColdPageCodecOptions selects one of the library's built-in codecs
+//kvcm:cppdoc (kvcm_builtin_codec_options): kind, and the options of the FP8 and auto
+//kvcm:cppdoc codecs.
 type BuiltinCodecOptions struct {
 	// Kind is the codec.
 	Kind BuiltinCodec `go:"-"`

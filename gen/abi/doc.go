@@ -76,10 +76,11 @@
 //     field, so none is dropped silently). A field the bindings carry
 //     elsewhere is tagged cpp:"-" / py:"-" and set in their C form by hand
 //     (detail::CConfig in kvcm.hpp, _build_c_config in manager.py).
-//     Statistics need nothing more: C++ uses the C structs, and Python's
-//     //kvcm:pyvalue types are generated; the hand-typed Python ones
-//     (PoolGroupStats, CacheEvent, the stats.py types) gain the field by
-//     hand.
+//     Statistics need nothing more: C++ uses the C structs (and the
+//     //kvcm:cppvalue out types), and Python's //kvcm:pyvalue types are
+//     generated (a field the Python record lacks is tagged py:"-"); the
+//     hand-typed Python ones (KVCacheStatsDelta, PoolDesc/PoolGroupDesc,
+//     the aggregated pages) gain the field by hand.
 //
 // Independent additions on different branches touch different lines (each
 // field is one line with its doc), so they merge without conflicts; two
@@ -125,10 +126,28 @@
 //
 // # Python value types: //kvcm:pyvalue
 //
-// A struct of scalars with //kvcm:pyvalue gets a frozen dataclass of the
-// same name in the Python layer, its fields in C order, with _from_c to
-// read it from the C struct (BlockStats, PeakBlockStats, MigrationStats):
-// a field appended to the struct appears in Python with make generate.
+// A struct of scalars with //kvcm:pyvalue [Name] [order=a,b,...]
+// [prefix=p] [counters] gets a frozen dataclass of the same name (or Name)
+// in the Python layer (kvcm._ffi), its fields in C order (or order='s),
+// with _from_c to read it from the C struct (BlockStats, PeakBlockStats,
+// MigrationStats, SharedStats, CacheEvent, BufferLocation,
+// PoolGroupPeakBlockStats): a field appended to the struct appears in
+// Python with make generate. py:"name" renames a field, py:"-" leaves it
+// out (a key the caller reads from the C struct: the layer group of the
+// iteration statistics), pydefault:"v" gives its default; prefix=p starts
+// every field's name (KVCacheManagerV2's iter_ counters). counters makes it
+// a mutable record of int counters, each defaulting to 0: the iteration
+// statistics KVCacheIterationStatsDelta and SsmSnapshotIterationStatsDelta,
+// under the hand-written classes of kvcm.stats, which add the counters'
+// add/subtract/copy/clear/empty and the hit rates. A public class with
+// behaviour derives from the generated one (manager.BufferLocation adds
+// page_index and page_address, PoolGroupStats used, PageIndexConverter its
+// call and its own field scratch_pages_per_block, after the generated
+// ones) and so keeps _from_c.
+// An enum with //kvcm:pyenum <Name> [A=B,...] gets a second IntEnum Name
+// of the same values, the members A renamed B, which the value types use
+// for its fields: TierKind's CacheTier, with TensorRT-LLM's GPU_MEM and
+// HOST_MEM (kvcm.CacheTier).
 //
 // # Vtables implemented in Go: //kvcm:goimpl
 //
@@ -148,7 +167,13 @@
 // an array with its count, std::optional for a nullable single pointer, the
 // enum class for an enum) and detail::C<Name>, its conversion to the C
 // struct for one call, which rejects a NUL byte in a string naming the
-// field's path; see gen/emit_cppvalue.go. One with //kvcm:pyconfig <Name>
+// field's path (KVCM_ERR_INVALID_CONFIG; with the argument arg, for a value
+// passed to a function such as BufferName, KVCM_ERR_INVALID_ARGUMENT); a
+// string with a length (len=) is bytes, NUL bytes allowed (ReuseScope's
+// salt), and an array of a struct without a value type is a std::vector of
+// its C struct (AggregatedPage's buffers). With out, the value type is a
+// result instead: detail::fromC copies the C struct the library wrote into
+// it (CacheEvent, BlockEvent, AggregatedPage). See gen/emit_cppvalue.go. One with //kvcm:pyconfig <Name>
 // gets a Python dataclass <Name> in kvcm/_values.py with _to_c, which
 // writes the fields into the ctypes struct through _convert.set_field
 // (errors name the field's path); see gen/emit_pyconfig.go. The public
@@ -289,6 +314,9 @@
 //     holds 0.92–0.97 of the two-stream DMA limit with both directions at
 //     once where the kernel held 0.55–0.60, and beats DMA up to 1 MiB. The
 //     cold bytes are the same.
+//   - C++ CPIndex::managerBacked passes its scope's has_lora_id flag, as
+//     Python's ManagerBackedCPIndex does: a ReuseScope with loraId 0 scores
+//     adapter 0's blocks; it used to score those without an adapter.
 //
 // The bindings' configuration and event types are generated from this
 // description (//kvcm:cppvalue, //kvcm:pyconfig; no function, struct or
@@ -299,7 +327,13 @@
 // names, fields, field order, defaults and errors are what they were, with
 // one unification: Python's kvcm.SharedWritePolicy is the generated enum
 // (kvcm._ffi.SharedWritePolicy, the same members and values) rather than a
-// second copy of it.
+// second copy of it. So are, with the same names, fields, order, defaults
+// and errors: C++ ReuseScope, BufferName, AggregatedPage and
+// BuiltinColdPageCodecOptions, Python's kvcm.CacheTier (//kvcm:pyenum),
+// and the fields and C conversion of Python's BufferLocation,
+// PageIndexConverter, PoolGroupStats, PoolGroupPeakBlockStats,
+// KVCacheIterationStatsDelta and SsmSnapshotIterationStatsDelta
+// (kvcm._ffi, //kvcm:pyvalue).
 package abi
 
 import (

@@ -11,6 +11,7 @@ import "github.com/kvcm/kvcm/gen/spec"
 //kvcm:struct
 //kvcm:since 1
 //kvcm:go out github.com/kvcm/kvcm/core.BufferLocation
+//kvcm:pyvalue
 type BufferLocation struct {
 	// LayerGroup is the buffer's layer group.
 	LayerGroup LayerGroupID `go:"LifeCycle"`
@@ -57,6 +58,7 @@ type BlockStats struct {
 //kvcm:struct
 //kvcm:since 1
 //kvcm:go out github.com/kvcm/kvcm/core.PoolGroupStats
+//kvcm:pyvalue
 type PoolGroupStats struct {
 	// Level is the cache level.
 	Level CacheLevel
@@ -154,9 +156,10 @@ type CacheEvent struct {
 //kvcm:struct
 //kvcm:since 2
 //kvcm:go out github.com/kvcm/kvcm/core/abimodel.SsmSnapshotIterationStats
+//kvcm:pyvalue SsmSnapshotIterationStatsDelta prefix=iter_ counters
 type SsmSnapshotIterationStats struct {
 	// LayerGroup is the SSM layer group.
-	LayerGroup LayerGroupID
+	LayerGroup LayerGroupID `py:"-"`
 	// SnapshotLookups = snapshot_hits + snapshot_misses.
 	SnapshotLookups int64 `go:"Lookups"`
 	// SnapshotHits are lookups that reused a snapshot.
@@ -183,9 +186,10 @@ type SsmSnapshotIterationStats struct {
 //kvcm:struct
 //kvcm:since 2
 //kvcm:go out github.com/kvcm/kvcm/core/abimodel.LayerGroupIterationStats
+//kvcm:pyvalue KVCacheIterationStatsDelta prefix=iter_ counters
 type LayerGroupIterationStats struct {
 	// LayerGroup is the layer group.
-	LayerGroup LayerGroupID
+	LayerGroup LayerGroupID `py:"-"`
 	// AllocTotalBlocks = alloc_new_blocks + reused_blocks.
 	AllocTotalBlocks int64
 	// AllocNewBlocks are pages allocated fresh by resize.
@@ -245,9 +249,10 @@ type ReusedBlocksAtLevel struct {
 //kvcm:struct
 //kvcm:since 2
 //kvcm:go out github.com/kvcm/kvcm/core.PeakBlockStats
+//kvcm:pyvalue
 type PoolGroupPeakBlockStats struct {
 	// Index is the pool group's index within its level.
-	Index PoolGroupIndex
+	Index PoolGroupIndex `py:"-"`
 	// Available is the peak of free + evictable slots.
 	Available int64
 	// Unavailable is the peak of total - available slots.

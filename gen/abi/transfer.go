@@ -7,6 +7,10 @@ import "github.com/kvcm/kvcm/gen/spec"
 //
 //kvcm:struct
 //kvcm:since 2
+//kvcm:cppvalue BufferName arg
+//kvcm:cppdoc BufferName names one buffer: a layer and a role (KVCacheManagerV2's
+//kvcm:cppdoc BufferId; kvcm::BufferId is the C struct with a borrowed role).
+//kvcm:cppmethod bool operator==(BufferName const& o) const { return layerId == o.layerId && role == o.role; }
 type BufferID struct {
 	// LayerID is the buffer's layer.
 	LayerID int32
@@ -37,6 +41,12 @@ type ExpandedBuffer struct {
 //
 //kvcm:struct
 //kvcm:since 2
+//kvcm:cppvalue AggregatedPage out
+//kvcm:cppdoc AggregatedPage is a run of buffers side by side in every GPU slot of one
+//kvcm:cppdoc pool (KVCacheManagerV2's AggregatedPageDesc): for an aggregated page index
+//kvcm:cppdoc i (KVCache::aggregatedPageIndices), its bytes are
+//kvcm:cppdoc [base + i * stride, base + i * stride + size). Each buffer's `buffer` is
+//kvcm:cppdoc its position in the list given to KVCacheManager::aggregatedPages.
 type AggregatedPageDesc struct {
 	// Base is the run's address in slot 0.
 	Base DevicePtr
@@ -64,6 +74,7 @@ type AggregatedPageDesc struct {
 //kvcm:struct
 //kvcm:since 2
 //kvcm:go out github.com/kvcm/kvcm/core.PageIndexConverter
+//kvcm:pyvalue
 type PageIndexConverter struct {
 	// Scale multiplies a base page index.
 	Scale int64

@@ -86,6 +86,7 @@ const (
 // TierKind is the kind of a cache tier.
 //
 //kvcm:enum trim=Tier cprefix=KVCM_TIER_ cpp=TierKind
+//kvcm:pyenum CacheTier GPU=GPU_MEM,HOST=HOST_MEM
 //kvcm:since 1
 type TierKind int32
 

@@ -163,6 +163,26 @@ TEST_F(CPTest, GarbageAnswersAreRepaired)
     EXPECT_EQ(cp.faultCount(), 3u);
 }
 
+// A manager-backed index scores the blocks of its reuse scope only; LoRA
+// adapter 0 is a scope of its own, not the scope without an adapter (as for
+// the manager's own reuse).
+TEST_F(CPTest, ManagerBackedIndexScoresWithinItsScope)
+{
+    kvcm::KVCacheManager m(smallConfig(64 << 10));
+    auto const none = kvcm::CPIndex::managerBacked(m, {1.0});
+    auto const adapter0 = kvcm::CPIndex::managerBacked(m, {1.0}, kvcm::ReuseScope{0, {}});
+    auto stream = m.createStream();
+    auto const prompt = tokenRange(100, 16);
+    {
+        auto c = m.createKVCache(prompt);
+        c.resume(stream);
+        c.resize(16, 16);
+        c.commit(prompt);
+    }
+    EXPECT_DOUBLE_EQ(none.predictPrefixReuse("q", prompt), 1.0);
+    EXPECT_DOUBLE_EQ(adapter0.predictPrefixReuse("q", prompt), 0.0) << "adapter 0 is another scope";
+}
+
 TEST_F(CPTest, ManagerNotifiesAttachedIndexAndManagerBackedScores)
 {
     auto log = std::make_shared<Log>();

@@ -277,6 +277,18 @@ class TierKind(enum.IntEnum):
     SHARED = 3
 
 
+class CacheTier(enum.IntEnum):
+    """kvcm_tier_kind is the kind of a cache tier.
+
+    TierKind with the Python binding's names (//kvcm:pyenum).
+    """
+
+    GPU_MEM = 0
+    HOST_MEM = 1
+    DISK = 2
+    SHARED = 3
+
+
 KVCM_TIER_GPU = 0
 KVCM_TIER_HOST = 1
 KVCM_TIER_DISK = 2
@@ -1080,6 +1092,34 @@ class BlockStats:
 
 
 @dataclass(frozen=True, slots=True)
+class BufferLocation:
+    """kvcm_buffer_location says where the buffer of a layer and role lives in the hot
+    layout. For base page index b (from kvcm_kv_cache_get_base_page_indices),
+    the buffer's kernel-facing page index is b*scale + offset, and its block of
+    data starts at pool_base + (b*scale + offset) * bytes: page indices count
+    in units of bytes (the buffer's size per block) from pool_base.
+    """
+
+    #: layer_group is the buffer's layer group.
+    layer_group: int
+    #: pool is the buffer's pool within its hot pool group.
+    pool: int
+    #: pool_base is the pool's base address; it never changes.
+    pool_base: int
+    #: scale multiplies a base page index.
+    scale: int
+    #: offset is added to the scaled base page index.
+    offset: int
+    #: bytes is the buffer's size per block (its stride unit).
+    bytes: int
+
+    @classmethod
+    def _from_c(cls, s):
+        """Copies the fields of a kvcm_buffer_location (or of an object with its fields)."""
+        return cls(s.layer_group, s.pool, s.pool_base, s.scale, s.offset, s.bytes)
+
+
+@dataclass(frozen=True, slots=True)
 class CacheEvent:
     """kvcm_cache_event reports a change of the set of reusable blocks. seq increases
     by one per event of a manager, starting at 1.
@@ -1112,6 +1152,53 @@ class CacheEvent:
         return cls(s.seq, EventKind(s.kind), s.key, s.parent, tuple(s.tokens[:s.num_tokens]) if s.num_tokens else (), s.layer_group, s.level, s.cache_id)
 
 
+@dataclass(slots=True)
+class KVCacheIterationStatsDelta:
+    """kvcm_layer_group_iteration_stats counts one layer group's page outcomes and moves
+    during an iteration (KVCacheManagerV2's KVCacheIterationStatsDelta). A
+    block counts in a layer group when the layer group has or gets a page for
+    it.
+    """
+
+    #: iter_alloc_total_blocks = alloc_new_blocks + reused_blocks.
+    iter_alloc_total_blocks: int = 0
+    #: iter_alloc_new_blocks are pages allocated fresh by resize.
+    iter_alloc_new_blocks: int = 0
+    #: iter_reused_blocks = full_reused_blocks + partial_reused_blocks.
+    iter_reused_blocks: int = 0
+    #: iter_full_reused_blocks are tree pages new caches share.
+    iter_full_reused_blocks: int = 0
+    #: iter_partial_reused_blocks are private copies of partially matched blocks.
+    iter_partial_reused_blocks: int = 0
+    #: iter_missed_blocks are pages the full input blocks need that were not
+    #: shared from the tree.
+    iter_missed_blocks: int = 0
+    #: iter_gen_alloc_blocks are alloc_new_blocks of caches whose history had
+    #: reached their prompt.
+    iter_gen_alloc_blocks: int = 0
+    #: iter_onboard_blocks are pages brought to the GPU from a colder level.
+    iter_onboard_blocks: int = 0
+    #: iter_onboard_bytes are their bytes as they travelled.
+    iter_onboard_bytes: int = 0
+    #: iter_offload_blocks are pages moved from the GPU to a colder level.
+    iter_offload_blocks: int = 0
+    #: iter_offload_bytes are their bytes as they travelled.
+    iter_offload_bytes: int = 0
+    #: iter_intra_device_copy_blocks are GPU to GPU page copies.
+    iter_intra_device_copy_blocks: int = 0
+    #: iter_intra_device_copy_bytes are their bytes.
+    iter_intra_device_copy_bytes: int = 0
+    #: iter_host_dropped_blocks are pages dropped from the host level.
+    iter_host_dropped_blocks: int = 0
+    #: iter_host_dropped_bytes are their (cold page) bytes.
+    iter_host_dropped_bytes: int = 0
+
+    @classmethod
+    def _from_c(cls, s):
+        """Copies the fields of a kvcm_layer_group_iteration_stats (or of an object with its fields)."""
+        return cls(s.alloc_total_blocks, s.alloc_new_blocks, s.reused_blocks, s.full_reused_blocks, s.partial_reused_blocks, s.missed_blocks, s.gen_alloc_blocks, s.onboard_blocks, s.onboard_bytes, s.offload_blocks, s.offload_bytes, s.intra_device_copy_blocks, s.intra_device_copy_bytes, s.host_dropped_blocks, s.host_dropped_bytes)
+
+
 @dataclass(frozen=True, slots=True)
 class MigrationStats:
     """kvcm_migration_stats counts the pages and bytes moved on one migration path
@@ -1133,6 +1220,32 @@ class MigrationStats:
 
 
 @dataclass(frozen=True, slots=True)
+class PageIndexConverter:
+    """kvcm_page_index_converter turns base page indices into a buffer's kernel page
+    indices (KVCacheManagerV2's PageIndexConverter): base b becomes, for k in
+    [0, expansion), (b*scale + offset)*expansion + k, where offset is
+    layer_offset for indices counted from the pool's base address (PER_LAYER,
+    kvcm_buffer_location.pool_base) and 0 for indices counted from the
+    buffer's own base address (SHARED, pool_base + layer_offset * bytes);
+    KVCM_BAD_PAGE_INDEX stays KVCM_BAD_PAGE_INDEX. A kernel page index counts
+    page_stride bytes (kvcm_manager_get_page_stride).
+    """
+
+    #: scale multiplies a base page index.
+    scale: int
+    #: expansion is how many of the buffer's own pages one block holds.
+    expansion: int
+    #: layer_offset is the buffer's offset in its pool's slot, in blocks of
+    #: the buffer (kvcm_buffer_location.offset).
+    layer_offset: int
+
+    @classmethod
+    def _from_c(cls, s):
+        """Copies the fields of a kvcm_page_index_converter (or of an object with its fields)."""
+        return cls(s.scale, s.expansion, s.layer_offset)
+
+
+@dataclass(frozen=True, slots=True)
 class PeakBlockStats:
     """kvcm_peak_block_stats is the largest number of slots in use in one pool group
     during an iteration.
@@ -1149,6 +1262,55 @@ class PeakBlockStats:
     def _from_c(cls, s):
         """Copies the fields of a kvcm_peak_block_stats (or of an object with its fields)."""
         return cls(s.index, s.peak_used, s.total)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolGroupPeakBlockStats:
+    """kvcm_pool_group_peak_block_stats holds KVCacheManagerV2's peaks of one pool group
+    during an iteration, each the largest count sampled at the end of an
+    operation.
+    """
+
+    #: available is the peak of free + evictable slots.
+    available: int
+    #: unavailable is the peak of total - available slots.
+    unavailable: int
+    #: evictable is the peak of evictable slots.
+    evictable: int
+
+    @classmethod
+    def _from_c(cls, s):
+        """Copies the fields of a kvcm_pool_group_peak_block_stats (or of an object with its fields)."""
+        return cls(s.available, s.unavailable, s.evictable)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolGroupStats:
+    """kvcm_pool_group_stats is the state of one pool group of one level, in slots.
+    available = free + evictable.
+    """
+
+    #: level is the cache level.
+    level: int
+    #: tier is the level's tier kind.
+    tier: CacheTier
+    #: index is the pool group's index within its level.
+    index: int
+    #: page_bytes is the bytes of one page (slot) of the group.
+    page_bytes: int
+    #: total is the group's slots.
+    total: int
+    #: free is the group's unused slots.
+    free: int
+    #: evictable is the group's slots held only by the cache (reusable).
+    evictable: int
+    #: available = free + evictable.
+    available: int
+
+    @classmethod
+    def _from_c(cls, s):
+        """Copies the fields of a kvcm_pool_group_stats (or of an object with its fields)."""
+        return cls(s.level, CacheTier(s.tier), s.index, s.page_bytes, s.total, s.free, s.evictable, s.available)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1227,6 +1389,39 @@ class SharedStats:
     def _from_c(cls, s):
         """Copies the fields of a kvcm_shared_stats (or of an object with its fields)."""
         return cls(s.lookup_blocks, s.found_blocks, s.onboarded_blocks, s.onboarded_pages, s.onboarded_bytes, s.discarded_pages, s.write_backs, s.write_throughs, s.lost_writes, s.lookups, s.hits, s.misses, s.errors, s.timeouts, s.corrupt, s.bytes_read, s.queued, s.dropped, s.deduplicated, s.present, s.written, s.write_errors, s.bytes_written, s.failed_landings)
+
+
+@dataclass(slots=True)
+class SsmSnapshotIterationStatsDelta:
+    """kvcm_ssm_snapshot_iteration_stats counts the SSM snapshot lookups of the SSM layer
+    group during an iteration (KVCacheManagerV2's
+    SsmSnapshotIterationStatsDelta): one lookup per cache created with input
+    tokens, a hit when it reused a snapshot, counted when the cache commits its
+    pending statistics (kvcm_kv_cache_commit_pending_stats; discarding or
+    closing drops it).
+    """
+
+    #: iter_snapshot_lookups = snapshot_hits + snapshot_misses.
+    iter_snapshot_lookups: int = 0
+    #: iter_snapshot_hits are lookups that reused a snapshot.
+    iter_snapshot_hits: int = 0
+    #: iter_snapshot_misses are lookups that reused none.
+    iter_snapshot_misses: int = 0
+    #: iter_reused_tokens are the input tokens the hits reused.
+    iter_reused_tokens: int = 0
+    #: iter_unreused_tokens are the lookups' input tokens left to compute.
+    iter_unreused_tokens: int = 0
+    #: iter_aligned_snapshot_hits are hits on a block boundary (a full block's
+    #: snapshot).
+    iter_aligned_snapshot_hits: int = 0
+    #: iter_unaligned_snapshot_hits are hits inside a block (the state of a partial
+    #: block published at close).
+    iter_unaligned_snapshot_hits: int = 0
+
+    @classmethod
+    def _from_c(cls, s):
+        """Copies the fields of a kvcm_ssm_snapshot_iteration_stats (or of an object with its fields)."""
+        return cls(s.snapshot_lookups, s.snapshot_hits, s.snapshot_misses, s.reused_tokens, s.unreused_tokens, s.aligned_snapshot_hits, s.unaligned_snapshot_hits)
 
 # ---- Layouts frozen by the header: name -> (size, alignment, {field: offset}) ----
 

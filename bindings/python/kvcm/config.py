@@ -17,13 +17,12 @@ path or role, where the C string would end), raising
 
 from __future__ import annotations
 
-import enum
 import os
 from dataclasses import dataclass
 from typing import Sequence, Union
 
 from . import _values
-from ._ffi import BlockKey, SharedWritePolicy
+from ._ffi import BlockKey, CacheTier, SharedWritePolicy
 from .errors import InvalidConfigError, SsmNeedsSnapshotError
 from .scratch import SwaScratchReuseConfig
 
@@ -47,17 +46,6 @@ __all__ = [
 
 DataRole = str
 """A buffer's role within its layer, such as ``"key"`` or ``"value"``."""
-
-
-class CacheTier(enum.IntEnum):
-    """A cache tier's kind (the C ABI's ``kvcm_tier_kind``)."""
-
-    GPU_MEM = 0
-    HOST_MEM = 1
-    DISK = 2
-    SHARED = 3
-    """The shared tier (:class:`SharedCacheTierConfig`), after every local
-    tier: its level is ``KVCacheManager.shared_level``."""
 
 
 def _is_int(v: object) -> bool:

@@ -89,16 +89,10 @@ MigrationPath = ffi.MigrationPath
 
 
 @dataclass(frozen=True, slots=True)
-class BufferLocation:
+class BufferLocation(ffi.BufferLocation):
     """Where a (layer, role) buffer lives in the GPU layout: block ``b``
-    with base page index ``i`` is at ``pool_base + (i*scale + offset) * bytes``."""
-
-    layer_group: int
-    pool: int
-    pool_base: int
-    scale: int
-    offset: int
-    bytes: int
+    with base page index ``i`` is at ``pool_base + (i*scale + offset) * bytes``
+    (the fields are generated: ``//kvcm:pyvalue``)."""
 
     def page_index(self, base: int) -> int:
         return -1 if base < 0 else base * self.scale + self.offset
@@ -181,7 +175,7 @@ class PoolGroupDesc:
 
 
 @dataclass(frozen=True, slots=True)
-class PageIndexConverter:
+class PageIndexConverter(ffi.PageIndexConverter):
     """Converts base page indices (``get_base_page_indices``) into the
     indices a kernel uses for one buffer: base ``b`` becomes, for ``k`` in
     ``range(expansion)``, ``(b * scale + offset) * expansion + k``, where
@@ -195,11 +189,9 @@ class PageIndexConverter:
     slot holds ``scale // scratch_pages_per_block`` blocks of the layer,
     block ``i`` of the range at sub-page ``(i % that) *
     scratch_pages_per_block + layer_offset``, modulo ``scale``, of slot
-    ``slot_ids[i // that]`` (then expanded as above)."""
+    ``slot_ids[i // that]`` (then expanded as above). The fields but
+    ``scratch_pages_per_block`` are generated (``//kvcm:pyvalue``)."""
 
-    scale: int
-    expansion: int
-    layer_offset: int
     scratch_pages_per_block: int = 1
 
     def __call__(self, base_indices: Sequence[int], index_mode: PageIndexMode | None = None,
@@ -261,15 +253,9 @@ CacheEvent = ffi.CacheEvent
 
 
 @dataclass(frozen=True, slots=True)
-class PoolGroupStats:
-    level: int
-    tier: CacheTier
-    index: int
-    page_bytes: int
-    total: int
-    free: int
-    evictable: int
-    available: int
+class PoolGroupStats(ffi.PoolGroupStats):
+    """The state of one pool group of one level, in slots (the fields are
+    generated: ``//kvcm:pyvalue``)."""
 
     @property
     def used(self) -> int:
@@ -277,8 +263,6 @@ class PoolGroupStats:
 
 
 
-
-_TIER_KIND = {GpuCacheTierConfig: 0, HostCacheTierConfig: 1, DiskCacheTierConfig: 2}
 
 # The library functions, bound once (see _native.bind: every integer argument
 # is checked against its C type; the keywords give the Python API's names).
@@ -519,7 +503,7 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
     local = [t for t in config.cache_tiers if not isinstance(t, SharedCacheTierConfig)]
     tiers = (ffi.kvcm_cache_tier_config * max(len(local), 1))()
     for i, t in enumerate(local):
-        tiers[i].kind = _TIER_KIND[type(t)]
+        tiers[i].kind = t.tier
         set_field(tiers[i], "quota", t.quota, f"cache_tiers[{i}].quota")
         if isinstance(t, GpuCacheTierConfig):
             set_field(tiers[i], "max_quota", t.max_quota or 0, f"cache_tiers[{i}].max_quota")
@@ -842,7 +826,7 @@ class KVCacheManager(Managed):
         if at >= 0:  # the C string would end there
             raise InvalidArgumentError(f"role: contains a NUL byte at offset {at}")
         _buffer_location(self._native(), layer_id, name, ctypes.byref(out))
-        return BufferLocation(out.layer_group, out.pool, int(out.pool_base), out.scale, out.offset, out.bytes)
+        return BufferLocation._from_c(out)
 
     def get_mem_pool_base_address(self, layer_id: int, data_role: str,
                                   index_mode: PageIndexMode | None = None) -> int:
@@ -1324,11 +1308,7 @@ class KVCacheManager(Managed):
         out: dict[int, KVCacheIterationStatsDelta] = {}
         for s in self._array_query("kvcm_manager_get_and_reset_layer_group_iteration_stats",
                                    ffi.kvcm_layer_group_iteration_stats):
-            d = KVCacheIterationStatsDelta(
-                s.alloc_total_blocks, s.alloc_new_blocks, s.reused_blocks, s.full_reused_blocks,
-                s.partial_reused_blocks, s.missed_blocks, s.gen_alloc_blocks, s.onboard_blocks, s.onboard_bytes,
-                s.offload_blocks, s.offload_bytes, s.intra_device_copy_blocks, s.intra_device_copy_bytes,
-                s.host_dropped_blocks, s.host_dropped_bytes)
+            d = KVCacheIterationStatsDelta._from_c(s)
             if self._stats_on and not d.empty:
                 out[s.layer_group] = d
         return out
@@ -1358,9 +1338,7 @@ class KVCacheManager(Managed):
         out: dict[int, SsmSnapshotIterationStatsDelta] = {}
         for s in self._array_query("kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats",
                                    ffi.kvcm_ssm_snapshot_iteration_stats):
-            d = SsmSnapshotIterationStatsDelta(
-                s.snapshot_lookups, s.snapshot_hits, s.snapshot_misses, s.reused_tokens, s.unreused_tokens,
-                s.aligned_snapshot_hits, s.unaligned_snapshot_hits)
+            d = SsmSnapshotIterationStatsDelta._from_c(s)
             if self._stats_on and not d.empty:
                 out[s.layer_group] = d
         return out
@@ -1433,8 +1411,7 @@ class KVCacheManager(Managed):
     def get_storage_stats(self, cache_level: int = 0) -> list[PoolGroupStats]:
         """The state of every pool group of a level, in slots."""
         return [
-            PoolGroupStats(s.level, CacheTier(s.tier), s.index, s.page_bytes, s.total, s.free, s.evictable,
-                           s.available)
+            PoolGroupStats._from_c(s)
             for s in self._array_query("kvcm_manager_get_storage_stats", ffi.kvcm_pool_group_stats,
                                        cache_level, level="cache_level")
         ]
@@ -1461,7 +1438,7 @@ class KVCacheManager(Managed):
         evictable slots since the last reset (sampled at the end of every
         operation); restarts them."""
         return [
-            PoolGroupPeakBlockStats(s.available, s.unavailable, s.evictable)
+            PoolGroupPeakBlockStats._from_c(s)
             for s in self._array_query("kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats",
                                        ffi.kvcm_pool_group_peak_block_stats, cache_level, level="cache_level")
         ]

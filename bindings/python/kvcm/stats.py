@@ -3,11 +3,17 @@
 :class:`KVCacheStatsDelta` and :class:`KVCacheIterationStatsDelta` are
 mutable counters with ``add``, ``subtract``, ``copy``, ``clear`` and
 ``empty``, as in KVCM2, so engines that aggregate them keep working.
+
+The fields of those that mirror a C struct are generated from the ABI
+description into :mod:`kvcm._ffi` (``//kvcm:pyvalue``, with ``_from_c``);
+the classes here derive from them and add the counters' behaviour.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+
+from . import _ffi
 
 __all__ = [
     "KVCacheStatsDelta", "KVCacheIterationStatsDelta", "ReusedBlocksByLevel", "PoolGroupPeakBlockStats",
@@ -52,25 +58,9 @@ class KVCacheStatsDelta(_Counters):
 
 
 @dataclass(slots=True)
-class KVCacheIterationStatsDelta(_Counters):
+class KVCacheIterationStatsDelta(_ffi.KVCacheIterationStatsDelta, _Counters):
     """One layer group's counters over an iteration (see
     ``KVCacheManager.get_and_reset_iteration_stats``)."""
-
-    iter_alloc_total_blocks: int = 0
-    iter_alloc_new_blocks: int = 0
-    iter_reused_blocks: int = 0
-    iter_full_reused_blocks: int = 0
-    iter_partial_reused_blocks: int = 0
-    iter_missed_blocks: int = 0
-    iter_gen_alloc_blocks: int = 0
-    iter_onboard_blocks: int = 0
-    iter_onboard_bytes: int = 0
-    iter_offload_blocks: int = 0
-    iter_offload_bytes: int = 0
-    iter_intra_device_copy_blocks: int = 0
-    iter_intra_device_copy_bytes: int = 0
-    iter_host_dropped_blocks: int = 0
-    iter_host_dropped_bytes: int = 0
 
     @property
     def iter_cache_hit_rate(self) -> float:
@@ -80,20 +70,12 @@ class KVCacheIterationStatsDelta(_Counters):
 
 
 @dataclass(slots=True)
-class SsmSnapshotIterationStatsDelta(_Counters):
+class SsmSnapshotIterationStatsDelta(_ffi.SsmSnapshotIterationStatsDelta, _Counters):
     """The SSM layer group's snapshot lookups over an iteration (see
     ``KVCacheManager.get_and_reset_ssm_snapshot_iteration_stats``): one
     lookup per cache created with input tokens, a hit when it reused a
     snapshot; aligned hits end on a block boundary, unaligned ones resumed
     from the state of a partial block published at close."""
-
-    iter_snapshot_lookups: int = 0
-    iter_snapshot_hits: int = 0
-    iter_snapshot_misses: int = 0
-    iter_reused_tokens: int = 0
-    iter_unreused_tokens: int = 0
-    iter_aligned_snapshot_hits: int = 0
-    iter_unaligned_snapshot_hits: int = 0
 
     @property
     def iter_snapshot_hit_rate(self) -> float:
@@ -110,14 +92,9 @@ class ReusedBlocksByLevel:
     partial: list[int]
 
 
-@dataclass(slots=True, frozen=True)
-class PoolGroupPeakBlockStats:
-    """The peaks of a pool group's available, unavailable and evictable
-    slots over an iteration."""
-
-    available: int
-    unavailable: int
-    evictable: int
+PoolGroupPeakBlockStats = _ffi.PoolGroupPeakBlockStats
+"""The peaks of a pool group's available, unavailable and evictable slots
+over an iteration (generated: ``//kvcm:pyvalue``)."""
 
 
 @dataclass(slots=True, frozen=True)

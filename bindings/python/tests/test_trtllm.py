@@ -50,6 +50,40 @@ def test_module_constants_and_helpers_have_kvcm2s_values():
     assert kvcm.IKvCacheColdPageCodec is kvcm.KVCacheColdPageCodec
 
 
+def _shape(cls):
+    return [(f.name, f.default) for f in dataclasses.fields(cls)]
+
+
+_MISSING = dataclasses.MISSING
+_ITER = ["alloc_total_blocks", "alloc_new_blocks", "reused_blocks", "full_reused_blocks", "partial_reused_blocks",
+         "missed_blocks", "gen_alloc_blocks", "onboard_blocks", "onboard_bytes", "offload_blocks", "offload_bytes",
+         "intra_device_copy_blocks", "intra_device_copy_bytes", "host_dropped_blocks", "host_dropped_bytes"]
+_SSM = ["snapshot_lookups", "snapshot_hits", "snapshot_misses", "reused_tokens", "unreused_tokens",
+        "aligned_snapshot_hits", "unaligned_snapshot_hits"]
+
+
+def test_value_types_keep_their_names_fields_order_and_defaults():
+    """The statistics and layout records (their fields generated from the ABI
+    description) have KVCM2's names, fields in its order and defaults; the
+    counters are mutable, the others frozen; CacheTier has KVCM2's members."""
+    assert _shape(kvcm.KVCacheIterationStatsDelta) == [("iter_" + n, 0) for n in _ITER]
+    assert _shape(kvcm.SsmSnapshotIterationStatsDelta) == [("iter_" + n, 0) for n in _SSM]
+    assert _shape(kvcm.PoolGroupPeakBlockStats) == [(n, _MISSING) for n in ("available", "unavailable", "evictable")]
+    assert _shape(kvcm.BufferLocation) == [
+        (n, _MISSING) for n in ("layer_group", "pool", "pool_base", "scale", "offset", "bytes")]
+    assert _shape(kvcm.PageIndexConverter) == [
+        ("scale", _MISSING), ("expansion", _MISSING), ("layer_offset", _MISSING), ("scratch_pages_per_block", 1)]
+    assert _shape(kvcm.PoolGroupStats) == [(n, _MISSING) for n in (
+        "level", "tier", "index", "page_bytes", "total", "free", "evictable", "available")]
+    d = kvcm.KVCacheIterationStatsDelta(iter_reused_blocks=3, iter_missed_blocks=1)
+    d.add(d.copy())
+    assert (d.iter_reused_blocks, d.iter_cache_hit_rate, d.empty) == (6, 0.75, False)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        kvcm.PoolGroupPeakBlockStats(1, 2, 3).available = 0
+    assert [(t.name, int(t)) for t in kvcm.CacheTier] == [("GPU_MEM", 0), ("HOST_MEM", 1), ("DISK", 2), ("SHARED", 3)]
+    assert kvcm.PoolGroupStats(0, kvcm.CacheTier.GPU_MEM, 0, 64, 10, 4, 1, 5).used == 6
+
+
 def test_reuse_scope_is_a_named_tuple_where_none_is_not_zero():
     """ReuseScope(lora_id=None, salt=None) is a NamedTuple; no LoRA and LoRA
     0 are different scopes."""

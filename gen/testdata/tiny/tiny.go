@@ -42,6 +42,7 @@ const (
 // Where is a location with a negative value.
 //
 //kvcm:enum trim=Where cprefix=KVCM_WHERE_ cpp=Where cppbase=int
+//kvcm:pyenum Place HERE=AT_HOME
 //kvcm:since 1
 type Where int32
 
@@ -186,6 +187,56 @@ type Sample struct {
 	Codes spec.In[int32] `len:"NumCodes" nullable:"true" own:"borrowed"`
 	// NumCodes is the length of codes.
 	NumCodes spec.Size
+}
+
+// Tally counts the hits of one key.
+//
+//kvcm:struct
+//kvcm:since 1
+//kvcm:pyvalue TallyDelta prefix=n_ counters
+type Tally struct {
+	// Key is the key counted; the Python record leaves it out.
+	Key int32 `py:"-"`
+	// Hits are hits.
+	Hits int64
+	// Misses are misses.
+	Misses int64
+	// At is where they were counted.
+	At Where `pydefault:"Place.AT_HOME"`
+}
+
+// Tag names a thing for a function: a number, a label and salt bytes.
+//
+//kvcm:struct
+//kvcm:since 1
+//kvcm:cppns c
+//kvcm:cppvalue Tag arg
+type Tag struct {
+	// Number is its number.
+	Number int32
+	// Label is its label.
+	Label spec.CStr `own:"borrowed"`
+	// Salt is salt_len bytes; it may hold NUL bytes.
+	Salt spec.CStr `len:"SaltLen" nullable:"true" own:"borrowed"`
+	// SaltLen is the length of salt.
+	SaltLen spec.Size
+}
+
+// Report is a result with pairs and bytes.
+//
+//kvcm:struct
+//kvcm:since 1
+//kvcm:cppns c
+//kvcm:cppvalue Report out
+type Report struct {
+	// Pairs are its pairs.
+	Pairs spec.In[Pair] `len:"NumPairs" nullable:"true" own:"borrowed"`
+	// NumPairs is the length of pairs.
+	NumPairs spec.Size
+	// Salt is salt_len bytes.
+	Salt spec.CStr `len:"SaltLen" nullable:"true" own:"borrowed"`
+	// SaltLen is the length of salt.
+	SaltLen spec.Size
 }
 
 // Plugin is a vtable.

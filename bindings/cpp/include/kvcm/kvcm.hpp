@@ -563,20 +563,28 @@ inline constexpr kvcm_cold_page_codec_vtable kCodecAdapterVtable = {
     return out;
 }
 
-// BuiltinColdPageCodecOptions selects one of the library's built-in codecs
-// (kvcm_builtin_codec_options): kind, and the options of the FP8 and auto
-// codecs.
-struct BuiltinColdPageCodecOptions
+// ---- Value types ---------------------------------------------------------------------
+//
+// The value types of the configuration (CacheTierConfig, SharedCacheTierConfig,
+// BufferConfig, AttentionLayerConfig, SsmLayerConfig, RequestDesc, BatchDesc,
+// KVCacheManagerConfig), of arguments (BuiltinColdPageCodecOptions,
+// ReuseScope, BufferName) and of results (CacheEvent, BlockEvent,
+// AggregatedPage), with their conversions from and to the C structs, are
+// generated from gen/abi (//kvcm:cppvalue) into kvcm_values_generated.hpp.
+
+// SwaScratchReuseConfig configures SWA scratch reuse: the last maxRewindLen
+// tokens of a step may be rewound and survive as history, so their blocks
+// always get pages (not negative).
+struct SwaScratchReuseConfig
 {
-    BuiltinCodec kind = BuiltinCodec::kDefault;
-    // FP8: the hot pools' element type.
-    ElementType element = ElementType::kFloat16;
-    // FP8: elements per scale, a power of two in [8, 256]; 0 means 128.
-    int32_t blockElems = 0;
-    // Auto: mean bytes per page and pool at and above which a lifecycle takes
-    // the default codec; 0 means the measured 256 KiB.
-    int64_t crossoverBytes = 0;
+    int64_t maxRewindLen = 0;
 };
+
+} // namespace kvcm
+
+#include <kvcm/kvcm_values_generated.hpp>
+
+namespace kvcm {
 
 // createBuiltinKvCacheColdPageCodec returns one of the library's built-in
 // codecs (kvcm_create_builtin_cold_page_codec), to hand to KVCacheManager.
@@ -588,15 +596,9 @@ struct BuiltinColdPageCodecOptions
 [[nodiscard]] inline std::unique_ptr<IKvCacheColdPageCodec> createBuiltinKvCacheColdPageCodec(
     BuiltinColdPageCodecOptions const& options)
 {
-    kvcm_builtin_codec_options o{};
-    o.struct_size = static_cast<uint32_t>(sizeof(kvcm_builtin_codec_options));
-    o.abi_version = KVCM_ABI_VERSION;
-    o.kind = static_cast<kvcm_builtin_codec>(options.kind);
-    o.element = static_cast<kvcm_element_type>(options.element);
-    o.block_elems = options.blockElems;
-    o.crossover_bytes = options.crossoverBytes;
+    detail::CBuiltinColdPageCodecOptions const o(options, "");
     kvcm_cold_page_codec c{};
-    detail::check(::kvcm_create_builtin_cold_page_codec(&o, &c));
+    detail::check(::kvcm_create_builtin_cold_page_codec(&o.get(), &c));
     auto guard = std::unique_ptr<kvcm_cold_page_codec, void (*)(kvcm_cold_page_codec*)>(
         &c, [](kvcm_cold_page_codec* p) { detail::ignore(::kvcm_cold_page_codec_destroy(p)); });
     auto out = std::make_unique<NativeColdPageCodec>(c); // may throw bad_alloc: guard destroys c
@@ -614,26 +616,8 @@ struct BuiltinColdPageCodecOptions
 
 // ---- Configuration -----------------------------------------------------------------
 //
-// The configuration's value types (CacheTierConfig, SharedCacheTierConfig,
-// BufferConfig, AttentionLayerConfig, SsmLayerConfig, RequestDesc, BatchDesc,
-// KVCacheManagerConfig) and their conversion to the C structs are generated
-// from gen/abi (//kvcm:cppvalue) into kvcm_values_generated.hpp; this header
-// adds the tier constructors and the fields the C struct carries elsewhere
-// (detail::CConfig).
-
-// SwaScratchReuseConfig configures SWA scratch reuse: the last maxRewindLen
-// tokens of a step may be rewound and survive as history, so their blocks
-// always get pages (not negative).
-struct SwaScratchReuseConfig
-{
-    int64_t maxRewindLen = 0;
-};
-
-} // namespace kvcm
-
-#include <kvcm/kvcm_values_generated.hpp>
-
-namespace kvcm {
+// The tier constructors and the fields the C struct carries elsewhere
+// (detail::CConfig); the value types are generated (see above).
 
 struct GpuCacheTierConfig : CacheTierConfig
 {
@@ -658,15 +642,6 @@ struct DiskCacheTierConfig : CacheTierConfig
     {
     }
 };
-// The reuse scope: blocks are shared only within one scope. As in
-// KVCacheManagerV2's ReuseScope, no LoRA adapter (nullopt) and adapter 0 are
-// different scopes.
-struct ReuseScope
-{
-    std::optional<int64_t> loraId;
-    std::string salt;
-};
-
 // A multimodal item's 32-byte content digest (KVCacheManagerV2's bytes and
 // MmItemContext tokens).
 using Digest = std::array<uint8_t, 32>;
@@ -796,12 +771,12 @@ private:
     std::unique_ptr<CSharedCacheTierConfig> mShared;
 };
 
-inline kvcm_reuse_scope cScope(ReuseScope const& s) noexcept
+// cScope is the C form of s, borrowing its salt: the generated conversion
+// and lora_id (the has_lora_id flag beside the scope is the caller's).
+inline kvcm_reuse_scope cScope(ReuseScope const& s)
 {
-    kvcm_reuse_scope c{};
+    kvcm_reuse_scope c = CReuseScope(s, "").get();
     c.lora_id = s.loraId.value_or(0);
-    c.salt = s.salt.empty() ? nullptr : s.salt.data();
-    c.salt_len = s.salt.size();
     return c;
 }
 
@@ -842,30 +817,6 @@ inline void validateConfig(KVCacheManagerConfig const& cfg)
     out.resize(needed);
     return out;
 }
-
-// BufferName names one buffer: a layer and a role (KVCacheManagerV2's
-// BufferId; kvcm::BufferId is the C struct with a borrowed role).
-struct BufferName
-{
-    int32_t layerId = 0;
-    std::string role;
-
-    bool operator==(BufferName const& o) const { return layerId == o.layerId && role == o.role; }
-};
-
-// AggregatedPage is a run of buffers side by side in every GPU slot of one
-// pool (KVCacheManagerV2's AggregatedPageDesc): for an aggregated page index
-// i (KVCache::aggregatedPageIndices), its bytes are
-// [base + i * stride, base + i * stride + size). Each buffer's `buffer` is
-// its position in the list given to KVCacheManager::aggregatedPages.
-struct AggregatedPage
-{
-    DevicePtr base = 0;
-    int64_t size = 0;
-    int64_t stride = 0;
-    LayerGroupId layerGroup = 0;
-    std::vector<ExpandedBuffer> buffers;
-};
 
 // The kernel page indices of base page indices for one buffer
 // (PageIndexConverter's call): base b becomes, for k in [0, expansion),
@@ -2219,12 +2170,7 @@ public:
         in.reserve(buffers.size());
         for (size_t i = 0; i < buffers.size(); ++i)
         {
-            if (auto const at = buffers[i].role.find('\0'); at != std::string::npos)
-            {
-                throw Error(StatusCode::kInvalidArgument,
-                    "buffers[" + std::to_string(i) + "].role: contains a NUL byte at offset " + std::to_string(at));
-            }
-            in.push_back(kvcm_buffer_id{buffers[i].layerId, buffers[i].role.c_str()});
+            in.push_back(detail::CBufferName(buffers[i], detail::fieldPath("", "buffers", i)).get());
         }
         std::vector<kvcm_aggregated_page_desc> descs;
         std::vector<kvcm_expanded_buffer> members(in.size());
@@ -2249,9 +2195,7 @@ public:
             out.reserve(n);
             for (size_t i = 0; i < n; ++i)
             {
-                auto const& d = descs[i];
-                out.push_back(AggregatedPage{d.base, d.size, d.stride, d.layer_group,
-                    std::vector<ExpandedBuffer>(d.buffers, d.buffers + d.num_buffers)});
+                out.push_back(detail::fromC(descs[i]));
             }
             return out;
         }
@@ -2611,6 +2555,7 @@ inline CPIndex CPIndex::managerBacked(
     opts.level_weights = levelWeights.empty() ? nullptr : levelWeights.data();
     opts.num_level_weights = levelWeights.size();
     opts.scope = detail::cScope(scope);
+    opts.scope_has_lora_id = scope.loraId.has_value();
     CPIndex out;
     detail::check(::kvcm_cp_create_manager_backed(manager.handle(), &opts, &out.mHandle));
     return out;

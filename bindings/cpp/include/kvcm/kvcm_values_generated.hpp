@@ -23,12 +23,14 @@ inline Error configError(std::string const& field, std::string const& msg)
     return Error(StatusCode::kInvalidConfig, "invalid config: " + field + ": " + msg);
 }
 
-// checkCString rejects a string the C ABI would cut at a NUL byte.
-inline void checkCString(std::string const& field, std::string const& s)
+// checkCString rejects a string the C ABI would cut at a NUL byte: a bad
+// field of a configuration, or with kInvalidArgument of an argument.
+inline void checkCString(std::string const& field, std::string const& s, StatusCode code = StatusCode::kInvalidConfig)
 {
     if (auto const at = s.find('\0'); at != std::string::npos)
     {
-        throw configError(field, "contains a NUL byte at offset " + std::to_string(at));
+        std::string const msg = "contains a NUL byte at offset " + std::to_string(at);
+        throw code == StatusCode::kInvalidConfig ? configError(field, msg) : Error(code, field + ": " + msg);
     }
 }
 
@@ -44,6 +46,25 @@ inline std::string fieldPath(std::string const& path, char const* name, std::siz
 }
 
 } // namespace detail
+
+// AggregatedPage is a run of buffers side by side in every GPU slot of one
+// pool (KVCacheManagerV2's AggregatedPageDesc): for an aggregated page index
+// i (KVCache::aggregatedPageIndices), its bytes are
+// [base + i * stride, base + i * stride + size). Each buffer's `buffer` is
+// its position in the list given to KVCacheManager::aggregatedPages.
+struct AggregatedPage
+{
+    // base is the run's address in slot 0.
+    DevicePtr base = 0;
+    // size is the run's bytes per block, the sum of its buffers'.
+    std::int64_t size = 0;
+    // stride is the bytes between slots: the pool's slot size.
+    std::int64_t stride = 0;
+    // layerGroup is the layer group whose page indices address the run.
+    LayerGroupId layerGroup = 0;
+    // buffers are the run's buffers in slot order.
+    std::vector<ExpandedBuffer> buffers;
+};
 
 // One per-layer buffer: its role ("key", "value", ...) and its bytes per block.
 // tokensPerBlockOverride (KVCacheManagerV2's tokens_per_block_override), when
@@ -129,6 +150,36 @@ struct BlockEvent
     std::uint64_t cacheId = 0;
 };
 
+// BufferName names one buffer: a layer and a role (KVCacheManagerV2's
+// BufferId; kvcm::BufferId is the C struct with a borrowed role).
+struct BufferName
+{
+    // layerId is the buffer's layer.
+    std::int32_t layerId = 0;
+    // role is the buffer's role within the layer, such as "key".
+    std::string role;
+
+    bool operator==(BufferName const& o) const { return layerId == o.layerId && role == o.role; }
+};
+
+// BuiltinColdPageCodecOptions selects one of the library's built-in codecs
+// (kvcm_builtin_codec_options): kind, and the options of the FP8 and auto
+// codecs.
+struct BuiltinColdPageCodecOptions
+{
+    // kind is the codec.
+    BuiltinCodec kind = BuiltinCodec::kDefault;
+    // element is the FP8 codec's hot element type (every pool's).
+    ElementType element = ElementType::kFloat16;
+    // blockElems is the FP8 codec's number of elements per scale: a power of
+    // two in [8, 256]; 0 means 128.
+    std::int32_t blockElems = 0;
+    // crossoverBytes is the auto codec's crossover: mean bytes per page and
+    // pool at and above which a lifecycle takes the default codec; 0 means
+    // the measured 1 MiB.
+    std::int64_t crossoverBytes = 0;
+};
+
 // One cache event (see KVCacheManager::drainEvents).
 struct CacheEvent
 {
@@ -181,6 +232,17 @@ struct CacheTierConfig
     std::string path;
     // Keeps a disk tier's files (kvcm_manager_config.disk_persistent).
     bool persistent = false;
+};
+
+// The reuse scope: blocks are shared only within one scope. As in
+// KVCacheManagerV2's ReuseScope, no LoRA adapter (nullopt) and adapter 0 are
+// different scopes.
+struct ReuseScope
+{
+    // The LoRA adapter id, nullopt for none (lora_id and the has_lora_id flag beside the scope).
+    std::optional<std::int64_t> loraId;
+    // salt is salt_len bytes (NULL when salt_len is 0); it may contain NULs.
+    std::string salt;
 };
 
 // The shared tier: a cold tier shared across nodes on a Redis Cluster, after
@@ -318,6 +380,21 @@ struct KVCacheManagerConfig
 
 namespace detail {
 
+// fromC copies a kvcm_aggregated_page_desc into a AggregatedPage (its own fields left at their defaults).
+inline AggregatedPage fromC(::kvcm_aggregated_page_desc const& c)
+{
+    AggregatedPage v;
+    v.base = c.base;
+    v.size = c.size;
+    v.stride = c.stride;
+    v.layerGroup = c.layer_group;
+    if (c.buffers != nullptr && c.num_buffers > 0)
+    {
+        v.buffers.assign(c.buffers, c.buffers + c.num_buffers);
+    }
+    return v;
+}
+
 // CBufferConfig is the C form of BufferConfig (kvcm_buffer_config).
 class CBufferConfig
 {
@@ -429,6 +506,45 @@ inline BlockEvent fromC(::kvcm_block_event const& c)
     return v;
 }
 
+// CBufferName is the C form of BufferName (kvcm_buffer_id).
+class CBufferName
+{
+public:
+    CBufferName(BufferName const& v, [[maybe_unused]] std::string const& path)
+    {
+        mC.layer_id = v.layerId;
+        checkCString(fieldPath(path, "role"), v.role, StatusCode::kInvalidArgument);
+        mC.role = v.role.c_str();
+    }
+
+    [[nodiscard]] ::kvcm_buffer_id const& get() const noexcept { return mC; }
+    [[nodiscard]] ::kvcm_buffer_id& get() noexcept { return mC; }
+
+private:
+    ::kvcm_buffer_id mC{};
+};
+
+// CBuiltinColdPageCodecOptions is the C form of BuiltinColdPageCodecOptions (kvcm_builtin_codec_options).
+class CBuiltinColdPageCodecOptions
+{
+public:
+    CBuiltinColdPageCodecOptions(BuiltinColdPageCodecOptions const& v, [[maybe_unused]] std::string const& path)
+    {
+        mC.struct_size = static_cast<std::uint32_t>(sizeof(::kvcm_builtin_codec_options));
+        mC.abi_version = KVCM_ABI_VERSION;
+        mC.kind = static_cast<::kvcm_builtin_codec>(v.kind);
+        mC.element = static_cast<::kvcm_element_type>(v.element);
+        mC.block_elems = v.blockElems;
+        mC.crossover_bytes = v.crossoverBytes;
+    }
+
+    [[nodiscard]] ::kvcm_builtin_codec_options const& get() const noexcept { return mC; }
+    [[nodiscard]] ::kvcm_builtin_codec_options& get() noexcept { return mC; }
+
+private:
+    ::kvcm_builtin_codec_options mC{};
+};
+
 // fromC copies a kvcm_cache_event into a CacheEvent (its own fields left at their defaults).
 inline CacheEvent fromC(::kvcm_cache_event const& c)
 {
@@ -465,6 +581,23 @@ public:
 
 private:
     ::kvcm_cache_tier_config mC{};
+};
+
+// CReuseScope is the C form of ReuseScope (kvcm_reuse_scope).
+class CReuseScope
+{
+public:
+    CReuseScope(ReuseScope const& v, [[maybe_unused]] std::string const& path)
+    {
+        mC.salt = v.salt.empty() ? nullptr : v.salt.data();
+        mC.salt_len = v.salt.size();
+    }
+
+    [[nodiscard]] ::kvcm_reuse_scope const& get() const noexcept { return mC; }
+    [[nodiscard]] ::kvcm_reuse_scope& get() noexcept { return mC; }
+
+private:
+    ::kvcm_reuse_scope mC{};
 };
 
 // CSharedCacheTierConfig is the C form of SharedCacheTierConfig (kvcm_shared_tier_config).

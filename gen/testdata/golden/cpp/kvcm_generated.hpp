@@ -116,6 +116,11 @@ using Sample = ::kvcm_sample;
 static_assert(std::is_standard_layout_v<Sample> && std::is_trivially_copyable_v<Sample>);
 static_assert(sizeof(Sample) == 24 && alignof(Sample) == 8);
 
+// kvcm_tally counts the hits of one key.
+using Tally = ::kvcm_tally;
+static_assert(std::is_standard_layout_v<Tally> && std::is_trivially_copyable_v<Tally>);
+static_assert(sizeof(Tally) == 32 && alignof(Tally) == 8);
+
 // ---- Structures that borrow pointers for one call: kvcm::c ----
 
 namespace c {
@@ -143,10 +148,20 @@ inline Options makeOptions() noexcept {
     return v;
 }
 
+// kvcm_report is a result with pairs and bytes.
+using Report = ::kvcm_report;
+static_assert(std::is_standard_layout_v<Report> && std::is_trivially_copyable_v<Report>);
+static_assert(sizeof(Report) == 32 && alignof(Report) == 8);
+
 // kvcm_shape is a configuration value of the bindings.
 using Shape = ::kvcm_shape;
 static_assert(std::is_standard_layout_v<Shape> && std::is_trivially_copyable_v<Shape>);
 static_assert(sizeof(Shape) == 16 && alignof(Shape) == 8);
+
+// kvcm_tag names a thing for a function: a number, a label and salt bytes.
+using Tag = ::kvcm_tag;
+static_assert(std::is_standard_layout_v<Tag> && std::is_trivially_copyable_v<Tag>);
+static_assert(sizeof(Tag) == 32 && alignof(Tag) == 8);
 
 }  // namespace c
 

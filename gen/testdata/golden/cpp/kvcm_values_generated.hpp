@@ -23,12 +23,14 @@ inline Error configError(std::string const& field, std::string const& msg)
     return Error(StatusCode::kInvalidConfig, "invalid config: " + field + ": " + msg);
 }
 
-// checkCString rejects a string the C ABI would cut at a NUL byte.
-inline void checkCString(std::string const& field, std::string const& s)
+// checkCString rejects a string the C ABI would cut at a NUL byte: a bad
+// field of a configuration, or with kInvalidArgument of an argument.
+inline void checkCString(std::string const& field, std::string const& s, StatusCode code = StatusCode::kInvalidConfig)
 {
     if (auto const at = s.find('\0'); at != std::string::npos)
     {
-        throw configError(field, "contains a NUL byte at offset " + std::to_string(at));
+        std::string const msg = "contains a NUL byte at offset " + std::to_string(at);
+        throw code == StatusCode::kInvalidConfig ? configError(field, msg) : Error(code, field + ": " + msg);
     }
 }
 
@@ -76,6 +78,26 @@ struct Note
     std::vector<std::int32_t> codes;
     // kind is the note's kind.
     Where kind = Where::kHere;
+};
+
+// kvcm_report is a result with pairs and bytes.
+struct Report
+{
+    // pairs are its pairs.
+    std::vector<Pair> pairs;
+    // salt is salt_len bytes.
+    std::string salt;
+};
+
+// kvcm_tag names a thing for a function: a number, a label and salt bytes.
+struct Tag
+{
+    // number is its number.
+    std::int32_t number = 0;
+    // label is its label.
+    std::string label;
+    // salt is salt_len bytes; it may hold NUL bytes.
+    std::string salt;
 };
 
 namespace detail {
@@ -144,6 +166,41 @@ inline Note fromC(::kvcm_note const& c)
     v.kind = static_cast<Where>(c.kind);
     return v;
 }
+
+// fromC copies a kvcm_report into a Report (its own fields left at their defaults).
+inline Report fromC(::kvcm_report const& c)
+{
+    Report v;
+    if (c.pairs != nullptr && c.num_pairs > 0)
+    {
+        v.pairs.assign(c.pairs, c.pairs + c.num_pairs);
+    }
+    if (c.salt != nullptr && c.salt_len > 0)
+    {
+        v.salt.assign(c.salt, c.salt_len);
+    }
+    return v;
+}
+
+// CTag is the C form of Tag (kvcm_tag).
+class CTag
+{
+public:
+    CTag(Tag const& v, [[maybe_unused]] std::string const& path)
+    {
+        mC.number = v.number;
+        checkCString(fieldPath(path, "label"), v.label, StatusCode::kInvalidArgument);
+        mC.label = v.label.c_str();
+        mC.salt = v.salt.empty() ? nullptr : v.salt.data();
+        mC.salt_len = v.salt.size();
+    }
+
+    [[nodiscard]] ::kvcm_tag const& get() const noexcept { return mC; }
+    [[nodiscard]] ::kvcm_tag& get() noexcept { return mC; }
+
+private:
+    ::kvcm_tag mC{};
+};
 
 } // namespace detail
 

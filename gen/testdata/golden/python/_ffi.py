@@ -49,6 +49,16 @@ class Where(enum.IntEnum):
     HERE = 0
 
 
+class Place(enum.IntEnum):
+    """kvcm_where is a location with a negative value.
+
+    Where with the Python binding's names (//kvcm:pyenum).
+    """
+
+    NOWHERE = -1
+    AT_HOME = 0
+
+
 KVCM_WHERE_NOWHERE = -1
 KVCM_WHERE_HERE = 0
 
@@ -96,12 +106,24 @@ class kvcm_plugin_object(ctypes.Structure):
     """kvcm_plugin_object is a plugin and its self."""
 
 
+class kvcm_report(ctypes.Structure):
+    """kvcm_report is a result with pairs and bytes."""
+
+
 class kvcm_sample(ctypes.Structure):
     """kvcm_sample is a result with an array."""
 
 
 class kvcm_shape(ctypes.Structure):
     """kvcm_shape is a configuration value of the bindings."""
+
+
+class kvcm_tag(ctypes.Structure):
+    """kvcm_tag names a thing for a function: a number, a label and salt bytes."""
+
+
+class kvcm_tally(ctypes.Structure):
+    """kvcm_tally counts the hits of one key."""
 
 
 kvcm_drawing._fields_ = [
@@ -150,6 +172,13 @@ kvcm_plugin_object._fields_ = [
     ("self", ctypes.c_void_p),
 ]
 
+kvcm_report._fields_ = [
+    ("pairs", ctypes.POINTER(kvcm_pair)),
+    ("num_pairs", ctypes.c_size_t),
+    ("salt", ctypes.c_void_p),
+    ("salt_len", ctypes.c_size_t),
+]
+
 kvcm_sample._fields_ = [
     ("id", ctypes.c_uint64),
     ("codes", ctypes.POINTER(ctypes.c_int32)),
@@ -160,6 +189,20 @@ kvcm_shape._fields_ = [
     ("name", ctypes.c_char_p),
     ("sides", ctypes.c_int32),
     ("hidden", ctypes.c_bool),
+]
+
+kvcm_tag._fields_ = [
+    ("number", ctypes.c_int32),
+    ("label", ctypes.c_char_p),
+    ("salt", ctypes.c_void_p),
+    ("salt_len", ctypes.c_size_t),
+]
+
+kvcm_tally._fields_ = [
+    ("key", ctypes.c_int32),
+    ("hits", ctypes.c_int64),
+    ("misses", ctypes.c_int64),
+    ("at", kvcm_where),
 ]
 
 # ---- Value types ----
@@ -194,6 +237,23 @@ class Sample:
         """Copies the fields of a kvcm_sample (or of an object with its fields)."""
         return cls(tuple(s.codes[:s.num_codes]) if s.num_codes else (), s.id)
 
+
+@dataclass(slots=True)
+class TallyDelta:
+    """kvcm_tally counts the hits of one key."""
+
+    #: n_hits are hits.
+    n_hits: int = 0
+    #: n_misses are misses.
+    n_misses: int = 0
+    #: n_at is where they were counted.
+    n_at: Place = Place.AT_HOME
+
+    @classmethod
+    def _from_c(cls, s):
+        """Copies the fields of a kvcm_tally (or of an object with its fields)."""
+        return cls(s.hits, s.misses, Place(s.at))
+
 # ---- Layouts frozen by the header: name -> (size, alignment, {field: offset}) ----
 
 LAYOUTS = {
@@ -203,8 +263,11 @@ LAYOUTS = {
     "kvcm_pair": (8, 8, {"a": 0, "b": 4}),
     "kvcm_plugin": (32, 8, {"struct_size": 0, "abi_version": 4, "run": 8, "probe": 16, "destroy": 24}),
     "kvcm_plugin_object": (16, 8, {"vtable": 0, "self": 8}),
+    "kvcm_report": (32, 8, {"pairs": 0, "num_pairs": 8, "salt": 16, "salt_len": 24}),
     "kvcm_sample": (24, 8, {"id": 0, "codes": 8, "num_codes": 16}),
     "kvcm_shape": (16, 8, {"name": 0, "sides": 8, "hidden": 12}),
+    "kvcm_tag": (32, 8, {"number": 0, "label": 8, "salt": 16, "salt_len": 24}),
+    "kvcm_tally": (32, 8, {"key": 0, "hits": 8, "misses": 16, "at": 24}),
 }
 
 

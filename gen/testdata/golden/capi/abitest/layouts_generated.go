@@ -21,7 +21,10 @@ func CStructs() map[string]reflect.Type {
 		"kvcm_pair":          reflect.TypeFor[C.kvcm_pair](),
 		"kvcm_plugin":        reflect.TypeFor[C.kvcm_plugin](),
 		"kvcm_plugin_object": reflect.TypeFor[C.kvcm_plugin_object](),
+		"kvcm_report":        reflect.TypeFor[C.kvcm_report](),
 		"kvcm_sample":        reflect.TypeFor[C.kvcm_sample](),
 		"kvcm_shape":         reflect.TypeFor[C.kvcm_shape](),
+		"kvcm_tag":           reflect.TypeFor[C.kvcm_tag](),
+		"kvcm_tally":         reflect.TypeFor[C.kvcm_tally](),
 	}
 }

@@ -153,8 +153,11 @@ typedef struct kvcm_options kvcm_options;
 typedef struct kvcm_pair kvcm_pair;
 typedef struct kvcm_plugin kvcm_plugin;
 typedef struct kvcm_plugin_object kvcm_plugin_object;
+typedef struct kvcm_report kvcm_report;
 typedef struct kvcm_sample kvcm_sample;
 typedef struct kvcm_shape kvcm_shape;
+typedef struct kvcm_tag kvcm_tag;
+typedef struct kvcm_tally kvcm_tally;
 
 /**
  * kvcm_drawing holds shapes.
@@ -309,6 +312,29 @@ struct kvcm_plugin_object {
 };
 
 /**
+ * kvcm_report is a result with pairs and bytes.
+ * @since ABI version 1.
+ */
+struct kvcm_report {
+    /**
+     * [borrowed, nullable, array of num_pairs] pairs are its pairs.
+     */
+    const kvcm_pair* pairs;
+    /**
+     * num_pairs is the length of pairs.
+     */
+    size_t num_pairs;
+    /**
+     * [borrowed, nullable, array of salt_len] salt is salt_len bytes.
+     */
+    const char* salt;
+    /**
+     * salt_len is the length of salt.
+     */
+    size_t salt_len;
+};
+
+/**
  * kvcm_sample is a result with an array.
  * @since ABI version 1.
  */
@@ -344,6 +370,52 @@ struct kvcm_shape {
      * hidden is converted by hand.
      */
     bool hidden;
+};
+
+/**
+ * kvcm_tag names a thing for a function: a number, a label and salt bytes.
+ * @since ABI version 1.
+ */
+struct kvcm_tag {
+    /**
+     * number is its number.
+     */
+    int32_t number;
+    /**
+     * [borrowed] label is its label.
+     */
+    const char* label;
+    /**
+     * [borrowed, nullable, array of salt_len] salt is salt_len bytes; it may hold NUL bytes.
+     */
+    const char* salt;
+    /**
+     * salt_len is the length of salt.
+     */
+    size_t salt_len;
+};
+
+/**
+ * kvcm_tally counts the hits of one key.
+ * @since ABI version 1.
+ */
+struct kvcm_tally {
+    /**
+     * key is the key counted; the Python record leaves it out.
+     */
+    int32_t key;
+    /**
+     * hits are hits.
+     */
+    int64_t hits;
+    /**
+     * misses are misses.
+     */
+    int64_t misses;
+    /**
+     * at is where they were counted.
+     */
+    kvcm_where at;
 };
 
 /* ---- Functions ---- */
@@ -521,6 +593,12 @@ KVCM_STATIC_ASSERT(sizeof(kvcm_plugin_object) == 16, "layout of kvcm_plugin_obje
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_plugin_object) == 8, "alignment of kvcm_plugin_object changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_plugin_object, vtable) == 0, "layout of kvcm_plugin_object changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_plugin_object, self) == 8, "layout of kvcm_plugin_object changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_report) == 32, "layout of kvcm_report changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_report) == 8, "alignment of kvcm_report changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_report, pairs) == 0, "layout of kvcm_report changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_report, num_pairs) == 8, "layout of kvcm_report changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_report, salt) == 16, "layout of kvcm_report changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_report, salt_len) == 24, "layout of kvcm_report changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_sample) == 24, "layout of kvcm_sample changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_sample) == 8, "alignment of kvcm_sample changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_sample, id) == 0, "layout of kvcm_sample changed");
@@ -531,6 +609,18 @@ KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_shape) == 8, "alignment of kvcm_shape chang
 KVCM_STATIC_ASSERT(offsetof(kvcm_shape, name) == 0, "layout of kvcm_shape changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shape, sides) == 8, "layout of kvcm_shape changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shape, hidden) == 12, "layout of kvcm_shape changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_tag) == 32, "layout of kvcm_tag changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_tag) == 8, "alignment of kvcm_tag changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_tag, number) == 0, "layout of kvcm_tag changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_tag, label) == 8, "layout of kvcm_tag changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_tag, salt) == 16, "layout of kvcm_tag changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_tag, salt_len) == 24, "layout of kvcm_tag changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_tally) == 32, "layout of kvcm_tally changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_tally) == 8, "alignment of kvcm_tally changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_tally, key) == 0, "layout of kvcm_tally changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_tally, hits) == 8, "layout of kvcm_tally changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_tally, misses) == 16, "layout of kvcm_tally changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_tally, at) == 24, "layout of kvcm_tally changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 64, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
