@@ -66,7 +66,8 @@ func kvcm_block_keys(block_key C.kvcm_block_key, scope *C.kvcm__const_kvcm_reuse
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	items, err := glueBlockKeys(block_key, scopeArg, has_lora_id, tokens_per_block, tokensArg, digestPositionsArg, digestBytesArg, partial)
+	scopeArg.HasLoRA = bool(has_lora_id)
+	items, err := glueBlockKeys(block_key, scopeArg, tokens_per_block, tokensArg, digestPositionsArg, digestBytesArg, partial)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -250,7 +251,16 @@ func kvcm_cp_get_allocation_priority(cp C.kvcm_cp_index, request_ids *C.kvcm__co
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueCPGetAllocationPriority(cpObj, requestIdsArg, order))
+	orderOut, err := glueCPGetAllocationPriority(cpObj, requestIdsArg)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	if err := fillSized(orderOut, order, num_request_ids, "num_request_ids", func(v int) C.size_t {
+		return C.size_t(v)
+	}); err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return nil
 }
 
 // kvcm_cp_get_cached_blocks is the export of kvcm_cp_get_cached_blocks (ABI version 1).
@@ -318,11 +328,11 @@ func kvcm_cp_get_fault_count(cp C.kvcm_cp_index, out *C.uint64_t) (status *C.kvc
 	if st != nil {
 		return st
 	}
-	v, err := glueCPGetFaultCount(cpObj)
+	outOut, err := glueCPGetFaultCount(cpObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.uint64_t(v)
+	*out = C.uint64_t(outOut)
 	return nil
 }
 
@@ -431,11 +441,11 @@ func kvcm_cp_predict_prefix_reuse(cp C.kvcm_cp_index, request_id *C.kvcm__const_
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	v, err := glueCPPredictPrefixReuse(cpObj, requestIdArg, tokensArg)
+	outOut, err := glueCPPredictPrefixReuse(cpObj, requestIdArg, tokensArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.double(v)
+	*out = C.double(outOut)
 	return nil
 }
 
@@ -855,11 +865,11 @@ func kvcm_kv_cache_get_beam_width(cache C.kvcm_kv_cache, out *C.int32_t) (status
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCacheGetBeamWidth(cacheObj)
+	outOut, err := glueKVCacheGetBeamWidth(cacheObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int32_t(v)
+	*out = C.int32_t(outOut)
 	return nil
 }
 
@@ -921,11 +931,11 @@ func kvcm_kv_cache_get_capacity(cache C.kvcm_kv_cache, out *C.int64_t) (status *
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCacheGetCapacity(cacheObj)
+	outOut, err := glueKVCacheGetCapacity(cacheObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int64_t(v)
+	*out = C.int64_t(outOut)
 	return nil
 }
 
@@ -1019,11 +1029,11 @@ func kvcm_kv_cache_get_history_length(cache C.kvcm_kv_cache, out *C.int64_t) (st
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCacheGetHistoryLength(cacheObj)
+	outOut, err := glueKVCacheGetHistoryLength(cacheObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int64_t(v)
+	*out = C.int64_t(outOut)
 	return nil
 }
 
@@ -1050,11 +1060,11 @@ func kvcm_kv_cache_get_id(cache C.kvcm_kv_cache, out *C.uint64_t) (status *C.kvc
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCacheGetID(cacheObj)
+	outOut, err := glueKVCacheGetID(cacheObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.uint64_t(v)
+	*out = C.uint64_t(outOut)
 	return nil
 }
 
@@ -1081,11 +1091,11 @@ func kvcm_kv_cache_get_num_committed_tokens(cache C.kvcm_kv_cache, out *C.int64_
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCacheGetNumCommittedTokens(cacheObj)
+	outOut, err := glueKVCacheGetNumCommittedTokens(cacheObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int64_t(v)
+	*out = C.int64_t(outOut)
 	return nil
 }
 
@@ -1112,11 +1122,11 @@ func kvcm_kv_cache_get_reuse_diagnostics(cache C.kvcm_kv_cache, out *C.kvcm_reus
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCacheGetReuseDiagnostics(cacheObj)
+	outOut, err := glueKVCacheGetReuseDiagnostics(cacheObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = toCReuseDiagnostics(v)
+	*out = toCReuseDiagnostics(outOut)
 	return nil
 }
 
@@ -1143,11 +1153,11 @@ func kvcm_kv_cache_get_reused_tokens(cache C.kvcm_kv_cache, out *C.int64_t) (sta
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCacheGetReusedTokens(cacheObj)
+	outOut, err := glueKVCacheGetReusedTokens(cacheObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int64_t(v)
+	*out = C.int64_t(outOut)
 	return nil
 }
 
@@ -1189,10 +1199,12 @@ func kvcm_kv_cache_get_scratch_desc(cache C.kvcm_kv_cache, layer_group C.kvcm_la
 	if st != nil {
 		return st
 	}
-	items, err := glueKVCacheGetScratchDesc(cacheObj, layer_group, begin, end)
+	beginOut, endOut, items, err := glueKVCacheGetScratchDesc(cacheObj, layer_group)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
+	*begin = C.int64_t(beginOut)
+	*end = C.int64_t(endOut)
 	return statusOf(kvcmFn, fill(items, slots, capacity, needed, func(v int32) C.int32_t {
 		return C.int32_t(v)
 	}))
@@ -1221,11 +1233,11 @@ func kvcm_kv_cache_get_ssm_block_base_index(cache C.kvcm_kv_cache, layer_group C
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCacheGetSsmBlockBaseIndex(cacheObj, layer_group)
+	outOut, err := glueKVCacheGetSsmBlockBaseIndex(cacheObj, layer_group)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int32_t(v)
+	*out = C.int32_t(outOut)
 	return nil
 }
 
@@ -1252,11 +1264,11 @@ func kvcm_kv_cache_get_stats(cache C.kvcm_kv_cache, out *C.kvcm_block_stats) (st
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCacheGetStats(cacheObj)
+	outOut, err := glueKVCacheGetStats(cacheObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = toCBlockStats(v)
+	*out = toCBlockStats(outOut)
 	return nil
 }
 
@@ -1283,11 +1295,11 @@ func kvcm_kv_cache_get_status(cache C.kvcm_kv_cache, out *C.kvcm_cache_status) (
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCacheGetStatus(cacheObj)
+	outOut, err := glueKVCacheGetStatus(cacheObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.kvcm_cache_status(v)
+	*out = C.kvcm_cache_status(outOut)
 	return nil
 }
 
@@ -1314,11 +1326,11 @@ func kvcm_kv_cache_get_swa_scratch_reuse(cache C.kvcm_kv_cache, out *C.bool) (st
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCacheGetSwaScratchReuse(cacheObj)
+	outOut, err := glueKVCacheGetSwaScratchReuse(cacheObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.bool(v)
+	*out = C.bool(outOut)
 	return nil
 }
 
@@ -1345,11 +1357,11 @@ func kvcm_kv_cache_has_scratch_slots(cache C.kvcm_kv_cache, out *C.bool) (status
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCacheHasScratchSlots(cacheObj)
+	outOut, err := glueKVCacheHasScratchSlots(cacheObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.bool(v)
+	*out = C.bool(outOut)
 	return nil
 }
 
@@ -1376,11 +1388,11 @@ func kvcm_kv_cache_plan_committed_block_drop(cache C.kvcm_kv_cache, out *C.kvcm_
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCachePlanCommittedBlockDrop(cacheObj)
+	outOut, err := glueKVCachePlanCommittedBlockDrop(cacheObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.kvcm_planned_drop(v)
+	*out = C.kvcm_planned_drop(outOut)
 	return nil
 }
 
@@ -1600,11 +1612,11 @@ func kvcm_manager_alloc_memory(manager C.kvcm_manager, kind C.kvcm_memory_kind, 
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerAllocMemory(managerObj, kind, size)
+	outOut, err := glueManagerAllocMemory(managerObj, kind, size)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.kvcm_device_ptr(v)
+	*out = C.kvcm_device_ptr(outOut)
 	return nil
 }
 
@@ -1655,11 +1667,11 @@ func kvcm_manager_clamp_max_seq_len_for_mem(manager C.kvcm_manager, batch_size C
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerClampMaxSeqLenForMem(managerObj, batch_size, token_num_upper_bound)
+	outOut, err := glueManagerClampMaxSeqLenForMem(managerObj, batch_size, token_num_upper_bound)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int64_t(v)
+	*out = C.int64_t(outOut)
 	return nil
 }
 
@@ -1740,11 +1752,11 @@ func kvcm_manager_create_stream(manager C.kvcm_manager, out *C.kvcm_stream) (sta
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerCreateStream(managerObj)
+	outOut, err := glueManagerCreateStream(managerObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.kvcm_stream(v)
+	*out = C.kvcm_stream(outOut)
 	return nil
 }
 
@@ -1966,11 +1978,11 @@ func kvcm_manager_flush_shared(manager C.kvcm_manager, timeout_ms C.int64_t, out
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerFlushShared(managerObj, timeout_ms)
+	outOut, err := glueManagerFlushShared(managerObj, timeout_ms)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.bool(v)
+	*out = C.bool(outOut)
 	return nil
 }
 
@@ -2026,7 +2038,39 @@ func kvcm_manager_get_aggregated_pages(manager C.kvcm_manager, buffers *C.kvcm__
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetAggregatedPages(managerObj, buffers, num_buffers, descs, descs_cap, members, members_cap, num_descs))
+	buffersArg, err := cStructsArg((*C.kvcm_buffer_id)(buffers), num_buffers, "buffers", fromCBufferID)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	items, err := glueManagerGetAggregatedPages(managerObj, buffersArg)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	membersNeed := 0
+	for _, it := range items {
+		membersNeed += len(it.Buffers)
+	}
+	*num_descs = C.size_t(len(items))
+	if descs == nil && descs_cap == 0 && members == nil && members_cap == 0 {
+		return nil
+	}
+	descsOut, err := cSlice(descs, descs_cap, "descs_cap")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	membersOut, err := cSlice(members, members_cap, "members_cap")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	if len(descsOut) < len(items) || len(membersOut) < membersNeed {
+		return statusOf(kvcmFn, errorf(codeBufferTooSmall, "need room for %d descs, %d members; got room for %d, %d", len(items), membersNeed, len(descsOut), len(membersOut)))
+	}
+	membersAt := 0
+	for i, it := range items {
+		descsOut[i] = toCAggregatedPageDesc(it, membersOut[membersAt:])
+		membersAt += len(it.Buffers)
+	}
+	return nil
 }
 
 // kvcm_manager_get_and_reset_iteration_cached_tokens_by_level is the export of kvcm_manager_get_and_reset_iteration_cached_tokens_by_level (ABI version 2).
@@ -2202,11 +2246,11 @@ func kvcm_manager_get_and_reset_iteration_stats(manager C.kvcm_manager, out *C.k
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetAndResetIterationStats(managerObj)
+	outOut, err := glueManagerGetAndResetIterationStats(managerObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = toCBlockStats(v)
+	*out = toCBlockStats(outOut)
 	return nil
 }
 
@@ -2311,11 +2355,11 @@ func kvcm_manager_get_buffer_location(manager C.kvcm_manager, layer_id C.int32_t
 		return st
 	}
 	roleArg := config.DataRole(cString((*C.char)(role)))
-	v, err := glueManagerGetBufferLocation(managerObj, layer_id, roleArg)
+	outOut, err := glueManagerGetBufferLocation(managerObj, layer_id, roleArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = toCBufferLocation(v)
+	*out = toCBufferLocation(outOut)
 	return nil
 }
 
@@ -2342,11 +2386,11 @@ func kvcm_manager_get_device_kind(manager C.kvcm_manager, out *C.kvcm_device_kin
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetDeviceKind(managerObj)
+	outOut, err := glueManagerGetDeviceKind(managerObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.kvcm_device_kind(v)
+	*out = C.kvcm_device_kind(outOut)
 	return nil
 }
 
@@ -2373,11 +2417,11 @@ func kvcm_manager_get_layer_group_of(manager C.kvcm_manager, layer_id C.int32_t,
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetLayerGroupOf(managerObj, layer_id)
+	outOut, err := glueManagerGetLayerGroupOf(managerObj, layer_id)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.kvcm_layer_group_id(v)
+	*out = C.kvcm_layer_group_id(outOut)
 	return nil
 }
 
@@ -2407,7 +2451,11 @@ func kvcm_manager_get_migration_stats(manager C.kvcm_manager, stats *C.kvcm_migr
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetMigrationStats(managerObj, stats, capacity, needed))
+	items, err := glueManagerGetMigrationStats(managerObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fill(items, stats, capacity, needed, toCMigrationStats))
 }
 
 // kvcm_manager_get_num_layer_groups is the export of kvcm_manager_get_num_layer_groups (ABI version 1).
@@ -2433,11 +2481,11 @@ func kvcm_manager_get_num_layer_groups(manager C.kvcm_manager, out *C.int32_t) (
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetNumLayerGroups(managerObj)
+	outOut, err := glueManagerGetNumLayerGroups(managerObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int32_t(v)
+	*out = C.int32_t(outOut)
 	return nil
 }
 
@@ -2464,11 +2512,11 @@ func kvcm_manager_get_num_levels(manager C.kvcm_manager, out *C.int32_t) (status
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetNumLevels(managerObj)
+	outOut, err := glueManagerGetNumLevels(managerObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int32_t(v)
+	*out = C.int32_t(outOut)
 	return nil
 }
 
@@ -2495,11 +2543,11 @@ func kvcm_manager_get_num_open_caches(manager C.kvcm_manager, out *C.size_t) (st
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetNumOpenCaches(managerObj)
+	outOut, err := glueManagerGetNumOpenCaches(managerObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.size_t(v)
+	*out = C.size_t(outOut)
 	return nil
 }
 
@@ -2530,11 +2578,11 @@ func kvcm_manager_get_page_index_converter(manager C.kvcm_manager, layer_id C.in
 		return st
 	}
 	roleArg := config.DataRole(cString((*C.char)(role)))
-	v, err := glueManagerGetPageIndexConverter(managerObj, layer_id, roleArg)
+	outOut, err := glueManagerGetPageIndexConverter(managerObj, layer_id, roleArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = toCPageIndexConverter(v)
+	*out = toCPageIndexConverter(outOut)
 	return nil
 }
 
@@ -2565,11 +2613,11 @@ func kvcm_manager_get_page_index_upper_bound(manager C.kvcm_manager, layer_id C.
 		return st
 	}
 	roleArg := config.DataRole(cString((*C.char)(role)))
-	v, err := glueManagerGetPageIndexUpperBound(managerObj, layer_id, roleArg)
+	outOut, err := glueManagerGetPageIndexUpperBound(managerObj, layer_id, roleArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int64_t(v)
+	*out = C.int64_t(outOut)
 	return nil
 }
 
@@ -2600,11 +2648,11 @@ func kvcm_manager_get_page_stride(manager C.kvcm_manager, layer_id C.int32_t, ro
 		return st
 	}
 	roleArg := config.DataRole(cString((*C.char)(role)))
-	v, err := glueManagerGetPageStride(managerObj, layer_id, roleArg)
+	outOut, err := glueManagerGetPageStride(managerObj, layer_id, roleArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int64_t(v)
+	*out = C.int64_t(outOut)
 	return nil
 }
 
@@ -2652,7 +2700,45 @@ func kvcm_manager_get_pool_group_descs(manager C.kvcm_manager, level C.kvcm_cach
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetPoolGroupDescs(managerObj, level, descs, descs_cap, life_cycles, life_cycles_cap, pools, pools_cap, num_descs, num_life_cycles, num_pools))
+	items, err := glueManagerGetPoolGroupDescs(managerObj, level)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	lifeCyclesNeed := 0
+	poolsNeed := 0
+	for _, it := range items {
+		lifeCyclesNeed += len(it.LifeCycles)
+		poolsNeed += len(it.Pools)
+	}
+	*num_descs = C.size_t(len(items))
+	*num_life_cycles = C.size_t(lifeCyclesNeed)
+	*num_pools = C.size_t(poolsNeed)
+	if descs == nil && descs_cap == 0 && life_cycles == nil && life_cycles_cap == 0 && pools == nil && pools_cap == 0 {
+		return nil
+	}
+	descsOut, err := cSlice(descs, descs_cap, "descs_cap")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	lifeCyclesOut, err := cSlice(life_cycles, life_cycles_cap, "life_cycles_cap")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	poolsOut, err := cSlice(pools, pools_cap, "pools_cap")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	if len(descsOut) < len(items) || len(lifeCyclesOut) < lifeCyclesNeed || len(poolsOut) < poolsNeed {
+		return statusOf(kvcmFn, errorf(codeBufferTooSmall, "need room for %d descs, %d life_cycles, %d pools; got room for %d, %d, %d", len(items), lifeCyclesNeed, poolsNeed, len(descsOut), len(lifeCyclesOut), len(poolsOut)))
+	}
+	lifeCyclesAt := 0
+	poolsAt := 0
+	for i, it := range items {
+		descsOut[i] = toCPoolGroupDesc(it, lifeCyclesOut[lifeCyclesAt:], poolsOut[poolsAt:])
+		lifeCyclesAt += len(it.LifeCycles)
+		poolsAt += len(it.Pools)
+	}
+	return nil
 }
 
 // kvcm_manager_get_quota is the export of kvcm_manager_get_quota (ABI version 1).
@@ -2678,11 +2764,11 @@ func kvcm_manager_get_quota(manager C.kvcm_manager, level C.kvcm_cache_level, ou
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetQuota(managerObj, level)
+	outOut, err := glueManagerGetQuota(managerObj, level)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int64_t(v)
+	*out = C.int64_t(outOut)
 	return nil
 }
 
@@ -2713,11 +2799,11 @@ func kvcm_manager_get_scratch_pages_per_block(manager C.kvcm_manager, layer_id C
 		return st
 	}
 	roleArg := config.DataRole(cString((*C.char)(role)))
-	v, err := glueManagerGetScratchPagesPerBlock(managerObj, layer_id, roleArg)
+	outOut, err := glueManagerGetScratchPagesPerBlock(managerObj, layer_id, roleArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int64_t(v)
+	*out = C.int64_t(outOut)
 	return nil
 }
 
@@ -2744,11 +2830,11 @@ func kvcm_manager_get_shared_level(manager C.kvcm_manager, out *C.kvcm_cache_lev
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetSharedLevel(managerObj)
+	outOut, err := glueManagerGetSharedLevel(managerObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.kvcm_cache_level(v)
+	*out = C.kvcm_cache_level(outOut)
 	return nil
 }
 
@@ -2775,11 +2861,11 @@ func kvcm_manager_get_shared_stats(manager C.kvcm_manager, out *C.kvcm_shared_st
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetSharedStats(managerObj)
+	outOut, err := glueManagerGetSharedStats(managerObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = toCSharedStats(v)
+	*out = toCSharedStats(outOut)
 	return nil
 }
 
@@ -2806,11 +2892,11 @@ func kvcm_manager_get_stats(manager C.kvcm_manager, out *C.kvcm_block_stats) (st
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetStats(managerObj)
+	outOut, err := glueManagerGetStats(managerObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = toCBlockStats(v)
+	*out = toCBlockStats(outOut)
 	return nil
 }
 
@@ -2870,11 +2956,11 @@ func kvcm_manager_get_tokens_per_block(manager C.kvcm_manager, out *C.int32_t) (
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetTokensPerBlock(managerObj)
+	outOut, err := glueManagerGetTokensPerBlock(managerObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int32_t(v)
+	*out = C.int32_t(outOut)
 	return nil
 }
 
@@ -2901,11 +2987,11 @@ func kvcm_manager_need_adjustment(manager C.kvcm_manager, out *C.bool) (status *
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerNeedAdjustment(managerObj)
+	outOut, err := glueManagerNeedAdjustment(managerObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.bool(v)
+	*out = C.bool(outOut)
 	return nil
 }
 
@@ -2952,7 +3038,14 @@ func kvcm_manager_probe_first_new_block_key(manager C.kvcm_manager, scope *C.kvc
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueManagerProbeFirstNewBlockKey(managerObj, scopeArg, has_lora_id, tokensArg, key, found))
+	scopeArg.HasLoRA = bool(has_lora_id)
+	keyOut, foundOut, err := glueManagerProbeFirstNewBlockKey(managerObj, scopeArg, tokensArg)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*key = C.uint64_t(keyOut)
+	*found = C.bool(foundOut)
+	return nil
 }
 
 // kvcm_manager_probe_first_new_block_key_digests is the export of kvcm_manager_probe_first_new_block_key_digests (ABI version 2).
@@ -3012,7 +3105,14 @@ func kvcm_manager_probe_first_new_block_key_digests(manager C.kvcm_manager, scop
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueManagerProbeFirstNewBlockKeyDigests(managerObj, scopeArg, has_lora_id, tokensArg, digestPositionsArg, digestBytesArg, key, found))
+	scopeArg.HasLoRA = bool(has_lora_id)
+	keyOut, foundOut, err := glueManagerProbeFirstNewBlockKeyDigests(managerObj, scopeArg, tokensArg, digestPositionsArg, digestBytesArg)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*key = C.uint64_t(keyOut)
+	*found = C.bool(foundOut)
+	return nil
 }
 
 // kvcm_manager_probe_reuse is the export of kvcm_manager_probe_reuse (ABI version 1).
@@ -3052,11 +3152,11 @@ func kvcm_manager_probe_reuse(manager C.kvcm_manager, scope *C.kvcm__const_kvcm_
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	v, err := glueManagerProbeReuse(managerObj, scopeArg, tokensArg)
+	outOut, err := glueManagerProbeReuse(managerObj, scopeArg, tokensArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int64_t(v)
+	*out = C.int64_t(outOut)
 	return nil
 }
 
@@ -3111,11 +3211,12 @@ func kvcm_manager_probe_reuse_digests(manager C.kvcm_manager, scope *C.kvcm__con
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	v, err := glueManagerProbeReuseDigests(managerObj, scopeArg, has_lora_id, tokensArg, digestPositionsArg, digestBytesArg)
+	scopeArg.HasLoRA = bool(has_lora_id)
+	outOut, err := glueManagerProbeReuseDigests(managerObj, scopeArg, tokensArg, digestPositionsArg, digestBytesArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int64_t(v)
+	*out = C.int64_t(outOut)
 	return nil
 }
 
@@ -3156,11 +3257,12 @@ func kvcm_manager_probe_reuse_v2(manager C.kvcm_manager, scope *C.kvcm__const_kv
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	v, err := glueManagerProbeReuseV2(managerObj, scopeArg, has_lora_id, tokensArg)
+	scopeArg.HasLoRA = bool(has_lora_id)
+	outOut, err := glueManagerProbeReuseV2(managerObj, scopeArg, tokensArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int64_t(v)
+	*out = C.int64_t(outOut)
 	return nil
 }
 
@@ -3228,11 +3330,12 @@ func kvcm_manager_set_block_priorities(manager C.kvcm_manager, scope *C.kvcm__co
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	v, err := glueManagerSetBlockPriorities(managerObj, scopeArg, has_lora_id, keysArg, prioritiesArg)
+	scopeArg.HasLoRA = bool(has_lora_id)
+	outOut, err := glueManagerSetBlockPriorities(managerObj, scopeArg, keysArg, prioritiesArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.size_t(v)
+	*out = C.size_t(outOut)
 	return nil
 }
 
@@ -3295,11 +3398,11 @@ func kvcm_stream_alloc_memory(stream C.kvcm_stream, kind C.kvcm_memory_kind, siz
 	if out == nil {
 		return argStatus(kvcmFn, "out", "must not be NULL")
 	}
-	v, err := glueStreamAllocMemory(stream, kind, size)
+	outOut, err := glueStreamAllocMemory(stream, kind, size)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.kvcm_device_ptr(v)
+	*out = C.kvcm_device_ptr(outOut)
 	return nil
 }
 

@@ -207,23 +207,12 @@ func glueCPNotifyBlocksFreed(o *cpObj, id string, keys []blockhash.Key) error {
 	return o.NotifyBlocksFreed(id, keys)
 }
 
-func glueCPGetAllocationPriority(o *cpObj, ids []abimodel.RequestID, order *C.size_t) error {
-	outs, err := cSlice(order, C.size_t(len(ids)), "num_request_ids")
-	if err != nil {
-		return err
-	}
+func glueCPGetAllocationPriority(o *cpObj, ids []abimodel.RequestID) ([]int, error) {
 	in := make([]string, len(ids))
 	for i, id := range ids {
 		in[i] = id.ID
 	}
-	got, err := o.GetAllocationPriority(in)
-	if err != nil {
-		return err
-	}
-	for i, j := range got {
-		outs[i] = C.size_t(j)
-	}
-	return nil
+	return o.GetAllocationPriority(in)
 }
 
 func glueCPGetFaultCount(o *cpObj) (uint64, error) { return o.FaultCount() }

@@ -71,40 +71,8 @@ func glueManagerGetBufferLocation(mgr *managerObj, layerID C.int32_t, role confi
 	return mgr.Core().Buffer(int32(layerID), role)
 }
 
-func glueManagerGetPoolGroupDescs(mgr *managerObj, level C.kvcm_cache_level, descs *C.kvcm_pool_group_desc, descsCap C.size_t,
-	lifeCycles *C.kvcm_layer_group_id, lifeCyclesCap C.size_t, pools *C.kvcm_pool_desc, poolsCap C.size_t,
-	numDescs, numLifeCycles, numPools *C.size_t) error {
-	ds, err := mgr.PoolGroupDescs(layout.CacheLevel(level))
-	if err != nil {
-		return err
-	}
-	var nlc, np int
-	for _, d := range ds {
-		nlc += len(d.LifeCycles)
-		np += len(d.Pools)
-	}
-	*numDescs, *numLifeCycles, *numPools = C.size_t(len(ds)), C.size_t(nlc), C.size_t(np)
-	if descs == nil && lifeCycles == nil && pools == nil && descsCap == 0 && lifeCyclesCap == 0 && poolsCap == 0 {
-		return nil
-	}
-	cd, err := cSlice(descs, descsCap, "descs_cap")
-	if err != nil {
-		return err
-	}
-	lcs, err := cSlice(lifeCycles, lifeCyclesCap, "life_cycles_cap")
-	if err != nil {
-		return err
-	}
-	ps, err := cSlice(pools, poolsCap, "pools_cap")
-	if err != nil {
-		return err
-	}
-	if uint64(descsCap) < uint64(len(ds)) || uint64(lifeCyclesCap) < uint64(nlc) || uint64(poolsCap) < uint64(np) {
-		return errorf(codeBufferTooSmall, "need %d descriptors, %d layer groups and %d pools; got room for %d, %d and %d",
-			len(ds), nlc, np, uint64(descsCap), uint64(lifeCyclesCap), uint64(poolsCap))
-	}
-	fillPoolGroupDescs(ds, cd, lcs, ps)
-	return nil
+func glueManagerGetPoolGroupDescs(mgr *managerObj, level C.kvcm_cache_level) ([]layout.PoolGroupDesc, error) {
+	return mgr.PoolGroupDescs(layout.CacheLevel(level))
 }
 
 func glueManagerGetQuota(mgr *managerObj, level C.kvcm_cache_level) (int64, error) {
@@ -119,23 +87,15 @@ func glueManagerProbeReuse(mgr *managerObj, scope blockhash.Scope, tokens []conf
 	return mgr.ProbeReuse(scope, tokens)
 }
 
-func glueManagerProbeReuseV2(mgr *managerObj, scope blockhash.Scope, hasLoRA C.bool, tokens []config.Token) (int, error) {
-	scope.HasLoRA = bool(hasLoRA)
+func glueManagerProbeReuseV2(mgr *managerObj, scope blockhash.Scope, tokens []config.Token) (int, error) {
 	return mgr.ProbeReuse(scope, tokens)
 }
 
-func glueManagerProbeFirstNewBlockKey(mgr *managerObj, sc blockhash.Scope, hasLoRA C.bool, ts []config.Token, key *C.uint64_t, found *C.bool) error {
-	sc.HasLoRA = bool(hasLoRA)
-	if err := mgr.Open(); err != nil {
-		return err
-	}
-	k, ok := mgr.Core().ProbeFirstNewBlockKey(sc, ts)
-	*key, *found = C.uint64_t(k), C.bool(ok)
-	return nil
+func glueManagerProbeFirstNewBlockKey(mgr *managerObj, sc blockhash.Scope, ts []config.Token) (blockhash.Key, bool, error) {
+	return mgr.ProbeFirstNewBlockKey(sc, ts, nil, "")
 }
 
-func glueManagerSetBlockPriorities(mgr *managerObj, sc blockhash.Scope, hasLoRA C.bool, keys []blockhash.Key, prs []int) (int, error) {
-	sc.HasLoRA = bool(hasLoRA)
+func glueManagerSetBlockPriorities(mgr *managerObj, sc blockhash.Scope, keys []blockhash.Key, prs []int) (int, error) {
 	return mgr.Core().SetBlockPriorities(sc, keys, prs)
 }
 
@@ -184,16 +144,8 @@ func glueManagerGetAndResetIterationPoolGroupPeakBlockStats(mgr *managerObj, lev
 	return mgr.GetAndResetIterationPeakBlockStats(layout.CacheLevel(level), room)
 }
 
-func glueManagerGetMigrationStats(mgr *managerObj, stats *C.kvcm_migration_stats, capacity C.size_t, needed *C.size_t) error {
-	ms, err := mgr.MigrationStats()
-	if err != nil {
-		return err
-	}
-	return fill(core.Paths(), stats, capacity, needed, func(p core.Path) C.kvcm_migration_stats {
-		out := toCMigrationStats(ms[p])
-		out.path = C.kvcm_migration_path(p)
-		return out
-	})
+func glueManagerGetMigrationStats(mgr *managerObj) ([]abimodel.PathMigrationStats, error) {
+	return mgr.MigrationStats()
 }
 
 func glueConfigValidate(mc abimodel.ManagerConfig) error {

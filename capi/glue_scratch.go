@@ -18,13 +18,9 @@ import (
 // SWA scratch reuse, planned drops and pool rebalancing (issue 13 items 4
 // and 6).
 
-func glueKVCacheGetScratchDesc(c *kvCacheObj, lg C.kvcm_layer_group_id, begin, end *C.int64_t) ([]int32, error) {
+func glueKVCacheGetScratchDesc(c *kvCacheObj, lg C.kvcm_layer_group_id) (int, int, []int32, error) {
 	d, err := c.Core().ScratchDesc(layout.LayerGroupID(lg))
-	if err != nil {
-		return nil, err
-	}
-	*begin, *end = C.int64_t(d.Begin), C.int64_t(d.End)
-	return d.Slots, nil
+	return d.Begin, d.End, d.Slots, err
 }
 
 func glueKVCacheHasScratchSlots(c *kvCacheObj) (bool, error) { return c.Core().HasScratchSlots(), nil }

@@ -112,7 +112,7 @@ func TestModel(t *testing.T) {
 	for _, f := range m.TableFuncs() {
 		names = append(names, f.CName)
 	}
-	assert.Equal(t, []string{"kvcm_count", "kvcm_status_free", "kvcm_widget_create", "kvcm_widget_move_pairs", "kvcm_widget_notify", "kvcm_widget_tag", "kvcm_widget_take_pairs"}, names,
+	assert.Equal(t, []string{"kvcm_count", "kvcm_status_free", "kvcm_widget_create", "kvcm_widget_move_pairs", "kvcm_widget_notify", "kvcm_widget_strips", "kvcm_widget_tag", "kvcm_widget_take_pairs"}, names,
 		"the table is ordered by version, then name, and omits kvcm_get_api")
 }
 
@@ -151,6 +151,8 @@ func TestLoadErrors(t *testing.T) {
 		"resetnobuffer":   "reset is for a buffer=",
 		"convertnullable": "convert is for a const T*, not consumed, nullable only with len=",
 		"shortnoslice":    "short is for a slice",
+		"intonoconvert":   "into names values, which is not a convert parameter without len=",
+		"ofnotarray":      "of=pairs.x: kvcm_pair has no array field x of int32_t",
 	} {
 		_, err := Load(filepath.Join("testdata", "bad", dir), ".")
 		if assert.Error(t, err, dir) {

@@ -26,7 +26,10 @@ import (
 //   - out: toC<Decl>(s <Type>) C.<struct>, for results: every mapped field
 //     is a scalar, enum or typedef, cast from the Go field or from a method's
 //     result (go:"Name()") or from a field of a struct field
-//     (go:"Field.Sub").
+//     (go:"Field.Sub"), or an array with a len tag, written from a Go slice
+//     (scalars cast, structs by their out converter) into a []C.<element>
+//     parameter of toC<Decl> named after the field, which it points the
+//     field at.
 //
 // A field of the ABI struct maps to the Go field of the same name, or of
 // the name its go tag gives; go:"-" leaves it to the export glue. A field
@@ -203,13 +206,61 @@ func checkMapped(d *Decl, f *Field) error {
 	if strings.HasSuffix(f.GoField(), "()") && g.In {
 		return fmt.Errorf("%s: a method (go:%q) can only be read: the struct must be //kvcm:go out", where, f.GoField())
 	}
-	if g.Out && !isScalarField(f.Type) {
-		return fmt.Errorf("%s: an out converter writes scalars, enums and typedefs only: tag it go:\"-\"", where)
+	if g.Out && isOutArray(f) {
+		if err := checkOutArray(where, f, t); err != nil {
+			return err
+		}
+	} else if g.Out && !isScalarField(f.Type) {
+		return fmt.Errorf("%s: an out converter writes scalars, enums, typedefs and arrays with a len tag only: tag it go:\"-\"", where)
 	}
 	if g.In {
 		return checkIn(where, f, t)
 	}
 	return nil
+}
+
+// isOutArray reports whether an out converter writes f as an array with its
+// count (into a nested buffer of the caller's, see toC<Decl>).
+func isOutArray(f *Field) bool {
+	return f.Type.Kind == KPtr && f.Type.Dir == DirIn && f.Len != ""
+}
+
+// checkOutArray checks that an out converter can write the Go slice t into
+// f's array: scalars by a cast, structs by their own out converter.
+func checkOutArray(where string, f *Field, t types.Type) error {
+	sl, ok := t.Underlying().(*types.Slice)
+	if !ok {
+		return fmt.Errorf("%s: the array is written from a Go slice, not %s", where, t)
+	}
+	el := f.Type.Elem
+	if isScalarField(el) {
+		if b, ok := sl.Elem().Underlying().(*types.Basic); ok && b.Info()&types.IsNumeric != 0 {
+			return nil
+		}
+		return fmt.Errorf("%s: cannot write %s elements from %s", where, el.CName(), sl.Elem())
+	}
+	if el.Kind == KNamed && el.Decl.Kind == DStruct {
+		g := el.Decl.GoMap
+		if n, ok := sl.Elem().(*types.Named); ok && g != nil && g.Out && n.Obj().Pkg().Path() == g.Path && n.Obj().Name() == g.Name && !hasOutArrays(el.Decl) {
+			return nil
+		}
+		return fmt.Errorf("%s: its %s elements need a //kvcm:go out %s on %s, without arrays", where, el.Decl.CName, sl.Elem(), el.Decl.GoName)
+	}
+	return fmt.Errorf("%s: cannot write %s elements", where, el.CName())
+}
+
+// hasOutArrays reports whether the out converter of d writes arrays (and so
+// takes the nested buffers they go to).
+func hasOutArrays(d *Decl) bool {
+	if d.GoMap == nil || !d.GoMap.Out {
+		return false
+	}
+	for _, f := range MappedFields(d) {
+		if isOutArray(f) {
+			return true
+		}
+	}
+	return false
 }
 
 func isScalarField(t *Type) bool {

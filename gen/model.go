@@ -75,9 +75,18 @@ type Param struct {
 	// export fills the buffer, checking its capacity; with reset the glue
 	// also gets the buffer's room and returns the elements only when they
 	// fit, with their number), result (a T* the
-	// export writes from the glue's (value, error) when the error is nil).
+	// export writes from the glue's value when its error is nil), sized (a
+	// T* whose length is an input count: the glue returns its elements).
 	GoElem string // go=<import path>.<Type> or a predeclared Go type
 	Buffer string // C name of the needed parameter of a buffer
+	// Into (into=<param>.<Go field>) is the C name of the convert
+	// parameter whose Go value's field IntoField the export sets from this
+	// scalar, which the glue then does not get.
+	Into, IntoField string
+	// Of (of=<buffer>.<C field>) makes this T* the nested buffer of the
+	// array field OfField of the buffer parameter Of's elements: the
+	// export writes every element's array there, one run after another.
+	Of, OfField string
 }
 
 // Has reports whether the parameter carries a flag.

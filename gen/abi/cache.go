@@ -395,8 +395,8 @@ type KVCacheGetCachedTokensByLevel func(cache KVCache, tokens spec.Out[int64], c
 //kvcm:thread manager
 //kvcm:param cache in The cache.
 //kvcm:param layerGroup in The layer group.
-//kvcm:param begin out Receives the first scratch block.
-//kvcm:param end out Receives the block after the last scratch block.
+//kvcm:param begin out,result Receives the first scratch block.
+//kvcm:param end out,result Receives the block after the last scratch block.
 //kvcm:param slots out,nullable,len=capacity,buffer=needed,go=int32 Receives the scratch slot ids.
 //kvcm:param capacity in Capacity of slots, in elements.
 //kvcm:param needed out Receives the number of scratch slots.

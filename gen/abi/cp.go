@@ -227,7 +227,7 @@ type CPNotifyBlocksFreed func(cp CPIndex, requestID spec.CStr, requestIDLen spec
 //kvcm:param cp in The index.
 //kvcm:param requestIds borrowed,nullable,len=numRequestIds,convert The request ids (NULL only when num_request_ids is 0).
 //kvcm:param numRequestIds in The number of request ids.
-//kvcm:param order out,nullable,len=numRequestIds Receives num_request_ids indices into request_ids.
+//kvcm:param order out,nullable,len=numRequestIds,sized,go=int Receives num_request_ids indices into request_ids.
 type CPGetAllocationPriority func(cp CPIndex, requestIds spec.In[CPRequestID], numRequestIds spec.Size, order spec.Out[spec.Size]) *Status
 
 // CPGetFaultCount returns how many failures, out-of-range scores and

@@ -98,11 +98,11 @@ type PeakBlockStats struct {
 //
 //kvcm:struct
 //kvcm:since 1
-//kvcm:go out github.com/kvcm/kvcm/core.MigrationCounter
+//kvcm:go out github.com/kvcm/kvcm/core/abimodel.PathMigrationStats
 //kvcm:pyvalue
 type MigrationStats struct {
 	// Path is the migration path.
-	Path MigrationPath `go:"-"`
+	Path MigrationPath
 	// Pages is the number of pages moved.
 	Pages int64
 	// Bytes is the number of bytes moved.
@@ -405,11 +405,11 @@ type ManagerGetBufferLocation func(manager Manager, layerID int32, role spec.CSt
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 //kvcm:param level in The cache level.
-//kvcm:param descs out,nullable,len=descsCap Receives the descriptors.
+//kvcm:param descs out,nullable,len=descsCap,buffer=numDescs Receives the descriptors.
 //kvcm:param descsCap in Capacity of descs, in elements.
-//kvcm:param lifeCycles out,nullable,len=lifeCyclesCap Receives every descriptor's layer groups.
+//kvcm:param lifeCycles out,nullable,len=lifeCyclesCap,of=descs.life_cycles,buffer=numLifeCycles Receives every descriptor's layer groups.
 //kvcm:param lifeCyclesCap in Capacity of life_cycles, in elements.
-//kvcm:param pools out,nullable,len=poolsCap Receives every descriptor's pools.
+//kvcm:param pools out,nullable,len=poolsCap,of=descs.pools,buffer=numPools Receives every descriptor's pools.
 //kvcm:param poolsCap in Capacity of pools, in elements.
 //kvcm:param numDescs out Receives the number of descriptors.
 //kvcm:param numLifeCycles out Receives the total number of layer-group entries.
@@ -467,11 +467,11 @@ type ManagerProbeReuse func(manager Manager, scope spec.In[ReuseScope], tokens s
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 //kvcm:param scope borrowed,convert The reuse scope.
-//kvcm:param hasLoraID in Whether scope.lora_id is a LoRA adapter id, 0 included.
+//kvcm:param hasLoraID in,into=scope.HasLoRA Whether scope.lora_id is a LoRA adapter id, 0 included.
 //kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The input tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
-//kvcm:param key out Receives the block's key (its chained content hash).
-//kvcm:param found out Receives whether there is such a block.
+//kvcm:param key out,result Receives the block's key (its chained content hash).
+//kvcm:param found out,result Receives whether there is such a block.
 type ManagerProbeFirstNewBlockKey func(manager Manager, scope spec.In[ReuseScope], hasLoraID bool, tokens spec.In[Token], numTokens spec.Size, key spec.Out[uint64], found spec.Out[bool]) *Status
 
 // ManagerProbeReuseV2 is kvcm_manager_probe_reuse with a has_lora_id flag:
@@ -481,7 +481,7 @@ type ManagerProbeFirstNewBlockKey func(manager Manager, scope spec.In[ReuseScope
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 //kvcm:param scope borrowed,convert The reuse scope.
-//kvcm:param hasLoraID in Whether scope.lora_id is a LoRA adapter id, 0 included.
+//kvcm:param hasLoraID in,into=scope.HasLoRA Whether scope.lora_id is a LoRA adapter id, 0 included.
 //kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The input tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
 //kvcm:param out out,result Receives the number of reusable tokens.
@@ -555,7 +555,7 @@ type ManagerGetAndResetIterationPeakBlockStats func(manager Manager, level Cache
 //kvcm:since 1
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param stats out,nullable,len=capacity Receives one entry per path.
+//kvcm:param stats out,nullable,len=capacity,buffer=needed Receives one entry per path.
 //kvcm:param capacity in Capacity of stats, in elements.
 //kvcm:param needed out Receives the number of paths.
 type ManagerGetMigrationStats func(manager Manager, stats spec.Out[MigrationStats], capacity spec.Size, needed spec.Out[spec.Size]) *Status

@@ -7,9 +7,10 @@ import "github.com/kvcm/kvcm/gen/spec"
 //
 //kvcm:struct
 //kvcm:since 2
+//kvcm:go in github.com/kvcm/kvcm/core/layout.BufferKey
 type BufferID struct {
 	// LayerID is the buffer's layer.
-	LayerID int32
+	LayerID int32 `go:"Layer"`
 	// Role is the buffer's role within the layer, such as "key".
 	Role spec.CStr `own:"borrowed"`
 }
@@ -19,6 +20,7 @@ type BufferID struct {
 //
 //kvcm:struct
 //kvcm:since 2
+//kvcm:go out github.com/kvcm/kvcm/core/abimodel.ExpandedBuffer
 type ExpandedBuffer struct {
 	// Buffer is the buffer's position in the buffers argument of
 	// kvcm_manager_get_aggregated_pages.
@@ -37,6 +39,7 @@ type ExpandedBuffer struct {
 //
 //kvcm:struct
 //kvcm:since 2
+//kvcm:go out github.com/kvcm/kvcm/core/abimodel.AggregatedPage
 type AggregatedPageDesc struct {
 	// Base is the run's address in slot 0.
 	Base DevicePtr
@@ -89,11 +92,11 @@ type PageIndexConverter struct {
 //kvcm:since 2
 //kvcm:thread manager
 //kvcm:param manager in The manager.
-//kvcm:param buffers borrowed,nullable,len=numBuffers The buffers to aggregate, in any order (NULL only when num_buffers is 0).
+//kvcm:param buffers borrowed,nullable,len=numBuffers,convert The buffers to aggregate, in any order (NULL only when num_buffers is 0).
 //kvcm:param numBuffers in The number of buffers.
-//kvcm:param descs out,nullable,len=descsCap Receives the runs.
+//kvcm:param descs out,nullable,len=descsCap,buffer=numDescs Receives the runs.
 //kvcm:param descsCap in Capacity of descs, in elements.
-//kvcm:param members out,nullable,len=membersCap Receives every run's buffers.
+//kvcm:param members out,nullable,len=membersCap,of=descs.buffers Receives every run's buffers.
 //kvcm:param membersCap in Capacity of members, in elements.
 //kvcm:param numDescs out Receives the number of runs.
 type ManagerGetAggregatedPages func(manager Manager, buffers spec.In[BufferID], numBuffers spec.Size, descs spec.Out[AggregatedPageDesc], descsCap spec.Size, members spec.Out[ExpandedBuffer], membersCap spec.Size, numDescs spec.Out[spec.Size]) *Status

@@ -62,6 +62,7 @@ static const kvcm_api kvcm__table = {
     kvcm_widget_create,
     kvcm_widget_move_pairs,
     kvcm_widget_notify,
+    kvcm_widget_strips,
     kvcm_widget_tag,
     kvcm_widget_take_pairs,
 };

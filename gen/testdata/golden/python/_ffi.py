@@ -104,6 +104,12 @@ class kvcm_shape(ctypes.Structure):
     """kvcm_shape is a configuration value of the bindings."""
 
 
+class kvcm_strip(ctypes.Structure):
+    """kvcm_strip is a result with an array, which the library writes into a nested
+    buffer of the caller's.
+    """
+
+
 kvcm_drawing._fields_ = [
     ("shapes", ctypes.POINTER(kvcm_shape)),
     ("num_shapes", ctypes.c_size_t),
@@ -162,6 +168,12 @@ kvcm_shape._fields_ = [
     ("hidden", ctypes.c_bool),
 ]
 
+kvcm_strip._fields_ = [
+    ("stride", ctypes.c_int64),
+    ("pix", ctypes.POINTER(ctypes.c_uint8)),
+    ("num_pix", ctypes.c_size_t),
+]
+
 # ---- Value types ----
 
 
@@ -205,6 +217,7 @@ LAYOUTS = {
     "kvcm_plugin_object": (16, 8, {"vtable": 0, "self": 8}),
     "kvcm_sample": (24, 8, {"id": 0, "codes": 8, "num_codes": 16}),
     "kvcm_shape": (16, 8, {"name": 0, "sides": 8, "hidden": 12}),
+    "kvcm_strip": (24, 8, {"stride": 0, "pix": 8, "num_pix": 16}),
 }
 
 
@@ -237,6 +250,7 @@ FUNCTIONS = {
     "kvcm_widget_create": (ctypes.POINTER(kvcm_status), [ctypes.POINTER(kvcm_options), ctypes.POINTER(kvcm_plugin_object), ctypes.POINTER(kvcm_widget)]),
     "kvcm_widget_move_pairs": (ctypes.POINTER(kvcm_status), [kvcm_widget, ctypes.POINTER(kvcm_pair), ctypes.c_size_t]),
     "kvcm_widget_notify": (ctypes.POINTER(kvcm_status), [kvcm_widget, kvcm_notify, ctypes.c_void_p, ctypes.POINTER(kvcm_pair), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    "kvcm_widget_strips": (ctypes.POINTER(kvcm_status), [kvcm_widget, ctypes.POINTER(kvcm_pair), ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(kvcm_strip), ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint8), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_widget_tag": (ctypes.POINTER(kvcm_status), [kvcm_widget, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t]),
     "kvcm_widget_take_pairs": (ctypes.POINTER(kvcm_status), [kvcm_widget, ctypes.c_char_p, ctypes.POINTER(kvcm_pair), ctypes.POINTER(kvcm_pair), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
 }
@@ -249,6 +263,7 @@ PARAMETERS = {
     "kvcm_widget_create": ("options", "plugin", "out"),
     "kvcm_widget_move_pairs": ("widget", "pairs", "num_pairs"),
     "kvcm_widget_notify": ("widget", "fn", "user_data", "pairs", "capacity", "needed"),
+    "kvcm_widget_strips": ("widget", "origin", "shift", "values", "num_values", "order", "first", "count", "strips", "strips_cap", "pix", "pix_cap", "num_strips", "num_pix"),
     "kvcm_widget_tag": ("widget", "name", "name_len", "values", "num_values"),
     "kvcm_widget_take_pairs": ("widget", "label", "origin", "pairs", "capacity", "needed"),
 }

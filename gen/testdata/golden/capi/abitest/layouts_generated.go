@@ -23,5 +23,6 @@ func CStructs() map[string]reflect.Type {
 		"kvcm_plugin_object": reflect.TypeFor[C.kvcm_plugin_object](),
 		"kvcm_sample":        reflect.TypeFor[C.kvcm_sample](),
 		"kvcm_shape":         reflect.TypeFor[C.kvcm_shape](),
+		"kvcm_strip":         reflect.TypeFor[C.kvcm_strip](),
 	}
 }
