@@ -4,8 +4,11 @@ package capi
 
 import (
 	"fmt"
+	abimodel "github.com/kvcm/kvcm/core/abimodel"
 	blockhash "github.com/kvcm/kvcm/core/blockhash"
 	config "github.com/kvcm/kvcm/core/config"
+	device "github.com/kvcm/kvcm/core/device"
+	layout "github.com/kvcm/kvcm/core/layout"
 )
 
 /*
@@ -296,7 +299,7 @@ func kvcm_cp_get_cached_blocks(cp C.kvcm_cp_index, request_id *C.kvcm__const_cha
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	items, err := glueCPGetCachedBlocks(cpObj, requestIdArg)
+	items, err := cpObj.GetCachedBlocks(requestIdArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -328,7 +331,7 @@ func kvcm_cp_get_fault_count(cp C.kvcm_cp_index, out *C.uint64_t) (status *C.kvc
 	if st != nil {
 		return st
 	}
-	outOut, err := glueCPGetFaultCount(cpObj)
+	outOut, err := cpObj.FaultCount()
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -367,7 +370,7 @@ func kvcm_cp_notify_blocks_allocated(cp C.kvcm_cp_index, request_id *C.kvcm__con
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueCPNotifyBlocksAllocated(cpObj, requestIdArg, keysArg))
+	return statusOf(kvcmFn, cpObj.NotifyBlocksAllocated(requestIdArg, []blockhash.Key(keysArg)))
 }
 
 // kvcm_cp_notify_blocks_freed is the export of kvcm_cp_notify_blocks_freed (ABI version 1).
@@ -401,7 +404,7 @@ func kvcm_cp_notify_blocks_freed(cp C.kvcm_cp_index, request_id *C.kvcm__const_c
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueCPNotifyBlocksFreed(cpObj, requestIdArg, keysArg))
+	return statusOf(kvcmFn, cpObj.NotifyBlocksFreed(requestIdArg, []blockhash.Key(keysArg)))
 }
 
 // kvcm_cp_predict_prefix_reuse is the export of kvcm_cp_predict_prefix_reuse (ABI version 1).
@@ -441,7 +444,7 @@ func kvcm_cp_predict_prefix_reuse(cp C.kvcm_cp_index, request_id *C.kvcm__const_
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	outOut, err := glueCPPredictPrefixReuse(cpObj, requestIdArg, tokensArg)
+	outOut, err := cpObj.PredictPrefixReuse(requestIdArg, []config.Token(tokensArg))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -587,7 +590,7 @@ func kvcm_kv_cache_commit(cache C.kvcm_kv_cache, tokens *C.kvcm__const_kvcm_toke
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueKVCacheCommit(cacheObj, tokensArg, is_end))
+	return statusOf(kvcmFn, cacheObj.Commit([]config.Token(tokensArg), bool(is_end)))
 }
 
 // kvcm_kv_cache_commit_beam_search is the export of kvcm_kv_cache_commit_beam_search (ABI version 2).
@@ -621,7 +624,7 @@ func kvcm_kv_cache_commit_beam_search(cache C.kvcm_kv_cache, tokens *C.kvcm__con
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueKVCacheCommitBeamSearch(cacheObj, tokensArg, beamSearchIndicesArg, is_end))
+	return statusOf(kvcmFn, cacheObj.CommitBeamSearch([]config.Token(tokensArg), []int(beamSearchIndicesArg), bool(is_end)))
 }
 
 // kvcm_kv_cache_commit_digests is the export of kvcm_kv_cache_commit_digests (ABI version 2).
@@ -682,7 +685,8 @@ func kvcm_kv_cache_commit_pending_stats(cache C.kvcm_kv_cache) (status *C.kvcm_s
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheCommitPendingStats(cacheObj))
+	cacheObj.Core().CommitPendingStats()
+	return nil
 }
 
 // kvcm_kv_cache_create is the export of kvcm_kv_cache_create (ABI version 1).
@@ -734,7 +738,8 @@ func kvcm_kv_cache_discard_pending_stats(cache C.kvcm_kv_cache) (status *C.kvcm_
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheDiscardPendingStats(cacheObj))
+	cacheObj.Core().DiscardPendingStats()
+	return nil
 }
 
 // kvcm_kv_cache_get_aggregated_page_indices is the export of kvcm_kv_cache_get_aggregated_page_indices (ABI version 2).
@@ -763,7 +768,7 @@ func kvcm_kv_cache_get_aggregated_page_indices(cache C.kvcm_kv_cache, layer_grou
 	if st != nil {
 		return st
 	}
-	items, err := glueKVCacheGetAggregatedPageIndices(cacheObj, layer_group, beam, valid_only)
+	items, err := cacheObj.Core().AggregatedPageIndices(layout.LayerGroupID(layer_group), int(beam), bool(valid_only))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -798,7 +803,7 @@ func kvcm_kv_cache_get_base_page_indices(cache C.kvcm_kv_cache, layer_group C.kv
 	if st != nil {
 		return st
 	}
-	items, err := glueKVCacheGetBasePageIndices(cacheObj, layer_group)
+	items, err := cacheObj.Core().BasePageIndices(layout.LayerGroupID(layer_group))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -833,7 +838,7 @@ func kvcm_kv_cache_get_beam_base_page_indices(cache C.kvcm_kv_cache, layer_group
 	if st != nil {
 		return st
 	}
-	items, err := glueKVCacheGetBeamBasePageIndices(cacheObj, layer_group, beam)
+	items, err := cacheObj.Core().BasePageIndicesOfBeam(layout.LayerGroupID(layer_group), int(beam))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -865,10 +870,7 @@ func kvcm_kv_cache_get_beam_width(cache C.kvcm_kv_cache, out *C.int32_t) (status
 	if st != nil {
 		return st
 	}
-	outOut, err := glueKVCacheGetBeamWidth(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
+	outOut := cacheObj.Core().BeamWidth()
 	*out = C.int32_t(outOut)
 	return nil
 }
@@ -899,10 +901,7 @@ func kvcm_kv_cache_get_cached_tokens_by_level(cache C.kvcm_kv_cache, tokens *C.i
 	if st != nil {
 		return st
 	}
-	items, err := glueKVCacheGetCachedTokensByLevel(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
+	items := cacheObj.Core().CachedTokensByLevel()
 	return statusOf(kvcmFn, fill(items, tokens, capacity, needed, func(v int) C.int64_t {
 		return C.int64_t(v)
 	}))
@@ -931,10 +930,7 @@ func kvcm_kv_cache_get_capacity(cache C.kvcm_kv_cache, out *C.int64_t) (status *
 	if st != nil {
 		return st
 	}
-	outOut, err := glueKVCacheGetCapacity(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
+	outOut := cacheObj.Core().Capacity()
 	*out = C.int64_t(outOut)
 	return nil
 }
@@ -997,10 +993,7 @@ func kvcm_kv_cache_get_committed_tokens(cache C.kvcm_kv_cache, tokens *C.kvcm_to
 	if st != nil {
 		return st
 	}
-	items, err := glueKVCacheGetCommittedTokens(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
+	items := cacheObj.Core().CommittedTokens()
 	return statusOf(kvcmFn, fill(items, tokens, capacity, needed, func(v config.Token) C.kvcm_token {
 		return C.kvcm_token(v)
 	}))
@@ -1029,10 +1022,7 @@ func kvcm_kv_cache_get_history_length(cache C.kvcm_kv_cache, out *C.int64_t) (st
 	if st != nil {
 		return st
 	}
-	outOut, err := glueKVCacheGetHistoryLength(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
+	outOut := cacheObj.Core().HistoryLength()
 	*out = C.int64_t(outOut)
 	return nil
 }
@@ -1060,10 +1050,7 @@ func kvcm_kv_cache_get_id(cache C.kvcm_kv_cache, out *C.uint64_t) (status *C.kvc
 	if st != nil {
 		return st
 	}
-	outOut, err := glueKVCacheGetID(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
+	outOut := cacheObj.Core().ID()
 	*out = C.uint64_t(outOut)
 	return nil
 }
@@ -1091,10 +1078,7 @@ func kvcm_kv_cache_get_num_committed_tokens(cache C.kvcm_kv_cache, out *C.int64_
 	if st != nil {
 		return st
 	}
-	outOut, err := glueKVCacheGetNumCommittedTokens(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
+	outOut := cacheObj.Core().NumCommittedTokens()
 	*out = C.int64_t(outOut)
 	return nil
 }
@@ -1122,10 +1106,7 @@ func kvcm_kv_cache_get_reuse_diagnostics(cache C.kvcm_kv_cache, out *C.kvcm_reus
 	if st != nil {
 		return st
 	}
-	outOut, err := glueKVCacheGetReuseDiagnostics(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
+	outOut := cacheObj.Core().ReuseDiagnostics()
 	*out = toCReuseDiagnostics(outOut)
 	return nil
 }
@@ -1153,10 +1134,7 @@ func kvcm_kv_cache_get_reused_tokens(cache C.kvcm_kv_cache, out *C.int64_t) (sta
 	if st != nil {
 		return st
 	}
-	outOut, err := glueKVCacheGetReusedTokens(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
+	outOut := cacheObj.Core().ReusedTokens()
 	*out = C.int64_t(outOut)
 	return nil
 }
@@ -1233,7 +1211,7 @@ func kvcm_kv_cache_get_ssm_block_base_index(cache C.kvcm_kv_cache, layer_group C
 	if st != nil {
 		return st
 	}
-	outOut, err := glueKVCacheGetSsmBlockBaseIndex(cacheObj, layer_group)
+	outOut, err := cacheObj.Core().SsmBlockBaseIndex(layout.LayerGroupID(layer_group))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -1264,10 +1242,7 @@ func kvcm_kv_cache_get_stats(cache C.kvcm_kv_cache, out *C.kvcm_block_stats) (st
 	if st != nil {
 		return st
 	}
-	outOut, err := glueKVCacheGetStats(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
+	outOut := cacheObj.Core().Stats()
 	*out = toCBlockStats(outOut)
 	return nil
 }
@@ -1295,10 +1270,7 @@ func kvcm_kv_cache_get_status(cache C.kvcm_kv_cache, out *C.kvcm_cache_status) (
 	if st != nil {
 		return st
 	}
-	outOut, err := glueKVCacheGetStatus(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
+	outOut := cacheObj.Core().Status()
 	*out = C.kvcm_cache_status(outOut)
 	return nil
 }
@@ -1326,10 +1298,7 @@ func kvcm_kv_cache_get_swa_scratch_reuse(cache C.kvcm_kv_cache, out *C.bool) (st
 	if st != nil {
 		return st
 	}
-	outOut, err := glueKVCacheGetSwaScratchReuse(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
+	outOut := cacheObj.Core().SwaScratchReuse()
 	*out = C.bool(outOut)
 	return nil
 }
@@ -1357,10 +1326,7 @@ func kvcm_kv_cache_has_scratch_slots(cache C.kvcm_kv_cache, out *C.bool) (status
 	if st != nil {
 		return st
 	}
-	outOut, err := glueKVCacheHasScratchSlots(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
+	outOut := cacheObj.Core().HasScratchSlots()
 	*out = C.bool(outOut)
 	return nil
 }
@@ -1413,7 +1379,7 @@ func kvcm_kv_cache_prefetch(cache C.kvcm_kv_cache, level C.kvcm_cache_level) (st
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCachePrefetch(cacheObj, level))
+	return statusOf(kvcmFn, cacheObj.Prefetch(layout.CacheLevel(level)))
 }
 
 // kvcm_kv_cache_resize is the export of kvcm_kv_cache_resize (ABI version 1).
@@ -1433,7 +1399,7 @@ func kvcm_kv_cache_resize(cache C.kvcm_kv_cache, capacity C.int64_t, history_len
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheResize(cacheObj, capacity, history_length))
+	return statusOf(kvcmFn, cacheObj.Resize(int64(capacity), int64(history_length)))
 }
 
 // kvcm_kv_cache_resume is the export of kvcm_kv_cache_resume (ABI version 1).
@@ -1473,7 +1439,7 @@ func kvcm_kv_cache_set_beam_width(cache C.kvcm_kv_cache, beam_width C.int32_t) (
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheSetBeamWidth(cacheObj, beam_width))
+	return statusOf(kvcmFn, cacheObj.Core().SetBeamWidth(int(beam_width)))
 }
 
 // kvcm_kv_cache_set_stream is the export of kvcm_kv_cache_set_stream (ABI version 2).
@@ -1513,7 +1479,7 @@ func kvcm_kv_cache_set_swa_scratch_reuse(cache C.kvcm_kv_cache, enable C.bool) (
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheSetSwaScratchReuse(cacheObj, enable))
+	return statusOf(kvcmFn, cacheObj.Core().SetSwaScratchReuse(bool(enable)))
 }
 
 // kvcm_kv_cache_stop_committing is the export of kvcm_kv_cache_stop_committing (ABI version 1).
@@ -1533,7 +1499,8 @@ func kvcm_kv_cache_stop_committing(cache C.kvcm_kv_cache) (status *C.kvcm_status
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheStopCommitting(cacheObj))
+	cacheObj.StopCommitting()
+	return nil
 }
 
 // kvcm_kv_cache_suspend is the export of kvcm_kv_cache_suspend (ABI version 1).
@@ -1553,7 +1520,7 @@ func kvcm_kv_cache_suspend(cache C.kvcm_kv_cache) (status *C.kvcm_status) {
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheSuspend(cacheObj))
+	return statusOf(kvcmFn, cacheObj.Suspend())
 }
 
 // kvcm_live_handle_count is the export of kvcm_live_handle_count (ABI version 1).
@@ -1586,7 +1553,7 @@ func kvcm_manager_adjust(manager C.kvcm_manager) (status *C.kvcm_status) {
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerAdjust(managerObj))
+	return statusOf(kvcmFn, managerObj.Core().Adjust())
 }
 
 // kvcm_manager_alloc_memory is the export of kvcm_manager_alloc_memory (ABI version 1).
@@ -1692,7 +1659,7 @@ func kvcm_manager_clear_reusable_blocks(manager C.kvcm_manager) (status *C.kvcm_
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerClearReusableBlocks(managerObj))
+	return statusOf(kvcmFn, managerObj.Core().ClearReusableBlocks())
 }
 
 // kvcm_manager_create is the export of kvcm_manager_create (ABI version 1).
@@ -1797,7 +1764,7 @@ func kvcm_manager_destroy_stream(manager C.kvcm_manager, stream C.kvcm_stream) (
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerDestroyStream(managerObj, stream))
+	return statusOf(kvcmFn, managerObj.DestroyStream(uintptr(stream)))
 }
 
 // kvcm_manager_detach_cp is the export of kvcm_manager_detach_cp (ABI version 1).
@@ -1817,7 +1784,8 @@ func kvcm_manager_detach_cp(manager C.kvcm_manager) (status *C.kvcm_status) {
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerDetachCP(managerObj))
+	managerObj.DetachCP()
+	return nil
 }
 
 // kvcm_manager_drain_block_events is the export of kvcm_manager_drain_block_events (ABI version 2).
@@ -1978,7 +1946,7 @@ func kvcm_manager_flush_shared(manager C.kvcm_manager, timeout_ms C.int64_t, out
 	if st != nil {
 		return st
 	}
-	outOut, err := glueManagerFlushShared(managerObj, timeout_ms)
+	outOut, err := managerObj.FlushShared(int64(timeout_ms))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2003,7 +1971,7 @@ func kvcm_manager_free_memory(manager C.kvcm_manager, ptr C.kvcm_device_ptr) (st
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerFreeMemory(managerObj, ptr))
+	return statusOf(kvcmFn, managerObj.FreeMemory(device.Ptr(ptr)))
 }
 
 // kvcm_manager_get_aggregated_pages is the export of kvcm_manager_get_aggregated_pages (ABI version 2).
@@ -2042,7 +2010,7 @@ func kvcm_manager_get_aggregated_pages(manager C.kvcm_manager, buffers *C.kvcm__
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	items, err := glueManagerGetAggregatedPages(managerObj, buffersArg)
+	items, err := managerObj.AggregatedPages([]layout.BufferKey(buffersArg))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2103,7 +2071,7 @@ func kvcm_manager_get_and_reset_iteration_cached_tokens_by_level(manager C.kvcm_
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	items, n, err := glueManagerGetAndResetIterationCachedTokensByLevel(managerObj, room)
+	items, n, err := managerObj.GetAndResetIterationCachedTokensByLevel(int(room))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2142,7 +2110,7 @@ func kvcm_manager_get_and_reset_iteration_peak_block_stats(manager C.kvcm_manage
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	items, n, err := glueManagerGetAndResetIterationPeakBlockStats(managerObj, level, room)
+	items, n, err := managerObj.GetAndResetIterationPeakBlockStats(layout.CacheLevel(level), int(room))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2179,7 +2147,7 @@ func kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats(manager C.
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	items, n, err := glueManagerGetAndResetIterationPoolGroupPeakBlockStats(managerObj, level, room)
+	items, n, err := managerObj.GetAndResetIterationPeakBlockStats(layout.CacheLevel(level), int(room))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2216,7 +2184,7 @@ func kvcm_manager_get_and_reset_iteration_reused_blocks_by_level(manager C.kvcm_
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	items, n, err := glueManagerGetAndResetIterationReusedBlocksByLevel(managerObj, room)
+	items, n, err := managerObj.GetAndResetIterationReusedBlocksByLevel(int(room))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2246,10 +2214,7 @@ func kvcm_manager_get_and_reset_iteration_stats(manager C.kvcm_manager, out *C.k
 	if st != nil {
 		return st
 	}
-	outOut, err := glueManagerGetAndResetIterationStats(managerObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
+	outOut := managerObj.Core().GetAndResetIterationStats()
 	*out = toCBlockStats(outOut)
 	return nil
 }
@@ -2284,7 +2249,7 @@ func kvcm_manager_get_and_reset_layer_group_iteration_stats(manager C.kvcm_manag
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	items, n, err := glueManagerGetAndResetLayerGroupIterationStats(managerObj, room)
+	items, n, err := managerObj.GetAndResetLayerGroupIterationStats(int(room))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2321,7 +2286,7 @@ func kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats(manager C.kvcm_mana
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	items, n, err := glueManagerGetAndResetSsmSnapshotIterationStats(managerObj, room)
+	items, n, err := managerObj.GetAndResetSsmSnapshotIterationStats(int(room))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2355,7 +2320,7 @@ func kvcm_manager_get_buffer_location(manager C.kvcm_manager, layer_id C.int32_t
 		return st
 	}
 	roleArg := config.DataRole(cString((*C.char)(role)))
-	outOut, err := glueManagerGetBufferLocation(managerObj, layer_id, roleArg)
+	outOut, err := managerObj.Core().Buffer(int32(layer_id), config.DataRole(roleArg))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2386,10 +2351,7 @@ func kvcm_manager_get_device_kind(manager C.kvcm_manager, out *C.kvcm_device_kin
 	if st != nil {
 		return st
 	}
-	outOut, err := glueManagerGetDeviceKind(managerObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
+	outOut := managerObj.DeviceKind()
 	*out = C.kvcm_device_kind(outOut)
 	return nil
 }
@@ -2417,7 +2379,7 @@ func kvcm_manager_get_layer_group_of(manager C.kvcm_manager, layer_id C.int32_t,
 	if st != nil {
 		return st
 	}
-	outOut, err := glueManagerGetLayerGroupOf(managerObj, layer_id)
+	outOut, err := managerObj.Core().LayerGroupOf(int32(layer_id))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2451,7 +2413,7 @@ func kvcm_manager_get_migration_stats(manager C.kvcm_manager, stats *C.kvcm_migr
 	if st != nil {
 		return st
 	}
-	items, err := glueManagerGetMigrationStats(managerObj)
+	items, err := managerObj.MigrationStats()
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2481,10 +2443,7 @@ func kvcm_manager_get_num_layer_groups(manager C.kvcm_manager, out *C.int32_t) (
 	if st != nil {
 		return st
 	}
-	outOut, err := glueManagerGetNumLayerGroups(managerObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
+	outOut := managerObj.Core().NumLayerGroups()
 	*out = C.int32_t(outOut)
 	return nil
 }
@@ -2578,7 +2537,7 @@ func kvcm_manager_get_page_index_converter(manager C.kvcm_manager, layer_id C.in
 		return st
 	}
 	roleArg := config.DataRole(cString((*C.char)(role)))
-	outOut, err := glueManagerGetPageIndexConverter(managerObj, layer_id, roleArg)
+	outOut, err := managerObj.Core().PageIndexConverter(int32(layer_id), config.DataRole(roleArg))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2613,7 +2572,7 @@ func kvcm_manager_get_page_index_upper_bound(manager C.kvcm_manager, layer_id C.
 		return st
 	}
 	roleArg := config.DataRole(cString((*C.char)(role)))
-	outOut, err := glueManagerGetPageIndexUpperBound(managerObj, layer_id, roleArg)
+	outOut, err := managerObj.Core().PageIndexUpperBound(int32(layer_id), config.DataRole(roleArg))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2700,7 +2659,7 @@ func kvcm_manager_get_pool_group_descs(manager C.kvcm_manager, level C.kvcm_cach
 	if st != nil {
 		return st
 	}
-	items, err := glueManagerGetPoolGroupDescs(managerObj, level)
+	items, err := managerObj.PoolGroupDescs(layout.CacheLevel(level))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2764,7 +2723,7 @@ func kvcm_manager_get_quota(manager C.kvcm_manager, level C.kvcm_cache_level, ou
 	if st != nil {
 		return st
 	}
-	outOut, err := glueManagerGetQuota(managerObj, level)
+	outOut, err := managerObj.Core().Quota(layout.CacheLevel(level))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2830,7 +2789,7 @@ func kvcm_manager_get_shared_level(manager C.kvcm_manager, out *C.kvcm_cache_lev
 	if st != nil {
 		return st
 	}
-	outOut, err := glueManagerGetSharedLevel(managerObj)
+	outOut, err := managerObj.SharedLevel()
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2861,7 +2820,7 @@ func kvcm_manager_get_shared_stats(manager C.kvcm_manager, out *C.kvcm_shared_st
 	if st != nil {
 		return st
 	}
-	outOut, err := glueManagerGetSharedStats(managerObj)
+	outOut, err := managerObj.SharedStats()
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2892,10 +2851,7 @@ func kvcm_manager_get_stats(manager C.kvcm_manager, out *C.kvcm_block_stats) (st
 	if st != nil {
 		return st
 	}
-	outOut, err := glueManagerGetStats(managerObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
+	outOut := managerObj.Core().Stats()
 	*out = toCBlockStats(outOut)
 	return nil
 }
@@ -2926,7 +2882,7 @@ func kvcm_manager_get_storage_stats(manager C.kvcm_manager, level C.kvcm_cache_l
 	if st != nil {
 		return st
 	}
-	items, err := glueManagerGetStorageStats(managerObj, level)
+	items, err := managerObj.Core().StorageStats(layout.CacheLevel(level))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2956,10 +2912,7 @@ func kvcm_manager_get_tokens_per_block(manager C.kvcm_manager, out *C.int32_t) (
 	if st != nil {
 		return st
 	}
-	outOut, err := glueManagerGetTokensPerBlock(managerObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
+	outOut := managerObj.Core().TokensPerBlock()
 	*out = C.int32_t(outOut)
 	return nil
 }
@@ -2987,10 +2940,7 @@ func kvcm_manager_need_adjustment(manager C.kvcm_manager, out *C.bool) (status *
 	if st != nil {
 		return st
 	}
-	outOut, err := glueManagerNeedAdjustment(managerObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
+	outOut := managerObj.Core().NeedAdjustment()
 	*out = C.bool(outOut)
 	return nil
 }
@@ -3106,7 +3056,7 @@ func kvcm_manager_probe_first_new_block_key_digests(manager C.kvcm_manager, scop
 		return statusOf(kvcmFn, err)
 	}
 	scopeArg.HasLoRA = bool(has_lora_id)
-	keyOut, foundOut, err := glueManagerProbeFirstNewBlockKeyDigests(managerObj, scopeArg, tokensArg, digestPositionsArg, digestBytesArg)
+	keyOut, foundOut, err := managerObj.ProbeFirstNewBlockKey(blockhash.Scope(scopeArg), []config.Token(tokensArg), []uint64(digestPositionsArg), digestBytesArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -3152,7 +3102,7 @@ func kvcm_manager_probe_reuse(manager C.kvcm_manager, scope *C.kvcm__const_kvcm_
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	outOut, err := glueManagerProbeReuse(managerObj, scopeArg, tokensArg)
+	outOut, err := managerObj.ProbeReuse(blockhash.Scope(scopeArg), []config.Token(tokensArg))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -3212,7 +3162,7 @@ func kvcm_manager_probe_reuse_digests(manager C.kvcm_manager, scope *C.kvcm__con
 		return statusOf(kvcmFn, err)
 	}
 	scopeArg.HasLoRA = bool(has_lora_id)
-	outOut, err := glueManagerProbeReuseDigests(managerObj, scopeArg, tokensArg, digestPositionsArg, digestBytesArg)
+	outOut, err := managerObj.ProbeReuseDigests(blockhash.Scope(scopeArg), []config.Token(tokensArg), []uint64(digestPositionsArg), digestBytesArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -3258,7 +3208,7 @@ func kvcm_manager_probe_reuse_v2(manager C.kvcm_manager, scope *C.kvcm__const_kv
 		return statusOf(kvcmFn, err)
 	}
 	scopeArg.HasLoRA = bool(has_lora_id)
-	outOut, err := glueManagerProbeReuseV2(managerObj, scopeArg, tokensArg)
+	outOut, err := managerObj.ProbeReuse(blockhash.Scope(scopeArg), []config.Token(tokensArg))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -3283,7 +3233,7 @@ func kvcm_manager_resize_level(manager C.kvcm_manager, level C.kvcm_cache_level,
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerResizeLevel(managerObj, level, quota))
+	return statusOf(kvcmFn, managerObj.Core().ResizeLevel(layout.CacheLevel(level), int64(quota)))
 }
 
 // kvcm_manager_set_block_priorities is the export of kvcm_manager_set_block_priorities (ABI version 2).
@@ -3331,7 +3281,7 @@ func kvcm_manager_set_block_priorities(manager C.kvcm_manager, scope *C.kvcm__co
 		return statusOf(kvcmFn, err)
 	}
 	scopeArg.HasLoRA = bool(has_lora_id)
-	outOut, err := glueManagerSetBlockPriorities(managerObj, scopeArg, keysArg, prioritiesArg)
+	outOut, err := managerObj.Core().SetBlockPriorities(blockhash.Scope(scopeArg), []blockhash.Key(keysArg), []int(prioritiesArg))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -3376,7 +3326,7 @@ func kvcm_planned_drop_drop(drop C.kvcm_planned_drop) (status *C.kvcm_status) {
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, gluePlannedDropDrop(dropObj))
+	return statusOf(kvcmFn, dropObj.Drop())
 }
 
 // kvcm_stream_alloc_memory is the export of kvcm_stream_alloc_memory (ABI version 1).
@@ -3480,7 +3430,7 @@ func kvcm_stream_free_memory(stream C.kvcm_stream, ptr C.kvcm_device_ptr) (statu
 	if isPoisoned() {
 		return poisonedStatus(kvcmFn)
 	}
-	return statusOf(kvcmFn, glueStreamFreeMemory(stream, ptr))
+	return statusOf(kvcmFn, abimodel.Devices.Free(uintptr(stream), device.Ptr(ptr)))
 }
 
 // kvcm_stream_synchronize is the export of kvcm_stream_synchronize (ABI version 1).

@@ -13,7 +13,6 @@ import (
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
-	"github.com/kvcm/kvcm/core/layout"
 )
 
 // ---- Create and destroy ----
@@ -47,59 +46,13 @@ func glueManagerDestroy(mgr *managerObj) error {
 
 // ---- Queries ----
 
-func glueManagerGetTokensPerBlock(mgr *managerObj) (int, error) {
-	return mgr.Core().TokensPerBlock(), nil
-}
-
-func glueManagerGetNumLayerGroups(mgr *managerObj) (int, error) {
-	return mgr.Core().NumLayerGroups(), nil
-}
-
 func glueManagerGetNumLevels(mgr *managerObj) (int, error) {
 	return len(mgr.Core().Layout().Levels), nil
-}
-
-func glueManagerGetDeviceKind(mgr *managerObj) (abimodel.DeviceKind, error) {
-	return mgr.DeviceKind(), nil
-}
-
-func glueManagerGetLayerGroupOf(mgr *managerObj, layerID C.int32_t) (layout.LayerGroupID, error) {
-	return mgr.Core().LayerGroupOf(int32(layerID))
-}
-
-func glueManagerGetBufferLocation(mgr *managerObj, layerID C.int32_t, role config.DataRole) (core.BufferLocation, error) {
-	return mgr.Core().Buffer(int32(layerID), role)
-}
-
-func glueManagerGetPoolGroupDescs(mgr *managerObj, level C.kvcm_cache_level) ([]layout.PoolGroupDesc, error) {
-	return mgr.PoolGroupDescs(layout.CacheLevel(level))
-}
-
-func glueManagerGetQuota(mgr *managerObj, level C.kvcm_cache_level) (int64, error) {
-	return mgr.Core().Quota(layout.CacheLevel(level))
-}
-
-func glueManagerResizeLevel(mgr *managerObj, level C.kvcm_cache_level, quota C.int64_t) error {
-	return mgr.Core().ResizeLevel(layout.CacheLevel(level), int64(quota))
-}
-
-func glueManagerProbeReuse(mgr *managerObj, scope blockhash.Scope, tokens []config.Token) (int, error) {
-	return mgr.ProbeReuse(scope, tokens)
-}
-
-func glueManagerProbeReuseV2(mgr *managerObj, scope blockhash.Scope, tokens []config.Token) (int, error) {
-	return mgr.ProbeReuse(scope, tokens)
 }
 
 func glueManagerProbeFirstNewBlockKey(mgr *managerObj, sc blockhash.Scope, ts []config.Token) (blockhash.Key, bool, error) {
 	return mgr.ProbeFirstNewBlockKey(sc, ts, nil, "")
 }
-
-func glueManagerSetBlockPriorities(mgr *managerObj, sc blockhash.Scope, keys []blockhash.Key, prs []int) (int, error) {
-	return mgr.Core().SetBlockPriorities(sc, keys, prs)
-}
-
-func glueManagerClearReusableBlocks(mgr *managerObj) error { return mgr.Core().ClearReusableBlocks() }
 
 func glueManagerGetNumOpenCaches(mgr *managerObj) (int, error) {
 	if err := mgr.Open(); err != nil {
@@ -109,44 +62,6 @@ func glueManagerGetNumOpenCaches(mgr *managerObj) (int, error) {
 }
 
 // ---- Statistics ----
-
-func glueManagerGetStats(mgr *managerObj) (core.BlockStats, error) { return mgr.Core().Stats(), nil }
-
-func glueManagerGetAndResetIterationStats(mgr *managerObj) (core.BlockStats, error) {
-	return mgr.Core().GetAndResetIterationStats(), nil
-}
-
-func glueManagerGetStorageStats(mgr *managerObj, level C.kvcm_cache_level) ([]core.PoolGroupStats, error) {
-	return mgr.Core().StorageStats(layout.CacheLevel(level))
-}
-
-func glueManagerGetAndResetIterationPeakBlockStats(mgr *managerObj, level C.kvcm_cache_level, room int) ([]core.PeakBlockStats, int, error) {
-	return mgr.GetAndResetIterationPeakBlockStats(layout.CacheLevel(level), room)
-}
-
-func glueManagerGetAndResetLayerGroupIterationStats(mgr *managerObj, room int) ([]abimodel.LayerGroupIterationStats, int, error) {
-	return mgr.GetAndResetLayerGroupIterationStats(room)
-}
-
-func glueManagerGetAndResetSsmSnapshotIterationStats(mgr *managerObj, room int) ([]abimodel.SsmSnapshotIterationStats, int, error) {
-	return mgr.GetAndResetSsmSnapshotIterationStats(room)
-}
-
-func glueManagerGetAndResetIterationReusedBlocksByLevel(mgr *managerObj, room int) ([]abimodel.ReusedBlocksAtLevel, int, error) {
-	return mgr.GetAndResetIterationReusedBlocksByLevel(room)
-}
-
-func glueManagerGetAndResetIterationCachedTokensByLevel(mgr *managerObj, room int) ([]int64, int, error) {
-	return mgr.GetAndResetIterationCachedTokensByLevel(room)
-}
-
-func glueManagerGetAndResetIterationPoolGroupPeakBlockStats(mgr *managerObj, level C.kvcm_cache_level, room int) ([]core.PeakBlockStats, int, error) {
-	return mgr.GetAndResetIterationPeakBlockStats(layout.CacheLevel(level), room)
-}
-
-func glueManagerGetMigrationStats(mgr *managerObj) ([]abimodel.PathMigrationStats, error) {
-	return mgr.MigrationStats()
-}
 
 func glueConfigValidate(mc abimodel.ManagerConfig) error {
 	cfg, opts, err := mc.Resolve()
@@ -233,10 +148,6 @@ func glueManagerCreateStream(mgr *managerObj) (uintptr, error) {
 	return s.Handle(), nil
 }
 
-func glueManagerDestroyStream(mgr *managerObj, stream C.kvcm_stream) error {
-	return mgr.DestroyStream(uintptr(stream))
-}
-
 func goMemoryKind(kind C.kvcm_memory_kind) (device.MemoryKind, error) {
 	switch kind {
 	case C.KVCM_MEMORY_DEVICE:
@@ -255,16 +166,12 @@ func glueManagerAllocMemory(mgr *managerObj, kind C.kvcm_memory_kind, size C.uin
 	return mgr.AllocMemory(k, uint64(size))
 }
 
-func glueManagerFreeMemory(mgr *managerObj, ptr C.kvcm_device_ptr) error {
-	return mgr.FreeMemory(device.Ptr(ptr))
-}
-
 // ---- Shared tier ----
 
-func glueManagerGetSharedLevel(mgr *managerObj) (layout.CacheLevel, error) { return mgr.SharedLevel() }
-
-func glueManagerGetSharedStats(mgr *managerObj) (core.SharedStats, error) { return mgr.SharedStats() }
-
-func glueManagerFlushShared(mgr *managerObj, timeoutMs C.int64_t) (bool, error) {
-	return mgr.FlushShared(int64(timeoutMs))
+func glueManagerGetPageStride(mgr *managerObj, layerID C.int32_t, role config.DataRole) (int64, error) {
+	loc, err := mgr.Core().Buffer(int32(layerID), role)
+	if err != nil {
+		return 0, err
+	}
+	return loc.PageStride(), nil
 }

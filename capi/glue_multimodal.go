@@ -57,15 +57,6 @@ func glueKVCacheGetCommittedDigests(c *kvCacheObj, positions *C.size_t, bytes *C
 	return nil
 }
 
-func glueManagerProbeReuseDigests(mgr *managerObj, sc blockhash.Scope, tokens []config.Token, positions []uint64, bytes string) (int, error) {
-	return mgr.ProbeReuseDigests(sc, tokens, positions, bytes)
-}
-
-func glueManagerProbeFirstNewBlockKeyDigests(mgr *managerObj, sc blockhash.Scope, tokens []config.Token,
-	positions []uint64, bytes string) (blockhash.Key, bool, error) {
-	return mgr.ProbeFirstNewBlockKey(sc, tokens, positions, bytes)
-}
-
 func glueManagerDrainBlockEventsDigests(mgr *managerObj, events *C.kvcm_block_event, eventsCap C.size_t, tokens *C.kvcm_token,
 	tokensCap C.size_t, positions *C.size_t, bytes *C.uint8_t, numEvents, numTokens, numDigests *C.size_t, dropped *C.uint64_t) error {
 	ps, err := cSlice(positions, tokensCap, "tokens_cap")

@@ -658,6 +658,20 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 		call = append(call, jen.Id("room"))
 	}
 	glue := jen.Id("glue" + fn.GoName).Call(call...)
+	values := len(outs)
+	if buffer != nil && buffer.Has("reset") {
+		values++
+	}
+	callErr := true
+	if fn.Call != "" {
+		if !status {
+			return shimCode{}, fmt.Errorf("%s: //kvcm:call needs a kvcm_status* result", fn.GoName)
+		}
+		var err error
+		if glue, callErr, err = callExpr(fn, call, values); err != nil {
+			return shimCode{}, err
+		}
+	}
 	switch {
 	case len(outs) > 0:
 		var rets []jen.Code
@@ -671,7 +685,11 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 				rets = append(rets, jen.Id(lowerCamel(o.CName)+"Out"))
 			}
 		}
-		body = append(body, jen.List(append(rets, jen.Err())...).Op(":=").Add(glue), ifErr)
+		if callErr {
+			body = append(body, jen.List(append(rets, jen.Err())...).Op(":=").Add(glue), ifErr)
+		} else {
+			body = append(body, jen.List(rets...).Op(":=").Add(glue))
+		}
 		for _, o := range outs {
 			if o.Has("result") {
 				el := o.Type.Elem
@@ -702,6 +720,8 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 		default:
 			body = append(body, jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Id("fill").Call(jen.Id("items"), jen.Id(buffer.CName), jen.Id(buffer.Len), jen.Id(buffer.Buffer), elemConv(buffer)))))
 		}
+	case status && !callErr:
+		body = append(body, glue, jen.Return(jen.Nil()))
 	case status:
 		body = append(body, jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), glue)))
 	case fn.Sig.Result.Kind == KVoid:
@@ -715,6 +735,50 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 		sig = sig.Parens(result)
 	}
 	return shimCode{name: name, doc: doc, fn: sig.Block(body...)}, nil
+}
+
+// callExpr is the call of a function's //kvcm:call with the arguments the
+// glue would get (the receiver first, for a method chain), each cast to the
+// parameter's type, and whether it returns an error after its values
+// (which must be the function's outputs, values of them).
+func callExpr(fn *Func, call []jen.Code, values int) (*jen.Statement, bool, error) {
+	sig := fn.CallSig
+	var x *jen.Statement
+	args := call
+	segs := strings.Split(fn.Call, ".")
+	if path, chain, ok := callPackage(fn.Call); ok {
+		segs = strings.Split(chain, ".")
+		x = jen.Qual(path, strings.TrimSuffix(segs[0], "()"))
+		if len(segs) > 1 && strings.HasSuffix(segs[0], "()") {
+			x = x.Call()
+		}
+		segs = segs[1:]
+	} else {
+		x, args = jen.Add(call[0]), call[1:]
+	}
+	for i, seg := range segs {
+		x = x.Dot(strings.TrimSuffix(seg, "()"))
+		if i < len(segs)-1 && strings.HasSuffix(seg, "()") {
+			x = x.Call()
+		}
+	}
+	where := fmt.Sprintf("%s: //kvcm:call %s", fn.GoName, fn.Call)
+	if sig.Params().Len() != len(args) || sig.Variadic() {
+		return nil, false, fmt.Errorf("%s: takes %d arguments, the function has %d to give it", where, sig.Params().Len(), len(args))
+	}
+	var cast []jen.Code
+	for i, a := range args {
+		cast = append(cast, castTo(sig.Params().At(i).Type(), a))
+	}
+	n := sig.Results().Len()
+	hasErr := n > 0 && types.Identical(sig.Results().At(n-1).Type(), types.Universe.Lookup("error").Type())
+	if hasErr {
+		n--
+	}
+	if n != values {
+		return nil, false, fmt.Errorf("%s: returns %d values, the function has %d outputs", where, n, values)
+	}
+	return x.Call(cast...), hasErr, nil
 }
 
 // elemConv is the conversion of a buffer's or sized output's Go elements

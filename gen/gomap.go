@@ -69,10 +69,15 @@ func parseGoMap(s string) (*GoMap, error) {
 func resolveGoMaps(m *Model, dir string) error {
 	var paths []string
 	for _, d := range m.Decls {
-		for _, g := range []*GoMap{d.GoMap, d.GoCaller} {
+		for _, g := range []*GoMap{d.GoMap, d.GoCaller, d.GoModel} {
 			if g != nil && !slices.Contains(paths, g.Path) {
 				paths = append(paths, g.Path)
 			}
+		}
+	}
+	for _, f := range m.Funcs {
+		if p, _, ok := callPackage(f.Call); ok && !slices.Contains(paths, p) {
+			paths = append(paths, p)
 		}
 	}
 	if len(paths) == 0 {
@@ -117,6 +122,11 @@ func resolveGoMaps(m *Model, dir string) error {
 				}
 			}
 		}
+		if g := d.GoModel; g != nil {
+			if err := resolve(d, g, "gomodel"); err != nil {
+				return err
+			}
+		}
 		if g := d.GoCaller; g != nil {
 			if err := resolve(d, g, "gocaller"); err != nil {
 				return err
@@ -126,7 +136,87 @@ func resolveGoMaps(m *Model, dir string) error {
 			}
 		}
 	}
+	for _, f := range m.Funcs {
+		if f.Call != "" {
+			if err := resolveCall(f, byPath); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
+}
+
+// callPackage splits a package-level //kvcm:call into its import path and
+// the chain after it.
+func callPackage(call string) (path, chain string, ok bool) {
+	i := strings.LastIndex(call, "/")
+	if i < 0 {
+		return "", "", false
+	}
+	j := strings.Index(call[i:], ".")
+	if j < 0 {
+		return "", "", false
+	}
+	return call[:i+j], call[i+j+1:], true
+}
+
+// resolveCall finds the signature of the function a //kvcm:call names.
+func resolveCall(f *Func, byPath map[string]*types.Package) error {
+	where := fmt.Sprintf("%s: //kvcm:call %s", f.GoName, f.Call)
+	var t types.Type
+	var pkg *types.Package
+	segs := strings.Split(f.Call, ".")
+	if path, chain, ok := callPackage(f.Call); ok {
+		pkg = byPath[path]
+		segs = strings.Split(chain, ".")
+		if pkg == nil {
+			return fmt.Errorf("%s: package %s not loaded", where, path)
+		}
+		obj := pkg.Scope().Lookup(strings.TrimSuffix(segs[0], "()"))
+		switch obj := obj.(type) {
+		case *types.Var:
+			t = obj.Type()
+		case *types.Func:
+			if len(segs) == 1 {
+				f.CallSig = obj.Type().(*types.Signature)
+				return nil
+			}
+			t = obj.Type().(*types.Signature).Results().At(0).Type()
+		default:
+			return fmt.Errorf("%s: %s has no variable or function %s", where, path, segs[0])
+		}
+		segs = segs[1:]
+	} else {
+		if len(f.Sig.Params) == 0 || f.Sig.Params[0].Type.Kind != KNamed || f.Sig.Params[0].Type.Decl.GoModel == nil {
+			return fmt.Errorf("%s: a method chain needs a first parameter of a handle with //kvcm:gomodel", where)
+		}
+		g := f.Sig.Params[0].Type.Decl.GoModel
+		t, pkg = types.NewPointer(g.Type), g.Type.Obj().Pkg()
+	}
+	for i, seg := range segs {
+		name := strings.TrimSuffix(seg, "()")
+		obj, _, _ := types.LookupFieldOrMethod(t, true, pkg, name)
+		switch obj := obj.(type) {
+		case *types.Func:
+			sig := obj.Type().(*types.Signature)
+			if i == len(segs)-1 {
+				f.CallSig = sig
+				return nil
+			}
+			if !strings.HasSuffix(seg, "()") || sig.Params().Len() != 0 || sig.Results().Len() != 1 {
+				return fmt.Errorf("%s: %s is called with no arguments for its one result: write %s()", where, name, name)
+			}
+			t = sig.Results().At(0).Type()
+		case *types.Var:
+			if i == len(segs)-1 {
+				return fmt.Errorf("%s: %s is a field, not a method", where, name)
+			}
+			t = obj.Type()
+		default:
+			return fmt.Errorf("%s: %s has no field or method %s", where, t, name)
+		}
+	}
+	return fmt.Errorf("%s: names no function", where)
 }
 
 func typeOf(obj types.Object) types.Type {

@@ -223,6 +223,11 @@ func (l *loader) run() error {
 				return fmt.Errorf("%s: bad //kvcm:gohandle %q: want \"<Go type> <words>\" on a //kvcm:handle", dc.GoName, g)
 			}
 		}
+		if g := d.one("gomodel"); g != "" {
+			if dc.GoModel, err = parseGoMap("out " + g); err != nil || dc.GoHandle == "" {
+				return fmt.Errorf("%s: bad //kvcm:gomodel %q: want \"<import path>.<Type>\" on a //kvcm:gohandle", dc.GoName, g)
+			}
+		}
 		if g := d.one("go"); g != "" {
 			if dc.GoMap, err = parseGoMap(g); err != nil || dc.Kind != DStruct {
 				return fmt.Errorf("%s: bad //kvcm:go %q: want \"in|out|inout <import path>.<Type>\" on a //kvcm:struct", dc.GoName, g)
@@ -527,7 +532,7 @@ func (l *loader) function(s typeSpec) (*Func, error) {
 		return nil, err
 	}
 	f := &Func{GoName: name, CName: l.m.Prefix + "_" + Snake(name), Doc: docText(s.doc), Since: since,
-		Thread: d.one("thread"), Impl: d.one("impl"), Sig: sig, Returns: d.one("returns")}
+		Thread: d.one("thread"), Impl: d.one("impl"), Sig: sig, Returns: d.one("returns"), Call: d.one("call")}
 	if c := d.one("cname"); c != "" {
 		f.CName = c
 	}

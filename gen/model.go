@@ -8,6 +8,7 @@ package gen
 
 import (
 	"fmt"
+	"go/types"
 	"strings"
 )
 
@@ -156,6 +157,10 @@ type Decl struct {
 	// the export package gets lookup<Name>, which resolves an argument to
 	// a *<type>, and handleKind.
 	GoHandle, GoHandleWhat string
+	// GoModel is the type of the object model a handle's Go type embeds
+	// (//kvcm:gomodel <import path>.<Type>): the receiver of the //kvcm:call
+	// of the functions taking the handle first.
+	GoModel *GoMap
 	// GoMap is the Go struct kvcmgen writes converters for (//kvcm:go), or
 	// nil.
 	GoMap *GoMap
@@ -280,6 +285,13 @@ type Func struct {
 	Impl    string // go (default), c (hand-written C), api (generated get_api)
 	Sig     *Sig
 	Returns string
+	// Call (//kvcm:call <expr>) is what the export calls instead of the
+	// hand-written glue<Name>: a method chain on the first parameter's
+	// //kvcm:gomodel type (Core().TokensPerBlock), or on a package-level
+	// variable or function (<import path>.Devices.Free). CallSig is the
+	// signature of the function it names.
+	Call    string
+	CallSig *types.Signature
 }
 
 // Model is a loaded ABI description.

@@ -25,6 +25,7 @@ import "github.com/kvcm/kvcm/gen/spec"
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().SetBlockPriorities
 //kvcm:param manager in The manager.
 //kvcm:param scope borrowed,convert The reuse scope of the blocks.
 //kvcm:param hasLoraID in,into=scope.HasLoRA Whether scope.lora_id is a LoRA adapter id, 0 included.

@@ -149,6 +149,23 @@
 // end, slots, error). The export writes the results, then the sized
 // outputs, then the buffer.
 //
+// # Functions without glue: //kvcm:call, //kvcm:gomodel
+//
+// A function whose glue would only call one Go function names it with
+// //kvcm:call, and kvcmgen writes the call in the export instead of a call
+// to glue<Name>: a method chain on its first parameter's handle
+// (//kvcm:call Core().TokensPerBlock on a kvcm_manager), or a package-level
+// variable or function (//kvcm:call
+// github.com/kvcm/kvcm/core/abimodel.Devices.Free). The function gets
+// what the glue would (the conventions above applied, the handle's object
+// as the receiver), each argument cast to its parameter's type, and
+// returns one value per output, with or without an error after them (a
+// function without outputs may return nothing). A handle type's
+// //kvcm:gomodel <import path>.<Type> names the object-model type its Go
+// type embeds (abimodel.Manager behind managerObj), against which kvcmgen
+// resolves the chain: a method chain that names no method, or a function
+// whose arguments or results do not match, is a generator error.
+//
 // # Python value types: //kvcm:pyvalue
 //
 // A struct of scalars with //kvcm:pyvalue gets a frozen dataclass of the

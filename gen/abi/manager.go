@@ -342,6 +342,7 @@ type ManagerDestroy func(manager Manager) *Status
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Core().TokensPerBlock
 //kvcm:param manager in The manager.
 //kvcm:param out out,result Receives the tokens per block.
 type ManagerGetTokensPerBlock func(manager Manager, out spec.Out[int32]) *Status
@@ -350,6 +351,7 @@ type ManagerGetTokensPerBlock func(manager Manager, out spec.Out[int32]) *Status
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Core().NumLayerGroups
 //kvcm:param manager in The manager.
 //kvcm:param out out,result Receives the number of layer groups.
 type ManagerGetNumLayerGroups func(manager Manager, out spec.Out[int32]) *Status
@@ -367,6 +369,7 @@ type ManagerGetNumLevels func(manager Manager, out spec.Out[int32]) *Status
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call DeviceKind
 //kvcm:param manager in The manager.
 //kvcm:param out out,result Receives the device kind.
 type ManagerGetDeviceKind func(manager Manager, out spec.Out[DeviceKind]) *Status
@@ -375,6 +378,7 @@ type ManagerGetDeviceKind func(manager Manager, out spec.Out[DeviceKind]) *Statu
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Core().LayerGroupOf
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
 //kvcm:param out out,result Receives the layer group.
@@ -385,6 +389,7 @@ type ManagerGetLayerGroupOf func(manager Manager, layerID int32, out spec.Out[La
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Core().Buffer
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
 //kvcm:param role borrowed,string,go=github.com/kvcm/kvcm/core/config.DataRole The buffer's role, such as "key".
@@ -403,6 +408,7 @@ type ManagerGetBufferLocation func(manager Manager, layerID int32, role spec.CSt
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call PoolGroupDescs
 //kvcm:param manager in The manager.
 //kvcm:param level in The cache level.
 //kvcm:param descs out,nullable,len=descsCap,buffer=numDescs Receives the descriptors.
@@ -420,6 +426,7 @@ type ManagerGetPoolGroupDescs func(manager Manager, level CacheLevel, descs spec
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Core().Quota
 //kvcm:param manager in The manager.
 //kvcm:param level in The cache level.
 //kvcm:param out out,result Receives the quota in bytes.
@@ -440,6 +447,7 @@ type ManagerGetQuota func(manager Manager, level CacheLevel, out spec.Out[int64]
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Core().ResizeLevel
 //kvcm:param manager in The manager.
 //kvcm:param level in The cache level.
 //kvcm:param quota in The new quota in bytes (positive).
@@ -450,6 +458,7 @@ type ManagerResizeLevel func(manager Manager, level CacheLevel, quota int64) *St
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call ProbeReuse
 //kvcm:param manager in The manager.
 //kvcm:param scope borrowed,convert The reuse scope.
 //kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The input tokens (NULL only when num_tokens is 0).
@@ -479,6 +488,7 @@ type ManagerProbeFirstNewBlockKey func(manager Manager, scope spec.In[ReuseScope
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call ProbeReuse
 //kvcm:param manager in The manager.
 //kvcm:param scope borrowed,convert The reuse scope.
 //kvcm:param hasLoraID in,into=scope.HasLoRA Whether scope.lora_id is a LoRA adapter id, 0 included.
@@ -493,6 +503,7 @@ type ManagerProbeReuseV2 func(manager Manager, scope spec.In[ReuseScope], hasLor
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().ClearReusableBlocks
 //kvcm:param manager in The manager.
 type ManagerClearReusableBlocks func(manager Manager) *Status
 
@@ -510,6 +521,7 @@ type ManagerGetNumOpenCaches func(manager Manager, out spec.Out[spec.Size]) *Sta
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Core().Stats
 //kvcm:param manager in The manager.
 //kvcm:param out out,result Receives the statistics.
 type ManagerGetStats func(manager Manager, out spec.Out[BlockStats]) *Status
@@ -519,6 +531,7 @@ type ManagerGetStats func(manager Manager, out spec.Out[BlockStats]) *Status
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Core().GetAndResetIterationStats
 //kvcm:param manager in The manager.
 //kvcm:param out out,result Receives the statistics.
 type ManagerGetAndResetIterationStats func(manager Manager, out spec.Out[BlockStats]) *Status
@@ -528,6 +541,7 @@ type ManagerGetAndResetIterationStats func(manager Manager, out spec.Out[BlockSt
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Core().StorageStats
 //kvcm:param manager in The manager.
 //kvcm:param level in The cache level.
 //kvcm:param stats out,nullable,len=capacity,buffer=needed Receives one entry per pool group.
@@ -541,6 +555,7 @@ type ManagerGetStorageStats func(manager Manager, level CacheLevel, stats spec.O
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call GetAndResetIterationPeakBlockStats
 //kvcm:param manager in The manager.
 //kvcm:param level in The cache level.
 //kvcm:param stats out,nullable,len=capacity,buffer=needed,reset Receives one entry per pool group.
@@ -554,6 +569,7 @@ type ManagerGetAndResetIterationPeakBlockStats func(manager Manager, level Cache
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call MigrationStats
 //kvcm:param manager in The manager.
 //kvcm:param stats out,nullable,len=capacity,buffer=needed Receives one entry per path.
 //kvcm:param capacity in Capacity of stats, in elements.
@@ -607,6 +623,7 @@ type ManagerDrainBlockEvents func(manager Manager, events spec.Out[BlockEvent], 
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call GetAndResetLayerGroupIterationStats
 //kvcm:param manager in The manager.
 //kvcm:param stats out,nullable,len=capacity,buffer=needed,reset Receives one entry per layer group.
 //kvcm:param capacity in Capacity of stats, in elements.
@@ -620,6 +637,7 @@ type ManagerGetAndResetLayerGroupIterationStats func(manager Manager, stats spec
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call GetAndResetSsmSnapshotIterationStats
 //kvcm:param manager in The manager.
 //kvcm:param stats out,nullable,len=capacity,buffer=needed,reset Receives one entry per SSM layer group with lookups.
 //kvcm:param capacity in Capacity of stats, in elements.
@@ -633,6 +651,7 @@ type ManagerGetAndResetSsmSnapshotIterationStats func(manager Manager, stats spe
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call GetAndResetIterationReusedBlocksByLevel
 //kvcm:param manager in The manager.
 //kvcm:param rows out,nullable,len=capacity,buffer=needed,reset Receives one entry per layer group and level.
 //kvcm:param capacity in Capacity of rows, in elements.
@@ -647,6 +666,7 @@ type ManagerGetAndResetIterationReusedBlocksByLevel func(manager Manager, rows s
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call GetAndResetIterationCachedTokensByLevel
 //kvcm:param manager in The manager.
 //kvcm:param tokens out,nullable,len=capacity,buffer=needed,reset,go=int64 Receives one count per level.
 //kvcm:param capacity in Capacity of tokens, in elements.
@@ -661,6 +681,7 @@ type ManagerGetAndResetIterationCachedTokensByLevel func(manager Manager, tokens
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call GetAndResetIterationPeakBlockStats
 //kvcm:param manager in The manager.
 //kvcm:param level in The cache level.
 //kvcm:param stats out,nullable,len=capacity,buffer=needed,reset Receives one entry per pool group.
@@ -706,6 +727,7 @@ type ManagerGetScratchPagesPerBlock func(manager Manager, layerID int32, role sp
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().NeedAdjustment
 //kvcm:param manager in The manager.
 //kvcm:param out out,result Receives whether an adjustment is due.
 type ManagerNeedAdjustment func(manager Manager, out spec.Out[bool]) *Status
@@ -723,6 +745,7 @@ type ManagerNeedAdjustment func(manager Manager, out spec.Out[bool]) *Status
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().Adjust
 //kvcm:param manager in The manager.
 type ManagerAdjust func(manager Manager) *Status
 

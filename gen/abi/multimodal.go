@@ -71,6 +71,7 @@ type KVCacheGetCommittedDigests func(cache KVCache, positions spec.Out[spec.Size
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call ProbeReuseDigests
 //kvcm:param manager in The manager.
 //kvcm:param scope borrowed,convert The reuse scope.
 //kvcm:param hasLoraID in,into=scope.HasLoRA Whether scope.lora_id is a LoRA adapter id, 0 included.
@@ -89,6 +90,7 @@ type ManagerProbeReuseDigests func(manager Manager, scope spec.In[ReuseScope], h
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call ProbeFirstNewBlockKey
 //kvcm:param manager in The manager.
 //kvcm:param scope borrowed,convert The reuse scope.
 //kvcm:param hasLoraID in,into=scope.HasLoRA Whether scope.lora_id is a LoRA adapter id, 0 included.

@@ -91,6 +91,7 @@ type PageIndexConverter struct {
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call AggregatedPages
 //kvcm:param manager in The manager.
 //kvcm:param buffers borrowed,nullable,len=numBuffers,convert The buffers to aggregate, in any order (NULL only when num_buffers is 0).
 //kvcm:param numBuffers in The number of buffers.
@@ -106,6 +107,7 @@ type ManagerGetAggregatedPages func(manager Manager, buffers spec.In[BufferID], 
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().PageIndexConverter
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
 //kvcm:param role borrowed,string,go=github.com/kvcm/kvcm/core/config.DataRole The buffer's role, such as "key".
@@ -131,6 +133,7 @@ type ManagerGetPageStride func(manager Manager, layerID int32, role spec.CStr, o
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().PageIndexUpperBound
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
 //kvcm:param role borrowed,string,go=github.com/kvcm/kvcm/core/config.DataRole The buffer's role, such as "key".
@@ -147,6 +150,7 @@ type ManagerGetPageIndexUpperBound func(manager Manager, layerID int32, role spe
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().AggregatedPageIndices
 //kvcm:param cache in The cache.
 //kvcm:param layerGroup in The layer group.
 //kvcm:param beam in The beam.
