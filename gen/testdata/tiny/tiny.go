@@ -56,6 +56,7 @@ const (
 //
 //kvcm:handle
 //kvcm:gohandle widgetObj widget
+//kvcm:gomodel strings.Builder
 //kvcm:since 1
 type Widget uint64
 
@@ -327,3 +328,23 @@ type StatusFree func(status spec.Out[Status])
 //kvcm:param numStrips out Receives the number of strips.
 //kvcm:param numPix out Receives the number of pixels.
 type WidgetStrips func(widget Widget, origin spec.In[Pair], shift int32, values spec.In[int32], numValues spec.Size, order spec.Out[spec.Size], first spec.Out[int64], count spec.Out[uint32], strips spec.Out[Strip], stripsCap spec.Size, pix spec.Out[uint8], pixCap spec.Size, numStrips spec.Out[spec.Size], numPix spec.Out[spec.Size]) *Status
+
+// WidgetLen returns the length of the widget's text: the export calls the
+// method of the widget's object.
+//
+//kvcm:since 2
+//kvcm:thread any
+//kvcm:call Len
+//kvcm:param widget in The widget.
+//kvcm:param out out,result Receives the length.
+type WidgetLen func(widget Widget, out spec.Out[int64]) *Status
+
+// Ones counts the set bits of a value: the export calls a package-level
+// function.
+//
+//kvcm:since 2
+//kvcm:thread any
+//kvcm:call math/bits.OnesCount64
+//kvcm:param v in The value.
+//kvcm:param out out,result Receives the count.
+type Ones func(v uint64, out spec.Out[int32]) *Status

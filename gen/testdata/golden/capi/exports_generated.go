@@ -2,7 +2,10 @@
 
 package capi
 
-import "fmt"
+import (
+	"fmt"
+	"math/bits"
+)
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/../include
@@ -23,6 +26,30 @@ func kvcm_count() (result C.uint64_t) {
 		}
 	}()
 	return glueCount()
+}
+
+// kvcm_ones is the export of kvcm_ones (ABI version 2).
+//
+//export kvcm_ones
+func kvcm_ones(v C.uint64_t, out *C.int32_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_ones"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	outOut := bits.OnesCount64(uint64(v))
+	*out = C.int32_t(outOut)
+	return nil
 }
 
 // kvcm_widget_create is the export of kvcm_widget_create (ABI version 1).
@@ -53,6 +80,34 @@ func kvcm_widget_create(options *C.kvcm__const_kvcm_options, plugin *C.kvcm__con
 		return st
 	}
 	return statusOf(kvcmFn, glueWidgetCreate(options, pluginArg, out))
+}
+
+// kvcm_widget_len is the export of kvcm_widget_len (ABI version 2).
+//
+//export kvcm_widget_len
+func kvcm_widget_len(widget C.kvcm_widget, out *C.int64_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_widget_len"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	widgetObj, st := lookupWidget(kvcmFn, "widget", widget)
+	if st != nil {
+		return st
+	}
+	outOut := widgetObj.Len()
+	*out = C.int64_t(outOut)
+	return nil
 }
 
 // kvcm_widget_move_pairs is the export of kvcm_widget_move_pairs (ABI version 2).

@@ -246,8 +246,10 @@ def check_layouts():
 FUNCTIONS = {
     "kvcm_count": (ctypes.c_uint64, []),
     "kvcm_get_api": (ctypes.c_void_p, [ctypes.c_uint32]),
+    "kvcm_ones": (ctypes.POINTER(kvcm_status), [ctypes.c_uint64, ctypes.POINTER(ctypes.c_int32)]),
     "kvcm_status_free": (None, [ctypes.POINTER(kvcm_status)]),
     "kvcm_widget_create": (ctypes.POINTER(kvcm_status), [ctypes.POINTER(kvcm_options), ctypes.POINTER(kvcm_plugin_object), ctypes.POINTER(kvcm_widget)]),
+    "kvcm_widget_len": (ctypes.POINTER(kvcm_status), [kvcm_widget, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_widget_move_pairs": (ctypes.POINTER(kvcm_status), [kvcm_widget, ctypes.POINTER(kvcm_pair), ctypes.c_size_t]),
     "kvcm_widget_notify": (ctypes.POINTER(kvcm_status), [kvcm_widget, kvcm_notify, ctypes.c_void_p, ctypes.POINTER(kvcm_pair), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_widget_strips": (ctypes.POINTER(kvcm_status), [kvcm_widget, ctypes.POINTER(kvcm_pair), ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(kvcm_strip), ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint8), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]),
@@ -259,8 +261,10 @@ FUNCTIONS = {
 PARAMETERS = {
     "kvcm_count": (),
     "kvcm_get_api": ("version",),
+    "kvcm_ones": ("v", "out"),
     "kvcm_status_free": ("status",),
     "kvcm_widget_create": ("options", "plugin", "out"),
+    "kvcm_widget_len": ("widget", "out"),
     "kvcm_widget_move_pairs": ("widget", "pairs", "num_pairs"),
     "kvcm_widget_notify": ("widget", "fn", "user_data", "pairs", "capacity", "needed"),
     "kvcm_widget_strips": ("widget", "origin", "shift", "values", "num_values", "order", "first", "count", "strips", "strips_cap", "pix", "pix_cap", "num_strips", "num_pix"),

@@ -649,6 +649,60 @@ done:
     return out;
 }
 
+/* kvcm_ones(v, out) */
+static PyObject *kx_fn_kvcm_ones(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    uint64_t a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 2, "kvcm_ones") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (uint64_t)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 4, &a1) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->ones(a0, (int32_t*)a1.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    return out;
+}
+
+/* kvcm_widget_len(widget, out) */
+static PyObject *kx_fn_kvcm_widget_len(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_widget a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 2, "kvcm_widget_len") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_widget)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 8, &a1) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->widget_len(a0, (int64_t*)a1.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    return out;
+}
+
 /* kvcm_widget_move_pairs(widget, pairs, num_pairs) */
 static PyObject *kx_fn_kvcm_widget_move_pairs(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -926,6 +980,8 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_count", (PyCFunction)(void (*)(void))kx_fn_kvcm_count, METH_FASTCALL, "kvcm_count()"},
     {"kvcm_status_free", (PyCFunction)(void (*)(void))kx_fn_kvcm_status_free, METH_FASTCALL, "kvcm_status_free(status)"},
     {"kvcm_widget_create", (PyCFunction)(void (*)(void))kx_fn_kvcm_widget_create, METH_FASTCALL, "kvcm_widget_create(options, plugin, out)"},
+    {"kvcm_ones", (PyCFunction)(void (*)(void))kx_fn_kvcm_ones, METH_FASTCALL, "kvcm_ones(v, out)"},
+    {"kvcm_widget_len", (PyCFunction)(void (*)(void))kx_fn_kvcm_widget_len, METH_FASTCALL, "kvcm_widget_len(widget, out)"},
     {"kvcm_widget_move_pairs", (PyCFunction)(void (*)(void))kx_fn_kvcm_widget_move_pairs, METH_FASTCALL, "kvcm_widget_move_pairs(widget, pairs, num_pairs)"},
     {"kvcm_widget_notify", (PyCFunction)(void (*)(void))kx_fn_kvcm_widget_notify, METH_FASTCALL, "kvcm_widget_notify(widget, fn, user_data, pairs, capacity, needed)"},
     {"kvcm_widget_strips", (PyCFunction)(void (*)(void))kx_fn_kvcm_widget_strips, METH_FASTCALL, "kvcm_widget_strips(widget, origin, shift, values, num_values, order, first, count, strips, strips_cap, pix, pix_cap, num_strips, num_pix)"},
@@ -934,12 +990,14 @@ static PyMethodDef kx_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static const Py_ssize_t kx_arity[] = {0, 1, 3, 3, 6, 14, 5, 6};
+static const Py_ssize_t kx_arity[] = {0, 1, 3, 2, 2, 3, 6, 14, 5, 6};
 
 static const size_t kx_slot_offsets[] = {
     offsetof(kvcm_api, count),
     offsetof(kvcm_api, status_free),
     offsetof(kvcm_api, widget_create),
+    offsetof(kvcm_api, ones),
+    offsetof(kvcm_api, widget_len),
     offsetof(kvcm_api, widget_move_pairs),
     offsetof(kvcm_api, widget_notify),
     offsetof(kvcm_api, widget_strips),

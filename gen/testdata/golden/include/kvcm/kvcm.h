@@ -391,6 +391,19 @@ KVCM_API uint64_t kvcm_count(void);
 KVCM_API const kvcm_api* kvcm_get_api(uint32_t version);
 
 /**
+ * kvcm_ones counts the set bits of a value: the export calls a package-level
+ * function.
+ *
+ * @param v [in] The value.
+ * @param out [out] Receives the count.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_ones(uint64_t v, int32_t* out);
+
+/**
  * kvcm_status_free frees a status.
  *
  * @param status [in, consumed, nullable] The status.
@@ -412,6 +425,19 @@ KVCM_API void kvcm_status_free(kvcm_status* status);
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_widget_create(const kvcm_options* options, const kvcm_plugin_object* plugin, kvcm_widget* out);
+
+/**
+ * kvcm_widget_len returns the length of the widget's text: the export calls the
+ * method of the widget's object.
+ *
+ * @param widget [in] The widget.
+ * @param out [out] Receives the length.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_widget_len(kvcm_widget widget, int64_t* out);
 
 /**
  * kvcm_widget_move_pairs moves the widget along pairs.
@@ -514,6 +540,10 @@ struct kvcm_api {
     void (*status_free)(kvcm_status* status);
     /** kvcm_widget_create (since ABI version 1). */
     kvcm_status* (*widget_create)(const kvcm_options* options, const kvcm_plugin_object* plugin, kvcm_widget* out);
+    /** kvcm_ones (since ABI version 2). */
+    kvcm_status* (*ones)(uint64_t v, int32_t* out);
+    /** kvcm_widget_len (since ABI version 2). */
+    kvcm_status* (*widget_len)(kvcm_widget widget, int64_t* out);
     /** kvcm_widget_move_pairs (since ABI version 2). */
     kvcm_status* (*widget_move_pairs)(kvcm_widget widget, const kvcm_pair* pairs, size_t num_pairs);
     /** kvcm_widget_notify (since ABI version 2). */
@@ -584,18 +614,20 @@ KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_strip) == 8, "alignment of kvcm_strip chang
 KVCM_STATIC_ASSERT(offsetof(kvcm_strip, stride) == 0, "layout of kvcm_strip changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_strip, pix) == 8, "layout of kvcm_strip changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_strip, num_pix) == 16, "layout of kvcm_strip changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 72, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 88, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, count) == 8, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, status_free) == 16, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_create) == 24, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_move_pairs) == 32, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_notify) == 40, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_strips) == 48, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_tag) == 56, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_take_pairs) == 64, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, ones) == 32, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_len) == 40, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_move_pairs) == 48, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_notify) == 56, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_strips) == 64, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_tag) == 72, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_take_pairs) == 80, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus
