@@ -134,6 +134,23 @@ func fillTaken[T, E any](items []T, n int, buf *E, capacity C.size_t, needed *C.
 	return nil
 }
 
+// fillSized writes items into a caller's buffer whose length is the input
+// count name (n elements), converted by conv; more items than that is an
+// internal error.
+func fillSized[T, E any](items []T, buf *E, n C.size_t, name string, conv func(T) E) error {
+	out, err := cSlice(buf, n, name)
+	if err != nil {
+		return err
+	}
+	if len(items) > len(out) {
+		return errorf(codeInternal, "%d entries for the %d of %s", len(items), len(out), name)
+	}
+	for i, it := range items {
+		out[i] = conv(it)
+	}
+	return nil
+}
+
 // bufferRoom is how many entries a caller's buffer holds (0 for a size
 // query), for a get-and-reset query that takes only what fits.
 func bufferRoom[E any](buf *E, capacity C.size_t) (int, error) {
@@ -211,6 +228,25 @@ func callBuffer[G, E any](slot string, call func(*E, C.size_t, *C.size_t) C.int3
 		buf = make([]G, needed)
 	}
 	return nil, fmt.Errorf("%s needed more than the %d elements it asked for", slot, len(buf))
+}
+
+// toCAggregatedPageDesc converts a abimodel.AggregatedPage to a kvcm_aggregated_page_desc.
+// Its arrays go to the start of the buffers of their names, which have room.
+func toCAggregatedPageDesc(s abimodel.AggregatedPage, buffers []C.kvcm_expanded_buffer) C.kvcm_aggregated_page_desc {
+	c := C.kvcm_aggregated_page_desc{
+		base:        C.kvcm_device_ptr(s.Base),
+		layer_group: C.kvcm_layer_group_id(s.LayerGroup),
+		num_buffers: C.size_t(len(s.Buffers)),
+		size:        C.int64_t(s.Size),
+		stride:      C.int64_t(s.Stride),
+	}
+	if len(s.Buffers) > 0 {
+		c.buffers = &buffers[0]
+	}
+	for i, v := range s.Buffers {
+		buffers[i] = toCExpandedBuffer(v)
+	}
+	return c
 }
 
 // fromCAttentionLayerConfig converts a kvcm_attention_layer_config to a config.AttentionLayerConfig; name names it in errors.
@@ -291,6 +327,17 @@ func fromCBufferConfig(c *C.kvcm_buffer_config, name string) (config.BufferConfi
 	}
 	out.Role = config.DataRole(C.GoString(c.role))
 	out.Size = int64(c.size)
+	return out, nil
+}
+
+// fromCBufferID converts a kvcm_buffer_id to a layout.BufferKey; name names it in errors.
+func fromCBufferID(c *C.kvcm_buffer_id, name string) (layout.BufferKey, error) {
+	var out layout.BufferKey
+	out.Layer = int32(c.layer_id)
+	if c.role == nil {
+		return out, argError(name+".role", "is NULL")
+	}
+	out.Role = config.DataRole(C.GoString(c.role))
 	return out, nil
 }
 
@@ -385,6 +432,14 @@ func fromCCPRequestID(c *C.kvcm_cp_request_id, name string) (abimodel.RequestID,
 		out.ID = s
 	}
 	return out, nil
+}
+
+// toCExpandedBuffer converts a abimodel.ExpandedBuffer to a kvcm_expanded_buffer.
+func toCExpandedBuffer(s abimodel.ExpandedBuffer) C.kvcm_expanded_buffer {
+	return C.kvcm_expanded_buffer{
+		buffer:    C.size_t(s.Buffer),
+		expansion: C.int32_t(s.Expansion),
+	}
 }
 
 // fromCKVCacheOptions converts a kvcm_kv_cache_options to a abimodel.KVCacheOptions; name names it in errors.
@@ -655,11 +710,12 @@ func fromCManagerConfig(c *C.kvcm_manager_config, name string) (abimodel.Manager
 	return out, nil
 }
 
-// toCMigrationStats converts a core.MigrationCounter to a kvcm_migration_stats.
-func toCMigrationStats(s core.MigrationCounter) C.kvcm_migration_stats {
+// toCMigrationStats converts a abimodel.PathMigrationStats to a kvcm_migration_stats.
+func toCMigrationStats(s abimodel.PathMigrationStats) C.kvcm_migration_stats {
 	return C.kvcm_migration_stats{
 		bytes: C.int64_t(s.Bytes),
 		pages: C.int64_t(s.Pages),
+		path:  C.kvcm_migration_path(s.Path),
 	}
 }
 
@@ -726,6 +782,30 @@ func fromCPoolGroupDesc(c *C.kvcm_pool_group_desc, name string) (layout.PoolGrou
 		}
 	}
 	return out, nil
+}
+
+// toCPoolGroupDesc converts a layout.PoolGroupDesc to a kvcm_pool_group_desc.
+// Its arrays go to the start of the buffers of their names, which have room.
+func toCPoolGroupDesc(s layout.PoolGroupDesc, life_cycles []C.kvcm_layer_group_id, pools []C.kvcm_pool_desc) C.kvcm_pool_group_desc {
+	c := C.kvcm_pool_group_desc{
+		index:           C.kvcm_pool_group_index(s.Index),
+		num_life_cycles: C.size_t(len(s.LifeCycles)),
+		num_pools:       C.size_t(len(s.Pools)),
+		num_slots:       C.int64_t(s.NumSlots),
+	}
+	if len(s.LifeCycles) > 0 {
+		c.life_cycles = &life_cycles[0]
+	}
+	for i, v := range s.LifeCycles {
+		life_cycles[i] = C.kvcm_layer_group_id(v)
+	}
+	if len(s.Pools) > 0 {
+		c.pools = &pools[0]
+	}
+	for i, v := range s.Pools {
+		pools[i] = toCPoolDesc(v)
+	}
+	return c
 }
 
 // toCPoolGroupPeakBlockStats converts a core.PeakBlockStats to a kvcm_pool_group_peak_block_stats.

@@ -4,8 +4,11 @@ package capi
 
 import (
 	"fmt"
+	abimodel "github.com/kvcm/kvcm/core/abimodel"
 	blockhash "github.com/kvcm/kvcm/core/blockhash"
 	config "github.com/kvcm/kvcm/core/config"
+	device "github.com/kvcm/kvcm/core/device"
+	layout "github.com/kvcm/kvcm/core/layout"
 )
 
 /*
@@ -66,7 +69,8 @@ func kvcm_block_keys(block_key C.kvcm_block_key, scope *C.kvcm__const_kvcm_reuse
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	items, err := glueBlockKeys(block_key, scopeArg, has_lora_id, tokens_per_block, tokensArg, digestPositionsArg, digestBytesArg, partial)
+	scopeArg.HasLoRA = bool(has_lora_id)
+	items, err := glueBlockKeys(block_key, scopeArg, tokens_per_block, tokensArg, digestPositionsArg, digestBytesArg, partial)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -250,7 +254,16 @@ func kvcm_cp_get_allocation_priority(cp C.kvcm_cp_index, request_ids *C.kvcm__co
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueCPGetAllocationPriority(cpObj, requestIdsArg, order))
+	orderOut, err := glueCPGetAllocationPriority(cpObj, requestIdsArg)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	if err := fillSized(orderOut, order, num_request_ids, "num_request_ids", func(v int) C.size_t {
+		return C.size_t(v)
+	}); err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return nil
 }
 
 // kvcm_cp_get_cached_blocks is the export of kvcm_cp_get_cached_blocks (ABI version 1).
@@ -286,7 +299,7 @@ func kvcm_cp_get_cached_blocks(cp C.kvcm_cp_index, request_id *C.kvcm__const_cha
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	items, err := glueCPGetCachedBlocks(cpObj, requestIdArg)
+	items, err := cpObj.GetCachedBlocks(requestIdArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -318,11 +331,11 @@ func kvcm_cp_get_fault_count(cp C.kvcm_cp_index, out *C.uint64_t) (status *C.kvc
 	if st != nil {
 		return st
 	}
-	v, err := glueCPGetFaultCount(cpObj)
+	outOut, err := cpObj.FaultCount()
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.uint64_t(v)
+	*out = C.uint64_t(outOut)
 	return nil
 }
 
@@ -357,7 +370,7 @@ func kvcm_cp_notify_blocks_allocated(cp C.kvcm_cp_index, request_id *C.kvcm__con
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueCPNotifyBlocksAllocated(cpObj, requestIdArg, keysArg))
+	return statusOf(kvcmFn, cpObj.NotifyBlocksAllocated(requestIdArg, []blockhash.Key(keysArg)))
 }
 
 // kvcm_cp_notify_blocks_freed is the export of kvcm_cp_notify_blocks_freed (ABI version 1).
@@ -391,7 +404,7 @@ func kvcm_cp_notify_blocks_freed(cp C.kvcm_cp_index, request_id *C.kvcm__const_c
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueCPNotifyBlocksFreed(cpObj, requestIdArg, keysArg))
+	return statusOf(kvcmFn, cpObj.NotifyBlocksFreed(requestIdArg, []blockhash.Key(keysArg)))
 }
 
 // kvcm_cp_predict_prefix_reuse is the export of kvcm_cp_predict_prefix_reuse (ABI version 1).
@@ -431,11 +444,11 @@ func kvcm_cp_predict_prefix_reuse(cp C.kvcm_cp_index, request_id *C.kvcm__const_
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	v, err := glueCPPredictPrefixReuse(cpObj, requestIdArg, tokensArg)
+	outOut, err := cpObj.PredictPrefixReuse(requestIdArg, []config.Token(tokensArg))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.double(v)
+	*out = C.double(outOut)
 	return nil
 }
 
@@ -577,7 +590,7 @@ func kvcm_kv_cache_commit(cache C.kvcm_kv_cache, tokens *C.kvcm__const_kvcm_toke
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueKVCacheCommit(cacheObj, tokensArg, is_end))
+	return statusOf(kvcmFn, cacheObj.Commit([]config.Token(tokensArg), bool(is_end)))
 }
 
 // kvcm_kv_cache_commit_beam_search is the export of kvcm_kv_cache_commit_beam_search (ABI version 2).
@@ -611,7 +624,7 @@ func kvcm_kv_cache_commit_beam_search(cache C.kvcm_kv_cache, tokens *C.kvcm__con
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueKVCacheCommitBeamSearch(cacheObj, tokensArg, beamSearchIndicesArg, is_end))
+	return statusOf(kvcmFn, cacheObj.CommitBeamSearch([]config.Token(tokensArg), []int(beamSearchIndicesArg), bool(is_end)))
 }
 
 // kvcm_kv_cache_commit_digests is the export of kvcm_kv_cache_commit_digests (ABI version 2).
@@ -672,7 +685,8 @@ func kvcm_kv_cache_commit_pending_stats(cache C.kvcm_kv_cache) (status *C.kvcm_s
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheCommitPendingStats(cacheObj))
+	cacheObj.Core().CommitPendingStats()
+	return nil
 }
 
 // kvcm_kv_cache_create is the export of kvcm_kv_cache_create (ABI version 1).
@@ -724,7 +738,8 @@ func kvcm_kv_cache_discard_pending_stats(cache C.kvcm_kv_cache) (status *C.kvcm_
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheDiscardPendingStats(cacheObj))
+	cacheObj.Core().DiscardPendingStats()
+	return nil
 }
 
 // kvcm_kv_cache_get_aggregated_page_indices is the export of kvcm_kv_cache_get_aggregated_page_indices (ABI version 2).
@@ -753,7 +768,7 @@ func kvcm_kv_cache_get_aggregated_page_indices(cache C.kvcm_kv_cache, layer_grou
 	if st != nil {
 		return st
 	}
-	items, err := glueKVCacheGetAggregatedPageIndices(cacheObj, layer_group, beam, valid_only)
+	items, err := cacheObj.Core().AggregatedPageIndices(layout.LayerGroupID(layer_group), int(beam), bool(valid_only))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -788,7 +803,7 @@ func kvcm_kv_cache_get_base_page_indices(cache C.kvcm_kv_cache, layer_group C.kv
 	if st != nil {
 		return st
 	}
-	items, err := glueKVCacheGetBasePageIndices(cacheObj, layer_group)
+	items, err := cacheObj.Core().BasePageIndices(layout.LayerGroupID(layer_group))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -823,7 +838,7 @@ func kvcm_kv_cache_get_beam_base_page_indices(cache C.kvcm_kv_cache, layer_group
 	if st != nil {
 		return st
 	}
-	items, err := glueKVCacheGetBeamBasePageIndices(cacheObj, layer_group, beam)
+	items, err := cacheObj.Core().BasePageIndicesOfBeam(layout.LayerGroupID(layer_group), int(beam))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -855,11 +870,8 @@ func kvcm_kv_cache_get_beam_width(cache C.kvcm_kv_cache, out *C.int32_t) (status
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCacheGetBeamWidth(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
-	*out = C.int32_t(v)
+	outOut := cacheObj.Core().BeamWidth()
+	*out = C.int32_t(outOut)
 	return nil
 }
 
@@ -889,10 +901,7 @@ func kvcm_kv_cache_get_cached_tokens_by_level(cache C.kvcm_kv_cache, tokens *C.i
 	if st != nil {
 		return st
 	}
-	items, err := glueKVCacheGetCachedTokensByLevel(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
+	items := cacheObj.Core().CachedTokensByLevel()
 	return statusOf(kvcmFn, fill(items, tokens, capacity, needed, func(v int) C.int64_t {
 		return C.int64_t(v)
 	}))
@@ -921,11 +930,8 @@ func kvcm_kv_cache_get_capacity(cache C.kvcm_kv_cache, out *C.int64_t) (status *
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCacheGetCapacity(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
-	*out = C.int64_t(v)
+	outOut := cacheObj.Core().Capacity()
+	*out = C.int64_t(outOut)
 	return nil
 }
 
@@ -987,10 +993,7 @@ func kvcm_kv_cache_get_committed_tokens(cache C.kvcm_kv_cache, tokens *C.kvcm_to
 	if st != nil {
 		return st
 	}
-	items, err := glueKVCacheGetCommittedTokens(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
+	items := cacheObj.Core().CommittedTokens()
 	return statusOf(kvcmFn, fill(items, tokens, capacity, needed, func(v config.Token) C.kvcm_token {
 		return C.kvcm_token(v)
 	}))
@@ -1019,11 +1022,8 @@ func kvcm_kv_cache_get_history_length(cache C.kvcm_kv_cache, out *C.int64_t) (st
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCacheGetHistoryLength(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
-	*out = C.int64_t(v)
+	outOut := cacheObj.Core().HistoryLength()
+	*out = C.int64_t(outOut)
 	return nil
 }
 
@@ -1050,11 +1050,8 @@ func kvcm_kv_cache_get_id(cache C.kvcm_kv_cache, out *C.uint64_t) (status *C.kvc
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCacheGetID(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
-	*out = C.uint64_t(v)
+	outOut := cacheObj.Core().ID()
+	*out = C.uint64_t(outOut)
 	return nil
 }
 
@@ -1081,11 +1078,8 @@ func kvcm_kv_cache_get_num_committed_tokens(cache C.kvcm_kv_cache, out *C.int64_
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCacheGetNumCommittedTokens(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
-	*out = C.int64_t(v)
+	outOut := cacheObj.Core().NumCommittedTokens()
+	*out = C.int64_t(outOut)
 	return nil
 }
 
@@ -1112,11 +1106,8 @@ func kvcm_kv_cache_get_reuse_diagnostics(cache C.kvcm_kv_cache, out *C.kvcm_reus
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCacheGetReuseDiagnostics(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
-	*out = toCReuseDiagnostics(v)
+	outOut := cacheObj.Core().ReuseDiagnostics()
+	*out = toCReuseDiagnostics(outOut)
 	return nil
 }
 
@@ -1143,11 +1134,8 @@ func kvcm_kv_cache_get_reused_tokens(cache C.kvcm_kv_cache, out *C.int64_t) (sta
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCacheGetReusedTokens(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
-	*out = C.int64_t(v)
+	outOut := cacheObj.Core().ReusedTokens()
+	*out = C.int64_t(outOut)
 	return nil
 }
 
@@ -1189,10 +1177,12 @@ func kvcm_kv_cache_get_scratch_desc(cache C.kvcm_kv_cache, layer_group C.kvcm_la
 	if st != nil {
 		return st
 	}
-	items, err := glueKVCacheGetScratchDesc(cacheObj, layer_group, begin, end)
+	beginOut, endOut, items, err := glueKVCacheGetScratchDesc(cacheObj, layer_group)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
+	*begin = C.int64_t(beginOut)
+	*end = C.int64_t(endOut)
 	return statusOf(kvcmFn, fill(items, slots, capacity, needed, func(v int32) C.int32_t {
 		return C.int32_t(v)
 	}))
@@ -1221,11 +1211,11 @@ func kvcm_kv_cache_get_ssm_block_base_index(cache C.kvcm_kv_cache, layer_group C
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCacheGetSsmBlockBaseIndex(cacheObj, layer_group)
+	outOut, err := cacheObj.Core().SsmBlockBaseIndex(layout.LayerGroupID(layer_group))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int32_t(v)
+	*out = C.int32_t(outOut)
 	return nil
 }
 
@@ -1252,11 +1242,8 @@ func kvcm_kv_cache_get_stats(cache C.kvcm_kv_cache, out *C.kvcm_block_stats) (st
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCacheGetStats(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
-	*out = toCBlockStats(v)
+	outOut := cacheObj.Core().Stats()
+	*out = toCBlockStats(outOut)
 	return nil
 }
 
@@ -1283,11 +1270,8 @@ func kvcm_kv_cache_get_status(cache C.kvcm_kv_cache, out *C.kvcm_cache_status) (
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCacheGetStatus(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
-	*out = C.kvcm_cache_status(v)
+	outOut := cacheObj.Core().Status()
+	*out = C.kvcm_cache_status(outOut)
 	return nil
 }
 
@@ -1314,11 +1298,8 @@ func kvcm_kv_cache_get_swa_scratch_reuse(cache C.kvcm_kv_cache, out *C.bool) (st
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCacheGetSwaScratchReuse(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
-	*out = C.bool(v)
+	outOut := cacheObj.Core().SwaScratchReuse()
+	*out = C.bool(outOut)
 	return nil
 }
 
@@ -1345,11 +1326,8 @@ func kvcm_kv_cache_has_scratch_slots(cache C.kvcm_kv_cache, out *C.bool) (status
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCacheHasScratchSlots(cacheObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
-	*out = C.bool(v)
+	outOut := cacheObj.Core().HasScratchSlots()
+	*out = C.bool(outOut)
 	return nil
 }
 
@@ -1376,11 +1354,11 @@ func kvcm_kv_cache_plan_committed_block_drop(cache C.kvcm_kv_cache, out *C.kvcm_
 	if st != nil {
 		return st
 	}
-	v, err := glueKVCachePlanCommittedBlockDrop(cacheObj)
+	outOut, err := glueKVCachePlanCommittedBlockDrop(cacheObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.kvcm_planned_drop(v)
+	*out = C.kvcm_planned_drop(outOut)
 	return nil
 }
 
@@ -1401,7 +1379,7 @@ func kvcm_kv_cache_prefetch(cache C.kvcm_kv_cache, level C.kvcm_cache_level) (st
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCachePrefetch(cacheObj, level))
+	return statusOf(kvcmFn, cacheObj.Prefetch(layout.CacheLevel(level)))
 }
 
 // kvcm_kv_cache_resize is the export of kvcm_kv_cache_resize (ABI version 1).
@@ -1421,7 +1399,7 @@ func kvcm_kv_cache_resize(cache C.kvcm_kv_cache, capacity C.int64_t, history_len
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheResize(cacheObj, capacity, history_length))
+	return statusOf(kvcmFn, cacheObj.Resize(int64(capacity), int64(history_length)))
 }
 
 // kvcm_kv_cache_resume is the export of kvcm_kv_cache_resume (ABI version 1).
@@ -1461,7 +1439,7 @@ func kvcm_kv_cache_set_beam_width(cache C.kvcm_kv_cache, beam_width C.int32_t) (
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheSetBeamWidth(cacheObj, beam_width))
+	return statusOf(kvcmFn, cacheObj.Core().SetBeamWidth(int(beam_width)))
 }
 
 // kvcm_kv_cache_set_stream is the export of kvcm_kv_cache_set_stream (ABI version 2).
@@ -1501,7 +1479,7 @@ func kvcm_kv_cache_set_swa_scratch_reuse(cache C.kvcm_kv_cache, enable C.bool) (
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheSetSwaScratchReuse(cacheObj, enable))
+	return statusOf(kvcmFn, cacheObj.Core().SetSwaScratchReuse(bool(enable)))
 }
 
 // kvcm_kv_cache_stop_committing is the export of kvcm_kv_cache_stop_committing (ABI version 1).
@@ -1521,7 +1499,8 @@ func kvcm_kv_cache_stop_committing(cache C.kvcm_kv_cache) (status *C.kvcm_status
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheStopCommitting(cacheObj))
+	cacheObj.StopCommitting()
+	return nil
 }
 
 // kvcm_kv_cache_suspend is the export of kvcm_kv_cache_suspend (ABI version 1).
@@ -1541,7 +1520,7 @@ func kvcm_kv_cache_suspend(cache C.kvcm_kv_cache) (status *C.kvcm_status) {
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheSuspend(cacheObj))
+	return statusOf(kvcmFn, cacheObj.Suspend())
 }
 
 // kvcm_live_handle_count is the export of kvcm_live_handle_count (ABI version 1).
@@ -1574,7 +1553,7 @@ func kvcm_manager_adjust(manager C.kvcm_manager) (status *C.kvcm_status) {
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerAdjust(managerObj))
+	return statusOf(kvcmFn, managerObj.Core().Adjust())
 }
 
 // kvcm_manager_alloc_memory is the export of kvcm_manager_alloc_memory (ABI version 1).
@@ -1600,11 +1579,11 @@ func kvcm_manager_alloc_memory(manager C.kvcm_manager, kind C.kvcm_memory_kind, 
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerAllocMemory(managerObj, kind, size)
+	outOut, err := glueManagerAllocMemory(managerObj, kind, size)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.kvcm_device_ptr(v)
+	*out = C.kvcm_device_ptr(outOut)
 	return nil
 }
 
@@ -1655,11 +1634,11 @@ func kvcm_manager_clamp_max_seq_len_for_mem(manager C.kvcm_manager, batch_size C
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerClampMaxSeqLenForMem(managerObj, batch_size, token_num_upper_bound)
+	outOut, err := glueManagerClampMaxSeqLenForMem(managerObj, batch_size, token_num_upper_bound)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int64_t(v)
+	*out = C.int64_t(outOut)
 	return nil
 }
 
@@ -1680,7 +1659,7 @@ func kvcm_manager_clear_reusable_blocks(manager C.kvcm_manager) (status *C.kvcm_
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerClearReusableBlocks(managerObj))
+	return statusOf(kvcmFn, managerObj.Core().ClearReusableBlocks())
 }
 
 // kvcm_manager_create is the export of kvcm_manager_create (ABI version 1).
@@ -1740,11 +1719,11 @@ func kvcm_manager_create_stream(manager C.kvcm_manager, out *C.kvcm_stream) (sta
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerCreateStream(managerObj)
+	outOut, err := glueManagerCreateStream(managerObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.kvcm_stream(v)
+	*out = C.kvcm_stream(outOut)
 	return nil
 }
 
@@ -1785,7 +1764,7 @@ func kvcm_manager_destroy_stream(manager C.kvcm_manager, stream C.kvcm_stream) (
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerDestroyStream(managerObj, stream))
+	return statusOf(kvcmFn, managerObj.DestroyStream(uintptr(stream)))
 }
 
 // kvcm_manager_detach_cp is the export of kvcm_manager_detach_cp (ABI version 1).
@@ -1805,7 +1784,8 @@ func kvcm_manager_detach_cp(manager C.kvcm_manager) (status *C.kvcm_status) {
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerDetachCP(managerObj))
+	managerObj.DetachCP()
+	return nil
 }
 
 // kvcm_manager_drain_block_events is the export of kvcm_manager_drain_block_events (ABI version 2).
@@ -1966,11 +1946,11 @@ func kvcm_manager_flush_shared(manager C.kvcm_manager, timeout_ms C.int64_t, out
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerFlushShared(managerObj, timeout_ms)
+	outOut, err := managerObj.FlushShared(int64(timeout_ms))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.bool(v)
+	*out = C.bool(outOut)
 	return nil
 }
 
@@ -1991,7 +1971,7 @@ func kvcm_manager_free_memory(manager C.kvcm_manager, ptr C.kvcm_device_ptr) (st
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerFreeMemory(managerObj, ptr))
+	return statusOf(kvcmFn, managerObj.FreeMemory(device.Ptr(ptr)))
 }
 
 // kvcm_manager_get_aggregated_pages is the export of kvcm_manager_get_aggregated_pages (ABI version 2).
@@ -2026,7 +2006,39 @@ func kvcm_manager_get_aggregated_pages(manager C.kvcm_manager, buffers *C.kvcm__
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetAggregatedPages(managerObj, buffers, num_buffers, descs, descs_cap, members, members_cap, num_descs))
+	buffersArg, err := cStructsArg((*C.kvcm_buffer_id)(buffers), num_buffers, "buffers", fromCBufferID)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	items, err := managerObj.AggregatedPages([]layout.BufferKey(buffersArg))
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	membersNeed := 0
+	for _, it := range items {
+		membersNeed += len(it.Buffers)
+	}
+	*num_descs = C.size_t(len(items))
+	if descs == nil && descs_cap == 0 && members == nil && members_cap == 0 {
+		return nil
+	}
+	descsOut, err := cSlice(descs, descs_cap, "descs_cap")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	membersOut, err := cSlice(members, members_cap, "members_cap")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	if len(descsOut) < len(items) || len(membersOut) < membersNeed {
+		return statusOf(kvcmFn, errorf(codeBufferTooSmall, "need room for %d descs, %d members; got room for %d, %d", len(items), membersNeed, len(descsOut), len(membersOut)))
+	}
+	membersAt := 0
+	for i, it := range items {
+		descsOut[i] = toCAggregatedPageDesc(it, membersOut[membersAt:])
+		membersAt += len(it.Buffers)
+	}
+	return nil
 }
 
 // kvcm_manager_get_and_reset_iteration_cached_tokens_by_level is the export of kvcm_manager_get_and_reset_iteration_cached_tokens_by_level (ABI version 2).
@@ -2059,7 +2071,7 @@ func kvcm_manager_get_and_reset_iteration_cached_tokens_by_level(manager C.kvcm_
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	items, n, err := glueManagerGetAndResetIterationCachedTokensByLevel(managerObj, room)
+	items, n, err := managerObj.GetAndResetIterationCachedTokensByLevel(int(room))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2098,7 +2110,7 @@ func kvcm_manager_get_and_reset_iteration_peak_block_stats(manager C.kvcm_manage
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	items, n, err := glueManagerGetAndResetIterationPeakBlockStats(managerObj, level, room)
+	items, n, err := managerObj.GetAndResetIterationPeakBlockStats(layout.CacheLevel(level), int(room))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2135,7 +2147,7 @@ func kvcm_manager_get_and_reset_iteration_pool_group_peak_block_stats(manager C.
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	items, n, err := glueManagerGetAndResetIterationPoolGroupPeakBlockStats(managerObj, level, room)
+	items, n, err := managerObj.GetAndResetIterationPeakBlockStats(layout.CacheLevel(level), int(room))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2172,7 +2184,7 @@ func kvcm_manager_get_and_reset_iteration_reused_blocks_by_level(manager C.kvcm_
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	items, n, err := glueManagerGetAndResetIterationReusedBlocksByLevel(managerObj, room)
+	items, n, err := managerObj.GetAndResetIterationReusedBlocksByLevel(int(room))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2202,11 +2214,8 @@ func kvcm_manager_get_and_reset_iteration_stats(manager C.kvcm_manager, out *C.k
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetAndResetIterationStats(managerObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
-	*out = toCBlockStats(v)
+	outOut := managerObj.Core().GetAndResetIterationStats()
+	*out = toCBlockStats(outOut)
 	return nil
 }
 
@@ -2240,7 +2249,7 @@ func kvcm_manager_get_and_reset_layer_group_iteration_stats(manager C.kvcm_manag
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	items, n, err := glueManagerGetAndResetLayerGroupIterationStats(managerObj, room)
+	items, n, err := managerObj.GetAndResetLayerGroupIterationStats(int(room))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2277,7 +2286,7 @@ func kvcm_manager_get_and_reset_ssm_snapshot_iteration_stats(manager C.kvcm_mana
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	items, n, err := glueManagerGetAndResetSsmSnapshotIterationStats(managerObj, room)
+	items, n, err := managerObj.GetAndResetSsmSnapshotIterationStats(int(room))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2311,11 +2320,11 @@ func kvcm_manager_get_buffer_location(manager C.kvcm_manager, layer_id C.int32_t
 		return st
 	}
 	roleArg := config.DataRole(cString((*C.char)(role)))
-	v, err := glueManagerGetBufferLocation(managerObj, layer_id, roleArg)
+	outOut, err := managerObj.Core().Buffer(int32(layer_id), config.DataRole(roleArg))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = toCBufferLocation(v)
+	*out = toCBufferLocation(outOut)
 	return nil
 }
 
@@ -2342,11 +2351,8 @@ func kvcm_manager_get_device_kind(manager C.kvcm_manager, out *C.kvcm_device_kin
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetDeviceKind(managerObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
-	*out = C.kvcm_device_kind(v)
+	outOut := managerObj.DeviceKind()
+	*out = C.kvcm_device_kind(outOut)
 	return nil
 }
 
@@ -2373,11 +2379,11 @@ func kvcm_manager_get_layer_group_of(manager C.kvcm_manager, layer_id C.int32_t,
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetLayerGroupOf(managerObj, layer_id)
+	outOut, err := managerObj.Core().LayerGroupOf(int32(layer_id))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.kvcm_layer_group_id(v)
+	*out = C.kvcm_layer_group_id(outOut)
 	return nil
 }
 
@@ -2407,7 +2413,11 @@ func kvcm_manager_get_migration_stats(manager C.kvcm_manager, stats *C.kvcm_migr
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetMigrationStats(managerObj, stats, capacity, needed))
+	items, err := managerObj.MigrationStats()
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fill(items, stats, capacity, needed, toCMigrationStats))
 }
 
 // kvcm_manager_get_num_layer_groups is the export of kvcm_manager_get_num_layer_groups (ABI version 1).
@@ -2433,11 +2443,8 @@ func kvcm_manager_get_num_layer_groups(manager C.kvcm_manager, out *C.int32_t) (
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetNumLayerGroups(managerObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
-	*out = C.int32_t(v)
+	outOut := managerObj.Core().NumLayerGroups()
+	*out = C.int32_t(outOut)
 	return nil
 }
 
@@ -2464,11 +2471,11 @@ func kvcm_manager_get_num_levels(manager C.kvcm_manager, out *C.int32_t) (status
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetNumLevels(managerObj)
+	outOut, err := glueManagerGetNumLevels(managerObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int32_t(v)
+	*out = C.int32_t(outOut)
 	return nil
 }
 
@@ -2495,11 +2502,11 @@ func kvcm_manager_get_num_open_caches(manager C.kvcm_manager, out *C.size_t) (st
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetNumOpenCaches(managerObj)
+	outOut, err := glueManagerGetNumOpenCaches(managerObj)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.size_t(v)
+	*out = C.size_t(outOut)
 	return nil
 }
 
@@ -2530,11 +2537,11 @@ func kvcm_manager_get_page_index_converter(manager C.kvcm_manager, layer_id C.in
 		return st
 	}
 	roleArg := config.DataRole(cString((*C.char)(role)))
-	v, err := glueManagerGetPageIndexConverter(managerObj, layer_id, roleArg)
+	outOut, err := managerObj.Core().PageIndexConverter(int32(layer_id), config.DataRole(roleArg))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = toCPageIndexConverter(v)
+	*out = toCPageIndexConverter(outOut)
 	return nil
 }
 
@@ -2565,11 +2572,11 @@ func kvcm_manager_get_page_index_upper_bound(manager C.kvcm_manager, layer_id C.
 		return st
 	}
 	roleArg := config.DataRole(cString((*C.char)(role)))
-	v, err := glueManagerGetPageIndexUpperBound(managerObj, layer_id, roleArg)
+	outOut, err := managerObj.Core().PageIndexUpperBound(int32(layer_id), config.DataRole(roleArg))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int64_t(v)
+	*out = C.int64_t(outOut)
 	return nil
 }
 
@@ -2600,11 +2607,11 @@ func kvcm_manager_get_page_stride(manager C.kvcm_manager, layer_id C.int32_t, ro
 		return st
 	}
 	roleArg := config.DataRole(cString((*C.char)(role)))
-	v, err := glueManagerGetPageStride(managerObj, layer_id, roleArg)
+	outOut, err := glueManagerGetPageStride(managerObj, layer_id, roleArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int64_t(v)
+	*out = C.int64_t(outOut)
 	return nil
 }
 
@@ -2652,7 +2659,45 @@ func kvcm_manager_get_pool_group_descs(manager C.kvcm_manager, level C.kvcm_cach
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerGetPoolGroupDescs(managerObj, level, descs, descs_cap, life_cycles, life_cycles_cap, pools, pools_cap, num_descs, num_life_cycles, num_pools))
+	items, err := managerObj.PoolGroupDescs(layout.CacheLevel(level))
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	lifeCyclesNeed := 0
+	poolsNeed := 0
+	for _, it := range items {
+		lifeCyclesNeed += len(it.LifeCycles)
+		poolsNeed += len(it.Pools)
+	}
+	*num_descs = C.size_t(len(items))
+	*num_life_cycles = C.size_t(lifeCyclesNeed)
+	*num_pools = C.size_t(poolsNeed)
+	if descs == nil && descs_cap == 0 && life_cycles == nil && life_cycles_cap == 0 && pools == nil && pools_cap == 0 {
+		return nil
+	}
+	descsOut, err := cSlice(descs, descs_cap, "descs_cap")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	lifeCyclesOut, err := cSlice(life_cycles, life_cycles_cap, "life_cycles_cap")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	poolsOut, err := cSlice(pools, pools_cap, "pools_cap")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	if len(descsOut) < len(items) || len(lifeCyclesOut) < lifeCyclesNeed || len(poolsOut) < poolsNeed {
+		return statusOf(kvcmFn, errorf(codeBufferTooSmall, "need room for %d descs, %d life_cycles, %d pools; got room for %d, %d, %d", len(items), lifeCyclesNeed, poolsNeed, len(descsOut), len(lifeCyclesOut), len(poolsOut)))
+	}
+	lifeCyclesAt := 0
+	poolsAt := 0
+	for i, it := range items {
+		descsOut[i] = toCPoolGroupDesc(it, lifeCyclesOut[lifeCyclesAt:], poolsOut[poolsAt:])
+		lifeCyclesAt += len(it.LifeCycles)
+		poolsAt += len(it.Pools)
+	}
+	return nil
 }
 
 // kvcm_manager_get_quota is the export of kvcm_manager_get_quota (ABI version 1).
@@ -2678,11 +2723,11 @@ func kvcm_manager_get_quota(manager C.kvcm_manager, level C.kvcm_cache_level, ou
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetQuota(managerObj, level)
+	outOut, err := managerObj.Core().Quota(layout.CacheLevel(level))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int64_t(v)
+	*out = C.int64_t(outOut)
 	return nil
 }
 
@@ -2713,11 +2758,11 @@ func kvcm_manager_get_scratch_pages_per_block(manager C.kvcm_manager, layer_id C
 		return st
 	}
 	roleArg := config.DataRole(cString((*C.char)(role)))
-	v, err := glueManagerGetScratchPagesPerBlock(managerObj, layer_id, roleArg)
+	outOut, err := glueManagerGetScratchPagesPerBlock(managerObj, layer_id, roleArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int64_t(v)
+	*out = C.int64_t(outOut)
 	return nil
 }
 
@@ -2744,11 +2789,11 @@ func kvcm_manager_get_shared_level(manager C.kvcm_manager, out *C.kvcm_cache_lev
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetSharedLevel(managerObj)
+	outOut, err := managerObj.SharedLevel()
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.kvcm_cache_level(v)
+	*out = C.kvcm_cache_level(outOut)
 	return nil
 }
 
@@ -2775,11 +2820,11 @@ func kvcm_manager_get_shared_stats(manager C.kvcm_manager, out *C.kvcm_shared_st
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetSharedStats(managerObj)
+	outOut, err := managerObj.SharedStats()
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = toCSharedStats(v)
+	*out = toCSharedStats(outOut)
 	return nil
 }
 
@@ -2806,11 +2851,8 @@ func kvcm_manager_get_stats(manager C.kvcm_manager, out *C.kvcm_block_stats) (st
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetStats(managerObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
-	*out = toCBlockStats(v)
+	outOut := managerObj.Core().Stats()
+	*out = toCBlockStats(outOut)
 	return nil
 }
 
@@ -2840,7 +2882,7 @@ func kvcm_manager_get_storage_stats(manager C.kvcm_manager, level C.kvcm_cache_l
 	if st != nil {
 		return st
 	}
-	items, err := glueManagerGetStorageStats(managerObj, level)
+	items, err := managerObj.Core().StorageStats(layout.CacheLevel(level))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2870,11 +2912,8 @@ func kvcm_manager_get_tokens_per_block(manager C.kvcm_manager, out *C.int32_t) (
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerGetTokensPerBlock(managerObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
-	*out = C.int32_t(v)
+	outOut := managerObj.Core().TokensPerBlock()
+	*out = C.int32_t(outOut)
 	return nil
 }
 
@@ -2901,11 +2940,8 @@ func kvcm_manager_need_adjustment(manager C.kvcm_manager, out *C.bool) (status *
 	if st != nil {
 		return st
 	}
-	v, err := glueManagerNeedAdjustment(managerObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
-	*out = C.bool(v)
+	outOut := managerObj.Core().NeedAdjustment()
+	*out = C.bool(outOut)
 	return nil
 }
 
@@ -2952,7 +2988,14 @@ func kvcm_manager_probe_first_new_block_key(manager C.kvcm_manager, scope *C.kvc
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueManagerProbeFirstNewBlockKey(managerObj, scopeArg, has_lora_id, tokensArg, key, found))
+	scopeArg.HasLoRA = bool(has_lora_id)
+	keyOut, foundOut, err := glueManagerProbeFirstNewBlockKey(managerObj, scopeArg, tokensArg)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*key = C.uint64_t(keyOut)
+	*found = C.bool(foundOut)
+	return nil
 }
 
 // kvcm_manager_probe_first_new_block_key_digests is the export of kvcm_manager_probe_first_new_block_key_digests (ABI version 2).
@@ -3012,7 +3055,14 @@ func kvcm_manager_probe_first_new_block_key_digests(manager C.kvcm_manager, scop
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueManagerProbeFirstNewBlockKeyDigests(managerObj, scopeArg, has_lora_id, tokensArg, digestPositionsArg, digestBytesArg, key, found))
+	scopeArg.HasLoRA = bool(has_lora_id)
+	keyOut, foundOut, err := managerObj.ProbeFirstNewBlockKey(blockhash.Scope(scopeArg), []config.Token(tokensArg), []uint64(digestPositionsArg), digestBytesArg)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*key = C.uint64_t(keyOut)
+	*found = C.bool(foundOut)
+	return nil
 }
 
 // kvcm_manager_probe_reuse is the export of kvcm_manager_probe_reuse (ABI version 1).
@@ -3052,11 +3102,11 @@ func kvcm_manager_probe_reuse(manager C.kvcm_manager, scope *C.kvcm__const_kvcm_
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	v, err := glueManagerProbeReuse(managerObj, scopeArg, tokensArg)
+	outOut, err := managerObj.ProbeReuse(blockhash.Scope(scopeArg), []config.Token(tokensArg))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int64_t(v)
+	*out = C.int64_t(outOut)
 	return nil
 }
 
@@ -3111,11 +3161,12 @@ func kvcm_manager_probe_reuse_digests(manager C.kvcm_manager, scope *C.kvcm__con
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	v, err := glueManagerProbeReuseDigests(managerObj, scopeArg, has_lora_id, tokensArg, digestPositionsArg, digestBytesArg)
+	scopeArg.HasLoRA = bool(has_lora_id)
+	outOut, err := managerObj.ProbeReuseDigests(blockhash.Scope(scopeArg), []config.Token(tokensArg), []uint64(digestPositionsArg), digestBytesArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int64_t(v)
+	*out = C.int64_t(outOut)
 	return nil
 }
 
@@ -3156,11 +3207,12 @@ func kvcm_manager_probe_reuse_v2(manager C.kvcm_manager, scope *C.kvcm__const_kv
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	v, err := glueManagerProbeReuseV2(managerObj, scopeArg, has_lora_id, tokensArg)
+	scopeArg.HasLoRA = bool(has_lora_id)
+	outOut, err := managerObj.ProbeReuse(blockhash.Scope(scopeArg), []config.Token(tokensArg))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.int64_t(v)
+	*out = C.int64_t(outOut)
 	return nil
 }
 
@@ -3181,7 +3233,7 @@ func kvcm_manager_resize_level(manager C.kvcm_manager, level C.kvcm_cache_level,
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerResizeLevel(managerObj, level, quota))
+	return statusOf(kvcmFn, managerObj.Core().ResizeLevel(layout.CacheLevel(level), int64(quota)))
 }
 
 // kvcm_manager_set_block_priorities is the export of kvcm_manager_set_block_priorities (ABI version 2).
@@ -3228,11 +3280,12 @@ func kvcm_manager_set_block_priorities(manager C.kvcm_manager, scope *C.kvcm__co
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	v, err := glueManagerSetBlockPriorities(managerObj, scopeArg, has_lora_id, keysArg, prioritiesArg)
+	scopeArg.HasLoRA = bool(has_lora_id)
+	outOut, err := managerObj.Core().SetBlockPriorities(blockhash.Scope(scopeArg), []blockhash.Key(keysArg), []int(prioritiesArg))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.size_t(v)
+	*out = C.size_t(outOut)
 	return nil
 }
 
@@ -3273,7 +3326,7 @@ func kvcm_planned_drop_drop(drop C.kvcm_planned_drop) (status *C.kvcm_status) {
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, gluePlannedDropDrop(dropObj))
+	return statusOf(kvcmFn, dropObj.Drop())
 }
 
 // kvcm_stream_alloc_memory is the export of kvcm_stream_alloc_memory (ABI version 1).
@@ -3295,11 +3348,11 @@ func kvcm_stream_alloc_memory(stream C.kvcm_stream, kind C.kvcm_memory_kind, siz
 	if out == nil {
 		return argStatus(kvcmFn, "out", "must not be NULL")
 	}
-	v, err := glueStreamAllocMemory(stream, kind, size)
+	outOut, err := glueStreamAllocMemory(stream, kind, size)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	*out = C.kvcm_device_ptr(v)
+	*out = C.kvcm_device_ptr(outOut)
 	return nil
 }
 
@@ -3377,7 +3430,7 @@ func kvcm_stream_free_memory(stream C.kvcm_stream, ptr C.kvcm_device_ptr) (statu
 	if isPoisoned() {
 		return poisonedStatus(kvcmFn)
 	}
-	return statusOf(kvcmFn, glueStreamFreeMemory(stream, ptr))
+	return statusOf(kvcmFn, abimodel.Devices.Free(uintptr(stream), device.Ptr(ptr)))
 }
 
 // kvcm_stream_synchronize is the export of kvcm_stream_synchronize (ABI version 1).

@@ -17,7 +17,6 @@ import (
 
 	"github.com/kvcm/kvcm/core/abimodel"
 	"github.com/kvcm/kvcm/core/blockhash"
-	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/cp"
 )
 
@@ -191,48 +190,14 @@ func glueCPCreateDelegating(a *cpIndexObjectArg, out *C.kvcm_cp_index) error {
 
 // ---- The five methods on any index ----
 
-func glueCPPredictPrefixReuse(o *cpObj, id string, tokens []config.Token) (float64, error) {
-	return o.PredictPrefixReuse(id, tokens)
-}
-
-func glueCPGetCachedBlocks(o *cpObj, id string) ([]blockhash.Key, error) {
-	return o.GetCachedBlocks(id)
-}
-
-func glueCPNotifyBlocksAllocated(o *cpObj, id string, keys []blockhash.Key) error {
-	return o.NotifyBlocksAllocated(id, keys)
-}
-
-func glueCPNotifyBlocksFreed(o *cpObj, id string, keys []blockhash.Key) error {
-	return o.NotifyBlocksFreed(id, keys)
-}
-
-func glueCPGetAllocationPriority(o *cpObj, ids []abimodel.RequestID, order *C.size_t) error {
-	outs, err := cSlice(order, C.size_t(len(ids)), "num_request_ids")
-	if err != nil {
-		return err
-	}
+func glueCPGetAllocationPriority(o *cpObj, ids []abimodel.RequestID) ([]int, error) {
 	in := make([]string, len(ids))
 	for i, id := range ids {
 		in[i] = id.ID
 	}
-	got, err := o.GetAllocationPriority(in)
-	if err != nil {
-		return err
-	}
-	for i, j := range got {
-		outs[i] = C.size_t(j)
-	}
-	return nil
+	return o.GetAllocationPriority(in)
 }
-
-func glueCPGetFaultCount(o *cpObj) (uint64, error) { return o.FaultCount() }
 
 // ---- Wiring a manager to an index ----
 
 func glueManagerAttachCP(mgr *managerObj, o *cpObj) error { return mgr.AttachCP(o.CPIndex) }
-
-func glueManagerDetachCP(mgr *managerObj) error {
-	mgr.DetachCP()
-	return nil
-}

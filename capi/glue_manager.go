@@ -13,7 +13,6 @@ import (
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
-	"github.com/kvcm/kvcm/core/layout"
 )
 
 // ---- Create and destroy ----
@@ -47,99 +46,13 @@ func glueManagerDestroy(mgr *managerObj) error {
 
 // ---- Queries ----
 
-func glueManagerGetTokensPerBlock(mgr *managerObj) (int, error) {
-	return mgr.Core().TokensPerBlock(), nil
-}
-
-func glueManagerGetNumLayerGroups(mgr *managerObj) (int, error) {
-	return mgr.Core().NumLayerGroups(), nil
-}
-
 func glueManagerGetNumLevels(mgr *managerObj) (int, error) {
 	return len(mgr.Core().Layout().Levels), nil
 }
 
-func glueManagerGetDeviceKind(mgr *managerObj) (abimodel.DeviceKind, error) {
-	return mgr.DeviceKind(), nil
+func glueManagerProbeFirstNewBlockKey(mgr *managerObj, sc blockhash.Scope, ts []config.Token) (blockhash.Key, bool, error) {
+	return mgr.ProbeFirstNewBlockKey(sc, ts, nil, "")
 }
-
-func glueManagerGetLayerGroupOf(mgr *managerObj, layerID C.int32_t) (layout.LayerGroupID, error) {
-	return mgr.Core().LayerGroupOf(int32(layerID))
-}
-
-func glueManagerGetBufferLocation(mgr *managerObj, layerID C.int32_t, role config.DataRole) (core.BufferLocation, error) {
-	return mgr.Core().Buffer(int32(layerID), role)
-}
-
-func glueManagerGetPoolGroupDescs(mgr *managerObj, level C.kvcm_cache_level, descs *C.kvcm_pool_group_desc, descsCap C.size_t,
-	lifeCycles *C.kvcm_layer_group_id, lifeCyclesCap C.size_t, pools *C.kvcm_pool_desc, poolsCap C.size_t,
-	numDescs, numLifeCycles, numPools *C.size_t) error {
-	ds, err := mgr.PoolGroupDescs(layout.CacheLevel(level))
-	if err != nil {
-		return err
-	}
-	var nlc, np int
-	for _, d := range ds {
-		nlc += len(d.LifeCycles)
-		np += len(d.Pools)
-	}
-	*numDescs, *numLifeCycles, *numPools = C.size_t(len(ds)), C.size_t(nlc), C.size_t(np)
-	if descs == nil && lifeCycles == nil && pools == nil && descsCap == 0 && lifeCyclesCap == 0 && poolsCap == 0 {
-		return nil
-	}
-	cd, err := cSlice(descs, descsCap, "descs_cap")
-	if err != nil {
-		return err
-	}
-	lcs, err := cSlice(lifeCycles, lifeCyclesCap, "life_cycles_cap")
-	if err != nil {
-		return err
-	}
-	ps, err := cSlice(pools, poolsCap, "pools_cap")
-	if err != nil {
-		return err
-	}
-	if uint64(descsCap) < uint64(len(ds)) || uint64(lifeCyclesCap) < uint64(nlc) || uint64(poolsCap) < uint64(np) {
-		return errorf(codeBufferTooSmall, "need %d descriptors, %d layer groups and %d pools; got room for %d, %d and %d",
-			len(ds), nlc, np, uint64(descsCap), uint64(lifeCyclesCap), uint64(poolsCap))
-	}
-	fillPoolGroupDescs(ds, cd, lcs, ps)
-	return nil
-}
-
-func glueManagerGetQuota(mgr *managerObj, level C.kvcm_cache_level) (int64, error) {
-	return mgr.Core().Quota(layout.CacheLevel(level))
-}
-
-func glueManagerResizeLevel(mgr *managerObj, level C.kvcm_cache_level, quota C.int64_t) error {
-	return mgr.Core().ResizeLevel(layout.CacheLevel(level), int64(quota))
-}
-
-func glueManagerProbeReuse(mgr *managerObj, scope blockhash.Scope, tokens []config.Token) (int, error) {
-	return mgr.ProbeReuse(scope, tokens)
-}
-
-func glueManagerProbeReuseV2(mgr *managerObj, scope blockhash.Scope, hasLoRA C.bool, tokens []config.Token) (int, error) {
-	scope.HasLoRA = bool(hasLoRA)
-	return mgr.ProbeReuse(scope, tokens)
-}
-
-func glueManagerProbeFirstNewBlockKey(mgr *managerObj, sc blockhash.Scope, hasLoRA C.bool, ts []config.Token, key *C.uint64_t, found *C.bool) error {
-	sc.HasLoRA = bool(hasLoRA)
-	if err := mgr.Open(); err != nil {
-		return err
-	}
-	k, ok := mgr.Core().ProbeFirstNewBlockKey(sc, ts)
-	*key, *found = C.uint64_t(k), C.bool(ok)
-	return nil
-}
-
-func glueManagerSetBlockPriorities(mgr *managerObj, sc blockhash.Scope, hasLoRA C.bool, keys []blockhash.Key, prs []int) (int, error) {
-	sc.HasLoRA = bool(hasLoRA)
-	return mgr.Core().SetBlockPriorities(sc, keys, prs)
-}
-
-func glueManagerClearReusableBlocks(mgr *managerObj) error { return mgr.Core().ClearReusableBlocks() }
 
 func glueManagerGetNumOpenCaches(mgr *managerObj) (int, error) {
 	if err := mgr.Open(); err != nil {
@@ -149,52 +62,6 @@ func glueManagerGetNumOpenCaches(mgr *managerObj) (int, error) {
 }
 
 // ---- Statistics ----
-
-func glueManagerGetStats(mgr *managerObj) (core.BlockStats, error) { return mgr.Core().Stats(), nil }
-
-func glueManagerGetAndResetIterationStats(mgr *managerObj) (core.BlockStats, error) {
-	return mgr.Core().GetAndResetIterationStats(), nil
-}
-
-func glueManagerGetStorageStats(mgr *managerObj, level C.kvcm_cache_level) ([]core.PoolGroupStats, error) {
-	return mgr.Core().StorageStats(layout.CacheLevel(level))
-}
-
-func glueManagerGetAndResetIterationPeakBlockStats(mgr *managerObj, level C.kvcm_cache_level, room int) ([]core.PeakBlockStats, int, error) {
-	return mgr.GetAndResetIterationPeakBlockStats(layout.CacheLevel(level), room)
-}
-
-func glueManagerGetAndResetLayerGroupIterationStats(mgr *managerObj, room int) ([]abimodel.LayerGroupIterationStats, int, error) {
-	return mgr.GetAndResetLayerGroupIterationStats(room)
-}
-
-func glueManagerGetAndResetSsmSnapshotIterationStats(mgr *managerObj, room int) ([]abimodel.SsmSnapshotIterationStats, int, error) {
-	return mgr.GetAndResetSsmSnapshotIterationStats(room)
-}
-
-func glueManagerGetAndResetIterationReusedBlocksByLevel(mgr *managerObj, room int) ([]abimodel.ReusedBlocksAtLevel, int, error) {
-	return mgr.GetAndResetIterationReusedBlocksByLevel(room)
-}
-
-func glueManagerGetAndResetIterationCachedTokensByLevel(mgr *managerObj, room int) ([]int64, int, error) {
-	return mgr.GetAndResetIterationCachedTokensByLevel(room)
-}
-
-func glueManagerGetAndResetIterationPoolGroupPeakBlockStats(mgr *managerObj, level C.kvcm_cache_level, room int) ([]core.PeakBlockStats, int, error) {
-	return mgr.GetAndResetIterationPeakBlockStats(layout.CacheLevel(level), room)
-}
-
-func glueManagerGetMigrationStats(mgr *managerObj, stats *C.kvcm_migration_stats, capacity C.size_t, needed *C.size_t) error {
-	ms, err := mgr.MigrationStats()
-	if err != nil {
-		return err
-	}
-	return fill(core.Paths(), stats, capacity, needed, func(p core.Path) C.kvcm_migration_stats {
-		out := toCMigrationStats(ms[p])
-		out.path = C.kvcm_migration_path(p)
-		return out
-	})
-}
 
 func glueConfigValidate(mc abimodel.ManagerConfig) error {
 	cfg, opts, err := mc.Resolve()
@@ -281,10 +148,6 @@ func glueManagerCreateStream(mgr *managerObj) (uintptr, error) {
 	return s.Handle(), nil
 }
 
-func glueManagerDestroyStream(mgr *managerObj, stream C.kvcm_stream) error {
-	return mgr.DestroyStream(uintptr(stream))
-}
-
 func goMemoryKind(kind C.kvcm_memory_kind) (device.MemoryKind, error) {
 	switch kind {
 	case C.KVCM_MEMORY_DEVICE:
@@ -303,16 +166,12 @@ func glueManagerAllocMemory(mgr *managerObj, kind C.kvcm_memory_kind, size C.uin
 	return mgr.AllocMemory(k, uint64(size))
 }
 
-func glueManagerFreeMemory(mgr *managerObj, ptr C.kvcm_device_ptr) error {
-	return mgr.FreeMemory(device.Ptr(ptr))
-}
-
 // ---- Shared tier ----
 
-func glueManagerGetSharedLevel(mgr *managerObj) (layout.CacheLevel, error) { return mgr.SharedLevel() }
-
-func glueManagerGetSharedStats(mgr *managerObj) (core.SharedStats, error) { return mgr.SharedStats() }
-
-func glueManagerFlushShared(mgr *managerObj, timeoutMs C.int64_t) (bool, error) {
-	return mgr.FlushShared(int64(timeoutMs))
+func glueManagerGetPageStride(mgr *managerObj, layerID C.int32_t, role config.DataRole) (int64, error) {
+	loc, err := mgr.Core().Buffer(int32(layerID), role)
+	if err != nil {
+		return 0, err
+	}
+	return loc.PageStride(), nil
 }

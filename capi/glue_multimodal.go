@@ -15,9 +15,8 @@ import (
 	"github.com/kvcm/kvcm/core/config"
 )
 
-func glueBlockKeys(algo C.kvcm_block_key, sc blockhash.Scope, hasLoRA C.bool, tpb C.int32_t,
+func glueBlockKeys(algo C.kvcm_block_key, sc blockhash.Scope, tpb C.int32_t,
 	tokens []config.Token, positions []uint64, bytes string, partial C.bool) ([]blockhash.Key, error) {
-	sc.HasLoRA = bool(hasLoRA)
 	ds, err := abimodel.Digests(positions, bytes, "digest_positions")
 	if err != nil {
 		return nil, err
@@ -56,36 +55,6 @@ func glueKVCacheGetCommittedDigests(c *kvCacheObj, positions *C.size_t, bytes *C
 		copy(raw[i*blockhash.DigestSize:], d.Digest[:])
 	}
 	return nil
-}
-
-func glueManagerProbeReuseDigests(mgr *managerObj, sc blockhash.Scope, hasLoRA C.bool, tokens []config.Token,
-	positions []uint64, bytes string) (int64, error) {
-	sc.HasLoRA = bool(hasLoRA)
-	ds, err := abimodel.Digests(positions, bytes, "digest_positions")
-	if err != nil {
-		return 0, err
-	}
-	if err := mgr.Open(); err != nil {
-		return 0, err
-	}
-	r, err := mgr.Core().ProbeReuseDigests(sc, tokens, ds)
-	return int64(r), err
-}
-
-func glueManagerProbeFirstNewBlockKeyDigests(mgr *managerObj, sc blockhash.Scope, hasLoRA C.bool, tokens []config.Token,
-	positions []uint64, bytes string, key *C.uint64_t, found *C.bool) error {
-	sc.HasLoRA = bool(hasLoRA)
-	ds, err := abimodel.Digests(positions, bytes, "digest_positions")
-	if err != nil {
-		return err
-	}
-	*key, *found = 0, false
-	if err := mgr.Open(); err != nil {
-		return err
-	}
-	k, ok, err := mgr.Core().ProbeFirstNewBlockKeyDigests(sc, tokens, ds)
-	*key, *found = C.uint64_t(k), C.bool(ok)
-	return err
 }
 
 func glueManagerDrainBlockEventsDigests(mgr *managerObj, events *C.kvcm_block_event, eventsCap C.size_t, tokens *C.kvcm_token,

@@ -18,23 +18,9 @@ import (
 // SWA scratch reuse, planned drops and pool rebalancing (issue 13 items 4
 // and 6).
 
-func glueKVCacheGetScratchDesc(c *kvCacheObj, lg C.kvcm_layer_group_id, begin, end *C.int64_t) ([]int32, error) {
+func glueKVCacheGetScratchDesc(c *kvCacheObj, lg C.kvcm_layer_group_id) (int, int, []int32, error) {
 	d, err := c.Core().ScratchDesc(layout.LayerGroupID(lg))
-	if err != nil {
-		return nil, err
-	}
-	*begin, *end = C.int64_t(d.Begin), C.int64_t(d.End)
-	return d.Slots, nil
-}
-
-func glueKVCacheHasScratchSlots(c *kvCacheObj) (bool, error) { return c.Core().HasScratchSlots(), nil }
-
-func glueKVCacheGetSwaScratchReuse(c *kvCacheObj) (bool, error) {
-	return c.Core().SwaScratchReuse(), nil
-}
-
-func glueKVCacheSetSwaScratchReuse(c *kvCacheObj, enable C.bool) error {
-	return c.Core().SetSwaScratchReuse(bool(enable))
+	return d.Begin, d.End, d.Slots, err
 }
 
 // glueKVCachePlanCommittedBlockDrop returns the plan's handle, 0 when
@@ -49,8 +35,6 @@ func glueKVCachePlanCommittedBlockDrop(c *kvCacheObj) (uint64, error) {
 	return o.handle, nil
 }
 
-func gluePlannedDropDrop(d *plannedDropObj) error { return d.Drop() }
-
 func gluePlannedDropDestroy(d *plannedDropObj) error {
 	if !deleteHandle(d.handle) {
 		return errorf(codeInvalidHandle, "drop: %#x was destroyed concurrently", d.handle)
@@ -62,12 +46,6 @@ func glueManagerGetScratchPagesPerBlock(mgr *managerObj, layerID C.int32_t, role
 	loc, err := mgr.Core().Buffer(int32(layerID), role)
 	return loc.ScratchPagesPerBlock, err
 }
-
-func glueManagerNeedAdjustment(mgr *managerObj) (bool, error) {
-	return mgr.Core().NeedAdjustment(), nil
-}
-
-func glueManagerAdjust(mgr *managerObj) error { return mgr.Core().Adjust() }
 
 func glueManagerClampMaxSeqLenForMem(mgr *managerObj, batchSize, upperBound C.int64_t) (int, error) {
 	if int64(batchSize) > math.MaxInt32 {

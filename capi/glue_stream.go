@@ -29,10 +29,6 @@ func glueStreamAllocMemory(stream C.kvcm_stream, kind C.kvcm_memory_kind, size C
 	return abimodel.Devices.Alloc(uintptr(stream), k, uint64(size))
 }
 
-func glueStreamFreeMemory(stream C.kvcm_stream, ptr C.kvcm_device_ptr) error {
-	return abimodel.Devices.Free(uintptr(stream), device.Ptr(ptr))
-}
-
 func glueStreamSynchronize(stream C.kvcm_stream) error {
 	s, err := resolveStream(stream)
 	if err != nil {

@@ -162,6 +162,19 @@ func convertHelpers(f *jen.File) {
 		jen.Return(jen.Nil()),
 	)
 	f.Line()
+	f.Comment("fillSized writes items into a caller's buffer whose length is the input")
+	f.Comment("count name (n elements), converted by conv; more items than that is an")
+	f.Comment("internal error.")
+	f.Func().Id("fillSized").Types(jen.List(jen.Id("T"), jen.Id("E")).Any()).Params(jen.Id("items").Index().Id("T"), jen.Id("buf").Op("*").Id("E"),
+		n().Qual("C", "size_t"), jen.Id("name").String(), jen.Id("conv").Func().Params(jen.Id("T")).Id("E")).Error().Block(
+		jen.List(jen.Id("out"), jen.Err()).Op(":=").Id("cSlice").Call(jen.Id("buf"), n(), jen.Id("name")),
+		jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err())),
+		jen.If(jen.Len(jen.Id("items")).Op(">").Len(jen.Id("out"))).Block(
+			jen.Return(jen.Id("errorf").Call(jen.Id("codeInternal"), jen.Lit("%d entries for the %d of %s"), jen.Len(jen.Id("items")), jen.Len(jen.Id("out")), jen.Id("name")))),
+		jen.For(jen.List(jen.Id("i"), jen.Id("it")).Op(":=").Range().Id("items")).Block(jen.Id("out").Index(jen.Id("i")).Op("=").Id("conv").Call(jen.Id("it"))),
+		jen.Return(jen.Nil()),
+	)
+	f.Line()
 	f.Comment("bufferRoom is how many entries a caller's buffer holds (0 for a size")
 	f.Comment("query), for a get-and-reset query that takes only what fits.")
 	f.Func().Id("bufferRoom").Types(jen.Id("E").Any()).Params(jen.Id("buf").Op("*").Id("E"), jen.Id("capacity").Qual("C", "size_t")).Params(jen.Int(), jen.Error()).Block(
@@ -319,10 +332,15 @@ func inConverter(m *Model, d *Decl) jen.Code {
 		Func().Id(name).Params(jen.Id("c").Op("*").Qual("C", d.CName), jen.Id("name").String()).Params(goMapType(g), jen.Error()).Block(body...)
 }
 
-// outConverter writes toC<Decl>.
+// outConverter writes toC<Decl>. A struct with arrays (a len tag) gets
+// one more parameter per array, named after its field: the caller's nested
+// buffer, with room for the elements, which the converter writes there and
+// points the field at (NULL for none).
 func outConverter(d *Decl) jen.Code {
 	g := d.GoMap
 	dict := jen.Dict{}
+	params := []jen.Code{jen.Id("s").Add(goMapType(g))}
+	var arrays []jen.Code
 	for _, f := range MappedFields(d) {
 		src := jen.Id("s")
 		for _, name := range strings.Split(strings.TrimSuffix(f.GoField(), "()"), ".") {
@@ -331,10 +349,29 @@ func outConverter(d *Decl) jen.Code {
 		if strings.HasSuffix(f.GoField(), "()") {
 			src = src.Call()
 		}
+		if isOutArray(f) {
+			el := f.Type.Elem
+			params = append(params, jen.Id(f.CName).Index().Add(goCType(el)))
+			dict[jen.Id(f.Len)] = jen.Qual("C", "size_t").Call(jen.Len(src))
+			var v jen.Code = jen.Add(goCType(el)).Call(jen.Id("v"))
+			if el.Kind == KNamed && el.Decl.Kind == DStruct {
+				v = jen.Id("toC" + el.Decl.GoName).Call(jen.Id("v"))
+			}
+			arrays = append(arrays,
+				jen.If(jen.Len(src).Op(">").Lit(0)).Block(jen.Id("c").Dot(f.CName).Op("=").Op("&").Id(f.CName).Index(jen.Lit(0))),
+				jen.For(jen.List(jen.Id("i"), jen.Id("v")).Op(":=").Range().Add(src)).Block(jen.Id(f.CName).Index(jen.Id("i")).Op("=").Add(v)))
+			continue
+		}
 		dict[jen.Id(f.CName)] = jen.Add(goCType(f.Type)).Call(src)
 	}
 	name := "toC" + d.GoName
-	return jen.Comment(fmt.Sprintf("%s converts a %s.%s to a %s.", name, path.Base(g.Path), g.Name, d.CName)).Line().
-		Func().Id(name).Params(jen.Id("s").Add(goMapType(g))).Qual("C", d.CName).Block(
-		jen.Return(jen.Qual("C", d.CName).Values(dict)))
+	doc := jen.Comment(fmt.Sprintf("%s converts a %s.%s to a %s.", name, path.Base(g.Path), g.Name, d.CName))
+	if len(arrays) == 0 {
+		return doc.Line().Func().Id(name).Params(params...).Qual("C", d.CName).Block(
+			jen.Return(jen.Qual("C", d.CName).Values(dict)))
+	}
+	doc = doc.Line().Comment("Its arrays go to the start of the buffers of their names, which have room.")
+	body := append([]jen.Code{jen.Id("c").Op(":=").Qual("C", d.CName).Values(dict)}, arrays...)
+	body = append(body, jen.Return(jen.Id("c")))
+	return doc.Line().Func().Id(name).Params(params...).Qual("C", d.CName).Block(body...)
 }

@@ -3,6 +3,7 @@ package gen
 import (
 	"bytes"
 	"fmt"
+	"go/types"
 	"path"
 	"slices"
 	"strings"
@@ -568,13 +569,22 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 		args[p.CName] = jen.Id(v)
 	}
 	// Conventions: the glue gets Go strings and slices, and returns the
-	// elements of a buffer, which the export writes.
+	// values of results, sized outputs and a buffer, which the export writes.
 	skip := map[string]bool{}
-	var buffer, resultParam *Param
+	var buffer *Param
+	var outs, nested, intos []*Param
 	ifErr := jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Err())))
 	for _, p := range fn.Sig.Params {
 		v := lowerCamel(p.CName) + "Arg"
 		switch {
+		case p.Into != "":
+			intos = append(intos, p)
+			skip[p.CName] = true
+			continue
+		case p.Of != "":
+			nested = append(nested, p)
+			skip[p.CName], skip[p.Len], skip[p.Buffer] = true, true, true
+			continue
 		case p.Has("convert") && p.Len != "":
 			d := p.Type.Elem.Decl
 			body = append(body, jen.List(jen.Id(v), jen.Err()).Op(":=").Id("cStructsArg").Call(
@@ -612,6 +622,7 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 				buf, jen.Id(p.CName), jen.Id(p.Len), jen.Lit(p.CName)), ifErr)
 		case p.Buffer != "":
 			buffer = p
+			outs = append(outs, p)
 			skip[p.CName], skip[p.Len], skip[p.Buffer] = true, true, true
 			if p.Has("reset") {
 				// The glue gets the room the caller's buffer has, so that a
@@ -619,14 +630,23 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 				body = append(body, jen.List(jen.Id("room"), jen.Err()).Op(":=").Id("bufferRoom").Call(jen.Id(p.CName), jen.Id(p.Len)), ifErr)
 			}
 			continue
-		case p.Has("result"):
-			resultParam = p
+		case p.Has("result"), p.Has("sized"):
+			outs = append(outs, p)
 			skip[p.CName] = true
 			continue
 		default:
 			continue
 		}
 		args[p.CName], skip[p.Len] = jen.Id(v), true
+	}
+	for _, p := range intos {
+		q := paramOf(fn, p.Into)
+		obj, _, _ := types.LookupFieldOrMethod(q.Type.Elem.Decl.GoMap.Type, false, nil, p.IntoField)
+		fv, ok := obj.(*types.Var)
+		if !ok || !fv.IsField() {
+			return shimCode{}, fmt.Errorf("%s: %s: into=%s.%s: %s has no field %s", fn.GoName, p.GoName, q.GoName, p.IntoField, q.Type.Elem.Decl.GoMap.Name, p.IntoField)
+		}
+		body = append(body, jen.Id(lowerCamel(q.CName)+"Arg").Dot(p.IntoField).Op("=").Add(castTo(fv.Type(), jen.Id(p.CName))))
 	}
 	var call []jen.Code
 	for _, p := range fn.Sig.Params {
@@ -638,30 +658,70 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 		call = append(call, jen.Id("room"))
 	}
 	glue := jen.Id("glue" + fn.GoName).Call(call...)
+	values := len(outs)
+	if buffer != nil && buffer.Has("reset") {
+		values++
+	}
+	callErr := true
+	if fn.Call != "" {
+		if !status {
+			return shimCode{}, fmt.Errorf("%s: //kvcm:call needs a kvcm_status* result", fn.GoName)
+		}
+		var err error
+		if glue, callErr, err = callExpr(fn, call, values); err != nil {
+			return shimCode{}, err
+		}
+	}
 	switch {
-	case buffer != nil:
-		el := buffer.Type.Elem
-		var conv jen.Code
-		if buffer.GoElem != "" {
-			conv = jen.Func().Params(jen.Id("v").Add(goElemCode(buffer.GoElem))).Add(goCType(el)).Block(jen.Return(jen.Add(goCType(el)).Call(jen.Id("v"))))
+	case len(outs) > 0:
+		var rets []jen.Code
+		for _, o := range outs {
+			switch {
+			case o == buffer && o.Has("reset"):
+				rets = append(rets, jen.Id("items"), jen.Id("n"))
+			case o == buffer:
+				rets = append(rets, jen.Id("items"))
+			default:
+				rets = append(rets, jen.Id(lowerCamel(o.CName)+"Out"))
+			}
+		}
+		if callErr {
+			body = append(body, jen.List(append(rets, jen.Err())...).Op(":=").Add(glue), ifErr)
 		} else {
-			conv = jen.Id("toC" + el.Decl.GoName)
+			body = append(body, jen.List(rets...).Op(":=").Add(glue))
 		}
-		if buffer.Has("reset") {
-			body = append(body, jen.List(jen.Id("items"), jen.Id("n"), jen.Err()).Op(":=").Add(glue), ifErr,
-				jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Id("fillTaken").Call(jen.Id("items"), jen.Id("n"), jen.Id(buffer.CName), jen.Id(buffer.Len), jen.Id(buffer.Buffer), conv))))
-			break
+		for _, o := range outs {
+			if o.Has("result") {
+				el := o.Type.Elem
+				var v jen.Code = jen.Add(goCType(el)).Call(jen.Id(lowerCamel(o.CName) + "Out"))
+				if el.Kind == KNamed && el.Decl.Kind == DStruct {
+					v = jen.Id("toC" + el.Decl.GoName).Call(jen.Id(lowerCamel(o.CName) + "Out"))
+				}
+				body = append(body, jen.Op("*").Id(o.CName).Op("=").Add(v))
+			}
 		}
-		body = append(body, jen.List(jen.Id("items"), jen.Err()).Op(":=").Add(glue), ifErr,
-			jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Id("fill").Call(jen.Id("items"), jen.Id(buffer.CName), jen.Id(buffer.Len), jen.Id(buffer.Buffer), conv))))
-	case resultParam != nil:
-		el := resultParam.Type.Elem
-		var v jen.Code = jen.Add(goCType(el)).Call(jen.Id("v"))
-		if el.Kind == KNamed && el.Decl.Kind == DStruct {
-			v = jen.Id("toC" + el.Decl.GoName).Call(jen.Id("v"))
+		for _, o := range outs {
+			if o.Has("sized") {
+				body = append(body, jen.If(jen.Err().Op(":=").Id("fillSized").Call(jen.Id(lowerCamel(o.CName)+"Out"), jen.Id(o.CName), jen.Id(o.Len),
+					jen.Lit(o.Len), elemConv(o)), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Err()))))
+			}
 		}
-		body = append(body, jen.List(jen.Id("v"), jen.Err()).Op(":=").Add(glue), ifErr,
-			jen.Op("*").Id(resultParam.CName).Op("=").Add(v), jen.Return(jen.Nil()))
+		switch {
+		case buffer == nil:
+			body = append(body, jen.Return(jen.Nil()))
+		case len(nested) > 0:
+			st, err := nestedFill(fn, buffer, nested, ifErr)
+			if err != nil {
+				return shimCode{}, err
+			}
+			body = append(body, st...)
+		case buffer.Has("reset"):
+			body = append(body, jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Id("fillTaken").Call(jen.Id("items"), jen.Id("n"), jen.Id(buffer.CName), jen.Id(buffer.Len), jen.Id(buffer.Buffer), elemConv(buffer)))))
+		default:
+			body = append(body, jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Id("fill").Call(jen.Id("items"), jen.Id(buffer.CName), jen.Id(buffer.Len), jen.Id(buffer.Buffer), elemConv(buffer)))))
+		}
+	case status && !callErr:
+		body = append(body, glue, jen.Return(jen.Nil()))
 	case status:
 		body = append(body, jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), glue)))
 	case fn.Sig.Result.Kind == KVoid:
@@ -675,6 +735,134 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 		sig = sig.Parens(result)
 	}
 	return shimCode{name: name, doc: doc, fn: sig.Block(body...)}, nil
+}
+
+// callExpr is the call of a function's //kvcm:call with the arguments the
+// glue would get (the receiver first, for a method chain), each cast to the
+// parameter's type, and whether it returns an error after its values
+// (which must be the function's outputs, values of them).
+func callExpr(fn *Func, call []jen.Code, values int) (*jen.Statement, bool, error) {
+	sig := fn.CallSig
+	var x *jen.Statement
+	args := call
+	segs := strings.Split(fn.Call, ".")
+	if path, chain, ok := callPackage(fn.Call); ok {
+		segs = strings.Split(chain, ".")
+		x = jen.Qual(path, strings.TrimSuffix(segs[0], "()"))
+		if len(segs) > 1 && strings.HasSuffix(segs[0], "()") {
+			x = x.Call()
+		}
+		segs = segs[1:]
+	} else {
+		x, args = jen.Add(call[0]), call[1:]
+	}
+	for i, seg := range segs {
+		x = x.Dot(strings.TrimSuffix(seg, "()"))
+		if i < len(segs)-1 && strings.HasSuffix(seg, "()") {
+			x = x.Call()
+		}
+	}
+	where := fmt.Sprintf("%s: //kvcm:call %s", fn.GoName, fn.Call)
+	if sig.Params().Len() != len(args) || sig.Variadic() {
+		return nil, false, fmt.Errorf("%s: takes %d arguments, the function has %d to give it", where, sig.Params().Len(), len(args))
+	}
+	var cast []jen.Code
+	for i, a := range args {
+		cast = append(cast, castTo(sig.Params().At(i).Type(), a))
+	}
+	n := sig.Results().Len()
+	hasErr := n > 0 && types.Identical(sig.Results().At(n-1).Type(), types.Universe.Lookup("error").Type())
+	if hasErr {
+		n--
+	}
+	if n != values {
+		return nil, false, fmt.Errorf("%s: returns %d values, the function has %d outputs", where, n, values)
+	}
+	return x.Call(cast...), hasErr, nil
+}
+
+// elemConv is the conversion of a buffer's or sized output's Go elements
+// to its C elements: a cast to go=, or the elements' toC converter.
+func elemConv(p *Param) jen.Code {
+	el := p.Type.Elem
+	if p.GoElem != "" {
+		return jen.Func().Params(jen.Id("v").Add(goElemCode(p.GoElem))).Add(goCType(el)).Block(jen.Return(jen.Add(goCType(el)).Call(jen.Id("v"))))
+	}
+	return jen.Id("toC" + el.Decl.GoName)
+}
+
+// nestedFill writes the elements of a buffer whose structs have arrays,
+// each array into its nested buffer (of=), one element's run after
+// another: every count is written first; NULL buffers with capacity 0 ask
+// for the counts only; a buffer smaller than its count is
+// KVCM_ERR_BUFFER_TOO_SMALL, writing nothing else.
+func nestedFill(fn *Func, buffer *Param, nested []*Param, ifErr jen.Code) ([]jen.Code, error) {
+	d := buffer.Type.Elem.Decl
+	byField := map[string]*Param{}
+	for _, n := range nested {
+		if n.Of != buffer.CName {
+			return nil, fmt.Errorf("%s: %s: of names %s, not the function's buffer %s", fn.GoName, n.GoName, n.Of, buffer.CName)
+		}
+		byField[n.OfField] = n
+	}
+	goField := func(f *Field) *jen.Statement {
+		src := jen.Id("it")
+		for _, name := range strings.Split(f.GoField(), ".") {
+			src = src.Dot(name)
+		}
+		return src
+	}
+	var arrays []*Field
+	for _, f := range MappedFields(d) {
+		if isOutArray(f) {
+			if byField[f.CName] == nil {
+				return nil, fmt.Errorf("%s: %s.%s has no nested buffer: add a parameter with of=%s.%s", fn.GoName, d.CName, f.CName, buffer.GoName, f.CName)
+			}
+			arrays = append(arrays, f)
+		}
+	}
+	total := func(n *Param) jen.Code { return jen.Id(lowerCamel(n.CName) + "Need") }
+	out := func(p *Param) *jen.Statement { return jen.Id(lowerCamel(p.CName) + "Out") }
+	at := func(n *Param) *jen.Statement { return jen.Id(lowerCamel(n.CName) + "At") }
+	var st, sums, counts, empty, small, need, room, conv, advance []jen.Code
+	counts = append(counts, jen.Op("*").Id(buffer.Buffer).Op("=").Qual("C", "size_t").Call(jen.Len(jen.Id("items"))))
+	empty = append(empty, jen.Id(buffer.CName).Op("==").Nil().Op("&&").Id(buffer.Len).Op("==").Lit(0))
+	small = append(small, jen.Len(out(buffer)).Op("<").Len(jen.Id("items")))
+	need = append(need, jen.Len(jen.Id("items")))
+	room = append(room, jen.Len(out(buffer)))
+	msg := []string{"%d " + buffer.CName}
+	conv = append(conv, jen.Id("it"))
+	views := []jen.Code{jen.List(out(buffer), jen.Err()).Op(":=").Id("cSlice").Call(jen.Id(buffer.CName), jen.Id(buffer.Len), jen.Lit(buffer.Len)), ifErr}
+	for _, f := range arrays {
+		n := byField[f.CName]
+		st = append(st, jen.Add(total(n)).Op(":=").Lit(0))
+		sums = append(sums, jen.Add(total(n)).Op("+=").Len(goField(f)))
+		if n.Buffer != "" {
+			counts = append(counts, jen.Op("*").Id(n.Buffer).Op("=").Qual("C", "size_t").Call(total(n)))
+		}
+		empty = append(empty, jen.Op("&&").Id(n.CName).Op("==").Nil().Op("&&").Id(n.Len).Op("==").Lit(0))
+		views = append(views, jen.List(out(n), jen.Err()).Op(":=").Id("cSlice").Call(jen.Id(n.CName), jen.Id(n.Len), jen.Lit(n.Len)), ifErr)
+		small = append(small, jen.Op("||").Len(out(n)).Op("<").Add(total(n)))
+		need = append(need, total(n))
+		room = append(room, jen.Len(out(n)))
+		msg = append(msg, "%d "+n.CName)
+		conv = append(conv, out(n).Index(jen.Add(at(n)).Op(":")))
+		advance = append(advance, jen.Add(at(n)).Op("+=").Len(goField(f)))
+	}
+	st = append(st, jen.For(jen.List(jen.Id("_"), jen.Id("it")).Op(":=").Range().Id("items")).Block(sums...))
+	st = append(st, counts...)
+	st = append(st, jen.If(jen.Add(empty...)).Block(jen.Return(jen.Nil())))
+	st = append(st, views...)
+	roomMsg := strings.Repeat("%d, ", len(msg)-1) + "%d"
+	tooSmall := append([]jen.Code{jen.Id("codeBufferTooSmall"), jen.Lit("need room for " + strings.Join(msg, ", ") + "; got room for " + roomMsg)}, need...)
+	tooSmall = append(tooSmall, room...)
+	st = append(st, jen.If(jen.Add(small...)).Block(jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Id("errorf").Call(tooSmall...)))))
+	for _, f := range arrays {
+		st = append(st, jen.Add(at(byField[f.CName])).Op(":=").Lit(0))
+	}
+	st = append(st, jen.For(jen.List(jen.Id("i"), jen.Id("it")).Op(":=").Range().Id("items")).Block(
+		append([]jen.Code{out(buffer).Index(jen.Id("i")).Op("=").Id("toC" + d.GoName).Call(conv...)}, advance...)...))
+	return append(st, jen.Return(jen.Nil())), nil
 }
 
 // goElemCode renders a go= element type: <import path>.<Type>, or a

@@ -112,7 +112,7 @@ func TestModel(t *testing.T) {
 	for _, f := range m.TableFuncs() {
 		names = append(names, f.CName)
 	}
-	assert.Equal(t, []string{"kvcm_count", "kvcm_status_free", "kvcm_widget_create", "kvcm_widget_move_pairs", "kvcm_widget_notify", "kvcm_widget_tag", "kvcm_widget_take_pairs"}, names,
+	assert.Equal(t, []string{"kvcm_count", "kvcm_status_free", "kvcm_widget_create", "kvcm_ones", "kvcm_widget_len", "kvcm_widget_move_pairs", "kvcm_widget_notify", "kvcm_widget_strips", "kvcm_widget_tag", "kvcm_widget_take_pairs"}, names,
 		"the table is ordered by version, then name, and omits kvcm_get_api")
 }
 
@@ -154,6 +154,8 @@ func TestLoadErrors(t *testing.T) {
 		"resetnobuffer":   "reset is for a buffer=",
 		"convertnullable": "convert is for a const T*, not consumed, nullable only with len=",
 		"shortnoslice":    "short is for a slice",
+		"intonoconvert":   "into names values, which is not a convert parameter without len=",
+		"ofnotarray":      "of=pairs.x: kvcm_pair has no array field x of int32_t",
 	} {
 		_, err := Load(filepath.Join("testdata", "bad", dir), ".")
 		if assert.Error(t, err, dir) {
@@ -210,5 +212,16 @@ func TestValueTypeErrors(t *testing.T) {
 		if assert.Error(t, err, dir) {
 			assert.Contains(t, err.Error(), want, dir)
 		}
+	}
+}
+
+// kvcmgen refuses a //kvcm:call whose function does not take what the
+// export has to give it (the glue's arguments) or return its outputs.
+func TestCallErrors(t *testing.T) {
+	m, err := Load(filepath.Join("testdata", "bad", "callresults"), ".")
+	require.NoError(t, err)
+	_, err = Generate(m, tinyPaths)
+	if assert.Error(t, err) {
+		assert.Contains(t, err.Error(), "//kvcm:call math/bits.Add64: takes 3 arguments, the function has 1 to give it")
 	}
 }

@@ -26,7 +26,10 @@ import (
 //   - out: toC<Decl>(s <Type>) C.<struct>, for results: every mapped field
 //     is a scalar, enum or typedef, cast from the Go field or from a method's
 //     result (go:"Name()") or from a field of a struct field
-//     (go:"Field.Sub").
+//     (go:"Field.Sub"), or an array with a len tag, written from a Go slice
+//     (scalars cast, structs by their out converter) into a []C.<element>
+//     parameter of toC<Decl> named after the field, which it points the
+//     field at.
 //
 // A field of the ABI struct maps to the Go field of the same name, or of
 // the name its go tag gives; go:"-" leaves it to the export glue. A field
@@ -66,10 +69,15 @@ func parseGoMap(s string) (*GoMap, error) {
 func resolveGoMaps(m *Model, dir string) error {
 	var paths []string
 	for _, d := range m.Decls {
-		for _, g := range []*GoMap{d.GoMap, d.GoCaller} {
+		for _, g := range []*GoMap{d.GoMap, d.GoCaller, d.GoModel} {
 			if g != nil && !slices.Contains(paths, g.Path) {
 				paths = append(paths, g.Path)
 			}
+		}
+	}
+	for _, f := range m.Funcs {
+		if p, _, ok := callPackage(f.Call); ok && !slices.Contains(paths, p) {
+			paths = append(paths, p)
 		}
 	}
 	if len(paths) == 0 {
@@ -114,6 +122,11 @@ func resolveGoMaps(m *Model, dir string) error {
 				}
 			}
 		}
+		if g := d.GoModel; g != nil {
+			if err := resolve(d, g, "gomodel"); err != nil {
+				return err
+			}
+		}
 		if g := d.GoCaller; g != nil {
 			if err := resolve(d, g, "gocaller"); err != nil {
 				return err
@@ -123,7 +136,87 @@ func resolveGoMaps(m *Model, dir string) error {
 			}
 		}
 	}
+	for _, f := range m.Funcs {
+		if f.Call != "" {
+			if err := resolveCall(f, byPath); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
+}
+
+// callPackage splits a package-level //kvcm:call into its import path and
+// the chain after it.
+func callPackage(call string) (path, chain string, ok bool) {
+	i := strings.LastIndex(call, "/")
+	if i < 0 {
+		return "", "", false
+	}
+	j := strings.Index(call[i:], ".")
+	if j < 0 {
+		return "", "", false
+	}
+	return call[:i+j], call[i+j+1:], true
+}
+
+// resolveCall finds the signature of the function a //kvcm:call names.
+func resolveCall(f *Func, byPath map[string]*types.Package) error {
+	where := fmt.Sprintf("%s: //kvcm:call %s", f.GoName, f.Call)
+	var t types.Type
+	var pkg *types.Package
+	segs := strings.Split(f.Call, ".")
+	if path, chain, ok := callPackage(f.Call); ok {
+		pkg = byPath[path]
+		segs = strings.Split(chain, ".")
+		if pkg == nil {
+			return fmt.Errorf("%s: package %s not loaded", where, path)
+		}
+		obj := pkg.Scope().Lookup(strings.TrimSuffix(segs[0], "()"))
+		switch obj := obj.(type) {
+		case *types.Var:
+			t = obj.Type()
+		case *types.Func:
+			if len(segs) == 1 {
+				f.CallSig = obj.Type().(*types.Signature)
+				return nil
+			}
+			t = obj.Type().(*types.Signature).Results().At(0).Type()
+		default:
+			return fmt.Errorf("%s: %s has no variable or function %s", where, path, segs[0])
+		}
+		segs = segs[1:]
+	} else {
+		if len(f.Sig.Params) == 0 || f.Sig.Params[0].Type.Kind != KNamed || f.Sig.Params[0].Type.Decl.GoModel == nil {
+			return fmt.Errorf("%s: a method chain needs a first parameter of a handle with //kvcm:gomodel", where)
+		}
+		g := f.Sig.Params[0].Type.Decl.GoModel
+		t, pkg = types.NewPointer(g.Type), g.Type.Obj().Pkg()
+	}
+	for i, seg := range segs {
+		name := strings.TrimSuffix(seg, "()")
+		obj, _, _ := types.LookupFieldOrMethod(t, true, pkg, name)
+		switch obj := obj.(type) {
+		case *types.Func:
+			sig := obj.Type().(*types.Signature)
+			if i == len(segs)-1 {
+				f.CallSig = sig
+				return nil
+			}
+			if !strings.HasSuffix(seg, "()") || sig.Params().Len() != 0 || sig.Results().Len() != 1 {
+				return fmt.Errorf("%s: %s is called with no arguments for its one result: write %s()", where, name, name)
+			}
+			t = sig.Results().At(0).Type()
+		case *types.Var:
+			if i == len(segs)-1 {
+				return fmt.Errorf("%s: %s is a field, not a method", where, name)
+			}
+			t = obj.Type()
+		default:
+			return fmt.Errorf("%s: %s has no field or method %s", where, t, name)
+		}
+	}
+	return fmt.Errorf("%s: names no function", where)
 }
 
 func typeOf(obj types.Object) types.Type {
@@ -203,13 +296,61 @@ func checkMapped(d *Decl, f *Field) error {
 	if strings.HasSuffix(f.GoField(), "()") && g.In {
 		return fmt.Errorf("%s: a method (go:%q) can only be read: the struct must be //kvcm:go out", where, f.GoField())
 	}
-	if g.Out && !isScalarField(f.Type) {
-		return fmt.Errorf("%s: an out converter writes scalars, enums and typedefs only: tag it go:\"-\"", where)
+	if g.Out && isOutArray(f) {
+		if err := checkOutArray(where, f, t); err != nil {
+			return err
+		}
+	} else if g.Out && !isScalarField(f.Type) {
+		return fmt.Errorf("%s: an out converter writes scalars, enums, typedefs and arrays with a len tag only: tag it go:\"-\"", where)
 	}
 	if g.In {
 		return checkIn(where, f, t)
 	}
 	return nil
+}
+
+// isOutArray reports whether an out converter writes f as an array with its
+// count (into a nested buffer of the caller's, see toC<Decl>).
+func isOutArray(f *Field) bool {
+	return f.Type.Kind == KPtr && f.Type.Dir == DirIn && f.Len != ""
+}
+
+// checkOutArray checks that an out converter can write the Go slice t into
+// f's array: scalars by a cast, structs by their own out converter.
+func checkOutArray(where string, f *Field, t types.Type) error {
+	sl, ok := t.Underlying().(*types.Slice)
+	if !ok {
+		return fmt.Errorf("%s: the array is written from a Go slice, not %s", where, t)
+	}
+	el := f.Type.Elem
+	if isScalarField(el) {
+		if b, ok := sl.Elem().Underlying().(*types.Basic); ok && b.Info()&types.IsNumeric != 0 {
+			return nil
+		}
+		return fmt.Errorf("%s: cannot write %s elements from %s", where, el.CName(), sl.Elem())
+	}
+	if el.Kind == KNamed && el.Decl.Kind == DStruct {
+		g := el.Decl.GoMap
+		if n, ok := sl.Elem().(*types.Named); ok && g != nil && g.Out && n.Obj().Pkg().Path() == g.Path && n.Obj().Name() == g.Name && !hasOutArrays(el.Decl) {
+			return nil
+		}
+		return fmt.Errorf("%s: its %s elements need a //kvcm:go out %s on %s, without arrays", where, el.Decl.CName, sl.Elem(), el.Decl.GoName)
+	}
+	return fmt.Errorf("%s: cannot write %s elements", where, el.CName())
+}
+
+// hasOutArrays reports whether the out converter of d writes arrays (and so
+// takes the nested buffers they go to).
+func hasOutArrays(d *Decl) bool {
+	if d.GoMap == nil || !d.GoMap.Out {
+		return false
+	}
+	for _, f := range MappedFields(d) {
+		if isOutArray(f) {
+			return true
+		}
+	}
+	return false
 }
 
 func isScalarField(t *Type) bool {

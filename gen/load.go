@@ -223,6 +223,11 @@ func (l *loader) run() error {
 				return fmt.Errorf("%s: bad //kvcm:gohandle %q: want \"<Go type> <words>\" on a //kvcm:handle", dc.GoName, g)
 			}
 		}
+		if g := d.one("gomodel"); g != "" {
+			if dc.GoModel, err = parseGoMap("out " + g); err != nil || dc.GoHandle == "" {
+				return fmt.Errorf("%s: bad //kvcm:gomodel %q: want \"<import path>.<Type>\" on a //kvcm:gohandle", dc.GoName, g)
+			}
+		}
 		if g := d.one("go"); g != "" {
 			if dc.GoMap, err = parseGoMap(g); err != nil || dc.Kind != DStruct {
 				return fmt.Errorf("%s: bad //kvcm:go %q: want \"in|out|inout <import path>.<Type>\" on a //kvcm:struct", dc.GoName, g)
@@ -550,7 +555,7 @@ func (l *loader) function(s typeSpec) (*Func, error) {
 		return nil, err
 	}
 	f := &Func{GoName: name, CName: l.m.Prefix + "_" + Snake(name), Doc: docText(s.doc), Since: since,
-		Thread: d.one("thread"), Impl: d.one("impl"), Sig: sig, Returns: d.one("returns")}
+		Thread: d.one("thread"), Impl: d.one("impl"), Sig: sig, Returns: d.one("returns"), Call: d.one("call")}
 	if c := d.one("cname"); c != "" {
 		f.CName = c
 	}
@@ -589,6 +594,22 @@ func (l *loader) function(s typeSpec) (*Func, error) {
 				p.GoElem = g
 				continue
 			}
+			if t, ok := strings.CutPrefix(fl, "into="); ok {
+				q, field, ok := strings.Cut(t, ".")
+				if !ok || byName[q] == nil || field == "" {
+					return nil, fmt.Errorf("%s: %s: into=%s: want into=<parameter>.<Go field>", name, p.GoName, t)
+				}
+				p.Into, p.IntoField = Snake(q), field
+				continue
+			}
+			if t, ok := strings.CutPrefix(fl, "of="); ok {
+				q, field, ok := strings.Cut(t, ".")
+				if !ok || byName[q] == nil || field == "" {
+					return nil, fmt.Errorf("%s: %s: of=%s: want of=<buffer parameter>.<C field>", name, p.GoName, t)
+				}
+				p.Of, p.OfField = Snake(q), field
+				continue
+			}
 			if n, ok := strings.CutPrefix(fl, "buffer="); ok {
 				if byName[n] == nil {
 					return nil, fmt.Errorf("%s: %s: buffer names unknown parameter %q", name, p.GoName, n)
@@ -597,7 +618,7 @@ func (l *loader) function(s typeSpec) (*Func, error) {
 				continue
 			}
 			switch fl {
-			case "in", "out", "borrowed", "owned", "consumed", "nullable", "string", "slice", "short", "result", "reset", "convert", "nullnil":
+			case "in", "out", "borrowed", "owned", "consumed", "nullable", "string", "slice", "short", "result", "reset", "convert", "nullnil", "sized":
 			default:
 				return nil, fmt.Errorf("%s: %s: unknown flag %q", name, p.GoName, fl)
 			}
@@ -794,6 +815,26 @@ func checkGoImpls(dc *Decl) error {
 	return nil
 }
 
+// paramOf returns the parameter of f with the C name.
+func paramOf(f *Func, cName string) *Param {
+	for _, p := range f.Sig.Params {
+		if p.CName == cName {
+			return p
+		}
+	}
+	return nil
+}
+
+// fieldOf returns the field of d with the C name, or nil.
+func fieldOf(d *Decl, cName string) *Field {
+	for _, f := range d.Fields {
+		if f.CName == cName {
+			return f
+		}
+	}
+	return nil
+}
+
 // checkConvention checks a parameter's string, slice and buffer flags.
 func checkConvention(f *Func, p *Param) error {
 	t := p.Type
@@ -806,10 +847,44 @@ func checkConvention(f *Func, p *Param) error {
 		case !isScalarField(t.Elem) && (t.Elem.Kind != KNamed || t.Elem.Decl.GoMap == nil || !t.Elem.Decl.GoMap.Out):
 			return fmt.Errorf("result is for a scalar, or a struct with //kvcm:go out")
 		}
+	}
+	if p.Buffer != "" && p.Of == "" {
 		for _, q := range f.Sig.Params {
-			if q != p && (q.Has("result") || q.Buffer != "") {
-				return fmt.Errorf("a function has one result or one buffer")
+			if q != p && q.Buffer != "" && q.Of == "" {
+				return fmt.Errorf("a function has one buffer (others are its nested buffers, of=)")
 			}
+		}
+	}
+	if p.Into != "" {
+		q := paramOf(f, p.Into)
+		switch {
+		case !isScalarField(t) || p.Len != "":
+			return fmt.Errorf("into is for a scalar")
+		case !q.Has("convert") || q.Len != "":
+			return fmt.Errorf("into names %s, which is not a convert parameter without len=", q.CName)
+		}
+	}
+	if p.Of != "" {
+		q := paramOf(f, p.Of)
+		if t.Kind != KPtr || t.Dir != DirOut || p.Len == "" {
+			return fmt.Errorf("of is for a T* with len=")
+		}
+		if q.Buffer == "" || q.Of != "" || q.Type.Kind != KPtr || q.Type.Elem.Kind != KNamed || q.Type.Elem.Decl.Kind != DStruct {
+			return fmt.Errorf("of names %s, which is not a buffer of structs", q.CName)
+		}
+		fd := fieldOf(q.Type.Elem.Decl, p.OfField)
+		if fd == nil || fd.Type.Kind != KPtr || fd.Len == "" || fd.Type.Elem.CName() != t.Elem.CName() {
+			return fmt.Errorf("of=%s.%s: %s has no array field %s of %s", q.GoName, p.OfField, q.Type.Elem.Decl.CName, p.OfField, t.Elem.CName())
+		}
+	}
+	if p.Has("sized") {
+		switch {
+		case !f.Sig.Result.IsStatus():
+			return fmt.Errorf("sized needs a kvcm_status* result")
+		case t.Kind != KPtr || t.Dir != DirOut || p.Len == "" || p.Buffer != "":
+			return fmt.Errorf("sized is for a T* with len= and no buffer=")
+		case p.GoElem == "" && (t.Elem.Kind != KNamed || t.Elem.Decl.GoMap == nil || !t.Elem.Decl.GoMap.Out):
+			return fmt.Errorf("sized needs go=<Go element type>, or elements with //kvcm:go out")
 		}
 	}
 	if p.Has("convert") {
@@ -844,7 +919,7 @@ func checkConvention(f *Func, p *Param) error {
 		return fmt.Errorf("slice is for a const T* of scalars, with go=<Go element type>")
 	case p.Buffer != "" && (t.Kind != KPtr || t.Dir != DirOut):
 		return fmt.Errorf("buffer is for a T*")
-	case p.Buffer != "" && p.GoElem == "" && (t.Elem.Kind != KNamed || t.Elem.Decl.GoMap == nil || !t.Elem.Decl.GoMap.Out):
+	case p.Buffer != "" && p.Of == "" && p.GoElem == "" && (t.Elem.Kind != KNamed || t.Elem.Decl.GoMap == nil || !t.Elem.Decl.GoMap.Out):
 		return fmt.Errorf("buffer needs go=<Go element type>, or elements with //kvcm:go out")
 	}
 	return nil

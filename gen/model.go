@@ -8,6 +8,7 @@ package gen
 
 import (
 	"fmt"
+	"go/types"
 	"strings"
 )
 
@@ -75,9 +76,18 @@ type Param struct {
 	// export fills the buffer, checking its capacity; with reset the glue
 	// also gets the buffer's room and returns the elements only when they
 	// fit, with their number), result (a T* the
-	// export writes from the glue's (value, error) when the error is nil).
+	// export writes from the glue's value when its error is nil), sized (a
+	// T* whose length is an input count: the glue returns its elements).
 	GoElem string // go=<import path>.<Type> or a predeclared Go type
 	Buffer string // C name of the needed parameter of a buffer
+	// Into (into=<param>.<Go field>) is the C name of the convert
+	// parameter whose Go value's field IntoField the export sets from this
+	// scalar, which the glue then does not get.
+	Into, IntoField string
+	// Of (of=<buffer>.<C field>) makes this T* the nested buffer of the
+	// array field OfField of the buffer parameter Of's elements: the
+	// export writes every element's array there, one run after another.
+	Of, OfField string
 }
 
 // Has reports whether the parameter carries a flag.
@@ -147,6 +157,10 @@ type Decl struct {
 	// the export package gets lookup<Name>, which resolves an argument to
 	// a *<type>, and handleKind.
 	GoHandle, GoHandleWhat string
+	// GoModel is the type of the object model a handle's Go type embeds
+	// (//kvcm:gomodel <import path>.<Type>): the receiver of the //kvcm:call
+	// of the functions taking the handle first.
+	GoModel *GoMap
 	// GoMap is the Go struct kvcmgen writes converters for (//kvcm:go), or
 	// nil.
 	GoMap *GoMap
@@ -290,6 +304,13 @@ type Func struct {
 	Impl    string // go (default), c (hand-written C), api (generated get_api)
 	Sig     *Sig
 	Returns string
+	// Call (//kvcm:call <expr>) is what the export calls instead of the
+	// hand-written glue<Name>: a method chain on the first parameter's
+	// //kvcm:gomodel type (Core().TokensPerBlock), or on a package-level
+	// variable or function (<import path>.Devices.Free). CallSig is the
+	// signature of the function it names.
+	Call    string
+	CallSig *types.Signature
 }
 
 // Model is a loaded ABI description.

@@ -26,7 +26,7 @@ func TestAggregatedPagesCountsMembersAndBufferTooSmall(t *testing.T) {
 	requireCode(t, err, BufferTooSmall, "3 members")
 	assert.Equal(t, 2, n)
 	_, _, err = GetAggregatedPages(m, bufs, 1, 3)
-	requireCode(t, err, BufferTooSmall, "2 descriptors")
+	requireCode(t, err, BufferTooSmall, "2 descs")
 
 	runs, n, err := GetAggregatedPages(m, bufs, 2, 3)
 	require.NoError(t, err)

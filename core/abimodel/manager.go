@@ -359,13 +359,96 @@ func (mgr *Manager) ProbeReuse(scope blockhash.Scope, tokens []config.Token) (in
 	return mgr.m.ProbeReuse(scope, tokens), nil
 }
 
-// MigrationStats returns the pages and bytes moved on every path (see
-// core.Manager.MigrationStats); it fails with core.ErrClosed once closed.
-func (mgr *Manager) MigrationStats() (map[core.Path]core.MigrationCounter, error) {
+// PathMigrationStats is a kvcm_migration_stats: the pages and bytes moved on
+// one path.
+type PathMigrationStats struct {
+	Path core.Path
+	core.MigrationCounter
+}
+
+// MigrationStats returns the pages and bytes moved on every path, one entry
+// per path in core.Paths order (see core.Manager.MigrationStats); it fails
+// with core.ErrClosed once closed.
+func (mgr *Manager) MigrationStats() ([]PathMigrationStats, error) {
 	if err := mgr.open(); err != nil {
 		return nil, err
 	}
-	return mgr.m.MigrationStats(), nil
+	ms := mgr.m.MigrationStats()
+	out := make([]PathMigrationStats, 0, len(core.Paths()))
+	for _, p := range core.Paths() {
+		out = append(out, PathMigrationStats{Path: p, MigrationCounter: ms[p]})
+	}
+	return out, nil
+}
+
+// ProbeFirstNewBlockKey returns the key of the first full block of tokens
+// past the prefix a new cache would reuse, and whether there is one (see
+// core.Manager.ProbeFirstNewBlockKeyDigests); digests are the digest
+// tokens' positions and bytes (see Digests). It fails with core.ErrClosed
+// once closed.
+func (mgr *Manager) ProbeFirstNewBlockKey(scope blockhash.Scope, tokens []config.Token, positions []uint64, digestBytes string) (blockhash.Key, bool, error) {
+	ds, err := Digests(positions, digestBytes, "digest_positions")
+	if err != nil {
+		return 0, false, err
+	}
+	if err := mgr.open(); err != nil {
+		return 0, false, err
+	}
+	return mgr.m.ProbeFirstNewBlockKeyDigests(scope, tokens, ds)
+}
+
+// ProbeReuseDigests is ProbeReuse for tokens with digest tokens, given by
+// their positions and bytes (see Digests).
+func (mgr *Manager) ProbeReuseDigests(scope blockhash.Scope, tokens []config.Token, positions []uint64, digestBytes string) (int, error) {
+	ds, err := Digests(positions, digestBytes, "digest_positions")
+	if err != nil {
+		return 0, err
+	}
+	if err := mgr.open(); err != nil {
+		return 0, err
+	}
+	return mgr.m.ProbeReuseDigests(scope, tokens, ds)
+}
+
+// ExpandedBuffer is a kvcm_expanded_buffer: a buffer of an aggregated page,
+// named by its position in the buffers asked for.
+type ExpandedBuffer struct {
+	Buffer    int
+	Expansion int
+}
+
+// AggregatedPage is a kvcm_aggregated_page_desc: core.AggregatedPageDesc
+// with its buffers named by their positions in the buffers asked for.
+type AggregatedPage struct {
+	Base       device.Ptr
+	Size       int64
+	Stride     int64
+	LayerGroup layout.LayerGroupID
+	Buffers    []ExpandedBuffer
+}
+
+// AggregatedPages merges buffers into runs of contiguous bytes (see
+// core.Manager.AggregatedPages), each run's buffers named by their
+// positions in buffers.
+func (mgr *Manager) AggregatedPages(buffers []layout.BufferKey) ([]AggregatedPage, error) {
+	ds, err := mgr.m.AggregatedPages(buffers)
+	if err != nil {
+		return nil, err
+	}
+	pos := make(map[layout.BufferKey]int, len(buffers))
+	for i, b := range buffers {
+		if _, dup := pos[b]; !dup {
+			pos[b] = i
+		}
+	}
+	out := make([]AggregatedPage, len(ds))
+	for i, d := range ds {
+		out[i] = AggregatedPage{Base: d.Base, Size: d.Size, Stride: d.Stride, LayerGroup: d.LayerGroup, Buffers: make([]ExpandedBuffer, len(d.Buffers))}
+		for j, b := range d.Buffers {
+			out[i].Buffers[j] = ExpandedBuffer{Buffer: pos[b.Buffer], Expansion: b.Expansion}
+		}
+	}
+	return out, nil
 }
 
 // GetAndResetIterationPeakBlockStats returns a level's peak usage per pool

@@ -10,6 +10,7 @@ import (
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/codec"
 	"github.com/kvcm/kvcm/core/codec/gpucodec"
+	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/device/backend"
 	"github.com/kvcm/kvcm/core/layout"
@@ -174,7 +175,10 @@ func TestQueries(t *testing.T) {
 	assert.Zero(t, n)
 	ms, err := m.MigrationStats()
 	require.NoError(t, err)
-	assert.Len(t, ms, len(core.Paths()))
+	require.Len(t, ms, len(core.Paths()))
+	for i, p := range core.Paths() {
+		assert.Equal(t, p, ms[i].Path, "one entry per path, in path order")
+	}
 
 	require.NoError(t, m.Close())
 	_, err = m.PoolGroupDescs(layout.GPULevel)
@@ -183,6 +187,60 @@ func TestQueries(t *testing.T) {
 	assert.ErrorIs(t, err, core.ErrClosed)
 	_, err = m.MigrationStats()
 	assert.ErrorIs(t, err, core.ErrClosed)
+	_, _, err = m.ProbeFirstNewBlockKey(blockhash.Scope{}, seq(0, 8), nil, "")
+	assert.ErrorIs(t, err, core.ErrClosed)
+	_, err = m.ProbeReuseDigests(blockhash.Scope{}, seq(0, 8), nil, "")
+	assert.ErrorIs(t, err, core.ErrClosed)
+}
+
+// The probes with digest tokens check the digests before anything else:
+// digest bytes that do not match the positions are an invalid argument
+// naming digest_positions. Without digests they answer as the plain probes.
+func TestProbesWithDigests(t *testing.T) {
+	m := newManager(t, Options{})
+	_, _, err := m.ProbeFirstNewBlockKey(blockhash.Scope{}, seq(0, 8), []uint64{1}, "short")
+	assert.ErrorIs(t, err, core.ErrInvalidArgument)
+	assert.ErrorContains(t, err, "digest_positions")
+	_, err = m.ProbeReuseDigests(blockhash.Scope{}, seq(0, 8), []uint64{1}, "")
+	assert.ErrorIs(t, err, core.ErrInvalidArgument)
+
+	k, ok, err := m.ProbeFirstNewBlockKey(blockhash.Scope{}, seq(0, 8), nil, "")
+	require.NoError(t, err)
+	wantK, wantOK := m.Core().ProbeFirstNewBlockKey(blockhash.Scope{}, seq(0, 8))
+	assert.Equal(t, wantK, k)
+	assert.Equal(t, wantOK, ok)
+	assert.True(t, ok, "nothing is cached: the first block is new")
+	n, err := m.ProbeReuseDigests(blockhash.Scope{}, seq(0, 8), nil, "")
+	require.NoError(t, err)
+	assert.Zero(t, n)
+}
+
+// AggregatedPages names each run's buffers by their positions in the
+// request (the first one of a key asked for twice), and every buffer asked
+// for lands in exactly one run.
+func TestAggregatedPagesNameBuffersByPosition(t *testing.T) {
+	m := newManager(t, Options{})
+	keys := []layout.BufferKey{{Layer: 1, Role: config.RoleValue}, {Layer: 0, Role: config.RoleKey}, {Layer: 1, Role: config.RoleKey}}
+	runs, err := m.AggregatedPages(keys)
+	require.NoError(t, err)
+	want, err := m.Core().AggregatedPages(keys)
+	require.NoError(t, err)
+	require.Len(t, runs, len(want))
+	seen := map[int]bool{}
+	for i, r := range runs {
+		assert.Equal(t, want[i].Base, r.Base)
+		assert.Equal(t, want[i].Size, r.Size)
+		require.Len(t, r.Buffers, len(want[i].Buffers))
+		for j, b := range r.Buffers {
+			assert.Equal(t, want[i].Buffers[j].Buffer, keys[b.Buffer], "run %d buffer %d is named by its position", i, j)
+			assert.Equal(t, want[i].Buffers[j].Expansion, b.Expansion)
+			assert.False(t, seen[b.Buffer], "buffer %d lands in one run", b.Buffer)
+			seen[b.Buffer] = true
+		}
+	}
+	assert.Len(t, seen, len(keys))
+	_, err = m.AggregatedPages([]layout.BufferKey{{Layer: 9, Role: config.RoleKey}})
+	assert.ErrorIs(t, err, core.ErrInvalidArgument)
 }
 
 // Peak statistics are reset only by a call whose buffer holds every group:

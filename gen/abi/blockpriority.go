@@ -25,9 +25,10 @@ import "github.com/kvcm/kvcm/gen/spec"
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().SetBlockPriorities
 //kvcm:param manager in The manager.
 //kvcm:param scope borrowed,convert The reuse scope of the blocks.
-//kvcm:param hasLoraID in Whether scope.lora_id is a LoRA adapter id, 0 included.
+//kvcm:param hasLoraID in,into=scope.HasLoRA Whether scope.lora_id is a LoRA adapter id, 0 included.
 //kvcm:param keys borrowed,nullable,len=numKeys,slice,go=github.com/kvcm/kvcm/core/blockhash.Key The chained block keys, first block first (NULL only when num_keys is 0).
 //kvcm:param numKeys in The number of keys.
 //kvcm:param priorities borrowed,nullable,len=numPriorities,slice,go=int The priority of each key's block (NULL only when num_priorities is 0).

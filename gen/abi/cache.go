@@ -162,6 +162,7 @@ type KVCacheSetStream func(cache KVCache, stream Stream) *Status
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Suspend
 //kvcm:param cache in The cache.
 type KVCacheSuspend func(cache KVCache) *Status
 
@@ -174,6 +175,7 @@ type KVCacheSuspend func(cache KVCache) *Status
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Resize
 //kvcm:param cache in The cache.
 //kvcm:param capacity in The new capacity in tokens.
 //kvcm:param historyLength in The new history length in tokens; negative keeps it.
@@ -191,6 +193,7 @@ type KVCacheResize func(cache KVCache, capacity int64, historyLength int64) *Sta
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Commit
 //kvcm:param cache in The cache.
 //kvcm:param tokens borrowed,nullable,len=numTokens,slice,short,go=github.com/kvcm/kvcm/core/config.Token The tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
@@ -202,6 +205,7 @@ type KVCacheCommit func(cache KVCache, tokens spec.In[Token], numTokens spec.Siz
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call StopCommitting
 //kvcm:param cache in The cache.
 type KVCacheStopCommitting func(cache KVCache) *Status
 
@@ -210,6 +214,7 @@ type KVCacheStopCommitting func(cache KVCache) *Status
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Prefetch
 //kvcm:param cache in The cache.
 //kvcm:param level in The level to bring pages up to.
 type KVCachePrefetch func(cache KVCache, level CacheLevel) *Status
@@ -218,6 +223,7 @@ type KVCachePrefetch func(cache KVCache, level CacheLevel) *Status
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Core().Status
 //kvcm:param cache in The cache.
 //kvcm:param out out,result Receives the status.
 type KVCacheGetStatus func(cache KVCache, out spec.Out[CacheStatus]) *Status
@@ -226,6 +232,7 @@ type KVCacheGetStatus func(cache KVCache, out spec.Out[CacheStatus]) *Status
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Core().ID
 //kvcm:param cache in The cache.
 //kvcm:param out out,result Receives the id.
 type KVCacheGetID func(cache KVCache, out spec.Out[uint64]) *Status
@@ -234,6 +241,7 @@ type KVCacheGetID func(cache KVCache, out spec.Out[uint64]) *Status
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Core().NumCommittedTokens
 //kvcm:param cache in The cache.
 //kvcm:param out out,result Receives the count.
 type KVCacheGetNumCommittedTokens func(cache KVCache, out spec.Out[int64]) *Status
@@ -242,6 +250,7 @@ type KVCacheGetNumCommittedTokens func(cache KVCache, out spec.Out[int64]) *Stat
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Core().HistoryLength
 //kvcm:param cache in The cache.
 //kvcm:param out out,result Receives the count.
 type KVCacheGetHistoryLength func(cache KVCache, out spec.Out[int64]) *Status
@@ -250,6 +259,7 @@ type KVCacheGetHistoryLength func(cache KVCache, out spec.Out[int64]) *Status
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Core().Capacity
 //kvcm:param cache in The cache.
 //kvcm:param out out,result Receives the count.
 type KVCacheGetCapacity func(cache KVCache, out spec.Out[int64]) *Status
@@ -258,6 +268,7 @@ type KVCacheGetCapacity func(cache KVCache, out spec.Out[int64]) *Status
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().CommittedTokens
 //kvcm:param cache in The cache.
 //kvcm:param tokens out,nullable,len=capacity,buffer=needed,go=github.com/kvcm/kvcm/core/config.Token Receives the committed tokens.
 //kvcm:param capacity in Capacity of tokens, in elements.
@@ -268,6 +279,7 @@ type KVCacheGetCommittedTokens func(cache KVCache, tokens spec.Out[Token], capac
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Core().ReusedTokens
 //kvcm:param cache in The cache.
 //kvcm:param out out,result Receives the count.
 type KVCacheGetReusedTokens func(cache KVCache, out spec.Out[int64]) *Status
@@ -279,6 +291,7 @@ type KVCacheGetReusedTokens func(cache KVCache, out spec.Out[int64]) *Status
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Core().BasePageIndices
 //kvcm:param cache in The cache.
 //kvcm:param layerGroup in The layer group.
 //kvcm:param indices out,nullable,len=capacity,buffer=needed,go=int32 Receives one index per block.
@@ -291,6 +304,7 @@ type KVCacheGetBasePageIndices func(cache KVCache, layerGroup LayerGroupID, indi
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().BeamWidth
 //kvcm:param cache in The cache.
 //kvcm:param out out,result Receives the beam width.
 type KVCacheGetBeamWidth func(cache KVCache, out spec.Out[int32]) *Status
@@ -305,6 +319,7 @@ type KVCacheGetBeamWidth func(cache KVCache, out spec.Out[int32]) *Status
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().SetBeamWidth
 //kvcm:param cache in The cache.
 //kvcm:param beamWidth in The new beam width.
 type KVCacheSetBeamWidth func(cache KVCache, beamWidth int32) *Status
@@ -316,6 +331,7 @@ type KVCacheSetBeamWidth func(cache KVCache, beamWidth int32) *Status
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().BasePageIndicesOfBeam
 //kvcm:param cache in The cache.
 //kvcm:param layerGroup in The layer group.
 //kvcm:param beam in The beam.
@@ -335,6 +351,7 @@ type KVCacheGetBeamBasePageIndices func(cache KVCache, layerGroup LayerGroupID, 
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call CommitBeamSearch
 //kvcm:param cache in The cache.
 //kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
@@ -350,6 +367,7 @@ type KVCacheCommitBeamSearch func(cache KVCache, tokens spec.In[Token], numToken
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().Stats
 //kvcm:param cache in The cache.
 //kvcm:param out out,result Receives the counters.
 type KVCacheGetStats func(cache KVCache, out spec.Out[BlockStats]) *Status
@@ -363,6 +381,7 @@ type KVCacheGetStats func(cache KVCache, out spec.Out[BlockStats]) *Status
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().CommitPendingStats
 //kvcm:param cache in The cache.
 type KVCacheCommitPendingStats func(cache KVCache) *Status
 
@@ -371,6 +390,7 @@ type KVCacheCommitPendingStats func(cache KVCache) *Status
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().DiscardPendingStats
 //kvcm:param cache in The cache.
 type KVCacheDiscardPendingStats func(cache KVCache) *Status
 
@@ -381,6 +401,7 @@ type KVCacheDiscardPendingStats func(cache KVCache) *Status
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().CachedTokensByLevel
 //kvcm:param cache in The cache.
 //kvcm:param tokens out,nullable,len=capacity,buffer=needed,go=int Receives one count per level.
 //kvcm:param capacity in Capacity of tokens, in elements.
@@ -400,8 +421,8 @@ type KVCacheGetCachedTokensByLevel func(cache KVCache, tokens spec.Out[int64], c
 //kvcm:thread manager
 //kvcm:param cache in The cache.
 //kvcm:param layerGroup in The layer group.
-//kvcm:param begin out Receives the first scratch block.
-//kvcm:param end out Receives the block after the last scratch block.
+//kvcm:param begin out,result Receives the first scratch block.
+//kvcm:param end out,result Receives the block after the last scratch block.
 //kvcm:param slots out,nullable,len=capacity,buffer=needed,go=int32 Receives the scratch slot ids.
 //kvcm:param capacity in Capacity of slots, in elements.
 //kvcm:param needed out Receives the number of scratch slots.
@@ -412,6 +433,7 @@ type KVCacheGetScratchDesc func(cache KVCache, layerGroup LayerGroupID, begin sp
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().HasScratchSlots
 //kvcm:param cache in The cache.
 //kvcm:param out out,result Receives whether it holds scratch slots.
 type KVCacheHasScratchSlots func(cache KVCache, out spec.Out[bool]) *Status
@@ -421,6 +443,7 @@ type KVCacheHasScratchSlots func(cache KVCache, out spec.Out[bool]) *Status
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().SwaScratchReuse
 //kvcm:param cache in The cache.
 //kvcm:param out out,result Receives whether scratch reuse is on.
 type KVCacheGetSwaScratchReuse func(cache KVCache, out spec.Out[bool]) *Status
@@ -432,6 +455,7 @@ type KVCacheGetSwaScratchReuse func(cache KVCache, out spec.Out[bool]) *Status
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().SetSwaScratchReuse
 //kvcm:param cache in The cache.
 //kvcm:param enable in Whether to use scratch slots.
 type KVCacheSetSwaScratchReuse func(cache KVCache, enable bool) *Status
@@ -458,6 +482,7 @@ type KVCachePlanCommittedBlockDrop func(cache KVCache, out spec.Out[PlannedDrop]
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Drop
 //kvcm:param drop in The plan.
 type PlannedDropDrop func(drop PlannedDrop) *Status
 
@@ -479,6 +504,7 @@ type PlannedDropDestroy func(drop PlannedDrop) *Status
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().SsmBlockBaseIndex
 //kvcm:param cache in The cache.
 //kvcm:param layerGroup in The layer group.
 //kvcm:param out out,result Receives the slot.
@@ -506,6 +532,7 @@ type ReuseDiagnostics struct {
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().ReuseDiagnostics
 //kvcm:param cache in The cache.
 //kvcm:param out out,result Receives the diagnostics.
 type KVCacheGetReuseDiagnostics func(cache KVCache, out spec.Out[ReuseDiagnostics]) *Status

@@ -39,7 +39,7 @@ type PoolDesc struct {
 //
 //kvcm:struct
 //kvcm:since 1
-//kvcm:go in github.com/kvcm/kvcm/core/layout.PoolGroupDesc
+//kvcm:go inout github.com/kvcm/kvcm/core/layout.PoolGroupDesc
 type PoolGroupDesc struct {
 	// Index is the group's index within its level; descriptor i has index i.
 	Index PoolGroupIndex

@@ -11,6 +11,7 @@ import "github.com/kvcm/kvcm/gen/spec"
 //
 //kvcm:handle
 //kvcm:gohandle cpObj CP index
+//kvcm:gomodel github.com/kvcm/kvcm/core/abimodel.CPIndex
 //kvcm:since 1
 type CPIndex uint64
 
@@ -167,6 +168,7 @@ type CPDestroy func(cp CPIndex) *Status
 //
 //kvcm:since 1
 //kvcm:thread any
+//kvcm:call PredictPrefixReuse
 //kvcm:param cp in The index.
 //kvcm:param requestID borrowed,nullable,len=requestIDLen,string The request id's bytes (NULL only when request_id_len is 0).
 //kvcm:param requestIDLen in The request id's length in bytes.
@@ -183,6 +185,7 @@ type CPPredictPrefixReuse func(cp CPIndex, requestID spec.CStr, requestIDLen spe
 //
 //kvcm:since 1
 //kvcm:thread any
+//kvcm:call GetCachedBlocks
 //kvcm:param cp in The index.
 //kvcm:param requestID borrowed,nullable,len=requestIDLen,string The request id's bytes (NULL only when request_id_len is 0).
 //kvcm:param requestIDLen in The request id's length in bytes.
@@ -197,6 +200,7 @@ type CPGetCachedBlocks func(cp CPIndex, requestID spec.CStr, requestIDLen spec.S
 //
 //kvcm:since 1
 //kvcm:thread any
+//kvcm:call NotifyBlocksAllocated
 //kvcm:param cp in The index.
 //kvcm:param requestID borrowed,nullable,len=requestIDLen,string The request id's bytes (NULL only when request_id_len is 0).
 //kvcm:param requestIDLen in The request id's length in bytes.
@@ -211,6 +215,7 @@ type CPNotifyBlocksAllocated func(cp CPIndex, requestID spec.CStr, requestIDLen 
 //
 //kvcm:since 1
 //kvcm:thread any
+//kvcm:call NotifyBlocksFreed
 //kvcm:param cp in The index.
 //kvcm:param requestID borrowed,nullable,len=requestIDLen,string The request id's bytes (NULL only when request_id_len is 0).
 //kvcm:param requestIDLen in The request id's length in bytes.
@@ -227,7 +232,7 @@ type CPNotifyBlocksFreed func(cp CPIndex, requestID spec.CStr, requestIDLen spec
 //kvcm:param cp in The index.
 //kvcm:param requestIds borrowed,nullable,len=numRequestIds,convert The request ids (NULL only when num_request_ids is 0).
 //kvcm:param numRequestIds in The number of request ids.
-//kvcm:param order out,nullable,len=numRequestIds Receives num_request_ids indices into request_ids.
+//kvcm:param order out,nullable,len=numRequestIds,sized,go=int Receives num_request_ids indices into request_ids.
 type CPGetAllocationPriority func(cp CPIndex, requestIds spec.In[CPRequestID], numRequestIds spec.Size, order spec.Out[spec.Size]) *Status
 
 // CPGetFaultCount returns how many failures, out-of-range scores and
@@ -236,6 +241,7 @@ type CPGetAllocationPriority func(cp CPIndex, requestIds spec.In[CPRequestID], n
 //
 //kvcm:since 1
 //kvcm:thread any
+//kvcm:call FaultCount
 //kvcm:param cp in The index.
 //kvcm:param out out,result Receives the count.
 type CPGetFaultCount func(cp CPIndex, out spec.Out[uint64]) *Status
@@ -262,5 +268,6 @@ type ManagerAttachCP func(manager Manager, cp CPIndex) *Status
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call DetachCP
 //kvcm:param manager in The manager.
 type ManagerDetachCP func(manager Manager) *Status

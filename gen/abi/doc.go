@@ -43,7 +43,10 @@
 // gen.GoMap for the rules): every field maps to the Go field of its name, or
 // of the name its go:"Field" tag gives (go:"Method()" reads a method and
 // go:"Field.Sub" a field of a struct field, for
-// out); go:"-" leaves the field to the hand-written glue in capi. kvcmgen
+// out); go:"-" leaves the field to the hand-written glue in capi. An out
+// struct's array (a field with a len tag) is written from a Go slice of
+// scalars, or of structs with their own //kvcm:go out: its toC<Name> takes
+// a buffer for each array (see of= below). kvcmgen
 // refuses a field that has neither a Go counterpart nor go:"-", so no field
 // is ever silently dropped. An in converter rejects a uint64_t or size_t
 // field above the largest value of its signed 64-bit Go field ("is too
@@ -86,12 +89,12 @@
 // field is one line with its doc), so they merge without conflicts; two
 // appended to the same versioned struct only need their order settled.
 //
-// # Parameters the glue gets as Go values: string, slice, convert, buffer=, reset, result
+// # Parameters the glue gets as Go values: string, slice, convert, into=, buffer=, reset, of=, sized, result
 //
 // Flags of //kvcm:param make the export convert a parameter before it calls
 // the glue, so that a new function taking a request id, a role, a token
-// array, a configuration, a two-call buffer or one out value has a one-line
-// glue:
+// array, a configuration, a two-call buffer, nested arrays or out values
+// has a one-line glue:
 //
 //   - string: a const char* with len= becomes a Go string (a length over
 //     1 GiB is an error naming the length); without len= it is
@@ -120,9 +123,49 @@
 //     resetting nothing; the export writes n to needed and the taken
 //     elements, or reports KVCM_ERR_BUFFER_TOO_SMALL. The rule lives in
 //     core/abimodel (Manager.GetAndReset*(room)).
-//   - result: a T* out-parameter; the glue returns (value, error), and the
-//     export writes the value, cast or through the struct's toC converter,
-//     only on success.
+//   - into=<param>.<Go field>: a scalar that sets a field of the Go value
+//     of the convert parameter param (cast to the field's type), instead of
+//     reaching the glue: has_lora_id is into=scope.HasLoRA.
+//   - of=<buffer>.<C field>, on a T* with len=capacity (and optionally
+//     buffer=<needed>): the nested buffer of the array field of the
+//     buffer's structs (kvcm_pool_group_desc.pools). The glue returns the
+//     buffer's Go elements, whose slices the elements' toC converter
+//     writes into the nested buffers, one element's run after another, and
+//     points the fields at (NULL for none). The export writes every count
+//     (the buffer's needed, each nested buffer's total), then, unless every
+//     buffer is NULL with capacity 0 (a size query), reports
+//     KVCM_ERR_BUFFER_TOO_SMALL naming all counts when one does not fit,
+//     writing nothing else, or writes them all.
+//   - sized: a T* with len= an input count (the length of an input array
+//     too: cp_get_allocation_priority's order); the glue returns []G, G from
+//     go= or the elements' //kvcm:go out struct, with at most that many
+//     elements, which the export writes (more is KVCM_ERR_INTERNAL).
+//   - result: a T* out-parameter; the glue returns its value, and the
+//     export writes it, cast or through the struct's toC converter, only on
+//     success.
+//
+// A glue with outputs returns one value per result, sized or buffer
+// parameter, in parameter order (a reset buffer's: its elements and n),
+// then the error: kvcm_kv_cache_get_scratch_desc's glue returns (begin,
+// end, slots, error). The export writes the results, then the sized
+// outputs, then the buffer.
+//
+// # Functions without glue: //kvcm:call, //kvcm:gomodel
+//
+// A function whose glue would only call one Go function names it with
+// //kvcm:call, and kvcmgen writes the call in the export instead of a call
+// to glue<Name>: a method chain on its first parameter's handle
+// (//kvcm:call Core().TokensPerBlock on a kvcm_manager), or a package-level
+// variable or function (//kvcm:call
+// github.com/kvcm/kvcm/core/abimodel.Devices.Free). The function gets
+// what the glue would (the conventions above applied, the handle's object
+// as the receiver), each argument cast to its parameter's type, and
+// returns one value per output, with or without an error after them (a
+// function without outputs may return nothing). A handle type's
+// //kvcm:gomodel <import path>.<Type> names the object-model type its Go
+// type embeds (abimodel.Manager behind managerObj), against which kvcmgen
+// resolves the chain: a method chain that names no method, or a function
+// whose arguments or results do not match, is a generator error.
 //
 // # Python value types: //kvcm:pyvalue
 //

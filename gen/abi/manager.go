@@ -100,11 +100,11 @@ type PeakBlockStats struct {
 //
 //kvcm:struct
 //kvcm:since 1
-//kvcm:go out github.com/kvcm/kvcm/core.MigrationCounter
+//kvcm:go out github.com/kvcm/kvcm/core/abimodel.PathMigrationStats
 //kvcm:pyvalue
 type MigrationStats struct {
 	// Path is the migration path.
-	Path MigrationPath `go:"-"`
+	Path MigrationPath
 	// Pages is the number of pages moved.
 	Pages int64
 	// Bytes is the number of bytes moved.
@@ -347,6 +347,7 @@ type ManagerDestroy func(manager Manager) *Status
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Core().TokensPerBlock
 //kvcm:param manager in The manager.
 //kvcm:param out out,result Receives the tokens per block.
 type ManagerGetTokensPerBlock func(manager Manager, out spec.Out[int32]) *Status
@@ -355,6 +356,7 @@ type ManagerGetTokensPerBlock func(manager Manager, out spec.Out[int32]) *Status
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Core().NumLayerGroups
 //kvcm:param manager in The manager.
 //kvcm:param out out,result Receives the number of layer groups.
 type ManagerGetNumLayerGroups func(manager Manager, out spec.Out[int32]) *Status
@@ -372,6 +374,7 @@ type ManagerGetNumLevels func(manager Manager, out spec.Out[int32]) *Status
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call DeviceKind
 //kvcm:param manager in The manager.
 //kvcm:param out out,result Receives the device kind.
 type ManagerGetDeviceKind func(manager Manager, out spec.Out[DeviceKind]) *Status
@@ -380,6 +383,7 @@ type ManagerGetDeviceKind func(manager Manager, out spec.Out[DeviceKind]) *Statu
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Core().LayerGroupOf
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
 //kvcm:param out out,result Receives the layer group.
@@ -390,6 +394,7 @@ type ManagerGetLayerGroupOf func(manager Manager, layerID int32, out spec.Out[La
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Core().Buffer
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
 //kvcm:param role borrowed,string,go=github.com/kvcm/kvcm/core/config.DataRole The buffer's role, such as "key".
@@ -408,13 +413,14 @@ type ManagerGetBufferLocation func(manager Manager, layerID int32, role spec.CSt
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call PoolGroupDescs
 //kvcm:param manager in The manager.
 //kvcm:param level in The cache level.
-//kvcm:param descs out,nullable,len=descsCap Receives the descriptors.
+//kvcm:param descs out,nullable,len=descsCap,buffer=numDescs Receives the descriptors.
 //kvcm:param descsCap in Capacity of descs, in elements.
-//kvcm:param lifeCycles out,nullable,len=lifeCyclesCap Receives every descriptor's layer groups.
+//kvcm:param lifeCycles out,nullable,len=lifeCyclesCap,of=descs.life_cycles,buffer=numLifeCycles Receives every descriptor's layer groups.
 //kvcm:param lifeCyclesCap in Capacity of life_cycles, in elements.
-//kvcm:param pools out,nullable,len=poolsCap Receives every descriptor's pools.
+//kvcm:param pools out,nullable,len=poolsCap,of=descs.pools,buffer=numPools Receives every descriptor's pools.
 //kvcm:param poolsCap in Capacity of pools, in elements.
 //kvcm:param numDescs out Receives the number of descriptors.
 //kvcm:param numLifeCycles out Receives the total number of layer-group entries.
@@ -425,6 +431,7 @@ type ManagerGetPoolGroupDescs func(manager Manager, level CacheLevel, descs spec
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Core().Quota
 //kvcm:param manager in The manager.
 //kvcm:param level in The cache level.
 //kvcm:param out out,result Receives the quota in bytes.
@@ -445,6 +452,7 @@ type ManagerGetQuota func(manager Manager, level CacheLevel, out spec.Out[int64]
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Core().ResizeLevel
 //kvcm:param manager in The manager.
 //kvcm:param level in The cache level.
 //kvcm:param quota in The new quota in bytes (positive).
@@ -455,6 +463,7 @@ type ManagerResizeLevel func(manager Manager, level CacheLevel, quota int64) *St
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call ProbeReuse
 //kvcm:param manager in The manager.
 //kvcm:param scope borrowed,convert The reuse scope.
 //kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The input tokens (NULL only when num_tokens is 0).
@@ -472,11 +481,11 @@ type ManagerProbeReuse func(manager Manager, scope spec.In[ReuseScope], tokens s
 //kvcm:thread manager
 //kvcm:param manager in The manager.
 //kvcm:param scope borrowed,convert The reuse scope.
-//kvcm:param hasLoraID in Whether scope.lora_id is a LoRA adapter id, 0 included.
+//kvcm:param hasLoraID in,into=scope.HasLoRA Whether scope.lora_id is a LoRA adapter id, 0 included.
 //kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The input tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
-//kvcm:param key out Receives the block's key (its chained content hash).
-//kvcm:param found out Receives whether there is such a block.
+//kvcm:param key out,result Receives the block's key (its chained content hash).
+//kvcm:param found out,result Receives whether there is such a block.
 type ManagerProbeFirstNewBlockKey func(manager Manager, scope spec.In[ReuseScope], hasLoraID bool, tokens spec.In[Token], numTokens spec.Size, key spec.Out[uint64], found spec.Out[bool]) *Status
 
 // ManagerProbeReuseV2 is kvcm_manager_probe_reuse with a has_lora_id flag:
@@ -484,9 +493,10 @@ type ManagerProbeFirstNewBlockKey func(manager Manager, scope spec.In[ReuseScope
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call ProbeReuse
 //kvcm:param manager in The manager.
 //kvcm:param scope borrowed,convert The reuse scope.
-//kvcm:param hasLoraID in Whether scope.lora_id is a LoRA adapter id, 0 included.
+//kvcm:param hasLoraID in,into=scope.HasLoRA Whether scope.lora_id is a LoRA adapter id, 0 included.
 //kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The input tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
 //kvcm:param out out,result Receives the number of reusable tokens.
@@ -498,6 +508,7 @@ type ManagerProbeReuseV2 func(manager Manager, scope spec.In[ReuseScope], hasLor
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().ClearReusableBlocks
 //kvcm:param manager in The manager.
 type ManagerClearReusableBlocks func(manager Manager) *Status
 
@@ -515,6 +526,7 @@ type ManagerGetNumOpenCaches func(manager Manager, out spec.Out[spec.Size]) *Sta
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Core().Stats
 //kvcm:param manager in The manager.
 //kvcm:param out out,result Receives the statistics.
 type ManagerGetStats func(manager Manager, out spec.Out[BlockStats]) *Status
@@ -524,6 +536,7 @@ type ManagerGetStats func(manager Manager, out spec.Out[BlockStats]) *Status
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Core().GetAndResetIterationStats
 //kvcm:param manager in The manager.
 //kvcm:param out out,result Receives the statistics.
 type ManagerGetAndResetIterationStats func(manager Manager, out spec.Out[BlockStats]) *Status
@@ -533,6 +546,7 @@ type ManagerGetAndResetIterationStats func(manager Manager, out spec.Out[BlockSt
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Core().StorageStats
 //kvcm:param manager in The manager.
 //kvcm:param level in The cache level.
 //kvcm:param stats out,nullable,len=capacity,buffer=needed Receives one entry per pool group.
@@ -546,6 +560,7 @@ type ManagerGetStorageStats func(manager Manager, level CacheLevel, stats spec.O
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call GetAndResetIterationPeakBlockStats
 //kvcm:param manager in The manager.
 //kvcm:param level in The cache level.
 //kvcm:param stats out,nullable,len=capacity,buffer=needed,reset Receives one entry per pool group.
@@ -559,8 +574,9 @@ type ManagerGetAndResetIterationPeakBlockStats func(manager Manager, level Cache
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call MigrationStats
 //kvcm:param manager in The manager.
-//kvcm:param stats out,nullable,len=capacity Receives one entry per path.
+//kvcm:param stats out,nullable,len=capacity,buffer=needed Receives one entry per path.
 //kvcm:param capacity in Capacity of stats, in elements.
 //kvcm:param needed out Receives the number of paths.
 type ManagerGetMigrationStats func(manager Manager, stats spec.Out[MigrationStats], capacity spec.Size, needed spec.Out[spec.Size]) *Status
@@ -612,6 +628,7 @@ type ManagerDrainBlockEvents func(manager Manager, events spec.Out[BlockEvent], 
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call GetAndResetLayerGroupIterationStats
 //kvcm:param manager in The manager.
 //kvcm:param stats out,nullable,len=capacity,buffer=needed,reset Receives one entry per layer group.
 //kvcm:param capacity in Capacity of stats, in elements.
@@ -625,6 +642,7 @@ type ManagerGetAndResetLayerGroupIterationStats func(manager Manager, stats spec
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call GetAndResetSsmSnapshotIterationStats
 //kvcm:param manager in The manager.
 //kvcm:param stats out,nullable,len=capacity,buffer=needed,reset Receives one entry per SSM layer group with lookups.
 //kvcm:param capacity in Capacity of stats, in elements.
@@ -638,6 +656,7 @@ type ManagerGetAndResetSsmSnapshotIterationStats func(manager Manager, stats spe
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call GetAndResetIterationReusedBlocksByLevel
 //kvcm:param manager in The manager.
 //kvcm:param rows out,nullable,len=capacity,buffer=needed,reset Receives one entry per layer group and level.
 //kvcm:param capacity in Capacity of rows, in elements.
@@ -652,6 +671,7 @@ type ManagerGetAndResetIterationReusedBlocksByLevel func(manager Manager, rows s
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call GetAndResetIterationCachedTokensByLevel
 //kvcm:param manager in The manager.
 //kvcm:param tokens out,nullable,len=capacity,buffer=needed,reset,go=int64 Receives one count per level.
 //kvcm:param capacity in Capacity of tokens, in elements.
@@ -666,6 +686,7 @@ type ManagerGetAndResetIterationCachedTokensByLevel func(manager Manager, tokens
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call GetAndResetIterationPeakBlockStats
 //kvcm:param manager in The manager.
 //kvcm:param level in The cache level.
 //kvcm:param stats out,nullable,len=capacity,buffer=needed,reset Receives one entry per pool group.
@@ -711,6 +732,7 @@ type ManagerGetScratchPagesPerBlock func(manager Manager, layerID int32, role sp
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().NeedAdjustment
 //kvcm:param manager in The manager.
 //kvcm:param out out,result Receives whether an adjustment is due.
 type ManagerNeedAdjustment func(manager Manager, out spec.Out[bool]) *Status
@@ -728,6 +750,7 @@ type ManagerNeedAdjustment func(manager Manager, out spec.Out[bool]) *Status
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().Adjust
 //kvcm:param manager in The manager.
 type ManagerAdjust func(manager Manager) *Status
 

@@ -21,7 +21,7 @@ import "github.com/kvcm/kvcm/gen/spec"
 //kvcm:thread any
 //kvcm:param blockKey in The block key algorithm.
 //kvcm:param scope borrowed,convert The reuse scope.
-//kvcm:param hasLoraID in Whether scope.lora_id is a LoRA adapter id, 0 included.
+//kvcm:param hasLoraID in,into=scope.HasLoRA Whether scope.lora_id is a LoRA adapter id, 0 included.
 //kvcm:param tokensPerBlock in Tokens per block (positive).
 //kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
@@ -71,9 +71,10 @@ type KVCacheGetCommittedDigests func(cache KVCache, positions spec.Out[spec.Size
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call ProbeReuseDigests
 //kvcm:param manager in The manager.
 //kvcm:param scope borrowed,convert The reuse scope.
-//kvcm:param hasLoraID in Whether scope.lora_id is a LoRA adapter id, 0 included.
+//kvcm:param hasLoraID in,into=scope.HasLoRA Whether scope.lora_id is a LoRA adapter id, 0 included.
 //kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The input tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
 //kvcm:param digestPositions borrowed,nullable,len=numDigests,slice,go=uint64 The digest tokens' positions in tokens.
@@ -89,17 +90,18 @@ type ManagerProbeReuseDigests func(manager Manager, scope spec.In[ReuseScope], h
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call ProbeFirstNewBlockKey
 //kvcm:param manager in The manager.
 //kvcm:param scope borrowed,convert The reuse scope.
-//kvcm:param hasLoraID in Whether scope.lora_id is a LoRA adapter id, 0 included.
+//kvcm:param hasLoraID in,into=scope.HasLoRA Whether scope.lora_id is a LoRA adapter id, 0 included.
 //kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The input tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
 //kvcm:param digestPositions borrowed,nullable,len=numDigests,slice,go=uint64 The digest tokens' positions in tokens.
 //kvcm:param numDigests in The number of digest tokens.
 //kvcm:param digestBytes borrowed,nullable,len=digestBytesLen,string The digests, 32 bytes each.
 //kvcm:param digestBytesLen in The length of digest_bytes: 32 * num_digests.
-//kvcm:param key out Receives the block's key.
-//kvcm:param found out Receives whether there is such a block.
+//kvcm:param key out,result Receives the block's key.
+//kvcm:param found out,result Receives whether there is such a block.
 type ManagerProbeFirstNewBlockKeyDigests func(manager Manager, scope spec.In[ReuseScope], hasLoraID bool, tokens spec.In[Token], numTokens spec.Size, digestPositions spec.In[spec.Size], numDigests spec.Size, digestBytes spec.CStr, digestBytesLen spec.Size, key spec.Out[uint64], found spec.Out[bool]) *Status
 
 // ManagerDrainBlockEventsDigests is kvcm_manager_drain_block_events that

@@ -93,6 +93,7 @@ const NoSharedLevel int32 = int32(abimodel.NoSharedLevel)
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call SharedLevel
 //kvcm:param manager in The manager.
 //kvcm:param out out,result Receives the shared level, or KVCM_NO_SHARED_LEVEL.
 type ManagerGetSharedLevel func(manager Manager, out spec.Out[CacheLevel]) *Status
@@ -102,6 +103,7 @@ type ManagerGetSharedLevel func(manager Manager, out spec.Out[CacheLevel]) *Stat
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call SharedStats
 //kvcm:param manager in The manager.
 //kvcm:param out out,result Receives the statistics.
 type ManagerGetSharedStats func(manager Manager, out spec.Out[SharedStats]) *Status
@@ -117,6 +119,7 @@ type ManagerGetSharedStats func(manager Manager, out spec.Out[SharedStats]) *Sta
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call FlushShared
 //kvcm:param manager in The manager.
 //kvcm:param timeoutMs in The longest wait in milliseconds (positive).
 //kvcm:param out out,result Receives whether every write was done in time.

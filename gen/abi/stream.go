@@ -19,6 +19,7 @@ type ManagerCreateStream func(manager Manager, out spec.Out[Stream]) *Status
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call DestroyStream
 //kvcm:param manager in The manager.
 //kvcm:param stream in The stream; destroyed on success, still alive on failure.
 type ManagerDestroyStream func(manager Manager, stream Stream) *Status
@@ -40,6 +41,7 @@ type ManagerAllocMemory func(manager Manager, kind MemoryKind, size uint64, out 
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call FreeMemory
 //kvcm:param manager in The manager.
 //kvcm:param ptr consumed The address kvcm_manager_alloc_memory returned.
 type ManagerFreeMemory func(manager Manager, ptr DevicePtr) *Status
@@ -66,6 +68,7 @@ type StreamAllocMemory func(stream Stream, kind MemoryKind, size uint64, out spe
 //
 //kvcm:since 1
 //kvcm:thread stream
+//kvcm:call github.com/kvcm/kvcm/core/abimodel.Devices.Free
 //kvcm:param stream in A stream of the device the memory was allocated on.
 //kvcm:param ptr consumed The address kvcm_stream_alloc_memory returned.
 type StreamFreeMemory func(stream Stream, ptr DevicePtr) *Status

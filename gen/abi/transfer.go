@@ -11,9 +11,10 @@ import "github.com/kvcm/kvcm/gen/spec"
 //kvcm:cppdoc BufferName names one buffer: a layer and a role (KVCacheManagerV2's
 //kvcm:cppdoc BufferId; kvcm::BufferId is the C struct with a borrowed role).
 //kvcm:cppmethod bool operator==(BufferName const& o) const { return layerId == o.layerId && role == o.role; }
+//kvcm:go in github.com/kvcm/kvcm/core/layout.BufferKey
 type BufferID struct {
 	// LayerID is the buffer's layer.
-	LayerID int32
+	LayerID int32 `go:"Layer"`
 	// Role is the buffer's role within the layer, such as "key".
 	Role spec.CStr `own:"borrowed"`
 }
@@ -23,6 +24,7 @@ type BufferID struct {
 //
 //kvcm:struct
 //kvcm:since 2
+//kvcm:go out github.com/kvcm/kvcm/core/abimodel.ExpandedBuffer
 type ExpandedBuffer struct {
 	// Buffer is the buffer's position in the buffers argument of
 	// kvcm_manager_get_aggregated_pages.
@@ -47,6 +49,7 @@ type ExpandedBuffer struct {
 //kvcm:cppdoc i (KVCache::aggregatedPageIndices), its bytes are
 //kvcm:cppdoc [base + i * stride, base + i * stride + size). Each buffer's `buffer` is
 //kvcm:cppdoc its position in the list given to KVCacheManager::aggregatedPages.
+//kvcm:go out github.com/kvcm/kvcm/core/abimodel.AggregatedPage
 type AggregatedPageDesc struct {
 	// Base is the run's address in slot 0.
 	Base DevicePtr
@@ -99,12 +102,13 @@ type PageIndexConverter struct {
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call AggregatedPages
 //kvcm:param manager in The manager.
-//kvcm:param buffers borrowed,nullable,len=numBuffers The buffers to aggregate, in any order (NULL only when num_buffers is 0).
+//kvcm:param buffers borrowed,nullable,len=numBuffers,convert The buffers to aggregate, in any order (NULL only when num_buffers is 0).
 //kvcm:param numBuffers in The number of buffers.
-//kvcm:param descs out,nullable,len=descsCap Receives the runs.
+//kvcm:param descs out,nullable,len=descsCap,buffer=numDescs Receives the runs.
 //kvcm:param descsCap in Capacity of descs, in elements.
-//kvcm:param members out,nullable,len=membersCap Receives every run's buffers.
+//kvcm:param members out,nullable,len=membersCap,of=descs.buffers Receives every run's buffers.
 //kvcm:param membersCap in Capacity of members, in elements.
 //kvcm:param numDescs out Receives the number of runs.
 type ManagerGetAggregatedPages func(manager Manager, buffers spec.In[BufferID], numBuffers spec.Size, descs spec.Out[AggregatedPageDesc], descsCap spec.Size, members spec.Out[ExpandedBuffer], membersCap spec.Size, numDescs spec.Out[spec.Size]) *Status
@@ -114,6 +118,7 @@ type ManagerGetAggregatedPages func(manager Manager, buffers spec.In[BufferID], 
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().PageIndexConverter
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
 //kvcm:param role borrowed,string,go=github.com/kvcm/kvcm/core/config.DataRole The buffer's role, such as "key".
@@ -139,6 +144,7 @@ type ManagerGetPageStride func(manager Manager, layerID int32, role spec.CStr, o
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().PageIndexUpperBound
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
 //kvcm:param role borrowed,string,go=github.com/kvcm/kvcm/core/config.DataRole The buffer's role, such as "key".
@@ -155,6 +161,7 @@ type ManagerGetPageIndexUpperBound func(manager Manager, layerID int32, role spe
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().AggregatedPageIndices
 //kvcm:param cache in The cache.
 //kvcm:param layerGroup in The layer group.
 //kvcm:param beam in The beam.

@@ -301,6 +301,7 @@ type Stream uintptr
 //
 //kvcm:handle
 //kvcm:gohandle managerObj manager
+//kvcm:gomodel github.com/kvcm/kvcm/core/abimodel.Manager
 //kvcm:since 1
 type Manager uint64
 
@@ -308,6 +309,7 @@ type Manager uint64
 //
 //kvcm:handle
 //kvcm:gohandle kvCacheObj KV cache
+//kvcm:gomodel github.com/kvcm/kvcm/core/abimodel.Cache
 //kvcm:since 1
 type KVCache uint64
 
@@ -316,6 +318,7 @@ type KVCache uint64
 //
 //kvcm:handle
 //kvcm:gohandle plannedDropObj planned drop
+//kvcm:gomodel github.com/kvcm/kvcm/core.PlannedDrop
 //kvcm:since 2
 type PlannedDrop uint64
 

@@ -57,6 +57,7 @@ const (
 //
 //kvcm:handle
 //kvcm:gohandle widgetObj widget
+//kvcm:gomodel strings.Builder
 //kvcm:since 1
 type Widget uint64
 
@@ -255,6 +256,21 @@ type Plugin struct {
 	Destroy func(self spec.VoidPtr) `cpp:"-"`
 }
 
+// Strip is a result with an array, which the library writes into a nested
+// buffer of the caller's.
+//
+//kvcm:struct
+//kvcm:since 2
+//kvcm:go out image.Gray
+type Strip struct {
+	// Stride is its stride.
+	Stride int64
+	// Pix are its pixels.
+	Pix spec.In[uint8] `len:"NumPix" own:"borrowed"`
+	// NumPix is the length of pix.
+	NumPix spec.Size
+}
+
 // PluginObject is a plugin and its self.
 //
 //kvcm:struct
@@ -342,3 +358,44 @@ type Count func() uint64
 //kvcm:impl c
 //kvcm:param status consumed,nullable The status.
 type StatusFree func(status spec.Out[Status])
+
+// WidgetStrips writes the widget's strips, their pixels one strip after
+// another, two results and an index per value.
+//
+//kvcm:since 2
+//kvcm:thread any
+//kvcm:param widget in The widget.
+//kvcm:param origin borrowed,convert The origin.
+//kvcm:param shift in,into=origin.X The origin's X instead.
+//kvcm:param values borrowed,nullable,len=numValues,slice,go=int The values.
+//kvcm:param numValues in The number of values.
+//kvcm:param order out,nullable,len=numValues,sized,go=int Receives an index per value.
+//kvcm:param first out,result Receives the first strip's stride.
+//kvcm:param count out,result Receives the number of pixels.
+//kvcm:param strips out,nullable,len=stripsCap,buffer=numStrips Receives the strips.
+//kvcm:param stripsCap in Capacity of strips.
+//kvcm:param pix out,nullable,len=pixCap,of=strips.pix,buffer=numPix Receives every strip's pixels.
+//kvcm:param pixCap in Capacity of pix.
+//kvcm:param numStrips out Receives the number of strips.
+//kvcm:param numPix out Receives the number of pixels.
+type WidgetStrips func(widget Widget, origin spec.In[Pair], shift int32, values spec.In[int32], numValues spec.Size, order spec.Out[spec.Size], first spec.Out[int64], count spec.Out[uint32], strips spec.Out[Strip], stripsCap spec.Size, pix spec.Out[uint8], pixCap spec.Size, numStrips spec.Out[spec.Size], numPix spec.Out[spec.Size]) *Status
+
+// WidgetLen returns the length of the widget's text: the export calls the
+// method of the widget's object.
+//
+//kvcm:since 2
+//kvcm:thread any
+//kvcm:call Len
+//kvcm:param widget in The widget.
+//kvcm:param out out,result Receives the length.
+type WidgetLen func(widget Widget, out spec.Out[int64]) *Status
+
+// Ones counts the set bits of a value: the export calls a package-level
+// function.
+//
+//kvcm:since 2
+//kvcm:thread any
+//kvcm:call math/bits.OnesCount64
+//kvcm:param v in The value.
+//kvcm:param out out,result Receives the count.
+type Ones func(v uint64, out spec.Out[int32]) *Status

@@ -60,8 +60,11 @@ static const kvcm_api kvcm__table = {
     kvcm_count,
     kvcm_status_free,
     kvcm_widget_create,
+    kvcm_ones,
+    kvcm_widget_len,
     kvcm_widget_move_pairs,
     kvcm_widget_notify,
+    kvcm_widget_strips,
     kvcm_widget_tag,
     kvcm_widget_take_pairs,
 };

@@ -128,6 +128,23 @@ func fillTaken[T, E any](items []T, n int, buf *E, capacity C.size_t, needed *C.
 	return nil
 }
 
+// fillSized writes items into a caller's buffer whose length is the input
+// count name (n elements), converted by conv; more items than that is an
+// internal error.
+func fillSized[T, E any](items []T, buf *E, n C.size_t, name string, conv func(T) E) error {
+	out, err := cSlice(buf, n, name)
+	if err != nil {
+		return err
+	}
+	if len(items) > len(out) {
+		return errorf(codeInternal, "%d entries for the %d of %s", len(items), len(out), name)
+	}
+	for i, it := range items {
+		out[i] = conv(it)
+	}
+	return nil
+}
+
 // bufferRoom is how many entries a caller's buffer holds (0 for a size
 // query), for a get-and-reset query that takes only what fits.
 func bufferRoom[E any](buf *E, capacity C.size_t) (int, error) {
@@ -172,4 +189,20 @@ func toCPair(s image.Point) C.kvcm_pair {
 		a: C.int32_t(s.X),
 		b: C.int32_t(s.Y),
 	}
+}
+
+// toCStrip converts a image.Gray to a kvcm_strip.
+// Its arrays go to the start of the buffers of their names, which have room.
+func toCStrip(s image.Gray, pix []C.uint8_t) C.kvcm_strip {
+	c := C.kvcm_strip{
+		num_pix: C.size_t(len(s.Pix)),
+		stride:  C.int64_t(s.Stride),
+	}
+	if len(s.Pix) > 0 {
+		c.pix = &pix[0]
+	}
+	for i, v := range s.Pix {
+		pix[i] = C.uint8_t(v)
+	}
+	return c
 }

@@ -2,7 +2,10 @@
 
 package capi
 
-import "fmt"
+import (
+	"fmt"
+	"math/bits"
+)
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/../include
@@ -23,6 +26,30 @@ func kvcm_count() (result C.uint64_t) {
 		}
 	}()
 	return glueCount()
+}
+
+// kvcm_ones is the export of kvcm_ones (ABI version 2).
+//
+//export kvcm_ones
+func kvcm_ones(v C.uint64_t, out *C.int32_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_ones"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	outOut := bits.OnesCount64(uint64(v))
+	*out = C.int32_t(outOut)
+	return nil
 }
 
 // kvcm_widget_create is the export of kvcm_widget_create (ABI version 1).
@@ -53,6 +80,34 @@ func kvcm_widget_create(options *C.kvcm__const_kvcm_options, plugin *C.kvcm__con
 		return st
 	}
 	return statusOf(kvcmFn, glueWidgetCreate(options, pluginArg, out))
+}
+
+// kvcm_widget_len is the export of kvcm_widget_len (ABI version 2).
+//
+//export kvcm_widget_len
+func kvcm_widget_len(widget C.kvcm_widget, out *C.int64_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_widget_len"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	widgetObj, st := lookupWidget(kvcmFn, "widget", widget)
+	if st != nil {
+		return st
+	}
+	outOut := widgetObj.Len()
+	*out = C.int64_t(outOut)
+	return nil
 }
 
 // kvcm_widget_move_pairs is the export of kvcm_widget_move_pairs (ABI version 2).
@@ -116,6 +171,110 @@ func kvcm__go_widget_notify(widget C.kvcm_widget, fn C.kvcm_notify, user_data C.
 		return statusOf(kvcmFn, err)
 	}
 	return statusOf(kvcmFn, fill(items, pairs, capacity, needed, toCPair))
+}
+
+// kvcm_widget_strips is the export of kvcm_widget_strips (ABI version 2).
+//
+//export kvcm_widget_strips
+func kvcm_widget_strips(widget C.kvcm_widget, origin *C.kvcm__const_kvcm_pair, shift C.int32_t, values *C.kvcm__const_int32_t, num_values C.size_t, order *C.size_t, first *C.int64_t, count *C.uint32_t, strips *C.kvcm_strip, strips_cap C.size_t, pix *C.uint8_t, pix_cap C.size_t, num_strips *C.size_t, num_pix *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_widget_strips"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if first != nil {
+		*first = 0
+	}
+	if count != nil {
+		*count = 0
+	}
+	if num_strips != nil {
+		*num_strips = 0
+	}
+	if num_pix != nil {
+		*num_pix = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if origin == nil {
+		return argStatus(kvcmFn, "origin", "must not be NULL")
+	}
+	if values == nil && num_values != 0 {
+		return argStatus(kvcmFn, "values", fmt.Sprintf("is NULL but num_values is %d", num_values))
+	}
+	if order == nil && num_values != 0 {
+		return argStatus(kvcmFn, "order", fmt.Sprintf("is NULL but num_values is %d", num_values))
+	}
+	if first == nil {
+		return argStatus(kvcmFn, "first", "must not be NULL")
+	}
+	if count == nil {
+		return argStatus(kvcmFn, "count", "must not be NULL")
+	}
+	if strips == nil && strips_cap != 0 {
+		return argStatus(kvcmFn, "strips", fmt.Sprintf("is NULL but strips_cap is %d", strips_cap))
+	}
+	if pix == nil && pix_cap != 0 {
+		return argStatus(kvcmFn, "pix", fmt.Sprintf("is NULL but pix_cap is %d", pix_cap))
+	}
+	if num_strips == nil {
+		return argStatus(kvcmFn, "num_strips", "must not be NULL")
+	}
+	if num_pix == nil {
+		return argStatus(kvcmFn, "num_pix", "must not be NULL")
+	}
+	widgetObj, st := lookupWidget(kvcmFn, "widget", widget)
+	if st != nil {
+		return st
+	}
+	originArg, err := fromCPair((*C.kvcm_pair)(origin), "origin")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	valuesArg, err := cSliceArg[int](nil, values, num_values, "values")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	originArg.X = int(shift)
+	orderOut, firstOut, countOut, items, err := glueWidgetStrips(widgetObj, originArg, valuesArg)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*first = C.int64_t(firstOut)
+	*count = C.uint32_t(countOut)
+	if err := fillSized(orderOut, order, num_values, "num_values", func(v int) C.size_t {
+		return C.size_t(v)
+	}); err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	pixNeed := 0
+	for _, it := range items {
+		pixNeed += len(it.Pix)
+	}
+	*num_strips = C.size_t(len(items))
+	*num_pix = C.size_t(pixNeed)
+	if strips == nil && strips_cap == 0 && pix == nil && pix_cap == 0 {
+		return nil
+	}
+	stripsOut, err := cSlice(strips, strips_cap, "strips_cap")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	pixOut, err := cSlice(pix, pix_cap, "pix_cap")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	if len(stripsOut) < len(items) || len(pixOut) < pixNeed {
+		return statusOf(kvcmFn, errorf(codeBufferTooSmall, "need room for %d strips, %d pix; got room for %d, %d", len(items), pixNeed, len(stripsOut), len(pixOut)))
+	}
+	pixAt := 0
+	for i, it := range items {
+		stripsOut[i] = toCStrip(it, pixOut[pixAt:])
+		pixAt += len(it.Pix)
+	}
+	return nil
 }
 
 // kvcm_widget_tag is the export of kvcm_widget_tag (ABI version 2).

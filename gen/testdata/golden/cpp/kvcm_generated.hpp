@@ -116,6 +116,12 @@ using Sample = ::kvcm_sample;
 static_assert(std::is_standard_layout_v<Sample> && std::is_trivially_copyable_v<Sample>);
 static_assert(sizeof(Sample) == 24 && alignof(Sample) == 8);
 
+// kvcm_strip is a result with an array, which the library writes into a nested
+// buffer of the caller's.
+using Strip = ::kvcm_strip;
+static_assert(std::is_standard_layout_v<Strip> && std::is_trivially_copyable_v<Strip>);
+static_assert(sizeof(Strip) == 24 && alignof(Strip) == 8);
+
 // kvcm_tally counts the hits of one key.
 using Tally = ::kvcm_tally;
 static_assert(std::is_standard_layout_v<Tally> && std::is_trivially_copyable_v<Tally>);

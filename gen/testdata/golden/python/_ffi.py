@@ -118,6 +118,12 @@ class kvcm_shape(ctypes.Structure):
     """kvcm_shape is a configuration value of the bindings."""
 
 
+class kvcm_strip(ctypes.Structure):
+    """kvcm_strip is a result with an array, which the library writes into a nested
+    buffer of the caller's.
+    """
+
+
 class kvcm_tag(ctypes.Structure):
     """kvcm_tag names a thing for a function: a number, a label and salt bytes."""
 
@@ -189,6 +195,12 @@ kvcm_shape._fields_ = [
     ("name", ctypes.c_char_p),
     ("sides", ctypes.c_int32),
     ("hidden", ctypes.c_bool),
+]
+
+kvcm_strip._fields_ = [
+    ("stride", ctypes.c_int64),
+    ("pix", ctypes.POINTER(ctypes.c_uint8)),
+    ("num_pix", ctypes.c_size_t),
 ]
 
 kvcm_tag._fields_ = [
@@ -266,6 +278,7 @@ LAYOUTS = {
     "kvcm_report": (32, 8, {"pairs": 0, "num_pairs": 8, "salt": 16, "salt_len": 24}),
     "kvcm_sample": (24, 8, {"id": 0, "codes": 8, "num_codes": 16}),
     "kvcm_shape": (16, 8, {"name": 0, "sides": 8, "hidden": 12}),
+    "kvcm_strip": (24, 8, {"stride": 0, "pix": 8, "num_pix": 16}),
     "kvcm_tag": (32, 8, {"number": 0, "label": 8, "salt": 16, "salt_len": 24}),
     "kvcm_tally": (32, 8, {"key": 0, "hits": 8, "misses": 16, "at": 24}),
 }
@@ -296,10 +309,13 @@ def check_layouts():
 FUNCTIONS = {
     "kvcm_count": (ctypes.c_uint64, []),
     "kvcm_get_api": (ctypes.c_void_p, [ctypes.c_uint32]),
+    "kvcm_ones": (ctypes.POINTER(kvcm_status), [ctypes.c_uint64, ctypes.POINTER(ctypes.c_int32)]),
     "kvcm_status_free": (None, [ctypes.POINTER(kvcm_status)]),
     "kvcm_widget_create": (ctypes.POINTER(kvcm_status), [ctypes.POINTER(kvcm_options), ctypes.POINTER(kvcm_plugin_object), ctypes.POINTER(kvcm_widget)]),
+    "kvcm_widget_len": (ctypes.POINTER(kvcm_status), [kvcm_widget, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_widget_move_pairs": (ctypes.POINTER(kvcm_status), [kvcm_widget, ctypes.POINTER(kvcm_pair), ctypes.c_size_t]),
     "kvcm_widget_notify": (ctypes.POINTER(kvcm_status), [kvcm_widget, kvcm_notify, ctypes.c_void_p, ctypes.POINTER(kvcm_pair), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    "kvcm_widget_strips": (ctypes.POINTER(kvcm_status), [kvcm_widget, ctypes.POINTER(kvcm_pair), ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(kvcm_strip), ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint8), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_widget_tag": (ctypes.POINTER(kvcm_status), [kvcm_widget, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t]),
     "kvcm_widget_take_pairs": (ctypes.POINTER(kvcm_status), [kvcm_widget, ctypes.c_char_p, ctypes.POINTER(kvcm_pair), ctypes.POINTER(kvcm_pair), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
 }
@@ -308,10 +324,13 @@ FUNCTIONS = {
 PARAMETERS = {
     "kvcm_count": (),
     "kvcm_get_api": ("version",),
+    "kvcm_ones": ("v", "out"),
     "kvcm_status_free": ("status",),
     "kvcm_widget_create": ("options", "plugin", "out"),
+    "kvcm_widget_len": ("widget", "out"),
     "kvcm_widget_move_pairs": ("widget", "pairs", "num_pairs"),
     "kvcm_widget_notify": ("widget", "fn", "user_data", "pairs", "capacity", "needed"),
+    "kvcm_widget_strips": ("widget", "origin", "shift", "values", "num_values", "order", "first", "count", "strips", "strips_cap", "pix", "pix_cap", "num_strips", "num_pix"),
     "kvcm_widget_tag": ("widget", "name", "name_len", "values", "num_values"),
     "kvcm_widget_take_pairs": ("widget", "label", "origin", "pairs", "capacity", "needed"),
 }

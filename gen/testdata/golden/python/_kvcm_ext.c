@@ -649,6 +649,60 @@ done:
     return out;
 }
 
+/* kvcm_ones(v, out) */
+static PyObject *kx_fn_kvcm_ones(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    uint64_t a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 2, "kvcm_ones") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (uint64_t)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 4, &a1) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->ones(a0, (int32_t*)a1.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    return out;
+}
+
+/* kvcm_widget_len(widget, out) */
+static PyObject *kx_fn_kvcm_widget_len(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_widget a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 2, "kvcm_widget_len") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_widget)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 8, &a1) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->widget_len(a0, (int64_t*)a1.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    return out;
+}
+
 /* kvcm_widget_move_pairs(widget, pairs, num_pairs) */
 static PyObject *kx_fn_kvcm_widget_move_pairs(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -729,6 +783,101 @@ done:
     kx_ptr_release(&a2);
     kx_ptr_release(&a3);
     kx_ptr_release(&a5);
+    return out;
+}
+
+/* kvcm_widget_strips(widget, origin, shift, values, num_values, order, first, count, strips, strips_cap, pix, pix_cap, num_strips, num_pix) */
+static PyObject *kx_fn_kvcm_widget_strips(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_widget a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    int32_t a2;
+    kx_ptr a3 = KX_PTR_INIT;
+    size_t a4;
+    kx_ptr a5 = KX_PTR_INIT;
+    kx_ptr a6 = KX_PTR_INIT;
+    kx_ptr a7 = KX_PTR_INIT;
+    kx_ptr a8 = KX_PTR_INIT;
+    size_t a9;
+    kx_ptr a10 = KX_PTR_INIT;
+    size_t a11;
+    kx_ptr a12 = KX_PTR_INIT;
+    kx_ptr a13 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 14, "kvcm_widget_strips") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_widget)v;
+    }
+    if (kx_pointer(args[1], names, 1, 0, 8, &a1) < 0)
+        goto done;
+    {
+        long long v;
+        if (kx_signed(args[2], names, 2, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a2 = (int32_t)v;
+    }
+    if (kx_pointer(args[3], names, 3, 0, 0, &a3) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[4], names, 4, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a4 = (size_t)v;
+    }
+    if (kx_pointer(args[5], names, 5, 1, 0, &a5) < 0)
+        goto done;
+    if (kx_pointer(args[6], names, 6, 1, 8, &a6) < 0)
+        goto done;
+    if (kx_pointer(args[7], names, 7, 1, 4, &a7) < 0)
+        goto done;
+    if (kx_pointer(args[8], names, 8, 1, 0, &a8) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[9], names, 9, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a9 = (size_t)v;
+    }
+    if (kx_pointer(args[10], names, 10, 1, 0, &a10) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[11], names, 11, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a11 = (size_t)v;
+    }
+    if (kx_pointer(args[12], names, 12, 1, 8, &a12) < 0)
+        goto done;
+    if (kx_pointer(args[13], names, 13, 1, 8, &a13) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->widget_strips(a0, (const kvcm_pair*)a1.p, a2, (const int32_t*)a3.p, a4, (size_t*)a5.p, (int64_t*)a6.p, (uint32_t*)a7.p, (kvcm_strip*)a8.p, a9, (uint8_t*)a10.p, a11, (size_t*)a12.p, (size_t*)a13.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    kx_ptr_release(&a6);
+    kx_ptr_release(&a7);
+    kx_ptr_release(&a8);
+    kx_ptr_release(&a10);
+    kx_ptr_release(&a12);
+    kx_ptr_release(&a13);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    kx_ptr_release(&a6);
+    kx_ptr_release(&a7);
+    kx_ptr_release(&a8);
+    kx_ptr_release(&a10);
+    kx_ptr_release(&a12);
+    kx_ptr_release(&a13);
     return out;
 }
 
@@ -831,21 +980,27 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_count", (PyCFunction)(void (*)(void))kx_fn_kvcm_count, METH_FASTCALL, "kvcm_count()"},
     {"kvcm_status_free", (PyCFunction)(void (*)(void))kx_fn_kvcm_status_free, METH_FASTCALL, "kvcm_status_free(status)"},
     {"kvcm_widget_create", (PyCFunction)(void (*)(void))kx_fn_kvcm_widget_create, METH_FASTCALL, "kvcm_widget_create(options, plugin, out)"},
+    {"kvcm_ones", (PyCFunction)(void (*)(void))kx_fn_kvcm_ones, METH_FASTCALL, "kvcm_ones(v, out)"},
+    {"kvcm_widget_len", (PyCFunction)(void (*)(void))kx_fn_kvcm_widget_len, METH_FASTCALL, "kvcm_widget_len(widget, out)"},
     {"kvcm_widget_move_pairs", (PyCFunction)(void (*)(void))kx_fn_kvcm_widget_move_pairs, METH_FASTCALL, "kvcm_widget_move_pairs(widget, pairs, num_pairs)"},
     {"kvcm_widget_notify", (PyCFunction)(void (*)(void))kx_fn_kvcm_widget_notify, METH_FASTCALL, "kvcm_widget_notify(widget, fn, user_data, pairs, capacity, needed)"},
+    {"kvcm_widget_strips", (PyCFunction)(void (*)(void))kx_fn_kvcm_widget_strips, METH_FASTCALL, "kvcm_widget_strips(widget, origin, shift, values, num_values, order, first, count, strips, strips_cap, pix, pix_cap, num_strips, num_pix)"},
     {"kvcm_widget_tag", (PyCFunction)(void (*)(void))kx_fn_kvcm_widget_tag, METH_FASTCALL, "kvcm_widget_tag(widget, name, name_len, values, num_values)"},
     {"kvcm_widget_take_pairs", (PyCFunction)(void (*)(void))kx_fn_kvcm_widget_take_pairs, METH_FASTCALL, "kvcm_widget_take_pairs(widget, label, origin, pairs, capacity, needed)"},
     {NULL, NULL, 0, NULL},
 };
 
-static const Py_ssize_t kx_arity[] = {0, 1, 3, 3, 6, 5, 6};
+static const Py_ssize_t kx_arity[] = {0, 1, 3, 2, 2, 3, 6, 14, 5, 6};
 
 static const size_t kx_slot_offsets[] = {
     offsetof(kvcm_api, count),
     offsetof(kvcm_api, status_free),
     offsetof(kvcm_api, widget_create),
+    offsetof(kvcm_api, ones),
+    offsetof(kvcm_api, widget_len),
     offsetof(kvcm_api, widget_move_pairs),
     offsetof(kvcm_api, widget_notify),
+    offsetof(kvcm_api, widget_strips),
     offsetof(kvcm_api, widget_tag),
     offsetof(kvcm_api, widget_take_pairs)
 };

@@ -156,6 +156,7 @@ typedef struct kvcm_plugin_object kvcm_plugin_object;
 typedef struct kvcm_report kvcm_report;
 typedef struct kvcm_sample kvcm_sample;
 typedef struct kvcm_shape kvcm_shape;
+typedef struct kvcm_strip kvcm_strip;
 typedef struct kvcm_tag kvcm_tag;
 typedef struct kvcm_tally kvcm_tally;
 
@@ -373,6 +374,26 @@ struct kvcm_shape {
 };
 
 /**
+ * kvcm_strip is a result with an array, which the library writes into a nested
+ * buffer of the caller's.
+ * @since ABI version 2.
+ */
+struct kvcm_strip {
+    /**
+     * stride is its stride.
+     */
+    int64_t stride;
+    /**
+     * [borrowed, array of num_pix] pix are its pixels.
+     */
+    const uint8_t* pix;
+    /**
+     * num_pix is the length of pix.
+     */
+    size_t num_pix;
+};
+
+/**
  * kvcm_tag names a thing for a function: a number, a label and salt bytes.
  * @since ABI version 1.
  */
@@ -442,6 +463,19 @@ KVCM_API uint64_t kvcm_count(void);
 KVCM_API const kvcm_api* kvcm_get_api(uint32_t version);
 
 /**
+ * kvcm_ones counts the set bits of a value: the export calls a package-level
+ * function.
+ *
+ * @param v [in] The value.
+ * @param out [out] Receives the count.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_ones(uint64_t v, int32_t* out);
+
+/**
  * kvcm_status_free frees a status.
  *
  * @param status [in, consumed, nullable] The status.
@@ -463,6 +497,19 @@ KVCM_API void kvcm_status_free(kvcm_status* status);
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_widget_create(const kvcm_options* options, const kvcm_plugin_object* plugin, kvcm_widget* out);
+
+/**
+ * kvcm_widget_len returns the length of the widget's text: the export calls the
+ * method of the widget's object.
+ *
+ * @param widget [in] The widget.
+ * @param out [out] Receives the length.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_widget_len(kvcm_widget widget, int64_t* out);
 
 /**
  * kvcm_widget_move_pairs moves the widget along pairs.
@@ -492,6 +539,31 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_widget_move_pairs(kvcm_widget widget
  * @since ABI version 2.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_widget_notify(kvcm_widget widget, kvcm_notify fn, void* user_data, kvcm_pair* pairs, size_t capacity, size_t* needed);
+
+/**
+ * kvcm_widget_strips writes the widget's strips, their pixels one strip after
+ * another, two results and an index per value.
+ *
+ * @param widget [in] The widget.
+ * @param origin [in, borrowed] The origin.
+ * @param shift [in] The origin's X instead.
+ * @param values [in, borrowed, nullable, array of num_values] The values.
+ * @param num_values [in] The number of values.
+ * @param order [out, nullable, array of num_values] Receives an index per value.
+ * @param first [out] Receives the first strip's stride.
+ * @param count [out] Receives the number of pixels.
+ * @param strips [out, nullable, array of strips_cap] Receives the strips.
+ * @param strips_cap [in] Capacity of strips.
+ * @param pix [out, nullable, array of pix_cap] Receives every strip's pixels.
+ * @param pix_cap [in] Capacity of pix.
+ * @param num_strips [out] Receives the number of strips.
+ * @param num_pix [out] Receives the number of pixels.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_widget_strips(kvcm_widget widget, const kvcm_pair* origin, int32_t shift, const int32_t* values, size_t num_values, size_t* order, int64_t* first, uint32_t* count, kvcm_strip* strips, size_t strips_cap, uint8_t* pix, size_t pix_cap, size_t* num_strips, size_t* num_pix);
 
 /**
  * kvcm_widget_tag tags a widget with a name and values.
@@ -540,10 +612,16 @@ struct kvcm_api {
     void (*status_free)(kvcm_status* status);
     /** kvcm_widget_create (since ABI version 1). */
     kvcm_status* (*widget_create)(const kvcm_options* options, const kvcm_plugin_object* plugin, kvcm_widget* out);
+    /** kvcm_ones (since ABI version 2). */
+    kvcm_status* (*ones)(uint64_t v, int32_t* out);
+    /** kvcm_widget_len (since ABI version 2). */
+    kvcm_status* (*widget_len)(kvcm_widget widget, int64_t* out);
     /** kvcm_widget_move_pairs (since ABI version 2). */
     kvcm_status* (*widget_move_pairs)(kvcm_widget widget, const kvcm_pair* pairs, size_t num_pairs);
     /** kvcm_widget_notify (since ABI version 2). */
     kvcm_status* (*widget_notify)(kvcm_widget widget, kvcm_notify fn, void* user_data, kvcm_pair* pairs, size_t capacity, size_t* needed);
+    /** kvcm_widget_strips (since ABI version 2). */
+    kvcm_status* (*widget_strips)(kvcm_widget widget, const kvcm_pair* origin, int32_t shift, const int32_t* values, size_t num_values, size_t* order, int64_t* first, uint32_t* count, kvcm_strip* strips, size_t strips_cap, uint8_t* pix, size_t pix_cap, size_t* num_strips, size_t* num_pix);
     /** kvcm_widget_tag (since ABI version 2). */
     kvcm_status* (*widget_tag)(kvcm_widget widget, const char* name, size_t name_len, const int32_t* values, size_t num_values);
     /** kvcm_widget_take_pairs (since ABI version 2). */
@@ -609,6 +687,11 @@ KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_shape) == 8, "alignment of kvcm_shape chang
 KVCM_STATIC_ASSERT(offsetof(kvcm_shape, name) == 0, "layout of kvcm_shape changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shape, sides) == 8, "layout of kvcm_shape changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shape, hidden) == 12, "layout of kvcm_shape changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_strip) == 24, "layout of kvcm_strip changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_strip) == 8, "alignment of kvcm_strip changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_strip, stride) == 0, "layout of kvcm_strip changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_strip, pix) == 8, "layout of kvcm_strip changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_strip, num_pix) == 16, "layout of kvcm_strip changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_tag) == 32, "layout of kvcm_tag changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_tag) == 8, "alignment of kvcm_tag changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_tag, number) == 0, "layout of kvcm_tag changed");
@@ -621,17 +704,20 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_tally, key) == 0, "layout of kvcm_tally changed
 KVCM_STATIC_ASSERT(offsetof(kvcm_tally, hits) == 8, "layout of kvcm_tally changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_tally, misses) == 16, "layout of kvcm_tally changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_tally, at) == 24, "layout of kvcm_tally changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 64, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 88, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, count) == 8, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, status_free) == 16, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_create) == 24, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_move_pairs) == 32, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_notify) == 40, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_tag) == 48, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_take_pairs) == 56, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, ones) == 32, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_len) == 40, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_move_pairs) == 48, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_notify) == 56, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_strips) == 64, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_tag) == 72, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_take_pairs) == 80, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus
