@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/kvcm/kvcm/core/abimodel"
@@ -63,13 +62,14 @@ func consumeColdPageCodec(p *C.kvcm__const_kvcm_cold_page_codec) *coldPageCodecA
 		}
 		return a
 	}
-	cc := &cCodec{vt: vt, self: self}
-	if err := cc.validate(); err != nil {
+	if err := checkColdPageCodecVtable(vt); err != nil {
 		a.err = err
-		cc.Close() // consumed, also when unusable
+		if C.kvcm__has_cold_page_codec_vtable_destroy(vt) != 0 {
+			C.kvcm__call_cold_page_codec_vtable_destroy(vt, self) // consumed, also when unusable
+		}
 		return a
 	}
-	a.owned = codec.Own(cc)
+	a.owned = codec.Own(abimodel.NewExternalCodec(goCallerColdPageCodecVtable(vt, self)))
 	return a
 }
 
@@ -85,129 +85,19 @@ func glueColdPageCodecDestroy(codecArg *coldPageCodecArg) error {
 	return codecArg.err
 }
 
-// ---- The C codec adapter: core/codec.ColdPageCodec over a C vtable ----
-
-// cCodec calls a C codec through its vtable. Optional slots are used only
-// when the vtable's struct_size covers them and they are non-null.
-type cCodec struct {
-	vt        *C.kvcm_cold_page_codec_vtable
-	self      C.uintptr_t
-	destroyed atomic.Bool
-}
-
-var _ codec.ColdPageCodec = (*cCodec)(nil)
-
-func (c *cCodec) validate() error {
-	if c.vt.abi_version == 0 {
+// checkColdPageCodecVtable reports what makes a caller's codec vtable
+// unusable.
+func checkColdPageCodecVtable(vt *C.kvcm_cold_page_codec_vtable) error {
+	if vt.abi_version == 0 {
 		return argError("codec.vtable.abi_version", "is 0: set it to KVCM_ABI_VERSION")
 	}
-	if c.vt.struct_size < C.KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V1 {
-		return argError("codec.vtable.struct_size", "is %d, less than the %d bytes of ABI version 1", c.vt.struct_size, C.KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V1)
+	if vt.struct_size < C.KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V1 {
+		return argError("codec.vtable.struct_size", "is %d, less than the %d bytes of ABI version 1", vt.struct_size, C.KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V1)
 	}
-	if name := C.kvcm__missing_cold_page_codec_vtable(c.vt); name != nil {
+	if name := C.kvcm__missing_cold_page_codec_vtable(vt); name != nil {
 		return argError("codec.vtable."+C.GoString(name), "is NULL")
 	}
 	return nil
-}
-
-// Configure hands the codec the descriptors in C memory, valid for the call.
-func (c *cCodec) Configure(gpuDescs []layout.PoolGroupDesc) bool {
-	descs, free := cPoolGroupDescs(gpuDescs)
-	defer free()
-	return bool(C.kvcm__call_cold_page_codec_vtable_configure(c.vt, c.self, descs, C.kvcm_pool_group_index(len(gpuDescs))))
-}
-
-// QueryColdPageBytes narrows the codec's size_t; a size beyond int64 is 0
-// (failure). The manager asks NativeColdPageBytes, which keeps such a size
-// for its error message.
-func (c *cCodec) QueryColdPageBytes(lg layout.LayerGroupID) int64 {
-	n := c.NativeColdPageBytes(lg)
-	if n > math.MaxInt64 {
-		return 0
-	}
-	return int64(n)
-}
-
-// NativeColdPageBytes is query_cold_page_bytes's size_t result as is.
-func (c *cCodec) NativeColdPageBytes(lg layout.LayerGroupID) uint64 {
-	return uint64(C.kvcm__call_cold_page_codec_vtable_query_cold_page_bytes(c.vt, c.self, C.kvcm_layer_group_id(lg)))
-}
-
-func (c *cCodec) GetBatchingLayerGroupID(lg layout.LayerGroupID) layout.LayerGroupID {
-	if C.kvcm__has_cold_page_codec_vtable_get_batching_layer_group_id(c.vt) == 0 {
-		return lg
-	}
-	return layout.LayerGroupID(C.kvcm__call_cold_page_codec_vtable_get_batching_layer_group_id(c.vt, c.self, C.kvcm_layer_group_id(lg)))
-}
-
-func (c *cCodec) QueryPageIndexLocation(lg layout.LayerGroupID) codec.PageIndexLocation {
-	return codec.PageIndexLocation(C.kvcm__call_cold_page_codec_vtable_query_page_index_location(c.vt, c.self, C.kvcm_layer_group_id(lg)))
-}
-
-// pairsOf returns the C view of the index pairs: host pairs are the manager's
-// slice itself (PageIndexPair has the C layout and holds no Go pointers, so
-// cgo pins it for the call), device pairs their device address.
-func pairsOf(idx codec.PageIndices) *C.kvcm_page_index_pair {
-	switch idx.Location() {
-	case codec.Host:
-		if h := idx.Host(); len(h) > 0 {
-			return (*C.kvcm_page_index_pair)(unsafe.Pointer(&h[0]))
-		}
-		return nil
-	case codec.Device:
-		return C.kvcm__pairs_at(C.uintptr_t(idx.DevicePtr()))
-	}
-	return nil
-}
-
-func (c *cCodec) Encode(lg layout.LayerGroupID, dstBase device.Ptr, idx codec.PageIndices, stream device.Stream) bool {
-	if stream == nil {
-		return false
-	}
-	return bool(C.kvcm__call_cold_page_codec_vtable_encode(c.vt, c.self, C.kvcm_layer_group_id(lg), C.uintptr_t(dstBase),
-		pairsOf(idx), C.size_t(idx.Len()), C.kvcm_stream(stream.Handle())))
-}
-
-func (c *cCodec) Decode(lg layout.LayerGroupID, srcBase device.Ptr, idx codec.PageIndices, stream device.Stream) bool {
-	if stream == nil {
-		return false
-	}
-	return bool(C.kvcm__call_cold_page_codec_vtable_decode(c.vt, c.self, C.kvcm_layer_group_id(lg), C.uintptr_t(srcBase),
-		pairsOf(idx), C.size_t(idx.Len()), C.kvcm_stream(stream.Handle())))
-}
-
-// Close calls the destroy slot, exactly once.
-func (c *cCodec) Close() error {
-	if c.destroyed.CompareAndSwap(false, true) && C.kvcm__has_cold_page_codec_vtable_destroy(c.vt) != 0 {
-		C.kvcm__call_cold_page_codec_vtable_destroy(c.vt, c.self)
-	}
-	return nil
-}
-
-// cPoolGroupDescs copies descriptors into one C allocation (descriptors,
-// then layer groups, then pools), so the codec never sees Go memory that
-// holds pointers. free releases it.
-func cPoolGroupDescs(descs []layout.PoolGroupDesc) (*C.kvcm_pool_group_desc, func()) {
-	if len(descs) == 0 {
-		return nil, func() {}
-	}
-	var nlc, npool int
-	for _, d := range descs {
-		nlc += len(d.LifeCycles)
-		npool += len(d.Pools)
-	}
-	dSize := C.size_t(len(descs)) * C.sizeof_kvcm_pool_group_desc
-	pSize := C.size_t(npool) * C.sizeof_kvcm_pool_desc
-	lSize := C.size_t(nlc) * C.sizeof_kvcm_layer_group_id
-	mem := C.calloc(1, dSize+pSize+lSize+1)
-	if mem == nil {
-		panic("out of C memory for pool group descriptors")
-	}
-	cd := unsafe.Slice((*C.kvcm_pool_group_desc)(mem), len(descs))
-	pools := unsafe.Slice((*C.kvcm_pool_desc)(unsafe.Add(mem, dSize)), npool)
-	lcs := unsafe.Slice((*C.kvcm_layer_group_id)(unsafe.Add(mem, dSize+pSize)), nlc)
-	fillPoolGroupDescs(descs, cd, lcs, pools)
-	return &cd[0], func() { C.free(mem) }
 }
 
 // fillPoolGroupDescs writes descriptors whose arrays point into lcs and pools
