@@ -29,10 +29,9 @@ import (
 // the codec is either handed on (to core.NewManager, which consumes it) or
 // destroyed.
 type coldPageCodecArg struct {
-	supplied bool           // a codec object was passed (not NULL)
-	owned    *codec.Owned   // nil when none was passed or taking it failed
-	builtin  *gpucodec.Spec // a built-in codec object: made on the manager's device
-	err      error          // why the codec object is unusable
+	owned   *codec.Owned   // nil when none was passed or taking it failed
+	builtin *gpucodec.Spec // a built-in codec object: made on the manager's device
+	err     error          // why the codec object is unusable
 }
 
 // consumeColdPageCodec takes the codec object p. It never fails: problems
@@ -43,7 +42,6 @@ func consumeColdPageCodec(p *C.kvcm__const_kvcm_cold_page_codec) *coldPageCodecA
 	if p == nil {
 		return a
 	}
-	a.supplied = true
 	vt := p.vtable
 	self := C.kvcm__get_cold_page_codec_self(p)
 	if vt == nil {
@@ -55,8 +53,8 @@ func consumeColdPageCodec(p *C.kvcm__const_kvcm_cold_page_codec) *coldPageCodecA
 		switch {
 		case !ok:
 			a.err = errorf(codeInvalidHandle, "codec: the library codec object %#x was already consumed or never created", uint64(self))
-		case obj.builtin != nil:
-			a.builtin = obj.builtin
+		case obj.Builtin() != nil:
+			a.builtin = obj.Builtin()
 		default:
 			a.owned = codec.Own(obj.Codec())
 		}
@@ -139,16 +137,12 @@ func goPoolGroupDescs(p *C.kvcm_pool_group_desc, n int) ([]layout.PoolGroupDesc,
 // ---- The default codec object ----
 
 // defaultCodecObj is the object behind a codec object of the default
-// codec's vtable; its handle is the object's self. It is the default codec
-// (kvcm_create_default_cold_page_codec), or, for a built-in codec that runs
-// on the manager's device (kvcm_create_builtin_cold_page_codec), only the
-// choice, which kvcm_manager_create makes on the device it opens: every slot
-// but destroy fails on a choice. Taking it (by kvcm_manager_create) or
-// destroying it frees the handle, so the object is consumed once.
+// codec's vtable (see abimodel.DefaultCodec); its handle is the object's
+// self. Taking it (by kvcm_manager_create) or destroying it frees the
+// handle, so the object is consumed once.
 type defaultCodecObj struct {
-	*abimodel.DefaultCodec                // nil for a built-in codec's choice
-	builtin                *gpucodec.Spec // the choice, or nil
-	handle                 uint64
+	*abimodel.DefaultCodec
+	handle uint64
 }
 
 func glueCreateDefaultColdPageCodec(out *C.kvcm_cold_page_codec) error {
@@ -171,7 +165,7 @@ func glueCreateBuiltinColdPageCodec(opts *C.kvcm__const_kvcm_builtin_codec_optio
 	if s.Kind == gpucodec.KindDefault {
 		return glueCreateDefaultColdPageCodec(out)
 	}
-	publishDefaultCodec(&defaultCodecObj{builtin: &s}, out)
+	publishDefaultCodec(&defaultCodecObj{DefaultCodec: abimodel.NewBuiltinChoice(s)}, out)
 	return nil
 }
 
@@ -203,31 +197,19 @@ func lookupDefault(self C.uintptr_t) (*defaultCodecObj, bool) {
 }
 
 func glueDefaultConfigure(obj *defaultCodecObj, gpuDescs C.uintptr_t, n C.kvcm_pool_group_index) C.bool {
-	if obj.DefaultCodec == nil {
-		return false
-	}
 	descs, err := goPoolGroupDescs((*C.kvcm_pool_group_desc)(C.kvcm__ptr(gpuDescs)), int(n))
 	return C.bool(err == nil && obj.Configure(descs))
 }
 
 func glueDefaultQueryColdPageBytes(obj *defaultCodecObj, lg C.kvcm_layer_group_id) C.size_t {
-	if obj.DefaultCodec == nil {
-		return 0
-	}
 	return C.size_t(obj.QueryColdPageBytes(layout.LayerGroupID(lg)))
 }
 
 func glueDefaultGetBatchingLayerGroupID(obj *defaultCodecObj, lg C.kvcm_layer_group_id) C.kvcm_layer_group_id {
-	if obj.DefaultCodec == nil {
-		return -1
-	}
 	return C.kvcm_layer_group_id(obj.GetBatchingLayerGroupID(layout.LayerGroupID(lg)))
 }
 
 func glueDefaultQueryPageIndexLocation(obj *defaultCodecObj, lg C.kvcm_layer_group_id) C.kvcm_page_index_location {
-	if obj.DefaultCodec == nil {
-		return C.KVCM_PAGE_INDEX_BAD_LOCATION
-	}
 	return C.kvcm_page_index_location(obj.QueryPageIndexLocation(layout.LayerGroupID(lg)))
 }
 
@@ -242,9 +224,6 @@ func glueDefaultDecode(obj *defaultCodecObj, lg C.kvcm_layer_group_id, src, pair
 // defaultTransform views the caller's pairs where the codec wants them: a
 // host slice over the C array, or the device address.
 func defaultTransform(obj *defaultCodecObj, encode bool, lg C.kvcm_layer_group_id, base, pairs C.uintptr_t, n C.size_t, stream C.kvcm_stream) C.bool {
-	if obj.DefaultCodec == nil {
-		return false
-	}
 	s, err := resolveStream(stream)
 	if err != nil || n > 0 && pairs == 0 || uint64(n) > math.MaxInt32 {
 		return false
@@ -261,7 +240,7 @@ func defaultTransform(obj *defaultCodecObj, encode bool, lg C.kvcm_layer_group_i
 }
 
 func glueDefaultDestroy(obj *defaultCodecObj) {
-	if deleteHandle(obj.handle) && obj.DefaultCodec != nil {
+	if deleteHandle(obj.handle) {
 		obj.Destroy()
 	}
 }
