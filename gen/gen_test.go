@@ -138,19 +138,21 @@ func TestNames(t *testing.T) {
 
 func TestLoadErrors(t *testing.T) {
 	for dir, want := range map[string]string{
-		"multi":           "multi-value results are not allowed",
-		"gostring":        "not fixed-width",
-		"noparam":         "parameter v has no //kvcm:param",
-		"gopointer":       "Go pointers are only allowed for the status result",
-		"goimplself":      "only slots that take self (void*) first",
-		"gounmapped":      `Point has no field Z: name its counterpart with a go:"Field" tag, or tag it go:"-"`,
-		"gomethodin":      "a method (go:\"Dx()\") can only be read",
-		"cppimplbool":     `a trampoline returns int32_t: tag the slot cpp:"-"`,
-		"pyvaluestr":      "a //kvcm:pyvalue struct has scalar, enum and typedef fields only",
-		"slicenogo":       "slice is for a const T* of scalars, with go=<Go element type>",
-		"resetnobuffer":   "reset is for a buffer=",
-		"convertnullable": "convert is for a const T*, not consumed, nullable only with len=",
-		"shortnoslice":    "short is for a slice",
+		"multi":               "multi-value results are not allowed",
+		"gostring":            "not fixed-width",
+		"noparam":             "parameter v has no //kvcm:param",
+		"gopointer":           "Go pointers are only allowed for the status result",
+		"goimplself":          "only slots that take self (void*) first",
+		"gounmapped":          `Point has no field Z: name its counterpart with a go:"Field" tag, or tag it go:"-"`,
+		"gomethodin":          "a method (go:\"Dx()\") can only be read",
+		"cppimplbool":         `a trampoline returns int32_t: tag the slot cpp:"-"`,
+		"pyvaluestr":          "a //kvcm:pyvalue struct has scalar, enum and typedef fields only",
+		"slicenogo":           "slice is for a const T* of scalars, with go=<Go element type>",
+		"resetnobuffer":       "reset is for a buffer=",
+		"convertnullable":     "convert is for a const T*, not consumed, nullable only with len=",
+		"shortnoslice":        "short is for a slice",
+		"callbacknouser":      `a callback field needs //kvcm:gocaller on Prio and a user:"Field" tag naming its user data`,
+		"gocallerstructcount": "parameter 0 (pts, a structs) cannot be []github.com/kvcm/kvcm/core/layout.PoolGroupDesc",
 	} {
 		_, err := Load(filepath.Join("testdata", "bad", dir), ".")
 		if assert.Error(t, err, dir) {
