@@ -7,6 +7,7 @@ import (
 	core "github.com/kvcm/kvcm/core"
 	abimodel "github.com/kvcm/kvcm/core/abimodel"
 	blockhash "github.com/kvcm/kvcm/core/blockhash"
+	codec "github.com/kvcm/kvcm/core/codec"
 	config "github.com/kvcm/kvcm/core/config"
 	cp "github.com/kvcm/kvcm/core/cp"
 	device "github.com/kvcm/kvcm/core/device"
@@ -199,6 +200,40 @@ func cElems[E, G any](s []G) *E {
 		return nil
 	}
 	return (*E)(unsafe.Pointer(&s[0]))
+}
+
+// cArena holds the C memory of one call's copied arguments; free releases it.
+type cArena struct {
+	mem []unsafe.Pointer
+}
+
+// cAlloc allocates n zeroed elements of T in a (out of C memory is a panic,
+// which fails the call).
+func cAlloc[T any](a *cArena, n int) []T {
+	p := C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(*new(T))))
+	if p == nil {
+		panic("out of C memory for a call's arguments")
+	}
+	a.mem = append(a.mem, p)
+	return unsafe.Slice((*T)(p), n)
+}
+
+func (a *cArena) free() {
+	for _, p := range a.mem {
+		C.free(p)
+	}
+}
+
+// cArgScalars copies s into C memory of a, converted to E (NULL when empty).
+func cArgScalars[E, G number](a *cArena, s []G) *E {
+	if len(s) == 0 {
+		return nil
+	}
+	out := cAlloc[E](a, len(s))
+	for i, v := range s {
+		out[i] = E(v)
+	}
+	return &out[0]
 }
 
 // slotError is the error of a slot that returned rc.
@@ -465,6 +500,7 @@ func fromCKVCacheOptions(c *C.kvcm_kv_cache_options, name string) (abimodel.KVCa
 			out.InputTokens = append(out.InputTokens, v)
 		}
 	}
+	out.BlockPriority = goCallerPriorityFunc(c.priority, C.kvcm__get_kv_cache_options_priority_user_data(c))
 	{
 		s, err := cStringN(c.request_id, c.request_id_len, name, "request_id", "request_id_len")
 		if err != nil {
@@ -474,6 +510,9 @@ func fromCKVCacheOptions(c *C.kvcm_kv_cache_options, name string) (abimodel.KVCa
 	}
 	if C.kvcm__has_kv_cache_options_scope_has_lora_id(c) != 0 {
 		out.ScopeHasLoraID = bool(c.scope_has_lora_id)
+	}
+	if C.kvcm__has_kv_cache_options_layer_group_priority(c) != 0 {
+		out.LayerGroupPriority = goCallerLayerGroupPriorityFunc(c.layer_group_priority, C.kvcm__get_kv_cache_options_priority_user_data(c))
 	}
 	if C.kvcm__has_kv_cache_options_has_expected_prompt_length(c) != 0 {
 		out.HasExpectedPromptLength = bool(c.has_expected_prompt_length)
@@ -933,6 +972,105 @@ func toCSsmSnapshotIterationStats(s abimodel.SsmSnapshotIterationStats) C.kvcm_s
 		unaligned_snapshot_hits: C.int64_t(s.UnalignedHits),
 		unreused_tokens:         C.int64_t(s.UnreusedTokens),
 	}
+}
+
+// cArgPoolGroupDesc copies s into C memory of a (NULL when empty).
+func cArgPoolGroupDesc(a *cArena, s []layout.PoolGroupDesc) *C.kvcm_pool_group_desc {
+	if len(s) == 0 {
+		return nil
+	}
+	out := cAlloc[C.kvcm_pool_group_desc](a, len(s))
+	for i, v := range s {
+		c := &out[i]
+		c.index = C.kvcm_pool_group_index(v.Index)
+		c.num_slots = C.int64_t(v.NumSlots)
+		c.life_cycles = cArgScalars[C.kvcm_layer_group_id](a, v.LifeCycles)
+		c.num_life_cycles = C.size_t(len(v.LifeCycles))
+		c.pools = cArgPoolDesc(a, v.Pools)
+		c.num_pools = C.size_t(len(v.Pools))
+	}
+	return &out[0]
+}
+
+// cArgPoolDesc copies s into C memory of a (NULL when empty).
+func cArgPoolDesc(a *cArena, s []layout.PoolDesc) *C.kvcm_pool_desc {
+	if len(s) == 0 {
+		return nil
+	}
+	out := cAlloc[C.kvcm_pool_desc](a, len(s))
+	for i, v := range s {
+		c := &out[i]
+		c.base = C.kvcm_device_ptr(v.Base)
+		c.slot_bytes = C.int64_t(v.SlotBytes)
+	}
+	return &out[0]
+}
+
+// goCallerLayerGroupPriorityFunc returns a abimodel.LayerGroupPriorityFunc that calls fn with userData (nil when fn is NULL).
+func goCallerLayerGroupPriorityFunc(fn C.kvcm_layer_group_priority_func, userData C.uintptr_t) abimodel.LayerGroupPriorityFunc {
+	if fn == nil {
+		return nil
+	}
+	return func(a0 int64, a1 layout.LayerGroupID) (int32, error) {
+		var r C.int32_t
+		rc := C.kvcm__call_layer_group_priority_func(fn, userData, C.int64_t(a0), C.kvcm_layer_group_id(a1), &r)
+		return int32(r), slotError("kvcm_layer_group_priority_func", rc)
+	}
+}
+
+// goCallerPriorityFunc returns a abimodel.BlockPriorityFunc that calls fn with userData (nil when fn is NULL).
+func goCallerPriorityFunc(fn C.kvcm_priority_func, userData C.uintptr_t) abimodel.BlockPriorityFunc {
+	if fn == nil {
+		return nil
+	}
+	return func(a0 int64) (int32, error) {
+		var r C.int32_t
+		rc := C.kvcm__call_priority_func(fn, userData, C.int64_t(a0), &r)
+		return int32(r), slotError("kvcm_priority_func", rc)
+	}
+}
+
+// goCallerColdPageCodecVtable returns a abimodel.ExternalCodec whose funcs call the present slots of vt with self.
+func goCallerColdPageCodecVtable(vt *C.kvcm_cold_page_codec_vtable, self C.uintptr_t) abimodel.ExternalCodec {
+	var out abimodel.ExternalCodec
+	if C.kvcm__has_cold_page_codec_vtable_configure(vt) != 0 {
+		out.Configure = func(a0 []layout.PoolGroupDesc) bool {
+			arena := &cArena{}
+			defer arena.free()
+			return bool(C.kvcm__call_cold_page_codec_vtable_configure(vt, self, cArgPoolGroupDesc(arena, a0), C.kvcm_pool_group_index(len(a0))))
+		}
+	}
+	if C.kvcm__has_cold_page_codec_vtable_query_cold_page_bytes(vt) != 0 {
+		out.QueryColdPageBytes = func(a0 layout.LayerGroupID) uint64 {
+			return uint64(C.kvcm__call_cold_page_codec_vtable_query_cold_page_bytes(vt, self, C.kvcm_layer_group_id(a0)))
+		}
+	}
+	if C.kvcm__has_cold_page_codec_vtable_get_batching_layer_group_id(vt) != 0 {
+		out.GetBatchingLayerGroupID = func(a0 layout.LayerGroupID) layout.LayerGroupID {
+			return layout.LayerGroupID(C.kvcm__call_cold_page_codec_vtable_get_batching_layer_group_id(vt, self, C.kvcm_layer_group_id(a0)))
+		}
+	}
+	if C.kvcm__has_cold_page_codec_vtable_query_page_index_location(vt) != 0 {
+		out.QueryPageIndexLocation = func(a0 layout.LayerGroupID) codec.PageIndexLocation {
+			return codec.PageIndexLocation(C.kvcm__call_cold_page_codec_vtable_query_page_index_location(vt, self, C.kvcm_layer_group_id(a0)))
+		}
+	}
+	if C.kvcm__has_cold_page_codec_vtable_encode(vt) != 0 {
+		out.Encode = func(a0 layout.LayerGroupID, a1 device.Ptr, a2 uintptr, a3 int, a4 uintptr) bool {
+			return bool(C.kvcm__call_cold_page_codec_vtable_encode(vt, self, C.kvcm_layer_group_id(a0), C.uintptr_t(a1), (*C.kvcm_page_index_pair)(C.kvcm__ptr(C.uintptr_t(a2))), C.size_t(a3), C.kvcm_stream(a4)))
+		}
+	}
+	if C.kvcm__has_cold_page_codec_vtable_decode(vt) != 0 {
+		out.Decode = func(a0 layout.LayerGroupID, a1 device.Ptr, a2 uintptr, a3 int, a4 uintptr) bool {
+			return bool(C.kvcm__call_cold_page_codec_vtable_decode(vt, self, C.kvcm_layer_group_id(a0), C.uintptr_t(a1), (*C.kvcm_page_index_pair)(C.kvcm__ptr(C.uintptr_t(a2))), C.size_t(a3), C.kvcm_stream(a4)))
+		}
+	}
+	if C.kvcm__has_cold_page_codec_vtable_destroy(vt) != 0 {
+		out.Destroy = func() {
+			C.kvcm__call_cold_page_codec_vtable_destroy(vt, self)
+		}
+	}
+	return out
 }
 
 // goCallerCPIndexVtable returns a cp.External whose funcs call the present slots of vt with self.

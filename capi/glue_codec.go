@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/kvcm/kvcm/core/abimodel"
@@ -30,10 +29,9 @@ import (
 // the codec is either handed on (to core.NewManager, which consumes it) or
 // destroyed.
 type coldPageCodecArg struct {
-	supplied bool           // a codec object was passed (not NULL)
-	owned    *codec.Owned   // nil when none was passed or taking it failed
-	builtin  *gpucodec.Spec // a built-in codec object: made on the manager's device
-	err      error          // why the codec object is unusable
+	owned   *codec.Owned   // nil when none was passed or taking it failed
+	builtin *gpucodec.Spec // a built-in codec object: made on the manager's device
+	err     error          // why the codec object is unusable
 }
 
 // consumeColdPageCodec takes the codec object p. It never fails: problems
@@ -44,7 +42,6 @@ func consumeColdPageCodec(p *C.kvcm__const_kvcm_cold_page_codec) *coldPageCodecA
 	if p == nil {
 		return a
 	}
-	a.supplied = true
 	vt := p.vtable
 	self := C.kvcm__get_cold_page_codec_self(p)
 	if vt == nil {
@@ -56,20 +53,21 @@ func consumeColdPageCodec(p *C.kvcm__const_kvcm_cold_page_codec) *coldPageCodecA
 		switch {
 		case !ok:
 			a.err = errorf(codeInvalidHandle, "codec: the library codec object %#x was already consumed or never created", uint64(self))
-		case obj.builtin != nil:
-			a.builtin = obj.builtin
+		case obj.Builtin() != nil:
+			a.builtin = obj.Builtin()
 		default:
 			a.owned = codec.Own(obj.Codec())
 		}
 		return a
 	}
-	cc := &cCodec{vt: vt, self: self}
-	if err := cc.validate(); err != nil {
+	if err := checkColdPageCodecVtable(vt); err != nil {
 		a.err = err
-		cc.Close() // consumed, also when unusable
+		if C.kvcm__has_cold_page_codec_vtable_destroy(vt) != 0 {
+			C.kvcm__call_cold_page_codec_vtable_destroy(vt, self) // consumed, also when unusable
+		}
 		return a
 	}
-	a.owned = codec.Own(cc)
+	a.owned = codec.Own(abimodel.NewExternalCodec(goCallerColdPageCodecVtable(vt, self)))
 	return a
 }
 
@@ -85,157 +83,19 @@ func glueColdPageCodecDestroy(codecArg *coldPageCodecArg) error {
 	return codecArg.err
 }
 
-// ---- The C codec adapter: core/codec.ColdPageCodec over a C vtable ----
-
-// cCodec calls a C codec through its vtable. Optional slots are used only
-// when the vtable's struct_size covers them and they are non-null.
-type cCodec struct {
-	vt        *C.kvcm_cold_page_codec_vtable
-	self      C.uintptr_t
-	destroyed atomic.Bool
-}
-
-var _ codec.ColdPageCodec = (*cCodec)(nil)
-
-func (c *cCodec) validate() error {
-	if c.vt.abi_version == 0 {
+// checkColdPageCodecVtable reports what makes a caller's codec vtable
+// unusable.
+func checkColdPageCodecVtable(vt *C.kvcm_cold_page_codec_vtable) error {
+	if vt.abi_version == 0 {
 		return argError("codec.vtable.abi_version", "is 0: set it to KVCM_ABI_VERSION")
 	}
-	if c.vt.struct_size < C.KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V1 {
-		return argError("codec.vtable.struct_size", "is %d, less than the %d bytes of ABI version 1", c.vt.struct_size, C.KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V1)
+	if vt.struct_size < C.KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V1 {
+		return argError("codec.vtable.struct_size", "is %d, less than the %d bytes of ABI version 1", vt.struct_size, C.KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V1)
 	}
-	if name := C.kvcm__missing_cold_page_codec_vtable(c.vt); name != nil {
+	if name := C.kvcm__missing_cold_page_codec_vtable(vt); name != nil {
 		return argError("codec.vtable."+C.GoString(name), "is NULL")
 	}
 	return nil
-}
-
-// Configure hands the codec the descriptors in C memory, valid for the call.
-func (c *cCodec) Configure(gpuDescs []layout.PoolGroupDesc) bool {
-	descs, free := cPoolGroupDescs(gpuDescs)
-	defer free()
-	return bool(C.kvcm__call_cold_page_codec_vtable_configure(c.vt, c.self, descs, C.kvcm_pool_group_index(len(gpuDescs))))
-}
-
-// QueryColdPageBytes narrows the codec's size_t; a size beyond int64 is 0
-// (failure). The manager asks NativeColdPageBytes, which keeps such a size
-// for its error message.
-func (c *cCodec) QueryColdPageBytes(lg layout.LayerGroupID) int64 {
-	n := c.NativeColdPageBytes(lg)
-	if n > math.MaxInt64 {
-		return 0
-	}
-	return int64(n)
-}
-
-// NativeColdPageBytes is query_cold_page_bytes's size_t result as is.
-func (c *cCodec) NativeColdPageBytes(lg layout.LayerGroupID) uint64 {
-	return uint64(C.kvcm__call_cold_page_codec_vtable_query_cold_page_bytes(c.vt, c.self, C.kvcm_layer_group_id(lg)))
-}
-
-func (c *cCodec) GetBatchingLayerGroupID(lg layout.LayerGroupID) layout.LayerGroupID {
-	if C.kvcm__has_cold_page_codec_vtable_get_batching_layer_group_id(c.vt) == 0 {
-		return lg
-	}
-	return layout.LayerGroupID(C.kvcm__call_cold_page_codec_vtable_get_batching_layer_group_id(c.vt, c.self, C.kvcm_layer_group_id(lg)))
-}
-
-func (c *cCodec) QueryPageIndexLocation(lg layout.LayerGroupID) codec.PageIndexLocation {
-	return codec.PageIndexLocation(C.kvcm__call_cold_page_codec_vtable_query_page_index_location(c.vt, c.self, C.kvcm_layer_group_id(lg)))
-}
-
-// pairsOf returns the C view of the index pairs: host pairs are the manager's
-// slice itself (PageIndexPair has the C layout and holds no Go pointers, so
-// cgo pins it for the call), device pairs their device address.
-func pairsOf(idx codec.PageIndices) *C.kvcm_page_index_pair {
-	switch idx.Location() {
-	case codec.Host:
-		if h := idx.Host(); len(h) > 0 {
-			return (*C.kvcm_page_index_pair)(unsafe.Pointer(&h[0]))
-		}
-		return nil
-	case codec.Device:
-		return C.kvcm__pairs_at(C.uintptr_t(idx.DevicePtr()))
-	}
-	return nil
-}
-
-func (c *cCodec) Encode(lg layout.LayerGroupID, dstBase device.Ptr, idx codec.PageIndices, stream device.Stream) bool {
-	if stream == nil {
-		return false
-	}
-	return bool(C.kvcm__call_cold_page_codec_vtable_encode(c.vt, c.self, C.kvcm_layer_group_id(lg), C.uintptr_t(dstBase),
-		pairsOf(idx), C.size_t(idx.Len()), C.kvcm_stream(stream.Handle())))
-}
-
-func (c *cCodec) Decode(lg layout.LayerGroupID, srcBase device.Ptr, idx codec.PageIndices, stream device.Stream) bool {
-	if stream == nil {
-		return false
-	}
-	return bool(C.kvcm__call_cold_page_codec_vtable_decode(c.vt, c.self, C.kvcm_layer_group_id(lg), C.uintptr_t(srcBase),
-		pairsOf(idx), C.size_t(idx.Len()), C.kvcm_stream(stream.Handle())))
-}
-
-// Close calls the destroy slot, exactly once.
-func (c *cCodec) Close() error {
-	if c.destroyed.CompareAndSwap(false, true) && C.kvcm__has_cold_page_codec_vtable_destroy(c.vt) != 0 {
-		C.kvcm__call_cold_page_codec_vtable_destroy(c.vt, c.self)
-	}
-	return nil
-}
-
-// cPoolGroupDescs copies descriptors into one C allocation (descriptors,
-// then layer groups, then pools), so the codec never sees Go memory that
-// holds pointers. free releases it.
-func cPoolGroupDescs(descs []layout.PoolGroupDesc) (*C.kvcm_pool_group_desc, func()) {
-	if len(descs) == 0 {
-		return nil, func() {}
-	}
-	var nlc, npool int
-	for _, d := range descs {
-		nlc += len(d.LifeCycles)
-		npool += len(d.Pools)
-	}
-	dSize := C.size_t(len(descs)) * C.sizeof_kvcm_pool_group_desc
-	pSize := C.size_t(npool) * C.sizeof_kvcm_pool_desc
-	lSize := C.size_t(nlc) * C.sizeof_kvcm_layer_group_id
-	mem := C.calloc(1, dSize+pSize+lSize+1)
-	if mem == nil {
-		panic("out of C memory for pool group descriptors")
-	}
-	cd := unsafe.Slice((*C.kvcm_pool_group_desc)(mem), len(descs))
-	pools := unsafe.Slice((*C.kvcm_pool_desc)(unsafe.Add(mem, dSize)), npool)
-	lcs := unsafe.Slice((*C.kvcm_layer_group_id)(unsafe.Add(mem, dSize+pSize)), nlc)
-	fillPoolGroupDescs(descs, cd, lcs, pools)
-	return &cd[0], func() { C.free(mem) }
-}
-
-// fillPoolGroupDescs writes descriptors whose arrays point into lcs and pools
-// (which must be C memory and large enough).
-func fillPoolGroupDescs(descs []layout.PoolGroupDesc, cd []C.kvcm_pool_group_desc, lcs []C.kvcm_layer_group_id, pools []C.kvcm_pool_desc) {
-	li, pi := 0, 0
-	for i, d := range descs {
-		cd[i] = C.kvcm_pool_group_desc{
-			index:           C.kvcm_pool_group_index(d.Index),
-			num_slots:       C.int64_t(d.NumSlots),
-			num_life_cycles: C.size_t(len(d.LifeCycles)),
-			num_pools:       C.size_t(len(d.Pools)),
-		}
-		if len(d.LifeCycles) > 0 {
-			cd[i].life_cycles = &lcs[li]
-		}
-		for _, lc := range d.LifeCycles {
-			lcs[li] = C.kvcm_layer_group_id(lc)
-			li++
-		}
-		if len(d.Pools) > 0 {
-			cd[i].pools = &pools[pi]
-		}
-		for _, p := range d.Pools {
-			pools[pi] = toCPoolDesc(p)
-			pi++
-		}
-	}
 }
 
 // goPoolGroupDescs copies C descriptors into Go.
@@ -249,16 +109,12 @@ func goPoolGroupDescs(p *C.kvcm_pool_group_desc, n int) ([]layout.PoolGroupDesc,
 // ---- The default codec object ----
 
 // defaultCodecObj is the object behind a codec object of the default
-// codec's vtable; its handle is the object's self. It is the default codec
-// (kvcm_create_default_cold_page_codec), or, for a built-in codec that runs
-// on the manager's device (kvcm_create_builtin_cold_page_codec), only the
-// choice, which kvcm_manager_create makes on the device it opens: every slot
-// but destroy fails on a choice. Taking it (by kvcm_manager_create) or
-// destroying it frees the handle, so the object is consumed once.
+// codec's vtable (see abimodel.DefaultCodec); its handle is the object's
+// self. Taking it (by kvcm_manager_create) or destroying it frees the
+// handle, so the object is consumed once.
 type defaultCodecObj struct {
-	*abimodel.DefaultCodec                // nil for a built-in codec's choice
-	builtin                *gpucodec.Spec // the choice, or nil
-	handle                 uint64
+	*abimodel.DefaultCodec
+	handle uint64
 }
 
 func glueCreateDefaultColdPageCodec(out *C.kvcm_cold_page_codec) error {
@@ -281,7 +137,7 @@ func glueCreateBuiltinColdPageCodec(opts *C.kvcm__const_kvcm_builtin_codec_optio
 	if s.Kind == gpucodec.KindDefault {
 		return glueCreateDefaultColdPageCodec(out)
 	}
-	publishDefaultCodec(&defaultCodecObj{builtin: &s}, out)
+	publishDefaultCodec(&defaultCodecObj{DefaultCodec: abimodel.NewBuiltinChoice(s)}, out)
 	return nil
 }
 
@@ -313,31 +169,19 @@ func lookupDefault(self C.uintptr_t) (*defaultCodecObj, bool) {
 }
 
 func glueDefaultConfigure(obj *defaultCodecObj, gpuDescs C.uintptr_t, n C.kvcm_pool_group_index) C.bool {
-	if obj.DefaultCodec == nil {
-		return false
-	}
 	descs, err := goPoolGroupDescs((*C.kvcm_pool_group_desc)(C.kvcm__ptr(gpuDescs)), int(n))
 	return C.bool(err == nil && obj.Configure(descs))
 }
 
 func glueDefaultQueryColdPageBytes(obj *defaultCodecObj, lg C.kvcm_layer_group_id) C.size_t {
-	if obj.DefaultCodec == nil {
-		return 0
-	}
 	return C.size_t(obj.QueryColdPageBytes(layout.LayerGroupID(lg)))
 }
 
 func glueDefaultGetBatchingLayerGroupID(obj *defaultCodecObj, lg C.kvcm_layer_group_id) C.kvcm_layer_group_id {
-	if obj.DefaultCodec == nil {
-		return -1
-	}
 	return C.kvcm_layer_group_id(obj.GetBatchingLayerGroupID(layout.LayerGroupID(lg)))
 }
 
 func glueDefaultQueryPageIndexLocation(obj *defaultCodecObj, lg C.kvcm_layer_group_id) C.kvcm_page_index_location {
-	if obj.DefaultCodec == nil {
-		return C.KVCM_PAGE_INDEX_BAD_LOCATION
-	}
 	return C.kvcm_page_index_location(obj.QueryPageIndexLocation(layout.LayerGroupID(lg)))
 }
 
@@ -352,9 +196,6 @@ func glueDefaultDecode(obj *defaultCodecObj, lg C.kvcm_layer_group_id, src, pair
 // defaultTransform views the caller's pairs where the codec wants them: a
 // host slice over the C array, or the device address.
 func defaultTransform(obj *defaultCodecObj, encode bool, lg C.kvcm_layer_group_id, base, pairs C.uintptr_t, n C.size_t, stream C.kvcm_stream) C.bool {
-	if obj.DefaultCodec == nil {
-		return false
-	}
 	s, err := resolveStream(stream)
 	if err != nil || n > 0 && pairs == 0 || uint64(n) > math.MaxInt32 {
 		return false
@@ -371,7 +212,7 @@ func defaultTransform(obj *defaultCodecObj, encode bool, lg C.kvcm_layer_group_i
 }
 
 func glueDefaultDestroy(obj *defaultCodecObj) {
-	if deleteHandle(obj.handle) && obj.DefaultCodec != nil {
+	if deleteHandle(obj.handle) {
 		obj.Destroy()
 	}
 }

@@ -147,7 +147,7 @@ func kindOf(v any) string {
 		return k
 	}
 	if o, ok := v.(*defaultCodecObj); ok {
-		if o.builtin != nil {
+		if o.Builtin() != nil {
 			return "built-in codec"
 		}
 		return "default codec"

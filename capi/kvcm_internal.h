@@ -21,8 +21,4 @@ kvcm_status* kvcm__status_new(kvcm_status_code code, const char* msg, size_t len
  * is a no-op. */
 extern kvcm_status kvcm__status_oom;
 
-/* Addresses Go holds as uintptr_t, turned into C pointers on the C side. */
-static inline const void* kvcm__ptr(uintptr_t p) { return (const void*)p; }
-static inline const kvcm_page_index_pair* kvcm__pairs_at(uintptr_t p) { return (const kvcm_page_index_pair*)p; }
-
 #endif /* KVCM_INTERNAL_H */

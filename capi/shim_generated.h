@@ -77,6 +77,9 @@ static inline int kvcm__has_manager_config_buffer_tokens_per_block_overrides(con
 static inline int kvcm__has_manager_config_num_buffer_tokens_per_block_overrides(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, num_buffer_tokens_per_block_overrides) + sizeof(p->num_buffer_tokens_per_block_overrides); }
 static inline int kvcm__has_manager_config_gpu_pool_granularity(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, gpu_pool_granularity) + sizeof(p->gpu_pool_granularity); }
 
+/* An address Go holds as uintptr_t, as a C pointer (the Go callers' address arguments). */
+static inline const void* kvcm__ptr(uintptr_t p) { return (const void*)p; }
+
 /* Opaque pointer fields, read and written as uintptr_t. */
 static inline uintptr_t kvcm__get_cold_page_codec_self(const kvcm_cold_page_codec* p) { return (uintptr_t)p->self; }
 static inline void kvcm__set_cold_page_codec_self(kvcm_cold_page_codec* p, uintptr_t v) { p->self = (void*)v; }

@@ -47,6 +47,9 @@ func emitConvert(m *Model, p Paths) (map[string][]byte, error) {
 			f.Add(outConverter(d)).Line()
 		}
 	}
+	for _, d := range copiedDecls(m) {
+		f.Add(cCopier(d)).Line()
+	}
 	for _, d := range callers {
 		f.Add(goCaller(m, d)).Line()
 	}
@@ -282,6 +285,8 @@ func inConverter(m *Model, d *Decl) jen.Code {
 				dst.Op("=").Add(goTypeCode(t)).Call(src()))
 		case isScalarField(f.Type):
 			st = append(st, dst.Op("=").Add(goTypeCode(t)).Call(src()))
+		case f.Type.Kind == KNamed && f.Type.Decl.Kind == DCallback:
+			st = append(st, dst.Op("=").Id("goCaller"+f.Type.Decl.GoName).Call(src(), jen.Qual("C", fmt.Sprintf("kvcm__get_%s_%s", short, f.User)).Call(jen.Id("c"))))
 		case f.Type.Kind == KCStr && f.Len != "":
 			st = append(st, jen.Block(
 				jen.List(jen.Id("s"), jen.Err()).Op(":=").Id("cStringN").Call(src(), jen.Id("c").Dot(f.Len), jen.Id("name"), jen.Lit(f.CName), jen.Lit(f.Len)),

@@ -178,6 +178,8 @@ func emitShimHeader(m *Model) string {
 		}
 	}
 
+	b.WriteString("\n/* An address Go holds as uintptr_t, as a C pointer (the Go callers' address arguments). */\n")
+	b.WriteString("static inline const void* kvcm__ptr(uintptr_t p) { return (const void*)p; }\n")
 	b.WriteString("\n/* Opaque pointer fields, read and written as uintptr_t. */\n")
 	for _, d := range m.Decls {
 		for _, f := range d.Fields {

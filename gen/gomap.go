@@ -96,6 +96,9 @@ func resolveGoMaps(m *Model, dir string) error {
 		byPath[p.PkgPath] = p.Types
 	}
 	resolve := func(d *Decl, g *GoMap, directive string) error {
+		if g == nil {
+			return nil
+		}
 		p := byPath[g.Path]
 		var obj types.Object
 		if p != nil {
@@ -105,17 +108,26 @@ func resolveGoMaps(m *Model, dir string) error {
 		if !ok {
 			return fmt.Errorf("%s: //kvcm:%s names %s.%s, which is not a named type", d.GoName, directive, g.Path, g.Name)
 		}
-		if _, ok := named.Underlying().(*types.Struct); !ok {
-			return fmt.Errorf("%s: //kvcm:%s names %s.%s, which is not a struct", d.GoName, directive, g.Path, g.Name)
+		if _, ok := named.Underlying().(*types.Signature); ok && d.Kind == DCallback {
+			g.Type = named
+			return nil
+		}
+		if _, ok := named.Underlying().(*types.Struct); !ok || d.Kind == DCallback {
+			return fmt.Errorf("%s: //kvcm:%s names %s.%s, which is not a %s", d.GoName, directive, g.Path, g.Name, map[bool]string{true: "func type", false: "struct"}[d.Kind == DCallback])
 		}
 		g.Type = named
 		return nil
 	}
 	for _, d := range m.Decls {
-		if g := d.GoMap; g != nil {
-			if err := resolve(d, g, "go"); err != nil {
-				return err
-			}
+		if err := resolve(d, d.GoMap, "go"); err != nil {
+			return err
+		}
+		if err := resolve(d, d.GoCaller, "gocaller"); err != nil {
+			return err
+		}
+	}
+	for _, d := range m.Decls {
+		if d.GoMap != nil {
 			for _, f := range MappedFields(d) {
 				if err := checkMapped(d, f); err != nil {
 					return err
@@ -127,10 +139,7 @@ func resolveGoMaps(m *Model, dir string) error {
 				return err
 			}
 		}
-		if g := d.GoCaller; g != nil {
-			if err := resolve(d, g, "gocaller"); err != nil {
-				return err
-			}
+		if d.GoCaller != nil {
 			if err := checkCaller(d); err != nil {
 				return err
 			}
@@ -143,7 +152,7 @@ func resolveGoMaps(m *Model, dir string) error {
 			}
 		}
 	}
-	return nil
+	return checkCopied(m)
 }
 
 // callPackage splits a package-level //kvcm:call into its import path and
@@ -303,6 +312,9 @@ func checkMapped(d *Decl, f *Field) error {
 	} else if g.Out && !isScalarField(f.Type) {
 		return fmt.Errorf("%s: an out converter writes scalars, enums, typedefs and arrays with a len tag only: tag it go:\"-\"", where)
 	}
+	if f.User != "" && !slices.ContainsFunc(d.Fields, func(u *Field) bool { return u.CName == f.User && u.Type.Kind == KVoidPtr }) {
+		return fmt.Errorf("%s: user:%q names no void* field of %s", where, f.User, d.GoName)
+	}
 	if g.In {
 		return checkIn(where, f, t)
 	}
@@ -385,6 +397,15 @@ func checkIn(where string, f *Field, t types.Type) error {
 		}
 	case f.Type.Kind == KNamed && f.Type.Decl.Kind == DStruct:
 		return checkElem(where, f.Type, t)
+	case f.Type.Kind == KNamed && f.Type.Decl.Kind == DCallback:
+		g := f.Type.Decl.GoCaller
+		if g == nil || f.User == "" {
+			return fmt.Errorf("%s: a callback field needs //kvcm:gocaller on %s and a user:\"Field\" tag naming its user data", where, f.Type.Decl.GoName)
+		}
+		if !types.Identical(t, g.Type) {
+			return fmt.Errorf("%s: the callback converts to %s.%s, not %s", where, g.Path, g.Name, t)
+		}
+		return nil
 	}
 	return fmt.Errorf("%s: cannot convert %s to %s: tag it go:\"-\" and convert it in the export glue", where, f.Type.CName(), t)
 }

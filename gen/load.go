@@ -234,8 +234,8 @@ func (l *loader) run() error {
 			}
 		}
 		if g := d.one("gocaller"); g != "" {
-			if dc.GoCaller, err = parseGoMap("out " + g); err != nil || !dc.Vtable {
-				return fmt.Errorf("%s: bad //kvcm:gocaller %q: want \"<import path>.<Type>\" on a //kvcm:vtable", dc.GoName, g)
+			if dc.GoCaller, err = parseGoMap("out " + g); err != nil || !dc.Vtable && dc.Kind != DCallback {
+				return fmt.Errorf("%s: bad //kvcm:gocaller %q: want \"<import path>.<Type>\" on a //kvcm:vtable or //kvcm:callback", dc.GoName, g)
 			}
 		}
 		if dc.CppImpl = d.has("cppimpl"); dc.CppImpl && !dc.Vtable {
@@ -415,7 +415,7 @@ func (l *loader) body(dc *Decl, s typeSpec) error {
 				}
 				f := &Field{GoName: name.Name, CName: Snake(name.Name), Type: t, Doc: docText(af.Doc), Since: dc.Since,
 					Nullable: tag.Get("nullable") == "true", Own: tag.Get("own"), Go: tag.Get("go"), Cpp: tag.Get("cpp"), Fail: tag.Get("fail"),
-					CppDefault: tag.Get("cppdefault"), Path: tag.Get("path"), Py: tag.Get("py"), PyDefault: tag.Get("pydefault")}
+					CppDefault: tag.Get("cppdefault"), Path: tag.Get("path"), Py: tag.Get("py"), PyDefault: tag.Get("pydefault"), User: Snake(tag.Get("user"))}
 				if c := tag.Get("c"); c != "" {
 					f.CName = c
 				}

@@ -253,7 +253,11 @@ type Field struct {
 	PyDefault string
 	// Path is the name errors give the field in field paths (path tag;
 	// "" means its C name).
-	Path   string
+	Path string
+	// User is the C name of the void* field a callback field's
+	// //kvcm:gocaller is called with (user tag, its Go name), for the in
+	// converter.
+	User   string
 	Offset int
 }
 

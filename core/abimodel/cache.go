@@ -255,6 +255,32 @@ type KVCacheOptions struct {
 	// tokens (Digests pairs them).
 	InputDigestPositions []uint64
 	InputDigestBytes     string
+	// BlockPriority and LayerGroupPriority are the user's priority
+	// callbacks (kvcm_priority_func, kvcm_layer_group_priority_func), at
+	// most one of them; Resolve makes the one given CacheOptions.Priority.
+	BlockPriority      BlockPriorityFunc
+	LayerGroupPriority LayerGroupPriorityFunc
+}
+
+// BlockPriorityFunc is a user's priority callback of a block; an error is
+// its failure.
+type BlockPriorityFunc func(block int64) (int32, error)
+
+// LayerGroupPriorityFunc is a user's priority callback of a block's page in
+// a layer group; an error is its failure.
+type LayerGroupPriorityFunc func(block int64, lg layout.LayerGroupID) (int32, error)
+
+// userPriority is the core's PriorityFunc over a user's callback: a failure
+// panics, and the core fails the resize or commit that asked, changing
+// nothing.
+func userPriority(fn LayerGroupPriorityFunc) core.PriorityFunc {
+	return func(block int, lg layout.LayerGroupID) int {
+		pr, err := fn(int64(block), lg)
+		if err != nil {
+			panic(err)
+		}
+		return int(pr)
+	}
 }
 
 // Resolve returns the options CreateCache takes; it changes nothing in o.
@@ -271,5 +297,13 @@ func (o KVCacheOptions) Resolve() (CacheOptions, error) {
 		return co, err
 	}
 	co.InputDigests = ds
+	switch block := o.BlockPriority; {
+	case o.LayerGroupPriority != nil && block != nil:
+		return co, argErr("options.layer_group_priority", "is set together with options.priority; set one of them")
+	case o.LayerGroupPriority != nil:
+		co.Priority = userPriority(o.LayerGroupPriority)
+	case block != nil:
+		co.Priority = userPriority(func(b int64, _ layout.LayerGroupID) (int32, error) { return block(b) })
+	}
 	return co, nil
 }

@@ -1,6 +1,7 @@
 package abimodel
 
 import (
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -150,4 +151,34 @@ func TestKVCacheOptionsResolve(t *testing.T) {
 	_, err = KVCacheOptions{InputDigestPositions: []uint64{2}}.Resolve()
 	assert.ErrorIs(t, err, core.ErrInvalidArgument)
 	assert.ErrorContains(t, err, "options.input_digest_positions")
+}
+
+// A cache takes one priority callback: the block one (asked with the block
+// only) or the layer group one, not both (an invalid argument naming
+// options.layer_group_priority); a callback's failure panics, which the
+// core turns into the failure of the resize or commit that asked.
+func TestKVCacheOptionsPriorityCallbacks(t *testing.T) {
+	block := func(b int64) (int32, error) { return int32(b * 10), nil }
+	perLG := func(b int64, lg layout.LayerGroupID) (int32, error) { return int32(b*10) + int32(lg), nil }
+
+	o, err := KVCacheOptions{BlockPriority: block}.Resolve()
+	require.NoError(t, err)
+	assert.Equal(t, 30, o.Priority(3, 1))
+
+	o, err = KVCacheOptions{LayerGroupPriority: perLG}.Resolve()
+	require.NoError(t, err)
+	assert.Equal(t, 31, o.Priority(3, 1))
+
+	o, err = KVCacheOptions{}.Resolve()
+	require.NoError(t, err)
+	assert.Nil(t, o.Priority)
+
+	_, err = KVCacheOptions{BlockPriority: block, LayerGroupPriority: perLG}.Resolve()
+	assert.ErrorIs(t, err, core.ErrInvalidArgument)
+	assert.ErrorContains(t, err, "options.layer_group_priority: is set together with options.priority")
+
+	failed := errors.New("kvcm_priority_func returned 7")
+	o, err = KVCacheOptions{BlockPriority: func(int64) (int32, error) { return 0, failed }}.Resolve()
+	require.NoError(t, err)
+	assert.PanicsWithError(t, failed.Error(), func() { o.Priority(0, 0) })
 }

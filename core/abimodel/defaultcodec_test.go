@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm/kvcm/core/codec"
+	"github.com/kvcm/kvcm/core/codec/gpucodec"
 	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/layout"
 )
@@ -96,4 +97,21 @@ func TestDefaultCodecIsTheDefault(t *testing.T) {
 	assert.IsType(t, codec.NewDefault(), d.Codec())
 	assert.GreaterOrEqual(t, d.QueryColdPageBytes(99), int64(0))
 	assert.NoError(t, d.Destroy())
+}
+
+// A built-in codec's choice is a codec object whose slots fail (false, 0,
+// -1, BadLocation) and whose destroy does nothing: the manager makes the
+// codec on its device.
+func TestBuiltinChoiceSlotsFail(t *testing.T) {
+	d := NewBuiltinChoice(gpucodec.Spec{Kind: gpucodec.KindGather})
+	require.NotNil(t, d.Builtin())
+	assert.Equal(t, gpucodec.KindGather, d.Builtin().Kind)
+	assert.Nil(t, d.Codec())
+	assert.False(t, d.Configure(nil))
+	assert.Zero(t, d.QueryColdPageBytes(0))
+	assert.Equal(t, layout.LayerGroupID(-1), d.GetBatchingLayerGroupID(0))
+	assert.Equal(t, codec.BadLocation, d.QueryPageIndexLocation(0))
+	assert.False(t, d.Transform(true, 0, 0, func(codec.PageIndexLocation) (codec.PageIndices, bool) { return codec.HostIndices(nil), true }, nil))
+	assert.NoError(t, d.Destroy())
+	assert.Nil(t, NewDefaultCodec().Builtin())
 }

@@ -50,7 +50,7 @@ type KVCacheOptions struct {
 	// Priority, when not NULL, gives the cache's pages their eviction
 	// priority as they are allocated (see kvcm_priority_func). It is called
 	// with the manager's lock held.
-	Priority PriorityFunc `nullable:"true" go:"-"`
+	Priority PriorityFunc `nullable:"true" go:"BlockPriority" user:"PriorityUserData"`
 	// PriorityUserData is passed to priority; the library never
 	// dereferences it. It must stay valid until the cache is closed.
 	PriorityUserData spec.VoidPtr `nullable:"true" own:"borrowed" go:"-"`
@@ -66,7 +66,7 @@ type KVCacheOptions struct {
 	// eviction priority per layer group as they are allocated (priority must
 	// be NULL then). It is called with priority_user_data and the manager's
 	// lock held.
-	LayerGroupPriority LayerGroupPriorityFunc `nullable:"true" since:"2" go:"-"`
+	LayerGroupPriority LayerGroupPriorityFunc `nullable:"true" since:"2" user:"PriorityUserData"`
 	// HasExpectedPromptLength makes expected_prompt_length the cache's
 	// prefill/generation boundary of the statistics; unset, the boundary is
 	// num_input_tokens, and without input tokens no growth counts as

@@ -105,6 +105,7 @@ type PoolGroupDesc struct {
 //kvcm:vtable
 //kvcm:versioned
 //kvcm:goimpl default
+//kvcm:gocaller github.com/kvcm/kvcm/core/abimodel.ExternalCodec
 //kvcm:since 1
 type ColdPageCodecVtable struct {
 	// Configure supplies every hot pool group's layout and base addresses,

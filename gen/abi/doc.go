@@ -232,17 +232,33 @@
 // the binding's order differs from C's (C++ aggregate initialization and
 // Python's positional arguments follow it).
 //
-// # Vtables implemented elsewhere: //kvcm:gocaller, //kvcm:cppimpl
+// # Vtables and callbacks implemented elsewhere: //kvcm:gocaller, //kvcm:cppimpl
 //
-// A vtable with //kvcm:gocaller <import path>.<Type> (a Go struct of funcs)
-// gets goCaller<Name>, which calls its present slots from Go; one with
-// //kvcm:cppimpl gets detail::<CppName>Trampolines<Of> in the C++
-// declarations, the capture-less functions a C++ adapter puts in the
-// vtable. Both map a slot's parameters by convention: pointer and length
-// (const char* p, size_t pLen) as a string, const T* with a size_t count as
-// a slice, T* with size_t capacity and size_t* needed as a two-call buffer
-// result, T* as a result, int32_t as the failure code. A slot that follows
-// none is tagged go:"-" or cpp:"-" and adapted by hand.
+// A vtable with //kvcm:gocaller <import path>.<Type> (a Go struct of funcs:
+// cp.External, abimodel.ExternalCodec) gets goCaller<Name>(vt, self), which
+// sets the func of every present slot to one that calls it from Go; the
+// rules of the object (what a missing slot means, how results are checked,
+// destroy once) live in the Go type that takes the funcs (cp.NewDelegating,
+// abimodel.NewExternalCodec), tested in plain Go. A //kvcm:callback with
+// //kvcm:gocaller names a Go func type (abimodel.BlockPriorityFunc) and gets
+// goCaller<Name>(fn, userData), nil for NULL; a struct field of that
+// callback type tagged user:"Field" (the void* passed to it) converts to a
+// Go field of the func type in the struct's in converter, so the glue never
+// sees the C function pointer. A vtable with //kvcm:cppimpl gets
+// detail::<CppName>Trampolines<Of> in the C++ declarations, the
+// capture-less functions a C++ adapter puts in the vtable. Both map a
+// slot's parameters by convention: pointer and length (const char* p,
+// size_t pLen) as a string, const T* with a size_t count as a slice, T*
+// with size_t capacity and size_t* needed as a two-call buffer result, T*
+// as a result, int32_t as the failure code (an error in Go). The Go callers
+// also take: const T* with a count (size_t or an integer typedef) where T
+// has //kvcm:go, as a []G of T's Go struct copied into C memory for the
+// call, nested arrays included (configure's pool group descriptors);
+// void*, const void* and const T* where T has no //kvcm:go, as a uintptr
+// address the Go side keeps valid (encode's index pairs: pinned host pairs
+// or a device address); and a scalar result other than int32_t (bool,
+// size_t, an enum, a typedef) as the func's only result. A slot that
+// follows none is tagged go:"-" or cpp:"-" and adapted by hand.
 //
 // # Changes
 //

@@ -355,6 +355,7 @@ type HostFunc func(userData spec.VoidPtr) int32
 //
 //kvcm:callback
 //kvcm:since 1
+//kvcm:gocaller github.com/kvcm/kvcm/core/abimodel.BlockPriorityFunc
 type PriorityFunc func(userData spec.VoidPtr, blockIndex int64, priority spec.Out[int32]) int32
 
 // LayerGroupPriorityFunc is PriorityFunc per layer group, as
@@ -366,4 +367,5 @@ type PriorityFunc func(userData spec.VoidPtr, blockIndex int64, priority spec.Ou
 //
 //kvcm:callback
 //kvcm:since 2
+//kvcm:gocaller github.com/kvcm/kvcm/core/abimodel.LayerGroupPriorityFunc
 type LayerGroupPriorityFunc func(userData spec.VoidPtr, blockIndex int64, layerGroup LayerGroupID, priority spec.Out[int32]) int32

@@ -27,6 +27,9 @@ extern kvcm_status* kvcm__go_widget_notify(kvcm_widget widget, kvcm_notify fn, u
 /* Fields appended after a versioned struct's first version: read one only when it is present. */
 static inline int kvcm__has_options_extra(const kvcm_options* p) { return p->struct_size >= offsetof(kvcm_options, extra) + sizeof(p->extra); }
 
+/* An address Go holds as uintptr_t, as a C pointer (the Go callers' address arguments). */
+static inline const void* kvcm__ptr(uintptr_t p) { return (const void*)p; }
+
 /* Opaque pointer fields, read and written as uintptr_t. */
 static inline uintptr_t kvcm__get_plugin_object_self(const kvcm_plugin_object* p) { return (uintptr_t)p->self; }
 static inline void kvcm__set_plugin_object_self(kvcm_plugin_object* p, uintptr_t v) { p->self = (void*)v; }
