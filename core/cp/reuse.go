@@ -126,7 +126,6 @@ func (r *ReuseEvict) Admitted(chain []blockhash.Key) []PriorityUpdate {
 	now := float64(r.admissions) / float64(r.o.HalfLife)
 	id := r.nextChain
 	r.nextChain++
-	prs := make([]int, len(chain))
 	for i, k := range chain {
 		b := r.blocks[k]
 		if b == nil {
@@ -138,10 +137,22 @@ func (r *ReuseEvict) Admitted(chain []blockhash.Key) []PriorityUpdate {
 		b.score = math.Log2(c) + now
 		b.chain, b.chainID, b.depth = chain[:i+1], id, i
 		b.priority = min(r.o.Base+int(math.Round(r.o.Step*math.Log2(c))), r.o.Max)
-		prs[i] = b.priority
 		r.rank(b)
 	}
-	return append([]PriorityUpdate{{Chain: chain, Priorities: prs}}, r.trim()...)
+	lowered := r.trim(id)
+	return append([]PriorityUpdate{r.update(chain)}, lowered...)
+}
+
+// update sets chain at the priorities the policy gives its blocks now.
+func (r *ReuseEvict) update(chain []blockhash.Key) PriorityUpdate {
+	prs := make([]int, len(chain))
+	for i, k := range chain {
+		prs[i] = r.o.Base
+		if b := r.blocks[k]; b != nil {
+			prs[i] = b.priority
+		}
+	}
+	return PriorityUpdate{Chain: chain, Priorities: prs}
 }
 
 // Released records that a finished request left the blocks of chain
@@ -149,16 +160,12 @@ func (r *ReuseEvict) Admitted(chain []blockhash.Key) []PriorityUpdate {
 // priorities: a block reused since it was computed keeps its own, any
 // other one gets OneOff.
 func (r *ReuseEvict) Released(chain []blockhash.Key) PriorityUpdate {
-	prs := make([]int, len(chain))
-	for i, k := range chain {
-		b := r.blocks[k]
-		if b == nil {
-			b = &reuseBlock{key: k, score: math.Inf(-1), priority: r.o.OneOff, heapIdx: -1}
-			r.blocks[k] = b
+	for _, k := range chain {
+		if r.blocks[k] == nil {
+			r.blocks[k] = &reuseBlock{key: k, score: math.Inf(-1), priority: r.o.OneOff, heapIdx: -1}
 		}
-		prs[i] = b.priority
 	}
-	return PriorityUpdate{Chain: chain, Priorities: prs}
+	return r.update(chain)
 }
 
 // Removed forgets a block the manager no longer holds.
@@ -199,13 +206,17 @@ func (r *ReuseEvict) rank(b *reuseBlock) {
 // trim sends the raised blocks of lowest decayed count back to Base until
 // at most Limit remain, and returns the updates: one a chain, set along
 // the chain as far as its deepest lowered block, every block at the
-// priority the policy gives it.
-func (r *ReuseEvict) trim() []PriorityUpdate {
+// priority the policy gives it; none for chain current, whose update
+// covers it.
+func (r *ReuseEvict) trim(current int) []PriorityUpdate {
 	deepest := map[int]*reuseBlock{}
 	var order []int
 	for len(r.raised) > r.o.Limit {
 		b := heap.Pop(&r.raised).(*reuseBlock)
 		b.priority = r.o.Base
+		if b.chainID == current {
+			continue
+		}
 		if d, ok := deepest[b.chainID]; !ok || b.depth > d.depth {
 			if !ok {
 				order = append(order, b.chainID)
@@ -215,15 +226,7 @@ func (r *ReuseEvict) trim() []PriorityUpdate {
 	}
 	out := make([]PriorityUpdate, 0, len(order))
 	for _, id := range order {
-		b := deepest[id]
-		prs := make([]int, len(b.chain))
-		for i, k := range b.chain {
-			prs[i] = r.o.Base
-			if x := r.blocks[k]; x != nil {
-				prs[i] = x.priority
-			}
-		}
-		out = append(out, PriorityUpdate{Chain: b.chain, Priorities: prs})
+		out = append(out, r.update(deepest[id].chain))
 	}
 	return out
 }
