@@ -134,9 +134,12 @@ type Result struct {
 	// Prefetched counts blocks prefetch brought to the GPU; Protected is
 	// the most blocks queue-aware eviction raised at once; Recomputed
 	// counts cached blocks admission chose to recompute rather than read.
-	Prefetched     int64
-	Recomputed     int64
-	Protected      int
+	Prefetched int64
+	Recomputed int64
+	Protected  int
+	// Raised is the most blocks reuse-aware eviction ranked above the
+	// default priority at once.
+	Raised         int
 	CapacityBlocks int64
 	SchedTime      time.Duration
 	Sched          sched.Stats
@@ -742,6 +745,7 @@ func (e *engine) offer(id string) bool {
 	e.running = append(e.running, j)
 	if e.reuse != nil {
 		e.setPriorities(e.reuse.Admitted(j.chain[:reused])...)
+		e.res.Raised = max(e.res.Raised, e.reuse.Raised())
 	}
 	return true
 }
