@@ -54,7 +54,8 @@ const (
 	TiersGridLoads     = "0.7,0.85,0.95"
 	TiersGridSeeds     = 5
 	TiersGridPolicies  = "fcfs,fcfs@tiered,aged:64@tiered,fcfs@tiered+prefetch+qevict," +
-		"aged:64@tiered+prefetch+qevict,aged:64@tiered+prefetch+qevict+recompute"
+		"aged:64@tiered+prefetch+qevict,aged:64@tiered+prefetch+qevict+recompute," +
+		"fcfs@tiered+reuse,aged:64@tiered+prefetch+qevict+reuse"
 )
 
 // Register defines the flags on fs.
