@@ -210,7 +210,9 @@ type engine struct {
 	// protected holds, per waiting request, the chain whose priority
 	// queue-aware eviction raised.
 	protected map[string][]blockhash.Key
-	// guarded is the union of protected, reuse the reuse-aware policy.
+	// guarded is the set of blocks queue-aware eviction protects now (the
+	// union of protected's chains); reuse is reuse-aware eviction's policy,
+	// nil when it is off.
 	guarded map[blockhash.Key]struct{}
 	reuse   *cp.ReuseEvict
 	diskDir string
