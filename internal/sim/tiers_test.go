@@ -289,6 +289,22 @@ func TestQueueAwareEvictionKeepsTheBlocksWaitersWillReuse(t *testing.T) {
 	assert.Equal(t, 1024/16, qa.Protected)
 }
 
+// Reuse-aware eviction does not undo queue-aware eviction's protection: the
+// shared prefix, reused by nobody yet, is one-off like the filler's blocks
+// and, with reuse-aware eviction alone, goes first as under LRU; with both,
+// the waiter's prefix keeps its raised priority and is reused whole.
+func TestQueueAwareEvictionProtectsOverReuseAwareEviction(t *testing.T) {
+	tr := waitingPrefixTrace()
+	o := smallTierOpts(Tiers{})
+	o.MaxBatch = 1
+	o.ReuseEvict.On = true
+	alone := run(t, tr, o)
+	o.QueueEvict.On = true
+	both := run(t, tr, o)
+	assert.Less(t, byID(alone, "again").Reused, 1024, "one-off like the filler, the older prefix goes first")
+	assert.Equal(t, 1024, byID(both, "again").Reused, "protected while again waits")
+}
+
 // However many requests wait, queue-aware eviction raises at most
 // Limit × the GPU capacity blocks at once.
 func TestQueueAwareEvictionIsBoundedUnderAFloodOfWaiters(t *testing.T) {
