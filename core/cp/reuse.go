@@ -35,7 +35,7 @@ type ReuseOptions struct {
 // priority 35 up to 65 (below queue-aware eviction's 70) by 4 per doubling
 // of a count that halves every 1024 admissions, at most limit blocks raised.
 func DefaultReuseOptions(limit int) ReuseOptions {
-	return ReuseOptions{OneOff: 15, Base: core.DefaultPriority, Step: 8, Max: 69, HalfLife: 1024, Limit: limit}
+	return ReuseOptions{OneOff: 15, Base: core.DefaultPriority, Step: 4, Max: 65, HalfLife: 1024, Limit: limit}
 }
 
 // Validate checks OneOff ≤ Base ≤ Max within the manager's priorities, a
