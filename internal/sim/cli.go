@@ -54,7 +54,8 @@ const (
 	TiersGridLoads     = "0.7,0.85,0.95"
 	TiersGridSeeds     = 5
 	TiersGridPolicies  = "fcfs,fcfs@tiered,aged:64@tiered,fcfs@tiered+prefetch+qevict," +
-		"aged:64@tiered+prefetch+qevict,aged:64@tiered+prefetch+qevict+recompute"
+		"aged:64@tiered+prefetch+qevict,aged:64@tiered+prefetch+qevict+recompute," +
+		"fcfs@tiered+reuse,aged:64@tiered+prefetch+qevict+reuse"
 )
 
 // Register defines the flags on fs.
@@ -63,7 +64,7 @@ func (c *CLI) Register(fs *flag.FlagSet) {
 	c.fs = fs
 	d := c.opts.Cost
 	fs.StringVar(&c.workloads, "workloads", "w2:0.8:0.25,w5", "comma-separated workloads: w1, w2:ALPHA:CAPACITY (Zipf alpha, capacity as a fraction of the distinct-prefix footprint), w4, w5, rag")
-	fs.StringVar(&c.policies, "policies", DefaultPolicies, "comma-separated policies: fcfs, lpm[:scancap], klpm:K[:scancap], window:N, aged:N[:f], resort; each may end in @gpu (the default) or @tiered (host and disk levels, --host-capacity, --disk-capacity), then, in this order, +prefetch (tiered only), +qevict (queue-aware eviction) and +recompute (tiered only: recompute a cold prefix where reading it would take longer, counting the delay to others), e.g. aged:64@tiered+prefetch+qevict")
+	fs.StringVar(&c.policies, "policies", DefaultPolicies, "comma-separated policies: fcfs, lpm[:scancap], klpm:K[:scancap], window:N, aged:N[:f], resort; each may end in @gpu (the default) or @tiered (host and disk levels, --host-capacity, --disk-capacity), then, in this order, +prefetch (tiered only), +qevict (queue-aware eviction), +reuse (reuse-aware eviction: blocks nobody reused go first, popular ones last) and +recompute (tiered only: recompute a cold prefix where reading it would take longer, counting the delay to others), e.g. aged:64@tiered+prefetch+qevict")
 	fs.StringVar(&c.loads, "loads", "0.85,0.95", "comma-separated loads, as fractions of each workload's FCFS saturation throughput")
 	fs.IntVar(&c.seeds, "seeds", 3, "number of seeds (traces) per point")
 	fs.Uint64Var(&c.seedBase, "seed-base", 1, "first seed")
@@ -110,6 +111,9 @@ func (c *CLI) Register(fs *flag.FlagSet) {
 	q := c.opts.QueueEvict
 	fs.Float64Var(&c.opts.QueueEvict.Limit, "qevict-limit", q.Limit, "+qevict: most blocks raised for waiting requests at once, as a fraction of the GPU capacity")
 	fs.IntVar(&c.opts.QueueEvict.Priority, "qevict-priority", q.Priority, "+qevict: eviction priority of blocks waiting requests will reuse (above the default 35, at most 100)")
+	ru := c.opts.ReuseEvict
+	fs.Float64Var(&c.opts.ReuseEvict.Limit, "reuse-limit", ru.Limit, "+reuse: most blocks ranked above the default priority at once, as a multiple of the GPU capacity")
+	fs.IntVar(&c.opts.ReuseEvict.HalfLife, "reuse-half-life", ru.HalfLife, "+reuse: admissions it takes a block's reuse count to halve")
 }
 
 // Matrix builds the experiment from the parsed flags.

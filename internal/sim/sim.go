@@ -59,6 +59,8 @@ type Options struct {
 	Prefetch PrefetchOptions
 	// QueueEvict evicts the blocks waiting requests will reuse last.
 	QueueEvict QueueEvictOptions
+	// ReuseEvict evicts blocks nobody reused first and popular ones last.
+	ReuseEvict ReuseEvictOptions
 	// Recompute lets admission recompute the part of a request's cached
 	// prefix that would take longer to bring to the GPU than to compute,
 	// counting the delay the extra prefill imposes on the requests still
@@ -78,6 +80,7 @@ func DefaultOptions() Options {
 		Policy: sched.FCFS(), Index: IndexManager, Cost: DefaultCost(),
 		TokenBudget: 8192, MaxBatch: 256, TokensPerBlock: 16, Warmup: 0.1,
 		Link: DefaultLink(), Prefetch: DefaultPrefetch(), QueueEvict: DefaultQueueEvict(),
+		ReuseEvict: DefaultReuseEvict(),
 	}
 }
 
@@ -131,9 +134,12 @@ type Result struct {
 	// Prefetched counts blocks prefetch brought to the GPU; Protected is
 	// the most blocks queue-aware eviction raised at once; Recomputed
 	// counts cached blocks admission chose to recompute rather than read.
-	Prefetched     int64
-	Recomputed     int64
-	Protected      int
+	Prefetched int64
+	Recomputed int64
+	Protected  int
+	// Raised is the most blocks reuse-aware eviction ranked above the
+	// default priority at once.
+	Raised         int
 	CapacityBlocks int64
 	SchedTime      time.Duration
 	Sched          sched.Stats
@@ -204,7 +210,12 @@ type engine struct {
 	// protected holds, per waiting request, the chain whose priority
 	// queue-aware eviction raised.
 	protected map[string][]blockhash.Key
-	diskDir   string
+	// guarded is the set of blocks queue-aware eviction protects now (the
+	// union of protected's chains); reuse is reuse-aware eviction's policy,
+	// nil when it is off.
+	guarded map[blockhash.Key]struct{}
+	reuse   *cp.ReuseEvict
+	diskDir string
 
 	jobs        []job
 	byID        map[string]*job
@@ -243,6 +254,9 @@ func Run(tr *Trace, opts Options) (*Result, error) {
 		opts.QueueEvict.Priority > core.DefaultPriority && opts.QueueEvict.Priority <= core.MaxPriority):
 		return nil, fmt.Errorf("sim: queue-aware eviction limit %v must be in [0, 1] and priority %d in (%d, %d]",
 			opts.QueueEvict.Limit, opts.QueueEvict.Priority, core.DefaultPriority, core.MaxPriority)
+	case opts.ReuseEvict.On && !(opts.ReuseEvict.Limit >= 0 && opts.ReuseEvict.HalfLife >= 1):
+		return nil, fmt.Errorf("sim: reuse-aware eviction limit %v must not be negative and half-life %d at least 1",
+			opts.ReuseEvict.Limit, opts.ReuseEvict.HalfLife)
 	case opts.Prefetch.On && !(opts.Prefetch.Pages > 0 && opts.Prefetch.Pages <= 1 && opts.Prefetch.Horizon >= 0):
 		return nil, fmt.Errorf("sim: prefetch pages %v must be in (0, 1] and horizon %v not negative",
 			opts.Prefetch.Pages, opts.Prefetch.Horizon)
@@ -335,6 +349,14 @@ func (e *engine) init() error {
 	for _, g := range st {
 		e.res.CapacityBlocks += g.Total
 	}
+	if ro := e.opts.ReuseEvict; ro.On {
+		o := cp.DefaultReuseOptions(int(ro.Limit * float64(e.res.CapacityBlocks)))
+		o.HalfLife = ro.HalfLife
+		if e.reuse, err = cp.NewReuseEvict(o); err != nil {
+			e.close()
+			return err
+		}
+	}
 	e.tracker = cp.NewTracker(e.m, index)
 	clock := sched.WithClock(func() time.Duration { return time.Duration(e.t * float64(time.Second)) })
 	if e.sch, err = sched.New(e.opts.Policy, index, clock); err != nil {
@@ -413,6 +435,9 @@ func (e *engine) onEvent(ev core.CacheEvent) {
 		}
 	case core.BlockRemoved:
 		delete(e.cached, ev.Key)
+		if e.reuse != nil {
+			e.reuse.Removed(ev.Key)
+		}
 		delete(e.readyAt, ev.Key)
 	case core.BlockUpdated:
 		// One layer group: a block's page is the block.
@@ -720,6 +745,10 @@ func (e *engine) offer(id string) bool {
 		e.budget -= j.chunk
 	}
 	e.running = append(e.running, j)
+	if e.reuse != nil {
+		e.setPriorities(e.reuse.Admitted(j.chain[:reused])...)
+		e.res.Raised = max(e.res.Raised, e.reuse.Raised())
+	}
 	return true
 }
 
@@ -798,6 +827,13 @@ func (e *engine) finish(j *job) {
 		}
 	}
 	e.outstanding -= j.totalBlocks - j.capBlocks
+	if e.reuse != nil {
+		src := j.full
+		if src == nil {
+			src = j.prompt
+		}
+		e.setPriorities(e.reuse.Released(blockhash.Chain(blockhash.Scope{}, e.tpb, src[:j.committed])))
+	}
 	j.phase = finished
 	e.res.Requests = append(e.res.Requests, RequestResult{
 		ID: j.req.ID, Arrival: j.arrival, Admit: j.admitT, Ready: j.readyT, FirstToken: j.firstT, Finish: e.t,

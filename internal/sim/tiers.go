@@ -107,6 +107,25 @@ type QueueEvictOptions struct {
 	Priority int     `json:"priority"`
 }
 
+// ReuseEvictOptions configures eviction that knows the workload's reuse
+// (cp.ReuseEvict): a block a finished request leaves cached that nobody has
+// reused since it was computed gets priority 15 and is evicted first, at
+// every level; a reused block ranks from the default 35 up to 65 by its
+// reuse count, decayed by half every HalfLife admissions; at most Limit ×
+// the GPU capacity blocks rank above 35 at once. Priorities go to the
+// manager through core.SetBlockPriorities; blocks queue-aware eviction
+// protects keep its higher priority.
+type ReuseEvictOptions struct {
+	On       bool    `json:"on"`
+	Limit    float64 `json:"limit"`
+	HalfLife int     `json:"half_life"`
+}
+
+// DefaultReuseEvict: off; when on, twice the GPU capacity raised at most
+// (on the default tiers, the GPU and host levels), counts halving every
+// 1024 admissions.
+func DefaultReuseEvict() ReuseEvictOptions { return ReuseEvictOptions{Limit: 2, HalfLife: 1024} }
+
 // DefaultQueueEvict: off; when on, half the GPU at priority 70.
 func DefaultQueueEvict() QueueEvictOptions { return QueueEvictOptions{Limit: 0.5, Priority: 70} }
 
@@ -121,10 +140,12 @@ type Serving struct {
 	Tiered     bool
 	Prefetch   bool
 	QueueEvict bool
+	ReuseEvict bool
 	Recompute  bool
 }
 
-// String is gpu or tiered, then +prefetch, +qevict and +recompute when on.
+// String is gpu or tiered, then +prefetch, +qevict, +reuse and +recompute
+// when on.
 func (s Serving) String() string {
 	out := "gpu"
 	if s.Tiered {
@@ -135,6 +156,9 @@ func (s Serving) String() string {
 	}
 	if s.QueueEvict {
 		out += "+qevict"
+	}
+	if s.ReuseEvict {
+		out += "+reuse"
 	}
 	if s.Recompute {
 		out += "+recompute"
@@ -157,7 +181,7 @@ func (v Variant) String() string {
 }
 
 // ParseVariant parses POLICY[@SERVING]; SERVING is gpu or tiered, then
-// optionally, in this order, +prefetch (tiered only), +qevict and
+// optionally, in this order, +prefetch (tiered only), +qevict, +reuse and
 // +recompute (tiered only); no suffix: gpu.
 func ParseVariant(s string) (Variant, error) {
 	ps, ss, _ := strings.Cut(s, "@")
@@ -181,12 +205,14 @@ func ParseVariant(s string) (Variant, error) {
 		switch {
 		case x == "prefetch" && v.Serving.Tiered && !v.Serving.Prefetch && !v.Serving.QueueEvict && !v.Serving.Recompute:
 			v.Serving.Prefetch = true
-		case x == "qevict" && !v.Serving.QueueEvict && !v.Serving.Recompute:
+		case x == "qevict" && !v.Serving.QueueEvict && !v.Serving.ReuseEvict && !v.Serving.Recompute:
 			v.Serving.QueueEvict = true
+		case x == "reuse" && !v.Serving.ReuseEvict && !v.Serving.Recompute:
+			v.Serving.ReuseEvict = true
 		case x == "recompute" && v.Serving.Tiered && !v.Serving.Recompute:
 			v.Serving.Recompute = true
 		default:
-			return Variant{}, fmt.Errorf("sim: variant %q: serving %q: want gpu|tiered, then +prefetch (tiered only), +qevict, +recompute (tiered only)", s, ss)
+			return Variant{}, fmt.Errorf("sim: variant %q: serving %q: want gpu|tiered, then +prefetch (tiered only), +qevict, +reuse, +recompute (tiered only)", s, ss)
 		}
 	}
 	return v, nil
@@ -202,6 +228,7 @@ func (v Variant) apply(o Options, tiers Tiers) Options {
 	}
 	o.Prefetch.On = v.Serving.Prefetch
 	o.QueueEvict.On = v.Serving.QueueEvict
+	o.ReuseEvict.On = v.Serving.ReuseEvict
 	o.Recompute = v.Serving.Recompute
 	return o
 }

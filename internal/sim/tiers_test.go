@@ -189,7 +189,8 @@ func TestBadTierAndPrefetchSettingsAreRefused(t *testing.T) {
 // Variants parse as POLICY[@SERVING] and print back the same way.
 func TestVariantsParseAndPrint(t *testing.T) {
 	for _, s := range []string{"fcfs", "aged:64@tiered", "window:8@tiered+prefetch", "fcfs@tiered+recompute",
-		"aged:64@tiered+prefetch+qevict+recompute"} {
+		"aged:64@tiered+prefetch+qevict+recompute", "fcfs@tiered+reuse", "fcfs@gpu+reuse",
+		"aged:64@tiered+prefetch+qevict+reuse+recompute"} {
 		v, err := ParseVariant(s)
 		require.NoError(t, err)
 		assert.Equal(t, s, v.String())
@@ -202,6 +203,8 @@ func TestVariantsParseAndPrint(t *testing.T) {
 	_, err = ParseVariant("fcfs@gpu+recompute")
 	assert.ErrorContains(t, err, "tiered only", "nothing to read back on the GPU tier alone")
 	_, err = ParseVariant("fcfs@tiered+recompute+qevict")
+	assert.ErrorContains(t, err, "serving", "suffixes come in one order")
+	_, err = ParseVariant("fcfs@tiered+reuse+qevict")
 	assert.ErrorContains(t, err, "serving", "suffixes come in one order")
 }
 
@@ -286,6 +289,22 @@ func TestQueueAwareEvictionKeepsTheBlocksWaitersWillReuse(t *testing.T) {
 	assert.Equal(t, 1024/16, qa.Protected)
 }
 
+// Reuse-aware eviction does not undo queue-aware eviction's protection: the
+// shared prefix, reused by nobody yet, is one-off like the filler's blocks
+// and, with reuse-aware eviction alone, goes first as under LRU; with both,
+// the waiter's prefix keeps its raised priority and is reused whole.
+func TestQueueAwareEvictionProtectsOverReuseAwareEviction(t *testing.T) {
+	tr := waitingPrefixTrace()
+	o := smallTierOpts(Tiers{})
+	o.MaxBatch = 1
+	o.ReuseEvict.On = true
+	alone := run(t, tr, o)
+	o.QueueEvict.On = true
+	both := run(t, tr, o)
+	assert.Less(t, byID(alone, "again").Reused, 1024, "one-off like the filler, the older prefix goes first")
+	assert.Equal(t, 1024, byID(both, "again").Reused, "protected while again waits")
+}
+
 // However many requests wait, queue-aware eviction raises at most
 // Limit × the GPU capacity blocks at once.
 func TestQueueAwareEvictionIsBoundedUnderAFloodOfWaiters(t *testing.T) {
@@ -304,6 +323,48 @@ func TestQueueAwareEvictionIsBoundedUnderAFloodOfWaiters(t *testing.T) {
 	}
 }
 
+// Reuse-aware eviction keeps a prefix that was reused where LRU evicts it
+// for blocks nobody reused: "second" reuses the shared prefix, then six
+// requests of prompts of their own push it off the GPU under LRU; with
+// +reuse their one-off blocks go first and "again" reuses it all.
+func TestReuseAwareEvictionKeepsAReusedPrefixOverOneOffBlocks(t *testing.T) {
+	tr := evictedPrefixTrace()
+	tr.Requests = append(tr.Requests[:1], append([]Request{{ID: "second", Arrival: 0.5, Output: 1,
+		Segments: []Segment{{Name: "shared", Len: 1024}, {Name: "q2", Len: 16}}}}, tr.Requests[1:]...)...)
+	o := smallTierOpts(Tiers{})
+	lru := run(t, tr, o)
+	o.ReuseEvict.On = true
+	re := run(t, tr, o)
+	assert.Less(t, byID(lru, "again").Reused, 1024, "LRU evicts the older prefix")
+	assert.Equal(t, 1024, byID(re, "again").Reused, "reuse-aware eviction takes the one-off blocks instead")
+	assert.Equal(t, 1024, byID(re, "second").Reused)
+	assert.Less(t, byID(re, "again").TTFT(), byID(lru, "again").TTFT())
+}
+
+// However popular the prefixes, reuse-aware eviction ranks at most
+// Limit × the GPU capacity blocks above the default at once, and the limit
+// binds when the workload's reuse wants more.
+func TestReuseAwareEvictionIsBounded(t *testing.T) {
+	w := tinyW2()
+	tr := w.Trace(5).TimeScaled(0.05)
+	for _, limit := range []float64{0, 0.05, 0.2} {
+		o := tinyOpts(w, sched.FCFS())
+		o.Tiers = Tiers{HostX: 1, DiskX: 1, DiskDir: t.TempDir()}
+		o.ReuseEvict = ReuseEvictOptions{On: true, Limit: limit, HalfLife: 1024}
+		o.selfCheck = true
+		res := run(t, tr, o)
+		bound := int(limit * float64(res.CapacityBlocks))
+		assert.LessOrEqual(t, res.Raised, bound, "limit %v", limit)
+		if limit > 0 {
+			assert.Equal(t, bound, res.Raised, "limit %v binds", limit)
+		}
+	}
+	o := tinyOpts(w, sched.FCFS())
+	o.ReuseEvict = ReuseEvictOptions{On: true, Limit: -1, HalfLife: 1024}
+	_, err := Run(tr, o)
+	assert.ErrorContains(t, err, "reuse-aware eviction limit")
+}
+
 // Without reuse (W5) the cold levels, prefetch, queue-aware eviction and
 // the choice to recompute change no request's timing: offloads delay nothing but onboarding, and
 // there is nothing to onboard.
@@ -313,7 +374,7 @@ func TestWithoutReuseTheTiersChangeNothing(t *testing.T) {
 	o := DefaultOptions()
 	o.CapacityTokens = 16384
 	gpu := run(t, tr, o)
-	o.Tiers, o.Prefetch.On, o.QueueEvict.On, o.Recompute = Tiers{HostX: 1, DiskX: 1, DiskDir: t.TempDir()}, true, true, true
+	o.Tiers, o.Prefetch.On, o.QueueEvict.On, o.ReuseEvict.On, o.Recompute = Tiers{HostX: 1, DiskX: 1, DiskDir: t.TempDir()}, true, true, true, true
 	tiered := run(t, tr, o)
 	assert.Equal(t, gpu.Requests, tiered.Requests)
 	assert.Positive(t, tiered.Moved[0][1], "blocks were offloaded all the same")

@@ -106,6 +106,37 @@ func (e *engine) checkRunning() {
 	}
 }
 
+// restPriority is the priority of a block queue-aware eviction does not
+// protect: the reuse-aware policy's, or the default.
+func (e *engine) restPriority(k blockhash.Key) int {
+	if e.reuse != nil {
+		if p, ok := e.reuse.Priority(k); ok {
+			return p
+		}
+	}
+	return core.DefaultPriority
+}
+
+// setPriorities applies the reuse-aware policy's updates; a block
+// queue-aware eviction protects keeps its priority if that is higher.
+func (e *engine) setPriorities(us ...cp.PriorityUpdate) {
+	for _, u := range us {
+		prs := u.Priorities
+		if len(e.guarded) > 0 {
+			prs = slices.Clone(prs)
+			for i, k := range u.Chain {
+				if _, ok := e.guarded[k]; ok {
+					prs[i] = max(prs[i], e.opts.QueueEvict.Priority)
+				}
+			}
+		}
+		if _, err := e.m.SetBlockPriorities(blockhash.Scope{}, u.Chain, prs); err != nil {
+			e.fail(fmt.Errorf("sim: reuse-aware eviction: %w", err))
+			return
+		}
+	}
+}
+
 // protectQueue raises the eviction priority of the blocks waiting requests
 // will reuse (cp.QueueReuse, within QueueEvictOptions.Limit) and returns
 // the blocks nobody waits for any more to the default priority.
@@ -137,6 +168,7 @@ func (e *engine) protectQueue() {
 			e.fail(fmt.Errorf("sim: queue-aware eviction: %w", err))
 		}
 	}
+	e.guarded = want
 	for id, old := range e.protected {
 		if slices.Equal(old, next[id]) {
 			continue
@@ -145,7 +177,7 @@ func (e *engine) protectQueue() {
 			if _, ok := want[k]; ok {
 				return qo.Priority
 			}
-			return core.DefaultPriority
+			return e.restPriority(k)
 		})
 	}
 	for id, l := range next {
