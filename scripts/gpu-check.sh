@@ -7,12 +7,13 @@
 #                                      the test binaries (CGO_ENABLED=1), the
 #                                      kvcm binary and libkvcm.so (make lib)
 #                                      into DIR (build/gpu), and pack DIR into
-#                                      DIR.tgz (what travels to the GPU
+#                                      DIR.txz (what travels to the GPU
 #                                      machine: the binaries are too large
-#                                      unpacked)
+#                                      unpacked; xz packs them to 2/3 of
+#                                      gzip's, room for more in the carry)
 #   scripts/gpu-check.sh run [DIR]     on the GPU machine (no Go needed): run
 #                                      everything built in DIR (unpacking
-#                                      DIR.tgz first when DIR is missing)
+#                                      DIR.txz first when DIR is missing)
 #   scripts/gpu-check.sh [DIR]         both, on a machine with Go and a GPU
 #
 # The run part:
@@ -77,7 +78,7 @@ race_pkgs=(
 )
 
 build() {
-	rm -rf "$dir" "$dir.tgz"
+	rm -rf "$dir" "$dir.txz"
 	mkdir -p "$dir/lib" "$dir/include/kvcm"
 	export CGO_ENABLED=1
 	set -e
@@ -94,15 +95,15 @@ build() {
 	make -s cpp-build >/dev/null
 	cp build/cmake/bindings/cpp/tests/kvcm_cpp_tests "$dir/"
 	cp build/include/kvcm/kvcm.h "$dir/include/kvcm/"
-	tar czf "$dir.tgz" -C "$(dirname "$dir")" "$(basename "$dir")"
+	XZ_OPT=-T0 tar cJf "$dir.txz" -C "$(dirname "$dir")" "$(basename "$dir")"
 	set +e
-	echo "built into $dir, packed into $dir.tgz ($(du -h "$dir.tgz" | cut -f1)):"
+	echo "built into $dir, packed into $dir.txz ($(du -h "$dir.txz" | cut -f1)):"
 	ls -l "$dir" "$dir/lib"
 }
 
 run() {
-	if [[ ! -d $dir && -f $dir.tgz ]]; then
-		tar xzf "$dir.tgz" -C "$(dirname "$dir")"
+	if [[ ! -d $dir && -f $dir.txz ]]; then
+		tar xJf "$dir.txz" -C "$(dirname "$dir")"
 	fi
 	local logs=${GPU_CHECK_LOGS:-$dir/logs}
 	local t=${STEP_TIMEOUT:-240}
