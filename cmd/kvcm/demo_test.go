@@ -31,7 +31,10 @@ func TestDemoDeviceAndCodecFlags(t *testing.T) {
 	require.NoError(t, err)
 	if resolved == "cuda" {
 		assert.Regexp(t, `\ndevice: cuda 0 \(`, auto)
-		assert.Contains(t, auto, "codec: auto (layer group 0: gather, layer group 1: gather)", "2 KiB chunks: the kernel")
+		assert.Contains(t, auto, "codec: auto (layer group 0: staged, layer group 1: staged)", "2 KiB chunks: staged over the kernel")
+		code, gather, errOut := demo("--device", testDevice, "--codec", "gather")
+		require.Equal(t, exitOK, code, errOut)
+		assert.Contains(t, gather, "codec: auto (layer group 0: gather, layer group 1: gather)", "2 KiB chunks: the kernel without staging")
 	} else {
 		assert.Contains(t, auto, "device: emulated, max delay 0s; codec: auto (layer group 0: dma, layer group 1: dma)")
 	}
