@@ -1167,8 +1167,8 @@ func (c *KVCache) releasable(newBlocks, history int) []releasedPage {
 // KVCacheManagerV2's commit does (releasing pages a sliding window no longer
 // needs, after publishing them), so the tokens must fit in the capacity. With
 // isEnd no further commits are accepted; with partial reuse enabled the
-// trailing partial block is published when the cache closes (with or without
-// isEnd). Commit first
+// trailing partial block is published then, as KVCacheManagerV2 commits it
+// when commits stop (else when the cache closes; see stopCommits). Commit first
 // waits for any decode still bringing those blocks' pages back, so that a
 // page lost to its failure is never published (the cache gets ErrDataLost
 // instead). With several beams the tokens' KV must be in beam 0 (see
@@ -1376,9 +1376,10 @@ func (c *KVCache) endCommits(isEnd bool) {
 
 // stopCommits refuses further commits (closing: the cache is being
 // closed). With partial reuse, or with SSM layers, the trailing partial block
-// of the committed tokens is published at close, when nobody writes into it
-// any more (KVCacheManagerV2 commits it when commits stop: at commit with
-// is_end, stop_committing or close). With SSM layers it is published with
+// of the committed tokens is published, as KVCacheManagerV2 commits it when
+// commits stop (at commit with is_end, stop_committing or close). Without SSM
+// layers an ACTIVE cache of one beam publishes it at once (publishStopped),
+// others at close, when nobody writes into it any more. With SSM layers it is published with
 // the SSM state at the committed length, so it is published only when that
 // state exists: the history is the committed tokens when commits stop. A
 // cache closing then gives its own state to the block; one that may compute
@@ -1395,6 +1396,9 @@ func (c *KVCache) stopCommits(closing bool) {
 	}
 	if m.lt.SSM < 0 {
 		c.pendingPartial = m.cfg.EnablePartialReuse
+		if c.pendingPartial && !closing && c.status == Active && c.beamWidth() == 1 {
+			c.publishStopped()
+		}
 		return
 	}
 	if c.history != c.committed || c.ssm == nil || c.ssmShared || c.detached {
@@ -1490,7 +1494,8 @@ func (c *KVCache) advanceHistory(history int, released []releasedPage, ev *share
 
 // StopCommitting refuses further commits; tokens computed from now on (for
 // example generated ones) are never published. With partial reuse the
-// trailing partial block of the committed tokens is published at close.
+// trailing partial block of the committed tokens is published now (see
+// stopCommits).
 func (c *KVCache) StopCommitting() {
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
@@ -1689,6 +1694,41 @@ func (c *KVCache) allocPriorities(from, to int, need func(b, lc int) bool) ([][]
 		}
 	}
 	return rows, nil
+}
+
+// publishStopped publishes the trailing partial block of an ACTIVE cache
+// whose commits stopped (registerPartial), its pages fenced by the cache's
+// work so far as a commit fences the blocks it publishes: a cache reusing it
+// copies the pages after the work that wrote them. The tokens the cache
+// computes on write past the block's tokens, which nobody reads from the
+// block. Best effort: a page still arriving or lost, or an event that
+// cannot be recorded, leaves it to close.
+func (c *KVCache) publishStopped() {
+	m := c.m
+	b := c.committed / m.cfg.TokensPerBlock
+	if b >= len(c.blocks) || c.blocks[b].node != nil {
+		return
+	}
+	m.settlePages(func(fn func(p *page)) {
+		for _, p := range c.blocks[b].pages {
+			if p != nil {
+				fn(p)
+			}
+		}
+	})
+	ev, err := m.events.record(c.stream)
+	if err != nil {
+		return
+	}
+	defer m.events.release(ev)
+	c.registerPartial()
+	if n := c.blocks[b].node; n != nil {
+		for _, p := range m.pagesOf(n) {
+			if p != nil {
+				p.group.fences[p.slot].add(&m.events, ev)
+			}
+		}
+	}
 }
 
 // registerPartial publishes the trailing partial block at close, when nobody
