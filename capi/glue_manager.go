@@ -124,6 +124,12 @@ func glueManagerProbeReuseV2(mgr *managerObj, scope blockhash.Scope, hasLoRA C.b
 	return mgr.ProbeReuse(scope, tokens)
 }
 
+func glueManagerProbeReusePages(mgr *managerObj, scope blockhash.Scope, hasLoRA C.bool, tokens []config.Token, lg C.kvcm_layer_group_id, partial C.bool) ([]core.ReusePage, error) {
+	scope.HasLoRA = bool(hasLoRA)
+	_, pages, err := mgr.Core().ReusePages(scope, tokens, layout.LayerGroupID(lg), bool(partial))
+	return pages, err
+}
+
 func glueManagerProbeFirstNewBlockKey(mgr *managerObj, sc blockhash.Scope, hasLoRA C.bool, ts []config.Token, key *C.uint64_t, found *C.bool) error {
 	sc.HasLoRA = bool(hasLoRA)
 	if err := mgr.Open(); err != nil {

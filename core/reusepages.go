@@ -6,20 +6,22 @@ import (
 	"github.com/kvcm/kvcm/core/layout"
 )
 
-// ReusePage is the page of one block of a reuse match in one layer group
-// (ReusePages): where it lives, and how many of the block's tokens it holds
-// the KV of.
+// ReusePage is one block of a reuse match in one layer group (ReusePages):
+// the tokens of the block matched, and the page covering the most of them:
+// where it lives and how many of the block's tokens it holds the KV of
+// (Covered 0, Level and Slot -1 where no page of the layer group holds the
+// matched tokens).
 type ReusePage struct {
+	Matched int
+	Covered int
 	Level   layout.CacheLevel
 	Slot    int32
-	Covered int
 }
 
 // ReusePages matches input in scope against the tree by content (the tokens
 // the tree holds along input, whatever their pages) and returns the tokens
 // matched and, per block of the match, the page of layer group lg that
-// covers the most of the block (nil where no page of lg holds its matched
-// tokens). A block's own page covers its tokens; a block position also has
+// covers the most of the block. A block's own page covers its tokens; a block position also has
 // the pages of the partial blocks committed beside it whose tokens the block
 // starts with, each covering its own tokens, so a full block whose page of
 // a sliding window was never kept is covered as far as a partial one's page
@@ -29,7 +31,7 @@ type ReusePage struct {
 // head of one more block: with partial, as far as a block beside it agrees
 // with input (less than a block); else only a partial block input holds
 // whole. It changes nothing.
-func (m *Manager) ReusePages(scope blockhash.Scope, input []config.Token, lg layout.LayerGroupID, partial bool) (int, []*ReusePage, error) {
+func (m *Manager) ReusePages(scope blockhash.Scope, input []config.Token, lg layout.LayerGroupID, partial bool) (int, []ReusePage, error) {
 	if int(lg) < 0 || int(lg) >= len(m.lt.LifeCycles) {
 		return 0, nil, argErr("layer_group", "%d is not one of the %d layer groups", lg, len(m.lt.LifeCycles))
 	}
@@ -43,7 +45,7 @@ func (m *Manager) ReusePages(scope blockhash.Scope, input []config.Token, lg lay
 		return 0, nil, nil
 	}
 	tpb := m.cfg.TokensPerBlock
-	var pages []*ReusePage
+	var pages []ReusePage
 	b := 0
 	for ; (b+1)*tpb <= len(input); b++ {
 		blk := input[b*tpb : (b+1)*tpb]
@@ -52,6 +54,7 @@ func (m *Manager) ReusePages(scope blockhash.Scope, input []config.Token, lg lay
 			break
 		}
 		pages = append(pages, m.widestPage(cur, blk, lg))
+		pages[b].Matched = tpb
 		cur = c
 	}
 	head := input[b*tpb : min(len(input), (b+1)*tpb)]
@@ -67,15 +70,16 @@ func (m *Manager) ReusePages(scope blockhash.Scope, input []config.Token, lg lay
 	})
 	if l > 0 {
 		pages = append(pages, m.widestPage(cur, head[:l], lg))
+		pages[b].Matched = l
 	}
 	return b*tpb + l, pages, nil
 }
 
 // widestPage returns, among the children of parent that agree with head (a
 // block's matched tokens) on all of their tokens or all of head, the page of
-// lifecycle lg covering the most tokens; nil if none has one.
-func (m *Manager) widestPage(parent *node, head []config.Token, lg layout.LayerGroupID) *ReusePage {
-	var best *ReusePage
+// lifecycle lg covering the most tokens (Covered 0 if none has one).
+func (m *Manager) widestPage(parent *node, head []config.Token, lg layout.LayerGroupID) ReusePage {
+	best := ReusePage{Level: -1, Slot: BadPageIndex}
 	m.children(parent, func(c *node) {
 		p := m.pagesOf(c)[lg]
 		if p == nil || p.lost || len(m.digestsOf(c)) > 0 {
@@ -85,8 +89,8 @@ func (m *Manager) widestPage(parent *node, head []config.Token, lg layout.LayerG
 		if commonPrefix(m.tokensOf(c), nil, head, nil) < min(n, len(head)) {
 			return
 		}
-		if best == nil || n > best.Covered {
-			best = &ReusePage{Level: layout.CacheLevel(p.level()), Slot: p.slot, Covered: n}
+		if n > best.Covered {
+			best = ReusePage{Covered: n, Level: layout.CacheLevel(p.level()), Slot: p.slot}
 		}
 	})
 	return best

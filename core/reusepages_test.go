@@ -27,12 +27,13 @@ func partialCoverageFixture(t *testing.T) (f *fixture, full, swa layout.LayerGro
 	return f, full, swa
 }
 
-func covered(t *testing.T, pages []*ReusePage) []int {
+func covered(t *testing.T, pages []ReusePage) []int {
 	t.Helper()
 	out := make([]int, len(pages))
 	for i, p := range pages {
-		if p != nil {
-			out[i] = p.Covered
+		out[i] = p.Covered
+		if p.Covered == 0 {
+			assert.Equal(t, ReusePage{Matched: p.Matched, Level: -1, Slot: BadPageIndex}, p, "block %d has no page", i)
 		}
 	}
 	return out
@@ -60,8 +61,8 @@ func TestReusePagesCoverABlockWithTheWidestPage(t *testing.T) {
 	_, pages, err = f.m.ReusePages(blockhash.Scope{}, rewind, swa, true)
 	require.NoError(t, err)
 	assert.Equal(t, []int{0, 0, tpb / 2}, covered(t, pages), "out of the window but the partial block's page")
-	require.NotNil(t, pages[2])
 	assert.Equal(t, layout.GPULevel, pages[2].Level)
+	assert.Equal(t, []int{tpb, tpb, tpb / 2}, []int{pages[0].Matched, pages[1].Matched, pages[2].Matched}, "the tokens of each block matched")
 	assert.Equal(t, len(base), f.m.ProbeReuse(blockhash.Scope{}, rewind))
 	assert.Equal(t, len(extended), f.m.ProbeReuse(blockhash.Scope{}, extended), "the partial page does not limit the longer endpoint")
 }

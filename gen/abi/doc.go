@@ -259,6 +259,9 @@
 //     blocks along a chain of block keys (a waiting request's, from the CP
 //     index), and KVCM_DEFAULT_PRIORITY is the priority that returns them to
 //     the common order.
+//   - kvcm_manager_probe_reuse_pages (kvcm_reuse_page): per block of a
+//     content match, the page of a layer group covering the most of it and
+//     its covered tokens (KVCacheManagerV2's partial-coverage pages).
 //   - With enable_partial_reuse and no SSM layers, an ACTIVE cache of one
 //     beam publishes the trailing partial block of its committed tokens
 //     when its commits stop (kvcm_kv_cache_commit with is_end,
