@@ -30,7 +30,8 @@ type ReusePage struct {
 // kvcm keeps the partial block beside it). The match ends with the matching
 // head of one more block: with partial, as far as a block beside it agrees
 // with input (less than a block); else only a partial block input holds
-// whole. It changes nothing.
+// whole. Input is text: a block holding digest tokens matches none. It
+// changes nothing.
 func (m *Manager) ReusePages(scope blockhash.Scope, input []config.Token, lg layout.LayerGroupID, partial bool) (int, []ReusePage, error) {
 	if int(lg) < 0 || int(lg) >= len(m.lt.LifeCycles) {
 		return 0, nil, argErr("layer_group", "%d is not one of the %d layer groups", lg, len(m.lt.LifeCycles))
