@@ -128,6 +128,11 @@ type KVCache struct {
 	chain          *node
 	stopped        bool
 	pendingPartial bool
+	// stopPrio is the priority per lifecycle of block stopPrioAt, asked by
+	// a commit with isEnd before it changed anything, for the partial block
+	// its stop publishes (see publishesAtStop).
+	stopPrio   []int
+	stopPrioAt int
 	// detached: a key collision stopped publishing (see publish); orphan
 	// holds the tokens of the full blocks committed since.
 	detached bool
@@ -907,7 +912,7 @@ func (c *KVCache) closeLocked(force bool) error {
 	}
 	c.stopCommits(true)
 	if c.pendingPartial {
-		c.registerPartial()
+		c.registerPartial(false)
 	}
 	if c.stopState != nil {
 		m.unref(c.stopState, false)
@@ -1237,6 +1242,15 @@ func (c *KVCache) commit(tokens []config.Token, digests []blockhash.DigestAt, pa
 		}
 	}
 	tpb := m.cfg.TokensPerBlock
+	if end := c.committed + len(tokens); isEnd && c.priority != nil && c.publishesAtStop(end) {
+		// The priority of the partial block the stop publishes is asked
+		// before anything changes: a callback that fails fails the commit.
+		prs, err := c.blockPriority(end / tpb)
+		if err != nil {
+			return err
+		}
+		c.stopPrio, c.stopPrioAt = prs, end/tpb
+	}
 	if parents == nil && len(c.tail)+len(tokens) < tpb && c.committed+len(tokens) <= c.history {
 		// A decode step within the last block: no block to publish, no page
 		// to release, no beam to reorder.
@@ -1396,7 +1410,7 @@ func (c *KVCache) stopCommits(closing bool) {
 	}
 	if m.lt.SSM < 0 {
 		c.pendingPartial = m.cfg.EnablePartialReuse
-		if c.pendingPartial && !closing && c.status == Active && c.beamWidth() == 1 {
+		if c.pendingPartial && !closing && c.publishesAtStop(c.committed) {
 			c.publishStopped()
 		}
 		return
@@ -1696,13 +1710,23 @@ func (c *KVCache) allocPriorities(from, to int, need func(b, lc int) bool) ([][]
 	return rows, nil
 }
 
+// publishesAtStop reports whether commits stopping at end tokens publish the
+// trailing partial block at once (publishStopped): with partial reuse, no
+// SSM layers, an ACTIVE cache of one beam, and end inside a block.
+func (c *KVCache) publishesAtStop(end int) bool {
+	m := c.m
+	return m.lt.SSM < 0 && m.cfg.EnablePartialReuse && c.status == Active && c.beamWidth() == 1 &&
+		end%m.cfg.TokensPerBlock != 0
+}
+
 // publishStopped publishes the trailing partial block of an ACTIVE cache
 // whose commits stopped (registerPartial), its pages fenced by the cache's
 // work so far as a commit fences the blocks it publishes: a cache reusing it
 // copies the pages after the work that wrote them. The tokens the cache
 // computes on write past the block's tokens, which nobody reads from the
-// block. Best effort: a page still arriving or lost, or an event that
-// cannot be recorded, leaves it to close.
+// block. Best effort: a page still arriving or lost, an event that cannot
+// be recorded, or a priority callback that fails (stop_committing asks it
+// here) leaves it to close.
 func (c *KVCache) publishStopped() {
 	m := c.m
 	b := c.committed / m.cfg.TokensPerBlock
@@ -1721,7 +1745,7 @@ func (c *KVCache) publishStopped() {
 		return
 	}
 	defer m.events.release(ev)
-	c.registerPartial()
+	c.registerPartial(true)
 	if n := c.blocks[b].node; n != nil {
 		for _, p := range m.pagesOf(n) {
 			if p != nil {
@@ -1735,8 +1759,11 @@ func (c *KVCache) publishStopped() {
 // writes into it any more. With SSM layers the block gets the SSM state at
 // its end (see stopCommits): the copy taken when commits stopped, else the
 // cache's own state, which the closing cache gives up; an equal partial block
-// already published without a state gets it instead.
-func (c *KVCache) registerPartial() {
+// already published without a state gets it instead. The block's priority
+// is stopPrio where a commit with isEnd asked it, else asked now; when the
+// callback fails the block gets the defaults, or, with strict (publishing
+// before close), is left unpublished.
+func (c *KVCache) registerPartial(strict bool) {
 	m := c.m
 	tpb := m.cfg.TokensPerBlock
 	b := c.committed / tpb
@@ -1774,12 +1801,18 @@ func (c *KVCache) registerPartial() {
 		}
 		id = sib.next
 	}
-	n := m.newNode(c.chain, m.hasher.NextDigests(c.chain.key, blk, dg), blk, dg)
-	pr, err := c.blockPriority(b)
-	if err != nil {
-		c.priority = nil // Close cannot fail for it: the defaults
-		pr, _ = c.blockPriority(b)
+	pr := c.stopPrio
+	if pr == nil || c.stopPrioAt != b {
+		var err error
+		if pr, err = c.blockPriority(b); err != nil {
+			if strict {
+				return
+			}
+			c.priority = nil // Close cannot fail for it: the defaults
+			pr, _ = c.blockPriority(b)
+		}
 	}
+	n := m.newNode(c.chain, m.hasher.NextDigests(c.chain.key, blk, dg), blk, dg)
 	c.setPriority(n, pr)
 	c.adopt(n, c.blocks[b].pages)
 	if state != nil {
