@@ -353,6 +353,7 @@ static const kvcm_api kvcm__table = {
     kvcm_manager_probe_first_new_block_key,
     kvcm_manager_probe_first_new_block_key_digests,
     kvcm_manager_probe_reuse_digests,
+    kvcm_manager_probe_reuse_pages,
     kvcm_manager_probe_reuse_v2,
     kvcm_manager_set_block_priorities,
     kvcm_planned_drop_destroy,

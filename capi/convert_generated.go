@@ -887,6 +887,16 @@ func toCReuseDiagnostics(s core.ReuseDiagnostics) C.kvcm_reuse_diagnostics {
 	}
 }
 
+// toCReusePage converts a core.ReusePage to a kvcm_reuse_page.
+func toCReusePage(s core.ReusePage) C.kvcm_reuse_page {
+	return C.kvcm_reuse_page{
+		covered: C.int32_t(s.Covered),
+		level:   C.kvcm_cache_level(s.Level),
+		matched: C.int32_t(s.Matched),
+		slot:    C.int32_t(s.Slot),
+	}
+}
+
 // toCReusedBlocksAtLevel converts a abimodel.ReusedBlocksAtLevel to a kvcm_reused_blocks_at_level.
 func toCReusedBlocksAtLevel(s abimodel.ReusedBlocksAtLevel) C.kvcm_reused_blocks_at_level {
 	return C.kvcm_reused_blocks_at_level{

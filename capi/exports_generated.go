@@ -3170,6 +3170,54 @@ func kvcm_manager_probe_reuse_digests(manager C.kvcm_manager, scope *C.kvcm__con
 	return nil
 }
 
+// kvcm_manager_probe_reuse_pages is the export of kvcm_manager_probe_reuse_pages (ABI version 2).
+//
+//export kvcm_manager_probe_reuse_pages
+func kvcm_manager_probe_reuse_pages(manager C.kvcm_manager, scope *C.kvcm__const_kvcm_reuse_scope, has_lora_id C.bool, tokens *C.kvcm__const_kvcm_token, num_tokens C.size_t, layer_group C.kvcm_layer_group_id, partial C.bool, pages *C.kvcm_reuse_page, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_manager_probe_reuse_pages"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if needed != nil {
+		*needed = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if scope == nil {
+		return argStatus(kvcmFn, "scope", "must not be NULL")
+	}
+	if tokens == nil && num_tokens != 0 {
+		return argStatus(kvcmFn, "tokens", fmt.Sprintf("is NULL but num_tokens is %d", num_tokens))
+	}
+	if pages == nil && capacity != 0 {
+		return argStatus(kvcmFn, "pages", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if needed == nil {
+		return argStatus(kvcmFn, "needed", "must not be NULL")
+	}
+	managerObj, st := lookupManager(kvcmFn, "manager", manager)
+	if st != nil {
+		return st
+	}
+	scopeArg, err := fromCReuseScope((*C.kvcm_reuse_scope)(scope), "scope")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	tokensArg, err := cSliceArg[config.Token](nil, tokens, num_tokens, "tokens")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	scopeArg.HasLoRA = bool(has_lora_id)
+	items, err := glueManagerProbeReusePages(managerObj, scopeArg, tokensArg, layer_group, partial)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, fill(items, pages, capacity, needed, toCReusePage))
+}
+
 // kvcm_manager_probe_reuse_v2 is the export of kvcm_manager_probe_reuse_v2 (ABI version 2).
 //
 //export kvcm_manager_probe_reuse_v2

@@ -13,6 +13,7 @@ import (
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
+	"github.com/kvcm/kvcm/core/layout"
 )
 
 // ---- Create and destroy ----
@@ -52,6 +53,11 @@ func glueManagerGetNumLevels(mgr *managerObj) (int, error) {
 
 func glueManagerProbeFirstNewBlockKey(mgr *managerObj, sc blockhash.Scope, ts []config.Token) (blockhash.Key, bool, error) {
 	return mgr.ProbeFirstNewBlockKey(sc, ts, nil, "")
+}
+
+func glueManagerProbeReusePages(mgr *managerObj, scope blockhash.Scope, tokens []config.Token, lg C.kvcm_layer_group_id, partial C.bool) ([]core.ReusePage, error) {
+	_, pages, err := mgr.Core().ReusePages(scope, tokens, layout.LayerGroupID(lg), bool(partial))
+	return pages, err
 }
 
 func glueManagerGetNumOpenCaches(mgr *managerObj) (int, error) {

@@ -144,3 +144,35 @@ func TestPanickingPriorityFailsResizeChangingNothing(t *testing.T) {
 	assert.Equal(t, 8, f.m.ProbeReuse(blockhash.Scope{}, seq(0, 9)))
 	require.NoError(t, c.Close())
 }
+
+// A commit with isEnd that publishes the trailing partial block at once asks
+// that block's priority before it changes anything: a PriorityFunc that
+// panics there (for a page a partial-reuse copy gave, asked at commit) fails
+// the commit, which changes nothing; the retry publishes the block with the
+// priority asked.
+func TestPanickingPriorityFailsTheStoppingCommitChangingNothing(t *testing.T) {
+	cfg := smallConfig(32)
+	cfg.EnablePartialReuse = true
+	f := newFixture(t, cfg)
+	f.serve(blockhash.Scope{}, seq(0, 6))
+	fail := true
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: append(seq(0, 7), 100), Priority: func(int, layout.LayerGroupID) int {
+		if fail {
+			panic("priority callback bug")
+		}
+		return 60
+	}})
+	require.NoError(t, err)
+	require.Equal(t, 6, c.NumCommittedTokens())
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Resize(8, 6))
+	err = c.Commit(seq(6, 1), true)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "priority callback failed for block 1")
+	assert.Equal(t, 6, c.NumCommittedTokens(), "nothing changed")
+	assert.Equal(t, 6, f.m.ProbeReuse(blockhash.Scope{}, append(seq(0, 7), 100)), "nothing published")
+	fail = false
+	require.NoError(t, c.Commit(seq(6, 1), true))
+	assert.Equal(t, 7, f.m.ProbeReuse(blockhash.Scope{}, append(seq(0, 7), 100)), "published at the stop, the cache open")
+	require.NoError(t, c.Close())
+}

@@ -88,9 +88,9 @@ func TestCommitInPiecesPublishesThePartialTail(t *testing.T) {
 }
 
 // StopCommitting stops the commits as a commit with isEnd does: with partial
-// reuse the committed tokens' trailing partial block is published at close,
-// and tokens after the stop are not.
-func TestStopCommittingPublishesThePartialTailAtClose(t *testing.T) {
+// reuse the committed tokens' trailing partial block is published at the
+// stop, as KVCacheManagerV2 commits it, and tokens after the stop are not.
+func TestStopCommittingPublishesThePartialTailAtTheStop(t *testing.T) {
 	cfg := smallConfig(16)
 	cfg.EnablePartialReuse = true
 	f := newFixture(t, cfg)
@@ -103,7 +103,7 @@ func TestStopCommittingPublishesThePartialTailAtClose(t *testing.T) {
 	require.NoError(t, c.Commit(prompt, false))
 	c.StopCommitting()
 	require.Error(t, c.Commit(seq(10, 2), false), "no commit after the stop")
-	assert.Equal(t, 8, m.ProbeReuse(blockhash.Scope{}, append(slices.Clone(prompt), 99)), "published at close, not at the stop")
+	assert.Equal(t, 10, m.ProbeReuse(blockhash.Scope{}, append(slices.Clone(prompt), 99)), "published at the stop")
 	require.NoError(t, c.Close())
 	assert.Equal(t, 10, m.ProbeReuse(blockhash.Scope{}, append(slices.Clone(prompt), 99)))
 }

@@ -128,6 +128,11 @@ type KVCache struct {
 	chain          *node
 	stopped        bool
 	pendingPartial bool
+	// stopPrio is the priority per lifecycle of block stopPrioAt, asked by
+	// a commit with isEnd before it changed anything, for the partial block
+	// its stop publishes (see publishesAtStop).
+	stopPrio   []int
+	stopPrioAt int
 	// detached: a key collision stopped publishing (see publish); orphan
 	// holds the tokens of the full blocks committed since.
 	detached bool
@@ -913,7 +918,7 @@ func (c *KVCache) closeLocked(force bool) error {
 	}
 	c.stopCommits(true)
 	if c.pendingPartial {
-		c.registerPartial()
+		c.registerPartial(false)
 	}
 	if c.stopState != nil {
 		m.unref(c.stopState, false)
@@ -1179,8 +1184,8 @@ func (c *KVCache) releasable(newBlocks, history int) []releasedPage {
 // KVCacheManagerV2's commit does (releasing pages a sliding window no longer
 // needs, after publishing them), so the tokens must fit in the capacity. With
 // isEnd no further commits are accepted; with partial reuse enabled the
-// trailing partial block is published when the cache closes (with or without
-// isEnd). Commit first
+// trailing partial block is published then, as KVCacheManagerV2 commits it
+// when commits stop (else when the cache closes; see stopCommits). Commit first
 // waits for any decode still bringing those blocks' pages back, so that a
 // page lost to its failure is never published (the cache gets ErrDataLost
 // instead). With several beams the tokens' KV must be in beam 0 (see
@@ -1249,6 +1254,15 @@ func (c *KVCache) commit(tokens []config.Token, digests []blockhash.DigestAt, pa
 		}
 	}
 	tpb := m.cfg.TokensPerBlock
+	if end := c.committed + len(tokens); isEnd && c.priority != nil && c.publishesAtStop(end) {
+		// The priority of the partial block the stop publishes is asked
+		// before anything changes: a callback that fails fails the commit.
+		prs, err := c.blockPriority(end / tpb)
+		if err != nil {
+			return err
+		}
+		c.stopPrio, c.stopPrioAt = prs, end/tpb
+	}
 	if parents == nil && len(c.tail)+len(tokens) < tpb && c.committed+len(tokens) <= c.history {
 		// A decode step within the last block: no block to publish, no page
 		// to release, no beam to reorder.
@@ -1390,9 +1404,10 @@ func (c *KVCache) endCommits(isEnd bool) {
 
 // stopCommits refuses further commits (closing: the cache is being
 // closed). With partial reuse, or with SSM layers, the trailing partial block
-// of the committed tokens is published at close, when nobody writes into it
-// any more (KVCacheManagerV2 commits it when commits stop: at commit with
-// is_end, stop_committing or close). With SSM layers it is published with
+// of the committed tokens is published, as KVCacheManagerV2 commits it when
+// commits stop (at commit with is_end, stop_committing or close). Without SSM
+// layers an ACTIVE cache of one beam publishes it at once (publishStopped),
+// others at close, when nobody writes into it any more. With SSM layers it is published with
 // the SSM state at the committed length, so it is published only when that
 // state exists: the history is the committed tokens when commits stop. A
 // cache closing then gives its own state to the block; one that may compute
@@ -1409,6 +1424,9 @@ func (c *KVCache) stopCommits(closing bool) {
 	}
 	if m.lt.SSM < 0 {
 		c.pendingPartial = m.cfg.EnablePartialReuse
+		if c.pendingPartial && !closing && c.publishesAtStop(c.committed) {
+			c.publishStopped()
+		}
 		return
 	}
 	if c.history != c.committed || c.ssm == nil || c.ssmShared || c.detached {
@@ -1504,7 +1522,8 @@ func (c *KVCache) advanceHistory(history int, released []releasedPage, ev *share
 
 // StopCommitting refuses further commits; tokens computed from now on (for
 // example generated ones) are never published. With partial reuse the
-// trailing partial block of the committed tokens is published at close.
+// trailing partial block of the committed tokens is published now (see
+// stopCommits).
 func (c *KVCache) StopCommitting() {
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
@@ -1705,12 +1724,60 @@ func (c *KVCache) allocPriorities(from, to int, need func(b, lc int) bool) ([][]
 	return rows, nil
 }
 
+// publishesAtStop reports whether commits stopping at end tokens publish the
+// trailing partial block at once (publishStopped): with partial reuse, no
+// SSM layers, an ACTIVE cache of one beam, and end inside a block.
+func (c *KVCache) publishesAtStop(end int) bool {
+	m := c.m
+	return m.lt.SSM < 0 && m.cfg.EnablePartialReuse && c.status == Active && c.beamWidth() == 1 &&
+		end%m.cfg.TokensPerBlock != 0
+}
+
+// publishStopped publishes the trailing partial block of an ACTIVE cache
+// whose commits stopped (registerPartial), its pages fenced by the cache's
+// work so far as a commit fences the blocks it publishes: a cache reusing it
+// copies the pages after the work that wrote them. The tokens the cache
+// computes on write past the block's tokens, which nobody reads from the
+// block. Best effort: a page still arriving or lost, an event that cannot
+// be recorded, or a priority callback that fails (stop_committing asks it
+// here) leaves it to close.
+func (c *KVCache) publishStopped() {
+	m := c.m
+	b := c.committed / m.cfg.TokensPerBlock
+	if b >= len(c.blocks) || c.blocks[b].node != nil {
+		return
+	}
+	m.settlePages(func(fn func(p *page)) {
+		for _, p := range c.blocks[b].pages {
+			if p != nil {
+				fn(p)
+			}
+		}
+	})
+	ev, err := m.events.record(c.stream)
+	if err != nil {
+		return
+	}
+	defer m.events.release(ev)
+	c.registerPartial(true)
+	if n := c.blocks[b].node; n != nil {
+		for _, p := range m.pagesOf(n) {
+			if p != nil {
+				p.group.fences[p.slot].add(&m.events, ev)
+			}
+		}
+	}
+}
+
 // registerPartial publishes the trailing partial block at close, when nobody
 // writes into it any more. With SSM layers the block gets the SSM state at
 // its end (see stopCommits): the copy taken when commits stopped, else the
 // cache's own state, which the closing cache gives up; an equal partial block
-// already published without a state gets it instead.
-func (c *KVCache) registerPartial() {
+// already published without a state gets it instead. The block's priority
+// is stopPrio where a commit with isEnd asked it, else asked now; when the
+// callback fails the block gets the defaults, or, with strict (publishing
+// before close), is left unpublished.
+func (c *KVCache) registerPartial(strict bool) {
 	m := c.m
 	tpb := m.cfg.TokensPerBlock
 	b := c.committed / tpb
@@ -1748,12 +1815,18 @@ func (c *KVCache) registerPartial() {
 		}
 		id = sib.next
 	}
-	n := m.newNode(c.chain, m.hasher.NextDigests(c.chain.key, blk, dg), blk, dg)
-	pr, err := c.blockPriority(b)
-	if err != nil {
-		c.priority = nil // Close cannot fail for it: the defaults
-		pr, _ = c.blockPriority(b)
+	pr := c.stopPrio
+	if pr == nil || c.stopPrioAt != b {
+		var err error
+		if pr, err = c.blockPriority(b); err != nil {
+			if strict {
+				return
+			}
+			c.priority = nil // Close cannot fail for it: the defaults
+			pr, _ = c.blockPriority(b)
+		}
 	}
+	n := m.newNode(c.chain, m.hasher.NextDigests(c.chain.key, blk, dg), blk, dg)
 	c.setPriority(n, pr)
 	c.adopt(n, c.blocks[b].pages)
 	if state != nil {

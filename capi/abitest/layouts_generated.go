@@ -47,6 +47,7 @@ func CStructs() map[string]reflect.Type {
 		"kvcm_pool_group_stats":             reflect.TypeFor[C.kvcm_pool_group_stats](),
 		"kvcm_request_desc":                 reflect.TypeFor[C.kvcm_request_desc](),
 		"kvcm_reuse_diagnostics":            reflect.TypeFor[C.kvcm_reuse_diagnostics](),
+		"kvcm_reuse_page":                   reflect.TypeFor[C.kvcm_reuse_page](),
 		"kvcm_reuse_scope":                  reflect.TypeFor[C.kvcm_reuse_scope](),
 		"kvcm_reused_blocks_at_level":       reflect.TypeFor[C.kvcm_reused_blocks_at_level](),
 		"kvcm_shared_stats":                 reflect.TypeFor[C.kvcm_shared_stats](),

@@ -12,13 +12,21 @@ import (
 
 // ByteWeights derives one positive hot-tier byte weight per lifecycle (layer
 // group), normalized to sum to 1: from InitialPoolRatio, else from the pages a
-// typical step needs, else from the slots the constraints need
-// (ConstraintSlots), else equal slot counts.
+// typical step needs (at least one per lifecycle; with a HotGranularity, the
+// bytes of each pool group's pages rounded to whole granules in every pool,
+// as KVCacheManagerV2 sizes a typical step: grainWeights), else from the
+// slots the constraints need (ConstraintSlots), else equal slot counts.
 func (lt *Layout) ByteWeights(cfg *config.Config) []float64 {
 	w := make([]float64, len(lt.LifeCycles))
 	switch {
 	case len(cfg.InitialPoolRatio) > 0:
 		copy(w, cfg.InitialPoolRatio) // validated positive
+	case cfg.TypicalStep != nil && lt.HotGranularity > 0:
+		pages := make([]int64, len(lt.LifeCycles))
+		for i := range lt.LifeCycles {
+			pages[i] = max(lt.BatchPages(LayerGroupID(i), *cfg.TypicalStep, cfg.SwaScratchReuse), 1)
+		}
+		w = lt.grainWeights(pages)
 	case cfg.TypicalStep != nil:
 		w = lt.atLeastOnePage(lt.batchBytes(*cfg.TypicalStep, cfg.SwaScratchReuse))
 	case len(cfg.Constraints) > 0:
@@ -36,6 +44,25 @@ func (lt *Layout) ByteWeights(cfg *config.Config) []float64 {
 	}
 	for i := range w {
 		w[i] /= sum
+	}
+	return w
+}
+
+// grainWeights returns the hot byte weights of pages slots per lifecycle
+// (each at least 1) as KVCacheManagerV2 converts a batch's slots to bytes:
+// each hot pool group takes its lifecycles' slots summed, every pool of it
+// rounded up to whole granules (poolGrains), and the group's bytes are its
+// lifecycles' weights in proportion to their slots.
+func (lt *Layout) grainWeights(pages []int64) []float64 {
+	lvl := &lt.Levels[0]
+	slots := make([]int64, len(lvl.Groups))
+	for lc, g := range lvl.LifeCycleToGroup {
+		slots[g] = addSaturating(slots[g], pages[lc])
+	}
+	w := make([]float64, len(pages))
+	for lc, g := range lvl.LifeCycleToGroup {
+		grains := float64(lt.poolGrains(&lvl.Groups[g], slots[g]))
+		w[lc] = grains * float64(lt.HotGranularity) * float64(pages[lc]) / float64(slots[g])
 	}
 	return w
 }

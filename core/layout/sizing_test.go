@@ -268,3 +268,33 @@ func TestHotPoolsAreWholeGranules(t *testing.T) {
 	lt = layout.New(cfg)
 	assert.Equal(t, int64(2*1024+2*(gran/2+1)), lt.HotQuota(2*gran/3, floors))
 }
+
+// TestTypicalStepWeightsAreWholeGranules: with a granule, a typical step's
+// weights are the bytes of each pool group's pages with every pool rounded up
+// to whole granules, as KVCacheManagerV2's ratio_from_batch converts a
+// batch's slots to bytes: 4 slots of 1 KiB weigh a granule, not 4 KiB.
+func TestTypicalStepWeightsAreWholeGranules(t *testing.T) {
+	const gran = int64(2 << 20)
+	cfg := &config.Config{
+		TokensPerBlock: 4,
+		CacheTiers:     []config.CacheTierConfig{{Kind: config.GPUTier, Quota: 10 * gran, PoolGranularity: config.KVCM2PoolGranularity}},
+		Layers: []config.AttentionLayerConfig{
+			{LayerID: 0, SlidingWindowSize: 4, Buffers: []config.BufferConfig{{Role: config.RoleKey, Size: 1024}}},
+			{LayerID: 1, Buffers: []config.BufferConfig{{Role: config.RoleKey, Size: gran}}},
+		},
+		TypicalStep: &config.BatchDesc{Requests: []config.RequestDesc{{Capacity: 16}}},
+	}
+	lt := layout.New(cfg)
+	w := lt.ByteWeights(cfg)
+	assert.InDeltaSlice(t, []float64{0.2, 0.8}, w, 1e-12)
+	floors := lt.HotFloors(cfg)
+	slots, err := lt.HotSlots(10*gran, w, floors)
+	require.NoError(t, err)
+	// The window's group shares 2 of the 10 granules (2048 slots each); the
+	// full-attention group the other 8.
+	assert.Equal(t, []int64{4096, 8}, slots)
+	// Without a granule the weights are the pages' bytes.
+	cfg.CacheTiers[0].PoolGranularity = 0
+	lt = layout.New(cfg)
+	assert.InDeltaSlice(t, []float64{4096.0 / (4096 + 4*float64(gran)), 4 * float64(gran) / (4096 + 4*float64(gran))}, lt.ByteWeights(cfg), 1e-12)
+}

@@ -186,7 +186,7 @@ type KVCacheResize func(cache KVCache, capacity int64, historyLength int64) *Sta
 // when they pass the history length it advances to them (releasing pages a
 // sliding window no longer needs, after publishing them), so they must fit in
 // the capacity (KVCM_ERR_INVALID_ARGUMENT otherwise). With is_end no further
-// commits are accepted. It first waits for any decode still bringing those blocks'
+// commits are accepted (see kvcm_kv_cache_stop_committing). It first waits for any decode still bringing those blocks'
 // pages back, so that a page lost to its failure is never published (the
 // call fails with KVCM_ERR_DATA_LOST instead). On error (a priority function
 // that reports failure included: KVCM_ERR_INVALID_ARGUMENT) nothing changes.
@@ -201,7 +201,10 @@ type KVCacheResize func(cache KVCache, capacity int64, historyLength int64) *Sta
 type KVCacheCommit func(cache KVCache, tokens spec.In[Token], numTokens spec.Size, isEnd bool) *Status
 
 // KVCacheStopCommitting refuses further commits; tokens computed from now on
-// (for example generated ones) are never published.
+// (for example generated ones) are never published. With partial reuse the
+// trailing partial block of the committed tokens is published: at once by
+// an ACTIVE cache of one beam without SSM layers (as KVCacheManagerV2
+// commits it when commits stop), else at close.
 //
 //kvcm:since 1
 //kvcm:thread manager

@@ -351,7 +351,9 @@ type ManagerConfig struct {
 	// it cache_tiers[0].pool_granularity): 0 (the default) sizes the GPU
 	// pools to the byte; a positive value makes every GPU pool a whole
 	// number of such granules, a pool group getting every slot its granules
-	// hold; -1 takes KVCacheManagerV2's granule for the quota (2 MiB, doubled
+	// hold and a typical_step weighing each pool group's pages by the
+	// granules they take (every pool rounded up, as KVCacheManagerV2 sizes
+	// a typical step); -1 takes KVCacheManagerV2's granule for the quota (2 MiB, doubled
 	// for every doubling of the quota from 1 GiB on, at most 32 MiB), so the
 	// pools get KVCacheManagerV2's slot counts. With a granule the GPU quota
 	// is rounded up to it.

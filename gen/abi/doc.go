@@ -343,6 +343,15 @@
 //     blocks along a chain of block keys (a waiting request's, from the CP
 //     index), and KVCM_DEFAULT_PRIORITY is the priority that returns them to
 //     the common order.
+//   - kvcm_manager_probe_reuse_pages (kvcm_reuse_page): per block of a
+//     content match, the page of a layer group covering the most of it and
+//     its covered tokens (KVCacheManagerV2's partial-coverage pages).
+//   - With enable_partial_reuse and no SSM layers, an ACTIVE cache of one
+//     beam publishes the trailing partial block of its committed tokens
+//     when its commits stop (kvcm_kv_cache_commit with is_end,
+//     kvcm_kv_cache_stop_committing), as KVCacheManagerV2 commits it, so
+//     other caches reuse it while it stays open; it was published at
+//     close (still the rule for a cache of several beams or not ACTIVE).
 //
 // Behaviour that changed for C users while ABI version 1 was unreleased
 // (no function, struct or constant changed):

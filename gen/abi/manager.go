@@ -502,6 +502,52 @@ type ManagerProbeFirstNewBlockKey func(manager Manager, scope spec.In[ReuseScope
 //kvcm:param out out,result Receives the number of reusable tokens.
 type ManagerProbeReuseV2 func(manager Manager, scope spec.In[ReuseScope], hasLoraID bool, tokens spec.In[Token], numTokens spec.Size, out spec.Out[int64]) *Status
 
+// ReusePage is one block of a reuse match in one layer group
+// (kvcm_manager_probe_reuse_pages): the tokens of the block matched and the
+// page covering the most of them, KVCacheManagerV2's partial-coverage page.
+//
+//kvcm:struct
+//kvcm:since 2
+//kvcm:go out github.com/kvcm/kvcm/core.ReusePage
+type ReusePage struct {
+	// Matched are the tokens of the block the match holds (tokens_per_block
+	// but in its last block).
+	Matched int32
+	// Covered are the tokens of the block the page holds the KV of; 0 where
+	// no page of the layer group holds the matched tokens.
+	Covered int32
+	// Level is the page's cache level, -1 without a page.
+	Level CacheLevel
+	// Slot is the page's slot at its level, KVCM_BAD_PAGE_INDEX without a
+	// page.
+	Slot int32
+}
+
+// ManagerProbeReusePages matches an input against the committed blocks by
+// content (whatever their pages) and writes one entry per block of the match
+// with the page of a layer group covering the most of it: a block's own page
+// covers its tokens, and a block position also has the pages of the partial
+// blocks committed beside it whose tokens the block starts with, each
+// covering its own tokens (KVCacheManagerV2's partial-coverage pages). The
+// match ends with the matching head of one more block: with partial, as far
+// as a block there agrees with the input (less than a block); else only at a
+// partial block the input holds whole. The matched tokens are the entries'
+// matched tokens summed. It changes nothing.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:param manager in The manager.
+//kvcm:param scope borrowed,convert The reuse scope.
+//kvcm:param hasLoraID in,into=scope.HasLoRA Whether scope.lora_id is a LoRA adapter id, 0 included.
+//kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The input tokens (NULL only when num_tokens is 0).
+//kvcm:param numTokens in The number of tokens.
+//kvcm:param layerGroup in The layer group.
+//kvcm:param partial in Whether the match may end inside a block.
+//kvcm:param pages out,nullable,len=capacity,buffer=needed Receives one entry per block of the match.
+//kvcm:param capacity in Capacity of pages, in elements.
+//kvcm:param needed out Receives the number of entries.
+type ManagerProbeReusePages func(manager Manager, scope spec.In[ReuseScope], hasLoraID bool, tokens spec.In[Token], numTokens spec.Size, layerGroup LayerGroupID, partial bool, pages spec.Out[ReusePage], capacity spec.Size, needed spec.Out[spec.Size]) *Status
+
 // ManagerClearReusableBlocks drops every committed block from every level,
 // so that nothing is reusable afterwards. As KVCacheManagerV2's, it refuses
 // with KVCM_ERR_INVALID_STATE, changing nothing, while KV caches are open.

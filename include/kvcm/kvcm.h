@@ -697,6 +697,7 @@ typedef struct kvcm_pool_group_peak_block_stats kvcm_pool_group_peak_block_stats
 typedef struct kvcm_pool_group_stats kvcm_pool_group_stats;
 typedef struct kvcm_request_desc kvcm_request_desc;
 typedef struct kvcm_reuse_diagnostics kvcm_reuse_diagnostics;
+typedef struct kvcm_reuse_page kvcm_reuse_page;
 typedef struct kvcm_reused_blocks_at_level kvcm_reused_blocks_at_level;
 typedef struct kvcm_shared_stats kvcm_shared_stats;
 typedef struct kvcm_shared_tier_config kvcm_shared_tier_config;
@@ -1805,7 +1806,9 @@ struct kvcm_manager_config {
      * it cache_tiers[0].pool_granularity): 0 (the default) sizes the GPU
      * pools to the byte; a positive value makes every GPU pool a whole
      * number of such granules, a pool group getting every slot its granules
-     * hold; -1 takes KVCacheManagerV2's granule for the quota (2 MiB, doubled
+     * hold and a typical_step weighing each pool group's pages by the
+     * granules they take (every pool rounded up, as KVCacheManagerV2 sizes
+     * a typical step); -1 takes KVCacheManagerV2's granule for the quota (2 MiB, doubled
      * for every doubling of the quota from 1 GiB on, at most 32 MiB), so the
      * pools get KVCacheManagerV2's slot counts. With a granule the GPU quota
      * is rounded up to it. (since ABI version 2)
@@ -2055,6 +2058,34 @@ struct kvcm_reuse_diagnostics {
      * these cut back to the last SSM snapshot.
      */
     int64_t attention_tokens;
+};
+
+/**
+ * kvcm_reuse_page is one block of a reuse match in one layer group
+ * (kvcm_manager_probe_reuse_pages): the tokens of the block matched and the
+ * page covering the most of them, KVCacheManagerV2's partial-coverage page.
+ * @since ABI version 2.
+ */
+struct kvcm_reuse_page {
+    /**
+     * matched are the tokens of the block the match holds (tokens_per_block
+     * but in its last block).
+     */
+    int32_t matched;
+    /**
+     * covered are the tokens of the block the page holds the KV of; 0 where
+     * no page of the layer group holds the matched tokens.
+     */
+    int32_t covered;
+    /**
+     * level is the page's cache level, -1 without a page.
+     */
+    kvcm_cache_level level;
+    /**
+     * slot is the page's slot at its level, KVCM_BAD_PAGE_INDEX without a
+     * page.
+     */
+    int32_t slot;
 };
 
 /**
@@ -2669,7 +2700,7 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_close(kvcm_kv_cache cache);
  * when they pass the history length it advances to them (releasing pages a
  * sliding window no longer needs, after publishing them), so they must fit in
  * the capacity (KVCM_ERR_INVALID_ARGUMENT otherwise). With is_end no further
- * commits are accepted. It first waits for any decode still bringing those blocks'
+ * commits are accepted (see kvcm_kv_cache_stop_committing). It first waits for any decode still bringing those blocks'
  * pages back, so that a page lost to its failure is never published (the
  * call fails with KVCM_ERR_DATA_LOST instead). On error (a priority function
  * that reports failure included: KVCM_ERR_INVALID_ARGUMENT) nothing changes.
@@ -3188,7 +3219,10 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_set_swa_scratch_reuse(kvcm_
 
 /**
  * kvcm_kv_cache_stop_committing refuses further commits; tokens computed from now on
- * (for example generated ones) are never published.
+ * (for example generated ones) are never published. With partial reuse the
+ * trailing partial block of the committed tokens is published: at once by
+ * an ACTIVE cache of one beam without SSM layers (as KVCacheManagerV2
+ * commits it when commits stop), else at close.
  *
  * @param cache [in] The cache.
  * @return NULL on success; otherwise a status to free with kvcm_status_free.
@@ -4029,6 +4063,35 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_probe_reuse(kvcm_manager man
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_probe_reuse_digests(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, const size_t* digest_positions, size_t num_digests, const char* digest_bytes, size_t digest_bytes_len, int64_t* out);
 
 /**
+ * kvcm_manager_probe_reuse_pages matches an input against the committed blocks by
+ * content (whatever their pages) and writes one entry per block of the match
+ * with the page of a layer group covering the most of it: a block's own page
+ * covers its tokens, and a block position also has the pages of the partial
+ * blocks committed beside it whose tokens the block starts with, each
+ * covering its own tokens (KVCacheManagerV2's partial-coverage pages). The
+ * match ends with the matching head of one more block: with partial, as far
+ * as a block there agrees with the input (less than a block); else only at a
+ * partial block the input holds whole. The matched tokens are the entries'
+ * matched tokens summed. It changes nothing.
+ *
+ * @param manager [in] The manager.
+ * @param scope [in, borrowed] The reuse scope.
+ * @param has_lora_id [in] Whether scope.lora_id is a LoRA adapter id, 0 included.
+ * @param tokens [in, borrowed, nullable, array of num_tokens] The input tokens (NULL only when num_tokens is 0).
+ * @param num_tokens [in] The number of tokens.
+ * @param layer_group [in] The layer group.
+ * @param partial [in] Whether the match may end inside a block.
+ * @param pages [out, nullable, array of capacity] Receives one entry per block of the match.
+ * @param capacity [in] Capacity of pages, in elements.
+ * @param needed [out] Receives the number of entries.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_manager_probe_reuse_pages(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, kvcm_layer_group_id layer_group, bool partial, kvcm_reuse_page* pages, size_t capacity, size_t* needed);
+
+/**
  * kvcm_manager_probe_reuse_v2 is kvcm_manager_probe_reuse with a has_lora_id flag:
  * set, scope.lora_id is a LoRA adapter id even when it is 0.
  *
@@ -4514,6 +4577,8 @@ struct kvcm_api {
     kvcm_status* (*manager_probe_first_new_block_key_digests)(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, const size_t* digest_positions, size_t num_digests, const char* digest_bytes, size_t digest_bytes_len, uint64_t* key, bool* found);
     /** kvcm_manager_probe_reuse_digests (since ABI version 2). */
     kvcm_status* (*manager_probe_reuse_digests)(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, const size_t* digest_positions, size_t num_digests, const char* digest_bytes, size_t digest_bytes_len, int64_t* out);
+    /** kvcm_manager_probe_reuse_pages (since ABI version 2). */
+    kvcm_status* (*manager_probe_reuse_pages)(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, kvcm_layer_group_id layer_group, bool partial, kvcm_reuse_page* pages, size_t capacity, size_t* needed);
     /** kvcm_manager_probe_reuse_v2 (since ABI version 2). */
     kvcm_status* (*manager_probe_reuse_v2)(kvcm_manager manager, const kvcm_reuse_scope* scope, bool has_lora_id, const kvcm_token* tokens, size_t num_tokens, int64_t* out);
     /** kvcm_manager_set_block_priorities (since ABI version 2). */
@@ -4803,6 +4868,12 @@ KVCM_STATIC_ASSERT(sizeof(kvcm_reuse_diagnostics) == 16, "layout of kvcm_reuse_d
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_reuse_diagnostics) == 8, "alignment of kvcm_reuse_diagnostics changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_reuse_diagnostics, content_tokens) == 0, "layout of kvcm_reuse_diagnostics changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_reuse_diagnostics, attention_tokens) == 8, "layout of kvcm_reuse_diagnostics changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_reuse_page) == 16, "layout of kvcm_reuse_page changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_reuse_page) == 4, "alignment of kvcm_reuse_page changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_reuse_page, matched) == 0, "layout of kvcm_reuse_page changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_reuse_page, covered) == 4, "layout of kvcm_reuse_page changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_reuse_page, level) == 8, "layout of kvcm_reuse_page changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_reuse_page, slot) == 12, "layout of kvcm_reuse_page changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_reused_blocks_at_level) == 24, "layout of kvcm_reused_blocks_at_level changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_reused_blocks_at_level) == 8, "alignment of kvcm_reused_blocks_at_level changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_reused_blocks_at_level, layer_group) == 0, "layout of kvcm_reused_blocks_at_level changed");
@@ -4859,7 +4930,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, reused_tokens) ==
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, unreused_tokens) == 40, "layout of kvcm_ssm_snapshot_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, aligned_snapshot_hits) == 48, "layout of kvcm_ssm_snapshot_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, unaligned_snapshot_hits) == 56, "layout of kvcm_ssm_snapshot_iteration_stats changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 936, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 944, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
@@ -4975,10 +5046,11 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_need_adjustment) == 872, "layout o
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 880, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key_digests) == 888, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_digests) == 896, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 904, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_set_block_priorities) == 912, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_destroy) == 920, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_drop) == 928, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_pages) == 904, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 912, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_set_block_priorities) == 920, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_destroy) == 928, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_drop) == 936, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus

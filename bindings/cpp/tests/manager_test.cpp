@@ -1094,3 +1094,39 @@ TEST(PanicDeathTest, PanicPoisonsLibrary)
 }
 
 } // namespace
+
+// probeReusePages: per block of a content match, the page covering the most of
+// it; a partial block committed beside a longer one covers its own tokens,
+// and the match may end inside a block only with partial.
+TEST_F(ManagerTest, ProbeReusePagesCoverBlocksWithTheWidestPage)
+{
+    auto cfg = smallConfig(64 << 10);
+    cfg.enablePartialReuse = true;
+    kvcm::KVCacheManager m(cfg);
+    auto stream = m.createStream();
+    auto serve = [&](std::vector<kvcm::Token> const& t)
+    {
+        auto c = m.createKVCache(t);
+        c.setStream(stream);
+        EXPECT_TRUE(c.resume());
+        EXPECT_TRUE(c.resize(static_cast<int64_t>(t.size())));
+        c.commit(std::vector<kvcm::Token>(t.begin() + c.numCommittedTokens(), t.end()));
+    };
+    auto base = tokenRange(0, 10);
+    serve(base);
+    auto longer = base;
+    longer.push_back(500);
+    serve(longer);
+    auto rewind = base;
+    rewind.push_back(999);
+    auto const pages = m.probeReusePages(rewind, 0, true);
+    ASSERT_EQ(pages.size(), 3u);
+    EXPECT_EQ(pages[0].matched, 4);
+    EXPECT_EQ(pages[0].covered, 4);
+    EXPECT_EQ(pages[2].matched, 2);
+    EXPECT_EQ(pages[2].covered, 3) << "the longer partial block's page";
+    EXPECT_EQ(pages[2].level, 0);
+    EXPECT_EQ(m.probeReusePages(rewind, 0, false).size(), 3u) << "the 2-token block is held whole";
+    EXPECT_EQ(m.probeReusePages(tokenRange(0, 9), 0, false).size(), 2u);
+    EXPECT_KVCM_ERROR((void)m.probeReusePages(rewind, 7, true), kvcm::StatusCode::kInvalidArgument);
+}

@@ -179,6 +179,7 @@ from .manager import (
     PoolDesc,
     PoolGroupDesc,
     PoolGroupStats,
+    ReusePage,
     SharedStats,
     SlotDesc,
     SlotDescVariant,
@@ -233,7 +234,7 @@ __all__ = [
     # results and enums
     "BAD_PAGE_INDEX", "BlockKey", "BlockStats", "BufferLocation", "CacheEvent", "CacheStatus", "DeviceKind",
     "EventKind", "MigrationPath", "MigrationStats", "PeakBlockStats", "PoolDesc", "PoolGroupDesc",
-    "PoolGroupStats", "SharedStats",
+    "PoolGroupStats", "ReusePage", "SharedStats",
     # library
     "abi_version", "is_poisoned", "library_path", "live_handle_count", "version",
     # errors

@@ -634,6 +634,13 @@ class kvcm_reuse_diagnostics(ctypes.Structure):
     """
 
 
+class kvcm_reuse_page(ctypes.Structure):
+    """kvcm_reuse_page is one block of a reuse match in one layer group
+    (kvcm_manager_probe_reuse_pages): the tokens of the block matched and the
+    page covering the most of them, KVCacheManagerV2's partial-coverage page.
+    """
+
+
 class kvcm_reused_blocks_at_level(ctypes.Structure):
     """kvcm_reused_blocks_at_level counts one layer group's pages reused during an
     iteration from one level (the level each was on when a new cache reused
@@ -997,6 +1004,13 @@ kvcm_request_desc._fields_ = [
 kvcm_reuse_diagnostics._fields_ = [
     ("content_tokens", ctypes.c_int64),
     ("attention_tokens", ctypes.c_int64),
+]
+
+kvcm_reuse_page._fields_ = [
+    ("matched", ctypes.c_int32),
+    ("covered", ctypes.c_int32),
+    ("level", kvcm_cache_level),
+    ("slot", ctypes.c_int32),
 ]
 
 kvcm_reused_blocks_at_level._fields_ = [
@@ -1459,6 +1473,7 @@ LAYOUTS = {
     "kvcm_pool_group_stats": (56, 8, {"level": 0, "tier": 4, "index": 8, "page_bytes": 16, "total": 24, "free": 32, "evictable": 40, "available": 48}),
     "kvcm_request_desc": (16, 8, {"capacity": 0, "history_length": 8}),
     "kvcm_reuse_diagnostics": (16, 8, {"content_tokens": 0, "attention_tokens": 8}),
+    "kvcm_reuse_page": (16, 4, {"matched": 0, "covered": 4, "level": 8, "slot": 12}),
     "kvcm_reused_blocks_at_level": (24, 8, {"layer_group": 0, "level": 4, "full_blocks": 8, "partial_blocks": 16}),
     "kvcm_shared_stats": (192, 8, {"lookup_blocks": 0, "found_blocks": 8, "onboarded_blocks": 16, "onboarded_pages": 24, "onboarded_bytes": 32, "discarded_pages": 40, "write_backs": 48, "write_throughs": 56, "lost_writes": 64, "lookups": 72, "hits": 80, "misses": 88, "errors": 96, "timeouts": 104, "corrupt": 112, "bytes_read": 120, "queued": 128, "dropped": 136, "deduplicated": 144, "present": 152, "written": 160, "write_errors": 168, "bytes_written": 176, "failed_landings": 184}),
     "kvcm_shared_tier_config": (56, 8, {"addresses": 0, "key_namespace": 8, "ttl_ms": 16, "dial_timeout_ms": 24, "call_timeout_ms": 32, "queue_bytes": 40, "write_policy": 48}),
@@ -1592,6 +1607,7 @@ FUNCTIONS = {
     "kvcm_manager_probe_first_new_block_key_digests": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.c_bool, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_bool)]),
     "kvcm_manager_probe_reuse": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_manager_probe_reuse_digests": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.c_bool, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int64)]),
+    "kvcm_manager_probe_reuse_pages": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.c_bool, ctypes.POINTER(kvcm_token), ctypes.c_size_t, kvcm_layer_group_id, ctypes.c_bool, ctypes.POINTER(kvcm_reuse_page), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_manager_probe_reuse_v2": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.c_bool, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_manager_resize_level": (ctypes.POINTER(kvcm_status), [kvcm_manager, kvcm_cache_level, ctypes.c_int64]),
     "kvcm_manager_set_block_priorities": (ctypes.POINTER(kvcm_status), [kvcm_manager, ctypes.POINTER(kvcm_reuse_scope), ctypes.c_bool, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
@@ -1713,6 +1729,7 @@ PARAMETERS = {
     "kvcm_manager_probe_first_new_block_key_digests": ("manager", "scope", "has_lora_id", "tokens", "num_tokens", "digest_positions", "num_digests", "digest_bytes", "digest_bytes_len", "key", "found"),
     "kvcm_manager_probe_reuse": ("manager", "scope", "tokens", "num_tokens", "out"),
     "kvcm_manager_probe_reuse_digests": ("manager", "scope", "has_lora_id", "tokens", "num_tokens", "digest_positions", "num_digests", "digest_bytes", "digest_bytes_len", "out"),
+    "kvcm_manager_probe_reuse_pages": ("manager", "scope", "has_lora_id", "tokens", "num_tokens", "layer_group", "partial", "pages", "capacity", "needed"),
     "kvcm_manager_probe_reuse_v2": ("manager", "scope", "has_lora_id", "tokens", "num_tokens", "out"),
     "kvcm_manager_resize_level": ("manager", "level", "quota"),
     "kvcm_manager_set_block_priorities": ("manager", "scope", "has_lora_id", "keys", "num_keys", "priorities", "num_priorities", "out"),

@@ -4476,6 +4476,75 @@ done:
     return out;
 }
 
+/* kvcm_manager_probe_reuse_pages(manager, scope, has_lora_id, tokens, num_tokens, layer_group, partial, pages, capacity, needed) */
+static PyObject *kx_fn_kvcm_manager_probe_reuse_pages(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_manager a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    bool a2;
+    kx_ptr a3 = KX_PTR_INIT;
+    size_t a4;
+    kvcm_layer_group_id a5;
+    bool a6;
+    kx_ptr a7 = KX_PTR_INIT;
+    size_t a8;
+    kx_ptr a9 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 10, "kvcm_manager_probe_reuse_pages") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_manager)v;
+    }
+    if (kx_pointer(args[1], names, 1, 0, 24, &a1) < 0)
+        goto done;
+    if (kx_bool(args[2], &a2) < 0)
+        goto done;
+    if (kx_pointer(args[3], names, 3, 0, 0, &a3) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[4], names, 4, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a4 = (size_t)v;
+    }
+    {
+        long long v;
+        if (kx_signed(args[5], names, 5, INT32_MIN, INT32_MAX, "int32_t", &v) < 0)
+            goto done;
+        a5 = (kvcm_layer_group_id)v;
+    }
+    if (kx_bool(args[6], &a6) < 0)
+        goto done;
+    if (kx_pointer(args[7], names, 7, 1, 0, &a7) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[8], names, 8, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a8 = (size_t)v;
+    }
+    if (kx_pointer(args[9], names, 9, 1, 8, &a9) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->manager_probe_reuse_pages(a0, (const kvcm_reuse_scope*)a1.p, a2, (const kvcm_token*)a3.p, a4, a5, a6, (kvcm_reuse_page*)a7.p, a8, (size_t*)a9.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a7);
+    kx_ptr_release(&a9);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a7);
+    kx_ptr_release(&a9);
+    return out;
+}
+
 /* kvcm_manager_probe_reuse_v2(manager, scope, has_lora_id, tokens, num_tokens, out) */
 static PyObject *kx_fn_kvcm_manager_probe_reuse_v2(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -4739,6 +4808,7 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_manager_probe_first_new_block_key", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_first_new_block_key, METH_FASTCALL, "kvcm_manager_probe_first_new_block_key(manager, scope, has_lora_id, tokens, num_tokens, key, found)"},
     {"kvcm_manager_probe_first_new_block_key_digests", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_first_new_block_key_digests, METH_FASTCALL, "kvcm_manager_probe_first_new_block_key_digests(manager, scope, has_lora_id, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, key, found)"},
     {"kvcm_manager_probe_reuse_digests", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_reuse_digests, METH_FASTCALL, "kvcm_manager_probe_reuse_digests(manager, scope, has_lora_id, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, out)"},
+    {"kvcm_manager_probe_reuse_pages", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_reuse_pages, METH_FASTCALL, "kvcm_manager_probe_reuse_pages(manager, scope, has_lora_id, tokens, num_tokens, layer_group, partial, pages, capacity, needed)"},
     {"kvcm_manager_probe_reuse_v2", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_probe_reuse_v2, METH_FASTCALL, "kvcm_manager_probe_reuse_v2(manager, scope, has_lora_id, tokens, num_tokens, out)"},
     {"kvcm_manager_set_block_priorities", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_set_block_priorities, METH_FASTCALL, "kvcm_manager_set_block_priorities(manager, scope, has_lora_id, keys, num_keys, priorities, num_priorities, out)"},
     {"kvcm_planned_drop_destroy", (PyCFunction)(void (*)(void))kx_fn_kvcm_planned_drop_destroy, METH_FASTCALL, "kvcm_planned_drop_destroy(drop)"},
@@ -4746,7 +4816,7 @@ static PyMethodDef kx_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 14, 2, 6, 8, 1, 1, 7, 6, 2, 4, 5, 4, 2, 7, 3, 2, 2, 2, 2, 2, 2, 2, 1, 4, 1, 8, 11, 3, 8, 4, 5, 4, 4, 4, 2, 4, 4, 4, 4, 2, 2, 2, 7, 11, 10, 6, 8, 1, 1};
+static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 14, 2, 6, 8, 1, 1, 7, 6, 2, 4, 5, 4, 2, 7, 3, 2, 2, 2, 2, 2, 2, 2, 1, 4, 1, 8, 11, 3, 8, 4, 5, 4, 4, 4, 2, 4, 4, 4, 4, 2, 2, 2, 7, 11, 10, 10, 6, 8, 1, 1};
 
 static const size_t kx_slot_offsets[] = {
     offsetof(kvcm_api, cold_page_codec_destroy),
@@ -4861,6 +4931,7 @@ static const size_t kx_slot_offsets[] = {
     offsetof(kvcm_api, manager_probe_first_new_block_key),
     offsetof(kvcm_api, manager_probe_first_new_block_key_digests),
     offsetof(kvcm_api, manager_probe_reuse_digests),
+    offsetof(kvcm_api, manager_probe_reuse_pages),
     offsetof(kvcm_api, manager_probe_reuse_v2),
     offsetof(kvcm_api, manager_set_block_priorities),
     offsetof(kvcm_api, planned_drop_destroy),

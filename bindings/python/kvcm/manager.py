@@ -101,6 +101,17 @@ class BufferLocation(ffi.BufferLocation):
         return self.pool_base + self.page_index(base) * self.bytes
 
 
+class ReusePage(NamedTuple):
+    """One block of a reuse match in a layer group (``probe_reuse_pages``):
+    the page covering the most of the block, where it lives and how many of
+    the block's tokens it holds the KV of (KVCacheManagerV2's
+    partial-coverage page)."""
+
+    level: int
+    slot: int
+    covered: int
+
+
 class BufferId(NamedTuple):
     """One buffer: a layer and a role."""
 
@@ -1075,6 +1086,27 @@ class KVCacheManager(Managed):
         else:
             _probe_reuse_digests(h, _byref(scope), has_lora, toks, n, *dig, _byref(out))
         return out.value
+
+    def probe_reuse_pages(self, reuse_scope: Any, input_tokens: Sequence[int], layer_group_id: int,
+                          enable_partial: bool = False) -> tuple[int, list[ReusePage | None]]:
+        """Match ``input_tokens`` against the committed blocks by content
+        (whatever their pages): the tokens matched and, per block of the
+        match, the page of ``layer_group_id`` covering the most of it (None
+        where no page holds the block's matched tokens). A block's own page
+        covers its tokens; a block position also has the pages of the partial
+        blocks committed beside it whose tokens the block starts with, each
+        covering its own tokens (KVCacheManagerV2's partial-coverage pages).
+        The match ends with the matching head of one more block: with
+        ``enable_partial`` as far as a block there agrees with the input,
+        else only at a partial block the input holds whole. Text tokens only."""
+        lora_id, salt = _scope_fields(reuse_scope, None, None)
+        c_scope, has_lora, _keep = self._scope(lora_id, salt)
+        toks, n, _keep_tokens, _ = _tokens(input_tokens, "input_tokens", True)
+        rows = self._array_query("kvcm_manager_probe_reuse_pages", ffi.kvcm_reuse_page, _byref(c_scope), has_lora,
+                                 toks, n, layer_group_id, bool(enable_partial), layer_group="layer_group_id",
+                                 tokens="input_tokens")
+        pages = [ReusePage(r.level, r.slot, r.covered) if r.covered else None for r in rows]
+        return sum(r.matched for r in rows), pages
 
     def probe_first_new_block_key(self, scope: Any, tokens: Sequence[int]) -> bytes | None:
         """The key of the first full block of ``tokens`` past the prefix a new

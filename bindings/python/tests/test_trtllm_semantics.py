@@ -274,3 +274,33 @@ def test_a_partial_match_is_checked_at_its_endpoint(backend):
         with m.create_kv_cache(None, base + [99]) as c:
             assert c.num_committed_tokens == 11
             assert c.resume(s)
+
+
+def test_commit_is_end_publishes_the_partial_tail_at_once(backend):
+    """KVCacheManagerV2 commits the trailing partial block when commits stop:
+    another cache reuses it while the first stays open."""
+    with KVCacheManager(small_config(enable_partial_reuse=True), device="emu") as m:
+        s = m.create_stream()
+        with m.create_kv_cache(None, PROMPT[:10]) as c:
+            assert c.resume(s)
+            assert c.resize(10, 10)
+            c.commit(PROMPT[:10], is_end=True)
+            assert m.probe_reuse(None, PROMPT[:10] + [7]) == 10
+
+
+def test_probe_reuse_pages_report_the_widest_page_of_each_block(backend):
+    """The pages of a reuse match with the tokens each covers: a partial block
+    committed beside a shorter one covers a rewind endpoint with its wider page."""
+    with KVCacheManager(small_config(enable_partial_reuse=True), device="emu") as m:
+        full = m.get_layer_group_id(0)
+        serve(m, PROMPT[:10])
+        serve(m, PROMPT[:11])
+        n, pages = m.probe_reuse_pages(None, PROMPT[:10] + [7], full, enable_partial=True)
+        assert n == 10
+        assert [p.covered for p in pages] == [4, 4, 3]
+        assert all(p.level == 0 and p.slot >= 0 for p in pages)
+        n, pages = m.probe_reuse_pages(Scope(), PROMPT[:9], full)
+        assert (n, len(pages)) == (8, 2), "without partial a match ends inside a block only where it holds one whole"
+        assert m.probe_reuse_pages(Scope(lora_id=0), PROMPT[:10], full, True) == (0, [])
+        with pytest.raises(InvalidArgumentError, match="layer_group"):
+            m.probe_reuse_pages(None, PROMPT[:10], 9)

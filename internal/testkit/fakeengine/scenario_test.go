@@ -415,3 +415,28 @@ func TestResumeAloneIsNotRefused(t *testing.T) {
 	_, err = s.Resume(stream)
 	require.NoError(t, err, "the only cache, suspended a moment ago, resumes")
 }
+
+// TestPartialTailPublishedAtTheStopVerifies: with partial reuse, a cache whose
+// commits stop (isEnd) publishes its trailing partial block at once, as
+// KVCacheManagerV2 commits it; a second cache reuses it while the first is
+// still open and decoding past it, and the copy holds the committed tokens'
+// KV (the publication is fenced by the work that wrote them).
+func TestPartialTailPublishedAtTheStopVerifies(t *testing.T) {
+	r := newRig(t, setup{partial: true, maxDelay: time.Millisecond, seed: 5})
+	a := randTokens(rand.New(rand.NewPCG(41, 42)), 44)
+	stream := r.stream()
+	c, err := r.m.CreateKVCache(core.CacheOptions{InputTokens: a[:40]})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(stream))
+	require.NoError(t, c.Resize(44, 0))
+	require.NoError(t, r.e.Step(c, a, 0, 40))
+	require.NoError(t, c.Commit(a[:40], true))
+	require.NoError(t, r.e.Step(c, a, 40, 44), "decoding on past the stop")
+	res, err := r.e.Serve(stream, fakeengine.Request{Prompt: concat(a[:40], []config.Token{1}), OutputLen: 1})
+	require.NoError(t, err)
+	assert.Equal(t, 40, res.Reused, "32 shared + the 8 of the partial block, published at the stop")
+	assert.Zero(t, res.Verified.Mismatches)
+	require.NoError(t, c.Close())
+	assert.Zero(t, r.e.Mismatches())
+	r.requireDrained()
+}

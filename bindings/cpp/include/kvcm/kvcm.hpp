@@ -2066,6 +2066,21 @@ public:
             tokens.empty() ? nullptr : tokens.data(), tokens.size(), &key, &found));
         return found ? std::optional<uint64_t>(key) : std::nullopt;
     }
+    // Per block of the input's content match, the page of a layer group
+    // covering the most of it and its covered tokens (KVCacheManagerV2's
+    // partial-coverage pages; kvcm_manager_probe_reuse_pages). With partial
+    // the match may end inside a block.
+    [[nodiscard]] std::vector<ReusePage> probeReusePages(std::vector<Token> const& tokens,
+        LayerGroupId layerGroup, bool partial, ReuseScope const& scope = {}) const
+    {
+        kvcm_reuse_scope const s = detail::cScope(scope);
+        return list<ReusePage>(
+            [&](ReusePage* p, size_t cap, size_t* n)
+            {
+                return ::kvcm_manager_probe_reuse_pages(mHandle, &s, scope.loraId.has_value(),
+                    tokens.empty() ? nullptr : tokens.data(), tokens.size(), layerGroup, partial, p, cap, n);
+            });
+    }
     // Sets the eviction priority of the cached blocks along a chain of block
     // keys in scope (a waiting request's CPIndex::getCachedBlocks, first block
     // first): keys[i] gets priorities[i], as far as the manager holds the

@@ -820,6 +820,13 @@ using ReuseDiagnostics = ::kvcm_reuse_diagnostics;
 static_assert(std::is_standard_layout_v<ReuseDiagnostics> && std::is_trivially_copyable_v<ReuseDiagnostics>);
 static_assert(sizeof(ReuseDiagnostics) == 16 && alignof(ReuseDiagnostics) == 8);
 
+// kvcm_reuse_page is one block of a reuse match in one layer group
+// (kvcm_manager_probe_reuse_pages): the tokens of the block matched and the
+// page covering the most of them, KVCacheManagerV2's partial-coverage page.
+using ReusePage = ::kvcm_reuse_page;
+static_assert(std::is_standard_layout_v<ReusePage> && std::is_trivially_copyable_v<ReusePage>);
+static_assert(sizeof(ReusePage) == 16 && alignof(ReusePage) == 4);
+
 // kvcm_reused_blocks_at_level counts one layer group's pages reused during an
 // iteration from one level (the level each was on when a new cache reused
 // it).

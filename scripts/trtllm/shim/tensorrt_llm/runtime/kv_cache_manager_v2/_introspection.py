@@ -2,7 +2,7 @@
 look inside the manager (page states, pool ratios, tree pages). The hooks
 whose answer is public data of a kvcm manager are computed from kvcm's public
 API (the pool groups' sizes and slot counts, the layer groups of the
-configured layers); a test calling any other fails with KVCM2InternalError
+configured layers, the pages of a reuse match with the tokens they cover); a test calling any other fails with KVCM2InternalError
 naming it."""
 
 from __future__ import annotations
@@ -54,6 +54,15 @@ def ssm_life_cycle_id(manager: Any) -> int | None:
     """The SSM layer group, None without SSM layers."""
     ids = _layer_groups(manager, lambda layer: isinstance(layer, kvcm.SsmLayerConfig))
     return ids[0] if ids else None
+
+
+def reuse_match_pages(manager: Any, reuse_scope: Any, tokens: Any, lc_id: int,
+                      enable_partial: bool = False) -> tuple[int, list[tuple[int, int] | None]]:
+    """The tokens matched and, per block, ``(slot, covered tokens)`` of the
+    layer group's page covering the most of it, None without one:
+    ``probe_reuse_pages``."""
+    n, pages = manager.probe_reuse_pages(reuse_scope, list(tokens), lc_id, enable_partial)
+    return n, [None if p is None else (p.slot, p.covered) for p in pages]
 
 
 def __getattr__(name: str) -> NoReturn:
