@@ -168,3 +168,14 @@ def test_max_quota_none_is_quota_and_a_value_reserves_room():
     with KVCacheManager(cfg, device="emu") as m:
         assert m.resize(0, 128 << 10) is True
         assert m.get_quota(0) == 128 << 10
+
+
+def test_copies_and_pickles_are_equal(tmp_path):
+    """KVCacheManager.init_config is a copy: a tier copies and pickles to an
+    equal value of its class."""
+    import copy
+    import pickle
+
+    for t in (GpuCacheTierConfig(1, 2, 0), HostCacheTierConfig(3), DiskCacheTierConfig(4, str(tmp_path), True)):
+        for c in (copy.copy(t), copy.deepcopy(t), pickle.loads(pickle.dumps(t))):
+            assert c == t and type(c) is type(t)
