@@ -278,6 +278,10 @@ type ValueType struct {
 	Order   []string
 	Own     []*OwnField
 	Methods []string // //kvcm:cppmethod: member functions, verbatim
+	// Variants are the //kvcm:cppvariant lines of a C++ value type: the
+	// classes derived from it with a constructor that fixes its enum field
+	// (see gen/emit_cppvariant.go).
+	Variants []string
 	// Out makes the value type one the binding reads from the C struct
 	// (the library's results) instead of one it converts to it.
 	Out bool

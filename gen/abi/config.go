@@ -21,6 +21,9 @@ import "github.com/kvcm/kvcm/gen/spec"
 //kvcm:cppdoc KVCM_ERR_INVALID_STATE. Without it the files are removed at destroy and
 //kvcm:cppdoc those a killed manager left are reclaimed at create.
 //kvcm:cppfield persistent bool false | Keeps a disk tier's files (kvcm_manager_config.disk_persistent).
+//kvcm:cppvariant GpuCacheTierConfig kind=kGpu args=quota:quotaBytes,maxQuota:maxQuotaBytes=0
+//kvcm:cppvariant HostCacheTierConfig kind=kHost args=quota:quotaBytes
+//kvcm:cppvariant DiskCacheTierConfig kind=kDisk args=quota:quotaBytes,path:directory,persistent:persistentTier=false
 //kvcm:pyvariant GpuCacheTierConfig kind=GPU fields=quota,max_quota=None,pool_granularity
 //kvcm:pyvariantfield GpuCacheTierConfig pool_granularity int -1 into=gpu_pool_granularity | The GPU pools' size unit (kvcm_manager_config.gpu_pool_granularity): -1, KVCacheManagerV2's granule for the quota; 0, to the byte; else bytes.
 //kvcm:pyvariant HostCacheTierConfig kind=HOST fields=quota

@@ -261,6 +261,16 @@
 // struct reaches a class when a fields= list names it. See
 // gen/emit_pyvariant.go.
 //
+// C++'s counterpart is //kvcm:cppvariant <Name> <enum field>=<member>
+// args=<field>:<param>[=default],... on a //kvcm:cppvalue struct (C++
+// names): a struct Name deriving from the value type whose constructor
+// fixes the enum field to the member and takes the fields args= names as
+// parameters of their types, in that order, every other field keeping its
+// default; it is explicit when one argument can call it
+// (GpuCacheTierConfig(quotaBytes, maxQuotaBytes = 0),
+// HostCacheTierConfig(quotaBytes), DiskCacheTierConfig(quotaBytes,
+// directory, persistentTier = false)). See gen/emit_cppvariant.go.
+//
 // # Vtables and callbacks implemented elsewhere: //kvcm:gocaller, //kvcm:cppimpl
 //
 // A vtable with //kvcm:gocaller <import path>.<Type> (a Go struct of funcs:
@@ -427,7 +437,10 @@
 // hand-written classes of kvcm.config, which keep assert_valid): the same
 // fields in the same order with the same defaults (max_quota None,
 // pool_granularity -1, persistent False), repr, equality, tier, path
-// accepting an os.PathLike, and errors naming the field.
+// accepting an os.PathLike, and errors naming the field; and C++'s tier
+// constructors GpuCacheTierConfig, HostCacheTierConfig and
+// DiskCacheTierConfig (kvcm_values_generated.hpp, //kvcm:cppvariant), with
+// the same parameters, defaults and explicitness.
 package abi
 
 import (

@@ -159,10 +159,13 @@ type Drawing struct {
 	NumWeights spec.Size
 }
 
-// Spot is split by kind in Python.
+// Spot is split by kind in Python and C++.
 //
 //kvcm:struct
 //kvcm:since 1
+//kvcm:cppns c
+//kvcm:cppvalue Spot
+//kvcm:cppvariant HomeSpot where=kHere args=x:xAt,dir:directory=""
 //kvcm:pyvariant HomeSpot where=HERE fields=x,dir,grain
 //kvcm:pyvariantfield HomeSpot grain int -1 into=grain | The site's grain.
 //kvcm:pyvariant NowhereSpot where=NOWHERE fields=x=None,keep

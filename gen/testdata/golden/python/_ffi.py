@@ -123,7 +123,7 @@ class kvcm_site(ctypes.Structure):
 
 
 class kvcm_spot(ctypes.Structure):
-    """kvcm_spot is split by kind in Python."""
+    """kvcm_spot is split by kind in Python and C++."""
 
 
 class kvcm_strip(ctypes.Structure):

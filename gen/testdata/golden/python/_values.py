@@ -104,7 +104,7 @@ class Drawing:
 
 @dataclass(slots=True)
 class HomeSpot:
-    """kvcm_spot is split by kind in Python.
+    """kvcm_spot is split by kind in Python and C++.
 
     HomeSpot: the kvcm_spot with where HERE (//kvcm:pyvariant).
     """
@@ -137,7 +137,7 @@ class HomeSpot:
 
 @dataclass(slots=True)
 class NowhereSpot:
-    """kvcm_spot is split by kind in Python.
+    """kvcm_spot is split by kind in Python and C++.
 
     NowhereSpot: the kvcm_spot with where NOWHERE (//kvcm:pyvariant).
     """

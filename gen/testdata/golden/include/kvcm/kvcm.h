@@ -399,7 +399,7 @@ struct kvcm_site {
 };
 
 /**
- * kvcm_spot is split by kind in Python.
+ * kvcm_spot is split by kind in Python and C++.
  * @since ABI version 1.
  */
 struct kvcm_spot {
