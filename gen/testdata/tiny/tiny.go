@@ -168,7 +168,7 @@ type Drawing struct {
 //kvcm:cppvariant HomeSpot where=kHere args=x:xAt,dir:directory=""
 //kvcm:pyvariant HomeSpot where=HERE fields=x,dir,grain
 //kvcm:pyvariantfield HomeSpot grain int -1 into=grain | The site's grain.
-//kvcm:pyvariant NowhereSpot where=NOWHERE fields=x=None,keep
+//kvcm:pyvariant NowhereSpot where=NOWHERE fields=x=None,keep,scale=1.0,name=''
 //kvcm:pyvariantfield NowhereSpot keep bool False into=keep | Keeps the site.
 type Spot struct {
 	// Where is the spot's kind.
@@ -177,6 +177,10 @@ type Spot struct {
 	X int64
 	// Dir is a directory.
 	Dir spec.CStr `nullable:"true" own:"borrowed" pytype:"path"`
+	// Scale is a factor.
+	Scale float64 `cppdefault:"1.0"`
+	// Name is a name.
+	Name spec.CStr `nullable:"true" own:"borrowed"`
 }
 
 // Site holds spots.

@@ -172,7 +172,7 @@ static_assert(sizeof(Shape) == 16 && alignof(Shape) == 8);
 // kvcm_spot is split by kind in Python and C++.
 using Spot = ::kvcm_spot;
 static_assert(std::is_standard_layout_v<Spot> && std::is_trivially_copyable_v<Spot>);
-static_assert(sizeof(Spot) == 24 && alignof(Spot) == 8);
+static_assert(sizeof(Spot) == 40 && alignof(Spot) == 8);
 
 // kvcm_tag names a thing for a function: a number, a label and salt bytes.
 using Tag = ::kvcm_tag;

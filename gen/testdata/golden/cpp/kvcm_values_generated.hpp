@@ -99,13 +99,17 @@ struct Spot
     std::int64_t x = 0;
     // dir is a directory.
     std::string dir;
+    // scale is a factor.
+    double scale = 1.0;
+    // name is a name.
+    std::string name;
 };
 
 // HomeSpot is a Spot of where kHere (//kvcm:cppvariant).
 struct HomeSpot : Spot
 {
     explicit HomeSpot(std::int64_t xAt, std::string directory = "")
-        : Spot{Where::kHere, xAt, std::move(directory)}
+        : Spot{Where::kHere, xAt, std::move(directory), 1.0, {}}
     {
     }
 };
@@ -213,6 +217,9 @@ public:
         mC.x = v.x;
         checkCString(fieldPath(path, "dir"), v.dir);
         mC.dir = v.dir.empty() ? nullptr : v.dir.c_str();
+        mC.scale = v.scale;
+        checkCString(fieldPath(path, "name"), v.name);
+        mC.name = v.name.empty() ? nullptr : v.name.c_str();
     }
 
     [[nodiscard]] ::kvcm_spot const& get() const noexcept { return mC; }

@@ -216,6 +216,8 @@ kvcm_spot._fields_ = [
     ("where", kvcm_where),
     ("x", ctypes.c_int64),
     ("dir", ctypes.c_char_p),
+    ("scale", ctypes.c_double),
+    ("name", ctypes.c_char_p),
 ]
 
 kvcm_strip._fields_ = [
@@ -300,7 +302,7 @@ LAYOUTS = {
     "kvcm_sample": (24, 8, {"id": 0, "codes": 8, "num_codes": 16}),
     "kvcm_shape": (16, 8, {"name": 0, "sides": 8, "hidden": 12}),
     "kvcm_site": (24, 8, {"spots": 0, "num_spots": 8, "grain": 16, "keep": 20}),
-    "kvcm_spot": (24, 8, {"where": 0, "x": 8, "dir": 16}),
+    "kvcm_spot": (40, 8, {"where": 0, "x": 8, "dir": 16, "scale": 24, "name": 32}),
     "kvcm_strip": (24, 8, {"stride": 0, "pix": 8, "num_pix": 16}),
     "kvcm_tag": (32, 8, {"number": 0, "label": 8, "salt": 16, "salt_len": 24}),
     "kvcm_tally": (32, 8, {"key": 0, "hits": 8, "misses": 16, "at": 24}),

@@ -146,6 +146,10 @@ class NowhereSpot:
     x: int | None = None
     #: Keeps the site.
     keep: bool = False
+    #: scale is a factor.
+    scale: float = 1.0
+    #: name is a name.
+    name: str = ''
 
     @property
     def place(self) -> _ffi.Place:
@@ -156,6 +160,10 @@ class NowhereSpot:
         _check_int(_path(path, 'x'), self.x, optional=True)
         if not isinstance(self.keep, bool):
             raise TypeError(f"{_path(path, 'keep')}: expected a bool, got {type(self.keep).__name__}")
+        if not isinstance(self.scale, (int, float)) or isinstance(self.scale, bool):
+            raise TypeError(f"{_path(path, 'scale')}: expected a float, got {type(self.scale).__name__}")
+        if not isinstance(self.name, str):
+            raise TypeError(f"{_path(path, 'name')}: expected a str, got {type(self.name).__name__}")
 
     def _to_c(self, c: Any, parent: Any, path: str, keep: list[Any]) -> None:
         """Writes the NowhereSpot into c, a kvcm_spot, and its fields the parent struct carries into parent."""
@@ -163,3 +171,5 @@ class NowhereSpot:
         set_field(c, "x", 0 if self.x is None else self.x, _path(path, 'x'))
         if self.keep:
             parent.keep = True
+        c.scale = float(self.scale)
+        c.name = _cstr(self.name, _path(path, 'name'), keep)

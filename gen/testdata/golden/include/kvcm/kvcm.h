@@ -415,6 +415,14 @@ struct kvcm_spot {
      * [borrowed, nullable] dir is a directory.
      */
     const char* dir;
+    /**
+     * scale is a factor.
+     */
+    double scale;
+    /**
+     * [borrowed, nullable] name is a name.
+     */
+    const char* name;
 };
 
 /**
@@ -737,11 +745,13 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_site, spots) == 0, "layout of kvcm_site changed
 KVCM_STATIC_ASSERT(offsetof(kvcm_site, num_spots) == 8, "layout of kvcm_site changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_site, grain) == 16, "layout of kvcm_site changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_site, keep) == 20, "layout of kvcm_site changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_spot) == 24, "layout of kvcm_spot changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_spot) == 40, "layout of kvcm_spot changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_spot) == 8, "alignment of kvcm_spot changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_spot, where) == 0, "layout of kvcm_spot changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_spot, x) == 8, "layout of kvcm_spot changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_spot, dir) == 16, "layout of kvcm_spot changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_spot, scale) == 24, "layout of kvcm_spot changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_spot, name) == 32, "layout of kvcm_spot changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_strip) == 24, "layout of kvcm_strip changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_strip) == 8, "alignment of kvcm_strip changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_strip, stride) == 0, "layout of kvcm_strip changed");
