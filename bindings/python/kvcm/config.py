@@ -3,8 +3,10 @@
 These classes are plain data: the fields of those that mirror a C struct
 (buffers, layers, batches, the shared tier, the manager's configuration) and
 their conversion to it are generated from the ABI description into
-:mod:`kvcm._values` (``//kvcm:pyconfig``); the classes here derive from them
-and add the type checks and TensorRT-LLM's aliases. The library validates a configuration when a
+:mod:`kvcm._values` (``//kvcm:pyconfig``), and so are the tier classes, one
+C struct split by kind, with their type checks (``//kvcm:pyvariant``); the
+classes here derive from them and add the type checks, ``assert_valid`` and
+TensorRT-LLM's aliases. The library validates a configuration when a
 :class:`~kvcm.KVCacheManager` is created and raises
 :class:`~kvcm.InvalidConfigError` whose ``field`` names the offending field
 with its path (``"layers[2].buffers[0].size"``), exactly as the Go core does;
