@@ -47,7 +47,7 @@ func parseValueType(d directives, kind, prefix string) (*ValueType, error) {
 	if len(args) == 0 {
 		return nil, fmt.Errorf("no name")
 	}
-	v := &ValueType{Name: args[0], Methods: d[prefix+"method"]}
+	v := &ValueType{Name: args[0], Methods: d[prefix+"method"], Variants: d[prefix+"variant"]}
 	for _, a := range args[1:] {
 		if a == "out" {
 			v.Out = true
@@ -217,7 +217,7 @@ detail::C<Name>: its pointers borrow from the value and from the converter,
 for one call. Included by kvcm.hpp, after kvcm::Error; not on its own.`)
 	guard := strings.ToUpper(m.Prefix) + "_" + strings.ToUpper(m.Prefix) + "_VALUES_GENERATED_HPP"
 	fmt.Fprintf(&b, "#ifndef %s\n#define %s\n\n", guard, guard)
-	b.WriteString("#include <cstddef>\n#include <cstdint>\n#include <memory>\n#include <optional>\n#include <string>\n#include <vector>\n\n")
+	b.WriteString("#include <cstddef>\n#include <cstdint>\n#include <memory>\n#include <optional>\n#include <string>\n#include <utility>\n#include <vector>\n\n")
 	fmt.Fprintf(&b, "namespace %s {\n\nnamespace detail {\n\n", m.Prefix)
 	b.WriteString(`// configError is the kvcm::Error the library raises for a bad field.
 inline Error configError(std::string const& field, std::string const& msg)
@@ -297,6 +297,11 @@ func cppValueStruct(b *strings.Builder, d *Decl) error {
 		fmt.Fprintf(b, "\n    %s\n", m)
 	}
 	b.WriteString("};\n\n")
+	for _, line := range d.CppValue.Variants {
+		if err := cppVariant(b, d, fields, line); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

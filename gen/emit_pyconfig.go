@@ -136,24 +136,37 @@ func pyConfigDecls(m *Model) []*Decl {
 
 func emitPyConfigs(m *Model, p Paths) (map[string][]byte, error) {
 	decls := pyConfigDecls(m)
-	if p.PyValues == "" || len(decls) == 0 {
+	variants, vdecls, err := pyVariantClasses(m)
+	if err != nil {
+		return nil, err
+	}
+	if p.PyValues == "" || len(decls)+len(vdecls) == 0 {
 		return nil, nil
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# %s\n", Banner)
 	b.WriteString(`"""The Python value types of kvcm's configuration structs (//kvcm:pyconfig in
 gen/abi), each with _to_c, which writes the fields it shares with its ctypes
-struct. The public classes of kvcm.config derive from them and add their
-behaviour (type checks, TensorRT-LLM's names); the fields the C struct
-carries elsewhere are converted there.
+struct, and the classes of a struct split by kind (//kvcm:pyvariant), each
+with _check_types and _to_c. The public classes of kvcm.config derive from
+them and add their behaviour (type checks, TensorRT-LLM's names); the
+fields the C struct carries elsewhere are converted there.
 """
 
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass, field
-from typing import Any
-
+`)
+	if len(vdecls) > 0 {
+		b.WriteString("import os\n")
+	}
+	b.WriteString("from dataclasses import dataclass, field\n")
+	if len(vdecls) > 0 {
+		b.WriteString("from typing import Any, Union\n")
+	} else {
+		b.WriteString("from typing import Any\n")
+	}
+	b.WriteString(`
 from . import _ffi
 from ._convert import set_field
 from .errors import InvalidConfigError
@@ -173,9 +186,17 @@ def _cstr(value: str, path: str, keep: list[Any]) -> bytes:
     keep.append(s)
     return s
 `)
+	if len(vdecls) > 0 {
+		b.WriteString(pyVariantHelpers)
+	}
 	for _, d := range decls {
 		if err := pyConfigClass(&b, d); err != nil {
 			return nil, err
+		}
+	}
+	for _, d := range vdecls {
+		for _, v := range variants[d] {
+			pyVariantClassCode(&b, d, v)
 		}
 	}
 	return map[string][]byte{p.PyValues: []byte(b.String())}, nil

@@ -202,11 +202,17 @@ func TestCheckReportsStaleGeneratedFiles(t *testing.T) {
 // of its C struct that is not tagged "-" and nothing else: kvcmgen refuses a
 // field it cannot convert, an order= that does not list exactly the value
 // type's fields, and a C++ name that would collide with the C struct's alias.
+// A //kvcm:pyvariant names only fields of its struct or its own fields, and
+// an own field goes to a field of the struct holding the array; a
+// //kvcm:cppvariant fixes its enum field to one of the enum's members.
 func TestValueTypeErrors(t *testing.T) {
 	for dir, want := range map[string]string{
-		"cppvalueorder": `order= names "nope", not a field of the value type`,
-		"pyconfigtype":  `no Python value type for void*: tag it py:"-"`,
-		"cppvaluealias": "is the name of the C struct's alias: give the struct a //kvcm:cppns",
+		"cppvalueorder":    `order= names "nope", not a field of the value type`,
+		"pyconfigtype":     `no Python value type for void*: tag it py:"-"`,
+		"cppvaluealias":    "is the name of the C struct's alias: give the struct a //kvcm:cppns",
+		"pyvariantfields":  "fields= names y, neither a field of kvcm_s nor a //kvcm:pyvariantfield",
+		"pyvariantinto":    "own field y: into=nope is not a field of kvcm_p",
+		"cppvariantmember": "kTwo is not a member of E",
 	} {
 		m, err := Load(filepath.Join("testdata", "valuebad", dir), ".")
 		require.NoError(t, err, dir)

@@ -259,6 +259,18 @@ func (l *loader) run() error {
 				return fmt.Errorf("%s: bad //kvcm:pyconfig %q: want \"<Python name> [order=a,b,...]\" on a //kvcm:struct (%v)", dc.GoName, d.one("pyconfig"), err)
 			}
 		}
+		for _, line := range d["pyvariant"] {
+			v, err := parsePyVariant(line)
+			if err != nil || dc.Kind != DStruct {
+				return fmt.Errorf("%s: bad //kvcm:pyvariant %q: want \"<Name> <enum field>=<member> fields=a[=default],...\" on a //kvcm:struct (%v)", dc.GoName, line, err)
+			}
+			dc.PyVariants = append(dc.PyVariants, v)
+		}
+		for _, line := range d["pyvariantfield"] {
+			if err := parsePyVariantField(dc, line); err != nil {
+				return fmt.Errorf("%s: bad //kvcm:pyvariantfield %q: %w", dc.GoName, line, err)
+			}
+		}
 		dc.Status = d.has("status")
 		dc.APITable = d.has("apitable")
 		if a := d.one("align"); a != "" {
@@ -415,7 +427,7 @@ func (l *loader) body(dc *Decl, s typeSpec) error {
 				}
 				f := &Field{GoName: name.Name, CName: Snake(name.Name), Type: t, Doc: docText(af.Doc), Since: dc.Since,
 					Nullable: tag.Get("nullable") == "true", Own: tag.Get("own"), Go: tag.Get("go"), Cpp: tag.Get("cpp"), Fail: tag.Get("fail"),
-					CppDefault: tag.Get("cppdefault"), Path: tag.Get("path"), Py: tag.Get("py"), PyDefault: tag.Get("pydefault"), User: Snake(tag.Get("user"))}
+					CppDefault: tag.Get("cppdefault"), Path: tag.Get("path"), Py: tag.Get("py"), PyDefault: tag.Get("pydefault"), PyType: tag.Get("pytype"), User: Snake(tag.Get("user"))}
 				if c := tag.Get("c"); c != "" {
 					f.CName = c
 				}
@@ -942,6 +954,59 @@ func parsePyValue(dc *Decl, args string) error {
 			return fmt.Errorf("unknown argument %q (want [Name] [order=a,b,...] [prefix=p] [counters])", a)
 		}
 	}
+	return nil
+}
+
+func parsePyVariant(line string) (*PyVariant, error) {
+	args := strings.Fields(line)
+	if len(args) < 3 {
+		return nil, fmt.Errorf("want a name, the kind and fields=")
+	}
+	v := &PyVariant{Name: args[0], Defaults: map[string]string{}, Into: map[string]string{}}
+	for _, a := range args[1:] {
+		k, val, ok := strings.Cut(a, "=")
+		switch {
+		case !ok || val == "":
+			return nil, fmt.Errorf("argument %q is not key=value", a)
+		case k == "fields":
+			for _, f := range strings.Split(val, ",") {
+				name, def, _ := strings.Cut(f, "=")
+				if slices.Contains(v.Fields, name) {
+					return nil, fmt.Errorf("fields= names %s twice", name)
+				}
+				v.Fields = append(v.Fields, name)
+				if def != "" {
+					v.Defaults[name] = def
+				}
+			}
+		case v.Kind == "":
+			v.Kind, v.Member = k, val
+		default:
+			return nil, fmt.Errorf("unknown argument %q", a)
+		}
+	}
+	if v.Kind == "" || len(v.Fields) == 0 {
+		return nil, fmt.Errorf("want <enum field>=<member> and fields=")
+	}
+	return v, nil
+}
+
+// parsePyVariantField adds "<Variant> name type [default] into=<field> | doc"
+// to its variant, declared before it.
+func parsePyVariantField(dc *Decl, line string) error {
+	decl, doc, _ := strings.Cut(line, " | ")
+	f := strings.Fields(decl)
+	if len(f) < 4 || !strings.HasPrefix(f[len(f)-1], "into=") {
+		return fmt.Errorf("want \"<Variant> name type [default] into=<field> | doc\"")
+	}
+	i := slices.IndexFunc(dc.PyVariants, func(v *PyVariant) bool { return v.Name == f[0] })
+	if i < 0 {
+		return fmt.Errorf("%s is no //kvcm:pyvariant of the struct", f[0])
+	}
+	v := dc.PyVariants[i]
+	o := &OwnField{Name: f[1], Type: f[2], Default: strings.Join(f[3:len(f)-1], " "), Doc: strings.TrimSpace(doc)}
+	v.Own = append(v.Own, o)
+	v.Into[o.Name] = strings.TrimPrefix(f[len(f)-1], "into=")
 	return nil
 }
 

@@ -196,12 +196,15 @@ type Decl struct {
 	// PyConfig asks for a Python value type of the struct with its
 	// conversion to the ctypes struct (//kvcm:pyconfig), or is nil.
 	PyConfig *ValueType
-	Align    int
-	Status   bool // the status type
-	APITable bool // the generated function table
-	Callback *Sig
-	File     string
-	Pos      int
+	// PyVariants are the Python classes the struct is split into by the
+	// value of one enum field (//kvcm:pyvariant), in directive order.
+	PyVariants []*PyVariant
+	Align      int
+	Status     bool // the status type
+	APITable   bool // the generated function table
+	Callback   *Sig
+	File       string
+	Pos        int
 
 	size, align int // computed layout (structs)
 }
@@ -251,6 +254,9 @@ type Field struct {
 	// PyDefault is the field's default in its Python value type (pydefault
 	// tag; "" for none: the field is required).
 	PyDefault string
+	// PyType is the field's pytype tag: "path" makes a const char* a
+	// filesystem path in Python (a str or an os.PathLike, os.fsencode'd).
+	PyType string
 	// Path is the name errors give the field in field paths (path tag;
 	// "" means its C name).
 	Path string
@@ -272,6 +278,10 @@ type ValueType struct {
 	Order   []string
 	Own     []*OwnField
 	Methods []string // //kvcm:cppmethod: member functions, verbatim
+	// Variants are the //kvcm:cppvariant lines of a C++ value type: the
+	// classes derived from it with a constructor that fixes its enum field
+	// (see gen/emit_cppvariant.go).
+	Variants []string
 	// Out makes the value type one the binding reads from the C struct
 	// (the library's results) instead of one it converts to it.
 	Out bool
@@ -279,6 +289,22 @@ type ValueType struct {
 	// the argument's path (a value passed to a function), instead of
 	// KVCM_ERR_INVALID_CONFIG (a configuration's).
 	Arg bool
+}
+
+// PyVariant is one Python class of a struct split by kind
+// (//kvcm:pyvariant <Name> <enum field>=<member> fields=a[=default],...):
+// the struct with its enum field fixed to one member, a read-only property
+// in Python, and the fields named in Fields only, with their defaults
+// there. Own are the variant's fields the struct lacks
+// (//kvcm:pyvariantfield <Name> name type [default] into=<field> | doc),
+// which go to a field of the struct holding the array of it.
+type PyVariant struct {
+	Name         string
+	Kind, Member string
+	Fields       []string
+	Defaults     map[string]string
+	Own          []*OwnField
+	Into         map[string]string // own field → C field of the parent struct
 }
 
 // OwnField is a field of a binding's value type that its C struct lacks

@@ -21,10 +21,18 @@ import "github.com/kvcm/kvcm/gen/spec"
 //kvcm:cppdoc KVCM_ERR_INVALID_STATE. Without it the files are removed at destroy and
 //kvcm:cppdoc those a killed manager left are reclaimed at create.
 //kvcm:cppfield persistent bool false | Keeps a disk tier's files (kvcm_manager_config.disk_persistent).
+//kvcm:cppvariant GpuCacheTierConfig kind=kGpu args=quota:quotaBytes,maxQuota:maxQuotaBytes=0
+//kvcm:cppvariant HostCacheTierConfig kind=kHost args=quota:quotaBytes
+//kvcm:cppvariant DiskCacheTierConfig kind=kDisk args=quota:quotaBytes,path:directory,persistent:persistentTier=false
+//kvcm:pyvariant GpuCacheTierConfig kind=GPU fields=quota,max_quota=None,pool_granularity
+//kvcm:pyvariantfield GpuCacheTierConfig pool_granularity int -1 into=gpu_pool_granularity | The GPU pools' size unit (kvcm_manager_config.gpu_pool_granularity): -1, KVCacheManagerV2's granule for the quota; 0, to the byte; else bytes.
+//kvcm:pyvariant HostCacheTierConfig kind=HOST fields=quota
+//kvcm:pyvariant DiskCacheTierConfig kind=DISK fields=quota,path,persistent
+//kvcm:pyvariantfield DiskCacheTierConfig persistent bool False into=disk_persistent | Keeps the tier's files (kvcm_manager_config.disk_persistent).
 type CacheTierConfig struct {
 	// Kind is the tier kind; tiers are ordered gpu, then host, then disk,
 	// each at most once, the GPU tier first.
-	Kind TierKind
+	Kind TierKind `py:"tier"`
 	// Quota is the tier's byte quota (positive).
 	Quota int64
 	// MaxQuota, for the GPU tier only, is the largest quota
@@ -33,7 +41,7 @@ type CacheTierConfig struct {
 	// Path is the directory of a disk tier (NULL for other tiers). It is
 	// NUL-terminated, so bindings reject a path containing a NUL byte
 	// rather than cut it.
-	Path spec.CStr `nullable:"true" own:"borrowed"`
+	Path spec.CStr `nullable:"true" own:"borrowed" pytype:"path"`
 }
 
 // SharedTierConfig is a cold tier shared across nodes on a Redis Cluster,

@@ -78,7 +78,9 @@
 //     the struct's order= lists (kvcmgen refuses an order= that misses a
 //     field, so none is dropped silently). A field the bindings carry
 //     elsewhere is tagged cpp:"-" / py:"-" and set in their C form by hand
-//     (detail::CConfig in kvcm.hpp, _build_c_config in manager.py).
+//     (detail::CConfig in kvcm.hpp, _build_c_config in manager.py). A
+//     field of a //kvcm:pyvariant struct (the tier) reaches the Python
+//     classes whose fields= name it (GpuCacheTierConfig, ...).
 //     Statistics need nothing more: C++ uses the C structs (and the
 //     //kvcm:cppvalue out types), and Python's //kvcm:pyvalue types are
 //     generated (a field the Python record lacks is tagged py:"-"); the
@@ -231,6 +233,43 @@
 // verbatim. order= lists the binding's fields (their binding names) where
 // the binding's order differs from C's (C++ aggregate initialization and
 // Python's positional arguments follow it).
+//
+// # Python classes of a struct split by kind: //kvcm:pyvariant
+//
+// A struct whose Python form is one class per value of an enum field (the
+// tiers: kvcm_cache_tier_config by kind) has a //kvcm:pyvariant <Name>
+// <enum field>=<member> fields=a[=default],... line per class: Name (in
+// kvcm/_values.py) holds the struct with the enum field fixed to member, a
+// read-only property named by the field's py tag (Kind `py:"tier"`: the
+// tier property, of the //kvcm:pyenum type CacheTier), and only the fields
+// fields= names (their Python names), in that order, each with the default
+// given there (none: required; None: None stands for the C zero). A field
+// the class has but the struct lacks is declared by
+// //kvcm:pyvariantfield <Name> name int|bool [default] into=<field> | doc
+// and named in fields= for its place: it goes to the field into= of the
+// struct that holds the array of the struct (the tiers' kvcm_manager_config:
+// GpuCacheTierConfig.pool_granularity to gpu_pool_granularity,
+// DiskCacheTierConfig.persistent to disk_persistent, a bool or-ed in). A
+// const char* field tagged pytype:"path" is a filesystem path: a str or an
+// os.PathLike, os.fsencode'd (the disk tier's path). Each class gets
+// _check_types(path), a TypeError naming the first field of the wrong type
+// in field order ("cache_tiers[1].path: expected a str or path, got int"),
+// and _to_c(c, parent, path, keep), which writes the member, its fields
+// (errors naming their paths; a NUL byte in a path is an InvalidConfigError)
+// and its own fields into parent. The public classes of kvcm.config derive
+// from them and add their behaviour (assert_valid); a field appended to the
+// struct reaches a class when a fields= list names it. See
+// gen/emit_pyvariant.go.
+//
+// C++'s counterpart is //kvcm:cppvariant <Name> <enum field>=<member>
+// args=<field>:<param>[=default],... on a //kvcm:cppvalue struct (C++
+// names): a struct Name deriving from the value type whose constructor
+// fixes the enum field to the member and takes the fields args= names as
+// parameters of their types, in that order, every other field keeping its
+// default; it is explicit when one argument can call it
+// (GpuCacheTierConfig(quotaBytes, maxQuotaBytes = 0),
+// HostCacheTierConfig(quotaBytes), DiskCacheTierConfig(quotaBytes,
+// directory, persistentTier = false)). See gen/emit_cppvariant.go.
 //
 // # Vtables and callbacks implemented elsewhere: //kvcm:gocaller, //kvcm:cppimpl
 //
@@ -401,7 +440,16 @@
 // and the fields and C conversion of Python's BufferLocation,
 // PageIndexConverter, PoolGroupStats, PoolGroupPeakBlockStats,
 // KVCacheIterationStatsDelta and SsmSnapshotIterationStatsDelta
-// (kvcm._ffi, //kvcm:pyvalue).
+// (kvcm._ffi, //kvcm:pyvalue); and the fields, type checks and C conversion
+// of Python's tier classes GpuCacheTierConfig, HostCacheTierConfig and
+// DiskCacheTierConfig (kvcm/_values.py, //kvcm:pyvariant, under the
+// hand-written classes of kvcm.config, which keep assert_valid): the same
+// fields in the same order with the same defaults (max_quota None,
+// pool_granularity -1, persistent False), repr, equality, tier, path
+// accepting an os.PathLike, and errors naming the field; and C++'s tier
+// constructors GpuCacheTierConfig, HostCacheTierConfig and
+// DiskCacheTierConfig (kvcm_values_generated.hpp, //kvcm:cppvariant), with
+// the same parameters, defaults and explicitness.
 package abi
 
 import (

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
 
 using namespace kvcm_test;
 
@@ -22,6 +23,34 @@ protected:
 
     uint64_t mHandlesBefore = kvcm::liveHandleCount();
 };
+
+// The tier constructors set the tier's kind and the fields they take, every
+// other field its default; one-argument ones are explicit, the disk tier's
+// (two required arguments) is not, and each is a CacheTierConfig.
+TEST_F(ManagerTest, TierConstructorsSetKindAndFields)
+{
+    static_assert(!std::is_convertible_v<int64_t, kvcm::GpuCacheTierConfig>, "explicit");
+    static_assert(!std::is_convertible_v<int64_t, kvcm::HostCacheTierConfig>, "explicit");
+    static_assert(std::is_base_of_v<kvcm::CacheTierConfig, kvcm::DiskCacheTierConfig>);
+    static_assert(!std::is_default_constructible_v<kvcm::GpuCacheTierConfig>);
+    kvcm::CacheTierConfig const gpu = kvcm::GpuCacheTierConfig(10);
+    EXPECT_EQ(gpu.kind, kvcm::TierKind::kGpu);
+    EXPECT_EQ(gpu.quota, 10);
+    EXPECT_EQ(gpu.maxQuota, 0);
+    EXPECT_TRUE(gpu.path.empty());
+    EXPECT_FALSE(gpu.persistent);
+    EXPECT_EQ(kvcm::GpuCacheTierConfig(10, 20).maxQuota, 20);
+    kvcm::CacheTierConfig const host = kvcm::HostCacheTierConfig(7);
+    EXPECT_EQ(host.kind, kvcm::TierKind::kHost);
+    EXPECT_EQ(host.quota, 7);
+    EXPECT_EQ(host.maxQuota, 0);
+    kvcm::DiskCacheTierConfig const disk = {5, "/tmp/kvcm-disk"};
+    EXPECT_EQ(disk.kind, kvcm::TierKind::kDisk);
+    EXPECT_EQ(disk.quota, 5);
+    EXPECT_EQ(disk.path, "/tmp/kvcm-disk");
+    EXPECT_FALSE(disk.persistent);
+    EXPECT_TRUE(kvcm::DiskCacheTierConfig(5, "/d", true).persistent);
+}
 
 TEST_F(ManagerTest, LibraryInfo)
 {

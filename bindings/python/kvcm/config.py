@@ -3,8 +3,10 @@
 These classes are plain data: the fields of those that mirror a C struct
 (buffers, layers, batches, the shared tier, the manager's configuration) and
 their conversion to it are generated from the ABI description into
-:mod:`kvcm._values` (``//kvcm:pyconfig``); the classes here derive from them
-and add the type checks and TensorRT-LLM's aliases. The library validates a configuration when a
+:mod:`kvcm._values` (``//kvcm:pyconfig``), and so are the tier classes, one
+C struct split by kind, with their type checks (``//kvcm:pyvariant``); the
+classes here derive from them and add the type checks, ``assert_valid`` and
+TensorRT-LLM's aliases. The library validates a configuration when a
 :class:`~kvcm.KVCacheManager` is created and raises
 :class:`~kvcm.InvalidConfigError` whose ``field`` names the offending field
 with its path (``"layers[2].buffers[0].size"``), exactly as the Go core does;
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import Sequence, Union
 
 from . import _values
+from ._values import _check_int
 from ._ffi import BlockKey, CacheTier, SharedWritePolicy
 from .errors import InvalidConfigError, SsmNeedsSnapshotError
 from .scratch import SwaScratchReuseConfig
@@ -46,17 +49,6 @@ __all__ = [
 
 DataRole = str
 """A buffer's role within its layer, such as ``"key"`` or ``"value"``."""
-
-
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _check_int(path: str, v: object, *, optional: bool = False) -> None:
-    if optional and v is None:
-        return
-    if not _is_int(v):
-        raise TypeError(f"{path}: expected an int, got {type(v).__name__}")
 
 
 @dataclass(slots=True)
@@ -125,7 +117,7 @@ class SsmLayerConfig(_values.SsmLayerConfig):
 
 
 @dataclass(slots=True)
-class GpuCacheTierConfig:
+class GpuCacheTierConfig(_values.GpuCacheTierConfig):
     """The GPU tier: ``quota`` bytes, growable by ``KVCacheManager.resize`` up
     to ``max_quota`` (default: ``quota``), reserved up front so pool base
     addresses never move.
@@ -138,14 +130,6 @@ class GpuCacheTierConfig:
     granule); 0 sizes the pools to the byte (the Go, C and C++ default); a
     positive value is a granule of that many bytes."""
 
-    quota: int
-    max_quota: int | None = None
-    pool_granularity: int = -1
-
-    @property
-    def tier(self) -> CacheTier:
-        return CacheTier.GPU_MEM
-
     def assert_valid(self) -> None:
         """Raise AssertionError unless quota (and max_quota) are valid."""
         assert self.quota > 0, "Quota must be positive"
@@ -153,14 +137,8 @@ class GpuCacheTierConfig:
 
 
 @dataclass(slots=True)
-class HostCacheTierConfig:
+class HostCacheTierConfig(_values.HostCacheTierConfig):
     """A host tier of mapped pinned memory, ``quota`` bytes."""
-
-    quota: int
-
-    @property
-    def tier(self) -> CacheTier:
-        return CacheTier.HOST_MEM
 
     def assert_valid(self) -> None:
         """Raise AssertionError unless the quota is positive."""
@@ -168,8 +146,9 @@ class HostCacheTierConfig:
 
 
 @dataclass(slots=True)
-class DiskCacheTierConfig:
-    """A disk tier: one file per cold pool group under directory ``path``.
+class DiskCacheTierConfig(_values.DiskCacheTierConfig):
+    """A disk tier: one file per cold pool group under directory ``path``
+    (a str or an ``os.PathLike``).
 
     ``persistent`` keeps the files when the manager closes: a later manager
     on ``path`` with the same layout fingerprint (blob size, each
@@ -180,14 +159,6 @@ class DiskCacheTierConfig:
     a second live manager on ``path`` raises :class:`~kvcm.InvalidStateError`.
     Without it the files are removed at close and those a killed manager
     left are reclaimed at start."""
-
-    quota: int
-    path: Union[str, "os.PathLike[str]"]
-    persistent: bool = False
-
-    @property
-    def tier(self) -> CacheTier:
-        return CacheTier.DISK
 
     def assert_valid(self) -> None:
         """Raise AssertionError unless the quota is positive and path is a
@@ -344,17 +315,7 @@ class KVCacheManagerConfig(_values.KVCacheManagerConfig):
                     f"cache_tiers[{i}]: expected GpuCacheTierConfig, HostCacheTierConfig, "
                     f"DiskCacheTierConfig or SharedCacheTierConfig, got {type(t).__name__}"
                 )
-            if isinstance(t, SharedCacheTierConfig):
-                t._check_types(f"cache_tiers[{i}]")
-                continue
-            _check_int(f"cache_tiers[{i}].quota", t.quota)
-            if isinstance(t, GpuCacheTierConfig):
-                _check_int(f"cache_tiers[{i}].max_quota", t.max_quota, optional=True)
-                _check_int(f"cache_tiers[{i}].pool_granularity", t.pool_granularity)
-            if isinstance(t, DiskCacheTierConfig) and not isinstance(t.path, (str, os.PathLike)):
-                raise TypeError(f"cache_tiers[{i}].path: expected a str or path, got {type(t.path).__name__}")
-            if isinstance(t, DiskCacheTierConfig) and not isinstance(t.persistent, bool):
-                raise TypeError(f"cache_tiers[{i}].persistent: expected a bool, got {type(t.persistent).__name__}")
+            t._check_types(f"cache_tiers[{i}]")
         for i, layer in enumerate(self.layers):
             if not isinstance(layer, (AttentionLayerConfig, SsmLayerConfig)):
                 raise TypeError(f"layers[{i}]: expected an AttentionLayerConfig or SsmLayerConfig, "

@@ -6,7 +6,6 @@ import array
 import copy
 import ctypes
 import math
-import os
 import sys
 import weakref
 from dataclasses import dataclass
@@ -29,9 +28,6 @@ from .stats import (
 )
 from .config import (
     CacheTier,
-    DiskCacheTierConfig,
-    GpuCacheTierConfig,
-    HostCacheTierConfig,
     KVCacheManagerConfig,
     SharedCacheTierConfig,
     SsmLayerConfig,
@@ -514,19 +510,11 @@ def _build_c_config(config: KVCacheManagerConfig, device: DeviceKind, device_ord
     local = [t for t in config.cache_tiers if not isinstance(t, SharedCacheTierConfig)]
     tiers = (ffi.kvcm_cache_tier_config * max(len(local), 1))()
     for i, t in enumerate(local):
-        tiers[i].kind = t.tier
-        set_field(tiers[i], "quota", t.quota, f"cache_tiers[{i}].quota")
-        if isinstance(t, GpuCacheTierConfig):
-            set_field(tiers[i], "max_quota", t.max_quota or 0, f"cache_tiers[{i}].max_quota")
-            set_field(c, "gpu_pool_granularity", t.pool_granularity, f"cache_tiers[{i}].pool_granularity")
-        if isinstance(t, DiskCacheTierConfig):
-            p = os.fsencode(t.path)
-            keep.append(p)
-            tiers[i].path = p
-            if t.persistent:
-                # The C flag applies to the last local tier, which the
-                # library's order check makes this one.
-                c.disk_persistent = True
+        # The generated _to_c (//kvcm:pyvariant) also sets the tier's fields
+        # the manager's struct carries: gpu_pool_granularity and
+        # disk_persistent (the C flag applies to the last local tier, which
+        # the library's order check makes the disk tier).
+        t._to_c(tiers[i], c, f"cache_tiers[{i}]", keep)
     keep.append(tiers)
     c.cache_tiers = tiers if local else None
     c.num_cache_tiers = len(local)

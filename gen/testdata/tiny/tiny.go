@@ -159,6 +159,45 @@ type Drawing struct {
 	NumWeights spec.Size
 }
 
+// Spot is split by kind in Python and C++.
+//
+//kvcm:struct
+//kvcm:since 1
+//kvcm:cppns c
+//kvcm:cppvalue Spot
+//kvcm:cppvariant HomeSpot where=kHere args=x:xAt,dir:directory=""
+//kvcm:pyvariant HomeSpot where=HERE fields=x,dir,grain
+//kvcm:pyvariantfield HomeSpot grain int -1 into=grain | The site's grain.
+//kvcm:pyvariant NowhereSpot where=NOWHERE fields=x=None,keep,scale=1.0,name=''
+//kvcm:pyvariantfield NowhereSpot keep bool False into=keep | Keeps the site.
+type Spot struct {
+	// Where is the spot's kind.
+	Where Where `py:"place"`
+	// X is a coordinate.
+	X int64
+	// Dir is a directory.
+	Dir spec.CStr `nullable:"true" own:"borrowed" pytype:"path"`
+	// Scale is a factor.
+	Scale float64 `cppdefault:"1.0"`
+	// Name is a name.
+	Name spec.CStr `nullable:"true" own:"borrowed"`
+}
+
+// Site holds spots.
+//
+//kvcm:struct
+//kvcm:since 1
+type Site struct {
+	// Spots are its spots.
+	Spots spec.In[Spot] `len:"NumSpots" own:"borrowed"`
+	// NumSpots is the length of spots.
+	NumSpots spec.Size
+	// Grain is a home spot's grain.
+	Grain int32
+	// Keep is a nowhere spot's flag.
+	Keep bool
+}
+
 // Note is a result the library writes.
 //
 //kvcm:struct

@@ -565,7 +565,9 @@ inline constexpr kvcm_cold_page_codec_vtable kCodecAdapterVtable = {
 
 // ---- Value types ---------------------------------------------------------------------
 //
-// The value types of the configuration (CacheTierConfig, SharedCacheTierConfig,
+// The value types of the configuration (CacheTierConfig with its tier
+// constructors GpuCacheTierConfig, HostCacheTierConfig and
+// DiskCacheTierConfig, SharedCacheTierConfig,
 // BufferConfig, AttentionLayerConfig, SsmLayerConfig, RequestDesc, BatchDesc,
 // KVCacheManagerConfig), of arguments (BuiltinColdPageCodecOptions,
 // ReuseScope, BufferName) and of results (CacheEvent, BlockEvent,
@@ -616,32 +618,10 @@ namespace kvcm {
 
 // ---- Configuration -----------------------------------------------------------------
 //
-// The tier constructors and the fields the C struct carries elsewhere
-// (detail::CConfig); the value types are generated (see above).
+// The fields the C struct carries elsewhere (detail::CConfig); the value
+// types and the tier constructors (GpuCacheTierConfig, HostCacheTierConfig,
+// DiskCacheTierConfig: //kvcm:cppvariant) are generated (see above).
 
-struct GpuCacheTierConfig : CacheTierConfig
-{
-    explicit GpuCacheTierConfig(int64_t quotaBytes, int64_t maxQuotaBytes = 0)
-        : CacheTierConfig{TierKind::kGpu, quotaBytes, maxQuotaBytes, {}}
-    {
-    }
-};
-
-struct HostCacheTierConfig : CacheTierConfig
-{
-    explicit HostCacheTierConfig(int64_t quotaBytes)
-        : CacheTierConfig{TierKind::kHost, quotaBytes, 0, {}}
-    {
-    }
-};
-
-struct DiskCacheTierConfig : CacheTierConfig
-{
-    DiskCacheTierConfig(int64_t quotaBytes, std::string directory, bool persistentTier = false)
-        : CacheTierConfig{TierKind::kDisk, quotaBytes, 0, std::move(directory), persistentTier}
-    {
-    }
-};
 // A multimodal item's 32-byte content digest (KVCacheManagerV2's bytes and
 // MmItemContext tokens).
 using Digest = std::array<uint8_t, 32>;

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kvcm {
@@ -232,6 +233,33 @@ struct CacheTierConfig
     std::string path;
     // Keeps a disk tier's files (kvcm_manager_config.disk_persistent).
     bool persistent = false;
+};
+
+// GpuCacheTierConfig is a CacheTierConfig of kind kGpu (//kvcm:cppvariant).
+struct GpuCacheTierConfig : CacheTierConfig
+{
+    explicit GpuCacheTierConfig(std::int64_t quotaBytes, std::int64_t maxQuotaBytes = 0)
+        : CacheTierConfig{TierKind::kGpu, quotaBytes, maxQuotaBytes, {}, false}
+    {
+    }
+};
+
+// HostCacheTierConfig is a CacheTierConfig of kind kHost (//kvcm:cppvariant).
+struct HostCacheTierConfig : CacheTierConfig
+{
+    explicit HostCacheTierConfig(std::int64_t quotaBytes)
+        : CacheTierConfig{TierKind::kHost, quotaBytes, 0, {}, false}
+    {
+    }
+};
+
+// DiskCacheTierConfig is a CacheTierConfig of kind kDisk (//kvcm:cppvariant).
+struct DiskCacheTierConfig : CacheTierConfig
+{
+    DiskCacheTierConfig(std::int64_t quotaBytes, std::string directory, bool persistentTier = false)
+        : CacheTierConfig{TierKind::kDisk, quotaBytes, 0, std::move(directory), persistentTier}
+    {
+    }
 };
 
 // The reuse scope: blocks are shared only within one scope. As in

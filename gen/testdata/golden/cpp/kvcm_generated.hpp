@@ -116,6 +116,11 @@ using Sample = ::kvcm_sample;
 static_assert(std::is_standard_layout_v<Sample> && std::is_trivially_copyable_v<Sample>);
 static_assert(sizeof(Sample) == 24 && alignof(Sample) == 8);
 
+// kvcm_site holds spots.
+using Site = ::kvcm_site;
+static_assert(std::is_standard_layout_v<Site> && std::is_trivially_copyable_v<Site>);
+static_assert(sizeof(Site) == 24 && alignof(Site) == 8);
+
 // kvcm_strip is a result with an array, which the library writes into a nested
 // buffer of the caller's.
 using Strip = ::kvcm_strip;
@@ -163,6 +168,11 @@ static_assert(sizeof(Report) == 32 && alignof(Report) == 8);
 using Shape = ::kvcm_shape;
 static_assert(std::is_standard_layout_v<Shape> && std::is_trivially_copyable_v<Shape>);
 static_assert(sizeof(Shape) == 16 && alignof(Shape) == 8);
+
+// kvcm_spot is split by kind in Python and C++.
+using Spot = ::kvcm_spot;
+static_assert(std::is_standard_layout_v<Spot> && std::is_trivially_copyable_v<Spot>);
+static_assert(sizeof(Spot) == 40 && alignof(Spot) == 8);
 
 // kvcm_tag names a thing for a function: a number, a label and salt bytes.
 using Tag = ::kvcm_tag;

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kvcm {
@@ -87,6 +88,30 @@ struct Report
     std::vector<Pair> pairs;
     // salt is salt_len bytes.
     std::string salt;
+};
+
+// kvcm_spot is split by kind in Python and C++.
+struct Spot
+{
+    // where is the spot's kind.
+    Where where = Where::kHere;
+    // x is a coordinate.
+    std::int64_t x = 0;
+    // dir is a directory.
+    std::string dir;
+    // scale is a factor.
+    double scale = 1.0;
+    // name is a name.
+    std::string name;
+};
+
+// HomeSpot is a Spot of where kHere (//kvcm:cppvariant).
+struct HomeSpot : Spot
+{
+    explicit HomeSpot(std::int64_t xAt, std::string directory = "")
+        : Spot{Where::kHere, xAt, std::move(directory), 1.0, {}}
+    {
+    }
 };
 
 // kvcm_tag names a thing for a function: a number, a label and salt bytes.
@@ -181,6 +206,28 @@ inline Report fromC(::kvcm_report const& c)
     }
     return v;
 }
+
+// CSpot is the C form of Spot (kvcm_spot).
+class CSpot
+{
+public:
+    CSpot(Spot const& v, [[maybe_unused]] std::string const& path)
+    {
+        mC.where = static_cast<::kvcm_where>(v.where);
+        mC.x = v.x;
+        checkCString(fieldPath(path, "dir"), v.dir);
+        mC.dir = v.dir.empty() ? nullptr : v.dir.c_str();
+        mC.scale = v.scale;
+        checkCString(fieldPath(path, "name"), v.name);
+        mC.name = v.name.empty() ? nullptr : v.name.c_str();
+    }
+
+    [[nodiscard]] ::kvcm_spot const& get() const noexcept { return mC; }
+    [[nodiscard]] ::kvcm_spot& get() noexcept { return mC; }
+
+private:
+    ::kvcm_spot mC{};
+};
 
 // CTag is the C form of Tag (kvcm_tag).
 class CTag

@@ -118,6 +118,14 @@ class kvcm_shape(ctypes.Structure):
     """kvcm_shape is a configuration value of the bindings."""
 
 
+class kvcm_site(ctypes.Structure):
+    """kvcm_site holds spots."""
+
+
+class kvcm_spot(ctypes.Structure):
+    """kvcm_spot is split by kind in Python and C++."""
+
+
 class kvcm_strip(ctypes.Structure):
     """kvcm_strip is a result with an array, which the library writes into a nested
     buffer of the caller's.
@@ -195,6 +203,21 @@ kvcm_shape._fields_ = [
     ("name", ctypes.c_char_p),
     ("sides", ctypes.c_int32),
     ("hidden", ctypes.c_bool),
+]
+
+kvcm_site._fields_ = [
+    ("spots", ctypes.POINTER(kvcm_spot)),
+    ("num_spots", ctypes.c_size_t),
+    ("grain", ctypes.c_int32),
+    ("keep", ctypes.c_bool),
+]
+
+kvcm_spot._fields_ = [
+    ("where", kvcm_where),
+    ("x", ctypes.c_int64),
+    ("dir", ctypes.c_char_p),
+    ("scale", ctypes.c_double),
+    ("name", ctypes.c_char_p),
 ]
 
 kvcm_strip._fields_ = [
@@ -278,6 +301,8 @@ LAYOUTS = {
     "kvcm_report": (32, 8, {"pairs": 0, "num_pairs": 8, "salt": 16, "salt_len": 24}),
     "kvcm_sample": (24, 8, {"id": 0, "codes": 8, "num_codes": 16}),
     "kvcm_shape": (16, 8, {"name": 0, "sides": 8, "hidden": 12}),
+    "kvcm_site": (24, 8, {"spots": 0, "num_spots": 8, "grain": 16, "keep": 20}),
+    "kvcm_spot": (40, 8, {"where": 0, "x": 8, "dir": 16, "scale": 24, "name": 32}),
     "kvcm_strip": (24, 8, {"stride": 0, "pix": 8, "num_pix": 16}),
     "kvcm_tag": (32, 8, {"number": 0, "label": 8, "salt": 16, "salt_len": 24}),
     "kvcm_tally": (32, 8, {"key": 0, "hits": 8, "misses": 16, "at": 24}),

@@ -24,6 +24,8 @@ func CStructs() map[string]reflect.Type {
 		"kvcm_report":        reflect.TypeFor[C.kvcm_report](),
 		"kvcm_sample":        reflect.TypeFor[C.kvcm_sample](),
 		"kvcm_shape":         reflect.TypeFor[C.kvcm_shape](),
+		"kvcm_site":          reflect.TypeFor[C.kvcm_site](),
+		"kvcm_spot":          reflect.TypeFor[C.kvcm_spot](),
 		"kvcm_strip":         reflect.TypeFor[C.kvcm_strip](),
 		"kvcm_tag":           reflect.TypeFor[C.kvcm_tag](),
 		"kvcm_tally":         reflect.TypeFor[C.kvcm_tally](),

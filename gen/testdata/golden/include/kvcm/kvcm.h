@@ -156,6 +156,8 @@ typedef struct kvcm_plugin_object kvcm_plugin_object;
 typedef struct kvcm_report kvcm_report;
 typedef struct kvcm_sample kvcm_sample;
 typedef struct kvcm_shape kvcm_shape;
+typedef struct kvcm_site kvcm_site;
+typedef struct kvcm_spot kvcm_spot;
 typedef struct kvcm_strip kvcm_strip;
 typedef struct kvcm_tag kvcm_tag;
 typedef struct kvcm_tally kvcm_tally;
@@ -371,6 +373,56 @@ struct kvcm_shape {
      * hidden is converted by hand.
      */
     bool hidden;
+};
+
+/**
+ * kvcm_site holds spots.
+ * @since ABI version 1.
+ */
+struct kvcm_site {
+    /**
+     * [borrowed, array of num_spots] spots are its spots.
+     */
+    const kvcm_spot* spots;
+    /**
+     * num_spots is the length of spots.
+     */
+    size_t num_spots;
+    /**
+     * grain is a home spot's grain.
+     */
+    int32_t grain;
+    /**
+     * keep is a nowhere spot's flag.
+     */
+    bool keep;
+};
+
+/**
+ * kvcm_spot is split by kind in Python and C++.
+ * @since ABI version 1.
+ */
+struct kvcm_spot {
+    /**
+     * where is the spot's kind.
+     */
+    kvcm_where where;
+    /**
+     * x is a coordinate.
+     */
+    int64_t x;
+    /**
+     * [borrowed, nullable] dir is a directory.
+     */
+    const char* dir;
+    /**
+     * scale is a factor.
+     */
+    double scale;
+    /**
+     * [borrowed, nullable] name is a name.
+     */
+    const char* name;
 };
 
 /**
@@ -687,6 +739,19 @@ KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_shape) == 8, "alignment of kvcm_shape chang
 KVCM_STATIC_ASSERT(offsetof(kvcm_shape, name) == 0, "layout of kvcm_shape changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shape, sides) == 8, "layout of kvcm_shape changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_shape, hidden) == 12, "layout of kvcm_shape changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_site) == 24, "layout of kvcm_site changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_site) == 8, "alignment of kvcm_site changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_site, spots) == 0, "layout of kvcm_site changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_site, num_spots) == 8, "layout of kvcm_site changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_site, grain) == 16, "layout of kvcm_site changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_site, keep) == 20, "layout of kvcm_site changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_spot) == 40, "layout of kvcm_spot changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_spot) == 8, "alignment of kvcm_spot changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_spot, where) == 0, "layout of kvcm_spot changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_spot, x) == 8, "layout of kvcm_spot changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_spot, dir) == 16, "layout of kvcm_spot changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_spot, scale) == 24, "layout of kvcm_spot changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_spot, name) == 32, "layout of kvcm_spot changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_strip) == 24, "layout of kvcm_strip changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_strip) == 8, "alignment of kvcm_strip changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_strip, stride) == 0, "layout of kvcm_strip changed");
