@@ -213,7 +213,14 @@ func (l *loader) run() error {
 		dc.CppNamespace = d.one("cppns")
 		dc.Versioned = d.has("versioned")
 		dc.Vtable = d.has("vtable")
-		dc.GoImpls = slices.Sorted(slices.Values(d["goimpl"]))
+		for _, g := range slices.Sorted(slices.Values(d["goimpl"])) {
+			name, typ, _ := strings.Cut(g, " ")
+			gm, err := parseGoMap("out " + typ)
+			if err != nil {
+				return fmt.Errorf("%s: bad //kvcm:goimpl %q: want \"<impl> <import path>.<Type>\"", dc.GoName, g)
+			}
+			dc.GoImpls = append(dc.GoImpls, &GoImpl{Impl: name, GoMap: gm})
+		}
 		if len(dc.GoImpls) > 0 && !dc.Vtable {
 			return fmt.Errorf("%s: //kvcm:goimpl on a type that is not a //kvcm:vtable", dc.GoName)
 		}
@@ -796,7 +803,8 @@ func changesSection(doc string) string {
 // after struct_size and abi_version is a function taking self first, and
 // every implementation name is a C identifier.
 func checkGoImpls(dc *Decl) error {
-	for _, impl := range dc.GoImpls {
+	for _, g := range dc.GoImpls {
+		impl := g.Impl
 		if impl == "" || strings.IndexFunc(impl, func(r rune) bool { return !(r == '_' || 'a' <= r && r <= 'z' || '0' <= r && r <= '9') }) >= 0 {
 			return fmt.Errorf("%s: //kvcm:goimpl %q: want a lower-case C identifier", dc.GoName, impl)
 		}

@@ -104,7 +104,7 @@ type PoolGroupDesc struct {
 //
 //kvcm:vtable
 //kvcm:versioned
-//kvcm:goimpl default
+//kvcm:goimpl default github.com/kvcm/kvcm/core/abimodel.DefaultCodec
 //kvcm:gocaller github.com/kvcm/kvcm/core/abimodel.ExternalCodec
 //kvcm:since 1
 type ColdPageCodecVtable struct {

@@ -194,14 +194,26 @@
 //
 // # Vtables implemented in Go: //kvcm:goimpl
 //
-// A vtable with //kvcm:goimpl <impl> (the default codec's) gets a C table
-// whose slots forward to Go exports kvcm__go_<impl>_<slot>, all generated:
-// each finds its object with the hand-written lookup<Impl>(self), returns
-// the slot's fail value (its fail:"..." tag, a number or a C constant;
-// otherwise false or 0) when self is not a live object or the library is
-// poisoned, and else calls glue<Impl><Slot>(obj, the other parameters,
-// pointers as uintptr_t). A panic poisons the library and returns the fail
-// value. A slot without a result (destroy) runs on a poisoned library too.
+// A vtable with //kvcm:goimpl <impl> <import path>.<Type> (the default
+// codec's: abimodel.DefaultCodec) gets a C table whose slots forward to Go
+// exports kvcm__go_<impl>_<slot>, all generated, which call the methods of
+// *<Type>, one per slot, named as the slot (or its go:"Name" tag): each
+// finds its object by the generated lookup<Impl>(self) (self is the handle
+// of a *<Type>), returns the slot's fail value (its fail:"..." tag, a
+// number or a C constant; otherwise false, -1 for an int32_t failure code,
+// or 0) when self is not a live object or the library is poisoned, and
+// else converts the parameters by the conventions of //kvcm:gocaller the
+// other way round: const T* with a count where T has //kvcm:go becomes a
+// []G of T's Go struct (a NULL array with a count, or a struct the
+// converter rejects, fails the slot: configure's pool group descriptors);
+// void*, const void* and const T* where T has no //kvcm:go an address, a Go
+// uintptr type (encode's index pairs: the method views them where its
+// codec wants them); a scalar is cast. An int32_t result is the method's
+// error, any other scalar result its only result, cast. kvcmgen checks
+// every method's signature against its slot. A panic poisons the library
+// and returns the fail value. A slot without a result runs on a poisoned
+// library too, and destroy frees self's handle first and calls Destroy
+// only when it did, so one of concurrent destroys runs it.
 //
 // # Configuration value types: //kvcm:cppvalue, //kvcm:pyconfig
 //

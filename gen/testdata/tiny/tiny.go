@@ -244,7 +244,7 @@ type Report struct {
 //
 //kvcm:vtable
 //kvcm:versioned
-//kvcm:goimpl builtin
+//kvcm:goimpl builtin github.com/kvcm/kvcm/gen/testdata/tinygo.Plugin
 //kvcm:cppimpl
 //kvcm:since 1
 type Plugin struct {
