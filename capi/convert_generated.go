@@ -224,6 +224,16 @@ func (a *cArena) free() {
 	}
 }
 
+// cArgString copies s into C memory of a (NULL for ""), not NUL-terminated.
+func cArgString(a *cArena, s string) *C.char {
+	if s == "" {
+		return nil
+	}
+	b := cAlloc[byte](a, len(s))
+	copy(b, s)
+	return (*C.char)(unsafe.Pointer(&b[0]))
+}
+
 // cArgScalars copies s into C memory of a, converted to E (NULL when empty).
 func cArgScalars[E, G number](a *cArena, s []G) *E {
 	if len(s) == 0 {
@@ -1006,6 +1016,20 @@ func cArgPoolDesc(a *cArena, s []layout.PoolDesc) *C.kvcm_pool_desc {
 	return &out[0]
 }
 
+// cArgCPRequestID copies s into C memory of a (NULL when empty).
+func cArgCPRequestID(a *cArena, s []abimodel.RequestID) *C.kvcm_cp_request_id {
+	if len(s) == 0 {
+		return nil
+	}
+	out := cAlloc[C.kvcm_cp_request_id](a, len(s))
+	for i, v := range s {
+		c := &out[i]
+		c.data = cArgString(a, v.ID)
+		c.len = C.size_t(len(v.ID))
+	}
+	return &out[0]
+}
+
 // goCallerLayerGroupPriorityFunc returns a abimodel.LayerGroupPriorityFunc that calls fn with userData (nil when fn is NULL).
 func goCallerLayerGroupPriorityFunc(fn C.kvcm_layer_group_priority_func, userData C.uintptr_t) abimodel.LayerGroupPriorityFunc {
 	if fn == nil {
@@ -1073,9 +1097,9 @@ func goCallerColdPageCodecVtable(vt *C.kvcm_cold_page_codec_vtable, self C.uintp
 	return out
 }
 
-// goCallerCPIndexVtable returns a cp.External whose funcs call the present slots of vt with self.
-func goCallerCPIndexVtable(vt *C.kvcm_cp_index_vtable, self C.uintptr_t) cp.External {
-	var out cp.External
+// goCallerCPIndexVtable returns a abimodel.ExternalCP whose funcs call the present slots of vt with self.
+func goCallerCPIndexVtable(vt *C.kvcm_cp_index_vtable, self C.uintptr_t) abimodel.ExternalCP {
+	var out abimodel.ExternalCP
 	if C.kvcm__has_cp_index_vtable_predict_prefix_reuse(vt) != 0 {
 		out.PredictPrefixReuse = func(a0 string, a1 []config.Token) (float64, error) {
 			p0, n0, free0 := cBytes(a0)
@@ -1106,6 +1130,25 @@ func goCallerCPIndexVtable(vt *C.kvcm_cp_index_vtable, self C.uintptr_t) cp.Exte
 			p0, n0, free0 := cBytes(a0)
 			defer free0()
 			return slotError("notify_blocks_freed", C.kvcm__call_cp_index_vtable_notify_blocks_freed(vt, self, p0, n0, cElems[C.uint64_t](a1), C.size_t(len(a1))))
+		}
+	}
+	if C.kvcm__has_cp_index_vtable_get_allocation_priority(vt) != 0 {
+		out.GetAllocationPriority = func(a0 []abimodel.RequestID) ([]uint64, error) {
+			arena := &cArena{}
+			defer arena.free()
+			buf := make([]uint64, len(a0))
+			for i := range buf {
+				buf[i] = ^uint64(0)
+			}
+			if err := slotError("get_allocation_priority", C.kvcm__call_cp_index_vtable_get_allocation_priority(vt, self, cArgCPRequestID(arena, a0), C.size_t(len(a0)), cElems[C.size_t](buf))); err != nil {
+				return nil, err
+			}
+			return buf, nil
+		}
+	}
+	if C.kvcm__has_cp_index_vtable_destroy(vt) != 0 {
+		out.Destroy = func() {
+			C.kvcm__call_cp_index_vtable_destroy(vt, self)
 		}
 	}
 	return out

@@ -426,6 +426,11 @@ func (l *loader) body(dc *Decl, s typeSpec) error {
 				if c := tag.Get("c"); c != "" {
 					f.CName = c
 				}
+				if v := tag.Get("sized"); v != "" {
+					if err := sizedSlotParam(f, v); err != nil {
+						return fmt.Errorf("%s: %w", where, err)
+					}
+				}
 				if v := tag.Get("since"); v != "" {
 					if f.Since, err = strconv.Atoi(v); err != nil || f.Since < 1 {
 						return fmt.Errorf("%s: bad since tag %q", where, v)
@@ -797,6 +802,31 @@ func changesSection(doc string) string {
 		rest = rest[:j]
 	}
 	return strings.TrimSpace(rest)
+}
+
+// sizedSlotParam applies a slot's sized:"<param>=<count>" tag: the T*
+// parameter param (T a scalar) holds as many elements as the size_t
+// parameter count says (get_allocation_priority's order, of
+// num_request_ids elements).
+func sizedSlotParam(f *Field, tag string) error {
+	name, count, _ := strings.Cut(tag, "=")
+	if f.Type.Kind != KFunc {
+		return fmt.Errorf("a sized tag is for a vtable slot")
+	}
+	var p, n *Param
+	for _, q := range f.Type.Sig.Params {
+		switch q.GoName {
+		case name:
+			p = q
+		case count:
+			n = q
+		}
+	}
+	if p == nil || n == nil || p.Type.Kind != KPtr || p.Type.Dir != DirOut || !isScalarField(p.Type.Elem) || n.Type.Kind != KSize {
+		return fmt.Errorf("sized:%q: want <T* parameter>=<size_t parameter>", tag)
+	}
+	p.Len = n.CName
+	return nil
 }
 
 // checkGoImpls checks what a Go implementation of a vtable needs: every slot

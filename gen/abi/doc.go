@@ -247,11 +247,12 @@
 // # Vtables and callbacks implemented elsewhere: //kvcm:gocaller, //kvcm:cppimpl
 //
 // A vtable with //kvcm:gocaller <import path>.<Type> (a Go struct of funcs:
-// cp.External, abimodel.ExternalCodec) gets goCaller<Name>(vt, self), which
-// sets the func of every present slot to one that calls it from Go; the
-// rules of the object (what a missing slot means, how results are checked,
-// destroy once) live in the Go type that takes the funcs (cp.NewDelegating,
-// abimodel.NewExternalCodec), tested in plain Go. A //kvcm:callback with
+// abimodel.ExternalCP, abimodel.ExternalCodec) gets goCaller<Name>(vt,
+// self), which sets the func of every present slot to one that calls it
+// from Go; the rules of the object (what a missing slot means, how results
+// are checked, destroy once) live in the Go type that takes the funcs
+// (abimodel.NewExternalIndex, abimodel.NewExternalCodec), tested in plain
+// Go. A //kvcm:callback with
 // //kvcm:gocaller names a Go func type (abimodel.BlockPriorityFunc) and gets
 // goCaller<Name>(fn, userData), nil for NULL; a struct field of that
 // callback type tagged user:"Field" (the void* passed to it) converts to a
@@ -265,7 +266,11 @@
 // as a result, int32_t as the failure code (an error in Go). The Go callers
 // also take: const T* with a count (size_t or an integer typedef) where T
 // has //kvcm:go, as a []G of T's Go struct copied into C memory for the
-// call, nested arrays included (configure's pool group descriptors);
+// call, nested arrays and strings with a length included (configure's pool
+// group descriptors, get_allocation_priority's request ids); T* (T a
+// scalar) that the slot's sized:"p=n" tag names, as a []G result of n
+// elements (n the size_t parameter, an input array's count), all ones
+// where the slot writes nothing (get_allocation_priority's order);
 // void*, const void* and const T* where T has no //kvcm:go, as a uintptr
 // address the Go side keeps valid (encode's index pairs: pinned host pairs
 // or a device address); and a scalar result other than int32_t (bool,
