@@ -1097,6 +1097,20 @@ func goCallerColdPageCodecVtable(vt *C.kvcm_cold_page_codec_vtable, self C.uintp
 	return out
 }
 
+// checkColdPageCodecVtable reports what makes a caller's kvcm_cold_page_codec_vtable unusable, naming arg.
+func checkColdPageCodecVtable(vt *C.kvcm_cold_page_codec_vtable, arg string) error {
+	if vt.abi_version == 0 {
+		return argError(arg+".abi_version", "is 0: set it to KVCM_ABI_VERSION")
+	}
+	if vt.struct_size < C.KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V1 {
+		return argError(arg+".struct_size", "is %d, less than the %d bytes of ABI version 1", vt.struct_size, C.KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V1)
+	}
+	if name := C.kvcm__missing_cold_page_codec_vtable(vt); name != nil {
+		return argError(arg+"."+C.GoString(name), "is NULL")
+	}
+	return nil
+}
+
 // goCallerCPIndexVtable returns a abimodel.ExternalCP whose funcs call the present slots of vt with self.
 func goCallerCPIndexVtable(vt *C.kvcm_cp_index_vtable, self C.uintptr_t) abimodel.ExternalCP {
 	var out abimodel.ExternalCP
@@ -1152,4 +1166,15 @@ func goCallerCPIndexVtable(vt *C.kvcm_cp_index_vtable, self C.uintptr_t) abimode
 		}
 	}
 	return out
+}
+
+// checkCPIndexVtable reports what makes a caller's kvcm_cp_index_vtable unusable, naming arg.
+func checkCPIndexVtable(vt *C.kvcm_cp_index_vtable, arg string) error {
+	if vt.abi_version == 0 {
+		return argError(arg+".abi_version", "is 0: set it to KVCM_ABI_VERSION")
+	}
+	if vt.struct_size < 8 {
+		return argError(arg+".struct_size", "is %d, less than the %d bytes of struct_size and abi_version", vt.struct_size, 8)
+	}
+	return nil
 }

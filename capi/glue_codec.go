@@ -55,14 +55,14 @@ func consumeColdPageCodec(p *C.kvcm__const_kvcm_cold_page_codec) *coldPageCodecA
 		}
 		return a
 	}
-	if err := checkColdPageCodecVtable(vt); err != nil {
-		a.err = err
-		if C.kvcm__has_cold_page_codec_vtable_destroy(vt) != 0 {
-			C.kvcm__call_cold_page_codec_vtable_destroy(vt, self) // consumed, also when unusable
+	ext := goCallerColdPageCodecVtable(vt, self)
+	if a.err = checkColdPageCodecVtable(vt, "codec.vtable"); a.err != nil {
+		if ext.Destroy != nil {
+			ext.Destroy() // consumed, also when unusable
 		}
 		return a
 	}
-	a.owned = codec.Own(abimodel.NewExternalCodec(goCallerColdPageCodecVtable(vt, self)))
+	a.owned = codec.Own(abimodel.NewExternalCodec(ext))
 	return a
 }
 
@@ -76,21 +76,6 @@ func (a *coldPageCodecArg) release() {
 func glueColdPageCodecDestroy(codecArg *coldPageCodecArg) error {
 	// release (deferred by the shim) destroys it.
 	return codecArg.err
-}
-
-// checkColdPageCodecVtable reports what makes a caller's codec vtable
-// unusable.
-func checkColdPageCodecVtable(vt *C.kvcm_cold_page_codec_vtable) error {
-	if vt.abi_version == 0 {
-		return argError("codec.vtable.abi_version", "is 0: set it to KVCM_ABI_VERSION")
-	}
-	if vt.struct_size < C.KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V1 {
-		return argError("codec.vtable.struct_size", "is %d, less than the %d bytes of ABI version 1", vt.struct_size, C.KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V1)
-	}
-	if name := C.kvcm__missing_cold_page_codec_vtable(vt); name != nil {
-		return argError("codec.vtable."+C.GoString(name), "is NULL")
-	}
-	return nil
 }
 
 // ---- The default codec object ----

@@ -73,12 +73,7 @@ func consumeCPIndexObject(p *C.kvcm__const_kvcm_cp_index_object) *cpIndexObjectA
 		return a
 	}
 	a.ext = goCallerCPIndexVtable(vt, C.kvcm__get_cp_index_object_self(p))
-	switch {
-	case vt.abi_version == 0:
-		a.err = argError("object.vtable.abi_version", "is 0: set it to KVCM_ABI_VERSION")
-	case vt.struct_size < 8:
-		a.err = argError("object.vtable.struct_size", "is %d, less than the 8 bytes of struct_size and abi_version", vt.struct_size)
-	}
+	a.err = checkCPIndexVtable(vt, "object.vtable")
 	return a
 }
 

@@ -503,4 +503,33 @@ func goCaller(m *Model, d *Decl) jen.Code {
 		Func().Id(name).Params(jen.Id("vt").Op("*").Qual("C", d.CName), jen.Id("self").Qual("C", "uintptr_t")).Add(goMapType(g)).Block(body...)
 }
 
+// vtableCheck writes check<Decl>(vt, arg), which reports what makes a
+// caller's vtable unusable, naming arg: abi_version 0, a struct_size that
+// does not cover the slots of the vtable's first version that must be
+// present (with none, the 8 bytes of struct_size and abi_version), or such
+// a slot NULL.
+func vtableCheck(m *Model, d *Decl) jen.Code {
+	short := strings.TrimPrefix(d.CName, m.Prefix+"_")
+	name := "check" + d.GoName
+	vt := func(field string) *jen.Statement { return jen.Id("vt").Dot(field) }
+	arg := func(field string) *jen.Statement { return jen.Id("arg").Op("+").Lit("." + field) }
+	required := slices.ContainsFunc(goImplSlots(d), func(f *Field) bool { return !f.Nullable })
+	var size jen.Code = jen.Lit(8)
+	what := "the %d bytes of struct_size and abi_version"
+	if required {
+		size = jen.Qual("C", strings.ToUpper(strings.Replace(d.CName, m.Prefix+"_", m.Prefix+"__", 1))+fmt.Sprintf("_SIZE_V%d", d.Since))
+		what = fmt.Sprintf("the %%d bytes of ABI version %d", d.Since)
+	}
+	body := []jen.Code{
+		jen.If(vt("abi_version").Op("==").Lit(0)).Block(jen.Return(jen.Id("argError").Call(arg("abi_version"), jen.Lit("is 0: set it to KVCM_ABI_VERSION")))),
+		jen.If(vt("struct_size").Op("<").Add(size)).Block(jen.Return(jen.Id("argError").Call(arg("struct_size"), jen.Lit("is %d, less than "+what), vt("struct_size"), size))),
+	}
+	if required {
+		body = append(body, jen.If(jen.Id("name").Op(":=").Qual("C", "kvcm__missing_"+short).Call(jen.Id("vt")), jen.Id("name").Op("!=").Nil()).Block(
+			jen.Return(jen.Id("argError").Call(jen.Id("arg").Op("+").Lit(".").Op("+").Qual("C", "GoString").Call(jen.Id("name")), jen.Lit("is NULL")))))
+	}
+	return jen.Commentf("%s reports what makes a caller's %s unusable, naming arg.", name, d.CName).Line().
+		Func().Id(name).Params(jen.Id("vt").Op("*").Qual("C", d.CName), jen.Id("arg").String()).Error().Block(append(body, jen.Return(jen.Nil()))...)
+}
+
 func pathBase(p string) string { return p[strings.LastIndex(p, "/")+1:] }

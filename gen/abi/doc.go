@@ -252,7 +252,10 @@
 // from Go; the rules of the object (what a missing slot means, how results
 // are checked, destroy once) live in the Go type that takes the funcs
 // (abimodel.NewExternalIndex, abimodel.NewExternalCodec), tested in plain
-// Go. A //kvcm:callback with
+// Go. A versioned one also gets check<Name>(vt, arg), the error that makes
+// a caller's vtable unusable, naming arg: abi_version 0, a struct_size that
+// does not cover the slots of its first version that must be present (with
+// none, the 8 bytes of struct_size and abi_version), or such a slot NULL. A //kvcm:callback with
 // //kvcm:gocaller names a Go func type (abimodel.BlockPriorityFunc) and gets
 // goCaller<Name>(fn, userData), nil for NULL; a struct field of that
 // callback type tagged user:"Field" (the void* passed to it) converts to a
