@@ -254,7 +254,7 @@ func kvcm_cp_get_allocation_priority(cp C.kvcm_cp_index, request_ids *C.kvcm__co
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	orderOut, err := glueCPGetAllocationPriority(cpObj, requestIdsArg)
+	orderOut, err := cpObj.GetAllocationPriority([]abimodel.RequestID(requestIdsArg))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}

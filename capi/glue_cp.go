@@ -91,16 +91,6 @@ func glueCPCreateDelegating(a *cpIndexObjectArg, out *C.kvcm_cp_index) error {
 	return newCPObj(abimodel.NewExternalIndex(a.ext), out)
 }
 
-// ---- The five methods on any index ----
-
-func glueCPGetAllocationPriority(o *cpObj, ids []abimodel.RequestID) ([]int, error) {
-	in := make([]string, len(ids))
-	for i, id := range ids {
-		in[i] = id.ID
-	}
-	return o.GetAllocationPriority(in)
-}
-
 // ---- Wiring a manager to an index ----
 
 func glueManagerAttachCP(mgr *managerObj, o *cpObj) error { return mgr.AttachCP(o.CPIndex) }

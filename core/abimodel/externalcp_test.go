@@ -23,14 +23,14 @@ func TestExternalIndexOrderIsIndicesIntoTheIDs(t *testing.T) {
 		return answer, nil
 	}})
 	defer x.Destroy()
-	order, err := x.GetAllocationPriority([]string{"a", "b", "c"})
+	order, err := x.GetAllocationPriority(requestIDs("a", "b", "c"))
 	require.NoError(t, err)
 	assert.Equal(t, []int{2, 0, 1}, order)
 	assert.Equal(t, [][]RequestID{{{"a"}, {"b"}, {"c"}}}, got)
 	assert.Zero(t, mustFaults(t, x))
 
 	answer = []uint64{2, ^uint64(0), 3}
-	order, err = x.GetAllocationPriority([]string{"a", "b", "c"})
+	order, err = x.GetAllocationPriority(requestIDs("a", "b", "c"))
 	require.NoError(t, err)
 	assert.Equal(t, []int{2, 0, 1}, order, "out of range dropped, the omitted appended")
 	assert.Equal(t, uint64(1), mustFaults(t, x))
@@ -50,7 +50,7 @@ func TestExternalIndexMissingAndFailingSlots(t *testing.T) {
 	score, err := x.PredictPrefixReuse("r", []config.Token{1, 2})
 	require.NoError(t, err)
 	assert.Zero(t, score)
-	order, err := x.GetAllocationPriority([]string{"a", "b"})
+	order, err := x.GetAllocationPriority(requestIDs("a", "b"))
 	require.NoError(t, err)
 	assert.Equal(t, []int{0, 1}, order)
 	require.NoError(t, x.NotifyBlocksAllocated("r", []blockhash.Key{1}))
@@ -65,7 +65,7 @@ func TestExternalIndexMissingAndFailingSlots(t *testing.T) {
 	keys, err := y.GetCachedBlocks("r")
 	require.NoError(t, err)
 	assert.Empty(t, keys)
-	order, err = y.GetAllocationPriority([]string{"a", "b"})
+	order, err = y.GetAllocationPriority(requestIDs("a", "b"))
 	require.NoError(t, err)
 	assert.Equal(t, []int{0, 1}, order)
 	assert.Equal(t, uint64(2), mustFaults(t, y))
@@ -87,4 +87,12 @@ func mustFaults(t *testing.T, x *CPIndex) uint64 {
 	n, err := x.FaultCount()
 	require.NoError(t, err)
 	return n
+}
+
+func requestIDs(ids ...string) []RequestID {
+	out := make([]RequestID, len(ids))
+	for i, id := range ids {
+		out[i].ID = id
+	}
+	return out
 }

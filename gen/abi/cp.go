@@ -229,6 +229,7 @@ type CPNotifyBlocksFreed func(cp CPIndex, requestID spec.CStr, requestIDLen spec
 //
 //kvcm:since 1
 //kvcm:thread any
+//kvcm:call GetAllocationPriority
 //kvcm:param cp in The index.
 //kvcm:param requestIds borrowed,nullable,len=numRequestIds,convert The request ids (NULL only when num_request_ids is 0).
 //kvcm:param numRequestIds in The number of request ids.
