@@ -8,6 +8,7 @@ import (
 	abimodel "github.com/kvcm/kvcm/core/abimodel"
 	blockhash "github.com/kvcm/kvcm/core/blockhash"
 	codec "github.com/kvcm/kvcm/core/codec"
+	gpucodec "github.com/kvcm/kvcm/core/codec/gpucodec"
 	config "github.com/kvcm/kvcm/core/config"
 	cp "github.com/kvcm/kvcm/core/cp"
 	device "github.com/kvcm/kvcm/core/device"
@@ -396,6 +397,16 @@ func toCBufferLocation(s core.BufferLocation) C.kvcm_buffer_location {
 		pool_base:   C.kvcm_device_ptr(s.PoolBase),
 		scale:       C.int64_t(s.Scale),
 	}
+}
+
+// fromCBuiltinCodecOptions converts a kvcm_builtin_codec_options to a gpucodec.Spec; name names it in errors.
+func fromCBuiltinCodecOptions(c *C.kvcm_builtin_codec_options, name string) (gpucodec.Spec, error) {
+	var out gpucodec.Spec
+	out.Kind = gpucodec.Kind(c.kind)
+	out.Format = gpucodec.Format(c.element)
+	out.BlockElems = int(c.block_elems)
+	out.CrossoverBytes = int64(c.crossover_bytes)
+	return out, nil
 }
 
 // toCCacheEvent converts a core.CacheEvent to a kvcm_cache_event.

@@ -477,7 +477,11 @@ func kvcm_create_builtin_cold_page_codec(options *C.kvcm__const_kvcm_builtin_cod
 	if st := checkVersion(kvcmFn, "options", uint32(options.struct_size), uint32(options.abi_version), uint32(C.KVCM__BUILTIN_CODEC_OPTIONS_SIZE_V2)); st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueCreateBuiltinColdPageCodec(options, out))
+	optionsArg, err := fromCBuiltinCodecOptions((*C.kvcm_builtin_codec_options)(options), "options")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueCreateBuiltinColdPageCodec(optionsArg, out))
 }
 
 // kvcm_create_default_cold_page_codec is the export of kvcm_create_default_cold_page_codec (ABI version 1).

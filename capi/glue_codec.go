@@ -9,8 +9,6 @@ package capi
 import "C"
 
 import (
-	"errors"
-
 	"github.com/kvcm/kvcm/core/abimodel"
 	"github.com/kvcm/kvcm/core/codec"
 	"github.com/kvcm/kvcm/core/codec/gpucodec"
@@ -85,22 +83,12 @@ func glueCreateDefaultColdPageCodec(out *C.kvcm_cold_page_codec) error {
 	return nil
 }
 
-func glueCreateBuiltinColdPageCodec(opts *C.kvcm__const_kvcm_builtin_codec_options, out *C.kvcm_cold_page_codec) error {
-	s := gpucodec.Spec{
-		Kind: gpucodec.Kind(opts.kind), Format: gpucodec.Format(opts.element),
-		BlockElems: int(opts.block_elems), CrossoverBytes: int64(opts.crossover_bytes),
-	}
-	if err := s.Validate(); err != nil {
-		var se *gpucodec.SpecError
-		if errors.As(err, &se) {
-			return argError("options."+se.Field, "%s", se.Reason)
-		}
+func glueCreateBuiltinColdPageCodec(s gpucodec.Spec, out *C.kvcm_cold_page_codec) error {
+	obj, err := abimodel.NewBuiltinCodec(s)
+	if err != nil {
 		return err
 	}
-	if s.Kind == gpucodec.KindDefault {
-		return glueCreateDefaultColdPageCodec(out)
-	}
-	publishDefaultCodec(abimodel.NewBuiltinChoice(s), out)
+	publishDefaultCodec(obj, out)
 	return nil
 }
 

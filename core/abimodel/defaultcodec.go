@@ -1,6 +1,7 @@
 package abimodel
 
 import (
+	"errors"
 	"math"
 	"sync"
 	"unsafe"
@@ -33,6 +34,23 @@ func NewDefaultCodec() *DefaultCodec { return &DefaultCodec{c: codec.NewDefault(
 
 // NewBuiltinChoice returns the codec object of a built-in codec's choice.
 func NewBuiltinChoice(s gpucodec.Spec) *DefaultCodec { return &DefaultCodec{builtin: &s} }
+
+// NewBuiltinCodec returns the codec object kvcm_create_builtin_cold_page_codec
+// makes: the default codec's for KindDefault, else the choice. Bad options
+// are ErrInvalidArgument naming the field of options.
+func NewBuiltinCodec(s gpucodec.Spec) (*DefaultCodec, error) {
+	if err := s.Validate(); err != nil {
+		var se *gpucodec.SpecError
+		if errors.As(err, &se) {
+			return nil, argErr("options."+se.Field, "%s", se.Reason)
+		}
+		return nil, err
+	}
+	if s.Kind == gpucodec.KindDefault {
+		return NewDefaultCodec(), nil
+	}
+	return NewBuiltinChoice(s), nil
+}
 
 // Codec is the codec, for the manager that takes the object (nil for a
 // choice).

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvcm/kvcm/core"
 	"github.com/kvcm/kvcm/core/codec"
 	"github.com/kvcm/kvcm/core/codec/gpucodec"
 	"github.com/kvcm/kvcm/core/device"
@@ -159,4 +160,23 @@ func TestBuiltinChoiceSlotsFail(t *testing.T) {
 	assert.False(t, d.Decode(0, 0, 0, 0, stream))
 	d.Destroy()
 	assert.Nil(t, NewDefaultCodec().Builtin())
+}
+
+// kvcm_create_builtin_cold_page_codec's object: the default codec's for
+// the default kind, a choice for the others, and bad options an invalid
+// argument naming the field of options.
+func TestNewBuiltinCodec(t *testing.T) {
+	d, err := NewBuiltinCodec(gpucodec.Spec{})
+	require.NoError(t, err)
+	assert.Nil(t, d.Builtin())
+	assert.IsType(t, codec.NewDefault(), d.Codec())
+
+	d, err = NewBuiltinCodec(gpucodec.Spec{Kind: gpucodec.KindAuto})
+	require.NoError(t, err)
+	require.NotNil(t, d.Builtin())
+	assert.Equal(t, gpucodec.KindAuto, d.Builtin().Kind)
+
+	_, err = NewBuiltinCodec(gpucodec.Spec{Kind: gpucodec.KindFP8, BlockElems: 100})
+	assert.ErrorIs(t, err, core.ErrInvalidArgument)
+	assert.ErrorContains(t, err, "options.block_elems")
 }
