@@ -1,5 +1,6 @@
 // Package tinygo is the Go side of testdata/tiny: the type that implements
-// its Plugin vtable (//kvcm:goimpl).
+// its Plugin vtable (//kvcm:goimpl), and those its Ranker vtable's Go
+// caller uses (//kvcm:gocaller, //kvcm:go).
 package tinygo
 
 import (
@@ -26,3 +27,12 @@ func (p *Plugin) Probe() error {
 
 // Destroy destroys.
 func (p *Plugin) Destroy() {}
+
+// Label is tiny's Label.
+type Label struct{ Text string }
+
+// Ranker calls tiny's Ranker vtable.
+type Ranker struct {
+	Rank    func(names []Label) ([]uint64, error)
+	Destroy func()
+}
