@@ -8,6 +8,7 @@ import (
 	abimodel "github.com/kvcm/kvcm/core/abimodel"
 	blockhash "github.com/kvcm/kvcm/core/blockhash"
 	codec "github.com/kvcm/kvcm/core/codec"
+	gpucodec "github.com/kvcm/kvcm/core/codec/gpucodec"
 	config "github.com/kvcm/kvcm/core/config"
 	cp "github.com/kvcm/kvcm/core/cp"
 	device "github.com/kvcm/kvcm/core/device"
@@ -224,6 +225,16 @@ func (a *cArena) free() {
 	}
 }
 
+// cArgString copies s into C memory of a (NULL for ""), not NUL-terminated.
+func cArgString(a *cArena, s string) *C.char {
+	if s == "" {
+		return nil
+	}
+	b := cAlloc[byte](a, len(s))
+	copy(b, s)
+	return (*C.char)(unsafe.Pointer(&b[0]))
+}
+
 // cArgScalars copies s into C memory of a, converted to E (NULL when empty).
 func cArgScalars[E, G number](a *cArena, s []G) *E {
 	if len(s) == 0 {
@@ -386,6 +397,16 @@ func toCBufferLocation(s core.BufferLocation) C.kvcm_buffer_location {
 		pool_base:   C.kvcm_device_ptr(s.PoolBase),
 		scale:       C.int64_t(s.Scale),
 	}
+}
+
+// fromCBuiltinCodecOptions converts a kvcm_builtin_codec_options to a gpucodec.Spec; name names it in errors.
+func fromCBuiltinCodecOptions(c *C.kvcm_builtin_codec_options, name string) (gpucodec.Spec, error) {
+	var out gpucodec.Spec
+	out.Kind = gpucodec.Kind(c.kind)
+	out.Format = gpucodec.Format(c.element)
+	out.BlockElems = int(c.block_elems)
+	out.CrossoverBytes = int64(c.crossover_bytes)
+	return out, nil
 }
 
 // toCCacheEvent converts a core.CacheEvent to a kvcm_cache_event.
@@ -1016,6 +1037,20 @@ func cArgPoolDesc(a *cArena, s []layout.PoolDesc) *C.kvcm_pool_desc {
 	return &out[0]
 }
 
+// cArgCPRequestID copies s into C memory of a (NULL when empty).
+func cArgCPRequestID(a *cArena, s []abimodel.RequestID) *C.kvcm_cp_request_id {
+	if len(s) == 0 {
+		return nil
+	}
+	out := cAlloc[C.kvcm_cp_request_id](a, len(s))
+	for i, v := range s {
+		c := &out[i]
+		c.data = cArgString(a, v.ID)
+		c.len = C.size_t(len(v.ID))
+	}
+	return &out[0]
+}
+
 // goCallerLayerGroupPriorityFunc returns a abimodel.LayerGroupPriorityFunc that calls fn with userData (nil when fn is NULL).
 func goCallerLayerGroupPriorityFunc(fn C.kvcm_layer_group_priority_func, userData C.uintptr_t) abimodel.LayerGroupPriorityFunc {
 	if fn == nil {
@@ -1083,9 +1118,23 @@ func goCallerColdPageCodecVtable(vt *C.kvcm_cold_page_codec_vtable, self C.uintp
 	return out
 }
 
-// goCallerCPIndexVtable returns a cp.External whose funcs call the present slots of vt with self.
-func goCallerCPIndexVtable(vt *C.kvcm_cp_index_vtable, self C.uintptr_t) cp.External {
-	var out cp.External
+// checkColdPageCodecVtable reports what makes a caller's kvcm_cold_page_codec_vtable unusable, naming arg.
+func checkColdPageCodecVtable(vt *C.kvcm_cold_page_codec_vtable, arg string) error {
+	if vt.abi_version == 0 {
+		return argError(arg+".abi_version", "is 0: set it to KVCM_ABI_VERSION")
+	}
+	if vt.struct_size < C.KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V1 {
+		return argError(arg+".struct_size", "is %d, less than the %d bytes of ABI version 1", vt.struct_size, C.KVCM__COLD_PAGE_CODEC_VTABLE_SIZE_V1)
+	}
+	if name := C.kvcm__missing_cold_page_codec_vtable(vt); name != nil {
+		return argError(arg+"."+C.GoString(name), "is NULL")
+	}
+	return nil
+}
+
+// goCallerCPIndexVtable returns a abimodel.ExternalCP whose funcs call the present slots of vt with self.
+func goCallerCPIndexVtable(vt *C.kvcm_cp_index_vtable, self C.uintptr_t) abimodel.ExternalCP {
+	var out abimodel.ExternalCP
 	if C.kvcm__has_cp_index_vtable_predict_prefix_reuse(vt) != 0 {
 		out.PredictPrefixReuse = func(a0 string, a1 []config.Token) (float64, error) {
 			p0, n0, free0 := cBytes(a0)
@@ -1118,5 +1167,35 @@ func goCallerCPIndexVtable(vt *C.kvcm_cp_index_vtable, self C.uintptr_t) cp.Exte
 			return slotError("notify_blocks_freed", C.kvcm__call_cp_index_vtable_notify_blocks_freed(vt, self, p0, n0, cElems[C.uint64_t](a1), C.size_t(len(a1))))
 		}
 	}
+	if C.kvcm__has_cp_index_vtable_get_allocation_priority(vt) != 0 {
+		out.GetAllocationPriority = func(a0 []abimodel.RequestID) ([]uint64, error) {
+			arena := &cArena{}
+			defer arena.free()
+			buf := make([]uint64, len(a0))
+			for i := range buf {
+				buf[i] = ^uint64(0)
+			}
+			if err := slotError("get_allocation_priority", C.kvcm__call_cp_index_vtable_get_allocation_priority(vt, self, cArgCPRequestID(arena, a0), C.size_t(len(a0)), cElems[C.size_t](buf))); err != nil {
+				return nil, err
+			}
+			return buf, nil
+		}
+	}
+	if C.kvcm__has_cp_index_vtable_destroy(vt) != 0 {
+		out.Destroy = func() {
+			C.kvcm__call_cp_index_vtable_destroy(vt, self)
+		}
+	}
 	return out
+}
+
+// checkCPIndexVtable reports what makes a caller's kvcm_cp_index_vtable unusable, naming arg.
+func checkCPIndexVtable(vt *C.kvcm_cp_index_vtable, arg string) error {
+	if vt.abi_version == 0 {
+		return argError(arg+".abi_version", "is 0: set it to KVCM_ABI_VERSION")
+	}
+	if vt.struct_size < 8 {
+		return argError(arg+".struct_size", "is %d, less than the %d bytes of struct_size and abi_version", vt.struct_size, 8)
+	}
+	return nil
 }

@@ -254,7 +254,7 @@ func kvcm_cp_get_allocation_priority(cp C.kvcm_cp_index, request_ids *C.kvcm__co
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	orderOut, err := glueCPGetAllocationPriority(cpObj, requestIdsArg)
+	orderOut, err := cpObj.GetAllocationPriority([]abimodel.RequestID(requestIdsArg))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -477,7 +477,11 @@ func kvcm_create_builtin_cold_page_codec(options *C.kvcm__const_kvcm_builtin_cod
 	if st := checkVersion(kvcmFn, "options", uint32(options.struct_size), uint32(options.abi_version), uint32(C.KVCM__BUILTIN_CODEC_OPTIONS_SIZE_V2)); st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueCreateBuiltinColdPageCodec(options, out))
+	optionsArg, err := fromCBuiltinCodecOptions((*C.kvcm_builtin_codec_options)(options), "options")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, glueCreateBuiltinColdPageCodec(optionsArg, out))
 }
 
 // kvcm_create_default_cold_page_codec is the export of kvcm_create_default_cold_page_codec (ABI version 1).
@@ -3536,6 +3540,13 @@ func handleKind(v any) (string, bool) {
 	return "", false
 }
 
+// lookupDefault finds the *abimodel.DefaultCodec of the handle self of the default kvcm_cold_page_codec_vtable's slots.
+func lookupDefault(self C.uintptr_t) (*abimodel.DefaultCodec, bool) {
+	v, _ := handleValue(uint64(self))
+	obj, ok := v.(*abimodel.DefaultCodec)
+	return obj, ok
+}
+
 // kvcm__go_default_configure is the configure slot of the default kvcm_cold_page_codec_vtable.
 //
 //export kvcm__go_default_configure
@@ -3551,7 +3562,11 @@ func kvcm__go_default_configure(self C.uintptr_t, gpu_descs C.uintptr_t, num_gpu
 	if !ok || isPoisoned() {
 		return false
 	}
-	return glueDefaultConfigure(obj, gpu_descs, num_gpu_descs)
+	a0, err := cStructsArg((*C.kvcm_pool_group_desc)(C.kvcm__ptr(gpu_descs)), C.size_t(num_gpu_descs), "gpu_descs", fromCPoolGroupDesc)
+	if err != nil {
+		return false
+	}
+	return C.bool(obj.Configure(a0))
 }
 
 // kvcm__go_default_query_cold_page_bytes is the query_cold_page_bytes slot of the default kvcm_cold_page_codec_vtable.
@@ -3569,7 +3584,7 @@ func kvcm__go_default_query_cold_page_bytes(self C.uintptr_t, layer_group_id C.k
 	if !ok || isPoisoned() {
 		return 0
 	}
-	return glueDefaultQueryColdPageBytes(obj, layer_group_id)
+	return C.size_t(obj.QueryColdPageBytes(layout.LayerGroupID(layer_group_id)))
 }
 
 // kvcm__go_default_get_batching_layer_group_id is the get_batching_layer_group_id slot of the default kvcm_cold_page_codec_vtable.
@@ -3587,7 +3602,7 @@ func kvcm__go_default_get_batching_layer_group_id(self C.uintptr_t, layer_group_
 	if !ok || isPoisoned() {
 		return -1
 	}
-	return glueDefaultGetBatchingLayerGroupID(obj, layer_group_id)
+	return C.kvcm_layer_group_id(obj.GetBatchingLayerGroupID(layout.LayerGroupID(layer_group_id)))
 }
 
 // kvcm__go_default_query_page_index_location is the query_page_index_location slot of the default kvcm_cold_page_codec_vtable.
@@ -3605,7 +3620,7 @@ func kvcm__go_default_query_page_index_location(self C.uintptr_t, layer_group_id
 	if !ok || isPoisoned() {
 		return C.KVCM_PAGE_INDEX_BAD_LOCATION
 	}
-	return glueDefaultQueryPageIndexLocation(obj, layer_group_id)
+	return C.kvcm_page_index_location(obj.QueryPageIndexLocation(layout.LayerGroupID(layer_group_id)))
 }
 
 // kvcm__go_default_encode is the encode slot of the default kvcm_cold_page_codec_vtable.
@@ -3623,7 +3638,7 @@ func kvcm__go_default_encode(self C.uintptr_t, layer_group_id C.kvcm_layer_group
 	if !ok || isPoisoned() {
 		return false
 	}
-	return glueDefaultEncode(obj, layer_group_id, dst_base_ptr, page_indices, num_base_pages, stream)
+	return C.bool(obj.Encode(layout.LayerGroupID(layer_group_id), device.Ptr(dst_base_ptr), uintptr(page_indices), int(num_base_pages), uintptr(stream)))
 }
 
 // kvcm__go_default_decode is the decode slot of the default kvcm_cold_page_codec_vtable.
@@ -3641,7 +3656,7 @@ func kvcm__go_default_decode(self C.uintptr_t, layer_group_id C.kvcm_layer_group
 	if !ok || isPoisoned() {
 		return false
 	}
-	return glueDefaultDecode(obj, layer_group_id, src_base_ptr, page_indices, num_base_pages, stream)
+	return C.bool(obj.Decode(layout.LayerGroupID(layer_group_id), device.Ptr(src_base_ptr), uintptr(page_indices), int(num_base_pages), uintptr(stream)))
 }
 
 // kvcm__go_default_destroy is the destroy slot of the default kvcm_cold_page_codec_vtable.
@@ -3654,7 +3669,8 @@ func kvcm__go_default_destroy(self C.uintptr_t) {
 			poison(kvcmFn, r)
 		}
 	}()
-	if obj, ok := lookupDefault(self); ok {
-		glueDefaultDestroy(obj)
+	obj, ok := lookupDefault(self)
+	if ok && deleteHandle(uint64(self)) {
+		obj.Destroy()
 	}
 }

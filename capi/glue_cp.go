@@ -1,23 +1,14 @@
 package capi
 
 /*
-#include <stdlib.h>
-#include <string.h>
 #include "kvcm/kvcm.h"
 #include "shim_generated.h"
 */
 import "C"
 
 import (
-	"errors"
-	"fmt"
-	"math"
-	"sync/atomic"
-	"unsafe"
-
 	"github.com/kvcm/kvcm/core/abimodel"
 	"github.com/kvcm/kvcm/core/blockhash"
-	"github.com/kvcm/kvcm/core/cp"
 )
 
 // ---- Creating indexes ----
@@ -58,28 +49,14 @@ func glueCPCreateManagerBacked(mgr *managerObj, opts *C.kvcm__const_kvcm_cp_mana
 	return newCPObj(x, out)
 }
 
-// ---- Delegating: core/cp.External over a C vtable ----
+// ---- Delegating: abimodel.ExternalCP over a C vtable ----
 
-// cCPIndex calls an external index through its vtable. A slot is used only
-// when struct_size covers it and it is non-null.
-type cCPIndex struct {
-	vt        *C.kvcm_cp_index_vtable
-	self      C.uintptr_t
-	destroyed atomic.Bool
-}
-
-// close calls the destroy slot, exactly once.
-func (c *cCPIndex) close() {
-	if c.destroyed.CompareAndSwap(false, true) && C.kvcm__has_cp_index_vtable_destroy(c.vt) != 0 {
-		C.kvcm__call_cp_index_vtable_destroy(c.vt, c.self)
-	}
-}
-
-// cpIndexObjectArg is a CP index object taken from a caller: the adapter,
-// or the error found while taking it. The shim takes it first and releases
-// it on return, so the object is either handed on or destroyed.
+// cpIndexObjectArg is a CP index object taken from a caller: its slots as
+// an abimodel.ExternalCP (goCallerCPIndexVtable), or the error found while
+// taking it. The shim takes it first and releases it on return, so the
+// object is either handed on or destroyed.
 type cpIndexObjectArg struct {
-	ext    *cCPIndex
+	ext    abimodel.ExternalCP
 	handed bool
 	err    error
 }
@@ -95,89 +72,15 @@ func consumeCPIndexObject(p *C.kvcm__const_kvcm_cp_index_object) *cpIndexObjectA
 		a.err = argError("object.vtable", "is NULL (the index cannot be destroyed)")
 		return a
 	}
-	a.ext = &cCPIndex{vt: vt, self: C.kvcm__get_cp_index_object_self(p)}
-	switch {
-	case vt.abi_version == 0:
-		a.err = argError("object.vtable.abi_version", "is 0: set it to KVCM_ABI_VERSION")
-	case vt.struct_size < 8:
-		a.err = argError("object.vtable.struct_size", "is %d, less than the 8 bytes of struct_size and abi_version", vt.struct_size)
-	}
+	a.ext = goCallerCPIndexVtable(vt, C.kvcm__get_cp_index_object_self(p))
+	a.err = checkCPIndexVtable(vt, "object.vtable")
 	return a
 }
 
 func (a *cpIndexObjectArg) release() {
-	if a.ext != nil && !a.handed {
-		a.ext.close()
+	if !a.handed && a.ext.Destroy != nil {
+		a.ext.Destroy()
 	}
-}
-
-// external builds the External whose funcs are the vtable's present slots:
-// goCallerCPIndexVtable calls all but get_allocation_priority, whose order
-// of indices this adapter turns into ids.
-func (c *cCPIndex) external() cp.External {
-	vt, self := c.vt, c.self
-	e := goCallerCPIndexVtable(vt, self)
-	if C.kvcm__has_cp_index_vtable_get_allocation_priority(vt) != 0 {
-		e.GetAllocationPriority = func(ids []string) ([]string, error) {
-			if len(ids) == 0 {
-				return ids, nil
-			}
-			arr, free, err := cRequestIDs(ids)
-			if err != nil {
-				return nil, err
-			}
-			defer free()
-			order := make([]C.size_t, len(ids))
-			for i := range order {
-				order[i] = C.size_t(math.MaxUint64) // unwritten entries are dropped
-			}
-			rc := C.kvcm__call_cp_index_vtable_get_allocation_priority(vt, self, arr, C.size_t(len(ids)), &order[0])
-			if err := slotError("get_allocation_priority", rc); err != nil {
-				return nil, err
-			}
-			// Out-of-range indices become ids the input lacks; Delegating
-			// drops them and appends what is missing.
-			out := make([]string, 0, len(ids))
-			for _, j := range order {
-				if uint64(j) < uint64(len(ids)) {
-					out = append(out, ids[j])
-				} else {
-					out = append(out, "\x00kvcm: invalid index")
-				}
-			}
-			return out, nil
-		}
-	}
-	return e
-}
-
-// errCOutOfMemory reports a failed C allocation.
-var errCOutOfMemory = errors.New("out of C memory")
-
-// cRequestIDs copies ids into one C allocation: the structs, then the bytes.
-// A failed allocation is an error (the slot is then not called).
-func cRequestIDs(ids []string) (*C.kvcm_cp_request_id, func(), error) {
-	total := 0
-	for _, id := range ids {
-		total += len(id)
-	}
-	size := C.size_t(len(ids))*C.sizeof_kvcm_cp_request_id + C.size_t(total) + 1
-	mem := C.calloc(1, size)
-	if mem == nil {
-		return nil, nil, fmt.Errorf("get_allocation_priority: copying %d request ids (%d bytes): %w", len(ids), uint64(size), errCOutOfMemory)
-	}
-	arr := unsafe.Slice((*C.kvcm_cp_request_id)(mem), len(ids))
-	bytes := unsafe.Slice((*byte)(unsafe.Add(mem, len(ids)*C.sizeof_kvcm_cp_request_id)), total+1)
-	off := 0
-	for i, id := range ids {
-		copy(bytes[off:], id)
-		if len(id) > 0 {
-			arr[i].data = (*C.char)(unsafe.Pointer(&bytes[off]))
-		}
-		arr[i].len = C.size_t(len(id))
-		off += len(id)
-	}
-	return &arr[0], func() { C.free(mem) }, nil
 }
 
 func glueCPCreateDelegating(a *cpIndexObjectArg, out *C.kvcm_cp_index) error {
@@ -185,17 +88,7 @@ func glueCPCreateDelegating(a *cpIndexObjectArg, out *C.kvcm_cp_index) error {
 		return a.err
 	}
 	a.handed = true
-	return newCPObj(abimodel.NewDelegatingIndex(a.ext.external(), a.ext.close), out)
-}
-
-// ---- The five methods on any index ----
-
-func glueCPGetAllocationPriority(o *cpObj, ids []abimodel.RequestID) ([]int, error) {
-	in := make([]string, len(ids))
-	for i, id := range ids {
-		in[i] = id.ID
-	}
-	return o.GetAllocationPriority(in)
+	return newCPObj(abimodel.NewExternalIndex(a.ext), out)
 }
 
 // ---- Wiring a manager to an index ----

@@ -146,7 +146,7 @@ func kindOf(v any) string {
 	if k, ok := handleKind(v); ok {
 		return k
 	}
-	if o, ok := v.(*defaultCodecObj); ok {
+	if o, ok := v.(*abimodel.DefaultCodec); ok {
 		if o.Builtin() != nil {
 			return "built-in codec"
 		}

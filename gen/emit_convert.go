@@ -52,6 +52,9 @@ func emitConvert(m *Model, p Paths) (map[string][]byte, error) {
 	}
 	for _, d := range callers {
 		f.Add(goCaller(m, d)).Line()
+		if d.Vtable && d.Versioned {
+			f.Add(vtableCheck(m, d)).Line()
+		}
 	}
 	var buf bytes.Buffer
 	if err := f.Render(&buf); err != nil {

@@ -226,9 +226,9 @@ func emitShimHeader(m *Model) string {
 	for _, d := range m.Decls {
 		for _, impl := range d.GoImpls {
 			for _, f := range goImplSlots(d) {
-				fmt.Fprintf(&b, "extern %s;\n", goImplExport(impl, f))
+				fmt.Fprintf(&b, "extern %s;\n", goImplExport(impl.Impl, f))
 			}
-			fmt.Fprintf(&b, "const %s* %s(void);\n", d.CName, goImplTable(m, d, impl))
+			fmt.Fprintf(&b, "const %s* %s(void);\n", d.CName, goImplTable(m, d, impl.Impl))
 		}
 	}
 	b.WriteString("\n/* Callbacks: callers that take opaque pointers as uintptr_t. */\n")
@@ -362,7 +362,7 @@ func emitShimC(m *Model, p Paths) string {
 	}
 	for _, d := range m.Decls {
 		for _, impl := range d.GoImpls {
-			writeGoImpl(&b, m, d, impl)
+			writeGoImpl(&b, m, d, impl.Impl)
 		}
 	}
 	api := m.APIDecl()
@@ -428,9 +428,11 @@ func emitShimGo(m *Model, p Paths) ([]byte, error) {
 	}
 	for _, d := range m.Decls {
 		for _, impl := range d.GoImpls {
+			f.Add(goImplLookup(d, impl))
+			f.Line()
 			for _, slot := range goImplSlots(d) {
-				name, fn := goImplSlotExport(m, d, impl, slot)
-				f.Comment(fmt.Sprintf("%s is the %s slot of the %s %s.", name, slot.CName, impl, d.CName))
+				name, fn := goImplSlotExport(d, impl, slot)
+				f.Comment(fmt.Sprintf("%s is the %s slot of the %s %s.", name, slot.CName, impl.Impl, d.CName))
 				f.Comment("//export " + name)
 				f.Add(fn)
 				f.Line()
@@ -874,57 +876,4 @@ func goElemCode(g string) jen.Code {
 		return jen.Qual(g[:i], g[i+1:])
 	}
 	return jen.Id(g)
-}
-
-// goImplSlotExport writes the Go export a slot of a Go implementation of a
-// vtable forwards to: it returns the slot's fail value when self is not a
-// live object of the implementation (the hand-written lookup<Impl> finds
-// it) or the library is poisoned, turns a panic into that value and
-// poisons the library, and otherwise calls glue<Impl><Slot> with the object
-// and the slot's other parameters (pointers as uintptr_t). A slot without a
-// result runs also on a poisoned library, so that destroy releases.
-func goImplSlotExport(m *Model, d *Decl, impl string, slot *Field) (string, *jen.Statement) {
-	name := fmt.Sprintf("kvcm__go_%s_%s", impl, slot.CName)
-	sig := slot.Type.Sig
-	var params, args []jen.Code
-	for _, p := range sig.Params {
-		t := goCType(p.Type)
-		if p.Type.IsPointer() {
-			t = jen.Qual("C", "uintptr_t")
-		}
-		params = append(params, jen.Id(p.CName).Add(t))
-	}
-	args = append(args, jen.Id("obj"))
-	for _, p := range sig.Params[1:] {
-		args = append(args, jen.Id(p.CName))
-	}
-	self := sig.Params[0].CName
-	implName := Camel(impl)
-	glue := jen.Id("glue" + implName + slot.GoName).Call(args...)
-	body := []jen.Code{jen.Const().Id("kvcmFn").Op("=").Lit(fmt.Sprintf("%s %s.%s", impl, d.CName, slot.CName))}
-	fn := jen.Func().Id(name).Params(params...)
-	if sig.Result.Kind == KVoid {
-		body = append(body,
-			jen.Defer().Func().Params().Block(jen.If(jen.Id("r").Op(":=").Recover(), jen.Id("r").Op("!=").Nil()).Block(jen.Id("poison").Call(jen.Id("kvcmFn"), jen.Id("r")))).Call(),
-			jen.If(jen.List(jen.Id("obj"), jen.Id("ok")).Op(":=").Id("lookup"+implName).Call(jen.Id(self)), jen.Id("ok")).Block(glue))
-		return name, fn.Block(body...)
-	}
-	var fail jen.Code
-	switch {
-	case slot.Fail == "" && sig.Result.Kind == KScalar && sig.Result.Scalar == "bool":
-		fail = jen.False()
-	case slot.Fail == "":
-		fail = jen.Lit(0)
-	case strings.Trim(slot.Fail, "-0123456789") == "":
-		fail = jen.Id(slot.Fail)
-	default:
-		fail = jen.Qual("C", slot.Fail)
-	}
-	body = append(body,
-		jen.Id("result").Op("=").Add(fail),
-		jen.Defer().Func().Params().Block(jen.If(jen.Id("r").Op(":=").Recover(), jen.Id("r").Op("!=").Nil()).Block(jen.Id("poison").Call(jen.Id("kvcmFn"), jen.Id("r")))).Call(),
-		jen.List(jen.Id("obj"), jen.Id("ok")).Op(":=").Id("lookup"+implName).Call(jen.Id(self)),
-		jen.If(jen.Op("!").Id("ok").Op("||").Id("isPoisoned").Call()).Block(jen.Return(fail)),
-		jen.Return(glue))
-	return name, fn.Params(jen.Id("result").Add(goCType(sig.Result))).Block(body...)
 }

@@ -143,6 +143,7 @@ func TestLoadErrors(t *testing.T) {
 		"noparam":             "parameter v has no //kvcm:param",
 		"gopointer":           "Go pointers are only allowed for the status result",
 		"goimplself":          "only slots that take self (void*) first",
+		"goimplmethod":        "V.Probe (//kvcm:goimpl builtin github.com/kvcm/kvcm/gen/testdata/tinygo.Plugin): want 1 parameters and 1 results, the func has 0 and 1",
 		"gounmapped":          `Point has no field Z: name its counterpart with a go:"Field" tag, or tag it go:"-"`,
 		"gomethodin":          "a method (go:\"Dx()\") can only be read",
 		"cppimplbool":         `a trampoline returns int32_t: tag the slot cpp:"-"`,

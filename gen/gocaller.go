@@ -26,12 +26,16 @@ import (
 //     passed in place (NULL when empty);
 //   - const T* p, n (T a struct with //kvcm:go, n a size_t or an integer
 //     typedef): a []G of T's Go struct, copied into C memory for the call
-//     (one allocation per array, nested arrays included);
+//     (one allocation per array, nested arrays and strings with a length
+//     included);
 //   - const T* p (T a struct without //kvcm:go), void* or const void*: an
 //     address, a Go uintptr type, passed as is; the Go side keeps what it
 //     points to valid for the call (it pins Go memory);
 //   - T* p, size_t capacity, size_t* needed (T a scalar): a []G result,
 //     asked for with 64 elements and once more with the needed count;
+//   - T* p (T a scalar) with the slot's sized:"p=n" tag: a []G result of as
+//     many elements as the size_t n says (the length of the input array n
+//     counts), passed in place, all ones where the slot writes nothing;
 //   - T* p (T a scalar): a G result;
 //   - a scalar: a G parameter, cast.
 //
@@ -81,6 +85,8 @@ func callerParams(name string, sig *Sig) (params, results []callerArg, err error
 			params, i = append(params, callerArg{"structs", ps[i]}), i+2
 		case structIn && t.Elem.Decl.GoMap == nil, t.Kind == KVoidPtr, t.Kind == KConstVoidPtr:
 			params, i = append(params, callerArg{"address", ps[i]}), i+1
+		case out && ps[i].Len != "":
+			results, i = append(results, callerArg{"sized", ps[i]}), i+1
 		case out && at(i+1).Kind == KSize && at(i+2).Kind == KPtr && at(i+2).Dir == DirOut && at(i+2).Elem.Kind == KSize:
 			results, i = append(results, callerArg{"buffer", ps[i]}), i+3
 		case out:
@@ -199,7 +205,7 @@ func callerTypeOK(a callerArg, t types.Type) bool {
 	case "string":
 		b, ok := t.Underlying().(*types.Basic)
 		return ok && b.Info()&types.IsString != 0
-	case "slice", "buffer":
+	case "slice", "buffer", "sized":
 		s, ok := t.Underlying().(*types.Slice)
 		size, _ := a.param.Type.Elem.sizeAlign()
 		return ok && isNumeric(s.Elem()) && goSizes.Sizeof(s.Elem()) == int64(size)
@@ -267,9 +273,9 @@ func checkCopied(m *Model) error {
 		}
 		for _, f := range MappedFields(d) {
 			arr := f.Type.Kind == KPtr && f.Type.Dir == DirIn && f.Len != ""
-			ok := isScalarField(f.Type) || arr && (isScalarField(f.Type.Elem) || f.Type.Elem.Kind == KNamed && f.Type.Elem.Decl.GoMap != nil)
+			ok := isScalarField(f.Type) || f.Type.Kind == KCStr && f.Len != "" || arr && (isScalarField(f.Type.Elem) || f.Type.Elem.Kind == KNamed && f.Type.Elem.Decl.GoMap != nil)
 			if !ok {
-				return fmt.Errorf("%s.%s: a Go caller copies scalars and arrays of scalars or of //kvcm:go structs into C memory, not %s", d.GoName, f.GoName, f.Type.CName())
+				return fmt.Errorf("%s.%s: a Go caller copies scalars, strings with a length and arrays of scalars or of //kvcm:go structs into C memory, not %s", d.GoName, f.GoName, f.Type.CName())
 			}
 		}
 	}
@@ -286,6 +292,9 @@ func cCopier(d *Decl) jen.Code {
 		switch {
 		case isScalarField(f.Type):
 			body = append(body, dst.Op("=").Add(goCType(f.Type)).Call(src))
+		case f.Type.Kind == KCStr:
+			body = append(body, dst.Op("=").Id("cArgString").Call(jen.Id("a"), src),
+				jen.Id("c").Dot(f.Len).Op("=").Qual("C", "size_t").Call(jen.Len(jen.Id("v").Dot(f.GoField()))))
 		case isScalarField(f.Type.Elem):
 			body = append(body, dst.Op("=").Id("cArgScalars").Index(goCType(f.Type.Elem)).Call(jen.Id("a"), src),
 				jen.Id("c").Dot(f.Len).Op("=").Qual("C", "size_t").Call(jen.Len(jen.Id("v").Dot(f.GoField()))))
@@ -337,6 +346,14 @@ func callerHelpers(f *jen.File) {
 	f.Line()
 	f.Func().Params(jen.Id("a").Op("*").Id("cArena")).Id("free").Params().Block(
 		jen.For(jen.List(jen.Id("_"), jen.Id("p")).Op(":=").Range().Id("a").Dot("mem")).Block(jen.Qual("C", "free").Call(jen.Id("p"))),
+	)
+	f.Line()
+	f.Comment("cArgString copies s into C memory of a (NULL for \"\"), not NUL-terminated.")
+	f.Func().Id("cArgString").Params(jen.Id("a").Op("*").Id("cArena"), jen.Id("s").String()).Op("*").Qual("C", "char").Block(
+		jen.If(jen.Id("s").Op("==").Lit("")).Block(jen.Return(jen.Nil())),
+		jen.Id("b").Op(":=").Id("cAlloc").Index(jen.Byte()).Call(jen.Id("a"), jen.Len(jen.Id("s"))),
+		jen.Copy(jen.Id("b"), jen.Id("s")),
+		jen.Return(jen.Parens(jen.Op("*").Qual("C", "char")).Call(jen.Qual("unsafe", "Pointer").Call(jen.Op("&").Id("b").Index(jen.Lit(0))))),
 	)
 	f.Line()
 	f.Comment("cArgScalars copies s into C memory of a, converted to E (NULL when empty).")
@@ -413,6 +430,22 @@ func callerFunc(name string, sig *Sig, fn *types.Signature, call func(args ...je
 	}
 	var run []jen.Code
 	switch {
+	case len(results) == 1 && results[0].kind == "sized":
+		el := goCType(results[0].param.Type.Elem)
+		elem := goTypeCode(fn.Results().At(0).Type().Underlying().(*types.Slice).Elem())
+		var n jen.Code
+		for k, a := range params {
+			if a.param.CName == results[0].param.Len {
+				n = jen.Int().Call(jen.Id(fmt.Sprintf("a%d", k)))
+			} else if j := slices.Index(sig.Params, a.param); j+1 < len(sig.Params) && sig.Params[j+1].CName == results[0].param.Len {
+				n = jen.Len(jen.Id(fmt.Sprintf("a%d", k)))
+			}
+		}
+		run = append(run, jen.Id("buf").Op(":=").Make(jen.Index().Add(elem), n),
+			jen.For(jen.Id("i").Op(":=").Range().Id("buf")).Block(jen.Id("buf").Index(jen.Id("i")).Op("=").Op("^").Add(elem).Call(jen.Lit(0))),
+			jen.If(jen.Err().Op(":=").Id("slotError").Call(jen.Lit(name), call(append(args, jen.Id("cElems").Index(el).Call(jen.Id("buf")))...)), jen.Err().Op("!=").Nil()).Block(
+				jen.Return(jen.Nil(), jen.Err())),
+			jen.Return(jen.Id("buf"), jen.Nil()))
 	case len(results) == 1 && results[0].kind == "buffer":
 		el := goCType(results[0].param.Type.Elem)
 		elem := fn.Results().At(0).Type().Underlying().(*types.Slice).Elem()
@@ -468,6 +501,35 @@ func goCaller(m *Model, d *Decl) jen.Code {
 	body = append(body, jen.Return(jen.Id("out")))
 	return jen.Comment(fmt.Sprintf("%s returns a %s.%s whose funcs call the present slots of vt with self.", name, pathBase(g.Path), g.Name)).Line().
 		Func().Id(name).Params(jen.Id("vt").Op("*").Qual("C", d.CName), jen.Id("self").Qual("C", "uintptr_t")).Add(goMapType(g)).Block(body...)
+}
+
+// vtableCheck writes check<Decl>(vt, arg), which reports what makes a
+// caller's vtable unusable, naming arg: abi_version 0, a struct_size that
+// does not cover the slots of the vtable's first version that must be
+// present (with none, the 8 bytes of struct_size and abi_version), or such
+// a slot NULL.
+func vtableCheck(m *Model, d *Decl) jen.Code {
+	short := strings.TrimPrefix(d.CName, m.Prefix+"_")
+	name := "check" + d.GoName
+	vt := func(field string) *jen.Statement { return jen.Id("vt").Dot(field) }
+	arg := func(field string) *jen.Statement { return jen.Id("arg").Op("+").Lit("." + field) }
+	required := slices.ContainsFunc(goImplSlots(d), func(f *Field) bool { return !f.Nullable })
+	var size jen.Code = jen.Lit(8)
+	what := "the %d bytes of struct_size and abi_version"
+	if required {
+		size = jen.Qual("C", strings.ToUpper(strings.Replace(d.CName, m.Prefix+"_", m.Prefix+"__", 1))+fmt.Sprintf("_SIZE_V%d", d.Since))
+		what = fmt.Sprintf("the %%d bytes of ABI version %d", d.Since)
+	}
+	body := []jen.Code{
+		jen.If(vt("abi_version").Op("==").Lit(0)).Block(jen.Return(jen.Id("argError").Call(arg("abi_version"), jen.Lit("is 0: set it to KVCM_ABI_VERSION")))),
+		jen.If(vt("struct_size").Op("<").Add(size)).Block(jen.Return(jen.Id("argError").Call(arg("struct_size"), jen.Lit("is %d, less than "+what), vt("struct_size"), size))),
+	}
+	if required {
+		body = append(body, jen.If(jen.Id("name").Op(":=").Qual("C", "kvcm__missing_"+short).Call(jen.Id("vt")), jen.Id("name").Op("!=").Nil()).Block(
+			jen.Return(jen.Id("argError").Call(jen.Id("arg").Op("+").Lit(".").Op("+").Qual("C", "GoString").Call(jen.Id("name")), jen.Lit("is NULL")))))
+	}
+	return jen.Commentf("%s reports what makes a caller's %s unusable, naming arg.", name, d.CName).Line().
+		Func().Id(name).Params(jen.Id("vt").Op("*").Qual("C", d.CName), jen.Id("arg").String()).Error().Block(append(body, jen.Return(jen.Nil()))...)
 }
 
 func pathBase(p string) string { return p[strings.LastIndex(p, "/")+1:] }

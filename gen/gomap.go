@@ -69,7 +69,11 @@ func parseGoMap(s string) (*GoMap, error) {
 func resolveGoMaps(m *Model, dir string) error {
 	var paths []string
 	for _, d := range m.Decls {
-		for _, g := range []*GoMap{d.GoMap, d.GoCaller, d.GoModel} {
+		gs := []*GoMap{d.GoMap, d.GoCaller, d.GoModel}
+		for _, g := range d.GoImpls {
+			gs = append(gs, g.GoMap)
+		}
+		for _, g := range gs {
 			if g != nil && !slices.Contains(paths, g.Path) {
 				paths = append(paths, g.Path)
 			}
@@ -141,6 +145,14 @@ func resolveGoMaps(m *Model, dir string) error {
 		}
 		if d.GoCaller != nil {
 			if err := checkCaller(d); err != nil {
+				return err
+			}
+		}
+		for _, g := range d.GoImpls {
+			if err := resolve(d, g.GoMap, "goimpl"); err != nil {
+				return err
+			}
+			if err := checkGoImpl(d, g); err != nil {
 				return err
 			}
 		}

@@ -213,7 +213,14 @@ func (l *loader) run() error {
 		dc.CppNamespace = d.one("cppns")
 		dc.Versioned = d.has("versioned")
 		dc.Vtable = d.has("vtable")
-		dc.GoImpls = slices.Sorted(slices.Values(d["goimpl"]))
+		for _, g := range slices.Sorted(slices.Values(d["goimpl"])) {
+			name, typ, _ := strings.Cut(g, " ")
+			gm, err := parseGoMap("out " + typ)
+			if err != nil {
+				return fmt.Errorf("%s: bad //kvcm:goimpl %q: want \"<impl> <import path>.<Type>\"", dc.GoName, g)
+			}
+			dc.GoImpls = append(dc.GoImpls, &GoImpl{Impl: name, GoMap: gm})
+		}
 		if len(dc.GoImpls) > 0 && !dc.Vtable {
 			return fmt.Errorf("%s: //kvcm:goimpl on a type that is not a //kvcm:vtable", dc.GoName)
 		}
@@ -430,6 +437,11 @@ func (l *loader) body(dc *Decl, s typeSpec) error {
 					CppDefault: tag.Get("cppdefault"), Path: tag.Get("path"), Py: tag.Get("py"), PyDefault: tag.Get("pydefault"), PyType: tag.Get("pytype"), User: Snake(tag.Get("user"))}
 				if c := tag.Get("c"); c != "" {
 					f.CName = c
+				}
+				if v := tag.Get("sized"); v != "" {
+					if err := sizedSlotParam(f, v); err != nil {
+						return fmt.Errorf("%s: %w", where, err)
+					}
 				}
 				if v := tag.Get("since"); v != "" {
 					if f.Since, err = strconv.Atoi(v); err != nil || f.Since < 1 {
@@ -804,11 +816,37 @@ func changesSection(doc string) string {
 	return strings.TrimSpace(rest)
 }
 
+// sizedSlotParam applies a slot's sized:"<param>=<count>" tag: the T*
+// parameter param (T a scalar) holds as many elements as the size_t
+// parameter count says (get_allocation_priority's order, of
+// num_request_ids elements).
+func sizedSlotParam(f *Field, tag string) error {
+	name, count, _ := strings.Cut(tag, "=")
+	if f.Type.Kind != KFunc {
+		return fmt.Errorf("a sized tag is for a vtable slot")
+	}
+	var p, n *Param
+	for _, q := range f.Type.Sig.Params {
+		switch q.GoName {
+		case name:
+			p = q
+		case count:
+			n = q
+		}
+	}
+	if p == nil || n == nil || p.Type.Kind != KPtr || p.Type.Dir != DirOut || !isScalarField(p.Type.Elem) || n.Type.Kind != KSize {
+		return fmt.Errorf("sized:%q: want <T* parameter>=<size_t parameter>", tag)
+	}
+	p.Len = n.CName
+	return nil
+}
+
 // checkGoImpls checks what a Go implementation of a vtable needs: every slot
 // after struct_size and abi_version is a function taking self first, and
 // every implementation name is a C identifier.
 func checkGoImpls(dc *Decl) error {
-	for _, impl := range dc.GoImpls {
+	for _, g := range dc.GoImpls {
+		impl := g.Impl
 		if impl == "" || strings.IndexFunc(impl, func(r rune) bool { return !(r == '_' || 'a' <= r && r <= 'z' || '0' <= r && r <= '9') }) >= 0 {
 			return fmt.Errorf("%s: //kvcm:goimpl %q: want a lower-case C identifier", dc.GoName, impl)
 		}

@@ -56,6 +56,13 @@ type Sig struct {
 	Result *Type // KVoid when none
 }
 
+// GoImpl is one Go implementation of a vtable: its name and the Go type
+// whose methods, one per slot (of the slot's Go name), implement it.
+type GoImpl struct {
+	Impl string
+	*GoMap
+}
+
 // Param is a function parameter or a vtable-slot parameter.
 type Param struct {
 	GoName   string
@@ -148,10 +155,11 @@ type Decl struct {
 	Fields       []*Field // struct
 	Versioned    bool
 	Vtable       bool
-	// GoImpls names the Go implementations of a vtable (//kvcm:goimpl): for
-	// each, kvcmgen writes a C vtable whose slots forward to Go exports
-	// kvcm__go_<impl>_<slot>, self and pointers passed as uintptr_t.
-	GoImpls []string
+	// GoImpls are the Go implementations of a vtable (//kvcm:goimpl <impl>
+	// <import path>.<Type>): for each, kvcmgen writes a C vtable whose slots
+	// forward to Go exports kvcm__go_<impl>_<slot>, self and pointers passed
+	// as uintptr_t, which call the methods of the Go type.
+	GoImpls []*GoImpl
 	// GoHandle is the Go type behind a handle (//kvcm:gohandle <type>
 	// <words>) and GoHandleWhat the words that name its kind in errors:
 	// the export package gets lookup<Name>, which resolves an argument to

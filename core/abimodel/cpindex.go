@@ -195,17 +195,21 @@ func (x *CPIndex) NotifyBlocksFreed(requestID string, keys []blockhash.Key) erro
 type RequestID struct{ ID string }
 
 // GetAllocationPriority returns the order in which the requests should get
-// pages, as indices into ids: a permutation, whatever the index answered
+// pages, as indices into reqs: a permutation, whatever the index answered
 // (cp.RepairOrder drops unknown and repeated ids and appends missing ones);
 // equal ids take their indices in input order.
-func (x *CPIndex) GetAllocationPriority(ids []string) ([]int, error) {
+func (x *CPIndex) GetAllocationPriority(reqs []RequestID) ([]int, error) {
 	done, err := x.use()
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	if len(ids) == 0 {
+	if len(reqs) == 0 {
 		return nil, nil
+	}
+	ids := make([]string, len(reqs))
+	for i, r := range reqs {
+		ids[i] = r.ID
 	}
 	got := cp.RepairOrder(ids, x.index.GetAllocationPriority(ids))
 	pos := make(map[string][]int, len(ids))

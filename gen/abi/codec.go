@@ -104,7 +104,7 @@ type PoolGroupDesc struct {
 //
 //kvcm:vtable
 //kvcm:versioned
-//kvcm:goimpl default
+//kvcm:goimpl default github.com/kvcm/kvcm/core/abimodel.DefaultCodec
 //kvcm:gocaller github.com/kvcm/kvcm/core/abimodel.ExternalCodec
 //kvcm:since 1
 type ColdPageCodecVtable struct {
@@ -237,21 +237,22 @@ const (
 //kvcm:versioned
 //kvcm:since 2
 //kvcm:cppvalue BuiltinColdPageCodecOptions
+//kvcm:go in github.com/kvcm/kvcm/core/codec/gpucodec.Spec
 //kvcm:cppdoc BuiltinColdPageCodecOptions selects one of the library's built-in codecs
 //kvcm:cppdoc (kvcm_builtin_codec_options): kind, and the options of the FP8 and auto
 //kvcm:cppdoc codecs.
 type BuiltinCodecOptions struct {
 	// Kind is the codec.
-	Kind BuiltinCodec `go:"-"`
+	Kind BuiltinCodec
 	// Element is the FP8 codec's hot element type (every pool's).
-	Element ElementType `go:"-"`
+	Element ElementType `go:"Format"`
 	// BlockElems is the FP8 codec's number of elements per scale: a power of
 	// two in [8, 256]; 0 means 128.
-	BlockElems int32 `go:"-"`
+	BlockElems int32
 	// CrossoverBytes is the auto codec's crossover: mean bytes per page and
 	// pool at and above which a lifecycle takes the default codec; 0 means
 	// the measured 1 MiB.
-	CrossoverBytes int64 `go:"-"`
+	CrossoverBytes int64
 }
 
 // CreateBuiltinColdPageCodec creates one of the library's built-in codecs as
@@ -267,6 +268,6 @@ type BuiltinCodecOptions struct {
 //
 //kvcm:since 2
 //kvcm:thread any
-//kvcm:param options borrowed The codec and its options; read during the call only.
+//kvcm:param options borrowed,convert The codec and its options; read during the call only.
 //kvcm:param out out Receives the codec object; the caller owns it until it hands it on.
 type CreateBuiltinColdPageCodec func(options spec.In[BuiltinCodecOptions], out spec.Out[ColdPageCodec]) *Status

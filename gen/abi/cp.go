@@ -55,7 +55,7 @@ type CPRequestID struct {
 //kvcm:vtable
 //kvcm:versioned
 //kvcm:since 1
-//kvcm:gocaller github.com/kvcm/kvcm/core/cp.External
+//kvcm:gocaller github.com/kvcm/kvcm/core/abimodel.ExternalCP
 //kvcm:cppimpl
 type CPIndexVtable struct {
 	// PredictPrefixReuse writes to score the predicted fraction of the
@@ -74,9 +74,9 @@ type CPIndexVtable struct {
 	NotifyBlocksFreed func(self spec.VoidPtr, requestID spec.CStr, requestIDLen spec.Size, keys spec.In[uint64], numKeys spec.Size) int32 `nullable:"true"`
 	// GetAllocationPriority writes to order (num_request_ids elements) the
 	// indices of request_ids from highest to lowest predicted overlap.
-	GetAllocationPriority func(self spec.VoidPtr, requestIds spec.In[CPRequestID], numRequestIds spec.Size, order spec.Out[spec.Size]) int32 `nullable:"true" go:"-" cpp:"-"`
+	GetAllocationPriority func(self spec.VoidPtr, requestIds spec.In[CPRequestID], numRequestIds spec.Size, order spec.Out[spec.Size]) int32 `nullable:"true" sized:"order=numRequestIds" cpp:"-"`
 	// Destroy releases the index. Called exactly once; may be NULL.
-	Destroy func(self spec.VoidPtr) `nullable:"true" go:"-" cpp:"-"`
+	Destroy func(self spec.VoidPtr) `nullable:"true" cpp:"-"`
 }
 
 // CPIndexObject is an external CP index: a vtable and the self pointer its
@@ -229,6 +229,7 @@ type CPNotifyBlocksFreed func(cp CPIndex, requestID spec.CStr, requestIDLen spec
 //
 //kvcm:since 1
 //kvcm:thread any
+//kvcm:call GetAllocationPriority
 //kvcm:param cp in The index.
 //kvcm:param requestIds borrowed,nullable,len=numRequestIds,convert The request ids (NULL only when num_request_ids is 0).
 //kvcm:param numRequestIds in The number of request ids.

@@ -196,14 +196,26 @@
 //
 // # Vtables implemented in Go: //kvcm:goimpl
 //
-// A vtable with //kvcm:goimpl <impl> (the default codec's) gets a C table
-// whose slots forward to Go exports kvcm__go_<impl>_<slot>, all generated:
-// each finds its object with the hand-written lookup<Impl>(self), returns
-// the slot's fail value (its fail:"..." tag, a number or a C constant;
-// otherwise false or 0) when self is not a live object or the library is
-// poisoned, and else calls glue<Impl><Slot>(obj, the other parameters,
-// pointers as uintptr_t). A panic poisons the library and returns the fail
-// value. A slot without a result (destroy) runs on a poisoned library too.
+// A vtable with //kvcm:goimpl <impl> <import path>.<Type> (the default
+// codec's: abimodel.DefaultCodec) gets a C table whose slots forward to Go
+// exports kvcm__go_<impl>_<slot>, all generated, which call the methods of
+// *<Type>, one per slot, named as the slot (or its go:"Name" tag): each
+// finds its object by the generated lookup<Impl>(self) (self is the handle
+// of a *<Type>), returns the slot's fail value (its fail:"..." tag, a
+// number or a C constant; otherwise false, -1 for an int32_t failure code,
+// or 0) when self is not a live object or the library is poisoned, and
+// else converts the parameters by the conventions of //kvcm:gocaller the
+// other way round: const T* with a count where T has //kvcm:go becomes a
+// []G of T's Go struct (a NULL array with a count, or a struct the
+// converter rejects, fails the slot: configure's pool group descriptors);
+// void*, const void* and const T* where T has no //kvcm:go an address, a Go
+// uintptr type (encode's index pairs: the method views them where its
+// codec wants them); a scalar is cast. An int32_t result is the method's
+// error, any other scalar result its only result, cast. kvcmgen checks
+// every method's signature against its slot. A panic poisons the library
+// and returns the fail value. A slot without a result runs on a poisoned
+// library too, and destroy frees self's handle first and calls Destroy
+// only when it did, so one of concurrent destroys runs it.
 //
 // # Configuration value types: //kvcm:cppvalue, //kvcm:pyconfig
 //
@@ -274,11 +286,15 @@
 // # Vtables and callbacks implemented elsewhere: //kvcm:gocaller, //kvcm:cppimpl
 //
 // A vtable with //kvcm:gocaller <import path>.<Type> (a Go struct of funcs:
-// cp.External, abimodel.ExternalCodec) gets goCaller<Name>(vt, self), which
-// sets the func of every present slot to one that calls it from Go; the
-// rules of the object (what a missing slot means, how results are checked,
-// destroy once) live in the Go type that takes the funcs (cp.NewDelegating,
-// abimodel.NewExternalCodec), tested in plain Go. A //kvcm:callback with
+// abimodel.ExternalCP, abimodel.ExternalCodec) gets goCaller<Name>(vt,
+// self), which sets the func of every present slot to one that calls it
+// from Go; the rules of the object (what a missing slot means, how results
+// are checked, destroy once) live in the Go type that takes the funcs
+// (abimodel.NewExternalIndex, abimodel.NewExternalCodec), tested in plain
+// Go. A versioned one also gets check<Name>(vt, arg), the error that makes
+// a caller's vtable unusable, naming arg: abi_version 0, a struct_size that
+// does not cover the slots of its first version that must be present (with
+// none, the 8 bytes of struct_size and abi_version), or such a slot NULL. A //kvcm:callback with
 // //kvcm:gocaller names a Go func type (abimodel.BlockPriorityFunc) and gets
 // goCaller<Name>(fn, userData), nil for NULL; a struct field of that
 // callback type tagged user:"Field" (the void* passed to it) converts to a
@@ -292,7 +308,11 @@
 // as a result, int32_t as the failure code (an error in Go). The Go callers
 // also take: const T* with a count (size_t or an integer typedef) where T
 // has //kvcm:go, as a []G of T's Go struct copied into C memory for the
-// call, nested arrays included (configure's pool group descriptors);
+// call, nested arrays and strings with a length included (configure's pool
+// group descriptors, get_allocation_priority's request ids); T* (T a
+// scalar) that the slot's sized:"p=n" tag names, as a []G result of n
+// elements (n the size_t parameter, an input array's count), all ones
+// where the slot writes nothing (get_allocation_priority's order);
 // void*, const void* and const T* where T has no //kvcm:go, as a uintptr
 // address the Go side keeps valid (encode's index pairs: pinned host pairs
 // or a device address); and a scalar result other than int32_t (bool,

@@ -283,7 +283,7 @@ type Report struct {
 //
 //kvcm:vtable
 //kvcm:versioned
-//kvcm:goimpl builtin
+//kvcm:goimpl builtin github.com/kvcm/kvcm/gen/testdata/tinygo.Plugin
 //kvcm:cppimpl
 //kvcm:since 1
 type Plugin struct {
@@ -308,6 +308,31 @@ type Strip struct {
 	Pix spec.In[uint8] `len:"NumPix" own:"borrowed"`
 	// NumPix is the length of pix.
 	NumPix spec.Size
+}
+
+// Label is a name with its length.
+//
+//kvcm:struct
+//kvcm:since 1
+//kvcm:go in github.com/kvcm/kvcm/gen/testdata/tinygo.Label
+type Label struct {
+	// Data holds the bytes.
+	Data spec.CStr `len:"Len" nullable:"true" own:"borrowed" go:"Text"`
+	// Len is its length.
+	Len spec.Size
+}
+
+// Ranker is a vtable the library calls from Go.
+//
+//kvcm:vtable
+//kvcm:versioned
+//kvcm:since 1
+//kvcm:gocaller github.com/kvcm/kvcm/gen/testdata/tinygo.Ranker
+type Ranker struct {
+	// Rank writes to order the indices of names, best first.
+	Rank func(self spec.VoidPtr, names spec.In[Label], numNames spec.Size, order spec.Out[spec.Size]) int32 `nullable:"true" sized:"order=numNames"`
+	// Destroy destroys.
+	Destroy func(self spec.VoidPtr)
 }
 
 // PluginObject is a plugin and its self.

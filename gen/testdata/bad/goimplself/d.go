@@ -4,7 +4,7 @@ package goimplself
 // V is a vtable.
 //
 //kvcm:vtable
-//kvcm:goimpl builtin
+//kvcm:goimpl builtin github.com/kvcm/kvcm/gen/testdata/tinygo.Plugin
 //kvcm:since 1
 type V struct {
 	// Run lacks self.

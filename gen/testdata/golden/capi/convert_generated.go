@@ -5,6 +5,7 @@ package capi
 import (
 	"fmt"
 	abimodel "github.com/kvcm/kvcm/core/abimodel"
+	tinygo "github.com/kvcm/kvcm/gen/testdata/tinygo"
 	"image"
 	"unsafe"
 )
@@ -175,6 +176,112 @@ func cStringN(p *C.char, n C.size_t, name, field, lenField string) (string, erro
 	return C.GoStringN(p, C.int(n)), nil
 }
 
+// cBytes copies s into C memory for one call (NULL for ""); free releases it.
+func cBytes(s string) (*C.char, C.size_t, func()) {
+	if s == "" {
+		return nil, 0, func() {}
+	}
+	p := C.CString(s)
+	return p, C.size_t(len(s)), func() {
+		C.free(unsafe.Pointer(p))
+	}
+}
+
+// cElems passes the elements of s in place (NULL when empty): E and G have one
+// size and hold no pointers, so cgo pins s for the call.
+func cElems[E, G any](s []G) *E {
+	if len(s) == 0 {
+		return nil
+	}
+	return (*E)(unsafe.Pointer(&s[0]))
+}
+
+// cArena holds the C memory of one call's copied arguments; free releases it.
+type cArena struct {
+	mem []unsafe.Pointer
+}
+
+// cAlloc allocates n zeroed elements of T in a (out of C memory is a panic,
+// which fails the call).
+func cAlloc[T any](a *cArena, n int) []T {
+	p := C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(*new(T))))
+	if p == nil {
+		panic("out of C memory for a call's arguments")
+	}
+	a.mem = append(a.mem, p)
+	return unsafe.Slice((*T)(p), n)
+}
+
+func (a *cArena) free() {
+	for _, p := range a.mem {
+		C.free(p)
+	}
+}
+
+// cArgString copies s into C memory of a (NULL for ""), not NUL-terminated.
+func cArgString(a *cArena, s string) *C.char {
+	if s == "" {
+		return nil
+	}
+	b := cAlloc[byte](a, len(s))
+	copy(b, s)
+	return (*C.char)(unsafe.Pointer(&b[0]))
+}
+
+// cArgScalars copies s into C memory of a, converted to E (NULL when empty).
+func cArgScalars[E, G number](a *cArena, s []G) *E {
+	if len(s) == 0 {
+		return nil
+	}
+	out := cAlloc[E](a, len(s))
+	for i, v := range s {
+		out[i] = E(v)
+	}
+	return &out[0]
+}
+
+// slotError is the error of a slot that returned rc.
+func slotError(slot string, rc C.int32_t) error {
+	if rc == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s returned %d", slot, int32(rc))
+}
+
+// callBuffer calls a slot that fills a buffer and reports the elements it
+// needed: with room for 64, then once more with the room it asked for.
+func callBuffer[G, E any](slot string, call func(*E, C.size_t, *C.size_t) C.int32_t) ([]G, error) {
+	buf := make([]G, 64)
+	for range 2 {
+		var needed C.size_t
+		rc := call((*E)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &needed)
+		if err := slotError(slot, rc); err != nil {
+			return nil, err
+		}
+		if uint64(needed) <= uint64(len(buf)) {
+			return buf[:needed], nil
+		}
+		if needed > abimodel.MaxElems/C.size_t(unsafe.Sizeof(buf[0])) {
+			return nil, fmt.Errorf("%s needs %d elements", slot, uint64(needed))
+		}
+		buf = make([]G, needed)
+	}
+	return nil, fmt.Errorf("%s needed more than the %d elements it asked for", slot, len(buf))
+}
+
+// fromCLabel converts a kvcm_label to a tinygo.Label; name names it in errors.
+func fromCLabel(c *C.kvcm_label, name string) (tinygo.Label, error) {
+	var out tinygo.Label
+	{
+		s, err := cStringN(c.data, c.len, name, "data", "len")
+		if err != nil {
+			return out, err
+		}
+		out.Text = s
+	}
+	return out, nil
+}
+
 // fromCPair converts a kvcm_pair to a image.Point; name names it in errors.
 func fromCPair(c *C.kvcm_pair, name string) (image.Point, error) {
 	var out image.Point
@@ -205,4 +312,57 @@ func toCStrip(s image.Gray, pix []C.uint8_t) C.kvcm_strip {
 		pix[i] = C.uint8_t(v)
 	}
 	return c
+}
+
+// cArgLabel copies s into C memory of a (NULL when empty).
+func cArgLabel(a *cArena, s []tinygo.Label) *C.kvcm_label {
+	if len(s) == 0 {
+		return nil
+	}
+	out := cAlloc[C.kvcm_label](a, len(s))
+	for i, v := range s {
+		c := &out[i]
+		c.data = cArgString(a, v.Text)
+		c.len = C.size_t(len(v.Text))
+	}
+	return &out[0]
+}
+
+// goCallerRanker returns a tinygo.Ranker whose funcs call the present slots of vt with self.
+func goCallerRanker(vt *C.kvcm_ranker, self C.uintptr_t) tinygo.Ranker {
+	var out tinygo.Ranker
+	if C.kvcm__has_ranker_rank(vt) != 0 {
+		out.Rank = func(a0 []tinygo.Label) ([]uint64, error) {
+			arena := &cArena{}
+			defer arena.free()
+			buf := make([]uint64, len(a0))
+			for i := range buf {
+				buf[i] = ^uint64(0)
+			}
+			if err := slotError("rank", C.kvcm__call_ranker_rank(vt, self, cArgLabel(arena, a0), C.size_t(len(a0)), cElems[C.size_t](buf))); err != nil {
+				return nil, err
+			}
+			return buf, nil
+		}
+	}
+	if C.kvcm__has_ranker_destroy(vt) != 0 {
+		out.Destroy = func() {
+			C.kvcm__call_ranker_destroy(vt, self)
+		}
+	}
+	return out
+}
+
+// checkRanker reports what makes a caller's kvcm_ranker unusable, naming arg.
+func checkRanker(vt *C.kvcm_ranker, arg string) error {
+	if vt.abi_version == 0 {
+		return argError(arg+".abi_version", "is 0: set it to KVCM_ABI_VERSION")
+	}
+	if vt.struct_size < C.KVCM__RANKER_SIZE_V1 {
+		return argError(arg+".struct_size", "is %d, less than the %d bytes of ABI version 1", vt.struct_size, C.KVCM__RANKER_SIZE_V1)
+	}
+	if name := C.kvcm__missing_ranker(vt); name != nil {
+		return argError(arg+"."+C.GoString(name), "is NULL")
+	}
+	return nil
 }

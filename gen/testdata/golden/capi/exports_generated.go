@@ -4,6 +4,7 @@ package capi
 
 import (
 	"fmt"
+	tinygo "github.com/kvcm/kvcm/gen/testdata/tinygo"
 	"math/bits"
 )
 
@@ -375,6 +376,13 @@ func handleKind(v any) (string, bool) {
 	return "", false
 }
 
+// lookupBuiltin finds the *tinygo.Plugin of the handle self of the builtin kvcm_plugin's slots.
+func lookupBuiltin(self C.uintptr_t) (*tinygo.Plugin, bool) {
+	v, _ := handleValue(uint64(self))
+	obj, ok := v.(*tinygo.Plugin)
+	return obj, ok
+}
+
 // kvcm__go_builtin_run is the run slot of the builtin kvcm_plugin.
 //
 //export kvcm__go_builtin_run
@@ -390,7 +398,11 @@ func kvcm__go_builtin_run(self C.uintptr_t, pairs C.uintptr_t, n C.size_t) (resu
 	if !ok || isPoisoned() {
 		return false
 	}
-	return glueBuiltinRun(obj, pairs, n)
+	a0, err := cStructsArg((*C.kvcm_pair)(C.kvcm__ptr(pairs)), C.size_t(n), "pairs", fromCPair)
+	if err != nil {
+		return false
+	}
+	return C.bool(obj.Run(a0))
 }
 
 // kvcm__go_builtin_probe is the probe slot of the builtin kvcm_plugin.
@@ -398,7 +410,7 @@ func kvcm__go_builtin_run(self C.uintptr_t, pairs C.uintptr_t, n C.size_t) (resu
 //export kvcm__go_builtin_probe
 func kvcm__go_builtin_probe(self C.uintptr_t) (result C.int32_t) {
 	const kvcmFn = "builtin kvcm_plugin.probe"
-	result = 0
+	result = -1
 	defer func() {
 		if r := recover(); r != nil {
 			poison(kvcmFn, r)
@@ -406,9 +418,12 @@ func kvcm__go_builtin_probe(self C.uintptr_t) (result C.int32_t) {
 	}()
 	obj, ok := lookupBuiltin(self)
 	if !ok || isPoisoned() {
-		return 0
+		return -1
 	}
-	return glueBuiltinProbe(obj)
+	if err := obj.Probe(); err != nil {
+		return -1
+	}
+	return 0
 }
 
 // kvcm__go_builtin_destroy is the destroy slot of the builtin kvcm_plugin.
@@ -421,7 +436,8 @@ func kvcm__go_builtin_destroy(self C.uintptr_t) {
 			poison(kvcmFn, r)
 		}
 	}()
-	if obj, ok := lookupBuiltin(self); ok {
-		glueBuiltinDestroy(obj)
+	obj, ok := lookupBuiltin(self)
+	if ok && deleteHandle(uint64(self)) {
+		obj.Destroy()
 	}
 }

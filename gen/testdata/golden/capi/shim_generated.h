@@ -23,6 +23,8 @@ extern kvcm_status* kvcm__go_widget_notify(kvcm_widget widget, kvcm_notify fn, u
 #define KVCM__OPTIONS_SIZE_V2 48
 #define KVCM__PLUGIN_SIZE_V1 32
 #define KVCM__PLUGIN_SIZE_V2 32
+#define KVCM__RANKER_SIZE_V1 24
+#define KVCM__RANKER_SIZE_V2 24
 
 /* Fields appended after a versioned struct's first version: read one only when it is present. */
 static inline int kvcm__has_options_extra(const kvcm_options* p) { return p->struct_size >= offsetof(kvcm_options, extra) + sizeof(p->extra); }
@@ -53,6 +55,21 @@ static inline const char* kvcm__missing_plugin(const kvcm_plugin* vt) {
         return "run";
     }
     if (!kvcm__has_plugin_destroy(vt)) {
+        return "destroy";
+    }
+    return NULL;
+}
+static inline int kvcm__has_ranker_rank(const kvcm_ranker* vt) {
+    return vt != NULL && vt->struct_size >= offsetof(kvcm_ranker, rank) + sizeof(vt->rank) && vt->rank != NULL;
+}
+static inline int32_t kvcm__call_ranker_rank(const kvcm_ranker* vt, uintptr_t self, const kvcm_label* names, size_t num_names, size_t* order) { return vt->rank((void*)self, names, num_names, order); }
+static inline int kvcm__has_ranker_destroy(const kvcm_ranker* vt) {
+    return vt != NULL && vt->struct_size >= offsetof(kvcm_ranker, destroy) + sizeof(vt->destroy) && vt->destroy != NULL;
+}
+static inline void kvcm__call_ranker_destroy(const kvcm_ranker* vt, uintptr_t self) { vt->destroy((void*)self); }
+/* The first slot of a kvcm_ranker that must be present and is not, or NULL. */
+static inline const char* kvcm__missing_ranker(const kvcm_ranker* vt) {
+    if (!kvcm__has_ranker_destroy(vt)) {
         return "destroy";
     }
     return NULL;

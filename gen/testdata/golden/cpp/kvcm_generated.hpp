@@ -88,6 +88,11 @@ using Notify = ::kvcm_notify;
 
 // ---- Structures (the C structs themselves; layouts checked below) ----
 
+// kvcm_label is a name with its length.
+using Label = ::kvcm_label;
+static_assert(std::is_standard_layout_v<Label> && std::is_trivially_copyable_v<Label>);
+static_assert(sizeof(Label) == 16 && alignof(Label) == 8);
+
 // kvcm_pair is an aligned pair.
 using Pair = ::kvcm_pair;
 static_assert(std::is_standard_layout_v<Pair> && std::is_trivially_copyable_v<Pair>);
@@ -110,6 +115,19 @@ inline Plugin makePlugin() noexcept {
 using PluginObject = ::kvcm_plugin_object;
 static_assert(std::is_standard_layout_v<PluginObject> && std::is_trivially_copyable_v<PluginObject>);
 static_assert(sizeof(PluginObject) == 16 && alignof(PluginObject) == 8);
+
+// kvcm_ranker is a vtable the library calls from Go.
+using Ranker = ::kvcm_ranker;
+static_assert(std::is_standard_layout_v<Ranker> && std::is_trivially_copyable_v<Ranker>);
+static_assert(sizeof(Ranker) == 24 && alignof(Ranker) == 8);
+
+// makeRanker returns a zeroed Ranker with struct_size and abi_version set.
+inline Ranker makeRanker() noexcept {
+    Ranker v{};
+    v.struct_size = static_cast<std::uint32_t>(sizeof(Ranker));
+    v.abi_version = KVCM_ABI_VERSION;
+    return v;
+}
 
 // kvcm_sample is a result with an array.
 using Sample = ::kvcm_sample;

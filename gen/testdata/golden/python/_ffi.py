@@ -84,6 +84,10 @@ class kvcm_drawing(ctypes.Structure):
     """kvcm_drawing holds shapes."""
 
 
+class kvcm_label(ctypes.Structure):
+    """kvcm_label is a name with its length."""
+
+
 class kvcm_note(ctypes.Structure):
     """kvcm_note is a result the library writes."""
 
@@ -104,6 +108,10 @@ class kvcm_plugin(ctypes.Structure):
 
 class kvcm_plugin_object(ctypes.Structure):
     """kvcm_plugin_object is a plugin and its self."""
+
+
+class kvcm_ranker(ctypes.Structure):
+    """kvcm_ranker is a vtable the library calls from Go."""
 
 
 class kvcm_report(ctypes.Structure):
@@ -148,6 +156,11 @@ kvcm_drawing._fields_ = [
     ("num_weights", ctypes.c_size_t),
 ]
 
+kvcm_label._fields_ = [
+    ("data", ctypes.c_void_p),
+    ("len", ctypes.c_size_t),
+]
+
 kvcm_note._fields_ = [
     ("text", ctypes.c_char_p),
     ("codes", ctypes.POINTER(ctypes.c_int32)),
@@ -184,6 +197,15 @@ kvcm_plugin._fields_ = [
 kvcm_plugin_object._fields_ = [
     ("vtable", ctypes.POINTER(kvcm_plugin)),
     ("self", ctypes.c_void_p),
+]
+
+kvcm_ranker_rank = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.POINTER(kvcm_label), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t))
+kvcm_ranker_destroy = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+kvcm_ranker._fields_ = [
+    ("struct_size", ctypes.c_uint32),
+    ("abi_version", ctypes.c_uint32),
+    ("rank", kvcm_ranker_rank),
+    ("destroy", kvcm_ranker_destroy),
 ]
 
 kvcm_report._fields_ = [
@@ -293,11 +315,13 @@ class TallyDelta:
 
 LAYOUTS = {
     "kvcm_drawing": (40, 8, {"shapes": 0, "num_shapes": 8, "main": 16, "weights": 24, "num_weights": 32}),
+    "kvcm_label": (16, 8, {"data": 0, "len": 8}),
     "kvcm_note": (32, 8, {"text": 0, "codes": 8, "num_codes": 16, "kind": 24}),
     "kvcm_options": (48, 8, {"struct_size": 0, "abi_version": 4, "flag": 8, "pairs": 16, "num_pairs": 24, "label": 32, "extra": 40}),
     "kvcm_pair": (8, 8, {"a": 0, "b": 4}),
     "kvcm_plugin": (32, 8, {"struct_size": 0, "abi_version": 4, "run": 8, "probe": 16, "destroy": 24}),
     "kvcm_plugin_object": (16, 8, {"vtable": 0, "self": 8}),
+    "kvcm_ranker": (24, 8, {"struct_size": 0, "abi_version": 4, "rank": 8, "destroy": 16}),
     "kvcm_report": (32, 8, {"pairs": 0, "num_pairs": 8, "salt": 16, "salt_len": 24}),
     "kvcm_sample": (24, 8, {"id": 0, "codes": 8, "num_codes": 16}),
     "kvcm_shape": (16, 8, {"name": 0, "sides": 8, "hidden": 12}),

@@ -16,11 +16,13 @@ import "C"
 func CStructs() map[string]reflect.Type {
 	return map[string]reflect.Type{
 		"kvcm_drawing":       reflect.TypeFor[C.kvcm_drawing](),
+		"kvcm_label":         reflect.TypeFor[C.kvcm_label](),
 		"kvcm_note":          reflect.TypeFor[C.kvcm_note](),
 		"kvcm_options":       reflect.TypeFor[C.kvcm_options](),
 		"kvcm_pair":          reflect.TypeFor[C.kvcm_pair](),
 		"kvcm_plugin":        reflect.TypeFor[C.kvcm_plugin](),
 		"kvcm_plugin_object": reflect.TypeFor[C.kvcm_plugin_object](),
+		"kvcm_ranker":        reflect.TypeFor[C.kvcm_ranker](),
 		"kvcm_report":        reflect.TypeFor[C.kvcm_report](),
 		"kvcm_sample":        reflect.TypeFor[C.kvcm_sample](),
 		"kvcm_shape":         reflect.TypeFor[C.kvcm_shape](),

@@ -148,11 +148,13 @@ typedef int32_t (*kvcm_notify)(void* user_data, int64_t value);
 /* ---- Structures ---- */
 
 typedef struct kvcm_drawing kvcm_drawing;
+typedef struct kvcm_label kvcm_label;
 typedef struct kvcm_note kvcm_note;
 typedef struct kvcm_options kvcm_options;
 typedef struct kvcm_pair kvcm_pair;
 typedef struct kvcm_plugin kvcm_plugin;
 typedef struct kvcm_plugin_object kvcm_plugin_object;
+typedef struct kvcm_ranker kvcm_ranker;
 typedef struct kvcm_report kvcm_report;
 typedef struct kvcm_sample kvcm_sample;
 typedef struct kvcm_shape kvcm_shape;
@@ -187,6 +189,21 @@ struct kvcm_drawing {
      * num_weights is the length of weights.
      */
     size_t num_weights;
+};
+
+/**
+ * kvcm_label is a name with its length.
+ * @since ABI version 1.
+ */
+struct kvcm_label {
+    /**
+     * [borrowed, nullable, array of len] data holds the bytes.
+     */
+    const char* data;
+    /**
+     * len is its length.
+     */
+    size_t len;
 };
 
 /**
@@ -313,6 +330,34 @@ struct kvcm_plugin_object {
      */
     void* self;
 };
+
+/**
+ * kvcm_ranker is a vtable the library calls from Go.
+ *
+ * Versioned: initialize with KVCM_RANKER_INIT (or zero it and set struct_size and abi_version).
+ * @since ABI version 1.
+ */
+struct kvcm_ranker {
+    /**
+     * Set to sizeof(kvcm_ranker): the library reads only the fields it covers.
+     */
+    uint32_t struct_size;
+    /**
+     * Set to KVCM_ABI_VERSION, the version of the header the caller was built with.
+     */
+    uint32_t abi_version;
+    /**
+     * [nullable] rank writes to order the indices of names, best first.
+     */
+    int32_t (*rank)(void* self, const kvcm_label* names, size_t num_names, size_t* order);
+    /**
+     * destroy destroys.
+     */
+    void (*destroy)(void* self);
+};
+
+/** Initializer of a kvcm_ranker: struct_size and abi_version set, every other field zero. */
+#define KVCM_RANKER_INIT { (uint32_t)sizeof(kvcm_ranker), KVCM_ABI_VERSION }
 
 /**
  * kvcm_report is a result with pairs and bytes.
@@ -693,6 +738,10 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_drawing, num_shapes) == 8, "layout of kvcm_draw
 KVCM_STATIC_ASSERT(offsetof(kvcm_drawing, main) == 16, "layout of kvcm_drawing changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_drawing, weights) == 24, "layout of kvcm_drawing changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_drawing, num_weights) == 32, "layout of kvcm_drawing changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_label) == 16, "layout of kvcm_label changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_label) == 8, "alignment of kvcm_label changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_label, data) == 0, "layout of kvcm_label changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_label, len) == 8, "layout of kvcm_label changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_note) == 32, "layout of kvcm_note changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_note) == 8, "alignment of kvcm_note changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_note, text) == 0, "layout of kvcm_note changed");
@@ -723,6 +772,12 @@ KVCM_STATIC_ASSERT(sizeof(kvcm_plugin_object) == 16, "layout of kvcm_plugin_obje
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_plugin_object) == 8, "alignment of kvcm_plugin_object changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_plugin_object, vtable) == 0, "layout of kvcm_plugin_object changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_plugin_object, self) == 8, "layout of kvcm_plugin_object changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_ranker) == 24, "layout of kvcm_ranker changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_ranker) == 8, "alignment of kvcm_ranker changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ranker, struct_size) == 0, "layout of kvcm_ranker changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ranker, abi_version) == 4, "layout of kvcm_ranker changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ranker, rank) == 8, "layout of kvcm_ranker changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_ranker, destroy) == 16, "layout of kvcm_ranker changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_report) == 32, "layout of kvcm_report changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_report) == 8, "alignment of kvcm_report changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_report, pairs) == 0, "layout of kvcm_report changed");
