@@ -123,7 +123,7 @@ func kvcm_config_validate(config *C.kvcm__const_kvcm_manager_config) (status *C.
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueConfigValidate(configArg))
+	return statusOf(kvcmFn, abimodel.ValidateConfig(abimodel.ManagerConfig(configArg)))
 }
 
 // kvcm_cp_create_delegating is the export of kvcm_cp_create_delegating (ABI version 1).
@@ -1419,7 +1419,7 @@ func kvcm_kv_cache_resume(cache C.kvcm_kv_cache, stream C.kvcm_stream) (status *
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheResume(cacheObj, stream))
+	return statusOf(kvcmFn, cacheObj.ResumeOn(uintptr(stream)))
 }
 
 // kvcm_kv_cache_set_beam_width is the export of kvcm_kv_cache_set_beam_width (ABI version 2).
@@ -1459,7 +1459,7 @@ func kvcm_kv_cache_set_stream(cache C.kvcm_kv_cache, stream C.kvcm_stream) (stat
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheSetStream(cacheObj, stream))
+	return statusOf(kvcmFn, cacheObj.SetStreamOf(uintptr(stream)))
 }
 
 // kvcm_kv_cache_set_swa_scratch_reuse is the export of kvcm_kv_cache_set_swa_scratch_reuse (ABI version 2).
@@ -1579,7 +1579,7 @@ func kvcm_manager_alloc_memory(manager C.kvcm_manager, kind C.kvcm_memory_kind, 
 	if st != nil {
 		return st
 	}
-	outOut, err := glueManagerAllocMemory(managerObj, kind, size)
+	outOut, err := managerObj.AllocMemory(device.MemoryKind(kind), uint64(size))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -1634,7 +1634,7 @@ func kvcm_manager_clamp_max_seq_len_for_mem(manager C.kvcm_manager, batch_size C
 	if st != nil {
 		return st
 	}
-	outOut, err := glueManagerClampMaxSeqLenForMem(managerObj, batch_size, token_num_upper_bound)
+	outOut, err := managerObj.ClampMaxSeqLenForMem(int64(batch_size), int64(token_num_upper_bound))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -1719,7 +1719,7 @@ func kvcm_manager_create_stream(manager C.kvcm_manager, out *C.kvcm_stream) (sta
 	if st != nil {
 		return st
 	}
-	outOut, err := glueManagerCreateStream(managerObj)
+	outOut, err := managerObj.CreateStreamHandle()
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2471,10 +2471,7 @@ func kvcm_manager_get_num_levels(manager C.kvcm_manager, out *C.int32_t) (status
 	if st != nil {
 		return st
 	}
-	outOut, err := glueManagerGetNumLevels(managerObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
+	outOut := managerObj.NumLevels()
 	*out = C.int32_t(outOut)
 	return nil
 }
@@ -2502,7 +2499,7 @@ func kvcm_manager_get_num_open_caches(manager C.kvcm_manager, out *C.size_t) (st
 	if st != nil {
 		return st
 	}
-	outOut, err := glueManagerGetNumOpenCaches(managerObj)
+	outOut, err := managerObj.NumOpenCaches()
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2607,7 +2604,7 @@ func kvcm_manager_get_page_stride(manager C.kvcm_manager, layer_id C.int32_t, ro
 		return st
 	}
 	roleArg := config.DataRole(cString((*C.char)(role)))
-	outOut, err := glueManagerGetPageStride(managerObj, layer_id, roleArg)
+	outOut, err := managerObj.PageStride(int32(layer_id), config.DataRole(roleArg))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2758,7 +2755,7 @@ func kvcm_manager_get_scratch_pages_per_block(manager C.kvcm_manager, layer_id C
 		return st
 	}
 	roleArg := config.DataRole(cString((*C.char)(role)))
-	outOut, err := glueManagerGetScratchPagesPerBlock(managerObj, layer_id, roleArg)
+	outOut, err := managerObj.ScratchPagesPerBlock(int32(layer_id), config.DataRole(roleArg))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -3348,7 +3345,7 @@ func kvcm_stream_alloc_memory(stream C.kvcm_stream, kind C.kvcm_memory_kind, siz
 	if out == nil {
 		return argStatus(kvcmFn, "out", "must not be NULL")
 	}
-	outOut, err := glueStreamAllocMemory(stream, kind, size)
+	outOut, err := abimodel.Devices.Alloc(uintptr(stream), device.MemoryKind(kind), uint64(size))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -3376,7 +3373,7 @@ func kvcm_stream_batch_copy(stream C.kvcm_stream, descs *C.kvcm__const_kvcm_copy
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueStreamBatchCopy(stream, descsArg))
+	return statusOf(kvcmFn, abimodel.Devices.BatchCopy(uintptr(stream), []device.CopyDesc(descsArg)))
 }
 
 // kvcm__go_stream_copy_from_host is the export of kvcm_stream_copy_from_host (ABI version 1).
@@ -3446,7 +3443,7 @@ func kvcm_stream_synchronize(stream C.kvcm_stream) (status *C.kvcm_status) {
 	if isPoisoned() {
 		return poisonedStatus(kvcmFn)
 	}
-	return statusOf(kvcmFn, glueStreamSynchronize(stream))
+	return statusOf(kvcmFn, abimodel.Devices.Synchronize(uintptr(stream)))
 }
 
 // lookupCPIndex resolves a kvcm_cp_index argument to its CP index, or reports

@@ -12,7 +12,6 @@ import (
 	"github.com/kvcm/kvcm/core/abimodel"
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
-	"github.com/kvcm/kvcm/core/device"
 )
 
 // ---- Create and destroy ----
@@ -44,31 +43,8 @@ func glueManagerDestroy(mgr *managerObj) error {
 	return mgr.Close()
 }
 
-// ---- Queries ----
-
-func glueManagerGetNumLevels(mgr *managerObj) (int, error) {
-	return len(mgr.Core().Layout().Levels), nil
-}
-
 func glueManagerProbeFirstNewBlockKey(mgr *managerObj, sc blockhash.Scope, ts []config.Token) (blockhash.Key, bool, error) {
 	return mgr.ProbeFirstNewBlockKey(sc, ts, nil, "")
-}
-
-func glueManagerGetNumOpenCaches(mgr *managerObj) (int, error) {
-	if err := mgr.Open(); err != nil {
-		return 0, err
-	}
-	return mgr.Core().NumOpenCaches(), nil
-}
-
-// ---- Statistics ----
-
-func glueConfigValidate(mc abimodel.ManagerConfig) error {
-	cfg, opts, err := mc.Resolve()
-	if err != nil {
-		return err
-	}
-	return abimodel.Validate(cfg, opts)
 }
 
 // ---- Events ----
@@ -136,42 +112,4 @@ func drainEvents[E any](drain func(maxEvents, maxTokens int) ([]core.CacheEvent,
 		*dropped = C.uint64_t(d)
 	}
 	return nil
-}
-
-// ---- Streams and memory ----
-
-func glueManagerCreateStream(mgr *managerObj) (uintptr, error) {
-	s, err := mgr.CreateStream()
-	if err != nil {
-		return 0, err
-	}
-	return s.Handle(), nil
-}
-
-func goMemoryKind(kind C.kvcm_memory_kind) (device.MemoryKind, error) {
-	switch kind {
-	case C.KVCM_MEMORY_DEVICE:
-		return device.DeviceMemory, nil
-	case C.KVCM_MEMORY_HOST_MAPPED:
-		return device.HostMapped, nil
-	}
-	return 0, argError("kind", "unknown memory kind %d", int32(kind))
-}
-
-func glueManagerAllocMemory(mgr *managerObj, kind C.kvcm_memory_kind, size C.uint64_t) (device.Ptr, error) {
-	k, err := goMemoryKind(kind)
-	if err != nil {
-		return 0, err
-	}
-	return mgr.AllocMemory(k, uint64(size))
-}
-
-// ---- Shared tier ----
-
-func glueManagerGetPageStride(mgr *managerObj, layerID C.int32_t, role config.DataRole) (int64, error) {
-	loc, err := mgr.Core().Buffer(int32(layerID), role)
-	if err != nil {
-		return 0, err
-	}
-	return loc.PageStride(), nil
 }

@@ -21,22 +21,6 @@ func resolveStream(h C.kvcm_stream) (device.Stream, error) {
 	return abimodel.Devices.Stream(uintptr(h))
 }
 
-func glueStreamAllocMemory(stream C.kvcm_stream, kind C.kvcm_memory_kind, size C.uint64_t) (device.Ptr, error) {
-	k, err := goMemoryKind(kind)
-	if err != nil {
-		return 0, err
-	}
-	return abimodel.Devices.Alloc(uintptr(stream), k, uint64(size))
-}
-
-func glueStreamSynchronize(stream C.kvcm_stream) error {
-	s, err := resolveStream(stream)
-	if err != nil {
-		return err
-	}
-	return s.Synchronize()
-}
-
 // HostFuncError is the asynchronous failure of a host function that returned
 // nonzero.
 type HostFuncError struct{ Code int32 }
@@ -54,14 +38,6 @@ func glueStreamEnqueueHostFunc(stream C.kvcm_stream, fn C.kvcm_host_func, user C
 		}
 		return nil
 	})
-}
-
-func glueStreamBatchCopy(stream C.kvcm_stream, descs []device.CopyDesc) error {
-	s, err := resolveStream(stream)
-	if err != nil {
-		return err
-	}
-	return s.BatchCopy(descs)
 }
 
 func glueStreamCopyFromHost(stream C.kvcm_stream, dst C.kvcm_device_ptr, src C.uintptr_t, size C.size_t) error {

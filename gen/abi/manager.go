@@ -365,6 +365,7 @@ type ManagerGetNumLayerGroups func(manager Manager, out spec.Out[int32]) *Status
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call NumLevels
 //kvcm:param manager in The manager.
 //kvcm:param out out,result Receives the number of levels.
 type ManagerGetNumLevels func(manager Manager, out spec.Out[int32]) *Status
@@ -518,6 +519,7 @@ type ManagerClearReusableBlocks func(manager Manager) *Status
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call NumOpenCaches
 //kvcm:param manager in The manager.
 //kvcm:param out out,result Receives the number of open caches.
 type ManagerGetNumOpenCaches func(manager Manager, out spec.Out[spec.Size]) *Status
@@ -702,6 +704,7 @@ type ManagerGetAndResetIterationPoolGroupPeakBlockStats func(manager Manager, le
 //
 //kvcm:since 1
 //kvcm:thread any
+//kvcm:call github.com/kvcm/kvcm/core/abimodel.ValidateConfig
 //kvcm:param config borrowed,convert The configuration; read during the call only.
 type ConfigValidate func(config spec.In[ManagerConfig]) *Status
 
@@ -716,6 +719,7 @@ type ConfigValidate func(config spec.In[ManagerConfig]) *Status
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call ScratchPagesPerBlock
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
 //kvcm:param role borrowed,string,go=github.com/kvcm/kvcm/core/config.DataRole The buffer's role, such as "key".
@@ -763,6 +767,7 @@ type ManagerAdjust func(manager Manager) *Status
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call ClampMaxSeqLenForMem
 //kvcm:param manager in The manager.
 //kvcm:param batchSize in The batch size (positive).
 //kvcm:param tokenNumUpperBound in The longest sequence wanted (not negative).

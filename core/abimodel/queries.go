@@ -1,0 +1,112 @@
+package abimodel
+
+import (
+	"math"
+
+	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/device"
+)
+
+// The manager's and cache's queries in the form the C ABI calls them:
+// stream handles rather than streams, the ABI's integer widths.
+
+// NumLevels is the number of cache levels (configured tiers).
+func (mgr *Manager) NumLevels() int { return len(mgr.m.Layout().Levels) }
+
+// NumOpenCaches is how many caches of the manager are open; it fails with
+// core.ErrClosed once the manager is closed.
+func (mgr *Manager) NumOpenCaches() (int, error) {
+	if err := mgr.open(); err != nil {
+		return 0, err
+	}
+	return mgr.m.NumOpenCaches(), nil
+}
+
+// PageStride is the bytes between consecutive kernel page indices of a
+// layer's buffer (see core.BufferLocation.PageStride).
+func (mgr *Manager) PageStride(layer int32, role config.DataRole) (int64, error) {
+	loc, err := mgr.m.Buffer(layer, role)
+	if err != nil {
+		return 0, err
+	}
+	return loc.PageStride(), nil
+}
+
+// ScratchPagesPerBlock is the sub-pages a scratch block of a layer's buffer
+// takes (see core.BufferLocation).
+func (mgr *Manager) ScratchPagesPerBlock(layer int32, role config.DataRole) (int64, error) {
+	loc, err := mgr.m.Buffer(layer, role)
+	if err != nil {
+		return 0, err
+	}
+	return loc.ScratchPagesPerBlock, nil
+}
+
+// ClampMaxSeqLenForMem is core.Manager.ClampMaxSeqLenForMem for 64-bit
+// arguments: a batch size above math.MaxInt32 is an error naming
+// batch_size.
+func (mgr *Manager) ClampMaxSeqLenForMem(batchSize, upperBound int64) (int, error) {
+	if batchSize > math.MaxInt32 {
+		return 0, argErr("batch_size", "%d is out of range (at most %d)", batchSize, math.MaxInt32)
+	}
+	return mgr.m.ClampMaxSeqLenForMem(int(batchSize), int(upperBound))
+}
+
+// CreateStreamHandle is CreateStream returning the stream's native handle.
+func (mgr *Manager) CreateStreamHandle() (uintptr, error) {
+	s, err := mgr.CreateStream()
+	if err != nil {
+		return 0, err
+	}
+	return s.Handle(), nil
+}
+
+// ResumeOn is Resume on the stream of native handle h, a live stream of the
+// manager's device.
+func (c *Cache) ResumeOn(h uintptr) error {
+	s, err := c.mgr.Stream(h)
+	if err != nil {
+		return err
+	}
+	return c.Resume(s)
+}
+
+// SetStreamOf is SetStream to the stream of native handle h, a live stream
+// of the manager's device.
+func (c *Cache) SetStreamOf(h uintptr) error {
+	s, err := c.mgr.Stream(h)
+	if err != nil {
+		return err
+	}
+	return c.SetStream(s)
+}
+
+// Synchronize synchronizes the stream of native handle h on a registered
+// device.
+func (r *DeviceRegistry) Synchronize(h uintptr) error {
+	s, err := r.Stream(h)
+	if err != nil {
+		return err
+	}
+	return s.Synchronize()
+}
+
+// BatchCopy enqueues descs as one submission on the stream of native handle
+// h on a registered device.
+func (r *DeviceRegistry) BatchCopy(h uintptr, descs []device.CopyDesc) error {
+	s, err := r.Stream(h)
+	if err != nil {
+		return err
+	}
+	return s.BatchCopy(descs)
+}
+
+// ValidateConfig resolves an ABI manager configuration and validates it
+// (Validate) without creating a manager.
+func ValidateConfig(mc ManagerConfig) error {
+	cfg, opts, err := mc.Resolve()
+	if err != nil {
+		return err
+	}
+	return Validate(cfg, opts)
+}
