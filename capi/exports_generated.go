@@ -964,7 +964,29 @@ func kvcm_kv_cache_get_committed_digests(cache C.kvcm_kv_cache, positions *C.siz
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetCommittedDigests(cacheObj, positions, digest_bytes, capacity, needed))
+	items := cacheObj.Core().CommittedDigests()
+	*needed = C.size_t(len(items))
+	if positions == nil && digest_bytes == nil && capacity == 0 {
+		return nil
+	}
+	positionsOut, err := cSlice(positions, capacity, "capacity")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	digestBytesOut, err := cSlice(digest_bytes, capacity*32, "capacity")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	if len(positionsOut) < len(items) || len(digestBytesOut) < len(items)*32 {
+		return statusOf(kvcmFn, errorf(codeBufferTooSmall, "need room for %d elements in positions, digest_bytes; capacity is %d", len(items), uint64(capacity)))
+	}
+	for i, it := range items {
+		positionsOut[i] = C.size_t(it.Pos)
+		for j, v := range it.Digest {
+			digestBytesOut[i*32+j] = C.uint8_t(v)
+		}
+	}
+	return nil
 }
 
 // kvcm_kv_cache_get_committed_tokens is the export of kvcm_kv_cache_get_committed_tokens (ABI version 2).

@@ -36,27 +36,6 @@ func glueKVCacheCommitDigests(c *kvCacheObj, tokens []config.Token, positions []
 	return c.CommitDigests(tokens, ds, bool(isEnd))
 }
 
-func glueKVCacheGetCommittedDigests(c *kvCacheObj, positions *C.size_t, bytes *C.uint8_t, capacity C.size_t, needed *C.size_t) error {
-	ds := c.Core().CommittedDigests()
-	*needed = C.size_t(len(ds))
-	if positions == nil && bytes == nil && capacity == 0 {
-		return nil
-	}
-	ps, err := cSlice(positions, capacity, "capacity")
-	if err != nil {
-		return err
-	}
-	if uint64(capacity) < uint64(len(ds)) {
-		return errorf(codeBufferTooSmall, "need room for %d digests, got %d", len(ds), uint64(capacity))
-	}
-	raw := unsafe.Slice((*byte)(unsafe.Pointer(bytes)), len(ds)*blockhash.DigestSize)
-	for i, d := range ds {
-		ps[i] = C.size_t(d.Pos)
-		copy(raw[i*blockhash.DigestSize:], d.Digest[:])
-	}
-	return nil
-}
-
 func glueManagerDrainBlockEventsDigests(mgr *managerObj, events *C.kvcm_block_event, eventsCap C.size_t, tokens *C.kvcm_token,
 	tokensCap C.size_t, positions *C.size_t, bytes *C.uint8_t, numEvents, numTokens, numDigests *C.size_t, dropped *C.uint64_t) error {
 	ps, err := cSlice(positions, tokensCap, "tokens_cap")

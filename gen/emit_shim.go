@@ -574,7 +574,7 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 	// values of results, sized outputs and a buffer, which the export writes.
 	skip := map[string]bool{}
 	var buffer *Param
-	var outs, nested, intos []*Param
+	var outs, nested, intos, columns []*Param
 	ifErr := jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Err())))
 	for _, p := range fn.Sig.Params {
 		v := lowerCamel(p.CName) + "Arg"
@@ -586,6 +586,10 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 		case p.Of != "":
 			nested = append(nested, p)
 			skip[p.CName], skip[p.Len], skip[p.Buffer] = true, true, true
+			continue
+		case p.ColumnOf != "":
+			columns = append(columns, p)
+			skip[p.CName], skip[p.Len] = true, true
 			continue
 		case p.Has("convert") && p.Len != "":
 			d := p.Type.Elem.Decl
@@ -717,6 +721,8 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 				return shimCode{}, err
 			}
 			body = append(body, st...)
+		case buffer.Column != "":
+			body = append(body, columnFill(buffer, columns, ifErr)...)
 		case buffer.Has("reset"):
 			body = append(body, jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Id("fillTaken").Call(jen.Id("items"), jen.Id("n"), jen.Id(buffer.CName), jen.Id(buffer.Len), jen.Id(buffer.Buffer), elemConv(buffer)))))
 		default:
@@ -865,6 +871,54 @@ func nestedFill(fn *Func, buffer *Param, nested []*Param, ifErr jen.Code) ([]jen
 	st = append(st, jen.For(jen.List(jen.Id("i"), jen.Id("it")).Op(":=").Range().Id("items")).Block(
 		append([]jen.Code{out(buffer).Index(jen.Id("i")).Op("=").Id("toC" + d.GoName).Call(conv...)}, advance...)...))
 	return append(st, jen.Return(jen.Nil())), nil
+}
+
+// columnFill writes a buffer's Go elements into its columns (column=),
+// one caller array per Go field, an array field's elements side by side:
+// the count is written first; NULL arrays with capacity 0 ask for it only;
+// columns without room for every element are KVCM_ERR_BUFFER_TOO_SMALL,
+// writing nothing else.
+func columnFill(buffer *Param, columns []*Param, ifErr jen.Code) []jen.Code {
+	cols := append([]*Param{buffer}, columns...)
+	out := func(p *Param) *jen.Statement { return jen.Id(lowerCamel(p.CName) + "Out") }
+	room := func(p *Param) *jen.Statement {
+		if p.ColumnWidth == 1 {
+			return jen.Id(p.Len)
+		}
+		return jen.Id(p.Len).Op("*").Lit(int(p.ColumnWidth))
+	}
+	st := []jen.Code{jen.Op("*").Id(buffer.Buffer).Op("=").Qual("C", "size_t").Call(jen.Len(jen.Id("items")))}
+	var empty, views, small, write []jen.Code
+	var names []string
+	for i, c := range cols {
+		if i > 0 {
+			empty = append(empty, jen.Op("&&"))
+			small = append(small, jen.Op("||"))
+		}
+		empty = append(empty, jen.Id(c.CName).Op("==").Nil())
+		views = append(views, jen.List(out(c), jen.Err()).Op(":=").Id("cSlice").Call(jen.Id(c.CName), room(c), jen.Lit(c.Len)), ifErr)
+		need := jen.Len(jen.Id("items"))
+		if c.ColumnWidth != 1 {
+			need = need.Op("*").Lit(int(c.ColumnWidth))
+		}
+		small = append(small, jen.Len(out(c)).Op("<").Add(need))
+		names = append(names, c.CName)
+		el := goCType(c.Type.Elem)
+		if c.ColumnWidth == 1 {
+			write = append(write, out(c).Index(jen.Id("i")).Op("=").Add(el).Call(jen.Id("it").Dot(c.Column)))
+			continue
+		}
+		write = append(write, jen.For(jen.List(jen.Id("j"), jen.Id("v")).Op(":=").Range().Id("it").Dot(c.Column)).Block(
+			out(c).Index(jen.Id("i").Op("*").Lit(int(c.ColumnWidth)).Op("+").Id("j")).Op("=").Add(el).Call(jen.Id("v"))))
+	}
+	empty = append(empty, jen.Op("&&").Id(buffer.Len).Op("==").Lit(0))
+	st = append(st, jen.If(jen.Add(empty...)).Block(jen.Return(jen.Nil())))
+	st = append(st, views...)
+	st = append(st, jen.If(jen.Add(small...)).Block(jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Id("errorf").Call(
+		jen.Id("codeBufferTooSmall"), jen.Lit("need room for %d elements in "+strings.Join(names, ", ")+"; "+buffer.Len+" is %d"),
+		jen.Len(jen.Id("items")), jen.Id("uint64").Call(jen.Id(buffer.Len)))))))
+	st = append(st, jen.For(jen.List(jen.Id("i"), jen.Id("it")).Op(":=").Range().Id("items")).Block(write...))
+	return append(st, jen.Return(jen.Nil()))
 }
 
 // goElemCode renders a go= element type: <import path>.<Type>, or a

@@ -610,6 +610,18 @@ func (l *loader) function(s typeSpec) (*Func, error) {
 				p.Of, p.OfField = Snake(q), field
 				continue
 			}
+			if t, ok := strings.CutPrefix(fl, "column="); ok {
+				q, field, ok := strings.Cut(t, ".")
+				switch {
+				case !ok && t != "":
+					p.Column = t
+				case ok && byName[q] != nil && field != "":
+					p.ColumnOf, p.Column = Snake(q), field
+				default:
+					return nil, fmt.Errorf("%s: %s: column=%s: want column=<Go field> on a buffer, column=<buffer parameter>.<Go field> on its other columns", name, p.GoName, t)
+				}
+				continue
+			}
 			if n, ok := strings.CutPrefix(fl, "buffer="); ok {
 				if byName[n] == nil {
 					return nil, fmt.Errorf("%s: %s: buffer names unknown parameter %q", name, p.GoName, n)
@@ -875,6 +887,20 @@ func checkConvention(f *Func, p *Param) error {
 		fd := fieldOf(q.Type.Elem.Decl, p.OfField)
 		if fd == nil || fd.Type.Kind != KPtr || fd.Len == "" || fd.Type.Elem.CName() != t.Elem.CName() {
 			return fmt.Errorf("of=%s.%s: %s has no array field %s of %s", q.GoName, p.OfField, q.Type.Elem.Decl.CName, p.OfField, t.Elem.CName())
+		}
+	}
+	if p.Column != "" {
+		switch {
+		case t.Kind != KPtr || t.Dir != DirOut || p.Len == "" || !isScalarField(t.Elem):
+			return fmt.Errorf("column is for a T* of scalars with len=")
+		case p.ColumnOf == "" && (p.Buffer == "" || p.GoElem == "" || p.Has("reset") || p.Of != ""):
+			return fmt.Errorf("column=<Go field> is for a buffer= with go=<Go struct>, without reset or of=")
+		}
+		if p.ColumnOf != "" {
+			q := paramOf(f, p.ColumnOf)
+			if q.Buffer == "" || q.Column == "" || q.ColumnOf != "" || q.Len != p.Len || p.Buffer != "" {
+				return fmt.Errorf("column=%s.%s: %s is not a buffer= with column= and len=%s", q.GoName, p.Column, q.CName, p.Len)
+			}
 		}
 	}
 	if p.Has("sized") {

@@ -88,6 +88,14 @@ type Param struct {
 	// array field OfField of the buffer parameter Of's elements: the
 	// export writes every element's array there, one run after another.
 	Of, OfField string
+	// Column (column=<Go field> on a buffer=, column=<buffer>.<Go field>
+	// on another T* with the buffer's len=) makes the caller's array
+	// receive the Go field Column of every element of the buffer's Go
+	// elements (go=): ColumnOf is the C name of the buffer, "" on the
+	// buffer itself. ColumnWidth is the C elements each Go element takes:
+	// the length of an array field ([32]byte: 32), else 1.
+	Column, ColumnOf string
+	ColumnWidth      int64
 }
 
 // Has reports whether the parameter carries a flag.

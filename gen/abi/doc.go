@@ -89,7 +89,7 @@
 // field is one line with its doc), so they merge without conflicts; two
 // appended to the same versioned struct only need their order settled.
 //
-// # Parameters the glue gets as Go values: string, slice, convert, into=, buffer=, reset, of=, sized, result
+// # Parameters the glue gets as Go values: string, slice, convert, into=, buffer=, reset, of=, column=, sized, result
 //
 // Flags of //kvcm:param make the export convert a parameter before it calls
 // the glue, so that a new function taking a request id, a role, a token
@@ -136,6 +136,17 @@
 //     buffer is NULL with capacity 0 (a size query), reports
 //     KVCM_ERR_BUFFER_TOO_SMALL naming all counts when one does not fit,
 //     writing nothing else, or writes them all.
+//   - column=<Go field>, on a buffer= with go=<Go struct>, and
+//     column=<buffer>.<Go field> on other T*s of scalars with the buffer's
+//     len=: parallel caller arrays, one per field of the glue's Go
+//     elements (kvcm_kv_cache_get_committed_digests: positions from
+//     blockhash.DigestAt.Pos, digest_bytes from its Digest). A scalar field
+//     takes one C element per Go element, an array field its length (32
+//     bytes per digest: room for 32 * capacity), which kvcmgen reads from
+//     the Go type. The export writes the count to needed; unless every
+//     array is NULL with capacity 0 (a size query) it reports
+//     KVCM_ERR_BUFFER_TOO_SMALL when the capacity is short of the count,
+//     writing nothing else, or writes every column.
 //   - sized: a T* with len= an input count (the length of an input array
 //     too: cp_get_allocation_priority's order); the glue returns []G, G from
 //     go= or the elements' //kvcm:go out struct, with at most that many

@@ -59,9 +59,10 @@ type KVCacheCommitDigests func(cache KVCache, tokens spec.In[Token], numTokens s
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().CommittedDigests
 //kvcm:param cache in The cache.
-//kvcm:param positions out,nullable,len=capacity Receives the positions.
-//kvcm:param digestBytes out,nullable,len=capacity Receives 32 bytes per digest (room for 32 * capacity bytes).
+//kvcm:param positions out,nullable,len=capacity,buffer=needed,go=github.com/kvcm/kvcm/core/blockhash.DigestAt,column=Pos Receives the positions.
+//kvcm:param digestBytes out,nullable,len=capacity,column=positions.Digest Receives 32 bytes per digest (room for 32 * capacity bytes).
 //kvcm:param capacity in Capacity, in digests.
 //kvcm:param needed out Receives the number of digests.
 type KVCacheGetCommittedDigests func(cache KVCache, positions spec.Out[spec.Size], digestBytes spec.Out[uint8], capacity spec.Size, needed spec.Out[spec.Size]) *Status

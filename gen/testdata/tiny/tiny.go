@@ -399,3 +399,16 @@ type WidgetLen func(widget Widget, out spec.Out[int64]) *Status
 //kvcm:param v in The value.
 //kvcm:param out out,result Receives the count.
 type Ones func(v uint64, out spec.Out[int32]) *Status
+
+// WidgetProfile writes the widget's profile records as columns: each
+// record's allocated bytes in one array, its 32 stack frames side by side
+// in another.
+//
+//kvcm:since 2
+//kvcm:thread any
+//kvcm:param widget in The widget.
+//kvcm:param bytes out,nullable,len=capacity,buffer=needed,go=runtime.MemProfileRecord,column=AllocBytes Receives each record's bytes.
+//kvcm:param stacks out,nullable,len=capacity,column=bytes.Stack0 Receives 32 frames per record.
+//kvcm:param capacity in Capacity, in records.
+//kvcm:param needed out Receives the number of records.
+type WidgetProfile func(widget Widget, bytes spec.Out[int64], stacks spec.Out[uint64], capacity spec.Size, needed spec.Out[spec.Size]) *Status

@@ -173,6 +173,63 @@ func kvcm__go_widget_notify(widget C.kvcm_widget, fn C.kvcm_notify, user_data C.
 	return statusOf(kvcmFn, fill(items, pairs, capacity, needed, toCPair))
 }
 
+// kvcm_widget_profile is the export of kvcm_widget_profile (ABI version 2).
+//
+//export kvcm_widget_profile
+func kvcm_widget_profile(widget C.kvcm_widget, bytes *C.int64_t, stacks *C.uint64_t, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_widget_profile"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if needed != nil {
+		*needed = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if bytes == nil && capacity != 0 {
+		return argStatus(kvcmFn, "bytes", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if stacks == nil && capacity != 0 {
+		return argStatus(kvcmFn, "stacks", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if needed == nil {
+		return argStatus(kvcmFn, "needed", "must not be NULL")
+	}
+	widgetObj, st := lookupWidget(kvcmFn, "widget", widget)
+	if st != nil {
+		return st
+	}
+	items, err := glueWidgetProfile(widgetObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*needed = C.size_t(len(items))
+	if bytes == nil && stacks == nil && capacity == 0 {
+		return nil
+	}
+	bytesOut, err := cSlice(bytes, capacity, "capacity")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	stacksOut, err := cSlice(stacks, capacity*32, "capacity")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	if len(bytesOut) < len(items) || len(stacksOut) < len(items)*32 {
+		return statusOf(kvcmFn, errorf(codeBufferTooSmall, "need room for %d elements in bytes, stacks; capacity is %d", len(items), uint64(capacity)))
+	}
+	for i, it := range items {
+		bytesOut[i] = C.int64_t(it.AllocBytes)
+		for j, v := range it.Stack0 {
+			stacksOut[i*32+j] = C.uint64_t(v)
+		}
+	}
+	return nil
+}
+
 // kvcm_widget_strips is the export of kvcm_widget_strips (ABI version 2).
 //
 //export kvcm_widget_strips
