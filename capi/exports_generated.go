@@ -70,7 +70,7 @@ func kvcm_block_keys(block_key C.kvcm_block_key, scope *C.kvcm__const_kvcm_reuse
 		return statusOf(kvcmFn, err)
 	}
 	scopeArg.HasLoRA = bool(has_lora_id)
-	items, err := glueBlockKeys(block_key, scopeArg, tokens_per_block, tokensArg, digestPositionsArg, digestBytesArg, partial)
+	items, err := abimodel.BlockKeys(blockhash.Algorithm(block_key), blockhash.Scope(scopeArg), int32(tokens_per_block), []config.Token(tokensArg), []uint64(digestPositionsArg), digestBytesArg, bool(partial))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -665,7 +665,7 @@ func kvcm_kv_cache_commit_digests(cache C.kvcm_kv_cache, tokens *C.kvcm__const_k
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueKVCacheCommitDigests(cacheObj, tokensArg, digestPositionsArg, digestBytesArg, is_end))
+	return statusOf(kvcmFn, cacheObj.CommitDigestBytes([]config.Token(tokensArg), []uint64(digestPositionsArg), digestBytesArg, bool(is_end)))
 }
 
 // kvcm_kv_cache_commit_pending_stats is the export of kvcm_kv_cache_commit_pending_stats (ABI version 2).
@@ -3008,7 +3008,7 @@ func kvcm_manager_probe_first_new_block_key(manager C.kvcm_manager, scope *C.kvc
 		return statusOf(kvcmFn, err)
 	}
 	scopeArg.HasLoRA = bool(has_lora_id)
-	keyOut, foundOut, err := glueManagerProbeFirstNewBlockKey(managerObj, scopeArg, tokensArg)
+	keyOut, foundOut, err := managerObj.ProbeFirstNewBlockKey(blockhash.Scope(scopeArg), []config.Token(tokensArg))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -3075,7 +3075,7 @@ func kvcm_manager_probe_first_new_block_key_digests(manager C.kvcm_manager, scop
 		return statusOf(kvcmFn, err)
 	}
 	scopeArg.HasLoRA = bool(has_lora_id)
-	keyOut, foundOut, err := managerObj.ProbeFirstNewBlockKey(blockhash.Scope(scopeArg), []config.Token(tokensArg), []uint64(digestPositionsArg), digestBytesArg)
+	keyOut, foundOut, err := managerObj.ProbeFirstNewBlockKeyDigests(blockhash.Scope(scopeArg), []config.Token(tokensArg), []uint64(digestPositionsArg), digestBytesArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}

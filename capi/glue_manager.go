@@ -11,7 +11,6 @@ import (
 	"github.com/kvcm/kvcm/core"
 	"github.com/kvcm/kvcm/core/abimodel"
 	"github.com/kvcm/kvcm/core/blockhash"
-	"github.com/kvcm/kvcm/core/config"
 )
 
 // ---- Create and destroy ----
@@ -41,10 +40,6 @@ func glueManagerDestroy(mgr *managerObj) error {
 		return errorf(codeInvalidHandle, "manager: %#x was destroyed concurrently", mgr.handle)
 	}
 	return mgr.Close()
-}
-
-func glueManagerProbeFirstNewBlockKey(mgr *managerObj, sc blockhash.Scope, ts []config.Token) (blockhash.Key, bool, error) {
-	return mgr.ProbeFirstNewBlockKey(sc, ts, nil, "")
 }
 
 // ---- Events ----

@@ -8,33 +8,10 @@ package capi
 import "C"
 
 import (
-	"github.com/kvcm/kvcm/core/abimodel"
 	"unsafe"
 
 	"github.com/kvcm/kvcm/core/blockhash"
-	"github.com/kvcm/kvcm/core/config"
 )
-
-func glueBlockKeys(algo C.kvcm_block_key, sc blockhash.Scope, tpb C.int32_t,
-	tokens []config.Token, positions []uint64, bytes string, partial C.bool) ([]blockhash.Key, error) {
-	ds, err := abimodel.Digests(positions, bytes, "digest_positions")
-	if err != nil {
-		return nil, err
-	}
-	ks, err := blockhash.ChainDigests(blockhash.Algorithm(algo), sc, int(tpb), tokens, ds, bool(partial))
-	if err != nil {
-		return nil, argError("block_keys", "%v", err)
-	}
-	return ks, nil
-}
-
-func glueKVCacheCommitDigests(c *kvCacheObj, tokens []config.Token, positions []uint64, bytes string, isEnd C.bool) error {
-	ds, err := abimodel.Digests(positions, bytes, "digest_positions")
-	if err != nil {
-		return err
-	}
-	return c.CommitDigests(tokens, ds, bool(isEnd))
-}
 
 func glueManagerDrainBlockEventsDigests(mgr *managerObj, events *C.kvcm_block_event, eventsCap C.size_t, tokens *C.kvcm_token,
 	tokensCap C.size_t, positions *C.size_t, bytes *C.uint8_t, numEvents, numTokens, numDigests *C.size_t, dropped *C.uint64_t) error {

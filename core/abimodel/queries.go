@@ -3,6 +3,7 @@ package abimodel
 import (
 	"math"
 
+	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
 )
@@ -109,4 +110,29 @@ func ValidateConfig(mc ManagerConfig) error {
 		return err
 	}
 	return Validate(cfg, opts)
+}
+
+// BlockKeys is blockhash.ChainDigests for the ABI's digests (positions and
+// bytes, see Digests): the keys of a sequence's blocks, a trailing partial
+// block's too when partial. Bad input is an invalid argument.
+func BlockKeys(algo blockhash.Algorithm, scope blockhash.Scope, tokensPerBlock int32, tokens []config.Token, positions []uint64, digestBytes string, partial bool) ([]blockhash.Key, error) {
+	ds, err := Digests(positions, digestBytes, "digest_positions")
+	if err != nil {
+		return nil, err
+	}
+	ks, err := blockhash.ChainDigests(algo, scope, int(tokensPerBlock), tokens, ds, partial)
+	if err != nil {
+		return nil, argErr("block_keys", "%v", err)
+	}
+	return ks, nil
+}
+
+// CommitDigestBytes is CommitDigests for the ABI's digests (positions and
+// bytes, see Digests).
+func (c *Cache) CommitDigestBytes(tokens []config.Token, positions []uint64, digestBytes string, isEnd bool) error {
+	ds, err := Digests(positions, digestBytes, "digest_positions")
+	if err != nil {
+		return err
+	}
+	return c.CommitDigests(tokens, ds, isEnd)
 }

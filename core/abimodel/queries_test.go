@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm/kvcm/core"
+	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
 )
@@ -113,4 +114,34 @@ func TestValidateConfig(t *testing.T) {
 	require.NoError(t, ValidateConfig(mc))
 	mc.TokensPerBlock = 0
 	assert.ErrorIs(t, ValidateConfig(mc), core.ErrInvalidConfig)
+}
+
+// BlockKeys keys a sequence as blockhash.ChainDigests does; digest bytes
+// that do not match the positions are an invalid argument naming
+// digest_positions, and what ChainDigests refuses one naming block_keys.
+func TestBlockKeys(t *testing.T) {
+	want, err := blockhash.ChainDigests(blockhash.SHA256, blockhash.Scope{}, tpb, seq(0, 10), nil, true)
+	require.NoError(t, err)
+	got, err := BlockKeys(blockhash.SHA256, blockhash.Scope{}, tpb, seq(0, 10), nil, "", true)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+	_, err = BlockKeys(blockhash.SHA256, blockhash.Scope{}, tpb, seq(0, 10), []uint64{1}, "short", true)
+	assert.ErrorIs(t, err, core.ErrInvalidArgument)
+	assert.ErrorContains(t, err, "digest_positions")
+	_, err = BlockKeys(blockhash.SHA256, blockhash.Scope{}, 0, seq(0, 10), nil, "", true)
+	assert.ErrorIs(t, err, core.ErrInvalidArgument)
+	assert.ErrorContains(t, err, "block_keys")
+}
+
+// CommitDigestBytes checks the digests before committing: bytes that do
+// not match the positions are an invalid argument naming digest_positions
+// and commit nothing.
+func TestCommitDigestBytesChecksTheDigests(t *testing.T) {
+	m := newManager(t, Options{})
+	c, err := m.CreateCache(CacheOptions{})
+	require.NoError(t, err)
+	err = c.CommitDigestBytes(seq(0, 4), []uint64{1}, "short", false)
+	assert.ErrorIs(t, err, core.ErrInvalidArgument)
+	assert.ErrorContains(t, err, "digest_positions")
+	assert.Zero(t, c.Core().NumCommittedTokens())
 }

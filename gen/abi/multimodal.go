@@ -19,6 +19,7 @@ import "github.com/kvcm/kvcm/gen/spec"
 //
 //kvcm:since 2
 //kvcm:thread any
+//kvcm:call github.com/kvcm/kvcm/core/abimodel.BlockKeys
 //kvcm:param blockKey in The block key algorithm.
 //kvcm:param scope borrowed,convert The reuse scope.
 //kvcm:param hasLoraID in,into=scope.HasLoRA Whether scope.lora_id is a LoRA adapter id, 0 included.
@@ -41,6 +42,7 @@ type BlockKeys func(blockKey BlockKey, scope spec.In[ReuseScope], hasLoraID bool
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call CommitDigestBytes
 //kvcm:param cache in The cache.
 //kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
@@ -91,7 +93,7 @@ type ManagerProbeReuseDigests func(manager Manager, scope spec.In[ReuseScope], h
 //
 //kvcm:since 2
 //kvcm:thread manager
-//kvcm:call ProbeFirstNewBlockKey
+//kvcm:call ProbeFirstNewBlockKeyDigests
 //kvcm:param manager in The manager.
 //kvcm:param scope borrowed,convert The reuse scope.
 //kvcm:param hasLoraID in,into=scope.HasLoRA Whether scope.lora_id is a LoRA adapter id, 0 included.
