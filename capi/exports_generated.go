@@ -3468,6 +3468,27 @@ func kvcm_stream_synchronize(stream C.kvcm_stream) (status *C.kvcm_status) {
 	return statusOf(kvcmFn, abimodel.Devices.Synchronize(uintptr(stream)))
 }
 
+// The members of kvcm_status_code, as the header defines them.
+const (
+	codeOK              = C.KVCM_OK
+	codeInvalidArgument = C.KVCM_ERR_INVALID_ARGUMENT
+	codeInvalidHandle   = C.KVCM_ERR_INVALID_HANDLE
+	codeInvalidState    = C.KVCM_ERR_INVALID_STATE
+	codeOutOfPages      = C.KVCM_ERR_OUT_OF_PAGES
+	codeResumeRefused   = C.KVCM_ERR_RESUME_REFUSED
+	codeInvalidConfig   = C.KVCM_ERR_INVALID_CONFIG
+	codeCodecRejected   = C.KVCM_ERR_CODEC_REJECTED
+	codeDataLost        = C.KVCM_ERR_DATA_LOST
+	codeBufferTooSmall  = C.KVCM_ERR_BUFFER_TOO_SMALL
+	codeClosed          = C.KVCM_ERR_CLOSED
+	codeDevice          = C.KVCM_ERR_DEVICE
+	codeUnsupported     = C.KVCM_ERR_UNSUPPORTED
+	codeInternal        = C.KVCM_ERR_INTERNAL
+	codePoisoned        = C.KVCM_ERR_POISONED
+	codeCodecFailed     = C.KVCM_ERR_CODEC_FAILED
+	codeIO              = C.KVCM_ERR_IO
+)
+
 // lookupCPIndex resolves a kvcm_cp_index argument to its CP index, or reports
 // KVCM_ERR_INVALID_HANDLE naming the argument.
 func lookupCPIndex(fn, arg string, h C.kvcm_cp_index) (*cpObj, *C.kvcm_status) {

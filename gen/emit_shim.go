@@ -405,6 +405,18 @@ func emitShimGo(m *Model, p Paths) ([]byte, error) {
 		f.Add(code.fn)
 		f.Line()
 	}
+	for _, d := range m.Decls {
+		if d.GoCodes == "" {
+			continue
+		}
+		var codes []jen.Code
+		for _, e := range d.Members {
+			codes = append(codes, jen.Id(d.GoCodes+e.Trimmed).Op("=").Qual("C", e.CName))
+		}
+		f.Comment(fmt.Sprintf("The members of %s, as the header defines them.", d.CName))
+		f.Const().Defs(codes...)
+		f.Line()
+	}
 	var kinds []jen.Code
 	for _, d := range m.Decls {
 		if d.GoHandle == "" {

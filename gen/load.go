@@ -272,6 +272,11 @@ func (l *loader) run() error {
 			}
 			dc.CppBase = e["cppbase"]
 			l.enumOpts[name] = e
+			if d.has("gocodes") {
+				if dc.GoCodes = d.one("gocodes"); dc.GoCodes == "" {
+					return fmt.Errorf("%s: //kvcm:gocodes needs a prefix", dc.GoName)
+				}
+			}
 			if p := strings.Fields(d.one("pyenum")); len(p) > 0 {
 				dc.PyEnum, dc.PyEnumNames = p[0], map[string]string{}
 				for _, r := range p[1:] {
@@ -284,8 +289,8 @@ func (l *loader) run() error {
 					}
 				}
 			}
-		} else if d.has("pyenum") {
-			return fmt.Errorf("%s: //kvcm:pyenum on a type that is not a //kvcm:enum", dc.GoName)
+		} else if d.has("pyenum") || d.has("gocodes") {
+			return fmt.Errorf("%s: //kvcm:pyenum and //kvcm:gocodes are for a //kvcm:enum", dc.GoName)
 		}
 		l.m.byGo[name] = dc
 		l.m.Decls = append(l.m.Decls, dc)
@@ -493,7 +498,7 @@ func (l *loader) constSpec(vs *ast.ValueSpec, doc *ast.CommentGroup) error {
 			v, _ := strconv.ParseInt(c.Val().ExactString(), 10, 64)
 			opts := l.enumOpts[dc.GoName]
 			trimmed := strings.TrimPrefix(name.Name, opts["trim"])
-			mem := &EnumMember{GoName: name.Name, Value: v, Doc: docText(doc), Since: dc.Since,
+			mem := &EnumMember{GoName: name.Name, Trimmed: trimmed, Value: v, Doc: docText(doc), Since: dc.Since,
 				CName:   opts["cprefix"] + strings.ToUpper(Snake(trimmed)),
 				CppName: "k" + Camel(Snake(trimmed)),
 				PyName:  strings.ToUpper(Snake(trimmed))}

@@ -190,6 +190,11 @@ type Decl struct {
 	// types use for fields of the enum.
 	PyEnum      string
 	PyEnumNames map[string]string
+	// GoCodes is the prefix of the Go constants kvcmgen writes in the
+	// export package for an enum's members (//kvcm:gocodes <prefix>: the
+	// status codes' codeInvalidArgument = C.KVCM_ERR_INVALID_ARGUMENT, the
+	// member's name less the enum's trim=); "": none.
+	GoCodes string
 	// PyValueName is the //kvcm:pyvalue type's name ("": the C++ name).
 	PyValueName string
 	// PyValueCounters makes the //kvcm:pyvalue type a mutable record of
@@ -217,6 +222,7 @@ type Decl struct {
 // EnumMember is one enumerator.
 type EnumMember struct {
 	GoName  string
+	Trimmed string // GoName less the enum's trim= prefix
 	CName   string
 	CppName string
 	PyName  string

@@ -29,6 +29,11 @@
 //   - Consumed means consumed, also on failure: a codec passed to
 //     kvcm_manager_create is destroyed on every failure path.
 //
+// The status codes' enum carries //kvcm:gocodes code: kvcmgen writes, in
+// the export package, a Go constant per member (codeInvalidArgument =
+// C.KVCM_ERR_INVALID_ARGUMENT, the member's name less trim=), so a code
+// added here reaches the glue with make generate.
+//
 // Every rule behind these functions lives in the Go package core/abimodel
 // (the ABI's object model); capi only converts. Go, C, C++ and Python
 // therefore follow the same rules.

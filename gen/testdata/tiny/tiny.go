@@ -27,6 +27,7 @@ const Name = "tiny"
 // Code is a status code.
 //
 //kvcm:enum trim=Err cprefix=KVCM_ERR_ cpp=Code
+//kvcm:gocodes code
 //kvcm:since 1
 type Code int32
 

@@ -417,6 +417,12 @@ func kvcm_widget_take_pairs(widget C.kvcm_widget, label *C.kvcm__const_char, ori
 	return statusOf(kvcmFn, fillTaken(items, n, pairs, capacity, needed, toCPair))
 }
 
+// The members of kvcm_code, as the header defines them.
+const (
+	codeOK          = C.KVCM_OK
+	codeBadArgument = C.KVCM_ERR_BAD_ARGUMENT
+)
+
 // lookupWidget resolves a kvcm_widget argument to its widget, or reports
 // KVCM_ERR_INVALID_HANDLE naming the argument.
 func lookupWidget(fn, arg string, h C.kvcm_widget) (*widgetObj, *C.kvcm_status) {
