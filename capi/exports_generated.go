@@ -1848,7 +1848,37 @@ func kvcm_manager_drain_block_events(manager C.kvcm_manager, events *C.kvcm_bloc
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerDrainBlockEvents(managerObj, events, events_cap, tokens, tokens_cap, num_events, num_tokens, dropped))
+	eventsOut, err := cSlice(events, events_cap, "events_cap")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	tokensOut, err := cSlice(tokens, tokens_cap, "tokens_cap")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	items, need, droppedOut := managerObj.Events().Drain(int(len(eventsOut)), int(len(tokensOut)))
+	if need > 0 {
+		*num_tokens = C.size_t(need)
+		return statusOf(kvcmFn, errorf(codeBufferTooSmall, "the first of the events to take needs %d tokens; tokens_cap is %d", need, uint64(tokens_cap)))
+	}
+	if dropped != nil {
+		*dropped = C.uint64_t(droppedOut)
+	}
+	tokensAt := 0
+	for _, it := range items {
+		tokensAt += len(it.Tokens)
+	}
+	if len(items) > len(eventsOut) || tokensAt > len(tokensOut) {
+		return statusOf(kvcmFn, errorf(codeInternal, "took %d events with %d tokens for room for %d and %d", len(items), tokensAt, len(eventsOut), len(tokensOut)))
+	}
+	tokensAt = 0
+	for i, it := range items {
+		eventsOut[i] = toCBlockEvent(it, tokensOut[tokensAt:])
+		tokensAt += len(it.Tokens)
+	}
+	*num_events = C.size_t(len(items))
+	*num_tokens = C.size_t(tokensAt)
+	return nil
 }
 
 // kvcm_manager_drain_block_events_digests is the export of kvcm_manager_drain_block_events_digests (ABI version 2).
@@ -1942,7 +1972,37 @@ func kvcm_manager_drain_events(manager C.kvcm_manager, events *C.kvcm_cache_even
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerDrainEvents(managerObj, events, events_cap, tokens, tokens_cap, num_events, num_tokens, dropped))
+	eventsOut, err := cSlice(events, events_cap, "events_cap")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	tokensOut, err := cSlice(tokens, tokens_cap, "tokens_cap")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	items, need, droppedOut := managerObj.Events().DrainCacheEvents(int(len(eventsOut)), int(len(tokensOut)))
+	if need > 0 {
+		*num_tokens = C.size_t(need)
+		return statusOf(kvcmFn, errorf(codeBufferTooSmall, "the first of the events to take needs %d tokens; tokens_cap is %d", need, uint64(tokens_cap)))
+	}
+	if dropped != nil {
+		*dropped = C.uint64_t(droppedOut)
+	}
+	tokensAt := 0
+	for _, it := range items {
+		tokensAt += len(it.Tokens)
+	}
+	if len(items) > len(eventsOut) || tokensAt > len(tokensOut) {
+		return statusOf(kvcmFn, errorf(codeInternal, "took %d events with %d tokens for room for %d and %d", len(items), tokensAt, len(eventsOut), len(tokensOut)))
+	}
+	tokensAt = 0
+	for i, it := range items {
+		eventsOut[i] = toCCacheEvent(it, tokensOut[tokensAt:])
+		tokensAt += len(it.Tokens)
+	}
+	*num_events = C.size_t(len(items))
+	*num_tokens = C.size_t(tokensAt)
+	return nil
 }
 
 // kvcm_manager_flush_shared is the export of kvcm_manager_flush_shared (ABI version 2).

@@ -587,6 +587,7 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 	skip := map[string]bool{}
 	var buffer *Param
 	var outs, nested, intos, columns []*Param
+	var rooms []jen.Code // a take buffer's: the room of it and of its nested buffer
 	ifErr := jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Err())))
 	for _, p := range fn.Sig.Params {
 		v := lowerCamel(p.CName) + "Arg"
@@ -598,6 +599,10 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 		case p.Of != "":
 			nested = append(nested, p)
 			skip[p.CName], skip[p.Len], skip[p.Buffer] = true, true, true
+			if paramOf(fn, p.Of).Has("take") {
+				body = append(body, jen.List(jen.Id(lowerCamel(p.CName)+"Out"), jen.Err()).Op(":=").Id("cSlice").Call(jen.Id(p.CName), jen.Id(p.Len), jen.Lit(p.Len)), ifErr)
+				rooms = append(rooms, jen.Len(jen.Id(lowerCamel(p.CName)+"Out")))
+			}
 			continue
 		case p.ColumnOf != "":
 			columns = append(columns, p)
@@ -647,6 +652,10 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 				// size query or a buffer too small resets nothing.
 				body = append(body, jen.List(jen.Id("room"), jen.Err()).Op(":=").Id("bufferRoom").Call(jen.Id(p.CName), jen.Id(p.Len)), ifErr)
 			}
+			if p.Has("take") {
+				body = append(body, jen.List(jen.Id(lowerCamel(p.CName)+"Out"), jen.Err()).Op(":=").Id("cSlice").Call(jen.Id(p.CName), jen.Id(p.Len), jen.Lit(p.Len)), ifErr)
+				rooms = append([]jen.Code{jen.Len(jen.Id(lowerCamel(p.CName) + "Out"))}, rooms...)
+			}
 			continue
 		case p.Has("result"), p.Has("sized"):
 			outs = append(outs, p)
@@ -675,9 +684,10 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 	if buffer != nil && buffer.Has("reset") {
 		call = append(call, jen.Id("room"))
 	}
+	call = append(call, rooms...)
 	glue := jen.Id("glue" + fn.GoName).Call(call...)
 	values := len(outs)
-	if buffer != nil && buffer.Has("reset") {
+	if buffer != nil && (buffer.Has("reset") || buffer.Has("take")) {
 		values++
 	}
 	callErr := true
@@ -697,6 +707,8 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 			switch {
 			case o == buffer && o.Has("reset"):
 				rets = append(rets, jen.Id("items"), jen.Id("n"))
+			case o == buffer && o.Has("take"):
+				rets = append(rets, jen.Id("items"), jen.Id("need"))
 			case o == buffer:
 				rets = append(rets, jen.Id("items"))
 			default:
@@ -708,6 +720,13 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 		} else {
 			body = append(body, jen.List(rets...).Op(":=").Add(glue))
 		}
+		if buffer != nil && buffer.Has("take") {
+			n := nested[0]
+			body = append(body, jen.If(jen.Id("need").Op(">").Lit(0)).Block(
+				jen.Op("*").Id(n.Buffer).Op("=").Qual("C", "size_t").Call(jen.Id("need")),
+				jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Id("errorf").Call(jen.Id("codeBufferTooSmall"),
+					jen.Lit("the first of the "+buffer.CName+" to take needs %d "+n.CName+"; "+n.Len+" is %d"), jen.Id("need"), jen.Id("uint64").Call(jen.Id(n.Len)))))))
+		}
 		for _, o := range outs {
 			if o.Has("result") {
 				el := o.Type.Elem
@@ -715,7 +734,11 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 				if el.Kind == KNamed && el.Decl.Kind == DStruct {
 					v = jen.Id("toC" + el.Decl.GoName).Call(jen.Id(lowerCamel(o.CName) + "Out"))
 				}
-				body = append(body, jen.Op("*").Id(o.CName).Op("=").Add(v))
+				write := jen.Op("*").Id(o.CName).Op("=").Add(v)
+				if o.Nullable {
+					write = jen.If(jen.Id(o.CName).Op("!=").Nil()).Block(write)
+				}
+				body = append(body, write)
 			}
 		}
 		for _, o := range outs {
@@ -727,6 +750,8 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 		switch {
 		case buffer == nil:
 			body = append(body, jen.Return(jen.Nil()))
+		case buffer.Has("take"):
+			body = append(body, takeFill(buffer, nested[0])...)
 		case len(nested) > 0:
 			st, err := nestedFill(fn, buffer, nested, ifErr)
 			if err != nil {
@@ -883,6 +908,40 @@ func nestedFill(fn *Func, buffer *Param, nested []*Param, ifErr jen.Code) ([]jen
 	st = append(st, jen.For(jen.List(jen.Id("i"), jen.Id("it")).Op(":=").Range().Id("items")).Block(
 		append([]jen.Code{out(buffer).Index(jen.Id("i")).Op("=").Id("toC" + d.GoName).Call(conv...)}, advance...)...))
 	return append(st, jen.Return(jen.Nil())), nil
+}
+
+// takeFill writes the elements a take buffer's glue took (as many as fit
+// the buffer and, their arrays one element's run after another, its nested
+// buffer: more is KVCM_ERR_INTERNAL), pointing each element's array field
+// at its run (NULL for none), and the counts written.
+func takeFill(buffer, n *Param) []jen.Code {
+	d := buffer.Type.Elem.Decl
+	var f *Field
+	for _, g := range MappedFields(d) {
+		if g.CName == n.OfField {
+			f = g
+		}
+	}
+	src := jen.Id("it")
+	for _, name := range strings.Split(f.GoField(), ".") {
+		src = src.Dot(name)
+	}
+	out := func(p *Param) *jen.Statement { return jen.Id(lowerCamel(p.CName) + "Out") }
+	at := jen.Id(lowerCamel(n.CName) + "At")
+	return []jen.Code{
+		jen.Add(at).Op(":=").Lit(0),
+		jen.For(jen.List(jen.Id("_"), jen.Id("it")).Op(":=").Range().Id("items")).Block(jen.Add(at).Op("+=").Len(src)),
+		jen.If(jen.Len(jen.Id("items")).Op(">").Len(out(buffer)).Op("||").Add(at).Op(">").Len(out(n))).Block(
+			jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Id("errorf").Call(jen.Id("codeInternal"),
+				jen.Lit("took %d "+buffer.CName+" with %d "+n.CName+" for room for %d and %d"), jen.Len(jen.Id("items")), at, jen.Len(out(buffer)), jen.Len(out(n)))))),
+		jen.Add(at).Op("=").Lit(0),
+		jen.For(jen.List(jen.Id("i"), jen.Id("it")).Op(":=").Range().Id("items")).Block(
+			out(buffer).Index(jen.Id("i")).Op("=").Id("toC"+d.GoName).Call(jen.Id("it"), out(n).Index(jen.Add(at).Op(":"))),
+			jen.Add(at).Op("+=").Len(src)),
+		jen.Op("*").Id(buffer.Buffer).Op("=").Qual("C", "size_t").Call(jen.Len(jen.Id("items"))),
+		jen.Op("*").Id(n.Buffer).Op("=").Qual("C", "size_t").Call(at),
+		jen.Return(jen.Nil()),
+	}
 }
 
 // columnFill writes a buffer's Go elements into its columns (column=),

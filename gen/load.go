@@ -635,7 +635,7 @@ func (l *loader) function(s typeSpec) (*Func, error) {
 				continue
 			}
 			switch fl {
-			case "in", "out", "borrowed", "owned", "consumed", "nullable", "string", "slice", "short", "result", "reset", "convert", "nullnil", "sized":
+			case "in", "out", "borrowed", "owned", "consumed", "nullable", "string", "slice", "short", "result", "reset", "take", "convert", "nullnil", "sized":
 			default:
 				return nil, fmt.Errorf("%s: %s: unknown flag %q", name, p.GoName, fl)
 			}
@@ -933,6 +933,20 @@ func checkConvention(f *Func, p *Param) error {
 	}
 	if p.Has("reset") && p.Buffer == "" {
 		return fmt.Errorf("reset is for a buffer=")
+	}
+	if p.Has("take") {
+		var nested int
+		for _, q := range f.Sig.Params {
+			if q.Of == p.CName {
+				if q.Buffer == "" {
+					return fmt.Errorf("take: the nested buffer %s needs buffer=<count>", q.CName)
+				}
+				nested++
+			}
+		}
+		if p.Buffer == "" || p.Of != "" || p.Has("reset") || p.Column != "" || nested != 1 {
+			return fmt.Errorf("take is for a buffer= with one nested buffer (of=), without reset or column=")
+		}
 	}
 	conv := p.Has("string") || p.Has("slice") || p.Buffer != ""
 	switch {

@@ -94,7 +94,7 @@
 // field is one line with its doc), so they merge without conflicts; two
 // appended to the same versioned struct only need their order settled.
 //
-// # Parameters the glue gets as Go values: string, slice, convert, into=, buffer=, reset, of=, column=, sized, result
+// # Parameters the glue gets as Go values: string, slice, convert, into=, buffer=, reset, take, of=, column=, sized, result
 //
 // Flags of //kvcm:param make the export convert a parameter before it calls
 // the glue, so that a new function taking a request id, a role, a token
@@ -128,6 +128,19 @@
 //     resetting nothing; the export writes n to needed and the taken
 //     elements, or reports KVCM_ERR_BUFFER_TOO_SMALL. The rule lives in
 //     core/abimodel (Manager.GetAndReset*(room)).
+//   - take, on a buffer= with one nested buffer (of=, with its own
+//     buffer=<count>): a drain into the caller's buffers. The glue gets
+//     the room of the buffer and of the nested buffer (ints) and returns
+//     ([]G, need int): the elements it took, as many as fit both (each
+//     element's array one run after another in the nested buffer), or
+//     need > 0, taking nothing, when the first element's array alone does
+//     not fit; the export then writes need to the nested buffer's count and
+//     reports KVCM_ERR_BUFFER_TOO_SMALL, and otherwise writes the elements,
+//     points their array fields at their runs (NULL for none) and writes
+//     both counts. A result parameter (nullable: written when not NULL)
+//     comes after them. The rule lives in core/abimodel
+//     (EventQueue.Drain and DrainCacheEvents for kvcm_manager_drain_events
+//     and _drain_block_events).
 //   - into=<param>.<Go field>: a scalar that sets a field of the Go value
 //     of the convert parameter param (cast to the field's type), instead of
 //     reaching the glue: has_lora_id is into=scope.HasLoRA.
@@ -158,12 +171,12 @@
 //     elements, which the export writes (more is KVCM_ERR_INTERNAL).
 //   - result: a T* out-parameter; the glue returns its value, and the
 //     export writes it, cast or through the struct's toC converter, only on
-//     success.
+//     success (a nullable one only when it is not NULL).
 //
 // A glue with outputs returns one value per result, sized or buffer
-// parameter, in parameter order (a reset buffer's: its elements and n),
-// then the error: kvcm_kv_cache_get_scratch_desc's glue returns (begin,
-// end, slots, error). The export writes the results, then the sized
+// parameter, in parameter order (a reset buffer's: its elements and n; a
+// take buffer's: its elements and need), then the error:
+// kvcm_kv_cache_get_scratch_desc's glue returns (begin, end, slots, error). The export writes the results, then the sized
 // outputs, then the buffer.
 //
 // # Functions without glue: //kvcm:call, //kvcm:gomodel

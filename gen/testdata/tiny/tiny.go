@@ -413,3 +413,18 @@ type Ones func(v uint64, out spec.Out[int32]) *Status
 //kvcm:param capacity in Capacity, in records.
 //kvcm:param needed out Receives the number of records.
 type WidgetProfile func(widget Widget, bytes spec.Out[int64], stacks spec.Out[uint64], capacity spec.Size, needed spec.Out[spec.Size]) *Status
+
+// WidgetTakeStrips takes the strips that fit the caller's buffers, their
+// pixels one strip after another.
+//
+//kvcm:since 2
+//kvcm:thread any
+//kvcm:param widget in The widget.
+//kvcm:param strips out,nullable,len=stripsCap,buffer=numStrips,take Receives the strips.
+//kvcm:param stripsCap in Capacity of strips.
+//kvcm:param pix out,nullable,len=pixCap,of=strips.pix,buffer=numPix Receives their pixels.
+//kvcm:param pixCap in Capacity of pix.
+//kvcm:param numStrips out Receives the number of strips written.
+//kvcm:param numPix out Receives the number of pixels written (on KVCM_ERR_BUFFER_TOO_SMALL, those the first strip needs).
+//kvcm:param skipped out,nullable,result Receives how many strips were skipped.
+type WidgetTakeStrips func(widget Widget, strips spec.Out[Strip], stripsCap spec.Size, pix spec.Out[uint8], pixCap spec.Size, numStrips spec.Out[spec.Size], numPix spec.Out[spec.Size], skipped spec.Out[uint64]) *Status

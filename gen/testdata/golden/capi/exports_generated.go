@@ -417,6 +417,80 @@ func kvcm_widget_take_pairs(widget C.kvcm_widget, label *C.kvcm__const_char, ori
 	return statusOf(kvcmFn, fillTaken(items, n, pairs, capacity, needed, toCPair))
 }
 
+// kvcm_widget_take_strips is the export of kvcm_widget_take_strips (ABI version 2).
+//
+//export kvcm_widget_take_strips
+func kvcm_widget_take_strips(widget C.kvcm_widget, strips *C.kvcm_strip, strips_cap C.size_t, pix *C.uint8_t, pix_cap C.size_t, num_strips *C.size_t, num_pix *C.size_t, skipped *C.uint64_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_widget_take_strips"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if num_strips != nil {
+		*num_strips = 0
+	}
+	if num_pix != nil {
+		*num_pix = 0
+	}
+	if skipped != nil {
+		*skipped = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if strips == nil && strips_cap != 0 {
+		return argStatus(kvcmFn, "strips", fmt.Sprintf("is NULL but strips_cap is %d", strips_cap))
+	}
+	if pix == nil && pix_cap != 0 {
+		return argStatus(kvcmFn, "pix", fmt.Sprintf("is NULL but pix_cap is %d", pix_cap))
+	}
+	if num_strips == nil {
+		return argStatus(kvcmFn, "num_strips", "must not be NULL")
+	}
+	if num_pix == nil {
+		return argStatus(kvcmFn, "num_pix", "must not be NULL")
+	}
+	widgetObj, st := lookupWidget(kvcmFn, "widget", widget)
+	if st != nil {
+		return st
+	}
+	stripsOut, err := cSlice(strips, strips_cap, "strips_cap")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	pixOut, err := cSlice(pix, pix_cap, "pix_cap")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	items, need, skippedOut, err := glueWidgetTakeStrips(widgetObj, len(stripsOut), len(pixOut))
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	if need > 0 {
+		*num_pix = C.size_t(need)
+		return statusOf(kvcmFn, errorf(codeBufferTooSmall, "the first of the strips to take needs %d pix; pix_cap is %d", need, uint64(pix_cap)))
+	}
+	if skipped != nil {
+		*skipped = C.uint64_t(skippedOut)
+	}
+	pixAt := 0
+	for _, it := range items {
+		pixAt += len(it.Pix)
+	}
+	if len(items) > len(stripsOut) || pixAt > len(pixOut) {
+		return statusOf(kvcmFn, errorf(codeInternal, "took %d strips with %d pix for room for %d and %d", len(items), pixAt, len(stripsOut), len(pixOut)))
+	}
+	pixAt = 0
+	for i, it := range items {
+		stripsOut[i] = toCStrip(it, pixOut[pixAt:])
+		pixAt += len(it.Pix)
+	}
+	*num_strips = C.size_t(len(items))
+	*num_pix = C.size_t(pixAt)
+	return nil
+}
+
 // The members of kvcm_code, as the header defines them.
 const (
 	codeOK          = C.KVCM_OK
