@@ -1199,7 +1199,7 @@ func kvcm_kv_cache_get_scratch_desc(cache C.kvcm_kv_cache, layer_group C.kvcm_la
 	if st != nil {
 		return st
 	}
-	beginOut, endOut, items, err := glueKVCacheGetScratchDesc(cacheObj, layer_group)
+	beginOut, endOut, items, err := cacheObj.ScratchDesc(layout.LayerGroupID(layer_group))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}

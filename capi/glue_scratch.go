@@ -9,16 +9,10 @@ import "C"
 
 import (
 	"github.com/kvcm/kvcm/core/abimodel"
-	"github.com/kvcm/kvcm/core/layout"
 )
 
 // SWA scratch reuse, planned drops and pool rebalancing (issue 13 items 4
 // and 6).
-
-func glueKVCacheGetScratchDesc(c *kvCacheObj, lg C.kvcm_layer_group_id) (int, int, []int32, error) {
-	d, err := c.Core().ScratchDesc(layout.LayerGroupID(lg))
-	return d.Begin, d.End, d.Slots, err
-}
 
 // glueKVCachePlanCommittedBlockDrop returns the plan's handle, 0 when
 // nothing is planned.

@@ -6,6 +6,7 @@ import (
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
+	"github.com/kvcm/kvcm/core/layout"
 )
 
 // The manager's and cache's queries in the form the C ABI calls them:
@@ -135,4 +136,31 @@ func (c *Cache) CommitDigestBytes(tokens []config.Token, positions []uint64, dig
 		return err
 	}
 	return c.CommitDigests(tokens, ds, isEnd)
+}
+
+// ScratchDesc is core.KVCache.ScratchDesc as the ABI returns it: the
+// scratch blocks' range and their slots.
+func (c *Cache) ScratchDesc(lg layout.LayerGroupID) (begin, end int, slots []int32, err error) {
+	d, err := c.c.ScratchDesc(lg)
+	return d.Begin, d.End, d.Slots, err
+}
+
+// HostFunc enqueues fn on the stream of native handle h on a registered
+// device (see device.Stream.HostFunc).
+func (r *DeviceRegistry) HostFunc(h uintptr, fn func() error) error {
+	s, err := r.Stream(h)
+	if err != nil {
+		return err
+	}
+	return s.HostFunc(fn)
+}
+
+// CopyFromHost enqueues a copy of src into dst on the stream of native
+// handle h on a registered device; src is consumed before it returns.
+func (r *DeviceRegistry) CopyFromHost(h uintptr, dst device.Ptr, src []byte) error {
+	s, err := r.Stream(h)
+	if err != nil || len(src) == 0 {
+		return err
+	}
+	return s.CopyFromHost(dst, src)
 }

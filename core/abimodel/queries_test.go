@@ -145,3 +145,48 @@ func TestCommitDigestBytesChecksTheDigests(t *testing.T) {
 	assert.ErrorContains(t, err, "digest_positions")
 	assert.Zero(t, c.Core().NumCommittedTokens())
 }
+
+// The registry's HostFunc and CopyFromHost work on a live stream's handle
+// and name the stream argument for any other; copying nothing enqueues
+// nothing.
+func TestRegistryHostFuncAndCopy(t *testing.T) {
+	reg := &DeviceRegistry{}
+	m := newManager(t, Options{Registry: reg})
+	h, err := m.CreateStreamHandle()
+	require.NoError(t, err)
+	ran := false
+	require.NoError(t, reg.HostFunc(h, func() error { ran = true; return nil }))
+	require.NoError(t, reg.Synchronize(h))
+	assert.True(t, ran, "the host function ran in stream order")
+	assert.ErrorIs(t, reg.HostFunc(0, func() error { return nil }), core.ErrInvalidArgument)
+
+	p, err := m.AllocMemory(device.HostMapped, 8)
+	require.NoError(t, err)
+	require.NoError(t, reg.CopyFromHost(h, p, []byte{1, 2, 3, 4, 5, 6, 7, 8}))
+	require.NoError(t, reg.CopyFromHost(h, p, nil))
+	require.NoError(t, reg.Synchronize(h))
+	err = reg.CopyFromHost(0, p, []byte{1})
+	assert.ErrorIs(t, err, core.ErrInvalidArgument)
+	assert.ErrorContains(t, err, "stream")
+}
+
+// ScratchDesc is the core's scratch description, split into its parts; a
+// suspended cache's is refused as the core refuses it.
+func TestScratchDescParts(t *testing.T) {
+	m := newManager(t, Options{})
+	c, err := m.CreateCache(CacheOptions{})
+	require.NoError(t, err)
+	_, wantErr := c.Core().ScratchDesc(0)
+	require.Error(t, wantErr)
+	_, _, _, err = c.ScratchDesc(0)
+	assert.Equal(t, wantErr, err)
+
+	s, err := m.CreateStream()
+	require.NoError(t, err)
+	a := active(t, m, s, CacheOptions{}, seq(0, 8))
+	want, err := a.Core().ScratchDesc(0)
+	require.NoError(t, err)
+	begin, end, slots, err := a.ScratchDesc(0)
+	require.NoError(t, err)
+	assert.Equal(t, want, core.ScratchDesc{Begin: begin, End: end, Slots: slots})
+}

@@ -421,6 +421,7 @@ type KVCacheGetCachedTokensByLevel func(cache KVCache, tokens spec.Out[int64], c
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call ScratchDesc
 //kvcm:param cache in The cache.
 //kvcm:param layerGroup in The layer group.
 //kvcm:param begin out,result Receives the first scratch block.
