@@ -337,19 +337,28 @@ func fromCBatchDesc(c *C.kvcm_batch_desc, name string) (config.BatchDesc, error)
 }
 
 // toCBlockEvent converts a core.CacheEvent to a kvcm_block_event.
-func toCBlockEvent(s core.CacheEvent) C.kvcm_block_event {
-	return C.kvcm_block_event{
+// Its arrays go to the start of the buffers of their names, which have room.
+func toCBlockEvent(s core.CacheEvent, tokens []C.kvcm_token) C.kvcm_block_event {
+	c := C.kvcm_block_event{
 		cache_id:     C.uint64_t(s.CacheID),
 		key:          C.uint64_t(s.Key),
 		kind:         C.kvcm_event_kind(s.Kind),
 		layer_group:  C.kvcm_layer_group_id(s.LayerGroup),
 		level:        C.kvcm_cache_level(s.Level),
+		num_tokens:   C.size_t(len(s.Tokens)),
 		old_level:    C.kvcm_cache_level(s.OldLevel),
 		old_priority: C.int32_t(s.OldPriority),
 		parent:       C.uint64_t(s.Parent),
 		priority:     C.int32_t(s.Priority),
 		seq:          C.uint64_t(s.Seq),
 	}
+	if len(s.Tokens) > 0 {
+		c.tokens = &tokens[0]
+	}
+	for i, v := range s.Tokens {
+		tokens[i] = C.kvcm_token(v)
+	}
+	return c
 }
 
 // toCBlockStats converts a core.BlockStats to a kvcm_block_stats.
@@ -410,16 +419,25 @@ func fromCBuiltinCodecOptions(c *C.kvcm_builtin_codec_options, name string) (gpu
 }
 
 // toCCacheEvent converts a core.CacheEvent to a kvcm_cache_event.
-func toCCacheEvent(s core.CacheEvent) C.kvcm_cache_event {
-	return C.kvcm_cache_event{
+// Its arrays go to the start of the buffers of their names, which have room.
+func toCCacheEvent(s core.CacheEvent, tokens []C.kvcm_token) C.kvcm_cache_event {
+	c := C.kvcm_cache_event{
 		cache_id:    C.uint64_t(s.CacheID),
 		key:         C.uint64_t(s.Key),
 		kind:        C.kvcm_event_kind(s.Kind),
 		layer_group: C.kvcm_layer_group_id(s.LayerGroup),
 		level:       C.kvcm_cache_level(s.Level),
+		num_tokens:  C.size_t(len(s.Tokens)),
 		parent:      C.uint64_t(s.Parent),
 		seq:         C.uint64_t(s.Seq),
 	}
+	if len(s.Tokens) > 0 {
+		c.tokens = &tokens[0]
+	}
+	for i, v := range s.Tokens {
+		tokens[i] = C.kvcm_token(v)
+	}
+	return c
 }
 
 // fromCCacheTierConfig converts a kvcm_cache_tier_config to a config.CacheTierConfig; name names it in errors.

@@ -70,7 +70,7 @@ func kvcm_block_keys(block_key C.kvcm_block_key, scope *C.kvcm__const_kvcm_reuse
 		return statusOf(kvcmFn, err)
 	}
 	scopeArg.HasLoRA = bool(has_lora_id)
-	items, err := glueBlockKeys(block_key, scopeArg, tokens_per_block, tokensArg, digestPositionsArg, digestBytesArg, partial)
+	items, err := abimodel.BlockKeys(blockhash.Algorithm(block_key), blockhash.Scope(scopeArg), int32(tokens_per_block), []config.Token(tokensArg), []uint64(digestPositionsArg), digestBytesArg, bool(partial))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -123,7 +123,7 @@ func kvcm_config_validate(config *C.kvcm__const_kvcm_manager_config) (status *C.
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueConfigValidate(configArg))
+	return statusOf(kvcmFn, abimodel.ValidateConfig(abimodel.ManagerConfig(configArg)))
 }
 
 // kvcm_cp_create_delegating is the export of kvcm_cp_create_delegating (ABI version 1).
@@ -669,7 +669,7 @@ func kvcm_kv_cache_commit_digests(cache C.kvcm_kv_cache, tokens *C.kvcm__const_k
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueKVCacheCommitDigests(cacheObj, tokensArg, digestPositionsArg, digestBytesArg, is_end))
+	return statusOf(kvcmFn, cacheObj.CommitDigestBytes([]config.Token(tokensArg), []uint64(digestPositionsArg), digestBytesArg, bool(is_end)))
 }
 
 // kvcm_kv_cache_commit_pending_stats is the export of kvcm_kv_cache_commit_pending_stats (ABI version 2).
@@ -968,7 +968,29 @@ func kvcm_kv_cache_get_committed_digests(cache C.kvcm_kv_cache, positions *C.siz
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheGetCommittedDigests(cacheObj, positions, digest_bytes, capacity, needed))
+	items := cacheObj.Core().CommittedDigests()
+	*needed = C.size_t(len(items))
+	if positions == nil && digest_bytes == nil && capacity == 0 {
+		return nil
+	}
+	positionsOut, err := cSlice(positions, capacity, "capacity")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	digestBytesOut, err := cSlice(digest_bytes, capacity*32, "capacity")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	if len(positionsOut) < len(items) || len(digestBytesOut) < len(items)*32 {
+		return statusOf(kvcmFn, errorf(codeBufferTooSmall, "need room for %d elements in positions, digest_bytes; capacity is %d", len(items), uint64(capacity)))
+	}
+	for i, it := range items {
+		positionsOut[i] = C.size_t(it.Pos)
+		for j, v := range it.Digest {
+			digestBytesOut[i*32+j] = C.uint8_t(v)
+		}
+	}
+	return nil
 }
 
 // kvcm_kv_cache_get_committed_tokens is the export of kvcm_kv_cache_get_committed_tokens (ABI version 2).
@@ -1181,7 +1203,7 @@ func kvcm_kv_cache_get_scratch_desc(cache C.kvcm_kv_cache, layer_group C.kvcm_la
 	if st != nil {
 		return st
 	}
-	beginOut, endOut, items, err := glueKVCacheGetScratchDesc(cacheObj, layer_group)
+	beginOut, endOut, items, err := cacheObj.ScratchDesc(layout.LayerGroupID(layer_group))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -1423,7 +1445,7 @@ func kvcm_kv_cache_resume(cache C.kvcm_kv_cache, stream C.kvcm_stream) (status *
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheResume(cacheObj, stream))
+	return statusOf(kvcmFn, cacheObj.ResumeOn(uintptr(stream)))
 }
 
 // kvcm_kv_cache_set_beam_width is the export of kvcm_kv_cache_set_beam_width (ABI version 2).
@@ -1463,7 +1485,7 @@ func kvcm_kv_cache_set_stream(cache C.kvcm_kv_cache, stream C.kvcm_stream) (stat
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueKVCacheSetStream(cacheObj, stream))
+	return statusOf(kvcmFn, cacheObj.SetStreamOf(uintptr(stream)))
 }
 
 // kvcm_kv_cache_set_swa_scratch_reuse is the export of kvcm_kv_cache_set_swa_scratch_reuse (ABI version 2).
@@ -1583,7 +1605,7 @@ func kvcm_manager_alloc_memory(manager C.kvcm_manager, kind C.kvcm_memory_kind, 
 	if st != nil {
 		return st
 	}
-	outOut, err := glueManagerAllocMemory(managerObj, kind, size)
+	outOut, err := managerObj.AllocMemory(device.MemoryKind(kind), uint64(size))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -1638,7 +1660,7 @@ func kvcm_manager_clamp_max_seq_len_for_mem(manager C.kvcm_manager, batch_size C
 	if st != nil {
 		return st
 	}
-	outOut, err := glueManagerClampMaxSeqLenForMem(managerObj, batch_size, token_num_upper_bound)
+	outOut, err := managerObj.ClampMaxSeqLenForMem(int64(batch_size), int64(token_num_upper_bound))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -1723,7 +1745,7 @@ func kvcm_manager_create_stream(manager C.kvcm_manager, out *C.kvcm_stream) (sta
 	if st != nil {
 		return st
 	}
-	outOut, err := glueManagerCreateStream(managerObj)
+	outOut, err := managerObj.CreateStreamHandle()
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -1830,7 +1852,37 @@ func kvcm_manager_drain_block_events(manager C.kvcm_manager, events *C.kvcm_bloc
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerDrainBlockEvents(managerObj, events, events_cap, tokens, tokens_cap, num_events, num_tokens, dropped))
+	eventsOut, err := cSlice(events, events_cap, "events_cap")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	tokensOut, err := cSlice(tokens, tokens_cap, "tokens_cap")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	items, need, droppedOut := managerObj.Events().Drain(int(len(eventsOut)), int(len(tokensOut)))
+	if need > 0 {
+		*num_tokens = C.size_t(need)
+		return statusOf(kvcmFn, errorf(codeBufferTooSmall, "the first of the events to take needs %d tokens; tokens_cap is %d", need, uint64(tokens_cap)))
+	}
+	if dropped != nil {
+		*dropped = C.uint64_t(droppedOut)
+	}
+	tokensAt := 0
+	for _, it := range items {
+		tokensAt += len(it.Tokens)
+	}
+	if len(items) > len(eventsOut) || tokensAt > len(tokensOut) {
+		return statusOf(kvcmFn, errorf(codeInternal, "took %d events with %d tokens for room for %d and %d", len(items), tokensAt, len(eventsOut), len(tokensOut)))
+	}
+	tokensAt = 0
+	for i, it := range items {
+		eventsOut[i] = toCBlockEvent(it, tokensOut[tokensAt:])
+		tokensAt += len(it.Tokens)
+	}
+	*num_events = C.size_t(len(items))
+	*num_tokens = C.size_t(tokensAt)
+	return nil
 }
 
 // kvcm_manager_drain_block_events_digests is the export of kvcm_manager_drain_block_events_digests (ABI version 2).
@@ -1924,7 +1976,37 @@ func kvcm_manager_drain_events(manager C.kvcm_manager, events *C.kvcm_cache_even
 	if st != nil {
 		return st
 	}
-	return statusOf(kvcmFn, glueManagerDrainEvents(managerObj, events, events_cap, tokens, tokens_cap, num_events, num_tokens, dropped))
+	eventsOut, err := cSlice(events, events_cap, "events_cap")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	tokensOut, err := cSlice(tokens, tokens_cap, "tokens_cap")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	items, need, droppedOut := managerObj.Events().DrainCacheEvents(int(len(eventsOut)), int(len(tokensOut)))
+	if need > 0 {
+		*num_tokens = C.size_t(need)
+		return statusOf(kvcmFn, errorf(codeBufferTooSmall, "the first of the events to take needs %d tokens; tokens_cap is %d", need, uint64(tokens_cap)))
+	}
+	if dropped != nil {
+		*dropped = C.uint64_t(droppedOut)
+	}
+	tokensAt := 0
+	for _, it := range items {
+		tokensAt += len(it.Tokens)
+	}
+	if len(items) > len(eventsOut) || tokensAt > len(tokensOut) {
+		return statusOf(kvcmFn, errorf(codeInternal, "took %d events with %d tokens for room for %d and %d", len(items), tokensAt, len(eventsOut), len(tokensOut)))
+	}
+	tokensAt = 0
+	for i, it := range items {
+		eventsOut[i] = toCCacheEvent(it, tokensOut[tokensAt:])
+		tokensAt += len(it.Tokens)
+	}
+	*num_events = C.size_t(len(items))
+	*num_tokens = C.size_t(tokensAt)
+	return nil
 }
 
 // kvcm_manager_flush_shared is the export of kvcm_manager_flush_shared (ABI version 2).
@@ -2475,10 +2557,7 @@ func kvcm_manager_get_num_levels(manager C.kvcm_manager, out *C.int32_t) (status
 	if st != nil {
 		return st
 	}
-	outOut, err := glueManagerGetNumLevels(managerObj)
-	if err != nil {
-		return statusOf(kvcmFn, err)
-	}
+	outOut := managerObj.NumLevels()
 	*out = C.int32_t(outOut)
 	return nil
 }
@@ -2506,7 +2585,7 @@ func kvcm_manager_get_num_open_caches(manager C.kvcm_manager, out *C.size_t) (st
 	if st != nil {
 		return st
 	}
-	outOut, err := glueManagerGetNumOpenCaches(managerObj)
+	outOut, err := managerObj.NumOpenCaches()
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2611,7 +2690,7 @@ func kvcm_manager_get_page_stride(manager C.kvcm_manager, layer_id C.int32_t, ro
 		return st
 	}
 	roleArg := config.DataRole(cString((*C.char)(role)))
-	outOut, err := glueManagerGetPageStride(managerObj, layer_id, roleArg)
+	outOut, err := managerObj.PageStride(int32(layer_id), config.DataRole(roleArg))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2762,7 +2841,7 @@ func kvcm_manager_get_scratch_pages_per_block(manager C.kvcm_manager, layer_id C
 		return st
 	}
 	roleArg := config.DataRole(cString((*C.char)(role)))
-	outOut, err := glueManagerGetScratchPagesPerBlock(managerObj, layer_id, roleArg)
+	outOut, err := managerObj.ScratchPagesPerBlock(int32(layer_id), config.DataRole(roleArg))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -2993,7 +3072,7 @@ func kvcm_manager_probe_first_new_block_key(manager C.kvcm_manager, scope *C.kvc
 		return statusOf(kvcmFn, err)
 	}
 	scopeArg.HasLoRA = bool(has_lora_id)
-	keyOut, foundOut, err := glueManagerProbeFirstNewBlockKey(managerObj, scopeArg, tokensArg)
+	keyOut, foundOut, err := managerObj.ProbeFirstNewBlockKey(blockhash.Scope(scopeArg), []config.Token(tokensArg))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -3060,7 +3139,7 @@ func kvcm_manager_probe_first_new_block_key_digests(manager C.kvcm_manager, scop
 		return statusOf(kvcmFn, err)
 	}
 	scopeArg.HasLoRA = bool(has_lora_id)
-	keyOut, foundOut, err := managerObj.ProbeFirstNewBlockKey(blockhash.Scope(scopeArg), []config.Token(tokensArg), []uint64(digestPositionsArg), digestBytesArg)
+	keyOut, foundOut, err := managerObj.ProbeFirstNewBlockKeyDigests(blockhash.Scope(scopeArg), []config.Token(tokensArg), []uint64(digestPositionsArg), digestBytesArg)
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -3400,7 +3479,7 @@ func kvcm_stream_alloc_memory(stream C.kvcm_stream, kind C.kvcm_memory_kind, siz
 	if out == nil {
 		return argStatus(kvcmFn, "out", "must not be NULL")
 	}
-	outOut, err := glueStreamAllocMemory(stream, kind, size)
+	outOut, err := abimodel.Devices.Alloc(uintptr(stream), device.MemoryKind(kind), uint64(size))
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
@@ -3428,7 +3507,7 @@ func kvcm_stream_batch_copy(stream C.kvcm_stream, descs *C.kvcm__const_kvcm_copy
 	if err != nil {
 		return statusOf(kvcmFn, err)
 	}
-	return statusOf(kvcmFn, glueStreamBatchCopy(stream, descsArg))
+	return statusOf(kvcmFn, abimodel.Devices.BatchCopy(uintptr(stream), []device.CopyDesc(descsArg)))
 }
 
 // kvcm__go_stream_copy_from_host is the export of kvcm_stream_copy_from_host (ABI version 1).
@@ -3498,8 +3577,29 @@ func kvcm_stream_synchronize(stream C.kvcm_stream) (status *C.kvcm_status) {
 	if isPoisoned() {
 		return poisonedStatus(kvcmFn)
 	}
-	return statusOf(kvcmFn, glueStreamSynchronize(stream))
+	return statusOf(kvcmFn, abimodel.Devices.Synchronize(uintptr(stream)))
 }
+
+// The members of kvcm_status_code, as the header defines them.
+const (
+	codeOK              = C.KVCM_OK
+	codeInvalidArgument = C.KVCM_ERR_INVALID_ARGUMENT
+	codeInvalidHandle   = C.KVCM_ERR_INVALID_HANDLE
+	codeInvalidState    = C.KVCM_ERR_INVALID_STATE
+	codeOutOfPages      = C.KVCM_ERR_OUT_OF_PAGES
+	codeResumeRefused   = C.KVCM_ERR_RESUME_REFUSED
+	codeInvalidConfig   = C.KVCM_ERR_INVALID_CONFIG
+	codeCodecRejected   = C.KVCM_ERR_CODEC_REJECTED
+	codeDataLost        = C.KVCM_ERR_DATA_LOST
+	codeBufferTooSmall  = C.KVCM_ERR_BUFFER_TOO_SMALL
+	codeClosed          = C.KVCM_ERR_CLOSED
+	codeDevice          = C.KVCM_ERR_DEVICE
+	codeUnsupported     = C.KVCM_ERR_UNSUPPORTED
+	codeInternal        = C.KVCM_ERR_INTERNAL
+	codePoisoned        = C.KVCM_ERR_POISONED
+	codeCodecFailed     = C.KVCM_ERR_CODEC_FAILED
+	codeIO              = C.KVCM_ERR_IO
+)
 
 // lookupCPIndex resolves a kvcm_cp_index argument to its CP index, or reports
 // KVCM_ERR_INVALID_HANDLE naming the argument.

@@ -38,19 +38,3 @@ func glueKVCacheClose(c *kvCacheObj) error {
 	}
 	return c.Close()
 }
-
-func glueKVCacheResume(c *kvCacheObj, stream C.kvcm_stream) error {
-	s, err := c.Manager().Stream(uintptr(stream))
-	if err != nil {
-		return err
-	}
-	return c.Resume(s)
-}
-
-func glueKVCacheSetStream(c *kvCacheObj, stream C.kvcm_stream) error {
-	s, err := c.Manager().Stream(uintptr(stream))
-	if err != nil {
-		return err
-	}
-	return c.SetStream(s)
-}

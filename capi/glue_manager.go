@@ -12,7 +12,6 @@ import (
 	"github.com/kvcm/kvcm/core/abimodel"
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
-	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/layout"
 )
 
@@ -45,139 +44,7 @@ func glueManagerDestroy(mgr *managerObj) error {
 	return mgr.Close()
 }
 
-// ---- Queries ----
-
-func glueManagerGetNumLevels(mgr *managerObj) (int, error) {
-	return len(mgr.Core().Layout().Levels), nil
-}
-
-func glueManagerProbeFirstNewBlockKey(mgr *managerObj, sc blockhash.Scope, ts []config.Token) (blockhash.Key, bool, error) {
-	return mgr.ProbeFirstNewBlockKey(sc, ts, nil, "")
-}
-
 func glueManagerProbeReusePages(mgr *managerObj, scope blockhash.Scope, tokens []config.Token, lg C.kvcm_layer_group_id, partial C.bool) ([]core.ReusePage, error) {
 	_, pages, err := mgr.Core().ReusePages(scope, tokens, layout.LayerGroupID(lg), bool(partial))
 	return pages, err
-}
-
-func glueManagerGetNumOpenCaches(mgr *managerObj) (int, error) {
-	if err := mgr.Open(); err != nil {
-		return 0, err
-	}
-	return mgr.Core().NumOpenCaches(), nil
-}
-
-// ---- Statistics ----
-
-func glueConfigValidate(mc abimodel.ManagerConfig) error {
-	cfg, opts, err := mc.Resolve()
-	if err != nil {
-		return err
-	}
-	return abimodel.Validate(cfg, opts)
-}
-
-// ---- Events ----
-
-func glueManagerDrainEvents(mgr *managerObj, events *C.kvcm_cache_event, eventsCap C.size_t, tokens *C.kvcm_token, tokensCap C.size_t,
-	numEvents *C.size_t, numTokens *C.size_t, dropped *C.uint64_t) error {
-	return drainEvents(mgr.Events().DrainCacheEvents, events, eventsCap, tokens, tokensCap, nil, numEvents, numTokens, dropped,
-		func(ev core.CacheEvent, toks *C.kvcm_token, n C.size_t) C.kvcm_cache_event {
-			out := toCCacheEvent(ev)
-			out.tokens, out.num_tokens = toks, n
-			return out
-		})
-}
-
-func glueManagerDrainBlockEvents(mgr *managerObj, events *C.kvcm_block_event, eventsCap C.size_t, tokens *C.kvcm_token, tokensCap C.size_t,
-	numEvents *C.size_t, numTokens *C.size_t, dropped *C.uint64_t) error {
-	return drainEvents(mgr.Events().Drain, events, eventsCap, tokens, tokensCap, nil, numEvents, numTokens, dropped, blockEvent)
-}
-
-func blockEvent(ev core.CacheEvent, toks *C.kvcm_token, n C.size_t) C.kvcm_block_event {
-	out := toCBlockEvent(ev)
-	out.tokens, out.num_tokens = toks, n
-	return out
-}
-
-// drainEvents writes the events drain takes into the caller's buffers, each
-// event's tokens a run of the tokens buffer (NULL for none), converted by
-// conv; each stored block's digest tokens go to onDigest (nil: dropped),
-// with their positions in the tokens buffer.
-func drainEvents[E any](drain func(maxEvents, maxTokens int) ([]core.CacheEvent, uint64, int), events *E, eventsCap C.size_t,
-	tokens *C.kvcm_token, tokensCap C.size_t, onDigest func(pos int, d *blockhash.Digest), numEvents, numTokens *C.size_t, dropped *C.uint64_t,
-	conv func(core.CacheEvent, *C.kvcm_token, C.size_t) E) error {
-	evs, err := cSlice(events, eventsCap, "events_cap")
-	if err != nil {
-		return err
-	}
-	toks, err := cSlice(tokens, tokensCap, "tokens_cap")
-	if err != nil {
-		return err
-	}
-	got, d, need := drain(len(evs), len(toks))
-	if need > 0 {
-		*numTokens = C.size_t(need)
-		return errorf(codeBufferTooSmall, "the oldest event has %d tokens; tokens_cap is %d", need, uint64(tokensCap))
-	}
-	ntok := 0
-	for i, ev := range got {
-		if onDigest != nil {
-			for j := range ev.Digests {
-				onDigest(ntok+ev.Digests[j].Pos, &ev.Digests[j].Digest)
-			}
-		}
-		var p *C.kvcm_token
-		if len(ev.Tokens) > 0 {
-			p = &toks[ntok]
-		}
-		for _, t := range ev.Tokens {
-			toks[ntok] = C.kvcm_token(t)
-			ntok++
-		}
-		evs[i] = conv(ev, p, C.size_t(len(ev.Tokens)))
-	}
-	*numEvents, *numTokens = C.size_t(len(got)), C.size_t(ntok)
-	if dropped != nil {
-		*dropped = C.uint64_t(d)
-	}
-	return nil
-}
-
-// ---- Streams and memory ----
-
-func glueManagerCreateStream(mgr *managerObj) (uintptr, error) {
-	s, err := mgr.CreateStream()
-	if err != nil {
-		return 0, err
-	}
-	return s.Handle(), nil
-}
-
-func goMemoryKind(kind C.kvcm_memory_kind) (device.MemoryKind, error) {
-	switch kind {
-	case C.KVCM_MEMORY_DEVICE:
-		return device.DeviceMemory, nil
-	case C.KVCM_MEMORY_HOST_MAPPED:
-		return device.HostMapped, nil
-	}
-	return 0, argError("kind", "unknown memory kind %d", int32(kind))
-}
-
-func glueManagerAllocMemory(mgr *managerObj, kind C.kvcm_memory_kind, size C.uint64_t) (device.Ptr, error) {
-	k, err := goMemoryKind(kind)
-	if err != nil {
-		return 0, err
-	}
-	return mgr.AllocMemory(k, uint64(size))
-}
-
-// ---- Shared tier ----
-
-func glueManagerGetPageStride(mgr *managerObj, layerID C.int32_t, role config.DataRole) (int64, error) {
-	loc, err := mgr.Core().Buffer(int32(layerID), role)
-	if err != nil {
-		return 0, err
-	}
-	return loc.PageStride(), nil
 }

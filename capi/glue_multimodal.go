@@ -7,72 +7,49 @@ package capi
 */
 import "C"
 
-import (
-	"github.com/kvcm/kvcm/core/abimodel"
-	"unsafe"
+import "github.com/kvcm/kvcm/core/blockhash"
 
-	"github.com/kvcm/kvcm/core/blockhash"
-	"github.com/kvcm/kvcm/core/config"
-)
-
-func glueBlockKeys(algo C.kvcm_block_key, sc blockhash.Scope, tpb C.int32_t,
-	tokens []config.Token, positions []uint64, bytes string, partial C.bool) ([]blockhash.Key, error) {
-	ds, err := abimodel.Digests(positions, bytes, "digest_positions")
-	if err != nil {
-		return nil, err
-	}
-	ks, err := blockhash.ChainDigests(blockhash.Algorithm(algo), sc, int(tpb), tokens, ds, bool(partial))
-	if err != nil {
-		return nil, argError("block_keys", "%v", err)
-	}
-	return ks, nil
-}
-
-func glueKVCacheCommitDigests(c *kvCacheObj, tokens []config.Token, positions []uint64, bytes string, isEnd C.bool) error {
-	ds, err := abimodel.Digests(positions, bytes, "digest_positions")
-	if err != nil {
-		return err
-	}
-	return c.CommitDigests(tokens, ds, bool(isEnd))
-}
-
-func glueKVCacheGetCommittedDigests(c *kvCacheObj, positions *C.size_t, bytes *C.uint8_t, capacity C.size_t, needed *C.size_t) error {
-	ds := c.Core().CommittedDigests()
-	*needed = C.size_t(len(ds))
-	if positions == nil && bytes == nil && capacity == 0 {
-		return nil
-	}
-	ps, err := cSlice(positions, capacity, "capacity")
-	if err != nil {
-		return err
-	}
-	if uint64(capacity) < uint64(len(ds)) {
-		return errorf(codeBufferTooSmall, "need room for %d digests, got %d", len(ds), uint64(capacity))
-	}
-	raw := unsafe.Slice((*byte)(unsafe.Pointer(bytes)), len(ds)*blockhash.DigestSize)
-	for i, d := range ds {
-		ps[i] = C.size_t(d.Pos)
-		copy(raw[i*blockhash.DigestSize:], d.Digest[:])
-	}
-	return nil
-}
-
+// glueManagerDrainBlockEventsDigests drains as kvcm_manager_drain_block_events
+// (abimodel.EventQueue.Drain's rule) and writes each stored block's digest
+// tokens too: their positions in the tokens buffer and 32 bytes each.
 func glueManagerDrainBlockEventsDigests(mgr *managerObj, events *C.kvcm_block_event, eventsCap C.size_t, tokens *C.kvcm_token,
 	tokensCap C.size_t, positions *C.size_t, bytes *C.uint8_t, numEvents, numTokens, numDigests *C.size_t, dropped *C.uint64_t) error {
+	evs, err := cSlice(events, eventsCap, "events_cap")
+	if err != nil {
+		return err
+	}
+	toks, err := cSlice(tokens, tokensCap, "tokens_cap")
+	if err != nil {
+		return err
+	}
 	ps, err := cSlice(positions, tokensCap, "tokens_cap")
 	if err != nil {
 		return err
 	}
-	var raw []byte
-	if len(ps) > 0 {
-		raw = unsafe.Slice((*byte)(unsafe.Pointer(bytes)), len(ps)*blockhash.DigestSize)
+	raw, err := cSlice(bytes, tokensCap*blockhash.DigestSize, "tokens_cap")
+	if err != nil {
+		return err
 	}
-	nd := 0
-	err = drainEvents(mgr.Events().Drain, events, eventsCap, tokens, tokensCap, func(pos int, d *blockhash.Digest) {
-		ps[nd] = C.size_t(pos)
-		copy(raw[nd*blockhash.DigestSize:], d[:])
-		nd++
-	}, numEvents, numTokens, dropped, blockEvent)
-	*numDigests = C.size_t(nd)
-	return err
+	got, need, d := mgr.Events().Drain(len(evs), len(toks))
+	if need > 0 {
+		*numTokens = C.size_t(need)
+		return errorf(codeBufferTooSmall, "the oldest event has %d tokens; tokens_cap is %d", need, uint64(tokensCap))
+	}
+	ntok, nd := 0, 0
+	for i, ev := range got {
+		for _, dg := range ev.Digests {
+			ps[nd] = C.size_t(ntok + dg.Pos)
+			for j, b := range dg.Digest {
+				raw[nd*blockhash.DigestSize+j] = C.uint8_t(b)
+			}
+			nd++
+		}
+		evs[i] = toCBlockEvent(ev, toks[ntok:])
+		ntok += len(ev.Tokens)
+	}
+	*numEvents, *numTokens, *numDigests = C.size_t(len(got)), C.size_t(ntok), C.size_t(nd)
+	if dropped != nil {
+		*dropped = C.uint64_t(d)
+	}
+	return nil
 }

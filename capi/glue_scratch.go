@@ -8,20 +8,11 @@ package capi
 import "C"
 
 import (
-	"math"
-
 	"github.com/kvcm/kvcm/core/abimodel"
-	"github.com/kvcm/kvcm/core/config"
-	"github.com/kvcm/kvcm/core/layout"
 )
 
 // SWA scratch reuse, planned drops and pool rebalancing (issue 13 items 4
 // and 6).
-
-func glueKVCacheGetScratchDesc(c *kvCacheObj, lg C.kvcm_layer_group_id) (int, int, []int32, error) {
-	d, err := c.Core().ScratchDesc(layout.LayerGroupID(lg))
-	return d.Begin, d.End, d.Slots, err
-}
 
 // glueKVCachePlanCommittedBlockDrop returns the plan's handle, 0 when
 // nothing is planned.
@@ -40,16 +31,4 @@ func gluePlannedDropDestroy(d *plannedDropObj) error {
 		return errorf(codeInvalidHandle, "drop: %#x was destroyed concurrently", d.handle)
 	}
 	return abimodel.DestroyPlannedDrop(d.PlannedDrop)
-}
-
-func glueManagerGetScratchPagesPerBlock(mgr *managerObj, layerID C.int32_t, role config.DataRole) (int64, error) {
-	loc, err := mgr.Core().Buffer(int32(layerID), role)
-	return loc.ScratchPagesPerBlock, err
-}
-
-func glueManagerClampMaxSeqLenForMem(mgr *managerObj, batchSize, upperBound C.int64_t) (int, error) {
-	if int64(batchSize) > math.MaxInt32 {
-		return 0, argError("batch_size", "%d is out of range (at most %d)", int64(batchSize), math.MaxInt32)
-	}
-	return mgr.Core().ClampMaxSeqLenForMem(int(batchSize), int(upperBound))
 }

@@ -21,22 +21,6 @@ func resolveStream(h C.kvcm_stream) (device.Stream, error) {
 	return abimodel.Devices.Stream(uintptr(h))
 }
 
-func glueStreamAllocMemory(stream C.kvcm_stream, kind C.kvcm_memory_kind, size C.uint64_t) (device.Ptr, error) {
-	k, err := goMemoryKind(kind)
-	if err != nil {
-		return 0, err
-	}
-	return abimodel.Devices.Alloc(uintptr(stream), k, uint64(size))
-}
-
-func glueStreamSynchronize(stream C.kvcm_stream) error {
-	s, err := resolveStream(stream)
-	if err != nil {
-		return err
-	}
-	return s.Synchronize()
-}
-
 // HostFuncError is the asynchronous failure of a host function that returned
 // nonzero.
 type HostFuncError struct{ Code int32 }
@@ -44,11 +28,7 @@ type HostFuncError struct{ Code int32 }
 func (e *HostFuncError) Error() string { return fmt.Sprintf("host function returned %d", e.Code) }
 
 func glueStreamEnqueueHostFunc(stream C.kvcm_stream, fn C.kvcm_host_func, user C.uintptr_t) error {
-	s, err := resolveStream(stream)
-	if err != nil {
-		return err
-	}
-	return s.HostFunc(func() error {
+	return abimodel.Devices.HostFunc(uintptr(stream), func() error {
 		if r := C.kvcm__call_host_func(fn, user); r != 0 {
 			return &HostFuncError{Code: int32(r)}
 		}
@@ -56,24 +36,13 @@ func glueStreamEnqueueHostFunc(stream C.kvcm_stream, fn C.kvcm_host_func, user C
 	})
 }
 
-func glueStreamBatchCopy(stream C.kvcm_stream, descs []device.CopyDesc) error {
-	s, err := resolveStream(stream)
-	if err != nil {
-		return err
-	}
-	return s.BatchCopy(descs)
-}
-
 func glueStreamCopyFromHost(stream C.kvcm_stream, dst C.kvcm_device_ptr, src C.uintptr_t, size C.size_t) error {
-	s, err := resolveStream(stream)
-	if err != nil {
-		return err
-	}
 	if size > abimodel.MaxElems {
 		return argError("size", "%d is too large", uint64(size))
 	}
-	if size == 0 {
-		return nil
+	var b []byte
+	if size > 0 {
+		b = unsafe.Slice((*byte)(C.kvcm__ptr(src)), int(size))
 	}
-	return s.CopyFromHost(device.Ptr(dst), unsafe.Slice((*byte)(C.kvcm__ptr(src)), int(size)))
+	return abimodel.Devices.CopyFromHost(uintptr(stream), device.Ptr(dst), b)
 }

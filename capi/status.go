@@ -22,26 +22,6 @@ import (
 	"github.com/kvcm/kvcm/core/device/cuda"
 )
 
-// Status codes, as the header defines them.
-const (
-	codeInvalidArgument = C.KVCM_ERR_INVALID_ARGUMENT
-	codeInvalidHandle   = C.KVCM_ERR_INVALID_HANDLE
-	codeInvalidState    = C.KVCM_ERR_INVALID_STATE
-	codeOutOfPages      = C.KVCM_ERR_OUT_OF_PAGES
-	codeResumeRefused   = C.KVCM_ERR_RESUME_REFUSED
-	codeInvalidConfig   = C.KVCM_ERR_INVALID_CONFIG
-	codeCodecRejected   = C.KVCM_ERR_CODEC_REJECTED
-	codeDataLost        = C.KVCM_ERR_DATA_LOST
-	codeBufferTooSmall  = C.KVCM_ERR_BUFFER_TOO_SMALL
-	codeClosed          = C.KVCM_ERR_CLOSED
-	codeDevice          = C.KVCM_ERR_DEVICE
-	codeUnsupported     = C.KVCM_ERR_UNSUPPORTED
-	codeInternal        = C.KVCM_ERR_INTERNAL
-	codePoisoned        = C.KVCM_ERR_POISONED
-	codeCodecFailed     = C.KVCM_ERR_CODEC_FAILED
-	codeIO              = C.KVCM_ERR_IO
-)
-
 // Error is an error with an explicit status code, for failures the glue
 // detects itself.
 type Error struct {

@@ -405,6 +405,18 @@ func emitShimGo(m *Model, p Paths) ([]byte, error) {
 		f.Add(code.fn)
 		f.Line()
 	}
+	for _, d := range m.Decls {
+		if d.GoCodes == "" {
+			continue
+		}
+		var codes []jen.Code
+		for _, e := range d.Members {
+			codes = append(codes, jen.Id(d.GoCodes+e.Trimmed).Op("=").Qual("C", e.CName))
+		}
+		f.Comment(fmt.Sprintf("The members of %s, as the header defines them.", d.CName))
+		f.Const().Defs(codes...)
+		f.Line()
+	}
 	var kinds []jen.Code
 	for _, d := range m.Decls {
 		if d.GoHandle == "" {
@@ -576,7 +588,8 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 	// values of results, sized outputs and a buffer, which the export writes.
 	skip := map[string]bool{}
 	var buffer *Param
-	var outs, nested, intos []*Param
+	var outs, nested, intos, columns []*Param
+	var rooms []jen.Code // a take buffer's: the room of it and of its nested buffer
 	ifErr := jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Err())))
 	for _, p := range fn.Sig.Params {
 		v := lowerCamel(p.CName) + "Arg"
@@ -588,6 +601,14 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 		case p.Of != "":
 			nested = append(nested, p)
 			skip[p.CName], skip[p.Len], skip[p.Buffer] = true, true, true
+			if paramOf(fn, p.Of).Has("take") {
+				body = append(body, jen.List(jen.Id(lowerCamel(p.CName)+"Out"), jen.Err()).Op(":=").Id("cSlice").Call(jen.Id(p.CName), jen.Id(p.Len), jen.Lit(p.Len)), ifErr)
+				rooms = append(rooms, jen.Len(jen.Id(lowerCamel(p.CName)+"Out")))
+			}
+			continue
+		case p.ColumnOf != "":
+			columns = append(columns, p)
+			skip[p.CName], skip[p.Len] = true, true
 			continue
 		case p.Has("convert") && p.Len != "":
 			d := p.Type.Elem.Decl
@@ -633,6 +654,10 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 				// size query or a buffer too small resets nothing.
 				body = append(body, jen.List(jen.Id("room"), jen.Err()).Op(":=").Id("bufferRoom").Call(jen.Id(p.CName), jen.Id(p.Len)), ifErr)
 			}
+			if p.Has("take") {
+				body = append(body, jen.List(jen.Id(lowerCamel(p.CName)+"Out"), jen.Err()).Op(":=").Id("cSlice").Call(jen.Id(p.CName), jen.Id(p.Len), jen.Lit(p.Len)), ifErr)
+				rooms = append([]jen.Code{jen.Len(jen.Id(lowerCamel(p.CName) + "Out"))}, rooms...)
+			}
 			continue
 		case p.Has("result"), p.Has("sized"):
 			outs = append(outs, p)
@@ -661,9 +686,10 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 	if buffer != nil && buffer.Has("reset") {
 		call = append(call, jen.Id("room"))
 	}
+	call = append(call, rooms...)
 	glue := jen.Id("glue" + fn.GoName).Call(call...)
 	values := len(outs)
-	if buffer != nil && buffer.Has("reset") {
+	if buffer != nil && (buffer.Has("reset") || buffer.Has("take")) {
 		values++
 	}
 	callErr := true
@@ -683,6 +709,8 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 			switch {
 			case o == buffer && o.Has("reset"):
 				rets = append(rets, jen.Id("items"), jen.Id("n"))
+			case o == buffer && o.Has("take"):
+				rets = append(rets, jen.Id("items"), jen.Id("need"))
 			case o == buffer:
 				rets = append(rets, jen.Id("items"))
 			default:
@@ -694,6 +722,13 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 		} else {
 			body = append(body, jen.List(rets...).Op(":=").Add(glue))
 		}
+		if buffer != nil && buffer.Has("take") {
+			n := nested[0]
+			body = append(body, jen.If(jen.Id("need").Op(">").Lit(0)).Block(
+				jen.Op("*").Id(n.Buffer).Op("=").Qual("C", "size_t").Call(jen.Id("need")),
+				jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Id("errorf").Call(jen.Id("codeBufferTooSmall"),
+					jen.Lit("the first of the "+buffer.CName+" to take needs %d "+n.CName+"; "+n.Len+" is %d"), jen.Id("need"), jen.Id("uint64").Call(jen.Id(n.Len)))))))
+		}
 		for _, o := range outs {
 			if o.Has("result") {
 				el := o.Type.Elem
@@ -701,7 +736,11 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 				if el.Kind == KNamed && el.Decl.Kind == DStruct {
 					v = jen.Id("toC" + el.Decl.GoName).Call(jen.Id(lowerCamel(o.CName) + "Out"))
 				}
-				body = append(body, jen.Op("*").Id(o.CName).Op("=").Add(v))
+				write := jen.Op("*").Id(o.CName).Op("=").Add(v)
+				if o.Nullable {
+					write = jen.If(jen.Id(o.CName).Op("!=").Nil()).Block(write)
+				}
+				body = append(body, write)
 			}
 		}
 		for _, o := range outs {
@@ -713,12 +752,16 @@ func shimFunc(m *Model, fn *Func) (shimCode, error) {
 		switch {
 		case buffer == nil:
 			body = append(body, jen.Return(jen.Nil()))
+		case buffer.Has("take"):
+			body = append(body, takeFill(buffer, nested[0])...)
 		case len(nested) > 0:
 			st, err := nestedFill(fn, buffer, nested, ifErr)
 			if err != nil {
 				return shimCode{}, err
 			}
 			body = append(body, st...)
+		case buffer.Column != "":
+			body = append(body, columnFill(buffer, columns, ifErr)...)
 		case buffer.Has("reset"):
 			body = append(body, jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Id("fillTaken").Call(jen.Id("items"), jen.Id("n"), jen.Id(buffer.CName), jen.Id(buffer.Len), jen.Id(buffer.Buffer), elemConv(buffer)))))
 		default:
@@ -867,6 +910,88 @@ func nestedFill(fn *Func, buffer *Param, nested []*Param, ifErr jen.Code) ([]jen
 	st = append(st, jen.For(jen.List(jen.Id("i"), jen.Id("it")).Op(":=").Range().Id("items")).Block(
 		append([]jen.Code{out(buffer).Index(jen.Id("i")).Op("=").Id("toC" + d.GoName).Call(conv...)}, advance...)...))
 	return append(st, jen.Return(jen.Nil())), nil
+}
+
+// takeFill writes the elements a take buffer's glue took (as many as fit
+// the buffer and, their arrays one element's run after another, its nested
+// buffer: more is KVCM_ERR_INTERNAL), pointing each element's array field
+// at its run (NULL for none), and the counts written.
+func takeFill(buffer, n *Param) []jen.Code {
+	d := buffer.Type.Elem.Decl
+	var f *Field
+	for _, g := range MappedFields(d) {
+		if g.CName == n.OfField {
+			f = g
+		}
+	}
+	src := jen.Id("it")
+	for _, name := range strings.Split(f.GoField(), ".") {
+		src = src.Dot(name)
+	}
+	out := func(p *Param) *jen.Statement { return jen.Id(lowerCamel(p.CName) + "Out") }
+	at := jen.Id(lowerCamel(n.CName) + "At")
+	return []jen.Code{
+		jen.Add(at).Op(":=").Lit(0),
+		jen.For(jen.List(jen.Id("_"), jen.Id("it")).Op(":=").Range().Id("items")).Block(jen.Add(at).Op("+=").Len(src)),
+		jen.If(jen.Len(jen.Id("items")).Op(">").Len(out(buffer)).Op("||").Add(at).Op(">").Len(out(n))).Block(
+			jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Id("errorf").Call(jen.Id("codeInternal"),
+				jen.Lit("took %d "+buffer.CName+" with %d "+n.CName+" for room for %d and %d"), jen.Len(jen.Id("items")), at, jen.Len(out(buffer)), jen.Len(out(n)))))),
+		jen.Add(at).Op("=").Lit(0),
+		jen.For(jen.List(jen.Id("i"), jen.Id("it")).Op(":=").Range().Id("items")).Block(
+			out(buffer).Index(jen.Id("i")).Op("=").Id("toC"+d.GoName).Call(jen.Id("it"), out(n).Index(jen.Add(at).Op(":"))),
+			jen.Add(at).Op("+=").Len(src)),
+		jen.Op("*").Id(buffer.Buffer).Op("=").Qual("C", "size_t").Call(jen.Len(jen.Id("items"))),
+		jen.Op("*").Id(n.Buffer).Op("=").Qual("C", "size_t").Call(at),
+		jen.Return(jen.Nil()),
+	}
+}
+
+// columnFill writes a buffer's Go elements into its columns (column=),
+// one caller array per Go field, an array field's elements side by side:
+// the count is written first; NULL arrays with capacity 0 ask for it only;
+// columns without room for every element are KVCM_ERR_BUFFER_TOO_SMALL,
+// writing nothing else.
+func columnFill(buffer *Param, columns []*Param, ifErr jen.Code) []jen.Code {
+	cols := append([]*Param{buffer}, columns...)
+	out := func(p *Param) *jen.Statement { return jen.Id(lowerCamel(p.CName) + "Out") }
+	room := func(p *Param) *jen.Statement {
+		if p.ColumnWidth == 1 {
+			return jen.Id(p.Len)
+		}
+		return jen.Id(p.Len).Op("*").Lit(int(p.ColumnWidth))
+	}
+	st := []jen.Code{jen.Op("*").Id(buffer.Buffer).Op("=").Qual("C", "size_t").Call(jen.Len(jen.Id("items")))}
+	var empty, views, small, write []jen.Code
+	var names []string
+	for i, c := range cols {
+		if i > 0 {
+			empty = append(empty, jen.Op("&&"))
+			small = append(small, jen.Op("||"))
+		}
+		empty = append(empty, jen.Id(c.CName).Op("==").Nil())
+		views = append(views, jen.List(out(c), jen.Err()).Op(":=").Id("cSlice").Call(jen.Id(c.CName), room(c), jen.Lit(c.Len)), ifErr)
+		need := jen.Len(jen.Id("items"))
+		if c.ColumnWidth != 1 {
+			need = need.Op("*").Lit(int(c.ColumnWidth))
+		}
+		small = append(small, jen.Len(out(c)).Op("<").Add(need))
+		names = append(names, c.CName)
+		el := goCType(c.Type.Elem)
+		if c.ColumnWidth == 1 {
+			write = append(write, out(c).Index(jen.Id("i")).Op("=").Add(el).Call(jen.Id("it").Dot(c.Column)))
+			continue
+		}
+		write = append(write, jen.For(jen.List(jen.Id("j"), jen.Id("v")).Op(":=").Range().Id("it").Dot(c.Column)).Block(
+			out(c).Index(jen.Id("i").Op("*").Lit(int(c.ColumnWidth)).Op("+").Id("j")).Op("=").Add(el).Call(jen.Id("v"))))
+	}
+	empty = append(empty, jen.Op("&&").Id(buffer.Len).Op("==").Lit(0))
+	st = append(st, jen.If(jen.Add(empty...)).Block(jen.Return(jen.Nil())))
+	st = append(st, views...)
+	st = append(st, jen.If(jen.Add(small...)).Block(jen.Return(jen.Id("statusOf").Call(jen.Id("kvcmFn"), jen.Id("errorf").Call(
+		jen.Id("codeBufferTooSmall"), jen.Lit("need room for %d elements in "+strings.Join(names, ", ")+"; "+buffer.Len+" is %d"),
+		jen.Len(jen.Id("items")), jen.Id("uint64").Call(jen.Id(buffer.Len)))))))
+	st = append(st, jen.For(jen.List(jen.Id("i"), jen.Id("it")).Op(":=").Range().Id("items")).Block(write...))
+	return append(st, jen.Return(jen.Nil()))
 }
 
 // goElemCode renders a go= element type: <import path>.<Type>, or a

@@ -112,7 +112,7 @@ func TestModel(t *testing.T) {
 	for _, f := range m.TableFuncs() {
 		names = append(names, f.CName)
 	}
-	assert.Equal(t, []string{"kvcm_count", "kvcm_status_free", "kvcm_widget_create", "kvcm_ones", "kvcm_widget_len", "kvcm_widget_move_pairs", "kvcm_widget_notify", "kvcm_widget_strips", "kvcm_widget_tag", "kvcm_widget_take_pairs"}, names,
+	assert.Equal(t, []string{"kvcm_count", "kvcm_status_free", "kvcm_widget_create", "kvcm_ones", "kvcm_widget_len", "kvcm_widget_move_pairs", "kvcm_widget_notify", "kvcm_widget_profile", "kvcm_widget_strips", "kvcm_widget_tag", "kvcm_widget_take_pairs", "kvcm_widget_take_strips"}, names,
 		"the table is ordered by version, then name, and omits kvcm_get_api")
 }
 
@@ -157,6 +157,9 @@ func TestLoadErrors(t *testing.T) {
 		"shortnoslice":        "short is for a slice",
 		"intonoconvert":       "into names values, which is not a convert parameter without len=",
 		"ofnotarray":          "of=pairs.x: kvcm_pair has no array field x of int32_t",
+		"columnnobuffer":      "column=xs.Y: xs is not a buffer= with column= and len=capacity",
+		"columnnofield":       "F: zs: column Z of image.Point: no such field",
+		"takenonested":        "take is for a buffer= with one nested buffer (of=), without reset or column=",
 		"callbacknouser":      `a callback field needs //kvcm:gocaller on Prio and a user:"Field" tag naming its user data`,
 		"gocallerstructcount": "parameter 0 (pts, a structs) cannot be []github.com/kvcm/kvcm/core/layout.PoolGroupDesc",
 	} {

@@ -83,6 +83,13 @@ func resolveGoMaps(m *Model, dir string) error {
 		if p, _, ok := callPackage(f.Call); ok && !slices.Contains(paths, p) {
 			paths = append(paths, p)
 		}
+		for _, p := range f.Sig.Params {
+			if p.Column != "" && p.ColumnOf == "" {
+				if i := strings.LastIndex(p.GoElem, "."); i > 0 && !slices.Contains(paths, p.GoElem[:i]) {
+					paths = append(paths, p.GoElem[:i])
+				}
+			}
+		}
 	}
 	if len(paths) == 0 {
 		return nil
@@ -162,6 +169,9 @@ func resolveGoMaps(m *Model, dir string) error {
 			if err := resolveCall(f, byPath); err != nil {
 				return err
 			}
+		}
+		if err := resolveColumns(f, byPath); err != nil {
+			return err
 		}
 	}
 	return checkCopied(m)
@@ -438,4 +448,49 @@ func checkElem(where string, el *Type, t types.Type) error {
 		return fmt.Errorf("%s: its %s elements need a //kvcm:go in %s on %s", where, el.Decl.CName, t, el.Decl.GoName)
 	}
 	return fmt.Errorf("%s: cannot convert %s elements to %s", where, el.CName(), t)
+}
+
+// resolveColumns finds the Go field of every column of a function's buffer
+// (column=) in the buffer's go= struct, and its width: an array field's
+// length, 1 for a scalar.
+func resolveColumns(f *Func, byPath map[string]*types.Package) error {
+	for _, p := range f.Sig.Params {
+		if p.Column == "" {
+			continue
+		}
+		b := p
+		if p.ColumnOf != "" {
+			b = paramOf(f, p.ColumnOf)
+		}
+		where := fmt.Sprintf("%s: %s: column %s of %s", f.GoName, p.GoName, p.Column, b.GoElem)
+		i := strings.LastIndex(b.GoElem, ".")
+		if i <= 0 {
+			return fmt.Errorf("%s: go= names no struct of a package", where)
+		}
+		pkg := byPath[b.GoElem[:i]]
+		var named *types.Named
+		if pkg != nil {
+			named, _ = types.Unalias(typeOf(pkg.Scope().Lookup(b.GoElem[i+1:]))).(*types.Named)
+		}
+		if named == nil {
+			return fmt.Errorf("%s: not a named type", where)
+		}
+		obj, _, _ := types.LookupFieldOrMethod(named, false, pkg, p.Column)
+		v, ok := obj.(*types.Var)
+		if !ok || !v.IsField() {
+			return fmt.Errorf("%s: no such field", where)
+		}
+		switch t := v.Type().Underlying().(type) {
+		case *types.Array:
+			if _, ok := t.Elem().Underlying().(*types.Basic); !ok {
+				return fmt.Errorf("%s: an array of %s, not of scalars", where, t.Elem())
+			}
+			p.ColumnWidth = t.Len()
+		case *types.Basic:
+			p.ColumnWidth = 1
+		default:
+			return fmt.Errorf("%s: %s is neither a scalar nor an array of scalars", where, v.Type())
+		}
+	}
+	return nil
 }

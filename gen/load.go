@@ -291,6 +291,11 @@ func (l *loader) run() error {
 			}
 			dc.CppBase = e["cppbase"]
 			l.enumOpts[name] = e
+			if d.has("gocodes") {
+				if dc.GoCodes = d.one("gocodes"); dc.GoCodes == "" {
+					return fmt.Errorf("%s: //kvcm:gocodes needs a prefix", dc.GoName)
+				}
+			}
 			if p := strings.Fields(d.one("pyenum")); len(p) > 0 {
 				dc.PyEnum, dc.PyEnumNames = p[0], map[string]string{}
 				for _, r := range p[1:] {
@@ -303,8 +308,8 @@ func (l *loader) run() error {
 					}
 				}
 			}
-		} else if d.has("pyenum") {
-			return fmt.Errorf("%s: //kvcm:pyenum on a type that is not a //kvcm:enum", dc.GoName)
+		} else if d.has("pyenum") || d.has("gocodes") {
+			return fmt.Errorf("%s: //kvcm:pyenum and //kvcm:gocodes are for a //kvcm:enum", dc.GoName)
 		}
 		l.m.byGo[name] = dc
 		l.m.Decls = append(l.m.Decls, dc)
@@ -517,7 +522,7 @@ func (l *loader) constSpec(vs *ast.ValueSpec, doc *ast.CommentGroup) error {
 			v, _ := strconv.ParseInt(c.Val().ExactString(), 10, 64)
 			opts := l.enumOpts[dc.GoName]
 			trimmed := strings.TrimPrefix(name.Name, opts["trim"])
-			mem := &EnumMember{GoName: name.Name, Value: v, Doc: docText(doc), Since: dc.Since,
+			mem := &EnumMember{GoName: name.Name, Trimmed: trimmed, Value: v, Doc: docText(doc), Since: dc.Since,
 				CName:   opts["cprefix"] + strings.ToUpper(Snake(trimmed)),
 				CppName: "k" + Camel(Snake(trimmed)),
 				PyName:  strings.ToUpper(Snake(trimmed))}
@@ -634,6 +639,18 @@ func (l *loader) function(s typeSpec) (*Func, error) {
 				p.Of, p.OfField = Snake(q), field
 				continue
 			}
+			if t, ok := strings.CutPrefix(fl, "column="); ok {
+				q, field, ok := strings.Cut(t, ".")
+				switch {
+				case !ok && t != "":
+					p.Column = t
+				case ok && byName[q] != nil && field != "":
+					p.ColumnOf, p.Column = Snake(q), field
+				default:
+					return nil, fmt.Errorf("%s: %s: column=%s: want column=<Go field> on a buffer, column=<buffer parameter>.<Go field> on its other columns", name, p.GoName, t)
+				}
+				continue
+			}
 			if n, ok := strings.CutPrefix(fl, "buffer="); ok {
 				if byName[n] == nil {
 					return nil, fmt.Errorf("%s: %s: buffer names unknown parameter %q", name, p.GoName, n)
@@ -642,7 +659,7 @@ func (l *loader) function(s typeSpec) (*Func, error) {
 				continue
 			}
 			switch fl {
-			case "in", "out", "borrowed", "owned", "consumed", "nullable", "string", "slice", "short", "result", "reset", "convert", "nullnil", "sized":
+			case "in", "out", "borrowed", "owned", "consumed", "nullable", "string", "slice", "short", "result", "reset", "take", "convert", "nullnil", "sized":
 			default:
 				return nil, fmt.Errorf("%s: %s: unknown flag %q", name, p.GoName, fl)
 			}
@@ -927,6 +944,20 @@ func checkConvention(f *Func, p *Param) error {
 			return fmt.Errorf("of=%s.%s: %s has no array field %s of %s", q.GoName, p.OfField, q.Type.Elem.Decl.CName, p.OfField, t.Elem.CName())
 		}
 	}
+	if p.Column != "" {
+		switch {
+		case t.Kind != KPtr || t.Dir != DirOut || p.Len == "" || !isScalarField(t.Elem):
+			return fmt.Errorf("column is for a T* of scalars with len=")
+		case p.ColumnOf == "" && (p.Buffer == "" || p.GoElem == "" || p.Has("reset") || p.Of != ""):
+			return fmt.Errorf("column=<Go field> is for a buffer= with go=<Go struct>, without reset or of=")
+		}
+		if p.ColumnOf != "" {
+			q := paramOf(f, p.ColumnOf)
+			if q.Buffer == "" || q.Column == "" || q.ColumnOf != "" || q.Len != p.Len || p.Buffer != "" {
+				return fmt.Errorf("column=%s.%s: %s is not a buffer= with column= and len=%s", q.GoName, p.Column, q.CName, p.Len)
+			}
+		}
+	}
 	if p.Has("sized") {
 		switch {
 		case !f.Sig.Result.IsStatus():
@@ -952,6 +983,20 @@ func checkConvention(f *Func, p *Param) error {
 	}
 	if p.Has("reset") && p.Buffer == "" {
 		return fmt.Errorf("reset is for a buffer=")
+	}
+	if p.Has("take") {
+		var nested int
+		for _, q := range f.Sig.Params {
+			if q.Of == p.CName {
+				if q.Buffer == "" {
+					return fmt.Errorf("take: the nested buffer %s needs buffer=<count>", q.CName)
+				}
+				nested++
+			}
+		}
+		if p.Buffer == "" || p.Of != "" || p.Has("reset") || p.Column != "" || nested != 1 {
+			return fmt.Errorf("take is for a buffer= with one nested buffer (of=), without reset or column=")
+		}
 	}
 	conv := p.Has("string") || p.Has("slice") || p.Buffer != ""
 	switch {

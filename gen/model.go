@@ -95,6 +95,14 @@ type Param struct {
 	// array field OfField of the buffer parameter Of's elements: the
 	// export writes every element's array there, one run after another.
 	Of, OfField string
+	// Column (column=<Go field> on a buffer=, column=<buffer>.<Go field>
+	// on another T* with the buffer's len=) makes the caller's array
+	// receive the Go field Column of every element of the buffer's Go
+	// elements (go=): ColumnOf is the C name of the buffer, "" on the
+	// buffer itself. ColumnWidth is the C elements each Go element takes:
+	// the length of an array field ([32]byte: 32), else 1.
+	Column, ColumnOf string
+	ColumnWidth      int64
 }
 
 // Has reports whether the parameter carries a flag.
@@ -190,6 +198,11 @@ type Decl struct {
 	// types use for fields of the enum.
 	PyEnum      string
 	PyEnumNames map[string]string
+	// GoCodes is the prefix of the Go constants kvcmgen writes in the
+	// export package for an enum's members (//kvcm:gocodes <prefix>: the
+	// status codes' codeInvalidArgument = C.KVCM_ERR_INVALID_ARGUMENT, the
+	// member's name less the enum's trim=); "": none.
+	GoCodes string
 	// PyValueName is the //kvcm:pyvalue type's name ("": the C++ name).
 	PyValueName string
 	// PyValueCounters makes the //kvcm:pyvalue type a mutable record of
@@ -220,6 +233,7 @@ type Decl struct {
 // EnumMember is one enumerator.
 type EnumMember struct {
 	GoName  string
+	Trimmed string // GoName less the enum's trim= prefix
 	CName   string
 	CppName string
 	PyName  string

@@ -103,15 +103,15 @@ func (r *DeviceRegistry) Free(h uintptr, ptr device.Ptr) error {
 	return mem.Free()
 }
 
-// allocMemory checks the size and allocates.
+// allocMemory checks the kind and the size, and allocates.
 func allocMemory(d device.Device, kind device.MemoryKind, size uint64) (device.Memory, error) {
-	if size == 0 || size > MaxElems {
-		return nil, argErr("size", "must be in [1, 2^40], got %d", size)
-	}
 	switch kind {
 	case device.DeviceMemory, device.HostMapped:
 	default:
 		return nil, argErr("kind", "unknown memory kind %d", int(kind))
+	}
+	if size == 0 || size > MaxElems {
+		return nil, argErr("size", "must be in [1, 2^40], got %d", size)
 	}
 	return d.Alloc(kind, int64(size))
 }

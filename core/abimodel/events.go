@@ -51,10 +51,14 @@ func (e *EventQueue) Len() int {
 // since the last Drain (which it resets). When there is room for an event
 // but the oldest one has more than maxTokens tokens, it removes nothing,
 // keeps the dropped count and returns in need the tokens that event needs.
-func (e *EventQueue) Drain(maxEvents, maxTokens int) (events []core.CacheEvent, dropped uint64, need int) {
+// This is the rule of the ABI's drains: the export writes the events into
+// the caller's buffers (each event's tokens one run after another) or,
+// for need, reports KVCM_ERR_BUFFER_TOO_SMALL with need.
+func (e *EventQueue) Drain(maxEvents, maxTokens int) (events []core.CacheEvent, need int, dropped uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.drain(maxEvents, maxTokens)
+	events, dropped, need = e.drain(maxEvents, maxTokens)
+	return events, need, dropped
 }
 
 // DrainCacheEvents is Drain for kvcm_manager_drain_events, whose
@@ -63,7 +67,7 @@ func (e *EventQueue) Drain(maxEvents, maxTokens int) (events []core.CacheEvent, 
 // drains on while a drain brought only those, so that no events means an
 // empty queue or no room. When the oldest event left needs more than
 // maxTokens, the dropped count stays queued for the next drain.
-func (e *EventQueue) DrainCacheEvents(maxEvents, maxTokens int) (events []core.CacheEvent, dropped uint64, need int) {
+func (e *EventQueue) DrainCacheEvents(maxEvents, maxTokens int) (events []core.CacheEvent, need int, dropped uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for {
@@ -71,11 +75,11 @@ func (e *EventQueue) DrainCacheEvents(maxEvents, maxTokens int) (events []core.C
 		dropped += d
 		if need > 0 {
 			e.dropped += dropped
-			return nil, 0, need
+			return nil, need, 0
 		}
 		events = slices.DeleteFunc(all, func(ev core.CacheEvent) bool { return ev.Kind == core.BlockPriorityUpdated })
 		if len(events) > 0 || len(all) == 0 {
-			return events, dropped, 0
+			return events, 0, dropped
 		}
 	}
 }

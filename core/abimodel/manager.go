@@ -383,10 +383,15 @@ func (mgr *Manager) MigrationStats() ([]PathMigrationStats, error) {
 
 // ProbeFirstNewBlockKey returns the key of the first full block of tokens
 // past the prefix a new cache would reuse, and whether there is one (see
-// core.Manager.ProbeFirstNewBlockKeyDigests); digests are the digest
-// tokens' positions and bytes (see Digests). It fails with core.ErrClosed
+// core.Manager.ProbeFirstNewBlockKeyDigests). It fails with core.ErrClosed
 // once closed.
-func (mgr *Manager) ProbeFirstNewBlockKey(scope blockhash.Scope, tokens []config.Token, positions []uint64, digestBytes string) (blockhash.Key, bool, error) {
+func (mgr *Manager) ProbeFirstNewBlockKey(scope blockhash.Scope, tokens []config.Token) (blockhash.Key, bool, error) {
+	return mgr.ProbeFirstNewBlockKeyDigests(scope, tokens, nil, "")
+}
+
+// ProbeFirstNewBlockKeyDigests is ProbeFirstNewBlockKey for tokens with
+// digest tokens, given by their positions and bytes (see Digests).
+func (mgr *Manager) ProbeFirstNewBlockKeyDigests(scope blockhash.Scope, tokens []config.Token, positions []uint64, digestBytes string) (blockhash.Key, bool, error) {
 	ds, err := Digests(positions, digestBytes, "digest_positions")
 	if err != nil {
 		return 0, false, err

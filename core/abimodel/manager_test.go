@@ -187,7 +187,7 @@ func TestQueries(t *testing.T) {
 	assert.ErrorIs(t, err, core.ErrClosed)
 	_, err = m.MigrationStats()
 	assert.ErrorIs(t, err, core.ErrClosed)
-	_, _, err = m.ProbeFirstNewBlockKey(blockhash.Scope{}, seq(0, 8), nil, "")
+	_, _, err = m.ProbeFirstNewBlockKey(blockhash.Scope{}, seq(0, 8))
 	assert.ErrorIs(t, err, core.ErrClosed)
 	_, err = m.ProbeReuseDigests(blockhash.Scope{}, seq(0, 8), nil, "")
 	assert.ErrorIs(t, err, core.ErrClosed)
@@ -198,13 +198,13 @@ func TestQueries(t *testing.T) {
 // naming digest_positions. Without digests they answer as the plain probes.
 func TestProbesWithDigests(t *testing.T) {
 	m := newManager(t, Options{})
-	_, _, err := m.ProbeFirstNewBlockKey(blockhash.Scope{}, seq(0, 8), []uint64{1}, "short")
+	_, _, err := m.ProbeFirstNewBlockKeyDigests(blockhash.Scope{}, seq(0, 8), []uint64{1}, "short")
 	assert.ErrorIs(t, err, core.ErrInvalidArgument)
 	assert.ErrorContains(t, err, "digest_positions")
 	_, err = m.ProbeReuseDigests(blockhash.Scope{}, seq(0, 8), []uint64{1}, "")
 	assert.ErrorIs(t, err, core.ErrInvalidArgument)
 
-	k, ok, err := m.ProbeFirstNewBlockKey(blockhash.Scope{}, seq(0, 8), nil, "")
+	k, ok, err := m.ProbeFirstNewBlockKey(blockhash.Scope{}, seq(0, 8))
 	require.NoError(t, err)
 	wantK, wantOK := m.Core().ProbeFirstNewBlockKey(blockhash.Scope{}, seq(0, 8))
 	assert.Equal(t, wantK, k)

@@ -135,6 +135,7 @@ type KVCacheClose func(cache KVCache) *Status
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call ResumeOn
 //kvcm:param cache in The cache.
 //kvcm:param stream in The engine's stream on the manager's device: one kvcm_manager_create_stream made or, since ABI version 2, any the engine owns (on CUDA a CUstream of the device's context, 0 the legacy default stream included; on the emulated device any value names an emulated stream of its own, made on first use).
 type KVCacheResume func(cache KVCache, stream Stream) *Status
@@ -149,6 +150,7 @@ type KVCacheResume func(cache KVCache, stream Stream) *Status
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call SetStreamOf
 //kvcm:param cache in The cache.
 //kvcm:param stream in The engine's stream on the manager's device.
 type KVCacheSetStream func(cache KVCache, stream Stream) *Status
@@ -422,6 +424,7 @@ type KVCacheGetCachedTokensByLevel func(cache KVCache, tokens spec.Out[int64], c
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call ScratchDesc
 //kvcm:param cache in The cache.
 //kvcm:param layerGroup in The layer group.
 //kvcm:param begin out,result Receives the first scratch block.

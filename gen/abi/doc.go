@@ -29,6 +29,11 @@
 //   - Consumed means consumed, also on failure: a codec passed to
 //     kvcm_manager_create is destroyed on every failure path.
 //
+// The status codes' enum carries //kvcm:gocodes code: kvcmgen writes, in
+// the export package, a Go constant per member (codeInvalidArgument =
+// C.KVCM_ERR_INVALID_ARGUMENT, the member's name less trim=), so a code
+// added here reaches the glue with make generate.
+//
 // Every rule behind these functions lives in the Go package core/abimodel
 // (the ABI's object model); capi only converts. Go, C, C++ and Python
 // therefore follow the same rules.
@@ -91,7 +96,7 @@
 // field is one line with its doc), so they merge without conflicts; two
 // appended to the same versioned struct only need their order settled.
 //
-// # Parameters the glue gets as Go values: string, slice, convert, into=, buffer=, reset, of=, sized, result
+// # Parameters the glue gets as Go values: string, slice, convert, into=, buffer=, reset, take, of=, column=, sized, result
 //
 // Flags of //kvcm:param make the export convert a parameter before it calls
 // the glue, so that a new function taking a request id, a role, a token
@@ -125,6 +130,19 @@
 //     resetting nothing; the export writes n to needed and the taken
 //     elements, or reports KVCM_ERR_BUFFER_TOO_SMALL. The rule lives in
 //     core/abimodel (Manager.GetAndReset*(room)).
+//   - take, on a buffer= with one nested buffer (of=, with its own
+//     buffer=<count>): a drain into the caller's buffers. The glue gets
+//     the room of the buffer and of the nested buffer (ints) and returns
+//     ([]G, need int): the elements it took, as many as fit both (each
+//     element's array one run after another in the nested buffer), or
+//     need > 0, taking nothing, when the first element's array alone does
+//     not fit; the export then writes need to the nested buffer's count and
+//     reports KVCM_ERR_BUFFER_TOO_SMALL, and otherwise writes the elements,
+//     points their array fields at their runs (NULL for none) and writes
+//     both counts. A result parameter (nullable: written when not NULL)
+//     comes after them. The rule lives in core/abimodel
+//     (EventQueue.Drain and DrainCacheEvents for kvcm_manager_drain_events
+//     and _drain_block_events).
 //   - into=<param>.<Go field>: a scalar that sets a field of the Go value
 //     of the convert parameter param (cast to the field's type), instead of
 //     reaching the glue: has_lora_id is into=scope.HasLoRA.
@@ -138,18 +156,29 @@
 //     buffer is NULL with capacity 0 (a size query), reports
 //     KVCM_ERR_BUFFER_TOO_SMALL naming all counts when one does not fit,
 //     writing nothing else, or writes them all.
+//   - column=<Go field>, on a buffer= with go=<Go struct>, and
+//     column=<buffer>.<Go field> on other T*s of scalars with the buffer's
+//     len=: parallel caller arrays, one per field of the glue's Go
+//     elements (kvcm_kv_cache_get_committed_digests: positions from
+//     blockhash.DigestAt.Pos, digest_bytes from its Digest). A scalar field
+//     takes one C element per Go element, an array field its length (32
+//     bytes per digest: room for 32 * capacity), which kvcmgen reads from
+//     the Go type. The export writes the count to needed; unless every
+//     array is NULL with capacity 0 (a size query) it reports
+//     KVCM_ERR_BUFFER_TOO_SMALL when the capacity is short of the count,
+//     writing nothing else, or writes every column.
 //   - sized: a T* with len= an input count (the length of an input array
 //     too: cp_get_allocation_priority's order); the glue returns []G, G from
 //     go= or the elements' //kvcm:go out struct, with at most that many
 //     elements, which the export writes (more is KVCM_ERR_INTERNAL).
 //   - result: a T* out-parameter; the glue returns its value, and the
 //     export writes it, cast or through the struct's toC converter, only on
-//     success.
+//     success (a nullable one only when it is not NULL).
 //
 // A glue with outputs returns one value per result, sized or buffer
-// parameter, in parameter order (a reset buffer's: its elements and n),
-// then the error: kvcm_kv_cache_get_scratch_desc's glue returns (begin,
-// end, slots, error). The export writes the results, then the sized
+// parameter, in parameter order (a reset buffer's: its elements and n; a
+// take buffer's: its elements and need), then the error:
+// kvcm_kv_cache_get_scratch_desc's glue returns (begin, end, slots, error). The export writes the results, then the sized
 // outputs, then the buffer.
 //
 // # Functions without glue: //kvcm:call, //kvcm:gomodel

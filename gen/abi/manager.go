@@ -138,7 +138,7 @@ type CacheEvent struct {
 	Level CacheLevel
 	// Tokens of a stored block: points into the caller's token buffer
 	// passed to kvcm_manager_drain_events (NULL when num_tokens is 0).
-	Tokens spec.In[Token] `len:"NumTokens" nullable:"true" own:"borrowed" go:"-"`
+	Tokens spec.In[Token] `len:"NumTokens" nullable:"true" own:"borrowed"`
 	// NumTokens is the length of tokens.
 	NumTokens spec.Size
 	// CacheID is the id (kvcm_kv_cache_get_id) of the cache whose commit
@@ -300,7 +300,7 @@ type BlockEvent struct {
 	OldPriority int32
 	// Tokens of a stored block: points into the caller's token buffer
 	// (NULL when num_tokens is 0).
-	Tokens spec.In[Token] `len:"NumTokens" nullable:"true" own:"borrowed" go:"-"`
+	Tokens spec.In[Token] `len:"NumTokens" nullable:"true" own:"borrowed"`
 	// NumTokens is the length of tokens.
 	NumTokens spec.Size
 }
@@ -365,6 +365,7 @@ type ManagerGetNumLayerGroups func(manager Manager, out spec.Out[int32]) *Status
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call NumLevels
 //kvcm:param manager in The manager.
 //kvcm:param out out,result Receives the number of levels.
 type ManagerGetNumLevels func(manager Manager, out spec.Out[int32]) *Status
@@ -479,6 +480,7 @@ type ManagerProbeReuse func(manager Manager, scope spec.In[ReuseScope], tokens s
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call ProbeFirstNewBlockKey
 //kvcm:param manager in The manager.
 //kvcm:param scope borrowed,convert The reuse scope.
 //kvcm:param hasLoraID in,into=scope.HasLoRA Whether scope.lora_id is a LoRA adapter id, 0 included.
@@ -564,6 +566,7 @@ type ManagerClearReusableBlocks func(manager Manager) *Status
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call NumOpenCaches
 //kvcm:param manager in The manager.
 //kvcm:param out out,result Receives the number of open caches.
 type ManagerGetNumOpenCaches func(manager Manager, out spec.Out[spec.Size]) *Status
@@ -642,14 +645,15 @@ type ManagerGetMigrationStats func(manager Manager, stats spec.Out[MigrationStat
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call Events().DrainCacheEvents
 //kvcm:param manager in The manager.
-//kvcm:param events out,nullable,len=eventsCap Receives the events.
+//kvcm:param events out,nullable,len=eventsCap,buffer=numEvents,take Receives the events.
 //kvcm:param eventsCap in Capacity of events, in elements.
-//kvcm:param tokens out,nullable,len=tokensCap Receives the tokens of stored blocks.
+//kvcm:param tokens out,nullable,len=tokensCap,of=events.tokens,buffer=numTokens Receives the tokens of stored blocks.
 //kvcm:param tokensCap in Capacity of tokens, in elements.
 //kvcm:param numEvents out Receives the number of events written.
 //kvcm:param numTokens out Receives the number of tokens written (on KVCM_ERR_BUFFER_TOO_SMALL, the tokens the oldest event needs).
-//kvcm:param dropped out,nullable Receives the number of events dropped since the previous drain.
+//kvcm:param dropped out,nullable,result Receives the number of events dropped since the previous drain.
 type ManagerDrainEvents func(manager Manager, events spec.Out[CacheEvent], eventsCap spec.Size, tokens spec.Out[Token], tokensCap spec.Size, numEvents spec.Out[spec.Size], numTokens spec.Out[spec.Size], dropped spec.Out[uint64]) *Status
 
 // ManagerDrainBlockEvents is kvcm_manager_drain_events with kvcm_block_event
@@ -658,14 +662,15 @@ type ManagerDrainEvents func(manager Manager, events spec.Out[CacheEvent], event
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Events().Drain
 //kvcm:param manager in The manager.
-//kvcm:param events out,nullable,len=eventsCap Receives the events.
+//kvcm:param events out,nullable,len=eventsCap,buffer=numEvents,take Receives the events.
 //kvcm:param eventsCap in Capacity of events, in elements.
-//kvcm:param tokens out,nullable,len=tokensCap Receives the tokens of stored blocks.
+//kvcm:param tokens out,nullable,len=tokensCap,of=events.tokens,buffer=numTokens Receives the tokens of stored blocks.
 //kvcm:param tokensCap in Capacity of tokens, in elements.
 //kvcm:param numEvents out Receives the number of events written.
 //kvcm:param numTokens out Receives the number of tokens written (on KVCM_ERR_BUFFER_TOO_SMALL, the tokens the oldest event needs).
-//kvcm:param dropped out,nullable Receives the number of events dropped since the previous drain.
+//kvcm:param dropped out,nullable,result Receives the number of events dropped since the previous drain.
 type ManagerDrainBlockEvents func(manager Manager, events spec.Out[BlockEvent], eventsCap spec.Size, tokens spec.Out[Token], tokensCap spec.Size, numEvents spec.Out[spec.Size], numTokens spec.Out[spec.Size], dropped spec.Out[uint64]) *Status
 
 // ManagerGetAndResetLayerGroupIterationStats returns every layer group's
@@ -748,6 +753,7 @@ type ManagerGetAndResetIterationPoolGroupPeakBlockStats func(manager Manager, le
 //
 //kvcm:since 1
 //kvcm:thread any
+//kvcm:call github.com/kvcm/kvcm/core/abimodel.ValidateConfig
 //kvcm:param config borrowed,convert The configuration; read during the call only.
 type ConfigValidate func(config spec.In[ManagerConfig]) *Status
 
@@ -762,6 +768,7 @@ type ConfigValidate func(config spec.In[ManagerConfig]) *Status
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call ScratchPagesPerBlock
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
 //kvcm:param role borrowed,string,go=github.com/kvcm/kvcm/core/config.DataRole The buffer's role, such as "key".
@@ -809,6 +816,7 @@ type ManagerAdjust func(manager Manager) *Status
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call ClampMaxSeqLenForMem
 //kvcm:param manager in The manager.
 //kvcm:param batchSize in The batch size (positive).
 //kvcm:param tokenNumUpperBound in The longest sequence wanted (not negative).

@@ -19,6 +19,7 @@ import "github.com/kvcm/kvcm/gen/spec"
 //
 //kvcm:since 2
 //kvcm:thread any
+//kvcm:call github.com/kvcm/kvcm/core/abimodel.BlockKeys
 //kvcm:param blockKey in The block key algorithm.
 //kvcm:param scope borrowed,convert The reuse scope.
 //kvcm:param hasLoraID in,into=scope.HasLoRA Whether scope.lora_id is a LoRA adapter id, 0 included.
@@ -41,6 +42,7 @@ type BlockKeys func(blockKey BlockKey, scope spec.In[ReuseScope], hasLoraID bool
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call CommitDigestBytes
 //kvcm:param cache in The cache.
 //kvcm:param tokens borrowed,nullable,len=numTokens,slice,go=github.com/kvcm/kvcm/core/config.Token The tokens (NULL only when num_tokens is 0).
 //kvcm:param numTokens in The number of tokens.
@@ -59,9 +61,10 @@ type KVCacheCommitDigests func(cache KVCache, tokens spec.In[Token], numTokens s
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call Core().CommittedDigests
 //kvcm:param cache in The cache.
-//kvcm:param positions out,nullable,len=capacity Receives the positions.
-//kvcm:param digestBytes out,nullable,len=capacity Receives 32 bytes per digest (room for 32 * capacity bytes).
+//kvcm:param positions out,nullable,len=capacity,buffer=needed,go=github.com/kvcm/kvcm/core/blockhash.DigestAt,column=Pos Receives the positions.
+//kvcm:param digestBytes out,nullable,len=capacity,column=positions.Digest Receives 32 bytes per digest (room for 32 * capacity bytes).
 //kvcm:param capacity in Capacity, in digests.
 //kvcm:param needed out Receives the number of digests.
 type KVCacheGetCommittedDigests func(cache KVCache, positions spec.Out[spec.Size], digestBytes spec.Out[uint8], capacity spec.Size, needed spec.Out[spec.Size]) *Status
@@ -90,7 +93,7 @@ type ManagerProbeReuseDigests func(manager Manager, scope spec.In[ReuseScope], h
 //
 //kvcm:since 2
 //kvcm:thread manager
-//kvcm:call ProbeFirstNewBlockKey
+//kvcm:call ProbeFirstNewBlockKeyDigests
 //kvcm:param manager in The manager.
 //kvcm:param scope borrowed,convert The reuse scope.
 //kvcm:param hasLoraID in,into=scope.HasLoRA Whether scope.lora_id is a LoRA adapter id, 0 included.

@@ -8,6 +8,7 @@ import "github.com/kvcm/kvcm/gen/spec"
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call CreateStreamHandle
 //kvcm:param manager in The manager.
 //kvcm:param out out,result Receives the stream.
 type ManagerCreateStream func(manager Manager, out spec.Out[Stream]) *Status
@@ -30,6 +31,7 @@ type ManagerDestroyStream func(manager Manager, stream Stream) *Status
 //
 //kvcm:since 1
 //kvcm:thread manager
+//kvcm:call AllocMemory
 //kvcm:param manager in The manager.
 //kvcm:param kind in The memory kind.
 //kvcm:param size in The size in bytes (positive).
@@ -57,6 +59,7 @@ type ManagerFreeMemory func(manager Manager, ptr DevicePtr) *Status
 //
 //kvcm:since 1
 //kvcm:thread stream
+//kvcm:call github.com/kvcm/kvcm/core/abimodel.Devices.Alloc
 //kvcm:param stream in A stream of the device to allocate on.
 //kvcm:param kind in The memory kind.
 //kvcm:param size in The size in bytes (positive).
@@ -79,6 +82,7 @@ type StreamFreeMemory func(stream Stream, ptr DevicePtr) *Status
 //
 //kvcm:since 1
 //kvcm:thread stream
+//kvcm:call github.com/kvcm/kvcm/core/abimodel.Devices.Synchronize
 //kvcm:param stream in The stream.
 type StreamSynchronize func(stream Stream) *Status
 
@@ -106,6 +110,7 @@ type StreamEnqueueHostFunc func(stream Stream, fn HostFunc, userData spec.VoidPt
 //
 //kvcm:since 1
 //kvcm:thread stream
+//kvcm:call github.com/kvcm/kvcm/core/abimodel.Devices.BatchCopy
 //kvcm:param stream in The stream.
 //kvcm:param descs borrowed,nullable,len=numDescs,convert The copies (NULL only when num_descs is 0).
 //kvcm:param numDescs in The number of copies.

@@ -131,6 +131,7 @@ type ManagerGetPageIndexConverter func(manager Manager, layerID int32, role spec
 //
 //kvcm:since 2
 //kvcm:thread manager
+//kvcm:call PageStride
 //kvcm:param manager in The manager.
 //kvcm:param layerID in The layer id.
 //kvcm:param role borrowed,string,go=github.com/kvcm/kvcm/core/config.DataRole The buffer's role, such as "key".

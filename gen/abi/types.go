@@ -9,6 +9,7 @@ import (
 // only ever added.
 //
 //kvcm:enum trim=Err cprefix=KVCM_ERR_ cpp=StatusCode
+//kvcm:gocodes code
 //kvcm:since 1
 type StatusCode int32
 

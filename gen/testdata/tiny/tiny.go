@@ -27,6 +27,7 @@ const Name = "tiny"
 // Code is a status code.
 //
 //kvcm:enum trim=Err cprefix=KVCM_ERR_ cpp=Code
+//kvcm:gocodes code
 //kvcm:since 1
 type Code int32
 
@@ -463,3 +464,31 @@ type WidgetLen func(widget Widget, out spec.Out[int64]) *Status
 //kvcm:param v in The value.
 //kvcm:param out out,result Receives the count.
 type Ones func(v uint64, out spec.Out[int32]) *Status
+
+// WidgetProfile writes the widget's profile records as columns: each
+// record's allocated bytes in one array, its 32 stack frames side by side
+// in another.
+//
+//kvcm:since 2
+//kvcm:thread any
+//kvcm:param widget in The widget.
+//kvcm:param bytes out,nullable,len=capacity,buffer=needed,go=runtime.MemProfileRecord,column=AllocBytes Receives each record's bytes.
+//kvcm:param stacks out,nullable,len=capacity,column=bytes.Stack0 Receives 32 frames per record.
+//kvcm:param capacity in Capacity, in records.
+//kvcm:param needed out Receives the number of records.
+type WidgetProfile func(widget Widget, bytes spec.Out[int64], stacks spec.Out[uint64], capacity spec.Size, needed spec.Out[spec.Size]) *Status
+
+// WidgetTakeStrips takes the strips that fit the caller's buffers, their
+// pixels one strip after another.
+//
+//kvcm:since 2
+//kvcm:thread any
+//kvcm:param widget in The widget.
+//kvcm:param strips out,nullable,len=stripsCap,buffer=numStrips,take Receives the strips.
+//kvcm:param stripsCap in Capacity of strips.
+//kvcm:param pix out,nullable,len=pixCap,of=strips.pix,buffer=numPix Receives their pixels.
+//kvcm:param pixCap in Capacity of pix.
+//kvcm:param numStrips out Receives the number of strips written.
+//kvcm:param numPix out Receives the number of pixels written (on KVCM_ERR_BUFFER_TOO_SMALL, those the first strip needs).
+//kvcm:param skipped out,nullable,result Receives how many strips were skipped.
+type WidgetTakeStrips func(widget Widget, strips spec.Out[Strip], stripsCap spec.Size, pix spec.Out[uint8], pixCap spec.Size, numStrips spec.Out[spec.Size], numPix spec.Out[spec.Size], skipped spec.Out[uint64]) *Status

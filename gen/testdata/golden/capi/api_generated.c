@@ -64,9 +64,11 @@ static const kvcm_api kvcm__table = {
     kvcm_widget_len,
     kvcm_widget_move_pairs,
     kvcm_widget_notify,
+    kvcm_widget_profile,
     kvcm_widget_strips,
     kvcm_widget_tag,
     kvcm_widget_take_pairs,
+    kvcm_widget_take_strips,
 };
 
 const kvcm_api* kvcm_get_api(uint32_t version) {

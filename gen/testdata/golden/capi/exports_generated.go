@@ -174,6 +174,63 @@ func kvcm__go_widget_notify(widget C.kvcm_widget, fn C.kvcm_notify, user_data C.
 	return statusOf(kvcmFn, fill(items, pairs, capacity, needed, toCPair))
 }
 
+// kvcm_widget_profile is the export of kvcm_widget_profile (ABI version 2).
+//
+//export kvcm_widget_profile
+func kvcm_widget_profile(widget C.kvcm_widget, bytes *C.int64_t, stacks *C.uint64_t, capacity C.size_t, needed *C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_widget_profile"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if needed != nil {
+		*needed = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if bytes == nil && capacity != 0 {
+		return argStatus(kvcmFn, "bytes", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if stacks == nil && capacity != 0 {
+		return argStatus(kvcmFn, "stacks", fmt.Sprintf("is NULL but capacity is %d", capacity))
+	}
+	if needed == nil {
+		return argStatus(kvcmFn, "needed", "must not be NULL")
+	}
+	widgetObj, st := lookupWidget(kvcmFn, "widget", widget)
+	if st != nil {
+		return st
+	}
+	items, err := glueWidgetProfile(widgetObj)
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	*needed = C.size_t(len(items))
+	if bytes == nil && stacks == nil && capacity == 0 {
+		return nil
+	}
+	bytesOut, err := cSlice(bytes, capacity, "capacity")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	stacksOut, err := cSlice(stacks, capacity*32, "capacity")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	if len(bytesOut) < len(items) || len(stacksOut) < len(items)*32 {
+		return statusOf(kvcmFn, errorf(codeBufferTooSmall, "need room for %d elements in bytes, stacks; capacity is %d", len(items), uint64(capacity)))
+	}
+	for i, it := range items {
+		bytesOut[i] = C.int64_t(it.AllocBytes)
+		for j, v := range it.Stack0 {
+			stacksOut[i*32+j] = C.uint64_t(v)
+		}
+	}
+	return nil
+}
+
 // kvcm_widget_strips is the export of kvcm_widget_strips (ABI version 2).
 //
 //export kvcm_widget_strips
@@ -360,6 +417,86 @@ func kvcm_widget_take_pairs(widget C.kvcm_widget, label *C.kvcm__const_char, ori
 	}
 	return statusOf(kvcmFn, fillTaken(items, n, pairs, capacity, needed, toCPair))
 }
+
+// kvcm_widget_take_strips is the export of kvcm_widget_take_strips (ABI version 2).
+//
+//export kvcm_widget_take_strips
+func kvcm_widget_take_strips(widget C.kvcm_widget, strips *C.kvcm_strip, strips_cap C.size_t, pix *C.uint8_t, pix_cap C.size_t, num_strips *C.size_t, num_pix *C.size_t, skipped *C.uint64_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_widget_take_strips"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if num_strips != nil {
+		*num_strips = 0
+	}
+	if num_pix != nil {
+		*num_pix = 0
+	}
+	if skipped != nil {
+		*skipped = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if strips == nil && strips_cap != 0 {
+		return argStatus(kvcmFn, "strips", fmt.Sprintf("is NULL but strips_cap is %d", strips_cap))
+	}
+	if pix == nil && pix_cap != 0 {
+		return argStatus(kvcmFn, "pix", fmt.Sprintf("is NULL but pix_cap is %d", pix_cap))
+	}
+	if num_strips == nil {
+		return argStatus(kvcmFn, "num_strips", "must not be NULL")
+	}
+	if num_pix == nil {
+		return argStatus(kvcmFn, "num_pix", "must not be NULL")
+	}
+	widgetObj, st := lookupWidget(kvcmFn, "widget", widget)
+	if st != nil {
+		return st
+	}
+	stripsOut, err := cSlice(strips, strips_cap, "strips_cap")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	pixOut, err := cSlice(pix, pix_cap, "pix_cap")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	items, need, skippedOut, err := glueWidgetTakeStrips(widgetObj, len(stripsOut), len(pixOut))
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	if need > 0 {
+		*num_pix = C.size_t(need)
+		return statusOf(kvcmFn, errorf(codeBufferTooSmall, "the first of the strips to take needs %d pix; pix_cap is %d", need, uint64(pix_cap)))
+	}
+	if skipped != nil {
+		*skipped = C.uint64_t(skippedOut)
+	}
+	pixAt := 0
+	for _, it := range items {
+		pixAt += len(it.Pix)
+	}
+	if len(items) > len(stripsOut) || pixAt > len(pixOut) {
+		return statusOf(kvcmFn, errorf(codeInternal, "took %d strips with %d pix for room for %d and %d", len(items), pixAt, len(stripsOut), len(pixOut)))
+	}
+	pixAt = 0
+	for i, it := range items {
+		stripsOut[i] = toCStrip(it, pixOut[pixAt:])
+		pixAt += len(it.Pix)
+	}
+	*num_strips = C.size_t(len(items))
+	*num_pix = C.size_t(pixAt)
+	return nil
+}
+
+// The members of kvcm_code, as the header defines them.
+const (
+	codeOK          = C.KVCM_OK
+	codeBadArgument = C.KVCM_ERR_BAD_ARGUMENT
+)
 
 // lookupWidget resolves a kvcm_widget argument to its widget, or reports
 // KVCM_ERR_INVALID_HANDLE naming the argument.

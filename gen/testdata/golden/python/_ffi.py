@@ -364,9 +364,11 @@ FUNCTIONS = {
     "kvcm_widget_len": (ctypes.POINTER(kvcm_status), [kvcm_widget, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_widget_move_pairs": (ctypes.POINTER(kvcm_status), [kvcm_widget, ctypes.POINTER(kvcm_pair), ctypes.c_size_t]),
     "kvcm_widget_notify": (ctypes.POINTER(kvcm_status), [kvcm_widget, kvcm_notify, ctypes.c_void_p, ctypes.POINTER(kvcm_pair), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    "kvcm_widget_profile": (ctypes.POINTER(kvcm_status), [kvcm_widget, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_widget_strips": (ctypes.POINTER(kvcm_status), [kvcm_widget, ctypes.POINTER(kvcm_pair), ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(kvcm_strip), ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint8), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_widget_tag": (ctypes.POINTER(kvcm_status), [kvcm_widget, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t]),
     "kvcm_widget_take_pairs": (ctypes.POINTER(kvcm_status), [kvcm_widget, ctypes.c_char_p, ctypes.POINTER(kvcm_pair), ctypes.POINTER(kvcm_pair), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    "kvcm_widget_take_strips": (ctypes.POINTER(kvcm_status), [kvcm_widget, ctypes.POINTER(kvcm_strip), ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint8), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_uint64)]),
 }
 
 # Parameter names, in order, for error messages and docs.
@@ -379,9 +381,11 @@ PARAMETERS = {
     "kvcm_widget_len": ("widget", "out"),
     "kvcm_widget_move_pairs": ("widget", "pairs", "num_pairs"),
     "kvcm_widget_notify": ("widget", "fn", "user_data", "pairs", "capacity", "needed"),
+    "kvcm_widget_profile": ("widget", "bytes", "stacks", "capacity", "needed"),
     "kvcm_widget_strips": ("widget", "origin", "shift", "values", "num_values", "order", "first", "count", "strips", "strips_cap", "pix", "pix_cap", "num_strips", "num_pix"),
     "kvcm_widget_tag": ("widget", "name", "name_len", "values", "num_values"),
     "kvcm_widget_take_pairs": ("widget", "label", "origin", "pairs", "capacity", "needed"),
+    "kvcm_widget_take_strips": ("widget", "strips", "strips_cap", "pix", "pix_cap", "num_strips", "num_pix", "skipped"),
 }
 
 

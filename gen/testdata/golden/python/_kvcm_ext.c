@@ -786,6 +786,50 @@ done:
     return out;
 }
 
+/* kvcm_widget_profile(widget, bytes, stacks, capacity, needed) */
+static PyObject *kx_fn_kvcm_widget_profile(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_widget a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    kx_ptr a2 = KX_PTR_INIT;
+    size_t a3;
+    kx_ptr a4 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 5, "kvcm_widget_profile") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_widget)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 0, &a1) < 0)
+        goto done;
+    if (kx_pointer(args[2], names, 2, 1, 0, &a2) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[3], names, 3, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a3 = (size_t)v;
+    }
+    if (kx_pointer(args[4], names, 4, 1, 8, &a4) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->widget_profile(a0, (int64_t*)a1.p, (uint64_t*)a2.p, a3, (size_t*)a4.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a2);
+    kx_ptr_release(&a4);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a2);
+    kx_ptr_release(&a4);
+    return out;
+}
+
 /* kvcm_widget_strips(widget, origin, shift, values, num_values, order, first, count, strips, strips_cap, pix, pix_cap, num_strips, num_pix) */
 static PyObject *kx_fn_kvcm_widget_strips(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -976,6 +1020,67 @@ done:
     return out;
 }
 
+/* kvcm_widget_take_strips(widget, strips, strips_cap, pix, pix_cap, num_strips, num_pix, skipped) */
+static PyObject *kx_fn_kvcm_widget_take_strips(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_widget a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    size_t a2;
+    kx_ptr a3 = KX_PTR_INIT;
+    size_t a4;
+    kx_ptr a5 = KX_PTR_INIT;
+    kx_ptr a6 = KX_PTR_INIT;
+    kx_ptr a7 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 8, "kvcm_widget_take_strips") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_widget)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 0, &a1) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[2], names, 2, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a2 = (size_t)v;
+    }
+    if (kx_pointer(args[3], names, 3, 1, 0, &a3) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[4], names, 4, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a4 = (size_t)v;
+    }
+    if (kx_pointer(args[5], names, 5, 1, 8, &a5) < 0)
+        goto done;
+    if (kx_pointer(args[6], names, 6, 1, 8, &a6) < 0)
+        goto done;
+    if (kx_pointer(args[7], names, 7, 1, 8, &a7) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->widget_take_strips(a0, (kvcm_strip*)a1.p, a2, (uint8_t*)a3.p, a4, (size_t*)a5.p, (size_t*)a6.p, (uint64_t*)a7.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    kx_ptr_release(&a6);
+    kx_ptr_release(&a7);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    kx_ptr_release(&a3);
+    kx_ptr_release(&a5);
+    kx_ptr_release(&a6);
+    kx_ptr_release(&a7);
+    return out;
+}
+
 static PyMethodDef kx_functions[] = {
     {"kvcm_count", (PyCFunction)(void (*)(void))kx_fn_kvcm_count, METH_FASTCALL, "kvcm_count()"},
     {"kvcm_status_free", (PyCFunction)(void (*)(void))kx_fn_kvcm_status_free, METH_FASTCALL, "kvcm_status_free(status)"},
@@ -984,13 +1089,15 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_widget_len", (PyCFunction)(void (*)(void))kx_fn_kvcm_widget_len, METH_FASTCALL, "kvcm_widget_len(widget, out)"},
     {"kvcm_widget_move_pairs", (PyCFunction)(void (*)(void))kx_fn_kvcm_widget_move_pairs, METH_FASTCALL, "kvcm_widget_move_pairs(widget, pairs, num_pairs)"},
     {"kvcm_widget_notify", (PyCFunction)(void (*)(void))kx_fn_kvcm_widget_notify, METH_FASTCALL, "kvcm_widget_notify(widget, fn, user_data, pairs, capacity, needed)"},
+    {"kvcm_widget_profile", (PyCFunction)(void (*)(void))kx_fn_kvcm_widget_profile, METH_FASTCALL, "kvcm_widget_profile(widget, bytes, stacks, capacity, needed)"},
     {"kvcm_widget_strips", (PyCFunction)(void (*)(void))kx_fn_kvcm_widget_strips, METH_FASTCALL, "kvcm_widget_strips(widget, origin, shift, values, num_values, order, first, count, strips, strips_cap, pix, pix_cap, num_strips, num_pix)"},
     {"kvcm_widget_tag", (PyCFunction)(void (*)(void))kx_fn_kvcm_widget_tag, METH_FASTCALL, "kvcm_widget_tag(widget, name, name_len, values, num_values)"},
     {"kvcm_widget_take_pairs", (PyCFunction)(void (*)(void))kx_fn_kvcm_widget_take_pairs, METH_FASTCALL, "kvcm_widget_take_pairs(widget, label, origin, pairs, capacity, needed)"},
+    {"kvcm_widget_take_strips", (PyCFunction)(void (*)(void))kx_fn_kvcm_widget_take_strips, METH_FASTCALL, "kvcm_widget_take_strips(widget, strips, strips_cap, pix, pix_cap, num_strips, num_pix, skipped)"},
     {NULL, NULL, 0, NULL},
 };
 
-static const Py_ssize_t kx_arity[] = {0, 1, 3, 2, 2, 3, 6, 14, 5, 6};
+static const Py_ssize_t kx_arity[] = {0, 1, 3, 2, 2, 3, 6, 5, 14, 5, 6, 8};
 
 static const size_t kx_slot_offsets[] = {
     offsetof(kvcm_api, count),
@@ -1000,9 +1107,11 @@ static const size_t kx_slot_offsets[] = {
     offsetof(kvcm_api, widget_len),
     offsetof(kvcm_api, widget_move_pairs),
     offsetof(kvcm_api, widget_notify),
+    offsetof(kvcm_api, widget_profile),
     offsetof(kvcm_api, widget_strips),
     offsetof(kvcm_api, widget_tag),
-    offsetof(kvcm_api, widget_take_pairs)
+    offsetof(kvcm_api, widget_take_pairs),
+    offsetof(kvcm_api, widget_take_strips)
 };
 
 /* bind(name, parameter_names) -> the builtin function of name; its errors

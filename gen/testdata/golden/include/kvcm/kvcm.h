@@ -638,6 +638,23 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_widget_move_pairs(kvcm_widget widget
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_widget_notify(kvcm_widget widget, kvcm_notify fn, void* user_data, kvcm_pair* pairs, size_t capacity, size_t* needed);
 
 /**
+ * kvcm_widget_profile writes the widget's profile records as columns: each
+ * record's allocated bytes in one array, its 32 stack frames side by side
+ * in another.
+ *
+ * @param widget [in] The widget.
+ * @param bytes [out, nullable, array of capacity] Receives each record's bytes.
+ * @param stacks [out, nullable, array of capacity] Receives 32 frames per record.
+ * @param capacity [in] Capacity, in records.
+ * @param needed [out] Receives the number of records.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_widget_profile(kvcm_widget widget, int64_t* bytes, uint64_t* stacks, size_t capacity, size_t* needed);
+
+/**
  * kvcm_widget_strips writes the widget's strips, their pixels one strip after
  * another, two results and an index per value.
  *
@@ -693,6 +710,25 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_widget_tag(kvcm_widget widget, const
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_widget_take_pairs(kvcm_widget widget, const char* label, const kvcm_pair* origin, kvcm_pair* pairs, size_t capacity, size_t* needed);
 
+/**
+ * kvcm_widget_take_strips takes the strips that fit the caller's buffers, their
+ * pixels one strip after another.
+ *
+ * @param widget [in] The widget.
+ * @param strips [out, nullable, array of strips_cap] Receives the strips.
+ * @param strips_cap [in] Capacity of strips.
+ * @param pix [out, nullable, array of pix_cap] Receives their pixels.
+ * @param pix_cap [in] Capacity of pix.
+ * @param num_strips [out] Receives the number of strips written.
+ * @param num_pix [out] Receives the number of pixels written (on KVCM_ERR_BUFFER_TOO_SMALL, those the first strip needs).
+ * @param skipped [out, nullable] Receives how many strips were skipped.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe; may be called from any thread, also from codec callbacks and host functions.
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_widget_take_strips(kvcm_widget widget, kvcm_strip* strips, size_t strips_cap, uint8_t* pix, size_t pix_cap, size_t* num_strips, size_t* num_pix, uint64_t* skipped);
+
 /* ---- Function table ---- */
 
 /**
@@ -717,12 +753,16 @@ struct kvcm_api {
     kvcm_status* (*widget_move_pairs)(kvcm_widget widget, const kvcm_pair* pairs, size_t num_pairs);
     /** kvcm_widget_notify (since ABI version 2). */
     kvcm_status* (*widget_notify)(kvcm_widget widget, kvcm_notify fn, void* user_data, kvcm_pair* pairs, size_t capacity, size_t* needed);
+    /** kvcm_widget_profile (since ABI version 2). */
+    kvcm_status* (*widget_profile)(kvcm_widget widget, int64_t* bytes, uint64_t* stacks, size_t capacity, size_t* needed);
     /** kvcm_widget_strips (since ABI version 2). */
     kvcm_status* (*widget_strips)(kvcm_widget widget, const kvcm_pair* origin, int32_t shift, const int32_t* values, size_t num_values, size_t* order, int64_t* first, uint32_t* count, kvcm_strip* strips, size_t strips_cap, uint8_t* pix, size_t pix_cap, size_t* num_strips, size_t* num_pix);
     /** kvcm_widget_tag (since ABI version 2). */
     kvcm_status* (*widget_tag)(kvcm_widget widget, const char* name, size_t name_len, const int32_t* values, size_t num_values);
     /** kvcm_widget_take_pairs (since ABI version 2). */
     kvcm_status* (*widget_take_pairs)(kvcm_widget widget, const char* label, const kvcm_pair* origin, kvcm_pair* pairs, size_t capacity, size_t* needed);
+    /** kvcm_widget_take_strips (since ABI version 2). */
+    kvcm_status* (*widget_take_strips)(kvcm_widget widget, kvcm_strip* strips, size_t strips_cap, uint8_t* pix, size_t pix_cap, size_t* num_strips, size_t* num_pix, uint64_t* skipped);
 };
 
 /* ---- Layout checks: released layouts are frozen ---- */
@@ -824,7 +864,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_tally, key) == 0, "layout of kvcm_tally changed
 KVCM_STATIC_ASSERT(offsetof(kvcm_tally, hits) == 8, "layout of kvcm_tally changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_tally, misses) == 16, "layout of kvcm_tally changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_tally, at) == 24, "layout of kvcm_tally changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 88, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 104, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
@@ -835,9 +875,11 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_api, ones) == 32, "layout of kvcm_api changed")
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_len) == 40, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_move_pairs) == 48, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_notify) == 56, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_strips) == 64, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_tag) == 72, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_take_pairs) == 80, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_profile) == 64, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_strips) == 72, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_tag) == 80, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_take_pairs) == 88, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, widget_take_strips) == 96, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus
