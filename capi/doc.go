@@ -9,7 +9,8 @@
 // code are hand-written. Nothing here implements behaviour: the glue
 // converts C values to Go values and back, maps errors to status codes,
 // keeps the handle table (handles.go) and calls the ABI's object model,
-// package core/abimodel, where every rule lives and is tested without cgo.
+// package core/abimodel, where every rule lives and is tested without cgo
+// (the library's poisoning after a panic included: abimodel.LibraryPoison).
 // The C vtables of codecs and CP indexes are called through generated Go
 // callers (//kvcm:gocaller: abimodel.ExternalCodec, abimodel.ExternalCP)
 // and the default codec's slots call abimodel.DefaultCodec (//kvcm:goimpl);

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/kvcm/kvcm/core"
@@ -121,27 +120,17 @@ func checkVersion(fn, arg string, size, version, minSize uint32) *C.kvcm_status 
 	return nil
 }
 
-// Poisoning: the first panic wins and is reported by every later call.
-var (
-	poisoned   atomic.Bool
-	poisonedBy atomic.Value // string
-)
-
-func isPoisoned() bool { return poisoned.Load() }
+func isPoisoned() bool { return abimodel.LibraryPoison.Poisoned() }
 
 func poisonedStatus(fn string) *C.kvcm_status {
-	by, _ := poisonedBy.Load().(string)
-	return newStatus(codePoisoned, fn+": library poisoned by an earlier panic ("+by+"); restart the process")
+	return newStatus(codePoisoned, fn+": library poisoned by an earlier panic ("+abimodel.LibraryPoison.Reason()+"); restart the process")
 }
 
 // poison records a panic and poisons the library.
 func poison(fn string, r any) string {
 	msg := fmt.Sprintf("%s: panic: %v", fn, r)
-	if poisoned.CompareAndSwap(false, true) {
-		poisonedBy.Store(msg)
-		if debugStacks {
-			fmt.Printf("%s\n%s", msg, debug.Stack())
-		}
+	if abimodel.LibraryPoison.Set(msg) && debugStacks {
+		fmt.Printf("%s\n%s", msg, debug.Stack())
 	}
 	return msg
 }

@@ -1,0 +1,36 @@
+package abimodel
+
+import "sync/atomic"
+
+// Poison is a library's poisoned state. A panic that reaches the C ABI may
+// have left Go state half-updated, so the library refuses every later call:
+// the first panic's message is kept and reported by each refusal. Safe for
+// concurrent use; the zero value is not poisoned.
+type Poison struct {
+	poisoned atomic.Bool
+	by       atomic.Pointer[string]
+}
+
+// LibraryPoison is the C library's poisoned state (one per process).
+var LibraryPoison Poison
+
+// Set poisons p with msg and reports whether this call poisoned it: a later
+// Set keeps the first message.
+func (p *Poison) Set(msg string) bool {
+	if !p.by.CompareAndSwap(nil, &msg) {
+		return false
+	}
+	p.poisoned.Store(true)
+	return true
+}
+
+// Poisoned reports whether p is poisoned.
+func (p *Poison) Poisoned() bool { return p.poisoned.Load() }
+
+// Reason is the message of the panic that poisoned p ("" when it is not).
+func (p *Poison) Reason() string {
+	if by := p.by.Load(); by != nil {
+		return *by
+	}
+	return ""
+}
