@@ -193,9 +193,10 @@ def create_builtin_kv_cache_cold_page_codec(
     ``"fp8"`` (FP8 e4m3 with one float32 scale per ``block_elems`` elements
     of the ``element`` type: ``"float16"`` or ``"bfloat16"``, or a torch or
     numpy dtype of that name; ``block_elems`` a power of two in [8, 256], 0
-    for 128) or ``"auto"`` (lossless: per lifecycle the default codec or the
-    gather kernel, ``crossover_bytes`` per page and pool, 0 for the measured
-    256 KiB; the default codec on the emulated device). Bad options raise
+    for 128) or ``"auto"`` (lossless: per lifecycle the default codec or, on
+    CUDA, the staged codec over the gather kernel, ``crossover_bytes`` per
+    page and pool, 0 for the measured 1 MiB; the default codec on the
+    emulated device). Bad options raise
     :class:`~kvcm.InvalidArgumentError` naming the field.
     """
     k = _builtin_kind(kind)
