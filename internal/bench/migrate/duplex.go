@@ -132,6 +132,13 @@ func duplexChunk(dev device.Device, cfg Config, mk CodecMaker, c int64, log io.W
 		return nil, err
 	}
 	passes := []pass{r.limitPass()}
+	defer func() {
+		for _, p := range passes {
+			if p.close != nil {
+				err = errors.Join(err, p.close())
+			}
+		}
+	}()
 	for _, name := range cfg.Codecs {
 		p, err := r.codecPass(name, mk)
 		if err != nil {
@@ -152,11 +159,6 @@ func duplexChunk(dev device.Device, cfg Config, mk CodecMaker, c int64, log io.W
 		fmt.Fprintf(log, "  %-8s duplex %6.2f GB/s (%.3f of limit)  down %6.2f (%.3f)  up %6.2f (%.3f)\n",
 			p.name, res.DuplexGBs, res.DuplexRatio, res.DownGBs, res.DownRatio, res.UpGBs, res.UpRatio)
 		out = append(out, res)
-	}
-	for _, p := range passes {
-		if p.close != nil {
-			err = errors.Join(err, p.close())
-		}
 	}
 	return out, err
 }
