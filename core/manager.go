@@ -153,7 +153,7 @@ type Manager struct {
 	// Scratch reused by every migration.
 	descs     []device.CopyDesc
 	pairs     []codec.PageIndexPair
-	pairBytes []byte
+	pairBytes []byte // big-endian hosts only (codec.PairBytes)
 }
 
 // NewManager validates cfg, derives the layout and allocates every level, in

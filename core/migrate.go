@@ -2,7 +2,6 @@ package core
 
 import (
 	"cmp"
-	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -448,13 +447,7 @@ func (m *Manager) codecCall(u unit, st device.Stream, toCold bool, coldBase devi
 	idx := codec.HostIndices(pairs)
 	var release func() error
 	if m.lcCodec[u.rep].loc == codec.Device {
-		buf := m.pairBytes[:0]
-		for _, p := range pairs {
-			buf = binary.LittleEndian.AppendUint32(buf, uint32(p.Dst))
-			buf = binary.LittleEndian.AppendUint32(buf, uint32(p.Src))
-		}
-		m.pairBytes = buf
-		lease, err := m.indexRing.Upload(buf, st)
+		lease, err := m.indexRing.Upload(codec.PairBytes(pairs, &m.pairBytes), st)
 		if err != nil {
 			return nil, fmt.Errorf("upload page indices: %w", err)
 		}

@@ -25,7 +25,6 @@ package staged
 
 import (
 	"cmp"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -37,14 +36,16 @@ import (
 )
 
 // DefaultChunkBytes is the most bytes one chunk moves by DMA (~1.2 ms on
-// PCIe gen5): a chunk ends with its staging lease's event record, and on CUDA
-// that record also flushes the gather kernel's batched index check, one host
-// function per chunk, and uploads the chunk's index pairs, whose costs the
-// chunk must dwarf while the other direction keeps the copy engines busy; a
-// descriptor's fixed cost (~0.4 µs, EVALUATION.md §1) is negligible beside it.
-// On the H200, with both directions at once, 4 KiB pages moved 0.84–0.89 of
-// the two-stream limit with 32 MiB chunks and 0.91–0.94 with 64 MiB chunks in
-// a ring of two (16 KiB to 1 MiB: 0.92–0.99; docs/benchmarks.md).
+// PCIe gen5), at every page size (a device-index inner codec gets a chunk in
+// calls of at most the index batch cap). A chunk costs the host ~70 µs of
+// driver calls on the H200 (event records, index uploads, the DMA, the
+// gather launches and the flush of their batched index checks), and in duplex
+// traffic one direction's submission delays the other's start, so the chunk
+// must dwarf that cost; a descriptor's fixed cost (~0.4 µs, EVALUATION.md §1)
+// is negligible beside it. On the H200, with both directions at once, 4 KiB
+// pages moved 0.92–0.94 of the two-stream limit with 64 MiB chunks in a ring
+// of two and 0.85–0.90 with 32 MiB (16 KiB to 1 MiB: 0.93–0.97); 128 MiB
+// chunks measured 0.94–0.98 at twice the device memory (docs/benchmarks.md).
 const DefaultChunkBytes = 64 << 20
 
 // DefaultRingChunks is how many chunks one stream's device ring holds: two,
@@ -82,9 +83,11 @@ type Codec struct {
 	rings  map[uintptr]*streamRing
 	closed bool
 
-	pairs []codec.PageIndexPair
-	buf   []byte
-	descs []device.CopyDesc
+	// Scratch reused by every call: pairs sorted by cold page, the inner
+	// codec's pairs, their bytes on a big-endian host, the DMA descriptors.
+	pairs, innerPairs []codec.PageIndexPair
+	buf               []byte
+	descs             []device.CopyDesc
 	// marks are the events recorded during a call, which the caller's
 	// stream waits on at its end (see mark); free are spare events.
 	marks, free []device.Event
@@ -211,6 +214,33 @@ func (c *Codec) joinMarks(stream device.Stream) bool {
 	return ok
 }
 
+// coldOrder is pairs in order of cold page, the order of the chunks: pairs
+// itself when already in order (the manager allocates cold pages in order),
+// else a sorted copy. False for a negative index.
+func (c *Codec) coldOrder(pairs []codec.PageIndexPair, toCold bool) ([]codec.PageIndexPair, bool) {
+	cold := func(p codec.PageIndexPair) int32 {
+		if toCold {
+			return p.Dst
+		}
+		return p.Src
+	}
+	inOrder, prev := true, int32(0)
+	for _, p := range pairs {
+		if p.Src < 0 || p.Dst < 0 {
+			return nil, false
+		}
+		k := cold(p)
+		inOrder = inOrder && k >= prev
+		prev = k
+	}
+	if inOrder {
+		return pairs, true
+	}
+	c.pairs = append(c.pairs[:0], pairs...)
+	slices.SortStableFunc(c.pairs, func(a, b codec.PageIndexPair) int { return cmp.Compare(cold(a), cold(b)) })
+	return c.pairs, true
+}
+
 func (c *Codec) run(lg layout.LayerGroupID, coldBase device.Ptr, idx codec.PageIndices, stream device.Stream, toCold bool) bool {
 	if c.closed || stream == nil || idx.Location() != codec.Host || coldBase == 0 {
 		return false
@@ -224,37 +254,20 @@ func (c *Codec) run(lg layout.LayerGroupID, coldBase device.Ptr, idx codec.PageI
 	if len(pairs) == 0 {
 		return true
 	}
-	// cold is the cold side of a pair: the page DMA reads or writes.
-	cold := func(p codec.PageIndexPair) int32 {
-		if toCold {
-			return p.Dst
-		}
-		return p.Src
+	sorted, ok := c.coldOrder(pairs, toCold)
+	if !ok {
+		return false
 	}
-	for _, p := range pairs {
-		if p.Src < 0 || p.Dst < 0 {
-			return false
-		}
-	}
-	sorted := append(c.pairs[:0], pairs...)
-	if !slices.IsSortedFunc(sorted, func(a, b codec.PageIndexPair) int { return cmp.Compare(cold(a), cold(b)) }) {
-		slices.SortStableFunc(sorted, func(a, b codec.PageIndexPair) int { return cmp.Compare(cold(a), cold(b)) })
-	}
-	c.pairs = sorted
 	sr, err := c.ring(stream, stride)
 	if err != nil {
 		return false
 	}
-	ok := true
 	if sr.copy != stream {
 		// The copy stream starts after the caller's earlier work (the
 		// manager's waits on the slots' fences among it).
 		ok = c.mark(stream) && sr.copy.Wait(c.marks[len(c.marks)-1]) == nil
 	}
 	perChunk := max(c.opts.ChunkBytes/stride, 1)
-	if loc == codec.Device {
-		perChunk = min(perChunk, int64(staging.MaxIndexBatchPairs))
-	}
 	for ok && len(sorted) > 0 {
 		n := min(int64(len(sorted)), perChunk)
 		req, err := staging.PageRequest(stride, 1, n)
@@ -290,28 +303,31 @@ func (c *Codec) run(lg layout.LayerGroupID, coldBase device.Ptr, idx codec.PageI
 func (c *Codec) chunk(lg layout.LayerGroupID, sr *streamRing, lease *staging.StagingBuffer, coldBase device.Ptr, stride int64,
 	pairs []codec.PageIndexPair, loc codec.PageIndexLocation, stream device.Stream, toCold bool) bool {
 	stage := lease.Ptr()
-	// The inner codec's pairs: staged page i on the cold side.
-	inner := make([]codec.PageIndexPair, len(pairs))
+	// The inner codec's pairs: staged page i on the cold side. One pass
+	// builds them and the descriptors, one per run of consecutive cold
+	// pages: at 4 KiB pages this loop is most of a call's host time, which
+	// delays the other direction's submission in duplex traffic.
+	inner := slices.Grow(c.innerPairs[:0], len(pairs))[:len(pairs)]
+	c.innerPairs = inner
 	descs := c.descs[:0]
+	start, runPage := 0, int32(0) // the current run: first pair and its cold page
 	for i, p := range pairs {
-		hot, page := p.Src, p.Dst
-		if !toCold {
-			hot, page = p.Dst, p.Src
-		}
-		staged := stage.Add(int64(i) * stride)
-		far := coldBase.Add(int64(page) * stride)
+		var page int32
 		if toCold {
-			inner[i] = codec.PageIndexPair{Dst: int32(i), Src: hot}
+			page = p.Dst
+			inner[i] = codec.PageIndexPair{Dst: int32(i), Src: p.Src}
 		} else {
-			inner[i] = codec.PageIndexPair{Dst: hot, Src: int32(i)}
+			page = p.Src
+			inner[i] = codec.PageIndexPair{Dst: p.Dst, Src: int32(i)}
 		}
-		if n := len(descs); n > 0 && descs[n-1].Src.Add(descs[n-1].Size) == srcOf(far, staged, toCold) &&
-			descs[n-1].Dst.Add(descs[n-1].Size) == dstOf(far, staged, toCold) {
-			descs[n-1].Size += stride
-			continue
+		if i == 0 || page != runPage+int32(i-start) {
+			if i > 0 {
+				descs = append(descs, runDesc(coldBase, stage, stride, runPage, start, i, toCold))
+			}
+			start, runPage = i, page
 		}
-		descs = append(descs, device.CopyDesc{Dst: dstOf(far, staged, toCold), Src: srcOf(far, staged, toCold), Size: stride})
 	}
+	descs = append(descs, runDesc(coldBase, stage, stride, runPage, start, len(pairs), toCold))
 	c.descs = descs
 	// dma moves the chunk on the copy stream, owner of the lease after it.
 	dma := func() bool {
@@ -323,29 +339,20 @@ func (c *Codec) chunk(lg layout.LayerGroupID, sr *streamRing, lease *staging.Sta
 	if !toCold && lease.SetStream(stream) != nil {
 		return false
 	}
-	ix := codec.HostIndices(inner)
-	var idxLease *staging.StagingBuffer
-	if loc == codec.Device {
-		buf := c.buf[:0]
-		for _, p := range inner {
-			buf = binary.LittleEndian.AppendUint32(buf, uint32(p.Dst))
-			buf = binary.LittleEndian.AppendUint32(buf, uint32(p.Src))
-		}
-		c.buf = buf
-		var err error
-		if idxLease, err = sr.idx.Upload(buf, stream); err != nil {
+	ok := true
+	if loc == codec.Host {
+		ok = c.innerCall(lg, stage, codec.HostIndices(inner), stream, toCold) && c.mark(stream)
+	}
+	// A device-index inner codec takes at most the index batch cap per call,
+	// so a chunk (64 MiB: 16384 pages of 4 KiB) is several calls over one
+	// staging lease, each on its own uploaded slice of the pairs.
+	for i := 0; ok && loc == codec.Device && i < len(inner); i += staging.MaxIndexBatchPairs {
+		piece := inner[i:min(i+staging.MaxIndexBatchPairs, len(inner))]
+		idxLease, err := sr.idx.Upload(codec.PairBytes(piece, &c.buf), stream)
+		if err != nil {
 			return false
 		}
-		ix = codec.DeviceIndices(idxLease.Ptr(), len(inner))
-	}
-	var ok bool
-	if toCold {
-		ok = c.inner.Encode(lg, stage, ix, stream)
-	} else {
-		ok = c.inner.Decode(lg, stage, ix, stream)
-	}
-	ok = ok && c.mark(stream)
-	if idxLease != nil {
+		ok = c.innerCall(lg, stage, codec.DeviceIndices(idxLease.Ptr(), len(piece)), stream, toCold) && c.mark(stream)
 		ok = idxLease.Release() == nil && ok
 	}
 	if toCold && ok {
@@ -354,18 +361,23 @@ func (c *Codec) chunk(lg layout.LayerGroupID, sr *streamRing, lease *staging.Sta
 	return ok
 }
 
-func srcOf(far, staged device.Ptr, toCold bool) device.Ptr {
+// innerCall is the inner codec's call between the hot slots and staging.
+func (c *Codec) innerCall(lg layout.LayerGroupID, stage device.Ptr, ix codec.PageIndices, stream device.Stream, toCold bool) bool {
 	if toCold {
-		return staged
+		return c.inner.Encode(lg, stage, ix, stream)
 	}
-	return far
+	return c.inner.Decode(lg, stage, ix, stream)
 }
 
-func dstOf(far, staged device.Ptr, toCold bool) device.Ptr {
+// runDesc is the DMA of staged pairs [from, to), whose cold pages are
+// consecutive from page.
+func runDesc(coldBase, stage device.Ptr, stride int64, page int32, from, to int, toCold bool) device.CopyDesc {
+	staged, far := stage.Add(int64(from)*stride), coldBase.Add(int64(page)*stride)
+	d := device.CopyDesc{Dst: staged, Src: far, Size: int64(to-from) * stride}
 	if toCold {
-		return far
+		d.Dst, d.Src = far, staged
 	}
-	return staged
+	return d
 }
 
 // ring is stream's staging, made on first use with room for RingChunks

@@ -13,6 +13,7 @@ import (
 	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/device/emu"
 	"github.com/kvcm/kvcm/core/layout"
+	"github.com/kvcm/kvcm/core/staging"
 	"github.com/kvcm/kvcm/internal/testkit/codectest"
 )
 
@@ -32,17 +33,21 @@ type rig struct {
 	cold  device.Memory
 	image [][]byte
 	desc  layout.PoolGroupDesc
+	slots int64
 }
 
-func newRig(t *testing.T, opts emu.Options) *rig {
-	r := &rig{t: t, dev: emu.New(opts)}
+func newRig(t *testing.T, opts emu.Options) *rig { return newRigOf(t, opts, slots) }
+
+// newRigOf is a rig of n slots a pool.
+func newRigOf(t *testing.T, opts emu.Options, n int64) *rig {
+	r := &rig{t: t, dev: emu.New(opts), slots: n}
 	t.Cleanup(func() { r.dev.Close() })
-	r.desc = layout.PoolGroupDesc{Index: 0, NumSlots: slots, LifeCycles: []layout.LayerGroupID{0}}
+	r.desc = layout.PoolGroupDesc{Index: 0, NumSlots: r.slots, LifeCycles: []layout.LayerGroupID{0}}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range pools {
-		m, err := r.dev.Alloc(device.DeviceMemory, slots*chunk)
+		m, err := r.dev.Alloc(device.DeviceMemory, r.slots*chunk)
 		require.NoError(t, err)
-		img := make([]byte, slots*chunk)
+		img := make([]byte, r.slots*chunk)
 		for i := range img {
 			img[i] = byte(rng.Uint32())
 		}
@@ -51,7 +56,7 @@ func newRig(t *testing.T, opts emu.Options) *rig {
 		r.desc.Pools = append(r.desc.Pools, layout.PoolDesc{Base: m.Ptr(), SlotBytes: chunk})
 	}
 	var err error
-	r.cold, err = r.dev.Alloc(device.HostMapped, slots*page)
+	r.cold, err = r.dev.Alloc(device.HostMapped, r.slots*page)
 	require.NoError(t, err)
 	s := r.stream()
 	for p, m := range r.hot {
@@ -78,10 +83,10 @@ func (r *rig) codec(inner codec.ColdPageCodec, opts staged.Options) *staged.Code
 
 // readHot is pool p's bytes now.
 func (r *rig) readHot(s device.Stream, p int) []byte {
-	back, err := r.dev.Alloc(device.HostMapped, slots*chunk)
+	back, err := r.dev.Alloc(device.HostMapped, r.slots*chunk)
 	require.NoError(r.t, err)
 	defer back.Free()
-	require.NoError(r.t, s.BatchCopy([]device.CopyDesc{{Dst: back.Ptr(), Src: r.hot[p].Ptr(), Size: slots * chunk}}))
+	require.NoError(r.t, s.BatchCopy([]device.CopyDesc{{Dst: back.Ptr(), Src: r.hot[p].Ptr(), Size: r.slots * chunk}}))
 	require.NoError(r.t, s.Synchronize())
 	return append([]byte(nil), back.Host()...)
 }
@@ -238,4 +243,29 @@ func TestStagedRejectsBadCallsAndEnqueuesNothing(t *testing.T) {
 	assert.Error(t, err)
 	_, err = staged.New(r.dev, codec.NewDefault(), staged.Options{ChunkBytes: -1})
 	assert.ErrorContains(t, err, "ChunkBytes")
+}
+
+// A chunk holds ChunkBytes of pages whatever the index batch cap, in one
+// DMA for consecutive cold pages: a device-index inner codec gets it in calls of at most MaxIndexBatchPairs
+// pairs (the design's kMaxIndexBatchBytes), and the bytes round-trip.
+func TestStagedChunkBeyondTheIndexBatchCapReachesTheInnerCodecInCappedCalls(t *testing.T) {
+	n := int64(staging.MaxIndexBatchPairs + staging.MaxIndexBatchPairs/2)
+	r := newRigOf(t, emu.Options{}, n)
+	inner := codectest.NewDeviceIndexed(r.dev)
+	c := r.codec(inner, staged.Options{ChunkBytes: n * page})
+	s := r.stream()
+	enc, dec := scatter(0, int(n), 11)
+	before := r.dev.Stats()
+	require.True(t, c.Encode(0, r.cold.Ptr(), codec.HostIndices(enc), s))
+	require.NoError(t, s.Synchronize())
+	// Two inner calls (each its index upload, the inner codec's index copy
+	// and gather) and one DMA: the chunk is not cut at the cap.
+	assert.EqualValues(t, 2*3+1, r.dev.Stats().BatchCalls-before.BatchCalls)
+	r.requireCold(enc)
+	r.poison(s, dec)
+	require.True(t, c.Decode(0, r.cold.Ptr(), codec.HostIndices(dec), s))
+	require.NoError(t, s.Synchronize())
+	r.requireHot(s)
+	half := staging.MaxIndexBatchPairs / 2
+	assert.Equal(t, []int{staging.MaxIndexBatchPairs, half, staging.MaxIndexBatchPairs, half}, inner.PairsPerCall())
 }

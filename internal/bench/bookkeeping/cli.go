@@ -4,13 +4,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/internal/bench/cpuprofile"
 )
 
 // Main is `kvcm bench bookkeeping`: it parses args, runs the benchmark and
@@ -61,19 +60,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
-	if *profile != "" {
-		f, err := os.Create(*profile)
-		if err != nil {
-			fmt.Fprintln(stderr, "bench bookkeeping: -cpuprofile:", err)
-			return 2
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintln(stderr, "bench bookkeeping: -cpuprofile:", err)
-			return 1
-		}
-		defer pprof.StopCPUProfile()
+	stop, err := cpuprofile.Start(*profile)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench bookkeeping:", err)
+		return 2
 	}
+	defer stop()
 	res, err := Run(cfg, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "bench bookkeeping:", err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvcm/kvcm/core/codec/staged"
 	"github.com/kvcm/kvcm/core/device/cuda"
+	"github.com/kvcm/kvcm/internal/bench/cpuprofile"
 )
 
 // Main is `kvcm bench migrate`: it parses args, runs the benchmark on the
@@ -40,6 +41,7 @@ import (
 //	                (default: the codec's, staged.DefaultRingChunks)
 //	-stage-serial   the staged codec's DMA on the caller's stream, after each
 //	                chunk's gather (default: on a copy stream, pipelined)
+//	-cpuprofile F   write a CPU profile of the whole run to F (go tool pprof)
 func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -58,13 +60,19 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	stageChunk := fs.String("stage-chunk", "", "the staged codec's DMA chunk (default: the codec's default)")
 	stageRing := fs.Int("stage-ring", 0, "the staged codec's device ring per stream, in chunks (default: the codec's default)")
 	stageSerial := fs.Bool("stage-serial", false, "the staged codec's DMA on the caller's stream (not pipelined)")
+	profile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	stop, err := cpuprofile.Start(*profile)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench migrate:", err)
+		return 2
+	}
+	defer stop()
 	codecsSet := false
 	fs.Visit(func(f *flag.Flag) { codecsSet = codecsSet || f.Name == "codecs" })
 	cfg := Config{Pools: *pools, Runs: *runs, SkipVerify: *noVerify, IndexChunkPairs: *indexChunk}
-	var err error
 	if cfg.TotalBytes, err = ParseSize(*total); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2

@@ -156,8 +156,8 @@ func duplexChunk(dev device.Device, cfg Config, mk CodecMaker, c int64, log io.W
 			DownGBs: medianOf(p.gbs[modeDown]), UpGBs: medianOf(p.gbs[modeUp]), DuplexGBs: medianOf(p.gbs[modeBoth]),
 			DownRatio: medianRatio(p.gbs[modeDown], lim.gbs[modeDown]), UpRatio: medianRatio(p.gbs[modeUp], lim.gbs[modeUp]),
 			DuplexRatio: medianRatio(p.gbs[modeBoth], lim.gbs[modeBoth])}
-		fmt.Fprintf(log, "  %-8s duplex %6.2f GB/s (%.3f of limit)  down %6.2f (%.3f)  up %6.2f (%.3f)\n",
-			p.name, res.DuplexGBs, res.DuplexRatio, res.DownGBs, res.DownRatio, res.UpGBs, res.UpRatio)
+		fmt.Fprintf(log, "  %-8s duplex %6.2f GB/s (%.3f of limit)  down %6.2f (%.3f)  up %6.2f (%.3f)  host submit of both %.2f ms\n",
+			p.name, res.DuplexGBs, res.DuplexRatio, res.DownGBs, res.DownRatio, res.UpGBs, res.UpRatio, medianOf(p.submitMs[modeBoth]))
 		out = append(out, res)
 	}
 	return out, err
@@ -179,6 +179,11 @@ type pass struct {
 	close    func() error
 	verified bool
 	gbs      [modes][]float64
+	// submitMs is the host time of the submissions, before the streams
+	// are synchronized: in duplex mode the second direction starts only
+	// after the first one's submission, so a codec's host cost per page
+	// delays the overlap.
+	submitMs [modes][]float64
 }
 
 // rounds runs one warm-up round and then Runs timed rounds; in each round
@@ -195,12 +200,13 @@ func (r *duplexRig) rounds(passes []pass) error {
 				case modeUp:
 					down = nil
 				}
-				gbs, err := r.time(down, up)
+				gbs, submit, err := r.time(down, up)
 				if err != nil {
 					return fmt.Errorf("%s: %w", p.name, err)
 				}
 				if round > 0 {
 					p.gbs[m] = append(p.gbs[m], gbs)
+					p.submitMs[m] = append(p.submitMs[m], submit.Seconds()*1e3)
 				}
 			}
 		}
@@ -222,8 +228,9 @@ func (r *duplexRig) limitPass() pass {
 		up:   func() error { return r.su.BatchCopy(h2d) }}
 }
 
-// time is GB/s of the bytes down and/or up move in one run.
-func (r *duplexRig) time(down, up func() error) (float64, error) {
+// time is GB/s of the bytes down and/or up move in one run, and how long
+// their submission took on the host.
+func (r *duplexRig) time(down, up func() error) (float64, time.Duration, error) {
 	var bytes int64
 	if down != nil {
 		bytes += int64(r.down) * r.page
@@ -235,14 +242,15 @@ func (r *duplexRig) time(down, up func() error) (float64, error) {
 	for _, f := range []func() error{down, up} {
 		if f != nil {
 			if err := f(); err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 		}
 	}
+	submit := time.Since(start)
 	if err := errors.Join(r.sd.Synchronize(), r.su.Synchronize()); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return float64(bytes) / time.Since(start).Seconds() / 1e9, nil
+	return float64(bytes) / time.Since(start).Seconds() / 1e9, submit, nil
 }
 
 func (r *duplexRig) setup() error {
