@@ -15,6 +15,15 @@ import (
 	"github.com/kvcm/kvcm/internal/testkit/codectest"
 )
 
+// The bytes of an index upload are the C array: per pair int32 dst then
+// int32 src, little-endian, whatever the host.
+func TestPairBytesAreTheCArrayOfPairs(t *testing.T) {
+	var scratch []byte
+	got := codec.PairBytes([]codec.PageIndexPair{{Dst: 1, Src: -2}, {Dst: 0x01020304, Src: 7}}, &scratch)
+	assert.Equal(t, []byte{1, 0, 0, 0, 0xfe, 0xff, 0xff, 0xff, 4, 3, 2, 1, 7, 0, 0, 0}, got)
+	assert.Empty(t, codec.PairBytes(nil, &scratch))
+}
+
 // PageIndexPair mirrors struct alignas(8) PageIndexPair { int32_t dst; int32_t src; }.
 func TestPageIndexPairLayoutMatchesTheCStruct(t *testing.T) {
 	var p codec.PageIndexPair
