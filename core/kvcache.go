@@ -1546,8 +1546,17 @@ func (c *KVCache) publish(b int, blk []config.Token, dg []blockhash.DigestAt, pr
 		c.orphanBlock(blk, dg)
 		return nil
 	}
-	key := m.hasher.NextDigests(c.chain.key, blk, dg)
-	next := m.child(c.chain, key)
+	// With one full-block child the tokens name it without a key (see
+	// childHolding); a new node needs its key.
+	var next *node
+	if c.chain.nkids == 0 {
+		next = m.childHolding(c.chain, blk, dg)
+	}
+	var key blockhash.Key
+	if next == nil {
+		key = m.hasher.NextDigests(c.chain.key, blk, dg)
+		next = m.child(c.chain, key)
+	}
 	if next != nil && !m.holds(next, blk, dg) {
 		// A 64-bit key collision: never link to another block's content;
 		// this cache publishes nothing more.
