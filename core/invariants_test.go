@@ -262,7 +262,7 @@ func (m *Manager) CheckInvariants(closed ...*KVCache) error {
 				} else if v != p.victimKey() {
 					fail("%s: victim %d is ordered by a stale priority, depth or release time", where, i)
 				}
-				if i > 0 && g.victims.less(i, (i-1)/2) {
+				if i > 0 && g.victims[i].before(&g.victims[(i-1)/heapArity]) {
 					fail("%s: victim %d comes before its parent in the heap", where, i)
 				}
 			}

@@ -1107,6 +1107,9 @@ func (c *KVCache) Resize(capacity, history int) error {
 // windowMoves reports whether some sliding window would release a block once
 // history tokens are computed: its first kept block passes its low-water mark.
 func (c *KVCache) windowMoves(history int) bool {
+	if !c.m.windowed {
+		return false
+	}
 	lt := c.m.lt
 	for lc := range lt.LifeCycles {
 		if lt.LifeCycles[lc].Window.Size == 0 {

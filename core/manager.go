@@ -106,6 +106,9 @@ type Manager struct {
 	roots    map[blockhash.Key]*node
 	nodes    nodeStore
 	hasher   *blockhash.Hasher
+	// windowed: some layer group slides (a decode step's Resize checks for
+	// released blocks only then).
+	windowed bool
 	tick     uint64
 	prune    []*node
 	nextID   uint64
@@ -211,6 +214,7 @@ func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 		diskFiles: o.diskFiles,
 		now:       time.Now,
 	}
+	m.windowed = slices.ContainsFunc(m.lt.LifeCycles, func(l layout.LifeCycle) bool { return l.Window.Size > 0 })
 	if m.diskFiles == nil {
 		m.diskFiles = OSDiskFiles
 	}

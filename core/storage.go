@@ -411,7 +411,9 @@ func (f *freeSlots) dropFrom(keep int64) {
 }
 
 // victimHeap orders evictable pages: lowest priority first, then least
-// recently released, then deepest (so a chain drains from its tail).
+// recently released, then deepest (so a chain drains from its tail). It is a
+// 4-ary heap sifted with a hole: half the levels of a binary heap, and each
+// level moves one entry (writing one page's heapIdx) instead of swapping two.
 type victimHeap []victim
 
 // victim is a page in the heap with its order as of its last refresh, kept
@@ -422,12 +424,15 @@ type victim struct {
 	p           *page
 }
 
+// heapArity is the victim heap's children per entry.
+const heapArity = 4
+
 func (p *page) victimKey() victim {
 	return victim{prio: p.priority(), depth: p.depth(), lastUsed: p.lastUsed, p: p}
 }
 
-func (h victimHeap) less(i, j int) bool {
-	a, b := &h[i], &h[j]
+// before reports whether a is evicted before b.
+func (a *victim) before(b *victim) bool {
 	if a.prio != b.prio {
 		return a.prio < b.prio
 	}
@@ -436,16 +441,17 @@ func (h victimHeap) less(i, j int) bool {
 	}
 	return a.depth > b.depth
 }
-func (h victimHeap) swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].p.heapIdx, h[j].p.heapIdx = i, j
+
+// put places v at i.
+func (h victimHeap) put(i int, v victim) {
+	h[i] = v
+	v.p.heapIdx = i
 }
 
 // push adds p.
 func (h *victimHeap) push(p *page) {
-	p.heapIdx = len(*h)
-	*h = append(*h, p.victimKey())
-	h.up(p.heapIdx)
+	*h = append(*h, victim{})
+	h.up(len(*h)-1, p.victimKey())
 }
 
 // pop removes and returns the first victim.
@@ -455,55 +461,59 @@ func (h *victimHeap) pop() *page { return h.remove(0) }
 func (h *victimHeap) remove(i int) *page {
 	old := *h
 	n := len(old) - 1
-	if i != n {
-		old.swap(i, n)
-		if !old[:n].down(i) {
-			old[:n].up(i)
-		}
-	}
-	p := old[n].p
+	p := old[i].p
+	last := old[n]
 	old[n] = victim{}
 	*h = old[:n]
+	if i != n && !(*h).down(i, last) {
+		(*h).up(i, last)
+	}
 	p.heapIdx = -1
 	return p
 }
 
 // fix restores the order after the page at index i changed.
 func (h victimHeap) fix(i int) {
-	if !h.down(i) {
-		h.up(i)
+	if v := h[i]; !h.down(i, v) {
+		h.up(i, v)
 	}
 }
 
-func (h victimHeap) up(j int) {
-	for j > 0 {
-		i := (j - 1) / 2
-		if !h.less(j, i) {
+// up places v at the hole i or above it.
+func (h victimHeap) up(i int, v victim) {
+	for i > 0 {
+		parent := (i - 1) / heapArity
+		if !v.before(&h[parent]) {
 			break
 		}
-		h.swap(i, j)
-		j = i
+		h.put(i, h[parent])
+		i = parent
 	}
+	h.put(i, v)
 }
 
-// down sifts the page at i0 down and reports whether it moved.
-func (h victimHeap) down(i0 int) bool {
+// down places v at the hole i0 or below it and reports whether it went
+// below.
+func (h victimHeap) down(i0 int, v victim) bool {
 	i := i0
 	for {
-		l := 2*i + 1
-		if l >= len(h) {
+		first := heapArity*i + 1
+		if first >= len(h) {
 			break
 		}
-		j := l
-		if r := l + 1; r < len(h) && h.less(r, l) {
-			j = r
+		j := first
+		for k := first + 1; k < min(first+heapArity, len(h)); k++ {
+			if h[k].before(&h[j]) {
+				j = k
+			}
 		}
-		if !h.less(j, i) {
+		if !h[j].before(&v) {
 			break
 		}
-		h.swap(i, j)
+		h.put(i, h[j])
 		i = j
 	}
+	h.put(i, v)
 	return i > i0
 }
 

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -36,4 +38,52 @@ func TestFreeSlotsHandOutTheLowestFirst(t *testing.T) {
 	assert.Equal(t, int32(2), f.take(), "a slot that came back is the lowest again")
 	assert.Equal(t, int32(100), f.take())
 	assert.Zero(t, f.len())
+}
+
+// The victim heap gives its pages lowest priority first, then least recently
+// released, then deepest, also after pages leave it from anywhere and change
+// their order in place; each page knows its index in it.
+func TestVictimHeapPopsInEvictionOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var h victimHeap
+	add := func(v victim) {
+		v.p = &page{}
+		h = append(h, victim{})
+		h.up(len(h)-1, v)
+	}
+	random := func() victim {
+		return victim{prio: rng.IntN(4), depth: rng.IntN(8), lastUsed: uint64(rng.IntN(16))}
+	}
+	for range 500 {
+		add(random())
+	}
+	for range 100 {
+		p := h[rng.IntN(len(h))].p
+		require.Same(t, p, h.remove(p.heapIdx))
+		assert.Equal(t, -1, p.heapIdx)
+		i := rng.IntN(len(h))
+		v := random()
+		v.p = h[i].p
+		h[i] = v
+		h.fix(i)
+	}
+	for i, v := range h {
+		require.Equal(t, i, v.p.heapIdx, "a page knows its index")
+	}
+	var got []victim
+	for len(h) > 0 {
+		v := h[0]
+		require.Same(t, v.p, h.pop())
+		got = append(got, v)
+	}
+	assert.Len(t, got, 400)
+	assert.True(t, slices.IsSortedFunc(got, func(a, b victim) int {
+		switch {
+		case a.before(&b):
+			return -1
+		case b.before(&a):
+			return 1
+		}
+		return 0
+	}))
 }
