@@ -678,13 +678,13 @@ func (m *Manager) hotUtilization(resuming *KVCache) float64 {
 		own = make([]int64, len(groups))
 	}
 	resuming.eachPage(func(p *page) {
-		if p.level() == 0 && p.heapIdx < 0 {
+		if p.level() == 0 && !p.inVictims() {
 			own[p.group.desc.Index]++
 		}
 	})
 	var u float64
 	for i, g := range groups {
-		busy := g.used() - int64(len(g.victims)) - own[i]
+		busy := g.used() - int64(g.victims.len()) - own[i]
 		u = math.Max(u, float64(busy)/float64(g.numSlots))
 	}
 	return u

@@ -40,43 +40,58 @@ func TestFreeSlotsHandOutTheLowestFirst(t *testing.T) {
 	assert.Zero(t, f.len())
 }
 
-// The victim heap gives its pages lowest priority first, then least recently
-// released, then deepest, also after pages leave it from anywhere and change
-// their order in place; each page knows its index in it.
-func TestVictimHeapPopsInEvictionOrder(t *testing.T) {
+// The victim set gives its pages lowest priority first, then least recently
+// released (then deepest), whether they came in that order (the run) or not
+// (the heap), also after pages leave it from anywhere and change their order;
+// each page knows where it is.
+func TestVictimSetPopsInEvictionOrder(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	var h victimHeap
-	add := func(v victim) {
-		v.p = &page{}
-		h = append(h, victim{})
-		h.up(len(h)-1, v)
+	var vs victimSet
+	vs.reserve(64) // smaller than what it holds: the run compacts and grows
+	tick := uint64(0)
+	newPage := func() *page {
+		p := &page{heapIdx: -1, prioSet: true, prio: int8(rng.IntN(3))}
+		if rng.IntN(4) > 0 {
+			tick++ // mostly in order, as releases come
+			p.lastUsed = tick
+		} else {
+			p.lastUsed = uint64(rng.IntN(int(tick) + 1))
+		}
+		return p
 	}
-	random := func() victim {
-		return victim{prio: rng.IntN(4), depth: rng.IntN(8), lastUsed: uint64(rng.IntN(16))}
+	var in []*page
+	for range 300 {
+		p := newPage()
+		vs.push(p)
+		in = append(in, p)
+		if rng.IntN(3) == 0 {
+			k := rng.IntN(len(in))
+			q := in[k]
+			require.Same(t, q, vs.remove(q))
+			assert.False(t, q.inVictims())
+			if rng.IntN(2) == 0 {
+				q.prio, q.lastUsed = int8(rng.IntN(3)), tick
+				vs.push(q) // back, in a new order
+			} else {
+				in = slices.Delete(in, k, k+1)
+			}
+		}
 	}
-	for range 500 {
-		add(random())
-	}
-	for range 100 {
-		p := h[rng.IntN(len(h))].p
-		require.Same(t, p, h.remove(p.heapIdx))
-		assert.Equal(t, -1, p.heapIdx)
-		i := rng.IntN(len(h))
-		v := random()
-		v.p = h[i].p
-		h[i] = v
-		h.fix(i)
-	}
-	for i, v := range h {
-		require.Equal(t, i, v.p.heapIdx, "a page knows its index")
-	}
+	require.Equal(t, len(in), vs.len())
+	vs.each(func(v victim, inHeap bool, i int) {
+		if inHeap {
+			require.Equal(t, i, v.p.heapIdx, "a page knows its index")
+		} else {
+			require.Equal(t, -2-i, v.p.heapIdx, "a page knows its index")
+		}
+	})
 	var got []victim
-	for len(h) > 0 {
-		v := h[0]
-		require.Same(t, v.p, h.pop())
-		got = append(got, v)
+	for vs.len() > 0 {
+		p := vs.pop()
+		require.False(t, p.inVictims())
+		got = append(got, p.victimKey())
 	}
-	assert.Len(t, got, 400)
+	assert.Len(t, got, len(in))
 	assert.True(t, slices.IsSortedFunc(got, func(a, b victim) int {
 		switch {
 		case a.before(&b):
