@@ -966,9 +966,41 @@ func (c *KVCache) closeLocked(force bool) error {
 // (see ScratchDesc), and a capacity change needs the previous step computed.
 // On error nothing changes.
 func (c *KVCache) Resize(capacity, history int) error {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	if c.resizeInBlock(capacity, history) {
+		return nil
+	}
+	return c.resize(capacity, history)
+}
+
+// resizeInBlock is a decode step's Resize, done in a function of its own so
+// that it runs without resize's large frame: the capacity stays within the
+// last block, no window releases a block, no scratch slots, nothing to settle
+// or report lost. It reports false, changing nothing, for any other resize
+// (resize checks it and says what is wrong).
+func (c *KVCache) resizeInBlock(capacity, history int) bool {
 	m := c.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	historyGiven := history >= 0
+	if !historyGiven {
+		history = c.history
+	}
+	k, tpb := len(c.blocks), m.cfg.TokensPerBlock
+	if c.status != Active || history < c.history || capacity < history || capacity > min(k*tpb, MaxCapacity) || capacity <= (k-1)*tpb ||
+		c.scratchOn || c.lossUnchecked() || c.windowMoves(history) {
+		return false
+	}
+	c.sampleResize(capacity, history, historyGiven)
+	c.capacity, c.history = capacity, history
+	if len(m.prune) > 0 {
+		m.safePoint()
+	}
+	return true
+}
+
+// resize is Resize with the manager's lock held.
+func (c *KVCache) resize(capacity, history int) error {
+	m := c.m
 	if c.status != Active {
 		return stateErr("resize", c.status)
 	}
@@ -1200,7 +1232,28 @@ func (c *KVCache) releasable(newBlocks, history int) []releasedPage {
 func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
+	if !isEnd && c.commitInBlock(tokens) {
+		return nil
+	}
 	return c.commit(tokens, nil, nil, isEnd)
+}
+
+// commitInBlock is a decode step's Commit, done without commit's large
+// frame: tokens that stay inside the block being filled and within the
+// history, on a cache with nothing to settle or report lost, so nothing is
+// published or released. It reports false, changing nothing, for any other
+// commit (commit checks it and says what is wrong).
+func (c *KVCache) commitInBlock(tokens []config.Token) bool {
+	m := c.m
+	n := len(tokens)
+	if c.status != Active || c.stopped || len(c.tail)+n >= m.cfg.TokensPerBlock || c.committed+n > c.history ||
+		m.lt.SSM >= 0 && n > 0 && c.committed != c.history && c.committed+n != c.history || c.lossUnchecked() {
+		return false
+	}
+	// committed+n ≤ history ≤ capacity: the tokens fit.
+	c.tail = append(c.tail, tokens...)
+	c.committed += n
+	return true
 }
 
 // CommitDigests is Commit for tokens with digest tokens (sorted by
