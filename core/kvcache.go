@@ -208,6 +208,13 @@ func (c *KVCache) reserveBlocks(n int) {
 	c.blocks, c.rows = r.blocks, r.rows
 }
 
+// growBlocks appends n blocks without pages or nodes (see blockRows.grow).
+func (c *KVCache) growBlocks(n int) {
+	r := blockRows{c.blocks, c.rows}
+	r.grow(n, len(c.m.lt.LifeCycles))
+	c.blocks, c.rows = r.blocks, r.rows
+}
+
 // addBlock appends a block without pages, after node (nil: none yet).
 func (c *KVCache) addBlock(n *node) *cacheBlock {
 	r := blockRows{c.blocks, c.rows}
@@ -264,8 +271,10 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 
 	// Hold the path first, so making room for a partial copy cannot evict it.
 	full := len(mt.path) * tpb
+	c.growBlocks(len(mt.path))
 	for b, n := range mt.path {
-		cb := c.addBlock(n)
+		cb := &c.blocks[b]
+		cb.node = n
 		for lc, p := range m.pagesOf(n) {
 			// A page the window needs at the path's end may be missing
 			// when the partial block moves the window past it.
@@ -1070,9 +1079,9 @@ func (c *KVCache) resize(capacity, history int) error {
 	}
 	waits := waitSet{skip: c.stream}
 	added := m.adopted[:0]
-	c.reserveBlocks(newBlocks)
+	c.growBlocks(max(newBlocks-oldBlocks, 0))
 	for b := oldBlocks; b < newBlocks; b++ {
-		cb := c.addBlock(nil)
+		cb := &c.blocks[b]
 		for lc := range lt.LifeCycles {
 			if needs(b, lc) {
 				p := m.newPage(lvl.groupOf(layout.LayerGroupID(lc)), layout.LayerGroupID(lc))
