@@ -46,7 +46,7 @@ func (m *Manager) reserveAt(li int, n need) error {
 		}
 	}
 	var causes []error
-	var stuck []*page // victims that could not leave: out of the heap until we are done
+	var stuck []*page // victims that could not leave: out of the victim set until we are done
 	defer func() {
 		for _, v := range stuck {
 			v.refresh()

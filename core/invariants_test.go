@@ -24,7 +24,7 @@ import (
 //   - every slot of every pool group is free or owned by exactly one page,
 //     and the owner's group and slot agree; free slots are distinct;
 //   - every page's active and held counts are the references of the ACTIVE
-//     and SUSPENDED caches, a page is in its group's victim heap exactly
+//     and SUSPENDED caches, a page is in its group's victim set exactly
 //     when it is evictable, and a transaction still moving it is pending;
 //   - every owned page is linked in the tree or referenced by a cache (no
 //     leaked slot), no lost page is reachable from the tree, and every tree
@@ -256,7 +256,7 @@ func (m *Manager) CheckInvariants(closed ...*KVCache) error {
 					fail("%s: victim index %d does not point at the page", at, p.heapIdx)
 				}
 				if ev := p.evictable(lvl.index == len(m.levels)-1); ev != inHeap {
-					fail("%s: evictable %v but in the victim heap %v", at, ev, inHeap)
+					fail("%s: evictable %v but in the victim set %v", at, ev, inHeap)
 				}
 			}
 			vs := &g.victims

@@ -26,7 +26,7 @@ type page struct {
 	// to another level but must not be dropped.
 	active, held int
 	lastUsed     uint64
-	heapIdx      int
+	heapIdx      int // where p is in its group's victim set (see inVictims)
 	// moving: a migration is placing the page; it is no eviction candidate.
 	moving bool
 	// inflight is the transaction that last moved the page, until settled;
@@ -211,7 +211,7 @@ func (g *slotGroup) initSlots() {
 	}
 	g.owner = make([]*page, g.numSlots)
 	g.fences = newFences(g.numSlots)
-	// Every slot's page may become a victim: the heap never grows by copying.
+	// Every slot's page may become a victim: the set never grows by copying.
 	g.victims.reserve(g.numSlots)
 	if g.level.index == 0 {
 		// The GPU level's slots are all in use under load: their
@@ -622,7 +622,7 @@ func (p *page) evictable(lastLevel bool) bool {
 	return p.node != nil
 }
 
-// refresh puts p into or out of its group's victim heap after a change of
+// refresh puts p into or out of its group's victim set after a change of
 // references, level or priority.
 func (p *page) refresh() {
 	g := p.group
