@@ -107,3 +107,33 @@ func TestStopCommittingPublishesThePartialTailAtTheStop(t *testing.T) {
 	require.NoError(t, c.Close())
 	assert.Equal(t, 10, m.ProbeReuse(blockhash.Scope{}, append(slices.Clone(prompt), 99)))
 }
+
+// A decode step within the last block checks what any Resize and Commit
+// check: a history that would decrease, a capacity below the history, tokens
+// past the capacity, a commit after stop_committing and a suspended cache
+// fail and change nothing; a valid step goes through.
+func TestDecodeStepInBlockChecksItsArguments(t *testing.T) {
+	f := newFixture(t, smallConfig(8))
+	c := f.open(blockhash.Scope{}, seq(0, 5)) // 1 token into its second block
+	require.NoError(t, c.Resize(6, 5))
+	err := c.Resize(6, 4)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "history_length")
+	err = c.Resize(5, 6)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "capacity")
+	err = c.Commit(seq(5, 2), false)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "tokens")
+	assert.Equal(t, []int{6, 5, 5}, []int{c.Capacity(), c.HistoryLength(), c.NumCommittedTokens()})
+
+	require.NoError(t, c.Commit(seq(5, 1), false))
+	assert.Equal(t, []int{6, 6, 6}, []int{c.Capacity(), c.HistoryLength(), c.NumCommittedTokens()})
+	c.StopCommitting()
+	require.NoError(t, c.Resize(7, 6))
+	require.ErrorIs(t, c.Commit(seq(6, 1), false), ErrInvalidState)
+	require.NoError(t, c.Suspend())
+	require.ErrorIs(t, c.Resize(7, 7), ErrInvalidState)
+	assert.Equal(t, []int{7, 6, 6}, []int{c.Capacity(), c.HistoryLength(), c.NumCommittedTokens()})
+	require.NoError(t, c.Close())
+}

@@ -21,7 +21,7 @@ func (m *Manager) fitAt(li int, pages []*page) []*page {
 	for _, p := range pages {
 		g := lvl.groupOf(p.lc)
 		if _, ok := room[g]; !ok {
-			room[g] = g.free.len() + len(g.victims)
+			room[g] = g.free.len() + g.victims.len()
 		}
 		if room[g] > 0 {
 			room[g]--
@@ -40,13 +40,13 @@ func (m *Manager) fitAt(li int, pages []*page) []*page {
 // with an error naming why the victims could not leave.
 func (m *Manager) reserveAt(li int, n need) error {
 	for _, x := range n {
-		if g, k := x.g, x.k; g.free.len()+len(g.victims) < k {
+		if g, k := x.g, x.k; g.free.len()+g.victims.len() < k {
 			return fmt.Errorf("%w: %v pool group %d needs %d slots, %d free and %d evictable of %d",
-				ErrOutOfPages, g.level.kind, g.desc.Index, k, g.free.len(), len(g.victims), g.numSlots)
+				ErrOutOfPages, g.level.kind, g.desc.Index, k, g.free.len(), g.victims.len(), g.numSlots)
 		}
 	}
 	var causes []error
-	var stuck []*page // victims that could not leave: out of the heap until we are done
+	var stuck []*page // victims that could not leave: out of the victim set until we are done
 	defer func() {
 		for _, v := range stuck {
 			v.refresh()
@@ -59,7 +59,7 @@ func (m *Manager) reserveAt(li int, n need) error {
 		victims := lvl.victimScratch[:0]
 		for _, x := range n {
 			g, k := x.g, x.k
-			for taken := 0; g.free.len()+taken < k && len(g.victims) > 0; taken++ {
+			for taken := 0; g.free.len()+taken < k && g.victims.len() > 0; taken++ {
 				victims = append(victims, g.victims.pop())
 			}
 		}
@@ -90,8 +90,8 @@ func (m *Manager) reserveAt(li int, n need) error {
 				m.drop(v)
 				m.stats.onEvict()
 			default:
-				if v.heapIdx >= 0 {
-					v.group.victims.remove(v.heapIdx)
+				if v.inVictims() {
+					v.group.victims.remove(v)
 				}
 				stuck = append(stuck, v)
 			}
@@ -131,8 +131,8 @@ func (n need) add(g *slotGroup, k int) need {
 
 // drop removes an unreferenced tree page from storage and from its node.
 func (m *Manager) drop(p *page) {
-	if p.heapIdx >= 0 {
-		p.group.victims.remove(p.heapIdx)
+	if p.inVictims() {
+		p.group.victims.remove(p)
 	}
 	n := p.node
 	m.pagesOf(n)[p.lc] = nil

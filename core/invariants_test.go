@@ -24,7 +24,7 @@ import (
 //   - every slot of every pool group is free or owned by exactly one page,
 //     and the owner's group and slot agree; free slots are distinct;
 //   - every page's active and held counts are the references of the ACTIVE
-//     and SUSPENDED caches, a page is in its group's victim heap exactly
+//     and SUSPENDED caches, a page is in its group's victim set exactly
 //     when it is evictable, and a transaction still moving it is pending;
 //   - every owned page is linked in the tree or referenced by a cache (no
 //     leaked slot), no lost page is reachable from the tree, and every tree
@@ -248,23 +248,41 @@ func (m *Manager) CheckInvariants(closed ...*KVCache) error {
 				if !inTree && r.active == 0 && r.held == 0 {
 					fail("%s: leaked: neither in the tree nor referenced by a cache", at)
 				}
-				inHeap := p.heapIdx >= 0 && p.heapIdx < len(g.victims) && g.victims[p.heapIdx].p == p
-				if p.heapIdx >= 0 && !inHeap {
-					fail("%s: heap index %d does not point at the page", at, p.heapIdx)
+				vs := &g.victims
+				run := -2 - p.heapIdx
+				inHeap := p.heapIdx >= 0 && p.heapIdx < len(vs.heap) && vs.heap[p.heapIdx].p == p ||
+					run >= vs.head && run < len(vs.run) && vs.run[run].p == p
+				if p.inVictims() && !inHeap {
+					fail("%s: victim index %d does not point at the page", at, p.heapIdx)
 				}
 				if ev := p.evictable(lvl.index == len(m.levels)-1); ev != inHeap {
-					fail("%s: evictable %v but in the victim heap %v", at, ev, inHeap)
+					fail("%s: evictable %v but in the victim set %v", at, ev, inHeap)
 				}
 			}
-			for i, v := range g.victims {
-				if p := v.p; p.group != g || p.heapIdx != i {
-					fail("%s: victim %d is in group %p at heap index %d", where, i, p.group, p.heapIdx)
-				} else if v != p.victimKey() {
-					fail("%s: victim %d is ordered by a stale priority, depth or release time", where, i)
+			vs := &g.victims
+			queued, prev := 0, (*victim)(nil)
+			vs.each(func(v victim, inHeap bool, i int) {
+				at := i
+				if !inHeap {
+					at, queued = -2-i, queued+1
 				}
-				if i > 0 && g.victims.less(i, (i-1)/2) {
+				if p := v.p; p.group != g || p.heapIdx != at {
+					fail("%s: victim %d (heap %v) is in group %p at index %d", where, i, inHeap, p.group, p.heapIdx)
+				} else if v != p.victimKey() {
+					fail("%s: victim %d (heap %v) is ordered by a stale priority, depth or release time", where, i, inHeap)
+				}
+				if inHeap && i > 0 && vs.heap[i].before(&vs.heap[(i-1)/heapArity]) {
 					fail("%s: victim %d comes before its parent in the heap", where, i)
 				}
+				if !inHeap && prev != nil && v.before(prev) {
+					fail("%s: victim %d comes before the one queued ahead of it", where, i)
+				}
+				if !inHeap {
+					prev = &v
+				}
+			})
+			if queued != vs.queued || prev != nil && vs.last.before(prev) {
+				fail("%s: the run counts %d victims, holds %d, or its last is not its tail", where, vs.queued, queued)
 			}
 		}
 	}

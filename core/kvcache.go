@@ -208,6 +208,13 @@ func (c *KVCache) reserveBlocks(n int) {
 	c.blocks, c.rows = r.blocks, r.rows
 }
 
+// growBlocks appends n blocks without pages or nodes (see blockRows.grow).
+func (c *KVCache) growBlocks(n int) {
+	r := blockRows{c.blocks, c.rows}
+	r.grow(n, len(c.m.lt.LifeCycles))
+	c.blocks, c.rows = r.blocks, r.rows
+}
+
 // addBlock appends a block without pages, after node (nil: none yet).
 func (c *KVCache) addBlock(n *node) *cacheBlock {
 	r := blockRows{c.blocks, c.rows}
@@ -264,8 +271,10 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 
 	// Hold the path first, so making room for a partial copy cannot evict it.
 	full := len(mt.path) * tpb
+	c.growBlocks(len(mt.path))
 	for b, n := range mt.path {
-		cb := c.addBlock(n)
+		cb := &c.blocks[b]
+		cb.node = n
 		for lc, p := range m.pagesOf(n) {
 			// A page the window needs at the path's end may be missing
 			// when the partial block moves the window past it.
@@ -966,9 +975,41 @@ func (c *KVCache) closeLocked(force bool) error {
 // (see ScratchDesc), and a capacity change needs the previous step computed.
 // On error nothing changes.
 func (c *KVCache) Resize(capacity, history int) error {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	if c.resizeInBlock(capacity, history) {
+		return nil
+	}
+	return c.resize(capacity, history)
+}
+
+// resizeInBlock is a decode step's Resize, done in a function of its own so
+// that it runs without resize's large frame: the capacity stays within the
+// last block, no window releases a block, no scratch slots, nothing to settle
+// or report lost. It reports false, changing nothing, for any other resize
+// (resize checks it and says what is wrong).
+func (c *KVCache) resizeInBlock(capacity, history int) bool {
 	m := c.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	historyGiven := history >= 0
+	if !historyGiven {
+		history = c.history
+	}
+	k, tpb := len(c.blocks), m.cfg.TokensPerBlock
+	if c.status != Active || history < c.history || capacity < history || capacity > min(k*tpb, MaxCapacity) || capacity <= (k-1)*tpb ||
+		c.scratchOn || c.lossUnchecked() || c.windowMoves(history) {
+		return false
+	}
+	c.sampleResize(capacity, history, historyGiven)
+	c.capacity, c.history = capacity, history
+	if len(m.prune) > 0 {
+		m.safePoint()
+	}
+	return true
+}
+
+// resize is Resize with the manager's lock held.
+func (c *KVCache) resize(capacity, history int) error {
+	m := c.m
 	if c.status != Active {
 		return stateErr("resize", c.status)
 	}
@@ -1038,9 +1079,9 @@ func (c *KVCache) Resize(capacity, history int) error {
 	}
 	waits := waitSet{skip: c.stream}
 	added := m.adopted[:0]
-	c.reserveBlocks(newBlocks)
+	c.growBlocks(max(newBlocks-oldBlocks, 0))
 	for b := oldBlocks; b < newBlocks; b++ {
-		cb := c.addBlock(nil)
+		cb := &c.blocks[b]
 		for lc := range lt.LifeCycles {
 			if needs(b, lc) {
 				p := m.newPage(lvl.groupOf(layout.LayerGroupID(lc)), layout.LayerGroupID(lc))
@@ -1107,6 +1148,9 @@ func (c *KVCache) Resize(capacity, history int) error {
 // windowMoves reports whether some sliding window would release a block once
 // history tokens are computed: its first kept block passes its low-water mark.
 func (c *KVCache) windowMoves(history int) bool {
+	if !c.m.windowed {
+		return false
+	}
 	lt := c.m.lt
 	for lc := range lt.LifeCycles {
 		if lt.LifeCycles[lc].Window.Size == 0 {
@@ -1197,7 +1241,28 @@ func (c *KVCache) releasable(newBlocks, history int) []releasedPage {
 func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
+	if !isEnd && c.commitInBlock(tokens) {
+		return nil
+	}
 	return c.commit(tokens, nil, nil, isEnd)
+}
+
+// commitInBlock is a decode step's Commit, done without commit's large
+// frame: tokens that stay inside the block being filled and within the
+// history, on a cache with nothing to settle or report lost, so nothing is
+// published or released. It reports false, changing nothing, for any other
+// commit (commit checks it and says what is wrong).
+func (c *KVCache) commitInBlock(tokens []config.Token) bool {
+	m := c.m
+	n := len(tokens)
+	if c.status != Active || c.stopped || len(c.tail)+n >= m.cfg.TokensPerBlock || c.committed+n > c.history ||
+		m.lt.SSM >= 0 && n > 0 && c.committed != c.history && c.committed+n != c.history || c.lossUnchecked() {
+		return false
+	}
+	// committed+n ≤ history ≤ capacity: the tokens fit.
+	c.tail = append(c.tail, tokens...)
+	c.committed += n
+	return true
 }
 
 // CommitDigests is Commit for tokens with digest tokens (sorted by
@@ -1546,8 +1611,17 @@ func (c *KVCache) publish(b int, blk []config.Token, dg []blockhash.DigestAt, pr
 		c.orphanBlock(blk, dg)
 		return nil
 	}
-	key := m.hasher.NextDigests(c.chain.key, blk, dg)
-	next := m.child(c.chain, key)
+	// With one full-block child the tokens name it without a key (see
+	// childHolding); a new node needs its key.
+	var next *node
+	if c.chain.nkids == 0 {
+		next = m.childHolding(c.chain, blk, dg)
+	}
+	var key blockhash.Key
+	if next == nil {
+		key = m.hasher.NextDigests(c.chain.key, blk, dg)
+		next = m.child(c.chain, key)
+	}
 	if next != nil && !m.holds(next, blk, dg) {
 		// A 64-bit key collision: never link to another block's content;
 		// this cache publishes nothing more.

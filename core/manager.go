@@ -106,6 +106,9 @@ type Manager struct {
 	roots    map[blockhash.Key]*node
 	nodes    nodeStore
 	hasher   *blockhash.Hasher
+	// windowed: some layer group slides (a decode step's Resize checks for
+	// released blocks only then).
+	windowed bool
 	tick     uint64
 	prune    []*node
 	nextID   uint64
@@ -211,6 +214,7 @@ func NewManager(cfg config.Config, opts ...Option) (_ *Manager, err error) {
 		diskFiles: o.diskFiles,
 		now:       time.Now,
 	}
+	m.windowed = slices.ContainsFunc(m.lt.LifeCycles, func(l layout.LifeCycle) bool { return l.Window.Size > 0 })
 	if m.diskFiles == nil {
 		m.diskFiles = OSDiskFiles
 	}
@@ -674,13 +678,13 @@ func (m *Manager) hotUtilization(resuming *KVCache) float64 {
 		own = make([]int64, len(groups))
 	}
 	resuming.eachPage(func(p *page) {
-		if p.level() == 0 && p.heapIdx < 0 {
+		if p.level() == 0 && !p.inVictims() {
 			own[p.group.desc.Index]++
 		}
 	})
 	var u float64
 	for i, g := range groups {
-		busy := g.used() - int64(len(g.victims)) - own[i]
+		busy := g.used() - int64(g.victims.len()) - own[i]
 		u = math.Max(u, float64(busy)/float64(g.numSlots))
 	}
 	return u

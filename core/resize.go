@@ -136,7 +136,7 @@ func (m *Manager) checkShrink(lvl *storageLevel, target []int64) error {
 		if target[i] >= g.numSlots {
 			continue
 		}
-		if busy := g.used() - int64(len(g.victims)); busy > target[i] {
+		if busy := g.used() - int64(g.victims.len()); busy > target[i] {
 			return fmt.Errorf("%w: %v pool group %d has %d busy slots, more than the %d it would keep",
 				ErrOutOfPages, lvl.kind, g.desc.Index, busy, target[i])
 		}

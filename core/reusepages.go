@@ -50,8 +50,8 @@ func (m *Manager) ReusePages(scope blockhash.Scope, input []config.Token, lg lay
 	b := 0
 	for ; (b+1)*tpb <= len(input); b++ {
 		blk := input[b*tpb : (b+1)*tpb]
-		c := m.child(cur, m.hasher.Next(cur.key, blk))
-		if c == nil || !m.holds(c, blk, nil) {
+		c := m.childHolding(cur, blk, nil)
+		if c == nil {
 			break
 		}
 		pages = append(pages, m.widestPage(cur, blk, lg))

@@ -247,6 +247,18 @@ func (r *blockRows) add(node *node, numLC int) *cacheBlock {
 	return &r.blocks[b]
 }
 
+// grow appends n blocks without pages or nodes in one step (add, n times,
+// without rewriting the slices' headers for each).
+func (r *blockRows) grow(n, numLC int) {
+	from := len(r.blocks)
+	r.reserve(from+n, numLC)
+	clear(r.rows[from*numLC : (from+n)*numLC]) // blocks truncated away may have left pages here
+	r.blocks = r.blocks[:from+n]
+	for b := from; b < from+n; b++ {
+		r.blocks[b] = cacheBlock{pages: r.rows[b*numLC : (b+1)*numLC : (b+1)*numLC]}
+	}
+}
+
 // spareRows returns blockRows with room for n blocks: the last closed
 // cache's when they are large enough.
 func (m *Manager) spareRows(n int) blockRows {

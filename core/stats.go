@@ -484,7 +484,7 @@ func (m *Manager) StorageStats(level layout.CacheLevel) ([]PoolGroupStats, error
 	}
 	out := make([]PoolGroupStats, 0, len(lvl.groups))
 	for _, g := range lvl.groups {
-		free, ev := int64(g.free.len()), int64(len(g.victims))
+		free, ev := int64(g.free.len()), int64(g.victims.len())
 		out = append(out, PoolGroupStats{
 			Level: level, Tier: lvl.kind, Index: g.desc.Index, LifeCycles: g.desc.LifeCycles,
 			PageBytes: g.desc.PageBytes(), Total: g.numSlots, Free: free, Evictable: ev, Available: free + ev,

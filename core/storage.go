@@ -26,7 +26,7 @@ type page struct {
 	// to another level but must not be dropped.
 	active, held int
 	lastUsed     uint64
-	heapIdx      int
+	heapIdx      int // where p is in its group's victim set (see inVictims)
 	// moving: a migration is placing the page; it is no eviction candidate.
 	moving bool
 	// inflight is the transaction that last moved the page, until settled;
@@ -94,7 +94,7 @@ type slotGroup struct {
 	free     freeSlots
 	owner    []*page
 	fences   []fence
-	victims  victimHeap
+	victims  victimSet
 	peakUsed int64
 	// The iteration's peaks of available, unavailable and evictable slots,
 	// sampled by notePeaks at the end of every public operation (as
@@ -107,7 +107,7 @@ func (g *slotGroup) used() int64 { return g.numSlots - int64(g.free.len()) }
 
 // notePeaks raises the iteration's peaks to the group's current counts.
 func (g *slotGroup) notePeaks() {
-	ev := int64(len(g.victims))
+	ev := int64(g.victims.len())
 	avail := int64(g.free.len()) + ev
 	g.peakAvail = max(g.peakAvail, avail)
 	g.peakUnavail = max(g.peakUnavail, g.numSlots-avail)
@@ -211,13 +211,14 @@ func (g *slotGroup) initSlots() {
 	}
 	g.owner = make([]*page, g.numSlots)
 	g.fences = newFences(g.numSlots)
-	// Every slot's page may become a victim: the heap never grows by copying.
-	g.victims = make(victimHeap, 0, g.numSlots)
+	// Every slot's page may become a victim: the set never grows by copying.
+	g.victims.reserve(g.numSlots)
 	if g.level.index == 0 {
 		// The GPU level's slots are all in use under load: their
 		// bookkeeping is touched now (see touch), not by the requests.
 		touch(g.owner)
-		touch(g.victims[:g.numSlots])
+		touch(g.victims.heap[:g.numSlots])
+		touch(g.victims.run[:g.numSlots])
 		for _, f := range g.fences {
 			touch(f[:1])
 		}
@@ -410,24 +411,51 @@ func (f *freeSlots) dropFrom(keep int64) {
 	}
 }
 
-// victimHeap orders evictable pages: lowest priority first, then least
-// recently released, then deepest (so a chain drains from its tail).
+// victimSet orders a group's evictable pages: lowest priority first, then
+// least recently released, then deepest (so a chain drains from its tail).
+// Pages mostly arrive in that order (every release is a later tick, and a
+// closing cache releases its chain deepest first), so a page that goes
+// nowhere before the last one queued is appended to a sorted run in O(1);
+// the others go into a heap. pop takes the earlier of the run's head and the
+// heap's top. A page knows where it is (see page.victimAt).
+type victimSet struct {
+	heap victimHeap
+	// run[head:] is sorted by victim.before; removed entries stay as
+	// holes (p nil) until pop passes them or the run is compacted.
+	run  []victim
+	head int
+	// queued counts the run's pages; last is the run's last entry as
+	// appended (a hole keeps its key), which a new entry must not precede.
+	queued int
+	last   victim
+}
+
+// victimHeap is a 4-ary heap sifted with a hole: half the levels of a
+// binary heap, and each level moves one entry (writing one page's heapIdx)
+// instead of swapping two.
 type victimHeap []victim
 
-// victim is a page in the heap with its order as of its last refresh, kept
-// beside it so that sifting compares without reading pages or nodes.
+// victim is a page in the set with its order as of its last refresh, kept
+// beside it so that ordering compares without reading pages or nodes.
 type victim struct {
 	prio, depth int
 	lastUsed    uint64
 	p           *page
 }
 
+// heapArity is the victim heap's children per entry.
+const heapArity = 4
+
 func (p *page) victimKey() victim {
 	return victim{prio: p.priority(), depth: p.depth(), lastUsed: p.lastUsed, p: p}
 }
 
-func (h victimHeap) less(i, j int) bool {
-	a, b := &h[i], &h[j]
+// inVictims reports whether p is in its group's victim set. heapIdx is its
+// index in the heap, or -2-i for index i of the run; -1: in neither.
+func (p *page) inVictims() bool { return p.heapIdx != -1 }
+
+// before reports whether a is evicted before b.
+func (a *victim) before(b *victim) bool {
 	if a.prio != b.prio {
 		return a.prio < b.prio
 	}
@@ -436,74 +464,149 @@ func (h victimHeap) less(i, j int) bool {
 	}
 	return a.depth > b.depth
 }
-func (h victimHeap) swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].p.heapIdx, h[j].p.heapIdx = i, j
+
+// reserve sizes the set for n pages without growing.
+func (vs *victimSet) reserve(n int64) {
+	vs.heap = make(victimHeap, 0, n)
+	vs.run = make([]victim, 0, n)
 }
 
-// push adds p.
-func (h *victimHeap) push(p *page) {
-	p.heapIdx = len(*h)
-	*h = append(*h, p.victimKey())
-	h.up(p.heapIdx)
+// len returns how many pages the set holds.
+func (vs *victimSet) len() int { return len(vs.heap) + vs.queued }
+
+// push adds p, which is in no victim set.
+func (vs *victimSet) push(p *page) {
+	v := p.victimKey()
+	if vs.queued > 0 && v.before(&vs.last) {
+		vs.heap = append(vs.heap, victim{})
+		vs.heap.up(len(vs.heap)-1, v)
+		return
+	}
+	if vs.queued == 0 {
+		vs.run, vs.head = vs.run[:0], 0
+	} else if len(vs.run) == cap(vs.run) && (vs.head > 0 || len(vs.run)-vs.head > vs.queued) {
+		vs.compact()
+	}
+	p.heapIdx = -2 - len(vs.run)
+	vs.run = append(vs.run, v)
+	vs.queued++
+	vs.last = v
 }
 
-// pop removes and returns the first victim.
-func (h *victimHeap) pop() *page { return h.remove(0) }
+// compact moves the run's pages to its front, dropping the holes.
+func (vs *victimSet) compact() {
+	w := 0
+	for _, v := range vs.run[vs.head:] {
+		if v.p != nil {
+			vs.run[w] = v
+			v.p.heapIdx = -2 - w
+			w++
+		}
+	}
+	clear(vs.run[w:])
+	vs.run, vs.head = vs.run[:w], 0
+}
+
+// pop removes and returns the first victim; the set must not be empty.
+func (vs *victimSet) pop() *page {
+	if vs.queued > 0 {
+		for vs.run[vs.head].p == nil {
+			vs.head++
+		}
+		if len(vs.heap) == 0 || !vs.heap[0].before(&vs.run[vs.head]) {
+			return vs.remove(vs.run[vs.head].p)
+		}
+	}
+	return vs.heap.remove(0)
+}
+
+// remove takes p, which is in the set, out of it and returns it.
+func (vs *victimSet) remove(p *page) *page {
+	if p.heapIdx >= 0 {
+		return vs.heap.remove(p.heapIdx)
+	}
+	i := -2 - p.heapIdx
+	vs.run[i] = victim{}
+	if i == vs.head {
+		vs.head++
+	}
+	if vs.queued--; vs.queued == 0 {
+		clear(vs.run[vs.head:])
+		vs.run, vs.head = vs.run[:0], 0
+	}
+	p.heapIdx = -1
+	return p
+}
+
+// each calls fn with every victim and whether it is in the heap at index i
+// (else in the run).
+func (vs *victimSet) each(fn func(v victim, inHeap bool, i int)) {
+	for i, v := range vs.heap {
+		fn(v, true, i)
+	}
+	for i, v := range vs.run[vs.head:] {
+		if v.p != nil {
+			fn(v, false, vs.head+i)
+		}
+	}
+}
+
+// put places v at i.
+func (h victimHeap) put(i int, v victim) {
+	h[i] = v
+	v.p.heapIdx = i
+}
 
 // remove removes and returns the page at index i.
 func (h *victimHeap) remove(i int) *page {
 	old := *h
 	n := len(old) - 1
-	if i != n {
-		old.swap(i, n)
-		if !old[:n].down(i) {
-			old[:n].up(i)
-		}
-	}
-	p := old[n].p
+	p := old[i].p
+	last := old[n]
 	old[n] = victim{}
 	*h = old[:n]
+	if i != n && !(*h).down(i, last) {
+		(*h).up(i, last)
+	}
 	p.heapIdx = -1
 	return p
 }
 
-// fix restores the order after the page at index i changed.
-func (h victimHeap) fix(i int) {
-	if !h.down(i) {
-		h.up(i)
-	}
-}
-
-func (h victimHeap) up(j int) {
-	for j > 0 {
-		i := (j - 1) / 2
-		if !h.less(j, i) {
+// up places v at the hole i or above it.
+func (h victimHeap) up(i int, v victim) {
+	for i > 0 {
+		parent := (i - 1) / heapArity
+		if !v.before(&h[parent]) {
 			break
 		}
-		h.swap(i, j)
-		j = i
+		h.put(i, h[parent])
+		i = parent
 	}
+	h.put(i, v)
 }
 
-// down sifts the page at i0 down and reports whether it moved.
-func (h victimHeap) down(i0 int) bool {
+// down places v at the hole i0 or below it and reports whether it went
+// below.
+func (h victimHeap) down(i0 int, v victim) bool {
 	i := i0
 	for {
-		l := 2*i + 1
-		if l >= len(h) {
+		first := heapArity*i + 1
+		if first >= len(h) {
 			break
 		}
-		j := l
-		if r := l + 1; r < len(h) && h.less(r, l) {
-			j = r
+		j := first
+		for k := first + 1; k < min(first+heapArity, len(h)); k++ {
+			if h[k].before(&h[j]) {
+				j = k
+			}
 		}
-		if !h.less(j, i) {
+		if !h[j].before(&v) {
 			break
 		}
-		h.swap(i, j)
+		h.put(i, h[j])
 		i = j
 	}
+	h.put(i, v)
 	return i > i0
 }
 
@@ -519,19 +622,19 @@ func (p *page) evictable(lastLevel bool) bool {
 	return p.node != nil
 }
 
-// refresh puts p into or out of its group's victim heap after a change of
+// refresh puts p into or out of its group's victim set after a change of
 // references, level or priority.
 func (p *page) refresh() {
 	g := p.group
 	want := p.evictable(g.level.last)
 	switch {
-	case want && p.heapIdx < 0:
+	case want && !p.inVictims():
 		g.victims.push(p)
-	case !want && p.heapIdx >= 0:
-		g.victims.remove(p.heapIdx)
+	case !want && p.inVictims():
+		g.victims.remove(p)
 	case want:
-		g.victims[p.heapIdx] = p.victimKey()
-		g.victims.fix(p.heapIdx)
+		g.victims.remove(p)
+		g.victims.push(p)
 	}
 }
 
@@ -547,8 +650,8 @@ func (m *Manager) newPage(g *slotGroup, lc layout.LayerGroupID) *page {
 // freePage returns a private page's slot. Its data no longer matters, so a
 // transaction still moving it is of no concern any more.
 func (m *Manager) freePage(p *page) {
-	if p.heapIdx >= 0 {
-		p.group.victims.remove(p.heapIdx)
+	if p.inVictims() {
+		p.group.victims.remove(p)
 	}
 	p.group.release(p)
 	p.inflight = nil

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -36,4 +38,67 @@ func TestFreeSlotsHandOutTheLowestFirst(t *testing.T) {
 	assert.Equal(t, int32(2), f.take(), "a slot that came back is the lowest again")
 	assert.Equal(t, int32(100), f.take())
 	assert.Zero(t, f.len())
+}
+
+// The victim set gives its pages lowest priority first, then least recently
+// released (then deepest), whether they came in that order (the run) or not
+// (the heap), also after pages leave it from anywhere and change their order;
+// each page knows where it is.
+func TestVictimSetPopsInEvictionOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var vs victimSet
+	vs.reserve(64) // smaller than what it holds: the run compacts and grows
+	tick := uint64(0)
+	newPage := func() *page {
+		p := &page{heapIdx: -1, prioSet: true, prio: int8(rng.IntN(3))}
+		if rng.IntN(4) > 0 {
+			tick++ // mostly in order, as releases come
+			p.lastUsed = tick
+		} else {
+			p.lastUsed = uint64(rng.IntN(int(tick) + 1))
+		}
+		return p
+	}
+	var in []*page
+	for range 300 {
+		p := newPage()
+		vs.push(p)
+		in = append(in, p)
+		if rng.IntN(3) == 0 {
+			k := rng.IntN(len(in))
+			q := in[k]
+			require.Same(t, q, vs.remove(q))
+			assert.False(t, q.inVictims())
+			if rng.IntN(2) == 0 {
+				q.prio, q.lastUsed = int8(rng.IntN(3)), tick
+				vs.push(q) // back, in a new order
+			} else {
+				in = slices.Delete(in, k, k+1)
+			}
+		}
+	}
+	require.Equal(t, len(in), vs.len())
+	vs.each(func(v victim, inHeap bool, i int) {
+		if inHeap {
+			require.Equal(t, i, v.p.heapIdx, "a page knows its index")
+		} else {
+			require.Equal(t, -2-i, v.p.heapIdx, "a page knows its index")
+		}
+	})
+	var got []victim
+	for vs.len() > 0 {
+		p := vs.pop()
+		require.False(t, p.inVictims())
+		got = append(got, p.victimKey())
+	}
+	assert.Len(t, got, len(in))
+	assert.True(t, slices.IsSortedFunc(got, func(a, b victim) int {
+		switch {
+		case a.before(&b):
+			return -1
+		case b.before(&a):
+			return 1
+		}
+		return 0
+	}))
 }

@@ -118,6 +118,29 @@ func (m *Manager) child(n *node, key blockhash.Key) *node {
 	return m.nodes.get(m.nodes.kids[childKey{n.id, key}])
 }
 
+// childHolding returns n's full-block child holding exactly the block tokens
+// with digests, nil if none (or if the one whose key they hash to holds other
+// tokens: a key collision). When n has at most one full-block child its tokens
+// are compared and no key is computed: a node's key is always its parent's
+// key chained with its tokens (publish, the shared tier and a persisted disk
+// tier check or compute it so), so a child holding the tokens is the one the
+// key names.
+func (m *Manager) childHolding(n *node, tokens []config.Token, digests []blockhash.DigestAt) *node {
+	if n.nkids == 0 {
+		if n.child0 != 0 {
+			if c := m.nodes.at(n.child0); m.holds(c, tokens, digests) {
+				return c
+			}
+		}
+		return nil
+	}
+	c := m.child(n, m.hasher.NextDigests(n.key, tokens, digests))
+	if c == nil || !m.holds(c, tokens, digests) {
+		return nil
+	}
+	return c
+}
+
 // isChild reports whether c is linked as a child of n.
 func (m *Manager) isChild(n, c *node) bool {
 	return c.parent == n.id && (n.first == c.id || c.prev != 0)
@@ -279,8 +302,8 @@ func (m *Manager) matchPrefix(scope blockhash.Scope, input []config.Token, diges
 	for b := 0; (b+1)*tpb <= limit; b++ {
 		blk := input[b*tpb : (b+1)*tpb]
 		dg := blockhash.DigestsIn(digests, b*tpb, (b+1)*tpb)
-		c := m.child(cur, m.hasher.NextDigests(cur.key, blk, dg))
-		if c == nil || !m.holds(c, blk, dg) {
+		c := m.childHolding(cur, blk, dg)
+		if c == nil {
 			break
 		}
 		path = append(path, c)

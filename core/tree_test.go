@@ -51,6 +51,37 @@ func TestNodeFindsEveryChild(t *testing.T) {
 	assert.Empty(t, m.nodes.kids, "no map entry outlives its child")
 }
 
+// childHolding finds the child holding a block's tokens, by comparing them
+// while the node has one full-block child and by its key with more, and
+// finds none for other tokens (also when a key names a child holding other
+// tokens: a collision).
+func TestChildHoldingFindsTheBlocksTokens(t *testing.T) {
+	m := newFixture(t, smallConfig(8)).m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h := blockhash.NewHasher()
+	parent := m.newNode(nil, 1, nil, nil)
+	a, b := seq(0, tpb), seq(4, tpb)
+	ka := m.newNode(parent, h.Next(parent.key, a), a, nil)
+	m.addChild(parent, ka)
+	assert.Same(t, ka, m.childHolding(parent, a, nil), "the one full child, by its tokens")
+	assert.Nil(t, m.childHolding(parent, b, nil))
+	assert.Nil(t, m.childHolding(parent, a[:tpb-1], nil), "a shorter block is no full child")
+	kb := m.newNode(parent, h.Next(parent.key, b), b, nil)
+	m.addChild(parent, kb)
+	assert.Same(t, ka, m.childHolding(parent, a, nil), "by key with two children")
+	assert.Same(t, kb, m.childHolding(parent, b, nil))
+	assert.Nil(t, m.childHolding(parent, seq(8, tpb), nil))
+
+	other := m.newNode(nil, 2, nil, nil)
+	c := seq(12, tpb)
+	collide := m.newNode(other, h.Next(other.key, c), a, nil) // c's key, a's tokens
+	m.addChild(other, collide)
+	sibling := m.newNode(other, h.Next(other.key, b), b, nil)
+	m.addChild(other, sibling)
+	assert.Nil(t, m.childHolding(other, c, nil), "the child c's key names holds other tokens")
+}
+
 // A freed node's ID is reused, and the reused node starts empty: no tokens
 // or digest tokens from its last use, default priorities and no pages.
 func TestFreedNodesAreReusedEmpty(t *testing.T) {

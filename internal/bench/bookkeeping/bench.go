@@ -98,7 +98,14 @@ type RequestResult struct {
 	Evictions float64
 	// Reused tokens per request, averaged over the trace.
 	Reused float64
+	// NewBlocks is the blocks per request that got a new page (prompt and
+	// decode steps less the reused blocks), averaged over the trace.
+	NewBlocks float64
 }
+
+// AllocsPerNewBlock is the allocations per request over its new blocks
+// (issue 11's target 2 for prefill: at most one).
+func (r RequestResult) AllocsPerNewBlock() float64 { return r.Allocs / r.NewBlocks }
 
 // Ratio is the request's CPU time over the SHA-256 hashing of its prompt.
 func (r RequestResult) Ratio() float64 { return float64(r.RequestCPU) / float64(r.HashCPU) }
@@ -274,7 +281,7 @@ type roundResult struct {
 	request, hash     time.Duration
 	allocs, evictions float64
 	gcShare           float64
-	reused            float64
+	reused, newBlocks float64
 }
 
 // runTrace runs one round of the trace for one prompt size, pressure and
@@ -295,7 +302,7 @@ func runTrace(cfg Config, prompts [][]config.Token, pressure bool, key blockhash
 	before := r.m.Stats()
 	gc, busy := runtimeCPU()
 	allocs, start := mallocs(), cpuTime()
-	reused := 0
+	reused, newBlocks := 0, 0
 	for i, p := range prompts {
 		n, err := r.request(p, cfg.DecodeSteps, config.Token(vocab+i*cfg.DecodeSteps))
 		if err != nil {
@@ -303,6 +310,7 @@ func runTrace(cfg Config, prompts [][]config.Token, pressure bool, key blockhash
 			return roundResult{}, fmt.Errorf("request %d of %d tokens: %w", i, size, err)
 		}
 		reused += n
+		newBlocks += (len(p)+cfg.DecodeSteps+tokensPerBlock-1)/tokensPerBlock - n/tokensPerBlock
 	}
 	res.request = (cpuTime() - start) / time.Duration(len(prompts))
 	gc2, busy2 := runtimeCPU()
@@ -312,6 +320,7 @@ func runTrace(cfg Config, prompts [][]config.Token, pressure bool, key blockhash
 	res.allocs = float64(mallocs()-allocs) / float64(len(prompts))
 	res.evictions = float64(r.m.Stats().Evictions-before.Evictions) / float64(len(prompts))
 	res.reused = float64(reused) / float64(len(prompts))
+	res.newBlocks = float64(newBlocks) / float64(len(prompts))
 	if err := r.close(); err != nil {
 		return roundResult{}, err
 	}
@@ -476,6 +485,7 @@ func Run(cfg Config, log io.Writer) (Results, error) {
 		out.Requests = append(out.Requests, RequestResult{
 			Prompt: c.prompt, Pressure: c.pressure, Key: c.key, RequestCPU: mr.request, HashCPU: mh.hash,
 			Allocs: ma.allocs, GCShare: mg.gcShare, Evictions: mr.evictions, Reused: mr.reused,
+			NewBlocks: mr.newBlocks,
 		})
 	}
 	for mi, md := range models {

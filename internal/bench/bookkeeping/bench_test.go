@@ -19,8 +19,8 @@ func TestMainPrintsBothTables(t *testing.T) {
 	var out, errOut bytes.Buffer
 	code := Main([]string{"-prompts", "1k,2k", "-requests", "4", "-rounds", "1", "-steps", "40", "-held", "1k,4k", "-window", "256"}, &out, &errOut)
 	require.Equal(t, 0, code, errOut.String())
-	assert.Regexp(t, `\| 1k \| false \| sha256 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| 256 \| 0\.0 \| [01]\.[0-9]{2} \|`, out.String())
-	assert.Regexp(t, `\| 1k \| false \| xxh3 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| 256 \| 0\.0 \| [01]\.[0-9]{2} \|`, out.String())
+	assert.Regexp(t, `\| 1k \| false \| sha256 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| 256 \| 0\.0 \| [01]\.[0-9]{2} \| [0-9.]+ \|`, out.String())
+	assert.Regexp(t, `\| 1k \| false \| xxh3 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| 256 \| 0\.0 \| [01]\.[0-9]{2} \| [0-9.]+ \|`, out.String())
 	assert.Regexp(t, `\| 2k \| true \| sha256 \| `, out.String())
 	assert.Regexp(t, `\| full attention \| 4k \| [0-9]+ \| [0-9.]+ \| [0-9.]+ \|`, out.String())
 	assert.Contains(t, out.String(), "| half the layers in a 256-token window | 1k |")
@@ -54,32 +54,44 @@ func BenchmarkDecodeStep(b *testing.B) {
 	}
 }
 
-// BenchmarkRequest is one request of the trace, for profiling.
+// BenchmarkRequest is one request of the trace as Run times it, for
+// profiling: the requests of one trace of DefaultConfig's size run on one
+// manager sized as runTrace sizes it, a fresh manager (untimed) per trace.
 func BenchmarkRequest(b *testing.B) {
-	for _, size := range []int{1 << 10, 8 << 10} {
+	def := DefaultConfig()
+	for _, size := range def.Prompts {
 		for _, pressure := range []bool{false, true} {
-			b.Run(fmt.Sprintf("%s/eviction=%v", tokens(size), pressure), func(b *testing.B) {
-				prompts := trace(rand.New(rand.NewPCG(1, 1)), 64, size)
-				perRequest := int64(size+128)/tokensPerBlock + 2
-				slots := perRequest*int64(b.N) + 8
-				if pressure {
-					slots = 2*perRequest + 8
-				}
-				r, err := newRig(slots, 0, blockhash.SHA256)
-				require.NoError(b, err)
-				defer r.close()
-				b.ReportAllocs()
-				b.ResetTimer()
-				buf := make([]config.Token, size)
-				for i := range b.N {
-					// Every 64 requests the trace repeats with other tokens.
-					for j, tok := range prompts[i%len(prompts)] {
-						buf[j] = tok + config.Token(i/len(prompts)*vocab)
+			for _, key := range def.BlockKeys {
+				b.Run(fmt.Sprintf("%s/eviction=%v/%v", tokens(size), pressure, key), func(b *testing.B) {
+					prompts := trace(rand.New(rand.NewPCG(1, 1)), def.Requests, size)
+					perRequest := int64(size+def.DecodeSteps)/tokensPerBlock + 2
+					slots := perRequest*int64(len(prompts)) + 8
+					if pressure {
+						slots = 2*perRequest + 8
 					}
-					_, err := r.request(buf, 128, -1-config.Token(i*128))
-					require.NoError(b, err)
-				}
-			})
+					var r *rig
+					defer func() {
+						if r != nil {
+							r.close()
+						}
+					}()
+					b.ReportAllocs()
+					for i := range b.N {
+						if i%len(prompts) == 0 {
+							b.StopTimer()
+							if r != nil {
+								require.NoError(b, r.close())
+							}
+							var err error
+							r, err = newRig(slots, 0, key)
+							require.NoError(b, err)
+							b.StartTimer()
+						}
+						_, err := r.request(prompts[i%len(prompts)], def.DecodeSteps, config.Token(vocab+i%len(prompts)*def.DecodeSteps))
+						require.NoError(b, err)
+					}
+				})
+			}
 		}
 	}
 }

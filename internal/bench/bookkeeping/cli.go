@@ -81,11 +81,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 
 // WriteRequests prints the trace's figures as a Markdown table.
 func WriteRequests(w io.Writer, rs []RequestResult) {
-	fmt.Fprintln(w, "| prompt | eviction | block key | µs / request | allocs / request | SHA-256 of the prompt's blocks, µs | request / SHA-256 hashing | reused tokens | evictions / request | GC share of CPU |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| prompt | eviction | block key | µs / request | allocs / request | SHA-256 of the prompt's blocks, µs | request / SHA-256 hashing | reused tokens | evictions / request | GC share of CPU | allocs / new block |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rs {
-		fmt.Fprintf(w, "| %s | %v | %v | %.1f | %.1f | %.1f | %.2f | %.0f | %.1f | %.2f |\n",
-			tokens(r.Prompt), r.Pressure, r.Key, us(r.RequestCPU), r.Allocs, us(r.HashCPU), r.Ratio(), r.Reused, r.Evictions, r.GCShare)
+		fmt.Fprintf(w, "| %s | %v | %v | %.1f | %.1f | %.1f | %.2f | %.0f | %.1f | %.2f | %.2f |\n",
+			tokens(r.Prompt), r.Pressure, r.Key, us(r.RequestCPU), r.Allocs, us(r.HashCPU), r.Ratio(), r.Reused, r.Evictions, r.GCShare, r.AllocsPerNewBlock())
 	}
 }
 

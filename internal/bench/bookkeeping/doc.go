@@ -17,9 +17,11 @@
 // ratio of the request's CPU time to the SHA-256 hashing of the same prompt's
 // blocks (blockhash.Hasher, the default key), measured in the same round:
 // hashing is the irreducible work of a request with the default key.
-// The last column is the garbage collector's share of the CPU time the Go
-// runtime was busy while the requests ran (runtime/metrics: gc/total over
-// total less idle, in the runtime's own accounting; median round).
+// Then the garbage collector's share of the CPU time the Go runtime was busy
+// while the requests ran (runtime/metrics: gc/total over total less idle, in
+// the runtime's own accounting; median round), and the allocations per new
+// block: a request's allocations over the blocks it gave a new page (prompt
+// and decode steps less the reused blocks; issue 11's target 2 allows one).
 //
 // The decode-step table times decode steps on one cache holding each of
 // HeldTokens (1k and 128k by default), for a model of full attention only and
