@@ -1114,6 +1114,13 @@ static const size_t kx_slot_offsets[] = {
     offsetof(kvcm_api, widget_take_strips)
 };
 
+/* No CacheStep type: the ABI has no kvcm_kv_cache_resize with a fast path. */
+static int kx_add_types(PyObject *module)
+{
+    (void)module;
+    return 0;
+}
+
 /* bind(name, parameter_names) -> the builtin function of name; its errors
  * name the parameters as parameter_names (a tuple of str, one a
  * parameter). KeyError when name has no fast path. */
@@ -1221,5 +1228,8 @@ PyMODINIT_FUNC PyInit__kvcm_ext(void)
 {
     if (kx_check_ctypes() < 0)
         return NULL;
-    return PyModule_Create(&kx_module);
+    PyObject *module = PyModule_Create(&kx_module);
+    if (module && kx_add_types(module) < 0)
+        Py_CLEAR(module);
+    return module;
 }
