@@ -175,14 +175,8 @@ static int kx_step_try_defer(kx_step *s, PyObject *t)
     PyObject **items = PySequence_Fast_ITEMS(t);
     kvcm_token *d = s->tokens + s->ntokens;
     for (Py_ssize_t k = 0; k < n; k++) {
-        int overflow;
-        long x;
-        if (!PyLong_CheckExact(items[k]))
+        if (!kx_token_of(items[k], &d[k]))
             return 0;
-        x = PyLong_AsLongAndOverflow(items[k], &overflow);
-        if (overflow || x < INT32_MIN || x > INT32_MAX)
-            return 0;
-        d[k] = (kvcm_token)x;
     }
     s->ntokens += n;
     s->committed = c;

@@ -326,6 +326,7 @@ _need_adjustment = bind("kvcm_manager_need_adjustment")
 _adjust = bind("kvcm_manager_adjust")
 _clamp_max_seq_len = bind("kvcm_manager_clamp_max_seq_len_for_mem")
 _I64 = ctypes.c_int64
+_OPTS_TOKENS = ffi.kvcm_kv_cache_options.input_tokens.offset
 # The extension's decode step type (gen/pyext/step.c), or None.
 _STEP = getattr(_native._ext, "CacheStep", None)
 _byref = ctypes.byref
@@ -1706,7 +1707,12 @@ class _KVCache(Managed):
         self._num_input_tokens = n
         self._ssm_lookup_pending = n > 0 and manager._has_ssm
         if n:
-            opts.input_tokens = ctypes.cast(toks, _TOKEN_PTR)
+            if toks.__class__ is int:
+                # The address into the pointer field, without ctypes.cast's
+                # cost (a microsecond).
+                ctypes.c_void_p.from_buffer(opts, _OPTS_TOKENS).value = toks
+            else:
+                opts.input_tokens = ctypes.cast(toks, _TOKEN_PTR)
             opts.num_input_tokens = n
         # KVCM2's default boundary: the prompt's length, when there is one.
         if expected_prompt_length is None and input_tokens is not None:
