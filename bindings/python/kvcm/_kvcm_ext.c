@@ -4977,7 +4977,8 @@ static const size_t kx_slot_offsets[] = {
  * call with no Python frame:
  *
  * - resize(capacity, history_length=None) with exact ints (history None or
- *   not negative) while fast: the library's resize, the history mirror
+ *   not negative) while fast, or while key is in the set mark (a cache
+ *   whose statistics id is marked dirty already): the library's resize, the history mirror
  *   updated; True, or False when the library reports OUT_OF_PAGES (the
  *   resize then changed nothing), other failures raised as the binding
  *   raises them;
@@ -5007,6 +5008,7 @@ typedef struct {
     Py_ssize_t ntokens, cap;
     PyObject *owner; /* a weak reference */
     PyObject *slow_resize, *slow_commit;
+    PyObject *mark, *key; /* a set and a key in it, or NULL / None */
 } kx_step;
 
 static PyTypeObject kx_step_type;
@@ -5044,6 +5046,8 @@ static void kx_step_dealloc(kx_step *s)
     Py_XDECREF(s->owner);
     Py_XDECREF(s->slow_resize);
     Py_XDECREF(s->slow_commit);
+    Py_XDECREF(s->mark);
+    Py_XDECREF(s->key);
     PyMem_Free(s->tokens);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
@@ -5089,8 +5093,15 @@ static inline long long kx_step_nonneg(PyObject *o)
 
 static PyObject *kx_step_resize(kx_step *s, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (kwnames || nargs < 1 || nargs > 2 || !s->fast)
+    if (kwnames || nargs < 1 || nargs > 2)
         return kx_step_slow(s, s->slow_resize, args, nargs, kwnames);
+    if (!s->fast) {
+        int marked = s->mark && PySet_Check(s->mark) && s->key ? PySet_Contains(s->mark, s->key) : 0;
+        if (marked < 0)
+            return NULL;
+        if (!marked)
+            return kx_step_slow(s, s->slow_resize, args, nargs, kwnames);
+    }
     long long capacity = kx_step_nonneg(args[0]);
     long long history = -1;
     if (capacity < 0)
@@ -5223,6 +5234,8 @@ static PyMemberDef kx_step_members[] = {
     {"history", T_LONGLONG, offsetof(kx_step, history), 0, "the history length (-1: unknown)"},
     {"limit", T_LONGLONG, offsetof(kx_step, limit), 0, "the committed count deferred commits may reach (-1: none)"},
     {"fast", T_BOOL, offsetof(kx_step, fast), 0, "resize needs no Python-level work around the call"},
+    {"mark", T_OBJECT, offsetof(kx_step, mark), 0, "a set: resize needs no Python-level work while key is in it"},
+    {"key", T_OBJECT, offsetof(kx_step, key), 0, "the key of mark"},
     {NULL, 0, 0, 0, NULL},
 };
 

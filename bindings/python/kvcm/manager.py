@@ -1603,12 +1603,13 @@ class _PyStep:
     (see gen/pyext/step.c), whose resize and commit the cache installs on
     the extension path; here the cache's own methods run the step."""
 
-    __slots__ = ("handle", "committed", "history", "limit", "fast", "_tokens")
+    __slots__ = ("handle", "committed", "history", "limit", "fast", "mark", "key", "_tokens")
 
     def __init__(self, handle: int) -> None:
         self.handle = handle
         self.committed = self.history = self.limit = -1
         self.fast = False
+        self.mark = self.key = None
         self._tokens: list[int] = []
 
     @property
@@ -1803,20 +1804,23 @@ class _KVCache(Managed):
     def _update_fast(self) -> None:
         """Whether resize needs nothing but the library call (no callback to
         re-raise from, no page index views to refresh, no stats dirty mark
-        to note): the C decode step's resize then skips the method."""
+        to note, or only one already noted: the id in mark): the C decode
+        step's resize then skips the method."""
         st = self._st
         if st is not None:
-            st.fast = (self._state == "open" and self._priority_cb is None and not self._bufs and not self._views
-                       and (self._id is None or not self._manager._stats_on))
+            plain = self._state == "open" and self._priority_cb is None and not self._bufs and not self._views
+            noted = self._id is not None and self._manager._stats_on
+            st.fast = plain and not noted
+            st.mark, st.key = (self._manager._dirty_stats, self._id) if plain and noted else (None, None)
 
     def _mark_closed(self) -> None:
         if self._st is not None:
-            self._st.limit, self._st.fast = -1, False
+            self._st.limit, self._st.fast, self._st.mark = -1, False, None
         super()._mark_closed()
 
     def _release(self, handle: int) -> None:
         self._active = False
-        self._st.limit, self._st.fast = -1, False
+        self._st.limit, self._st.fast, self._st.mark = -1, False, None
         try:
             if self._st.pending:
                 self._st.flush()  # partial reuse publishes them at close
@@ -2035,11 +2039,13 @@ class _KVCache(Managed):
     def _note_pending_stats(self) -> None:
         """Mark the cache's id dirty while it has pending statistics (block
         counts, or its SSM snapshot lookup), as KVCM2 does when it records
-        them."""
+        them. An id already marked stays so without asking the library
+        (a decode step's resize of a cache with an id)."""
         m = self._manager
-        if self.id is not None and m._stats_on and not m.is_stats_excluded(self.id) \
+        i = self._id
+        if i is not None and m._stats_on and i not in m._dirty_stats and not m.is_stats_excluded(i) \
                 and (self._ssm_lookup_pending or not self._pending_stats().empty):
-            m.mark_stats_dirty(self.id)
+            m.mark_stats_dirty(i)
 
     def _pending_stats(self) -> KVCacheStatsDelta:
         d = self._core_stats()

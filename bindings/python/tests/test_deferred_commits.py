@@ -246,6 +246,41 @@ def test_the_caches_methods_keep_their_rules_for_every_call_form(pair, backend):
     assert got[-1] == ("returned", False), "a resize past the pages returns False"
 
 
+def test_a_resize_keeps_the_statistics_mark_of_a_cache_with_an_id():
+    """Rule: a cache with an id, on a manager with statistics, has its id
+    marked dirty after every resize that leaves it pending statistics, and
+    only then, however its resize runs (a marked id stays marked without a
+    library query; the extension's step resizes a marked cache in C):
+    after commit_pending_stats the mark is back with the next resize that
+    allocates a block, not with one that allocates none; with its id set to
+    None, none."""
+    m = KVCacheManager(small_config(), device="emu")
+    try:
+        s = m.create_stream()
+        c = m.create_kv_cache(input_tokens=PROMPT, id=7)
+        assert c.resume(s)
+        n = len(PROMPT)
+        assert c.resize(n, n)
+        assert m.get_dirty_stats_kv_cache_ids() == {7}
+        for k in range(1, 4):
+            assert c.resize(n + k, n + k)
+            assert m.get_dirty_stats_kv_cache_ids() == {7}, "a marked id stays marked"
+        c.commit_pending_stats()
+        assert m.get_dirty_stats_kv_cache_ids() == set()
+        assert c.resize(n + 4, n + 3), "no new block"
+        assert m.get_dirty_stats_kv_cache_ids() == set(), "nothing pending: no mark"
+        assert c.resize(n + 8, n + 4), "a new block"
+        assert m.get_dirty_stats_kv_cache_ids() == {7}
+        c.commit_pending_stats()
+        assert m.get_dirty_stats_kv_cache_ids() == set()
+        c.id = None
+        assert c.resize(n + 12, n + 5)
+        assert m.get_dirty_stats_kv_cache_ids() == set(), "no id: no mark"
+        c.close()
+    finally:
+        m.close()
+
+
 def test_is_end_is_never_deferred(pair):
     """Rule: a commit with is_end reaches the library in that call; later
     commits are refused as without deferral."""
