@@ -4992,7 +4992,10 @@ static const size_t kx_slot_offsets[] = {
  * defer(tokens) is commit's deferral alone (True when deferred, else
  * False, changing nothing); flush() commits the deferred tokens in one library call (kept on failure,
  * which is raised); tokens() returns them as a list; pending is their
- * number. owner is held by a weak reference (the cache holds this object).
+ * number; while a flush is in the library (the GIL released) nothing
+ * defers and a second flush raises RuntimeError, so the tokens it passes
+ * stay as they are. owner is held by a weak reference (the cache holds
+ * this object).
  * Library calls make the checks of every extension call (kx_enter,
  * kx_leave) and release the GIL. */
 
@@ -5006,6 +5009,7 @@ typedef struct {
     int fast;
     kvcm_token *tokens;
     Py_ssize_t ntokens, cap;
+    int flushing; /* flush() is in the library with tokens: nothing defers */
     PyObject *owner; /* a weak reference */
     PyObject *slow_resize, *slow_commit;
     PyObject *mark, *key; /* a set and a key in it, or NULL / None */
@@ -5041,13 +5045,30 @@ static PyObject *kx_step_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     return (PyObject *)s;
 }
 
+static int kx_step_traverse(kx_step *s, visitproc visit, void *arg)
+{
+    Py_VISIT(s->owner);
+    Py_VISIT(s->slow_resize);
+    Py_VISIT(s->slow_commit);
+    Py_VISIT(s->mark);
+    Py_VISIT(s->key);
+    return 0;
+}
+
+static int kx_step_clear(kx_step *s)
+{
+    Py_CLEAR(s->owner);
+    Py_CLEAR(s->slow_resize);
+    Py_CLEAR(s->slow_commit);
+    Py_CLEAR(s->mark);
+    Py_CLEAR(s->key);
+    return 0;
+}
+
 static void kx_step_dealloc(kx_step *s)
 {
-    Py_XDECREF(s->owner);
-    Py_XDECREF(s->slow_resize);
-    Py_XDECREF(s->slow_commit);
-    Py_XDECREF(s->mark);
-    Py_XDECREF(s->key);
+    PyObject_GC_UnTrack(s);
+    kx_step_clear(s);
     PyMem_Free(s->tokens);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
@@ -5055,6 +5076,10 @@ static void kx_step_dealloc(kx_step *s)
 /* fn(owner, *args, **kwargs): the Python method's path. */
 static PyObject *kx_step_slow(kx_step *s, PyObject *fn, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
+    if (!s->owner || !fn) {
+        PyErr_SetString(PyExc_ReferenceError, "the KV cache of this method is gone");
+        return NULL;
+    }
     PyObject *owner = PyWeakref_GetObject(s->owner);
     if (!owner)
         return NULL;
@@ -5135,7 +5160,7 @@ static int kx_step_try_defer(kx_step *s, PyObject *t)
         return 0;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(t);
     long long c = s->committed + n;
-    if (!n || c > s->limit || c > s->history)
+    if (!n || c > s->limit || c > s->history || s->flushing)
         return 0;
     if (s->ntokens + n > s->cap) {
         Py_ssize_t cap = s->cap ? s->cap : 32;
@@ -5183,12 +5208,19 @@ static PyObject *kx_step_flush(kx_step *s, PyObject *unused)
     (void)unused;
     if (!s->ntokens)
         Py_RETURN_NONE;
+    if (s->flushing) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "kvcm: this KV cache's deferred commits are being committed by another thread");
+        return NULL;
+    }
     if (kx_enter(0, 0, "flush") < 0)
         return NULL;
     kvcm_status *st;
+    s->flushing = 1;
     Py_BEGIN_ALLOW_THREADS
     st = kx_api->KX_STEP_COMMIT(s->handle, s->tokens, (size_t)s->ntokens, false);
     Py_END_ALLOW_THREADS
+    s->flushing = 0;
     if (!st)
         s->ntokens = 0;
     return kx_leave(st, Py_NewRef(Py_None));
@@ -5249,7 +5281,9 @@ static PyTypeObject kx_step_type = {
     .tp_name = "kvcm._kvcm_ext.CacheStep",
     .tp_basicsize = sizeof(kx_step),
     .tp_dealloc = (destructor)kx_step_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)kx_step_traverse,
+    .tp_clear = (inquiry)kx_step_clear,
     .tp_doc = "The decode step of a KV cache (kvcm.manager._KVCache)",
     .tp_methods = kx_step_methods,
     .tp_members = kx_step_members,

@@ -281,6 +281,35 @@ def test_a_resize_keeps_the_statistics_mark_of_a_cache_with_an_id():
         m.close()
 
 
+def test_a_cache_in_a_cycle_through_its_id_is_collected():
+    """Rule: a cache unreachable but for a reference cycle through its
+    statistics id (a request object holding its cache) is collected and
+    closed by the garbage collector, its step state included."""
+    import gc
+    import weakref
+
+    class Request:
+        pass
+
+    m = KVCacheManager(small_config(), device="emu")
+    try:
+        s = m.create_stream()
+        c = m.create_kv_cache(input_tokens=PROMPT)
+        assert c.resume(s)
+        req = Request()
+        req.cache, c.id = c, req
+        assert c.resize(len(PROMPT) + 4, len(PROMPT))
+        c.commit_pending_stats()  # the manager's dirty mark holds the id until then
+        assert m.get_dirty_stats_kv_cache_ids() == set()
+        gone = weakref.ref(c)
+        del c, req
+        gc.collect()
+        assert gone() is None
+        assert m.num_open_caches() == 0, "its finalizer closed it"
+    finally:
+        m.close()
+
+
 def test_is_end_is_never_deferred(pair):
     """Rule: a commit with is_end reaches the library in that call; later
     commits are refused as without deferral."""
