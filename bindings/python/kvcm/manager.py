@@ -1745,6 +1745,7 @@ class _KVCache(Managed):
         out = ffi.kvcm_kv_cache()
         _cache_create(manager._native(), _byref(opts), _byref(out))
         del salt_keep, toks_keep, rid_keep
+        self._adopt(out.value)
         cls = type(self)
         if _native._backend == "extension" and _STEP is not None:
             self._st = _STEP(out.value, self._tpb, self, cls.resize, cls.commit)
@@ -1755,7 +1756,6 @@ class _KVCache(Managed):
                 self.commit = self._st.commit
         else:
             self._st = _PyStep(out.value)
-        self._adopt(out.value)
         self._update_fast()
         manager._own(self)
         if manager._event_manager is not None:
@@ -1820,10 +1820,12 @@ class _KVCache(Managed):
 
     def _release(self, handle: int) -> None:
         self._active = False
-        self._st.limit, self._st.fast, self._st.mark = -1, False, None
+        st = self._st  # None when __init__ failed making it
         try:
-            if self._st.pending:
-                self._st.flush()  # partial reuse publishes them at close
+            if st is not None:
+                st.limit, st.fast, st.mark = -1, False, None
+                if st.pending:
+                    st.flush()  # partial reuse publishes them at close
         finally:
             self._close_handle(handle)
 
