@@ -15,6 +15,16 @@ func init() { emitters = append(emitters, emitPyExt) }
 //go:embed pyext/runtime.c
 var pyExtRuntime string
 
+// pyExtStep is the KV cache's decode step (the CacheStep type), copied into
+// the generated file when the ABI has the two functions it calls.
+//
+//go:embed pyext/step.c
+var pyExtStep string
+
+// pyExtStepSlots are the functions CacheStep calls, by the macro naming
+// their table slot in pyext/step.c.
+var pyExtStepSlots = [][2]string{{"KX_STEP_RESIZE", "kvcm_kv_cache_resize"}, {"KX_STEP_COMMIT", "kvcm_kv_cache_commit"}}
+
 func emitPyExt(m *Model, p Paths) (map[string][]byte, error) {
 	if p.PyExt == "" {
 		return nil, nil
@@ -85,8 +95,30 @@ func EmitPyExt(m *Model, include string) string {
 		b.WriteString("0")
 	}
 	b.WriteString("\n};\n")
+	b.WriteString(pyExtStepType(done))
 	b.WriteString(pyExtModule)
 	return b.String()
+}
+
+// pyExtStepType renders the CacheStep type (pyext/step.c) with the table
+// slots of the functions it calls, when those have a fast path (so the slot
+// check of kvcm._native covers them), else a kx_add_types adding nothing.
+func pyExtStepType(done []APISlot) string {
+	var defs strings.Builder
+	for _, want := range pyExtStepSlots {
+		found := false
+		for _, s := range done {
+			if s.Func.CName == want[1] {
+				fmt.Fprintf(&defs, "#define %s %s\n", want[0], s.Name)
+				found = true
+			}
+		}
+		if !found {
+			return "\n/* No CacheStep type: the ABI has no " + want[1] + " with a fast path. */\n" +
+				"static int kx_add_types(PyObject *module)\n{\n    (void)module;\n    return 0;\n}\n"
+		}
+	}
+	return "\n" + defs.String() + pyExtStep
 }
 
 func pyExtParamNames(f *Func) string {
@@ -370,6 +402,9 @@ PyMODINIT_FUNC PyInit__kvcm_ext(void)
 {
     if (kx_check_ctypes() < 0)
         return NULL;
-    return PyModule_Create(&kx_module);
+    PyObject *module = PyModule_Create(&kx_module);
+    if (module && kx_add_types(module) < 0)
+        Py_CLEAR(module);
+    return module;
 }
 `

@@ -345,6 +345,37 @@ static inline PyObject *kx_cstr_result(const char *s)
 
 /* ---- Token sequences (kvcm._convert.tokens) ---- */
 
+/* An exact int in int32 range as a token: 1, else 0 (nothing raised). The
+ * ints of one digit (|x| < 2**30 on CPython's 30-bit digits) are read
+ * without a call: through the unstable compact-int API from Python 3.12,
+ * from the object's digits on 3.11 (its layout there); a call otherwise. */
+static inline int kx_token_of(PyObject *item, kvcm_token *out)
+{
+    if (!PyLong_CheckExact(item))
+        return 0;
+#if PY_VERSION_HEX >= 0x030C0000
+    if (PyUnstable_Long_IsCompact((PyLongObject *)item)) {
+        Py_ssize_t v = PyUnstable_Long_CompactValue((PyLongObject *)item);
+        if (v < INT32_MIN || v > INT32_MAX)
+            return 0;
+        *out = (kvcm_token)v;
+        return 1;
+    }
+#elif PY_VERSION_HEX >= 0x030B0000 && PYLONG_BITS_IN_DIGIT == 30
+    Py_ssize_t size = Py_SIZE(item);
+    if (size >= -1 && size <= 1) {
+        *out = (kvcm_token)(size * (long)((PyLongObject *)item)->ob_digit[0]);
+        return 1;
+    }
+#endif
+    int overflow;
+    long x = PyLong_AsLongAndOverflow(item, &overflow);
+    if (overflow || x < INT32_MIN || x > INT32_MAX)
+        return 0;
+    *out = (kvcm_token)x;
+    return 1;
+}
+
 static PyObject *kx_tokens_result(PyObject *addr, Py_ssize_t n, PyObject *keep)
 {
     PyObject *t = PyTuple_New(3);
@@ -385,8 +416,8 @@ static int kx_native_int32_format(const char *f)
 
 /* tokens(value, name="tokens") -> (address or None, count, keep), as
  * kvcm._convert's Python conversion returns them. In C: an exact list or
- * tuple of exact ints in int32 range (packed into a bytes object, passed as
- * the address) and a writable C-contiguous one-dimensional buffer of native
+ * tuple of exact ints in int32 range (packed into a bytes object, keep,
+ * whose data's address is returned) and a writable C-contiguous one-dimensional buffer of native
  * int32s (passed by address; keep is a memoryview, so that the owner cannot
  * be resized during the call). Anything else, and every error, goes to the
  * Python conversion, which takes or refuses it with the same messages. */
@@ -415,18 +446,11 @@ static PyObject *kx_tokens(PyObject *module, PyObject *const *args, Py_ssize_t n
         PyObject **items = PySequence_Fast_ITEMS(v);
         Py_ssize_t k;
         for (k = 0; k < n; k++) {
-            PyObject *item = items[k];
-            int overflow;
-            long x;
-            if (!PyLong_CheckExact(item))
+            if (!kx_token_of(items[k], &d[k]))
                 break;
-            x = PyLong_AsLongAndOverflow(item, &overflow);
-            if (overflow || x < INT32_MIN || x > INT32_MAX)
-                break;
-            d[k] = (kvcm_token)x;
         }
         if (k == n)
-            return kx_tokens_result(Py_NewRef(b), n, b);
+            return kx_tokens_result(PyLong_FromVoidPtr(d), n, b);
         Py_DECREF(b);
     } else if (!PyBytes_Check(v) && !PyByteArray_Check(v) && PyObject_CheckBuffer(v)) {
         PyObject *mv = PyMemoryView_FromObject(v);
@@ -4938,6 +4962,347 @@ static const size_t kx_slot_offsets[] = {
     offsetof(kvcm_api, planned_drop_drop)
 };
 
+#define KX_STEP_RESIZE kv_cache_resize
+#define KX_STEP_COMMIT kv_cache_commit
+
+/* ---- The decode step of a KV cache (gen/pyext/step.c, copied verbatim
+ * when the ABI has kvcm_kv_cache_resize and kvcm_kv_cache_commit) ----
+ *
+ * kvcm._kvcm_ext.CacheStep(handle, tokens_per_block, owner, resize, commit)
+ * holds what kvcm.manager._KVCache's decode step decides by (its deferral
+ * mirror: committed, history, limit; the tokens of the deferred commits;
+ * fast, which _KVCache keeps true while a resize needs no Python-level work
+ * around the library call) and its resize and commit methods, which the
+ * cache installs as its own attributes, so that the decode step is one C
+ * call with no Python frame:
+ *
+ * - resize(capacity, history_length=None) with exact ints (history None or
+ *   not negative) while fast, or while key is in the set mark (a cache
+ *   whose statistics id is marked dirty already): the library's resize, the history mirror
+ *   updated; True, or False when the library reports OUT_OF_PAGES (the
+ *   resize then changed nothing), other failures raised as the binding
+ *   raises them;
+ * - commit(tokens) with an exact list or tuple of exact int32 ints that
+ *   stays within the limit and the history: deferred (the tokens kept, the
+ *   committed mirror advanced);
+ * - everything else calls the Python method given, resize(owner, ...) or
+ *   commit(owner, ...), with the same arguments: the argument rules, errors
+ *   and every other case stay the Python method's.
+ *
+ * defer(tokens) is commit's deferral alone (True when deferred, else
+ * False, changing nothing); flush() commits the deferred tokens in one library call (kept on failure,
+ * which is raised); tokens() returns them as a list; pending is their
+ * number; while a flush is in the library (the GIL released) nothing
+ * defers and a second flush raises RuntimeError, so the tokens it passes
+ * stay as they are. owner is held by a weak reference (the cache holds
+ * this object).
+ * Library calls make the checks of every extension call (kx_enter,
+ * kx_leave) and release the GIL. */
+
+#include <structmember.h>
+
+typedef struct {
+    PyObject_HEAD
+    kvcm_kv_cache handle;
+    long long tpb;
+    long long committed, history, limit;
+    int fast;
+    kvcm_token *tokens;
+    Py_ssize_t ntokens, cap;
+    int flushing; /* flush() is in the library with tokens: nothing defers */
+    PyObject *owner; /* a weak reference */
+    PyObject *slow_resize, *slow_commit;
+    PyObject *mark, *key; /* a set and a key in it, or NULL / None */
+} kx_step;
+
+static PyTypeObject kx_step_type;
+
+static PyObject *kx_step_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *kw[] = {"handle", "tokens_per_block", "owner", "resize", "commit", NULL};
+    unsigned long long handle;
+    long long tpb;
+    PyObject *owner, *resize, *commit;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KLOOO", kw, &handle, &tpb, &owner, &resize, &commit))
+        return NULL;
+    if (tpb <= 0) {
+        PyErr_SetString(PyExc_ValueError, "tokens_per_block: must be positive");
+        return NULL;
+    }
+    kx_step *s = (kx_step *)type->tp_alloc(type, 0);
+    if (!s)
+        return NULL;
+    s->owner = PyWeakref_NewRef(owner, NULL);
+    if (!s->owner) {
+        Py_DECREF(s);
+        return NULL;
+    }
+    s->handle = (kvcm_kv_cache)handle;
+    s->tpb = tpb;
+    s->committed = s->history = s->limit = -1;
+    s->slow_resize = Py_NewRef(resize);
+    s->slow_commit = Py_NewRef(commit);
+    return (PyObject *)s;
+}
+
+static int kx_step_traverse(kx_step *s, visitproc visit, void *arg)
+{
+    Py_VISIT(s->owner);
+    Py_VISIT(s->slow_resize);
+    Py_VISIT(s->slow_commit);
+    Py_VISIT(s->mark);
+    Py_VISIT(s->key);
+    return 0;
+}
+
+static int kx_step_clear(kx_step *s)
+{
+    Py_CLEAR(s->owner);
+    Py_CLEAR(s->slow_resize);
+    Py_CLEAR(s->slow_commit);
+    Py_CLEAR(s->mark);
+    Py_CLEAR(s->key);
+    return 0;
+}
+
+static void kx_step_dealloc(kx_step *s)
+{
+    PyObject_GC_UnTrack(s);
+    kx_step_clear(s);
+    PyMem_Free(s->tokens);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+/* fn(owner, *args, **kwargs): the Python method's path. */
+static PyObject *kx_step_slow(kx_step *s, PyObject *fn, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (!s->owner || !fn) {
+        PyErr_SetString(PyExc_ReferenceError, "the KV cache of this method is gone");
+        return NULL;
+    }
+    PyObject *owner = PyWeakref_GetObject(s->owner);
+    if (!owner)
+        return NULL;
+    if (owner == Py_None) {
+        PyErr_SetString(PyExc_ReferenceError, "the KV cache of this method is gone");
+        return NULL;
+    }
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *small[8];
+    PyObject **all = small;
+    if (nargs + nkw + 1 > 8) {
+        all = PyMem_Malloc((size_t)(nargs + nkw + 1) * sizeof(PyObject *));
+        if (!all)
+            return PyErr_NoMemory();
+    }
+    all[0] = owner;
+    for (Py_ssize_t i = 0; i < nargs + nkw; i++)
+        all[i + 1] = args[i];
+    Py_INCREF(owner);
+    PyObject *r = PyObject_Vectorcall(fn, all, (size_t)(nargs + 1), kwnames);
+    Py_DECREF(owner);
+    if (all != small)
+        PyMem_Free(all);
+    return r;
+}
+
+/* An exact int in [0, INT64_MAX], or -1. */
+static inline long long kx_step_nonneg(PyObject *o)
+{
+    if (!PyLong_CheckExact(o))
+        return -1;
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    return overflow ? -1 : v;
+}
+
+static PyObject *kx_step_resize(kx_step *s, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (kwnames || nargs < 1 || nargs > 2)
+        return kx_step_slow(s, s->slow_resize, args, nargs, kwnames);
+    if (!s->fast) {
+        int marked = s->mark && PySet_Check(s->mark) && s->key ? PySet_Contains(s->mark, s->key) : 0;
+        if (marked < 0)
+            return NULL;
+        if (!marked)
+            return kx_step_slow(s, s->slow_resize, args, nargs, kwnames);
+    }
+    long long capacity = kx_step_nonneg(args[0]);
+    long long history = -1;
+    if (capacity < 0)
+        return kx_step_slow(s, s->slow_resize, args, nargs, kwnames);
+    if (nargs == 2 && args[1] != Py_None) {
+        history = kx_step_nonneg(args[1]);
+        if (history < 0)
+            return kx_step_slow(s, s->slow_resize, args, nargs, kwnames);
+    }
+    if (kx_enter(0, 0, "resize") < 0)
+        return NULL;
+    kvcm_status *st;
+    Py_BEGIN_ALLOW_THREADS
+    st = kx_api->KX_STEP_RESIZE(s->handle, (int64_t)capacity, (int64_t)history);
+    Py_END_ALLOW_THREADS
+    if (st && kx_api->status_get_code(st) == KVCM_ERR_OUT_OF_PAGES) {
+        kx_api->status_free(st);
+        return kx_leave(NULL, Py_NewRef(Py_False));
+    }
+    if (!st && history >= 0)
+        s->history = history;
+    return kx_leave(st, Py_NewRef(Py_True));
+}
+
+/* Defers t when it is an exact list or tuple of exact int32 ints that
+ * stays within the limit and the history: 1 when deferred, 0 when not, -1
+ * on error. */
+static int kx_step_try_defer(kx_step *s, PyObject *t)
+{
+    if (!PyList_CheckExact(t) && !PyTuple_CheckExact(t))
+        return 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(t);
+    long long c = s->committed + n;
+    if (!n || c > s->limit || c > s->history || s->flushing)
+        return 0;
+    if (s->ntokens + n > s->cap) {
+        Py_ssize_t cap = s->cap ? s->cap : 32;
+        while (cap < s->ntokens + n)
+            cap *= 2;
+        kvcm_token *p = PyMem_Realloc(s->tokens, (size_t)cap * sizeof(kvcm_token));
+        if (!p) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        s->tokens = p;
+        s->cap = cap;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(t);
+    kvcm_token *d = s->tokens + s->ntokens;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (!kx_token_of(items[k], &d[k]))
+            return 0;
+    }
+    s->ntokens += n;
+    s->committed = c;
+    return 1;
+}
+
+static PyObject *kx_step_commit(kx_step *s, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (nargs == 1 && !kwnames) {
+        int r = kx_step_try_defer(s, args[0]);
+        if (r < 0)
+            return NULL;
+        if (r)
+            Py_RETURN_NONE;
+    }
+    return kx_step_slow(s, s->slow_commit, args, nargs, kwnames);
+}
+
+static PyObject *kx_step_defer(kx_step *s, PyObject *t)
+{
+    int r = kx_step_try_defer(s, t);
+    return r < 0 ? NULL : PyBool_FromLong(r);
+}
+
+static PyObject *kx_step_flush(kx_step *s, PyObject *unused)
+{
+    (void)unused;
+    if (!s->ntokens)
+        Py_RETURN_NONE;
+    if (s->flushing) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "kvcm: this KV cache's deferred commits are being committed by another thread");
+        return NULL;
+    }
+    if (kx_enter(0, 0, "flush") < 0)
+        return NULL;
+    kvcm_status *st;
+    s->flushing = 1;
+    Py_BEGIN_ALLOW_THREADS
+    st = kx_api->KX_STEP_COMMIT(s->handle, s->tokens, (size_t)s->ntokens, false);
+    Py_END_ALLOW_THREADS
+    s->flushing = 0;
+    if (!st)
+        s->ntokens = 0;
+    return kx_leave(st, Py_NewRef(Py_None));
+}
+
+static PyObject *kx_step_tokens(kx_step *s, PyObject *unused)
+{
+    (void)unused;
+    PyObject *l = PyList_New(s->ntokens);
+    for (Py_ssize_t i = 0; l && i < s->ntokens; i++) {
+        PyObject *v = PyLong_FromLong(s->tokens[i]);
+        if (!v) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SET_ITEM(l, i, v);
+    }
+    return l;
+}
+
+static PyObject *kx_step_pending(kx_step *s, void *unused)
+{
+    (void)unused;
+    return PyLong_FromSsize_t(s->ntokens);
+}
+
+static PyMethodDef kx_step_methods[] = {
+    {"resize", (PyCFunction)(void (*)(void))kx_step_resize, METH_FASTCALL | METH_KEYWORDS,
+     "resize(capacity, history_length=None) -> bool: the KV cache's resize (see its class)"},
+    {"commit", (PyCFunction)(void (*)(void))kx_step_commit, METH_FASTCALL | METH_KEYWORDS,
+     "commit(accepted_input_tokens, beam_search_indices=None, is_end=False): the KV cache's commit "
+     "(see its class)"},
+    {"defer", (PyCFunction)kx_step_defer, METH_O,
+     "defer(tokens) -> bool: defer the commit of tokens (a list or tuple of int32 ints within the limit "
+     "and the history)"},
+    {"flush", (PyCFunction)kx_step_flush, METH_NOARGS, "flush(): commit the deferred tokens in one call"},
+    {"tokens", (PyCFunction)kx_step_tokens, METH_NOARGS, "tokens() -> the deferred tokens, a list"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef kx_step_members[] = {
+    {"committed", T_LONGLONG, offsetof(kx_step, committed), 0, "committed tokens, deferred ones included (-1: unknown)"},
+    {"history", T_LONGLONG, offsetof(kx_step, history), 0, "the history length (-1: unknown)"},
+    {"limit", T_LONGLONG, offsetof(kx_step, limit), 0, "the committed count deferred commits may reach (-1: none)"},
+    {"fast", T_BOOL, offsetof(kx_step, fast), 0, "resize needs no Python-level work around the call"},
+    {"mark", T_OBJECT, offsetof(kx_step, mark), 0, "a set: resize needs no Python-level work while key is in it"},
+    {"key", T_OBJECT, offsetof(kx_step, key), 0, "the key of mark"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef kx_step_getset[] = {
+    {"pending", (getter)kx_step_pending, NULL, "the number of deferred tokens", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject kx_step_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kvcm._kvcm_ext.CacheStep",
+    .tp_basicsize = sizeof(kx_step),
+    .tp_dealloc = (destructor)kx_step_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)kx_step_traverse,
+    .tp_clear = (inquiry)kx_step_clear,
+    .tp_doc = "The decode step of a KV cache (kvcm.manager._KVCache)",
+    .tp_methods = kx_step_methods,
+    .tp_members = kx_step_members,
+    .tp_getset = kx_step_getset,
+    .tp_new = kx_step_new,
+};
+
+static int kx_add_types(PyObject *module)
+{
+    if (PyType_Ready(&kx_step_type) < 0)
+        return -1;
+    Py_INCREF(&kx_step_type);
+    if (PyModule_AddObject(module, "CacheStep", (PyObject *)&kx_step_type) < 0) {
+        Py_DECREF(&kx_step_type);
+        return -1;
+    }
+    return 0;
+}
+
 /* bind(name, parameter_names) -> the builtin function of name; its errors
  * name the parameters as parameter_names (a tuple of str, one a
  * parameter). KeyError when name has no fast path. */
@@ -5045,5 +5410,8 @@ PyMODINIT_FUNC PyInit__kvcm_ext(void)
 {
     if (kx_check_ctypes() < 0)
         return NULL;
-    return PyModule_Create(&kx_module);
+    PyObject *module = PyModule_Create(&kx_module);
+    if (module && kx_add_types(module) < 0)
+        Py_CLEAR(module);
+    return module;
 }

@@ -326,6 +326,9 @@ _need_adjustment = bind("kvcm_manager_need_adjustment")
 _adjust = bind("kvcm_manager_adjust")
 _clamp_max_seq_len = bind("kvcm_manager_clamp_max_seq_len_for_mem")
 _I64 = ctypes.c_int64
+_OPTS_TOKENS = ffi.kvcm_kv_cache_options.input_tokens.offset
+# The extension's decode step type (gen/pyext/step.c), or None.
+_STEP = getattr(_native._ext, "CacheStep", None)
 _byref = ctypes.byref
 _TOKEN_PTR = ctypes.POINTER(ffi.kvcm_token)
 _NO_SCOPE = ffi.kvcm_reuse_scope()  # read only: the default scope
@@ -678,13 +681,14 @@ class KVCacheManager(Managed):
         children = list(self._children)
         failed: KVCacheError | None = None
         for child in children:
-            if getattr(child, "_pending", None) and not child.closed:
+            st = getattr(child, "_st", None)
+            if st is not None and st.pending and not child.closed:
                 # The manager closes its caches: their deferred commits
                 # first (with partial reuse the partial block is published
                 # at close). As a cache's close, closing goes on and the
                 # first error is raised at the end.
                 try:
-                    child._flush(child._resource)
+                    st.flush()
                 except KVCacheError as err:
                     failed = failed or err
         for child in children:
@@ -1593,6 +1597,43 @@ class KVCacheManager(Managed):
         return f"<kvcm.KVCacheManager {'closed' if self.closed else 'open'}>"
 
 
+class _PyStep:
+    """The decode step's state of a cache on the ctypes path: the attributes,
+    defer, flush and tokens of the extension's ``kvcm._kvcm_ext.CacheStep``
+    (see gen/pyext/step.c), whose resize and commit the cache installs on
+    the extension path; here the cache's own methods run the step."""
+
+    __slots__ = ("handle", "committed", "history", "limit", "fast", "mark", "key", "_tokens")
+
+    def __init__(self, handle: int) -> None:
+        self.handle = handle
+        self.committed = self.history = self.limit = -1
+        self.fast = False
+        self.mark = self.key = None
+        self._tokens: list[int] = []
+
+    @property
+    def pending(self) -> int:
+        return len(self._tokens)
+
+    def tokens(self) -> list[int]:
+        return list(self._tokens)
+
+    def defer(self, tokens: list[int] | tuple[int, ...]) -> bool:
+        """Defer the commit of tokens, already checked by the caller
+        (_KVCache.commit: int32 ints within the limit and the history)."""
+        self._tokens += tokens
+        self.committed += len(tokens)
+        return True
+
+    def flush(self) -> None:
+        if self._tokens:
+            toks, n, keep = _convert.tokens(self._tokens, "accepted_input_tokens")
+            _cache_commit(self.handle, toks, n, False)
+            del keep
+            self._tokens = []
+
+
 class _KVCache(Managed):
     """One request's KV cache (``kvcm_kv_cache``): SUSPENDED → ACTIVE ⇄
     SUSPENDED → CLOSED, with committed ≤ history_length ≤ capacity."""
@@ -1606,7 +1647,7 @@ class _KVCache(Managed):
                  expected_prompt_length: int | None = None, text_only: bool = False) -> None:
         super().__init__()
         self._manager = manager
-        self.id = id
+        self._id = id
         # Collects what a priority callback raises; only a cache with one
         # has it.
         self._stash: _native.Stash | None = None
@@ -1633,23 +1674,26 @@ class _KVCache(Managed):
         # nothing but this cache's own queries read (no page, event,
         # statistic or published block; with SSM layers a commit's place is
         # checked against the history, so they never defer). Such commits
-        # wait in _pending and reach the library in one commit when anything
-        # else crosses into it for this cache (_native: every query and call
-        # but resize; close; the manager's close), before that call. What
-        # decides it is what the library last reported or accepted:
-        # _m_committed (the committed tokens, _pending included) and
-        # _m_history (the history length), -1 while unknown; _active
-        # (ACTIVE since a resume) and _stopped (commits stopped). _limit is
-        # the committed count the waiting tokens may reach (the last before
-        # the block being filled completes), -1 unless all of those are known
-        # and allow waiting. Anything the library would refuse is not
-        # deferred: it takes the library's path, which reports it.
-        self._pending: list[int] = []
-        self._m_committed = -1
-        self._m_history = -1
+        # wait in the step state _st (its tokens(); pending is their number)
+        # and reach the library in one commit when anything else crosses
+        # into it for this cache (_native: every query and call but resize;
+        # close; the manager's close), before that call. What decides it is
+        # what the library last reported or accepted: _st.committed (the
+        # committed tokens, the waiting ones included) and _st.history (the
+        # history length), -1 while unknown; _active (ACTIVE since a resume)
+        # and _stopped (commits stopped). _st.limit is the committed count
+        # the waiting tokens may reach (the last before the block being
+        # filled completes), -1 unless all of those are known and allow
+        # waiting. Anything the library would refuse is not deferred: it
+        # takes the library's path, which reports it. On the extension
+        # path _st is a kvcm._kvcm_ext.CacheStep whose resize and commit
+        # are this object's (instance attributes): the decode step in C,
+        # falling back to the methods below for every other case; _st.fast
+        # says when resize needs nothing around the library call
+        # (_update_fast).
+        self._st: Any = None
         self._active = False
         self._stopped = False
-        self._limit = -1
         self._defers = not manager._has_ssm and custom_priority_callback is None
         self._tpb = manager._tokens_per_block
         opts = _native.versioned(ffi.kvcm_kv_cache_options)
@@ -1664,7 +1708,12 @@ class _KVCache(Managed):
         self._num_input_tokens = n
         self._ssm_lookup_pending = n > 0 and manager._has_ssm
         if n:
-            opts.input_tokens = ctypes.cast(toks, _TOKEN_PTR)
+            if toks.__class__ is int:
+                # The address into the pointer field, without ctypes.cast's
+                # cost (a microsecond).
+                ctypes.c_void_p.from_buffer(opts, _OPTS_TOKENS).value = toks
+            else:
+                opts.input_tokens = ctypes.cast(toks, _TOKEN_PTR)
             opts.num_input_tokens = n
         # KVCM2's default boundary: the prompt's length, when there is one.
         if expected_prompt_length is None and input_tokens is not None:
@@ -1697,6 +1746,17 @@ class _KVCache(Managed):
         _cache_create(manager._native(), _byref(opts), _byref(out))
         del salt_keep, toks_keep, rid_keep
         self._adopt(out.value)
+        cls = type(self)
+        if _native._backend == "extension" and _STEP is not None:
+            self._st = _STEP(out.value, self._tpb, self, cls.resize, cls.commit)
+            # The decode step in C, unless a subclass has its own methods.
+            if cls.resize is _KVCache.resize:
+                self.resize = self._st.resize
+            if cls.commit is _KVCache.commit:
+                self.commit = self._st.commit
+        else:
+            self._st = _PyStep(out.value)
+        self._update_fast()
         manager._own(self)
         if manager._event_manager is not None:
             manager._note_scope(self.cache_id, lora_id, salt)
@@ -1705,41 +1765,67 @@ class _KVCache(Managed):
     def manager(self) -> KVCacheManager:
         return self._manager
 
+    @property
+    def id(self) -> Any:
+        """The request's id (KVCacheManagerV2's): the key of the manager's
+        stats dirty marks."""
+        return self._id
+
+    @id.setter
+    def id(self, value: Any) -> None:
+        self._id = value
+        self._update_fast()
+
+    @property
+    def _pending(self) -> list[int]:
+        """The tokens of the deferred commits (see __init__)."""
+        return self._st.tokens()
+
     def _native(self) -> Any:
         """The handle (ClosedError and the like otherwise), after the
         deferred commits reached the library: every call but the decode
-        step's observes them."""
+        step's observes them. On failure (the cache's data lost, or the
+        manager gone) they stay deferred, so that nothing is lost, and the
+        error is raised."""
         h = Managed._native(self)
-        if self._pending:
-            self._flush(h)
+        if self._st.pending:
+            self._st.flush()
         return h
 
-    def _flush(self, h: int) -> None:
-        """Commit the deferred tokens in one call. On failure (the cache's
-        data lost, or the manager gone) they stay deferred, so that nothing
-        is lost, and the error is raised."""
-        toks, n, keep = _convert.tokens(self._pending, "accepted_input_tokens")
-        _cache_commit(h, toks, n, False)
-        del keep
-        self._pending = []
-
     def _update_limit(self) -> None:
-        """Recompute _limit from the mirror (see __init__)."""
-        c = self._m_committed
+        """Recompute the limit of the deferred commits (see __init__)."""
+        st = self._st
+        c = st.committed
         if c < 0 or not self._active or self._stopped or not self._defers or self._state != "open":
-            self._limit = -1
+            st.limit = -1
         else:
-            self._limit = c - c % self._tpb + self._tpb - 1
+            st.limit = c - c % self._tpb + self._tpb - 1
+
+    def _update_fast(self) -> None:
+        """Whether resize needs nothing but the library call (no callback to
+        re-raise from, no page index views to refresh, no stats dirty mark
+        to note, or only one already noted: the id in mark): the C decode
+        step's resize then skips the method."""
+        st = self._st
+        if st is not None:
+            plain = self._state == "open" and self._priority_cb is None and not self._bufs and not self._views
+            noted = self._id is not None and self._manager._stats_on
+            st.fast = plain and not noted
+            st.mark, st.key = (self._manager._dirty_stats, self._id) if plain and noted else (None, None)
 
     def _mark_closed(self) -> None:
-        self._limit = -1
+        if self._st is not None:
+            self._st.limit, self._st.fast, self._st.mark = -1, False, None
         super()._mark_closed()
 
     def _release(self, handle: int) -> None:
-        self._active, self._limit = False, -1
+        self._active = False
+        st = self._st  # None when __init__ failed making it
         try:
-            if self._pending:
-                self._flush(handle)  # partial reuse publishes them at close
+            if st is not None:
+                st.limit, st.fast, st.mark = -1, False, None
+                if st.pending:
+                    st.flush()  # partial reuse publishes them at close
         finally:
             self._close_handle(handle)
 
@@ -1848,11 +1934,11 @@ class _KVCache(Managed):
     def num_committed_tokens(self) -> int:
         if self._state != "open":
             self._native()  # raises
-        c = self._m_committed
+        c = self._st.committed
         if c < 0:
             out = _I64()
             _cache_committed(self._resource, out)
-            c = self._m_committed = out.value
+            c = self._st.committed = out.value
             self._update_limit()
         return c
 
@@ -1860,11 +1946,11 @@ class _KVCache(Managed):
     def history_length(self) -> int:
         if self._state != "open":
             self._native()  # raises
-        h = self._m_history
+        h = self._st.history
         if h < 0:
             out = _I64()
             _cache_history(self._resource, out)
-            h = self._m_history = out.value
+            h = self._st.history = out.value
         return h
 
     @property
@@ -1955,11 +2041,13 @@ class _KVCache(Managed):
     def _note_pending_stats(self) -> None:
         """Mark the cache's id dirty while it has pending statistics (block
         counts, or its SSM snapshot lookup), as KVCM2 does when it records
-        them."""
+        them. An id already marked stays so without asking the library
+        (a decode step's resize of a cache with an id)."""
         m = self._manager
-        if self.id is not None and m._stats_on and not m.is_stats_excluded(self.id) \
+        i = self._id
+        if i is not None and m._stats_on and i not in m._dirty_stats and not m.is_stats_excluded(i) \
                 and (self._ssm_lookup_pending or not self._pending_stats().empty):
-            m.mark_stats_dirty(self.id)
+            m.mark_stats_dirty(i)
 
     def _pending_stats(self) -> KVCacheStatsDelta:
         d = self._core_stats()
@@ -2068,16 +2156,18 @@ class _KVCache(Managed):
         self._update_limit()
         self._stream = cuda_stream
         self._refresh_indices()
+        self._update_fast()
         return True
 
     def suspend(self) -> None:
         """Make the cache SUSPENDED; buffers given to set_base_page_index_buf
         are let go (as KVCacheManagerV2 does)."""
         h = self._native()
-        self._active, self._limit = False, -1
+        self._active, self._st.limit = False, -1
         _cache_suspend(h)
         self._bufs.clear()
         self._views.clear()
+        self._update_fast()
 
     def resize(self, capacity: int | None, history_length: int | None = None) -> bool:
         """Set capacity (tokens with pages; None keeps it) and history_length
@@ -2104,7 +2194,7 @@ class _KVCache(Managed):
         except OutOfPagesError:
             return False
         if history_length >= 0:
-            self._m_history = history_length
+            self._st.history = history_length
         # The decode step's path: each check is inlined before its call.
         if self._bufs or self._views:
             self._refresh_indices()
@@ -2134,15 +2224,15 @@ class _KVCache(Managed):
         t = accepted_input_tokens
         if beam_search_indices is None and is_end is False and (t.__class__ is list or t.__class__ is tuple):
             n = len(t)
-            c = self._m_committed + n
-            if n and c <= self._limit and c <= self._m_history:
+            st = self._st
+            c = st.committed + n
+            if n and c <= st.limit and c <= st.history:
                 for x in t:
                     if x.__class__ is not int or not -0x80000000 <= x <= 0x7FFFFFFF:
                         break
                 else:
                     # The decode step: deferred (see __init__).
-                    self._pending += t
-                    self._m_committed = c
+                    st.defer(t)
                     return
         if beam_search_indices is None and self._priority_cb is None:
             # Text tokens, no beams, no callback to re-raise from; anything
@@ -2209,16 +2299,17 @@ class _KVCache(Managed):
     def _committed_by(self, h: int, n: int, is_end: Any) -> None:
         """Update the deferral's mirror after the library committed n tokens
         (committed tokens are history; is_end stops commits)."""
-        c = self._m_committed
+        st = self._st
+        c = st.committed
         if c < 0:
             out = _I64()
             _cache_committed(h, out)
             c = out.value
         else:
             c += n
-        self._m_committed = c
-        if 0 <= self._m_history < c:
-            self._m_history = c
+        st.committed = c
+        if 0 <= st.history < c:
+            st.history = c
         if is_end:
             self._stopped = True
         self._update_limit()
@@ -2243,11 +2334,12 @@ class _KVCache(Managed):
         for key in [k for k in (*self._bufs, *self._views) if k[0] >= beam_width]:
             self._bufs.pop(key, None)
             self._views.pop(key, None)
+        self._update_fast()
         self._refresh_indices()
 
     def stop_committing(self) -> None:
         _native.call("kvcm_kv_cache_stop_committing", self._native())
-        self._stopped, self._limit = True, -1
+        self._stopped, self._st.limit = True, -1
 
     def prefetch(self, target: int) -> bool:
         """Bring a SUSPENDED cache's pages up to cache level ``target``
@@ -2336,6 +2428,7 @@ class _KVCache(Managed):
         if view is None:
             view = self._fetch_indices(layer_group_id, beam_id)
             self._views[key] = view
+            self._update_fast()
         return view
 
     def get_ssm_block_base_index(self, layer_group_id: int, beam_id: int = 0) -> int:
@@ -2379,6 +2472,7 @@ class _KVCache(Managed):
         key = (beam_idx, layer_group_id)
         if buf is None:
             self._bufs.pop(key, None)
+            self._update_fast()
             return
         mv = memoryview(buf)
         if mv.ndim != 1 or mv.format != "i" or mv.readonly:
@@ -2389,6 +2483,7 @@ class _KVCache(Managed):
         self._write(mv, idx)
         self._bufs[key] = mv
         self._views.pop(key, None)
+        self._update_fast()
 
     @staticmethod
     def _write(mv: memoryview, idx: array.array) -> None:

@@ -257,6 +257,29 @@ def test_non_int32_tokens_are_refused_or_range_checked(manager, bad, err, match)
         manager.probe_reuse(bad)
 
 
+def test_token_lists_take_every_int32_value_and_refuse_the_rest(backend):
+    """Rule: a token list or tuple carries every int32 value as itself, at
+    each end of the range and around the interpreter's one-digit ints
+    (|x| < 2**30, which the extension reads without a call), and int
+    subclasses (bool) and values past int32 get the Python conversion's
+    rules (the same tokens or the same error)."""
+    import struct
+
+    values = [0, 1, -1, 2**30 - 1, 2**30, -(2**30) + 1, -(2**30), 2**31 - 1, -(2**31), 2**15, -(2**15)]
+    for seq in (values, tuple(values)):
+        addr, n, keep = kvcm._convert.tokens(seq, "tokens")
+        assert n == len(values)
+        got = list(struct.unpack(f"={n}i", ctypes.string_at(addr, 4 * n)))
+        del keep
+        assert got == values
+    addr, n, keep = kvcm._convert.tokens([True, 3], "tokens")
+    assert list(struct.unpack("=2i", ctypes.string_at(addr, 8))) == [1, 3]
+    del keep
+    for bad in (2**31, -(2**31) - 1, 2**64):
+        with pytest.raises(InvalidArgumentError, match=r"tokens\[1\]: .* is out of range for int32_t"):
+            kvcm._convert.tokens([1, bad], "tokens")
+
+
 def test_numpy_non_int32_tokens():
     """numpy float arrays are refused; an int64 array out of int32 range too."""
     np = pytest.importorskip("numpy")

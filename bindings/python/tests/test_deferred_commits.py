@@ -69,6 +69,13 @@ def _same_error(f_subject, f_reference):
     return errs[0]
 
 
+@pytest.fixture(autouse=True)
+def _both_backends(backend):
+    """Every rule here holds through the compiled extension (its CacheStep:
+    the decode step in C) and through the ctypes path alike."""
+    return backend
+
+
 @pytest.fixture
 def pair():
     got = _pair(small_config())
@@ -192,6 +199,115 @@ def test_errors_are_raised_by_the_call_that_causes_them(pair):
     err = _same_error(lambda: c.commit([9]), lambda: r.commit([9]))
     assert err is not None and err[0] is InvalidStateError
     assert _observe(m, c) == _observe(mr, r)
+
+
+def test_the_caches_methods_keep_their_rules_for_every_call_form(pair, backend):
+    """Rule: a cache's resize and commit (on the extension path the
+    compiled step's, which the cache installs as its own) give what the
+    class's methods give for every call form: keywords, None, too many
+    arguments and bad values get the same result or error (class and
+    message) as on a cache that never defers, and leave the two alike."""
+    (m, _, c), (mr, _, r) = pair
+    from kvcm import _native
+
+    assert (c.resize.__self__ is c._st) == (backend == "extension" and _native._ext is not None)
+    n = c.num_committed_tokens
+    calls = [
+        lambda x: x.resize(capacity=n + 4, history_length=n + 1),
+        lambda x: x.resize(None, n + 2),
+        lambda x: x.resize(n + 4),
+        lambda x: x.resize(n + 4, None),
+        lambda x: x.resize("x"),
+        lambda x: x.resize(n + 4, -1),
+        lambda x: x.resize(-1),
+        lambda x: x.resize(2**70),
+        lambda x: x.resize(True, n + 2),
+        lambda x: x.resize(n + 4, n + 2, 5),
+        lambda x: x.resize(),
+        lambda x: x.commit(accepted_input_tokens=[7]),
+        lambda x: x.commit([8], None, False),
+        lambda x: x.commit((9,)),
+        lambda x: x.commit([True]),
+        lambda x: x.commit([]),
+        lambda x: x.commit(),
+        lambda x: x.resize(n + 400000, n + 4),
+    ]
+    def outcome(call, cache):
+        try:
+            return "returned", call(cache)
+        except Exception as e:  # noqa: BLE001 - compared below
+            return type(e), str(e)
+
+    got = []
+    for call in calls:
+        got.append(outcome(call, c))
+        assert got[-1] == outcome(call, r)
+        assert _observe(m, c) == _observe(mr, r)
+    assert got[-1] == ("returned", False), "a resize past the pages returns False"
+
+
+def test_a_resize_keeps_the_statistics_mark_of_a_cache_with_an_id():
+    """Rule: a cache with an id, on a manager with statistics, has its id
+    marked dirty after every resize that leaves it pending statistics, and
+    only then, however its resize runs (a marked id stays marked without a
+    library query; the extension's step resizes a marked cache in C):
+    after commit_pending_stats the mark is back with the next resize that
+    allocates a block, not with one that allocates none; with its id set to
+    None, none."""
+    m = KVCacheManager(small_config(), device="emu")
+    try:
+        s = m.create_stream()
+        c = m.create_kv_cache(input_tokens=PROMPT, id=7)
+        assert c.resume(s)
+        n = len(PROMPT)
+        assert c.resize(n, n)
+        assert m.get_dirty_stats_kv_cache_ids() == {7}
+        for k in range(1, 4):
+            assert c.resize(n + k, n + k)
+            assert m.get_dirty_stats_kv_cache_ids() == {7}, "a marked id stays marked"
+        c.commit_pending_stats()
+        assert m.get_dirty_stats_kv_cache_ids() == set()
+        assert c.resize(n + 4, n + 3), "no new block"
+        assert m.get_dirty_stats_kv_cache_ids() == set(), "nothing pending: no mark"
+        assert c.resize(n + 8, n + 4), "a new block"
+        assert m.get_dirty_stats_kv_cache_ids() == {7}
+        c.commit_pending_stats()
+        assert m.get_dirty_stats_kv_cache_ids() == set()
+        c.id = None
+        assert c.resize(n + 12, n + 5)
+        assert m.get_dirty_stats_kv_cache_ids() == set(), "no id: no mark"
+        c.close()
+    finally:
+        m.close()
+
+
+def test_a_cache_in_a_cycle_through_its_id_is_collected():
+    """Rule: a cache unreachable but for a reference cycle through its
+    statistics id (a request object holding its cache) is collected and
+    closed by the garbage collector, its step state included."""
+    import gc
+    import weakref
+
+    class Request:
+        pass
+
+    m = KVCacheManager(small_config(), device="emu")
+    try:
+        s = m.create_stream()
+        c = m.create_kv_cache(input_tokens=PROMPT)
+        assert c.resume(s)
+        req = Request()
+        req.cache, c.id = c, req
+        assert c.resize(len(PROMPT) + 4, len(PROMPT))
+        c.commit_pending_stats()  # the manager's dirty mark holds the id until then
+        assert m.get_dirty_stats_kv_cache_ids() == set()
+        gone = weakref.ref(c)
+        del c, req
+        gc.collect()
+        assert gone() is None
+        assert m.num_open_caches() == 0, "its finalizer closed it"
+    finally:
+        m.close()
 
 
 def test_is_end_is_never_deferred(pair):

@@ -345,6 +345,37 @@ static inline PyObject *kx_cstr_result(const char *s)
 
 /* ---- Token sequences (kvcm._convert.tokens) ---- */
 
+/* An exact int in int32 range as a token: 1, else 0 (nothing raised). The
+ * ints of one digit (|x| < 2**30 on CPython's 30-bit digits) are read
+ * without a call: through the unstable compact-int API from Python 3.12,
+ * from the object's digits on 3.11 (its layout there); a call otherwise. */
+static inline int kx_token_of(PyObject *item, kvcm_token *out)
+{
+    if (!PyLong_CheckExact(item))
+        return 0;
+#if PY_VERSION_HEX >= 0x030C0000
+    if (PyUnstable_Long_IsCompact((PyLongObject *)item)) {
+        Py_ssize_t v = PyUnstable_Long_CompactValue((PyLongObject *)item);
+        if (v < INT32_MIN || v > INT32_MAX)
+            return 0;
+        *out = (kvcm_token)v;
+        return 1;
+    }
+#elif PY_VERSION_HEX >= 0x030B0000 && PYLONG_BITS_IN_DIGIT == 30
+    Py_ssize_t size = Py_SIZE(item);
+    if (size >= -1 && size <= 1) {
+        *out = (kvcm_token)(size * (long)((PyLongObject *)item)->ob_digit[0]);
+        return 1;
+    }
+#endif
+    int overflow;
+    long x = PyLong_AsLongAndOverflow(item, &overflow);
+    if (overflow || x < INT32_MIN || x > INT32_MAX)
+        return 0;
+    *out = (kvcm_token)x;
+    return 1;
+}
+
 static PyObject *kx_tokens_result(PyObject *addr, Py_ssize_t n, PyObject *keep)
 {
     PyObject *t = PyTuple_New(3);
@@ -385,8 +416,8 @@ static int kx_native_int32_format(const char *f)
 
 /* tokens(value, name="tokens") -> (address or None, count, keep), as
  * kvcm._convert's Python conversion returns them. In C: an exact list or
- * tuple of exact ints in int32 range (packed into a bytes object, passed as
- * the address) and a writable C-contiguous one-dimensional buffer of native
+ * tuple of exact ints in int32 range (packed into a bytes object, keep,
+ * whose data's address is returned) and a writable C-contiguous one-dimensional buffer of native
  * int32s (passed by address; keep is a memoryview, so that the owner cannot
  * be resized during the call). Anything else, and every error, goes to the
  * Python conversion, which takes or refuses it with the same messages. */
@@ -415,18 +446,11 @@ static PyObject *kx_tokens(PyObject *module, PyObject *const *args, Py_ssize_t n
         PyObject **items = PySequence_Fast_ITEMS(v);
         Py_ssize_t k;
         for (k = 0; k < n; k++) {
-            PyObject *item = items[k];
-            int overflow;
-            long x;
-            if (!PyLong_CheckExact(item))
+            if (!kx_token_of(items[k], &d[k]))
                 break;
-            x = PyLong_AsLongAndOverflow(item, &overflow);
-            if (overflow || x < INT32_MIN || x > INT32_MAX)
-                break;
-            d[k] = (kvcm_token)x;
         }
         if (k == n)
-            return kx_tokens_result(Py_NewRef(b), n, b);
+            return kx_tokens_result(PyLong_FromVoidPtr(d), n, b);
         Py_DECREF(b);
     } else if (!PyBytes_Check(v) && !PyByteArray_Check(v) && PyObject_CheckBuffer(v)) {
         PyObject *mv = PyMemoryView_FromObject(v);
@@ -1114,6 +1138,13 @@ static const size_t kx_slot_offsets[] = {
     offsetof(kvcm_api, widget_take_strips)
 };
 
+/* No CacheStep type: the ABI has no kvcm_kv_cache_resize with a fast path. */
+static int kx_add_types(PyObject *module)
+{
+    (void)module;
+    return 0;
+}
+
 /* bind(name, parameter_names) -> the builtin function of name; its errors
  * name the parameters as parameter_names (a tuple of str, one a
  * parameter). KeyError when name has no fast path. */
@@ -1221,5 +1252,8 @@ PyMODINIT_FUNC PyInit__kvcm_ext(void)
 {
     if (kx_check_ctypes() < 0)
         return NULL;
-    return PyModule_Create(&kx_module);
+    PyObject *module = PyModule_Create(&kx_module);
+    if (module && kx_add_types(module) < 0)
+        Py_CLEAR(module);
+    return module;
 }
