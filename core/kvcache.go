@@ -86,6 +86,13 @@ type CacheOptions struct {
 	// len(InputTokens), and without input tokens no growth counts as
 	// generation. It changes no allocation or reuse.
 	ExpectedPromptLength *int
+	// FreshHeadBlocks, if positive, is a reuse plan that leaves the first
+	// blocks of the cached prefix to the engine: the cache reuses the
+	// matched prefix's blocks from FreshHeadBlocks on and gets fresh GPU
+	// pages for those before, which the engine computes while the reused
+	// tail comes up from colder levels. History and commit rules are in
+	// freshhead.go; FreshHeadTokens says what the cache got.
+	FreshHeadBlocks int
 }
 
 // cacheBlock is one block of a cache: beam 0's page per lifecycle (nil where
@@ -186,6 +193,12 @@ type KVCache struct {
 	stopState *page
 	// diag is the reuse match's diagnostics at creation.
 	diag ReuseDiagnostics
+	// head is the fresh head's end (tokens) while its commit is owed, 0
+	// otherwise; headInput its input tokens; freshHead the head it was
+	// created with (see freshhead.go).
+	head      int
+	headInput []config.Token
+	freshHead int
 }
 
 // ReuseDiagnostics says how a cache's reuse was cut at creation
@@ -245,12 +258,18 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	case promptLen == 0:
 		promptLen = -1
 	}
+	if err := m.checkFreshHead(&opts); err != nil {
+		return nil, err
+	}
 	m.settle()
 	if fetched != nil {
 		m.onboardShared(fetched)
 	}
 	tpb := m.cfg.TokensPerBlock
 	mt := m.findMatch(opts.Scope, input, opts.InputDigests)
+	if opts.FreshHeadBlocks > 0 {
+		mt.partial, mt.partLen = nil, 0
+	}
 	// Its pages come from the tree, which holds no lost page.
 	c := &KVCache{m: m, scope: opts.Scope, priority: opts.Priority, seenLosses: m.losses, textOnly: opts.TextOnly || m.cfg.TextOnly}
 	m.nextID++
@@ -279,6 +298,8 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 		c.ssm, c.ssmShared = snap, true
 		m.ref(snap, false)
 	}
+	head := c.takeFreshHead(&mt, opts.FreshHeadBlocks, input)
+	full = len(mt.path) * tpb
 	if mt.partial != nil {
 		if pages := m.copyPartial(mt.partial); pages != nil {
 			copy(c.addBlock(nil).pages, pages)
@@ -301,9 +322,12 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	c.tail = append(make([]config.Token, 0, tpb), input[full:reused]...)
 	c.tailDigests = blockhash.DigestsIn(opts.InputDigests, full, reused)
 	c.committed = reused
+	if head > 0 {
+		c.committed = 0
+	}
 	c.history, c.capacity, c.reused = reused, reused, reused
 	c.chain = m.root(opts.Scope)
-	if len(mt.path) > 0 {
+	if len(mt.path) > 0 && head == 0 {
 		c.chain = mt.path[len(mt.path)-1]
 	}
 	c.chain.users++
@@ -312,8 +336,16 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	c.scratchOn = m.cfg.EnableSwaScratchReuse()
 	c.sampleCreate()
 	c.diag = ReuseDiagnostics{ContentTokens: mt.contentBlocks*tpb + mt.contentPart, AttentionTokens: mt.usableBlocks*tpb + mt.attentionPart}
-	c.stats = m.stats.onCreate(len(opts.InputTokens)/tpb, len(mt.path), mt.partLen > 0)
-	m.onCreatePages(c, mt, len(opts.InputTokens))
+	c.stats = m.stats.onCreate(len(opts.InputTokens)/tpb, len(mt.path)-head, mt.partLen > 0)
+	m.onCreatePages(c, mt, head, len(opts.InputTokens))
+	if head > 0 {
+		c.stats.add(m.stats.onAllocate(head))
+		perLC := m.perLCScratch()
+		for lc := range perLC {
+			perLC[lc] = head
+		}
+		c.onAllocatePages(perLC, false)
+	}
 	if m.lt.SSM >= 0 {
 		c.pendingSsm.onLookup(len(opts.InputTokens), reused, tpb)
 	}
@@ -1241,6 +1273,10 @@ func (c *KVCache) commit(tokens []config.Token, digests []blockhash.DigestAt, pa
 	case c.committed+len(tokens) > c.capacity:
 		return argErr("tokens", "committing %d tokens after %d would pass capacity %d",
 			len(tokens), c.committed, c.capacity)
+	case c.head > 0:
+		if err := c.checkHeadCommit(tokens, len(digests), parents != nil); err != nil {
+			return err
+		}
 	case m.lt.SSM >= 0 && len(tokens) > 0 && c.committed != c.history && c.committed+len(tokens) != c.history:
 		// The one SSM state is at the history length (or, for a commit from
 		// there, at its end once the stream's work is done): a commit ending
@@ -1381,6 +1417,9 @@ func (c *KVCache) commit(tokens []config.Token, digests []blockhash.DigestAt, pa
 	c.committed += len(tokens)
 	if full > first && c.committed%tpb == 0 {
 		c.snapshotSsm()
+	}
+	if c.head > 0 && c.committed == c.head {
+		c.joinTail()
 	}
 	if history > c.history {
 		for _, p := range dropScratch {
