@@ -55,7 +55,8 @@ const (
 	TiersGridSeeds     = 5
 	TiersGridPolicies  = "fcfs,fcfs@tiered,aged:64@tiered,fcfs@tiered+prefetch+qevict," +
 		"aged:64@tiered+prefetch+qevict,aged:64@tiered+prefetch+qevict+recompute," +
-		"fcfs@tiered+reuse,aged:64@tiered+prefetch+qevict+reuse"
+		"fcfs@tiered+reuse,aged:64@tiered+prefetch+qevict+reuse," +
+		"fcfs@tiered+reuse+overlap,aged:64@tiered+prefetch+qevict+reuse+overlap"
 )
 
 // Register defines the flags on fs.
