@@ -586,6 +586,12 @@ func fromCKVCacheOptions(c *C.kvcm_kv_cache_options, name string) (abimodel.KVCa
 	if C.kvcm__has_kv_cache_options_text_only(c) != 0 {
 		out.TextOnly = bool(c.text_only)
 	}
+	if C.kvcm__has_kv_cache_options_fresh_blocks(c) != 0 {
+		out.FreshBlocks = int(c.fresh_blocks)
+	}
+	if C.kvcm__has_kv_cache_options_fresh_from_block(c) != 0 {
+		out.FreshFromBlock = int(c.fresh_from_block)
+	}
 	return out, nil
 }
 

@@ -1025,6 +1025,41 @@ func kvcm_kv_cache_get_committed_tokens(cache C.kvcm_kv_cache, tokens *C.kvcm_to
 	}))
 }
 
+// kvcm_kv_cache_get_fresh_range is the export of kvcm_kv_cache_get_fresh_range (ABI version 2).
+//
+//export kvcm_kv_cache_get_fresh_range
+func kvcm_kv_cache_get_fresh_range(cache C.kvcm_kv_cache, from *C.int64_t, to *C.int64_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_get_fresh_range"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if from != nil {
+		*from = 0
+	}
+	if to != nil {
+		*to = 0
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if from == nil {
+		return argStatus(kvcmFn, "from", "must not be NULL")
+	}
+	if to == nil {
+		return argStatus(kvcmFn, "to", "must not be NULL")
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	fromOut, toOut := cacheObj.Core().FreshRange()
+	*from = C.int64_t(fromOut)
+	*to = C.int64_t(toOut)
+	return nil
+}
+
 // kvcm_kv_cache_get_history_length is the export of kvcm_kv_cache_get_history_length (ABI version 1).
 //
 //export kvcm_kv_cache_get_history_length

@@ -39,7 +39,7 @@ extern kvcm_status* kvcm__go_stream_enqueue_host_func(kvcm_stream stream, kvcm_h
 #define KVCM__CP_MANAGER_BACKED_OPTIONS_SIZE_V1 48
 #define KVCM__CP_MANAGER_BACKED_OPTIONS_SIZE_V2 49
 #define KVCM__KV_CACHE_OPTIONS_SIZE_V1 80
-#define KVCM__KV_CACHE_OPTIONS_SIZE_V2 145
+#define KVCM__KV_CACHE_OPTIONS_SIZE_V2 168
 #define KVCM__MANAGER_CONFIG_SIZE_V1 112
 #define KVCM__MANAGER_CONFIG_SIZE_V2 264
 
@@ -54,6 +54,8 @@ static inline int kvcm__has_kv_cache_options_num_input_digests(const kvcm_kv_cac
 static inline int kvcm__has_kv_cache_options_input_digest_bytes(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, input_digest_bytes) + sizeof(p->input_digest_bytes); }
 static inline int kvcm__has_kv_cache_options_input_digest_bytes_len(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, input_digest_bytes_len) + sizeof(p->input_digest_bytes_len); }
 static inline int kvcm__has_kv_cache_options_text_only(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, text_only) + sizeof(p->text_only); }
+static inline int kvcm__has_kv_cache_options_fresh_blocks(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, fresh_blocks) + sizeof(p->fresh_blocks); }
+static inline int kvcm__has_kv_cache_options_fresh_from_block(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, fresh_from_block) + sizeof(p->fresh_from_block); }
 static inline int kvcm__has_manager_config_reuse_match_backoff(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, reuse_match_backoff) + sizeof(p->reuse_match_backoff); }
 static inline int kvcm__has_manager_config_text_only(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, text_only) + sizeof(p->text_only); }
 static inline int kvcm__has_manager_config_commit_min_snapshot(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, commit_min_snapshot) + sizeof(p->commit_min_snapshot); }

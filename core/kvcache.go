@@ -86,6 +86,14 @@ type CacheOptions struct {
 	// len(InputTokens), and without input tokens no growth counts as
 	// generation. It changes no allocation or reuse.
 	ExpectedPromptLength *int
+	// FreshBlocks, if positive, is a reuse plan that leaves a run of the
+	// cached prefix's blocks to the engine: the cache reuses the matched
+	// prefix but its FreshBlocks blocks from block FreshFromBlock on, and
+	// gets fresh GPU pages for those, which the engine computes while the
+	// reused tail after them comes up from colder levels. History and
+	// commit rules are in freshrun.go; FreshRange says what the cache got.
+	FreshBlocks    int
+	FreshFromBlock int
 }
 
 // cacheBlock is one block of a cache: beam 0's page per lifecycle (nil where
@@ -186,6 +194,12 @@ type KVCache struct {
 	stopState *page
 	// diag is the reuse match's diagnostics at creation.
 	diag ReuseDiagnostics
+	// freshFrom and freshTo are the fresh run's tokens (see freshrun.go);
+	// owed: its commit is still to come; freshInput its input tokens
+	// while owed.
+	freshFrom, freshTo int
+	owed               bool
+	freshInput         []config.Token
 }
 
 // ReuseDiagnostics says how a cache's reuse was cut at creation
@@ -252,12 +266,18 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	case promptLen == 0:
 		promptLen = -1
 	}
+	if err := m.checkFreshRun(&opts); err != nil {
+		return nil, err
+	}
 	m.settle()
 	if fetched != nil {
 		m.onboardShared(fetched)
 	}
 	tpb := m.cfg.TokensPerBlock
 	mt := m.findMatch(opts.Scope, input, opts.InputDigests)
+	if opts.FreshBlocks > 0 {
+		mt.partial, mt.partLen = nil, 0
+	}
 	// Its pages come from the tree, which holds no lost page.
 	c := &KVCache{m: m, scope: opts.Scope, priority: opts.Priority, seenLosses: m.losses, textOnly: opts.TextOnly || m.cfg.TextOnly}
 	m.nextID++
@@ -288,6 +308,8 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 		c.ssm, c.ssmShared = snap, true
 		m.ref(snap, false)
 	}
+	fresh := c.takeFreshRun(&mt, opts.FreshFromBlock, opts.FreshBlocks, input)
+	full = len(mt.path) * tpb
 	if mt.partial != nil {
 		if pages := m.copyPartial(mt.partial); pages != nil {
 			copy(c.addBlock(nil).pages, pages)
@@ -310,9 +332,15 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	c.tail = append(make([]config.Token, 0, tpb), input[full:reused]...)
 	c.tailDigests = blockhash.DigestsIn(opts.InputDigests, full, reused)
 	c.committed = reused
+	if fresh > 0 {
+		c.committed = c.freshFrom
+	}
 	c.history, c.capacity, c.reused = reused, reused, reused
 	c.chain = m.root(opts.Scope)
-	if len(mt.path) > 0 {
+	switch {
+	case fresh > 0 && opts.FreshFromBlock > 0:
+		c.chain = mt.path[opts.FreshFromBlock-1]
+	case fresh == 0 && len(mt.path) > 0:
 		c.chain = mt.path[len(mt.path)-1]
 	}
 	c.chain.users++
@@ -321,8 +349,16 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	c.scratchOn = m.cfg.EnableSwaScratchReuse()
 	c.sampleCreate()
 	c.diag = ReuseDiagnostics{ContentTokens: mt.contentBlocks*tpb + mt.contentPart, AttentionTokens: mt.usableBlocks*tpb + mt.attentionPart}
-	c.stats = m.stats.onCreate(len(opts.InputTokens)/tpb, len(mt.path), mt.partLen > 0)
-	m.onCreatePages(c, mt, len(opts.InputTokens))
+	c.stats = m.stats.onCreate(len(opts.InputTokens)/tpb, len(mt.path)-fresh, mt.partLen > 0)
+	m.onCreatePages(c, mt, c.freshFrom/tpb, fresh, len(opts.InputTokens))
+	if fresh > 0 {
+		c.stats.add(m.stats.onAllocate(fresh))
+		perLC := m.perLCScratch()
+		for lc := range perLC {
+			perLC[lc] = fresh
+		}
+		c.onAllocatePages(perLC, false)
+	}
 	if m.lt.SSM >= 0 {
 		c.pendingSsm.onLookup(len(opts.InputTokens), reused, tpb)
 	}
@@ -1306,6 +1342,10 @@ func (c *KVCache) commit(tokens []config.Token, digests []blockhash.DigestAt, pa
 	case c.committed+len(tokens) > c.capacity:
 		return argErr("tokens", "committing %d tokens after %d would pass capacity %d",
 			len(tokens), c.committed, c.capacity)
+	case c.owed:
+		if err := c.checkRunCommit(tokens, len(digests), parents != nil); err != nil {
+			return err
+		}
 	case m.lt.SSM >= 0 && len(tokens) > 0 && c.committed != c.history && c.committed+len(tokens) != c.history:
 		// The one SSM state is at the history length (or, for a commit from
 		// there, at its end once the stream's work is done): a commit ending
@@ -1446,6 +1486,9 @@ func (c *KVCache) commit(tokens []config.Token, digests []blockhash.DigestAt, pa
 	c.committed += len(tokens)
 	if full > first && c.committed%tpb == 0 {
 		c.snapshotSsm()
+	}
+	if c.owed && c.committed == c.freshTo {
+		c.joinTail()
 	}
 	if history > c.history {
 		for _, p := range dropScratch {

@@ -226,11 +226,15 @@ func (s *statCounters) onAllocate(newBlocks int) BlockStats {
 // (the shared pages and its private partial copy, made from GPU pages) and
 // the pages its full input blocks need beyond those shared. A reused block's
 // tokens count at the coldest level of its pages, the partial tokens at the
-// GPU level.
-func (m *Manager) onCreatePages(c *KVCache, mt match, inputTokens int) {
+// GPU level. The k blocks of the path from block from are a fresh run's
+// (see freshrun.go): computed, not reused.
+func (m *Manager) onCreatePages(c *KVCache, mt match, from, k, inputTokens int) {
 	s, lt, tpb := &m.stats, m.lt, m.cfg.TokensPerBlock
 	inputBlocks := inputTokens / tpb
 	for b := range mt.path {
+		if b >= from && b < from+k {
+			continue
+		}
 		coldest := 0
 		for lc, p := range c.blocks[b].pages {
 			if p == nil {
@@ -248,6 +252,9 @@ func (m *Manager) onCreatePages(c *KVCache, mt match, inputTokens int) {
 	for lc := range s.lc {
 		full := int64(0)
 		for b := range mt.path {
+			if b >= from && b < from+k {
+				continue
+			}
 			if c.blocks[b].pages[lc] != nil {
 				full++
 			}

@@ -93,6 +93,23 @@ type KVCacheOptions struct {
 	// commits (KVCacheManagerV2's text_only); the manager's text_only does
 	// so for every cache.
 	TextOnly bool `since:"2"`
+	// FreshBlocks, when positive, is a reuse plan that leaves a run of the
+	// cached prefix to the engine (a fresh run): the cache reuses the
+	// matched prefix but its fresh_blocks blocks from block
+	// fresh_from_block on, which get fresh GPU pages for the engine to
+	// compute while the reused blocks after them come up from colder
+	// levels. The history length and reused tokens are the whole matched
+	// prefix; the committed tokens end at the run's start until the engine
+	// commits the run's tokens (nothing else), and the commit completing it
+	// jumps to the matched prefix's end. A run the GPU has no room for
+	// leaves the whole prefix reused; one reaching the match's end is a cut
+	// there. Not with SSM layers, sliding windows or digests
+	// (KVCM_ERR_INVALID_ARGUMENT). kvcm_kv_cache_get_fresh_range says what
+	// the cache got.
+	FreshBlocks int64 `since:"2"`
+	// FreshFromBlock is the fresh run's first block (0: the prompt's
+	// first); set only with fresh_blocks.
+	FreshFromBlock int64 `since:"2"`
 }
 
 // KVCacheCreate creates a SUSPENDED KV cache holding the longest reusable
@@ -288,6 +305,18 @@ type KVCacheGetCommittedTokens func(cache KVCache, tokens spec.Out[Token], capac
 //kvcm:param cache in The cache.
 //kvcm:param out out,result Receives the count.
 type KVCacheGetReusedTokens func(cache KVCache, out spec.Out[int64]) *Status
+
+// KVCacheGetFreshRange returns the tokens [from, to) of the fresh run the
+// cache was created with (kvcm_kv_cache_options.fresh_blocks): from == to
+// for none.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:call Core().FreshRange
+//kvcm:param cache in The cache.
+//kvcm:param from out,result Receives the run's first token.
+//kvcm:param to out,result Receives the token after the run's last.
+type KVCacheGetFreshRange func(cache KVCache, from spec.Out[int64], to spec.Out[int64]) *Status
 
 // KVCacheGetBasePageIndices writes, for an ACTIVE cache, the GPU slot of each
 // block in a layer group (KVCM_BAD_PAGE_INDEX where the block has no page).

@@ -440,6 +440,10 @@
 //     kvcm_kv_cache_stop_committing), as KVCacheManagerV2 commits it, so
 //     other caches reuse it while it stays open; it was published at
 //     close (still the rule for a cache of several beams or not ACTIVE).
+//   - Fresh runs (issue 18): kvcm_kv_cache_options.fresh_blocks and
+//     fresh_from_block, a reuse plan that computes a run of the cached
+//     prefix while the blocks after it are onboarded, and
+//     kvcm_kv_cache_get_fresh_range.
 //
 // Behaviour that changed for C users while ABI version 1 was unreleased
 // (no function, struct or constant changed):

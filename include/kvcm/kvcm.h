@@ -1497,6 +1497,27 @@ struct kvcm_kv_cache_options {
      * so for every cache. (since ABI version 2)
      */
     bool text_only;
+    /**
+     * fresh_blocks, when positive, is a reuse plan that leaves a run of the
+     * cached prefix to the engine (a fresh run): the cache reuses the
+     * matched prefix but its fresh_blocks blocks from block
+     * fresh_from_block on, which get fresh GPU pages for the engine to
+     * compute while the reused blocks after them come up from colder
+     * levels. The history length and reused tokens are the whole matched
+     * prefix; the committed tokens end at the run's start until the engine
+     * commits the run's tokens (nothing else), and the commit completing it
+     * jumps to the matched prefix's end. A run the GPU has no room for
+     * leaves the whole prefix reused; one reaching the match's end is a cut
+     * there. Not with SSM layers, sliding windows or digests
+     * (KVCM_ERR_INVALID_ARGUMENT). kvcm_kv_cache_get_fresh_range says what
+     * the cache got. (since ABI version 2)
+     */
+    int64_t fresh_blocks;
+    /**
+     * fresh_from_block is the fresh run's first block (0: the prompt's
+     * first); set only with fresh_blocks. (since ABI version 2)
+     */
+    int64_t fresh_from_block;
 };
 
 /** Initializer of a kvcm_kv_cache_options: struct_size and abi_version set, every other field zero. */
@@ -2936,6 +2957,21 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_committed_digests(kvcm_
  * @since ABI version 2.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_committed_tokens(kvcm_kv_cache cache, kvcm_token* tokens, size_t capacity, size_t* needed);
+
+/**
+ * kvcm_kv_cache_get_fresh_range returns the tokens [from, to) of the fresh run the
+ * cache was created with (kvcm_kv_cache_options.fresh_blocks): from == to
+ * for none.
+ *
+ * @param cache [in] The cache.
+ * @param from [out] Receives the run's first token.
+ * @param to [out] Receives the token after the run's last.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_fresh_range(kvcm_kv_cache cache, int64_t* from, int64_t* to);
 
 /**
  * kvcm_kv_cache_get_history_length returns how many tokens have their KV computed.
@@ -4511,6 +4547,8 @@ struct kvcm_api {
     kvcm_status* (*kv_cache_get_committed_digests)(kvcm_kv_cache cache, size_t* positions, uint8_t* digest_bytes, size_t capacity, size_t* needed);
     /** kvcm_kv_cache_get_committed_tokens (since ABI version 2). */
     kvcm_status* (*kv_cache_get_committed_tokens)(kvcm_kv_cache cache, kvcm_token* tokens, size_t capacity, size_t* needed);
+    /** kvcm_kv_cache_get_fresh_range (since ABI version 2). */
+    kvcm_status* (*kv_cache_get_fresh_range)(kvcm_kv_cache cache, int64_t* from, int64_t* to);
     /** kvcm_kv_cache_get_reuse_diagnostics (since ABI version 2). */
     kvcm_status* (*kv_cache_get_reuse_diagnostics)(kvcm_kv_cache cache, kvcm_reuse_diagnostics* out);
     /** kvcm_kv_cache_get_scratch_desc (since ABI version 2). */
@@ -4733,7 +4771,7 @@ KVCM_STATIC_ASSERT(sizeof(kvcm_expanded_buffer) == 16, "layout of kvcm_expanded_
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_expanded_buffer) == 8, "alignment of kvcm_expanded_buffer changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_expanded_buffer, buffer) == 0, "layout of kvcm_expanded_buffer changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_expanded_buffer, expansion) == 8, "layout of kvcm_expanded_buffer changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_kv_cache_options) == 152, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_kv_cache_options) == 168, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_kv_cache_options) == 8, "alignment of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, struct_size) == 0, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, abi_version) == 4, "layout of kvcm_kv_cache_options changed");
@@ -4753,6 +4791,8 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, num_input_digests) == 120, "l
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, input_digest_bytes) == 128, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, input_digest_bytes_len) == 136, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, text_only) == 144, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, fresh_blocks) == 152, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, fresh_from_block) == 160, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_layer_group_iteration_stats) == 128, "layout of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_layer_group_iteration_stats) == 8, "alignment of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, layer_group) == 0, "layout of kvcm_layer_group_iteration_stats changed");
@@ -4930,7 +4970,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, reused_tokens) ==
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, unreused_tokens) == 40, "layout of kvcm_ssm_snapshot_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, aligned_snapshot_hits) == 48, "layout of kvcm_ssm_snapshot_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, unaligned_snapshot_hits) == 56, "layout of kvcm_ssm_snapshot_iteration_stats changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 944, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 952, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
@@ -5013,44 +5053,45 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_beam_width) == 608, "layout o
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_cached_tokens_by_level) == 616, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_digests) == 624, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_tokens) == 632, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_reuse_diagnostics) == 640, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_scratch_desc) == 648, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_ssm_block_base_index) == 656, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 664, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_swa_scratch_reuse) == 672, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_has_scratch_slots) == 680, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_plan_committed_block_drop) == 688, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_beam_width) == 696, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 704, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_swa_scratch_reuse) == 712, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_adjust) == 720, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clamp_max_seq_len_for_mem) == 728, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 736, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 744, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events_digests) == 752, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_flush_shared) == 760, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_aggregated_pages) == 768, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 776, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 784, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 792, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 800, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_ssm_snapshot_iteration_stats) == 808, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 816, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_converter) == 824, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_upper_bound) == 832, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_stride) == 840, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_scratch_pages_per_block) == 848, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_shared_level) == 856, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_shared_stats) == 864, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_need_adjustment) == 872, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 880, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key_digests) == 888, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_digests) == 896, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_pages) == 904, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 912, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_set_block_priorities) == 920, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_destroy) == 928, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_drop) == 936, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_fresh_range) == 640, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_reuse_diagnostics) == 648, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_scratch_desc) == 656, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_ssm_block_base_index) == 664, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 672, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_swa_scratch_reuse) == 680, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_has_scratch_slots) == 688, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_plan_committed_block_drop) == 696, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_beam_width) == 704, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 712, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_swa_scratch_reuse) == 720, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_adjust) == 728, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clamp_max_seq_len_for_mem) == 736, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 744, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 752, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events_digests) == 760, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_flush_shared) == 768, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_aggregated_pages) == 776, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 784, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 792, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 800, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 808, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_ssm_snapshot_iteration_stats) == 816, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 824, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_converter) == 832, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_upper_bound) == 840, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_stride) == 848, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_scratch_pages_per_block) == 856, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_shared_level) == 864, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_shared_stats) == 872, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_need_adjustment) == 880, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 888, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key_digests) == 896, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_digests) == 904, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_pages) == 912, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 920, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_set_block_priorities) == 928, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_destroy) == 936, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_drop) == 944, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus

@@ -55,7 +55,8 @@ const (
 	TiersGridSeeds     = 5
 	TiersGridPolicies  = "fcfs,fcfs@tiered,aged:64@tiered,fcfs@tiered+prefetch+qevict," +
 		"aged:64@tiered+prefetch+qevict,aged:64@tiered+prefetch+qevict+recompute," +
-		"fcfs@tiered+reuse,aged:64@tiered+prefetch+qevict+reuse"
+		"fcfs@tiered+reuse,aged:64@tiered+prefetch+qevict+reuse," +
+		"fcfs@tiered+reuse+overlap,aged:64@tiered+prefetch+qevict+reuse+overlap"
 )
 
 // Register defines the flags on fs.
@@ -64,7 +65,7 @@ func (c *CLI) Register(fs *flag.FlagSet) {
 	c.fs = fs
 	d := c.opts.Cost
 	fs.StringVar(&c.workloads, "workloads", "w2:0.8:0.25,w5", "comma-separated workloads: w1, w2:ALPHA:CAPACITY (Zipf alpha, capacity as a fraction of the distinct-prefix footprint), w4, w5, rag")
-	fs.StringVar(&c.policies, "policies", DefaultPolicies, "comma-separated policies: fcfs, lpm[:scancap], klpm:K[:scancap], window:N, aged:N[:f], resort; each may end in @gpu (the default) or @tiered (host and disk levels, --host-capacity, --disk-capacity), then, in this order, +prefetch (tiered only), +qevict (queue-aware eviction), +reuse (reuse-aware eviction: blocks nobody reused go first, popular ones last) and +recompute (tiered only: recompute a cold prefix where reading it would take longer, counting the delay to others), e.g. aged:64@tiered+prefetch+qevict")
+	fs.StringVar(&c.policies, "policies", DefaultPolicies, "comma-separated policies: fcfs, lpm[:scancap], klpm:K[:scancap], window:N, aged:N[:f], resort; each may end in @gpu (the default) or @tiered (host and disk levels, --host-capacity, --disk-capacity), then, in this order, +prefetch (tiered only), +qevict (queue-aware eviction), +reuse (reuse-aware eviction: blocks nobody reused go first, popular ones last), then +overlap (tiered only: recompute a run of a cold prefix on the GPU while the blocks after it are read, the run sized so both finish together, counting the delay to others) or +recompute (tiered only: recompute a cold prefix where reading it would take longer, counting the delay to others), e.g. aged:64@tiered+prefetch+qevict")
 	fs.StringVar(&c.loads, "loads", "0.85,0.95", "comma-separated loads, as fractions of each workload's FCFS saturation throughput")
 	fs.IntVar(&c.seeds, "seeds", 3, "number of seeds (traces) per point")
 	fs.Uint64Var(&c.seedBase, "seed-base", 1, "first seed")

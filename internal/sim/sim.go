@@ -67,6 +67,13 @@ type Options struct {
 	// waiting for their first token (see engine.cheapestReuse), instead of
 	// always reading all of it.
 	Recompute bool
+	// Overlap lets admission recompute a run of a request's cached prefix
+	// on the GPU while the cold blocks after it come up from host or disk
+	// (the manager's fresh run, core.CacheOptions.FreshBlocks), the run
+	// chosen so that both finish together as far as the delay its prefill
+	// imposes on the others allows (see engine.overlapRun). It excludes
+	// Recompute.
+	Overlap bool
 	// selfCheck makes every step verify that running requests keep their
 	// pages on the GPU and their reservations covered (tests).
 	selfCheck bool
@@ -133,7 +140,8 @@ type Result struct {
 	BlockBytes float64
 	// Prefetched counts blocks prefetch brought to the GPU; Protected is
 	// the most blocks queue-aware eviction raised at once; Recomputed
-	// counts cached blocks admission chose to recompute rather than read.
+	// counts cached blocks admission chose to recompute rather than read
+	// (with Overlap, those of the fresh runs).
 	Prefetched int64
 	Recomputed int64
 	Protected  int
@@ -183,6 +191,21 @@ type job struct {
 	byLevel     [3]int
 	prefetched  int
 	bypass      int
+	// runFrom and runTo are the fresh run the request computes first
+	// (tokens; equal: none), prefixEnd the end of its cached prefix; inRun
+	// while the run is being computed.
+	runFrom, runTo int
+	prefixEnd      int
+	inRun          bool
+}
+
+// chunkEnd is where the request's next prefill chunk must stop: the end of
+// its fresh run while it computes one, of its prompt otherwise.
+func (j *job) chunkEnd() int {
+	if j.inRun {
+		return j.runTo
+	}
+	return j.p
 }
 
 type engine struct {
@@ -257,6 +280,8 @@ func Run(tr *Trace, opts Options) (*Result, error) {
 	case opts.ReuseEvict.On && !(opts.ReuseEvict.Limit >= 0 && opts.ReuseEvict.HalfLife >= 1):
 		return nil, fmt.Errorf("sim: reuse-aware eviction limit %v must not be negative and half-life %d at least 1",
 			opts.ReuseEvict.Limit, opts.ReuseEvict.HalfLife)
+	case opts.Overlap && (opts.Recompute || !opts.Tiers.On()):
+		return nil, errors.New("sim: overlap needs tiers and excludes recompute")
 	case opts.Prefetch.On && !(opts.Prefetch.Pages > 0 && opts.Prefetch.Pages <= 1 && opts.Prefetch.Horizon >= 0):
 		return nil, fmt.Errorf("sim: prefetch pages %v must be in (0, 1] and horizon %v not negative",
 			opts.Prefetch.Pages, opts.Prefetch.Horizon)
@@ -543,7 +568,7 @@ func (e *engine) step() {
 	}
 	for _, j := range e.running {
 		if j.phase == prefilling {
-			j.chunk = min(j.p-j.computed, e.budget)
+			j.chunk = min(j.chunkEnd()-j.computed, e.budget)
 			e.budget -= j.chunk
 		}
 	}
@@ -619,6 +644,10 @@ func (e *engine) step() {
 				break
 			}
 			j.computed += j.chunk
+			if j.inRun && j.computed == j.runTo {
+				e.endRun(j)
+				break
+			}
 			if j.computed == j.p {
 				j.phase, j.firstT, j.generated = decoding, e.t, 1
 				j.full = append(j.prompt, j.req.OutputTokens()...)
@@ -651,7 +680,12 @@ func (e *engine) commit(j *job) {
 	if src == nil {
 		src = j.prompt
 	}
-	if err := j.cache.Resize(j.capBlocks*e.tpb, j.computed); err != nil {
+	history := j.computed
+	if j.inRun {
+		// The cache's history is its whole cached prefix already.
+		history = -1
+	}
+	if err := j.cache.Resize(j.capBlocks*e.tpb, history); err != nil {
 		e.fail(err)
 		return
 	}
@@ -695,25 +729,42 @@ func (e *engine) offer(id string) bool {
 			input = j.prompt[:cut*e.tpb]
 		}
 	}
-	unpinned := 0
-	for _, k := range j.chain[:reused] {
-		if e.cached[k] == 0 && e.pins[k] == 0 {
-			unpinned++
+	opts := core.CacheOptions{InputTokens: input}
+	runFrom, runTo := 0, 0
+	if e.opts.Overlap && byLevel[1]+byLevel[2] > 0 {
+		if f, k := e.overlapRun(j, reused); k > 0 {
+			runFrom, runTo = f, f+k
+			opts.FreshFromBlock, opts.FreshBlocks = f, k
 		}
 	}
-	// Blocks on cold levels come to the GPU at Resume: they need pages now.
-	need := j.totalBlocks - byLevel[0]
+	inRun := func(b int) bool { return b >= runFrom && b < runTo }
+	for b := runFrom; b < runTo; b++ {
+		byLevel[e.cached[j.chain[b]]]--
+	}
+	unpinned, gpuKept := 0, 0
+	for b, k := range j.chain[:reused] {
+		if e.cached[k] == 0 && !inRun(b) {
+			gpuKept++
+			if e.pins[k] == 0 {
+				unpinned++
+			}
+		}
+	}
+	// Blocks on cold levels come to the GPU at Resume and a fresh run's
+	// get new pages: they need pages now.
+	need := j.totalBlocks - gpuKept
 	if e.available()-e.outstanding-unpinned < need {
 		return false
 	}
-	c, err := e.tracker.CreateWithKeys(id, core.CacheOptions{InputTokens: input}, j.chain)
+	c, err := e.tracker.CreateWithKeys(id, opts, j.chain)
 	if err != nil {
 		e.fail(err)
 		return false
 	}
-	if c.ReusedTokens() != reused*e.tpb {
+	if f, t := c.FreshRange(); c.ReusedTokens() != reused*e.tpb || f != runFrom*e.tpb || t != runTo*e.tpb {
 		c.Close()
-		e.fail(fmt.Errorf("sim: request %q reuses %d tokens, the mirror predicted %d", id, c.ReusedTokens(), reused*e.tpb))
+		e.fail(fmt.Errorf("sim: request %q reuses %d tokens with fresh run [%d, %d), the mirror predicted %d with [%d, %d)",
+			id, c.ReusedTokens(), f, t, reused*e.tpb, runFrom*e.tpb, runTo*e.tpb))
 		return false
 	}
 	if err := c.Resume(e.stream); err != nil {
@@ -722,26 +773,38 @@ func (e *engine) offer(id string) bool {
 		return false
 	}
 	ready := e.charge()
-	for _, k := range j.chain[:reused] {
-		if r, ok := e.readyAt[k]; ok {
+	for b, k := range j.chain[:reused] {
+		if r, ok := e.readyAt[k]; ok && !inRun(b) {
 			ready = max(ready, r)
 		}
 	}
 	e.prefetchN -= j.prefetched
-	e.res.Recomputed += int64(recomputed)
 	j.prefetched = 0
-	j.cache, j.phase, j.admitT, j.readyT, j.byLevel = c, prefilling, e.t, ready, byLevel
-	j.reused, j.computed, j.committed, j.capBlocks = reused*e.tpb, reused*e.tpb, reused*e.tpb, reused
-	j.pins = slices.Clone(j.chain[:reused])
-	for _, k := range j.pins {
+	j.cache, j.phase, j.admitT, j.readyT = c, prefilling, e.t, ready
+	j.prefixEnd, j.capBlocks = reused*e.tpb, reused
+	j.runFrom, j.runTo, j.inRun = runFrom*e.tpb, runTo*e.tpb, runTo > runFrom
+	j.pins = make([]blockhash.Key, 0, reused)
+	for b, k := range j.chain[:reused] {
+		if inRun(b) {
+			continue
+		}
+		j.pins = append(j.pins, k)
 		e.pins[k]++
+	}
+	recomputed += runTo - runFrom
+	e.res.Recomputed += int64(recomputed)
+	j.byLevel = byLevel
+	j.reused = (reused - (runTo - runFrom)) * e.tpb
+	j.computed, j.committed = j.prefixEnd, j.prefixEnd
+	if j.inRun {
+		j.computed, j.committed = j.runFrom, j.runFrom
 	}
 	e.outstanding += j.totalBlocks - reused
 	j.chunk = 0
-	if ready > e.t {
+	if ready > e.t && !j.inRun {
 		j.phase = onboarding
 	} else {
-		j.chunk = min(j.p-j.computed, e.budget)
+		j.chunk = min(j.chunkEnd()-j.computed, e.budget)
 		e.budget -= j.chunk
 	}
 	e.running = append(e.running, j)
@@ -750,6 +813,94 @@ func (e *engine) offer(id string) bool {
 		e.res.Raised = max(e.res.Raised, e.reuse.Raised())
 	}
 	return true
+}
+
+// endRun commits a request's fresh run once it is computed: the manager
+// joins the cached tail, and the request waits for the tail's blocks if
+// they are still coming. Its Ready time is when both were done.
+func (e *engine) endRun(j *job) {
+	e.commit(j)
+	if e.err != nil {
+		return
+	}
+	if n := j.cache.NumCommittedTokens(); n != j.prefixEnd {
+		e.fail(fmt.Errorf("sim: request %q: its fresh run's commit left %d tokens committed, not the prefix's %d", j.req.ID, n, j.prefixEnd))
+		return
+	}
+	j.inRun = false
+	j.computed, j.committed = j.prefixEnd, j.prefixEnd
+	j.readyT = max(j.readyT, e.t)
+	if j.readyT > e.t {
+		j.phase = onboarding
+	}
+}
+
+// overlapRun returns the fresh run [f, f+k) of j's first reused cached
+// blocks to compute on the GPU while the cold blocks after it are read, if
+// j is admitted now (k = 0: none). It starts at the first block on disk, or
+// without one at the first not on the GPU (those before it are reused where
+// they are: a host block comes up at PCIe speed, beside the disk reads), and
+// leaves at least one block to read. Of every k it takes the one that minimizes when the
+// prefix is ready — the later of the run's prefill alone and the arrival
+// of the cold blocks after it (the link as booked now; blocks prefetch has
+// in flight when they land) — plus the run's prefill once for every other
+// request waiting or not yet at its first token (the delay its extra
+// computing imposes on them, as cheapestReuse counts it); ties keep the
+// shorter run.
+func (e *engine) overlapRun(j *job, reused int) (int, int) {
+	f := slices.IndexFunc(j.chain[:reused], func(k blockhash.Key) bool { return e.cached[k] == 2 })
+	if f < 0 {
+		f = slices.IndexFunc(j.chain[:reused], func(k blockhash.Key) bool { return e.cached[k] != 0 })
+	}
+	if reused-f < 2 {
+		return f, 0
+	}
+	others := e.sch.Len() - 1
+	for _, r := range e.running {
+		if r.phase == onboarding || r.phase == prefilling {
+			others++
+		}
+	}
+	// The blocks read, k = 0 first: every cold one of the prefix; flight[k]
+	// is when the prefetched ones among those read with a run of k land.
+	pre := e.t
+	for _, k := range j.chain[:f] {
+		if r, ok := e.readyAt[k]; ok {
+			pre = max(pre, r)
+		}
+	}
+	host, disk := 0, 0
+	flight := make([]float64, reused-f+1)
+	flight[reused-f] = pre
+	for b := reused - 1; b >= f; b-- {
+		flight[b-f] = flight[b-f+1]
+		if r, ok := e.readyAt[j.chain[b]]; ok {
+			flight[b-f] = max(flight[b-f], r)
+		}
+	}
+	for _, k := range j.chain[:reused] {
+		switch e.cached[k] {
+		case 1:
+			host++
+		case 2:
+			disk++
+		}
+	}
+	best, bestT := 0, max(flight[0], e.link.arrival(host, disk, e.t))
+	for k := 1; k < reused-f; k++ {
+		switch e.cached[j.chain[f+k-1]] {
+		case 1:
+			host--
+		case 2:
+			disk--
+		}
+		run := e.prefillAlone(k*e.tpb, f*e.tpb)
+		t := max(run, max(flight[k], e.link.arrival(host, disk, e.t))-e.t) + e.t + float64(max(others, 0))*run
+		if t < bestT {
+			best, bestT = k, t
+		}
+	}
+	return f, best
 }
 
 // cheapestReuse returns how many of the first reused cached blocks of j's

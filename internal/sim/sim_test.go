@@ -383,9 +383,10 @@ func TestTheTiersGridPresetAndItsOverrides(t *testing.T) {
 	assert.Equal(t, []string{"w1", "w2:0.8:0.25", "w4", "w5", "rag"}, names)
 	assert.Equal(t, []float64{0.7, 0.85, 0.95}, mx.Loads)
 	assert.Len(t, mx.Seeds, 5)
-	require.Len(t, mx.Variants, 8)
+	require.Len(t, mx.Variants, 10)
 	assert.Equal(t, "aged:64@tiered+prefetch+qevict+recompute", mx.Variants[5].String())
 	assert.Equal(t, "aged:64@tiered+prefetch+qevict+reuse", mx.Variants[7].String())
+	assert.Equal(t, "aged:64@tiered+prefetch+qevict+reuse+overlap", mx.Variants[9].String())
 	assert.Equal(t, 16, mx.Workers)
 
 	c = CLI{}
@@ -399,7 +400,7 @@ func TestTheTiersGridPresetAndItsOverrides(t *testing.T) {
 	assert.Len(t, mx.Workloads[0].Trace(1).Requests, 4096/8)
 	assert.Equal(t, []float64{0.85}, mx.Loads)
 	assert.Len(t, mx.Seeds, 2)
-	assert.Len(t, mx.Variants, 8, "the preset's policies where none are given")
+	assert.Len(t, mx.Variants, 10, "the preset's policies where none are given")
 }
 
 // A matrix gives the same results whatever the number of workers (they run

@@ -141,11 +141,12 @@ type Serving struct {
 	Prefetch   bool
 	QueueEvict bool
 	ReuseEvict bool
+	Overlap    bool
 	Recompute  bool
 }
 
-// String is gpu or tiered, then +prefetch, +qevict, +reuse and +recompute
-// when on.
+// String is gpu or tiered, then +prefetch, +qevict, +reuse, +overlap and
+// +recompute when on.
 func (s Serving) String() string {
 	out := "gpu"
 	if s.Tiered {
@@ -159,6 +160,9 @@ func (s Serving) String() string {
 	}
 	if s.ReuseEvict {
 		out += "+reuse"
+	}
+	if s.Overlap {
+		out += "+overlap"
 	}
 	if s.Recompute {
 		out += "+recompute"
@@ -181,8 +185,8 @@ func (v Variant) String() string {
 }
 
 // ParseVariant parses POLICY[@SERVING]; SERVING is gpu or tiered, then
-// optionally, in this order, +prefetch (tiered only), +qevict, +reuse and
-// +recompute (tiered only); no suffix: gpu.
+// optionally, in this order, +prefetch (tiered only), +qevict, +reuse, and
+// one of +overlap and +recompute (tiered only); no suffix: gpu.
 func ParseVariant(s string) (Variant, error) {
 	ps, ss, _ := strings.Cut(s, "@")
 	p, err := sched.ParsePolicy(ps)
@@ -205,14 +209,16 @@ func ParseVariant(s string) (Variant, error) {
 		switch {
 		case x == "prefetch" && v.Serving.Tiered && !v.Serving.Prefetch && !v.Serving.QueueEvict && !v.Serving.Recompute:
 			v.Serving.Prefetch = true
-		case x == "qevict" && !v.Serving.QueueEvict && !v.Serving.ReuseEvict && !v.Serving.Recompute:
+		case x == "qevict" && !v.Serving.QueueEvict && !v.Serving.ReuseEvict && !v.Serving.Overlap && !v.Serving.Recompute:
 			v.Serving.QueueEvict = true
-		case x == "reuse" && !v.Serving.ReuseEvict && !v.Serving.Recompute:
+		case x == "reuse" && !v.Serving.ReuseEvict && !v.Serving.Overlap && !v.Serving.Recompute:
 			v.Serving.ReuseEvict = true
-		case x == "recompute" && v.Serving.Tiered && !v.Serving.Recompute:
+		case x == "overlap" && v.Serving.Tiered && !v.Serving.Overlap && !v.Serving.Recompute:
+			v.Serving.Overlap = true
+		case x == "recompute" && v.Serving.Tiered && !v.Serving.Overlap && !v.Serving.Recompute:
 			v.Serving.Recompute = true
 		default:
-			return Variant{}, fmt.Errorf("sim: variant %q: serving %q: want gpu|tiered, then +prefetch (tiered only), +qevict, +reuse, +recompute (tiered only)", s, ss)
+			return Variant{}, fmt.Errorf("sim: variant %q: serving %q: want gpu|tiered, then +prefetch (tiered only), +qevict, +reuse, then +overlap or +recompute (tiered only)", s, ss)
 		}
 	}
 	return v, nil
@@ -230,6 +236,7 @@ func (v Variant) apply(o Options, tiers Tiers) Options {
 	o.QueueEvict.On = v.Serving.QueueEvict
 	o.ReuseEvict.On = v.Serving.ReuseEvict
 	o.Recompute = v.Serving.Recompute
+	o.Overlap = v.Serving.Overlap
 	return o
 }
 

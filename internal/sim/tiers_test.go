@@ -190,7 +190,8 @@ func TestBadTierAndPrefetchSettingsAreRefused(t *testing.T) {
 func TestVariantsParseAndPrint(t *testing.T) {
 	for _, s := range []string{"fcfs", "aged:64@tiered", "window:8@tiered+prefetch", "fcfs@tiered+recompute",
 		"aged:64@tiered+prefetch+qevict+recompute", "fcfs@tiered+reuse", "fcfs@gpu+reuse",
-		"aged:64@tiered+prefetch+qevict+reuse+recompute"} {
+		"aged:64@tiered+prefetch+qevict+reuse+recompute", "fcfs@tiered+overlap",
+		"aged:64@tiered+prefetch+qevict+reuse+overlap"} {
 		v, err := ParseVariant(s)
 		require.NoError(t, err)
 		assert.Equal(t, s, v.String())
@@ -206,6 +207,100 @@ func TestVariantsParseAndPrint(t *testing.T) {
 	assert.ErrorContains(t, err, "serving", "suffixes come in one order")
 	_, err = ParseVariant("fcfs@tiered+reuse+qevict")
 	assert.ErrorContains(t, err, "serving", "suffixes come in one order")
+	_, err = ParseVariant("fcfs@gpu+overlap")
+	assert.ErrorContains(t, err, "tiered only", "nothing to read beside the run on the GPU tier alone")
+	_, err = ParseVariant("fcfs@tiered+overlap+recompute")
+	assert.ErrorContains(t, err, "serving", "overlap and recompute both choose what to recompute: one of them")
+	_, err = ParseVariant("fcfs@tiered+overlap+reuse")
+	assert.ErrorContains(t, err, "serving", "suffixes come in one order")
+}
+
+// diskPrefixTrace is evictedPrefixTrace with a third request for the prefix
+// at t = 20, and options that leave part of it on disk (one chunk a step,
+// whatever is reused).
+func diskPrefixTrace(t *testing.T) (*Trace, Options) {
+	tr := evictedPrefixTrace()
+	tr.Requests = append(tr.Requests, Request{ID: "later", Arrival: 20, Output: 1,
+		Segments: []Segment{{Name: "shared", Len: 1024}, {Name: "q2", Len: 16}}})
+	o := smallTierOpts(Tiers{HostX: 1, DiskX: 4, DiskDir: t.TempDir()})
+	o.TokenBudget = 4096
+	return tr, o
+}
+
+// With the engine idle, admission computes a run of the disk part of a
+// prefix while the rest is read: the first token comes sooner than reading
+// it all and sooner than recomputing the disk part, the run's blocks replace
+// their disk copies (a later request reuses the whole prefix from the GPU),
+// and the transfer time is when both the run and the read were done.
+func TestAnIdleEngineComputesARunWhileTheRestIsRead(t *testing.T) {
+	tr, o := diskPrefixTrace(t)
+	read := run(t, tr, o)
+	o.Recompute = true
+	rec := run(t, tr, o)
+	o.Recompute, o.Overlap = false, true
+	ov := run(t, tr, o)
+
+	r, c, v := byID(read, "again"), byID(rec, "again"), byID(ov, "again")
+	require.Positive(t, r.ReusedByLevel[2], "some of the prefix is on disk")
+	assert.Positive(t, ov.Recomputed, "a run was computed")
+	assert.Less(t, ov.Recomputed, int64(r.ReusedByLevel[2]/16), "and part of the disk blocks read beside it")
+	assert.Positive(t, v.ReusedByLevel[2], "the rest of the disk part is read")
+	assert.Equal(t, r.ReusedByLevel[1], v.ReusedByLevel[1], "the host part is read as before")
+	assert.Equal(t, 1024-int(ov.Recomputed)*16, v.Reused, "what is reused excludes the run")
+	assert.Less(t, v.TTFT(), r.TTFT(), "sooner than reading the whole prefix")
+	assert.Less(t, v.TTFT(), c.TTFT(), "sooner than recomputing the disk part")
+	runAlone := prefillTime(o, int(ov.Recomputed)*16, r.ReusedByLevel[1])
+	assert.GreaterOrEqual(t, v.Transfer(), runAlone-1e-9, "ready once the run is computed")
+	assert.Equal(t, [3]int{1024, 0, 0}, byID(ov, "later").ReusedByLevel, "run and tail are on the GPU now")
+}
+
+// prefillTime is the cost model's time to prefill u tokens after p in one
+// step, alone.
+func prefillTime(o Options, u, p int) float64 {
+	var sc stepCost
+	sc.prefill(u, p)
+	return o.Cost.step(&sc)
+}
+
+// Where reading is faster than computing (a fast disk), no run is computed:
+// the run is the same as without overlap.
+func TestAFastReadNeedsNoRun(t *testing.T) {
+	tr, o := diskPrefixTrace(t)
+	o.Link.DiskRead = 50
+	read := run(t, tr, o)
+	o.Overlap = true
+	ov := run(t, tr, o)
+	assert.Zero(t, ov.Recomputed)
+	assert.Equal(t, read.Requests, ov.Requests)
+}
+
+// With requests waiting for their first token behind it, a run would delay
+// each of them: admission computes a shorter one than when idle, or none.
+func TestTheRunWeighsTheDelayItImposesOnOthers(t *testing.T) {
+	tr, o := diskPrefixTrace(t)
+	o.Overlap = true
+	idle := run(t, tr, o)
+	for i := 0; i < 6; i++ {
+		tr.Requests = append(tr.Requests, Request{ID: fmt.Sprintf("crowd%d", i), Arrival: 10, Output: 1,
+			Segments: []Segment{{Name: fmt.Sprintf("crowd%d", i), Len: 64}}})
+	}
+	o.MaxBatch = 16
+	crowd := run(t, tr, o)
+	require.Positive(t, idle.Recomputed)
+	assert.Less(t, crowd.Recomputed, idle.Recomputed)
+}
+
+// Overlap needs cold levels and excludes recompute.
+func TestOverlapSettingsAreChecked(t *testing.T) {
+	tr := evictedPrefixTrace()
+	o := smallTierOpts(Tiers{})
+	o.Overlap = true
+	_, err := Run(tr, o)
+	assert.ErrorContains(t, err, "overlap")
+	o = smallTierOpts(Tiers{HostX: 1})
+	o.Overlap, o.Recompute = true, true
+	_, err = Run(tr, o)
+	assert.ErrorContains(t, err, "overlap")
 }
 
 // With the engine idle and a disk read slower a token than prefill (the
@@ -378,6 +473,8 @@ func TestWithoutReuseTheTiersChangeNothing(t *testing.T) {
 	tiered := run(t, tr, o)
 	assert.Equal(t, gpu.Requests, tiered.Requests)
 	assert.Positive(t, tiered.Moved[0][1], "blocks were offloaded all the same")
+	o.Recompute, o.Overlap = false, true
+	assert.Equal(t, gpu.Requests, run(t, tr, o).Requests, "nor does overlap")
 }
 
 // A matrix of variants pairs each point with every FCFS variant, the first

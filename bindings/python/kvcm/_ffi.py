@@ -877,6 +877,8 @@ kvcm_kv_cache_options._fields_ = [
     ("input_digest_bytes", ctypes.c_void_p),
     ("input_digest_bytes_len", ctypes.c_size_t),
     ("text_only", ctypes.c_bool),
+    ("fresh_blocks", ctypes.c_int64),
+    ("fresh_from_block", ctypes.c_int64),
 ]
 
 kvcm_layer_group_iteration_stats._fields_ = [
@@ -1460,7 +1462,7 @@ LAYOUTS = {
     "kvcm_cp_manager_backed_options": (56, 8, {"struct_size": 0, "abi_version": 4, "level_weights": 8, "num_level_weights": 16, "scope": 24, "scope_has_lora_id": 48}),
     "kvcm_cp_request_id": (16, 8, {"data": 0, "len": 8}),
     "kvcm_expanded_buffer": (16, 8, {"buffer": 0, "expansion": 8}),
-    "kvcm_kv_cache_options": (152, 8, {"struct_size": 0, "abi_version": 4, "scope": 8, "input_tokens": 32, "num_input_tokens": 40, "priority": 48, "priority_user_data": 56, "request_id": 64, "request_id_len": 72, "scope_has_lora_id": 80, "layer_group_priority": 88, "has_expected_prompt_length": 96, "expected_prompt_length": 104, "input_digest_positions": 112, "num_input_digests": 120, "input_digest_bytes": 128, "input_digest_bytes_len": 136, "text_only": 144}),
+    "kvcm_kv_cache_options": (168, 8, {"struct_size": 0, "abi_version": 4, "scope": 8, "input_tokens": 32, "num_input_tokens": 40, "priority": 48, "priority_user_data": 56, "request_id": 64, "request_id_len": 72, "scope_has_lora_id": 80, "layer_group_priority": 88, "has_expected_prompt_length": 96, "expected_prompt_length": 104, "input_digest_positions": 112, "num_input_digests": 120, "input_digest_bytes": 128, "input_digest_bytes_len": 136, "text_only": 144, "fresh_blocks": 152, "fresh_from_block": 160}),
     "kvcm_layer_group_iteration_stats": (128, 8, {"layer_group": 0, "alloc_total_blocks": 8, "alloc_new_blocks": 16, "reused_blocks": 24, "full_reused_blocks": 32, "partial_reused_blocks": 40, "missed_blocks": 48, "gen_alloc_blocks": 56, "onboard_blocks": 64, "onboard_bytes": 72, "offload_blocks": 80, "offload_bytes": 88, "intra_device_copy_blocks": 96, "intra_device_copy_bytes": 104, "host_dropped_blocks": 112, "host_dropped_bytes": 120}),
     "kvcm_manager_config": (264, 8, {"struct_size": 0, "abi_version": 4, "tokens_per_block": 8, "device": 12, "device_ordinal": 16, "event_queue_capacity": 20, "cache_tiers": 24, "num_cache_tiers": 32, "layers": 40, "num_layers": 48, "max_util_for_resume": 56, "enable_partial_reuse": 64, "enable_stats": 65, "initial_pool_ratio": 72, "num_initial_pool_ratio": 80, "typical_step": 88, "constraints": 96, "num_constraints": 104, "reuse_match_backoff": 112, "text_only": 116, "commit_min_snapshot": 117, "rebalance_min_sampled_kv_caches": 120, "rebalance_cooldown_secs": 128, "rebalance_target_ratio_update_interval": 136, "rebalance_ratio_threshold": 144, "rebalance_moving_average_decay": 152, "typical_step_system_prompt_length": 160, "constraint_system_prompt_lengths": 168, "num_constraint_system_prompt_lengths": 176, "block_key": 184, "shared_tier": 192, "disk_persistent": 200, "swa_scratch_reuse": 201, "swa_scratch_max_rewind_len": 208, "ssm_layers": 216, "num_ssm_layers": 224, "max_ssm_slots": 232, "buffer_tokens_per_block_overrides": 240, "num_buffer_tokens_per_block_overrides": 248, "gpu_pool_granularity": 256}),
     "kvcm_migration_stats": (24, 8, {"path": 0, "pages": 8, "bytes": 16}),
@@ -1540,6 +1542,7 @@ FUNCTIONS = {
     "kvcm_kv_cache_get_capacity": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_kv_cache_get_committed_digests": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_uint8), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "kvcm_kv_cache_get_committed_tokens": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(kvcm_token), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    "kvcm_kv_cache_get_fresh_range": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_kv_cache_get_history_length": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_kv_cache_get_id": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_uint64)]),
     "kvcm_kv_cache_get_num_committed_tokens": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64)]),
@@ -1662,6 +1665,7 @@ PARAMETERS = {
     "kvcm_kv_cache_get_capacity": ("cache", "out"),
     "kvcm_kv_cache_get_committed_digests": ("cache", "positions", "digest_bytes", "capacity", "needed"),
     "kvcm_kv_cache_get_committed_tokens": ("cache", "tokens", "capacity", "needed"),
+    "kvcm_kv_cache_get_fresh_range": ("cache", "from", "to"),
     "kvcm_kv_cache_get_history_length": ("cache", "out"),
     "kvcm_kv_cache_get_id": ("cache", "out"),
     "kvcm_kv_cache_get_num_committed_tokens": ("cache", "out"),

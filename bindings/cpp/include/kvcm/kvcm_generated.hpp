@@ -926,7 +926,7 @@ static_assert(sizeof(CpRequestId) == 16 && alignof(CpRequestId) == 8);
 // KVCM_ABI_VERSION.
 using KvCacheOptions = ::kvcm_kv_cache_options;
 static_assert(std::is_standard_layout_v<KvCacheOptions> && std::is_trivially_copyable_v<KvCacheOptions>);
-static_assert(sizeof(KvCacheOptions) == 152 && alignof(KvCacheOptions) == 8);
+static_assert(sizeof(KvCacheOptions) == 168 && alignof(KvCacheOptions) == 8);
 
 // makeKvCacheOptions returns a zeroed KvCacheOptions with struct_size and abi_version set.
 inline KvCacheOptions makeKvCacheOptions() noexcept {
