@@ -17,7 +17,10 @@
 #               packaging, pygments, parameterized); default build/wheels
 #   pytest arguments go to run-tests.sh; without any, the selection of
 #   docs/trtllm.md's run table (every test but test_naive_* and
-#   test_cache_reuse_*).
+#   test_cache_reuse_*) less test_inflight_batching_*, which takes as long
+#   as the rest together on the emulated device: run it on its own with
+#   -k test_inflight_batching (the device tool's limit is 10 minutes a
+#   command).
 #
 # Environment: KVCM_LIBRARY (default build/gpu/lib/libkvcm.so, as
 # scripts/gpu-check.sh builds it). When OUT is set (the device tool's
@@ -51,7 +54,7 @@ if [ "$tests" != - ]; then
 	echo "== TensorRT-LLM's test_kv_cache_manager_v2.py on CUDA"
 	PYTHONPATH="$root/bindings/python:$root/bindings/python/tests" python3 -c 'import kvcm, test_kvcm2_program as p
 m = kvcm.KVCacheManager(p.make_config()); print("device of the run:", m.device_kind.name); m.shutdown()'
-	[ $# -gt 0 ] || set -- -k "not test_naive and not test_cache_reuse_0 and not test_cache_reuse_1 and not test_cache_reuse_2"
+	[ $# -gt 0 ] || set -- -k "not test_naive and not test_cache_reuse_0 and not test_cache_reuse_1 and not test_cache_reuse_2 and not test_inflight_batching"
 	KVCM_TRTLLM_JUNIT="$logs/trtllm-junit.xml" scripts/trtllm/run-tests.sh "$tests" "$@" \
 		2>&1 | tee "$logs/trtllm-tests.log" | tail -40
 	[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
