@@ -440,6 +440,13 @@
 //     kvcm_kv_cache_stop_committing), as KVCacheManagerV2 commits it, so
 //     other caches reuse it while it stays open; it was published at
 //     close (still the rule for a cache of several beams or not ACTIVE).
+//   - With SSM layers, commits stopping (kvcm_kv_cache_commit with is_end,
+//     kvcm_kv_cache_stop_committing) on a partial block of a cache whose
+//     capacity is its committed length give the cache's own SSM state page
+//     to that block at close, as KVCacheManagerV2 moves live pages at a
+//     final partial commit; a copy was taken. The copy is still taken when
+//     the capacity is past the committed length, or by the
+//     kvcm_kv_cache_resize that grows it past.
 //
 // Behaviour that changed for C users while ABI version 1 was unreleased
 // (no function, struct or constant changed):
