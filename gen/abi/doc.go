@@ -444,6 +444,13 @@
 //     fresh_from_block, a reuse plan that computes a run of the cached
 //     prefix while the blocks after it are onboarded, and
 //     kvcm_kv_cache_get_fresh_range.
+//   - With SSM layers, commits stopping (kvcm_kv_cache_commit with is_end,
+//     kvcm_kv_cache_stop_committing) on a partial block of a cache whose
+//     capacity is its committed length give the cache's own SSM state page
+//     to that block at close, as KVCacheManagerV2 moves live pages at a
+//     final partial commit; a copy was taken. The copy is still taken when
+//     the capacity is past the committed length, or by the
+//     kvcm_kv_cache_resize that grows it past.
 //
 // Behaviour that changed for C users while ABI version 1 was unreleased
 // (no function, struct or constant changed):

@@ -1858,6 +1858,13 @@ class _KVCache(Managed):
         return self.status == CacheStatus.ACTIVE
 
     @property
+    def is_commit_allowed(self) -> bool:
+        """True while the cache takes commits: until :meth:`stop_committing`,
+        a commit with ``is_end`` or :meth:`close` (a kvcm extension;
+        KVCacheManagerV2 answers it in ``_introspection.is_commit_allowed``)."""
+        return not self._stopped and not self.closed
+
+    @property
     def cache_id(self) -> int:
         """The library's id of the cache, unique within its manager."""
         return self._get("kvcm_kv_cache_get_id", ctypes.c_uint64)
