@@ -1241,8 +1241,8 @@ class KVCacheManager(Managed):
         :attr:`~_KVCache.fresh_range`); negative counts, a
         ``fresh_from_block`` without ``fresh_blocks``, SSM layers, sliding
         windows and digest tokens raise InvalidArgumentError naming the
-        argument. kvcm's older positional ``create_kv_cache(lora_task_id, ...)`` still
-        works: an int first argument is the lora_task_id."""
+        argument. kvcm's older positional ``create_kv_cache(lora_task_id,
+        ...)`` still works: an int first argument is the lora_task_id."""
         if isinstance(reuse_scope, int) and not isinstance(reuse_scope, bool) and lora_task_id is None:
             reuse_scope, lora_task_id = None, reuse_scope
         lora_id, salt = _scope_fields(reuse_scope, lora_task_id, salt)
