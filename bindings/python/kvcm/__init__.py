@@ -84,7 +84,7 @@ from .common import (
     exact_div,
     typed_range,
 )
-from .coverage import AttnLifeCycle
+from .lifecycle import AttnLifeCycle
 from .multimodal import MmItemContext, gen_multimodal_cache_key_tokens, sequence_to_blockchain_keys
 from .scratch import PlannedDropHandle, ScratchDesc, SwaScratchReuseConfig
 from .events import (
@@ -218,9 +218,7 @@ __all__ = [
     "SwaScratchReuseConfig", "ScratchDesc", "PlannedDropHandle",
     "SsmLayerConfig", "SsmSnapshotIterationStatsDelta",
     "MmItemContext", "gen_multimodal_cache_key_tokens", "sequence_to_blockchain_keys",
-    "ExpandedBuffer", "AggregatedPageDesc",
-    # model coverage: importable, refused when used
-    "AttnLifeCycle",
+    "ExpandedBuffer", "AggregatedPageDesc", "AttnLifeCycle",
     # configuration
     "KVCacheManagerConfig", "GpuCacheTierConfig", "HostCacheTierConfig", "DiskCacheTierConfig",
     "SharedCacheTierConfig", "SharedWritePolicy", "CacheTierConfig", "AttentionLayerConfig", "BufferConfig", "BatchDesc", "KVCacheDesc", "RequestDesc",

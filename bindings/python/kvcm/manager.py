@@ -18,6 +18,7 @@ from ._native import bind, ffi
 from .codec import KVCacheColdPageCodec, create_builtin_kv_cache_cold_page_codec
 from .common import DEFAULT_BEAM_INDEX, GPU_LEVEL, HalfOpenRange, PageIndexMode
 from .events import KVCacheEventManager
+from .lifecycle import stale_range
 from .stats import (
     KVCacheIterationStatsDelta,
     KVCacheStatsDelta,
@@ -381,15 +382,12 @@ class LifeCycle:
         return f"LifeCycle({self.layer_group_id}, window_size={self.window_size}, num_sink_blocks={self.num_sink_blocks})"
 
     def get_stale_range(self, history_length: int, tokens_per_block: int) -> HalfOpenRange:
-        """KVCacheManagerV2's stale range: the blocks past the sinks that a
-        sequence of history_length computed tokens no longer needs (out of
-        the window that an input token at position history_length still
-        sees); empty for full attention."""
-        num_blocks = -(-history_length // tokens_per_block)
-        start = min(num_blocks, self.num_sink_blocks)
-        if self.window_size is None:
-            return HalfOpenRange(start, start)
-        return HalfOpenRange(start, max(start, (history_length + 1 - self.window_size) // tokens_per_block))
+        """KVCacheManagerV2's stale range: for attention
+        :func:`kvcm.lifecycle.stale_range`; for the SSM layer group every
+        full block (its one state is the history's)."""
+        if self.is_ssm:
+            return HalfOpenRange(0, history_length // tokens_per_block)
+        return stale_range(self.window_size, self.num_sink_blocks, history_length, tokens_per_block)
 
 
 def _priority_trampoline(stash: Any, life_cycles: list[LifeCycle], fn: Callable[[int, LifeCycle], int]) -> Any:

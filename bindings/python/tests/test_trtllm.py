@@ -109,15 +109,27 @@ def test_error_classes_keep_kvcm_hierarchy_under_kvcm2s():
     assert kvcm.poison_reason() is None and not kvcm.is_poisoned()
 
 
-@pytest.mark.parametrize("use", [
-    lambda: kvcm.AttnLifeCycle.make(8, None, 4),
-    lambda: kvcm.AttnLifeCycle(),
-], ids=["AttnLifeCycle.make", "AttnLifeCycle"])
-def test_model_coverage_names_refuse_naming_the_capability(use):
-    """Names of capabilities kvcm lacks import, and using one raises
-    UnsupportedError (a NotImplementedError) naming what is missing."""
-    with pytest.raises(UnsupportedError, match="kvcm does not support .* yet"):
-        use()
+def test_attn_life_cycle_is_kvcm2s_value():
+    """AttnLifeCycle.make rounds sink tokens up to blocks, and its stale
+    range is the rule kvcm's sliding windows follow: the blocks past the
+    sinks that the next input token no longer sees."""
+    lc = kvcm.AttnLifeCycle.make(8, 5, 4)
+    assert lc == kvcm.AttnLifeCycle(window_size=8, num_sink_blocks=2) and lc.window_size == 8
+    assert kvcm.AttnLifeCycle.make(None, None, 4) == (None, 0)
+    assert lc.get_stale_range(20, 4) == kvcm.HalfOpenRange(2, 3)
+    assert not kvcm.AttnLifeCycle.make(None, 0, 4).get_stale_range(100, 4)
+    assert lc.get_stale_range(3, 4) == kvcm.HalfOpenRange(1, 1)
+    # the SSM layer group's, as KVCM2's SsmLifeCycle: every full block
+    assert kvcm.manager.LifeCycle(3, None, 0, is_ssm=True).get_stale_range(10, 4) == kvcm.HalfOpenRange(0, 2)
+
+
+@pytest.mark.parametrize("args, field", [
+    ((8, None, 0), "tokens_per_block"), ((0, None, 4), "window_size"),
+    ((8, -1, 4), "num_sink_tokens"), ((None, 4, 4), "num_sink_tokens"),
+])
+def test_attn_life_cycle_refuses_bad_shapes_naming_the_argument(args, field):
+    with pytest.raises(kvcm.InvalidArgumentError, match=field):
+        kvcm.AttnLifeCycle.make(*args)
 
 
 def test_initial_pool_ratio_empty_or_wrong_length_is_a_value_error():
