@@ -444,6 +444,9 @@
 //     fresh_from_block, a reuse plan that computes a run of the cached
 //     prefix while the blocks after it are onboarded, and
 //     kvcm_kv_cache_get_fresh_range.
+//   - kvcm_kv_cache_decode_steps (issue 11): a run of one-token decode
+//     steps (resize by one token, commit it) in one call, equivalent to the
+//     per-step calls.
 //
 // Behaviour that changed for C users while ABI version 1 was unreleased
 // (no function, struct or constant changed):

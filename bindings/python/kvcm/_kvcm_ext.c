@@ -2928,6 +2928,40 @@ done:
     return out;
 }
 
+/* kvcm_kv_cache_decode_steps(cache, tokens, num_tokens) */
+static PyObject *kx_fn_kvcm_kv_cache_decode_steps(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    size_t a2;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 3, "kvcm_kv_cache_decode_steps") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    if (kx_pointer(args[1], names, 1, 0, 0, &a1) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[2], names, 2, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a2 = (size_t)v;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_decode_steps(a0, (const kvcm_token*)a1.p, a2);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    return out;
+}
+
 /* kvcm_kv_cache_discard_pending_stats(cache) */
 static PyObject *kx_fn_kvcm_kv_cache_discard_pending_stats(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -4824,6 +4858,7 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_kv_cache_commit_beam_search", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_commit_beam_search, METH_FASTCALL, "kvcm_kv_cache_commit_beam_search(cache, tokens, num_tokens, beam_search_indices, num_beam_search_indices, is_end)"},
     {"kvcm_kv_cache_commit_digests", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_commit_digests, METH_FASTCALL, "kvcm_kv_cache_commit_digests(cache, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, is_end)"},
     {"kvcm_kv_cache_commit_pending_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_commit_pending_stats, METH_FASTCALL, "kvcm_kv_cache_commit_pending_stats(cache)"},
+    {"kvcm_kv_cache_decode_steps", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_decode_steps, METH_FASTCALL, "kvcm_kv_cache_decode_steps(cache, tokens, num_tokens)"},
     {"kvcm_kv_cache_discard_pending_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_discard_pending_stats, METH_FASTCALL, "kvcm_kv_cache_discard_pending_stats(cache)"},
     {"kvcm_kv_cache_get_aggregated_page_indices", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_aggregated_page_indices, METH_FASTCALL, "kvcm_kv_cache_get_aggregated_page_indices(cache, layer_group, beam, valid_only, indices, capacity, needed)"},
     {"kvcm_kv_cache_get_beam_base_page_indices", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_beam_base_page_indices, METH_FASTCALL, "kvcm_kv_cache_get_beam_base_page_indices(cache, layer_group, beam, indices, capacity, needed)"},
@@ -4873,7 +4908,7 @@ static PyMethodDef kx_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 14, 2, 6, 8, 1, 1, 7, 6, 2, 4, 5, 4, 3, 2, 7, 3, 2, 2, 2, 2, 2, 2, 2, 1, 4, 1, 8, 11, 3, 8, 4, 5, 4, 4, 4, 2, 4, 4, 4, 4, 2, 2, 2, 7, 11, 10, 10, 6, 8, 1, 1};
+static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 14, 2, 6, 8, 1, 3, 1, 7, 6, 2, 4, 5, 4, 3, 2, 7, 3, 2, 2, 2, 2, 2, 2, 2, 1, 4, 1, 8, 11, 3, 8, 4, 5, 4, 4, 4, 2, 4, 4, 4, 4, 2, 2, 2, 7, 11, 10, 10, 6, 8, 1, 1};
 
 static const size_t kx_slot_offsets[] = {
     offsetof(kvcm_api, cold_page_codec_destroy),
@@ -4948,6 +4983,7 @@ static const size_t kx_slot_offsets[] = {
     offsetof(kvcm_api, kv_cache_commit_beam_search),
     offsetof(kvcm_api, kv_cache_commit_digests),
     offsetof(kvcm_api, kv_cache_commit_pending_stats),
+    offsetof(kvcm_api, kv_cache_decode_steps),
     offsetof(kvcm_api, kv_cache_discard_pending_stats),
     offsetof(kvcm_api, kv_cache_get_aggregated_page_indices),
     offsetof(kvcm_api, kv_cache_get_beam_base_page_indices),
