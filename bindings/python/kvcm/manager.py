@@ -1758,6 +1758,22 @@ class _KVCache(Managed):
         # falling back to the methods below for every other case; _st.fast
         # says when resize needs nothing around the library call
         # (_update_fast).
+        #
+        # Whole decode steps wait too: a resize(c + 1, c + 1) with c the
+        # committed tokens, the history and the capacity (_st.capacity, -1
+        # while unknown), inside a block (no page to take) and moving no
+        # sliding window's first kept block (_st.windows, the manager's
+        # window sizes: None with several beams or SWA scratch reuse, where
+        # steps never wait), followed by the commit of one token. Such a
+        # step changes nothing but the cache's own counts (and its demand
+        # sample, which only its close reads). The waiting steps reach the
+        # library in one kvcm_kv_cache_decode_steps, after the waiting
+        # commits, when a step fills its block (its block is published in
+        # that call), when a resize does not wait, and whenever the
+        # waiting commits would; a resize waiting for its commit reaches it
+        # then as the resize it is (_st.steps counts them, that resize
+        # included). The capacity getter reads _st.capacity while steps
+        # wait.
         self._st: Any = None
         self._active = False
         self._stopped = False

@@ -1,7 +1,9 @@
-"""The decode step's deferred commits (manager.py, _KVCache.__init__): a
-commit that stays inside the block being filled and inside the history waits
-in the Python cache and reaches the library in one commit before anything
-else observes the cache. Each test states the rule it checks; the reference
+"""The decode step's deferred commits and steps (manager.py,
+_KVCache.__init__): a commit that stays inside the block being filled and
+inside the history waits in the Python cache and reaches the library in one
+commit before anything else observes the cache; a whole decode step (resize
+by one token inside the block, commit it) waits too and reaches it in one
+kvcm_kv_cache_decode_steps. Each test states the rule it checks; the reference
 is a cache with a priority callback, which never defers, on a manager of its
 own built from the same configuration."""
 
