@@ -45,9 +45,20 @@ func (c *KVCache) DecodeSteps(tokens []config.Token) error {
 		return err
 	}
 	defer func() { c.asked = c.asked[:0] }()
+	m, tpb := c.m, c.m.cfg.TokensPerBlock
 	for i := range tokens {
 		h := c.history + 1
 		capacity := max(c.capacity, h)
+		if k := len(c.blocks); capacity <= k*tpb && capacity > (k-1)*tpb && len(c.tail)+1 < tpb && !c.windowMoves(h) {
+			// A step inside the last block that fills nothing: what
+			// resizeInBlock and commitInBlock do, whose other checks
+			// prepareSteps made for the whole run.
+			c.sampleResize(capacity, h, true)
+			c.capacity, c.history = capacity, h
+			c.tail = append(c.tail, tokens[i])
+			c.committed++
+			continue
+		}
 		if !c.resizeInBlock(capacity, h) {
 			if err := c.resize(capacity, h); err != nil {
 				return fmt.Errorf("decode step %d of %d (the %d before applied): %w", i+1, len(tokens), i, err)
@@ -59,6 +70,9 @@ func (c *KVCache) DecodeSteps(tokens []config.Token) error {
 				return fmt.Errorf("decode step %d of %d (the %d before and its resize applied): %w", i+1, len(tokens), i, err)
 			}
 		}
+	}
+	if len(m.prune) > 0 {
+		m.safePoint()
 	}
 	return nil
 }
