@@ -37,27 +37,30 @@ import (
 //
 // It is refused with SSM layers, sliding windows and multimodal digests
 // (their state, window and digest positions assume a committed prefix).
+// Errors name the options as the C ABI and the bindings spell them
+// (fresh_blocks, fresh_from_block), as the core's other argument errors do.
 
-// checkFreshRun validates CacheOptions.FreshBlocks and FreshFromBlock.
+// checkFreshRun validates CacheOptions.FreshBlocks and FreshFromBlock
+// (fresh_blocks and fresh_from_block in errors).
 func (m *Manager) checkFreshRun(opts *CacheOptions) error {
 	k, f := opts.FreshBlocks, opts.FreshFromBlock
 	switch {
 	case k < 0:
-		return argErr("FreshBlocks", "%d is negative", k)
+		return argErr("fresh_blocks", "%d is negative", k)
 	case f < 0:
-		return argErr("FreshFromBlock", "%d is negative", f)
+		return argErr("fresh_from_block", "%d is negative", f)
 	case k == 0 && f > 0:
-		return argErr("FreshFromBlock", "set without FreshBlocks")
+		return argErr("fresh_from_block", "set without fresh_blocks")
 	case k == 0:
 		return nil
 	case m.lt.SSM >= 0:
-		return argErr("FreshBlocks", "not supported with SSM layers")
+		return argErr("fresh_blocks", "not supported with SSM layers")
 	case len(opts.InputDigests) > 0:
-		return argErr("FreshBlocks", "not supported with input digests")
+		return argErr("fresh_blocks", "not supported with input digests")
 	}
 	for _, lc := range m.lt.LifeCycles {
 		if lc.Window.Size > 0 {
-			return argErr("FreshBlocks", "not supported with sliding-window layers")
+			return argErr("fresh_blocks", "not supported with sliding-window layers")
 		}
 	}
 	return nil

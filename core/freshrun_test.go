@@ -195,27 +195,28 @@ func TestAFreshRunFallsBackToPlainReuse(t *testing.T) {
 	f.requireNoLeak()
 }
 
-// Bad plans are refused, naming the option: negative counts, a start
-// without a run, and layouts whose state assumes a committed prefix.
+// Bad plans are refused, naming the option as the C ABI and the bindings
+// spell it: negative counts, a start without a run, and layouts whose
+// state assumes a committed prefix.
 func TestAFreshRunIsRefusedWhereItCannotHold(t *testing.T) {
 	f := newFixture(t, smallConfig(8))
 	_, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 8), FreshBlocks: -1})
 	require.ErrorIs(t, err, ErrInvalidArgument)
-	assert.Contains(t, err.Error(), "FreshBlocks")
+	assert.Contains(t, err.Error(), "fresh_blocks")
 	_, err = f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 8), FreshBlocks: 1, FreshFromBlock: -1})
 	require.ErrorIs(t, err, ErrInvalidArgument)
-	assert.Contains(t, err.Error(), "FreshFromBlock")
+	assert.Contains(t, err.Error(), "fresh_from_block")
 	_, err = f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 8), FreshFromBlock: 1})
 	require.ErrorIs(t, err, ErrInvalidArgument)
-	assert.Contains(t, err.Error(), "FreshFromBlock")
+	assert.Contains(t, err.Error(), "fresh_from_block")
 
 	s := newFixture(t, ssmConfig(8))
 	_, err = s.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 8), FreshBlocks: 1})
 	require.ErrorIs(t, err, ErrInvalidArgument)
-	assert.Contains(t, err.Error(), "FreshBlocks")
+	assert.Contains(t, err.Error(), "fresh_blocks")
 
 	w := newFixture(t, windowConfig())
 	_, err = w.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 8), FreshBlocks: 1})
 	require.ErrorIs(t, err, ErrInvalidArgument)
-	assert.Contains(t, err.Error(), "FreshBlocks")
+	assert.Contains(t, err.Error(), "fresh_blocks")
 }

@@ -192,6 +192,12 @@ type KVCache struct {
 	// on (see stopCommits); the partial block published at close gets it.
 	// Held by the cache, nil otherwise.
 	stopState *page
+	// stopOwn: commits stopped on a partial block of an ACTIVE cache whose
+	// capacity is the committed length, so it cannot compute on without a
+	// Resize; the block published at close takes the cache's own state, as
+	// KVCacheManagerV2 moves the state at a final commit, and a Resize past
+	// the committed length first takes the copy (stopState).
+	stopOwn bool
 	// diag is the reuse match's diagnostics at creation.
 	diag ReuseDiagnostics
 	// freshFrom and freshTo are the fresh run's tokens (see freshrun.go);
@@ -1064,6 +1070,9 @@ func (c *KVCache) resize(capacity, history int) error {
 	case capacity > MaxCapacity:
 		return argErr("capacity", "%d exceeds the largest sequence, %d tokens", capacity, MaxCapacity)
 	}
+	if c.stopOwn && capacity > c.committed {
+		c.takeStopCopy()
+	}
 	// The two checks are guarded here so that a decode step calls neither
 	// when it has nothing to check.
 	if c.scratchOn {
@@ -1523,7 +1532,9 @@ func (c *KVCache) endCommits(isEnd bool) {
 // state exists: the history is the committed tokens when commits stop. A
 // cache closing then gives its own state to the block; one that may compute
 // on (is_end, stop_committing) keeps a copy of it for the block (stopState),
-// best effort as every snapshot.
+// best effort as every snapshot, taken when it may compute on: at once when
+// its capacity is past the committed length, else at the Resize that grows
+// it (stopOwn; see takeStopCopy).
 func (c *KVCache) stopCommits(closing bool) {
 	m := c.m
 	if c.stopped && !(closing && m.lt.SSM >= 0 && !c.pendingPartial) {
@@ -1550,6 +1561,10 @@ func (c *KVCache) stopCommits(closing bool) {
 	if c.status != Active {
 		return // the state cannot change before the cache resumes: closing gives it
 	}
+	if c.capacity == c.committed {
+		c.stopOwn, c.pendingPartial = true, true
+		return
+	}
 	if np := c.copyState(nil); np != nil {
 		m.ref(np, false)
 		c.stopState, c.pendingPartial = np, true
@@ -1562,6 +1577,20 @@ func (c *KVCache) stopCommits(closing bool) {
 // free there, else on the first colder level that has room (KVCacheManagerV2
 // tries every level), encoded by the codec as an eviction would. It returns
 // nil when no level has room or the copy fails: a snapshot is best effort.
+// takeStopCopy takes the copy of the SSM state at the committed length for
+// the partial block of a cache that gave its own state (stopOwn) and is about
+// to compute on; without room for it the block is published as a closing
+// cache's is, with the state closing finds at the committed length.
+func (c *KVCache) takeStopCopy() {
+	c.stopOwn = false
+	if np := c.copyState(nil); np != nil {
+		c.m.ref(np, false)
+		c.stopState = np
+		return
+	}
+	c.pendingPartial = false // closing decides, by the history then
+}
+
 func (c *KVCache) copyState(n *node) *page {
 	m := c.m
 	for lvl := range m.levels {

@@ -494,6 +494,39 @@ func TestSsmStoppedCommitsKeepTheStateOfTheCommittedTokens(t *testing.T) {
 	}
 }
 
+// A final commit (is_end) that fills the cache's capacity leaves it nothing to
+// compute on without a Resize, so the partial block it publishes takes the
+// cache's own SSM state at close, no copy: the block's snapshot is the slot
+// the cache held, as KVCacheManagerV2 moves live pages into the tree at a
+// final partial commit.
+func TestSsmFinalCommitAtCapacityGivesTheCachesOwnState(t *testing.T) {
+	f := newFixture(t, ssmPartialConfig(64))
+	loc, prompt := f.ssmState(), seq(0, 16)
+	a, err := f.m.CreateKVCache(CacheOptions{})
+	require.NoError(t, err)
+	require.NoError(t, a.Resume(f.stream))
+	require.NoError(t, a.Resize(10, 10))
+	slot := liveState(t, a)
+	at10 := f.fillPage(loc, slot, 7)
+	require.NoError(t, a.Commit(prompt[:10], true))
+	require.NoError(t, f.m.CheckInvariants())
+	require.NoError(t, a.Close())
+
+	n, pages, err := f.m.ReusePages(blockhash.Scope{}, prompt[:10], f.m.Layout().SSM, true)
+	require.NoError(t, err)
+	require.Equal(t, 10, n)
+	require.Len(t, pages, 3, "two full blocks of 4 tokens and the partial one")
+	assert.Equal(t, ReusePage{Matched: 2, Covered: 2, Level: 0, Slot: slot}, pages[2],
+		"the partial block's snapshot is the cache's own state slot")
+	b, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt[:10]})
+	require.NoError(t, err)
+	assert.Equal(t, 10, b.ReusedTokens())
+	require.NoError(t, b.Resume(f.stream))
+	assert.Equal(t, at10, f.readPage(loc, liveState(t, b)), "the state at the committed 10 tokens")
+	require.NoError(t, b.Close())
+	require.NoError(t, f.m.CheckInvariants())
+}
+
 // A snapshot that finds no GPU slot is taken on the first colder level with
 // room (KVCacheManagerV2 tries every level): the state is encoded there
 // through the codec, after the work that wrote it, and a later prompt

@@ -11,7 +11,8 @@ import (
 // pushed to host onboards only the blocks after the run, reports the whole
 // prefix as its history with nothing committed, commits the run's tokens
 // and then stands at the prefix's end; the next request reuses the whole
-// prefix from the GPU. A negative run is refused naming the field.
+// prefix from the GPU. A negative run, and a start without a run, are refused naming the
+// field.
 func TestAFreshRunThroughTheCABI(t *testing.T) {
 	noLeaks(t)
 	m, err := CreateManager(smallConfig(4, 8), nil)
@@ -60,5 +61,7 @@ func TestAFreshRunThroughTheCABI(t *testing.T) {
 	require.NoError(t, CloseCache(d))
 
 	_, err = CreateCacheFresh(m, prompt, 0, -1)
-	requireCode(t, err, InvalidArgument, "FreshBlocks")
+	requireCode(t, err, InvalidArgument, "fresh_blocks")
+	_, err = CreateCacheFresh(m, prompt, 1, 0)
+	requireCode(t, err, InvalidArgument, "fresh_from_block")
 }

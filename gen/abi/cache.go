@@ -104,8 +104,9 @@ type KVCacheOptions struct {
 	// jumps to the matched prefix's end. A run the GPU has no room for
 	// leaves the whole prefix reused; one reaching the match's end is a cut
 	// there. Not with SSM layers, sliding windows or digests
-	// (KVCM_ERR_INVALID_ARGUMENT). kvcm_kv_cache_get_fresh_range says what
-	// the cache got.
+	// (KVCM_ERR_INVALID_ARGUMENT, as are negative counts and
+	// fresh_from_block without fresh_blocks; the message names the field).
+	// kvcm_kv_cache_get_fresh_range says what the cache got.
 	FreshBlocks int64 `since:"2"`
 	// FreshFromBlock is the fresh run's first block (0: the prompt's
 	// first); set only with fresh_blocks.

@@ -443,7 +443,20 @@
 //   - Fresh runs (issue 18): kvcm_kv_cache_options.fresh_blocks and
 //     fresh_from_block, a reuse plan that computes a run of the cached
 //     prefix while the blocks after it are onboarded, and
-//     kvcm_kv_cache_get_fresh_range.
+//     kvcm_kv_cache_get_fresh_range; errors name fresh_blocks and
+//     fresh_from_block. C++: kvcm::FreshRun{blocks, fromBlock} with
+//     KVCacheManager::createKVCache(tokens, run, ...) and
+//     createKVCacheForRequest(id, tokens, run, ...), and
+//     KVCache::freshRange(); Python: create_kv_cache(...,
+//     fresh_blocks=k, fresh_from_block=f), keyword-only, and the cache's
+//     fresh_range.
+//   - With SSM layers, commits stopping (kvcm_kv_cache_commit with is_end,
+//     kvcm_kv_cache_stop_committing) on a partial block of a cache whose
+//     capacity is its committed length give the cache's own SSM state page
+//     to that block at close, as KVCacheManagerV2 moves live pages at a
+//     final partial commit; a copy was taken. The copy is still taken when
+//     the capacity is past the committed length, or by the
+//     kvcm_kv_cache_resize that grows it past.
 //   - kvcm_kv_cache_decode_steps (issue 11): a run of one-token decode
 //     steps (resize by one token, commit it) in one call, equivalent to the
 //     per-step calls.

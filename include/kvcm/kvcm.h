@@ -1509,8 +1509,9 @@ struct kvcm_kv_cache_options {
      * jumps to the matched prefix's end. A run the GPU has no room for
      * leaves the whole prefix reused; one reaching the match's end is a cut
      * there. Not with SSM layers, sliding windows or digests
-     * (KVCM_ERR_INVALID_ARGUMENT). kvcm_kv_cache_get_fresh_range says what
-     * the cache got. (since ABI version 2)
+     * (KVCM_ERR_INVALID_ARGUMENT, as are negative counts and
+     * fresh_from_block without fresh_blocks; the message names the field).
+     * kvcm_kv_cache_get_fresh_range says what the cache got. (since ABI version 2)
      */
     int64_t fresh_blocks;
     /**

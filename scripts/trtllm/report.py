@@ -3,8 +3,7 @@ file) by cause: passed; failed or errored because the test reads
 KVCacheManagerV2's internals (KVCM2InternalError of the shim); because the
 only FakeEngine at hand (fake_engine.py at 4097b14) predates the test file;
 because a capability is still missing (the capability kvcm's UnsupportedError
-names); because of a known difference (KVCacheManagerV2's partial-coverage
-pages); other failures (kvcm behaving differently: bugs to fix or
+names); other failures (kvcm behaving differently: bugs to fix or
 differences to decide); skipped, by the skip reason.
 
 usage: python3 scripts/trtllm/report.py junit.xml
@@ -37,8 +36,6 @@ NAMED_CAUSES = [
     # Its FakeEngine sizes a token by the manager's tokens_per_block, not the
     # buffer's tokens_per_block_override.
     ("harness: fake_engine.py predates the test file", r"TestHeteroTokensPerBlock\."),
-    ("differs: commit_min_snapshot partial-coverage pages of sliding windows",
-     r"TestPartialCoverageReuse\."),
 ]
 
 

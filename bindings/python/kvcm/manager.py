@@ -320,6 +320,7 @@ _cache_set_beam_width = bind("kvcm_kv_cache_set_beam_width")
 _cache_committed = bind("kvcm_kv_cache_get_num_committed_tokens")
 _cache_history = bind("kvcm_kv_cache_get_history_length")
 _cache_capacity = bind("kvcm_kv_cache_get_capacity")
+_cache_fresh_range = bind("kvcm_kv_cache_get_fresh_range")
 _cache_scratch_desc = bind("kvcm_kv_cache_get_scratch_desc", layer_group="layer_group_id")
 _cache_plan_drop = bind("kvcm_kv_cache_plan_committed_block_drop")
 _scratch_pages_per_block = bind("kvcm_manager_get_scratch_pages_per_block")
@@ -1214,6 +1215,8 @@ class KVCacheManager(Managed):
         lora_task_id: int | None = None,
         salt: bytes | str | int | None = None,
         request_id: str | bytes | None = None,
+        fresh_blocks: int = 0,
+        fresh_from_block: int = 0,
     ) -> "_KVCache":
         """A SUSPENDED cache holding the longest reusable cached prefix of
         input_tokens (all of it when all of it is cached, less
@@ -1245,8 +1248,16 @@ class KVCacheManager(Managed):
         ``commit_pending_stats`` returns its block counts.
         ``request_id`` names the request for the CP index attached with
         :meth:`attach_cp`, which is then notified about the cache's blocks.
-        kvcm's older positional ``create_kv_cache(lora_task_id, ...)`` still
-        works: an int first argument is the lora_task_id."""
+        ``fresh_blocks`` and ``fresh_from_block`` (kvcm extensions) ask for a
+        fresh run: the cache reuses the matched prefix but its
+        ``fresh_blocks`` blocks from block ``fresh_from_block`` on, which get
+        fresh GPU pages for the engine to compute while the reused blocks
+        after them come up from host or disk (see the cache's
+        :attr:`~_KVCache.fresh_range`); negative counts, a
+        ``fresh_from_block`` without ``fresh_blocks``, SSM layers, sliding
+        windows and digest tokens raise InvalidArgumentError naming the
+        argument. kvcm's older positional ``create_kv_cache(lora_task_id,
+        ...)`` still works: an int first argument is the lora_task_id."""
         if isinstance(reuse_scope, int) and not isinstance(reuse_scope, bool) and lora_task_id is None:
             reuse_scope, lora_task_id = None, reuse_scope
         lora_id, salt = _scope_fields(reuse_scope, lora_task_id, salt)
@@ -1258,7 +1269,7 @@ class KVCacheManager(Managed):
         if text_only is None:
             text_only = bool(self._config.text_only)
         cache = _KVCache(self, lora_id, input_tokens, id, custom_priority_callback, salt, request_id,
-                         expected_prompt_length, text_only)
+                         expected_prompt_length, text_only, fresh_blocks, fresh_from_block)
         cache._reuse_scope = reuse_scope
         cache.enable_request_stats = bool(enable_request_stats)
         cache._note_pending_stats()
@@ -1711,7 +1722,8 @@ class _KVCache(Managed):
     def __init__(self, manager: KVCacheManager, lora_id: int | None, input_tokens: Sequence[int] | None,
                  id: Any, custom_priority_callback: Callable[[int, LifeCycle], int] | None,
                  salt: bytes | str | int | None, request_id: str | bytes | None = None,
-                 expected_prompt_length: int | None = None, text_only: bool = False) -> None:
+                 expected_prompt_length: int | None = None, text_only: bool = False,
+                 fresh_blocks: int = 0, fresh_from_block: int = 0) -> None:
         super().__init__()
         self._manager = manager
         self._id = id
@@ -1778,6 +1790,11 @@ class _KVCache(Managed):
         self._active = False
         self._stopped = False
         self._defers = not manager._has_ssm and custom_priority_callback is None
+        # The end of the fresh run while it is owed (see fresh_range), else
+        # 0: its commits are not deferred, and the commit completing it
+        # jumps the committed count to the prefix's end, which the mirror
+        # reads back from the library.
+        self._run_to = 0
         self._one_beam = True  # decode steps defer with one beam only
         self._tpb = manager._tokens_per_block
         opts = _native.versioned(ffi.kvcm_kv_cache_options)
@@ -1806,6 +1823,11 @@ class _KVCache(Managed):
         if expected_prompt_length is not None:
             opts.has_expected_prompt_length = True
             opts.expected_prompt_length = expected_prompt_length
+        fresh = (fresh_blocks.__class__ is not int or fresh_from_block.__class__ is not int
+                 or fresh_blocks != 0 or fresh_from_block != 0)
+        if fresh:
+            set_field(opts, "fresh_blocks", fresh_blocks)
+            set_field(opts, "fresh_from_block", fresh_from_block)
         if dig is not None:
             pos, nd, blob, blen = dig
             opts.input_digest_positions = ctypes.cast(pos, ctypes.POINTER(ctypes.c_size_t))
@@ -1830,6 +1852,11 @@ class _KVCache(Managed):
         _cache_create(manager._native(), _byref(opts), _byref(out))
         del salt_keep, toks_keep, rid_keep
         self._adopt(out.value)
+        if fresh:
+            frm, to = _I64(), _I64()
+            _cache_fresh_range(out.value, _byref(frm), _byref(to))
+            if frm.value < to.value:
+                self._run_to = to.value
         cls = type(self)
         if _native._backend == "extension" and _STEP is not None:
             self._st = _STEP(out.value, self._tpb, self, cls.resize, cls.commit)
@@ -1880,7 +1907,7 @@ class _KVCache(Managed):
         """Recompute the limit of the deferred commits (see __init__)."""
         st = self._st
         c = st.committed
-        if c < 0 or not self._active or self._stopped or not self._defers or self._state != "open":
+        if c < 0 or not self._active or self._stopped or not self._defers or self._run_to or self._state != "open":
             st.limit = -1
         else:
             st.limit = c - c % self._tpb + self._tpb - 1
@@ -1941,6 +1968,13 @@ class _KVCache(Managed):
     @property
     def is_active(self) -> bool:
         return self.status == CacheStatus.ACTIVE
+
+    @property
+    def is_commit_allowed(self) -> bool:
+        """True while the cache takes commits: until :meth:`stop_committing`,
+        a commit with ``is_end`` or :meth:`close` (a kvcm extension;
+        KVCacheManagerV2 answers it in ``_introspection.is_commit_allowed``)."""
+        return not self._stopped and not self.closed
 
     @property
     def cache_id(self) -> int:
@@ -2063,6 +2097,22 @@ class _KVCache(Managed):
     @property
     def reused_tokens(self) -> int:
         return self._get("kvcm_kv_cache_get_reused_tokens")
+
+    @property
+    def fresh_range(self) -> tuple[int, int]:
+        """The tokens ``(from, to)`` of the fresh run the cache was created
+        with (kvcm extension: ``create_kv_cache(..., fresh_blocks=k,
+        fresh_from_block=f)``), from == to for none: the engine computes
+        their KV into the run's pages (``get_base_page_indices``) and commits
+        exactly these tokens, in order, before any other commit; the commit
+        completing the run moves ``num_committed_tokens`` to the matched
+        prefix's end (``history_length`` is that end from creation on). A run
+        the GPU had no room for leaves the whole prefix reused (no run); one
+        reaching the match's end is a cut there (no run, the prefix reused up
+        to its start)."""
+        frm, to = _I64(), _I64()
+        _cache_fresh_range(self._native(), _byref(frm), _byref(to))
+        return frm.value, to.value
 
     @property
     def committed_tokens(self) -> list[Any]:
@@ -2427,10 +2477,12 @@ class _KVCache(Managed):
         (committed tokens are history; is_end stops commits)."""
         st = self._st
         c = st.committed
-        if c < 0:
+        if c < 0 or self._run_to:
             out = _I64()
             _cache_committed(h, out)
             c = out.value
+            if c >= self._run_to:
+                self._run_to = 0
         else:
             c += n
         st.committed = c

@@ -304,3 +304,25 @@ def test_probe_reuse_pages_report_the_widest_page_of_each_block(backend):
         assert m.probe_reuse_pages(Scope(lora_id=0), PROMPT[:10], full, True) == (0, [])
         with pytest.raises(InvalidArgumentError, match="layer_group"):
             m.probe_reuse_pages(None, PROMPT[:10], 9)
+
+
+def test_is_commit_allowed_until_commits_stop():
+    """A cache takes commits until stop_committing, a commit with is_end or
+    close: is_commit_allowed says which (the answer of KVCacheManagerV2's
+    _introspection.is_commit_allowed)."""
+    m = KVCacheManager(small_config())
+    try:
+        s = m.create_stream()
+        for stop in ("stop_committing", "is_end", "close"):
+            c = m.create_kv_cache(None, PROMPT)
+            assert c.resume(s) and c.resize(8)
+            assert c.is_commit_allowed
+            if stop == "stop_committing":
+                c.stop_committing()
+            elif stop == "is_end":
+                c.commit(PROMPT[:8], is_end=True)
+            assert c.is_commit_allowed == (stop == "close"), stop
+            c.close()
+            assert not c.is_commit_allowed, stop
+    finally:
+        m.shutdown()

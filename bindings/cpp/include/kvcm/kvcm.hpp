@@ -654,6 +654,25 @@ struct DigestTokens
     }
 };
 
+// A fresh run (kvcm_kv_cache_options.fresh_blocks and fresh_from_block): a
+// reuse plan in which the cache reuses the matched prefix but its blocks
+// [fromBlock, fromBlock + blocks), which get fresh GPU pages for the engine
+// to compute while the reused blocks after them come up from host or disk
+// (docs/scheduling.md). The history length and reused tokens are the whole
+// matched prefix; the committed tokens end at the run's start until the
+// engine commits the run's tokens (nothing else may be committed first), and
+// the commit completing the run jumps to the prefix's end. A run the GPU has
+// no room for leaves the whole prefix reused; one reaching the match's end
+// is a cut there. KVCache::freshRange() says what the cache got. Negative
+// counts, a fromBlock without blocks, SSM layers, sliding windows and digest
+// tokens are refused (kInvalidArgument naming fresh_blocks or
+// fresh_from_block).
+struct FreshRun
+{
+    int64_t blocks = 0;    // fresh_blocks: the run's length in blocks (0: no run)
+    int64_t fromBlock = 0; // fresh_from_block: its first block (0: the prompt's first)
+};
+
 namespace detail {
 
 // CConfig is the C form of a KVCacheManagerConfig for one call: the fields
@@ -1773,6 +1792,16 @@ public:
     [[nodiscard]] int64_t capacity() const { return get<int64_t>(&::kvcm_kv_cache_get_capacity); }
     // Tokens reused from the cache at creation.
     [[nodiscard]] int64_t reusedTokens() const { return get<int64_t>(&::kvcm_kv_cache_get_reused_tokens); }
+    // The tokens [from, to) of the fresh run the cache was created with
+    // (FreshRun): the tokens whose KV the engine computes into the run's
+    // pages and commits first; from == to for none.
+    [[nodiscard]] std::pair<int64_t, int64_t> freshRange() const
+    {
+        int64_t from = 0;
+        int64_t to = 0;
+        detail::check(::kvcm_kv_cache_get_fresh_range(mHandle, &from, &to));
+        return {from, to};
+    }
 
     // The scratch blocks and slots of a layer group in the ACTIVE cache's
     // current step (TensorRT-LLM's get_scratch_desc).
@@ -1957,6 +1986,21 @@ public:
     {
         return create({}, inputTokens.data(), inputTokens.size(), &digests, scope, std::move(priority), textOnly);
     }
+    // createKVCache with a fresh run (FreshRun): the run's blocks of the
+    // cached prefix are left to the engine while the blocks after them are
+    // reused; freshRange() on the cache says what it got.
+    [[nodiscard]] KVCache createKVCache(std::vector<Token> const& inputTokens, FreshRun const& freshRun,
+        ReuseScope const& scope = {}, PriorityFunction priority = nullptr)
+    {
+        return create({}, inputTokens.data(), inputTokens.size(), nullptr, scope, std::move(priority), false, freshRun);
+    }
+    // createKVCacheForRequest with a fresh run.
+    [[nodiscard]] KVCache createKVCacheForRequest(std::string_view requestId, std::vector<Token> const& inputTokens,
+        FreshRun const& freshRun, ReuseScope const& scope = {}, PriorityFunction priority = nullptr)
+    {
+        return create(
+            requestId, inputTokens.data(), inputTokens.size(), nullptr, scope, std::move(priority), false, freshRun);
+    }
     // How many tokens of an input with digest tokens a new cache would reuse.
     [[nodiscard]] int64_t probeReuse(
         std::vector<Token> const& tokens, DigestTokens const& digests, ReuseScope const& scope = {}) const
@@ -1983,7 +2027,8 @@ public:
 
 private:
     KVCache create(std::string_view requestId, Token const* inputTokens, size_t numInputTokens,
-        DigestTokens const* digests, ReuseScope const& scope, PriorityFunction priority, bool textOnly)
+        DigestTokens const* digests, ReuseScope const& scope, PriorityFunction priority, bool textOnly,
+        FreshRun const& freshRun = {})
     {
         KVCache cache;
         kvcm_kv_cache_options opts{};
@@ -2009,6 +2054,8 @@ private:
             opts.input_digest_bytes_len = digests->bytes.size();
         }
         opts.text_only = textOnly;
+        opts.fresh_blocks = freshRun.blocks;
+        opts.fresh_from_block = freshRun.fromBlock;
         kvcm_kv_cache h = 0;
         detail::check(::kvcm_kv_cache_create(mHandle, &opts, &h));
         cache.mHandle = h;

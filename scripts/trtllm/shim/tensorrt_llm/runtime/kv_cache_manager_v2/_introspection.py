@@ -2,8 +2,9 @@
 look inside the manager (page states, pool ratios, tree pages). The hooks
 whose answer is public data of a kvcm manager are computed from kvcm's public
 API (the pool groups' sizes and slot counts, the layer groups of the
-configured layers, the pages of a reuse match with the tokens they cover); a test calling any other fails with KVCM2InternalError
-naming it."""
+configured layers, the pages of a reuse match with the tokens they cover,
+the pool group of a layer group, whether a cache takes commits); a test
+calling any other fails with KVCM2InternalError naming it."""
 
 from __future__ import annotations
 
@@ -63,6 +64,17 @@ def reuse_match_pages(manager: Any, reuse_scope: Any, tokens: Any, lc_id: int,
     ``probe_reuse_pages``."""
     n, pages = manager.probe_reuse_pages(reuse_scope, list(tokens), lc_id, enable_partial)
     return n, [None if p is None else (p.slot, p.covered) for p in pages]
+
+
+def pool_group_index(manager: Any, lc_id: int, cache_level: int = 0) -> int:
+    """The pool group of a layer group at a level:
+    ``get_life_cycle_pool_group_indices``."""
+    return manager.get_life_cycle_pool_group_indices(cache_level)[lc_id]
+
+
+def is_commit_allowed(kv_cache: Any) -> bool:
+    """Whether the cache still takes commits: kvcm's ``is_commit_allowed``."""
+    return kv_cache.is_commit_allowed
 
 
 def __getattr__(name: str) -> NoReturn:
