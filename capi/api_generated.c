@@ -313,6 +313,7 @@ static const kvcm_api kvcm__table = {
     kvcm_kv_cache_commit_beam_search,
     kvcm_kv_cache_commit_digests,
     kvcm_kv_cache_commit_pending_stats,
+    kvcm_kv_cache_decode_steps,
     kvcm_kv_cache_discard_pending_stats,
     kvcm_kv_cache_get_aggregated_page_indices,
     kvcm_kv_cache_get_beam_base_page_indices,

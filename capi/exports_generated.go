@@ -725,6 +725,34 @@ func kvcm_kv_cache_create(manager C.kvcm_manager, options *C.kvcm__const_kvcm_kv
 	return statusOf(kvcmFn, glueKVCacheCreate(managerObj, options, out))
 }
 
+// kvcm_kv_cache_decode_steps is the export of kvcm_kv_cache_decode_steps (ABI version 2).
+//
+//export kvcm_kv_cache_decode_steps
+func kvcm_kv_cache_decode_steps(cache C.kvcm_kv_cache, tokens *C.kvcm__const_kvcm_token, num_tokens C.size_t) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_decode_steps"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if tokens == nil && num_tokens != 0 {
+		return argStatus(kvcmFn, "tokens", fmt.Sprintf("is NULL but num_tokens is %d", num_tokens))
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	var tokensBuf [8]config.Token
+	tokensArg, err := cSliceArg[config.Token](tokensBuf[:], tokens, num_tokens, "tokens")
+	if err != nil {
+		return statusOf(kvcmFn, err)
+	}
+	return statusOf(kvcmFn, cacheObj.DecodeSteps([]config.Token(tokensArg)))
+}
+
 // kvcm_kv_cache_discard_pending_stats is the export of kvcm_kv_cache_discard_pending_stats (ABI version 2).
 //
 //export kvcm_kv_cache_discard_pending_stats

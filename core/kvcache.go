@@ -206,6 +206,9 @@ type KVCache struct {
 	freshFrom, freshTo int
 	owed               bool
 	freshInput         []config.Token
+	// asked holds the PriorityFunc's answers DecodeSteps asked before its
+	// steps (see askPriority); empty otherwise.
+	asked []askedPriority
 }
 
 // ReuseDiagnostics says how a cache's reuse was cut at creation
@@ -1833,7 +1836,13 @@ func (c *KVCache) blockPriority(b int) ([]int, error) {
 
 // askPriority calls the cache's PriorityFunc (set) for block b of lifecycle
 // lc, clamped into [MinPriority, MaxPriority]; a panic in it is an error.
+// While DecodeSteps runs its steps, it answers what DecodeSteps asked.
 func (c *KVCache) askPriority(b int, lc layout.LayerGroupID) (pr int, err error) {
+	for _, a := range c.asked {
+		if a.b == b && a.lc == lc {
+			return a.pr, nil // asked by DecodeSteps before its steps
+		}
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			pr, err = 0, fmt.Errorf("%w: priority callback failed for block %d, layer group %d: %v",

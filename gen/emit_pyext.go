@@ -16,14 +16,17 @@ func init() { emitters = append(emitters, emitPyExt) }
 var pyExtRuntime string
 
 // pyExtStep is the KV cache's decode step (the CacheStep type), copied into
-// the generated file when the ABI has the two functions it calls.
+// the generated file when the ABI has the three functions it calls.
 //
 //go:embed pyext/step.c
 var pyExtStep string
 
 // pyExtStepSlots are the functions CacheStep calls, by the macro naming
 // their table slot in pyext/step.c.
-var pyExtStepSlots = [][2]string{{"KX_STEP_RESIZE", "kvcm_kv_cache_resize"}, {"KX_STEP_COMMIT", "kvcm_kv_cache_commit"}}
+var pyExtStepSlots = [][2]string{
+	{"KX_STEP_RESIZE", "kvcm_kv_cache_resize"}, {"KX_STEP_COMMIT", "kvcm_kv_cache_commit"},
+	{"KX_STEP_DECODE", "kvcm_kv_cache_decode_steps"},
+}
 
 func emitPyExt(m *Model, p Paths) (map[string][]byte, error) {
 	if p.PyExt == "" {

@@ -185,6 +185,16 @@ func (c *Cache) Commit(tokens []config.Token, isEnd bool) error {
 	return c.c.Commit(tokens, isEnd)
 }
 
+// DecodeSteps applies one-token decode steps (see
+// core.KVCache.DecodeSteps); a tracked cache notifies its CP index of the
+// blocks they complete.
+func (c *Cache) DecodeSteps(tokens []config.Token) error {
+	if c.tc != nil {
+		return c.tc.DecodeSteps(tokens)
+	}
+	return c.c.DecodeSteps(tokens)
+}
+
 // CommitBeamSearch commits tokens after a beam search step (see
 // core.KVCache.CommitBeamSearch); a tracked cache notifies its CP index.
 func (c *Cache) CommitBeamSearch(tokens []config.Token, beamSearchIndices []int, isEnd bool) error {

@@ -146,6 +146,20 @@ func (tc *TrackedCache) Commit(tokens []config.Token, isEnd bool) error {
 	return nil
 }
 
+// DecodeSteps applies one-token decode steps (see core.KVCache.DecodeSteps)
+// and notifies the full blocks the steps that applied complete (all of
+// them on success).
+func (tc *TrackedCache) DecodeSteps(tokens []config.Token) error {
+	before := tc.KVCache.NumCommittedTokens()
+	err := tc.KVCache.DecodeSteps(tokens)
+	if applied := tc.KVCache.NumCommittedTokens() - before; applied > 0 {
+		if added := tc.extend(tokens[:applied]); len(added) > 0 {
+			tc.t.cp.NotifyBlocksAllocated(tc.requestID, added)
+		}
+	}
+	return err
+}
+
 // CommitBeamSearch commits tokens after a beam search step (see
 // core.KVCache.CommitBeamSearch) and, on success, notifies the full blocks
 // they complete.

@@ -220,6 +220,31 @@ type KVCacheResize func(cache KVCache, capacity int64, historyLength int64) *Sta
 //kvcm:param isEnd in Whether these are the last tokens to commit.
 type KVCacheCommit func(cache KVCache, tokens spec.In[Token], numTokens spec.Size, isEnd bool) *Status
 
+// KVCacheDecodeSteps applies num_tokens one-token decode steps to an ACTIVE
+// cache in one call: for each token t in order, exactly what
+// kvcm_kv_cache_resize(cache, max(capacity, history_length + 1),
+// history_length + 1) followed by kvcm_kv_cache_commit(cache, &t, 1, false)
+// do, with every side effect of those calls (the demand sample of each
+// resize, statistics, block events, the blocks t fills published, pages a
+// sliding window no longer needs released, the priority function asked).
+// Before any step applies it checks the cache's state (ACTIVE, commits not
+// stopped, the history length at the committed tokens, one beam, no SWA
+// scratch reuse, no fresh run's commit owed: KVCM_ERR_INVALID_STATE), the
+// priority function's answers (asked then, in the steps' order:
+// KVCM_ERR_INVALID_ARGUMENT when it reports failure) and the GPU pages of
+// every block the run adds (reserved at once: KVCM_ERR_OUT_OF_PAGES); on
+// those errors nothing changes. Only a device failure recording the event of
+// a block the run publishes fails the call after the steps before that
+// block applied; its message says how many.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:call DecodeSteps
+//kvcm:param cache in The cache.
+//kvcm:param tokens borrowed,nullable,len=numTokens,slice,short,go=github.com/kvcm/kvcm/core/config.Token The tokens, one a step (NULL only when num_tokens is 0).
+//kvcm:param numTokens in The number of tokens (of steps; 0 does nothing).
+type KVCacheDecodeSteps func(cache KVCache, tokens spec.In[Token], numTokens spec.Size) *Status
+
 // KVCacheStopCommitting refuses further commits; tokens computed from now on
 // (for example generated ones) are never published. With partial reuse the
 // trailing partial block of the committed tokens is published: at once by

@@ -457,6 +457,9 @@
 //     final partial commit; a copy was taken. The copy is still taken when
 //     the capacity is past the committed length, or by the
 //     kvcm_kv_cache_resize that grows it past.
+//   - kvcm_kv_cache_decode_steps (issue 11): a run of one-token decode
+//     steps (resize by one token, commit it) in one call, equivalent to the
+//     per-step calls.
 //
 // Behaviour that changed for C users while ABI version 1 was unreleased
 // (no function, struct or constant changed):

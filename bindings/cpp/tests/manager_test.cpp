@@ -10,6 +10,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 
 using namespace kvcm_test;
@@ -195,6 +196,55 @@ TEST_F(ManagerTest, KVCacheRaiiLifecycle)
         c.stopCommitting();
         EXPECT_KVCM_ERROR(c.commit(prompt, false), kvcm::StatusCode::kInvalidState);
     }
+}
+
+// decodeSteps leaves a cache as the per-step resize and commit calls do
+// (committed tokens, history, capacity, page indices) across block
+// boundaries; a run whose new blocks the GPU cannot hold returns false and
+// changes nothing; a cache not at its committed history throws.
+TEST_F(ManagerTest, DecodeStepsEqualThePerStepCalls)
+{
+    auto const prompt = tokenRange(1, 9);
+    auto const steps = tokenRange(100, 10);
+    auto run = [&](bool batched) {
+        kvcm::KVCacheManager m(smallConfig(64 << 10));
+        auto stream = m.createStream();
+        auto c = m.createKVCache(prompt);
+        c.resume(stream);
+        c.resize(9, 9);
+        c.commit(prompt);
+        if (batched)
+        {
+            EXPECT_TRUE(c.decodeSteps(steps.data(), 3));
+            EXPECT_TRUE(c.decodeSteps(std::vector<kvcm::Token>(steps.begin() + 3, steps.end())));
+        }
+        else
+        {
+            for (size_t i = 0; i < steps.size(); ++i)
+            {
+                auto const n = static_cast<int64_t>(prompt.size() + i + 1);
+                EXPECT_TRUE(c.resize(n, n));
+                c.commit(&steps[i], 1);
+            }
+        }
+        return std::make_tuple(c.committedTokens(), c.historyLength(), c.capacity(), c.basePageIndices(0));
+    };
+    auto const want = run(false);
+    EXPECT_EQ(run(true), want);
+    EXPECT_EQ(std::get<0>(want).size(), prompt.size() + steps.size());
+
+    kvcm::KVCacheManager m(smallConfig(3 * 512));
+    auto stream = m.createStream();
+    auto c = m.createKVCache(prompt);
+    c.resume(stream);
+    c.resize(9, 9);
+    c.commit(prompt);
+    EXPECT_FALSE(c.decodeSteps(tokenRange(100, 4))); // the 4th step needs a 4th block
+    EXPECT_EQ(c.numCommittedTokens(), 9);
+    EXPECT_EQ(c.capacity(), 9);
+    EXPECT_TRUE(c.decodeSteps({}));
+    c.resize(10, 10);
+    EXPECT_KVCM_ERROR(c.decodeSteps(tokenRange(100, 1)), kvcm::StatusCode::kInvalidState);
 }
 
 TEST_F(ManagerTest, DestroyingManagerFirstIsSafe)

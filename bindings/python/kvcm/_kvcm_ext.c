@@ -2928,6 +2928,40 @@ done:
     return out;
 }
 
+/* kvcm_kv_cache_decode_steps(cache, tokens, num_tokens) */
+static PyObject *kx_fn_kvcm_kv_cache_decode_steps(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    size_t a2;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 3, "kvcm_kv_cache_decode_steps") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    if (kx_pointer(args[1], names, 1, 0, 0, &a1) < 0)
+        goto done;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[2], names, 2, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a2 = (size_t)v;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_decode_steps(a0, (const kvcm_token*)a1.p, a2);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    return out;
+}
+
 /* kvcm_kv_cache_discard_pending_stats(cache) */
 static PyObject *kx_fn_kvcm_kv_cache_discard_pending_stats(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -4824,6 +4858,7 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_kv_cache_commit_beam_search", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_commit_beam_search, METH_FASTCALL, "kvcm_kv_cache_commit_beam_search(cache, tokens, num_tokens, beam_search_indices, num_beam_search_indices, is_end)"},
     {"kvcm_kv_cache_commit_digests", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_commit_digests, METH_FASTCALL, "kvcm_kv_cache_commit_digests(cache, tokens, num_tokens, digest_positions, num_digests, digest_bytes, digest_bytes_len, is_end)"},
     {"kvcm_kv_cache_commit_pending_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_commit_pending_stats, METH_FASTCALL, "kvcm_kv_cache_commit_pending_stats(cache)"},
+    {"kvcm_kv_cache_decode_steps", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_decode_steps, METH_FASTCALL, "kvcm_kv_cache_decode_steps(cache, tokens, num_tokens)"},
     {"kvcm_kv_cache_discard_pending_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_discard_pending_stats, METH_FASTCALL, "kvcm_kv_cache_discard_pending_stats(cache)"},
     {"kvcm_kv_cache_get_aggregated_page_indices", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_aggregated_page_indices, METH_FASTCALL, "kvcm_kv_cache_get_aggregated_page_indices(cache, layer_group, beam, valid_only, indices, capacity, needed)"},
     {"kvcm_kv_cache_get_beam_base_page_indices", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_beam_base_page_indices, METH_FASTCALL, "kvcm_kv_cache_get_beam_base_page_indices(cache, layer_group, beam, indices, capacity, needed)"},
@@ -4873,7 +4908,7 @@ static PyMethodDef kx_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 14, 2, 6, 8, 1, 1, 7, 6, 2, 4, 5, 4, 3, 2, 7, 3, 2, 2, 2, 2, 2, 2, 2, 1, 4, 1, 8, 11, 3, 8, 4, 5, 4, 4, 4, 2, 4, 4, 4, 4, 2, 2, 2, 7, 11, 10, 10, 6, 8, 1, 1};
+static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 14, 2, 6, 8, 1, 3, 1, 7, 6, 2, 4, 5, 4, 3, 2, 7, 3, 2, 2, 2, 2, 2, 2, 2, 1, 4, 1, 8, 11, 3, 8, 4, 5, 4, 4, 4, 2, 4, 4, 4, 4, 2, 2, 2, 7, 11, 10, 10, 6, 8, 1, 1};
 
 static const size_t kx_slot_offsets[] = {
     offsetof(kvcm_api, cold_page_codec_destroy),
@@ -4948,6 +4983,7 @@ static const size_t kx_slot_offsets[] = {
     offsetof(kvcm_api, kv_cache_commit_beam_search),
     offsetof(kvcm_api, kv_cache_commit_digests),
     offsetof(kvcm_api, kv_cache_commit_pending_stats),
+    offsetof(kvcm_api, kv_cache_decode_steps),
     offsetof(kvcm_api, kv_cache_discard_pending_stats),
     offsetof(kvcm_api, kv_cache_get_aggregated_page_indices),
     offsetof(kvcm_api, kv_cache_get_beam_base_page_indices),
@@ -4998,13 +5034,16 @@ static const size_t kx_slot_offsets[] = {
 
 #define KX_STEP_RESIZE kv_cache_resize
 #define KX_STEP_COMMIT kv_cache_commit
+#define KX_STEP_DECODE kv_cache_decode_steps
 
 /* ---- The decode step of a KV cache (gen/pyext/step.c, copied verbatim
- * when the ABI has kvcm_kv_cache_resize and kvcm_kv_cache_commit) ----
+ * when the ABI has kvcm_kv_cache_resize, kvcm_kv_cache_commit and
+ * kvcm_kv_cache_decode_steps) ----
  *
  * kvcm._kvcm_ext.CacheStep(handle, tokens_per_block, owner, resize, commit)
  * holds what kvcm.manager._KVCache's decode step decides by (its deferral
- * mirror: committed, history, limit; the tokens of the deferred commits;
+ * mirror: committed, history, capacity, limit; the tokens of the deferred
+ * commits and decode steps; windows;
  * fast, which _KVCache keeps true while a resize needs no Python-level work
  * around the library call) and its resize and commit methods, which the
  * cache installs as its own attributes, so that the decode step is one C
@@ -5016,19 +5055,35 @@ static const size_t kx_slot_offsets[] = {
  *   updated; True, or False when the library reports OUT_OF_PAGES (the
  *   resize then changed nothing), other failures raised as the binding
  *   raises them;
+ * - resize(c + 1, c + 1) of a decode step while fast (or marked) with c
+ *   the committed tokens, the history and the capacity, no deferred resize
+ *   waiting for its commit, windows not None (a tuple of the layer groups'
+ *   sliding window sizes: one beam, no SWA scratch reuse), the limit set,
+ *   c inside a block (the resize needs no page) and no window's first kept
+ *   block moving: deferred, the history and capacity mirrors advanced;
+ *   True. A resize that does not defer first flushes the deferred steps;
+ * - commit(tokens) after such a resize, with one exact int32 int: the
+ *   decode step deferred (its token kept), flushed at once when it fills
+ *   the block (a published block is never deferred);
  * - commit(tokens) with an exact list or tuple of exact int32 ints that
- *   stays within the limit and the history: deferred (the tokens kept, the
- *   committed mirror advanced);
+ *   stays within the limit and the history, no decode step deferred:
+ *   deferred (the tokens kept, the committed mirror advanced);
  * - everything else calls the Python method given, resize(owner, ...) or
  *   commit(owner, ...), with the same arguments: the argument rules, errors
  *   and every other case stay the Python method's.
  *
  * defer(tokens) is commit's deferral alone (True when deferred, else
- * False, changing nothing); flush() commits the deferred tokens in one library call (kept on failure,
- * which is raised); tokens() returns them as a list; pending is their
- * number; while a flush is in the library (the GIL released) nothing
- * defers and a second flush raises RuntimeError, so the tokens it passes
- * stay as they are. owner is held by a weak reference (the cache holds
+ * False, changing nothing); defer_resize(capacity, history) and
+ * defer_step(tokens) are resize's and commit's decode step deferral alone
+ * (the same answers); flush() hands the library what is deferred, in
+ * order: the deferred commits in one commit, the decode steps in one
+ * kvcm_kv_cache_decode_steps, the resize waiting for its commit (what a
+ * failed call would have passed stays deferred; the error is raised).
+ * tokens() returns the deferred tokens (commits and steps) as a list;
+ * pending is their number plus one for a resize waiting for its commit;
+ * steps is the deferred decode steps (and that resize). While a flush is
+ * in the library (the GIL released) nothing defers and a second flush
+ * raises RuntimeError, so the tokens it passes stay as they are. owner is held by a weak reference (the cache holds
  * this object).
  * Library calls make the checks of every extension call (kx_enter,
  * kx_leave) and release the GIL. */
@@ -5039,10 +5094,13 @@ typedef struct {
     PyObject_HEAD
     kvcm_kv_cache handle;
     long long tpb;
-    long long committed, history, limit;
+    long long committed, history, capacity, limit;
     int fast;
     kvcm_token *tokens;
     Py_ssize_t ntokens, cap;
+    Py_ssize_t nsteps; /* the last nsteps tokens are decode steps' */
+    int rpend;         /* a deferred decode step's resize waits for its commit */
+    PyObject *windows; /* a tuple of window sizes (decode steps defer), or NULL / None */
     int flushing; /* flush() is in the library with tokens: nothing defers */
     PyObject *owner; /* a weak reference */
     PyObject *slow_resize, *slow_commit;
@@ -5073,7 +5131,7 @@ static PyObject *kx_step_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     }
     s->handle = (kvcm_kv_cache)handle;
     s->tpb = tpb;
-    s->committed = s->history = s->limit = -1;
+    s->committed = s->history = s->capacity = s->limit = -1;
     s->slow_resize = Py_NewRef(resize);
     s->slow_commit = Py_NewRef(commit);
     return (PyObject *)s;
@@ -5086,6 +5144,7 @@ static int kx_step_traverse(kx_step *s, visitproc visit, void *arg)
     Py_VISIT(s->slow_commit);
     Py_VISIT(s->mark);
     Py_VISIT(s->key);
+    Py_VISIT(s->windows);
     return 0;
 }
 
@@ -5096,6 +5155,7 @@ static int kx_step_clear(kx_step *s)
     Py_CLEAR(s->slow_commit);
     Py_CLEAR(s->mark);
     Py_CLEAR(s->key);
+    Py_CLEAR(s->windows);
     return 0;
 }
 
@@ -5150,6 +5210,31 @@ static inline long long kx_step_nonneg(PyObject *o)
     return overflow ? -1 : v;
 }
 
+static int kx_step_flush_all(kx_step *s);
+
+/* The first block a window of w tokens keeps once h tokens are computed
+ * (layout.FirstKeptBlock). */
+static inline long long kx_step_first_kept(long long w, long long h, long long tpb)
+{
+    return w <= 0 || h + 1 <= w ? 0 : (h + 1 - w) / tpb;
+}
+
+/* Whether resize(capacity, history) is a decode step that can wait: see
+ * the type's comment. */
+static int kx_step_can_step(kx_step *s, long long capacity, long long history)
+{
+    long long c = s->committed;
+    if (!s->windows || !PyTuple_Check(s->windows) || s->limit < 0 || s->flushing || s->rpend || c <= 0 ||
+        s->history != c || s->capacity != c || capacity != c + 1 || history != c + 1 || c % s->tpb == 0)
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(s->windows); i++) {
+        long long w = kx_step_nonneg(PyTuple_GET_ITEM(s->windows, i));
+        if (w < 0 || kx_step_first_kept(w, c + 1, s->tpb) != kx_step_first_kept(w, c, s->tpb))
+            return 0;
+    }
+    return 1;
+}
+
 static PyObject *kx_step_resize(kx_step *s, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     if (kwnames || nargs < 1 || nargs > 2)
@@ -5170,6 +5255,13 @@ static PyObject *kx_step_resize(kx_step *s, PyObject *const *args, Py_ssize_t na
         if (history < 0)
             return kx_step_slow(s, s->slow_resize, args, nargs, kwnames);
     }
+    if (kx_step_can_step(s, capacity, history)) {
+        s->history = s->capacity = history;
+        s->rpend = 1;
+        Py_RETURN_TRUE;
+    }
+    if ((s->nsteps || s->rpend) && kx_step_flush_all(s) < 0)
+        return NULL;
     if (kx_enter(0, 0, "resize") < 0)
         return NULL;
     kvcm_status *st;
@@ -5180,10 +5272,15 @@ static PyObject *kx_step_resize(kx_step *s, PyObject *const *args, Py_ssize_t na
         kx_api->status_free(st);
         return kx_leave(NULL, Py_NewRef(Py_False));
     }
-    if (!st && history >= 0)
-        s->history = history;
+    if (!st) {
+        if (history >= 0)
+            s->history = history;
+        s->capacity = capacity;
+    }
     return kx_leave(st, Py_NewRef(Py_True));
 }
+
+static int kx_step_keep(kx_step *s, PyObject *t, Py_ssize_t n);
 
 /* Defers t when it is an exact list or tuple of exact int32 ints that
  * stays within the limit and the history: 1 when deferred, 0 when not, -1
@@ -5194,8 +5291,16 @@ static int kx_step_try_defer(kx_step *s, PyObject *t)
         return 0;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(t);
     long long c = s->committed + n;
-    if (!n || c > s->limit || c > s->history || s->flushing)
+    if (!n || c > s->limit || c > s->history || s->flushing || s->nsteps || s->rpend)
         return 0;
+    return kx_step_keep(s, t, n);
+}
+
+/* Keeps the n tokens of t (checked as int32 ints): 1 when kept, 0 when one
+ * is not an int32 int, -1 on error. */
+static int kx_step_keep(kx_step *s, PyObject *t, Py_ssize_t n)
+{
+    long long c = s->committed + n;
     if (s->ntokens + n > s->cap) {
         Py_ssize_t cap = s->cap ? s->cap : 32;
         while (cap < s->ntokens + n)
@@ -5219,8 +5324,36 @@ static int kx_step_try_defer(kx_step *s, PyObject *t)
     return 1;
 }
 
+/* Defers t, one exact int32 int in an exact list or tuple, as the commit
+ * of the decode step whose resize waits: 1 when deferred (flushed at once
+ * when it fills the block: -1 when that fails), 0 when not, -1 on error. */
+static int kx_step_try_step(kx_step *s, PyObject *t)
+{
+    if (!s->rpend || s->flushing || (!PyList_CheckExact(t) && !PyTuple_CheckExact(t)) ||
+        PySequence_Fast_GET_SIZE(t) != 1 || s->committed + 1 != s->history)
+        return 0;
+    int r = kx_step_keep(s, t, 1);
+    if (r <= 0)
+        return r;
+    s->nsteps++;
+    s->rpend = 0;
+    if (s->committed % s->tpb == 0) {
+        if (kx_step_flush_all(s) < 0)
+            return -1;
+        s->limit = s->committed + s->tpb - 1; /* the next block's */
+    }
+    return 1;
+}
+
 static PyObject *kx_step_commit(kx_step *s, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
+    if (nargs == 1 && !kwnames && s->rpend) {
+        int r = kx_step_try_step(s, args[0]);
+        if (r < 0)
+            return NULL;
+        if (r)
+            Py_RETURN_NONE;
+    }
     if (nargs == 1 && !kwnames) {
         int r = kx_step_try_defer(s, args[0]);
         if (r < 0)
@@ -5237,27 +5370,87 @@ static PyObject *kx_step_defer(kx_step *s, PyObject *t)
     return r < 0 ? NULL : PyBool_FromLong(r);
 }
 
-static PyObject *kx_step_flush(kx_step *s, PyObject *unused)
+static PyObject *kx_step_defer_resize(kx_step *s, PyObject *const *args, Py_ssize_t nargs)
 {
-    (void)unused;
-    if (!s->ntokens)
-        Py_RETURN_NONE;
-    if (s->flushing) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "kvcm: this KV cache's deferred commits are being committed by another thread");
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "defer_resize(capacity, history_length)");
         return NULL;
     }
+    long long capacity = kx_step_nonneg(args[0]), history = kx_step_nonneg(args[1]);
+    if (capacity < 0 || history < 0 || !kx_step_can_step(s, capacity, history))
+        Py_RETURN_FALSE;
+    s->history = s->capacity = history;
+    s->rpend = 1;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *kx_step_defer_step(kx_step *s, PyObject *t)
+{
+    int r = kx_step_try_step(s, t);
+    return r < 0 ? NULL : PyBool_FromLong(r);
+}
+
+/* One library call of the flush with the GIL released; 0, or -1 with the
+ * error raised. */
+static int kx_step_call(kx_step *s, int what, Py_ssize_t n)
+{
     if (kx_enter(0, 0, "flush") < 0)
-        return NULL;
+        return -1;
     kvcm_status *st;
     s->flushing = 1;
     Py_BEGIN_ALLOW_THREADS
-    st = kx_api->KX_STEP_COMMIT(s->handle, s->tokens, (size_t)s->ntokens, false);
+    if (what == 0)
+        st = kx_api->KX_STEP_COMMIT(s->handle, s->tokens, (size_t)n, false);
+    else if (what == 1)
+        st = kx_api->KX_STEP_DECODE(s->handle, s->tokens, (size_t)n);
+    else
+        st = kx_api->KX_STEP_RESIZE(s->handle, (int64_t)s->capacity, (int64_t)s->history);
     Py_END_ALLOW_THREADS
     s->flushing = 0;
-    if (!st)
-        s->ntokens = 0;
-    return kx_leave(st, Py_NewRef(Py_None));
+    PyObject *r = kx_leave(st, Py_NewRef(Py_None));
+    if (!r)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* Hands the library what is deferred, in order (see the type's comment):
+ * 0, or -1 with the error raised and what it did not pass still deferred. */
+static int kx_step_flush_all(kx_step *s)
+{
+    if (!s->ntokens && !s->rpend)
+        return 0;
+    if (s->flushing) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "kvcm: this KV cache's deferred commits are being committed by another thread");
+        return -1;
+    }
+    Py_ssize_t plain = s->ntokens - s->nsteps;
+    if (plain) {
+        if (kx_step_call(s, 0, plain) < 0)
+            return -1;
+        memmove(s->tokens, s->tokens + plain, (size_t)s->nsteps * sizeof(kvcm_token));
+        s->ntokens = s->nsteps;
+    }
+    if (s->nsteps) {
+        if (kx_step_call(s, 1, s->nsteps) < 0)
+            return -1;
+        s->ntokens = s->nsteps = 0;
+    }
+    if (s->rpend) {
+        if (kx_step_call(s, 2, 0) < 0)
+            return -1;
+        s->rpend = 0;
+    }
+    return 0;
+}
+
+static PyObject *kx_step_flush(kx_step *s, PyObject *unused)
+{
+    (void)unused;
+    if (kx_step_flush_all(s) < 0)
+        return NULL;
+    Py_RETURN_NONE;
 }
 
 static PyObject *kx_step_tokens(kx_step *s, PyObject *unused)
@@ -5278,7 +5471,13 @@ static PyObject *kx_step_tokens(kx_step *s, PyObject *unused)
 static PyObject *kx_step_pending(kx_step *s, void *unused)
 {
     (void)unused;
-    return PyLong_FromSsize_t(s->ntokens);
+    return PyLong_FromSsize_t(s->ntokens + s->rpend);
+}
+
+static PyObject *kx_step_steps(kx_step *s, void *unused)
+{
+    (void)unused;
+    return PyLong_FromSsize_t(s->nsteps + s->rpend);
 }
 
 static PyMethodDef kx_step_methods[] = {
@@ -5290,7 +5489,12 @@ static PyMethodDef kx_step_methods[] = {
     {"defer", (PyCFunction)kx_step_defer, METH_O,
      "defer(tokens) -> bool: defer the commit of tokens (a list or tuple of int32 ints within the limit "
      "and the history)"},
-    {"flush", (PyCFunction)kx_step_flush, METH_NOARGS, "flush(): commit the deferred tokens in one call"},
+    {"defer_resize", (PyCFunction)(void (*)(void))kx_step_defer_resize, METH_FASTCALL,
+     "defer_resize(capacity, history_length) -> bool: defer a decode step's resize"},
+    {"defer_step", (PyCFunction)kx_step_defer_step, METH_O,
+     "defer_step(tokens) -> bool: defer the commit of the decode step whose resize waits"},
+    {"flush", (PyCFunction)kx_step_flush, METH_NOARGS,
+     "flush(): hand the library the deferred commits and decode steps"},
     {"tokens", (PyCFunction)kx_step_tokens, METH_NOARGS, "tokens() -> the deferred tokens, a list"},
     {NULL, NULL, 0, NULL},
 };
@@ -5298,15 +5502,19 @@ static PyMethodDef kx_step_methods[] = {
 static PyMemberDef kx_step_members[] = {
     {"committed", T_LONGLONG, offsetof(kx_step, committed), 0, "committed tokens, deferred ones included (-1: unknown)"},
     {"history", T_LONGLONG, offsetof(kx_step, history), 0, "the history length (-1: unknown)"},
+    {"capacity", T_LONGLONG, offsetof(kx_step, capacity), 0, "the capacity (-1: unknown)"},
     {"limit", T_LONGLONG, offsetof(kx_step, limit), 0, "the committed count deferred commits may reach (-1: none)"},
     {"fast", T_BOOL, offsetof(kx_step, fast), 0, "resize needs no Python-level work around the call"},
     {"mark", T_OBJECT, offsetof(kx_step, mark), 0, "a set: resize needs no Python-level work while key is in it"},
     {"key", T_OBJECT, offsetof(kx_step, key), 0, "the key of mark"},
+    {"windows", T_OBJECT, offsetof(kx_step, windows), 0,
+     "a tuple of the sliding window sizes: decode steps defer (None: they do not)"},
     {NULL, 0, 0, 0, NULL},
 };
 
 static PyGetSetDef kx_step_getset[] = {
-    {"pending", (getter)kx_step_pending, NULL, "the number of deferred tokens", NULL},
+    {"pending", (getter)kx_step_pending, NULL, "the deferred tokens, plus one for a resize waiting for its commit", NULL},
+    {"steps", (getter)kx_step_steps, NULL, "the deferred decode steps, a resize waiting for its commit included", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

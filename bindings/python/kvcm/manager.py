@@ -306,6 +306,7 @@ _cache_discard_pending = bind("kvcm_kv_cache_discard_pending_stats")
 _cache_suspend = bind("kvcm_kv_cache_suspend")
 _cache_resize = bind("kvcm_kv_cache_resize")
 _cache_commit = bind("kvcm_kv_cache_commit")
+_cache_decode_steps = bind("kvcm_kv_cache_decode_steps")
 _cache_commit_digests = bind("kvcm_kv_cache_commit_digests", tokens="accepted_input_tokens")
 _cache_committed_digests = bind("kvcm_kv_cache_get_committed_digests")
 _probe_reuse_digests = bind("kvcm_manager_probe_reuse_digests", tokens="input_tokens")
@@ -1168,6 +1169,20 @@ class KVCacheManager(Managed):
             raise InvalidStateError(f"shutdown() with {n} KV cache(s) still open; close them first")
         self.close()
 
+    def _decode_step_windows(self) -> tuple[int, ...] | None:
+        """The sliding window sizes a cache's deferred decode steps check
+        (see _KVCache.__init__), or None where decode steps do not defer
+        (SWA scratch reuse)."""
+        ws = getattr(self, "_step_windows", False)
+        if ws is False:
+            cfg = self._config
+            if cfg.enable_swa_scratch_reuse:
+                ws = None
+            else:
+                ws = tuple(sorted({lc.window_size for lc in self._life_cycles() if lc.window_size}))
+            self._step_windows = ws
+        return ws
+
     def _life_cycles(self) -> list[LifeCycle]:
         """Every layer group as a LifeCycle (window and sink blocks from the
         configuration)."""
@@ -1612,18 +1627,58 @@ class _PyStep:
     (see gen/pyext/step.c), whose resize and commit the cache installs on
     the extension path; here the cache's own methods run the step."""
 
-    __slots__ = ("handle", "committed", "history", "limit", "fast", "mark", "key", "_tokens")
+    __slots__ = ("handle", "committed", "history", "capacity", "limit", "fast", "mark", "key", "windows", "_tokens",
+                 "_nsteps", "_rpend", "_tpb")
 
-    def __init__(self, handle: int) -> None:
+    def __init__(self, handle: int, tokens_per_block: int) -> None:
         self.handle = handle
-        self.committed = self.history = self.limit = -1
+        self.committed = self.history = self.capacity = self.limit = -1
         self.fast = False
-        self.mark = self.key = None
+        self.mark = self.key = self.windows = None
         self._tokens: list[int] = []
+        self._nsteps = 0  # the last _nsteps tokens are decode steps'
+        self._rpend = False  # a deferred decode step's resize waits for its commit
+        self._tpb = tokens_per_block
 
     @property
     def pending(self) -> int:
-        return len(self._tokens)
+        return len(self._tokens) + self._rpend
+
+    @property
+    def steps(self) -> int:
+        return self._nsteps + self._rpend
+
+    def defer_resize(self, capacity: int, history: int) -> bool:
+        """Defer resize(c + 1, c + 1) of a decode step (see CacheStep):
+        c the committed tokens, the history and the capacity, inside a
+        block, no window's first kept block moving."""
+        c, tpb, windows = self.committed, self._tpb, self.windows
+        if (windows is None or self.limit < 0 or self._rpend or c <= 0 or self.history != c or self.capacity != c
+                or capacity != c + 1 or history != c + 1 or c % tpb == 0):
+            return False
+        for w in windows:
+            if c + 2 > w and (c + 2 - w) % tpb == 0:
+                return False  # the first kept block moves at c + 1
+        self.history = self.capacity = c + 1
+        self._rpend = True
+        return True
+
+    def defer_step(self, tokens: list[int] | tuple[int, ...]) -> bool:
+        """Defer the commit of the decode step whose resize waits: one int32
+        int; flushed at once when it fills the block."""
+        if not self._rpend or len(tokens) != 1 or self.committed + 1 != self.history:
+            return False
+        x = tokens[0]
+        if x.__class__ is not int or not -0x80000000 <= x <= 0x7FFFFFFF:
+            return False
+        self._tokens.append(x)
+        self._nsteps += 1
+        self._rpend = False
+        self.committed += 1
+        if self.committed % self._tpb == 0:
+            self.flush()
+            self.limit = self.committed + self._tpb - 1  # the next block's
+        return True
 
     def tokens(self) -> list[int]:
         return list(self._tokens)
@@ -1636,11 +1691,23 @@ class _PyStep:
         return True
 
     def flush(self) -> None:
-        if self._tokens:
-            toks, n, keep = _convert.tokens(self._tokens, "accepted_input_tokens")
+        """The deferred commits in one commit, the decode steps in one
+        kvcm_kv_cache_decode_steps, the resize waiting for its commit; what
+        a failed call would have passed stays deferred."""
+        plain = len(self._tokens) - self._nsteps
+        if plain:
+            toks, n, keep = _convert.tokens(self._tokens[:plain], "accepted_input_tokens")
             _cache_commit(self.handle, toks, n, False)
             del keep
-            self._tokens = []
+            del self._tokens[:plain]
+        if self._nsteps:
+            toks, n, keep = _convert.tokens(self._tokens, "tokens")
+            _cache_decode_steps(self.handle, toks, n)
+            del keep
+            self._tokens, self._nsteps = [], 0
+        if self._rpend:
+            _cache_resize(self.handle, self.capacity, self.history)
+            self._rpend = False
 
 
 class _KVCache(Managed):
@@ -1701,6 +1768,22 @@ class _KVCache(Managed):
         # falling back to the methods below for every other case; _st.fast
         # says when resize needs nothing around the library call
         # (_update_fast).
+        #
+        # Whole decode steps wait too: a resize(c + 1, c + 1) with c the
+        # committed tokens, the history and the capacity (_st.capacity, -1
+        # while unknown), inside a block (no page to take) and moving no
+        # sliding window's first kept block (_st.windows, the manager's
+        # window sizes: None with several beams or SWA scratch reuse, where
+        # steps never wait), followed by the commit of one token. Such a
+        # step changes nothing but the cache's own counts (and its demand
+        # sample, which only its close reads). The waiting steps reach the
+        # library in one kvcm_kv_cache_decode_steps, after the waiting
+        # commits, when a step fills its block (its block is published in
+        # that call), when a resize does not wait, and whenever the
+        # waiting commits would; a resize waiting for its commit reaches it
+        # then as the resize it is (_st.steps counts them, that resize
+        # included). The capacity getter reads _st.capacity while steps
+        # wait.
         self._st: Any = None
         self._active = False
         self._stopped = False
@@ -1710,6 +1793,7 @@ class _KVCache(Managed):
         # jumps the committed count to the prefix's end, which the mirror
         # reads back from the library.
         self._run_to = 0
+        self._one_beam = True  # decode steps defer with one beam only
         self._tpb = manager._tokens_per_block
         opts = _native.versioned(ffi.kvcm_kv_cache_options)
         salt_keep = None
@@ -1780,7 +1864,7 @@ class _KVCache(Managed):
             if cls.commit is _KVCache.commit:
                 self.commit = self._st.commit
         else:
-            self._st = _PyStep(out.value)
+            self._st = _PyStep(out.value, self._tpb)
         self._update_fast()
         manager._own(self)
         if manager._event_manager is not None:
@@ -1837,6 +1921,7 @@ class _KVCache(Managed):
             noted = self._id is not None and self._manager._stats_on
             st.fast = plain and not noted
             st.mark, st.key = (self._manager._dirty_stats, self._id) if plain and noted else (None, None)
+            st.windows = self._manager._decode_step_windows() if self._one_beam and self._defers else None
 
     def _mark_closed(self) -> None:
         if self._st is not None:
@@ -1987,6 +2072,8 @@ class _KVCache(Managed):
 
     @property
     def capacity(self) -> int:
+        if self._st.steps and self._state == "open":
+            return self._st.capacity  # what the deferred decode steps make it
         out = _I64()
         _cache_capacity(self._resource if self._state == "open" else self._native(), out)
         return out.value
@@ -2233,7 +2320,13 @@ class _KVCache(Managed):
             history_length = _convert.check(history_length, _I64, "history_length")
             if history_length < 0:
                 raise InvalidArgumentError(f"history_length: must not be negative, got {history_length}")
+        st = self._st
+        if st.windows is not None and (st.fast or st.mark is not None and st.key in st.mark) and \
+                st.defer_resize(capacity, history_length):
+            return True  # a decode step's resize, deferred (see __init__)
         h = self._resource if self._state == "open" else self._native()
+        if st.steps:
+            st.flush()  # the deferred decode steps come before this resize
         try:
             if self._priority_cb is None:
                 _cache_resize(h, capacity, history_length)
@@ -2242,7 +2335,8 @@ class _KVCache(Managed):
         except OutOfPagesError:
             return False
         if history_length >= 0:
-            self._st.history = history_length
+            st.history = history_length
+        st.capacity = int(capacity)
         # The decode step's path: each check is inlined before its call.
         if self._bufs or self._views:
             self._refresh_indices()
@@ -2273,8 +2367,10 @@ class _KVCache(Managed):
         if beam_search_indices is None and is_end is False and (t.__class__ is list or t.__class__ is tuple):
             n = len(t)
             st = self._st
+            if st.steps and st.defer_step(t):
+                return  # the decode step's commit, deferred (see __init__)
             c = st.committed + n
-            if n and c <= st.limit and c <= st.history:
+            if n and c <= st.limit and c <= st.history and not st.steps:
                 for x in t:
                     if x.__class__ is not int or not -0x80000000 <= x <= 0x7FFFFFFF:
                         break
@@ -2344,6 +2440,36 @@ class _KVCache(Managed):
         if self._bufs or self._views:
             self._refresh_indices()  # beams reordered, or a sliding window let pages go
 
+    def decode_steps(self, tokens: Sequence[int]) -> bool:
+        """One-token decode steps in one library call (a kvcm extension,
+        kvcm_kv_cache_decode_steps): for each token t in order what
+        ``resize(max(capacity, history_length + 1), history_length + 1)``
+        and ``commit([t])`` do. Returns False, changing nothing, when the
+        GPU has not enough pages for the blocks the run adds; a cache not
+        at its committed history (or otherwise not in a decode step) raises
+        InvalidStateError. A cache with a custom_priority_callback re-raises
+        what it raises."""
+        toks, n, keep = _convert.tokens(tokens, "tokens")
+        h = self._native()
+        try:
+            if self._priority_cb is None:
+                _cache_decode_steps(h, toks, n)
+            else:
+                _native.call_with_stash(self._stash, lambda: _cache_decode_steps(h, toks, n))
+        except OutOfPagesError:
+            return False
+        del keep
+        st = self._st
+        if n:
+            st.capacity = -1 if st.capacity < 0 else max(st.capacity, st.committed + n)
+            st.history = st.committed = -1 if st.committed < 0 else st.committed + n
+            self._update_limit()
+        if self._bufs or self._views:
+            self._refresh_indices()
+        if self.id is not None and n:
+            self._note_pending_stats()
+        return True
+
     def _committed_by(self, h: int, n: int, is_end: Any) -> None:
         """Update the deferral's mirror after the library committed n tokens
         (committed tokens are history; is_end stops commits)."""
@@ -2381,6 +2507,7 @@ class _KVCache(Managed):
         with their uncommitted KV. Raises OutOfPagesError, changing nothing,
         when the GPU has no room for the copies."""
         _cache_set_beam_width(self._native(), beam_width)
+        self._one_beam = beam_width == 1
         for key in [k for k in (*self._bufs, *self._views) if k[0] >= beam_width]:
             self._bufs.pop(key, None)
             self._views.pop(key, None)

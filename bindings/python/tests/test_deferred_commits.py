@@ -1,7 +1,9 @@
-"""The decode step's deferred commits (manager.py, _KVCache.__init__): a
-commit that stays inside the block being filled and inside the history waits
-in the Python cache and reaches the library in one commit before anything
-else observes the cache. Each test states the rule it checks; the reference
+"""The decode step's deferred commits and steps (manager.py,
+_KVCache.__init__): a commit that stays inside the block being filled and
+inside the history waits in the Python cache and reaches the library in one
+commit before anything else observes the cache; a whole decode step (resize
+by one token inside the block, commit it) waits too and reaches it in one
+kvcm_kv_cache_decode_steps. Each test states the rule it checks; the reference
 is a cache with a priority callback, which never defers, on a manager of its
 own built from the same configuration."""
 
@@ -358,3 +360,137 @@ def test_random_steps_match_the_library(seed):
     finally:
         m.close()
         mr.close()
+
+
+def _full_attention_config(**kw):
+    from kvcm import AttentionLayerConfig, BufferConfig
+
+    layers = [AttentionLayerConfig(i, [BufferConfig("key", 64), BufferConfig("value", 64)]) for i in range(3)]
+    return small_config(layers=layers, **kw)
+
+
+@pytest.mark.parametrize("windowed", [False, True])
+def test_decode_steps_wait_inside_the_block_and_flush_when_it_fills(windowed):
+    """Rule: a decode step (resize by one token, commit it) whose resize
+    needs no page and moves no sliding window waits, resize and commit
+    together, and reaches the library (kvcm_kv_cache_decode_steps) when the
+    step fills the block; a resize that needs a page, or moves a window,
+    reaches the library in its call. After each step every query reads what
+    it reads without deferral."""
+    cfg = small_config() if windowed else _full_attention_config()
+    got = _pair(cfg)
+    (m, _, c), (mr, _, r) = got
+    try:
+        waited = 0
+        for k in range(14):
+            n, before = c.num_committed_tokens, c._st.steps
+            for cache in (c, r):
+                assert cache.resize(n + 1, n + 1)
+            moves = windowed and n + 2 > 8 and (n + 2 - 8) % 4 == 0
+            deferred = n % 4 != 0 and not moves
+            assert c._st.steps == (before + 1 if deferred else 0), f"step {k}: the resize waits, or flushes"
+            for cache in (c, r):
+                cache.commit([900 + k])
+            waited += c._st.steps
+            if (n + 1) % 4 == 0:
+                assert c._st.pending == 0, "a step filling its block is flushed with it"
+            assert c.num_committed_tokens == r.num_committed_tokens == n + 1
+            assert c.history_length == r.history_length and c.capacity == r.capacity
+            if k % 5 == 4:
+                # Queries that register no page index views (those make
+                # every resize take the library's path).
+                assert (c.committed_tokens, c.cached_tokens_by_level, m.stats) == (
+                    r.committed_tokens, r.cached_tokens_by_level, mr.stats), f"step {k}"
+                assert c._st.pending == 0, "the queries flushed the waiting steps"
+        assert waited > 0
+        assert _observe(m, c) == _observe(mr, r)
+        c.close()
+        r.close()
+        assert m.stats == mr.stats
+    finally:
+        m.close()
+        mr.close()
+
+
+def test_an_observer_between_a_steps_resize_and_its_commit_flushes_the_resize(pair):
+    """Rule: a deferred resize waiting for its commit reaches the library
+    before any observer reads the cache (the page indices of the new
+    capacity, the library's capacity), and its commit is then an ordinary
+    one; a commit of other tokens than the step's one gets the library's
+    answer."""
+    (m, _, c), (mr, _, r) = pair
+    for cache in (c, r):
+        assert cache.resize(11, 11)  # moves the 8-token window: not deferred
+        cache.commit([6])
+    n = c.num_committed_tokens
+    for cache in (c, r):
+        assert cache.resize(n + 1, n + 1)
+    assert c._st.steps == 1
+    assert _observe(m, c) == _observe(mr, r)
+    assert c._st.pending == 0
+    for cache in (c, r):
+        cache.commit([7])
+    for cache in (c, r):
+        assert cache.resize(n + 2, n + 2)
+    _same_error(lambda: c.commit([1, 2]), lambda: r.commit([1, 2]))
+    assert _observe(m, c) == _observe(mr, r)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_decode_steps_match_the_library(seed):
+    """Rule: decode steps mixed with other resizes, commits, queries and
+    suspends read and raise exactly as without deferral."""
+    rnd = random.Random(100 + seed)
+    got = _pair(small_config(enable_partial_reuse=bool(seed % 2)) if seed < 2 else _full_attention_config())
+    (m, s, c), (mr, sr, r) = got
+    stepped = 0
+    try:
+        for step in range(150):
+            op = rnd.random()
+            if op < 0.6:
+                tok = rnd.randint(0, 50)
+                n = c.num_committed_tokens
+                assert n == r.num_committed_tokens
+                _same_error(lambda: c.resize(n + 1, n + 1), lambda: r.resize(n + 1, n + 1))
+                stepped += c._st.steps
+                _same_error(lambda: c.commit([tok]), lambda: r.commit([tok]))
+            elif op < 0.75:
+                grow, adv = rnd.randint(0, 3), rnd.randint(0, 2)
+                args = (lambda cache: (cache.capacity + grow, min(cache.capacity + grow, cache.history_length + adv)))
+                _same_error(lambda: c.resize(*args(c)), lambda: r.resize(*args(r)))
+            elif op < 0.85:
+                toks = [rnd.randint(0, 50) for _ in range(rnd.choice((1, 2)))]
+                _same_error(lambda: c.commit(toks), lambda: r.commit(toks))
+            elif op < 0.9:
+                for cache, stream in ((c, s), (r, sr)):
+                    cache.suspend()
+                    assert cache.resume(stream)
+            else:
+                assert _observe(m, c) == _observe(mr, r), f"step {step}"
+        assert _observe(m, c) == _observe(mr, r)
+        assert stepped > 0, "some decode steps waited"
+        c.close()
+        r.close()
+        assert m.stats == mr.stats
+    finally:
+        m.close()
+        mr.close()
+
+
+def test_decode_steps_method_equals_the_per_step_calls(pair):
+    """Rule: KVCache.decode_steps(tokens) (a kvcm extension) leaves the
+    cache as the per-step resize and commit calls do; a cache not at its
+    committed history raises InvalidStateError, changing nothing."""
+    (m, _, c), (mr, _, r) = pair
+    toks = list(range(300, 311))
+    assert c.decode_steps(toks)
+    for t in toks:
+        n = r.num_committed_tokens
+        assert r.resize(n + 1, n + 1)
+        r.commit([t])
+    assert _observe(m, c) == _observe(mr, r)
+    n = c.num_committed_tokens
+    assert c.resize(n + 2, n + 1)
+    with pytest.raises(InvalidStateError, match="history at the committed tokens"):
+        c.decode_steps([1])
+    assert c.num_committed_tokens == n and c.history_length == n + 1

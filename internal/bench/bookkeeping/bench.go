@@ -46,6 +46,36 @@ type Config struct {
 	// BlockKeys are the block key algorithms the trace runs with; every
 	// ratio is against SHA-256 hashing of the same blocks.
 	BlockKeys []blockhash.Algorithm
+	// Forms are the ways the decode steps reach the manager; the first is
+	// the reference of the forms' ratios.
+	Forms []StepForm
+}
+
+// StepForm is how a decode step (resize by one token, commit it) reaches
+// the manager.
+type StepForm int
+
+const (
+	// PerStep is the trace's form: Resize then Commit, two calls a step.
+	PerStep StepForm = iota
+	// OneCallPerStep is DecodeSteps with one token: one call a step.
+	OneCallPerStep
+	// OneCallPerBlock is the engine form: the steps of a block gathered
+	// into one DecodeSteps, called when the step fills the block (or is
+	// the last), as the Python binding's deferral does.
+	OneCallPerBlock
+)
+
+func (f StepForm) String() string {
+	switch f {
+	case PerStep:
+		return "per-step calls"
+	case OneCallPerStep:
+		return "DecodeSteps, 1 token a call"
+	case OneCallPerBlock:
+		return "DecodeSteps, one call a block"
+	}
+	return fmt.Sprintf("StepForm(%d)", int(f))
 }
 
 // DefaultConfig is the trace of issue 11.
@@ -54,6 +84,7 @@ func DefaultConfig() Config {
 		Prompts: []int{1 << 10, 8 << 10, 32 << 10}, Requests: 32, Rounds: 5,
 		DecodeSteps: 128, HeldTokens: []int{1 << 10, 128 << 10}, Window: 1 << 10,
 		BlockKeys: []blockhash.Algorithm{blockhash.SHA256, blockhash.XXH3},
+		Forms:     []StepForm{PerStep, OneCallPerStep, OneCallPerBlock},
 	}
 }
 
@@ -63,6 +94,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("bookkeeping: no prompt sizes")
 	case len(c.BlockKeys) == 0:
 		return fmt.Errorf("bookkeeping: no block keys")
+	case len(c.Forms) == 0:
+		return fmt.Errorf("bookkeeping: no decode step forms")
 	case c.Requests < 2:
 		return fmt.Errorf("bookkeeping: requests must be at least 2, got %d", c.Requests)
 	case c.Rounds < 1:
@@ -85,6 +118,7 @@ type RequestResult struct {
 	Prompt   int
 	Pressure bool
 	Key      blockhash.Algorithm
+	Form     StepForm
 	// CPU time per request and of hashing its prompt's blocks, medians.
 	RequestCPU, HashCPU time.Duration
 	// Allocs per request (median round).
@@ -113,6 +147,7 @@ func (r RequestResult) Ratio() float64 { return float64(r.RequestCPU) / float64(
 // StepResult is the decode-step cost for one model and one cache size.
 type StepResult struct {
 	Model  string
+	Form   StepForm
 	Held   int
 	Step   time.Duration
 	Allocs float64
@@ -220,7 +255,7 @@ func trace(rng *rand.Rand, n, size int) [][]config.Token {
 }
 
 // request runs one request of the trace and returns the tokens it reused.
-func (r *rig) request(prompt []config.Token, steps int, next config.Token) (int, error) {
+func (r *rig) request(prompt []config.Token, steps int, next config.Token, form StepForm) (int, error) {
 	c, err := r.m.CreateKVCache(core.CacheOptions{InputTokens: prompt})
 	if err != nil {
 		return 0, err
@@ -230,7 +265,7 @@ func (r *rig) request(prompt []config.Token, steps int, next config.Token) (int,
 		c.Close()
 		return 0, err
 	}
-	if err := decode(c, len(prompt), steps, next); err != nil {
+	if err := decode(c, len(prompt), steps, next, form); err != nil {
 		c.Close()
 		return 0, err
 	}
@@ -247,16 +282,39 @@ func (r *rig) prefill(c *core.KVCache, prompt []config.Token) error {
 	return c.Commit(prompt[c.ReusedTokens():], false)
 }
 
-// decode runs steps one-token decode steps on a cache of n tokens.
-func decode(c *core.KVCache, n, steps int, next config.Token) error {
-	tok := []config.Token{next}
-	for s := range steps {
-		if err := c.Resize(n+s+1, n+s+1); err != nil {
-			return err
-		}
-		tok[0] = next + config.Token(s)
-		if err := c.Commit(tok, false); err != nil {
-			return err
+// decode runs steps one-token decode steps on a cache of n tokens, in the
+// given form.
+func decode(c *core.KVCache, n, steps int, next config.Token, form StepForm) error {
+	var buf [tokensPerBlock]config.Token
+	for s := 0; s < steps; {
+		switch form {
+		case PerStep:
+			if err := c.Resize(n+s+1, n+s+1); err != nil {
+				return err
+			}
+			buf[0] = next + config.Token(s)
+			if err := c.Commit(buf[:1], false); err != nil {
+				return err
+			}
+			s++
+		case OneCallPerStep:
+			buf[0] = next + config.Token(s)
+			if err := c.DecodeSteps(buf[:1]); err != nil {
+				return err
+			}
+			s++
+		default: // OneCallPerBlock: up to the step that fills the block
+			k := 0
+			for s < steps {
+				buf[k] = next + config.Token(s)
+				k, s = k+1, s+1
+				if (n+s)%tokensPerBlock == 0 {
+					break
+				}
+			}
+			if err := c.DecodeSteps(buf[:k]); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -284,9 +342,10 @@ type roundResult struct {
 	reused, newBlocks float64
 }
 
-// runTrace runs one round of the trace for one prompt size, pressure and
-// block key on a fresh manager; h hashes the reference (SHA-256).
-func runTrace(cfg Config, prompts [][]config.Token, pressure bool, key blockhash.Algorithm, h *blockhash.Hasher) (roundResult, error) {
+// runTrace runs one round of the trace for one prompt size, pressure, block
+// key and decode step form on a fresh manager; h hashes the reference
+// (SHA-256).
+func runTrace(cfg Config, prompts [][]config.Token, pressure bool, key blockhash.Algorithm, form StepForm, h *blockhash.Hasher) (roundResult, error) {
 	size := len(prompts[0])
 	perRequest := int64(size+cfg.DecodeSteps)/tokensPerBlock + 2
 	slots := perRequest*int64(len(prompts)) + 8
@@ -304,7 +363,7 @@ func runTrace(cfg Config, prompts [][]config.Token, pressure bool, key blockhash
 	allocs, start := mallocs(), cpuTime()
 	reused, newBlocks := 0, 0
 	for i, p := range prompts {
-		n, err := r.request(p, cfg.DecodeSteps, config.Token(vocab+i*cfg.DecodeSteps))
+		n, err := r.request(p, cfg.DecodeSteps, config.Token(vocab+i*cfg.DecodeSteps), form)
 		if err != nil {
 			r.close()
 			return roundResult{}, fmt.Errorf("request %d of %d tokens: %w", i, size, err)
@@ -342,8 +401,8 @@ func runTrace(cfg Config, prompts [][]config.Token, pressure bool, key blockhash
 // runSteps times decode steps on one cache per size of HeldTokens, each on
 // a fresh manager, alternating runs of DecodeSteps steps between the sizes so
 // that every size sees the same machine. It returns the CPU time and the
-// allocations per step, per size.
-func runSteps(cfg Config, rng *rand.Rand, window int) ([]time.Duration, []float64, error) {
+// allocations per step, per size, with the decode steps in the given form.
+func runSteps(cfg Config, rng *rand.Rand, window int, form StepForm) ([]time.Duration, []float64, error) {
 	const reps = 32
 	warm := 2 * cfg.DecodeSteps
 	type sized struct {
@@ -381,7 +440,7 @@ func runSteps(cfg Config, rng *rand.Rand, window int) ([]time.Duration, []float6
 		// Untimed steps first, so the cache's slices have grown past the
 		// timed ones (their growth is amortized over as many blocks as the
 		// cache holds, more than the timed steps add).
-		if err := decode(c, held, warm, vocab); err != nil {
+		if err := decode(c, held, warm, vocab, form); err != nil {
 			return nil, nil, err
 		}
 		all[i].n += warm
@@ -390,7 +449,7 @@ func runSteps(cfg Config, rng *rand.Rand, window int) ([]time.Duration, []float6
 	for range reps {
 		for _, s := range all {
 			allocs, start := mallocs(), cpuTime()
-			if err := decode(s.c, s.n, cfg.DecodeSteps, vocab); err != nil {
+			if err := decode(s.c, s.n, cfg.DecodeSteps, vocab, form); err != nil {
 				return nil, nil, err
 			}
 			s.cpu += cpuTime() - start
@@ -434,11 +493,16 @@ func Run(cfg Config, log io.Writer) (Results, error) {
 		prompt, trace int
 		pressure      bool
 		key           blockhash.Algorithm
+		form          StepForm
 	}
 	var cells []cell
 	for i, p := range cfg.Prompts {
 		for _, k := range cfg.BlockKeys {
-			cells = append(cells, cell{p, i, false, k}, cell{p, i, true, k})
+			for _, pressure := range []bool{false, true} {
+				for _, f := range cfg.Forms {
+					cells = append(cells, cell{p, i, pressure, k, f})
+				}
+			}
 		}
 	}
 	traces := make([][][]config.Token, len(cfg.Prompts))
@@ -454,24 +518,27 @@ func Run(cfg Config, log io.Writer) (Results, error) {
 		step   time.Duration
 		allocs float64
 	}
-	steps := make([][]stepRound, len(models)*len(cfg.HeldTokens))
+	nf, nh := len(cfg.Forms), len(cfg.HeldTokens)
+	steps := make([][]stepRound, len(models)*nf*nh)
 	for round := range cfg.Rounds {
 		fmt.Fprintf(log, "bench bookkeeping: round %d of %d\n", round+1, cfg.Rounds)
 		for i, c := range cells {
-			res, err := runTrace(cfg, traces[c.trace], c.pressure, c.key, h)
+			res, err := runTrace(cfg, traces[c.trace], c.pressure, c.key, c.form, h)
 			if err != nil {
 				return Results{}, err
 			}
 			rounds[i] = append(rounds[i], res)
 		}
 		for mi, md := range models {
-			st, al, err := runSteps(cfg, rng, md.window)
-			if err != nil {
-				return Results{}, fmt.Errorf("decode steps (%s): %w", md.name, err)
-			}
-			for hi := range cfg.HeldTokens {
-				k := mi*len(cfg.HeldTokens) + hi
-				steps[k] = append(steps[k], stepRound{st[hi], al[hi]})
+			for fi, f := range cfg.Forms {
+				st, al, err := runSteps(cfg, rng, md.window, f)
+				if err != nil {
+					return Results{}, fmt.Errorf("decode steps (%s, %v): %w", md.name, f, err)
+				}
+				for hi := range cfg.HeldTokens {
+					k := (mi*nf+fi)*nh + hi
+					steps[k] = append(steps[k], stepRound{st[hi], al[hi]})
+				}
 			}
 		}
 	}
@@ -483,17 +550,19 @@ func Run(cfg Config, log io.Writer) (Results, error) {
 		ma := median(rs, func(r roundResult) float64 { return r.allocs })
 		mg := median(rs, func(r roundResult) float64 { return r.gcShare })
 		out.Requests = append(out.Requests, RequestResult{
-			Prompt: c.prompt, Pressure: c.pressure, Key: c.key, RequestCPU: mr.request, HashCPU: mh.hash,
+			Prompt: c.prompt, Pressure: c.pressure, Key: c.key, Form: c.form, RequestCPU: mr.request, HashCPU: mh.hash,
 			Allocs: ma.allocs, GCShare: mg.gcShare, Evictions: mr.evictions, Reused: mr.reused,
 			NewBlocks: mr.newBlocks,
 		})
 	}
 	for mi, md := range models {
-		for hi, held := range cfg.HeldTokens {
-			rs := steps[mi*len(cfg.HeldTokens)+hi]
-			ms := median(rs, func(r stepRound) float64 { return float64(r.step) })
-			ma := median(rs, func(r stepRound) float64 { return r.allocs })
-			out.Steps = append(out.Steps, StepResult{Model: md.name, Held: held, Step: ms.step, Allocs: ma.allocs})
+		for fi, f := range cfg.Forms {
+			for hi, held := range cfg.HeldTokens {
+				rs := steps[(mi*nf+fi)*nh+hi]
+				ms := median(rs, func(r stepRound) float64 { return float64(r.step) })
+				ma := median(rs, func(r stepRound) float64 { return r.allocs })
+				out.Steps = append(out.Steps, StepResult{Model: md.name, Form: f, Held: held, Step: ms.step, Allocs: ma.allocs})
+			}
 		}
 	}
 	return out, nil

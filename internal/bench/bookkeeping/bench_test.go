@@ -19,16 +19,19 @@ func TestMainPrintsBothTables(t *testing.T) {
 	var out, errOut bytes.Buffer
 	code := Main([]string{"-prompts", "1k,2k", "-requests", "4", "-rounds", "1", "-steps", "40", "-held", "1k,4k", "-window", "256"}, &out, &errOut)
 	require.Equal(t, 0, code, errOut.String())
-	assert.Regexp(t, `\| 1k \| false \| sha256 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| 256 \| 0\.0 \| [01]\.[0-9]{2} \| [0-9.]+ \|`, out.String())
-	assert.Regexp(t, `\| 1k \| false \| xxh3 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| 256 \| 0\.0 \| [01]\.[0-9]{2} \| [0-9.]+ \|`, out.String())
-	assert.Regexp(t, `\| 2k \| true \| sha256 \| `, out.String())
-	assert.Regexp(t, `\| full attention \| 4k \| [0-9]+ \| [0-9.]+ \| [0-9.]+ \|`, out.String())
-	assert.Contains(t, out.String(), "| half the layers in a 256-token window | 1k |")
+	for _, form := range []string{"per-step calls", "DecodeSteps, 1 token a call", "DecodeSteps, one call a block"} {
+		assert.Regexp(t, `\| 1k \| false \| sha256 \| `+form+` \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| 256 \| 0\.0 \| [01]\.[0-9]{2} \| [0-9.]+ \|`, out.String())
+		assert.Regexp(t, `\| 1k \| false \| xxh3 \| `+form+` \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| 256 \| 0\.0 \| [01]\.[0-9]{2} \| [0-9.]+ \|`, out.String())
+		assert.Regexp(t, `\| 2k \| true \| sha256 \| `+form+` \| `, out.String())
+		assert.Regexp(t, `\| full attention \| `+form+` \| 4k \| [0-9]+ \| [0-9.]+ \| [0-9.]+ \|`, out.String())
+		assert.Contains(t, out.String(), "| half the layers in a 256-token window | "+form+" | 1k |")
+	}
+	assert.Contains(t, out.String(), "| 1k | false | sha256 | per-step calls | ", "the reference first")
 }
 
 // Bad flags are usage errors naming the flag.
 func TestMainRejectsBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"-prompts", "x"}, {"-held", "0"}, {"-window", "8"}, {"-requests", "1"}, {"-keys", "md5"}} {
+	for _, args := range [][]string{{"-prompts", "x"}, {"-held", "0"}, {"-window", "8"}, {"-requests", "1"}, {"-keys", "md5"}, {"-forms", "both"}} {
 		var errOut bytes.Buffer
 		assert.Equal(t, 2, Main(args, io.Discard, &errOut), args)
 		assert.NotEmpty(t, errOut.String(), args)
@@ -49,7 +52,7 @@ func BenchmarkDecodeStep(b *testing.B) {
 			require.NoError(b, r.prefill(c, prompt))
 			b.ReportAllocs()
 			b.ResetTimer()
-			require.NoError(b, decode(c, held, b.N, vocab))
+			require.NoError(b, decode(c, held, b.N, vocab, PerStep))
 		})
 	}
 }
@@ -87,7 +90,7 @@ func BenchmarkRequest(b *testing.B) {
 							require.NoError(b, err)
 							b.StartTimer()
 						}
-						_, err := r.request(prompts[i%len(prompts)], def.DecodeSteps, config.Token(vocab+i%len(prompts)*def.DecodeSteps))
+						_, err := r.request(prompts[i%len(prompts)], def.DecodeSteps, config.Token(vocab+i%len(prompts)*def.DecodeSteps), PerStep)
 						require.NoError(b, err)
 					}
 				})

@@ -22,6 +22,9 @@ import (
 //	-held LIST      cache sizes of the decode-step table (default 1k,128k)
 //	-window N       sliding window of the windowed model, tokens (default 1k)
 //	-keys LIST      block keys the trace runs with (default sha256,xxh3)
+//	-forms LIST     decode step forms, the first the reference of the ratios:
+//	                percall (Resize and Commit), steps1 (DecodeSteps of one
+//	                token), block (one DecodeSteps a block) (default all)
 //	-cpuprofile F   write a CPU profile of the whole run to F (go tool pprof)
 func Main(args []string, stdout, stderr io.Writer) int {
 	def := DefaultConfig()
@@ -34,6 +37,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	held := fs.String("held", "1k,128k", "cache sizes of the decode-step table, tokens")
 	window := fs.String("window", "1k", "sliding window of the windowed model, tokens")
 	keys := fs.String("keys", "sha256,xxh3", "block keys the trace runs with (sha256, xxh3)")
+	forms := fs.String("forms", "percall,steps1,block", "decode step forms (percall, steps1, block); the first is the reference")
 	profile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -54,6 +58,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.BlockKeys, err = parseKeys(*keys); err != nil {
 		fmt.Fprintln(stderr, "bench bookkeeping: -keys:", err)
+		return 2
+	}
+	if cfg.Forms, err = parseForms(*forms); err != nil {
+		fmt.Fprintln(stderr, "bench bookkeeping: -forms:", err)
 		return 2
 	}
 	if err := cfg.validate(); err != nil {
@@ -79,28 +87,35 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// WriteRequests prints the trace's figures as a Markdown table.
+// WriteRequests prints the trace's figures as a Markdown table, with each
+// decode step form's request time over the reference form's (the first of
+// each prompt, pressure and key) measured in the same run.
 func WriteRequests(w io.Writer, rs []RequestResult) {
-	fmt.Fprintln(w, "| prompt | eviction | block key | µs / request | allocs / request | SHA-256 of the prompt's blocks, µs | request / SHA-256 hashing | reused tokens | evictions / request | GC share of CPU | allocs / new block |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
-	for _, r := range rs {
-		fmt.Fprintf(w, "| %s | %v | %v | %.1f | %.1f | %.1f | %.2f | %.0f | %.1f | %.2f | %.2f |\n",
-			tokens(r.Prompt), r.Pressure, r.Key, us(r.RequestCPU), r.Allocs, us(r.HashCPU), r.Ratio(), r.Reused, r.Evictions, r.GCShare, r.AllocsPerNewBlock())
+	fmt.Fprintln(w, "| prompt | eviction | block key | decode steps | µs / request | ÷ first form | allocs / request | SHA-256 of the prompt's blocks, µs | request / SHA-256 hashing | reused tokens | evictions / request | GC share of CPU | allocs / new block |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	var base time.Duration
+	for i, r := range rs {
+		if i == 0 || rs[i-1].Prompt != r.Prompt || rs[i-1].Pressure != r.Pressure || rs[i-1].Key != r.Key {
+			base = r.RequestCPU
+		}
+		fmt.Fprintf(w, "| %s | %v | %v | %v | %.1f | %.2f | %.1f | %.1f | %.2f | %.0f | %.1f | %.2f | %.2f |\n",
+			tokens(r.Prompt), r.Pressure, r.Key, r.Form, us(r.RequestCPU), float64(r.RequestCPU)/float64(base), r.Allocs,
+			us(r.HashCPU), r.Ratio(), r.Reused, r.Evictions, r.GCShare, r.AllocsPerNewBlock())
 	}
 }
 
 // WriteSteps prints the decode-step table, with each model's ratio of the
 // step at its largest cache size to the step at its smallest.
 func WriteSteps(w io.Writer, ss []StepResult) {
-	fmt.Fprintln(w, "| model | tokens held | ns / decode step | allocs / step | step / step at the smallest size |")
-	fmt.Fprintln(w, "|---|---|---|---|---|")
+	fmt.Fprintln(w, "| model | decode steps | tokens held | ns / decode step | allocs / step | step / step at the smallest size |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
 	var base time.Duration
 	for i, s := range ss {
-		if i == 0 || ss[i-1].Model != s.Model {
+		if i == 0 || ss[i-1].Model != s.Model || ss[i-1].Form != s.Form {
 			base = s.Step
 		}
-		fmt.Fprintf(w, "| %s | %s | %.0f | %.3f | %.2f |\n",
-			s.Model, tokens(s.Held), float64(s.Step.Nanoseconds()), s.Allocs, float64(s.Step)/float64(base))
+		fmt.Fprintf(w, "| %s | %v | %s | %.0f | %.3f | %.2f |\n",
+			s.Model, s.Form, tokens(s.Held), float64(s.Step.Nanoseconds()), s.Allocs, float64(s.Step)/float64(base))
 	}
 }
 
@@ -135,6 +150,23 @@ func parseKeys(s string) ([]blockhash.Algorithm, error) {
 			out = append(out, blockhash.XXH3)
 		default:
 			return nil, fmt.Errorf("%q is not a block key (sha256, xxh3)", f)
+		}
+	}
+	return out, nil
+}
+
+func parseForms(s string) ([]StepForm, error) {
+	var out []StepForm
+	for _, f := range strings.Split(s, ",") {
+		switch strings.TrimSpace(f) {
+		case "percall":
+			out = append(out, PerStep)
+		case "steps1":
+			out = append(out, OneCallPerStep)
+		case "block":
+			out = append(out, OneCallPerBlock)
+		default:
+			return nil, fmt.Errorf("%q is not a decode step form (percall, steps1, block)", f)
 		}
 	}
 	return out, nil

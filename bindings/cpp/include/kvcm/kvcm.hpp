@@ -1546,6 +1546,26 @@ public:
     {
         commit(tokens.data(), tokens.size(), isEnd);
     }
+    // One-token decode steps in one call (kvcm_kv_cache_decode_steps): for
+    // each token t in order what resize(max(capacity, history + 1),
+    // history + 1) and commit(&t, 1) do. False, changing nothing, when the
+    // GPU has not enough pages for the blocks the run adds; a cache not at
+    // its committed history (or otherwise not in a decode step) throws.
+    bool decodeSteps(Token const* tokens, size_t numTokens)
+    {
+        kvcm_status* s = ::kvcm_kv_cache_decode_steps(mHandle, tokens, numTokens);
+        if (s != nullptr && ::kvcm_status_get_code(s) == KVCM_ERR_OUT_OF_PAGES)
+        {
+            detail::ignore(s);
+            return false;
+        }
+        detail::check(s);
+        return true;
+    }
+    bool decodeSteps(std::vector<Token> const& tokens)
+    {
+        return decodeSteps(tokens.empty() ? nullptr : tokens.data(), tokens.size());
+    }
     // commit for tokens with multimodal digest tokens (positions in tokens).
     // A text-only cache throws Error(kInvalidArgument).
     void commit(std::vector<Token> const& tokens, DigestTokens const& digests, bool isEnd = false)
