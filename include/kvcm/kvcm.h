@@ -3286,6 +3286,31 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_stop_committing(kvcm_kv_cac
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_suspend(kvcm_kv_cache cache);
 
 /**
+ * kvcm_kv_cache_wait_fresh_tail makes a stream wait until the tail of the cache's
+ * fresh run is ready. While the run is owed (not yet committed),
+ * kvcm_kv_cache_resume makes the cache's stream wait only for the pages the
+ * run's compute reads and writes, so the run's prefill overlaps the
+ * onboarding of the blocks after it (the tail); the engine calls this
+ * before any work that reads past the run (resume, compute the run, commit
+ * it, wait for the tail, attend past the run). Idempotent: once it has run
+ * on the cache's stream, later calls do nothing until the next resume, as
+ * does a call for a cache without a run or whose resume waited for the tail
+ * (after the run's commit); on another stream it orders that stream only.
+ * A failed onboarding of the tail reaches the stream. The library's own
+ * work on the tail (its migrations, another cache's resume) waits for the
+ * onboarding without it. Fails with KVCM_ERR_INVALID_STATE unless the cache
+ * is ACTIVE.
+ *
+ * @param cache [in] The cache.
+ * @param stream [in] The stream that will read past the run, usually the cache's (as for kvcm_kv_cache_resume).
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_wait_fresh_tail(kvcm_kv_cache cache, kvcm_stream stream);
+
+/**
  * kvcm_live_handle_count returns the number of live handles of every type
  * (managers, KV caches, default and built-in codec objects not yet
  * consumed), for leak tests.
@@ -4570,6 +4595,8 @@ struct kvcm_api {
     kvcm_status* (*kv_cache_set_stream)(kvcm_kv_cache cache, kvcm_stream stream);
     /** kvcm_kv_cache_set_swa_scratch_reuse (since ABI version 2). */
     kvcm_status* (*kv_cache_set_swa_scratch_reuse)(kvcm_kv_cache cache, bool enable);
+    /** kvcm_kv_cache_wait_fresh_tail (since ABI version 2). */
+    kvcm_status* (*kv_cache_wait_fresh_tail)(kvcm_kv_cache cache, kvcm_stream stream);
     /** kvcm_manager_adjust (since ABI version 2). */
     kvcm_status* (*manager_adjust)(kvcm_manager manager);
     /** kvcm_manager_clamp_max_seq_len_for_mem (since ABI version 2). */
@@ -4971,7 +4998,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, reused_tokens) ==
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, unreused_tokens) == 40, "layout of kvcm_ssm_snapshot_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, aligned_snapshot_hits) == 48, "layout of kvcm_ssm_snapshot_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, unaligned_snapshot_hits) == 56, "layout of kvcm_ssm_snapshot_iteration_stats changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 952, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 960, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
@@ -5065,34 +5092,35 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_plan_committed_block_drop) == 696
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_beam_width) == 704, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 712, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_swa_scratch_reuse) == 720, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_adjust) == 728, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clamp_max_seq_len_for_mem) == 736, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 744, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 752, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events_digests) == 760, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_flush_shared) == 768, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_aggregated_pages) == 776, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 784, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 792, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 800, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 808, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_ssm_snapshot_iteration_stats) == 816, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 824, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_converter) == 832, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_upper_bound) == 840, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_stride) == 848, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_scratch_pages_per_block) == 856, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_shared_level) == 864, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_shared_stats) == 872, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_need_adjustment) == 880, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 888, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key_digests) == 896, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_digests) == 904, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_pages) == 912, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 920, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_set_block_priorities) == 928, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_destroy) == 936, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_drop) == 944, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_wait_fresh_tail) == 728, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_adjust) == 736, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clamp_max_seq_len_for_mem) == 744, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 752, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 760, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events_digests) == 768, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_flush_shared) == 776, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_aggregated_pages) == 784, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 792, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 800, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 808, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 816, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_ssm_snapshot_iteration_stats) == 824, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 832, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_converter) == 840, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_upper_bound) == 848, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_stride) == 856, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_scratch_pages_per_block) == 864, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_shared_level) == 872, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_shared_stats) == 880, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_need_adjustment) == 888, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 896, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key_digests) == 904, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_digests) == 912, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_pages) == 920, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 928, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_set_block_priorities) == 936, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_destroy) == 944, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_drop) == 952, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus
