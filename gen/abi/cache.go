@@ -140,7 +140,8 @@ type KVCacheClose func(cache KVCache) *Status
 
 // KVCacheResume makes a SUSPENDED cache ACTIVE on a stream: pages on colder
 // levels are brought back to the GPU (decoded), every page is pinned there,
-// and the stream waits until they are ready. Fails with
+// and the stream waits until they are ready (for a cache whose fresh run is
+// owed, but the tail's: see kvcm_kv_cache_wait_fresh_tail). Fails with
 // KVCM_ERR_RESUME_REFUSED while the GPU level is busier than
 // max_util_for_resume, KVCM_ERR_OUT_OF_PAGES when the GPU cannot take the
 // pages back, KVCM_ERR_CODEC_FAILED when the codec failed to decode some (they
