@@ -371,3 +371,32 @@ func TestSuspendOrCloseRightAfterResumeKeepsTheTail(t *testing.T) {
 		})
 	}
 }
+
+// Once the run is committed, a Resume waits for every page again: with only
+// the tail cold, the stream does not pass the Resume until it lands, and
+// WaitFreshTail has nothing left to do.
+func TestAResumeAfterTheRunsCommitWaitsForTheTail(t *testing.T) {
+	f, prompt := pushedToHost(t)
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt, FreshBlocks: 2})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	f.eachBlockBuffer(c, 0, 2, func(block int, loc BufferLocation, layer int32, role config.DataRole, base int32) {
+		f.writePage(loc, base, pattern(3, block, loc, layer, role, loc.Bytes))
+	})
+	require.NoError(t, c.Commit(prompt[:8], false))
+	require.NoError(t, c.WaitFreshTail(nil))
+	require.NoError(t, c.Suspend())
+	f.passThrough(seq(700, 8), false) // the tail's 2 blocks go to host
+	require.Equal(t, 2, c.Residency()[1], "only the tail is cold")
+
+	release := f.parkOnboardings()
+	require.NoError(t, c.Resume(f.stream))
+	done := f.syncAsync()
+	assert.True(t, notWithin(done), "the stream passed the Resume before the tail landed")
+	release()
+	require.NoError(t, <-done)
+	require.NoError(t, c.WaitFreshTail(nil), "nothing left to wait for")
+	assert.Equal(t, 8, f.verifyBlocks(c, 0, 2, 3))
+	assert.Equal(t, 8, f.verifyBlocks(c, 2, 4, 1), "the tail as first computed")
+	require.NoError(t, c.Close())
+}
