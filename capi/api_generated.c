@@ -332,6 +332,7 @@ static const kvcm_api kvcm__table = {
     kvcm_kv_cache_set_beam_width,
     kvcm_kv_cache_set_stream,
     kvcm_kv_cache_set_swa_scratch_reuse,
+    kvcm_kv_cache_wait_fresh_tail,
     kvcm_manager_adjust,
     kvcm_manager_clamp_max_seq_len_for_mem,
     kvcm_manager_clear_reusable_blocks,

@@ -1612,6 +1612,26 @@ func kvcm_kv_cache_suspend(cache C.kvcm_kv_cache) (status *C.kvcm_status) {
 	return statusOf(kvcmFn, cacheObj.Suspend())
 }
 
+// kvcm_kv_cache_wait_fresh_tail is the export of kvcm_kv_cache_wait_fresh_tail (ABI version 2).
+//
+//export kvcm_kv_cache_wait_fresh_tail
+func kvcm_kv_cache_wait_fresh_tail(cache C.kvcm_kv_cache, stream C.kvcm_stream) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_wait_fresh_tail"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	return statusOf(kvcmFn, cacheObj.WaitFreshTailOn(uintptr(stream)))
+}
+
 // kvcm_live_handle_count is the export of kvcm_live_handle_count (ABI version 1).
 //
 //export kvcm_live_handle_count

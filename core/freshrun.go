@@ -1,9 +1,11 @@
 package core
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/layout"
 )
 
@@ -30,6 +32,25 @@ import (
 //     GPU. The commit that completes the run joins the tail: the committed
 //     length jumps to the matched prefix's end, the chain continues from its
 //     last block, and commits go on from there.
+//   - Readiness: while the run is owed, Resume makes the cache's stream
+//     wait only for the pages the run's compute reads and writes (the
+//     blocks before the run and the run's own pages, and any past the
+//     prefix); the tail's onboarding goes on meanwhile, so the run's
+//     prefill enqueued after Resume overlaps it. WaitFreshTail enqueues the
+//     wait for the tail; the engine calls it before any work that reads
+//     past the run (the order: Resume, compute the run, commit it,
+//     WaitFreshTail, attend past the run). Reading the tail before it is
+//     the engine's bug; the library's own operations stay correct without
+//     it: the tail's fences keep the onboarding's events until they
+//     complete, so a migration of a tail page (after Suspend or Close),
+//     another cache's Resume or partial copy of a tail block, and the
+//     shared tier all wait for them as for any page, and nothing the
+//     library enqueues on the cache's stream reads the tail (beam copies
+//     copy only blocks past the committed length: the tail is committed
+//     from the join on, and beam commits are refused before). A failed
+//     onboarding of the tail reaches the stream at WaitFreshTail, and the
+//     cache's next call once it is known (ErrDataLost), as Resume's.
+//     A Resume after the run's commit waits for every page again.
 //   - When the GPU has no room for the run's pages the cache reuses the
 //     whole prefix instead (FreshRange empty); a run reaching the match's
 //     end is a plain cut: the cache reuses blocks 0..f only. Partial reuse
@@ -174,3 +195,66 @@ func (c *KVCache) joinTail() {
 // FreshRange returns the tokens [from, to) of the fresh run the cache was
 // created with (see CacheOptions.FreshBlocks): from == to for none.
 func (c *KVCache) FreshRange() (from, to int) { return c.freshFrom, c.freshTo }
+
+// eachTailPage calls fn once for every page of the fresh run's tail: the
+// reused blocks after the run.
+func (c *KVCache) eachTailPage(fn func(p *page)) {
+	tpb := c.m.cfg.TokensPerBlock
+	for b := c.freshTo / tpb; b < c.reused/tpb; b++ {
+		c.blocks[b].eachPage(fn)
+	}
+}
+
+// eachPageButTail is eachPage without the fresh run's tail.
+func (c *KVCache) eachPageButTail(fn func(p *page)) {
+	tpb := c.m.cfg.TokensPerBlock
+	from, to := c.freshTo/tpb, c.reused/tpb
+	for b := range c.blocks {
+		if b < from || b >= to {
+			c.blocks[b].eachPage(fn)
+		}
+	}
+	if c.ssm != nil {
+		fn(c.ssm)
+	}
+}
+
+// WaitFreshTail makes stream (nil: the cache's) wait until the fresh run's
+// tail is ready: the onboarding of its pages that Resume left out of the
+// stream's waits (see CacheOptions.FreshBlocks) has landed. The engine
+// enqueues it before any work that reads past the run. It is idempotent:
+// once it has run on the cache's stream, later calls do nothing until the
+// next Resume, and so does a call on an ACTIVE cache without a run, or
+// whose Resume waited for the tail already (after the run's commit). A
+// call on another stream orders that stream and leaves the cache's own
+// wait pending. The cache must be ACTIVE.
+func (c *KVCache) WaitFreshTail(stream device.Stream) error {
+	m := c.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c.status != Active {
+		return stateErr("wait for the fresh tail", c.status)
+	}
+	if err := c.checkLost(); err != nil {
+		return err
+	}
+	if !c.tailPending {
+		return nil
+	}
+	if stream == nil {
+		stream = c.stream
+	}
+	waits := waitSet{skip: stream}
+	c.eachTailPage(func(p *page) { waits.addFence(p.group.fences[p.slot]) })
+	err := waits.apply(stream)
+	if err == nil {
+		err = m.checkBlobs(stream, c.eachTailPage)
+	}
+	if err != nil {
+		return fmt.Errorf("wait for cache %d's fresh tail: %w", c.id, err)
+	}
+	if stream == c.stream {
+		c.tailPending = false
+	}
+	return nil
+}

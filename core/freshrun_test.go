@@ -2,12 +2,15 @@ package core
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
+	"github.com/kvcm/kvcm/core/device"
+	"github.com/kvcm/kvcm/internal/testkit/devicetest"
 )
 
 // eachBlockBuffer is eachBuffer for the blocks in [from, to).
@@ -69,6 +72,7 @@ func TestAFreshHeadIsComputedWhileTheTailIsReused(t *testing.T) {
 	require.NoError(t, c.Resume(f.stream))
 	numLC := int64(len(f.m.Layout().LifeCycles))
 	assert.Equal(t, onboarded+2*numLC, f.m.MigrationStats()[HostToHot].Pages, "only the tail's 2 blocks come up")
+	require.NoError(t, c.WaitFreshTail(nil))
 	assert.Equal(t, 8, f.verifyBlocks(c, 2, 4, 1), "the tail holds the first request's bytes")
 
 	// The engine computes the run into its pages and commits it.
@@ -219,4 +223,180 @@ func TestAFreshRunIsRefusedWhereItCannotHold(t *testing.T) {
 	_, err = w.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 8), FreshBlocks: 1})
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	assert.Contains(t, err.Error(), "fresh_blocks")
+}
+
+// parkOnboardings blocks the host→GPU stream until the returned function
+// (also run at cleanup) is called (see parkEvictions).
+func (f *fixture) parkOnboardings() (release func()) {
+	f.t.Helper()
+	devicetest.SkipUnlessEmu(f.t, f.dev, "parks a stream while freeing pinned host memory, which CUDA synchronizes")
+	gate := make(chan struct{})
+	f.m.mu.Lock()
+	up := f.m.streamOf(unit{src: f.m.levels[1].groups[0], dst: f.m.levels[0].groups[0]})
+	err := up.HostFunc(func() error { <-gate; return nil })
+	f.m.mu.Unlock()
+	require.NoError(f.t, err)
+	closed := false
+	release = func() {
+		if !closed {
+			closed = true
+			close(gate)
+		}
+	}
+	f.t.Cleanup(release)
+	return release
+}
+
+// syncWithin synchronizes s, failing the test (after release) when it
+// does not return: the work on it waited for the parked stream.
+func syncWithin(t *testing.T, s device.Stream, release func(), why string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- s.Synchronize() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		release()
+		t.Fatal(why)
+	}
+}
+
+// The overlap: while the run is owed, Resume orders the cache's stream after
+// the pages the run's compute uses only, so the run is computed and
+// committed while the tail's onboarding is still parked; WaitFreshTail
+// orders the stream after the tail, whose bytes are then the original ones.
+// It is idempotent, and a no-op without a run.
+func TestTheRunIsComputedWhileTheTailIsStillOnboarding(t *testing.T) {
+	f, prompt := pushedToHost(t)
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt, FreshBlocks: 2})
+	require.NoError(t, err)
+	release := f.parkOnboardings()
+	require.NoError(t, c.Resume(f.stream))
+	syncWithin(t, f.stream, release, "Resume made the stream wait for the tail's onboarding")
+	f.eachBlockBuffer(c, 0, 2, func(block int, loc BufferLocation, layer int32, role config.DataRole, base int32) {
+		f.writePage(loc, base, pattern(3, block, loc, layer, role, loc.Bytes))
+	})
+	require.NoError(t, c.Commit(prompt[:8], false))
+	assert.Equal(t, 16, c.NumCommittedTokens(), "the run's commit joins the tail")
+
+	require.NoError(t, c.WaitFreshTail(nil))
+	done := f.syncAsync()
+	assert.True(t, notWithin(done), "the stream passed WaitFreshTail before the tail landed")
+	release()
+	require.NoError(t, <-done)
+	assert.Equal(t, 8, f.verifyBlocks(c, 0, 2, 3), "the run the engine computed")
+	assert.Equal(t, 8, f.verifyBlocks(c, 2, 4, 1), "the tail's original bytes")
+	require.NoError(t, c.WaitFreshTail(nil), "idempotent")
+	require.NoError(t, c.Close())
+
+	d, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	require.ErrorIs(t, d.WaitFreshTail(nil), ErrInvalidState, "a SUSPENDED cache")
+	require.NoError(t, d.Resume(f.stream))
+	require.NoError(t, d.WaitFreshTail(nil), "no run: nothing to wait for")
+	assert.Equal(t, 8, f.verifyBlocks(d, 0, 2, 3))
+	assert.Equal(t, 8, f.verifyBlocks(d, 2, 4, 1))
+	require.NoError(t, d.Close())
+}
+
+// Another cache reusing the tail gets it only with a wait: its Resume
+// settles the tail's onboarding, which the first cache's stream did not
+// wait for, before it returns.
+func TestAnotherCacheReusingTheTailWaitsForItsOnboarding(t *testing.T) {
+	f, prompt := pushedToHost(t)
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt, FreshBlocks: 2})
+	require.NoError(t, err)
+	release := f.parkOnboardings()
+	require.NoError(t, c.Resume(f.stream))
+	f.eachBlockBuffer(c, 0, 2, func(block int, loc BufferLocation, layer int32, role config.DataRole, base int32) {
+		f.writePage(loc, base, pattern(3, block, loc, layer, role, loc.Bytes))
+	})
+	require.NoError(t, c.Commit(prompt[:8], false))
+
+	d, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	other, err := f.dev.NewStream()
+	require.NoError(t, err)
+	defer other.Close()
+	mid := f.m.MigrationStats()[HostToHot].Pages
+	done := make(chan error, 1)
+	go func() { done <- d.Resume(other) }()
+	assert.True(t, notWithin(done), "the other cache resumed before the tail landed")
+	release()
+	require.NoError(t, <-done)
+	assert.Equal(t, mid, f.m.MigrationStats()[HostToHot].Pages, "every block shared with the first cache on the GPU")
+	require.NoError(t, other.Synchronize())
+	assert.Equal(t, 8, f.verifyBlocks(d, 0, 2, 3))
+	assert.Equal(t, 8, f.verifyBlocks(d, 2, 4, 1), "the tail's original bytes")
+	require.NoError(t, d.Close())
+	require.NoError(t, c.Close())
+}
+
+// Suspending or closing the cache right after Resume, the tail never waited
+// for, keeps its bytes: the eviction that then takes its slots waits for
+// the onboarding, and the tail comes back to the byte (after a Suspend, the
+// next Resume leaves it to WaitFreshTail again while the run is owed).
+func TestSuspendOrCloseRightAfterResumeKeepsTheTail(t *testing.T) {
+	for _, closeIt := range []bool{false, true} {
+		name := map[bool]string{false: "suspend", true: "close"}[closeIt]
+		t.Run(name, func(t *testing.T) {
+			f, prompt := pushedToHost(t)
+			c, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt, FreshBlocks: 2})
+			require.NoError(t, err)
+			release := f.parkOnboardings()
+			require.NoError(t, c.Resume(f.stream))
+			if closeIt {
+				require.NoError(t, c.Close())
+			} else {
+				require.NoError(t, c.Suspend())
+			}
+			f.passThrough(seq(700, 16), false) // the tail's slots go to another request
+			release()
+			require.NoError(t, f.stream.Synchronize())
+
+			if closeIt {
+				d, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+				require.NoError(t, err)
+				require.NoError(t, d.Resume(f.stream))
+				assert.Equal(t, 16, f.verifyAll(d, 1), "the prefix as first computed")
+				require.NoError(t, d.Close())
+				return
+			}
+			assert.Equal(t, 4, c.Residency()[1], "the tail's slots went to the other request")
+			require.NoError(t, c.Resume(f.stream))
+			require.NoError(t, c.WaitFreshTail(nil))
+			assert.Equal(t, 8, f.verifyBlocks(c, 2, 4, 1), "the tail as first computed")
+			require.NoError(t, c.Close())
+		})
+	}
+}
+
+// Once the run is committed, a Resume waits for every page again: with only
+// the tail cold, the stream does not pass the Resume until it lands, and
+// WaitFreshTail has nothing left to do.
+func TestAResumeAfterTheRunsCommitWaitsForTheTail(t *testing.T) {
+	f, prompt := pushedToHost(t)
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt, FreshBlocks: 2})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	f.eachBlockBuffer(c, 0, 2, func(block int, loc BufferLocation, layer int32, role config.DataRole, base int32) {
+		f.writePage(loc, base, pattern(3, block, loc, layer, role, loc.Bytes))
+	})
+	require.NoError(t, c.Commit(prompt[:8], false))
+	require.NoError(t, c.WaitFreshTail(nil))
+	require.NoError(t, c.Suspend())
+	f.passThrough(seq(700, 8), false) // the tail's 2 blocks go to host
+	require.Equal(t, 2, c.Residency()[1], "only the tail is cold")
+
+	release := f.parkOnboardings()
+	require.NoError(t, c.Resume(f.stream))
+	done := f.syncAsync()
+	assert.True(t, notWithin(done), "the stream passed the Resume before the tail landed")
+	release()
+	require.NoError(t, <-done)
+	require.NoError(t, c.WaitFreshTail(nil), "nothing left to wait for")
+	assert.Equal(t, 8, f.verifyBlocks(c, 0, 2, 3))
+	assert.Equal(t, 8, f.verifyBlocks(c, 2, 4, 1), "the tail as first computed")
+	require.NoError(t, c.Close())
 }

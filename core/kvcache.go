@@ -209,6 +209,10 @@ type KVCache struct {
 	// asked holds the PriorityFunc's answers DecodeSteps asked before its
 	// steps (see askPriority); empty otherwise.
 	asked []askedPriority
+	// tailPending: the last Resume left the tail's fences out of the
+	// stream's waits, and WaitFreshTail has not enqueued them on the
+	// cache's stream yet (see freshrun.go).
+	tailPending bool
 }
 
 // ReuseDiagnostics says how a cache's reuse was cut at creation
@@ -630,7 +634,9 @@ func (c *KVCache) eachPage(fn func(p *page)) {
 
 // Resume makes a SUSPENDED cache ACTIVE on stream: pages on colder levels are
 // brought back to the GPU (decoded), every page is pinned there, and stream
-// waits until they are ready. With SSM layers the first Resume gives the
+// waits until they are ready, but for a fresh run's tail while the run is
+// owed: stream waits for the pages the run's compute reads and writes, and
+// the tail's readiness is WaitFreshTail's (see freshrun.go). With SSM layers the first Resume gives the
 // cache its SSM state page: a copy of the reused snapshot (on stream), or a
 // fresh page when it reused none. It returns ErrResumeRefused while the GPU
 // level is busier than MaxUtilForResume, ErrOutOfPages when the GPU cannot
@@ -690,12 +696,16 @@ func (c *KVCache) Resume(stream device.Stream) error {
 	if err == nil {
 		sc, scratch, err = c.takeScratch(&waits)
 	}
+	ready := c.eachPage
+	if c.owed {
+		ready = c.eachPageButTail
+	}
 	if err == nil {
-		c.eachPage(func(p *page) { waits.addFence(p.group.fences[p.slot]) })
+		ready(func(p *page) { waits.addFence(p.group.fences[p.slot]) })
 		err = waits.apply(stream)
 	}
 	if err == nil {
-		err = m.checkBlobs(stream, c.eachPage)
+		err = m.checkBlobs(stream, ready)
 	}
 	if err == nil && m.lt.SSM >= 0 && (c.ssm == nil || c.ssmShared) {
 		err = c.ownSsmState(stream)
@@ -716,6 +726,7 @@ func (c *KVCache) Resume(stream device.Stream) error {
 	c.commitScratch(sc, scratch)
 	m.pinned = pinned
 	c.stream, c.next, c.status = stream, stream, Active
+	c.tailPending = c.owed
 	m.safePoint()
 	return nil
 }
@@ -940,7 +951,7 @@ func (c *KVCache) Suspend() error {
 		m.unref(p, true)
 	})
 	c.freeScratch() // scratch KV lives for one step only
-	c.stream, c.status = nil, Suspended
+	c.stream, c.status, c.tailPending = nil, Suspended, false
 	m.safePoint()
 	return nil
 }

@@ -27,3 +27,8 @@ func FreshRange(c uint64) (from, to int64, err error) {
 	err = status(C.kvcm_kv_cache_get_fresh_range(C.kvcm_kv_cache(c), &f, &t))
 	return int64(f), int64(t), err
 }
+
+// WaitFreshTail calls kvcm_kv_cache_wait_fresh_tail.
+func WaitFreshTail(c, stream uint64) error {
+	return status(C.kvcm_kv_cache_wait_fresh_tail(C.kvcm_kv_cache(c), C.kvcm_stream(stream)))
+}

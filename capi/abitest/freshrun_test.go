@@ -11,8 +11,10 @@ import (
 // pushed to host onboards only the blocks after the run, reports the whole
 // prefix as its history with nothing committed, commits the run's tokens
 // and then stands at the prefix's end; the next request reuses the whole
-// prefix from the GPU. A negative run, and a start without a run, are refused naming the
-// field.
+// prefix from the GPU. kvcm_kv_cache_wait_fresh_tail orders the stream after
+// the tail (again: nothing), is a no-op without a run and refused on a
+// SUSPENDED cache. A negative run, and a start without a run, are refused
+// naming the field.
 func TestAFreshRunThroughTheCABI(t *testing.T) {
 	noLeaks(t)
 	m, err := CreateManager(smallConfig(4, 8), nil)
@@ -28,6 +30,7 @@ func TestAFreshRunThroughTheCABI(t *testing.T) {
 
 	c, err := CreateCacheFresh(m, prompt, 0, 2)
 	require.NoError(t, err)
+	requireCode(t, WaitFreshTail(c, s), InvalidState, "SUSPENDED")
 	from, to, err := FreshRange(c)
 	require.NoError(t, err)
 	assert.Equal(t, [2]int64{0, 2 * tpb}, [2]int64{from, to})
@@ -45,6 +48,9 @@ func TestAFreshRunThroughTheCABI(t *testing.T) {
 	info, err = GetCacheInfo(c)
 	require.NoError(t, err)
 	assert.Equal(t, int64(4*tpb), info.Committed, "the run's commit joins the tail")
+	require.NoError(t, WaitFreshTail(c, s))
+	require.NoError(t, WaitFreshTail(c, s), "idempotent")
+	require.NoError(t, Synchronize(s))
 	require.NoError(t, CloseCache(c))
 
 	d, err := CreateCacheV2(m, Scope{}, prompt, false, 0)
@@ -58,6 +64,7 @@ func TestAFreshRunThroughTheCABI(t *testing.T) {
 	end, err := MigrationPages(m)
 	require.NoError(t, err)
 	assert.Equal(t, mid[PathHostToGPU], end[PathHostToGPU], "the whole prefix is on the GPU")
+	require.NoError(t, WaitFreshTail(d, s), "no run: nothing to wait for")
 	require.NoError(t, CloseCache(d))
 
 	_, err = CreateCacheFresh(m, prompt, 0, -1)

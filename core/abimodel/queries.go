@@ -73,6 +73,16 @@ func (c *Cache) ResumeOn(h uintptr) error {
 	return c.Resume(s)
 }
 
+// WaitFreshTailOn is WaitFreshTail on the stream of native handle h, a
+// live stream of the manager's device.
+func (c *Cache) WaitFreshTailOn(h uintptr) error {
+	s, err := c.mgr.Stream(h)
+	if err != nil {
+		return err
+	}
+	return c.c.WaitFreshTail(s)
+}
+
 // SetStreamOf is SetStream to the stream of native handle h, a live stream
 // of the manager's device.
 func (c *Cache) SetStreamOf(h uintptr) error {

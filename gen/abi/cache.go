@@ -140,7 +140,8 @@ type KVCacheClose func(cache KVCache) *Status
 
 // KVCacheResume makes a SUSPENDED cache ACTIVE on a stream: pages on colder
 // levels are brought back to the GPU (decoded), every page is pinned there,
-// and the stream waits until they are ready. Fails with
+// and the stream waits until they are ready (for a cache whose fresh run is
+// owed, but the tail's: see kvcm_kv_cache_wait_fresh_tail). Fails with
 // KVCM_ERR_RESUME_REFUSED while the GPU level is busier than
 // max_util_for_resume, KVCM_ERR_OUT_OF_PAGES when the GPU cannot take the
 // pages back, KVCM_ERR_CODEC_FAILED when the codec failed to decode some (they
@@ -343,6 +344,28 @@ type KVCacheGetReusedTokens func(cache KVCache, out spec.Out[int64]) *Status
 //kvcm:param from out,result Receives the run's first token.
 //kvcm:param to out,result Receives the token after the run's last.
 type KVCacheGetFreshRange func(cache KVCache, from spec.Out[int64], to spec.Out[int64]) *Status
+
+// KVCacheWaitFreshTail makes a stream wait until the tail of the cache's
+// fresh run is ready. While the run is owed (not yet committed),
+// kvcm_kv_cache_resume makes the cache's stream wait only for the pages the
+// run's compute reads and writes, so the run's prefill overlaps the
+// onboarding of the blocks after it (the tail); the engine calls this
+// before any work that reads past the run (resume, compute the run, commit
+// it, wait for the tail, attend past the run). Idempotent: once it has run
+// on the cache's stream, later calls do nothing until the next resume, as
+// does a call for a cache without a run or whose resume waited for the tail
+// (after the run's commit); on another stream it orders that stream only.
+// A failed onboarding of the tail reaches the stream. The library's own
+// work on the tail (its migrations, another cache's resume) waits for the
+// onboarding without it. Fails with KVCM_ERR_INVALID_STATE unless the cache
+// is ACTIVE.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:call WaitFreshTailOn
+//kvcm:param cache in The cache.
+//kvcm:param stream in The stream that will read past the run, usually the cache's (as for kvcm_kv_cache_resume).
+type KVCacheWaitFreshTail func(cache KVCache, stream Stream) *Status
 
 // KVCacheGetBasePageIndices writes, for an ACTIVE cache, the GPU slot of each
 // block in a layer group (KVCM_BAD_PAGE_INDEX where the block has no page).

@@ -449,7 +449,12 @@
 //     createKVCacheForRequest(id, tokens, run, ...), and
 //     KVCache::freshRange(); Python: create_kv_cache(...,
 //     fresh_blocks=k, fresh_from_block=f), keyword-only, and the cache's
-//     fresh_range.
+//     fresh_range. kvcm_kv_cache_resume of a cache whose run is owed makes
+//     the stream wait for the pages the run's compute uses, not for the
+//     tail's (it waited for every page before), and
+//     kvcm_kv_cache_wait_fresh_tail enqueues the tail's wait; C++:
+//     KVCache::waitFreshTail(stream), Python: the cache's
+//     wait_fresh_tail(cuda_stream=None).
 //   - With SSM layers, commits stopping (kvcm_kv_cache_commit with is_end,
 //     kvcm_kv_cache_stop_committing) on a partial block of a cache whose
 //     capacity is its committed length give the cache's own SSM state page

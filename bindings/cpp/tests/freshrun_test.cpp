@@ -62,7 +62,9 @@ std::vector<kvcm::Token> slice(std::vector<kvcm::Token> const& t, size_t from, s
 // committed until the run is; the engine writes the run's KV and commits
 // exactly its tokens, the commit completing it joining the tail. The next
 // cache reuses all 4 blocks from the GPU: the run's blocks hold the bytes
-// the engine computed, the tail the first engine's.
+// the engine computed, the tail the first engine's. The tail is read after
+// waitFreshTail (resume orders the stream after the run's pages only);
+// waitFreshTail is idempotent and refused on a SUSPENDED cache.
 TEST_F(FreshRunTest, TheRunIsComputedWhileTheTailIsOnboarded)
 {
     int64_t const onboarded = onboardedFromHost();
@@ -71,8 +73,11 @@ TEST_F(FreshRunTest, TheRunIsComputedWhileTheTailIsOnboarded)
     EXPECT_EQ(c.reusedTokens(), 16) << "reused: the whole matched prefix, the run included";
     EXPECT_EQ(c.historyLength(), 16);
     EXPECT_EQ(c.numCommittedTokens(), 0) << "nothing committed until the run is";
+    EXPECT_KVCM_ERROR(c.waitFreshTail(stream), kvcm::StatusCode::kInvalidState);
     ASSERT_TRUE(c.resume(stream));
     EXPECT_EQ(onboardedFromHost() - onboarded, 2) << "only the tail's 2 blocks come up (one layer group)";
+    c.waitFreshTail(); // resume left the tail's onboarding to it
+    c.waitFreshTail(); // idempotent
     auto const tail = first.verify(c, prompt, 8, 16);
     EXPECT_EQ(tail.checked, 8 * 4);
     EXPECT_EQ(tail.mismatches, 0) << "the tail holds the first engine's bytes";

@@ -3582,6 +3582,35 @@ done:
     return out;
 }
 
+/* kvcm_kv_cache_wait_fresh_tail(cache, stream) */
+static PyObject *kx_fn_kvcm_kv_cache_wait_fresh_tail(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kvcm_stream a1;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 2, "kvcm_kv_cache_wait_fresh_tail") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[1], names, 1, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a1 = (kvcm_stream)v;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_wait_fresh_tail(a0, a1);
+    Py_END_ALLOW_THREADS
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    return out;
+}
+
 /* kvcm_manager_adjust(manager) */
 static PyObject *kx_fn_kvcm_manager_adjust(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -4877,6 +4906,7 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_kv_cache_set_beam_width", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_set_beam_width, METH_FASTCALL, "kvcm_kv_cache_set_beam_width(cache, beam_width)"},
     {"kvcm_kv_cache_set_stream", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_set_stream, METH_FASTCALL, "kvcm_kv_cache_set_stream(cache, stream)"},
     {"kvcm_kv_cache_set_swa_scratch_reuse", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_set_swa_scratch_reuse, METH_FASTCALL, "kvcm_kv_cache_set_swa_scratch_reuse(cache, enable)"},
+    {"kvcm_kv_cache_wait_fresh_tail", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_wait_fresh_tail, METH_FASTCALL, "kvcm_kv_cache_wait_fresh_tail(cache, stream)"},
     {"kvcm_manager_adjust", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_adjust, METH_FASTCALL, "kvcm_manager_adjust(manager)"},
     {"kvcm_manager_clamp_max_seq_len_for_mem", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_clamp_max_seq_len_for_mem, METH_FASTCALL, "kvcm_manager_clamp_max_seq_len_for_mem(manager, batch_size, token_num_upper_bound, out)"},
     {"kvcm_manager_clear_reusable_blocks", (PyCFunction)(void (*)(void))kx_fn_kvcm_manager_clear_reusable_blocks, METH_FASTCALL, "kvcm_manager_clear_reusable_blocks(manager)"},
@@ -4908,7 +4938,7 @@ static PyMethodDef kx_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 14, 2, 6, 8, 1, 3, 1, 7, 6, 2, 4, 5, 4, 3, 2, 7, 3, 2, 2, 2, 2, 2, 2, 2, 1, 4, 1, 8, 11, 3, 8, 4, 5, 4, 4, 4, 2, 4, 4, 4, 4, 2, 2, 2, 7, 11, 10, 10, 6, 8, 1, 1};
+static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 14, 2, 6, 8, 1, 3, 1, 7, 6, 2, 4, 5, 4, 3, 2, 7, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1, 4, 1, 8, 11, 3, 8, 4, 5, 4, 4, 4, 2, 4, 4, 4, 4, 2, 2, 2, 7, 11, 10, 10, 6, 8, 1, 1};
 
 static const size_t kx_slot_offsets[] = {
     offsetof(kvcm_api, cold_page_codec_destroy),
@@ -5002,6 +5032,7 @@ static const size_t kx_slot_offsets[] = {
     offsetof(kvcm_api, kv_cache_set_beam_width),
     offsetof(kvcm_api, kv_cache_set_stream),
     offsetof(kvcm_api, kv_cache_set_swa_scratch_reuse),
+    offsetof(kvcm_api, kv_cache_wait_fresh_tail),
     offsetof(kvcm_api, manager_adjust),
     offsetof(kvcm_api, manager_clamp_max_seq_len_for_mem),
     offsetof(kvcm_api, manager_clear_reusable_blocks),

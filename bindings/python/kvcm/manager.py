@@ -296,6 +296,7 @@ _cache_create = bind("kvcm_kv_cache_create")
 _cache_close = bind("kvcm_kv_cache_close")
 _cache_resume = bind("kvcm_kv_cache_resume", stream="cuda_stream")
 _cache_set_stream = bind("kvcm_kv_cache_set_stream", stream="cuda_stream")
+_cache_wait_fresh_tail = bind("kvcm_kv_cache_wait_fresh_tail", stream="cuda_stream")
 _cache_committed_tokens = bind("kvcm_kv_cache_get_committed_tokens")
 _cache_cached_tokens = bind("kvcm_kv_cache_get_cached_tokens_by_level")
 _cache_stats = bind("kvcm_kv_cache_get_stats")
@@ -2111,6 +2112,22 @@ class _KVCache(Managed):
         frm, to = _I64(), _I64()
         _cache_fresh_range(self._native(), _byref(frm), _byref(to))
         return frm.value, to.value
+
+    def wait_fresh_tail(self, cuda_stream: Stream | int | None = None) -> None:
+        """Make ``cuda_stream`` (None: the cache's stream; the stream
+        conventions of :meth:`resume`) wait until the fresh run's tail (the
+        blocks after the run) is ready (kvcm extension): while the run is
+        owed, resume makes the stream wait only for the pages the run's
+        compute uses, so the run's prefill overlaps the tail's onboarding.
+        Call it before any work that reads past the run (resume, compute the
+        run, commit it, wait_fresh_tail, attend past the run). Idempotent; a
+        no-op without a run; raises InvalidStateError unless the cache is
+        ACTIVE."""
+        if cuda_stream is None:
+            cuda_stream = self._stream
+            if cuda_stream is None:
+                raise InvalidStateError("wait_fresh_tail: the cache was never resumed")
+        _cache_wait_fresh_tail(self._native(), _stream_handle(cuda_stream))
 
     @property
     def committed_tokens(self) -> list[Any]:

@@ -70,7 +70,9 @@ def test_the_run_is_computed_while_the_tail_is_onboarded(pushed):
     run's KV and commits exactly its tokens, the commit completing it
     joining the tail. The next cache reuses
     all 4 blocks from the GPU: the run's blocks hold the bytes the engine
-    computed, the tail the first engine's."""
+    computed, the tail the first engine's. The tail is read after
+    wait_fresh_tail (resume orders the stream after the run's pages only),
+    which is idempotent and refused on a SUSPENDED cache."""
     m, first, second = pushed
     before = onboarded(m)
     c = m.create_kv_cache(input_tokens=PROMPT, fresh_blocks=2)
@@ -78,8 +80,12 @@ def test_the_run_is_computed_while_the_tail_is_onboarded(pushed):
     assert c.reused_tokens == 16, "reused: the whole matched prefix, the run included"
     assert c.history_length == 16
     assert c.num_committed_tokens == 0, "nothing committed until the run is"
+    with pytest.raises(kvcm.InvalidStateError, match="SUSPENDED"):
+        c.wait_fresh_tail(first.stream)
     assert c.resume(first.stream)
     assert onboarded(m) - before == 2, "only the tail's 2 blocks come up (one layer group)"
+    c.wait_fresh_tail()  # resume left the tail's onboarding to it
+    c.wait_fresh_tail(first.stream)  # idempotent
     assert checked(first, c, 8, 16) == 8 * BUFFERS_PER_POSITION, "the tail holds the first engine's bytes"
 
     second.write(c, PROMPT, 0, 8)

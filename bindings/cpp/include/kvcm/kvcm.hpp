@@ -1802,6 +1802,25 @@ public:
         detail::check(::kvcm_kv_cache_get_fresh_range(mHandle, &from, &to));
         return {from, to};
     }
+    // Makes a stream wait until the fresh run's tail (the blocks after the
+    // run) is ready: while the run is owed, resume makes the cache's stream
+    // wait only for the pages the run's compute uses, so the run's prefill
+    // overlaps the tail's onboarding. Call it before any work that reads past
+    // the run (resume, compute the run, commit it, waitFreshTail, attend past
+    // the run). Idempotent; a no-op without a run; throws
+    // Error(kInvalidState) unless the cache is ACTIVE.
+    void waitFreshTail(StreamView stream) { detail::check(::kvcm_kv_cache_wait_fresh_tail(mHandle, stream.handle())); }
+    void waitFreshTail(cudaStream_t stream) { waitFreshTail(StreamView(stream)); }
+    // waitFreshTail on the cache's stream; throws Error(kInvalidState) when
+    // it never had one.
+    void waitFreshTail()
+    {
+        if (!mStream.has_value())
+        {
+            throw Error(StatusCode::kInvalidState, "wait for the fresh tail: the cache was never resumed");
+        }
+        waitFreshTail(*mStream);
+    }
 
     // The scratch blocks and slots of a layer group in the ACTIVE cache's
     // current step (TensorRT-LLM's get_scratch_desc).
