@@ -10,7 +10,6 @@ import (
 	"github.com/kvcm/kvcm/core/blockhash"
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
-	"github.com/kvcm/kvcm/internal/testkit/devicetest"
 )
 
 // eachBlockBuffer is eachBuffer for the blocks in [from, to).
@@ -226,25 +225,10 @@ func TestAFreshRunIsRefusedWhereItCannotHold(t *testing.T) {
 }
 
 // parkOnboardings blocks the host→GPU stream until the returned function
-// (also run at cleanup) is called (see parkEvictions).
+// (also run at cleanup) is called (see parkPath).
 func (f *fixture) parkOnboardings() (release func()) {
 	f.t.Helper()
-	devicetest.SkipUnlessEmu(f.t, f.dev, "parks a stream while freeing pinned host memory, which CUDA synchronizes")
-	gate := make(chan struct{})
-	f.m.mu.Lock()
-	up := f.m.streamOf(unit{src: f.m.levels[1].groups[0], dst: f.m.levels[0].groups[0]})
-	err := up.HostFunc(func() error { <-gate; return nil })
-	f.m.mu.Unlock()
-	require.NoError(f.t, err)
-	closed := false
-	release = func() {
-		if !closed {
-			closed = true
-			close(gate)
-		}
-	}
-	f.t.Cleanup(release)
-	return release
+	return f.parkPath(1, 0)
 }
 
 // syncWithin synchronizes s, failing the test (after release) when it

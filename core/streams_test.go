@@ -25,17 +25,28 @@ import (
 // on another stream still reads it.
 
 // parkEvictions blocks the eviction stream until the returned function
-// (also run at cleanup) is called. It parks a stream while the test frees
-// pinned host memory, which CUDA synchronizes, so it runs on emu only.
+// (also run at cleanup) is called (see parkPath).
 func (f *fixture) parkEvictions() (release func()) {
+	f.t.Helper()
+	f.m.mu.Lock()
+	down := f.m.streamOf(unit{src: f.m.levels[0].groups[0], dst: f.m.levels[1].groups[0]})
+	up := f.m.streamOf(unit{src: f.m.levels[1].groups[0], dst: f.m.levels[0].groups[0]})
+	f.m.mu.Unlock()
+	require.NotSame(f.t, down, up, "evictions and onboardings have their own streams")
+	return f.parkPath(0, 1)
+}
+
+// parkPath blocks the stream of the migrations from level src to level dst
+// until the returned function (also run at cleanup) is called. It parks a
+// stream while the test frees pinned host memory, which CUDA synchronizes,
+// so it runs on emu only.
+func (f *fixture) parkPath(src, dst int) (release func()) {
 	f.t.Helper()
 	devicetest.SkipUnlessEmu(f.t, f.dev, "parks a stream while freeing pinned host memory, which CUDA synchronizes")
 	gate := make(chan struct{})
 	f.m.mu.Lock()
-	down := f.m.streamOf(unit{src: f.m.levels[0].groups[0], dst: f.m.levels[1].groups[0]})
-	up := f.m.streamOf(unit{src: f.m.levels[1].groups[0], dst: f.m.levels[0].groups[0]})
-	require.NotSame(f.t, down, up, "evictions and onboardings have their own streams")
-	err := down.HostFunc(func() error { <-gate; return nil })
+	st := f.m.streamOf(unit{src: f.m.levels[src].groups[0], dst: f.m.levels[dst].groups[0]})
+	err := st.HostFunc(func() error { <-gate; return nil })
 	f.m.mu.Unlock()
 	require.NoError(f.t, err)
 	closed := false
