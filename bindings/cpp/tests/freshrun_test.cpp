@@ -125,23 +125,6 @@ TEST_F(FreshRunTest, ARunInTheMiddleKeepsTheBlockBeforeIt)
     EXPECT_EQ(first.verify(d, prompt, 12, 16).mismatches, 0);
 }
 
-// Expects stmt to throw kvcm::Error(kInvalidArgument) whose message names
-// field.
-#define EXPECT_ARGUMENT_ERROR(stmt, field)                                                                             \
-    do                                                                                                                 \
-    {                                                                                                                  \
-        try                                                                                                            \
-        {                                                                                                              \
-            stmt;                                                                                                      \
-            ADD_FAILURE() << #stmt " did not throw kvcm::Error";                                                       \
-        }                                                                                                              \
-        catch (kvcm::Error const& e)                                                                                   \
-        {                                                                                                              \
-            EXPECT_EQ(e.code(), kvcm::StatusCode::kInvalidArgument) << e.what();                                       \
-            EXPECT_NE(e.message().find(std::string(field) + ": "), std::string::npos) << e.message();                  \
-        }                                                                                                              \
-    } while (0)
-
 // Bad runs are refused naming the field, and create nothing: negative
 // counts, and a start without a run.
 TEST_F(FreshRunTest, BadRunsAreRefusedNamingTheField)

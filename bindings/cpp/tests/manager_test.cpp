@@ -326,24 +326,6 @@ TEST_F(ManagerTest, ErrorCodesOnBadArguments)
     EXPECT_EQ(out, 0u);
 }
 
-// EXPECT_CONFIG_ERROR checks that stmt throws a KVCM_ERR_INVALID_CONFIG
-// kvcm::Error naming field.
-#define EXPECT_CONFIG_ERROR(stmt, field)                                                                               \
-    do                                                                                                                 \
-    {                                                                                                                  \
-        try                                                                                                            \
-        {                                                                                                              \
-            stmt;                                                                                                      \
-            ADD_FAILURE() << #stmt " did not throw kvcm::Error";                                                       \
-        }                                                                                                              \
-        catch (kvcm::Error const& e)                                                                                   \
-        {                                                                                                              \
-            EXPECT_EQ(e.code(), kvcm::StatusCode::kInvalidConfig) << e.what();                                         \
-            EXPECT_NE(e.message().find(std::string("invalid config: ") + (field) + ": "), std::string::npos)           \
-                << e.message();                                                                                        \
-        }                                                                                                              \
-    } while (0)
-
 // validateConfig checks a configuration as the constructor would, naming the
 // field of the first problem, and creates nothing.
 TEST_F(ManagerTest, ValidateConfigNamesTheField)

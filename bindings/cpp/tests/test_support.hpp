@@ -826,6 +826,31 @@ inline std::vector<kvcm::Token> tokenRange(kvcm::Token first, size_t n)
     return out;
 }
 
+// Expects `stmt` to throw kvcm::Error with `expectedCode` whose message
+// contains `needle` (a std::string).
+#define EXPECT_KVCM_ERROR_NAMING(stmt, expectedCode, needle)                                                           \
+    do                                                                                                                 \
+    {                                                                                                                  \
+        try                                                                                                            \
+        {                                                                                                              \
+            stmt;                                                                                                      \
+            ADD_FAILURE() << #stmt " did not throw kvcm::Error";                                                       \
+        }                                                                                                              \
+        catch (kvcm::Error const& e)                                                                                   \
+        {                                                                                                              \
+            EXPECT_EQ(e.code(), expectedCode) << e.what();                                                             \
+            EXPECT_NE(e.message().find(needle), std::string::npos) << e.message();                                     \
+        }                                                                                                              \
+    } while (0)
+
+// Expects `stmt` to throw a kInvalidArgument kvcm::Error naming `field`.
+#define EXPECT_ARGUMENT_ERROR(stmt, field)                                                                             \
+    EXPECT_KVCM_ERROR_NAMING(stmt, kvcm::StatusCode::kInvalidArgument, std::string(field) + ": ")
+
+// Expects `stmt` to throw a kInvalidConfig kvcm::Error naming `field`.
+#define EXPECT_CONFIG_ERROR(stmt, field)                                                                               \
+    EXPECT_KVCM_ERROR_NAMING(stmt, kvcm::StatusCode::kInvalidConfig, std::string("invalid config: ") + (field) + ": ")
+
 // Expects `stmt` to throw kvcm::Error with `code`.
 #define EXPECT_KVCM_ERROR(stmt, expectedCode)                                                                          \
     do                                                                                                                 \
