@@ -70,14 +70,18 @@ func (r *stepRig) state(t *testing.T) stepState {
 	return s
 }
 
-// perStep is the reference: the per-step calls DecodeSteps is equivalent to.
+// perStep is the reference: the per-step calls DecodeSteps is equivalent to,
+// through Resize's and Commit's general paths (not the decode-step short
+// paths, resizeInBlock and commitInBlock, which DecodeSteps shares).
 func perStep(c *KVCache, tokens []config.Token) error {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
 	for _, t := range tokens {
-		h := c.HistoryLength() + 1
-		if err := c.Resize(max(c.Capacity(), h), h); err != nil {
+		h := c.history + 1
+		if err := c.resize(max(c.capacity, h), h); err != nil {
 			return err
 		}
-		if err := c.Commit([]config.Token{t}, false); err != nil {
+		if err := c.commit([]config.Token{t}, nil, nil, false); err != nil {
 			return err
 		}
 	}

@@ -164,7 +164,17 @@ func TestAFreshRunRefusesOtherCommits(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	assert.Equal(t, 0, c.NumCommittedTokens())
 
-	require.NoError(t, c.Commit(prompt[:8], false))
+	// A commit inside a block is checked as any other, also once nothing
+	// is left to settle (a decode step's short path).
+	require.NoError(t, c.WaitFreshTail(nil))
+	require.NoError(t, f.stream.Synchronize())
+	require.NoError(t, c.Commit(prompt[:2], false))
+	assert.Equal(t, 2, c.NumCommittedTokens())
+	err = c.Commit(seq(900, 1), false)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "fresh run")
+	assert.Equal(t, 2, c.NumCommittedTokens())
+	require.NoError(t, c.Commit(prompt[2:8], false))
 	assert.Equal(t, 16, c.NumCommittedTokens())
 	require.NoError(t, c.Close())
 }

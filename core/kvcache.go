@@ -1308,13 +1308,14 @@ func (c *KVCache) Commit(tokens []config.Token, isEnd bool) error {
 
 // commitInBlock is a decode step's Commit, done without commit's large
 // frame: tokens that stay inside the block being filled and within the
-// history, on a cache with nothing to settle or report lost, so nothing is
+// history, on a cache with nothing to settle or report lost and no fresh
+// run owed (whose commits are checked against the run), so nothing is
 // published or released. It reports false, changing nothing, for any other
 // commit (commit checks it and says what is wrong).
 func (c *KVCache) commitInBlock(tokens []config.Token) bool {
 	m := c.m
 	n := len(tokens)
-	if c.status != Active || c.stopped || len(c.tail)+n >= m.cfg.TokensPerBlock || c.committed+n > c.history ||
+	if c.status != Active || c.stopped || c.owed || len(c.tail)+n >= m.cfg.TokensPerBlock || c.committed+n > c.history ||
 		m.lt.SSM >= 0 && n > 0 && c.committed != c.history && c.committed+n != c.history || c.lossUnchecked() {
 		return false
 	}
@@ -1913,13 +1914,7 @@ func (c *KVCache) publishStopped() {
 	if b >= len(c.blocks) || c.blocks[b].node != nil {
 		return
 	}
-	m.settlePages(func(fn func(p *page)) {
-		for _, p := range c.blocks[b].pages {
-			if p != nil {
-				fn(p)
-			}
-		}
-	})
+	m.settlePages(c.blocks[b].eachPage)
 	ev, err := m.events.record(c.stream)
 	if err != nil {
 		return

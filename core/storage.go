@@ -417,7 +417,7 @@ func (f *freeSlots) dropFrom(keep int64) {
 // closing cache releases its chain deepest first), so a page that goes
 // nowhere before the last one queued is appended to a sorted run in O(1);
 // the others go into a heap. pop takes the earlier of the run's head and the
-// heap's top. A page knows where it is (see page.victimAt).
+// heap's top. A page knows where it is (see page.inVictims).
 type victimSet struct {
 	heap victimHeap
 	// run[head:] is sorted by victim.before; removed entries stay as

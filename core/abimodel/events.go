@@ -57,8 +57,7 @@ func (e *EventQueue) Len() int {
 func (e *EventQueue) Drain(maxEvents, maxTokens int) (events []core.CacheEvent, need int, dropped uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	events, dropped, need = e.drain(maxEvents, maxTokens)
-	return events, need, dropped
+	return e.drain(maxEvents, maxTokens)
 }
 
 // DrainCacheEvents is Drain for kvcm_manager_drain_events, whose
@@ -71,7 +70,7 @@ func (e *EventQueue) DrainCacheEvents(maxEvents, maxTokens int) (events []core.C
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for {
-		all, d, need := e.drain(maxEvents, maxTokens)
+		all, need, d := e.drain(maxEvents, maxTokens)
 		dropped += d
 		if need > 0 {
 			e.dropped += dropped
@@ -84,9 +83,9 @@ func (e *EventQueue) DrainCacheEvents(maxEvents, maxTokens int) (events []core.C
 	}
 }
 
-func (e *EventQueue) drain(maxEvents, maxTokens int) (events []core.CacheEvent, dropped uint64, need int) {
+func (e *EventQueue) drain(maxEvents, maxTokens int) (events []core.CacheEvent, need int, dropped uint64) {
 	if maxEvents > 0 && e.head < len(e.q) && len(e.q[e.head].Tokens) > maxTokens {
-		return nil, 0, len(e.q[e.head].Tokens)
+		return nil, len(e.q[e.head].Tokens), 0
 	}
 	ntok := 0
 	for e.head < len(e.q) && len(events) < maxEvents {
@@ -106,5 +105,5 @@ func (e *EventQueue) drain(maxEvents, maxTokens int) (events []core.CacheEvent, 
 		e.head = 0
 	}
 	dropped, e.dropped = e.dropped, 0
-	return events, dropped, 0
+	return events, 0, dropped
 }

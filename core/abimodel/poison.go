@@ -7,8 +7,7 @@ import "sync/atomic"
 // the first panic's message is kept and reported by each refusal. Safe for
 // concurrent use; the zero value is not poisoned.
 type Poison struct {
-	poisoned atomic.Bool
-	by       atomic.Pointer[string]
+	by atomic.Pointer[string] // the first panic's message; nil while not poisoned
 }
 
 // LibraryPoison is the C library's poisoned state (one per process).
@@ -16,16 +15,10 @@ var LibraryPoison Poison
 
 // Set poisons p with msg and reports whether this call poisoned it: a later
 // Set keeps the first message.
-func (p *Poison) Set(msg string) bool {
-	if !p.by.CompareAndSwap(nil, &msg) {
-		return false
-	}
-	p.poisoned.Store(true)
-	return true
-}
+func (p *Poison) Set(msg string) bool { return p.by.CompareAndSwap(nil, &msg) }
 
 // Poisoned reports whether p is poisoned.
-func (p *Poison) Poisoned() bool { return p.poisoned.Load() }
+func (p *Poison) Poisoned() bool { return p.by.Load() != nil }
 
 // Reason is the message of the panic that poisoned p ("" when it is not).
 func (p *Poison) Reason() string {

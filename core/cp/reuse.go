@@ -92,7 +92,6 @@ type ReuseEvict struct {
 }
 
 type reuseBlock struct {
-	key blockhash.Key
 	// score is log2 of the reuse count decayed to admission 0 (counts
 	// decay alike, so its order is the order of the decayed counts now);
 	// -Inf for a block never reused.
@@ -129,7 +128,7 @@ func (r *ReuseEvict) Admitted(chain []blockhash.Key) []PriorityUpdate {
 	for i, k := range chain {
 		b := r.blocks[k]
 		if b == nil {
-			b = &reuseBlock{key: k, score: math.Inf(-1), heapIdx: -1}
+			b = &reuseBlock{score: math.Inf(-1), heapIdx: -1}
 			r.blocks[k] = b
 		}
 		// count now = 2^(score − now); one more reuse.
@@ -162,7 +161,7 @@ func (r *ReuseEvict) update(chain []blockhash.Key) PriorityUpdate {
 func (r *ReuseEvict) Released(chain []blockhash.Key) PriorityUpdate {
 	for _, k := range chain {
 		if r.blocks[k] == nil {
-			r.blocks[k] = &reuseBlock{key: k, score: math.Inf(-1), priority: r.o.OneOff, heapIdx: -1}
+			r.blocks[k] = &reuseBlock{score: math.Inf(-1), priority: r.o.OneOff, heapIdx: -1}
 		}
 	}
 	return r.update(chain)

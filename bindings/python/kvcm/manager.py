@@ -1685,10 +1685,19 @@ class _PyStep:
         return list(self._tokens)
 
     def defer(self, tokens: list[int] | tuple[int, ...]) -> bool:
-        """Defer the commit of tokens, already checked by the caller
-        (_KVCache.commit: int32 ints within the limit and the history)."""
+        """Defer the commit of tokens (a list or tuple) when they are int32
+        ints within the limit and the history and no decode step waits:
+        True when deferred, False for a commit to make now (CacheStep's
+        defer, the same rule)."""
+        n = len(tokens)
+        c = self.committed + n
+        if not n or c > self.limit or c > self.history or self.steps:
+            return False
+        for x in tokens:
+            if x.__class__ is not int or not -0x80000000 <= x <= 0x7FFFFFFF:
+                return False
         self._tokens += tokens
-        self.committed += len(tokens)
+        self.committed = c
         return True
 
     def flush(self) -> None:
@@ -2386,15 +2395,8 @@ class _KVCache(Managed):
             st = self._st
             if st.steps and st.defer_step(t):
                 return  # the decode step's commit, deferred (see __init__)
-            c = st.committed + n
-            if n and c <= st.limit and c <= st.history and not st.steps:
-                for x in t:
-                    if x.__class__ is not int or not -0x80000000 <= x <= 0x7FFFFFFF:
-                        break
-                else:
-                    # The decode step: deferred (see __init__).
-                    st.defer(t)
-                    return
+            if st.defer(t):
+                return  # a commit inside the block being filled, deferred (see __init__)
         if beam_search_indices is None and self._priority_cb is None:
             # Text tokens, no beams, no callback to re-raise from; anything
             # else (digest tokens too) takes the general path below, which

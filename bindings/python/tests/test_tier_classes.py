@@ -151,11 +151,13 @@ def test_path_takes_a_str_or_a_path_object(tmp_path):
     """A disk tier's path is a str or an os.PathLike; both open the same
     directory, and persistent reaches the library (kvcm_manager_config's
     disk_persistent)."""
-    for path in (str(tmp_path), pathlib.Path(tmp_path)):
-        tiers = [GpuCacheTierConfig(4 * 128, pool_granularity=0), DiskCacheTierConfig(32 * 128, path, persistent=True)]
+    for name, as_path, persistent in (("str", str, True), ("pathlike", pathlib.Path, True), ("temporary", str, False)):
+        d = tmp_path / name
+        d.mkdir()
+        tiers = [GpuCacheTierConfig(4 * 128, pool_granularity=0), DiskCacheTierConfig(32 * 128, as_path(d), persistent=persistent)]
         with KVCacheManager(small_config(tiers=tiers), device="emu") as m:
             assert m.cache_tier_list == [CacheTier.GPU_MEM, CacheTier.DISK]
-        assert any(tmp_path.iterdir()), "a persistent tier keeps its files"
+        assert any(d.iterdir()) == persistent, f"{name}: a persistent tier keeps its files, another removes them"
 
 
 def test_max_quota_none_is_quota_and_a_value_reserves_room():

@@ -146,13 +146,16 @@ func duplexChunk(dev device.Device, cfg Config, mk CodecMaker, c int64, log io.W
 		}
 		passes = append(passes, p)
 	}
-	err = r.rounds(passes)
+	if err := r.rounds(passes); err != nil {
+		return nil, err
+	}
 	lim := passes[0]
+	limD2H, limH2D, limDuplex := medianOf(lim.gbs[modeDown]), medianOf(lim.gbs[modeUp]), medianOf(lim.gbs[modeBoth])
 	fmt.Fprintf(log, "chunk %s: %d pages down, %d up; contiguous D2H %.1f, H2D %.1f, both at once %.1f GB/s\n",
-		size(c), r.down, r.up, medianOf(lim.gbs[modeDown]), medianOf(lim.gbs[modeUp]), medianOf(lim.gbs[modeBoth]))
+		size(c), r.down, r.up, limD2H, limH2D, limDuplex)
 	for _, p := range passes[1:] {
 		res := DuplexResult{Codec: p.name, Chunk: c, Pools: cfg.Pools, DownPages: r.down, UpPages: r.up, Verified: p.verified,
-			LimitD2H: medianOf(lim.gbs[modeDown]), LimitH2D: medianOf(lim.gbs[modeUp]), LimitDuplex: medianOf(lim.gbs[modeBoth]),
+			LimitD2H: limD2H, LimitH2D: limH2D, LimitDuplex: limDuplex,
 			DownGBs: medianOf(p.gbs[modeDown]), UpGBs: medianOf(p.gbs[modeUp]), DuplexGBs: medianOf(p.gbs[modeBoth]),
 			DownRatio: medianRatio(p.gbs[modeDown], lim.gbs[modeDown]), UpRatio: medianRatio(p.gbs[modeUp], lim.gbs[modeUp]),
 			DuplexRatio: medianRatio(p.gbs[modeBoth], lim.gbs[modeBoth])}
@@ -160,7 +163,7 @@ func duplexChunk(dev device.Device, cfg Config, mk CodecMaker, c int64, log io.W
 			p.name, res.DuplexGBs, res.DuplexRatio, res.DownGBs, res.DownRatio, res.UpGBs, res.UpRatio, medianOf(p.submitMs[modeBoth]))
 		out = append(out, res)
 	}
-	return out, err
+	return out, nil
 }
 
 // The three timings of a pass: encode alone, decode alone, both at once.
