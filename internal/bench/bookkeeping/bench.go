@@ -15,6 +15,7 @@ import (
 	"github.com/kvcm/kvcm/core/config"
 	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/device/emu"
+	"github.com/kvcm/kvcm/internal/bench/stats"
 )
 
 const (
@@ -467,21 +468,6 @@ func runSteps(cfg Config, rng *rand.Rand, window int, form StepForm) ([]time.Dur
 	return cpu, allocs, nil
 }
 
-func median[T any](xs []T, key func(T) float64) T {
-	s := slices.Clone(xs)
-	slices.SortFunc(s, func(a, b T) int {
-		ka, kb := key(a), key(b)
-		switch {
-		case ka < kb:
-			return -1
-		case ka > kb:
-			return 1
-		}
-		return 0
-	})
-	return s[len(s)/2]
-}
-
 // Run measures cfg's trace and decode steps, reporting progress to log.
 func Run(cfg Config, log io.Writer) (Results, error) {
 	if err := cfg.validate(); err != nil {
@@ -545,10 +531,10 @@ func Run(cfg Config, log io.Writer) (Results, error) {
 	var out Results
 	for i, c := range cells {
 		rs := rounds[i]
-		mr := median(rs, func(r roundResult) float64 { return float64(r.request) })
-		mh := median(rs, func(r roundResult) float64 { return float64(r.hash) })
-		ma := median(rs, func(r roundResult) float64 { return r.allocs })
-		mg := median(rs, func(r roundResult) float64 { return r.gcShare })
+		mr := stats.MedianBy(rs, func(r roundResult) float64 { return float64(r.request) })
+		mh := stats.MedianBy(rs, func(r roundResult) float64 { return float64(r.hash) })
+		ma := stats.MedianBy(rs, func(r roundResult) float64 { return r.allocs })
+		mg := stats.MedianBy(rs, func(r roundResult) float64 { return r.gcShare })
 		out.Requests = append(out.Requests, RequestResult{
 			Prompt: c.prompt, Pressure: c.pressure, Key: c.key, Form: c.form, RequestCPU: mr.request, HashCPU: mh.hash,
 			Allocs: ma.allocs, GCShare: mg.gcShare, Evictions: mr.evictions, Reused: mr.reused,
@@ -559,8 +545,8 @@ func Run(cfg Config, log io.Writer) (Results, error) {
 		for fi, f := range cfg.Forms {
 			for hi, held := range cfg.HeldTokens {
 				rs := steps[(mi*nf+fi)*nh+hi]
-				ms := median(rs, func(r stepRound) float64 { return float64(r.step) })
-				ma := median(rs, func(r stepRound) float64 { return r.allocs })
+				ms := stats.MedianBy(rs, func(r stepRound) float64 { return float64(r.step) })
+				ma := stats.MedianBy(rs, func(r stepRound) float64 { return r.allocs })
 				out.Steps = append(out.Steps, StepResult{Model: md.name, Form: f, Held: held, Step: ms.step, Allocs: ma.allocs})
 			}
 		}

@@ -30,7 +30,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -44,6 +43,7 @@ import (
 	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/device/backend"
 	"github.com/kvcm/kvcm/core/device/emu"
+	"github.com/kvcm/kvcm/internal/bench/stats"
 )
 
 // QueueDepth is the raw I/O's queue depth: the manager's (core's
@@ -172,17 +172,9 @@ func Run(dev device.Device, dir string, blob, total int64, reps int) (Result, er
 		for i := range runs {
 			v[i] = *f(&runs[i])
 		}
-		*f(&r) = median(v)
+		*f(&r) = stats.Median(v)
 	}
 	return r, nil
-}
-
-func median(v []float64) float64 {
-	slices.Sort(v)
-	if len(v)%2 == 1 {
-		return v[len(v)/2]
-	}
-	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }
 
 const tokensPerBlock = 16

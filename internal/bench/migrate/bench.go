@@ -22,6 +22,7 @@ import (
 	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/device/cuda"
 	"github.com/kvcm/kvcm/core/layout"
+	"github.com/kvcm/kvcm/internal/bench/stats"
 )
 
 // bench is the state of one Run.
@@ -195,8 +196,8 @@ func (b *bench) series(fns ...func() error) (gpu, host []time.Duration, err erro
 		}
 	}
 	for i := range fns {
-		gpu = append(gpu, median(g[i]))
-		host = append(host, median(h[i]))
+		gpu = append(gpu, stats.Median(g[i]))
+		host = append(host, stats.Median(h[i]))
 	}
 	return gpu, host, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/device/emu"
 	"github.com/kvcm/kvcm/core/layout"
+	"github.com/kvcm/kvcm/internal/bench/stats"
 )
 
 // Staged is the staged codec (core/codec/staged): the gather kernel on CUDA,
@@ -150,17 +151,17 @@ func duplexChunk(dev device.Device, cfg Config, mk CodecMaker, c int64, log io.W
 		return nil, err
 	}
 	lim := passes[0]
-	limD2H, limH2D, limDuplex := medianOf(lim.gbs[modeDown]), medianOf(lim.gbs[modeUp]), medianOf(lim.gbs[modeBoth])
+	limD2H, limH2D, limDuplex := stats.Median(lim.gbs[modeDown]), stats.Median(lim.gbs[modeUp]), stats.Median(lim.gbs[modeBoth])
 	fmt.Fprintf(log, "chunk %s: %d pages down, %d up; contiguous D2H %.1f, H2D %.1f, both at once %.1f GB/s\n",
 		size(c), r.down, r.up, limD2H, limH2D, limDuplex)
 	for _, p := range passes[1:] {
 		res := DuplexResult{Codec: p.name, Chunk: c, Pools: cfg.Pools, DownPages: r.down, UpPages: r.up, Verified: p.verified,
 			LimitD2H: limD2H, LimitH2D: limH2D, LimitDuplex: limDuplex,
-			DownGBs: medianOf(p.gbs[modeDown]), UpGBs: medianOf(p.gbs[modeUp]), DuplexGBs: medianOf(p.gbs[modeBoth]),
-			DownRatio: medianRatio(p.gbs[modeDown], lim.gbs[modeDown]), UpRatio: medianRatio(p.gbs[modeUp], lim.gbs[modeUp]),
-			DuplexRatio: medianRatio(p.gbs[modeBoth], lim.gbs[modeBoth])}
+			DownGBs: stats.Median(p.gbs[modeDown]), UpGBs: stats.Median(p.gbs[modeUp]), DuplexGBs: stats.Median(p.gbs[modeBoth]),
+			DownRatio: stats.MedianRatio(p.gbs[modeDown], lim.gbs[modeDown]), UpRatio: stats.MedianRatio(p.gbs[modeUp], lim.gbs[modeUp]),
+			DuplexRatio: stats.MedianRatio(p.gbs[modeBoth], lim.gbs[modeBoth])}
 		fmt.Fprintf(log, "  %-8s duplex %6.2f GB/s (%.3f of limit)  down %6.2f (%.3f)  up %6.2f (%.3f)  host submit of both %.2f ms\n",
-			p.name, res.DuplexGBs, res.DuplexRatio, res.DownGBs, res.DownRatio, res.UpGBs, res.UpRatio, medianOf(p.submitMs[modeBoth]))
+			p.name, res.DuplexGBs, res.DuplexRatio, res.DownGBs, res.DownRatio, res.UpGBs, res.UpRatio, stats.Median(p.submitMs[modeBoth]))
 		out = append(out, res)
 	}
 	return out, nil

@@ -12,6 +12,7 @@ import (
 	"github.com/kvcm/kvcm/core/device"
 	"github.com/kvcm/kvcm/core/device/emu"
 	"github.com/kvcm/kvcm/core/layout"
+	"github.com/kvcm/kvcm/internal/bench/stats"
 )
 
 // RunEmu measures the default codec on the emulated device, where a copy is a
@@ -132,7 +133,7 @@ func emuTime(s device.Stream, cfg Config, submit func() bool) (float64, time.Dur
 		host = append(host, submitted.Sub(start))
 	}
 	wall, host = wall[1:], host[1:] // the first run warms up
-	return float64(cfg.TotalBytes) / median(wall).Seconds() / 1e9, median(host), nil
+	return float64(cfg.TotalBytes) / stats.Median(wall).Seconds() / 1e9, stats.Median(host), nil
 }
 
 // emuVerify encodes once and checks every cold byte against the scattered

@@ -96,17 +96,6 @@ func TestDuplexModeOnEmu(t *testing.T) {
 	assert.Equal(t, 2, Main([]string{"-codecs", "staged", "-on", "emu"}, &out, &errb), "staged is a duplex-mode codec")
 }
 
-// A ratio pairs each codec run with the reference run of its own round: a
-// reference that drifts between rounds cancels out, where the ratio of the
-// medians would not.
-func TestRatiosPairRunsOfTheSameRound(t *testing.T) {
-	limit := []float64{100, 60, 80}
-	codec := []float64{90, 54, 60}
-	assert.InDelta(t, 0.9, medianRatio(codec, limit), 1e-9)
-	assert.InDelta(t, 0.75, medianOf(codec)/medianOf(limit), 1e-9, "the ratio of the medians mixes rounds")
-	assert.Zero(t, medianOf(nil))
-}
-
 // Duplex mode refuses a lossy codec and an up size no chunk divides.
 func TestDuplexConfigValidation(t *testing.T) {
 	_, _, err := RunDuplexEmu(Config{TotalBytes: 1 << 20, Chunks: []int64{4096}, Codecs: []string{Quant}, Runs: 1},

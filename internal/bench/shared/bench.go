@@ -22,12 +22,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/kvcm/kvcm/core/sharedtier"
+	"github.com/kvcm/kvcm/internal/bench/stats"
 	"github.com/redis/rueidis"
 )
 
@@ -144,9 +144,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) ([]Row, error) {
 			fmt.Fprintf(progress, "size %d round %d: raw set %.2f get %.2f, store write %.2f read %.2f, onboard %.2f (raw get beside it %.2f) GB/s\n",
 				size, round, rs[round], rg[round], sw[round], sr[round], ob[round], og2[round])
 		}
-		rows = append(rows, Row{Size: size, RawSet: median(rs), StoreWrite: median(sw), RawGet: median(rg),
-			StoreRead: median(sr), WriteRatio: median(wr), ReadRatio: median(rr), Onboard: median(ob),
-			OnboardRawGet: median(og2), OnboardRatio: median(or)})
+		rows = append(rows, Row{Size: size, RawSet: stats.Median(rs), StoreWrite: stats.Median(sw), RawGet: stats.Median(rg),
+			StoreRead: stats.Median(sr), WriteRatio: stats.Median(wr), ReadRatio: stats.Median(rr), Onboard: stats.Median(ob),
+			OnboardRawGet: stats.Median(og2), OnboardRatio: stats.Median(or)})
 	}
 	return rows, nil
 }
@@ -167,15 +167,6 @@ func warm(ctx context.Context, c rueidis.Client, ns string) error {
 }
 
 func gbps(bytes int, d time.Duration) float64 { return float64(bytes) / d.Seconds() / 1e9 }
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
 
 func batches(keys []string, batch int) [][]string {
 	var out [][]string

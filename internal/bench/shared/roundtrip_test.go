@@ -11,10 +11,10 @@ package shared
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
+	"github.com/kvcm/kvcm/internal/bench/stats"
 	"github.com/redis/rueidis"
 )
 
@@ -86,16 +86,10 @@ func BenchmarkWriteRoundTrip(b *testing.B) {
 			if len(now) == 0 {
 				b.Skip("needs 3 iterations at least (-benchtime 3x)")
 			}
-			ref := medianDuration(set)
+			ref := stats.Median(set)
 			b.ReportMetric(float64(ref.Microseconds()), "set-µs")
-			b.ReportMetric(float64(ref)/float64(medianDuration(old)), "exists-then-set-ratio")
-			b.ReportMetric(float64(ref)/float64(medianDuration(now)), "set+next-exists-ratio")
+			b.ReportMetric(float64(ref)/float64(stats.Median(old)), "exists-then-set-ratio")
+			b.ReportMetric(float64(ref)/float64(stats.Median(now)), "set+next-exists-ratio")
 		})
 	}
-}
-
-func medianDuration(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
