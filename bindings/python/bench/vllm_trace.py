@@ -34,6 +34,7 @@ CPU and touches no tensor) and the kvcm package importable, e.g.
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import subprocess
 import sys
@@ -56,6 +57,11 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     sys.exit(f"vllm_trace.py: vLLM is not importable with {sys.executable} ({e}); "
              f"run it with a Python that has vLLM installed")
+
+# As vLLM's engine does after start-up: the objects of the imports (torch's
+# and vLLM's modules) leave the collector's generations, so that a
+# collection during the rounds does not scan them for either manager.
+gc.freeze()
 
 TPB = bk.TPB
 STEPS = bk.DECODE_STEPS
