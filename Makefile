@@ -135,6 +135,22 @@ bench-python: lib py-ext
 	KVCM_LIBRARY="$(CURDIR)/build/libkvcm.so" $(PYTHON) bindings/python/bench/bookkeeping.py \
 		--go "$(GO) run ./cmd/kvcm bench bookkeeping -held 1k -keys sha256" $(BENCH_PY_ARGS)
 
+# Issue 11's trace side by side with vLLM v1's KV-cache manager
+# (bindings/python/bench/vllm_trace.py): µs per request of vLLM, of kvcm from
+# Python and of kvcm from Go (kvcm bench bookkeeping), with and without
+# eviction pressure, and the ratios. VLLM_PYTHON is a Python with vLLM
+# installed (vLLM needs torch, so nothing here installs it; see
+# docs/benchmarks.md); the extension is built for it.
+# BENCH_VLLM_ARGS passes flags (--rounds, --requests, --prompts).
+VLLM_PYTHON ?= $(PYTHON)
+BENCH_VLLM_ARGS ?=
+.PHONY: bench-vllm
+bench-vllm: lib
+	$(MAKE) py-ext PYTHON="$(VLLM_PYTHON)"
+	$(GO) build -o build/kvcm ./cmd/kvcm
+	KVCM_LIBRARY="$(CURDIR)/build/libkvcm.so" $(VLLM_PYTHON) bindings/python/bench/vllm_trace.py \
+		--go "$(CURDIR)/build/kvcm bench bookkeeping -keys sha256 -forms percall -held 1k" $(BENCH_VLLM_ARGS)
+
 # C++ bindings (bindings/cpp): CMake builds libkvcm.so from the Go sources,
 # the GoogleTest tests (also under AddressSanitizer) and the find_package test;
 # ctest runs them. cpp-test runs everything, cpp-test-asan only the ASan runs.

@@ -78,6 +78,19 @@ type number interface {
 	~int8 | ~int16 | ~int32 | ~int64 | ~int | ~uint8 | ~uint16 | ~uint32 | ~uint64 | ~uint | ~uintptr | ~float32 | ~float64
 }
 
+// convertNumbers writes the elements of es, converted to G, into out (of
+// their length): in one copy when G and E are integers of one width, whose
+// conversion keeps the bits (a prompt's tokens: a memmove, not a loop).
+func convertNumbers[G, E number](out []G, es []E) {
+	if unsafe.Sizeof(out[0]) == unsafe.Sizeof(es[0]) && G(1)/2 == 0 && E(1)/2 == 0 {
+		copy(out, unsafe.Slice((*G)(unsafe.Pointer(unsafe.SliceData(es))), len(es)))
+		return
+	}
+	for i, e := range es {
+		out[i] = G(e)
+	}
+}
+
 // cSliceArg copies the n elements at p, converted to G (nil for none),
 // into buf when they fit: the export of a short slice parameter passes
 // an array of its frame, which stays on the stack (its glue keeps no
@@ -93,9 +106,7 @@ func cSliceArg[G, E number](buf []G, p *E, n C.size_t, name string) ([]G, error)
 	} else {
 		out = make([]G, len(es))
 	}
-	for i, e := range es {
-		out[i] = G(e)
-	}
+	convertNumbers(out, es)
 	return out, nil
 }
 
@@ -485,11 +496,8 @@ func fromCCPManagerBackedOptions(c *C.kvcm_cp_manager_backed_options, name strin
 			return out, err
 		}
 		if c.level_weights != nil {
-			out.LevelWeights = make([]float64, 0, len(s))
-		}
-		for i := range s {
-			v := float64(s[i])
-			out.LevelWeights = append(out.LevelWeights, v)
+			out.LevelWeights = make([]float64, len(s))
+			convertNumbers(out.LevelWeights, s)
 		}
 	}
 	return out, nil
@@ -532,11 +540,8 @@ func fromCKVCacheOptions(c *C.kvcm_kv_cache_options, name string) (abimodel.KVCa
 			return out, err
 		}
 		if c.input_tokens != nil {
-			out.InputTokens = make([]config.Token, 0, len(s))
-		}
-		for i := range s {
-			v := config.Token(s[i])
-			out.InputTokens = append(out.InputTokens, v)
+			out.InputTokens = make([]config.Token, len(s))
+			convertNumbers(out.InputTokens, s)
 		}
 	}
 	out.BlockPriority = goCallerPriorityFunc(c.priority, C.kvcm__get_kv_cache_options_priority_user_data(c))
@@ -566,11 +571,8 @@ func fromCKVCacheOptions(c *C.kvcm_kv_cache_options, name string) (abimodel.KVCa
 				return out, err
 			}
 			if c.input_digest_positions != nil {
-				out.InputDigestPositions = make([]uint64, 0, len(s))
-			}
-			for i := range s {
-				v := uint64(s[i])
-				out.InputDigestPositions = append(out.InputDigestPositions, v)
+				out.InputDigestPositions = make([]uint64, len(s))
+				convertNumbers(out.InputDigestPositions, s)
 			}
 		}
 	}
@@ -659,11 +661,8 @@ func fromCManagerConfig(c *C.kvcm_manager_config, name string) (abimodel.Manager
 			return out, err
 		}
 		if c.initial_pool_ratio != nil {
-			out.InitialPoolRatio = make([]float64, 0, len(s))
-		}
-		for i := range s {
-			v := float64(s[i])
-			out.InitialPoolRatio = append(out.InitialPoolRatio, v)
+			out.InitialPoolRatio = make([]float64, len(s))
+			convertNumbers(out.InitialPoolRatio, s)
 		}
 	}
 	if c.typical_step != nil {
@@ -723,11 +722,8 @@ func fromCManagerConfig(c *C.kvcm_manager_config, name string) (abimodel.Manager
 				return out, err
 			}
 			if c.constraint_system_prompt_lengths != nil {
-				out.ConstraintSystemPromptLengths = make([]int64, 0, len(s))
-			}
-			for i := range s {
-				v := int64(s[i])
-				out.ConstraintSystemPromptLengths = append(out.ConstraintSystemPromptLengths, v)
+				out.ConstraintSystemPromptLengths = make([]int64, len(s))
+				convertNumbers(out.ConstraintSystemPromptLengths, s)
 			}
 		}
 	}
@@ -780,11 +776,8 @@ func fromCManagerConfig(c *C.kvcm_manager_config, name string) (abimodel.Manager
 				return out, err
 			}
 			if c.buffer_tokens_per_block_overrides != nil {
-				out.BufferTokensPerBlockOverrides = make([]int, 0, len(s))
-			}
-			for i := range s {
-				v := int(s[i])
-				out.BufferTokensPerBlockOverrides = append(out.BufferTokensPerBlockOverrides, v)
+				out.BufferTokensPerBlockOverrides = make([]int, len(s))
+				convertNumbers(out.BufferTokensPerBlockOverrides, s)
 			}
 		}
 	}
@@ -847,9 +840,9 @@ func fromCPoolGroupDesc(c *C.kvcm_pool_group_desc, name string) (layout.PoolGrou
 		if err != nil {
 			return out, err
 		}
-		for i := range s {
-			v := layout.LayerGroupID(s[i])
-			out.LifeCycles = append(out.LifeCycles, v)
+		if len(s) > 0 {
+			out.LifeCycles = make([]layout.LayerGroupID, len(s))
+			convertNumbers(out.LifeCycles, s)
 		}
 	}
 	{

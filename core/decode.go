@@ -31,10 +31,13 @@ type askedPriority struct {
 // capacity the run reaches, the PriorityFunc's answers (asked then, in the
 // order the steps would ask, so a panic in it changes nothing) and the
 // pages of every block the run adds (reserved at once, evicting if needed:
-// pages the run's windows release on the way are not counted). On such an
-// error nothing changes. A failure of the device recording the event of a
-// block the run publishes fails the call after the steps before that block
-// applied; the error says how many.
+// pages the run's windows release on the way are not counted), and it
+// records on the cache's stream the one event the run's published blocks
+// and released pages are fenced by (the stream's work so far, which is what
+// each step would record). On such an error nothing changes. A device
+// failure after that (a page's fence the stream cannot be made to wait
+// for) fails the call after the steps before it applied; the error says how
+// many, and NumCommittedTokens tells them.
 func (c *KVCache) DecodeSteps(tokens []config.Token) error {
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
@@ -46,6 +49,16 @@ func (c *KVCache) DecodeSteps(tokens []config.Token) error {
 	}
 	defer func() { c.asked = c.asked[:0] }()
 	m, tpb := c.m, c.m.cfg.TokensPerBlock
+	if last := c.history + len(tokens); last/tpb > c.history/tpb || c.windowMoves(last) {
+		// The run publishes a block or releases pages: the one event its
+		// steps take (see streamEvent), recorded before any applies.
+		ev, err := m.events.record(c.stream)
+		if err != nil {
+			return fmt.Errorf("%d decode steps of cache %d: record cache event: %w", len(tokens), c.id, err)
+		}
+		c.runEvent = ev
+		defer func() { c.runEvent = nil; m.events.release(ev) }()
+	}
 	for i := range tokens {
 		h := c.history + 1
 		capacity := max(c.capacity, h)

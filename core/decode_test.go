@@ -148,6 +148,21 @@ func TestDecodeStepsOutOfPagesChangesNothing(t *testing.T) {
 	require.NoError(t, r.c.DecodeSteps(seq(100, 2)), "the steps that fit still apply")
 }
 
+// A run that publishes a block on a stream that cannot record its event
+// fails before any step applies (the in-block steps before the block
+// included); a run that needs no event does not touch the stream.
+func TestDecodeStepsRecordFailureChangesNothing(t *testing.T) {
+	r := newStepRig(t, smallConfig(64), 5, false)
+	require.NoError(t, r.f.stream.Close())
+	before := r.state(t)
+	err := r.c.DecodeSteps(seq(100, 4)) // tokens 6, 7 in block 1, 8 fills it, 9 opens block 2
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "record cache event")
+	assert.Equal(t, before, r.state(t))
+	require.NoError(t, r.c.DecodeSteps(seq(100, 2)), "steps inside the block need no event")
+	assert.Equal(t, 7, r.c.NumCommittedTokens())
+}
+
 // A PriorityFunc that panics on a page a later step allocates fails the
 // call before any step applies.
 func TestDecodeStepsPriorityPanicChangesNothing(t *testing.T) {

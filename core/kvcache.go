@@ -209,6 +209,10 @@ type KVCache struct {
 	// asked holds the PriorityFunc's answers DecodeSteps asked before its
 	// steps (see askPriority); empty otherwise.
 	asked []askedPriority
+	// runEvent is the event DecodeSteps recorded on the cache's stream
+	// before its steps, which their commits and window releases take
+	// instead of recording their own (see streamEvent); nil otherwise.
+	runEvent *sharedEvent
 	// tailPending: the last Resume left the tail's fences out of the
 	// stream's waits, and WaitFreshTail has not enqueued them on the
 	// cache's stream yet (see freshrun.go).
@@ -890,7 +894,7 @@ func (c *KVCache) Prefetch(level layout.CacheLevel) error {
 // included, when pages is nil):
 // later users wait for this cache's work.
 func (c *KVCache) attachStreamEvent(pages func(fn func(p *page))) error {
-	ev, err := c.m.events.record(c.stream)
+	ev, err := c.streamEvent()
 	if err != nil {
 		return fmt.Errorf("record cache event: %w", err)
 	}
@@ -928,6 +932,19 @@ func (c *KVCache) attachStreamEvent(pages func(fn func(p *page))) error {
 	}
 	c.m.events.release(ev)
 	return nil
+}
+
+// streamEvent returns an event the caller releases that captures the
+// cache's stream's work so far: DecodeSteps' run event while its steps run
+// (no engine work comes between them, so it is the event each would record,
+// and recording it before them keeps a failing stream from leaving the run
+// half applied), else a new one.
+func (c *KVCache) streamEvent() (*sharedEvent, error) {
+	if ev := c.runEvent; ev != nil {
+		ev.refs++
+		return ev, nil
+	}
+	return c.m.events.record(c.stream)
 }
 
 // Suspend makes an ACTIVE cache SUSPENDED. Its pages stay reachable; with
@@ -1457,7 +1474,7 @@ func (c *KVCache) commit(tokens []config.Token, digests []blockhash.DigestAt, pa
 		// it captures the cache's work that wrote the blocks (and last
 		// used the pages the history advance releases).
 		var err error
-		if ev, err = m.events.record(c.stream); err != nil {
+		if ev, err = c.streamEvent(); err != nil {
 			return fmt.Errorf("record cache event: %w", err)
 		}
 		defer m.events.release(ev)

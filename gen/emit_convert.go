@@ -119,6 +119,19 @@ func convertHelpers(f *jen.File) {
 	}
 	f.Type().Id("number").Interface(jen.Union(kinds...))
 	f.Line()
+	f.Comment("convertNumbers writes the elements of es, converted to G, into out (of")
+	f.Comment("their length): in one copy when G and E are integers of one width, whose")
+	f.Comment("conversion keeps the bits (a prompt's tokens: a memmove, not a loop).")
+	f.Func().Id("convertNumbers").Types(jen.Id("G"), jen.Id("E").Id("number")).Params(jen.Id("out").Index().Id("G"), jen.Id("es").Index().Id("E")).Block(
+		jen.If(jen.Qual("unsafe", "Sizeof").Call(jen.Id("out").Index(jen.Lit(0))).Op("==").Qual("unsafe", "Sizeof").Call(jen.Id("es").Index(jen.Lit(0))).
+			Op("&&").Id("G").Call(jen.Lit(1)).Op("/").Lit(2).Op("==").Lit(0).Op("&&").Id("E").Call(jen.Lit(1)).Op("/").Lit(2).Op("==").Lit(0)).Block(
+			jen.Copy(jen.Id("out"), jen.Qual("unsafe", "Slice").Call(
+				jen.Parens(jen.Op("*").Id("G")).Call(jen.Qual("unsafe", "Pointer").Call(jen.Qual("unsafe", "SliceData").Call(jen.Id("es")))), jen.Len(jen.Id("es")))),
+			jen.Return(),
+		),
+		jen.For(jen.List(jen.Id("i"), jen.Id("e")).Op(":=").Range().Id("es")).Block(jen.Id("out").Index(jen.Id("i")).Op("=").Id("G").Call(jen.Id("e"))),
+	)
+	f.Line()
 	f.Comment("cSliceArg copies the n elements at p, converted to G (nil for none),")
 	f.Comment("into buf when they fit: the export of a short slice parameter passes")
 	f.Comment("an array of its frame, which stays on the stack (its glue keeps no")
@@ -133,7 +146,7 @@ func convertHelpers(f *jen.File) {
 		).Else().Block(
 			jen.Id("out").Op("=").Make(jen.Index().Id("G"), jen.Len(jen.Id("es"))),
 		),
-		jen.For(jen.List(jen.Id("i"), jen.Id("e")).Op(":=").Range().Id("es")).Block(jen.Id("out").Index(jen.Id("i")).Op("=").Id("G").Call(jen.Id("e"))),
+		jen.Id("convertNumbers").Call(jen.Id("out"), jen.Id("es")),
 		jen.Return(jen.Id("out"), jen.Nil()),
 	)
 	f.Line()
@@ -248,6 +261,19 @@ func elemValue(el *Type, t types.Type, val, ptr, nameExpr jen.Code) []jen.Code {
 	return []jen.Code{jen.Id("v").Op(":=").Add(castTo(t, val))}
 }
 
+// numberPair reports whether the C element type c and the Go element type g
+// are both numbers (not bool), which convertNumbers converts.
+func numberPair(c *Type, g types.Type) bool {
+	if c.Kind == KNamed && c.Decl.Kind == DTypedef {
+		c = c.Decl.Base
+	}
+	if c.Kind != KScalar && c.Kind != KSize || c.Scalar == "bool" {
+		return false
+	}
+	b, ok := g.Underlying().(*types.Basic)
+	return ok && b.Info()&types.IsNumeric != 0 && b.Info()&types.IsComplex == 0
+}
+
 // castTo converts the expression x to the Go type t (no conversion to a
 // plain string, which x already is).
 func castTo(t types.Type, x jen.Code) jen.Code {
@@ -301,6 +327,19 @@ func inConverter(m *Model, d *Decl) jen.Code {
 			st = append(st,
 				jen.If(src().Op("==").Nil()).Block(fail(f.CName, "is NULL")),
 				dst.Op("=").Add(castTo(t, jen.Qual("C", "GoString").Call(src()))))
+		case f.Type.Kind == KPtr && f.Len != "" && numberPair(f.Type.Elem, t.Underlying().(*types.Slice).Elem()):
+			// One make and one convertNumbers, nil exactly as below.
+			present := jen.Len(jen.Id("s")).Op(">").Lit(0)
+			if f.Nullable {
+				present = src().Op("!=").Nil()
+			}
+			st = append(st, jen.Block(
+				jen.List(jen.Id("s"), jen.Err()).Op(":=").Id("cArray").Call(src(), jen.Id("c").Dot(f.Len), jen.Id("name").Op("+").Lit("."+f.CName)),
+				jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Id("out"), jen.Err())),
+				jen.If(present).Block(
+					dst.Clone().Op("=").Make(goTypeCode(t), jen.Len(jen.Id("s"))),
+					jen.Id("convertNumbers").Call(dst.Clone(), jen.Id("s"))),
+			))
 		case f.Type.Kind == KPtr && f.Len != "":
 			elem := t.Underlying().(*types.Slice).Elem()
 			loop := append(elemValue(f.Type.Elem, elem, jen.Id("s").Index(jen.Id("i")), jen.Op("&").Id("s").Index(jen.Id("i")),

@@ -102,8 +102,19 @@ func LoRA(id int64) Scope { return Scope{LoRAID: id, HasLoRA: true} }
 // HasAdapter reports whether the scope names a LoRA adapter.
 func (s Scope) HasAdapter() bool { return s.HasLoRA || s.LoRAID != 0 }
 
+// zeroRoot is the zero Scope's root, the one nearly every cache starts
+// from: computed once rather than hashed at every lookup.
+var zeroRoot = Scope{}.hashRoot()
+
 // Root returns the key every chain of this scope starts from.
 func (s Scope) Root() Key {
+	if s == (Scope{}) {
+		return zeroRoot
+	}
+	return s.hashRoot()
+}
+
+func (s Scope) hashRoot() Key {
 	h := sha256.New()
 	var b [12]byte
 	domain := "kvcm-scope-v1"

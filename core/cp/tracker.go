@@ -140,10 +140,24 @@ func (tc *TrackedCache) Commit(tokens []config.Token, isEnd bool) error {
 	if err := tc.KVCache.Commit(tokens, isEnd); err != nil {
 		return err
 	}
-	if added := tc.extend(tokens); len(added) > 0 {
+	tc.notifyCommitted(tokens)
+	return nil
+}
+
+// notifyCommitted notifies the full blocks the cache's committed length
+// newly reaches through tokens, those just committed. The tracker holds the
+// chain up to the length it has seen; only a fresh run's commits commit
+// tokens it holds already (the run's blocks were notified at creation with
+// the rest of the matched prefix, which the run's completion joins).
+func (tc *TrackedCache) notifyCommitted(tokens []config.Token) {
+	held := len(tc.keys)*tc.t.m.TokensPerBlock() + len(tc.tail)
+	n := tc.KVCache.NumCommittedTokens() - held
+	if n <= 0 {
+		return
+	}
+	if added := tc.extend(tokens[len(tokens)-min(n, len(tokens)):]); len(added) > 0 {
 		tc.t.cp.NotifyBlocksAllocated(tc.requestID, added)
 	}
-	return nil
 }
 
 // DecodeSteps applies one-token decode steps (see core.KVCache.DecodeSteps)
@@ -153,9 +167,7 @@ func (tc *TrackedCache) DecodeSteps(tokens []config.Token) error {
 	before := tc.KVCache.NumCommittedTokens()
 	err := tc.KVCache.DecodeSteps(tokens)
 	if applied := tc.KVCache.NumCommittedTokens() - before; applied > 0 {
-		if added := tc.extend(tokens[:applied]); len(added) > 0 {
-			tc.t.cp.NotifyBlocksAllocated(tc.requestID, added)
-		}
+		tc.notifyCommitted(tokens[:applied])
 	}
 	return err
 }
@@ -167,9 +179,7 @@ func (tc *TrackedCache) CommitBeamSearch(tokens []config.Token, beamSearchIndice
 	if err := tc.KVCache.CommitBeamSearch(tokens, beamSearchIndices, isEnd); err != nil {
 		return err
 	}
-	if added := tc.extend(tokens); len(added) > 0 {
-		tc.t.cp.NotifyBlocksAllocated(tc.requestID, added)
-	}
+	tc.notifyCommitted(tokens)
 	return nil
 }
 

@@ -39,6 +39,33 @@ func TestTrackerNotifiesReusedBlocksAtCreation(t *testing.T) {
 	assert.Equal(t, [][]blockhash.Key{rec.allocated["first"][:2]}, rec.freed["second"])
 }
 
+// A cache with a fresh run notifies the whole matched prefix at creation,
+// the run included, and nothing more when the run is committed: the keys are
+// the committed chain's, each once.
+func TestTrackerNotifiesAFreshRunOnce(t *testing.T) {
+	r := newRig(t, tinyConfig(64), ManagerBackedOptions{})
+	rec := newRecorder()
+	tr := NewTracker(r.m, rec)
+	r.serve(tr, "first", seq(0, 16))
+	p := cat(seq(0, 16), seq(40, 4))
+	c, err := tr.Create("second", core.CacheOptions{InputTokens: p, FreshFromBlock: 1, FreshBlocks: 2})
+	require.NoError(t, err)
+	from, to := c.FreshRange()
+	require.Equal(t, [2]int{4, 12}, [2]int{from, to}, "blocks 1 and 2 are computed afresh")
+	assert.Equal(t, rec.allocated["first"], rec.allocated["second"], "the whole matched prefix at creation")
+	require.NoError(t, c.Resume(r.stream))
+	require.NoError(t, c.Commit(p[4:8], false))
+	require.NoError(t, c.Commit(p[8:12], false)) // completes the run: the tail joins
+	assert.Equal(t, rec.allocated["first"], rec.allocated["second"], "the run's commits add no key")
+	require.NoError(t, c.WaitFreshTail(r.stream))
+	require.NoError(t, c.Resize(20, 20))
+	require.NoError(t, c.Commit(p[16:], false))
+	chain := blockhash.Chain(blockhash.Scope{}, tpb, p)
+	assert.Equal(t, chain, rec.allocated["second"])
+	require.NoError(t, c.Close())
+	assert.Equal(t, [][]blockhash.Key{chain}, rec.freed["second"])
+}
+
 func TestTrackerFreesOnlyOnTerminalClose(t *testing.T) {
 	r := newRig(t, tinyConfig(64), ManagerBackedOptions{})
 	rec := newRecorder()

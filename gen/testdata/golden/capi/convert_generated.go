@@ -71,6 +71,19 @@ type number interface {
 	~int8 | ~int16 | ~int32 | ~int64 | ~int | ~uint8 | ~uint16 | ~uint32 | ~uint64 | ~uint | ~uintptr | ~float32 | ~float64
 }
 
+// convertNumbers writes the elements of es, converted to G, into out (of
+// their length): in one copy when G and E are integers of one width, whose
+// conversion keeps the bits (a prompt's tokens: a memmove, not a loop).
+func convertNumbers[G, E number](out []G, es []E) {
+	if unsafe.Sizeof(out[0]) == unsafe.Sizeof(es[0]) && G(1)/2 == 0 && E(1)/2 == 0 {
+		copy(out, unsafe.Slice((*G)(unsafe.Pointer(unsafe.SliceData(es))), len(es)))
+		return
+	}
+	for i, e := range es {
+		out[i] = G(e)
+	}
+}
+
 // cSliceArg copies the n elements at p, converted to G (nil for none),
 // into buf when they fit: the export of a short slice parameter passes
 // an array of its frame, which stays on the stack (its glue keeps no
@@ -86,9 +99,7 @@ func cSliceArg[G, E number](buf []G, p *E, n C.size_t, name string) ([]G, error)
 	} else {
 		out = make([]G, len(es))
 	}
-	for i, e := range es {
-		out[i] = G(e)
-	}
+	convertNumbers(out, es)
 	return out, nil
 }
 
