@@ -5148,6 +5148,9 @@ typedef struct {
 
 static PyTypeObject kx_step_type;
 
+static PyObject *kx_step_make(PyTypeObject *type, unsigned long long handle, long long tpb, PyObject *owner,
+                              PyObject *resize, PyObject *commit);
+
 static PyObject *kx_step_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *kw[] = {"handle", "tokens_per_block", "owner", "resize", "commit", NULL};
@@ -5156,6 +5159,47 @@ static PyObject *kx_step_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     PyObject *owner, *resize, *commit;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KLOOO", kw, &handle, &tpb, &owner, &resize, &commit))
         return NULL;
+    return kx_step_make(type, handle, tpb, owner, resize, commit);
+}
+
+/* CacheStep(...) without an argument tuple (one per KV cache created):
+ * five positional arguments, the first an exact int and the second one
+ * that fits a long long, are taken as kx_step_new's format takes them;
+ * any other call goes to kx_step_new (and its errors). */
+static PyObject *kx_step_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (!kwnames && nargs == 5 && PyLong_CheckExact(args[0]) && PyLong_CheckExact(args[1])) {
+        int overflow;
+        long long tpb = PyLong_AsLongLongAndOverflow(args[1], &overflow);
+        if (!overflow) {
+            unsigned long long handle = PyLong_AsUnsignedLongLongMask(args[0]);
+            if (handle == (unsigned long long)-1 && PyErr_Occurred())
+                return NULL;
+            return kx_step_make((PyTypeObject *)type, handle, tpb, args[2], args[3], args[4]);
+        }
+    }
+    PyObject *tuple = PyTuple_New(nargs);
+    PyObject *kwargs = kwnames ? PyDict_New() : NULL;
+    PyObject *r = NULL;
+    if (!tuple || (kwnames && !kwargs))
+        goto done;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
+    for (Py_ssize_t i = 0; kwnames && i < PyTuple_GET_SIZE(kwnames); i++) {
+        if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0)
+            goto done;
+    }
+    r = kx_step_new((PyTypeObject *)type, tuple, kwargs);
+done:
+    Py_XDECREF(tuple);
+    Py_XDECREF(kwargs);
+    return r;
+}
+
+static PyObject *kx_step_make(PyTypeObject *type, unsigned long long handle, long long tpb, PyObject *owner,
+                              PyObject *resize, PyObject *commit)
+{
     if (tpb <= 0) {
         PyErr_SetString(PyExc_ValueError, "tokens_per_block: must be positive");
         return NULL;
@@ -5622,6 +5666,7 @@ static PyTypeObject kx_step_type = {
     .tp_members = kx_step_members,
     .tp_getset = kx_step_getset,
     .tp_new = kx_step_new,
+    .tp_vectorcall = kx_step_vectorcall,
 };
 
 static int kx_add_types(PyObject *module)
