@@ -1902,7 +1902,7 @@ class _KVCache(Managed):
                 opts.request_id, rid_keep = _native.byte_buffer(rid)
                 opts.request_id_len = len(rid)
         out = ffi.kvcm_kv_cache()
-        _cache_create(manager._native(), opts, _byref(out))
+        _cache_create(manager._native(), opts, out)
         del salt_keep, toks_keep, rid_keep
         h = out.value
         self._adopt(h)
