@@ -205,7 +205,7 @@ class Managed:
 
     def __del__(self) -> None:
         try:
-            if getattr(self, "_state", None) == "open" and not _forked:
+            if self._state == "open" and not _forked:
                 if in_callback():
                     # The library may hold a lock that close() takes: keep
                     # the object (resurrected) until the callback is over.
