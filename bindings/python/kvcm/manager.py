@@ -1999,24 +1999,21 @@ class _KVCache(Managed):
                 if st.pending:
                     st.flush()  # partial reuse publishes them at close
         finally:
-            self._close_handle(handle)
-
-    def _close_handle(self, handle: int) -> None:
-        m = self._manager
-        m._caches.pop(id(self), None)
-        self._stream = None
-        if self._id is not None:
-            m.clear_stats_dirty(self._id)  # closing discards the pending statistics
-        if m._event_manager is not None:
-            m._forget_scope(self._get_id(handle))
-        if self._bufs:
-            self._bufs.clear()
-        if self._views:
-            self._views.clear()
-        if self._priority_cb is None:
-            _cache_close(handle)
-        else:
-            _native.call_with_stash(self._stash, lambda: _cache_close(handle))
+            m = self._manager
+            m._caches.pop(id(self), None)
+            self._stream = None
+            if self._id is not None:
+                m.clear_stats_dirty(self._id)  # closing discards the pending statistics
+            if m._event_manager is not None:
+                m._forget_scope(self._get_id(handle))
+            if self._bufs:
+                self._bufs.clear()
+            if self._views:
+                self._views.clear()
+            if self._priority_cb is None:
+                _cache_close(handle)
+            else:
+                _native.call_with_stash(self._stash, lambda: _cache_close(handle))
 
     def _get(self, fn: str, ctype: Any = ctypes.c_int64) -> int:
         out = ctype()
