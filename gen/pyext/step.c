@@ -31,8 +31,8 @@
  * - commit(tokens) with an exact list or tuple of exact int32 ints that
  *   stays within the limit and the history, no decode step deferred:
  *   deferred (the tokens kept, the committed mirror advanced);
- * - commit(tokens) with a non-empty exact list or tuple of exact int32
- *   ints that does not defer, while the limit is set (the cache ACTIVE
+ * - commit(tokens) with an exact list or tuple of exact int32 ints (an
+ *   empty one included) that does not defer, while the limit is set (the cache ACTIVE
  *   and open, commits allowed and deferrable, no fresh run owed, the
  *   committed count known) and fast or marked (no callback, no page index
  *   views or buffers): what is deferred is flushed, then the library's
@@ -360,18 +360,16 @@ static int kx_step_try_step(kx_step *s, PyObject *t)
     return 1;
 }
 
-/* Commits t now when it is a non-empty exact list or tuple of exact int32
- * ints and the cache needs nothing around the library call (see the
- * type's comment): 1 when committed, 0 when the Python method is to
- * decide, -1 with the error raised. */
+/* Commits t now when it is an exact list or tuple of exact int32 ints and
+ * the cache needs nothing around the library call (see the type's
+ * comment): 1 when committed, 0 when the Python method is to decide, -1
+ * with the error raised. */
 static int kx_step_try_commit(kx_step *s, PyObject *t)
 {
     if (s->limit < 0 || s->flushing || (!s->fast && !(s->mark && s->mark != Py_None)) ||
         (!PyList_CheckExact(t) && !PyTuple_CheckExact(t)))
         return 0;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(t);
-    if (n == 0)
-        return 0;
     kvcm_token small[64];
     kvcm_token *toks = n <= 64 ? small : PyMem_Malloc((size_t)n * sizeof(kvcm_token));
     if (!toks) {
@@ -389,7 +387,7 @@ static int kx_step_try_commit(kx_step *s, PyObject *t)
     if (r > 0) {
         kvcm_status *st;
         Py_BEGIN_ALLOW_THREADS
-        st = kx_api->KX_STEP_COMMIT(s->handle, toks, (size_t)n, false);
+        st = kx_api->KX_STEP_COMMIT(s->handle, n ? toks : NULL, (size_t)n, false);
         Py_END_ALLOW_THREADS
         PyObject *res = kx_leave(st, Py_NewRef(Py_None));
         if (res) {
