@@ -31,6 +31,14 @@
  * - commit(tokens) with an exact list or tuple of exact int32 ints that
  *   stays within the limit and the history, no decode step deferred:
  *   deferred (the tokens kept, the committed mirror advanced);
+ * - commit(tokens) with an exact list or tuple of exact int32 ints (an
+ *   empty one included) that does not defer, while the limit is set (the cache ACTIVE
+ *   and open, commits allowed and deferrable, no fresh run owed, the
+ *   committed count known) and fast or marked (no callback, no page index
+ *   views or buffers): what is deferred is flushed, then the library's
+ *   commit, the committed, history and limit mirrors advanced as the
+ *   Python method advances them; failures raised as the binding raises
+ *   them;
  * - everything else calls the Python method given, resize(owner, ...) or
  *   commit(owner, ...), with the same arguments: the argument rules, errors
  *   and every other case stay the Python method's.
@@ -72,6 +80,9 @@ typedef struct {
 
 static PyTypeObject kx_step_type;
 
+static PyObject *kx_step_make(PyTypeObject *type, unsigned long long handle, long long tpb, PyObject *owner,
+                              PyObject *resize, PyObject *commit);
+
 static PyObject *kx_step_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *kw[] = {"handle", "tokens_per_block", "owner", "resize", "commit", NULL};
@@ -80,6 +91,47 @@ static PyObject *kx_step_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     PyObject *owner, *resize, *commit;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KLOOO", kw, &handle, &tpb, &owner, &resize, &commit))
         return NULL;
+    return kx_step_make(type, handle, tpb, owner, resize, commit);
+}
+
+/* CacheStep(...) without an argument tuple (one per KV cache created):
+ * five positional arguments, the first an exact int and the second one
+ * that fits a long long, are taken as kx_step_new's format takes them;
+ * any other call goes to kx_step_new (and its errors). */
+static PyObject *kx_step_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (!kwnames && nargs == 5 && PyLong_CheckExact(args[0]) && PyLong_CheckExact(args[1])) {
+        int overflow;
+        long long tpb = PyLong_AsLongLongAndOverflow(args[1], &overflow);
+        if (!overflow) {
+            unsigned long long handle = PyLong_AsUnsignedLongLongMask(args[0]);
+            if (handle == (unsigned long long)-1 && PyErr_Occurred())
+                return NULL;
+            return kx_step_make((PyTypeObject *)type, handle, tpb, args[2], args[3], args[4]);
+        }
+    }
+    PyObject *tuple = PyTuple_New(nargs);
+    PyObject *kwargs = kwnames ? PyDict_New() : NULL;
+    PyObject *r = NULL;
+    if (!tuple || (kwnames && !kwargs))
+        goto done;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
+    for (Py_ssize_t i = 0; kwnames && i < PyTuple_GET_SIZE(kwnames); i++) {
+        if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0)
+            goto done;
+    }
+    r = kx_step_new((PyTypeObject *)type, tuple, kwargs);
+done:
+    Py_XDECREF(tuple);
+    Py_XDECREF(kwargs);
+    return r;
+}
+
+static PyObject *kx_step_make(PyTypeObject *type, unsigned long long handle, long long tpb, PyObject *owner,
+                              PyObject *resize, PyObject *commit)
+{
     if (tpb <= 0) {
         PyErr_SetString(PyExc_ValueError, "tokens_per_block: must be positive");
         return NULL;
@@ -308,6 +360,54 @@ static int kx_step_try_step(kx_step *s, PyObject *t)
     return 1;
 }
 
+/* Commits t now when it is an exact list or tuple of exact int32 ints and
+ * the cache needs nothing around the library call (see the type's
+ * comment): 1 when committed, 0 when the Python method is to decide, -1
+ * with the error raised. */
+static int kx_step_try_commit(kx_step *s, PyObject *t)
+{
+    if (s->limit < 0 || s->flushing || (!s->fast && !(s->mark && s->mark != Py_None)) ||
+        (!PyList_CheckExact(t) && !PyTuple_CheckExact(t)))
+        return 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(t);
+    kvcm_token small[64];
+    kvcm_token *toks = n <= 64 ? small : PyMem_Malloc((size_t)n * sizeof(kvcm_token));
+    if (!toks) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(t);
+    int r = 1;
+    for (Py_ssize_t k = 0; k < n && r; k++)
+        r = kx_token_of(items[k], &toks[k]);
+    if (r && (s->ntokens || s->rpend) && kx_step_flush_all(s) < 0)
+        r = -1;
+    if (r > 0 && kx_enter(0, 0, "commit") < 0)
+        r = -1;
+    if (r > 0) {
+        kvcm_status *st;
+        Py_BEGIN_ALLOW_THREADS
+        st = kx_api->KX_STEP_COMMIT(s->handle, n ? toks : NULL, (size_t)n, false);
+        Py_END_ALLOW_THREADS
+        PyObject *res = kx_leave(st, Py_NewRef(Py_None));
+        if (res) {
+            Py_DECREF(res);
+            long long c = s->committed + n;
+            s->committed = c;
+            if (s->history >= 0 && s->history < c)
+                s->history = c;
+            /* Unless the cache stopped deferring during the call (closed,
+             * suspended on another thread): the limit of the new block. */
+            if (s->limit >= 0)
+                s->limit = c - c % s->tpb + s->tpb - 1;
+        } else
+            r = -1;
+    }
+    if (toks != small)
+        PyMem_Free(toks);
+    return r;
+}
+
 static PyObject *kx_step_commit(kx_step *s, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     if (nargs == 1 && !kwnames && s->rpend) {
@@ -319,6 +419,8 @@ static PyObject *kx_step_commit(kx_step *s, PyObject *const *args, Py_ssize_t na
     }
     if (nargs == 1 && !kwnames) {
         int r = kx_step_try_defer(s, args[0]);
+        if (r == 0)
+            r = kx_step_try_commit(s, args[0]);
         if (r < 0)
             return NULL;
         if (r)
@@ -494,6 +596,7 @@ static PyTypeObject kx_step_type = {
     .tp_members = kx_step_members,
     .tp_getset = kx_step_getset,
     .tp_new = kx_step_new,
+    .tp_vectorcall = kx_step_vectorcall,
 };
 
 static int kx_add_types(PyObject *module)

@@ -45,7 +45,7 @@ from typing import Any
 
 from .errors import InvalidArgumentError
 
-__all__ = ["RANGES", "integer", "check", "set_field", "tokens", "tokens_py"]
+__all__ = ["RANGES", "integer", "check", "set_field", "packer", "tokens", "tokens_py"]
 
 
 def _describe(ct: Any) -> tuple[int, int, str]:
@@ -100,6 +100,27 @@ def set_field(struct: Any, field: str, value: Any, name: str | None = None) -> N
     if r is not None:
         value = integer(value, r[0], r[1], r[2], name or field)
     setattr(struct, field, value)
+
+
+def packer(cls: Any, **codes: str) -> struct.Struct:
+    """A struct.Struct whose pack(*values) gives the bytes of the ctypes
+    structure cls with the fields named, in the order of their offsets,
+    set to the values (packed by their struct codes, in native mode) and
+    every other byte zero: a structure in one call (its bytes, or
+    cls.from_buffer_copy of them) where setting ctypes fields one by one
+    costs several times more. Raises TypeError when the fields are not in
+    offset order or a code's size is not its field's."""
+    fmt = "@"
+    end = 0
+    for name, code in codes.items():
+        field = getattr(cls, name)
+        if field.offset < end:
+            raise TypeError(f"packer: field {name} of {cls.__name__} is out of offset order")
+        fmt += f"{field.offset - end}x{code}"
+        end = field.offset + field.size
+        if struct.calcsize(fmt) != end:
+            raise TypeError(f"packer: code {code!r} does not fit field {name} of {cls.__name__}")
+    return struct.Struct(f"{fmt}{ctypes.sizeof(cls) - end}x")
 
 
 _INT_FORMATS = frozenset("bBhHiIlLqQnN")

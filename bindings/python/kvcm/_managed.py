@@ -124,11 +124,13 @@ class Managed:
     """
 
     _what = "object"
+    # What every object starts with, as class attributes (the instance's
+    # replace them): an object per request (a KV cache) writes fewer.
+    _resource: Any = None
+    _state = "unset"  # "open", "closed", "consumed"
+    _consumed_by: str | None = None
 
     def __init__(self) -> None:
-        self._resource: Any = None
-        self._state = "unset"  # "open", "closed", "consumed"
-        self._consumed_by: str | None = None
         self._lock = threading.Lock()
 
     # -- for subclasses -------------------------------------------------
@@ -183,14 +185,16 @@ class Managed:
         with self._lock:
             if self._state != "open":
                 return
-            check_not_forked()
+            if _forked:
+                check_not_forked()
             resource = self._resource
             self._resource = None
             self._state = "closed"
         try:
             self._release(resource)
         finally:
-            release_deferred()
+            if _deferred:
+                release_deferred()
 
     def __enter__(self):
         self._native()
@@ -201,7 +205,7 @@ class Managed:
 
     def __del__(self) -> None:
         try:
-            if getattr(self, "_state", None) == "open" and not _forked:
+            if self._state == "open" and not _forked:
                 if in_callback():
                     # The library may hold a lock that close() takes: keep
                     # the object (resurrected) until the callback is over.

@@ -330,7 +330,16 @@ _need_adjustment = bind("kvcm_manager_need_adjustment")
 _adjust = bind("kvcm_manager_adjust")
 _clamp_max_seq_len = bind("kvcm_manager_clamp_max_seq_len_for_mem")
 _I64 = ctypes.c_int64
-_OPTS_TOKENS = ffi.kvcm_kv_cache_options.input_tokens.offset
+_U64 = (1 << 64) - 1
+_OPTS = ffi.kvcm_kv_cache_options
+_OPTS_SIZE = ctypes.sizeof(_OPTS)
+# The options of a plain create (struct_size, abi_version, the input tokens'
+# address and count, has_expected_prompt_length, expected_prompt_length,
+# text_only) in one pack: bytes the extension passes as the structure (the
+# ctypes path copies them into one). The expected prompt length goes as its
+# 64 bits, as a ctypes field stores any int.
+_OPTS_PACK = _convert.packer(_OPTS, struct_size="I", abi_version="I", input_tokens="P", num_input_tokens="N",
+                             has_expected_prompt_length="?", expected_prompt_length="Q", text_only="?").pack
 # The extension's decode step type (gen/pyext/step.c), or None.
 _STEP = getattr(_native._ext, "CacheStep", None)
 _byref = ctypes.byref
@@ -456,12 +465,18 @@ def _tokens(value: Any, name: str, text_only: bool = False) -> tuple[Any, int, A
         toks, n, keep = _convert.tokens(value, name)
         return toks, n, keep, None
     except TypeError as e:
-        # A bytes-like argument is a buffer of token ids, never digests.
-        if isinstance(value, (bytes, bytearray, memoryview, str, array.array)) or not any(
-                f"got {k}" in str(e) for k in ("bytes", "bytearray", "MmItemContext")):
-            raise
-        if text_only:
-            raise TypeError(f"{e}: a text-only cache takes text token ids only") from None
+        return _digest_tokens(value, name, text_only, e)
+
+
+def _digest_tokens(value: Any, name: str, text_only: bool, e: TypeError) -> tuple[Any, int, Any, Any]:
+    """_tokens of a value _convert.tokens refused with e: e re-raised unless
+    the value holds digest tokens."""
+    # A bytes-like argument is a buffer of token ids, never digests.
+    if isinstance(value, (bytes, bytearray, memoryview, str, array.array)) or not any(
+            f"got {k}" in str(e) for k in ("bytes", "bytearray", "MmItemContext")):
+        raise e
+    if text_only:
+        raise TypeError(f"{e}: a text-only cache takes text token ids only") from None
     toks, n, pos, nd, blob, blen, keep = multimodal.split(list(value), name)
     return toks, n, keep, (pos, nd, blob, blen)
 
@@ -611,6 +626,10 @@ class KVCacheManager(Managed):
     ) -> None:
         super().__init__()
         self._children: "weakref.WeakSet[Managed]" = weakref.WeakSet()
+        # The open caches, by id(): a cache enters at creation and leaves
+        # when it is closed (its finalizer closes it), so no weak reference
+        # needs a callback (_own_cache).
+        self._caches: dict[int, weakref.ref[_KVCache]] = {}
         self._event_manager = None
         if isinstance(event_manager, KVCacheColdPageCodec):
             if cold_page_codec is None:
@@ -680,6 +699,7 @@ class KVCacheManager(Managed):
 
     def _release(self, handle: int) -> None:
         children = list(self._children)
+        children += [c for r in list(self._caches.values()) if (c := r()) is not None]
         failed: KVCacheError | None = None
         for child in children:
             st = getattr(child, "_st", None)
@@ -702,6 +722,10 @@ class KVCacheManager(Managed):
 
     def _own(self, child: Managed) -> None:
         self._children.add(child)
+
+    def _own_cache(self, cache: _KVCache) -> None:
+        """Own an open cache until it is closed (see _caches)."""
+        self._caches[id(cache)] = weakref.ref(cache)
 
     # -- small getters ----------------------------------------------------
     def _get_i32(self, fn: str, *args: Any) -> int:
@@ -1257,9 +1281,12 @@ class KVCacheManager(Managed):
         windows and digest tokens raise InvalidArgumentError naming the
         argument. kvcm's older positional ``create_kv_cache(lora_task_id,
         ...)`` still works: an int first argument is the lora_task_id."""
-        if isinstance(reuse_scope, int) and not isinstance(reuse_scope, bool) and lora_task_id is None:
-            reuse_scope, lora_task_id = None, reuse_scope
-        lora_id, salt = _scope_fields(reuse_scope, lora_task_id, salt)
+        if reuse_scope is None and lora_task_id is None:
+            lora_id = None  # no scope: what _scope_fields returns
+        else:
+            if isinstance(reuse_scope, int) and not isinstance(reuse_scope, bool) and lora_task_id is None:
+                reuse_scope, lora_task_id = None, reuse_scope
+            lora_id, salt = _scope_fields(reuse_scope, lora_task_id, salt)
         if expected_prompt_length is not None and (type(expected_prompt_length) is not int
                                                    or expected_prompt_length < 0):
             raise ValueError(f"expected_prompt_length: expected a non-negative int or None, got {expected_prompt_length!r}")
@@ -1269,9 +1296,13 @@ class KVCacheManager(Managed):
             text_only = bool(self._config.text_only)
         cache = _KVCache(self, lora_id, input_tokens, id, custom_priority_callback, salt, request_id,
                          expected_prompt_length, text_only, fresh_blocks, fresh_from_block)
-        cache._reuse_scope = reuse_scope
-        cache.enable_request_stats = bool(enable_request_stats)
-        cache._note_pending_stats()
+        # The cache's class holds what these start with.
+        if reuse_scope is not None:
+            cache._reuse_scope = reuse_scope
+        if enable_request_stats:
+            cache.enable_request_stats = True
+        if id is not None:
+            cache._note_pending_stats()
         return cache
 
     # -- CP index -----------------------------------------------------------------
@@ -1727,6 +1758,76 @@ class _KVCache(Managed):
     _what = "KV cache"
     Status = CacheStatus
 
+    # What a cache starts with, as class attributes: __init__ writes an
+    # instance attribute only where a cache starts otherwise, and each is
+    # replaced, never changed in place.
+    #
+    # Collects what a priority callback raises; only a cache with one has
+    # it.
+    _stash: _native.Stash | None = None
+    _priority_cb: Any = None
+    _stream: Any = None
+    _reuse_scope: Any = None
+    _lora_id: int | None = None
+    _salt: Any = None
+    enable_request_stats = False
+    # The core's per-cache block counters at the last commit or discard of
+    # the pending statistics: what is pending is the counters less it.
+    _stats_base = _NO_STATS
+    # KVCM2 holds a cache's SSM snapshot lookup (one per cache created with
+    # input tokens) among its pending statistics until they are committed
+    # or discarded; kvcm counts the lookup at once, and keeps only its
+    # dirty mark pending.
+    _ssm_lookup_pending = False
+    # The decode step's deferred commits. A commit of text tokens that
+    # stays inside the block being filled and inside the history changes
+    # only the committed count and the block's partial tokens, which
+    # nothing but this cache's own queries read (no page, event, statistic
+    # or published block; with SSM layers a commit's place is checked
+    # against the history, so they never defer). Such commits wait in the
+    # step state _st (its tokens(); pending is their number) and reach the
+    # library in one commit when anything else crosses into it for this
+    # cache (_native: every query and call but resize; close; the manager's
+    # close), before that call. What decides it is what the library last
+    # reported or accepted: _st.committed (the committed tokens, the
+    # waiting ones included) and _st.history (the history length), -1
+    # while unknown; _active (ACTIVE since a resume) and _stopped (commits
+    # stopped). _st.limit is the committed count the waiting tokens may
+    # reach (the last before the block being filled completes), -1 unless
+    # all of those are known and allow waiting; _defers is False where
+    # commits never wait (SSM layers, a priority callback). Anything the
+    # library would refuse is not deferred: it takes the library's path,
+    # which reports it. On the extension path _st is a
+    # kvcm._kvcm_ext.CacheStep whose resize and commit are this object's
+    # (instance attributes): the decode step in C, falling back to the
+    # methods below for every other case; _st.fast says when resize needs
+    # nothing around the library call (_update_fast).
+    #
+    # Whole decode steps wait too: a resize(c + 1, c + 1) with c the
+    # committed tokens, the history and the capacity (_st.capacity, -1
+    # while unknown), inside a block (no page to take) and moving no
+    # sliding window's first kept block (_st.windows, the manager's window
+    # sizes: None with several beams or SWA scratch reuse, where steps
+    # never wait), followed by the commit of one token. Such a step changes
+    # nothing but the cache's own counts (and its demand sample, which only
+    # its close reads). The waiting steps reach the library in one
+    # kvcm_kv_cache_decode_steps, after the waiting commits, when a step
+    # fills its block (its block is published in that call), when a resize
+    # does not wait, and whenever the waiting commits would; a resize
+    # waiting for its commit reaches it then as the resize it is (_st.steps
+    # counts them, that resize included). The capacity getter reads
+    # _st.capacity while steps wait.
+    _st: Any = None  # None until __init__ made it
+    _active = False
+    _stopped = False
+    _defers = True
+    # The end of the fresh run while it is owed (see fresh_range), else 0:
+    # its commits are not deferred, and the commit completing it jumps the
+    # committed count to the prefix's end, which the mirror reads back from
+    # the library.
+    _run_to = 0
+    _one_beam = True  # decode steps defer with one beam only
+
     def __init__(self, manager: KVCacheManager, lora_id: int | None, input_tokens: Sequence[int] | None,
                  id: Any, custom_priority_callback: Callable[[int, LifeCycle], int] | None,
                  salt: bytes | str | int | None, request_id: str | bytes | None = None,
@@ -1735,148 +1836,93 @@ class _KVCache(Managed):
         super().__init__()
         self._manager = manager
         self._id = id
-        # Collects what a priority callback raises; only a cache with one
-        # has it.
-        self._stash: _native.Stash | None = None
-        self._stream: Any = None
-        self._reuse_scope: Any = None
-        self._lora_id, self._salt = lora_id, salt
         # Page indices by layer group: the views get_base_page_indices hands
         # out and the caller's buffers set_base_page_index_buf registered,
         # refreshed after every call that can change them.
         # Keyed by (beam, layer group).
         self._views: dict[tuple[int, int], array.array] = {}
         self._bufs: dict[tuple[int, int], memoryview] = {}
-        # The core's per-cache block counters at the last commit or discard
-        # of the pending statistics: what is pending is the counters less it.
-        self._stats_base = _NO_STATS  # replaced, never changed in place
-        # KVCM2 holds a cache's SSM snapshot lookup (one per cache created
-        # with input tokens) among its pending statistics until they are
-        # committed or discarded; kvcm counts the lookup at once, and keeps
-        # only its dirty mark pending.
-        self._ssm_lookup_pending = False
-        # The decode step's deferred commits. A commit of text tokens that
-        # stays inside the block being filled and inside the history changes
-        # only the committed count and the block's partial tokens, which
-        # nothing but this cache's own queries read (no page, event,
-        # statistic or published block; with SSM layers a commit's place is
-        # checked against the history, so they never defer). Such commits
-        # wait in the step state _st (its tokens(); pending is their number)
-        # and reach the library in one commit when anything else crosses
-        # into it for this cache (_native: every query and call but resize;
-        # close; the manager's close), before that call. What decides it is
-        # what the library last reported or accepted: _st.committed (the
-        # committed tokens, the waiting ones included) and _st.history (the
-        # history length), -1 while unknown; _active (ACTIVE since a resume)
-        # and _stopped (commits stopped). _st.limit is the committed count
-        # the waiting tokens may reach (the last before the block being
-        # filled completes), -1 unless all of those are known and allow
-        # waiting. Anything the library would refuse is not deferred: it
-        # takes the library's path, which reports it. On the extension
-        # path _st is a kvcm._kvcm_ext.CacheStep whose resize and commit
-        # are this object's (instance attributes): the decode step in C,
-        # falling back to the methods below for every other case; _st.fast
-        # says when resize needs nothing around the library call
-        # (_update_fast).
-        #
-        # Whole decode steps wait too: a resize(c + 1, c + 1) with c the
-        # committed tokens, the history and the capacity (_st.capacity, -1
-        # while unknown), inside a block (no page to take) and moving no
-        # sliding window's first kept block (_st.windows, the manager's
-        # window sizes: None with several beams or SWA scratch reuse, where
-        # steps never wait), followed by the commit of one token. Such a
-        # step changes nothing but the cache's own counts (and its demand
-        # sample, which only its close reads). The waiting steps reach the
-        # library in one kvcm_kv_cache_decode_steps, after the waiting
-        # commits, when a step fills its block (its block is published in
-        # that call), when a resize does not wait, and whenever the
-        # waiting commits would; a resize waiting for its commit reaches it
-        # then as the resize it is (_st.steps counts them, that resize
-        # included). The capacity getter reads _st.capacity while steps
-        # wait.
-        self._st: Any = None
-        self._active = False
-        self._stopped = False
-        self._defers = not manager._has_ssm and custom_priority_callback is None
-        # The end of the fresh run while it is owed (see fresh_range), else
-        # 0: its commits are not deferred, and the commit completing it
-        # jumps the committed count to the prefix's end, which the mirror
-        # reads back from the library.
-        self._run_to = 0
-        self._one_beam = True  # decode steps defer with one beam only
+        if manager._has_ssm or custom_priority_callback is not None:
+            self._defers = False
         self._tpb = manager._tokens_per_block
-        opts = _native.versioned(ffi.kvcm_kv_cache_options)
-        salt_keep = None
+        scope = salt_keep = rid_keep = None
         if lora_id is not None or salt is not None:
+            self._lora_id, self._salt = lora_id, salt
             scope, has_lora, salt_keep = KVCacheManager._scope(lora_id, salt)
-            opts.scope = scope
-            opts.scope_has_lora_id = has_lora
         self._text_only = text_only
-        opts.text_only = text_only
-        toks, n, toks_keep, dig = _tokens(input_tokens, "input_tokens", text_only)
+        try:
+            toks, n, toks_keep = _convert.tokens(input_tokens, "input_tokens")
+            dig = None
+        except TypeError as e:
+            toks, n, toks_keep, dig = _digest_tokens(input_tokens, "input_tokens", text_only, e)
         self._num_input_tokens = n
-        self._ssm_lookup_pending = n > 0 and manager._has_ssm
-        if n:
-            if toks.__class__ is int:
-                # The address into the pointer field, without ctypes.cast's
-                # cost (a microsecond).
-                ctypes.c_void_p.from_buffer(opts, _OPTS_TOKENS).value = toks
-            else:
-                opts.input_tokens = ctypes.cast(toks, _TOKEN_PTR)
-            opts.num_input_tokens = n
+        if n and manager._has_ssm:
+            self._ssm_lookup_pending = True
         # KVCM2's default boundary: the prompt's length, when there is one.
         if expected_prompt_length is None and input_tokens is not None:
             expected_prompt_length = n
         self.expected_prompt_length = expected_prompt_length
-        if expected_prompt_length is not None:
-            opts.has_expected_prompt_length = True
-            opts.expected_prompt_length = expected_prompt_length
+        has_epl = expected_prompt_length is not None
+        # The options a plain create sets, packed at once (see _OPTS_PACK).
+        opts: Any = _OPTS_PACK(_OPTS_SIZE, ffi.KVCM_ABI_VERSION, toks if toks.__class__ is int else 0, n, has_epl,
+                               expected_prompt_length & _U64 if has_epl else 0, text_only)
         fresh = (fresh_blocks.__class__ is not int or fresh_from_block.__class__ is not int
                  or fresh_blocks != 0 or fresh_from_block != 0)
-        if fresh:
-            set_field(opts, "fresh_blocks", fresh_blocks)
-            set_field(opts, "fresh_from_block", fresh_from_block)
-        if dig is not None:
-            pos, nd, blob, blen = dig
-            opts.input_digest_positions = ctypes.cast(pos, ctypes.POINTER(ctypes.c_size_t))
-            opts.num_input_digests = nd
-            opts.input_digest_bytes = blob
-            opts.input_digest_bytes_len = blen
-        self._priority_cb = None
-        if custom_priority_callback is not None:
-            if not callable(custom_priority_callback):
-                raise TypeError("custom_priority_callback: expected a callable(block_ordinal, life_cycle) -> int")
-            self._stash = _native.Stash()
-            self._priority_cb = _priority_trampoline(self._stash, manager._life_cycles(), custom_priority_callback)
-            opts.layer_group_priority = self._priority_cb
-        rid_keep = None
-        if request_id is not None:
-            from .cp import _id_bytes
+        if (scope is not None or (n and toks.__class__ is not int) or fresh or dig is not None
+                or custom_priority_callback is not None or request_id is not None
+                or _native._backend != "extension"):
+            # Fields a plain create leaves zero, or the ctypes path (which
+            # takes a structure, not bytes): the structure.
+            opts = _OPTS.from_buffer_copy(opts)
+            if scope is not None:
+                opts.scope = scope
+                opts.scope_has_lora_id = has_lora
+            if n and toks.__class__ is not int:
+                opts.input_tokens = ctypes.cast(toks, _TOKEN_PTR)
+            if fresh:
+                set_field(opts, "fresh_blocks", fresh_blocks)
+                set_field(opts, "fresh_from_block", fresh_from_block)
+            if dig is not None:
+                pos, nd, blob, blen = dig
+                opts.input_digest_positions = ctypes.cast(pos, ctypes.POINTER(ctypes.c_size_t))
+                opts.num_input_digests = nd
+                opts.input_digest_bytes = blob
+                opts.input_digest_bytes_len = blen
+            if custom_priority_callback is not None:
+                if not callable(custom_priority_callback):
+                    raise TypeError("custom_priority_callback: expected a callable(block_ordinal, life_cycle) -> int")
+                self._stash = _native.Stash()
+                self._priority_cb = _priority_trampoline(self._stash, manager._life_cycles(),
+                                                         custom_priority_callback)
+                opts.layer_group_priority = self._priority_cb
+            if request_id is not None:
+                from .cp import _id_bytes
 
-            rid = _id_bytes(request_id)
-            opts.request_id, rid_keep = _native.byte_buffer(rid)
-            opts.request_id_len = len(rid)
+                rid = _id_bytes(request_id)
+                opts.request_id, rid_keep = _native.byte_buffer(rid)
+                opts.request_id_len = len(rid)
         out = ffi.kvcm_kv_cache()
-        _cache_create(manager._native(), _byref(opts), _byref(out))
+        _cache_create(manager._native(), opts, out)
         del salt_keep, toks_keep, rid_keep
-        self._adopt(out.value)
+        h = out.value
+        self._adopt(h)
         if fresh:
             frm, to = _I64(), _I64()
-            _cache_fresh_range(out.value, _byref(frm), _byref(to))
+            _cache_fresh_range(h, _byref(frm), _byref(to))
             if frm.value < to.value:
                 self._run_to = to.value
         cls = type(self)
         if _native._backend == "extension" and _STEP is not None:
-            self._st = _STEP(out.value, self._tpb, self, cls.resize, cls.commit)
+            st = self._st = _STEP(h, self._tpb, self, cls.resize, cls.commit)
             # The decode step in C, unless a subclass has its own methods.
             if cls.resize is _KVCache.resize:
-                self.resize = self._st.resize
+                self.resize = st.resize
             if cls.commit is _KVCache.commit:
-                self.commit = self._st.commit
+                self.commit = st.commit
         else:
-            self._st = _PyStep(out.value, self._tpb)
+            self._st = _PyStep(h, self._tpb)
         self._update_fast()
-        manager._own(self)
+        manager._own_cache(self)
         if manager._event_manager is not None:
             manager._note_scope(self.cache_id, lora_id, salt)
 
@@ -1924,14 +1970,20 @@ class _KVCache(Managed):
         """Whether resize needs nothing but the library call (no callback to
         re-raise from, no page index views to refresh, no stats dirty mark
         to note, or only one already noted: the id in mark): the C decode
-        step's resize then skips the method."""
+        step's resize then skips the method. What it reads changes only
+        where it is called (the state, the callback, the views and
+        buffers, the id, the beams)."""
         st = self._st
         if st is not None:
-            plain = self._state == "open" and self._priority_cb is None and not self._bufs and not self._views
-            noted = self._id is not None and self._manager._stats_on
-            st.fast = plain and not noted
-            st.mark, st.key = (self._manager._dirty_stats, self._id) if plain and noted else (None, None)
-            st.windows = self._manager._decode_step_windows() if self._one_beam and self._defers else None
+            m = self._manager
+            if self._state == "open" and self._priority_cb is None and not self._bufs and not self._views:
+                if self._id is not None and m._stats_on:
+                    st.fast, st.mark, st.key = False, m._dirty_stats, self._id
+                else:
+                    st.fast, st.mark, st.key = True, None, None
+            else:
+                st.fast, st.mark, st.key = False, None, None
+            st.windows = m._decode_step_windows() if self._one_beam and self._defers else None
 
     def _mark_closed(self) -> None:
         if self._st is not None:
@@ -1947,19 +1999,21 @@ class _KVCache(Managed):
                 if st.pending:
                     st.flush()  # partial reuse publishes them at close
         finally:
-            self._close_handle(handle)
-
-    def _close_handle(self, handle: int) -> None:
-        self._stream = None
-        self._manager.clear_stats_dirty(self.id)  # closing discards the pending statistics
-        if self._manager._event_manager is not None:
-            self._manager._forget_scope(self._get_id(handle))
-        self._bufs.clear()
-        self._views.clear()
-        if self._priority_cb is None:
-            _cache_close(handle)
-        else:
-            _native.call_with_stash(self._stash, lambda: _cache_close(handle))
+            m = self._manager
+            m._caches.pop(id(self), None)
+            self._stream = None
+            if self._id is not None:
+                m.clear_stats_dirty(self._id)  # closing discards the pending statistics
+            if m._event_manager is not None:
+                m._forget_scope(self._get_id(handle))
+            if self._bufs:
+                self._bufs.clear()
+            if self._views:
+                self._views.clear()
+            if self._priority_cb is None:
+                _cache_close(handle)
+            else:
+                _native.call_with_stash(self._stash, lambda: _cache_close(handle))
 
     def _get(self, fn: str, ctype: Any = ctypes.c_int64) -> int:
         out = ctype()
@@ -2316,8 +2370,8 @@ class _KVCache(Managed):
         self._active = True
         self._update_limit()
         self._stream = cuda_stream
-        self._refresh_indices()
-        self._update_fast()
+        if self._bufs or self._views:
+            self._refresh_indices()
         return True
 
     def suspend(self) -> None:
@@ -2695,6 +2749,7 @@ class _KVCache(Managed):
             idx = self._fetch_indices(lg, beam)
             if len(mv) < len(idx):
                 del self._bufs[key]
+                self._update_fast()
                 raise ValueError(f"buf of layer group {lg}, beam {beam}: holds {len(mv)} indices, the cache "
                                  f"now has {len(idx)} blocks; it was let go")
             self._write(mv, idx)

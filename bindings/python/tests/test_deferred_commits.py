@@ -120,6 +120,30 @@ def test_commits_wait_only_inside_the_block_and_the_history(pair):
     assert c._pending == [] and c.history_length == 13
 
 
+def test_a_commit_that_does_not_wait_reaches_the_library_and_commits_wait_after_it(pair):
+    """Rule: a commit of several tokens that completes a block reaches the
+    library in that call, after the tokens waiting before it, and commits
+    inside the next block wait again; an empty commit reaches it too; the
+    cache reads what a cache that never defers reads."""
+    (m, _, c), (mr, _, r) = pair
+    for cache in (c, r):
+        n = cache.num_committed_tokens  # 10: two tokens into the third block
+        assert cache.resize(n + 8, n + 8)
+        cache.commit([1])
+    assert c._pending == [1]
+    for cache in (c, r):
+        cache.commit([2, 3, 4])  # completes block 2, one token into block 3
+    assert c._pending == []
+    assert m.probe_reuse(None, PROMPT + [1, 2]) == 12, "the block is published by that call"
+    for cache in (c, r):
+        cache.commit([5])
+    assert c._pending == [5], "the commit after it waits inside the new block"
+    for cache in (c, r):
+        cache.commit([])
+    assert c._pending == [], "an empty commit reaches the library, after the waiting token"
+    assert _observe(m, c) == _observe(mr, r)
+
+
 def test_suspend_and_resume_keep_the_deferred_commits(pair):
     """Rule: suspend is an observation: the waiting tokens are committed
     before it, and after resume the cache reads them."""
