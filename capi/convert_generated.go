@@ -78,6 +78,14 @@ type number interface {
 	~int8 | ~int16 | ~int32 | ~int64 | ~int | ~uint8 | ~uint16 | ~uint32 | ~uint64 | ~uint | ~uintptr | ~float32 | ~float64
 }
 
+// fieldPresent reports whether a versioned struct of structSize bytes (its
+// struct_size) holds the field at offset of size bytes: a field appended
+// after the struct's first version is read only then. Tested in Go, not by a
+// call into C per field, which costs more than the field's conversion.
+func fieldPresent(structSize C.uint32_t, offset, size uintptr) bool {
+	return uintptr(structSize) >= offset+size
+}
+
 // convertNumbers writes the elements of es, converted to G, into out (of
 // their length): in one copy when G and E are integers of one width, whose
 // conversion keeps the bits (a prompt's tokens: a memmove, not a loop).
@@ -544,7 +552,7 @@ func fromCKVCacheOptions(c *C.kvcm_kv_cache_options, name string) (abimodel.KVCa
 			convertNumbers(out.InputTokens, s)
 		}
 	}
-	out.BlockPriority = goCallerPriorityFunc(c.priority, C.kvcm__get_kv_cache_options_priority_user_data(c))
+	out.BlockPriority = goCallerPriorityFunc(c.priority, C.uintptr_t(uintptr(c.priority_user_data)))
 	{
 		s, err := cStringN(c.request_id, c.request_id_len, name, "request_id", "request_id_len")
 		if err != nil {
@@ -552,19 +560,19 @@ func fromCKVCacheOptions(c *C.kvcm_kv_cache_options, name string) (abimodel.KVCa
 		}
 		out.RequestID = s
 	}
-	if C.kvcm__has_kv_cache_options_scope_has_lora_id(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.scope_has_lora_id), unsafe.Sizeof(c.scope_has_lora_id)) {
 		out.ScopeHasLoraID = bool(c.scope_has_lora_id)
 	}
-	if C.kvcm__has_kv_cache_options_layer_group_priority(c) != 0 {
-		out.LayerGroupPriority = goCallerLayerGroupPriorityFunc(c.layer_group_priority, C.kvcm__get_kv_cache_options_priority_user_data(c))
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.layer_group_priority), unsafe.Sizeof(c.layer_group_priority)) {
+		out.LayerGroupPriority = goCallerLayerGroupPriorityFunc(c.layer_group_priority, C.uintptr_t(uintptr(c.priority_user_data)))
 	}
-	if C.kvcm__has_kv_cache_options_has_expected_prompt_length(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.has_expected_prompt_length), unsafe.Sizeof(c.has_expected_prompt_length)) {
 		out.HasExpectedPromptLength = bool(c.has_expected_prompt_length)
 	}
-	if C.kvcm__has_kv_cache_options_expected_prompt_length(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.expected_prompt_length), unsafe.Sizeof(c.expected_prompt_length)) {
 		out.ExpectedPromptLength = int(c.expected_prompt_length)
 	}
-	if C.kvcm__has_kv_cache_options_input_digest_positions(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.input_digest_positions), unsafe.Sizeof(c.input_digest_positions)) {
 		{
 			s, err := cArray(c.input_digest_positions, c.num_input_digests, name+".input_digest_positions")
 			if err != nil {
@@ -576,7 +584,7 @@ func fromCKVCacheOptions(c *C.kvcm_kv_cache_options, name string) (abimodel.KVCa
 			}
 		}
 	}
-	if C.kvcm__has_kv_cache_options_input_digest_bytes(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.input_digest_bytes), unsafe.Sizeof(c.input_digest_bytes)) {
 		{
 			s, err := cStringN(c.input_digest_bytes, c.input_digest_bytes_len, name, "input_digest_bytes", "input_digest_bytes_len")
 			if err != nil {
@@ -585,13 +593,13 @@ func fromCKVCacheOptions(c *C.kvcm_kv_cache_options, name string) (abimodel.KVCa
 			out.InputDigestBytes = s
 		}
 	}
-	if C.kvcm__has_kv_cache_options_text_only(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.text_only), unsafe.Sizeof(c.text_only)) {
 		out.TextOnly = bool(c.text_only)
 	}
-	if C.kvcm__has_kv_cache_options_fresh_blocks(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.fresh_blocks), unsafe.Sizeof(c.fresh_blocks)) {
 		out.FreshBlocks = int(c.fresh_blocks)
 	}
-	if C.kvcm__has_kv_cache_options_fresh_from_block(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.fresh_from_block), unsafe.Sizeof(c.fresh_from_block)) {
 		out.FreshFromBlock = int(c.fresh_from_block)
 	}
 	return out, nil
@@ -688,34 +696,34 @@ func fromCManagerConfig(c *C.kvcm_manager_config, name string) (abimodel.Manager
 			out.Constraints = append(out.Constraints, v)
 		}
 	}
-	if C.kvcm__has_manager_config_reuse_match_backoff(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.reuse_match_backoff), unsafe.Sizeof(c.reuse_match_backoff)) {
 		out.ReuseMatchBackoff = int(c.reuse_match_backoff)
 	}
-	if C.kvcm__has_manager_config_text_only(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.text_only), unsafe.Sizeof(c.text_only)) {
 		out.TextOnly = bool(c.text_only)
 	}
-	if C.kvcm__has_manager_config_commit_min_snapshot(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.commit_min_snapshot), unsafe.Sizeof(c.commit_min_snapshot)) {
 		out.CommitMinSnapshot = bool(c.commit_min_snapshot)
 	}
-	if C.kvcm__has_manager_config_rebalance_min_sampled_kv_caches(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.rebalance_min_sampled_kv_caches), unsafe.Sizeof(c.rebalance_min_sampled_kv_caches)) {
 		out.RebalanceMinSampledKVCaches = int64(c.rebalance_min_sampled_kv_caches)
 	}
-	if C.kvcm__has_manager_config_rebalance_cooldown_secs(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.rebalance_cooldown_secs), unsafe.Sizeof(c.rebalance_cooldown_secs)) {
 		out.RebalanceCooldownSecs = float64(c.rebalance_cooldown_secs)
 	}
-	if C.kvcm__has_manager_config_rebalance_target_ratio_update_interval(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.rebalance_target_ratio_update_interval), unsafe.Sizeof(c.rebalance_target_ratio_update_interval)) {
 		out.RebalanceTargetRatioUpdateInterval = int64(c.rebalance_target_ratio_update_interval)
 	}
-	if C.kvcm__has_manager_config_rebalance_ratio_threshold(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.rebalance_ratio_threshold), unsafe.Sizeof(c.rebalance_ratio_threshold)) {
 		out.RebalanceRatioThreshold = float64(c.rebalance_ratio_threshold)
 	}
-	if C.kvcm__has_manager_config_rebalance_moving_average_decay(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.rebalance_moving_average_decay), unsafe.Sizeof(c.rebalance_moving_average_decay)) {
 		out.RebalanceMovingAverageDecay = float64(c.rebalance_moving_average_decay)
 	}
-	if C.kvcm__has_manager_config_typical_step_system_prompt_length(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.typical_step_system_prompt_length), unsafe.Sizeof(c.typical_step_system_prompt_length)) {
 		out.TypicalStepSystemPromptLength = int(c.typical_step_system_prompt_length)
 	}
-	if C.kvcm__has_manager_config_constraint_system_prompt_lengths(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.constraint_system_prompt_lengths), unsafe.Sizeof(c.constraint_system_prompt_lengths)) {
 		{
 			s, err := cArray(c.constraint_system_prompt_lengths, c.num_constraint_system_prompt_lengths, name+".constraint_system_prompt_lengths")
 			if err != nil {
@@ -727,10 +735,10 @@ func fromCManagerConfig(c *C.kvcm_manager_config, name string) (abimodel.Manager
 			}
 		}
 	}
-	if C.kvcm__has_manager_config_block_key(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.block_key), unsafe.Sizeof(c.block_key)) {
 		out.BlockKey = blockhash.Algorithm(c.block_key)
 	}
-	if C.kvcm__has_manager_config_shared_tier(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.shared_tier), unsafe.Sizeof(c.shared_tier)) {
 		if c.shared_tier != nil {
 			v, err := fromCSharedTierConfig(c.shared_tier, name+".shared_tier")
 			if err != nil {
@@ -739,16 +747,16 @@ func fromCManagerConfig(c *C.kvcm_manager_config, name string) (abimodel.Manager
 			out.SharedTier = &v
 		}
 	}
-	if C.kvcm__has_manager_config_disk_persistent(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.disk_persistent), unsafe.Sizeof(c.disk_persistent)) {
 		out.DiskPersistent = bool(c.disk_persistent)
 	}
-	if C.kvcm__has_manager_config_swa_scratch_reuse(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.swa_scratch_reuse), unsafe.Sizeof(c.swa_scratch_reuse)) {
 		out.SwaScratchReuse = bool(c.swa_scratch_reuse)
 	}
-	if C.kvcm__has_manager_config_swa_scratch_max_rewind_len(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.swa_scratch_max_rewind_len), unsafe.Sizeof(c.swa_scratch_max_rewind_len)) {
 		out.SwaScratchMaxRewindLen = int(c.swa_scratch_max_rewind_len)
 	}
-	if C.kvcm__has_manager_config_ssm_layers(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.ssm_layers), unsafe.Sizeof(c.ssm_layers)) {
 		{
 			s, err := cArray(c.ssm_layers, c.num_ssm_layers, name+".ssm_layers")
 			if err != nil {
@@ -766,10 +774,10 @@ func fromCManagerConfig(c *C.kvcm_manager_config, name string) (abimodel.Manager
 			}
 		}
 	}
-	if C.kvcm__has_manager_config_max_ssm_slots(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.max_ssm_slots), unsafe.Sizeof(c.max_ssm_slots)) {
 		out.MaxSsmSlots = int64(c.max_ssm_slots)
 	}
-	if C.kvcm__has_manager_config_buffer_tokens_per_block_overrides(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.buffer_tokens_per_block_overrides), unsafe.Sizeof(c.buffer_tokens_per_block_overrides)) {
 		{
 			s, err := cArray(c.buffer_tokens_per_block_overrides, c.num_buffer_tokens_per_block_overrides, name+".buffer_tokens_per_block_overrides")
 			if err != nil {
@@ -781,7 +789,7 @@ func fromCManagerConfig(c *C.kvcm_manager_config, name string) (abimodel.Manager
 			}
 		}
 	}
-	if C.kvcm__has_manager_config_gpu_pool_granularity(c) != 0 {
+	if fieldPresent(c.struct_size, unsafe.Offsetof(c.gpu_pool_granularity), unsafe.Sizeof(c.gpu_pool_granularity)) {
 		out.GpuPoolGranularity = int64(c.gpu_pool_granularity)
 	}
 	return out, nil

@@ -7,6 +7,8 @@ package capi
 import "C"
 
 import (
+	"unsafe"
+
 	"github.com/kvcm/kvcm/core/abimodel"
 	"github.com/kvcm/kvcm/core/blockhash"
 )
@@ -35,7 +37,7 @@ func glueCPCreateManagerBacked(mgr *managerObj, opts *C.kvcm__const_kvcm_cp_mana
 	if err != nil {
 		return err
 	}
-	hasLoRA := C.kvcm__has_cp_manager_backed_options_scope_has_lora_id(opts) != 0 && bool(opts.scope_has_lora_id)
+	hasLoRA := fieldPresent(opts.struct_size, unsafe.Offsetof(opts.scope_has_lora_id), unsafe.Sizeof(opts.scope_has_lora_id)) && bool(opts.scope_has_lora_id)
 	scope, err := fromCReuseScope(&opts.scope, "options.scope")
 	if err != nil {
 		return err

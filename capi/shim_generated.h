@@ -43,42 +43,6 @@ extern kvcm_status* kvcm__go_stream_enqueue_host_func(kvcm_stream stream, kvcm_h
 #define KVCM__MANAGER_CONFIG_SIZE_V1 112
 #define KVCM__MANAGER_CONFIG_SIZE_V2 264
 
-/* Fields appended after a versioned struct's first version: read one only when it is present. */
-static inline int kvcm__has_cp_manager_backed_options_scope_has_lora_id(const kvcm_cp_manager_backed_options* p) { return p->struct_size >= offsetof(kvcm_cp_manager_backed_options, scope_has_lora_id) + sizeof(p->scope_has_lora_id); }
-static inline int kvcm__has_kv_cache_options_scope_has_lora_id(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, scope_has_lora_id) + sizeof(p->scope_has_lora_id); }
-static inline int kvcm__has_kv_cache_options_layer_group_priority(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, layer_group_priority) + sizeof(p->layer_group_priority); }
-static inline int kvcm__has_kv_cache_options_has_expected_prompt_length(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, has_expected_prompt_length) + sizeof(p->has_expected_prompt_length); }
-static inline int kvcm__has_kv_cache_options_expected_prompt_length(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, expected_prompt_length) + sizeof(p->expected_prompt_length); }
-static inline int kvcm__has_kv_cache_options_input_digest_positions(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, input_digest_positions) + sizeof(p->input_digest_positions); }
-static inline int kvcm__has_kv_cache_options_num_input_digests(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, num_input_digests) + sizeof(p->num_input_digests); }
-static inline int kvcm__has_kv_cache_options_input_digest_bytes(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, input_digest_bytes) + sizeof(p->input_digest_bytes); }
-static inline int kvcm__has_kv_cache_options_input_digest_bytes_len(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, input_digest_bytes_len) + sizeof(p->input_digest_bytes_len); }
-static inline int kvcm__has_kv_cache_options_text_only(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, text_only) + sizeof(p->text_only); }
-static inline int kvcm__has_kv_cache_options_fresh_blocks(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, fresh_blocks) + sizeof(p->fresh_blocks); }
-static inline int kvcm__has_kv_cache_options_fresh_from_block(const kvcm_kv_cache_options* p) { return p->struct_size >= offsetof(kvcm_kv_cache_options, fresh_from_block) + sizeof(p->fresh_from_block); }
-static inline int kvcm__has_manager_config_reuse_match_backoff(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, reuse_match_backoff) + sizeof(p->reuse_match_backoff); }
-static inline int kvcm__has_manager_config_text_only(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, text_only) + sizeof(p->text_only); }
-static inline int kvcm__has_manager_config_commit_min_snapshot(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, commit_min_snapshot) + sizeof(p->commit_min_snapshot); }
-static inline int kvcm__has_manager_config_rebalance_min_sampled_kv_caches(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, rebalance_min_sampled_kv_caches) + sizeof(p->rebalance_min_sampled_kv_caches); }
-static inline int kvcm__has_manager_config_rebalance_cooldown_secs(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, rebalance_cooldown_secs) + sizeof(p->rebalance_cooldown_secs); }
-static inline int kvcm__has_manager_config_rebalance_target_ratio_update_interval(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, rebalance_target_ratio_update_interval) + sizeof(p->rebalance_target_ratio_update_interval); }
-static inline int kvcm__has_manager_config_rebalance_ratio_threshold(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, rebalance_ratio_threshold) + sizeof(p->rebalance_ratio_threshold); }
-static inline int kvcm__has_manager_config_rebalance_moving_average_decay(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, rebalance_moving_average_decay) + sizeof(p->rebalance_moving_average_decay); }
-static inline int kvcm__has_manager_config_typical_step_system_prompt_length(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, typical_step_system_prompt_length) + sizeof(p->typical_step_system_prompt_length); }
-static inline int kvcm__has_manager_config_constraint_system_prompt_lengths(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, constraint_system_prompt_lengths) + sizeof(p->constraint_system_prompt_lengths); }
-static inline int kvcm__has_manager_config_num_constraint_system_prompt_lengths(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, num_constraint_system_prompt_lengths) + sizeof(p->num_constraint_system_prompt_lengths); }
-static inline int kvcm__has_manager_config_block_key(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, block_key) + sizeof(p->block_key); }
-static inline int kvcm__has_manager_config_shared_tier(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, shared_tier) + sizeof(p->shared_tier); }
-static inline int kvcm__has_manager_config_disk_persistent(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, disk_persistent) + sizeof(p->disk_persistent); }
-static inline int kvcm__has_manager_config_swa_scratch_reuse(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, swa_scratch_reuse) + sizeof(p->swa_scratch_reuse); }
-static inline int kvcm__has_manager_config_swa_scratch_max_rewind_len(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, swa_scratch_max_rewind_len) + sizeof(p->swa_scratch_max_rewind_len); }
-static inline int kvcm__has_manager_config_ssm_layers(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, ssm_layers) + sizeof(p->ssm_layers); }
-static inline int kvcm__has_manager_config_num_ssm_layers(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, num_ssm_layers) + sizeof(p->num_ssm_layers); }
-static inline int kvcm__has_manager_config_max_ssm_slots(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, max_ssm_slots) + sizeof(p->max_ssm_slots); }
-static inline int kvcm__has_manager_config_buffer_tokens_per_block_overrides(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, buffer_tokens_per_block_overrides) + sizeof(p->buffer_tokens_per_block_overrides); }
-static inline int kvcm__has_manager_config_num_buffer_tokens_per_block_overrides(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, num_buffer_tokens_per_block_overrides) + sizeof(p->num_buffer_tokens_per_block_overrides); }
-static inline int kvcm__has_manager_config_gpu_pool_granularity(const kvcm_manager_config* p) { return p->struct_size >= offsetof(kvcm_manager_config, gpu_pool_granularity) + sizeof(p->gpu_pool_granularity); }
-
 /* An address Go holds as uintptr_t, as a C pointer (the Go callers' address arguments). */
 static inline const void* kvcm__ptr(uintptr_t p) { return (const void*)p; }
 

@@ -119,6 +119,14 @@ func convertHelpers(f *jen.File) {
 	}
 	f.Type().Id("number").Interface(jen.Union(kinds...))
 	f.Line()
+	f.Comment("fieldPresent reports whether a versioned struct of structSize bytes (its")
+	f.Comment("struct_size) holds the field at offset of size bytes: a field appended")
+	f.Comment("after the struct's first version is read only then. Tested in Go, not by a")
+	f.Comment("call into C per field, which costs more than the field's conversion.")
+	f.Func().Id("fieldPresent").Params(jen.Id("structSize").Qual("C", "uint32_t"), jen.List(jen.Id("offset"), jen.Id("size")).Uintptr()).Bool().Block(
+		jen.Return(jen.Uintptr().Call(jen.Id("structSize")).Op(">=").Id("offset").Op("+").Id("size")),
+	)
+	f.Line()
 	f.Comment("convertNumbers writes the elements of es, converted to G, into out (of")
 	f.Comment("their length): in one copy when G and E are integers of one width, whose")
 	f.Comment("conversion keeps the bits (a prompt's tokens: a memmove, not a loop).")
@@ -296,7 +304,6 @@ func wrapsSigned(c *Type, t types.Type) bool {
 // inConverter writes fromC<Decl>.
 func inConverter(m *Model, d *Decl) jen.Code {
 	g := d.GoMap
-	short := strings.TrimPrefix(d.CName, m.Prefix+"_")
 	var body []jen.Code
 	body = append(body, jen.Var().Id("out").Add(goMapType(g)))
 	fail := func(field, msg string) jen.Code {
@@ -315,7 +322,7 @@ func inConverter(m *Model, d *Decl) jen.Code {
 		case isScalarField(f.Type):
 			st = append(st, dst.Op("=").Add(goTypeCode(t)).Call(src()))
 		case f.Type.Kind == KNamed && f.Type.Decl.Kind == DCallback:
-			st = append(st, dst.Op("=").Id("goCaller"+f.Type.Decl.GoName).Call(src(), jen.Qual("C", fmt.Sprintf("kvcm__get_%s_%s", short, f.User)).Call(jen.Id("c"))))
+			st = append(st, dst.Op("=").Id("goCaller"+f.Type.Decl.GoName).Call(src(), jen.Qual("C", "uintptr_t").Call(jen.Uintptr().Call(jen.Id("c").Dot(f.User)))))
 		case f.Type.Kind == KCStr && f.Len != "":
 			st = append(st, jen.Block(
 				jen.List(jen.Id("s"), jen.Err()).Op(":=").Id("cStringN").Call(src(), jen.Id("c").Dot(f.Len), jen.Id("name"), jen.Lit(f.CName), jen.Lit(f.Len)),
@@ -369,7 +376,10 @@ func inConverter(m *Model, d *Decl) jen.Code {
 			st = append(st, jen.Block(set...))
 		}
 		if d.Versioned && f.Since > d.Since {
-			st = []jen.Code{jen.If(jen.Qual("C", fmt.Sprintf("kvcm__has_%s_%s", short, f.CName)).Call(jen.Id("c")).Op("!=").Lit(0)).Block(st...)}
+			field := jen.Id("c").Dot(f.CName)
+			covers := jen.Id("fieldPresent").Call(jen.Id("c").Dot("struct_size"),
+				jen.Qual("unsafe", "Offsetof").Call(field), jen.Qual("unsafe", "Sizeof").Call(field.Clone()))
+			st = []jen.Code{jen.If(covers).Block(st...)}
 		}
 		body = append(body, st...)
 	}

@@ -165,19 +165,6 @@ func emitShimHeader(m *Model) string {
 		}
 	}
 
-	b.WriteString("\n/* Fields appended after a versioned struct's first version: read one only when it is present. */\n")
-	for _, d := range m.Decls {
-		if !d.Versioned {
-			continue
-		}
-		for _, f := range d.Fields {
-			if f.Since > d.Since {
-				fmt.Fprintf(&b, "static inline int kvcm__has_%s_%s(const %s* p) { return p->struct_size >= offsetof(%s, %s) + sizeof(p->%s); }\n",
-					strings.TrimPrefix(d.CName, m.Prefix+"_"), f.CName, d.CName, d.CName, f.CName, f.CName)
-			}
-		}
-	}
-
 	b.WriteString("\n/* An address Go holds as uintptr_t, as a C pointer (the Go callers' address arguments). */\n")
 	b.WriteString("static inline const void* kvcm__ptr(uintptr_t p) { return (const void*)p; }\n")
 	b.WriteString("\n/* Opaque pointer fields, read and written as uintptr_t. */\n")

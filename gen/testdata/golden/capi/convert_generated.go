@@ -71,6 +71,14 @@ type number interface {
 	~int8 | ~int16 | ~int32 | ~int64 | ~int | ~uint8 | ~uint16 | ~uint32 | ~uint64 | ~uint | ~uintptr | ~float32 | ~float64
 }
 
+// fieldPresent reports whether a versioned struct of structSize bytes (its
+// struct_size) holds the field at offset of size bytes: a field appended
+// after the struct's first version is read only then. Tested in Go, not by a
+// call into C per field, which costs more than the field's conversion.
+func fieldPresent(structSize C.uint32_t, offset, size uintptr) bool {
+	return uintptr(structSize) >= offset+size
+}
+
 // convertNumbers writes the elements of es, converted to G, into out (of
 // their length): in one copy when G and E are integers of one width, whose
 // conversion keeps the bits (a prompt's tokens: a memmove, not a loop).

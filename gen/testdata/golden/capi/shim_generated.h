@@ -26,9 +26,6 @@ extern kvcm_status* kvcm__go_widget_notify(kvcm_widget widget, kvcm_notify fn, u
 #define KVCM__RANKER_SIZE_V1 24
 #define KVCM__RANKER_SIZE_V2 24
 
-/* Fields appended after a versioned struct's first version: read one only when it is present. */
-static inline int kvcm__has_options_extra(const kvcm_options* p) { return p->struct_size >= offsetof(kvcm_options, extra) + sizeof(p->extra); }
-
 /* An address Go holds as uintptr_t, as a C pointer (the Go callers' address arguments). */
 static inline const void* kvcm__ptr(uintptr_t p) { return (const void*)p; }
 
