@@ -166,7 +166,7 @@ func (c *KVCache) checkRunCommit(tokens []config.Token, digests int, beams bool)
 	case end > c.freshTo:
 		return argErr("tokens", "committing %d tokens after %d would pass the fresh run's end %d; commit the run first",
 			len(tokens), c.committed, c.freshTo)
-	case !slices.Equal(tokens, c.freshInput[c.committed-c.freshFrom:end-c.freshFrom]):
+	case !sameTokens(tokens, c.freshInput[c.committed-c.freshFrom:end-c.freshFrom]):
 		return argErr("tokens", "tokens %d..%d are not the fresh run's input tokens", c.committed, end)
 	}
 	return nil

@@ -95,7 +95,7 @@ func (m *Manager) restoreDisk() error {
 		nodes[key] = n
 		for _, f := range fs {
 			lc := layout.LayerGroupID(f.h.LifeCycle)
-			if m.pagesOf(n)[lc] != nil || f.h.Parent != first.Parent || !slices.Equal(f.h.Tokens, first.Tokens) ||
+			if m.pagesOf(n)[lc] != nil || f.h.Parent != first.Parent || !sameTokens(f.h.Tokens, first.Tokens) ||
 				!slices.Equal(f.h.Digests, first.Digests) {
 				continue // a duplicate: its slot stays free
 			}

@@ -360,7 +360,7 @@ func (m *Manager) fetchShared(scope blockhash.Scope, input []config.Token, diges
 			j := p.blockOf(lo + i)
 			if b != nil {
 				h, err := blob.Decode(b, tpb) // verified by the store
-				if err == nil && slices.Equal(h.Tokens, p.input[(p.start+j)*tpb:][:tpb]) {
+				if err == nil && sameTokens(h.Tokens, p.input[(p.start+j)*tpb:][:tpb]) {
 					continue
 				}
 			}

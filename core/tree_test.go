@@ -1,12 +1,14 @@
 package core
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm/kvcm/core/blockhash"
+	"github.com/kvcm/kvcm/core/config"
 )
 
 // A node finds each of its children whether it holds it inline or in the
@@ -121,4 +123,16 @@ func TestFreedPagesAreReusedAfterTheSafePoint(t *testing.T) {
 	assert.Equal(t, page{}, *q)
 	f.m.pages.release(q)
 	assert.NotSame(t, q, f.m.pages.alloc(), "not before the next safe point")
+}
+
+// Two token sequences are the same exactly when slices.Equal says so: the
+// byte comparison sees length, order and sign.
+func TestSameTokensIsElementEquality(t *testing.T) {
+	cases := [][2][]config.Token{
+		{nil, nil}, {nil, {}}, {{1, 2, 3}, {1, 2, 3}}, {{1, 2, 3}, {1, 2}}, {{1, 2, 3}, {3, 2, 1}},
+		{{-1}, {1<<31 - 1}}, {{0, 0, 0, 1}, {0, 0, 0, 0}}, {seq(0, 32), seq(0, 32)}, {seq(0, 32), seq(1, 32)},
+	}
+	for _, c := range cases {
+		assert.Equal(t, slices.Equal(c[0], c[1]), sameTokens(c[0], c[1]), "%v %v", c[0], c[1])
+	}
 }
