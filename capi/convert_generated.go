@@ -552,7 +552,7 @@ func fromCKVCacheOptions(c *C.kvcm_kv_cache_options, name string) (abimodel.KVCa
 			convertNumbers(out.InputTokens, s)
 		}
 	}
-	out.BlockPriority = goCallerPriorityFunc(c.priority, C.uintptr_t(uintptr(c.priority_user_data)))
+	out.BlockPriority = goCallerPriorityFunc(c.priority, *(*C.uintptr_t)(unsafe.Pointer(&c.priority_user_data)))
 	{
 		s, err := cStringN(c.request_id, c.request_id_len, name, "request_id", "request_id_len")
 		if err != nil {
@@ -564,7 +564,7 @@ func fromCKVCacheOptions(c *C.kvcm_kv_cache_options, name string) (abimodel.KVCa
 		out.ScopeHasLoraID = bool(c.scope_has_lora_id)
 	}
 	if fieldPresent(c.struct_size, unsafe.Offsetof(c.layer_group_priority), unsafe.Sizeof(c.layer_group_priority)) {
-		out.LayerGroupPriority = goCallerLayerGroupPriorityFunc(c.layer_group_priority, C.uintptr_t(uintptr(c.priority_user_data)))
+		out.LayerGroupPriority = goCallerLayerGroupPriorityFunc(c.layer_group_priority, *(*C.uintptr_t)(unsafe.Pointer(&c.priority_user_data)))
 	}
 	if fieldPresent(c.struct_size, unsafe.Offsetof(c.has_expected_prompt_length), unsafe.Sizeof(c.has_expected_prompt_length)) {
 		out.HasExpectedPromptLength = bool(c.has_expected_prompt_length)

@@ -49,14 +49,7 @@ func (c *KVCache) DecodeSteps(tokens []config.Token) error {
 	}
 	defer func() { c.asked = c.asked[:0] }()
 	m, tpb := c.m, c.m.cfg.TokensPerBlock
-	if last := c.history + len(tokens); last/tpb > c.history/tpb || c.windowMoves(last) {
-		// The run publishes a block or releases pages: the one event its
-		// steps take (see streamEvent), recorded before any applies.
-		ev, err := m.events.record(c.stream)
-		if err != nil {
-			return fmt.Errorf("%d decode steps of cache %d: record cache event: %w", len(tokens), c.id, err)
-		}
-		c.runEvent = ev
+	if ev := c.runEvent; ev != nil {
 		defer func() { c.runEvent = nil; m.events.release(ev) }()
 	}
 	for i := range tokens {
@@ -91,8 +84,9 @@ func (c *KVCache) DecodeSteps(tokens []config.Token) error {
 }
 
 // prepareSteps checks the state n decode steps need, asks the PriorityFunc
-// what they will ask (into c.asked) and reserves the pages of the blocks
-// they add, with the manager's lock held; on error nothing changed.
+// what they will ask (into c.asked), records the run's event (into
+// c.runEvent, when a step will take one) and reserves the pages of the
+// blocks they add, with the manager's lock held; on error nothing changed.
 func (c *KVCache) prepareSteps(n int) error {
 	m, lt := c.m, c.m.lt
 	switch {
@@ -157,9 +151,24 @@ func (c *KVCache) prepareSteps(n int) error {
 			}
 		}
 	}
+	if last := c.history + n; last/tpb > c.history/tpb || c.windowMoves(last) {
+		// The run publishes a block or releases pages: the one event its
+		// steps take (see streamEvent), recorded before anything changes
+		// (the reservation below may evict).
+		ev, err := m.events.record(c.stream)
+		if err != nil {
+			c.asked = c.asked[:0]
+			return fmt.Errorf("%d decode steps of cache %d: record cache event: %w", n, c.id, err)
+		}
+		c.runEvent = ev
+	}
 	if len(need) > 0 {
 		if err := m.reserveAt(0, need); err != nil {
 			c.asked = c.asked[:0]
+			if ev := c.runEvent; ev != nil {
+				c.runEvent = nil
+				m.events.release(ev)
+			}
 			return fmt.Errorf("%d decode steps of cache %d: %w", n, c.id, err)
 		}
 	}

@@ -99,9 +99,14 @@ func TestDamagedBlobLosesOnlyItsOwnPage(t *testing.T) {
 	f.m.mu.Unlock()
 	lostBefore := f.m.Stats().LostPages
 
-	require.NoError(t, a.Resume(f.stream), "the four pages are read in one transaction")
-	require.ErrorIs(t, f.stream.Synchronize(), blob.ErrCorrupt, "the stream of the cache holding the lost page learns of it")
-	_, err := a.BasePageIndices(0)
+	// The four pages are read in one transaction. Its failure reaches the
+	// cache's stream and then the cache, or Resume itself when the disk read
+	// failed before Resume looked (the disk workers run on their own).
+	err := a.Resume(f.stream)
+	if err == nil {
+		require.ErrorIs(t, f.stream.Synchronize(), blob.ErrCorrupt, "the stream of the cache holding the lost page learns of it")
+		_, err = a.BasePageIndices(0)
+	}
 	require.ErrorIs(t, err, ErrDataLost)
 	assert.Equal(t, lostBefore+1, f.m.Stats().LostPages, "only the damaged blob's page is lost")
 	require.NoError(t, a.Close())

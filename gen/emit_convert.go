@@ -322,7 +322,7 @@ func inConverter(m *Model, d *Decl) jen.Code {
 		case isScalarField(f.Type):
 			st = append(st, dst.Op("=").Add(goTypeCode(t)).Call(src()))
 		case f.Type.Kind == KNamed && f.Type.Decl.Kind == DCallback:
-			st = append(st, dst.Op("=").Id("goCaller"+f.Type.Decl.GoName).Call(src(), jen.Qual("C", "uintptr_t").Call(jen.Uintptr().Call(jen.Id("c").Dot(f.User)))))
+			st = append(st, dst.Op("=").Id("goCaller"+f.Type.Decl.GoName).Call(src(), jen.Op("*").Parens(jen.Op("*").Qual("C", "uintptr_t")).Call(jen.Qual("unsafe", "Pointer").Call(jen.Op("&").Id("c").Dot(f.User)))))
 		case f.Type.Kind == KCStr && f.Len != "":
 			st = append(st, jen.Block(
 				jen.List(jen.Id("s"), jen.Err()).Op(":=").Id("cStringN").Call(src(), jen.Id("c").Dot(f.Len), jen.Id("name"), jen.Lit(f.CName), jen.Lit(f.Len)),

@@ -23,8 +23,8 @@ blocks).
   the same prompt size and pressure (SHA-256 key, per-step calls), from its
   own process.
 
-The reused tokens per request are printed for both managers: the trace is
-the same only if they agree.
+The reused tokens per request are printed for both managers, and the script
+fails if they differ: the trace is the same only if they agree.
 
 Run with a Python that has vLLM installed (vLLM needs torch; this runs on the
 CPU and touches no tensor) and the kvcm package importable, e.g.
@@ -65,6 +65,7 @@ gc.freeze()
 
 TPB = bk.TPB
 STEPS = bk.DECODE_STEPS
+DECODE_TOKEN = 7  # every decode step's token, in both managers
 
 
 def blocks_per_request(prompt: int) -> int:
@@ -182,7 +183,7 @@ def main() -> None:
     args = ap.parse_args()
     sizes = [int(s) for s in args.prompts.split(",")]
     v = Vllm()
-    decode = [7]
+    decode = [DECODE_TOKEN]
     rows: dict[tuple[int, bool], dict[str, list[float]]] = {}
     reused: dict[tuple[int, bool], set[tuple[float, float]]] = {}
     for r in range(args.rounds + 1):  # round 0 warms up, untimed
@@ -198,13 +199,16 @@ def main() -> None:
                 hits = {}
                 for who in order:
                     if who == "vllm":
-                        t, hits[who] = v.cycle(vm, prompts, r * len(prompts), 1)
+                        t, hits[who] = v.cycle(vm, prompts, r * len(prompts), DECODE_TOKEN)
                     else:
                         t, hits[who] = kvcm_cycle(km, stream, prompts, decode)
                     if r:
                         cell[who].append(t * 1e6)
                 km.close()
                 reused.setdefault((size, pressure), set()).add((hits["vllm"], hits["kvcm"]))
+    differ = {k: pairs for k, pairs in reused.items() if any(vr != kr for vr, kr in pairs)}
+    if differ:
+        sys.exit(f"vllm_trace.py: the managers reused different tokens, so the traces differ: {differ}")
     gov = go_cycle(args.go) if args.go else {}
     backend = "extension" if bk.EXTENSION else "ctypes"
     print(f"vLLM {sys.modules['vllm'].__version__ if hasattr(sys.modules.get('vllm'), '__version__') else '?'}, "

@@ -5102,8 +5102,9 @@ static const size_t kx_slot_offsets[] = {
  * - commit(tokens) with an exact list or tuple of exact int32 ints (an
  *   empty one included) that does not defer, while the limit is set (the cache ACTIVE
  *   and open, commits allowed and deferrable, no fresh run owed, the
- *   committed count known) and fast or marked (no callback, no page index
- *   views or buffers): what is deferred is flushed, then the library's
+ *   committed count known) and fast or with mark set (no callback, no page
+ *   index views or buffers; whether the id is marked yet does not matter, as
+ *   no commit notes statistics): what is deferred is flushed, then the library's
  *   commit, the committed, history and limit mirrors advanced as the
  *   Python method advances them; failures raised as the binding raises
  *   them;

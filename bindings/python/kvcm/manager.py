@@ -714,6 +714,7 @@ class KVCacheManager(Managed):
                     failed = failed or err
         for child in children:
             child._mark_closed()  # the manager frees them
+        self._caches.clear()
         if self._event_manager is not None:
             self._event_manager._detach(self)
         _native.call("kvcm_manager_destroy", handle)
