@@ -51,8 +51,6 @@ static inline uintptr_t kvcm__get_cold_page_codec_self(const kvcm_cold_page_code
 static inline void kvcm__set_cold_page_codec_self(kvcm_cold_page_codec* p, uintptr_t v) { p->self = (void*)v; }
 static inline uintptr_t kvcm__get_cp_index_object_self(const kvcm_cp_index_object* p) { return (uintptr_t)p->self; }
 static inline void kvcm__set_cp_index_object_self(kvcm_cp_index_object* p, uintptr_t v) { p->self = (void*)v; }
-static inline uintptr_t kvcm__get_kv_cache_options_priority_user_data(const kvcm_kv_cache_options* p) { return (uintptr_t)p->priority_user_data; }
-static inline void kvcm__set_kv_cache_options_priority_user_data(kvcm_kv_cache_options* p, uintptr_t v) { p->priority_user_data = (void*)v; }
 
 /* Vtable slots: presence (struct_size covers the slot and it is non-null) and callers. */
 static inline int kvcm__has_cold_page_codec_vtable_configure(const kvcm_cold_page_codec_vtable* vt) {

@@ -169,8 +169,14 @@ func emitShimHeader(m *Model) string {
 	b.WriteString("static inline const void* kvcm__ptr(uintptr_t p) { return (const void*)p; }\n")
 	b.WriteString("\n/* Opaque pointer fields, read and written as uintptr_t. */\n")
 	for _, d := range m.Decls {
+		userData := map[string]bool{} // a callback's user data, which the converters read in Go
 		for _, f := range d.Fields {
-			if f.Type.Kind == KVoidPtr || f.Type.Kind == KConstVoidPtr {
+			if f.User != "" {
+				userData[f.User] = true
+			}
+		}
+		for _, f := range d.Fields {
+			if (f.Type.Kind == KVoidPtr || f.Type.Kind == KConstVoidPtr) && !userData[f.CName] {
 				fmt.Fprintf(&b, "static inline uintptr_t kvcm__get_%s_%s(const %s* p) { return (uintptr_t)p->%s; }\n",
 					strings.TrimPrefix(d.CName, m.Prefix+"_"), f.CName, d.CName, f.CName)
 				fmt.Fprintf(&b, "static inline void kvcm__set_%s_%s(%s* p, uintptr_t v) { p->%s = (%s)v; }\n",
