@@ -225,6 +225,9 @@ func CheckDigests(name string, digests []DigestAt, n int) error {
 // DigestsIn returns the digests of [from, to) of a sequence, their positions
 // relative to from; digests must be sorted by position.
 func DigestsIn(digests []DigestAt, from, to int) []DigestAt {
+	if len(digests) == 0 {
+		return nil // text: asked once per block of every lookup and commit
+	}
 	lo, _ := slices.BinarySearchFunc(digests, from, func(d DigestAt, p int) int { return cmp.Compare(d.Pos, p) })
 	hi, _ := slices.BinarySearchFunc(digests, to, func(d DigestAt, p int) int { return cmp.Compare(d.Pos, p) })
 	if lo == hi {
