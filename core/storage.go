@@ -484,7 +484,13 @@ func (vs *victimSet) push(p *page) {
 	}
 	if vs.queued == 0 {
 		vs.run, vs.head = vs.run[:0], 0
-	} else if len(vs.run) == cap(vs.run) && (vs.head > 0 || len(vs.run)-vs.head > vs.queued) {
+	} else if len(vs.run) == cap(vs.run) && 2*vs.queued <= len(vs.run) {
+		// At least half the run is holes (pages that left, or popped):
+		// compacting frees as many entries as it moves, so its cost
+		// spreads over the pushes that refill them. With fewer holes the
+		// run grows instead (a level full of cached pages whose prefixes
+		// are reused and released again would otherwise compact all of
+		// them every few requests).
 		vs.compact()
 	}
 	p.heapIdx = -2 - len(vs.run)

@@ -102,3 +102,39 @@ func TestVictimSetPopsInEvictionOrder(t *testing.T) {
 		return 0
 	}))
 }
+
+// A run full of pages compacts only when at least half of it is holes, and
+// grows otherwise, so that compacting costs at most one move per push.
+func TestVictimRunCompactsOnlyWhenHalfIsHoles(t *testing.T) {
+	var vs victimSet
+	vs.reserve(8)
+	tick := uint64(0)
+	push := func() *page {
+		tick++
+		p := &page{heapIdx: -1, prioSet: true, lastUsed: tick}
+		vs.push(p)
+		return p
+	}
+	var old []*page
+	for range 8 {
+		old = append(old, push())
+	}
+	vs.remove(old[3])
+	young := []*page{push()}
+	require.Len(t, vs.run, 9, "one hole in eight: the run grew")
+	for len(vs.run) < cap(vs.run) {
+		young = append(young, push())
+	}
+	for _, p := range old {
+		if p.inVictims() {
+			vs.remove(p)
+		}
+	}
+	require.LessOrEqual(t, 2*vs.queued, len(vs.run), "half the full run is holes")
+	queued := vs.queued
+	push()
+	assert.Len(t, vs.run, queued+1, "compacted: only the pages are left")
+	for _, p := range young[:3] {
+		assert.Same(t, p, vs.pop(), "the order survives the compaction")
+	}
+}
