@@ -238,7 +238,6 @@ type engine struct {
 	// nil when it is off.
 	guarded map[blockhash.Key]struct{}
 	reuse   *cp.ReuseEvict
-	hasher  *blockhash.Hasher // keys of the blocks committed past a chain
 	diskDir string
 
 	jobs        []job
@@ -294,7 +293,7 @@ func Run(tr *Trace, opts Options) (*Result, error) {
 	}
 	e := &engine{opts: opts, tr: tr, tpb: opts.TokensPerBlock,
 		cached: map[blockhash.Key]int{}, pins: map[blockhash.Key]int{}, readyAt: map[blockhash.Key]float64{},
-		protected: map[string][]blockhash.Key{}, hasher: blockhash.NewHasher()}
+		protected: map[string][]blockhash.Key{}}
 	e.link = link{cfg: opts.Link, blockBytes: float64(opts.TokensPerBlock) * opts.Link.BytesPerToken}
 	if err := e.init(); err != nil {
 		return nil, err
@@ -967,27 +966,6 @@ func (e *engine) prefillAlone(u, p int) float64 {
 	return t
 }
 
-// committedChain returns the keys of j's committed blocks, first block
-// first: j.chain's, hashed at arrival, then those of the blocks committed
-// past it, chained from its last key.
-func (e *engine) committedChain(j *job) []blockhash.Key {
-	src := j.full
-	if src == nil {
-		src = j.prompt
-	}
-	n := min(len(j.chain), j.committed/e.tpb)
-	keys := slices.Clip(j.chain[:n])
-	k := blockhash.Scope{}.Root()
-	if n > 0 {
-		k = keys[n-1]
-	}
-	for i := n * e.tpb; i+e.tpb <= j.committed; i += e.tpb {
-		k = e.hasher.Next(k, src[i:i+e.tpb])
-		keys = append(keys, k)
-	}
-	return keys
-}
-
 func (e *engine) finish(j *job) {
 	if err := j.cache.Close(); err != nil {
 		e.fail(err)
@@ -1001,7 +979,7 @@ func (e *engine) finish(j *job) {
 	}
 	e.outstanding -= j.totalBlocks - j.capBlocks
 	if e.reuse != nil {
-		e.setPriorities(e.reuse.Released(e.committedChain(j)))
+		e.setPriorities(e.reuse.Released(j.cache.Keys())) // the committed chain's
 	}
 	j.phase = finished
 	e.res.Requests = append(e.res.Requests, RequestResult{
