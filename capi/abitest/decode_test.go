@@ -23,16 +23,8 @@ func TestDecodeStepsThroughTheCABI(t *testing.T) {
 	prompt := seq(1, 2*tpb+1)
 	steps := seq(100, 2*tpb+2)
 	do := func(batched bool) run {
-		m, err := CreateManager(smallConfig(16, 0), nil)
-		require.NoError(t, err)
+		m, c := prefilled(t, 16, prompt)
 		defer DestroyManager(m)
-		s, err := CreateStream(m)
-		require.NoError(t, err)
-		c, err := CreateCache(m, -1, "", prompt)
-		require.NoError(t, err)
-		require.NoError(t, Resume(c, s))
-		require.NoError(t, Resize(c, int64(len(prompt)), int64(len(prompt))))
-		require.NoError(t, Commit(c, prompt, false))
 		if batched {
 			require.NoError(t, DecodeSteps(c, steps[:3]))
 			require.NoError(t, DecodeSteps(c, steps[3:]))
@@ -44,6 +36,7 @@ func TestDecodeStepsThroughTheCABI(t *testing.T) {
 			}
 		}
 		var r run
+		var err error
 		r.info, err = GetCacheInfo(c)
 		require.NoError(t, err)
 		r.pages, _, err = BasePageIndices(c, 0, 64)
@@ -59,16 +52,8 @@ func TestDecodeStepsThroughTheCABI(t *testing.T) {
 	assert.Equal(t, want, got)
 	assert.Equal(t, int64(len(prompt)+len(steps)), got.info.Committed)
 
-	m, err := CreateManager(smallConfig(3, 0), nil)
-	require.NoError(t, err)
+	m, c := prefilled(t, 3, prompt)
 	defer DestroyManager(m)
-	s, err := CreateStream(m)
-	require.NoError(t, err)
-	c, err := CreateCache(m, -1, "", prompt)
-	require.NoError(t, err)
-	require.NoError(t, Resume(c, s))
-	require.NoError(t, Resize(c, int64(len(prompt)), int64(len(prompt))))
-	require.NoError(t, Commit(c, prompt, false))
 	before, err := GetCacheInfo(c)
 	require.NoError(t, err)
 	requireCode(t, DecodeStepsNull(c, 2), InvalidArgument, "tokens")
@@ -81,4 +66,20 @@ func TestDecodeStepsThroughTheCABI(t *testing.T) {
 	assert.Equal(t, before.Committed, after.Committed)
 	require.NoError(t, DecodeStepsNull(c, 0), "no steps")
 	require.NoError(t, CloseCache(c))
+}
+
+// prefilled returns a manager of gpuPages GPU pages and an ACTIVE cache of
+// it with prompt committed; the caller destroys the manager.
+func prefilled(t *testing.T, gpuPages int64, prompt []int32) (m, c uint64) {
+	t.Helper()
+	m, err := CreateManager(smallConfig(gpuPages, 0), nil)
+	require.NoError(t, err)
+	s, err := CreateStream(m)
+	require.NoError(t, err)
+	c, err = CreateCache(m, -1, "", prompt)
+	require.NoError(t, err)
+	require.NoError(t, Resume(c, s))
+	require.NoError(t, Resize(c, int64(len(prompt)), int64(len(prompt))))
+	require.NoError(t, Commit(c, prompt, false))
+	return m, c
 }

@@ -852,18 +852,6 @@ inline std::vector<kvcm::Token> tokenRange(kvcm::Token first, size_t n)
     EXPECT_KVCM_ERROR_NAMING(stmt, kvcm::StatusCode::kInvalidConfig, std::string("invalid config: ") + (field) + ": ")
 
 // Expects `stmt` to throw kvcm::Error with `code`.
-#define EXPECT_KVCM_ERROR(stmt, expectedCode)                                                                          \
-    do                                                                                                                 \
-    {                                                                                                                  \
-        try                                                                                                            \
-        {                                                                                                              \
-            stmt;                                                                                                      \
-            ADD_FAILURE() << #stmt " did not throw kvcm::Error";                                                       \
-        }                                                                                                              \
-        catch (kvcm::Error const& e)                                                                                   \
-        {                                                                                                              \
-            EXPECT_EQ(e.code(), expectedCode) << e.what();                                                             \
-        }                                                                                                              \
-    } while (0)
+#define EXPECT_KVCM_ERROR(stmt, expectedCode) EXPECT_KVCM_ERROR_NAMING(stmt, expectedCode, std::string())
 
 } // namespace kvcm_test

@@ -465,18 +465,12 @@ def _tokens(value: Any, name: str, text_only: bool = False) -> tuple[Any, int, A
         toks, n, keep = _convert.tokens(value, name)
         return toks, n, keep, None
     except TypeError as e:
-        return _digest_tokens(value, name, text_only, e)
-
-
-def _digest_tokens(value: Any, name: str, text_only: bool, e: TypeError) -> tuple[Any, int, Any, Any]:
-    """_tokens of a value _convert.tokens refused with e: e re-raised unless
-    the value holds digest tokens."""
-    # A bytes-like argument is a buffer of token ids, never digests.
-    if isinstance(value, (bytes, bytearray, memoryview, str, array.array)) or not any(
-            f"got {k}" in str(e) for k in ("bytes", "bytearray", "MmItemContext")):
-        raise e
-    if text_only:
-        raise TypeError(f"{e}: a text-only cache takes text token ids only") from None
+        # A bytes-like argument is a buffer of token ids, never digests.
+        if isinstance(value, (bytes, bytearray, memoryview, str, array.array)) or not any(
+                f"got {k}" in str(e) for k in ("bytes", "bytearray", "MmItemContext")):
+            raise
+        if text_only:
+            raise TypeError(f"{e}: a text-only cache takes text token ids only") from None
     toks, n, pos, nd, blob, blen, keep = multimodal.split(list(value), name)
     return toks, n, keep, (pos, nd, blob, blen)
 
@@ -1851,11 +1845,7 @@ class _KVCache(Managed):
             self._lora_id, self._salt = lora_id, salt
             scope, has_lora, salt_keep = KVCacheManager._scope(lora_id, salt)
         self._text_only = text_only
-        try:
-            toks, n, toks_keep = _convert.tokens(input_tokens, "input_tokens")
-            dig = None
-        except TypeError as e:
-            toks, n, toks_keep, dig = _digest_tokens(input_tokens, "input_tokens", text_only, e)
+        toks, n, toks_keep, dig = _tokens(input_tokens, "input_tokens", text_only)
         self._num_input_tokens = n
         if n and manager._has_ssm:
             self._ssm_lookup_pending = True
@@ -2007,10 +1997,8 @@ class _KVCache(Managed):
                 m.clear_stats_dirty(self._id)  # closing discards the pending statistics
             if m._event_manager is not None:
                 m._forget_scope(self._get_id(handle))
-            if self._bufs:
-                self._bufs.clear()
-            if self._views:
-                self._views.clear()
+            self._bufs.clear()
+            self._views.clear()
             if self._priority_cb is None:
                 _cache_close(handle)
             else:

@@ -350,40 +350,62 @@ def test_is_end_is_never_deferred(pair):
     assert _observe(m, c) == _observe(mr, r)
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_random_steps_match_the_library(seed):
-    """Rule: any sequence of resizes, commits (one to a few tokens, valid or
-    not), queries and suspends reads and raises exactly as without deferral."""
-    rnd = random.Random(seed)
-    got = _pair(small_config(enable_partial_reuse=bool(seed % 2)))
+def _resize_move(rnd, most_advance):
+    """A move of _random_walk: the same resize of both caches, growing the
+    capacity by 0-3 tokens and the history by 0-most_advance within it."""
+    def move(c, r):
+        grow, adv = rnd.randint(0, 3), rnd.randint(0, most_advance)
+        args = (lambda cache: (cache.capacity + grow, min(cache.capacity + grow, cache.history_length + adv)))
+        _same_error(lambda: c.resize(*args(c)), lambda: r.resize(*args(r)))
+    return move
+
+
+def _random_walk(got, rnd, steps, moves, suspend_until):
+    """Runs steps random moves on the deferring cache and its reference (got,
+    from _pair): a draw from rnd below a move's bound (moves: (bound, move),
+    the first bound that holds) runs move(c, r); else below suspend_until both
+    caches are suspended and resumed, and above it what they show is
+    compared. At the end they are compared, closed, and the managers'
+    statistics must agree."""
     (m, s, c), (mr, sr, r) = got
-    deferred = 0
     try:
-        for step in range(120):
+        for step in range(steps):
             op = rnd.random()
-            if op < 0.35:
-                grow, adv = rnd.randint(0, 3), rnd.randint(0, 3)
-                args = (lambda cache: (cache.capacity + grow, min(cache.capacity + grow, cache.history_length + adv)))
-                _same_error(lambda: c.resize(*args(c)), lambda: r.resize(*args(r)))
-            elif op < 0.8:
-                toks = [rnd.randint(0, 50) for _ in range(rnd.choice((1, 1, 1, 2, 3)))]
-                end = rnd.random() < 0.01
-                _same_error(lambda: c.commit(toks, is_end=end), lambda: r.commit(toks, is_end=end))
-                deferred += bool(c._pending)
-            elif op < 0.85:
+            move = next((mv for bound, mv in moves if op < bound), None)
+            if move is not None:
+                move(c, r)
+            elif op < suspend_until:
                 for cache, stream in ((c, s), (r, sr)):
                     cache.suspend()
                     assert cache.resume(stream)
             else:
                 assert _observe(m, c) == _observe(mr, r), f"step {step}"
         assert _observe(m, c) == _observe(mr, r)
-        assert deferred > 0, "some commits waited"
         c.close()
         r.close()
         assert m.stats == mr.stats
     finally:
         m.close()
         mr.close()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_steps_match_the_library(seed):
+    """Rule: any sequence of resizes, commits (one to a few tokens, valid or
+    not), queries and suspends reads and raises exactly as without deferral."""
+    rnd = random.Random(seed)
+    deferred = 0
+
+    def commit(c, r):
+        nonlocal deferred
+        toks = [rnd.randint(0, 50) for _ in range(rnd.choice((1, 1, 1, 2, 3)))]
+        end = rnd.random() < 0.01
+        _same_error(lambda: c.commit(toks, is_end=end), lambda: r.commit(toks, is_end=end))
+        deferred += bool(c._pending)
+
+    _random_walk(_pair(small_config(enable_partial_reuse=bool(seed % 2))), rnd, 120,
+                 [(0.35, _resize_move(rnd, 3)), (0.8, commit)], 0.85)
+    assert deferred > 0, "some commits waited"
 
 
 def _full_attention_config(**kw):
@@ -465,40 +487,24 @@ def test_random_decode_steps_match_the_library(seed):
     """Rule: decode steps mixed with other resizes, commits, queries and
     suspends read and raise exactly as without deferral."""
     rnd = random.Random(100 + seed)
-    got = _pair(small_config(enable_partial_reuse=bool(seed % 2)) if seed < 2 else _full_attention_config())
-    (m, s, c), (mr, sr, r) = got
     stepped = 0
-    try:
-        for step in range(150):
-            op = rnd.random()
-            if op < 0.6:
-                tok = rnd.randint(0, 50)
-                n = c.num_committed_tokens
-                assert n == r.num_committed_tokens
-                _same_error(lambda: c.resize(n + 1, n + 1), lambda: r.resize(n + 1, n + 1))
-                stepped += c._st.steps
-                _same_error(lambda: c.commit([tok]), lambda: r.commit([tok]))
-            elif op < 0.75:
-                grow, adv = rnd.randint(0, 3), rnd.randint(0, 2)
-                args = (lambda cache: (cache.capacity + grow, min(cache.capacity + grow, cache.history_length + adv)))
-                _same_error(lambda: c.resize(*args(c)), lambda: r.resize(*args(r)))
-            elif op < 0.85:
-                toks = [rnd.randint(0, 50) for _ in range(rnd.choice((1, 2)))]
-                _same_error(lambda: c.commit(toks), lambda: r.commit(toks))
-            elif op < 0.9:
-                for cache, stream in ((c, s), (r, sr)):
-                    cache.suspend()
-                    assert cache.resume(stream)
-            else:
-                assert _observe(m, c) == _observe(mr, r), f"step {step}"
-        assert _observe(m, c) == _observe(mr, r)
-        assert stepped > 0, "some decode steps waited"
-        c.close()
-        r.close()
-        assert m.stats == mr.stats
-    finally:
-        m.close()
-        mr.close()
+
+    def step(c, r):
+        nonlocal stepped
+        tok = rnd.randint(0, 50)
+        n = c.num_committed_tokens
+        assert n == r.num_committed_tokens
+        _same_error(lambda: c.resize(n + 1, n + 1), lambda: r.resize(n + 1, n + 1))
+        stepped += c._st.steps
+        _same_error(lambda: c.commit([tok]), lambda: r.commit([tok]))
+
+    def commit(c, r):
+        toks = [rnd.randint(0, 50) for _ in range(rnd.choice((1, 2)))]
+        _same_error(lambda: c.commit(toks), lambda: r.commit(toks))
+
+    got = _pair(small_config(enable_partial_reuse=bool(seed % 2)) if seed < 2 else _full_attention_config())
+    _random_walk(got, rnd, 150, [(0.6, step), (0.75, _resize_move(rnd, 2)), (0.85, commit)], 0.9)
+    assert stepped > 0, "some decode steps waited"
 
 
 def test_decode_steps_method_equals_the_per_step_calls(pair):
