@@ -8,7 +8,7 @@ close. Each figure is process CPU time per request over interleaved rounds
 (after one warm-up round), each way on a manager of its own built before the
 rounds: the minimum (``--stat median`` for the median).
 
-Eight ways to run the same cycle, measured in the same run:
+Nine ways to run the same cycle, measured in the same run:
 
 * ``binding``: the kvcm package (``create_kv_cache``, ``resume``,
   ``resize``, ``commit``, ``close``), prompts as lists, on the compiled
@@ -29,6 +29,9 @@ Eight ways to run the same cycle, measured in the same run:
   or an int32 buffer, GIL released, status raised; no fork or deferred
   release checks, no method wrapper); create, resume and close through the
   binding. Not part of the package;
+* ``floor``: the same loop with every kvcm call replaced by a no-op
+  builtin: the interpreter's own cost of making the trace's calls, the
+  least any binding adds (no library call at all);
 * ``C``: the cycle in C (``cycle.c``, compiled at run time against the same
   libkvcm.so), no Python in the loop: the Go cycle plus one C call per
   call, the reference of the ratios.
@@ -42,7 +45,8 @@ against the former ``(c_int32 * n)(*tokens)`` and ``array('i', list)``).
 
 ``--go`` adds the Go cycle as measured by ``kvcm bench bookkeeping`` (run
 as the given command after the Python rounds; ``make bench-python`` passes
-it), when that command exists, and the ratios to it.
+it), when that command exists, and the ratios to it, with the floor's
+share of it and what the binding costs beyond the floor.
 
 Usage: python3 bindings/python/bench/bookkeeping.py [--rounds 5] [--quick] (``make bench-python``)
 """
@@ -60,6 +64,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+import types
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -133,6 +138,28 @@ def dsteps_cycle(m: KVCacheManager, stream, prompts, decode) -> float:
 
 
 def binding_cycle(m: KVCacheManager, stream, prompts, decode) -> float:
+    t0 = time.process_time()
+    for p in prompts:
+        c = m.create_kv_cache(input_tokens=p)
+        c.resume(stream)
+        n = len(p)
+        c.resize(n, n)
+        c.commit(p[c.num_committed_tokens:])
+        for k in range(DECODE_STEPS):
+            c.resize(n + k + 1, n + k + 1)
+            c.commit(decode)
+        c.close()
+    return (time.process_time() - t0) / len(prompts)
+
+
+def floor_cycle(prompts, decode) -> float:
+    """binding_cycle's loop with every kvcm call replaced by a call to a
+    no-op builtin (create by one Python call): what the interpreter costs
+    to make the trace's calls at all, the least any Python binding adds to
+    the library's own work."""
+    cache = types.SimpleNamespace(resume=id, resize=max, commit=len, close=tuple, num_committed_tokens=0)
+    m = types.SimpleNamespace(create_kv_cache=lambda input_tokens: cache)
+    stream = None
     t0 = time.process_time()
     for p in prompts:
         c = m.create_kv_cache(input_tokens=p)
@@ -507,7 +534,7 @@ def main() -> None:
     print(f"kvcm {kvcm.version()}, Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load "
           f"{os.getloadavg()[0]:.1f}; CPU µs per request, {args.stat} of {args.rounds} interleaved rounds")
     kinds = (["binding", "array", "dsteps"] + (["ct-bind", "ct-array"] if EXTENSION else []) + ["ctypes"]
-             + (["proto"] if ext is not None else []) + (["C"] if cref is not None else []))
+             + (["proto"] if ext is not None else []) + ["floor"] + (["C"] if cref is not None else []))
     if not EXTENSION:
         print("(kvcm._kvcm_ext is not built: binding and array are the ctypes path; make py-ext)")
     ref_kind = "C" if cref is not None else "ctypes"
@@ -531,7 +558,9 @@ def main() -> None:
         for rnd in range(args.rounds + 1):
             for kind in kinds:
                 m, s = managers[kind], streams[kind]
-                if kind == "C":
+                if kind == "floor":
+                    t = floor_cycle(lists, decode)
+                elif kind == "C":
                     t = c_cycle(cref, m._native(), s.handle, lists)
                 elif kind == "proto":
                     t = ext_cycle(ext, m, s, lists, decode)
@@ -592,6 +621,14 @@ def main() -> None:
                         if "C" in med:
                             line += f", C {med['C'] / go[prompt]:.2f}x"
                         print(line)
+            per_step = forms.get(GO_REFERENCE, {})
+            print("\nthe interpreter floor (the caller's own loop, no library call) against the Go cycle (per-step "
+                  "calls), and what the binding with the library's work costs beyond that floor")
+            for prompt, med in results.items():
+                if prompt in per_step:
+                    go = per_step[prompt]
+                    print(f"  {prompt:>7}: floor {med['floor']:.1f} µs = {med['floor'] / go:.2f}x of Go {go:.1f} µs; "
+                          f"binding - floor {(med['binding'] - med['floor']) / go:.2f}x")
         else:
             print(f"\n(no Go figures from {args.go!r})")
 
