@@ -36,11 +36,15 @@ func cSlice[T any](p *T, n C.size_t, name string) ([]T, error) {
 	return unsafe.Slice(p, int(n)), nil
 }
 
-// cArray views a borrowed input array of n elements: NULL with n > 0 is an
-// error naming name.
+// cArray views a borrowed input array of n elements: NULL with n > 0, or
+// more than abimodel.MaxInputBytes bytes (which the library would copy), is
+// an error naming name.
 func cArray[T any](p *T, n C.size_t, name string) ([]T, error) {
 	if p == nil && n != 0 {
 		return nil, argError(name, "is NULL but its length is %d", uint64(n))
+	}
+	if n > abimodel.MaxInputBytes/C.size_t(max(unsafe.Sizeof(*p), 1)) {
+		return nil, argError(name, "%d is too large", uint64(n))
 	}
 	return cSlice(p, n, name)
 }
@@ -64,7 +68,7 @@ func cStructsArg[T, G any](p *T, n C.size_t, name string, conv func(*T, string) 
 // cStringArg copies the n bytes at p (a parameter the export checked), whose
 // length is the parameter lenName.
 func cStringArg(p *C.char, n C.size_t, lenName string) (string, error) {
-	if n > 1073741824 {
+	if n > abimodel.MaxInputBytes {
 		return "", argError(lenName, "%d is too large", uint64(n))
 	}
 	if n == 0 || p == nil {

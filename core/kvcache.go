@@ -261,7 +261,7 @@ func (c *KVCache) addBlock(n *node) *cacheBlock {
 // local tree are fetched without the manager's lock and onboarded to the
 // first cold level (see sharedlevel.go); Resume brings them to the GPU.
 func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
-	input, err := m.textOrDigests("input_digests", opts.InputTokens, opts.InputDigests, opts.TextOnly)
+	input, err := m.textOrDigests("input_digest_positions", opts.InputTokens, opts.InputDigests, opts.TextOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -277,7 +277,7 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	promptLen := len(opts.InputTokens)
 	switch {
 	case opts.ExpectedPromptLength != nil && *opts.ExpectedPromptLength < 0:
-		return nil, argErr("ExpectedPromptLength", "%d is negative", *opts.ExpectedPromptLength)
+		return nil, argErr("expected_prompt_length", "%d is negative", *opts.ExpectedPromptLength)
 	case opts.ExpectedPromptLength != nil:
 		promptLen = *opts.ExpectedPromptLength
 	case promptLen == 0:
@@ -1346,7 +1346,7 @@ func (c *KVCache) commitInBlock(tokens []config.Token) bool {
 // position in tokens, whose values there are ignored; see
 // CacheOptions.InputDigests). A text-only cache refuses digests.
 func (c *KVCache) CommitDigests(tokens []config.Token, digests []blockhash.DigestAt, isEnd bool) error {
-	tokens, err := c.m.textOrDigests("digests", tokens, digests, c.textOnly)
+	tokens, err := c.m.textOrDigests("digest_positions", tokens, digests, c.textOnly)
 	if err != nil {
 		return err
 	}

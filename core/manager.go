@@ -594,7 +594,7 @@ func (m *Manager) PageIndexConverter(layer int32, role config.DataRole) (PageInd
 func (m *Manager) PageIndexUpperBound(layer int32, role config.DataRole) (int64, error) {
 	loc, ok := m.lt.Buffers[layout.BufferKey{Layer: layer, Role: role}]
 	if !ok {
-		return 0, argErr("layer/role", "no buffer %q in layer %d", role, layer)
+		return 0, m.bufferErr(layer, role)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -609,7 +609,7 @@ func (m *Manager) PageIndexUpperBound(layer int32, role config.DataRole) (int64,
 func (m *Manager) Buffer(layer int32, role config.DataRole) (BufferLocation, error) {
 	loc, ok := m.lt.Buffers[layout.BufferKey{Layer: layer, Role: role}]
 	if !ok {
-		return BufferLocation{}, argErr("layer/role", "no buffer %q in layer %d", role, layer)
+		return BufferLocation{}, m.bufferErr(layer, role)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -664,7 +664,16 @@ func (m *Manager) LayerGroupOf(layer int32) (layout.LayerGroupID, error) {
 			}
 		}
 	}
-	return -1, argErr("layer", "unknown layer %d", layer)
+	return -1, argErr("layer_id", "unknown layer %d", layer)
+}
+
+// bufferErr is the error for a layer and role that name no buffer: it names
+// layer_id when the manager has no such layer, else role.
+func (m *Manager) bufferErr(layer int32, role config.DataRole) error {
+	if _, err := m.LayerGroupOf(layer); err != nil {
+		return err
+	}
+	return argErr("role", "no buffer %q in layer %d", role, layer)
 }
 
 // hotUtilization is the largest fraction, over hot pool groups, of slots

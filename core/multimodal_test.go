@@ -119,24 +119,26 @@ func TestPartialReuseStopsAtAnotherDigest(t *testing.T) {
 }
 
 // A text-only manager or cache (KVCacheManagerV2's text_only) refuses digest
-// tokens, and bad digest positions are refused naming the entry; a refused
-// call changes nothing.
+// tokens, and bad digest positions are refused naming the entry by the C
+// ABI's name of the array (input_digest_positions of the cache options,
+// digest_positions of the calls); a refused call changes nothing.
 func TestDigestTokensAreRefusedWhereTextOnlyOrMisplaced(t *testing.T) {
 	f := newFixture(t, smallConfig(32))
 	prompt, digests := imagePrompt(blockhash.Digest{1})
 	_, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt, InputDigests: digests, TextOnly: true})
 	assert.ErrorIs(t, err, ErrInvalidArgument)
-	assert.ErrorContains(t, err, "input_digests: digest tokens in a text-only cache")
+	assert.ErrorContains(t, err, "input_digest_positions: digest tokens in a text-only cache")
 	_, err = f.m.CreateKVCache(CacheOptions{InputTokens: prompt, InputDigests: []blockhash.DigestAt{{Pos: 12}}})
-	assert.ErrorContains(t, err, "input_digests[0]: position 12 outside the 12 tokens")
+	assert.ErrorContains(t, err, "input_digest_positions[0]: position 12 outside the 12 tokens")
 	_, err = f.m.ProbeReuseDigests(blockhash.Scope{}, prompt, []blockhash.DigestAt{{Pos: 3}, {Pos: 3}})
 	assert.ErrorIs(t, err, ErrInvalidArgument)
+	assert.ErrorContains(t, err, "digest_positions[1]: position 3 does not follow 3")
 
 	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt, TextOnly: true})
 	require.NoError(t, err)
 	require.NoError(t, c.Resume(f.stream))
 	require.NoError(t, c.Resize(12, 12))
-	assert.ErrorContains(t, c.CommitDigests(prompt, digests, false), "digests: digest tokens in a text-only cache")
+	assert.ErrorContains(t, c.CommitDigests(prompt, digests, false), "digest_positions: digest tokens in a text-only cache")
 	assert.Zero(t, c.NumCommittedTokens(), "nothing changed")
 	require.NoError(t, c.Close())
 

@@ -138,6 +138,25 @@ func TestAggregatedQueriesRefuseBadArguments(t *testing.T) {
 	assert.ErrorContains(t, err, `buffers[1]: no buffer "index" in layer 0`)
 }
 
+// The buffer queries name the argument that is wrong: layer_id for a layer
+// the manager does not have, role for a layer without that buffer.
+func TestBufferQueriesNameTheLayerOrTheRole(t *testing.T) {
+	f := newFixture(t, smallConfig(16))
+	_, err := f.m.LayerGroupOf(9)
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+	assert.ErrorContains(t, err, "layer_id: unknown layer 9")
+	_, err = f.m.Buffer(9, config.RoleKey)
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+	assert.ErrorContains(t, err, "layer_id: unknown layer 9")
+	_, err = f.m.Buffer(0, "query")
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+	assert.ErrorContains(t, err, `role: no buffer "query" in layer 0`)
+	_, err = f.m.PageIndexUpperBound(0, "query")
+	assert.ErrorContains(t, err, `role: no buffer "query" in layer 0`)
+	_, err = f.m.PageIndexUpperBound(-1, config.RoleKey)
+	assert.ErrorContains(t, err, "layer_id: unknown layer -1")
+}
+
 // overrideConfig: smallConfig with an "index" buffer of 16 bytes per 2
 // tokens in layer 0 (tokens_per_block_override 2 of 4: expansion 2).
 func overrideConfig() config.Config {

@@ -110,7 +110,7 @@ func TestExpectedPromptLengthIsTheGenerationBoundary(t *testing.T) {
 		f := newFixture(t, smallConfig(16))
 		_, err := f.m.CreateKVCache(CacheOptions{ExpectedPromptLength: length(-1)})
 		require.ErrorIs(t, err, ErrInvalidArgument)
-		assert.ErrorContains(t, err, "ExpectedPromptLength")
+		assert.ErrorContains(t, err, "expected_prompt_length: -1 is negative", "named as in the C ABI and Python")
 	})
 }
 

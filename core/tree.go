@@ -522,7 +522,7 @@ func (m *Manager) ProbeReuse(scope blockhash.Scope, input []config.Token) int {
 // enter the block keys, so the shared tier's blocks of the same input (text
 // and digests) count as for text.
 func (m *Manager) ProbeReuseDigests(scope blockhash.Scope, input []config.Token, digests []blockhash.DigestAt) (int, error) {
-	input, err := m.textOrDigests("input_digests", input, digests, false)
+	input, err := m.textOrDigests("digest_positions", input, digests, false)
 	if err != nil {
 		return 0, err
 	}
@@ -544,9 +544,10 @@ func (m *Manager) probeLocal(scope blockhash.Scope, input []config.Token, digest
 	return mt.tokens(m.cfg.TokensPerBlock)
 }
 
-// textOrDigests checks the digest tokens of tokens (named name) and returns
-// tokens with 0 at every digest position (a copy where needed). A text-only
-// manager or cache refuses digests.
+// textOrDigests checks the digest tokens of tokens (named name: the C ABI's
+// name of the positions array, which every binding's errors share) and
+// returns tokens with 0 at every digest position (a copy where needed). A
+// text-only manager or cache refuses digests.
 func (m *Manager) textOrDigests(name string, tokens []config.Token, digests []blockhash.DigestAt, textOnly bool) ([]config.Token, error) {
 	if len(digests) == 0 {
 		return tokens, nil
@@ -579,7 +580,7 @@ func (m *Manager) ProbeFirstNewBlockKey(scope blockhash.Scope, input []config.To
 // ProbeFirstNewBlockKeyDigests is ProbeFirstNewBlockKey for input with
 // digest tokens; bad digests are ErrInvalidArgument.
 func (m *Manager) ProbeFirstNewBlockKeyDigests(scope blockhash.Scope, input []config.Token, digests []blockhash.DigestAt) (blockhash.Key, bool, error) {
-	input, err := m.textOrDigests("input_digests", input, digests, false)
+	input, err := m.textOrDigests("digest_positions", input, digests, false)
 	if err != nil {
 		return 0, false, err
 	}

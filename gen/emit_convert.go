@@ -78,12 +78,16 @@ func convertHelpers(f *jen.File) {
 		jen.Return(jen.Qual("unsafe", "Slice").Call(jen.Id("p"), jen.Int().Call(n())), jen.Nil()),
 	)
 	f.Line()
-	f.Comment("cArray views a borrowed input array of n elements: NULL with n > 0 is an")
-	f.Comment("error naming name.")
+	f.Comment("cArray views a borrowed input array of n elements: NULL with n > 0, or")
+	f.Comment("more than abimodel.MaxInputBytes bytes (which the library would copy), is")
+	f.Comment("an error naming name.")
 	f.Func().Id("cArray").Types(jen.Id("T").Any()).Params(jen.Id("p").Op("*").Id("T"), n().Qual("C", "size_t"), jen.Id("name").String()).
 		Params(jen.Index().Id("T"), jen.Error()).Block(
 		jen.If(jen.Id("p").Op("==").Nil().Op("&&").Add(n()).Op("!=").Lit(0)).Block(
 			jen.Return(jen.Nil(), jen.Id("argError").Call(jen.Id("name"), jen.Lit("is NULL but its length is %d"), jen.Uint64().Call(n())))),
+		jen.If(n().Op(">").Qual("github.com/kvcm/kvcm/core/abimodel", "MaxInputBytes").Op("/").Qual("C", "size_t").Call(
+			jen.Id("max").Call(jen.Qual("unsafe", "Sizeof").Call(jen.Op("*").Id("p")), jen.Lit(1)))).Block(
+			jen.Return(jen.Nil(), jen.Id("argError").Call(jen.Id("name"), jen.Lit("%d is too large"), jen.Uint64().Call(n())))),
 		jen.Return(jen.Id("cSlice").Call(jen.Id("p"), n(), jen.Id("name"))),
 	)
 	f.Line()
@@ -106,7 +110,7 @@ func convertHelpers(f *jen.File) {
 	f.Comment("length is the parameter lenName.")
 	f.Func().Id("cStringArg").Params(jen.Id("p").Op("*").Qual("C", "char"), n().Qual("C", "size_t"), jen.Id("lenName").String()).
 		Params(jen.String(), jen.Error()).Block(
-		jen.If(n().Op(">").Lit(1<<30)).Block(
+		jen.If(n().Op(">").Qual("github.com/kvcm/kvcm/core/abimodel", "MaxInputBytes")).Block(
 			jen.Return(jen.Lit(""), jen.Id("argError").Call(jen.Id("lenName"), jen.Lit("%d is too large"), jen.Uint64().Call(n())))),
 		jen.If(n().Op("==").Lit(0).Op("||").Id("p").Op("==").Nil()).Block(jen.Return(jen.Lit(""), jen.Nil())),
 		jen.Return(jen.Qual("C", "GoStringN").Call(jen.Id("p"), jen.Qual("C", "int").Call(n())), jen.Nil()),

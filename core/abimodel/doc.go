@@ -38,6 +38,13 @@ var ErrDestroyed = errors.New("destroyed")
 // garbage value is an argument error rather than a huge allocation.
 const MaxElems = 1 << 40
 
+// MaxInputBytes bounds the bytes of one input array or string a caller
+// passes (1 GiB). The library copies its inputs, and Go's runtime aborts the
+// process, rather than panic, when it cannot map an allocation: a garbage
+// count (a prompt of 2^33 tokens) must be an argument error before the
+// copy.
+const MaxInputBytes = 1 << 30
+
 func argErr(arg, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", core.ErrInvalidArgument, arg, fmt.Sprintf(format, args...))
 }

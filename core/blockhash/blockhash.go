@@ -248,7 +248,7 @@ func ChainDigests(a Algorithm, scope Scope, tokensPerBlock int, tokens []int32, 
 	if tokensPerBlock <= 0 {
 		return nil, fmt.Errorf("tokens_per_block: must be positive, got %d", tokensPerBlock)
 	}
-	if err := CheckDigests("digests", digests, len(tokens)); err != nil {
+	if err := CheckDigests("digest_positions", digests, len(tokens)); err != nil {
 		return nil, err
 	}
 	x, err := NewHasherFor(a)

@@ -122,10 +122,10 @@ func TestDigestPositionsAreChecked(t *testing.T) {
 		d    []DigestAt
 		want string
 	}{
-		{[]DigestAt{{Pos: 4}}, "digests[0]: position 4 outside the 4 tokens"},
-		{[]DigestAt{{Pos: -1}}, "digests[0]: position -1"},
-		{[]DigestAt{{Pos: 2}, {Pos: 2}}, "digests[1]: position 2 does not follow 2"},
-		{[]DigestAt{{Pos: 3}, {Pos: 1}}, "digests[1]: position 1 does not follow 3"},
+		{[]DigestAt{{Pos: 4}}, "digest_positions[0]: position 4 outside the 4 tokens"},
+		{[]DigestAt{{Pos: -1}}, "digest_positions[0]: position -1"},
+		{[]DigestAt{{Pos: 2}, {Pos: 2}}, "digest_positions[1]: position 2 does not follow 2"},
+		{[]DigestAt{{Pos: 3}, {Pos: 1}}, "digest_positions[1]: position 1 does not follow 3"},
 	} {
 		_, err := ChainDigests(SHA256, Scope{}, 2, make([]int32, 4), c.d, true)
 		assert.ErrorContains(t, err, c.want)

@@ -241,8 +241,16 @@ const (
 	DefaultRebalanceMovingAverageDecay        = 0.9999
 )
 
+// MaxTokensPerBlock is the largest TokensPerBlock. The manager keeps the
+// tokens of its blocks in chunks of 256 blocks, allocated and faulted in
+// whole, so a larger block would make a chunk of more than 64 MiB (and
+// tokens_per_block 2^31-1 one of 2 TiB: the process ran out of memory in
+// kvcm_manager_create instead of getting an error).
+const MaxTokensPerBlock = 1 << 16
+
 // Config is the manager's configuration.
 type Config struct {
+	// TokensPerBlock is in [1, MaxTokensPerBlock].
 	TokensPerBlock int
 	// CacheTiers are ordered from hottest to coldest: one GPU tier, then at
 	// most one host tier, then at most one disk tier, then at most one
@@ -425,8 +433,8 @@ func (c *Config) LocalTiers() []CacheTierConfig {
 // lifecycles the layers form (the layout computes it), used to check
 // InitialPoolRatio's length.
 func (c *Config) Validate(numLayerGroups int) error {
-	if c.TokensPerBlock <= 0 {
-		return fieldErr("tokens_per_block", "must be positive, got %d", c.TokensPerBlock)
+	if c.TokensPerBlock <= 0 || c.TokensPerBlock > MaxTokensPerBlock {
+		return fieldErr("tokens_per_block", "must be positive and at most %d, got %d", MaxTokensPerBlock, c.TokensPerBlock)
 	}
 	if err := c.validateTiers(); err != nil {
 		return err

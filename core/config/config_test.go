@@ -100,6 +100,20 @@ func TestBufferSizesThatOverflowAreRejected(t *testing.T) {
 	requireField(t, cfg.Validate(1), "layers[1].buffers[0].size", "beyond")
 }
 
+// Every error names its field: tokens_per_block is in [1,
+// MaxTokensPerBlock], so that no block is too large to allocate the
+// manager's token chunks for.
+func TestTokensPerBlockOutOfRangeIsRejected(t *testing.T) {
+	for _, tpb := range []int{0, -4, config.MaxTokensPerBlock + 1, math.MaxInt32} {
+		cfg := valid()
+		cfg.TokensPerBlock = tpb
+		requireField(t, cfg.Validate(1), "tokens_per_block", "must be positive and at most 65536")
+	}
+	cfg := valid()
+	cfg.TokensPerBlock = config.MaxTokensPerBlock
+	require.NoError(t, cfg.Validate(1))
+}
+
 // The default max_util_for_resume is KVCacheManagerV2's, 0.97.
 func TestDefaultMaxUtilForResumeIsKVCM2s(t *testing.T) {
 	assert.Equal(t, 0.97, config.DefaultMaxUtilForResume)

@@ -224,7 +224,7 @@ type BatchDesc struct {
 //kvcm:pyfield swa_scratch_reuse SwaScratchReuseConfig|None None | SWA scratch reuse (TensorRT-LLM's swa_scratch_reuse); None: off.
 //kvcm:cppmethod [[nodiscard]] bool enableSwaScratchReuse() const noexcept { return swaScratchReuse.has_value(); }
 type ManagerConfig struct {
-	// TokensPerBlock is the number of tokens of one block (page).
+	// TokensPerBlock is the number of tokens of one block (page), in [1, 65536].
 	TokensPerBlock int32
 	// Device selects the device (KVCM_DEVICE_AUTO by default).
 	Device DeviceKind `py:"-"`

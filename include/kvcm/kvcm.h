@@ -1619,7 +1619,7 @@ struct kvcm_manager_config {
      */
     uint32_t abi_version;
     /**
-     * tokens_per_block is the number of tokens of one block (page).
+     * tokens_per_block is the number of tokens of one block (page), in [1, 65536].
      */
     int32_t tokens_per_block;
     /**

@@ -326,6 +326,98 @@ TEST_F(ManagerTest, ErrorCodesOnBadArguments)
     EXPECT_EQ(out, 0u);
 }
 
+// Bad input through the C ABI is KVCM_ERR_INVALID_ARGUMENT whose message
+// names the C parameter or field (not a Go name, nor one the ABI does not
+// have), and a refused call changes nothing: the manager's caches, handles
+// and statistics, the cache's capacity, history, committed tokens and pages.
+TEST_F(ManagerTest, ArgumentErrorsNameTheCArgumentAndChangeNothing)
+{
+    auto cfg = smallConfig(64 << 10);
+    cfg.enableStats = true;
+    kvcm::KVCacheManager m(cfg);
+    auto stream = m.createStream();
+    auto c = m.createKVCache(tokenRange(0, 8));
+    c.resume(stream);
+    c.resize(8, 4);
+
+    auto const snapshot = [&]
+    {
+        auto const st = m.stats();
+        return std::make_tuple(kvcm::liveHandleCount(), m.numOpenCaches(), st.alloc_total_blocks, st.missed_blocks,
+            c.capacity(), c.historyLength(), c.numCommittedTokens(), c.basePageIndices(0));
+    };
+    auto const before = snapshot();
+    auto const expectNaming = [&](kvcm_status* s, std::string const& needle)
+    {
+        EXPECT_EQ(kvcm_status_get_code(s), KVCM_ERR_INVALID_ARGUMENT) << kvcm_status_get_message(s);
+        std::string const msg = kvcm_status_get_message(s);
+        kvcm_status_free(s);
+        EXPECT_NE(msg.find(needle), std::string::npos) << msg;
+        EXPECT_EQ(snapshot(), before) << msg;
+    };
+
+    // The buffer queries name layer_id for an unknown layer, role for an
+    // unknown buffer of a known one.
+    kvcm_layer_group_id lg = -1;
+    kvcm_buffer_location loc{};
+    int64_t v = 0;
+    expectNaming(kvcm_manager_get_layer_group_of(m.handle(), 99, &lg), "layer_id: unknown layer 99");
+    expectNaming(kvcm_manager_get_buffer_location(m.handle(), 99, "key", &loc), "layer_id: unknown layer 99");
+    expectNaming(kvcm_manager_get_buffer_location(m.handle(), 0, "query", &loc), "role: no buffer \"query\"");
+    expectNaming(kvcm_manager_get_page_stride(m.handle(), 0, "query", &v), "role: ");
+    expectNaming(kvcm_manager_get_page_index_upper_bound(m.handle(), -1, "key", &v), "layer_id: ");
+
+    // Options fields by their C names.
+    auto const initOptions = []
+    {
+        kvcm_kv_cache_options o{};
+        o.struct_size = sizeof o;
+        o.abi_version = KVCM_ABI_VERSION;
+        return o;
+    };
+    kvcm_kv_cache_options opts = initOptions();
+    auto const prompt = tokenRange(0, 8);
+    opts.input_tokens = prompt.data();
+    opts.num_input_tokens = prompt.size();
+    opts.has_expected_prompt_length = true;
+    opts.expected_prompt_length = -1;
+    kvcm_kv_cache out = 0;
+    expectNaming(kvcm_kv_cache_create(m.handle(), &opts, &out), "expected_prompt_length: -1 is negative");
+    opts.has_expected_prompt_length = false;
+    size_t pos[1] = {8};
+    char const digest[32] = {};
+    opts.input_digest_positions = pos;
+    opts.num_input_digests = 1;
+    opts.input_digest_bytes = digest;
+    opts.input_digest_bytes_len = sizeof digest;
+    expectNaming(kvcm_kv_cache_create(m.handle(), &opts, &out), "input_digest_positions[0]: position 8 outside the 8 tokens");
+    EXPECT_EQ(out, 0u);
+
+    // Digest positions of the calls are digest_positions[i].
+    kvcm_token const toks[4] = {8, 9, 10, 11};
+    pos[0] = 4;
+    expectNaming(kvcm_kv_cache_commit_digests(c.handle(), toks, 4, pos, 1, digest, sizeof digest, false),
+        "digest_positions[0]: position 4 outside the 4 tokens");
+    kvcm_reuse_scope const scope{};
+    expectNaming(kvcm_manager_probe_reuse_digests(m.handle(), &scope, false, toks, 4, pos, 1, digest, sizeof digest, &v),
+        "digest_positions[0]: ");
+    uint64_t keys[2];
+    size_t needed = 0;
+    expectNaming(kvcm_block_keys(KVCM_BLOCK_KEY_SHA256, &scope, false, 4, toks, 4, pos, 1, digest, sizeof digest, false,
+                     keys, 2, &needed),
+        "digest_positions[0]: ");
+
+    // A count whose copy no memory holds (2^33 tokens: 32 GiB) is refused
+    // before the copy, which would have aborted the process.
+    expectNaming(kvcm_kv_cache_commit(c.handle(), toks, size_t{1} << 33, false), "tokens: 8589934592 is too large");
+    expectNaming(kvcm_manager_probe_reuse(m.handle(), &scope, toks, size_t{1} << 33, &v), "tokens: ");
+    opts = initOptions();
+    opts.input_tokens = prompt.data();
+    opts.num_input_tokens = size_t{1} << 33;
+    expectNaming(kvcm_kv_cache_create(m.handle(), &opts, &out), "options.input_tokens: ");
+    EXPECT_EQ(out, 0u);
+}
+
 // validateConfig checks a configuration as the constructor would, naming the
 // field of the first problem, and creates nothing.
 TEST_F(ManagerTest, ValidateConfigNamesTheField)
@@ -342,6 +434,14 @@ TEST_F(ManagerTest, ValidateConfigNamesTheField)
     cfg.cacheTiers.push_back(kvcm::DiskCacheTierConfig(1 << 20, "/nonexistent/kvcm"));
     EXPECT_CONFIG_ERROR(kvcm::validateConfig(cfg), "cache_tiers[1].path");
     EXPECT_EQ(kvcm::liveHandleCount(), mHandlesBefore) << "validation creates nothing";
+
+    // A block too large for the manager's token chunks is an error, from the
+    // constructor too (it ran out of memory in kvcm_manager_create).
+    cfg = smallConfig(64 << 10);
+    cfg.tokensPerBlock = INT32_MAX;
+    EXPECT_CONFIG_ERROR(kvcm::validateConfig(cfg), "tokens_per_block");
+    EXPECT_CONFIG_ERROR(kvcm::KVCacheManager{cfg}, "tokens_per_block");
+    EXPECT_EQ(kvcm::liveHandleCount(), mHandlesBefore) << "a refused manager leaves no handle";
 }
 
 // A temporary directory, removed with its files at scope end.
@@ -980,6 +1080,14 @@ TEST_F(ManagerTest, StreamHelper)
     // A copy outside any allocation is refused synchronously.
     EXPECT_KVCM_ERROR(s.batchCopy({{a.ptr(), 0x10, 16}}), kvcm::StatusCode::kDevice);
     EXPECT_TRUE(s.tryBatchCopy(nullptr, 0)); // an empty batch is a no-op
+    // So is one near the top of the address space, whose offset from the
+    // highest allocation is beyond 2^63, and nothing is written.
+    kvcm::DevicePtr const top = ~kvcm::DevicePtr{0} - 4;
+    EXPECT_KVCM_ERROR(s.batchCopy({{top, a.ptr(), 1}}), kvcm::StatusCode::kDevice);
+    EXPECT_KVCM_ERROR(s.batchCopy({{a.ptr(), top, 1}}), kvcm::StatusCode::kDevice);
+    EXPECT_KVCM_ERROR(s.copyFromHost(top, pattern, 1), kvcm::StatusCode::kDevice);
+    s.synchronize();
+    EXPECT_EQ(static_cast<uint8_t*>(a.hostData())[0], 0xab);
 
     a.free();
     EXPECT_EQ(a.ptr(), 0u);

@@ -211,7 +211,7 @@ class KVCacheManagerConfig:
     defaults) with the conversion of those kvcm_manager_config shares.
     """
 
-    #: tokens_per_block is the number of tokens of one block (page).
+    #: tokens_per_block is the number of tokens of one block (page), in [1, 65536].
     tokens_per_block: int
     #: The tiers, hottest first, the shared tier last (the C struct carries it apart).
     cache_tiers: list[CacheTierConfig]

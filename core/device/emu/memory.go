@@ -248,10 +248,13 @@ func (d *Device) resolveLocked(p device.Ptr, n int64) (*allocation, int64, error
 		return nil, 0, fmt.Errorf("[%#x, +%d) is below every live allocation", p, n)
 	}
 	a := d.allocs[i]
-	off := int64(p - a.base)
-	if off >= a.size() {
+	// Compared unsigned: p far above every allocation (near the top of the
+	// address space) is an offset beyond 2^63, which as an int64 would be
+	// negative and pass for one inside the allocation.
+	if uint64(p-a.base) >= uint64(a.size()) {
 		return nil, 0, fmt.Errorf("[%#x, +%d) is not in a live allocation", p, n)
 	}
+	off := int64(p - a.base)
 	if n > a.size()-off {
 		return nil, 0, fmt.Errorf("[%#x, +%d) runs %d bytes past the end of the %v allocation [%#x, +%d)",
 			p, n, n-(a.size()-off), a.kind, a.base, a.size())

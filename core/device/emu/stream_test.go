@@ -140,6 +140,10 @@ func TestInvalidCopyIsRejectedSynchronouslyAndEnqueuesNothing(t *testing.T) {
 		"destination past the end": {Dst: dst.Ptr().Add(4000), Src: src.Ptr(), Size: 100},
 		"source nowhere":           {Dst: dst.Ptr(), Src: 8, Size: 1},
 		"destination nowhere":      {Dst: 8, Src: src.Ptr(), Size: 1},
+		// Offsets beyond 2^63 from the highest allocation must not wrap
+		// into it (the copy ran on the stream worker and crashed it).
+		"source at the top of the address space":      {Dst: dst.Ptr(), Src: ^device.Ptr(0) - 4, Size: 1},
+		"destination at the top of the address space": {Dst: ^device.Ptr(0) - 4, Src: src.Ptr(), Size: 1},
 		// Adjacent mappings must not be treated as one allocation.
 		"spanning two allocations": {Dst: dst.Ptr(), Src: src.Ptr().Add(4095), Size: 2},
 	}

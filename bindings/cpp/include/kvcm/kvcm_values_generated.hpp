@@ -324,7 +324,7 @@ struct SsmLayerConfig
 // rejected (C would read it as unset, i.e. the default).
 struct KVCacheManagerConfig
 {
-    // tokensPerBlock is the number of tokens of one block (page).
+    // tokensPerBlock is the number of tokens of one block (page), in [1, 65536].
     std::int32_t tokensPerBlock = 0;
     // cacheTiers are ordered from hottest to coldest: one GPU tier, then at
     // most one host tier, then at most one disk tier.
