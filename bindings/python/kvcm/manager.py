@@ -1120,15 +1120,17 @@ class KVCacheManager(Managed):
         pages = [ReusePage(r.level, r.slot, r.covered) if r.covered else None for r in rows]
         return sum(r.matched for r in rows), pages
 
-    def probe_first_new_block_key(self, scope: Any, tokens: Sequence[int]) -> bytes | None:
-        """The key of the first full block of ``tokens`` past the prefix a new
-        cache in ``scope`` would reuse (the block it would commit first), or
-        None when no full block lies past it. kvcm's keys are 64-bit chained
-        hashes: the key is their 8 little-endian bytes (the ``key`` of the
-        block's cache events)."""
-        lora_id, salt = _scope_fields(scope, None, None)
+    def probe_first_new_block_key(self, reuse_scope: Any = None,
+                                  input_tokens: Sequence[int] | None = None) -> bytes | None:
+        """The key of the first full block of ``input_tokens`` past the prefix
+        a new cache in ``reuse_scope`` (a ReuseScope or None) would reuse (the
+        block it would commit first), or None when no full block lies past it
+        (no tokens: None). The parameters are KVCacheManagerV2's, names and
+        defaults. kvcm's keys are 64-bit chained hashes: the key is their 8
+        little-endian bytes (the ``key`` of the block's cache events)."""
+        lora_id, salt = _scope_fields(reuse_scope, None, None)
         c_scope, has_lora, _keep = self._scope(lora_id, salt)
-        toks, n, _keep_tokens, dig = _tokens(tokens, "tokens", bool(self._config.text_only))
+        toks, n, _keep_tokens, dig = _tokens(input_tokens, "input_tokens", bool(self._config.text_only))
         key, found = ctypes.c_uint64(), ctypes.c_bool()
         if dig is None:
             _probe_first_new(self._native(), _byref(c_scope), has_lora, toks, n, _byref(key), _byref(found))

@@ -65,6 +65,18 @@ def test_probe_first_new_block_key_names_the_block_to_commit(manager):
     assert manager.probe_first_new_block_key(Scope(), PROMPT[:7]) is None
 
 
+def test_probe_first_new_block_key_takes_kvcm2s_parameter_names_and_defaults(manager):
+    """KVCacheManagerV2's probe_first_new_block_key(reuse_scope=None,
+    input_tokens=None): its keywords are accepted, both default to None, and
+    no tokens name no block."""
+    assert manager.probe_first_new_block_key(reuse_scope=None, input_tokens=PROMPT[:12]) == \
+        manager.probe_first_new_block_key(None, PROMPT[:12])
+    assert manager.probe_first_new_block_key(input_tokens=PROMPT[:12]) is not None
+    assert manager.probe_first_new_block_key() is None
+    with pytest.raises(TypeError, match="input_tokens"):
+        manager.probe_first_new_block_key(None, "not tokens")
+
+
 def test_shutdown_refuses_while_caches_are_open(config):
     """shutdown and clear_reusable_blocks refuse, changing nothing, while
     caches are open, with KVCM2's message (the call's name and the count);
