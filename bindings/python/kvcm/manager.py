@@ -1265,7 +1265,8 @@ class KVCacheManager(Managed):
         cache is text-only: ``text_only`` True, or None with the
         configuration's ``text_only``, refuses them with TypeError (and takes
         the text-only path). With ``enable_request_stats`` the cache's
-        ``commit_pending_stats`` returns its block counts.
+        ``commit_pending_stats`` returns its block counts also when the
+        configuration's ``enable_stats`` is off.
         ``request_id`` names the request for the CP index attached with
         :meth:`attach_cp`, which is then notified about the cache's blocks.
         ``fresh_blocks`` and ``fresh_from_block`` (kvcm extensions) ask for a
@@ -1298,6 +1299,7 @@ class KVCacheManager(Managed):
             cache._reuse_scope = reuse_scope
         if enable_request_stats:
             cache.enable_request_stats = True
+            cache._update_fast()
         if id is not None:
             cache._note_pending_stats()
         return cache
@@ -1970,7 +1972,7 @@ class _KVCache(Managed):
         if st is not None:
             m = self._manager
             if self._state == "open" and self._priority_cb is None and not self._bufs and not self._views:
-                if self._id is not None and m._stats_on:
+                if self._id is not None and self._records_stats():
                     st.fast, st.mark, st.key = False, m._dirty_stats, self._id
                 else:
                     st.fast, st.mark, st.key = True, None, None
@@ -2244,6 +2246,14 @@ class _KVCache(Managed):
         _cache_stats(self._native(), _byref(out))
         return KVCacheStatsDelta(out.alloc_total_blocks, out.alloc_new_blocks, out.reused_blocks, out.missed_blocks)
 
+    def _records_stats(self) -> bool:
+        """Whether the cache's block counts are recorded as pending
+        statistics (dirty-marked, returned by commit_pending_stats): with the
+        manager's statistics on, or with the cache's enable_request_stats
+        (KVCM2's request-only accounting, for a manager whose statistics
+        are off)."""
+        return self._manager._stats_on or self.enable_request_stats
+
     def _note_pending_stats(self) -> None:
         """Mark the cache's id dirty while it has pending statistics (block
         counts, or its SSM snapshot lookup), as KVCM2 does when it records
@@ -2251,7 +2261,7 @@ class _KVCache(Managed):
         (a decode step's resize of a cache with an id)."""
         m = self._manager
         i = self._id
-        if i is not None and m._stats_on and i not in m._dirty_stats and not m.is_stats_excluded(i) \
+        if i is not None and self._records_stats() and i not in m._dirty_stats and not m.is_stats_excluded(i) \
                 and (self._ssm_lookup_pending or not self._pending_stats().empty):
             m.mark_stats_dirty(i)
 
@@ -2265,27 +2275,33 @@ class _KVCache(Managed):
         reuse and misses at creation, the blocks resizes allocated) into the
         manager's :meth:`~KVCacheManager.get_committed_stats`, and the
         cache's per-layer-group counts into its
-        :meth:`~KVCacheManager.get_and_reset_iteration_stats`; return
-        them when the cache was created with ``enable_request_stats`` (an
-        empty delta otherwise). With statistics disabled, or the cache's id
-        marked excluded, the counts are discarded instead. Either way the
-        cache's dirty mark is cleared; a closed cache has nothing pending."""
+        :meth:`~KVCacheManager.get_and_reset_iteration_stats`, and return
+        them (KVCacheManagerV2's rule). With the manager's statistics
+        disabled the counts reach neither; they are still returned when the
+        cache was created with ``enable_request_stats`` (request-only
+        accounting), else discarded (an empty delta). The cache's id marked
+        excluded discards them either way. The cache's dirty mark is
+        cleared; a closed cache has nothing pending."""
         m = self._manager
         self._ssm_lookup_pending = False
         if self.closed:
             m.clear_stats_dirty(self.id)
             return KVCacheStatsDelta()
-        if not m._stats_on or m.is_stats_excluded(self.id):
+        if not self._records_stats() or m.is_stats_excluded(self.id):
             self.discard_pending_stats()
             return KVCacheStatsDelta()
-        _cache_commit_pending(self._native())
+        if m._stats_on:
+            _cache_commit_pending(self._native())
+        else:
+            _cache_discard_pending(self._native())
         now = self._core_stats()
         delta = now.copy()
         delta.subtract(self._stats_base)
-        m._committed_stats.add(delta)
+        if m._stats_on:
+            m._committed_stats.add(delta)
         self._stats_base = now
         m.clear_stats_dirty(self.id)
-        return delta if self.enable_request_stats else KVCacheStatsDelta()
+        return delta
 
     def discard_pending_stats(self) -> None:
         """Drop the block counts since the previous commit or discard: they

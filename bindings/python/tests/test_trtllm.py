@@ -344,8 +344,10 @@ def test_cached_tokens_by_level_follow_the_caches_pages():
 
 def test_pending_stats_commit_into_the_committed_stats():
     """A cache's block counts are pending until commit_pending_stats, which
-    adds them to get_committed_stats and returns them to a cache created with
-    enable_request_stats; each commit returns only what came since the last;
+    adds them to get_committed_stats and returns them (with the manager's
+    statistics on, whether or not the cache has enable_request_stats: KVCM2
+    returns the request delta from manager statistics); each commit returns
+    only what came since the last;
     discard_pending_stats and closing drop them; both clear the dirty mark."""
     with KVCacheManager(small_config(), device="emu") as m:
         serve(m, PROMPT[:8])  # publishes 2 blocks
@@ -368,8 +370,10 @@ def test_pending_stats_commit_into_the_committed_stats():
             assert m.get_committed_stats().alloc_total_blocks == 4
             c.suspend()
         with m.create_kv_cache(input_tokens=PROMPT, id=6) as c:
-            assert c.commit_pending_stats().empty, "without enable_request_stats nothing is returned"
-            assert m.get_committed_stats().reused_blocks == 4, "but the counts are committed"
+            assert c.commit_pending_stats() == kvcm.KVCacheStatsDelta(alloc_total_blocks=2, reused_blocks=2,
+                                                                      missed_blocks=1), \
+                "without enable_request_stats the counts are returned too"
+            assert m.get_committed_stats().reused_blocks == 4, "and committed"
         with m.create_kv_cache(input_tokens=PROMPT, id=7, enable_request_stats=True) as c:
             m.mark_stats_excluded(7)
             assert c.commit_pending_stats().empty
@@ -381,14 +385,31 @@ def test_pending_stats_commit_into_the_committed_stats():
         s.close()
 
 
-def test_pending_stats_with_stats_disabled_are_discarded():
-    """With enable_stats=False, commit_pending_stats discards and returns an
-    empty delta."""
+def test_pending_stats_with_stats_disabled_are_request_only():
+    """With enable_stats=False a cache created with enable_request_stats
+    still records its counts (dirty mark, commit_pending_stats returns them:
+    KVCM2's request-only accounting) but they reach neither the committed
+    nor the iteration statistics; a cache without it records nothing."""
     with KVCacheManager(small_config(enable_stats=False), device="emu") as m:
+        s = m.create_stream()
         with m.create_kv_cache(input_tokens=PROMPT, id=1, enable_request_stats=True) as c:
+            assert m.get_dirty_stats_kv_cache_ids() == {1}, "the misses at creation are pending"
+            assert c.commit_pending_stats() == kvcm.KVCacheStatsDelta(missed_blocks=3)
+            assert m.get_dirty_stats_kv_cache_ids() == set()
+            assert c.resume(s) and c.resize(8)
+            assert m.get_dirty_stats_kv_cache_ids() == {1}
+            assert c.commit_pending_stats() == kvcm.KVCacheStatsDelta(alloc_total_blocks=2, alloc_new_blocks=2)
+            assert c.commit_pending_stats().empty, "each commit returns what came since the last"
+            m.mark_stats_excluded(1)
+            assert c.resize(12)
+            assert c.commit_pending_stats().empty, "an excluded id discards"
+            c.suspend()
+        with m.create_kv_cache(input_tokens=PROMPT, id=2) as c:
             assert m.get_dirty_stats_kv_cache_ids() == set()
             assert c.commit_pending_stats().empty
         assert m.get_committed_stats().empty
+        assert m.get_and_reset_iteration_stats() == {}
+        s.close()
 
 
 def test_suspend_resume_counters_and_stats_marks():
