@@ -342,6 +342,16 @@ def test_cached_tokens_by_level_follow_the_caches_pages():
         s.close()
 
 
+def test_peaks_include_the_counts_at_the_call():
+    """get_and_reset_iteration_peak_block_stats samples the storage before it
+    answers (KVCM2's rule): a manager nothing has touched yet reports its
+    storage statistics' counts, not zeros."""
+    with KVCacheManager(small_config(), device="emu") as m:
+        st = m.get_storage_statistics(kvcm.GPU_LEVEL)
+        assert m.get_and_reset_iteration_peak_block_stats(kvcm.GPU_LEVEL) == [
+            kvcm.PoolGroupPeakBlockStats(s.available, s.unavailable, s.evictable) for s in st]
+
+
 def test_pending_stats_commit_into_the_committed_stats():
     """A cache's block counts are pending until commit_pending_stats, which
     adds them to get_committed_stats and returns them (with the manager's
