@@ -42,6 +42,7 @@ HASH_ALGO_V2 = "v2_sha256"
 HASH_ALGO_V2_SHA256_64 = "v2_sha256_64"
 
 EventBlockHash = Union[int, str]
+BlockHashLike = Union[bytes, int, str]
 MmKey = tuple
 
 _M32 = (1 << 32) - 1
@@ -252,21 +253,72 @@ class KVCacheEventManager:
                 return
             self._latest_stored[layer_group_id] = self._add_locked(data, layer_group_id)
 
-    def add_removed_event(self, block_hashes: EventBlockHash | Iterable[EventBlockHash],
+    def add_removed_event(self, block_hashes: BlockHashLike | Iterable[BlockHashLike],
                           layer_group_id: int | None = None) -> None:
+        """Report blocks removed. An event hash (int or str) is reported as
+        it is; ``bytes`` is a block key (kvcm's 8 little-endian bytes, as
+        ``sequence_to_blockchain_keys`` gives them): a block this manager
+        reported stored is reported removed by its event hash, for each
+        layer group it was stored for, and forgotten; any other key is
+        ignored (KVCM2's rule for raw keys)."""
         if self._max <= 0:
             return
         if isinstance(block_hashes, (int, str, bytes)):
             block_hashes = (block_hashes,)
         with self._cond:
-            self._removed.setdefault(layer_group_id, []).extend(block_hashes)
-            self._latest_stored.pop(layer_group_id, None)
+            for h in block_hashes:
+                if not isinstance(h, bytes):
+                    self._removed.setdefault(layer_group_id, []).append(h)
+                    self._latest_stored.pop(layer_group_id, None)
+                    continue
+                key = self._raw_key(h)
+                b = None if key is None else self._blocks.pop(key, None)
+                if b is not None:
+                    for lg in sorted(b.layer_groups):
+                        self._removed.setdefault(lg, []).append(b.hash)
+                        self._latest_stored.pop(lg, None)
 
-    def add_updated_event(self, block_hash: EventBlockHash, *, cache_level: KVCacheEventDiff | None = None,
+    def add_removed_life_cycle_event(self, block_hash: bytes, life_cycle_id: int) -> None:
+        """Report one layer group's page of a stored block removed:
+        ``block_hash`` is the block's key (``bytes``, as in
+        add_removed_event), ``life_cycle_id`` the layer group. The block is
+        forgotten once no layer group holds it; a key or layer group the
+        manager did not report stored is ignored."""
+        if self._max <= 0:
+            return
+        lg = int(life_cycle_id)
+        with self._cond:
+            key = self._raw_key(block_hash)
+            b = None if key is None else self._blocks.get(key)
+            if b is None or lg not in b.layer_groups:
+                return
+            b.layer_groups.discard(lg)
+            if not b.layer_groups:
+                del self._blocks[key]
+            self._removed.setdefault(lg, []).append(b.hash)
+            self._latest_stored.pop(lg, None)
+
+    def add_updated_event(self, block_hash: BlockHashLike, *, cache_level: KVCacheEventDiff | None = None,
                           priority: KVCacheEventDiff | None = None, layer_group_id: int | None = None) -> None:
+        """Report a block's level or priority change (nothing without
+        either). A ``bytes`` block key of a block not reported stored is
+        ignored, as in add_removed_event."""
         if cache_level is None and priority is None:
             return
+        if isinstance(block_hash, bytes):
+            with self._cond:
+                key = self._raw_key(block_hash)
+                b = None if key is None else self._blocks.get(key)
+            if b is None:
+                return
+            block_hash = b.hash
         self._add(KVCacheUpdatedData(block_hash, cache_level, priority), layer_group_id)
+
+    @staticmethod
+    def _raw_key(block_hash: bytes) -> int | None:
+        """kvcm's block key of a raw key argument: its 8 little-endian
+        bytes; None for bytes of another length (no block has that key)."""
+        return int.from_bytes(block_hash, "little") if len(block_hash) == 8 else None
 
     # -- iterations -----------------------------------------------------------------
     def flush_iteration_events(self) -> None:

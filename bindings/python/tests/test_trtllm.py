@@ -503,6 +503,48 @@ def test_events_report_level_moves_priorities_and_removals():
         assert all(isinstance(h, int) for h in stored)
 
 
+def test_event_manager_takes_raw_block_keys_of_stored_blocks_only():
+    """add_removed_event, add_removed_life_cycle_event and add_updated_event
+    take a block's raw key (bytes: sequence_to_blockchain_keys' keys): a
+    block the manager reported stored is reported by its event hash (removed
+    per layer group it was stored for) and forgotten; unknown raw keys change
+    nothing (KVCM2's rule); event hashes (str, int) pass as they are."""
+    em = KVCacheEventManager(100, window_size=64)
+    with KVCacheManager(small_config(), em, device="emu") as m:
+        serve(m, PROMPT[:8])
+        em.flush_iteration_events()
+        stored = {e.layer_group_id: [b.block_hash for b in e.data.blocks] for e in em.get_latest_events(0)
+                  if isinstance(e.data, kvcm.KVCacheStoredData)}
+        keys = [k for _, k in kvcm.sequence_to_blockchain_keys(4, ReuseScope(), PROMPT[:8])][1:]
+        assert stored == {0: [keys[0][::-1].hex(), keys[1][::-1].hex()], 1: [keys[0][::-1].hex(), keys[1][::-1].hex()]}
+        h0, h1 = stored[0]
+
+        em.add_removed_event([b"short", b"\0" * 8])
+        em.add_removed_life_cycle_event(b"\0" * 8, 0)
+        em.add_updated_event(b"\0" * 8, cache_level=kvcm.KVCacheEventDiff(0, 1))
+        em.flush_iteration_events()
+        assert em.get_latest_events(0) == [], "unknown raw keys are no-ops"
+
+        em.add_updated_event(keys[1], priority=kvcm.KVCacheEventDiff(35, 50), layer_group_id=1)
+        em.add_removed_life_cycle_event(keys[1], 1)
+        em.add_removed_life_cycle_event(keys[1], 1)
+        em.add_removed_event(keys[0])
+        em.add_removed_event(keys[0])
+        em.add_removed_event("foreign")
+        em.flush_iteration_events()
+        got = [(e.layer_group_id, e.data) for e in em.get_latest_events(0)]
+        assert got == [
+            (1, kvcm.KVCacheUpdatedData(h1, None, kvcm.KVCacheEventDiff(35, 50))),
+            (1, kvcm.KVCacheRemovedData([h1, h0])),
+            (0, kvcm.KVCacheRemovedData([h0])),
+            (None, kvcm.KVCacheRemovedData(["foreign"])),
+        ]
+        em.add_removed_event(keys[1])
+        em.flush_iteration_events()
+        assert [(e.layer_group_id, e.data) for e in em.get_latest_events(0)] == [
+            (0, kvcm.KVCacheRemovedData([h1]))], "layer group 1's page was removed already"
+
+
 def test_events_gathered_over_attention_dp_ranks_publish_on_rank_0():
     """With attention_dp_gather, flush hands the local events to the gather
     function and rank 0 publishes every rank's."""
