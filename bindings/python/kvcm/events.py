@@ -198,7 +198,7 @@ class KVCacheEventManager:
         if hash_algo == HASH_ALGO_AUTO:
             hash_algo = HASH_ALGO_V1
         elif hash_algo not in (HASH_ALGO_V1, HASH_ALGO_V2, HASH_ALGO_V2_SHA256_64):
-            raise ValueError(f"hash_algo: unsupported KV cache event hash algorithm {hash_algo!r}")
+            raise ValueError(f"hash_algo: Unsupported V2 KV cache event hash algorithm: {hash_algo!r}")
         self._max = max_kv_event_entries
         self._window_size = window_size
         self._window_by_lg = dict(window_size_by_layer_group or {})
