@@ -14,9 +14,13 @@ gives TensorRT-LLM's v1 block hashes, computed from the block's tokens, its
 parent's hash and, for a first block, the request's LoRA id and salt id, so
 a router computing them from prompts matches. ``"v2_sha256"`` and
 ``"v2_sha256_64"`` name KVCM2's sha256 block keys, which kvcm does not
-compute: with them kvcm reports its own 64-bit chained key (as 16 hex
-digits, or as the integer), stable within a manager but not what a router
-derives from KVCM2's keys.
+compute: with them kvcm reports its own 64-bit chained key in KVCM2's forms
+of a raw key (the key's 8 bytes, as ``sequence_to_blockchain_keys`` and
+``probe_first_new_block_key`` give them): their 16 hex digits, or their
+first 8 bytes read big-endian (TensorRT-LLM's
+``truncate_sha256_hash_to_int64``), so a client relating events to those
+keys as it would with KVCM2 matches; stable within a manager but not what a
+router derives from KVCM2's keys.
 """
 
 from __future__ import annotations
@@ -47,6 +51,12 @@ MmKey = tuple
 
 _M32 = (1 << 32) - 1
 _M64 = (1 << 64) - 1
+
+
+def _truncate64(raw: bytes) -> int:
+    """A raw block key's 64-bit event hash: its first 8 bytes read
+    big-endian (TensorRT-LLM's truncate_sha256_hash_to_int64)."""
+    return int.from_bytes(raw[:8], "big")
 
 
 def _mix32(value: int, seed: int) -> int:
@@ -177,7 +187,8 @@ class KVCacheEventManager:
     rank's events at flush and publishes them on rank 0.
     A stored block's multimodal digest tokens are reported as their hex
     digests; such a block and its descendants have no v1 hash, so under
-    ``v1_block_key`` they report kvcm's key instead. With
+    ``v1_block_key`` they report kvcm's key instead (read as
+    ``v2_sha256_64`` reads it). With
     ``mm_token_id_offset`` (not negative) a stored block lists its items in
     ``mm_keys``: ``(digest, item-local offset)`` per run of an item's tokens
     (its digest token starts one at 0; a token above the offset continues
@@ -414,11 +425,17 @@ class KVCacheEventManager:
 
     # -- kvcm's block events, translated (called by the manager) -------------------
     def _block_hash(self, key: int, v1: int) -> EventBlockHash:
+        """A block's event hash from its key: the v1 hash, or KVCM2's forms
+        of a raw key (the key's 8 bytes as sequence_to_blockchain_keys and
+        probe_first_new_block_key give them): their hex for v2_sha256, and
+        for v2_sha256_64 their first 8 bytes read big-endian, as
+        TensorRT-LLM's truncate_sha256_hash_to_int64 reads a raw key."""
         if self._hash_algo == HASH_ALGO_V1:
             return v1
+        raw = key.to_bytes(8, "little")
         if self._hash_algo == HASH_ALGO_V2_SHA256_64:
-            return key
-        return key.to_bytes(8, "big").hex()
+            return _truncate64(raw)
+        return raw.hex()
 
     def _on_stored(self, key: int, parent: int, tokens: Sequence[int], level: int, priority: int,
                    scope: tuple[int | None, Any] | None, layer_groups: Sequence[int],
@@ -428,7 +445,8 @@ class KVCacheEventManager:
         v1_ok = (up.v1_ok if up else True) and not digests
         # A block with digest tokens has no v1 hash: it and its descendants
         # report kvcm's key instead (KVCM2 falls back to its own key).
-        v1 = hash_v1_block_key(tokens, up.v1 if up else 0, lora, None if up else cache_salt_id(salt)) if v1_ok else key
+        v1 = hash_v1_block_key(tokens, up.v1 if up else 0, lora, None if up else cache_salt_id(salt)) if v1_ok \
+            else _truncate64(key.to_bytes(8, "little"))
         dg = digests or {}
         toks = [UniqueToken(dg[i].hex()) if i in dg else UniqueToken(int(t)) for i, t in enumerate(tokens)]
         last, mm_keys = self._mm_keys(tokens, dg, up.last_digest if up else None)

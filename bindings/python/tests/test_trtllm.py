@@ -516,7 +516,7 @@ def test_event_manager_takes_raw_block_keys_of_stored_blocks_only():
         stored = {e.layer_group_id: [b.block_hash for b in e.data.blocks] for e in em.get_latest_events(0)
                   if isinstance(e.data, kvcm.KVCacheStoredData)}
         keys = [k for _, k in kvcm.sequence_to_blockchain_keys(4, ReuseScope(), PROMPT[:8])][1:]
-        assert stored == {0: [keys[0][::-1].hex(), keys[1][::-1].hex()], 1: [keys[0][::-1].hex(), keys[1][::-1].hex()]}
+        assert stored == {0: [keys[0].hex(), keys[1].hex()], 1: [keys[0].hex(), keys[1].hex()]}
         h0, h1 = stored[0]
 
         em.add_removed_event([b"short", b"\0" * 8])
@@ -543,6 +543,30 @@ def test_event_manager_takes_raw_block_keys_of_stored_blocks_only():
         em.flush_iteration_events()
         assert [(e.layer_group_id, e.data) for e in em.get_latest_events(0)] == [
             (0, kvcm.KVCacheRemovedData([h1]))], "layer group 1's page was removed already"
+
+
+@pytest.mark.parametrize("algo", ["v2_sha256", "v2_sha256_64"])
+def test_v2_event_hashes_are_kvcm2s_forms_of_the_raw_keys(algo):
+    """Under the v2 algorithms a stored block's hash is what KVCM2 makes of
+    its raw key (the bytes probe_first_new_block_key and
+    sequence_to_blockchain_keys give): the key's hex, or its 8 bytes read
+    big-endian (truncate_sha256_hash_to_int64); the hex form turns back into
+    the raw key with bytes.fromhex."""
+    em = KVCacheEventManager(100, window_size=64, hash_algo=algo)
+    form = (lambda raw: raw.hex()) if algo == "v2_sha256" else (lambda raw: int.from_bytes(raw[:8], "big"))
+    with KVCacheManager(small_config(), em, device="emu") as m:
+        first = m.probe_first_new_block_key(ReuseScope(), PROMPT[:12])
+        serve(m, PROMPT[:12])
+        em.flush_iteration_events()
+        stored = [b.block_hash for e in em.get_latest_events(0) if isinstance(e.data, kvcm.KVCacheStoredData)
+                  and e.layer_group_id == 0 for b in e.data.blocks]
+        keys = [k for _, k in kvcm.sequence_to_blockchain_keys(4, ReuseScope(), PROMPT[:12])][1:]
+        assert stored == [form(k) for k in keys]
+        assert stored[0] == form(first)
+        if algo == "v2_sha256":
+            em.add_updated_event(bytes.fromhex(stored[0]), cache_level=kvcm.KVCacheEventDiff(0, 1), layer_group_id=0)
+            em.flush_iteration_events()
+            assert [e.data.block_hash for e in em.get_latest_events(0)] == [stored[0]]
 
 
 def test_events_gathered_over_attention_dp_ranks_publish_on_rank_0():
