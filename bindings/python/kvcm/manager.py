@@ -1423,13 +1423,15 @@ class KVCacheManager(Managed):
         return out
 
     def record_request_suspended(self) -> None:
-        """Count one ACTIVE to SUSPENDED transition of a request (the engine
-        reports them, as with KVCM2)."""
+        """Count one ACTIVE to SUSPENDED transition of a request. A cache's
+        suspend counts itself (as in KVCM2); this is for transitions the
+        manager does not see."""
         if self._stats_on:
             self._iter_suspended += 1
 
     def record_request_resumed(self) -> None:
-        """Count one resumption of a request suspended before."""
+        """Count one resumption of a request suspended before. A cache's
+        resume after its first counts itself (as in KVCM2)."""
         if self._stats_on:
             self._iter_resumed += 1
 
@@ -1770,6 +1772,9 @@ class _KVCache(Managed):
     _lora_id: int | None = None
     _salt: Any = None
     enable_request_stats = False
+    # Whether the cache was ACTIVE once: a later resume is a preemption
+    # recovery, counted (see _counts_preemption).
+    _resumed_before = False
     # The core's per-cache block counters at the last commit or discard of
     # the pending statistics: what is pending is the counters less it.
     _stats_base = _NO_STATS
@@ -2379,7 +2384,19 @@ class _KVCache(Managed):
         self._stream = cuda_stream
         if self._bufs or self._views:
             self._refresh_indices()
+        if not self._resumed_before:
+            self._resumed_before = True  # the admission, not a recovery
+        elif self._counts_preemption():
+            self._manager._iter_resumed += 1
         return True
+
+    def _counts_preemption(self) -> bool:
+        """Whether the cache's suspensions and later resumptions count in the
+        manager's get_and_reset_iteration_suspend_resume_stats, as
+        KVCacheManagerV2's cache counts them itself: with statistics on and
+        the cache's id not excluded."""
+        m = self._manager
+        return m._stats_on and not m.is_stats_excluded(self._id)
 
     def suspend(self) -> None:
         """Make the cache SUSPENDED; buffers given to set_base_page_index_buf
@@ -2390,6 +2407,8 @@ class _KVCache(Managed):
         self._bufs.clear()
         self._views.clear()
         self._update_fast()
+        if self._counts_preemption():
+            self._manager._iter_suspended += 1
 
     def resize(self, capacity: int | None, history_length: int | None = None) -> bool:
         """Set capacity (tokens with pages; None keeps it) and history_length

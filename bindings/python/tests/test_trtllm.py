@@ -422,6 +422,28 @@ def test_pending_stats_with_stats_disabled_are_request_only():
         s.close()
 
 
+def test_caches_count_their_suspensions_and_recoveries():
+    """A cache's suspend counts a suspension and each resume after its first
+    a recovery (the first is its admission), as KVCacheManagerV2's cache
+    counts them itself; an excluded id and disabled statistics count
+    nothing."""
+    for stats in (True, False):
+        with KVCacheManager(small_config(enable_stats=stats), device="emu") as m:
+            s = m.create_stream()
+            with m.create_kv_cache(input_tokens=PROMPT, id=3) as c:
+                assert c.resume(s)
+                assert m.get_and_reset_iteration_suspend_resume_stats() == (0, 0), "admission"
+                c.suspend()
+                assert c.resume()
+                c.suspend()
+                assert m.get_and_reset_iteration_suspend_resume_stats() == ((2, 1) if stats else (0, 0))
+                m.mark_stats_excluded(3)
+                assert c.resume()
+                c.suspend()
+                assert m.get_and_reset_iteration_suspend_resume_stats() == (0, 0), "excluded"
+            s.close()
+
+
 def test_suspend_resume_counters_and_stats_marks():
     """The engine's suspend/resume reports are counted per iteration; dirty
     and excluded marks are sets of cache ids (exclusion clears dirtiness)."""
