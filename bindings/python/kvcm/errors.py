@@ -10,6 +10,7 @@ is a ``ValueError``), so ordinary ``except ValueError`` code keeps working.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 __all__ = [
     "KVCacheError",
@@ -147,13 +148,17 @@ class ManagerClosedError(KVCacheError):
 class CuError(KVCacheError):
     """A device call failed (KVCM2's name). ``error_code`` is the CUresult
     the library's message names (``[CUresult 2]``), else None (the emulated
-    device has no CUresult)."""
+    device has no CUresult). Constructed as KVCM2's ``CuError(error_code)``
+    (a first argument that is not a message: a CUresult, an int), it carries
+    that code with the message ``CUDA driver error: <code>``."""
 
-    error_code: int | None
+    error_code: Any
 
     _CODE = re.compile(r"\[CUresult (-?\d+)\]")
 
-    def __init__(self, message: str, code: int | None = None, error_code: int | None = None):
+    def __init__(self, message: Any, code: int | None = None, error_code: Any = None):
+        if not isinstance(message, str):
+            message, error_code = f"CUDA driver error: {message}", message
         super().__init__(message, code)
         if error_code is None:
             m = self._CODE.search(message)

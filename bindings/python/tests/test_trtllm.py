@@ -109,6 +109,17 @@ def test_error_classes_keep_kvcm_hierarchy_under_kvcm2s():
     assert kvcm.poison_reason() is None and not kvcm.is_poisoned()
 
 
+def test_cu_error_is_constructed_from_the_error_code_as_kvcm2s():
+    """KVCM2's CuError(error_code): the code is kept as error_code and named
+    in the message; kvcm's own (message, code) form stays."""
+    e = kvcm.CuError(2)
+    assert e.error_code == 2 and "CUDA driver error: 2" in str(e)
+    with pytest.raises(kvcm.CuError) as info:
+        raise kvcm.DeviceError(700)
+    assert info.value.error_code == 700
+    assert kvcm.CuError("driver failed [CUresult 4]", 11).error_code == 4
+
+
 def test_attn_life_cycle_is_kvcm2s_value():
     """AttnLifeCycle.make rounds sink tokens up to blocks, and its stale
     range is the rule kvcm's sliding windows follow: the blocks past the
