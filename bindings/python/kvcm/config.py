@@ -26,7 +26,7 @@ from typing import Sequence, Union
 from . import _values
 from ._values import _check_int
 from ._ffi import BlockKey, CacheTier, SharedWritePolicy
-from .errors import InvalidConfigError, SsmNeedsSnapshotError
+from .errors import InvalidConfigError, SsmNeedsSnapshotError, TierAssertionError
 from .scratch import SwaScratchReuseConfig
 
 __all__ = [
@@ -49,6 +49,12 @@ __all__ = [
 
 DataRole = str
 """A buffer's role within its layer, such as ``"key"`` or ``"value"``."""
+
+
+def _check_quota(quota: int) -> None:
+    """A tier's assert_valid check of its quota, in KVCacheManagerV2's words."""
+    if not quota > 0:
+        raise TierAssertionError("Quota must be positive", field="quota")
 
 
 @dataclass(slots=True)
@@ -131,9 +137,11 @@ class GpuCacheTierConfig(_values.GpuCacheTierConfig):
     positive value is a granule of that many bytes."""
 
     def assert_valid(self) -> None:
-        """Raise AssertionError unless quota (and max_quota) are valid."""
-        assert self.quota > 0, "Quota must be positive"
-        assert self.max_quota is None or self.max_quota >= self.quota, "max_quota must be at least quota"
+        """Raise TierAssertionError (an AssertionError and a ValueError)
+        unless quota (and max_quota) are valid."""
+        _check_quota(self.quota)
+        if not (self.max_quota is None or self.max_quota >= self.quota):
+            raise TierAssertionError("max_quota must be at least quota", field="max_quota")
 
 
 @dataclass(slots=True)
@@ -141,8 +149,9 @@ class HostCacheTierConfig(_values.HostCacheTierConfig):
     """A host tier of mapped pinned memory, ``quota`` bytes."""
 
     def assert_valid(self) -> None:
-        """Raise AssertionError unless the quota is positive."""
-        assert self.quota > 0, "Quota must be positive"
+        """Raise TierAssertionError (an AssertionError and a ValueError)
+        unless the quota is positive."""
+        _check_quota(self.quota)
 
 
 @dataclass(slots=True)
@@ -161,10 +170,11 @@ class DiskCacheTierConfig(_values.DiskCacheTierConfig):
     left are reclaimed at start."""
 
     def assert_valid(self) -> None:
-        """Raise AssertionError unless the quota is positive and path is a
-        directory."""
-        assert self.quota > 0, "Quota must be positive"
-        assert os.path.isdir(self.path), f"Disk path {self.path} does not exist or is not a directory"
+        """Raise TierAssertionError (an AssertionError and a ValueError)
+        unless the quota is positive and path is a directory."""
+        _check_quota(self.quota)
+        if not os.path.isdir(self.path):
+            raise TierAssertionError(f"Disk path {self.path} does not exist or is not a directory", field="path")
 
 
 @dataclass(slots=True)

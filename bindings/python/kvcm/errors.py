@@ -19,6 +19,7 @@ __all__ = [
     "InvalidStateError",
     "ScratchInUseError",
     "SsmNeedsSnapshotError",
+    "TierAssertionError",
     "SsmCommitOffHistoryError",
     "OutOfMemoryError",
     "OutOfPagesError",
@@ -113,6 +114,13 @@ class SsmNeedsSnapshotError(InvalidConfigError, AssertionError):
     """A :class:`~kvcm.KVCacheManagerConfig` has SSM layers without
     ``commit_min_snapshot``: an InvalidConfigError naming that field, and an
     ``AssertionError`` as KVCacheManagerV2's config constructor reports it."""
+
+
+class TierAssertionError(InvalidConfigError, AssertionError):
+    """A cache tier's ``assert_valid()`` failed: an ``AssertionError`` with
+    the message of KVCacheManagerV2's pure-Python check, and an
+    InvalidConfigError (a ``ValueError``, as its C++ backend raises it)
+    whose ``field`` names the tier's field."""
 
 
 class SsmCommitOffHistoryError(InvalidArgumentError, AssertionError):
