@@ -18,8 +18,8 @@ __all__ = [
     "InvalidHandleError",
     "InvalidStateError",
     "ScratchInUseError",
+    "ConfigAssertionError",
     "SsmNeedsSnapshotError",
-    "TierAssertionError",
     "SsmCommitOffHistoryError",
     "OutOfMemoryError",
     "OutOfPagesError",
@@ -110,17 +110,18 @@ class InvalidConfigError(KVCacheError, ValueError):
         self.field = field
 
 
-class SsmNeedsSnapshotError(InvalidConfigError, AssertionError):
+class ConfigAssertionError(InvalidConfigError, AssertionError):
+    """A configuration value KVCacheManagerV2 checks where it is made (a
+    config class's constructor, a tier's ``assert_valid()``): an
+    ``AssertionError``, as its pure-Python backend asserts, and an
+    InvalidConfigError (a ``ValueError``, as its C++ backend raises it)
+    whose ``field`` names the field."""
+
+
+class SsmNeedsSnapshotError(ConfigAssertionError):
     """A :class:`~kvcm.KVCacheManagerConfig` has SSM layers without
     ``commit_min_snapshot``: an InvalidConfigError naming that field, and an
     ``AssertionError`` as KVCacheManagerV2's config constructor reports it."""
-
-
-class TierAssertionError(InvalidConfigError, AssertionError):
-    """A cache tier's ``assert_valid()`` failed: an ``AssertionError`` with
-    the message of KVCacheManagerV2's pure-Python check, and an
-    InvalidConfigError (a ``ValueError``, as its C++ backend raises it)
-    whose ``field`` names the tier's field."""
 
 
 class SsmCommitOffHistoryError(InvalidArgumentError, AssertionError):

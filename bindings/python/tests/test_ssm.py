@@ -210,11 +210,17 @@ def test_ssm_manager_serves_events_priorities_and_clamping(backend):
 
 def test_ssm_buffers_take_no_tokens_per_block_override():
     """An SSM layer's state is not a block of tokens: an override on its
-    buffer raises InvalidConfigError naming it."""
+    buffer raises InvalidConfigError naming it, in the layer's constructor
+    (also an AssertionError, as KVCacheManagerV2 asserts it there) and, for
+    an override set later, at manager creation."""
+    with pytest.raises(AssertionError, match="SSM") as e:
+        SsmLayerConfig(1, [BufferConfig("ssm_state", 256, tokens_per_block_override=2)])
+    assert isinstance(e.value, InvalidConfigError) and e.value.field == "buffers[0].tokens_per_block_override"
     layers = [
         AttentionLayerConfig(0, [BufferConfig("key", 64)]),
-        SsmLayerConfig(1, [BufferConfig("ssm_state", 256, tokens_per_block_override=2)]),
+        SsmLayerConfig(1, [BufferConfig("ssm_state", 256)]),
     ]
+    layers[1].buffers[0].tokens_per_block_override = 2
     with pytest.raises(InvalidConfigError, match="SSM") as e:
         KVCacheManager(small_config(layers=layers, commit_min_snapshot=True), device="emu")
     assert e.value.field == "layers[1].buffers[0].tokens_per_block_override"

@@ -109,7 +109,7 @@ def test_assert_valid_is_kv_cache_manager_v2s(tmp_path):
 
 def test_assert_valid_failures_are_also_value_errors_naming_the_field():
     """KVCacheManagerV2's C++ backend raises ValueError from assert_valid,
-    its Python backend AssertionError: kvcm's TierAssertionError is both, an
+    its Python backend AssertionError: kvcm's ConfigAssertionError is both, an
     InvalidConfigError naming the field."""
     for bad, field in ((GpuCacheTierConfig(0), "quota"), (GpuCacheTierConfig(2, max_quota=1), "max_quota"),
                        (HostCacheTierConfig(-1), "quota")):
