@@ -156,6 +156,7 @@ from .errors import (
     ScratchInUseError,
     SsmCommitOffHistoryError,
     SsmNeedsSnapshotError,
+    TextOnlyConflictError,
     ConfigAssertionError,
     StorageIOError,
     UnsupportedError,
@@ -238,7 +239,7 @@ __all__ = [
     "abi_version", "is_poisoned", "library_path", "live_handle_count", "version",
     # errors
     "KVCacheError", "InvalidArgumentError", "InvalidHandleError", "InvalidStateError", "ScratchInUseError",
-    "SsmNeedsSnapshotError", "ConfigAssertionError", "SsmCommitOffHistoryError",
+    "SsmNeedsSnapshotError", "TextOnlyConflictError", "ConfigAssertionError", "SsmCommitOffHistoryError",
     "OutOfMemoryError", "OutOfPagesError", "ResumeRefusedError", "InvalidConfigError", "CodecRejectedError",
     "DataLostError", "BufferTooSmallError", "ManagerClosedError", "CuError", "DeviceError", "UnsupportedError",
     "CorruptedError", "InternalError", "PoisonedError", "CodecFailedError", "StorageIOError", "ClosedError",

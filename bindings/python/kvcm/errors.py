@@ -15,6 +15,7 @@ from typing import Any
 __all__ = [
     "KVCacheError",
     "InvalidArgumentError",
+    "TextOnlyConflictError",
     "InvalidHandleError",
     "InvalidStateError",
     "ScratchInUseError",
@@ -61,6 +62,13 @@ class KVCacheError(Exception):
 
 class InvalidArgumentError(KVCacheError, ValueError):
     """An argument is out of its documented range; the message names it."""
+
+
+class TextOnlyConflictError(InvalidArgumentError, RuntimeError):
+    """A cache asked not to be text-only on a manager configured
+    ``text_only=True``, which a cache may only tighten: an
+    InvalidArgumentError naming ``text_only`` and, as KVCacheManagerV2's C++
+    check raises it, a ``RuntimeError``."""
 
 
 class InvalidHandleError(KVCacheError):

@@ -44,6 +44,7 @@ from .errors import (
     KVCacheError,
     OutOfPagesError,
     ResumeRefusedError,
+    TextOnlyConflictError,
     UnsupportedError,
 )
 
@@ -1292,6 +1293,9 @@ class KVCacheManager(Managed):
             raise TypeError(f"text_only: expected a bool or None, got {text_only!r}")
         if text_only is None:
             text_only = bool(self._config.text_only)
+        elif not text_only and self._config.text_only:
+            raise TextOnlyConflictError("text_only: False is not allowed when the manager is configured "
+                                        "text_only=True (a cache may only tighten it)")
         cache = _KVCache(self, lora_id, input_tokens, id, custom_priority_callback, salt, request_id,
                          expected_prompt_length, text_only, fresh_blocks, fresh_from_block)
         # The cache's class holds what these start with.
@@ -1772,6 +1776,8 @@ class _KVCache(Managed):
     _lora_id: int | None = None
     _salt: Any = None
     enable_request_stats = False
+    # Whether the cache was created text-only: the library keeps that.
+    _created_text_only = False
     # Whether the cache was ACTIVE once: a later resume is a preemption
     # recovery, counted (see _counts_preemption).
     _resumed_before = False
@@ -1854,6 +1860,8 @@ class _KVCache(Managed):
             self._lora_id, self._salt = lora_id, salt
             scope, has_lora, salt_keep = KVCacheManager._scope(lora_id, salt)
         self._text_only = text_only
+        if text_only:
+            self._created_text_only = True
         toks, n, toks_keep, dig = _tokens(input_tokens, "input_tokens", text_only)
         self._num_input_tokens = n
         if n and manager._has_ssm:
@@ -2225,8 +2233,27 @@ class _KVCache(Managed):
     @property
     def text_only(self) -> bool:
         """Whether the cache takes text token ids only (create_kv_cache's
-        ``text_only``, or the configuration's)."""
+        ``text_only``, or the configuration's, or what was set here)."""
         return self._text_only
+
+    @text_only.setter
+    def text_only(self, text_only: bool) -> None:
+        """Make the cache text-only (its later commits refuse digest tokens
+        with TypeError), or take that back. False on a manager configured
+        ``text_only=True`` raises TextOnlyConflictError (a cache may only
+        tighten it, as in KVCacheManagerV2), and on a cache created
+        text-only UnsupportedError (the library keeps its text-only path);
+        either changes nothing."""
+        if text_only not in (True, False):
+            raise TypeError(f"text_only: expected a bool, got {text_only!r}")
+        self._native()
+        if not text_only:
+            if self._manager._config.text_only:
+                raise TextOnlyConflictError("text_only: False is not allowed when the manager is configured "
+                                            "text_only=True (a cache may only tighten it)")
+            if self._created_text_only:
+                raise UnsupportedError("text_only: a cache created text-only stays text-only")
+        self._text_only = bool(text_only)
 
     @property
     def cached_tokens_by_level(self) -> list[int]:

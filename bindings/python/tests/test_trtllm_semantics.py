@@ -232,6 +232,48 @@ def test_priority_callback_gets_life_cycles(manager):
     assert not swa.get_stale_range(7, 4) and not full.get_stale_range(100, 4)
 
 
+def test_a_cache_may_only_tighten_text_only(config):
+    """KVCM2's rule: a per-cache text_only may only tighten the manager's.
+    text_only=False on a text_only manager raises TextOnlyConflictError (an
+    InvalidArgumentError naming text_only and, as KVCM2's check, a
+    RuntimeError) and creates no cache; the setter tightens a plain cache
+    (its commits then refuse digests) and takes that back, and cannot take
+    back a cache created text-only."""
+    import dataclasses
+
+    import kvcm
+
+    with KVCacheManager(dataclasses.replace(config, text_only=True), device="emu") as m:
+        with pytest.raises(kvcm.TextOnlyConflictError, match="text_only") as e:
+            m.create_kv_cache(None, [1, 2], text_only=False)
+        assert isinstance(e.value, InvalidArgumentError) and isinstance(e.value, RuntimeError)
+        assert m.num_open_caches() == 0
+        with m.create_kv_cache(None, [1, 2]) as c:
+            with pytest.raises(kvcm.TextOnlyConflictError):
+                c.text_only = False
+            assert c.text_only
+    with KVCacheManager(config, device="emu") as m:
+        s = m.create_stream()
+        with m.create_kv_cache(None, [1, 2]) as c:
+            assert not c.text_only
+            c.text_only = True
+            assert c.text_only
+            c.resume(s)
+            c.capacity = 4
+            with pytest.raises(TypeError, match="text-only cache"):
+                c.commit([1, b"\1" * 32])
+            c.text_only = False
+            c.commit([1, b"\1" * 32])
+            assert c.num_committed_tokens == 2
+            with pytest.raises(TypeError, match="text_only"):
+                c.text_only = "yes"
+            c.suspend()
+        with m.create_kv_cache(None, [1, 2], text_only=True) as c:
+            with pytest.raises(kvcm.UnsupportedError, match="text_only"):
+                c.text_only = False
+            assert c.text_only
+
+
 def test_text_only_caches_refuse_digest_tokens(manager):
     """KVCM2's text_only: a text-only cache refuses multimodal digest tokens
     at creation and in commits, naming them; a plain cache takes them."""
