@@ -106,6 +106,41 @@ func TestSsmLayerGroupHoldsOneStatePerCache(t *testing.T) {
 	require.NoError(t, c.Close())
 }
 
+// A model of SSM layers only (no attention layer: KVCacheManagerV2's pure
+// SSM configuration) is valid: its one layer group is the SSM group, every
+// block reads BadPageIndex, and a snapshot at a block boundary is reused
+// byte for byte by a later prompt through it, also after the first cache
+// was suspended and resumed.
+func TestSsmOnlyModelReusesItsSnapshots(t *testing.T) {
+	cfg := ssmConfig(64)
+	cfg.Layers = nil
+	f := newFixture(t, cfg)
+	lt := f.m.Layout()
+	require.Len(t, lt.LifeCycles, 1)
+	assert.Equal(t, layout.LayerGroupID(0), lt.SSM)
+	loc, prompt := f.ssmState(), seq(0, 16)
+	a, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt})
+	require.NoError(t, err)
+	require.NoError(t, a.Resume(f.stream))
+	at8 := f.computeTo(a, prompt, 8, 7)
+	idx, err := a.BasePageIndices(lt.SSM)
+	require.NoError(t, err)
+	assert.Equal(t, []int32{BadPageIndex, BadPageIndex}, idx, "no page per block")
+	require.NoError(t, a.Suspend())
+	require.NoError(t, a.Resume(f.stream))
+	assert.Equal(t, at8, f.readPage(loc, liveState(t, a)), "the state survives suspend and resume")
+
+	assert.Equal(t, 8, f.m.ProbeReuse(blockhash.Scope{}, prompt[:14]))
+	b, err := f.m.CreateKVCache(CacheOptions{InputTokens: prompt[:14]})
+	require.NoError(t, err)
+	assert.Equal(t, 8, b.ReusedTokens(), "reuse ends at the snapshot")
+	require.NoError(t, b.Resume(f.stream))
+	assert.NotEqual(t, liveState(t, a), liveState(t, b), "a private state")
+	assert.Equal(t, at8, f.readPage(loc, liveState(t, b)), "the state at 8 tokens")
+	require.NoError(t, a.Close())
+	require.NoError(t, b.Close())
+}
+
 // computeTo brings c to n committed tokens of prompt as an engine would: grow,
 // compute (here: write the SSM state with seed), commit.
 func (f *fixture) computeTo(c *KVCache, prompt []config.Token, n int, seed byte) []byte {

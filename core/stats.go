@@ -514,8 +514,10 @@ type PeakBlockStats struct {
 }
 
 // GetAndResetIterationPeakBlockStats returns, per pool group of level in that
-// level's grouping order, the peak of used slots since the previous call, and
-// restarts the peaks from the current use.
+// level's grouping order, the peaks since the previous call, the current
+// counts included (as KVCacheManagerV2 samples its storage before it answers:
+// a manager no operation has touched yet reports its free slots as available),
+// and restarts the peaks from the current counts.
 func (m *Manager) GetAndResetIterationPeakBlockStats(level layout.CacheLevel) ([]PeakBlockStats, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -525,6 +527,7 @@ func (m *Manager) GetAndResetIterationPeakBlockStats(level layout.CacheLevel) ([
 	}
 	out := make([]PeakBlockStats, 0, len(lvl.groups))
 	for _, g := range lvl.groups {
+		g.notePeaks()
 		out = append(out, PeakBlockStats{Index: g.desc.Index, PeakUsed: g.peakUsed, Total: g.numSlots,
 			Available: g.peakAvail, Unavailable: g.peakUnavail, Evictable: g.peakEvictable})
 		g.resetPeaks()

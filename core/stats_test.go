@@ -160,6 +160,17 @@ func TestPeakBlockStatsTrackAvailableUnavailableEvictable(t *testing.T) {
 		"restarted from the current counts: 3 used, all available, 3 evictable")
 }
 
+// TestPeakBlockStatsIncludeTheCurrentCounts: the peaks a call returns
+// include the counts at the call, so a manager no operation has touched yet
+// reports every slot available (KVCacheManagerV2 samples its storage first).
+func TestPeakBlockStatsIncludeTheCurrentCounts(t *testing.T) {
+	f := newFixture(t, smallConfig(8))
+	peaks, err := f.m.GetAndResetIterationPeakBlockStats(layout.GPULevel)
+	require.NoError(t, err)
+	require.Len(t, peaks, 1)
+	assert.Equal(t, PeakBlockStats{Index: 0, PeakUsed: 0, Total: 8, Available: 8, Unavailable: 0, Evictable: 0}, peaks[0])
+}
+
 // TestCacheStatsCountOnlyItsOwnBlocks: a cache's counters are its share of
 // the manager's (reuse and misses at creation, Resize's allocations), and
 // another cache's work does not reach them.

@@ -658,10 +658,12 @@ func checkNoNUL(field, s string) error {
 	return nil
 }
 
-// validateLayers checks every layer; the sizes of all buffers together must
-// fit an int64, so that no page or pool size computed from them overflows.
+// validateLayers checks every layer; a model needs a layer, attention or SSM
+// (a model of SSM layers only has no attention layer, as KVCacheManagerV2
+// allows). The sizes of all buffers together must fit an int64, so that no
+// page or pool size computed from them overflows.
 func (c *Config) validateLayers() error {
-	if len(c.Layers) == 0 {
+	if len(c.Layers) == 0 && len(c.SsmLayers) == 0 {
 		return fieldErr("layers", "needs at least one layer")
 	}
 	seen := make(map[int32]int, len(c.Layers))

@@ -156,6 +156,8 @@ from .errors import (
     ScratchInUseError,
     SsmCommitOffHistoryError,
     SsmNeedsSnapshotError,
+    TextOnlyConflictError,
+    ConfigAssertionError,
     StorageIOError,
     UnsupportedError,
 )
@@ -237,7 +239,7 @@ __all__ = [
     "abi_version", "is_poisoned", "library_path", "live_handle_count", "version",
     # errors
     "KVCacheError", "InvalidArgumentError", "InvalidHandleError", "InvalidStateError", "ScratchInUseError",
-    "SsmNeedsSnapshotError", "SsmCommitOffHistoryError",
+    "SsmNeedsSnapshotError", "TextOnlyConflictError", "ConfigAssertionError", "SsmCommitOffHistoryError",
     "OutOfMemoryError", "OutOfPagesError", "ResumeRefusedError", "InvalidConfigError", "CodecRejectedError",
     "DataLostError", "BufferTooSmallError", "ManagerClosedError", "CuError", "DeviceError", "UnsupportedError",
     "CorruptedError", "InternalError", "PoisonedError", "CodecFailedError", "StorageIOError", "ClosedError",

@@ -19,6 +19,7 @@ path or role, where the C string would end), raising
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import Sequence, Union
@@ -26,7 +27,7 @@ from typing import Sequence, Union
 from . import _values
 from ._values import _check_int
 from ._ffi import BlockKey, CacheTier, SharedWritePolicy
-from .errors import InvalidConfigError, SsmNeedsSnapshotError
+from .errors import ConfigAssertionError, InvalidConfigError, SsmNeedsSnapshotError
 from .scratch import SwaScratchReuseConfig
 
 __all__ = [
@@ -49,6 +50,40 @@ __all__ = [
 
 DataRole = str
 """A buffer's role within its layer, such as ``"key"`` or ``"value"``."""
+
+
+def _is_int(v: object) -> bool:
+    """Whether a field holds an integer (bool excluded): the constructor
+    checks only such values, leaving a value of the wrong type to the
+    manager's checks, which name its full path."""
+    return hasattr(v, "__index__") and not isinstance(v, bool)
+
+
+def _is_real(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _assert_config(field: str, rule: str) -> None:
+    raise ConfigAssertionError(f"invalid config: {field}: {rule}", code=6, field=field)
+
+
+def _assert_distinct_roles(buffers: object) -> None:
+    """KVCacheManagerV2's layer constructors assert that a layer's buffer
+    roles are distinct."""
+    if isinstance(buffers, Sequence) and not isinstance(buffers, (str, bytes)):
+        seen: dict[str, int] = {}
+        for j, b in enumerate(buffers):
+            role = getattr(b, "role", None)
+            if isinstance(role, str):
+                if role in seen:
+                    _assert_config(f"buffers[{j}].role", f"duplicate buffer role {role!r} (also buffers[{seen[role]}])")
+                seen[role] = j
+
+
+def _check_quota(quota: int) -> None:
+    """A tier's assert_valid check of its quota, in KVCacheManagerV2's words."""
+    if not quota > 0:
+        raise ConfigAssertionError("Quota must be positive", field="quota")
 
 
 @dataclass(slots=True)
@@ -81,6 +116,9 @@ class AttentionLayerConfig(_values.AttentionLayerConfig):
     def window_size(self) -> int | None:
         return self.sliding_window_size
 
+    def __post_init__(self) -> None:
+        _assert_distinct_roles(self.buffers)
+
     def _check_types(self, path: str) -> None:
         _check_int(f"{path}.layer_id", self.layer_id)
         _check_int(f"{path}.sliding_window_size", self.sliding_window_size, optional=True)
@@ -101,6 +139,15 @@ class SsmLayerConfig(_values.SsmLayerConfig):
     layer group, after the attention ones; it needs
     ``KVCacheManagerConfig.commit_min_snapshot``. Its buffers take no
     ``tokens_per_block_override``."""
+
+    def __post_init__(self) -> None:
+        _assert_distinct_roles(self.buffers)
+        if isinstance(self.buffers, Sequence):
+            for j, b in enumerate(self.buffers):
+                o = getattr(b, "tokens_per_block_override", None)
+                if o is not None:
+                    _assert_config(f"buffers[{j}].tokens_per_block_override",
+                                   f"must be None for an SSM layer's state, got {o!r}")
 
     def _check_types(self, path: str) -> None:
         _check_int(f"{path}.layer_id", self.layer_id)
@@ -131,9 +178,11 @@ class GpuCacheTierConfig(_values.GpuCacheTierConfig):
     positive value is a granule of that many bytes."""
 
     def assert_valid(self) -> None:
-        """Raise AssertionError unless quota (and max_quota) are valid."""
-        assert self.quota > 0, "Quota must be positive"
-        assert self.max_quota is None or self.max_quota >= self.quota, "max_quota must be at least quota"
+        """Raise ConfigAssertionError (an AssertionError and a ValueError)
+        unless quota (and max_quota) are valid."""
+        _check_quota(self.quota)
+        if not (self.max_quota is None or self.max_quota >= self.quota):
+            raise ConfigAssertionError("max_quota must be at least quota", field="max_quota")
 
 
 @dataclass(slots=True)
@@ -141,8 +190,9 @@ class HostCacheTierConfig(_values.HostCacheTierConfig):
     """A host tier of mapped pinned memory, ``quota`` bytes."""
 
     def assert_valid(self) -> None:
-        """Raise AssertionError unless the quota is positive."""
-        assert self.quota > 0, "Quota must be positive"
+        """Raise ConfigAssertionError (an AssertionError and a ValueError)
+        unless the quota is positive."""
+        _check_quota(self.quota)
 
 
 @dataclass(slots=True)
@@ -161,10 +211,11 @@ class DiskCacheTierConfig(_values.DiskCacheTierConfig):
     left are reclaimed at start."""
 
     def assert_valid(self) -> None:
-        """Raise AssertionError unless the quota is positive and path is a
-        directory."""
-        assert self.quota > 0, "Quota must be positive"
-        assert os.path.isdir(self.path), f"Disk path {self.path} does not exist or is not a directory"
+        """Raise ConfigAssertionError (an AssertionError and a ValueError)
+        unless the quota is positive and path is a directory."""
+        _check_quota(self.quota)
+        if not os.path.isdir(self.path):
+            raise ConfigAssertionError(f"Disk path {self.path} does not exist or is not a directory", field="path")
 
 
 @dataclass(slots=True)
@@ -290,13 +341,52 @@ class KVCacheManagerConfig(_values.KVCacheManagerConfig):
     """
 
     def __post_init__(self) -> None:
-        # KVCacheManagerV2 asserts this in its config's constructor; the
-        # library checks it again at manager creation (a field set later).
-        if (isinstance(self.layers, Sequence) and not self.commit_min_snapshot
-                and any(isinstance(layer, SsmLayerConfig) for layer in self.layers)):
-            raise SsmNeedsSnapshotError(
-                "invalid config: commit_min_snapshot: must be true when SSM layers are present",
-                code=6, field="commit_min_snapshot")
+        # KVCacheManagerV2 asserts these in its config's constructor; the
+        # library checks them again at manager creation (a field set later).
+        tiers, layers, tpb = self.cache_tiers, self.layers, self.tokens_per_block
+        if isinstance(tiers, Sequence) and not isinstance(tiers, (str, bytes)):
+            if not tiers:
+                _assert_config("cache_tiers", "the first cache tier must be GPU memory, got none")
+            if getattr(tiers[0], "tier", CacheTier.GPU_MEM) != CacheTier.GPU_MEM:
+                _assert_config("cache_tiers[0]", f"the first cache tier must be GPU memory, got {tiers[0].tier.name}")
+        if isinstance(layers, Sequence) and not isinstance(layers, (str, bytes)):
+            seen: dict[int, int] = {}
+            for i, layer in enumerate(layers):
+                lid = getattr(layer, "layer_id", None)
+                if _is_int(lid):
+                    if int(lid) in seen:
+                        _assert_config(f"layers[{i}].layer_id", f"duplicate layer id {int(lid)} (also layers[{seen[int(lid)]}])")
+                    seen[int(lid)] = i
+                if not isinstance(layer, AttentionLayerConfig) or not _is_int(tpb) or not isinstance(layer.buffers, Sequence):
+                    continue
+                for j, b in enumerate(layer.buffers):
+                    o = getattr(b, "tokens_per_block_override", None)
+                    if _is_int(o) and int(o) > 0 and int(tpb) % int(o):
+                        _assert_config(f"layers[{i}].buffers[{j}].tokens_per_block_override",
+                                       f"must divide tokens_per_block ({int(tpb)}), got {int(o)}")
+            if not self.commit_min_snapshot and any(isinstance(layer, SsmLayerConfig) for layer in layers):
+                raise SsmNeedsSnapshotError(
+                    "invalid config: commit_min_snapshot: must be true when SSM layers are present",
+                    code=6, field="commit_min_snapshot")
+        self._assert_rebalance()
+
+    def _assert_rebalance(self) -> None:
+        """KVCacheManagerV2's constructor rules for the rebalance_* fields."""
+        v = self.rebalance_min_sampled_kv_caches
+        if _is_int(v) and int(v) < 0:
+            _assert_config("rebalance_min_sampled_kv_caches", f"must be non-negative, got {v}")
+        v = self.rebalance_cooldown_secs
+        if _is_real(v) and not (math.isfinite(v) and v >= 0):
+            _assert_config("rebalance_cooldown_secs", f"must be finite and non-negative, got {v}")
+        v = self.rebalance_target_ratio_update_interval
+        if _is_int(v) and int(v) <= 0:
+            _assert_config("rebalance_target_ratio_update_interval", f"must be positive, got {v}")
+        v = self.rebalance_ratio_threshold
+        if _is_real(v) and not (math.isfinite(v) and v > 1.0):
+            _assert_config("rebalance_ratio_threshold", f"must be finite and > 1.0, got {v}")
+        v = self.rebalance_moving_average_decay
+        if _is_real(v) and not 0.0 < v < 1.0:
+            _assert_config("rebalance_moving_average_decay", f"must be in (0, 1), got {v}")
 
     @property
     def enable_swa_scratch_reuse(self) -> bool:

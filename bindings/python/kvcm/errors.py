@@ -10,13 +10,16 @@ is a ``ValueError``), so ordinary ``except ValueError`` code keeps working.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 __all__ = [
     "KVCacheError",
     "InvalidArgumentError",
+    "TextOnlyConflictError",
     "InvalidHandleError",
     "InvalidStateError",
     "ScratchInUseError",
+    "ConfigAssertionError",
     "SsmNeedsSnapshotError",
     "SsmCommitOffHistoryError",
     "OutOfMemoryError",
@@ -59,6 +62,13 @@ class KVCacheError(Exception):
 
 class InvalidArgumentError(KVCacheError, ValueError):
     """An argument is out of its documented range; the message names it."""
+
+
+class TextOnlyConflictError(InvalidArgumentError, RuntimeError):
+    """A cache asked not to be text-only on a manager configured
+    ``text_only=True``, which a cache may only tighten: an
+    InvalidArgumentError naming ``text_only`` and, as KVCacheManagerV2's C++
+    check raises it, a ``RuntimeError``."""
 
 
 class InvalidHandleError(KVCacheError):
@@ -108,7 +118,15 @@ class InvalidConfigError(KVCacheError, ValueError):
         self.field = field
 
 
-class SsmNeedsSnapshotError(InvalidConfigError, AssertionError):
+class ConfigAssertionError(InvalidConfigError, AssertionError):
+    """A configuration value KVCacheManagerV2 checks where it is made (a
+    config class's constructor, a tier's ``assert_valid()``): an
+    ``AssertionError``, as its pure-Python backend asserts, and an
+    InvalidConfigError (a ``ValueError``, as its C++ backend raises it)
+    whose ``field`` names the field."""
+
+
+class SsmNeedsSnapshotError(ConfigAssertionError):
     """A :class:`~kvcm.KVCacheManagerConfig` has SSM layers without
     ``commit_min_snapshot``: an InvalidConfigError naming that field, and an
     ``AssertionError`` as KVCacheManagerV2's config constructor reports it."""
@@ -147,13 +165,17 @@ class ManagerClosedError(KVCacheError):
 class CuError(KVCacheError):
     """A device call failed (KVCM2's name). ``error_code`` is the CUresult
     the library's message names (``[CUresult 2]``), else None (the emulated
-    device has no CUresult)."""
+    device has no CUresult). Constructed as KVCM2's ``CuError(error_code)``
+    (a first argument that is not a message: a CUresult, an int), it carries
+    that code with the message ``CUDA driver error: <code>``."""
 
-    error_code: int | None
+    error_code: Any
 
     _CODE = re.compile(r"\[CUresult (-?\d+)\]")
 
-    def __init__(self, message: str, code: int | None = None, error_code: int | None = None):
+    def __init__(self, message: Any, code: int | None = None, error_code: Any = None):
+        if not isinstance(message, str):
+            message, error_code = f"CUDA driver error: {message}", message
         super().__init__(message, code)
         if error_code is None:
             m = self._CODE.search(message)

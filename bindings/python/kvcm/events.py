@@ -14,9 +14,13 @@ gives TensorRT-LLM's v1 block hashes, computed from the block's tokens, its
 parent's hash and, for a first block, the request's LoRA id and salt id, so
 a router computing them from prompts matches. ``"v2_sha256"`` and
 ``"v2_sha256_64"`` name KVCM2's sha256 block keys, which kvcm does not
-compute: with them kvcm reports its own 64-bit chained key (as 16 hex
-digits, or as the integer), stable within a manager but not what a router
-derives from KVCM2's keys.
+compute: with them kvcm reports its own 64-bit chained key in KVCM2's forms
+of a raw key (the key's 8 bytes, as ``sequence_to_blockchain_keys`` and
+``probe_first_new_block_key`` give them): their 16 hex digits, or their
+first 8 bytes read big-endian (TensorRT-LLM's
+``truncate_sha256_hash_to_int64``), so a client relating events to those
+keys as it would with KVCM2 matches; stable within a manager but not what a
+router derives from KVCM2's keys.
 """
 
 from __future__ import annotations
@@ -42,10 +46,17 @@ HASH_ALGO_V2 = "v2_sha256"
 HASH_ALGO_V2_SHA256_64 = "v2_sha256_64"
 
 EventBlockHash = Union[int, str]
+BlockHashLike = Union[bytes, int, str]
 MmKey = tuple
 
 _M32 = (1 << 32) - 1
 _M64 = (1 << 64) - 1
+
+
+def _truncate64(raw: bytes) -> int:
+    """A raw block key's 64-bit event hash: its first 8 bytes read
+    big-endian (TensorRT-LLM's truncate_sha256_hash_to_int64)."""
+    return int.from_bytes(raw[:8], "big")
 
 
 def _mix32(value: int, seed: int) -> int:
@@ -176,7 +187,8 @@ class KVCacheEventManager:
     rank's events at flush and publishes them on rank 0.
     A stored block's multimodal digest tokens are reported as their hex
     digests; such a block and its descendants have no v1 hash, so under
-    ``v1_block_key`` they report kvcm's key instead. With
+    ``v1_block_key`` they report kvcm's key instead (read as
+    ``v2_sha256_64`` reads it). With
     ``mm_token_id_offset`` (not negative) a stored block lists its items in
     ``mm_keys``: ``(digest, item-local offset)`` per run of an item's tokens
     (its digest token starts one at 0; a token above the offset continues
@@ -197,7 +209,7 @@ class KVCacheEventManager:
         if hash_algo == HASH_ALGO_AUTO:
             hash_algo = HASH_ALGO_V1
         elif hash_algo not in (HASH_ALGO_V1, HASH_ALGO_V2, HASH_ALGO_V2_SHA256_64):
-            raise ValueError(f"hash_algo: unsupported KV cache event hash algorithm {hash_algo!r}")
+            raise ValueError(f"hash_algo: Unsupported V2 KV cache event hash algorithm: {hash_algo!r}")
         self._max = max_kv_event_entries
         self._window_size = window_size
         self._window_by_lg = dict(window_size_by_layer_group or {})
@@ -252,21 +264,72 @@ class KVCacheEventManager:
                 return
             self._latest_stored[layer_group_id] = self._add_locked(data, layer_group_id)
 
-    def add_removed_event(self, block_hashes: EventBlockHash | Iterable[EventBlockHash],
+    def add_removed_event(self, block_hashes: BlockHashLike | Iterable[BlockHashLike],
                           layer_group_id: int | None = None) -> None:
+        """Report blocks removed. An event hash (int or str) is reported as
+        it is; ``bytes`` is a block key (kvcm's 8 little-endian bytes, as
+        ``sequence_to_blockchain_keys`` gives them): a block this manager
+        reported stored is reported removed by its event hash, for each
+        layer group it was stored for, and forgotten; any other key is
+        ignored (KVCM2's rule for raw keys)."""
         if self._max <= 0:
             return
         if isinstance(block_hashes, (int, str, bytes)):
             block_hashes = (block_hashes,)
         with self._cond:
-            self._removed.setdefault(layer_group_id, []).extend(block_hashes)
-            self._latest_stored.pop(layer_group_id, None)
+            for h in block_hashes:
+                if not isinstance(h, bytes):
+                    self._removed.setdefault(layer_group_id, []).append(h)
+                    self._latest_stored.pop(layer_group_id, None)
+                    continue
+                key = self._raw_key(h)
+                b = None if key is None else self._blocks.pop(key, None)
+                if b is not None:
+                    for lg in sorted(b.layer_groups):
+                        self._removed.setdefault(lg, []).append(b.hash)
+                        self._latest_stored.pop(lg, None)
 
-    def add_updated_event(self, block_hash: EventBlockHash, *, cache_level: KVCacheEventDiff | None = None,
+    def add_removed_life_cycle_event(self, block_hash: bytes, life_cycle_id: int) -> None:
+        """Report one layer group's page of a stored block removed:
+        ``block_hash`` is the block's key (``bytes``, as in
+        add_removed_event), ``life_cycle_id`` the layer group. The block is
+        forgotten once no layer group holds it; a key or layer group the
+        manager did not report stored is ignored."""
+        if self._max <= 0:
+            return
+        lg = int(life_cycle_id)
+        with self._cond:
+            key = self._raw_key(block_hash)
+            b = None if key is None else self._blocks.get(key)
+            if b is None or lg not in b.layer_groups:
+                return
+            b.layer_groups.discard(lg)
+            if not b.layer_groups:
+                del self._blocks[key]
+            self._removed.setdefault(lg, []).append(b.hash)
+            self._latest_stored.pop(lg, None)
+
+    def add_updated_event(self, block_hash: BlockHashLike, *, cache_level: KVCacheEventDiff | None = None,
                           priority: KVCacheEventDiff | None = None, layer_group_id: int | None = None) -> None:
+        """Report a block's level or priority change (nothing without
+        either). A ``bytes`` block key of a block not reported stored is
+        ignored, as in add_removed_event."""
         if cache_level is None and priority is None:
             return
+        if isinstance(block_hash, bytes):
+            with self._cond:
+                key = self._raw_key(block_hash)
+                b = None if key is None else self._blocks.get(key)
+            if b is None:
+                return
+            block_hash = b.hash
         self._add(KVCacheUpdatedData(block_hash, cache_level, priority), layer_group_id)
+
+    @staticmethod
+    def _raw_key(block_hash: bytes) -> int | None:
+        """kvcm's block key of a raw key argument: its 8 little-endian
+        bytes; None for bytes of another length (no block has that key)."""
+        return int.from_bytes(block_hash, "little") if len(block_hash) == 8 else None
 
     # -- iterations -----------------------------------------------------------------
     def flush_iteration_events(self) -> None:
@@ -362,11 +425,17 @@ class KVCacheEventManager:
 
     # -- kvcm's block events, translated (called by the manager) -------------------
     def _block_hash(self, key: int, v1: int) -> EventBlockHash:
+        """A block's event hash from its key: the v1 hash, or KVCM2's forms
+        of a raw key (the key's 8 bytes as sequence_to_blockchain_keys and
+        probe_first_new_block_key give them): their hex for v2_sha256, and
+        for v2_sha256_64 their first 8 bytes read big-endian, as
+        TensorRT-LLM's truncate_sha256_hash_to_int64 reads a raw key."""
         if self._hash_algo == HASH_ALGO_V1:
             return v1
+        raw = key.to_bytes(8, "little")
         if self._hash_algo == HASH_ALGO_V2_SHA256_64:
-            return key
-        return key.to_bytes(8, "big").hex()
+            return _truncate64(raw)
+        return raw.hex()
 
     def _on_stored(self, key: int, parent: int, tokens: Sequence[int], level: int, priority: int,
                    scope: tuple[int | None, Any] | None, layer_groups: Sequence[int],
@@ -376,7 +445,8 @@ class KVCacheEventManager:
         v1_ok = (up.v1_ok if up else True) and not digests
         # A block with digest tokens has no v1 hash: it and its descendants
         # report kvcm's key instead (KVCM2 falls back to its own key).
-        v1 = hash_v1_block_key(tokens, up.v1 if up else 0, lora, None if up else cache_salt_id(salt)) if v1_ok else key
+        v1 = hash_v1_block_key(tokens, up.v1 if up else 0, lora, None if up else cache_salt_id(salt)) if v1_ok \
+            else _truncate64(key.to_bytes(8, "little"))
         dg = digests or {}
         toks = [UniqueToken(dg[i].hex()) if i in dg else UniqueToken(int(t)) for i, t in enumerate(tokens)]
         last, mm_keys = self._mm_keys(tokens, dg, up.last_digest if up else None)

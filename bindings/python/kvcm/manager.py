@@ -44,6 +44,7 @@ from .errors import (
     KVCacheError,
     OutOfPagesError,
     ResumeRefusedError,
+    TextOnlyConflictError,
     UnsupportedError,
 )
 
@@ -1120,15 +1121,17 @@ class KVCacheManager(Managed):
         pages = [ReusePage(r.level, r.slot, r.covered) if r.covered else None for r in rows]
         return sum(r.matched for r in rows), pages
 
-    def probe_first_new_block_key(self, scope: Any, tokens: Sequence[int]) -> bytes | None:
-        """The key of the first full block of ``tokens`` past the prefix a new
-        cache in ``scope`` would reuse (the block it would commit first), or
-        None when no full block lies past it. kvcm's keys are 64-bit chained
-        hashes: the key is their 8 little-endian bytes (the ``key`` of the
-        block's cache events)."""
-        lora_id, salt = _scope_fields(scope, None, None)
+    def probe_first_new_block_key(self, reuse_scope: Any = None,
+                                  input_tokens: Sequence[int] | None = None) -> bytes | None:
+        """The key of the first full block of ``input_tokens`` past the prefix
+        a new cache in ``reuse_scope`` (a ReuseScope or None) would reuse (the
+        block it would commit first), or None when no full block lies past it
+        (no tokens: None). The parameters are KVCacheManagerV2's, names and
+        defaults. kvcm's keys are 64-bit chained hashes: the key is their 8
+        little-endian bytes (the ``key`` of the block's cache events)."""
+        lora_id, salt = _scope_fields(reuse_scope, None, None)
         c_scope, has_lora, _keep = self._scope(lora_id, salt)
-        toks, n, _keep_tokens, dig = _tokens(tokens, "tokens", bool(self._config.text_only))
+        toks, n, _keep_tokens, dig = _tokens(input_tokens, "input_tokens", bool(self._config.text_only))
         key, found = ctypes.c_uint64(), ctypes.c_bool()
         if dig is None:
             _probe_first_new(self._native(), _byref(c_scope), has_lora, toks, n, _byref(key), _byref(found))
@@ -1263,7 +1266,8 @@ class KVCacheManager(Managed):
         cache is text-only: ``text_only`` True, or None with the
         configuration's ``text_only``, refuses them with TypeError (and takes
         the text-only path). With ``enable_request_stats`` the cache's
-        ``commit_pending_stats`` returns its block counts.
+        ``commit_pending_stats`` returns its block counts also when the
+        configuration's ``enable_stats`` is off.
         ``request_id`` names the request for the CP index attached with
         :meth:`attach_cp`, which is then notified about the cache's blocks.
         ``fresh_blocks`` and ``fresh_from_block`` (kvcm extensions) ask for a
@@ -1289,6 +1293,9 @@ class KVCacheManager(Managed):
             raise TypeError(f"text_only: expected a bool or None, got {text_only!r}")
         if text_only is None:
             text_only = bool(self._config.text_only)
+        elif not text_only and self._config.text_only:
+            raise TextOnlyConflictError("text_only: False is not allowed when the manager is configured "
+                                        "text_only=True (a cache may only tighten it)")
         cache = _KVCache(self, lora_id, input_tokens, id, custom_priority_callback, salt, request_id,
                          expected_prompt_length, text_only, fresh_blocks, fresh_from_block)
         # The cache's class holds what these start with.
@@ -1296,6 +1303,7 @@ class KVCacheManager(Managed):
             cache._reuse_scope = reuse_scope
         if enable_request_stats:
             cache.enable_request_stats = True
+            cache._update_fast()
         if id is not None:
             cache._note_pending_stats()
         return cache
@@ -1419,13 +1427,15 @@ class KVCacheManager(Managed):
         return out
 
     def record_request_suspended(self) -> None:
-        """Count one ACTIVE to SUSPENDED transition of a request (the engine
-        reports them, as with KVCM2)."""
+        """Count one ACTIVE to SUSPENDED transition of a request. A cache's
+        suspend counts itself (as in KVCM2); this is for transitions the
+        manager does not see."""
         if self._stats_on:
             self._iter_suspended += 1
 
     def record_request_resumed(self) -> None:
-        """Count one resumption of a request suspended before."""
+        """Count one resumption of a request suspended before. A cache's
+        resume after its first counts itself (as in KVCM2)."""
         if self._stats_on:
             self._iter_resumed += 1
 
@@ -1766,6 +1776,11 @@ class _KVCache(Managed):
     _lora_id: int | None = None
     _salt: Any = None
     enable_request_stats = False
+    # Whether the cache was created text-only: the library keeps that.
+    _created_text_only = False
+    # Whether the cache was ACTIVE once: a later resume is a preemption
+    # recovery, counted (see _counts_preemption).
+    _resumed_before = False
     # The core's per-cache block counters at the last commit or discard of
     # the pending statistics: what is pending is the counters less it.
     _stats_base = _NO_STATS
@@ -1845,6 +1860,8 @@ class _KVCache(Managed):
             self._lora_id, self._salt = lora_id, salt
             scope, has_lora, salt_keep = KVCacheManager._scope(lora_id, salt)
         self._text_only = text_only
+        if text_only:
+            self._created_text_only = True
         toks, n, toks_keep, dig = _tokens(input_tokens, "input_tokens", text_only)
         self._num_input_tokens = n
         if n and manager._has_ssm:
@@ -1968,7 +1985,7 @@ class _KVCache(Managed):
         if st is not None:
             m = self._manager
             if self._state == "open" and self._priority_cb is None and not self._bufs and not self._views:
-                if self._id is not None and m._stats_on:
+                if self._id is not None and self._records_stats():
                     st.fast, st.mark, st.key = False, m._dirty_stats, self._id
                 else:
                     st.fast, st.mark, st.key = True, None, None
@@ -2216,8 +2233,27 @@ class _KVCache(Managed):
     @property
     def text_only(self) -> bool:
         """Whether the cache takes text token ids only (create_kv_cache's
-        ``text_only``, or the configuration's)."""
+        ``text_only``, or the configuration's, or what was set here)."""
         return self._text_only
+
+    @text_only.setter
+    def text_only(self, text_only: bool) -> None:
+        """Make the cache text-only (its later commits refuse digest tokens
+        with TypeError), or take that back. False on a manager configured
+        ``text_only=True`` raises TextOnlyConflictError (a cache may only
+        tighten it, as in KVCacheManagerV2), and on a cache created
+        text-only UnsupportedError (the library keeps its text-only path);
+        either changes nothing."""
+        if text_only not in (True, False):
+            raise TypeError(f"text_only: expected a bool, got {text_only!r}")
+        self._native()
+        if not text_only:
+            if self._manager._config.text_only:
+                raise TextOnlyConflictError("text_only: False is not allowed when the manager is configured "
+                                            "text_only=True (a cache may only tighten it)")
+            if self._created_text_only:
+                raise UnsupportedError("text_only: a cache created text-only stays text-only")
+        self._text_only = bool(text_only)
 
     @property
     def cached_tokens_by_level(self) -> list[int]:
@@ -2242,6 +2278,14 @@ class _KVCache(Managed):
         _cache_stats(self._native(), _byref(out))
         return KVCacheStatsDelta(out.alloc_total_blocks, out.alloc_new_blocks, out.reused_blocks, out.missed_blocks)
 
+    def _records_stats(self) -> bool:
+        """Whether the cache's block counts are recorded as pending
+        statistics (dirty-marked, returned by commit_pending_stats): with the
+        manager's statistics on, or with the cache's enable_request_stats
+        (KVCM2's request-only accounting, for a manager whose statistics
+        are off)."""
+        return self._manager._stats_on or self.enable_request_stats
+
     def _note_pending_stats(self) -> None:
         """Mark the cache's id dirty while it has pending statistics (block
         counts, or its SSM snapshot lookup), as KVCM2 does when it records
@@ -2249,7 +2293,7 @@ class _KVCache(Managed):
         (a decode step's resize of a cache with an id)."""
         m = self._manager
         i = self._id
-        if i is not None and m._stats_on and i not in m._dirty_stats and not m.is_stats_excluded(i) \
+        if i is not None and self._records_stats() and i not in m._dirty_stats and not m.is_stats_excluded(i) \
                 and (self._ssm_lookup_pending or not self._pending_stats().empty):
             m.mark_stats_dirty(i)
 
@@ -2263,27 +2307,33 @@ class _KVCache(Managed):
         reuse and misses at creation, the blocks resizes allocated) into the
         manager's :meth:`~KVCacheManager.get_committed_stats`, and the
         cache's per-layer-group counts into its
-        :meth:`~KVCacheManager.get_and_reset_iteration_stats`; return
-        them when the cache was created with ``enable_request_stats`` (an
-        empty delta otherwise). With statistics disabled, or the cache's id
-        marked excluded, the counts are discarded instead. Either way the
-        cache's dirty mark is cleared; a closed cache has nothing pending."""
+        :meth:`~KVCacheManager.get_and_reset_iteration_stats`, and return
+        them (KVCacheManagerV2's rule). With the manager's statistics
+        disabled the counts reach neither; they are still returned when the
+        cache was created with ``enable_request_stats`` (request-only
+        accounting), else discarded (an empty delta). The cache's id marked
+        excluded discards them either way. The cache's dirty mark is
+        cleared; a closed cache has nothing pending."""
         m = self._manager
         self._ssm_lookup_pending = False
         if self.closed:
             m.clear_stats_dirty(self.id)
             return KVCacheStatsDelta()
-        if not m._stats_on or m.is_stats_excluded(self.id):
+        if not self._records_stats() or m.is_stats_excluded(self.id):
             self.discard_pending_stats()
             return KVCacheStatsDelta()
-        _cache_commit_pending(self._native())
+        if m._stats_on:
+            _cache_commit_pending(self._native())
+        else:
+            _cache_discard_pending(self._native())
         now = self._core_stats()
         delta = now.copy()
         delta.subtract(self._stats_base)
-        m._committed_stats.add(delta)
+        if m._stats_on:
+            m._committed_stats.add(delta)
         self._stats_base = now
         m.clear_stats_dirty(self.id)
-        return delta if self.enable_request_stats else KVCacheStatsDelta()
+        return delta
 
     def discard_pending_stats(self) -> None:
         """Drop the block counts since the previous commit or discard: they
@@ -2361,7 +2411,19 @@ class _KVCache(Managed):
         self._stream = cuda_stream
         if self._bufs or self._views:
             self._refresh_indices()
+        if not self._resumed_before:
+            self._resumed_before = True  # the admission, not a recovery
+        elif self._counts_preemption():
+            self._manager._iter_resumed += 1
         return True
+
+    def _counts_preemption(self) -> bool:
+        """Whether the cache's suspensions and later resumptions count in the
+        manager's get_and_reset_iteration_suspend_resume_stats, as
+        KVCacheManagerV2's cache counts them itself: with statistics on and
+        the cache's id not excluded."""
+        m = self._manager
+        return m._stats_on and not m.is_stats_excluded(self._id)
 
     def suspend(self) -> None:
         """Make the cache SUSPENDED; buffers given to set_base_page_index_buf
@@ -2372,6 +2434,8 @@ class _KVCache(Managed):
         self._bufs.clear()
         self._views.clear()
         self._update_fast()
+        if self._counts_preemption():
+            self._manager._iter_suspended += 1
 
     def resize(self, capacity: int | None, history_length: int | None = None) -> bool:
         """Set capacity (tokens with pages; None keeps it) and history_length

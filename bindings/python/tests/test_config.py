@@ -271,3 +271,42 @@ def test_shared_tier_field_types():
     cfg.cache_tiers.append(_shared(addresses="127.0.0.1:1"))
     with pytest.raises(TypeError, match=r"cache_tiers\[\d\]\.addresses"):
         KVCacheManager(cfg, device="emu")
+
+
+def _layers():
+    return [AttentionLayerConfig(0, [BufferConfig("key", 64)]), AttentionLayerConfig(1, [BufferConfig("key", 64)])]
+
+
+@pytest.mark.parametrize("make, field", [
+    (lambda: KVCacheManagerConfig(4, [HostCacheTierConfig(1 << 20)], _layers()), "cache_tiers[0]"),
+    (lambda: KVCacheManagerConfig(4, [], _layers()), "cache_tiers"),
+    (lambda: KVCacheManagerConfig(4, [GpuCacheTierConfig(1 << 20)], _layers() + _layers()[:1]), "layers[2].layer_id"),
+    (lambda: KVCacheManagerConfig(4, [GpuCacheTierConfig(1 << 20)],
+                                  [AttentionLayerConfig(0, [BufferConfig("key", 64, tokens_per_block_override=3)])]),
+     "layers[0].buffers[0].tokens_per_block_override"),
+    (lambda: AttentionLayerConfig(0, [BufferConfig("key", 64), BufferConfig("key", 64)]), "buffers[1].role"),
+    (lambda: small_config(rebalance_min_sampled_kv_caches=-1), "rebalance_min_sampled_kv_caches"),
+    (lambda: small_config(rebalance_cooldown_secs=float("nan")), "rebalance_cooldown_secs"),
+    (lambda: small_config(rebalance_target_ratio_update_interval=0), "rebalance_target_ratio_update_interval"),
+    (lambda: small_config(rebalance_ratio_threshold=1.0), "rebalance_ratio_threshold"),
+    (lambda: small_config(rebalance_moving_average_decay=0.0), "rebalance_moving_average_decay"),
+])
+def test_constructors_assert_kvcm2s_construction_rules(make, field):
+    """What KVCacheManagerV2's config constructors assert (the first tier is
+    the GPU, layer ids and a layer's buffer roles are distinct, overrides
+    divide tokens_per_block, the rebalance_* ranges) is refused where the
+    value is made, by an error that is an AssertionError (its pure-Python
+    backend) and an InvalidConfigError, a ValueError (its C++ backend),
+    naming the field."""
+    with pytest.raises(AssertionError) as e:
+        make()
+    assert isinstance(e.value, InvalidConfigError) and isinstance(e.value, ValueError)
+    assert e.value.field == field and field in str(e.value)
+
+
+def test_constructors_leave_values_of_other_types_to_the_manager():
+    """A value of the wrong type is not judged by the constructor: the
+    manager's checks name its full path."""
+    cfg = KVCacheManagerConfig(4, [GpuCacheTierConfig(1 << 20)], _layers(), rebalance_ratio_threshold="2")
+    with pytest.raises(TypeError, match="rebalance_ratio_threshold"):
+        KVCacheManager(cfg, device="emu")

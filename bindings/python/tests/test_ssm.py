@@ -75,6 +75,27 @@ def test_an_ssm_cache_holds_one_state_in_its_own_layer_group(backend):
             assert c.get_ssm_block_base_index(ssm) == slot
 
 
+def test_a_model_of_ssm_layers_only_is_served(backend):
+    """KVCacheManagerV2 takes a configuration of SSM layers only (a pure
+    Mamba model): its one layer group is the SSM group, blocks have no page,
+    and a snapshot at a block boundary is reused."""
+    layers = [SsmLayerConfig(i, [BufferConfig("ssm_state", 256), BufferConfig("conv_state", 64)]) for i in (0, 1)]
+    tokens = list(range(12))
+    with KVCacheManager(small_config(layers=layers, commit_min_snapshot=True), device="emu") as m:
+        assert [list(g) for g in m.layer_grouping] == [[0, 1]]
+        ssm = m.get_layer_group_id(0)
+        s = m.create_stream()
+        with m.create_kv_cache(None, tokens) as a:
+            assert a.resume(s)
+            compute_to(a, tokens, 8)
+            assert list(a.get_base_page_indices(ssm)) == [BAD_PAGE_INDEX] * 2
+            assert a.get_ssm_block_base_index(ssm) != BAD_PAGE_INDEX
+        assert m.probe_reuse(None, tokens) == 8
+        with m.create_kv_cache(None, tokens) as b:
+            assert b.num_committed_tokens == 8
+            assert b.resume(s) and b.get_ssm_block_base_index(ssm) != BAD_PAGE_INDEX
+
+
 def test_the_ssm_state_is_read_for_beam_0_only(backend):
     """get_ssm_block_base_index refuses a beam other than 0, naming beam_id:
     a cache has one SSM state."""
@@ -189,11 +210,17 @@ def test_ssm_manager_serves_events_priorities_and_clamping(backend):
 
 def test_ssm_buffers_take_no_tokens_per_block_override():
     """An SSM layer's state is not a block of tokens: an override on its
-    buffer raises InvalidConfigError naming it."""
+    buffer raises InvalidConfigError naming it, in the layer's constructor
+    (also an AssertionError, as KVCacheManagerV2 asserts it there) and, for
+    an override set later, at manager creation."""
+    with pytest.raises(AssertionError, match="SSM") as e:
+        SsmLayerConfig(1, [BufferConfig("ssm_state", 256, tokens_per_block_override=2)])
+    assert isinstance(e.value, InvalidConfigError) and e.value.field == "buffers[0].tokens_per_block_override"
     layers = [
         AttentionLayerConfig(0, [BufferConfig("key", 64)]),
-        SsmLayerConfig(1, [BufferConfig("ssm_state", 256, tokens_per_block_override=2)]),
+        SsmLayerConfig(1, [BufferConfig("ssm_state", 256)]),
     ]
+    layers[1].buffers[0].tokens_per_block_override = 2
     with pytest.raises(InvalidConfigError, match="SSM") as e:
         KVCacheManager(small_config(layers=layers, commit_min_snapshot=True), device="emu")
     assert e.value.field == "layers[1].buffers[0].tokens_per_block_override"

@@ -104,6 +104,19 @@ def test_assert_valid_is_kv_cache_manager_v2s(tmp_path):
     with pytest.raises(AssertionError) as ei:
         DiskCacheTierConfig(1, missing).assert_valid()
     assert str(ei.value) == f"Disk path {missing} does not exist or is not a directory"
+    assert isinstance(ei.value, ValueError) and ei.value.field == "path"
+
+
+def test_assert_valid_failures_are_also_value_errors_naming_the_field():
+    """KVCacheManagerV2's C++ backend raises ValueError from assert_valid,
+    its Python backend AssertionError: kvcm's ConfigAssertionError is both, an
+    InvalidConfigError naming the field."""
+    for bad, field in ((GpuCacheTierConfig(0), "quota"), (GpuCacheTierConfig(2, max_quota=1), "max_quota"),
+                       (HostCacheTierConfig(-1), "quota")):
+        with pytest.raises(ValueError) as ei:
+            bad.assert_valid()
+        assert isinstance(ei.value, AssertionError) and isinstance(ei.value, kvcm.InvalidConfigError)
+        assert ei.value.field == field
 
 
 @pytest.mark.parametrize(

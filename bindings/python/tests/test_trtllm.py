@@ -109,6 +109,17 @@ def test_error_classes_keep_kvcm_hierarchy_under_kvcm2s():
     assert kvcm.poison_reason() is None and not kvcm.is_poisoned()
 
 
+def test_cu_error_is_constructed_from_the_error_code_as_kvcm2s():
+    """KVCM2's CuError(error_code): the code is kept as error_code and named
+    in the message; kvcm's own (message, code) form stays."""
+    e = kvcm.CuError(2)
+    assert e.error_code == 2 and "CUDA driver error: 2" in str(e)
+    with pytest.raises(kvcm.CuError) as info:
+        raise kvcm.DeviceError(700)
+    assert info.value.error_code == 700
+    assert kvcm.CuError("driver failed [CUresult 4]", 11).error_code == 4
+
+
 def test_attn_life_cycle_is_kvcm2s_value():
     """AttnLifeCycle.make rounds sink tokens up to blocks, and its stale
     range is the rule kvcm's sliding windows follow: the blocks past the
@@ -342,10 +353,22 @@ def test_cached_tokens_by_level_follow_the_caches_pages():
         s.close()
 
 
+def test_peaks_include_the_counts_at_the_call():
+    """get_and_reset_iteration_peak_block_stats samples the storage before it
+    answers (KVCM2's rule): a manager nothing has touched yet reports its
+    storage statistics' counts, not zeros."""
+    with KVCacheManager(small_config(), device="emu") as m:
+        st = m.get_storage_statistics(kvcm.GPU_LEVEL)
+        assert m.get_and_reset_iteration_peak_block_stats(kvcm.GPU_LEVEL) == [
+            kvcm.PoolGroupPeakBlockStats(s.available, s.unavailable, s.evictable) for s in st]
+
+
 def test_pending_stats_commit_into_the_committed_stats():
     """A cache's block counts are pending until commit_pending_stats, which
-    adds them to get_committed_stats and returns them to a cache created with
-    enable_request_stats; each commit returns only what came since the last;
+    adds them to get_committed_stats and returns them (with the manager's
+    statistics on, whether or not the cache has enable_request_stats: KVCM2
+    returns the request delta from manager statistics); each commit returns
+    only what came since the last;
     discard_pending_stats and closing drop them; both clear the dirty mark."""
     with KVCacheManager(small_config(), device="emu") as m:
         serve(m, PROMPT[:8])  # publishes 2 blocks
@@ -368,8 +391,10 @@ def test_pending_stats_commit_into_the_committed_stats():
             assert m.get_committed_stats().alloc_total_blocks == 4
             c.suspend()
         with m.create_kv_cache(input_tokens=PROMPT, id=6) as c:
-            assert c.commit_pending_stats().empty, "without enable_request_stats nothing is returned"
-            assert m.get_committed_stats().reused_blocks == 4, "but the counts are committed"
+            assert c.commit_pending_stats() == kvcm.KVCacheStatsDelta(alloc_total_blocks=2, reused_blocks=2,
+                                                                      missed_blocks=1), \
+                "without enable_request_stats the counts are returned too"
+            assert m.get_committed_stats().reused_blocks == 4, "and committed"
         with m.create_kv_cache(input_tokens=PROMPT, id=7, enable_request_stats=True) as c:
             m.mark_stats_excluded(7)
             assert c.commit_pending_stats().empty
@@ -381,14 +406,53 @@ def test_pending_stats_commit_into_the_committed_stats():
         s.close()
 
 
-def test_pending_stats_with_stats_disabled_are_discarded():
-    """With enable_stats=False, commit_pending_stats discards and returns an
-    empty delta."""
+def test_pending_stats_with_stats_disabled_are_request_only():
+    """With enable_stats=False a cache created with enable_request_stats
+    still records its counts (dirty mark, commit_pending_stats returns them:
+    KVCM2's request-only accounting) but they reach neither the committed
+    nor the iteration statistics; a cache without it records nothing."""
     with KVCacheManager(small_config(enable_stats=False), device="emu") as m:
+        s = m.create_stream()
         with m.create_kv_cache(input_tokens=PROMPT, id=1, enable_request_stats=True) as c:
+            assert m.get_dirty_stats_kv_cache_ids() == {1}, "the misses at creation are pending"
+            assert c.commit_pending_stats() == kvcm.KVCacheStatsDelta(missed_blocks=3)
+            assert m.get_dirty_stats_kv_cache_ids() == set()
+            assert c.resume(s) and c.resize(8)
+            assert m.get_dirty_stats_kv_cache_ids() == {1}
+            assert c.commit_pending_stats() == kvcm.KVCacheStatsDelta(alloc_total_blocks=2, alloc_new_blocks=2)
+            assert c.commit_pending_stats().empty, "each commit returns what came since the last"
+            m.mark_stats_excluded(1)
+            assert c.resize(12)
+            assert c.commit_pending_stats().empty, "an excluded id discards"
+            c.suspend()
+        with m.create_kv_cache(input_tokens=PROMPT, id=2) as c:
             assert m.get_dirty_stats_kv_cache_ids() == set()
             assert c.commit_pending_stats().empty
         assert m.get_committed_stats().empty
+        assert m.get_and_reset_iteration_stats() == {}
+        s.close()
+
+
+def test_caches_count_their_suspensions_and_recoveries():
+    """A cache's suspend counts a suspension and each resume after its first
+    a recovery (the first is its admission), as KVCacheManagerV2's cache
+    counts them itself; an excluded id and disabled statistics count
+    nothing."""
+    for stats in (True, False):
+        with KVCacheManager(small_config(enable_stats=stats), device="emu") as m:
+            s = m.create_stream()
+            with m.create_kv_cache(input_tokens=PROMPT, id=3) as c:
+                assert c.resume(s)
+                assert m.get_and_reset_iteration_suspend_resume_stats() == (0, 0), "admission"
+                c.suspend()
+                assert c.resume()
+                c.suspend()
+                assert m.get_and_reset_iteration_suspend_resume_stats() == ((2, 1) if stats else (0, 0))
+                m.mark_stats_excluded(3)
+                assert c.resume()
+                c.suspend()
+                assert m.get_and_reset_iteration_suspend_resume_stats() == (0, 0), "excluded"
+            s.close()
 
 
 def test_suspend_resume_counters_and_stats_marks():
@@ -472,6 +536,72 @@ def test_events_report_level_moves_priorities_and_removals():
         assert all(isinstance(h, int) for h in stored)
 
 
+def test_event_manager_takes_raw_block_keys_of_stored_blocks_only():
+    """add_removed_event, add_removed_life_cycle_event and add_updated_event
+    take a block's raw key (bytes: sequence_to_blockchain_keys' keys): a
+    block the manager reported stored is reported by its event hash (removed
+    per layer group it was stored for) and forgotten; unknown raw keys change
+    nothing (KVCM2's rule); event hashes (str, int) pass as they are."""
+    em = KVCacheEventManager(100, window_size=64)
+    with KVCacheManager(small_config(), em, device="emu") as m:
+        serve(m, PROMPT[:8])
+        em.flush_iteration_events()
+        stored = {e.layer_group_id: [b.block_hash for b in e.data.blocks] for e in em.get_latest_events(0)
+                  if isinstance(e.data, kvcm.KVCacheStoredData)}
+        keys = [k for _, k in kvcm.sequence_to_blockchain_keys(4, ReuseScope(), PROMPT[:8])][1:]
+        assert stored == {0: [keys[0].hex(), keys[1].hex()], 1: [keys[0].hex(), keys[1].hex()]}
+        h0, h1 = stored[0]
+
+        em.add_removed_event([b"short", b"\0" * 8])
+        em.add_removed_life_cycle_event(b"\0" * 8, 0)
+        em.add_updated_event(b"\0" * 8, cache_level=kvcm.KVCacheEventDiff(0, 1))
+        em.flush_iteration_events()
+        assert em.get_latest_events(0) == [], "unknown raw keys are no-ops"
+
+        em.add_updated_event(keys[1], priority=kvcm.KVCacheEventDiff(35, 50), layer_group_id=1)
+        em.add_removed_life_cycle_event(keys[1], 1)
+        em.add_removed_life_cycle_event(keys[1], 1)
+        em.add_removed_event(keys[0])
+        em.add_removed_event(keys[0])
+        em.add_removed_event("foreign")
+        em.flush_iteration_events()
+        got = [(e.layer_group_id, e.data) for e in em.get_latest_events(0)]
+        assert got == [
+            (1, kvcm.KVCacheUpdatedData(h1, None, kvcm.KVCacheEventDiff(35, 50))),
+            (1, kvcm.KVCacheRemovedData([h1, h0])),
+            (0, kvcm.KVCacheRemovedData([h0])),
+            (None, kvcm.KVCacheRemovedData(["foreign"])),
+        ]
+        em.add_removed_event(keys[1])
+        em.flush_iteration_events()
+        assert [(e.layer_group_id, e.data) for e in em.get_latest_events(0)] == [
+            (0, kvcm.KVCacheRemovedData([h1]))], "layer group 1's page was removed already"
+
+
+@pytest.mark.parametrize("algo", ["v2_sha256", "v2_sha256_64"])
+def test_v2_event_hashes_are_kvcm2s_forms_of_the_raw_keys(algo):
+    """Under the v2 algorithms a stored block's hash is what KVCM2 makes of
+    its raw key (the bytes probe_first_new_block_key and
+    sequence_to_blockchain_keys give): the key's hex, or its 8 bytes read
+    big-endian (truncate_sha256_hash_to_int64); the hex form turns back into
+    the raw key with bytes.fromhex."""
+    em = KVCacheEventManager(100, window_size=64, hash_algo=algo)
+    form = (lambda raw: raw.hex()) if algo == "v2_sha256" else (lambda raw: int.from_bytes(raw[:8], "big"))
+    with KVCacheManager(small_config(), em, device="emu") as m:
+        first = m.probe_first_new_block_key(ReuseScope(), PROMPT[:12])
+        serve(m, PROMPT[:12])
+        em.flush_iteration_events()
+        stored = [b.block_hash for e in em.get_latest_events(0) if isinstance(e.data, kvcm.KVCacheStoredData)
+                  and e.layer_group_id == 0 for b in e.data.blocks]
+        keys = [k for _, k in kvcm.sequence_to_blockchain_keys(4, ReuseScope(), PROMPT[:12])][1:]
+        assert stored == [form(k) for k in keys]
+        assert stored[0] == form(first)
+        if algo == "v2_sha256":
+            em.add_updated_event(bytes.fromhex(stored[0]), cache_level=kvcm.KVCacheEventDiff(0, 1), layer_group_id=0)
+            em.flush_iteration_events()
+            assert [e.data.block_hash for e in em.get_latest_events(0)] == [stored[0]]
+
+
 def test_events_gathered_over_attention_dp_ranks_publish_on_rank_0():
     """With attention_dp_gather, flush hands the local events to the gather
     function and rank 0 publishes every rank's."""
@@ -485,8 +615,8 @@ def test_events_gathered_over_attention_dp_ranks_publish_on_rank_0():
     with KVCacheManager(small_config(), em, device="emu"):
         em.flush_iteration_events()
     assert seen == [2] and len(em.get_latest_events(0)) == 4
-    with pytest.raises(ValueError, match="hash_algo"):
-        KVCacheEventManager(10, hash_algo="md5")
+    with pytest.raises(ValueError, match="hash_algo: Unsupported V2 KV cache event hash algorithm"):
+        KVCacheEventManager(10, hash_algo="md5")  # names the argument, in KVCM2's words
 
 
 def test_layout_queries_agree_on_every_page_address():

@@ -65,6 +65,18 @@ def test_probe_first_new_block_key_names_the_block_to_commit(manager):
     assert manager.probe_first_new_block_key(Scope(), PROMPT[:7]) is None
 
 
+def test_probe_first_new_block_key_takes_kvcm2s_parameter_names_and_defaults(manager):
+    """KVCacheManagerV2's probe_first_new_block_key(reuse_scope=None,
+    input_tokens=None): its keywords are accepted, both default to None, and
+    no tokens name no block."""
+    assert manager.probe_first_new_block_key(reuse_scope=None, input_tokens=PROMPT[:12]) == \
+        manager.probe_first_new_block_key(None, PROMPT[:12])
+    assert manager.probe_first_new_block_key(input_tokens=PROMPT[:12]) is not None
+    assert manager.probe_first_new_block_key() is None
+    with pytest.raises(TypeError, match="input_tokens"):
+        manager.probe_first_new_block_key(None, "not tokens")
+
+
 def test_shutdown_refuses_while_caches_are_open(config):
     """shutdown and clear_reusable_blocks refuse, changing nothing, while
     caches are open, with KVCM2's message (the call's name and the count);
@@ -218,6 +230,48 @@ def test_priority_callback_gets_life_cycles(manager):
     full = next(lc for _, lc in seen if lc.window_size is None)
     assert (swa.get_stale_range(16, 4).beg, swa.get_stale_range(16, 4).end) == (0, 2)
     assert not swa.get_stale_range(7, 4) and not full.get_stale_range(100, 4)
+
+
+def test_a_cache_may_only_tighten_text_only(config):
+    """KVCM2's rule: a per-cache text_only may only tighten the manager's.
+    text_only=False on a text_only manager raises TextOnlyConflictError (an
+    InvalidArgumentError naming text_only and, as KVCM2's check, a
+    RuntimeError) and creates no cache; the setter tightens a plain cache
+    (its commits then refuse digests) and takes that back, and cannot take
+    back a cache created text-only."""
+    import dataclasses
+
+    import kvcm
+
+    with KVCacheManager(dataclasses.replace(config, text_only=True), device="emu") as m:
+        with pytest.raises(kvcm.TextOnlyConflictError, match="text_only") as e:
+            m.create_kv_cache(None, [1, 2], text_only=False)
+        assert isinstance(e.value, InvalidArgumentError) and isinstance(e.value, RuntimeError)
+        assert m.num_open_caches() == 0
+        with m.create_kv_cache(None, [1, 2]) as c:
+            with pytest.raises(kvcm.TextOnlyConflictError):
+                c.text_only = False
+            assert c.text_only
+    with KVCacheManager(config, device="emu") as m:
+        s = m.create_stream()
+        with m.create_kv_cache(None, [1, 2]) as c:
+            assert not c.text_only
+            c.text_only = True
+            assert c.text_only
+            c.resume(s)
+            c.capacity = 4
+            with pytest.raises(TypeError, match="text-only cache"):
+                c.commit([1, b"\1" * 32])
+            c.text_only = False
+            c.commit([1, b"\1" * 32])
+            assert c.num_committed_tokens == 2
+            with pytest.raises(TypeError, match="text_only"):
+                c.text_only = "yes"
+            c.suspend()
+        with m.create_kv_cache(None, [1, 2], text_only=True) as c:
+            with pytest.raises(kvcm.UnsupportedError, match="text_only"):
+                c.text_only = False
+            assert c.text_only
 
 
 def test_text_only_caches_refuse_digest_tokens(manager):
