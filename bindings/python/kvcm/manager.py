@@ -276,7 +276,7 @@ class PoolGroupStats(ffi.PoolGroupStats):
 # is checked against its C type; the keywords give the Python API's names).
 _manager_create = bind("kvcm_manager_create")
 _probe_reuse = bind("kvcm_manager_probe_reuse_v2", tokens="input_tokens")
-_probe_first_new = bind("kvcm_manager_probe_first_new_block_key", tokens="tokens")
+_probe_first_new = bind("kvcm_manager_probe_first_new_block_key", tokens="input_tokens")
 _set_block_priorities = bind("kvcm_manager_set_block_priorities", keys="block_keys")
 _resize_level = bind("kvcm_manager_resize_level", level="cache_level")
 _get_quota = bind("kvcm_manager_get_quota", level="cache_level")
@@ -311,7 +311,7 @@ _cache_decode_steps = bind("kvcm_kv_cache_decode_steps")
 _cache_commit_digests = bind("kvcm_kv_cache_commit_digests", tokens="accepted_input_tokens")
 _cache_committed_digests = bind("kvcm_kv_cache_get_committed_digests")
 _probe_reuse_digests = bind("kvcm_manager_probe_reuse_digests", tokens="input_tokens")
-_probe_first_new_digests = bind("kvcm_manager_probe_first_new_block_key_digests")
+_probe_first_new_digests = bind("kvcm_manager_probe_first_new_block_key_digests", tokens="input_tokens")
 _cache_prefetch = bind("kvcm_kv_cache_prefetch")
 _cache_page_indices = bind("kvcm_kv_cache_get_base_page_indices", layer_group="layer_group_id")
 _cache_beam_page_indices = bind("kvcm_kv_cache_get_beam_base_page_indices", layer_group="layer_group_id",
@@ -1120,15 +1120,16 @@ class KVCacheManager(Managed):
         pages = [ReusePage(r.level, r.slot, r.covered) if r.covered else None for r in rows]
         return sum(r.matched for r in rows), pages
 
-    def probe_first_new_block_key(self, scope: Any, tokens: Sequence[int]) -> bytes | None:
-        """The key of the first full block of ``tokens`` past the prefix a new
-        cache in ``scope`` would reuse (the block it would commit first), or
-        None when no full block lies past it. kvcm's keys are 64-bit chained
-        hashes: the key is their 8 little-endian bytes (the ``key`` of the
-        block's cache events)."""
-        lora_id, salt = _scope_fields(scope, None, None)
+    def probe_first_new_block_key(self, reuse_scope: Any, input_tokens: Sequence[int]) -> bytes | None:
+        """The key of the first full block of ``input_tokens`` past the prefix
+        a new cache in ``reuse_scope`` would reuse (the block it would commit
+        first), or None when no full block lies past it. The parameters are
+        named as ``probe_reuse``'s (KVCacheManagerV2's). kvcm's keys are 64-bit
+        chained hashes: the key is their 8 little-endian bytes (the ``key`` of
+        the block's cache events)."""
+        lora_id, salt = _scope_fields(reuse_scope, None, None)
         c_scope, has_lora, _keep = self._scope(lora_id, salt)
-        toks, n, _keep_tokens, dig = _tokens(tokens, "tokens", bool(self._config.text_only))
+        toks, n, _keep_tokens, dig = _tokens(input_tokens, "input_tokens", bool(self._config.text_only))
         key, found = ctypes.c_uint64(), ctypes.c_bool()
         if dig is None:
             _probe_first_new(self._native(), _byref(c_scope), has_lora, toks, n, _byref(key), _byref(found))

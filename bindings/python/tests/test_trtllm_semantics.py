@@ -65,6 +65,17 @@ def test_probe_first_new_block_key_names_the_block_to_commit(manager):
     assert manager.probe_first_new_block_key(Scope(), PROMPT[:7]) is None
 
 
+def test_probe_first_new_block_key_takes_probe_reuses_parameter_names(manager):
+    """probe_first_new_block_key(reuse_scope, input_tokens), as probe_reuse
+    (docs/trtllm.md): a keyword call answers as the positional one, and a bad
+    token is refused naming input_tokens."""
+    serve(manager, PROMPT[:4])
+    positional = manager.probe_first_new_block_key(Scope(), PROMPT[:12])
+    assert manager.probe_first_new_block_key(reuse_scope=Scope(), input_tokens=PROMPT[:12]) == positional
+    with pytest.raises((TypeError, ValueError, OverflowError), match="input_tokens"):
+        manager.probe_first_new_block_key(Scope(), [1, 2, 1 << 40, 3])
+
+
 def test_shutdown_refuses_while_caches_are_open(config):
     """shutdown and clear_reusable_blocks refuse, changing nothing, while
     caches are open, with KVCM2's message (the call's name and the count);
