@@ -42,8 +42,10 @@ their ratios. Run kvcm bench disk -h for its flags.
 kvcm bench shared measures the shared tier (core/sharedtier) on a Redis
 Cluster (-addrs, or $KVCM_REDIS_CLUSTER; scripts/redis-cluster.sh start runs
 one on loopback): the store's write and lookup+read GB/s per value size beside
-the cluster's raw pipelined SET and GET GB/s measured in the same run, and
-their ratios. Run kvcm bench shared -h for its flags.`,
+the cluster's raw pipelined SET and GET GB/s measured in the same run, and a
+second manager's onboarding of blocks a first wrote through (create and resume,
+decoded to the GPU) beside a raw GET of the same blobs, with their ratios. Run
+kvcm bench shared -h for its flags.`,
 	setup: func(*flag.FlagSet) func(stdout, stderr io.Writer) int { return nil },
 	main:  benchMain,
 }

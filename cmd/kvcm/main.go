@@ -3,6 +3,8 @@
 //
 //	kvcm bench migrate   codec throughput against the contiguous-copy limit
 //	kvcm bench bookkeeping  the manager's CPU cost per request and decode step
+//	kvcm bench disk      the disk tier's throughput against raw O_DIRECT
+//	kvcm bench shared    the shared tier against the Redis Cluster's raw SET/GET
 //	kvcm demo [flags]    serve a shared-prefix workload and check every reused byte
 //	kvcm simulate        the CP-aware scheduling simulator
 //	kvcm help [command]  describe a command

@@ -277,7 +277,7 @@ class PoolGroupStats(ffi.PoolGroupStats):
 # is checked against its C type; the keywords give the Python API's names).
 _manager_create = bind("kvcm_manager_create")
 _probe_reuse = bind("kvcm_manager_probe_reuse_v2", tokens="input_tokens")
-_probe_first_new = bind("kvcm_manager_probe_first_new_block_key", tokens="tokens")
+_probe_first_new = bind("kvcm_manager_probe_first_new_block_key", tokens="input_tokens")
 _set_block_priorities = bind("kvcm_manager_set_block_priorities", keys="block_keys")
 _resize_level = bind("kvcm_manager_resize_level", level="cache_level")
 _get_quota = bind("kvcm_manager_get_quota", level="cache_level")
@@ -312,7 +312,7 @@ _cache_decode_steps = bind("kvcm_kv_cache_decode_steps")
 _cache_commit_digests = bind("kvcm_kv_cache_commit_digests", tokens="accepted_input_tokens")
 _cache_committed_digests = bind("kvcm_kv_cache_get_committed_digests")
 _probe_reuse_digests = bind("kvcm_manager_probe_reuse_digests", tokens="input_tokens")
-_probe_first_new_digests = bind("kvcm_manager_probe_first_new_block_key_digests")
+_probe_first_new_digests = bind("kvcm_manager_probe_first_new_block_key_digests", tokens="input_tokens")
 _cache_prefetch = bind("kvcm_kv_cache_prefetch")
 _cache_page_indices = bind("kvcm_kv_cache_get_base_page_indices", layer_group="layer_group_id")
 _cache_beam_page_indices = bind("kvcm_kv_cache_get_beam_base_page_indices", layer_group="layer_group_id",
