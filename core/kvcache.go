@@ -367,7 +367,7 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	c.sampleCreate()
 	c.diag = ReuseDiagnostics{ContentTokens: mt.contentBlocks*tpb + mt.contentPart, AttentionTokens: mt.usableBlocks*tpb + mt.attentionPart}
 	c.stats = m.stats.onCreate(len(opts.InputTokens)/tpb, len(mt.path)-fresh, mt.partLen > 0)
-	m.onCreatePages(c, mt, c.freshFrom/tpb, fresh, len(opts.InputTokens))
+	m.onCreatePages(c, mt, c.freshFrom/tpb, fresh)
 	if fresh > 0 {
 		c.stats.add(m.stats.onAllocate(fresh))
 		perLC := m.perLCScratch()

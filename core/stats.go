@@ -7,8 +7,11 @@ import (
 	"github.com/kvcm/kvcm/core/layout"
 )
 
-// BlockStats counts block allocation outcomes. Blocks are counted once per
-// cache, whatever the number of layer groups.
+// BlockStats counts block allocation outcomes as kvcm counts them (Manager.Stats,
+// KVCache.Stats): blocks are counted once per cache, whatever the number of
+// layer groups, and reused blocks are part of the allocations, as TensorRT-LLM's
+// V1 manager counts them. KVCacheManagerV2's per-request and per-layer-group
+// counts are RequestStats and LayerGroupStats.
 type BlockStats struct {
 	// AllocTotalBlocks = AllocNewBlocks + ReusedBlocks.
 	AllocTotalBlocks int64
@@ -62,27 +65,34 @@ type statCounters struct {
 
 // LayerGroupStats counts one layer group's page outcomes and movements
 // during an iteration (KVCacheManagerV2's KVCacheIterationStatsDelta, whose
-// fields carry an iter_ prefix). A block counts in a layer group when the
-// layer group has (or gets) a page for it: a sliding-window layer group
-// counts only the blocks inside its window. The reuse, miss and allocation
-// counts are a cache's pending counts until it commits them; the movements
-// count when they happen.
+// fields carry an iter_ prefix), by KVCacheManagerV2's rules: a reuse counts
+// reused blocks only, every page allocated for a cache (by Resize, a fresh
+// run, or a partial block's private copy) counts as an allocation, and an
+// allocation before the history reached the prompt is a missed block. A
+// block counts in a layer group when the layer group has (or gets) a page
+// for it: a sliding-window layer group counts only the blocks inside its
+// window; the SSM layer group counts movements only. The reuse, miss and
+// allocation counts are a cache's pending counts until it commits them; the
+// movements count when they happen.
 type LayerGroupStats struct {
-	// AllocTotalBlocks = AllocNewBlocks + ReusedBlocks.
+	// AllocTotalBlocks are the pages allocated for caches (as in
+	// KVCacheManagerV2, equal to AllocNewBlocks: a reused page is not an
+	// allocation).
 	AllocTotalBlocks int64
-	// AllocNewBlocks are pages Resize allocated fresh.
+	// AllocNewBlocks are the pages allocated for caches.
 	AllocNewBlocks int64
 	// ReusedBlocks = FullReusedBlocks + PartialReusedBlocks.
 	ReusedBlocks int64
 	// FullReusedBlocks are tree pages a new cache shares.
 	FullReusedBlocks int64
-	// PartialReusedBlocks are private copies of a partially matched block.
+	// PartialReusedBlocks are partially matched blocks a new cache copied
+	// (each also one allocation and one intra-device copy).
 	PartialReusedBlocks int64
-	// MissedBlocks are pages the full input blocks need that were not
-	// shared from the tree.
+	// MissedBlocks are the pages allocated before the cache's history had
+	// reached its prompt: prefill blocks the cache computes.
 	MissedBlocks int64
-	// GenAllocBlocks are the AllocNewBlocks of caches whose history had
-	// reached their prompt (generation-phase growth).
+	// GenAllocBlocks are the pages allocated once the cache's history had
+	// reached its prompt (generation-phase growth).
 	GenAllocBlocks int64
 	// Onboard*: pages brought to the GPU from a colder level; Offload*:
 	// pages moved from the GPU to a colder level; IntraDeviceCopy*: GPU to
@@ -222,15 +232,22 @@ func (s *statCounters) onAllocate(newBlocks int) BlockStats {
 
 // onCreatePages counts a new cache's pages per layer group: the shared tree
 // pages of its first full blocks by the level each was on and the tokens they
-// hold (the manager's by-level counts), and, pending in the cache, its reuse
-// (the shared pages and its private partial copy, made from GPU pages) and
-// the pages its full input blocks need beyond those shared. A reused block's
-// tokens count at the coldest level of its pages, the partial tokens at the
-// GPU level. The k blocks of the path from block from are a fresh run's
-// (see freshrun.go): computed, not reused.
-func (m *Manager) onCreatePages(c *KVCache, mt match, from, k, inputTokens int) {
+// hold (the manager's by-level counts), and, pending in the cache, what
+// KVCacheManagerV2 counts for a reuse in each attention layer group (the SSM
+// layer group's state counts as a snapshot lookup instead):
+//   - every page the cache reuses is a reused block, a full one for a full
+//     block of the path, a partial one for the matching head of one more
+//     block; reuse allocates nothing and misses nothing (a block is missed
+//     when Resize allocates it, see onAllocatePages);
+//   - the partial block's private copy is one allocation (a fresh GPU page,
+//     not missed: the tree still offers its source) and one intra-device
+//     copy, which counts at once as page movements do.
+//
+// A reused block's tokens count at the coldest level of its pages, the
+// partial tokens at the GPU level. The k blocks of the path from block from
+// are a fresh run's (see freshrun.go): computed, not reused.
+func (m *Manager) onCreatePages(c *KVCache, mt match, from, k int) {
 	s, lt, tpb := &m.stats, m.lt, m.cfg.TokensPerBlock
-	inputBlocks := inputTokens / tpb
 	for b := range mt.path {
 		if b >= from && b < from+k {
 			continue
@@ -250,6 +267,9 @@ func (m *Manager) onCreatePages(c *KVCache, mt match, from, k, inputTokens int) 
 		s.cachedTokens[0] += int64(mt.partLen)
 	}
 	for lc := range s.lc {
+		if lt.IsSSM(layout.LayerGroupID(lc)) {
+			continue
+		}
 		full := int64(0)
 		for b := range mt.path {
 			if b >= from && b < from+k {
@@ -263,19 +283,46 @@ func (m *Manager) onCreatePages(c *KVCache, mt match, from, k, inputTokens int) 
 		if mt.partLen > 0 && c.blocks[len(mt.path)].pages[lc] != nil {
 			partial = 1
 			s.reusedPartial[lc][0]++
+			s.onMoved(layout.LayerGroupID(lc), HotToHot, m.levels[0].groupOf(layout.LayerGroupID(lc)).desc.PageBytes())
 		}
-		needed := int64(lt.NewPagesNeeded(layout.LayerGroupID(lc), 0, inputBlocks, inputTokens))
-		missed := max(needed-full, 0)
-		if full+partial+missed == 0 {
+		if full+partial == 0 {
 			continue
 		}
 		st := c.pendingOf(lc)
 		st.FullReusedBlocks += full
 		st.PartialReusedBlocks += partial
 		st.ReusedBlocks += full + partial
-		st.AllocTotalBlocks += full + partial
-		st.MissedBlocks += missed
+		st.AllocTotalBlocks += partial
+		st.AllocNewBlocks += partial
 	}
+}
+
+// RequestStats counts one cache's blocks as KVCacheManagerV2's per-request
+// KVCacheStatsDelta does: the sums, over the attention layer groups, of the
+// cache's LayerGroupStats of the same names (so a block counts once per
+// attention layer group holding a page for it). AllocTotalBlocks equals
+// AllocNewBlocks; a reused block is not an allocation.
+type RequestStats struct {
+	AllocTotalBlocks, AllocNewBlocks, ReusedBlocks, MissedBlocks int64
+}
+
+// PendingRequestStats returns the cache's pending counts (PendingStats) as
+// one RequestStats: what CommitPendingStats would commit now, all zero when
+// nothing is pending.
+func (c *KVCache) PendingRequestStats() RequestStats {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	var out RequestStats
+	for lc, st := range c.pending {
+		if c.m.lt.IsSSM(layout.LayerGroupID(lc)) {
+			continue
+		}
+		out.AllocTotalBlocks += st.AllocTotalBlocks
+		out.AllocNewBlocks += st.AllocNewBlocks
+		out.ReusedBlocks += st.ReusedBlocks
+		out.MissedBlocks += st.MissedBlocks
+	}
+	return out
 }
 
 // pendingOf returns the cache's pending counts of layer group lc.
@@ -286,12 +333,15 @@ func (c *KVCache) pendingOf(lc int) *LayerGroupStats {
 	return &c.pending[lc]
 }
 
-// onAllocatePages counts, pending in the cache, the pages Resize allocated
-// for it per layer group; generation-phase growth once the history reached
-// the prompt.
+// onAllocatePages counts, pending in the cache, the pages Resize (or a
+// fresh run at creation) allocated for it per attention layer group, as
+// KVCacheManagerV2 counts them: each page (of every beam) is one allocation,
+// a generation-phase one once the history reached the prompt and a missed
+// block before (a prefill block the cache had to compute). The SSM layer
+// group has no pages per block.
 func (c *KVCache) onAllocatePages(perLC []int, generation bool) {
 	for lc, k := range perLC {
-		if k == 0 {
+		if k == 0 || c.m.lt.IsSSM(layout.LayerGroupID(lc)) {
 			continue
 		}
 		st := c.pendingOf(lc)
@@ -299,6 +349,8 @@ func (c *KVCache) onAllocatePages(perLC []int, generation bool) {
 		st.AllocTotalBlocks += int64(k)
 		if generation {
 			st.GenAllocBlocks += int64(k)
+		} else {
+			st.MissedBlocks += int64(k)
 		}
 	}
 }
@@ -338,8 +390,8 @@ func (s *LayerGroupStats) add(d LayerGroupStats) {
 }
 
 // CommitPendingStats adds the cache's pending per-layer-group counts (its
-// reuse and misses at creation, the pages Resize allocated for it since) to
-// the manager's iteration statistics (GetAndResetLayerGroupIterationStats),
+// reuse and partial copy at creation, the pages Resize allocated for it
+// since; see LayerGroupStats for the rules) to the manager's iteration statistics (GetAndResetLayerGroupIterationStats),
 // and its SSM snapshot lookup to GetAndResetSsmSnapshotIterationStats,
 // and clears them, as KVCacheManagerV2's commit_pending_stats does. Page
 // movements (onboard, offload, copies, host drops) are not pending: they

@@ -11,13 +11,19 @@ import (
 )
 
 // The contract of the per-layer-group iteration statistics
-// (KVCacheManagerV2's KVCacheIterationStatsDelta): reused pages, full input
-// blocks not reused, fresh pages, generation-phase growth and page moves are
-// counted per layer group, and each getter restarts only its own counts.
+// (KVCacheManagerV2's KVCacheIterationStatsDelta) and of a cache's request
+// statistics (its KVCacheStatsDelta), by KVCacheManagerV2's rules: a reuse
+// counts reused blocks only (no allocation, no miss); every page allocated
+// for a cache is an allocation, a missed block while the history is short of
+// the prompt and generation-phase growth after; a partial block's private
+// copy is one allocation and one intra-device copy; page moves count per
+// layer group when they happen, and each getter restarts only its own counts.
 
-// TestLayerGroupStatsCountReuseAllocationAndGeneration: a cache reusing 2 of
-// its prompt's 3 full blocks counts 2 reused and 1 missed; growth while the
-// history is short of the prompt is prefill, growth after it generation.
+// TestLayerGroupStatsCountReuseAllocationAndGeneration: tokens_per_block 4,
+// 8 tokens cached; a 13-token prompt reuses the 2 full blocks (2 reused, no
+// allocation), resize(16) before the history reached the prompt allocates
+// blocks 2 and 3 (2 allocations, both missed: the trailing partial block of
+// the prompt too), resize(20) after it 1 generation-phase allocation.
 func TestLayerGroupStatsCountReuseAllocationAndGeneration(t *testing.T) {
 	f := newFixture(t, smallConfig(8))
 	first := f.open(blockhash.Scope{}, seq(0, 8)) // publishes 2 blocks
@@ -25,22 +31,94 @@ func TestLayerGroupStatsCountReuseAllocationAndGeneration(t *testing.T) {
 	require.NoError(t, first.Close())
 	firstStats := f.m.GetAndResetLayerGroupIterationStats()
 	require.Len(t, firstStats, 1)
-	assert.Equal(t, LayerGroupStats{AllocTotalBlocks: 2, AllocNewBlocks: 2, MissedBlocks: 2}, firstStats[0])
+	assert.Equal(t, LayerGroupStats{AllocTotalBlocks: 2, AllocNewBlocks: 2, MissedBlocks: 2}, firstStats[0],
+		"a fresh prompt's prefill blocks are allocated and missed")
 
 	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 13)})
 	require.NoError(t, err)
+	assert.Equal(t, RequestStats{ReusedBlocks: 2}, c.PendingRequestStats(), "reuse allocates nothing")
 	require.NoError(t, c.Resume(f.stream))
 	require.NoError(t, c.Resize(16, 13)) // 2 new blocks, history 8 < 13 before
 	require.NoError(t, c.Resize(20, 16)) // 1 new block after the prompt
+	assert.Equal(t, RequestStats{AllocTotalBlocks: 3, AllocNewBlocks: 3, ReusedBlocks: 2, MissedBlocks: 2},
+		c.PendingRequestStats())
 	c.CommitPendingStats()
 	require.NoError(t, c.Close())
 	got := f.m.GetAndResetLayerGroupIterationStats()[0]
 	assert.Equal(t, LayerGroupStats{
-		AllocTotalBlocks: 5, AllocNewBlocks: 3, ReusedBlocks: 2, FullReusedBlocks: 2, MissedBlocks: 1,
+		AllocTotalBlocks: 3, AllocNewBlocks: 3, ReusedBlocks: 2, FullReusedBlocks: 2, MissedBlocks: 2,
 		GenAllocBlocks: 1,
 	}, got)
-	assert.InDelta(t, 2.0/3, got.HitRate(), 1e-9)
+	assert.InDelta(t, 2.0/4, got.HitRate(), 1e-9)
 	assert.Equal(t, LayerGroupStats{}, f.m.GetAndResetLayerGroupIterationStats()[0], "reset")
+}
+
+// TestPartialReuseCountsOneAllocationAndOneCopy: tokens_per_block 4, a
+// 12-token prompt cached; a new cache reuses 9 tokens (2 full blocks and the
+// first token of the third, copied into a private page), then resize(10)
+// needs no new block: 3 reused (2 full, 1 partial), 1 allocation (the copy,
+// not missed) and 1 intra-device copy of the page's bytes, the copy counted
+// at once, the rest pending.
+func TestPartialReuseCountsOneAllocationAndOneCopy(t *testing.T) {
+	cfg := smallConfig(16)
+	cfg.EnablePartialReuse = true
+	f := newFixture(t, cfg)
+	f.serve(blockhash.Scope{}, seq(0, 12))
+	f.m.GetAndResetLayerGroupIterationStats()
+
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 9)})
+	require.NoError(t, err)
+	require.Equal(t, 9, c.ReusedTokens())
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Resize(10, 9))
+	pageBytes := f.hotStats().PageBytes
+	assert.Equal(t, LayerGroupStats{IntraDeviceCopyBlocks: 1, IntraDeviceCopyBytes: pageBytes},
+		f.m.GetAndResetLayerGroupIterationStats()[0], "the copy is a page movement: counted at once")
+	assert.Equal(t, RequestStats{AllocTotalBlocks: 1, AllocNewBlocks: 1, ReusedBlocks: 3}, c.PendingRequestStats())
+	c.CommitPendingStats()
+	assert.Equal(t, LayerGroupStats{
+		AllocTotalBlocks: 1, AllocNewBlocks: 1, ReusedBlocks: 3, FullReusedBlocks: 2, PartialReusedBlocks: 1,
+	}, f.m.GetAndResetLayerGroupIterationStats()[0])
+	require.NoError(t, c.Close())
+}
+
+// TestRequestStatsSumTheAttentionLayerGroups: a cache's request counts are
+// the sums over its attention layer groups, each counting the blocks it has
+// pages for. tokens_per_block 4, a full-attention and a window-8 layer group,
+// 16 tokens cached; a cache reusing 15 tokens (3 full blocks and 3 tokens of
+// the fourth) holds in the full-attention group 3 full and 1 partial page, in
+// the window (blocks 2 and 3 at history 15) 1 full and 1 partial page: each
+// group counts its partial copy as 1 allocation and 1 intra-device copy.
+func TestRequestStatsSumTheAttentionLayerGroups(t *testing.T) {
+	cfg := smallConfig(64)
+	cfg.EnablePartialReuse = true
+	cfg.Layers[1].SlidingWindowSize = 8
+	f := newFixture(t, cfg)
+	f.serve(blockhash.Scope{}, seq(0, 16))
+	f.m.GetAndResetLayerGroupIterationStats()
+
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 15)})
+	require.NoError(t, err)
+	require.Equal(t, 15, c.ReusedTokens())
+	assert.Equal(t, RequestStats{AllocTotalBlocks: 2, AllocNewBlocks: 2, ReusedBlocks: 4 + 2}, c.PendingRequestStats())
+	moved := f.m.GetAndResetLayerGroupIterationStats()
+	c.CommitPendingStats()
+	got := f.m.GetAndResetLayerGroupIterationStats()
+	require.Len(t, got, 2)
+	for lc, st := range got {
+		full, window := LayerGroupStats{
+			AllocTotalBlocks: 1, AllocNewBlocks: 1, ReusedBlocks: 4, FullReusedBlocks: 3, PartialReusedBlocks: 1,
+		}, LayerGroupStats{
+			AllocTotalBlocks: 1, AllocNewBlocks: 1, ReusedBlocks: 2, FullReusedBlocks: 1, PartialReusedBlocks: 1,
+		}
+		want := full
+		if f.m.lt.LifeCycles[lc].Window.Size > 0 {
+			want = window
+		}
+		assert.Equal(t, want, st, "layer group %d", lc)
+		assert.Equal(t, int64(1), moved[lc].IntraDeviceCopyBlocks, "layer group %d", lc)
+	}
+	require.NoError(t, c.Close())
 }
 
 // TestLayerGroupStatsArePendingUntilCommitted: a cache's reuse and
@@ -57,13 +135,14 @@ func TestLayerGroupStatsArePendingUntilCommitted(t *testing.T) {
 	require.NoError(t, c.Resume(f.stream))
 	require.NoError(t, c.Resize(12, 12))
 	assert.Equal(t, LayerGroupStats{}, f.m.GetAndResetLayerGroupIterationStats()[0], "pending until committed")
-	want := LayerGroupStats{AllocTotalBlocks: 3, AllocNewBlocks: 1, ReusedBlocks: 2, FullReusedBlocks: 2, MissedBlocks: 1}
+	want := LayerGroupStats{AllocTotalBlocks: 1, AllocNewBlocks: 1, ReusedBlocks: 2, FullReusedBlocks: 2, MissedBlocks: 1}
 	assert.Equal(t, []LayerGroupStats{want}, c.PendingStats())
 
 	c.CommitPendingStats()
 	c.CommitPendingStats() // nothing pending any more
 	assert.Equal(t, want, f.m.GetAndResetLayerGroupIterationStats()[0])
 	assert.Equal(t, []LayerGroupStats{{}}, c.PendingStats())
+	assert.Equal(t, RequestStats{}, c.PendingRequestStats())
 
 	require.NoError(t, c.Resize(16, 12))
 	c.DiscardPendingStats()
