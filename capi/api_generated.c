@@ -322,6 +322,7 @@ static const kvcm_api kvcm__table = {
     kvcm_kv_cache_get_committed_digests,
     kvcm_kv_cache_get_committed_tokens,
     kvcm_kv_cache_get_fresh_range,
+    kvcm_kv_cache_get_pending_stats,
     kvcm_kv_cache_get_reuse_diagnostics,
     kvcm_kv_cache_get_scratch_desc,
     kvcm_kv_cache_get_ssm_block_base_index,

@@ -609,6 +609,16 @@ func fromCKVCacheOptions(c *C.kvcm_kv_cache_options, name string) (abimodel.KVCa
 	return out, nil
 }
 
+// toCKVCacheStatsDelta converts a core.RequestStats to a kvcm_kv_cache_stats_delta.
+func toCKVCacheStatsDelta(s core.RequestStats) C.kvcm_kv_cache_stats_delta {
+	return C.kvcm_kv_cache_stats_delta{
+		alloc_new_blocks:   C.int64_t(s.AllocNewBlocks),
+		alloc_total_blocks: C.int64_t(s.AllocTotalBlocks),
+		missed_blocks:      C.int64_t(s.MissedBlocks),
+		reused_blocks:      C.int64_t(s.ReusedBlocks),
+	}
+}
+
 // toCLayerGroupIterationStats converts a abimodel.LayerGroupIterationStats to a kvcm_layer_group_iteration_stats.
 func toCLayerGroupIterationStats(s abimodel.LayerGroupIterationStats) C.kvcm_layer_group_iteration_stats {
 	return C.kvcm_layer_group_iteration_stats{

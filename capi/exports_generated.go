@@ -1172,6 +1172,34 @@ func kvcm_kv_cache_get_num_committed_tokens(cache C.kvcm_kv_cache, out *C.int64_
 	return nil
 }
 
+// kvcm_kv_cache_get_pending_stats is the export of kvcm_kv_cache_get_pending_stats (ABI version 2).
+//
+//export kvcm_kv_cache_get_pending_stats
+func kvcm_kv_cache_get_pending_stats(cache C.kvcm_kv_cache, out *C.kvcm_kv_cache_stats_delta) (status *C.kvcm_status) {
+	const kvcmFn = "kvcm_kv_cache_get_pending_stats"
+	defer func() {
+		if r := recover(); r != nil {
+			status = panicStatus(kvcmFn, r)
+		}
+	}()
+	if out != nil {
+		*out = C.kvcm_kv_cache_stats_delta{}
+	}
+	if isPoisoned() {
+		return poisonedStatus(kvcmFn)
+	}
+	if out == nil {
+		return argStatus(kvcmFn, "out", "must not be NULL")
+	}
+	cacheObj, st := lookupKVCache(kvcmFn, "cache", cache)
+	if st != nil {
+		return st
+	}
+	outOut := cacheObj.Core().PendingRequestStats()
+	*out = toCKVCacheStatsDelta(outOut)
+	return nil
+}
+
 // kvcm_kv_cache_get_reuse_diagnostics is the export of kvcm_kv_cache_get_reuse_diagnostics (ABI version 2).
 //
 //export kvcm_kv_cache_get_reuse_diagnostics

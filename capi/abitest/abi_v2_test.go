@@ -59,6 +59,9 @@ func TestLayerGroupIterationStatsResetOnlyWhenReturned(t *testing.T) {
 // counts reach kvcm_manager_get_and_reset_layer_group_iteration_stats when
 // kvcm_kv_cache_commit_pending_stats commits them, once;
 // kvcm_kv_cache_discard_pending_stats and closing drop them.
+// kvcm_kv_cache_get_pending_stats sums what is pending (KVCacheManagerV2's
+// per-request counts: a fresh 12-token prompt's 3 prefill blocks are 3
+// allocations, all missed).
 func TestLayerGroupStatsArePendingUntilCommitted(t *testing.T) {
 	noLeaks(t)
 	m, err := CreateManager(smallConfig(8, 0), nil)
@@ -73,8 +76,14 @@ func TestLayerGroupStatsArePendingUntilCommitted(t *testing.T) {
 	got, _, err := LayerGroupIterationStats(m, 1)
 	require.NoError(t, err)
 	assert.Equal(t, []LayerGroupStats{{LayerGroup: 0}}, got, "pending")
+	pending, err := PendingStats(c)
+	require.NoError(t, err)
+	assert.Equal(t, [4]int64{3, 3, 0, 3}, pending)
 	require.NoError(t, CommitPendingStats(c))
 	require.NoError(t, CommitPendingStats(c))
+	pending, err = PendingStats(c)
+	require.NoError(t, err)
+	assert.Equal(t, [4]int64{}, pending, "committed: nothing pending")
 	got, _, err = LayerGroupIterationStats(m, 1)
 	require.NoError(t, err)
 	assert.Equal(t, []LayerGroupStats{{LayerGroup: 0, AllocNew: 3, Missed: 3}}, got, "committed once")

@@ -171,6 +171,15 @@ func CommitPendingStats(c uint64) error {
 	return status(C.kvcm_kv_cache_commit_pending_stats(C.kvcm_kv_cache(c)))
 }
 
+// PendingStats calls kvcm_kv_cache_get_pending_stats: alloc_total_blocks,
+// alloc_new_blocks, reused_blocks and missed_blocks.
+func PendingStats(c uint64) ([4]int64, error) {
+	var out C.kvcm_kv_cache_stats_delta
+	err := status(C.kvcm_kv_cache_get_pending_stats(C.kvcm_kv_cache(c), &out))
+	return [4]int64{int64(out.alloc_total_blocks), int64(out.alloc_new_blocks), int64(out.reused_blocks),
+		int64(out.missed_blocks)}, err
+}
+
 // DiscardPendingStats calls kvcm_kv_cache_discard_pending_stats.
 func DiscardPendingStats(c uint64) error {
 	return status(C.kvcm_kv_cache_discard_pending_stats(C.kvcm_kv_cache(c)))

@@ -35,6 +35,7 @@ func CStructs() map[string]reflect.Type {
 		"kvcm_cp_request_id":                reflect.TypeFor[C.kvcm_cp_request_id](),
 		"kvcm_expanded_buffer":              reflect.TypeFor[C.kvcm_expanded_buffer](),
 		"kvcm_kv_cache_options":             reflect.TypeFor[C.kvcm_kv_cache_options](),
+		"kvcm_kv_cache_stats_delta":         reflect.TypeFor[C.kvcm_kv_cache_stats_delta](),
 		"kvcm_layer_group_iteration_stats":  reflect.TypeFor[C.kvcm_layer_group_iteration_stats](),
 		"kvcm_manager_config":               reflect.TypeFor[C.kvcm_manager_config](),
 		"kvcm_migration_stats":              reflect.TypeFor[C.kvcm_migration_stats](),

@@ -456,8 +456,9 @@ type KVCacheCommitBeamSearch func(cache KVCache, tokens spec.In[Token], numToken
 type KVCacheGetStats func(cache KVCache, out spec.Out[BlockStats]) *Status
 
 // KVCacheCommitPendingStats adds the cache's pending per-layer-group counts
-// (its reuse and misses at creation, the pages resize allocated for it since)
-// to the manager's iteration statistics
+// (its reuse and partial copy at creation, the pages resize allocated for it
+// since; kvcm_kv_cache_get_pending_stats sums them) to the manager's
+// iteration statistics
 // (kvcm_manager_get_and_reset_layer_group_iteration_stats) and clears them,
 // as KVCacheManagerV2's commit_pending_stats. Page movements are not pending:
 // they count when they happen. kvcm_kv_cache_close drops what is pending.
@@ -467,6 +468,17 @@ type KVCacheGetStats func(cache KVCache, out spec.Out[BlockStats]) *Status
 //kvcm:call Core().CommitPendingStats
 //kvcm:param cache in The cache.
 type KVCacheCommitPendingStats func(cache KVCache) *Status
+
+// KVCacheGetPendingStats returns the cache's pending counts (those
+// kvcm_kv_cache_commit_pending_stats would commit now) as KVCacheManagerV2's
+// per-request statistics: all zero after a commit or discard.
+//
+//kvcm:since 2
+//kvcm:thread manager
+//kvcm:call Core().PendingRequestStats
+//kvcm:param cache in The cache.
+//kvcm:param out out,result Receives the counts.
+type KVCacheGetPendingStats func(cache KVCache, out spec.Out[KVCacheStatsDelta]) *Status
 
 // KVCacheDiscardPendingStats drops the cache's pending per-layer-group counts:
 // they never reach the manager's iteration statistics.

@@ -27,8 +27,11 @@ type BufferLocation struct {
 	Bytes int64
 }
 
-// BlockStats counts block allocation outcomes. Blocks are counted once per
-// cache, whatever the number of layer groups.
+// BlockStats counts block allocation outcomes as kvcm counts them (as
+// TensorRT-LLM's V1 manager does): blocks are counted once per cache,
+// whatever the number of layer groups, and reused blocks are part of the
+// allocations. KVCacheManagerV2's counts are kvcm_kv_cache_stats_delta (a
+// cache's) and kvcm_layer_group_iteration_stats (a layer group's).
 //
 //kvcm:struct
 //kvcm:since 1
@@ -178,10 +181,37 @@ type SsmSnapshotIterationStats struct {
 	UnalignedSnapshotHits int64 `go:"UnalignedHits"`
 }
 
+// KVCacheStatsDelta counts one cache's blocks as KVCacheManagerV2's
+// per-request KVCacheStatsDelta: the sums, over the attention layer groups,
+// of the kvcm_layer_group_iteration_stats fields of the same names that the
+// cache counts (a block counts once per attention layer group holding a page
+// for it).
+//
+//kvcm:struct
+//kvcm:since 2
+//kvcm:go out github.com/kvcm/kvcm/core.RequestStats
+//kvcm:pyvalue KVCacheStatsDelta counters
+type KVCacheStatsDelta struct {
+	// AllocTotalBlocks are the pages allocated for the cache (equal to
+	// alloc_new_blocks: a reused page is no allocation).
+	AllocTotalBlocks int64
+	// AllocNewBlocks are the pages allocated for the cache.
+	AllocNewBlocks int64
+	// ReusedBlocks are the pages the cache reused (full and partial blocks).
+	ReusedBlocks int64
+	// MissedBlocks are the pages allocated while the cache's history was
+	// short of its prompt.
+	MissedBlocks int64
+}
+
 // LayerGroupIterationStats counts one layer group's page outcomes and moves
-// during an iteration (KVCacheManagerV2's KVCacheIterationStatsDelta). A
-// block counts in a layer group when the layer group has or gets a page for
-// it.
+// during an iteration (KVCacheManagerV2's KVCacheIterationStatsDelta), by
+// KVCacheManagerV2's rules: a reuse counts reused blocks only; every page
+// allocated for a cache (by resize, a fresh run, or a partial block's
+// private copy) is an allocation, a missed block while the cache's history
+// is short of its prompt and generation-phase growth after. A block counts
+// in a layer group when the layer group has or gets a page for it; the SSM
+// layer group counts page moves only.
 //
 //kvcm:struct
 //kvcm:since 2
@@ -190,20 +220,22 @@ type SsmSnapshotIterationStats struct {
 type LayerGroupIterationStats struct {
 	// LayerGroup is the layer group.
 	LayerGroup LayerGroupID `py:"-"`
-	// AllocTotalBlocks = alloc_new_blocks + reused_blocks.
+	// AllocTotalBlocks are the pages allocated for caches (equal to
+	// alloc_new_blocks: a reused page is no allocation).
 	AllocTotalBlocks int64
-	// AllocNewBlocks are pages allocated fresh by resize.
+	// AllocNewBlocks are the pages allocated for caches.
 	AllocNewBlocks int64
 	// ReusedBlocks = full_reused_blocks + partial_reused_blocks.
 	ReusedBlocks int64
 	// FullReusedBlocks are tree pages new caches share.
 	FullReusedBlocks int64
-	// PartialReusedBlocks are private copies of partially matched blocks.
+	// PartialReusedBlocks are partially matched blocks new caches copied
+	// (each also one allocation and one intra-device copy).
 	PartialReusedBlocks int64
-	// MissedBlocks are pages the full input blocks need that were not
-	// shared from the tree.
+	// MissedBlocks are the pages allocated for caches whose history was
+	// short of their prompt (prefill blocks they compute).
 	MissedBlocks int64
-	// GenAllocBlocks are alloc_new_blocks of caches whose history had
+	// GenAllocBlocks are the pages allocated for caches whose history had
 	// reached their prompt.
 	GenAllocBlocks int64
 	// OnboardBlocks are pages brought to the GPU from a colder level.

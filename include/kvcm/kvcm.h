@@ -685,6 +685,7 @@ typedef struct kvcm_cp_manager_backed_options kvcm_cp_manager_backed_options;
 typedef struct kvcm_cp_request_id kvcm_cp_request_id;
 typedef struct kvcm_expanded_buffer kvcm_expanded_buffer;
 typedef struct kvcm_kv_cache_options kvcm_kv_cache_options;
+typedef struct kvcm_kv_cache_stats_delta kvcm_kv_cache_stats_delta;
 typedef struct kvcm_layer_group_iteration_stats kvcm_layer_group_iteration_stats;
 typedef struct kvcm_manager_config kvcm_manager_config;
 typedef struct kvcm_migration_stats kvcm_migration_stats;
@@ -846,8 +847,11 @@ struct kvcm_block_event {
 };
 
 /**
- * kvcm_block_stats counts block allocation outcomes. Blocks are counted once per
- * cache, whatever the number of layer groups.
+ * kvcm_block_stats counts block allocation outcomes as kvcm counts them (as
+ * TensorRT-LLM's V1 manager does): blocks are counted once per cache,
+ * whatever the number of layer groups, and reused blocks are part of the
+ * allocations. KVCacheManagerV2's counts are kvcm_kv_cache_stats_delta (a
+ * cache's) and kvcm_layer_group_iteration_stats (a layer group's).
  * @since ABI version 1.
  */
 struct kvcm_block_stats {
@@ -1525,10 +1529,43 @@ struct kvcm_kv_cache_options {
 #define KVCM_KV_CACHE_OPTIONS_INIT { (uint32_t)sizeof(kvcm_kv_cache_options), KVCM_ABI_VERSION }
 
 /**
+ * kvcm_kv_cache_stats_delta counts one cache's blocks as KVCacheManagerV2's
+ * per-request KVCacheStatsDelta: the sums, over the attention layer groups,
+ * of the kvcm_layer_group_iteration_stats fields of the same names that the
+ * cache counts (a block counts once per attention layer group holding a page
+ * for it).
+ * @since ABI version 2.
+ */
+struct kvcm_kv_cache_stats_delta {
+    /**
+     * alloc_total_blocks are the pages allocated for the cache (equal to
+     * alloc_new_blocks: a reused page is no allocation).
+     */
+    int64_t alloc_total_blocks;
+    /**
+     * alloc_new_blocks are the pages allocated for the cache.
+     */
+    int64_t alloc_new_blocks;
+    /**
+     * reused_blocks are the pages the cache reused (full and partial blocks).
+     */
+    int64_t reused_blocks;
+    /**
+     * missed_blocks are the pages allocated while the cache's history was
+     * short of its prompt.
+     */
+    int64_t missed_blocks;
+};
+
+/**
  * kvcm_layer_group_iteration_stats counts one layer group's page outcomes and moves
- * during an iteration (KVCacheManagerV2's KVCacheIterationStatsDelta). A
- * block counts in a layer group when the layer group has or gets a page for
- * it.
+ * during an iteration (KVCacheManagerV2's KVCacheIterationStatsDelta), by
+ * KVCacheManagerV2's rules: a reuse counts reused blocks only; every page
+ * allocated for a cache (by resize, a fresh run, or a partial block's
+ * private copy) is an allocation, a missed block while the cache's history
+ * is short of its prompt and generation-phase growth after. A block counts
+ * in a layer group when the layer group has or gets a page for it; the SSM
+ * layer group counts page moves only.
  * @since ABI version 2.
  */
 struct kvcm_layer_group_iteration_stats {
@@ -1537,11 +1574,12 @@ struct kvcm_layer_group_iteration_stats {
      */
     kvcm_layer_group_id layer_group;
     /**
-     * alloc_total_blocks = alloc_new_blocks + reused_blocks.
+     * alloc_total_blocks are the pages allocated for caches (equal to
+     * alloc_new_blocks: a reused page is no allocation).
      */
     int64_t alloc_total_blocks;
     /**
-     * alloc_new_blocks are pages allocated fresh by resize.
+     * alloc_new_blocks are the pages allocated for caches.
      */
     int64_t alloc_new_blocks;
     /**
@@ -1553,16 +1591,17 @@ struct kvcm_layer_group_iteration_stats {
      */
     int64_t full_reused_blocks;
     /**
-     * partial_reused_blocks are private copies of partially matched blocks.
+     * partial_reused_blocks are partially matched blocks new caches copied
+     * (each also one allocation and one intra-device copy).
      */
     int64_t partial_reused_blocks;
     /**
-     * missed_blocks are pages the full input blocks need that were not
-     * shared from the tree.
+     * missed_blocks are the pages allocated for caches whose history was
+     * short of their prompt (prefill blocks they compute).
      */
     int64_t missed_blocks;
     /**
-     * gen_alloc_blocks are alloc_new_blocks of caches whose history had
+     * gen_alloc_blocks are the pages allocated for caches whose history had
      * reached their prompt.
      */
     int64_t gen_alloc_blocks;
@@ -2783,8 +2822,9 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_commit_digests(kvcm_kv_cach
 
 /**
  * kvcm_kv_cache_commit_pending_stats adds the cache's pending per-layer-group counts
- * (its reuse and misses at creation, the pages resize allocated for it since)
- * to the manager's iteration statistics
+ * (its reuse and partial copy at creation, the pages resize allocated for it
+ * since; kvcm_kv_cache_get_pending_stats sums them) to the manager's
+ * iteration statistics
  * (kvcm_manager_get_and_reset_layer_group_iteration_stats) and clears them,
  * as KVCacheManagerV2's commit_pending_stats. Page movements are not pending:
  * they count when they happen. kvcm_kv_cache_close drops what is pending.
@@ -3037,6 +3077,20 @@ KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_id(kvcm_kv_cache cache,
  * @since ABI version 1.
  */
 KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_num_committed_tokens(kvcm_kv_cache cache, int64_t* out);
+
+/**
+ * kvcm_kv_cache_get_pending_stats returns the cache's pending counts (those
+ * kvcm_kv_cache_commit_pending_stats would commit now) as KVCacheManagerV2's
+ * per-request statistics: all zero after a commit or discard.
+ *
+ * @param cache [in] The cache.
+ * @param out [out] Receives the counts.
+ * @return NULL on success; otherwise a status to free with kvcm_status_free.
+ * @par Thread safety
+ * Thread-safe: calls on one manager and its caches are serialized by the manager's lock. Must not be called from a codec callback or a priority callback of the same manager (the lock is held there).
+ * @since ABI version 2.
+ */
+KVCM_API KVCM_WARN_UNUSED kvcm_status* kvcm_kv_cache_get_pending_stats(kvcm_kv_cache cache, kvcm_kv_cache_stats_delta* out);
 
 /**
  * kvcm_kv_cache_get_reuse_diagnostics returns how the cache's reuse was cut at its
@@ -4606,6 +4660,8 @@ struct kvcm_api {
     kvcm_status* (*kv_cache_get_committed_tokens)(kvcm_kv_cache cache, kvcm_token* tokens, size_t capacity, size_t* needed);
     /** kvcm_kv_cache_get_fresh_range (since ABI version 2). */
     kvcm_status* (*kv_cache_get_fresh_range)(kvcm_kv_cache cache, int64_t* from, int64_t* to);
+    /** kvcm_kv_cache_get_pending_stats (since ABI version 2). */
+    kvcm_status* (*kv_cache_get_pending_stats)(kvcm_kv_cache cache, kvcm_kv_cache_stats_delta* out);
     /** kvcm_kv_cache_get_reuse_diagnostics (since ABI version 2). */
     kvcm_status* (*kv_cache_get_reuse_diagnostics)(kvcm_kv_cache cache, kvcm_reuse_diagnostics* out);
     /** kvcm_kv_cache_get_scratch_desc (since ABI version 2). */
@@ -4852,6 +4908,12 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, input_digest_bytes_len) == 13
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, text_only) == 144, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, fresh_blocks) == 152, "layout of kvcm_kv_cache_options changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_options, fresh_from_block) == 160, "layout of kvcm_kv_cache_options changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_kv_cache_stats_delta) == 32, "layout of kvcm_kv_cache_stats_delta changed");
+KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_kv_cache_stats_delta) == 8, "alignment of kvcm_kv_cache_stats_delta changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_stats_delta, alloc_total_blocks) == 0, "layout of kvcm_kv_cache_stats_delta changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_stats_delta, alloc_new_blocks) == 8, "layout of kvcm_kv_cache_stats_delta changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_stats_delta, reused_blocks) == 16, "layout of kvcm_kv_cache_stats_delta changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_kv_cache_stats_delta, missed_blocks) == 24, "layout of kvcm_kv_cache_stats_delta changed");
 KVCM_STATIC_ASSERT(sizeof(kvcm_layer_group_iteration_stats) == 128, "layout of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_layer_group_iteration_stats) == 8, "alignment of kvcm_layer_group_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_layer_group_iteration_stats, layer_group) == 0, "layout of kvcm_layer_group_iteration_stats changed");
@@ -5029,7 +5091,7 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, reused_tokens) ==
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, unreused_tokens) == 40, "layout of kvcm_ssm_snapshot_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, aligned_snapshot_hits) == 48, "layout of kvcm_ssm_snapshot_iteration_stats changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_ssm_snapshot_iteration_stats, unaligned_snapshot_hits) == 56, "layout of kvcm_ssm_snapshot_iteration_stats changed");
-KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 968, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(sizeof(kvcm_api) == 976, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(KVCM_ALIGNOF(kvcm_api) == 8, "alignment of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, struct_size) == 0, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, abi_version) == 4, "layout of kvcm_api changed");
@@ -5114,45 +5176,46 @@ KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_cached_tokens_by_level) == 62
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_digests) == 632, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_committed_tokens) == 640, "layout of kvcm_api changed");
 KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_fresh_range) == 648, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_reuse_diagnostics) == 656, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_scratch_desc) == 664, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_ssm_block_base_index) == 672, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 680, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_swa_scratch_reuse) == 688, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_has_scratch_slots) == 696, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_plan_committed_block_drop) == 704, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_beam_width) == 712, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 720, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_swa_scratch_reuse) == 728, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_wait_fresh_tail) == 736, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_adjust) == 744, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clamp_max_seq_len_for_mem) == 752, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 760, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 768, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events_digests) == 776, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_flush_shared) == 784, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_aggregated_pages) == 792, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 800, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 808, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 816, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 824, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_ssm_snapshot_iteration_stats) == 832, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 840, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_converter) == 848, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_upper_bound) == 856, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_stride) == 864, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_scratch_pages_per_block) == 872, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_shared_level) == 880, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_shared_stats) == 888, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_need_adjustment) == 896, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 904, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key_digests) == 912, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_digests) == 920, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_pages) == 928, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 936, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_set_block_priorities) == 944, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_destroy) == 952, "layout of kvcm_api changed");
-KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_drop) == 960, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_pending_stats) == 656, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_reuse_diagnostics) == 664, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_scratch_desc) == 672, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_ssm_block_base_index) == 680, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_stats) == 688, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_get_swa_scratch_reuse) == 696, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_has_scratch_slots) == 704, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_plan_committed_block_drop) == 712, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_beam_width) == 720, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_stream) == 728, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_set_swa_scratch_reuse) == 736, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, kv_cache_wait_fresh_tail) == 744, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_adjust) == 752, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clamp_max_seq_len_for_mem) == 760, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_clear_reusable_blocks) == 768, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events) == 776, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_drain_block_events_digests) == 784, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_flush_shared) == 792, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_aggregated_pages) == 800, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_cached_tokens_by_level) == 808, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_pool_group_peak_block_stats) == 816, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_iteration_reused_blocks_by_level) == 824, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_layer_group_iteration_stats) == 832, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_and_reset_ssm_snapshot_iteration_stats) == 840, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_num_open_caches) == 848, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_converter) == 856, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_index_upper_bound) == 864, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_page_stride) == 872, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_scratch_pages_per_block) == 880, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_shared_level) == 888, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_get_shared_stats) == 896, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_need_adjustment) == 904, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key) == 912, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_first_new_block_key_digests) == 920, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_digests) == 928, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_pages) == 936, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_probe_reuse_v2) == 944, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, manager_set_block_priorities) == 952, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_destroy) == 960, "layout of kvcm_api changed");
+KVCM_STATIC_ASSERT(offsetof(kvcm_api, planned_drop_drop) == 968, "layout of kvcm_api changed");
 #endif
 
 #ifdef __cplusplus

@@ -369,8 +369,11 @@ class kvcm_block_event(ctypes.Structure):
 
 
 class kvcm_block_stats(ctypes.Structure):
-    """kvcm_block_stats counts block allocation outcomes. Blocks are counted once per
-    cache, whatever the number of layer groups.
+    """kvcm_block_stats counts block allocation outcomes as kvcm counts them (as
+    TensorRT-LLM's V1 manager does): blocks are counted once per cache,
+    whatever the number of layer groups, and reused blocks are part of the
+    allocations. KVCacheManagerV2's counts are kvcm_kv_cache_stats_delta (a
+    cache's) and kvcm_layer_group_iteration_stats (a layer group's).
     """
 
 
@@ -543,11 +546,24 @@ class kvcm_kv_cache_options(ctypes.Structure):
     """
 
 
+class kvcm_kv_cache_stats_delta(ctypes.Structure):
+    """kvcm_kv_cache_stats_delta counts one cache's blocks as KVCacheManagerV2's
+    per-request KVCacheStatsDelta: the sums, over the attention layer groups,
+    of the kvcm_layer_group_iteration_stats fields of the same names that the
+    cache counts (a block counts once per attention layer group holding a page
+    for it).
+    """
+
+
 class kvcm_layer_group_iteration_stats(ctypes.Structure):
     """kvcm_layer_group_iteration_stats counts one layer group's page outcomes and moves
-    during an iteration (KVCacheManagerV2's KVCacheIterationStatsDelta). A
-    block counts in a layer group when the layer group has or gets a page for
-    it.
+    during an iteration (KVCacheManagerV2's KVCacheIterationStatsDelta), by
+    KVCacheManagerV2's rules: a reuse counts reused blocks only; every page
+    allocated for a cache (by resize, a fresh run, or a partial block's
+    private copy) is an allocation, a missed block while the cache's history
+    is short of its prompt and generation-phase growth after. A block counts
+    in a layer group when the layer group has or gets a page for it; the SSM
+    layer group counts page moves only.
     """
 
 
@@ -881,6 +897,13 @@ kvcm_kv_cache_options._fields_ = [
     ("fresh_from_block", ctypes.c_int64),
 ]
 
+kvcm_kv_cache_stats_delta._fields_ = [
+    ("alloc_total_blocks", ctypes.c_int64),
+    ("alloc_new_blocks", ctypes.c_int64),
+    ("reused_blocks", ctypes.c_int64),
+    ("missed_blocks", ctypes.c_int64),
+]
+
 kvcm_layer_group_iteration_stats._fields_ = [
     ("layer_group", kvcm_layer_group_id),
     ("alloc_total_blocks", ctypes.c_int64),
@@ -1081,8 +1104,11 @@ kvcm_ssm_snapshot_iteration_stats._fields_ = [
 
 @dataclass(frozen=True, slots=True)
 class BlockStats:
-    """kvcm_block_stats counts block allocation outcomes. Blocks are counted once per
-    cache, whatever the number of layer groups.
+    """kvcm_block_stats counts block allocation outcomes as kvcm counts them (as
+    TensorRT-LLM's V1 manager does): blocks are counted once per cache,
+    whatever the number of layer groups, and reused blocks are part of the
+    allocations. KVCacheManagerV2's counts are kvcm_kv_cache_stats_delta (a
+    cache's) and kvcm_layer_group_iteration_stats (a layer group's).
     """
 
     #: alloc_total_blocks = alloc_new_blocks + reused_blocks.
@@ -1169,27 +1195,59 @@ class CacheEvent:
 
 
 @dataclass(slots=True)
-class KVCacheIterationStatsDelta:
-    """kvcm_layer_group_iteration_stats counts one layer group's page outcomes and moves
-    during an iteration (KVCacheManagerV2's KVCacheIterationStatsDelta). A
-    block counts in a layer group when the layer group has or gets a page for
-    it.
+class KVCacheStatsDelta:
+    """kvcm_kv_cache_stats_delta counts one cache's blocks as KVCacheManagerV2's
+    per-request KVCacheStatsDelta: the sums, over the attention layer groups,
+    of the kvcm_layer_group_iteration_stats fields of the same names that the
+    cache counts (a block counts once per attention layer group holding a page
+    for it).
     """
 
-    #: iter_alloc_total_blocks = alloc_new_blocks + reused_blocks.
+    #: alloc_total_blocks are the pages allocated for the cache (equal to
+    #: alloc_new_blocks: a reused page is no allocation).
+    alloc_total_blocks: int = 0
+    #: alloc_new_blocks are the pages allocated for the cache.
+    alloc_new_blocks: int = 0
+    #: reused_blocks are the pages the cache reused (full and partial blocks).
+    reused_blocks: int = 0
+    #: missed_blocks are the pages allocated while the cache's history was
+    #: short of its prompt.
+    missed_blocks: int = 0
+
+    @classmethod
+    def _from_c(cls, s):
+        """Copies the fields of a kvcm_kv_cache_stats_delta (or of an object with its fields)."""
+        return cls(s.alloc_total_blocks, s.alloc_new_blocks, s.reused_blocks, s.missed_blocks)
+
+
+@dataclass(slots=True)
+class KVCacheIterationStatsDelta:
+    """kvcm_layer_group_iteration_stats counts one layer group's page outcomes and moves
+    during an iteration (KVCacheManagerV2's KVCacheIterationStatsDelta), by
+    KVCacheManagerV2's rules: a reuse counts reused blocks only; every page
+    allocated for a cache (by resize, a fresh run, or a partial block's
+    private copy) is an allocation, a missed block while the cache's history
+    is short of its prompt and generation-phase growth after. A block counts
+    in a layer group when the layer group has or gets a page for it; the SSM
+    layer group counts page moves only.
+    """
+
+    #: iter_alloc_total_blocks are the pages allocated for caches (equal to
+    #: alloc_new_blocks: a reused page is no allocation).
     iter_alloc_total_blocks: int = 0
-    #: iter_alloc_new_blocks are pages allocated fresh by resize.
+    #: iter_alloc_new_blocks are the pages allocated for caches.
     iter_alloc_new_blocks: int = 0
     #: iter_reused_blocks = full_reused_blocks + partial_reused_blocks.
     iter_reused_blocks: int = 0
     #: iter_full_reused_blocks are tree pages new caches share.
     iter_full_reused_blocks: int = 0
-    #: iter_partial_reused_blocks are private copies of partially matched blocks.
+    #: iter_partial_reused_blocks are partially matched blocks new caches copied
+    #: (each also one allocation and one intra-device copy).
     iter_partial_reused_blocks: int = 0
-    #: iter_missed_blocks are pages the full input blocks need that were not
-    #: shared from the tree.
+    #: iter_missed_blocks are the pages allocated for caches whose history was
+    #: short of their prompt (prefill blocks they compute).
     iter_missed_blocks: int = 0
-    #: iter_gen_alloc_blocks are alloc_new_blocks of caches whose history had
+    #: iter_gen_alloc_blocks are the pages allocated for caches whose history had
     #: reached their prompt.
     iter_gen_alloc_blocks: int = 0
     #: iter_onboard_blocks are pages brought to the GPU from a colder level.
@@ -1463,6 +1521,7 @@ LAYOUTS = {
     "kvcm_cp_request_id": (16, 8, {"data": 0, "len": 8}),
     "kvcm_expanded_buffer": (16, 8, {"buffer": 0, "expansion": 8}),
     "kvcm_kv_cache_options": (168, 8, {"struct_size": 0, "abi_version": 4, "scope": 8, "input_tokens": 32, "num_input_tokens": 40, "priority": 48, "priority_user_data": 56, "request_id": 64, "request_id_len": 72, "scope_has_lora_id": 80, "layer_group_priority": 88, "has_expected_prompt_length": 96, "expected_prompt_length": 104, "input_digest_positions": 112, "num_input_digests": 120, "input_digest_bytes": 128, "input_digest_bytes_len": 136, "text_only": 144, "fresh_blocks": 152, "fresh_from_block": 160}),
+    "kvcm_kv_cache_stats_delta": (32, 8, {"alloc_total_blocks": 0, "alloc_new_blocks": 8, "reused_blocks": 16, "missed_blocks": 24}),
     "kvcm_layer_group_iteration_stats": (128, 8, {"layer_group": 0, "alloc_total_blocks": 8, "alloc_new_blocks": 16, "reused_blocks": 24, "full_reused_blocks": 32, "partial_reused_blocks": 40, "missed_blocks": 48, "gen_alloc_blocks": 56, "onboard_blocks": 64, "onboard_bytes": 72, "offload_blocks": 80, "offload_bytes": 88, "intra_device_copy_blocks": 96, "intra_device_copy_bytes": 104, "host_dropped_blocks": 112, "host_dropped_bytes": 120}),
     "kvcm_manager_config": (264, 8, {"struct_size": 0, "abi_version": 4, "tokens_per_block": 8, "device": 12, "device_ordinal": 16, "event_queue_capacity": 20, "cache_tiers": 24, "num_cache_tiers": 32, "layers": 40, "num_layers": 48, "max_util_for_resume": 56, "enable_partial_reuse": 64, "enable_stats": 65, "initial_pool_ratio": 72, "num_initial_pool_ratio": 80, "typical_step": 88, "constraints": 96, "num_constraints": 104, "reuse_match_backoff": 112, "text_only": 116, "commit_min_snapshot": 117, "rebalance_min_sampled_kv_caches": 120, "rebalance_cooldown_secs": 128, "rebalance_target_ratio_update_interval": 136, "rebalance_ratio_threshold": 144, "rebalance_moving_average_decay": 152, "typical_step_system_prompt_length": 160, "constraint_system_prompt_lengths": 168, "num_constraint_system_prompt_lengths": 176, "block_key": 184, "shared_tier": 192, "disk_persistent": 200, "swa_scratch_reuse": 201, "swa_scratch_max_rewind_len": 208, "ssm_layers": 216, "num_ssm_layers": 224, "max_ssm_slots": 232, "buffer_tokens_per_block_overrides": 240, "num_buffer_tokens_per_block_overrides": 248, "gpu_pool_granularity": 256}),
     "kvcm_migration_stats": (24, 8, {"path": 0, "pages": 8, "bytes": 16}),
@@ -1547,6 +1606,7 @@ FUNCTIONS = {
     "kvcm_kv_cache_get_history_length": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_kv_cache_get_id": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_uint64)]),
     "kvcm_kv_cache_get_num_committed_tokens": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64)]),
+    "kvcm_kv_cache_get_pending_stats": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(kvcm_kv_cache_stats_delta)]),
     "kvcm_kv_cache_get_reuse_diagnostics": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(kvcm_reuse_diagnostics)]),
     "kvcm_kv_cache_get_reused_tokens": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, ctypes.POINTER(ctypes.c_int64)]),
     "kvcm_kv_cache_get_scratch_desc": (ctypes.POINTER(kvcm_status), [kvcm_kv_cache, kvcm_layer_group_id, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
@@ -1672,6 +1732,7 @@ PARAMETERS = {
     "kvcm_kv_cache_get_history_length": ("cache", "out"),
     "kvcm_kv_cache_get_id": ("cache", "out"),
     "kvcm_kv_cache_get_num_committed_tokens": ("cache", "out"),
+    "kvcm_kv_cache_get_pending_stats": ("cache", "out"),
     "kvcm_kv_cache_get_reuse_diagnostics": ("cache", "out"),
     "kvcm_kv_cache_get_reused_tokens": ("cache", "out"),
     "kvcm_kv_cache_get_scratch_desc": ("cache", "layer_group", "begin", "end", "slots", "capacity", "needed"),

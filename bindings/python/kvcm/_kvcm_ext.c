@@ -3274,6 +3274,33 @@ done:
     return out;
 }
 
+/* kvcm_kv_cache_get_pending_stats(cache, out) */
+static PyObject *kx_fn_kvcm_kv_cache_get_pending_stats(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
+{
+    kvcm_kv_cache a0;
+    kx_ptr a1 = KX_PTR_INIT;
+    kvcm_status *r;
+    PyObject *out = NULL;
+    if (kx_enter(nargs, 2, "kvcm_kv_cache_get_pending_stats") < 0)
+        return NULL;
+    {
+        unsigned long long v;
+        if (kx_unsigned(args[0], names, 0, UINT64_MAX, "uint64_t", &v) < 0)
+            goto done;
+        a0 = (kvcm_kv_cache)v;
+    }
+    if (kx_pointer(args[1], names, 1, 1, 32, &a1) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = kx_api->kv_cache_get_pending_stats(a0, (kvcm_kv_cache_stats_delta*)a1.p);
+    Py_END_ALLOW_THREADS
+    kx_ptr_release(&a1);
+    out = kx_leave(r, Py_NewRef(Py_None));
+done:
+    kx_ptr_release(&a1);
+    return out;
+}
+
 /* kvcm_kv_cache_get_reuse_diagnostics(cache, out) */
 static PyObject *kx_fn_kvcm_kv_cache_get_reuse_diagnostics(PyObject *names, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -4896,6 +4923,7 @@ static PyMethodDef kx_functions[] = {
     {"kvcm_kv_cache_get_committed_digests", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_committed_digests, METH_FASTCALL, "kvcm_kv_cache_get_committed_digests(cache, positions, digest_bytes, capacity, needed)"},
     {"kvcm_kv_cache_get_committed_tokens", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_committed_tokens, METH_FASTCALL, "kvcm_kv_cache_get_committed_tokens(cache, tokens, capacity, needed)"},
     {"kvcm_kv_cache_get_fresh_range", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_fresh_range, METH_FASTCALL, "kvcm_kv_cache_get_fresh_range(cache, from, to)"},
+    {"kvcm_kv_cache_get_pending_stats", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_pending_stats, METH_FASTCALL, "kvcm_kv_cache_get_pending_stats(cache, out)"},
     {"kvcm_kv_cache_get_reuse_diagnostics", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_reuse_diagnostics, METH_FASTCALL, "kvcm_kv_cache_get_reuse_diagnostics(cache, out)"},
     {"kvcm_kv_cache_get_scratch_desc", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_scratch_desc, METH_FASTCALL, "kvcm_kv_cache_get_scratch_desc(cache, layer_group, begin, end, slots, capacity, needed)"},
     {"kvcm_kv_cache_get_ssm_block_base_index", (PyCFunction)(void (*)(void))kx_fn_kvcm_kv_cache_get_ssm_block_base_index, METH_FASTCALL, "kvcm_kv_cache_get_ssm_block_base_index(cache, layer_group, out)"},
@@ -4938,7 +4966,7 @@ static PyMethodDef kx_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 14, 2, 6, 8, 1, 3, 1, 7, 6, 2, 4, 5, 4, 3, 2, 7, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1, 4, 1, 8, 11, 3, 8, 4, 5, 4, 4, 4, 2, 4, 4, 4, 4, 2, 2, 2, 7, 11, 10, 10, 6, 8, 1, 1};
+static const Py_ssize_t kx_arity[] = {1, 1, 2, 3, 1, 1, 4, 6, 2, 5, 5, 6, 1, 1, 0, 0, 0, 1, 4, 3, 5, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 0, 4, 2, 3, 2, 1, 2, 1, 8, 2, 5, 2, 4, 2, 3, 4, 2, 2, 11, 3, 2, 5, 2, 5, 3, 1, 1, 1, 1, 4, 3, 4, 3, 2, 1, 14, 2, 6, 8, 1, 3, 1, 7, 6, 2, 4, 5, 4, 3, 2, 2, 7, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1, 4, 1, 8, 11, 3, 8, 4, 5, 4, 4, 4, 2, 4, 4, 4, 4, 2, 2, 2, 7, 11, 10, 10, 6, 8, 1, 1};
 
 static const size_t kx_slot_offsets[] = {
     offsetof(kvcm_api, cold_page_codec_destroy),
@@ -5022,6 +5050,7 @@ static const size_t kx_slot_offsets[] = {
     offsetof(kvcm_api, kv_cache_get_committed_digests),
     offsetof(kvcm_api, kv_cache_get_committed_tokens),
     offsetof(kvcm_api, kv_cache_get_fresh_range),
+    offsetof(kvcm_api, kv_cache_get_pending_stats),
     offsetof(kvcm_api, kv_cache_get_reuse_diagnostics),
     offsetof(kvcm_api, kv_cache_get_scratch_desc),
     offsetof(kvcm_api, kv_cache_get_ssm_block_base_index),

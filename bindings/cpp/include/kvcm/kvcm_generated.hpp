@@ -592,8 +592,11 @@ using AggregatedPageDesc = ::kvcm_aggregated_page_desc;
 static_assert(std::is_standard_layout_v<AggregatedPageDesc> && std::is_trivially_copyable_v<AggregatedPageDesc>);
 static_assert(sizeof(AggregatedPageDesc) == 48 && alignof(AggregatedPageDesc) == 8);
 
-// kvcm_block_stats counts block allocation outcomes. Blocks are counted once per
-// cache, whatever the number of layer groups.
+// kvcm_block_stats counts block allocation outcomes as kvcm counts them (as
+// TensorRT-LLM's V1 manager does): blocks are counted once per cache,
+// whatever the number of layer groups, and reused blocks are part of the
+// allocations. KVCacheManagerV2's counts are kvcm_kv_cache_stats_delta (a
+// cache's) and kvcm_layer_group_iteration_stats (a layer group's).
 using BlockStats = ::kvcm_block_stats;
 static_assert(std::is_standard_layout_v<BlockStats> && std::is_trivially_copyable_v<BlockStats>);
 static_assert(sizeof(BlockStats) == 56 && alignof(BlockStats) == 8);
@@ -745,10 +748,23 @@ using ExpandedBuffer = ::kvcm_expanded_buffer;
 static_assert(std::is_standard_layout_v<ExpandedBuffer> && std::is_trivially_copyable_v<ExpandedBuffer>);
 static_assert(sizeof(ExpandedBuffer) == 16 && alignof(ExpandedBuffer) == 8);
 
+// kvcm_kv_cache_stats_delta counts one cache's blocks as KVCacheManagerV2's
+// per-request KVCacheStatsDelta: the sums, over the attention layer groups,
+// of the kvcm_layer_group_iteration_stats fields of the same names that the
+// cache counts (a block counts once per attention layer group holding a page
+// for it).
+using KvCacheStatsDelta = ::kvcm_kv_cache_stats_delta;
+static_assert(std::is_standard_layout_v<KvCacheStatsDelta> && std::is_trivially_copyable_v<KvCacheStatsDelta>);
+static_assert(sizeof(KvCacheStatsDelta) == 32 && alignof(KvCacheStatsDelta) == 8);
+
 // kvcm_layer_group_iteration_stats counts one layer group's page outcomes and moves
-// during an iteration (KVCacheManagerV2's KVCacheIterationStatsDelta). A
-// block counts in a layer group when the layer group has or gets a page for
-// it.
+// during an iteration (KVCacheManagerV2's KVCacheIterationStatsDelta), by
+// KVCacheManagerV2's rules: a reuse counts reused blocks only; every page
+// allocated for a cache (by resize, a fresh run, or a partial block's
+// private copy) is an allocation, a missed block while the cache's history
+// is short of its prompt and generation-phase growth after. A block counts
+// in a layer group when the layer group has or gets a page for it; the SSM
+// layer group counts page moves only.
 using LayerGroupIterationStats = ::kvcm_layer_group_iteration_stats;
 static_assert(std::is_standard_layout_v<LayerGroupIterationStats> && std::is_trivially_copyable_v<LayerGroupIterationStats>);
 static_assert(sizeof(LayerGroupIterationStats) == 128 && alignof(LayerGroupIterationStats) == 8);
