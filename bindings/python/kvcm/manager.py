@@ -300,7 +300,7 @@ _cache_set_stream = bind("kvcm_kv_cache_set_stream", stream="cuda_stream")
 _cache_wait_fresh_tail = bind("kvcm_kv_cache_wait_fresh_tail", stream="cuda_stream")
 _cache_committed_tokens = bind("kvcm_kv_cache_get_committed_tokens")
 _cache_cached_tokens = bind("kvcm_kv_cache_get_cached_tokens_by_level")
-_cache_stats = bind("kvcm_kv_cache_get_stats")
+_cache_pending_stats = bind("kvcm_kv_cache_get_pending_stats")
 _cache_ssm_index = bind("kvcm_kv_cache_get_ssm_block_base_index", layer_group="layer_group_id")
 _cache_reuse_diag = bind("kvcm_kv_cache_get_reuse_diagnostics")
 _cache_commit_pending = bind("kvcm_kv_cache_commit_pending_stats")
@@ -346,7 +346,6 @@ _STEP = getattr(_native._ext, "CacheStep", None)
 _byref = ctypes.byref
 _TOKEN_PTR = ctypes.POINTER(ffi.kvcm_token)
 _NO_SCOPE = ffi.kvcm_reuse_scope()  # read only: the default scope
-_NO_STATS = KVCacheStatsDelta()  # read only: a new cache's statistics base
 
 _PRIORITY_RESULT = "custom_priority_callback's result"
 
@@ -1781,9 +1780,6 @@ class _KVCache(Managed):
     # Whether the cache was ACTIVE once: a later resume is a preemption
     # recovery, counted (see _counts_preemption).
     _resumed_before = False
-    # The core's per-cache block counters at the last commit or discard of
-    # the pending statistics: what is pending is the counters less it.
-    _stats_base = _NO_STATS
     # KVCM2 holds a cache's SSM snapshot lookup (one per cache created with
     # input tokens) among its pending statistics until they are committed
     # or discarded; kvcm counts the lookup at once, and keeps only its
@@ -2273,10 +2269,6 @@ class _KVCache(Managed):
             return [int(v) for v in buf[:needed.value]]
 
     # -- per-request statistics (KVCM2's pending stats) -----------------------
-    def _core_stats(self) -> KVCacheStatsDelta:
-        out = ffi.kvcm_block_stats()
-        _cache_stats(self._native(), _byref(out))
-        return KVCacheStatsDelta(out.alloc_total_blocks, out.alloc_new_blocks, out.reused_blocks, out.missed_blocks)
 
     def _records_stats(self) -> bool:
         """Whether the cache's block counts are recorded as pending
@@ -2298,13 +2290,18 @@ class _KVCache(Managed):
             m.mark_stats_dirty(i)
 
     def _pending_stats(self) -> KVCacheStatsDelta:
-        d = self._core_stats()
-        d.subtract(self._stats_base)
-        return d
+        """The cache's pending block counts, as the library counts them by
+        KVCM2's rules (kvcm_kv_cache_get_pending_stats)."""
+        out = ffi.kvcm_kv_cache_stats_delta()
+        _cache_pending_stats(self._native(), _byref(out))
+        return KVCacheStatsDelta._from_c(out)
 
     def commit_pending_stats(self) -> KVCacheStatsDelta:
-        """Commit the block counts since the previous commit or discard (the
-        reuse and misses at creation, the blocks resizes allocated) into the
+        """Commit the block counts since the previous commit or discard (by
+        KVCM2's rules, per attention layer group, summed: the blocks reused
+        at creation; the pages allocated for the cache, the partial block's
+        private copy included, missed while the history is short of the
+        prompt) into the
         manager's :meth:`~KVCacheManager.get_committed_stats`, and the
         cache's per-layer-group counts into its
         :meth:`~KVCacheManager.get_and_reset_iteration_stats`, and return
@@ -2322,16 +2319,12 @@ class _KVCache(Managed):
         if not self._records_stats() or m.is_stats_excluded(self.id):
             self.discard_pending_stats()
             return KVCacheStatsDelta()
+        delta = self._pending_stats()
         if m._stats_on:
             _cache_commit_pending(self._native())
+            m._committed_stats.add(delta)
         else:
             _cache_discard_pending(self._native())
-        now = self._core_stats()
-        delta = now.copy()
-        delta.subtract(self._stats_base)
-        if m._stats_on:
-            m._committed_stats.add(delta)
-        self._stats_base = now
         m.clear_stats_dirty(self.id)
         return delta
 
@@ -2342,7 +2335,6 @@ class _KVCache(Managed):
         self._ssm_lookup_pending = False
         if not self.closed:
             _cache_discard_pending(self._native())
-            self._stats_base = self._core_stats()
         self._manager.clear_stats_dirty(self.id)
 
     @property

@@ -47,14 +47,11 @@ class _Counters:
 
 
 @dataclass(slots=True)
-class KVCacheStatsDelta(_Counters):
-    """Block counts: alloc_total = alloc_new + reused; missed are full
-    input blocks not reused."""
-
-    alloc_total_blocks: int = 0
-    alloc_new_blocks: int = 0
-    reused_blocks: int = 0
-    missed_blocks: int = 0
+class KVCacheStatsDelta(_ffi.KVCacheStatsDelta, _Counters):
+    """A cache's block counts, by KVCM2's rules (see
+    ``_KVCache.commit_pending_stats``): allocations (a reused block is none),
+    reused blocks, and the allocations made before the history reached the
+    prompt (missed)."""
 
 
 @dataclass(slots=True)

@@ -223,7 +223,12 @@ def serve(m, tokens, scope=None, priority=None, commit_stats=False):
 def test_iteration_stats_per_layer_group_and_their_arithmetic():
     """get_and_reset_iteration_stats returns a KVCacheIterationStatsDelta
     per layer group that counted something, and restarts them; the deltas
-    add, subtract, copy and clear."""
+    add, subtract, copy and clear. KVCM2's rules: 8 tokens cached, a 13-token
+    prompt reuses 2 full blocks (no allocation) and its prefill allocates
+    blocks 2 and 3, both missed (the trailing partial block too); the
+    committed counts sum the attention layer groups (the window of 8 holds
+    both reused blocks at history 8: 2 + 2 reused), kvcm's own stats count
+    each block once."""
     with KVCacheManager(small_config(), device="emu") as m:
         serve(m, PROMPT[:8], commit_stats=True)
         first = m.get_and_reset_iteration_stats()
@@ -231,8 +236,9 @@ def test_iteration_stats_per_layer_group_and_their_arithmetic():
         assert first[0].iter_alloc_new_blocks == 2 and first[0].iter_missed_blocks == 2
         serve(m, PROMPT, commit_stats=True)  # 2 of its 3 full blocks are cached
         it = m.get_and_reset_iteration_stats()[0]
-        assert (it.iter_full_reused_blocks, it.iter_reused_blocks, it.iter_missed_blocks) == (2, 2, 1)
-        assert it.iter_cache_hit_rate == pytest.approx(2 / 3)
+        assert (it.iter_full_reused_blocks, it.iter_reused_blocks, it.iter_missed_blocks) == (2, 2, 2)
+        assert (it.iter_alloc_total_blocks, it.iter_alloc_new_blocks) == (2, 2)
+        assert it.iter_cache_hit_rate == pytest.approx(2 / 4)
         assert m.get_and_reset_iteration_stats() == {}
         total = first[0].copy()
         total.add(it)
@@ -243,7 +249,7 @@ def test_iteration_stats_per_layer_group_and_their_arithmetic():
         assert total.empty and not it.empty
         committed = m.get_committed_stats()
         assert isinstance(committed, kvcm.KVCacheStatsDelta)
-        assert committed.reused_blocks == 2 and m.stats.reused_blocks == 2
+        assert committed.reused_blocks == 2 + 2 and m.stats.reused_blocks == 2
         serve(m, PROMPT)
         assert m.get_and_reset_iteration_stats() == {}, "closing discarded what no cache committed"
         assert m.get_committed_stats() == committed
@@ -252,7 +258,9 @@ def test_iteration_stats_per_layer_group_and_their_arithmetic():
 def test_iteration_stats_wait_for_commit_pending_stats():
     """A cache's per-layer-group reuse and allocation counts reach
     get_and_reset_iteration_stats when it commits its pending statistics,
-    once; discard_pending_stats drops them; page moves count at once."""
+    once; discard_pending_stats drops them; page moves count at once. A
+    fresh 13-token prompt's 4 prefill blocks are 4 allocations, all missed
+    (KVCM2's rule: an allocation before the history reached the prompt)."""
     cfg = small_config(gpu_quota=16 * 1024, host_quota=64 * 1024)
     with KVCacheManager(cfg, device="emu") as m:
         s = m.create_stream()
@@ -261,7 +269,7 @@ def test_iteration_stats_wait_for_commit_pending_stats():
             assert m.get_and_reset_iteration_stats() == {}, "pending"
             c.commit_pending_stats()
             it = m.get_and_reset_iteration_stats()
-            assert (it[0].iter_alloc_new_blocks, it[0].iter_missed_blocks) == (4, 3)
+            assert (it[0].iter_alloc_new_blocks, it[0].iter_missed_blocks) == (4, 4)
             c.commit_pending_stats()
             assert m.get_and_reset_iteration_stats() == {}, "committed once"
             assert c.resize(20)
@@ -369,7 +377,12 @@ def test_pending_stats_commit_into_the_committed_stats():
     statistics on, whether or not the cache has enable_request_stats: KVCM2
     returns the request delta from manager statistics); each commit returns
     only what came since the last;
-    discard_pending_stats and closing drop them; both clear the dirty mark."""
+    discard_pending_stats and closing drop them; both clear the dirty mark.
+    The counts are KVCM2's, summed over the attention layer groups (full
+    attention and a window of 8): 8 tokens cached, a 13-token prompt reuses
+    2 blocks in each group (4 reused, no allocation), then resize(16) at
+    history 8 allocates blocks 2 and 3 in each (4 allocations, all missed:
+    the prompt is not computed yet)."""
     with KVCacheManager(small_config(), device="emu") as m:
         serve(m, PROMPT[:8])  # publishes 2 blocks
         s = m.create_stream()
@@ -377,13 +390,13 @@ def test_pending_stats_commit_into_the_committed_stats():
             assert m.get_dirty_stats_kv_cache_ids() == {5}, "the reuse at creation is pending"
             assert m.get_committed_stats().empty
             got = c.commit_pending_stats()
-            assert got == kvcm.KVCacheStatsDelta(alloc_total_blocks=2, alloc_new_blocks=0, reused_blocks=2,
-                                                 missed_blocks=1)
+            assert got == kvcm.KVCacheStatsDelta(alloc_total_blocks=0, alloc_new_blocks=0, reused_blocks=4,
+                                                 missed_blocks=0)
             assert m.get_committed_stats() == got and m.get_dirty_stats_kv_cache_ids() == set()
             assert c.resume(s) and c.resize(16)
             assert m.get_dirty_stats_kv_cache_ids() == {5}
             got = c.commit_pending_stats()
-            assert got == kvcm.KVCacheStatsDelta(alloc_total_blocks=2, alloc_new_blocks=2)
+            assert got == kvcm.KVCacheStatsDelta(alloc_total_blocks=4, alloc_new_blocks=4, missed_blocks=4)
             assert m.get_committed_stats().alloc_total_blocks == 4
             assert c.resize(20)
             c.discard_pending_stats()
@@ -391,10 +404,9 @@ def test_pending_stats_commit_into_the_committed_stats():
             assert m.get_committed_stats().alloc_total_blocks == 4
             c.suspend()
         with m.create_kv_cache(input_tokens=PROMPT, id=6) as c:
-            assert c.commit_pending_stats() == kvcm.KVCacheStatsDelta(alloc_total_blocks=2, reused_blocks=2,
-                                                                      missed_blocks=1), \
+            assert c.commit_pending_stats() == kvcm.KVCacheStatsDelta(reused_blocks=4), \
                 "without enable_request_stats the counts are returned too"
-            assert m.get_committed_stats().reused_blocks == 4, "and committed"
+            assert m.get_committed_stats().reused_blocks == 8, "and committed"
         with m.create_kv_cache(input_tokens=PROMPT, id=7, enable_request_stats=True) as c:
             m.mark_stats_excluded(7)
             assert c.commit_pending_stats().empty
@@ -402,7 +414,59 @@ def test_pending_stats_commit_into_the_committed_stats():
             pass
         assert m.get_dirty_stats_kv_cache_ids() == set(), "closing discards"
         assert c.commit_pending_stats().empty
-        assert m.get_committed_stats().reused_blocks == 4
+        assert m.get_committed_stats().reused_blocks == 8
+        s.close()
+
+
+FULL_ATTENTION = [
+    AttentionLayerConfig(0, [BufferConfig("key", 64), BufferConfig("value", 64)]),
+    AttentionLayerConfig(1, [BufferConfig("key", 64), BufferConfig("value", 64)]),
+]
+
+
+def test_partial_reuse_counts_a_copy_as_one_allocation():
+    """KVCM2's rule for a partial reuse: the reused blocks count as reused
+    only, the partial block's private copy as one allocation (not missed:
+    its source is cached) and one intra-device copy. tokens_per_block 4, a
+    12-token prompt cached; a new cache reuses 9 tokens (2 full blocks and 1
+    token of the third, copied), then resize(10) needs no new block:
+    alloc_total 1, alloc_new 1, reused 3, missed 0; intra-device copy 1."""
+    with KVCacheManager(small_config(layers=FULL_ATTENTION, enable_partial_reuse=True), device="emu") as m:
+        serve(m, PROMPT[:12])
+        m.get_and_reset_iteration_stats()
+        s = m.create_stream()
+        with m.create_kv_cache(input_tokens=PROMPT[:9]) as c:
+            assert c.reused_tokens == 9
+            assert c.resume(s) and c.resize(10)
+            assert c.commit_pending_stats() == kvcm.KVCacheStatsDelta(alloc_total_blocks=1, alloc_new_blocks=1,
+                                                                      reused_blocks=3, missed_blocks=0)
+            it = m.get_and_reset_iteration_stats()[0]
+            assert (it.iter_alloc_total_blocks, it.iter_alloc_new_blocks, it.iter_reused_blocks,
+                    it.iter_full_reused_blocks, it.iter_partial_reused_blocks, it.iter_missed_blocks) == (1, 1, 3, 2, 1, 0)
+            page_bytes = sum(p.slot_bytes for p in m.pool_group_descs[0].pools)
+            assert (it.iter_intra_device_copy_blocks, it.iter_intra_device_copy_bytes) == (1, page_bytes)
+            c.suspend()
+        s.close()
+
+
+def test_prefill_allocations_are_missed_and_decode_growth_is_generation():
+    """KVCM2's rule for a fresh prompt: every block its prefill allocates is
+    missed, a trailing partial block too, and growth after the prompt is
+    generation-phase allocation. tokens_per_block 4, a 10-token prompt:
+    resize(10) allocates 3 blocks (3 missed; the V1 rule counted the 2 full
+    ones), resize(13) after the prefill 1 generation block."""
+    with KVCacheManager(small_config(layers=FULL_ATTENTION), device="emu") as m:
+        s = m.create_stream()
+        with m.create_kv_cache(input_tokens=PROMPT[:10]) as c:
+            assert c.resume(s)
+            prefill(c, PROMPT[:10])
+            assert c.commit_pending_stats() == kvcm.KVCacheStatsDelta(alloc_total_blocks=3, alloc_new_blocks=3,
+                                                                      missed_blocks=3)
+            assert c.resize(13)
+            assert c.commit_pending_stats() == kvcm.KVCacheStatsDelta(alloc_total_blocks=1, alloc_new_blocks=1)
+            it = m.get_and_reset_iteration_stats()[0]
+            assert (it.iter_alloc_new_blocks, it.iter_missed_blocks, it.iter_gen_alloc_blocks) == (4, 3, 1)
+            c.suspend()
         s.close()
 
 
@@ -410,16 +474,19 @@ def test_pending_stats_with_stats_disabled_are_request_only():
     """With enable_stats=False a cache created with enable_request_stats
     still records its counts (dirty mark, commit_pending_stats returns them:
     KVCM2's request-only accounting) but they reach neither the committed
-    nor the iteration statistics; a cache without it records nothing."""
+    nor the iteration statistics; a cache without it records nothing. A
+    fresh prompt has nothing pending at creation (KVCM2 counts no miss
+    there); resize(8) allocates 2 blocks in each attention layer group,
+    missed."""
     with KVCacheManager(small_config(enable_stats=False), device="emu") as m:
         s = m.create_stream()
         with m.create_kv_cache(input_tokens=PROMPT, id=1, enable_request_stats=True) as c:
-            assert m.get_dirty_stats_kv_cache_ids() == {1}, "the misses at creation are pending"
-            assert c.commit_pending_stats() == kvcm.KVCacheStatsDelta(missed_blocks=3)
-            assert m.get_dirty_stats_kv_cache_ids() == set()
+            assert m.get_dirty_stats_kv_cache_ids() == set(), "nothing pending at creation"
+            assert c.commit_pending_stats().empty
             assert c.resume(s) and c.resize(8)
             assert m.get_dirty_stats_kv_cache_ids() == {1}
-            assert c.commit_pending_stats() == kvcm.KVCacheStatsDelta(alloc_total_blocks=2, alloc_new_blocks=2)
+            assert c.commit_pending_stats() == kvcm.KVCacheStatsDelta(alloc_total_blocks=4, alloc_new_blocks=4,
+                                                                      missed_blocks=4)
             assert c.commit_pending_stats().empty, "each commit returns what came since the last"
             m.mark_stats_excluded(1)
             assert c.resize(12)
