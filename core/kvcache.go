@@ -159,6 +159,9 @@ type KVCache struct {
 	// counts until CommitPendingStats adds them to the manager's iteration
 	// statistics (DiscardPendingStats and Close drop them); nil while none.
 	pending []LayerGroupStats
+	// allocRuns are the runs of blocks whose allocations are pending, in
+	// the order they were allocated (see onShrink).
+	allocRuns []allocRun
 	// lost is the ErrDataLost of a cache holding a lost page (sticky);
 	// seenLosses is the manager's loss count when the cache last looked.
 	lost       error
@@ -370,11 +373,7 @@ func (m *Manager) CreateKVCache(opts CacheOptions) (*KVCache, error) {
 	m.onCreatePages(c, mt, c.freshFrom/tpb, fresh)
 	if fresh > 0 {
 		c.stats.add(m.stats.onAllocate(fresh))
-		perLC := m.perLCScratch()
-		for lc := range perLC {
-			perLC[lc] = fresh
-		}
-		c.onAllocatePages(perLC, false)
+		c.onAllocateBlocks(c.freshFrom/tpb, c.freshFrom/tpb+fresh, nil, 1, false)
 	}
 	if m.lt.SSM >= 0 {
 		c.pendingSsm.onLookup(len(opts.InputTokens), reused, tpb)
@@ -1030,7 +1029,7 @@ func (c *KVCache) closeLocked(force bool) error {
 		m.unref(c.ssm, active)
 		c.ssm = nil
 	}
-	c.pending = nil
+	c.pending, c.allocRuns = nil, nil
 	c.pendingSsm = SsmSnapshotStats{}
 	c.chain.users--
 	m.prune = append(m.prune, c.chain)
@@ -1126,7 +1125,6 @@ func (c *KVCache) resize(capacity, history int) error {
 	}
 	lt, lvl := m.lt, m.levels[0]
 	oldBlocks, newBlocks := len(c.blocks), lt.BlocksFor(capacity)
-	var perLC []int // new pages per lifecycle, for the statistics
 	sc := c.planScratch(history, capacity)
 	needs := func(b, lc int) bool { return lt.Needs(layout.LayerGroupID(lc), b, history) && !sc.in(lc, b) }
 	prios, err := c.allocPriorities(oldBlocks, newBlocks, needs)
@@ -1136,12 +1134,10 @@ func (c *KVCache) resize(capacity, history int) error {
 	if newBlocks > oldBlocks || sc.grow {
 		var few [4]groupNeed
 		n := need(few[:0])
-		perLC = m.perLCScratch()
 		for lc := range lt.LifeCycles {
 			id := layout.LayerGroupID(lc)
 			if k := (lt.NewPagesNeeded(id, oldBlocks, newBlocks, history) - sc.newBlocksIn(lc, oldBlocks, newBlocks)) * c.beamWidth(); k > 0 {
 				n = n.add(lvl.groupOf(id), k)
-				perLC[lc] = k
 			}
 			if sc.on {
 				if k := sc.slots[lc] - len(c.scratchOf(lc)); k > 0 {
@@ -1213,9 +1209,12 @@ func (c *KVCache) resize(capacity, history int) error {
 	generation := c.promptLen >= 0 && c.history >= c.promptLen
 	c.sampleResize(capacity, history, historyGiven)
 	c.capacity, c.history = capacity, history
-	if newBlocks > oldBlocks {
+	switch {
+	case newBlocks > oldBlocks:
 		c.stats.add(m.stats.onAllocate((newBlocks - oldBlocks) * c.beamWidth()))
-		c.onAllocatePages(perLC, generation)
+		c.onAllocateBlocks(oldBlocks, newBlocks, needs, c.beamWidth(), generation)
+	case newBlocks < oldBlocks:
+		c.onShrink(newBlocks, oldBlocks)
 	}
 	m.safePoint()
 	return nil

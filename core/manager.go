@@ -128,7 +128,6 @@ type Manager struct {
 	matched []*node
 	missing []int
 	dropped []releasedPage
-	perLC   []int
 	closed  bool
 	// planned counts the PlannedDrops naming each tree page.
 	planned map[plannedPage]int
@@ -755,15 +754,4 @@ func (m *Manager) checkOpen() error {
 		return ErrClosed
 	}
 	return nil
-}
-
-// perLCScratch returns a zeroed per-lifecycle count, reused by every call.
-func (m *Manager) perLCScratch() []int {
-	n := len(m.lt.LifeCycles)
-	if cap(m.perLC) < n {
-		m.perLC = make([]int, n)
-	}
-	m.perLC = m.perLC[:n]
-	clear(m.perLC)
-	return m.perLC
 }

@@ -238,7 +238,7 @@ func (s *statCounters) onAllocate(newBlocks int) BlockStats {
 //   - every page the cache reuses is a reused block, a full one for a full
 //     block of the path, a partial one for the matching head of one more
 //     block; reuse allocates nothing and misses nothing (a block is missed
-//     when Resize allocates it, see onAllocatePages);
+//     when Resize allocates it, see onAllocateBlocks);
 //   - the partial block's private copy is one allocation (a fresh GPU page,
 //     not missed: the tree still offers its source) and one intra-device
 //     copy, which counts at once as page movements do.
@@ -333,24 +333,82 @@ func (c *KVCache) pendingOf(lc int) *LayerGroupStats {
 	return &c.pending[lc]
 }
 
-// onAllocatePages counts, pending in the cache, the pages Resize (or a
-// fresh run at creation) allocated for it per attention layer group, as
-// KVCacheManagerV2 counts them: each page (of every beam) is one allocation,
-// a generation-phase one once the history reached the prompt and a missed
-// block before (a prefill block the cache had to compute). The SSM layer
-// group has no pages per block.
-func (c *KVCache) onAllocatePages(perLC []int, generation bool) {
-	for lc, k := range perLC {
-		if k == 0 || c.m.lt.IsSSM(layout.LayerGroupID(lc)) {
+// allocRun is a run of blocks [begin, end) whose pages of layer group lc
+// (beams of them per block) a cache holds as pending allocations, all of
+// them generation-phase or all missed: what a shrink takes back.
+type allocRun struct {
+	lc, begin, end, beams int
+	generation            bool
+}
+
+// count adds the run's blocks from..to (within it) to st, or takes them
+// back with sign -1.
+func (r allocRun) count(st *LayerGroupStats, from, to int, sign int64) {
+	k := sign * int64((to-from)*r.beams)
+	st.AllocNewBlocks += k
+	st.AllocTotalBlocks += k
+	if r.generation {
+		st.GenAllocBlocks += k
+	} else {
+		st.MissedBlocks += k
+	}
+}
+
+// onAllocateBlocks counts, pending in the cache, the pages Resize (or a
+// fresh run at creation) allocated for blocks from..to in the attention
+// layer groups, as KVCacheManagerV2 counts them: each page (beams per block)
+// is one allocation, a generation-phase one once the history reached the
+// prompt and a missed block before (a prefill block the cache computes).
+// has reports whether block b got a page of layer group lc (nil: every
+// block did). The SSM layer group has no pages per block.
+func (c *KVCache) onAllocateBlocks(from, to int, has func(b, lc int) bool, beams int, generation bool) {
+	for lc := range c.m.lt.LifeCycles {
+		if c.m.lt.IsSSM(layout.LayerGroupID(lc)) {
 			continue
 		}
-		st := c.pendingOf(lc)
-		st.AllocNewBlocks += int64(k)
-		st.AllocTotalBlocks += int64(k)
-		if generation {
-			st.GenAllocBlocks += int64(k)
+		for b := from; b < to; {
+			if has != nil && !has(b, lc) {
+				b++
+				continue
+			}
+			end := b + 1
+			for end < to && (has == nil || has(end, lc)) {
+				end++
+			}
+			r := allocRun{lc: lc, begin: b, end: end, beams: beams, generation: generation}
+			r.count(c.pendingOf(lc), b, end, 1)
+			if n := len(c.allocRuns); n > 0 {
+				if last := &c.allocRuns[n-1]; last.lc == lc && last.end == b && last.beams == beams && last.generation == generation {
+					last.end = end
+					b = end
+					continue
+				}
+			}
+			c.allocRuns = append(c.allocRuns, r)
+			b = end
+		}
+	}
+}
+
+// onShrink takes back, as KVCacheManagerV2 does, the pending allocations of
+// blocks from..to that a shrinking Resize released: the latest runs first,
+// down to the first run ending at or before from (committed or discarded
+// allocations are no longer pending and stay counted).
+func (c *KVCache) onShrink(from, to int) {
+	for i := len(c.allocRuns) - 1; i >= 0; i-- {
+		r := &c.allocRuns[i]
+		if r.end <= from {
+			break
+		}
+		lo, hi := max(from, r.begin), min(to, r.end)
+		if lo >= hi {
+			continue
+		}
+		r.count(c.pendingOf(r.lc), lo, hi, -1)
+		if lo <= r.begin {
+			c.allocRuns = slices.Delete(c.allocRuns, i, i+1)
 		} else {
-			st.MissedBlocks += int64(k)
+			r.end = lo
 		}
 	}
 }
@@ -402,7 +460,7 @@ func (c *KVCache) CommitPendingStats() {
 	for lc, d := range c.pending {
 		c.m.stats.lc[lc].add(d)
 	}
-	c.pending = nil
+	c.pending, c.allocRuns = nil, c.allocRuns[:0]
 	if c.pendingSsm != (SsmSnapshotStats{}) {
 		c.m.stats.ssm.add(c.pendingSsm)
 		c.m.stats.ssmLC = c.m.lt.SSM
@@ -416,7 +474,7 @@ func (c *KVCache) CommitPendingStats() {
 func (c *KVCache) DiscardPendingStats() {
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
-	c.pending = nil
+	c.pending, c.allocRuns = nil, c.allocRuns[:0]
 	c.pendingSsm = SsmSnapshotStats{}
 }
 

@@ -121,6 +121,35 @@ func TestRequestStatsSumTheAttentionLayerGroups(t *testing.T) {
 	require.NoError(t, c.Close())
 }
 
+// TestShrinkTakesBackPendingAllocations: a shrinking Resize takes back the
+// pending allocations of the blocks it releases, as KVCacheManagerV2 does
+// (a step reverted before the commit counts nothing); allocations already
+// committed stay counted. tokens_per_block 4, a fresh 8-token prompt.
+func TestShrinkTakesBackPendingAllocations(t *testing.T) {
+	f := newFixture(t, smallConfig(16))
+	c, err := f.m.CreateKVCache(CacheOptions{InputTokens: seq(0, 8)})
+	require.NoError(t, err)
+	require.NoError(t, c.Resume(f.stream))
+	require.NoError(t, c.Resize(8, 8))  // blocks 0 and 1: missed
+	require.NoError(t, c.Resize(16, 8)) // blocks 2 and 3: generation
+	require.NoError(t, c.Resize(12, 8)) // releases block 3
+	assert.Equal(t, []LayerGroupStats{{AllocTotalBlocks: 3, AllocNewBlocks: 3, MissedBlocks: 2, GenAllocBlocks: 1}},
+		c.PendingStats())
+	require.NoError(t, c.Resize(8, 8)) // releases block 2
+	assert.Equal(t, RequestStats{AllocTotalBlocks: 2, AllocNewBlocks: 2, MissedBlocks: 2}, c.PendingRequestStats())
+	c.CommitPendingStats()
+	require.NoError(t, c.Resize(12, 8))
+	require.NoError(t, c.Resize(8, 8))
+	assert.Equal(t, RequestStats{}, c.PendingRequestStats(), "a step reverted before the commit counts nothing")
+	require.NoError(t, c.Resize(12, 8))
+	c.CommitPendingStats()
+	require.NoError(t, c.Resize(8, 8))
+	assert.Equal(t, RequestStats{}, c.PendingRequestStats(), "committed allocations are not taken back")
+	assert.Equal(t, LayerGroupStats{AllocTotalBlocks: 3, AllocNewBlocks: 3, MissedBlocks: 2, GenAllocBlocks: 1},
+		f.m.GetAndResetLayerGroupIterationStats()[0])
+	require.NoError(t, c.Close())
+}
+
 // TestLayerGroupStatsArePendingUntilCommitted: a cache's reuse and
 // allocation counts reach the manager's iteration statistics only when the
 // cache commits them (KVCacheManagerV2's commit_pending_stats); discarding
