@@ -470,6 +470,27 @@ def test_prefill_allocations_are_missed_and_decode_growth_is_generation():
         s.close()
 
 
+def test_a_step_reverted_before_the_commit_counts_nothing():
+    """KVCM2's rule for a shrink: resize takes back the pending allocations
+    of the blocks it releases. tokens_per_block 4, an 8-token prompt
+    prefilled and committed (2 missed); resize(12) takes a generation block,
+    resize(8) reverts it: nothing is pending, nothing reaches the iteration
+    statistics."""
+    with KVCacheManager(small_config(layers=FULL_ATTENTION), device="emu") as m:
+        s = m.create_stream()
+        with m.create_kv_cache(input_tokens=PROMPT[:8]) as c:
+            assert c.resume(s)
+            prefill(c, PROMPT[:8])
+            assert c.commit_pending_stats() == kvcm.KVCacheStatsDelta(alloc_total_blocks=2, alloc_new_blocks=2,
+                                                                      missed_blocks=2)
+            m.get_and_reset_iteration_stats()
+            assert c.resize(12) and c.resize(8)
+            assert c.commit_pending_stats().empty
+            assert m.get_and_reset_iteration_stats() == {}
+            c.suspend()
+        s.close()
+
+
 def test_pending_stats_with_stats_disabled_are_request_only():
     """With enable_stats=False a cache created with enable_request_stats
     still records its counts (dirty mark, commit_pending_stats returns them:
