@@ -1080,12 +1080,16 @@ TEST_F(ManagerTest, StreamHelper)
     // A copy outside any allocation is refused synchronously.
     EXPECT_KVCM_ERROR(s.batchCopy({{a.ptr(), 0x10, 16}}), kvcm::StatusCode::kDevice);
     EXPECT_TRUE(s.tryBatchCopy(nullptr, 0)); // an empty batch is a no-op
-    // So is one near the top of the address space, whose offset from the
-    // highest allocation is beyond 2^63, and nothing is written.
-    kvcm::DevicePtr const top = ~kvcm::DevicePtr{0} - 4;
-    EXPECT_KVCM_ERROR(s.batchCopy({{top, a.ptr(), 1}}), kvcm::StatusCode::kDevice);
-    EXPECT_KVCM_ERROR(s.batchCopy({{a.ptr(), top, 1}}), kvcm::StatusCode::kDevice);
-    EXPECT_KVCM_ERROR(s.copyFromHost(top, pattern, 1), kvcm::StatusCode::kDevice);
+    // On the emulated device, which knows every allocation, so is one near
+    // the top of the address space, whose offset from the highest allocation
+    // is beyond 2^63, and nothing is written. (CUDA reads a wild address as
+    // the driver does: the caller's fault, as with cuMemcpyBatchAsync.)
+    if (kvcm_test::testDevice() == kvcm::DeviceKind::kEmu) {
+        kvcm::DevicePtr const top = ~kvcm::DevicePtr{0} - 4;
+        EXPECT_KVCM_ERROR(s.batchCopy({{top, a.ptr(), 1}}), kvcm::StatusCode::kDevice);
+        EXPECT_KVCM_ERROR(s.batchCopy({{a.ptr(), top, 1}}), kvcm::StatusCode::kDevice);
+        EXPECT_KVCM_ERROR(s.copyFromHost(top, pattern, 1), kvcm::StatusCode::kDevice);
+    }
     s.synchronize();
     EXPECT_EQ(static_cast<uint8_t*>(a.hostData())[0], 0xab);
 
