@@ -153,25 +153,11 @@ def binding_cycle(m: KVCacheManager, stream, prompts, decode) -> float:
 
 
 def floor_cycle(prompts, decode) -> float:
-    """binding_cycle's loop with every kvcm call replaced by a call to a
-    no-op builtin (create by one Python call): what the interpreter costs
-    to make the trace's calls at all, the least any Python binding adds to
-    the library's own work."""
+    """binding_cycle with every kvcm call a call to a no-op builtin (create
+    one Python call): what the interpreter costs to make the trace's calls
+    at all, the least any Python binding adds to the library's own work."""
     cache = types.SimpleNamespace(resume=id, resize=max, commit=len, close=tuple, num_committed_tokens=0)
-    m = types.SimpleNamespace(create_kv_cache=lambda input_tokens: cache)
-    stream = None
-    t0 = time.process_time()
-    for p in prompts:
-        c = m.create_kv_cache(input_tokens=p)
-        c.resume(stream)
-        n = len(p)
-        c.resize(n, n)
-        c.commit(p[c.num_committed_tokens:])
-        for k in range(DECODE_STEPS):
-            c.resize(n + k + 1, n + k + 1)
-            c.commit(decode)
-        c.close()
-    return (time.process_time() - t0) / len(prompts)
+    return binding_cycle(types.SimpleNamespace(create_kv_cache=lambda input_tokens: cache), None, prompts, decode)
 
 
 class Raw:
